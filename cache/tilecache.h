@@ -1,0 +1,60 @@
+/* In-memory tile cache: sharded LRU of encoded responses, bounded in bytes. */
+#ifndef TESSERA_CACHE_TILECACHE_H
+#define TESSERA_CACHE_TILECACHE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* An encoded response body, immutable once made and shared by reference count.
+ * Several threads may hold references to the same tile. */
+typedef struct tile {
+    unsigned char *data;      /* the body bytes */
+    size_t len;               /* body length in bytes */
+    char content_type[64];    /* e.g. "image/png" */
+    char etag[40];            /* strong ETag with quotes, e.g. "\"9f86d081884c7d65\"",
+                                 a 64-bit FNV-1a hash of the body in hex */
+    /* private */
+    int refs;
+} tile;
+
+/* Makes a tile that owns `data` (malloc'd; freed with the tile) with one reference held
+ * by the caller.  Returns NULL on allocation failure (then `data` is freed too). */
+tile *tile_new_take(unsigned char *data, size_t len, const char *content_type);
+
+/* Takes one more reference.  Cannot fail. */
+tile *tile_ref(tile *t);
+
+/* Drops one reference; the last one frees the tile.  NULL is ignored. */
+void tile_release(tile *t);
+
+typedef struct tilecache tilecache;
+
+/* A cache that holds at most `max_bytes` of tile bodies plus keys (0 disables
+ * caching: every get misses, every put is dropped), spread over `nshards` shards
+ * (1..256; each has its own lock and LRU list and max_bytes/nshards of the budget).
+ * Returns NULL on allocation failure. */
+tilecache *tilecache_new(size_t max_bytes, int nshards);
+
+/* Frees the cache and drops its references (tiles still held elsewhere live on). */
+void tilecache_free(tilecache *c);
+
+/* Looks up `key` (any NUL-terminated string).  On a hit returns the tile with a new
+ * reference for the caller (tile_release it) and marks it most recently used; on a miss
+ * returns NULL.  Counts hits and misses. Thread-safe. */
+tile *tilecache_get(tilecache *c, const char *key);
+
+/* Stores `t` under `key` (the cache takes its own reference; the caller keeps its own),
+ * replacing an existing entry, and evicts least recently used entries of the shard until
+ * it fits.  A tile larger than a shard's budget is not stored.  Returns 0, or
+ * TESS_ENOMEM / TESS_ERANGE (too big; nothing stored). Thread-safe. */
+int tilecache_put(tilecache *c, const char *key, tile *t);
+
+typedef struct tilecache_stats {
+    uint64_t hits, misses, insertions, evictions;
+    size_t bytes;      /* bytes held now (bodies + keys) */
+    size_t entries;
+    size_t max_bytes;
+} tilecache_stats;
+void tilecache_get_stats(tilecache *c, tilecache_stats *s);
+
+#endif

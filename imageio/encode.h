@@ -1,0 +1,29 @@
+/* Encoders of pixel arrays to the bytes of a response: PNG (libpng), FITS (cfitsio), NPY. */
+#ifndef TESSERA_IMAGEIO_ENCODE_H
+#define TESSERA_IMAGEIO_ENCODE_H
+
+#include <stdint.h>
+#include <stddef.h>
+
+/* Encodes w x h RGBA pixels (row 0 at the top) as an 8-bit RGBA PNG.  On success
+ * *out is malloc'd (caller frees) and 0 is returned; TESS_ENOMEM or TESS_EINVAL
+ * otherwise, with *out NULL. */
+int png_encode_rgba(const uint8_t *rgba, long w, long h, unsigned char **out, size_t *outlen);
+
+/* Encodes a w x h x nz array of doubles (x fastest, then y with row 0 = FITS row 1,
+ * then z) as a single-HDU FITS file with BITPIX -64, NAXIS 2 (nz == 1) or 3, NaN kept.
+ * `cards` (ncards 80-character cards, concatenated, may be NULL) are copied into the
+ * header except the structural keywords (SIMPLE, BITPIX, NAXIS*, EXTEND, BSCALE, BZERO,
+ * BLANK, END) — pass the WCS of the result there.  If `footprint` is not NULL a second
+ * HDU, an image extension named FOOTPRINT of the same shape (w x h, BITPIX -64), holds
+ * it.  On success *out is malloc'd and 0 returned; TESS_E* otherwise. */
+int fits_encode_f64(const double *data, long w, long h, long nz,
+                    const char *cards, int ncards, const double *footprint,
+                    unsigned char **out, size_t *outlen);
+
+/* Encodes a w x h array of doubles as a NumPy .npy (format 1.0, dtype '<f8',
+ * shape (h, w), C order: row 0 = FITS row 1 as numpy/astropy read it).  On success
+ * *out is malloc'd and 0 returned; TESS_ENOMEM otherwise. */
+int npy_encode_f64(const double *data, long w, long h, unsigned char **out, size_t *outlen);
+
+#endif

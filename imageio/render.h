@@ -1,0 +1,53 @@
+/* Rendering of physical pixel values to 8-bit RGBA: cut levels, stretch, colour map. */
+#ifndef TESSERA_IMAGEIO_RENDER_H
+#define TESSERA_IMAGEIO_RENDER_H
+
+#include <stdint.h>
+#include <stddef.h>
+
+typedef enum { STRETCH_LINEAR, STRETCH_SQRT, STRETCH_LOG, STRETCH_ASINH, STRETCH_POWER } render_stretch;
+typedef enum { CMAP_GREY, CMAP_VIRIDIS, CMAP_INFERNO, CMAP_MAGMA, CMAP_PLASMA, CMAP_CUBEHELIX } render_cmap;
+
+/* A cut level: an absolute value, or a percentile (0..100) of the finite pixels. */
+typedef struct render_cut {
+    double value;
+    int is_percent;
+} render_cut;
+
+typedef struct render_params {
+    render_stretch stretch;   /* default STRETCH_LINEAR */
+    render_cut min_cut;       /* default 0.5% */
+    render_cut max_cut;       /* default 99.5% */
+    render_cmap cmap;         /* default CMAP_GREY */
+} render_params;
+
+/* Fills `p` with the defaults above.  Cannot fail. */
+void render_params_default(render_params *p);
+
+/* Parsers for the query-parameter forms of DESIGN.md ("asinh", "viridis", "12.5",
+ * "99.5%").  Return 0, or TESS_EINVAL for an unknown name / malformed or non-finite
+ * number / percentile outside 0..100. */
+int render_stretch_parse(const char *s, render_stretch *out);
+int render_cmap_parse(const char *s, render_cmap *out);
+int render_cut_parse(const char *s, render_cut *out);
+
+/* Canonical names, for cache keys and messages. */
+const char *render_stretch_name(render_stretch s);
+const char *render_cmap_name(render_cmap c);
+
+/* Resolves the cut levels of `p` against the finite values of `data` (n values):
+ * percentiles are taken over finite pixels (linear interpolation between order
+ * statistics, as numpy.percentile).  Returns 0, or TESS_ENOMEM. When no pixel is finite,
+ * lo = hi = 0. */
+int render_resolve_cuts(const double *data, size_t n, const render_params *p, double *lo, double *hi);
+
+/* Renders a w x h array to RGBA (4*w*h bytes).  `data` is row-major with row 0 = FITS
+ * row 1 (the bottom of the picture); `rgba` row 0 is the top of the picture, so FITS row
+ * 1 ends at the bottom.  Values are clipped to [lo, hi] (from render_resolve_cuts),
+ * normalised to t in [0, 1], stretched (sqrt: sqrt t; log: log10(1000 t + 1)/3;
+ * asinh: asinh(10 t)/asinh(10); power: t^2, as in astropy.visualization's defaults),
+ * and coloured.  NaN pixels are transparent (alpha 0), others opaque.  Returns 0, or
+ * TESS_ENOMEM. */
+int render_rgba(const double *data, long w, long h, const render_params *p, uint8_t *rgba);
+
+#endif

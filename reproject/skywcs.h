@@ -1,0 +1,90 @@
+/* Celestial WCS: FITS headers parsed by wcslib, celestial frames and their conversions. */
+#ifndef TESSERA_REPROJECT_SKYWCS_H
+#define TESSERA_REPROJECT_SKYWCS_H
+
+#include <stddef.h>
+
+/* Celestial reference frames, named as in DESIGN.md (icrs, fk5, fk4, galactic, ecliptic). */
+typedef enum {
+    SKY_FRAME_NONE = 0,  /* not celestial (or unknown) */
+    SKY_FRAME_ICRS,
+    SKY_FRAME_FK5,       /* mean equator and equinox; equinox in Julian years */
+    SKY_FRAME_FK4,       /* equinox in Besselian years */
+    SKY_FRAME_GALACTIC,
+    SKY_FRAME_ECLIPTIC   /* mean ecliptic and equinox of J2000 (astropy GeocentricMeanEcliptic-like) */
+} sky_frame;
+
+/* A parsed WCS (one struct wcsprm, wcsset already done) and its celestial frame.
+ * Not safe to use from several threads at once: give each thread its own copy. */
+typedef struct skywcs skywcs;
+
+/* Parses `nkeys` 80-character cards (concatenated, as fitsimg_info.header) with wcslib's
+ * wcspih at full relaxation (WCSHDR_all) and applies wcsfix the way astropy.wcs.WCS does,
+ * so that results match astropy.  The frame follows the FITS rules: RADESYS when present;
+ * otherwise EQUINOX < 1984 means FK4, EQUINOX >= 1984 FK5, neither ICRS; GLON/GLAT is
+ * galactic, ELON/ELAT ecliptic.  Returns 0 and *out, or TESS_EINVAL (no WCS, wcslib
+ * error: `err` gives wcslib's message) / TESS_ENOMEM. */
+int skywcs_parse(const char *cards, int nkeys, skywcs **out, char *err, size_t errlen);
+
+/* A deep copy (for another thread), or NULL on allocation failure. */
+skywcs *skywcs_copy(const skywcs *w);
+
+/* The two celestial axes alone, as a 2-D WCS (longitude first), or NULL when the WCS
+ * has no celestial pair (or on allocation failure). */
+skywcs *skywcs_celestial(const skywcs *w);
+
+void skywcs_free(skywcs *w);
+
+int skywcs_naxis(const skywcs *w);
+int skywcs_has_celestial(const skywcs *w);   /* 1 when a longitude/latitude pair exists */
+sky_frame skywcs_frame(const skywcs *w, double *equinox);  /* equinox may be NULL */
+
+/* A summary for the datasets API.  Axis i (0-based) is FITS axis i+1; crpix 1-based as
+ * in FITS; angles in degrees.  `has_cd` says whether the header gave a CD matrix (then
+ * `cd` holds it, row-major naxis x naxis) or CDELT (then `cdelt`). */
+#define SKYWCS_MAXDIM 4
+typedef struct skywcs_summary {
+    int naxis;
+    char ctype[SKYWCS_MAXDIM][72];
+    char cunit[SKYWCS_MAXDIM][72];
+    double crval[SKYWCS_MAXDIM];
+    double crpix[SKYWCS_MAXDIM];
+    double cdelt[SKYWCS_MAXDIM];
+    int has_cd;
+    double cd[SKYWCS_MAXDIM * SKYWCS_MAXDIM];
+    sky_frame frame;
+    double equinox;     /* 0 when not applicable */
+} skywcs_summary;
+void skywcs_describe(const skywcs *w, skywcs_summary *s);
+
+/* Pixel <-> world for a 2-D celestial WCS (see skywcs_celestial).  Pixels are 0-based
+ * (x = column, y = row, pixel centres at integers); world coordinates are (lon, lat) in
+ * degrees in the WCS's own frame.  Points with no valid transform (off the projection)
+ * become NaN.  Returns 0, or TESS_EINVAL when the WCS is not 2-D celestial. */
+int skywcs_pix2sky(skywcs *w, size_t n, const double *x, const double *y, double *lon, double *lat);
+int skywcs_sky2pix(skywcs *w, size_t n, const double *lon, const double *lat, double *x, double *y);
+
+/* Converts n positions in place from one frame to another (degrees).  ICRS<->FK5 J2000
+ * by the frame-bias matrix of USNO Circular 179 (as astropy), FK5 J2000 <-> galactic by
+ * astropy's J2000 north galactic pole (192.8594812065348, 27.12825118085622) and
+ * longitude of the NCP 122.9319185680026, FK5 equinox changes by IAU 1976 precession.
+ * Cannot fail for the frames above; identical frames are a no-op. */
+void sky_convert(sky_frame from, double eq_from, sky_frame to, double eq_to,
+                 size_t n, double *lon, double *lat);
+
+const char *sky_frame_name(sky_frame f);          /* "icrs", "fk5", ... "none" */
+int sky_frame_parse(const char *s, sky_frame *f); /* 0 or TESS_EINVAL */
+
+/* Builds the header of a hips2fits-style cutout: w x h pixels centred on (lon, lat) of
+ * `frame` (icrs or galactic), `fov` degrees along the larger side (square pixels of
+ * fov/max(w,h)), projection code `proj` (three letters: TAN, SIN, CAR, AIT, ...),
+ * rotated by `rotation` degrees (east of north, i.e. PC = [[cos, -sin], [sin, cos]] with
+ * CDELT1 < 0), CRPIX at the image centre (w/2 + 0.5, h/2 + 0.5).  *cards is malloc'd
+ * (80-character cards, concatenated, NUL-terminated) and *nkeys set.  Returns 0 or
+ * TESS_EINVAL (unknown projection, non-finite or out-of-range values: `err` names which)
+ * / TESS_ENOMEM. */
+int skywcs_cutout_header(double lon, double lat, double fov, long w, long h, const char *proj,
+                         sky_frame frame, double rotation, char **cards, int *nkeys,
+                         char *err, size_t errlen);
+
+#endif

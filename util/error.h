@@ -1,0 +1,22 @@
+/* Error codes shared by every Tessera module: 0 is success, failures are negative. */
+#ifndef TESSERA_UTIL_ERROR_H
+#define TESSERA_UTIL_ERROR_H
+
+/* Functions that can fail return 0 (or a non-negative count) on success and one of
+ * these negative codes on failure.  Modules that also take an `err` buffer write a
+ * one-line, human-readable reason there (NUL-terminated, truncated to its size). */
+enum {
+    TESS_OK       = 0,
+    TESS_EINVAL   = -1,  /* bad argument or malformed input (bad header, bad parameter) */
+    TESS_ENOMEM   = -2,  /* allocation failed */
+    TESS_EIO      = -3,  /* file could not be read or written */
+    TESS_ERANGE   = -4,  /* size or index outside the allowed range */
+    TESS_ENOWCS   = -5,  /* no usable (celestial) WCS */
+    TESS_ENOOVERLAP = -6,/* the target does not overlap the source */
+    TESS_EAGAIN   = -7,  /* queue full, try again later */
+    TESS_ENOTFOUND = -8, /* no such name */
+    TESS_ETOOBIG  = -9,  /* result larger than the configured limit */
+    TESS_ECANCELED = -10 /* the work was cancelled */
+};
+
+#endif

@@ -47,4 +47,12 @@ int fitsimg_read_region(const char *path, int hdu, long z, long x0, long y0, lon
  * trimmed) into `val`; returns 1 when found, 0 when not. */
 int fitsimg_header_get(const char *header, int nkeys, const char *keyword, char *val, size_t vallen);
 
+/* Serialises cfitsio for modules that call it directly (imageio/encode.c, and any
+ * other reader of FITS files): takes a process-wide mutex when the linked cfitsio was
+ * built without thread support (fits_is_reentrant() == 0) and does nothing when it
+ * was (Debian's libcfitsio is).  Each lock must be paired with an unlock on the same
+ * thread, and the pair must not nest.  Cannot fail. */
+void fitsimg_cfitsio_lock(void);
+void fitsimg_cfitsio_unlock(void);
+
 #endif

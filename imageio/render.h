@@ -44,10 +44,10 @@ int render_resolve_cuts(const double *data, size_t n, const render_params *p, do
 /* Renders a w x h array to RGBA (4*w*h bytes).  `data` is row-major with row 0 = FITS
  * row 1 (the bottom of the picture); `rgba` row 0 is the top of the picture, so FITS row
  * 1 ends at the bottom.  Values are clipped to [lo, hi] (from render_resolve_cuts),
- * normalised to t in [0, 1], stretched (sqrt: sqrt t; log: log10(1000 t + 1)/3;
+ * normalised to t in [0, 1], stretched (sqrt: sqrt t; log: log(1000 t + 1)/log(1001);
  * asinh: asinh(10 t)/asinh(10); power: t^2, as in astropy.visualization's defaults),
  * and coloured.  NaN pixels are transparent (alpha 0), others opaque.  Returns 0, or
- * TESS_ENOMEM. */
+ * TESS_ENOMEM, TESS_EINVAL (w or h not positive), TESS_ERANGE (size overflows). */
 int render_rgba(const double *data, long w, long h, const render_params *p, uint8_t *rgba);
 
 #endif

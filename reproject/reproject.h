@@ -20,13 +20,19 @@ const char *rp_method_name(rp_method m);
  * nearest: value at (floor(x+0.5), floor(y+0.5)); bilinear: the usual four-point
  * interpolation of the edge-padded array.
  * max_coord_error: bound, in output pixels, on the error of the coordinate grid: exact
- * transforms on a coarse grid, bilinear interpolation between nodes, cells whose
- * interpolation misses the exact transform by more than the bound (or that touch an
- * invalid node) are transformed exactly; 0 = exact transform at every pixel.
+ * transforms on a coarse grid (a node every 16 output pixels), cubic (4-point Lagrange)
+ * interpolation between nodes, cells whose interpolation misses the exact transform at
+ * their centre and edge midpoints by more than the bound / 32 (the error being taken in
+ * input and in output pixels, whichever is larger), or that touch an invalid node, are
+ * transformed exactly; interpolated positions next to a sampling decision (the edges
+ * of the valid range, nearest's rounding boundaries) are transformed exactly too;
+ * 0 = exact transform at every pixel.
  * `in` and `out` are not modified (the call works on its own copies) so one skywcs may be
  * shared by concurrent calls.
+ * A WCS with more than two axes is reduced to its celestial pair (skywcs_celestial).
  * Returns the number of output pixels with a finite value (>= 0), or TESS_EINVAL
- * (non-celestial WCS, bad sizes), TESS_ENOMEM; `err` says why. */
+ * (non-celestial WCS or unsupported frame, bad sizes, max_coord_error < 0 or not
+ * finite), TESS_ENOMEM; `err` says why. */
 long reproject_plane(const skywcs *in, const double *src, long in_nx, long in_ny,
                      const skywcs *out, long out_nx, long out_ny,
                      rp_method method, double max_coord_error,

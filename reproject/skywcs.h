@@ -11,7 +11,8 @@ typedef enum {
     SKY_FRAME_FK5,       /* mean equator and equinox; equinox in Julian years */
     SKY_FRAME_FK4,       /* equinox in Besselian years */
     SKY_FRAME_GALACTIC,
-    SKY_FRAME_ECLIPTIC   /* mean ecliptic and equinox of J2000 (astropy GeocentricMeanEcliptic-like) */
+    SKY_FRAME_ECLIPTIC   /* mean ecliptic and equinox (Julian years, J2000 by default): astropy's
+                            BarycentricMeanEcliptic, a rotation of ICRS (IAU 2006, SOFA ecm06) */
 } sky_frame;
 
 /* A parsed WCS (one struct wcsprm, wcsset already done) and its celestial frame.
@@ -22,8 +23,10 @@ typedef struct skywcs skywcs;
  * wcspih at full relaxation (WCSHDR_all) and applies wcsfix the way astropy.wcs.WCS does,
  * so that results match astropy.  The frame follows the FITS rules: RADESYS when present;
  * otherwise EQUINOX < 1984 means FK4, EQUINOX >= 1984 FK5, neither ICRS; GLON/GLAT is
- * galactic, ELON/ELAT ecliptic.  Returns 0 and *out, or TESS_EINVAL (no WCS, wcslib
- * error: `err` gives wcslib's message) / TESS_ENOMEM. */
+ * galactic, ELON/ELAT ecliptic (other RADESYS values, and other axis types, give
+ * SKY_FRAME_NONE).  A header without any WCS keyword counts as "no WCS".  Returns 0 and
+ * *out, or TESS_EINVAL (no WCS, wcslib error: `err` gives wcslib's message) /
+ * TESS_ENOMEM. */
 int skywcs_parse(const char *cards, int nkeys, skywcs **out, char *err, size_t errlen);
 
 /* A deep copy (for another thread), or NULL on allocation failure. */
@@ -59,16 +62,21 @@ void skywcs_describe(const skywcs *w, skywcs_summary *s);
 
 /* Pixel <-> world for a 2-D celestial WCS (see skywcs_celestial).  Pixels are 0-based
  * (x = column, y = row, pixel centres at integers); world coordinates are (lon, lat) in
- * degrees in the WCS's own frame.  Points with no valid transform (off the projection)
- * become NaN.  Returns 0, or TESS_EINVAL when the WCS is not 2-D celestial. */
+ * degrees in the WCS's own frame, longitude in [0, 360) (as astropy's Longitude).  Points
+ * with no valid transform (off the projection) or non-finite input become NaN.  Returns
+ * 0, or TESS_EINVAL when the WCS is not 2-D celestial, or TESS_ENOMEM. */
 int skywcs_pix2sky(skywcs *w, size_t n, const double *x, const double *y, double *lon, double *lat);
 int skywcs_sky2pix(skywcs *w, size_t n, const double *lon, const double *lat, double *x, double *y);
 
 /* Converts n positions in place from one frame to another (degrees).  ICRS<->FK5 J2000
  * by the frame-bias matrix of USNO Circular 179 (as astropy), FK5 J2000 <-> galactic by
  * astropy's J2000 north galactic pole (192.8594812065348, 27.12825118085622) and
- * longitude of the NCP 122.9319185680026, FK5 equinox changes by IAU 1976 precession.
- * Cannot fail for the frames above; identical frames are a no-op. */
+ * longitude of the NCP 122.9319185680026, FK5 equinox changes by IAU 2006 precession
+ * (astropy's precession_matrix_Capitaine), FK4 (Besselian equinox, obstime = equinox)
+ * through astropy's FK4NoETerms with E-terms and the Standish B1950->J2000 matrix;
+ * the paths and intermediate frames are astropy's, so results agree with
+ * SkyCoord.transform_to to ~1e-13 degree.  Longitudes come back in [0, 360).  Cannot
+ * fail; identical frames, or SKY_FRAME_NONE on either side, are a no-op. */
 void sky_convert(sky_frame from, double eq_from, sky_frame to, double eq_to,
                  size_t n, double *lon, double *lat);
 
@@ -76,7 +84,8 @@ const char *sky_frame_name(sky_frame f);          /* "icrs", "fk5", ... "none" *
 int sky_frame_parse(const char *s, sky_frame *f); /* 0 or TESS_EINVAL */
 
 /* Builds the header of a hips2fits-style cutout: w x h pixels centred on (lon, lat) of
- * `frame` (icrs or galactic), `fov` degrees along the larger side (square pixels of
+ * `frame` (icrs, galactic; also fk5 J2000, fk4 B1950, ecliptic J2000), `fov` degrees
+ * along the larger side (square pixels of
  * fov/max(w,h)), projection code `proj` (three letters: TAN, SIN, CAR, AIT, ...),
  * rotated by `rotation` degrees (east of north, i.e. PC = [[cos, -sin], [sin, cos]] with
  * CDELT1 < 0), CRPIX at the image centre (w/2 + 0.5, h/2 + 0.5).  *cards is malloc'd

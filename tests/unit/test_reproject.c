@@ -1,0 +1,489 @@
+/* Unit tests of reproject/reproject: kernels, round trip, golden astropy references, threads. */
+#include <check.h>
+#include <fitsio.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "reproject/reproject.h"
+#include "reproject/skywcs.h"
+#include "util/error.h"
+
+/* ---- helpers ------------------------------------------------------------------------ */
+
+/* Reads a text header (one card a line) into concatenated 80-character cards. */
+static char *read_hdr_file(const char *path, int *nkeys)
+{
+    FILE *f = fopen(path, "r");
+    ck_assert_msg(f != NULL, "cannot open %s", path);
+    size_t cap = 64, n = 0;
+    char *cards = malloc(cap * 80 + 1);
+    char line[256];
+    while (fgets(line, sizeof line, f)) {
+        size_t len = strcspn(line, "\r\n");
+        if (len == 0)
+            continue;
+        if (n == cap) {
+            cap *= 2;
+            cards = realloc(cards, cap * 80 + 1);
+        }
+        memset(cards + n * 80, ' ', 80);
+        memcpy(cards + n * 80, line, len > 80 ? 80 : len);
+        n++;
+    }
+    fclose(f);
+    cards[n * 80] = '\0';
+    *nkeys = (int)n;
+    return cards;
+}
+
+/* Builds cards from a NULL-terminated list of card texts. */
+static char *make_cards(const char *const *lines, int *nkeys)
+{
+    int n = 0;
+    while (lines[n])
+        n++;
+    char *cards = malloc((size_t)n * 80 + 1);
+    for (int i = 0; i < n; i++) {
+        size_t len = strlen(lines[i]);
+        memset(cards + i * 80, ' ', 80);
+        memcpy(cards + i * 80, lines[i], len > 80 ? 80 : len);
+    }
+    cards[n * 80] = '\0';
+    *nkeys = n;
+    return cards;
+}
+
+/* Reads HDU `hdu` of a 2-D FITS image: the header as cards and the pixels as
+ * astropy.io.fits delivers them (integer images with BSCALE/BZERO scaled in float32,
+ * as astropy does for BITPIX 8 and 16; float32 images as float32; both widened to
+ * double), so that the reference arrays can be matched to rounding. */
+static double *read_fits(const char *path, int hdu, long *nx, long *ny, char **cards, int *nkeys)
+{
+    fitsfile *f = NULL;
+    int st = 0, bitpix = 0, naxis = 0, hdutype = 0;
+    long naxes[3] = { 1, 1, 1 };
+    fits_open_file(&f, path, READONLY, &st);
+    ck_assert_msg(st == 0, "cannot open %s", path);
+    fits_movabs_hdu(f, hdu + 1, &hdutype, &st);
+    fits_get_img_param(f, 3, &bitpix, &naxis, naxes, &st);
+    ck_assert_int_eq(st, 0);
+    fits_hdr2str(f, 1, NULL, 0, cards, nkeys, &st);
+    ck_assert_int_eq(st, 0);
+    double bscale = 1.0, bzero = 0.0;
+    int s2 = 0;
+    fits_read_key(f, TDOUBLE, "BSCALE", &bscale, NULL, &s2);
+    s2 = 0;
+    fits_read_key(f, TDOUBLE, "BZERO", &bzero, NULL, &s2);
+    long n = naxes[0] * naxes[1];
+    double *out = malloc(sizeof(double) * (size_t)n);
+    float *tmp = malloc(sizeof(float) * (size_t)n);
+    float fnan = NAN;
+    int anynul = 0;
+    if (bitpix == 8 || bitpix == 16 || bitpix == -32) {
+        fits_set_bscale(f, 1.0, 0.0, &st);
+        fits_read_img(f, TFLOAT, 1, n, &fnan, tmp, &anynul, &st);
+        ck_assert_int_eq(st, 0);
+        float fs = (float)bscale, fz = (float)bzero;
+        for (long i = 0; i < n; i++) {
+            float v = tmp[i];
+            if (bscale != 1.0)
+                v = v * fs;
+            if (bzero != 0.0)
+                v = v + fz;
+            out[i] = v;
+        }
+    } else {
+        double dnan = NAN;
+        fits_read_img(f, TDOUBLE, 1, n, &dnan, out, &anynul, &st);
+        ck_assert_int_eq(st, 0);
+    }
+    free(tmp);
+    fits_close_file(f, &st);
+    *nx = naxes[0];
+    *ny = naxes[1];
+    return out;
+}
+
+static skywcs *parse_or_die(const char *cards, int nkeys)
+{
+    skywcs *w = NULL;
+    char err[256] = "";
+    int rc = skywcs_parse(cards, nkeys, &w, err, sizeof err);
+    ck_assert_msg(rc == 0, "skywcs_parse: %s", err);
+    return w;
+}
+
+/* A small 2-D equatorial header on projection `proj` (CAR at (0, 0) with power-of-two
+ * CDELT is exactly linear in wcslib, which the kernel tests rely on). */
+static skywcs *eq_wcs(const char *proj, double ra, double dec, double cdelt, double crpix1,
+                      double crpix2, const char *radesys)
+{
+    char l[8][81];
+    snprintf(l[0], 81, "CTYPE1  = 'RA---%s'", proj);
+    snprintf(l[1], 81, "CTYPE2  = 'DEC--%s'", proj);
+    snprintf(l[2], 81, "CRVAL1  = %.15g", ra);
+    snprintf(l[3], 81, "CRVAL2  = %.15g", dec);
+    snprintf(l[4], 81, "CRPIX1  = %.15g", crpix1);
+    snprintf(l[5], 81, "CRPIX2  = %.15g", crpix2);
+    snprintf(l[6], 81, "CDELT1  = %.15g", -cdelt);
+    snprintf(l[7], 81, "CDELT2  = %.15g", cdelt);
+    const char *lines[11] = { l[0], l[1], l[2], l[3], l[4], l[5], l[6], l[7], NULL, NULL, NULL };
+    char rs[81];
+    if (radesys) {
+        snprintf(rs, sizeof rs, "RADESYS = '%s'", radesys);
+        lines[8] = rs;
+    }
+    int nk;
+    char *cards = make_cards(lines, &nk);
+    skywcs *w = parse_or_die(cards, nk);
+    free(cards);
+    return w;
+}
+
+/* ---- kernels ------------------------------------------------------------------------ */
+
+/* A 5x4 image onto itself: every pixel centre maps to itself, both kernels return the
+ * input exactly. */
+START_TEST(test_identity)
+{
+    skywcs *w = eq_wcs("TAN", 10.0, 20.0, 0.001, 3.0, 2.5, "ICRS");
+    double src[20], dst[20];
+    for (int i = 0; i < 20; i++)
+        src[i] = i * 1.5 - 3.0;
+    for (int m = 0; m < 2; m++) {
+        long n = reproject_plane(w, src, 5, 4, w, 5, 4, m ? RP_BILINEAR : RP_NEAREST, 0.0,
+                                 dst, NULL, 0);
+        ck_assert_int_eq(n, 20);
+        for (int i = 0; i < 20; i++)
+            ck_assert_double_eq_tol(dst[i], src[i], 1e-9);
+    }
+    skywcs_free(w);
+}
+END_TEST
+
+/* The output grid shifted by half an input pixel along x (same projection, CRPIX moved):
+ * bilinear averages neighbours, nearest rounds .5 up (scipy's floor(x + 0.5)), and the
+ * edge pixel is extended up to -0.5 / n - 0.5 and NaN beyond. */
+START_TEST(test_half_pixel_shift)
+{
+    /* Input 4x1 and output 6x1 on the same CAR grid, the output starting 1.5 px left. */
+    skywcs *in = eq_wcs("CAR", 0.0, 0.0, 1.0 / 1024.0, 1.0, 1.0, "ICRS");
+    skywcs *out = eq_wcs("CAR", 0.0, 0.0, 1.0 / 1024.0, 2.5, 1.0, "ICRS");   /* out x = in x + 1.5 */
+    double src[4] = { 1.0, 2.0, 4.0, 8.0 }, dst[6];
+    /* Output pixel i sits at input pixel i - 1.5. */
+    long n = reproject_plane(in, src, 4, 1, out, 6, 1, RP_BILINEAR, 0.0, dst, NULL, 0);
+    ck_assert(isnan(dst[0]));                         /* -1.5: outside */
+    ck_assert_double_eq_tol(dst[1], 1.0, 1e-9);       /* -0.5: edge, extended */
+    ck_assert_double_eq_tol(dst[2], 1.5, 1e-9);       /* 0.5 */
+    ck_assert_double_eq_tol(dst[3], 3.0, 1e-9);       /* 1.5 */
+    ck_assert_double_eq_tol(dst[4], 6.0, 1e-9);       /* 2.5 */
+    ck_assert_double_eq_tol(dst[5], 8.0, 1e-9);       /* 3.5 = n - 0.5: edge */
+    ck_assert_int_eq(n, 5);
+    n = reproject_plane(in, src, 4, 1, out, 6, 1, RP_NEAREST, 0.0, dst, NULL, 0);
+    ck_assert(isnan(dst[0]));
+    ck_assert_double_eq(dst[1], 1.0);                 /* floor(-0.5 + 0.5) = 0 */
+    ck_assert_double_eq(dst[2], 2.0);                 /* floor(1.0) = 1 */
+    ck_assert_double_eq(dst[3], 4.0);
+    ck_assert_double_eq(dst[4], 8.0);
+    ck_assert_double_eq(dst[5], 8.0);
+    ck_assert_int_eq(n, 5);
+    skywcs_free(in);
+    skywcs_free(out);
+}
+END_TEST
+
+/* A NaN input pixel only spoils the bilinear samples that touch it. */
+START_TEST(test_nan_input)
+{
+    skywcs *w = eq_wcs("CAR", 0.0, 0.0, 1.0 / 1024.0, 1.0, 1.0, "ICRS");
+    skywcs *o = eq_wcs("CAR", 0.0, 0.0, 1.0 / 1024.0, 1.5, 1.0, "ICRS");   /* out x = in x + 0.5 */
+    double src[4] = { 1.0, NAN, 4.0, 8.0 }, dst[4];
+    long n = reproject_plane(w, src, 4, 1, o, 4, 1, RP_BILINEAR, 0.0, dst, NULL, 0);
+    ck_assert_double_eq_tol(dst[0], 1.0, 1e-9);   /* -0.5 */
+    ck_assert(isnan(dst[1]));                     /* 0.5 touches the NaN */
+    ck_assert(isnan(dst[2]));                     /* 1.5 */
+    ck_assert_double_eq_tol(dst[3], 6.0, 1e-9);   /* 2.5 */
+    ck_assert_int_eq(n, 2);
+    skywcs_free(w);
+    skywcs_free(o);
+}
+END_TEST
+
+START_TEST(test_method_names)
+{
+    rp_method m;
+    ck_assert_int_eq(rp_method_parse("nearest", &m), 0);
+    ck_assert_int_eq(m, RP_NEAREST);
+    ck_assert_int_eq(rp_method_parse("bilinear", &m), 0);
+    ck_assert_int_eq(m, RP_BILINEAR);
+    ck_assert_int_eq(rp_method_parse("bicubic-ish", &m), TESS_EINVAL);
+    ck_assert_str_eq(rp_method_name(RP_NEAREST), "nearest");
+    ck_assert_str_eq(rp_method_name(RP_BILINEAR), "bilinear");
+}
+END_TEST
+
+START_TEST(test_bad_arguments)
+{
+    skywcs *w = eq_wcs("TAN", 0.0, 0.0, 0.001, 1.0, 1.0, "ICRS");
+    const char *lin[] = { "CTYPE1  = 'X'", "CTYPE2  = 'Y'", "CRPIX1  = 1", "CRPIX2  = 1", NULL };
+    int nk;
+    char *cards = make_cards(lin, &nk);
+    skywcs *plain = parse_or_die(cards, nk);
+    free(cards);
+    double src[4] = { 0 }, dst[4];
+    char err[128] = "";
+    ck_assert_int_eq(reproject_plane(w, src, 0, 2, w, 2, 2, RP_BILINEAR, 0, dst, err, sizeof err),
+                     TESS_EINVAL);
+    ck_assert_int_eq(reproject_plane(w, src, 2, 2, w, 2, 2, RP_BILINEAR, -1, dst, err, sizeof err),
+                     TESS_EINVAL);
+    ck_assert_int_eq(reproject_plane(w, src, 2, 2, w, 2, 2, RP_BILINEAR, NAN, dst, err, sizeof err),
+                     TESS_EINVAL);
+    err[0] = '\0';
+    ck_assert_int_eq(reproject_plane(plain, src, 2, 2, w, 2, 2, RP_BILINEAR, 0, dst, err, sizeof err),
+                     TESS_EINVAL);
+    ck_assert_msg(strstr(err, "celestial") != NULL, "err: %s", err);
+    ck_assert_int_eq(reproject_plane(w, src, 2, 2, plain, 2, 2, RP_BILINEAR, 0, dst, err, sizeof err),
+                     TESS_EINVAL);
+    skywcs_free(plain);
+    skywcs_free(w);
+}
+END_TEST
+
+/* ---- golden references (astropy reproject 0.10) ---------------------------------- */
+
+typedef struct golden_case {
+    const char *name;
+    const char *source;   /* in TESSERA_DEMO_DIR */
+    rp_method method;
+} golden_case;
+
+static const golden_case golden[] = {
+    { "gc2massk_to_ga_bilinear", "gc_2mass_k.fits", RP_BILINEAR },
+    { "gc2massk_to_ga_nearest", "gc_2mass_k.fits", RP_NEAREST },
+    { "rosat_to_eqcar_bilinear", "allsky_rosat.fits", RP_BILINEAR },
+    { "rosat_to_eqcar_nearest", "allsky_rosat.fits", RP_NEAREST },
+    { "horsehead_rot30_bilinear", "HorseHead.fits", RP_BILINEAR },
+};
+
+/* Reprojects golden case i with the given max_coord_error and compares with the
+ * reference: max |diff| / peak over pixels finite in both, footprint agreement. */
+static void run_golden(int i, double max_coord_error, double *rel, double *agree)
+{
+    const golden_case *g = &golden[i];
+    char path[1024];
+    long snx, sny, rnx, rny;
+    char *scards, *rcards;
+    int snk, rnk, tnk;
+    snprintf(path, sizeof path, "%s/%s", TESSERA_DEMO_DIR, g->source);
+    double *src = read_fits(path, 0, &snx, &sny, &scards, &snk);
+    snprintf(path, sizeof path, "%s/reference/%s.fits", TESSERA_TESTDATA_DIR, g->name);
+    double *ref = read_fits(path, 0, &rnx, &rny, &rcards, &rnk);
+    snprintf(path, sizeof path, "%s/reference/%s.target.hdr", TESSERA_TESTDATA_DIR, g->name);
+    char *tcards = read_hdr_file(path, &tnk);
+
+    skywcs *win = parse_or_die(scards, snk);
+    skywcs *wout = parse_or_die(tcards, tnk);
+    double *dst = malloc(sizeof(double) * (size_t)(rnx * rny));
+    char err[256] = "";
+    long nfin = reproject_plane(win, src, snx, sny, wout, rnx, rny, g->method, max_coord_error,
+                                dst, err, sizeof err);
+    ck_assert_msg(nfin >= 0, "%s: %s", g->name, err);
+
+    double peak = 0.0, maxdiff = 0.0;
+    long same = 0, count = 0;
+    for (long k = 0; k < rnx * rny; k++) {
+        if (isfinite(ref[k]) && fabs(ref[k]) > peak)
+            peak = fabs(ref[k]);
+        if (isfinite(dst[k]))
+            count++;
+        if (!!isfinite(ref[k]) == !!isfinite(dst[k]))
+            same++;
+        if (isfinite(ref[k]) && isfinite(dst[k]) && fabs(dst[k] - ref[k]) > maxdiff)
+            maxdiff = fabs(dst[k] - ref[k]);
+    }
+    ck_assert_int_eq(nfin, count);
+    *rel = maxdiff / peak;
+    *agree = (double)same / (double)(rnx * rny);
+    fprintf(stderr, "golden %-26s max_coord_error=%-6g max|diff|/peak=%.3e footprint=%.6f finite=%ld\n",
+            g->name, max_coord_error, *rel, *agree, nfin);
+    free(dst);
+    skywcs_free(win);
+    skywcs_free(wout);
+    free(src);
+    free(ref);
+    free(tcards);
+    fits_free_memory(scards, &(int){ 0 });
+    fits_free_memory(rcards, &(int){ 0 });
+}
+
+START_TEST(test_golden_exact)
+{
+    double rel, agree;
+    run_golden(_i, 0.0, &rel, &agree);
+    ck_assert_msg(rel <= 2e-6, "%s: max diff / peak %.3e", golden[_i].name, rel);
+    ck_assert_msg(agree >= 0.995, "%s: footprint agreement %.5f", golden[_i].name, agree);
+}
+END_TEST
+
+START_TEST(test_golden_grid)
+{
+    double rel, agree;
+    run_golden(_i, 0.001, &rel, &agree);
+    ck_assert_msg(rel <= 2e-6, "%s: max diff / peak %.3e", golden[_i].name, rel);
+    ck_assert_msg(agree >= 0.995, "%s: footprint agreement %.5f", golden[_i].name, agree);
+}
+END_TEST
+
+/* The 2MASS Galactic-centre image onto a field at the north celestial pole region. */
+START_TEST(test_no_overlap)
+{
+    char path[1024];
+    long snx, sny;
+    char *scards;
+    int snk, nk;
+    snprintf(path, sizeof path, "%s/gc_2mass_k.fits", TESSERA_DEMO_DIR);
+    double *src = read_fits(path, 0, &snx, &sny, &scards, &snk);
+    skywcs *win = parse_or_die(scards, snk);
+    char *cards = NULL;
+    ck_assert_int_eq(skywcs_cutout_header(0.0, 60.0, 1.0, 64, 48, "TAN", SKY_FRAME_ICRS, 0.0,
+                                          &cards, &nk, NULL, 0), 0);
+    skywcs *wout = parse_or_die(cards, nk);
+    double *dst = malloc(sizeof(double) * 64 * 48);
+    for (int m = 0; m < 2; m++) {
+        long n = reproject_plane(win, src, snx, sny, wout, 64, 48, RP_BILINEAR,
+                                 m ? 0.001 : 0.0, dst, NULL, 0);
+        ck_assert_int_eq(n, 0);
+        for (int k = 0; k < 64 * 48; k++)
+            ck_assert(isnan(dst[k]));
+    }
+    free(dst);
+    free(cards);
+    skywcs_free(win);
+    skywcs_free(wout);
+    free(src);
+    fits_free_memory(scards, &(int){ 0 });
+}
+END_TEST
+
+/* The horsehead reference target is exactly the hips2fits-style header of a 400x300
+ * TAN cutout at (85.25, -2.45), 0.2 deg wide, rotated by 30 deg: reprojecting onto the
+ * header skywcs_cutout_header builds reproduces the reference too. */
+START_TEST(test_cutout_header_matches_reference)
+{
+    char path[1024];
+    long snx, sny, rnx, rny;
+    char *scards, *rcards, *cards = NULL;
+    int snk, rnk, nk;
+    snprintf(path, sizeof path, "%s/HorseHead.fits", TESSERA_DEMO_DIR);
+    double *src = read_fits(path, 0, &snx, &sny, &scards, &snk);
+    snprintf(path, sizeof path, "%s/reference/horsehead_rot30_bilinear.fits", TESSERA_TESTDATA_DIR);
+    double *ref = read_fits(path, 0, &rnx, &rny, &rcards, &rnk);
+    ck_assert_int_eq(skywcs_cutout_header(85.25, -2.45, 0.2, 400, 300, "TAN", SKY_FRAME_ICRS,
+                                          30.0, &cards, &nk, NULL, 0), 0);
+    skywcs *win = parse_or_die(scards, snk);
+    skywcs *wout = parse_or_die(cards, nk);
+    double *dst = malloc(sizeof(double) * 400 * 300);
+    long n = reproject_plane(win, src, snx, sny, wout, 400, 300, RP_BILINEAR, 0.0, dst, NULL, 0);
+    ck_assert_int_eq(n, 117292);
+    double peak = 0, md = 0;
+    for (long k = 0; k < 400 * 300; k++) {
+        ck_assert_int_eq(!!isfinite(dst[k]), !!isfinite(ref[k]));
+        if (isfinite(ref[k])) {
+            peak = fmax(peak, fabs(ref[k]));
+            md = fmax(md, fabs(dst[k] - ref[k]));
+        }
+    }
+    ck_assert_msg(md / peak < 1e-9, "max diff / peak %.3e", md / peak);
+    free(dst);
+    free(cards);
+    skywcs_free(win);
+    skywcs_free(wout);
+    free(src);
+    free(ref);
+    fits_free_memory(scards, &(int){ 0 });
+    fits_free_memory(rcards, &(int){ 0 });
+}
+END_TEST
+
+/* ---- threads ------------------------------------------------------------------------ */
+
+typedef struct thread_job {
+    const skywcs *in, *out;
+    const double *src;
+    long snx, sny;
+    double *dst;
+    double mce;
+    long n;
+} thread_job;
+
+static void *thread_main(void *arg)
+{
+    thread_job *j = arg;
+    j->n = reproject_plane(j->in, j->src, j->snx, j->sny, j->out, 149, 149, RP_BILINEAR, j->mce,
+                           j->dst, NULL, 0);
+    return NULL;
+}
+
+/* Eight concurrent calls sharing the same two skywcs give bit-identical results. */
+START_TEST(test_shared_wcs_threads)
+{
+    char path[1024];
+    long snx, sny;
+    char *scards, *tcards;
+    int snk, tnk;
+    snprintf(path, sizeof path, "%s/gc_2mass_k.fits", TESSERA_DEMO_DIR);
+    double *src = read_fits(path, 0, &snx, &sny, &scards, &snk);
+    snprintf(path, sizeof path, "%s/reference/gc2massk_to_ga_bilinear.target.hdr", TESSERA_TESTDATA_DIR);
+    tcards = read_hdr_file(path, &tnk);
+    skywcs *win = parse_or_die(scards, snk);
+    skywcs *wout = parse_or_die(tcards, tnk);
+    enum { NT = 8 };
+    pthread_t th[NT];
+    thread_job jobs[NT];
+    for (int t = 0; t < NT; t++) {
+        jobs[t] = (thread_job){ win, wout, src, snx, sny, malloc(sizeof(double) * 149 * 149),
+                                (t & 1) ? 0.001 : 0.0, -99 };
+        ck_assert_int_eq(pthread_create(&th[t], NULL, thread_main, &jobs[t]), 0);
+    }
+    for (int t = 0; t < NT; t++)
+        pthread_join(th[t], NULL);
+    for (int t = 0; t < NT; t++) {
+        ck_assert_int_eq(jobs[t].n, 18836);
+        ck_assert_int_eq(memcmp(jobs[t].dst, jobs[t & 1].dst, sizeof(double) * 149 * 149), 0);
+    }
+    for (int t = 0; t < NT; t++)
+        free(jobs[t].dst);
+    skywcs_free(win);
+    skywcs_free(wout);
+    free(src);
+    free(tcards);
+    fits_free_memory(scards, &(int){ 0 });
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("reproject");
+    TCase *tc = tcase_create("core");
+    tcase_set_timeout(tc, 120);
+    tcase_add_test(tc, test_identity);
+    tcase_add_test(tc, test_half_pixel_shift);
+    tcase_add_test(tc, test_nan_input);
+    tcase_add_test(tc, test_method_names);
+    tcase_add_test(tc, test_bad_arguments);
+    int ng = (int)(sizeof golden / sizeof golden[0]);
+    tcase_add_loop_test(tc, test_golden_exact, 0, ng);
+    tcase_add_loop_test(tc, test_golden_grid, 0, ng);
+    tcase_add_test(tc, test_no_overlap);
+    tcase_add_test(tc, test_cutout_header_matches_reference);
+    tcase_add_test(tc, test_shared_wcs_threads);
+    suite_add_tcase(s, tc);
+    SRunner *sr = srunner_create(s);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? 1 : 0;
+}

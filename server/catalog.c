@@ -1,0 +1,250 @@
+/* Catalog of configured datasets: path resolution inside the data roots, headers, WCS. */
+#include "server/catalog.h"
+#include "imageio/fitsimg.h"
+#include "util/error.h"
+
+#include <glob.h>
+#include <limits.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define CATALOG_MAX_FRAMES 100000
+
+static void seterr(char *err, size_t errlen, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static void seterr(char *err, size_t errlen, const char *fmt, ...)
+{
+    if (!err || !errlen)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err, errlen, fmt, ap);
+    va_end(ap);
+}
+
+const char *ds_kind_name(ds_kind k)
+{
+    switch (k) {
+    case DS_IMAGE: return "image";
+    case DS_CUBE: return "cube";
+    case DS_STACK: return "stack";
+    }
+    return "image";
+}
+
+int catalog_path_allowed(const tess_config *cfg, const char *path)
+{
+    for (int i = 0; i < cfg->n_roots; i++) {
+        const char *root = cfg->data_roots[i];
+        size_t n = strlen(root);
+        if (strcmp(root, "/") == 0)
+            return 1;
+        if (strncmp(path, root, n) == 0 && path[n] == '/')
+            return 1;
+    }
+    return 0;
+}
+
+/* Joins `rel` to the first data root unless absolute, canonicalises it and checks that
+ * it stays inside a root.  Returns a malloc'd path or NULL with `err`. */
+static char *resolve(const tess_config *cfg, const char *rel, const char *dsname, char *err,
+                     size_t errlen)
+{
+    char joined[PATH_MAX];
+    int n = rel[0] == '/' ? snprintf(joined, sizeof(joined), "%s", rel)
+                          : snprintf(joined, sizeof(joined), "%s/%s", cfg->data_roots[0], rel);
+    if (n < 0 || (size_t)n >= sizeof(joined)) {
+        seterr(err, errlen, "dataset '%s': path too long", dsname);
+        return NULL;
+    }
+    char *real = realpath(joined, NULL);
+    if (!real) {
+        seterr(err, errlen, "dataset '%s': cannot open '%s'", dsname, joined);
+        return NULL;
+    }
+    if (!catalog_path_allowed(cfg, real)) {
+        seterr(err, errlen, "dataset '%s': '%s' is outside the data roots", dsname, rel);
+        free(real);
+        return NULL;
+    }
+    return real;
+}
+
+static void dataset_release(dataset *d)
+{
+    free(d->name);
+    for (int i = 0; i < d->npaths; i++)
+        free(d->paths[i]);
+    free(d->paths);
+    free(d->header);
+    skywcs_free(d->wcs);
+    skywcs_free(d->cel);
+    memset(d, 0, sizeof(*d));
+}
+
+/* Lists the frames of a stack: glob(3) under the first root, sorted by name. */
+static int stack_paths(const tess_config *cfg, const ds_config *dc, dataset *d, char *err,
+                       size_t errlen)
+{
+    char pattern[PATH_MAX];
+    int n = dc->frames[0] == '/'
+                ? snprintf(pattern, sizeof(pattern), "%s", dc->frames)
+                : snprintf(pattern, sizeof(pattern), "%s/%s", cfg->data_roots[0], dc->frames);
+    if (n < 0 || (size_t)n >= sizeof(pattern)) {
+        seterr(err, errlen, "dataset '%s': frames pattern too long", dc->name);
+        return TESS_EINVAL;
+    }
+    glob_t g;
+    int grc = glob(pattern, GLOB_ERR, NULL, &g);
+    if (grc != 0 || g.gl_pathc == 0) {
+        if (grc == 0)
+            globfree(&g);
+        seterr(err, errlen, "dataset '%s': no frames match '%s'", dc->name, dc->frames);
+        return TESS_EIO;
+    }
+    if (g.gl_pathc > CATALOG_MAX_FRAMES) {
+        seterr(err, errlen, "dataset '%s': more than %d frames", dc->name, CATALOG_MAX_FRAMES);
+        globfree(&g);
+        return TESS_ERANGE;
+    }
+    d->paths = calloc(g.gl_pathc, sizeof(char *));
+    if (!d->paths) {
+        globfree(&g);
+        return TESS_ENOMEM;
+    }
+    for (size_t i = 0; i < g.gl_pathc; i++) {
+        d->paths[i] = resolve(cfg, g.gl_pathv[i], dc->name, err, errlen);
+        if (!d->paths[i]) {
+            globfree(&g);
+            return TESS_EIO;
+        }
+        d->npaths++;
+    }
+    globfree(&g);
+    return 0;
+}
+
+static int open_one(const tess_config *cfg, const ds_config *dc, dataset *d, char *err,
+                    size_t errlen)
+{
+    char why[256];
+    int rc;
+    d->name = strdup(dc->name);
+    if (!d->name)
+        return TESS_ENOMEM;
+    d->hdu = dc->hdu;
+    if (dc->frames) {
+        if ((rc = stack_paths(cfg, dc, d, err, errlen)))
+            return rc;
+    } else {
+        d->paths = calloc(1, sizeof(char *));
+        if (!d->paths)
+            return TESS_ENOMEM;
+        d->paths[0] = resolve(cfg, dc->path, dc->name, err, errlen);
+        if (!d->paths[0])
+            return TESS_EIO;
+        d->npaths = 1;
+    }
+
+    long long vsize = 0, vtime = 0;
+    for (int i = 0; i < d->npaths; i++) {
+        fitsimg_info info;
+        if ((rc = fitsimg_read_info(d->paths[i], d->hdu, &info, why, sizeof(why)))) {
+            seterr(err, errlen, "dataset '%s': %s", d->name, why);
+            return rc;
+        }
+        vsize += info.file_size;
+        vtime ^= info.mtime_ns + (long long)i * 0x9E3779B97F4A7C15LL;
+        if (i == 0) {
+            if (info.naxis < 2 || (info.naxis >= 3 && dc->frames && info.naxes[2] != 1) ||
+                (info.naxis == 4 && info.naxes[3] != 1)) {
+                seterr(err, errlen, "dataset '%s': NAXIS = %d with shape not usable as %s",
+                       d->name, info.naxis, dc->frames ? "2-D frames" : "an image or cube");
+                fitsimg_info_release(&info);
+                return TESS_EINVAL;
+            }
+            d->nx = info.naxes[0];
+            d->ny = info.naxes[1];
+            d->nz = dc->frames ? d->npaths : (info.naxis >= 3 ? info.naxes[2] : 1);
+            d->kind = dc->frames ? DS_STACK : (d->nz > 1 ? DS_CUBE : DS_IMAGE);
+            d->bitpix = info.bitpix;
+            snprintf(d->bunit, sizeof(d->bunit), "%s", info.bunit);
+            d->header = info.header;
+            d->nkeys = info.nkeys;
+            info.header = NULL;
+        } else if (info.naxes[0] != d->nx || info.naxes[1] != d->ny ||
+                   (info.naxis >= 3 && info.naxes[2] != 1)) {
+            seterr(err, errlen, "dataset '%s': frame '%s' is %ldx%ld, the first frame is %ldx%ld",
+                   d->name, d->paths[i], info.naxes[0], info.naxes[1], d->nx, d->ny);
+            fitsimg_info_release(&info);
+            return TESS_EINVAL;
+        }
+        fitsimg_info_release(&info);
+    }
+    snprintf(d->version, sizeof(d->version), "%llx-%llx", (unsigned long long)vsize,
+             (unsigned long long)vtime);
+
+    /* A header without WCS keywords still parses (wcslib gives linear pixel axes);
+     * only the celestial part matters for reprojection. */
+    if (skywcs_parse(d->header, d->nkeys, &d->wcs, why, sizeof(why)) == 0)
+        d->cel = skywcs_celestial(d->wcs);
+    else
+        d->wcs = NULL;
+    return 0;
+}
+
+int catalog_open(const tess_config *cfg, catalog **out, char *err, size_t errlen)
+{
+    catalog *c = calloc(1, sizeof(*c));
+    if (!c)
+        return TESS_ENOMEM;
+    if (cfg->n_datasets) {
+        c->items = calloc((size_t)cfg->n_datasets, sizeof(dataset));
+        if (!c->items) {
+            free(c);
+            return TESS_ENOMEM;
+        }
+    }
+    for (int i = 0; i < cfg->n_datasets; i++) {
+        int rc = open_one(cfg, &cfg->datasets[i], &c->items[i], err, errlen);
+        c->n = i + 1;
+        if (rc) {
+            catalog_free(c);
+            return rc;
+        }
+    }
+    *out = c;
+    return 0;
+}
+
+void catalog_free(catalog *c)
+{
+    if (!c)
+        return;
+    for (int i = 0; i < c->n; i++)
+        dataset_release(&c->items[i]);
+    free(c->items);
+    free(c);
+}
+
+const dataset *catalog_find(const catalog *c, const char *name)
+{
+    for (int i = 0; i < c->n; i++)
+        if (strcmp(c->items[i].name, name) == 0)
+            return &c->items[i];
+    return NULL;
+}
+
+int dataset_read_region(const dataset *d, long z, long x0, long y0, long w, long h, double *out,
+                        char *err, size_t errlen)
+{
+    if (z < 0 || z >= d->nz) {
+        seterr(err, errlen, "plane %ld outside 0..%ld", z, d->nz - 1);
+        return TESS_ERANGE;
+    }
+    if (d->kind == DS_STACK)
+        return fitsimg_read_region(d->paths[z], d->hdu, 0, x0, y0, w, h, out, err, errlen);
+    return fitsimg_read_region(d->paths[0], d->hdu, z, x0, y0, w, h, out, err, errlen);
+}

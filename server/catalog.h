@@ -1,0 +1,57 @@
+/* Catalog of configured datasets: images, cubes and stacks, with their WCS, opened at start. */
+#ifndef TESSERA_SERVER_CATALOG_H
+#define TESSERA_SERVER_CATALOG_H
+
+#include <stddef.h>
+#include "server/config.h"
+#include "reproject/skywcs.h"
+
+typedef enum { DS_IMAGE, DS_CUBE, DS_STACK } ds_kind;
+
+/* One dataset.  Shapes are FITS-style: nx = NAXIS1 (columns), ny = NAXIS2 (rows),
+ * nz = NAXIS3 (planes of a cube, frames of a stack; 1 for an image).  Immutable after
+ * catalog_open, so any thread may read it. */
+typedef struct dataset {
+    char *name;
+    ds_kind kind;
+    char **paths;        /* canonical absolute paths: 1 for image/cube, nz for a stack */
+    int npaths;
+    int hdu;             /* 0-based HDU of every path */
+    long nx, ny, nz;
+    int bitpix;          /* BITPIX as stored (of the first frame for a stack) */
+    char bunit[72];
+    char *header;        /* the HDU's cards (first frame for stacks), 80 characters each */
+    int nkeys;
+    skywcs *wcs;         /* full WCS of the header, or NULL when it has none; read-only */
+    skywcs *cel;         /* its celestial 2-D part, or NULL; read-only: copy before use */
+    char version[64];    /* identity of the file contents when opened (size and mtime of
+                            every path); part of every cache key */
+} dataset;
+
+typedef struct catalog {
+    dataset *items;
+    int n;
+} catalog;
+
+/* Opens every dataset of `cfg`: resolves paths against the data roots (a path that
+ * resolves outside every root is refused), reads each header and WCS, checks that the
+ * frames of a stack share one 2-D shape.  Returns 0, or TESS_EIO / TESS_EINVAL /
+ * TESS_ENOMEM with `err` naming the dataset and the reason. */
+int catalog_open(const tess_config *cfg, catalog **out, char *err, size_t errlen);
+
+void catalog_free(catalog *c);
+
+/* The dataset called `name`, or NULL. */
+const dataset *catalog_find(const catalog *c, const char *name);
+
+const char *ds_kind_name(ds_kind k);   /* "image", "cube", "stack" */
+
+/* Reads the w x h region at (x0, y0) of plane z (0-based, as fitsimg_read_region) as
+ * physical values.  Returns 0 or a TESS_E* code with `err`. */
+int dataset_read_region(const dataset *d, long z, long x0, long y0, long w, long h, double *out,
+                        char *err, size_t errlen);
+
+/* 1 when canonical absolute `path` lies inside one of the configured roots. */
+int catalog_path_allowed(const tess_config *cfg, const char *path);
+
+#endif

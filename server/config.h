@@ -1,0 +1,60 @@
+/* Daemon configuration: the JSON file of DESIGN.md, command-line overrides, demo defaults. */
+#ifndef TESSERA_SERVER_CONFIG_H
+#define TESSERA_SERVER_CONFIG_H
+
+#include <stddef.h>
+
+/* One configured dataset: either one FITS file (`path`, HDU `hdu`, 0-based) or a stack of
+ * 2-D frames (`frames`, a glob pattern).  Relative paths resolve against data_roots[0]. */
+typedef struct ds_config {
+    char *name;
+    char *path;      /* NULL for stacks */
+    int hdu;         /* 0-based HDU index, default 0 */
+    char *frames;    /* glob pattern, NULL for single files */
+} ds_config;
+
+typedef struct tess_config {
+    char *listen_addr;           /* IPv4 or IPv6 literal, default "127.0.0.1" */
+    int port;                    /* default 8080; 0 = any free port */
+    int threads;                 /* worker threads, 0 = one per core */
+    char **data_roots;           /* absolute, canonical (realpath) directories */
+    int n_roots;
+    size_t cache_memory_mb;      /* cache.memory_mb, default 256 */
+    char *cache_disk_dir;        /* cache.disk_dir (not used yet), may be NULL */
+    size_t cache_disk_mb;        /* cache.disk_mb */
+    long long max_output_pixels; /* limits.max_output_pixels, default 16777216 */
+    size_t max_body_mb;          /* limits.max_body_mb, default 64 */
+    int max_queued_jobs;         /* limits.max_queued_jobs, default 64 */
+    size_t max_queue;            /* pool queue length before 503, default 256 */
+    int max_connections;         /* simultaneous connections, default 256 */
+    char *jobs_dir;              /* jobs.dir, may be NULL */
+    char *jobs_token;            /* jobs.token, may be NULL */
+    ds_config *datasets;
+    int n_datasets;
+} tess_config;
+
+/* Fills `c` with the defaults above and no datasets.  Returns 0 or TESS_ENOMEM. */
+int config_init(tess_config *c);
+
+/* Reads the JSON configuration at `path` over the defaults.  Relative data_roots are
+ * taken relative to the directory that holds the file.  Unknown keys, wrong types
+ * and out-of-range values are errors naming the key (`err`).  Returns 0, TESS_EIO,
+ * TESS_EINVAL or TESS_ENOMEM; on error `c` is released. */
+int config_load_file(const char *path, tess_config *c, char *err, size_t errlen);
+
+/* The same from JSON text. */
+int config_load_text(const char *text, tess_config *c, char *err, size_t errlen);
+
+/* The bundled demo: data root `demo_dir` (NULL: $TESSERA_DEMO_DIR, else the build's
+ * data/demo) and the datasets horsehead, gc_2mass_k, gc_msx_e, allsky_rosat, l1448_13co
+ * and the stack m13.  Returns 0, TESS_EIO (directory missing) or TESS_ENOMEM. */
+int config_load_demo(tess_config *c, const char *demo_dir, char *err, size_t errlen);
+
+/* Parses "ADDR:PORT", "[V6ADDR]:PORT" or ":PORT" into c->listen_addr / c->port.
+ * Returns 0 or TESS_EINVAL. */
+int config_set_listen(tess_config *c, const char *s, char *err, size_t errlen);
+
+/* Frees everything `c` owns.  Cannot fail. */
+void config_release(tess_config *c);
+
+#endif

@@ -1,0 +1,549 @@
+/* HTTP front end: libmicrohttpd daemon, router, replies with ETag/304, async pool work. */
+#include "server/http.h"
+#include "handlers/handlers.h"
+#include "server/problem.h"
+#include "util/buf.h"
+#include "util/error.h"
+
+#include <arpa/inet.h>
+#include <microhttpd.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+/* Upper bounds on the request line: longer URLs get 414 before any parsing. */
+#define HTTP_MAX_URL 4096
+
+/* Histogram buckets of tessera_http_request_seconds. */
+static const double latency_buckets[] = {0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10};
+#define NBUCKETS (sizeof(latency_buckets) / sizeof(latency_buckets[0]))
+
+/* Private server state beyond the public struct. */
+typedef struct tserver_priv {
+    struct tserver pub;
+    pthread_mutex_t pool_lock;        /* guards pub.workers against tserver_stop */
+    pthread_mutex_t stats_lock;
+    unsigned long long by_code[600];
+    unsigned long long bucket[NBUCKETS + 1];
+    double latency_sum;
+    unsigned long long latency_count;
+} tserver_priv;
+
+typedef struct hreq_priv {
+    hreq pub;
+    struct timespec start;
+    size_t body_cap;
+} hreq_priv;
+
+static double elapsed_s(const struct timespec *a)
+{
+    struct timespec b;
+    clock_gettime(CLOCK_MONOTONIC, &b);
+    return (double)(b.tv_sec - a->tv_sec) + (double)(b.tv_nsec - a->tv_nsec) * 1e-9;
+}
+
+const char *hreq_arg(hreq *r, const char *key)
+{
+    return MHD_lookup_connection_value(r->conn, MHD_GET_ARGUMENT_KIND, key);
+}
+
+const char *hreq_header(hreq *r, const char *key)
+{
+    return MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, key);
+}
+
+typedef struct unknown_scan {
+    const char *const *known;
+    const char *bad;
+} unknown_scan;
+
+static enum MHD_Result scan_arg(void *cls, enum MHD_ValueKind kind, const char *key,
+                                const char *value)
+{
+    unknown_scan *u = cls;
+    for (int i = 0; u->known[i]; i++)
+        if (strcmp(key, u->known[i]) == 0)
+            return MHD_YES;
+    u->bad = key;
+    return MHD_NO;
+}
+
+int hreq_only_args(hreq *r, const char *const *known)
+{
+    unknown_scan u = {known, NULL};
+    MHD_get_connection_values(r->conn, MHD_GET_ARGUMENT_KIND, scan_arg, &u);
+    if (u.bad) {
+        problem_reply(r, 400, u.bad, "unknown query parameter '%.60s'", u.bad);
+        return -1;
+    }
+    return 0;
+}
+
+void hreq_reply_tile(hreq *r, int status, tile *body)
+{
+    tile_release(r->rep.body);
+    r->rep.status = status;
+    r->rep.body = body;
+    if (!body)
+        r->rep.status = 500;
+}
+
+void hreq_reply_json(hreq *r, int status, char *json)
+{
+    if (!json) {
+        problem_reply(r, 500, NULL, "out of memory");
+        return;
+    }
+    r->rep.cache_control = "no-cache";
+    hreq_reply_tile(r, status, tile_new_take((unsigned char *)json, strlen(json),
+                                             "application/json"));
+}
+
+int hreq_try_cache(hreq *r)
+{
+    if (!r->cache_key)
+        return 0;
+    tile *t = tilecache_get(r->srv->cache, r->cache_key);
+    if (!t)
+        return 0;
+    hreq_reply_tile(r, 200, t);
+    r->rep.x_cache = 1;
+    r->rep.cache_control = "public, max-age=3600";
+    return 1;
+}
+
+/* Runs on a pool thread: the handler's work, then the cache insert, then resume. */
+static void run_task(void *arg)
+{
+    hreq *r = arg;
+    r->work(r);
+    __atomic_add_fetch(&r->srv->renders, 1, __ATOMIC_RELAXED);
+    if (r->rep.status == 200 && r->rep.body && r->cache_key) {
+        tilecache_put(r->srv->cache, r->cache_key, r->rep.body);
+        r->rep.x_cache = 0;
+        if (!r->rep.cache_control)
+            r->rep.cache_control = "public, max-age=3600";
+    }
+    __atomic_store_n(&r->async_state, 2, __ATOMIC_RELEASE);
+    MHD_resume_connection(r->conn);
+}
+
+int hreq_run_async(hreq *r, void (*work)(hreq *r), void *arg, void (*arg_free)(void *))
+{
+    tserver_priv *sp = (tserver_priv *)r->srv;
+    r->work = work;
+    r->work_arg = arg;
+    r->work_arg_free = arg_free;
+    r->async_state = 1;
+    __atomic_add_fetch(&r->srv->inflight, 1, __ATOMIC_ACQ_REL);
+    MHD_suspend_connection(r->conn);
+    pthread_mutex_lock(&sp->pool_lock);
+    int rc = sp->pub.workers ? pool_submit(sp->pub.workers, POOL_INTERACTIVE, run_task, r)
+                             : TESS_EAGAIN;
+    pthread_mutex_unlock(&sp->pool_lock);
+    if (rc) {
+        problem_reply(r, 503, NULL, "the server is busy; retry shortly");
+        r->rep.retry_after = 1;
+        r->async_state = 2;
+        MHD_resume_connection(r->conn);
+    }
+    return 0;
+}
+
+/* ---- routing ---------------------------------------------------------------- */
+
+static void handle_healthz(hreq *r)
+{
+    hreq_reply_json(r, 200, strdup("{\"status\":\"ok\"}"));
+}
+
+static void handle_metrics(hreq *r)
+{
+    tserver_priv *sp = (tserver_priv *)r->srv;
+    tilecache_stats cs;
+    tilecache_get_stats(r->srv->cache, &cs);
+    buf b;
+    buf_init(&b, 1 << 20);
+    buf_adds(&b, "# HELP tessera_http_requests_total HTTP requests answered, by status code.\n"
+                 "# TYPE tessera_http_requests_total counter\n");
+    pthread_mutex_lock(&sp->stats_lock);
+    for (int code = 100; code < 600; code++)
+        if (sp->by_code[code])
+            buf_printf(&b, "tessera_http_requests_total{code=\"%d\"} %llu\n", code,
+                       sp->by_code[code]);
+    buf_adds(&b, "# HELP tessera_http_request_seconds Time from request to response.\n"
+                 "# TYPE tessera_http_request_seconds histogram\n");
+    unsigned long long cum = 0;
+    for (size_t i = 0; i < NBUCKETS; i++) {
+        cum += sp->bucket[i];
+        buf_printf(&b, "tessera_http_request_seconds_bucket{le=\"%g\"} %llu\n", latency_buckets[i],
+                   cum);
+    }
+    cum += sp->bucket[NBUCKETS];
+    buf_printf(&b, "tessera_http_request_seconds_bucket{le=\"+Inf\"} %llu\n", cum);
+    buf_printf(&b, "tessera_http_request_seconds_sum %.6f\n", sp->latency_sum);
+    buf_printf(&b, "tessera_http_request_seconds_count %llu\n", sp->latency_count);
+    pthread_mutex_unlock(&sp->stats_lock);
+    buf_printf(&b, "# TYPE tessera_cache_hits_total counter\ntessera_cache_hits_total %llu\n",
+               (unsigned long long)cs.hits);
+    buf_printf(&b, "# TYPE tessera_cache_misses_total counter\ntessera_cache_misses_total %llu\n",
+               (unsigned long long)cs.misses);
+    buf_printf(&b, "# TYPE tessera_cache_bytes gauge\ntessera_cache_bytes %zu\n", cs.bytes);
+    buf_printf(&b, "# TYPE tessera_renders_total counter\ntessera_renders_total %llu\n",
+               __atomic_load_n(&r->srv->renders, __ATOMIC_RELAXED));
+    pthread_mutex_lock(&sp->pool_lock);
+    size_t depth = sp->pub.workers ? pool_queue_depth(sp->pub.workers) : 0;
+    pthread_mutex_unlock(&sp->pool_lock);
+    buf_printf(&b, "# TYPE tessera_pool_queue_depth gauge\ntessera_pool_queue_depth %zu\n", depth);
+    size_t len;
+    char *text = buf_detach(&b, &len);
+    if (!text) {
+        problem_reply(r, 500, NULL, "out of memory");
+        return;
+    }
+    r->rep.cache_control = "no-cache";
+    hreq_reply_tile(r, 200, tile_new_take((unsigned char *)text, len,
+                                          "text/plain; version=0.0.4; charset=utf-8"));
+}
+
+static void method_not_allowed(hreq *r, const char *allow)
+{
+    problem_reply(r, 405, NULL, "%s is not allowed on %.200s; use %s", r->method, r->url, allow);
+    r->rep.allow = strdup(allow);
+}
+
+/* Picks the handler from the method and path; every path that is not a route is 404. */
+static void route(hreq *r)
+{
+    const char *u = r->url;
+    int get = strcmp(r->method, "GET") == 0 || strcmp(r->method, "HEAD") == 0;
+    int post = strcmp(r->method, "POST") == 0;
+
+    if (r->body_too_big) {
+        problem_reply(r, 413, "body", "request body larger than limits.max_body_mb = %zu MB",
+                      r->srv->cfg->max_body_mb);
+        return;
+    }
+    if (strcmp(u, "/healthz") == 0) {
+        if (!get)
+            return method_not_allowed(r, "GET");
+        return handle_healthz(r);
+    }
+    if (strcmp(u, "/metrics") == 0) {
+        if (!get)
+            return method_not_allowed(r, "GET");
+        return handle_metrics(r);
+    }
+    if (strcmp(u, "/api/v1/cutout") == 0) {
+        if (get)
+            return handle_cutout_get(r);
+        if (post)
+            return handle_cutout_post(r);
+        return method_not_allowed(r, "GET, POST");
+    }
+    if (strcmp(u, "/api/v1/datasets") == 0 || strcmp(u, "/api/v1/datasets/") == 0) {
+        if (!get)
+            return method_not_allowed(r, "GET");
+        return handle_datasets_list(r);
+    }
+    static const char dsprefix[] = "/api/v1/datasets/";
+    if (strncmp(u, dsprefix, sizeof(dsprefix) - 1) == 0) {
+        const char *name = u + sizeof(dsprefix) - 1;
+        const char *slash = strchr(name, '/');
+        size_t nlen = slash ? (size_t)(slash - name) : strlen(name);
+        char dsname[72];
+        if (nlen == 0 || nlen >= sizeof(dsname)) {
+            problem_reply(r, 404, "dataset", "no dataset named '%.*s'", (int)(nlen > 64 ? 64 : nlen), name);
+            return;
+        }
+        memcpy(dsname, name, nlen);
+        dsname[nlen] = '\0';
+        const dataset *d = catalog_find(r->srv->cat, dsname);
+        if (!d) {
+            problem_reply(r, 404, "dataset", "no dataset named '%s'", dsname);
+            return;
+        }
+        if (!slash || slash[1] == '\0') {
+            if (!get)
+                return method_not_allowed(r, "GET");
+            return handle_dataset_info(r, d);
+        }
+        if (strncmp(slash, "/slice/", 7) == 0) {
+            if (!get)
+                return method_not_allowed(r, "GET");
+            return handle_slice(r, d, slash + 7);
+        }
+    }
+    problem_reply(r, 404, NULL, "no such resource: %.200s", u);
+}
+
+/* ---- libmicrohttpd callbacks -------------------------------------------------- */
+
+static void free_tile_cb(void *cls)
+{
+    tile_release(cls);
+}
+
+static int etag_matches(const char *inm, const char *etag)
+{
+    if (!inm)
+        return 0;
+    if (strcmp(inm, "*") == 0)
+        return 1;
+    size_t n = strlen(etag);
+    for (const char *p = strstr(inm, etag); p; p = strstr(p + 1, etag)) {
+        char after = p[n];
+        if (after == '\0' || after == ',' || after == ' ')
+            return 1;
+    }
+    return 0;
+}
+
+static enum MHD_Result send_reply(hreq *r)
+{
+    reply *rep = &r->rep;
+    if (rep->status == 0)
+        problem_reply(r, 500, NULL, "the handler gave no answer");
+    int status = rep->status;
+    struct MHD_Response *resp;
+    if (status == 200 && rep->body && etag_matches(hreq_header(r, "If-None-Match"), rep->body->etag)) {
+        status = 304;
+        resp = MHD_create_response_from_buffer(0, NULL, MHD_RESPMEM_PERSISTENT);
+    } else if (rep->body) {
+        tile *t = tile_ref(rep->body);
+        resp = MHD_create_response_from_buffer_with_free_callback_cls(t->len, t->data,
+                                                                      free_tile_cb, t);
+        if (!resp)
+            tile_release(t);
+    } else {
+        resp = MHD_create_response_from_buffer(0, NULL, MHD_RESPMEM_PERSISTENT);
+    }
+    if (!resp)
+        return MHD_NO;
+    if (rep->body) {
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, rep->body->content_type);
+        if (rep->status == 200)
+            MHD_add_response_header(resp, MHD_HTTP_HEADER_ETAG, rep->body->etag);
+    }
+    if (rep->cache_control)
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, rep->cache_control);
+    if (rep->x_cache >= 0)
+        MHD_add_response_header(resp, "X-Cache", rep->x_cache ? "HIT" : "MISS");
+    if (rep->retry_after > 0) {
+        char ra[16];
+        snprintf(ra, sizeof(ra), "%d", rep->retry_after);
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_RETRY_AFTER, ra);
+    }
+    if (rep->allow)
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_ALLOW, rep->allow);
+    enum MHD_Result ret = MHD_queue_response(r->conn, (unsigned)status, resp);
+    MHD_destroy_response(resp);
+    tserver_priv *sp = (tserver_priv *)r->srv;
+    pthread_mutex_lock(&sp->stats_lock);
+    if (status >= 100 && status < 600)
+        sp->by_code[status]++;
+    pthread_mutex_unlock(&sp->stats_lock);
+    return ret;
+}
+
+static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url,
+                                  const char *method, const char *version,
+                                  const char *upload_data, size_t *upload_data_size,
+                                  void **con_cls)
+{
+    tserver *s = cls;
+    hreq_priv *rp = *con_cls;
+    if (!rp) {
+        rp = calloc(1, sizeof(*rp));
+        if (!rp)
+            return MHD_NO;
+        clock_gettime(CLOCK_MONOTONIC, &rp->start);
+        hreq *r = &rp->pub;
+        r->srv = s;
+        r->conn = conn;
+        r->rep.x_cache = -1;
+        snprintf(r->method, sizeof(r->method), "%s", method);
+        size_t ulen = strnlen(url, HTTP_MAX_URL + 1);
+        r->url = strndup(url, ulen > HTTP_MAX_URL ? HTTP_MAX_URL : ulen);
+        if (!r->url) {
+            free(rp);
+            return MHD_NO;
+        }
+        rp->body_cap = s->cfg->max_body_mb * 1024 * 1024;
+        *con_cls = rp;
+        return MHD_YES;
+    }
+    hreq *r = &rp->pub;
+    if (*upload_data_size) {
+        if (!r->body_too_big) {
+            size_t n = *upload_data_size;
+            if (r->body_len + n > rp->body_cap) {
+                r->body_too_big = 1;
+                free(r->body);
+                r->body = NULL;
+                r->body_len = 0;
+            } else {
+                char *nb = realloc(r->body, r->body_len + n + 1);
+                if (!nb)
+                    return MHD_NO;
+                memcpy(nb + r->body_len, upload_data, n);
+                r->body = nb;
+                r->body_len += n;
+                r->body[r->body_len] = '\0';
+            }
+        }
+        *upload_data_size = 0;
+        return MHD_YES;
+    }
+    int st = __atomic_load_n(&r->async_state, __ATOMIC_ACQUIRE);
+    if (st == 1)
+        return MHD_YES;   /* spurious call while suspended work runs */
+    if (st == 0) {
+        if (strlen(url) > HTTP_MAX_URL)
+            problem_reply(r, 414, NULL, "URL longer than %d bytes", HTTP_MAX_URL);
+        else
+            route(r);
+        if (r->async_state == 1)
+            return MHD_YES;
+    }
+    return send_reply(r);
+}
+
+static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
+                         enum MHD_RequestTerminationCode toe)
+{
+    hreq_priv *rp = *con_cls;
+    if (!rp)
+        return;
+    tserver_priv *sp = cls;
+    hreq *r = &rp->pub;
+    double dt = elapsed_s(&rp->start);
+    pthread_mutex_lock(&sp->stats_lock);
+    size_t i = 0;
+    while (i < NBUCKETS && dt > latency_buckets[i])
+        i++;
+    sp->bucket[i]++;
+    sp->latency_sum += dt;
+    sp->latency_count++;
+    pthread_mutex_unlock(&sp->stats_lock);
+    if (r->async_state)
+        __atomic_sub_fetch(&r->srv->inflight, 1, __ATOMIC_ACQ_REL);
+    if (r->work_arg_free)
+        r->work_arg_free(r->work_arg);
+    tile_release(r->rep.body);
+    free(r->rep.allow);
+    free(r->cache_key);
+    free(r->body);
+    free(r->url);
+    free(rp);
+    *con_cls = NULL;
+}
+
+static void log_mhd(void *cls, const char *fmt, va_list ap)
+{
+    fprintf(stderr, "tesserad: microhttpd: ");
+    vfprintf(stderr, fmt, ap);
+}
+
+int tserver_start(const tess_config *cfg, tserver **out, char *err, size_t errlen)
+{
+    tserver_priv *sp = calloc(1, sizeof(*sp));
+    if (!sp)
+        return TESS_ENOMEM;
+    tserver *s = &sp->pub;
+    s->cfg = cfg;
+    pthread_mutex_init(&sp->pool_lock, NULL);
+    pthread_mutex_init(&sp->stats_lock, NULL);
+    int rc = catalog_open(cfg, &s->cat, err, errlen);
+    if (rc)
+        goto fail;
+    s->cache = tilecache_new(cfg->cache_memory_mb * 1024 * 1024, 16);
+    s->workers = pool_new(cfg->threads, cfg->max_queue);
+    if (!s->cache || !s->workers) {
+        snprintf(err, errlen, "cannot create the cache or the worker pool");
+        rc = TESS_ENOMEM;
+        goto fail;
+    }
+
+    struct sockaddr_storage ss;
+    memset(&ss, 0, sizeof(ss));
+    unsigned int flags = MHD_USE_AUTO_INTERNAL_THREAD | MHD_ALLOW_SUSPEND_RESUME |
+                         MHD_USE_ERROR_LOG;
+    struct sockaddr_in *a4 = (struct sockaddr_in *)&ss;
+    struct sockaddr_in6 *a6 = (struct sockaddr_in6 *)&ss;
+    if (inet_pton(AF_INET, cfg->listen_addr, &a4->sin_addr) == 1) {
+        a4->sin_family = AF_INET;
+        a4->sin_port = htons((uint16_t)cfg->port);
+    } else if (inet_pton(AF_INET6, cfg->listen_addr, &a6->sin6_addr) == 1) {
+        a6->sin6_family = AF_INET6;
+        a6->sin6_port = htons((uint16_t)cfg->port);
+        flags |= MHD_USE_IPv6;
+    } else {
+        snprintf(err, errlen, "listen address '%s' is not an IPv4 or IPv6 literal",
+                 cfg->listen_addr);
+        rc = TESS_EINVAL;
+        goto fail;
+    }
+    s->daemon = MHD_start_daemon(
+        flags, (uint16_t)cfg->port, NULL, NULL, on_request, s,
+        MHD_OPTION_EXTERNAL_LOGGER, log_mhd, NULL,
+        MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&ss,
+        MHD_OPTION_NOTIFY_COMPLETED, on_completed, sp,
+        MHD_OPTION_THREAD_POOL_SIZE, (unsigned int)2,
+        MHD_OPTION_CONNECTION_LIMIT, (unsigned int)cfg->max_connections,
+        MHD_OPTION_CONNECTION_TIMEOUT, (unsigned int)30,
+        MHD_OPTION_END);
+    if (!s->daemon) {
+        snprintf(err, errlen, "cannot listen on %s:%d (address in use or not permitted)",
+                 cfg->listen_addr, cfg->port);
+        rc = TESS_EIO;
+        goto fail;
+    }
+    const union MHD_DaemonInfo *di = MHD_get_daemon_info(s->daemon, MHD_DAEMON_INFO_BIND_PORT);
+    s->port = di ? di->port : cfg->port;
+    *out = s;
+    return 0;
+fail:
+    pool_free(s->workers);
+    tilecache_free(s->cache);
+    catalog_free(s->cat);
+    pthread_mutex_destroy(&sp->pool_lock);
+    pthread_mutex_destroy(&sp->stats_lock);
+    free(sp);
+    return rc;
+}
+
+int tserver_port(const tserver *s)
+{
+    return s->port;
+}
+
+void tserver_stop(tserver *s, int grace_s)
+{
+    if (!s)
+        return;
+    tserver_priv *sp = (tserver_priv *)s;
+    MHD_socket lsock = MHD_quiesce_daemon(s->daemon);
+    if (lsock != MHD_INVALID_SOCKET)
+        close(lsock);
+    /* Finish every queued and running computation: each resumes its connection. */
+    pthread_mutex_lock(&sp->pool_lock);
+    pool *p = s->workers;
+    s->workers = NULL;
+    pthread_mutex_unlock(&sp->pool_lock);
+    pool_free(p);
+    /* Give the answers time to go out. */
+    for (int i = 0; i < grace_s * 100 && __atomic_load_n(&s->inflight, __ATOMIC_ACQUIRE) > 0; i++)
+        usleep(10000);
+    MHD_stop_daemon(s->daemon);
+    tilecache_free(s->cache);
+    catalog_free(s->cat);
+    pthread_mutex_destroy(&sp->pool_lock);
+    pthread_mutex_destroy(&sp->stats_lock);
+    free(sp);
+}

@@ -1,0 +1,91 @@
+/* HTTP front end (libmicrohttpd): server lifecycle, routing, replies, async work on the pool. */
+#ifndef TESSERA_SERVER_HTTP_H
+#define TESSERA_SERVER_HTTP_H
+
+#include <stddef.h>
+#include "cache/tilecache.h"
+#include "server/catalog.h"
+#include "server/config.h"
+#include "server/pool.h"
+
+typedef struct tserver tserver;
+
+/* What a handler answers.  `body` is a refcounted tile (cached or fresh); `status` 0
+ * means "not decided yet".  `cache_key` set by a handler makes a 200 reply cacheable. */
+typedef struct reply {
+    int status;
+    tile *body;
+    int x_cache;              /* -1: no X-Cache header, 0: MISS, 1: HIT */
+    const char *cache_control;/* static string or NULL */
+    int retry_after;          /* seconds, 0 = none */
+    char *allow;              /* Allow header for 405, malloc'd or NULL */
+} reply;
+
+/* The state of one request, alive from its first byte to the end of its response. */
+typedef struct hreq {
+    tserver *srv;
+    struct MHD_Connection *conn;
+    char method[8];
+    char *url;                /* decoded path, malloc'd */
+    char *body;               /* uploaded body (NUL-terminated), malloc'd, or NULL */
+    size_t body_len;
+    int body_too_big;         /* the upload passed limits.max_body_mb */
+    reply rep;
+    char *cache_key;          /* malloc'd; set by the handler before going async */
+    /* async work */
+    void (*work)(struct hreq *r);   /* runs on a pool thread, fills rep */
+    void *work_arg;
+    void (*work_arg_free)(void *);
+    int async_state;          /* 0 none, 1 queued/running, 2 done */
+} hreq;
+
+/* Shared, read-only after start, except the cache and pool (thread-safe themselves). */
+struct tserver {
+    const tess_config *cfg;
+    catalog *cat;
+    tilecache *cache;
+    pool *workers;
+    struct MHD_Daemon *daemon;
+    int port;
+    /* counter for /metrics, updated atomically */
+    unsigned long long renders;
+    int inflight;             /* async requests not yet answered */
+};
+
+/* Starts a server on cfg->listen_addr:cfg->port (port 0 = any free port, read back with
+ * tserver_port) serving the datasets of `cfg` (which must outlive the server).
+ * Returns 0, or TESS_EIO (cannot bind: err says why), TESS_EINVAL, TESS_ENOMEM. */
+int tserver_start(const tess_config *cfg, tserver **out, char *err, size_t errlen);
+
+/* The bound TCP port. */
+int tserver_port(const tserver *s);
+
+/* Stops accepting, lets in-flight requests finish (up to `grace_s` seconds), stops the
+ * workers and frees everything.  NULL is ignored. */
+void tserver_stop(tserver *s, int grace_s);
+
+/* For handlers: a query parameter or NULL. */
+const char *hreq_arg(hreq *r, const char *key);
+
+/* For handlers: a request header or NULL. */
+const char *hreq_header(hreq *r, const char *key);
+
+/* For handlers: fails with 400 on the first query parameter not in the NULL-terminated
+ * list `known` (returns 0 when all are known, -1 after filling the problem reply). */
+int hreq_only_args(hreq *r, const char *const *known);
+
+/* For handlers: answer with `body` (taken: the reply owns that reference). */
+void hreq_reply_tile(hreq *r, int status, tile *body);
+
+/* For handlers: answer with a JSON document (`json` is a malloc'd string, taken). */
+void hreq_reply_json(hreq *r, int status, char *json);
+
+/* For handlers: answer from the cache by r->cache_key if present (returns 1), else 0. */
+int hreq_try_cache(hreq *r);
+
+/* For handlers: run `work(r)` on the pool; the connection is suspended until it ends.
+ * `arg` (freed with arg_free after the reply) carries the parsed request.  On a full
+ * queue answers 503 with Retry-After.  Always returns 0. */
+int hreq_run_async(hreq *r, void (*work)(hreq *r), void *arg, void (*arg_free)(void *));
+
+#endif

@@ -1,0 +1,21 @@
+/* RFC 9457 problem details (application/problem+json) for every error reply. */
+#ifndef TESSERA_SERVER_PROBLEM_H
+#define TESSERA_SERVER_PROBLEM_H
+
+struct hreq;
+
+/* Fills the reply of `r` with status `status` and a problem document
+ * {"type", "title", "status", "detail"[, "parameter"]}: `type` is "about:blank", `title`
+ * the reason phrase of the status, `detail` the printf-formatted text, and `parameter`
+ * names the offending query parameter or path part when not NULL.  Cannot fail: on
+ * allocation failure the reply is a bare 500. */
+void problem_reply(struct hreq *r, int status, const char *parameter, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
+/* The same into a malloc'd JSON string (for jobs and tests); NULL on allocation failure. */
+char *problem_json(int status, const char *parameter, const char *detail);
+
+/* Reason phrase of an HTTP status ("Not Found"). */
+const char *http_reason(int status);
+
+#endif

@@ -1,0 +1,614 @@
+/* HTTP integration tests: tesserad in-process on port 0 over the demo data, driven by libcurl. */
+#include <check.h>
+#include <curl/curl.h>
+#include <fitsio.h>
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "server/config.h"
+#include "server/http.h"
+
+static tess_config cfg;
+static tserver *srv;
+static char base[64];
+
+typedef struct resp {
+    long status;
+    char *body;
+    size_t len;
+    char content_type[128];
+    char etag[64];
+    char x_cache[16];
+    char retry_after[16];
+} resp;
+
+static size_t on_body(char *p, size_t sz, size_t n, void *cls)
+{
+    resp *r = cls;
+    size_t add = sz * n;
+    char *nb = realloc(r->body, r->len + add + 1);
+    if (!nb)
+        return 0;
+    memcpy(nb + r->len, p, add);
+    r->body = nb;
+    r->len += add;
+    r->body[r->len] = '\0';
+    return add;
+}
+
+static void header_value(const char *line, size_t n, const char *name, char *out, size_t outlen)
+{
+    size_t k = strlen(name);
+    if (n > k + 1 && strncasecmp(line, name, k) == 0 && line[k] == ':') {
+        const char *v = line + k + 1;
+        while (*v == ' ')
+            v++;
+        size_t m = (size_t)(line + n - v);
+        while (m > 0 && (v[m - 1] == '\r' || v[m - 1] == '\n'))
+            m--;
+        if (m >= outlen)
+            m = outlen - 1;
+        memcpy(out, v, m);
+        out[m] = '\0';
+    }
+}
+
+static size_t on_header(char *p, size_t sz, size_t n, void *cls)
+{
+    resp *r = cls;
+    size_t len = sz * n;
+    header_value(p, len, "Content-Type", r->content_type, sizeof(r->content_type));
+    header_value(p, len, "ETag", r->etag, sizeof(r->etag));
+    header_value(p, len, "X-Cache", r->x_cache, sizeof(r->x_cache));
+    header_value(p, len, "Retry-After", r->retry_after, sizeof(r->retry_after));
+    return len;
+}
+
+/* Performs one request; `body` (len bytes) is POSTed when not NULL. */
+static resp fetch(const char *method, const char *path, const char *body, size_t len,
+                  const char *extra_header)
+{
+    resp r;
+    memset(&r, 0, sizeof(r));
+    char url[8192];
+    snprintf(url, sizeof(url), "%s%s", base, path);
+    CURL *c = curl_easy_init();
+    ck_assert_ptr_nonnull(c);
+    curl_easy_setopt(c, CURLOPT_URL, url);
+    curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_body);
+    curl_easy_setopt(c, CURLOPT_WRITEDATA, &r);
+    curl_easy_setopt(c, CURLOPT_HEADERFUNCTION, on_header);
+    curl_easy_setopt(c, CURLOPT_HEADERDATA, &r);
+    curl_easy_setopt(c, CURLOPT_TIMEOUT, 60L);
+    struct curl_slist *hl = NULL;
+    if (extra_header)
+        hl = curl_slist_append(hl, extra_header);
+    if (body) {
+        hl = curl_slist_append(hl, "Content-Type: text/plain");
+        curl_easy_setopt(c, CURLOPT_POSTFIELDS, body);
+        curl_easy_setopt(c, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)len);
+    }
+    if (hl)
+        curl_easy_setopt(c, CURLOPT_HTTPHEADER, hl);
+    if (strcmp(method, "GET") != 0 && strcmp(method, "POST") != 0)
+        curl_easy_setopt(c, CURLOPT_CUSTOMREQUEST, method);
+    CURLcode cc = curl_easy_perform(c);
+    ck_assert_msg(cc == CURLE_OK, "%s %s: %s", method, path, curl_easy_strerror(cc));
+    curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &r.status);
+    curl_slist_free_all(hl);
+    curl_easy_cleanup(c);
+    return r;
+}
+
+static resp get(const char *path)
+{
+    return fetch("GET", path, NULL, 0, NULL);
+}
+
+static void resp_free(resp *r)
+{
+    free(r->body);
+    r->body = NULL;
+}
+
+/* Asserts a problem+json reply with `status` naming `parameter` (NULL: any). */
+static void assert_problem(resp *r, long status, const char *parameter)
+{
+    ck_assert_msg(r->status == status, "status %ld, expected %ld: %s", r->status, status,
+                  r->body ? r->body : "");
+    ck_assert_str_eq(r->content_type, "application/problem+json");
+    json_error_t je;
+    json_t *o = json_loads(r->body, 0, &je);
+    ck_assert_ptr_nonnull(o);
+    ck_assert_int_eq(json_integer_value(json_object_get(o, "status")), status);
+    ck_assert(json_is_string(json_object_get(o, "title")));
+    ck_assert(json_string_length(json_object_get(o, "detail")) > 0);
+    if (parameter)
+        ck_assert_str_eq(json_string_value(json_object_get(o, "parameter")), parameter);
+    json_decref(o);
+}
+
+/* Reads HDU `hdu` (1-based) of an in-memory FITS file into a malloc'd array. */
+static double *fits_mem_read(const char *data, size_t len, int hdu, long *nx, long *ny)
+{
+    fitsfile *f = NULL;
+    int st = 0;
+    void *mem = malloc(len);
+    memcpy(mem, data, len);
+    size_t msize = len;
+    fits_open_memfile(&f, "mem.fits", READONLY, &mem, &msize, 0, NULL, &st);
+    ck_assert_int_eq(st, 0);
+    fits_movabs_hdu(f, hdu, NULL, &st);
+    long naxes[3] = {1, 1, 1};
+    int naxis = 0;
+    fits_get_img_dim(f, &naxis, &st);
+    fits_get_img_size(f, 3, naxes, &st);
+    double *v = malloc((size_t)naxes[0] * (size_t)naxes[1] * sizeof(double));
+    double nan = NAN;
+    int anynul;
+    fits_read_img(f, TDOUBLE, 1, naxes[0] * naxes[1], &nan, v, &anynul, &st);
+    ck_assert_int_eq(st, 0);
+    fits_close_file(f, &st);
+    free(mem);
+    *nx = naxes[0];
+    *ny = naxes[1];
+    return v;
+}
+
+static double *fits_file_read(const char *path, long *nx, long *ny)
+{
+    fitsfile *f = NULL;
+    int st = 0;
+    fits_open_diskfile(&f, path, READONLY, &st);
+    ck_assert_msg(st == 0, "cannot open %s", path);
+    long naxes[3] = {1, 1, 1};
+    fits_get_img_size(f, 3, naxes, &st);
+    double *v = malloc((size_t)naxes[0] * (size_t)naxes[1] * sizeof(double));
+    double nan = NAN;
+    int anynul;
+    fits_read_img(f, TDOUBLE, 1, naxes[0] * naxes[1], &nan, v, &anynul, &st);
+    ck_assert_int_eq(st, 0);
+    fits_close_file(f, &st);
+    *nx = naxes[0];
+    *ny = naxes[1];
+    return v;
+}
+
+static char *read_text(const char *path, size_t *len)
+{
+    FILE *f = fopen(path, "rb");
+    ck_assert_msg(f != NULL, "cannot open %s", path);
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *s = malloc((size_t)n + 1);
+    ck_assert_uint_eq(fread(s, 1, (size_t)n, f), (size_t)n);
+    s[n] = '\0';
+    fclose(f);
+    *len = (size_t)n;
+    return s;
+}
+
+/* PNG width and height from the IHDR chunk. */
+static void png_size(const resp *r, long *w, long *h)
+{
+    static const unsigned char sig[8] = {0x89, 'P', 'N', 'G', '\r', '\n', 0x1a, '\n'};
+    ck_assert_uint_ge(r->len, 24);
+    ck_assert_int_eq(memcmp(r->body, sig, 8), 0);
+    const unsigned char *p = (const unsigned char *)r->body + 16;
+    *w = (long)p[0] << 24 | (long)p[1] << 16 | (long)p[2] << 8 | p[3];
+    *h = (long)p[4] << 24 | (long)p[5] << 16 | (long)p[6] << 8 | p[7];
+}
+
+static void setup(void)
+{
+    char err[512];
+    ck_assert_int_eq(config_init(&cfg), 0);
+    ck_assert_msg(config_load_demo(&cfg, TESSERA_DEMO_DIR, err, sizeof(err)) == 0, "%s", err);
+    ck_assert_int_eq(config_set_listen(&cfg, "127.0.0.1:0", err, sizeof(err)), 0);
+    cfg.threads = 2;
+    cfg.max_body_mb = 1;
+    ck_assert_msg(tserver_start(&cfg, &srv, err, sizeof(err)) == 0, "%s", err);
+    ck_assert_int_gt(tserver_port(srv), 0);
+    snprintf(base, sizeof(base), "http://127.0.0.1:%d", tserver_port(srv));
+}
+
+static void teardown(void)
+{
+    tserver_stop(srv, 5);
+    config_release(&cfg);
+}
+
+START_TEST(test_healthz)
+{
+    resp r = get("/healthz");
+    ck_assert_int_eq(r.status, 200);
+    ck_assert_str_eq(r.content_type, "application/json");
+    ck_assert_str_eq(r.body, "{\"status\":\"ok\"}");
+    resp_free(&r);
+}
+END_TEST
+
+START_TEST(test_datasets_list)
+{
+    resp r = get("/api/v1/datasets");
+    ck_assert_int_eq(r.status, 200);
+    json_t *a = json_loads(r.body, 0, NULL);
+    ck_assert(json_is_array(a));
+    ck_assert_uint_eq(json_array_size(a), 6);
+    size_t i;
+    json_t *d;
+    int seen = 0;
+    json_array_foreach(a, i, d) {
+        const char *name = json_string_value(json_object_get(d, "name"));
+        json_t *shape = json_object_get(d, "shape");
+        if (strcmp(name, "l1448_13co") == 0) {
+            seen++;
+            ck_assert_str_eq(json_string_value(json_object_get(d, "kind")), "cube");
+            ck_assert_int_eq(json_integer_value(json_array_get(shape, 0)), 105);
+            ck_assert_int_eq(json_integer_value(json_array_get(shape, 2)), 53);
+            ck_assert_int_eq(json_integer_value(json_object_get(d, "bitpix")), -32);
+            json_t *w = json_object_get(d, "wcs");
+            ck_assert_str_eq(json_string_value(json_array_get(json_object_get(w, "ctype"), 0)),
+                             "RA---SFL");
+            ck_assert_str_eq(json_string_value(json_object_get(w, "frame")), "icrs");
+        } else if (strcmp(name, "m13") == 0) {
+            seen++;
+            ck_assert_str_eq(json_string_value(json_object_get(d, "kind")), "stack");
+            ck_assert_int_eq(json_integer_value(json_array_get(shape, 0)), 1392);
+            ck_assert_int_eq(json_integer_value(json_array_get(shape, 1)), 1040);
+            ck_assert_int_eq(json_integer_value(json_array_get(shape, 2)), 5);
+            ck_assert_int_eq(json_integer_value(json_object_get(d, "bitpix")), 16);
+            ck_assert(json_is_null(json_object_get(d, "wcs")));
+        } else if (strcmp(name, "gc_msx_e") == 0) {
+            seen++;
+            ck_assert_str_eq(json_string_value(json_object_get(d, "kind")), "image");
+            ck_assert_uint_eq(json_array_size(shape), 2);
+            ck_assert_str_eq(json_string_value(json_object_get(d, "bunit")), "W/m^2-sr");
+            json_t *w = json_object_get(d, "wcs");
+            ck_assert_str_eq(json_string_value(json_object_get(w, "frame")), "galactic");
+        } else if (strcmp(name, "gc_2mass_k") == 0) {
+            seen++;
+            json_t *w = json_object_get(d, "wcs");
+            ck_assert_str_eq(json_string_value(json_object_get(w, "frame")), "fk5");
+        }
+    }
+    ck_assert_int_eq(seen, 4);
+    json_decref(a);
+    resp_free(&r);
+}
+END_TEST
+
+START_TEST(test_dataset_info_and_404)
+{
+    resp r = get("/api/v1/datasets/horsehead");
+    ck_assert_int_eq(r.status, 200);
+    json_t *o = json_loads(r.body, 0, NULL);
+    ck_assert_ptr_nonnull(o);
+    json_t *hdr = json_object_get(o, "header");
+    ck_assert_uint_gt(json_array_size(hdr), 20);
+    ck_assert_int_eq(strncmp(json_string_value(json_array_get(hdr, 0)),
+                             "SIMPLE  =                    T", 30), 0);
+    ck_assert_int_eq(strncmp(json_string_value(json_array_get(hdr, 3)),
+                             "NAXIS1  =                  891", 30), 0);
+    json_decref(o);
+    resp_free(&r);
+
+    r = get("/api/v1/datasets/nosuch");
+    assert_problem(&r, 404, "dataset");
+    resp_free(&r);
+    r = get("/api/v1/datasets/..%2f..%2fetc%2fpasswd/slice/xy/1_1/0_0_0.fits");
+    assert_problem(&r, 404, NULL);
+    resp_free(&r);
+    r = get("/nowhere");
+    assert_problem(&r, 404, NULL);
+    resp_free(&r);
+    r = fetch("DELETE", "/api/v1/datasets", NULL, 0, NULL);
+    assert_problem(&r, 405, NULL);
+    resp_free(&r);
+}
+END_TEST
+
+#define GC_CUTOUT "/api/v1/cutout?dataset=gc_2mass_k&ra=0&dec=0&coordsys=galactic&fov=0.8" \
+                  "&width=512&height=512&projection=CAR&format=png&stretch=asinh"
+
+START_TEST(test_cutout_png_cache_etag)
+{
+    resp r = get(GC_CUTOUT);
+    ck_assert_msg(r.status == 200, "%ld %s", r.status, r.body);
+    ck_assert_str_eq(r.content_type, "image/png");
+    long w, h;
+    png_size(&r, &w, &h);
+    ck_assert_int_eq(w, 512);
+    ck_assert_int_eq(h, 512);
+    ck_assert_str_eq(r.x_cache, "MISS");
+    ck_assert_uint_eq(strlen(r.etag), 18);
+    resp r2 = get(GC_CUTOUT);
+    ck_assert_int_eq(r2.status, 200);
+    ck_assert_str_eq(r2.x_cache, "HIT");
+    ck_assert_str_eq(r2.etag, r.etag);
+    ck_assert_uint_eq(r2.len, r.len);
+    ck_assert_int_eq(memcmp(r2.body, r.body, r.len), 0);
+    char inm[128];
+    snprintf(inm, sizeof(inm), "If-None-Match: %s", r.etag);
+    resp r3 = fetch("GET", GC_CUTOUT, NULL, 0, inm);
+    ck_assert_int_eq(r3.status, 304);
+    ck_assert_uint_eq(r3.len, 0);
+    resp_free(&r);
+    resp_free(&r2);
+    resp_free(&r3);
+}
+END_TEST
+
+START_TEST(test_cutout_bad_parameters)
+{
+    static const struct { const char *q; long status; const char *param; } cases[] = {
+        {"dataset=gc_2mass_k&ra=abc&dec=0&fov=1&width=10&height=10", 400, "ra"},
+        {"dataset=gc_2mass_k&ra=0&dec=91&fov=1&width=10&height=10", 400, "dec"},
+        {"dataset=gc_2mass_k&ra=0&dec=0&fov=0&width=10&height=10", 400, "fov"},
+        {"dataset=gc_2mass_k&ra=0&dec=0&fov=1&width=0&height=10", 400, "width"},
+        {"dataset=gc_2mass_k&ra=0&dec=0&fov=1&width=-5&height=10", 400, "width"},
+        {"dataset=gc_2mass_k&ra=0&dec=0&fov=1&width=10", 400, "height"},
+        {"dataset=gc_2mass_k&ra=nan&dec=0&fov=1&width=10&height=10", 400, "ra"},
+        {"dataset=gc_2mass_k&ra=0&dec=0&fov=1&width=10&height=10&method=cubic", 400, "method"},
+        {"dataset=gc_2mass_k&ra=0&dec=0&fov=1&width=10&height=10&format=gif", 400, "format"},
+        {"dataset=gc_2mass_k&ra=0&dec=0&fov=1&width=10&height=10&stretch=wild", 400, "stretch"},
+        {"dataset=gc_2mass_k&ra=0&dec=0&fov=1&width=10&height=10&min_cut=5%25%25", 400, "min_cut"},
+        {"dataset=gc_2mass_k&ra=0&dec=0&fov=1&width=10&height=10&coordsys=fk4", 400, "coordsys"},
+        {"dataset=gc_2mass_k&ra=0&dec=0&fov=1&width=10&height=10&projection=XYZ", 400, "projection"},
+        {"dataset=gc_2mass_k&ra=0&dec=0&fov=1&width=10&height=10&bogus=1", 400, "bogus"},
+        {"dataset=nosuch&ra=0&dec=0&fov=1&width=10&height=10", 404, "dataset"},
+        {"dataset=m13&ra=0&dec=0&fov=1&width=10&height=10", 422, "dataset"},
+        {"dataset=gc_2mass_k&ra=0&dec=0&fov=1&width=65536&height=65536", 413, "width"},
+        {"dataset=gc_2mass_k&ra=0&dec=0&fov=1&width=10&height=10&plane=3", 400, "plane"},
+        {"dataset=gc_2mass_k&ra=10&dec=60&fov=1&width=10&height=10", 422, NULL},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        char path[512];
+        snprintf(path, sizeof(path), "/api/v1/cutout?%s", cases[i].q);
+        resp r = get(path);
+        assert_problem(&r, cases[i].status, cases[i].param);
+        resp_free(&r);
+    }
+    resp r = get("/healthz");
+    ck_assert_int_eq(r.status, 200);
+    resp_free(&r);
+}
+END_TEST
+
+/* POSTs a reference target header and compares the FITS result with astropy's. */
+static void golden(const char *name, const char *dsname, const char *method, double mce)
+{
+    char path[1024], q[256];
+    size_t hlen;
+    snprintf(path, sizeof(path), "%s/reference/%s.target.hdr", TESSERA_TESTDATA_DIR, name);
+    char *hdr = read_text(path, &hlen);
+    snprintf(q, sizeof(q), "/api/v1/cutout?dataset=%s&format=fits&method=%s&max_coord_error=%g",
+             dsname, method, mce);
+    resp r = fetch("POST", q, hdr, hlen, NULL);
+    ck_assert_msg(r.status == 200, "%s: %ld %s", name, r.status, r.body);
+    ck_assert_str_eq(r.content_type, "application/fits");
+    long nx, ny, rx, ry;
+    double *got = fits_mem_read(r.body, r.len, 1, &nx, &ny);
+    snprintf(path, sizeof(path), "%s/reference/%s.fits", TESSERA_TESTDATA_DIR, name);
+    double *ref = fits_file_read(path, &rx, &ry);
+    ck_assert_int_eq(nx, rx);
+    ck_assert_int_eq(ny, ry);
+    double peak = 0, maxdiff = 0;
+    long agree = 0, both = 0, n = nx * ny;
+    for (long i = 0; i < n; i++)
+        if (isfinite(ref[i]) && fabs(ref[i]) > peak)
+            peak = fabs(ref[i]);
+    for (long i = 0; i < n; i++) {
+        int fg = isfinite(got[i]), fr = isfinite(ref[i]);
+        if (fg == fr)
+            agree++;
+        if (fg && fr) {
+            both++;
+            double d = fabs(got[i] - ref[i]);
+            if (d > maxdiff)
+                maxdiff = d;
+        }
+    }
+    double footprint = (double)agree / (double)n;
+    fprintf(stderr, "golden %-28s %-8s mce=%-6g max|diff|/peak = %.3e  footprint agreement = %.5f\n",
+            name, method, mce, maxdiff / peak, footprint);
+    ck_assert_int_gt(both, n / 4);
+    ck_assert_msg(maxdiff <= 2e-6 * peak, "%s: max diff %g > 2e-6 of peak %g", name, maxdiff, peak);
+    ck_assert_msg(footprint >= 0.995, "%s: footprint agreement %.4f", name, footprint);
+    free(got);
+    free(ref);
+    free(hdr);
+    resp_free(&r);
+}
+
+START_TEST(test_golden_exact)
+{
+    golden("gc2massk_to_ga_bilinear", "gc_2mass_k", "bilinear", 0);
+    golden("gc2massk_to_ga_nearest", "gc_2mass_k", "nearest", 0);
+    golden("rosat_to_eqcar_bilinear", "allsky_rosat", "bilinear", 0);
+    golden("rosat_to_eqcar_nearest", "allsky_rosat", "nearest", 0);
+    golden("horsehead_rot30_bilinear", "horsehead", "bilinear", 0);
+}
+END_TEST
+
+START_TEST(test_golden_grid)
+{
+    golden("gc2massk_to_ga_bilinear", "gc_2mass_k", "bilinear", 0.001);
+    golden("rosat_to_eqcar_bilinear", "allsky_rosat", "bilinear", 0.001);
+    golden("horsehead_rot30_bilinear", "horsehead", "bilinear", 0.001);
+}
+END_TEST
+
+START_TEST(test_post_cutout_bad_bodies)
+{
+    resp r = fetch("POST", "/api/v1/cutout?dataset=horsehead&format=fits", "", 0, NULL);
+    assert_problem(&r, 400, "body");
+    resp_free(&r);
+    const char *garbage = "this is not a FITS header\nat all\n";
+    r = fetch("POST", "/api/v1/cutout?dataset=horsehead", garbage, strlen(garbage), NULL);
+    assert_problem(&r, 400, "body");
+    resp_free(&r);
+    char longline[200];
+    memset(longline, 'A', sizeof(longline) - 1);
+    longline[sizeof(longline) - 1] = '\0';
+    r = fetch("POST", "/api/v1/cutout?dataset=horsehead", longline, strlen(longline), NULL);
+    assert_problem(&r, 400, "body");
+    resp_free(&r);
+    const char *nonaxis = "CTYPE1  = 'RA---TAN'\nCTYPE2  = 'DEC--TAN'\n";
+    r = fetch("POST", "/api/v1/cutout?dataset=horsehead", nonaxis, strlen(nonaxis), NULL);
+    assert_problem(&r, 400, "body");
+    resp_free(&r);
+    size_t big = 2 * 1024 * 1024;
+    char *huge = malloc(big);
+    memset(huge, ' ', big);
+    r = fetch("POST", "/api/v1/cutout?dataset=horsehead", huge, big, NULL);
+    assert_problem(&r, 413, "body");
+    resp_free(&r);
+    free(huge);
+    r = get("/healthz");
+    ck_assert_int_eq(r.status, 200);
+    resp_free(&r);
+}
+END_TEST
+
+START_TEST(test_slice_fits_equals_source)
+{
+    char path[1024];
+    resp r = get("/api/v1/datasets/horsehead/slice/xy/891_893/0_0_0.fits");
+    ck_assert_msg(r.status == 200, "%ld %s", r.status, r.body);
+    long nx, ny, sx, sy;
+    double *got = fits_mem_read(r.body, r.len, 1, &nx, &ny);
+    snprintf(path, sizeof(path), "%s/HorseHead.fits", TESSERA_DEMO_DIR);
+    double *src = fits_file_read(path, &sx, &sy);
+    ck_assert_int_eq(nx, sx);
+    ck_assert_int_eq(ny, sy);
+    ck_assert_int_eq(memcmp(got, src, (size_t)(nx * ny) * sizeof(double)), 0);
+    free(got);
+    free(src);
+    resp_free(&r);
+
+    r = get("/api/v1/datasets/m13/slice/xy/1392_1040/0_0_2.fits");
+    ck_assert_msg(r.status == 200, "%ld %s", r.status, r.body);
+    got = fits_mem_read(r.body, r.len, 1, &nx, &ny);
+    snprintf(path, sizeof(path), "%s/M13_blue_0003.fits", TESSERA_DEMO_DIR);
+    src = fits_file_read(path, &sx, &sy);
+    ck_assert_int_eq(nx, 1392);
+    ck_assert_int_eq(ny, 1040);
+    double vmin = 1e300, vmax = -1e300;
+    for (long i = 0; i < nx * ny; i++) {
+        ck_assert(got[i] == src[i]);
+        if (got[i] < vmin)
+            vmin = got[i];
+        if (got[i] > vmax)
+            vmax = got[i];
+    }
+    /* Stored as int16 from -32768 to -32071; BZERO 32768 makes them 0..697 (astropy). */
+    ck_assert(vmin == 0.0);
+    ck_assert(vmax == 697.0);
+    free(got);
+    free(src);
+    resp_free(&r);
+}
+END_TEST
+
+START_TEST(test_slice_cube_region)
+{
+    /* Plane 20 of the cube, a 10x5 region at (40, 50), against cfitsio's own read. */
+    resp r = get("/api/v1/datasets/l1448_13co/slice/xy/10_5/40_50_20.fits");
+    ck_assert_msg(r.status == 200, "%ld %s", r.status, r.body);
+    long nx, ny;
+    double *got = fits_mem_read(r.body, r.len, 1, &nx, &ny);
+    ck_assert_int_eq(nx, 10);
+    ck_assert_int_eq(ny, 5);
+    char path[1024];
+    snprintf(path, sizeof(path), "%s/l1448_13co.fits", TESSERA_DEMO_DIR);
+    fitsfile *f = NULL;
+    int st = 0, anynul;
+    fits_open_diskfile(&f, path, READONLY, &st);
+    long fpix[3] = {41, 51, 21}, lpix[3] = {50, 55, 21}, inc[3] = {1, 1, 1};
+    double want[50], nan = NAN;
+    fits_read_subset(f, TDOUBLE, fpix, lpix, inc, &nan, want, &anynul, &st);
+    fits_close_file(f, &st);
+    ck_assert_int_eq(st, 0);
+    for (int i = 0; i < 50; i++)
+        ck_assert(got[i] == want[i] || (isnan(got[i]) && isnan(want[i])));
+    free(got);
+    resp_free(&r);
+
+    r = get("/api/v1/datasets/l1448_13co/slice/xy/105_105/0_0_20.png?cmap=viridis");
+    ck_assert_int_eq(r.status, 200);
+    long w, h;
+    png_size(&r, &w, &h);
+    ck_assert_int_eq(w, 105);
+    ck_assert_int_eq(h, 105);
+    resp_free(&r);
+
+    r = get("/api/v1/datasets/l1448_13co/slice/xy/4_3/0_0_0.npy");
+    ck_assert_int_eq(r.status, 200);
+    ck_assert_uint_eq(r.len, 128 + 4 * 3 * 8);
+    ck_assert_int_eq(memcmp(r.body, "\x93NUMPY", 6), 0);
+    ck_assert_ptr_nonnull(strstr(r.body + 10, "'shape': (3, 4)"));
+    resp_free(&r);
+
+    static const struct { const char *p; long status; const char *param; } bad[] = {
+        {"/api/v1/datasets/l1448_13co/slice/xy/10_10/100_0_0.fits", 400, "offset"},
+        {"/api/v1/datasets/l1448_13co/slice/xy/10_10/0_0_53.fits", 400, "offset"},
+        {"/api/v1/datasets/l1448_13co/slice/xy/0_10/0_0_0.fits", 400, "size"},
+        {"/api/v1/datasets/l1448_13co/slice/xy/10_10/0_0_0.gif", 400, "format"},
+        {"/api/v1/datasets/l1448_13co/slice/xy/10_10/0_0.png", 400, "offset"},
+        {"/api/v1/datasets/l1448_13co/slice/xy/99999999999999_1/0_0_0.png", 400, "size"},
+        {"/api/v1/datasets/l1448_13co/slice/ab/1_1/0_0_0.png", 400, "plane"},
+        {"/api/v1/datasets/m13/slice/xy/1392_1040/0_0_0.png?cmap=rainbow", 400, "cmap"},
+    };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        r = get(bad[i].p);
+        assert_problem(&r, bad[i].status, bad[i].param);
+        resp_free(&r);
+    }
+}
+END_TEST
+
+START_TEST(test_metrics)
+{
+    resp r = get("/healthz");
+    resp_free(&r);
+    r = get("/metrics");
+    ck_assert_int_eq(r.status, 200);
+    ck_assert_ptr_nonnull(strstr(r.body, "tessera_http_requests_total{code=\"200\"}"));
+    ck_assert_ptr_nonnull(strstr(r.body, "tessera_cache_hits_total"));
+    ck_assert_ptr_nonnull(strstr(r.body, "tessera_renders_total"));
+    ck_assert_ptr_nonnull(strstr(r.body, "tessera_http_request_seconds_count"));
+    resp_free(&r);
+}
+END_TEST
+
+int main(void)
+{
+    curl_global_init(CURL_GLOBAL_DEFAULT);
+    Suite *s = suite_create("http");
+    TCase *tc = tcase_create("demo");
+    tcase_add_checked_fixture(tc, setup, teardown);
+    tcase_set_timeout(tc, 120);
+    tcase_add_test(tc, test_healthz);
+    tcase_add_test(tc, test_datasets_list);
+    tcase_add_test(tc, test_dataset_info_and_404);
+    tcase_add_test(tc, test_cutout_png_cache_etag);
+    tcase_add_test(tc, test_cutout_bad_parameters);
+    tcase_add_test(tc, test_golden_exact);
+    tcase_add_test(tc, test_golden_grid);
+    tcase_add_test(tc, test_post_cutout_bad_bodies);
+    tcase_add_test(tc, test_slice_fits_equals_source);
+    tcase_add_test(tc, test_slice_cube_region);
+    tcase_add_test(tc, test_metrics);
+    suite_add_tcase(s, tc);
+    SRunner *sr = srunner_create(s);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    curl_global_cleanup();
+    return failed ? 1 : 0;
+}

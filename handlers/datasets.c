@@ -31,7 +31,15 @@ static json_t *wcs_json(const dataset *d)
     json_object_set_new(o, "cunit", cunit);
     json_object_set_new(o, "crval", crval);
     json_object_set_new(o, "crpix", crpix);
-    if (s.has_cd) {
+    /* The linear part as CD (= CDELT_i PC_ij) when the header gave CD or the PC matrix is
+     * not the identity (a DSS plate solution becomes PC + CDELT in wcslib); CDELT alone
+     * would misstate the pixel scale there. */
+    int diagonal = 1;
+    for (int i = 0; i < s.naxis; i++)
+        for (int j = 0; j < s.naxis; j++)
+            if (s.cd[i * s.naxis + j] != (i == j ? s.cdelt[i] : 0.0))
+                diagonal = 0;
+    if (s.has_cd || !diagonal) {
         json_t *cd = json_array();
         for (int i = 0; i < s.naxis; i++) {
             json_t *row = json_array();

@@ -57,28 +57,43 @@ const char *hreq_header(hreq *r, const char *key)
     return MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, key);
 }
 
+#define MAX_KNOWN_ARGS 64
+
 typedef struct unknown_scan {
     const char *const *known;
+    unsigned char seen[MAX_KNOWN_ARGS];
     const char *bad;
+    int repeated;
 } unknown_scan;
 
 static enum MHD_Result scan_arg(void *cls, enum MHD_ValueKind kind, const char *key,
                                 const char *value)
 {
     unknown_scan *u = cls;
-    for (int i = 0; u->known[i]; i++)
-        if (strcmp(key, u->known[i]) == 0)
+    for (int i = 0; u->known[i] && i < MAX_KNOWN_ARGS; i++)
+        if (strcmp(key, u->known[i]) == 0) {
+            if (u->seen[i]++) {
+                u->bad = key;
+                u->repeated = 1;
+                return MHD_NO;
+            }
             return MHD_YES;
+        }
     u->bad = key;
     return MHD_NO;
 }
 
 int hreq_only_args(hreq *r, const char *const *known)
 {
-    unknown_scan u = {known, NULL};
+    unknown_scan u;
+    memset(&u, 0, sizeof(u));
+    u.known = known;
     MHD_get_connection_values(r->conn, MHD_GET_ARGUMENT_KIND, scan_arg, &u);
     if (u.bad) {
-        problem_reply(r, 400, u.bad, "unknown query parameter '%.60s'", u.bad);
+        if (u.repeated)
+            problem_reply(r, 400, u.bad, "query parameter '%.60s' is given more than once", u.bad);
+        else
+            problem_reply(r, 400, u.bad, "unknown query parameter '%.60s'", u.bad);
         return -1;
     }
     return 0;
@@ -376,6 +391,19 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         }
         rp->body_cap = s->cfg->max_body_mb * 1024 * 1024;
         *con_cls = rp;
+        /* A declared body over the limit is refused before it is sent (this also
+         * answers "Expect: 100-continue" with 413 instead of 100). */
+        const char *cl = MHD_lookup_connection_value(conn, MHD_HEADER_KIND,
+                                                     MHD_HTTP_HEADER_CONTENT_LENGTH);
+        if (cl) {
+            char *end;
+            unsigned long long n = strtoull(cl, &end, 10);
+            if (*end == '\0' && n > rp->body_cap) {
+                r->body_too_big = 1;
+                route(r);
+                return send_reply(r);
+            }
+        }
         return MHD_YES;
     }
     hreq *r = &rp->pub;
@@ -497,6 +525,7 @@ int tserver_start(const tess_config *cfg, tserver **out, char *err, size_t errle
         MHD_OPTION_THREAD_POOL_SIZE, (unsigned int)2,
         MHD_OPTION_CONNECTION_LIMIT, (unsigned int)cfg->max_connections,
         MHD_OPTION_CONNECTION_TIMEOUT, (unsigned int)30,
+        MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)(256 * 1024),
         MHD_OPTION_END);
     if (!s->daemon) {
         snprintf(err, errlen, "cannot listen on %s:%d (address in use or not permitted)",

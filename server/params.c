@@ -26,7 +26,10 @@ static int fail(param_error *e, const char *parameter, const char *fmt, ...)
 
 int param_double(const char *s, double lo, double hi, double *out)
 {
-    if (!s || !*s || isspace((unsigned char)*s))
+    if (!s || !*s)
+        return TESS_EINVAL;
+    /* Decimal notation only: strtod would also take hex, "inf", "nan" and blanks. */
+    if (s[strspn(s, "0123456789+-.eE")] != '\0')
         return TESS_EINVAL;
     char *end;
     errno = 0;
@@ -135,6 +138,10 @@ int params_render(param_lookup get, void *cls, render_params *rp, param_error *e
         return fail(e, "min_cut", "min_cut must be a number or a percentile like 0.5%%, got '%.40s'", s);
     if ((s = get(cls, "max_cut")) && render_cut_parse(s, &rp->max_cut))
         return fail(e, "max_cut", "max_cut must be a number or a percentile like 99.5%%, got '%.40s'", s);
+    if (rp->min_cut.is_percent == rp->max_cut.is_percent && rp->min_cut.value > rp->max_cut.value)
+        return fail(e, "min_cut", "min_cut (%g%s) is above max_cut (%g%s)", rp->min_cut.value,
+                    rp->min_cut.is_percent ? "%" : "", rp->max_cut.value,
+                    rp->max_cut.is_percent ? "%" : "");
     return 0;
 }
 
@@ -157,7 +164,8 @@ static int common_cutout(param_lookup get, void *cls, cutout_params *p, param_er
     snprintf(p->dataset, sizeof(p->dataset), "%s", s);
     p->method = RP_BILINEAR;
     if ((s = get(cls, "method")) && rp_method_parse(s, &p->method))
-        return fail(e, "method", "method must be nearest or bilinear, got '%.40s'", s);
+        return fail(e, "method", "method must be nearest, bilinear, bicubic, lanczos3 or "
+                    "exact, got '%.40s'", s);
     p->max_coord_error = 0.001;
     if (opt_double(get, cls, "max_coord_error", 0, 10, &p->max_coord_error, e))
         return TESS_EINVAL;

@@ -288,6 +288,13 @@ START_TEST(test_dataset_info_and_404)
     ck_assert_int_eq(r.status, 200);
     json_t *o = json_loads(r.body, 0, NULL);
     ck_assert_ptr_nonnull(o);
+    /* The DSS plate solution becomes PC + CDELT in wcslib: the summary gives the CD
+     * matrix, whose scale is the plate's ~1 arcsec pixels (0.000280 deg). */
+    json_t *cd = json_object_get(json_object_get(o, "wcs"), "cd");
+    ck_assert_ptr_nonnull(cd);
+    double c11 = json_real_value(json_array_get(json_array_get(cd, 0), 0));
+    double c12 = json_real_value(json_array_get(json_array_get(cd, 0), 1));
+    ck_assert(fabs(hypot(c11, c12) - 0.00028) < 0.00001);
     json_t *hdr = json_object_get(o, "header");
     ck_assert_uint_gt(json_array_size(hdr), 20);
     ck_assert_int_eq(strncmp(json_string_value(json_array_get(hdr, 0)),
@@ -365,6 +372,9 @@ START_TEST(test_cutout_bad_parameters)
         {"dataset=gc_2mass_k&ra=0&dec=0&fov=1&width=65536&height=65536", 413, "width"},
         {"dataset=gc_2mass_k&ra=0&dec=0&fov=1&width=10&height=10&plane=3", 400, "plane"},
         {"dataset=gc_2mass_k&ra=10&dec=60&fov=1&width=10&height=10", 422, NULL},
+        {"dataset=gc_2mass_k&ra=0x55&dec=0&fov=1&width=10&height=10", 400, "ra"},
+        {"dataset=gc_2mass_k&ra=1&ra=2&dec=0&fov=1&width=10&height=10", 400, "ra"},
+        {"dataset=gc_2mass_k&ra=0&dec=0&fov=1&width=10&height=10&min_cut=100&max_cut=10", 400, "min_cut"},
     };
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
         char path[512];
@@ -440,6 +450,48 @@ START_TEST(test_golden_grid)
     golden("gc2massk_to_ga_bilinear", "gc_2mass_k", "bilinear", 0.001);
     golden("rosat_to_eqcar_bilinear", "allsky_rosat", "bilinear", 0.001);
     golden("horsehead_rot30_bilinear", "horsehead", "bilinear", 0.001);
+}
+END_TEST
+
+/* Supplies blanks for a large declared upload. */
+static size_t blanks(char *p, size_t sz, size_t n, void *cls)
+{
+    memset(p, ' ', sz * n);
+    return sz * n;
+}
+
+START_TEST(test_declared_body_too_big_refused_early)
+{
+    char url[256];
+    snprintf(url, sizeof(url), "%s/api/v1/cutout?dataset=horsehead&format=fits", base);
+    resp r;
+    memset(&r, 0, sizeof(r));
+    CURL *c = curl_easy_init();
+    curl_easy_setopt(c, CURLOPT_URL, url);
+    curl_easy_setopt(c, CURLOPT_POST, 1L);
+    curl_easy_setopt(c, CURLOPT_READFUNCTION, blanks);
+    curl_easy_setopt(c, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)70 * 1024 * 1024);
+    curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_body);
+    curl_easy_setopt(c, CURLOPT_WRITEDATA, &r);
+    curl_easy_setopt(c, CURLOPT_HEADERFUNCTION, on_header);
+    curl_easy_setopt(c, CURLOPT_HEADERDATA, &r);
+    curl_easy_setopt(c, CURLOPT_TIMEOUT, 60L);
+    curl_easy_perform(c);
+    curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &r.status);
+    curl_easy_cleanup(c);
+    assert_problem(&r, 413, "body");
+    resp_free(&r);
+
+    /* Hundreds of query parameters: a 400 naming the first unknown one, not a dropped
+     * connection. */
+    char *q = malloc(8192);
+    size_t off = (size_t)snprintf(q, 8192, "/api/v1/cutout?dataset=horsehead");
+    for (int i = 0; i < 470; i++)
+        off += (size_t)snprintf(q + off, 8192 - off, "&a%d=1", i);
+    r = get(q);
+    assert_problem(&r, 400, "a0");
+    resp_free(&r);
+    free(q);
 }
 END_TEST
 
@@ -601,6 +653,7 @@ int main(void)
     tcase_add_test(tc, test_golden_exact);
     tcase_add_test(tc, test_golden_grid);
     tcase_add_test(tc, test_post_cutout_bad_bodies);
+    tcase_add_test(tc, test_declared_body_too_big_refused_early);
     tcase_add_test(tc, test_slice_fits_equals_source);
     tcase_add_test(tc, test_slice_cube_region);
     tcase_add_test(tc, test_metrics);

@@ -11,7 +11,7 @@
 typedef struct tile {
     unsigned char *data;      /* the body bytes */
     size_t len;               /* body length in bytes */
-    char content_type[64];    /* e.g. "image/png" */
+    char content_type[128];    /* e.g. "image/png" */
     char etag[40];            /* strong ETag with quotes, e.g. "\"9f86d081884c7d65\"",
                                  a 64-bit FNV-1a hash of the body in hex */
     /* private */

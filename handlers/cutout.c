@@ -45,7 +45,9 @@ static unsigned long long fnv1a(const char *s, size_t n, unsigned long long h)
     return h;
 }
 
-/* Runs on a pool thread: read the source plane, reproject, encode. */
+/* Runs on a pool thread: read the source plane, reproject (the engine's other blocks go
+ * to the same pool as interactive helpers; this thread works on blocks too, so a busy
+ * pool cannot deadlock it), encode. */
 static void cutout_work(hreq *r)
 {
     cutout_job *j = r->work_arg;
@@ -63,14 +65,25 @@ static void cutout_work(hreq *r)
         problem_reply(r, 500, NULL, "cannot read dataset '%s': %s", d->name, err);
         goto done;
     }
-    long finite = reproject_plane(d->cel, src, d->nx, d->ny, j->target, j->width, j->height,
-                                  j->p.method, j->p.max_coord_error, dst, err, sizeof(err));
-    if (finite < 0) {
-        problem_reply(r, 422, NULL, "cannot reproject '%s' onto the target: %s", d->name, err);
+    rp_cube in = { src, RP_F64, d->nx, d->ny, 1 };
+    rp_cube out = { dst, RP_F64, j->width, j->height, 1 };
+    rp_options o;
+    rp_options_init(&o);
+    o.method = j->p.method;
+    o.max_coord_error = j->p.max_coord_error;
+    o.workers = r->srv->workers;
+    o.priority = POOL_INTERACTIVE;
+    long finite = rp_reproject(d->cel, &in, j->target, &out, NULL, &o, err, sizeof(err));
+    if (finite == TESS_ENOOVERLAP || finite == 0) {
+        problem_reply(r, 422, NULL, "the target does not overlap dataset '%s'", d->name);
         goto done;
     }
-    if (finite == 0) {
-        problem_reply(r, 422, NULL, "the target does not overlap dataset '%s'", d->name);
+    if (finite == TESS_ENOMEM) {
+        problem_reply(r, 500, NULL, "out of memory");
+        goto done;
+    }
+    if (finite < 0) {
+        problem_reply(r, 422, NULL, "cannot reproject '%s' onto the target: %s", d->name, err);
         goto done;
     }
     reply_image(r, dst, j->width, j->height, j->p.format, &j->p.render, j->cards, j->nkeys);

@@ -15,6 +15,15 @@ void handle_cutout_post(hreq *r);
 /* GET /api/v1/datasets/{name}/slice/{rest} (slices.c). */
 void handle_slice(hreq *r, const dataset *d, const char *rest);
 
+/* GET /hips/{rest} (hips.c): {name}/ (an index page), properties,
+ * Norder{K}/Dir{D}/Npix{N}.{png,jpg,fits}, Norder3/Allsky.{png,jpg,fits}, Moc.fits;
+ * `rest` is the part after "/hips/". */
+void handle_hips(hreq *r, const char *rest);
+
+/* GET /iiif/3/{rest} (iiif.c): info.json and image requests; `rest` is the part after
+ * "/iiif/3/". */
+void handle_iiif(hreq *r, const char *rest);
+
 /* Shared by the image handlers: encode a w x h result (row 0 = FITS row 1) as the
  * requested format into r->rep (200), or a problem reply.  `cards` is the WCS of the
  * result for FITS (may be NULL). */

@@ -135,9 +135,10 @@ void handle_slice(hreq *r, const dataset *d, const char *rest)
         free(j);
         return;
     }
-    char rk[160];
+    char rk[160], version[64];
     params_render_key(&j->render, rk, sizeof(rk));
-    if (asprintf(&r->cache_key, "slice|%s|%s|xy|%ld|%ld|%ld|%ld|%ld|%s|%s", d->name, d->version,
+    dataset_version(d, version, sizeof(version));
+    if (asprintf(&r->cache_key, "slice|%s|%s|xy|%ld|%ld|%ld|%ld|%ld|%s|%s", d->name, version,
                  s->w, s->h, s->x, s->y, s->z, out_format_name(s->format),
                  s->format == FMT_PNG ? rk : "") < 0) {
         r->cache_key = NULL;

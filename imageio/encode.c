@@ -1,4 +1,4 @@
-/* Encoders of pixel arrays to the bytes of a response: PNG (libpng), FITS (cfitsio), NPY. */
+/* Encoders of pixel arrays to response bytes: PNG (libpng), JPEG (libjpeg), FITS (cfitsio), NPY. */
 #include "imageio/encode.h"
 
 #include <limits.h>
@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include <fitsio.h>
+#include <jpeglib.h>
 #include <png.h>
 
 #include "imageio/fitsimg.h"
@@ -112,6 +113,100 @@ int png_encode_rgba(const uint8_t *rgba, long w, long h, unsigned char **out, si
     *out = m->data;
     *outlen = m->len;
     free(m);
+    return 0;
+}
+
+/* ---- JPEG ------------------------------------------------------------------------- */
+
+/* libjpeg's error manager, extended with the place to longjmp to: libjpeg's default
+ * error_exit calls exit(), which a server must never do. */
+typedef struct jpeg_err {
+    struct jpeg_error_mgr mgr;
+    jmp_buf jump;
+} jpeg_err;
+
+static void jpeg_quiet_exit(j_common_ptr cinfo)
+{
+    jpeg_err *e = (jpeg_err *)cinfo->err;
+    longjmp(e->jump, 1);
+}
+
+static void jpeg_quiet_message(j_common_ptr cinfo)
+{
+    (void)cinfo;
+}
+
+/* What must survive a longjmp out of libjpeg: on the heap, behind a pointer set before
+ * setjmp (the locals of the function are indeterminate after the jump). */
+typedef struct jpeg_state {
+    struct jpeg_compress_struct cinfo;
+    jpeg_err err;
+    unsigned char *mem;        /* jpeg_mem_dest's buffer (malloc'd by libjpeg) */
+    unsigned long memlen;
+    unsigned char *row;        /* one RGB row */
+} jpeg_state;
+
+int jpeg_encode_rgb(const uint8_t *rgba, long w, long h, int quality, unsigned char **out,
+                    size_t *outlen)
+{
+    *out = NULL;
+    *outlen = 0;
+    if (!rgba || w <= 0 || h <= 0 || w > JPEG_MAX_DIMENSION || h > JPEG_MAX_DIMENSION ||
+        quality < 1 || quality > 100)
+        return TESS_EINVAL;
+    jpeg_state *st = calloc(1, sizeof *st);
+    if (!st)
+        return TESS_ENOMEM;
+    st->row = malloc((size_t)w * 3);
+    if (!st->row) {
+        free(st);
+        return TESS_ENOMEM;
+    }
+    st->cinfo.err = jpeg_std_error(&st->err.mgr);
+    st->err.mgr.error_exit = jpeg_quiet_exit;
+    st->err.mgr.output_message = jpeg_quiet_message;
+    if (setjmp(st->err.jump)) {
+        /* Every failure past this point is an allocation failure: the arguments were
+         * checked above and the destination is memory. */
+        jpeg_destroy_compress(&st->cinfo);
+        free(st->mem);
+        free(st->row);
+        free(st);
+        return TESS_ENOMEM;
+    }
+    jpeg_create_compress(&st->cinfo);
+    jpeg_mem_dest(&st->cinfo, &st->mem, &st->memlen);
+    st->cinfo.image_width = (JDIMENSION)w;
+    st->cinfo.image_height = (JDIMENSION)h;
+    st->cinfo.input_components = 3;
+    st->cinfo.in_color_space = JCS_RGB;
+    jpeg_set_defaults(&st->cinfo);
+    jpeg_set_quality(&st->cinfo, quality, TRUE);
+    jpeg_start_compress(&st->cinfo, TRUE);
+    for (long y = 0; y < h; y++) {
+        const uint8_t *src = rgba + (size_t)y * (size_t)w * 4;
+        unsigned char *dst = st->row;
+        for (long x = 0; x < w; x++, src += 4, dst += 3) {
+            unsigned a = src[3];
+            if (a == 255) {
+                dst[0] = src[0];
+                dst[1] = src[1];
+                dst[2] = src[2];
+            } else {
+                dst[0] = (unsigned char)((src[0] * a + 127) / 255);
+                dst[1] = (unsigned char)((src[1] * a + 127) / 255);
+                dst[2] = (unsigned char)((src[2] * a + 127) / 255);
+            }
+        }
+        JSAMPROW rows[1] = {st->row};
+        jpeg_write_scanlines(&st->cinfo, rows, 1);
+    }
+    jpeg_finish_compress(&st->cinfo);
+    jpeg_destroy_compress(&st->cinfo);
+    *out = st->mem;
+    *outlen = (size_t)st->memlen;
+    free(st->row);
+    free(st);
     return 0;
 }
 

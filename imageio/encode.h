@@ -1,4 +1,4 @@
-/* Encoders of pixel arrays to the bytes of a response: PNG (libpng), FITS (cfitsio), NPY. */
+/* Encoders of pixel arrays to response bytes: PNG (libpng), JPEG (libjpeg), FITS (cfitsio), NPY. */
 #ifndef TESSERA_IMAGEIO_ENCODE_H
 #define TESSERA_IMAGEIO_ENCODE_H
 
@@ -9,6 +9,15 @@
  * *out is malloc'd (caller frees) and 0 is returned; TESS_ENOMEM or TESS_EINVAL
  * otherwise, with *out NULL. */
 int png_encode_rgba(const uint8_t *rgba, long w, long h, unsigned char **out, size_t *outlen);
+
+/* Encodes w x h RGBA pixels (row 0 at the top) as a baseline 8-bit RGB JPEG (JFIF,
+ * 4:2:0 chroma subsampling) of `quality` 1..100 (libjpeg's scale).  JPEG has no alpha:
+ * each colour is composited over black (c * alpha / 255), so transparent pixels (NaN,
+ * off-footprint) come out black.  w and h must be 1..65500 (JPEG_MAX_DIMENSION).  On
+ * success *out is malloc'd (caller frees) and 0 is returned; TESS_EINVAL (bad size or
+ * quality) or TESS_ENOMEM otherwise, with *out NULL. */
+int jpeg_encode_rgb(const uint8_t *rgba, long w, long h, int quality, unsigned char **out,
+                    size_t *outlen);
 
 /* Encodes a w x h x nz array of doubles (x fastest, then y with row 0 = FITS row 1,
  * then z) as a single-HDU FITS file with BITPIX -64, NAXIS 2 (nz == 1) or 3, NaN kept.

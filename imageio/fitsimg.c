@@ -335,6 +335,73 @@ out:
     return rc;
 }
 
+/* A copy of fitsimg_read_region with TFLOAT output: the same checks, the same null
+ * handling (NaN for BLANK in integer images, float NaNs passed through unchecked). */
+int fitsimg_read_region_f32(const char *path, int hdu, long z, long x0, long y0, long w, long h,
+                            float *out, char *err, size_t errlen)
+{
+    if (!out || w <= 0 || h <= 0) {
+        set_err(err, errlen, "empty region %ld x %ld requested from %s", w, h, path);
+        return TESS_EINVAL;
+    }
+    if (w > LONG_MAX / h) {
+        set_err(err, errlen, "region %ld x %ld of %s is too large", w, h, path);
+        return TESS_ERANGE;
+    }
+
+    fitsimg_cfitsio_lock();
+    fitsfile *f = NULL;
+    int naxis = 0, status = 0;
+    long naxes[FITSIMG_MAXDIM];
+    int rc = open_image_hdu(path, hdu, &f, err, errlen);
+    if (rc)
+        goto out;
+    rc = read_dims(f, path, &naxis, naxes, err, errlen);
+    if (rc)
+        goto out;
+
+    long nplanes = naxes[2] * naxes[3];
+    if (naxis == 0 || x0 < 0 || y0 < 0 || z < 0 || x0 > naxes[0] - w || y0 > naxes[1] - h ||
+        z >= nplanes) {
+        set_err(err, errlen,
+                "region x %ld..%ld, y %ld..%ld, plane %ld outside the %ld x %ld x %ld image %s",
+                x0, x0 + w - 1, y0, y0 + h - 1, z, naxes[0], naxes[1], nplanes, path);
+        rc = TESS_ERANGE;
+        goto out;
+    }
+
+    long fpixel[FITSIMG_MAXDIM], lpixel[FITSIMG_MAXDIM], inc[FITSIMG_MAXDIM];
+    fpixel[0] = x0 + 1;
+    lpixel[0] = x0 + w;
+    fpixel[1] = y0 + 1;
+    lpixel[1] = y0 + h;
+    fpixel[2] = lpixel[2] = z % naxes[2] + 1;
+    fpixel[3] = lpixel[3] = z / naxes[2] + 1;
+    for (int i = 0; i < FITSIMG_MAXDIM; i++)
+        inc[i] = 1;
+
+    int bitpix = 0;
+    if (fits_get_img_type(f, &bitpix, &status)) {
+        set_cfitsio_err(err, errlen, "cannot read BITPIX of", path, status);
+        rc = TESS_EIO;
+        goto out;
+    }
+    float nulval = bitpix > 0 ? NAN : 0.0f;
+    int anynul = 0;
+    if (fits_read_subset(f, TFLOAT, fpixel, lpixel, inc, &nulval, out, &anynul, &status)) {
+        set_cfitsio_err(err, errlen, "cannot read pixels of", path, status);
+        rc = status == MEMORY_ALLOCATION ? TESS_ENOMEM : TESS_EIO;
+    }
+
+out:
+    if (f) {
+        status = 0;
+        fits_close_file(f, &status);
+    }
+    fitsimg_cfitsio_unlock();
+    return rc;
+}
+
 /* Copies s[0..n) into val (truncating, always NUL-terminated when vallen > 0). */
 static void copy_out(const char *s, size_t n, char *val, size_t vallen)
 {

@@ -42,6 +42,13 @@ void fitsimg_info_release(fitsimg_info *info);
 int fitsimg_read_region(const char *path, int hdu, long z, long x0, long y0, long w, long h,
                         double *out, char *err, size_t errlen);
 
+/* The same as fitsimg_read_region into single precision: `out` receives w*h floats
+ * (physical values computed by cfitsio in double precision, then rounded to float; BLANK
+ * and float NaNs become NaN).  For planes kept in memory as float (BITPIX 8, 16, -32),
+ * where this halves the memory of a double read.  Same arguments, same errors. */
+int fitsimg_read_region_f32(const char *path, int hdu, long z, long x0, long y0, long w, long h,
+                            float *out, char *err, size_t errlen);
+
 /* Looks up a card by keyword in a `header` as produced above (exact keyword, 8 chars
  * or fewer).  Copies the card's value text (quotes of strings removed, trailing blanks
  * trimmed) into `val`; returns 1 when found, 0 when not. */

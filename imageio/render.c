@@ -241,6 +241,34 @@ int render_resolve_cuts(const double *data, size_t n, const render_params *p, do
     return 0;
 }
 
+/* The finite values are gathered as doubles, then cut exactly as render_resolve_cuts. */
+int render_resolve_cuts_f32(const float *data, size_t n, const render_params *p, double *lo,
+                            double *hi)
+{
+    if (!p->min_cut.is_percent && !p->max_cut.is_percent) {
+        *lo = p->min_cut.value;
+        *hi = p->max_cut.value;
+        return 0;
+    }
+    if (n > SIZE_MAX / sizeof(double))
+        return TESS_ENOMEM;
+    double *a = malloc((n ? n : 1) * sizeof(double));
+    if (!a)
+        return TESS_ENOMEM;
+    size_t m = 0;
+    for (size_t i = 0; i < n; i++)
+        if (isfinite(data[i]))
+            a[m++] = (double)data[i];
+    if (m == 0) {
+        *lo = *hi = 0.0;
+    } else {
+        *lo = p->min_cut.is_percent ? percentile(a, m, p->min_cut.value) : p->min_cut.value;
+        *hi = p->max_cut.is_percent ? percentile(a, m, p->max_cut.value) : p->max_cut.value;
+    }
+    free(a);
+    return 0;
+}
+
 /* ---- stretches and colour maps ---------------------------------------------------- */
 
 /* The stretches of astropy.visualization with their default parameters (astropy 5.2,
@@ -336,6 +364,17 @@ int render_rgba(const double *data, long w, long h, const render_params *p, uint
     int rc = render_resolve_cuts(data, n, p, &lo, &hi);
     if (rc)
         return rc;
+    return render_rgba_cuts(data, w, h, p, lo, hi, rgba);
+}
+
+/* The pixel loop of render_rgba; the cuts of `p` are not looked at. */
+int render_rgba_cuts(const double *data, long w, long h, const render_params *p, double lo,
+                     double hi, uint8_t *rgba)
+{
+    if (w <= 0 || h <= 0)
+        return TESS_EINVAL;
+    if ((unsigned long)w > SIZE_MAX / 4 / (unsigned long)h)
+        return TESS_ERANGE;
 
     uint8_t lut[256][3];
     build_lut(p->cmap, lut);

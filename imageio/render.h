@@ -41,6 +41,11 @@ const char *render_cmap_name(render_cmap c);
  * lo = hi = 0. */
 int render_resolve_cuts(const double *data, size_t n, const render_params *p, double *lo, double *hi);
 
+/* render_resolve_cuts over n single-precision values (each widened to double first, so a
+ * float plane and its double copy give the same cuts).  Returns 0, or TESS_ENOMEM. */
+int render_resolve_cuts_f32(const float *data, size_t n, const render_params *p, double *lo,
+                            double *hi);
+
 /* Renders a w x h array to RGBA (4*w*h bytes).  `data` is row-major with row 0 = FITS
  * row 1 (the bottom of the picture); `rgba` row 0 is the top of the picture, so FITS row
  * 1 ends at the bottom.  Values are clipped to [lo, hi] (from render_resolve_cuts),
@@ -49,5 +54,12 @@ int render_resolve_cuts(const double *data, size_t n, const render_params *p, do
  * and coloured.  NaN pixels are transparent (alpha 0), others opaque.  Returns 0, or
  * TESS_ENOMEM, TESS_EINVAL (w or h not positive), TESS_ERANGE (size overflows). */
 int render_rgba(const double *data, long w, long h, const render_params *p, uint8_t *rgba);
+
+/* render_rgba with the cut levels given: `lo` and `hi` (physical values) replace the
+ * cuts of `p`, whose stretch and colour map still apply.  Tiles of one image rendered
+ * with the cuts of the whole image (planestore_cuts) then match at their seams.  Same
+ * layout and errors as render_rgba. */
+int render_rgba_cuts(const double *data, long w, long h, const render_params *p, double lo,
+                     double hi, uint8_t *rgba);
 
 #endif

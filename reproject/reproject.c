@@ -1,33 +1,32 @@
-/* Reprojection of one image plane between celestial WCSs, sampled as astropy reproject's reproject_interp. */
+/* The reprojection engine: output blocks run in parallel, each mapping its coordinates once and sampling every plane. */
 #include "reproject/reproject.h"
 
 #include <limits.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <unistd.h>
 
+#include "reproject/coordmap.h"
+#include "reproject/exact.h"
+#include "reproject/kernels.h"
 #include "util/error.h"
 
-/* Output pixels transformed per batch (bounds the scratch memory). */
-#define RP_CHUNK 4096
+/* Default block edge, output pixels. */
+#define RP_BLOCK 256
 
-/* Node spacing of the approximate coordinate grid, in output pixels (even). */
-#define RP_CELL 16
+/* Positions gathered per batch when interpolated positions next to a sampling decision
+ * are recomputed exactly. */
+#define RP_FIXCAP 1024
 
-/* A cell is interpolated only when the error measured at its test points, times
- * RP_SAFETY, is within the bound: the test points sample the error of the cell rather
- * than bound it, and a smooth mapping interpolated by cubics over 16 pixels is accurate
- * to ~1e-9 pixel anyway, so the margin costs nothing where the grid pays off. */
-#define RP_SAFETY 32.0
-
-/* Interpolated positions closer than RP_EPS_FACTOR times the cell's measured error to
- * a sampling decision (the footprint edges at -0.5 and n - 0.5, and for nearest the
- * rounding boundaries at half-integers) are recomputed exactly, so that the grid takes
- * the same decisions as the exact transform. */
-#define RP_EPS_FACTOR 8.0
+/* Bytes of prepared kernels (bicubic coefficients) held at once for a cube: planes are
+ * reprojected in groups that fit, one coordinate map per block and group. */
+#define RP_KERNEL_BUDGET ((size_t)256 << 20)
 
 static void set_err(char *err, size_t errlen, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
@@ -43,463 +42,691 @@ static void set_err(char *err, size_t errlen, const char *fmt, ...)
     va_end(ap);
 }
 
+static const char *const method_names[] = { "nearest", "bilinear", "bicubic", "lanczos3", "exact" };
+
 int rp_method_parse(const char *s, rp_method *m)
 {
     if (!s || !m)
         return TESS_EINVAL;
-    if (strcasecmp(s, "nearest") == 0) {
-        *m = RP_NEAREST;
-        return 0;
-    }
-    if (strcasecmp(s, "bilinear") == 0) {
-        *m = RP_BILINEAR;
-        return 0;
+    for (int i = 0; i < (int)(sizeof method_names / sizeof method_names[0]); i++) {
+        if (strcasecmp(s, method_names[i]) == 0) {
+            *m = (rp_method)i;
+            return 0;
+        }
     }
     return TESS_EINVAL;
 }
 
 const char *rp_method_name(rp_method m)
 {
-    return m == RP_NEAREST ? "nearest" : "bilinear";
+    if ((int)m < 0 || (int)m >= (int)(sizeof method_names / sizeof method_names[0]))
+        return "unknown";
+    return method_names[m];
 }
 
-/* The state of one reproject_plane call: private WCS copies and scratch arrays. */
-typedef struct rp_ctx {
-    skywcs *in, *out;            /* private 2-D celestial copies */
-    sky_frame fin, fout;
-    double eqin, eqout;
-    double *lon, *lat, *xr, *yr; /* RP_CHUNK each */
-} rp_ctx;
-
-/* Maps n output pixels (0-based) to input pixels as reproject's
- * pixel_to_pixel_with_roundtrip does (reproject/wcs_utils.py): out -> sky -> frame
- * conversion -> in, then back in -> sky -> out; a point whose round trip misses by more
- * than one pixel on either axis becomes NaN.  As in reproject, a round trip that is NaN
- * does not reset the point, unless `strict` (used for the grid nodes, which must be
- * trustworthy) is set.  Returns 0 or TESS_ENOMEM. */
-static int map_points(rp_ctx *c, size_t n, const double *x, const double *y,
-                      double *xi, double *yi, int strict)
+void rp_options_init(rp_options *o)
 {
-    for (size_t off = 0; off < n; off += RP_CHUNK) {
-        size_t m = n - off < RP_CHUNK ? n - off : RP_CHUNK;
-        const double *px = x + off, *py = y + off;
-        double *qx = xi + off, *qy = yi + off;
-        if (skywcs_pix2sky(c->out, m, px, py, c->lon, c->lat) == TESS_ENOMEM)
+    memset(o, 0, sizeof *o);
+    o->method = RP_BILINEAR;
+    o->max_coord_error = 0.001;
+    o->priority = POOL_BATCH;
+}
+
+/* ------------------------------------------------------------------------------------ */
+/* One run: the blocks of one group of planes, shared by the caller and its helpers      */
+
+/* What every block of a run reads.  Owned by the caller, valid while a block runs. */
+typedef struct job {
+    const skywcs *in, *out;        /* 2-D celestial (exact) or as given (interpolation) */
+    const rp_cube *src;
+    rp_cube *dst;
+    float *footprint;
+    rp_method method;
+    double mce;
+    long block, nbx;               /* interpolation: block edge, blocks per row */
+    long band, nbands;             /* exact: rows per band, bands per plane */
+    long z0;                       /* first plane of the group */
+    long nz;                       /* planes in the group */
+    rp_kernel *const *kern;        /* kern[z - z0] (interpolation) */
+    const atomic_int *cancel;
+    rp_progress_fn progress;
+    void *progress_arg;
+    rp_block_fn block_done;
+    void *block_arg;
+    long done_base, total;         /* progress: blocks of earlier groups, all blocks */
+} job;
+
+/* The shared state of a run; refcounted, since a helper task queued on a pool may start
+ * after the caller has returned (it then only looks at `next`/`stop` and leaves). */
+typedef struct run {
+    pthread_mutex_t lock;
+    pthread_cond_t idle;           /* signalled when inflight drops to 0 */
+    long next, nunits;             /* next block to take, blocks in the run */
+    long inflight;                 /* blocks being worked on */
+    long done;
+    int refs;
+    int stop;
+    int rc;                        /* first error, 0 if none */
+    long finite, inside;           /* finite output values; pixels proving an overlap */
+    char err[256];
+    const job *j;                  /* read only by a thread that has just taken a block,
+                                      which the caller waits for */
+} run;
+
+/* The scratch of one thread working on interpolation blocks. */
+typedef struct worker {
+    rp_coordmap *map;              /* output pixels -> input pixels */
+    double *xi, *yi, *val;         /* block * block each */
+    double *fx, *fy, *gx, *gy;     /* RP_FIXCAP each */
+    size_t *fidx;
+    double *band, *fband;          /* exact: band * nx each */
+} worker;
+
+static void worker_release(worker *w)
+{
+    rp_coordmap_free(w->map);
+    free(w->xi);
+    free(w->fx);
+    free(w->fidx);
+    free(w->band);
+    memset(w, 0, sizeof *w);
+}
+
+/* Allocates the scratch for the job's method.  Returns 0 or TESS_ENOMEM / TESS_EINVAL
+ * with err. */
+static int worker_init(worker *w, const job *j, char *err, size_t errlen)
+{
+    memset(w, 0, sizeof *w);
+    if (j->method == RP_EXACT) {
+        size_t n = (size_t)j->band * (size_t)j->dst->nx;
+        w->band = malloc(sizeof(double) * n * 2);
+        if (!w->band) {
+            set_err(err, errlen, "out of memory");
             return TESS_ENOMEM;
-        sky_convert(c->fout, c->eqout, c->fin, c->eqin, m, c->lon, c->lat);
-        if (skywcs_sky2pix(c->in, m, c->lon, c->lat, qx, qy) == TESS_ENOMEM)
-            return TESS_ENOMEM;
-        if (skywcs_pix2sky(c->in, m, qx, qy, c->lon, c->lat) == TESS_ENOMEM)
-            return TESS_ENOMEM;
-        sky_convert(c->fin, c->eqin, c->fout, c->eqout, m, c->lon, c->lat);
-        if (skywcs_sky2pix(c->out, m, c->lon, c->lat, c->xr, c->yr) == TESS_ENOMEM)
-            return TESS_ENOMEM;
-        for (size_t i = 0; i < m; i++) {
-            double dx = fabs(c->xr[i] - px[i]), dy = fabs(c->yr[i] - py[i]);
-            int reset = strict ? !(dx <= 1.0 && dy <= 1.0) : (dx > 1.0 || dy > 1.0);
-            if (reset)
-                qx[i] = qy[i] = NAN;
         }
+        w->fband = w->band + n;
+        return 0;
+    }
+    w->map = rp_coordmap_new(j->out, j->in, err, errlen);
+    if (!w->map)
+        return TESS_ENOMEM;
+    size_t n = (size_t)j->block * (size_t)j->block;
+    w->xi = malloc(sizeof(double) * n * 3);
+    w->fx = malloc(sizeof(double) * RP_FIXCAP * 4);
+    w->fidx = malloc(sizeof(size_t) * RP_FIXCAP);
+    if (!w->xi || !w->fx || !w->fidx) {
+        worker_release(w);
+        set_err(err, errlen, "out of memory");
+        return TESS_ENOMEM;
+    }
+    w->yi = w->xi + n;
+    w->val = w->xi + 2 * n;
+    w->fy = w->fx + RP_FIXCAP;
+    w->gx = w->fx + 2 * RP_FIXCAP;
+    w->gy = w->fx + 3 * RP_FIXCAP;
+    return 0;
+}
+
+/* Recomputes exactly the w->fidx[0..n) positions gathered by fix_decisions.  Returns 0
+ * or TESS_ENOMEM. */
+static int fix_flush(worker *w, size_t n)
+{
+    if (n == 0)
+        return 0;
+    if (rp_coordmap_points(w->map, n, w->fx, w->fy, w->gx, w->gy) != 0)
+        return TESS_ENOMEM;
+    for (size_t k = 0; k < n; k++) {
+        w->xi[w->fidx[k]] = w->gx[k];
+        w->yi[w->fidx[k]] = w->gy[k];
     }
     return 0;
 }
 
-/* The value of the input image at input pixel (x, y), as reproject's map_coordinates
- * (reproject/array_utils.py) computes it: the image is padded by one edge pixel, scipy's
- * ndimage.map_coordinates samples the padded array at (x + 1, y + 1) (mode constant,
- * cval NaN), and samples outside [-0.5, n - 0.5] on either axis become NaN.  scipy's
- * order 0 takes the pixel floor(c + 0.5); order 1 weights floor(c) and floor(c) + 1 by
- * w0 = 1 - (c - floor c) and w1 = 1 - w0, summing value * wy * wx over the four points
- * in C order (scipy/ndimage/src/ni_interpolation.c, ni_splines.c).  NaN input pixels
- * propagate through any weight, zero included, as in scipy.  Cannot fail. */
-static double sample(const double *src, long nx, long ny, double x, double y, rp_method m)
-{
-    if (!(x >= -0.5 && x <= (double)nx - 0.5 && y >= -0.5 && y <= (double)ny - 0.5))
-        return NAN;
-    double cx = x + 1.0, cy = y + 1.0;   /* coordinates in the padded array */
-    if (m == RP_NEAREST) {
-        long i = (long)floor(cx + 0.5) - 1, j = (long)floor(cy + 0.5) - 1;
-        i = i < 0 ? 0 : i >= nx ? nx - 1 : i;
-        j = j < 0 ? 0 : j >= ny ? ny - 1 : j;
-        return src[j * nx + i];
-    }
-    double fx = floor(cx), fy = floor(cy);
-    double wx0 = 1.0 - (cx - fx), wy0 = 1.0 - (cy - fy);
-    double wx1 = 1.0 - wx0, wy1 = 1.0 - wy0;
-    long ia = (long)fx - 1, ja = (long)fy - 1;   /* padded index p is image index p - 1 */
-    long ib = ia + 1, jb = ja + 1;
-    ia = ia < 0 ? 0 : ia >= nx ? nx - 1 : ia;
-    ib = ib < 0 ? 0 : ib >= nx ? nx - 1 : ib;
-    ja = ja < 0 ? 0 : ja >= ny ? ny - 1 : ja;
-    jb = jb < 0 ? 0 : jb >= ny ? ny - 1 : jb;
-    double t = 0.0;
-    t += src[ja * nx + ia] * wy0 * wx0;
-    t += src[ja * nx + ib] * wy0 * wx1;
-    t += src[jb * nx + ia] * wy1 * wx0;
-    t += src[jb * nx + ib] * wy1 * wx1;
-    return t;
-}
-
-/* Exact transform of every output pixel, row by row.  Returns the number of finite
- * output pixels or TESS_ENOMEM. */
-static long reproject_exact(rp_ctx *c, const double *src, long in_nx, long in_ny,
-                            long out_nx, long out_ny, rp_method method, double *dst)
-{
-    size_t cap = out_nx < RP_CHUNK ? (size_t)out_nx : RP_CHUNK;
-    double *buf = malloc(sizeof(double) * cap * 4);
-    if (!buf)
-        return TESS_ENOMEM;
-    double *x = buf, *y = buf + cap, *xi = buf + 2 * cap, *yi = buf + 3 * cap;
-    long finite = 0;
-    for (long row = 0; row < out_ny; row++) {
-        for (long col0 = 0; col0 < out_nx; col0 += (long)cap) {
-            size_t m = (size_t)(out_nx - col0) < cap ? (size_t)(out_nx - col0) : cap;
-            for (size_t i = 0; i < m; i++) {
-                x[i] = (double)(col0 + (long)i);
-                y[i] = (double)row;
-            }
-            if (map_points(c, m, x, y, xi, yi, 0) != 0) {
-                free(buf);
-                return TESS_ENOMEM;
-            }
-            double *d = dst + row * out_nx + col0;
-            for (size_t i = 0; i < m; i++) {
-                d[i] = sample(src, in_nx, in_ny, xi[i], yi[i], method);
-                finite += isfinite(d[i]) != 0;
-            }
-        }
-    }
-    free(buf);
-    return finite;
-}
-
-/* Cubic Lagrange weights for the nodes at -1, 0, 1, 2 (in node spacings) at t in [0, 1]
- * (Abramowitz & Stegun 25.2.13, four-point interpolation).  Cannot fail. */
-static void lagrange4(double t, double w[4])
-{
-    w[0] = -t * (t - 1.0) * (t - 2.0) / 6.0;
-    w[1] = (t + 1.0) * (t - 1.0) * (t - 2.0) / 2.0;
-    w[2] = -(t + 1.0) * t * (t - 2.0) / 2.0;
-    w[3] = (t + 1.0) * t * (t - 1.0) / 6.0;
-}
-
-/* The coordinate grid: node (kx, ky) sits at output pixel ((kx - 1) * RP_CELL,
- * (ky - 1) * RP_CELL), so cell (cx, cy), covering output pixels [cx, cx + 1) * RP_CELL
- * on x, is interpolated from nodes kx = cx .. cx + 3 and ky = cy .. cy + 3. */
-typedef struct grid {
-    long ncx, ncy;     /* cells */
-    long nnx, nny;     /* nodes: ncx + 3, ncy + 3 */
-    double *gx, *gy;   /* input pixel of each node, NaN when not trustworthy */
-} grid;
-
-/* Interpolates the input pixel of cell (cx, cy) with the separable weights wx (along
- * x) and wy (along y) of lagrange4.  Cannot fail. */
-static void grid_eval(const grid *g, long cx, long cy, const double wx[4], const double wy[4],
-                      double *xi, double *yi)
-{
-    double sx = 0.0, sy = 0.0;
-    for (int j = 0; j < 4; j++) {
-        const double *rx = g->gx + (cy + j) * g->nnx + cx;
-        const double *ry = g->gy + (cy + j) * g->nnx + cx;
-        double ax = wx[0] * rx[0] + wx[1] * rx[1] + wx[2] * rx[2] + wx[3] * rx[3];
-        double ay = wx[0] * ry[0] + wx[1] * ry[1] + wx[2] * ry[2] + wx[3] * ry[3];
-        sx += wy[j] * ax;
-        sy += wy[j] * ay;
-    }
-    *xi = sx;
-    *yi = sy;
-}
-
-/* Decides, for each cell, whether interpolation may replace the exact transform there:
- * its 16 nodes must be finite, and at its centre and edge midpoints (where the
- * interpolation error of a smooth mapping peaks) the interpolated input pixel must be
- * within `bound` of the exact one, that error being measured in input pixels and in
- * output pixels (divided by the smallest singular value of the local Jacobian) and the
- * larger of the two taken (see RP_SAFETY).  Test points that fail the round trip fail
- * the cell.  ok[cy * ncx + cx] receives 1 or 0, eps[] the distance (input pixels) within
- * which an interpolated position is too close to a sampling decision to be trusted.
+/* Transforms exactly the interpolated positions of a bw x bh block at (x0, y0) that lie
+ * within e (the block's coordinate error bound) of a sampling decision: the edges of
+ * the valid range [-0.5, n - 0.5] on each axis, and for nearest the rounding boundaries
+ * at half-integers.  A first, branch-free pass finds the distance of the block's
+ * positions to the nearest edge (in most blocks no position comes near one).
  * Returns 0 or TESS_ENOMEM. */
-static int grid_check(rp_ctx *c, const grid *g, double bound, unsigned char *ok, double *eps)
+static int fix_decisions(worker *w, const job *j, long x0, long y0, long bw, long bh, double e)
 {
-    const long H = RP_CELL, ncx = g->ncx, ncy = g->ncy;
-    /* Test points: centres (ncx * ncy), midpoints of horizontal edges (ncx * (ncy + 1)),
-     * midpoints of vertical edges ((ncx + 1) * ncy). */
-    size_t nc = (size_t)ncx * ncy, nh = (size_t)ncx * (ncy + 1), nv = (size_t)(ncx + 1) * ncy;
-    size_t nt = nc + nh + nv;
-    double *mem = malloc(sizeof(double) * nt * 4);
-    if (!mem)
-        return TESS_ENOMEM;
-    double *tx = mem, *ty = mem + nt, *ex = mem + 2 * nt, *ey = mem + 3 * nt;
-    size_t k = 0;
-    for (long cy = 0; cy < ncy; cy++)
-        for (long cx = 0; cx < ncx; cx++, k++) {
-            tx[k] = (double)(cx * H + H / 2);
-            ty[k] = (double)(cy * H + H / 2);
+    size_t n = 0, npx = (size_t)bw * (size_t)bh;
+    const double hx = (double)j->src->nx - 0.5, hy = (double)j->src->ny - 0.5;
+    const int nearest = j->method == RP_NEAREST;
+    const double *xi = w->xi, *yi = w->yi;
+    if (!nearest) {
+        /* Four running minima, so that consecutive points do not wait on each other. */
+        double lo[4] = { INFINITY, INFINITY, INFINITY, INFINITY };
+        size_t q = 0;
+        for (; q + 4 <= npx; q += 4) {
+            for (int u = 0; u < 4; u++) {
+                double x = xi[q + (size_t)u], y = yi[q + (size_t)u];
+                double a = fabs(x + 0.5), b = fabs(x - hx), c = fabs(y + 0.5), d = fabs(y - hy);
+                double m = a < b ? a : b;
+                m = m < c ? m : c;
+                m = m < d ? m : d;
+                lo[u] = m < lo[u] ? m : lo[u];
+            }
         }
-    for (long ky = 0; ky <= ncy; ky++)
-        for (long cx = 0; cx < ncx; cx++, k++) {
-            tx[k] = (double)(cx * H + H / 2);
-            ty[k] = (double)(ky * H);
+        for (; q < npx; q++) {
+            double x = xi[q], y = yi[q];
+            double a = fabs(x + 0.5), b = fabs(x - hx), c = fabs(y + 0.5), d = fabs(y - hy);
+            double m = a < b ? a : b;
+            m = m < c ? m : c;
+            m = m < d ? m : d;
+            lo[0] = m < lo[0] ? m : lo[0];
         }
-    for (long cy = 0; cy < ncy; cy++)
-        for (long kx = 0; kx <= ncx; kx++, k++) {
-            tx[k] = (double)(kx * H);
-            ty[k] = (double)(cy * H + H / 2);
-        }
-    if (map_points(c, nt, tx, ty, ex, ey, 1) != 0) {
-        free(mem);
-        return TESS_ENOMEM;
+        if (!(lo[0] <= e || lo[1] <= e || lo[2] <= e || lo[3] <= e))
+            return 0;
     }
-    double w0[4], wh[4], w1[4];
-    lagrange4(0.0, w0);
-    lagrange4(0.5, wh);
-    lagrange4(1.0, w1);
+    for (size_t k = 0; k < npx; k++) {
+        double x = xi[k], y = yi[k];
+        int near = fabs(x + 0.5) <= e || fabs(x - hx) <= e || fabs(y + 0.5) <= e
+                   || fabs(y - hy) <= e;
+        if (!near && nearest) {
+            double fx = (x + 0.5) - floor(x + 0.5), fy = (y + 0.5) - floor(y + 0.5);
+            near = fx <= e || fx >= 1.0 - e || fy <= e || fy >= 1.0 - e;
+        }
+        if (!near)
+            continue;
+        w->fx[n] = (double)(x0 + (long)(k % (size_t)bw));
+        w->fy[n] = (double)(y0 + (long)(k / (size_t)bw));
+        w->fidx[n++] = k;
+        if (n == RP_FIXCAP) {
+            if (fix_flush(w, n) != 0)
+                return TESS_ENOMEM;
+            n = 0;
+        }
+    }
+    return fix_flush(w, n);
+}
 
-    for (long cy = 0; cy < ncy; cy++) {
-        for (long cx = 0; cx < ncx; cx++) {
-            int good = 1;
-            for (long j = 0; j < 4 && good; j++)
-                for (long i = 0; i < 4 && good; i++) {
-                    long q = (cy + j) * g->nnx + cx + i;
-                    good = isfinite(g->gx[q]) && isfinite(g->gy[q]);
+/* Pointer to element 0 of plane z of a cube (bytes computed for its dtype). */
+static void *cube_plane(const rp_cube *c, long z)
+{
+    size_t es = c->dtype == RP_F32 ? sizeof(float) : sizeof(double);
+    return (char *)c->data + (size_t)z * (size_t)c->nx * (size_t)c->ny * es;
+}
+
+/* Interpolation block u: coordinates once, then every plane of the group.  Adds to
+ * *finite and *inside.  Returns 0 or a TESS_E* code with err. */
+static int interp_block(worker *w, const job *j, long u, long *finite, long *inside,
+                        char *err, size_t errlen)
+{
+    const long nx = j->dst->nx, ny = j->dst->ny;
+    long x0 = (u % j->nbx) * j->block, y0 = (u / j->nbx) * j->block;
+    long bw = nx - x0 < j->block ? nx - x0 : j->block;
+    long bh = ny - y0 < j->block ? ny - y0 : j->block;
+    size_t npx = (size_t)bw * (size_t)bh;
+    double e = 0.0;
+    if (rp_coordmap_lattice_bound(w->map, (double)x0, (double)y0, bw, bh, j->mce, w->xi, w->yi,
+                                  &e) != 0
+        || (e > 0.0 && fix_decisions(w, j, x0, y0, bw, bh, e) != 0)) {
+        set_err(err, errlen, "out of memory");
+        return TESS_ENOMEM;
+    }
+    long fin = 0;
+    for (long p = 0; p < j->nz; p++) {
+        long z = j->z0 + p;
+        rp_kernel_sample(j->kern[p], npx, w->xi, w->yi, w->val);
+        void *plane = cube_plane(j->dst, z);
+        float *fp = j->footprint ? j->footprint + (size_t)z * (size_t)nx * (size_t)ny : NULL;
+        for (long r = 0; r < bh; r++) {
+            size_t o = (size_t)(y0 + r) * (size_t)nx + (size_t)x0;
+            const double *v = w->val + (size_t)r * (size_t)bw;
+            long f = 0;
+            if (j->dst->dtype == RP_F32) {
+                float *d = (float *)plane + o;
+                for (long c = 0; c < bw; c++) {
+                    d[c] = (float)v[c];
+                    f += isfinite(v[c]) != 0;
                 }
-            if (!good) {
-                ok[cy * ncx + cx] = 0;
-                eps[cy * ncx + cx] = 0.0;
-                continue;
+            } else {
+                double *d = (double *)plane + o;
+                for (long c = 0; c < bw; c++) {
+                    d[c] = v[c];
+                    f += isfinite(v[c]) != 0;
+                }
             }
-            /* Local Jacobian d(input)/d(output) from the cell's corner nodes, and its
-             * singular values in closed form: s1^2 + s2^2 = |J|_F^2, s1 s2 = |det J|. */
-            long q00 = (cy + 1) * g->nnx + cx + 1;
-            double a = (g->gx[q00 + 1] - g->gx[q00]) / (double)H;
-            double b = (g->gx[q00 + g->nnx] - g->gx[q00]) / (double)H;
-            double cc = (g->gy[q00 + 1] - g->gy[q00]) / (double)H;
-            double d = (g->gy[q00 + g->nnx] - g->gy[q00]) / (double)H;
-            double s = a * a + b * b + cc * cc + d * d, det = fabs(a * d - b * cc);
-            double smax = sqrt(0.5 * (s + sqrt(fmax(s * s - 4.0 * det * det, 0.0))));
-            double smin = smax > 0.0 ? det / smax : 0.0;
-            if (!(smin > 0.0) || !isfinite(smin)) {
-                ok[cy * ncx + cx] = 0;
-                eps[cy * ncx + cx] = 0.0;
-                continue;
-            }
-            double scale = smin < 1.0 ? smin : 1.0;
-            size_t idx[5] = {
-                (size_t)(cy * ncx + cx),                          /* centre */
-                nc + (size_t)(cy * ncx + cx),                     /* bottom edge */
-                nc + (size_t)((cy + 1) * ncx + cx),               /* top edge */
-                nc + nh + (size_t)(cy * (ncx + 1) + cx),          /* left edge */
-                nc + nh + (size_t)(cy * (ncx + 1) + cx + 1) };    /* right edge */
-            const double *wxs[5] = { wh, wh, wh, w0, w1 };
-            const double *wys[5] = { wh, w0, w1, wh, wh };
-            double worst = 0.0;
-            for (int p = 0; p < 5 && good; p++) {
-                double xi, yi;
-                grid_eval(g, cx, cy, wxs[p], wys[p], &xi, &yi);
-                double e = hypot(xi - ex[idx[p]], yi - ey[idx[p]]);
-                if (!isfinite(e))
-                    good = 0;
-                else if (e > worst)
-                    worst = e;
-            }
-            good = good && worst / scale * RP_SAFETY <= bound;
-            ok[cy * ncx + cx] = (unsigned char)good;
-            eps[cy * ncx + cx] = good ? RP_EPS_FACTOR * worst + 1e-10 : 0.0;
+            if (fp)
+                for (long c = 0; c < bw; c++)
+                    fp[o + (size_t)c] = isfinite(v[c]) ? 1.0f : 0.0f;
+            fin += f;
         }
     }
-    free(mem);
+    /* Overlap: a finite value proves it; otherwise count the positions that fall inside
+     * the input (an input all NaN there still overlaps). */
+    if (fin > 0) {
+        *inside += fin;
+    } else {
+        const double xmax = (double)j->src->nx - 0.5, ymax = (double)j->src->ny - 0.5;
+        for (size_t k = 0; k < npx; k++)
+            *inside += w->xi[k] >= -0.5 && w->xi[k] <= xmax && w->yi[k] >= -0.5
+                       && w->yi[k] <= ymax;
+    }
+    *finite += fin;
     return 0;
 }
 
-/* Approximate coordinate grid (see reproject.h): exact transforms at the nodes and test
- * points, cubic interpolation inside accepted cells, exact per-pixel transforms (with
- * the round trip check) in the others.  Returns the number of finite output pixels or
- * TESS_ENOMEM. */
-/* 1 when coordinate v (input pixels, n pixels on the axis) lies within eps of a
- * sampling decision: the valid range [-0.5, n - 0.5], and for nearest the half-integer
- * rounding boundaries (scipy's floor(c + 0.5) of the padded coordinate c = v + 1). */
-static int near_decision(double v, long n, double eps, rp_method m)
+/* The address that rp_exact_rows should take as element 0 of a full out_nx-wide array so
+ * that its rows y0.. land in `band` (row y0 at band[0]).  rp_exact_rows only touches rows
+ * [y0, y1) (exact.h), so only addresses inside `band` are ever dereferenced; the
+ * arithmetic goes through uintptr_t (implementation-defined, flat addresses on every
+ * platform Tessera builds on) rather than through out-of-object pointer arithmetic. */
+static double *band_base(double *band, long y0, long nx)
 {
-    if (fabs(v + 0.5) <= eps || fabs(v - ((double)n - 0.5)) <= eps)
-        return 1;
-    if (m == RP_NEAREST) {
-        double c = v + 1.0 + 0.5;
-        double f = c - floor(c);
-        return f <= eps || f >= 1.0 - eps;
+    return (double *)((uintptr_t)band - (uintptr_t)y0 * (uintptr_t)nx * sizeof(double));
+}
+
+/* Exact unit u: rows [y0, y1) of plane z0 + u / nbands.  Adds to *finite, *inside. */
+static int exact_band(worker *w, const job *j, long u, long *finite, long *inside,
+                      char *err, size_t errlen)
+{
+    const long nx = j->dst->nx, ny = j->dst->ny;
+    long z = j->z0 + u / j->nbands;
+    long y0 = (u % j->nbands) * j->band, y1 = y0 + j->band < ny ? y0 + j->band : ny;
+    size_t n = (size_t)(y1 - y0) * (size_t)nx, off = (size_t)y0 * (size_t)nx;
+    rp_plane sp = { cube_plane(j->src, z), j->src->dtype, j->src->nx, j->src->ny };
+    int f64 = j->dst->dtype == RP_F64;
+    double *dbase = f64 ? (double *)cube_plane(j->dst, z) : band_base(w->band, y0, nx);
+    long rc = rp_exact_rows(j->in, &sp, j->out, nx, ny, y0, y1, j->mce, dbase,
+                            band_base(w->fband, y0, nx), err, errlen);
+    if (rc < 0)
+        return (int)rc;
+    const double *v = f64 ? dbase + off : w->band;
+    float *fp = j->footprint ? j->footprint + (size_t)z * (size_t)nx * (size_t)ny + off : NULL;
+    long fin = 0, ins = 0;
+    if (!f64) {
+        float *d = (float *)cube_plane(j->dst, z) + off;
+        for (size_t k = 0; k < n; k++)
+            d[k] = (float)v[k];
     }
+    for (size_t k = 0; k < n; k++) {
+        fin += isfinite(v[k]) != 0;
+        ins += w->fband[k] > 0.0;
+        if (fp)
+            fp[k] = (float)w->fband[k];
+    }
+    *finite += fin;
+    *inside += ins;
     return 0;
 }
 
-/* Approximate coordinate grid (see reproject.h): exact transforms at the nodes and test
- * points, cubic interpolation inside accepted cells (positions next to a sampling
- * decision transformed exactly), exact per-pixel transforms with the round trip check
- * in the other cells.  Returns the number of finite output pixels or TESS_ENOMEM. */
-static long reproject_grid(rp_ctx *c, const double *src, long in_nx, long in_ny,
-                           long out_nx, long out_ny, rp_method method, double bound,
-                           double *dst)
+/* Tells the caller (block_done) which region unit u covered.  Cannot fail. */
+static void block_report(const job *j, long u)
 {
-    const long H = RP_CELL;
-    grid g;
-    g.ncx = (out_nx + H - 1) / H;
-    g.ncy = (out_ny + H - 1) / H;
-    g.nnx = g.ncx + 3;
-    g.nny = g.ncy + 3;
-    size_t nn = (size_t)g.nnx * (size_t)g.nny, ncell = (size_t)g.ncx * (size_t)g.ncy;
-    double *nodes = malloc(sizeof(double) * nn * 4);
-    unsigned char *ok = malloc(ncell);
-    double *eps = malloc(sizeof(double) * ncell);
-    double *cellbuf = malloc(sizeof(double) * H * H * 6);
-    long *which = malloc(sizeof(long) * H * H);
-    long finite = TESS_ENOMEM;
-    if (!nodes || !ok || !eps || !cellbuf || !which)
-        goto done;
-    g.gx = nodes + 2 * nn;
-    g.gy = nodes + 3 * nn;
-    for (long ky = 0; ky < g.nny; ky++)
-        for (long kx = 0; kx < g.nnx; kx++) {
-            nodes[ky * g.nnx + kx] = (double)((kx - 1) * H);
-            nodes[nn + ky * g.nnx + kx] = (double)((ky - 1) * H);
-        }
-    if (map_points(c, nn, nodes, nodes + nn, g.gx, g.gy, 1) != 0)
-        goto done;
-    if (grid_check(c, &g, bound, ok, eps) != 0)
-        goto done;
-
-    double wt[RP_CELL][4];
-    for (long p = 0; p < H; p++)
-        lagrange4((double)p / (double)H, wt[p]);
-
-    finite = 0;
-    double *qx = cellbuf, *qy = cellbuf + H * H;
-    double *px = cellbuf + 2 * H * H, *py = cellbuf + 3 * H * H;
-    double *rx = cellbuf + 4 * H * H, *ry = cellbuf + 5 * H * H;
-    for (long cy = 0; cy < g.ncy; cy++) {
-        long r0 = cy * H, r1 = r0 + H < out_ny ? r0 + H : out_ny;
-        for (long cx = 0; cx < g.ncx; cx++) {
-            long c0 = cx * H, c1 = c0 + H < out_nx ? c0 + H : out_nx;
-            size_t m = 0, nx = 0;
-            int accepted = ok[cy * g.ncx + cx];
-            double e = eps[cy * g.ncx + cx];
-            for (long row = r0; row < r1; row++)
-                for (long col = c0; col < c1; col++, m++) {
-                    int exact = !accepted;
-                    if (accepted) {
-                        grid_eval(&g, cx, cy, wt[col - c0], wt[row - r0], &qx[m], &qy[m]);
-                        exact = near_decision(qx[m], in_nx, e, method)
-                                || near_decision(qy[m], in_ny, e, method);
-                    }
-                    if (exact) {
-                        px[nx] = (double)col;
-                        py[nx] = (double)row;
-                        which[nx++] = (long)m;
-                    }
-                }
-            if (nx > 0) {
-                if (map_points(c, nx, px, py, rx, ry, 0) != 0) {
-                    finite = TESS_ENOMEM;
-                    goto done;
-                }
-                for (size_t k = 0; k < nx; k++) {
-                    qx[which[k]] = rx[k];
-                    qy[which[k]] = ry[k];
-                }
-            }
-            m = 0;
-            for (long row = r0; row < r1; row++)
-                for (long col = c0; col < c1; col++, m++) {
-                    double v = sample(src, in_nx, in_ny, qx[m], qy[m], method);
-                    dst[row * out_nx + col] = v;
-                    finite += isfinite(v) != 0;
-                }
-        }
+    const long nx = j->dst->nx, ny = j->dst->ny;
+    if (j->method == RP_EXACT) {
+        long y0 = (u % j->nbands) * j->band, y1 = y0 + j->band < ny ? y0 + j->band : ny;
+        j->block_done(j->block_arg, j->z0 + u / j->nbands, 1, 0, y0, nx, y1 - y0);
+        return;
     }
-done:
-    free(nodes);
-    free(ok);
-    free(eps);
-    free(cellbuf);
-    free(which);
-    return finite;
+    long x0 = (u % j->nbx) * j->block, y0 = (u / j->nbx) * j->block;
+    long bw = nx - x0 < j->block ? nx - x0 : j->block;
+    long bh = ny - y0 < j->block ? ny - y0 : j->block;
+    j->block_done(j->block_arg, j->z0, j->nz, x0, y0, bw, bh);
 }
 
-/* A private 2-D celestial copy of w (its celestial axes when it has more), or NULL. */
-static skywcs *private_celestial(const skywcs *w)
+static void run_release(run *r)
+{
+    pthread_mutex_lock(&r->lock);
+    int last = --r->refs == 0;
+    pthread_mutex_unlock(&r->lock);
+    if (last) {
+        pthread_cond_destroy(&r->idle);
+        pthread_mutex_destroy(&r->lock);
+        free(r);
+    }
+}
+
+/* Takes blocks from the run until none is left, the run stops (error, cancel) or is
+ * over.  Scratch is made on the first block taken, so a helper that comes too late
+ * touches nothing but the run itself.  Cannot fail (errors go into the run). */
+static void work_loop(run *r)
+{
+    worker w;
+    int ready = 0;
+    char err[256];
+    for (;;) {
+        pthread_mutex_lock(&r->lock);
+        if (r->stop || r->next >= r->nunits) {
+            pthread_mutex_unlock(&r->lock);
+            break;
+        }
+        const job *j = r->j;
+        if (j->cancel && atomic_load(j->cancel)) {
+            r->stop = 1;
+            if (r->rc == 0) {
+                r->rc = TESS_ECANCELED;
+                snprintf(r->err, sizeof r->err, "cancelled");
+            }
+            pthread_mutex_unlock(&r->lock);
+            break;
+        }
+        long u = r->next++;
+        r->inflight++;
+        pthread_mutex_unlock(&r->lock);
+
+        long finite = 0, inside = 0;
+        int rc = 0;
+        err[0] = '\0';
+        if (!ready) {
+            rc = worker_init(&w, j, err, sizeof err);
+            ready = rc == 0;
+        }
+        if (rc == 0)
+            rc = j->method == RP_EXACT ? exact_band(&w, j, u, &finite, &inside, err, sizeof err)
+                                       : interp_block(&w, j, u, &finite, &inside, err, sizeof err);
+        if (rc == 0 && j->block_done)
+            block_report(j, u);
+        pthread_mutex_lock(&r->lock);
+        r->inflight--;
+        if (rc < 0) {
+            if (r->rc == 0) {
+                r->rc = rc;
+                snprintf(r->err, sizeof r->err, "%s", err);
+            }
+            r->stop = 1;
+        } else {
+            r->finite += finite;
+            r->inside += inside;
+            r->done++;
+            if (j->progress)
+                j->progress(j->progress_arg, j->done_base + r->done, j->total);
+        }
+        if (r->inflight == 0)
+            pthread_cond_broadcast(&r->idle);
+        pthread_mutex_unlock(&r->lock);
+    }
+    if (ready)
+        worker_release(&w);
+}
+
+/* A helper: a pool task or a thread of the engine's own. */
+static void helper_task(void *arg)
+{
+    run *r = arg;
+    work_loop(r);
+    run_release(r);
+}
+
+static void *helper_thread(void *arg)
+{
+    helper_task(arg);
+    return NULL;
+}
+
+/* Runs the nunits blocks of `j` with up to `threads` threads (the caller's included) on
+ * `workers` or on threads of its own.  Adds to *finite and *inside.  Returns 0 or the
+ * first error (err set). */
+static int run_blocks(const job *j, long nunits, pool *workers, pool_priority prio, int threads,
+                      long *finite, long *inside, char *err, size_t errlen)
+{
+    run *r = calloc(1, sizeof *r);
+    if (!r) {
+        set_err(err, errlen, "out of memory");
+        return TESS_ENOMEM;
+    }
+    if (pthread_mutex_init(&r->lock, NULL) != 0) {
+        free(r);
+        set_err(err, errlen, "cannot create a mutex");
+        return TESS_ENOMEM;
+    }
+    if (pthread_cond_init(&r->idle, NULL) != 0) {
+        pthread_mutex_destroy(&r->lock);
+        free(r);
+        set_err(err, errlen, "cannot create a condition variable");
+        return TESS_ENOMEM;
+    }
+    r->nunits = nunits;
+    r->refs = 1;
+    r->j = j;
+    long nhelp = (long)threads - 1;
+    if (nhelp > nunits - 1)
+        nhelp = nunits - 1;
+    pthread_t *th = NULL;
+    long started = 0;
+    if (nhelp > 0 && !workers)
+        th = malloc(sizeof(pthread_t) * (size_t)nhelp);
+    for (long i = 0; i < nhelp && (workers || th); i++) {
+        pthread_mutex_lock(&r->lock);
+        r->refs++;
+        pthread_mutex_unlock(&r->lock);
+        int ok = workers ? pool_submit(workers, prio, helper_task, r) == 0
+                         : pthread_create(&th[started], NULL, helper_thread, r) == 0;
+        if (!ok) {
+            pthread_mutex_lock(&r->lock);
+            r->refs--;
+            pthread_mutex_unlock(&r->lock);
+            break;
+        }
+        started++;
+    }
+    work_loop(r);
+    pthread_mutex_lock(&r->lock);
+    while (r->inflight > 0)
+        pthread_cond_wait(&r->idle, &r->lock);
+    /* Blocks not yet taken are taken by nobody from here on. */
+    r->stop = 1;
+    int rc = r->rc;
+    *finite += r->finite;
+    *inside += r->inside;
+    if (rc < 0)
+        set_err(err, errlen, "%s", r->err);
+    pthread_mutex_unlock(&r->lock);
+    if (!workers)
+        for (long i = 0; i < started; i++)
+            pthread_join(th[i], NULL);
+    free(th);
+    run_release(r);
+    return rc;
+}
+
+/* ------------------------------------------------------------------------------------ */
+/* The entry points                                                                       */
+
+/* A private 2-D celestial copy of w, or NULL (no separable celestial pair, no memory). */
+static skywcs *celestial_copy(const skywcs *w)
 {
     if (!skywcs_has_celestial(w))
         return NULL;
     return skywcs_naxis(w) == 2 ? skywcs_copy(w) : skywcs_celestial(w);
 }
 
-/* See reproject.h.  Errors: TESS_EINVAL (NULL arrays, sizes < 1 or too large, a WCS
- * without a celestial pair, an unknown celestial frame, a negative or non-finite
- * max_coord_error), TESS_ENOMEM; `dst` is unspecified on error. */
+/* Checks sizes and dtypes; 0 or TESS_EINVAL with err. */
+static int check_cubes(const rp_cube *src, const rp_cube *dst, char *err, size_t errlen)
+{
+    const rp_cube *c[2] = { src, dst };
+    for (int i = 0; i < 2; i++) {
+        if (!c[i]->data || c[i]->nx < 1 || c[i]->ny < 1 || c[i]->nz < 1
+            || c[i]->nx > INT_MAX || c[i]->ny > INT_MAX
+            || c[i]->nx > LONG_MAX / c[i]->ny || c[i]->nx * c[i]->ny > LONG_MAX / c[i]->nz
+            || (c[i]->dtype != RP_F32 && c[i]->dtype != RP_F64)) {
+            set_err(err, errlen, "bad %s array (%ldx%ldx%ld, dtype %d)", i ? "output" : "input",
+                    c[i]->nx, c[i]->ny, c[i]->nz, (int)c[i]->dtype);
+            return TESS_EINVAL;
+        }
+    }
+    if (src->nz != dst->nz) {
+        set_err(err, errlen, "input has %ld planes, output %ld", src->nz, dst->nz);
+        return TESS_EINVAL;
+    }
+    return 0;
+}
+
+/* Fills every plane of dst with NaN and the footprint with 0.  Cannot fail. */
+static void fill_nan(rp_cube *dst, float *footprint)
+{
+    size_t n = (size_t)dst->nx * (size_t)dst->ny * (size_t)dst->nz;
+    if (dst->dtype == RP_F32)
+        for (size_t k = 0; k < n; k++)
+            ((float *)dst->data)[k] = NAN;
+    else
+        for (size_t k = 0; k < n; k++)
+            ((double *)dst->data)[k] = NAN;
+    if (footprint)
+        memset(footprint, 0, n * sizeof(float));
+}
+
+long rp_reproject(const skywcs *in, const rp_cube *src, const skywcs *out, rp_cube *dst,
+                  float *footprint, const rp_options *opt, char *err, size_t errlen)
+{
+    if (!in || !out || !src || !dst || !opt) {
+        set_err(err, errlen, "missing WCS, array or options");
+        return TESS_EINVAL;
+    }
+    int rc = check_cubes(src, dst, err, errlen);
+    if (rc != 0)
+        return rc;
+    if ((int)opt->method < RP_NEAREST || (int)opt->method > RP_EXACT) {
+        set_err(err, errlen, "method: unknown");
+        return TESS_EINVAL;
+    }
+    if (!isfinite(opt->max_coord_error) || opt->max_coord_error < 0.0) {
+        set_err(err, errlen, "max_coord_error: must be a finite number >= 0");
+        return TESS_EINVAL;
+    }
+    if (opt->block < 0 || opt->threads < 0) {
+        set_err(err, errlen, "block and threads must be >= 0");
+        return TESS_EINVAL;
+    }
+    /* Validates both WCSs (celestial pair, frame, separability) once. */
+    if (!skywcs_has_celestial(in) || !skywcs_has_celestial(out)) {
+        set_err(err, errlen, "%s WCS has no celestial axes",
+                skywcs_has_celestial(in) ? "output" : "input");
+        return TESS_EINVAL;
+    }
+    if (skywcs_frame(in, NULL) == SKY_FRAME_NONE || skywcs_frame(out, NULL) == SKY_FRAME_NONE) {
+        set_err(err, errlen, "%s WCS has an unsupported celestial frame",
+                skywcs_frame(in, NULL) == SKY_FRAME_NONE ? "input" : "output");
+        return TESS_EINVAL;
+    }
+    char perr[128] = "";
+    rp_coordmap *probe = rp_coordmap_new(out, in, perr, sizeof perr);
+    if (!probe) {
+        set_err(err, errlen, "%s", perr);
+        return strstr(perr, "memory") ? TESS_ENOMEM : TESS_EINVAL;
+    }
+    rp_coordmap_free(probe);
+
+    int threads = opt->threads;
+    if (threads == 0) {
+        long n = opt->workers ? pool_threads(opt->workers) + 1 : sysconf(_SC_NPROCESSORS_ONLN);
+        threads = n < 1 ? 1 : n > 1024 ? 1024 : (int)n;
+    }
+    long block = opt->block > 0 ? opt->block : RP_BLOCK;
+    if (block > 8192)
+        block = 8192;
+
+    job j;
+    memset(&j, 0, sizeof j);
+    j.in = in;
+    j.out = out;
+    j.src = src;
+    j.dst = dst;
+    j.footprint = footprint;
+    j.method = opt->method;
+    j.mce = opt->max_coord_error;
+    j.cancel = opt->cancel;
+    j.progress = opt->progress;
+    j.progress_arg = opt->progress_arg;
+    j.block_done = opt->block_done;
+    j.block_arg = opt->block_arg;
+    long finite = 0, inside = 0;
+    skywcs *cin = NULL, *cout = NULL;
+    rp_kernel **kern = NULL;
+
+    if (opt->method == RP_EXACT) {
+        cin = celestial_copy(in);
+        cout = celestial_copy(out);
+        if (!cin || !cout) {
+            set_err(err, errlen, "out of memory");
+            rc = TESS_ENOMEM;
+            goto done;
+        }
+        j.in = cin;
+        j.out = cout;
+        j.band = block / 2 > 0 ? block / 2 : 1;
+        if (j.band > dst->ny)
+            j.band = dst->ny;
+        j.nbands = (dst->ny + j.band - 1) / j.band;
+        j.z0 = 0;
+        j.nz = dst->nz;
+        j.total = j.nbands * dst->nz;
+        rc = run_blocks(&j, j.total, opt->workers, opt->priority, threads, &finite, &inside,
+                        err, errlen);
+        goto done;
+    }
+
+    j.block = block;
+    j.nbx = (dst->nx + block - 1) / block;
+    long nblocks = j.nbx * ((dst->ny + block - 1) / block);
+    /* Planes per group: all of them, unless the prepared kernels (bicubic's coefficient
+     * arrays) would pass RP_KERNEL_BUDGET. */
+    long group = src->nz;
+    if (opt->method == RP_BICUBIC) {
+        size_t per = (size_t)(src->nx + 2) * (size_t)(src->ny + 2) * sizeof(double);
+        size_t g = RP_KERNEL_BUDGET / per;
+        group = g < 1 ? 1 : g < (size_t)src->nz ? (long)g : src->nz;
+    }
+    long ngroups = (src->nz + group - 1) / group;
+    j.total = nblocks * ngroups;
+    kern = calloc((size_t)group, sizeof *kern);
+    if (!kern) {
+        set_err(err, errlen, "out of memory");
+        rc = TESS_ENOMEM;
+        goto done;
+    }
+    for (long g = 0; g < ngroups && rc == 0; g++) {
+        j.z0 = g * group;
+        j.nz = src->nz - j.z0 < group ? src->nz - j.z0 : group;
+        for (long p = 0; p < j.nz && rc == 0; p++) {
+            rp_plane sp = { cube_plane(src, j.z0 + p), src->dtype, src->nx, src->ny };
+            kern[p] = rp_kernel_new(opt->method, &sp, err, errlen);
+            if (!kern[p])
+                rc = TESS_ENOMEM;
+        }
+        j.kern = kern;
+        j.done_base = g * nblocks;
+        if (rc == 0)
+            rc = run_blocks(&j, nblocks, opt->workers, opt->priority, threads, &finite, &inside,
+                            err, errlen);
+        for (long p = 0; p < j.nz; p++) {
+            rp_kernel_free(kern[p]);
+            kern[p] = NULL;
+        }
+    }
+done:
+    free(kern);
+    skywcs_free(cin);
+    skywcs_free(cout);
+    if (rc != 0)
+        return rc;
+    if (inside == 0) {
+        fill_nan(dst, footprint);
+        set_err(err, errlen, "the target does not overlap the input image");
+        return TESS_ENOOVERLAP;
+    }
+    return finite;
+}
+
+/* See reproject.h.  Errors: TESS_EINVAL, TESS_ENOMEM; `dst` is unspecified on error. */
 long reproject_plane(const skywcs *in, const double *src, long in_nx, long in_ny,
                      const skywcs *out, long out_nx, long out_ny,
                      rp_method method, double max_coord_error,
                      double *dst, char *err, size_t errlen)
 {
-    if (!in || !out || !src || !dst) {
+    if (!src || !dst) {
         set_err(err, errlen, "missing WCS or pixel array");
         return TESS_EINVAL;
     }
-    if (in_nx < 1 || in_ny < 1 || out_nx < 1 || out_ny < 1
-        || in_nx > LONG_MAX / in_ny || out_nx > LONG_MAX / out_ny
-        || in_nx > INT_MAX || in_ny > INT_MAX || out_nx > INT_MAX || out_ny > INT_MAX) {
-        set_err(err, errlen, "bad image size (%ldx%ld -> %ldx%ld)", in_nx, in_ny, out_nx, out_ny);
-        return TESS_EINVAL;
-    }
-    if (method != RP_NEAREST && method != RP_BILINEAR) {
-        set_err(err, errlen, "method: unknown");
-        return TESS_EINVAL;
-    }
-    if (!isfinite(max_coord_error) || max_coord_error < 0.0) {
-        set_err(err, errlen, "max_coord_error: must be a finite number >= 0");
-        return TESS_EINVAL;
-    }
-    if (!skywcs_has_celestial(in) || !skywcs_has_celestial(out)) {
-        set_err(err, errlen, "%s WCS has no celestial axes", skywcs_has_celestial(in) ? "output" : "input");
-        return TESS_EINVAL;
-    }
-    rp_ctx c;
-    memset(&c, 0, sizeof c);
-    c.fin = skywcs_frame(in, &c.eqin);
-    c.fout = skywcs_frame(out, &c.eqout);
-    if (c.fin == SKY_FRAME_NONE || c.fout == SKY_FRAME_NONE) {
-        set_err(err, errlen, "%s WCS has an unsupported celestial frame",
-                c.fin == SKY_FRAME_NONE ? "input" : "output");
-        return TESS_EINVAL;
-    }
-    long rc;
-    c.in = private_celestial(in);
-    c.out = private_celestial(out);
-    double *scratch = malloc(sizeof(double) * RP_CHUNK * 4);
-    if (!scratch) {
-        rc = TESS_ENOMEM;
-        set_err(err, errlen, "out of memory");
-        goto done;
-    }
-    if (!c.in || !c.out) {
-        /* skywcs_celestial also refuses celestial axes coupled to other axes. */
-        int multi = (!c.in && skywcs_naxis(in) != 2) || (!c.out && skywcs_naxis(out) != 2);
-        rc = multi ? TESS_EINVAL : TESS_ENOMEM;
-        set_err(err, errlen, "%s", multi ? "celestial axes not separable from the others"
-                                         : "out of memory");
-        goto done;
-    }
-    c.lon = scratch;
-    c.lat = scratch + RP_CHUNK;
-    c.xr = scratch + 2 * RP_CHUNK;
-    c.yr = scratch + 3 * RP_CHUNK;
-
-    if (max_coord_error > 0.0 && out_nx >= 2 * RP_CELL && out_ny >= 2 * RP_CELL)
-        rc = reproject_grid(&c, src, in_nx, in_ny, out_nx, out_ny, method, max_coord_error, dst);
-    else
-        rc = reproject_exact(&c, src, in_nx, in_ny, out_nx, out_ny, method, dst);
-    if (rc < 0)
-        set_err(err, errlen, "out of memory");
-done:
-    skywcs_free(c.in);
-    skywcs_free(c.out);
-    free(scratch);
-    return rc;
+    rp_cube s = { (void *)src, RP_F64, in_nx, in_ny, 1 };
+    rp_cube d = { dst, RP_F64, out_nx, out_ny, 1 };
+    rp_options o;
+    rp_options_init(&o);
+    o.method = method;
+    o.max_coord_error = max_coord_error;
+    o.threads = 1;
+    long n = rp_reproject(in, &s, out, &d, NULL, &o, err, errlen);
+    return n == TESS_ENOOVERLAP ? 0 : n;
 }

@@ -4,6 +4,9 @@
 #include "util/error.h"
 
 #include <glob.h>
+#include <pthread.h>
+#include <sys/stat.h>
+#include <time.h>
 #include <limits.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -11,6 +14,56 @@
 #include <string.h>
 
 #define CATALOG_MAX_FRAMES 100000
+
+/* Mutable part of a dataset: its current version, rechecked at most once a second. */
+struct ds_state {
+    pthread_mutex_t lock;
+    double checked;          /* CLOCK_MONOTONIC seconds of the last check */
+    char version[64];
+};
+
+static double now_s(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+/* Size and mtime of every path folded into a version string; a path that cannot be
+ * stat(2)ed contributes a marker so that deletion changes the version too. */
+static void compute_version(const dataset *d, char *out, size_t len)
+{
+    unsigned long long size = 0, h = 1469598103934665603ULL;
+    for (int i = 0; i < d->npaths; i++) {
+        struct stat st;
+        unsigned long long v[2] = {0xdeadULL, (unsigned long long)i};
+        if (stat(d->paths[i], &st) == 0) {
+            size += (unsigned long long)st.st_size;
+            v[0] = (unsigned long long)st.st_mtim.tv_sec * 1000000000ULL +
+                   (unsigned long long)st.st_mtim.tv_nsec;
+            v[1] = (unsigned long long)st.st_size;
+        }
+        for (int k = 0; k < 2; k++) {
+            h ^= v[k];
+            h *= 1099511628211ULL;
+        }
+    }
+    snprintf(out, len, "%llx-%llx", size, h);
+}
+
+const char *dataset_version(const dataset *d, char *out, size_t len)
+{
+    struct ds_state *st = d->state;
+    double t = now_s();
+    pthread_mutex_lock(&st->lock);
+    if (t - st->checked > 1.0) {
+        compute_version(d, st->version, sizeof(st->version));
+        st->checked = t;
+    }
+    snprintf(out, len, "%s", st->version);
+    pthread_mutex_unlock(&st->lock);
+    return out;
+}
 
 static void seterr(char *err, size_t errlen, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
@@ -81,6 +134,10 @@ static void dataset_release(dataset *d)
     free(d->header);
     skywcs_free(d->wcs);
     skywcs_free(d->cel);
+    if (d->state) {
+        pthread_mutex_destroy(&d->state->lock);
+        free(d->state);
+    }
     memset(d, 0, sizeof(*d));
 }
 
@@ -135,6 +192,7 @@ static int open_one(const tess_config *cfg, const ds_config *dc, dataset *d, cha
     if (!d->name)
         return TESS_ENOMEM;
     d->hdu = dc->hdu;
+    d->hips_galactic = dc->hips_galactic;
     if (dc->frames) {
         if ((rc = stack_paths(cfg, dc, d, err, errlen)))
             return rc;
@@ -148,15 +206,12 @@ static int open_one(const tess_config *cfg, const ds_config *dc, dataset *d, cha
         d->npaths = 1;
     }
 
-    long long vsize = 0, vtime = 0;
     for (int i = 0; i < d->npaths; i++) {
         fitsimg_info info;
         if ((rc = fitsimg_read_info(d->paths[i], d->hdu, &info, why, sizeof(why)))) {
             seterr(err, errlen, "dataset '%s': %s", d->name, why);
             return rc;
         }
-        vsize += info.file_size;
-        vtime ^= info.mtime_ns + (long long)i * 0x9E3779B97F4A7C15LL;
         if (i == 0) {
             if (info.naxis < 2 || (info.naxis >= 3 && dc->frames && info.naxes[2] != 1) ||
                 (info.naxis == 4 && info.naxes[3] != 1)) {
@@ -183,8 +238,13 @@ static int open_one(const tess_config *cfg, const ds_config *dc, dataset *d, cha
         }
         fitsimg_info_release(&info);
     }
-    snprintf(d->version, sizeof(d->version), "%llx-%llx", (unsigned long long)vsize,
-             (unsigned long long)vtime);
+    d->state = calloc(1, sizeof(*d->state));
+    if (!d->state)
+        return TESS_ENOMEM;
+    pthread_mutex_init(&d->state->lock, NULL);
+    compute_version(d, d->version, sizeof(d->version));
+    snprintf(d->state->version, sizeof(d->state->version), "%s", d->version);
+    d->state->checked = now_s();
 
     /* A header without WCS keywords still parses (wcslib gives linear pixel axes);
      * only the celestial part matters for reprojection. */

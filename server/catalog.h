@@ -24,8 +24,10 @@ typedef struct dataset {
     int nkeys;
     skywcs *wcs;         /* full WCS of the header, or NULL when it has none; read-only */
     skywcs *cel;         /* its celestial 2-D part, or NULL; read-only: copy before use */
+    int hips_galactic;   /* HiPS frame: 1 galactic, 0 equatorial */
     char version[64];    /* identity of the file contents when opened (size and mtime of
-                            every path); part of every cache key */
+                            every path); use dataset_version() for the current one */
+    struct ds_state *state; /* private: the current version, rechecked once a second */
 } dataset;
 
 typedef struct catalog {
@@ -50,6 +52,12 @@ const char *ds_kind_name(ds_kind k);   /* "image", "cube", "stack" */
  * physical values.  Returns 0 or a TESS_E* code with `err`. */
 int dataset_read_region(const dataset *d, long z, long x0, long y0, long w, long h, double *out,
                         char *err, size_t errlen);
+
+/* The current identity of the dataset's files ("<size>-<mtime hash>" in hex), copied to
+ * `out`: the files are stat(2)ed again when the last check is more than a second old, so
+ * a replaced or rewritten file changes it.  Put it in every cache key so that a changed
+ * source is never served from the cache.  Thread-safe.  Returns `out`. */
+const char *dataset_version(const dataset *d, char *out, size_t len);
 
 /* 1 when canonical absolute `path` lies inside one of the configured roots. */
 int catalog_path_allowed(const tess_config *cfg, const char *path);

@@ -32,6 +32,7 @@ int config_init(tess_config *c)
     c->port = 8080;
     c->threads = 0;
     c->cache_memory_mb = 256;
+    c->planes_memory_mb = 1024;
     c->max_output_pixels = 16777216;
     c->max_body_mb = 64;
     c->max_queued_jobs = 64;
@@ -202,11 +203,11 @@ static int load_json(json_t *root, tess_config *c, const char *base, char *err, 
 {
     static const char *const top_keys[] = {"listen", "threads", "data_roots", "cache", "limits",
                                            "jobs", "datasets", NULL};
-    static const char *const cache_keys[] = {"memory_mb", "disk_dir", "disk_mb", NULL};
+    static const char *const cache_keys[] = {"memory_mb", "planes_mb", "disk_dir", "disk_mb", NULL};
     static const char *const limit_keys[] = {"max_output_pixels", "max_body_mb", "max_queued_jobs",
                                              "max_queue", "max_connections", NULL};
     static const char *const job_keys[] = {"dir", "token", NULL};
-    static const char *const ds_keys[] = {"name", "path", "hdu", "frames", NULL};
+    static const char *const ds_keys[] = {"name", "path", "hdu", "frames", "hips_frame", NULL};
     int rc;
     long long v;
 
@@ -260,6 +261,10 @@ static int load_json(json_t *root, tess_config *c, const char *base, char *err, 
         if ((rc = get_int(cache, "memory_mb", "cache.", 0, 1 << 20, &v, err, errlen)))
             return rc;
         c->cache_memory_mb = (size_t)v;
+        v = (long long)c->planes_memory_mb;
+        if ((rc = get_int(cache, "planes_mb", "cache.", 1, 1 << 24, &v, err, errlen)))
+            return rc;
+        c->planes_memory_mb = (size_t)v;
         v = (long long)c->cache_disk_mb;
         if ((rc = get_int(cache, "disk_mb", "cache.", 0, 1 << 24, &v, err, errlen)))
             return rc;
@@ -348,10 +353,22 @@ static int load_json(json_t *root, tess_config *c, const char *base, char *err, 
             long long hdu = 0;
             if ((rc = get_int(d, "hdu", where, 0, 1000, &hdu, err, errlen)))
                 return rc;
+            json_t *hf = json_object_get(d, "hips_frame");
+            int galactic = 0;
+            if (hf) {
+                const char *fr = json_is_string(hf) ? json_string_value(hf) : "";
+                if (strcmp(fr, "galactic") == 0)
+                    galactic = 1;
+                else if (strcmp(fr, "equatorial") != 0) {
+                    seterr(err, errlen, "%ships_frame must be \"equatorial\" or \"galactic\"", where);
+                    return TESS_EINVAL;
+                }
+            }
             if ((rc = add_dataset(c, json_string_value(name),
                                   path ? json_string_value(path) : NULL, (int)hdu,
                                   frames ? json_string_value(frames) : NULL, err, errlen)))
                 return rc;
+            c->datasets[c->n_datasets - 1].hips_galactic = galactic;
         }
     }
     return 0;
@@ -413,17 +430,19 @@ int config_load_demo(tess_config *c, const char *demo_dir, char *err, size_t err
     int rc = add_root(c, demo_dir, NULL, err, errlen);
     if (rc)
         return rc;
-    static const struct { const char *name, *path, *frames; } demo[] = {
-        {"horsehead", "HorseHead.fits", NULL},
-        {"gc_2mass_k", "gc_2mass_k.fits", NULL},
-        {"gc_msx_e", "gc_msx_e.fits", NULL},
-        {"allsky_rosat", "allsky_rosat.fits", NULL},
-        {"l1448_13co", "l1448_13co.fits", NULL},
-        {"m13", NULL, "M13_blue_*.fits"},
+    static const struct { const char *name, *path, *frames; int galactic; } demo[] = {
+        {"horsehead", "HorseHead.fits", NULL, 0},
+        {"gc_2mass_k", "gc_2mass_k.fits", NULL, 0},
+        {"gc_msx_e", "gc_msx_e.fits", NULL, 1},
+        {"allsky_rosat", "allsky_rosat.fits", NULL, 1},
+        {"l1448_13co", "l1448_13co.fits", NULL, 0},
+        {"m13", NULL, "M13_blue_*.fits", 0},
     };
-    for (size_t i = 0; i < sizeof(demo) / sizeof(demo[0]); i++)
+    for (size_t i = 0; i < sizeof(demo) / sizeof(demo[0]); i++) {
         if ((rc = add_dataset(c, demo[i].name, demo[i].path, 0, demo[i].frames, err, errlen)))
             return rc;
+        c->datasets[c->n_datasets - 1].hips_galactic = demo[i].galactic;
+    }
     return 0;
 }
 

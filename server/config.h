@@ -11,6 +11,7 @@ typedef struct ds_config {
     char *path;      /* NULL for stacks */
     int hdu;         /* 0-based HDU index, default 0 */
     char *frames;    /* glob pattern, NULL for single files */
+    int hips_galactic; /* "hips_frame": "galactic" (1) or "equatorial" (0, the default) */
 } ds_config;
 
 typedef struct tess_config {
@@ -20,6 +21,7 @@ typedef struct tess_config {
     char **data_roots;           /* absolute, canonical (realpath) directories */
     int n_roots;
     size_t cache_memory_mb;      /* cache.memory_mb, default 256 */
+    size_t planes_memory_mb;     /* cache.planes_mb: source planes kept in memory, default 1024 */
     char *cache_disk_dir;        /* cache.disk_dir (not used yet), may be NULL */
     size_t cache_disk_mb;        /* cache.disk_mb */
     long long max_output_pixels; /* limits.max_output_pixels, default 16777216 */

@@ -23,11 +23,21 @@
 static const double latency_buckets[] = {0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10};
 #define NBUCKETS (sizeof(latency_buckets) / sizeof(latency_buckets[0]))
 
+/* One render in progress and the requests waiting for its answer. */
+typedef struct flight {
+    struct flight *next;
+    char *key;
+    hreq *waiters;
+} flight;
+
 /* Private server state beyond the public struct. */
 typedef struct tserver_priv {
     struct tserver pub;
     pthread_mutex_t pool_lock;        /* guards pub.workers against tserver_stop */
     pthread_mutex_t stats_lock;
+    pthread_mutex_t flight_lock;      /* guards flights */
+    flight *flights;                  /* renders in progress, by cache key */
+    unsigned long long coalesced;     /* requests answered by another's render */
     unsigned long long by_code[600];
     unsigned long long bucket[NBUCKETS + 1];
     double latency_sum;
@@ -124,12 +134,49 @@ int hreq_try_cache(hreq *r)
     if (!r->cache_key)
         return 0;
     tile *t = tilecache_get(r->srv->cache, r->cache_key);
+    if (!t && r->srv->disk) {
+        t = diskcache_get(r->srv->disk, r->cache_key);
+        if (t)
+            tilecache_put(r->srv->cache, r->cache_key, t);
+    }
     if (!t)
         return 0;
     hreq_reply_tile(r, 200, t);
     r->rep.x_cache = 1;
     r->rep.cache_control = "public, max-age=3600";
     return 1;
+}
+
+/* Ends the flight `r` leads: every waiter gets r's answer (its own reference to the
+ * body) and is resumed.  Called before r itself is resumed, while r's reply is alive. */
+static void finish_flight(hreq *r)
+{
+    tserver_priv *sp = (tserver_priv *)r->srv;
+    flight *f = r->flight;
+    if (!f)
+        return;
+    pthread_mutex_lock(&sp->flight_lock);
+    for (flight **pp = &sp->flights; *pp; pp = &(*pp)->next)
+        if (*pp == f) {
+            *pp = f->next;
+            break;
+        }
+    pthread_mutex_unlock(&sp->flight_lock);
+    r->flight = NULL;
+    for (hreq *w = f->waiters; w;) {
+        hreq *next = w->next_waiter;
+        w->rep.status = r->rep.status;
+        w->rep.body = r->rep.body ? tile_ref(r->rep.body) : NULL;
+        w->rep.x_cache = r->rep.x_cache >= 0 ? 0 : -1;
+        w->rep.cache_control = r->rep.cache_control;
+        w->rep.retry_after = r->rep.retry_after;
+        __atomic_add_fetch(&sp->coalesced, 1, __ATOMIC_RELAXED);
+        __atomic_store_n(&w->async_state, 2, __ATOMIC_RELEASE);
+        MHD_resume_connection(w->conn);
+        w = next;
+    }
+    free(f->key);
+    free(f);
 }
 
 /* Runs on a pool thread: the handler's work, then the cache insert, then resume. */
@@ -140,10 +187,13 @@ static void run_task(void *arg)
     __atomic_add_fetch(&r->srv->renders, 1, __ATOMIC_RELAXED);
     if (r->rep.status == 200 && r->rep.body && r->cache_key) {
         tilecache_put(r->srv->cache, r->cache_key, r->rep.body);
+        if (r->srv->disk)
+            diskcache_put(r->srv->disk, r->cache_key, r->rep.body);
         r->rep.x_cache = 0;
         if (!r->rep.cache_control)
             r->rep.cache_control = "public, max-age=3600";
     }
+    finish_flight(r);
     __atomic_store_n(&r->async_state, 2, __ATOMIC_RELEASE);
     MHD_resume_connection(r->conn);
 }
@@ -157,6 +207,30 @@ int hreq_run_async(hreq *r, void (*work)(hreq *r), void *arg, void (*arg_free)(v
     r->async_state = 1;
     __atomic_add_fetch(&r->srv->inflight, 1, __ATOMIC_ACQ_REL);
     MHD_suspend_connection(r->conn);
+    if (r->cache_key) {
+        pthread_mutex_lock(&sp->flight_lock);
+        flight *f = sp->flights;
+        while (f && strcmp(f->key, r->cache_key) != 0)
+            f = f->next;
+        if (f) {
+            /* The same render is running: wait for its answer. */
+            r->next_waiter = f->waiters;
+            f->waiters = r;
+            pthread_mutex_unlock(&sp->flight_lock);
+            return 0;
+        }
+        f = calloc(1, sizeof(*f));
+        if (f && !(f->key = strdup(r->cache_key))) {
+            free(f);
+            f = NULL;
+        }
+        if (f) {
+            f->next = sp->flights;
+            sp->flights = f;
+            r->flight = f;
+        }
+        pthread_mutex_unlock(&sp->flight_lock);
+    }
     pthread_mutex_lock(&sp->pool_lock);
     int rc = sp->pub.workers ? pool_submit(sp->pub.workers, POOL_INTERACTIVE, run_task, r)
                              : TESS_EAGAIN;
@@ -164,6 +238,7 @@ int hreq_run_async(hreq *r, void (*work)(hreq *r), void *arg, void (*arg_free)(v
     if (rc) {
         problem_reply(r, 503, NULL, "the server is busy; retry shortly");
         r->rep.retry_after = 1;
+        finish_flight(r);
         r->async_state = 2;
         MHD_resume_connection(r->conn);
     }
@@ -209,8 +284,21 @@ static void handle_metrics(hreq *r)
     buf_printf(&b, "# TYPE tessera_cache_misses_total counter\ntessera_cache_misses_total %llu\n",
                (unsigned long long)cs.misses);
     buf_printf(&b, "# TYPE tessera_cache_bytes gauge\ntessera_cache_bytes %zu\n", cs.bytes);
-    buf_printf(&b, "# TYPE tessera_renders_total counter\ntessera_renders_total %llu\n",
+    if (r->srv->disk) {
+        diskcache_stats ds;
+        diskcache_get_stats(r->srv->disk, &ds);
+        buf_printf(&b, "# TYPE tessera_disk_cache_hits_total counter\ntessera_disk_cache_hits_total %llu\n"
+                       "# TYPE tessera_disk_cache_bytes gauge\ntessera_disk_cache_bytes %zu\n",
+                   (unsigned long long)ds.hits, ds.bytes);
+    }
+    buf_printf(&b, "# HELP tessera_renders_total Pixel computations actually run.\n"
+                   "# TYPE tessera_renders_total counter\ntessera_renders_total %llu\n",
                __atomic_load_n(&r->srv->renders, __ATOMIC_RELAXED));
+    buf_printf(&b, "# HELP tessera_renders_coalesced_total Requests answered by a render "
+                   "another request started (single flight).\n"
+                   "# TYPE tessera_renders_coalesced_total counter\n"
+                   "tessera_renders_coalesced_total %llu\n",
+               __atomic_load_n(&sp->coalesced, __ATOMIC_RELAXED));
     pthread_mutex_lock(&sp->pool_lock);
     size_t depth = sp->pub.workers ? pool_queue_depth(sp->pub.workers) : 0;
     pthread_mutex_unlock(&sp->pool_lock);
@@ -253,6 +341,16 @@ static void route(hreq *r)
         if (!get)
             return method_not_allowed(r, "GET");
         return handle_metrics(r);
+    }
+    if (strncmp(u, "/hips/", 6) == 0) {
+        if (!get)
+            return method_not_allowed(r, "GET");
+        return handle_hips(r, u + 6);
+    }
+    if (strncmp(u, "/iiif/3/", 8) == 0) {
+        if (!get)
+            return method_not_allowed(r, "GET");
+        return handle_iiif(r, u + 8);
     }
     if (strcmp(u, "/api/v1/cutout") == 0) {
         if (get)
@@ -356,6 +454,8 @@ static enum MHD_Result send_reply(hreq *r)
     }
     if (rep->allow)
         MHD_add_response_header(resp, MHD_HTTP_HEADER_ALLOW, rep->allow);
+    if (rep->location)
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_LOCATION, rep->location);
     enum MHD_Result ret = MHD_queue_response(r->conn, (unsigned)status, resp);
     MHD_destroy_response(resp);
     tserver_priv *sp = (tserver_priv *)r->srv;
@@ -465,6 +565,7 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
         r->work_arg_free(r->work_arg);
     tile_release(r->rep.body);
     free(r->rep.allow);
+    free(r->rep.location);
     free(r->cache_key);
     free(r->body);
     free(r->url);
@@ -487,12 +588,21 @@ int tserver_start(const tess_config *cfg, tserver **out, char *err, size_t errle
     s->cfg = cfg;
     pthread_mutex_init(&sp->pool_lock, NULL);
     pthread_mutex_init(&sp->stats_lock, NULL);
+    pthread_mutex_init(&sp->flight_lock, NULL);
     int rc = catalog_open(cfg, &s->cat, err, errlen);
     if (rc)
         goto fail;
     s->cache = tilecache_new(cfg->cache_memory_mb * 1024 * 1024, 16);
     s->workers = pool_new(cfg->threads, cfg->max_queue);
-    if (!s->cache || !s->workers) {
+    s->planes = planestore_new(cfg->planes_memory_mb * 1024 * 1024);
+    if (cfg->cache_disk_dir && cfg->cache_disk_mb > 0) {
+        s->disk = diskcache_open(cfg->cache_disk_dir, cfg->cache_disk_mb * 1024 * 1024, err, errlen);
+        if (!s->disk) {
+            rc = TESS_EIO;
+            goto fail;
+        }
+    }
+    if (!s->cache || !s->workers || !s->planes) {
         snprintf(err, errlen, "cannot create the cache or the worker pool");
         rc = TESS_ENOMEM;
         goto fail;
@@ -539,10 +649,13 @@ int tserver_start(const tess_config *cfg, tserver **out, char *err, size_t errle
     return 0;
 fail:
     pool_free(s->workers);
+    planestore_free(s->planes);
+    diskcache_close(s->disk);
     tilecache_free(s->cache);
     catalog_free(s->cat);
     pthread_mutex_destroy(&sp->pool_lock);
     pthread_mutex_destroy(&sp->stats_lock);
+    pthread_mutex_destroy(&sp->flight_lock);
     free(sp);
     return rc;
 }
@@ -571,8 +684,11 @@ void tserver_stop(tserver *s, int grace_s)
         usleep(10000);
     MHD_stop_daemon(s->daemon);
     tilecache_free(s->cache);
+    planestore_free(s->planes);
+    diskcache_close(s->disk);
     catalog_free(s->cat);
     pthread_mutex_destroy(&sp->pool_lock);
     pthread_mutex_destroy(&sp->stats_lock);
+    pthread_mutex_destroy(&sp->flight_lock);
     free(sp);
 }

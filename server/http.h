@@ -3,9 +3,11 @@
 #define TESSERA_SERVER_HTTP_H
 
 #include <stddef.h>
+#include "cache/diskcache.h"
 #include "cache/tilecache.h"
 #include "server/catalog.h"
 #include "server/config.h"
+#include "server/planes.h"
 #include "server/pool.h"
 
 typedef struct tserver tserver;
@@ -19,6 +21,7 @@ typedef struct reply {
     const char *cache_control;/* static string or NULL */
     int retry_after;          /* seconds, 0 = none */
     char *allow;              /* Allow header for 405, malloc'd or NULL */
+    char *location;           /* Location header for redirects, malloc'd or NULL */
 } reply;
 
 /* The state of one request, alive from its first byte to the end of its response. */
@@ -37,6 +40,8 @@ typedef struct hreq {
     void *work_arg;
     void (*work_arg_free)(void *);
     int async_state;          /* 0 none, 1 queued/running, 2 done */
+    struct flight *flight;    /* the render this request leads (single flight), or NULL */
+    struct hreq *next_waiter; /* next request waiting on the same render */
 } hreq;
 
 /* Shared, read-only after start, except the cache and pool (thread-safe themselves). */
@@ -44,7 +49,9 @@ struct tserver {
     const tess_config *cfg;
     catalog *cat;
     tilecache *cache;
+    diskcache *disk;          /* optional disk tier (cache.disk_dir), or NULL */
     pool *workers;
+    planestore *planes;       /* source planes in memory, shared by tiles and cutouts */
     struct MHD_Daemon *daemon;
     int port;
     /* counter for /metrics, updated atomically */
@@ -84,8 +91,11 @@ void hreq_reply_json(hreq *r, int status, char *json);
 int hreq_try_cache(hreq *r);
 
 /* For handlers: run `work(r)` on the pool; the connection is suspended until it ends.
- * `arg` (freed with arg_free after the reply) carries the parsed request.  On a full
- * queue answers 503 with Retry-After.  Always returns 0. */
+ * `arg` (freed with arg_free after the reply) carries the parsed request.  Single
+ * flight: when r->cache_key is set and a request with the same key is already being
+ * computed, this one waits for that render and gets the same answer (success or error)
+ * instead of computing it again.  On a full queue answers 503 with Retry-After.
+ * Always returns 0. */
 int hreq_run_async(hreq *r, void (*work)(hreq *r), void *arg, void (*arg_free)(void *));
 
 #endif

@@ -4,6 +4,8 @@
 #include <fitsio.h>
 #include <jansson.h>
 #include <math.h>
+#include <pthread.h>
+#include <unistd.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -435,6 +437,20 @@ static void golden(const char *name, const char *dsname, const char *method, dou
     resp_free(&r);
 }
 
+/* Every method of the engine through POST /api/v1/cutout: bicubic and exact against
+ * their astropy references (both well within 2e-6 of the peak), lanczos3 answered. */
+START_TEST(test_cutout_methods)
+{
+    golden("gc2massk_to_ga_bicubic", "gc_2mass_k", "bicubic", 0);
+    golden("gc2massk_to_ga_exact", "gc_2mass_k", "exact", 0);
+    golden("gc2massk_to_ga_bicubic", "gc_2mass_k", "bicubic", 0.001);
+    resp r = fetch("GET", "/api/v1/cutout?dataset=gc_2mass_k&ra=266.4&dec=-28.9&fov=0.2&width=64"
+                   "&height=48&method=lanczos3&format=fits", NULL, 0, NULL);
+    ck_assert_msg(r.status == 200, "lanczos3: %ld %s", r.status, r.body);
+    resp_free(&r);
+}
+END_TEST
+
 START_TEST(test_golden_exact)
 {
     golden("gc2massk_to_ga_bilinear", "gc_2mass_k", "bilinear", 0);
@@ -638,6 +654,144 @@ START_TEST(test_metrics)
 }
 END_TEST
 
+/* Reads one counter from /metrics. */
+static double metric(const char *name)
+{
+    resp r = get("/metrics");
+    ck_assert_int_eq(r.status, 200);
+    char pat[128];
+    snprintf(pat, sizeof(pat), "\n%s ", name);
+    const char *p = strstr(r.body, pat);
+    ck_assert_msg(p != NULL, "metric %s missing", name);
+    double v = strtod(p + strlen(pat), NULL);
+    resp_free(&r);
+    return v;
+}
+
+typedef struct flight_arg {
+    const char *path;
+    long status;
+    char etag[64];
+} flight_arg;
+
+static void *flight_get(void *arg)
+{
+    flight_arg *a = arg;
+    char url[1024];
+    snprintf(url, sizeof(url), "%s%s", base, a->path);
+    resp r;
+    memset(&r, 0, sizeof(r));
+    CURL *c = curl_easy_init();
+    curl_easy_setopt(c, CURLOPT_URL, url);
+    curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_body);
+    curl_easy_setopt(c, CURLOPT_WRITEDATA, &r);
+    curl_easy_setopt(c, CURLOPT_HEADERFUNCTION, on_header);
+    curl_easy_setopt(c, CURLOPT_HEADERDATA, &r);
+    curl_easy_setopt(c, CURLOPT_TIMEOUT, 60L);
+    if (curl_easy_perform(c) == CURLE_OK)
+        curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &a->status);
+    snprintf(a->etag, sizeof(a->etag), "%s", r.etag);
+    curl_easy_cleanup(c);
+    free(r.body);
+    return NULL;
+}
+
+START_TEST(test_single_flight)
+{
+    /* 16 concurrent requests for one uncached cutout: one render answers them all. */
+    const char *path = "/api/v1/cutout?dataset=allsky_rosat&ra=0&dec=0&coordsys=galactic"
+                       "&fov=360&width=2048&height=1024&projection=AIT&max_coord_error=0";
+    double before = metric("tessera_renders_total");
+    pthread_t th[16];
+    flight_arg args[16];
+    for (int i = 0; i < 16; i++) {
+        memset(&args[i], 0, sizeof(args[i]));
+        args[i].path = path;
+        pthread_create(&th[i], NULL, flight_get, &args[i]);
+    }
+    for (int i = 0; i < 16; i++)
+        pthread_join(th[i], NULL);
+    for (int i = 0; i < 16; i++) {
+        ck_assert_int_eq(args[i].status, 200);
+        ck_assert_str_eq(args[i].etag, args[0].etag);
+    }
+    double after = metric("tessera_renders_total");
+    ck_assert_msg(after - before == 1.0, "%g renders for 16 identical requests", after - before);
+}
+END_TEST
+
+/* A server over a temporary data root holding a copy of galactic_2d.fits. */
+static char tmpdir[256];
+
+static void setup_tmp(void)
+{
+    char err[512], path[512];
+    snprintf(tmpdir, sizeof(tmpdir), "/tmp/tessera-http-XXXXXX");
+    ck_assert_ptr_nonnull(mkdtemp(tmpdir));
+    snprintf(path, sizeof(path), "cp %s/galactic_2d.fits %s/g.fits", TESSERA_TESTDATA_DIR, tmpdir);
+    ck_assert_int_eq(system(path), 0);
+    char json[1024];
+    snprintf(json, sizeof(json), "{\"listen\": \"127.0.0.1:0\", \"threads\": 2, "
+             "\"data_roots\": [\"%s\"], \"datasets\": [{\"name\": \"g\", \"path\": \"g.fits\"}]}",
+             tmpdir);
+    ck_assert_int_eq(config_init(&cfg), 0);
+    ck_assert_msg(config_load_text(json, &cfg, err, sizeof(err)) == 0, "%s", err);
+    ck_assert_msg(tserver_start(&cfg, &srv, err, sizeof(err)) == 0, "%s", err);
+    snprintf(base, sizeof(base), "http://127.0.0.1:%d", tserver_port(srv));
+}
+
+static void teardown_tmp(void)
+{
+    tserver_stop(srv, 5);
+    config_release(&cfg);
+    char cmd[512];
+    snprintf(cmd, sizeof(cmd), "rm -rf %s", tmpdir);
+    if (system(cmd) != 0)
+        fprintf(stderr, "could not remove %s\n", tmpdir);
+}
+
+START_TEST(test_changed_file_served_fresh)
+{
+    const char *path = "/api/v1/datasets/g/slice/xy/43_43/0_0_0.fits";
+    resp a = get(path);
+    ck_assert_int_eq(a.status, 200);
+    ck_assert_str_eq(a.x_cache, "MISS");
+    resp b = get(path);
+    ck_assert_str_eq(b.x_cache, "HIT");
+    long nx, ny;
+    double *v0 = fits_mem_read(a.body, a.len, 1, &nx, &ny);
+
+    /* Rewrite every pixel in place (x -> 2x + 1), as a pipeline updating a file would. */
+    char file[512];
+    snprintf(file, sizeof(file), "%s/g.fits", tmpdir);
+    fitsfile *f = NULL;
+    int st = 0;
+    fits_open_diskfile(&f, file, READWRITE, &st);
+    float *px = malloc(43 * 43 * sizeof(float));
+    for (int i = 0; i < 43 * 43; i++)
+        px[i] = isfinite(v0[i]) ? (float)(2.0 * v0[i] + 1.0) : NAN;
+    fits_write_img(f, TFLOAT, 1, 43 * 43, px, &st);
+    fits_close_file(f, &st);
+    ck_assert_int_eq(st, 0);
+    free(px);
+    sleep(2);   /* the version is rechecked once a second */
+
+    resp c = get(path);
+    ck_assert_int_eq(c.status, 200);
+    ck_assert_str_eq(c.x_cache, "MISS");
+    ck_assert_str_ne(c.etag, a.etag);
+    double *v1 = fits_mem_read(c.body, c.len, 1, &nx, &ny);
+    for (int i = 0; i < 43 * 43; i++)
+        if (isfinite(v0[i]))
+            ck_assert(v1[i] == (double)(float)(2.0 * v0[i] + 1.0));
+    free(v0);
+    free(v1);
+    resp_free(&a);
+    resp_free(&b);
+    resp_free(&c);
+}
+END_TEST
+
 int main(void)
 {
     curl_global_init(CURL_GLOBAL_DEFAULT);
@@ -652,12 +806,19 @@ int main(void)
     tcase_add_test(tc, test_cutout_bad_parameters);
     tcase_add_test(tc, test_golden_exact);
     tcase_add_test(tc, test_golden_grid);
+    tcase_add_test(tc, test_cutout_methods);
     tcase_add_test(tc, test_post_cutout_bad_bodies);
     tcase_add_test(tc, test_declared_body_too_big_refused_early);
     tcase_add_test(tc, test_slice_fits_equals_source);
     tcase_add_test(tc, test_slice_cube_region);
     tcase_add_test(tc, test_metrics);
+    tcase_add_test(tc, test_single_flight);
     suite_add_tcase(s, tc);
+    TCase *tf = tcase_create("files");
+    tcase_add_checked_fixture(tf, setup_tmp, teardown_tmp);
+    tcase_set_timeout(tf, 60);
+    tcase_add_test(tf, test_changed_file_served_fresh);
+    suite_add_tcase(s, tf);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);
     int failed = srunner_ntests_failed(sr);

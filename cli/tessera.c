@@ -1,0 +1,1222 @@
+/* The tessera command: offline reprojection of FITS images and cubes with the Tessera engine. */
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <math.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/mman.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <fitsio.h>
+
+#include "reproject/reproject.h"
+#include "reproject/skywcs.h"
+#include "util/error.h"
+
+/* Exit statuses (documented in the usage text). */
+enum {
+    EXIT_OK = 0,
+    EXIT_FAIL = 1,        /* unreadable input, bad WCS, I/O error, out of memory */
+    EXIT_USAGE = 2,       /* bad command line */
+    EXIT_NOOVERLAP = 3,   /* the target does not overlap the input */
+    EXIT_INTERRUPTED = 130
+};
+
+/* Cards in a text header file at most (a cap on input that grows). */
+#define MAX_CARDS 100000
+
+static const char usage_text[] =
+    "usage: tessera reproject IN.fits[HDU] --target HDR_OR_FITS[HDU] -o OUT.fits\n"
+    "                         [--method M] [--max-coord-error PX] [--threads N]\n"
+    "                         [--quiet] [--timing]\n"
+    "\n"
+    "Reprojects the image (or cube) in HDU number HDU of IN.fits (0-based, default 0)\n"
+    "onto the celestial WCS and size (NAXIS1, NAXIS2) of the target: a text header (one\n"
+    "80-character card a line) or a FITS file whose header is used.\n"
+    "  --method M             nearest, bilinear (default), bicubic, lanczos3, exact\n"
+    "  --max-coord-error PX   bound on the coordinate grid's error, output pixels\n"
+    "                         (default 0.001; 0 = exact transform at every pixel)\n"
+    "  --threads N            threads (default 0 = one per core)\n"
+    "  --quiet                no progress bar (it is drawn only on a terminal anyway)\n"
+    "  --timing               print the time of each phase (read, reproject, write)\n"
+    "OUT.fits: HDU 0 the reprojected data with the target's WCS cards; HDU 1 FOOTPRINT,\n"
+    "for interpolation 1 where the output is finite and 0 elsewhere (BITPIX 8), for\n"
+    "exact the covered fraction of each pixel (BITPIX -32).  Data are float32 (BITPIX\n"
+    "-32) for BITPIX 8, 16 and -32 inputs, float64 for BITPIX 32, 64 and -64; BSCALE and\n"
+    "BZERO are applied (in float32 for BITPIX 8 and 16, as astropy does) and BLANK\n"
+    "pixels become NaN.  A cube's celestial axes (axes 1 and 2) are reprojected and its\n"
+    "third axis is passed through (the target may be 2-D, or 3-D with the same axis).\n"
+    "The output is written to a temporary file next to OUT.fits and renamed at the end.\n"
+    "Exit status: 0 done, 1 failure (input, WCS, I/O, memory), 2 bad command line,\n"
+    "3 the target does not overlap the input, 130 interrupted (SIGINT/SIGTERM).\n";
+
+static void msg(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* Prints "tessera: <message>\n" on stderr. */
+static void msg(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    fputs("tessera: ", stderr);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
+}
+
+/* cfitsio's text for a status code. */
+static const char *fits_text(int status, char buf[FLEN_STATUS])
+{
+    fits_get_errstatus(status, buf);
+    return buf;
+}
+
+/* ------------------------------------------------------------------------------------ */
+/* Command line                                                                           */
+
+typedef struct reproject_args {
+    char *in_path;
+    int in_hdu;
+    char *target_path;
+    int target_hdu;
+    const char *out_path;
+    rp_method method;
+    double max_coord_error;
+    int threads;
+    int quiet;
+    int timing;
+} reproject_args;
+
+/* Splits "path[N]" into a malloc'd path and N (0-based HDU); a name without a trailing
+ * "[digits]" is all path, HDU 0.  Returns 0, or TESS_EINVAL (bad HDU number) /
+ * TESS_ENOMEM. */
+static int split_hdu(const char *arg, char **path, int *hdu)
+{
+    size_t n = strlen(arg);
+    *hdu = 0;
+    if (n >= 3 && arg[n - 1] == ']') {
+        const char *lb = strrchr(arg, '[');
+        if (lb && lb > arg) {
+            const char *p = lb + 1;
+            long v = 0;
+            int digits = 0;
+            while (*p >= '0' && *p <= '9') {
+                if (v > 100000)
+                    return TESS_EINVAL;
+                v = v * 10 + (*p - '0');
+                p++;
+                digits++;
+            }
+            if (digits > 0 && p == arg + n - 1) {
+                *hdu = (int)v;
+                n = (size_t)(lb - arg);
+            }
+        }
+    }
+    *path = strndup(arg, n);
+    return *path ? 0 : TESS_ENOMEM;
+}
+
+/* Parses a number; returns 0 or -1. */
+static int parse_double(const char *s, double *v)
+{
+    char *end;
+    errno = 0;
+    *v = strtod(s, &end);
+    return (errno || end == s || *end) ? -1 : 0;
+}
+
+static int parse_int(const char *s, long lo, long hi, int *v)
+{
+    char *end;
+    errno = 0;
+    long x = strtol(s, &end, 10);
+    if (errno || end == s || *end || x < lo || x > hi)
+        return -1;
+    *v = (int)x;
+    return 0;
+}
+
+/* Parses `tessera reproject ...` arguments (argv[0] is "reproject").  Options take their
+ * value as the next argument or after '='.  Returns 0, 1 (--help shown) or EXIT_USAGE
+ * after printing why. */
+static int parse_reproject(int argc, char **argv, reproject_args *a)
+{
+    memset(a, 0, sizeof *a);
+    a->method = RP_BILINEAR;
+    a->max_coord_error = 0.001;
+    const char *in = NULL, *target = NULL;
+    for (int i = 1; i < argc; i++) {
+        const char *arg = argv[i];
+        if (strcmp(arg, "-h") == 0 || strcmp(arg, "--help") == 0) {
+            fputs(usage_text, stdout);
+            return 1;
+        }
+        if (strcmp(arg, "--quiet") == 0 || strcmp(arg, "-q") == 0) {
+            a->quiet = 1;
+            continue;
+        }
+        if (strcmp(arg, "--timing") == 0) {
+            a->timing = 1;
+            continue;
+        }
+        if (arg[0] != '-' || arg[1] == '\0') {
+            if (in) {
+                msg("reproject: one input file only ('%s' and '%s')", in, arg);
+                return EXIT_USAGE;
+            }
+            in = arg;
+            continue;
+        }
+        static const char *const opts[] = { "--target", "-o", "--output", "--method",
+                                            "--max-coord-error", "--threads", NULL };
+        const char *val = NULL;
+        int which = -1;
+        for (int k = 0; opts[k]; k++) {
+            size_t len = strlen(opts[k]);
+            if (strncmp(arg, opts[k], len) == 0 && (arg[len] == '\0' || arg[len] == '=')) {
+                which = k;
+                if (arg[len] == '=')
+                    val = arg + len + 1;
+                break;
+            }
+        }
+        if (which < 0) {
+            msg("reproject: unknown option '%s' (see tessera reproject --help)", arg);
+            return EXIT_USAGE;
+        }
+        if (!val) {
+            if (i + 1 >= argc) {
+                msg("reproject: %s needs a value", arg);
+                return EXIT_USAGE;
+            }
+            val = argv[++i];
+        }
+        switch (which) {
+        case 0:
+            target = val;
+            break;
+        case 1:
+        case 2:
+            a->out_path = val;
+            break;
+        case 3:
+            if (rp_method_parse(val, &a->method)) {
+                msg("reproject: --method must be nearest, bilinear, bicubic, lanczos3 or exact, "
+                    "not '%s'", val);
+                return EXIT_USAGE;
+            }
+            break;
+        case 4:
+            if (parse_double(val, &a->max_coord_error) || !isfinite(a->max_coord_error)
+                || a->max_coord_error < 0.0) {
+                msg("reproject: --max-coord-error must be a number >= 0, not '%s'", val);
+                return EXIT_USAGE;
+            }
+            break;
+        default:
+            if (parse_int(val, 0, 1024, &a->threads)) {
+                msg("reproject: --threads must be an integer from 0 to 1024, not '%s'", val);
+                return EXIT_USAGE;
+            }
+            break;
+        }
+    }
+    if (!in || !target || !a->out_path) {
+        msg("reproject: %s is required (see tessera reproject --help)",
+            !in ? "an input file" : !target ? "--target" : "-o OUT.fits");
+        return EXIT_USAGE;
+    }
+    if (split_hdu(in, &a->in_path, &a->in_hdu)
+        || split_hdu(target, &a->target_path, &a->target_hdu)) {
+        msg("reproject: bad HDU number in '%s' or '%s'", in, target);
+        return EXIT_USAGE;
+    }
+    return 0;
+}
+
+/* ------------------------------------------------------------------------------------ */
+/* Parallel loops                                                                         */
+
+/* Work on elements [i0, i1) of something split between threads. */
+typedef void (*slice_fn)(void *arg, size_t i0, size_t i1);
+
+typedef struct slice_job {
+    slice_fn fn;
+    void *arg;
+    size_t i0, i1;
+} slice_job;
+
+static void *slice_main(void *p)
+{
+    slice_job *s = p;
+    s->fn(s->arg, s->i0, s->i1);
+    return NULL;
+}
+
+/* Runs fn over [0, n) cut into `threads` contiguous slices (boundaries multiples of
+ * `align`), the caller running the first.  A thread that cannot be started leaves its
+ * slice to the caller.  Cannot fail. */
+static void par_for(int threads, size_t n, size_t align, slice_fn fn, void *arg)
+{
+    enum { MAXT = 64 };
+    if (threads < 1)
+        threads = 1;
+    if (threads > MAXT)
+        threads = MAXT;
+    size_t per = (n + (size_t)threads - 1) / (size_t)threads;
+    per = (per + align - 1) / align * align;
+    slice_job jobs[MAXT];
+    pthread_t th[MAXT];
+    int started[MAXT] = { 0 };
+    int ns = 0;
+    for (size_t i0 = 0; i0 < n && ns < MAXT; i0 += per, ns++)
+        jobs[ns] = (slice_job){ fn, arg, i0, i0 + per < n ? i0 + per : n };
+    for (int t = 1; t < ns; t++)
+        started[t] = pthread_create(&th[t], NULL, slice_main, &jobs[t]) == 0;
+    for (int t = 0; t < ns; t++)
+        if (t == 0 || !started[t])
+            slice_main(&jobs[t]);
+    for (int t = 1; t < ns; t++)
+        if (started[t])
+            pthread_join(th[t], NULL);
+}
+
+/* Converts n 4- or 8-byte values in place between native and FITS (big-endian) byte
+ * order: a byte swap on little-endian hosts, nothing on big-endian ones.  Cannot fail. */
+static void swap_values(void *p, size_t n, size_t size)
+{
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
+    (void)p;
+    (void)n;
+    (void)size;
+#else
+    if (size == 4) {
+        uint32_t *u = p;
+        for (size_t k = 0; k < n; k++)
+            u[k] = __builtin_bswap32(u[k]);
+    } else {
+        uint64_t *u = p;
+        for (size_t k = 0; k < n; k++)
+            u[k] = __builtin_bswap64(u[k]);
+    }
+#endif
+}
+
+/* ------------------------------------------------------------------------------------ */
+/* Reading                                                                                */
+
+/* An input image: header, WCS, pixels. */
+typedef struct input {
+    char *cards;          /* from fits_hdr2str: free with fits_free_memory */
+    int nkeys;
+    skywcs *wcs;
+    int bitpix;
+    rp_cube cube;
+} input;
+
+static void input_release(input *in)
+{
+    int st = 0;
+    if (in->cards)
+        fits_free_memory(in->cards, &st);
+    skywcs_free(in->wcs);
+    free(in->cube.data);
+    memset(in, 0, sizeof *in);
+}
+
+/* Allocates a large pixel buffer, 2 MiB-aligned and marked for transparent huge pages
+ * (fewer page faults on first touch), or NULL.  Free with free(). */
+static void *alloc_big(size_t bytes)
+{
+    const size_t huge = (size_t)2 << 20;
+    void *p = NULL;
+    if (bytes < huge)
+        return malloc(bytes ? bytes : 1);
+    if (posix_memalign(&p, huge, (bytes + huge - 1) / huge * huge) != 0)
+        return NULL;
+    madvise(p, (bytes + huge - 1) / huge * huge, MADV_HUGEPAGE);
+    return p;
+}
+
+/* A parallel read: slices of the data unit, each pread then byte-swapped. */
+typedef struct read_arg {
+    int fd;
+    off_t off;
+    unsigned char *dst;
+    size_t es;
+    atomic_int failed;
+} read_arg;
+
+static void read_slice(void *p, size_t i0, size_t i1)
+{
+    read_arg *a = p;
+    unsigned char *d = a->dst + i0 * a->es;
+    size_t left = (i1 - i0) * a->es;
+    off_t off = a->off + (off_t)(i0 * a->es);
+    while (left > 0) {
+        size_t chunk = left < ((size_t)1 << 26) ? left : ((size_t)1 << 26);
+        ssize_t got = pread(a->fd, d, chunk, off);
+        if (got <= 0) {
+            atomic_store(&a->failed, got < 0 ? errno : -1);
+            return;
+        }
+        swap_values(d, (size_t)got / a->es, a->es);
+        d += got;
+        off += got;
+        left -= (size_t)got;
+    }
+}
+
+/* Reads n values of es bytes at byte `off` of `path` into dst with `threads` threads.
+ * Returns 0 or -1 after printing why. */
+static int read_parallel(const char *path, off_t off, void *dst, size_t n, size_t es,
+                         int threads)
+{
+    read_arg a = { open(path, O_RDONLY | O_CLOEXEC), off, dst, es, 0 };
+    if (a.fd < 0) {
+        msg("cannot open input '%s': %s", path, strerror(errno));
+        return -1;
+    }
+    /* Slices of whole 4 KiB of values keep every pread page-aligned in the file cache. */
+    par_for(threads, n, 4096, read_slice, &a);
+    close(a.fd);
+    int e = atomic_load(&a.failed);
+    if (e) {
+        msg("cannot read the pixels of '%s': %s", path,
+            e == -1 ? "the file is shorter than its header says" : strerror(e));
+        return -1;
+    }
+    return 0;
+}
+
+/* Opens `path` as a plain disk file (no extended-filename syntax) at HDU `hdu`
+ * (0-based), which must be an image.  Returns the handle or NULL after printing why. */
+static fitsfile *open_image_hdu(const char *path, int hdu, const char *what)
+{
+    fitsfile *f = NULL;
+    int st = 0, type = 0;
+    char t[FLEN_STATUS];
+    if (fits_open_diskfile(&f, path, READONLY, &st)) {
+        msg("cannot open %s '%s': %s", what, path, fits_text(st, t));
+        return NULL;
+    }
+    if (fits_movabs_hdu(f, hdu + 1, &type, &st)) {
+        msg("%s '%s' has no HDU %d: %s", what, path, hdu, fits_text(st, t));
+        st = 0;
+        fits_close_file(f, &st);
+        return NULL;
+    }
+    if (type != IMAGE_HDU) {
+        msg("HDU %d of %s '%s' is a table, not an image", hdu, what, path);
+        st = 0;
+        fits_close_file(f, &st);
+        return NULL;
+    }
+    return f;
+}
+
+/* The value text of `key` in concatenated 80-character cards (quotes and blanks
+ * stripped), or 0 when the card is absent. */
+static int card_value(const char *cards, int nkeys, const char *key, char *val, size_t vlen)
+{
+    size_t kl = strlen(key);
+    for (int i = 0; i < nkeys; i++) {
+        const char *c = cards + (size_t)i * 80;
+        if (strncmp(c, key, kl) != 0 || (kl < 8 && c[kl] != ' ') || c[8] != '=')
+            continue;
+        size_t i0 = 10, i1;
+        while (i0 < 80 && c[i0] == ' ')
+            i0++;
+        if (i0 < 80 && c[i0] == '\'') {
+            i0++;
+            for (i1 = i0; i1 < 80 && c[i1] != '\''; i1++)
+                ;
+        } else {
+            for (i1 = i0; i1 < 80 && c[i1] != '/'; i1++)
+                ;
+        }
+        while (i1 > i0 && c[i1 - 1] == ' ')
+            i1--;
+        const char *p = c + i0, *q = c + i1;
+        size_t n = (size_t)(q - p) < vlen - 1 ? (size_t)(q - p) : vlen - 1;
+        memcpy(val, p, n);
+        val[n] = '\0';
+        return 1;
+    }
+    return 0;
+}
+
+/* 1 when the CTYPE value names a celestial axis with a projection ("RA---TAN",
+ * "GLAT-CAR", "DEC--SFL"...: four characters of axis type, '-', a projection code). */
+static int celestial_ctype(const char *v)
+{
+    static const char *const kinds[] = { "RA--", "DEC-", "GLON", "GLAT", "ELON", "ELAT",
+                                         "SLON", "SLAT", "HLON", "HLAT", NULL };
+    if (strlen(v) < 8 || v[4] != '-')
+        return 0;
+    for (int i = 0; kinds[i]; i++)
+        if (strncmp(v, kinds[i], 4) == 0)
+            return 1;
+    return 0;
+}
+
+/* Reads the input image or cube: float32 for BITPIX 8, 16, -32 and float64 otherwise,
+ * scaled, BLANK and NaN as NaN; unscaled float images are read with `threads` threads.
+ * Returns 0 or an exit status after printing why. */
+static int read_input(const char *path, int hdu, int threads, input *in)
+{
+    memset(in, 0, sizeof *in);
+    fitsfile *f = open_image_hdu(path, hdu, "input");
+    if (!f)
+        return EXIT_FAIL;
+    int st = 0, naxis = 0, rc = EXIT_FAIL;
+    long naxes[9] = { 1, 1, 1, 1, 1, 1, 1, 1, 1 };
+    char t[FLEN_STATUS], err[256] = "", v[72];
+    if (fits_get_img_param(f, 9, &in->bitpix, &naxis, naxes, &st)) {
+        msg("cannot read the header of '%s': %s", path, fits_text(st, t));
+        goto done;
+    }
+    long nz = 1;
+    for (int k = 3; k < naxis; k++)
+        if (naxes[k] != 1) {
+            msg("'%s' has %d axes: tessera reprojects images and cubes (axes 4 and up of "
+                "length 1)", path, naxis);
+            goto done;
+        }
+    if (naxis < 2 || naxes[0] < 1 || naxes[1] < 1) {
+        msg("HDU %d of '%s' is not an image (NAXIS = %d)", hdu, path, naxis);
+        goto done;
+    }
+    if (naxis >= 3)
+        nz = naxes[2];
+    if (nz < 1) {
+        msg("'%s' has an empty third axis", path);
+        goto done;
+    }
+    if (fits_hdr2str(f, 1, NULL, 0, &in->cards, &in->nkeys, &st)) {
+        msg("cannot read the header of '%s': %s", path, fits_text(st, t));
+        goto done;
+    }
+    if (skywcs_parse(in->cards, in->nkeys, &in->wcs, err, sizeof err)) {
+        msg("'%s' has no usable WCS: %s", path, err);
+        goto done;
+    }
+    if (!card_value(in->cards, in->nkeys, "CTYPE1", v, sizeof v) || !celestial_ctype(v)
+        || !card_value(in->cards, in->nkeys, "CTYPE2", v, sizeof v) || !celestial_ctype(v)
+        || !skywcs_has_celestial(in->wcs)) {
+        msg("'%s': axes 1 and 2 must be celestial (CTYPE1/CTYPE2 like RA---TAN, DEC--TAN)",
+            path);
+        goto done;
+    }
+    int f32 = in->bitpix == BYTE_IMG || in->bitpix == SHORT_IMG || in->bitpix == FLOAT_IMG;
+    size_t n = (size_t)naxes[0] * (size_t)naxes[1] * (size_t)nz;
+    in->cube.dtype = f32 ? RP_F32 : RP_F64;
+    in->cube.nx = naxes[0];
+    in->cube.ny = naxes[1];
+    in->cube.nz = nz;
+    size_t es = f32 ? sizeof(float) : sizeof(double);
+    in->cube.data = alloc_big(n * es);
+    if (!in->cube.data) {
+        msg("out of memory for the input (%zu pixels)", n);
+        goto done;
+    }
+    int anynul = 0;
+    LONGLONG head = 0, data0 = 0, dend = 0;
+    if (in->bitpix < 0 && !card_value(in->cards, in->nkeys, "BSCALE", v, sizeof v)
+        && !card_value(in->cards, in->nkeys, "BZERO", v, sizeof v)
+        && fits_get_hduaddrll(f, &head, &data0, &dend, &st) == 0) {
+        /* IEEE floats, unscaled: read with `threads` threads (pread of disjoint ranges,
+         * then the byte swap), NaN staying NaN. */
+        if (read_parallel(path, (off_t)data0, in->cube.data, n, es, threads) != 0)
+            goto done;
+        rc = EXIT_OK;
+        goto done;
+    }
+    if (f32) {
+        /* Integers are scaled in float32 arithmetic, (float)raw * (float)BSCALE then
+         * + (float)BZERO, as astropy.io.fits does for BITPIX 8 and 16, so that results
+         * match astropy's to the bit (cfitsio would scale in double and round once). */
+        double bscale = 1.0, bzero = 0.0;
+        int ks = 0;
+        if (in->bitpix != FLOAT_IMG) {
+            fits_read_key(f, TDOUBLE, "BSCALE", &bscale, NULL, &ks);
+            if (ks)
+                bscale = 1.0;
+            ks = 0;
+            fits_read_key(f, TDOUBLE, "BZERO", &bzero, NULL, &ks);
+            if (ks)
+                bzero = 0.0;
+            fits_set_bscale(f, 1.0, 0.0, &st);
+        }
+        float nul = NAN;
+        fits_read_img(f, TFLOAT, 1, (LONGLONG)n, &nul, in->cube.data, &anynul, &st);
+        float fs = (float)bscale, fz = (float)bzero, *d = in->cube.data;
+        if (st == 0 && bscale != 1.0)
+            for (size_t k = 0; k < n; k++)
+                d[k] *= fs;
+        if (st == 0 && bzero != 0.0)
+            for (size_t k = 0; k < n; k++)
+                d[k] += fz;
+    } else {
+        double nul = NAN;
+        fits_read_img(f, TDOUBLE, 1, (LONGLONG)n, &nul, in->cube.data, &anynul, &st);
+    }
+    if (st) {
+        msg("cannot read the pixels of '%s': %s", path, fits_text(st, t));
+        goto done;
+    }
+    rc = EXIT_OK;
+done:
+    st = 0;
+    fits_close_file(f, &st);
+    if (rc != EXIT_OK)
+        input_release(in);
+    return rc;
+}
+
+/* Reads the target header: the header of a FITS file (HDU `hdu`) or a text file of
+ * cards, one a line (up to END; it may start with SIMPLE like a FITS header).  *cards
+ * is malloc'd 80-character cards.  Returns 0 or an exit status after printing why. */
+static int read_target(const char *path, int hdu, char **cards, int *nkeys)
+{
+    *cards = NULL;
+    *nkeys = 0;
+    FILE *fp = fopen(path, "rb");
+    if (!fp) {
+        msg("cannot open target '%s': %s", path, strerror(errno));
+        return EXIT_FAIL;
+    }
+    /* A FITS file starts with a SIMPLE card and has no line ends: its cards run on. */
+    char head[81] = "";
+    size_t got = fread(head, 1, 81, fp);
+    int is_fits = got == 81 && memcmp(head, "SIMPLE  =", 9) == 0 && !memchr(head, '\n', 81)
+                  && !memchr(head, '\r', 81);
+    if (is_fits) {
+        fclose(fp);
+        fitsfile *f = open_image_hdu(path, hdu, "target");
+        if (!f)
+            return EXIT_FAIL;
+        int st = 0;
+        char *fc = NULL;
+        char t[FLEN_STATUS];
+        if (fits_hdr2str(f, 1, NULL, 0, &fc, nkeys, &st)) {
+            msg("cannot read the header of target '%s': %s", path, fits_text(st, t));
+            st = 0;
+            fits_close_file(f, &st);
+            return EXIT_FAIL;
+        }
+        *cards = strdup(fc);
+        st = 0;
+        fits_free_memory(fc, &st);
+        fits_close_file(f, &st);
+        if (!*cards) {
+            msg("out of memory");
+            return EXIT_FAIL;
+        }
+        return EXIT_OK;
+    }
+    rewind(fp);
+    size_t cap = 256, n = 0;
+    char *c = malloc(cap * 80 + 1);
+    char line[1024];
+    int rc = EXIT_OK;
+    while (c && fgets(line, sizeof line, fp)) {
+        size_t len = strcspn(line, "\r\n");
+        if (len == 0)
+            continue;
+        if (len > 80) {
+            msg("target '%s': line %zu is longer than 80 characters (one card a line "
+                "expected)", path, n + 1);
+            rc = EXIT_FAIL;
+            break;
+        }
+        if (len >= 3 && strncmp(line, "END", 3) == 0 && strspn(line + 3, " ") == len - 3)
+            break;
+        if (n == cap) {
+            if (cap >= MAX_CARDS) {
+                msg("target '%s' has more than %d cards", path, MAX_CARDS);
+                rc = EXIT_FAIL;
+                break;
+            }
+            char *nc = realloc(c, cap * 2 * 80 + 1);
+            if (!nc) {
+                free(c);
+                c = NULL;
+                break;
+            }
+            c = nc;
+            cap *= 2;
+        }
+        memset(c + n * 80, ' ', 80);
+        memcpy(c + n * 80, line, len);
+        n++;
+    }
+    fclose(fp);
+    if (!c) {
+        msg("out of memory");
+        return EXIT_FAIL;
+    }
+    if (rc != EXIT_OK || n == 0) {
+        if (rc == EXIT_OK)
+            msg("target '%s' holds no header cards", path);
+        free(c);
+        return EXIT_FAIL;
+    }
+    c[n * 80] = '\0';
+    *cards = c;
+    *nkeys = (int)n;
+    return EXIT_OK;
+}
+
+/* ------------------------------------------------------------------------------------ */
+/* Writing: headers formatted here, data written in place through a shared mapping        */
+
+/* A header under construction: 80-character cards, growing (capped by MAX_CARDS). */
+typedef struct hdr {
+    char *buf;
+    size_t n, cap;        /* cards */
+} hdr;
+
+/* Appends a card (text padded with blanks to 80 characters).  Returns 0 or -1. */
+static int hdr_add(hdr *h, const char *text, size_t len)
+{
+    if (h->n == h->cap) {
+        size_t cap = h->cap ? h->cap * 2 : 64;
+        if (cap > MAX_CARDS + 64)
+            return -1;
+        char *b = realloc(h->buf, cap * 80);
+        if (!b)
+            return -1;
+        h->buf = b;
+        h->cap = cap;
+    }
+    char *c = h->buf + h->n * 80;
+    memset(c, ' ', 80);
+    memcpy(c, text, len > 80 ? 80 : len);
+    h->n++;
+    return 0;
+}
+
+/* Appends "KEY     =                  VAL" in the fixed format of FITS 4.0 sec. 4.2.3
+ * (value right-justified to column 30); `val` is a number or T/F. */
+static int hdr_fixed(hdr *h, const char *key, const char *val)
+{
+    char c[81];
+    int len = snprintf(c, sizeof c, "%-8.8s= %20s", key, val);
+    return hdr_add(h, c, (size_t)len);
+}
+
+static int hdr_long(hdr *h, const char *key, long v)
+{
+    char val[32];
+    snprintf(val, sizeof val, "%ld", v);
+    return hdr_fixed(h, key, val);
+}
+
+/* Appends END and pads the header to whole 2880-byte blocks; returns its size in bytes,
+ * or 0 on allocation failure. */
+static size_t hdr_end(hdr *h)
+{
+    if (hdr_add(h, "END", 3) != 0)
+        return 0;
+    while (h->n % 36 != 0)
+        if (hdr_add(h, "", 0) != 0)
+            return 0;
+    return h->n * 80;
+}
+
+/* 1 for the cards of the target header that describe its own data layout rather than
+ * the WCS, which the output HDU writes itself. */
+static int structural_card(const char *c, int drop_wcsaxes)
+{
+    static const char *const keys[] = { "SIMPLE", "XTENSION", "BITPIX", "EXTEND", "PCOUNT",
+                                        "GCOUNT", "BSCALE", "BZERO", "BLANK", "CHECKSUM",
+                                        "DATASUM", "EXTNAME", "END", NULL };
+    char key[9];
+    memcpy(key, c, 8);
+    key[8] = '\0';
+    for (int i = 7; i >= 0 && key[i] == ' '; i--)
+        key[i] = '\0';
+    if (key[0] == '\0')
+        return 1;
+    if (strncmp(key, "NAXIS", 5) == 0)
+        return 1;
+    if (drop_wcsaxes && strcmp(key, "WCSAXES") == 0)
+        return 1;
+    for (int i = 0; keys[i]; i++)
+        if (strcmp(key, keys[i]) == 0)
+            return 1;
+    return 0;
+}
+
+/* 1 for the keywords of a cube's third (spectral) axis, copied from the input when the
+ * target header is 2-D. */
+static int axis3_card(const char *c)
+{
+    static const char *const keys[] = { "CTYPE3", "CRPIX3", "CRVAL3", "CDELT3", "CUNIT3",
+                                        "CROTA3", "PC3_3", "CD3_3", "CNAME3", "SPECSYS",
+                                        "SSYSOBS", "RESTFRQ", "RESTFREQ", "RESTWAV", "VELREF",
+                                        "SSYSSRC", "ZSOURCE", "VELOSYS", NULL };
+    char key[9];
+    memcpy(key, c, 8);
+    key[8] = '\0';
+    for (int i = 7; i >= 0 && key[i] == ' '; i--)
+        key[i] = '\0';
+    for (int i = 0; keys[i]; i++)
+        if (strcmp(key, keys[i]) == 0)
+            return 1;
+    return 0;
+}
+
+/* The output file while it is written: a temporary file next to the final name, sized
+ * and mapped, so that the engine's threads write the pixels straight into the page
+ * cache (in parallel, no second copy) and a parallel pass makes them big-endian. */
+typedef struct outfile {
+    char *path, *tmp;
+    int fd;
+    unsigned char *map;
+    size_t size;
+    size_t d0, d1;        /* offsets of the data of HDU 0 and HDU 1 */
+    size_t n, es, fes;    /* values per HDU, bytes per HDU 0 and HDU 1 value */
+} outfile;
+
+/* Bytes rounded up to whole 2880-byte FITS blocks. */
+static size_t fits_blocks(size_t bytes)
+{
+    return (bytes + 2879) / 2880 * 2880;
+}
+
+/* What goes into the output file's headers. */
+typedef struct outspec {
+    const char *tcards;   /* target header */
+    int tkeys;
+    const input *in;      /* for a cube's axis-3 cards when the target is 2-D */
+    int target_3d;        /* the target header describes the third axis itself */
+    rp_dtype dtype;
+    long nx, ny, nz;
+    rp_method method;
+} outspec;
+
+/* Builds the two headers into h0 and h1.  Returns 0 or -1 (out of memory). */
+static int build_headers(const outspec *o, hdr *h0, hdr *h1)
+{
+    int naxis = o->nz > 1 || o->target_3d ? 3 : 2;
+    int add_axis3 = o->nz > 1 && !o->target_3d;
+    long naxes[3] = { o->nx, o->ny, o->nz };
+    static const char *const nk[3] = { "NAXIS1", "NAXIS2", "NAXIS3" };
+    int bad = hdr_fixed(h0, "SIMPLE", "T") || hdr_long(h0, "BITPIX", o->dtype == RP_F32 ? -32 : -64)
+              || hdr_long(h0, "NAXIS", naxis);
+    for (int k = 0; k < naxis; k++)
+        bad = bad || hdr_long(h0, nk[k], naxes[k]);
+    bad = bad || hdr_fixed(h0, "EXTEND", "T");
+    for (int i = 0; i < o->tkeys && !bad; i++) {
+        const char *c = o->tcards + (size_t)i * 80;
+        if (!structural_card(c, add_axis3))
+            bad = hdr_add(h0, c, 80);
+    }
+    for (int i = 0; add_axis3 && i < o->in->nkeys && !bad; i++) {
+        const char *c = o->in->cards + (size_t)i * 80;
+        if (axis3_card(c))
+            bad = hdr_add(h0, c, 80);
+    }
+    char hist[81];
+    int hl = snprintf(hist, sizeof hist, "HISTORY tessera reproject, method %s",
+                      rp_method_name(o->method));
+    bad = bad || hdr_add(h0, hist, (size_t)hl) || hdr_end(h0) == 0;
+    static const char ext[] = "XTENSION= 'IMAGE   '           / image extension";
+    static const char name[] = "EXTNAME = 'FOOTPRINT'          / coverage of each output pixel";
+    bad = bad || hdr_add(h1, ext, sizeof ext - 1)
+          || hdr_long(h1, "BITPIX", o->method == RP_EXACT ? -32 : 8)
+          || hdr_long(h1, "NAXIS", naxis);
+    for (int k = 0; k < naxis; k++)
+        bad = bad || hdr_long(h1, nk[k], naxes[k]);
+    bad = bad || hdr_long(h1, "PCOUNT", 0) || hdr_long(h1, "GCOUNT", 1)
+          || hdr_add(h1, name, sizeof name - 1) || hdr_end(h1) == 0;
+    return bad ? -1 : 0;
+}
+
+/* Removes the temporary file and releases everything.  Cannot fail. */
+static void out_abort(outfile *f)
+{
+    if (f->map)
+        munmap(f->map, f->size);
+    if (f->fd >= 0)
+        close(f->fd);
+    if (f->tmp)
+        unlink(f->tmp);
+    free(f->tmp);
+    memset(f, 0, sizeof *f);
+    f->fd = -1;
+}
+
+/* Creates the temporary file for `path` with both headers in place and its pixels
+ * mapped.  Returns 0 or EXIT_FAIL after printing why. */
+static int out_create(outfile *f, const char *path, const outspec *o)
+{
+    memset(f, 0, sizeof *f);
+    f->fd = -1;
+    hdr h0 = { NULL, 0, 0 }, h1 = { NULL, 0, 0 };
+    size_t plen = strlen(path) + 32;
+    f->tmp = malloc(plen);
+    if (!f->tmp || build_headers(o, &h0, &h1) != 0) {
+        msg("out of memory");
+        free(h0.buf);
+        free(h1.buf);
+        out_abort(f);
+        return EXIT_FAIL;
+    }
+    snprintf(f->tmp, plen, "%s.tmp-%ld", path, (long)getpid());
+    f->n = (size_t)o->nx * (size_t)o->ny * (size_t)o->nz;
+    f->es = o->dtype == RP_F32 ? 4 : 8;
+    f->d0 = h0.n * 80;
+    f->fes = o->method == RP_EXACT ? 4 : 1;
+    f->d1 = f->d0 + fits_blocks(f->n * f->es) + h1.n * 80;
+    f->size = f->d1 + fits_blocks(f->n * f->fes);
+    f->fd = open(f->tmp, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    const char *what = "create";
+    if (f->fd >= 0) {
+        what = "size";
+        if (ftruncate(f->fd, (off_t)f->size) == 0) {
+            what = "map";
+            void *m = mmap(NULL, f->size, PROT_READ | PROT_WRITE, MAP_SHARED, f->fd, 0);
+            if (m != MAP_FAILED) {
+                f->map = m;
+                memcpy(f->map, h0.buf, h0.n * 80);
+                memcpy(f->map + f->d1 - h1.n * 80, h1.buf, h1.n * 80);
+                what = NULL;
+            }
+        }
+    }
+    free(h0.buf);
+    free(h1.buf);
+    if (what) {
+        msg("cannot %s the output file '%s': %s", what, f->tmp, strerror(errno));
+        out_abort(f);
+        return EXIT_FAIL;
+    }
+    f->path = (char *)path;
+    return EXIT_OK;
+}
+
+/* Finishes the output block by block as the engine hands blocks over (rp_block_fn):
+ * the footprint (isfinite of the data, as bytes, unless the engine wrote it), both
+ * arrays to big-endian, and, once every block of a band of rows is done, the band's
+ * pages released from this process (they stay in the page cache), so that the work runs
+ * on every thread alongside the reprojection and the peak memory stays near
+ * input + output. */
+typedef struct finisher {
+    outfile *f;
+    long nx, ny;
+    long page;
+    atomic_long *done;    /* per plane and first row of a band: pixels finished in it */
+} finisher;
+
+/* Releases the whole pages inside [p, p + len) from this process.  Cannot fail. */
+static void release_pages(unsigned char *p, size_t len, long page)
+{
+    uintptr_t lo = ((uintptr_t)p + (uintptr_t)page - 1) / (uintptr_t)page * (uintptr_t)page;
+    uintptr_t hi = ((uintptr_t)p + len) / (uintptr_t)page * (uintptr_t)page;
+    if (hi > lo)
+        madvise((void *)lo, hi - lo, MADV_DONTNEED);
+}
+
+static void finish_block(void *arg, long z0, long nz, long x0, long y0, long w, long h)
+{
+    finisher *fi = arg;
+    outfile *f = fi->f;
+    for (long z = z0; z < z0 + nz; z++) {
+        for (long y = y0; y < y0 + h; y++) {
+            size_t k = ((size_t)z * (size_t)fi->ny + (size_t)y) * (size_t)fi->nx + (size_t)x0;
+            unsigned char *d = f->map + f->d0 + k * f->es;
+            unsigned char *fp = f->map + f->d1 + k * f->fes;
+            if (f->fes == 4) {
+                swap_values(fp, (size_t)w, 4);
+            } else if (f->es == 4) {
+                for (long i = 0; i < w; i++)
+                    fp[i] = isfinite(((float *)d)[i]) != 0;
+            } else {
+                for (long i = 0; i < w; i++)
+                    fp[i] = isfinite(((double *)d)[i]) != 0;
+            }
+            swap_values(d, (size_t)w, f->es);
+        }
+        long full = atomic_fetch_add(&fi->done[(size_t)z * (size_t)fi->ny + (size_t)y0], w) + w;
+        if (full == fi->nx) {
+            size_t k = ((size_t)z * (size_t)fi->ny + (size_t)y0) * (size_t)fi->nx;
+            size_t n = (size_t)h * (size_t)fi->nx;
+            release_pages(f->map + f->d0 + k * f->es, n * f->es, fi->page);
+            release_pages(f->map + f->d1 + k * f->fes, n * f->fes, fi->page);
+        }
+    }
+}
+
+/* Unmaps the finished file and renames it to its final name.  Returns 0 or EXIT_FAIL
+ * after printing why (the temporary file is then removed). */
+static int out_commit(outfile *f)
+{
+    int bad = munmap(f->map, f->size) != 0;
+    f->map = NULL;
+    bad = bad || close(f->fd) != 0;
+    f->fd = -1;
+    if (bad || rename(f->tmp, f->path) != 0) {
+        msg("cannot write '%s': %s", f->path, strerror(errno));
+        out_abort(f);
+        return EXIT_FAIL;
+    }
+    free(f->tmp);
+    f->tmp = NULL;
+    return EXIT_OK;
+}
+
+/* ------------------------------------------------------------------------------------ */
+/* Progress and interruption                                                              */
+
+/* The progress bar's state: drawn on stderr, redrawn when the shown percentage moves. */
+typedef struct bar {
+    int last;             /* last percentage drawn, -1 before the first */
+    double t0;
+} bar;
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* rp_progress_fn: "[#########.........]  45%  115/256 blocks  1.2 s". */
+static void bar_update(void *arg, long done, long total)
+{
+    bar *b = arg;
+    int pct = total > 0 ? (int)(100 * done / total) : 100;
+    if (pct == b->last && done != total)
+        return;
+    b->last = pct;
+    char cells[41];
+    int full = total > 0 ? (int)(40 * done / total) : 40;
+    for (int i = 0; i < 40; i++)
+        cells[i] = i < full ? '#' : '.';
+    cells[40] = '\0';
+    fprintf(stderr, "\r[%s] %3d%%  %ld/%ld blocks  %.1f s", cells, pct, done, total,
+            now_s() - b->t0);
+    if (done == total)
+        fputc('\n', stderr);
+    fflush(stderr);
+}
+
+/* Waits for SIGINT or SIGTERM (blocked in every other thread) and raises the cancel flag
+ * that the engine checks between blocks.  Ended with pthread_cancel. */
+static void *signal_thread(void *arg)
+{
+    atomic_int *cancel = arg;
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGINT);
+    sigaddset(&set, SIGTERM);
+    for (;;) {
+        int sig = 0;
+        if (sigwait(&set, &sig) == 0)
+            atomic_store(cancel, sig);
+    }
+    return NULL;
+}
+
+/* ------------------------------------------------------------------------------------ */
+/* tessera reproject                                                                      */
+
+static int cmd_reproject(int argc, char **argv)
+{
+    reproject_args a;
+    int rc = parse_reproject(argc, argv, &a);
+    if (rc != 0) {
+        free(a.in_path);
+        free(a.target_path);
+        return rc == 1 ? EXIT_OK : rc;
+    }
+    double t0 = now_s();
+    input in;
+    char *tcards = NULL;
+    int tkeys = 0;
+    skywcs *twcs = NULL;
+    rp_cube out = { NULL, RP_F32, 0, 0, 0 };
+    outfile of = { NULL, NULL, -1, NULL, 0, 0, 0, 0, 0, 0 };
+    char err[256] = "", v[72];
+    atomic_int cancel = 0;
+    pthread_t sigth;
+    int have_sigth = 0;
+    long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+    int threads = a.threads > 0 ? a.threads : ncpu < 1 ? 1 : ncpu > 1024 ? 1024 : (int)ncpu;
+
+    /* SIGINT/SIGTERM, blocked in every thread from here on, are taken by a thread of
+     * their own that raises `cancel`: the engine stops between blocks and the temporary
+     * output is removed. */
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGINT);
+    sigaddset(&set, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &set, NULL);
+    have_sigth = pthread_create(&sigth, NULL, signal_thread, &cancel) == 0;
+
+    rc = read_input(a.in_path, a.in_hdu, threads, &in);
+    double t_read = now_s();
+    if (rc != EXIT_OK)
+        goto done;
+    rc = read_target(a.target_path, a.target_hdu, &tcards, &tkeys);
+    if (rc != EXIT_OK)
+        goto done;
+    rc = EXIT_FAIL;
+    if (skywcs_parse(tcards, tkeys, &twcs, err, sizeof err)) {
+        msg("target '%s' has no usable WCS: %s", a.target_path, err);
+        goto done;
+    }
+    long tn[3] = { 0, 0, 1 };
+    static const char *const nk[3] = { "NAXIS1", "NAXIS2", "NAXIS3" };
+    for (int k = 0; k < 3; k++) {
+        if (!card_value(tcards, tkeys, nk[k], v, sizeof v)) {
+            if (k < 2) {
+                msg("target '%s' has no %s: the output size comes from NAXIS1 and NAXIS2",
+                    a.target_path, nk[k]);
+                goto done;
+            }
+            continue;
+        }
+        char *end;
+        errno = 0;
+        tn[k] = strtol(v, &end, 10);
+        if (errno || *end || tn[k] < 1 || tn[k] > 1000000) {
+            msg("target '%s': %s = %s is not a size from 1 to 1000000", a.target_path, nk[k], v);
+            goto done;
+        }
+    }
+    int target_3d = card_value(tcards, tkeys, "NAXIS3", v, sizeof v)
+                    || card_value(tcards, tkeys, "CTYPE3", v, sizeof v);
+    if (target_3d && tn[2] != in.cube.nz) {
+        msg("the target has %ld planes (NAXIS3) and the input %ld: the third axis is passed "
+            "through, not resampled", tn[2], in.cube.nz);
+        goto done;
+    }
+    if (target_3d && in.cube.nz > 1) {
+        static const char *const ax3[4] = { "CTYPE3", "CRPIX3", "CRVAL3", "CDELT3" };
+        for (int k = 0; k < 4; k++) {
+            char vi[72] = "", vt[72] = "";
+            int hi = card_value(in.cards, in.nkeys, ax3[k], vi, sizeof vi);
+            int ht = card_value(tcards, tkeys, ax3[k], vt, sizeof vt);
+            double di, dt;
+            int same = hi == ht && (!hi || strcmp(vi, vt) == 0
+                                    || (parse_double(vi, &di) == 0 && parse_double(vt, &dt) == 0
+                                        && fabs(di - dt) <= 1e-9 * fmax(fabs(di), fabs(dt))));
+            if (!same) {
+                msg("the target's third axis differs from the input's (%s): tessera passes "
+                    "the spectral axis through unchanged", ax3[k]);
+                goto done;
+            }
+        }
+    }
+    out.dtype = in.cube.dtype;
+    out.nx = tn[0];
+    out.ny = tn[1];
+    out.nz = in.cube.nz;
+    outspec spec = { tcards, tkeys, &in, target_3d, out.dtype, out.nx, out.ny, out.nz,
+                     a.method };
+    if (out_create(&of, a.out_path, &spec) != EXIT_OK)
+        goto done;
+    out.data = of.map + of.d0;
+    float *footprint = a.method == RP_EXACT ? (float *)(of.map + of.d1) : NULL;
+
+    bar b = { -1, t0 };
+    rp_options o;
+    rp_options_init(&o);
+    o.method = a.method;
+    o.max_coord_error = a.max_coord_error;
+    o.threads = threads;
+    o.cancel = &cancel;
+    if (!a.quiet && isatty(STDERR_FILENO)) {
+        o.progress = bar_update;
+        o.progress_arg = &b;
+    }
+    finisher fin = { &of, out.nx, out.ny, sysconf(_SC_PAGESIZE), NULL };
+    fin.done = malloc(sizeof(atomic_long) * (size_t)out.ny * (size_t)out.nz);
+    if (!fin.done) {
+        msg("out of memory");
+        goto done;
+    }
+    for (size_t k = 0; k < (size_t)out.ny * (size_t)out.nz; k++)
+        atomic_init(&fin.done[k], 0);
+    o.block_done = finish_block;
+    o.block_arg = &fin;
+    double t_start = now_s();
+    long n = rp_reproject(in.wcs, &in.cube, twcs, &out, footprint, &o, err, sizeof err);
+    double t_done = now_s();
+    free(fin.done);
+    if (b.last >= 0 && b.last < 100)
+        fputc('\n', stderr);
+    if (n == TESS_ECANCELED || atomic_load(&cancel)) {
+        msg("interrupted; nothing written");
+        rc = EXIT_INTERRUPTED;
+        goto done;
+    }
+    if (n == TESS_ENOOVERLAP) {
+        msg("the target does not overlap '%s': no output pixel falls on the input image",
+            a.in_path);
+        rc = EXIT_NOOVERLAP;
+        goto done;
+    }
+    if (n < 0) {
+        msg("cannot reproject '%s': %s", a.in_path, err);
+        goto done;
+    }
+    /* The input is no longer needed: release it before the output's finishing pass. */
+    free(in.cube.data);
+    in.cube.data = NULL;
+    rc = out_commit(&of);
+    if (rc == EXIT_OK && atomic_load(&cancel)) {
+        unlink(a.out_path);
+        msg("interrupted; nothing written");
+        rc = EXIT_INTERRUPTED;
+    }
+    if (rc == EXIT_OK && a.timing)
+        fprintf(stderr, "tessera: read %.3f s, set-up %.3f s, reproject %.3f s, finish and "
+                "write %.3f s, total %.3f s (%d threads)\n", t_read - t0, t_start - t_read,
+                t_done - t_start, now_s() - t_done, now_s() - t0, threads);
+    if (rc == EXIT_OK && o.progress) {
+        char shape[64];
+        snprintf(shape, sizeof shape, out.nz > 1 ? "%ldx%ldx%ld" : "%ldx%ld", out.nx, out.ny,
+                 out.nz);
+        fprintf(stderr, "tessera: wrote %s (%s, %s, %ld finite values) in %.2f s\n",
+                a.out_path, shape, rp_method_name(a.method), n, now_s() - t0);
+    }
+done:
+    if (have_sigth) {
+        pthread_cancel(sigth);
+        pthread_join(sigth, NULL);
+    }
+    if (of.tmp)
+        out_abort(&of);
+    skywcs_free(twcs);
+    free(tcards);
+    input_release(&in);
+    free(a.in_path);
+    free(a.target_path);
+    return rc;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2 || strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "--help") == 0) {
+        fputs(usage_text, argc < 2 ? stderr : stdout);
+        return argc < 2 ? EXIT_USAGE : EXIT_OK;
+    }
+    if (strcmp(argv[1], "reproject") == 0)
+        return cmd_reproject(argc - 1, argv + 1);
+    msg("unknown command '%s' (commands: reproject)", argv[1]);
+    return EXIT_USAGE;
+}

@@ -1,0 +1,560 @@
+/* Tests of the tessera command: every golden case of the reference manifest through `tessera reproject`, and its command-line behaviour. */
+#include <check.h>
+#include <dirent.h>
+#include <fcntl.h>
+#include <fitsio.h>
+#include <jansson.h>
+#include <math.h>
+#include <signal.h>
+#include <spawn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+extern char **environ;
+
+/* ---- helpers ------------------------------------------------------------------------ */
+
+/* The scratch directory of one test (made by tmp_make, removed by tmp_remove). */
+typedef struct tmpdir {
+    char path[256];
+} tmpdir;
+
+static void tmp_make(tmpdir *t)
+{
+    snprintf(t->path, sizeof t->path, "/tmp/tessera-cli-XXXXXX");
+    ck_assert_ptr_nonnull(mkdtemp(t->path));
+}
+
+/* Number of entries in the directory (besides . and ..). */
+static int tmp_count(const tmpdir *t)
+{
+    DIR *d = opendir(t->path);
+    ck_assert_ptr_nonnull(d);
+    int n = 0;
+    struct dirent *e;
+    while ((e = readdir(d)))
+        n += strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0;
+    closedir(d);
+    return n;
+}
+
+static void tmp_remove(tmpdir *t)
+{
+    DIR *d = opendir(t->path);
+    if (!d)
+        return;
+    struct dirent *e;
+    char p[512];
+    while ((e = readdir(d))) {
+        if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
+            continue;
+        snprintf(p, sizeof p, "%s/%s", t->path, e->d_name);
+        unlink(p);
+    }
+    closedir(d);
+    rmdir(t->path);
+}
+
+/* Runs TESSERA_BIN with the NULL-terminated arguments (after the program name), stdout
+ * and stderr to files in `t`; returns the exit status (-1 if it did not exit) and puts
+ * the start of stderr into `errtext`. */
+static int run_tessera(const tmpdir *t, char *errtext, size_t errlen, const char *const *args)
+{
+    char *argv[32];
+    int n = 0;
+    argv[n++] = (char *)TESSERA_BIN;
+    for (; args[n - 1] && n < 31; n++)
+        argv[n] = (char *)args[n - 1];
+    argv[n] = NULL;
+    char out[512], err[512];
+    snprintf(out, sizeof out, "%s/.stdout", t->path);
+    snprintf(err, sizeof err, "%s/.stderr", t->path);
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_addopen(&fa, 1, out, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    posix_spawn_file_actions_addopen(&fa, 2, err, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    pid_t pid;
+    int rc = posix_spawn(&pid, TESSERA_BIN, &fa, NULL, argv, environ);
+    posix_spawn_file_actions_destroy(&fa);
+    ck_assert_msg(rc == 0, "cannot run %s", TESSERA_BIN);
+    int status = 0;
+    ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+    if (errtext && errlen) {
+        FILE *f = fopen(err, "r");
+        size_t got = f ? fread(errtext, 1, errlen - 1, f) : 0;
+        errtext[got] = '\0';
+        if (f)
+            fclose(f);
+    }
+    unlink(out);
+    unlink(err);
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+/* An image HDU read whole: shape, BITPIX, values as doubles. */
+typedef struct image {
+    long n[3];
+    int bitpix, naxis;
+    double *v;
+    char extname[72];
+} image;
+
+static void read_image(const char *path, int hdu, image *im)
+{
+    fitsfile *f = NULL;
+    int st = 0, type = 0;
+    fits_open_diskfile(&f, path, READONLY, &st);
+    ck_assert_msg(st == 0, "cannot open %s (status %d)", path, st);
+    fits_movabs_hdu(f, hdu + 1, &type, &st);
+    im->n[0] = im->n[1] = im->n[2] = 1;
+    fits_get_img_param(f, 3, &im->bitpix, &im->naxis, im->n, &st);
+    ck_assert_msg(st == 0, "%s HDU %d: status %d", path, hdu, st);
+    im->extname[0] = '\0';
+    int s2 = 0;
+    fits_read_key(f, TSTRING, "EXTNAME", im->extname, NULL, &s2);
+    size_t m = (size_t)(im->n[0] * im->n[1] * im->n[2]);
+    im->v = malloc(sizeof(double) * m);
+    double nul = NAN;
+    fits_read_img(f, TDOUBLE, 1, (LONGLONG)m, &nul, im->v, &(int){ 0 }, &st);
+    ck_assert_msg(st == 0, "%s HDU %d pixels: status %d", path, hdu, st);
+    fits_close_file(f, &st);
+}
+
+/* The value of a header keyword of HDU `hdu` as a string ("" when absent). */
+static void read_key(const char *path, int hdu, const char *key, char *val, size_t n)
+{
+    fitsfile *f = NULL;
+    int st = 0;
+    char v[FLEN_VALUE] = "";
+    fits_open_diskfile(&f, path, READONLY, &st);
+    fits_movabs_hdu(f, hdu + 1, NULL, &st);
+    ck_assert_int_eq(st, 0);
+    fits_read_keyword(f, key, v, NULL, &st);
+    snprintf(val, n, "%s", st == 0 ? v : "");
+    st = 0;
+    fits_close_file(f, &st);
+}
+
+/* Byte-for-byte equality of two files. */
+static int same_file(const char *a, const char *b)
+{
+    FILE *fa = fopen(a, "rb"), *fb = fopen(b, "rb");
+    ck_assert(fa && fb);
+    int same = 1, ca, cb;
+    do {
+        ca = fgetc(fa);
+        cb = fgetc(fb);
+        if (ca != cb)
+            same = 0;
+    } while (same && ca != EOF);
+    fclose(fa);
+    fclose(fb);
+    return same;
+}
+
+/* ---- golden cases ------------------------------------------------------------------- */
+
+/* Case `idx` of tests/data/reference/manifest.json (in key order): name, source file
+ * name, method. */
+static int manifest_case(int idx, char *name, size_t nlen, char *source, size_t slen,
+                         char *method, size_t mlen)
+{
+    char path[1024];
+    snprintf(path, sizeof path, "%s/reference/manifest.json", TESSERA_TESTDATA_DIR);
+    json_error_t je;
+    json_t *root = json_load_file(path, 0, &je);
+    ck_assert_msg(root != NULL, "manifest: %s", je.text);
+    const char *key;
+    json_t *c;
+    int i = 0, found = 0;
+    json_object_foreach(root, key, c) {
+        if (i++ != idx)
+            continue;
+        const char *src = json_string_value(json_object_get(c, "source"));
+        const char *m = json_string_value(json_object_get(c, "method"));
+        json_t *order = json_object_get(c, "order");
+        ck_assert(src && m);
+        const char *base = strrchr(src, '/');
+        snprintf(name, nlen, "%s", key);
+        snprintf(source, slen, "%s", base ? base + 1 : src);
+        if (strcmp(m, "exact") == 0)
+            snprintf(method, mlen, "exact");
+        else
+            snprintf(method, mlen, "%s", json_integer_value(order) == 0 ? "nearest"
+                                         : json_integer_value(order) == 1 ? "bilinear"
+                                                                          : "bicubic");
+        found = 1;
+    }
+    json_decref(root);
+    return found;
+}
+
+static int manifest_size(void)
+{
+    char path[1024];
+    snprintf(path, sizeof path, "%s/reference/manifest.json", TESSERA_TESTDATA_DIR);
+    json_error_t je;
+    json_t *root = json_load_file(path, 0, &je);
+    if (!root) {
+        fprintf(stderr, "%s: %s\n", path, je.text);
+        return 0;
+    }
+    int n = (int)json_object_size(root);
+    json_decref(root);
+    return n;
+}
+
+/* Runs one manifest case through the command with --max-coord-error 0 and checks it
+ * against astropy reproject's result with the issue's tolerances: nearest equal on at
+ * least 99.9% of the pixels; bilinear within 2e-6 and bicubic within 1e-4 of the
+ * reference's peak; exact within 1e-3 (relative) on every pixel and total flux within
+ * 1e-4; footprints agreeing on at least 99.5% of the pixels. */
+START_TEST(test_golden)
+{
+    char name[128], source[128], method[32];
+    ck_assert(manifest_case(_i, name, sizeof name, source, sizeof source, method, sizeof method));
+    tmpdir t;
+    tmp_make(&t);
+    char in[1024], target[1024], out[512], ref[1024], err[1024];
+    snprintf(in, sizeof in, "%s/%s", TESSERA_DEMO_DIR, source);
+    snprintf(target, sizeof target, "%s/reference/%s.target.hdr", TESSERA_TESTDATA_DIR, name);
+    snprintf(out, sizeof out, "%s/%s.fits", t.path, name);
+    snprintf(ref, sizeof ref, "%s/reference/%s.fits", TESSERA_TESTDATA_DIR, name);
+    const char *args[] = { "reproject", in, "--target", target, "-o", out, "--method", method,
+                           "--max-coord-error", "0", NULL };
+    int rc = run_tessera(&t, err, sizeof err, args);
+    ck_assert_msg(rc == 0, "%s: exit %d: %s", name, rc, err);
+    ck_assert_int_eq(tmp_count(&t), 1);     /* no temporary file left */
+
+    image a, fa, b, fb;
+    read_image(out, 0, &a);
+    read_image(out, 1, &fa);
+    read_image(ref, 0, &b);
+    read_image(ref, 1, &fb);
+    ck_assert_str_eq(fa.extname, "FOOTPRINT");
+    for (int k = 0; k < 3; k++) {
+        ck_assert_int_eq(a.n[k], b.n[k]);
+        ck_assert_int_eq(fa.n[k], b.n[k]);
+    }
+    size_t m = (size_t)(a.n[0] * a.n[1] * a.n[2]);
+    double peak = 0.0, maxdiff = 0.0, maxrel = 0.0, sa = 0.0, sb = 0.0;
+    long equal = 0, both = 0, fpagree = 0;
+    for (size_t k = 0; k < m; k++) {
+        double x = a.v[k], y = b.v[k];
+        if (isfinite(y))
+            peak = fmax(peak, fabs(y));
+        fpagree += (fa.v[k] > 0.0) == (fb.v[k] > 0.0);
+        if (isfinite(x) && isfinite(y)) {
+            both++;
+            equal += x == y;
+            maxdiff = fmax(maxdiff, fabs(x - y));
+            if (y != 0.0)
+                maxrel = fmax(maxrel, fabs(x - y) / fabs(y));
+            sa += x * fa.v[k];
+            sb += y * fb.v[k];
+        }
+    }
+    double fpfrac = (double)fpagree / (double)m, rel = maxdiff / peak;
+    double flux = fabs(sa - sb) / fabs(sb);
+    fprintf(stderr, "golden-cli %-30s %-8s max|diff|/peak=%.3e equal=%.5f maxrel=%.3e "
+            "flux=%.2e footprint=%.5f\n", name, method, rel, (double)equal / (double)both,
+            maxrel, flux, fpfrac);
+    ck_assert_msg(fpfrac >= 0.995, "%s: footprints agree on %.5f", name, fpfrac);
+    if (strcmp(method, "nearest") == 0)
+        ck_assert_msg((double)equal / (double)both >= 0.999, "%s: %.5f equal", name,
+                      (double)equal / (double)both);
+    else if (strcmp(method, "bilinear") == 0)
+        ck_assert_msg(rel <= 2e-6, "%s: max diff / peak %.3e", name, rel);
+    else if (strcmp(method, "bicubic") == 0)
+        ck_assert_msg(rel <= 1e-4, "%s: max diff / peak %.3e", name, rel);
+    else {
+        ck_assert_msg(maxrel <= 1e-3, "%s: max relative diff %.3e", name, maxrel);
+        ck_assert_msg(flux <= 1e-4, "%s: total flux differs by %.3e", name, flux);
+    }
+    free(a.v);
+    free(fa.v);
+    free(b.v);
+    free(fb.v);
+    tmp_remove(&t);
+}
+END_TEST
+
+/* ---- command-line behaviour --------------------------------------------------------- */
+
+#define HH TESSERA_DEMO_DIR "/HorseHead.fits"
+#define HH_TARGET TESSERA_TESTDATA_DIR "/reference/horsehead_rot30_bilinear.target.hdr"
+
+/* Usage errors exit 2 with a message naming the problem; --help exits 0. */
+START_TEST(test_usage)
+{
+    tmpdir t;
+    tmp_make(&t);
+    char err[2048], out[512];
+    snprintf(out, sizeof out, "%s/o.fits", t.path);
+    const char *none[] = { NULL };
+    ck_assert_int_eq(run_tessera(&t, err, sizeof err, none), 2);
+    ck_assert_msg(strstr(err, "usage") != NULL, "%s", err);
+    const char *help[] = { "reproject", "--help", NULL };
+    ck_assert_int_eq(run_tessera(&t, err, sizeof err, help), 0);
+    const char *cmd[] = { "frobnicate", NULL };
+    ck_assert_int_eq(run_tessera(&t, err, sizeof err, cmd), 2);
+    ck_assert_msg(strstr(err, "frobnicate") != NULL, "%s", err);
+    const char *meth[] = { "reproject", HH, "--target", HH_TARGET, "-o", out, "--method",
+                           "cubic", NULL };
+    ck_assert_int_eq(run_tessera(&t, err, sizeof err, meth), 2);
+    ck_assert_msg(strstr(err, "--method") != NULL, "%s", err);
+    const char *mce[] = { "reproject", HH, "--target", HH_TARGET, "-o", out,
+                          "--max-coord-error=-1", NULL };
+    ck_assert_int_eq(run_tessera(&t, err, sizeof err, mce), 2);
+    const char *thr[] = { "reproject", HH, "--target", HH_TARGET, "-o", out, "--threads", "x",
+                          NULL };
+    ck_assert_int_eq(run_tessera(&t, err, sizeof err, thr), 2);
+    const char *opt[] = { "reproject", HH, "--target", HH_TARGET, "-o", out, "--bogus", NULL };
+    ck_assert_int_eq(run_tessera(&t, err, sizeof err, opt), 2);
+    ck_assert_msg(strstr(err, "--bogus") != NULL, "%s", err);
+    const char *noout[] = { "reproject", HH, "--target", HH_TARGET, NULL };
+    ck_assert_int_eq(run_tessera(&t, err, sizeof err, noout), 2);
+    ck_assert_int_eq(tmp_count(&t), 0);
+    tmp_remove(&t);
+}
+END_TEST
+
+/* Input and target problems exit 1 with the file named; no overlap exits 3; nothing is
+ * left behind in the output directory. */
+START_TEST(test_failures)
+{
+    tmpdir t;
+    tmp_make(&t);
+    char err[2048], out[512], hdr[512];
+    snprintf(out, sizeof out, "%s/o.fits", t.path);
+    const char *missing[] = { "reproject", "/nonexistent/x.fits", "--target", HH_TARGET, "-o",
+                              out, NULL };
+    ck_assert_int_eq(run_tessera(&t, err, sizeof err, missing), 1);
+    ck_assert_msg(strstr(err, "/nonexistent/x.fits") != NULL, "%s", err);
+    const char *hdu[] = { "reproject", HH "[3]", "--target", HH_TARGET, "-o", out, NULL };
+    ck_assert_int_eq(run_tessera(&t, err, sizeof err, hdu), 1);
+    ck_assert_msg(strstr(err, "HDU 3") != NULL, "%s", err);
+    /* A target without NAXIS1. */
+    snprintf(hdr, sizeof hdr, "%s/bad.hdr", t.path);
+    FILE *f = fopen(hdr, "w");
+    fputs("CTYPE1  = 'RA---TAN'\nCTYPE2  = 'DEC--TAN'\nCRVAL1  = 85.25\nCRVAL2  = -2.45\n"
+          "CDELT1  = -0.001\nCDELT2  = 0.001\nCRPIX1  = 10\nCRPIX2  = 10\nNAXIS2  = 20\nEND\n", f);
+    fclose(f);
+    const char *nonaxis[] = { "reproject", HH, "--target", hdr, "-o", out, NULL };
+    ck_assert_int_eq(run_tessera(&t, err, sizeof err, nonaxis), 1);
+    ck_assert_msg(strstr(err, "NAXIS1") != NULL, "%s", err);
+    /* A target on the other side of the sky. */
+    f = fopen(hdr, "w");
+    fputs("NAXIS1  = 20\nNAXIS2  = 20\nCTYPE1  = 'RA---TAN'\nCTYPE2  = 'DEC--TAN'\n"
+          "CRVAL1  = 265.25\nCRVAL2  = 2.45\nCDELT1  = -0.001\nCDELT2  = 0.001\n"
+          "CRPIX1  = 10\nCRPIX2  = 10\nEND\n", f);
+    fclose(f);
+    const char *far[] = { "reproject", HH, "--target", hdr, "-o", out, NULL };
+    ck_assert_int_eq(run_tessera(&t, err, sizeof err, far), 3);
+    ck_assert_msg(strstr(err, "overlap") != NULL, "%s", err);
+    ck_assert_int_eq(access(out, F_OK), -1);
+    unlink(hdr);
+    ck_assert_int_eq(tmp_count(&t), 0);
+    tmp_remove(&t);
+}
+END_TEST
+
+/* The output's headers: the target's WCS cards, BITPIX -32 for a BITPIX 16 input,
+ * FOOTPRINT (BITPIX 8) in HDU 1; "[0]" selects HDU 0; a FITS file as target gives the same file as
+ * its header as text; 1 and 2 threads write identical files. */
+START_TEST(test_output_file)
+{
+    tmpdir t;
+    tmp_make(&t);
+    char err[2048], o1[512], o2[512], o3[512], v[80];
+    snprintf(o1, sizeof o1, "%s/one.fits", t.path);
+    snprintf(o2, sizeof o2, "%s/two.fits", t.path);
+    snprintf(o3, sizeof o3, "%s/three.fits", t.path);
+    const char *a1[] = { "reproject", HH "[0]", "--target", HH_TARGET, "-o", o1, "--threads",
+                         "1", NULL };
+    ck_assert_int_eq(run_tessera(&t, err, sizeof err, a1), 0);
+    ck_assert_msg(err[0] == '\0', "quiet when stderr is not a terminal: %s", err);
+    const char *a2[] = { "reproject", HH, "--target=" HH_TARGET, "--output", o2,
+                         "--threads=2", NULL };
+    ck_assert_int_eq(run_tessera(&t, err, sizeof err, a2), 0);
+    ck_assert(same_file(o1, o2));
+    /* The reference FITS file of the same case as target (its HDU 0 header). */
+    const char *a3[] = { "reproject", HH, "--target",
+                         TESSERA_TESTDATA_DIR "/reference/horsehead_rot30_bilinear.fits[0]", "-o",
+                         o3, NULL };
+    ck_assert_int_eq(run_tessera(&t, err, sizeof err, a3), 0);
+    /* A text header that starts like a FITS header (SIMPLE, BITPIX) is still text. */
+    char hdr[512], o4[512], line[256];
+    snprintf(hdr, sizeof hdr, "%s/simple.hdr", t.path);
+    snprintf(o4, sizeof o4, "%s/four.fits", t.path);
+    FILE *fin = fopen(HH_TARGET, "r"), *fout = fopen(hdr, "w");
+    fputs("SIMPLE  =                    T\nBITPIX  =                  -32\n", fout);
+    while (fgets(line, sizeof line, fin))
+        fputs(line, fout);
+    fclose(fin);
+    fclose(fout);
+    const char *a4[] = { "reproject", HH, "--target", hdr, "-o", o4, NULL };
+    ck_assert_int_eq(run_tessera(&t, err, sizeof err, a4), 0);
+    ck_assert(same_file(o1, o4));
+    unlink(o4);
+    unlink(hdr);
+    image x, y;
+    read_image(o1, 0, &x);
+    read_image(o3, 0, &y);
+    ck_assert_int_eq(x.bitpix, -32);
+    ck_assert_int_eq(x.naxis, 2);
+    ck_assert_int_eq(x.n[0], 400);
+    ck_assert_int_eq(x.n[1], 300);
+    for (long k = 0; k < 400 * 300; k++)
+        ck_assert(x.v[k] == y.v[k] || (isnan(x.v[k]) && isnan(y.v[k])));
+    free(x.v);
+    free(y.v);
+    read_key(o1, 0, "CTYPE1", v, sizeof v);
+    ck_assert_str_eq(v, "'RA---TAN'");
+    read_key(o1, 0, "CRVAL1", v, sizeof v);
+    ck_assert_msg(atof(v) == 85.25, "CRVAL1 %s", v);
+    read_key(o1, 1, "EXTNAME", v, sizeof v);
+    ck_assert_str_eq(v, "'FOOTPRINT'");
+    read_key(o1, 1, "BITPIX", v, sizeof v);
+    ck_assert_str_eq(v, "8");                 /* 0 or 1 for interpolation */
+    ck_assert_int_eq(tmp_count(&t), 3);
+    tmp_remove(&t);
+}
+END_TEST
+
+/* A cube onto a 2-D target: NAXIS3 and the spectral axis's cards come from the input;
+ * the values equal those made with the reference's 3-D target.  A float64 input gives a
+ * float64 output; exact writes a float32 footprint. */
+START_TEST(test_cube_and_dtype)
+{
+    tmpdir t;
+    tmp_make(&t);
+    char err[2048], o1[512], o2[512], hdr[512], v[80];
+    snprintf(o1, sizeof o1, "%s/cube3.fits", t.path);
+    snprintf(o2, sizeof o2, "%s/cube2.fits", t.path);
+    snprintf(hdr, sizeof hdr, "%s/t2.hdr", t.path);
+    const char *a1[] = { "reproject", TESSERA_DEMO_DIR "/l1448_13co.fits", "--target",
+                         TESSERA_TESTDATA_DIR "/reference/l1448_to_galtan_cube_bilinear.target.hdr",
+                         "-o", o1, NULL };
+    ck_assert_int_eq(run_tessera(&t, err, sizeof err, a1), 0);
+    /* The same target without its third axis. */
+    FILE *in = fopen(TESSERA_TESTDATA_DIR "/reference/l1448_to_galtan_cube_bilinear.target.hdr",
+                     "r");
+    FILE *out = fopen(hdr, "w");
+    char line[256];
+    while (fgets(line, sizeof line, in))
+        if (!strstr(line, "3  =") && !strstr(line, "3 =") && strncmp(line, "SPECSYS", 7) != 0
+            && strncmp(line, "NAXIS   =", 9) != 0)
+            fputs(line, out);
+    fclose(in);
+    fclose(out);
+    const char *a2[] = { "reproject", TESSERA_DEMO_DIR "/l1448_13co.fits", "--target", hdr, "-o",
+                         o2, NULL };
+    ck_assert_int_eq(run_tessera(&t, err, sizeof err, a2), 0);
+    image x, y;
+    read_image(o1, 0, &x);
+    read_image(o2, 0, &y);
+    ck_assert_int_eq(y.naxis, 3);
+    ck_assert_int_eq(y.n[2], 53);
+    for (long k = 0; k < x.n[0] * x.n[1] * x.n[2]; k++)
+        ck_assert(x.v[k] == y.v[k] || (isnan(x.v[k]) && isnan(y.v[k])));
+    free(x.v);
+    free(y.v);
+    read_key(o2, 0, "CTYPE3", v, sizeof v);
+    ck_assert_str_eq(v, "'VOPT'");
+    read_key(o2, 0, "SPECSYS", v, sizeof v);
+    ck_assert_str_eq(v, "'LSRK'");
+    /* A target whose third axis differs from the input's is refused. */
+    out = fopen(hdr, "w");
+    in = fopen(TESSERA_TESTDATA_DIR "/reference/l1448_to_galtan_cube_bilinear.target.hdr", "r");
+    while (fgets(line, sizeof line, in))
+        fputs(strncmp(line, "CDELT3", 6) == 0 ? "CDELT3  = 100.0\n" : line, out);
+    fclose(in);
+    fclose(out);
+    ck_assert_int_eq(run_tessera(&t, err, sizeof err, a2), 1);
+    ck_assert_msg(strstr(err, "third axis") != NULL, "%s", err);
+    /* BITPIX -64 in, -64 out. */
+    const char *a3[] = { "reproject", TESSERA_DEMO_DIR "/gc_msx_e.fits", "--target",
+                         TESSERA_TESTDATA_DIR "/reference/gcmsx_to_eq_bilinear.target.hdr", "-o",
+                         o1, NULL };
+    ck_assert_int_eq(run_tessera(&t, err, sizeof err, a3), 0);
+    read_key(o1, 0, "BITPIX", v, sizeof v);
+    ck_assert_str_eq(v, "-64");
+    /* Exact: the footprint is a fraction, float32. */
+    const char *a4[] = { "reproject", TESSERA_DEMO_DIR "/gc_msx_e.fits", "--target",
+                         TESSERA_TESTDATA_DIR "/reference/gcmsx_to_eq_bilinear.target.hdr", "-o",
+                         o1, "--method", "exact", NULL };
+    ck_assert_int_eq(run_tessera(&t, err, sizeof err, a4), 0);
+    read_key(o1, 1, "BITPIX", v, sizeof v);
+    ck_assert_str_eq(v, "-32");
+    unlink(hdr);
+    ck_assert_int_eq(tmp_count(&t), 2);
+    tmp_remove(&t);
+}
+END_TEST
+
+/* SIGINT while the blocks run: exit 130, nothing written, no temporary file left. */
+START_TEST(test_interrupt)
+{
+    tmpdir t;
+    tmp_make(&t);
+    char hdr[512], out[512];
+    snprintf(hdr, sizeof hdr, "%s/big.hdr", t.path);
+    snprintf(out, sizeof out, "%s/o.fits", t.path);
+    FILE *f = fopen(hdr, "w");
+    fputs("NAXIS1  = 3000\nNAXIS2  = 3000\nCTYPE1  = 'RA---TAN'\nCTYPE2  = 'DEC--TAN'\n"
+          "CRVAL1  = 85.25\nCRVAL2  = -2.45\nCDELT1  = -0.0001\nCDELT2  = 0.0001\n"
+          "CRPIX1  = 1500\nCRPIX2  = 1500\nEND\n", f);
+    fclose(f);
+    char *argv[] = { (char *)TESSERA_BIN, "reproject", (char *)HH, "--target", hdr, "-o", out,
+                     "--method", "exact", "--max-coord-error", "0", "--threads", "1", NULL };
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_addopen(&fa, 2, "/dev/null", O_WRONLY, 0);
+    pid_t pid;
+    ck_assert_int_eq(posix_spawn(&pid, TESSERA_BIN, &fa, NULL, argv, environ), 0);
+    posix_spawn_file_actions_destroy(&fa);
+    /* Once the temporary output exists the signals are handled (they are blocked from
+     * the start of the command), and the reprojection has just begun. */
+    char tmp[600];
+    snprintf(tmp, sizeof tmp, "%s.tmp-%ld", out, (long)pid);
+    for (int i = 0; i < 3000 && access(tmp, F_OK) != 0; i++)
+        usleep(10000);
+    ck_assert_int_eq(access(tmp, F_OK), 0);
+    kill(pid, SIGINT);
+    int status = 0;
+    ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+    ck_assert(WIFEXITED(status));
+    ck_assert_int_eq(WEXITSTATUS(status), 130);
+    ck_assert_int_eq(access(out, F_OK), -1);
+    unlink(hdr);
+    ck_assert_int_eq(tmp_count(&t), 0);
+    tmp_remove(&t);
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("cli");
+    TCase *tg = tcase_create("golden");
+    tcase_set_timeout(tg, 300);
+    tcase_add_loop_test(tg, test_golden, 0, manifest_size());
+    suite_add_tcase(s, tg);
+    TCase *tc = tcase_create("behaviour");
+    tcase_set_timeout(tc, 120);
+    tcase_add_test(tc, test_usage);
+    tcase_add_test(tc, test_failures);
+    tcase_add_test(tc, test_output_file);
+    tcase_add_test(tc, test_cube_and_dtype);
+    tcase_add_test(tc, test_interrupt);
+    suite_add_tcase(s, tc);
+    SRunner *sr = srunner_create(s);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? 1 : 0;
+}

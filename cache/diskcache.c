@@ -6,7 +6,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -37,18 +36,6 @@ struct diskcache {
     uint64_t hits, misses, writes, evictions;
     unsigned long tmp_counter;
 };
-
-static void seterr(char *err, size_t errlen, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static void seterr(char *err, size_t errlen, const char *fmt, ...)
-{
-    if (!err || !errlen)
-        return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-}
 
 /* FNV-1a 64 of the key, the file's name. */
 static uint64_t key_hash(const char *key)
@@ -244,7 +231,7 @@ static int scan(diskcache *c)
 diskcache *diskcache_open(const char *dir, size_t max_bytes, char *err, size_t errlen)
 {
     if (mkdir(dir, 0755) != 0 && errno != EEXIST) {
-        seterr(err, errlen, "cache.disk_dir '%s': %s", dir, strerror(errno));
+        tess_seterr(err, errlen, "cache.disk_dir '%s': %s", dir, strerror(errno));
         return NULL;
     }
     diskcache *c = calloc(1, sizeof(*c));
@@ -256,12 +243,12 @@ diskcache *diskcache_open(const char *dir, size_t max_bytes, char *err, size_t e
     c->max_bytes = max_bytes;
     if (!c->dir || !c->buckets) {
         diskcache_close(c);
-        seterr(err, errlen, "out of memory");
+        tess_seterr(err, errlen, "out of memory");
         return NULL;
     }
     pthread_mutex_init(&c->lock, NULL);
     if (scan(c) != 0) {
-        seterr(err, errlen, "cache.disk_dir '%s' cannot be read", dir);
+        tess_seterr(err, errlen, "cache.disk_dir '%s' cannot be read", dir);
         diskcache_close(c);
         return NULL;
     }

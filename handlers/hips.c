@@ -15,11 +15,6 @@
 #include <sys/stat.h>
 #include <time.h>
 
-/* The shallowest hips_order a properties file announces: Hipsgen never builds a survey
- * with fewer than 4 orders, and clients (Aladin) expect the Norder3 Allsky to belong to
- * the tree. */
-#define HIPS_ORDER_FLOOR 3
-
 /* ---- parsing ------------------------------------------------------------------------- */
 
 static int fail(param_error *e, int rc, const char *parameter, const char *fmt, ...)
@@ -315,9 +310,9 @@ static void allsky_work(hreq *r)
     reply_bytes(r, rc, out, len, hips_format_mime(j->path.format), err);
 }
 
-/* The release date: the newest modification time of the dataset's files, ISO 8601 UTC
- * to the minute as Hipsgen writes it. */
-static void release_date(const dataset *d, char *out, size_t len)
+/* The release date: the newest modification time of the dataset's files (now when none
+ * can be read). */
+static time_t release_time(const dataset *d)
 {
     time_t newest = 0;
     for (int i = 0; i < d->npaths; i++) {
@@ -325,19 +320,7 @@ static void release_date(const dataset *d, char *out, size_t len)
         if (stat(d->paths[i], &st) == 0 && st.st_mtime > newest)
             newest = st.st_mtime;
     }
-    if (newest == 0)
-        newest = time(NULL);
-    struct tm tm;
-    gmtime_r(&newest, &tm);
-    strftime(out, len, "%Y-%m-%dT%H:%MZ", &tm);
-}
-
-/* The deepest order of the survey, from the image's pixel size [HiPS 4.2.1], never
- * shallower than HIPS_ORDER_FLOOR. */
-static int survey_order(double pixscale)
-{
-    int order = hips_order_for_scale(pixscale, HIPS_TILE_SHIFT);
-    return order < HIPS_ORDER_FLOOR ? HIPS_ORDER_FLOOR : order;
+    return newest ? newest : time(NULL);
 }
 
 static void moc_work(hreq *r)
@@ -349,7 +332,7 @@ static void moc_work(hreq *r)
         return;
     unsigned char *out = NULL;
     size_t len = 0;
-    int rc = hips_moc_fits(d->cel, d->nx, d->ny, survey_order(pixscale), &out, &len, NULL);
+    int rc = hips_moc_fits(d->cel, d->nx, d->ny, hips_survey_order(pixscale), &out, &len, NULL);
     if (rc)
         problem_reply(r, rc == TESS_ENOMEM ? 500 : 422, NULL, "cannot compute the coverage of "
                       "dataset '%s'", d->name);
@@ -376,38 +359,18 @@ static void properties_work(hreq *r)
     range.q.render.max_cut = (render_cut){100.0, 1};
     if (cut_levels(r, &range, &dmin, &dmax))
         return;
-    int order = survey_order(pixscale);
-    char date[32];
-    release_date(d, date, sizeof(date));
-    buf b;
-    buf_init(&b, 1 << 16);
-    buf_printf(&b, "%-20s = ivo://tessera/%s\n", "creator_did", d->name);
-    buf_printf(&b, "%-20s = %s\n", "obs_title", d->name);
+    char description[64] = "";
     if (d->nz > 1)
-        buf_printf(&b, "%-20s = plane %ld of %ld\n", "obs_description", j->q.plane, d->nz);
-    buf_printf(&b, "%-20s = %s\n", "dataproduct_type", "image");
-    buf_printf(&b, "%-20s = %s\n", "hips_version", "1.4");
-    buf_printf(&b, "%-20s = %s\n", "hips_builder", "Tessera (on demand)");
-    buf_printf(&b, "%-20s = %s\n", "hips_release_date", date);
-    buf_printf(&b, "%-20s = %s\n", "hips_status", "public master clonableOnce");
-    buf_printf(&b, "%-20s = %s\n", "hips_tile_format", "png jpeg fits");
-    buf_printf(&b, "%-20s = %d\n", "hips_tile_width", HIPS_TILE_WIDTH);
-    buf_printf(&b, "%-20s = %d\n", "hips_order", order);
-    buf_printf(&b, "%-20s = %d\n", "hips_order_min", 0);
-    buf_printf(&b, "%-20s = %s\n", "hips_frame", d->hips_galactic ? "galactic" : "equatorial");
-    buf_printf(&b, "%-20s = %d\n", "hips_pixel_bitpix", -32);
-    buf_printf(&b, "%-20s = %.10g %.10g\n", "hips_pixel_cut", lo, hi);
-    buf_printf(&b, "%-20s = %.10g %.10g\n", "hips_data_range", dmin, dmax);
-    buf_printf(&b, "%-20s = %.10g\n", "hips_pixel_scale",
-               hips_cell_size(order + HIPS_TILE_SHIFT));
-    buf_printf(&b, "%-20s = %.10f\n", "hips_initial_ra", ra);
-    buf_printf(&b, "%-20s = %.10f\n", "hips_initial_dec", dec);
-    buf_printf(&b, "%-20s = %.10g\n", "hips_initial_fov", fov);
-    if (d->bunit[0])
-        buf_printf(&b, "%-20s = %s\n", "data_pixel_unit", d->bunit);
-    size_t len;
-    char *text = buf_detach(&b, &len);
-    if (!text) {
+        snprintf(description, sizeof(description), "plane %ld of %ld", j->q.plane, d->nz);
+    hips_properties p = {
+        .name = d->name, .description = description, .builder = "Tessera (on demand)",
+        .tile_formats = "png jpeg fits", .bunit = d->bunit, .released = release_time(d),
+        .order = hips_survey_order(pixscale), .galactic = d->hips_galactic, .ra = ra,
+        .dec = dec, .fov = fov, .cut_lo = lo, .cut_hi = hi, .data_min = dmin, .data_max = dmax,
+    };
+    char *text = NULL;
+    size_t len = 0;
+    if (hips_properties_text(&p, &text, &len)) {
         problem_reply(r, 500, NULL, "out of memory");
         return;
     }

@@ -5,7 +5,9 @@
 #include <stdint.h>
 #include <stddef.h>
 
-/* Encodes w x h RGBA pixels (row 0 at the top) as an 8-bit RGBA PNG.  On success
+/* Encodes w x h RGBA pixels (row 0 at the top) as a PNG: 8-bit palette with tRNS when
+ * the picture has at most 256 distinct colours (every colour-mapped rendering), 8-bit RGBA
+ * otherwise; either decodes to exactly the given RGBA values.  On success
  * *out is malloc'd (caller frees) and 0 is returned; TESS_ENOMEM or TESS_EINVAL
  * otherwise, with *out NULL. */
 int png_encode_rgba(const uint8_t *rgba, long w, long h, unsigned char **out, size_t *outlen);

@@ -5,7 +5,6 @@
 #include <limits.h>
 #include <math.h>
 #include <pthread.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -36,20 +35,6 @@ void fitsimg_cfitsio_unlock(void)
         pthread_mutex_unlock(&cfitsio_mutex);
 }
 
-/* Writes a formatted one-line reason into err (when err is not NULL). */
-static void set_err(char *err, size_t errlen, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-
-static void set_err(char *err, size_t errlen, const char *fmt, ...)
-{
-    if (!err || errlen == 0)
-        return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-}
-
 /* Writes "what path: <cfitsio's text for status> (cfitsio status N)" into err.  The
  * text comes from fits_get_errstatus, not from cfitsio's message stack: that stack is
  * shared by all threads, so its top may be another thread's message. */
@@ -58,7 +43,7 @@ static void set_cfitsio_err(char *err, size_t errlen, const char *what, const ch
 {
     char text[FLEN_STATUS];
     fits_get_errstatus(status, text);
-    set_err(err, errlen, "%s %s: %s (cfitsio status %d)", what, path, text, status);
+    tess_seterr(err, errlen, "%s %s: %s (cfitsio status %d)", what, path, text, status);
 }
 
 /* Opens `path` as a plain disk file, without cfitsio's extended filename syntax (so
@@ -71,7 +56,7 @@ static int open_image_hdu(const char *path, int hdu, fitsfile **fp, char *err, s
     int status = 0, hdutype = 0;
     *fp = NULL;
     if (hdu < 0 || hdu >= INT_MAX) {
-        set_err(err, errlen, "HDU index %d out of range in %s", hdu, path);
+        tess_seterr(err, errlen, "HDU index %d out of range in %s", hdu, path);
         return TESS_EINVAL;
     }
     fitsfile *f = NULL;
@@ -82,7 +67,7 @@ static int open_image_hdu(const char *path, int hdu, fitsfile **fp, char *err, s
     if (fits_movabs_hdu(f, hdu + 1, &hdutype, &status)) {
         int rc = TESS_EIO;
         if (status == END_OF_FILE) {
-            set_err(err, errlen, "%s has no HDU %d", path, hdu);
+            tess_seterr(err, errlen, "%s has no HDU %d", path, hdu);
             rc = TESS_EINVAL;
         } else {
             set_cfitsio_err(err, errlen, "cannot read HDU of", path, status);
@@ -92,7 +77,7 @@ static int open_image_hdu(const char *path, int hdu, fitsfile **fp, char *err, s
         return rc;
     }
     if (hdutype != IMAGE_HDU) {
-        set_err(err, errlen, "HDU %d of %s is a table, not an image", hdu, path);
+        tess_seterr(err, errlen, "HDU %d of %s is a table, not an image", hdu, path);
         status = 0;
         fits_close_file(f, &status);
         return TESS_EINVAL;
@@ -114,7 +99,7 @@ static int read_dims(fitsfile *f, const char *path, int *naxis, long naxes[FITSI
         return TESS_EIO;
     }
     if (*naxis < 0 || *naxis > FITSIMG_MAXDIM) {
-        set_err(err, errlen, "%s: NAXIS = %d, more axes than the %d supported", path,
+        tess_seterr(err, errlen, "%s: NAXIS = %d, more axes than the %d supported", path,
                 *naxis, FITSIMG_MAXDIM);
         return TESS_EINVAL;
     }
@@ -124,7 +109,7 @@ static int read_dims(fitsfile *f, const char *path, int *naxis, long naxes[FITSI
     }
     for (int i = 0; i < *naxis; i++) {
         if (naxes[i] < 0) {
-            set_err(err, errlen, "%s: NAXIS%d = %ld is negative", path, i + 1, naxes[i]);
+            tess_seterr(err, errlen, "%s: NAXIS%d = %ld is negative", path, i + 1, naxes[i]);
             return TESS_EINVAL;
         }
     }
@@ -177,7 +162,7 @@ static int read_header_cards(fitsfile *f, const char *path, fitsimg_info *info,
     if (!info->header) {
         int st2 = 0;
         fits_free_memory(str, &st2);
-        set_err(err, errlen, "out of memory reading the header of %s", path);
+        tess_seterr(err, errlen, "out of memory reading the header of %s", path);
         return TESS_ENOMEM;
     }
     memcpy(info->header, str, bytes);
@@ -196,7 +181,7 @@ int fitsimg_read_info(const char *path, int hdu, fitsimg_info *info, char *err, 
 
     struct stat st;
     if (stat(path, &st) != 0) {
-        set_err(err, errlen, "cannot open %s: %s", path, strerror(errno));
+        tess_seterr(err, errlen, "cannot open %s: %s", path, strerror(errno));
         return TESS_EIO;
     }
     info->mtime_ns = (long long)st.st_mtim.tv_sec * 1000000000LL + st.st_mtim.tv_nsec;
@@ -264,17 +249,18 @@ void fitsimg_info_release(fitsimg_info *info)
     info->nkeys = 0;
 }
 
-/* The region is checked against the HDU's own NAXISn before cfitsio sees it.  Planes
+/* Reads the region into `out` as cfitsio `datatype` (TDOUBLE: double, TFLOAT: float).
+ * The region is checked against the HDU's own NAXISn before cfitsio sees it.  Planes
  * beyond NAXIS3 (NAXIS = 4) are counted on: z = i3 + NAXIS3 * i4 (0-based indices). */
-int fitsimg_read_region(const char *path, int hdu, long z, long x0, long y0, long w, long h,
-                        double *out, char *err, size_t errlen)
+static int read_region(const char *path, int hdu, long z, long x0, long y0, long w, long h,
+                       int datatype, void *out, char *err, size_t errlen)
 {
     if (!out || w <= 0 || h <= 0) {
-        set_err(err, errlen, "empty region %ld x %ld requested from %s", w, h, path);
+        tess_seterr(err, errlen, "empty region %ld x %ld requested from %s", w, h, path);
         return TESS_EINVAL;
     }
     if (w > LONG_MAX / h) {
-        set_err(err, errlen, "region %ld x %ld of %s is too large", w, h, path);
+        tess_seterr(err, errlen, "region %ld x %ld of %s is too large", w, h, path);
         return TESS_ERANGE;
     }
 
@@ -292,7 +278,7 @@ int fitsimg_read_region(const char *path, int hdu, long z, long x0, long y0, lon
     long nplanes = naxes[2] * naxes[3];
     if (naxis == 0 || x0 < 0 || y0 < 0 || z < 0 || x0 > naxes[0] - w || y0 > naxes[1] - h ||
         z >= nplanes) {
-        set_err(err, errlen,
+        tess_seterr(err, errlen,
                 "region x %ld..%ld, y %ld..%ld, plane %ld outside the %ld x %ld x %ld image %s",
                 x0, x0 + w - 1, y0, y0 + h - 1, z, naxes[0], naxes[1], nplanes, path);
         rc = TESS_ERANGE;
@@ -319,9 +305,11 @@ int fitsimg_read_region(const char *path, int hdu, long z, long x0, long y0, lon
         rc = TESS_EIO;
         goto out;
     }
-    double nulval = bitpix > 0 ? NAN : 0.0;
+    double dnul = bitpix > 0 ? NAN : 0.0;
+    float fnul = bitpix > 0 ? NAN : 0.0f;
+    void *nulval = datatype == TFLOAT ? (void *)&fnul : (void *)&dnul;
     int anynul = 0;
-    if (fits_read_subset(f, TDOUBLE, fpixel, lpixel, inc, &nulval, out, &anynul, &status)) {
+    if (fits_read_subset(f, datatype, fpixel, lpixel, inc, nulval, out, &anynul, &status)) {
         set_cfitsio_err(err, errlen, "cannot read pixels of", path, status);
         rc = status == MEMORY_ALLOCATION ? TESS_ENOMEM : TESS_EIO;
     }
@@ -335,71 +323,18 @@ out:
     return rc;
 }
 
-/* A copy of fitsimg_read_region with TFLOAT output: the same checks, the same null
- * handling (NaN for BLANK in integer images, float NaNs passed through unchecked). */
+int fitsimg_read_region(const char *path, int hdu, long z, long x0, long y0, long w, long h,
+                        double *out, char *err, size_t errlen)
+{
+    return read_region(path, hdu, z, x0, y0, w, h, TDOUBLE, out, err, errlen);
+}
+
+/* fitsimg_read_region with TFLOAT output: the same checks, the same null handling (NaN
+ * for BLANK in integer images, float NaNs passed through unchecked). */
 int fitsimg_read_region_f32(const char *path, int hdu, long z, long x0, long y0, long w, long h,
                             float *out, char *err, size_t errlen)
 {
-    if (!out || w <= 0 || h <= 0) {
-        set_err(err, errlen, "empty region %ld x %ld requested from %s", w, h, path);
-        return TESS_EINVAL;
-    }
-    if (w > LONG_MAX / h) {
-        set_err(err, errlen, "region %ld x %ld of %s is too large", w, h, path);
-        return TESS_ERANGE;
-    }
-
-    fitsimg_cfitsio_lock();
-    fitsfile *f = NULL;
-    int naxis = 0, status = 0;
-    long naxes[FITSIMG_MAXDIM];
-    int rc = open_image_hdu(path, hdu, &f, err, errlen);
-    if (rc)
-        goto out;
-    rc = read_dims(f, path, &naxis, naxes, err, errlen);
-    if (rc)
-        goto out;
-
-    long nplanes = naxes[2] * naxes[3];
-    if (naxis == 0 || x0 < 0 || y0 < 0 || z < 0 || x0 > naxes[0] - w || y0 > naxes[1] - h ||
-        z >= nplanes) {
-        set_err(err, errlen,
-                "region x %ld..%ld, y %ld..%ld, plane %ld outside the %ld x %ld x %ld image %s",
-                x0, x0 + w - 1, y0, y0 + h - 1, z, naxes[0], naxes[1], nplanes, path);
-        rc = TESS_ERANGE;
-        goto out;
-    }
-
-    long fpixel[FITSIMG_MAXDIM], lpixel[FITSIMG_MAXDIM], inc[FITSIMG_MAXDIM];
-    fpixel[0] = x0 + 1;
-    lpixel[0] = x0 + w;
-    fpixel[1] = y0 + 1;
-    lpixel[1] = y0 + h;
-    fpixel[2] = lpixel[2] = z % naxes[2] + 1;
-    fpixel[3] = lpixel[3] = z / naxes[2] + 1;
-    for (int i = 0; i < FITSIMG_MAXDIM; i++)
-        inc[i] = 1;
-
-    int bitpix = 0;
-    if (fits_get_img_type(f, &bitpix, &status)) {
-        set_cfitsio_err(err, errlen, "cannot read BITPIX of", path, status);
-        rc = TESS_EIO;
-        goto out;
-    }
-    float nulval = bitpix > 0 ? NAN : 0.0f;
-    int anynul = 0;
-    if (fits_read_subset(f, TFLOAT, fpixel, lpixel, inc, &nulval, out, &anynul, &status)) {
-        set_cfitsio_err(err, errlen, "cannot read pixels of", path, status);
-        rc = status == MEMORY_ALLOCATION ? TESS_ENOMEM : TESS_EIO;
-    }
-
-out:
-    if (f) {
-        status = 0;
-        fits_close_file(f, &status);
-    }
-    fitsimg_cfitsio_unlock();
-    return rc;
+    return read_region(path, hdu, z, x0, y0, w, h, TFLOAT, out, err, errlen);
 }
 
 /* Copies s[0..n) into val (truncating, always NUL-terminated when vallen > 0). */

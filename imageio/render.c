@@ -213,9 +213,11 @@ static double percentile(double *a, size_t m, double pct)
     return gamma >= 0.5 ? vb - d * (1.0 - gamma) : va + d * gamma;
 }
 
-/* Absolute cuts need no pass over the data.  A percentile cut over data with no finite
- * value gives lo = hi = 0. */
-int render_resolve_cuts(const double *data, size_t n, const render_params *p, double *lo, double *hi)
+/* The cuts over n values given as doubles (d64) or, when d64 is NULL, as floats (d32),
+ * the finite ones gathered as doubles.  Absolute cuts need no pass over the data.  A
+ * percentile cut over data with no finite value gives lo = hi = 0. */
+static int resolve_cuts(const double *d64, const float *d32, size_t n, const render_params *p,
+                        double *lo, double *hi)
 {
     if (!p->min_cut.is_percent && !p->max_cut.is_percent) {
         *lo = p->min_cut.value;
@@ -228,9 +230,11 @@ int render_resolve_cuts(const double *data, size_t n, const render_params *p, do
     if (!a)
         return TESS_ENOMEM;
     size_t m = 0;
-    for (size_t i = 0; i < n; i++)
-        if (isfinite(data[i]))
-            a[m++] = data[i];
+    for (size_t i = 0; i < n; i++) {
+        double v = d64 ? d64[i] : (double)d32[i];
+        if (isfinite(v))
+            a[m++] = v;
+    }
     if (m == 0) {
         *lo = *hi = 0.0;
     } else {
@@ -241,32 +245,16 @@ int render_resolve_cuts(const double *data, size_t n, const render_params *p, do
     return 0;
 }
 
+int render_resolve_cuts(const double *data, size_t n, const render_params *p, double *lo, double *hi)
+{
+    return resolve_cuts(data, NULL, n, p, lo, hi);
+}
+
 /* The finite values are gathered as doubles, then cut exactly as render_resolve_cuts. */
 int render_resolve_cuts_f32(const float *data, size_t n, const render_params *p, double *lo,
                             double *hi)
 {
-    if (!p->min_cut.is_percent && !p->max_cut.is_percent) {
-        *lo = p->min_cut.value;
-        *hi = p->max_cut.value;
-        return 0;
-    }
-    if (n > SIZE_MAX / sizeof(double))
-        return TESS_ENOMEM;
-    double *a = malloc((n ? n : 1) * sizeof(double));
-    if (!a)
-        return TESS_ENOMEM;
-    size_t m = 0;
-    for (size_t i = 0; i < n; i++)
-        if (isfinite(data[i]))
-            a[m++] = (double)data[i];
-    if (m == 0) {
-        *lo = *hi = 0.0;
-    } else {
-        *lo = p->min_cut.is_percent ? percentile(a, m, p->min_cut.value) : p->min_cut.value;
-        *hi = p->max_cut.is_percent ? percentile(a, m, p->max_cut.value) : p->max_cut.value;
-    }
-    free(a);
-    return 0;
+    return resolve_cuts(NULL, data, n, p, lo, hi);
 }
 
 /* ---- stretches and colour maps ---------------------------------------------------- */
@@ -398,11 +386,14 @@ int render_rgba_cuts(const double *data, long w, long h, const render_params *p,
             else if (t > 1.0)
                 t = 1.0;
             t = stretch_apply(p->stretch, t);
-            int level = (int)(t * 255.0 + 0.5);
-            if (level > 255)
-                level = 255;
+            /* 255 levels, both ends of the map included: with transparent that is 256
+             * colours at most, so every rendering fits an 8-bit palette PNG. */
+            int level = (int)(t * 254.0 + 0.5);
+            if (level > 254)
+                level = 254;
             else if (level < 0)
                 level = 0;
+            level = (level * 255 + 127) / 254;
             dst[0] = lut[level][0];
             dst[1] = lut[level][1];
             dst[2] = lut[level][2];

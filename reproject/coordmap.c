@@ -45,37 +45,25 @@ static skywcs *private_celestial(const skywcs *w)
     return skywcs_naxis(w) == 2 ? skywcs_copy(w) : skywcs_celestial(w);
 }
 
-/* Copies a message into err (when given).  Cannot fail. */
-static void put_err(char *err, size_t errlen, const char *msg)
-{
-    if (!err || errlen == 0)
-        return;
-    size_t n = strlen(msg);
-    if (n >= errlen)
-        n = errlen - 1;
-    memcpy(err, msg, n);
-    err[n] = '\0';
-}
-
 rp_coordmap *rp_coordmap_new(const skywcs *from, const skywcs *to, char *err, size_t errlen)
 {
     if (!from || !to || !skywcs_has_celestial(from) || !skywcs_has_celestial(to)) {
         int from_ok = from && skywcs_has_celestial(from);
-        put_err(err, errlen, from_ok ? "`to` WCS has no celestial axes"
-                                     : "`from` WCS has no celestial axes");
+        tess_seterr(err, errlen, "%s", from_ok ? "`to` WCS has no celestial axes"
+                                               : "`from` WCS has no celestial axes");
         return NULL;
     }
     rp_coordmap *m = calloc(1, sizeof *m);
     if (!m) {
-        put_err(err, errlen, "out of memory");
+        tess_seterr(err, errlen, "out of memory");
         return NULL;
     }
     m->ffrom = skywcs_frame(from, &m->eqfrom);
     m->fto = skywcs_frame(to, &m->eqto);
     if (m->ffrom == SKY_FRAME_NONE || m->fto == SKY_FRAME_NONE) {
-        put_err(err, errlen, m->ffrom == SKY_FRAME_NONE
-                                 ? "`from` WCS has an unsupported celestial frame"
-                                 : "`to` WCS has an unsupported celestial frame");
+        tess_seterr(err, errlen, "%s", m->ffrom == SKY_FRAME_NONE
+                                           ? "`from` WCS has an unsupported celestial frame"
+                                           : "`to` WCS has an unsupported celestial frame");
         free(m);
         return NULL;
     }
@@ -85,8 +73,8 @@ rp_coordmap *rp_coordmap_new(const skywcs *from, const skywcs *to, char *err, si
     if (!m->from || !m->to || !m->lon) {
         /* skywcs_celestial also refuses celestial axes coupled to other axes. */
         int coupled = (!m->from && skywcs_naxis(from) != 2) || (!m->to && skywcs_naxis(to) != 2);
-        put_err(err, errlen, coupled ? "celestial axes not separable from the others"
-                                     : "out of memory");
+        tess_seterr(err, errlen, "%s", coupled ? "celestial axes not separable from the others"
+                                               : "out of memory");
         rp_coordmap_free(m);
         return NULL;
     }

@@ -3,7 +3,6 @@
 
 #include <limits.h>
 #include <math.h>
-#include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -107,20 +106,6 @@
  * heights are exact, so the cover of closed outlines cancels exactly.  Needs IEEE
  * double arithmetic without reassociation (no -ffast-math). */
 #define EX_QUANT 24.0
-
-static void set_err(char *err, size_t errlen, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-
-/* Writes a formatted message into err (when given).  Cannot fail. */
-static void set_err(char *err, size_t errlen, const char *fmt, ...)
-{
-    if (!err || errlen == 0)
-        return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-}
 
 /* ------------------------------------------------------------------------------------ */
 /* Spherical areas and the area element of the output projection                          */
@@ -625,35 +610,36 @@ long rp_exact_rows(const skywcs *in, const rp_plane *src, const skywcs *out, lon
                    double *dst, double *footprint, char *err, size_t errlen)
 {
     if (!in || !out || !src || !src->data || !dst) {
-        set_err(err, errlen, "missing WCS, plane or output array");
+        tess_seterr(err, errlen, "missing WCS, plane or output array");
         return TESS_EINVAL;
     }
     if (src->dtype != RP_F32 && src->dtype != RP_F64) {
-        set_err(err, errlen, "unknown plane dtype %d", (int)src->dtype);
+        tess_seterr(err, errlen, "unknown plane dtype %d", (int)src->dtype);
         return TESS_EINVAL;
     }
     const long in_nx = src->nx, in_ny = src->ny;
     if (in_nx < 1 || in_ny < 1 || out_nx < 1 || out_ny < 1 || in_nx >= INT_MAX
         || in_ny >= INT_MAX || out_nx >= INT_MAX || out_ny >= INT_MAX
         || in_nx > LONG_MAX / in_ny || out_nx > LONG_MAX / out_ny) {
-        set_err(err, errlen, "bad image size (%ldx%ld -> %ldx%ld)", in_nx, in_ny, out_nx, out_ny);
+        tess_seterr(err, errlen, "bad image size (%ldx%ld -> %ldx%ld)", in_nx, in_ny, out_nx,
+                    out_ny);
         return TESS_EINVAL;
     }
     if (out_y0 < 0 || out_y1 < out_y0 || out_y1 > out_ny) {
-        set_err(err, errlen, "bad output rows [%ld, %ld) of %ld", out_y0, out_y1, out_ny);
+        tess_seterr(err, errlen, "bad output rows [%ld, %ld) of %ld", out_y0, out_y1, out_ny);
         return TESS_EINVAL;
     }
     if (!isfinite(max_coord_error) || max_coord_error < 0.0) {
-        set_err(err, errlen, "max_coord_error: must be a finite number >= 0");
+        tess_seterr(err, errlen, "max_coord_error: must be a finite number >= 0");
         return TESS_EINVAL;
     }
     if (!skywcs_has_celestial(in) || !skywcs_has_celestial(out)) {
-        set_err(err, errlen, "%s WCS has no celestial axes",
+        tess_seterr(err, errlen, "%s WCS has no celestial axes",
                 skywcs_has_celestial(in) ? "output" : "input");
         return TESS_EINVAL;
     }
     if (skywcs_frame(in, NULL) == SKY_FRAME_NONE || skywcs_frame(out, NULL) == SKY_FRAME_NONE) {
-        set_err(err, errlen, "%s WCS has an unsupported celestial frame",
+        tess_seterr(err, errlen, "%s WCS has an unsupported celestial frame",
                 skywcs_frame(in, NULL) == SKY_FRAME_NONE ? "input" : "output");
         return TESS_EINVAL;
     }
@@ -674,14 +660,15 @@ long rp_exact_rows(const skywcs *in, const rp_plane *src, const skywcs *out, lon
     skywcs *wout = skywcs_naxis(out) == 2 ? skywcs_copy(out) : skywcs_celestial(out);
     if (!wout) {
         int coupled = skywcs_naxis(out) != 2;
-        set_err(err, errlen, "%s", coupled ? "output celestial axes not separable from the others"
-                                           : "out of memory");
+        tess_seterr(err, errlen, "%s",
+                    coupled ? "output celestial axes not separable from the others"
+                            : "out of memory");
         return coupled ? TESS_EINVAL : TESS_ENOMEM;
     }
     if (skywcs_naxis(in) != 2) {
         skywcs *t = skywcs_celestial(in);
         if (!t) {
-            set_err(err, errlen, "input celestial axes not separable from the others");
+            tess_seterr(err, errlen, "input celestial axes not separable from the others");
             skywcs_free(wout);
             return TESS_EINVAL;
         }
@@ -849,7 +836,7 @@ long rp_exact_rows(const skywcs *in, const rp_plane *src, const skywcs *out, lon
 
 done:
     if (rc < 0)
-        set_err(err, errlen, "out of memory");
+        tess_seterr(err, errlen, "out of memory");
     rp_coordmap_free(m);
     skywcs_free(wout);
     free(acc.cells);

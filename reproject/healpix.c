@@ -9,6 +9,7 @@
 
 #include "imageio/encode.h"
 #include "reproject/coordmap.h"
+#include "util/buf.h"
 #include "util/error.h"
 
 #define DEG2RAD (M_PI / 180.0)
@@ -132,6 +133,12 @@ int hips_order_for_scale(double pixscale, int shift)
         if (hips_cell_size(k + shift) <= pixscale)
             return k;
     return kmax;
+}
+
+int hips_survey_order(double pixscale)
+{
+    int order = hips_order_for_scale(pixscale, HIPS_TILE_SHIFT);
+    return order < HIPS_ORDER_FLOOR ? HIPS_ORDER_FLOOR : order;
 }
 
 int hips_source_level(int order, int shift, double pixscale)
@@ -834,12 +841,16 @@ const char *hips_format_mime(hips_format f)
                                                                         : "image/png";
 }
 
-/* PNG or JPEG bytes of a w x h picture of doubles (row 0 = bottom).  Returns 0 or a
- * TESS_E* code. */
-static int encode_picture(const double *data, long w, long h, hips_format fmt,
-                          const render_params *rp, double lo, double hi, unsigned char **out,
-                          size_t *outlen)
+int hips_encode_picture(const double *data, long w, long h, hips_format fmt,
+                        const render_params *rp, double lo, double hi, unsigned char **out,
+                        size_t *outlen)
 {
+    *out = NULL;
+    *outlen = 0;
+    if (!data || !rp || fmt == HIPS_FMT_FITS || w <= 0 || h <= 0)
+        return TESS_EINVAL;
+    if ((size_t)w > SIZE_MAX / 4 / (size_t)h)
+        return TESS_ERANGE;
     uint8_t *rgba = malloc((size_t)w * (size_t)h * 4);
     if (!rgba)
         return TESS_ENOMEM;
@@ -872,8 +883,8 @@ long hips_tile_encode(const hips_source *src, int order, int64_t npix, int galac
     if (finite > 0) {
         int rc = fmt == HIPS_FMT_FITS
                      ? hips_encode_fits(data, order, npix, HIPS_TILE_SHIFT, galactic, out, outlen)
-                     : encode_picture(data, HIPS_TILE_WIDTH, HIPS_TILE_WIDTH, fmt, rp, lo, hi,
-                                      out, outlen);
+                     : hips_encode_picture(data, HIPS_TILE_WIDTH, HIPS_TILE_WIDTH, fmt, rp, lo,
+                                           hi, out, outlen);
         if (rc != 0) {
             put_err(err, errlen, rc == TESS_ENOMEM ? "out of memory" : "cannot encode the tile");
             finite = rc;
@@ -978,7 +989,7 @@ long hips_allsky_encode(const hips_source *src, int galactic, hips_format fmt,
         put_card(cards, 0, "ORDER", "3", "HiPS order of the Allsky tiles (Norder3)");
         rc = encode_fits_f32(pic, w, h, cards, 1, out, outlen);
     } else {
-        rc = encode_picture(pic, w, h, fmt, rp, lo, hi, out, outlen);
+        rc = hips_encode_picture(pic, w, h, fmt, rp, lo, hi, out, outlen);
     }
     free(pic);
     if (rc != 0) {
@@ -1085,5 +1096,55 @@ int hips_moc_fits(const skywcs *cel, long nx, long ny, int order, unsigned char 
     *outlen = h1 + h2 + plen;
     if (ncells)
         *ncells = nu;
+    return 0;
+}
+
+/* ---- properties ---------------------------------------------------------------------- */
+
+int hips_properties_text(const hips_properties *p, char **out, size_t *outlen)
+{
+    *out = NULL;
+    *outlen = 0;
+    if (!p || !p->name || !p->builder || !p->tile_formats)
+        return TESS_EINVAL;
+    char date[32];
+    struct tm tm;
+    time_t t = p->released;
+    if (!gmtime_r(&t, &tm) || strftime(date, sizeof(date), "%Y-%m-%dT%H:%MZ", &tm) == 0)
+        return TESS_EINVAL;
+    buf b;
+    buf_init(&b, 1 << 16);
+    int bad = 0;
+    bad |= buf_printf(&b, "%-20s = ivo://tessera/%s\n", "creator_did", p->name);
+    bad |= buf_printf(&b, "%-20s = %s\n", "obs_title", p->name);
+    if (p->description && p->description[0])
+        bad |= buf_printf(&b, "%-20s = %s\n", "obs_description", p->description);
+    bad |= buf_printf(&b, "%-20s = %s\n", "dataproduct_type", "image");
+    bad |= buf_printf(&b, "%-20s = %s\n", "hips_version", "1.4");
+    bad |= buf_printf(&b, "%-20s = %s\n", "hips_builder", p->builder);
+    bad |= buf_printf(&b, "%-20s = %s\n", "hips_release_date", date);
+    bad |= buf_printf(&b, "%-20s = %s\n", "hips_status", "public master clonableOnce");
+    bad |= buf_printf(&b, "%-20s = %s\n", "hips_tile_format", p->tile_formats);
+    bad |= buf_printf(&b, "%-20s = %d\n", "hips_tile_width", HIPS_TILE_WIDTH);
+    bad |= buf_printf(&b, "%-20s = %d\n", "hips_order", p->order);
+    bad |= buf_printf(&b, "%-20s = %d\n", "hips_order_min", 0);
+    bad |= buf_printf(&b, "%-20s = %s\n", "hips_frame", p->galactic ? "galactic" : "equatorial");
+    bad |= buf_printf(&b, "%-20s = %d\n", "hips_pixel_bitpix", -32);
+    bad |= buf_printf(&b, "%-20s = %.10g %.10g\n", "hips_pixel_cut", p->cut_lo, p->cut_hi);
+    bad |= buf_printf(&b, "%-20s = %.10g %.10g\n", "hips_data_range", p->data_min, p->data_max);
+    bad |= buf_printf(&b, "%-20s = %.10g\n", "hips_pixel_scale",
+                      hips_cell_size(p->order + HIPS_TILE_SHIFT));
+    bad |= buf_printf(&b, "%-20s = %.10f\n", "hips_initial_ra", p->ra);
+    bad |= buf_printf(&b, "%-20s = %.10f\n", "hips_initial_dec", p->dec);
+    bad |= buf_printf(&b, "%-20s = %.10g\n", "hips_initial_fov", p->fov);
+    if (p->bunit && p->bunit[0])
+        bad |= buf_printf(&b, "%-20s = %s\n", "data_pixel_unit", p->bunit);
+    char *text = bad ? NULL : buf_detach(&b, outlen);
+    buf_release(&b);
+    if (!text) {
+        *outlen = 0;
+        return TESS_ENOMEM;
+    }
+    *out = text;
     return 0;
 }

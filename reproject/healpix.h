@@ -4,6 +4,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <time.h>
 #include "imageio/render.h"
 #include "reproject/kernels.h"
 #include "reproject/plane.h"
@@ -90,6 +91,16 @@ double hips_cell_size(int order);
  * whose tile pixels are at least as fine as the input pixels [HiPS 4.2.1]; 29 - shift
  * when even that is coarser; 0 for a non-finite or non-positive scale.  Cannot fail. */
 int hips_order_for_scale(double pixscale, int shift);
+
+/* The shallowest deepest order a survey is given: Hipsgen never builds a survey with
+ * fewer than 4 orders, and clients (Aladin) expect the Norder3 Allsky to belong to the
+ * tree. */
+#define HIPS_ORDER_FLOOR 3
+
+/* The deepest tile order of a survey of input pixels `pixscale` degrees, the hips_order
+ * of its properties: hips_order_for_scale(pixscale, HIPS_TILE_SHIFT), never shallower
+ * than HIPS_ORDER_FLOOR.  Cannot fail. */
+int hips_survey_order(double pixscale);
 
 /* The FITS WCS of tile (order, npix), W = 2^shift, as cards for the FITS tile: the HPX
  * projection [CR07] (RA---HPX/DEC--HPX with RADESYS ICRS, or GLON-HPX/GLAT-HPX when
@@ -202,6 +213,15 @@ const char *hips_format_mime(hips_format f);
 /* Quality of JPEG tiles and Allsky pictures (libjpeg's 1..100 scale). */
 #define HIPS_JPEG_QUALITY 90
 
+/* A w x h picture of doubles (row 0 = the bottom row, FITS order) as PNG or JPEG bytes:
+ * render_rgba_cuts with the cut levels lo and hi and the stretch and colour map of `rp`,
+ * NaN transparent in PNG and black in JPEG (quality HIPS_JPEG_QUALITY).  *out is malloc'd
+ * (caller frees).  Returns 0, or TESS_EINVAL (bad size, or fmt HIPS_FMT_FITS) /
+ * TESS_ENOMEM / TESS_ERANGE. */
+int hips_encode_picture(const double *data, long w, long h, hips_format fmt,
+                        const render_params *rp, double lo, double hi, unsigned char **out,
+                        size_t *outlen);
+
 /* A tile as the bytes of its file: hips_render_tile at width HIPS_TILE_WIDTH, then FITS
  * (hips_encode_fits) or, for PNG and JPEG, render_rgba_cuts with the cut levels lo and
  * hi (those of the whole plane, so that neighbouring tiles match) and the stretch and
@@ -250,5 +270,34 @@ long hips_allsky_encode(const hips_source *src, int galactic, hips_format fmt,
  * NULL) gets the number of cells.  Returns 0, TESS_EINVAL, TESS_ENOMEM. */
 int hips_moc_fits(const skywcs *cel, long nx, long ny, int order, unsigned char **out,
                   size_t *outlen, size_t *ncells);
+
+/* What the properties file of a survey says [HiPS 4.4.1], gathered by its maker (the
+ * server for a survey made on demand, `tessera hips` for a static tree), so that both
+ * write the same keywords in the same format. */
+typedef struct hips_properties {
+    const char *name;          /* creator_did ivo://tessera/{name} and obs_title */
+    const char *description;   /* obs_description; NULL or "" for none */
+    const char *builder;       /* hips_builder */
+    const char *tile_formats;  /* hips_tile_format: "png jpeg fits" or a part of it */
+    const char *bunit;         /* data_pixel_unit (BUNIT); NULL or "" for none */
+    time_t released;           /* hips_release_date, written in UTC to the minute */
+    int order;                 /* hips_order, the deepest tile order (0..29 - S) */
+    int galactic;              /* hips_frame: galactic (1) or equatorial (0) */
+    double ra, dec;            /* hips_initial_ra, hips_initial_dec: ICRS degrees */
+    double fov;                /* hips_initial_fov, degrees */
+    double cut_lo, cut_hi;     /* hips_pixel_cut: the cut levels of PNG and JPEG tiles */
+    double data_min, data_max; /* hips_data_range: the 0 and 100 percentiles */
+} hips_properties;
+
+/* The text of the properties file: one "keyword = value" line each (keywords padded to
+ * 20 characters, as Hipsgen writes them), in the order creator_did, obs_title,
+ * obs_description (when given), dataproduct_type image, hips_version 1.4, hips_builder,
+ * hips_release_date, hips_status "public master clonableOnce", hips_tile_format,
+ * hips_tile_width, hips_order, hips_order_min 0, hips_frame, hips_pixel_bitpix -32,
+ * hips_pixel_cut, hips_data_range, hips_pixel_scale (hips_cell_size of order + S),
+ * hips_initial_ra/dec/fov, data_pixel_unit (when given).  *out is malloc'd and
+ * NUL-terminated, *outlen its length.  Returns 0, or TESS_EINVAL (no name, builder or
+ * formats) / TESS_ENOMEM. */
+int hips_properties_text(const hips_properties *p, char **out, size_t *outlen);
 
 #endif

@@ -1,10 +1,10 @@
 /* Interpolation kernels: nearest, bilinear, bicubic B-spline and Lanczos-3 sampling of a plane. */
 #include "reproject/kernels.h"
+#include "util/error.h"
 
 #include <float.h>
 #include <limits.h>
 #include <math.h>
-#include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -56,20 +56,6 @@ struct rp_kernel {
                               + sx + 1; NULL when every pixel is finite */
     double *lz;            /* lanczos3: L(k / LZ_RES), k = 0 .. LZ_TABLEN - 1 */
 };
-
-static void set_err(char *err, size_t errlen, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-
-/* Writes a formatted message into err (when given).  Cannot fail. */
-static void set_err(char *err, size_t errlen, const char *fmt, ...)
-{
-    if (!err || errlen == 0)
-        return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-}
 
 /* ---- shared pieces of the samplers -------------------------------------------------- */
 
@@ -669,12 +655,12 @@ rp_kernel *rp_kernel_new(rp_method method, const rp_plane *src, char *err, size_
 {
     if (!src || !src->data || src->nx < 1 || src->ny < 1
         || (src->dtype != RP_F32 && src->dtype != RP_F64)) {
-        set_err(err, errlen, "kernel: missing or malformed plane");
+        tess_seterr(err, errlen, "kernel: missing or malformed plane");
         return NULL;
     }
     if (src->nx > INT_MAX || src->ny > INT_MAX
         || (size_t)(src->nx + 2) * (size_t)(src->ny + 2) > SIZE_MAX / 2 / sizeof(double)) {
-        set_err(err, errlen, "kernel: plane too large (%ldx%ld)", src->nx, src->ny);
+        tess_seterr(err, errlen, "kernel: plane too large (%ldx%ld)", src->nx, src->ny);
         return NULL;
     }
     int f32 = src->dtype == RP_F32;
@@ -693,12 +679,12 @@ rp_kernel *rp_kernel_new(rp_method method, const rp_plane *src, char *err, size_
         fn = f32 ? sample_lanczos3_f32 : sample_lanczos3_f64;
         break;
     default:
-        set_err(err, errlen, "kernel: method %d is not an interpolation kernel", (int)method);
+        tess_seterr(err, errlen, "kernel: method %d is not an interpolation kernel", (int)method);
         return NULL;
     }
     rp_kernel *k = calloc(1, sizeof *k);
     if (!k) {
-        set_err(err, errlen, "kernel: out of memory");
+        tess_seterr(err, errlen, "kernel: out of memory");
         return NULL;
     }
     k->method = method;
@@ -710,7 +696,7 @@ rp_kernel *rp_kernel_new(rp_method method, const rp_plane *src, char *err, size_
     else if (method == RP_LANCZOS3)
         rc = (k->lz = lanczos3_table()) ? 0 : -1;
     if (rc != 0) {
-        set_err(err, errlen, "kernel: out of memory (%ldx%ld plane)", src->nx, src->ny);
+        tess_seterr(err, errlen, "kernel: out of memory (%ldx%ld plane)", src->nx, src->ny);
         rp_kernel_free(k);
         return NULL;
     }

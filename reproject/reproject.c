@@ -4,7 +4,6 @@
 #include <limits.h>
 #include <math.h>
 #include <pthread.h>
-#include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -27,20 +26,6 @@
 /* Bytes of prepared kernels (bicubic coefficients) held at once for a cube: planes are
  * reprojected in groups that fit, one coordinate map per block and group. */
 #define RP_KERNEL_BUDGET ((size_t)256 << 20)
-
-static void set_err(char *err, size_t errlen, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-
-/* Writes a formatted message into err (when given).  Cannot fail. */
-static void set_err(char *err, size_t errlen, const char *fmt, ...)
-{
-    if (!err || errlen == 0)
-        return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-}
 
 static const char *const method_names[] = { "nearest", "bilinear", "bicubic", "lanczos3", "exact" };
 
@@ -141,7 +126,7 @@ static int worker_init(worker *w, const job *j, char *err, size_t errlen)
         size_t n = (size_t)j->band * (size_t)j->dst->nx;
         w->band = malloc(sizeof(double) * n * 2);
         if (!w->band) {
-            set_err(err, errlen, "out of memory");
+            tess_seterr(err, errlen, "out of memory");
             return TESS_ENOMEM;
         }
         w->fband = w->band + n;
@@ -156,7 +141,7 @@ static int worker_init(worker *w, const job *j, char *err, size_t errlen)
     w->fidx = malloc(sizeof(size_t) * RP_FIXCAP);
     if (!w->xi || !w->fx || !w->fidx) {
         worker_release(w);
-        set_err(err, errlen, "out of memory");
+        tess_seterr(err, errlen, "out of memory");
         return TESS_ENOMEM;
     }
     w->yi = w->xi + n;
@@ -262,7 +247,7 @@ static int interp_block(worker *w, const job *j, long u, long *finite, long *ins
     if (rp_coordmap_lattice_bound(w->map, (double)x0, (double)y0, bw, bh, j->mce, w->xi, w->yi,
                                   &e) != 0
         || (e > 0.0 && fix_decisions(w, j, x0, y0, bw, bh, e) != 0)) {
-        set_err(err, errlen, "out of memory");
+        tess_seterr(err, errlen, "out of memory");
         return TESS_ENOMEM;
     }
     long fin = 0;
@@ -464,18 +449,18 @@ static int run_blocks(const job *j, long nunits, pool *workers, pool_priority pr
 {
     run *r = calloc(1, sizeof *r);
     if (!r) {
-        set_err(err, errlen, "out of memory");
+        tess_seterr(err, errlen, "out of memory");
         return TESS_ENOMEM;
     }
     if (pthread_mutex_init(&r->lock, NULL) != 0) {
         free(r);
-        set_err(err, errlen, "cannot create a mutex");
+        tess_seterr(err, errlen, "cannot create a mutex");
         return TESS_ENOMEM;
     }
     if (pthread_cond_init(&r->idle, NULL) != 0) {
         pthread_mutex_destroy(&r->lock);
         free(r);
-        set_err(err, errlen, "cannot create a condition variable");
+        tess_seterr(err, errlen, "cannot create a condition variable");
         return TESS_ENOMEM;
     }
     r->nunits = nunits;
@@ -512,7 +497,7 @@ static int run_blocks(const job *j, long nunits, pool *workers, pool_priority pr
     *finite += r->finite;
     *inside += r->inside;
     if (rc < 0)
-        set_err(err, errlen, "%s", r->err);
+        tess_seterr(err, errlen, "%s", r->err);
     pthread_mutex_unlock(&r->lock);
     if (!workers)
         for (long i = 0; i < started; i++)
@@ -542,13 +527,13 @@ static int check_cubes(const rp_cube *src, const rp_cube *dst, char *err, size_t
             || c[i]->nx > INT_MAX || c[i]->ny > INT_MAX
             || c[i]->nx > LONG_MAX / c[i]->ny || c[i]->nx * c[i]->ny > LONG_MAX / c[i]->nz
             || (c[i]->dtype != RP_F32 && c[i]->dtype != RP_F64)) {
-            set_err(err, errlen, "bad %s array (%ldx%ldx%ld, dtype %d)", i ? "output" : "input",
+            tess_seterr(err, errlen, "bad %s array (%ldx%ldx%ld, dtype %d)", i ? "output" : "input",
                     c[i]->nx, c[i]->ny, c[i]->nz, (int)c[i]->dtype);
             return TESS_EINVAL;
         }
     }
     if (src->nz != dst->nz) {
-        set_err(err, errlen, "input has %ld planes, output %ld", src->nz, dst->nz);
+        tess_seterr(err, errlen, "input has %ld planes, output %ld", src->nz, dst->nz);
         return TESS_EINVAL;
     }
     return 0;
@@ -572,39 +557,39 @@ long rp_reproject(const skywcs *in, const rp_cube *src, const skywcs *out, rp_cu
                   float *footprint, const rp_options *opt, char *err, size_t errlen)
 {
     if (!in || !out || !src || !dst || !opt) {
-        set_err(err, errlen, "missing WCS, array or options");
+        tess_seterr(err, errlen, "missing WCS, array or options");
         return TESS_EINVAL;
     }
     int rc = check_cubes(src, dst, err, errlen);
     if (rc != 0)
         return rc;
     if ((int)opt->method < RP_NEAREST || (int)opt->method > RP_EXACT) {
-        set_err(err, errlen, "method: unknown");
+        tess_seterr(err, errlen, "method: unknown");
         return TESS_EINVAL;
     }
     if (!isfinite(opt->max_coord_error) || opt->max_coord_error < 0.0) {
-        set_err(err, errlen, "max_coord_error: must be a finite number >= 0");
+        tess_seterr(err, errlen, "max_coord_error: must be a finite number >= 0");
         return TESS_EINVAL;
     }
     if (opt->block < 0 || opt->threads < 0) {
-        set_err(err, errlen, "block and threads must be >= 0");
+        tess_seterr(err, errlen, "block and threads must be >= 0");
         return TESS_EINVAL;
     }
     /* Validates both WCSs (celestial pair, frame, separability) once. */
     if (!skywcs_has_celestial(in) || !skywcs_has_celestial(out)) {
-        set_err(err, errlen, "%s WCS has no celestial axes",
+        tess_seterr(err, errlen, "%s WCS has no celestial axes",
                 skywcs_has_celestial(in) ? "output" : "input");
         return TESS_EINVAL;
     }
     if (skywcs_frame(in, NULL) == SKY_FRAME_NONE || skywcs_frame(out, NULL) == SKY_FRAME_NONE) {
-        set_err(err, errlen, "%s WCS has an unsupported celestial frame",
+        tess_seterr(err, errlen, "%s WCS has an unsupported celestial frame",
                 skywcs_frame(in, NULL) == SKY_FRAME_NONE ? "input" : "output");
         return TESS_EINVAL;
     }
     char perr[128] = "";
     rp_coordmap *probe = rp_coordmap_new(out, in, perr, sizeof perr);
     if (!probe) {
-        set_err(err, errlen, "%s", perr);
+        tess_seterr(err, errlen, "%s", perr);
         return strstr(perr, "memory") ? TESS_ENOMEM : TESS_EINVAL;
     }
     rp_coordmap_free(probe);
@@ -640,7 +625,7 @@ long rp_reproject(const skywcs *in, const rp_cube *src, const skywcs *out, rp_cu
         cin = celestial_copy(in);
         cout = celestial_copy(out);
         if (!cin || !cout) {
-            set_err(err, errlen, "out of memory");
+            tess_seterr(err, errlen, "out of memory");
             rc = TESS_ENOMEM;
             goto done;
         }
@@ -673,7 +658,7 @@ long rp_reproject(const skywcs *in, const rp_cube *src, const skywcs *out, rp_cu
     j.total = nblocks * ngroups;
     kern = calloc((size_t)group, sizeof *kern);
     if (!kern) {
-        set_err(err, errlen, "out of memory");
+        tess_seterr(err, errlen, "out of memory");
         rc = TESS_ENOMEM;
         goto done;
     }
@@ -704,7 +689,7 @@ done:
         return rc;
     if (inside == 0) {
         fill_nan(dst, footprint);
-        set_err(err, errlen, "the target does not overlap the input image");
+        tess_seterr(err, errlen, "the target does not overlap the input image");
         return TESS_ENOOVERLAP;
     }
     return finite;
@@ -717,7 +702,7 @@ long reproject_plane(const skywcs *in, const double *src, long in_nx, long in_ny
                      double *dst, char *err, size_t errlen)
 {
     if (!src || !dst) {
-        set_err(err, errlen, "missing WCS or pixel array");
+        tess_seterr(err, errlen, "missing WCS or pixel array");
         return TESS_EINVAL;
     }
     rp_cube s = { (void *)src, RP_F64, in_nx, in_ny, 1 };

@@ -3,7 +3,6 @@
 
 #include <ctype.h>
 #include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -29,20 +28,6 @@ struct skywcs {
 /* Degrees <-> radians with the same factors astropy's unit machinery applies. */
 #define DEG2RAD (M_PI / 180.0)
 #define RAD2DEG (180.0 / M_PI)
-
-static void set_err(char *err, size_t errlen, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-
-/* Writes a formatted message into err (when given).  Cannot fail. */
-static void set_err(char *err, size_t errlen, const char *fmt, ...)
-{
-    if (!err || errlen == 0)
-        return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-}
 
 /* ------------------------------------------------------------------------------------ */
 /* Frames                                                                                 */
@@ -180,18 +165,18 @@ int skywcs_parse(const char *cards, int nkeys, skywcs **out, char *err, size_t e
     if (out)
         *out = NULL;
     if (!cards || !out || nkeys <= 0) {
-        set_err(err, errlen, "%s", "no header cards");
+        tess_seterr(err, errlen, "%s", "no header cards");
         return TESS_EINVAL;
     }
     size_t len = (size_t)nkeys * 80;
     if (memchr(cards, '\0', len) != NULL) {
-        set_err(err, errlen, "%s", "header shorter than nkeys 80-character cards");
+        tess_seterr(err, errlen, "%s", "header shorter than nkeys 80-character cards");
         return TESS_EINVAL;
     }
     /* wcspih() takes a non-const header (it only edits it when ctrl < 0): give it a copy. */
     char *hdr = malloc(len + 1);
     if (!hdr) {
-        set_err(err, errlen, "%s", "out of memory");
+        tess_seterr(err, errlen, "%s", "out of memory");
         return TESS_ENOMEM;
     }
     memcpy(hdr, cards, len);
@@ -202,7 +187,7 @@ int skywcs_parse(const char *cards, int nkeys, skywcs **out, char *err, size_t e
     int st = wcspih(hdr, nkeys, WCSHDR_all, 0, &nreject, &nwcs, &all);
     free(hdr);
     if (st != 0) {
-        set_err(err, errlen, "wcspih: %s", wcshdr_errmsg[st]);
+        tess_seterr(err, errlen, "wcspih: %s", wcshdr_errmsg[st]);
         return st == 2 ? TESS_ENOMEM : TESS_EINVAL;
     }
     int pick = -1;
@@ -214,28 +199,29 @@ int skywcs_parse(const char *cards, int nkeys, skywcs **out, char *err, size_t e
     }
     if (pick < 0) {
         wcsvfree(&nwcs, &all);
-        set_err(err, errlen, "%s", nwcs == 0 ? "no WCS keywords in the header"
-                                              : "no primary WCS (only alternates) in the header");
+        tess_seterr(err, errlen, "%s",
+                    nwcs == 0 ? "no WCS keywords in the header"
+                              : "no primary WCS (only alternates) in the header");
         return TESS_EINVAL;
     }
 
     skywcs *w = calloc(1, sizeof *w);
     if (!w) {
         wcsvfree(&nwcs, &all);
-        set_err(err, errlen, "%s", "out of memory");
+        tess_seterr(err, errlen, "%s", "out of memory");
         return TESS_ENOMEM;
     }
     w->wcs.flag = -1;
     st = wcssub(1, &all[pick], NULL, NULL, &w->wcs);
     wcsvfree(&nwcs, &all);
     if (st != 0) {
-        set_err(err, errlen, "wcssub: %s", wcs_errmsg[st]);
+        tess_seterr(err, errlen, "wcssub: %s", wcs_errmsg[st]);
         wcsfree(&w->wcs);
         free(w);
         return st == 2 ? TESS_ENOMEM : TESS_EINVAL;
     }
     if (is_default_wcs(&w->wcs)) {
-        set_err(err, errlen, "%s", "no WCS keywords in the header");
+        tess_seterr(err, errlen, "%s", "no WCS keywords in the header");
         wcsfree(&w->wcs);
         free(w);
         return TESS_EINVAL;
@@ -246,7 +232,7 @@ int skywcs_parse(const char *cards, int nkeys, skywcs **out, char *err, size_t e
     (void)wcsfix(0, NULL, &w->wcs, stat);
     st = wcsset(&w->wcs);
     if (st != 0) {
-        set_err(err, errlen, "wcsset: %s", wcs_errmsg[st]);
+        tess_seterr(err, errlen, "wcsset: %s", wcs_errmsg[st]);
         wcsfree(&w->wcs);
         free(w);
         return st == 2 ? TESS_ENOMEM : TESS_EINVAL;
@@ -1050,37 +1036,37 @@ int skywcs_cutout_header(double lon, double lat, double fov, long w, long h, con
     if (nkeys)
         *nkeys = 0;
     if (!cards || !nkeys) {
-        set_err(err, errlen, "%s", "no output");
+        tess_seterr(err, errlen, "%s", "no output");
         return TESS_EINVAL;
     }
     char pj[8];
     if (!proj || strlen(proj) != 3) {
-        set_err(err, errlen, "projection: unknown code '%s'", proj ? proj : "");
+        tess_seterr(err, errlen, "projection: unknown code '%s'", proj ? proj : "");
         return TESS_EINVAL;
     }
     trim_upper(proj, pj, sizeof pj);
     if (!known_projection(pj)) {
-        set_err(err, errlen, "projection: unknown code '%s'", proj);
+        tess_seterr(err, errlen, "projection: unknown code '%s'", proj);
         return TESS_EINVAL;
     }
     if (!isfinite(lon)) {
-        set_err(err, errlen, "%s", "lon: not a finite number");
+        tess_seterr(err, errlen, "%s", "lon: not a finite number");
         return TESS_EINVAL;
     }
     if (!isfinite(lat) || lat < -90.0 || lat > 90.0) {
-        set_err(err, errlen, "%s", "lat: must be within [-90, 90]");
+        tess_seterr(err, errlen, "%s", "lat: must be within [-90, 90]");
         return TESS_EINVAL;
     }
     if (!isfinite(fov) || fov <= 0.0 || fov > 360.0) {
-        set_err(err, errlen, "%s", "fov: must be within (0, 360] degrees");
+        tess_seterr(err, errlen, "%s", "fov: must be within (0, 360] degrees");
         return TESS_EINVAL;
     }
     if (w < 1 || h < 1 || w > 1000000 || h > 1000000) {
-        set_err(err, errlen, "%s", "width/height: must be within [1, 1000000]");
+        tess_seterr(err, errlen, "%s", "width/height: must be within [1, 1000000]");
         return TESS_EINVAL;
     }
     if (!isfinite(rotation)) {
-        set_err(err, errlen, "%s", "rotation_angle: not a finite number");
+        tess_seterr(err, errlen, "%s", "rotation_angle: not a finite number");
         return TESS_EINVAL;
     }
     const char *lonpre, *latpre, *radesys = NULL, *equinox = NULL;
@@ -1091,14 +1077,14 @@ int skywcs_cutout_header(double lon, double lat, double fov, long w, long h, con
     case SKY_FRAME_GALACTIC: lonpre = "GLON"; latpre = "GLAT"; break;
     case SKY_FRAME_ECLIPTIC: lonpre = "ELON"; latpre = "ELAT"; equinox = "2000.0"; break;
     default:
-        set_err(err, errlen, "%s", "coordsys: unsupported frame");
+        tess_seterr(err, errlen, "%s", "coordsys: unsupported frame");
         return TESS_EINVAL;
     }
 
     enum { MAXCARDS = 24 };
     char *buf = malloc(MAXCARDS * 80 + 1);
     if (!buf) {
-        set_err(err, errlen, "%s", "out of memory");
+        tess_seterr(err, errlen, "%s", "out of memory");
         return TESS_ENOMEM;
     }
     int nk = 0;
@@ -1149,7 +1135,7 @@ int skywcs_cutout_header(double lon, double lat, double fov, long w, long h, con
     int rc = skywcs_parse(buf, nk, &check, werr, sizeof werr);
     if (rc != 0) {
         free(buf);
-        set_err(err, errlen, "projection: %s", werr);
+        tess_seterr(err, errlen, "projection: %s", werr);
         return rc;
     }
     skywcs_free(check);

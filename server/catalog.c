@@ -8,7 +8,6 @@
 #include <sys/stat.h>
 #include <time.h>
 #include <limits.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -65,18 +64,6 @@ const char *dataset_version(const dataset *d, char *out, size_t len)
     return out;
 }
 
-static void seterr(char *err, size_t errlen, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static void seterr(char *err, size_t errlen, const char *fmt, ...)
-{
-    if (!err || !errlen)
-        return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-}
-
 const char *ds_kind_name(ds_kind k)
 {
     switch (k) {
@@ -109,16 +96,16 @@ static char *resolve(const tess_config *cfg, const char *rel, const char *dsname
     int n = rel[0] == '/' ? snprintf(joined, sizeof(joined), "%s", rel)
                           : snprintf(joined, sizeof(joined), "%s/%s", cfg->data_roots[0], rel);
     if (n < 0 || (size_t)n >= sizeof(joined)) {
-        seterr(err, errlen, "dataset '%s': path too long", dsname);
+        tess_seterr(err, errlen, "dataset '%s': path too long", dsname);
         return NULL;
     }
     char *real = realpath(joined, NULL);
     if (!real) {
-        seterr(err, errlen, "dataset '%s': cannot open '%s'", dsname, joined);
+        tess_seterr(err, errlen, "dataset '%s': cannot open '%s'", dsname, joined);
         return NULL;
     }
     if (!catalog_path_allowed(cfg, real)) {
-        seterr(err, errlen, "dataset '%s': '%s' is outside the data roots", dsname, rel);
+        tess_seterr(err, errlen, "dataset '%s': '%s' is outside the data roots", dsname, rel);
         free(real);
         return NULL;
     }
@@ -150,7 +137,7 @@ static int stack_paths(const tess_config *cfg, const ds_config *dc, dataset *d, 
                 ? snprintf(pattern, sizeof(pattern), "%s", dc->frames)
                 : snprintf(pattern, sizeof(pattern), "%s/%s", cfg->data_roots[0], dc->frames);
     if (n < 0 || (size_t)n >= sizeof(pattern)) {
-        seterr(err, errlen, "dataset '%s': frames pattern too long", dc->name);
+        tess_seterr(err, errlen, "dataset '%s': frames pattern too long", dc->name);
         return TESS_EINVAL;
     }
     glob_t g;
@@ -158,11 +145,11 @@ static int stack_paths(const tess_config *cfg, const ds_config *dc, dataset *d, 
     if (grc != 0 || g.gl_pathc == 0) {
         if (grc == 0)
             globfree(&g);
-        seterr(err, errlen, "dataset '%s': no frames match '%s'", dc->name, dc->frames);
+        tess_seterr(err, errlen, "dataset '%s': no frames match '%s'", dc->name, dc->frames);
         return TESS_EIO;
     }
     if (g.gl_pathc > CATALOG_MAX_FRAMES) {
-        seterr(err, errlen, "dataset '%s': more than %d frames", dc->name, CATALOG_MAX_FRAMES);
+        tess_seterr(err, errlen, "dataset '%s': more than %d frames", dc->name, CATALOG_MAX_FRAMES);
         globfree(&g);
         return TESS_ERANGE;
     }
@@ -209,14 +196,14 @@ static int open_one(const tess_config *cfg, const ds_config *dc, dataset *d, cha
     for (int i = 0; i < d->npaths; i++) {
         fitsimg_info info;
         if ((rc = fitsimg_read_info(d->paths[i], d->hdu, &info, why, sizeof(why)))) {
-            seterr(err, errlen, "dataset '%s': %s", d->name, why);
+            tess_seterr(err, errlen, "dataset '%s': %s", d->name, why);
             return rc;
         }
         if (i == 0) {
             if (info.naxis < 2 || (info.naxis >= 3 && dc->frames && info.naxes[2] != 1) ||
                 (info.naxis == 4 && info.naxes[3] != 1)) {
-                seterr(err, errlen, "dataset '%s': NAXIS = %d with shape not usable as %s",
-                       d->name, info.naxis, dc->frames ? "2-D frames" : "an image or cube");
+                tess_seterr(err, errlen, "dataset '%s': NAXIS = %d with shape not usable as %s",
+                            d->name, info.naxis, dc->frames ? "2-D frames" : "an image or cube");
                 fitsimg_info_release(&info);
                 return TESS_EINVAL;
             }
@@ -231,8 +218,9 @@ static int open_one(const tess_config *cfg, const ds_config *dc, dataset *d, cha
             info.header = NULL;
         } else if (info.naxes[0] != d->nx || info.naxes[1] != d->ny ||
                    (info.naxis >= 3 && info.naxes[2] != 1)) {
-            seterr(err, errlen, "dataset '%s': frame '%s' is %ldx%ld, the first frame is %ldx%ld",
-                   d->name, d->paths[i], info.naxes[0], info.naxes[1], d->nx, d->ny);
+            tess_seterr(err, errlen,
+                        "dataset '%s': frame '%s' is %ldx%ld, the first frame is %ldx%ld",
+                        d->name, d->paths[i], info.naxes[0], info.naxes[1], d->nx, d->ny);
             fitsimg_info_release(&info);
             return TESS_EINVAL;
         }
@@ -301,7 +289,7 @@ int dataset_read_region(const dataset *d, long z, long x0, long y0, long w, long
                         char *err, size_t errlen)
 {
     if (z < 0 || z >= d->nz) {
-        seterr(err, errlen, "plane %ld outside 0..%ld", z, d->nz - 1);
+        tess_seterr(err, errlen, "plane %ld outside 0..%ld", z, d->nz - 1);
         return TESS_ERANGE;
     }
     if (d->kind == DS_STACK)

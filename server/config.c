@@ -5,23 +5,10 @@
 #include <errno.h>
 #include <jansson.h>
 #include <limits.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-
-static void seterr(char *err, size_t errlen, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static void seterr(char *err, size_t errlen, const char *fmt, ...)
-{
-    if (!err || !errlen)
-        return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-}
 
 int config_init(tess_config *c)
 {
@@ -66,7 +53,7 @@ static int add_root(tess_config *c, const char *dir, const char *base, char *err
     if (base && dir[0] != '/') {
         int n = snprintf(joined, sizeof(joined), "%s/%s", base, dir);
         if (n < 0 || (size_t)n >= sizeof(joined)) {
-            seterr(err, errlen, "data root '%s' is too long", dir);
+            tess_seterr(err, errlen, "data root '%s' is too long", dir);
             return TESS_EINVAL;
         }
         dir = joined;
@@ -74,7 +61,7 @@ static int add_root(tess_config *c, const char *dir, const char *base, char *err
     char *real = realpath(dir, NULL);
     struct stat st;
     if (!real || stat(real, &st) != 0 || !S_ISDIR(st.st_mode)) {
-        seterr(err, errlen, "data root '%s' is not a readable directory", dir);
+        tess_seterr(err, errlen, "data root '%s' is not a readable directory", dir);
         free(real);
         return TESS_EIO;
     }
@@ -108,12 +95,13 @@ static int add_dataset(tess_config *c, const char *name, const char *path, int h
                        const char *frames, char *err, size_t errlen)
 {
     if (!valid_name(name)) {
-        seterr(err, errlen, "datasets: name '%s' must be 1-64 characters of [A-Za-z0-9_.-]", name);
+        tess_seterr(err, errlen, "datasets: name '%s' must be 1-64 characters of [A-Za-z0-9_.-]",
+                    name);
         return TESS_EINVAL;
     }
     for (int i = 0; i < c->n_datasets; i++)
         if (strcmp(c->datasets[i].name, name) == 0) {
-            seterr(err, errlen, "datasets: name '%s' appears twice", name);
+            tess_seterr(err, errlen, "datasets: name '%s' appears twice", name);
             return TESS_EINVAL;
         }
     ds_config *d = realloc(c->datasets, (size_t)(c->n_datasets + 1) * sizeof(*d));
@@ -144,12 +132,12 @@ static int get_int(json_t *obj, const char *key, const char *where, long long lo
     if (!v)
         return 0;
     if (!json_is_integer(v)) {
-        seterr(err, errlen, "%s%s must be an integer", where, key);
+        tess_seterr(err, errlen, "%s%s must be an integer", where, key);
         return TESS_EINVAL;
     }
     long long x = json_integer_value(v);
     if (x < lo || x > hi) {
-        seterr(err, errlen, "%s%s must be between %lld and %lld", where, key, lo, hi);
+        tess_seterr(err, errlen, "%s%s must be between %lld and %lld", where, key, lo, hi);
         return TESS_EINVAL;
     }
     *out = x;
@@ -169,7 +157,7 @@ static int get_str(json_t *obj, const char *key, const char *where, char **out, 
         return 0;
     }
     if (!json_is_string(v)) {
-        seterr(err, errlen, "%s%s must be a string or null", where, key);
+        tess_seterr(err, errlen, "%s%s must be a string or null", where, key);
         return TESS_EINVAL;
     }
     char *s = strdup(json_string_value(v));
@@ -192,7 +180,7 @@ static int check_keys(json_t *obj, const char *where, const char *const *known, 
             if (strcmp(key, known[i]) == 0)
                 ok = 1;
         if (!ok) {
-            seterr(err, errlen, "unknown configuration key '%s%s'", where, key);
+            tess_seterr(err, errlen, "unknown configuration key '%s%s'", where, key);
             return TESS_EINVAL;
         }
     }
@@ -212,7 +200,7 @@ static int load_json(json_t *root, tess_config *c, const char *base, char *err, 
     long long v;
 
     if (!json_is_object(root)) {
-        seterr(err, errlen, "configuration must be a JSON object");
+        tess_seterr(err, errlen, "configuration must be a JSON object");
         return TESS_EINVAL;
     }
     if ((rc = check_keys(root, "", top_keys, err, errlen)))
@@ -220,7 +208,7 @@ static int load_json(json_t *root, tess_config *c, const char *base, char *err, 
     json_t *listen = json_object_get(root, "listen");
     if (listen) {
         if (!json_is_string(listen)) {
-            seterr(err, errlen, "listen must be a string \"ADDR:PORT\"");
+            tess_seterr(err, errlen, "listen must be a string \"ADDR:PORT\"");
             return TESS_EINVAL;
         }
         if ((rc = config_set_listen(c, json_string_value(listen), err, errlen)))
@@ -234,14 +222,14 @@ static int load_json(json_t *root, tess_config *c, const char *base, char *err, 
     json_t *roots = json_object_get(root, "data_roots");
     if (roots) {
         if (!json_is_array(roots) || json_array_size(roots) == 0) {
-            seterr(err, errlen, "data_roots must be a non-empty array of directories");
+            tess_seterr(err, errlen, "data_roots must be a non-empty array of directories");
             return TESS_EINVAL;
         }
         size_t i;
         json_t *r;
         json_array_foreach(roots, i, r) {
             if (!json_is_string(r)) {
-                seterr(err, errlen, "data_roots[%zu] must be a string", i);
+                tess_seterr(err, errlen, "data_roots[%zu] must be a string", i);
                 return TESS_EINVAL;
             }
             if ((rc = add_root(c, json_string_value(r), base, err, errlen)))
@@ -252,7 +240,7 @@ static int load_json(json_t *root, tess_config *c, const char *base, char *err, 
     json_t *cache = json_object_get(root, "cache");
     if (cache) {
         if (!json_is_object(cache)) {
-            seterr(err, errlen, "cache must be an object");
+            tess_seterr(err, errlen, "cache must be an object");
             return TESS_EINVAL;
         }
         if ((rc = check_keys(cache, "cache.", cache_keys, err, errlen)))
@@ -276,7 +264,7 @@ static int load_json(json_t *root, tess_config *c, const char *base, char *err, 
     json_t *limits = json_object_get(root, "limits");
     if (limits) {
         if (!json_is_object(limits)) {
-            seterr(err, errlen, "limits must be an object");
+            tess_seterr(err, errlen, "limits must be an object");
             return TESS_EINVAL;
         }
         if ((rc = check_keys(limits, "limits.", limit_keys, err, errlen)))
@@ -306,7 +294,7 @@ static int load_json(json_t *root, tess_config *c, const char *base, char *err, 
     json_t *jobs = json_object_get(root, "jobs");
     if (jobs) {
         if (!json_is_object(jobs)) {
-            seterr(err, errlen, "jobs must be an object");
+            tess_seterr(err, errlen, "jobs must be an object");
             return TESS_EINVAL;
         }
         if ((rc = check_keys(jobs, "jobs.", job_keys, err, errlen)))
@@ -319,11 +307,11 @@ static int load_json(json_t *root, tess_config *c, const char *base, char *err, 
     json_t *ds = json_object_get(root, "datasets");
     if (ds) {
         if (!json_is_array(ds)) {
-            seterr(err, errlen, "datasets must be an array");
+            tess_seterr(err, errlen, "datasets must be an array");
             return TESS_EINVAL;
         }
         if (c->n_roots == 0) {
-            seterr(err, errlen, "datasets need data_roots");
+            tess_seterr(err, errlen, "datasets need data_roots");
             return TESS_EINVAL;
         }
         size_t i;
@@ -332,7 +320,7 @@ static int load_json(json_t *root, tess_config *c, const char *base, char *err, 
             char where[48];
             snprintf(where, sizeof(where), "datasets[%zu].", i);
             if (!json_is_object(d)) {
-                seterr(err, errlen, "datasets[%zu] must be an object", i);
+                tess_seterr(err, errlen, "datasets[%zu] must be an object", i);
                 return TESS_EINVAL;
             }
             if ((rc = check_keys(d, where, ds_keys, err, errlen)))
@@ -341,13 +329,13 @@ static int load_json(json_t *root, tess_config *c, const char *base, char *err, 
             json_t *path = json_object_get(d, "path");
             json_t *frames = json_object_get(d, "frames");
             if (!json_is_string(name)) {
-                seterr(err, errlen, "%sname must be a string", where);
+                tess_seterr(err, errlen, "%sname must be a string", where);
                 return TESS_EINVAL;
             }
             if ((path && !json_is_string(path)) || (frames && !json_is_string(frames)) ||
                 (!path == !frames)) {
-                seterr(err, errlen, "%s needs exactly one of \"path\" or \"frames\" (a string)",
-                       where);
+                tess_seterr(err, errlen,
+                            "%s needs exactly one of \"path\" or \"frames\" (a string)", where);
                 return TESS_EINVAL;
             }
             long long hdu = 0;
@@ -360,7 +348,8 @@ static int load_json(json_t *root, tess_config *c, const char *base, char *err, 
                 if (strcmp(fr, "galactic") == 0)
                     galactic = 1;
                 else if (strcmp(fr, "equatorial") != 0) {
-                    seterr(err, errlen, "%ships_frame must be \"equatorial\" or \"galactic\"", where);
+                    tess_seterr(err, errlen,
+                                "%ships_frame must be \"equatorial\" or \"galactic\"", where);
                     return TESS_EINVAL;
                 }
             }
@@ -379,8 +368,8 @@ int config_load_text(const char *text, tess_config *c, char *err, size_t errlen)
     json_error_t je;
     json_t *root = json_loads(text, JSON_REJECT_DUPLICATES, &je);
     if (!root) {
-        seterr(err, errlen, "configuration is not valid JSON: %s (line %d, column %d)", je.text,
-               je.line, je.column);
+        tess_seterr(err, errlen, "configuration is not valid JSON: %s (line %d, column %d)",
+                    je.text, je.line, je.column);
         config_release(c);
         return TESS_EINVAL;
     }
@@ -396,7 +385,7 @@ int config_load_file(const char *path, tess_config *c, char *err, size_t errlen)
     json_error_t je;
     json_t *root = json_load_file(path, JSON_REJECT_DUPLICATES, &je);
     if (!root) {
-        seterr(err, errlen, "%s: %s (line %d, column %d)", path, je.text, je.line, je.column);
+        tess_seterr(err, errlen, "%s: %s (line %d, column %d)", path, je.text, je.line, je.column);
         config_release(c);
         return TESS_EINVAL;
     }
@@ -453,7 +442,7 @@ int config_set_listen(tess_config *c, const char *s, char *err, size_t errlen)
     if (s[0] == '[') {
         const char *close = strchr(s, ']');
         if (!close || close[1] != ':' || (size_t)(close - s - 1) >= sizeof(addr)) {
-            seterr(err, errlen, "listen address '%s' must be [IPV6]:PORT", s);
+            tess_seterr(err, errlen, "listen address '%s' must be [IPV6]:PORT", s);
             return TESS_EINVAL;
         }
         memcpy(addr, s + 1, (size_t)(close - s - 1));
@@ -462,7 +451,7 @@ int config_set_listen(tess_config *c, const char *s, char *err, size_t errlen)
     } else {
         colon = strrchr(s, ':');
         if (!colon || (size_t)(colon - s) >= sizeof(addr)) {
-            seterr(err, errlen, "listen address '%s' must be ADDR:PORT", s);
+            tess_seterr(err, errlen, "listen address '%s' must be ADDR:PORT", s);
             return TESS_EINVAL;
         }
         memcpy(addr, s, (size_t)(colon - s));
@@ -472,7 +461,7 @@ int config_set_listen(tess_config *c, const char *s, char *err, size_t errlen)
     errno = 0;
     long port = strtol(colon + 1, &end, 10);
     if (errno || end == colon + 1 || *end || port < 0 || port > 65535) {
-        seterr(err, errlen, "listen port in '%s' must be 0..65535", s);
+        tess_seterr(err, errlen, "listen port in '%s' must be 0..65535", s);
         return TESS_EINVAL;
     }
     char *a = strdup(addr[0] ? addr : "0.0.0.0");

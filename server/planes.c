@@ -4,7 +4,6 @@
 #include <errno.h>
 #include <math.h>
 #include <pthread.h>
-#include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -92,20 +91,6 @@ struct planestore {
     planestore_stats st;
 };
 
-/* Writes a formatted one-line reason into err (when err is not NULL). */
-static void set_err(char *err, size_t errlen, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-
-static void set_err(char *err, size_t errlen, const char *fmt, ...)
-{
-    if (!err || errlen == 0)
-        return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-}
-
 static double now_s(void)
 {
     struct timespec t;
@@ -124,7 +109,7 @@ static int stat_file(const char *path, long long *size, long long *mtime_ns, cha
 {
     struct stat sb;
     if (stat(path, &sb) != 0) {
-        set_err(err, errlen, "cannot stat %s: %s", path, strerror(errno));
+        tess_seterr(err, errlen, "cannot stat %s: %s", path, strerror(errno));
         return TESS_EIO;
     }
     *size = (long long)sb.st_size;
@@ -292,7 +277,7 @@ static int load_level0(const dataset *d, pentry *e, char *err, size_t errlen)
         return rc;
     long nplanes = info.naxes[2] * info.naxes[3];
     if (info.naxes[0] != d->nx || info.naxes[1] != d->ny || e->zf >= nplanes) {
-        set_err(err, errlen, "%s is now %ld x %ld x %ld, not the %ld x %ld x %ld it was when "
+        tess_seterr(err, errlen, "%s is now %ld x %ld x %ld, not the %ld x %ld x %ld it was when "
                 "dataset '%s' was opened; restart the server to serve it", e->path,
                 info.naxes[0], info.naxes[1], nplanes, d->nx, d->ny, d->nz, d->name);
         fitsimg_info_release(&info);
@@ -306,7 +291,7 @@ static int load_level0(const dataset *d, pentry *e, char *err, size_t errlen)
     /* Counts of finite pixels under a reduced pixel are uint32: the plane must hold
      * fewer than 2^32 pixels. */
     if ((unsigned long long)d->nx * (unsigned long long)d->ny >= 0xFFFFFFFFULL) {
-        set_err(err, errlen, "plane of %ld x %ld pixels is too large to hold in memory",
+        tess_seterr(err, errlen, "plane of %ld x %ld pixels is too large to hold in memory",
                 d->nx, d->ny);
         return TESS_ERANGE;
     }
@@ -314,12 +299,12 @@ static int load_level0(const dataset *d, pentry *e, char *err, size_t errlen)
     rp_dtype dt = (bitpix == -64 || bitpix == 32 || bitpix == 64) ? RP_F64 : RP_F32;
     size_t esz = dt == RP_F64 ? sizeof(double) : sizeof(float);
     if (n > SIZE_MAX / esz) {
-        set_err(err, errlen, "plane of %ld x %ld pixels is too large", d->nx, d->ny);
+        tess_seterr(err, errlen, "plane of %ld x %ld pixels is too large", d->nx, d->ny);
         return TESS_ERANGE;
     }
     void *data = malloc(n * esz);
     if (!data) {
-        set_err(err, errlen, "out of memory for a %ld x %ld plane of %s", d->nx, d->ny,
+        tess_seterr(err, errlen, "out of memory for a %ld x %ld plane of %s", d->nx, d->ny,
                 e->path);
         return TESS_ENOMEM;
     }
@@ -383,7 +368,7 @@ static int build_reduced(planestore *s, const dataset *d, long z, pentry *e, cha
         free(data);
         free(counts);
         planestore_release(s, &below);
-        set_err(err, errlen, "out of memory reducing a %ld x %ld plane", src->nx, src->ny);
+        tess_seterr(err, errlen, "out of memory reducing a %ld x %ld plane", src->nx, src->ny);
         return TESS_ENOMEM;
     }
     for (long j = 0; j < ny; j++) {
@@ -513,15 +498,15 @@ int planestore_get(planestore *s, const dataset *d, long z, int level, plane_vie
     if (v)
         memset(v, 0, sizeof(*v));
     if (!s || !d || !v) {
-        set_err(err, errlen, "no store, dataset or view");
+        tess_seterr(err, errlen, "no store, dataset or view");
         return TESS_EINVAL;
     }
     if (z < 0 || z >= d->nz) {
-        set_err(err, errlen, "plane %ld outside 0..%ld of dataset '%s'", z, d->nz - 1, d->name);
+        tess_seterr(err, errlen, "plane %ld outside 0..%ld of dataset '%s'", z, d->nz - 1, d->name);
         return TESS_ERANGE;
     }
     if (level < 0) {
-        set_err(err, errlen, "reduction level %d is negative", level);
+        tess_seterr(err, errlen, "reduction level %d is negative", level);
         return TESS_ERANGE;
     }
     int top = max_level(d->nx, d->ny);
@@ -544,7 +529,7 @@ int planestore_get(planestore *s, const dataset *d, long z, int level, plane_vie
                 pthread_cond_wait(&e->cond, &s->lock);
             if (e->state == PE_FAILED) {
                 int rc = e->errcode;
-                set_err(err, errlen, "%s", e->err);
+                tess_seterr(err, errlen, "%s", e->err);
                 e->refs--;
                 entry_maybe_free(s, e);
                 pthread_mutex_unlock(&s->lock);
@@ -578,7 +563,7 @@ int planestore_get(planestore *s, const dataset *d, long z, int level, plane_vie
         pthread_mutex_unlock(&s->lock);
         free(pcopy);
         free(e);
-        set_err(err, errlen, "out of memory");
+        tess_seterr(err, errlen, "out of memory");
         return TESS_ENOMEM;
     }
     e->store = s;
@@ -610,7 +595,7 @@ int planestore_get(planestore *s, const dataset *d, long z, int level, plane_vie
         e->refs--;
         entry_maybe_free(s, e);
         pthread_mutex_unlock(&s->lock);
-        set_err(err, errlen, "%s", why);
+        tess_seterr(err, errlen, "%s", why);
         return rc;
     }
     e->state = PE_READY;
@@ -637,7 +622,7 @@ int planestore_version(planestore *s, const dataset *d, long z, char *out, size_
                        char *err, size_t errlen)
 {
     if (!s || !d || z < 0 || z >= d->nz) {
-        set_err(err, errlen, "plane %ld outside the dataset", z);
+        tess_seterr(err, errlen, "plane %ld outside the dataset", z);
         return TESS_ERANGE;
     }
     const char *path;
@@ -700,11 +685,11 @@ int planestore_cuts(planestore *s, const dataset *d, long z, const render_params
                     double *lo, double *hi, char *err, size_t errlen)
 {
     if (!s || !d || !rp) {
-        set_err(err, errlen, "no store, dataset or parameters");
+        tess_seterr(err, errlen, "no store, dataset or parameters");
         return TESS_EINVAL;
     }
     if (z < 0 || z >= d->nz) {
-        set_err(err, errlen, "plane %ld outside 0..%ld of dataset '%s'", z, d->nz - 1, d->name);
+        tess_seterr(err, errlen, "plane %ld outside 0..%ld of dataset '%s'", z, d->nz - 1, d->name);
         return TESS_ERANGE;
     }
     if (!rp->min_cut.is_percent && !rp->max_cut.is_percent) {
@@ -777,7 +762,7 @@ int planestore_cuts(planestore *s, const dataset *d, long z, const render_params
     pthread_mutex_unlock(&s->lock);
     planestore_release(s, &v);
     if (rc) {
-        set_err(err, errlen, "out of memory computing the cut levels of a %ld x %ld plane",
+        tess_seterr(err, errlen, "out of memory computing the cut levels of a %ld x %ld plane",
                 pnx, pny);
         return rc;
     }

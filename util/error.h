@@ -1,6 +1,9 @@
-/* Error codes shared by every Tessera module: 0 is success, failures are negative. */
+/* Error codes shared by every Tessera module (0 is success, failures are negative) and
+ * the helper that writes a failure reason into an `err` buffer. */
 #ifndef TESSERA_UTIL_ERROR_H
 #define TESSERA_UTIL_ERROR_H
+
+#include <stddef.h>
 
 /* Functions that can fail return 0 (or a non-negative count) on success and one of
  * these negative codes on failure.  Modules that also take an `err` buffer write a
@@ -18,5 +21,10 @@ enum {
     TESS_ETOOBIG  = -9,  /* result larger than the configured limit */
     TESS_ECANCELED = -10 /* the work was cancelled */
 };
+
+/* Writes the printf-formatted reason into err (NUL-terminated, truncated to errlen
+ * bytes).  Does nothing when err is NULL or errlen is 0.  Cannot fail. */
+void tess_seterr(char *err, size_t errlen, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
 
 #endif

@@ -12,97 +12,19 @@
 
 #include "server/config.h"
 #include "server/http.h"
+#include "tests/testutil.h"
 
 static tess_config cfg;
 static tserver *srv;
 static char base[64];
 
-typedef struct resp {
-    long status;
-    char *body;
-    size_t len;
-    char content_type[128];
-    char etag[64];
-    char x_cache[16];
-    char retry_after[16];
-} resp;
+typedef tt_resp resp;
 
-static size_t on_body(char *p, size_t sz, size_t n, void *cls)
-{
-    resp *r = cls;
-    size_t add = sz * n;
-    char *nb = realloc(r->body, r->len + add + 1);
-    if (!nb)
-        return 0;
-    memcpy(nb + r->len, p, add);
-    r->body = nb;
-    r->len += add;
-    r->body[r->len] = '\0';
-    return add;
-}
-
-static void header_value(const char *line, size_t n, const char *name, char *out, size_t outlen)
-{
-    size_t k = strlen(name);
-    if (n > k + 1 && strncasecmp(line, name, k) == 0 && line[k] == ':') {
-        const char *v = line + k + 1;
-        while (*v == ' ')
-            v++;
-        size_t m = (size_t)(line + n - v);
-        while (m > 0 && (v[m - 1] == '\r' || v[m - 1] == '\n'))
-            m--;
-        if (m >= outlen)
-            m = outlen - 1;
-        memcpy(out, v, m);
-        out[m] = '\0';
-    }
-}
-
-static size_t on_header(char *p, size_t sz, size_t n, void *cls)
-{
-    resp *r = cls;
-    size_t len = sz * n;
-    header_value(p, len, "Content-Type", r->content_type, sizeof(r->content_type));
-    header_value(p, len, "ETag", r->etag, sizeof(r->etag));
-    header_value(p, len, "X-Cache", r->x_cache, sizeof(r->x_cache));
-    header_value(p, len, "Retry-After", r->retry_after, sizeof(r->retry_after));
-    return len;
-}
-
-/* Performs one request; `body` (len bytes) is POSTed when not NULL. */
+/* Performs one request on the server under test; `body` (len bytes) is POSTed when not NULL. */
 static resp fetch(const char *method, const char *path, const char *body, size_t len,
                   const char *extra_header)
 {
-    resp r;
-    memset(&r, 0, sizeof(r));
-    char url[8192];
-    snprintf(url, sizeof(url), "%s%s", base, path);
-    CURL *c = curl_easy_init();
-    ck_assert_ptr_nonnull(c);
-    curl_easy_setopt(c, CURLOPT_URL, url);
-    curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_body);
-    curl_easy_setopt(c, CURLOPT_WRITEDATA, &r);
-    curl_easy_setopt(c, CURLOPT_HEADERFUNCTION, on_header);
-    curl_easy_setopt(c, CURLOPT_HEADERDATA, &r);
-    curl_easy_setopt(c, CURLOPT_TIMEOUT, 60L);
-    struct curl_slist *hl = NULL;
-    if (extra_header)
-        hl = curl_slist_append(hl, extra_header);
-    if (body) {
-        hl = curl_slist_append(hl, "Content-Type: text/plain");
-        curl_easy_setopt(c, CURLOPT_POSTFIELDS, body);
-        curl_easy_setopt(c, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)len);
-    }
-    if (hl)
-        curl_easy_setopt(c, CURLOPT_HTTPHEADER, hl);
-    if (strcmp(method, "GET") != 0 && strcmp(method, "POST") != 0)
-        curl_easy_setopt(c, CURLOPT_CUSTOMREQUEST, method);
-    CURLcode cc = curl_easy_perform(c);
-    ck_assert_msg(cc == CURLE_OK, "%s %s: %s", method, path, curl_easy_strerror(cc));
-    curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &r.status);
-    curl_slist_free_all(hl);
-    curl_easy_cleanup(c);
-    return r;
+    return tt_fetch(base, method, path, body, len, extra_header);
 }
 
 static resp get(const char *path)
@@ -110,75 +32,7 @@ static resp get(const char *path)
     return fetch("GET", path, NULL, 0, NULL);
 }
 
-static void resp_free(resp *r)
-{
-    free(r->body);
-    r->body = NULL;
-}
-
-/* Asserts a problem+json reply with `status` naming `parameter` (NULL: any). */
-static void assert_problem(resp *r, long status, const char *parameter)
-{
-    ck_assert_msg(r->status == status, "status %ld, expected %ld: %s", r->status, status,
-                  r->body ? r->body : "");
-    ck_assert_str_eq(r->content_type, "application/problem+json");
-    json_error_t je;
-    json_t *o = json_loads(r->body, 0, &je);
-    ck_assert_ptr_nonnull(o);
-    ck_assert_int_eq(json_integer_value(json_object_get(o, "status")), status);
-    ck_assert(json_is_string(json_object_get(o, "title")));
-    ck_assert(json_string_length(json_object_get(o, "detail")) > 0);
-    if (parameter)
-        ck_assert_str_eq(json_string_value(json_object_get(o, "parameter")), parameter);
-    json_decref(o);
-}
-
-/* Reads HDU `hdu` (1-based) of an in-memory FITS file into a malloc'd array. */
-static double *fits_mem_read(const char *data, size_t len, int hdu, long *nx, long *ny)
-{
-    fitsfile *f = NULL;
-    int st = 0;
-    void *mem = malloc(len);
-    memcpy(mem, data, len);
-    size_t msize = len;
-    fits_open_memfile(&f, "mem.fits", READONLY, &mem, &msize, 0, NULL, &st);
-    ck_assert_int_eq(st, 0);
-    fits_movabs_hdu(f, hdu, NULL, &st);
-    long naxes[3] = {1, 1, 1};
-    int naxis = 0;
-    fits_get_img_dim(f, &naxis, &st);
-    fits_get_img_size(f, 3, naxes, &st);
-    double *v = malloc((size_t)naxes[0] * (size_t)naxes[1] * sizeof(double));
-    double nan = NAN;
-    int anynul;
-    fits_read_img(f, TDOUBLE, 1, naxes[0] * naxes[1], &nan, v, &anynul, &st);
-    ck_assert_int_eq(st, 0);
-    fits_close_file(f, &st);
-    free(mem);
-    *nx = naxes[0];
-    *ny = naxes[1];
-    return v;
-}
-
-static double *fits_file_read(const char *path, long *nx, long *ny)
-{
-    fitsfile *f = NULL;
-    int st = 0;
-    fits_open_diskfile(&f, path, READONLY, &st);
-    ck_assert_msg(st == 0, "cannot open %s", path);
-    long naxes[3] = {1, 1, 1};
-    fits_get_img_size(f, 3, naxes, &st);
-    double *v = malloc((size_t)naxes[0] * (size_t)naxes[1] * sizeof(double));
-    double nan = NAN;
-    int anynul;
-    fits_read_img(f, TDOUBLE, 1, naxes[0] * naxes[1], &nan, v, &anynul, &st);
-    ck_assert_int_eq(st, 0);
-    fits_close_file(f, &st);
-    *nx = naxes[0];
-    *ny = naxes[1];
-    return v;
-}
-
+/* Reads a whole file into a malloc'd, NUL-terminated string of *len bytes. */
 static char *read_text(const char *path, size_t *len)
 {
     FILE *f = fopen(path, "rb");
@@ -192,17 +46,6 @@ static char *read_text(const char *path, size_t *len)
     fclose(f);
     *len = (size_t)n;
     return s;
-}
-
-/* PNG width and height from the IHDR chunk. */
-static void png_size(const resp *r, long *w, long *h)
-{
-    static const unsigned char sig[8] = {0x89, 'P', 'N', 'G', '\r', '\n', 0x1a, '\n'};
-    ck_assert_uint_ge(r->len, 24);
-    ck_assert_int_eq(memcmp(r->body, sig, 8), 0);
-    const unsigned char *p = (const unsigned char *)r->body + 16;
-    *w = (long)p[0] << 24 | (long)p[1] << 16 | (long)p[2] << 8 | p[3];
-    *h = (long)p[4] << 24 | (long)p[5] << 16 | (long)p[6] << 8 | p[7];
 }
 
 static void setup(void)
@@ -230,7 +73,7 @@ START_TEST(test_healthz)
     ck_assert_int_eq(r.status, 200);
     ck_assert_str_eq(r.content_type, "application/json");
     ck_assert_str_eq(r.body, "{\"status\":\"ok\"}");
-    resp_free(&r);
+    tt_resp_free(&r);
 }
 END_TEST
 
@@ -280,7 +123,7 @@ START_TEST(test_datasets_list)
     }
     ck_assert_int_eq(seen, 4);
     json_decref(a);
-    resp_free(&r);
+    tt_resp_free(&r);
 }
 END_TEST
 
@@ -304,20 +147,20 @@ START_TEST(test_dataset_info_and_404)
     ck_assert_int_eq(strncmp(json_string_value(json_array_get(hdr, 3)),
                              "NAXIS1  =                  891", 30), 0);
     json_decref(o);
-    resp_free(&r);
+    tt_resp_free(&r);
 
     r = get("/api/v1/datasets/nosuch");
-    assert_problem(&r, 404, "dataset");
-    resp_free(&r);
+    tt_assert_problem(NULL, &r, 404, "dataset");
+    tt_resp_free(&r);
     r = get("/api/v1/datasets/..%2f..%2fetc%2fpasswd/slice/xy/1_1/0_0_0.fits");
-    assert_problem(&r, 404, NULL);
-    resp_free(&r);
+    tt_assert_problem(NULL, &r, 404, NULL);
+    tt_resp_free(&r);
     r = get("/nowhere");
-    assert_problem(&r, 404, NULL);
-    resp_free(&r);
+    tt_assert_problem(NULL, &r, 404, NULL);
+    tt_resp_free(&r);
     r = fetch("DELETE", "/api/v1/datasets", NULL, 0, NULL);
-    assert_problem(&r, 405, NULL);
-    resp_free(&r);
+    tt_assert_problem(NULL, &r, 405, NULL);
+    tt_resp_free(&r);
 }
 END_TEST
 
@@ -330,7 +173,7 @@ START_TEST(test_cutout_png_cache_etag)
     ck_assert_msg(r.status == 200, "%ld %s", r.status, r.body);
     ck_assert_str_eq(r.content_type, "image/png");
     long w, h;
-    png_size(&r, &w, &h);
+    tt_png_size(&r, &w, &h);
     ck_assert_int_eq(w, 512);
     ck_assert_int_eq(h, 512);
     ck_assert_str_eq(r.x_cache, "MISS");
@@ -346,9 +189,9 @@ START_TEST(test_cutout_png_cache_etag)
     resp r3 = fetch("GET", GC_CUTOUT, NULL, 0, inm);
     ck_assert_int_eq(r3.status, 304);
     ck_assert_uint_eq(r3.len, 0);
-    resp_free(&r);
-    resp_free(&r2);
-    resp_free(&r3);
+    tt_resp_free(&r);
+    tt_resp_free(&r2);
+    tt_resp_free(&r3);
 }
 END_TEST
 
@@ -382,12 +225,12 @@ START_TEST(test_cutout_bad_parameters)
         char path[512];
         snprintf(path, sizeof(path), "/api/v1/cutout?%s", cases[i].q);
         resp r = get(path);
-        assert_problem(&r, cases[i].status, cases[i].param);
-        resp_free(&r);
+        tt_assert_problem(NULL, &r, cases[i].status, cases[i].param);
+        tt_resp_free(&r);
     }
     resp r = get("/healthz");
     ck_assert_int_eq(r.status, 200);
-    resp_free(&r);
+    tt_resp_free(&r);
 }
 END_TEST
 
@@ -404,9 +247,9 @@ static void golden(const char *name, const char *dsname, const char *method, dou
     ck_assert_msg(r.status == 200, "%s: %ld %s", name, r.status, r.body);
     ck_assert_str_eq(r.content_type, "application/fits");
     long nx, ny, rx, ry;
-    double *got = fits_mem_read(r.body, r.len, 1, &nx, &ny);
+    double *got = tt_fits_mem_read(r.body, r.len, 1, &nx, &ny);
     snprintf(path, sizeof(path), "%s/reference/%s.fits", TESSERA_TESTDATA_DIR, name);
-    double *ref = fits_file_read(path, &rx, &ry);
+    double *ref = tt_fits_plane(path, 0, &rx, &ry);
     ck_assert_int_eq(nx, rx);
     ck_assert_int_eq(ny, ry);
     double peak = 0, maxdiff = 0;
@@ -434,7 +277,7 @@ static void golden(const char *name, const char *dsname, const char *method, dou
     free(got);
     free(ref);
     free(hdr);
-    resp_free(&r);
+    tt_resp_free(&r);
 }
 
 /* Every method of the engine through POST /api/v1/cutout: bicubic and exact against
@@ -447,7 +290,7 @@ START_TEST(test_cutout_methods)
     resp r = fetch("GET", "/api/v1/cutout?dataset=gc_2mass_k&ra=266.4&dec=-28.9&fov=0.2&width=64"
                    "&height=48&method=lanczos3&format=fits", NULL, 0, NULL);
     ck_assert_msg(r.status == 200, "lanczos3: %ld %s", r.status, r.body);
-    resp_free(&r);
+    tt_resp_free(&r);
 }
 END_TEST
 
@@ -487,16 +330,12 @@ START_TEST(test_declared_body_too_big_refused_early)
     curl_easy_setopt(c, CURLOPT_POST, 1L);
     curl_easy_setopt(c, CURLOPT_READFUNCTION, blanks);
     curl_easy_setopt(c, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)70 * 1024 * 1024);
-    curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_body);
-    curl_easy_setopt(c, CURLOPT_WRITEDATA, &r);
-    curl_easy_setopt(c, CURLOPT_HEADERFUNCTION, on_header);
-    curl_easy_setopt(c, CURLOPT_HEADERDATA, &r);
-    curl_easy_setopt(c, CURLOPT_TIMEOUT, 60L);
+    tt_curl_capture(c, &r);
     curl_easy_perform(c);
     curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &r.status);
     curl_easy_cleanup(c);
-    assert_problem(&r, 413, "body");
-    resp_free(&r);
+    tt_assert_problem(NULL, &r, 413, "body");
+    tt_resp_free(&r);
 
     /* Hundreds of query parameters: a 400 naming the first unknown one, not a dropped
      * connection. */
@@ -505,8 +344,8 @@ START_TEST(test_declared_body_too_big_refused_early)
     for (int i = 0; i < 470; i++)
         off += (size_t)snprintf(q + off, 8192 - off, "&a%d=1", i);
     r = get(q);
-    assert_problem(&r, 400, "a0");
-    resp_free(&r);
+    tt_assert_problem(NULL, &r, 400, "a0");
+    tt_resp_free(&r);
     free(q);
 }
 END_TEST
@@ -514,32 +353,32 @@ END_TEST
 START_TEST(test_post_cutout_bad_bodies)
 {
     resp r = fetch("POST", "/api/v1/cutout?dataset=horsehead&format=fits", "", 0, NULL);
-    assert_problem(&r, 400, "body");
-    resp_free(&r);
+    tt_assert_problem(NULL, &r, 400, "body");
+    tt_resp_free(&r);
     const char *garbage = "this is not a FITS header\nat all\n";
     r = fetch("POST", "/api/v1/cutout?dataset=horsehead", garbage, strlen(garbage), NULL);
-    assert_problem(&r, 400, "body");
-    resp_free(&r);
+    tt_assert_problem(NULL, &r, 400, "body");
+    tt_resp_free(&r);
     char longline[200];
     memset(longline, 'A', sizeof(longline) - 1);
     longline[sizeof(longline) - 1] = '\0';
     r = fetch("POST", "/api/v1/cutout?dataset=horsehead", longline, strlen(longline), NULL);
-    assert_problem(&r, 400, "body");
-    resp_free(&r);
+    tt_assert_problem(NULL, &r, 400, "body");
+    tt_resp_free(&r);
     const char *nonaxis = "CTYPE1  = 'RA---TAN'\nCTYPE2  = 'DEC--TAN'\n";
     r = fetch("POST", "/api/v1/cutout?dataset=horsehead", nonaxis, strlen(nonaxis), NULL);
-    assert_problem(&r, 400, "body");
-    resp_free(&r);
+    tt_assert_problem(NULL, &r, 400, "body");
+    tt_resp_free(&r);
     size_t big = 2 * 1024 * 1024;
     char *huge = malloc(big);
     memset(huge, ' ', big);
     r = fetch("POST", "/api/v1/cutout?dataset=horsehead", huge, big, NULL);
-    assert_problem(&r, 413, "body");
-    resp_free(&r);
+    tt_assert_problem(NULL, &r, 413, "body");
+    tt_resp_free(&r);
     free(huge);
     r = get("/healthz");
     ck_assert_int_eq(r.status, 200);
-    resp_free(&r);
+    tt_resp_free(&r);
 }
 END_TEST
 
@@ -549,21 +388,21 @@ START_TEST(test_slice_fits_equals_source)
     resp r = get("/api/v1/datasets/horsehead/slice/xy/891_893/0_0_0.fits");
     ck_assert_msg(r.status == 200, "%ld %s", r.status, r.body);
     long nx, ny, sx, sy;
-    double *got = fits_mem_read(r.body, r.len, 1, &nx, &ny);
+    double *got = tt_fits_mem_read(r.body, r.len, 1, &nx, &ny);
     snprintf(path, sizeof(path), "%s/HorseHead.fits", TESSERA_DEMO_DIR);
-    double *src = fits_file_read(path, &sx, &sy);
+    double *src = tt_fits_plane(path, 0, &sx, &sy);
     ck_assert_int_eq(nx, sx);
     ck_assert_int_eq(ny, sy);
     ck_assert_int_eq(memcmp(got, src, (size_t)(nx * ny) * sizeof(double)), 0);
     free(got);
     free(src);
-    resp_free(&r);
+    tt_resp_free(&r);
 
     r = get("/api/v1/datasets/m13/slice/xy/1392_1040/0_0_2.fits");
     ck_assert_msg(r.status == 200, "%ld %s", r.status, r.body);
-    got = fits_mem_read(r.body, r.len, 1, &nx, &ny);
+    got = tt_fits_mem_read(r.body, r.len, 1, &nx, &ny);
     snprintf(path, sizeof(path), "%s/M13_blue_0003.fits", TESSERA_DEMO_DIR);
-    src = fits_file_read(path, &sx, &sy);
+    src = tt_fits_plane(path, 0, &sx, &sy);
     ck_assert_int_eq(nx, 1392);
     ck_assert_int_eq(ny, 1040);
     double vmin = 1e300, vmax = -1e300;
@@ -579,7 +418,7 @@ START_TEST(test_slice_fits_equals_source)
     ck_assert(vmax == 697.0);
     free(got);
     free(src);
-    resp_free(&r);
+    tt_resp_free(&r);
 }
 END_TEST
 
@@ -589,7 +428,7 @@ START_TEST(test_slice_cube_region)
     resp r = get("/api/v1/datasets/l1448_13co/slice/xy/10_5/40_50_20.fits");
     ck_assert_msg(r.status == 200, "%ld %s", r.status, r.body);
     long nx, ny;
-    double *got = fits_mem_read(r.body, r.len, 1, &nx, &ny);
+    double *got = tt_fits_mem_read(r.body, r.len, 1, &nx, &ny);
     ck_assert_int_eq(nx, 10);
     ck_assert_int_eq(ny, 5);
     char path[1024];
@@ -605,22 +444,22 @@ START_TEST(test_slice_cube_region)
     for (int i = 0; i < 50; i++)
         ck_assert(got[i] == want[i] || (isnan(got[i]) && isnan(want[i])));
     free(got);
-    resp_free(&r);
+    tt_resp_free(&r);
 
     r = get("/api/v1/datasets/l1448_13co/slice/xy/105_105/0_0_20.png?cmap=viridis");
     ck_assert_int_eq(r.status, 200);
     long w, h;
-    png_size(&r, &w, &h);
+    tt_png_size(&r, &w, &h);
     ck_assert_int_eq(w, 105);
     ck_assert_int_eq(h, 105);
-    resp_free(&r);
+    tt_resp_free(&r);
 
     r = get("/api/v1/datasets/l1448_13co/slice/xy/4_3/0_0_0.npy");
     ck_assert_int_eq(r.status, 200);
     ck_assert_uint_eq(r.len, 128 + 4 * 3 * 8);
     ck_assert_int_eq(memcmp(r.body, "\x93NUMPY", 6), 0);
     ck_assert_ptr_nonnull(strstr(r.body + 10, "'shape': (3, 4)"));
-    resp_free(&r);
+    tt_resp_free(&r);
 
     static const struct { const char *p; long status; const char *param; } bad[] = {
         {"/api/v1/datasets/l1448_13co/slice/xy/10_10/100_0_0.fits", 400, "offset"},
@@ -634,8 +473,8 @@ START_TEST(test_slice_cube_region)
     };
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
         r = get(bad[i].p);
-        assert_problem(&r, bad[i].status, bad[i].param);
-        resp_free(&r);
+        tt_assert_problem(NULL, &r, bad[i].status, bad[i].param);
+        tt_resp_free(&r);
     }
 }
 END_TEST
@@ -643,14 +482,14 @@ END_TEST
 START_TEST(test_metrics)
 {
     resp r = get("/healthz");
-    resp_free(&r);
+    tt_resp_free(&r);
     r = get("/metrics");
     ck_assert_int_eq(r.status, 200);
     ck_assert_ptr_nonnull(strstr(r.body, "tessera_http_requests_total{code=\"200\"}"));
     ck_assert_ptr_nonnull(strstr(r.body, "tessera_cache_hits_total"));
     ck_assert_ptr_nonnull(strstr(r.body, "tessera_renders_total"));
     ck_assert_ptr_nonnull(strstr(r.body, "tessera_http_request_seconds_count"));
-    resp_free(&r);
+    tt_resp_free(&r);
 }
 END_TEST
 
@@ -664,7 +503,7 @@ static double metric(const char *name)
     const char *p = strstr(r.body, pat);
     ck_assert_msg(p != NULL, "metric %s missing", name);
     double v = strtod(p + strlen(pat), NULL);
-    resp_free(&r);
+    tt_resp_free(&r);
     return v;
 }
 
@@ -683,11 +522,7 @@ static void *flight_get(void *arg)
     memset(&r, 0, sizeof(r));
     CURL *c = curl_easy_init();
     curl_easy_setopt(c, CURLOPT_URL, url);
-    curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_body);
-    curl_easy_setopt(c, CURLOPT_WRITEDATA, &r);
-    curl_easy_setopt(c, CURLOPT_HEADERFUNCTION, on_header);
-    curl_easy_setopt(c, CURLOPT_HEADERDATA, &r);
-    curl_easy_setopt(c, CURLOPT_TIMEOUT, 60L);
+    tt_curl_capture(c, &r);
     if (curl_easy_perform(c) == CURLE_OK)
         curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &a->status);
     snprintf(a->etag, sizeof(a->etag), "%s", r.etag);
@@ -726,8 +561,7 @@ static char tmpdir[256];
 static void setup_tmp(void)
 {
     char err[512], path[512];
-    snprintf(tmpdir, sizeof(tmpdir), "/tmp/tessera-http-XXXXXX");
-    ck_assert_ptr_nonnull(mkdtemp(tmpdir));
+    tt_tmpdir_make(tmpdir, sizeof(tmpdir), "http");
     snprintf(path, sizeof(path), "cp %s/galactic_2d.fits %s/g.fits", TESSERA_TESTDATA_DIR, tmpdir);
     ck_assert_int_eq(system(path), 0);
     char json[1024];
@@ -759,7 +593,7 @@ START_TEST(test_changed_file_served_fresh)
     resp b = get(path);
     ck_assert_str_eq(b.x_cache, "HIT");
     long nx, ny;
-    double *v0 = fits_mem_read(a.body, a.len, 1, &nx, &ny);
+    double *v0 = tt_fits_mem_read(a.body, a.len, 1, &nx, &ny);
 
     /* Rewrite every pixel in place (x -> 2x + 1), as a pipeline updating a file would. */
     char file[512];
@@ -780,15 +614,15 @@ START_TEST(test_changed_file_served_fresh)
     ck_assert_int_eq(c.status, 200);
     ck_assert_str_eq(c.x_cache, "MISS");
     ck_assert_str_ne(c.etag, a.etag);
-    double *v1 = fits_mem_read(c.body, c.len, 1, &nx, &ny);
+    double *v1 = tt_fits_mem_read(c.body, c.len, 1, &nx, &ny);
     for (int i = 0; i < 43 * 43; i++)
         if (isfinite(v0[i]))
             ck_assert(v1[i] == (double)(float)(2.0 * v0[i] + 1.0));
     free(v0);
     free(v1);
-    resp_free(&a);
-    resp_free(&b);
-    resp_free(&c);
+    tt_resp_free(&a);
+    tt_resp_free(&b);
+    tt_resp_free(&c);
 }
 END_TEST
 
@@ -819,10 +653,7 @@ int main(void)
     tcase_set_timeout(tf, 60);
     tcase_add_test(tf, test_changed_file_served_fresh);
     suite_add_tcase(s, tf);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
+    int rc = tt_run_suite(s);
     curl_global_cleanup();
-    return failed ? 1 : 0;
+    return rc;
 }

@@ -3,6 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "tests/testutil.h"
 #include "util/buf.h"
 #include "util/error.h"
 
@@ -72,9 +73,5 @@ int main(void)
     tcase_add_test(tc, test_growth_many_appends);
     tcase_add_test(tc, test_reset_keeps_allocation);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? 1 : 0;
+    return tt_run_suite(s);
 }

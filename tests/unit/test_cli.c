@@ -1,8 +1,12 @@
-/* Tests of the tessera command: every golden case of the reference manifest through `tessera reproject`, and its command-line behaviour. */
+/* Tests of the tessera command: every golden case of the reference manifest through `tessera reproject`, its command-line behaviour, and the static HiPS tree of `tessera hips`. */
+#include <chealpix.h>
 #include <check.h>
 #include <dirent.h>
 #include <fcntl.h>
 #include <fitsio.h>
+#include <ftw.h>
+#include <limits.h>
+#include <stdint.h>
 #include <jansson.h>
 #include <math.h>
 #include <signal.h>
@@ -537,6 +541,415 @@ START_TEST(test_interrupt)
 }
 END_TEST
 
+/* ---- tessera hips ------------------------------------------------------------------ */
+
+static int rm_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
+{
+    (void)st;
+    (void)flag;
+    (void)ftw;
+    remove(path);
+    return 0;
+}
+
+/* Removes a scratch directory with everything in it. */
+static void tmp_remove_tree(tmpdir *t)
+{
+    nftw(t->path, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+/* The value of `key` in a HiPS properties file ("key = value" lines); 0 when absent. */
+static int prop_value(const char *path, const char *key, char *val, size_t n)
+{
+    FILE *f = fopen(path, "r");
+    ck_assert_msg(f != NULL, "no %s", path);
+    char line[512];
+    size_t k = strlen(key);
+    int found = 0;
+    while (!found && fgets(line, sizeof line, f)) {
+        if (strncmp(line, key, k) != 0 || (line[k] != ' ' && line[k] != '='))
+            continue;
+        const char *v = strchr(line, '=');
+        ck_assert_ptr_nonnull(v);
+        v += 1 + strspn(v + 1, " ");
+        snprintf(val, n, "%.*s", (int)strcspn(v, "\n"), v);
+        found = 1;
+    }
+    fclose(f);
+    return found;
+}
+
+/* A 512 x 512 FITS tile of the tree (row 0 = FITS row 1) as doubles, or NULL when the
+ * tree has no such file. */
+static double *tile_read(const char *dir, int order, long long npix)
+{
+    char path[PATH_MAX];
+    snprintf(path, sizeof path, "%s/Norder%d/Dir%lld/Npix%lld.fits", dir, order,
+             npix / 10000 * 10000, npix);
+    if (access(path, F_OK) != 0)
+        return NULL;
+    image im;
+    read_image(path, 0, &im);
+    ck_assert_int_eq(im.bitpix, -32);
+    ck_assert_int_eq(im.naxis, 2);
+    ck_assert_int_eq(im.n[0], 512);
+    ck_assert_int_eq(im.n[1], 512);
+    return im.v;
+}
+
+/* Column x and FITS row y (0 = row 1) of the cell with nested index s relative to its
+ * 512 x 512 tile: the even bits of s give the row counted from the top of the picture,
+ * the odd bits the column (HiPS 1.0 4.2.1; Hipsgen's Context.fillUp). */
+static void tile_xy(uint64_t s, long *x, long *y)
+{
+    long i = 0, j = 0;
+    for (int b = 0; b < 9; b++) {
+        i |= (long)((s >> (2 * b)) & 1) << b;
+        j |= (long)((s >> (2 * b + 1)) & 1) << b;
+    }
+    *x = j;
+    *y = 511 - i;
+}
+
+/* Every tile of order k < K is the mean of its children: cell c of the parent (nested
+ * index N 4^9 + s at order k + 9) covers the cells 4 (N 4^9 + s) + q, q = 0..3, of
+ * order k + 10, which lie in child tile 4 N + (s >> 16) at relative index
+ * 4 (s mod 4^8) + q.  Each parent pixel is the mean of its finite children (NaN when
+ * none), to float precision; a parent exists exactly when one of its children does.
+ * Returns the number of parent tiles checked. */
+static int check_parents(const char *dir, int k)
+{
+    char path[PATH_MAX];
+    int checked = 0;
+    /* The candidate parents: the parents of every child tile file. */
+    snprintf(path, sizeof path, "%s/Norder%d", dir, k + 1);
+    DIR *od = opendir(path);
+    ck_assert_msg(od != NULL, "no %s", path);
+    long long parents[4096];
+    int np = 0;
+    struct dirent *de;
+    while ((de = readdir(od))) {
+        if (strncmp(de->d_name, "Dir", 3) != 0)
+            continue;
+        char sub[PATH_MAX + 300];
+        snprintf(sub, sizeof sub, "%s/%s", path, de->d_name);
+        DIR *dd = opendir(sub);
+        ck_assert_ptr_nonnull(dd);
+        struct dirent *fe;
+        while ((fe = readdir(dd))) {
+            long long n;
+            char ext[8];
+            if (sscanf(fe->d_name, "Npix%lld.%7s", &n, ext) != 2 || strcmp(ext, "fits") != 0)
+                continue;
+            int seen = 0;
+            for (int i = 0; i < np; i++)
+                seen |= parents[i] == n / 4;
+            if (!seen) {
+                ck_assert_int_lt(np, 4096);
+                parents[np++] = n / 4;
+            }
+        }
+        closedir(dd);
+    }
+    closedir(od);
+    ck_assert_int_gt(np, 0);
+    for (int p = 0; p < np; p++) {
+        double *parent = tile_read(dir, k, parents[p]);
+        ck_assert_msg(parent != NULL, "Norder%d/Npix%lld missing though a child exists", k,
+                      parents[p]);
+        double *child[4];
+        for (int c = 0; c < 4; c++)
+            child[c] = tile_read(dir, k + 1, 4 * parents[p] + c);
+        long finite = 0;
+        for (uint64_t s = 0; s < (uint64_t)1 << 18; s++) {
+            double *ch = child[s >> 16];
+            double sum = 0.0;
+            int n = 0;
+            for (uint64_t q = 0; ch && q < 4; q++) {
+                long cx, cy;
+                tile_xy(((s & 0xFFFF) << 2) + q, &cx, &cy);
+                double v = ch[cy * 512 + cx];
+                if (isfinite(v)) {
+                    sum += v;
+                    n++;
+                }
+            }
+            long x, y;
+            tile_xy(s, &x, &y);
+            double got = parent[y * 512 + x];
+            if (n == 0) {
+                ck_assert_msg(isnan(got), "Norder%d/Npix%lld (%ld, %ld): %g, no finite child",
+                              k, parents[p], x, y, got);
+            } else {
+                double want = sum / n;
+                ck_assert_msg(fabs(got - want) <= 1e-6 * fabs(want),
+                              "Norder%d/Npix%lld (%ld, %ld): %.9g, mean of children %.9g", k,
+                              parents[p], x, y, got, want);
+                finite++;
+            }
+        }
+        ck_assert_int_gt(finite, 0);
+        free(parent);
+        for (int c = 0; c < 4; c++)
+            free(child[c]);
+        checked++;
+    }
+    return checked;
+}
+
+/* Width and height of a PNG file, from its IHDR chunk. */
+static void png_file_size(const char *path, long *w, long *h)
+{
+    unsigned char b[24];
+    FILE *f = fopen(path, "rb");
+    ck_assert_msg(f != NULL, "no %s", path);
+    ck_assert_uint_eq(fread(b, 1, 24, f), 24);
+    fclose(f);
+    ck_assert(memcmp(b, "\x89PNG\r\n\x1a\n", 8) == 0 && memcmp(b + 12, "IHDR", 4) == 0);
+    *w = (long)b[16] << 24 | (long)b[17] << 16 | (long)b[18] << 8 | (long)b[19];
+    *h = (long)b[20] << 24 | (long)b[21] << 16 | (long)b[22] << 8 | (long)b[23];
+}
+
+/* State of same_tree's walks (nftw passes no argument to its callback). */
+static const char *walk_other;     /* the tree compared with the one walked */
+static size_t walk_root_len;
+static int walk_files;
+
+static int same_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
+{
+    (void)st;
+    (void)ftw;
+    if (flag != FTW_F)
+        return 0;
+    char other[PATH_MAX + 100];
+    snprintf(other, sizeof other, "%s%s", walk_other, path + walk_root_len);
+    ck_assert_msg(access(other, F_OK) == 0, "%s has no %s", walk_other, path + walk_root_len);
+    ck_assert_msg(same_file(path, other), "%s differs from %s", path, other);
+    walk_files++;
+    return 0;
+}
+
+/* Trees a and b hold the same files with the same bytes; returns the number of files. */
+static int same_tree(const char *a, const char *b)
+{
+    walk_other = b;
+    walk_root_len = strlen(a);
+    walk_files = 0;
+    ck_assert_int_eq(nftw(a, same_entry, 16, FTW_PHYS), 0);
+    int na = walk_files;
+    walk_other = a;
+    walk_root_len = strlen(b);
+    walk_files = 0;
+    ck_assert_int_eq(nftw(b, same_entry, 16, FTW_PHYS), 0);
+    ck_assert_int_eq(walk_files, na);
+    return na;
+}
+
+/* The HorseHead as a static HiPS: properties, the deepest order (9, from its 1" pixels),
+ * every lower order the mean of its children, the Allsky pictures, Moc.fits, index.html;
+ * nothing else left in the output's directory; 1 and 2 threads write the same tree. */
+START_TEST(test_hips_tree)
+{
+    tmpdir t, t1;
+    tmp_make(&t);
+    tmp_make(&t1);
+    char err[2048], out[512], out1[512], path[1024], v[128];
+    snprintf(out, sizeof out, "%s/hh", t.path);
+    snprintf(out1, sizeof out1, "%s/hh", t1.path);
+    const char *a[] = { "hips", HH, "-o", out, "--format", "png,fits", NULL };
+    ck_assert_int_eq(run_tessera(&t, err, sizeof err, a), 0);
+    ck_assert_msg(err[0] == '\0', "quiet when stderr is not a terminal: %s", err);
+    ck_assert_int_eq(tmp_count(&t), 1);        /* no temporary directory left */
+
+    snprintf(path, sizeof path, "%s/properties", out);
+    ck_assert(prop_value(path, "hips_order", v, sizeof v));
+    ck_assert_str_eq(v, "9");
+    ck_assert(prop_value(path, "hips_frame", v, sizeof v));
+    ck_assert_str_eq(v, "equatorial");
+    ck_assert(prop_value(path, "hips_tile_format", v, sizeof v));
+    ck_assert_str_eq(v, "png fits");
+    ck_assert(prop_value(path, "creator_did", v, sizeof v));
+    ck_assert_str_eq(v, "ivo://tessera/hh");
+    ck_assert(prop_value(path, "hips_tile_width", v, sizeof v));
+    ck_assert_str_eq(v, "512");
+    ck_assert(prop_value(path, "hips_pixel_cut", v, sizeof v));
+
+    /* Orders 8 down to 0 from their children; PNG beside every FITS tile. */
+    int parents = 0;
+    for (int k = 8; k >= 0; k--)
+        parents += check_parents(out, k);
+    ck_assert_int_ge(parents, 9);
+    snprintf(path, sizeof path, "%s/Norder0/Dir0/Npix5.png", out);   /* the cell of RA 90 */
+    long w, h;
+    png_file_size(path, &w, &h);
+    ck_assert_int_eq(w, 512);
+    ck_assert_int_eq(h, 512);
+
+    snprintf(path, sizeof path, "%s/Norder3/Allsky.png", out);
+    png_file_size(path, &w, &h);
+    ck_assert_int_eq(w, 1728);
+    ck_assert_int_eq(h, 1856);
+    snprintf(path, sizeof path, "%s/Norder3/Allsky.fits", out);
+    read_key(path, 0, "NAXIS1", v, sizeof v);
+    ck_assert_str_eq(v, "1728");
+    read_key(path, 0, "NAXIS2", v, sizeof v);
+    ck_assert_str_eq(v, "1856");
+    snprintf(path, sizeof path, "%s/Moc.fits", out);
+    read_key(path, 1, "ORDERING", v, sizeof v);
+    ck_assert_str_eq(v, "'NUNIQ   '");
+    read_key(path, 1, "MOCORDER", v, sizeof v);
+    ck_assert_str_eq(v, "9");
+    read_key(path, 1, "NAXIS2", v, sizeof v);
+    ck_assert_int_gt(atoi(v), 0);
+    snprintf(path, sizeof path, "%s/index.html", out);
+    ck_assert_int_eq(access(path, R_OK), 0);
+
+    /* One thread writes the same bytes as two. */
+    const char *a1[] = { "hips", HH "[0]", "--output", out1, "--threads", "1", NULL };
+    ck_assert_int_eq(run_tessera(&t1, err, sizeof err, a1), 0);
+    ck_assert_int_ge(same_tree(out, out1), 40);
+    ck_assert_int_eq(tmp_count(&t), 1);
+    ck_assert_int_eq(tmp_count(&t1), 1);
+    tmp_remove_tree(&t);
+    tmp_remove_tree(&t1);
+}
+END_TEST
+
+/* The galactic frame: the tiles' WCS is GLON-HPX/GLAT-HPX and the order-9 tile of the
+ * image centre's galactic position (converted here with the IAU matrix, Hipparcos
+ * vol. 1 sec. 1.5.3) is written. */
+START_TEST(test_hips_galactic)
+{
+    tmpdir t;
+    tmp_make(&t);
+    char err[2048], out[512], path[1024], v[128];
+    snprintf(out, sizeof out, "%s/gal", t.path);
+    const char *a[] = { "hips", HH, "-o", out, "--frame", "galactic", "--format", "fits",
+                        "--method", "bicubic", NULL };
+    ck_assert_int_eq(run_tessera(&t, err, sizeof err, a), 0);
+    snprintf(path, sizeof path, "%s/properties", out);
+    ck_assert(prop_value(path, "hips_frame", v, sizeof v));
+    ck_assert_str_eq(v, "galactic");
+    ck_assert(prop_value(path, "hips_tile_format", v, sizeof v));
+    ck_assert_str_eq(v, "fits");
+    /* ICRS (85.27499, -2.45830), the image centre, to galactic. */
+    static const double g[3][3] = { { -0.0548755604, -0.8734370902, -0.4838350155 },
+                                    { 0.4941094279, -0.4448296300, 0.7469822445 },
+                                    { -0.8676661490, -0.1980763734, 0.4559837762 } };
+    double ra = 85.27499 * M_PI / 180.0, dec = -2.45830 * M_PI / 180.0;
+    double e[3] = { cos(dec) * cos(ra), cos(dec) * sin(ra), sin(dec) }, q[3];
+    for (int i = 0; i < 3; i++)
+        q[i] = g[i][0] * e[0] + g[i][1] * e[1] + g[i][2] * e[2];
+    double l = atan2(q[1], q[0]), b = asin(q[2]);
+    int64_t npix;
+    ang2pix_nest64((int64_t)1 << 9, M_PI / 2 - b, l < 0 ? l + 2 * M_PI : l, &npix);
+    snprintf(path, sizeof path, "%s/Norder9/Dir%lld/Npix%lld.fits", out,
+             (long long)(npix / 10000 * 10000), (long long)npix);
+    ck_assert_msg(access(path, F_OK) == 0, "no %s", path);
+    read_key(path, 0, "CTYPE1", v, sizeof v);
+    ck_assert_str_eq(v, "'GLON-HPX'");
+    read_key(path, 0, "NPIX", v, sizeof v);
+    ck_assert_int_eq(atoll(v), npix);
+    snprintf(path, sizeof path, "%s/Norder3/Allsky.png", out);
+    ck_assert_int_eq(access(path, F_OK), -1);   /* FITS only */
+    tmp_remove_tree(&t);
+}
+END_TEST
+
+/* Bad command lines exit 2; a missing input, an unusable plane and an output directory
+ * that holds files exit 1; nothing is left behind and an existing directory is not
+ * touched. */
+START_TEST(test_hips_failures)
+{
+    tmpdir t;
+    tmp_make(&t);
+    char err[2048], out[512], keep[600];
+    snprintf(out, sizeof out, "%s/o", t.path);
+    const char *help[] = { "hips", "--help", NULL };
+    ck_assert_int_eq(run_tessera(&t, err, sizeof err, help), 0);
+    static const char *const bad[][3] = { { "--format", "gif" }, { "--format", "png," },
+                                          { "--order", "2" }, { "--order", "21" },
+                                          { "--frame", "ecliptic" }, { "--method", "exact" },
+                                          { "--stretch", "cubic" }, { "--cmap", "jet" },
+                                          { "--min-cut", "x" }, { "--plane", "-1" },
+                                          { "--max-coord-error", "11" },
+                                          { "--threads", "many" } };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        const char *a[] = { "hips", HH, "-o", out, bad[i][0], bad[i][1], NULL };
+        ck_assert_int_eq(run_tessera(&t, err, sizeof err, a), 2);
+        ck_assert_msg(strstr(err, bad[i][0]) != NULL, "%s %s: %s", bad[i][0], bad[i][1], err);
+    }
+    const char *cuts[] = { "hips", HH, "-o", out, "--min-cut", "90%", "--max-cut", "10%", NULL };
+    ck_assert_int_eq(run_tessera(&t, err, sizeof err, cuts), 2);
+    const char *noout[] = { "hips", HH, NULL };
+    ck_assert_int_eq(run_tessera(&t, err, sizeof err, noout), 2);
+    ck_assert_int_eq(tmp_count(&t), 0);
+
+    const char *missing[] = { "hips", "/nonexistent/x.fits", "-o", out, NULL };
+    ck_assert_int_eq(run_tessera(&t, err, sizeof err, missing), 1);
+    ck_assert_msg(strstr(err, "/nonexistent/x.fits") != NULL, "%s", err);
+    ck_assert_int_eq(tmp_count(&t), 0);
+    const char *plane[] = { "hips", HH, "-o", out, "--plane", "1", NULL };
+    ck_assert_int_eq(run_tessera(&t, err, sizeof err, plane), 1);
+    ck_assert_msg(strstr(err, "--plane") != NULL, "%s", err);
+    ck_assert_int_eq(tmp_count(&t), 0);
+
+    /* A directory with a file in it is refused and left as it was. */
+    ck_assert_int_eq(mkdir(out, 0755), 0);
+    snprintf(keep, sizeof keep, "%s/keep.txt", out);
+    FILE *f = fopen(keep, "w");
+    fputs("mine\n", f);
+    fclose(f);
+    const char *full[] = { "hips", HH, "-o", out, NULL };
+    ck_assert_int_eq(run_tessera(&t, err, sizeof err, full), 1);
+    ck_assert_msg(strstr(err, "not empty") != NULL, "%s", err);
+    ck_assert_int_eq(tmp_count(&t), 1);
+    ck_assert_int_eq(access(keep, F_OK), 0);
+    /* An empty one is filled. */
+    unlink(keep);
+    ck_assert_int_eq(run_tessera(&t, err, sizeof err, full), 0);
+    char props[600];
+    snprintf(props, sizeof props, "%s/properties", out);
+    ck_assert_int_eq(access(props, F_OK), 0);
+    ck_assert_int_eq(tmp_count(&t), 1);
+    tmp_remove_tree(&t);
+}
+END_TEST
+
+/* SIGINT while the tiles are made: exit 130, no tree and no temporary directory. */
+START_TEST(test_hips_interrupt)
+{
+    tmpdir t;
+    tmp_make(&t);
+    char out[512];
+    snprintf(out, sizeof out, "%s/deep", t.path);
+    char *argv[] = { (char *)TESSERA_BIN, "hips", (char *)HH, "-o", out, "--order", "12",
+                     "--format", "fits", "--threads", "1", NULL };
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_addopen(&fa, 2, "/dev/null", O_WRONLY, 0);
+    pid_t pid;
+    ck_assert_int_eq(posix_spawn(&pid, TESSERA_BIN, &fa, NULL, argv, environ), 0);
+    posix_spawn_file_actions_destroy(&fa);
+    /* The temporary tree appears once the tiles are listed (the signals are handled from
+     * the start); the first tiles are then being written. */
+    char tmp[600];
+    snprintf(tmp, sizeof tmp, "%s.tmp-%ld", out, (long)pid);
+    for (int i = 0; i < 3000 && access(tmp, F_OK) != 0; i++)
+        usleep(10000);
+    ck_assert_int_eq(access(tmp, F_OK), 0);
+    usleep(200000);
+    kill(pid, SIGINT);
+    int status = 0;
+    ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+    ck_assert(WIFEXITED(status));
+    ck_assert_int_eq(WEXITSTATUS(status), 130);
+    ck_assert_int_eq(access(out, F_OK), -1);
+    ck_assert_int_eq(tmp_count(&t), 0);
+    tmp_remove_tree(&t);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("cli");
@@ -552,6 +965,13 @@ int main(void)
     tcase_add_test(tc, test_cube_and_dtype);
     tcase_add_test(tc, test_interrupt);
     suite_add_tcase(s, tc);
+    TCase *th = tcase_create("hips");
+    tcase_set_timeout(th, 300);
+    tcase_add_test(th, test_hips_tree);
+    tcase_add_test(th, test_hips_galactic);
+    tcase_add_test(th, test_hips_failures);
+    tcase_add_test(th, test_hips_interrupt);
+    suite_add_tcase(s, th);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);
     int failed = srunner_ntests_failed(sr);

@@ -7,14 +7,14 @@
 #include <unistd.h>
 
 #include "cache/diskcache.h"
+#include "tests/testutil.h"
 #include "util/error.h"
 
 static char dir[128];
 
 static void setup(void)
 {
-    snprintf(dir, sizeof(dir), "/tmp/tessera-dc-XXXXXX");
-    ck_assert_ptr_nonnull(mkdtemp(dir));
+    tt_tmpdir_make(dir, sizeof(dir), "dc");
 }
 
 static void teardown(void)
@@ -179,9 +179,5 @@ int main(void)
     tcase_add_test(tc, test_lru_order);
     tcase_add_test(tc, test_damaged_file_is_a_miss);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? 1 : 0;
+    return tt_run_suite(s);
 }

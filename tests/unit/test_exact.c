@@ -9,92 +9,13 @@
 
 #include "reproject/exact.h"
 #include "reproject/skywcs.h"
+#include "tests/testutil.h"
 #include "util/error.h"
 
 /* One arcsecond, in degrees. */
 #define ARCSEC (1.0 / 3600.0)
 
-/* ---- WCS and file helpers -------------------------------------------------------------- */
-
-/* Reads a text header (one card a line) into concatenated 80-character cards. */
-static char *read_hdr_file(const char *path, int *nkeys)
-{
-    FILE *f = fopen(path, "r");
-    ck_assert_msg(f != NULL, "cannot open %s", path);
-    size_t cap = 64, n = 0;
-    char *cards = malloc(cap * 80 + 1), line[256];
-    while (fgets(line, sizeof line, f)) {
-        size_t len = strcspn(line, "\r\n");
-        if (n == cap) {
-            cap *= 2;
-            cards = realloc(cards, cap * 80 + 1);
-        }
-        memset(cards + n * 80, ' ', 80);
-        memcpy(cards + n * 80, line, len > 80 ? 80 : len);
-        n++;
-    }
-    fclose(f);
-    cards[n * 80] = '\0';
-    *nkeys = (int)n;
-    return cards;
-}
-
-/* Reads HDU `hdu` (1-based) of `path`: header cards (when `cards` is given) and the pixels,
- * as float32 (*f32 = 1: BITPIX 8/16/-32, scaled in float32 arithmetic as astropy.io.fits
- * does) or float64. */
-static void *read_image(const char *path, int hdu, long *nx, long *ny, char **cards, int *nkeys,
-                        int *f32)
-{
-    fitsfile *f = NULL;
-    int st = 0, bitpix = 0, naxis = 0, anynul = 0;
-    long naxes[2] = { 1, 1 };
-    fits_open_file(&f, path, READONLY, &st);
-    ck_assert_msg(st == 0, "cannot open %s", path);
-    fits_movabs_hdu(f, hdu, NULL, &st);
-    fits_get_img_param(f, 2, &bitpix, &naxis, naxes, &st);
-    if (cards)
-        fits_hdr2str(f, 1, NULL, 0, cards, nkeys, &st);
-    ck_assert_int_eq(st, 0);
-    long n = naxes[0] * naxes[1];
-    void *px;
-    if (bitpix == 8 || bitpix == 16 || bitpix == -32) {
-        double bscale = 1.0, bzero = 0.0;
-        int s2 = 0;
-        fits_read_key(f, TDOUBLE, "BSCALE", &bscale, NULL, &s2);
-        s2 = 0;
-        fits_read_key(f, TDOUBLE, "BZERO", &bzero, NULL, &s2);
-        float *v = malloc(sizeof(float) * (size_t)n), fnan = NAN;
-        fits_set_bscale(f, 1.0, 0.0, &st);
-        fits_read_img(f, TFLOAT, 1, n, &fnan, v, &anynul, &st);
-        for (long i = 0; i < n; i++) {
-            if (bscale != 1.0)
-                v[i] = v[i] * (float)bscale;
-            if (bzero != 0.0)
-                v[i] = v[i] + (float)bzero;
-        }
-        px = v;
-        *f32 = 1;
-    } else {
-        double *v = malloc(sizeof(double) * (size_t)n), dnan = NAN;
-        fits_read_img(f, TDOUBLE, 1, n, &dnan, v, &anynul, &st);
-        px = v;
-        *f32 = 0;
-    }
-    ck_assert_int_eq(st, 0);
-    fits_close_file(f, &st);
-    *nx = naxes[0];
-    *ny = naxes[1];
-    return px;
-}
-
-static skywcs *parse_or_die(const char *cards, int nkeys)
-{
-    skywcs *w = NULL;
-    char err[256] = "";
-    int rc = skywcs_parse(cards, nkeys, &w, err, sizeof err);
-    ck_assert_msg(rc == 0, "skywcs_parse: %s", err);
-    return w;
-}
+/* ---- WCS helpers ----------------------------------------------------------------------- */
 
 /* A 2-D celestial WCS: CTYPE `lon`/`lat` (e.g. "RA---TAN", "DEC--TAN"), CRVAL, CRPIX
  * (1-based), CDELT (degrees) and a rotation `rot` (degrees, PC = [[cos, -sin], [sin, cos]]).
@@ -126,7 +47,7 @@ static skywcs *make_wcs(const char *lon, const char *lat, double crval1, double 
         memcpy(cards + i * 80, line[i], strlen(line[i]));
     }
     cards[n * 80] = '\0';
-    return parse_or_die(cards, n);
+    return tt_parse_wcs(cards, n);
 }
 
 /* make_wcs with CRPIX chosen so that the sky position (lon, lat) (degrees, in the
@@ -399,18 +320,18 @@ static void run_golden(const char *name, const char *source, double max_err, dou
     char *scards, *rcards;
     int snk, rnk, tnk, sf32, rf32;
     snprintf(path, sizeof path, "%s/%s", TESSERA_DEMO_DIR, source);
-    void *src = read_image(path, 1, &snx, &sny, &scards, &snk, &sf32);
+    void *src = tt_read_image(path, 1, &snx, &sny, &scards, &snk, &sf32);
     snprintf(path, sizeof path, "%s/reference/%s.fits", TESSERA_TESTDATA_DIR, name);
-    double *ref = read_image(path, 1, &rnx, &rny, &rcards, &rnk, &rf32);
-    void *fpraw = read_image(path, 2, &fnx, &fny, NULL, NULL, &rf32);
+    double *ref = tt_read_image(path, 1, &rnx, &rny, &rcards, &rnk, &rf32);
+    void *fpraw = tt_read_image(path, 2, &fnx, &fny, NULL, NULL, &rf32);
     double *reffp = malloc(sizeof(double) * (size_t)(fnx * fny));
     for (long q = 0; q < fnx * fny; q++)
         reffp[q] = rf32 ? (double)((float *)fpraw)[q] : ((double *)fpraw)[q];
     free(fpraw);
     ck_assert(fnx == rnx && fny == rny);
     snprintf(path, sizeof path, "%s/reference/%s.target.hdr", TESSERA_TESTDATA_DIR, name);
-    char *tcards = read_hdr_file(path, &tnk);
-    skywcs *win = parse_or_die(scards, snk), *wout = parse_or_die(tcards, tnk);
+    char *tcards = tt_read_hdr_file(path, &tnk);
+    skywcs *win = tt_parse_wcs(scards, snk), *wout = tt_parse_wcs(tcards, tnk);
 
     size_t n = (size_t)(rnx * rny);
     double *dst = malloc(sizeof(double) * n * 2), *fp = dst + n;
@@ -974,9 +895,5 @@ int main(void)
     tcase_add_test(tc, test_seam);
     tcase_add_test(tc, test_errors);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? 1 : 0;
+    return tt_run_suite(s);
 }

@@ -11,6 +11,7 @@
 
 #include "imageio/encode.h"
 #include "imageio/fitsimg.h"
+#include "tests/testutil.h"
 #include "util/error.h"
 
 #define DEMO(name) TESSERA_DEMO_DIR "/" name
@@ -23,18 +24,12 @@ static char tmpdir[64];
 
 static void make_tmpdir(void)
 {
-    snprintf(tmpdir, sizeof tmpdir, "/tmp/tessera-fitsimg-XXXXXX");
-    ck_assert_ptr_nonnull(mkdtemp(tmpdir));
+    tt_tmpdir_make(tmpdir, sizeof tmpdir, "fitsimg");
 }
 
 static void rm_tmpdir(const char *const *names, int n)
 {
-    char p[512];
-    for (int i = 0; i < n; i++) {
-        snprintf(p, sizeof p, "%s/%s", tmpdir, names[i]);
-        unlink(p);
-    }
-    rmdir(tmpdir);
+    tt_tmpdir_remove(tmpdir, names, n);
 }
 
 static void copy_file(const char *from, const char *to)
@@ -656,9 +651,5 @@ int main(void)
     tcase_add_test(tc, test_fits_encode_roundtrip);
     tcase_add_test(tc, test_npy_encode);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? 1 : 0;
+    return tt_run_suite(s);
 }

@@ -9,6 +9,7 @@
 
 #include "imageio/fitsimg.h"
 #include "reproject/healpix.h"
+#include "tests/testutil.h"
 #include "util/error.h"
 
 #define DEMO(name) TESSERA_DEMO_DIR "/" name
@@ -818,9 +819,5 @@ int main(void)
     tcase_add_test(tc, test_moc);
     tcase_add_test(tc, test_merge_children);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? 1 : 0;
+    return tt_run_suite(s);
 }

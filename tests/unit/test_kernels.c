@@ -8,6 +8,7 @@
 
 #include "reproject/kernels.h"
 #include "reproject/skywcs.h"
+#include "tests/testutil.h"
 
 /* ---- helpers ------------------------------------------------------------------------ */
 
@@ -578,87 +579,6 @@ END_TEST
 
 /* ---- golden reference (astropy reproject 0.10) -------------------------------------- */
 
-/* Reads a text header (one card a line) into concatenated 80-character cards. */
-static char *read_hdr_file(const char *path, int *nkeys)
-{
-    FILE *f = fopen(path, "r");
-    ck_assert_msg(f != NULL, "cannot open %s", path);
-    size_t cap = 64, n = 0;
-    char *cards = malloc(cap * 80 + 1);
-    char line[256];
-    while (fgets(line, sizeof line, f)) {
-        size_t len = strcspn(line, "\r\n");
-        if (len == 0)
-            continue;
-        if (n == cap) {
-            cap *= 2;
-            cards = realloc(cards, cap * 80 + 1);
-        }
-        memset(cards + n * 80, ' ', 80);
-        memcpy(cards + n * 80, line, len > 80 ? 80 : len);
-        n++;
-    }
-    fclose(f);
-    cards[n * 80] = '\0';
-    *nkeys = (int)n;
-    return cards;
-}
-
-/* Reads the primary image of `path`: header cards, and the pixels as astropy.io.fits
- * delivers them (BITPIX 8/16/-32 as float32, BSCALE/BZERO applied in float32 arithmetic;
- * others as float64).  *f32 says which array (float or double, malloc'd) is returned. */
-static void *read_image(const char *path, long *nx, long *ny, char **cards, int *nkeys, int *f32)
-{
-    fitsfile *f = NULL;
-    int st = 0, bitpix = 0, naxis = 0, anynul = 0;
-    long naxes[2] = { 1, 1 };
-    fits_open_file(&f, path, READONLY, &st);
-    ck_assert_msg(st == 0, "cannot open %s", path);
-    fits_get_img_param(f, 2, &bitpix, &naxis, naxes, &st);
-    fits_hdr2str(f, 1, NULL, 0, cards, nkeys, &st);
-    ck_assert_int_eq(st, 0);
-    long n = naxes[0] * naxes[1];
-    void *out;
-    if (bitpix == 8 || bitpix == 16 || bitpix == -32) {
-        double bscale = 1.0, bzero = 0.0;
-        int s2 = 0;
-        fits_read_key(f, TDOUBLE, "BSCALE", &bscale, NULL, &s2);
-        s2 = 0;
-        fits_read_key(f, TDOUBLE, "BZERO", &bzero, NULL, &s2);
-        float *v = malloc(sizeof(float) * (size_t)n), fnan = NAN;
-        fits_set_bscale(f, 1.0, 0.0, &st);
-        fits_read_img(f, TFLOAT, 1, n, &fnan, v, &anynul, &st);
-        float fs = (float)bscale, fz = (float)bzero;
-        for (long i = 0; i < n; i++) {
-            if (bscale != 1.0)
-                v[i] = v[i] * fs;
-            if (bzero != 0.0)
-                v[i] = v[i] + fz;
-        }
-        out = v;
-        *f32 = 1;
-    } else {
-        double *v = malloc(sizeof(double) * (size_t)n), dnan = NAN;
-        fits_read_img(f, TDOUBLE, 1, n, &dnan, v, &anynul, &st);
-        out = v;
-        *f32 = 0;
-    }
-    ck_assert_int_eq(st, 0);
-    fits_close_file(f, &st);
-    *nx = naxes[0];
-    *ny = naxes[1];
-    return out;
-}
-
-static skywcs *parse_or_die(const char *cards, int nkeys)
-{
-    skywcs *w = NULL;
-    char err[256] = "";
-    int rc = skywcs_parse(cards, nkeys, &w, err, sizeof err);
-    ck_assert_msg(rc == 0, "skywcs_parse: %s", err);
-    return w;
-}
-
 /* Input pixel positions of the n output pixels (ox, oy), as reproject's
  * pixel_to_pixel_with_roundtrip computes them (mirrors map_points() of
  * reproject/reproject.c): out -> sky -> frame conversion -> in, then back to out; a
@@ -693,14 +613,14 @@ static void run_golden(const char *name, rp_method m, double *rel, double *agree
     char *scards, *rcards;
     int snk, rnk, tnk, sf32, rf32;
     snprintf(path, sizeof path, "%s/gc_2mass_k.fits", TESSERA_DEMO_DIR);
-    void *src = read_image(path, &snx, &sny, &scards, &snk, &sf32);
+    void *src = tt_read_image(path, 1, &snx, &sny, &scards, &snk, &sf32);
     ck_assert_int_eq(sf32, 1);
     snprintf(path, sizeof path, "%s/reference/%s.fits", TESSERA_TESTDATA_DIR, name);
-    double *ref = read_image(path, &rnx, &rny, &rcards, &rnk, &rf32);
+    double *ref = tt_read_image(path, 1, &rnx, &rny, &rcards, &rnk, &rf32);
     ck_assert_int_eq(rf32, 0);
     snprintf(path, sizeof path, "%s/reference/%s.target.hdr", TESSERA_TESTDATA_DIR, name);
-    char *tcards = read_hdr_file(path, &tnk);
-    skywcs *win = parse_or_die(scards, snk), *wout = parse_or_die(tcards, tnk);
+    char *tcards = tt_read_hdr_file(path, &tnk);
+    skywcs *win = tt_parse_wcs(scards, snk), *wout = tt_parse_wcs(tcards, tnk);
     skywcs *cin = skywcs_celestial(win), *cout = skywcs_celestial(wout);
     ck_assert(cin && cout);
 
@@ -797,9 +717,5 @@ int main(void)
     tcase_add_test(tc, test_golden_bicubic);
     tcase_add_test(tc, test_golden_bilinear_nearest);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? 1 : 0;
+    return tt_run_suite(s);
 }

@@ -7,6 +7,7 @@
 
 #include "server/config.h"
 #include "server/params.h"
+#include "tests/testutil.h"
 #include "util/error.h"
 
 /* A query as a NULL-terminated list of key, value pairs. */
@@ -219,9 +220,5 @@ int main(void)
     tcase_add_test(tc, test_config_keys);
     tcase_add_test(tc, test_listen);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? 1 : 0;
+    return tt_run_suite(s);
 }

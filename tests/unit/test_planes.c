@@ -14,6 +14,7 @@
 #include "imageio/fitsimg.h"
 #include "imageio/render.h"
 #include "server/planes.h"
+#include "tests/testutil.h"
 #include "util/error.h"
 
 /* A scratch directory under /tmp, emptied and removed by rm_tmpdir. */
@@ -21,18 +22,12 @@ static char tmpdir[64];
 
 static void make_tmpdir(void)
 {
-    snprintf(tmpdir, sizeof tmpdir, "/tmp/tessera-planes-XXXXXX");
-    ck_assert_ptr_nonnull(mkdtemp(tmpdir));
+    tt_tmpdir_make(tmpdir, sizeof tmpdir, "planes");
 }
 
 static void rm_tmpdir(const char *const *names, int n)
 {
-    char p[512];
-    for (int i = 0; i < n; i++) {
-        snprintf(p, sizeof p, "%s/%s", tmpdir, names[i]);
-        unlink(p);
-    }
-    ck_assert_int_eq(rmdir(tmpdir), 0);
+    ck_assert_int_eq(tt_tmpdir_remove(tmpdir, names, n), 0);
 }
 
 static void tmp_path(char *out, size_t len, const char *name)
@@ -578,9 +573,5 @@ int main(void)
     tcase_add_test(tc, test_eviction_spares_planes_in_use);
     tcase_add_test(tc, test_cuts_cached_per_plane_and_parameters);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? 1 : 0;
+    return tt_run_suite(s);
 }

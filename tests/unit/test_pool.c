@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include "server/pool.h"
+#include "tests/testutil.h"
 #include "util/error.h"
 
 /* A gate: a task that says it has started and then waits until released. */
@@ -303,9 +304,5 @@ int main(void)
     tcase_add_test(tc, test_task_submits_task);
     tcase_add_test(tc, test_thread_count_and_args);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? 1 : 0;
+    return tt_run_suite(s);
 }

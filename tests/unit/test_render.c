@@ -9,6 +9,7 @@
 #include "imageio/encode.h"
 #include "imageio/fitsimg.h"
 #include "imageio/render.h"
+#include "tests/testutil.h"
 #include "util/error.h"
 
 #define DEMO(name) TESSERA_DEMO_DIR "/" name
@@ -219,16 +220,18 @@ static void render_row(const double *d, long n, render_stretch st, render_cmap c
     ck_assert_int_eq(render_rgba(d, n, 1, &p, rgba), 0);
 }
 
-/* Levels: round(255 * stretch(t)), the stretches of astropy.visualization. */
+/* Levels: 255 levels of the stretches of astropy.visualization, k = round(254 *
+ * stretch(t)), shown as grey (255 k + 127) / 254 (integer division) so that both ends are
+ * 0 and 255; values computed with numpy from those formulas. */
 START_TEST(test_stretches)
 {
     const double d[] = {0.0, 0.1, 0.25, 0.5, 0.75, 1.0, 2.0, -1.0};
     static const uint8_t want[5][8] = {
-        [STRETCH_LINEAR] = {0, 26, 64, 128, 191, 255, 255, 0},
-        [STRETCH_SQRT] = {0, 81, 128, 180, 221, 255, 255, 0},
-        [STRETCH_LOG] = {0, 170, 204, 229, 244, 255, 255, 0},
-        [STRETCH_ASINH] = {0, 75, 140, 197, 231, 255, 255, 0},
-        [STRETCH_POWER] = {0, 3, 16, 64, 143, 255, 255, 0},
+        [STRETCH_LINEAR] = {0, 25, 64, 128, 192, 255, 255, 0},
+        [STRETCH_SQRT] = {0, 80, 128, 181, 221, 255, 255, 0},
+        [STRETCH_LOG] = {0, 171, 204, 230, 244, 255, 255, 0},
+        [STRETCH_ASINH] = {0, 75, 141, 197, 231, 255, 255, 0},
+        [STRETCH_POWER] = {0, 3, 16, 64, 144, 255, 255, 0},
     };
     uint8_t rgba[8 * 4];
     for (int s = 0; s < 5; s++) {
@@ -249,7 +252,7 @@ START_TEST(test_stretches)
     p.max_cut = (render_cut){0.0, 0};
     ck_assert_int_eq(render_rgba(d, 8, 1, &p, rgba), 0);
     ck_assert_int_eq(rgba[0], 255);
-    ck_assert_int_eq(rgba[4 * 2], 191);
+    ck_assert_int_eq(rgba[4 * 2], 192);
     ck_assert_int_eq(rgba[4 * 5], 0);
     p.min_cut = p.max_cut = (render_cut){0.5, 0};
     ck_assert_int_eq(render_rgba(d, 8, 1, &p, rgba), 0);
@@ -343,7 +346,11 @@ static void read_mem(png_structp png, png_bytep out, png_size_t n)
     s->pos += n;
 }
 
-/* Decodes an 8-bit RGBA PNG from memory; returns malloc'd pixels or NULL. */
+/* Colour type of the last PNG decoded as stored in the file (before expansion). */
+static int last_color_type;
+
+/* Decodes an 8-bit RGBA or palette PNG from memory as RGBA; returns malloc'd pixels or
+ * NULL. */
 static uint8_t *decode_png(const unsigned char *b, size_t len, png_uint_32 *w, png_uint_32 *h)
 {
     png_structp png = png_create_read_struct(PNG_LIBPNG_VER_STRING, NULL, NULL, NULL);
@@ -359,6 +366,17 @@ static uint8_t *decode_png(const unsigned char *b, size_t len, png_uint_32 *w, p
     png_read_info(png, info);
     int depth, ctype;
     png_get_IHDR(png, info, w, h, &depth, &ctype, NULL, NULL, NULL);
+    last_color_type = ctype;
+    if (ctype == PNG_COLOR_TYPE_PALETTE) {
+        /* Palette images (at most 256 colours) expand to the same RGBA values. */
+        png_set_palette_to_rgb(png);
+        if (png_get_valid(png, info, PNG_INFO_tRNS))
+            png_set_tRNS_to_alpha(png);
+        else
+            png_set_add_alpha(png, 0xff, PNG_FILLER_AFTER);
+        png_read_update_info(png, info);
+        png_get_IHDR(png, info, w, h, &depth, &ctype, NULL, NULL, NULL);
+    }
     if (depth != 8 || ctype != PNG_COLOR_TYPE_RGB_ALPHA)
         png_error(png, "not 8-bit RGBA");
     px = malloc((size_t)*w * *h * 4);
@@ -391,10 +409,12 @@ START_TEST(test_png_roundtrip)
     ck_assert_uint_eq(w, W);
     ck_assert_uint_eq(h, H);
     ck_assert_int_eq(memcmp(back, rgba, sizeof rgba), 0);
+    ck_assert_int_eq(last_color_type, PNG_COLOR_TYPE_RGB_ALPHA);   /* > 256 colours */
     free(back);
     free(out);
 
-    /* a rendering of real data, with transparent pixels */
+    /* a rendering of real data, with transparent pixels: at most 256 colours, so a
+     * palette image that decodes to the same RGBA */
     char err[256];
     double *plane = malloc(105 * 105 * sizeof *plane);
     uint8_t *img = malloc(105 * 105 * 4);
@@ -412,6 +432,7 @@ START_TEST(test_png_roundtrip)
     ck_assert_int_eq(png_encode_rgba(img, 105, 105, &out, &len), 0);
     back = decode_png(out, len, &w, &h);
     ck_assert_ptr_nonnull(back);
+    ck_assert_int_eq(last_color_type, PNG_COLOR_TYPE_PALETTE);
     ck_assert_int_eq(memcmp(back, img, 105 * 105 * 4), 0);
     free(back);
     free(out);
@@ -438,9 +459,5 @@ int main(void)
     tcase_add_test(tc, test_cmap_endpoints);
     tcase_add_test(tc, test_png_roundtrip);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? 1 : 0;
+    return tt_run_suite(s);
 }

@@ -13,52 +13,10 @@
 #include "reproject/reproject.h"
 #include "reproject/skywcs.h"
 #include "server/pool.h"
+#include "tests/testutil.h"
 #include "util/error.h"
 
 /* ---- helpers ------------------------------------------------------------------------ */
-
-/* Reads a text header (one card a line) into concatenated 80-character cards. */
-static char *read_hdr_file(const char *path, int *nkeys)
-{
-    FILE *f = fopen(path, "r");
-    ck_assert_msg(f != NULL, "cannot open %s", path);
-    size_t cap = 64, n = 0;
-    char *cards = malloc(cap * 80 + 1);
-    char line[256];
-    while (fgets(line, sizeof line, f)) {
-        size_t len = strcspn(line, "\r\n");
-        if (len == 0)
-            continue;
-        if (n == cap) {
-            cap *= 2;
-            cards = realloc(cards, cap * 80 + 1);
-        }
-        memset(cards + n * 80, ' ', 80);
-        memcpy(cards + n * 80, line, len > 80 ? 80 : len);
-        n++;
-    }
-    fclose(f);
-    cards[n * 80] = '\0';
-    *nkeys = (int)n;
-    return cards;
-}
-
-/* Builds cards from a NULL-terminated list of card texts. */
-static char *make_cards(const char *const *lines, int *nkeys)
-{
-    int n = 0;
-    while (lines[n])
-        n++;
-    char *cards = malloc((size_t)n * 80 + 1);
-    for (int i = 0; i < n; i++) {
-        size_t len = strlen(lines[i]);
-        memset(cards + i * 80, ' ', 80);
-        memcpy(cards + i * 80, lines[i], len > 80 ? 80 : len);
-    }
-    cards[n * 80] = '\0';
-    *nkeys = n;
-    return cards;
-}
 
 /* Reads HDU `hdu` of a 2-D FITS image: the header as cards and the pixels as
  * astropy.io.fits delivers them (integer images with BSCALE/BZERO scaled in float32,
@@ -66,58 +24,16 @@ static char *make_cards(const char *const *lines, int *nkeys)
  * double), so that the reference arrays can be matched to rounding. */
 static double *read_fits(const char *path, int hdu, long *nx, long *ny, char **cards, int *nkeys)
 {
-    fitsfile *f = NULL;
-    int st = 0, bitpix = 0, naxis = 0, hdutype = 0;
-    long naxes[3] = { 1, 1, 1 };
-    fits_open_file(&f, path, READONLY, &st);
-    ck_assert_msg(st == 0, "cannot open %s", path);
-    fits_movabs_hdu(f, hdu + 1, &hdutype, &st);
-    fits_get_img_param(f, 3, &bitpix, &naxis, naxes, &st);
-    ck_assert_int_eq(st, 0);
-    fits_hdr2str(f, 1, NULL, 0, cards, nkeys, &st);
-    ck_assert_int_eq(st, 0);
-    double bscale = 1.0, bzero = 0.0;
-    int s2 = 0;
-    fits_read_key(f, TDOUBLE, "BSCALE", &bscale, NULL, &s2);
-    s2 = 0;
-    fits_read_key(f, TDOUBLE, "BZERO", &bzero, NULL, &s2);
-    long n = naxes[0] * naxes[1];
+    int f32 = 0;
+    void *px = tt_read_image(path, hdu + 1, nx, ny, cards, nkeys, &f32);
+    if (!f32)
+        return px;
+    long n = *nx * *ny;
     double *out = malloc(sizeof(double) * (size_t)n);
-    float *tmp = malloc(sizeof(float) * (size_t)n);
-    float fnan = NAN;
-    int anynul = 0;
-    if (bitpix == 8 || bitpix == 16 || bitpix == -32) {
-        fits_set_bscale(f, 1.0, 0.0, &st);
-        fits_read_img(f, TFLOAT, 1, n, &fnan, tmp, &anynul, &st);
-        ck_assert_int_eq(st, 0);
-        float fs = (float)bscale, fz = (float)bzero;
-        for (long i = 0; i < n; i++) {
-            float v = tmp[i];
-            if (bscale != 1.0)
-                v = v * fs;
-            if (bzero != 0.0)
-                v = v + fz;
-            out[i] = v;
-        }
-    } else {
-        double dnan = NAN;
-        fits_read_img(f, TDOUBLE, 1, n, &dnan, out, &anynul, &st);
-        ck_assert_int_eq(st, 0);
-    }
-    free(tmp);
-    fits_close_file(f, &st);
-    *nx = naxes[0];
-    *ny = naxes[1];
+    for (long i = 0; i < n; i++)
+        out[i] = ((const float *)px)[i];
+    free(px);
     return out;
-}
-
-static skywcs *parse_or_die(const char *cards, int nkeys)
-{
-    skywcs *w = NULL;
-    char err[256] = "";
-    int rc = skywcs_parse(cards, nkeys, &w, err, sizeof err);
-    ck_assert_msg(rc == 0, "skywcs_parse: %s", err);
-    return w;
 }
 
 /* A small 2-D equatorial header on projection `proj` (CAR at (0, 0) with power-of-two
@@ -141,8 +57,8 @@ static skywcs *eq_wcs(const char *proj, double ra, double dec, double cdelt, dou
         lines[8] = rs;
     }
     int nk;
-    char *cards = make_cards(lines, &nk);
-    skywcs *w = parse_or_die(cards, nk);
+    char *cards = tt_make_cards(lines, &nk);
+    skywcs *w = tt_parse_wcs(cards, nk);
     free(cards);
     return w;
 }
@@ -239,8 +155,8 @@ START_TEST(test_bad_arguments)
     skywcs *w = eq_wcs("TAN", 0.0, 0.0, 0.001, 1.0, 1.0, "ICRS");
     const char *lin[] = { "CTYPE1  = 'X'", "CTYPE2  = 'Y'", "CRPIX1  = 1", "CRPIX2  = 1", NULL };
     int nk;
-    char *cards = make_cards(lin, &nk);
-    skywcs *plain = parse_or_die(cards, nk);
+    char *cards = tt_make_cards(lin, &nk);
+    skywcs *plain = tt_parse_wcs(cards, nk);
     free(cards);
     double src[4] = { 0 }, dst[4];
     char err[128] = "";
@@ -291,10 +207,10 @@ static void run_golden(int i, double max_coord_error, double *rel, double *agree
     snprintf(path, sizeof path, "%s/reference/%s.fits", TESSERA_TESTDATA_DIR, g->name);
     double *ref = read_fits(path, 0, &rnx, &rny, &rcards, &rnk);
     snprintf(path, sizeof path, "%s/reference/%s.target.hdr", TESSERA_TESTDATA_DIR, g->name);
-    char *tcards = read_hdr_file(path, &tnk);
+    char *tcards = tt_read_hdr_file(path, &tnk);
 
-    skywcs *win = parse_or_die(scards, snk);
-    skywcs *wout = parse_or_die(tcards, tnk);
+    skywcs *win = tt_parse_wcs(scards, snk);
+    skywcs *wout = tt_parse_wcs(tcards, tnk);
     double *dst = malloc(sizeof(double) * (size_t)(rnx * rny));
     char err[256] = "";
     long nfin = reproject_plane(win, src, snx, sny, wout, rnx, rny, g->method, max_coord_error,
@@ -355,11 +271,11 @@ START_TEST(test_no_overlap)
     int snk, nk;
     snprintf(path, sizeof path, "%s/gc_2mass_k.fits", TESSERA_DEMO_DIR);
     double *src = read_fits(path, 0, &snx, &sny, &scards, &snk);
-    skywcs *win = parse_or_die(scards, snk);
+    skywcs *win = tt_parse_wcs(scards, snk);
     char *cards = NULL;
     ck_assert_int_eq(skywcs_cutout_header(0.0, 60.0, 1.0, 64, 48, "TAN", SKY_FRAME_ICRS, 0.0,
                                           &cards, &nk, NULL, 0), 0);
-    skywcs *wout = parse_or_die(cards, nk);
+    skywcs *wout = tt_parse_wcs(cards, nk);
     double *dst = malloc(sizeof(double) * 64 * 48);
     for (int m = 0; m < 2; m++) {
         long n = reproject_plane(win, src, snx, sny, wout, 64, 48, RP_BILINEAR,
@@ -392,8 +308,8 @@ START_TEST(test_cutout_header_matches_reference)
     double *ref = read_fits(path, 0, &rnx, &rny, &rcards, &rnk);
     ck_assert_int_eq(skywcs_cutout_header(85.25, -2.45, 0.2, 400, 300, "TAN", SKY_FRAME_ICRS,
                                           30.0, &cards, &nk, NULL, 0), 0);
-    skywcs *win = parse_or_die(scards, snk);
-    skywcs *wout = parse_or_die(cards, nk);
+    skywcs *win = tt_parse_wcs(scards, snk);
+    skywcs *wout = tt_parse_wcs(cards, nk);
     double *dst = malloc(sizeof(double) * 400 * 300);
     long n = reproject_plane(win, src, snx, sny, wout, 400, 300, RP_BILINEAR, 0.0, dst, NULL, 0);
     ck_assert_int_eq(n, 117292);
@@ -446,9 +362,9 @@ START_TEST(test_shared_wcs_threads)
     snprintf(path, sizeof path, "%s/gc_2mass_k.fits", TESSERA_DEMO_DIR);
     double *src = read_fits(path, 0, &snx, &sny, &scards, &snk);
     snprintf(path, sizeof path, "%s/reference/gc2massk_to_ga_bilinear.target.hdr", TESSERA_TESTDATA_DIR);
-    tcards = read_hdr_file(path, &tnk);
-    skywcs *win = parse_or_die(scards, snk);
-    skywcs *wout = parse_or_die(tcards, tnk);
+    tcards = tt_read_hdr_file(path, &tnk);
+    skywcs *win = tt_parse_wcs(scards, snk);
+    skywcs *wout = tt_parse_wcs(tcards, tnk);
     enum { NT = 8 };
     pthread_t th[NT];
     thread_job jobs[NT];
@@ -496,9 +412,9 @@ static void scene_load(scene *sc, const char *source, const char *target_case)
         sc->src[k] = (float)d[k];
     free(d);
     snprintf(path, sizeof path, "%s/reference/%s.target.hdr", TESSERA_TESTDATA_DIR, target_case);
-    char *tc = read_hdr_file(path, &tnk);
-    sc->in = parse_or_die(sc->scards, snk);
-    sc->out = parse_or_die(tc, tnk);
+    char *tc = tt_read_hdr_file(path, &tnk);
+    sc->in = tt_parse_wcs(sc->scards, snk);
+    sc->out = tt_parse_wcs(tc, tnk);
     char v[80];
     ck_assert(fitsimg_header_get(tc, tnk, "NAXIS1", v, sizeof v));
     sc->onx = atol(v);
@@ -756,7 +672,7 @@ START_TEST(test_no_overlap_error)
     ck_assert_int_eq(skywcs_cutout_header(0.0, 60.0, 1.0, 64, 48, "TAN", SKY_FRAME_ICRS, 0.0,
                                           &cards, &nk, NULL, 0), 0);
     skywcs_free(sc.out);
-    sc.out = parse_or_die(cards, nk);
+    sc.out = tt_parse_wcs(cards, nk);
     free(cards);
     sc.onx = 64;
     sc.ony = 48;
@@ -861,8 +777,8 @@ START_TEST(test_cube_reference)
     ck_assert_int_eq(sn[2], rn[2]);
     snprintf(path, sizeof path, "%s/reference/l1448_to_galtan_cube_bilinear.target.hdr",
              TESSERA_TESTDATA_DIR);
-    char *tcards = read_hdr_file(path, &tnk);
-    skywcs *win = parse_or_die(scards, snk), *wout = parse_or_die(tcards, tnk);
+    char *tcards = tt_read_hdr_file(path, &tnk);
+    skywcs *win = tt_parse_wcs(scards, snk), *wout = tt_parse_wcs(tcards, tnk);
     ck_assert_int_eq(skywcs_naxis(win), 3);
     ck_assert_int_eq(skywcs_naxis(wout), 3);
 
@@ -945,9 +861,5 @@ int main(void)
     tcase_add_test(te, test_engine_bad_arguments);
     tcase_add_test(te, test_cube_reference);
     suite_add_tcase(s, te);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? 1 : 0;
+    return tt_run_suite(s);
 }

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "reproject/skywcs.h"
+#include "tests/testutil.h"
 #include "util/error.h"
 
 /* Expected values below were computed with Debian's astropy 5.2.1 (/usr/bin/python3):
@@ -14,26 +15,10 @@
 
 /* ---- helpers ------------------------------------------------------------------------ */
 
-static char *make_cards(const char *const *lines, int *nkeys)
-{
-    int n = 0;
-    while (lines[n])
-        n++;
-    char *cards = malloc((size_t)n * 80 + 1);
-    for (int i = 0; i < n; i++) {
-        size_t len = strlen(lines[i]);
-        memset(cards + i * 80, ' ', 80);
-        memcpy(cards + i * 80, lines[i], len > 80 ? 80 : len);
-    }
-    cards[n * 80] = '\0';
-    *nkeys = n;
-    return cards;
-}
-
 static skywcs *parse_lines(const char *const *lines)
 {
     int nk;
-    char *cards = make_cards(lines, &nk);
+    char *cards = tt_make_cards(lines, &nk);
     skywcs *w = NULL;
     char err[256] = "";
     int rc = skywcs_parse(cards, nk, &w, err, sizeof err);
@@ -42,11 +27,11 @@ static skywcs *parse_lines(const char *const *lines)
     return w;
 }
 
-/* The primary header of a FITS file in the demo directory, parsed. */
-static skywcs *parse_demo(const char *name)
+/* The primary header of FITS file `name` in directory `dir`, parsed. */
+static skywcs *parse_file(const char *dir, const char *name)
 {
     char path[1024];
-    snprintf(path, sizeof path, "%s/%s", TESSERA_DEMO_DIR, name);
+    snprintf(path, sizeof path, "%s/%s", dir, name);
     fitsfile *f = NULL;
     int st = 0, nk = 0;
     char *hdr = NULL;
@@ -63,23 +48,15 @@ static skywcs *parse_demo(const char *name)
     return w;
 }
 
+/* The primary header of a FITS file in the demo directory, parsed. */
+static skywcs *parse_demo(const char *name)
+{
+    return parse_file(TESSERA_DEMO_DIR, name);
+}
+
 static skywcs *parse_testdata(const char *name)
 {
-    char path[1024];
-    snprintf(path, sizeof path, "%s/%s", TESSERA_TESTDATA_DIR, name);
-    fitsfile *f = NULL;
-    int st = 0, nk = 0;
-    char *hdr = NULL;
-    fits_open_file(&f, path, READONLY, &st);
-    ck_assert_msg(st == 0, "cannot open %s", path);
-    fits_hdr2str(f, 1, NULL, 0, &hdr, &nk, &st);
-    skywcs *w = NULL;
-    char err[256] = "";
-    int rc = skywcs_parse(hdr, nk, &w, err, sizeof err);
-    ck_assert_msg(rc == 0, "%s: %s", name, err);
-    fits_free_memory(hdr, &st);
-    fits_close_file(f, &st);
-    return w;
+    return parse_file(TESSERA_TESTDATA_DIR, name);
 }
 
 /* Angular separation in degrees (Vincenty's formula, stable at all distances). */
@@ -266,7 +243,7 @@ START_TEST(test_parse_errors)
     /* An unknown projection code makes wcsset fail, with wcslib's message. */
     const char *bad[] = { "CTYPE1  = 'RA---QQQ'", "CTYPE2  = 'DEC--QQQ'", NULL };
     int nk;
-    char *cards = make_cards(bad, &nk);
+    char *cards = tt_make_cards(bad, &nk);
     err[0] = '\0';
     ck_assert_int_eq(skywcs_parse(cards, nk, &w, err, sizeof err), TESS_EINVAL);
     ck_assert_msg(strlen(err) > 0, "no message");
@@ -275,7 +252,7 @@ START_TEST(test_parse_errors)
     for (int naxis = 0; naxis <= 2; naxis += 2) {
         const char *none[] = { "SIMPLE  = T", "BITPIX  = 16",
                                naxis ? "NAXIS   = 2" : "NAXIS   = 0", NULL };
-        cards = make_cards(none, &nk);
+        cards = tt_make_cards(none, &nk);
         err[0] = '\0';
         ck_assert_int_eq(skywcs_parse(cards, nk, &w, err, sizeof err), TESS_EINVAL);
         ck_assert_msg(strstr(err, "no WCS") != NULL, "err: %s", err);
@@ -406,32 +383,6 @@ END_TEST
 
 /* ---- cutout headers ------------------------------------------------------------------ */
 
-/* Reads a text header file (one card a line) into cards. */
-static char *read_hdr_file(const char *path, int *nkeys)
-{
-    FILE *f = fopen(path, "r");
-    ck_assert_msg(f != NULL, "cannot open %s", path);
-    size_t cap = 64, n = 0;
-    char *cards = malloc(cap * 80 + 1);
-    char line[256];
-    while (fgets(line, sizeof line, f)) {
-        size_t len = strcspn(line, "\r\n");
-        if (len == 0)
-            continue;
-        if (n == cap) {
-            cap *= 2;
-            cards = realloc(cards, cap * 80 + 1);
-        }
-        memset(cards + n * 80, ' ', 80);
-        memcpy(cards + n * 80, line, len > 80 ? 80 : len);
-        n++;
-    }
-    fclose(f);
-    cards[n * 80] = '\0';
-    *nkeys = (int)n;
-    return cards;
-}
-
 /* The horsehead reference target (400x300 TAN, 0.0005 deg/px, rotated 30 deg, written
  * with CD cards) is the same WCS as the cutout header for its parameters. */
 START_TEST(test_cutout_header_rotation)
@@ -445,7 +396,7 @@ START_TEST(test_cutout_header_rotation)
     ck_assert_int_eq((int)strlen(cards), nk * 80);
     snprintf(path, sizeof path, "%s/reference/horsehead_rot30_bilinear.target.hdr",
              TESSERA_TESTDATA_DIR);
-    char *rcards = read_hdr_file(path, &rk);
+    char *rcards = tt_read_hdr_file(path, &rk);
     skywcs *a = NULL, *b = NULL;
     ck_assert_int_eq(skywcs_parse(cards, nk, &a, err, sizeof err), 0);
     ck_assert_int_eq(skywcs_parse(rcards, rk, &b, err, sizeof err), 0);
@@ -541,9 +492,5 @@ int main(void)
     tcase_add_test(tc, test_cutout_header_galactic);
     tcase_add_test(tc, test_cutout_header_errors);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? 1 : 0;
+    return tt_run_suite(s);
 }

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "cache/tilecache.h"
+#include "tests/testutil.h"
 #include "util/error.h"
 
 /* Reference FNV-1a 64 from the published constants, written apart from the module's. */
@@ -492,9 +493,5 @@ int main(void)
     tcase_set_timeout(tt, 60);
     tcase_add_test(tt, test_concurrent_get_put);
     suite_add_tcase(s, tt);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? 1 : 0;
+    return tt_run_suite(s);
 }

@@ -1,0 +1,168 @@
+/* Helpers shared by the Check test programs: suites, FITS and header files, scratch directories. */
+#include "tests/testutil.h"
+
+#include <fitsio.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+int tt_run_suite(Suite *s)
+{
+    SRunner *sr = srunner_create(s);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? 1 : 0;
+}
+
+/* Appends `text` (len bytes, cut to 80) as a blank-padded card n of `cards`. */
+static void put_card(char *cards, size_t n, const char *text, size_t len)
+{
+    memset(cards + n * 80, ' ', 80);
+    memcpy(cards + n * 80, text, len > 80 ? 80 : len);
+}
+
+char *tt_read_hdr_file(const char *path, int *nkeys)
+{
+    FILE *f = fopen(path, "r");
+    ck_assert_msg(f != NULL, "cannot open %s", path);
+    size_t cap = 64, n = 0;
+    char *cards = malloc(cap * 80 + 1);
+    char line[256];
+    while (fgets(line, sizeof line, f)) {
+        size_t len = strcspn(line, "\r\n");
+        if (len == 0)
+            continue;
+        if (n == cap) {
+            cap *= 2;
+            cards = realloc(cards, cap * 80 + 1);
+        }
+        put_card(cards, n, line, len);
+        n++;
+    }
+    fclose(f);
+    cards[n * 80] = '\0';
+    *nkeys = (int)n;
+    return cards;
+}
+
+char *tt_make_cards(const char *const *lines, int *nkeys)
+{
+    int n = 0;
+    while (lines[n])
+        n++;
+    char *cards = malloc((size_t)n * 80 + 1);
+    for (int i = 0; i < n; i++)
+        put_card(cards, (size_t)i, lines[i], strlen(lines[i]));
+    cards[n * 80] = '\0';
+    *nkeys = n;
+    return cards;
+}
+
+void *tt_read_image(const char *path, int hdu, long *nx, long *ny, char **cards, int *nkeys,
+                    int *f32)
+{
+    fitsfile *f = NULL;
+    int st = 0, bitpix = 0, naxis = 0, anynul = 0;
+    long naxes[2] = { 1, 1 };
+    fits_open_file(&f, path, READONLY, &st);
+    ck_assert_msg(st == 0, "cannot open %s", path);
+    fits_movabs_hdu(f, hdu, NULL, &st);
+    fits_get_img_param(f, 2, &bitpix, &naxis, naxes, &st);
+    if (cards)
+        fits_hdr2str(f, 1, NULL, 0, cards, nkeys, &st);
+    ck_assert_int_eq(st, 0);
+    long n = naxes[0] * naxes[1];
+    void *px;
+    if (bitpix == 8 || bitpix == 16 || bitpix == -32) {
+        double bscale = 1.0, bzero = 0.0;
+        int s2 = 0;
+        fits_read_key(f, TDOUBLE, "BSCALE", &bscale, NULL, &s2);
+        s2 = 0;
+        fits_read_key(f, TDOUBLE, "BZERO", &bzero, NULL, &s2);
+        float *v = malloc(sizeof(float) * (size_t)n), fnan = NAN;
+        fits_set_bscale(f, 1.0, 0.0, &st);
+        fits_read_img(f, TFLOAT, 1, n, &fnan, v, &anynul, &st);
+        float fs = (float)bscale, fz = (float)bzero;
+        for (long i = 0; i < n; i++) {
+            if (bscale != 1.0)
+                v[i] = v[i] * fs;
+            if (bzero != 0.0)
+                v[i] = v[i] + fz;
+        }
+        px = v;
+        *f32 = 1;
+    } else {
+        double *v = malloc(sizeof(double) * (size_t)n), dnan = NAN;
+        fits_read_img(f, TDOUBLE, 1, n, &dnan, v, &anynul, &st);
+        px = v;
+        *f32 = 0;
+    }
+    ck_assert_int_eq(st, 0);
+    fits_close_file(f, &st);
+    *nx = naxes[0];
+    *ny = naxes[1];
+    return px;
+}
+
+/* Reads plane z (0-based) of the current HDU of f into a malloc'd array of doubles. */
+static double *read_plane(fitsfile *f, long z, long *nx, long *ny, int *st)
+{
+    long naxes[3] = {1, 1, 1};
+    int anynul;
+    fits_get_img_size(f, 3, naxes, st);
+    long fp[3] = {1, 1, z + 1}, lp[3] = {naxes[0], naxes[1], z + 1}, inc[3] = {1, 1, 1};
+    double *v = malloc((size_t)naxes[0] * (size_t)naxes[1] * sizeof(double));
+    double nan = NAN;
+    fits_read_subset(f, TDOUBLE, fp, lp, inc, &nan, v, &anynul, st);
+    *nx = naxes[0];
+    *ny = naxes[1];
+    return v;
+}
+
+double *tt_fits_plane(const char *path, long z, long *nx, long *ny)
+{
+    fitsfile *f = NULL;
+    int st = 0;
+    fits_open_diskfile(&f, path, READONLY, &st);
+    ck_assert_msg(st == 0, "cannot open %s", path);
+    double *v = read_plane(f, z, nx, ny, &st);
+    fits_close_file(f, &st);
+    ck_assert_int_eq(st, 0);
+    return v;
+}
+
+double *tt_fits_mem_read(const char *data, size_t len, int hdu, long *nx, long *ny)
+{
+    fitsfile *f = NULL;
+    int st = 0;
+    void *mem = malloc(len);
+    memcpy(mem, data, len);
+    size_t msize = len;
+    fits_open_memfile(&f, "mem.fits", READONLY, &mem, &msize, 0, NULL, &st);
+    ck_assert_int_eq(st, 0);
+    fits_movabs_hdu(f, hdu, NULL, &st);
+    double *v = read_plane(f, 0, nx, ny, &st);
+    fits_close_file(f, &st);
+    ck_assert_int_eq(st, 0);
+    free(mem);
+    return v;
+}
+
+void tt_tmpdir_make(char *dir, size_t len, const char *tag)
+{
+    snprintf(dir, len, "/tmp/tessera-%s-XXXXXX", tag);
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+}
+
+int tt_tmpdir_remove(const char *dir, const char *const *names, int n)
+{
+    char p[512];
+    for (int i = 0; i < n; i++) {
+        snprintf(p, sizeof p, "%s/%s", dir, names[i]);
+        unlink(p);
+    }
+    return rmdir(dir);
+}

@@ -1,0 +1,92 @@
+/* Helpers shared by the Check test programs: running a suite, FITS and header files,
+ * scratch directories, and libcurl requests to the in-process server. */
+#ifndef TESSERA_TESTS_TESTUTIL_H
+#define TESSERA_TESTS_TESTUTIL_H
+
+#include <check.h>
+#include <stddef.h>
+
+#include "reproject/skywcs.h"
+
+/* ---- testutil.c ----------------------------------------------------------------------- */
+
+/* Runs every test of `s` (CK_NORMAL output), frees the runner and the suite, and returns
+ * the program's exit status: 0 when all passed, 1 otherwise. */
+int tt_run_suite(Suite *s);
+
+/* Reads a text header (one card a line, blank lines skipped, each cut to 80 characters)
+ * into concatenated 80-character cards, NUL-terminated; *nkeys = the number of cards.
+ * Fails the test when the file cannot be opened.  The caller frees the result. */
+char *tt_read_hdr_file(const char *path, int *nkeys);
+
+/* Builds cards as tt_read_hdr_file does from a NULL-terminated list of card texts. */
+char *tt_make_cards(const char *const *lines, int *nkeys);
+
+/* Reads the first two axes of HDU `hdu` (1-based) of `path` as astropy.io.fits delivers
+ * them: BITPIX 8/16/-32 as float32 with BSCALE/BZERO applied in float32 arithmetic
+ * (*f32 = 1, a float array), others as float64 (*f32 = 0, a double array); blank pixels
+ * are NaN.  When `cards` is not NULL, the header goes there as cfitsio's fits_hdr2str
+ * gives it (free with fits_free_memory or free) and its count into *nkeys.  Fails the
+ * test on any cfitsio error.  The caller frees the pixels. */
+void *tt_read_image(const char *path, int hdu, long *nx, long *ny, char **cards, int *nkeys,
+                    int *f32);
+
+/* Reads plane z (0-based) of the primary image of `path` as doubles (cfitsio's own
+ * scaling, blanks as NaN), row 0 = FITS row 1; *nx, *ny = NAXIS1, NAXIS2.  Fails the test
+ * on any cfitsio error.  The caller frees the result. */
+double *tt_fits_plane(const char *path, long z, long *nx, long *ny);
+
+/* As tt_fits_plane for plane 0 of HDU `hdu` (1-based) of an in-memory FITS file. */
+double *tt_fits_mem_read(const char *data, size_t len, int hdu, long *nx, long *ny);
+
+/* Creates a fresh directory /tmp/tessera-<tag>-XXXXXX and writes its path into dir
+ * (size len).  Fails the test when it cannot. */
+void tt_tmpdir_make(char *dir, size_t len, const char *tag);
+
+/* Unlinks the n files `names` of `dir`, then removes `dir`.  Returns rmdir's result
+ * (0, or -1 when something else was left in it). */
+int tt_tmpdir_remove(const char *dir, const char *const *names, int n);
+
+/* ---- testutil_wcs.c (needs libtreproject) --------------------------------------------- */
+
+/* skywcs_parse of the cards; fails the test with the parser's message on error. */
+skywcs *tt_parse_wcs(const char *cards, int nkeys);
+
+/* ---- testutil_http.c (needs libcurl and jansson) -------------------------------------- */
+
+/* A response: status, body (malloc'd, NUL-terminated; NULL when empty) and the headers
+ * the tests look at (empty strings when absent). */
+typedef struct tt_resp {
+    long status;
+    char *body;
+    size_t len;
+    char content_type[128];
+    char etag[64];
+    char x_cache[16];
+    char retry_after[16];
+    char location[512];
+} tt_resp;
+
+/* Performs one request on base + path (base is "http://host:port").  `method` is GET,
+ * POST or any other verb; `body` (len bytes, text/plain) is POSTed when not NULL;
+ * `extra_header` ("Name: value") is added when not NULL.  Fails the test when the
+ * transfer fails; any HTTP status is returned.  Release with tt_resp_free. */
+tt_resp tt_fetch(const char *base, const char *method, const char *path, const char *body,
+                 size_t len, const char *extra_header);
+
+/* Points the body and header callbacks of the easy handle `curl` (a CURL *) at r and
+ * sets a 60 s timeout, for tests that configure the rest of the transfer themselves. */
+void tt_curl_capture(void *curl, tt_resp *r);
+
+/* Frees the body; the struct may be reused. */
+void tt_resp_free(tt_resp *r);
+
+/* Asserts a problem+json reply (RFC 9457) with `status`, a title, a non-empty detail and,
+ * when `parameter` is not NULL, that parameter.  `path` (may be NULL) names the request
+ * in the failure messages. */
+void tt_assert_problem(const char *path, const tt_resp *r, long status, const char *parameter);
+
+/* Asserts a PNG signature and IHDR chunk, and reads the width and height from it. */
+void tt_png_size(const tt_resp *r, long *w, long *h);
+
+#endif

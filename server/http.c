@@ -327,6 +327,11 @@ static void route(hreq *r)
     int get = strcmp(r->method, "GET") == 0 || strcmp(r->method, "HEAD") == 0;
     int post = strcmp(r->method, "POST") == 0;
 
+    if (strcmp(r->method, "OPTIONS") == 0) {
+        /* CORS preflight: any path may be asked; the headers are added in send_reply. */
+        r->rep.status = 204;
+        return;
+    }
     if (r->body_too_big) {
         problem_reply(r, 413, "body", "request body larger than limits.max_body_mb = %zu MB",
                       r->srv->cfg->max_body_mb);
@@ -456,6 +461,17 @@ static enum MHD_Result send_reply(hreq *r)
         MHD_add_response_header(resp, MHD_HTTP_HEADER_ALLOW, rep->allow);
     if (rep->location)
         MHD_add_response_header(resp, MHD_HTTP_HEADER_LOCATION, rep->location);
+    /* Everything served is public and read-only: browser viewers on other origins
+     * (Aladin Lite, OpenSeadragon, Mirador) may read it, as the IIIF Image API asks of
+     * info.json (section 6).  Access control for job endpoints is separate. */
+    MHD_add_response_header(resp, "Access-Control-Allow-Origin", "*");
+    if (r->rep.status == 204 && strcmp(r->method, "OPTIONS") == 0) {
+        MHD_add_response_header(resp, "Access-Control-Allow-Methods", "GET, HEAD, POST, OPTIONS");
+        MHD_add_response_header(resp, "Access-Control-Allow-Headers",
+                                "Content-Type, If-None-Match, Authorization");
+        MHD_add_response_header(resp, "Access-Control-Max-Age", "86400");
+    }
+    MHD_add_response_header(resp, "Access-Control-Expose-Headers", "ETag, X-Cache");
     enum MHD_Result ret = MHD_queue_response(r->conn, (unsigned)status, resp);
     MHD_destroy_response(resp);
     tserver_priv *sp = (tserver_priv *)r->srv;

@@ -65,6 +65,7 @@ typedef struct tt_resp {
     char x_cache[16];
     char retry_after[16];
     char location[512];
+    char acao[64];            /* Access-Control-Allow-Origin */
 } tt_resp;
 
 /* Performs one request on base + path (base is "http://host:port").  `method` is GET,

@@ -47,6 +47,7 @@ static size_t on_header(char *p, size_t sz, size_t n, void *cls)
     header_value(p, len, "Content-Type", r->content_type, sizeof(r->content_type));
     header_value(p, len, "ETag", r->etag, sizeof(r->etag));
     header_value(p, len, "X-Cache", r->x_cache, sizeof(r->x_cache));
+    header_value(p, len, "Access-Control-Allow-Origin", r->acao, sizeof(r->acao));
     header_value(p, len, "Retry-After", r->retry_after, sizeof(r->retry_after));
     header_value(p, len, "Location", r->location, sizeof(r->location));
     return len;

@@ -479,6 +479,20 @@ START_TEST(test_slice_cube_region)
 }
 END_TEST
 
+START_TEST(test_cors)
+{
+    /* Public read-only data: any origin may read it (browser viewers); preflight answered. */
+    resp r = fetch("GET", "/api/v1/datasets", NULL, 0, "Origin: http://viewer.example");
+    ck_assert_int_eq(r.status, 200);
+    ck_assert_str_eq(r.acao, "*");
+    tt_resp_free(&r);
+    r = fetch("OPTIONS", "/api/v1/cutout", NULL, 0, "Access-Control-Request-Method: POST");
+    ck_assert_int_eq(r.status, 204);
+    ck_assert_str_eq(r.acao, "*");
+    tt_resp_free(&r);
+}
+END_TEST
+
 START_TEST(test_metrics)
 {
     resp r = get("/healthz");
@@ -646,6 +660,7 @@ int main(void)
     tcase_add_test(tc, test_slice_fits_equals_source);
     tcase_add_test(tc, test_slice_cube_region);
     tcase_add_test(tc, test_metrics);
+    tcase_add_test(tc, test_cors);
     tcase_add_test(tc, test_single_flight);
     suite_add_tcase(s, tc);
     TCase *tf = tcase_create("files");

@@ -331,7 +331,7 @@ static int parse_size(const char *s, const iiif_limits *lim, iiif_request *q, ii
 
 /* Image API §4.3 Rotation: an optional "!" (mirror: reflect on the vertical axis, before
  * rotating) and clockwise degrees 0..360.  Multiples of 90 are served (360 is 0); other
- * angles are a 400 (rotationArbitrary is not implemented). */
+ * angles are a 400 (rotationArbitrary is not offered). */
 static int parse_rotation(const char *s, iiif_request *q, iiif_error *e)
 {
     const char *orig = s;

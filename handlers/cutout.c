@@ -147,23 +147,35 @@ static void start(hreq *r, cutout_job *j, const char *target_key)
     hreq_run_async(r, cutout_work, j, cutout_job_free);
 }
 
+/* The opening both cutout forms share: only `known` query parameters, a job parsed by
+ * `parse`.  Returns the job, or NULL after setting the problem reply. */
+static cutout_job *new_job(hreq *r, const char *const *known,
+                           int (*parse)(param_lookup, void *, cutout_params *, param_error *))
+{
+    if (hreq_only_args(r, known))
+        return NULL;
+    cutout_job *j = calloc(1, sizeof(*j));
+    if (!j) {
+        problem_reply(r, 500, NULL, "out of memory");
+        return NULL;
+    }
+    param_error pe;
+    if (parse(lookup, r, &j->p, &pe)) {
+        problem_reply(r, 400, pe.parameter, "%s", pe.detail);
+        cutout_job_free(j);
+        return NULL;
+    }
+    return j;
+}
+
 void handle_cutout_get(hreq *r)
 {
     static const char *const known[] = {"dataset", "ra", "dec", "fov", "width", "height",
         "projection", "coordsys", "rotation_angle", "method", "max_coord_error", "format",
         "stretch", "min_cut", "max_cut", "cmap", "plane", NULL};
-    if (hreq_only_args(r, known))
+    cutout_job *j = new_job(r, known, params_cutout_get);
+    if (!j)
         return;
-    cutout_job *j = calloc(1, sizeof(*j));
-    if (!j) {
-        problem_reply(r, 500, NULL, "out of memory");
-        return;
-    }
-    param_error pe;
-    if (params_cutout_get(lookup, r, &j->p, &pe)) {
-        problem_reply(r, 400, pe.parameter, "%s", pe.detail);
-        goto fail;
-    }
     if (check_dataset(r, j) || check_size(r, j->p.width, j->p.height))
         goto fail;
     char err[256] = "";
@@ -197,18 +209,10 @@ void handle_cutout_post(hreq *r)
 {
     static const char *const known[] = {"dataset", "method", "max_coord_error", "format",
         "stretch", "min_cut", "max_cut", "cmap", "plane", NULL};
-    if (hreq_only_args(r, known))
+    cutout_job *j = new_job(r, known, params_cutout_post);
+    if (!j)
         return;
-    cutout_job *j = calloc(1, sizeof(*j));
-    if (!j) {
-        problem_reply(r, 500, NULL, "out of memory");
-        return;
-    }
     param_error pe;
-    if (params_cutout_post(lookup, r, &j->p, &pe)) {
-        problem_reply(r, 400, pe.parameter, "%s", pe.detail);
-        goto fail;
-    }
     if (check_dataset(r, j))
         goto fail;
     if (!r->body || r->body_len == 0) {

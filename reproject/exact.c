@@ -633,16 +633,8 @@ long rp_exact_rows(const skywcs *in, const rp_plane *src, const skywcs *out, lon
         tess_seterr(err, errlen, "max_coord_error: must be a finite number >= 0");
         return TESS_EINVAL;
     }
-    if (!skywcs_has_celestial(in) || !skywcs_has_celestial(out)) {
-        tess_seterr(err, errlen, "%s WCS has no celestial axes",
-                skywcs_has_celestial(in) ? "output" : "input");
+    if (skywcs_check_pair(in, out, err, errlen))
         return TESS_EINVAL;
-    }
-    if (skywcs_frame(in, NULL) == SKY_FRAME_NONE || skywcs_frame(out, NULL) == SKY_FRAME_NONE) {
-        tess_seterr(err, errlen, "%s WCS has an unsupported celestial frame",
-                skywcs_frame(in, NULL) == SKY_FRAME_NONE ? "input" : "output");
-        return TESS_EINVAL;
-    }
     if (out_y0 == out_y1)
         return 0;
 

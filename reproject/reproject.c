@@ -576,16 +576,8 @@ long rp_reproject(const skywcs *in, const rp_cube *src, const skywcs *out, rp_cu
         return TESS_EINVAL;
     }
     /* Validates both WCSs (celestial pair, frame, separability) once. */
-    if (!skywcs_has_celestial(in) || !skywcs_has_celestial(out)) {
-        tess_seterr(err, errlen, "%s WCS has no celestial axes",
-                skywcs_has_celestial(in) ? "output" : "input");
+    if (skywcs_check_pair(in, out, err, errlen))
         return TESS_EINVAL;
-    }
-    if (skywcs_frame(in, NULL) == SKY_FRAME_NONE || skywcs_frame(out, NULL) == SKY_FRAME_NONE) {
-        tess_seterr(err, errlen, "%s WCS has an unsupported celestial frame",
-                skywcs_frame(in, NULL) == SKY_FRAME_NONE ? "input" : "output");
-        return TESS_EINVAL;
-    }
     char perr[128] = "";
     rp_coordmap *probe = rp_coordmap_new(out, in, perr, sizeof perr);
     if (!probe) {

@@ -1143,3 +1143,18 @@ int skywcs_cutout_header(double lon, double lat, double fov, long w, long h, con
     *nkeys = nk;
     return 0;
 }
+
+int skywcs_check_pair(const skywcs *in, const skywcs *out, char *err, size_t errlen)
+{
+    if (!skywcs_has_celestial(in) || !skywcs_has_celestial(out)) {
+        tess_seterr(err, errlen, "%s WCS has no celestial axes",
+                    skywcs_has_celestial(in) ? "output" : "input");
+        return TESS_EINVAL;
+    }
+    if (skywcs_frame(in, NULL) == SKY_FRAME_NONE || skywcs_frame(out, NULL) == SKY_FRAME_NONE) {
+        tess_seterr(err, errlen, "%s WCS has an unsupported celestial frame",
+                    skywcs_frame(in, NULL) == SKY_FRAME_NONE ? "input" : "output");
+        return TESS_EINVAL;
+    }
+    return 0;
+}

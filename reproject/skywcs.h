@@ -80,6 +80,12 @@ int skywcs_sky2pix(skywcs *w, size_t n, const double *lon, const double *lat, do
 void sky_convert(sky_frame from, double eq_from, sky_frame to, double eq_to,
                  size_t n, double *lon, double *lat);
 
+/* Checks that `in` and `out` can be reprojected one onto the other: both have a celestial
+ * pair in a supported frame.  Returns 0, or TESS_EINVAL with `err` naming the side at
+ * fault ("input WCS has no celestial axes", "output WCS has an unsupported celestial
+ * frame").  Cannot fail otherwise. */
+int skywcs_check_pair(const skywcs *in, const skywcs *out, char *err, size_t errlen);
+
 const char *sky_frame_name(sky_frame f);          /* "icrs", "fk5", ... "none" */
 int sky_frame_parse(const char *s, sky_frame *f); /* 0 or TESS_EINVAL */
 

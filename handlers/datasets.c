@@ -88,8 +88,9 @@ void handle_datasets_list(hreq *r)
     if (hreq_only_args(r, known))
         return;
     json_t *a = json_array();
-    for (int i = 0; i < r->srv->cat->n; i++)
-        json_array_append_new(a, dataset_json(&r->srv->cat->items[i]));
+    int n = catalog_count(r->srv->cat);
+    for (int i = 0; i < n; i++)
+        json_array_append_new(a, dataset_json(catalog_at(r->srv->cat, i)));
     hreq_reply_json(r, 200, json_dumps(a, JSON_COMPACT | JSON_REAL_PRECISION(17)));
     json_decref(a);
 }

@@ -378,7 +378,7 @@ static int parse_quality_format(const char *s, iiif_request *q, iiif_error *e)
 }
 
 /* The dataset and plane named by an identifier (see the top of the file), or a 404. */
-static int parse_identifier(const catalog *cat, const char *id, const dataset **d, long *z,
+static int parse_identifier(catalog *cat, const char *id, const dataset **d, long *z,
                             iiif_error *e)
 {
     *z = 0;

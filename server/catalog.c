@@ -4,6 +4,7 @@
 #include "util/error.h"
 
 #include <glob.h>
+#include <errno.h>
 #include <pthread.h>
 #include <sys/stat.h>
 #include <time.h>
@@ -19,6 +20,7 @@ struct ds_state {
     pthread_mutex_t lock;
     double checked;          /* CLOCK_MONOTONIC seconds of the last check */
     char version[64];
+    char *profile_path;      /* profile-friendly copy (a rechunk product), or NULL */
 };
 
 static double now_s(void)
@@ -89,8 +91,8 @@ int catalog_path_allowed(const tess_config *cfg, const char *path)
 
 /* Joins `rel` to the first data root unless absolute, canonicalises it and checks that
  * it stays inside a root.  Returns a malloc'd path or NULL with `err`. */
-static char *resolve(const tess_config *cfg, const char *rel, const char *dsname, char *err,
-                     size_t errlen)
+static char *resolve(const tess_config *cfg, const char *rel, const char *dsname, int trusted,
+                     char *err, size_t errlen)
 {
     char joined[PATH_MAX];
     int n = rel[0] == '/' ? snprintf(joined, sizeof(joined), "%s", rel)
@@ -104,7 +106,7 @@ static char *resolve(const tess_config *cfg, const char *rel, const char *dsname
         tess_seterr(err, errlen, "dataset '%s': cannot open '%s'", dsname, joined);
         return NULL;
     }
-    if (!catalog_path_allowed(cfg, real)) {
+    if (!trusted && !catalog_path_allowed(cfg, real)) {
         tess_seterr(err, errlen, "dataset '%s': '%s' is outside the data roots", dsname, rel);
         free(real);
         return NULL;
@@ -123,6 +125,7 @@ static void dataset_release(dataset *d)
     skywcs_free(d->cel);
     if (d->state) {
         pthread_mutex_destroy(&d->state->lock);
+        free(d->state->profile_path);
         free(d->state);
     }
     memset(d, 0, sizeof(*d));
@@ -159,7 +162,7 @@ static int stack_paths(const tess_config *cfg, const ds_config *dc, dataset *d, 
         return TESS_ENOMEM;
     }
     for (size_t i = 0; i < g.gl_pathc; i++) {
-        d->paths[i] = resolve(cfg, g.gl_pathv[i], dc->name, err, errlen);
+        d->paths[i] = resolve(cfg, g.gl_pathv[i], dc->name, 0, err, errlen);
         if (!d->paths[i]) {
             globfree(&g);
             return TESS_EIO;
@@ -170,8 +173,8 @@ static int stack_paths(const tess_config *cfg, const ds_config *dc, dataset *d, 
     return 0;
 }
 
-static int open_one(const tess_config *cfg, const ds_config *dc, dataset *d, char *err,
-                    size_t errlen)
+static int open_one(const tess_config *cfg, const ds_config *dc, int trusted, dataset *d,
+                    char *err, size_t errlen)
 {
     char why[256];
     int rc;
@@ -187,7 +190,7 @@ static int open_one(const tess_config *cfg, const ds_config *dc, dataset *d, cha
         d->paths = calloc(1, sizeof(char *));
         if (!d->paths)
             return TESS_ENOMEM;
-        d->paths[0] = resolve(cfg, dc->path, dc->name, err, errlen);
+        d->paths[0] = resolve(cfg, dc->path, dc->name, trusted, err, errlen);
         if (!d->paths[0])
             return TESS_EIO;
         d->npaths = 1;
@@ -243,21 +246,62 @@ static int open_one(const tess_config *cfg, const ds_config *dc, dataset *d, cha
     return 0;
 }
 
+static void dataset_free(dataset *d)
+{
+    if (d) {
+        dataset_release(d);
+        free(d);
+    }
+}
+
+/* Appends `d` (taken) under the lock; refuses a duplicate name. */
+static int append(catalog *c, dataset *d, char *err, size_t errlen)
+{
+    pthread_mutex_lock(&c->lock);
+    for (int i = 0; i < c->n; i++)
+        if (strcmp(c->items[i]->name, d->name) == 0) {
+            pthread_mutex_unlock(&c->lock);
+            tess_seterr(err, errlen, "a dataset named '%s' already exists", d->name);
+            return TESS_EEXIST;
+        }
+    if (c->n == c->cap) {
+        int cap = c->cap ? c->cap * 2 : 16;
+        dataset **items = realloc(c->items, (size_t)cap * sizeof(*items));
+        if (!items) {
+            pthread_mutex_unlock(&c->lock);
+            return TESS_ENOMEM;
+        }
+        c->items = items;
+        c->cap = cap;
+    }
+    c->items[c->n++] = d;
+    pthread_mutex_unlock(&c->lock);
+    return 0;
+}
+
+static int open_and_append(catalog *c, const tess_config *cfg, const ds_config *dc, int trusted,
+                           char *err, size_t errlen)
+{
+    dataset *d = calloc(1, sizeof(*d));
+    if (!d)
+        return TESS_ENOMEM;
+    int rc = open_one(cfg, dc, trusted, d, err, errlen);
+    if (rc == 0)
+        rc = append(c, d, err, errlen);
+    if (rc)
+        dataset_free(d);
+    return rc;
+}
+
 int catalog_open(const tess_config *cfg, catalog **out, char *err, size_t errlen)
 {
     catalog *c = calloc(1, sizeof(*c));
     if (!c)
         return TESS_ENOMEM;
-    if (cfg->n_datasets) {
-        c->items = calloc((size_t)cfg->n_datasets, sizeof(dataset));
-        if (!c->items) {
-            free(c);
-            return TESS_ENOMEM;
-        }
-    }
+    pthread_mutex_init(&c->lock, NULL);
+    c->cfg = cfg;
     for (int i = 0; i < cfg->n_datasets; i++) {
-        int rc = open_one(cfg, &cfg->datasets[i], &c->items[i], err, errlen);
-        c->n = i + 1;
+        int rc = open_and_append(c, cfg, &cfg->datasets[i], 0, err, errlen);
         if (rc) {
             catalog_free(c);
             return rc;
@@ -267,22 +311,69 @@ int catalog_open(const tess_config *cfg, catalog **out, char *err, size_t errlen
     return 0;
 }
 
+int catalog_add(catalog *c, const ds_config *dc, char *err, size_t errlen)
+{
+    return open_and_append(c, c->cfg, dc, 1, err, errlen);
+}
+
 void catalog_free(catalog *c)
 {
     if (!c)
         return;
     for (int i = 0; i < c->n; i++)
-        dataset_release(&c->items[i]);
+        dataset_free(c->items[i]);
     free(c->items);
+    pthread_mutex_destroy(&c->lock);
     free(c);
 }
 
-const dataset *catalog_find(const catalog *c, const char *name)
+int catalog_count(catalog *c)
 {
-    for (int i = 0; i < c->n; i++)
-        if (strcmp(c->items[i].name, name) == 0)
-            return &c->items[i];
-    return NULL;
+    pthread_mutex_lock(&c->lock);
+    int n = c->n;
+    pthread_mutex_unlock(&c->lock);
+    return n;
+}
+
+const dataset *catalog_at(catalog *c, int i)
+{
+    pthread_mutex_lock(&c->lock);
+    const dataset *d = i >= 0 && i < c->n ? c->items[i] : NULL;
+    pthread_mutex_unlock(&c->lock);
+    return d;
+}
+
+const dataset *catalog_find(catalog *c, const char *name)
+{
+    const dataset *d = NULL;
+    pthread_mutex_lock(&c->lock);
+    for (int i = 0; i < c->n && !d; i++)
+        if (strcmp(c->items[i]->name, name) == 0)
+            d = c->items[i];
+    pthread_mutex_unlock(&c->lock);
+    return d;
+}
+
+int dataset_attach_profile(const dataset *d, const char *path)
+{
+    char *p = strdup(path);
+    if (!p)
+        return TESS_ENOMEM;
+    pthread_mutex_lock(&d->state->lock);
+    free(d->state->profile_path);
+    d->state->profile_path = p;
+    pthread_mutex_unlock(&d->state->lock);
+    return 0;
+}
+
+int dataset_profile_path(const dataset *d, char *out, size_t len)
+{
+    pthread_mutex_lock(&d->state->lock);
+    int have = d->state->profile_path != NULL;
+    if (have)
+        snprintf(out, len, "%s", d->state->profile_path);
+    pthread_mutex_unlock(&d->state->lock);
+    return have;
 }
 
 int dataset_read_region(const dataset *d, long z, long x0, long y0, long w, long h, double *out,

@@ -2,6 +2,7 @@
 #ifndef TESSERA_SERVER_CATALOG_H
 #define TESSERA_SERVER_CATALOG_H
 
+#include <pthread.h>
 #include <stddef.h>
 #include "server/config.h"
 #include "reproject/skywcs.h"
@@ -30,9 +31,14 @@ typedef struct dataset {
     struct ds_state *state; /* private: the current version, rechecked once a second */
 } dataset;
 
+/* The datasets, configured ones first, then those registered while serving (job
+ * products).  Datasets are never removed while the catalog lives, so a pointer from
+ * catalog_find/catalog_at stays valid until catalog_free.  Thread-safe. */
 typedef struct catalog {
-    dataset *items;
-    int n;
+    dataset **items;     /* private: use catalog_count/catalog_at/catalog_find */
+    int n, cap;
+    pthread_mutex_t lock;
+    const tess_config *cfg;
 } catalog;
 
 /* Opens every dataset of `cfg`: resolves paths against the data roots (a path that
@@ -43,8 +49,18 @@ int catalog_open(const tess_config *cfg, catalog **out, char *err, size_t errlen
 
 void catalog_free(catalog *c);
 
-/* The dataset called `name`, or NULL. */
-const dataset *catalog_find(const catalog *c, const char *name);
+/* Opens one more dataset while serving (a job's product): as catalog_open does for one
+ * entry, except that the path, which must be absolute, is not checked against the data
+ * roots (the caller vouches for it: the jobs directory).  Returns 0, TESS_EEXIST when
+ * the name is taken, or the errors of catalog_open.  Thread-safe. */
+int catalog_add(catalog *c, const ds_config *dc, char *err, size_t errlen);
+
+/* The number of datasets, and dataset i (0-based, NULL past the end).  Thread-safe. */
+int catalog_count(catalog *c);
+const dataset *catalog_at(catalog *c, int i);
+
+/* The dataset called `name`, or NULL.  Thread-safe. */
+const dataset *catalog_find(catalog *c, const char *name);
 
 const char *ds_kind_name(ds_kind k);   /* "image", "cube", "stack" */
 
@@ -58,6 +74,13 @@ int dataset_read_region(const dataset *d, long z, long x0, long y0, long w, long
  * a replaced or rewritten file changes it.  Put it in every cache key so that a changed
  * source is never served from the cache.  Thread-safe.  Returns `out`. */
 const char *dataset_version(const dataset *d, char *out, size_t len);
+
+/* Attaches a profile-friendly copy of the dataset (the product of a rechunk job, at the
+ * absolute `path`): series requests read it instead of every plane.  Replaces an earlier
+ * one.  Returns 0 or TESS_ENOMEM.  Thread-safe. */
+int dataset_attach_profile(const dataset *d, const char *path);
+/* Copies the attached copy's path into `out` and returns 1, or returns 0 when none. */
+int dataset_profile_path(const dataset *d, char *out, size_t len);
 
 /* 1 when canonical absolute `path` lies inside one of the configured roots. */
 int catalog_path_allowed(const tess_config *cfg, const char *path);

@@ -92,7 +92,7 @@ int main(int argc, char **argv)
         config_release(&cfg);
         return 1;
     }
-    fprintf(stderr, "tesserad: serving %d datasets on http://%s%s%s:%d/\n", srv->cat->n,
+    fprintf(stderr, "tesserad: serving %d datasets on http://%s%s%s:%d/\n", catalog_count(srv->cat),
             strchr(cfg.listen_addr, ':') ? "[" : "", cfg.listen_addr,
             strchr(cfg.listen_addr, ':') ? "]" : "", tserver_port(srv));
     fflush(stderr);

@@ -19,7 +19,8 @@ enum {
     TESS_EAGAIN   = -7,  /* queue full, try again later */
     TESS_ENOTFOUND = -8, /* no such name */
     TESS_ETOOBIG  = -9,  /* result larger than the configured limit */
-    TESS_ECANCELED = -10 /* the work was cancelled */
+    TESS_ECANCELED = -10,/* the work was cancelled */
+    TESS_EEXIST   = -11  /* the name is already taken */
 };
 
 /* Writes the printf-formatted reason into err (NUL-terminated, truncated to errlen

@@ -21,6 +21,8 @@
 
 #include <fitsio.h>
 
+#include "cli/commands.h"
+#include "cli/progress.h"
 #include "imageio/fitsimg.h"
 #include "imageio/render.h"
 #include "reproject/healpix.h"
@@ -1035,39 +1037,9 @@ static int out_commit(outfile *f)
 /* ------------------------------------------------------------------------------------ */
 /* Progress and interruption                                                              */
 
-/* The progress bar's state: drawn on stderr, redrawn when the shown percentage moves. */
-typedef struct bar {
-    int last;             /* last percentage drawn, -1 before the first */
-    double t0;
-    const char *unit;     /* what is counted: "blocks", "tiles" */
-} bar;
-
 static double now_s(void)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-/* rp_progress_fn: "[#########.........]  45%  115/256 blocks  1.2 s" (the unit is the
- * bar's). */
-static void bar_update(void *arg, long done, long total)
-{
-    bar *b = arg;
-    int pct = total > 0 ? (int)(100 * done / total) : 100;
-    if (pct == b->last && done != total)
-        return;
-    b->last = pct;
-    char cells[41];
-    int full = total > 0 ? (int)(40 * done / total) : 40;
-    for (int i = 0; i < 40; i++)
-        cells[i] = i < full ? '#' : '.';
-    cells[40] = '\0';
-    fprintf(stderr, "\r[%s] %3d%%  %ld/%ld %s  %.1f s", cells, pct, done, total, b->unit,
-            now_s() - b->t0);
-    if (done == total)
-        fputc('\n', stderr);
-    fflush(stderr);
+    return cli_now_s();
 }
 
 /* Waits for SIGINT or SIGTERM (blocked in every other thread) and raises the cancel flag
@@ -2362,12 +2334,20 @@ int main(int argc, char **argv)
         fputs(reproject_usage, f);
         fputc('\n', f);
         fputs(hips_usage, f);
+        fputc('\n', f);
+        fputs(cmd_jobs_usage(), f);
         return argc < 2 ? EXIT_USAGE : EXIT_OK;
     }
     if (strcmp(argv[1], "reproject") == 0)
         return cmd_reproject(argc - 1, argv + 1);
     if (strcmp(argv[1], "hips") == 0)
         return cmd_hips(argc - 1, argv + 1);
-    msg("unknown command '%s' (commands: reproject, hips)", argv[1]);
+    if (strcmp(argv[1], "submit") == 0)
+        return cmd_submit(argc - 1, argv + 1);
+    if (strcmp(argv[1], "jobs") == 0)
+        return cmd_jobs(argc - 1, argv + 1);
+    if (strcmp(argv[1], "cancel") == 0)
+        return cmd_cancel(argc - 1, argv + 1);
+    msg("unknown command '%s' (commands: reproject, hips, submit, jobs, cancel)", argv[1]);
     return EXIT_USAGE;
 }

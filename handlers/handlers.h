@@ -8,6 +8,10 @@
 void handle_datasets_list(hreq *r);
 void handle_dataset_info(hreq *r, const dataset *d);
 
+/* /api/v1/jobs[/{id}[/result]] (jobs.c): POST submits, GET lists/inspects, DELETE
+ * cancels; `rest` is the part after "/api/v1/jobs". */
+void handle_jobs(hreq *r, const char *rest);
+
 /* GET and POST /api/v1/cutout (cutout.c). */
 void handle_cutout_get(hreq *r);
 void handle_cutout_post(hreq *r);

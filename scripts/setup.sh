@@ -4,7 +4,7 @@
 set -eu
 PKGS="build-essential autoconf automake pkg-config curl ca-certificates
 libmicrohttpd-dev libcfitsio-dev wcslib-dev libpng-dev libjansson-dev
-libcurl4-openssl-dev check libjpeg62-turbo-dev libchealpix-dev"
+libcurl4-openssl-dev check libjpeg62-turbo-dev libchealpix-dev libfftw3-dev libsqlite3-dev"
 SUDO=""
 if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
 missing=""

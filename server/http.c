@@ -2,6 +2,8 @@
 #include "server/http.h"
 #include "handlers/handlers.h"
 #include "server/problem.h"
+#include "server/jobs.h"
+#include "server/jobtypes.h"
 #include "util/buf.h"
 #include "util/error.h"
 
@@ -303,6 +305,14 @@ static void handle_metrics(hreq *r)
     size_t depth = sp->pub.workers ? pool_queue_depth(sp->pub.workers) : 0;
     pthread_mutex_unlock(&sp->pool_lock);
     buf_printf(&b, "# TYPE tessera_pool_queue_depth gauge\ntessera_pool_queue_depth %zu\n", depth);
+    if (r->srv->jobs) {
+        static const char *const st[5] = {"queued", "running", "succeeded", "failed", "cancelled"};
+        long counts[5];
+        jobs_counts(r->srv->jobs, counts);
+        buf_adds(&b, "# HELP tessera_jobs Jobs by state.\n# TYPE tessera_jobs gauge\n");
+        for (int i = 0; i < 5; i++)
+            buf_printf(&b, "tessera_jobs{state=\"%s\"} %ld\n", st[i], counts[i]);
+    }
     size_t len;
     char *text = buf_detach(&b, &len);
     if (!text) {
@@ -357,6 +367,8 @@ static void route(hreq *r)
             return method_not_allowed(r, "GET");
         return handle_iiif(r, u + 8);
     }
+    if (strncmp(u, "/api/v1/jobs", 12) == 0 && (u[12] == '\0' || u[12] == '/'))
+        return handle_jobs(r, u + 12);
     if (strcmp(u, "/api/v1/cutout") == 0) {
         if (get)
             return handle_cutout_get(r);
@@ -432,6 +444,13 @@ static enum MHD_Result send_reply(hreq *r)
     if (status == 200 && rep->body && etag_matches(hreq_header(r, "If-None-Match"), rep->body->etag)) {
         status = 304;
         resp = MHD_create_response_from_buffer(0, NULL, MHD_RESPMEM_PERSISTENT);
+    } else if (rep->file_fd > 0) {
+        resp = MHD_create_response_from_fd64(rep->file_len, rep->file_fd);
+        if (resp)
+            rep->file_fd = 0; /* libmicrohttpd closes it */
+        else
+            return MHD_NO;
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, rep->file_type);
     } else if (rep->body) {
         tile *t = tile_ref(rep->body);
         resp = MHD_create_response_from_buffer_with_free_callback_cls(t->len, t->data,
@@ -461,12 +480,14 @@ static enum MHD_Result send_reply(hreq *r)
         MHD_add_response_header(resp, MHD_HTTP_HEADER_ALLOW, rep->allow);
     if (rep->location)
         MHD_add_response_header(resp, MHD_HTTP_HEADER_LOCATION, rep->location);
+    if (rep->www_authenticate)
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_WWW_AUTHENTICATE, rep->www_authenticate);
     /* Everything served is public and read-only: browser viewers on other origins
      * (Aladin Lite, OpenSeadragon, Mirador) may read it, as the IIIF Image API asks of
      * info.json (section 6).  Access control for job endpoints is separate. */
     MHD_add_response_header(resp, "Access-Control-Allow-Origin", "*");
     if (r->rep.status == 204 && strcmp(r->method, "OPTIONS") == 0) {
-        MHD_add_response_header(resp, "Access-Control-Allow-Methods", "GET, HEAD, POST, OPTIONS");
+        MHD_add_response_header(resp, "Access-Control-Allow-Methods", "GET, HEAD, POST, DELETE, OPTIONS");
         MHD_add_response_header(resp, "Access-Control-Allow-Headers",
                                 "Content-Type, If-None-Match, Authorization");
         MHD_add_response_header(resp, "Access-Control-Max-Age", "86400");
@@ -582,6 +603,8 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
     tile_release(r->rep.body);
     free(r->rep.allow);
     free(r->rep.location);
+    if (r->rep.file_fd > 0)
+        close(r->rep.file_fd);
     free(r->cache_key);
     free(r->body);
     free(r->url);
@@ -622,6 +645,11 @@ int tserver_start(const tess_config *cfg, tserver **out, char *err, size_t errle
         snprintf(err, errlen, "cannot create the cache or the worker pool");
         rc = TESS_ENOMEM;
         goto fail;
+    }
+    if (cfg->jobs_dir) {
+        jobtypes_register_all();
+        if ((rc = jobs_open(cfg->jobs_dir, cfg, s->cat, s->workers, &s->jobs, err, errlen)))
+            goto fail;
     }
 
     struct sockaddr_storage ss;
@@ -664,6 +692,7 @@ int tserver_start(const tess_config *cfg, tserver **out, char *err, size_t errle
     *out = s;
     return 0;
 fail:
+    jobs_close(s->jobs);
     pool_free(s->workers);
     planestore_free(s->planes);
     diskcache_close(s->disk);
@@ -689,6 +718,10 @@ void tserver_stop(tserver *s, int grace_s)
     MHD_socket lsock = MHD_quiesce_daemon(s->daemon);
     if (lsock != MHD_INVALID_SOCKET)
         close(lsock);
+    /* Jobs first: blocks in flight finish and are recorded; a running job resumes at
+     * the next start. */
+    jobs_close(s->jobs);
+    s->jobs = NULL;
     /* Finish every queued and running computation: each resumes its connection. */
     pthread_mutex_lock(&sp->pool_lock);
     pool *p = s->workers;

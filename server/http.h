@@ -22,6 +22,12 @@ typedef struct reply {
     int retry_after;          /* seconds, 0 = none */
     char *allow;              /* Allow header for 405, malloc'd or NULL */
     char *location;           /* Location header for redirects, malloc'd or NULL */
+    char x_shape[48];         /* X-Shape header of raw array bodies ("" none): set by the
+                                 handler on every answer, cache hits included */
+    const char *www_authenticate; /* WWW-Authenticate header (static string) or NULL */
+    int file_fd;              /* > 0: send this open file (taken; closed after sending) */
+    unsigned long long file_len;
+    char file_type[64];       /* Content-Type of the file */
 } reply;
 
 /* The state of one request, alive from its first byte to the end of its response. */
@@ -52,6 +58,7 @@ struct tserver {
     diskcache *disk;          /* optional disk tier (cache.disk_dir), or NULL */
     pool *workers;
     planestore *planes;       /* source planes in memory, shared by tiles and cutouts */
+    struct jobs *jobs;        /* the job runner (jobs.dir), or NULL when jobs are disabled */
     struct MHD_Daemon *daemon;
     int port;
     /* counter for /metrics, updated atomically */

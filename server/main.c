@@ -15,9 +15,10 @@ static void usage(FILE *f)
 {
     fprintf(f,
             "usage: tesserad [--config FILE] [--listen ADDR:PORT] [--threads N]\n"
-            "                [--demo-dir DIR]\n"
+            "                [--demo-dir DIR] [--jobs-dir DIR]\n"
             "Serves FITS datasets over HTTP (see README.md).  Without --config it serves the\n"
-            "bundled demo datasets.  SIGTERM or SIGINT stop it cleanly.\n");
+            "bundled demo datasets, with jobs under $TESSERA_JOBS_DIR or the build's jobs/\n"
+            "directory.  --jobs-dir overrides jobs.dir.  SIGTERM or SIGINT stop it cleanly.\n");
 }
 
 int main(int argc, char **argv)
@@ -27,17 +28,19 @@ int main(int argc, char **argv)
         {"listen", required_argument, NULL, 'l'},
         {"threads", required_argument, NULL, 't'},
         {"demo-dir", required_argument, NULL, 'd'},
+        {"jobs-dir", required_argument, NULL, 'j'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
-    const char *config_path = NULL, *listen = NULL, *demo_dir = NULL;
+    const char *config_path = NULL, *listen = NULL, *demo_dir = NULL, *jobs_dir = NULL;
     long threads = -1;
     int c;
-    while ((c = getopt_long(argc, argv, "c:l:t:d:h", opts, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, "c:l:t:d:j:h", opts, NULL)) != -1) {
         switch (c) {
         case 'c': config_path = optarg; break;
         case 'l': listen = optarg; break;
         case 'd': demo_dir = optarg; break;
+        case 'j': jobs_dir = optarg; break;
         case 't': {
             char *end;
             errno = 0;
@@ -77,6 +80,19 @@ int main(int argc, char **argv)
     }
     if (threads >= 0)
         cfg.threads = (int)threads;
+    if (!jobs_dir && !config_path) {
+        jobs_dir = getenv("TESSERA_JOBS_DIR");
+        if (!jobs_dir || !*jobs_dir)
+            jobs_dir = TESSERA_DEMO_JOBS_DIR;
+    }
+    if (jobs_dir) {
+        free(cfg.jobs_dir);
+        if (!(cfg.jobs_dir = strdup(jobs_dir))) {
+            fprintf(stderr, "tesserad: out of memory\n");
+            config_release(&cfg);
+            return 1;
+        }
+    }
 
     /* Block the stop signals in every thread; the main thread waits for them. */
     sigset_t stop;

@@ -1,0 +1,394 @@
+/* tessera submit | jobs | cancel: the client side of the job API (libcurl + jansson). */
+#include "cli/commands.h"
+#include "cli/progress.h"
+
+#include <curl/curl.h>
+#include <getopt.h>
+#include <jansson.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static const char jobs_usage[] =
+    "usage: tessera submit [--server URL] [--token T] [--no-wait] [-o OUT] JOB.json\n"
+    "       tessera jobs   [--server URL]\n"
+    "       tessera cancel [--server URL] [--token T] ID\n"
+    "  submit posts the job (a JSON file, '-' for stdin), then follows it with a progress\n"
+    "  bar until it ends; -o downloads the product.  Ctrl-C stops following (the job goes\n"
+    "  on).  jobs lists the server's jobs; cancel cancels one.\n"
+    "  --server URL   default $TESSERA_SERVER, else http://127.0.0.1:8080\n"
+    "  --token T      bearer token for jobs.token servers; default $TESSERA_TOKEN\n"
+    "  exit status: 0 succeeded, 1 job failed or was cancelled, 2 usage, 4 the server\n"
+    "  refused or could not be reached\n";
+
+enum { JX_OK = 0, JX_JOBFAIL = 1, JX_USAGE = 2, JX_SERVER = 4 };
+
+typedef struct http_resp {
+    long status;
+    char *body;
+    size_t len;
+} http_resp;
+
+static size_t on_body(char *p, size_t sz, size_t n, void *arg)
+{
+    http_resp *r = arg;
+    size_t add = sz * n;
+    char *b = realloc(r->body, r->len + add + 1);
+    if (!b)
+        return 0;
+    memcpy(b + r->len, p, add);
+    r->len += add;
+    b[r->len] = '\0';
+    r->body = b;
+    return add;
+}
+
+/* One request; returns 0 with *r filled (any HTTP status), or -1 when the transfer
+ * failed (message printed).  `out` (may be NULL) receives the body instead of memory. */
+static int request(const char *method, const char *url, const char *token, const char *body,
+                   size_t len, FILE *out, http_resp *r)
+{
+    memset(r, 0, sizeof(*r));
+    CURL *c = curl_easy_init();
+    if (!c)
+        return -1;
+    struct curl_slist *h = NULL;
+    char auth[512];
+    if (token && *token) {
+        snprintf(auth, sizeof(auth), "Authorization: Bearer %s", token);
+        h = curl_slist_append(h, auth);
+    }
+    if (body)
+        h = curl_slist_append(h, "Content-Type: application/json");
+    curl_easy_setopt(c, CURLOPT_URL, url);
+    curl_easy_setopt(c, CURLOPT_CUSTOMREQUEST, method);
+    if (body) {
+        curl_easy_setopt(c, CURLOPT_POSTFIELDS, body);
+        curl_easy_setopt(c, CURLOPT_POSTFIELDSIZE, (long)len);
+    }
+    curl_easy_setopt(c, CURLOPT_HTTPHEADER, h);
+    curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
+    curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT, 10L);
+    if (out) {
+        curl_easy_setopt(c, CURLOPT_WRITEDATA, out);
+    } else {
+        curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_body);
+        curl_easy_setopt(c, CURLOPT_WRITEDATA, r);
+        curl_easy_setopt(c, CURLOPT_TIMEOUT, 60L);
+    }
+    CURLcode rc = curl_easy_perform(c);
+    if (rc == CURLE_OK)
+        curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &r->status);
+    else
+        fprintf(stderr, "tessera: %s: %s\n", url, curl_easy_strerror(rc));
+    curl_slist_free_all(h);
+    curl_easy_cleanup(c);
+    return rc == CURLE_OK ? 0 : -1;
+}
+
+/* Prints a problem+json reply's detail (or the raw body) for a failed call. */
+static void print_problem(const char *what, const http_resp *r)
+{
+    json_t *j = r->body ? json_loads(r->body, 0, NULL) : NULL;
+    const char *detail = j ? json_string_value(json_object_get(j, "detail")) : NULL;
+    const char *param = j ? json_string_value(json_object_get(j, "parameter")) : NULL;
+    fprintf(stderr, "tessera: %s: HTTP %ld: %s%s%s%s\n", what, r->status,
+            detail ? detail : (r->body ? r->body : ""), param ? " (" : "", param ? param : "",
+            param ? ")" : "");
+    json_decref(j);
+}
+
+typedef struct common {
+    const char *server;
+    const char *token;
+    const char *out;
+    int no_wait;
+} common;
+
+/* Parses the shared options; returns optind of the first operand or -1 on error. */
+static int parse_common(int argc, char **argv, common *o)
+{
+    static const struct option opts[] = {
+        {"server", required_argument, NULL, 's'},
+        {"token", required_argument, NULL, 't'},
+        {"no-wait", no_argument, NULL, 'n'},
+        {"output", required_argument, NULL, 'o'},
+        {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0},
+    };
+    o->server = getenv("TESSERA_SERVER");
+    if (!o->server || !*o->server)
+        o->server = "http://127.0.0.1:8080";
+    o->token = getenv("TESSERA_TOKEN");
+    int c;
+    optind = 1;
+    while ((c = getopt_long(argc, argv, "s:t:no:h", opts, NULL)) != -1) {
+        switch (c) {
+        case 's': o->server = optarg; break;
+        case 't': o->token = optarg; break;
+        case 'n': o->no_wait = 1; break;
+        case 'o': o->out = optarg; break;
+        case 'h': fputs(jobs_usage, stdout); exit(0);
+        default: fputs(jobs_usage, stderr); return -1;
+        }
+    }
+    return optind;
+}
+
+static char *read_all(const char *path, size_t *len)
+{
+    FILE *f = strcmp(path, "-") == 0 ? stdin : fopen(path, "rb");
+    if (!f)
+        return NULL;
+    size_t cap = 4096, n = 0;
+    char *s = malloc(cap);
+    size_t got;
+    while (s && (got = fread(s + n, 1, cap - n - 1, f)) > 0) {
+        n += got;
+        if (n + 1 == cap) {
+            char *t = realloc(s, cap *= 2);
+            if (!t) {
+                free(s);
+                s = NULL;
+            }
+            s = t;
+        }
+    }
+    if (f != stdin)
+        fclose(f);
+    if (s)
+        s[n] = '\0';
+    *len = n;
+    return s;
+}
+
+static volatile sig_atomic_t g_stop;
+static void on_sigint(int sig)
+{
+    (void)sig;
+    g_stop = 1;
+}
+
+/* Follows job `id` until it ends; returns the exit status. */
+static int follow(const common *o, const char *id)
+{
+    char url[1024];
+    snprintf(url, sizeof(url), "%s/api/v1/jobs/%s", o->server, id);
+    int tty = isatty(2);
+    bar b = {-1, cli_now_s(), "blocks"};
+    signal(SIGINT, on_sigint);
+    for (;;) {
+        http_resp r;
+        if (request("GET", url, NULL, NULL, 0, NULL, &r)) {
+            free(r.body);
+            return JX_SERVER;
+        }
+        if (r.status != 200) {
+            print_problem("job status", &r);
+            free(r.body);
+            return JX_SERVER;
+        }
+        json_t *j = json_loads(r.body, 0, NULL);
+        free(r.body);
+        if (!j)
+            return JX_SERVER;
+        const char *st = json_string_value(json_object_get(j, "state"));
+        json_t *pr = json_object_get(j, "progress");
+        long done = (long)json_integer_value(json_object_get(pr, "done"));
+        long total = (long)json_integer_value(json_object_get(pr, "total"));
+        if (tty && total > 0 && st && strcmp(st, "queued") != 0)
+            bar_update(&b, done, total);
+        if (st && strcmp(st, "queued") != 0 && strcmp(st, "running") != 0) {
+            if (tty && b.last >= 0 && done != total)
+                fputc('\n', stderr);
+            int rc = JX_OK;
+            if (strcmp(st, "succeeded") == 0) {
+                json_t *res = json_object_get(j, "result");
+                const char *ds = json_string_value(json_object_get(res, "dataset"));
+                printf("%s succeeded", id);
+                if (ds)
+                    printf(": dataset %s", ds);
+                printf(" (%s/api/v1/jobs/%s/result)\n", o->server, id);
+            } else {
+                json_t *e = json_object_get(j, "error");
+                const char *detail = json_string_value(json_object_get(e, "detail"));
+                fprintf(stderr, "tessera: job %s %s%s%s\n", id, st, detail ? ": " : "",
+                        detail ? detail : "");
+                rc = JX_JOBFAIL;
+            }
+            json_decref(j);
+            return rc;
+        }
+        json_decref(j);
+        if (g_stop) {
+            if (tty)
+                fputc('\n', stderr);
+            fprintf(stderr, "tessera: stopped following; job %s goes on (tessera cancel %s)\n",
+                    id, id);
+            return JX_JOBFAIL;
+        }
+        usleep(250000);
+    }
+}
+
+static int download(const common *o, const char *id)
+{
+    char url[1024];
+    snprintf(url, sizeof(url), "%s/api/v1/jobs/%s/result", o->server, id);
+    char tmp[4096];
+    snprintf(tmp, sizeof(tmp), "%s.part", o->out);
+    FILE *f = fopen(tmp, "wb");
+    if (!f) {
+        fprintf(stderr, "tessera: cannot write %s\n", tmp);
+        return JX_JOBFAIL;
+    }
+    http_resp r;
+    int rc = request("GET", url, NULL, NULL, 0, f, &r);
+    fclose(f);
+    if (rc || r.status != 200) {
+        if (!rc)
+            fprintf(stderr, "tessera: result: HTTP %ld\n", r.status);
+        remove(tmp);
+        return JX_SERVER;
+    }
+    if (rename(tmp, o->out) != 0) {
+        remove(tmp);
+        return JX_JOBFAIL;
+    }
+    fprintf(stderr, "tessera: wrote %s\n", o->out);
+    return JX_OK;
+}
+
+int cmd_submit(int argc, char **argv)
+{
+    common o = {0};
+    int i = parse_common(argc, argv, &o);
+    if (i < 0 || argc - i != 1) {
+        if (i >= 0)
+            fputs(jobs_usage, stderr);
+        return JX_USAGE;
+    }
+    size_t len;
+    char *body = read_all(argv[i], &len);
+    if (!body) {
+        fprintf(stderr, "tessera: cannot read %s\n", argv[i]);
+        return JX_USAGE;
+    }
+    curl_global_init(CURL_GLOBAL_DEFAULT);
+    char url[1024];
+    snprintf(url, sizeof(url), "%s/api/v1/jobs", o.server);
+    http_resp r;
+    int rc = request("POST", url, o.token, body, len, NULL, &r);
+    free(body);
+    if (rc) {
+        curl_global_cleanup();
+        return JX_SERVER;
+    }
+    if (r.status != 202) {
+        print_problem("submit", &r);
+        free(r.body);
+        curl_global_cleanup();
+        return JX_SERVER;
+    }
+    json_t *j = json_loads(r.body, 0, NULL);
+    free(r.body);
+    const char *id = j ? json_string_value(json_object_get(j, "id")) : NULL;
+    if (!id) {
+        json_decref(j);
+        curl_global_cleanup();
+        return JX_SERVER;
+    }
+    char idc[32];
+    snprintf(idc, sizeof(idc), "%s", id);
+    json_decref(j);
+    int x = JX_OK;
+    if (o.no_wait) {
+        printf("%s\n", idc);
+    } else {
+        fprintf(stderr, "tessera: job %s submitted\n", idc);
+        x = follow(&o, idc);
+        if (x == JX_OK && o.out)
+            x = download(&o, idc);
+    }
+    curl_global_cleanup();
+    return x;
+}
+
+int cmd_jobs(int argc, char **argv)
+{
+    common o = {0};
+    int i = parse_common(argc, argv, &o);
+    if (i < 0 || argc - i != 0) {
+        if (i >= 0)
+            fputs(jobs_usage, stderr);
+        return JX_USAGE;
+    }
+    curl_global_init(CURL_GLOBAL_DEFAULT);
+    char url[1024];
+    snprintf(url, sizeof(url), "%s/api/v1/jobs", o.server);
+    http_resp r;
+    int x = JX_OK;
+    if (request("GET", url, NULL, NULL, 0, NULL, &r)) {
+        x = JX_SERVER;
+    } else if (r.status != 200) {
+        print_problem("jobs", &r);
+        x = JX_SERVER;
+    } else {
+        json_t *a = json_loads(r.body, 0, NULL);
+        printf("%-16s  %-14s  %-9s  %6s  %-24s  %s\n", "ID", "TYPE", "STATE", "DONE", "CREATED",
+               "RESULT");
+        size_t k;
+        json_t *j;
+        json_array_foreach(a, k, j) {
+            json_t *pr = json_object_get(j, "progress");
+            const char *ds = json_string_value(
+                json_object_get(json_object_get(j, "result"), "dataset"));
+            printf("%-16s  %-14s  %-9s  %5.1f%%  %-24s  %s\n",
+                   json_string_value(json_object_get(j, "id")),
+                   json_string_value(json_object_get(j, "type")),
+                   json_string_value(json_object_get(j, "state")),
+                   100.0 * json_number_value(json_object_get(pr, "fraction")),
+                   json_string_value(json_object_get(j, "created")), ds ? ds : "");
+        }
+        json_decref(a);
+    }
+    free(r.body);
+    curl_global_cleanup();
+    return x;
+}
+
+int cmd_cancel(int argc, char **argv)
+{
+    common o = {0};
+    int i = parse_common(argc, argv, &o);
+    if (i < 0 || argc - i != 1) {
+        if (i >= 0)
+            fputs(jobs_usage, stderr);
+        return JX_USAGE;
+    }
+    curl_global_init(CURL_GLOBAL_DEFAULT);
+    char url[1024];
+    snprintf(url, sizeof(url), "%s/api/v1/jobs/%s", o.server, argv[i]);
+    http_resp r;
+    int x = JX_OK;
+    if (request("DELETE", url, o.token, NULL, 0, NULL, &r)) {
+        x = JX_SERVER;
+    } else if (r.status != 200) {
+        print_problem("cancel", &r);
+        x = JX_SERVER;
+    } else {
+        json_t *j = json_loads(r.body, 0, NULL);
+        printf("%s %s\n", argv[i], j ? json_string_value(json_object_get(j, "state")) : "?");
+        json_decref(j);
+    }
+    free(r.body);
+    curl_global_cleanup();
+    return x;
+}
+
+const char *cmd_jobs_usage(void)
+{
+    return jobs_usage;
+}

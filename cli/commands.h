@@ -1,0 +1,16 @@
+/* The subcommands of `tessera`, each in its own file: argv[0] is the subcommand's name;
+ * the return value is the process's exit status. */
+#ifndef TESSERA_CLI_COMMANDS_H
+#define TESSERA_CLI_COMMANDS_H
+
+/* cmd_jobs.c: the job client. */
+int cmd_submit(int argc, char **argv);
+int cmd_jobs(int argc, char **argv);
+int cmd_cancel(int argc, char **argv);
+const char *cmd_jobs_usage(void);
+
+/* cmd_mkstack.c: synthetic stacks of frames for tests and benchmarks. */
+int cmd_mkstack(int argc, char **argv);
+const char *cmd_mkstack_usage(void);
+
+#endif

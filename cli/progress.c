@@ -1,0 +1,31 @@
+/* The command line's progress bar. */
+#include "cli/progress.h"
+
+#include <stdio.h>
+#include <time.h>
+
+double cli_now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+void bar_update(void *arg, long done, long total)
+{
+    bar *b = arg;
+    int pct = total > 0 ? (int)(100 * done / total) : 100;
+    if (pct == b->last && done != total)
+        return;
+    b->last = pct;
+    char cells[41];
+    int full = total > 0 ? (int)(40 * done / total) : 40;
+    for (int i = 0; i < 40; i++)
+        cells[i] = i < full ? '#' : '.';
+    cells[40] = '\0';
+    fprintf(stderr, "\r[%s] %3d%%  %ld/%ld %s  %.1f s", cells, pct, done, total, b->unit,
+            cli_now_s() - b->t0);
+    if (done == total)
+        fputc('\n', stderr);
+    fflush(stderr);
+}

@@ -2336,6 +2336,10 @@ int main(int argc, char **argv)
         fputs(hips_usage, f);
         fputc('\n', f);
         fputs(cmd_jobs_usage(), f);
+        fputc('\n', f);
+        fputs(cmd_mkstack_usage(), f);
+        fputc('\n', f);
+        fputs(cmd_mosaic_usage(), f);
         return argc < 2 ? EXIT_USAGE : EXIT_OK;
     }
     if (strcmp(argv[1], "reproject") == 0)
@@ -2348,6 +2352,10 @@ int main(int argc, char **argv)
         return cmd_jobs(argc - 1, argv + 1);
     if (strcmp(argv[1], "cancel") == 0)
         return cmd_cancel(argc - 1, argv + 1);
-    msg("unknown command '%s' (commands: reproject, hips, submit, jobs, cancel)", argv[1]);
+    if (strcmp(argv[1], "mkstack") == 0)
+        return cmd_mkstack(argc - 1, argv + 1);
+    if (strcmp(argv[1], "mosaic") == 0)
+        return cmd_mosaic(argc - 1, argv + 1);
+    msg("unknown command '%s' (commands: reproject, hips, mosaic, submit, jobs, cancel, mkstack)", argv[1]);
     return EXIT_USAGE;
 }

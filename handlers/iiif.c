@@ -1,5 +1,6 @@
 /* GET /iiif/3/{id}/...: IIIF Image API 3.0 (info.json and image requests) over dataset planes. */
 #include "handlers/handlers.h"
+#include "handlers/iiif.h"
 #include "imageio/encode.h"
 #include "server/problem.h"
 #include "util/error.h"
@@ -934,4 +935,58 @@ void handle_iiif(hreq *r, const char *rest)
         return;
     }
     hreq_run_async(r, iiif_work, j, free);
+}
+
+/* ---- parse entry for tests and fuzzing (handlers/iiif.h) ---------------------------- */
+
+int iiif_parse_image_request(const char *path, long W, long H, long long max_pixels,
+                             iiif_parsed *out, int *status, param_error *pe)
+{
+    static const char *const part[] = {"region", "size", "rotation", "quality"};
+    tess_config cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.max_output_pixels = max_pixels;
+    iiif_limits lim = limits_of(&cfg);
+    iiif_error e;
+    memset(&e, 0, sizeof e);
+    char *copy = strdup(path);
+    if (!copy)
+        return TESS_ENOMEM;
+    char *seg[5];
+    int nseg = 0;
+    for (char *p = copy; nseg < 5;) {
+        seg[nseg++] = p;
+        char *slash = strchr(p, '/');
+        if (!slash)
+            break;
+        *slash = '\0';
+        p = slash + 1;
+    }
+    iiif_request q;
+    memset(&q, 0, sizeof q);
+    int rc;
+    if (nseg != 4)
+        rc = fail(&e, nseg < 4 ? 400 : 404, nseg < 4 ? part[nseg] : "path",
+                  "an image request is {region}/{size}/{rotation}/{quality}.{format}");
+    else
+        rc = parse_region(seg[0], W, H, &q, &e) || parse_size(seg[1], &lim, &q, &e) ||
+             parse_rotation(seg[2], &q, &e) || parse_quality_format(seg[3], &q, &e)
+                 ? TESS_EINVAL : 0;
+    free(copy);
+    if (rc) {
+        *status = e.status;
+        *pe = e.pe;
+        return TESS_EINVAL;
+    }
+    out->x = q.x;
+    out->y = q.y;
+    out->w = q.w;
+    out->h = q.h;
+    out->ow = q.ow;
+    out->oh = q.oh;
+    out->mirror = q.mirror;
+    out->rotation = q.rotation;
+    out->quality = (int)q.quality;
+    out->png = q.format == F_PNG;
+    return 0;
 }

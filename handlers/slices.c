@@ -1,6 +1,13 @@
-/* GET /api/v1/datasets/{name}/slice/xy/{W}_{H}/{X}_{Y}_{Z}.{png|fits|npy}: plane cuts. */
+/* GET /api/v1/datasets/{name}/slice/{xy|xz|yz}/{W}_{H}/{X}_{Y}_{Z}.{fmt}: plane cuts on any axis.
+ *
+ * The result is W x H pixels, row 0 (FITS row 1, the bottom of a rendering) first:
+ *   xy: pixel (i, j) = v(X + i, Y + j, Z)          W along x, H along y, plane Z
+ *   xz: pixel (i, k) = v(X + i, Y, Z + k)          W along x, H along z, row Y
+ *   yz: pixel (j, k) = v(X, Y + j, Z + k)          W along y, H along z, column X
+ * so z grows upwards in renderings of xz and yz cuts, as y does in xy planes. */
 #include "handlers/handlers.h"
 #include "imageio/fitsimg.h"
+#include "imageio/stack.h"
 #include "server/problem.h"
 #include "util/error.h"
 
@@ -29,16 +36,69 @@ static void set_card_number(char *card, double v)
     memcpy(card, tmp, n);
 }
 
+/* Appends one card made from `text` (blank-padded to 80) to cards[n]. */
+static void put_card(char *cards, int *n, const char *text)
+{
+    size_t len = strlen(text);
+    if (len > 80)
+        len = 80;
+    memset(cards + (size_t)*n * 80, ' ', 80);
+    memcpy(cards + (size_t)*n * 80, text, len);
+    (*n)++;
+    cards[(size_t)*n * 80] = '\0';
+}
+
+/* The cards of an xz or yz cut: which cut it is, and the z axis's linear WCS (CTYPE3,
+ * CUNIT3, CRVAL3, CDELT3, CRPIX3 moved by Z) as axis 2 when the header has them; the
+ * spatial axis gets none (a celestial axis alone is not a WCS).  Returns malloc'd cards
+ * or NULL. */
+static char *cut_cards(const dataset *d, const slice_params *s, int *nkeys)
+{
+    char *cards = malloc(8 * 80 + 1);
+    if (!cards)
+        return NULL;
+    int n = 0;
+    char card[96];
+    cards[0] = '\0';
+    snprintf(card, sizeof(card), "SLICE   = '%s      '           / plane cut: axis 1 %s, axis 2 z",
+             s->plane, s->plane[0] == 'x' ? "x" : "y");
+    put_card(cards, &n, card);
+    snprintf(card, sizeof(card), "%-8s= %20ld / fixed 0-based %s of the cut",
+             s->plane[0] == 'x' ? "SLICEY" : "SLICEX", s->plane[0] == 'x' ? s->y : s->x,
+             s->plane[0] == 'x' ? "row" : "column");
+    put_card(cards, &n, card);
+    static const char *const keys[] = {"CTYPE3", "CUNIT3", "CRVAL3", "CDELT3", "CRPIX3"};
+    if (d->kind == DS_CUBE) {
+        for (int k = 0; k < 5; k++) {
+            char val[80];
+            if (!fitsimg_header_get(d->header, d->nkeys, keys[k], val, sizeof(val)))
+                continue;
+            char key[9];
+            snprintf(key, sizeof(key), "%.5s2", keys[k]);
+            if (k < 2)
+                snprintf(card, sizeof(card), "%-8s= '%s'", key, val);
+            else
+                snprintf(card, sizeof(card), "%-8s= %20.15G", key,
+                         strtod(val, NULL) - (k == 4 ? (double)s->z : 0.0));
+            put_card(cards, &n, card);
+        }
+    }
+    *nkeys = n;
+    return cards;
+}
+
 /* The WCS cards of the slice: the plane's header with CRPIXn moved by the offset, so
  * that a pixel of the slice keeps its world coordinates.  Returns malloc'd cards or NULL. */
 static char *slice_cards(const dataset *d, const slice_params *s, int *nkeys)
 {
     char *hdr = NULL;
     int n = 0;
+    if (strcmp(s->plane, "xy") != 0)
+        return cut_cards(d, s, nkeys);
     if (d->kind == DS_STACK) {
         fitsimg_info info;
         char err[128];
-        if (fitsimg_read_info(d->paths[s->z], d->hdu, &info, err, sizeof(err)) == 0) {
+        if (frame_read_info(d->paths[s->z], d->hdu, &info, err, sizeof(err)) == 0) {
             hdr = info.header;
             n = info.nkeys;
             info.header = NULL;
@@ -84,7 +144,14 @@ static void slice_work(hreq *r)
         problem_reply(r, 500, NULL, "out of memory");
         return;
     }
-    if (dataset_read_region(d, s->z, s->x, s->y, s->w, s->h, data, err, sizeof(err))) {
+    int rc;
+    if (strcmp(s->plane, "xz") == 0)
+        rc = stack_read_xz(dataset_stack(d), s->y, s->x, s->z, s->w, s->h, data, err, sizeof(err));
+    else if (strcmp(s->plane, "yz") == 0)
+        rc = stack_read_yz(dataset_stack(d), s->x, s->y, s->z, s->w, s->h, data, err, sizeof(err));
+    else
+        rc = dataset_read_region(d, s->z, s->x, s->y, s->w, s->h, data, err, sizeof(err));
+    if (rc) {
         problem_reply(r, 500, NULL, "cannot read dataset '%s': %s", d->name, err);
         free(data);
         return;
@@ -116,15 +183,25 @@ void handle_slice(hreq *r, const dataset *d, const char *rest)
         return;
     }
     slice_params *s = &j->s;
-    if (s->x + s->w > d->nx || s->y + s->h > d->ny) {
-        problem_reply(r, 400, "offset", "region %ldx%ld at (%ld, %ld) runs outside the %ldx%ld "
-                      "plane of '%s'", s->w, s->h, s->x, s->y, d->nx, d->ny, d->name);
+    /* Extent of the cut along x, y and z. */
+    long ex = s->w, ey = s->h, ez = 1;
+    if (strcmp(s->plane, "xz") == 0) {
+        ey = 1;
+        ez = s->h;
+    } else if (strcmp(s->plane, "yz") == 0) {
+        ex = 1;
+        ey = s->w;
+        ez = s->h;
+    }
+    if (s->x + ex > d->nx || s->y + ey > d->ny) {
+        problem_reply(r, 400, "offset", "%s cut %ldx%ld at (%ld, %ld) runs outside the %ldx%ld "
+                      "plane of '%s'", s->plane, s->w, s->h, s->x, s->y, d->nx, d->ny, d->name);
         free(j);
         return;
     }
-    if (s->z >= d->nz) {
-        problem_reply(r, 400, "offset", "plane Z = %ld is outside 0..%ld of '%s'", s->z,
-                      d->nz - 1, d->name);
+    if (s->z + ez > d->nz) {
+        problem_reply(r, 400, "offset", "planes Z = %ld..%ld are outside 0..%ld of '%s'", s->z,
+                      s->z + ez - 1, d->nz - 1, d->name);
         free(j);
         return;
     }
@@ -138,14 +215,16 @@ void handle_slice(hreq *r, const dataset *d, const char *rest)
     char rk[160], version[64];
     params_render_key(&j->render, rk, sizeof(rk));
     dataset_version(d, version, sizeof(version));
-    if (asprintf(&r->cache_key, "slice|%s|%s|xy|%ld|%ld|%ld|%ld|%ld|%s|%s", d->name, version,
-                 s->w, s->h, s->x, s->y, s->z, out_format_name(s->format),
-                 s->format == FMT_PNG ? rk : "") < 0) {
+    int rendered = s->format == FMT_PNG || s->format == FMT_JPG;
+    if (asprintf(&r->cache_key, "slice|%s|%s|%s|%ld|%ld|%ld|%ld|%ld|%s|%s", d->name, version,
+                 s->plane, s->w, s->h, s->x, s->y, s->z, out_format_name(s->format),
+                 rendered ? rk : "") < 0) {
         r->cache_key = NULL;
         problem_reply(r, 500, NULL, "out of memory");
         free(j);
         return;
     }
+    reply_image_shape(r, s->format, s->w, s->h);
     if (hreq_try_cache(r)) {
         free(j);
         return;

@@ -543,29 +543,36 @@ static int edge_breaks(const double *lx, const double *ly, size_t p, size_t step
 /* ------------------------------------------------------------------------------------ */
 /* Selection of the input region and the main loop                                        */
 
-/* Marks, in include[ncx * ncy], the input cells (EX_CELL-sized blocks of pixels; the last
- * ones smaller) that may reach output rows [y0, y1): those whose mapped corners bound a
- * box that, grown by 2 pixels plus a quarter of its size (the mapped cell may bulge
- * beyond its corners), meets the rows and the columns [0, nx); and every cell with a
- * corner off the map.  Returns 0 or TESS_ENOMEM. */
-static int select_cells(rp_coordmap *m, long in_nx, long in_ny, long cell, long ncx, long ncy,
-                        long nx, long y0, long y1, unsigned char *include)
+/* Maps the corners of the selection cells (EX_CELL-sized blocks of input pixels; the
+ * last ones smaller), (ncx + 1) x (ncy + 1) nodes, to output pixels qx, qy (NaN off the
+ * map).  Returns 0 or TESS_ENOMEM. */
+static int map_cell_nodes(rp_coordmap *m, long in_nx, long in_ny, long cell, long ncx,
+                          long ncy, double *qx, double *qy)
 {
     const size_t nn = (size_t)(ncx + 1) * (size_t)(ncy + 1);
-    double *mem = malloc(sizeof(double) * nn * 4);
+    double *mem = malloc(sizeof(double) * nn * 2);
     if (!mem)
         return TESS_ENOMEM;
-    double *px = mem, *py = mem + nn, *qx = mem + 2 * nn, *qy = mem + 3 * nn;
+    double *px = mem, *py = mem + nn;
     for (long l = 0; l <= ncy; l++)
         for (long k = 0; k <= ncx; k++) {
             size_t o = (size_t)l * (size_t)(ncx + 1) + (size_t)k;
             px[o] = (double)(k * cell < in_nx ? k * cell : in_nx) - 0.5;
             py[o] = (double)(l * cell < in_ny ? l * cell : in_ny) - 0.5;
         }
-    if (rp_coordmap_points(m, nn, px, py, qx, qy) != 0) {
-        free(mem);
-        return TESS_ENOMEM;
-    }
+    int rc = rp_coordmap_points(m, nn, px, py, qx, qy) != 0 ? TESS_ENOMEM : 0;
+    free(mem);
+    return rc;
+}
+
+/* Marks, in include[ncx * ncy], the selection cells that may reach output rows [y0, y1)
+ * (qx, qy from map_cell_nodes): those whose mapped corners bound a box that, grown by 2
+ * pixels plus a quarter of its size (the mapped cell may bulge beyond its corners),
+ * meets the rows and the columns [0, nx); and every cell with a corner off the map.
+ * Cannot fail. */
+static void select_cells(const double *qx, const double *qy, long ncx, long ncy, long nx,
+                         long y0, long y1, unsigned char *include)
+{
     const double ylo = (double)y0 - 0.5, yhi = (double)y1 - 0.5, xhi = (double)nx - 0.5;
     for (long l = 0; l < ncy; l++)
         for (long k = 0; k < ncx; k++) {
@@ -594,23 +601,141 @@ static int select_cells(rp_coordmap *m, long in_nx, long in_ny, long cell, long 
             }
             include[(size_t)l * (size_t)ncx + (size_t)k] = (unsigned char)in;
         }
-    free(mem);
-    return 0;
 }
 
-/* See exact.h.  Memory: 32 bytes per output pixel of the requested rows (48 with the
- * solid angle correction), plus ~130 doubles per input column for a band.  Errors:
- * TESS_EINVAL (NULL arguments, sizes < 1 or too large, rows not within
- * 0 <= out_y0 <= out_y1 <= out_ny, an unknown dtype, max_coord_error negative or not
- * finite, a WCS without a celestial pair or with an unsupported frame, celestial axes
- * coupled to others), TESS_ENOMEM; on error the requested rows of dst and footprint are
- * unspecified. */
+/* A WCS pair prepared for rp_exact_rows_ctx, with what does not change from band to
+ * band (the coordinate map, the solid angle test, the mapped selection nodes) and
+ * scratch buffers grown on demand, never shrunk, so that a thread running band after
+ * band touches (and page-faults) its memory once. */
+struct rp_exact_ctx {
+    rp_coordmap *m;            /* input pixels -> output pixels */
+    skywcs *wout;              /* the output's 2-D celestial WCS */
+    long mom_nx, mom_ny;       /* output size `moments` was found for (0: none yet) */
+    int moments;               /* gradient_matters for that size */
+    long sel_nx, sel_ny;       /* input size the selection nodes are for (0: none yet) */
+    long cell, ncx, ncy;       /* their selection cells */
+    int cshift;                /* log2(cell) */
+    double *nodes;             /* mapped nodes: x then y, (ncx + 1) x (ncy + 1) each */
+    double *cells;             /* accumulation cells of the requested rows */
+    size_t ncells;             /* doubles allocated */
+    double *lat;               /* lattice corners and the signed values of one band */
+    size_t nlat;
+    unsigned char *include;    /* selection cells */
+    size_t ninclude;
+};
+
+/* rp_exact_ctx_new, with the error code in *code (TESS_EINVAL or TESS_ENOMEM) when NULL
+ * is returned. */
+static rp_exact_ctx *ctx_create(const skywcs *in, const skywcs *out, int *code, char *err,
+                                size_t errlen)
+{
+    *code = TESS_EINVAL;
+    if (!in || !out) {
+        tess_seterr(err, errlen, "missing WCS");
+        return NULL;
+    }
+    if (skywcs_check_pair(in, out, err, errlen))
+        return NULL;
+    if (skywcs_naxis(in) != 2) {
+        skywcs *t = skywcs_celestial(in);
+        if (!t) {
+            tess_seterr(err, errlen, "input celestial axes not separable from the others");
+            return NULL;
+        }
+        skywcs_free(t);
+    }
+    rp_exact_ctx *c = calloc(1, sizeof *c);
+    if (!c) {
+        *code = TESS_ENOMEM;
+        tess_seterr(err, errlen, "out of memory");
+        return NULL;
+    }
+    c->wout = skywcs_naxis(out) == 2 ? skywcs_copy(out) : skywcs_celestial(out);
+    if (!c->wout) {
+        int coupled = skywcs_naxis(out) != 2;
+        *code = coupled ? TESS_EINVAL : TESS_ENOMEM;
+        tess_seterr(err, errlen, "%s",
+                    coupled ? "output celestial axes not separable from the others"
+                            : "out of memory");
+        free(c);
+        return NULL;
+    }
+    char merr[128] = "";
+    c->m = rp_coordmap_new(in, out, merr, sizeof merr);
+    if (!c->m) {
+        /* The pair passed skywcs_check_pair: only memory can be missing. */
+        *code = TESS_ENOMEM;
+        tess_seterr(err, errlen, "%s", merr);
+        rp_exact_ctx_free(c);
+        return NULL;
+    }
+    return c;
+}
+
+rp_exact_ctx *rp_exact_ctx_new(const skywcs *in, const skywcs *out, char *err, size_t errlen)
+{
+    int code;
+    return ctx_create(in, out, &code, err, errlen);
+}
+
+void rp_exact_ctx_free(rp_exact_ctx *c)
+{
+    if (!c)
+        return;
+    rp_coordmap_free(c->m);
+    skywcs_free(c->wout);
+    free(c->nodes);
+    free(c->cells);
+    free(c->lat);
+    free(c->include);
+    free(c);
+}
+
+/* Makes *buf hold at least n elements of size es (contents not kept).  Returns the
+ * buffer or NULL (out of memory; *buf is then freed and *cap 0). */
+static void *ctx_grow(void **buf, size_t *cap, size_t n, size_t es)
+{
+    if (*cap >= n && *buf)
+        return *buf;
+    free(*buf);
+    *cap = 0;
+    *buf = n <= SIZE_MAX / es ? malloc(n * es) : NULL;
+    if (*buf)
+        *cap = n;
+    return *buf;
+}
+
+/* See exact.h: a prepared pair for one call. */
 long rp_exact_rows(const skywcs *in, const rp_plane *src, const skywcs *out, long out_nx,
                    long out_ny, long out_y0, long out_y1, double max_coord_error,
                    double *dst, double *footprint, char *err, size_t errlen)
 {
     if (!in || !out || !src || !src->data || !dst) {
         tess_seterr(err, errlen, "missing WCS, plane or output array");
+        return TESS_EINVAL;
+    }
+    int code;
+    rp_exact_ctx *c = ctx_create(in, out, &code, err, errlen);
+    if (!c)
+        return code;
+    long rc = rp_exact_rows_ctx(c, src, out_nx, out_ny, out_y0, out_y1, max_coord_error, dst,
+                                footprint, err, errlen);
+    rp_exact_ctx_free(c);
+    return rc;
+}
+
+/* See exact.h.  Memory (in ctx, kept between calls): 32 bytes per output pixel of the
+ * requested rows (48 with the solid angle correction), plus ~130 doubles per input column
+ * for a band.  Errors: TESS_EINVAL (NULL arguments, sizes < 1 or too large, rows not
+ * within 0 <= out_y0 <= out_y1 <= out_ny, an unknown dtype, max_coord_error negative or
+ * not finite), TESS_ENOMEM; on error the requested rows of dst and footprint are
+ * unspecified. */
+long rp_exact_rows_ctx(rp_exact_ctx *ctx, const rp_plane *src, long out_nx, long out_ny,
+                       long out_y0, long out_y1, double max_coord_error, double *dst,
+                       double *footprint, char *err, size_t errlen)
+{
+    if (!ctx || !src || !src->data || !dst) {
+        tess_seterr(err, errlen, "missing prepared WCS pair, plane or output array");
         return TESS_EINVAL;
     }
     if (src->dtype != RP_F32 && src->dtype != RP_F64) {
@@ -633,63 +758,79 @@ long rp_exact_rows(const skywcs *in, const rp_plane *src, const skywcs *out, lon
         tess_seterr(err, errlen, "max_coord_error: must be a finite number >= 0");
         return TESS_EINVAL;
     }
-    if (skywcs_check_pair(in, out, err, errlen))
-        return TESS_EINVAL;
     if (out_y0 == out_y1)
         return 0;
 
     const long rows = out_y1 - out_y0;
-    long cell = EX_CELL;
-    int cshift = 0;
-    while ((1L << cshift) < cell)
-        cshift++;
-    while (((in_nx + cell - 1) / cell + 1) * ((in_ny + cell - 1) / cell + 1) > EX_MAX_NODES) {
-        cell *= 2;
-        cshift++;
-    }
-    const long ncx = (in_nx + cell - 1) / cell, ncy = (in_ny + cell - 1) / cell;
-
-    skywcs *wout = skywcs_naxis(out) == 2 ? skywcs_copy(out) : skywcs_celestial(out);
-    if (!wout) {
-        int coupled = skywcs_naxis(out) != 2;
-        tess_seterr(err, errlen, "%s",
-                    coupled ? "output celestial axes not separable from the others"
-                            : "out of memory");
-        return coupled ? TESS_EINVAL : TESS_ENOMEM;
-    }
-    if (skywcs_naxis(in) != 2) {
-        skywcs *t = skywcs_celestial(in);
-        if (!t) {
-            tess_seterr(err, errlen, "input celestial axes not separable from the others");
-            skywcs_free(wout);
-            return TESS_EINVAL;
-        }
-        skywcs_free(t);
-    }
     long rc = 0;
+    rp_coordmap *m = ctx->m;
+    skywcs *wout = ctx->wout;
+    if (ctx->sel_nx != in_nx || ctx->sel_ny != in_ny) {
+        long cell = EX_CELL;
+        int cshift = 0;
+        while ((1L << cshift) < cell)
+            cshift++;
+        while (((in_nx + cell - 1) / cell + 1) * ((in_ny + cell - 1) / cell + 1) > EX_MAX_NODES) {
+            cell *= 2;
+            cshift++;
+        }
+        const long ncx = (in_nx + cell - 1) / cell, ncy = (in_ny + cell - 1) / cell;
+        const size_t nn = (size_t)(ncx + 1) * (size_t)(ncy + 1);
+        free(ctx->nodes);
+        ctx->sel_nx = ctx->sel_ny = 0;
+        ctx->nodes = malloc(sizeof(double) * nn * 2);
+        if (!ctx->nodes
+            || map_cell_nodes(m, in_nx, in_ny, cell, ncx, ncy, ctx->nodes, ctx->nodes + nn) != 0) {
+            rc = TESS_ENOMEM;
+            goto done;
+        }
+        ctx->sel_nx = in_nx;
+        ctx->sel_ny = in_ny;
+        ctx->cell = cell;
+        ctx->cshift = cshift;
+        ctx->ncx = ncx;
+        ctx->ncy = ncy;
+    }
+    if (ctx->mom_nx != out_nx || ctx->mom_ny != out_ny) {
+        ctx->mom_nx = ctx->mom_ny = 0;
+        ctx->moments = gradient_matters(wout, out_nx, out_ny);
+        if (ctx->moments < 0) {
+            rc = TESS_ENOMEM;
+            goto done;
+        }
+        ctx->mom_nx = out_nx;
+        ctx->mom_ny = out_ny;
+    }
+    const long cell = ctx->cell, ncx = ctx->ncx, ncy = ctx->ncy;
+    const int cshift = ctx->cshift, moments = ctx->moments;
     ex_acc acc = { NULL, EX_NAREA, out_nx, out_y0, out_y1 };
-    unsigned char *include = malloc((size_t)ncx * (size_t)ncy);
+    unsigned char *include = ctx_grow((void **)&ctx->include, &ctx->ninclude,
+                                      (size_t)ncx * (size_t)ncy, 1);
     const size_t latn = (size_t)(in_nx + 3) * (size_t)(EX_CELL + 3);
     const size_t qn = (size_t)in_nx * (size_t)EX_CELL;
-    double *lx = malloc(sizeof(double) * (latn * 2 + qn * 2));
-    rp_coordmap *m = rp_coordmap_new(in, out, err, errlen);
-    int moments = gradient_matters(wout, out_nx, out_ny);
-    if (!include || !lx || !m || moments < 0) {
+    double *lx = ctx_grow((void **)&ctx->lat, &ctx->nlat, latn * 2 + qn * 2, sizeof(double));
+    if (!include || !lx) {
         rc = TESS_ENOMEM;
         goto done;
     }
     acc.stride = moments ? EX_NALL : EX_NAREA;
     const size_t rowlen = (size_t)out_nx * acc.stride;
     acc.cells = (size_t)rows <= SIZE_MAX / sizeof(double) / rowlen
-                    ? calloc((size_t)rows * rowlen, sizeof(double)) : NULL;
+                    ? ctx_grow((void **)&ctx->cells, &ctx->ncells, (size_t)rows * rowlen,
+                               sizeof(double))
+                    : NULL;
+    if (acc.cells)
+        memset(acc.cells, 0, sizeof(double) * (size_t)rows * rowlen);
     if (!acc.cells
         || (moments && area_gradient(wout, out_nx, out_ny, out_y0, out_y1, acc.cells, acc.stride,
-                                     EX_GX, EX_GY) != 0)
-        || select_cells(m, in_nx, in_ny, cell, ncx, ncy, out_nx, out_y0, out_y1, include) != 0) {
+                                     EX_GX, EX_GY) != 0)) {
         rc = TESS_ENOMEM;
         goto done;
     }
+    select_cells(ctx->nodes, ctx->nodes + (size_t)(ncx + 1) * (size_t)(ncy + 1), ncx, ncy,
+                 out_nx, out_y0, out_y1, include);
     double *ly = lx + latn, *qv = lx + 2 * latn, *qw = qv + qn;
+    const double ylo = (double)out_y0 - 0.5, yhi = (double)out_y1 - 0.5;
 
     for (long l = 0; l < ncy; l++) {
         const unsigned char *inc = include + (size_t)l * (size_t)ncx;
@@ -739,6 +880,12 @@ long rp_exact_rows(const skywcs *in, const rp_plane *src, const skywcs *out, lon
                     const size_t p01 = p00 + (size_t)w;
                     const double qx[4] = { lx[p00], lx[p00 + 1], lx[p01 + 1], lx[p01] };
                     const double qy[4] = { ly[p00], ly[p00 + 1], ly[p01 + 1], ly[p01] };
+                    /* Wholly above or below the rows: none of its edges deposits here
+                     * (add_edge drops them), nor do the edges it shares with neighbours,
+                     * so leaving it out changes nothing. */
+                    if ((qy[0] <= ylo && qy[1] <= ylo && qy[2] <= ylo && qy[3] <= ylo)
+                        || (qy[0] >= yhi && qy[1] >= yhi && qy[2] >= yhi && qy[3] >= yhi))
+                        continue;
                     if (!(fabs(qx[0]) < EX_COORD_MAX && fabs(qx[1]) < EX_COORD_MAX
                           && fabs(qx[2]) < EX_COORD_MAX && fabs(qx[3]) < EX_COORD_MAX
                           && fabs(qy[0]) < EX_COORD_MAX && fabs(qy[1]) < EX_COORD_MAX
@@ -829,10 +976,5 @@ long rp_exact_rows(const skywcs *in, const rp_plane *src, const skywcs *out, lon
 done:
     if (rc < 0)
         tess_seterr(err, errlen, "out of memory");
-    rp_coordmap_free(m);
-    skywcs_free(wout);
-    free(acc.cells);
-    free(include);
-    free(lx);
     return rc;
 }

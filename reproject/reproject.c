@@ -19,6 +19,11 @@
 /* Default block edge, output pixels. */
 #define RP_BLOCK 256
 
+/* Exact (default block): bands per thread at least, unless bands would get shorter
+ * than RP_EXACT_MIN_BAND rows. */
+#define RP_EXACT_SHARE 4
+#define RP_EXACT_MIN_BAND 32
+
 /* Positions gathered per batch when interpolated positions next to a sampling decision
  * are recomputed exactly. */
 #define RP_FIXCAP 1024
@@ -105,6 +110,7 @@ typedef struct worker {
     double *fx, *fy, *gx, *gy;     /* RP_FIXCAP each */
     size_t *fidx;
     double *band, *fband;          /* exact: band * nx each */
+    rp_exact_ctx *ex;              /* exact: scratch kept from band to band */
 } worker;
 
 static void worker_release(worker *w)
@@ -114,6 +120,7 @@ static void worker_release(worker *w)
     free(w->fx);
     free(w->fidx);
     free(w->band);
+    rp_exact_ctx_free(w->ex);
     memset(w, 0, sizeof *w);
 }
 
@@ -127,6 +134,12 @@ static int worker_init(worker *w, const job *j, char *err, size_t errlen)
         w->band = malloc(sizeof(double) * n * 2);
         if (!w->band) {
             tess_seterr(err, errlen, "out of memory");
+            return TESS_ENOMEM;
+        }
+        /* The pair was validated by rp_reproject: only memory can be missing. */
+        w->ex = rp_exact_ctx_new(j->in, j->out, err, errlen);
+        if (!w->ex) {
+            worker_release(w);
             return TESS_ENOMEM;
         }
         w->fband = w->band + n;
@@ -314,8 +327,8 @@ static int exact_band(worker *w, const job *j, long u, long *finite, long *insid
     rp_plane sp = { cube_plane(j->src, z), j->src->dtype, j->src->nx, j->src->ny };
     int f64 = j->dst->dtype == RP_F64;
     double *dbase = f64 ? (double *)cube_plane(j->dst, z) : band_base(w->band, y0, nx);
-    long rc = rp_exact_rows(j->in, &sp, j->out, nx, ny, y0, y1, j->mce, dbase,
-                            band_base(w->fband, y0, nx), err, errlen);
+    long rc = rp_exact_rows_ctx(w->ex, &sp, nx, ny, y0, y1, j->mce, dbase,
+                                band_base(w->fband, y0, nx), err, errlen);
     if (rc < 0)
         return (int)rc;
     const double *v = f64 ? dbase + off : w->band;
@@ -624,6 +637,17 @@ long rp_reproject(const skywcs *in, const rp_cube *src, const skywcs *out, rp_cu
         j.in = cin;
         j.out = cout;
         j.band = block / 2 > 0 ? block / 2 : 1;
+        /* By default, bands short enough that each thread gets RP_EXACT_SHARE of them
+         * (taken in turn, so that a thread that drew cheap bands takes more and the
+         * last band to finish is short), but not under RP_EXACT_MIN_BAND rows: every
+         * band maps again the input corners next to its edges (measured on 1000 x 1000
+         * pixels: 0.2 ms a band at 64 rows, 0.5 ms at 32, 1 ms at 16, of ~110 ms). */
+        if (opt->block == 0 && threads > 1) {
+            long share = (dst->ny + (long)threads * RP_EXACT_SHARE - 1)
+                         / ((long)threads * RP_EXACT_SHARE);
+            share = share > RP_EXACT_MIN_BAND ? share : RP_EXACT_MIN_BAND;
+            j.band = share < j.band ? share : j.band;
+        }
         if (j.band > dst->ny)
             j.band = dst->ny;
         j.nbands = (dst->ny + j.band - 1) / j.band;

@@ -54,7 +54,9 @@ typedef struct rp_options {
     long block;                 /* block edge, output pixels (0 = 256); exact works in
                                    bands of block / 2 rows of the full width (each band
                                    call of rp_exact_rows has a fixed cost: fewer, taller
-                                   bands are faster) */
+                                   bands are faster); with 0 and several threads, bands
+                                   are shortened (not below 32 rows) so that each
+                                   thread gets at least 4 */
     rp_progress_fn progress;    /* may be NULL */
     void *progress_arg;
     rp_block_fn block_done;     /* may be NULL */

@@ -160,6 +160,28 @@ static int is_default_wcs(const struct wcsprm *w)
  * WCS, as astropy does) is refused.
  * Errors: TESS_EINVAL (malformed, no WCS, wcslib error; `err` has wcslib's message),
  * TESS_ENOMEM.  *out is NULL on error. */
+/* 1 when the value of `card` (80 characters) opens a string that the card does not
+ * close (FITS 4.0 section 4.2.1: '' inside a string is a quote). */
+static int unterminated_string(const char *card)
+{
+    if (card[8] != '=' || card[9] != ' ')
+        return 0;
+    int i = 10;
+    while (i < 80 && card[i] == ' ')
+        i++;
+    if (i >= 80 || card[i] != '\'')
+        return 0;
+    for (i++; i < 80; i++) {
+        if (card[i] == '\'') {
+            if (i + 1 < 80 && card[i + 1] == '\'')
+                i++;
+            else
+                return 0;
+        }
+    }
+    return 1;
+}
+
 int skywcs_parse(const char *cards, int nkeys, skywcs **out, char *err, size_t errlen)
 {
     if (out)
@@ -181,6 +203,13 @@ int skywcs_parse(const char *cards, int nkeys, skywcs **out, char *err, size_t e
     }
     memcpy(hdr, cards, len);
     hdr[len] = '\0';
+    /* wcslib 7.12's wcspih overflows a buffer (and glibc aborts the process) on two
+     * string-valued WCS cards whose strings are not closed, e.g. RADESYS = 'ICRS then
+     * DATE-OBS= '2000 (found by tests/fuzz/fuzz_header).  wcspih rejects such cards
+     * anyway: turn them into comments first. */
+    for (int i = 0; i < nkeys; i++)
+        if (unterminated_string(hdr + (size_t)i * 80))
+            memcpy(hdr + (size_t)i * 80, "COMMENT ", 8);
 
     int nreject = 0, nwcs = 0;
     struct wcsprm *all = NULL;
@@ -230,7 +259,10 @@ int skywcs_parse(const char *cards, int nkeys, skywcs **out, char *err, size_t e
      * WCS they leave unusable is caught by wcsset() below. */
     int stat[NWCSFIX];
     (void)wcsfix(0, NULL, &w->wcs, stat);
-    st = wcsset(&w->wcs);
+    /* celfix() runs wcsset() itself; when that failed, a second wcsset() would leak
+     * the first one's linear-transform arrays (wcslib 7.12, found by
+     * tests/fuzz/fuzz_header), and it would fail again: report the error now. */
+    st = stat[CELFIX] > 0 ? WCSERR_BAD_PARAM : wcsset(&w->wcs);
     if (st != 0) {
         tess_seterr(err, errlen, "wcsset: %s", wcs_errmsg[st]);
         wcsfree(&w->wcs);

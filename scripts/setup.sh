@@ -4,7 +4,7 @@
 set -eu
 PKGS="build-essential autoconf automake pkg-config curl ca-certificates
 libmicrohttpd-dev libcfitsio-dev wcslib-dev libpng-dev libjansson-dev
-libcurl4-openssl-dev check libjpeg62-turbo-dev libchealpix-dev libfftw3-dev libsqlite3-dev"
+libcurl4-openssl-dev check clang valgrind libjpeg62-turbo-dev libchealpix-dev libfftw3-dev libsqlite3-dev"
 SUDO=""
 if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
 missing=""
@@ -17,4 +17,27 @@ if [ -n "$missing" ]; then
     DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends $missing
 else
     echo "setup: all packages present"
+fi
+
+# The web viewer (viewer/) and its browser tests (tests/e2e/): Debian's chromium, Node.js
+# and npm when missing, then the npm packages of package-lock.json (aladin-lite,
+# openseadragon, uplot, playwright-core) into node_modules/.  TESSERA_NO_VIEWER=1 skips this.
+if [ "${TESSERA_NO_VIEWER:-0}" != "1" ]; then
+    top=$(cd "$(dirname "$0")/.." && pwd)
+    web=""
+    command -v node >/dev/null 2>&1 || web="$web nodejs"
+    command -v npm >/dev/null 2>&1 || web="$web npm"
+    command -v chromium >/dev/null 2>&1 || web="$web chromium"
+    if [ -n "$web" ]; then
+        echo "setup: installing$web"
+        $SUDO apt-get update -qq
+        DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends $web
+    fi
+    if [ ! -f "$top/node_modules/.package-lock.json" ] ||
+       [ "$top/package-lock.json" -nt "$top/node_modules/.package-lock.json" ]; then
+        echo "setup: npm ci (viewer libraries and playwright-core)"
+        (cd "$top" && npm ci --no-audit --no-fund --loglevel=error)
+    else
+        echo "setup: npm packages present"
+    fi
 fi

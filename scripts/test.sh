@@ -6,9 +6,40 @@ top=$(cd "$(dirname "$0")/.." && pwd)
 cd "$top/build"
 make -j"$(nproc)" check >make-check.out 2>&1
 status=$?
+# Hardening (CI, or TESSERA_HARDENING=1): a short run of each fuzz target, the suite under
+# ASan+UBSan, a subset under valgrind.  Their Check-style summaries land in tests/fuzz,
+# tests/asan and tests/valgrind and are counted below.  Adds about 15 min on 2 cores.
+rm -rf tests/fuzz tests/asan tests/valgrind
+if [ -n "${CI:-}" ] || [ "${TESSERA_HARDENING:-0}" = 1 ]; then
+    "$top/scripts/fuzz.sh" "${TESSERA_FUZZ_SECONDS:-20}" >fuzz.out 2>&1
+    "$top/scripts/sanitize.sh" asan >asan.out 2>&1
+    "$top/scripts/sanitize.sh" valgrind >valgrind.out 2>&1
+fi
 passed=0
 failed=0
-for log in tests/unit/*.log tests/http/*.log; do
+# Browser tests of the viewer (tests/e2e/run.mjs: headless Chromium via playwright-core,
+# screenshots in build/tests/e2e/screenshots); their Check-style summary is in
+# tests/e2e/e2e.log.  They need node, chromium and `npm ci` (scripts/setup.sh); in CI
+# (CI=true) missing them is a failure, elsewhere the tests are skipped with a note.
+rm -f tests/e2e/e2e.log
+if command -v node >/dev/null 2>&1 && command -v "${CHROMIUM:-chromium}" >/dev/null 2>&1 &&
+   [ -d "$top/node_modules/playwright-core" ]; then
+    TESSERAD="$top/build/tesserad" E2E_OUT="$top/build/tests/e2e" \
+        timeout 900 node "$top/tests/e2e/run.mjs" >e2e.out 2>&1
+    if [ ! -f tests/e2e/e2e.log ]; then
+        echo "test: the browser tests did not start:"
+        tail -n 20 e2e.out
+        failed=$((failed + 1))
+    fi
+    grep -E '^e2e: .*SKIPPED' e2e.out || true
+elif [ "${CI:-}" = "true" ]; then
+    echo "test: the browser tests cannot run (need node, chromium and npm ci: scripts/setup.sh)"
+    failed=$((failed + 1))
+else
+    echo "test: browser tests skipped (need node, chromium and npm ci: scripts/setup.sh)"
+fi
+for log in tests/unit/*.log tests/http/*.log tests/e2e/*.log tests/fuzz/*.log tests/asan/*.log \
+    tests/valgrind/*.log; do
     [ -f "$log" ] || continue
     case "$log" in *test-suite.log) continue ;; esac
     # Check's summary line: "100%: Checks: N, Failures: F, Errors: E"
@@ -24,7 +55,12 @@ for log in tests/unit/*.log tests/http/*.log; do
     e=$(echo "$line" | sed -E 's/.*Errors: ([0-9]+).*/\1/')
     passed=$((passed + n - f - e))
     failed=$((failed + f + e))
-    echo "test: $(basename "$log" .log): $line"
+    case "$log" in
+    tests/fuzz/* | tests/asan/* | tests/valgrind/*)
+        name=$(basename "$(dirname "$log")")/$(basename "$log" .log) ;;
+    *) name=$(basename "$log" .log) ;;
+    esac
+    echo "test: $name: $line"
     grep -E ':[EF]:' "$log" || true
     grep -E '^golden ' "$log" || true
 done

@@ -1,6 +1,7 @@
 /* Catalog of configured datasets: path resolution inside the data roots, headers, WCS. */
 #include "server/catalog.h"
 #include "imageio/fitsimg.h"
+#include "imageio/stack.h"
 #include "util/error.h"
 
 #include <glob.h>
@@ -14,6 +15,8 @@
 #include <string.h>
 
 #define CATALOG_MAX_FRAMES 100000
+/* Frames (files) of one dataset kept open (mapped or decoded) at most. */
+#define CATALOG_MAX_OPEN_FRAMES 64
 
 /* Mutable part of a dataset: its current version, rechecked at most once a second. */
 struct ds_state {
@@ -21,6 +24,7 @@ struct ds_state {
     double checked;          /* CLOCK_MONOTONIC seconds of the last check */
     char version[64];
     char *profile_path;      /* profile-friendly copy (a rechunk product), or NULL */
+    stack *reader;           /* lazy reader of the pixels (imageio/stack.h) */
 };
 
 static double now_s(void)
@@ -126,6 +130,7 @@ static void dataset_release(dataset *d)
     if (d->state) {
         pthread_mutex_destroy(&d->state->lock);
         free(d->state->profile_path);
+        stack_free(d->state->reader);
         free(d->state);
     }
     memset(d, 0, sizeof(*d));
@@ -198,7 +203,7 @@ static int open_one(const tess_config *cfg, const ds_config *dc, int trusted, da
 
     for (int i = 0; i < d->npaths; i++) {
         fitsimg_info info;
-        if ((rc = fitsimg_read_info(d->paths[i], d->hdu, &info, why, sizeof(why)))) {
+        if ((rc = frame_read_info(d->paths[i], d->hdu, &info, why, sizeof(why)))) {
             tess_seterr(err, errlen, "dataset '%s': %s", d->name, why);
             return rc;
         }
@@ -236,6 +241,10 @@ static int open_one(const tess_config *cfg, const ds_config *dc, int trusted, da
     compute_version(d, d->version, sizeof(d->version));
     snprintf(d->state->version, sizeof(d->state->version), "%s", d->version);
     d->state->checked = now_s();
+    d->state->reader = stack_new((const char *const *)d->paths, d->npaths, d->hdu, d->nx, d->ny,
+                                 d->nz, CATALOG_MAX_OPEN_FRAMES);
+    if (!d->state->reader)
+        return TESS_ENOMEM;
 
     /* A header without WCS keywords still parses (wcslib gives linear pixel axes);
      * only the celestial part matters for reprojection. */
@@ -383,7 +392,10 @@ int dataset_read_region(const dataset *d, long z, long x0, long y0, long w, long
         tess_seterr(err, errlen, "plane %ld outside 0..%ld", z, d->nz - 1);
         return TESS_ERANGE;
     }
-    if (d->kind == DS_STACK)
-        return fitsimg_read_region(d->paths[z], d->hdu, 0, x0, y0, w, h, out, err, errlen);
-    return fitsimg_read_region(d->paths[0], d->hdu, z, x0, y0, w, h, out, err, errlen);
+    return stack_read_region(d->state->reader, z, x0, y0, w, h, out, err, errlen);
+}
+
+stack *dataset_stack(const dataset *d)
+{
+    return d->state->reader;
 }

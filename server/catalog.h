@@ -65,9 +65,16 @@ const dataset *catalog_find(catalog *c, const char *name);
 const char *ds_kind_name(ds_kind k);   /* "image", "cube", "stack" */
 
 /* Reads the w x h region at (x0, y0) of plane z (0-based, as fitsimg_read_region) as
- * physical values.  Returns 0 or a TESS_E* code with `err`. */
+ * physical values, through the dataset's reader (dataset_stack).  Thread-safe.  Returns
+ * 0 or a TESS_E* code with `err`. */
 int dataset_read_region(const dataset *d, long z, long x0, long y0, long w, long h, double *out,
                         char *err, size_t errlen);
+
+/* The reader of the dataset's pixels (imageio/stack.h: planes on any axis, series; FITS
+ * memory-mapped, PNG frames decoded, a bounded number of frames open), owned by the
+ * dataset, thread-safe.  Never NULL for an opened dataset. */
+struct stack;
+struct stack *dataset_stack(const dataset *d);
 
 /* The current identity of the dataset's files ("<size>-<mtime hash>" in hex), copied to
  * `out`: the files are stat(2)ed again when the last check is more than a second old, so

@@ -25,6 +25,10 @@ int config_init(tess_config *c)
     c->max_queued_jobs = 64;
     c->max_queue = 256;
     c->max_connections = 256;
+    c->connection_timeout_s = 30;
+    c->error_log = strdup("-");
+    if (!c->error_log)
+        return TESS_ENOMEM;
     return 0;
 }
 
@@ -37,6 +41,8 @@ void config_release(tess_config *c)
     free(c->cache_disk_dir);
     free(c->jobs_dir);
     free(c->jobs_token);
+    free(c->access_log);
+    free(c->error_log);
     for (int i = 0; i < c->n_datasets; i++) {
         free(c->datasets[i].name);
         free(c->datasets[i].path);
@@ -190,10 +196,11 @@ static int check_keys(json_t *obj, const char *where, const char *const *known, 
 static int load_json(json_t *root, tess_config *c, const char *base, char *err, size_t errlen)
 {
     static const char *const top_keys[] = {"listen", "threads", "data_roots", "cache", "limits",
-                                           "jobs", "datasets", NULL};
+                                           "jobs", "datasets", "access_log", "error_log", NULL};
     static const char *const cache_keys[] = {"memory_mb", "planes_mb", "disk_dir", "disk_mb", NULL};
     static const char *const limit_keys[] = {"max_output_pixels", "max_body_mb", "max_queued_jobs",
-                                             "max_queue", "max_connections", NULL};
+                                             "max_queue", "max_connections",
+                                             "connection_timeout_s", NULL};
     static const char *const job_keys[] = {"dir", "token", NULL};
     static const char *const ds_keys[] = {"name", "path", "hdu", "frames", "hips_frame", NULL};
     int rc;
@@ -289,6 +296,21 @@ static int load_json(json_t *root, tess_config *c, const char *base, char *err, 
         if ((rc = get_int(limits, "max_connections", "limits.", 1, 1 << 16, &v, err, errlen)))
             return rc;
         c->max_connections = (int)v;
+        v = c->connection_timeout_s;
+        if ((rc = get_int(limits, "connection_timeout_s", "limits.", 1, 3600, &v, err, errlen)))
+            return rc;
+        c->connection_timeout_s = (int)v;
+    }
+    if ((rc = get_str(root, "access_log", "", &c->access_log, err, errlen)) ||
+        (rc = get_str(root, "error_log", "", &c->error_log, err, errlen)))
+        return rc;
+    if (c->error_log && strcmp(c->error_log, "none") == 0) {
+        free(c->error_log);
+        c->error_log = NULL;
+    }
+    if (c->access_log && strcmp(c->access_log, "none") == 0) {
+        free(c->access_log);
+        c->access_log = NULL;
     }
 
     json_t *jobs = json_object_get(root, "jobs");

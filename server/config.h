@@ -29,6 +29,10 @@ typedef struct tess_config {
     int max_queued_jobs;         /* limits.max_queued_jobs, default 64 */
     size_t max_queue;            /* pool queue length before 503, default 256 */
     int max_connections;         /* simultaneous connections, default 256 */
+    int connection_timeout_s;    /* limits.connection_timeout_s: idle connection closed, default 30 */
+    char *access_log;            /* access_log: Combined Log Format file, "-" = stderr, NULL = none */
+    char *error_log;             /* error_log: JSON-lines file of 5xx and job failures, "-" = stderr
+                                    (the default), NULL after "none" */
     char *jobs_dir;              /* jobs.dir, may be NULL */
     char *jobs_token;            /* jobs.token, may be NULL */
     ds_config *datasets;

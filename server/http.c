@@ -4,12 +4,14 @@
 #include "server/problem.h"
 #include "server/jobs.h"
 #include "server/jobtypes.h"
+#include "server/oplog.h"
 #include "util/buf.h"
 #include "util/error.h"
 
 #include <arpa/inet.h>
 #include <microhttpd.h>
 #include <netinet/in.h>
+#include <sys/socket.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -44,12 +46,20 @@ typedef struct tserver_priv {
     unsigned long long bucket[NBUCKETS + 1];
     double latency_sum;
     unsigned long long latency_count;
+    oplog *access;                    /* access_log, or NULL */
+    int nconn;                        /* open connections (atomic) */
 } tserver_priv;
 
 typedef struct hreq_priv {
     hreq pub;
     struct timespec start;
     size_t body_cap;
+    char *raw_uri;                    /* the request target as sent (access log) */
+    long arrival;                     /* time(2) of the request line */
+    int sent_status;                  /* status queued, 0 = none yet */
+    long long sent_bytes;             /* body bytes of that answer */
+    int close_conn;                   /* answer with Connection: close */
+    char proto[16];                   /* "HTTP/1.1" */
 } hreq_priv;
 
 static double elapsed_s(const struct timespec *a)
@@ -408,6 +418,16 @@ static void route(hreq *r)
                 return method_not_allowed(r, "GET");
             return handle_slice(r, d, slash + 7);
         }
+        if (strcmp(slash, "/series") == 0 || strcmp(slash, "/reduce") == 0) {
+            if (!get)
+                return method_not_allowed(r, "GET");
+            return slash[1] == 's' ? handle_series(r, d) : handle_reduce(r, d);
+        }
+    }
+    if (strcmp(u, "/") == 0 || strncmp(u, "/viewer/", 8) == 0 || strncmp(u, "/vendor/", 8) == 0) {
+        if (!get)
+            return method_not_allowed(r, "GET");
+        return handle_viewer(r, u);
     }
     problem_reply(r, 404, NULL, "no such resource: %.200s", u);
 }
@@ -480,6 +500,10 @@ static enum MHD_Result send_reply(hreq *r)
         MHD_add_response_header(resp, MHD_HTTP_HEADER_ALLOW, rep->allow);
     if (rep->location)
         MHD_add_response_header(resp, MHD_HTTP_HEADER_LOCATION, rep->location);
+    if (rep->x_shape[0] && status == 200) {
+        MHD_add_response_header(resp, "X-Shape", rep->x_shape);
+        MHD_add_response_header(resp, "X-Dtype", "<f4");
+    }
     if (rep->www_authenticate)
         MHD_add_response_header(resp, MHD_HTTP_HEADER_WWW_AUTHENTICATE, rep->www_authenticate);
     /* Everything served is public and read-only: browser viewers on other origins
@@ -492,7 +516,25 @@ static enum MHD_Result send_reply(hreq *r)
                                 "Content-Type, If-None-Match, Authorization");
         MHD_add_response_header(resp, "Access-Control-Max-Age", "86400");
     }
-    MHD_add_response_header(resp, "Access-Control-Expose-Headers", "ETag, X-Cache");
+    MHD_add_response_header(resp, "Access-Control-Expose-Headers",
+                            "ETag, X-Cache, X-Shape, X-Dtype");
+    hreq_priv *hp = (hreq_priv *)r;
+    if (hp->close_conn)
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_CONNECTION, "close");
+    hp->sent_status = status;
+    hp->sent_bytes = status == 304 ? 0
+                     : rep->file_len && !rep->body ? (long long)rep->file_len
+                     : rep->body ? (long long)rep->body->len : 0;
+    if (status >= 500 && status != 503 && r->srv->cfg->error_log) {
+        /* The problem document is JSON: embed it as it is (NULL when not JSON). */
+        json_t *problem = rep->body && strstr(rep->body->content_type, "json")
+                              ? json_loadb((const char *)rep->body->data, rep->body->len, 0, NULL)
+                              : NULL;
+        oplog_error_event(r->srv->cfg->error_log,
+                          json_pack("{s:s, s:i, s:s, s:s, s:o*}", "event", "http_error",
+                                    "status", status, "method", r->method, "uri",
+                                    hp->raw_uri ? hp->raw_uri : r->url, "problem", problem));
+    }
     enum MHD_Result ret = MHD_queue_response(r->conn, (unsigned)status, resp);
     MHD_destroy_response(resp);
     tserver_priv *sp = (tserver_priv *)r->srv;
@@ -510,24 +552,35 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
 {
     tserver *s = cls;
     hreq_priv *rp = *con_cls;
-    if (!rp) {
-        rp = calloc(1, sizeof(*rp));
-        if (!rp)
+    if (!rp || !rp->pub.srv) {
+        /* First call: rp comes from on_uri_log (raw URI only) or is made here. */
+        if (!rp && !(rp = calloc(1, sizeof(*rp))))
             return MHD_NO;
+        *con_cls = rp;
+        if (!rp->arrival)
+            rp->arrival = (long)time(NULL);
         clock_gettime(CLOCK_MONOTONIC, &rp->start);
         hreq *r = &rp->pub;
         r->srv = s;
         r->conn = conn;
         r->rep.x_cache = -1;
         snprintf(r->method, sizeof(r->method), "%s", method);
+        snprintf(rp->proto, sizeof(rp->proto), "%s", version);
         size_t ulen = strnlen(url, HTTP_MAX_URL + 1);
         r->url = strndup(url, ulen > HTTP_MAX_URL ? HTTP_MAX_URL : ulen);
-        if (!r->url) {
-            free(rp);
-            return MHD_NO;
-        }
+        if (!r->url)
+            return MHD_NO;   /* on_completed frees rp */
         rp->body_cap = s->cfg->max_body_mb * 1024 * 1024;
-        *con_cls = rp;
+        /* Over limits.max_connections (the daemon itself admits some more, so that
+         * they can be told): 503 with Retry-After, and the connection is closed. */
+        tserver_priv *sp0 = (tserver_priv *)s;
+        if (__atomic_load_n(&sp0->nconn, __ATOMIC_ACQUIRE) > s->cfg->max_connections) {
+            rp->close_conn = 1;
+            problem_reply(r, 503, NULL, "too many connections (limits.max_connections = %d); "
+                          "retry shortly", s->cfg->max_connections);
+            r->rep.retry_after = 1;
+            return send_reply(r);
+        }
         /* A declared body over the limit is refused before it is sent (this also
          * answers "Expect: 100-continue" with 413 instead of 100). */
         const char *cl = MHD_lookup_connection_value(conn, MHD_HEADER_KIND,
@@ -569,9 +622,15 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     if (st == 1)
         return MHD_YES;   /* spurious call while suspended work runs */
     if (st == 0) {
+        const char *nul = rp->raw_uri ? strstr(rp->raw_uri, "%00") : NULL;
         if (strlen(url) > HTTP_MAX_URL)
             problem_reply(r, 414, NULL, "URL longer than %d bytes", HTTP_MAX_URL);
-        else
+        else if (nul) {
+            /* A decoded NUL would cut a name short ("horsehead%00" is not "horsehead"). */
+            const char *q = strchr(rp->raw_uri, '?');
+            problem_reply(r, 400, q && q < nul ? "query" : "path",
+                          "the request target contains an encoded NUL byte (%%00)");
+        } else
             route(r);
         if (r->async_state == 1)
             return MHD_YES;
@@ -587,6 +646,33 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
         return;
     tserver_priv *sp = cls;
     hreq *r = &rp->pub;
+    if (!r->srv) {
+        /* The request line came, the request never reached on_request. */
+        free(rp->raw_uri);
+        free(rp);
+        *con_cls = NULL;
+        return;
+    }
+    if (sp->access) {
+        char host[INET6_ADDRSTRLEN] = "-";
+        const union MHD_ConnectionInfo *ci =
+            MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+        if (ci && ci->client_addr) {
+            const struct sockaddr *sa = ci->client_addr;
+            if (sa->sa_family == AF_INET)
+                inet_ntop(AF_INET, &((const struct sockaddr_in *)sa)->sin_addr, host, sizeof host);
+            else if (sa->sa_family == AF_INET6)
+                inet_ntop(AF_INET6, &((const struct sockaddr_in6 *)sa)->sin6_addr, host,
+                          sizeof host);
+        }
+        oplog_access(sp->access, host, rp->arrival, r->method, rp->raw_uri ? rp->raw_uri : r->url,
+                     rp->proto,
+                     rp->sent_status ? rp->sent_status : 499,
+                     rp->sent_status ? rp->sent_bytes : -1,
+                     MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_REFERER),
+                     MHD_lookup_connection_value(conn, MHD_HEADER_KIND,
+                                                 MHD_HTTP_HEADER_USER_AGENT));
+    }
     double dt = elapsed_s(&rp->start);
     pthread_mutex_lock(&sp->stats_lock);
     size_t i = 0;
@@ -608,8 +694,40 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
     free(r->cache_key);
     free(r->body);
     free(r->url);
+    free(rp->raw_uri);
     free(rp);
     *con_cls = NULL;
+}
+
+/* Called by libmicrohttpd with the request target as sent, before on_request: keeps it
+ * for the access log (the URL on_request gets is decoded, without the query). */
+static void *on_uri_log(void *cls, const char *uri, struct MHD_Connection *conn)
+{
+    (void)cls;
+    (void)conn;
+    hreq_priv *rp = calloc(1, sizeof(*rp));
+    if (rp) {
+        rp->arrival = (long)time(NULL);
+        rp->raw_uri = strndup(uri, HTTP_MAX_URL);
+    }
+    return rp;
+}
+
+static void on_connection(void *cls, struct MHD_Connection *conn, void **socket_ctx,
+                          enum MHD_ConnectionNotificationCode toe)
+{
+    tserver_priv *sp = cls;
+    (void)conn;
+    (void)socket_ctx;
+    if (toe == MHD_CONNECTION_NOTIFY_STARTED)
+        __atomic_add_fetch(&sp->nconn, 1, __ATOMIC_ACQ_REL);
+    else if (toe == MHD_CONNECTION_NOTIFY_CLOSED)
+        __atomic_sub_fetch(&sp->nconn, 1, __ATOMIC_ACQ_REL);
+}
+
+int tserver_reopen_logs(tserver *s)
+{
+    return s ? oplog_reopen(((tserver_priv *)s)->access) : 0;
 }
 
 static void log_mhd(void *cls, const char *fmt, va_list ap)
@@ -646,6 +764,8 @@ int tserver_start(const tess_config *cfg, tserver **out, char *err, size_t errle
         rc = TESS_ENOMEM;
         goto fail;
     }
+    if (cfg->access_log && (rc = oplog_open(cfg->access_log, &sp->access, err, errlen)))
+        goto fail;
     if (cfg->jobs_dir) {
         jobtypes_register_all();
         if ((rc = jobs_open(cfg->jobs_dir, cfg, s->cat, s->workers, &s->jobs, err, errlen)))
@@ -677,8 +797,13 @@ int tserver_start(const tess_config *cfg, tserver **out, char *err, size_t errle
         MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&ss,
         MHD_OPTION_NOTIFY_COMPLETED, on_completed, sp,
         MHD_OPTION_THREAD_POOL_SIZE, (unsigned int)2,
-        MHD_OPTION_CONNECTION_LIMIT, (unsigned int)cfg->max_connections,
-        MHD_OPTION_CONNECTION_TIMEOUT, (unsigned int)30,
+        /* Headroom over max_connections: those get a 503 from on_request rather than
+         * waiting unanswered in the listen backlog. */
+        MHD_OPTION_CONNECTION_LIMIT,
+        (unsigned int)(cfg->max_connections + 16 + cfg->max_connections / 4),
+        MHD_OPTION_CONNECTION_TIMEOUT, (unsigned int)cfg->connection_timeout_s,
+        MHD_OPTION_URI_LOG_CALLBACK, on_uri_log, NULL,
+        MHD_OPTION_NOTIFY_CONNECTION, on_connection, sp,
         MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)(256 * 1024),
         MHD_OPTION_END);
     if (!s->daemon) {
@@ -692,6 +817,7 @@ int tserver_start(const tess_config *cfg, tserver **out, char *err, size_t errle
     *out = s;
     return 0;
 fail:
+    oplog_close(sp->access);
     jobs_close(s->jobs);
     pool_free(s->workers);
     planestore_free(s->planes);
@@ -736,6 +862,7 @@ void tserver_stop(tserver *s, int grace_s)
     planestore_free(s->planes);
     diskcache_close(s->disk);
     catalog_free(s->cat);
+    oplog_close(sp->access);
     pthread_mutex_destroy(&sp->pool_lock);
     pthread_mutex_destroy(&sp->stats_lock);
     pthread_mutex_destroy(&sp->flight_lock);

@@ -78,6 +78,10 @@ int tserver_port(const tserver *s);
  * workers and frees everything.  NULL is ignored. */
 void tserver_stop(tserver *s, int grace_s);
 
+/* Reopens the access log file (SIGHUP, after logrotate moved it).  Returns 0 or TESS_EIO
+ * (the old file stays in use).  NULL is ignored. */
+int tserver_reopen_logs(tserver *s);
+
 /* For handlers: a query parameter or NULL. */
 const char *hreq_arg(hreq *r, const char *key);
 

@@ -1,5 +1,6 @@
 /* The job runner: SQLite state, a scheduler thread, blocks on the shared pool (jobs.h). */
 #include "server/jobs.h"
+#include "server/oplog.h"
 #include "server/problem.h"
 #include "util/error.h"
 
@@ -145,9 +146,11 @@ static void tmp_of(const jobs *J, const char *id, char *out)
     snprintf(out, PATH_MAX, "%s/results/.%s.tmp", J->dir, id);
 }
 
-static void result_of(const jobs *J, const char *id, char *out)
+/* The product's final name: {id}.fits for FITS products, {id}.bin otherwise. */
+static void result_of(const jobs *J, const char *id, const char *content_type, char *out)
 {
-    snprintf(out, PATH_MAX, "%s/results/%s.fits", J->dir, id);
+    int fits = !content_type || !*content_type || strcmp(content_type, "application/fits") == 0;
+    snprintf(out, PATH_MAX, "%s/results/%s.%s", J->dir, id, fits ? "fits" : "bin");
 }
 
 static int valid_id(const char *id)
@@ -513,7 +516,7 @@ int jobs_result(jobs *J, const char *id, char *path, char *content_type, char *s
                 snprintf(content_type, 64, "%s", (const char *)sqlite3_column_text(st, 0));
             sqlite3_finalize(st);
         }
-        result_of(J, id, path);
+        result_of(J, id, content_type, path);
     }
     pthread_mutex_unlock(&J->lock);
     return rc;
@@ -569,7 +572,12 @@ static void end_job_locked(jobs *J, const char *id, const char *state, const cha
 
 static void fail_job_locked(jobs *J, const char *id, int status, const char *detail)
 {
-    fprintf(stderr, "tesserad: job %s failed: %s\n", id, detail);
+    if (J->cfg->error_log)
+        oplog_error_event(J->cfg->error_log,
+                          json_pack("{s:s, s:s, s:i, s:s}", "event", "job_failed", "job", id,
+                                    "status", status, "detail", detail));
+    else
+        fprintf(stderr, "tesserad: job %s failed: %s\n", id, detail);
     char *pj = problem_json(status, NULL, detail);
     end_job_locked(J, id, "failed", pj);
     free(pj);
@@ -607,8 +615,9 @@ static int register_product(jobs *J, const job_product *prod, const char *path, 
     return 0;
 }
 
-/* Flushes the files of finished blocks, then records them (lock held on entry and exit;
- * released around syncfs). */
+/* Flushes the files of finished blocks to disk, then records the blocks as done (lock
+ * held on entry and exit; released around syncfs).  syncfs covers whatever files the
+ * blocks wrote, so a recorded block survives a power cut, not only a killed process. */
 static void record_blocks_locked(jobs *J, const char *id, const char *wd, block_task **list)
 {
     block_task *ok = *list;
@@ -623,13 +632,9 @@ static void record_blocks_locked(jobs *J, const char *id, const char *wd, block_
     }
     pthread_mutex_lock(&J->lock);
     sqlite3_exec(J->db, "BEGIN", NULL, NULL, NULL);
-    long n = 0;
-    for (block_task *t = ok; t; t = t->next, n++)
+    for (block_task *t = ok; t; t = t->next)
         sql_run(J, "INSERT OR IGNORE INTO blocks (job, stage, block) VALUES (?1, ?2, ?3)",
                 "tii", id, (long long)t->stage, (long long)t->block);
-    sql_run(J,
-            "UPDATE jobs SET done = (SELECT COUNT(*) FROM blocks WHERE job = ?1) WHERE id = ?1",
-            "t", id);
     sqlite3_exec(J->db, "COMMIT", NULL, NULL, NULL);
     while (ok) {
         block_task *nx = ok->next;
@@ -713,6 +718,7 @@ static void run_job_locked(jobs *J, const char *id)
     int failed = 0, fail_status = 500;
     char fail_detail[300] = "";
     block_task *ok = NULL;
+    double last_record = now_mono();
     int max_inflight = J->threads > 0 ? J->threads : 1;
     for (int s = 0; s < plan.nstages && !failed && !J->cur_cancel && !J->stopping; s++) {
         long next = 0;
@@ -738,12 +744,14 @@ static void run_job_locked(jobs *J, const char *id)
                 }
                 next++;
             }
+            long newly = 0;
             while (J->completed) {
                 block_task *t = J->completed;
                 J->completed = t->next;
                 if (t->rc == 0) {
                     t->next = ok;
                     ok = t;
+                    newly++;
                 } else {
                     if (t->rc != TESS_ECANCELED && !failed) {
                         failed = 1;
@@ -754,9 +762,19 @@ static void run_job_locked(jobs *J, const char *id)
                     free(t);
                 }
             }
-            record_blocks_locked(J, id, wd, &ok);
+            /* Progress at once; the block records (after a sync) at most every 0.25 s
+             * and at the end of a stage, so that a busy disk does not slow the job. */
+            if (newly) {
+                done += newly;
+                sql_run(J, "UPDATE jobs SET done = ?2 WHERE id = ?1", "ti", id, (long long)done);
+            }
             stop = failed || J->cur_cancel || J->stopping;
-            if (J->inflight == 0 && !J->completed && (stop || next >= plan.nblocks[s]))
+            int stage_end = J->inflight == 0 && !J->completed && (stop || next >= plan.nblocks[s]);
+            if (ok && (stage_end || now_mono() - last_record >= 0.25)) {
+                record_blocks_locked(J, id, wd, &ok);
+                last_record = now_mono();
+            }
+            if (stage_end)
                 break;
             if (J->completed)
                 continue;
@@ -789,7 +807,6 @@ static void run_job_locked(jobs *J, const char *id)
     /* Every block done: write the product under a temporary name, then rename. */
     char tmp[PATH_MAX], final[PATH_MAX];
     tmp_of(J, id, tmp);
-    result_of(J, id, final);
     unlink(tmp);
     job_product prod = {0};
     pthread_mutex_unlock(&J->lock);
@@ -806,6 +823,7 @@ static void run_job_locked(jobs *J, const char *id)
         if (fd >= 0)
             close(fd);
     }
+    result_of(J, id, prod.content_type, final);
     if (rc == 0 && rename(tmp, final) != 0) {
         rc = TESS_EIO;
         tess_seterr(err, sizeof(err), "cannot move the product into place: %s", strerror(errno));
@@ -927,7 +945,8 @@ static void reregister(jobs *J)
 {
     sqlite3_stmt *st;
     if (sqlite3_prepare_v2(J->db,
-                           "SELECT id, product_dataset, attach_to FROM jobs WHERE state = "
+                           "SELECT id, product_dataset, attach_to, content_type FROM jobs "
+                           "WHERE state = "
                            "'succeeded' ORDER BY seq",
                            -1, &st, NULL) != SQLITE_OK)
         return;
@@ -939,7 +958,7 @@ static void reregister(jobs *J)
         snprintf(prod.dataset, sizeof(prod.dataset), "%s", ds ? ds : "");
         snprintf(prod.attach_to, sizeof(prod.attach_to), "%s", at ? at : "");
         char final[PATH_MAX], err[256];
-        result_of(J, id, final);
+        result_of(J, id, (const char *)sqlite3_column_text(st, 3), final);
         if (access(final, R_OK) != 0)
             continue;
         if (register_product(J, &prod, final, err, sizeof(err)))

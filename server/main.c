@@ -15,10 +15,11 @@ static void usage(FILE *f)
 {
     fprintf(f,
             "usage: tesserad [--config FILE] [--listen ADDR:PORT] [--threads N]\n"
-            "                [--demo-dir DIR] [--jobs-dir DIR]\n"
+            "                [--demo-dir DIR] [--jobs-dir DIR] [--access-log FILE]\n"
             "Serves FITS datasets over HTTP (see README.md).  Without --config it serves the\n"
             "bundled demo datasets, with jobs under $TESSERA_JOBS_DIR or the build's jobs/\n"
-            "directory.  --jobs-dir overrides jobs.dir.  SIGTERM or SIGINT stop it cleanly.\n");
+            "directory.  --jobs-dir overrides jobs.dir, --access-log (\"-\" = stderr) access_log.\n"
+            "SIGTERM or SIGINT stop it cleanly; SIGHUP reopens the access log.\n");
 }
 
 int main(int argc, char **argv)
@@ -29,18 +30,21 @@ int main(int argc, char **argv)
         {"threads", required_argument, NULL, 't'},
         {"demo-dir", required_argument, NULL, 'd'},
         {"jobs-dir", required_argument, NULL, 'j'},
+        {"access-log", required_argument, NULL, 'a'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
     const char *config_path = NULL, *listen = NULL, *demo_dir = NULL, *jobs_dir = NULL;
+    const char *access_log = NULL;
     long threads = -1;
     int c;
-    while ((c = getopt_long(argc, argv, "c:l:t:d:j:h", opts, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, "c:l:t:d:j:a:h", opts, NULL)) != -1) {
         switch (c) {
         case 'c': config_path = optarg; break;
         case 'l': listen = optarg; break;
         case 'd': demo_dir = optarg; break;
         case 'j': jobs_dir = optarg; break;
+        case 'a': access_log = optarg; break;
         case 't': {
             char *end;
             errno = 0;
@@ -80,6 +84,14 @@ int main(int argc, char **argv)
     }
     if (threads >= 0)
         cfg.threads = (int)threads;
+    if (access_log) {
+        free(cfg.access_log);
+        if (!(cfg.access_log = strdup(access_log))) {
+            fprintf(stderr, "tesserad: out of memory\n");
+            config_release(&cfg);
+            return 1;
+        }
+    }
     if (!jobs_dir && !config_path) {
         jobs_dir = getenv("TESSERA_JOBS_DIR");
         if (!jobs_dir || !*jobs_dir)
@@ -99,6 +111,7 @@ int main(int argc, char **argv)
     sigemptyset(&stop);
     sigaddset(&stop, SIGTERM);
     sigaddset(&stop, SIGINT);
+    sigaddset(&stop, SIGHUP);
     pthread_sigmask(SIG_BLOCK, &stop, NULL);
     signal(SIGPIPE, SIG_IGN);
 
@@ -114,7 +127,10 @@ int main(int argc, char **argv)
     fflush(stderr);
 
     int sig = 0;
-    sigwait(&stop, &sig);
+    while (sigwait(&stop, &sig) == 0 && sig == SIGHUP) {
+        if (tserver_reopen_logs(srv))
+            fprintf(stderr, "tesserad: SIGHUP: cannot reopen the access log\n");
+    }
     fprintf(stderr, "tesserad: %s received, finishing requests in flight\n",
             sig == SIGTERM ? "SIGTERM" : "SIGINT");
     tserver_stop(srv, 10);

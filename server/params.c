@@ -65,6 +65,10 @@ int out_format_parse(const char *s, out_format *f)
         *f = FMT_FITS;
     else if (strcmp(s, "npy") == 0)
         *f = FMT_NPY;
+    else if (strcmp(s, "jpg") == 0)
+        *f = FMT_JPG;
+    else if (strcmp(s, "raw") == 0)
+        *f = FMT_RAW;
     else
         return TESS_EINVAL;
     return 0;
@@ -72,12 +76,20 @@ int out_format_parse(const char *s, out_format *f)
 
 const char *out_format_name(out_format f)
 {
-    return f == FMT_PNG ? "png" : f == FMT_FITS ? "fits" : "npy";
+    switch (f) {
+    case FMT_PNG: return "png";
+    case FMT_FITS: return "fits";
+    case FMT_NPY: return "npy";
+    case FMT_JPG: return "jpg";
+    case FMT_RAW: return "raw";
+    }
+    return "png";
 }
 
 const char *out_format_mime(out_format f)
 {
-    return f == FMT_PNG ? "image/png" : f == FMT_FITS ? "application/fits" : "application/octet-stream";
+    return f == FMT_PNG ? "image/png" : f == FMT_FITS ? "application/fits"
+         : f == FMT_JPG ? "image/jpeg" : "application/octet-stream";
 }
 
 /* Reads an optional double; absent keeps *out.  Errors name the parameter. */
@@ -170,7 +182,8 @@ static int common_cutout(param_lookup get, void *cls, cutout_params *p, param_er
     if (opt_double(get, cls, "max_coord_error", 0, 10, &p->max_coord_error, e))
         return TESS_EINVAL;
     p->format = FMT_PNG;
-    if ((s = get(cls, "format")) && (out_format_parse(s, &p->format) || p->format == FMT_NPY))
+    if ((s = get(cls, "format")) && (out_format_parse(s, &p->format) ||
+                                     (p->format != FMT_PNG && p->format != FMT_FITS)))
         return fail(e, "format", "format must be png or fits, got '%.40s'", s);
     p->plane = 0;
     if (opt_long(get, cls, "plane", 0, 1L << 30, &p->plane, e))
@@ -243,18 +256,62 @@ static int path_long(const char **s, const char *stops, long *out)
 int params_slice_path(const char *s, slice_params *p, param_error *e)
 {
     memset(p, 0, sizeof(*p));
-    if (strncmp(s, "xy/", 3) != 0)
-        return fail(e, "plane", "slice plane must be xy (xz and yz are not served yet)");
-    memcpy(p->plane, "xy", 3);
+    if ((strncmp(s, "xy/", 3) != 0 && strncmp(s, "xz/", 3) != 0 && strncmp(s, "yz/", 3) != 0))
+        return fail(e, "plane", "slice plane must be xy, xz or yz");
+    memcpy(p->plane, s, 2);
+    p->plane[2] = '\0';
     s += 3;
     if (path_long(&s, "_", &p->w) || path_long(&s, "/", &p->h))
         return fail(e, "size", "slice size must be {W}_{H} in pixels");
     if (path_long(&s, "_", &p->x) || path_long(&s, "_", &p->y) || path_long(&s, ".", &p->z))
         return fail(e, "offset", "slice offset must be {X}_{Y}_{Z} in pixels, 0-based");
     if (out_format_parse(s, &p->format))
-        return fail(e, "format", "slice format must be png, fits or npy, got '%.20s'", s);
+        return fail(e, "format", "slice format must be png, jpg, fits, npy or raw, got '%.20s'", s);
     if (p->w < 1 || p->h < 1 || p->w > 65536 || p->h > 65536)
         return fail(e, "size", "slice width and height must be 1..65536");
+    return 0;
+}
+
+/* 1 when the 8-character keyword field `kw` is a numeric WCS keyword of FITS WCS Papers
+ * I-II (NAXISn, CRPIXn, CRVALn, CDELTn, CROTAn, CDi_j, PCi_j, PVi_m, with an optional
+ * alternate letter; LONPOLE, LATPOLE, EQUINOX). */
+static int numeric_wcs_keyword(const char *kw)
+{
+    static const char *const indexed[] = {"NAXIS", "CRPIX", "CRVAL", "CDELT", "CROTA", "CD",
+                                          "PC", "PV"};
+    static const char *const plain[] = {"LONPOLE", "LATPOLE", "EQUINOX"};
+    for (size_t i = 0; i < sizeof plain / sizeof plain[0]; i++) {
+        size_t n = strlen(plain[i]);
+        if (strncmp(kw, plain[i], n) == 0 && (n == 8 || kw[n] == ' ' || isupper((unsigned char)kw[n])))
+            return 1;
+    }
+    for (size_t i = 0; i < sizeof indexed / sizeof indexed[0]; i++) {
+        size_t n = strlen(indexed[i]);
+        if (strncmp(kw, indexed[i], n) == 0 && isdigit((unsigned char)kw[n]))
+            return 1;
+    }
+    return 0;
+}
+
+/* The value of a numeric WCS card must be a finite number (FITS allows a D exponent);
+ * wcslib would otherwise drop the card silently and use a default.  Returns 0 or -1. */
+static int check_numeric_card(const char *card, int line, param_error *e)
+{
+    if (card[8] != '=' || !numeric_wcs_keyword(card))
+        return 0;
+    char v[72];
+    size_t n = 0;
+    for (size_t i = 9; i < 80 && card[i] != '/' && n + 1 < sizeof v; i++)
+        if (card[i] != ' ')
+            v[n++] = (char)(card[i] == 'D' || card[i] == 'd' ? 'E' : card[i]);
+    v[n] = '\0';
+    char *end;
+    double d = n ? strtod(v, &end) : NAN;
+    if (n == 0 || *end != '\0' || !isfinite(d)) {
+        fail(e, "body", "header line %d: %.8s must be a finite number, got '%.30s'", line,
+             card, v);
+        return -1;
+    }
     return 0;
 }
 
@@ -313,6 +370,10 @@ int params_header_cards(const char *text, size_t len, int max_cards, char **card
                 }
                 memcpy(out + (size_t)n * 80, text + pos, cl);
                 memset(out + (size_t)n * 80 + cl, ' ', 80 - cl);
+                if (check_numeric_card(out + (size_t)n * 80, line, e)) {
+                    free(out);
+                    return TESS_EINVAL;
+                }
                 n++;
             }
         }

@@ -21,8 +21,10 @@ typedef const char *(*param_lookup)(void *cls, const char *key);
 int param_double(const char *s, double lo, double hi, double *out);
 int param_long(const char *s, long lo, long hi, long *out);
 
-typedef enum { FMT_PNG, FMT_FITS, FMT_NPY } out_format;
-int out_format_parse(const char *s, out_format *f);   /* "png", "fits", "npy" */
+/* FMT_RAW: little-endian float32, row-major (row 0 = FITS row 1), no header: the shape
+ * travels in the X-Shape response header. */
+typedef enum { FMT_PNG, FMT_FITS, FMT_NPY, FMT_JPG, FMT_RAW } out_format;
+int out_format_parse(const char *s, out_format *f);   /* "png", "fits", "npy", "jpg", "raw" */
 const char *out_format_name(out_format f);
 const char *out_format_mime(out_format f);            /* image/png, application/fits, ... */
 
@@ -53,10 +55,10 @@ int params_cutout_get(param_lookup get, void *cls, cutout_params *p, param_error
 /* POST /api/v1/cutout query: dataset, format, method, max_coord_error, plane, rendering. */
 int params_cutout_post(param_lookup get, void *cls, cutout_params *p, param_error *e);
 
-/* The part of a slice URL after "slice/": "xy/{W}_{H}/{X}_{Y}_{Z}.{png|fits|npy}".
- * Sizes 1..65536, offsets 0..2^40 (checked against the dataset by the handler). */
+/* The part of a slice URL after "slice/": "{xy|xz|yz}/{W}_{H}/{X}_{Y}_{Z}.{png|jpg|fits|
+ * npy|raw}".  Sizes 1..65536, offsets 0..2^40 (checked against the dataset by the handler). */
 typedef struct slice_params {
-    char plane[3];             /* "xy" */
+    char plane[3];             /* "xy", "xz" or "yz" */
     long w, h, x, y, z;
     out_format format;
 } slice_params;
@@ -65,7 +67,9 @@ int params_slice_path(const char *s, slice_params *p, param_error *e);
 /* Turns the body of a POST cutout into FITS cards: text with one card a line (lines
  * longer than 80 characters are an error, shorter ones are blank-padded, CR LF accepted)
  * or a raw FITS header (a multiple of 80 characters without newlines).  Stops at END.
- * Only printable ASCII is allowed.  At most `max_cards` cards.  *cards is malloc'd
+ * Only printable ASCII is allowed; numeric WCS cards (NAXISn, CRPIXn, CRVALn, CDELTn,
+ * CROTAn, CDi_j, PCi_j, PVi_m, LONPOLE, LATPOLE, EQUINOX) must hold a finite number.
+ * At most `max_cards` cards.  *cards is malloc'd
  * (80-character cards, NUL-terminated).  Returns 0, TESS_EINVAL with `e` (parameter
  * "body"), or TESS_ENOMEM. */
 int params_header_cards(const char *text, size_t len, int max_cards, char **cards, int *nkeys,

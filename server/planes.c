@@ -12,6 +12,7 @@
 #include <time.h>
 
 #include "imageio/fitsimg.h"
+#include "imageio/stack.h"
 #include "util/error.h"
 
 /* Layout.  One mutex guards the whole store: the hash table of planes, their LRU list,
@@ -272,7 +273,7 @@ static void view_fill(plane_view *v, pentry *e)
 static int load_level0(const dataset *d, pentry *e, char *err, size_t errlen)
 {
     fitsimg_info info;
-    int rc = fitsimg_read_info(e->path, e->hdu, &info, err, errlen);
+    int rc = frame_read_info(e->path, e->hdu, &info, err, errlen);   /* FITS or PNG */
     if (rc)
         return rc;
     long nplanes = info.naxes[2] * info.naxes[3];
@@ -309,10 +310,10 @@ static int load_level0(const dataset *d, pentry *e, char *err, size_t errlen)
         return TESS_ENOMEM;
     }
     if (dt == RP_F64)
-        rc = fitsimg_read_region(e->path, e->hdu, e->zf, 0, 0, d->nx, d->ny, data, err, errlen);
+        rc = frame_read_region(e->path, e->hdu, e->zf, 0, 0, d->nx, d->ny, data, err, errlen);
     else
-        rc = fitsimg_read_region_f32(e->path, e->hdu, e->zf, 0, 0, d->nx, d->ny, data, err,
-                                     errlen);
+        rc = frame_read_region_f32(e->path, e->hdu, e->zf, 0, 0, d->nx, d->ny, data, err,
+                                   errlen);
     if (rc) {
         free(data);
         return rc;

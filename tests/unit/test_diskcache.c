@@ -173,6 +173,7 @@ int main(void)
 {
     Suite *s = suite_create("diskcache");
     TCase *tc = tcase_create("core");
+    tcase_set_timeout(tc, 60); /* hundreds of file renames: slow on a busy disk */
     tcase_add_checked_fixture(tc, setup, teardown);
     tcase_add_test(tc, test_roundtrip_and_restart);
     tcase_add_test(tc, test_budget_holds_and_lru);

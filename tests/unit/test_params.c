@@ -98,7 +98,11 @@ START_TEST(test_slice_path)
     ck_assert_int_eq(s.format, FMT_FITS);
     ck_assert_int_eq(params_slice_path("xy/1_1/0_0_0.npy", &s, &e), 0);
     ck_assert_int_eq(s.format, FMT_NPY);
-    ck_assert_int_eq(params_slice_path("xz/1_1/0_0_0.png", &s, &e), TESS_EINVAL);
+    ck_assert_int_eq(params_slice_path("xz/1_1/0_0_0.png", &s, &e), 0);
+    ck_assert_str_eq(s.plane, "xz");
+    ck_assert_int_eq(params_slice_path("yz/1_1/0_0_0.raw", &s, &e), 0);
+    ck_assert_int_eq(s.format, FMT_RAW);
+    ck_assert_int_eq(params_slice_path("zx/1_1/0_0_0.png", &s, &e), TESS_EINVAL);
     ck_assert_str_eq(e.parameter, "plane");
     ck_assert_int_eq(params_slice_path("xy/1_1/0_0_0", &s, &e), TESS_EINVAL);
     ck_assert_int_eq(params_slice_path("xy/1_1/0_0_0.png/extra", &s, &e), TESS_EINVAL);

@@ -1,0 +1,263 @@
+/* Offline driver of bench/stack: times plane, series and job steps on one stack through
+ * the engine (catalog + dataset_read_region + the job types of server/job_stack.c, run
+ * on T threads the way the job runner runs them), without the HTTP daemon.
+ *
+ * usage: stackbench DIR PATTERN THREADS WORKDIR [SERIES_BEFORE]
+ *   DIR      data root holding the frames; PATTERN their glob relative to DIR
+ *   THREADS  worker threads for the jobs
+ *   WORKDIR  scratch directory (job work directories and products go there)
+ *   SERIES_BEFORE  pixels whose series is read plane by plane before rechunk (default 5)
+ * Prints "RESULT name value unit" lines. */
+#include <jansson.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "imageio/chunkstore.h"
+#include "server/catalog.h"
+#include "server/config.h"
+#include "server/job_stack.h"
+#include "util/error.h"
+
+static double now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+typedef struct stage_run {
+    const job_kind *k;
+    void *state;
+    int stage;
+    long nblocks, next;
+    pthread_mutex_t lock;
+    int rc;
+    char err[256];
+} stage_run;
+
+static void *worker(void *arg)
+{
+    stage_run *sr = arg;
+    static const volatile int no_cancel = 0;
+    for (;;) {
+        pthread_mutex_lock(&sr->lock);
+        long b = sr->next < sr->nblocks ? sr->next++ : -1;
+        pthread_mutex_unlock(&sr->lock);
+        if (b < 0)
+            return NULL;
+        char err[256] = "";
+        int rc = sr->k->run_block(sr->state, sr->stage, b, &no_cancel, err, sizeof err);
+        if (rc) {
+            pthread_mutex_lock(&sr->lock);
+            sr->rc = rc;
+            snprintf(sr->err, sizeof sr->err, "%s", err);
+            pthread_mutex_unlock(&sr->lock);
+        }
+    }
+}
+
+/* Runs a job to its product `product`; returns seconds, or -1 on failure. */
+static double run_job(const job_kind *k, const job_env *env, const char *body_text,
+                      const char *workroot, const char *product, int threads)
+{
+    json_error_t je;
+    json_t *body = json_loads(body_text, 0, &je);
+    job_problem pb;
+    if (!body || k->validate(body, env, &pb) != 0) {
+        fprintf(stderr, "stackbench: %s refused: %s %s\n", body_text, pb.field, pb.detail);
+        json_decref(body);
+        return -1;
+    }
+    char wd[4096];
+    snprintf(wd, sizeof wd, "%s/work-%s-XXXXXX", workroot, k->type);
+    if (!mkdtemp(wd)) {
+        json_decref(body);
+        return -1;
+    }
+    double t0 = now();
+    job_plan plan;
+    char err[256] = "";
+    if (k->plan(body, env, wd, &plan, err, sizeof err) != 0) {
+        fprintf(stderr, "stackbench: plan: %s\n", err);
+        json_decref(body);
+        return -1;
+    }
+    long total = 0;
+    for (int s = 0; s < plan.nstages; s++)
+        total += plan.nblocks[s];
+    int rc = 0;
+    for (int s = 0; s < plan.nstages && !rc; s++) {
+        stage_run sr = {k, plan.state, s, plan.nblocks[s], 0, PTHREAD_MUTEX_INITIALIZER, 0, ""};
+        pthread_t th[64];
+        int n = threads < 64 ? threads : 64;
+        for (int i = 0; i < n; i++)
+            pthread_create(&th[i], NULL, worker, &sr);
+        for (int i = 0; i < n; i++)
+            pthread_join(th[i], NULL);
+        if (sr.rc) {
+            fprintf(stderr, "stackbench: %s stage %d: %s\n", k->type, s, sr.err);
+            rc = sr.rc;
+        }
+    }
+    job_product prod;
+    unlink(product);
+    if (!rc && k->finish(plan.state, product, &prod, err, sizeof err) != 0) {
+        fprintf(stderr, "stackbench: finish: %s\n", err);
+        rc = -1;
+    }
+    k->release(plan.state);
+    double t = now() - t0;
+    char cmd[4200];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", wd);
+    if (system(cmd) != 0)
+        fprintf(stderr, "stackbench: cannot remove %s\n", wd);
+    json_decref(body);
+    fprintf(stderr, "stackbench: %s: %d stage(s), %ld blocks, %.3f s\n", k->type, plan.nstages,
+            total, t);
+    return rc ? -1 : t;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 5) {
+        fprintf(stderr, "usage: stackbench DIR PATTERN THREADS WORKDIR [SERIES_BEFORE]\n");
+        return 2;
+    }
+    const char *dir = argv[1], *pattern = argv[2], *workroot = argv[4];
+    int threads = atoi(argv[3]);
+    long nbefore = argc > 5 ? atol(argv[5]) : 5;
+    char text[8192], err[512];
+    snprintf(text, sizeof text,
+             "{\"data_roots\": [\"%s\"], \"datasets\": [{\"name\": \"bench\", \"frames\": \"%s\"}]}",
+             dir, pattern);
+    tess_config cfg;
+    catalog *cat = NULL;
+    if (config_init(&cfg) != 0 || config_load_text(text, &cfg, err, sizeof err) != 0 ||
+        catalog_open(&cfg, &cat, err, sizeof err) != 0) {
+        fprintf(stderr, "stackbench: %s\n", err);
+        return 1;
+    }
+    const dataset *d = catalog_find(cat, "bench");
+    long nx = d->nx, ny = d->ny, nz = d->nz;
+    printf("RESULT shape %ldx%ldx%ld frames\n", nx, ny, nz);
+    job_env env = {&cfg, cat, threads};
+    double *plane = malloc(sizeof(double) * (size_t)(nx * ny));
+    double *series = malloc(sizeof(double) * (size_t)nz);
+    double *times = malloc(sizeof(double) * 2000);
+    srand(12345);
+
+    /* xy plane (the middle frame), median of 5. */
+    for (int i = 0; i < 5; i++) {
+        double t0 = now();
+        if (dataset_read_region(d, nz / 2, 0, 0, nx, ny, plane, err, sizeof err) != 0) {
+            fprintf(stderr, "stackbench: %s\n", err);
+            return 1;
+        }
+        times[i] = now() - t0;
+    }
+    qsort(times, 5, sizeof *times, cmp_double);
+    printf("RESULT xy_plane %.6f s\n", times[2]);
+
+    /* xz plane at the middle row: one row of every frame. */
+    double t0 = now();
+    for (long z = 0; z < nz; z++)
+        if (dataset_read_region(d, z, 0, ny / 2, nx, 1, plane + 0, err, sizeof err) != 0) {
+            fprintf(stderr, "stackbench: %s\n", err);
+            return 1;
+        }
+    printf("RESULT xz_plane %.6f s\n", now() - t0);
+
+    /* Series before rechunk: one pixel of every frame. */
+    for (long i = 0; i < nbefore; i++) {
+        long x = rand() % nx, y = rand() % ny;
+        t0 = now();
+        for (long z = 0; z < nz; z++)
+            if (dataset_read_region(d, z, x, y, 1, 1, series + z, err, sizeof err) != 0) {
+                fprintf(stderr, "stackbench: %s\n", err);
+                return 1;
+            }
+        times[i] = now() - t0;
+    }
+    qsort(times, (size_t)nbefore, sizeof *times, cmp_double);
+    printf("RESULT series_before_p50 %.6f s\n", times[nbefore / 2]);
+
+    char body[1024], product[4200], store[4200];
+    /* Mean along z and along xy. */
+    snprintf(body, sizeof body,
+             "{\"type\":\"reduce\",\"dataset\":\"bench\",\"op\":\"mean\",\"axis\":\"z\","
+             "\"output\":{\"name\":\"mean_z\"}}");
+    snprintf(product, sizeof product, "%s/mean_z.fits", workroot);
+    printf("RESULT mean_z %.6f s\n", run_job(&job_kind_reduce, &env, body, workroot, product,
+                                             threads));
+    snprintf(body, sizeof body,
+             "{\"type\":\"reduce\",\"dataset\":\"bench\",\"op\":\"mean\",\"axis\":\"xy\","
+             "\"output\":{\"name\":\"mean_xy\"}}");
+    snprintf(product, sizeof product, "%s/mean_xy.fits", workroot);
+    printf("RESULT mean_xy %.6f s\n", run_job(&job_kind_reduce, &env, body, workroot, product,
+                                              threads));
+
+    /* Power spectrum straight from the frames (stages: transpose, then FFT). */
+    snprintf(body, sizeof body,
+             "{\"type\":\"power_spectrum\",\"dataset\":\"bench\",\"output\":{\"name\":\"ps\"}}");
+    snprintf(product, sizeof product, "%s/ps.fits", workroot);
+    printf("RESULT power_spectrum_from_frames %.6f s\n",
+           run_job(&job_kind_power_spectrum, &env, body, workroot, product, threads));
+    unlink(product);
+
+    /* Rechunk, then series from the copy. */
+    snprintf(body, sizeof body, "{\"type\":\"rechunk\",\"dataset\":\"bench\"}");
+    snprintf(store, sizeof store, "%s/bench.tcs", workroot);
+    printf("RESULT rechunk %.6f s\n", run_job(&job_kind_rechunk, &env, body, workroot, store,
+                                              threads));
+    long nafter = 1000;
+    for (long i = 0; i < nafter; i++) {
+        long x = rand() % nx, y = rand() % ny;
+        t0 = now();
+        if (chunkstore_read_series(store, x, y, series, nz, err, sizeof err) != 0) {
+            fprintf(stderr, "stackbench: %s\n", err);
+            return 1;
+        }
+        times[i] = now() - t0;
+    }
+    qsort(times, (size_t)nafter, sizeof *times, cmp_double);
+    printf("RESULT series_after_p50 %.6f s\n", times[nafter / 2]);
+    printf("RESULT series_after_p99 %.6f s\n", times[nafter * 99 / 100]);
+
+    /* Power spectrum from the rechunked copy (attached as the runner would). */
+    dataset_attach_profile(d, store);
+    snprintf(body, sizeof body,
+             "{\"type\":\"power_spectrum\",\"dataset\":\"bench\",\"output\":{\"name\":\"ps2\"}}");
+    snprintf(product, sizeof product, "%s/ps2.fits", workroot);
+    printf("RESULT power_spectrum_from_copy %.6f s\n",
+           run_job(&job_kind_power_spectrum, &env, body, workroot, product, threads));
+    unlink(product);
+    unlink(store);
+
+    /* Recenter: crops of half the frame. */
+    snprintf(body, sizeof body,
+             "{\"type\":\"recenter\",\"dataset\":\"bench\",\"size\":[%ld,%ld],"
+             "\"output\":{\"name\":\"rc\"}}", nx / 2, ny / 2);
+    snprintf(product, sizeof product, "%s/rc.fits", workroot);
+    printf("RESULT recenter %.6f s\n", run_job(&job_kind_recenter, &env, body, workroot, product,
+                                               threads));
+    unlink(product);
+
+    free(plane);
+    free(series);
+    free(times);
+    catalog_free(cat);
+    config_release(&cfg);
+    return 0;
+}

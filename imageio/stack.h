@@ -1,0 +1,148 @@
+/* Volumes of planes: FITS cubes and stacks of 2-D frames (FITS or PNG), read lazily. */
+#ifndef TESSERA_IMAGEIO_STACK_H
+#define TESSERA_IMAGEIO_STACK_H
+
+#include <stddef.h>
+#include "imageio/fitsimg.h"
+
+/* Coordinates everywhere here are 0-based pixels in the volume's own axis order:
+ * x = column (NAXIS1), y = row (NAXIS2, y = 0 is FITS row 1), z = plane of a cube or
+ * frame of a stack (in the order of the `paths` given, which the catalog sorts by name).
+ * Values are physical: stored * BSCALE + BZERO, integer pixels equal to BLANK and float
+ * NaNs become NaN, exactly as cfitsio's fits_read_pix gives them in double precision.
+ *
+ * PNG frames (greyscale, 1/2/4/8/16 bits; colour PNGs are refused) hold their stored
+ * sample values (0..255 or 0..65535, no scaling) and keep their stored orientation:
+ * y = 0 is the LAST row of the PNG file (the bottom of the picture), so that a rendering,
+ * which puts y = 0 at the bottom as it does FITS row 1, shows the frame as the PNG shows
+ * it, and IIIF regions (top-left origin) are PNG pixel coordinates.  A numpy user sees
+ * the array of a PNG frame as numpy.flipud(imread(frame)). */
+
+/* Whether `path` is a PNG file (by its 8-byte signature).  1 yes, 0 no or unreadable. */
+int frame_is_png(const char *path);
+
+/* fitsimg_read_info for a FITS file or a PNG frame.  For a PNG: naxis 2, naxes = width,
+ * height, bitpix 8 (bit depth <= 8) or 16 (the samples are unsigned: 0..65535), bscale 1,
+ * bzero 0, no BLANK, and a header of the cards SIMPLE, BITPIX, NAXIS, NAXIS1, NAXIS2.
+ * `hdu` is ignored for PNG.
+ * Returns 0 or TESS_EIO / TESS_EINVAL (not greyscale, malformed) / TESS_ENOMEM. */
+int frame_read_info(const char *path, int hdu, fitsimg_info *info, char *err, size_t errlen);
+
+/* fitsimg_read_region / fitsimg_read_region_f32 for a FITS file or a PNG frame (whose
+ * only plane is z = 0).  Same arguments, same errors; each call reads the file anew. */
+int frame_read_region(const char *path, int hdu, long z, long x0, long y0, long w, long h,
+                      double *out, char *err, size_t errlen);
+int frame_read_region_f32(const char *path, int hdu, long z, long x0, long y0, long w, long h,
+                          float *out, char *err, size_t errlen);
+
+/* Writes an nx x ny greyscale PNG of `bits` 8 or 16 from `data` (row 0 = y = 0, which
+ * goes to the LAST PNG row, the convention above), values clamped to 0..2^bits-1 and
+ * rounded.  zlib level `level` (0..9; 1 is fast).  Returns 0 or TESS_EIO / TESS_EINVAL. */
+int frame_write_png(const char *path, const unsigned short *data, long nx, long ny, int bits,
+                    int level, char *err, size_t errlen);
+
+/* A reader of one volume.  Frames are opened on first use and kept in an LRU of at
+ * most `max_open` open frames (mapped FITS files, decoded PNGs), so a stack of any
+ * number of files holds a bounded number of descriptors and maps.  An uncompressed FITS
+ * HDU is read through mmap(2) (data offset from cfitsio once, big-endian conversion and
+ * scaling here); a tile-compressed one through cfitsio.  A file whose size or mtime
+ * changed (checked at most once a second per frame) is opened again.
+ * Thread-safe: any number of threads may read at once. */
+typedef struct stack stack;
+
+/* Opens a volume of nx x ny x nz pixels: a cube when npaths == 1 (nz planes of HDU
+ * `hdu` of paths[0]), a stack when npaths == nz (one 2-D frame per path).  The shape is
+ * what the caller already read (frame_read_info); files are only opened when read.
+ * `paths` is copied.  Returns NULL on allocation failure or inconsistent arguments. */
+stack *stack_new(const char *const *paths, int npaths, int hdu, long nx, long ny, long nz,
+                 int max_open);
+
+/* Unmaps and closes everything.  No read may be running.  NULL is ignored. */
+void stack_free(stack *s);
+
+/* Reads the w x h region at (x0, y0) of plane z: out[j * w + i] = v(x0 + i, y0 + j, z).
+ * All reads return 0, or TESS_ERANGE (outside the volume), TESS_EIO (file missing,
+ * changed shape, unreadable: `err` says which), TESS_ENOMEM. */
+int stack_read_region(stack *s, long z, long x0, long y0, long w, long h, double *out,
+                      char *err, size_t errlen);
+
+/* The xz cut at row y: out[k * w + i] = v(x0 + i, y, z0 + k), k < h (h planes). */
+int stack_read_xz(stack *s, long y, long x0, long z0, long w, long h, double *out,
+                  char *err, size_t errlen);
+
+/* The yz cut at column x: out[k * w + j] = v(x, y0 + j, z0 + k), j < w, k < h. */
+int stack_read_yz(stack *s, long x, long y0, long z0, long w, long h, double *out,
+                  char *err, size_t errlen);
+
+/* The series at pixel (x, y): out[k] = v(x, y, z0 + k), k < n. */
+int stack_read_series(stack *s, long x, long y, long z0, long n, double *out,
+                      char *err, size_t errlen);
+
+/* Bytes of stored pixel data of the whole volume (nx ny nz |BITPIX|/8, with the BITPIX
+ * of the first file; PNG as 8 or 16 bits).  0 when unknown (first file unreadable). */
+unsigned long long stack_data_bytes(stack *s);
+
+typedef struct stack_stats {
+    unsigned long long opens;    /* frames (files) opened: mapped, decoded or via cfitsio */
+    unsigned long long hits;     /* reads served by an already open frame */
+    int open_now;                /* frames open at this moment */
+} stack_stats;
+
+/* Counters since stack_new.  Cannot fail. */
+void stack_get_stats(stack *s, stack_stats *st);
+
+/* ---- reductions along z ------------------------------------------------------------ */
+
+/* NaN-aware reductions of planes z0..z1-1 at every pixel, as numpy's nansum / nanmean /
+ * nanmin / nanmax / nanstd (ddof 0) along axis 0 of the (nz, ny, nx) array of physical
+ * values: blanks (BLANK, NaN) are skipped; a pixel without values gives NaN (0 for sum).
+ *
+ * The work is a "partial" (stack_zpart) over a range of planes; partials of adjacent or
+ * any ranges merge (stack_zpart_merge), so a reduction can be split over threads or job
+ * blocks by z-range, each frame then being opened and read by one reader only.
+ *
+ * Two accumulation modes, chosen per range from the frames themselves:
+ *  - integer: every frame of the range is an uncompressed FITS image of BITPIX 8 or 16
+ *    without BLANK, with BSCALE 1 and an integer BZERO (the same for all; e.g. 32768 for
+ *    unsigned 16-bit), or a PNG frame.  Stored values are folded straight from the
+ *    mapping (no conversion to double): sums and sums of squares in exact 64-bit
+ *    integers, min/max in the stored type, BZERO applied once at the end.  Sum, mean,
+ *    min and max are then bit-identical to the double mode (whose sums of integers are
+ *    exact below 2^53); std is sqrt((n*S2 - S1^2) / n^2) with the numerator an exact
+ *    128-bit integer, so its relative error is at most about 2 ulp (numpy's float64
+ *    two-pass nanstd differs from it by its own rounding, below 1e-14 relative).
+ *  - double: anything else (floats with NaN, BLANK, scaled integers, BITPIX 32/64,
+ *    compressed frames): values converted as stack_read_region gives them; sums in
+ *    double, std by Welford's update per pixel, partials merged by Chan et al.'s formula.
+ * A range whose frames change kind midway goes on in double mode (the integer sums so
+ * far are converted exactly).  Frames are folded 16 at a time over blocks of pixels, so
+ * the accumulators stay in cache; mapped frames get madvise(MADV_WILLNEED) first. */
+typedef enum {
+    STACK_ZOP_MEAN = 0, STACK_ZOP_SUM, STACK_ZOP_MIN, STACK_ZOP_MAX, STACK_ZOP_STD
+} stack_zop;
+
+#define STACK_ZR_FORCE_DOUBLE 1   /* flag: never use the integer mode (tests, comparisons) */
+
+typedef struct stack_zpart stack_zpart;
+
+/* Folds planes [z0, z1) (0 <= z0 < z1 <= nz) into a new partial *out (nx*ny pixels).
+ * `cancel` (may be NULL) is polled every 16 planes.  Returns 0, TESS_ERANGE,
+ * TESS_ECANCELED, TESS_ENOMEM or a read error (TESS_EIO with err). */
+int stack_zreduce(stack *s, stack_zop op, long z0, long z1, int flags,
+                  const volatile int *cancel, stack_zpart **out, char *err, size_t errlen);
+
+/* Folds `from` (same op and pixel count) into `into`, as if `into`'s planes were followed
+ * by `from`'s.  Returns 0, TESS_EINVAL (different op / size) or TESS_ENOMEM. */
+int stack_zpart_merge(stack_zpart *into, const stack_zpart *from);
+
+/* The result: out[y * nx + x] (npix doubles).  1 when the partial is in integer mode. */
+int stack_zpart_result(const stack_zpart *p, double *out);
+
+/* Writes the partial to `path` (created or truncated, write(2)) / reads it back.
+ * Returns 0, TESS_EIO or TESS_ENOMEM (read: TESS_EINVAL when not a partial). */
+int stack_zpart_save(const stack_zpart *p, const char *path, char *err, size_t errlen);
+int stack_zpart_load(const char *path, stack_zpart **out, char *err, size_t errlen);
+
+void stack_zpart_free(stack_zpart *p);   /* NULL is ignored */
+
+#endif

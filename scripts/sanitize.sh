@@ -1,0 +1,104 @@
+#!/bin/sh
+# The test suite under the sanitizers, and (a part of it) under valgrind memcheck.
+#   scripts/sanitize.sh asan               build build-asan (--enable-sanitizers: ASan+UBSan)
+#                                          and run make check there; any ASan report, leak
+#                                          or UBSan report fails the test program
+#   scripts/sanitize.sh valgrind [TEST...] run test programs of ./build (built by
+#                                          scripts/test.sh) under valgrind --leak-check=full;
+#                                          default: a fast subset (all: every check program)
+# Summaries for scripts/test.sh go to build/tests/asan/*.log and build/tests/valgrind/*.log
+# as Check lines "N%: Checks: N, Failures: F, Errors: E"; a program that Check saw pass but
+# that failed anyway (a leak report at exit, a sanitizer abort) counts one more error.
+set -u
+top=$(cd "$(dirname "$0")/.." && pwd)
+mode=${1:-asan}
+[ $# -gt 0 ] && shift
+VALGRIND_SUBSET="tests/unit/test_buf tests/unit/test_params tests/unit/test_tilecache
+tests/unit/test_diskcache tests/unit/test_pool tests/unit/test_skywcs tests/unit/test_healpix
+tests/http/test_hostile"
+
+# summarise NAME LOG RC OUTDIR: the Check line of LOG, plus one error when RC != 0 but
+# Check counted no failure.
+summarise() {
+    name=$1 log=$2 rc=$3 out=$4
+    line=$(grep -E '^[0-9]+%: Checks: [0-9]+, Failures: [0-9]+, Errors: [0-9]+' "$log" 2>/dev/null | tail -n 1)
+    n=$(echo "$line" | sed -nE 's/.*Checks: ([0-9]+).*/\1/p')
+    f=$(echo "$line" | sed -nE 's/.*Failures: ([0-9]+).*/\1/p')
+    e=$(echo "$line" | sed -nE 's/.*Errors: ([0-9]+).*/\1/p')
+    n=${n:-0} f=${f:-0} e=${e:-0}
+    if [ "$rc" -ne 0 ] && [ $((f + e)) -eq 0 ]; then
+        n=$((n + 1))
+        e=$((e + 1))
+    fi
+    pct=100
+    [ "$n" -gt 0 ] && pct=$(( (n - f - e) * 100 / n ))
+    {
+        grep -E 'ERROR: (Address|Leak)Sanitizer|runtime error:|definitely lost|Invalid (read|write)|uninitialised|SUMMARY:' "$log" | head -n 20
+        echo "$pct%: Checks: $n, Failures: $f, Errors: $e"
+    } >"$out/$name.log"
+    echo "$mode: $name: $pct%: Checks: $n, Failures: $f, Errors: $e"
+}
+
+case "$mode" in
+asan)
+    cd "$top"
+    if [ ! -x configure ] || [ configure.ac -nt configure ] || [ Makefile.am -nt Makefile.in ]; then
+        autoreconf -fi >/dev/null 2>&1
+    fi
+    bdir=${TESSERA_ASAN_BUILD:-$top/build-asan}
+    out="$top/build/tests/asan"
+    mkdir -p "$bdir" "$out"
+    cd "$bdir"
+    if [ ! -f Makefile ] || [ "$top/configure" -nt Makefile ]; then
+        "$top/configure" --enable-sanitizers >configure.out 2>&1 ||
+            { echo "0%: Checks: 1, Failures: 0, Errors: 1" >"$out/build.log"; exit 1; }
+    fi
+    make -j"$(nproc)" >make.out 2>&1 ||
+        { tail -n 30 make.out; echo "0%: Checks: 1, Failures: 0, Errors: 1" >"$out/build.log"; exit 1; }
+    rm -f "$out/build.log"
+    # halt_on_error: a UBSan report ends the program (and so fails the test).
+    ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=0:detect_stack_use_after_return=0} \
+    UBSAN_OPTIONS=${UBSAN_OPTIONS:-halt_on_error=1:print_stacktrace=1} \
+    LSAN_OPTIONS=${LSAN_OPTIONS:-suppressions=$top/tests/lsan.supp} \
+    CK_TIMEOUT_MULTIPLIER=${CK_TIMEOUT_MULTIPLIER:-4} \
+        make -j"$(nproc)" check >make-check.out 2>&1
+    status=0
+    for trs in tests/unit/*.trs tests/http/*.trs; do
+        [ -f "$trs" ] || continue
+        log=${trs%.trs}.log
+        rc=0
+        grep -q ':test-result: PASS' "$trs" || rc=1
+        summarise "$(basename "$trs" .trs)" "$log" "$rc" "$out"
+        [ "$rc" -eq 0 ] || status=1
+    done
+    exit $status
+    ;;
+valgrind)
+    command -v valgrind >/dev/null 2>&1 || { echo "valgrind not found (scripts/setup.sh)"; exit 1; }
+    cd "$top/build" || exit 1
+    out="$top/build/tests/valgrind"
+    mkdir -p "$out"
+    tests=${*:-$VALGRIND_SUBSET}
+    if [ "$tests" = all ]; then
+        tests=$(ls tests/unit/test_* tests/http/test_* 2>/dev/null | grep -vE '\.(o|log|trs)$')
+    fi
+    # shellcheck disable=SC2086
+    make -j"$(nproc)" $tests >/dev/null 2>&1
+    status=0
+    for t in $tests; do
+        name=$(basename "$t")
+        CK_TIMEOUT_MULTIPLIER=${CK_TIMEOUT_MULTIPLIER:-30} \
+            valgrind --quiet --leak-check=full --errors-for-leak-kinds=definite \
+            --error-exitcode=99 --suppressions="$top/tests/valgrind.supp" \
+            "./$t" >"$out/$name.raw" 2>&1
+        rc=$?
+        summarise "$name" "$out/$name.raw" "$rc" "$out"
+        [ "$rc" -eq 0 ] || { status=1; tail -n 40 "$out/$name.raw"; }
+    done
+    exit $status
+    ;;
+*)
+    echo "usage: scripts/sanitize.sh asan | valgrind [TEST...|all]" >&2
+    exit 2
+    ;;
+esac

@@ -1,0 +1,25 @@
+/* The "mosaic" job type: many celestial images reprojected, background-matched and
+ * coadded into one new dataset (reproject/mosaic.h does the work). */
+#ifndef TESSERA_SERVER_JOB_MOSAIC_H
+#define TESSERA_SERVER_JOB_MOSAIC_H
+
+#include "server/jobkind.h"
+
+/* Body: {"type": "mosaic",
+ *        "inputs": [dataset names, or FITS paths under a data root (2-D images with a
+ *                   celestial WCS)],
+ *        "target": {"header": "FITS header text, one card a line, with NAXIS1/NAXIS2"}
+ *                | {"auto": {"frame": "icrs|fk5|fk4|galactic|ecliptic", "projection": "TAN"}}
+ *                  (optional; default {"auto": {}}: the first input's frame, TAN),
+ *        "method": "nearest|bilinear|bicubic|lanczos3|exact" (default bilinear),
+ *        "combine": "mean|sum|median|min|max|first|last" (default mean),
+ *        "match_background": false | true (planes) | "level" (offsets only) (default false),
+ *        "output": {"name": "new dataset name"}}
+ * Unknown fields, wrong types and bad values are 400 naming the field; unknown inputs
+ * 404, paths outside the data roots 403, inputs that are not 2-D celestial images or a
+ * target without a celestial WCS 422, an output larger than 2^31 pixels 413, a taken
+ * output name 409.  Stages and blocks as mos_plan gives them; the product (HDU 0 the
+ * coadd, HDU 1 COVERAGE) is registered as dataset output.name. */
+extern const job_kind job_kind_mosaic;
+
+#endif

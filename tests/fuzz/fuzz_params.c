@@ -1,0 +1,89 @@
+/* libFuzzer target: query-string parameters of cutouts (GET and POST), HiPS tiles and
+ * rendering (server/params.c, handlers/hips.c), slice paths, and the cutout WCS built
+ * from parameters that parse.  Input: "selector byte" + a query string or slice path. */
+#include "tests/fuzz/fuzz_common.h"
+#include "handlers/hips.h"
+#include "reproject/skywcs.h"
+#include "server/params.h"
+
+#include <math.h>
+#include <stdio.h>
+
+static void check_cutout(const cutout_params *p)
+{
+    /* What the GET handler does next with parameters that passed validation. */
+    char *cards = NULL;
+    int nkeys = 0;
+    char err[256];
+    if (p->width > 4096 || p->height > 4096)
+        return;
+    if (skywcs_cutout_header(p->lon, p->lat, p->fov, p->width, p->height, p->projection,
+                             p->coordsys, p->rotation, &cards, &nkeys, err, sizeof err) == 0) {
+        skywcs *w = NULL;
+        if (skywcs_parse(cards, nkeys, &w, err, sizeof err) == 0) {
+            skywcs *cel = skywcs_celestial(w);
+            if (cel) {
+                double x = 0.5 * (double)p->width, y = 0.5 * (double)p->height, lon, lat;
+                skywcs_pix2sky(cel, 1, &x, &y, &lon, &lat);
+                skywcs_free(cel);
+            }
+        }
+        skywcs_free(w);
+    }
+    free(cards);
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    if (size < 1 || size > 8192)
+        return 0;
+    char *s = fz_cstr(data + 1, size - 1);
+    if (!s)
+        return 0;
+    param_error e;
+    memset(&e, 0, sizeof e);
+    unsigned sel = data[0] % 5;
+    if (sel == 4) {
+        slice_params sp;
+        params_slice_path(s, &sp, &e);
+        free(s);
+        return 0;
+    }
+    fz_query q;
+    fz_query_split(s, &q);
+    switch (sel) {
+    case 0: {
+        cutout_params p;
+        if (params_cutout_get(fz_query_get, &q, &p, &e) == 0) {
+            if (!(p.fov > 0 && p.fov <= 360) || p.width < 1 || p.height < 1)
+                __builtin_trap(); /* validation let an out-of-range value through */
+            check_cutout(&p);
+        }
+        break;
+    }
+    case 1: {
+        cutout_params p;
+        params_cutout_post(fz_query_get, &q, &p, &e);
+        break;
+    }
+    case 2: {
+        hips_query hq;
+        hips_parse_query(fz_query_get, &q, &hq, &e);
+        break;
+    }
+    default: {
+        render_params rp;
+        if (params_render(fz_query_get, &q, &rp, &e) == 0) {
+            char key[160];
+            params_render_key(&rp, key, sizeof key);
+        }
+        break;
+    }
+    }
+    /* The problem detail must be a terminated string of bounded length. */
+    if (strnlen(e.detail, sizeof e.detail) == sizeof e.detail ||
+        strnlen(e.parameter, sizeof e.parameter) == sizeof e.parameter)
+        __builtin_trap();
+    free(s);
+    return 0;
+}

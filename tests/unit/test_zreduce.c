@@ -1,0 +1,308 @@
+/* Tests of stack_zreduce (imageio/stack.h): the integer mode against the double mode on
+ * generated uint8 / int16 / unsigned-16 (BZERO 32768) FITS stacks, PNG stacks and a
+ * cube, the switch to doubles at a frame with BLANK, float frames with NaN, split and
+ * merged ranges, partials saved and loaded, and every result against numpy's
+ * nansum / nanmean / nanmin / nanmax / nanstd (/usr/bin/python3 with astropy). */
+#include <check.h>
+#include <fitsio.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "imageio/stack.h"
+#include "tests/testutil.h"
+#include "util/error.h"
+
+#define NX 97          /* 97 x 61 = 5917 pixels: more than one 4096-pixel block */
+#define NY 61
+#define NZ 37          /* not a multiple of the 16-frame chunk */
+#define NPIX (NX * NY)
+
+static const char *const opname[] = {"mean", "sum", "min", "max", "std"};
+
+static uint32_t rng = 12345;
+static uint32_t rnd(void)
+{
+    rng = rng * 1664525u + 1013904223u;
+    return rng >> 8;
+}
+
+/* Kinds of generated volumes. */
+enum { G_U8, G_I16, G_U16Z, G_U8_BLANK, G_F32_NAN, G_PNG8, G_PNG16, G_CUBE16 };
+
+/* Writes frame z (or the cube) of kind g into dir; returns the path list count. */
+static void write_fits_frame(const char *path, int g, long z, long nz)
+{
+    fitsfile *f;
+    int st = 0;
+    char fn[600];
+    snprintf(fn, sizeof fn, "!%s", path);
+    fits_create_file(&f, fn, &st);
+    int bitpix = g == G_U8 || g == G_U8_BLANK ? BYTE_IMG : g == G_F32_NAN ? FLOAT_IMG : SHORT_IMG;
+    long naxes[3] = {NX, NY, nz};
+    fits_create_img(f, bitpix, nz > 1 ? 3 : 2, naxes, &st);
+    if (g == G_U16Z || g == G_CUBE16) {
+        double bz = 32768;
+        fits_write_key(f, TDOUBLE, "BZERO", &bz, NULL, &st);
+        fits_set_bscale(f, 1.0, 32768.0, &st);
+    }
+    if (g == G_U8_BLANK && z == 20) {
+        int blank = 7;
+        fits_write_key(f, TINT, "BLANK", &blank, NULL, &st);
+    }
+    long n = (long)NPIX * nz;
+    double *v = malloc(sizeof(double) * (size_t)n);
+    for (long i = 0; i < n; i++) {
+        switch (g) {
+        case G_U8:
+        case G_U8_BLANK:
+            v[i] = (double)(rnd() % 256);
+            if (g == G_U8_BLANK && z == 20 && i % 5 == 0)
+                v[i] = 7;   /* blanks */
+            break;
+        case G_I16:
+            v[i] = (double)((int)(rnd() % 65536) - 32768);
+            break;
+        case G_U16Z:
+        case G_CUBE16:
+            v[i] = (double)(rnd() % 65536);
+            break;
+        case G_F32_NAN:
+            v[i] = z == 3 || i % 11 == 0 ? NAN : (double)(rnd() % 100000) / 7.0 - 3000.0;
+            break;
+        }
+    }
+    if (g == G_F32_NAN) {
+        float *fv = malloc(sizeof(float) * (size_t)n);
+        for (long i = 0; i < n; i++)
+            fv[i] = (float)v[i];
+        fits_write_img(f, TFLOAT, 1, n, fv, &st);
+        free(fv);
+    } else {
+        fits_write_img(f, TDOUBLE, 1, n, v, &st);
+    }
+    fits_close_file(f, &st);
+    ck_assert_msg(st == 0, "cannot write %s: cfitsio %d", path, st);
+    free(v);
+}
+
+typedef struct vol {
+    char dir[128];
+    char *paths[NZ];
+    int npaths;
+    stack *s;
+} vol;
+
+static void vol_make(vol *v, int g)
+{
+    tt_tmpdir_make(v->dir, sizeof v->dir, "zreduce");
+    if (g == G_CUBE16) {
+        v->npaths = 1;
+        v->paths[0] = malloc(300);
+        snprintf(v->paths[0], 300, "%s/cube.fits", v->dir);
+        write_fits_frame(v->paths[0], g, 0, NZ);
+    } else {
+        v->npaths = NZ;
+        for (long z = 0; z < NZ; z++) {
+            v->paths[z] = malloc(300);
+            char err[256];
+            if (g == G_PNG8 || g == G_PNG16) {
+                snprintf(v->paths[z], 300, "%s/f%03ld.png", v->dir, z);
+                unsigned short *d = malloc(sizeof(unsigned short) * NPIX);
+                for (long i = 0; i < NPIX; i++)
+                    d[i] = (unsigned short)(rnd() % (g == G_PNG8 ? 256 : 65536));
+                ck_assert_int_eq(frame_write_png(v->paths[z], d, NX, NY, g == G_PNG8 ? 8 : 16, 1,
+                                                 err, sizeof err), 0);
+                free(d);
+            } else {
+                snprintf(v->paths[z], 300, "%s/f%03ld.fits", v->dir, z);
+                write_fits_frame(v->paths[z], g, z, 1);
+            }
+        }
+    }
+    v->s = stack_new((const char *const *)v->paths, v->npaths, 0, NX, NY, NZ, 8);
+    ck_assert_ptr_nonnull(v->s);
+}
+
+static void vol_free(vol *v)
+{
+    stack_free(v->s);
+    for (int i = 0; i < v->npaths; i++) {
+        unlink(v->paths[i]);
+        free(v->paths[i]);
+    }
+    rmdir(v->dir);
+}
+
+/* numpy's five reductions (opname order) of the volume's files, 5 x NPIX doubles
+ * (astropy gives physical values; integer BLANK pixels are set to NaN by hand). */
+static double *numpy_reduce(const vol *v)
+{
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd,
+             "/usr/bin/python3 -c '\n"
+             "import sys, glob, numpy as np, warnings\n"
+             "from astropy.io import fits\n"
+             "warnings.simplefilter(\"ignore\")\n"
+             "fs = sorted(glob.glob(\"%s/*\"))\n"
+             "def rd(f):\n"
+             "    if f.endswith(\".png\"):\n"
+             "        from skimage.io import imread\n"
+             "        return np.flipud(imread(f)).astype(np.float64)[None]\n"
+             "    h = fits.open(f)[0]\n"
+             "    d = h.data.astype(np.float64)\n"
+             "    if \"BLANK\" in h.header:\n"
+             "        raw = fits.open(f, do_not_scale_image_data=True)[0].data\n"
+             "        d[raw == h.header[\"BLANK\"]] = np.nan\n"
+             "    return d if d.ndim == 3 else d[None]\n"
+             "a = np.concatenate([rd(f) for f in fs])\n"
+             "for op in (\"mean\", \"sum\", \"min\", \"max\", \"std\"):\n"
+             "    r = getattr(np, \"nan\" + op)(a, axis=0)\n"
+             "    sys.stdout.buffer.write(r.astype(\"<f8\").tobytes())\n' 2>/dev/null",
+             v->dir);
+    FILE *p = popen(cmd, "r");
+    ck_assert_ptr_nonnull(p);
+    double *r = malloc(sizeof(double) * 5 * NPIX);
+    size_t got = fread(r, sizeof(double), 5 * NPIX, p);
+    pclose(p);
+    ck_assert_msg(got == 5 * NPIX, "numpy gave %zu values", got);
+    return r;
+}
+
+static double *run(vol *v, int op, long z0, long z1, int flags, int *intmode)
+{
+    char err[256];
+    stack_zpart *p = NULL;
+    int rc = stack_zreduce(v->s, (stack_zop)op, z0, z1, flags, NULL, &p, err, sizeof err);
+    ck_assert_msg(rc == 0, "zreduce: %d %s", rc, err);
+    double *out = malloc(sizeof(double) * NPIX);
+    int im = stack_zpart_result(p, out);
+    if (intmode)
+        *intmode = im;
+    stack_zpart_free(p);
+    return out;
+}
+
+/* a == b exactly (tol 0), or within tol relative (NaN equals NaN). */
+static void compare(const double *a, const double *b, double tol, const char *what, int op)
+{
+    for (long i = 0; i < NPIX; i++) {
+        if (isnan(a[i]) && isnan(b[i]))
+            continue;
+        double d = fabs(a[i] - b[i]), m = fabs(b[i]) > 1 ? fabs(b[i]) : 1;
+        if (tol == 0 ? !(a[i] == b[i]) : !(d <= tol * m))
+            ck_abort_msg("%s %s[%ld]: %.17g vs %.17g", what, opname[op], i, a[i], b[i]);
+    }
+}
+
+/* Integer mode (expected: `want_int`) == double mode exactly for mean/sum/min/max and to
+ * 1e-14 for std; both against numpy (exact for integer data's sum/min/max/mean). */
+static void check_kind(int g, int want_int)
+{
+    vol v;
+    vol_make(&v, g);
+    double *refs = numpy_reduce(&v);
+    for (int op = 0; op < 5; op++) {
+        int im = -1, id = -1;
+        double *fast = run(&v, op, 0, NZ, 0, &im);
+        double *dbl = run(&v, op, 0, NZ, STACK_ZR_FORCE_DOUBLE, &id);
+        ck_assert_int_eq(im, want_int);
+        ck_assert_int_eq(id, 0);
+        compare(fast, dbl, op == 4 ? 1e-14 : 0, "fast vs double", op);
+        double tol = op == 4 || g == G_F32_NAN ? 1e-12 : 0;
+        compare(fast, refs + (size_t)op * NPIX, tol, "fast vs numpy", op);
+        /* split in three ranges (not on chunk bounds), merged in order, one saved and
+         * loaded: the same as one range */
+        char err[256], path[300];
+        stack_zpart *a, *b, *c, *bl;
+        ck_assert_int_eq(stack_zreduce(v.s, (stack_zop)op, 0, 5, 0, NULL, &a, err, sizeof err), 0);
+        ck_assert_int_eq(stack_zreduce(v.s, (stack_zop)op, 5, 23, 0, NULL, &b, err, sizeof err), 0);
+        ck_assert_int_eq(stack_zreduce(v.s, (stack_zop)op, 23, NZ, 0, NULL, &c, err, sizeof err), 0);
+        snprintf(path, sizeof path, "%s/part.bin", v.dir);
+        ck_assert_int_eq(stack_zpart_save(b, path, err, sizeof err), 0);
+        ck_assert_int_eq(stack_zpart_load(path, &bl, err, sizeof err), 0);
+        unlink(path);
+        ck_assert_int_eq(stack_zpart_merge(a, bl), 0);
+        ck_assert_int_eq(stack_zpart_merge(a, c), 0);
+        double *merged = malloc(sizeof(double) * NPIX);
+        stack_zpart_result(a, merged);
+        compare(merged, fast, op == 4 || g == G_F32_NAN || g == G_U8_BLANK ? 1e-13 : 0, "merged",
+                op);
+        stack_zpart_free(a);
+        stack_zpart_free(b);
+        stack_zpart_free(bl);
+        stack_zpart_free(c);
+        free(merged);
+        free(fast);
+        free(dbl);
+    }
+    free(refs);
+    vol_free(&v);
+}
+
+START_TEST(test_u8) { check_kind(G_U8, 1); }
+END_TEST
+START_TEST(test_i16) { check_kind(G_I16, 1); }
+END_TEST
+START_TEST(test_u16_bzero) { check_kind(G_U16Z, 1); }
+END_TEST
+START_TEST(test_cube_u16) { check_kind(G_CUBE16, 1); }
+END_TEST
+START_TEST(test_png8) { check_kind(G_PNG8, 1); }
+END_TEST
+START_TEST(test_png16) { check_kind(G_PNG16, 1); }
+END_TEST
+/* frame 20 has BLANK: the range switches to doubles there (frames 0..15 were integer) */
+START_TEST(test_u8_blank_frame) { check_kind(G_U8_BLANK, 0); }
+END_TEST
+/* float frames: a frame all NaN, pixels NaN in every frame (mean/min/max/std NaN, sum 0) */
+START_TEST(test_f32_nan) { check_kind(G_F32_NAN, 0); }
+END_TEST
+
+START_TEST(test_errors)
+{
+    vol v;
+    vol_make(&v, G_U8);
+    char err[256];
+    stack_zpart *p = NULL, *q = NULL;
+    ck_assert_int_eq(stack_zreduce(v.s, STACK_ZOP_SUM, 0, NZ + 1, 0, NULL, &p, err, sizeof err),
+                     TESS_ERANGE);
+    ck_assert_int_eq(stack_zreduce(v.s, STACK_ZOP_SUM, 3, 3, 0, NULL, &p, err, sizeof err),
+                     TESS_ERANGE);
+    static const volatile int cancel = 1;
+    ck_assert_int_eq(stack_zreduce(v.s, STACK_ZOP_SUM, 0, NZ, 0, &cancel, &p, err, sizeof err),
+                     TESS_ECANCELED);
+    ck_assert_ptr_null(p);
+    ck_assert_int_eq(stack_zreduce(v.s, STACK_ZOP_SUM, 0, 2, 0, NULL, &p, err, sizeof err), 0);
+    ck_assert_int_eq(stack_zreduce(v.s, STACK_ZOP_MAX, 0, 2, 0, NULL, &q, err, sizeof err), 0);
+    ck_assert_int_eq(stack_zpart_merge(p, q), TESS_EINVAL);
+    char path[300];
+    snprintf(path, sizeof path, "%s/f000.fits", v.dir);
+    stack_zpart *bad = NULL;
+    ck_assert_int_eq(stack_zpart_load(path, &bad, err, sizeof err), TESS_EINVAL);
+    stack_zpart_free(p);
+    stack_zpart_free(q);
+    vol_free(&v);
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("zreduce");
+    TCase *tc = tcase_create("zreduce");
+    tcase_set_timeout(tc, 60);
+    tcase_add_test(tc, test_u8);
+    tcase_add_test(tc, test_i16);
+    tcase_add_test(tc, test_u16_bzero);
+    tcase_add_test(tc, test_cube_u16);
+    tcase_add_test(tc, test_png8);
+    tcase_add_test(tc, test_png16);
+    tcase_add_test(tc, test_u8_blank_frame);
+    tcase_add_test(tc, test_f32_nan);
+    tcase_add_test(tc, test_errors);
+    suite_add_tcase(s, tc);
+    return tt_run_suite(s);
+}

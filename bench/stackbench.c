@@ -14,11 +14,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "imageio/chunkstore.h"
+#include "imageio/stack.h"
 #include "server/catalog.h"
 #include "server/config.h"
 #include "server/job_stack.h"
@@ -129,6 +132,135 @@ static double run_job(const job_kind *k, const job_env *env, const char *body_te
     return rc ? -1 : t;
 }
 
+/* Steps to run: STACKBENCH_STEPS="a,b" of planes, series_before, readmodes, zdirect,
+ * zdouble, mean_z, mean_xy, ps, rechunk, recenter (default: all but readmodes, zdirect
+ * and zdouble). */
+static int want(const char *step)
+{
+    const char *e = getenv("STACKBENCH_STEPS");
+    if (!e || !*e)
+        return strcmp(step, "readmodes") != 0 && strcmp(step, "zdirect") != 0 &&
+               strcmp(step, "zdouble") != 0;
+    size_t n = strlen(step);
+    for (const char *p = e; (p = strstr(p, step)); p += n)
+        if ((p == e || p[-1] == ',') && (p[n] == ',' || p[n] == '\0'))
+            return 1;
+    return 0;
+}
+
+/* readmodes: every frame file read by T threads (frames dealt round-robin), either
+ * through a fresh mmap (madvise SEQUENTIAL, a byte summed per 64) or by pread(2) of
+ * 1 MiB into a per-thread buffer (same sum), as the two ways to stream frames. */
+typedef struct rm_arg {
+    char **paths;
+    long n;
+    int t, nt, use_mmap;
+    unsigned long long bytes, sum;
+} rm_arg;
+
+static void *rm_worker(void *arg)
+{
+    rm_arg *a = arg;
+    unsigned char *buf = a->use_mmap ? NULL : malloc(1 << 20);
+    for (long i = a->t; i < a->n; i += a->nt) {
+        int fd = open(a->paths[i], O_RDONLY);
+        struct stat st;
+        if (fd < 0 || fstat(fd, &st) != 0) {
+            if (fd >= 0)
+                close(fd);
+            continue;
+        }
+        size_t len = (size_t)st.st_size;
+        if (a->use_mmap) {
+            unsigned char *m = mmap(NULL, len, PROT_READ, MAP_SHARED, fd, 0);
+            if (m != MAP_FAILED) {
+                madvise(m, len, MADV_SEQUENTIAL);
+                for (size_t k = 0; k < len; k += 64)
+                    a->sum += m[k];
+                munmap(m, len);
+            }
+        } else {
+            for (off_t off = 0; off < (off_t)len;) {
+                ssize_t r = pread(fd, buf, 1 << 20, off);
+                if (r <= 0)
+                    break;
+                for (ssize_t k = 0; k < r; k += 64)
+                    a->sum += buf[k];
+                off += r;
+            }
+        }
+        a->bytes += len;
+        close(fd);
+    }
+    free(buf);
+    return NULL;
+}
+
+static void readmodes(const dataset *d, int threads)
+{
+    for (int mode = 0; mode < 2; mode++) {
+        rm_arg a[64];
+        pthread_t th[64];
+        int nt = threads < 64 ? threads : 64;
+        double t0 = now();
+        for (int i = 0; i < nt; i++) {
+            a[i] = (rm_arg){d->paths, d->npaths, i, nt, mode == 0, 0, 0};
+            pthread_create(&th[i], NULL, rm_worker, &a[i]);
+        }
+        unsigned long long bytes = 0;
+        for (int i = 0; i < nt; i++) {
+            pthread_join(th[i], NULL);
+            bytes += a[i].bytes;
+        }
+        double t = now() - t0;
+        printf("RESULT read_%s %.6f s (%.1f MB/s)\n", mode == 0 ? "mmap" : "pread", t,
+               (double)bytes / 1048576.0 / t);
+    }
+}
+
+/* zdirect: stack_zreduce on T threads over T z-ranges (what GET .../reduce?axis=z does
+ * on the pool), merged in order; integer mode or forced doubles. */
+typedef struct zd_arg {
+    stack *st;
+    long z0, z1;
+    int flags;
+    stack_zpart *part;
+    int rc;
+} zd_arg;
+
+static void *zd_worker(void *arg)
+{
+    zd_arg *a = arg;
+    char err[256];
+    a->rc = stack_zreduce(a->st, STACK_ZOP_MEAN, a->z0, a->z1, a->flags, NULL, &a->part, err,
+                          sizeof err);
+    if (a->rc)
+        fprintf(stderr, "stackbench: zreduce: %s\n", err);
+    return NULL;
+}
+
+static double zdirect(const dataset *d, int threads, int flags, double *out)
+{
+    zd_arg a[64];
+    pthread_t th[64];
+    int nt = threads < 64 ? threads : 64;
+    double t0 = now();
+    for (int i = 0; i < nt; i++) {
+        a[i] = (zd_arg){dataset_stack(d), (long)i * d->nz / nt, (long)(i + 1) * d->nz / nt, flags,
+                        NULL, 0};
+        pthread_create(&th[i], NULL, zd_worker, &a[i]);
+    }
+    for (int i = 0; i < nt; i++)
+        pthread_join(th[i], NULL);
+    for (int i = 1; i < nt; i++)
+        stack_zpart_merge(a[0].part, a[i].part);
+    stack_zpart_result(a[0].part, out);
+    double t = now() - t0;
+    for (int i = 0; i < nt; i++)
+        stack_zpart_free(a[i].part);
+    return t;
+}
+
 int main(int argc, char **argv)
 {
     if (argc < 5) {
@@ -158,101 +290,143 @@ int main(int argc, char **argv)
     double *times = malloc(sizeof(double) * 2000);
     srand(12345);
 
-    /* xy plane (the middle frame), median of 5. */
-    for (int i = 0; i < 5; i++) {
-        double t0 = now();
-        if (dataset_read_region(d, nz / 2, 0, 0, nx, ny, plane, err, sizeof err) != 0) {
-            fprintf(stderr, "stackbench: %s\n", err);
-            return 1;
-        }
-        times[i] = now() - t0;
-    }
-    qsort(times, 5, sizeof *times, cmp_double);
-    printf("RESULT xy_plane %.6f s\n", times[2]);
-
-    /* xz plane at the middle row: one row of every frame. */
-    double t0 = now();
-    for (long z = 0; z < nz; z++)
-        if (dataset_read_region(d, z, 0, ny / 2, nx, 1, plane + 0, err, sizeof err) != 0) {
-            fprintf(stderr, "stackbench: %s\n", err);
-            return 1;
-        }
-    printf("RESULT xz_plane %.6f s\n", now() - t0);
-
-    /* Series before rechunk: one pixel of every frame. */
-    for (long i = 0; i < nbefore; i++) {
-        long x = rand() % nx, y = rand() % ny;
-        t0 = now();
-        for (long z = 0; z < nz; z++)
-            if (dataset_read_region(d, z, x, y, 1, 1, series + z, err, sizeof err) != 0) {
+    double t0;
+    if (want("planes")) {
+        /* xy plane (the middle frame), median of 5. */
+        for (int i = 0; i < 5; i++) {
+            t0 = now();
+            if (dataset_read_region(d, nz / 2, 0, 0, nx, ny, plane, err, sizeof err) != 0) {
                 fprintf(stderr, "stackbench: %s\n", err);
                 return 1;
             }
-        times[i] = now() - t0;
+            times[i] = now() - t0;
+        }
+        qsort(times, 5, sizeof *times, cmp_double);
+        printf("RESULT xy_plane %.6f s\n", times[2]);
+
+        /* xz plane at the middle row: one row of every frame. */
+        t0 = now();
+        for (long z = 0; z < nz; z++)
+            if (dataset_read_region(d, z, 0, ny / 2, nx, 1, plane + 0, err, sizeof err) != 0) {
+                fprintf(stderr, "stackbench: %s\n", err);
+                return 1;
+            }
+        printf("RESULT xz_plane %.6f s\n", now() - t0);
     }
-    qsort(times, (size_t)nbefore, sizeof *times, cmp_double);
-    printf("RESULT series_before_p50 %.6f s\n", times[nbefore / 2]);
+
+    if (want("series_before")) {
+        /* Series before rechunk: one pixel of every frame. */
+        for (long i = 0; i < nbefore; i++) {
+            long x = rand() % nx, y = rand() % ny;
+            t0 = now();
+            for (long z = 0; z < nz; z++)
+                if (dataset_read_region(d, z, x, y, 1, 1, series + z, err, sizeof err) != 0) {
+                    fprintf(stderr, "stackbench: %s\n", err);
+                    return 1;
+                }
+            times[i] = now() - t0;
+        }
+        qsort(times, (size_t)nbefore, sizeof *times, cmp_double);
+        printf("RESULT series_before_p50 %.6f s\n", times[nbefore / 2]);
+    }
 
     char body[1024], product[4200], store[4200];
+    if (want("readmodes"))
+        readmodes(d, threads);
+    if (want("zdirect"))
+        for (int rep = 0; rep < 3; rep++)
+            printf("RESULT mean_z_direct_int %.6f s\n", zdirect(d, threads, 0, plane));
+    if (want("zdouble"))
+        printf("RESULT mean_z_direct_double %.6f s\n",
+               zdirect(d, threads, STACK_ZR_FORCE_DOUBLE, plane));
     /* Mean along z and along xy. */
-    snprintf(body, sizeof body,
-             "{\"type\":\"reduce\",\"dataset\":\"bench\",\"op\":\"mean\",\"axis\":\"z\","
-             "\"output\":{\"name\":\"mean_z\"}}");
-    snprintf(product, sizeof product, "%s/mean_z.fits", workroot);
-    printf("RESULT mean_z %.6f s\n", run_job(&job_kind_reduce, &env, body, workroot, product,
-                                             threads));
-    snprintf(body, sizeof body,
-             "{\"type\":\"reduce\",\"dataset\":\"bench\",\"op\":\"mean\",\"axis\":\"xy\","
-             "\"output\":{\"name\":\"mean_xy\"}}");
-    snprintf(product, sizeof product, "%s/mean_xy.fits", workroot);
-    printf("RESULT mean_xy %.6f s\n", run_job(&job_kind_reduce, &env, body, workroot, product,
-                                              threads));
-
-    /* Power spectrum straight from the frames (stages: transpose, then FFT). */
-    snprintf(body, sizeof body,
-             "{\"type\":\"power_spectrum\",\"dataset\":\"bench\",\"output\":{\"name\":\"ps\"}}");
-    snprintf(product, sizeof product, "%s/ps.fits", workroot);
-    printf("RESULT power_spectrum_from_frames %.6f s\n",
-           run_job(&job_kind_power_spectrum, &env, body, workroot, product, threads));
-    unlink(product);
-
-    /* Rechunk, then series from the copy. */
-    snprintf(body, sizeof body, "{\"type\":\"rechunk\",\"dataset\":\"bench\"}");
-    snprintf(store, sizeof store, "%s/bench.tcs", workroot);
-    printf("RESULT rechunk %.6f s\n", run_job(&job_kind_rechunk, &env, body, workroot, store,
-                                              threads));
-    long nafter = 1000;
-    for (long i = 0; i < nafter; i++) {
-        long x = rand() % nx, y = rand() % ny;
-        t0 = now();
-        if (chunkstore_read_series(store, x, y, series, nz, err, sizeof err) != 0) {
-            fprintf(stderr, "stackbench: %s\n", err);
-            return 1;
-        }
-        times[i] = now() - t0;
+    if (want("mean_z")) {
+        snprintf(body, sizeof body,
+                 "{\"type\":\"reduce\",\"dataset\":\"bench\",\"op\":\"mean\",\"axis\":\"z\","
+                 "\"output\":{\"name\":\"mean_z\"}}");
+        snprintf(product, sizeof product, "%s/mean_z.fits", workroot);
+        printf("RESULT mean_z %.6f s\n", run_job(&job_kind_reduce, &env, body, workroot, product,
+                                                 threads));
     }
-    qsort(times, (size_t)nafter, sizeof *times, cmp_double);
-    printf("RESULT series_after_p50 %.6f s\n", times[nafter / 2]);
-    printf("RESULT series_after_p99 %.6f s\n", times[nafter * 99 / 100]);
 
-    /* Power spectrum from the rechunked copy (attached as the runner would). */
-    dataset_attach_profile(d, store);
-    snprintf(body, sizeof body,
-             "{\"type\":\"power_spectrum\",\"dataset\":\"bench\",\"output\":{\"name\":\"ps2\"}}");
-    snprintf(product, sizeof product, "%s/ps2.fits", workroot);
-    printf("RESULT power_spectrum_from_copy %.6f s\n",
-           run_job(&job_kind_power_spectrum, &env, body, workroot, product, threads));
-    unlink(product);
-    unlink(store);
+    if (want("mean_xy")) {
+        snprintf(body, sizeof body,
+                 "{\"type\":\"reduce\",\"dataset\":\"bench\",\"op\":\"mean\",\"axis\":\"xy\","
+                 "\"output\":{\"name\":\"mean_xy\"}}");
+        snprintf(product, sizeof product, "%s/mean_xy.fits", workroot);
+        printf("RESULT mean_xy %.6f s\n", run_job(&job_kind_reduce, &env, body, workroot, product,
+                                                  threads));
+    }
 
-    /* Recenter: crops of half the frame. */
-    snprintf(body, sizeof body,
-             "{\"type\":\"recenter\",\"dataset\":\"bench\",\"size\":[%ld,%ld],"
-             "\"output\":{\"name\":\"rc\"}}", nx / 2, ny / 2);
-    snprintf(product, sizeof product, "%s/rc.fits", workroot);
-    printf("RESULT recenter %.6f s\n", run_job(&job_kind_recenter, &env, body, workroot, product,
-                                               threads));
-    unlink(product);
+    if (want("ps")) {
+        /* Power spectrum straight from the frames (stages: transpose, then FFT). */
+        snprintf(body, sizeof body,
+                 "{\"type\":\"power_spectrum\",\"dataset\":\"bench\",\"output\":{\"name\":\"ps\"}}");
+        snprintf(product, sizeof product, "%s/ps.fits", workroot);
+        printf("RESULT power_spectrum_from_frames %.6f s\n",
+               run_job(&job_kind_power_spectrum, &env, body, workroot, product, threads));
+        unlink(product);
+    }
+
+    if (want("rechunk")) {
+        /* Rechunk, then series from the copy. */
+        snprintf(body, sizeof body, "{\"type\":\"rechunk\",\"dataset\":\"bench\"}");
+        snprintf(store, sizeof store, "%s/bench.tcs", workroot);
+        printf("RESULT rechunk %.6f s\n", run_job(&job_kind_rechunk, &env, body, workroot, store,
+                                                  threads));
+        /* the copy against the frames: 20 random series, value by value */
+        long bad = 0;
+        for (int i = 0; i < 20; i++) {
+            long x = rand() % nx, y = rand() % ny;
+            if (chunkstore_read_series(store, x, y, series, nz, err, sizeof err) != 0) {
+                fprintf(stderr, "stackbench: %s\n", err);
+                return 1;
+            }
+            for (long z = 0; z < nz; z++) {
+                double v;
+                if (dataset_read_region(d, z, x, y, 1, 1, &v, err, sizeof err) != 0)
+                    return 1;
+                bad += !(v == series[z] || (isnan(v) && isnan(series[z])));
+            }
+        }
+        printf("RESULT rechunk_check_mismatches %ld of %ld\n", bad, 20 * nz);
+        long nafter = 1000;
+        for (long i = 0; i < nafter; i++) {
+            long x = rand() % nx, y = rand() % ny;
+            t0 = now();
+            if (chunkstore_read_series(store, x, y, series, nz, err, sizeof err) != 0) {
+                fprintf(stderr, "stackbench: %s\n", err);
+                return 1;
+            }
+            times[i] = now() - t0;
+        }
+        qsort(times, (size_t)nafter, sizeof *times, cmp_double);
+        printf("RESULT series_after_p50 %.6f s\n", times[nafter / 2]);
+        printf("RESULT series_after_p99 %.6f s\n", times[nafter * 99 / 100]);
+
+        if (want("ps")) {
+            /* Power spectrum from the rechunked copy (attached as the runner would). */
+            dataset_attach_profile(d, store);
+            snprintf(body, sizeof body,
+                     "{\"type\":\"power_spectrum\",\"dataset\":\"bench\",\"output\":{\"name\":\"ps2\"}}");
+            snprintf(product, sizeof product, "%s/ps2.fits", workroot);
+            printf("RESULT power_spectrum_from_copy %.6f s\n",
+                   run_job(&job_kind_power_spectrum, &env, body, workroot, product, threads));
+            unlink(product);
+        }
+        unlink(store);
+    }
+
+    if (want("recenter")) {
+        /* Recenter: crops of half the frame. */
+        snprintf(body, sizeof body,
+                 "{\"type\":\"recenter\",\"dataset\":\"bench\",\"size\":[%ld,%ld],"
+                 "\"output\":{\"name\":\"rc\"}}", nx / 2, ny / 2);
+        snprintf(product, sizeof product, "%s/rc.fits", workroot);
+        printf("RESULT recenter %.6f s\n", run_job(&job_kind_recenter, &env, body, workroot, product,
+                                                   threads));
+        unlink(product);
+    }
 
     free(plane);
     free(series);

@@ -219,7 +219,8 @@ static int scan(diskcache *c)
         n++;
     }
     closedir(d);
-    qsort(items, n, sizeof(*items), newest_first);
+    if (n > 1)   /* qsort(NULL, 0, ...) is undefined behaviour (UBSan) */
+        qsort(items, n, sizeof(*items), newest_first);
     for (size_t i = 0; i < n; i++)
         if (!find(c, items[i].hash))
             add(c, items[i].hash, items[i].bytes, 0);

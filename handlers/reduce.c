@@ -238,7 +238,12 @@ static void reduce_xy(hreq *r, reduce_job *j)
         goto done;
     }
     for (long z = 0; z < d->nz; z++) {
-        if (dataset_read_region(d, z, 0, 0, d->nx, d->ny, plane, err, sizeof(err))) {
+        /* 8/16-bit planes in exact integers straight from the mapping, others as doubles */
+        int rc = stack_reduce_plane(dataset_stack(d), z, (stack_zop)j->op, &vals[z], err,
+                                    sizeof(err));
+        if (rc == 0)
+            continue;
+        if (rc < 0 || dataset_read_region(d, z, 0, 0, d->nx, d->ny, plane, err, sizeof(err))) {
             problem_reply(r, 500, NULL, "cannot read dataset '%s': %s", d->name, err);
             goto done;
         }

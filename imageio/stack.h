@@ -91,6 +91,21 @@ typedef struct stack_stats {
 /* Counters since stack_new.  Cannot fail. */
 void stack_get_stats(stack *s, stack_stats *st);
 
+/* A plane held open for direct reads of its stored bytes (rechunk, reductions).  While
+ * held (until stack_plane_release) the frame stays mapped even if the LRU drops it. */
+typedef struct stack_plane {
+    void *frame_;              /* private */
+    const unsigned char *u8;   /* nx*ny uint8 values (row y at u8 + y*nx) when the frame
+                                  stores exactly the physical values as uint8: an
+                                  uncompressed BITPIX 8 FITS plane without BLANK, BSCALE 1,
+                                  BZERO 0, or an 8-bit PNG; else NULL (read the plane
+                                  with stack_read_region) */
+} stack_plane;
+
+/* Holds plane z (0 <= z < nz).  Returns 0, TESS_ERANGE or a read error (TESS_EIO...). */
+int stack_plane_hold(stack *s, long z, stack_plane *p, char *err, size_t errlen);
+void stack_plane_release(stack *s, stack_plane *p);   /* a released or zeroed p is ignored */
+
 /* ---- reductions along z ------------------------------------------------------------ */
 
 /* NaN-aware reductions of planes z0..z1-1 at every pixel, as numpy's nansum / nanmean /
@@ -115,7 +130,7 @@ void stack_get_stats(stack *s, stack_stats *st);
  *    compressed frames): values converted as stack_read_region gives them; sums in
  *    double, std by Welford's update per pixel, partials merged by Chan et al.'s formula.
  * A range whose frames change kind midway goes on in double mode (the integer sums so
- * far are converted exactly).  Frames are folded 16 at a time over blocks of pixels, so
+ * far are converted exactly).  Frames are folded 64 at a time over blocks of pixels, so
  * the accumulators stay in cache; mapped frames get madvise(MADV_WILLNEED) first. */
 typedef enum {
     STACK_ZOP_MEAN = 0, STACK_ZOP_SUM, STACK_ZOP_MIN, STACK_ZOP_MAX, STACK_ZOP_STD
@@ -126,7 +141,7 @@ typedef enum {
 typedef struct stack_zpart stack_zpart;
 
 /* Folds planes [z0, z1) (0 <= z0 < z1 <= nz) into a new partial *out (nx*ny pixels).
- * `cancel` (may be NULL) is polled every 16 planes.  Returns 0, TESS_ERANGE,
+ * `cancel` (may be NULL) is polled every 64 planes.  Returns 0, TESS_ERANGE,
  * TESS_ECANCELED, TESS_ENOMEM or a read error (TESS_EIO with err). */
 int stack_zreduce(stack *s, stack_zop op, long z0, long z1, int flags,
                   const volatile int *cancel, stack_zpart **out, char *err, size_t errlen);
@@ -142,6 +157,14 @@ int stack_zpart_result(const stack_zpart *p, double *out);
  * Returns 0, TESS_EIO or TESS_ENOMEM (read: TESS_EINVAL when not a partial). */
 int stack_zpart_save(const stack_zpart *p, const char *path, char *err, size_t errlen);
 int stack_zpart_load(const char *path, stack_zpart **out, char *err, size_t errlen);
+
+/* The reduction of plane z over all its nx*ny pixels (as numpy's nan-function of the
+ * plane) into *out, done in exact integers when the plane is read by the integer mode
+ * above: sum, mean, min, max then equal the double computation exactly and std is
+ * sqrt(n*S2 - S1^2)/n from exact 128-bit integers.  Returns 0, 1 when the plane is of
+ * another kind (nothing done: reduce stack_read_region's values instead), TESS_ERANGE
+ * or a read error. */
+int stack_reduce_plane(stack *s, long z, stack_zop op, double *out, char *err, size_t errlen);
 
 void stack_zpart_free(stack_zpart *p);   /* NULL is ignored */
 

@@ -207,9 +207,24 @@ int skywcs_parse(const char *cards, int nkeys, skywcs **out, char *err, size_t e
      * string-valued WCS cards whose strings are not closed, e.g. RADESYS = 'ICRS then
      * DATE-OBS= '2000 (found by tests/fuzz/fuzz_header).  wcspih rejects such cards
      * anyway: turn them into comments first. */
-    for (int i = 0; i < nkeys; i++)
-        if (unterminated_string(hdr + (size_t)i * 80))
-            memcpy(hdr + (size_t)i * 80, "COMMENT ", 8);
+    for (int i = 0; i < nkeys; i++) {
+        char *card = hdr + (size_t)i * 80;
+        if (unterminated_string(card))
+            memcpy(card, "COMMENT ", 8);
+        /* wcspih sizes its arrays by NAXIS and WCSAXESa: a huge count makes it crash or
+         * allocate gigabytes (WCSAXES = 3333334, found by tests/fuzz/fuzz_header).  WCS
+         * keywords index at most 99 axes (FITS 4.0 section 8.2). */
+        if (card[8] == '=' && (strncmp(card, "NAXIS   ", 8) == 0 ||
+                               (strncmp(card, "WCSAXES", 7) == 0))) {
+            char *end;
+            long v = strtol(card + 10, &end, 10);
+            if (end > card + 10 && (v < 0 || v > 99)) {
+                tess_seterr(err, errlen, "%.8s = %ld: more than 99 axes", card, v);
+                free(hdr);
+                return TESS_EINVAL;
+            }
+        }
+    }
 
     int nreject = 0, nwcs = 0;
     struct wcsprm *all = NULL;

@@ -51,8 +51,8 @@ for t in $targets; do
         -rss_limit_mb=2048 -print_final_stats=1 -artifact_prefix="artifacts/$t-" \
         "corpus/$t" "$top/tests/fuzz/corpus/$t" >"$bdir/$t.out" 2>&1
     rc=$?
-    runs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$bdir/$t.out")
-    rate=$(sed -n 's/^stat::average_exec_per_sec: *//p' "$bdir/$t.out")
+    runs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$bdir/$t.out" | head -n 1)
+    rate=$(sed -n 's/^stat::average_exec_per_sec: *//p' "$bdir/$t.out" | head -n 1)
     {
         echo "fuzz: $t: ${runs:-0} runs in ${secs} s (${rate:-0} exec/s), exit $rc"
         if [ "$rc" -eq 0 ]; then

@@ -572,8 +572,20 @@ static void plan_stages(const transpose *t, job_plan *out)
 
 /* ---- rechunk ------------------------------------------------------------------------- */
 
+/* Rechunk in one stage when a band of TILE rows across all planes fits in
+ * RECHUNK_BAND_BYTES: each block holds its band's series in memory, reads the planes in
+ * groups of RECHUNK_ZGROUP (each plane of a group opened once per block, 8-bit frames
+ * read in place from the mapping, others converted), transposes tile row by tile row
+ * (a group's values of one pixel are RECHUNK_ZGROUP contiguous bytes of the band) and
+ * writes the band with one pwrite at its fixed offset in the store (idempotent).  Larger
+ * volumes go through the two-stage transpose (staging file) above. */
+#define RECHUNK_BAND_BYTES (256L << 20)
+#define RECHUNK_ZGROUP 64
+
 typedef struct rechunk_state {
     transpose t;
+    int inmem;                /* 1: one stage of bands in memory */
+    long band_rows, nbands;   /* inmem: rows per block (a multiple of TILE), blocks */
     char store_path[PATH_MAX];
     char name[128];
 } rechunk_state;
@@ -611,9 +623,20 @@ static int rechunk_plan(const json_t *body, const job_env *env, const char *work
     rc = transpose_init(&s->t, d, 0, 0, NULL, workdir, err, errlen);
     snprintf(s->store_path, sizeof s->store_path, "%s/profile.tcs", workdir);
     snprintf(s->name, sizeof s->name, "%s", d->name);
+    long per_tile_row = d->nx * d->nz * s->t.es * TILE;
+    if (!rc && per_tile_row <= RECHUNK_BAND_BYTES) {
+        /* bands as large as memory allows, but at least two per worker thread */
+        long tile_rows = (d->ny + TILE - 1) / TILE, want = lmax(2, 2L * env->threads);
+        long trows = lmax(1, lmin(RECHUNK_BAND_BYTES / per_tile_row,
+                                  (tile_rows + want - 1) / want));
+        s->inmem = 1;
+        s->band_rows = trows * TILE;
+        s->nbands = (d->ny + s->band_rows - 1) / s->band_rows;
+    }
     if (!rc && !marker_exists(workdir)) {
         dataset_version(d, s->t.ci.source_version, sizeof s->t.ci.source_version);
-        rc = transpose_create_files(&s->t, err, errlen);
+        if (!s->inmem)
+            rc = transpose_create_files(&s->t, err, errlen);
         if (!rc)
             rc = chunkstore_create(s->store_path, &s->t.ci, err, errlen);
         if (!rc)
@@ -623,15 +646,87 @@ static int rechunk_plan(const json_t *body, const job_env *env, const char *work
         rechunk_release(s);
         return rc;
     }
-    plan_stages(&s->t, out);
+    if (s->inmem) {
+        out->nstages = 1;
+        out->nblocks[0] = s->nbands;
+    } else {
+        plan_stages(&s->t, out);
+    }
     out->state = s;
     return 0;
+}
+
+/* One in-memory band (see RECHUNK_BAND_BYTES). */
+static int rechunk_band(rechunk_state *s, long b, const volatile int *cancel, char *err,
+                        size_t errlen)
+{
+    const transpose *t = &s->t;
+    long nx = t->nx, ny = t->ny, nz = t->nz;
+    long y0 = b * s->band_rows, y1 = lmin(ny, y0 + s->band_rows);
+    long p0 = y0 * nx, np = (y1 - y0) * nx;
+    size_t es = (size_t)t->es;
+    stack *st = dataset_stack(t->d);
+    unsigned char *out = malloc((size_t)np * nz * es);
+    unsigned char *tmp = malloc((size_t)RECHUNK_ZGROUP * TILE * nx * es);
+    double *dbl = malloc(sizeof(double) * (size_t)TILE * nx);
+    stack_plane hp[RECHUNK_ZGROUP];
+    int rc = out && tmp && dbl ? 0 : TESS_ENOMEM;
+    if (rc)
+        tess_seterr(err, errlen, "out of memory");
+    for (long zg = 0; zg < nz && !rc; zg += RECHUNK_ZGROUP) {
+        if (*cancel) {
+            rc = TESS_ECANCELED;
+            break;
+        }
+        long gk = lmin(RECHUNK_ZGROUP, nz - zg), held = 0;
+        for (; held < gk && !rc; held++)
+            rc = stack_plane_hold(st, zg + held, &hp[held], err, errlen);
+        if (rc)
+            held--;
+        for (long ty0 = y0; ty0 < y1 && !rc; ty0 += TILE) {
+            long th = lmin(TILE, ny - ty0);
+            const unsigned char *src[RECHUNK_ZGROUP];
+            for (long j = 0; j < gk && !rc; j++) {
+                if (t->dt == CS_U8 && hp[j].u8) {
+                    src[j] = hp[j].u8 + (size_t)ty0 * nx;
+                    continue;
+                }
+                unsigned char *e = tmp + (size_t)j * TILE * nx * es;
+                rc = dataset_read_region(t->d, zg + j, 0, ty0, nx, th, dbl, err, errlen);
+                for (long i = 0; i < th * nx && !rc; i++)
+                    encode1(t->dt, dbl[i], e + (size_t)i * es);
+                src[j] = e;
+            }
+            /* the tile row's store indices are [ty0*nx, (ty0+th)*nx) */
+            for (long i = ty0 * nx; i < (ty0 + th) * nx && !rc; i++) {
+                size_t q = t->perm[i] - (size_t)ty0 * nx;
+                unsigned char *dst = out + ((size_t)(i - p0) * nz + zg) * es;
+                if (es == 1)
+                    for (long j = 0; j < gk; j++)
+                        dst[j] = src[j][q];
+                else
+                    for (long j = 0; j < gk; j++)
+                        memcpy(dst + j * es, src[j] + q * es, es);
+            }
+        }
+        for (long j = 0; j < held; j++)
+            stack_plane_release(st, &hp[j]);
+    }
+    if (!rc)
+        rc = write_file_at(s->store_path, out, (size_t)np * nz * es,
+                           (off_t)(CHUNKSTORE_HEADER + (long long)p0 * nz * es), err, errlen);
+    free(out);
+    free(tmp);
+    free(dbl);
+    return rc;
 }
 
 static int rechunk_run(void *state, int stage, long block, const volatile int *cancel,
                        char *err, size_t errlen)
 {
     rechunk_state *s = state;
+    if (s->inmem)
+        return rechunk_band(s, block, cancel, err, errlen);
     if (stage == 0)
         return transpose_group(&s->t, block, cancel, err, errlen);
     const transpose *t = &s->t;
@@ -657,7 +752,8 @@ static int rechunk_finish(void *state, const char *tmp_path, job_product *prod, 
     int rc = move_file(s->store_path, tmp_path, err, errlen);
     if (rc)
         return rc;
-    unlink(s->t.stage_path);
+    if (!s->inmem)
+        unlink(s->t.stage_path);
     memset(prod, 0, sizeof *prod);
     snprintf(prod->attach_to, sizeof prod->attach_to, "%s", s->name);
     snprintf(prod->content_type, sizeof prod->content_type, "application/octet-stream");
@@ -1336,7 +1432,13 @@ static int reduce_run_xy(reduce_state *s, long block, const volatile int *cancel
             rc = TESS_ECANCELED;
             break;
         }
-        rc = dataset_read_region(d, z, 0, 0, d->nx, d->ny, plane, err, errlen);
+        /* 8/16-bit planes in exact integers straight from the mapping, others as doubles */
+        rc = stack_reduce_plane(dataset_stack(d), z, (stack_zop)s->op, &vals[z - z0], err,
+                                errlen);
+        if (rc == 0)
+            continue;
+        if (rc == 1)
+            rc = dataset_read_region(d, z, 0, 0, d->nx, d->ny, plane, err, errlen);
         if (!rc)
             vals[z - z0] = reduce_values(s->op, plane, npix);
     }

@@ -23,6 +23,7 @@
 #include "server/http.h"
 #include "server/job_mosaic.h"
 #include "server/jobs.h"
+#include "server/oplog.h"
 #include "tests/testutil.h"
 
 #define MAX_CONN 8          /* limits.max_connections of the server under test */
@@ -782,6 +783,39 @@ START_TEST(test_access_log_format)
     fclose(f);
     ck_assert_int_ge(n, 2);
     ck_assert_int_eq(seen, 1);
+
+    /* SIGHUP's reopen: after a rename (logrotate), new lines go to a new file. */
+    char rotated[400];
+    snprintf(rotated, sizeof rotated, "%s.1", access_path);
+    ck_assert_int_eq(rename(access_path, rotated), 0);
+    ck_assert_int_eq(tserver_reopen_logs(srv), 0);
+    r = get("/healthz?after=rotation");
+    tt_resp_free(&r);
+    wait_for_log_line("/healthz?after=rotation");
+
+    /* Error log: one JSON object a line with time, level, event first. */
+    oplog_error_event(error_path, json_pack("{s:s, s:i, s:s}", "event", "http_error", "status",
+                                            500, "uri", "/x\n\"y"));
+    f = fopen(error_path, "r");
+    ck_assert_ptr_nonnull(f);
+    int lines = 0;
+    json_t *last = NULL;
+    while (fgets(line, sizeof line, f)) {
+        lines++;
+        json_decref(last);
+        last = json_loads(line, 0, NULL);
+        ck_assert_msg(last != NULL, "error log line is not JSON: %s", line);
+    }
+    fclose(f);
+    ck_assert_int_ge(lines, 1);
+    ck_assert_int_eq(strncmp(line, "{\"time\":\"", 9), 0);
+    ck_assert_str_eq(json_string_value(json_object_get(last, "level")), "error");
+    ck_assert_str_eq(json_string_value(json_object_get(last, "event")), "http_error");
+    ck_assert_str_eq(json_string_value(json_object_get(last, "uri")), "/x\n\"y");
+    const char *ts = json_string_value(json_object_get(last, "time"));
+    ck_assert_int_eq((int)strlen(ts), 24);   /* 2026-11-30T19:48:28.412Z */
+    ck_assert_int_eq(ts[23], 'Z');
+    json_decref(last);
 }
 END_TEST
 

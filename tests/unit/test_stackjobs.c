@@ -332,11 +332,13 @@ static void check_rechunk(const char *name, long step, cs_dtype want, char *stor
     job_product prod;
     int nst = 0;
     long nb = run_job(&job_kind_rechunk, body, store, &prod, &nst);
-    ck_assert_int_eq(nst, 2);
+    /* one stage of in-memory bands when a band of 16 rows across all planes fits in
+     * 256 MB (every volume here), else two (staging file) */
+    ck_assert_int_eq(nst, 1);
     ck_assert_str_eq(prod.attach_to, name);
     ck_assert_str_eq(prod.dataset, "");
     if (strcmp(name, "l1448_13co") == 0)
-        ck_assert_int_ge(nb, 10);
+        ck_assert_int_ge(nb, 4);   /* 7 tile rows, at least 2 bands per thread */
     chunkstore_info ci;
     char err[256];
     ck_assert_int_eq(chunkstore_read_info(store, &ci, err, sizeof err), 0);

@@ -1,8 +1,9 @@
 /* Tests of stack_zreduce (imageio/stack.h): the integer mode against the double mode on
  * generated uint8 / int16 / unsigned-16 (BZERO 32768) FITS stacks, PNG stacks and a
  * cube, the switch to doubles at a frame with BLANK, float frames with NaN, split and
- * merged ranges, partials saved and loaded, and every result against numpy's
- * nansum / nanmean / nanmin / nanmax / nanstd (/usr/bin/python3 with astropy). */
+ * merged ranges, partials saved and loaded, stack_reduce_plane (one value a plane), and
+ * every result against numpy's nansum / nanmean / nanmin / nanmax / nanstd
+ * (/usr/bin/python3 with astropy). */
 #include <check.h>
 #include <fitsio.h>
 #include <math.h>
@@ -137,7 +138,8 @@ static void vol_free(vol *v)
     rmdir(v->dir);
 }
 
-/* numpy's five reductions (opname order) of the volume's files, 5 x NPIX doubles
+/* numpy's five reductions (opname order) of the volume's files along z, 5 x NPIX
+ * doubles, then over each plane, 5 x NZ doubles
  * (astropy gives physical values; integer BLANK pixels are set to NaN by hand). */
 static double *numpy_reduce(const vol *v)
 {
@@ -159,16 +161,17 @@ static double *numpy_reduce(const vol *v)
              "        d[raw == h.header[\"BLANK\"]] = np.nan\n"
              "    return d if d.ndim == 3 else d[None]\n"
              "a = np.concatenate([rd(f) for f in fs])\n"
-             "for op in (\"mean\", \"sum\", \"min\", \"max\", \"std\"):\n"
-             "    r = getattr(np, \"nan\" + op)(a, axis=0)\n"
-             "    sys.stdout.buffer.write(r.astype(\"<f8\").tobytes())\n' 2>/dev/null",
+             "for ax in (0, (1, 2)):\n"
+             "    for op in (\"mean\", \"sum\", \"min\", \"max\", \"std\"):\n"
+             "        r = getattr(np, \"nan\" + op)(a, axis=ax)\n"
+             "        sys.stdout.buffer.write(r.astype(\"<f8\").tobytes())\n' 2>/dev/null",
              v->dir);
     FILE *p = popen(cmd, "r");
     ck_assert_ptr_nonnull(p);
-    double *r = malloc(sizeof(double) * 5 * NPIX);
-    size_t got = fread(r, sizeof(double), 5 * NPIX, p);
+    double *r = malloc(sizeof(double) * 5 * (NPIX + NZ));
+    size_t got = fread(r, sizeof(double), 5 * (NPIX + NZ), p);
     pclose(p);
-    ck_assert_msg(got == 5 * NPIX, "numpy gave %zu values", got);
+    ck_assert_msg(got == 5 * (NPIX + NZ), "numpy gave %zu values", got);
     return r;
 }
 
@@ -238,6 +241,19 @@ static void check_kind(int g, int want_int)
         free(merged);
         free(fast);
         free(dbl);
+        /* each plane over its pixels: integers where the plane allows, else refused (1) */
+        const double *pref = refs + (size_t)5 * NPIX + (size_t)op * NZ;
+        for (long z = 0; z < NZ; z++) {
+            double val = -1;
+            int rc = stack_reduce_plane(v.s, z, (stack_zop)op, &val, err, sizeof err);
+            int integer = g != G_F32_NAN && !(g == G_U8_BLANK && z == 20);
+            ck_assert_int_eq(rc, integer ? 0 : 1);
+            if (!integer)
+                continue;
+            double m = fabs(pref[z]) > 1 ? fabs(pref[z]) : 1;
+            if (op == 4 ? !(fabs(val - pref[z]) <= 1e-12 * m) : !(val == pref[z]))
+                ck_abort_msg("plane %ld %s: %.17g vs numpy %.17g", z, opname[op], val, pref[z]);
+        }
     }
     free(refs);
     vol_free(&v);

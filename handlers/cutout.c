@@ -136,8 +136,12 @@ static void start(hreq *r, cutout_job *j, const char *target_key)
         problem_reply(r, 500, NULL, "out of memory");
         return;
     }
+    /* The current version of the files (not the one at start): a replaced file is never
+     * answered from the cache. */
+    char version[64];
+    dataset_version(j->ds, version, sizeof(version));
     snprintf(r->cache_key, klen, "cutout|%s|%s|%ld|%s|%s|%.17g|%s|%s", j->ds->name,
-             j->ds->version, j->p.plane, target_key, rp_method_name(j->p.method),
+             version, j->p.plane, target_key, rp_method_name(j->p.method),
              j->p.max_coord_error, out_format_name(j->p.format),
              j->p.format == FMT_PNG ? rk : "");
     if (hreq_try_cache(r)) {

@@ -351,7 +351,10 @@ int fits_encode_f64(const double *data, long w, long h, long nz,
     if (hdr_blocks > (SIZE_MAX - data_bytes - foot_bytes) / 2880)
         return TESS_ERANGE;
     size_t memsize = hdr_blocks * 2880 + data_bytes + foot_bytes;
-    void *mem = malloc(memsize);
+    /* Zeroed: cfitsio reads back blocks of the memory file before it has written them
+     * all (ffwend looks for END in the header space), and uninitialised bytes there are
+     * valgrind errors; a large calloc costs nothing extra (fresh zero pages). */
+    void *mem = calloc(1, memsize);
     if (!mem)
         return TESS_ENOMEM;
 

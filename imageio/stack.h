@@ -46,7 +46,8 @@ int frame_write_png(const char *path, const unsigned short *data, long nx, long 
  * number of files holds a bounded number of descriptors and maps.  An uncompressed FITS
  * HDU is read through mmap(2) (data offset from cfitsio once, big-endian conversion and
  * scaling here); a tile-compressed one through cfitsio.  A file whose size or mtime
- * changed (checked at most once a second per frame) is opened again.
+ * changed (stat(2) at every read) is opened again; a FITS file
+ * truncated while mapped gives TESS_EIO, not SIGBUS (imageio/mapguard.h).
  * Thread-safe: any number of threads may read at once. */
 typedef struct stack stack;
 
@@ -104,7 +105,10 @@ typedef struct stack_plane {
 
 /* Holds plane z (0 <= z < nz).  Returns 0, TESS_ERANGE or a read error (TESS_EIO...). */
 int stack_plane_hold(stack *s, long z, stack_plane *p, char *err, size_t errlen);
-void stack_plane_release(stack *s, stack_plane *p);   /* a released or zeroed p is ignored */
+/* Releases a held plane (a released or zeroed p is ignored).  Returns 1 when the file
+ * was truncated under the map while held (imageio/mapguard.h: what was read through
+ * u8 may be zeros, not the file's; fail with TESS_EIO), else 0. */
+int stack_plane_release(stack *s, stack_plane *p);
 
 /* ---- reductions along z ------------------------------------------------------------ */
 
@@ -130,8 +134,14 @@ void stack_plane_release(stack *s, stack_plane *p);   /* a released or zeroed p 
  *    compressed frames): values converted as stack_read_region gives them; sums in
  *    double, std by Welford's update per pixel, partials merged by Chan et al.'s formula.
  * A range whose frames change kind midway goes on in double mode (the integer sums so
- * far are converted exactly).  Frames are folded 64 at a time over blocks of pixels, so
- * the accumulators stay in cache; mapped frames get madvise(MADV_WILLNEED) first. */
+ * far are converted exactly).  The integer mode reads uncompressed FITS frames with
+ * pread(2) of 64 Ki pixels into a small buffer (not through the map: no page-table work
+ * per page), folds 256 frames into narrow sums (uint16 for 8-bit frames) and widens them
+ * once; a range of at most 256 8-bit frames keeps them narrow, also in the saved partial.
+ * Data missing from the page cache is queued 64 frames ahead (MADV_WILLNEED).  The
+ * double mode folds 64 mapped frames at a time over blocks of pixels, the frames given
+ * madvise(MADV_WILLNEED) first.  A file replaced while its frame is open is read through
+ * the frame's map; one truncated while read gives TESS_EIO. */
 typedef enum {
     STACK_ZOP_MEAN = 0, STACK_ZOP_SUM, STACK_ZOP_MIN, STACK_ZOP_MAX, STACK_ZOP_STD
 } stack_zop;

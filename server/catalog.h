@@ -79,7 +79,23 @@ struct stack *dataset_stack(const dataset *d);
 /* The current identity of the dataset's files ("<size>-<mtime hash>" in hex), copied to
  * `out`: the files are stat(2)ed again when the last check is more than a second old, so
  * a replaced or rewritten file changes it.  Put it in every cache key so that a changed
- * source is never served from the cache.  Thread-safe.  Returns `out`. */
+ * source is never served from the cache.  Thread-safe.  Returns `out`.
+ *
+ * What is guaranteed when a dataset's file changes while it is served (tests/http/
+ * test_faults.c checks each point):
+ *  - Replaced (rename(2) over it, or rewritten with another size or mtime): every route
+ *    answers from the new file at most about a second after the change (this check's
+ *    interval), cached answers (memory and disk tiers) included.  Within that second an
+ *    answer cached before the change may still be served, and an answer may be cached
+ *    under the old version with the new pixels (never the reverse: the pixel readers,
+ *    imageio/stack and server/planes, stat(2) the file at every read, after the key was
+ *    made, so what is cached under a version is never older than that version).
+ *  - Truncated or deleted: 500 problem+json naming the file and the reason, no crash; a
+ *    read racing with a truncation of a memory-mapped file gets TESS_EIO through
+ *    imageio/mapguard.h instead of SIGBUS.  Restored, it is served again as above.
+ *  - Not guaranteed: a file rewritten in place (same inode) while a request reads it may
+ *    give that request a mix of old and new pixels; replace files by rename(2).  A change
+ *    that keeps size and mtime (to the nanosecond) is not seen. */
 const char *dataset_version(const dataset *d, char *out, size_t len);
 
 /* Attaches a profile-friendly copy of the dataset (the product of a rechunk job, at the

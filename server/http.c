@@ -217,7 +217,6 @@ int hreq_run_async(hreq *r, void (*work)(hreq *r), void *arg, void (*arg_free)(v
     r->work_arg = arg;
     r->work_arg_free = arg_free;
     r->async_state = 1;
-    __atomic_add_fetch(&r->srv->inflight, 1, __ATOMIC_ACQ_REL);
     MHD_suspend_connection(r->conn);
     if (r->cache_key) {
         pthread_mutex_lock(&sp->flight_lock);
@@ -562,6 +561,9 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         clock_gettime(CLOCK_MONOTONIC, &rp->start);
         hreq *r = &rp->pub;
         r->srv = s;
+        /* In flight until on_completed: the answer sent whole, however it was made
+         * (tserver_stop waits for these). */
+        __atomic_add_fetch(&s->inflight, 1, __ATOMIC_ACQ_REL);
         r->conn = conn;
         r->rep.x_cache = -1;
         snprintf(r->method, sizeof(r->method), "%s", method);
@@ -682,8 +684,7 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
     sp->latency_sum += dt;
     sp->latency_count++;
     pthread_mutex_unlock(&sp->stats_lock);
-    if (r->async_state)
-        __atomic_sub_fetch(&r->srv->inflight, 1, __ATOMIC_ACQ_REL);
+    __atomic_sub_fetch(&r->srv->inflight, 1, __ATOMIC_ACQ_REL);
     if (r->work_arg_free)
         r->work_arg_free(r->work_arg);
     tile_release(r->rep.body);

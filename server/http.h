@@ -63,7 +63,7 @@ struct tserver {
     int port;
     /* counter for /metrics, updated atomically */
     unsigned long long renders;
-    int inflight;             /* async requests not yet answered */
+    int inflight;             /* requests not yet answered whole (on_request to on_completed) */
 };
 
 /* Starts a server on cfg->listen_addr:cfg->port (port 0 = any free port, read back with
@@ -74,8 +74,11 @@ int tserver_start(const tess_config *cfg, tserver **out, char *err, size_t errle
 /* The bound TCP port. */
 int tserver_port(const tserver *s);
 
-/* Stops accepting, lets in-flight requests finish (up to `grace_s` seconds), stops the
- * workers and frees everything.  NULL is ignored. */
+/* Stops accepting (the listening socket is closed at once: new connections are
+ * refused), lets in-flight requests finish, stops the workers and frees everything.
+ * In flight means received and not yet answered whole: computations queued or running
+ * all complete (the pool drains), and answers being sent, cached ones included, get up
+ * to `grace_s` seconds more.  NULL is ignored. */
 void tserver_stop(tserver *s, int grace_s);
 
 /* Reopens the access log file (SIGHUP, after logrotate moved it).  Returns 0 or TESS_EIO

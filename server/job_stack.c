@@ -710,7 +710,11 @@ static int rechunk_band(rechunk_state *s, long b, const volatile int *cancel, ch
             }
         }
         for (long j = 0; j < held; j++)
-            stack_plane_release(st, &hp[j]);
+            if (stack_plane_release(st, &hp[j]) && !rc) {
+                rc = TESS_EIO;
+                tess_seterr(err, errlen, "frame %ld of '%s' was truncated while being read",
+                            zg + j, t->d->name);
+            }
     }
     if (!rc)
         rc = write_file_at(s->store_path, out, (size_t)np * nz * es,

@@ -33,7 +33,10 @@
 
 #define PS_NBUCKETS 1024          /* hash chains of plane entries */
 #define PS_MAX_CUTS 256           /* cut levels remembered (plane, cut parameters) */
-#define PS_RECHECK_S 1.0          /* seconds between two stat(2) of a cached plane's file */
+/* Seconds between two stat(2) of a cached plane's file: 0, a stat at every use, so that
+ * a plane served is never older than the version a request put in its cache key (which
+ * was taken before; see dataset_version).  A stat costs about a microsecond. */
+#define PS_RECHECK_S 0.0
 #define PS_MAX_LEVEL 30
 
 enum { PE_LOADING, PE_READY, PE_FAILED };

@@ -35,7 +35,7 @@ void planestore_free(planestore *s);
 /* Gets plane z (0-based; frame z of a stack) of dataset `d` at reduction level `level`
  * (0..30, capped at the level where the plane is 1x1), reading and reducing it on first
  * use.  Concurrent first uses of one plane read it once.  A plane whose files changed
- * since it was read (size or mtime, checked at most once a second) is read again.
+ * since it was read (size or mtime, stat(2) at every use) is read again.
  * Returns 0, or TESS_ERANGE (z outside the dataset), TESS_EIO (`err` says why),
  * TESS_ENOMEM. */
 int planestore_get(planestore *s, const dataset *d, long z, int level, plane_view *v,

@@ -19,7 +19,7 @@
 
 #define NX 97          /* 97 x 61 = 5917 pixels: more than one 4096-pixel block */
 #define NY 61
-#define NZ 37          /* not a multiple of the 16-frame chunk */
+#define NZ 37          /* not a multiple of the 16-frame read group */
 #define NPIX (NX * NY)
 
 static const char *const opname[] = {"mean", "sum", "min", "max", "std"};
@@ -278,6 +278,105 @@ END_TEST
 START_TEST(test_f32_nan) { check_kind(G_F32_NAN, 0); }
 END_TEST
 
+/* Frames larger than one read piece (65536 pixels) and ranges longer than one chunk
+ * (256 frames) or one group (16 frames): 300 uint8 frames of 300 x 230, and a cube of
+ * 40 int16 planes of that size (whose planes share one descriptor).  The integer mode
+ * equals the double mode; ranges as a reduce job cuts them (125 frames), saved, loaded
+ * and merged, equal the whole range. */
+#define BX 300
+#define BY 230
+#define BPIX (BX * BY)
+static void check_big(int cube)
+{
+    const long nz = cube ? 40 : 300;
+    char dir[128], err[256];
+    tt_tmpdir_make(dir, sizeof dir, "zreduce-big");
+    char **paths = calloc((size_t)nz, sizeof(char *));
+    int npaths = cube ? 1 : (int)nz;
+    unsigned char *u8 = malloc(BPIX);
+    short *i16 = malloc(sizeof(short) * BPIX * (size_t)nz);
+    for (int f = 0; f < npaths; f++) {
+        paths[f] = malloc(300);
+        snprintf(paths[f], 300, "%s/%s%03d.fits", dir, cube ? "cube" : "f", f);
+        char fn[320];
+        snprintf(fn, sizeof fn, "!%s", paths[f]);
+        fitsfile *ff;
+        int st = 0;
+        long naxes[3] = {BX, BY, nz};
+        fits_create_file(&ff, fn, &st);
+        fits_create_img(ff, cube ? SHORT_IMG : BYTE_IMG, cube ? 3 : 2, naxes, &st);
+        if (cube) {
+            for (long i = 0; i < BPIX * nz; i++)
+                i16[i] = (short)((int)(rnd() % 65536) - 32768);
+            fits_write_img(ff, TSHORT, 1, BPIX * nz, i16, &st);
+        } else {
+            for (long i = 0; i < BPIX; i++)
+                u8[i] = (unsigned char)(rnd() % 256);
+            fits_write_img(ff, TBYTE, 1, BPIX, u8, &st);
+        }
+        fits_close_file(ff, &st);
+        ck_assert_msg(st == 0, "cannot write %s: cfitsio %d", paths[f], st);
+    }
+    stack *s = stack_new((const char *const *)paths, npaths, 0, BX, BY, nz, 8);
+    ck_assert_ptr_nonnull(s);
+    double *a = malloc(sizeof(double) * BPIX), *b = malloc(sizeof(double) * BPIX);
+    for (int op = 0; op < 5; op++) {
+        stack_zpart *p, *q;
+        ck_assert_int_eq(stack_zreduce(s, (stack_zop)op, 0, nz, 0, NULL, &p, err, sizeof err), 0);
+        ck_assert_int_eq(stack_zreduce(s, (stack_zop)op, 0, nz, STACK_ZR_FORCE_DOUBLE, NULL, &q,
+                                       err, sizeof err), 0);
+        ck_assert_int_eq(stack_zpart_result(p, a), 1);
+        ck_assert_int_eq(stack_zpart_result(q, b), 0);
+        for (long i = 0; i < BPIX; i++) {
+            double m = fabs(b[i]) > 1 ? fabs(b[i]) : 1;
+            if (op == 4 ? !(fabs(a[i] - b[i]) <= 1e-14 * m) : !(a[i] == b[i]))
+                ck_abort_msg("%s %s[%ld]: %.17g vs double %.17g", cube ? "cube" : "stack",
+                             opname[op], i, a[i], b[i]);
+        }
+        stack_zpart_free(p);
+        stack_zpart_free(q);
+        /* blocks of 125 planes, each saved and loaded, merged in order */
+        stack_zpart *all = NULL;
+        for (long z0 = 0; z0 < nz; z0 += 125) {
+            long z1 = z0 + 125 < nz ? z0 + 125 : nz;
+            char path[300];
+            snprintf(path, sizeof path, "%s/part.bin", dir);
+            ck_assert_int_eq(stack_zreduce(s, (stack_zop)op, z0, z1, 0, NULL, &p, err, sizeof err), 0);
+            ck_assert_int_eq(stack_zpart_save(p, path, err, sizeof err), 0);
+            stack_zpart_free(p);
+            ck_assert_int_eq(stack_zpart_load(path, &p, err, sizeof err), 0);
+            unlink(path);
+            if (!all)
+                all = p;
+            else {
+                ck_assert_int_eq(stack_zpart_merge(all, p), 0);
+                stack_zpart_free(p);
+            }
+        }
+        stack_zpart_result(all, b);
+        stack_zpart_free(all);
+        for (long i = 0; i < BPIX; i++)
+            if (!(a[i] == b[i]))
+                ck_abort_msg("blocks %s[%ld]: %.17g vs %.17g", opname[op], i, b[i], a[i]);
+    }
+    stack_free(s);
+    for (int f = 0; f < npaths; f++) {
+        unlink(paths[f]);
+        free(paths[f]);
+    }
+    rmdir(dir);
+    free(paths);
+    free(u8);
+    free(i16);
+    free(a);
+    free(b);
+}
+
+START_TEST(test_big_u8) { check_big(0); }
+END_TEST
+START_TEST(test_big_cube_i16) { check_big(1); }
+END_TEST
+
 START_TEST(test_errors)
 {
     vol v;
@@ -318,6 +417,8 @@ int main(void)
     tcase_add_test(tc, test_png16);
     tcase_add_test(tc, test_u8_blank_frame);
     tcase_add_test(tc, test_f32_nan);
+    tcase_add_test(tc, test_big_u8);
+    tcase_add_test(tc, test_big_cube_i16);
     tcase_add_test(tc, test_errors);
     suite_add_tcase(s, tc);
     return tt_run_suite(s);

@@ -1529,15 +1529,13 @@ static const unsigned char *raw_plane(const stack *s, const frame *f, long zf)
             break;                                                                         \
         }                                                                                  \
     }
+/* Sample i of the frame bytes d, by storage type (shared by the fold and stats macros). */
 #define ZGET_U8(i) d[i]
 #define ZGET_I16BE(i) ((int16_t)be16(d + 2 * (i)))
 #define ZGET_U16(i) (((const uint16_t *)(const void *)d)[i])
 ZR_RUN_FOLD(zr_fold_u8, ZGET_U8, uint16_t, uint32_t)
 ZR_RUN_FOLD(zr_fold_i16be, ZGET_I16BE, int32_t, uint64_t)
 ZR_RUN_FOLD(zr_fold_u16, ZGET_U16, uint32_t, uint64_t)
-#undef ZGET_U8
-#undef ZGET_I16BE
-#undef ZGET_U16
 #undef ZR_RUN_FOLD
 
 /* The sums of four runs of n 8-bit values added at once into t1 (sum / mean): t1 is
@@ -2091,9 +2089,6 @@ int stack_plane_release(stack *s, stack_plane *p)
             *s1 += a;                                                                      \
         }                                                                                  \
     }
-#define ZGET_U8(i) d[i]
-#define ZGET_I16BE(i) ((int16_t)be16(d + 2 * (i)))
-#define ZGET_U16(i) (((const uint16_t *)(const void *)d)[i])
 ZR_PLANE_STATS(stats_u8, ZGET_U8, uint32_t, uint32_t)
 ZR_PLANE_STATS(stats_i16be, ZGET_I16BE, int32_t, uint64_t)
 ZR_PLANE_STATS(stats_u16, ZGET_U16, uint32_t, uint64_t)

@@ -1,11 +1,13 @@
 /* Helpers shared by the Check test programs: suites, FITS and header files, scratch directories. */
 #include "tests/testutil.h"
 
+#include <dirent.h>
 #include <fitsio.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 int tt_run_suite(Suite *s)
@@ -165,4 +167,25 @@ int tt_tmpdir_remove(const char *dir, const char *const *names, int n)
         unlink(p);
     }
     return rmdir(dir);
+}
+
+int tt_count_entries(const char *dir)
+{
+    DIR *d = opendir(dir);
+    if (!d)
+        return -1;
+    int n = 0;
+    struct dirent *e;
+    while ((e = readdir(d)))
+        if (strcmp(e->d_name, ".") && strcmp(e->d_name, ".."))
+            n++;
+    closedir(d);
+    return n;
+}
+
+double tt_now_s(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
 }

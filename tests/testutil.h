@@ -47,6 +47,12 @@ void tt_tmpdir_make(char *dir, size_t len, const char *tag);
  * (0, or -1 when something else was left in it). */
 int tt_tmpdir_remove(const char *dir, const char *const *names, int n);
 
+/* Entries of `dir` other than "." and "..", or -1 when it cannot be opened. */
+int tt_count_entries(const char *dir);
+
+/* Seconds on CLOCK_MONOTONIC, for bounds on how long something took. */
+double tt_now_s(void);
+
 /* ---- testutil_wcs.c (needs libtreproject) --------------------------------------------- */
 
 /* skywcs_parse of the cards; fails the test with the parser's message on error. */

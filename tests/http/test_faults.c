@@ -35,32 +35,11 @@
 #define NX 64
 #define NY 48
 
-static double now_s(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
-}
-
 static void rm_rf(const char *dir)
 {
     char cmd[PATH_MAX + 32];
     snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
     ck_assert_int_eq(system(cmd), 0);
-}
-
-static int count_entries(const char *dir)
-{
-    DIR *d = opendir(dir);
-    if (!d)
-        return -1;
-    int n = 0;
-    struct dirent *e;
-    while ((e = readdir(d)))
-        if (strcmp(e->d_name, ".") && strcmp(e->d_name, ".."))
-            n++;
-    closedir(d);
-    return n;
 }
 
 /* Pixel (x, y) of version `ver` of the test image: version 1 is x + 100 y + 1, version
@@ -208,8 +187,8 @@ static double wait_for_version(int ver, double t_change)
 {
     for (;;) {
         if (raw_is(ver))
-            return now_s() - t_change;
-        ck_assert_msg(now_s() - t_change < 5.0, "version %d not served 5 s after the change",
+            return tt_now_s() - t_change;
+        ck_assert_msg(tt_now_s() - t_change < 5.0, "version %d not served 5 s after the change",
                       ver);
         usleep(50000);
     }
@@ -239,7 +218,7 @@ START_TEST(test_replaced_file_served_fresh)
     ck_assert_int_gt(finite, 24 * 24 / 2);
 
     /* Replaced by rename(2), with the same size: only mtime (and the inode) differ. */
-    double t0 = now_s();
+    double t0 = tt_now_s();
     write_image(img, 2);
     double dt = wait_for_version(2, t0);
     printf("replaced file: new pixels served after %.2f s\n", dt);
@@ -278,7 +257,7 @@ START_TEST(test_replaced_file_served_fresh)
     ck_assert_msg(tserver_start(&cfg, &srv, err, sizeof(err)) == 0, "%s", err);
     snprintf(base, sizeof(base), "http://127.0.0.1:%d", tserver_port(srv));
     expect_raw(2, "after restart");
-    t0 = now_s();
+    t0 = tt_now_s();
     write_image(img, 1);
     wait_for_version(1, t0);
     usleep(1100000);
@@ -338,7 +317,7 @@ START_TEST(test_truncated_and_deleted)
     tt_resp_free(&h);
 
     /* Restored (as version 2): served again, with its own pixels. */
-    double t0 = now_s();
+    double t0 = tt_now_s();
     write_image(img, 2);
     wait_for_version(2, t0);
     usleep(1100000);
@@ -552,14 +531,14 @@ static json_t *run_job(const char *body, char *id, size_t idlen)
     json_decref(j);
     char path[64];
     snprintf(path, sizeof(path), "/api/v1/jobs/%s", id);
-    double t0 = now_s();
+    double t0 = tt_now_s();
     for (;;) {
         j = get_json("GET", path, NULL, 200);
         const char *st = json_string_value(json_object_get(j, "state"));
         if (strcmp(st, "queued") != 0 && strcmp(st, "running") != 0)
             return j;
         json_decref(j);
-        ck_assert_msg(now_s() - t0 < 60, "job %s did not end within 60 s", id);
+        ck_assert_msg(tt_now_s() - t0 < 60, "job %s did not end within 60 s", id);
         usleep(20000);
     }
 }
@@ -657,9 +636,9 @@ static void disk_full_case(const char *jobsdir, rlim_t fsize, const char *how)
     json_decref(j);
     /* No product, no temporary file, no work directory, no dataset. */
     snprintf(path, sizeof(path), "%s/results", jobsdir);
-    ck_assert_int_eq(count_entries(path), 0);
+    ck_assert_int_eq(tt_count_entries(path), 0);
     snprintf(path, sizeof(path), "%s/work", jobsdir);
-    ck_assert_int_eq(count_entries(path), 0);
+    ck_assert_int_eq(tt_count_entries(path), 0);
     tt_resp r = tt_fetch(base, "GET", "/api/v1/datasets/big", NULL, 0, NULL);
     tt_assert_problem("/api/v1/datasets/big", &r, 404, NULL);
     tt_resp_free(&r);
@@ -679,9 +658,9 @@ static void disk_full_case(const char *jobsdir, rlim_t fsize, const char *how)
            json_string_value(json_object_get(e, "detail")));
     json_decref(j);
     snprintf(path, sizeof(path), "%s/results", jobsdir);
-    ck_assert_int_eq(count_entries(path), 0);
+    ck_assert_int_eq(tt_count_entries(path), 0);
     snprintf(path, sizeof(path), "%s/work", jobsdir);
-    ck_assert_int_eq(count_entries(path), 0);
+    ck_assert_int_eq(tt_count_entries(path), 0);
     r = tt_fetch(base, "GET", "/api/v1/datasets/bigmosaic", NULL, 0, NULL);
     tt_assert_problem("/api/v1/datasets/bigmosaic", &r, 404, NULL);
     tt_resp_free(&r);
@@ -697,7 +676,7 @@ static void disk_full_case(const char *jobsdir, rlim_t fsize, const char *how)
     waitpid(pid, &ws, 0);
     /* Only the good product is left. */
     snprintf(path, sizeof(path), "%s/results", jobsdir);
-    ck_assert_int_eq(count_entries(path), 1);
+    ck_assert_int_eq(tt_count_entries(path), 1);
 }
 
 START_TEST(test_disk_full_job_fails_cleanly)
@@ -771,7 +750,7 @@ static void *client_main(void *arg)
     curl_easy_setopt(h, CURLOPT_DEBUGDATA, c);
     c->cc = curl_easy_perform(h);
     curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &c->status);
-    c->t_end = now_s();
+    c->t_end = tt_now_s();
     __atomic_store_n(&c->finished, 1, __ATOMIC_RELEASE);
     curl_easy_cleanup(h);
     return NULL;
@@ -780,7 +759,7 @@ static void *client_main(void *arg)
 /* Reads the port from tesserad's "serving N datasets on http://127.0.0.1:PORT/" line. */
 static int wait_port(const char *logpath, double limit_s)
 {
-    double t0 = now_s();
+    double t0 = tt_now_s();
     for (;;) {
         FILE *f = fopen(logpath, "r");
         char line[512];
@@ -791,7 +770,7 @@ static int wait_port(const char *logpath, double limit_s)
         }
         if (f)
             fclose(f);
-        ck_assert_msg(now_s() - t0 < limit_s, "tesserad did not start within %.0f s", limit_s);
+        ck_assert_msg(tt_now_s() - t0 < limit_s, "tesserad did not start within %.0f s", limit_s);
         usleep(20000);
     }
 }
@@ -822,16 +801,16 @@ static pid_t spawn_tesserad(const char *dir, char *logpath, size_t loglen, int *
 /* Waits (at most `limit_s`) for `pid` to exit; returns its wait status. */
 static int wait_exit(pid_t pid, double limit_s, double *took)
 {
-    double t0 = now_s();
+    double t0 = tt_now_s();
     int ws = 0;
     pid_t w;
     while ((w = waitpid(pid, &ws, WNOHANG)) == 0) {
-        ck_assert_msg(now_s() - t0 < limit_s, "tesserad still running %.0f s after SIGTERM",
+        ck_assert_msg(tt_now_s() - t0 < limit_s, "tesserad still running %.0f s after SIGTERM",
                       limit_s);
         usleep(20000);
     }
     ck_assert_int_eq(w, pid);
-    *took = now_s() - t0;
+    *took = tt_now_s() - t0;
     return ws;
 }
 
@@ -844,7 +823,7 @@ START_TEST(test_sigterm_finishes_requests_in_flight)
     client cl[NCLIENTS];
     pthread_t th[NCLIENTS];
     memset(cl, 0, sizeof(cl));
-    double t0 = now_s();
+    double t0 = tt_now_s();
     for (int i = 0; i < NCLIENTS; i++) {
         cl[i].i = i;
         cl[i].port = port;
@@ -853,11 +832,11 @@ START_TEST(test_sigterm_finishes_requests_in_flight)
     /* Every request sent, then a moment (0.1 s) for the server to read them. */
     for (int i = 0; i < NCLIENTS; i++)
         while (!__atomic_load_n(&cl[i].sent, __ATOMIC_ACQUIRE)) {
-            ck_assert_msg(now_s() - t0 < 30, "request %d was not sent", i);
+            ck_assert_msg(tt_now_s() - t0 < 30, "request %d was not sent", i);
             usleep(2000);
         }
     usleep(100000);
-    double t_sig = now_s();
+    double t_sig = tt_now_s();
     ck_assert_int_eq(kill(pid, SIGTERM), 0);
     /* The listening socket goes at once: a new connection is refused. */
     usleep(200000);
@@ -906,7 +885,7 @@ START_TEST(test_sigterm_finishes_requests_in_flight)
     /* The process exits 0 within the bound (30 s; it has nothing left to do). */
     double took;
     int ws = wait_exit(pid, 30, &took);
-    double t_exit = now_s() - t_sig;
+    double t_exit = tt_now_s() - t_sig;
     (void)took;
     printf("SIGTERM: %d of %d requests in flight at the signal (%d still running 0.2 s "
            "later), all 200 with whole FITS bodies; exit %d after %.2f s\n",
@@ -984,17 +963,17 @@ START_TEST(test_sigterm_finishes_slow_download)
     tt_resp_free(&first);
     pthread_t th;
     ck_assert_int_eq(pthread_create(&th, NULL, slow_main, &c), 0);
-    double t0 = now_s();
+    double t0 = tt_now_s();
     while (!__atomic_load_n(&c.started, __ATOMIC_ACQUIRE)) {
-        ck_assert_msg(now_s() - t0 < 30, "the download did not start");
+        ck_assert_msg(tt_now_s() - t0 < 30, "the download did not start");
         usleep(5000);
     }
     usleep(300000);
-    double t_sig = now_s();
+    double t_sig = tt_now_s();
     long long got_at_sig = (long long)c.got;
     ck_assert_int_eq(kill(pid, SIGTERM), 0);
     pthread_join(th, NULL);
-    double t_done = now_s() - t_sig, took;
+    double t_done = tt_now_s() - t_sig, took;
     int ws = wait_exit(pid, 30, &took);
     printf("SIGTERM during a slow download of %zu bytes (X-Cache %s, %lld received at the "
            "signal): %s, %lld bytes, %.2f s after the signal; exit %d %.2f s after the "

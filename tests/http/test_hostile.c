@@ -35,13 +35,6 @@ static int port;
 static char tmpdir[256];
 static char access_path[300], error_path[300];
 
-static double now_s(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
-}
-
 /* ---- a raw HTTP/1.1 client --------------------------------------------------------- */
 
 /* A connected socket to the server with receive and send timeouts of `timeout_s`. */
@@ -182,8 +175,8 @@ static void assert_4xx(const char *what, const tt_resp *r, long lo, long hi, con
  * after the client has its answer) until the access log has a line containing `needle`. */
 static void wait_for_log_line(const char *needle)
 {
-    double t0 = now_s();
-    while (now_s() - t0 < 3.0) {
+    double t0 = tt_now_s();
+    while (tt_now_s() - t0 < 3.0) {
         FILE *f = fopen(access_path, "r");
         char line[8192];
         while (f && fgets(line, sizeof line, f))
@@ -544,10 +537,10 @@ START_TEST(test_header_bodies)
         memcpy(huge + i, "COMMENT ", 8);
         huge[i + 80] = '\n';
     }
-    double t0 = now_s();
+    double t0 = tt_now_s();
     r = post_header(huge, big);
     assert_4xx("10 MB header", &r, 400, 400, "body");
-    ck_assert_double_lt(now_s() - t0, 10.0);
+    ck_assert_double_lt(tt_now_s() - t0, 10.0);
     tt_resp_free(&r);
     /* Over limits.max_body_mb (16): 413 before the body is read. */
     size_t over = (size_t)17 << 20;
@@ -625,10 +618,10 @@ START_TEST(test_job_bodies)
     for (int i = 0; i < 1000000; i++)
         k += (size_t)sprintf(huge + k, "%s\"horsehead\"", i ? "," : "");
     k += (size_t)sprintf(huge + k, "],\"output\":{\"name\":\"hostile_out\"}}");
-    double t0 = now_s();
+    double t0 = tt_now_s();
     r = post_job(huge, k);
     assert_4xx("1e6 inputs", &r, 400, 413, "inputs");
-    ck_assert_double_lt(now_s() - t0, 10.0);
+    ck_assert_double_lt(tt_now_s() - t0, 10.0);
     tt_resp_free(&r);
     k = (size_t)sprintf(huge, "{\"type\":\"mosaic\",\"inputs\":[");
     for (int i = 0; i < 1000000; i++)
@@ -671,14 +664,14 @@ END_TEST
  * returns the seconds waited, or -1 when it was still open after `limit` seconds. */
 static double wait_closed(int fd, double limit)
 {
-    double t0 = now_s();
+    double t0 = tt_now_s();
     char b[4096];
-    while (now_s() - t0 < limit) {
+    while (tt_now_s() - t0 < limit) {
         struct pollfd p = {fd, POLLIN, 0};
         if (poll(&p, 1, 200) > 0) {
             ssize_t n = recv(fd, b, sizeof b, MSG_DONTWAIT);
             if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK))
-                return now_s() - t0;
+                return tt_now_s() - t0;
         }
     }
     return -1;
@@ -696,18 +689,18 @@ START_TEST(test_slow_loris)
         fds[i] = raw_connect(10);
         send_all(fds[i], partial[i], strlen(partial[i]));
     }
-    double t0 = now_s();
+    double t0 = tt_now_s();
     /* Meanwhile others are served at once. */
     for (int i = 0; i < 5; i++)
         assert_alive();
-    ck_assert_double_lt(now_s() - t0, 1.0);
+    ck_assert_double_lt(tt_now_s() - t0, 1.0);
     /* The stalled ones are closed after limits.connection_timeout_s of silence. */
     for (int i = 0; i < 4; i++) {
         double w = wait_closed(fds[i], CONN_TIMEOUT + 4);
         ck_assert_msg(w >= 0, "slow client %d still connected after %d s", i, CONN_TIMEOUT + 4);
         close(fds[i]);
     }
-    ck_assert_double_lt(now_s() - t0, CONN_TIMEOUT + 4);
+    ck_assert_double_lt(tt_now_s() - t0, CONN_TIMEOUT + 4);
     assert_alive();
 }
 END_TEST
@@ -721,9 +714,9 @@ START_TEST(test_too_many_connections)
         fds[i] = raw_connect(10);
     usleep(200000);
     /* Over the limit: a fast 503 with Retry-After, not a hang. */
-    double t0 = now_s();
+    double t0 = tt_now_s();
     tt_resp r = get("/healthz");
-    double dt = now_s() - t0;
+    double dt = tt_now_s() - t0;
     assert_4xx("over max_connections", &r, 503, 503, NULL);
     ck_assert_str_eq(r.retry_after, "1");
     ck_assert_double_lt(dt, 1.0);
@@ -736,9 +729,9 @@ START_TEST(test_too_many_connections)
     int flood[NFLOOD];
     for (int i = 0; i < NFLOOD; i++)
         flood[i] = raw_connect(10);
-    t0 = now_s();
+    t0 = tt_now_s();
     r = get("/healthz");
-    dt = now_s() - t0;
+    dt = tt_now_s() - t0;
     ck_assert_msg(r.status == 503 || r.status == 200 || r.status == 0,
                   "far over the limit: status %ld", r.status);
     ck_assert_double_lt(dt, CONN_TIMEOUT + 4);

@@ -246,40 +246,19 @@ static json_t *job_get(const char *id)
     return fetch_json("GET", path, NULL, NULL, 200);
 }
 
-static double now_s(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
-}
-
 /* Polls until the job leaves queued/running (at most `limit_s`); returns its document. */
 static json_t *wait_end(const char *id, double limit_s)
 {
-    double t0 = now_s();
+    double t0 = tt_now_s();
     for (;;) {
         json_t *j = job_get(id);
         const char *st = json_string_value(json_object_get(j, "state"));
         if (strcmp(st, "queued") != 0 && strcmp(st, "running") != 0)
             return j;
         json_decref(j);
-        ck_assert_msg(now_s() - t0 < limit_s, "job %s did not end within %.0f s", id, limit_s);
+        ck_assert_msg(tt_now_s() - t0 < limit_s, "job %s did not end within %.0f s", id, limit_s);
         usleep(20000);
     }
-}
-
-static int count_entries(const char *dir)
-{
-    DIR *d = opendir(dir);
-    if (!d)
-        return -1;
-    int n = 0;
-    struct dirent *e;
-    while ((e = readdir(d)))
-        if (strcmp(e->d_name, ".") && strcmp(e->d_name, ".."))
-            n++;
-    closedir(d);
-    return n;
 }
 
 static long count_lines(const char *path)
@@ -306,7 +285,7 @@ START_TEST(test_job_runs_with_smooth_progress)
     /* Poll: the done counts seen must increase through at least 10 distinct values. */
     long seen[200];
     int nseen = 0;
-    double t0 = now_s();
+    double t0 = tt_now_s();
     const char *st = "";
     json_t *j = NULL;
     for (;;) {
@@ -327,7 +306,7 @@ START_TEST(test_job_runs_with_smooth_progress)
         }
         if (strcmp(st, "succeeded") == 0 || strcmp(st, "failed") == 0)
             break;
-        ck_assert_msg(now_s() - t0 < 60, "job did not finish");
+        ck_assert_msg(tt_now_s() - t0 < 60, "job did not finish");
         usleep(5000);
     }
     ck_assert_str_eq(st, "succeeded");
@@ -359,9 +338,9 @@ START_TEST(test_job_runs_with_smooth_progress)
     /* Nothing temporary is left: no work directory, no *.tmp. */
     char dir[PATH_MAX];
     snprintf(dir, sizeof(dir), "%s/work", jobsdir);
-    ck_assert_int_eq(count_entries(dir), 0);
+    ck_assert_int_eq(tt_count_entries(dir), 0);
     snprintf(dir, sizeof(dir), "%s/results", jobsdir);
-    ck_assert_int_eq(count_entries(dir), 1);
+    ck_assert_int_eq(tt_count_entries(dir), 1);
     /* The list has it; metrics count it. */
     j = fetch_json("GET", "/api/v1/jobs", NULL, NULL, 200);
     ck_assert_int_eq((int)json_array_size(j), 1);
@@ -386,14 +365,14 @@ START_TEST(test_cancel_leaves_no_files)
     char id[32];
     submit("{\"type\": \"test_squares\", \"n\": 400, \"delay_ms\": 50, \"output\": {\"name\": \"c1\"}}",
            id, sizeof(id));
-    double t0 = now_s();
+    double t0 = tt_now_s();
     for (;;) {
         json_t *j = job_get(id);
         long done = (long)json_integer_value(json_object_get(json_object_get(j, "progress"), "done"));
         json_decref(j);
         if (done >= 2)
             break;
-        ck_assert_msg(now_s() - t0 < 30, "job made no progress");
+        ck_assert_msg(tt_now_s() - t0 < 30, "job made no progress");
         usleep(10000);
     }
     char path[64], dir[PATH_MAX];
@@ -404,9 +383,9 @@ START_TEST(test_cancel_leaves_no_files)
     ck_assert_str_eq(json_string_value(json_object_get(j, "state")), "cancelled");
     json_decref(j);
     snprintf(dir, sizeof(dir), "%s/work", jobsdir);
-    ck_assert_int_eq(count_entries(dir), 0);
+    ck_assert_int_eq(tt_count_entries(dir), 0);
     snprintf(dir, sizeof(dir), "%s/results", jobsdir);
-    ck_assert_int_eq(count_entries(dir), 0);
+    ck_assert_int_eq(tt_count_entries(dir), 0);
     tt_resp r = tt_fetch(base, "GET", "/api/v1/datasets/c1", NULL, 0, NULL);
     ck_assert_int_eq(r.status, 404);
     tt_resp_free(&r);
@@ -444,9 +423,9 @@ START_TEST(test_failure_is_reported)
     json_decref(j);
     char dir[PATH_MAX];
     snprintf(dir, sizeof(dir), "%s/work", jobsdir);
-    ck_assert_int_eq(count_entries(dir), 0);
+    ck_assert_int_eq(tt_count_entries(dir), 0);
     snprintf(dir, sizeof(dir), "%s/results", jobsdir);
-    ck_assert_int_eq(count_entries(dir), 0);
+    ck_assert_int_eq(tt_count_entries(dir), 0);
     tt_resp r = tt_fetch(base, "GET", "/api/v1/datasets/f1", NULL, 0, NULL);
     ck_assert_int_eq(r.status, 404);
     tt_resp_free(&r);
@@ -569,12 +548,12 @@ START_TEST(test_kill9_then_resume)
     submit(body, id, sizeof(id));
     submit("{\"type\": \"test_squares\", \"n\": 3, \"output\": {\"name\": \"k9b\"}}", qid, sizeof(qid));
     long before = 0;
-    double t0 = now_s();
+    double t0 = tt_now_s();
     while (before < 20) {
         json_t *j = job_get(id);
         before = (long)json_integer_value(json_object_get(json_object_get(j, "progress"), "done"));
         json_decref(j);
-        ck_assert_msg(now_s() - t0 < 60, "no progress before the kill");
+        ck_assert_msg(tt_now_s() - t0 < 60, "no progress before the kill");
         usleep(10000);
     }
     kill(pid, SIGKILL);
@@ -618,7 +597,7 @@ START_TEST(test_kill9_then_resume)
     json_decref(j);
     char dir[PATH_MAX];
     snprintf(dir, sizeof(dir), "%s/work", jobsdir);
-    ck_assert_int_eq(count_entries(dir), 0);
+    ck_assert_int_eq(tt_count_entries(dir), 0);
     unlink(logpath);
 }
 END_TEST
@@ -708,7 +687,7 @@ START_TEST(test_mosaic_kill9_same_product)
     free(body);
     long seen = 0, last = -1, done = 0, total = 0;
     const char *st = "running";
-    double t0 = now_s();
+    double t0 = tt_now_s();
     for (;;) {
         json_t *j = job_get(ref_id);
         st = json_string_value(json_object_get(j, "state"));
@@ -728,10 +707,10 @@ START_TEST(test_mosaic_kill9_same_product)
             ck_assert_msg(ok, "the uninterrupted mosaic did not succeed");
             break;
         }
-        ck_assert_msg(now_s() - t0 < 120, "mosaic did not finish");
+        ck_assert_msg(tt_now_s() - t0 < 120, "mosaic did not finish");
         usleep(2000);
     }
-    double t_ref = now_s() - t0;
+    double t_ref = tt_now_s() - t0;
     ck_assert_msg(seen >= 10, "only %ld distinct progress values", seen);
     ck_assert_int_ge(total, 4);
     long rx, ry;
@@ -764,7 +743,7 @@ START_TEST(test_mosaic_kill9_same_product)
         submit(body, id, sizeof(id));
         free(body);
         done = 0;
-        t0 = now_s();
+        t0 = tt_now_s();
         while (done < at[k]) {
             json_t *j = job_get(id);
             done = (long)json_integer_value(json_object_get(json_object_get(j, "progress"), "done"));
@@ -772,7 +751,7 @@ START_TEST(test_mosaic_kill9_same_product)
             ck_assert_msg(strcmp(state, "running") == 0 || strcmp(state, "queued") == 0,
                           "kill %d: job %s before the kill", k, state);
             json_decref(j);
-            ck_assert_msg(now_s() - t0 < 60, "kill %d: no progress before the kill", k);
+            ck_assert_msg(tt_now_s() - t0 < 60, "kill %d: no progress before the kill", k);
             usleep(2000);
         }
         kill(pid, SIGKILL);
@@ -803,7 +782,7 @@ START_TEST(test_mosaic_kill9_same_product)
         /* Nothing of the killed run is left in the work directory. */
         char dir[PATH_MAX];
         snprintf(dir, sizeof(dir), "%s/work", jobsdir);
-        ck_assert_int_eq(count_entries(dir), 0);
+        ck_assert_int_eq(tt_count_entries(dir), 0);
     }
     free(ref);
 }
@@ -826,9 +805,9 @@ START_TEST(test_startup_sweep)
     fclose(f);
     start_server(NULL, 0);
     snprintf(p, sizeof(p), "%s/work", jobsdir);
-    ck_assert_int_eq(count_entries(p), 0);
+    ck_assert_int_eq(tt_count_entries(p), 0);
     snprintf(p, sizeof(p), "%s/results", jobsdir);
-    ck_assert_int_eq(count_entries(p), 0);
+    ck_assert_int_eq(tt_count_entries(p), 0);
 }
 END_TEST
 

@@ -21,9 +21,9 @@ static const char jobs_usage[] =
     "  --server URL   default $TESSERA_SERVER, else http://127.0.0.1:8080\n"
     "  --token T      bearer token for jobs.token servers; default $TESSERA_TOKEN\n"
     "  exit status: 0 succeeded, 1 job failed or was cancelled, 2 usage, 4 the server\n"
-    "  refused or could not be reached\n";
+    "  refused or could not be reached, 130 stopped following by Ctrl-C (the job goes on)\n";
 
-enum { JX_OK = 0, JX_JOBFAIL = 1, JX_USAGE = 2, JX_SERVER = 4 };
+enum { JX_OK = 0, JX_JOBFAIL = 1, JX_USAGE = 2, JX_SERVER = 4, JX_INTERRUPTED = 130 };
 
 typedef struct http_resp {
     long status;
@@ -227,7 +227,7 @@ static int follow(const common *o, const char *id)
                 fputc('\n', stderr);
             fprintf(stderr, "tessera: stopped following; job %s goes on (tessera cancel %s)\n",
                     id, id);
-            return JX_JOBFAIL;
+            return JX_INTERRUPTED;
         }
         usleep(250000);
     }

@@ -51,7 +51,9 @@ static int jobs_enabled(hreq *r)
 {
     if (r->srv->jobs)
         return 1;
-    problem_reply(r, 503, NULL, "jobs are disabled on this server: set jobs.dir in the configuration");
+    /* 404, not 503: nothing will change by retrying; the fix is configuration. */
+    problem_reply(r, 404, NULL,
+                  "this server has no job endpoints: jobs.dir is not set in its configuration");
     return 0;
 }
 
@@ -174,7 +176,7 @@ void handle_jobs(hreq *r, const char *rest)
             char path[PATH_MAX], ctype[64], state[16] = "finished";
             if (jobs_result(r->srv->jobs, id, path, ctype, state) == 0)
                 snprintf(state, sizeof(state), "succeeded");
-            problem_reply(r, 409, "id", "job %s has already %s; there is nothing to cancel", id,
+            problem_reply(r, 409, "id", "job %s has already ended (%s); there is nothing to cancel", id,
                           state);
             return;
         }

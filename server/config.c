@@ -324,6 +324,16 @@ static int load_json(json_t *root, tess_config *c, const char *base, char *err, 
         if ((rc = get_str(jobs, "dir", "jobs.", &c->jobs_dir, err, errlen)) ||
             (rc = get_str(jobs, "token", "jobs.", &c->jobs_token, err, errlen)))
             return rc;
+        /* Like data_roots, a relative jobs.dir is relative to the configuration file. */
+        if (c->jobs_dir && c->jobs_dir[0] != '/' && base) {
+            size_t n = strlen(base) + strlen(c->jobs_dir) + 2;
+            char *joined = malloc(n);
+            if (!joined)
+                return TESS_ENOMEM;
+            snprintf(joined, n, "%s/%s", base, c->jobs_dir);
+            free(c->jobs_dir);
+            c->jobs_dir = joined;
+        }
     }
 
     json_t *ds = json_object_get(root, "datasets");

@@ -7,6 +7,7 @@
 
 #include <limits.h>
 #include <stdio.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -86,6 +87,39 @@ static int check_input_file(const char *path, int hdu, const char *field, job_pr
     }
     skywcs_free(c);
     return 0;
+}
+
+/* The largest angular distance (degrees) between the centres of the n inputs (pixel
+ * centre ((nx-1)/2, (ny-1)/2), in the first input's frame), by the haversine formula;
+ * 0 when a centre has no sky position.  Only used to explain an oversized target. */
+static double max_centre_separation(int n, skywcs *const *ws, const long *nx, const long *ny)
+{
+    double *lon = malloc((size_t)n * sizeof(double)), *lat = malloc((size_t)n * sizeof(double));
+    double best = 0.0, eq0 = 0.0;
+    if (!lon || !lat) {
+        free(lon);
+        free(lat);
+        return 0.0;
+    }
+    sky_frame f0 = skywcs_frame(ws[0], &eq0);
+    for (int i = 0; i < n; i++) {
+        double x = (double)(nx[i] - 1) / 2.0, y = (double)(ny[i] - 1) / 2.0, eq = 0.0;
+        sky_frame f = skywcs_frame(ws[i], &eq);   /* sets eq: not inside the call below */
+        skywcs_pix2sky(ws[i], 1, &x, &y, &lon[i], &lat[i]);
+        sky_convert(f, eq, f0, eq0, 1, &lon[i], &lat[i]);
+    }
+    const double d2r = 3.14159265358979323846 / 180.0;
+    for (int i = 0; i < n; i++)
+        for (int j = i + 1; j < n; j++) {
+            double sl = sin((lat[j] - lat[i]) * d2r / 2.0), so = sin((lon[j] - lon[i]) * d2r / 2.0);
+            double h = sl * sl + cos(lat[i] * d2r) * cos(lat[j] * d2r) * so * so;
+            double d = 2.0 * asin(sqrt(h < 1.0 ? h : 1.0)) / d2r;
+            if (d > best)   /* NaN compares false */
+                best = d;
+        }
+    free(lon);
+    free(lat);
+    return best;
 }
 
 /* Parses and checks the whole body.  `check_name`: the output name must be new (validate;
@@ -378,8 +412,15 @@ static int mosaic_validate(const json_t *j, const job_env *env, job_problem *pb)
                 jobkind_problem(pb, 422, "target.auto", "no automatic target: %s", e);
                 rc = -1;
             } else if ((double)ox * (double)oy > (double)(1L << 31)) {
-                jobkind_problem(pb, 413, "target.auto", "the mosaic would be %ld x %ld pixels, "
-                                "more than 2^31", ox, oy);
+                double sep = max_centre_separation(b.n, ws, nx, ny);
+                if (sep > 30.0)
+                    jobkind_problem(pb, 413, "target.auto", "the mosaic would be %ld x %ld "
+                                    "pixels, more than 2^31: the inputs' centres are up to "
+                                    "%.1f degrees apart on the sky; mosaic inputs that are "
+                                    "near each other, or give target.header", ox, oy, sep);
+                else
+                    jobkind_problem(pb, 413, "target.auto", "the mosaic would be %ld x %ld "
+                                    "pixels, more than 2^31", ox, oy);
                 rc = -1;
             }
         }

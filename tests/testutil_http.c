@@ -59,7 +59,8 @@ void tt_curl_capture(void *curl, tt_resp *r)
     curl_easy_setopt(curl, CURLOPT_WRITEDATA, r);
     curl_easy_setopt(curl, CURLOPT_HEADERFUNCTION, on_header);
     curl_easy_setopt(curl, CURLOPT_HEADERDATA, r);
-    curl_easy_setopt(curl, CURLOPT_TIMEOUT, 60L);
+    /* 60 s, longer under valgrind (tt_time_scale). */
+    curl_easy_setopt(curl, CURLOPT_TIMEOUT, (long)(60.0 * tt_time_scale()));
 }
 
 tt_resp tt_fetch(const char *base, const char *method, const char *path, const char *body,
@@ -111,6 +112,9 @@ void tt_assert_problem(const char *path, const tt_resp *r, long status, const ch
     ck_assert_ptr_nonnull(o);
     ck_assert_int_eq(json_integer_value(json_object_get(o, "status")), status);
     ck_assert(json_is_string(json_object_get(o, "title")));
+    /* The title is the status's reason phrase (RFC 9110), never a generic word. */
+    ck_assert_msg(strcmp(json_string_value(json_object_get(o, "title")), "Error") != 0,
+                  "%s: status %ld has no reason phrase as its title", path, status);
     ck_assert(json_string_length(json_object_get(o, "detail")) > 0);
     if (parameter) {
         const char *p = json_string_value(json_object_get(o, "parameter"));

@@ -353,6 +353,8 @@ START_TEST(test_job_runs_with_smooth_progress)
     snprintf(path, sizeof(path), "/api/v1/jobs/%s", id);
     r = tt_fetch(base, "DELETE", path, NULL, 0, NULL);
     tt_assert_problem(path, &r, 409, "id");
+    ck_assert_ptr_nonnull(strstr(r.body, "\"title\":\"Conflict\""));
+    ck_assert_ptr_nonnull(strstr(r.body, "has already ended (succeeded)"));
     tt_resp_free(&r);
     r = tt_fetch(base, "POST", "/api/v1/jobs", body, strlen(body), NULL);
     tt_assert_problem("/api/v1/jobs", &r, 409, "output.name");
@@ -457,6 +459,14 @@ START_TEST(test_bad_bodies)
     }
     tt_resp r = tt_fetch(base, "POST", "/api/v1/jobs", "", 0, NULL);
     tt_assert_problem("empty", &r, 400, "body");
+    tt_resp_free(&r);
+    /* Inputs on opposite sides of the sky: the refusal says why the target is so large
+     * (HorseHead and the Galactic centre are 148.6 degrees apart, astropy separation). */
+    const char *far = "{\"type\": \"mosaic\", \"inputs\": [\"horsehead\", \"gc_2mass_k\"], "
+                      "\"output\": {\"name\": \"far\"}}";
+    r = tt_fetch(base, "POST", "/api/v1/jobs", far, strlen(far), NULL);
+    tt_assert_problem("far apart", &r, 413, "target.auto");
+    ck_assert_msg(strstr(r.body, "148.6 degrees apart") != NULL, "%s", r.body);
     tt_resp_free(&r);
     r = tt_fetch(base, "GET", "/api/v1/jobs/0123456789abcdef", NULL, 0, NULL);
     tt_assert_problem("unknown id", &r, 404, "id");

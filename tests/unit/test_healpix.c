@@ -402,8 +402,9 @@ START_TEST(test_footprints)
     double py[5] = {-0.5, -0.5, ny - 0.5, ny - 0.5, (ny - 1) / 2.0};
     double pl[5], pb[5];
     ck_assert_int_eq(skywcs_pix2sky(cel, 5, px, py, pl, pb), 0);
-    double eq;
-    sky_convert(skywcs_frame(cel, &eq), eq, SKY_FRAME_ICRS, 0.0, 5, pl, pb);
+    double eq = 0.0;
+    sky_frame fr = skywcs_frame(cel, &eq);   /* sets eq before it is passed on */
+    sky_convert(fr, eq, SKY_FRAME_ICRS, 0.0, 5, pl, pb);
     for (int k = 0; k < 5; k++) {
         int64_t t = hips_ang2pix(9, pl[k], pb[k]);
         int found = 0;

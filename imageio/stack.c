@@ -24,6 +24,15 @@
  * bound: keeps a stack of large 16-bit frames from holding gigabytes. */
 #define STACK_MAX_DECODED_BYTES ((size_t)256 << 20)
 
+/* Decoded frames one z-reduction chunk holds at most, in bytes, plus one frame
+ * (stack_zreduce): a chunk of up to ZR_CHUNK frames ends early once the decoded frames it
+ * acquired (PNG, compressed FITS: heap copies, pinned while held even when the LRU above
+ * has dropped them) pass it.  Mapped FITS frames count nothing (their pages are the page
+ * cache's).  256 decoded 2000x2000 16-bit PNG frames were 2 GB a reader thread; 64 MB is
+ * 8 of them, whose decoding costs far more than the extra flushes of the shorter
+ * chunks' narrow sums. */
+#define ZR_CHUNK_BYTES ((size_t)64 << 20)
+
 /* ---- PNG frames ---------------------------------------------------------------- */
 
 int frame_is_png(const char *path)
@@ -360,7 +369,12 @@ struct stack {
     frame **table;            /* by path index, NULL when not open */
     frame *head, *tail;       /* LRU */
     int nopen;
-    size_t decoded_bytes;
+    size_t decoded_bytes;     /* of the frames in the LRU (STACK_MAX_DECODED_BYTES) */
+    size_t live_bytes;        /* of every decoded frame in memory: in the LRU, or dropped
+                                 from it but still held by a reader */
+    size_t live_peak;         /* highest live_bytes */
+    size_t zr_chunk_bytes;    /* ZR_CHUNK_BYTES, or stack_set_zr_chunk_bytes's */
+    size_t zr_held_peak;      /* most decoded bytes one z-reduction chunk held */
     unsigned long long opens, hits;
     unsigned long long data_bytes; /* 0 = not computed yet */
 };
@@ -401,14 +415,33 @@ stack *stack_new(const char *const *paths, int npaths, int hdu, long nx, long ny
     s->ny = ny;
     s->nz = nz;
     s->max_open = max_open < 1 ? 1 : max_open;
+    s->zr_chunk_bytes = ZR_CHUNK_BYTES;
     pthread_mutex_init(&s->lock, NULL);
     return s;
 }
 
-static void frame_close(frame *f)
+/* Counts a decoded frame of `bytes` in (add) or out of memory (live_bytes). */
+static void live_account(stack *s, size_t bytes, int add)
+{
+    if (!bytes)
+        return;
+    pthread_mutex_lock(&s->lock);
+    if (add) {
+        s->live_bytes += bytes;
+        if (s->live_bytes > s->live_peak)
+            s->live_peak = s->live_bytes;
+    } else {
+        s->live_bytes -= bytes;
+    }
+    pthread_mutex_unlock(&s->lock);
+}
+
+/* Frees frame f (not under the lock): pixbytes, counted in by frame_open, go out. */
+static void frame_close(stack *s, frame *f)
 {
     if (!f)
         return;
+    live_account(s, f->pixbytes, 0);
     if (f->map) {
         mapguard_remove(f->guard);
         munmap(f->map, f->maplen);
@@ -423,7 +456,7 @@ void stack_free(stack *s)
         return;
     for (frame *f = s->head; f;) {
         frame *next = f->next;
-        frame_close(f);
+        frame_close(s, f);
         f = next;
     }
     for (int i = 0; i < s->npaths; i++)
@@ -735,9 +768,11 @@ static int frame_open(stack *s, long idx, frame **out, char *err, size_t errlen)
         rc = open_fits(s, f, path, err, errlen);
     }
     if (rc) {
-        frame_close(f);
+        f->pixbytes = 0;   /* never counted in */
+        frame_close(s, f);
         return rc;
     }
+    live_account(s, f->pixbytes, 1);
     *out = f;
     return 0;
 }
@@ -797,11 +832,11 @@ static void trim_locked(stack *s, frame **closeme)
     }
 }
 
-static void close_chain(frame *f)
+static void close_chain(stack *s, frame *f)
 {
     while (f) {
         frame *next = f->next;
-        frame_close(f);
+        frame_close(s, f);
         f = next;
     }
 }
@@ -847,12 +882,12 @@ static int frame_acquire(stack *s, long idx, frame **out, char *err, size_t errl
         lru_unlink(s, f);
         lru_push_front(s, f);
         pthread_mutex_unlock(&s->lock);
-        close_chain(closeme);
+        close_chain(s, closeme);
         *out = f;
         return 0;
     }
     pthread_mutex_unlock(&s->lock);
-    close_chain(closeme);
+    close_chain(s, closeme);
     closeme = NULL;
 
     frame *fresh = NULL;
@@ -877,7 +912,7 @@ static int frame_acquire(stack *s, long idx, frame **out, char *err, size_t errl
         trim_locked(s, &closeme);
     }
     pthread_mutex_unlock(&s->lock);
-    close_chain(closeme);
+    close_chain(s, closeme);
     *out = f;
     return 0;
 }
@@ -892,7 +927,7 @@ static int frame_release(stack *s, frame *f)
     int closeit = --f->refs == 0 && f->dead;
     pthread_mutex_unlock(&s->lock);
     if (closeit)
-        frame_close(f);
+        frame_close(s, f);
     return faulted;
 }
 
@@ -1147,13 +1182,24 @@ void stack_get_stats(stack *s, stack_stats *st)
     st->opens = s->opens;
     st->hits = s->hits;
     st->open_now = s->nopen;
+    st->decoded_now = s->live_bytes;
+    st->decoded_peak = s->live_peak;
+    st->zr_held_peak = s->zr_held_peak;
+    pthread_mutex_unlock(&s->lock);
+}
+
+void stack_set_zr_chunk_bytes(stack *s, size_t bytes)
+{
+    pthread_mutex_lock(&s->lock);
+    s->zr_chunk_bytes = bytes ? bytes : ZR_CHUNK_BYTES;
     pthread_mutex_unlock(&s->lock);
 }
 
 /* ---- reductions along z ------------------------------------------------------------- */
 
-#define ZR_CHUNK 256     /* frames held and folded together (integer mode: <= 257, so
-                            that the 8-bit sums of a chunk fit uint16) */
+#define ZR_CHUNK 256     /* frames held and folded together at most (integer mode: <= 257,
+                            so that the 8-bit sums of a chunk fit uint16); fewer when
+                            decoded frames pass ZR_CHUNK_BYTES */
 #define ZR_DBL_CHUNK 64  /* double mode: frames mapped and folded together */
 #define ZR_BLOCK 4096    /* pixels of one block (accumulators stay in L1/L2) */
 #define ZR_MAGIC 0x5a504152u   /* "ZPAR" */
@@ -1682,10 +1728,11 @@ static void advise_plane(const stack *s, const frame *f, long zf)
  * Decoded frames (PNG) are folded from memory; so is a map whose file is no longer the
  * one on the path (zr_open), as every other read does.
  *
- * Order: a chunk (up to ZR_CHUNK = 256 frames) accumulates into narrow sums of the whole
- * plane (np uint16 for 8-bit frames: 2 MB for 1000x1000, beside the partial's 8 MB of
- * 64-bit sums), moved into the 64-bit sums once a chunk (or kept as they are: a job
- * block's partial, stack_zpart's s16).  Frames are read ZR_GROUP at a time, piece by
+ * Order: a chunk (up to ZR_CHUNK = 256 frames, fewer where decoded frames would hold
+ * more than ZR_CHUNK_BYTES) accumulates into narrow sums of the whole plane (np uint16
+ * for 8-bit frames: 2 MB for 1000x1000, beside the partial's 8 MB of 64-bit sums), moved
+ * into the 64-bit sums once a chunk (or kept as they are: a job block's partial,
+ * stack_zpart's s16).  Frames are read ZR_GROUP at a time, piece by
  * piece, so the sums of a piece stay in L2 while the group is folded into them, with
  * ZR_GROUP descriptors open (a descriptor per frame of the chunk would bound a thread's
  * descriptors only by 256).  Piece sizes of 16, 32, 64 and 128 Ki pixels measured within
@@ -1928,25 +1975,41 @@ int stack_zreduce(stack *s, stack_zop op, long z0, long z1, int flags,
     double *whole = NULL;     /* double mode, cfitsio frames: one plane */
     zr_acc acc = {NULL, NULL, NULL};     /* integer mode: read buffer, narrow sums */
     int rc = 0;
-    for (long zc = z0; zc < z1 && !rc; zc += ZR_CHUNK) {
+    pthread_mutex_lock(&s->lock);
+    size_t bound = s->zr_chunk_bytes;
+    pthread_mutex_unlock(&s->lock);
+    for (long zc = z0; zc < z1 && !rc;) {
         if (cancel && *cancel) {
             rc = TESS_ECANCELED;
             break;
         }
-        int k = (int)(z1 - zc < ZR_CHUNK ? z1 - zc : ZR_CHUNK), got = 0;
+        /* Up to ZR_CHUNK frames, ending early once the decoded frames held pass `bound`
+         * (ZR_CHUNK_BYTES): at least one frame, so at most bound + one frame held.  k is
+         * the frames taken; the next chunk starts after them. */
+        int kmax = (int)(z1 - zc < ZR_CHUNK ? z1 - zc : ZR_CHUNK), k = 0;
+        size_t held = 0;
         frame *fr[ZR_CHUNK] = {NULL};
         long zf[ZR_CHUNK];
-        for (; got < k && !rc; got++) {
+        while (k < kmax && (k == 0 || held < bound)) {
             long idx;
-            locate(s, zc + got, &idx, &zf[got]);
-            rc = frame_acquire(s, idx, &fr[got], err, errlen);
+            locate(s, zc + k, &idx, &zf[k]);
+            rc = frame_acquire(s, idx, &fr[k], err, errlen);
             if (rc)
                 break;
+            if (k == 0 || fr[k] != fr[k - 1])   /* a cube's planes share one frame */
+                held += fr[k]->pixbytes;
+            k++;
         }
         if (rc) {
-            for (int j = 0; j < got; j++)
+            for (int j = 0; j < k; j++)
                 frame_release(s, fr[j]);
             break;
+        }
+        if (held) {
+            pthread_mutex_lock(&s->lock);
+            if (held > s->zr_held_peak)
+                s->zr_held_peak = held;
+            pthread_mutex_unlock(&s->lock);
         }
         /* integer mode when every frame of the chunk has one layout and BZERO */
         long long bz0 = 0;
@@ -1967,12 +2030,13 @@ int stack_zreduce(stack *s, stack_zop op, long z0, long z1, int flags,
                 rc = TESS_ENOMEM;
             if (!rc)
                 rc = zr_fold_chunk(s, p, rk, fr, zf, k, &acc, err, errlen);
-            if (!rc && p->n == 0 && zc + k == z1 && rk == RAW_U8 &&
+            if (!rc && p->n == 0 && zc == z0 && zc + k == z1 && rk == RAW_U8 &&
                 (op == STACK_ZOP_SUM || op == STACK_ZOP_MEAN)) {
-                /* The range's one chunk (a job block): its uint16 sums become the
-                 * partial's as they are, saved as they are (stack_zpart_save); widened
-                 * only when merged.  This spares an 8-byte-a-pixel array written,
-                 * scanned and narrowed again per block. */
+                /* The range's one chunk (a job block), only when this chunk took every
+                 * frame of the range (not when ZR_CHUNK_BYTES cut it short): its uint16
+                 * sums become the partial's as they are, saved as they are
+                 * (stack_zpart_save); widened only when merged.  This spares an
+                 * 8-byte-a-pixel array written, scanned and narrowed again per block. */
                 p->s16 = acc.t1;
                 acc.t1 = NULL;
             } else if (!rc) {
@@ -2014,6 +2078,7 @@ int stack_zreduce(stack *s, stack_zop op, long z0, long z1, int flags,
             if (frame_release(s, fr[j]) && rc == 0)
                 rc = frame_fault_error(s, fi, err, errlen);
         }
+        zc += k;
     }
     free(tmp);
     free(whole);

@@ -87,6 +87,11 @@ typedef struct stack_stats {
     unsigned long long opens;    /* frames (files) opened: mapped, decoded or via cfitsio */
     unsigned long long hits;     /* reads served by an already open frame */
     int open_now;                /* frames open at this moment */
+    size_t decoded_now;          /* bytes of decoded frames (PNG, compressed FITS) in memory
+                                    now: in the LRU, or out of it but still held by a read */
+    size_t decoded_peak;         /* the most decoded_now has been */
+    size_t zr_held_peak;         /* the most decoded bytes one stack_zreduce chunk held at
+                                    once (below its bound plus one frame) */
 } stack_stats;
 
 /* Counters since stack_new.  Cannot fail. */
@@ -136,8 +141,12 @@ int stack_plane_release(stack *s, stack_plane *p);
  * A range whose frames change kind midway goes on in double mode (the integer sums so
  * far are converted exactly).  The integer mode reads uncompressed FITS frames with
  * pread(2) of 64 Ki pixels into a small buffer (not through the map: no page-table work
- * per page), folds 256 frames into narrow sums (uint16 for 8-bit frames) and widens them
- * once; a range of at most 256 8-bit frames keeps them narrow, also in the saved partial.
+ * per page), folds chunks of 256 frames into narrow sums (uint16 for 8-bit frames) and
+ * widens them once a chunk; a range of at most 256 8-bit frames read in one chunk keeps
+ * them narrow, also in the saved partial.  A chunk holds its frames while folding them,
+ * so it ends early (at least one frame) once its decoded frames (PNG, compressed FITS:
+ * heap copies, unlike maps) pass 64 MB: a thread then holds at most 64 MB plus a frame
+ * of them beyond the LRU's own bounds, not 256 frames (2 GB of 2000x2000 16-bit PNG).
  * Data missing from the page cache is queued 64 frames ahead (MADV_WILLNEED).  The
  * double mode folds 64 mapped frames at a time over blocks of pixels, the frames given
  * madvise(MADV_WILLNEED) first.  A file replaced while its frame is open is read through
@@ -177,5 +186,9 @@ int stack_zpart_load(const char *path, stack_zpart **out, char *err, size_t errl
 int stack_reduce_plane(stack *s, long z, stack_zop op, double *out, char *err, size_t errlen);
 
 void stack_zpart_free(stack_zpart *p);   /* NULL is ignored */
+
+/* Tests and benchmarks: the bound of decoded bytes a stack_zreduce chunk holds (64 MB;
+ * 0 restores it), for the reductions started after the call. */
+void stack_set_zr_chunk_bytes(stack *s, size_t bytes);
 
 #endif

@@ -3,7 +3,8 @@
  * cube, the switch to doubles at a frame with BLANK, float frames with NaN, split and
  * merged ranges, partials saved and loaded, stack_reduce_plane (one value a plane), and
  * every result against numpy's nansum / nanmean / nanmin / nanmax / nanstd
- * (/usr/bin/python3 with astropy). */
+ * (/usr/bin/python3 with astropy); chunks of decoded frames (PNG, compressed FITS) cut by
+ * their bound of bytes held, against plain loops. */
 #include <check.h>
 #include <fitsio.h>
 #include <math.h>
@@ -377,6 +378,222 @@ END_TEST
 START_TEST(test_big_cube_i16) { check_big(1); }
 END_TEST
 
+/* ---- the bound of decoded bytes a chunk holds (ZR_CHUNK_BYTES) ----
+ * A chunk of up to 256 frames holds them all while folding; decoded frames (PNG,
+ * compressed FITS) are heap copies, so the chunk ends early once those it holds pass the
+ * bound.  Small frames and a bound of 5.5 frames (stack_set_zr_chunk_bytes) stand for
+ * 2000x2000 frames and 64 MB: a default chunk would hold 256 frames, 46 times the bound. */
+#define CX 64
+#define CY 48
+#define CPIX (CX * CY)
+#define C_PNG8 8
+#define C_PNG16 16
+#define C_FITSZ 0      /* tile-compressed FITS frames (decoded to doubles: 8 bytes a pixel) */
+
+typedef struct cvol {
+    char dir[128];
+    char **paths;
+    long nz;
+    uint16_t *v;       /* nz x CPIX values: v[z * CPIX + y * CX + x] */
+    stack *s;
+} cvol;
+
+static void cvol_make(cvol *c, int kind, long nz)
+{
+    char err[256];
+    tt_tmpdir_make(c->dir, sizeof c->dir, "zrbound");
+    c->nz = nz;
+    c->paths = calloc((size_t)nz, sizeof(char *));
+    c->v = malloc(sizeof(uint16_t) * CPIX * (size_t)nz);
+    unsigned maxv = kind == C_PNG8 ? 255 : 65535;
+    for (long z = 0; z < nz; z++) {
+        uint16_t *d = c->v + (size_t)z * CPIX;
+        for (long i = 0; i < CPIX; i++)
+            d[i] = (uint16_t)(rnd() % (maxv + 1));
+        d[0] = (uint16_t)maxv;   /* the largest sum a chunk can make (uint16 for 8 bits) */
+        d[1] = 0;
+        c->paths[z] = malloc(300);
+        if (kind == C_FITSZ) {
+            snprintf(c->paths[z], 300, "%s/f%03ld.fits", c->dir, z);
+            char fn[320];
+            snprintf(fn, sizeof fn, "!%s[compress R]", c->paths[z]);
+            fitsfile *ff;
+            int st = 0;
+            long naxes[2] = {CX, CY};
+            fits_create_file(&ff, fn, &st);
+            fits_create_img(ff, USHORT_IMG, 2, naxes, &st);
+            fits_write_img(ff, TUSHORT, 1, CPIX, d, &st);
+            fits_close_file(ff, &st);
+            ck_assert_msg(st == 0, "cannot write %s: cfitsio %d", c->paths[z], st);
+        } else {
+            snprintf(c->paths[z], 300, "%s/f%03ld.png", c->dir, z);
+            ck_assert_int_eq(frame_write_png(c->paths[z], d, CX, CY, kind, 1, err, sizeof err), 0);
+        }
+    }
+    /* compressed frames are HDU 1 (the primary HDU is empty) */
+    c->s = stack_new((const char *const *)c->paths, (int)nz, kind == C_FITSZ ? 1 : 0, CX, CY,
+                     nz, 4);
+    ck_assert_ptr_nonnull(c->s);
+}
+
+static void cvol_free(cvol *c)
+{
+    stack_free(c->s);
+    for (long z = 0; z < c->nz; z++) {
+        unlink(c->paths[z]);
+        free(c->paths[z]);
+    }
+    free(c->paths);
+    free(c->v);
+    rmdir(c->dir);
+}
+
+/* op over planes [z0, z1) of the values written, plain loops: sum, min, max exact, mean =
+ * sum / n, std two-pass in long double. */
+static void plain_reduce(const cvol *c, int op, long z0, long z1, double *out)
+{
+    double n = (double)(z1 - z0);
+    for (long i = 0; i < CPIX; i++) {
+        long long sum = 0;
+        int mn = 1 << 30, mx = -1;
+        for (long z = z0; z < z1; z++) {
+            int x = c->v[z * CPIX + i];
+            sum += x;
+            mn = x < mn ? x : mn;
+            mx = x > mx ? x : mx;
+        }
+        long double mean = (long double)sum / (long double)n, m2 = 0;
+        for (long z = z0; op == 4 && z < z1; z++) {
+            long double d = (long double)c->v[z * CPIX + i] - mean;
+            m2 += d * d;
+        }
+        out[i] = op == 0 ? (double)sum / n : op == 1 ? (double)sum : op == 2 ? mn
+                 : op == 3 ? mx : (double)sqrtl(m2 / (long double)n);
+    }
+}
+
+/* Every op over each range, against plain_reduce: exact, std to 1e-12. */
+static void check_ranges(cvol *c, const long (*rg)[2], int nrg, int flags, int want_int)
+{
+    char err[256];
+    double *got = malloc(sizeof(double) * CPIX), *ref = malloc(sizeof(double) * CPIX);
+    for (int r = 0; r < nrg; r++) {
+        for (int op = 0; op < 5; op++) {
+            stack_zpart *p = NULL;
+            int rc = stack_zreduce(c->s, (stack_zop)op, rg[r][0], rg[r][1], flags, NULL, &p, err,
+                                   sizeof err);
+            ck_assert_msg(rc == 0, "zreduce %ld..%ld: %d %s", rg[r][0], rg[r][1], rc, err);
+            ck_assert_int_eq(stack_zpart_result(p, got), want_int);
+            stack_zpart_free(p);
+            plain_reduce(c, op, rg[r][0], rg[r][1], ref);
+            for (long i = 0; i < CPIX; i++) {
+                double m = fabs(ref[i]) > 1 ? fabs(ref[i]) : 1;
+                if (op == 4 ? !(fabs(got[i] - ref[i]) <= 1e-12 * m) : !(got[i] == ref[i]))
+                    ck_abort_msg("planes %ld..%ld %s[%ld]: %.17g, plain loops %.17g", rg[r][0],
+                                 rg[r][1], opname[op], i, got[i], ref[i]);
+            }
+        }
+    }
+    free(got);
+    free(ref);
+}
+
+/* Ranges over the 6-frame chunks of a bound of 5.5 frames: longer than ZR_CHUNK (256)
+ * frames, exactly one chunk (8-bit sum / mean: its uint16 sums kept as the partial's),
+ * one frame past a chunk (must not be taken for one chunk), 257 frames, one frame, the
+ * last frames (a short last chunk). */
+static void check_bound(int kind, long nz, int flags)
+{
+    cvol c;
+    cvol_make(&c, kind, nz);
+    const size_t fb = (size_t)CPIX * (kind == C_PNG8 ? 1 : kind == C_PNG16 ? 2 : 8);
+    const size_t bound = 5 * fb + fb / 2;
+    stack_set_zr_chunk_bytes(c.s, bound);
+    const long rg[][2] = {{0, nz}, {0, 6}, {0, 7}, {nz - 257 > 0 ? nz - 257 : 1, nz}, {7, 8},
+                          {nz - 13, nz}};
+    int want_int = kind != C_FITSZ && !(flags & STACK_ZR_FORCE_DOUBLE);
+    check_ranges(&c, rg, (int)(sizeof rg / sizeof rg[0]), flags, want_int);
+
+    stack_stats st;
+    stack_get_stats(c.s, &st);
+    /* a chunk took frames until it held the bound: 6 frames, never more */
+    ck_assert_uint_eq(st.zr_held_peak, 6 * fb);
+    ck_assert_uint_le(st.zr_held_peak, bound + fb);
+    /* in memory at once: the LRU's 4 frames (5 while one is opened), the chunk's frames
+     * dropped from it but held, nothing else */
+    ck_assert_uint_le(st.decoded_peak, (4 + 1) * fb + bound + fb);
+    ck_assert_uint_ge(st.decoded_peak, 6 * fb);
+    /* released: only the LRU's frames stay decoded */
+    ck_assert_int_le(st.open_now, 4);
+    ck_assert_uint_eq(st.decoded_now, (size_t)st.open_now * fb);
+
+    if (nz > 256) {
+        /* the default bound (64 MB) lets a chunk take its 256 frames here: 46 times the
+         * small bound, which the bound was keeping it from */
+        stack_set_zr_chunk_bytes(c.s, 0);
+        const long all[][2] = {{0, nz}, {0, 256}};
+        check_ranges(&c, all, 2, flags, want_int);
+        stack_get_stats(c.s, &st);
+        ck_assert_uint_eq(st.zr_held_peak, 256 * fb);
+        ck_assert_uint_gt(st.zr_held_peak, 40 * bound);
+        ck_assert_uint_eq(st.decoded_now, (size_t)st.open_now * fb);
+    }
+    cvol_free(&c);
+}
+
+START_TEST(test_bound_png16) { check_bound(C_PNG16, 300, 0); }
+END_TEST
+START_TEST(test_bound_png8) { check_bound(C_PNG8, 300, 0); }
+END_TEST
+START_TEST(test_bound_png16_double) { check_bound(C_PNG16, 300, STACK_ZR_FORCE_DOUBLE); }
+END_TEST
+START_TEST(test_bound_fits_compressed) { check_bound(C_FITSZ, 40, 0); }
+END_TEST
+
+/* Partials of ranges cut into bounded chunks, saved, loaded and merged (the reduce job's
+ * blocks): the uint16 sums of a one-chunk block and the 64-bit sums of a longer one merge
+ * into the whole range's sums. */
+START_TEST(test_bound_blocks_merge)
+{
+    cvol c;
+    cvol_make(&c, C_PNG8, 40);
+    stack_set_zr_chunk_bytes(c.s, 5 * CPIX + CPIX / 2);
+    char err[256], path[300];
+    snprintf(path, sizeof path, "%s/part.bin", c.dir);
+    double *got = malloc(sizeof(double) * CPIX), *ref = malloc(sizeof(double) * CPIX);
+    const long cut[] = {0, 6, 19, 25, 40};   /* one chunk, three chunks, one chunk, ... */
+    for (int op = 0; op < 5; op++) {
+        stack_zpart *all = NULL, *p = NULL;
+        for (int b = 0; b + 1 < (int)(sizeof cut / sizeof cut[0]); b++) {
+            ck_assert_int_eq(stack_zreduce(c.s, (stack_zop)op, cut[b], cut[b + 1], 0, NULL, &p,
+                                           err, sizeof err), 0);
+            ck_assert_int_eq(stack_zpart_save(p, path, err, sizeof err), 0);
+            stack_zpart_free(p);
+            ck_assert_int_eq(stack_zpart_load(path, &p, err, sizeof err), 0);
+            unlink(path);
+            if (!all) {
+                all = p;
+            } else {
+                ck_assert_int_eq(stack_zpart_merge(all, p), 0);
+                stack_zpart_free(p);
+            }
+        }
+        ck_assert_int_eq(stack_zpart_result(all, got), 1);
+        stack_zpart_free(all);
+        plain_reduce(&c, op, 0, 40, ref);
+        for (long i = 0; i < CPIX; i++) {
+            double m = fabs(ref[i]) > 1 ? fabs(ref[i]) : 1;
+            if (op == 4 ? !(fabs(got[i] - ref[i]) <= 1e-12 * m) : !(got[i] == ref[i]))
+                ck_abort_msg("merged %s[%ld]: %.17g, plain loops %.17g", opname[op], i, got[i],
+                             ref[i]);
+        }
+    }
+    free(got);
+    free(ref);
+    cvol_free(&c);
+}
+END_TEST
+
 START_TEST(test_errors)
 {
     vol v;
@@ -419,6 +636,11 @@ int main(void)
     tcase_add_test(tc, test_f32_nan);
     tcase_add_test(tc, test_big_u8);
     tcase_add_test(tc, test_big_cube_i16);
+    tcase_add_test(tc, test_bound_png16);
+    tcase_add_test(tc, test_bound_png8);
+    tcase_add_test(tc, test_bound_png16_double);
+    tcase_add_test(tc, test_bound_fits_compressed);
+    tcase_add_test(tc, test_bound_blocks_merge);
     tcase_add_test(tc, test_errors);
     suite_add_tcase(s, tc);
     return tt_run_suite(s);

@@ -44,6 +44,11 @@ static job_env env;
 #define NAN_NX 19
 #define NAN_NY 13
 #define NAN_NZ 5
+/* A long int16 stack: 300 frames make power_spectrum's staging groups 19 frames long
+ * (more than one sub-group of interleaving, TG_SUB = 16) and its last group shorter. */
+#define LONG_NX 9
+#define LONG_NY 7
+#define LONG_NZ 300
 
 /* Pixel (x, y) of generated frame z (BITPIX 8): a texture and a bright 5x5 patch that
  * drifts across the frames. */
@@ -53,6 +58,13 @@ static double gen_value(long x, long y, long z)
     if (x >= bx && x < bx + 5 && y >= by && y < by + 5)
         return 200 + ((x + y + z) % 7);
     return (double)((x * 7 + y * 13 + z * 5) % 50);
+}
+
+/* Pixel of the long int16 stack: negative and positive values, no pattern along z
+ * that an FFT would reduce to a few lines. */
+static double long_value(long x, long y, long z)
+{
+    return (double)((x * 37 + y * 101 + z * z * 7 + z * 13) % 2001 - 1000);
 }
 
 /* Pixel of the float stack with blanks: NaN at a few places, pixel (3, 4) NaN in every
@@ -90,6 +102,16 @@ static void setup(void)
         snprintf(p, sizeof p, "%s/gen_%03ld.fits", gendir, z);
         write_frame(p, 8, GEN_NX, GEN_NY, v);
     }
+    double *lv = malloc(sizeof(double) * LONG_NX * LONG_NY);
+    for (long z = 0; z < LONG_NZ; z++) {
+        for (long y = 0; y < LONG_NY; y++)
+            for (long x = 0; x < LONG_NX; x++)
+                lv[y * LONG_NX + x] = long_value(x, y, z);
+        char p[128];
+        snprintf(p, sizeof p, "%s/long_%03ld.fits", gendir, z);
+        write_frame(p, 16, LONG_NX, LONG_NY, lv);
+    }
+    free(lv);
     for (long z = 0; z < NAN_NZ; z++) {
         for (long y = 0; y < NAN_NY; y++)
             for (long x = 0; x < NAN_NX; x++)
@@ -106,8 +128,9 @@ static void setup(void)
              "{\"name\": \"horsehead\", \"path\": \"HorseHead.fits\"},"
              "{\"name\": \"m13\", \"frames\": \"M13_blue_*.fits\"},"
              "{\"name\": \"gen\", \"frames\": \"%s/gen_*.fits\"},"
-             "{\"name\": \"gennan\", \"frames\": \"%s/nan_*.fits\"}]}",
-             TESSERA_DEMO_DIR, gendir, gendir, gendir);
+             "{\"name\": \"gennan\", \"frames\": \"%s/nan_*.fits\"},"
+             "{\"name\": \"genlong\", \"frames\": \"%s/long_*.fits\"}]}",
+             TESSERA_DEMO_DIR, gendir, gendir, gendir, gendir);
     ck_assert_int_eq(config_init(&cfg), 0);
     int rc = config_load_text(text, &cfg, err, sizeof err);
     ck_assert_msg(rc == 0, "config: %s", err);
@@ -487,6 +510,7 @@ START_TEST(test_power_m13_gen)
     check_power("m13", "ps_m13", 13);
     check_power("gen", "ps_gen", 1);
     check_power("gennan", "ps_nan", 1);
+    check_power("genlong", "ps_long", 1);
 }
 END_TEST
 

@@ -367,6 +367,18 @@ static void be_float(float f, unsigned char *dst)
 
 /* ---- the transpose engine shared by rechunk and power_spectrum ------------------------ */
 
+/* Rechunk: a band of TILE rows across all planes up to this size is gathered in memory
+ * straight from the planes (band_series_inmem), with no staging file (see below). */
+#define RECHUNK_BAND_BYTES (256L << 20)
+#define RECHUNK_ZGROUP 64
+
+static long band_bytes_limit = RECHUNK_BAND_BYTES;   /* job_stack_set_band_bytes */
+
+void job_stack_set_band_bytes(long bytes)
+{
+    band_bytes_limit = bytes > 0 ? bytes : RECHUNK_BAND_BYTES;
+}
+
 /* Stage A (groups of g planes): group k's planes are written to the staging file at
  * offset z0*npix*es as [pixel index (store order)][plane of the group].  Stage B (bands of
  * whole tile rows): the band's pixel range [p0, p1) gathered from every group into
@@ -612,9 +624,6 @@ static void plan_stages(const transpose *t, job_plan *out)
  * (a group's values of one pixel are RECHUNK_ZGROUP contiguous bytes of the band) and
  * writes the band with one pwrite at its fixed offset in the store (idempotent).  Larger
  * volumes go through the two-stage transpose (staging file) above. */
-#define RECHUNK_BAND_BYTES (256L << 20)
-#define RECHUNK_ZGROUP 64
-
 typedef struct rechunk_state {
     transpose t;
     int inmem;                /* 1: one stage of bands in memory */
@@ -657,10 +666,10 @@ static int rechunk_plan(const json_t *body, const job_env *env, const char *work
     snprintf(s->store_path, sizeof s->store_path, "%s/profile.tcs", workdir);
     snprintf(s->name, sizeof s->name, "%s", d->name);
     long per_tile_row = d->nx * d->nz * s->t.es * TILE;
-    if (!rc && per_tile_row <= RECHUNK_BAND_BYTES) {
+    if (!rc && per_tile_row <= band_bytes_limit) {
         /* bands as large as memory allows, but at least two per worker thread */
         long tile_rows = (d->ny + TILE - 1) / TILE, want = lmax(2, 2L * env->threads);
-        long trows = lmax(1, lmin(RECHUNK_BAND_BYTES / per_tile_row,
+        long trows = lmax(1, lmin(band_bytes_limit / per_tile_row,
                                   (tile_rows + want - 1) / want));
         s->inmem = 1;
         s->band_rows = trows * TILE;
@@ -689,21 +698,22 @@ static int rechunk_plan(const json_t *body, const job_env *env, const char *work
     return 0;
 }
 
-/* One in-memory band (see RECHUNK_BAND_BYTES). */
-static int rechunk_band(rechunk_state *s, long b, const volatile int *cancel, char *err,
-                        size_t errlen)
+/* Fills `out` with the series of rows [y0, y1) (whole tile rows) in store order:
+ * (y1 - y0) * nx * nz values of es bytes, pixel p0 = y0 * nx first, each pixel's nz
+ * values contiguous.  The planes are read in groups of RECHUNK_ZGROUP (each plane of a
+ * group opened once, 8-bit frames read in place) a tile row at a time, so a band needs
+ * no staging file.  Returns 0 or a TESS_E* code with err. */
+static int band_series_inmem(const transpose *t, long y0, long y1, unsigned char *out,
+                             const volatile int *cancel, char *err, size_t errlen)
 {
-    const transpose *t = &s->t;
     long nx = t->nx, ny = t->ny, nz = t->nz;
-    long y0 = b * s->band_rows, y1 = lmin(ny, y0 + s->band_rows);
-    long p0 = y0 * nx, np = (y1 - y0) * nx;
+    long p0 = y0 * nx;
     size_t es = (size_t)t->es;
     stack *st = dataset_stack(t->d);
-    unsigned char *out = malloc((size_t)np * nz * es);
     unsigned char *tmp = malloc((size_t)RECHUNK_ZGROUP * TILE * nx * es);
     double *dbl = malloc(sizeof(double) * (size_t)TILE * nx);
     stack_plane hp[RECHUNK_ZGROUP];
-    int rc = out && tmp && dbl ? 0 : TESS_ENOMEM;
+    int rc = tmp && dbl ? 0 : TESS_ENOMEM;
     if (rc)
         tess_seterr(err, errlen, "out of memory");
     for (long zg = 0; zg < nz && !rc; zg += RECHUNK_ZGROUP) {
@@ -749,12 +759,30 @@ static int rechunk_band(rechunk_state *s, long b, const volatile int *cancel, ch
                             zg + j, t->d->name);
             }
     }
+    free(tmp);
+    free(dbl);
+    return rc;
+}
+
+/* One in-memory band (see RECHUNK_BAND_BYTES). */
+static int rechunk_band(rechunk_state *s, long b, const volatile int *cancel, char *err,
+                        size_t errlen)
+{
+    const transpose *t = &s->t;
+    long nx = t->nx, ny = t->ny, nz = t->nz;
+    long y0 = b * s->band_rows, y1 = lmin(ny, y0 + s->band_rows);
+    long p0 = y0 * nx, np = (y1 - y0) * nx;
+    size_t es = (size_t)t->es;
+    unsigned char *out = malloc((size_t)np * nz * es);
+    int rc = out ? 0 : TESS_ENOMEM;
+    if (rc)
+        tess_seterr(err, errlen, "out of memory");
+    else
+        rc = band_series_inmem(t, y0, y1, out, cancel, err, errlen);
     if (!rc)
         rc = write_file_at(s->store_path, out, (size_t)np * nz * es,
                            (off_t)(CHUNKSTORE_HEADER + (long long)p0 * nz * es), err, errlen);
     free(out);
-    free(tmp);
-    free(dbl);
     return rc;
 }
 

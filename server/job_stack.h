@@ -7,10 +7,13 @@
  *       that holds the physical values exactly: u1 for BITPIX 8, u2 for BITPIX 16 with
  *       BZERO 32768, i2 for plain BITPIX 16, else float32).  Attached to NAME
  *       (job_product.attach_to), not registered as a dataset.
- *       Stages: 1) groups of planes, each written transposed into a staging file in the
- *       work directory; 2) bands of rows (whole tile rows), each gathered from the
- *       staging file and written at its fixed offset of the store.  Every frame is read
- *       once, which matters for PNG frames that cannot be read in parts.
+ *       One stage when a band of 16 rows across all planes fits in 256 MB (the band
+ *       limit, job_stack_set_band_bytes): bands of rows (whole tile rows), each gathered
+ *       from the planes in memory and written at its fixed offset of the store.  Larger
+ *       volumes: 1) groups of planes, each written transposed into a staging file in the
+ *       work directory; 2) bands gathered from the staging file.  (Every frame is read
+ *       once in the two-stage plan; a PNG frame, decoded whole, is decoded once per band
+ *       in the one-stage plan and kept by the stack's frame cache.)
  *   {"type": "power_spectrum", "dataset": NAME, "output": {"name": NEW}}
  *       P[k](x, y) = |sum_n s[n] exp(-2 pi i k n / nz)|^2 for k = 0..nz-1, s = the raw
  *       series of pixel (x, y) (physical values; no mean removal, no window; blank
@@ -22,9 +25,11 @@
  *       coefficients of l1448_13co: 1.7e-4), written as a float32 FITS cube (nx, ny, nz): plane k =
  *       frequency index k in cycles per nz samples; the source's celestial WCS cards are
  *       copied, the third axis has no WCS.  Registered as dataset NEW (a cube).
- *       Stages as rechunk, except that stage 2 writes each band's spectra into the cube;
- *       when the dataset has a current rechunk copy attached at planning time, one
- *       stage of bands reads the series from it.
+ *       Stages: 1) groups of planes into a staging file, as rechunk's two-stage plan;
+ *       2) bands, each writing its spectra into the cube.  (Bands gathered from the
+ *       planes in memory, as rechunk's one-stage plan, cost more: each band of 16 rows
+ *       would open every frame again.)  When the dataset has a current rechunk copy
+ *       attached at planning time, one stage of bands reads the series from it.
  *   {"type": "recenter", "dataset": NAME, "size": [W, H], "output": {"name": NEW}}
  *       Per frame z: the intensity centroid cx = sum(I x) / sum(I), cy = sum(I y) / sum(I)
  *       over the finite pixels (x, y 0-based pixel indices; the frame centre (nx/2, ny/2)
@@ -54,5 +59,11 @@
 
 extern const job_kind job_kind_rechunk, job_kind_power_spectrum, job_kind_recenter,
     job_kind_reduce;
+
+/* Sets the band limit (bytes of a band of 16 rows across all planes) under which
+ * rechunk gathers bands in memory in one stage; 0 restores the
+ * default, 256 MB.  For tests of the two-stage plan on small volumes; set it before
+ * plan() (it is read there).  Not thread-safe with running plans. */
+void job_stack_set_band_bytes(long bytes);
 
 #endif

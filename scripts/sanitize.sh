@@ -5,7 +5,11 @@
 #                                          or UBSan report fails the test program
 #   scripts/sanitize.sh valgrind [TEST...] run test programs of ./build (built by
 #                                          scripts/test.sh) under valgrind --leak-check=full;
-#                                          default: a fast subset (all: every check program)
+#                                          default: a fast subset (all: every check program),
+#                                          TESSERA_VALGRIND_JOBS (default: the number of cores)
+#                                          programs at a time, each with its own log
+#                                          (OUT/valgrind/NAME.raw); the wall-clock bounds of the
+#                                          tests are scaled (tests/testutil.h, tt_time_scale)
 # Summaries for scripts/test.sh go to build/tests/asan/*.log and build/tests/valgrind/*.log
 # as Check lines "N%: Checks: N, Failures: F, Errors: E"; a program that Check saw pass but
 # that failed anyway (a leak report at exit, a sanitizer abort) counts one more error.
@@ -79,22 +83,45 @@ valgrind)
     mkdir -p "$out"
     tests=${*:-$VALGRIND_SUBSET}
     if [ "$tests" = all ]; then
-        tests=$(ls tests/unit/test_* tests/http/test_* 2>/dev/null | grep -vE '\.(o|log|trs)$')
+        # The slowest first (minutes each under valgrind, measured on 2 cores), so that
+        # the lanes end together; programs not named here come after them.
+        slow="test_tiles test_cli test_http test_reproject test_faults test_hostile test_exact
+              test_healpix test_jobs test_stackjobs test_zreduce test_fitsimg test_mosaic"
+        tests=$(ls tests/unit/test_* tests/http/test_* 2>/dev/null | grep -vE '\.(o|log|trs)$' |
+                awk -v slow="$slow" 'BEGIN { n = split(slow, s, /[ \n]+/)
+                                             for (i = 1; i <= n; i++) rank[s[i]] = i }
+                     { k = $0; sub(/.*\//, "", k); print (k in rank ? rank[k] : 1000), $0 }' |
+                sort -s -k1,1n | cut -d' ' -f2)
     fi
     # shellcheck disable=SC2086
     make -j"$(nproc)" $tests >/dev/null 2>&1
-    status=0
-    for t in $tests; do
-        name=$(basename "$t")
-        CK_TIMEOUT_MULTIPLIER=${CK_TIMEOUT_MULTIPLIER:-30} \
-            valgrind --quiet --leak-check=full --errors-for-leak-kinds=definite \
-            --error-exitcode=99 --suppressions="$top/tests/valgrind.supp" \
-            "./$t" >"$out/$name.raw" 2>&1
-        rc=$?
-        summarise "$name" "$out/$name.raw" "$rc" "$out"
-        [ "$rc" -eq 0 ] || { status=1; tail -n 40 "$out/$name.raw"; }
-    done
-    exit $status
+    jobs=${TESSERA_VALGRIND_JOBS:-$(nproc)}
+    [ "$jobs" -ge 1 ] 2>/dev/null || jobs=1
+    # One program after another in each of `jobs` lanes (xargs -P), each through
+    # "sanitize.sh valgrind-one"; xargs exits non-zero when one of them failed.
+    # shellcheck disable=SC2086
+    printf '%s\n' $tests |
+        TESSERA_SUMMARY_DIR="$out" xargs -P "$jobs" -n 1 "$top/scripts/sanitize.sh" valgrind-one ||
+        exit 1
+    exit 0
+    ;;
+valgrind-one)
+    # valgrind-one TEST: one program (in the current directory, the build) under valgrind;
+    # its output in $TESSERA_SUMMARY_DIR/NAME.raw, its summary in NAME.log.
+    t=$1 out=$TESSERA_SUMMARY_DIR
+    mode=valgrind
+    name=$(basename "$t")
+    start=$(date +%s)
+    # TESSERA_VALGRIND=1: the tests scale their time bounds (also detected with
+    # RUNNING_ON_VALGRIND where valgrind.h was found at configure time).
+    TESSERA_VALGRIND=1 CK_TIMEOUT_MULTIPLIER=${CK_TIMEOUT_MULTIPLIER:-30} \
+        valgrind --quiet --leak-check=full --errors-for-leak-kinds=definite \
+        --error-exitcode=99 --suppressions="$top/tests/valgrind.supp" \
+        "./$t" >"$out/$name.raw" 2>&1
+    rc=$?
+    summarise "$name" "$out/$name.raw" "$rc" "$out" | sed "s/\$/ ($(($(date +%s) - start)) s)/"
+    [ "$rc" -eq 0 ] || { tail -n 40 "$out/$name.raw"; exit 1; }
+    exit 0
     ;;
 *)
     echo "usage: scripts/sanitize.sh asan | valgrind [TEST...|all]" >&2

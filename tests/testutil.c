@@ -9,6 +9,9 @@
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
+#ifdef HAVE_VALGRIND_VALGRIND_H
+#include <valgrind/valgrind.h>
+#endif
 
 int tt_run_suite(Suite *s)
 {
@@ -188,4 +191,26 @@ double tt_now_s(void)
     struct timespec t;
     clock_gettime(CLOCK_MONOTONIC, &t);
     return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+int tt_under_valgrind(void)
+{
+#ifdef HAVE_VALGRIND_VALGRIND_H
+    if (RUNNING_ON_VALGRIND)
+        return 1;
+#endif
+    const char *e = getenv("TESSERA_VALGRIND");
+    return e && strcmp(e, "1") == 0;
+}
+
+double tt_time_scale(void)
+{
+    const char *e = getenv("TESSERA_TIME_SCALE");
+    if (e && *e) {
+        char *end;
+        double v = strtod(e, &end);
+        if (*end == '\0' && v >= 1.0 && v <= 1000.0)
+            return v;
+    }
+    return tt_under_valgrind() ? TT_VALGRIND_TIME_SCALE : 1.0;
 }

@@ -53,6 +53,18 @@ int tt_count_entries(const char *dir);
 /* Seconds on CLOCK_MONOTONIC, for bounds on how long something took. */
 double tt_now_s(void);
 
+/* Whether the program runs under valgrind: RUNNING_ON_VALGRIND when built with
+ * <valgrind/valgrind.h> (configure checks for it), or TESSERA_VALGRIND=1 in the
+ * environment (scripts/sanitize.sh and make check-valgrind set it). */
+int tt_under_valgrind(void);
+
+/* The factor for wall-clock bounds on the product's speed (a bound of 10 s is checked as
+ * 10 * tt_time_scale()): TESSERA_TIME_SCALE when set (a number from 1 to 1000), else
+ * TT_VALGRIND_TIME_SCALE under valgrind (memcheck runs code 20 to 50 times slower), else 1,
+ * so that bounds are unchanged in a normal run. */
+#define TT_VALGRIND_TIME_SCALE 30.0
+double tt_time_scale(void);
+
 /* ---- testutil_wcs.c (needs libtreproject) --------------------------------------------- */
 
 /* skywcs_parse of the cards; fails the test with the parser's message on error. */
@@ -66,6 +78,7 @@ typedef struct tt_resp {
     long status;
     char *body;
     size_t len;
+    size_t cap;               /* bytes allocated for body (tt_fetch's own bookkeeping) */
     char content_type[128];
     char etag[64];
     char x_cache[16];
@@ -82,10 +95,11 @@ tt_resp tt_fetch(const char *base, const char *method, const char *path, const c
                  size_t len, const char *extra_header);
 
 /* Points the body and header callbacks of the easy handle `curl` (a CURL *) at r and
- * sets a 60 s timeout, for tests that configure the rest of the transfer themselves. */
+ * sets a 60 s timeout (times tt_time_scale), for tests that configure the rest of the
+ * transfer themselves. */
 void tt_curl_capture(void *curl, tt_resp *r);
 
-/* Frees the body; the struct may be reused. */
+/* Frees the body (len back to 0); the struct may be reused. */
 void tt_resp_free(tt_resp *r);
 
 /* Asserts a problem+json reply (RFC 9457) with `status`, a title, a non-empty detail and,

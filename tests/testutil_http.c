@@ -12,11 +12,21 @@ static size_t on_body(char *p, size_t sz, size_t n, void *cls)
 {
     tt_resp *r = cls;
     size_t add = sz * n;
-    char *nb = realloc(r->body, r->len + add + 1);
-    if (!nb)
-        return 0;
-    memcpy(nb + r->len, p, add);
-    r->body = nb;
+    if (!r->body)
+        r->cap = 0;
+    /* Doubling: a realloc for every chunk copies the whole body each time under valgrind
+     * (its realloc always moves), quadratic in the size of the answer. */
+    if (r->len + add + 1 > r->cap) {
+        size_t cap = r->cap ? r->cap : 65536;
+        while (cap < r->len + add + 1)
+            cap *= 2;
+        char *nb = realloc(r->body, cap);
+        if (!nb)
+            return 0;
+        r->body = nb;
+        r->cap = cap;
+    }
+    memcpy(r->body + r->len, p, add);
     r->len += add;
     r->body[r->len] = '\0';
     return add;
@@ -98,6 +108,8 @@ void tt_resp_free(tt_resp *r)
 {
     free(r->body);
     r->body = NULL;
+    r->len = 0;
+    r->cap = 0;
 }
 
 void tt_assert_problem(const char *path, const tt_resp *r, long status, const char *parameter)

@@ -188,8 +188,8 @@ static double wait_for_version(int ver, double t_change)
     for (;;) {
         if (raw_is(ver))
             return tt_now_s() - t_change;
-        ck_assert_msg(tt_now_s() - t_change < 5.0, "version %d not served 5 s after the change",
-                      ver);
+        ck_assert_msg(tt_now_s() - t_change < 5.0 * tt_time_scale(),
+                      "version %d not served %g s after the change", ver, 5.0 * tt_time_scale());
         usleep(50000);
     }
 }
@@ -223,7 +223,8 @@ START_TEST(test_replaced_file_served_fresh)
     double dt = wait_for_version(2, t0);
     printf("replaced file: new pixels served after %.2f s\n", dt);
     fflush(stdout);
-    ck_assert_msg(dt < 3.0, "the replacement took %.2f s to be served (bound 3 s)", dt);
+    ck_assert_msg(dt < 3.0 * tt_time_scale(), "the replacement took %.2f s to be served "
+                  "(bound %g s)", dt, 3.0 * tt_time_scale());
     /* Past the once-a-second version check every route serves version 2. */
     usleep(1100000);
     expect_raw(2, "after replacement");
@@ -352,6 +353,16 @@ START_TEST(test_mapguard_absorbs_sigbus)
     ck_assert_int_eq(waitpid(pid, &ws, 0), pid);
     ck_assert_msg(WIFSIGNALED(ws) && WTERMSIG(ws) == SIGBUS,
                   "a stray SIGBUS did not kill the process (status %d)", ws);
+    if (tt_under_valgrind()) {
+        /* valgrind turns the fault of a read past the end of a truncated mapping into a
+         * SIGSEGV at address 0 that the program cannot handle (the guard's SIGBUS handler
+         * never runs): the process dies.  The absorption is checked in every other run
+         * (make check, ASan). */
+        printf("test_mapguard_absorbs_sigbus: the truncated-mapping part is SKIPPED under "
+               "valgrind (valgrind intercepts the SIGBUS of a read past the end of a "
+               "truncated mapping and kills the process); the stray-SIGBUS part passed\n");
+        return;
+    }
 
     tt_tmpdir_make(datadir, sizeof(datadir), "faults");
     snprintf(img, sizeof(img), "%s/img.fits", datadir);
@@ -538,7 +549,8 @@ static json_t *run_job(const char *body, char *id, size_t idlen)
         if (strcmp(st, "queued") != 0 && strcmp(st, "running") != 0)
             return j;
         json_decref(j);
-        ck_assert_msg(tt_now_s() - t0 < 60, "job %s did not end within 60 s", id);
+        ck_assert_msg(tt_now_s() - t0 < 60 * tt_time_scale(), "job %s did not end within %g s",
+                      id, 60 * tt_time_scale());
         usleep(20000);
     }
 }
@@ -690,7 +702,9 @@ START_TEST(test_disk_full_job_fails_cleanly)
     const char *why = NULL;
     if (unshare(CLONE_NEWNS) != 0)
         why = "unshare(CLONE_NEWNS)";
-    else if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) != 0)
+    /* Source and type are ignored for a propagation change; "none" rather than NULL, which
+     * valgrind's check of mount(2)'s arguments takes for an unaddressable string. */
+    else if (mount("none", "/", "none", MS_REC | MS_PRIVATE, NULL) != 0)
         why = "mount(MS_PRIVATE)";
     else if (mount("tmpfs", dir, "tmpfs", 0, "size=2m") != 0)
         why = "mount(tmpfs)";
@@ -832,7 +846,7 @@ START_TEST(test_sigterm_finishes_requests_in_flight)
     /* Every request sent, then a moment (0.1 s) for the server to read them. */
     for (int i = 0; i < NCLIENTS; i++)
         while (!__atomic_load_n(&cl[i].sent, __ATOMIC_ACQUIRE)) {
-            ck_assert_msg(tt_now_s() - t0 < 30, "request %d was not sent", i);
+            ck_assert_msg(tt_now_s() - t0 < 30 * tt_time_scale(), "request %d was not sent", i);
             usleep(2000);
         }
     usleep(100000);
@@ -965,7 +979,7 @@ START_TEST(test_sigterm_finishes_slow_download)
     ck_assert_int_eq(pthread_create(&th, NULL, slow_main, &c), 0);
     double t0 = tt_now_s();
     while (!__atomic_load_n(&c.started, __ATOMIC_ACQUIRE)) {
-        ck_assert_msg(tt_now_s() - t0 < 30, "the download did not start");
+        ck_assert_msg(tt_now_s() - t0 < 30 * tt_time_scale(), "the download did not start");
         usleep(5000);
     }
     usleep(300000);

@@ -37,11 +37,13 @@ static char access_path[300], error_path[300];
 
 /* ---- a raw HTTP/1.1 client --------------------------------------------------------- */
 
-/* A connected socket to the server with receive and send timeouts of `timeout_s`. */
+/* A connected socket to the server with receive and send timeouts of `timeout_s` (times
+ * tt_time_scale(): longer under valgrind). */
 static int raw_connect(double timeout_s)
 {
     int fd = socket(AF_INET, SOCK_STREAM, 0);
     ck_assert_int_ge(fd, 0);
+    timeout_s *= tt_time_scale();
     struct timeval tv = {(time_t)timeout_s, (suseconds_t)((timeout_s - (double)(time_t)timeout_s) * 1e6)};
     setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
     setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
@@ -171,12 +173,13 @@ static void assert_4xx(const char *what, const tt_resp *r, long lo, long hi, con
     ck_assert_msg(!r->body || !strstr(r->body, "root:"), "%s leaks a system file", what);
 }
 
-/* Waits (up to 3 s: lines are written when the connection's request completes, just
- * after the client has its answer) until the access log has a line containing `needle`. */
+/* Waits (up to 3 s, scaled by tt_time_scale: lines are written when the connection's
+ * request completes, just after the client has its answer) until the access log has a
+ * line containing `needle`. */
 static void wait_for_log_line(const char *needle)
 {
     double t0 = tt_now_s();
-    while (tt_now_s() - t0 < 3.0) {
+    while (tt_now_s() - t0 < 3.0 * tt_time_scale()) {
         FILE *f = fopen(access_path, "r");
         char line[8192];
         while (f && fgets(line, sizeof line, f))
@@ -540,7 +543,7 @@ START_TEST(test_header_bodies)
     double t0 = tt_now_s();
     r = post_header(huge, big);
     assert_4xx("10 MB header", &r, 400, 400, "body");
-    ck_assert_double_lt(tt_now_s() - t0, 10.0);
+    ck_assert_double_lt(tt_now_s() - t0, 10.0 * tt_time_scale());
     tt_resp_free(&r);
     /* Over limits.max_body_mb (16): 413 before the body is read. */
     size_t over = (size_t)17 << 20;
@@ -621,7 +624,7 @@ START_TEST(test_job_bodies)
     double t0 = tt_now_s();
     r = post_job(huge, k);
     assert_4xx("1e6 inputs", &r, 400, 413, "inputs");
-    ck_assert_double_lt(tt_now_s() - t0, 10.0);
+    ck_assert_double_lt(tt_now_s() - t0, 10.0 * tt_time_scale());
     tt_resp_free(&r);
     k = (size_t)sprintf(huge, "{\"type\":\"mosaic\",\"inputs\":[");
     for (int i = 0; i < 1000000; i++)
@@ -679,6 +682,8 @@ static double wait_closed(int fd, double limit)
 
 START_TEST(test_slow_loris)
 {
+    /* The bounds below are for a normal run; valgrind slows the server down. */
+    const double ts = tt_time_scale();
     /* Four clients send part of a request and stall (fewer than max_connections). */
     int fds[4];
     static const char *const partial[] = {"GET /healthz HTTP/1.1\r\nHost: x\r\n", "GET /hea",
@@ -693,14 +698,14 @@ START_TEST(test_slow_loris)
     /* Meanwhile others are served at once. */
     for (int i = 0; i < 5; i++)
         assert_alive();
-    ck_assert_double_lt(tt_now_s() - t0, 1.0);
+    ck_assert_double_lt(tt_now_s() - t0, 1.0 * ts);
     /* The stalled ones are closed after limits.connection_timeout_s of silence. */
     for (int i = 0; i < 4; i++) {
-        double w = wait_closed(fds[i], CONN_TIMEOUT + 4);
-        ck_assert_msg(w >= 0, "slow client %d still connected after %d s", i, CONN_TIMEOUT + 4);
+        double w = wait_closed(fds[i], CONN_TIMEOUT + 4 * ts);
+        ck_assert_msg(w >= 0, "slow client %d still connected after %g s", i, CONN_TIMEOUT + 4 * ts);
         close(fds[i]);
     }
-    ck_assert_double_lt(tt_now_s() - t0, CONN_TIMEOUT + 4);
+    ck_assert_double_lt(tt_now_s() - t0, CONN_TIMEOUT + 4 * ts);
     assert_alive();
 }
 END_TEST
@@ -708,6 +713,7 @@ END_TEST
 START_TEST(test_too_many_connections)
 {
     /* max_connections + 4 idle connections (the accept happens at once). */
+    const double ts = tt_time_scale();   /* 1 but under valgrind */
     enum { NIDLE = MAX_CONN + 4 };
     int fds[NIDLE];
     for (int i = 0; i < NIDLE; i++)
@@ -719,7 +725,7 @@ START_TEST(test_too_many_connections)
     double dt = tt_now_s() - t0;
     assert_4xx("over max_connections", &r, 503, 503, NULL);
     ck_assert_str_eq(r.retry_after, "1");
-    ck_assert_double_lt(dt, 1.0);
+    ck_assert_double_lt(dt, 1.0 * ts);
     tt_resp_free(&r);
     for (int i = 0; i < NIDLE; i++)
         close(fds[i]);
@@ -734,7 +740,7 @@ START_TEST(test_too_many_connections)
     dt = tt_now_s() - t0;
     ck_assert_msg(r.status == 503 || r.status == 200 || r.status == 0,
                   "far over the limit: status %ld", r.status);
-    ck_assert_double_lt(dt, CONN_TIMEOUT + 4);
+    ck_assert_double_lt(dt, CONN_TIMEOUT + 4 * ts);
     tt_resp_free(&r);
     for (int i = 0; i < NFLOOD; i++)
         close(flood[i]);

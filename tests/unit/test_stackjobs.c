@@ -543,6 +543,16 @@ START_TEST(test_power_l1448)
 }
 END_TEST
 
+START_TEST(test_power_m13_gen)
+{
+    check_power("m13", "ps_m13", 13);
+    check_power("gen", "ps_gen", 1);
+    check_power("gennan", "ps_nan", 1);
+    check_power("genlong", "ps_long", 1);
+    ck_assert_int_eq(check_power("genpng", "ps_png", 1), 2);   /* PNG frames */
+}
+END_TEST
+
 /* With a current rechunk copy attached, the spectrum is computed from it in one stage. */
 START_TEST(test_power_from_profile)
 {

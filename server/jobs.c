@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/random.h>
 #include <sys/stat.h>
 #include <time.h>
@@ -75,6 +76,7 @@ struct jobs {
     pool *pool;
     int threads;
     sqlite3 *db;
+    int lockfd;               /* dir/lock, flock'ed: one runner per jobs directory */
     char dir[PATH_MAX - 64];  /* canonical; leaves room for "/results/.{id}.tmp" */
     pthread_mutex_t lock;     /* guards db and everything below */
     pthread_cond_t cond;      /* submissions, completions, cancel, stop, job end */
@@ -967,6 +969,46 @@ static void reregister(jobs *J)
     sqlite3_finalize(st);
 }
 
+/* Takes the jobs directory for this runner: an exclusive flock on dir/lock, held until
+ * jobs_close (or the process ends, kill -9 included: the kernel drops it).  A second
+ * runner on the same directory, in another process or this one, would resume and run
+ * the same jobs twice; it is refused, naming the holder's pid written in the file.
+ * Returns 0 or TESS_EIO with err. */
+static int lock_dir(jobs *J, char *err, size_t errlen)
+{
+    char path[PATH_MAX];
+    snprintf(path, sizeof path, "%s/lock", J->dir);
+    int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (fd < 0) {
+        tess_seterr(err, errlen, "jobs.dir lock '%s': %s", path, strerror(errno));
+        return TESS_EIO;
+    }
+    if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+        int e = errno;
+        char pid[32] = "";
+        ssize_t n = pread(fd, pid, sizeof pid - 1, 0);
+        pid[n > 0 ? n : 0] = '\0';
+        pid[strcspn(pid, "\n")] = '\0';
+        close(fd);
+        if (e == EWOULDBLOCK && pid[0])
+            tess_seterr(err, errlen, "jobs.dir '%s' is in use by another server (pid %.20s): "
+                        "one server per jobs directory", J->dir, pid);
+        else if (e == EWOULDBLOCK)
+            tess_seterr(err, errlen, "jobs.dir '%s' is in use by another server: one server "
+                        "per jobs directory", J->dir);
+        else
+            tess_seterr(err, errlen, "jobs.dir lock '%s': %s", path, strerror(e));
+        return TESS_EIO;
+    }
+    char pid[32];
+    int n = snprintf(pid, sizeof pid, "%ld\n", (long)getpid());
+    /* The pid is only for the message above: failing to write it changes nothing. */
+    int wrote = ftruncate(fd, 0) == 0 && pwrite(fd, pid, (size_t)n, 0) == n;
+    (void)wrote;
+    J->lockfd = fd;
+    return 0;
+}
+
 int jobs_open(const char *dir, const tess_config *cfg, catalog *cat, pool *p, jobs **out,
               char *err, size_t errlen)
 {
@@ -999,6 +1041,9 @@ int jobs_open(const char *dir, const tess_config *cfg, catalog *cat, pool *p, jo
             rc = mkdir_p(sub, err, errlen);
     }
     free(real);
+    J->lockfd = -1;
+    if (!rc)
+        rc = lock_dir(J, err, errlen);
     if (!rc) {
         char dbp[PATH_MAX + 16];
         snprintf(dbp, sizeof(dbp), "%s/jobs.sqlite", J->dir);
@@ -1024,6 +1069,8 @@ int jobs_open(const char *dir, const tess_config *cfg, catalog *cat, pool *p, jo
     if (rc) {
         if (J->db)
             sqlite3_close(J->db);
+        if (J->lockfd >= 0)
+            close(J->lockfd);
         pthread_mutex_destroy(&J->lock);
         pthread_cond_destroy(&J->cond);
         free(J);
@@ -1060,6 +1107,8 @@ void jobs_close(jobs *J)
         pthread_join(J->sched, NULL);
     /* The scheduler waited for its blocks in flight; nothing is left on the list. */
     sqlite3_close(J->db);
+    if (J->lockfd >= 0)
+        close(J->lockfd);   /* releases the directory's lock */
     pthread_mutex_destroy(&J->lock);
     pthread_cond_destroy(&J->cond);
     free(J);

@@ -821,6 +821,31 @@ START_TEST(test_startup_sweep)
 }
 END_TEST
 
+/* One server per jobs directory: a second one on it would run the same jobs twice. */
+START_TEST(test_one_server_per_jobs_dir)
+{
+    tess_config c2;
+    char err[512] = "";
+    ck_assert_int_eq(config_init(&c2), 0);
+    ck_assert_msg(config_load_demo(&c2, TESSERA_DEMO_DIR, err, sizeof(err)) == 0, "%s", err);
+    ck_assert_int_eq(config_set_listen(&c2, "127.0.0.1:0", err, sizeof(err)), 0);
+    c2.threads = 1;
+    c2.jobs_dir = strdup(jobsdir);
+    tserver *s2 = NULL;
+    ck_assert_int_ne(tserver_start(&c2, &s2, err, sizeof(err)), 0);
+    ck_assert_ptr_null(s2);
+    char holder[64];
+    snprintf(holder, sizeof(holder), "(pid %ld)", (long)getpid());
+    ck_assert_msg(strstr(err, "is in use by another server") && strstr(err, holder), "%s", err);
+    config_release(&c2);
+    /* The first server still works; once it has stopped, the directory opens again. */
+    json_decref(fetch_json("GET", "/api/v1/jobs", NULL, NULL, 200));
+    stop_server();
+    start_server(NULL, 0);
+    json_decref(fetch_json("GET", "/api/v1/jobs", NULL, NULL, 200));
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("jobs");
@@ -834,6 +859,7 @@ int main(void)
     tcase_add_test(tc, test_token_and_queue_limit);
     tcase_add_test(tc, test_kill9_then_resume);
     tcase_add_test(tc, test_startup_sweep);
+    tcase_add_test(tc, test_one_server_per_jobs_dir);
     tcase_add_test(tc, test_mosaic_kill9_same_product);
     suite_add_tcase(s, tc);
     return tt_run_suite(s);

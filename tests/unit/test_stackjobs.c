@@ -91,19 +91,30 @@ static void write_frame(const char *path, int bitpix, long nx, long ny, const do
     ck_assert_msg(st == 0, "cfitsio %d writing %s", st, path);
 }
 
+/* Writes frames gendir/PREFIX_000.fits ... of nz planes nx x ny, BITPIX bitpix, pixel
+ * (x, y) of frame z = value(x, y, z). */
+static void write_stack(const char *prefix, int bitpix, long nx, long ny, long nz,
+                        double (*value)(long, long, long))
+{
+    double *v = malloc(sizeof(double) * (size_t)(nx * ny));
+    for (long z = 0; z < nz; z++) {
+        for (long y = 0; y < ny; y++)
+            for (long x = 0; x < nx; x++)
+                v[y * nx + x] = value(x, y, z);
+        char p[128];
+        snprintf(p, sizeof p, "%s/%s_%03ld.fits", gendir, prefix, z);
+        write_frame(p, bitpix, nx, ny, v);
+    }
+    free(v);
+}
+
 static void setup(void)
 {
     tt_tmpdir_make(gendir, sizeof gendir, "stackjobs");
-    double *v = malloc(sizeof(double) * GEN_NX * GEN_NY);
-    for (long z = 0; z < GEN_NZ; z++) {
-        for (long y = 0; y < GEN_NY; y++)
-            for (long x = 0; x < GEN_NX; x++)
-                v[y * GEN_NX + x] = gen_value(x, y, z);
-        char p[128];
-        snprintf(p, sizeof p, "%s/gen_%03ld.fits", gendir, z);
-        write_frame(p, 8, GEN_NX, GEN_NY, v);
-    }
-    /* The same frames as 8-bit PNGs. */
+    write_stack("gen", 8, GEN_NX, GEN_NY, GEN_NZ, gen_value);
+    write_stack("long", 16, LONG_NX, LONG_NY, LONG_NZ, long_value);
+    write_stack("nan", -32, NAN_NX, NAN_NY, NAN_NZ, nan_value);
+    /* The "gen" frames again as 8-bit PNGs. */
     unsigned short *pv = malloc(sizeof(unsigned short) * GEN_NX * GEN_NY);
     for (long z = 0; z < GEN_NZ; z++) {
         for (long y = 0; y < GEN_NY; y++)
@@ -114,25 +125,6 @@ static void setup(void)
         ck_assert_msg(frame_write_png(p, pv, GEN_NX, GEN_NY, 8, 1, e, sizeof e) == 0, "%s", e);
     }
     free(pv);
-    double *lv = malloc(sizeof(double) * LONG_NX * LONG_NY);
-    for (long z = 0; z < LONG_NZ; z++) {
-        for (long y = 0; y < LONG_NY; y++)
-            for (long x = 0; x < LONG_NX; x++)
-                lv[y * LONG_NX + x] = long_value(x, y, z);
-        char p[128];
-        snprintf(p, sizeof p, "%s/long_%03ld.fits", gendir, z);
-        write_frame(p, 16, LONG_NX, LONG_NY, lv);
-    }
-    free(lv);
-    for (long z = 0; z < NAN_NZ; z++) {
-        for (long y = 0; y < NAN_NY; y++)
-            for (long x = 0; x < NAN_NX; x++)
-                v[y * NAN_NX + x] = nan_value(x, y, z);
-        char p[128];
-        snprintf(p, sizeof p, "%s/nan_%03ld.fits", gendir, z);
-        write_frame(p, -32, NAN_NX, NAN_NY, v);
-    }
-    free(v);
     char text[2048], err[256];
     snprintf(text, sizeof text,
              "{\"data_roots\": [\"%s\", \"%s\"], \"datasets\": ["

@@ -107,6 +107,12 @@ void tt_resp_free(tt_resp *r);
  * in the failure messages. */
 void tt_assert_problem(const char *path, const tt_resp *r, long status, const char *parameter);
 
+/* Forks a child that calls start(arg), which starts a server and returns its port, then
+ * serves until it is killed (it gets SIGKILL when the calling process dies, so it never
+ * outlives a failed test).  In the caller: base = "http://127.0.0.1:PORT" (len bytes);
+ * returns the child's pid. */
+int tt_fork_server(int (*start)(void *arg), void *arg, char *base, size_t len);
+
 /* Asserts a PNG signature and IHDR chunk, and reads the width and height from it. */
 void tt_png_size(const tt_resp *r, long *w, long *h);
 

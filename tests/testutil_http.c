@@ -3,10 +3,13 @@
 
 #include <curl/curl.h>
 #include <jansson.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/prctl.h>
+#include <unistd.h>
 
 static size_t on_body(char *p, size_t sz, size_t n, void *cls)
 {
@@ -145,4 +148,27 @@ void tt_png_size(const tt_resp *r, long *w, long *h)
     const unsigned char *p = (const unsigned char *)r->body + 16;
     *w = (long)p[0] << 24 | (long)p[1] << 16 | (long)p[2] << 8 | p[3];
     *h = (long)p[4] << 24 | (long)p[5] << 16 | (long)p[6] << 8 | p[7];
+}
+
+int tt_fork_server(int (*start)(void *arg), void *arg, char *base, size_t len)
+{
+    int pfd[2];
+    ck_assert_int_eq(pipe(pfd), 0);
+    pid_t pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        close(pfd[0]);
+        int port = start(arg);
+        ssize_t w = write(pfd[1], &port, sizeof(port));
+        (void)w;
+        for (;;)
+            pause();
+    }
+    close(pfd[1]);
+    int port = 0;
+    ck_assert_int_eq(read(pfd[0], &port, sizeof(port)), (ssize_t)sizeof(port));
+    close(pfd[0]);
+    snprintf(base, len, "http://127.0.0.1:%d", port);
+    return pid;
 }

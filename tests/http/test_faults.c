@@ -585,48 +585,43 @@ static char *mosaic_body(const char *name)
     return s;
 }
 
+typedef struct child_args {
+    const char *jobsdir;
+    rlim_t fsize;
+} child_args;
+
+/* The child of fork_server: the server, then the file size limit; returns its port. */
+static int child_server(void *arg)
+{
+    const child_args *a = arg;
+    char err[512];
+    ck_assert_int_eq(config_init(&cfg), 0);
+    ck_assert_msg(config_load_demo(&cfg, TESSERA_DEMO_DIR, err, sizeof(err)) == 0, "%s", err);
+    ck_assert_int_eq(config_set_listen(&cfg, "127.0.0.1:0", err, sizeof(err)), 0);
+    /* A second data root: the shared mosaic tiles. */
+    char *mroot = realpath(MOSAIC_DIR, NULL);
+    ck_assert_msg(mroot != NULL, "no %s", MOSAIC_DIR);
+    cfg.data_roots = realloc(cfg.data_roots, (size_t)(cfg.n_roots + 1) * sizeof(char *));
+    cfg.data_roots[cfg.n_roots++] = mroot;
+    cfg.threads = 2;
+    cfg.jobs_dir = strdup(a->jobsdir);
+    ck_assert_int_eq(jobs_register_kind(&big_kind), 0);
+    ck_assert_msg(tserver_start(&cfg, &srv, err, sizeof(err)) == 0, "%s", err);
+    if (a->fsize) {
+        signal(SIGXFSZ, SIG_IGN);
+        struct rlimit rl = {a->fsize, a->fsize};
+        ck_assert_int_eq(setrlimit(RLIMIT_FSIZE, &rl), 0);
+    }
+    return tserver_port(srv);
+}
+
 /* A server in a child process with jobs in `jobsdir`; with `fsize` > 0 every file it
  * writes is limited to that many bytes (RLIMIT_FSIZE, SIGXFSZ ignored: write(2) fails
  * with EFBIG).  Returns the child's pid; `base` points at it. */
 static pid_t fork_server(const char *jobsdir, rlim_t fsize)
 {
-    int pfd[2];
-    ck_assert_int_eq(pipe(pfd), 0);
-    pid_t pid = fork();
-    ck_assert_int_ge(pid, 0);
-    if (pid == 0) {
-        prctl(PR_SET_PDEATHSIG, SIGKILL);   /* never outlives a failed test */
-        close(pfd[0]);
-        char err[512];
-        ck_assert_int_eq(config_init(&cfg), 0);
-        ck_assert_msg(config_load_demo(&cfg, TESSERA_DEMO_DIR, err, sizeof(err)) == 0, "%s", err);
-        ck_assert_int_eq(config_set_listen(&cfg, "127.0.0.1:0", err, sizeof(err)), 0);
-        /* A second data root: the shared mosaic tiles. */
-        char *mroot = realpath(MOSAIC_DIR, NULL);
-        ck_assert_msg(mroot != NULL, "no %s", MOSAIC_DIR);
-        cfg.data_roots = realloc(cfg.data_roots, (size_t)(cfg.n_roots + 1) * sizeof(char *));
-        cfg.data_roots[cfg.n_roots++] = mroot;
-        cfg.threads = 2;
-        cfg.jobs_dir = strdup(jobsdir);
-        ck_assert_int_eq(jobs_register_kind(&big_kind), 0);
-        ck_assert_msg(tserver_start(&cfg, &srv, err, sizeof(err)) == 0, "%s", err);
-        if (fsize) {
-            signal(SIGXFSZ, SIG_IGN);
-            struct rlimit rl = {fsize, fsize};
-            ck_assert_int_eq(setrlimit(RLIMIT_FSIZE, &rl), 0);
-        }
-        int port = tserver_port(srv);
-        ssize_t w = write(pfd[1], &port, sizeof(port));
-        (void)w;
-        for (;;)
-            pause();
-    }
-    close(pfd[1]);
-    int port = 0;
-    ck_assert_int_eq(read(pfd[0], &port, sizeof(port)), (ssize_t)sizeof(port));
-    close(pfd[0]);
-    snprintf(base, sizeof(base), "http://127.0.0.1:%d", port);
-    return pid;
+    child_args a = {jobsdir, fsize};
+    return tt_fork_server(child_server, &a, base, sizeof(base));
 }
 
 /* One disk-full run: a 4 MB product on a 2 MB file system (or a 1 MB file size limit)

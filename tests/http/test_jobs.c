@@ -525,6 +525,20 @@ START_TEST(test_token_and_queue_limit)
 }
 END_TEST
 
+/* The child of fork_server: a server on jobsdir; returns its port. */
+static int child_server(void *arg)
+{
+    (void)arg;
+    start_server(NULL, 0);
+    return tserver_port(srv);
+}
+
+/* Forks a child running a server on jobsdir (its port in `base`); returns its pid. */
+static pid_t fork_server(void)
+{
+    return tt_fork_server(child_server, NULL, base, sizeof(base));
+}
+
 /* kill -9 in the middle of a job, then a new server on the same directory: the job
  * resumes, blocks recorded as done are not run again, and the product is the same. */
 START_TEST(test_kill9_then_resume)
@@ -533,24 +547,7 @@ START_TEST(test_kill9_then_resume)
     char logpath[PATH_MAX];
     snprintf(logpath, sizeof(logpath), "%s.log", jobsdir);
     unlink(logpath);
-    int pfd[2];
-    ck_assert_int_eq(pipe(pfd), 0);
-    pid_t pid = fork();
-    ck_assert_int_ge(pid, 0);
-    if (pid == 0) {
-        close(pfd[0]);
-        start_server(NULL, 0);
-        int port = tserver_port(srv);
-        ssize_t w = write(pfd[1], &port, sizeof(port));
-        (void)w;
-        for (;;)
-            pause();
-    }
-    close(pfd[1]);
-    int port = 0;
-    ck_assert_int_eq(read(pfd[0], &port, sizeof(port)), (ssize_t)sizeof(port));
-    close(pfd[0]);
-    snprintf(base, sizeof(base), "http://127.0.0.1:%d", port);
+    pid_t pid = fork_server();
     char id[32], body[PATH_MAX + 256], qid[32];
     snprintf(body, sizeof(body),
              "{\"type\": \"test_squares\", \"n\": 60, \"delay_ms\": 100, \"log\": \"%s\", "
@@ -657,30 +654,6 @@ static double *fetch_product(const char *id, long *nx, long *ny)
     return v;
 }
 
-/* Forks a child running a server on jobsdir (its port in `base`); returns its pid. */
-static pid_t fork_server(void)
-{
-    int pfd[2];
-    ck_assert_int_eq(pipe(pfd), 0);
-    pid_t pid = fork();
-    ck_assert_int_ge(pid, 0);
-    if (pid == 0) {
-        prctl(PR_SET_PDEATHSIG, SIGKILL);   /* never outlives a failed test */
-        close(pfd[0]);
-        start_server(NULL, 0);
-        int port = tserver_port(srv);
-        ssize_t w = write(pfd[1], &port, sizeof(port));
-        (void)w;
-        for (;;)
-            pause();
-    }
-    close(pfd[1]);
-    int port = 0;
-    ck_assert_int_eq(read(pfd[0], &port, sizeof(port)), (ssize_t)sizeof(port));
-    close(pfd[0]);
-    snprintf(base, sizeof(base), "http://127.0.0.1:%d", port);
-    return pid;
-}
 
 /* The mosaic job of the shared six-tile problem, killed with SIGKILL at several points
  * of its progress (fractions drawn from a seeded generator: TESSERA_TEST_SEED sets the

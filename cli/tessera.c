@@ -20,6 +20,9 @@
 #include <unistd.h>
 
 #include <fitsio.h>
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
 
 #include "cli/commands.h"
 #include "cli/progress.h"
@@ -347,6 +350,20 @@ static void par_for(int threads, size_t n, size_t align, slice_fn fn, void *arg)
             pthread_join(th[t], NULL);
 }
 
+/* FITS data are big-endian; on little-endian hosts with SSE2 (every x86-64) the byte
+ * swaps below run four 32-bit lanes at a time.  SSE2 has no byte shuffle, so a lane is
+ * reversed with shifts and masks. */
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__ && defined(__SSE2__)
+#define TESSERA_SWAP_SSE2 1
+static inline __m128i bswap32x4(__m128i x)
+{
+    const __m128i m1 = _mm_set1_epi32(0x00ff0000), m2 = _mm_set1_epi32(0x0000ff00);
+    return _mm_or_si128(_mm_or_si128(_mm_slli_epi32(x, 24), _mm_srli_epi32(x, 24)),
+                        _mm_or_si128(_mm_and_si128(_mm_slli_epi32(x, 8), m1),
+                                     _mm_and_si128(_mm_srli_epi32(x, 8), m2)));
+}
+#endif
+
 /* Converts n 4- or 8-byte values in place between native and FITS (big-endian) byte
  * order: a byte swap on little-endian hosts, nothing on big-endian ones.  Cannot fail. */
 static void swap_values(void *p, size_t n, size_t size)
@@ -356,16 +373,55 @@ static void swap_values(void *p, size_t n, size_t size)
     (void)n;
     (void)size;
 #else
+    size_t k = 0;
     if (size == 4) {
         uint32_t *u = p;
-        for (size_t k = 0; k < n; k++)
+#ifdef TESSERA_SWAP_SSE2
+        for (; k + 4 <= n; k += 4)
+            _mm_storeu_si128((__m128i *)(u + k), bswap32x4(_mm_loadu_si128((__m128i *)(u + k))));
+#endif
+        for (; k < n; k++)
             u[k] = __builtin_bswap32(u[k]);
     } else {
         uint64_t *u = p;
-        for (size_t k = 0; k < n; k++)
+#ifdef TESSERA_SWAP_SSE2
+        /* Swap the halves of each 64-bit value, then reverse each half. */
+        for (; k + 2 <= n; k += 2) {
+            __m128i x = _mm_loadu_si128((__m128i *)(u + k));
+            x = _mm_shuffle_epi32(x, _MM_SHUFFLE(2, 3, 0, 1));
+            _mm_storeu_si128((__m128i *)(u + k), bswap32x4(x));
+        }
+#endif
+        for (; k < n; k++)
             u[k] = __builtin_bswap64(u[k]);
     }
 #endif
+}
+
+/* For n float32 values: fp[i] = 1 where d[i] is finite, else 0 (an IEEE 754 value is
+ * finite unless all its exponent bits are set), and d converted in place to big-endian.
+ * One pass instead of two.  Cannot fail. */
+static void footprint_swap_f32(float *d, unsigned char *fp, size_t n)
+{
+    uint32_t *u = (uint32_t *)d;
+    size_t i = 0;
+#ifdef TESSERA_SWAP_SSE2
+    const __m128i ex = _mm_set1_epi32(0x7f800000), one = _mm_set1_epi8(1);
+    for (; i + 16 <= n; i += 16) {
+        __m128i inf[4];
+        for (int q = 0; q < 4; q++) {
+            __m128i x = _mm_loadu_si128((__m128i *)(u + i + 4 * q));
+            inf[q] = _mm_cmpeq_epi32(_mm_and_si128(x, ex), ex);   /* all ones: not finite */
+            _mm_storeu_si128((__m128i *)(u + i + 4 * q), bswap32x4(x));
+        }
+        __m128i b = _mm_packs_epi16(_mm_packs_epi32(inf[0], inf[1]), _mm_packs_epi32(inf[2], inf[3]));
+        _mm_storeu_si128((__m128i *)(fp + i), _mm_andnot_si128(b, one));
+    }
+#endif
+    for (; i < n; i++) {
+        fp[i] = isfinite(d[i]) != 0;
+        swap_values(d + i, 1, 4);
+    }
 }
 
 /* ------------------------------------------------------------------------------------ */
@@ -834,16 +890,22 @@ static int axis3_card(const char *c)
     return 0;
 }
 
-/* The output file while it is written: a temporary file next to the final name, sized
- * and mapped, so that the engine's threads write the pixels straight into the page
- * cache (in parallel, no second copy) and a parallel pass makes them big-endian. */
+/* The output file while it is written: a temporary file next to the final name, sized,
+ * with both headers in place.  The engine's threads write the pixels into anonymous
+ * memory on transparent huge pages (few page faults, where a shared file mapping takes
+ * one per page: costly under virtualisation, and contended when two threads fault the
+ * same folio); each band of rows, once all its blocks are done, is made big-endian and
+ * written with pwrite by the thread that finished it, then its memory is released. */
 typedef struct outfile {
     char *path, *tmp;
     int fd;
-    unsigned char *map;
+    unsigned char *data;  /* HDU 0 values (alloc_big) */
+    unsigned char *fp;    /* HDU 1 values (alloc_big) */
     size_t size;
-    size_t d0, d1;        /* offsets of the data of HDU 0 and HDU 1 */
+    size_t d0, d1;        /* file offsets of the data of HDU 0 and HDU 1 */
     size_t n, es, fes;    /* values per HDU, bytes per HDU 0 and HDU 1 value */
+    atomic_int werr;      /* errno of the first failed write, 0 if none */
+    atomic_size_t wrote;  /* values written to the file so far */
 } outfile;
 
 /* Bytes rounded up to whole 2880-byte FITS blocks. */
@@ -904,8 +966,8 @@ static int build_headers(const outspec *o, hdr *h0, hdr *h1)
 /* Removes the temporary file and releases everything.  Cannot fail. */
 static void out_abort(outfile *f)
 {
-    if (f->map)
-        munmap(f->map, f->size);
+    free(f->data);
+    free(f->fp);
     if (f->fd >= 0)
         close(f->fd);
     if (f->tmp)
@@ -915,8 +977,27 @@ static void out_abort(outfile *f)
     f->fd = -1;
 }
 
-/* Creates the temporary file for `path` with both headers in place and its pixels
- * mapped.  Returns 0 or EXIT_FAIL after printing why. */
+/* Writes all of buf[0..len) at offset off.  Returns 0 or -1 with errno set. */
+static int pwrite_all(int fd, const unsigned char *buf, size_t len, off_t off)
+{
+    while (len > 0) {
+        ssize_t w = pwrite(fd, buf, len, off);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w <= 0) {
+            if (w == 0)
+                errno = EIO;
+            return -1;
+        }
+        buf += w;
+        len -= (size_t)w;
+        off += (off_t)w;
+    }
+    return 0;
+}
+
+/* Creates the temporary file for `path`, sized, with both headers written, and the
+ * memory for the pixels.  Returns 0 or EXIT_FAIL after printing why. */
 static int out_create(outfile *f, const char *path, const outspec *o)
 {
     memset(f, 0, sizeof *f);
@@ -938,18 +1019,25 @@ static int out_create(outfile *f, const char *path, const outspec *o)
     f->fes = o->method == RP_EXACT ? 4 : 1;
     f->d1 = f->d0 + fits_blocks(f->n * f->es) + h1.n * 80;
     f->size = f->d1 + fits_blocks(f->n * f->fes);
+    atomic_init(&f->werr, 0);
+    atomic_init(&f->wrote, 0);
     f->fd = open(f->tmp, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     const char *what = "create";
     if (f->fd >= 0) {
-        what = "size";
-        if (ftruncate(f->fd, (off_t)f->size) == 0) {
-            what = "map";
-            void *m = mmap(NULL, f->size, PROT_READ | PROT_WRITE, MAP_SHARED, f->fd, 0);
-            if (m != MAP_FAILED) {
-                f->map = m;
-                memcpy(f->map, h0.buf, h0.n * 80);
-                memcpy(f->map + f->d1 - h1.n * 80, h1.buf, h1.n * 80);
-                what = NULL;
+        what = "write";
+        if (ftruncate(f->fd, (off_t)f->size) == 0
+            && pwrite_all(f->fd, (const unsigned char *)h0.buf, h0.n * 80, 0) == 0
+            && pwrite_all(f->fd, (const unsigned char *)h1.buf, h1.n * 80,
+                          (off_t)(f->d1 - h1.n * 80)) == 0) {
+            what = NULL;
+            f->data = alloc_big(f->n * f->es);
+            f->fp = alloc_big(f->n * f->fes);
+            if (!f->data || !f->fp) {
+                free(h0.buf);
+                free(h1.buf);
+                msg("out of memory for a %zu-value output", f->n);
+                out_abort(f);
+                return EXIT_FAIL;
             }
         }
     }
@@ -965,10 +1053,10 @@ static int out_create(outfile *f, const char *path, const outspec *o)
 }
 
 /* Finishes the output block by block as the engine hands blocks over (rp_block_fn):
- * the footprint (isfinite of the data, as bytes, unless the engine wrote it), both
- * arrays to big-endian, and, once every block of a band of rows is done, the band's
- * pages released from this process (they stay in the page cache), so that the work runs
- * on every thread alongside the reprojection and the peak memory stays near
+ * the footprint (isfinite of the data, as bytes, unless the engine wrote it) and both
+ * arrays to big-endian while the block is still in cache; once every block of a band of
+ * rows is done, the band is written to the file and its memory released, so that the
+ * work runs on every thread alongside the reprojection and the peak memory stays near
  * input + output. */
 typedef struct finisher {
     outfile *f;
@@ -993,42 +1081,64 @@ static void finish_block(void *arg, long z0, long nz, long x0, long y0, long w, 
     for (long z = z0; z < z0 + nz; z++) {
         for (long y = y0; y < y0 + h; y++) {
             size_t k = ((size_t)z * (size_t)fi->ny + (size_t)y) * (size_t)fi->nx + (size_t)x0;
-            unsigned char *d = f->map + f->d0 + k * f->es;
-            unsigned char *fp = f->map + f->d1 + k * f->fes;
-            if (f->fes == 4) {
+            unsigned char *d = f->data + k * f->es;
+            unsigned char *fp = f->fp + k * f->fes;
+            if (f->fes == 4) {                /* exact: the engine's float footprint */
                 swap_values(fp, (size_t)w, 4);
+                swap_values(d, (size_t)w, f->es);
             } else if (f->es == 4) {
-                for (long i = 0; i < w; i++)
-                    fp[i] = isfinite(((float *)d)[i]) != 0;
+                footprint_swap_f32((float *)d, fp, (size_t)w);
             } else {
                 for (long i = 0; i < w; i++)
                     fp[i] = isfinite(((double *)d)[i]) != 0;
+                swap_values(d, (size_t)w, 8);
             }
-            swap_values(d, (size_t)w, f->es);
         }
         long full = atomic_fetch_add(&fi->done[(size_t)z * (size_t)fi->ny + (size_t)y0], w) + w;
         if (full == fi->nx) {
             size_t k = ((size_t)z * (size_t)fi->ny + (size_t)y0) * (size_t)fi->nx;
             size_t n = (size_t)h * (size_t)fi->nx;
-            release_pages(f->map + f->d0 + k * f->es, n * f->es, fi->page);
-            release_pages(f->map + f->d1 + k * f->fes, n * f->fes, fi->page);
+            if (atomic_load(&f->werr) == 0
+                && (pwrite_all(f->fd, f->data + k * f->es, n * f->es, (off_t)(f->d0 + k * f->es))
+                    != 0
+                    || pwrite_all(f->fd, f->fp + k * f->fes, n * f->fes,
+                                  (off_t)(f->d1 + k * f->fes)) != 0)) {
+                int e = errno ? errno : EIO, zero = 0;
+                atomic_compare_exchange_strong(&f->werr, &zero, e);
+            }
+            atomic_fetch_add(&f->wrote, n);
+            release_pages(f->data + k * f->es, n * f->es, fi->page);
+            release_pages(f->fp + k * f->fes, n * f->fes, fi->page);
         }
     }
 }
 
-/* Unmaps the finished file and renames it to its final name.  Returns 0 or EXIT_FAIL
+/* Closes the finished file and renames it to its final name.  Returns 0 or EXIT_FAIL
  * after printing why (the temporary file is then removed). */
 static int out_commit(outfile *f)
 {
-    int bad = munmap(f->map, f->size) != 0;
-    f->map = NULL;
-    bad = bad || close(f->fd) != 0;
-    f->fd = -1;
-    if (bad || rename(f->tmp, f->path) != 0) {
-        msg("cannot write '%s': %s", f->path, strerror(errno));
+    int e = atomic_load(&f->werr);
+    if (e == 0 && atomic_load(&f->wrote) != f->n) {
+        msg("internal error: %zu of %zu output values were handed over by the engine",
+            atomic_load(&f->wrote), f->n);
         out_abort(f);
         return EXIT_FAIL;
     }
+    if (e == 0 && close(f->fd) != 0)
+        e = errno;
+    else if (e != 0)
+        close(f->fd);
+    f->fd = -1;
+    if (e == 0 && rename(f->tmp, f->path) != 0)
+        e = errno;
+    if (e != 0) {
+        msg("cannot write '%s': %s", f->path, strerror(e));
+        out_abort(f);
+        return EXIT_FAIL;
+    }
+    free(f->data);
+    free(f->fp);
+    f->data = f->fp = NULL;
     free(f->tmp);
     f->tmp = NULL;
     return EXIT_OK;
@@ -1097,7 +1207,9 @@ static int cmd_reproject(int argc, char **argv)
     int tkeys = 0;
     skywcs *twcs = NULL;
     rp_cube out = { NULL, RP_F32, 0, 0, 0 };
-    outfile of = { NULL, NULL, -1, NULL, 0, 0, 0, 0, 0, 0 };
+    outfile of;
+    memset(&of, 0, sizeof of);
+    of.fd = -1;
     char err[256] = "", v[72];
     atomic_int cancel = 0;
     pthread_t sigth;
@@ -1172,8 +1284,8 @@ static int cmd_reproject(int argc, char **argv)
                      a.method };
     if (out_create(&of, a.out_path, &spec) != EXIT_OK)
         goto done;
-    out.data = of.map + of.d0;
-    float *footprint = a.method == RP_EXACT ? (float *)(of.map + of.d1) : NULL;
+    out.data = of.data;
+    float *footprint = a.method == RP_EXACT ? (float *)of.fp : NULL;
 
     bar b = { -1, t0, "blocks" };
     rp_options o;
@@ -2342,6 +2454,9 @@ int main(int argc, char **argv)
         fputs(cmd_mosaic_usage(), f);
         return argc < 2 ? EXIT_USAGE : EXIT_OK;
     }
+    /* A file size limit (ulimit -f) then fails a write with EFBIG, reported like any
+     * other write error, instead of killing the process. */
+    signal(SIGXFSZ, SIG_IGN);
     if (strcmp(argv[1], "reproject") == 0)
         return cmd_reproject(argc - 1, argv + 1);
     if (strcmp(argv[1], "hips") == 0)

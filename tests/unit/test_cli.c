@@ -14,6 +14,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <errno.h>
+#include <sched.h>
+#include <sys/mount.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -362,6 +366,52 @@ START_TEST(test_failures)
     ck_assert_msg(strstr(err, "overlap") != NULL, "%s", err);
     ck_assert_int_eq(access(out, F_OK), -1);
     unlink(hdr);
+    ck_assert_int_eq(tmp_count(&t), 0);
+    tmp_remove(&t);
+}
+END_TEST
+
+/* A write that fails part way (the disk full, a file size limit) exits 1 naming the
+ * output and the system's reason, and leaves no file behind: a real ENOSPC from a 256 KB
+ * tmpfs (in a mount namespace of this test process; needs CAP_SYS_ADMIN, said and
+ * skipped where refused) under a 600 KB output, and EFBIG from RLIMIT_FSIZE. */
+START_TEST(test_write_failure)
+{
+    tmpdir t;
+    tmp_make(&t);
+    char err[2048], out[300];
+    tmpdir s;                  /* the directory that fills up */
+    ck_assert(snprintf(s.path, sizeof s.path, "%s/small", t.path) < (int)sizeof s.path);
+    const char *dir = s.path;
+    ck_assert_int_eq(mkdir(dir, 0755), 0);
+    snprintf(out, sizeof out, "%s/o.fits", dir);
+    const char *a[] = { "reproject", HH, "--target", HH_TARGET, "-o", out, "--threads", "2",
+                        NULL };
+    const char *why = NULL;
+    if (unshare(CLONE_NEWNS) != 0)
+        why = "unshare(CLONE_NEWNS)";
+    else if (mount("none", "/", "none", MS_REC | MS_PRIVATE, NULL) != 0)
+        why = "mount(MS_PRIVATE)";
+    else if (mount("tmpfs", dir, "tmpfs", 0, "size=256k") != 0)
+        why = "mount(tmpfs)";
+    if (!why) {
+        ck_assert_int_eq(run_tessera(&t, err, sizeof err, a), 1);
+        ck_assert_msg(strstr(err, out) && strstr(err, strerror(ENOSPC)), "%s", err);
+        ck_assert_int_eq(tmp_count(&s), 0);
+        ck_assert_int_eq(umount(dir), 0);
+    } else {
+        printf("write failure: %s refused (%s): RLIMIT_FSIZE only\n", why, strerror(errno));
+    }
+    struct rlimit old, lim = { 256 << 10, 256 << 10 };
+    ck_assert_int_eq(getrlimit(RLIMIT_FSIZE, &old), 0);
+    lim.rlim_max = old.rlim_max;
+    ck_assert_int_eq(setrlimit(RLIMIT_FSIZE, &lim), 0);
+    int rc = run_tessera(&t, err, sizeof err, a);
+    ck_assert_int_eq(setrlimit(RLIMIT_FSIZE, &old), 0);
+    ck_assert_int_eq(rc, 1);
+    ck_assert_msg(strstr(err, strerror(EFBIG)), "%s", err);
+    ck_assert_int_eq(tmp_count(&s), 0);
+    rmdir(dir);
     ck_assert_int_eq(tmp_count(&t), 0);
     tmp_remove(&t);
 }
@@ -962,6 +1012,7 @@ int main(void)
     tcase_add_test(tc, test_usage);
     tcase_add_test(tc, test_failures);
     tcase_add_test(tc, test_output_file);
+    tcase_add_test(tc, test_write_failure);
     tcase_add_test(tc, test_cube_and_dtype);
     tcase_add_test(tc, test_interrupt);
     suite_add_tcase(s, tc);

@@ -56,7 +56,7 @@ typedef struct rp_options {
                                    call of rp_exact_rows has a fixed cost: fewer, taller
                                    bands are faster); with 0 and several threads, bands
                                    are shortened (not below 32 rows) so that each
-                                   thread gets at least 4 */
+                                   thread gets at least 8 */
     rp_progress_fn progress;    /* may be NULL */
     void *progress_arg;
     rp_block_fn block_done;     /* may be NULL */

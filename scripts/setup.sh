@@ -1,10 +1,13 @@
 #!/bin/sh
 # Installs the Debian 12 packages Tessera needs to build, run and test.
 # Run as root (or with sudo available).  Safe to run again.
+# Debian's python3 with numpy, astropy and scikit-image computes reference values in
+# tests (test_zreduce reads PNG frames with skimage, FITS with astropy).
 set -eu
 PKGS="build-essential autoconf automake pkg-config curl ca-certificates
 libmicrohttpd-dev libcfitsio-dev wcslib-dev libpng-dev libjansson-dev
-libcurl4-openssl-dev check clang valgrind libjpeg62-turbo-dev libchealpix-dev libfftw3-dev libsqlite3-dev"
+libcurl4-openssl-dev check clang valgrind libjpeg62-turbo-dev libchealpix-dev libfftw3-dev libsqlite3-dev
+python3-numpy python3-astropy python3-skimage"
 SUDO=""
 if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
 missing=""

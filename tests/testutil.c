@@ -2,11 +2,13 @@
 #include "tests/testutil.h"
 
 #include <dirent.h>
+#include <sched.h>
 #include <fitsio.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mount.h>
 #include <time.h>
 #include <unistd.h>
 #ifdef HAVE_VALGRIND_VALGRIND_H
@@ -184,6 +186,21 @@ int tt_count_entries(const char *dir)
             n++;
     closedir(d);
     return n;
+}
+
+const char *tt_mount_tmpfs(const char *dir, const char *size)
+{
+    char opts[64];
+    snprintf(opts, sizeof opts, "size=%s", size);
+    if (unshare(CLONE_NEWNS) != 0)
+        return "unshare(CLONE_NEWNS)";
+    /* Source and type are ignored for a propagation change; "none" rather than NULL,
+     * which valgrind's check of mount(2)'s arguments takes for an unaddressable string. */
+    if (mount("none", "/", "none", MS_REC | MS_PRIVATE, NULL) != 0)
+        return "mount(MS_PRIVATE)";
+    if (mount("tmpfs", dir, "tmpfs", 0, opts) != 0)
+        return "mount(tmpfs)";
+    return NULL;
 }
 
 double tt_now_s(void)

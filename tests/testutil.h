@@ -50,6 +50,13 @@ int tt_tmpdir_remove(const char *dir, const char *const *names, int n);
 /* Entries of `dir` other than "." and "..", or -1 when it cannot be opened. */
 int tt_count_entries(const char *dir);
 
+/* Mounts a tmpfs of `size` bytes (mount(8)'s syntax: "256k", "2m") on the directory
+ * `dir`, for a real ENOSPC.  The mount lives in a mount namespace of this process's own
+ * (unshare, then / made private), so it goes away with the process even when an
+ * assertion ends the test early.  Needs CAP_SYS_ADMIN (root outside a restricted
+ * container).  Returns NULL, or the step that was refused with errno set. */
+const char *tt_mount_tmpfs(const char *dir, const char *size);
+
 /* Seconds on CLOCK_MONOTONIC, for bounds on how long something took. */
 double tt_now_s(void);
 

@@ -18,7 +18,6 @@
 #include <limits.h>
 #include <math.h>
 #include <pthread.h>
-#include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -690,19 +689,9 @@ START_TEST(test_disk_full_job_fails_cleanly)
 {
     char dir[256];
     tt_tmpdir_make(dir, sizeof(dir), "diskfull");
-    /* A real ENOSPC: a 2 MB tmpfs, mounted in a mount namespace of this test process
-     * (it goes away with the process, even when an assertion ends it early).  Needs
-     * CAP_SYS_ADMIN (root outside a restricted container); where refused, say so: the
-     * RLIMIT_FSIZE case below runs anyway. */
-    const char *why = NULL;
-    if (unshare(CLONE_NEWNS) != 0)
-        why = "unshare(CLONE_NEWNS)";
-    /* Source and type are ignored for a propagation change; "none" rather than NULL, which
-     * valgrind's check of mount(2)'s arguments takes for an unaddressable string. */
-    else if (mount("none", "/", "none", MS_REC | MS_PRIVATE, NULL) != 0)
-        why = "mount(MS_PRIVATE)";
-    else if (mount("tmpfs", dir, "tmpfs", 0, "size=2m") != 0)
-        why = "mount(tmpfs)";
+    /* A real ENOSPC: a 2 MB tmpfs (tt_mount_tmpfs; where refused, say so: the
+     * RLIMIT_FSIZE case below runs anyway). */
+    const char *why = tt_mount_tmpfs(dir, "2m");
     if (!why) {
         disk_full_case(dir, 0, "tmpfs of 2 MB, ENOSPC");
         ck_assert_int_eq(umount(dir), 0);

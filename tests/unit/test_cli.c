@@ -2,6 +2,7 @@
 #include <chealpix.h>
 #include <check.h>
 #include <dirent.h>
+#include <errno.h>
 #include <fcntl.h>
 #include <fitsio.h>
 #include <ftw.h>
@@ -14,13 +15,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <errno.h>
-#include <sched.h>
 #include <sys/mount.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
+
+#include "tests/testutil.h"
 
 extern char **environ;
 
@@ -373,8 +374,8 @@ END_TEST
 
 /* A write that fails part way (the disk full, a file size limit) exits 1 naming the
  * output and the system's reason, and leaves no file behind: a real ENOSPC from a 256 KB
- * tmpfs (in a mount namespace of this test process; needs CAP_SYS_ADMIN, said and
- * skipped where refused) under a 600 KB output, and EFBIG from RLIMIT_FSIZE. */
+ * tmpfs (tt_mount_tmpfs: needs CAP_SYS_ADMIN, said and skipped where refused) under a
+ * 600 KB output, and EFBIG from RLIMIT_FSIZE. */
 START_TEST(test_write_failure)
 {
     tmpdir t;
@@ -387,13 +388,7 @@ START_TEST(test_write_failure)
     snprintf(out, sizeof out, "%s/o.fits", dir);
     const char *a[] = { "reproject", HH, "--target", HH_TARGET, "-o", out, "--threads", "2",
                         NULL };
-    const char *why = NULL;
-    if (unshare(CLONE_NEWNS) != 0)
-        why = "unshare(CLONE_NEWNS)";
-    else if (mount("none", "/", "none", MS_REC | MS_PRIVATE, NULL) != 0)
-        why = "mount(MS_PRIVATE)";
-    else if (mount("tmpfs", dir, "tmpfs", 0, "size=256k") != 0)
-        why = "mount(tmpfs)";
+    const char *why = tt_mount_tmpfs(dir, "256k");
     if (!why) {
         ck_assert_int_eq(run_tessera(&t, err, sizeof err, a), 1);
         ck_assert_msg(strstr(err, out) && strstr(err, strerror(ENOSPC)), "%s", err);

@@ -33,6 +33,7 @@
 #include "reproject/reproject.h"
 #include "reproject/skywcs.h"
 #include "util/error.h"
+#include "util/hugemem.h"
 
 /* Exit statuses (documented in the usage text). */
 enum {
@@ -414,7 +415,8 @@ static void footprint_swap_f32(float *d, unsigned char *fp, size_t n)
             inf[q] = _mm_cmpeq_epi32(_mm_and_si128(x, ex), ex);   /* all ones: not finite */
             _mm_storeu_si128((__m128i *)(u + i + 4 * q), bswap32x4(x));
         }
-        __m128i b = _mm_packs_epi16(_mm_packs_epi32(inf[0], inf[1]), _mm_packs_epi32(inf[2], inf[3]));
+        __m128i b = _mm_packs_epi16(_mm_packs_epi32(inf[0], inf[1]),
+                                    _mm_packs_epi32(inf[2], inf[3]));
         _mm_storeu_si128((__m128i *)(fp + i), _mm_andnot_si128(b, one));
     }
 #endif
@@ -444,20 +446,6 @@ static void input_release(input *in)
     skywcs_free(in->wcs);
     free(in->cube.data);
     memset(in, 0, sizeof *in);
-}
-
-/* Allocates a large pixel buffer, 2 MiB-aligned and marked for transparent huge pages
- * (fewer page faults on first touch), or NULL.  Free with free(). */
-static void *alloc_big(size_t bytes)
-{
-    const size_t huge = (size_t)2 << 20;
-    void *p = NULL;
-    if (bytes < huge)
-        return malloc(bytes ? bytes : 1);
-    if (posix_memalign(&p, huge, (bytes + huge - 1) / huge * huge) != 0)
-        return NULL;
-    madvise(p, (bytes + huge - 1) / huge * huge, MADV_HUGEPAGE);
-    return p;
 }
 
 /* A parallel read: slices of the data unit, each pread then byte-swapped. */
@@ -637,7 +625,7 @@ static int read_input(const char *path, int hdu, int threads, input *in)
     in->cube.ny = naxes[1];
     in->cube.nz = nz;
     size_t es = f32 ? sizeof(float) : sizeof(double);
-    in->cube.data = alloc_big(n * es);
+    in->cube.data = tess_alloc_huge(n * es);
     if (!in->cube.data) {
         msg("out of memory for the input (%zu pixels)", n);
         goto done;
@@ -899,8 +887,8 @@ static int axis3_card(const char *c)
 typedef struct outfile {
     char *path, *tmp;
     int fd;
-    unsigned char *data;  /* HDU 0 values (alloc_big) */
-    unsigned char *fp;    /* HDU 1 values (alloc_big) */
+    unsigned char *data;  /* HDU 0 values (tess_alloc_huge) */
+    unsigned char *fp;    /* HDU 1 values (tess_alloc_huge) */
     size_t size;
     size_t d0, d1;        /* file offsets of the data of HDU 0 and HDU 1 */
     size_t n, es, fes;    /* values per HDU, bytes per HDU 0 and HDU 1 value */
@@ -1030,8 +1018,8 @@ static int out_create(outfile *f, const char *path, const outspec *o)
             && pwrite_all(f->fd, (const unsigned char *)h1.buf, h1.n * 80,
                           (off_t)(f->d1 - h1.n * 80)) == 0) {
             what = NULL;
-            f->data = alloc_big(f->n * f->es);
-            f->fp = alloc_big(f->n * f->fes);
+            f->data = tess_alloc_huge(f->n * f->es);
+            f->fp = tess_alloc_huge(f->n * f->fes);
             if (!f->data || !f->fp) {
                 free(h0.buf);
                 free(h1.buf);
@@ -1631,7 +1619,8 @@ static int read_hips_input(const char *path, int hdu, long z, int threads, hips_
     in->plane.nx = nx;
     in->plane.ny = ny;
     size_t n = (size_t)nx * (size_t)ny;
-    in->plane.data = alloc_big(n * (in->plane.dtype == RP_F64 ? sizeof(double) : sizeof(float)));
+    in->plane.data = tess_alloc_huge(n * (in->plane.dtype == RP_F64 ? sizeof(double)
+                                                                   : sizeof(float)));
     if (!in->plane.data) {
         msg("out of memory for the plane of '%s' (%zu pixels)", path, n);
         goto fail;

@@ -15,6 +15,7 @@
 #include "reproject/exact.h"
 #include "reproject/kernels.h"
 #include "util/error.h"
+#include "util/hugemem.h"
 
 /* Default block edge, output pixels. */
 #define RP_BLOCK 256
@@ -151,7 +152,8 @@ static int worker_init(worker *w, const job *j, char *err, size_t errlen)
     if (!w->map)
         return TESS_ENOMEM;
     size_t n = (size_t)j->block * (size_t)j->block;
-    w->xi = malloc(sizeof(double) * n * 3);
+    /* 1.5 MiB at the default block: on huge pages (util/hugemem.h). */
+    w->xi = n <= SIZE_MAX / (3 * sizeof(double)) ? tess_alloc_huge(sizeof(double) * n * 3) : NULL;
     w->fx = malloc(sizeof(double) * RP_FIXCAP * 4);
     w->fidx = malloc(sizeof(size_t) * RP_FIXCAP);
     if (!w->xi || !w->fx || !w->fidx) {

@@ -207,10 +207,20 @@ int skywcs_parse(const char *cards, int nkeys, skywcs **out, char *err, size_t e
      * string-valued WCS cards whose strings are not closed, e.g. RADESYS = 'ICRS then
      * DATE-OBS= '2000 (found by tests/fuzz/fuzz_header).  wcspih rejects such cards
      * anyway: turn them into comments first. */
+    char ignored[96] = "";       /* the first such card, named in a later error */
     for (int i = 0; i < nkeys; i++) {
         char *card = hdr + (size_t)i * 80;
-        if (unterminated_string(card))
+        if (unterminated_string(card)) {
+            if (!ignored[0]) {
+                int kl = 8;
+                while (kl > 0 && card[kl - 1] == ' ')
+                    kl--;
+                snprintf(ignored, sizeof ignored,
+                         " (card %d, %.*s, was left out: its string value has no closing "
+                         "quote)", i + 1, kl, card);
+            }
             memcpy(card, "COMMENT ", 8);
+        }
         /* wcspih sizes its arrays by NAXIS and WCSAXESa: a huge count makes it crash or
          * allocate gigabytes (WCSAXES = 3333334, found by tests/fuzz/fuzz_header).  WCS
          * keywords index at most 99 axes (FITS 4.0 section 8.2). */
@@ -243,9 +253,9 @@ int skywcs_parse(const char *cards, int nkeys, skywcs **out, char *err, size_t e
     }
     if (pick < 0) {
         wcsvfree(&nwcs, &all);
-        tess_seterr(err, errlen, "%s",
+        tess_seterr(err, errlen, "%s%s",
                     nwcs == 0 ? "no WCS keywords in the header"
-                              : "no primary WCS (only alternates) in the header");
+                              : "no primary WCS (only alternates) in the header", ignored);
         return TESS_EINVAL;
     }
 
@@ -265,7 +275,7 @@ int skywcs_parse(const char *cards, int nkeys, skywcs **out, char *err, size_t e
         return st == 2 ? TESS_ENOMEM : TESS_EINVAL;
     }
     if (is_default_wcs(&w->wcs)) {
-        tess_seterr(err, errlen, "%s", "no WCS keywords in the header");
+        tess_seterr(err, errlen, "no WCS keywords in the header%s", ignored);
         wcsfree(&w->wcs);
         free(w);
         return TESS_EINVAL;
@@ -279,7 +289,7 @@ int skywcs_parse(const char *cards, int nkeys, skywcs **out, char *err, size_t e
      * tests/fuzz/fuzz_header), and it would fail again: report the error now. */
     st = stat[CELFIX] > 0 ? WCSERR_BAD_PARAM : wcsset(&w->wcs);
     if (st != 0) {
-        tess_seterr(err, errlen, "wcsset: %s", wcs_errmsg[st]);
+        tess_seterr(err, errlen, "wcsset: %s%s", wcs_errmsg[st], ignored);
         wcsfree(&w->wcs);
         free(w);
         return st == 2 ? TESS_ENOMEM : TESS_EINVAL;

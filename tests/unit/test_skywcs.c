@@ -258,6 +258,28 @@ START_TEST(test_parse_errors)
         ck_assert_msg(strstr(err, "no WCS") != NULL, "err: %s", err);
         free(cards);
     }
+    /* A header cut inside a string value (a truncated upload): the card is left out and
+     * the error names it. */
+    const char *cut[] = { "NAXIS   = 2", "CTYPE1  = 'RA---T", NULL };
+    cards = tt_make_cards(cut, &nk);
+    err[0] = '\0';
+    ck_assert_int_eq(skywcs_parse(cards, nk, &w, err, sizeof err), TESS_EINVAL);
+    ck_assert_msg(strstr(err, "no WCS") && strstr(err, "card 2, CTYPE1,")
+                      && strstr(err, "no closing quote"), "err: %s", err);
+    free(cards);
+    /* A later WCS error names the card too; a header that parses does not mention it. */
+    const char *cut2[] = { "CTYPE1  = 'RA---QQQ'", "CTYPE2  = 'DEC--QQQ'", "OBJECT  = 'M1",
+                           NULL };
+    cards = tt_make_cards(cut2, &nk);
+    err[0] = '\0';
+    ck_assert_int_eq(skywcs_parse(cards, nk, &w, err, sizeof err), TESS_EINVAL);
+    ck_assert_msg(strstr(err, "wcsset") && strstr(err, "OBJECT"), "err: %s", err);
+    free(cards);
+    const char *ok[] = { "CTYPE1  = 'RA---TAN'", "CTYPE2  = 'DEC--TAN'", "OBJECT  = 'M1", NULL };
+    cards = tt_make_cards(ok, &nk);
+    ck_assert_int_eq(skywcs_parse(cards, nk, &w, err, sizeof err), 0);
+    skywcs_free(w);
+    free(cards);
 }
 END_TEST
 

@@ -33,6 +33,7 @@
 #include "reproject/reproject.h"
 #include "reproject/skywcs.h"
 #include "util/error.h"
+#include "util/fileio.h"
 #include "util/hugemem.h"
 
 /* Exit statuses (documented in the usage text). */
@@ -965,25 +966,6 @@ static void out_abort(outfile *f)
     f->fd = -1;
 }
 
-/* Writes all of buf[0..len) at offset off.  Returns 0 or -1 with errno set. */
-static int pwrite_all(int fd, const unsigned char *buf, size_t len, off_t off)
-{
-    while (len > 0) {
-        ssize_t w = pwrite(fd, buf, len, off);
-        if (w < 0 && errno == EINTR)
-            continue;
-        if (w <= 0) {
-            if (w == 0)
-                errno = EIO;
-            return -1;
-        }
-        buf += w;
-        len -= (size_t)w;
-        off += (off_t)w;
-    }
-    return 0;
-}
-
 /* Creates the temporary file for `path`, sized, with both headers written, and the
  * memory for the pixels.  Returns 0 or EXIT_FAIL after printing why. */
 static int out_create(outfile *f, const char *path, const outspec *o)
@@ -1014,9 +996,9 @@ static int out_create(outfile *f, const char *path, const outspec *o)
     if (f->fd >= 0) {
         what = "write";
         if (ftruncate(f->fd, (off_t)f->size) == 0
-            && pwrite_all(f->fd, (const unsigned char *)h0.buf, h0.n * 80, 0) == 0
-            && pwrite_all(f->fd, (const unsigned char *)h1.buf, h1.n * 80,
-                          (off_t)(f->d1 - h1.n * 80)) == 0) {
+            && tess_pwrite_all(f->fd, (const unsigned char *)h0.buf, h0.n * 80, 0) == 0
+            && tess_pwrite_all(f->fd, (const unsigned char *)h1.buf, h1.n * 80,
+                               (off_t)(f->d1 - h1.n * 80)) == 0) {
             what = NULL;
             f->data = tess_alloc_huge(f->n * f->es);
             f->fp = tess_alloc_huge(f->n * f->fes);
@@ -1087,10 +1069,10 @@ static void finish_block(void *arg, long z0, long nz, long x0, long y0, long w, 
             size_t k = ((size_t)z * (size_t)fi->ny + (size_t)y0) * (size_t)fi->nx;
             size_t n = (size_t)h * (size_t)fi->nx;
             if (atomic_load(&f->werr) == 0
-                && (pwrite_all(f->fd, f->data + k * f->es, n * f->es, (off_t)(f->d0 + k * f->es))
-                    != 0
-                    || pwrite_all(f->fd, f->fp + k * f->fes, n * f->fes,
-                                  (off_t)(f->d1 + k * f->fes)) != 0)) {
+                && (tess_pwrite_all(f->fd, f->data + k * f->es, n * f->es,
+                                    (off_t)(f->d0 + k * f->es)) != 0
+                    || tess_pwrite_all(f->fd, f->fp + k * f->fes, n * f->fes,
+                                       (off_t)(f->d1 + k * f->fes)) != 0)) {
                 int e = errno ? errno : EIO, zero = 0;
                 atomic_compare_exchange_strong(&f->werr, &zero, e);
             }

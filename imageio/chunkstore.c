@@ -1,6 +1,7 @@
 /* Chunk store: header, pixel order and series reads (see chunkstore.h). */
 #include "imageio/chunkstore.h"
 #include "util/error.h"
+#include "util/fileio.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -64,38 +65,6 @@ long long chunkstore_file_size(const chunkstore_info *in)
     return in->data_offset + (long long)in->nx * in->ny * in->nz * chunkstore_esize(in->dtype);
 }
 
-static int write_all(int fd, const void *buf, size_t n, off_t off)
-{
-    const char *p = buf;
-    while (n > 0) {
-        ssize_t k = pwrite(fd, p, n, off);
-        if (k < 0 && errno == EINTR)
-            continue;
-        if (k <= 0)
-            return -1;
-        p += k;
-        n -= (size_t)k;
-        off += k;
-    }
-    return 0;
-}
-
-static int read_all(int fd, void *buf, size_t n, off_t off)
-{
-    char *p = buf;
-    while (n > 0) {
-        ssize_t k = pread(fd, p, n, off);
-        if (k < 0 && errno == EINTR)
-            continue;
-        if (k <= 0)
-            return -1;
-        p += k;
-        n -= (size_t)k;
-        off += k;
-    }
-    return 0;
-}
-
 int chunkstore_create(const char *path, const chunkstore_info *in, char *err, size_t errlen)
 {
     if (in->nx < 1 || in->ny < 1 || in->nz < 1 || in->tx < 1 || in->ty < 1 ||
@@ -133,7 +102,7 @@ int chunkstore_create(const char *path, const chunkstore_info *in, char *err, si
         tess_seterr(err, errlen, "chunk store: cannot create %s: %s", path, strerror(errno));
         return TESS_EIO;
     }
-    int bad = write_all(fd, hdr, sizeof hdr, 0) != 0 ||
+    int bad = tess_pwrite_all(fd, hdr, sizeof hdr, 0) != 0 ||
               ftruncate(fd, (off_t)chunkstore_file_size(in)) != 0;
     int e = errno;
     if (close(fd) != 0 && !bad) {
@@ -201,7 +170,7 @@ static int open_fd(const char *path, chunkstore_info *info, char *err, size_t er
     }
     char hdr[CHUNKSTORE_HEADER];
     struct stat st;
-    if (fstat(fd, &st) != 0 || read_all(fd, hdr, sizeof hdr, 0) != 0) {
+    if (fstat(fd, &st) != 0 || tess_pread_all(fd, hdr, sizeof hdr, 0) != 0) {
         close(fd);
         tess_seterr(err, errlen, "cannot read chunk store %s", path);
         return TESS_EIO;
@@ -331,7 +300,7 @@ static int series_fd(int fd, const chunkstore_info *in, long x, long y, double *
     }
     off_t off = (off_t)(in->data_offset + chunkstore_pixel_index(in, x, y) * nz * es);
     int rc = 0;
-    if (read_all(fd, buf, n, off) != 0) {
+    if (tess_pread_all(fd, buf, n, off) != 0) {
         tess_seterr(err, errlen, "cannot read the series of (%ld, %ld) from the chunk store", x, y);
         rc = TESS_EIO;
     } else {

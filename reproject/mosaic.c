@@ -3,6 +3,7 @@
 #include "reproject/mosaic.h"
 #include "imageio/fitsimg.h"
 #include "util/error.h"
+#include "util/fileio.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -679,44 +680,6 @@ done:
 /* ------------------------------------------------------------------------------------ */
 /* Files                                                                                  */
 
-static int pwrite_all(int fd, const void *p, size_t n, off_t off)
-{
-    const char *c = p;
-    while (n > 0) {
-        ssize_t w = pwrite(fd, c, n, off);
-        if (w < 0) {
-            if (errno == EINTR)
-                continue;
-            return -1;
-        }
-        c += w;
-        n -= (size_t)w;
-        off += w;
-    }
-    return 0;
-}
-
-static int pread_all(int fd, void *p, size_t n, off_t off)
-{
-    char *c = p;
-    while (n > 0) {
-        ssize_t r = pread(fd, c, n, off);
-        if (r < 0) {
-            if (errno == EINTR)
-                continue;
-            return -1;
-        }
-        if (r == 0) {
-            errno = EIO;
-            return -1;
-        }
-        c += r;
-        n -= (size_t)r;
-        off += r;
-    }
-    return 0;
-}
-
 /* WORKDIR/<pre><k><post>. */
 static void wpath(const mosaic *m, char *out, size_t len, const char *pre, long k,
                   const char *post)
@@ -731,7 +694,7 @@ static int write_small(const char *path, const void *data, size_t n, char *err, 
     char tmp[PATH_MAX + 8];
     snprintf(tmp, sizeof tmp, "%s.tmp", path);
     int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd < 0 || pwrite_all(fd, data, n, 0) != 0) {
+    if (fd < 0 || tess_pwrite_all(fd, data, n, 0) != 0) {
         tess_seterr(err, errlen, "cannot write '%s': %s", tmp, strerror(errno));
         if (fd >= 0)
             close(fd);
@@ -761,7 +724,7 @@ static int read_small(const char *path, char **data, size_t *n)
         return TESS_EIO;
     }
     char *d = malloc((size_t)st.st_size + 1);
-    if (!d || pread_all(fd, d, (size_t)st.st_size, 0) != 0) {
+    if (!d || tess_pread_all(fd, d, (size_t)st.st_size, 0) != 0) {
         free(d);
         close(fd);
         return TESS_EIO;
@@ -1335,8 +1298,8 @@ static int run_reproject(mosaic *m, long block, char *err, size_t errlen)
     for (int f = 0; f < (m->method == RP_EXACT ? 2 : 1); f++) {
         wpath(m, path, sizeof path, "r_", k, f ? ".wgt" : ".val");
         int fd = open(path, O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
-        if (fd < 0 || pwrite_all(fd, f ? fp : val, sizeof(float) * npix,
-                                 (off_t)r0 * (off_t)bw * (off_t)sizeof(float)) != 0) {
+        if (fd < 0 || tess_pwrite_all(fd, f ? fp : val, sizeof(float) * npix,
+                                      (off_t)r0 * (off_t)bw * (off_t)sizeof(float)) != 0) {
             tess_seterr(err, errlen, "cannot write '%s': %s", path, strerror(errno));
             if (fd >= 0)
                 close(fd);
@@ -1384,14 +1347,14 @@ static int read_rows(const mosaic *m, int k, long x0, long x1, long y0, long y1,
         long row = 0;
         if (ystep == 1 && cw == s->box[2]) {
             off_t off = ((off_t)(y0 - s->box[1]) * s->box[2]) * (off_t)sizeof(float);
-            if (pread_all(fd, dst, sizeof(float) * (size_t)cw * (size_t)(y1 - y0), off) != 0)
+            if (tess_pread_all(fd, dst, sizeof(float) * (size_t)cw * (size_t)(y1 - y0), off) != 0)
                 rc = TESS_EIO;
         } else {
             for (long y = y0; y < y1 && rc == 0; y += ystep, row++) {
                 off_t off = ((off_t)(y - s->box[1]) * s->box[2] + (x0 - s->box[0]))
                             * (off_t)sizeof(float);
-                if (pread_all(fd, dst + (size_t)row * (size_t)cw, sizeof(float) * (size_t)cw, off)
-                    != 0)
+                if (tess_pread_all(fd, dst + (size_t)row * (size_t)cw,
+                                   sizeof(float) * (size_t)cw, off) != 0)
                     rc = TESS_EIO;
             }
         }
@@ -1995,8 +1958,8 @@ static int run_coadd(mosaic *m, long band, const volatile int *cancel, char *err
         swap32(cov, np);
         off_t off0 = (off_t)m->h0 + (off_t)gy0 * nx * (off_t)sizeof(float);
         off_t off1 = (off_t)(m->h0 + m->d0 + m->h1) + (off_t)gy0 * nx * (off_t)sizeof(float);
-        if (pwrite_all(fd, out, sizeof(float) * np, off0) != 0
-            || pwrite_all(fd, cov, sizeof(float) * np, off1) != 0) {
+        if (tess_pwrite_all(fd, out, sizeof(float) * np, off0) != 0
+            || tess_pwrite_all(fd, cov, sizeof(float) * np, off1) != 0) {
             rc = TESS_EIO;
             tess_seterr(err, errlen, "cannot write '%s': %s", path, strerror(errno));
         }
@@ -2049,7 +2012,7 @@ static int write_header(int fd, const cardbuf *h, size_t size, off_t off)
     memset(buf, ' ', size);
     memcpy(buf, h->c, (size_t)h->n * 80);
     memcpy(buf + (size_t)h->n * 80, "END", 3);
-    int rc = pwrite_all(fd, buf, size, off);
+    int rc = tess_pwrite_all(fd, buf, size, off);
     free(buf);
     return rc;
 }
@@ -2078,7 +2041,7 @@ static int copy_file(const char *from, const char *to)
         }
         if (r == 0)
             break;
-        rc = pwrite_all(out, buf, (size_t)r, off);
+        rc = tess_pwrite_all(out, buf, (size_t)r, off);
         off += r;
     }
     free(buf);

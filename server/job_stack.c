@@ -5,6 +5,7 @@
 #include "imageio/fitsimg.h"
 #include "imageio/stack.h"
 #include "util/error.h"
+#include "util/fileio.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -29,44 +30,12 @@
 
 /* ---- small helpers ------------------------------------------------------------------- */
 
-static int write_at(int fd, const void *buf, size_t n, off_t off)
-{
-    const char *p = buf;
-    while (n > 0) {
-        ssize_t k = pwrite(fd, p, n, off);
-        if (k < 0 && errno == EINTR)
-            continue;
-        if (k <= 0)
-            return -1;
-        p += k;
-        n -= (size_t)k;
-        off += k;
-    }
-    return 0;
-}
-
-static int read_at(int fd, void *buf, size_t n, off_t off)
-{
-    char *p = buf;
-    while (n > 0) {
-        ssize_t k = pread(fd, p, n, off);
-        if (k < 0 && errno == EINTR)
-            continue;
-        if (k <= 0)
-            return -1;
-        p += k;
-        n -= (size_t)k;
-        off += k;
-    }
-    return 0;
-}
-
 /* pwrite of n bytes at `off` of the existing file `path`. */
 static int write_file_at(const char *path, const void *buf, size_t n, off_t off, char *err,
                          size_t errlen)
 {
     int fd = open(path, O_WRONLY | O_CLOEXEC);
-    if (fd < 0 || write_at(fd, buf, n, off) != 0) {
+    if (fd < 0 || tess_pwrite_all(fd, buf, n, off) != 0) {
         tess_seterr(err, errlen, "cannot write %s: %s", path, strerror(errno));
         if (fd >= 0)
             close(fd);
@@ -90,7 +59,7 @@ static int touch_marker(const char *workdir, char *err, size_t errlen)
     char p[PATH_MAX];
     snprintf(p, sizeof p, "%s/%s", workdir, MARKER);
     int fd = open(p, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd < 0 || write_at(fd, "ok\n", 3, 0) != 0 || close(fd) != 0) {
+    if (fd < 0 || tess_pwrite_all(fd, "ok\n", 3, 0) != 0 || close(fd) != 0) {
         tess_seterr(err, errlen, "cannot write %s: %s", p, strerror(errno));
         return TESS_EIO;
     }
@@ -125,7 +94,7 @@ static int move_file(const char *from, const char *to, char *err, size_t errlen)
         ssize_t k = pread(in, buf, 1 << 20, off);
         if (k < 0 && errno == EINTR)
             continue;
-        if (k < 0 || (k > 0 && write_at(out, buf, (size_t)k, off) != 0))
+        if (k < 0 || (k > 0 && tess_pwrite_all(out, buf, (size_t)k, off) != 0))
             rc = TESS_EIO;
         if (k <= 0)
             break;
@@ -564,8 +533,8 @@ static int transpose_band(const transpose *t, long b, unsigned char *buf, long *
     size_t es = (size_t)t->es;
     if (t->direct) {
         int fd = open(t->src_path, O_RDONLY | O_CLOEXEC);
-        int bad = fd < 0 || read_at(fd, buf, (size_t)np * t->nz * es,
-                                    (off_t)(CHUNKSTORE_HEADER + (long long)p0 * t->nz * es)) != 0;
+        off_t off = (off_t)(CHUNKSTORE_HEADER + (long long)p0 * t->nz * es);
+        int bad = fd < 0 || tess_pread_all(fd, buf, (size_t)np * t->nz * es, off) != 0;
         if (fd >= 0)
             close(fd);
         if (bad) {
@@ -588,8 +557,8 @@ static int transpose_band(const transpose *t, long b, unsigned char *buf, long *
         }
         long z0 = k * t->g, gk = lmin(t->g, t->nz - z0);
         size_t run = (size_t)gk * es;
-        if (read_at(fd, tmp, (size_t)np * run, (off_t)((long long)z0 * t->npix * es +
-                                                       (long long)p0 * run)) != 0) {
+        if (tess_pread_all(fd, tmp, (size_t)np * run, (off_t)((long long)z0 * t->npix * es +
+                                                              (long long)p0 * run)) != 0) {
             tess_seterr(err, errlen, "cannot read %s", t->stage_path);
             rc = TESS_EIO;
             break;
@@ -1054,7 +1023,7 @@ static int ps_band(const ps_state *s, long band, const volatile int *cancel, cha
         size_t run = (size_t)rows * t->nx * 4;
         for (long k = 0; k < nz && !rc; k++) {
             off_t off = (off_t)(s->datastart + ((long long)k * t->ny + y0) * t->nx * 4);
-            if (fd < 0 || write_at(fd, out + k * run, run, off) != 0) {
+            if (fd < 0 || tess_pwrite_all(fd, out + k * run, run, off) != 0) {
                 tess_seterr(err, errlen, "cannot write %s: %s", s->out_path, strerror(errno));
                 rc = TESS_EIO;
             }
@@ -1277,8 +1246,9 @@ static int recenter_run(void *state, int stage, long block, const volatile int *
             memcpy(crop + y * s->w, plane + (o.y0 + y) * nx + o.x0, sizeof(double) * (size_t)s->w);
         fits_encode(s->dt, crop, enc, s->w * s->h);
         size_t n = (size_t)s->w * s->h * oes;
-        if (write_at(fd, enc, n, (off_t)(s->datastart + (long long)z * (long long)n)) != 0 ||
-            write_at(ofd, &o, sizeof o, (off_t)(z * (long)sizeof o)) != 0) {
+        if (tess_pwrite_all(fd, enc, n, (off_t)(s->datastart + (long long)z * (long long)n))
+                != 0 ||
+            tess_pwrite_all(ofd, &o, sizeof o, (off_t)(z * (long)sizeof o)) != 0) {
             tess_seterr(err, errlen, "cannot write the work files: %s", strerror(errno));
             rc = TESS_EIO;
         }
@@ -1300,7 +1270,7 @@ static int recenter_finish(void *state, const char *tmp_path, job_product *prod,
     long nz = s->d->nz;
     origin_rec *rec = malloc(sizeof *rec * (size_t)nz);
     int fd = open(s->origins_path, O_RDONLY | O_CLOEXEC);
-    if (!rec || fd < 0 || read_at(fd, rec, sizeof *rec * (size_t)nz, 0) != 0) {
+    if (!rec || fd < 0 || tess_pread_all(fd, rec, sizeof *rec * (size_t)nz, 0) != 0) {
         if (fd >= 0)
             close(fd);
         free(rec);
@@ -1539,7 +1509,7 @@ static int reduce_run_xy(reduce_state *s, long block, const volatile int *cancel
         char p[PATH_MAX];
         part_path(s, block, p, sizeof p);
         int fd = open(p, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-        if (fd < 0 || write_at(fd, vals, sizeof *vals * (size_t)(z1 - z0), 0) != 0) {
+        if (fd < 0 || tess_pwrite_all(fd, vals, sizeof *vals * (size_t)(z1 - z0), 0) != 0) {
             tess_seterr(err, errlen, "cannot write %s: %s", p, strerror(errno));
             rc = TESS_EIO;
         }
@@ -1605,7 +1575,8 @@ static int reduce_finish(void *state, const char *tmp_path, job_product *prod, c
             part_path(s, k, p, sizeof p);
             long z0 = k * s->per_block, z1 = lmin(d->nz, z0 + s->per_block);
             int fd = open(p, O_RDONLY | O_CLOEXEC);
-            if (fd < 0 || read_at(fd, out + z0, sizeof(double) * (size_t)(z1 - z0), 0) != 0) {
+            if (fd < 0
+                || tess_pread_all(fd, out + z0, sizeof(double) * (size_t)(z1 - z0), 0) != 0) {
                 tess_seterr(err, errlen, "cannot read %s", p);
                 rc = TESS_EIO;
             }

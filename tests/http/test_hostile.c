@@ -758,6 +758,10 @@ START_TEST(test_access_log_format)
     tt_resp_free(&r);
     r = get("/healthz");
     tt_resp_free(&r);
+    /* A request is logged when its connection is done with it: the two lines may come in
+     * either order, so wait for both (waiting for the second alone failed once under
+     * load, with only the /healthz line written). */
+    wait_for_log_line("\"GET /api/v1/datasets?x=");
     wait_for_log_line("\"GET /healthz HTTP/1.1\"");
     FILE *f = fopen(access_path, "r");
     ck_assert_ptr_nonnull(f);

@@ -143,7 +143,7 @@ static void start(hreq *r, cutout_job *j, const char *target_key)
     snprintf(r->cache_key, klen, "cutout|%s|%s|%ld|%s|%s|%.17g|%s|%s", j->ds->name,
              version, j->p.plane, target_key, rp_method_name(j->p.method),
              j->p.max_coord_error, out_format_name(j->p.format),
-             j->p.format == FMT_PNG ? rk : "");
+             j->p.format == FMT_FITS ? "" : rk);
     if (hreq_try_cache(r)) {
         cutout_job_free(j);
         return;

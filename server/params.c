@@ -182,9 +182,10 @@ static int common_cutout(param_lookup get, void *cls, cutout_params *p, param_er
     if (opt_double(get, cls, "max_coord_error", 0, 10, &p->max_coord_error, e))
         return TESS_EINVAL;
     p->format = FMT_PNG;
-    if ((s = get(cls, "format")) && (out_format_parse(s, &p->format) ||
-                                     (p->format != FMT_PNG && p->format != FMT_FITS)))
-        return fail(e, "format", "format must be png or fits, got '%.40s'", s);
+    if ((s = get(cls, "format"))
+        && (out_format_parse(s, &p->format)
+            || (p->format != FMT_PNG && p->format != FMT_JPG && p->format != FMT_FITS)))
+        return fail(e, "format", "format must be png, jpg or fits, got '%.40s'", s);
     p->plane = 0;
     if (opt_long(get, cls, "plane", 0, 1L << 30, &p->plane, e))
         return TESS_EINVAL;
@@ -214,14 +215,9 @@ int params_cutout_get(param_lookup get, void *cls, cutout_params *p, param_error
     p->projection[3] = '\0';
     p->coordsys = SKY_FRAME_ICRS;
     s = get(cls, "coordsys");
-    if (s) {
-        if (strcmp(s, "icrs") == 0)
-            p->coordsys = SKY_FRAME_ICRS;
-        else if (strcmp(s, "galactic") == 0)
-            p->coordsys = SKY_FRAME_GALACTIC;
-        else
-            return fail(e, "coordsys", "coordsys must be icrs or galactic, got '%.40s'", s);
-    }
+    if (s && sky_frame_parse(s, &p->coordsys) != 0)
+        return fail(e, "coordsys", "coordsys must be icrs, fk5, fk4, galactic or ecliptic, "
+                    "got '%.40s'", s);
     p->rotation = 0;
     if (opt_double(get, cls, "rotation_angle", -360, 360, &p->rotation, e))
         return TESS_EINVAL;
@@ -320,10 +316,15 @@ int params_header_cards(const char *text, size_t len, int max_cards, char **card
 {
     *cards = NULL;
     *nkeys = 0;
-    int raw = memchr(text, '\n', len) == NULL;
+    /* Raw cards: no newline at all, or a whole FITS file (its first card SIMPLE, then
+     * cards to END; the data after the header, which may hold any byte, are not read). */
+    int fits_file = len >= 80 && memchr(text, '\n', 80) == NULL
+                    && strncmp(text, "SIMPLE  =", 9) == 0;
+    int raw = fits_file || memchr(text, '\n', len) == NULL;
     if (raw && len % 80 != 0)
         return fail(e, "body", "header must be text with one 80-character card a line, or a "
-                    "FITS header of whole 80-character cards (got %zu bytes without newlines)", len);
+                    "FITS header of whole 80-character cards (got %zu bytes, %s)", len,
+                    fits_file ? "not a whole number of cards" : "without newlines");
     char *out = malloc((size_t)max_cards * 80 + 1);
     if (!out)
         return TESS_ENOMEM;

@@ -38,15 +38,15 @@ void params_render_key(const render_params *rp, char *out, size_t len);
 /* GET /api/v1/cutout: every parameter of DESIGN.md, validated. */
 typedef struct cutout_params {
     char dataset[72];
-    double lon, lat;           /* ra/dec (or l/b for galactic), degrees */
+    double lon, lat;           /* ra/dec (l/b galactic, ecliptic lon/lat), degrees */
     double fov;                /* degrees, the larger side, (0, 360] */
     long width, height;        /* output pixels, 1..65536 each */
     char projection[4];        /* three-letter wcslib code, upper case */
-    sky_frame coordsys;        /* SKY_FRAME_ICRS or SKY_FRAME_GALACTIC */
+    sky_frame coordsys;        /* icrs, fk5 (J2000), fk4 (B1950), galactic, ecliptic (J2000) */
     double rotation;           /* degrees */
     rp_method method;
     double max_coord_error;    /* output pixels, >= 0 */
-    out_format format;         /* png or fits */
+    out_format format;         /* png, jpg or fits */
     render_params render;
     long plane;                /* plane of a cube or frame of a stack, 0-based */
 } cutout_params;
@@ -66,7 +66,9 @@ int params_slice_path(const char *s, slice_params *p, param_error *e);
 
 /* Turns the body of a POST cutout into FITS cards: text with one card a line (lines
  * longer than 80 characters are an error, shorter ones are blank-padded, CR LF accepted)
- * or a raw FITS header (a multiple of 80 characters without newlines).  Stops at END.
+ * or a raw FITS header (a multiple of 80 characters without newlines), or a whole FITS
+ * file (first card SIMPLE, a multiple of 80 bytes; the data after END are not read).
+ * Stops at END.
  * Only printable ASCII is allowed; numeric WCS cards (NAXISn, CRPIXn, CRVALn, CDELTn,
  * CROTAn, CDi_j, PCi_j, PVi_m, LONPOLE, LATPOLE, EQUINOX) must hold a finite number.
  * At most `max_cards` cards.  *cards is malloc'd

@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "server/config.h"
+#include "reproject/skywcs.h"
 #include "server/http.h"
 #include "tests/testutil.h"
 
@@ -209,7 +210,7 @@ START_TEST(test_cutout_bad_parameters)
         {"dataset=gc_2mass_k&ra=0&dec=0&fov=1&width=10&height=10&format=gif", 400, "format"},
         {"dataset=gc_2mass_k&ra=0&dec=0&fov=1&width=10&height=10&stretch=wild", 400, "stretch"},
         {"dataset=gc_2mass_k&ra=0&dec=0&fov=1&width=10&height=10&min_cut=5%25%25", 400, "min_cut"},
-        {"dataset=gc_2mass_k&ra=0&dec=0&fov=1&width=10&height=10&coordsys=fk4", 400, "coordsys"},
+        {"dataset=gc_2mass_k&ra=0&dec=0&fov=1&width=10&height=10&coordsys=supergalactic", 400, "coordsys"},
         {"dataset=gc_2mass_k&ra=0&dec=0&fov=1&width=10&height=10&projection=XYZ", 400, "projection"},
         {"dataset=gc_2mass_k&ra=0&dec=0&fov=1&width=10&height=10&bogus=1", 400, "bogus"},
         {"dataset=nosuch&ra=0&dec=0&fov=1&width=10&height=10", 404, "dataset"},
@@ -230,6 +231,85 @@ START_TEST(test_cutout_bad_parameters)
     }
     resp r = get("/healthz");
     ck_assert_int_eq(r.status, 200);
+    tt_resp_free(&r);
+}
+END_TEST
+
+/* Value of the centre pixel of an odd-sized FITS cutout centred on (lon, lat) in `frame`,
+ * after checking that the header names the frame (`expect`, a card fragment). */
+static double cutout_centre(const char *frame, double lon, double lat, const char *expect)
+{
+    char path[512];
+    snprintf(path, sizeof(path), "/api/v1/cutout?dataset=gc_2mass_k&ra=%.12f&dec=%.12f"
+             "&coordsys=%s&fov=0.05&width=11&height=11&format=fits", lon, lat, frame);
+    resp r = get(path);
+    ck_assert_msg(r.status == 200, "%s: %ld %s", frame, r.status, r.body);
+    ck_assert_str_eq(r.content_type, "application/fits");
+    size_t hlen = r.len < 2880 ? r.len : 2880;
+    int found = 0;
+    for (size_t k = 0; k + strlen(expect) <= hlen && !found; k++)
+        found = memcmp(r.body + k, expect, strlen(expect)) == 0;
+    ck_assert_msg(found, "%s: no '%s' in the header", frame, expect);
+    long nx, ny;
+    double *px = tt_fits_mem_read(r.body, r.len, 1, &nx, &ny);
+    ck_assert_ptr_nonnull(px);
+    ck_assert_int_eq(nx, 11);
+    ck_assert_int_eq(ny, 11);
+    double v = px[5 * 11 + 5];
+    free(px);
+    tt_resp_free(&r);
+    return v;
+}
+
+/* Width and height from the first SOF marker of a JPEG body (ITU T.81 B.2.2); fails the
+ * test when there is none. */
+static void jpeg_size(const resp *r, long *w, long *h)
+{
+    const unsigned char *b = (const unsigned char *)r->body;
+    ck_assert_uint_ge(r->len, 4);
+    ck_assert_msg(b[0] == 0xFF && b[1] == 0xD8, "no JPEG SOI marker");
+    size_t k = 2;
+    while (k + 9 <= r->len && b[k] == 0xFF) {
+        unsigned m = b[k + 1], len = (unsigned)b[k + 2] << 8 | b[k + 3];
+        if (m >= 0xC0 && m <= 0xC2) {
+            *h = (long)b[k + 5] << 8 | b[k + 6];
+            *w = (long)b[k + 7] << 8 | b[k + 8];
+            return;
+        }
+        k += 2 + len;
+    }
+    ck_abort_msg("no SOF marker in the JPEG");
+}
+
+/* coordsys takes every frame of the conventions: the same sky position asked for in
+ * galactic, ecliptic, fk5 and icrs coordinates gives the same centre pixel (the centre of
+ * an odd-sized cutout samples exactly the requested position).  The positions come from
+ * sky_convert, whose conversions test_skywcs checks against astropy. */
+START_TEST(test_cutout_frames_and_jpeg)
+{
+    const double v0 = cutout_centre("galactic", 0.0, 0.0, "GLON-TAN");
+    ck_assert(isfinite(v0) && v0 != 0.0);
+    static const struct { sky_frame f; double eq; const char *name, *card; } frames[] = {
+        { SKY_FRAME_ECLIPTIC, 2000.0, "ecliptic", "ELON-TAN" },
+        { SKY_FRAME_FK5, 2000.0, "fk5", "'FK5'" },
+        { SKY_FRAME_FK4, 1950.0, "fk4", "'FK4'" },
+        { SKY_FRAME_ICRS, 0.0, "icrs", "'ICRS'" },
+    };
+    for (size_t i = 0; i < sizeof frames / sizeof frames[0]; i++) {
+        double lon = 0.0, lat = 0.0;
+        sky_convert(SKY_FRAME_GALACTIC, 0.0, frames[i].f, frames[i].eq, 1, &lon, &lat);
+        double v = cutout_centre(frames[i].name, lon, lat, frames[i].card);
+        ck_assert_msg(fabs(v - v0) <= 1e-6 * fabs(v0), "%s: centre %.9g, galactic %.9g",
+                      frames[i].name, v, v0);
+    }
+    resp r = get("/api/v1/cutout?dataset=gc_2mass_k&ra=0&dec=0&coordsys=galactic&fov=0.8"
+                 "&width=300&height=200&format=jpg&stretch=asinh");
+    ck_assert_msg(r.status == 200, "%ld %s", r.status, r.body);
+    ck_assert_str_eq(r.content_type, "image/jpeg");
+    long w = 0, h = 0;
+    jpeg_size(&r, &w, &h);
+    ck_assert_int_eq(w, 300);
+    ck_assert_int_eq(h, 200);
     tt_resp_free(&r);
 }
 END_TEST
@@ -347,6 +427,45 @@ START_TEST(test_declared_body_too_big_refused_early)
     tt_assert_problem(NULL, &r, 400, "a0");
     tt_resp_free(&r);
     free(q);
+}
+END_TEST
+
+/* A whole FITS file is a target too: the FITS of a GET cutout (header and data, which
+ * hold newlines and every other byte), POSTed back, gives the same pixels. */
+START_TEST(test_post_whole_fits_target)
+{
+    resp g = get("/api/v1/cutout?dataset=horsehead&ra=85.25&dec=-2.45&fov=0.1&width=64"
+                 "&height=48&rotation_angle=25&format=fits");
+    ck_assert_msg(g.status == 200, "%ld %s", g.status, g.body);
+    ck_assert_uint_eq(g.len % 2880, 0);
+    ck_assert_ptr_nonnull(memchr(g.body + 2880, '\n', g.len - 2880));
+    resp p = fetch("POST", "/api/v1/cutout?dataset=horsehead&format=fits", g.body, g.len, NULL);
+    ck_assert_msg(p.status == 200, "%ld %s", p.status, p.body);
+    long gx, gy, px, py;
+    double *a = tt_fits_mem_read(g.body, g.len, 1, &gx, &gy);
+    double *b = tt_fits_mem_read(p.body, p.len, 1, &px, &py);
+    ck_assert_int_eq(gx, 64);
+    ck_assert_int_eq(gy, 48);
+    ck_assert_int_eq(px, gx);
+    ck_assert_int_eq(py, gy);
+    long finite = 0;
+    for (long k = 0; k < gx * gy; k++) {
+        ck_assert_int_eq(isnan(a[k]), isnan(b[k]));
+        if (!isnan(a[k])) {
+            ck_assert_msg(a[k] == b[k], "pixel %ld: %.17g vs %.17g", k, a[k], b[k]);
+            finite++;
+        }
+    }
+    ck_assert_int_gt(finite, gx * gy / 2);
+    free(a);
+    free(b);
+    /* Cut short inside a card: an error that says so. */
+    resp c = fetch("POST", "/api/v1/cutout?dataset=horsehead", g.body, 2880 + 100, NULL);
+    tt_assert_problem(NULL, &c, 400, "body");
+    ck_assert_msg(strstr(c.body, "not a whole number of cards") != NULL, "%s", c.body);
+    tt_resp_free(&c);
+    tt_resp_free(&g);
+    tt_resp_free(&p);
 }
 END_TEST
 
@@ -652,10 +771,12 @@ int main(void)
     tcase_add_test(tc, test_dataset_info_and_404);
     tcase_add_test(tc, test_cutout_png_cache_etag);
     tcase_add_test(tc, test_cutout_bad_parameters);
+    tcase_add_test(tc, test_cutout_frames_and_jpeg);
     tcase_add_test(tc, test_golden_exact);
     tcase_add_test(tc, test_golden_grid);
     tcase_add_test(tc, test_cutout_methods);
     tcase_add_test(tc, test_post_cutout_bad_bodies);
+    tcase_add_test(tc, test_post_whole_fits_target);
     tcase_add_test(tc, test_declared_body_too_big_refused_early);
     tcase_add_test(tc, test_slice_fits_equals_source);
     tcase_add_test(tc, test_slice_cube_region);

@@ -68,6 +68,25 @@ START_TEST(test_cutout_get)
     params_render_key(&p.render, key, sizeof(key));
     ck_assert_str_eq(key, "asinh,1%,300,grey");
 
+    /* Every frame of skywcs (any case) and JPEG. */
+    const char *ecl[] = {"dataset", "x", "ra", "10", "dec", "5", "coordsys", "Ecliptic", "fov",
+                         "1", "width", "1", "height", "1", "format", "jpg", NULL};
+    ck_assert_int_eq(params_cutout_get(lookup, ecl, &p, &e), 0);
+    ck_assert_int_eq(p.coordsys, SKY_FRAME_ECLIPTIC);
+    ck_assert_int_eq(p.format, FMT_JPG);
+    const char *fk5[] = {"dataset", "x", "ra", "10", "dec", "5", "coordsys", "fk5", "fov", "1",
+                         "width", "1", "height", "1", NULL};
+    ck_assert_int_eq(params_cutout_get(lookup, fk5, &p, &e), 0);
+    ck_assert_int_eq(p.coordsys, SKY_FRAME_FK5);
+    const char *sgal[] = {"dataset", "x", "ra", "10", "dec", "5", "coordsys", "supergalactic",
+                          "fov", "1", "width", "1", "height", "1", NULL};
+    ck_assert_int_eq(params_cutout_get(lookup, sgal, &p, &e), TESS_EINVAL);
+    ck_assert_str_eq(e.parameter, "coordsys");
+    const char *npy[] = {"dataset", "x", "ra", "10", "dec", "5", "fov", "1", "width", "1",
+                         "height", "1", "format", "npy", NULL};
+    ck_assert_int_eq(params_cutout_get(lookup, npy, &p, &e), TESS_EINVAL);
+    ck_assert_str_eq(e.parameter, "format");
+
     const char *bad[] = {"dataset", "x", "ra", "0", "dec", "-90.5", "fov", "1", "width", "1",
                          "height", "1", NULL};
     ck_assert_int_eq(params_cutout_get(lookup, bad, &p, &e), TESS_EINVAL);

@@ -8,6 +8,7 @@
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <stdint.h>
 #include <string.h>
 #include <strings.h>
 #include <sys/stat.h>
@@ -108,6 +109,22 @@ static void send_result(hreq *r, const char *id)
     r->rep.file_fd = fd;
     r->rep.file_len = (unsigned long long)st.st_size;
     snprintf(r->rep.file_type, sizeof(r->rep.file_type), "%s", ctype);
+    /* A product is written once and renamed into place: its file identity is its
+     * version (a job run again writes a new file). */
+    uint64_t v[4] = { (uint64_t)st.st_dev, (uint64_t)st.st_ino, (uint64_t)st.st_size,
+                      (uint64_t)st.st_mtim.tv_sec * 1000000000u + (uint64_t)st.st_mtim.tv_nsec };
+    uint64_t h = 1469598103934665603ULL;   /* FNV-1a, 64-bit */
+    for (size_t i = 0; i < sizeof v; i++) {
+        h ^= ((const unsigned char *)v)[i];
+        h *= 1099511628211ULL;
+    }
+    snprintf(r->rep.file_etag, sizeof r->rep.file_etag, "\"%016llx\"", (unsigned long long)h);
+    const char *base = strrchr(path, '/');
+    base = base ? base + 1 : path;
+    if (*base && strlen(base) < sizeof r->rep.file_name
+        && strspn(base, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._-")
+               == strlen(base))
+        snprintf(r->rep.file_name, sizeof r->rep.file_name, "%s", base);
     r->rep.cache_control = "no-cache";
 }
 

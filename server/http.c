@@ -460,7 +460,9 @@ static enum MHD_Result send_reply(hreq *r)
         problem_reply(r, 500, NULL, "the handler gave no answer");
     int status = rep->status;
     struct MHD_Response *resp;
-    if (status == 200 && rep->body && etag_matches(hreq_header(r, "If-None-Match"), rep->body->etag)) {
+    const char *inm = status == 200 ? hreq_header(r, "If-None-Match") : NULL;
+    if ((rep->body && etag_matches(inm, rep->body->etag))
+        || (rep->file_fd > 0 && rep->file_etag[0] && etag_matches(inm, rep->file_etag))) {
         status = 304;
         resp = MHD_create_response_from_buffer(0, NULL, MHD_RESPMEM_PERSISTENT);
     } else if (rep->file_fd > 0) {
@@ -470,6 +472,11 @@ static enum MHD_Result send_reply(hreq *r)
         else
             return MHD_NO;
         MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, rep->file_type);
+        if (rep->file_name[0]) {
+            char cd[128];
+            snprintf(cd, sizeof cd, "attachment; filename=\"%s\"", rep->file_name);
+            MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_DISPOSITION, cd);
+        }
     } else if (rep->body) {
         tile *t = tile_ref(rep->body);
         resp = MHD_create_response_from_buffer_with_free_callback_cls(t->len, t->data,
@@ -485,6 +492,8 @@ static enum MHD_Result send_reply(hreq *r)
         MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, rep->body->content_type);
         if (rep->status == 200)
             MHD_add_response_header(resp, MHD_HTTP_HEADER_ETAG, rep->body->etag);
+    } else if (rep->file_etag[0] && rep->status == 200) {
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_ETAG, rep->file_etag);
     }
     if (rep->cache_control)
         MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, rep->cache_control);

@@ -28,6 +28,8 @@ typedef struct reply {
     int file_fd;              /* > 0: send this open file (taken; closed after sending) */
     unsigned long long file_len;
     char file_type[64];       /* Content-Type of the file */
+    char file_etag[24];       /* its strong ETag, quoted ("" none): If-None-Match gets 304 */
+    char file_name[72];       /* Content-Disposition attachment file name ("" none) */
 } reply;
 
 /* The state of one request, alive from its first byte to the end of its response. */

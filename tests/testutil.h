@@ -92,6 +92,7 @@ typedef struct tt_resp {
     char retry_after[16];
     char location[512];
     char acao[64];            /* Access-Control-Allow-Origin */
+    char disposition[128];    /* Content-Disposition */
 } tt_resp;
 
 /* Performs one request on base + path (base is "http://host:port").  `method` is GET,

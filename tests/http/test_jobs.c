@@ -331,6 +331,23 @@ START_TEST(test_job_runs_with_smooth_progress)
     ck_assert_int_eq(nx, 2);
     ck_assert(v[0] == 20540.0 && v[1] == 40.0);
     free(v);
+    /* A strong ETag that a conditional GET honours, and the file's name. */
+    ck_assert_uint_eq(strlen(r.etag), 18);
+    ck_assert_int_eq(r.etag[0], '"');
+    char want[64], inm[96];
+    snprintf(want, sizeof want, "attachment; filename=\"%s.fits\"", id);
+    ck_assert_str_eq(r.disposition, want);
+    snprintf(inm, sizeof inm, "If-None-Match: %s", r.etag);
+    tt_resp r304 = tt_fetch(base, "GET", path, NULL, 0, inm);
+    ck_assert_int_eq(r304.status, 304);
+    ck_assert_uint_eq(r304.len, 0);
+    ck_assert_str_eq(r304.etag, r.etag);
+    tt_resp_free(&r304);
+    tt_resp r2 = tt_fetch(base, "GET", path, NULL, 0, "If-None-Match: \"0000000000000000\"");
+    ck_assert_int_eq(r2.status, 200);
+    ck_assert_uint_eq(r2.len, r.len);
+    ck_assert_str_eq(r2.etag, r.etag);
+    tt_resp_free(&r2);
     tt_resp_free(&r);
     j = fetch_json("GET", "/api/v1/datasets/sq40", NULL, NULL, 200);
     ck_assert_str_eq(json_string_value(json_object_get(j, "kind")), "image");

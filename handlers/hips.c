@@ -49,6 +49,14 @@ static int read_digits(const char **s, int64_t *v)
     return 0;
 }
 
+/* 1 when the number at s is written with a leading zero ("03"): HiPS paths name every
+ * order, directory and tile one way only (Norder3/Dir0/Npix42), so that a tile has one
+ * URL and one cache entry. */
+static int leading_zero(const char *s)
+{
+    return s[0] == '0' && isdigit((unsigned char)s[1]);
+}
+
 /* The extension after a '.': png, jpg or fits, and nothing after it. */
 static int read_ext(const char *s, int allow_fits, hips_format *f)
 {
@@ -94,6 +102,9 @@ int hips_parse_path(const char *rest, hips_path *p, param_error *e)
                     "Norder{K}/Dir{D}/Npix{N}.{png,jpg,fits}, Norder3/Allsky.{png,jpg,fits})", q);
     q += 6;
     int64_t order;
+    if (leading_zero(q))
+        return fail(e, TESS_ENOTFOUND, "Norder", "no HiPS resource 'Norder%.20s': orders are "
+                    "written without leading zeros", q);
     if (read_digits(&q, &order) || order > HIPS_ORDER_MAX)
         return fail(e, TESS_EINVAL, "Norder", "Norder must be an order between 0 and %d",
                     HIPS_ORDER_MAX);
@@ -115,12 +126,18 @@ int hips_parse_path(const char *rest, hips_path *p, param_error *e)
         return fail(e, TESS_ENOTFOUND, NULL, "no HiPS resource '%.100s' in Norder%d", q, p->order);
     q += 3;
     int64_t dir, npix;
+    if (leading_zero(q))
+        return fail(e, TESS_ENOTFOUND, "Dir", "no HiPS resource 'Dir%.20s': directories are "
+                    "written without leading zeros", q);
     if (read_digits(&q, &dir))
         return fail(e, TESS_EINVAL, "Dir", "Dir must be followed by a number");
     if (strncmp(q, "/Npix", 5) != 0)
         return fail(e, TESS_ENOTFOUND, NULL, "no HiPS resource in Norder%d/Dir%lld", p->order,
                     (long long)dir);
     q += 5;
+    if (leading_zero(q))
+        return fail(e, TESS_ENOTFOUND, "Npix", "no HiPS resource 'Npix%.20s': tiles are "
+                    "written without leading zeros", q);
     if (read_digits(&q, &npix) || !hips_tile_valid(p->order, npix))
         return fail(e, TESS_EINVAL, "Npix", "Npix must be a tile index between 0 and %lld at "
                     "Norder%d", (long long)(hips_npix_count(p->order) - 1), p->order);

@@ -26,16 +26,6 @@ static const char *lookup(void *cls, const char *key)
     return hreq_arg(cls, key);
 }
 
-/* Rewrites the value of a numeric card in place ("CRPIX1  = <value>"). */
-static void set_card_number(char *card, double v)
-{
-    char tmp[81];
-    snprintf(tmp, sizeof(tmp), "%-8.8s= %20.15G", card, v);
-    size_t n = strlen(tmp);
-    memset(card, ' ', 80);
-    memcpy(card, tmp, n);
-}
-
 /* Appends one card made from `text` (blank-padded to 80) to cards[n]. */
 static void put_card(char *cards, int *n, const char *text)
 {
@@ -87,8 +77,9 @@ static char *cut_cards(const dataset *d, const slice_params *s, int *nkeys)
     return cards;
 }
 
-/* The WCS cards of the slice: the plane's header with CRPIXn moved by the offset, so
- * that a pixel of the slice keeps its world coordinates.  Returns malloc'd cards or NULL. */
+/* The WCS cards of the slice: the plane's header with its pixel origin moved by the
+ * offset (fitsimg_header_shift), so that a pixel of the slice keeps its world
+ * coordinates.  Returns malloc'd cards or NULL. */
 static char *slice_cards(const dataset *d, const slice_params *s, int *nkeys)
 {
     char *hdr = NULL;
@@ -114,21 +105,7 @@ static char *slice_cards(const dataset *d, const slice_params *s, int *nkeys)
     if (!hdr)
         return NULL;
     double shift[3] = {(double)s->x, (double)s->y, d->kind == DS_CUBE ? (double)s->z : 0};
-    for (int i = 0; i < n; i++) {
-        char *c = hdr + (size_t)i * 80;
-        if (strncmp(c, "CRPIX", 5) == 0 && c[5] >= '1' && c[5] <= '3' && c[6] == ' ' &&
-            c[8] == '=') {
-            int axis = c[5] - '1';
-            if (shift[axis] != 0) {
-                char val[80];
-                char key[8] = {'C', 'R', 'P', 'I', 'X', c[5], '\0'};
-                if (fitsimg_header_get(c, 1, key, val, sizeof(val))) {
-                    double v = strtod(val, NULL);
-                    set_card_number(c, v - shift[axis]);
-                }
-            }
-        }
-    }
+    fitsimg_header_shift(hdr, n, shift, 3);
     *nkeys = n;
     return hdr;
 }

@@ -348,6 +348,49 @@ static void copy_out(const char *s, size_t n, char *val, size_t vallen)
     val[n] = '\0';
 }
 
+/* Rewrites card `c` as "KEYWORD = value" with `v` in 15 significant digits (its comment
+ * dropped).  Cannot fail. */
+static void set_card_number(char *c, double v)
+{
+    char tmp[81];
+    snprintf(tmp, sizeof tmp, "%-8.8s= %20.15G", c, v);
+    memset(c, ' ', 80);
+    memcpy(c, tmp, strlen(tmp));
+}
+
+void fitsimg_header_shift(char *header, int nkeys, const double *shift, int nshift)
+{
+    for (int i = 0; header && i < nkeys; i++) {
+        char *c = header + (size_t)i * 80;
+        if (c[8] != '=')
+            continue;
+        int axis = -1;
+        double sign = 0.0;
+        if (memcmp(c, "CRPIX", 5) == 0 && c[5] >= '1' && c[5] <= '9'
+            && (c[6] == ' ' || (c[6] >= 'A' && c[6] <= 'Z')) && c[7] == ' ') {
+            axis = c[5] - '1';
+            sign = -1.0;
+        } else if (memcmp(c, "CNPIX", 5) == 0 && (c[5] == '1' || c[5] == '2')
+                   && memcmp(c + 6, "  ", 2) == 0) {
+            axis = c[5] - '1';
+            sign = 1.0;
+        }
+        if (axis < 0 || axis >= nshift || shift[axis] == 0.0)
+            continue;
+        char key[9], val[80];
+        memcpy(key, c, 8);
+        key[8] = '\0';
+        for (int k = 7; k > 0 && key[k] == ' '; k--)
+            key[k] = '\0';
+        char *end;
+        if (!fitsimg_header_get(c, 1, key, val, sizeof val))
+            continue;
+        double v = strtod(val, &end);
+        if (end != val && isfinite(v))
+            set_card_number(c, v + sign * shift[axis]);
+    }
+}
+
 /* Card layout per the FITS Standard 4.0, section 4.1: keyword in columns 1-8, value
  * indicator "= " in columns 9-10, value from column 11, string values in single quotes
  * with '' standing for a quote, a comment after '/'.  Cards without a value indicator

@@ -54,6 +54,18 @@ int fitsimg_read_region_f32(const char *path, int hdu, long z, long x0, long y0,
  * trimmed) into `val`; returns 1 when found, 0 when not. */
 int fitsimg_header_get(const char *header, int nkeys, const char *keyword, char *val, size_t vallen);
 
+/* Moves the pixel origin of the WCS in `header` (nkeys cards, rewritten in place) to
+ * pixel (shift[0], shift[1], shift[2]) of the original grid (the first nshift <= 3
+ * axes; pixels, any origin): afterwards pixel p of the sub-grid has the world
+ * coordinates pixel p + shift had.  Every card that ties the WCS to pixel positions
+ * moves: CRPIXn and the CRPIXna of alternate descriptions (reduced by shift[n-1]), and
+ * the Digitized Sky Survey plate solution's CNPIX1/CNPIX2 (the sub-image's corner on
+ * the plate, increased by shift[0], shift[1]): wcspih derives CRPIX, the linear part and
+ * the DSS polynomial from the plate solution, ignoring the CRPIX cards (WCS Paper IV,
+ * section 5.2, as wcslib's dis.h describes it; astropy reads such headers the same way).
+ * Numbers are written with 15 significant digits.  Cannot fail. */
+void fitsimg_header_shift(char *header, int nkeys, const double *shift, int nshift);
+
 /* Serialises cfitsio for modules that call it directly (imageio/encode.c, and any
  * other reader of FITS files): takes a process-wide mutex when the linked cfitsio was
  * built without thread support (fits_is_reentrant() == 0) and does nothing when it

@@ -279,37 +279,37 @@ int mos_cards_from_text(const char *text, size_t len, char **cards, int *nkeys, 
     return 0;
 }
 
-/* A copy of `cards` with CRPIX1 and CRPIX2 reduced by dx and dy (pixels): a WCS for the
- * sub-grid whose pixel (0, 0) is (dx, dy) of the original.  Returns the parsed WCS or
- * NULL with `err`. */
+/* A copy of `cards` whose pixel origin is moved to (dx, dy) (fitsimg_header_shift; a
+ * CRPIXn the header leaves at its default 0 is added): a WCS for the sub-grid whose pixel
+ * (0, 0) is (dx, dy) of the original.  Returns the parsed WCS or NULL with `err`. */
 static skywcs *shifted_wcs(const char *cards, int nkeys, long dx, long dy, char *err,
                            size_t errlen)
 {
     cardbuf b = { 0 };
-    double crpix[2] = { 0.0, 0.0 };
+    int has[2] = { 0, 0 };
     for (int i = 0; i < nkeys; i++) {
         const char *c = cards + (size_t)i * 80;
-        int which = card_is(c, "CRPIX1") ? 0 : card_is(c, "CRPIX2") ? 1 : -1;
-        if (which >= 0) {
-            char v[80];
-            fitsimg_header_get(c, 1, which ? "CRPIX2" : "CRPIX1", v, sizeof v);
-            crpix[which] = strtod(v, NULL);
-            continue;
-        }
+        has[0] |= card_is(c, "CRPIX1");
+        has[1] |= card_is(c, "CRPIX2");
         char t[81];
         memcpy(t, c, 80);
         t[80] = '\0';
         cb_add(&b, t);
     }
-    cb_double(&b, "CRPIX1", crpix[0] - (double)dx, NULL);
-    cb_double(&b, "CRPIX2", crpix[1] - (double)dy, NULL);
+    const double shift[2] = { (double)dx, (double)dy };
+    for (int k = 0; k < 2; k++)
+        if (!has[k])
+            cb_double(&b, k ? "CRPIX2" : "CRPIX1", 0.0, NULL);
     skywcs *w = NULL, *cel = NULL;
     if (b.oom) {
         tess_seterr(err, errlen, "out of memory");
-    } else if (skywcs_parse(b.c, b.n, &w, err, errlen) == 0) {
-        cel = skywcs_celestial(w);
-        if (!cel)
-            tess_seterr(err, errlen, "the WCS has no celestial axes");
+    } else {
+        fitsimg_header_shift(b.c, b.n, shift, 2);
+        if (skywcs_parse(b.c, b.n, &w, err, errlen) == 0) {
+            cel = skywcs_celestial(w);
+            if (!cel)
+                tess_seterr(err, errlen, "the WCS has no celestial axes");
+        }
     }
     skywcs_free(w);
     free(b.c);

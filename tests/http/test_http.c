@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "server/config.h"
+#include "imageio/fitsimg.h"
 #include "reproject/skywcs.h"
 #include "server/http.h"
 #include "tests/testutil.h"
@@ -501,6 +502,49 @@ START_TEST(test_post_cutout_bad_bodies)
 }
 END_TEST
 
+/* A slice's FITS header places its pixels where they are on the sky: its pixel (i, j)
+ * has the world coordinates of pixel (i + x, j + y) of the source.  HorseHead.fits carries
+ * a DSS plate solution, from which WCS readers take the WCS instead of CRPIX: the
+ * offset has to move CNPIX1/2 too. */
+START_TEST(test_slice_wcs_follows_offset)
+{
+    resp r = get("/api/v1/datasets/horsehead/slice/xy/100_100/300_400_0.fits");
+    ck_assert_msg(r.status == 200, "%ld %s", r.status, r.body);
+    char tmp[] = "/tmp/tessera-slicewcs-XXXXXX";
+    int fd = mkstemp(tmp);
+    ck_assert_int_ge(fd, 0);
+    ck_assert_int_eq(write(fd, r.body, r.len), (ssize_t)r.len);
+    close(fd);
+    tt_resp_free(&r);
+    char path[1024], *sc = NULL, *fc = NULL, v[80];
+    int sn = 0, fn = 0, f32;
+    long nx, ny;
+    free(tt_read_image(tmp, 1, &nx, &ny, &sc, &sn, &f32));
+    unlink(tmp);
+    snprintf(path, sizeof(path), "%s/HorseHead.fits", TESSERA_DEMO_DIR);
+    free(tt_read_image(path, 1, &nx, &ny, &fc, &fn, &f32));
+    ck_assert_int_eq(fitsimg_header_get(sc, sn, "CNPIX1", v, sizeof v), 1);
+    ck_assert_int_eq(strtol(v, NULL, 10), 12237 + 300);
+    skywcs *ws = tt_parse_wcs(sc, sn), *wf = tt_parse_wcs(fc, fn);
+    double x[3] = { 0, 50, 99 }, y[3] = { 0, 70, 99 }, fx[3], fy[3];
+    double lon[3], lat[3], flon[3], flat[3];
+    for (int k = 0; k < 3; k++) {
+        fx[k] = x[k] + 300;
+        fy[k] = y[k] + 400;
+    }
+    ck_assert_int_eq(skywcs_pix2sky(ws, 3, x, y, lon, lat), 0);
+    ck_assert_int_eq(skywcs_pix2sky(wf, 3, fx, fy, flon, flat), 0);
+    for (int k = 0; k < 3; k++)
+        ck_assert_msg(fabs(lon[k] - flon[k]) < 1e-9 && fabs(lat[k] - flat[k]) < 1e-9,
+                      "slice pixel (%g, %g): (%.9f, %.9f), source (%.9f, %.9f)", x[k], y[k],
+                      lon[k], lat[k], flon[k], flat[k]);
+    skywcs_free(ws);
+    skywcs_free(wf);
+    free(sc);
+    free(fc);
+}
+END_TEST
+
 START_TEST(test_slice_fits_equals_source)
 {
     char path[1024];
@@ -779,6 +823,7 @@ int main(void)
     tcase_add_test(tc, test_post_whole_fits_target);
     tcase_add_test(tc, test_declared_body_too_big_refused_early);
     tcase_add_test(tc, test_slice_fits_equals_source);
+    tcase_add_test(tc, test_slice_wcs_follows_offset);
     tcase_add_test(tc, test_slice_cube_region);
     tcase_add_test(tc, test_metrics);
     tcase_add_test(tc, test_cors);

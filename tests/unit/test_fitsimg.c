@@ -128,6 +128,42 @@ START_TEST(test_header_get_quotes_and_comments)
 }
 END_TEST
 
+/* fitsimg_header_shift moves CRPIXn (alternates too) down and the DSS CNPIX1/2 up by
+ * the offset, and nothing else. */
+START_TEST(test_header_shift)
+{
+    char hdr[8 * 80 + 1];
+    snprintf(hdr, sizeof hdr, "%-80s%-80s%-80s%-80s%-80s%-80s%-80s%-80s",
+             "CRPIX1  =                446.0 / reference pixel",
+             "CRPIX2  =                447.0",
+             "CRPIX1A =                 10.5",
+             "CNPIX1  =                12237",
+             "CNPIX2  =                19965",
+             "CRVAL1  =             85.27497",
+             "CRPIX3  =                  1.0",
+             "CRPIX12 =                  7.0");
+    char before[sizeof hdr];
+    memcpy(before, hdr, sizeof hdr);
+    const double none[3] = { 0.0, 0.0, 0.0 };
+    fitsimg_header_shift(hdr, 8, none, 3);
+    ck_assert_int_eq(memcmp(hdr, before, sizeof hdr), 0);
+    const double sh[2] = { 300.0, 400.0 };
+    fitsimg_header_shift(hdr, 8, sh, 2);
+    static const struct { const char *key; double want; } want[] = {
+        { "CRPIX1", 146.0 }, { "CRPIX2", 47.0 }, { "CRPIX1A", -289.5 }, { "CNPIX1", 12537.0 },
+        { "CNPIX2", 20365.0 }, { "CRVAL1", 85.27497 }, { "CRPIX3", 1.0 }, { "CRPIX12", 7.0 },
+    };
+    for (size_t k = 0; k < sizeof want / sizeof want[0]; k++) {
+        char v[80];
+        ck_assert_int_eq(fitsimg_header_get(hdr, 8, want[k].key, v, sizeof v), 1);
+        ck_assert_msg(strtod(v, NULL) == want[k].want, "%s = %s, want %g", want[k].key, v,
+                      want[k].want);
+    }
+    /* Cards other than the moved ones are left byte for byte. */
+    ck_assert_int_eq(memcmp(hdr + 5 * 80, before + 5 * 80, 3 * 80), 0);
+}
+END_TEST
+
 START_TEST(test_region_m13_unsigned16)
 {
     const char *path = DEMO("M13_blue_0003.fits");
@@ -639,6 +675,7 @@ int main(void)
     tcase_set_timeout(tc, 60);
     tcase_add_test(tc, test_info_m13);
     tcase_add_test(tc, test_header_get_quotes_and_comments);
+    tcase_add_test(tc, test_header_shift);
     tcase_add_test(tc, test_region_m13_unsigned16);
     tcase_add_test(tc, test_region_gc_bscale_bzero);
     tcase_add_test(tc, test_region_l1448_plane20);

@@ -122,32 +122,12 @@ static double max_centre_separation(int n, skywcs *const *ws, const long *nx, co
     return best;
 }
 
-/* Parses and checks the whole body.  `check_name`: the output name must be new (validate;
- * after acceptance the name is the job's, so plan does not ask again). */
-static int parse_body(const json_t *j, const job_env *env, int check_name, body *b,
-                      job_problem *pb)
+/* The inputs of the body: `in` is the "inputs" array (NULL when absent); a reprojection's
+ * single "input" comes as a one-element array and is named "input" in problems.  Fills
+ * b->n, b->inputs, b->paths, b->names.  Returns 0 or -1 with *pb. */
+static int parse_inputs(const json_t *in, const job_env *env, int reproject, body *b,
+                        job_problem *pb)
 {
-    memset(b, 0, sizeof *b);
-    b->method = RP_BILINEAR;
-    b->combine = MOS_MEAN;
-    b->bg = MOS_BG_NONE;
-    if (!json_is_object(j)) {
-        jobkind_problem(pb, 400, "", "the body must be a JSON object");
-        return -1;
-    }
-    static const char *const known[] = { "type", "inputs", "target", "method", "combine",
-                                         "match_background", "output", NULL };
-    if (jobkind_only_fields(j, known, "", pb))
-        return -1;
-    const char *s;
-    if (opt_string(j, "type", "type", &s, pb))
-        return -1;
-    if (!s || strcmp(s, "mosaic") != 0) {
-        jobkind_problem(pb, 400, "type", "'type' must be \"mosaic\"");
-        return -1;
-    }
-    /* inputs */
-    json_t *in = json_object_get(j, "inputs");
     if (!in) {
         jobkind_problem(pb, 400, "inputs", "'inputs' is required: a list of dataset names or "
                         "file paths");
@@ -171,7 +151,7 @@ static int parse_body(const json_t *j, const job_env *env, int check_name, body 
     }
     for (int i = 0; i < b->n; i++) {
         char field[32];
-        snprintf(field, sizeof field, "inputs[%d]", i);
+        snprintf(field, sizeof field, reproject ? "input" : "inputs[%d]", i);
         json_t *v = json_array_get(in, (size_t)i);
         if (!json_is_string(v)) {
             jobkind_problem(pb, 400, field, "'%s' must be a string", field);
@@ -183,8 +163,9 @@ static int parse_body(const json_t *j, const job_env *env, int check_name, body 
         int hdu = 0;
         if (ds) {
             if (ds->kind != DS_IMAGE) {
-                jobkind_problem(pb, 422, field, "dataset '%s' is a %s: a mosaic takes 2-D images",
-                                ds->name, ds_kind_name(ds->kind));
+                jobkind_problem(pb, 422, field, "dataset '%s' is a %s: a %s takes 2-D images",
+                                ds->name, ds_kind_name(ds->kind),
+                                reproject ? "reprojection" : "mosaic");
                 return -1;
             }
             if (!ds->cel) {
@@ -202,6 +183,62 @@ static int parse_body(const json_t *j, const job_env *env, int check_name, body 
         }
         b->inputs[i] = (mos_input){ b->paths[i], b->names[i], hdu };
     }
+    return 0;
+}
+
+/* Parses and checks the whole body.  `check_name`: the output name must be new (validate;
+ * after acceptance the name is the job's, so plan does not ask again).  `reproject`: the
+ * "reproject" type, a mosaic of the one image "input" onto the required "target", each
+ * output pixel the input's reprojected value (combine "first": no arithmetic on it). */
+static int parse_body(const json_t *j, const job_env *env, int check_name, int reproject,
+                      body *b, job_problem *pb)
+{
+    memset(b, 0, sizeof *b);
+    b->method = RP_BILINEAR;
+    b->combine = reproject ? MOS_FIRST : MOS_MEAN;
+    b->bg = MOS_BG_NONE;
+    if (!json_is_object(j)) {
+        jobkind_problem(pb, 400, "", "the body must be a JSON object");
+        return -1;
+    }
+    static const char *const known[] = { "type", "inputs", "target", "method", "combine",
+                                         "match_background", "output", NULL };
+    static const char *const known_rp[] = { "type", "input", "target", "method", "output",
+                                            NULL };
+    if (jobkind_only_fields(j, reproject ? known_rp : known, "", pb))
+        return -1;
+    const char *s;
+    if (opt_string(j, "type", "type", &s, pb))
+        return -1;
+    const char *type = reproject ? "reproject" : "mosaic";
+    if (!s || strcmp(s, type) != 0) {
+        jobkind_problem(pb, 400, "type", "'type' must be \"%s\"", type);
+        return -1;
+    }
+    if (reproject && !json_object_get(j, "target")) {
+        jobkind_problem(pb, 400, "target", "'target' is required: {\"header\": FITS cards} or "
+                        "{\"auto\": {\"frame\": ..., \"projection\": ...}}");
+        return -1;
+    }
+    /* inputs ("input" of a reprojection: the same, one of them) */
+    json_t *one = NULL, *in = json_object_get(j, "inputs");
+    if (reproject) {
+        json_t *v = json_object_get(j, "input");
+        if (!v) {
+            jobkind_problem(pb, 400, "input", "'input' is required: a dataset name or a file "
+                            "path");
+            return -1;
+        }
+        in = one = json_pack("[O]", v);
+        if (!one) {
+            jobkind_problem(pb, 500, "input", "out of memory");
+            return -1;
+        }
+    }
+    int bad = parse_inputs(in, env, reproject, b, pb);
+    json_decref(one);
+    if (bad)
+        return -1;
     /* target */
     json_t *t = json_object_get(j, "target");
     if (t) {
@@ -366,10 +403,10 @@ static void fill_spec(const body *b, mos_spec *sp)
     sp->bg = b->bg;
 }
 
-static int mosaic_validate(const json_t *j, const job_env *env, job_problem *pb)
+static int validate_body(const json_t *j, const job_env *env, int reproject, job_problem *pb)
 {
     body b;
-    int rc = parse_body(j, env, 1, &b, pb);
+    int rc = parse_body(j, env, 1, reproject, &b, pb);
     if (rc == 0 && !b.tcards) {
         /* The automatic target from the headers alone: an impossible or oversized one
          * is refused now rather than when the job runs. */
@@ -383,7 +420,7 @@ static int mosaic_validate(const json_t *j, const job_env *env, job_problem *pb)
             fitsimg_info info;
             char e[256] = "";
             char field[32];
-            snprintf(field, sizeof field, "inputs[%d]", i);
+            snprintf(field, sizeof field, reproject ? "input" : "inputs[%d]", i);
             if (fitsimg_read_info(b.inputs[i].path, b.inputs[i].hdu, &info, e, sizeof e) != 0) {
                 jobkind_problem(pb, 422, field, "%s", e);
                 rc = -1;
@@ -434,18 +471,28 @@ static int mosaic_validate(const json_t *j, const job_env *env, job_problem *pb)
     return rc;
 }
 
+static int mosaic_validate(const json_t *j, const job_env *env, job_problem *pb)
+{
+    return validate_body(j, env, 0, pb);
+}
+
+static int reproject_validate(const json_t *j, const job_env *env, job_problem *pb)
+{
+    return validate_body(j, env, 1, pb);
+}
+
 typedef struct mjob {
     mosaic *m;
     char output[128];
 } mjob;
 
-static int mosaic_plan(const json_t *j, const job_env *env, const char *workdir, job_plan *out,
-                       char *err, size_t errlen)
+static int plan_body(const json_t *j, const job_env *env, int reproject, const char *workdir,
+                     job_plan *out, char *err, size_t errlen)
 {
     body b;
     job_problem pb;
     memset(out, 0, sizeof *out);
-    if (parse_body(j, env, 0, &b, &pb) != 0) {
+    if (parse_body(j, env, 0, reproject, &b, &pb) != 0) {
         body_free(&b);
         tess_seterr(err, errlen, "%s: %s", pb.field, pb.detail);
         return pb.status == 500 ? TESS_ENOMEM : TESS_EINVAL;
@@ -477,6 +524,18 @@ static int mosaic_plan(const json_t *j, const job_env *env, const char *workdir,
         out->nblocks[s] = mos_nblocks(mj->m, s);
     out->state = mj;
     return 0;
+}
+
+static int mosaic_plan(const json_t *j, const job_env *env, const char *workdir, job_plan *out,
+                       char *err, size_t errlen)
+{
+    return plan_body(j, env, 0, workdir, out, err, errlen);
+}
+
+static int reproject_plan(const json_t *j, const job_env *env, const char *workdir,
+                          job_plan *out, char *err, size_t errlen)
+{
+    return plan_body(j, env, 1, workdir, out, err, errlen);
 }
 
 static int mosaic_run_block(void *state, int stage, long block, const volatile int *cancel,
@@ -511,6 +570,15 @@ const job_kind job_kind_mosaic = {
     .type = "mosaic",
     .validate = mosaic_validate,
     .plan = mosaic_plan,
+    .run_block = mosaic_run_block,
+    .finish = mosaic_finish,
+    .release = mosaic_release,
+};
+
+const job_kind job_kind_reproject = {
+    .type = "reproject",
+    .validate = reproject_validate,
+    .plan = reproject_plan,
     .run_block = mosaic_run_block,
     .finish = mosaic_finish,
     .release = mosaic_release,

@@ -1,5 +1,6 @@
-/* The "mosaic" job type: many celestial images reprojected, background-matched and
- * coadded into one new dataset (reproject/mosaic.h does the work). */
+/* The "mosaic" and "reproject" job types: many celestial images reprojected,
+ * background-matched and coadded into one new dataset, or one image reprojected
+ * (reproject/mosaic.h does the work). */
 #ifndef TESSERA_SERVER_JOB_MOSAIC_H
 #define TESSERA_SERVER_JOB_MOSAIC_H
 
@@ -21,5 +22,18 @@
  * output name 409.  Stages and blocks as mos_plan gives them; the product (HDU 0 the
  * coadd, HDU 1 COVERAGE) is registered as dataset output.name. */
 extern const job_kind job_kind_mosaic;
+
+/* The "reproject" job type: one image onto a target WCS, as a job (progress, cancel,
+ * restart) whose product is registered as a dataset.
+ * Body: {"type": "reproject",
+ *        "input": a dataset name or a FITS path under a data root (a 2-D celestial image),
+ *        "target": as for a mosaic, but required,
+ *        "method": as for a mosaic (default bilinear),
+ *        "output": {"name": "new dataset name"}}
+ * It is a mosaic of that one input with combine "first" and no background matching, so
+ * HDU 0 holds the reprojected values themselves (the same as POST /api/v1/cutout gives
+ * for that header and method) and HDU 1 COVERAGE the footprint.  Problems as for a
+ * mosaic, the input named "input". */
+extern const job_kind job_kind_reproject;
 
 #endif

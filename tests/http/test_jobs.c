@@ -261,6 +261,18 @@ static json_t *wait_end(const char *id, double limit_s)
     }
 }
 
+/* Plane 0 of HDU 1 of job id's product. */
+static double *fetch_product(const char *id, long *nx, long *ny)
+{
+    char path[64];
+    snprintf(path, sizeof(path), "/api/v1/jobs/%s/result", id);
+    tt_resp r = tt_fetch(base, "GET", path, NULL, 0, NULL);
+    ck_assert_int_eq(r.status, 200);
+    double *v = tt_fits_mem_read(r.body, r.len, 1, nx, ny);
+    tt_resp_free(&r);
+    return v;
+}
+
 static long count_lines(const char *path)
 {
     FILE *f = fopen(path, "r");
@@ -468,6 +480,16 @@ START_TEST(test_bad_bodies)
         {"{\"type\": \"test_squares\", \"n\": 3, \"output\": {\"name\": \"../etc\"}}", 400, "output.name"},
         {"{\"type\": \"test_squares\", \"n\": 3, \"output\": {\"name\": \"horsehead\"}}", 409, "output.name"},
         {"{\"type\": \"test_squares\", \"type\": \"test_squares\", \"n\": 3}", 400, "body"},
+        {"{\"type\": \"reproject\", \"inputs\": [\"horsehead\"], \"target\": {\"auto\": {}}, "
+         "\"output\": {\"name\": \"x\"}}", 400, "inputs"},
+        {"{\"type\": \"reproject\", \"input\": \"horsehead\", \"output\": {\"name\": \"x\"}}", 400,
+         "target"},
+        {"{\"type\": \"reproject\", \"input\": \"l1448_13co\", \"target\": {\"auto\": {}}, "
+         "\"output\": {\"name\": \"x\"}}", 422, "input"},
+        {"{\"type\": \"reproject\", \"input\": \"horsehead\", \"target\": {\"auto\": {}}, "
+         "\"combine\": \"sum\", \"output\": {\"name\": \"x\"}}", 400, "combine"},
+        {"{\"type\": \"reproject\", \"input\": \"nosuch\", \"target\": {\"auto\": {}}, "
+         "\"output\": {\"name\": \"x\"}}", 404, "input"},
     };
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
         tt_resp r = tt_fetch(base, "POST", "/api/v1/jobs", cases[i].body, strlen(cases[i].body), NULL);
@@ -498,6 +520,63 @@ START_TEST(test_bad_bodies)
     json_t *j = fetch_json("GET", "/api/v1/jobs", NULL, NULL, 200);
     ck_assert_int_eq((int)json_array_size(j), 0);
     json_decref(j);
+}
+END_TEST
+
+/* A reproject job gives what POST /api/v1/cutout gives for the same header and method
+ * (the product stored as float32: equal to rounding), with the footprint in COVERAGE.
+ * HorseHead.fits carries a DSS plate solution: the job reads it in crops, whose WCS must
+ * move the plate's CNPIX1/2 with CRPIX (until that was so, the product was all NaN on an
+ * unrotated target and wrong elsewhere). */
+START_TEST(test_reproject_job_equals_cutout)
+{
+    static const char *const methods[] = { "bilinear", "exact" };
+    for (int t = 0; t < 2; t++) {
+        char path[1024];
+        snprintf(path, sizeof path, "%s/reference/horsehead_rot30_bilinear.target.hdr",
+                 TESSERA_TESTDATA_DIR);
+        int nk = 0;
+        char *cards = tt_read_hdr_file(path, &nk);
+        json_t *b = json_pack("{s:s, s:s, s:{s:s}, s:s, s:{s:s}}", "type", "reproject", "input",
+                              "horsehead", "target", "header", cards, "method", methods[t],
+                              "output", "name", t ? "hh_exact" : "hh_bilinear");
+        char *body = json_dumps(b, 0), id[32];
+        json_decref(b);
+        submit(body, id, sizeof id);
+        free(body);
+        json_t *j = wait_end(id, 120);
+        ck_assert_str_eq(json_string_value(json_object_get(j, "state")), "succeeded");
+        json_decref(j);
+        long nx, ny, cx, cy;
+        double *got = fetch_product(id, &nx, &ny);
+        char q[128];
+        snprintf(q, sizeof q, "/api/v1/cutout?dataset=horsehead&format=fits&method=%s",
+                 methods[t]);
+        tt_resp r = tt_fetch(base, "POST", q, cards, strlen(cards), NULL);
+        ck_assert_msg(r.status == 200, "%ld %s", r.status, r.body);
+        double *want = tt_fits_mem_read(r.body, r.len, 1, &cx, &cy);
+        tt_resp_free(&r);
+        ck_assert_int_eq(nx, cx);
+        ck_assert_int_eq(ny, cy);
+        double peak = 0.0;
+        for (long k = 0; k < nx * ny; k++)
+            if (fabs(want[k]) > peak)
+                peak = fabs(want[k]);
+        long finite = 0;
+        for (long k = 0; k < nx * ny; k++) {
+            ck_assert_msg(isnan(got[k]) == isnan(want[k]), "%s pixel %ld: %g vs %g", methods[t],
+                          k, got[k], want[k]);
+            if (!isnan(want[k])) {
+                ck_assert_msg(fabs(got[k] - want[k]) <= 1e-6 * peak, "%s pixel %ld: %.9g vs %.9g",
+                              methods[t], k, got[k], want[k]);
+                finite++;
+            }
+        }
+        ck_assert_int_gt(finite, nx * ny / 2);
+        free(got);
+        free(want);
+        free(cards);
+    }
 }
 END_TEST
 
@@ -658,17 +737,6 @@ static char *mosaic_body(const char *name, const char *method)
     char *s = json_dumps(b, JSON_COMPACT);
     json_decref(b);
     return s;
-}
-
-static double *fetch_product(const char *id, long *nx, long *ny)
-{
-    char path[64];
-    snprintf(path, sizeof(path), "/api/v1/jobs/%s/result", id);
-    tt_resp r = tt_fetch(base, "GET", path, NULL, 0, NULL);
-    ck_assert_int_eq(r.status, 200);
-    double *v = tt_fits_mem_read(r.body, r.len, 1, nx, ny);
-    tt_resp_free(&r);
-    return v;
 }
 
 
@@ -849,6 +917,7 @@ int main(void)
     tcase_add_test(tc, test_cancel_leaves_no_files);
     tcase_add_test(tc, test_failure_is_reported);
     tcase_add_test(tc, test_bad_bodies);
+    tcase_add_test(tc, test_reproject_job_equals_cutout);
     tcase_add_test(tc, test_token_and_queue_limit);
     tcase_add_test(tc, test_kill9_then_resume);
     tcase_add_test(tc, test_startup_sweep);

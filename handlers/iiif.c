@@ -410,22 +410,38 @@ static int parse_identifier(catalog *cat, const char *id, const dataset **d, lon
 
 /* ---- info.json ---------------------------------------------------------------------- */
 
+/* 1 when h[0..n) is a plausible Host value: 1 to 255 characters of letters, digits and
+ * ".-_:[]" (a name or an address, with an optional port). */
+static int host_ok(const char *h, size_t n)
+{
+    if (!h || n == 0 || n > 255)
+        return 0;
+    for (size_t i = 0; i < n; i++)
+        if (!((h[i] >= 'a' && h[i] <= 'z') || (h[i] >= 'A' && h[i] <= 'Z')
+              || (h[i] >= '0' && h[i] <= '9') || strchr(".-_:[]", h[i]) != NULL))
+            return 0;
+    return 1;
+}
+
 /* The service's base URI (Image API §2, §5.1 "id"): scheme and authority from the
- * request (Host; X-Forwarded-Proto https gives https), "/iiif/3/", the identifier
- * percent-encoded.  Returns a malloc'd string or NULL. */
+ * request (behind a reverse proxy its X-Forwarded-Host, the first one when a chain of
+ * proxies listed several, else Host; X-Forwarded-Proto https gives https), "/iiif/3/",
+ * the identifier percent-encoded.  A value that is not a plausible host is ignored.
+ * Returns a malloc'd string or NULL. */
 static char *base_uri(hreq *r, const char *id)
 {
-    const char *host = hreq_header(r, "Host");
-    char fallback[300];
-    int ok = host && *host && strlen(host) < 256;
-    for (const char *p = host; ok && *p; p++)
-        ok = (*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') ||
-             strchr(".-_:[]", *p) != NULL;
-    if (!ok) {
+    char host[300];
+    const char *fwd = hreq_header(r, "X-Forwarded-Host"), *h = hreq_header(r, "Host");
+    size_t fn = fwd ? strcspn(fwd, ",") : 0;
+    while (fn > 0 && fwd[fn - 1] == ' ')
+        fn--;
+    if (host_ok(fwd, fn))
+        snprintf(host, sizeof host, "%.*s", (int)fn, fwd);
+    else if (host_ok(h, h ? strlen(h) : 0))
+        snprintf(host, sizeof host, "%s", h);
+    else {
         const char *a = r->srv->cfg->listen_addr;
-        snprintf(fallback, sizeof fallback, strchr(a, ':') ? "[%s]:%d" : "%s:%d", a,
-                 r->srv->port);
-        host = fallback;
+        snprintf(host, sizeof host, strchr(a, ':') ? "[%s]:%d" : "%s:%d", a, r->srv->port);
     }
     const char *proto = hreq_header(r, "X-Forwarded-Proto");
     const char *scheme = proto && strcmp(proto, "https") == 0 ? "https" : "http";

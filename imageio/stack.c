@@ -11,6 +11,7 @@
 #include <pthread.h>
 #include <setjmp.h>
 #include <stdint.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -174,8 +175,40 @@ static void add_card(char *hdr, int *n, const char *key, long v)
     hdr[(size_t)*n * 80] = '\0';
 }
 
+/* frame_set_canonical_only: refuse paths that do not resolve to themselves. */
+static atomic_int canonical_only;
+
+void frame_set_canonical_only(int on)
+{
+    atomic_store(&canonical_only, on != 0);
+}
+
+/* Under frame_set_canonical_only(1): 0 when realpath(path) is path itself (or the file is
+ * gone, which the read reports), else TESS_EIO with err.  The link's target is not named:
+ * the message may reach a client. */
+static int path_guard(const char *path, char *err, size_t errlen)
+{
+    if (!atomic_load(&canonical_only))
+        return 0;
+    char *real = realpath(path, NULL);
+    if (!real)
+        return 0;
+    int same = strcmp(real, path) == 0;
+    free(real);
+    if (same)
+        return 0;
+    tess_seterr(err, errlen, "%s is no longer the file that was configured (it or a directory "
+                "above it is now a symbolic link): not read", path);
+    return TESS_EIO;
+}
+
 int frame_read_info(const char *path, int hdu, fitsimg_info *info, char *err, size_t errlen)
 {
+    int g = path_guard(path, err, errlen);
+    if (g) {
+        memset(info, 0, sizeof(*info));
+        return g;
+    }
     if (!frame_is_png(path))
         return fitsimg_read_info(path, hdu, info, err, errlen);
     memset(info, 0, sizeof(*info));
@@ -258,6 +291,9 @@ static int png_region(const char *path, long z, long x0, long y0, long w, long h
 int frame_read_region(const char *path, int hdu, long z, long x0, long y0, long w, long h,
                       double *out, char *err, size_t errlen)
 {
+    int g = path_guard(path, err, errlen);
+    if (g)
+        return g;
     if (frame_is_png(path))
         return png_region(path, z, x0, y0, w, h, out, NULL, err, errlen);
     return fitsimg_read_region(path, hdu, z, x0, y0, w, h, out, err, errlen);
@@ -266,6 +302,9 @@ int frame_read_region(const char *path, int hdu, long z, long x0, long y0, long 
 int frame_read_region_f32(const char *path, int hdu, long z, long x0, long y0, long w, long h,
                           float *out, char *err, size_t errlen)
 {
+    int g = path_guard(path, err, errlen);
+    if (g)
+        return g;
     if (frame_is_png(path))
         return png_region(path, z, x0, y0, w, h, NULL, out, err, errlen);
     return fitsimg_read_region_f32(path, hdu, z, x0, y0, w, h, out, err, errlen);
@@ -737,6 +776,9 @@ static int open_fits(stack *s, frame *f, const char *path, char *err, size_t err
 static int frame_open(stack *s, long idx, frame **out, char *err, size_t errlen)
 {
     const char *path = s->paths[idx];
+    int g = path_guard(path, err, errlen);
+    if (g)
+        return g;
     frame *f = calloc(1, sizeof(*f));
     if (!f)
         return TESS_ENOMEM;

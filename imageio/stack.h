@@ -18,6 +18,15 @@
  * it, and IIIF regions (top-left origin) are PNG pixel coordinates.  A numpy user sees
  * the array of a PNG frame as numpy.flipud(imread(frame)). */
 
+/* With `on` (the server sets it at start, for the whole process), frame_read_info,
+ * frame_read_region(_f32) and the stack reader refuse, with TESS_EIO, a path that no
+ * longer resolves to itself (realpath): the server resolves every dataset path once, checks
+ * it against the data roots, and from then on reads only that file, so a file or directory
+ * replaced by a symbolic link while it is served is not followed out of the roots.  (A
+ * link swapped in between the check and the open is not caught.)  Off by default: the
+ * command line reads the paths it is given. */
+void frame_set_canonical_only(int on);
+
 /* Whether `path` is a PNG file (by its 8-byte signature).  1 yes, 0 no or unreadable. */
 int frame_is_png(const char *path);
 

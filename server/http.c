@@ -1,5 +1,6 @@
 /* HTTP front end: libmicrohttpd daemon, router, replies with ETag/304, async pool work. */
 #include "server/http.h"
+#include "imageio/stack.h"
 #include "handlers/handlers.h"
 #include "server/problem.h"
 #include "server/jobs.h"
@@ -756,6 +757,9 @@ int tserver_start(const tess_config *cfg, tserver **out, char *err, size_t errle
     pthread_mutex_init(&sp->pool_lock, NULL);
     pthread_mutex_init(&sp->stats_lock, NULL);
     pthread_mutex_init(&sp->flight_lock, NULL);
+    /* Dataset paths are resolved and checked against the data roots once, here; later
+     * reads refuse a path that has become a link (imageio/stack.h). */
+    frame_set_canonical_only(1);
     int rc = catalog_open(cfg, &s->cat, err, errlen);
     if (rc)
         goto fail;

@@ -803,6 +803,55 @@ START_TEST(test_changed_file_served_fresh)
 }
 END_TEST
 
+/* A served file replaced by a symbolic link to a file outside the data roots (same shape,
+ * other values) is not read: every read path answers 500 naming the link, and nothing
+ * of the outside file comes back. */
+START_TEST(test_link_swapped_in_not_followed)
+{
+    const char *paths[] = { "/api/v1/datasets/g/slice/xy/43_43/0_0_0.fits",
+                            "/api/v1/datasets/g/series?x=5&y=5",
+                            "/api/v1/datasets/g/reduce?op=mean&axis=xy&format=json",
+                            "/iiif/3/g/full/max/0/default.png" };
+    for (size_t k = 0; k < sizeof paths / sizeof paths[0]; k++) {
+        resp a = get(paths[k]);
+        ck_assert_msg(a.status == 200, "%s: %ld %s", paths[k], a.status, a.body);
+        tt_resp_free(&a);
+    }
+    char outside[256], file[512], secret[512], cmd[1100];
+    tt_tmpdir_make(outside, sizeof outside, "outside");
+    snprintf(file, sizeof file, "%s/g.fits", tmpdir);
+    snprintf(secret, sizeof secret, "%s/secret.fits", outside);
+    snprintf(cmd, sizeof cmd, "cp %s %s", file, secret);
+    ck_assert_int_eq(system(cmd), 0);
+    fitsfile *f = NULL;
+    int st = 0;
+    fits_open_diskfile(&f, secret, READWRITE, &st);
+    float *px = malloc(43 * 43 * sizeof(float));
+    for (int i = 0; i < 43 * 43; i++)
+        px[i] = 4242.0f;
+    fits_write_img(f, TFLOAT, 1, 43 * 43, px, &st);
+    fits_close_file(f, &st);
+    ck_assert_int_eq(st, 0);
+    free(px);
+    ck_assert_int_eq(unlink(file), 0);
+    ck_assert_int_eq(symlink(secret, file), 0);
+    sleep(2);   /* the version is rechecked once a second */
+    for (size_t k = 0; k < sizeof paths / sizeof paths[0]; k++) {
+        resp b = get(paths[k]);
+        ck_assert_msg(b.status == 500, "%s: %ld %s", paths[k], b.status, b.body);
+        ck_assert_msg(strstr(b.body, "symbolic link") != NULL, "%s: %s", paths[k], b.body);
+        ck_assert_msg(strstr(b.body, "4242") == NULL && strstr(b.body, outside) == NULL, "%s",
+                      b.body);
+        tt_resp_free(&b);
+    }
+    resp h = get("/healthz");
+    ck_assert_int_eq(h.status, 200);
+    tt_resp_free(&h);
+    snprintf(cmd, sizeof cmd, "rm -rf %s", outside);
+    ck_assert_int_eq(system(cmd), 0);
+}
+END_TEST
+
 int main(void)
 {
     curl_global_init(CURL_GLOBAL_DEFAULT);
@@ -833,6 +882,7 @@ int main(void)
     tcase_add_checked_fixture(tf, setup_tmp, teardown_tmp);
     tcase_set_timeout(tf, 60);
     tcase_add_test(tf, test_changed_file_served_fresh);
+    tcase_add_test(tf, test_link_swapped_in_not_followed);
     suite_add_tcase(s, tf);
     int rc = tt_run_suite(s);
     curl_global_cleanup();

@@ -378,6 +378,8 @@ int cmd_mosaic(int argc, char **argv)
         snprintf(sp.auto_proj, sizeof sp.auto_proj, "%s", proj);
     }
     rc = M_FAIL;
+    if (!cli_output_ok("tessera", out))
+        goto done;
     if (target && read_target_cards(target, &tcards, &sp.target_nkeys) != M_OK)
         goto done;
     sp.ninputs = n;

@@ -991,7 +991,9 @@ static int out_create(outfile *f, const char *path, const outspec *o)
     f->size = f->d1 + fits_blocks(f->n * f->fes);
     atomic_init(&f->werr, 0);
     atomic_init(&f->wrote, 0);
-    f->fd = open(f->tmp, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    /* A new file only: O_EXCL fails on anything already there, a symbolic link included
+     * (the name is predictable). */
+    f->fd = open(f->tmp, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
     const char *what = "create";
     if (f->fd >= 0) {
         what = "write";
@@ -1015,6 +1017,10 @@ static int out_create(outfile *f, const char *path, const outspec *o)
     free(h1.buf);
     if (what) {
         msg("cannot %s the output file '%s': %s", what, f->tmp, strerror(errno));
+        if (f->fd < 0) {          /* what is there is not ours: leave it */
+            free(f->tmp);
+            f->tmp = NULL;
+        }
         out_abort(f);
         return EXIT_FAIL;
     }
@@ -1173,6 +1179,7 @@ static int cmd_reproject(int argc, char **argv)
     }
     double t0 = now_s();
     input in;
+    memset(&in, 0, sizeof in);
     char *tcards = NULL;
     int tkeys = 0;
     skywcs *twcs = NULL;
@@ -1191,6 +1198,10 @@ static int cmd_reproject(int argc, char **argv)
      * output is removed. */
     have_sigth = catch_signals(&cancel, &sigth);
 
+    if (!cli_output_ok("tessera", a.out_path)) {
+        rc = EXIT_FAIL;
+        goto done;
+    }
     rc = read_input(a.in_path, a.in_hdu, threads, &in);
     double t_read = now_s();
     if (rc != EXIT_OK)

@@ -376,6 +376,90 @@ END_TEST
  * output and the system's reason, and leaves no file behind: a real ENOSPC from a 256 KB
  * tmpfs (tt_mount_tmpfs: needs CAP_SYS_ADMIN, said and skipped where refused) under a
  * 600 KB output, and EFBIG from RLIMIT_FSIZE. */
+/* Contents of a small text file (at most 63 bytes), NUL-terminated in buf. */
+static const char *slurp(const char *path, char *buf)
+{
+    FILE *f = fopen(path, "r");
+    size_t n = f ? fread(buf, 1, 63, f) : 0;
+    buf[n] = '\0';
+    if (f)
+        fclose(f);
+    return buf;
+}
+
+/* The output path is never written through something other than a regular file: an
+ * existing FIFO or symbolic link at -o is refused (exit 1, naming what it is, left as it
+ * was), and a symbolic link planted at the predictable temporary name OUT.tmp-PID is not
+ * followed (the run fails on it instead of overwriting the link's target). */
+START_TEST(test_output_not_followed)
+{
+    tmpdir t;
+    tmp_make(&t);
+    char err[2048], victim[512], fifo[512], lnk[512], out[512], buf[64];
+    snprintf(victim, sizeof victim, "%s/victim.txt", t.path);
+    snprintf(fifo, sizeof fifo, "%s/fifo.fits", t.path);
+    snprintf(lnk, sizeof lnk, "%s/link.fits", t.path);
+    snprintf(out, sizeof out, "%s/out.fits", t.path);
+    FILE *v = fopen(victim, "w");
+    ck_assert_ptr_nonnull(v);
+    fputs("precious data\n", v);
+    fclose(v);
+    ck_assert_int_eq(mkfifo(fifo, 0644), 0);
+    ck_assert_int_eq(symlink(victim, lnk), 0);
+    static const struct { const char *what; int mosaic; } cases[] = {
+        { "a FIFO", 0 }, { "a symbolic link", 0 }, { "a FIFO", 1 }, { "a symbolic link", 1 },
+    };
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        const char *o = cases[k].what[2] == 'F' ? fifo : lnk;
+        const char *rp[] = { "reproject", HH, "--target", HH_TARGET, "-o", o, NULL };
+        const char *mo[] = { "mosaic", HH, "--target", HH_TARGET, "-o", o, NULL };
+        ck_assert_int_eq(run_tessera(&t, err, sizeof err, cases[k].mosaic ? mo : rp), 1);
+        ck_assert_msg(strstr(err, cases[k].what) && strstr(err, o), "%s", err);
+    }
+    struct stat st;
+    ck_assert_int_eq(lstat(fifo, &st), 0);
+    ck_assert(S_ISFIFO(st.st_mode));
+    ck_assert_int_eq(lstat(lnk, &st), 0);
+    ck_assert(S_ISLNK(st.st_mode));
+    ck_assert_str_eq(slurp(victim, buf), "precious data\n");
+
+    /* The planted link: a child makes OUT.tmp-<its pid> point at the victim, then becomes
+     * tessera (exec keeps the pid). */
+    char errpath[600];
+    snprintf(errpath, sizeof errpath, "%s/.child-stderr", t.path);
+    pid_t pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        char planted[600];
+        snprintf(planted, sizeof planted, "%s.tmp-%ld", out, (long)getpid());
+        int fd = open(errpath, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        if (symlink(victim, planted) != 0 || fd < 0 || dup2(fd, 2) < 0)
+            _exit(99);
+        execl(TESSERA_BIN, TESSERA_BIN, "reproject", HH, "--target", HH_TARGET, "-o", out,
+              (char *)NULL);
+        _exit(98);
+    }
+    int status = 0;
+    ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+    ck_assert(WIFEXITED(status));
+    ck_assert_int_eq(WEXITSTATUS(status), 1);
+    char planted[600];
+    snprintf(planted, sizeof planted, "%s.tmp-%ld", out, (long)pid);
+    ck_assert_str_eq(slurp(victim, buf), "precious data\n");
+    ck_assert_int_eq(lstat(planted, &st), 0);
+    ck_assert(S_ISLNK(st.st_mode));
+    ck_assert_int_eq(lstat(out, &st), -1);
+    ck_assert_str_ne(slurp(errpath, buf), "");
+    unlink(planted);
+    unlink(errpath);
+    unlink(fifo);
+    unlink(lnk);
+    unlink(victim);
+    ck_assert_int_eq(tmp_count(&t), 0);
+    tmp_remove(&t);
+}
+END_TEST
+
 START_TEST(test_write_failure)
 {
     tmpdir t;
@@ -1008,6 +1092,7 @@ int main(void)
     tcase_add_test(tc, test_failures);
     tcase_add_test(tc, test_output_file);
     tcase_add_test(tc, test_write_failure);
+    tcase_add_test(tc, test_output_not_followed);
     tcase_add_test(tc, test_cube_and_dtype);
     tcase_add_test(tc, test_interrupt);
     suite_add_tcase(s, tc);

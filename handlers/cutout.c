@@ -1,5 +1,6 @@
 /* GET and POST /api/v1/cutout: a reprojected image of a dataset on any celestial WCS. */
 #include "handlers/handlers.h"
+#include "server/planes.h"
 #include "imageio/fitsimg.h"
 #include "reproject/reproject.h"
 #include "server/problem.h"
@@ -45,27 +46,30 @@ static unsigned long long fnv1a(const char *s, size_t n, unsigned long long h)
     return h;
 }
 
-/* Runs on a pool thread: read the source plane, reproject (the engine's other blocks go
- * to the same pool as interactive helpers; this thread works on blocks too, so a busy
- * pool cannot deadlock it), encode. */
+/* Runs on a pool thread: take the source plane from the plane store (read once, shared
+ * with tiles and other cutouts, float32 for 8/16-bit and float32 files), reproject (the
+ * engine's other blocks go to the same pool as interactive helpers; this thread works on
+ * blocks too, so a busy pool cannot deadlock it), encode. */
 static void cutout_work(hreq *r)
 {
     cutout_job *j = r->work_arg;
     const dataset *d = j->ds;
     char err[256] = "";
-    size_t nin = (size_t)d->nx * (size_t)d->ny;
     size_t nout = (size_t)j->width * (size_t)j->height;
-    double *src = malloc(nin * sizeof(double));
+    plane_view v;
+    int rc = planestore_get(r->srv->planes, d, j->p.plane, 0, &v, err, sizeof(err));
+    if (rc) {
+        problem_reply(r, 500, NULL, "cannot read dataset '%s': %s",
+                      d->name, err);
+        return;
+    }
     double *dst = malloc(nout * sizeof(double));
-    if (!src || !dst) {
+    if (!dst) {
+        planestore_release(r->srv->planes, &v);
         problem_reply(r, 500, NULL, "out of memory");
-        goto done;
+        return;
     }
-    if (dataset_read_region(d, j->p.plane, 0, 0, d->nx, d->ny, src, err, sizeof(err))) {
-        problem_reply(r, 500, NULL, "cannot read dataset '%s': %s", d->name, err);
-        goto done;
-    }
-    rp_cube in = { src, RP_F64, d->nx, d->ny, 1 };
+    rp_cube in = { (void *)v.plane->data, v.plane->dtype, d->nx, d->ny, 1 };
     rp_cube out = { dst, RP_F64, j->width, j->height, 1 };
     rp_options o;
     rp_options_init(&o);
@@ -74,6 +78,7 @@ static void cutout_work(hreq *r)
     o.workers = r->srv->workers;
     o.priority = POOL_INTERACTIVE;
     long finite = rp_reproject(d->cel, &in, j->target, &out, NULL, &o, err, sizeof(err));
+    planestore_release(r->srv->planes, &v);
     if (finite == TESS_ENOOVERLAP || finite == 0) {
         problem_reply(r, 422, NULL, "the target does not overlap dataset '%s'", d->name);
         goto done;
@@ -88,7 +93,6 @@ static void cutout_work(hreq *r)
     }
     reply_image(r, dst, j->width, j->height, j->p.format, &j->p.render, j->cards, j->nkeys);
 done:
-    free(src);
     free(dst);
 }
 

@@ -297,14 +297,14 @@ static int load_level0(const dataset *d, pentry *e, char *err, size_t errlen)
     if ((unsigned long long)d->nx * (unsigned long long)d->ny >= 0xFFFFFFFFULL) {
         tess_seterr(err, errlen, "plane of %ld x %ld pixels is too large to hold in memory",
                 d->nx, d->ny);
-        return TESS_ERANGE;
+        return TESS_ETOOBIG;
     }
     size_t n = (size_t)d->nx * (size_t)d->ny;
     rp_dtype dt = (bitpix == -64 || bitpix == 32 || bitpix == 64) ? RP_F64 : RP_F32;
     size_t esz = dt == RP_F64 ? sizeof(double) : sizeof(float);
     if (n > SIZE_MAX / esz) {
         tess_seterr(err, errlen, "plane of %ld x %ld pixels is too large", d->nx, d->ny);
-        return TESS_ERANGE;
+        return TESS_ETOOBIG;
     }
     void *data = malloc(n * esz);
     if (!data) {

@@ -37,6 +37,7 @@ void planestore_free(planestore *s);
  * use.  Concurrent first uses of one plane read it once.  A plane whose files changed
  * since it was read (size or mtime, stat(2) at every use) is read again.
  * Returns 0, or TESS_ERANGE (z outside the dataset), TESS_EIO (`err` says why),
+ * TESS_ETOOBIG (a plane of 2^32 pixels or more, which the store cannot hold),
  * TESS_ENOMEM. */
 int planestore_get(planestore *s, const dataset *d, long z, int level, plane_view *v,
                    char *err, size_t errlen);

@@ -273,6 +273,55 @@ END_TEST
 
 /* Truncated in place (the mapping the server holds then faults), then deleted, then
  * restored: a problem+json each time it cannot be read, the server up throughout. */
+/* A file whose header claims a 100000 x 100000 plane (10^10 pixels) in a file of two
+ * blocks: every route answers 500 naming the problem (IIIF used to say 404, as for an
+ * unknown image), no route tries to allocate the plane per request, the server stays up. */
+START_TEST(test_header_claims_huge_plane)
+{
+    tt_tmpdir_make(datadir, sizeof(datadir), "faults");
+    char path[PATH_MAX], cards[2881];
+    snprintf(path, sizeof path, "%s/liar.fits", datadir);
+    static const char *const c[] = {
+        "SIMPLE  =                    T", "BITPIX  =                   16",
+        "NAXIS   =                    2", "NAXIS1  =               100000",
+        "NAXIS2  =               100000", "CTYPE1  = 'RA---TAN'", "CTYPE2  = 'DEC--TAN'",
+        "CRVAL1  =                 10.0", "CRVAL2  =                 20.0",
+        "CRPIX1  =              50000.0", "CRPIX2  =              50000.0",
+        "CDELT1  =            -0.000001", "CDELT2  =             0.000001", "END" };
+    memset(cards, ' ', 2880);
+    cards[2880] = '\0';
+    for (size_t k = 0; k < sizeof c / sizeof c[0]; k++)
+        memcpy(cards + 80 * k, c[k], strlen(c[k]));
+    FILE *f = fopen(path, "wb");
+    ck_assert_ptr_nonnull(f);
+    ck_assert_uint_eq(fwrite(cards, 1, 2880, f), 2880);
+    static const char zeros[2880];
+    ck_assert_uint_eq(fwrite(zeros, 1, 2880, f), 2880);
+    fclose(f);
+    char text[1024], err[512];
+    snprintf(text, sizeof text, "{\"listen\": \"127.0.0.1:0\", \"threads\": 2, \"data_roots\": "
+             "[\"%s\"], \"datasets\": [{\"name\": \"liar\", \"path\": \"liar.fits\"}]}", datadir);
+    ck_assert_int_eq(config_init(&cfg), 0);
+    ck_assert_msg(config_load_text(text, &cfg, err, sizeof(err)) == 0, "%s", err);
+    ck_assert_msg(tserver_start(&cfg, &srv, err, sizeof(err)) == 0, "%s", err);
+    snprintf(base, sizeof(base), "http://127.0.0.1:%d", tserver_port(srv));
+    static const char *const paths[] = {
+        "/api/v1/cutout?dataset=liar&ra=10&dec=20&fov=0.01&width=16&height=16&format=fits",
+        "/iiif/3/liar/full/!64,64/0/default.png",
+        "/hips/liar/Norder3/Allsky.png" };
+    for (int round = 0; round < 3; round++)
+        for (size_t k = 0; k < sizeof paths / sizeof paths[0]; k++) {
+            tt_resp r = tt_fetch(base, "GET", paths[k], NULL, 0, NULL);
+            tt_assert_problem(paths[k], &r, 500, NULL);
+            ck_assert_msg(strstr(r.body, "too large"), "%s: %s", paths[k], r.body);
+            tt_resp_free(&r);
+        }
+    tt_resp h = fetch_ok("/healthz", "after the huge plane");
+    tt_resp_free(&h);
+    stop_data_server();
+}
+END_TEST
+
 START_TEST(test_truncated_and_deleted)
 {
     start_data_server();
@@ -1001,6 +1050,7 @@ int main(void)
     tcase_add_test(tc, test_stack_truncated_under_map);
     tcase_add_test(tc, test_replaced_file_served_fresh);
     tcase_add_test(tc, test_truncated_and_deleted);
+    tcase_add_test(tc, test_header_claims_huge_plane);
     tcase_add_test(tc, test_disk_full_job_fails_cleanly);
     tcase_add_test(tc, test_sigterm_finishes_requests_in_flight);
     tcase_add_test(tc, test_sigterm_finishes_slow_download);

@@ -619,8 +619,47 @@ static int read_input(const char *path, int hdu, int threads, input *in)
             path);
         goto done;
     }
+    /* BSCALE and BZERO: numbers (a D exponent allowed), and a scaling that gives values. */
+    double scale[2] = { 1.0, 0.0 };
+    static const char *const skey[2] = { "BSCALE", "BZERO" };
+    for (int k = 0; k < 2; k++) {
+        if (!card_value(in->cards, in->nkeys, skey[k], v, sizeof v))
+            continue;
+        for (char *p = v; *p; p++)
+            if (*p == 'D' || *p == 'd')
+                *p = 'E';
+        char *end;
+        scale[k] = strtod(v, &end);
+        while (*end == ' ')
+            end++;
+        if (end == v || *end) {
+            msg("'%s': %s = '%s' is not a number", path, skey[k], v);
+            goto done;
+        }
+    }
+    if (fitsimg_check_scaling(in->bitpix, scale[0], scale[1], err, sizeof err)) {
+        msg("'%s': %s", path, err);
+        goto done;
+    }
     int f32 = in->bitpix == BYTE_IMG || in->bitpix == SHORT_IMG || in->bitpix == FLOAT_IMG;
     size_t n = (size_t)naxes[0] * (size_t)naxes[1] * (size_t)nz;
+    /* A data unit longer than the file (a truncated file, or a header that lies about
+     * NAXISn) is named as such before anything is allocated for it.  Tile-compressed
+     * images keep their pixels in a table of their own size: not checked here. */
+    LONGLONG h0 = 0, d0 = 0, d1 = 0;
+    struct stat fst;
+    int compressed = fits_is_compressed_image(f, &st);
+    st = 0;
+    if (!compressed && fits_get_hduaddrll(f, &h0, &d0, &d1, &st) == 0 && stat(path, &fst) == 0) {
+        double need = (double)d0 + (double)n * (double)(abs(in->bitpix) / 8);
+        if (need > (double)fst.st_size) {
+            msg("'%s' is shorter than its header says: %ld x %ld x %ld values of BITPIX %d "
+                "need %.0f bytes, the file has %lld", path, naxes[0], naxes[1], nz, in->bitpix,
+                need, (long long)fst.st_size);
+            goto done;
+        }
+    }
+    st = 0;
     in->cube.dtype = f32 ? RP_F32 : RP_F64;
     in->cube.nx = naxes[0];
     in->cube.ny = naxes[1];

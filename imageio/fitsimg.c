@@ -3,6 +3,7 @@
 
 #include <errno.h>
 #include <limits.h>
+#include <float.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -172,6 +173,31 @@ static int read_header_cards(fitsfile *f, const char *path, fitsimg_info *info,
     return 0;
 }
 
+int fitsimg_check_scaling(int bitpix, double bscale, double bzero, char *err, size_t errlen)
+{
+    if (!isfinite(bscale) || !isfinite(bzero)) {
+        tess_seterr(err, errlen, "BSCALE = %g, BZERO = %g: not finite", bscale, bzero);
+        return TESS_EINVAL;
+    }
+    if (bscale == 0.0) {
+        tess_seterr(err, errlen, "BSCALE = 0 would make every value BZERO (FITS 4.0, "
+                    "section 4.4.2.5: physical = BZERO + BSCALE x stored)");
+        return TESS_EINVAL;
+    }
+    if (bitpix > 0) {
+        /* The largest stored magnitude, and the largest physical value the type read
+         * holds (float32 for BITPIX 8 and 16, float64 otherwise). */
+        double smax = bitpix == 8 ? 255.0 : ldexp(1.0, bitpix - 1);
+        double lim = bitpix <= 16 ? (double)FLT_MAX : DBL_MAX;
+        if (!(fabs(bscale) * smax + fabs(bzero) <= lim)) {
+            tess_seterr(err, errlen, "BSCALE = %g, BZERO = %g overflow BITPIX %d values (up "
+                        "to %g)", bscale, bzero, bitpix, lim);
+            return TESS_EINVAL;
+        }
+    }
+    return 0;
+}
+
 int fitsimg_read_info(const char *path, int hdu, fitsimg_info *info, char *err, size_t errlen)
 {
     memset(info, 0, sizeof *info);
@@ -205,6 +231,12 @@ int fitsimg_read_info(const char *path, int hdu, fitsimg_info *info, char *err, 
     if ((status = read_opt_double(f, "BSCALE", &info->bscale)) != 0 ||
         (status = read_opt_double(f, "BZERO", &info->bzero)) != 0) {
         set_cfitsio_err(err, errlen, "bad BSCALE or BZERO in", path, status);
+        rc = TESS_EINVAL;
+        goto out;
+    }
+    char why[160];
+    if (fitsimg_check_scaling(info->bitpix, info->bscale, info->bzero, why, sizeof why)) {
+        tess_seterr(err, errlen, "%s: %s", path, why);
         rc = TESS_EINVAL;
         goto out;
     }

@@ -49,6 +49,12 @@ int fitsimg_read_region(const char *path, int hdu, long z, long x0, long y0, lon
 int fitsimg_read_region_f32(const char *path, int hdu, long z, long x0, long y0, long w, long h,
                             float *out, char *err, size_t errlen);
 
+/* Checks the scaling of a data unit of `bitpix`: BSCALE and BZERO finite, BSCALE not 0,
+ * and for integers the largest stored magnitude scaled within what the values are read
+ * into (float32 for BITPIX 8 and 16, float64 for 32 and 64).  Returns 0 or TESS_EINVAL
+ * with err.  fitsimg_read_info applies it. */
+int fitsimg_check_scaling(int bitpix, double bscale, double bzero, char *err, size_t errlen);
+
 /* Looks up a card by keyword in a `header` as produced above (exact keyword, 8 chars
  * or fewer).  Copies the card's value text (quotes of strings removed, trailing blanks
  * trimmed) into `val`; returns 1 when found, 0 when not. */

@@ -367,15 +367,41 @@ START_TEST(test_failures)
     ck_assert_msg(strstr(err, "overlap") != NULL, "%s", err);
     ck_assert_int_eq(access(out, F_OK), -1);
     unlink(hdr);
+    /* An input cut short in its data unit: named as such, before anything is allocated
+     * (HorseHead.fits holds 891 x 893 x 2 bytes of data after 14400 of header). */
+    char cut[512], cmd[1200];
+    snprintf(cut, sizeof cut, "%s/cut.fits", t.path);
+    snprintf(cmd, sizeof cmd, "head -c 800000 %s > %s", HH, cut);
+    ck_assert_int_eq(system(cmd), 0);
+    const char *shortin[] = { "reproject", cut, "--target", HH_TARGET, "-o", out, NULL };
+    ck_assert_int_eq(run_tessera(&t, err, sizeof err, shortin), 1);
+    ck_assert_msg(strstr(err, "shorter than its header says") && strstr(err, "800000"), "%s",
+                  err);
+    ck_assert_int_eq(access(out, F_OK), -1);
+    unlink(cut);
+    /* Scalings that give no values: BSCALE = 0, and one that overflows float32. */
+    static const struct { double bscale; const char *why; } scal[] = {
+        { 0.0, "BSCALE = 0" }, { 1e308, "overflow BITPIX 16" } };
+    for (int k = 0; k < 2; k++) {
+        snprintf(cmd, sizeof cmd, "cp %s %s", HH, cut);
+        ck_assert_int_eq(system(cmd), 0);
+        fitsfile *ff = NULL;
+        int st = 0;
+        fits_open_diskfile(&ff, cut, READWRITE, &st);
+        double b = scal[k].bscale;
+        fits_update_key(ff, TDOUBLE, "BSCALE", &b, NULL, &st);
+        fits_close_file(ff, &st);
+        ck_assert_int_eq(st, 0);
+        ck_assert_int_eq(run_tessera(&t, err, sizeof err, shortin), 1);
+        ck_assert_msg(strstr(err, scal[k].why), "%s", err);
+        ck_assert_int_eq(access(out, F_OK), -1);
+        unlink(cut);
+    }
     ck_assert_int_eq(tmp_count(&t), 0);
     tmp_remove(&t);
 }
 END_TEST
 
-/* A write that fails part way (the disk full, a file size limit) exits 1 naming the
- * output and the system's reason, and leaves no file behind: a real ENOSPC from a 256 KB
- * tmpfs (tt_mount_tmpfs: needs CAP_SYS_ADMIN, said and skipped where refused) under a
- * 600 KB output, and EFBIG from RLIMIT_FSIZE. */
 /* Contents of a small text file (at most 63 bytes), NUL-terminated in buf. */
 static const char *slurp(const char *path, char *buf)
 {
@@ -460,6 +486,10 @@ START_TEST(test_output_not_followed)
 }
 END_TEST
 
+/* A write that fails part way (the disk full, a file size limit) exits 1 naming the
+ * output and the system's reason, and leaves no file behind: a real ENOSPC from a 256 KB
+ * tmpfs (tt_mount_tmpfs: needs CAP_SYS_ADMIN, said and skipped where refused) under a
+ * 600 KB output, and EFBIG from RLIMIT_FSIZE. */
 START_TEST(test_write_failure)
 {
     tmpdir t;

@@ -128,6 +128,25 @@ START_TEST(test_header_get_quotes_and_comments)
 }
 END_TEST
 
+/* fitsimg_check_scaling: what gives values passes, what cannot is refused. */
+START_TEST(test_check_scaling)
+{
+    char e[160];
+    ck_assert_int_eq(fitsimg_check_scaling(16, 1.0, 32768.0, e, sizeof e), 0);
+    ck_assert_int_eq(fitsimg_check_scaling(-32, 1e300, 0.0, e, sizeof e), 0);
+    ck_assert_int_eq(fitsimg_check_scaling(64, 1.0, 9223372036854775808.0, e, sizeof e), 0);
+    ck_assert_int_eq(fitsimg_check_scaling(16, 1e30, 0.0, e, sizeof e), 0);
+    ck_assert_int_eq(fitsimg_check_scaling(16, 0.0, 5.0, e, sizeof e), TESS_EINVAL);
+    ck_assert_ptr_nonnull(strstr(e, "BSCALE = 0"));
+    ck_assert_int_eq(fitsimg_check_scaling(16, 1e35, 0.0, e, sizeof e), TESS_EINVAL);
+    ck_assert_int_eq(fitsimg_check_scaling(8, 1.0, INFINITY, e, sizeof e), TESS_EINVAL);
+    ck_assert_int_eq(fitsimg_check_scaling(32, NAN, 0.0, e, sizeof e), TESS_EINVAL);
+    ck_assert_int_eq(fitsimg_check_scaling(32, 1e290, 0.0, e, sizeof e), 0);
+    ck_assert_int_eq(fitsimg_check_scaling(32, 1e300, 0.0, e, sizeof e), TESS_EINVAL);
+    ck_assert_int_eq(fitsimg_check_scaling(64, 1e300, 0.0, e, sizeof e), TESS_EINVAL);
+}
+END_TEST
+
 /* fitsimg_header_shift moves CRPIXn (alternates too) down and the DSS CNPIX1/2 up by
  * the offset, and nothing else. */
 START_TEST(test_header_shift)
@@ -676,6 +695,7 @@ int main(void)
     tcase_add_test(tc, test_info_m13);
     tcase_add_test(tc, test_header_get_quotes_and_comments);
     tcase_add_test(tc, test_header_shift);
+    tcase_add_test(tc, test_check_scaling);
     tcase_add_test(tc, test_region_m13_unsigned16);
     tcase_add_test(tc, test_region_gc_bscale_bzero);
     tcase_add_test(tc, test_region_l1448_plane20);

@@ -3,6 +3,7 @@
 
 #include "imageio/chunkstore.h"
 #include "imageio/fitsimg.h"
+#include "imageio/render.h"
 #include "imageio/stack.h"
 #include "util/error.h"
 #include "util/fileio.h"
@@ -1186,6 +1187,66 @@ static int recenter_plan(const json_t *body, const job_env *env, const char *wor
     return 0;
 }
 
+/* The median of the finite values among the m of a (numpy.percentile's 50th, by the
+ * renderer's quickselect, O(m)), NaN when none is finite or memory is short. */
+static double median_of(const double *a, size_t m)
+{
+    render_params p;
+    render_params_default(&p);
+    p.min_cut = p.max_cut = (render_cut){ 50.0, 1 };
+    double lo = NAN, hi = NAN;
+    if (render_resolve_cuts(a, m, &p, &lo, &hi) != 0)
+        return NAN;
+    return lo;
+}
+
+/* The centroid of the object in frame v (nx x ny; NaN skipped) into *cx, *cy: the
+ * background b is the median of the finite pixels and its noise s = 1.4826 MAD (the
+ * median absolute deviation, scaled to a Gaussian's sigma); the centroid weights
+ * v - b over the pixels above b + 3 s (a barycentre over the pixels above a detection
+ * threshold, as SExtractor measures one; Bertin & Arnouts 1996, A&AS 117, 393), over
+ * those above b when none is, and is the frame centre when none is above b (or the
+ * statistics cannot be had).  A plain
+ * intensity centroid counts the background too, which pulls it towards the middle of
+ * the frame.  `scratch` holds nx * ny values.  Cannot fail. */
+static void object_centroid(const double *v, long nx, long ny, double *scratch, double *cx,
+                            double *cy)
+{
+    size_t n = (size_t)nx * (size_t)ny;
+    *cx = nx / 2.0;
+    *cy = ny / 2.0;
+    double b = median_of(v, n);
+    if (!isfinite(b))
+        return;
+    for (size_t i = 0; i < n; i++)
+        scratch[i] = fabs(v[i] - b);
+    double t = b + 3.0 * 1.4826 * median_of(scratch, n);
+    if (!isfinite(t))
+        t = b;
+    for (int pass = 0; pass < 2; pass++) {
+        double lim = pass == 0 ? t : b, si = 0, sx = 0, sy = 0;
+        for (long y = 0; y < ny; y++) {
+            const double *row = v + y * nx;
+            double rs = 0, rx = 0;
+            for (long x = 0; x < nx; x++) {
+                double w = row[x] - b;
+                if (row[x] > lim && isfinite(w)) {
+                    rs += w;
+                    rx += w * (double)x;
+                }
+            }
+            si += rs;
+            sx += rx;
+            sy += rs * (double)y;
+        }
+        if (si > 0 && isfinite(si) && isfinite(sx) && isfinite(sy)) {
+            *cx = sx / si;
+            *cy = sy / si;
+            return;
+        }
+    }
+}
+
 static int recenter_run(void *state, int stage, long block, const volatile int *cancel,
                         char *err, size_t errlen)
 {
@@ -1194,10 +1255,11 @@ static int recenter_run(void *state, int stage, long block, const volatile int *
     const dataset *d = s->d;
     long nx = d->nx, ny = d->ny;
     double *plane = malloc(sizeof(double) * (size_t)nx * ny);
+    double *scratch = malloc(sizeof(double) * (size_t)nx * ny);
     double *crop = malloc(sizeof(double) * (size_t)s->w * s->h);
     int oes = chunkstore_esize(s->dt);
     unsigned char *enc = malloc((size_t)s->w * s->h * oes);
-    int rc = plane && crop && enc ? 0 : TESS_ENOMEM;
+    int rc = plane && scratch && crop && enc ? 0 : TESS_ENOMEM;
     if (rc)
         tess_seterr(err, errlen, "out of memory");
     int fd = rc ? -1 : open(s->out_path, O_WRONLY | O_CLOEXEC);
@@ -1215,29 +1277,8 @@ static int recenter_run(void *state, int stage, long block, const volatile int *
         rc = dataset_read_region(d, z, 0, 0, nx, ny, plane, err, errlen);
         if (rc)
             break;
-        double si = 0, sx = 0, sy = 0;
-        for (long y = 0; y < ny; y++) {
-            const double *row = plane + y * nx;
-            double rs = 0, rx = 0;
-            for (long x = 0; x < nx; x++) {
-                double v = row[x];
-                if (isfinite(v)) {
-                    rs += v;
-                    rx += v * (double)x;
-                }
-            }
-            si += rs;
-            sx += rx;
-            sy += rs * (double)y;
-        }
         origin_rec o;
-        if (si != 0 && isfinite(si)) {
-            o.cx = sx / si;
-            o.cy = sy / si;
-        } else {
-            o.cx = nx / 2.0;
-            o.cy = ny / 2.0;
-        }
+        object_centroid(plane, nx, ny, scratch, &o.cx, &o.cy);
         long ox = isfinite(o.cx) && fabs(o.cx) < 1e15 ? (long)o.cx - s->w / 2 : 0;
         long oy = isfinite(o.cy) && fabs(o.cy) < 1e15 ? (long)o.cy - s->h / 2 : 0;
         o.x0 = lmax(0, lmin(ox, nx - s->w));
@@ -1258,6 +1299,7 @@ static int recenter_run(void *state, int stage, long block, const volatile int *
     if (ofd >= 0)
         close(ofd);
     free(plane);
+    free(scratch);
     free(crop);
     free(enc);
     return rc;

@@ -31,9 +31,11 @@
  *       would open every frame again.)  When the dataset has a current rechunk copy
  *       attached at planning time, one stage of bands reads the series from it.
  *   {"type": "recenter", "dataset": NAME, "size": [W, H], "output": {"name": NEW}}
- *       Per frame z: the intensity centroid cx = sum(I x) / sum(I), cy = sum(I y) / sum(I)
- *       over the finite pixels (x, y 0-based pixel indices; the frame centre (nx/2, ny/2)
- *       when sum(I) is 0 or not finite); crop origin x0 = (long)cx - W/2 (integer
+ *       Per frame z: the centroid of the object, cx = sum(w x) / sum(w), cy likewise,
+ *       with w = I - b over the pixels brighter than b + 3 s, b the median of the finite
+ *       pixels and s = 1.4826 MAD (over those brighter than b when none is; x, y 0-based
+ *       pixel indices; the frame centre (nx/2, ny/2) when none is brighter than b); crop
+ *       origin x0 = (long)cx - W/2 (integer
  *       division), clamped to 0..nx-W (the same for y); the W x H crop at (x0, y0).
  *       Output: a FITS cube (W, H, nz) in the source's value type (BITPIX 8, 16 with
  *       BZERO 32768, 16, or -32), with a binary table extension ORIGINS (FRAME, X0, Y0

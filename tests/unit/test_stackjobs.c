@@ -558,6 +558,31 @@ END_TEST
 
 /* ---- recenter ------------------------------------------------------------------------ */
 
+static int cmp_d(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* The median of the finite values of v[0..n), by sorting a copy. */
+static double sorted_median(const double *v, long n)
+{
+    double *c = malloc(sizeof(double) * (size_t)n);
+    long m = 0;
+    for (long i = 0; i < n; i++)
+        if (isfinite(v[i]))
+            c[m++] = v[i];
+    qsort(c, (size_t)m, sizeof *c, cmp_d);
+    double r = m % 2 ? c[m / 2] : 0.5 * (c[m / 2 - 1] + c[m / 2]);
+    free(c);
+    return r;
+}
+
+/* The recentring job against the definition of job_stack.h, computed here by sorting:
+ * background b = median, s = 1.4826 MAD, weights I - b over I > b + 3 s.  For "gen" the
+ * object is a 5x5 patch centred on (6 + 5z, 5 + 3z) over a texture of 0..49: its
+ * centroid must land within half a pixel of that (a plain intensity centroid, which the
+ * job used, was dragged towards the middle of the frame by the texture). */
 static void check_recenter(const char *name, long w, long h)
 {
     const dataset *d = ds(name);
@@ -582,20 +607,43 @@ static void check_recenter(const char *name, long w, long h)
     ck_assert_int_eq(st, 0);
     ck_assert_int_eq(nrows, d->nz);
     long *x0 = malloc(sizeof(long) * (size_t)d->nz), *y0 = malloc(sizeof(long) * (size_t)d->nz);
+    double *cxs = malloc(sizeof(double) * (size_t)d->nz), *cys = malloc(sizeof(double) * (size_t)d->nz);
     fits_read_col(f, TLONG, 2, 1, 1, d->nz, NULL, x0, NULL, &st);
     fits_read_col(f, TLONG, 3, 1, 1, d->nz, NULL, y0, NULL, &st);
+    fits_read_col(f, TDOUBLE, 4, 1, 1, d->nz, NULL, cxs, NULL, &st);
+    fits_read_col(f, TDOUBLE, 5, 1, 1, d->nz, NULL, cys, NULL, &st);
     fits_close_file(f, &st);
     ck_assert_int_eq(st, 0);
+    long npx = d->nx * d->ny;
+    double *dev = malloc(sizeof(double) * (size_t)npx);
     for (long z = 0; z < d->nz; z++) {
-        const double *fr = cube + z * d->nx * d->ny;
+        const double *fr = cube + z * npx;
+        double b = sorted_median(fr, npx);
+        for (long i = 0; i < npx; i++)
+            dev[i] = fabs(fr[i] - b);
+        double t = b + 3.0 * 1.4826 * sorted_median(dev, npx);
         double si = 0, sx = 0, sy = 0;
-        for (long y = 0; y < d->ny; y++)
-            for (long x = 0; x < d->nx; x++)
-                if (!isnan(fr[y * d->nx + x])) {
-                    si += fr[y * d->nx + x];
-                    sx += fr[y * d->nx + x] * x;
-                    sy += fr[y * d->nx + x] * y;
+        for (int pass = 0; pass < 2 && !(si > 0); pass++) {
+            double lim = pass ? b : t;
+            si = sx = sy = 0;
+            for (long y = 0; y < d->ny; y++)
+                for (long x = 0; x < d->nx; x++) {
+                    double v = fr[y * d->nx + x];
+                    if (v > lim) {
+                        si += v - b;
+                        sx += (v - b) * (double)x;
+                        sy += (v - b) * (double)y;
+                    }
                 }
+        }
+        ck_assert_msg(si > 0, "%s frame %ld: nothing above the background", name, z);
+        ck_assert_msg(fabs(cxs[z] - sx / si) < 1e-9 * d->nx && fabs(cys[z] - sy / si) < 1e-9 * d->ny,
+                      "%s frame %ld: centroid (%.6f, %.6f), expected (%.6f, %.6f)", name, z,
+                      cxs[z], cys[z], sx / si, sy / si);
+        if (strcmp(name, "gen") == 0)
+            ck_assert_msg(fabs(cxs[z] - (6 + 5 * z)) < 0.5 && fabs(cys[z] - (5 + 3 * z)) < 0.5,
+                          "gen frame %ld: centroid (%.3f, %.3f), the patch is centred on (%ld, "
+                          "%ld)", z, cxs[z], cys[z], 6 + 5 * z, 5 + 3 * z);
         long ex = (long)(sx / si) - w / 2, ey = (long)(sy / si) - h / 2;
         ex = ex < 0 ? 0 : ex > d->nx - w ? d->nx - w : ex;
         ey = ey < 0 ? 0 : ey > d->ny - h ? d->ny - h : ey;
@@ -613,6 +661,9 @@ static void check_recenter(const char *name, long w, long h)
     }
     free(x0);
     free(y0);
+    free(cxs);
+    free(cys);
+    free(dev);
     free(cube);
     unlink(path);
 }

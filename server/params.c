@@ -252,8 +252,12 @@ static int path_long(const char **s, const char *stops, long *out)
 int params_slice_path(const char *s, slice_params *p, param_error *e)
 {
     memset(p, 0, sizeof(*p));
-    if ((strncmp(s, "xy/", 3) != 0 && strncmp(s, "xz/", 3) != 0 && strncmp(s, "yz/", 3) != 0))
-        return fail(e, "plane", "slice plane must be xy, xz or yz");
+    int known = strncmp(s, "xy", 2) == 0 || strncmp(s, "xz", 2) == 0 || strncmp(s, "yz", 2) == 0;
+    if (known && (s[2] == '\0' || (s[2] == '/' && s[3] == '\0')))
+        return fail(e, "size", "the slice path goes on after the plane: "
+                    "%.2s/{W}_{H}/{X}_{Y}_{Z}.{png|jpg|fits|npy|raw}", s);
+    if (!known || s[2] != '/')
+        return fail(e, "plane", "slice plane must be xy, xz or yz, got '%.20s'", s);
     memcpy(p->plane, s, 2);
     p->plane[2] = '\0';
     s += 3;

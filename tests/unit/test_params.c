@@ -123,6 +123,14 @@ START_TEST(test_slice_path)
     ck_assert_int_eq(s.format, FMT_RAW);
     ck_assert_int_eq(params_slice_path("zx/1_1/0_0_0.png", &s, &e), TESS_EINVAL);
     ck_assert_str_eq(e.parameter, "plane");
+    /* The plane alone: the size is what is missing, not the plane. */
+    ck_assert_int_eq(params_slice_path("xy", &s, &e), TESS_EINVAL);
+    ck_assert_str_eq(e.parameter, "size");
+    ck_assert_ptr_nonnull(strstr(e.detail, "xy/{W}_{H}"));
+    ck_assert_int_eq(params_slice_path("yz/", &s, &e), TESS_EINVAL);
+    ck_assert_str_eq(e.parameter, "size");
+    ck_assert_int_eq(params_slice_path("xyz/1_1/0_0_0.png", &s, &e), TESS_EINVAL);
+    ck_assert_str_eq(e.parameter, "plane");
     ck_assert_int_eq(params_slice_path("xy/1_1/0_0_0", &s, &e), TESS_EINVAL);
     ck_assert_int_eq(params_slice_path("xy/1_1/0_0_0.png/extra", &s, &e), TESS_EINVAL);
     ck_assert_int_eq(params_slice_path("xy/-1_1/0_0_0.png", &s, &e), TESS_EINVAL);

@@ -194,6 +194,9 @@ static int parse_region(const char *s, long W, long H, iiif_request *q, iiif_err
         double x1 = (v[0] + v[2]) * (double)W / 100.0, y1 = (v[1] + v[3]) * (double)H / 100.0;
         x = llround(v[0] * (double)W / 100.0);
         y = llround(v[1] * (double)H / 100.0);
+        /* A start under 100% that rounds to the far edge lies in the last pixel. */
+        x = x >= W ? W - 1 : x;
+        y = y >= H ? H - 1 : y;
         long long xe = x1 > (double)IIIF_MAX_COORD ? IIIF_MAX_COORD : llround(x1);
         long long ye = y1 > (double)IIIF_MAX_COORD ? IIIF_MAX_COORD : llround(y1);
         w = xe > x ? xe - x : 1;

@@ -2460,19 +2460,25 @@ done:
     return rc;
 }
 
+/* What `tessera`, `tessera --help` print: the commands; each has its own --help. */
+static const char overview_usage[] =
+    "usage: tessera COMMAND [ARGS]   (tessera COMMAND --help: its options and exit statuses)\n"
+    "\n"
+    "The engine of tesserad, offline:\n"
+    "  reproject   a FITS image or cube onto a target WCS (nearest, bilinear, bicubic,\n"
+    "              lanczos3, or exact flux-conserving)\n"
+    "  mosaic      many images onto one grid: reprojected, backgrounds matched, coadded\n"
+    "  hips        a static HiPS tree of an image (properties, tiles, Allsky, Moc.fits)\n"
+    "  mkstack     a synthetic EM-like stack of frames and its true trajectory\n"
+    "A server's job API (--server URL, default $TESSERA_SERVER or http://127.0.0.1:8080):\n"
+    "  submit      post a job (a JSON file) and follow it with a progress bar\n"
+    "  jobs        list the server's jobs\n"
+    "  cancel      cancel a job\n";
+
 int main(int argc, char **argv)
 {
     if (argc < 2 || strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "--help") == 0) {
-        FILE *f = argc < 2 ? stderr : stdout;
-        fputs(reproject_usage, f);
-        fputc('\n', f);
-        fputs(hips_usage, f);
-        fputc('\n', f);
-        fputs(cmd_jobs_usage(), f);
-        fputc('\n', f);
-        fputs(cmd_mkstack_usage(), f);
-        fputc('\n', f);
-        fputs(cmd_mosaic_usage(), f);
+        fputs(overview_usage, argc < 2 ? stderr : stdout);
         return argc < 2 ? EXIT_USAGE : EXIT_OK;
     }
     /* A file size limit (ulimit -f) then fails a write with EFBIG, reported like any

@@ -306,7 +306,16 @@ START_TEST(test_usage)
     snprintf(out, sizeof out, "%s/o.fits", t.path);
     const char *none[] = { NULL };
     ck_assert_int_eq(run_tessera(&t, err, sizeof err, none), 2);
-    ck_assert_msg(strstr(err, "usage") != NULL, "%s", err);
+    ck_assert_msg(strstr(err, "usage: tessera COMMAND") != NULL, "%s", err);
+    /* The overview lists every command in a screenful. */
+    static const char *const cmds[] = { "reproject", "mosaic", "hips", "mkstack", "submit",
+                                        "jobs", "cancel" };
+    int lines = 0;
+    for (const char *c = err; *c; c++)
+        lines += *c == '\n';
+    ck_assert_int_le(lines, 24);
+    for (size_t k = 0; k < sizeof cmds / sizeof cmds[0]; k++)
+        ck_assert_msg(strstr(err, cmds[k]) != NULL, "%s missing: %s", cmds[k], err);
     const char *help[] = { "reproject", "--help", NULL };
     ck_assert_int_eq(run_tessera(&t, err, sizeof err, help), 0);
     const char *cmd[] = { "frobnicate", NULL };

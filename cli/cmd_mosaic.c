@@ -420,6 +420,10 @@ int cmd_mosaic(int argc, char **argv)
         rc = prc == TESS_ENOOVERLAP ? M_NOOVERLAP : M_FAIL;
         goto done;
     }
+    for (int k = 0; k < n; k++)
+        if (!mos_input_overlaps(m, k))
+            mmsg("warning: input %d, '%s', does not overlap the target: it adds nothing", k + 1,
+                 paths[k]);
     double t_plan = cli_now_s(), t_stage[4] = { 0 };
     runner r;
     memset(&r, 0, sizeof r);

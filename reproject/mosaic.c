@@ -756,6 +756,11 @@ int mos_nstages(const mosaic *m)
     return m->nstages;
 }
 
+int mos_input_overlaps(const mosaic *m, int k)
+{
+    return k >= 0 && k < m->n && m->in[k].box[2] > 0;
+}
+
 long mos_nblocks(const mosaic *m, int stage)
 {
     return stage >= 0 && stage < m->nstages ? m->nblocks[stage] : 0;
@@ -827,7 +832,8 @@ static int build_headers(const mosaic *m, const double *corr, cardbuf *h0, cardb
     for (int k = 0; k < m->n; k++) {
         char key[16];
         snprintf(key, sizeof key, "INP%d", k + 1);
-        cb_str(h0, key, m->in[k].name, NULL);
+        cb_str(h0, key, m->in[k].name,
+               m->in[k].box[2] > 0 ? NULL : "does not overlap the target: adds nothing");
     }
     if (m->bg != MOS_BG_NONE) {
         cb_add(h0, "COMMENT Background of input n subtracted: BGAn + BGBn * x + BGCn * y,");

@@ -127,6 +127,9 @@ int mos_plan(const mos_spec *spec, const char *workdir, int threads, mosaic **ou
 
 int mos_nstages(const mosaic *m);
 long mos_nblocks(const mosaic *m, int stage);        /* >= 1 */
+/* 1 when input k (0-based) covers some output pixel, 0 when it does not overlap the
+ * target and adds nothing (its INPn card says so in the product). */
+int mos_input_overlaps(const mosaic *m, int k);
 const char *mos_stage_name(const mosaic *m, int stage);
 void mos_target_size(const mosaic *m, long *nx, long *ny);
 /* The box of input k (see mos_bbox), in output pixels. */

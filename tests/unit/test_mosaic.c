@@ -700,6 +700,19 @@ START_TEST(test_errors)
     s = base_spec(tiles, 6, NULL, 0);
     s.max_pixels = 1000;
     ck_assert_int_eq(mos_plan(&s, dir, 1, &m, err, sizeof err), TESS_ETOOBIG);
+    /* An input off the target is planned, and said to add nothing (the product's INPn
+     * comment and the command line's warning come from mos_input_overlaps). */
+    int tk = 0;
+    char *tc = reference_target(&tk);
+    mos_input two[2] = { tiles[0], { TESSERA_DEMO_DIR "/HorseHead.fits", NULL, 0 } };
+    s = base_spec(two, 2, tc, tk);
+    ck_assert_msg(mos_plan(&s, dir, 1, &m, err, sizeof err) == 0, "%s", err);
+    ck_assert_int_eq(mos_input_overlaps(m, 0), 1);
+    ck_assert_int_eq(mos_input_overlaps(m, 1), 0);
+    ck_assert_int_eq(mos_input_overlaps(m, 2), 0);
+    mos_free(m);
+    m = NULL;
+    free(tc);
     free(cards);
     rm_dir(dir);
 }

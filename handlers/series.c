@@ -329,7 +329,7 @@ static void series_work(hreq *r)
     json_object_set_new(doc, "dataset", json_string(d->name));
     json_object_set_new(doc, "x", json_integer(j->x));
     json_object_set_new(doc, "y", json_integer(j->y));
-    json_object_set_new(doc, "unit", json_string(d->bunit));
+    json_object_set_new(doc, "unit", d->bunit[0] ? json_string(d->bunit) : json_null());
     reply_profile(r, j->format, doc, &za, v, d->nz, d->bunit);
     zaxis_release(&za);
     free(v);

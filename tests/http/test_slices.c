@@ -361,6 +361,8 @@ START_TEST(test_series)
     ck_assert_ptr_nonnull(doc);
     ck_assert_str_eq(json_string_value(json_object_get(doc, "dataset")), "l1448_13co");
     ck_assert_int_eq(json_integer_value(json_object_get(doc, "x")), 50);
+    /* No BUNIT in the file: null, as the dataset listing's bunit (not ""). */
+    ck_assert(json_is_null(json_object_get(doc, "unit")));
     json_t *za = json_object_get(doc, "z_axis");
     ck_assert_str_eq(json_string_value(json_object_get(za, "name")), "VOPT");
     ck_assert_str_eq(json_string_value(json_object_get(za, "unit")), "m s-1");

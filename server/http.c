@@ -788,11 +788,7 @@ int tserver_start(const tess_config *cfg, tserver **out, char *err, size_t errle
 
     struct sockaddr_storage ss;
     memset(&ss, 0, sizeof(ss));
-    /* poll(2), level-triggered, not the epoll that MHD_USE_AUTO_INTERNAL_THREAD picks:
-     * with libmicrohttpd 0.9.75's edge-triggered epoll, a client whose partial request
-     * and FIN arrive together is never read again, and its connection waits in
-     * CLOSE-WAIT for connection_timeout_s, holding a max_connections slot. */
-    unsigned int flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL | MHD_ALLOW_SUSPEND_RESUME |
+    unsigned int flags = MHD_USE_AUTO_INTERNAL_THREAD | MHD_ALLOW_SUSPEND_RESUME |
                          MHD_USE_ERROR_LOG;
     struct sockaddr_in *a4 = (struct sockaddr_in *)&ss;
     struct sockaddr_in6 *a6 = (struct sockaddr_in6 *)&ss;

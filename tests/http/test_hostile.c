@@ -714,28 +714,6 @@ START_TEST(test_slow_loris)
 }
 END_TEST
 
-/* Clients that send part of a request and close at once (the data and the FIN arriving
- * together) free their connection slot at once, not after connection_timeout_s: twice
- * max_connections of them, then a normal request is served.  (With libmicrohttpd's
- * edge-triggered epoll those connections waited in CLOSE-WAIT for the timeout and the
- * server answered 503.) */
-START_TEST(test_abandoned_requests_free_their_slot)
-{
-    const double ts = tt_time_scale();
-    static const char *const partial[] = {"GET /healthz HTTP/1.1\r\nHost: x\r\n",
-                                          "POST /api/v1/cutout?dataset=horsehead HTTP/1.1\r\n"
-                                          "Content-Length: 5000000\r\n\r\nSIMPLE  =  T"};
-    for (int i = 0; i < 2 * MAX_CONN; i++) {
-        int fd = raw_connect(10);
-        send_all(fd, partial[i % 2], strlen(partial[i % 2]));
-        close(fd);
-    }
-    usleep((useconds_t)(300000 * ts));
-    for (int i = 0; i < 3; i++)
-        assert_alive();
-}
-END_TEST
-
 START_TEST(test_too_many_connections)
 {
     /* max_connections + 4 idle connections (the accept happens at once). */
@@ -862,7 +840,6 @@ static Suite *suite(void)
     tcase_add_test(tc, test_job_bodies);
     tcase_add_test(tc, test_slow_loris);
     tcase_add_test(tc, test_too_many_connections);
-    tcase_add_test(tc, test_abandoned_requests_free_their_slot);
     tcase_add_test(tc, test_access_log_format);
     suite_add_tcase(s, tc);
     return s;

@@ -788,6 +788,9 @@ int tserver_start(const tess_config *cfg, tserver **out, char *err, size_t errle
 
     struct sockaddr_storage ss;
     memset(&ss, 0, sizeof(ss));
+    /* epoll (what AUTO picks): MHD_USE_POLL would close connections whose partial request
+     * and FIN arrive together at once, but it also ends half-closed clients' connections
+     * before their answer; see docs/operations.md, "Clients that close mid-request". */
     unsigned int flags = MHD_USE_AUTO_INTERNAL_THREAD | MHD_ALLOW_SUSPEND_RESUME |
                          MHD_USE_ERROR_LOG;
     struct sockaddr_in *a4 = (struct sockaddr_in *)&ss;

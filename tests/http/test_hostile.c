@@ -714,6 +714,31 @@ START_TEST(test_slow_loris)
 }
 END_TEST
 
+/* A client that sends a whole request and then half-closes (shutdown SHUT_WR, as
+ * `printf ... | nc -N` and some HTTP/1.0 clients do) still gets its answer, also when
+ * the answer is computed on a worker.  (Polling the connections with poll(2) instead of
+ * libmicrohttpd's epoll ended such connections at the FIN, before the answer.) */
+START_TEST(test_half_closed_client_is_answered)
+{
+    for (int i = 0; i < 3; i++) {
+        char req[512];
+        snprintf(req, sizeof req,
+                 "GET /api/v1/cutout?dataset=gc_2mass_k&ra=0&dec=0&coordsys=galactic&fov=0.5"
+                 "&width=%d&height=%d&format=png HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+                 301 + i, 301 + i);
+        int fd = raw_connect(30);
+        ck_assert_int_eq(send_all(fd, req, strlen(req)), 0);
+        ck_assert_int_eq(shutdown(fd, SHUT_WR), 0);
+        tt_resp r = raw_read(fd);
+        ck_assert_msg(r.status == 200, "half-closed client %d: status %ld", i, r.status);
+        ck_assert_str_eq(r.content_type, "image/png");
+        tt_resp_free(&r);
+        close(fd);
+    }
+    assert_alive();
+}
+END_TEST
+
 START_TEST(test_too_many_connections)
 {
     /* max_connections + 4 idle connections (the accept happens at once). */
@@ -840,6 +865,7 @@ static Suite *suite(void)
     tcase_add_test(tc, test_job_bodies);
     tcase_add_test(tc, test_slow_loris);
     tcase_add_test(tc, test_too_many_connections);
+    tcase_add_test(tc, test_half_closed_client_is_answered);
     tcase_add_test(tc, test_access_log_format);
     suite_add_tcase(s, tc);
     return s;

@@ -320,9 +320,11 @@ int params_header_cards(const char *text, size_t len, int max_cards, char **card
 {
     *cards = NULL;
     *nkeys = 0;
-    /* Raw cards: no newline at all, or a whole FITS file (its first card SIMPLE, then
-     * cards to END; the data after the header, which may hold any byte, are not read). */
-    int fits_file = len >= 80 && memchr(text, '\n', 80) == NULL
+    /* Raw cards: no newline at all, or a whole FITS file (its first card SIMPLE and a
+     * first header block of 2880 bytes without a newline, then cards to END; the data
+     * after the header, which may hold any byte, are not read).  A text header that
+     * starts with SIMPLE has its first newline at byte 80 or before. */
+    int fits_file = len >= 2880 && memchr(text, '\n', 2880) == NULL
                     && strncmp(text, "SIMPLE  =", 9) == 0;
     int raw = fits_file || memchr(text, '\n', len) == NULL;
     if (raw && len % 80 != 0)

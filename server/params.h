@@ -67,7 +67,8 @@ int params_slice_path(const char *s, slice_params *p, param_error *e);
 /* Turns the body of a POST cutout into FITS cards: text with one card a line (lines
  * longer than 80 characters are an error, shorter ones are blank-padded, CR LF accepted)
  * or a raw FITS header (a multiple of 80 characters without newlines), or a whole FITS
- * file (first card SIMPLE, a multiple of 80 bytes; the data after END are not read).
+ * file (first card SIMPLE, a first block of 2880 bytes without a newline, a multiple of 80
+ * bytes; the data after END are not read).
  * Stops at END.
  * Only printable ASCII is allowed; numeric WCS cards (NAXISn, CRPIXn, CRVALn, CDELTn,
  * CROTAn, CDi_j, PCi_j, PVi_m, LONPOLE, LATPOLE, EQUINOX) must hold a finite number.

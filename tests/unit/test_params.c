@@ -3,6 +3,7 @@
 #include <check.h>
 #include <math.h>
 #include <stdlib.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "server/config.h"
@@ -179,6 +180,19 @@ START_TEST(test_header_cards)
     const char *many = "A = 1\nB = 2\nC = 3\n";
     ck_assert_int_eq(params_header_cards(many, strlen(many), 2, &cards, &n, &e), TESS_EINVAL);
     ck_assert_int_eq(params_header_cards("\n\n", 2, 2, &cards, &n, &e), TESS_EINVAL);
+
+    /* A text header that starts with SIMPLE, 80 columns a line (astropy's
+     * Header.totextfile): text, not a FITS file, however long. */
+    char simple[40 * 81 + 1];
+    size_t sl = 0;
+    for (int k = 0; k < 40; k++)
+        sl += (size_t)snprintf(simple + sl, sizeof simple - sl, "%-80s\n",
+                               k == 0 ? "SIMPLE  =                    T"
+                               : k == 39 ? "END" : "COMMENT   filler");
+    ck_assert_int_eq(params_header_cards(simple, sl, 100, &cards, &n, &e), 0);
+    ck_assert_int_eq(n, 39);
+    ck_assert_int_eq(strncmp(cards, "SIMPLE  =                    T", 30), 0);
+    free(cards);
 }
 END_TEST
 

@@ -2028,9 +2028,13 @@ static int copy_file(const char *from, const char *to)
     int in = open(from, O_RDONLY | O_CLOEXEC);
     if (in < 0)
         return -1;
-    int out = open(to, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    /* A new file only (the caller removed `to` just before): a symbolic link or file
+     * put there since is not written through (errno EEXIST). */
+    int out = open(to, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
     if (out < 0) {
+        int e = errno;
         close(in);
+        errno = e;
         return -1;
     }
     size_t cap = (size_t)8 << 20;
@@ -2099,8 +2103,10 @@ int mos_finish(mosaic *m, const char *out_path, char *err, size_t errlen)
         return TESS_EIO;
     }
     if (link(path, out_path) != 0 && copy_file(path, out_path) != 0) {
-        tess_seterr(err, errlen, "cannot write '%s': %s", out_path, strerror(errno));
-        unlink(out_path);
+        int e = errno;
+        tess_seterr(err, errlen, "cannot write '%s': %s", out_path, strerror(e));
+        if (e != EEXIST)          /* what is there then is not ours: leave it */
+            unlink(out_path);
         return TESS_EIO;
     }
     return 0;

@@ -115,9 +115,13 @@ static int move_file(const char *from, const char *to, char *err, size_t errlen)
     return 0;
 }
 
-/* The value type that holds the physical values of `d` exactly (see job_stack.h). */
+/* The value type that holds the physical values of `d` exactly (see job_stack.h).  PNG
+ * frames hold unsigned samples (0..255, 0..65535) under a BITPIX 8 or 16 header without
+ * BZERO (imageio/stack.h): 16-bit ones are uint16, not int16. */
 static cs_dtype choose_dtype(const dataset *d)
 {
+    if (d->kind == DS_STACK && d->npaths > 0 && frame_is_png(d->paths[0]))
+        return d->bitpix == 16 ? CS_U16 : CS_U8;
     char v[80];
     double bscale = 1, bzero = 0;
     int blank = 0;

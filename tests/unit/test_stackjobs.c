@@ -51,6 +51,9 @@ static job_env env;
 #define LONG_NY 7
 #define LONG_NZ 300
 
+/* genpng16: gen_value times this, up to 206 x 300 = 61800 (more than int16 holds). */
+#define PNG16_SCALE 300
+
 /* Pixel (x, y) of generated frame z (BITPIX 8): a texture and a bright 5x5 patch that
  * drifts across the frames. */
 static double gen_value(long x, long y, long z)
@@ -124,6 +127,15 @@ static void setup(void)
         snprintf(p, sizeof p, "%s/png_%03ld.png", gendir, z);
         ck_assert_msg(frame_write_png(p, pv, GEN_NX, GEN_NY, 8, 1, e, sizeof e) == 0, "%s", e);
     }
+    /* And as 16-bit PNGs, scaled past 32767 (PNG samples are unsigned). */
+    for (long z = 0; z < GEN_NZ; z++) {
+        for (long y = 0; y < GEN_NY; y++)
+            for (long x = 0; x < GEN_NX; x++)
+                pv[y * GEN_NX + x] = (unsigned short)(gen_value(x, y, z) * PNG16_SCALE);
+        char p[128], e[256];
+        snprintf(p, sizeof p, "%s/p16_%03ld.png", gendir, z);
+        ck_assert_msg(frame_write_png(p, pv, GEN_NX, GEN_NY, 16, 1, e, sizeof e) == 0, "%s", e);
+    }
     free(pv);
     char text[2048], err[256];
     snprintf(text, sizeof text,
@@ -134,8 +146,9 @@ static void setup(void)
              "{\"name\": \"gen\", \"frames\": \"%s/gen_*.fits\"},"
              "{\"name\": \"gennan\", \"frames\": \"%s/nan_*.fits\"},"
              "{\"name\": \"genlong\", \"frames\": \"%s/long_*.fits\"},"
-             "{\"name\": \"genpng\", \"frames\": \"%s/png_*.png\"}]}",
-             TESSERA_DEMO_DIR, gendir, gendir, gendir, gendir, gendir);
+             "{\"name\": \"genpng\", \"frames\": \"%s/png_*.png\"},"
+             "{\"name\": \"genpng16\", \"frames\": \"%s/p16_*.png\"}]}",
+             TESSERA_DEMO_DIR, gendir, gendir, gendir, gendir, gendir, gendir);
     ck_assert_int_eq(config_init(&cfg), 0);
     int rc = config_load_text(text, &cfg, err, sizeof err);
     ck_assert_msg(rc == 0, "config: %s", err);
@@ -272,11 +285,12 @@ static void product_path(char *out, size_t len, const char *name)
 static double *read_cube(const dataset *d)
 {
     double *all = malloc(sizeof(double) * (size_t)(d->nx * d->ny * d->nz));
-    if (strcmp(d->name, "genpng") == 0) {   /* the values its PNGs were written from */
+    int png16 = strcmp(d->name, "genpng16") == 0;
+    if (strcmp(d->name, "genpng") == 0 || png16) {   /* the values its PNGs were written from */
         for (long z = 0; z < d->nz; z++)
             for (long y = 0; y < d->ny; y++)
                 for (long x = 0; x < d->nx; x++)
-                    all[(z * d->ny + y) * d->nx + x] = gen_value(x, y, z);
+                    all[(z * d->ny + y) * d->nx + x] = gen_value(x, y, z) * (png16 ? PNG16_SCALE : 1);
         return all;
     }
     for (long z = 0; z < d->nz; z++) {
@@ -425,6 +439,8 @@ END_TEST
 START_TEST(test_rechunk_gen)
 {
     char store[256];
+    check_rechunk("genpng16", 1, CS_U16, store, sizeof store);
+    unlink(store);
     check_rechunk("gen", 1, CS_U8, store, sizeof store);
     check_rechunk("gennan", 1, CS_F32, store, sizeof store);
     unlink(store);
@@ -671,6 +687,9 @@ static void check_recenter(const char *name, long w, long h)
 START_TEST(test_recenter)
 {
     check_recenter("gen", 15, 9);
+    /* 16-bit PNG frames hold values past 32767: the product keeps them (uint16 with BZERO
+     * 32768; they were written as int16 and wrapped). */
+    check_recenter("genpng16", 15, 9);
     check_recenter("m13", 400, 300);
     check_recenter("l1448_13co", 40, 30);
 }

@@ -31,8 +31,9 @@ extern const job_kind job_kind_mosaic;
  *        "method": as for a mosaic (default bilinear),
  *        "output": {"name": "new dataset name"}}
  * It is a mosaic of that one input with combine "first" and no background matching, so
- * HDU 0 holds the reprojected values themselves (the same as POST /api/v1/cutout gives
- * for that header and method) and HDU 1 COVERAGE the footprint.  Problems as for a
+ * HDU 0 holds the reprojected values themselves as float32 (those POST /api/v1/cutout
+ * gives for that header and method, to 1 float32 ulp: crops shift the WCS) and HDU 1
+ * COVERAGE the footprint.  Problems as for a
  * mosaic, the input named "input". */
 extern const job_kind job_kind_reproject;
 

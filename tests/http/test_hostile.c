@@ -81,7 +81,7 @@ static tt_resp raw_read(int fd)
     char *b = malloc(cap + 1);
     ck_assert_ptr_nonnull(b);
     long clen = -1;
-    char *body = NULL;
+    size_t body = 0;          /* offset of the body in b; 0 until the head is complete */
     for (;;) {
         if (len == cap) {
             cap *= 2;
@@ -97,7 +97,7 @@ static tt_resp raw_read(int fd)
             char *eoh = strstr(b, "\r\n\r\n");
             if (!eoh)
                 continue;
-            body = eoh + 4;
+            body = (size_t)(eoh + 4 - b);
             /* Parse the head once. */
             *eoh = '\0';
             sscanf(b, "HTTP/1.%*d %ld", &r.status);
@@ -112,15 +112,15 @@ static tt_resp raw_read(int fd)
             }
             *eoh = '\r';
         }
-        if (body && clen >= 0 && (size_t)(b + len - body) >= (size_t)clen)
+        if (body && clen >= 0 && len - body >= (size_t)clen)
             break;
     }
     if (body) {
-        size_t blen = (size_t)(b + len - body);
+        size_t blen = len - body;
         if (clen >= 0 && (size_t)clen < blen)
             blen = (size_t)clen;
         r.body = malloc(blen + 1);
-        memcpy(r.body, body, blen);
+        memcpy(r.body, b + body, blen);
         r.body[blen] = '\0';
         r.len = blen;
     } else {

@@ -1,6 +1,7 @@
 /* Disk tier of the tile cache: one file per entry, an in-memory LRU index, a byte budget. */
 #include "cache/diskcache.h"
 #include "util/error.h"
+#include "util/hash.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -40,12 +41,7 @@ struct diskcache {
 /* FNV-1a 64 of the key, the file's name. */
 static uint64_t key_hash(const char *key)
 {
-    uint64_t h = 14695981039346656037ULL;
-    for (const unsigned char *p = (const unsigned char *)key; *p; p++) {
-        h ^= *p;
-        h *= 1099511628211ULL;
-    }
-    return h;
+    return tess_fnv1a64(key, strlen(key), TESS_FNV64_OFFSET);
 }
 
 static void entry_path(const diskcache *c, uint64_t h, char *out, size_t len)

@@ -8,23 +8,15 @@
 #include <string.h>
 
 #include "util/error.h"
+#include "util/hash.h"
 
-/* FNV-1a, 64-bit (Fowler, Noll, Vo; draft-eastlake-fnv): offset basis and prime. */
-#define FNV64_OFFSET UINT64_C(14695981039346656037)
-#define FNV64_PRIME  UINT64_C(1099511628211)
 
 #define SHARDS_MAX 256
 #define BUCKETS_MIN 16
 
 static uint64_t fnv1a64(const void *p, size_t n)
 {
-    const unsigned char *s = p;
-    uint64_t h = FNV64_OFFSET;
-    for (size_t i = 0; i < n; i++) {
-        h ^= s[i];
-        h *= FNV64_PRIME;
-    }
-    return h;
+    return tess_fnv1a64(p, n, TESS_FNV64_OFFSET);
 }
 
 /* The splitmix64 finaliser: spreads FNV's weak high bits, which pick the shard. */

@@ -5,6 +5,7 @@
 #include "reproject/reproject.h"
 #include "server/problem.h"
 #include "util/error.h"
+#include "util/hash.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -34,16 +35,6 @@ static void cutout_job_free(void *arg)
 static const char *lookup(void *cls, const char *key)
 {
     return hreq_arg(cls, key);
-}
-
-/* 64-bit FNV-1a, seeded, for cache keys of header bodies. */
-static unsigned long long fnv1a(const char *s, size_t n, unsigned long long h)
-{
-    for (size_t i = 0; i < n; i++) {
-        h ^= (unsigned char)s[i];
-        h *= 1099511628211ULL;
-    }
-    return h;
 }
 
 /* Runs on a pool thread: take the source plane from the plane store (read once, shared
@@ -260,7 +251,8 @@ void handle_cutout_post(hreq *r)
     char tk[64];
     size_t clen = (size_t)j->nkeys * 80;
     snprintf(tk, sizeof(tk), "hdr:%zu:%016llx%016llx", clen,
-             fnv1a(j->cards, clen, 14695981039346656037ULL), fnv1a(j->cards, clen, 0x9E3779B97F4A7C15ULL));
+             (unsigned long long)tess_fnv1a64(j->cards, clen, TESS_FNV64_OFFSET),
+             (unsigned long long)tess_fnv1a64(j->cards, clen, 0x9E3779B97F4A7C15ULL));
     start(r, j, tk);
     return;
 fail:

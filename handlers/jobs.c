@@ -3,6 +3,7 @@
 #include "server/jobs.h"
 #include "server/problem.h"
 #include "util/error.h"
+#include "util/hash.h"
 
 #include <fcntl.h>
 #include <limits.h>
@@ -113,11 +114,7 @@ static void send_result(hreq *r, const char *id)
      * version (a job run again writes a new file). */
     uint64_t v[4] = { (uint64_t)st.st_dev, (uint64_t)st.st_ino, (uint64_t)st.st_size,
                       (uint64_t)st.st_mtim.tv_sec * 1000000000u + (uint64_t)st.st_mtim.tv_nsec };
-    uint64_t h = 1469598103934665603ULL;   /* FNV-1a, 64-bit */
-    for (size_t i = 0; i < sizeof v; i++) {
-        h ^= ((const unsigned char *)v)[i];
-        h *= 1099511628211ULL;
-    }
+    uint64_t h = tess_fnv1a64(v, sizeof v, TESS_FNV64_OFFSET);
     snprintf(r->rep.file_etag, sizeof r->rep.file_etag, "\"%016llx\"", (unsigned long long)h);
     const char *base = strrchr(path, '/');
     base = base ? base + 1 : path;

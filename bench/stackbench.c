@@ -1,5 +1,5 @@
 /* Offline driver of bench/stack: times plane, series and job steps on one stack through
- * the engine (catalog + dataset_read_region + the job types of server/job_stack.c, run
+ * the engine (catalog + dataset_read_region + the job types of daemon/jobs/job_stack.c, run
  * on T threads the way the job runner runs them), without the HTTP daemon.
  *
  * usage: stackbench DIR PATTERN THREADS WORKDIR [SERIES_BEFORE]
@@ -20,12 +20,12 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "imageio/chunkstore.h"
-#include "imageio/stack.h"
-#include "server/catalog.h"
-#include "server/config.h"
-#include "server/job_stack.h"
-#include "util/error.h"
+#include "engine/image/chunkstore.h"
+#include "engine/image/stack.h"
+#include "daemon/catalog.h"
+#include "daemon/config.h"
+#include "daemon/jobs/job_stack.h"
+#include "engine/base/error.h"
 
 static double now(void)
 {

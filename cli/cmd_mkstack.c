@@ -4,7 +4,7 @@
  * textured disc (radius R = min(W, H) / 5, a soft one-pixel edge) whose centre is
  *   cx(z) = cx0 + z * dx,   cy(z) = cy0 + z * dy
  * (pixel coordinates, x = column, y = row with y = 0 the bottom row: FITS row 1, the last
- * row of a PNG, see imageio/stack.h).  The texture is smoothed noise (a coarse random
+ * row of a PNG, see engine/image/stack.h).  The texture is smoothed noise (a coarse random
  * grid of 8-pixel cells, bilinearly interpolated) that moves with the disc by whole
  * pixels.  By default the disc travels 0.4 W along x and 0.2 H along y over the stack,
  * centred on the frame centre; --drift sets (dx, dy) in pixels per frame.  Values are
@@ -12,8 +12,8 @@
  * The parameters go to DIR/stack.json, so that a test knows the true trajectory.
  * Files are DIR/frame_00000.png ... (or .fits), in frame order by name. */
 #include "cli/commands.h"
-#include "imageio/stack.h"
-#include "util/error.h"
+#include "engine/image/stack.h"
+#include "engine/base/error.h"
 
 #include <errno.h>
 #include <fitsio.h>

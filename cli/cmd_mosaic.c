@@ -16,9 +16,9 @@
 
 #include "cli/commands.h"
 #include "cli/progress.h"
-#include "imageio/fitsimg.h"
-#include "reproject/mosaic.h"
-#include "util/error.h"
+#include "engine/fits/fitsimg.h"
+#include "engine/mosaic/mosaic.h"
+#include "engine/base/error.h"
 
 static const char mosaic_usage[] =
     "usage: tessera mosaic IN.fits[HDU]... -o OUT.fits\n"

@@ -13,7 +13,7 @@ const char *cmd_jobs_usage(void);
 int cmd_mkstack(int argc, char **argv);
 const char *cmd_mkstack_usage(void);
 
-/* cmd_mosaic.c: mosaics offline (reproject/mosaic.h). */
+/* cmd_mosaic.c: mosaics offline (engine/mosaic/mosaic.h). */
 int cmd_mosaic(int argc, char **argv);
 const char *cmd_mosaic_usage(void);
 

@@ -26,15 +26,15 @@
 
 #include "cli/commands.h"
 #include "cli/progress.h"
-#include "imageio/fitsimg.h"
-#include "imageio/render.h"
-#include "reproject/healpix.h"
-#include "reproject/kernels.h"
-#include "reproject/reproject.h"
-#include "reproject/skywcs.h"
-#include "util/error.h"
-#include "util/fileio.h"
-#include "util/hugemem.h"
+#include "engine/fits/fitsimg.h"
+#include "engine/image/render.h"
+#include "engine/hips/healpix.h"
+#include "engine/sky/kernels.h"
+#include "engine/sky/reproject.h"
+#include "engine/sky/skywcs.h"
+#include "engine/base/error.h"
+#include "engine/base/fileio.h"
+#include "engine/base/hugemem.h"
 
 /* Exit statuses (documented in the usage text). */
 enum {
@@ -1566,7 +1566,7 @@ static int parse_hips(int argc, char **argv, hips_args *a)
     return 0;
 }
 
-/* The image as the server holds a dataset (server/catalog.c, server/planes.c): the
+/* The image as the server holds a dataset (daemon/catalog.c, daemon/cache/planes.c): the
  * header read by imageio, its celestial WCS, and one plane of physical values (float32
  * for BITPIX 8, 16 and -32, float64 otherwise, scaled and BLANK-masked by cfitsio), so
  * that the tiles are the server's to the bit. */
@@ -1697,11 +1697,11 @@ static int top_level(long nx, long ny)
     return k;
 }
 
-/* Level `level` (>= 1) of plane p0 as server/planes.h defines levels: pixel (i, j) is the
+/* Level `level` (>= 1) of plane p0 as daemon/cache/planes.h defines levels: pixel (i, j) is the
  * mean of the finite pixels of the 2^k x 2^k block at (i 2^k, j 2^k), NaN when none,
  * nx = ceil(NX / 2^k).  Each level is made from the one below with the children weighted
  * by their counts of finite level-0 pixels and stored in the plane's type, in the order
- * server/planes.c adds them, so that the values are the server's to the bit.  out->data
+ * daemon/cache/planes.c adds them, so that the values are the server's to the bit.  out->data
  * is malloc'd.  Returns 0 or TESS_ENOMEM. */
 static int reduce_plane(const rp_plane *p0, int level, rp_plane *out)
 {

@@ -17,8 +17,8 @@ set -u
 top=$(cd "$(dirname "$0")/.." && pwd)
 mode=${1:-asan}
 [ $# -gt 0 ] && shift
-VALGRIND_SUBSET="tests/unit/test_buf tests/unit/test_params tests/unit/test_tilecache
-tests/unit/test_diskcache tests/unit/test_pool tests/unit/test_skywcs tests/unit/test_healpix"
+VALGRIND_SUBSET="tests/engine/test_buf tests/daemon/test_params tests/daemon/test_tilecache
+tests/daemon/test_diskcache tests/engine/test_pool tests/engine/test_skywcs tests/engine/test_healpix"
 
 # summarise NAME LOG RC OUTDIR: the Check line of LOG, plus one error when RC != 0 but
 # Check counted no failure.
@@ -66,7 +66,7 @@ asan)
     CK_TIMEOUT_MULTIPLIER=${CK_TIMEOUT_MULTIPLIER:-4} \
         make -j"$(nproc)" check >make-check.out 2>&1
     status=0
-    for trs in tests/unit/*.trs tests/http/*.trs; do
+    for trs in tests/engine/*.trs tests/daemon/*.trs tests/cli/*.trs; do
         [ -f "$trs" ] || continue
         log=${trs%.trs}.log
         rc=0
@@ -87,7 +87,7 @@ valgrind)
         # the lanes end together; programs not named here come after them.
         slow="test_tiles test_cli test_http test_reproject test_faults test_hostile test_exact
               test_healpix test_jobs test_stackjobs test_zreduce test_fitsimg test_mosaic"
-        tests=$(ls tests/unit/test_* tests/http/test_* 2>/dev/null | grep -vE '\.(o|log|trs)$' |
+        tests=$(ls tests/engine/test_* tests/daemon/test_* tests/cli/test_* 2>/dev/null | grep -vE '\.(o|log|trs)$' |
                 awk -v slow="$slow" 'BEGIN { n = split(slow, s, /[ \n]+/)
                                              for (i = 1; i <= n; i++) rank[s[i]] = i }
                      { k = $0; sub(/.*\//, "", k); print (k in rank ? rank[k] : 1000), $0 }' |

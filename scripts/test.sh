@@ -8,7 +8,7 @@ make -j"$(nproc)" check >make-check.out 2>&1
 status=$?
 # Hardening (CI, or TESSERA_HARDENING=1): a short run of each fuzz target, the suite under
 # ASan+UBSan, and the whole suite under valgrind memcheck (every check program, two at a
-# time on 2 cores; TESSERA_VALGRIND_TESTS="tests/unit/test_buf ..." names fewer, and an
+# time on 2 cores; TESSERA_VALGRIND_TESTS="tests/engine/test_buf ..." names fewer, and an
 # empty value the fast subset).  Their Check-style summaries land in tests/fuzz,
 # tests/asan and tests/valgrind and are counted below (valgrind's own output of each
 # program: tests/valgrind/NAME.raw).  Adds about 35 min on 2 cores (valgrind all: ~21).
@@ -42,7 +42,7 @@ elif [ "${CI:-}" = "true" ]; then
 else
     echo "test: browser tests skipped (need node, chromium and npm ci: scripts/setup.sh)"
 fi
-for log in tests/unit/*.log tests/http/*.log tests/e2e/*.log tests/fuzz/*.log tests/asan/*.log \
+for log in tests/engine/*.log tests/daemon/*.log tests/cli/*.log scripts/*.log tests/e2e/*.log tests/fuzz/*.log tests/asan/*.log \
     tests/valgrind/*.log; do
     [ -f "$log" ] || continue
     case "$log" in *test-suite.log) continue ;; esac

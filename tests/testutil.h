@@ -6,7 +6,7 @@
 #include <check.h>
 #include <stddef.h>
 
-#include "reproject/skywcs.h"
+#include "engine/sky/skywcs.h"
 
 /* ---- testutil.c ----------------------------------------------------------------------- */
 

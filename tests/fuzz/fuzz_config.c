@@ -1,7 +1,7 @@
-/* libFuzzer target: the daemon configuration loader (server/config.c config_load_text). */
+/* libFuzzer target: the daemon configuration loader (daemon/config.c config_load_text). */
 #include "tests/fuzz/fuzz_common.h"
-#include "server/config.h"
-#include "util/error.h"
+#include "daemon/config.h"
+#include "engine/base/error.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {

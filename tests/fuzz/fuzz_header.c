@@ -2,9 +2,9 @@
  * line) or raw 80-column cards: params_header_cards, then what handle_cutout_post does
  * with the cards (NAXISn, skywcs_parse through wcslib, the celestial axes, one pixel). */
 #include "tests/fuzz/fuzz_common.h"
-#include "imageio/fitsimg.h"
-#include "reproject/skywcs.h"
-#include "server/params.h"
+#include "engine/fits/fitsimg.h"
+#include "engine/sky/skywcs.h"
+#include "daemon/api/params.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {

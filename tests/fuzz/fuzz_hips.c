@@ -1,8 +1,8 @@
-/* libFuzzer target: the HiPS path parser (handlers/hips.c hips_parse_path).  Input: the
+/* libFuzzer target: the HiPS path parser (daemon/api/hips.c hips_parse_path).  Input: the
  * part of a URL after "/hips/". */
 #include "tests/fuzz/fuzz_common.h"
-#include "handlers/hips.h"
-#include "util/error.h"
+#include "daemon/api/hips.h"
+#include "engine/base/error.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {

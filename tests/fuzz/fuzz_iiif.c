@@ -1,9 +1,9 @@
-/* libFuzzer target: the IIIF Image API request parser (handlers/iiif.c) on images of
+/* libFuzzer target: the IIIF Image API request parser (daemon/api/iiif.c) on images of
  * fuzzed size.  Input: 4 bytes of image size and limit, then the path
  * "{region}/{size}/{rotation}/{quality}.{format}". */
 #include "tests/fuzz/fuzz_common.h"
-#include "handlers/iiif.h"
-#include "util/error.h"
+#include "daemon/api/iiif.h"
+#include "engine/base/error.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {

@@ -1,14 +1,14 @@
-/* libFuzzer target: JSON job bodies, as jobs_submit (server/jobs.c) checks them before a
+/* libFuzzer target: JSON job bodies, as jobs_submit (daemon/jobs/jobs.c) checks them before a
  * job is queued: jansson parse (duplicates refused), an object with a string "type", the
  * registered kind of that type, and its validate() against the demo catalog.  Nothing is
  * queued or run. */
 #include "tests/fuzz/fuzz_common.h"
-#include "server/catalog.h"
-#include "server/config.h"
-#include "server/job_mosaic.h"
-#include "server/job_stack.h"
-#include "server/jobs.h"
-#include "server/jobtypes.h"
+#include "daemon/catalog.h"
+#include "daemon/config.h"
+#include "daemon/jobs/job_mosaic.h"
+#include "daemon/jobs/job_stack.h"
+#include "daemon/jobs/jobs.h"
+#include "daemon/jobs/jobtypes.h"
 
 #include <jansson.h>
 #include <stdio.h>

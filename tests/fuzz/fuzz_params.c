@@ -1,10 +1,10 @@
 /* libFuzzer target: query-string parameters of cutouts (GET and POST), HiPS tiles and
- * rendering (server/params.c, handlers/hips.c), slice paths, and the cutout WCS built
+ * rendering (daemon/api/params.c, daemon/api/hips.c), slice paths, and the cutout WCS built
  * from parameters that parse.  Input: "selector byte" + a query string or slice path. */
 #include "tests/fuzz/fuzz_common.h"
-#include "handlers/hips.h"
-#include "reproject/skywcs.h"
-#include "server/params.h"
+#include "daemon/api/hips.h"
+#include "engine/sky/skywcs.h"
+#include "daemon/api/params.h"
 
 #include <math.h>
 #include <stdio.h>

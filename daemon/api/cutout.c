@@ -1,0 +1,260 @@
+/* GET and POST /api/v1/cutout: a reprojected image of a dataset on any celestial WCS. */
+#include "daemon/api/handlers.h"
+#include "daemon/cache/planes.h"
+#include "engine/fits/fitsimg.h"
+#include "engine/sky/reproject.h"
+#include "daemon/problem.h"
+#include "engine/base/error.h"
+#include "engine/base/hash.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Everything the work function needs, parsed and validated on the HTTP thread. */
+typedef struct cutout_job {
+    const dataset *ds;
+    cutout_params p;
+    char *cards;          /* target header: 80-character cards */
+    int nkeys;
+    skywcs *target;       /* 2-D celestial part of the target; owned */
+    long width, height;
+} cutout_job;
+
+static void cutout_job_free(void *arg)
+{
+    cutout_job *j = arg;
+    if (!j)
+        return;
+    free(j->cards);
+    skywcs_free(j->target);
+    free(j);
+}
+
+static const char *lookup(void *cls, const char *key)
+{
+    return hreq_arg(cls, key);
+}
+
+/* Runs on a pool thread: take the source plane from the plane store (read once, shared
+ * with tiles and other cutouts, float32 for 8/16-bit and float32 files), reproject (the
+ * engine's other blocks go to the same pool as interactive helpers; this thread works on
+ * blocks too, so a busy pool cannot deadlock it), encode. */
+static void cutout_work(hreq *r)
+{
+    cutout_job *j = r->work_arg;
+    const dataset *d = j->ds;
+    char err[256] = "";
+    size_t nout = (size_t)j->width * (size_t)j->height;
+    plane_view v;
+    int rc = planestore_get(r->srv->planes, d, j->p.plane, 0, &v, err, sizeof(err));
+    if (rc) {
+        problem_reply(r, 500, NULL, "cannot read dataset '%s': %s",
+                      d->name, err);
+        return;
+    }
+    double *dst = malloc(nout * sizeof(double));
+    if (!dst) {
+        planestore_release(r->srv->planes, &v);
+        problem_reply(r, 500, NULL, "out of memory");
+        return;
+    }
+    rp_cube in = { (void *)v.plane->data, v.plane->dtype, d->nx, d->ny, 1 };
+    rp_cube out = { dst, RP_F64, j->width, j->height, 1 };
+    rp_options o;
+    rp_options_init(&o);
+    o.method = j->p.method;
+    o.max_coord_error = j->p.max_coord_error;
+    o.workers = r->srv->workers;
+    o.priority = POOL_INTERACTIVE;
+    long finite = rp_reproject(d->cel, &in, j->target, &out, NULL, &o, err, sizeof(err));
+    planestore_release(r->srv->planes, &v);
+    if (finite == TESS_ENOOVERLAP || finite == 0) {
+        problem_reply(r, 422, NULL, "the target does not overlap dataset '%s'", d->name);
+        goto done;
+    }
+    if (finite == TESS_ENOMEM) {
+        problem_reply(r, 500, NULL, "out of memory");
+        goto done;
+    }
+    if (finite < 0) {
+        problem_reply(r, 422, NULL, "cannot reproject '%s' onto the target: %s", d->name, err);
+        goto done;
+    }
+    reply_image(r, dst, j->width, j->height, j->p.format, &j->p.render, j->cards, j->nkeys);
+done:
+    free(dst);
+}
+
+/* Checks shared by both forms; on failure the problem reply is set and -1 returned. */
+static int check_dataset(hreq *r, cutout_job *j)
+{
+    j->ds = catalog_find(r->srv->cat, j->p.dataset);
+    if (!j->ds) {
+        problem_reply(r, 404, "dataset", "no dataset named '%s'", j->p.dataset);
+        return -1;
+    }
+    if (!j->ds->cel) {
+        problem_reply(r, 422, "dataset", "dataset '%s' has no celestial WCS to reproject from",
+                      j->p.dataset);
+        return -1;
+    }
+    if (j->p.plane >= j->ds->nz) {
+        problem_reply(r, 400, "plane", "plane must be 0..%ld for dataset '%s'", j->ds->nz - 1,
+                      j->p.dataset);
+        return -1;
+    }
+    return 0;
+}
+
+static int check_size(hreq *r, long w, long h)
+{
+    long long n = (long long)w * (long long)h;
+    if (n > r->srv->cfg->max_output_pixels) {
+        problem_reply(r, 413, "width", "%ldx%ld = %lld output pixels is more than "
+                      "limits.max_output_pixels = %lld", w, h, n, r->srv->cfg->max_output_pixels);
+        return -1;
+    }
+    return 0;
+}
+
+/* Builds the cache key, answers from the cache or queues the work. */
+static void start(hreq *r, cutout_job *j, const char *target_key)
+{
+    char rk[160];
+    params_render_key(&j->p.render, rk, sizeof(rk));
+    size_t klen = strlen(target_key) + strlen(j->ds->name) + 400;
+    r->cache_key = malloc(klen);
+    if (!r->cache_key) {
+        cutout_job_free(j);
+        problem_reply(r, 500, NULL, "out of memory");
+        return;
+    }
+    /* The current version of the files (not the one at start): a replaced file is never
+     * answered from the cache. */
+    char version[64];
+    dataset_version(j->ds, version, sizeof(version));
+    snprintf(r->cache_key, klen, "cutout|%s|%s|%ld|%s|%s|%.17g|%s|%s", j->ds->name,
+             version, j->p.plane, target_key, rp_method_name(j->p.method),
+             j->p.max_coord_error, out_format_name(j->p.format),
+             j->p.format == FMT_FITS ? "" : rk);
+    if (hreq_try_cache(r)) {
+        cutout_job_free(j);
+        return;
+    }
+    hreq_run_async(r, cutout_work, j, cutout_job_free);
+}
+
+/* The opening both cutout forms share: only `known` query parameters, a job parsed by
+ * `parse`.  Returns the job, or NULL after setting the problem reply. */
+static cutout_job *new_job(hreq *r, const char *const *known,
+                           int (*parse)(param_lookup, void *, cutout_params *, param_error *))
+{
+    if (hreq_only_args(r, known))
+        return NULL;
+    cutout_job *j = calloc(1, sizeof(*j));
+    if (!j) {
+        problem_reply(r, 500, NULL, "out of memory");
+        return NULL;
+    }
+    param_error pe;
+    if (parse(lookup, r, &j->p, &pe)) {
+        problem_reply(r, 400, pe.parameter, "%s", pe.detail);
+        cutout_job_free(j);
+        return NULL;
+    }
+    return j;
+}
+
+void handle_cutout_get(hreq *r)
+{
+    static const char *const known[] = {"dataset", "ra", "dec", "fov", "width", "height",
+        "projection", "coordsys", "rotation_angle", "method", "max_coord_error", "format",
+        "stretch", "min_cut", "max_cut", "cmap", "plane", NULL};
+    cutout_job *j = new_job(r, known, params_cutout_get);
+    if (!j)
+        return;
+    if (check_dataset(r, j) || check_size(r, j->p.width, j->p.height))
+        goto fail;
+    char err[256] = "";
+    if (skywcs_cutout_header(j->p.lon, j->p.lat, j->p.fov, j->p.width, j->p.height,
+                             j->p.projection, j->p.coordsys, j->p.rotation, &j->cards, &j->nkeys,
+                             err, sizeof(err))) {
+        problem_reply(r, 400, "projection", "cannot build the cutout WCS: %s", err);
+        goto fail;
+    }
+    skywcs *full = NULL;
+    if (skywcs_parse(j->cards, j->nkeys, &full, err, sizeof(err)) ||
+        !(j->target = skywcs_celestial(full))) {
+        skywcs_free(full);
+        problem_reply(r, 400, "projection", "wcslib refuses the cutout WCS: %s", err);
+        goto fail;
+    }
+    skywcs_free(full);
+    j->width = j->p.width;
+    j->height = j->p.height;
+    char tk[256];
+    snprintf(tk, sizeof(tk), "%.17g,%.17g,%.17g,%ld,%ld,%s,%s,%.17g", j->p.lon, j->p.lat,
+             j->p.fov, j->p.width, j->p.height, j->p.projection, sky_frame_name(j->p.coordsys),
+             j->p.rotation);
+    start(r, j, tk);
+    return;
+fail:
+    cutout_job_free(j);
+}
+
+void handle_cutout_post(hreq *r)
+{
+    static const char *const known[] = {"dataset", "method", "max_coord_error", "format",
+        "stretch", "min_cut", "max_cut", "cmap", "plane", NULL};
+    cutout_job *j = new_job(r, known, params_cutout_post);
+    if (!j)
+        return;
+    param_error pe;
+    if (check_dataset(r, j))
+        goto fail;
+    if (!r->body || r->body_len == 0) {
+        problem_reply(r, 400, "body", "the body must be the target FITS header (text, one "
+                      "80-character card a line)");
+        goto fail;
+    }
+    if (params_header_cards(r->body, r->body_len, 10000, &j->cards, &j->nkeys, &pe)) {
+        problem_reply(r, 400, pe.parameter, "%s", pe.detail);
+        goto fail;
+    }
+    char val[80];
+    long n1 = 0, n2 = 0;
+    if (!fitsimg_header_get(j->cards, j->nkeys, "NAXIS1", val, sizeof(val)) ||
+        param_long(val, 1, 65536, &n1) ||
+        !fitsimg_header_get(j->cards, j->nkeys, "NAXIS2", val, sizeof(val)) ||
+        param_long(val, 1, 65536, &n2)) {
+        problem_reply(r, 400, "body", "the header needs NAXIS1 and NAXIS2 between 1 and 65536");
+        goto fail;
+    }
+    if (check_size(r, n1, n2))
+        goto fail;
+    char err[256] = "";
+    skywcs *full = NULL;
+    if (skywcs_parse(j->cards, j->nkeys, &full, err, sizeof(err))) {
+        problem_reply(r, 400, "body", "the header's WCS is not usable: %s", err);
+        goto fail;
+    }
+    j->target = skywcs_celestial(full);
+    skywcs_free(full);
+    if (!j->target) {
+        problem_reply(r, 400, "body", "the header has no celestial WCS axes");
+        goto fail;
+    }
+    j->width = n1;
+    j->height = n2;
+    char tk[64];
+    size_t clen = (size_t)j->nkeys * 80;
+    snprintf(tk, sizeof(tk), "hdr:%zu:%016llx%016llx", clen,
+             (unsigned long long)tess_fnv1a64(j->cards, clen, TESS_FNV64_OFFSET),
+             (unsigned long long)tess_fnv1a64(j->cards, clen, 0x9E3779B97F4A7C15ULL));
+    start(r, j, tk);
+    return;
+fail:
+    cutout_job_free(j);
+}

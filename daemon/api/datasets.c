@@ -1,0 +1,124 @@
+/* GET /api/v1/datasets and /api/v1/datasets/{name}: kind, shape, BITPIX, BUNIT, WCS summary. */
+#include "daemon/api/handlers.h"
+#include "daemon/problem.h"
+
+#include <jansson.h>
+#include <string.h>
+
+/* The WCS summary of DESIGN.md, or JSON null when the header has no WCS keywords. */
+static json_t *wcs_json(const dataset *d)
+{
+    if (!d->wcs)
+        return json_null();
+    skywcs_summary s;
+    skywcs_describe(d->wcs, &s);
+    int any = 0;
+    for (int i = 0; i < s.naxis; i++)
+        if (s.ctype[i][0])
+            any = 1;
+    if (!any)
+        return json_null();
+    json_t *o = json_object();
+    json_t *ctype = json_array(), *crval = json_array(), *crpix = json_array();
+    json_t *cunit = json_array();
+    for (int i = 0; i < s.naxis; i++) {
+        json_array_append_new(ctype, json_string(s.ctype[i]));
+        json_array_append_new(cunit, json_string(s.cunit[i]));
+        json_array_append_new(crval, json_real(s.crval[i]));
+        json_array_append_new(crpix, json_real(s.crpix[i]));
+    }
+    json_object_set_new(o, "ctype", ctype);
+    json_object_set_new(o, "cunit", cunit);
+    json_object_set_new(o, "crval", crval);
+    json_object_set_new(o, "crpix", crpix);
+    /* The linear part as CD (= CDELT_i PC_ij) when the header gave CD or the PC matrix is
+     * not the identity (a DSS plate solution becomes PC + CDELT in wcslib); CDELT alone
+     * would misstate the pixel scale there. */
+    int diagonal = 1;
+    for (int i = 0; i < s.naxis; i++)
+        for (int j = 0; j < s.naxis; j++)
+            if (s.cd[i * s.naxis + j] != (i == j ? s.cdelt[i] : 0.0))
+                diagonal = 0;
+    if (s.has_cd || !diagonal) {
+        json_t *cd = json_array();
+        for (int i = 0; i < s.naxis; i++) {
+            json_t *row = json_array();
+            for (int j = 0; j < s.naxis; j++)
+                json_array_append_new(row, json_real(s.cd[i * s.naxis + j]));
+            json_array_append_new(cd, row);
+        }
+        json_object_set_new(o, "cd", cd);
+    } else {
+        json_t *cdelt = json_array();
+        for (int i = 0; i < s.naxis; i++)
+            json_array_append_new(cdelt, json_real(s.cdelt[i]));
+        json_object_set_new(o, "cdelt", cdelt);
+    }
+    if (s.frame != SKY_FRAME_NONE) {
+        json_object_set_new(o, "frame", json_string(sky_frame_name(s.frame)));
+        if (s.equinox > 0)
+            json_object_set_new(o, "equinox", json_real(s.equinox));
+    } else {
+        json_object_set_new(o, "frame", json_null());
+    }
+    return o;
+}
+
+static json_t *dataset_json(const dataset *d)
+{
+    json_t *o = json_object();
+    json_object_set_new(o, "name", json_string(d->name));
+    json_object_set_new(o, "kind", json_string(ds_kind_name(d->kind)));
+    json_t *shape = json_array();
+    json_array_append_new(shape, json_integer(d->nx));
+    json_array_append_new(shape, json_integer(d->ny));
+    if (d->kind != DS_IMAGE)
+        json_array_append_new(shape, json_integer(d->nz));
+    json_object_set_new(o, "shape", shape);
+    json_object_set_new(o, "bitpix", json_integer(d->bitpix));
+    json_object_set_new(o, "bunit", d->bunit[0] ? json_string(d->bunit) : json_null());
+    json_object_set_new(o, "celestial", json_boolean(d->cel != NULL));
+    json_object_set_new(o, "wcs", wcs_json(d));
+    return o;
+}
+
+void handle_datasets_list(hreq *r)
+{
+    static const char *const known[] = {NULL};
+    if (hreq_only_args(r, known))
+        return;
+    json_t *a = json_array();
+    int n = catalog_count(r->srv->cat);
+    for (int i = 0; i < n; i++)
+        json_array_append_new(a, dataset_json(catalog_at(r->srv->cat, i)));
+    hreq_reply_json(r, 200, json_dumps(a, JSON_COMPACT | JSON_REAL_PRECISION(17)));
+    json_decref(a);
+}
+
+void handle_dataset_info(hreq *r, const dataset *d)
+{
+    static const char *const known[] = {NULL};
+    if (hreq_only_args(r, known))
+        return;
+    json_t *o = dataset_json(d);
+    json_t *cards = json_array();
+    for (int i = 0; i < d->nkeys; i++) {
+        const char *c = d->header + (size_t)i * 80;
+        int len = 80;
+        while (len > 0 && c[len - 1] == ' ')
+            len--;
+        json_t *s = json_stringn(c, (size_t)len);
+        json_array_append_new(cards, s ? s : json_string(""));
+    }
+    json_object_set_new(o, "header", cards);
+    if (d->kind == DS_STACK) {
+        json_t *frames = json_array();
+        for (int i = 0; i < d->npaths; i++) {
+            const char *base = strrchr(d->paths[i], '/');
+            json_array_append_new(frames, json_string(base ? base + 1 : d->paths[i]));
+        }
+        json_object_set_new(o, "frames", frames);
+    }
+    hreq_reply_json(r, 200, json_dumps(o, JSON_COMPACT | JSON_REAL_PRECISION(17)));
+    json_decref(o);
+}

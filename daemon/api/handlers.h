@@ -1,0 +1,91 @@
+/* Endpoint handlers: each parses into a plain struct, answers or goes async on the pool. */
+#ifndef TESSERA_HANDLERS_HANDLERS_H
+#define TESSERA_HANDLERS_HANDLERS_H
+
+#include "daemon/http.h"
+
+/* GET /api/v1/datasets and GET /api/v1/datasets/{name} (datasets.c). */
+void handle_datasets_list(hreq *r);
+void handle_dataset_info(hreq *r, const dataset *d);
+
+/* /api/v1/jobs[/{id}[/result]] (jobs.c): POST submits, GET lists/inspects, DELETE
+ * cancels; `rest` is the part after "/api/v1/jobs". */
+void handle_jobs(hreq *r, const char *rest);
+
+/* GET and POST /api/v1/cutout (cutout.c). */
+void handle_cutout_get(hreq *r);
+void handle_cutout_post(hreq *r);
+
+/* GET /api/v1/datasets/{name}/slice/{rest} (slices.c): {xy|xz|yz}/{W}_{H}/{X}_{Y}_{Z}.fmt. */
+void handle_slice(hreq *r, const dataset *d, const char *rest);
+
+/* GET /api/v1/datasets/{name}/series?x=&y=[&format=json|npy|csv] (series.c). */
+void handle_series(hreq *r, const dataset *d);
+
+/* GET /api/v1/datasets/{name}/reduce?op=&axis=[&format=] (reduce.c). */
+void handle_reduce(hreq *r, const dataset *d);
+
+/* The z axis of a dataset (series.c), for series and per-plane results: values[k] is the
+ * world coordinate of plane k (0-based) — axis 3 of the header's WCS at pixel (x, y) as
+ * wcslib computes it (name = CTYPE3, unit = CUNIT3 as wcslib normalises it, e.g. VOPT in
+ * m/s); for stacks of FITS frames the frame time: MJD-OBS (name "MJD-OBS", unit "d") or
+ * DATE-OBS (name "DATE-OBS", unit "s", seconds since the first frame's DATE-OBS, given in
+ * `origin`); otherwise the index (name "frame" for stacks, "plane" else, unit "").
+ * Returns 0 or TESS_ENOMEM; release with zaxis_release. */
+typedef struct zaxis {
+    char name[72], unit[72], origin[48];
+    double *values;
+    long n;
+} zaxis;
+int zaxis_compute(const dataset *d, long x, long y, zaxis *za);
+void zaxis_release(zaxis *za);
+
+/* 1-D results: JSON (`doc` plus "z_axis": {name, unit[, origin], values} and "values",
+ * NaN as null), NPY (float64, shape (n,)) or CSV (a header line "NAME [UNIT],value
+ * [VALUE_UNIT]" then "z,value" lines, %.17g, NaN as nan).  `doc` (a jansson object, taken)
+ * carries the other fields of the JSON form.  Answers 200 or a problem. */
+typedef enum { PROFILE_JSON, PROFILE_NPY, PROFILE_CSV } profile_format;
+int profile_format_parse(const char *s, profile_format *f);  /* NULL = json; 0 or TESS_EINVAL */
+const char *profile_format_name(profile_format f);
+struct json_t;
+void reply_profile(hreq *r, profile_format f, struct json_t *doc, const zaxis *za,
+                   const double *values, long n, const char *value_unit);
+
+/* GET /hips/{rest} (hips.c): {name}/ (an index page), properties,
+ * Norder{K}/Dir{D}/Npix{N}.{png,jpg,fits}, Norder3/Allsky.{png,jpg,fits}, Moc.fits;
+ * `rest` is the part after "/hips/". */
+void handle_hips(hreq *r, const char *rest);
+
+/* GET /iiif/3/{rest} (iiif.c): info.json and image requests; `rest` is the part after
+ * "/iiif/3/". */
+void handle_iiif(hreq *r, const char *rest);
+
+/* GET / (the viewer's index.html), /viewer/{path} (files of the viewer directory) and
+ * /vendor/{package}/{path} (files of the npm packages aladin-lite, openseadragon and uplot
+ * under node_modules) (viewer.c).  `path` is the whole URL path.  Only files inside those
+ * directories (after resolving links) with a known extension are served; anything else is
+ * 404.  The directories: $TESSERA_VIEWER_DIR / $TESSERA_NODE_MODULES when set, else the
+ * build's viewer/ and node_modules/ of the source tree. */
+void handle_viewer(hreq *r, const char *path);
+const char *viewer_dir(void);
+const char *viewer_node_modules_dir(void);
+/* The Content-Type served for a file name by its extension, or NULL (not served). */
+const char *viewer_content_type(const char *path);
+/* 1 when `rel` is a safe relative path: segments of [A-Za-z0-9_.-] not starting with '.',
+ * no empty segment, at most 200 characters; else 0. */
+int viewer_path_ok(const char *rel);
+
+/* Shared by the image handlers: encode a w x h result (row 0 = FITS row 1) as the
+ * requested format into r->rep (200), or a problem reply.  `cards` is the WCS of the
+ * result for FITS (may be NULL). */
+#include "engine/image/render.h"
+#include "daemon/api/params.h"
+void reply_image(hreq *r, const double *data, long w, long h, out_format fmt,
+                 const render_params *rp, const char *cards, int ncards);
+
+/* Sets the headers that go with an image reply of `fmt` (X-Shape "H,W" — rows, columns,
+ * numpy's order — for raw float32 bodies).  Call it before hreq_try_cache so that cache
+ * hits carry them too (reply_image sets them as well).  Cannot fail. */
+void reply_image_shape(hreq *r, out_format fmt, long w, long h);
+
+#endif

@@ -1,0 +1,548 @@
+/* GET /hips/{name}/...: any dataset with a celestial WCS served as an IVOA HiPS 1.0 survey, tiles made on demand. */
+#include "daemon/api/hips.h"
+#include "daemon/api/handlers.h"
+#include "daemon/cache/planes.h"
+#include "daemon/problem.h"
+#include "engine/base/buf.h"
+#include "engine/base/error.h"
+
+#include <ctype.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+
+/* ---- parsing ------------------------------------------------------------------------- */
+
+static int fail(param_error *e, int rc, const char *parameter, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
+static int fail(param_error *e, int rc, const char *parameter, const char *fmt, ...)
+{
+    snprintf(e->parameter, sizeof(e->parameter), "%s", parameter ? parameter : "");
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(e->detail, sizeof(e->detail), fmt, ap);
+    va_end(ap);
+    return rc;
+}
+
+/* Reads a run of decimal digits (at most 18) at *s into *v and advances *s.  Returns 0,
+ * or -1 when there is no digit or too many. */
+static int read_digits(const char **s, int64_t *v)
+{
+    const char *p = *s;
+    int64_t x = 0;
+    int n = 0;
+    while (isdigit((unsigned char)*p)) {
+        if (++n > 18)
+            return -1;
+        x = x * 10 + (*p++ - '0');
+    }
+    if (n == 0)
+        return -1;
+    *s = p;
+    *v = x;
+    return 0;
+}
+
+/* 1 when the number at s is written with a leading zero ("03"): HiPS paths name every
+ * order, directory and tile one way only (Norder3/Dir0/Npix42), so that a tile has one
+ * URL and one cache entry. */
+static int leading_zero(const char *s)
+{
+    return s[0] == '0' && isdigit((unsigned char)s[1]);
+}
+
+/* The extension after a '.': png, jpg or fits, and nothing after it. */
+static int read_ext(const char *s, int allow_fits, hips_format *f)
+{
+    if (strcmp(s, "png") == 0)
+        *f = HIPS_FMT_PNG;
+    else if (strcmp(s, "jpg") == 0)
+        *f = HIPS_FMT_JPEG;
+    else if (allow_fits && strcmp(s, "fits") == 0)
+        *f = HIPS_FMT_FITS;
+    else
+        return -1;
+    return 0;
+}
+
+int hips_parse_path(const char *rest, hips_path *p, param_error *e)
+{
+    memset(p, 0, sizeof(*p));
+    memset(e, 0, sizeof(*e));
+    const char *slash = strchr(rest, '/');
+    size_t nlen = slash ? (size_t)(slash - rest) : strlen(rest);
+    if (nlen == 0)
+        return fail(e, TESS_ENOTFOUND, "dataset", "the path names no dataset: use /hips/{name}/");
+    if (nlen >= sizeof(p->name))
+        return fail(e, TESS_EINVAL, "dataset", "dataset name longer than %zu characters",
+                    sizeof(p->name) - 1);
+    memcpy(p->name, rest, nlen);
+    p->name[nlen] = '\0';
+    if (!slash || slash[1] == '\0') {
+        p->kind = HIPS_REQ_INDEX;
+        return 0;
+    }
+    const char *q = slash + 1;
+    if (strcmp(q, "properties") == 0) {
+        p->kind = HIPS_REQ_PROPERTIES;
+        return 0;
+    }
+    if (strcmp(q, "Moc.fits") == 0) {
+        p->kind = HIPS_REQ_MOC;
+        return 0;
+    }
+    if (strncmp(q, "Norder", 6) != 0)
+        return fail(e, TESS_ENOTFOUND, NULL, "no HiPS resource '%.100s' (properties, Moc.fits, "
+                    "Norder{K}/Dir{D}/Npix{N}.{png,jpg,fits}, Norder3/Allsky.{png,jpg,fits})", q);
+    q += 6;
+    int64_t order;
+    if (leading_zero(q))
+        return fail(e, TESS_ENOTFOUND, "Norder", "no HiPS resource 'Norder%.20s': orders are "
+                    "written without leading zeros", q);
+    if (read_digits(&q, &order) || order > HIPS_ORDER_MAX)
+        return fail(e, TESS_EINVAL, "Norder", "Norder must be an order between 0 and %d",
+                    HIPS_ORDER_MAX);
+    p->order = (int)order;
+    if (*q != '/')
+        return fail(e, TESS_ENOTFOUND, NULL, "no HiPS resource after Norder%d", p->order);
+    q++;
+    if (strncmp(q, "Allsky.", 7) == 0) {
+        if (read_ext(q + 7, 1, &p->format))
+            return fail(e, TESS_EINVAL, "format", "Allsky is served as .png, .jpg or .fits, not "
+                        "'%.20s'", q + 7);
+        if (p->order != HIPS_ALLSKY_ORDER)
+            return fail(e, TESS_ENOTFOUND, "Norder", "the Allsky picture is at Norder%d, not "
+                        "Norder%d", HIPS_ALLSKY_ORDER, p->order);
+        p->kind = HIPS_REQ_ALLSKY;
+        return 0;
+    }
+    if (strncmp(q, "Dir", 3) != 0)
+        return fail(e, TESS_ENOTFOUND, NULL, "no HiPS resource '%.100s' in Norder%d", q, p->order);
+    q += 3;
+    int64_t dir, npix;
+    if (leading_zero(q))
+        return fail(e, TESS_ENOTFOUND, "Dir", "no HiPS resource 'Dir%.20s': directories are "
+                    "written without leading zeros", q);
+    if (read_digits(&q, &dir))
+        return fail(e, TESS_EINVAL, "Dir", "Dir must be followed by a number");
+    if (strncmp(q, "/Npix", 5) != 0)
+        return fail(e, TESS_ENOTFOUND, NULL, "no HiPS resource in Norder%d/Dir%lld", p->order,
+                    (long long)dir);
+    q += 5;
+    if (leading_zero(q))
+        return fail(e, TESS_ENOTFOUND, "Npix", "no HiPS resource 'Npix%.20s': tiles are "
+                    "written without leading zeros", q);
+    if (read_digits(&q, &npix) || !hips_tile_valid(p->order, npix))
+        return fail(e, TESS_EINVAL, "Npix", "Npix must be a tile index between 0 and %lld at "
+                    "Norder%d", (long long)(hips_npix_count(p->order) - 1), p->order);
+    p->npix = npix;
+    if (*q != '.' || read_ext(q + 1, 1, &p->format))
+        return fail(e, TESS_EINVAL, "format", "tiles are served as .png, .jpg or .fits, not "
+                    "'%.20s'", q);
+    if (dir != hips_dir(npix))
+        return fail(e, TESS_ENOTFOUND, "Dir", "tile Npix%lld lies in Dir%lld, not Dir%lld",
+                    (long long)npix, (long long)hips_dir(npix), (long long)dir);
+    p->kind = HIPS_REQ_TILE;
+    return 0;
+}
+
+int hips_parse_query(param_lookup get, void *cls, hips_query *q, param_error *e)
+{
+    memset(q, 0, sizeof(*q));
+    memset(e, 0, sizeof(*e));
+    const char *s;
+    q->method = RP_BILINEAR;
+    if ((s = get(cls, "method")) && (rp_method_parse(s, &q->method) || q->method == RP_EXACT))
+        return fail(e, TESS_EINVAL, "method", "method must be nearest, bilinear, bicubic or "
+                    "lanczos3 for HiPS tiles, got '%.40s'", s);
+    q->max_coord_error = 0.001;
+    if ((s = get(cls, "max_coord_error")) && param_double(s, 0.0, 10.0, &q->max_coord_error))
+        return fail(e, TESS_EINVAL, "max_coord_error", "max_coord_error must be a number of "
+                    "tile pixels between 0 and 10, got '%.40s'", s);
+    q->plane = 0;
+    if ((s = get(cls, "plane")) && param_long(s, 0, 1L << 30, &q->plane))
+        return fail(e, TESS_EINVAL, "plane", "plane must be an integer between 0 and %ld, got "
+                    "'%.40s'", 1L << 30, s);
+    if (params_render(get, cls, &q->render, e))
+        return TESS_EINVAL;
+    return 0;
+}
+
+/* ---- work on the pool ---------------------------------------------------------------- */
+
+/* Everything a work function needs, checked on the HTTP thread. */
+typedef struct hips_job {
+    const dataset *ds;
+    hips_path path;
+    hips_query q;
+} hips_job;
+
+/* A plane of the dataset held for sampling. */
+typedef struct source_hold {
+    plane_view view;
+    rp_kernel *kernel;
+    hips_source src;
+} source_hold;
+
+/* Gets plane q.plane at `level` and prepares its kernel.  On failure the problem reply is
+ * set and -1 returned (nothing to release). */
+static int source_acquire(hreq *r, const hips_job *j, int level, source_hold *h)
+{
+    const dataset *d = j->ds;
+    char err[256] = "";
+    memset(h, 0, sizeof(*h));
+    int rc = planestore_get(r->srv->planes, d, j->q.plane, level, &h->view, err, sizeof(err));
+    if (rc) {
+        problem_reply(r, rc == TESS_ERANGE ? 400 : 500, rc == TESS_ERANGE ? "plane" : NULL,
+                      "cannot read plane %ld of dataset '%s': %s", j->q.plane, d->name, err);
+        return -1;
+    }
+    h->kernel = rp_kernel_new(j->q.method, h->view.plane, err, sizeof(err));
+    if (!h->kernel) {
+        planestore_release(r->srv->planes, &h->view);
+        problem_reply(r, 500, NULL, "cannot prepare the %s kernel: %s",
+                      rp_method_name(j->q.method), err);
+        return -1;
+    }
+    h->src.cel = d->cel;
+    h->src.nx = d->nx;
+    h->src.ny = d->ny;
+    h->src.kernel = h->kernel;
+    h->src.knx = h->view.plane->nx;
+    h->src.kny = h->view.plane->ny;
+    h->src.level = h->view.level;
+    h->src.method = j->q.method;
+    h->src.max_coord_error = j->q.max_coord_error;
+    return 0;
+}
+
+static void source_release(hreq *r, source_hold *h)
+{
+    rp_kernel_free(h->kernel);
+    planestore_release(r->srv->planes, &h->view);
+}
+
+/* The image's pixel size in degrees; on failure the problem reply is set and -1
+ * returned. */
+static int pixel_scale(hreq *r, const dataset *d, double *pixscale)
+{
+    int rc = hips_dataset_geometry(d->cel, d->nx, d->ny, d->hips_galactic, NULL, NULL, NULL,
+                                   NULL, pixscale, NULL);
+    if (rc == TESS_ENOMEM) {
+        problem_reply(r, 500, NULL, "out of memory");
+        return -1;
+    }
+    if (rc) {
+        problem_reply(r, 422, "dataset", "the WCS of dataset '%s' gives no sky position at the "
+                      "image centre", d->name);
+        return -1;
+    }
+    return 0;
+}
+
+/* Cut levels of the rendering for PNG and JPEG (those of the whole plane). */
+static int cut_levels(hreq *r, const hips_job *j, double *lo, double *hi)
+{
+    char err[256] = "";
+    int rc = planestore_cuts(r->srv->planes, j->ds, j->q.plane, &j->q.render, lo, hi, err,
+                             sizeof(err));
+    if (rc) {
+        problem_reply(r, 500, NULL, "cannot compute the cut levels of '%s': %s", j->ds->name, err);
+        return -1;
+    }
+    return 0;
+}
+
+static void reply_bytes(hreq *r, long rc, unsigned char *out, size_t len, const char *mime,
+                        const char *err)
+{
+    if (rc == TESS_ENOMEM)
+        problem_reply(r, 500, NULL, "out of memory");
+    else if (rc < 0)
+        problem_reply(r, 422, NULL, "cannot render the HiPS tile: %s", err);
+    else
+        hreq_reply_tile(r, 200, tile_new_take(out, len, mime));
+}
+
+static void tile_work(hreq *r)
+{
+    hips_job *j = r->work_arg;
+    const dataset *d = j->ds;
+    const hips_path *p = &j->path;
+    double pixscale, lo = 0.0, hi = 0.0;
+    if (pixel_scale(r, d, &pixscale))
+        return;
+    int ov = hips_tile_overlaps(d->cel, d->nx, d->ny, d->hips_galactic, p->order, p->npix);
+    if (ov < 0) {
+        problem_reply(r, 500, NULL, "out of memory");
+        return;
+    }
+    if (ov == 0) {
+        problem_reply(r, 404, "Npix", "tile Norder%d/Npix%lld lies outside the footprint of "
+                      "dataset '%s'", p->order, (long long)p->npix, d->name);
+        return;
+    }
+    if (p->format != HIPS_FMT_FITS && cut_levels(r, j, &lo, &hi))
+        return;
+    source_hold h;
+    if (source_acquire(r, j, hips_source_level(p->order, HIPS_TILE_SHIFT, pixscale), &h))
+        return;
+    char err[256] = "";
+    unsigned char *out = NULL;
+    size_t len = 0;
+    long rc = hips_tile_encode(&h.src, p->order, p->npix, d->hips_galactic, p->format,
+                               &j->q.render, lo, hi, &out, &len, err, sizeof(err));
+    source_release(r, &h);
+    if (rc == 0)
+        problem_reply(r, 404, "Npix", "tile Norder%d/Npix%lld holds no pixel of dataset '%s'",
+                      p->order, (long long)p->npix, d->name);
+    else
+        reply_bytes(r, rc, out, len, hips_format_mime(p->format), err);
+}
+
+static void allsky_work(hreq *r)
+{
+    hips_job *j = r->work_arg;
+    const dataset *d = j->ds;
+    double pixscale, lo = 0.0, hi = 0.0;
+    if (pixel_scale(r, d, &pixscale) ||
+        (j->path.format != HIPS_FMT_FITS && cut_levels(r, j, &lo, &hi)))
+        return;
+    source_hold h;
+    if (source_acquire(r, j, hips_source_level(HIPS_ALLSKY_ORDER, HIPS_ALLSKY_SHIFT, pixscale),
+                       &h))
+        return;
+    char err[256] = "";
+    unsigned char *out = NULL;
+    size_t len = 0;
+    long rc = hips_allsky_encode(&h.src, d->hips_galactic, j->path.format, &j->q.render, lo, hi,
+                                 &out, &len, err, sizeof(err));
+    source_release(r, &h);
+    reply_bytes(r, rc, out, len, hips_format_mime(j->path.format), err);
+}
+
+/* The release date: the newest modification time of the dataset's files (now when none
+ * can be read). */
+static time_t release_time(const dataset *d)
+{
+    time_t newest = 0;
+    for (int i = 0; i < d->npaths; i++) {
+        struct stat st;
+        if (stat(d->paths[i], &st) == 0 && st.st_mtime > newest)
+            newest = st.st_mtime;
+    }
+    return newest ? newest : time(NULL);
+}
+
+static void moc_work(hreq *r)
+{
+    hips_job *j = r->work_arg;
+    const dataset *d = j->ds;
+    double pixscale;
+    if (pixel_scale(r, d, &pixscale))
+        return;
+    unsigned char *out = NULL;
+    size_t len = 0;
+    int rc = hips_moc_fits(d->cel, d->nx, d->ny, hips_survey_order(pixscale), &out, &len, NULL);
+    if (rc)
+        problem_reply(r, rc == TESS_ENOMEM ? 500 : 422, NULL, "cannot compute the coverage of "
+                      "dataset '%s'", d->name);
+    else
+        hreq_reply_tile(r, 200, tile_new_take(out, len, "application/fits"));
+}
+
+static void properties_work(hreq *r)
+{
+    hips_job *j = r->work_arg;
+    const dataset *d = j->ds;
+    double ra, dec, pixscale, fov, lo, hi, dmin, dmax;
+    int rc = hips_dataset_geometry(d->cel, d->nx, d->ny, d->hips_galactic, &ra, &dec, NULL, NULL,
+                                   &pixscale, &fov);
+    if (rc) {
+        problem_reply(r, rc == TESS_ENOMEM ? 500 : 422, rc == TESS_ENOMEM ? NULL : "dataset",
+                      "no sky position at the centre of dataset '%s'", d->name);
+        return;
+    }
+    if (cut_levels(r, j, &lo, &hi))
+        return;
+    hips_job range = *j;
+    range.q.render.min_cut = (render_cut){0.0, 1};
+    range.q.render.max_cut = (render_cut){100.0, 1};
+    if (cut_levels(r, &range, &dmin, &dmax))
+        return;
+    char description[64] = "";
+    if (d->nz > 1)
+        snprintf(description, sizeof(description), "plane %ld of %ld", j->q.plane, d->nz);
+    hips_properties p = {
+        .name = d->name, .description = description, .builder = "Tessera (on demand)",
+        .tile_formats = "png jpeg fits", .bunit = d->bunit, .released = release_time(d),
+        .order = hips_survey_order(pixscale), .galactic = d->hips_galactic, .ra = ra,
+        .dec = dec, .fov = fov, .cut_lo = lo, .cut_hi = hi, .data_min = dmin, .data_max = dmax,
+    };
+    char *text = NULL;
+    size_t len = 0;
+    if (hips_properties_text(&p, &text, &len)) {
+        problem_reply(r, 500, NULL, "out of memory");
+        return;
+    }
+    hreq_reply_tile(r, 200, tile_new_take((unsigned char *)text, len,
+                                          "text/plain; charset=utf-8"));
+}
+
+/* ---- the handler --------------------------------------------------------------------- */
+
+static const char *lookup(void *cls, const char *key)
+{
+    return hreq_arg(cls, key);
+}
+
+/* Writes s into b with the HTML special characters escaped. */
+static void html_escaped(buf *b, const char *s)
+{
+    for (; *s; s++) {
+        switch (*s) {
+        case '<': buf_adds(b, "&lt;"); break;
+        case '>': buf_adds(b, "&gt;"); break;
+        case '&': buf_adds(b, "&amp;"); break;
+        case '"': buf_adds(b, "&quot;"); break;
+        default: buf_add(b, s, 1); break;
+        }
+    }
+}
+
+/* The HiPS index.html [HiPS 4.4.5]: what the survey is and where its parts are. */
+static void reply_index(hreq *r, const dataset *d)
+{
+    buf b;
+    buf_init(&b, 1 << 16);
+    /* The base makes the relative links right for /hips/{name} and /hips/{name}/ alike. */
+    buf_adds(&b, "<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><base href=\"/hips/");
+    html_escaped(&b, d->name);
+    buf_adds(&b, "/\"><title>HiPS ");
+    html_escaped(&b, d->name);
+    buf_adds(&b, "</title></head>\n<body>\n<h1>HiPS ");
+    html_escaped(&b, d->name);
+    buf_adds(&b, "</h1>\n<p>An IVOA HiPS 1.0 survey made on demand by Tessera from dataset <b>");
+    html_escaped(&b, d->name);
+    buf_printf(&b, "</b> (%ld x %ld pixels, %s frame). Open this URL in a HiPS client such as "
+               "Aladin, or read the <a href=\"properties\">properties</a>.</p>\n<ul>\n"
+               "<li><a href=\"Norder3/Allsky.png\">Norder3/Allsky.png</a>, "
+               "<a href=\"Moc.fits\">Moc.fits</a></li>\n"
+               "<li>tiles: Norder{K}/Dir{D}/Npix{N}.png, .jpg, .fits (512 x 512)</li>\n"
+               "</ul>\n</body></html>\n", d->nx, d->ny,
+               d->hips_galactic ? "galactic" : "equatorial");
+    size_t len;
+    char *text = buf_detach(&b, &len);
+    if (!text) {
+        problem_reply(r, 500, NULL, "out of memory");
+        return;
+    }
+    r->rep.cache_control = "no-cache";
+    hreq_reply_tile(r, 200, tile_new_take((unsigned char *)text, len, "text/html; charset=utf-8"));
+}
+
+void handle_hips(hreq *r, const char *rest)
+{
+    static const char *const none[] = {NULL};
+    static const char *const props[] = {"plane", "min_cut", "max_cut", NULL};
+    static const char *const images[] = {"method", "max_coord_error", "plane", "stretch",
+                                         "min_cut", "max_cut", "cmap", NULL};
+    hips_path hp;
+    param_error pe;
+    int rc = hips_parse_path(rest, &hp, &pe);
+    if (rc) {
+        problem_reply(r, rc == TESS_ENOTFOUND ? 404 : 400, pe.parameter[0] ? pe.parameter : NULL,
+                      "%s", pe.detail);
+        return;
+    }
+    const dataset *d = catalog_find(r->srv->cat, hp.name);
+    if (!d) {
+        problem_reply(r, 404, "dataset", "no dataset named '%s'", hp.name);
+        return;
+    }
+    const char *const *known = hp.kind == HIPS_REQ_INDEX || hp.kind == HIPS_REQ_MOC ? none
+                               : hp.kind == HIPS_REQ_PROPERTIES ? props : images;
+    if (hreq_only_args(r, known))
+        return;
+    if (!d->cel) {
+        problem_reply(r, 422, "dataset", "dataset '%s' has no celestial WCS: it cannot be "
+                      "served as a HiPS survey", d->name);
+        return;
+    }
+    if (hp.kind == HIPS_REQ_INDEX) {
+        reply_index(r, d);
+        return;
+    }
+    hips_job *j = calloc(1, sizeof(*j));
+    if (!j) {
+        problem_reply(r, 500, NULL, "out of memory");
+        return;
+    }
+    j->ds = d;
+    j->path = hp;
+    if (hips_parse_query(lookup, r, &j->q, &pe)) {
+        problem_reply(r, 400, pe.parameter, "%s", pe.detail);
+        free(j);
+        return;
+    }
+    if (j->q.plane >= d->nz) {
+        problem_reply(r, 400, "plane", "plane must be 0..%ld for dataset '%s'", d->nz - 1,
+                      d->name);
+        free(j);
+        return;
+    }
+    if (hp.kind == HIPS_REQ_TILE && hp.order + HIPS_TILE_SHIFT > HIPS_ORDER_MAX) {
+        problem_reply(r, 404, "Norder", "tiles are served down to Norder%d (their pixels are "
+                      "HEALPix cells of order %d)", HIPS_ORDER_MAX - HIPS_TILE_SHIFT,
+                      HIPS_ORDER_MAX);
+        free(j);
+        return;
+    }
+    char version[64], rk[160];
+    dataset_version(d, version, sizeof(version));
+    params_render_key(&j->q.render, rk, sizeof(rk));
+    void (*work)(hreq *) = NULL;
+    int n = -1;
+    switch (hp.kind) {
+    case HIPS_REQ_PROPERTIES:
+        work = properties_work;
+        n = asprintf(&r->cache_key, "hips|props|%s|%s|%ld|%.17g%s|%.17g%s", d->name, version,
+                     j->q.plane, j->q.render.min_cut.value, j->q.render.min_cut.is_percent ? "%" : "",
+                     j->q.render.max_cut.value, j->q.render.max_cut.is_percent ? "%" : "");
+        break;
+    case HIPS_REQ_TILE:
+        work = tile_work;
+        n = asprintf(&r->cache_key, "hips|tile|%s|%s|%ld|%d|%lld|%s|%s|%.17g|%s", d->name,
+                     version, j->q.plane, hp.order, (long long)hp.npix,
+                     hips_format_ext(hp.format), rp_method_name(j->q.method),
+                     j->q.max_coord_error, hp.format == HIPS_FMT_FITS ? "" : rk);
+        break;
+    case HIPS_REQ_MOC:
+        work = moc_work;
+        n = asprintf(&r->cache_key, "hips|moc|%s|%s", d->name, version);
+        break;
+    default:
+        work = allsky_work;
+        n = asprintf(&r->cache_key, "hips|allsky|%s|%s|%ld|%s|%s|%.17g|%s", d->name, version,
+                     j->q.plane, hips_format_ext(hp.format), rp_method_name(j->q.method),
+                     j->q.max_coord_error, hp.format == HIPS_FMT_FITS ? "" : rk);
+        break;
+    }
+    if (n < 0) {
+        r->cache_key = NULL;
+        free(j);
+        problem_reply(r, 500, NULL, "out of memory");
+        return;
+    }
+    if (hreq_try_cache(r)) {
+        free(j);
+        return;
+    }
+    hreq_run_async(r, work, j, free);
+}

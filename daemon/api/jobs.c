@@ -1,0 +1,212 @@
+/* /api/v1/jobs: submit, list, inspect, cancel jobs and fetch their products (daemon/jobs/jobs.h). */
+#include "daemon/api/handlers.h"
+#include "daemon/jobs/jobs.h"
+#include "daemon/problem.h"
+#include "engine/base/error.h"
+#include "engine/base/hash.h"
+
+#include <fcntl.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <stdint.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+/* Compares in time that depends only on the lengths, not on where the bytes differ. */
+static int same_secret(const char *a, const char *b)
+{
+    size_t na = strlen(a), nb = strlen(b);
+    unsigned char diff = (unsigned char)(na != nb);
+    for (size_t i = 0; i < na; i++)
+        diff |= (unsigned char)(a[i] ^ b[nb ? i % nb : 0]);
+    return diff == 0;
+}
+
+/* Mutating calls need "Authorization: Bearer TOKEN" when jobs.token is set: 401 when
+ * missing, 403 when wrong.  Returns 0 when allowed. */
+static int check_token(hreq *r)
+{
+    const char *token = r->srv->cfg->jobs_token;
+    if (!token || !*token)
+        return 0;
+    const char *h = hreq_header(r, "Authorization");
+    if (!h || strncasecmp(h, "Bearer ", 7) != 0) {
+        problem_reply(r, 401, "Authorization",
+                      "this server needs \"Authorization: Bearer TOKEN\" to create or cancel jobs");
+        r->rep.www_authenticate = "Bearer realm=\"tessera-jobs\"";
+        return -1;
+    }
+    const char *given = h + 7;
+    while (*given == ' ')
+        given++;
+    if (!same_secret(given, token)) {
+        problem_reply(r, 403, "Authorization", "the bearer token is not the server's jobs.token");
+        return -1;
+    }
+    return 0;
+}
+
+static int jobs_enabled(hreq *r)
+{
+    if (r->srv->jobs)
+        return 1;
+    /* 404, not 503: nothing will change by retrying; the fix is configuration. */
+    problem_reply(r, 404, NULL,
+                  "this server has no job endpoints: jobs.dir is not set in its configuration");
+    return 0;
+}
+
+static void submit(hreq *r)
+{
+    if (check_token(r))
+        return;
+    if (!r->body || r->body_len == 0) {
+        problem_reply(r, 400, "body", "POST a JSON job description, e.g. {\"type\": \"mosaic\", ...}");
+        return;
+    }
+    char *doc = NULL;
+    job_problem pb = {0};
+    if (jobs_submit(r->srv->jobs, r->body, r->body_len, &doc, &pb)) {
+        problem_reply(r, pb.status ? pb.status : 400, pb.field[0] ? pb.field : NULL, "%s",
+                      pb.detail);
+        if (pb.status == 503)
+            r->rep.retry_after = 5;
+        return;
+    }
+    /* The Location of the new job: its id is the value of "id" in the document. */
+    const char *p = strstr(doc, "\"id\": \"");
+    if (p) {
+        char loc[64];
+        snprintf(loc, sizeof(loc), "/api/v1/jobs/%.16s", p + 7);
+        r->rep.location = strdup(loc);
+    }
+    hreq_reply_json(r, 202, doc);
+}
+
+static void send_result(hreq *r, const char *id)
+{
+    char path[PATH_MAX], ctype[64], state[16] = "";
+    int rc = jobs_result(r->srv->jobs, id, path, ctype, state);
+    if (rc == TESS_ENOTFOUND) {
+        problem_reply(r, 404, "id", "no job '%.32s'", id);
+        return;
+    }
+    if (rc == TESS_EAGAIN) {
+        problem_reply(r, 409, "id", "job %s has no product: it is %s", id, state);
+        return;
+    }
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    struct stat st;
+    if (fd < 0 || fstat(fd, &st) != 0) {
+        if (fd >= 0)
+            close(fd);
+        problem_reply(r, 410, "id", "the product of job %s is no longer on disk", id);
+        return;
+    }
+    r->rep.status = 200;
+    r->rep.file_fd = fd;
+    r->rep.file_len = (unsigned long long)st.st_size;
+    snprintf(r->rep.file_type, sizeof(r->rep.file_type), "%s", ctype);
+    /* A product is written once and renamed into place: its file identity is its
+     * version (a job run again writes a new file). */
+    uint64_t v[4] = { (uint64_t)st.st_dev, (uint64_t)st.st_ino, (uint64_t)st.st_size,
+                      (uint64_t)st.st_mtim.tv_sec * 1000000000u + (uint64_t)st.st_mtim.tv_nsec };
+    uint64_t h = tess_fnv1a64(v, sizeof v, TESS_FNV64_OFFSET);
+    snprintf(r->rep.file_etag, sizeof r->rep.file_etag, "\"%016llx\"", (unsigned long long)h);
+    const char *base = strrchr(path, '/');
+    base = base ? base + 1 : path;
+    if (*base && strlen(base) < sizeof r->rep.file_name
+        && strspn(base, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._-")
+               == strlen(base))
+        snprintf(r->rep.file_name, sizeof r->rep.file_name, "%s", base);
+    r->rep.cache_control = "no-cache";
+}
+
+void handle_jobs(hreq *r, const char *rest)
+{
+    int get = strcmp(r->method, "GET") == 0 || strcmp(r->method, "HEAD") == 0;
+    if (!jobs_enabled(r))
+        return;
+    if (*rest == '\0' || strcmp(rest, "/") == 0) {
+        if (strcmp(r->method, "POST") == 0)
+            return submit(r);
+        if (!get) {
+            problem_reply(r, 405, NULL, "%s is not allowed on /api/v1/jobs; use GET, POST", r->method);
+            r->rep.allow = strdup("GET, POST");
+            return;
+        }
+        static const char *const known[] = {"limit", NULL};
+        if (hreq_only_args(r, known))
+            return;
+        long limit = 100;
+        const char *l = hreq_arg(r, "limit");
+        if (l) {
+            char *end;
+            limit = strtol(l, &end, 10);
+            if (*end || limit < 1 || limit > 10000) {
+                problem_reply(r, 400, "limit", "limit must be an integer 1..10000");
+                return;
+            }
+        }
+        return hreq_reply_json(r, 200, jobs_list_json(r->srv->jobs, (int)limit));
+    }
+    if (rest[0] != '/') {
+        problem_reply(r, 404, NULL, "no such resource: %.200s", r->url);
+        return;
+    }
+    char id[40];
+    const char *slash = strchr(rest + 1, '/');
+    size_t n = slash ? (size_t)(slash - rest - 1) : strlen(rest + 1);
+    if (n >= sizeof(id)) {
+        problem_reply(r, 404, "id", "no job '%.32s'", rest + 1);
+        return;
+    }
+    memcpy(id, rest + 1, n);
+    id[n] = '\0';
+    if (slash && strcmp(slash, "/result") == 0) {
+        if (!get) {
+            problem_reply(r, 405, NULL, "%s is not allowed on a job result; use GET", r->method);
+            r->rep.allow = strdup("GET");
+            return;
+        }
+        return send_result(r, id);
+    }
+    if (slash) {
+        problem_reply(r, 404, NULL, "no such resource: %.200s", r->url);
+        return;
+    }
+    if (strcmp(r->method, "DELETE") == 0) {
+        if (check_token(r))
+            return;
+        int rc = jobs_cancel(r->srv->jobs, id, 10.0);
+        if (rc == TESS_ENOTFOUND) {
+            problem_reply(r, 404, "id", "no job '%.32s'", id);
+            return;
+        }
+        if (rc == TESS_EINVAL) {
+            char path[PATH_MAX], ctype[64], state[16] = "finished";
+            if (jobs_result(r->srv->jobs, id, path, ctype, state) == 0)
+                snprintf(state, sizeof(state), "succeeded");
+            problem_reply(r, 409, "id", "job %s has already ended (%s); there is nothing to cancel", id,
+                          state);
+            return;
+        }
+    } else if (!get) {
+        problem_reply(r, 405, NULL, "%s is not allowed on a job; use GET, DELETE", r->method);
+        r->rep.allow = strdup("GET, DELETE");
+        return;
+    }
+    int missing = 0;
+    char *doc = jobs_get_json(r->srv->jobs, id, &missing);
+    if (!doc) {
+        if (missing)
+            problem_reply(r, 404, "id", "no job '%.32s'", id);
+        else
+            problem_reply(r, 500, NULL, "out of memory");
+        return;
+    }
+    hreq_reply_json(r, 200, doc);
+}

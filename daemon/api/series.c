@@ -1,0 +1,390 @@
+/* GET /api/v1/datasets/{name}/series?x=&y=[&format=json|npy|csv]: the values along z at one
+ * pixel, with the z world coordinate; and the z axis and 1-D replies that reduce.c shares. */
+#include "daemon/api/handlers.h"
+#include "engine/image/chunkstore.h"
+#include "engine/image/stack.h"
+#include "daemon/problem.h"
+#include "engine/base/buf.h"
+#include "engine/base/error.h"
+
+#include <jansson.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <wcslib/wcsfix.h>
+#include <wcslib/wcshdr.h>
+#include <wcslib/wcs.h>
+
+
+/* ---- the z axis ------------------------------------------------------------------------ */
+
+/* World coordinate of axis 3 at pixels (x, y, z), z = 0..n-1, from the header's WCS read
+ * as astropy reads it (wcspih at full relaxation, wcsfix without cylfix, wcsset).
+ * Returns 0 when the WCS has a third axis with a CTYPE, filling name, unit, values. */
+static int wcs_axis3(const dataset *d, long x, long y, zaxis *za)
+{
+    size_t len = (size_t)d->nkeys * 80;
+    char *hdr = malloc(len + 1);
+    if (!hdr)
+        return -1;
+    memcpy(hdr, d->header, len);
+    hdr[len] = '\0';
+    int nreject = 0, nwcs = 0;
+    struct wcsprm *all = NULL;
+    int st = wcspih(hdr, d->nkeys, WCSHDR_all, 0, &nreject, &nwcs, &all);
+    free(hdr);
+    if (st != 0 || nwcs < 1)
+        return -1;
+    struct wcsprm *w = NULL;
+    for (int i = 0; i < nwcs; i++)
+        if (all[i].alt[0] == ' ' || all[i].alt[0] == '\0')
+            w = &all[i];
+    int rc = -1;
+    if (w && w->naxis >= 3 && w->ctype[2][0]) {
+        int stat[NWCSFIX];
+        (void)wcsfix(0, NULL, w, stat);
+        if (wcsset(w) == 0) {
+            int nc = w->naxis;
+            double *pix = malloc((size_t)za->n * (size_t)nc * sizeof(double));
+            double *img = malloc((size_t)za->n * (size_t)nc * sizeof(double));
+            double *wld = malloc((size_t)za->n * (size_t)nc * sizeof(double));
+            double *phi = malloc((size_t)za->n * sizeof(double));
+            double *theta = malloc((size_t)za->n * sizeof(double));
+            int *status = malloc((size_t)za->n * sizeof(int));
+            if (pix && img && wld && phi && theta && status) {
+                for (long k = 0; k < za->n; k++) {
+                    double *p = pix + (size_t)k * (size_t)nc;
+                    for (int a = 0; a < nc; a++)
+                        p[a] = 1.0;                   /* FITS pixels are 1-based */
+                    p[0] = (double)x + 1.0;
+                    p[1] = (double)y + 1.0;
+                    p[2] = (double)k + 1.0;
+                }
+                wcsp2s(w, (int)za->n, nc, pix, img, phi, theta, wld, status);
+                for (long k = 0; k < za->n; k++)
+                    za->values[k] = status[k] ? NAN : wld[(size_t)k * (size_t)nc + 2];
+                snprintf(za->name, sizeof(za->name), "%.70s", w->ctype[2]);
+                snprintf(za->unit, sizeof(za->unit), "%.70s", w->cunit[2]);
+                /* wcslib leaves trailing blanks out already; trim any left. */
+                for (char *e = za->name + strlen(za->name); e > za->name && e[-1] == ' ';)
+                    *--e = '\0';
+                rc = 0;
+            }
+            free(pix);
+            free(img);
+            free(wld);
+            free(phi);
+            free(theta);
+            free(status);
+        }
+    }
+    wcsvfree(&nwcs, &all);
+    return rc;
+}
+
+/* Seconds since the epoch of an ISO 8601 "YYYY-MM-DD[Thh:mm:ss[.fff]]" (UTC), or NAN. */
+static double iso_seconds(const char *s)
+{
+    int Y, M, D, h = 0, m = 0;
+    double sec = 0;
+    int n = sscanf(s, "%4d-%2d-%2dT%2d:%2d:%lf", &Y, &M, &D, &h, &m, &sec);
+    if (n != 3 && n != 6)
+        return NAN;
+    struct tm tm;
+    memset(&tm, 0, sizeof(tm));
+    tm.tm_year = Y - 1900;
+    tm.tm_mon = M - 1;
+    tm.tm_mday = D;
+    tm.tm_hour = h;
+    tm.tm_min = m;
+    return (double)timegm(&tm) + sec;
+}
+
+/* Time of each frame of a FITS stack from MJD-OBS (days) or DATE-OBS (seconds since the
+ * first frame's).  Returns 0 when every frame has the same keyword. */
+static int stack_times(const dataset *d, zaxis *za)
+{
+    if (frame_is_png(d->paths[0]))
+        return -1;
+    int use_mjd = -1;
+    for (long k = 0; k < za->n; k++) {
+        fitsimg_info info;
+        char err[128], val[80];
+        if (frame_read_info(d->paths[k], d->hdu, &info, err, sizeof(err)))
+            return -1;
+        double v = NAN;
+        if (use_mjd != 0 && fitsimg_header_get(info.header, info.nkeys, "MJD-OBS", val, sizeof(val))) {
+            char *end;
+            v = strtod(val, &end);
+            if (end == val)
+                v = NAN;
+            use_mjd = 1;
+        } else if (use_mjd != 1 &&
+                   fitsimg_header_get(info.header, info.nkeys, "DATE-OBS", val, sizeof(val))) {
+            v = iso_seconds(val);
+            if (k == 0)
+                snprintf(za->origin, sizeof(za->origin), "%.40s", val);
+            use_mjd = 0;
+        }
+        fitsimg_info_release(&info);
+        if (!isfinite(v))
+            return -1;
+        za->values[k] = v;
+    }
+    if (use_mjd == 1) {
+        snprintf(za->name, sizeof(za->name), "MJD-OBS");
+        snprintf(za->unit, sizeof(za->unit), "d");
+        za->origin[0] = '\0';
+    } else {
+        double t0 = za->values[0];
+        for (long k = 0; k < za->n; k++)
+            za->values[k] -= t0;
+        snprintf(za->name, sizeof(za->name), "DATE-OBS");
+        snprintf(za->unit, sizeof(za->unit), "s");
+    }
+    return 0;
+}
+
+int zaxis_compute(const dataset *d, long x, long y, zaxis *za)
+{
+    memset(za, 0, sizeof(*za));
+    za->n = d->nz;
+    za->values = malloc((size_t)d->nz * sizeof(double));
+    if (!za->values)
+        return TESS_ENOMEM;
+    if (d->kind != DS_STACK && wcs_axis3(d, x, y, za) == 0)
+        return 0;
+    if (d->kind == DS_STACK && stack_times(d, za) == 0)
+        return 0;
+    za->origin[0] = '\0';
+    snprintf(za->name, sizeof(za->name), d->kind == DS_STACK ? "frame" : "plane");
+    za->unit[0] = '\0';
+    for (long k = 0; k < d->nz; k++)
+        za->values[k] = (double)k;
+    return 0;
+}
+
+void zaxis_release(zaxis *za)
+{
+    free(za->values);
+    za->values = NULL;
+}
+
+/* ---- 1-D replies ------------------------------------------------------------------------ */
+
+int profile_format_parse(const char *s, profile_format *f)
+{
+    if (!s || strcmp(s, "json") == 0)
+        *f = PROFILE_JSON;
+    else if (strcmp(s, "npy") == 0)
+        *f = PROFILE_NPY;
+    else if (strcmp(s, "csv") == 0)
+        *f = PROFILE_CSV;
+    else
+        return TESS_EINVAL;
+    return 0;
+}
+
+const char *profile_format_name(profile_format f)
+{
+    return f == PROFILE_JSON ? "json" : f == PROFILE_NPY ? "npy" : "csv";
+}
+
+static json_t *real_or_null(double v)
+{
+    return isfinite(v) ? json_real(v) : json_null();
+}
+
+/* A 1-D NumPy .npy (format 1.0, '<f8', shape (n,)).  Returns malloc'd bytes or NULL. */
+static unsigned char *npy_1d(const double *v, long n, size_t *len)
+{
+    char head[128];
+    int hl = snprintf(head, sizeof(head), "{'descr': '<f8', 'fortran_order': False, "
+                      "'shape': (%ld,), }", n);
+    size_t total_head = 10 + (size_t)hl + 1;
+    size_t pad = (64 - total_head % 64) % 64;
+    size_t hlen = (size_t)hl + pad + 1;
+    *len = 10 + hlen + (size_t)n * 8;
+    unsigned char *out = malloc(*len);
+    if (!out)
+        return NULL;
+    memcpy(out, "\x93NUMPY\x01\x00", 8);
+    out[8] = (unsigned char)(hlen & 0xff);
+    out[9] = (unsigned char)(hlen >> 8);
+    memcpy(out + 10, head, (size_t)hl);
+    memset(out + 10 + hl, ' ', pad);
+    out[10 + hlen - 1] = '\n';
+    unsigned char *p = out + 10 + hlen;
+    for (long i = 0; i < n; i++) {
+        uint64_t u;
+        memcpy(&u, &v[i], 8);
+        for (int b = 0; b < 8; b++)
+            p[(size_t)i * 8 + (size_t)b] = (unsigned char)(u >> (8 * b));
+    }
+    return out;
+}
+
+void reply_profile(hreq *r, profile_format f, struct json_t *doc, const zaxis *za, const double *values,
+                   long n, const char *value_unit)
+{
+    if (f == PROFILE_NPY) {
+        size_t len;
+        unsigned char *out = npy_1d(values, n, &len);
+        json_decref(doc);
+        if (!out) {
+            problem_reply(r, 500, NULL, "out of memory");
+            return;
+        }
+        hreq_reply_tile(r, 200, tile_new_take(out, len, "application/octet-stream"));
+        return;
+    }
+    if (f == PROFILE_CSV) {
+        json_decref(doc);
+        buf b;
+        buf_init(&b, (size_t)n * 64 + 4096);
+        if (za->unit[0])
+            buf_printf(&b, "%s [%s],value", za->name, za->unit);
+        else
+            buf_printf(&b, "%s,value", za->name);
+        if (value_unit && value_unit[0])
+            buf_printf(&b, " [%s]", value_unit);
+        buf_adds(&b, "\n");
+        for (long k = 0; k < n; k++)
+            buf_printf(&b, "%.17g,%.17g\n", za->values[k], values[k]);
+        size_t len;
+        char *text = buf_detach(&b, &len);
+        if (!text) {
+            problem_reply(r, 500, NULL, "out of memory");
+            return;
+        }
+        hreq_reply_tile(r, 200, tile_new_take((unsigned char *)text, len, "text/csv"));
+        return;
+    }
+    json_t *zo = json_object(), *zv = json_array(), *vv = json_array();
+    for (long k = 0; k < n; k++) {
+        json_array_append_new(zv, real_or_null(za->values[k]));
+        json_array_append_new(vv, real_or_null(values[k]));
+    }
+    json_object_set_new(zo, "name", json_string(za->name));
+    json_object_set_new(zo, "unit", json_string(za->unit));
+    if (za->origin[0])
+        json_object_set_new(zo, "origin", json_string(za->origin));
+    json_object_set_new(zo, "values", zv);
+    json_object_set_new(doc, "z_axis", zo);
+    json_object_set_new(doc, "values", vv);
+    char *text = json_dumps(doc, JSON_COMPACT | JSON_REAL_PRECISION(17));
+    json_decref(doc);
+    if (!text) {
+        problem_reply(r, 500, NULL, "out of memory");
+        return;
+    }
+    hreq_reply_tile(r, 200, tile_new_take((unsigned char *)text, strlen(text),
+                                          "application/json"));
+}
+
+/* ---- the series endpoint ------------------------------------------------------------- */
+
+typedef struct series_job {
+    const dataset *ds;
+    long x, y;
+    profile_format format;
+} series_job;
+
+/* The series from the attached rechunk copy when there is one that answers; 1 on
+ * success, 0 to read the planes instead. */
+static int series_from_profile(const dataset *d, long x, long y, double *out)
+{
+    char path[4096], err[256];
+    if (!dataset_profile_path(d, path, sizeof(path)))
+        return 0;
+    return chunkstore_read_series(path, x, y, out, d->nz, err, sizeof(err)) == 0;
+}
+
+static void series_work(hreq *r)
+{
+    series_job *j = r->work_arg;
+    const dataset *d = j->ds;
+    char err[256];
+    double *v = malloc((size_t)d->nz * sizeof(double));
+    if (!v) {
+        problem_reply(r, 500, NULL, "out of memory");
+        return;
+    }
+    if (!series_from_profile(d, j->x, j->y, v) &&
+        stack_read_series(dataset_stack(d), j->x, j->y, 0, d->nz, v, err, sizeof(err))) {
+        problem_reply(r, 500, NULL, "cannot read dataset '%s': %s", d->name, err);
+        free(v);
+        return;
+    }
+    zaxis za;
+    if (zaxis_compute(d, j->x, j->y, &za)) {
+        problem_reply(r, 500, NULL, "out of memory");
+        free(v);
+        return;
+    }
+    json_t *doc = json_object();
+    json_object_set_new(doc, "dataset", json_string(d->name));
+    json_object_set_new(doc, "x", json_integer(j->x));
+    json_object_set_new(doc, "y", json_integer(j->y));
+    json_object_set_new(doc, "unit", d->bunit[0] ? json_string(d->bunit) : json_null());
+    reply_profile(r, j->format, doc, &za, v, d->nz, d->bunit);
+    zaxis_release(&za);
+    free(v);
+}
+
+/* Parses the required pixel coordinate `key` in 0..max-1; 400 naming it otherwise. */
+static int pixel_arg(hreq *r, const char *key, long max, const char *axis, long *out)
+{
+    const char *s = hreq_arg(r, key);
+    if (!s) {
+        problem_reply(r, 400, key, "%s is required (0-based pixel %s)", key, axis);
+        return -1;
+    }
+    int rc = param_long(s, 0, max - 1, out);
+    if (rc == TESS_ERANGE) {
+        problem_reply(r, 400, key, "%s = %.40s is outside 0..%ld", key, s, max - 1);
+        return -1;
+    }
+    if (rc) {
+        problem_reply(r, 400, key, "%s must be an integer pixel index, got '%.40s'", key, s);
+        return -1;
+    }
+    return 0;
+}
+
+void handle_series(hreq *r, const dataset *d)
+{
+    static const char *const known[] = {"x", "y", "format", NULL};
+    if (hreq_only_args(r, known))
+        return;
+    series_job j0;
+    memset(&j0, 0, sizeof(j0));
+    j0.ds = d;
+    if (pixel_arg(r, "x", d->nx, "column", &j0.x) || pixel_arg(r, "y", d->ny, "row", &j0.y))
+        return;
+    const char *fs = hreq_arg(r, "format");
+    if (profile_format_parse(fs, &j0.format)) {
+        problem_reply(r, 400, "format", "format must be json, npy or csv, got '%.40s'", fs);
+        return;
+    }
+    char version[64];
+    dataset_version(d, version, sizeof(version));
+    if (asprintf(&r->cache_key, "series|%s|%s|%ld|%ld|%s", d->name, version, j0.x, j0.y,
+                 profile_format_name(j0.format)) < 0) {
+        r->cache_key = NULL;
+        problem_reply(r, 500, NULL, "out of memory");
+        return;
+    }
+    if (hreq_try_cache(r))
+        return;
+    series_job *j = malloc(sizeof(*j));
+    if (!j) {
+        problem_reply(r, 500, NULL, "out of memory");
+        return;
+    }
+    *j = j0;
+    hreq_run_async(r, series_work, j, free);
+}

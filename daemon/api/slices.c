@@ -1,0 +1,210 @@
+/* GET /api/v1/datasets/{name}/slice/{xy|xz|yz}/{W}_{H}/{X}_{Y}_{Z}.{fmt}: plane cuts on any axis.
+ *
+ * The result is W x H pixels, row 0 (FITS row 1, the bottom of a rendering) first:
+ *   xy: pixel (i, j) = v(X + i, Y + j, Z)          W along x, H along y, plane Z
+ *   xz: pixel (i, k) = v(X + i, Y, Z + k)          W along x, H along z, row Y
+ *   yz: pixel (j, k) = v(X, Y + j, Z + k)          W along y, H along z, column X
+ * so z grows upwards in renderings of xz and yz cuts, as y does in xy planes. */
+#include "daemon/api/handlers.h"
+#include "engine/fits/fitsimg.h"
+#include "engine/image/stack.h"
+#include "daemon/problem.h"
+#include "engine/base/error.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct slice_job {
+    const dataset *ds;
+    slice_params s;
+    render_params render;
+} slice_job;
+
+static const char *lookup(void *cls, const char *key)
+{
+    return hreq_arg(cls, key);
+}
+
+/* Appends one card made from `text` (blank-padded to 80) to cards[n]. */
+static void put_card(char *cards, int *n, const char *text)
+{
+    size_t len = strlen(text);
+    if (len > 80)
+        len = 80;
+    memset(cards + (size_t)*n * 80, ' ', 80);
+    memcpy(cards + (size_t)*n * 80, text, len);
+    (*n)++;
+    cards[(size_t)*n * 80] = '\0';
+}
+
+/* The cards of an xz or yz cut: which cut it is, and the z axis's linear WCS (CTYPE3,
+ * CUNIT3, CRVAL3, CDELT3, CRPIX3 moved by Z) as axis 2 when the header has them; the
+ * spatial axis gets none (a celestial axis alone is not a WCS).  Returns malloc'd cards
+ * or NULL. */
+static char *cut_cards(const dataset *d, const slice_params *s, int *nkeys)
+{
+    char *cards = malloc(8 * 80 + 1);
+    if (!cards)
+        return NULL;
+    int n = 0;
+    char card[96];
+    cards[0] = '\0';
+    snprintf(card, sizeof(card), "SLICE   = '%s      '           / plane cut: axis 1 %s, axis 2 z",
+             s->plane, s->plane[0] == 'x' ? "x" : "y");
+    put_card(cards, &n, card);
+    snprintf(card, sizeof(card), "%-8s= %20ld / fixed 0-based %s of the cut",
+             s->plane[0] == 'x' ? "SLICEY" : "SLICEX", s->plane[0] == 'x' ? s->y : s->x,
+             s->plane[0] == 'x' ? "row" : "column");
+    put_card(cards, &n, card);
+    static const char *const keys[] = {"CTYPE3", "CUNIT3", "CRVAL3", "CDELT3", "CRPIX3"};
+    if (d->kind == DS_CUBE) {
+        for (int k = 0; k < 5; k++) {
+            char val[80];
+            if (!fitsimg_header_get(d->header, d->nkeys, keys[k], val, sizeof(val)))
+                continue;
+            char key[9];
+            snprintf(key, sizeof(key), "%.5s2", keys[k]);
+            if (k < 2)
+                snprintf(card, sizeof(card), "%-8s= '%s'", key, val);
+            else
+                snprintf(card, sizeof(card), "%-8s= %20.15G", key,
+                         strtod(val, NULL) - (k == 4 ? (double)s->z : 0.0));
+            put_card(cards, &n, card);
+        }
+    }
+    *nkeys = n;
+    return cards;
+}
+
+/* The WCS cards of the slice: the plane's header with its pixel origin moved by the
+ * offset (fitsimg_header_shift), so that a pixel of the slice keeps its world
+ * coordinates.  Returns malloc'd cards or NULL. */
+static char *slice_cards(const dataset *d, const slice_params *s, int *nkeys)
+{
+    char *hdr = NULL;
+    int n = 0;
+    if (strcmp(s->plane, "xy") != 0)
+        return cut_cards(d, s, nkeys);
+    if (d->kind == DS_STACK) {
+        fitsimg_info info;
+        char err[128];
+        if (frame_read_info(d->paths[s->z], d->hdu, &info, err, sizeof(err)) == 0) {
+            hdr = info.header;
+            n = info.nkeys;
+            info.header = NULL;
+            fitsimg_info_release(&info);
+        }
+    } else {
+        hdr = malloc((size_t)d->nkeys * 80 + 1);
+        if (hdr) {
+            memcpy(hdr, d->header, (size_t)d->nkeys * 80 + 1);
+            n = d->nkeys;
+        }
+    }
+    if (!hdr)
+        return NULL;
+    double shift[3] = {(double)s->x, (double)s->y, d->kind == DS_CUBE ? (double)s->z : 0};
+    fitsimg_header_shift(hdr, n, shift, 3);
+    *nkeys = n;
+    return hdr;
+}
+
+static void slice_work(hreq *r)
+{
+    slice_job *j = r->work_arg;
+    const dataset *d = j->ds;
+    const slice_params *s = &j->s;
+    char err[256];
+    double *data = malloc((size_t)s->w * (size_t)s->h * sizeof(double));
+    if (!data) {
+        problem_reply(r, 500, NULL, "out of memory");
+        return;
+    }
+    int rc;
+    if (strcmp(s->plane, "xz") == 0)
+        rc = stack_read_xz(dataset_stack(d), s->y, s->x, s->z, s->w, s->h, data, err, sizeof(err));
+    else if (strcmp(s->plane, "yz") == 0)
+        rc = stack_read_yz(dataset_stack(d), s->x, s->y, s->z, s->w, s->h, data, err, sizeof(err));
+    else
+        rc = dataset_read_region(d, s->z, s->x, s->y, s->w, s->h, data, err, sizeof(err));
+    if (rc) {
+        problem_reply(r, 500, NULL, "cannot read dataset '%s': %s", d->name, err);
+        free(data);
+        return;
+    }
+    char *cards = NULL;
+    int nkeys = 0;
+    if (s->format == FMT_FITS)
+        cards = slice_cards(d, s, &nkeys);
+    reply_image(r, data, s->w, s->h, s->format, &j->render, cards, nkeys);
+    free(cards);
+    free(data);
+}
+
+void handle_slice(hreq *r, const dataset *d, const char *rest)
+{
+    static const char *const known[] = {"stretch", "min_cut", "max_cut", "cmap", NULL};
+    if (hreq_only_args(r, known))
+        return;
+    slice_job *j = calloc(1, sizeof(*j));
+    if (!j) {
+        problem_reply(r, 500, NULL, "out of memory");
+        return;
+    }
+    j->ds = d;
+    param_error pe;
+    if (params_slice_path(rest, &j->s, &pe) || params_render(lookup, r, &j->render, &pe)) {
+        problem_reply(r, 400, pe.parameter, "%s", pe.detail);
+        free(j);
+        return;
+    }
+    slice_params *s = &j->s;
+    /* Extent of the cut along x, y and z. */
+    long ex = s->w, ey = s->h, ez = 1;
+    if (strcmp(s->plane, "xz") == 0) {
+        ey = 1;
+        ez = s->h;
+    } else if (strcmp(s->plane, "yz") == 0) {
+        ex = 1;
+        ey = s->w;
+        ez = s->h;
+    }
+    if (s->x + ex > d->nx || s->y + ey > d->ny) {
+        problem_reply(r, 400, "offset", "%s cut %ldx%ld at (%ld, %ld) runs outside the %ldx%ld "
+                      "plane of '%s'", s->plane, s->w, s->h, s->x, s->y, d->nx, d->ny, d->name);
+        free(j);
+        return;
+    }
+    if (s->z + ez > d->nz) {
+        problem_reply(r, 400, "offset", "planes Z = %ld..%ld are outside 0..%ld of '%s'", s->z,
+                      s->z + ez - 1, d->nz - 1, d->name);
+        free(j);
+        return;
+    }
+    long long npix = (long long)s->w * s->h;
+    if (npix > r->srv->cfg->max_output_pixels) {
+        problem_reply(r, 413, "size", "%lld pixels is more than limits.max_output_pixels = %lld",
+                      npix, r->srv->cfg->max_output_pixels);
+        free(j);
+        return;
+    }
+    char rk[160], version[64];
+    params_render_key(&j->render, rk, sizeof(rk));
+    dataset_version(d, version, sizeof(version));
+    int rendered = s->format == FMT_PNG || s->format == FMT_JPG;
+    if (asprintf(&r->cache_key, "slice|%s|%s|%s|%ld|%ld|%ld|%ld|%ld|%s|%s", d->name, version,
+                 s->plane, s->w, s->h, s->x, s->y, s->z, out_format_name(s->format),
+                 rendered ? rk : "") < 0) {
+        r->cache_key = NULL;
+        problem_reply(r, 500, NULL, "out of memory");
+        free(j);
+        return;
+    }
+    reply_image_shape(r, s->format, s->w, s->h);
+    if (hreq_try_cache(r)) {
+        free(j);
+        return;
+    }
+    hreq_run_async(r, slice_work, j, free);
+}

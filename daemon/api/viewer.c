@@ -1,0 +1,213 @@
+/* GET / and the viewer's static files: /viewer/{path} from the viewer directory and
+ * /vendor/{package}/{path} from a fixed list of npm packages under node_modules. */
+#include "daemon/api/handlers.h"
+#include "daemon/problem.h"
+#include "engine/base/error.h"
+
+#include <fcntl.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#ifndef TESSERA_VIEWER_DIR
+#define TESSERA_VIEWER_DIR "viewer"
+#endif
+#ifndef TESSERA_NODE_MODULES_DIR
+#define TESSERA_NODE_MODULES_DIR "node_modules"
+#endif
+
+/* Largest static file served (aladin.js is about 2.4 MB). */
+#define VIEWER_MAX_FILE ((off_t)32 * 1024 * 1024)
+
+/* The npm packages the viewer loads, by the name used under /vendor/, and the directory
+ * inside node_modules their files are served from.  Nothing else of node_modules is
+ * reachable. */
+static const struct vendor_pkg {
+    const char *name;
+    const char *subdir;
+} vendor_pkgs[] = {
+    {"aladin-lite", "aladin-lite/dist"},
+    {"openseadragon", "openseadragon/build/openseadragon"},
+    {"uplot", "uplot/dist"},
+};
+
+/* The extensions served and their Content-Type; any other file is 404. */
+static const struct ext_type {
+    const char *ext;
+    const char *type;
+} ext_types[] = {
+    {".html", "text/html; charset=utf-8"},
+    {".js", "text/javascript; charset=utf-8"},
+    {".mjs", "text/javascript; charset=utf-8"},
+    {".css", "text/css; charset=utf-8"},
+    {".json", "application/json"},
+    {".map", "application/json"},
+    {".png", "image/png"},
+    {".svg", "image/svg+xml"},
+    {".ico", "image/x-icon"},
+    {".wasm", "application/wasm"},
+    {".txt", "text/plain; charset=utf-8"},
+};
+
+const char *viewer_dir(void)
+{
+    const char *d = getenv("TESSERA_VIEWER_DIR");
+    return d && *d ? d : TESSERA_VIEWER_DIR;
+}
+
+const char *viewer_node_modules_dir(void)
+{
+    const char *d = getenv("TESSERA_NODE_MODULES");
+    return d && *d ? d : TESSERA_NODE_MODULES_DIR;
+}
+
+const char *viewer_content_type(const char *path)
+{
+    const char *slash = strrchr(path, '/');
+    const char *dot = strrchr(slash ? slash : path, '.');
+    if (!dot)
+        return NULL;
+    for (size_t i = 0; i < sizeof(ext_types) / sizeof(ext_types[0]); i++)
+        if (strcmp(dot, ext_types[i].ext) == 0)
+            return ext_types[i].type;
+    return NULL;
+}
+
+int viewer_path_ok(const char *rel)
+{
+    if (!rel || !*rel || rel[0] == '/' || strlen(rel) > 200)
+        return 0;
+    const char *seg = rel;
+    for (const char *p = rel;; p++) {
+        char ch = *p;
+        if (ch == '/' || ch == '\0') {
+            size_t n = (size_t)(p - seg);
+            /* Empty segments ("a//b", trailing '/') and any segment starting with '.'
+             * ("..", ".", hidden files) are refused. */
+            if (n == 0 || seg[0] == '.')
+                return 0;
+            if (ch == '\0')
+                return 1;
+            seg = p + 1;
+            continue;
+        }
+        if (!((ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') ||
+              ch == '_' || ch == '-' || ch == '.'))
+            return 0;
+    }
+}
+
+/* Reads root/rel into a tile when it is a regular file inside root (after resolving
+ * links) with a served extension.  Returns the tile, or NULL with *status 404 (or 500). */
+static tile *read_static(hreq *r, const char *root, const char *rel, int *status)
+{
+    *status = 404;
+    const char *ctype = viewer_content_type(rel);
+    if (!ctype || !viewer_path_ok(rel))
+        return NULL;
+    char rootreal[PATH_MAX], joined[PATH_MAX], real[PATH_MAX];
+    if (!realpath(root, rootreal))
+        return NULL;
+    int n = snprintf(joined, sizeof(joined), "%s/%s", rootreal, rel);
+    if (n < 0 || (size_t)n >= sizeof(joined) || !realpath(joined, real))
+        return NULL;
+    size_t rl = strlen(rootreal);
+    if (strncmp(real, rootreal, rl) != 0 || real[rl] != '/')
+        return NULL;
+    int fd = open(real, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return NULL;
+    struct stat st;
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_size > VIEWER_MAX_FILE) {
+        close(fd);
+        return NULL;
+    }
+    /* Cached by path, size and mtime, so that an edited file is served fresh. */
+    char key[PATH_MAX + 64];
+    snprintf(key, sizeof(key), "static:%s:%lld:%lld.%09ld", real, (long long)st.st_size,
+             (long long)st.st_mtim.tv_sec, (long)st.st_mtim.tv_nsec);
+    tile *t = tilecache_get(r->srv->cache, key);
+    if (t) {
+        close(fd);
+        return t;
+    }
+    size_t len = (size_t)st.st_size;
+    unsigned char *data = malloc(len ? len : 1);
+    size_t got = 0;
+    while (data && got < len) {
+        ssize_t k = read(fd, data + got, len - got);
+        if (k <= 0)
+            break;
+        got += (size_t)k;
+    }
+    close(fd);
+    if (!data || got != len) {
+        free(data);
+        *status = 500;
+        return NULL;
+    }
+    t = tile_new_take(data, len, ctype);
+    if (!t) {
+        *status = 500;
+        return NULL;
+    }
+    tilecache_put(r->srv->cache, key, t);
+    return t;
+}
+
+void handle_viewer(hreq *r, const char *path)
+{
+    const char *root, *rel, *cache_control;
+    char vendor_root[PATH_MAX];
+    if (strcmp(path, "/") == 0 || strcmp(path, "/viewer/") == 0) {
+        root = viewer_dir();
+        rel = "index.html";
+        cache_control = "no-cache";
+    } else if (strncmp(path, "/viewer/", 8) == 0) {
+        root = viewer_dir();
+        rel = path + 8;
+        cache_control = "no-cache";
+    } else if (strncmp(path, "/vendor/", 8) == 0) {
+        const char *pkg = path + 8;
+        const char *slash = strchr(pkg, '/');
+        const struct vendor_pkg *vp = NULL;
+        for (size_t i = 0; slash && i < sizeof(vendor_pkgs) / sizeof(vendor_pkgs[0]); i++)
+            if (strlen(vendor_pkgs[i].name) == (size_t)(slash - pkg) &&
+                strncmp(pkg, vendor_pkgs[i].name, (size_t)(slash - pkg)) == 0)
+                vp = &vendor_pkgs[i];
+        if (!vp) {
+            problem_reply(r, 404, NULL, "no such resource: %.200s", path);
+            return;
+        }
+        int n = snprintf(vendor_root, sizeof(vendor_root), "%s/%s", viewer_node_modules_dir(),
+                         vp->subdir);
+        if (n < 0 || (size_t)n >= sizeof(vendor_root)) {
+            problem_reply(r, 404, NULL, "no such resource: %.200s", path);
+            return;
+        }
+        root = vendor_root;
+        rel = slash + 1;
+        cache_control = "public, max-age=86400";
+    } else {
+        problem_reply(r, 404, NULL, "no such resource: %.200s", path);
+        return;
+    }
+    int status;
+    tile *t = read_static(r, root, rel, &status);
+    if (!t) {
+        if (status == 500)
+            problem_reply(r, 500, NULL, "cannot read %.200s", path);
+        else if (strcmp(rel, "index.html") == 0 && strncmp(path, "/vendor/", 8) != 0)
+            problem_reply(r, 404, NULL,
+                          "the viewer is not installed: no index.html in '%.200s' (set "
+                          "TESSERA_VIEWER_DIR)", root);
+        else
+            problem_reply(r, 404, NULL, "no such resource: %.200s", path);
+        return;
+    }
+    hreq_reply_tile(r, 200, t);
+    r->rep.cache_control = cache_control;
+}

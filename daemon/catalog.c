@@ -1,0 +1,401 @@
+/* Catalog of configured datasets: path resolution inside the data roots, headers, WCS. */
+#include "daemon/catalog.h"
+#include "engine/fits/fitsimg.h"
+#include "engine/image/stack.h"
+#include "engine/base/error.h"
+
+#include <glob.h>
+#include <errno.h>
+#include <pthread.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define CATALOG_MAX_FRAMES 100000
+/* Frames (files) of one dataset kept open (mapped or decoded) at most. */
+#define CATALOG_MAX_OPEN_FRAMES 64
+
+/* Mutable part of a dataset: its current version, rechecked at most once a second. */
+struct ds_state {
+    pthread_mutex_t lock;
+    double checked;          /* CLOCK_MONOTONIC seconds of the last check */
+    char version[64];
+    char *profile_path;      /* profile-friendly copy (a rechunk product), or NULL */
+    stack *reader;           /* lazy reader of the pixels (engine/image/stack.h) */
+};
+
+static double now_s(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+/* Size and mtime of every path folded into a version string; a path that cannot be
+ * stat(2)ed contributes a marker so that deletion changes the version too. */
+static void compute_version(const dataset *d, char *out, size_t len)
+{
+    unsigned long long size = 0, h = 1469598103934665603ULL;
+    for (int i = 0; i < d->npaths; i++) {
+        struct stat st;
+        unsigned long long v[2] = {0xdeadULL, (unsigned long long)i};
+        if (stat(d->paths[i], &st) == 0) {
+            size += (unsigned long long)st.st_size;
+            v[0] = (unsigned long long)st.st_mtim.tv_sec * 1000000000ULL +
+                   (unsigned long long)st.st_mtim.tv_nsec;
+            v[1] = (unsigned long long)st.st_size;
+        }
+        for (int k = 0; k < 2; k++) {
+            h ^= v[k];
+            h *= 1099511628211ULL;
+        }
+    }
+    snprintf(out, len, "%llx-%llx", size, h);
+}
+
+const char *dataset_version(const dataset *d, char *out, size_t len)
+{
+    struct ds_state *st = d->state;
+    double t = now_s();
+    pthread_mutex_lock(&st->lock);
+    if (t - st->checked > 1.0) {
+        compute_version(d, st->version, sizeof(st->version));
+        st->checked = t;
+    }
+    snprintf(out, len, "%s", st->version);
+    pthread_mutex_unlock(&st->lock);
+    return out;
+}
+
+const char *ds_kind_name(ds_kind k)
+{
+    switch (k) {
+    case DS_IMAGE: return "image";
+    case DS_CUBE: return "cube";
+    case DS_STACK: return "stack";
+    }
+    return "image";
+}
+
+int catalog_path_allowed(const tess_config *cfg, const char *path)
+{
+    for (int i = 0; i < cfg->n_roots; i++) {
+        const char *root = cfg->data_roots[i];
+        size_t n = strlen(root);
+        if (strcmp(root, "/") == 0)
+            return 1;
+        if (strncmp(path, root, n) == 0 && path[n] == '/')
+            return 1;
+    }
+    return 0;
+}
+
+/* Joins `rel` to the first data root unless absolute, canonicalises it and checks that
+ * it stays inside a root.  Returns a malloc'd path or NULL with `err`. */
+static char *resolve(const tess_config *cfg, const char *rel, const char *dsname, int trusted,
+                     char *err, size_t errlen)
+{
+    char joined[PATH_MAX];
+    int n = rel[0] == '/' ? snprintf(joined, sizeof(joined), "%s", rel)
+                          : snprintf(joined, sizeof(joined), "%s/%s", cfg->data_roots[0], rel);
+    if (n < 0 || (size_t)n >= sizeof(joined)) {
+        tess_seterr(err, errlen, "dataset '%s': path too long", dsname);
+        return NULL;
+    }
+    char *real = realpath(joined, NULL);
+    if (!real) {
+        tess_seterr(err, errlen, "dataset '%s': cannot open '%s'", dsname, joined);
+        return NULL;
+    }
+    if (!trusted && !catalog_path_allowed(cfg, real)) {
+        tess_seterr(err, errlen, "dataset '%s': '%s' is outside the data roots", dsname, rel);
+        free(real);
+        return NULL;
+    }
+    return real;
+}
+
+static void dataset_release(dataset *d)
+{
+    free(d->name);
+    for (int i = 0; i < d->npaths; i++)
+        free(d->paths[i]);
+    free(d->paths);
+    free(d->header);
+    skywcs_free(d->wcs);
+    skywcs_free(d->cel);
+    if (d->state) {
+        pthread_mutex_destroy(&d->state->lock);
+        free(d->state->profile_path);
+        stack_free(d->state->reader);
+        free(d->state);
+    }
+    memset(d, 0, sizeof(*d));
+}
+
+/* Lists the frames of a stack: glob(3) under the first root, sorted by name. */
+static int stack_paths(const tess_config *cfg, const ds_config *dc, dataset *d, char *err,
+                       size_t errlen)
+{
+    char pattern[PATH_MAX];
+    int n = dc->frames[0] == '/'
+                ? snprintf(pattern, sizeof(pattern), "%s", dc->frames)
+                : snprintf(pattern, sizeof(pattern), "%s/%s", cfg->data_roots[0], dc->frames);
+    if (n < 0 || (size_t)n >= sizeof(pattern)) {
+        tess_seterr(err, errlen, "dataset '%s': frames pattern too long", dc->name);
+        return TESS_EINVAL;
+    }
+    glob_t g;
+    int grc = glob(pattern, GLOB_ERR, NULL, &g);
+    if (grc != 0 || g.gl_pathc == 0) {
+        if (grc == 0)
+            globfree(&g);
+        tess_seterr(err, errlen, "dataset '%s': no frames match '%s'", dc->name, dc->frames);
+        return TESS_EIO;
+    }
+    if (g.gl_pathc > CATALOG_MAX_FRAMES) {
+        tess_seterr(err, errlen, "dataset '%s': more than %d frames", dc->name, CATALOG_MAX_FRAMES);
+        globfree(&g);
+        return TESS_ERANGE;
+    }
+    d->paths = calloc(g.gl_pathc, sizeof(char *));
+    if (!d->paths) {
+        globfree(&g);
+        return TESS_ENOMEM;
+    }
+    for (size_t i = 0; i < g.gl_pathc; i++) {
+        d->paths[i] = resolve(cfg, g.gl_pathv[i], dc->name, 0, err, errlen);
+        if (!d->paths[i]) {
+            globfree(&g);
+            return TESS_EIO;
+        }
+        d->npaths++;
+    }
+    globfree(&g);
+    return 0;
+}
+
+static int open_one(const tess_config *cfg, const ds_config *dc, int trusted, dataset *d,
+                    char *err, size_t errlen)
+{
+    char why[256];
+    int rc;
+    d->name = strdup(dc->name);
+    if (!d->name)
+        return TESS_ENOMEM;
+    d->hdu = dc->hdu;
+    d->hips_galactic = dc->hips_galactic;
+    if (dc->frames) {
+        if ((rc = stack_paths(cfg, dc, d, err, errlen)))
+            return rc;
+    } else {
+        d->paths = calloc(1, sizeof(char *));
+        if (!d->paths)
+            return TESS_ENOMEM;
+        d->paths[0] = resolve(cfg, dc->path, dc->name, trusted, err, errlen);
+        if (!d->paths[0])
+            return TESS_EIO;
+        d->npaths = 1;
+    }
+
+    for (int i = 0; i < d->npaths; i++) {
+        fitsimg_info info;
+        if ((rc = frame_read_info(d->paths[i], d->hdu, &info, why, sizeof(why)))) {
+            tess_seterr(err, errlen, "dataset '%s': %s", d->name, why);
+            return rc;
+        }
+        if (i == 0) {
+            if (info.naxis < 2 || (info.naxis >= 3 && dc->frames && info.naxes[2] != 1) ||
+                (info.naxis == 4 && info.naxes[3] != 1)) {
+                tess_seterr(err, errlen, "dataset '%s': NAXIS = %d with shape not usable as %s",
+                            d->name, info.naxis, dc->frames ? "2-D frames" : "an image or cube");
+                fitsimg_info_release(&info);
+                return TESS_EINVAL;
+            }
+            d->nx = info.naxes[0];
+            d->ny = info.naxes[1];
+            d->nz = dc->frames ? d->npaths : (info.naxis >= 3 ? info.naxes[2] : 1);
+            d->kind = dc->frames ? DS_STACK : (d->nz > 1 ? DS_CUBE : DS_IMAGE);
+            d->bitpix = info.bitpix;
+            snprintf(d->bunit, sizeof(d->bunit), "%s", info.bunit);
+            d->header = info.header;
+            d->nkeys = info.nkeys;
+            info.header = NULL;
+        } else if (info.naxes[0] != d->nx || info.naxes[1] != d->ny ||
+                   (info.naxis >= 3 && info.naxes[2] != 1)) {
+            tess_seterr(err, errlen,
+                        "dataset '%s': frame '%s' is %ldx%ld, the first frame is %ldx%ld",
+                        d->name, d->paths[i], info.naxes[0], info.naxes[1], d->nx, d->ny);
+            fitsimg_info_release(&info);
+            return TESS_EINVAL;
+        }
+        fitsimg_info_release(&info);
+    }
+    d->state = calloc(1, sizeof(*d->state));
+    if (!d->state)
+        return TESS_ENOMEM;
+    pthread_mutex_init(&d->state->lock, NULL);
+    compute_version(d, d->version, sizeof(d->version));
+    snprintf(d->state->version, sizeof(d->state->version), "%s", d->version);
+    d->state->checked = now_s();
+    d->state->reader = stack_new((const char *const *)d->paths, d->npaths, d->hdu, d->nx, d->ny,
+                                 d->nz, CATALOG_MAX_OPEN_FRAMES);
+    if (!d->state->reader)
+        return TESS_ENOMEM;
+
+    /* A header without WCS keywords still parses (wcslib gives linear pixel axes);
+     * only the celestial part matters for reprojection. */
+    if (skywcs_parse(d->header, d->nkeys, &d->wcs, why, sizeof(why)) == 0)
+        d->cel = skywcs_celestial(d->wcs);
+    else
+        d->wcs = NULL;
+    return 0;
+}
+
+static void dataset_free(dataset *d)
+{
+    if (d) {
+        dataset_release(d);
+        free(d);
+    }
+}
+
+/* Appends `d` (taken) under the lock; refuses a duplicate name. */
+static int append(catalog *c, dataset *d, char *err, size_t errlen)
+{
+    pthread_mutex_lock(&c->lock);
+    for (int i = 0; i < c->n; i++)
+        if (strcmp(c->items[i]->name, d->name) == 0) {
+            pthread_mutex_unlock(&c->lock);
+            tess_seterr(err, errlen, "a dataset named '%s' already exists", d->name);
+            return TESS_EEXIST;
+        }
+    if (c->n == c->cap) {
+        int cap = c->cap ? c->cap * 2 : 16;
+        dataset **items = realloc(c->items, (size_t)cap * sizeof(*items));
+        if (!items) {
+            pthread_mutex_unlock(&c->lock);
+            return TESS_ENOMEM;
+        }
+        c->items = items;
+        c->cap = cap;
+    }
+    c->items[c->n++] = d;
+    pthread_mutex_unlock(&c->lock);
+    return 0;
+}
+
+static int open_and_append(catalog *c, const tess_config *cfg, const ds_config *dc, int trusted,
+                           char *err, size_t errlen)
+{
+    dataset *d = calloc(1, sizeof(*d));
+    if (!d)
+        return TESS_ENOMEM;
+    int rc = open_one(cfg, dc, trusted, d, err, errlen);
+    if (rc == 0)
+        rc = append(c, d, err, errlen);
+    if (rc)
+        dataset_free(d);
+    return rc;
+}
+
+int catalog_open(const tess_config *cfg, catalog **out, char *err, size_t errlen)
+{
+    catalog *c = calloc(1, sizeof(*c));
+    if (!c)
+        return TESS_ENOMEM;
+    pthread_mutex_init(&c->lock, NULL);
+    c->cfg = cfg;
+    for (int i = 0; i < cfg->n_datasets; i++) {
+        int rc = open_and_append(c, cfg, &cfg->datasets[i], 0, err, errlen);
+        if (rc) {
+            catalog_free(c);
+            return rc;
+        }
+    }
+    *out = c;
+    return 0;
+}
+
+int catalog_add(catalog *c, const ds_config *dc, char *err, size_t errlen)
+{
+    return open_and_append(c, c->cfg, dc, 1, err, errlen);
+}
+
+void catalog_free(catalog *c)
+{
+    if (!c)
+        return;
+    for (int i = 0; i < c->n; i++)
+        dataset_free(c->items[i]);
+    free(c->items);
+    pthread_mutex_destroy(&c->lock);
+    free(c);
+}
+
+int catalog_count(catalog *c)
+{
+    pthread_mutex_lock(&c->lock);
+    int n = c->n;
+    pthread_mutex_unlock(&c->lock);
+    return n;
+}
+
+const dataset *catalog_at(catalog *c, int i)
+{
+    pthread_mutex_lock(&c->lock);
+    const dataset *d = i >= 0 && i < c->n ? c->items[i] : NULL;
+    pthread_mutex_unlock(&c->lock);
+    return d;
+}
+
+const dataset *catalog_find(catalog *c, const char *name)
+{
+    const dataset *d = NULL;
+    pthread_mutex_lock(&c->lock);
+    for (int i = 0; i < c->n && !d; i++)
+        if (strcmp(c->items[i]->name, name) == 0)
+            d = c->items[i];
+    pthread_mutex_unlock(&c->lock);
+    return d;
+}
+
+int dataset_attach_profile(const dataset *d, const char *path)
+{
+    char *p = strdup(path);
+    if (!p)
+        return TESS_ENOMEM;
+    pthread_mutex_lock(&d->state->lock);
+    free(d->state->profile_path);
+    d->state->profile_path = p;
+    pthread_mutex_unlock(&d->state->lock);
+    return 0;
+}
+
+int dataset_profile_path(const dataset *d, char *out, size_t len)
+{
+    pthread_mutex_lock(&d->state->lock);
+    int have = d->state->profile_path != NULL;
+    if (have)
+        snprintf(out, len, "%s", d->state->profile_path);
+    pthread_mutex_unlock(&d->state->lock);
+    return have;
+}
+
+int dataset_read_region(const dataset *d, long z, long x0, long y0, long w, long h, double *out,
+                        char *err, size_t errlen)
+{
+    if (z < 0 || z >= d->nz) {
+        tess_seterr(err, errlen, "plane %ld outside 0..%ld", z, d->nz - 1);
+        return TESS_ERANGE;
+    }
+    return stack_read_region(d->state->reader, z, x0, y0, w, h, out, err, errlen);
+}
+
+stack *dataset_stack(const dataset *d)
+{
+    return d->state->reader;
+}

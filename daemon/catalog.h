@@ -1,0 +1,111 @@
+/* Catalog of configured datasets: images, cubes and stacks, with their WCS, opened at start. */
+#ifndef TESSERA_SERVER_CATALOG_H
+#define TESSERA_SERVER_CATALOG_H
+
+#include <pthread.h>
+#include <stddef.h>
+#include "daemon/config.h"
+#include "engine/sky/skywcs.h"
+
+typedef enum { DS_IMAGE, DS_CUBE, DS_STACK } ds_kind;
+
+/* One dataset.  Shapes are FITS-style: nx = NAXIS1 (columns), ny = NAXIS2 (rows),
+ * nz = NAXIS3 (planes of a cube, frames of a stack; 1 for an image).  Immutable after
+ * catalog_open, so any thread may read it. */
+typedef struct dataset {
+    char *name;
+    ds_kind kind;
+    char **paths;        /* canonical absolute paths: 1 for image/cube, nz for a stack */
+    int npaths;
+    int hdu;             /* 0-based HDU of every path */
+    long nx, ny, nz;
+    int bitpix;          /* BITPIX as stored (of the first frame for a stack) */
+    char bunit[72];
+    char *header;        /* the HDU's cards (first frame for stacks), 80 characters each */
+    int nkeys;
+    skywcs *wcs;         /* full WCS of the header, or NULL when it has none; read-only */
+    skywcs *cel;         /* its celestial 2-D part, or NULL; read-only: copy before use */
+    int hips_galactic;   /* HiPS frame: 1 galactic, 0 equatorial */
+    char version[64];    /* identity of the file contents when opened (size and mtime of
+                            every path); use dataset_version() for the current one */
+    struct ds_state *state; /* private: the current version, rechecked once a second */
+} dataset;
+
+/* The datasets, configured ones first, then those registered while serving (job
+ * products).  Datasets are never removed while the catalog lives, so a pointer from
+ * catalog_find/catalog_at stays valid until catalog_free.  Thread-safe. */
+typedef struct catalog {
+    dataset **items;     /* private: use catalog_count/catalog_at/catalog_find */
+    int n, cap;
+    pthread_mutex_t lock;
+    const tess_config *cfg;
+} catalog;
+
+/* Opens every dataset of `cfg`: resolves paths against the data roots (a path that
+ * resolves outside every root is refused), reads each header and WCS, checks that the
+ * frames of a stack share one 2-D shape.  Returns 0, or TESS_EIO / TESS_EINVAL /
+ * TESS_ENOMEM with `err` naming the dataset and the reason. */
+int catalog_open(const tess_config *cfg, catalog **out, char *err, size_t errlen);
+
+void catalog_free(catalog *c);
+
+/* Opens one more dataset while serving (a job's product): as catalog_open does for one
+ * entry, except that the path, which must be absolute, is not checked against the data
+ * roots (the caller vouches for it: the jobs directory).  Returns 0, TESS_EEXIST when
+ * the name is taken, or the errors of catalog_open.  Thread-safe. */
+int catalog_add(catalog *c, const ds_config *dc, char *err, size_t errlen);
+
+/* The number of datasets, and dataset i (0-based, NULL past the end).  Thread-safe. */
+int catalog_count(catalog *c);
+const dataset *catalog_at(catalog *c, int i);
+
+/* The dataset called `name`, or NULL.  Thread-safe. */
+const dataset *catalog_find(catalog *c, const char *name);
+
+const char *ds_kind_name(ds_kind k);   /* "image", "cube", "stack" */
+
+/* Reads the w x h region at (x0, y0) of plane z (0-based, as fitsimg_read_region) as
+ * physical values, through the dataset's reader (dataset_stack).  Thread-safe.  Returns
+ * 0 or a TESS_E* code with `err`. */
+int dataset_read_region(const dataset *d, long z, long x0, long y0, long w, long h, double *out,
+                        char *err, size_t errlen);
+
+/* The reader of the dataset's pixels (engine/image/stack.h: planes on any axis, series; FITS
+ * memory-mapped, PNG frames decoded, a bounded number of frames open), owned by the
+ * dataset, thread-safe.  Never NULL for an opened dataset. */
+struct stack;
+struct stack *dataset_stack(const dataset *d);
+
+/* The current identity of the dataset's files ("<size>-<mtime hash>" in hex), copied to
+ * `out`: the files are stat(2)ed again when the last check is more than a second old, so
+ * a replaced or rewritten file changes it.  Put it in every cache key so that a changed
+ * source is never served from the cache.  Thread-safe.  Returns `out`.
+ *
+ * What is guaranteed when a dataset's file changes while it is served (tests/http/
+ * test_faults.c checks each point):
+ *  - Replaced (rename(2) over it, or rewritten with another size or mtime): every route
+ *    answers from the new file at most about a second after the change (this check's
+ *    interval), cached answers (memory and disk tiers) included.  Within that second an
+ *    answer cached before the change may still be served, and an answer may be cached
+ *    under the old version with the new pixels (never the reverse: the pixel readers,
+ *    imageio/stack and server/planes, stat(2) the file at every read, after the key was
+ *    made, so what is cached under a version is never older than that version).
+ *  - Truncated or deleted: 500 problem+json naming the file and the reason, no crash; a
+ *    read racing with a truncation of a memory-mapped file gets TESS_EIO through
+ *    engine/base/mapguard.h instead of SIGBUS.  Restored, it is served again as above.
+ *  - Not guaranteed: a file rewritten in place (same inode) while a request reads it may
+ *    give that request a mix of old and new pixels; replace files by rename(2).  A change
+ *    that keeps size and mtime (to the nanosecond) is not seen. */
+const char *dataset_version(const dataset *d, char *out, size_t len);
+
+/* Attaches a profile-friendly copy of the dataset (the product of a rechunk job, at the
+ * absolute `path`): series requests read it instead of every plane.  Replaces an earlier
+ * one.  Returns 0 or TESS_ENOMEM.  Thread-safe. */
+int dataset_attach_profile(const dataset *d, const char *path);
+/* Copies the attached copy's path into `out` and returns 1, or returns 0 when none. */
+int dataset_profile_path(const dataset *d, char *out, size_t len);
+
+/* 1 when canonical absolute `path` lies inside one of the configured roots. */
+int catalog_path_allowed(const tess_config *cfg, const char *path);
+
+#endif

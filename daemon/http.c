@@ -1,0 +1,887 @@
+/* HTTP front end: libmicrohttpd daemon, router, replies with ETag/304, async pool work. */
+#include "daemon/http.h"
+#include "engine/image/stack.h"
+#include "daemon/api/handlers.h"
+#include "daemon/problem.h"
+#include "daemon/jobs/jobs.h"
+#include "daemon/jobs/jobtypes.h"
+#include "daemon/oplog.h"
+#include "engine/base/buf.h"
+#include "engine/base/error.h"
+
+#include <arpa/inet.h>
+#include <microhttpd.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+/* Upper bounds on the request line: longer URLs get 414 before any parsing. */
+#define HTTP_MAX_URL 4096
+
+/* Histogram buckets of tessera_http_request_seconds. */
+static const double latency_buckets[] = {0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10};
+#define NBUCKETS (sizeof(latency_buckets) / sizeof(latency_buckets[0]))
+
+/* One render in progress and the requests waiting for its answer. */
+typedef struct flight {
+    struct flight *next;
+    char *key;
+    hreq *waiters;
+} flight;
+
+/* Private server state beyond the public struct. */
+typedef struct tserver_priv {
+    struct tserver pub;
+    pthread_mutex_t pool_lock;        /* guards pub.workers against tserver_stop */
+    pthread_mutex_t stats_lock;
+    pthread_mutex_t flight_lock;      /* guards flights */
+    flight *flights;                  /* renders in progress, by cache key */
+    unsigned long long coalesced;     /* requests answered by another's render */
+    unsigned long long by_code[600];
+    unsigned long long bucket[NBUCKETS + 1];
+    double latency_sum;
+    unsigned long long latency_count;
+    oplog *access;                    /* access_log, or NULL */
+    int nconn;                        /* open connections (atomic) */
+} tserver_priv;
+
+typedef struct hreq_priv {
+    hreq pub;
+    struct timespec start;
+    size_t body_cap;
+    char *raw_uri;                    /* the request target as sent (access log) */
+    long arrival;                     /* time(2) of the request line */
+    int sent_status;                  /* status queued, 0 = none yet */
+    long long sent_bytes;             /* body bytes of that answer */
+    int close_conn;                   /* answer with Connection: close */
+    char proto[16];                   /* "HTTP/1.1" */
+} hreq_priv;
+
+static double elapsed_s(const struct timespec *a)
+{
+    struct timespec b;
+    clock_gettime(CLOCK_MONOTONIC, &b);
+    return (double)(b.tv_sec - a->tv_sec) + (double)(b.tv_nsec - a->tv_nsec) * 1e-9;
+}
+
+const char *hreq_arg(hreq *r, const char *key)
+{
+    return MHD_lookup_connection_value(r->conn, MHD_GET_ARGUMENT_KIND, key);
+}
+
+const char *hreq_header(hreq *r, const char *key)
+{
+    return MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, key);
+}
+
+#define MAX_KNOWN_ARGS 64
+
+typedef struct unknown_scan {
+    const char *const *known;
+    unsigned char seen[MAX_KNOWN_ARGS];
+    const char *bad;
+    int repeated;
+} unknown_scan;
+
+static enum MHD_Result scan_arg(void *cls, enum MHD_ValueKind kind, const char *key,
+                                const char *value)
+{
+    unknown_scan *u = cls;
+    for (int i = 0; u->known[i] && i < MAX_KNOWN_ARGS; i++)
+        if (strcmp(key, u->known[i]) == 0) {
+            if (u->seen[i]++) {
+                u->bad = key;
+                u->repeated = 1;
+                return MHD_NO;
+            }
+            return MHD_YES;
+        }
+    u->bad = key;
+    return MHD_NO;
+}
+
+int hreq_only_args(hreq *r, const char *const *known)
+{
+    unknown_scan u;
+    memset(&u, 0, sizeof(u));
+    u.known = known;
+    MHD_get_connection_values(r->conn, MHD_GET_ARGUMENT_KIND, scan_arg, &u);
+    if (u.bad) {
+        if (u.repeated)
+            problem_reply(r, 400, u.bad, "query parameter '%.60s' is given more than once", u.bad);
+        else
+            problem_reply(r, 400, u.bad, "unknown query parameter '%.60s'", u.bad);
+        return -1;
+    }
+    return 0;
+}
+
+void hreq_reply_tile(hreq *r, int status, tile *body)
+{
+    tile_release(r->rep.body);
+    r->rep.status = status;
+    r->rep.body = body;
+    if (!body)
+        r->rep.status = 500;
+}
+
+void hreq_reply_json(hreq *r, int status, char *json)
+{
+    if (!json) {
+        problem_reply(r, 500, NULL, "out of memory");
+        return;
+    }
+    r->rep.cache_control = "no-cache";
+    hreq_reply_tile(r, status, tile_new_take((unsigned char *)json, strlen(json),
+                                             "application/json"));
+}
+
+int hreq_try_cache(hreq *r)
+{
+    if (!r->cache_key)
+        return 0;
+    tile *t = tilecache_get(r->srv->cache, r->cache_key);
+    if (!t && r->srv->disk) {
+        t = diskcache_get(r->srv->disk, r->cache_key);
+        if (t)
+            tilecache_put(r->srv->cache, r->cache_key, t);
+    }
+    if (!t)
+        return 0;
+    hreq_reply_tile(r, 200, t);
+    r->rep.x_cache = 1;
+    r->rep.cache_control = "public, max-age=3600";
+    return 1;
+}
+
+/* Ends the flight `r` leads: every waiter gets r's answer (its own reference to the
+ * body) and is resumed.  Called before r itself is resumed, while r's reply is alive. */
+static void finish_flight(hreq *r)
+{
+    tserver_priv *sp = (tserver_priv *)r->srv;
+    flight *f = r->flight;
+    if (!f)
+        return;
+    pthread_mutex_lock(&sp->flight_lock);
+    for (flight **pp = &sp->flights; *pp; pp = &(*pp)->next)
+        if (*pp == f) {
+            *pp = f->next;
+            break;
+        }
+    pthread_mutex_unlock(&sp->flight_lock);
+    r->flight = NULL;
+    for (hreq *w = f->waiters; w;) {
+        hreq *next = w->next_waiter;
+        w->rep.status = r->rep.status;
+        w->rep.body = r->rep.body ? tile_ref(r->rep.body) : NULL;
+        w->rep.x_cache = r->rep.x_cache >= 0 ? 0 : -1;
+        w->rep.cache_control = r->rep.cache_control;
+        w->rep.retry_after = r->rep.retry_after;
+        __atomic_add_fetch(&sp->coalesced, 1, __ATOMIC_RELAXED);
+        __atomic_store_n(&w->async_state, 2, __ATOMIC_RELEASE);
+        MHD_resume_connection(w->conn);
+        w = next;
+    }
+    free(f->key);
+    free(f);
+}
+
+/* Runs on a pool thread: the handler's work, then the cache insert, then resume. */
+static void run_task(void *arg)
+{
+    hreq *r = arg;
+    r->work(r);
+    __atomic_add_fetch(&r->srv->renders, 1, __ATOMIC_RELAXED);
+    if (r->rep.status == 200 && r->rep.body && r->cache_key) {
+        tilecache_put(r->srv->cache, r->cache_key, r->rep.body);
+        if (r->srv->disk)
+            diskcache_put(r->srv->disk, r->cache_key, r->rep.body);
+        r->rep.x_cache = 0;
+        if (!r->rep.cache_control)
+            r->rep.cache_control = "public, max-age=3600";
+    }
+    finish_flight(r);
+    __atomic_store_n(&r->async_state, 2, __ATOMIC_RELEASE);
+    MHD_resume_connection(r->conn);
+}
+
+int hreq_run_async(hreq *r, void (*work)(hreq *r), void *arg, void (*arg_free)(void *))
+{
+    tserver_priv *sp = (tserver_priv *)r->srv;
+    r->work = work;
+    r->work_arg = arg;
+    r->work_arg_free = arg_free;
+    r->async_state = 1;
+    MHD_suspend_connection(r->conn);
+    if (r->cache_key) {
+        pthread_mutex_lock(&sp->flight_lock);
+        flight *f = sp->flights;
+        while (f && strcmp(f->key, r->cache_key) != 0)
+            f = f->next;
+        if (f) {
+            /* The same render is running: wait for its answer. */
+            r->next_waiter = f->waiters;
+            f->waiters = r;
+            pthread_mutex_unlock(&sp->flight_lock);
+            return 0;
+        }
+        f = calloc(1, sizeof(*f));
+        if (f && !(f->key = strdup(r->cache_key))) {
+            free(f);
+            f = NULL;
+        }
+        if (f) {
+            f->next = sp->flights;
+            sp->flights = f;
+            r->flight = f;
+        }
+        pthread_mutex_unlock(&sp->flight_lock);
+    }
+    pthread_mutex_lock(&sp->pool_lock);
+    int rc = sp->pub.workers ? pool_submit(sp->pub.workers, POOL_INTERACTIVE, run_task, r)
+                             : TESS_EAGAIN;
+    pthread_mutex_unlock(&sp->pool_lock);
+    if (rc) {
+        problem_reply(r, 503, NULL, "the server is busy; retry shortly");
+        r->rep.retry_after = 1;
+        finish_flight(r);
+        r->async_state = 2;
+        MHD_resume_connection(r->conn);
+    }
+    return 0;
+}
+
+/* ---- routing ---------------------------------------------------------------- */
+
+static void handle_healthz(hreq *r)
+{
+    hreq_reply_json(r, 200, strdup("{\"status\":\"ok\"}"));
+}
+
+static void handle_metrics(hreq *r)
+{
+    tserver_priv *sp = (tserver_priv *)r->srv;
+    tilecache_stats cs;
+    tilecache_get_stats(r->srv->cache, &cs);
+    buf b;
+    buf_init(&b, 1 << 20);
+    buf_adds(&b, "# HELP tessera_http_requests_total HTTP requests answered, by status code.\n"
+                 "# TYPE tessera_http_requests_total counter\n");
+    pthread_mutex_lock(&sp->stats_lock);
+    for (int code = 100; code < 600; code++)
+        if (sp->by_code[code])
+            buf_printf(&b, "tessera_http_requests_total{code=\"%d\"} %llu\n", code,
+                       sp->by_code[code]);
+    buf_adds(&b, "# HELP tessera_http_request_seconds Time from request to response.\n"
+                 "# TYPE tessera_http_request_seconds histogram\n");
+    unsigned long long cum = 0;
+    for (size_t i = 0; i < NBUCKETS; i++) {
+        cum += sp->bucket[i];
+        buf_printf(&b, "tessera_http_request_seconds_bucket{le=\"%g\"} %llu\n", latency_buckets[i],
+                   cum);
+    }
+    cum += sp->bucket[NBUCKETS];
+    buf_printf(&b, "tessera_http_request_seconds_bucket{le=\"+Inf\"} %llu\n", cum);
+    buf_printf(&b, "tessera_http_request_seconds_sum %.6f\n", sp->latency_sum);
+    buf_printf(&b, "tessera_http_request_seconds_count %llu\n", sp->latency_count);
+    pthread_mutex_unlock(&sp->stats_lock);
+    buf_printf(&b, "# TYPE tessera_cache_hits_total counter\ntessera_cache_hits_total %llu\n",
+               (unsigned long long)cs.hits);
+    buf_printf(&b, "# TYPE tessera_cache_misses_total counter\ntessera_cache_misses_total %llu\n",
+               (unsigned long long)cs.misses);
+    buf_printf(&b, "# TYPE tessera_cache_bytes gauge\ntessera_cache_bytes %zu\n", cs.bytes);
+    if (r->srv->disk) {
+        diskcache_stats ds;
+        diskcache_get_stats(r->srv->disk, &ds);
+        buf_printf(&b, "# TYPE tessera_disk_cache_hits_total counter\ntessera_disk_cache_hits_total %llu\n"
+                       "# TYPE tessera_disk_cache_bytes gauge\ntessera_disk_cache_bytes %zu\n",
+                   (unsigned long long)ds.hits, ds.bytes);
+    }
+    buf_printf(&b, "# HELP tessera_renders_total Pixel computations actually run.\n"
+                   "# TYPE tessera_renders_total counter\ntessera_renders_total %llu\n",
+               __atomic_load_n(&r->srv->renders, __ATOMIC_RELAXED));
+    buf_printf(&b, "# HELP tessera_renders_coalesced_total Requests answered by a render "
+                   "another request started (single flight).\n"
+                   "# TYPE tessera_renders_coalesced_total counter\n"
+                   "tessera_renders_coalesced_total %llu\n",
+               __atomic_load_n(&sp->coalesced, __ATOMIC_RELAXED));
+    pthread_mutex_lock(&sp->pool_lock);
+    size_t depth = sp->pub.workers ? pool_queue_depth(sp->pub.workers) : 0;
+    pthread_mutex_unlock(&sp->pool_lock);
+    buf_printf(&b, "# TYPE tessera_pool_queue_depth gauge\ntessera_pool_queue_depth %zu\n", depth);
+    if (r->srv->jobs) {
+        static const char *const st[5] = {"queued", "running", "succeeded", "failed", "cancelled"};
+        long counts[5];
+        jobs_counts(r->srv->jobs, counts);
+        buf_adds(&b, "# HELP tessera_jobs Jobs by state.\n# TYPE tessera_jobs gauge\n");
+        for (int i = 0; i < 5; i++)
+            buf_printf(&b, "tessera_jobs{state=\"%s\"} %ld\n", st[i], counts[i]);
+    }
+    size_t len;
+    char *text = buf_detach(&b, &len);
+    if (!text) {
+        problem_reply(r, 500, NULL, "out of memory");
+        return;
+    }
+    r->rep.cache_control = "no-cache";
+    hreq_reply_tile(r, 200, tile_new_take((unsigned char *)text, len,
+                                          "text/plain; version=0.0.4; charset=utf-8"));
+}
+
+static void method_not_allowed(hreq *r, const char *allow)
+{
+    problem_reply(r, 405, NULL, "%s is not allowed on %.200s; use %s", r->method, r->url, allow);
+    r->rep.allow = strdup(allow);
+}
+
+/* Picks the handler from the method and path; every path that is not a route is 404. */
+static void route(hreq *r)
+{
+    const char *u = r->url;
+    int get = strcmp(r->method, "GET") == 0 || strcmp(r->method, "HEAD") == 0;
+    int post = strcmp(r->method, "POST") == 0;
+
+    if (strcmp(r->method, "OPTIONS") == 0) {
+        /* CORS preflight: any path may be asked; the headers are added in send_reply. */
+        r->rep.status = 204;
+        return;
+    }
+    if (r->body_too_big) {
+        problem_reply(r, 413, "body", "request body larger than limits.max_body_mb = %zu MB",
+                      r->srv->cfg->max_body_mb);
+        return;
+    }
+    if (strcmp(u, "/healthz") == 0) {
+        if (!get)
+            return method_not_allowed(r, "GET");
+        return handle_healthz(r);
+    }
+    if (strcmp(u, "/metrics") == 0) {
+        if (!get)
+            return method_not_allowed(r, "GET");
+        return handle_metrics(r);
+    }
+    if (strncmp(u, "/hips/", 6) == 0) {
+        if (!get)
+            return method_not_allowed(r, "GET");
+        return handle_hips(r, u + 6);
+    }
+    if (strncmp(u, "/iiif/3/", 8) == 0) {
+        if (!get)
+            return method_not_allowed(r, "GET");
+        return handle_iiif(r, u + 8);
+    }
+    if (strncmp(u, "/api/v1/jobs", 12) == 0 && (u[12] == '\0' || u[12] == '/'))
+        return handle_jobs(r, u + 12);
+    if (strcmp(u, "/api/v1/cutout") == 0) {
+        if (get)
+            return handle_cutout_get(r);
+        if (post)
+            return handle_cutout_post(r);
+        return method_not_allowed(r, "GET, POST");
+    }
+    if (strcmp(u, "/api/v1/datasets") == 0 || strcmp(u, "/api/v1/datasets/") == 0) {
+        if (!get)
+            return method_not_allowed(r, "GET");
+        return handle_datasets_list(r);
+    }
+    static const char dsprefix[] = "/api/v1/datasets/";
+    if (strncmp(u, dsprefix, sizeof(dsprefix) - 1) == 0) {
+        const char *name = u + sizeof(dsprefix) - 1;
+        const char *slash = strchr(name, '/');
+        size_t nlen = slash ? (size_t)(slash - name) : strlen(name);
+        char dsname[72];
+        if (nlen == 0 || nlen >= sizeof(dsname)) {
+            problem_reply(r, 404, "dataset", "no dataset named '%.*s'", (int)(nlen > 64 ? 64 : nlen), name);
+            return;
+        }
+        memcpy(dsname, name, nlen);
+        dsname[nlen] = '\0';
+        const dataset *d = catalog_find(r->srv->cat, dsname);
+        if (!d) {
+            problem_reply(r, 404, "dataset", "no dataset named '%s'", dsname);
+            return;
+        }
+        if (!slash || slash[1] == '\0') {
+            if (!get)
+                return method_not_allowed(r, "GET");
+            return handle_dataset_info(r, d);
+        }
+        if (strncmp(slash, "/slice/", 7) == 0) {
+            if (!get)
+                return method_not_allowed(r, "GET");
+            return handle_slice(r, d, slash + 7);
+        }
+        if (strcmp(slash, "/series") == 0 || strcmp(slash, "/reduce") == 0) {
+            if (!get)
+                return method_not_allowed(r, "GET");
+            return slash[1] == 's' ? handle_series(r, d) : handle_reduce(r, d);
+        }
+    }
+    if (strcmp(u, "/") == 0 || strncmp(u, "/viewer/", 8) == 0 || strncmp(u, "/vendor/", 8) == 0) {
+        if (!get)
+            return method_not_allowed(r, "GET");
+        return handle_viewer(r, u);
+    }
+    problem_reply(r, 404, NULL, "no such resource: %.200s", u);
+}
+
+/* ---- libmicrohttpd callbacks -------------------------------------------------- */
+
+static void free_tile_cb(void *cls)
+{
+    tile_release(cls);
+}
+
+static int etag_matches(const char *inm, const char *etag)
+{
+    if (!inm)
+        return 0;
+    if (strcmp(inm, "*") == 0)
+        return 1;
+    size_t n = strlen(etag);
+    for (const char *p = strstr(inm, etag); p; p = strstr(p + 1, etag)) {
+        char after = p[n];
+        if (after == '\0' || after == ',' || after == ' ')
+            return 1;
+    }
+    return 0;
+}
+
+static enum MHD_Result send_reply(hreq *r)
+{
+    reply *rep = &r->rep;
+    if (rep->status == 0)
+        problem_reply(r, 500, NULL, "the handler gave no answer");
+    int status = rep->status;
+    struct MHD_Response *resp;
+    const char *inm = status == 200 ? hreq_header(r, "If-None-Match") : NULL;
+    if ((rep->body && etag_matches(inm, rep->body->etag))
+        || (rep->file_fd > 0 && rep->file_etag[0] && etag_matches(inm, rep->file_etag))) {
+        status = 304;
+        resp = MHD_create_response_from_buffer(0, NULL, MHD_RESPMEM_PERSISTENT);
+    } else if (rep->file_fd > 0) {
+        resp = MHD_create_response_from_fd64(rep->file_len, rep->file_fd);
+        if (resp)
+            rep->file_fd = 0; /* libmicrohttpd closes it */
+        else
+            return MHD_NO;
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, rep->file_type);
+        if (rep->file_name[0]) {
+            char cd[128];
+            snprintf(cd, sizeof cd, "attachment; filename=\"%s\"", rep->file_name);
+            MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_DISPOSITION, cd);
+        }
+    } else if (rep->body) {
+        tile *t = tile_ref(rep->body);
+        resp = MHD_create_response_from_buffer_with_free_callback_cls(t->len, t->data,
+                                                                      free_tile_cb, t);
+        if (!resp)
+            tile_release(t);
+    } else {
+        resp = MHD_create_response_from_buffer(0, NULL, MHD_RESPMEM_PERSISTENT);
+    }
+    if (!resp)
+        return MHD_NO;
+    if (rep->body) {
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, rep->body->content_type);
+        if (rep->status == 200)
+            MHD_add_response_header(resp, MHD_HTTP_HEADER_ETAG, rep->body->etag);
+    } else if (rep->file_etag[0] && rep->status == 200) {
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_ETAG, rep->file_etag);
+    }
+    if (rep->cache_control)
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, rep->cache_control);
+    if (rep->x_cache >= 0)
+        MHD_add_response_header(resp, "X-Cache", rep->x_cache ? "HIT" : "MISS");
+    if (rep->retry_after > 0) {
+        char ra[16];
+        snprintf(ra, sizeof(ra), "%d", rep->retry_after);
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_RETRY_AFTER, ra);
+    }
+    if (rep->allow)
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_ALLOW, rep->allow);
+    if (rep->location)
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_LOCATION, rep->location);
+    if (rep->x_shape[0] && status == 200) {
+        MHD_add_response_header(resp, "X-Shape", rep->x_shape);
+        MHD_add_response_header(resp, "X-Dtype", "<f4");
+    }
+    if (rep->www_authenticate)
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_WWW_AUTHENTICATE, rep->www_authenticate);
+    /* Everything served is public and read-only: browser viewers on other origins
+     * (Aladin Lite, OpenSeadragon, Mirador) may read it, as the IIIF Image API asks of
+     * info.json (section 6).  Access control for job endpoints is separate. */
+    MHD_add_response_header(resp, "Access-Control-Allow-Origin", "*");
+    if (r->rep.status == 204 && strcmp(r->method, "OPTIONS") == 0) {
+        MHD_add_response_header(resp, "Access-Control-Allow-Methods", "GET, HEAD, POST, DELETE, OPTIONS");
+        MHD_add_response_header(resp, "Access-Control-Allow-Headers",
+                                "Content-Type, If-None-Match, Authorization");
+        MHD_add_response_header(resp, "Access-Control-Max-Age", "86400");
+    }
+    MHD_add_response_header(resp, "Access-Control-Expose-Headers",
+                            "ETag, X-Cache, X-Shape, X-Dtype");
+    hreq_priv *hp = (hreq_priv *)r;
+    if (hp->close_conn)
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_CONNECTION, "close");
+    hp->sent_status = status;
+    hp->sent_bytes = status == 304 ? 0
+                     : rep->file_len && !rep->body ? (long long)rep->file_len
+                     : rep->body ? (long long)rep->body->len : 0;
+    if (status >= 500 && status != 503 && r->srv->cfg->error_log) {
+        /* The problem document is JSON: embed it as it is (NULL when not JSON). */
+        json_t *problem = rep->body && strstr(rep->body->content_type, "json")
+                              ? json_loadb((const char *)rep->body->data, rep->body->len, 0, NULL)
+                              : NULL;
+        oplog_error_event(r->srv->cfg->error_log,
+                          json_pack("{s:s, s:i, s:s, s:s, s:o*}", "event", "http_error",
+                                    "status", status, "method", r->method, "uri",
+                                    hp->raw_uri ? hp->raw_uri : r->url, "problem", problem));
+    }
+    enum MHD_Result ret = MHD_queue_response(r->conn, (unsigned)status, resp);
+    MHD_destroy_response(resp);
+    tserver_priv *sp = (tserver_priv *)r->srv;
+    pthread_mutex_lock(&sp->stats_lock);
+    if (status >= 100 && status < 600)
+        sp->by_code[status]++;
+    pthread_mutex_unlock(&sp->stats_lock);
+    return ret;
+}
+
+static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url,
+                                  const char *method, const char *version,
+                                  const char *upload_data, size_t *upload_data_size,
+                                  void **con_cls)
+{
+    tserver *s = cls;
+    hreq_priv *rp = *con_cls;
+    if (!rp || !rp->pub.srv) {
+        /* First call: rp comes from on_uri_log (raw URI only) or is made here. */
+        if (!rp && !(rp = calloc(1, sizeof(*rp))))
+            return MHD_NO;
+        *con_cls = rp;
+        if (!rp->arrival)
+            rp->arrival = (long)time(NULL);
+        clock_gettime(CLOCK_MONOTONIC, &rp->start);
+        hreq *r = &rp->pub;
+        r->srv = s;
+        /* In flight until on_completed: the answer sent whole, however it was made
+         * (tserver_stop waits for these). */
+        __atomic_add_fetch(&s->inflight, 1, __ATOMIC_ACQ_REL);
+        r->conn = conn;
+        r->rep.x_cache = -1;
+        snprintf(r->method, sizeof(r->method), "%s", method);
+        snprintf(rp->proto, sizeof(rp->proto), "%s", version);
+        size_t ulen = strnlen(url, HTTP_MAX_URL + 1);
+        r->url = strndup(url, ulen > HTTP_MAX_URL ? HTTP_MAX_URL : ulen);
+        if (!r->url)
+            return MHD_NO;   /* on_completed frees rp */
+        rp->body_cap = s->cfg->max_body_mb * 1024 * 1024;
+        /* Over limits.max_connections (the daemon itself admits some more, so that
+         * they can be told): 503 with Retry-After, and the connection is closed. */
+        tserver_priv *sp0 = (tserver_priv *)s;
+        if (__atomic_load_n(&sp0->nconn, __ATOMIC_ACQUIRE) > s->cfg->max_connections) {
+            rp->close_conn = 1;
+            problem_reply(r, 503, NULL, "too many connections (limits.max_connections = %d); "
+                          "retry shortly", s->cfg->max_connections);
+            r->rep.retry_after = 1;
+            return send_reply(r);
+        }
+        /* A declared body over the limit is refused before it is sent (this also
+         * answers "Expect: 100-continue" with 413 instead of 100). */
+        const char *cl = MHD_lookup_connection_value(conn, MHD_HEADER_KIND,
+                                                     MHD_HTTP_HEADER_CONTENT_LENGTH);
+        if (cl) {
+            char *end;
+            unsigned long long n = strtoull(cl, &end, 10);
+            if (*end == '\0' && n > rp->body_cap) {
+                r->body_too_big = 1;
+                route(r);
+                return send_reply(r);
+            }
+        }
+        return MHD_YES;
+    }
+    hreq *r = &rp->pub;
+    if (*upload_data_size) {
+        if (!r->body_too_big) {
+            size_t n = *upload_data_size;
+            if (r->body_len + n > rp->body_cap) {
+                r->body_too_big = 1;
+                free(r->body);
+                r->body = NULL;
+                r->body_len = 0;
+            } else {
+                char *nb = realloc(r->body, r->body_len + n + 1);
+                if (!nb)
+                    return MHD_NO;
+                memcpy(nb + r->body_len, upload_data, n);
+                r->body = nb;
+                r->body_len += n;
+                r->body[r->body_len] = '\0';
+            }
+        }
+        *upload_data_size = 0;
+        return MHD_YES;
+    }
+    int st = __atomic_load_n(&r->async_state, __ATOMIC_ACQUIRE);
+    if (st == 1)
+        return MHD_YES;   /* spurious call while suspended work runs */
+    if (st == 0) {
+        const char *nul = rp->raw_uri ? strstr(rp->raw_uri, "%00") : NULL;
+        if (strlen(url) > HTTP_MAX_URL)
+            problem_reply(r, 414, NULL, "URL longer than %d bytes", HTTP_MAX_URL);
+        else if (nul) {
+            /* A decoded NUL would cut a name short ("horsehead%00" is not "horsehead"). */
+            const char *q = strchr(rp->raw_uri, '?');
+            problem_reply(r, 400, q && q < nul ? "query" : "path",
+                          "the request target contains an encoded NUL byte (%%00)");
+        } else
+            route(r);
+        if (r->async_state == 1)
+            return MHD_YES;
+    }
+    return send_reply(r);
+}
+
+static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
+                         enum MHD_RequestTerminationCode toe)
+{
+    hreq_priv *rp = *con_cls;
+    if (!rp)
+        return;
+    tserver_priv *sp = cls;
+    hreq *r = &rp->pub;
+    if (!r->srv) {
+        /* The request line came, the request never reached on_request. */
+        free(rp->raw_uri);
+        free(rp);
+        *con_cls = NULL;
+        return;
+    }
+    if (sp->access) {
+        char host[INET6_ADDRSTRLEN] = "-";
+        const union MHD_ConnectionInfo *ci =
+            MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+        if (ci && ci->client_addr) {
+            const struct sockaddr *sa = ci->client_addr;
+            if (sa->sa_family == AF_INET)
+                inet_ntop(AF_INET, &((const struct sockaddr_in *)sa)->sin_addr, host, sizeof host);
+            else if (sa->sa_family == AF_INET6)
+                inet_ntop(AF_INET6, &((const struct sockaddr_in6 *)sa)->sin6_addr, host,
+                          sizeof host);
+        }
+        oplog_access(sp->access, host, rp->arrival, r->method, rp->raw_uri ? rp->raw_uri : r->url,
+                     rp->proto,
+                     rp->sent_status ? rp->sent_status : 499,
+                     rp->sent_status ? rp->sent_bytes : -1,
+                     MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_REFERER),
+                     MHD_lookup_connection_value(conn, MHD_HEADER_KIND,
+                                                 MHD_HTTP_HEADER_USER_AGENT));
+    }
+    double dt = elapsed_s(&rp->start);
+    pthread_mutex_lock(&sp->stats_lock);
+    size_t i = 0;
+    while (i < NBUCKETS && dt > latency_buckets[i])
+        i++;
+    sp->bucket[i]++;
+    sp->latency_sum += dt;
+    sp->latency_count++;
+    pthread_mutex_unlock(&sp->stats_lock);
+    __atomic_sub_fetch(&r->srv->inflight, 1, __ATOMIC_ACQ_REL);
+    if (r->work_arg_free)
+        r->work_arg_free(r->work_arg);
+    tile_release(r->rep.body);
+    free(r->rep.allow);
+    free(r->rep.location);
+    if (r->rep.file_fd > 0)
+        close(r->rep.file_fd);
+    free(r->cache_key);
+    free(r->body);
+    free(r->url);
+    free(rp->raw_uri);
+    free(rp);
+    *con_cls = NULL;
+}
+
+/* Called by libmicrohttpd with the request target as sent, before on_request: keeps it
+ * for the access log (the URL on_request gets is decoded, without the query). */
+static void *on_uri_log(void *cls, const char *uri, struct MHD_Connection *conn)
+{
+    (void)cls;
+    (void)conn;
+    hreq_priv *rp = calloc(1, sizeof(*rp));
+    if (rp) {
+        rp->arrival = (long)time(NULL);
+        rp->raw_uri = strndup(uri, HTTP_MAX_URL);
+    }
+    return rp;
+}
+
+static void on_connection(void *cls, struct MHD_Connection *conn, void **socket_ctx,
+                          enum MHD_ConnectionNotificationCode toe)
+{
+    tserver_priv *sp = cls;
+    (void)conn;
+    (void)socket_ctx;
+    if (toe == MHD_CONNECTION_NOTIFY_STARTED)
+        __atomic_add_fetch(&sp->nconn, 1, __ATOMIC_ACQ_REL);
+    else if (toe == MHD_CONNECTION_NOTIFY_CLOSED)
+        __atomic_sub_fetch(&sp->nconn, 1, __ATOMIC_ACQ_REL);
+}
+
+int tserver_reopen_logs(tserver *s)
+{
+    return s ? oplog_reopen(((tserver_priv *)s)->access) : 0;
+}
+
+static void log_mhd(void *cls, const char *fmt, va_list ap)
+{
+    fprintf(stderr, "tesserad: microhttpd: ");
+    vfprintf(stderr, fmt, ap);
+}
+
+int tserver_start(const tess_config *cfg, tserver **out, char *err, size_t errlen)
+{
+    tserver_priv *sp = calloc(1, sizeof(*sp));
+    if (!sp)
+        return TESS_ENOMEM;
+    tserver *s = &sp->pub;
+    s->cfg = cfg;
+    pthread_mutex_init(&sp->pool_lock, NULL);
+    pthread_mutex_init(&sp->stats_lock, NULL);
+    pthread_mutex_init(&sp->flight_lock, NULL);
+    /* Dataset paths are resolved and checked against the data roots once, here; later
+     * reads refuse a path that has become a link (engine/image/stack.h). */
+    frame_set_canonical_only(1);
+    int rc = catalog_open(cfg, &s->cat, err, errlen);
+    if (rc)
+        goto fail;
+    s->cache = tilecache_new(cfg->cache_memory_mb * 1024 * 1024, 16);
+    s->workers = pool_new(cfg->threads, cfg->max_queue);
+    s->planes = planestore_new(cfg->planes_memory_mb * 1024 * 1024);
+    if (cfg->cache_disk_dir && cfg->cache_disk_mb > 0) {
+        s->disk = diskcache_open(cfg->cache_disk_dir, cfg->cache_disk_mb * 1024 * 1024, err, errlen);
+        if (!s->disk) {
+            rc = TESS_EIO;
+            goto fail;
+        }
+    }
+    if (!s->cache || !s->workers || !s->planes) {
+        snprintf(err, errlen, "cannot create the cache or the worker pool");
+        rc = TESS_ENOMEM;
+        goto fail;
+    }
+    if (cfg->access_log && (rc = oplog_open(cfg->access_log, &sp->access, err, errlen)))
+        goto fail;
+    if (cfg->jobs_dir) {
+        jobtypes_register_all();
+        if ((rc = jobs_open(cfg->jobs_dir, cfg, s->cat, s->workers, &s->jobs, err, errlen)))
+            goto fail;
+    }
+
+    struct sockaddr_storage ss;
+    memset(&ss, 0, sizeof(ss));
+    /* epoll (what AUTO picks): MHD_USE_POLL would close connections whose partial request
+     * and FIN arrive together at once, but it also ends half-closed clients' connections
+     * before their answer; see docs/operations.md, "Clients that close mid-request". */
+    unsigned int flags = MHD_USE_AUTO_INTERNAL_THREAD | MHD_ALLOW_SUSPEND_RESUME |
+                         MHD_USE_ERROR_LOG;
+    struct sockaddr_in *a4 = (struct sockaddr_in *)&ss;
+    struct sockaddr_in6 *a6 = (struct sockaddr_in6 *)&ss;
+    if (inet_pton(AF_INET, cfg->listen_addr, &a4->sin_addr) == 1) {
+        a4->sin_family = AF_INET;
+        a4->sin_port = htons((uint16_t)cfg->port);
+    } else if (inet_pton(AF_INET6, cfg->listen_addr, &a6->sin6_addr) == 1) {
+        a6->sin6_family = AF_INET6;
+        a6->sin6_port = htons((uint16_t)cfg->port);
+        flags |= MHD_USE_IPv6;
+    } else {
+        snprintf(err, errlen, "listen address '%s' is not an IPv4 or IPv6 literal",
+                 cfg->listen_addr);
+        rc = TESS_EINVAL;
+        goto fail;
+    }
+    s->daemon = MHD_start_daemon(
+        flags, (uint16_t)cfg->port, NULL, NULL, on_request, s,
+        MHD_OPTION_EXTERNAL_LOGGER, log_mhd, NULL,
+        MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&ss,
+        MHD_OPTION_NOTIFY_COMPLETED, on_completed, sp,
+        MHD_OPTION_THREAD_POOL_SIZE, (unsigned int)2,
+        /* Headroom over max_connections: those get a 503 from on_request rather than
+         * waiting unanswered in the listen backlog. */
+        MHD_OPTION_CONNECTION_LIMIT,
+        (unsigned int)(cfg->max_connections + 16 + cfg->max_connections / 4),
+        MHD_OPTION_CONNECTION_TIMEOUT, (unsigned int)cfg->connection_timeout_s,
+        MHD_OPTION_URI_LOG_CALLBACK, on_uri_log, NULL,
+        MHD_OPTION_NOTIFY_CONNECTION, on_connection, sp,
+        MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)(256 * 1024),
+        MHD_OPTION_END);
+    if (!s->daemon) {
+        snprintf(err, errlen, "cannot listen on %s:%d (address in use or not permitted)",
+                 cfg->listen_addr, cfg->port);
+        rc = TESS_EIO;
+        goto fail;
+    }
+    const union MHD_DaemonInfo *di = MHD_get_daemon_info(s->daemon, MHD_DAEMON_INFO_BIND_PORT);
+    s->port = di ? di->port : cfg->port;
+    *out = s;
+    return 0;
+fail:
+    oplog_close(sp->access);
+    jobs_close(s->jobs);
+    pool_free(s->workers);
+    planestore_free(s->planes);
+    diskcache_close(s->disk);
+    tilecache_free(s->cache);
+    catalog_free(s->cat);
+    pthread_mutex_destroy(&sp->pool_lock);
+    pthread_mutex_destroy(&sp->stats_lock);
+    pthread_mutex_destroy(&sp->flight_lock);
+    free(sp);
+    return rc;
+}
+
+int tserver_port(const tserver *s)
+{
+    return s->port;
+}
+
+void tserver_stop(tserver *s, int grace_s)
+{
+    if (!s)
+        return;
+    tserver_priv *sp = (tserver_priv *)s;
+    MHD_socket lsock = MHD_quiesce_daemon(s->daemon);
+    if (lsock != MHD_INVALID_SOCKET)
+        close(lsock);
+    /* Jobs first: blocks in flight finish and are recorded; a running job resumes at
+     * the next start. */
+    jobs_close(s->jobs);
+    s->jobs = NULL;
+    /* Finish every queued and running computation: each resumes its connection. */
+    pthread_mutex_lock(&sp->pool_lock);
+    pool *p = s->workers;
+    s->workers = NULL;
+    pthread_mutex_unlock(&sp->pool_lock);
+    pool_free(p);
+    /* Give the answers time to go out. */
+    for (int i = 0; i < grace_s * 100 && __atomic_load_n(&s->inflight, __ATOMIC_ACQUIRE) > 0; i++)
+        usleep(10000);
+    MHD_stop_daemon(s->daemon);
+    tilecache_free(s->cache);
+    planestore_free(s->planes);
+    diskcache_close(s->disk);
+    catalog_free(s->cat);
+    oplog_close(sp->access);
+    pthread_mutex_destroy(&sp->pool_lock);
+    pthread_mutex_destroy(&sp->stats_lock);
+    pthread_mutex_destroy(&sp->flight_lock);
+    free(sp);
+}

@@ -1,0 +1,117 @@
+/* HTTP front end (libmicrohttpd): server lifecycle, routing, replies, async work on the pool. */
+#ifndef TESSERA_SERVER_HTTP_H
+#define TESSERA_SERVER_HTTP_H
+
+#include <stddef.h>
+#include "daemon/cache/diskcache.h"
+#include "daemon/cache/tilecache.h"
+#include "daemon/catalog.h"
+#include "daemon/config.h"
+#include "daemon/cache/planes.h"
+#include "engine/base/pool.h"
+
+typedef struct tserver tserver;
+
+/* What a handler answers.  `body` is a refcounted tile (cached or fresh); `status` 0
+ * means "not decided yet".  `cache_key` set by a handler makes a 200 reply cacheable. */
+typedef struct reply {
+    int status;
+    tile *body;
+    int x_cache;              /* -1: no X-Cache header, 0: MISS, 1: HIT */
+    const char *cache_control;/* static string or NULL */
+    int retry_after;          /* seconds, 0 = none */
+    char *allow;              /* Allow header for 405, malloc'd or NULL */
+    char *location;           /* Location header for redirects, malloc'd or NULL */
+    char x_shape[48];         /* X-Shape header of raw array bodies ("" none): set by the
+                                 handler on every answer, cache hits included */
+    const char *www_authenticate; /* WWW-Authenticate header (static string) or NULL */
+    int file_fd;              /* > 0: send this open file (taken; closed after sending) */
+    unsigned long long file_len;
+    char file_type[64];       /* Content-Type of the file */
+    char file_etag[24];       /* its strong ETag, quoted ("" none): If-None-Match gets 304 */
+    char file_name[72];       /* Content-Disposition attachment file name ("" none) */
+} reply;
+
+/* The state of one request, alive from its first byte to the end of its response. */
+typedef struct hreq {
+    tserver *srv;
+    struct MHD_Connection *conn;
+    char method[8];
+    char *url;                /* decoded path, malloc'd */
+    char *body;               /* uploaded body (NUL-terminated), malloc'd, or NULL */
+    size_t body_len;
+    int body_too_big;         /* the upload passed limits.max_body_mb */
+    reply rep;
+    char *cache_key;          /* malloc'd; set by the handler before going async */
+    /* async work */
+    void (*work)(struct hreq *r);   /* runs on a pool thread, fills rep */
+    void *work_arg;
+    void (*work_arg_free)(void *);
+    int async_state;          /* 0 none, 1 queued/running, 2 done */
+    struct flight *flight;    /* the render this request leads (single flight), or NULL */
+    struct hreq *next_waiter; /* next request waiting on the same render */
+} hreq;
+
+/* Shared, read-only after start, except the cache and pool (thread-safe themselves). */
+struct tserver {
+    const tess_config *cfg;
+    catalog *cat;
+    tilecache *cache;
+    diskcache *disk;          /* optional disk tier (cache.disk_dir), or NULL */
+    pool *workers;
+    planestore *planes;       /* source planes in memory, shared by tiles and cutouts */
+    struct jobs *jobs;        /* the job runner (jobs.dir), or NULL when jobs are disabled */
+    struct MHD_Daemon *daemon;
+    int port;
+    /* counter for /metrics, updated atomically */
+    unsigned long long renders;
+    int inflight;             /* requests not yet answered whole (on_request to on_completed) */
+};
+
+/* Starts a server on cfg->listen_addr:cfg->port (port 0 = any free port, read back with
+ * tserver_port) serving the datasets of `cfg` (which must outlive the server).
+ * Returns 0, or TESS_EIO (cannot bind: err says why), TESS_EINVAL, TESS_ENOMEM. */
+int tserver_start(const tess_config *cfg, tserver **out, char *err, size_t errlen);
+
+/* The bound TCP port. */
+int tserver_port(const tserver *s);
+
+/* Stops accepting (the listening socket is closed at once: new connections are
+ * refused), lets in-flight requests finish, stops the workers and frees everything.
+ * In flight means received and not yet answered whole: computations queued or running
+ * all complete (the pool drains), and answers being sent, cached ones included, get up
+ * to `grace_s` seconds more.  NULL is ignored. */
+void tserver_stop(tserver *s, int grace_s);
+
+/* Reopens the access log file (SIGHUP, after logrotate moved it).  Returns 0 or TESS_EIO
+ * (the old file stays in use).  NULL is ignored. */
+int tserver_reopen_logs(tserver *s);
+
+/* For handlers: a query parameter or NULL. */
+const char *hreq_arg(hreq *r, const char *key);
+
+/* For handlers: a request header or NULL. */
+const char *hreq_header(hreq *r, const char *key);
+
+/* For handlers: fails with 400 on the first query parameter not in the NULL-terminated
+ * list `known` (returns 0 when all are known, -1 after filling the problem reply). */
+int hreq_only_args(hreq *r, const char *const *known);
+
+/* For handlers: answer with `body` (taken: the reply owns that reference). */
+void hreq_reply_tile(hreq *r, int status, tile *body);
+
+/* For handlers: answer with a JSON document (`json` is a malloc'd string, taken). */
+void hreq_reply_json(hreq *r, int status, char *json);
+
+/* For handlers: answer from the cache by r->cache_key if present (returns 1), else 0. */
+int hreq_try_cache(hreq *r);
+
+/* For handlers: run `work(r)` on the pool; the connection is suspended until it ends.
+ * `arg` (freed with arg_free after the reply) carries the parsed request.  Single
+ * flight: when r->cache_key is set and a request with the same key is already being
+ * computed, this one waits for that render and gets the same answer (success or error)
+ * instead of computing it again.  On a full queue answers 503 with Retry-After.
+ * Always returns 0. */
+int hreq_run_async(hreq *r, void (*work)(hreq *r), void *arg, void (*arg_free)(void *));
+
+#endif

@@ -1,0 +1,71 @@
+/* Job types on cubes and stacks: rechunk, power_spectrum, recenter, reduce.
+ *
+ * Bodies (every other field is refused with 400 naming it):
+ *   {"type": "rechunk", "dataset": NAME}
+ *       A profile-friendly copy of a cube or stack: an engine/image/chunkstore.h store (series
+ *       of every pixel contiguous, in tiles of 16 x 16 pixels; values in the smallest type
+ *       that holds the physical values exactly: u1 for BITPIX 8, u2 for BITPIX 16 with
+ *       BZERO 32768, i2 for plain BITPIX 16, else float32).  Attached to NAME
+ *       (job_product.attach_to), not registered as a dataset.
+ *       One stage when a band of 16 rows across all planes fits in 256 MB (the band
+ *       limit, job_stack_set_band_bytes): bands of rows (whole tile rows), each gathered
+ *       from the planes in memory and written at its fixed offset of the store.  Larger
+ *       volumes: 1) groups of planes, each written transposed into a staging file in the
+ *       work directory; 2) bands gathered from the staging file.  (Every frame is read
+ *       once in the two-stage plan; a PNG frame, decoded whole, is decoded once per band
+ *       in the one-stage plan and kept by the stack's frame cache.)
+ *   {"type": "power_spectrum", "dataset": NAME, "output": {"name": NEW}}
+ *       P[k](x, y) = |sum_n s[n] exp(-2 pi i k n / nz)|^2 for k = 0..nz-1, s = the raw
+ *       series of pixel (x, y) (physical values; no mean removal, no window; blank
+ *       values count as 0): abs(numpy.fft.fft(s))**2, all nz frequencies (the upper half
+ *       mirrors the lower one, P[k] = P[nz-k], kept so that the series has the length
+ *       of numpy's).  Computed with fftw3 (r2c, one plan per job, made under a
+ *       mutex: fftw's planner is not thread-safe) in double precision, then rounded to
+ *       float32 (a single-precision transform misses 1e-4 relative on the smallest
+ *       coefficients of l1448_13co: 1.7e-4), written as a float32 FITS cube (nx, ny, nz): plane k =
+ *       frequency index k in cycles per nz samples; the source's celestial WCS cards are
+ *       copied, the third axis has no WCS.  Registered as dataset NEW (a cube).
+ *       Stages: 1) groups of planes into a staging file, as rechunk's two-stage plan;
+ *       2) bands, each writing its spectra into the cube.  (Bands gathered from the
+ *       planes in memory, as rechunk's one-stage plan, cost more: each band of 16 rows
+ *       would open every frame again.)  When the dataset has a current rechunk copy
+ *       attached at planning time, one stage of bands reads the series from it.
+ *   {"type": "recenter", "dataset": NAME, "size": [W, H], "output": {"name": NEW}}
+ *       Per frame z: the centroid of the object, cx = sum(w x) / sum(w), cy likewise,
+ *       with w = I - b over the pixels brighter than b + 3 s, b the median of the finite
+ *       pixels and s = 1.4826 MAD (over those brighter than b when none is; x, y 0-based
+ *       pixel indices; the frame centre (nx/2, ny/2) when none is brighter than b); crop
+ *       origin x0 = (long)cx - W/2 (integer
+ *       division), clamped to 0..nx-W (the same for y); the W x H crop at (x0, y0).
+ *       Output: a FITS cube (W, H, nz) in the source's value type (BITPIX 8, 16 with
+ *       BZERO 32768, 16, or -32), with a binary table extension ORIGINS (FRAME, X0, Y0
+ *       0-based; CX, CY), registered as dataset NEW.  Blocks: groups of frames (each
+ *       frame read once).
+ *   {"type": "reduce", "dataset": NAME, "op": "mean|sum|min|max|std",
+ *    "axis": "z|xy" (default "z"), "output": {"name": NEW}}
+ *       NaN-aware as numpy's nanmean / nansum / nanmin / nanmax / nanstd (ddof 0): blank
+ *       values are skipped; no finite value gives NaN (0 for sum).  axis z: a float64
+ *       image (nx, ny) with the source's celestial WCS; axis xy: a float64 FITS image of
+ *       nz x 1 pixels (NAXIS1 = nz), value z = the reduction of plane z.  Blocks: groups
+ *       of planes (axis z: partial sums / Welford moments / extremes per group in the
+ *       work directory, merged in plane order by finish).
+ *
+ * All: the dataset must be a cube or stack of at least 2 planes (422 otherwise), 404
+ * when unknown.  Blocks poll the cancel flag between planes.  plan() derives everything
+ * from the body and the dataset's shape, and creates its work files only once (a marker
+ * file says they exist), so a restarted job keeps the blocks already written. */
+#ifndef TESSERA_SERVER_JOB_STACK_H
+#define TESSERA_SERVER_JOB_STACK_H
+
+#include "daemon/jobs/jobkind.h"
+
+extern const job_kind job_kind_rechunk, job_kind_power_spectrum, job_kind_recenter,
+    job_kind_reduce;
+
+/* Sets the band limit (bytes of a band of 16 rows across all planes) under which
+ * rechunk gathers bands in memory in one stage; 0 restores the
+ * default, 256 MB.  For tests of the two-stage plan on small volumes; set it before
+ * plan() (it is read there).  Not thread-safe with running plans. */
+void job_stack_set_band_bytes(long bytes);
+
+#endif

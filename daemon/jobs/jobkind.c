@@ -1,0 +1,106 @@
+/* Validation helpers shared by the job types (see jobkind.h). */
+#include "daemon/jobs/jobkind.h"
+#include "engine/base/error.h"
+
+#include <limits.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+void jobkind_problem(job_problem *pb, int status, const char *field, const char *fmt, ...)
+{
+    pb->status = status;
+    snprintf(pb->field, sizeof(pb->field), "%s", field ? field : "");
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(pb->detail, sizeof(pb->detail), fmt, ap);
+    va_end(ap);
+}
+
+int jobkind_only_fields(const json_t *o, const char *const *known, const char *prefix,
+                        job_problem *pb)
+{
+    const char *key;
+    json_t *v;
+    json_object_foreach((json_t *)o, key, v) {
+        int ok = 0;
+        for (int i = 0; known[i] && !ok; i++)
+            ok = strcmp(known[i], key) == 0;
+        if (!ok) {
+            char field[128];
+            snprintf(field, sizeof(field), "%s%s%.60s", prefix ? prefix : "",
+                     prefix && *prefix ? "." : "", key);
+            jobkind_problem(pb, 400, field, "unknown field '%.60s'", key);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+int jobkind_check_new_name(const job_env *env, const char *name, const char *field,
+                           job_problem *pb)
+{
+    size_t n = strlen(name);
+    int ok = n >= 1 && n <= 64 && name[0] != '.';
+    for (size_t i = 0; i < n && ok; i++) {
+        char c = name[i];
+        ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+             c == '_' || c == '-' || c == '.';
+    }
+    if (!ok) {
+        jobkind_problem(pb, 400, field,
+                        "'%.64s' is not a valid dataset name: use 1 to 64 of A-Z a-z 0-9 _ - . "
+                        "not starting with '.'", name);
+        return -1;
+    }
+    if (catalog_find(env->cat, name)) {
+        jobkind_problem(pb, 409, field, "a dataset named '%s' already exists", name);
+        return -1;
+    }
+    return 0;
+}
+
+int jobkind_resolve_input(const job_env *env, const char *s, const char *field,
+                          const dataset **ds, char *path, job_problem *pb)
+{
+    *ds = catalog_find(env->cat, s);
+    if (*ds) {
+        if ((*ds)->npaths < 1) {
+            jobkind_problem(pb, 422, field, "dataset '%s' has no file", s);
+            return -1;
+        }
+        snprintf(path, PATH_MAX, "%s", (*ds)->paths[0]);
+        return 0;
+    }
+    if (!strchr(s, '/') && !strstr(s, ".fit")) {
+        jobkind_problem(pb, 404, field, "no dataset named '%.64s'", s);
+        return -1;
+    }
+    if (env->cfg->n_roots < 1) {
+        jobkind_problem(pb, 403, field, "no data roots are configured");
+        return -1;
+    }
+    char joined[PATH_MAX];
+    int n = s[0] == '/' ? snprintf(joined, sizeof(joined), "%s", s)
+                        : snprintf(joined, sizeof(joined), "%s/%s", env->cfg->data_roots[0], s);
+    if (n < 0 || (size_t)n >= sizeof(joined)) {
+        jobkind_problem(pb, 400, field, "path too long");
+        return -1;
+    }
+    char *real = realpath(joined, NULL);
+    if (!real) {
+        /* Say the same for "missing" and "outside" only when the path is outside: do
+         * not reveal which files exist beyond the roots. */
+        jobkind_problem(pb, 404, field, "no file '%.200s' under the data roots", s);
+        return -1;
+    }
+    if (!catalog_path_allowed(env->cfg, real)) {
+        free(real);
+        jobkind_problem(pb, 403, field, "'%.200s' is outside the data roots", s);
+        return -1;
+    }
+    snprintf(path, PATH_MAX, "%s", real);
+    free(real);
+    return 0;
+}

@@ -1,0 +1,112 @@
+/* What a type of job ("mosaic", "power_spectrum", ...) gives the job runner (daemon/jobs/jobs.c).
+ *
+ * A job is planned as a sequence of stages; each stage is a number of independent blocks.
+ * The runner runs the blocks of one stage on the worker pool (batch priority, several at
+ * once), records every finished block in the jobs database, and starts the next stage
+ * when all blocks of the current one are done.  Progress is (blocks done) / (blocks of
+ * all stages).  After a restart the runner plans the job again from the same body and
+ * the same work directory and skips the blocks recorded as done; a block that was
+ * running when the process died is run again.  So:
+ *   - plan() must give the same stages and blocks for the same body and catalog;
+ *   - a block writes its results only into the work directory (or files it created
+ *     there), and must be idempotent: running it twice gives the same files;
+ *   - when run_block returns 0 its results are on disk (written with write(2) or
+ *     fwrite+fflush; the runner calls syncfs on the work directory before recording
+ *     the block), so a later stage or a restarted process can read them back;
+ *   - state kept in memory between stages must be re-derivable from the work
+ *     directory (plan() is called again after a restart, then blocks of later stages
+ *     run without the earlier stages' blocks having run in this process).
+ * Finally finish() writes the product to `tmp_path`; the runner renames it to its final
+ * name, registers it as a dataset, removes the work directory and marks the job
+ * succeeded.  Cancel and failure remove the work directory and the temporary product.
+ */
+#ifndef TESSERA_SERVER_JOBKIND_H
+#define TESSERA_SERVER_JOBKIND_H
+
+#include <stddef.h>
+#include <jansson.h>
+#include "daemon/catalog.h"
+#include "daemon/config.h"
+
+#define JOB_MAX_STAGES 8
+
+/* What the runner lends to a job type.  Read-only for the job type. */
+typedef struct job_env {
+    const tess_config *cfg;  /* data roots, limits */
+    catalog *cat;            /* datasets by name (thread-safe) */
+    int threads;             /* worker threads of the pool (for sizing blocks) */
+} job_env;
+
+/* A validation failure: HTTP status (400 malformed / wrong type / unknown field, 404
+ * unknown dataset, 413 too large, 422 valid but not computable), the field at fault
+ * as a JSON pointer-ish path ("inputs[2]", "output.name"), and a sentence. */
+typedef struct job_problem {
+    int status;
+    char field[128];
+    char detail[512];
+} job_problem;
+
+/* The plan of one job. */
+typedef struct job_plan {
+    int nstages;
+    long nblocks[JOB_MAX_STAGES];   /* each >= 1 */
+    void *state;                    /* the job type's own state, freed by release() */
+} job_plan;
+
+/* What finish() produced. */
+typedef struct job_product {
+    char dataset[128];     /* name under which the runner registers the product as a
+                              dataset (image, cube or stack FITS at the final path);
+                              "" = do not register */
+    char attach_to[128];   /* for products that belong to an existing dataset (rechunk):
+                              that dataset's name, else "" (see dataset_attach_profile) */
+    char content_type[64]; /* of GET /jobs/{id}/result; "" = application/fits */
+} job_product;
+
+typedef struct job_kind {
+    const char *type;      /* the body's "type" */
+
+    /* Checks the whole body before the job is accepted: every field known, of the right
+     * type and range; every input a dataset of env->cat or a file under a data root;
+     * the output name a valid, unused dataset name ([A-Za-z0-9_.-]{1,64}, not taken).
+     * Cheap (no pixel reads; headers may be read).  Returns 0 or -1 with *pb filled. */
+    int (*validate)(const json_t *body, const job_env *env, job_problem *pb);
+
+    /* Plans the job (see above).  `workdir` exists and is private to this job; plan may
+     * create files in it (deterministically).  Returns 0 or a TESS_E* code with err. */
+    int (*plan)(const json_t *body, const job_env *env, const char *workdir, job_plan *out,
+                char *err, size_t errlen);
+
+    /* Runs block `block` (0-based) of stage `stage`.  Called concurrently for blocks of
+     * the same stage, never for two stages at once.  Should poll *cancel (nonzero = stop)
+     * now and then and return TESS_ECANCELED when set.  Returns 0 or a TESS_E* code. */
+    int (*run_block)(void *state, int stage, long block, const volatile int *cancel,
+                     char *err, size_t errlen);
+
+    /* After every block: writes the product to `tmp_path` (a file name in the jobs
+     * directory, not yet existing) and fills *prod.  Returns 0 or a TESS_E* code. */
+    int (*finish)(void *state, const char *tmp_path, job_product *prod, char *err,
+                  size_t errlen);
+
+    /* Frees the state (NULL is ignored). */
+    void (*release)(void *state);
+} job_kind;
+
+/* Helpers for validate(): each returns 0, or -1 with *pb filled (status 400 unless
+ * said otherwise), naming `field`. */
+/* Every key of object `o` is one of the NULL-terminated `known`. */
+int jobkind_only_fields(const json_t *o, const char *const *known, const char *prefix,
+                        job_problem *pb);
+/* `name` is a valid dataset name not yet in the catalog (409 when taken). */
+int jobkind_check_new_name(const job_env *env, const char *name, const char *field,
+                           job_problem *pb);
+/* Resolves an input: a dataset name of the catalog, or a path (absolute or relative to
+ * the first data root) that lies inside the data roots.  On success *ds is the dataset
+ * (or NULL for a plain file) and `path` (PATH_MAX) the canonical file path.  404 for an
+ * unknown name, 403 for a path outside the roots, 404 for a missing file. */
+int jobkind_resolve_input(const job_env *env, const char *s, const char *field,
+                          const dataset **ds, char *path, job_problem *pb);
+void jobkind_problem(job_problem *pb, int status, const char *field, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
+#endif

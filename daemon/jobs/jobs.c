@@ -1,0 +1,1115 @@
+/* The job runner: SQLite state, a scheduler thread, blocks on the shared pool (jobs.h). */
+#include "daemon/jobs/jobs.h"
+#include "daemon/oplog.h"
+#include "daemon/problem.h"
+#include "engine/base/error.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <limits.h>
+#include <pthread.h>
+#include <sqlite3.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/random.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#define MAX_KINDS 32
+
+static const job_kind *g_kinds[MAX_KINDS];
+static int g_nkinds;
+static pthread_mutex_t g_kinds_lock = PTHREAD_MUTEX_INITIALIZER;
+
+int jobs_register_kind(const job_kind *k)
+{
+    int rc = 0;
+    pthread_mutex_lock(&g_kinds_lock);
+    for (int i = 0; i < g_nkinds; i++)
+        if (strcmp(g_kinds[i]->type, k->type) == 0)
+            rc = g_kinds[i] == k ? 0 : TESS_EEXIST;
+    int found = 0;
+    for (int i = 0; i < g_nkinds; i++)
+        found |= g_kinds[i] == k;
+    if (!rc && !found) {
+        if (g_nkinds == MAX_KINDS)
+            rc = TESS_ERANGE;
+        else
+            g_kinds[g_nkinds++] = k;
+    }
+    pthread_mutex_unlock(&g_kinds_lock);
+    return rc;
+}
+
+const job_kind *jobs_find_kind(const char *type)
+{
+    const job_kind *k = NULL;
+    pthread_mutex_lock(&g_kinds_lock);
+    for (int i = 0; i < g_nkinds && !k; i++)
+        if (strcmp(g_kinds[i]->type, type) == 0)
+            k = g_kinds[i];
+    pthread_mutex_unlock(&g_kinds_lock);
+    return k;
+}
+
+/* One block handed to the pool; back on the completion list when it has run. */
+typedef struct block_task {
+    struct jobs *J;
+    const job_kind *kind;
+    void *state;
+    int stage;
+    long block;
+    int rc;
+    char err[256];
+    struct block_task *next;
+} block_task;
+
+struct jobs {
+    const tess_config *cfg;
+    catalog *cat;
+    pool *pool;
+    int threads;
+    sqlite3 *db;
+    int lockfd;               /* dir/lock, flock'ed: one runner per jobs directory */
+    char dir[PATH_MAX - 64];  /* canonical; leaves room for "/results/.{id}.tmp" */
+    pthread_mutex_t lock;     /* guards db and everything below */
+    pthread_cond_t cond;      /* submissions, completions, cancel, stop, job end */
+    pthread_t sched;
+    int started;
+    int stopping;
+    /* the running job */
+    char cur[17];
+    volatile int cur_cancel;
+    int inflight;
+    block_task *completed;
+    unsigned long job_generation; /* bumped when a job ends (cancel waits on it) */
+};
+
+/* ---- small helpers -------------------------------------------------------------- */
+
+static double now_epoch(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_REALTIME, &t);
+    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+static double now_mono(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+static void iso_time(double t, char *out, size_t len)
+{
+    time_t s = (time_t)t;
+    struct tm tm;
+    gmtime_r(&s, &tm);
+    int ms = (int)((t - (double)s) * 1000.0);
+    if (ms < 0)
+        ms = 0;
+    if (ms > 999)
+        ms = 999;
+    char buf[32];
+    strftime(buf, sizeof(buf), "%Y-%m-%dT%H:%M:%S", &tm);
+    snprintf(out, len, "%s.%03dZ", buf, ms);
+}
+
+static int rm_cb(const char *path, const struct stat *st, int flag, struct FTW *f)
+{
+    (void)st;
+    (void)flag;
+    (void)f;
+    remove(path);
+    return 0;
+}
+
+static void rm_tree(const char *path)
+{
+    struct stat st;
+    if (lstat(path, &st) == 0)
+        nftw(path, rm_cb, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+static void workdir_of(const jobs *J, const char *id, char *out)
+{
+    snprintf(out, PATH_MAX, "%s/work/%s", J->dir, id);
+}
+
+static void tmp_of(const jobs *J, const char *id, char *out)
+{
+    snprintf(out, PATH_MAX, "%s/results/.%s.tmp", J->dir, id);
+}
+
+/* The product's final name: {id}.fits for FITS products, {id}.bin otherwise. */
+static void result_of(const jobs *J, const char *id, const char *content_type, char *out)
+{
+    int fits = !content_type || !*content_type || strcmp(content_type, "application/fits") == 0;
+    snprintf(out, PATH_MAX, "%s/results/%s.%s", J->dir, id, fits ? "fits" : "bin");
+}
+
+static int valid_id(const char *id)
+{
+    if (strlen(id) != 16)
+        return 0;
+    for (int i = 0; i < 16; i++)
+        if (!((id[i] >= '0' && id[i] <= '9') || (id[i] >= 'a' && id[i] <= 'f')))
+            return 0;
+    return 1;
+}
+
+static int exec_sql(jobs *J, const char *sql, char *err, size_t errlen)
+{
+    char *msg = NULL;
+    if (sqlite3_exec(J->db, sql, NULL, NULL, &msg) != SQLITE_OK) {
+        tess_seterr(err, errlen, "jobs database: %s", msg ? msg : "error");
+        sqlite3_free(msg);
+        return TESS_EIO;
+    }
+    return 0;
+}
+
+/* Runs one statement with text/double/int64 parameters given as a format string:
+ * 't' const char * (NULL = NULL), 'd' double, 'i' long long.  Returns SQLITE_DONE/ROW
+ * code of the single step, or an error code. */
+static int sql_run(jobs *J, const char *sql, const char *fmt, ...)
+{
+    sqlite3_stmt *st;
+    if (sqlite3_prepare_v2(J->db, sql, -1, &st, NULL) != SQLITE_OK) {
+        fprintf(stderr, "tesserad: jobs database: %s\n", sqlite3_errmsg(J->db));
+        return SQLITE_ERROR;
+    }
+    va_list ap;
+    va_start(ap, fmt);
+    for (int i = 0; fmt[i]; i++) {
+        if (fmt[i] == 't') {
+            const char *s = va_arg(ap, const char *);
+            if (s)
+                sqlite3_bind_text(st, i + 1, s, -1, SQLITE_TRANSIENT);
+            else
+                sqlite3_bind_null(st, i + 1);
+        } else if (fmt[i] == 'd') {
+            sqlite3_bind_double(st, i + 1, va_arg(ap, double));
+        } else {
+            sqlite3_bind_int64(st, i + 1, va_arg(ap, long long));
+        }
+    }
+    va_end(ap);
+    int rc = sqlite3_step(st);
+    if (rc != SQLITE_DONE && rc != SQLITE_ROW)
+        fprintf(stderr, "tesserad: jobs database: %s\n", sqlite3_errmsg(J->db));
+    sqlite3_finalize(st);
+    return rc;
+}
+
+/* ---- the job document ------------------------------------------------------------ */
+
+static const char JOB_COLS[] =
+    "id, type, state, body, created, started, finished, done, total, error, result, "
+    "run_done0, run_t0";
+
+/* Builds the JSON of the row `st` (columns as JOB_COLS). */
+static json_t *row_json(sqlite3_stmt *st)
+{
+    const char *id = (const char *)sqlite3_column_text(st, 0);
+    const char *state = (const char *)sqlite3_column_text(st, 2);
+    long long done = sqlite3_column_int64(st, 7), total = sqlite3_column_int64(st, 8);
+    json_t *o = json_object();
+    json_object_set_new(o, "id", json_string(id));
+    json_object_set_new(o, "type", json_string((const char *)sqlite3_column_text(st, 1)));
+    json_object_set_new(o, "state", json_string(state));
+    json_t *pr = json_object();
+    json_object_set_new(pr, "done", json_integer(done));
+    json_object_set_new(pr, "total", json_integer(total));
+    json_object_set_new(pr, "fraction", json_real(total > 0 ? (double)done / (double)total : 0.0));
+    json_object_set_new(o, "progress", pr);
+    /* ETA from the rate of this run (blocks done since the process took the job up). */
+    json_t *eta = json_null();
+    if (strcmp(state, "running") == 0 && sqlite3_column_type(st, 12) != SQLITE_NULL) {
+        long long d0 = sqlite3_column_int64(st, 11);
+        double t0 = sqlite3_column_double(st, 12), el = now_epoch() - t0;
+        if (done > d0 && el > 0) {
+            double rate = (double)(done - d0) / el;
+            json_decref(eta);
+            eta = json_real((double)(total - done) / rate);
+        }
+    }
+    json_object_set_new(o, "eta_s", eta);
+    static const char *const tnames[] = {"created", "started", "finished"};
+    for (int k = 0; k < 3; k++) {
+        if (sqlite3_column_type(st, 4 + k) == SQLITE_NULL) {
+            json_object_set_new(o, tnames[k], json_null());
+        } else {
+            char iso[40];
+            iso_time(sqlite3_column_double(st, 4 + k), iso, sizeof(iso));
+            json_object_set_new(o, tnames[k], json_string(iso));
+        }
+    }
+    for (int k = 0; k < 2; k++) {
+        const char *txt = (const char *)sqlite3_column_text(st, 9 + k);
+        json_t *v = txt ? json_loads(txt, 0, NULL) : NULL;
+        json_object_set_new(o, k == 0 ? "error" : "result", v ? v : json_null());
+    }
+    json_t *links = json_object();
+    char buf[64];
+    snprintf(buf, sizeof(buf), "/api/v1/jobs/%s", id);
+    json_object_set_new(links, "self", json_string(buf));
+    if (strcmp(state, "succeeded") == 0) {
+        snprintf(buf, sizeof(buf), "/api/v1/jobs/%s/result", id);
+        json_object_set_new(links, "result", json_string(buf));
+    }
+    json_object_set_new(o, "links", links);
+    const char *body = (const char *)sqlite3_column_text(st, 3);
+    json_t *b = body ? json_loads(body, 0, NULL) : NULL;
+    json_object_set_new(o, "request", b ? b : json_null());
+    return o;
+}
+
+/* Caller holds the lock. */
+static json_t *job_json_locked(jobs *J, const char *id)
+{
+    char sql[256];
+    snprintf(sql, sizeof(sql), "SELECT %s FROM jobs WHERE id = ?1", JOB_COLS);
+    sqlite3_stmt *st;
+    if (sqlite3_prepare_v2(J->db, sql, -1, &st, NULL) != SQLITE_OK)
+        return NULL;
+    sqlite3_bind_text(st, 1, id, -1, SQLITE_TRANSIENT);
+    json_t *o = sqlite3_step(st) == SQLITE_ROW ? row_json(st) : NULL;
+    sqlite3_finalize(st);
+    return o;
+}
+
+char *jobs_get_json(jobs *J, const char *id, int *missing)
+{
+    *missing = 0;
+    if (!valid_id(id)) {
+        *missing = 1;
+        return NULL;
+    }
+    pthread_mutex_lock(&J->lock);
+    json_t *o = job_json_locked(J, id);
+    pthread_mutex_unlock(&J->lock);
+    if (!o) {
+        *missing = 1;
+        return NULL;
+    }
+    char *s = json_dumps(o, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
+    json_decref(o);
+    return s;
+}
+
+char *jobs_list_json(jobs *J, int limit)
+{
+    char sql[256];
+    snprintf(sql, sizeof(sql), "SELECT %s FROM jobs ORDER BY seq DESC LIMIT ?1", JOB_COLS);
+    json_t *a = json_array();
+    pthread_mutex_lock(&J->lock);
+    sqlite3_stmt *st;
+    if (sqlite3_prepare_v2(J->db, sql, -1, &st, NULL) == SQLITE_OK) {
+        sqlite3_bind_int(st, 1, limit);
+        while (sqlite3_step(st) == SQLITE_ROW)
+            json_array_append_new(a, row_json(st));
+        sqlite3_finalize(st);
+    }
+    pthread_mutex_unlock(&J->lock);
+    char *s = json_dumps(a, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
+    json_decref(a);
+    return s;
+}
+
+void jobs_counts(jobs *J, long counts[5])
+{
+    static const char *const names[5] = {"queued", "running", "succeeded", "failed",
+                                         "cancelled"};
+    for (int i = 0; i < 5; i++)
+        counts[i] = 0;
+    pthread_mutex_lock(&J->lock);
+    sqlite3_stmt *st;
+    if (sqlite3_prepare_v2(J->db, "SELECT state, COUNT(*) FROM jobs GROUP BY state", -1, &st,
+                           NULL) == SQLITE_OK) {
+        while (sqlite3_step(st) == SQLITE_ROW) {
+            const char *s = (const char *)sqlite3_column_text(st, 0);
+            for (int i = 0; i < 5; i++)
+                if (s && strcmp(s, names[i]) == 0)
+                    counts[i] = (long)sqlite3_column_int64(st, 1);
+        }
+        sqlite3_finalize(st);
+    }
+    pthread_mutex_unlock(&J->lock);
+}
+
+/* ---- submit, cancel, result ------------------------------------------------------ */
+
+int jobs_submit(jobs *J, const char *body, size_t len, char **json_out, job_problem *pb)
+{
+    *json_out = NULL;
+    json_error_t jerr;
+    json_t *b = json_loadb(body, len, JSON_REJECT_DUPLICATES, &jerr);
+    if (!b) {
+        jobkind_problem(pb, 400, "body", "not valid JSON: %s (line %d, column %d)", jerr.text,
+                        jerr.line, jerr.column);
+        return -1;
+    }
+    if (!json_is_object(b)) {
+        json_decref(b);
+        jobkind_problem(pb, 400, "body", "the job must be a JSON object");
+        return -1;
+    }
+    json_t *t = json_object_get(b, "type");
+    if (!json_is_string(t)) {
+        json_decref(b);
+        jobkind_problem(pb, 400, "type", "\"type\" must be a string naming the job type");
+        return -1;
+    }
+    const job_kind *k = jobs_find_kind(json_string_value(t));
+    if (!k) {
+        char known[256] = "";
+        pthread_mutex_lock(&g_kinds_lock);
+        for (int i = 0; i < g_nkinds; i++) {
+            size_t n = strlen(known);
+            snprintf(known + n, sizeof(known) - n, "%s%s", i ? ", " : "", g_kinds[i]->type);
+        }
+        pthread_mutex_unlock(&g_kinds_lock);
+        jobkind_problem(pb, 400, "type", "unknown job type '%.64s' (known: %s)",
+                        json_string_value(t), known);
+        json_decref(b);
+        return -1;
+    }
+    job_env env = {J->cfg, J->cat, J->threads};
+    if (k->validate(b, &env, pb)) {
+        json_decref(b);
+        return -1;
+    }
+    char *canon = json_dumps(b, JSON_COMPACT | JSON_PRESERVE_ORDER);
+    json_decref(b);
+    if (!canon) {
+        jobkind_problem(pb, 500, NULL, "out of memory");
+        return -1;
+    }
+    unsigned char rnd[8];
+    if (getrandom(rnd, sizeof(rnd), 0) != (ssize_t)sizeof(rnd)) {
+        free(canon);
+        jobkind_problem(pb, 500, NULL, "no random bytes for a job id");
+        return -1;
+    }
+    char id[17];
+    for (int i = 0; i < 8; i++)
+        snprintf(id + 2 * i, 3, "%02x", rnd[i]);
+
+    pthread_mutex_lock(&J->lock);
+    long active = 0;
+    sqlite3_stmt *st;
+    if (sqlite3_prepare_v2(J->db,
+                           "SELECT COUNT(*) FROM jobs WHERE state IN ('queued','running')", -1,
+                           &st, NULL) == SQLITE_OK) {
+        if (sqlite3_step(st) == SQLITE_ROW)
+            active = (long)sqlite3_column_int64(st, 0);
+        sqlite3_finalize(st);
+    }
+    int rc = -1;
+    if (active >= J->cfg->max_queued_jobs) {
+        jobkind_problem(pb, 503, NULL,
+                        "%ld jobs are queued or running (limits.max_queued_jobs); retry later",
+                        active);
+    } else if (sql_run(J,
+                       "INSERT INTO jobs (id, seq, type, state, body, created, done, total) "
+                       "VALUES (?1, (SELECT COALESCE(MAX(seq), 0) + 1 FROM jobs), ?2, 'queued', "
+                       "?3, ?4, 0, 0)",
+                       "tttd", id, k->type, canon, now_epoch()) != SQLITE_DONE) {
+        jobkind_problem(pb, 500, NULL, "the jobs database refused the job");
+    } else {
+        json_t *o = job_json_locked(J, id);
+        *json_out = o ? json_dumps(o, JSON_INDENT(2) | JSON_PRESERVE_ORDER) : NULL;
+        json_decref(o);
+        rc = 0;
+        pthread_cond_broadcast(&J->cond);
+    }
+    pthread_mutex_unlock(&J->lock);
+    free(canon);
+    if (rc == 0 && !*json_out) {
+        jobkind_problem(pb, 500, NULL, "out of memory");
+        return -1;
+    }
+    return rc;
+}
+
+/* The state of job `id` into `state` (16 bytes); 0 or TESS_ENOTFOUND.  Lock held. */
+static int state_locked(jobs *J, const char *id, char *state)
+{
+    sqlite3_stmt *st;
+    int rc = TESS_ENOTFOUND;
+    if (sqlite3_prepare_v2(J->db, "SELECT state FROM jobs WHERE id = ?1", -1, &st, NULL) ==
+        SQLITE_OK) {
+        sqlite3_bind_text(st, 1, id, -1, SQLITE_TRANSIENT);
+        if (sqlite3_step(st) == SQLITE_ROW) {
+            snprintf(state, 16, "%s", (const char *)sqlite3_column_text(st, 0));
+            rc = 0;
+        }
+        sqlite3_finalize(st);
+    }
+    return rc;
+}
+
+int jobs_cancel(jobs *J, const char *id, double wait_s)
+{
+    if (!valid_id(id))
+        return TESS_ENOTFOUND;
+    char state[16];
+    pthread_mutex_lock(&J->lock);
+    int rc = state_locked(J, id, state);
+    if (rc == 0) {
+        if (strcmp(state, "queued") == 0) {
+            sql_run(J, "UPDATE jobs SET state = 'cancelled', finished = ?2 WHERE id = ?1", "td",
+                    id, now_epoch());
+        } else if (strcmp(state, "running") == 0) {
+            if (strcmp(J->cur, id) == 0) {
+                J->cur_cancel = 1;
+                pthread_cond_broadcast(&J->cond);
+                double until = now_mono() + wait_s;
+                while (strcmp(J->cur, id) == 0 && now_mono() < until) {
+                    struct timespec ts;
+                    clock_gettime(CLOCK_REALTIME, &ts);
+                    ts.tv_nsec += 50 * 1000000L;
+                    if (ts.tv_nsec >= 1000000000L) {
+                        ts.tv_sec++;
+                        ts.tv_nsec -= 1000000000L;
+                    }
+                    pthread_cond_timedwait(&J->cond, &J->lock, &ts);
+                }
+            } else {
+                /* Marked running by an earlier process and not yet taken up again. */
+                char wd[PATH_MAX];
+                workdir_of(J, id, wd);
+                rm_tree(wd);
+                sql_run(J, "UPDATE jobs SET state = 'cancelled', finished = ?2 WHERE id = ?1",
+                        "td", id, now_epoch());
+            }
+        } else {
+            rc = TESS_EINVAL;
+        }
+    }
+    pthread_mutex_unlock(&J->lock);
+    return rc;
+}
+
+int jobs_result(jobs *J, const char *id, char *path, char *content_type, char *state)
+{
+    if (!valid_id(id))
+        return TESS_ENOTFOUND;
+    pthread_mutex_lock(&J->lock);
+    int rc = state_locked(J, id, state);
+    if (rc == 0 && strcmp(state, "succeeded") != 0)
+        rc = TESS_EAGAIN;
+    if (rc == 0) {
+        sqlite3_stmt *st;
+        snprintf(content_type, 64, "application/fits");
+        if (sqlite3_prepare_v2(J->db, "SELECT content_type FROM jobs WHERE id = ?1", -1, &st,
+                               NULL) == SQLITE_OK) {
+            sqlite3_bind_text(st, 1, id, -1, SQLITE_TRANSIENT);
+            if (sqlite3_step(st) == SQLITE_ROW && sqlite3_column_text(st, 0) &&
+                *sqlite3_column_text(st, 0))
+                snprintf(content_type, 64, "%s", (const char *)sqlite3_column_text(st, 0));
+            sqlite3_finalize(st);
+        }
+        result_of(J, id, content_type, path);
+    }
+    pthread_mutex_unlock(&J->lock);
+    return rc;
+}
+
+/* ---- running a job --------------------------------------------------------------- */
+
+static void block_run(void *arg)
+{
+    block_task *t = arg;
+    t->rc = t->kind->run_block(t->state, t->stage, t->block, &t->J->cur_cancel, t->err,
+                               sizeof(t->err));
+    if (t->rc && !t->err[0])
+        tess_seterr(t->err, sizeof(t->err), "block %ld of stage %d failed (code %d)", t->block,
+                    t->stage, t->rc);
+    jobs *J = t->J;
+    pthread_mutex_lock(&J->lock);
+    t->next = J->completed;
+    J->completed = t;
+    J->inflight--;
+    pthread_cond_broadcast(&J->cond);
+    pthread_mutex_unlock(&J->lock);
+}
+
+static void timed_wait(jobs *J, long ms)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    ts.tv_sec += ms / 1000;
+    ts.tv_nsec += (ms % 1000) * 1000000L;
+    if (ts.tv_nsec >= 1000000000L) {
+        ts.tv_sec++;
+        ts.tv_nsec -= 1000000000L;
+    }
+    pthread_cond_timedwait(&J->cond, &J->lock, &ts);
+}
+
+/* Ends the current job (lock held): state, error, cleanup of its files. */
+static void end_job_locked(jobs *J, const char *id, const char *state, const char *error_json)
+{
+    char wd[PATH_MAX], tmp[PATH_MAX];
+    workdir_of(J, id, wd);
+    tmp_of(J, id, tmp);
+    rm_tree(wd);
+    unlink(tmp);
+    sql_run(J, "UPDATE jobs SET state = ?2, finished = ?3, error = ?4 WHERE id = ?1", "ttdt",
+            id, state, now_epoch(), error_json);
+    J->cur[0] = '\0';
+    J->cur_cancel = 0;
+    J->job_generation++;
+    pthread_cond_broadcast(&J->cond);
+}
+
+static void fail_job_locked(jobs *J, const char *id, int status, const char *detail)
+{
+    if (J->cfg->error_log)
+        oplog_error_event(J->cfg->error_log,
+                          json_pack("{s:s, s:s, s:i, s:s}", "event", "job_failed", "job", id,
+                                    "status", status, "detail", detail));
+    else
+        fprintf(stderr, "tesserad: job %s failed: %s\n", id, detail);
+    char *pj = problem_json(status, NULL, detail);
+    end_job_locked(J, id, "failed", pj);
+    free(pj);
+}
+
+static int status_of(int rc)
+{
+    switch (rc) {
+    case TESS_ENOOVERLAP: case TESS_ENOWCS: case TESS_EINVAL: return 422;
+    case TESS_ETOOBIG: return 413;
+    default: return 500;
+    }
+}
+
+/* Registers a product (lock not held).  Returns 0 or a code with err. */
+static int register_product(jobs *J, const job_product *prod, const char *path, char *err,
+                            size_t errlen)
+{
+    if (prod->dataset[0]) {
+        ds_config dc = {0};
+        dc.name = (char *)prod->dataset;
+        dc.path = (char *)path;
+        int rc = catalog_add(J->cat, &dc, err, errlen);
+        if (rc)
+            return rc;
+    }
+    if (prod->attach_to[0]) {
+        const dataset *d = catalog_find(J->cat, prod->attach_to);
+        if (!d) {
+            tess_seterr(err, errlen, "dataset '%s' is gone", prod->attach_to);
+            return TESS_ENOTFOUND;
+        }
+        return dataset_attach_profile(d, path);
+    }
+    return 0;
+}
+
+/* Flushes the files of finished blocks to disk, then records the blocks as done (lock
+ * held on entry and exit; released around syncfs).  syncfs covers whatever files the
+ * blocks wrote, so a recorded block survives a power cut, not only a killed process. */
+static void record_blocks_locked(jobs *J, const char *id, const char *wd, block_task **list)
+{
+    block_task *ok = *list;
+    *list = NULL;
+    if (!ok)
+        return;
+    pthread_mutex_unlock(&J->lock);
+    int fd = open(wd, O_RDONLY | O_DIRECTORY);
+    if (fd >= 0) {
+        syncfs(fd);
+        close(fd);
+    }
+    pthread_mutex_lock(&J->lock);
+    sqlite3_exec(J->db, "BEGIN", NULL, NULL, NULL);
+    for (block_task *t = ok; t; t = t->next)
+        sql_run(J, "INSERT OR IGNORE INTO blocks (job, stage, block) VALUES (?1, ?2, ?3)",
+                "tii", id, (long long)t->stage, (long long)t->block);
+    sqlite3_exec(J->db, "COMMIT", NULL, NULL, NULL);
+    while (ok) {
+        block_task *nx = ok->next;
+        free(ok);
+        ok = nx;
+    }
+}
+
+/* Runs job `id` to its end, or until the runner stops.  Lock held on entry and exit. */
+static void run_job_locked(jobs *J, const char *id)
+{
+    char type[64] = "", *body = NULL;
+    sqlite3_stmt *st;
+    if (sqlite3_prepare_v2(J->db, "SELECT type, body FROM jobs WHERE id = ?1", -1, &st, NULL) ==
+        SQLITE_OK) {
+        sqlite3_bind_text(st, 1, id, -1, SQLITE_TRANSIENT);
+        if (sqlite3_step(st) == SQLITE_ROW) {
+            snprintf(type, sizeof(type), "%s", (const char *)sqlite3_column_text(st, 0));
+            body = strdup((const char *)sqlite3_column_text(st, 1));
+        }
+        sqlite3_finalize(st);
+    }
+    snprintf(J->cur, sizeof(J->cur), "%s", id);
+    J->cur_cancel = 0;
+    const job_kind *k = jobs_find_kind(type);
+    json_t *b = body ? json_loads(body, 0, NULL) : NULL;
+    free(body);
+    if (!k || !b) {
+        json_decref(b);
+        fail_job_locked(J, id, 500, !k ? "unknown job type" : "the stored job body is unreadable");
+        return;
+    }
+    char wd[PATH_MAX];
+    workdir_of(J, id, wd);
+    if (mkdir(wd, 0700) && errno != EEXIST) {
+        json_decref(b);
+        fail_job_locked(J, id, 500, "cannot create the job's work directory");
+        return;
+    }
+    /* Plan outside the lock (it may read headers). */
+    pthread_mutex_unlock(&J->lock);
+    job_env env = {J->cfg, J->cat, J->threads};
+    job_plan plan = {0};
+    char err[512] = "";
+    int rc = k->plan(b, &env, wd, &plan, err, sizeof(err));
+    json_decref(b);
+    pthread_mutex_lock(&J->lock);
+    if (rc || plan.nstages < 1 || plan.nstages > JOB_MAX_STAGES) {
+        if (!rc && k->release)
+            k->release(plan.state);
+        fail_job_locked(J, id, status_of(rc), err[0] ? err : "the job could not be planned");
+        return;
+    }
+    long total = 0;
+    for (int s = 0; s < plan.nstages; s++)
+        total += plan.nblocks[s] > 0 ? plan.nblocks[s] : 0;
+    /* Blocks recorded by an earlier run of this job. */
+    unsigned char *doneset[JOB_MAX_STAGES] = {0};
+    for (int s = 0; s < plan.nstages; s++)
+        doneset[s] = calloc((size_t)(plan.nblocks[s] > 0 ? plan.nblocks[s] : 1), 1);
+    long done = 0;
+    if (sqlite3_prepare_v2(J->db, "SELECT stage, block FROM blocks WHERE job = ?1", -1, &st,
+                           NULL) == SQLITE_OK) {
+        sqlite3_bind_text(st, 1, id, -1, SQLITE_TRANSIENT);
+        while (sqlite3_step(st) == SQLITE_ROW) {
+            int s = sqlite3_column_int(st, 0);
+            long bl = (long)sqlite3_column_int64(st, 1);
+            if (s >= 0 && s < plan.nstages && bl >= 0 && bl < plan.nblocks[s] && doneset[s] &&
+                !doneset[s][bl]) {
+                doneset[s][bl] = 1;
+                done++;
+            }
+        }
+        sqlite3_finalize(st);
+    }
+    sql_run(J,
+            "UPDATE jobs SET state = 'running', started = COALESCE(started, ?2), total = ?3, "
+            "done = ?4, run_done0 = ?4, run_t0 = ?2 WHERE id = ?1",
+            "tdii", id, now_epoch(), (long long)total, (long long)done);
+
+    int failed = 0, fail_status = 500;
+    char fail_detail[300] = "";
+    block_task *ok = NULL;
+    double last_record = now_mono();
+    int max_inflight = J->threads > 0 ? J->threads : 1;
+    for (int s = 0; s < plan.nstages && !failed && !J->cur_cancel && !J->stopping; s++) {
+        long next = 0;
+        for (;;) {
+            int stop = failed || J->cur_cancel || J->stopping;
+            while (!stop && J->inflight < max_inflight && next < plan.nblocks[s]) {
+                if (doneset[s] && doneset[s][next]) {
+                    next++;
+                    continue;
+                }
+                block_task *t = calloc(1, sizeof(*t));
+                if (!t) {
+                    failed = 1;
+                    snprintf(fail_detail, sizeof(fail_detail), "out of memory");
+                    break;
+                }
+                *t = (block_task){J, k, plan.state, s, next, 0, "", NULL};
+                J->inflight++;
+                if (pool_submit(J->pool, POOL_BATCH, block_run, t) != 0) {
+                    J->inflight--;
+                    free(t);
+                    break; /* queue full: interactive work has the pool; retry shortly */
+                }
+                next++;
+            }
+            long newly = 0;
+            while (J->completed) {
+                block_task *t = J->completed;
+                J->completed = t->next;
+                if (t->rc == 0) {
+                    t->next = ok;
+                    ok = t;
+                    newly++;
+                } else {
+                    if (t->rc != TESS_ECANCELED && !failed) {
+                        failed = 1;
+                        J->cur_cancel = 1; /* stop the other blocks early */
+                        fail_status = status_of(t->rc);
+                        snprintf(fail_detail, sizeof(fail_detail), "%s", t->err);
+                    }
+                    free(t);
+                }
+            }
+            /* Progress at once; the block records (after a sync) at most every 0.25 s
+             * and at the end of a stage, so that a busy disk does not slow the job. */
+            if (newly) {
+                done += newly;
+                sql_run(J, "UPDATE jobs SET done = ?2 WHERE id = ?1", "ti", id, (long long)done);
+            }
+            stop = failed || J->cur_cancel || J->stopping;
+            int stage_end = J->inflight == 0 && !J->completed && (stop || next >= plan.nblocks[s]);
+            if (ok && (stage_end || now_mono() - last_record >= 0.25)) {
+                record_blocks_locked(J, id, wd, &ok);
+                last_record = now_mono();
+            }
+            if (stage_end)
+                break;
+            if (J->completed)
+                continue;
+            timed_wait(J, 200);
+        }
+    }
+    for (int s = 0; s < plan.nstages; s++)
+        free(doneset[s]);
+
+    if (failed) {
+        J->cur_cancel = 0;
+        if (k->release)
+            k->release(plan.state);
+        fail_job_locked(J, id, fail_status, fail_detail);
+        return;
+    }
+    if (J->cur_cancel) {
+        if (k->release)
+            k->release(plan.state);
+        end_job_locked(J, id, "cancelled", NULL);
+        return;
+    }
+    if (J->stopping) {
+        /* Left running: the next start resumes it from its recorded blocks. */
+        if (k->release)
+            k->release(plan.state);
+        J->cur[0] = '\0';
+        return;
+    }
+    /* Every block done: write the product under a temporary name, then rename. */
+    char tmp[PATH_MAX], final[PATH_MAX];
+    tmp_of(J, id, tmp);
+    unlink(tmp);
+    job_product prod = {0};
+    pthread_mutex_unlock(&J->lock);
+    err[0] = '\0';
+    rc = k->finish(plan.state, tmp, &prod, err, sizeof(err));
+    if (k->release)
+        k->release(plan.state);
+    if (rc == 0) {
+        int fd = open(tmp, O_RDONLY);
+        if (fd < 0 || fsync(fd) != 0) {
+            rc = TESS_EIO;
+            tess_seterr(err, sizeof(err), "the product was not written");
+        }
+        if (fd >= 0)
+            close(fd);
+    }
+    result_of(J, id, prod.content_type, final);
+    if (rc == 0 && rename(tmp, final) != 0) {
+        rc = TESS_EIO;
+        tess_seterr(err, sizeof(err), "cannot move the product into place: %s", strerror(errno));
+    }
+    if (rc == 0 && (rc = register_product(J, &prod, final, err, sizeof(err))) != 0)
+        unlink(final);
+    pthread_mutex_lock(&J->lock);
+    if (rc) {
+        unlink(tmp);
+        fail_job_locked(J, id, status_of(rc), err[0] ? err : "the product could not be written");
+        return;
+    }
+    json_t *res = json_object();
+    struct stat sb;
+    if (stat(final, &sb) == 0)
+        json_object_set_new(res, "bytes", json_integer((json_int_t)sb.st_size));
+    if (prod.dataset[0])
+        json_object_set_new(res, "dataset", json_string(prod.dataset));
+    if (prod.attach_to[0])
+        json_object_set_new(res, "attached_to", json_string(prod.attach_to));
+    char url[64];
+    snprintf(url, sizeof(url), "/api/v1/jobs/%s/result", id);
+    json_object_set_new(res, "url", json_string(url));
+    char *rs = json_dumps(res, JSON_COMPACT | JSON_PRESERVE_ORDER);
+    json_decref(res);
+    sql_run(J,
+            "UPDATE jobs SET result = ?2, product_dataset = ?3, attach_to = ?4, "
+            "content_type = ?5 WHERE id = ?1",
+            "ttttt", id, rs, prod.dataset, prod.attach_to, prod.content_type);
+    free(rs);
+    end_job_locked(J, id, "succeeded", NULL);
+}
+
+static void *scheduler(void *arg)
+{
+    jobs *J = arg;
+    pthread_mutex_lock(&J->lock);
+    while (!J->stopping) {
+        char id[17] = "";
+        sqlite3_stmt *st;
+        if (sqlite3_prepare_v2(J->db,
+                               "SELECT id FROM jobs WHERE state IN ('running','queued') "
+                               "ORDER BY state = 'running' DESC, seq LIMIT 1",
+                               -1, &st, NULL) == SQLITE_OK) {
+            if (sqlite3_step(st) == SQLITE_ROW)
+                snprintf(id, sizeof(id), "%s", (const char *)sqlite3_column_text(st, 0));
+            sqlite3_finalize(st);
+        }
+        if (!id[0]) {
+            timed_wait(J, 1000);
+            continue;
+        }
+        run_job_locked(J, id);
+    }
+    pthread_mutex_unlock(&J->lock);
+    return NULL;
+}
+
+/* ---- open and close -------------------------------------------------------------- */
+
+static int mkdir_p(const char *dir, char *err, size_t errlen)
+{
+    char buf[PATH_MAX];
+    snprintf(buf, sizeof(buf), "%s", dir);
+    for (char *p = buf + 1; *p; p++) {
+        if (*p == '/') {
+            *p = '\0';
+            mkdir(buf, 0755);
+            *p = '/';
+        }
+    }
+    if (mkdir(buf, 0755) && errno != EEXIST) {
+        tess_seterr(err, errlen, "cannot create '%s': %s", dir, strerror(errno));
+        return TESS_EIO;
+    }
+    return 0;
+}
+
+/* Removes *.tmp products and work directories of jobs that are not running. */
+static void sweep(jobs *J)
+{
+    char path[PATH_MAX];
+    snprintf(path, sizeof(path), "%s/results", J->dir);
+    DIR *d = opendir(path);
+    if (d) {
+        struct dirent *e;
+        while ((e = readdir(d))) {
+            size_t n = strlen(e->d_name);
+            if (e->d_name[0] == '.' && n > 4 && strcmp(e->d_name + n - 4, ".tmp") == 0) {
+                char f[PATH_MAX + 260];
+                snprintf(f, sizeof(f), "%s/%s", path, e->d_name);
+                unlink(f);
+            }
+        }
+        closedir(d);
+    }
+    snprintf(path, sizeof(path), "%s/work", J->dir);
+    d = opendir(path);
+    if (d) {
+        struct dirent *e;
+        while ((e = readdir(d))) {
+            if (e->d_name[0] == '.')
+                continue;
+            char state[16] = "";
+            int keep = valid_id(e->d_name) && state_locked(J, e->d_name, state) == 0 &&
+                       strcmp(state, "running") == 0;
+            if (!keep) {
+                char f[PATH_MAX + 260];
+                snprintf(f, sizeof(f), "%s/%s", path, e->d_name);
+                rm_tree(f);
+            }
+        }
+        closedir(d);
+    }
+}
+
+/* Registers the products of succeeded jobs again (after a restart). */
+static void reregister(jobs *J)
+{
+    sqlite3_stmt *st;
+    if (sqlite3_prepare_v2(J->db,
+                           "SELECT id, product_dataset, attach_to, content_type FROM jobs "
+                           "WHERE state = "
+                           "'succeeded' ORDER BY seq",
+                           -1, &st, NULL) != SQLITE_OK)
+        return;
+    while (sqlite3_step(st) == SQLITE_ROW) {
+        const char *id = (const char *)sqlite3_column_text(st, 0);
+        const char *ds = (const char *)sqlite3_column_text(st, 1);
+        const char *at = (const char *)sqlite3_column_text(st, 2);
+        job_product prod = {0};
+        snprintf(prod.dataset, sizeof(prod.dataset), "%s", ds ? ds : "");
+        snprintf(prod.attach_to, sizeof(prod.attach_to), "%s", at ? at : "");
+        char final[PATH_MAX], err[256];
+        result_of(J, id, (const char *)sqlite3_column_text(st, 3), final);
+        if (access(final, R_OK) != 0)
+            continue;
+        if (register_product(J, &prod, final, err, sizeof(err)))
+            fprintf(stderr, "tesserad: product of job %s not registered: %s\n", id, err);
+    }
+    sqlite3_finalize(st);
+}
+
+/* Takes the jobs directory for this runner: an exclusive flock on dir/lock, held until
+ * jobs_close (or the process ends, kill -9 included: the kernel drops it).  A second
+ * runner on the same directory, in another process or this one, would resume and run
+ * the same jobs twice; it is refused, naming the holder's pid written in the file.
+ * Returns 0 or TESS_EIO with err. */
+static int lock_dir(jobs *J, char *err, size_t errlen)
+{
+    char path[PATH_MAX];
+    snprintf(path, sizeof path, "%s/lock", J->dir);
+    int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (fd < 0) {
+        tess_seterr(err, errlen, "jobs.dir lock '%s': %s", path, strerror(errno));
+        return TESS_EIO;
+    }
+    if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+        int e = errno;
+        char pid[32] = "";
+        ssize_t n = pread(fd, pid, sizeof pid - 1, 0);
+        pid[n > 0 ? n : 0] = '\0';
+        pid[strcspn(pid, "\n")] = '\0';
+        close(fd);
+        if (e == EWOULDBLOCK && pid[0])
+            tess_seterr(err, errlen, "jobs.dir '%s' is in use by another server (pid %.20s): "
+                        "one server per jobs directory", J->dir, pid);
+        else if (e == EWOULDBLOCK)
+            tess_seterr(err, errlen, "jobs.dir '%s' is in use by another server: one server "
+                        "per jobs directory", J->dir);
+        else
+            tess_seterr(err, errlen, "jobs.dir lock '%s': %s", path, strerror(e));
+        return TESS_EIO;
+    }
+    char pid[32];
+    int n = snprintf(pid, sizeof pid, "%ld\n", (long)getpid());
+    /* The pid is only for the message above: failing to write it changes nothing. */
+    int wrote = ftruncate(fd, 0) == 0 && pwrite(fd, pid, (size_t)n, 0) == n;
+    (void)wrote;
+    J->lockfd = fd;
+    return 0;
+}
+
+int jobs_open(const char *dir, const tess_config *cfg, catalog *cat, pool *p, jobs **out,
+              char *err, size_t errlen)
+{
+    jobs *J = calloc(1, sizeof(*J));
+    if (!J)
+        return TESS_ENOMEM;
+    J->cfg = cfg;
+    J->cat = cat;
+    J->pool = p;
+    J->threads = pool_threads(p);
+    pthread_mutex_init(&J->lock, NULL);
+    pthread_cond_init(&J->cond, NULL);
+    int rc = mkdir_p(dir, err, errlen);
+    char *real = rc ? NULL : realpath(dir, NULL);
+    if (!rc && !real) {
+        tess_seterr(err, errlen, "jobs.dir '%s': %s", dir, strerror(errno));
+        rc = TESS_EIO;
+    }
+    if (!rc && strlen(real) >= sizeof(J->dir)) {
+        tess_seterr(err, errlen, "jobs.dir '%s': path too long", dir);
+        rc = TESS_EIO;
+    }
+    if (!rc) {
+        snprintf(J->dir, sizeof(J->dir), "%s", real);
+        char sub[PATH_MAX + 16];
+        snprintf(sub, sizeof(sub), "%s/work", J->dir);
+        rc = mkdir_p(sub, err, errlen);
+        snprintf(sub, sizeof(sub), "%s/results", J->dir);
+        if (!rc)
+            rc = mkdir_p(sub, err, errlen);
+    }
+    free(real);
+    J->lockfd = -1;
+    if (!rc)
+        rc = lock_dir(J, err, errlen);
+    if (!rc) {
+        char dbp[PATH_MAX + 16];
+        snprintf(dbp, sizeof(dbp), "%s/jobs.sqlite", J->dir);
+        if (sqlite3_open_v2(dbp, &J->db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE |
+                                             SQLITE_OPEN_FULLMUTEX, NULL) != SQLITE_OK) {
+            tess_seterr(err, errlen, "jobs database '%s': %s", dbp,
+                        J->db ? sqlite3_errmsg(J->db) : "cannot open");
+            rc = TESS_EIO;
+        }
+    }
+    if (!rc)
+        rc = exec_sql(J,
+                      "PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL; "
+                      "PRAGMA busy_timeout = 5000; "
+                      "CREATE TABLE IF NOT EXISTS jobs (id TEXT PRIMARY KEY, seq INTEGER, "
+                      "type TEXT NOT NULL, state TEXT NOT NULL, body TEXT NOT NULL, "
+                      "created REAL, started REAL, finished REAL, done INTEGER, "
+                      "total INTEGER, error TEXT, result TEXT, product_dataset TEXT, "
+                      "attach_to TEXT, content_type TEXT, run_done0 INTEGER, run_t0 REAL); "
+                      "CREATE TABLE IF NOT EXISTS blocks (job TEXT, stage INTEGER, "
+                      "block INTEGER, PRIMARY KEY (job, stage, block)) WITHOUT ROWID;",
+                      err, errlen);
+    if (rc) {
+        if (J->db)
+            sqlite3_close(J->db);
+        if (J->lockfd >= 0)
+            close(J->lockfd);
+        pthread_mutex_destroy(&J->lock);
+        pthread_cond_destroy(&J->cond);
+        free(J);
+        return rc;
+    }
+    pthread_mutex_lock(&J->lock);
+    sweep(J);
+    exec_sql(J,
+             "DELETE FROM blocks WHERE job NOT IN (SELECT id FROM jobs WHERE state = "
+             "'running')",
+             NULL, 0);
+    reregister(J);
+    pthread_mutex_unlock(&J->lock);
+    if (pthread_create(&J->sched, NULL, scheduler, J) != 0) {
+        sqlite3_close(J->db);
+        free(J);
+        tess_seterr(err, errlen, "cannot start the job scheduler");
+        return TESS_ENOMEM;
+    }
+    J->started = 1;
+    *out = J;
+    return 0;
+}
+
+void jobs_close(jobs *J)
+{
+    if (!J)
+        return;
+    pthread_mutex_lock(&J->lock);
+    J->stopping = 1;
+    pthread_cond_broadcast(&J->cond);
+    pthread_mutex_unlock(&J->lock);
+    if (J->started)
+        pthread_join(J->sched, NULL);
+    /* The scheduler waited for its blocks in flight; nothing is left on the list. */
+    sqlite3_close(J->db);
+    if (J->lockfd >= 0)
+        close(J->lockfd);   /* releases the directory's lock */
+    pthread_mutex_destroy(&J->lock);
+    pthread_cond_destroy(&J->cond);
+    free(J);
+}

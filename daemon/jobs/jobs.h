@@ -1,0 +1,71 @@
+/* The job runner: long work (mosaics, rechunking, spectra) as persistent jobs.
+ *
+ * State lives in SQLite (jobs.dir/jobs.sqlite, WAL): one row per job with its body, state
+ * and progress, and one row per finished block.  Files:
+ *   jobs.dir/work/{id}/        the job's private work directory (job_kind.plan/run_block)
+ *   jobs.dir/results/.{id}.tmp the product while finish() writes it
+ *   jobs.dir/results/{id}.fits the product, renamed into place when complete
+ * Work directories of finished jobs and every *.tmp are removed on success, failure and
+ * cancel, and swept at start-up.  A scheduler thread runs one job at a time: its blocks go
+ * to the shared worker pool at batch priority (interactive tiles go first), at most one
+ * block per worker in flight.  A restart keeps queued jobs queued and resumes the running
+ * one from its recorded blocks (see daemon/jobs/jobkind.h for what job types guarantee).
+ * Times are UTC, ISO 8601 with milliseconds.  Job ids: 16 lowercase hex characters.
+ */
+#ifndef TESSERA_SERVER_JOBS_H
+#define TESSERA_SERVER_JOBS_H
+
+#include <stddef.h>
+#include "daemon/catalog.h"
+#include "daemon/config.h"
+#include "daemon/jobs/jobkind.h"
+#include "engine/base/pool.h"
+
+typedef struct jobs jobs;
+
+/* Makes a job type known to every runner of the process (before jobs_open).  At most 32.
+ * Returns 0, or TESS_ERANGE when the table is full, TESS_EEXIST for a duplicate type. */
+int jobs_register_kind(const job_kind *k);
+/* The registered type called `type`, or NULL. */
+const job_kind *jobs_find_kind(const char *type);
+
+/* Opens (creating when needed) the jobs directory `dir`, sweeps temporary files, registers
+ * the products of succeeded jobs in `cat`, and starts the scheduler, which resumes a job
+ * left running.  `p` must outlive the runner.  Returns 0, or TESS_EIO (directory or
+ * database unusable: err says why), TESS_ENOMEM. */
+int jobs_open(const char *dir, const tess_config *cfg, catalog *cat, pool *p, jobs **out,
+              char *err, size_t errlen);
+
+/* Stops the scheduler: no new blocks start; blocks in flight finish and are recorded; the
+ * running job stays "running" in the database so the next jobs_open resumes it.  Must be
+ * called before the pool is freed.  NULL is ignored. */
+void jobs_close(jobs *J);
+
+/* Validates and queues a job from the JSON text `body`.  On success returns 0 and
+ * *json_out (malloc'd) is the job document.  On failure returns -1 and *pb says why:
+ * 400 (not JSON, not an object, no or unknown "type", and the type's own checks), 404,
+ * 409, 422, 503 (limits.max_queued_jobs jobs are queued or running). */
+int jobs_submit(jobs *J, const char *body, size_t len, char **json_out, job_problem *pb);
+
+/* The job document {id, type, state, progress{done,total,fraction}, eta_s, created,
+ * started, finished, error, result, links, request} as malloc'd JSON, or NULL when there
+ * is no such job (or out of memory: *missing tells them apart). */
+char *jobs_get_json(jobs *J, const char *id, int *missing);
+
+/* Every job, newest first, as a malloc'd JSON array of job documents (at most `limit`). */
+char *jobs_list_json(jobs *J, int limit);
+
+/* Cancels a queued or running job: a queued job is cancelled at once; a running one stops
+ * after its blocks in flight (this call waits up to `wait_s` seconds for that).  Returns
+ * 0 (cancelled or cancelling), TESS_ENOTFOUND, or TESS_EINVAL when the job has already
+ * finished. */
+int jobs_cancel(jobs *J, const char *id, double wait_s);
+
+/* The product of a succeeded job: its path (PATH_MAX) and content type (64).  Returns 0,
+ * TESS_ENOTFOUND (no such job), TESS_EAGAIN (not succeeded: *state, 16, says what). */
+int jobs_result(jobs *J, const char *id, char *path, char *content_type, char *state);
+
+/* Jobs per state, in the order queued, running, succeeded, failed, cancelled. */
+void jobs_counts(jobs *J, long counts[5]);
+
+#endif

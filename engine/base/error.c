@@ -1,0 +1,15 @@
+/* Writing a one-line failure reason into a caller's err buffer. */
+#include "engine/base/error.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+
+void tess_seterr(char *err, size_t errlen, const char *fmt, ...)
+{
+    if (!err || errlen == 0)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err, errlen, fmt, ap);
+    va_end(ap);
+}

@@ -1,0 +1,174 @@
+/* Worker pool: pthreads taking tasks from two FIFO queues, interactive before batch. */
+#include "engine/base/pool.h"
+
+#include <pthread.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include "engine/base/error.h"
+
+typedef struct task {
+    struct task *next;
+    pool_fn fn;
+    void *arg;
+} task;
+
+typedef struct task_queue {
+    task *head, *tail;
+} task_queue;
+
+struct pool {
+    pthread_mutex_t lock;
+    pthread_cond_t work;          /* signalled when a task is queued or the pool stops */
+    task_queue q[2];              /* indexed by pool_priority */
+    size_t depth;                 /* tasks waiting in both queues */
+    size_t max_queue;
+    int stopping;
+    int nthreads;
+    pthread_t *threads;
+};
+
+static void queue_push(task_queue *q, task *t)
+{
+    t->next = NULL;
+    if (q->tail)
+        q->tail->next = t;
+    else
+        q->head = t;
+    q->tail = t;
+}
+
+static task *queue_pop(task_queue *q)
+{
+    task *t = q->head;
+    if (t) {
+        q->head = t->next;
+        if (!q->head)
+            q->tail = NULL;
+    }
+    return t;
+}
+
+/* Runs tasks until the pool is stopping and both queues are empty. */
+static void *worker_main(void *arg)
+{
+    pool *p = arg;
+    pthread_mutex_lock(&p->lock);
+    for (;;) {
+        while (p->depth == 0 && !p->stopping)
+            pthread_cond_wait(&p->work, &p->lock);
+        if (p->depth == 0)
+            break;                /* stopping and drained */
+        task *t = queue_pop(&p->q[POOL_INTERACTIVE]);
+        if (!t)
+            t = queue_pop(&p->q[POOL_BATCH]);
+        p->depth--;
+        pthread_mutex_unlock(&p->lock);
+        t->fn(t->arg);
+        free(t);
+        pthread_mutex_lock(&p->lock);
+    }
+    pthread_mutex_unlock(&p->lock);
+    return NULL;
+}
+
+/* Stops and joins the first `started` workers, then frees the pool. */
+static void pool_shutdown(pool *p, int started)
+{
+    pthread_mutex_lock(&p->lock);
+    p->stopping = 1;
+    pthread_cond_broadcast(&p->work);
+    pthread_mutex_unlock(&p->lock);
+    for (int i = 0; i < started; i++)
+        pthread_join(p->threads[i], NULL);
+    pthread_cond_destroy(&p->work);
+    pthread_mutex_destroy(&p->lock);
+    free(p->threads);
+    free(p);
+}
+
+/* Returns NULL on allocation or thread-creation failure (the workers already started
+ * are stopped and joined), or when nthreads < 0 or max_queue is 0. */
+pool *pool_new(int nthreads, size_t max_queue)
+{
+    if (nthreads < 0 || max_queue == 0)
+        return NULL;
+    if (nthreads == 0) {
+        long n = sysconf(_SC_NPROCESSORS_ONLN);
+        nthreads = n < 1 ? 1 : n > 4096 ? 4096 : (int)n;
+    }
+    pool *p = calloc(1, sizeof *p);
+    if (!p)
+        return NULL;
+    p->threads = calloc((size_t)nthreads, sizeof *p->threads);
+    if (!p->threads) {
+        free(p);
+        return NULL;
+    }
+    if (pthread_mutex_init(&p->lock, NULL) != 0) {
+        free(p->threads);
+        free(p);
+        return NULL;
+    }
+    if (pthread_cond_init(&p->work, NULL) != 0) {
+        pthread_mutex_destroy(&p->lock);
+        free(p->threads);
+        free(p);
+        return NULL;
+    }
+    p->max_queue = max_queue;
+    p->nthreads = nthreads;
+    for (int i = 0; i < nthreads; i++) {
+        if (pthread_create(&p->threads[i], NULL, worker_main, p) != 0) {
+            pool_shutdown(p, i);
+            return NULL;
+        }
+    }
+    return p;
+}
+
+/* The task record is allocated before the lock is taken; on any error fn is not called
+ * and nothing is queued. */
+int pool_submit(pool *p, pool_priority prio, pool_fn fn, void *arg)
+{
+    if (prio != POOL_INTERACTIVE && prio != POOL_BATCH)
+        return TESS_EINVAL;
+    task *t = malloc(sizeof *t);
+    if (!t)
+        return TESS_ENOMEM;
+    t->fn = fn;
+    t->arg = arg;
+
+    pthread_mutex_lock(&p->lock);
+    if (p->stopping || p->depth >= p->max_queue) {
+        pthread_mutex_unlock(&p->lock);
+        free(t);
+        return TESS_EAGAIN;
+    }
+    queue_push(&p->q[prio], t);
+    p->depth++;
+    pthread_cond_signal(&p->work);
+    pthread_mutex_unlock(&p->lock);
+    return 0;
+}
+
+/* Must not be called from one of the pool's own tasks (it would wait for itself). */
+void pool_free(pool *p)
+{
+    if (!p)
+        return;
+    pool_shutdown(p, p->nthreads);
+}
+
+int pool_threads(const pool *p)
+{
+    return p->nthreads;
+}
+
+size_t pool_queue_depth(pool *p)
+{
+    pthread_mutex_lock(&p->lock);
+    size_t d = p->depth;
+    pthread_mutex_unlock(&p->lock);
+    return d;
+}

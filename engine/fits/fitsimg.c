@@ -1,0 +1,486 @@
+/* FITS image access through cfitsio: header cards, metadata and physical pixel values. */
+#include "engine/fits/fitsimg.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <float.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include <fitsio.h>
+
+#include "engine/base/error.h"
+
+/* Thread safety.  Every call below opens its own fitsfile, so threads share no cfitsio
+ * handle.  cfitsio itself keeps global tables (I/O drivers, open files, the error
+ * message stack), which it guards with its own mutex when built with --enable-reentrant:
+ * Debian's libcfitsio 4.2.0 is (fits_is_reentrant() returns 1), and then this mutex is
+ * never taken.  Against a cfitsio built without thread support, every sequence of
+ * cfitsio calls, from open to close, runs under this one process-wide mutex instead.
+ * It is the only mutable static state of the module. */
+static pthread_mutex_t cfitsio_mutex = PTHREAD_MUTEX_INITIALIZER;
+
+void fitsimg_cfitsio_lock(void)
+{
+    if (!fits_is_reentrant())
+        pthread_mutex_lock(&cfitsio_mutex);
+}
+
+void fitsimg_cfitsio_unlock(void)
+{
+    if (!fits_is_reentrant())
+        pthread_mutex_unlock(&cfitsio_mutex);
+}
+
+/* Writes "what path: <cfitsio's text for status> (cfitsio status N)" into err.  The
+ * text comes from fits_get_errstatus, not from cfitsio's message stack: that stack is
+ * shared by all threads, so its top may be another thread's message. */
+static void set_cfitsio_err(char *err, size_t errlen, const char *what, const char *path,
+                            int status)
+{
+    char text[FLEN_STATUS];
+    fits_get_errstatus(status, text);
+    tess_seterr(err, errlen, "%s %s: %s (cfitsio status %d)", what, path, text, status);
+}
+
+/* Opens `path` as a plain disk file, without cfitsio's extended filename syntax (so
+ * "a[1].fits" or "!x.fits" are file names, not HDU selectors or clobber flags), and
+ * moves to HDU `hdu` (0-based), which must be an image.  On success returns 0 with *fp
+ * open; on error returns TESS_EIO (cannot open or read) or TESS_EINVAL (no such HDU,
+ * not an image), with *fp NULL and err set.  Call with the cfitsio lock held. */
+static int open_image_hdu(const char *path, int hdu, fitsfile **fp, char *err, size_t errlen)
+{
+    int status = 0, hdutype = 0;
+    *fp = NULL;
+    if (hdu < 0 || hdu >= INT_MAX) {
+        tess_seterr(err, errlen, "HDU index %d out of range in %s", hdu, path);
+        return TESS_EINVAL;
+    }
+    fitsfile *f = NULL;
+    if (fits_open_diskfile(&f, path, READONLY, &status)) {
+        set_cfitsio_err(err, errlen, "cannot open", path, status);
+        return TESS_EIO;
+    }
+    if (fits_movabs_hdu(f, hdu + 1, &hdutype, &status)) {
+        int rc = TESS_EIO;
+        if (status == END_OF_FILE) {
+            tess_seterr(err, errlen, "%s has no HDU %d", path, hdu);
+            rc = TESS_EINVAL;
+        } else {
+            set_cfitsio_err(err, errlen, "cannot read HDU of", path, status);
+        }
+        status = 0;
+        fits_close_file(f, &status);
+        return rc;
+    }
+    if (hdutype != IMAGE_HDU) {
+        tess_seterr(err, errlen, "HDU %d of %s is a table, not an image", hdu, path);
+        status = 0;
+        fits_close_file(f, &status);
+        return TESS_EINVAL;
+    }
+    *fp = f;
+    return 0;
+}
+
+/* Reads NAXIS and NAXISn of the current HDU into naxis/naxes (unused entries 1).
+ * Returns 0, TESS_EINVAL (NAXIS above FITSIMG_MAXDIM) or TESS_EIO, with err set. */
+static int read_dims(fitsfile *f, const char *path, int *naxis, long naxes[FITSIMG_MAXDIM],
+                     char *err, size_t errlen)
+{
+    int status = 0;
+    for (int i = 0; i < FITSIMG_MAXDIM; i++)
+        naxes[i] = 1;
+    if (fits_get_img_dim(f, naxis, &status)) {
+        set_cfitsio_err(err, errlen, "cannot read NAXIS of", path, status);
+        return TESS_EIO;
+    }
+    if (*naxis < 0 || *naxis > FITSIMG_MAXDIM) {
+        tess_seterr(err, errlen, "%s: NAXIS = %d, more axes than the %d supported", path,
+                *naxis, FITSIMG_MAXDIM);
+        return TESS_EINVAL;
+    }
+    if (*naxis > 0 && fits_get_img_size(f, *naxis, naxes, &status)) {
+        set_cfitsio_err(err, errlen, "cannot read NAXISn of", path, status);
+        return TESS_EIO;
+    }
+    for (int i = 0; i < *naxis; i++) {
+        if (naxes[i] < 0) {
+            tess_seterr(err, errlen, "%s: NAXIS%d = %ld is negative", path, i + 1, naxes[i]);
+            return TESS_EINVAL;
+        }
+    }
+    return 0;
+}
+
+/* Reads an optional numeric keyword as a double; *val keeps its default when absent.
+ * Returns the cfitsio status (0 also when the keyword is absent). */
+static int read_opt_double(fitsfile *f, const char *key, double *val)
+{
+    int status = 0;
+    double v;
+    if (fits_read_key(f, TDOUBLE, key, &v, NULL, &status) == 0)
+        *val = v;
+    else if (status == KEY_NO_EXIST)
+        status = 0;
+    return status;
+}
+
+/* Copies the header of the current HDU, minus its END card, into info->header and
+ * info->nkeys.  Returns 0, TESS_ENOMEM, or TESS_EIO with err set. */
+static int read_header_cards(fitsfile *f, const char *path, fitsimg_info *info,
+                             char *err, size_t errlen)
+{
+    int status = 0, nkeys = 0, compressed;
+    char *str = NULL;
+    compressed = fits_is_compressed_image(f, &status);
+    if (status == 0) {
+        if (compressed)
+            fits_convert_hdr2str(f, 0, NULL, 0, &str, &nkeys, &status);
+        else
+            fits_hdr2str(f, 0, NULL, 0, &str, &nkeys, &status);
+    }
+    if (status) {
+        if (str) {
+            int st2 = 0;
+            fits_free_memory(str, &st2);
+        }
+        set_cfitsio_err(err, errlen, "cannot read the header of", path, status);
+        return status == MEMORY_ALLOCATION ? TESS_ENOMEM : TESS_EIO;
+    }
+    /* fits_hdr2str counts and includes the END card last; keep it out. */
+    size_t len = strlen(str);
+    if (nkeys < 0 || len < (size_t)nkeys * 80)
+        nkeys = (int)(len / 80);
+    if (nkeys > 0 && memcmp(str + (size_t)(nkeys - 1) * 80, "END     ", 8) == 0)
+        nkeys--;
+    size_t bytes = (size_t)nkeys * 80;
+    info->header = malloc(bytes + 1);
+    if (!info->header) {
+        int st2 = 0;
+        fits_free_memory(str, &st2);
+        tess_seterr(err, errlen, "out of memory reading the header of %s", path);
+        return TESS_ENOMEM;
+    }
+    memcpy(info->header, str, bytes);
+    info->header[bytes] = '\0';
+    info->nkeys = nkeys;
+    fits_free_memory(str, &status);
+    return 0;
+}
+
+int fitsimg_check_scaling(int bitpix, double bscale, double bzero, char *err, size_t errlen)
+{
+    if (!isfinite(bscale) || !isfinite(bzero)) {
+        tess_seterr(err, errlen, "BSCALE = %g, BZERO = %g: not finite", bscale, bzero);
+        return TESS_EINVAL;
+    }
+    if (bscale == 0.0) {
+        tess_seterr(err, errlen, "BSCALE = 0 would make every value BZERO (FITS 4.0, "
+                    "section 4.4.2.5: physical = BZERO + BSCALE x stored)");
+        return TESS_EINVAL;
+    }
+    if (bitpix > 0) {
+        /* The largest stored magnitude, and the largest physical value the type read
+         * holds (float32 for BITPIX 8 and 16, float64 otherwise). */
+        double smax = bitpix == 8 ? 255.0 : ldexp(1.0, bitpix - 1);
+        double lim = bitpix <= 16 ? (double)FLT_MAX : DBL_MAX;
+        if (!(fabs(bscale) * smax + fabs(bzero) <= lim)) {
+            tess_seterr(err, errlen, "BSCALE = %g, BZERO = %g overflow BITPIX %d values (up "
+                        "to %g)", bscale, bzero, bitpix, lim);
+            return TESS_EINVAL;
+        }
+    }
+    return 0;
+}
+
+int fitsimg_read_info(const char *path, int hdu, fitsimg_info *info, char *err, size_t errlen)
+{
+    memset(info, 0, sizeof *info);
+    for (int i = 0; i < FITSIMG_MAXDIM; i++)
+        info->naxes[i] = 1;
+    info->bscale = 1.0;
+
+    struct stat st;
+    if (stat(path, &st) != 0) {
+        tess_seterr(err, errlen, "cannot open %s: %s", path, strerror(errno));
+        return TESS_EIO;
+    }
+    info->mtime_ns = (long long)st.st_mtim.tv_sec * 1000000000LL + st.st_mtim.tv_nsec;
+    info->file_size = (long long)st.st_size;
+
+    fitsimg_cfitsio_lock();
+    fitsfile *f = NULL;
+    int status = 0;
+    int rc = open_image_hdu(path, hdu, &f, err, errlen);
+    if (rc)
+        goto out;
+    rc = read_dims(f, path, &info->naxis, info->naxes, err, errlen);
+    if (rc)
+        goto out;
+
+    if (fits_get_img_type(f, &info->bitpix, &status)) {
+        set_cfitsio_err(err, errlen, "cannot read BITPIX of", path, status);
+        rc = TESS_EIO;
+        goto out;
+    }
+    if ((status = read_opt_double(f, "BSCALE", &info->bscale)) != 0 ||
+        (status = read_opt_double(f, "BZERO", &info->bzero)) != 0) {
+        set_cfitsio_err(err, errlen, "bad BSCALE or BZERO in", path, status);
+        rc = TESS_EINVAL;
+        goto out;
+    }
+    char why[160];
+    if (fitsimg_check_scaling(info->bitpix, info->bscale, info->bzero, why, sizeof why)) {
+        tess_seterr(err, errlen, "%s: %s", path, why);
+        rc = TESS_EINVAL;
+        goto out;
+    }
+    if (info->bitpix > 0) {
+        long long blank;
+        if (fits_read_key(f, TLONGLONG, "BLANK", &blank, NULL, &status) == 0) {
+            info->has_blank = 1;
+            info->blank = blank;
+        } else if (status == KEY_NO_EXIST) {
+            status = 0;
+        } else {
+            set_cfitsio_err(err, errlen, "bad BLANK in", path, status);
+            rc = TESS_EINVAL;
+            goto out;
+        }
+    }
+    char bunit[FLEN_VALUE];
+    if (fits_read_key(f, TSTRING, "BUNIT", bunit, NULL, &status) == 0)
+        snprintf(info->bunit, sizeof info->bunit, "%s", bunit);
+    else
+        status = 0;   /* absent or not a string: no unit */
+
+    rc = read_header_cards(f, path, info, err, errlen);
+
+out:
+    if (f) {
+        status = 0;
+        fits_close_file(f, &status);
+    }
+    fitsimg_cfitsio_unlock();
+    if (rc)
+        fitsimg_info_release(info);
+    return rc;
+}
+
+void fitsimg_info_release(fitsimg_info *info)
+{
+    if (!info)
+        return;
+    free(info->header);
+    info->header = NULL;
+    info->nkeys = 0;
+}
+
+/* Reads the region into `out` as cfitsio `datatype` (TDOUBLE: double, TFLOAT: float).
+ * The region is checked against the HDU's own NAXISn before cfitsio sees it.  Planes
+ * beyond NAXIS3 (NAXIS = 4) are counted on: z = i3 + NAXIS3 * i4 (0-based indices). */
+static int read_region(const char *path, int hdu, long z, long x0, long y0, long w, long h,
+                       int datatype, void *out, char *err, size_t errlen)
+{
+    if (!out || w <= 0 || h <= 0) {
+        tess_seterr(err, errlen, "empty region %ld x %ld requested from %s", w, h, path);
+        return TESS_EINVAL;
+    }
+    if (w > LONG_MAX / h) {
+        tess_seterr(err, errlen, "region %ld x %ld of %s is too large", w, h, path);
+        return TESS_ERANGE;
+    }
+
+    fitsimg_cfitsio_lock();
+    fitsfile *f = NULL;
+    int naxis = 0, status = 0;
+    long naxes[FITSIMG_MAXDIM];
+    int rc = open_image_hdu(path, hdu, &f, err, errlen);
+    if (rc)
+        goto out;
+    rc = read_dims(f, path, &naxis, naxes, err, errlen);
+    if (rc)
+        goto out;
+
+    long nplanes = naxes[2] * naxes[3];
+    if (naxis == 0 || x0 < 0 || y0 < 0 || z < 0 || x0 > naxes[0] - w || y0 > naxes[1] - h ||
+        z >= nplanes) {
+        tess_seterr(err, errlen,
+                "region x %ld..%ld, y %ld..%ld, plane %ld outside the %ld x %ld x %ld image %s",
+                x0, x0 + w - 1, y0, y0 + h - 1, z, naxes[0], naxes[1], nplanes, path);
+        rc = TESS_ERANGE;
+        goto out;
+    }
+
+    long fpixel[FITSIMG_MAXDIM], lpixel[FITSIMG_MAXDIM], inc[FITSIMG_MAXDIM];
+    fpixel[0] = x0 + 1;
+    lpixel[0] = x0 + w;
+    fpixel[1] = y0 + 1;
+    lpixel[1] = y0 + h;
+    fpixel[2] = lpixel[2] = z % naxes[2] + 1;
+    fpixel[3] = lpixel[3] = z / naxes[2] + 1;
+    for (int i = 0; i < FITSIMG_MAXDIM; i++)
+        inc[i] = 1;
+
+    /* cfitsio applies BSCALE/BZERO itself.  For integer images a NaN null value makes
+     * it turn BLANK pixels into NaN.  Float images are read without null checking:
+     * their NaNs pass through as they are, and cfitsio's check would also flush
+     * -0 and subnormal values to 0. */
+    int bitpix = 0;
+    if (fits_get_img_type(f, &bitpix, &status)) {
+        set_cfitsio_err(err, errlen, "cannot read BITPIX of", path, status);
+        rc = TESS_EIO;
+        goto out;
+    }
+    double dnul = bitpix > 0 ? NAN : 0.0;
+    float fnul = bitpix > 0 ? NAN : 0.0f;
+    void *nulval = datatype == TFLOAT ? (void *)&fnul : (void *)&dnul;
+    int anynul = 0;
+    if (fits_read_subset(f, datatype, fpixel, lpixel, inc, nulval, out, &anynul, &status)) {
+        set_cfitsio_err(err, errlen, "cannot read pixels of", path, status);
+        rc = status == MEMORY_ALLOCATION ? TESS_ENOMEM : TESS_EIO;
+    }
+
+out:
+    if (f) {
+        status = 0;
+        fits_close_file(f, &status);
+    }
+    fitsimg_cfitsio_unlock();
+    return rc;
+}
+
+int fitsimg_read_region(const char *path, int hdu, long z, long x0, long y0, long w, long h,
+                        double *out, char *err, size_t errlen)
+{
+    return read_region(path, hdu, z, x0, y0, w, h, TDOUBLE, out, err, errlen);
+}
+
+/* fitsimg_read_region with TFLOAT output: the same checks, the same null handling (NaN
+ * for BLANK in integer images, float NaNs passed through unchecked). */
+int fitsimg_read_region_f32(const char *path, int hdu, long z, long x0, long y0, long w, long h,
+                            float *out, char *err, size_t errlen)
+{
+    return read_region(path, hdu, z, x0, y0, w, h, TFLOAT, out, err, errlen);
+}
+
+/* Copies s[0..n) into val (truncating, always NUL-terminated when vallen > 0). */
+static void copy_out(const char *s, size_t n, char *val, size_t vallen)
+{
+    if (!val || vallen == 0)
+        return;
+    if (n >= vallen)
+        n = vallen - 1;
+    memcpy(val, s, n);
+    val[n] = '\0';
+}
+
+/* Rewrites card `c` as "KEYWORD = value" with `v` in 15 significant digits (its comment
+ * dropped).  Cannot fail. */
+static void set_card_number(char *c, double v)
+{
+    char tmp[81];
+    snprintf(tmp, sizeof tmp, "%-8.8s= %20.15G", c, v);
+    memset(c, ' ', 80);
+    memcpy(c, tmp, strlen(tmp));
+}
+
+void fitsimg_header_shift(char *header, int nkeys, const double *shift, int nshift)
+{
+    for (int i = 0; header && i < nkeys; i++) {
+        char *c = header + (size_t)i * 80;
+        if (c[8] != '=')
+            continue;
+        int axis = -1;
+        double sign = 0.0;
+        if (memcmp(c, "CRPIX", 5) == 0 && c[5] >= '1' && c[5] <= '9'
+            && (c[6] == ' ' || (c[6] >= 'A' && c[6] <= 'Z')) && c[7] == ' ') {
+            axis = c[5] - '1';
+            sign = -1.0;
+        } else if (memcmp(c, "CNPIX", 5) == 0 && (c[5] == '1' || c[5] == '2')
+                   && memcmp(c + 6, "  ", 2) == 0) {
+            axis = c[5] - '1';
+            sign = 1.0;
+        }
+        if (axis < 0 || axis >= nshift || shift[axis] == 0.0)
+            continue;
+        char key[9], val[80];
+        memcpy(key, c, 8);
+        key[8] = '\0';
+        for (int k = 7; k > 0 && key[k] == ' '; k--)
+            key[k] = '\0';
+        char *end;
+        if (!fitsimg_header_get(c, 1, key, val, sizeof val))
+            continue;
+        double v = strtod(val, &end);
+        if (end != val && isfinite(v))
+            set_card_number(c, v + sign * shift[axis]);
+    }
+}
+
+/* Card layout per the FITS Standard 4.0, section 4.1: keyword in columns 1-8, value
+ * indicator "= " in columns 9-10, value from column 11, string values in single quotes
+ * with '' standing for a quote, a comment after '/'.  Cards without a value indicator
+ * (COMMENT, HISTORY, ...) give their text from column 9 with blanks trimmed. */
+int fitsimg_header_get(const char *header, int nkeys, const char *keyword, char *val, size_t vallen)
+{
+    if (!header || !keyword || nkeys <= 0)
+        return 0;
+    size_t klen = strlen(keyword);
+    if (klen == 0 || klen > 8)
+        return 0;
+    char key8[8];
+    memset(key8, ' ', sizeof key8);
+    memcpy(key8, keyword, klen);
+
+    for (int i = 0; i < nkeys; i++) {
+        const char *card = header + (size_t)i * 80;
+        if (memcmp(card, key8, 8) != 0)
+            continue;
+        if (card[8] != '=' || card[9] != ' ') {
+            size_t a = 8, b = 80;
+            while (a < b && card[a] == ' ')
+                a++;
+            while (b > a && card[b - 1] == ' ')
+                b--;
+            copy_out(card + a, b - a, val, vallen);
+            return 1;
+        }
+        size_t p = 10;
+        while (p < 80 && card[p] == ' ')
+            p++;
+        if (p < 80 && card[p] == '\'') {
+            char s[80];
+            size_t n = 0;
+            for (p++; p < 80; p++) {
+                if (card[p] == '\'') {
+                    if (p + 1 < 80 && card[p + 1] == '\'') {
+                        s[n++] = '\'';
+                        p++;
+                    } else {
+                        break;
+                    }
+                } else {
+                    s[n++] = card[p];
+                }
+            }
+            while (n > 0 && s[n - 1] == ' ')
+                n--;
+            copy_out(s, n, val, vallen);
+            return 1;
+        }
+        size_t e = p;
+        while (e < 80 && card[e] != '/')
+            e++;
+        while (e > p && card[e - 1] == ' ')
+            e--;
+        copy_out(card + p, e - p, val, vallen);
+        return 1;
+    }
+    return 0;
+}

@@ -1,0 +1,83 @@
+/* FITS image access through cfitsio: header metadata and physical pixel values. */
+#ifndef TESSERA_IMAGEIO_FITSIMG_H
+#define TESSERA_IMAGEIO_FITSIMG_H
+
+#include <stddef.h>
+
+#define FITSIMG_MAXDIM 4
+
+/* What a FITS image HDU says about itself.  Axis order is FITS order:
+ * naxes[0] = NAXIS1 (columns, x), naxes[1] = NAXIS2 (rows, y), naxes[2] = NAXIS3 (z). */
+typedef struct fitsimg_info {
+    int naxis;                     /* NAXIS, 0..FITSIMG_MAXDIM */
+    long naxes[FITSIMG_MAXDIM];    /* NAXISn; unused entries are 1 */
+    int bitpix;                    /* BITPIX as stored: 8, 16, 32, 64, -32, -64 */
+    double bscale, bzero;          /* BSCALE, BZERO (1 and 0 when absent) */
+    int has_blank;                 /* 1 when an integer image has a BLANK card */
+    long long blank;               /* BLANK, the stored integer meaning "no data" */
+    char bunit[72];                /* BUNIT, "" when absent */
+    char *header;                  /* every card of the HDU except END, each exactly 80
+                                      characters, concatenated with no separator and
+                                      NUL-terminated: the layout wcspih() reads */
+    int nkeys;                     /* number of 80-character cards in `header` */
+    long long mtime_ns;            /* file modification time (ns since the epoch) */
+    long long file_size;           /* file size in bytes */
+} fitsimg_info;
+
+/* Reads the header of HDU `hdu` (0-based: 0 is the primary HDU) of the FITS file at
+ * `path`.  The HDU must be an image.  Returns 0, or TESS_EIO (cannot open/read),
+ * TESS_EINVAL (not an image HDU, NAXIS above FITSIMG_MAXDIM, malformed), TESS_ENOMEM;
+ * on error `err` says why and `info` holds nothing to release. */
+int fitsimg_read_info(const char *path, int hdu, fitsimg_info *info, char *err, size_t errlen);
+
+/* Frees what fitsimg_read_info allocated.  Cannot fail. */
+void fitsimg_info_release(fitsimg_info *info);
+
+/* Reads a w x h region of plane z (all 0-based; x0 column, y0 row counted from FITS row 1)
+ * of HDU `hdu` as physical values (BSCALE*stored+BZERO) in double precision.  Integer
+ * pixels equal to BLANK and float NaNs become NaN.  `out` receives w*h values, row-major,
+ * out[0] = pixel (x0, y0): row 0 of `out` is the lowest FITS row of the region.  The
+ * region must lie inside the image (TESS_ERANGE otherwise).  Safe to call from several
+ * threads at once (each call opens its own handle).  Returns 0 or a TESS_E* code. */
+int fitsimg_read_region(const char *path, int hdu, long z, long x0, long y0, long w, long h,
+                        double *out, char *err, size_t errlen);
+
+/* The same as fitsimg_read_region into single precision: `out` receives w*h floats
+ * (physical values computed by cfitsio in double precision, then rounded to float; BLANK
+ * and float NaNs become NaN).  For planes kept in memory as float (BITPIX 8, 16, -32),
+ * where this halves the memory of a double read.  Same arguments, same errors. */
+int fitsimg_read_region_f32(const char *path, int hdu, long z, long x0, long y0, long w, long h,
+                            float *out, char *err, size_t errlen);
+
+/* Checks the scaling of a data unit of `bitpix`: BSCALE and BZERO finite, BSCALE not 0,
+ * and for integers the largest stored magnitude scaled within what the values are read
+ * into (float32 for BITPIX 8 and 16, float64 for 32 and 64).  Returns 0 or TESS_EINVAL
+ * with err.  fitsimg_read_info applies it. */
+int fitsimg_check_scaling(int bitpix, double bscale, double bzero, char *err, size_t errlen);
+
+/* Looks up a card by keyword in a `header` as produced above (exact keyword, 8 chars
+ * or fewer).  Copies the card's value text (quotes of strings removed, trailing blanks
+ * trimmed) into `val`; returns 1 when found, 0 when not. */
+int fitsimg_header_get(const char *header, int nkeys, const char *keyword, char *val, size_t vallen);
+
+/* Moves the pixel origin of the WCS in `header` (nkeys cards, rewritten in place) to
+ * pixel (shift[0], shift[1], shift[2]) of the original grid (the first nshift <= 3
+ * axes; pixels, any origin): afterwards pixel p of the sub-grid has the world
+ * coordinates pixel p + shift had.  Every card that ties the WCS to pixel positions
+ * moves: CRPIXn and the CRPIXna of alternate descriptions (reduced by shift[n-1]), and
+ * the Digitized Sky Survey plate solution's CNPIX1/CNPIX2 (the sub-image's corner on
+ * the plate, increased by shift[0], shift[1]): wcspih derives CRPIX, the linear part and
+ * the DSS polynomial from the plate solution, ignoring the CRPIX cards (WCS Paper IV,
+ * section 5.2, as wcslib's dis.h describes it; astropy reads such headers the same way).
+ * Numbers are written with 15 significant digits.  Cannot fail. */
+void fitsimg_header_shift(char *header, int nkeys, const double *shift, int nshift);
+
+/* Serialises cfitsio for modules that call it directly (engine/image/encode.c, and any
+ * other reader of FITS files): takes a process-wide mutex when the linked cfitsio was
+ * built without thread support (fits_is_reentrant() == 0) and does nothing when it
+ * was (Debian's libcfitsio is).  Each lock must be paired with an unlock on the same
+ * thread, and the pair must not nest.  Cannot fail. */
+void fitsimg_cfitsio_lock(void);
+void fitsimg_cfitsio_unlock(void);
+
+#endif

@@ -1,0 +1,1150 @@
+/* HiPS tiles on the nested HEALPix grid: tile pixel layout, orders, footprints and tile rendering. */
+#include "engine/hips/healpix.h"
+
+#include <chealpix.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/image/encode.h"
+#include "engine/sky/coordmap.h"
+#include "engine/base/buf.h"
+#include "engine/base/error.h"
+
+#define DEG2RAD (M_PI / 180.0)
+#define RAD2DEG (180.0 / M_PI)
+
+static void put_err(char *err, size_t errlen, const char *msg)
+{
+    if (err && errlen > 0)
+        snprintf(err, errlen, "%s", msg);
+}
+
+/* ---- nested indices ------------------------------------------------------------------ */
+
+/* Spreads the low 32 bits of v to the even bits of the result (bit k -> bit 2k). */
+static uint64_t spread_bits(uint64_t v)
+{
+    v &= 0xffffffffULL;
+    v = (v | (v << 16)) & 0x0000ffff0000ffffULL;
+    v = (v | (v << 8)) & 0x00ff00ff00ff00ffULL;
+    v = (v | (v << 4)) & 0x0f0f0f0f0f0f0f0fULL;
+    v = (v | (v << 2)) & 0x3333333333333333ULL;
+    v = (v | (v << 1)) & 0x5555555555555555ULL;
+    return v;
+}
+
+/* The inverse of spread_bits: the even bits of v packed into the low 32 bits. */
+static uint64_t compact_bits(uint64_t v)
+{
+    v &= 0x5555555555555555ULL;
+    v = (v | (v >> 1)) & 0x3333333333333333ULL;
+    v = (v | (v >> 2)) & 0x0f0f0f0f0f0f0f0fULL;
+    v = (v | (v >> 4)) & 0x00ff00ff00ff00ffULL;
+    v = (v | (v >> 8)) & 0x0000ffff0000ffffULL;
+    v = (v | (v >> 16)) & 0x00000000ffffffffULL;
+    return v;
+}
+
+int64_t hips_npix_count(int order)
+{
+    if (order < 0 || order > HIPS_ORDER_MAX)
+        return 0;
+    return (int64_t)12 << (2 * order);
+}
+
+int hips_tile_valid(int order, int64_t npix)
+{
+    return order >= 0 && order <= HIPS_ORDER_MAX && npix >= 0 && npix < hips_npix_count(order);
+}
+
+int64_t hips_dir(int64_t npix)
+{
+    return npix / 10000 * 10000;
+}
+
+uint64_t hips_tile_subindex(int shift, long x, long y, hips_rows rows)
+{
+    uint64_t w = (uint64_t)1 << shift;
+    uint64_t c = (uint64_t)x & (w - 1), r = (uint64_t)y & (w - 1);
+    uint64_t i = rows == HIPS_ROWS_TOPDOWN ? r : w - 1 - r;
+    return spread_bits(i) | (spread_bits(c) << 1);
+}
+
+void hips_tile_xy(int shift, uint64_t s, hips_rows rows, long *x, long *y)
+{
+    uint64_t w = (uint64_t)1 << shift;
+    uint64_t i = compact_bits(s) & (w - 1), j = compact_bits(s >> 1) & (w - 1);
+    *x = (long)j;
+    *y = (long)(rows == HIPS_ROWS_TOPDOWN ? i : w - 1 - i);
+}
+
+int hips_tile_centres(int order, int64_t npix, int shift, hips_rows rows, double *lon,
+                      double *lat)
+{
+    if (!hips_tile_valid(order, npix) || shift < 0 || shift > 16 || order + shift > HIPS_ORDER_MAX)
+        return TESS_EINVAL;
+    long w = 1L << shift;
+    int64_t nside = (int64_t)1 << (order + shift);
+    int64_t base = npix << (2 * shift);
+    for (long y = 0; y < w; y++)
+        for (long x = 0; x < w; x++) {
+            double theta, phi;
+            pix2ang_nest64(nside, base + (int64_t)hips_tile_subindex(shift, x, y, rows), &theta,
+                           &phi);
+            double l = phi * RAD2DEG;
+            if (l >= 360.0)
+                l -= 360.0;
+            lon[y * w + x] = l < 0.0 ? l + 360.0 : l;
+            lat[y * w + x] = 90.0 - theta * RAD2DEG;
+        }
+    return 0;
+}
+
+int64_t hips_ang2pix(int order, double lon, double lat)
+{
+    if (!isfinite(lon) || !isfinite(lat) || order < 0 || order > HIPS_ORDER_MAX)
+        return -1;
+    double theta = (90.0 - lat) * DEG2RAD;
+    if (theta < 0.0)
+        theta = 0.0;
+    if (theta > M_PI)
+        theta = M_PI;
+    double phi = fmod(lon, 360.0);
+    if (phi < 0.0)
+        phi += 360.0;
+    int64_t ipix = -1;
+    ang2pix_nest64((int64_t)1 << order, theta, phi * DEG2RAD, &ipix);
+    return ipix;
+}
+
+double hips_cell_size(int order)
+{
+    return sqrt(4.0 * M_PI / (12.0 * ldexp(1.0, 2 * order))) * RAD2DEG;
+}
+
+int hips_order_for_scale(double pixscale, int shift)
+{
+    if (!(pixscale > 0.0) || !isfinite(pixscale))
+        return 0;
+    int kmax = HIPS_ORDER_MAX - shift;
+    for (int k = 0; k < kmax; k++)
+        if (hips_cell_size(k + shift) <= pixscale)
+            return k;
+    return kmax;
+}
+
+int hips_survey_order(double pixscale)
+{
+    int order = hips_order_for_scale(pixscale, HIPS_TILE_SHIFT);
+    return order < HIPS_ORDER_FLOOR ? HIPS_ORDER_FLOOR : order;
+}
+
+int hips_source_level(int order, int shift, double pixscale)
+{
+    if (!(pixscale > 0.0) || !isfinite(pixscale))
+        return 0;
+    double r = hips_cell_size(order + shift) / pixscale;
+    if (!(r >= 2.0))
+        return 0;
+    int k = (int)floor(log2(r));
+    return k > 30 ? 30 : k;
+}
+
+/* ---- the tile's WCS ------------------------------------------------------------------ */
+
+/* Appends one 80-character card "KEYWORD = value / comment" to cards at card n. */
+static void put_card(char *cards, int n, const char *key, const char *value, const char *comment)
+{
+    char line[81];
+    int len;
+    if (comment)
+        len = snprintf(line, sizeof(line), "%-8.8s= %20s / %s", key, value, comment);
+    else
+        len = snprintf(line, sizeof(line), "%-8.8s= %20s", key, value);
+    if (len < 0)
+        len = 0;
+    if (len > 80)
+        len = 80;
+    memset(line + len, ' ', (size_t)(80 - len));
+    memcpy(cards + (size_t)n * 80, line, 80);
+}
+
+/* A real value card; integral values get a ".0" so that the card reads as real. */
+static void put_real(char *cards, int n, const char *key, double v, const char *comment)
+{
+    char s[40];
+    int len = snprintf(s, sizeof(s), "%.17G", v);
+    if (len > 0 && (size_t)len + 2 < sizeof(s) && !strpbrk(s, ".E"))
+        memcpy(s + len, ".0", 3);
+    put_card(cards, n, key, s, comment);
+}
+
+static void put_str(char *cards, int n, const char *key, const char *v, const char *comment)
+{
+    char s[72];
+    snprintf(s, sizeof(s), "'%-8s'", v);
+    put_card(cards, n, key, s, comment);
+}
+
+/* Cards of the tile WCS written from card n on; returns the count written (15 at most).
+ * No validation: the tile and depth are trusted (order + shift <= 29). */
+static int tile_cards(char *cards, int n, int order, int64_t npix, int shift, int galactic)
+{
+    int face = (int)(npix >> (2 * order));
+    uint64_t p = (uint64_t)npix & (((uint64_t)1 << (2 * order)) - 1);
+    double tx = (double)compact_bits(p), ty = (double)compact_bits(p >> 1);
+    double w = ldexp(1.0, shift);
+    double a = 45.0 / ldexp(1.0, order + shift);     /* plane degrees per cell along x and y */
+    /* The face's centre (xc, yc) in the HPX plane [CR07] once CRVAL1 = crval1 shifts it
+     * next to the reference point: polar faces centred at x = 45, equatorial at x = 0. */
+    double xc, yc, crval1;
+    if (face < 4) {
+        xc = 45.0, yc = 45.0, crval1 = 90.0 * face;
+    } else if (face < 8) {
+        xc = 0.0, yc = 0.0, crval1 = 90.0 * (face - 4);
+    } else {
+        xc = 45.0, yc = -45.0, crval1 = 90.0 * (face - 8);
+    }
+    /* Face coordinates u (toward the east corner) and v (toward the west corner) of the
+     * pixel at 1-based (p1, p2): u = (tx w + w + 1/2 - p2) / M, v = (ty w + p1 - 1/2) / M,
+     * M = w 2^order; plane x = xc + 45 (u - v), y = yc - 45 + 45 (u + v).  Hence the CD
+     * matrix below and the reference pixel where x = y = 0. */
+    double crpix1 = 0.5 * ((xc - yc + 45.0) / a - 2.0 * ty * w + 1.0);
+    double crpix2 = 0.5 * ((xc + yc - 45.0) / a + 2.0 * tx * w + 2.0 * w + 1.0);
+    int k = n;
+    put_card(cards, k++, "WCSAXES", "2", "HEALPix cells of the tile, HPX projection");
+    put_str(cards, k++, "CTYPE1", galactic ? "GLON-HPX" : "RA---HPX", NULL);
+    put_str(cards, k++, "CTYPE2", galactic ? "GLAT-HPX" : "DEC--HPX", NULL);
+    put_real(cards, k++, "CRPIX1", crpix1, NULL);
+    put_real(cards, k++, "CRPIX2", crpix2, NULL);
+    put_real(cards, k++, "CRVAL1", crval1, NULL);
+    put_real(cards, k++, "CRVAL2", 0.0, NULL);
+    put_real(cards, k++, "CD1_1", -a, NULL);
+    put_real(cards, k++, "CD1_2", -a, NULL);
+    put_real(cards, k++, "CD2_1", a, NULL);
+    put_real(cards, k++, "CD2_2", -a, NULL);
+    put_real(cards, k++, "PV2_1", 4.0, "HPX H: facets along the equator");
+    put_real(cards, k++, "PV2_2", 3.0, "HPX K: HEALPix");
+    put_real(cards, k++, "LONPOLE", 0.0, NULL);
+    if (!galactic)
+        put_str(cards, k++, "RADESYS", "ICRS", NULL);
+    return k - n;
+}
+
+#define TILE_CARDS_MAX 15
+
+int hips_tile_header(int order, int64_t npix, int shift, int galactic, char **cards,
+                     int *nkeys)
+{
+    *cards = NULL;
+    *nkeys = 0;
+    if (!hips_tile_valid(order, npix) || shift < 0 || shift > 16 || order + shift > HIPS_ORDER_MAX)
+        return TESS_EINVAL;
+    char *c = malloc(TILE_CARDS_MAX * 80 + 1);
+    if (!c)
+        return TESS_ENOMEM;
+    int n = tile_cards(c, 0, order, npix, shift, galactic);
+    c[n * 80] = '\0';
+    *cards = c;
+    *nkeys = n;
+    return 0;
+}
+
+skywcs *hips_tile_wcs(int order, int64_t npix, int shift, int galactic)
+{
+    if (!hips_tile_valid(order, npix) || shift < 0 || shift > 16 || order + shift > HIPS_ORDER_MAX)
+        return NULL;
+    char c[TILE_CARDS_MAX * 80 + 1];
+    int n = tile_cards(c, 0, order, npix, shift, galactic);
+    c[n * 80] = '\0';
+    skywcs *w = NULL;
+    if (skywcs_parse(c, n, &w, NULL, 0) != 0)
+        return NULL;
+    return w;
+}
+
+/* ---- datasets on the sky ------------------------------------------------------------- */
+
+/* Great-circle distance in degrees (haversine); NaN when an input is. */
+static double angdist(double l1, double b1, double l2, double b2)
+{
+    double sb = sin(0.5 * (b2 - b1) * DEG2RAD), sl = sin(0.5 * (l2 - l1) * DEG2RAD);
+    double h = sb * sb + cos(b1 * DEG2RAD) * cos(b2 * DEG2RAD) * sl * sl;
+    return 2.0 * asin(sqrt(h > 1.0 ? 1.0 : h)) * RAD2DEG;
+}
+
+static void unit_vector(double lon, double lat, double v[3])
+{
+    double cl = cos(lat * DEG2RAD);
+    v[0] = cl * cos(lon * DEG2RAD);
+    v[1] = cl * sin(lon * DEG2RAD);
+    v[2] = sin(lat * DEG2RAD);
+}
+
+int hips_dataset_geometry(const skywcs *cel, long nx, long ny, int galactic, double *ra,
+                          double *dec, double *lon, double *lat, double *pixscale,
+                          double *fov)
+{
+    skywcs *w = cel ? skywcs_copy(cel) : NULL;
+    if (!w)
+        return cel ? TESS_ENOMEM : TESS_ENOWCS;
+    double cx = 0.5 * (double)(nx - 1), cy = 0.5 * (double)(ny - 1);
+    /* centre, then the corners of the centre pixel */
+    double px[5] = {cx, cx - 0.5, cx + 0.5, cx + 0.5, cx - 0.5};
+    double py[5] = {cy, cy - 0.5, cy - 0.5, cy + 0.5, cy + 0.5};
+    double sl[5], sb[5];
+    int rc = skywcs_pix2sky(w, 5, px, py, sl, sb);
+    double eq = 0.0;
+    sky_frame f = skywcs_frame(w, &eq);
+    skywcs_free(w);
+    if (rc == TESS_ENOMEM)
+        return rc;
+    for (int i = 0; i < 5; i++)
+        if (rc != 0 || !isfinite(sl[i]) || !isfinite(sb[i]))
+            return TESS_ENOWCS;
+    double v[4][3];
+    for (int i = 0; i < 4; i++)
+        unit_vector(sl[i + 1], sb[i + 1], v[i]);
+    /* Area of the quadrilateral from its diagonals: |d1 x d2| / 2 (steradians). */
+    double d1[3], d2[3];
+    for (int k = 0; k < 3; k++) {
+        d1[k] = v[2][k] - v[0][k];
+        d2[k] = v[3][k] - v[1][k];
+    }
+    double cr[3] = {d1[1] * d2[2] - d1[2] * d2[1], d1[2] * d2[0] - d1[0] * d2[2],
+                    d1[0] * d2[1] - d1[1] * d2[0]};
+    double scale = sqrt(0.5 * sqrt(cr[0] * cr[0] + cr[1] * cr[1] + cr[2] * cr[2])) * RAD2DEG;
+    double l1 = sl[0], b1 = sb[0], l2 = sl[0], b2 = sb[0];
+    sky_convert(f, eq, SKY_FRAME_ICRS, 0.0, 1, &l1, &b1);
+    sky_convert(f, eq, galactic ? SKY_FRAME_GALACTIC : SKY_FRAME_ICRS, 0.0, 1, &l2, &b2);
+    if (ra)
+        *ra = l1;
+    if (dec)
+        *dec = b1;
+    if (lon)
+        *lon = l2;
+    if (lat)
+        *lat = b2;
+    if (pixscale)
+        *pixscale = scale;
+    if (fov) {
+        double s = (double)(nx > ny ? nx : ny) * scale;
+        *fov = s > 180.0 ? 180.0 : s;
+    }
+    return 0;
+}
+
+/* ---- footprints ---------------------------------------------------------------------- */
+
+/* Where a point of a base face lies on the sphere: face coordinates x (toward the east
+ * corner) and y (toward the west corner) in [0, 1], as Healpix_Base::xyf2loc [G05]
+ * (equatorial zone z = (2 - jr) 2/3, polar caps z = +-(1 - nr^2 / 3)).  Degrees out. */
+static const int jrll[12] = {2, 2, 2, 2, 3, 3, 3, 3, 4, 4, 4, 4};
+static const int jpll[12] = {1, 3, 5, 7, 0, 2, 4, 6, 1, 3, 5, 7};
+
+static void face_loc(int face, double x, double y, double *lon, double *lat)
+{
+    double jr = jrll[face] - x - y, nr, z;
+    if (jr < 1.0) {
+        nr = jr;
+        z = 1.0 - nr * nr / 3.0;
+    } else if (jr > 3.0) {
+        nr = 4.0 - jr;
+        z = nr * nr / 3.0 - 1.0;
+    } else {
+        nr = 1.0;
+        z = (2.0 - jr) * 2.0 / 3.0;
+    }
+    double t = jpll[face] * nr + x - y;
+    if (t < 0.0)
+        t += 8.0;
+    if (t >= 8.0)
+        t -= 8.0;
+    double phi = nr < 1e-15 ? 0.0 : 0.25 * M_PI * t / nr;
+    *lon = phi * RAD2DEG;
+    *lat = asin(z > 1.0 ? 1.0 : z < -1.0 ? -1.0 : z) * RAD2DEG;
+}
+
+/* Blocks per side of the coarse plan of a tile, and the samples of the image. */
+#define PLAN_SHIFT 4
+#define PLAN_N (1 << PLAN_SHIFT)
+#define IMG_SAMPLES 5
+
+/* The image as the footprint tests see it: a private WCS copy, its frame, and a sample
+ * of IMG_SAMPLES^2 positions (corners, edges, centre) in the HiPS frame. */
+typedef struct image_ref {
+    skywcs *w;
+    sky_frame frame, hframe;
+    double eq;
+    long nx, ny;
+    double lon[IMG_SAMPLES * IMG_SAMPLES], lat[IMG_SAMPLES * IMG_SAMPLES];
+    double pixscale; /* input pixel size near the centre, degrees (0: unknown) */
+    double tol;      /* round-trip tolerance, degrees: about two input pixels */
+} image_ref;
+
+static int image_ref_init(image_ref *ir, const skywcs *cel, long nx, long ny, int galactic)
+{
+    memset(ir, 0, sizeof(*ir));
+    if (!cel)
+        return TESS_EINVAL;
+    if (!(ir->w = skywcs_copy(cel)))
+        return TESS_ENOMEM;
+    ir->frame = skywcs_frame(ir->w, &ir->eq);
+    ir->hframe = galactic ? SKY_FRAME_GALACTIC : SKY_FRAME_ICRS;
+    ir->nx = nx;
+    ir->ny = ny;
+    enum { NS = IMG_SAMPLES * IMG_SAMPLES };
+    double x[NS], y[NS];
+    for (int j = 0; j < IMG_SAMPLES; j++)
+        for (int i = 0; i < IMG_SAMPLES; i++) {
+            x[j * IMG_SAMPLES + i] = -0.5 + (double)nx * i / (IMG_SAMPLES - 1);
+            y[j * IMG_SAMPLES + i] = -0.5 + (double)ny * j / (IMG_SAMPLES - 1);
+        }
+    if (skywcs_pix2sky(ir->w, NS, x, y, ir->lon, ir->lat) == TESS_ENOMEM) {
+        skywcs_free(ir->w);
+        ir->w = NULL;
+        return TESS_ENOMEM;
+    }
+    /* The pixel size from the samples around the centre (the middle row and column). */
+    int c = (IMG_SAMPLES / 2) * IMG_SAMPLES + IMG_SAMPLES / 2;
+    double sx = angdist(ir->lon[c], ir->lat[c], ir->lon[c + 1], ir->lat[c + 1]) /
+                ((double)nx / (IMG_SAMPLES - 1));
+    double sy = angdist(ir->lon[c], ir->lat[c], ir->lon[c + IMG_SAMPLES], ir->lat[c + IMG_SAMPLES]) /
+                ((double)ny / (IMG_SAMPLES - 1));
+    double ps = fmax(isfinite(sx) ? sx : 0.0, isfinite(sy) ? sy : 0.0);
+    ir->pixscale = ps;
+    ir->tol = ps > 0.0 ? 2.0 * ps : 180.0;
+    sky_convert(ir->frame, ir->eq, ir->hframe, 0.0, NS, ir->lon, ir->lat);
+    return 0;
+}
+
+static void image_ref_release(image_ref *ir)
+{
+    skywcs_free(ir->w);
+    ir->w = NULL;
+}
+
+/* Which of the PLAN_N x PLAN_N blocks of a tile may hold input pixels: mask[i][j] for
+ * the block of face rows i (toward the east corner: i = 0 is the top of the picture)
+ * and columns j.  A block is marked when one of its corners maps within its own
+ * diagonal (in input pixels, plus one) of the image's extent [-0.5, n - 0.5], or when a
+ * sample of the image falls in it. */
+typedef struct tile_plan {
+    unsigned char mask[PLAN_N][PLAN_N];
+    int any;
+} tile_plan;
+
+static int plan_tile(image_ref *ir, int order, int64_t npix, tile_plan *p)
+{
+    enum { L = PLAN_N + 1, NP = L * L };
+    double lon[NP], lat[NP], x[NP], y[NP];
+    memset(p, 0, sizeof(*p));
+    int face = (int)(npix >> (2 * order));
+    uint64_t sub = (uint64_t)npix & (((uint64_t)1 << (2 * order)) - 1);
+    double tx = (double)compact_bits(sub), ty = (double)compact_bits(sub >> 1);
+    double side = ldexp(1.0, -order);
+    for (int a = 0; a < L; a++)        /* a: face x (i), b: face y (j) */
+        for (int b = 0; b < L; b++)
+            face_loc(face, (tx + (double)a / PLAN_N) * side, (ty + (double)b / PLAN_N) * side,
+                     &lon[a * L + b], &lat[a * L + b]);
+    sky_convert(ir->hframe, 0.0, ir->frame, ir->eq, NP, lon, lat);
+    if (skywcs_sky2pix(ir->w, NP, lon, lat, x, y) == TESS_ENOMEM)
+        return TESS_ENOMEM;
+    /* The round trip (as reproject's pixel_to_pixel_with_roundtrip): far outside its
+     * domain a distortion's inverse can land anywhere, even inside the image. */
+    double bl[NP], bb[NP];
+    if (skywcs_pix2sky(ir->w, NP, x, y, bl, bb) == TESS_ENOMEM)
+        return TESS_ENOMEM;
+    for (int k = 0; k < NP; k++)
+        if (!(angdist(bl[k], bb[k], lon[k], lat[k]) <= ir->tol))
+            x[k] = y[k] = NAN;
+    double maxdiag = 0.0;
+    double diag[PLAN_N][PLAN_N];
+    for (int a = 0; a < PLAN_N; a++)
+        for (int b = 0; b < PLAN_N; b++) {
+            int k00 = a * L + b, k11 = k00 + L + 1, k01 = k00 + 1, k10 = k00 + L;
+            double d1 = hypot(x[k11] - x[k00], y[k11] - y[k00]);
+            double d2 = hypot(x[k10] - x[k01], y[k10] - y[k01]);
+            double d = isfinite(d1) && isfinite(d2) ? fmax(d1, d2) : NAN;
+            /* Where the block could reach the image the mapping is close to its scale at
+             * the image: a block whose corners lie far apart in input pixels (across the
+             * horizon of a zenithal projection, say) gets no more margin than its angular
+             * size in input pixels allows. */
+            if (ir->pixscale > 0.0) {
+                double ang = fmax(angdist(lon[k00], lat[k00], lon[k11], lat[k11]),
+                                  angdist(lon[k01], lat[k01], lon[k10], lat[k10]));
+                double cap = 2.0 * ang / ir->pixscale;
+                if (!(d <= cap))
+                    d = cap;
+            }
+            diag[a][b] = d;
+            if (isfinite(d) && d > maxdiag)
+                maxdiag = d;
+        }
+    double ex = (double)ir->nx - 0.5, ey = (double)ir->ny - 0.5;
+    for (int a = 0; a < PLAN_N; a++)
+        for (int b = 0; b < PLAN_N; b++) {
+            double m = (isfinite(diag[a][b]) ? diag[a][b] : maxdiag) + 1.0;
+            int ks[4] = {a * L + b, a * L + b + 1, (a + 1) * L + b, (a + 1) * L + b + 1};
+            for (int c = 0; c < 4; c++) {
+                double u = x[ks[c]], v = y[ks[c]];
+                if (u >= -0.5 - m && u <= ex + m && v >= -0.5 - m && v <= ey + m) {
+                    p->mask[a][b] = 1;
+                    p->any = 1;
+                    break;
+                }
+            }
+        }
+    /* The image in the tile: its samples' cells at order + d (d <= PLAN_SHIFT). */
+    int d = HIPS_ORDER_MAX - order < PLAN_SHIFT ? HIPS_ORDER_MAX - order : PLAN_SHIFT;
+    for (int k = 0; k < IMG_SAMPLES * IMG_SAMPLES; k++) {
+        int64_t ip = hips_ang2pix(order + d, ir->lon[k], ir->lat[k]);
+        if (ip < 0 || (ip >> (2 * d)) != npix)
+            continue;
+        uint64_t s = (uint64_t)ip & (((uint64_t)1 << (2 * d)) - 1);
+        int a0 = (int)compact_bits(s) << (PLAN_SHIFT - d);
+        int b0 = (int)compact_bits(s >> 1) << (PLAN_SHIFT - d);
+        int span = 1 << (PLAN_SHIFT - d);
+        for (int a = a0; a < a0 + span; a++)
+            for (int b = b0; b < b0 + span; b++)
+                p->mask[a][b] = 1;
+        p->any = 1;
+    }
+    return 0;
+}
+
+int hips_tile_overlaps(const skywcs *cel, long nx, long ny, int galactic, int order,
+                       int64_t npix)
+{
+    if (!hips_tile_valid(order, npix) || !cel)
+        return TESS_EINVAL;
+    image_ref ir;
+    int rc = image_ref_init(&ir, cel, nx, ny, galactic);
+    if (rc)
+        return rc;
+    tile_plan p;
+    rc = plan_tile(&ir, order, npix, &p);
+    image_ref_release(&ir);
+    return rc ? rc : p.any;
+}
+
+int hips_tiles_covering(const skywcs *cel, long nx, long ny, int galactic, int order,
+                        int64_t **list, size_t *n)
+{
+    *list = NULL;
+    *n = 0;
+    if (!cel || order < 0 || order > HIPS_ORDER_MAX)
+        return TESS_EINVAL;
+    image_ref ir;
+    int rc = image_ref_init(&ir, cel, nx, ny, galactic);
+    if (rc)
+        return rc;
+    int64_t *cur = malloc(sizeof(int64_t) * 12), *next = NULL;
+    size_t ncur = 0;
+    if (!cur) {
+        rc = TESS_ENOMEM;
+        goto done;
+    }
+    for (int k = 0; k <= order; k++) {
+        /* Candidates at order k: the 12 base cells, then the children of the tiles kept. */
+        size_t ncand = k == 0 ? 12 : 4 * ncur;
+        if (!(next = malloc(sizeof(int64_t) * (ncand ? ncand : 1)))) {
+            rc = TESS_ENOMEM;
+            goto done;
+        }
+        size_t nn = 0;
+        for (size_t c = 0; c < ncand; c++) {
+            int64_t t = k == 0 ? (int64_t)c : cur[c / 4] * 4 + (int64_t)(c % 4);
+            tile_plan p;
+            if ((rc = plan_tile(&ir, k, t, &p)) != 0)
+                goto done;
+            if (p.any)
+                next[nn++] = t;
+        }
+        free(cur);
+        cur = next;
+        next = NULL;
+        ncur = nn;
+        if (ncur == 0)
+            break;
+    }
+    if (ncur > 0) {
+        *list = cur;
+        *n = ncur;
+        cur = NULL;
+    }
+done:
+    free(cur);
+    free(next);
+    image_ref_release(&ir);
+    return rc;
+}
+
+/* ---- rendering ----------------------------------------------------------------------- */
+
+/* 1 when level-k coordinate v lies within e of a sampling decision of an axis of n
+ * pixels: the edges -0.5 and n - 0.5, and for nearest every half-integer. */
+static inline int near_decision(double v, double e, double n, int nearest)
+{
+    if (fabs(v + 0.5) <= e || fabs(v - (n - 0.5)) <= e)
+        return 1;
+    return nearest && isfinite(v) && fabs(v - floor(v) - 0.5) <= e;
+}
+
+/* Maps the tile pixels of the rectangle [x0, x0 + w) x [y0, y0 + h) (FITS row order) to
+ * level-k input positions xo, yo (w h each, row-major). */
+static int map_rect(rp_coordmap *m, const hips_source *src, long x0, long y0, long w, long h,
+                    double *xo, double *yo, float *eb)
+{
+    size_t n = (size_t)w * (size_t)h;
+    double mce = src->max_coord_error;
+    if (!(mce >= 0.0) || !isfinite(mce))
+        mce = 0.0;
+    if (rp_coordmap_lattice(m, (double)x0, (double)y0, w, h, mce, xo, yo, eb) != 0)
+        return TESS_ENOMEM;
+    /* Level-k positions: pixel i of level k is centred at level-0 i 2^k + (2^k - 1) / 2. */
+    double scale = ldexp(1.0, -src->level);
+    double off = 0.5 * (ldexp(1.0, src->level) - 1.0);
+    int nearest = src->method == RP_NEAREST;
+    double knx = (double)src->knx, kny = (double)src->kny;
+    size_t nredo = 0, *redo = NULL;
+    for (size_t i = 0; i < n; i++) {
+        double e = (double)eb[i] * scale;
+        double xk = (xo[i] - off) * scale, yk = (yo[i] - off) * scale;
+        if (e > 0.0 && (near_decision(xk, e, knx, nearest) ||
+                        near_decision(yk, e, kny, nearest))) {
+            if (!redo && !(redo = malloc(sizeof(size_t) * n)))
+                return TESS_ENOMEM;
+            redo[nredo++] = i;
+        }
+        xo[i] = xk;
+        yo[i] = yk;
+    }
+    if (nredo == 0)
+        return 0;
+    /* Points next to a decision: the exact transform, as the engine does. */
+    double *pm = malloc(sizeof(double) * nredo * 4);
+    if (!pm) {
+        free(redo);
+        return TESS_ENOMEM;
+    }
+    double *px = pm, *py = pm + nredo, *qx = pm + 2 * nredo, *qy = pm + 3 * nredo;
+    for (size_t t = 0; t < nredo; t++) {
+        px[t] = (double)(x0 + (long)(redo[t] % (size_t)w));
+        py[t] = (double)(y0 + (long)(redo[t] / (size_t)w));
+    }
+    int rc = rp_coordmap_points(m, nredo, px, py, qx, qy);
+    if (rc == 0)
+        for (size_t t = 0; t < nredo; t++) {
+            xo[redo[t]] = (qx[t] - off) * scale;
+            yo[redo[t]] = (qy[t] - off) * scale;
+        }
+    free(pm);
+    free(redo);
+    return rc ? TESS_ENOMEM : 0;
+}
+
+long hips_render_tile(const hips_source *src, int order, int64_t npix, int shift,
+                      int galactic, hips_rows rows, double *out, char *err, size_t errlen)
+{
+    if (!src || !src->cel || !src->kernel || !out || shift < PLAN_SHIFT || shift > 16 ||
+        !hips_tile_valid(order, npix) || order + shift > HIPS_ORDER_MAX) {
+        put_err(err, errlen, "invalid tile, depth or source");
+        return TESS_EINVAL;
+    }
+    long w = 1L << shift, c = w / PLAN_N;
+    size_t n = (size_t)w * (size_t)w;
+    for (size_t i = 0; i < n; i++)
+        out[i] = NAN;
+    image_ref ir;
+    tile_plan plan;
+    int prc = image_ref_init(&ir, src->cel, src->nx, src->ny, galactic);
+    if (prc == 0) {
+        prc = plan_tile(&ir, order, npix, &plan);
+        image_ref_release(&ir);
+    }
+    if (prc) {
+        put_err(err, errlen, prc == TESS_ENOMEM ? "out of memory" : "invalid source WCS");
+        return prc;
+    }
+    if (!plan.any)
+        return 0;
+    /* The bounding box of the marked blocks, as a rectangle of tile pixels (FITS rows:
+     * block row a covers face rows [a c, (a + 1) c), i.e. FITS rows w - (a + 1) c ..). */
+    int a0 = PLAN_N, a1 = -1, b0 = PLAN_N, b1 = -1;
+    for (int a = 0; a < PLAN_N; a++)
+        for (int b = 0; b < PLAN_N; b++)
+            if (plan.mask[a][b]) {
+                a0 = a < a0 ? a : a0;
+                a1 = a > a1 ? a : a1;
+                b0 = b < b0 ? b : b0;
+                b1 = b > b1 ? b : b1;
+            }
+    long rx0 = b0 * c, rw = (b1 - b0 + 1) * c;
+    long ry0 = w - (a1 + 1) * c, rh = (a1 - a0 + 1) * c;
+    size_t nr = (size_t)rw * (size_t)rh;
+
+    skywcs *tw = hips_tile_wcs(order, npix, shift, galactic);
+    if (!tw) {
+        put_err(err, errlen, "cannot build the tile's WCS");
+        return TESS_ENOMEM;
+    }
+    rp_coordmap *m = rp_coordmap_new(tw, src->cel, err, errlen);
+    skywcs_free(tw);
+    if (!m)
+        return TESS_EINVAL;
+    double *xo = malloc(sizeof(double) * nr * 3);
+    float *eb = malloc(sizeof(float) * nr);
+    long rc = 0;
+    if (!xo || !eb || map_rect(m, src, rx0, ry0, rw, rh, xo, xo + nr, eb) != 0) {
+        put_err(err, errlen, "out of memory");
+        rc = TESS_ENOMEM;
+        goto done;
+    }
+    double *val = xo + 2 * nr;
+    rp_kernel_sample(src->kernel, nr, xo, xo + nr, val);
+    long finite = 0;
+    for (long r = 0; r < rh; r++) {
+        long row = ry0 + r;
+        if (rows == HIPS_ROWS_TOPDOWN)
+            row = w - 1 - row;
+        const double *v = val + (size_t)r * (size_t)rw;
+        double *o = out + (size_t)row * (size_t)w + (size_t)rx0;
+        for (long i = 0; i < rw; i++) {
+            o[i] = v[i];
+            finite += isfinite(v[i]) != 0;
+        }
+    }
+    rc = finite;
+done:
+    free(eb);
+    free(xo);
+    rp_coordmap_free(m);
+    return rc;
+}
+
+/* ---- parents from children ----------------------------------------------------------- */
+
+void hips_tile_merge_children(int shift, const double *const child[4], hips_rows rows,
+                              double *parent)
+{
+    long w = 1L << shift, h = w / 2;
+    for (long y = 0; y < w; y++)
+        for (long x = 0; x < w; x++) {
+            /* Face row i (from the top) and column j of the parent pixel: its cell's four
+             * children are rows 2i', 2i' + 1 and columns 2j', 2j' + 1 of child tile
+             * (j >= h) << 1 | (i >= h), with i' = i mod h, j' = j mod h. */
+            long i = rows == HIPS_ROWS_TOPDOWN ? y : w - 1 - y, j = x;
+            const double *c = child[((j >= h) << 1) | (i >= h)];
+            double sum = 0.0;
+            int n = 0;
+            if (c)
+                for (long di = 0; di < 2; di++)
+                    for (long dj = 0; dj < 2; dj++) {
+                        long ci = 2 * (i % h) + di, cj = 2 * (j % h) + dj;
+                        long cy = rows == HIPS_ROWS_TOPDOWN ? ci : w - 1 - ci;
+                        double v = c[cy * w + cj];
+                        if (isfinite(v)) {
+                            sum += v;
+                            n++;
+                        }
+                    }
+            parent[y * w + x] = n ? sum / n : NAN;
+        }
+}
+
+/* ---- FITS tiles ---------------------------------------------------------------------- */
+
+/* A FITS file with BITPIX -32 of w x h doubles (row 0 = FITS row 1, NaN kept), its
+ * primary header holding the structural cards, then `extra` (nextra cards).  Returns 0,
+ * TESS_ENOMEM. */
+static int encode_fits_f32(const double *data, long w, long h, const char *extra, int nextra,
+                           unsigned char **out, size_t *outlen)
+{
+    size_t ncards = 6 + (size_t)nextra;
+    char *cards = malloc(ncards * 80);
+    if (!cards)
+        return TESS_ENOMEM;
+    char v[32];
+    int k = 0;
+    put_card(cards, k++, "SIMPLE", "T", "conforms to FITS standard");
+    put_card(cards, k++, "BITPIX", "-32", "IEEE single precision");
+    put_card(cards, k++, "NAXIS", "2", NULL);
+    snprintf(v, sizeof(v), "%ld", w);
+    put_card(cards, k++, "NAXIS1", v, NULL);
+    snprintf(v, sizeof(v), "%ld", h);
+    put_card(cards, k++, "NAXIS2", v, NULL);
+    if (nextra > 0)
+        memcpy(cards + (size_t)k * 80, extra, (size_t)nextra * 80);
+    k += nextra;
+    memset(cards + (size_t)k * 80, ' ', 80);
+    memcpy(cards + (size_t)k * 80, "END", 3);
+    k++;
+    size_t hlen = ((size_t)k * 80 + 2879) / 2880 * 2880;
+    size_t n = (size_t)w * (size_t)h, dlen = n * 4;
+    size_t plen = (dlen + 2879) / 2880 * 2880;
+    unsigned char *b = malloc(hlen + plen);
+    if (!b) {
+        free(cards);
+        return TESS_ENOMEM;
+    }
+    memset(b, ' ', hlen);
+    memcpy(b, cards, (size_t)k * 80);
+    free(cards);
+    unsigned char *d = b + hlen;
+    for (size_t i = 0; i < n; i++) {
+        float f = (float)data[i];
+        uint32_t u;
+        memcpy(&u, &f, 4);
+        d[4 * i] = (unsigned char)(u >> 24);
+        d[4 * i + 1] = (unsigned char)(u >> 16);
+        d[4 * i + 2] = (unsigned char)(u >> 8);
+        d[4 * i + 3] = (unsigned char)u;
+    }
+    memset(d + dlen, 0, plen - dlen);
+    *out = b;
+    *outlen = hlen + plen;
+    return 0;
+}
+
+int hips_encode_fits(const double *data, int order, int64_t npix, int shift, int galactic,
+                     unsigned char **out, size_t *outlen)
+{
+    *out = NULL;
+    *outlen = 0;
+    if (!data || !hips_tile_valid(order, npix) || shift < 1 || shift > 16 ||
+        order + shift > HIPS_ORDER_MAX)
+        return TESS_EINVAL;
+    char cards[(2 + TILE_CARDS_MAX) * 80];
+    char v[32];
+    snprintf(v, sizeof(v), "%d", order);
+    put_card(cards, 0, "ORDER", v, "HiPS tile order (Norder)");
+    snprintf(v, sizeof(v), "%lld", (long long)npix);
+    put_card(cards, 1, "NPIX", v, "HiPS tile index, nested HEALPix (Npix)");
+    int n = 2 + tile_cards(cards, 2, order, npix, shift, galactic);
+    long w = 1L << shift;
+    return encode_fits_f32(data, w, w, cards, n, out, outlen);
+}
+
+/* ---- encoded tiles ------------------------------------------------------------------ */
+
+const char *hips_format_ext(hips_format f)
+{
+    return f == HIPS_FMT_FITS ? "fits" : f == HIPS_FMT_JPEG ? "jpg" : "png";
+}
+
+const char *hips_format_mime(hips_format f)
+{
+    return f == HIPS_FMT_FITS ? "application/fits" : f == HIPS_FMT_JPEG ? "image/jpeg"
+                                                                        : "image/png";
+}
+
+int hips_encode_picture(const double *data, long w, long h, hips_format fmt,
+                        const render_params *rp, double lo, double hi, unsigned char **out,
+                        size_t *outlen)
+{
+    *out = NULL;
+    *outlen = 0;
+    if (!data || !rp || fmt == HIPS_FMT_FITS || w <= 0 || h <= 0)
+        return TESS_EINVAL;
+    if ((size_t)w > SIZE_MAX / 4 / (size_t)h)
+        return TESS_ERANGE;
+    uint8_t *rgba = malloc((size_t)w * (size_t)h * 4);
+    if (!rgba)
+        return TESS_ENOMEM;
+    int rc = render_rgba_cuts(data, w, h, rp, lo, hi, rgba);
+    if (rc == 0)
+        rc = fmt == HIPS_FMT_JPEG ? jpeg_encode_rgb(rgba, w, h, HIPS_JPEG_QUALITY, out, outlen)
+                                  : png_encode_rgba(rgba, w, h, out, outlen);
+    free(rgba);
+    return rc;
+}
+
+long hips_tile_encode(const hips_source *src, int order, int64_t npix, int galactic,
+                      hips_format fmt, const render_params *rp, double lo, double hi,
+                      unsigned char **out, size_t *outlen, char *err, size_t errlen)
+{
+    *out = NULL;
+    *outlen = 0;
+    if (!rp && fmt != HIPS_FMT_FITS) {
+        put_err(err, errlen, "no rendering parameters");
+        return TESS_EINVAL;
+    }
+    size_t n = (size_t)HIPS_TILE_WIDTH * HIPS_TILE_WIDTH;
+    double *data = malloc(sizeof(double) * n);
+    if (!data) {
+        put_err(err, errlen, "out of memory");
+        return TESS_ENOMEM;
+    }
+    long finite = hips_render_tile(src, order, npix, HIPS_TILE_SHIFT, galactic, HIPS_ROWS_FITS,
+                                   data, err, errlen);
+    if (finite > 0) {
+        int rc = fmt == HIPS_FMT_FITS
+                     ? hips_encode_fits(data, order, npix, HIPS_TILE_SHIFT, galactic, out, outlen)
+                     : hips_encode_picture(data, HIPS_TILE_WIDTH, HIPS_TILE_WIDTH, fmt, rp, lo,
+                                           hi, out, outlen);
+        if (rc != 0) {
+            put_err(err, errlen, rc == TESS_ENOMEM ? "out of memory" : "cannot encode the tile");
+            finite = rc;
+        }
+    }
+    free(data);
+    return finite;
+}
+
+/* ---- Allsky -------------------------------------------------------------------------- */
+
+void hips_allsky_size(int cell, long *w, long *h)
+{
+    long ntiles = 768;
+    long rows = (ntiles + HIPS_ALLSKY_COLS - 1) / HIPS_ALLSKY_COLS;
+    *w = (long)HIPS_ALLSKY_COLS * cell;
+    *h = rows * cell;
+}
+
+void hips_allsky_origin(int64_t npix, int cell, long *x, long *y)
+{
+    *x = (long)(npix % HIPS_ALLSKY_COLS) * cell;
+    *y = (long)(npix / HIPS_ALLSKY_COLS) * cell;
+}
+
+long hips_allsky_render(const hips_source *src, int galactic, double **out, long *w, long *h,
+                        char *err, size_t errlen)
+{
+    *out = NULL;
+    hips_allsky_size(HIPS_ALLSKY_CELL, w, h);
+    if (!src || !src->cel) {
+        put_err(err, errlen, "no source");
+        return TESS_EINVAL;
+    }
+    int64_t *tiles = NULL;
+    size_t ntiles = 0;
+    int rc = hips_tiles_covering(src->cel, src->nx, src->ny, galactic, HIPS_ALLSKY_ORDER, &tiles,
+                                 &ntiles);
+    if (rc != 0) {
+        put_err(err, errlen, rc == TESS_ENOMEM ? "out of memory" : "cannot list the tiles");
+        return rc;
+    }
+    size_t npic = (size_t)*w * (size_t)*h, ncell = (size_t)HIPS_ALLSKY_CELL * HIPS_ALLSKY_CELL;
+    double *pic = malloc(sizeof(double) * npic);
+    double *cell = malloc(sizeof(double) * ncell);
+    if (!pic || !cell) {
+        free(tiles);
+        free(pic);
+        free(cell);
+        put_err(err, errlen, "out of memory");
+        return TESS_ENOMEM;
+    }
+    for (size_t i = 0; i < npic; i++)
+        pic[i] = NAN;
+    long finite = 0;
+    for (size_t t = 0; t < ntiles; t++) {
+        long f = hips_render_tile(src, HIPS_ALLSKY_ORDER, tiles[t], HIPS_ALLSKY_SHIFT, galactic,
+                                  HIPS_ROWS_TOPDOWN, cell, err, errlen);
+        if (f < 0) {
+            finite = f;
+            break;
+        }
+        if (f == 0)
+            continue;
+        finite += f;
+        long x0, y0;
+        hips_allsky_origin(tiles[t], HIPS_ALLSKY_CELL, &x0, &y0);
+        for (long r = 0; r < HIPS_ALLSKY_CELL; r++) {
+            /* Picture row y0 + r from the top is row h - 1 - (y0 + r) from the bottom. */
+            double *dst = pic + (size_t)(*h - 1 - (y0 + r)) * (size_t)*w + (size_t)x0;
+            memcpy(dst, cell + (size_t)r * HIPS_ALLSKY_CELL, sizeof(double) * HIPS_ALLSKY_CELL);
+        }
+    }
+    free(tiles);
+    free(cell);
+    if (finite < 0) {
+        free(pic);
+        return finite;
+    }
+    *out = pic;
+    return finite;
+}
+
+long hips_allsky_encode(const hips_source *src, int galactic, hips_format fmt,
+                        const render_params *rp, double lo, double hi, unsigned char **out,
+                        size_t *outlen, char *err, size_t errlen)
+{
+    *out = NULL;
+    *outlen = 0;
+    if (!rp && fmt != HIPS_FMT_FITS) {
+        put_err(err, errlen, "no rendering parameters");
+        return TESS_EINVAL;
+    }
+    double *pic = NULL;
+    long w, h;
+    long finite = hips_allsky_render(src, galactic, &pic, &w, &h, err, errlen);
+    if (finite < 0)
+        return finite;
+    int rc;
+    if (fmt == HIPS_FMT_FITS) {
+        char cards[80];
+        put_card(cards, 0, "ORDER", "3", "HiPS order of the Allsky tiles (Norder3)");
+        rc = encode_fits_f32(pic, w, h, cards, 1, out, outlen);
+    } else {
+        rc = hips_encode_picture(pic, w, h, fmt, rp, lo, hi, out, outlen);
+    }
+    free(pic);
+    if (rc != 0) {
+        put_err(err, errlen, rc == TESS_ENOMEM ? "out of memory" : "cannot encode the picture");
+        return rc;
+    }
+    return finite;
+}
+
+/* ---- MOC ----------------------------------------------------------------------------- */
+
+static int cmp_u64(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+int hips_moc_fits(const skywcs *cel, long nx, long ny, int order, unsigned char **out,
+                  size_t *outlen, size_t *ncells)
+{
+    *out = NULL;
+    *outlen = 0;
+    if (ncells)
+        *ncells = 0;
+    int64_t *tiles = NULL;
+    size_t n = 0;
+    int rc = hips_tiles_covering(cel, nx, ny, 0, order, &tiles, &n);
+    if (rc)
+        return rc;
+    /* NUNIQ = 4^(k+1) + npix, cells merged upwards while all four siblings are present
+     * (the list is sorted, so siblings are consecutive). */
+    uint64_t *uniq = malloc(sizeof(uint64_t) * (n ? n : 1));
+    int64_t *cur = tiles;
+    if (!uniq) {
+        free(tiles);
+        return TESS_ENOMEM;
+    }
+    size_t nu = 0, ncur = n;
+    for (int k = order; k >= 0 && ncur > 0; k--) {
+        size_t nn = 0;
+        for (size_t i = 0; i < ncur;) {
+            int64_t t = cur[i];
+            if (k > 0 && (t & 3) == 0 && i + 3 < ncur && cur[i + 3] == t + 3) {
+                cur[nn++] = t >> 2;      /* the parent goes up one order */
+                i += 4;
+            } else {
+                uniq[nu++] = ((uint64_t)4 << (2 * k)) + (uint64_t)t;
+                i++;
+            }
+        }
+        ncur = nn;
+    }
+    free(tiles);
+    qsort(uniq, nu, sizeof(uint64_t), cmp_u64);
+
+    char cards[40 * 80];
+    char v[32];
+    int k = 0;
+    put_card(cards, k++, "SIMPLE", "T", NULL);
+    put_card(cards, k++, "BITPIX", "8", NULL);
+    put_card(cards, k++, "NAXIS", "0", NULL);
+    put_card(cards, k++, "EXTEND", "T", NULL);
+    memset(cards + (size_t)k * 80, ' ', 80);
+    memcpy(cards + (size_t)k * 80, "END", 3);
+    int prim = ++k;
+    put_str(cards, k++, "XTENSION", "BINTABLE", NULL);
+    put_card(cards, k++, "BITPIX", "8", NULL);
+    put_card(cards, k++, "NAXIS", "2", NULL);
+    put_card(cards, k++, "NAXIS1", "8", NULL);
+    snprintf(v, sizeof(v), "%zu", nu);
+    put_card(cards, k++, "NAXIS2", v, NULL);
+    put_card(cards, k++, "PCOUNT", "0", NULL);
+    put_card(cards, k++, "GCOUNT", "1", NULL);
+    put_card(cards, k++, "TFIELDS", "1", NULL);
+    put_str(cards, k++, "TTYPE1", "UNIQ", NULL);
+    put_str(cards, k++, "TFORM1", "1K", NULL);
+    put_str(cards, k++, "PIXTYPE", "HEALPIX", "HEALPix magic code");
+    put_str(cards, k++, "ORDERING", "NUNIQ", "NUNIQ coding method");
+    put_str(cards, k++, "COORDSYS", "C", "ICRS reference frame");
+    snprintf(v, sizeof(v), "%d", order);
+    put_card(cards, k++, "MOCORDER", v, "MOC resolution (best order)");
+    put_str(cards, k++, "MOCTOOL", "Tessera", NULL);
+    memset(cards + (size_t)k * 80, ' ', 80);
+    memcpy(cards + (size_t)k * 80, "END", 3);
+    k++;
+    size_t h1 = ((size_t)prim * 80 + 2879) / 2880 * 2880;
+    size_t h2 = ((size_t)(k - prim) * 80 + 2879) / 2880 * 2880;
+    size_t dlen = nu * 8, plen = (dlen + 2879) / 2880 * 2880;
+    unsigned char *b = malloc(h1 + h2 + plen);
+    if (!b) {
+        free(uniq);
+        return TESS_ENOMEM;
+    }
+    memset(b, ' ', h1 + h2);
+    memcpy(b, cards, (size_t)prim * 80);
+    memcpy(b + h1, cards + (size_t)prim * 80, (size_t)(k - prim) * 80);
+    unsigned char *d = b + h1 + h2;
+    for (size_t i = 0; i < nu; i++)
+        for (int byte = 0; byte < 8; byte++)
+            d[8 * i + (size_t)byte] = (unsigned char)(uniq[i] >> (56 - 8 * byte));
+    memset(d + dlen, 0, plen - dlen);
+    free(uniq);
+    *out = b;
+    *outlen = h1 + h2 + plen;
+    if (ncells)
+        *ncells = nu;
+    return 0;
+}
+
+/* ---- properties ---------------------------------------------------------------------- */
+
+int hips_properties_text(const hips_properties *p, char **out, size_t *outlen)
+{
+    *out = NULL;
+    *outlen = 0;
+    if (!p || !p->name || !p->builder || !p->tile_formats)
+        return TESS_EINVAL;
+    char date[32];
+    struct tm tm;
+    time_t t = p->released;
+    if (!gmtime_r(&t, &tm) || strftime(date, sizeof(date), "%Y-%m-%dT%H:%MZ", &tm) == 0)
+        return TESS_EINVAL;
+    buf b;
+    buf_init(&b, 1 << 16);
+    int bad = 0;
+    bad |= buf_printf(&b, "%-20s = ivo://tessera/%s\n", "creator_did", p->name);
+    bad |= buf_printf(&b, "%-20s = %s\n", "obs_title", p->name);
+    if (p->description && p->description[0])
+        bad |= buf_printf(&b, "%-20s = %s\n", "obs_description", p->description);
+    bad |= buf_printf(&b, "%-20s = %s\n", "dataproduct_type", "image");
+    bad |= buf_printf(&b, "%-20s = %s\n", "hips_version", "1.4");
+    bad |= buf_printf(&b, "%-20s = %s\n", "hips_builder", p->builder);
+    bad |= buf_printf(&b, "%-20s = %s\n", "hips_release_date", date);
+    bad |= buf_printf(&b, "%-20s = %s\n", "hips_status", "public master clonableOnce");
+    bad |= buf_printf(&b, "%-20s = %s\n", "hips_tile_format", p->tile_formats);
+    bad |= buf_printf(&b, "%-20s = %d\n", "hips_tile_width", HIPS_TILE_WIDTH);
+    bad |= buf_printf(&b, "%-20s = %d\n", "hips_order", p->order);
+    bad |= buf_printf(&b, "%-20s = %d\n", "hips_order_min", 0);
+    bad |= buf_printf(&b, "%-20s = %s\n", "hips_frame", p->galactic ? "galactic" : "equatorial");
+    bad |= buf_printf(&b, "%-20s = %d\n", "hips_pixel_bitpix", -32);
+    bad |= buf_printf(&b, "%-20s = %.10g %.10g\n", "hips_pixel_cut", p->cut_lo, p->cut_hi);
+    bad |= buf_printf(&b, "%-20s = %.10g %.10g\n", "hips_data_range", p->data_min, p->data_max);
+    bad |= buf_printf(&b, "%-20s = %.10g\n", "hips_pixel_scale",
+                      hips_cell_size(p->order + HIPS_TILE_SHIFT));
+    bad |= buf_printf(&b, "%-20s = %.10f\n", "hips_initial_ra", p->ra);
+    bad |= buf_printf(&b, "%-20s = %.10f\n", "hips_initial_dec", p->dec);
+    bad |= buf_printf(&b, "%-20s = %.10g\n", "hips_initial_fov", p->fov);
+    if (p->bunit && p->bunit[0])
+        bad |= buf_printf(&b, "%-20s = %s\n", "data_pixel_unit", p->bunit);
+    char *text = bad ? NULL : buf_detach(&b, outlen);
+    buf_release(&b);
+    if (!text) {
+        *outlen = 0;
+        return TESS_ENOMEM;
+    }
+    *out = text;
+    return 0;
+}

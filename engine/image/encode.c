@@ -1,0 +1,469 @@
+/* Encoders of pixel arrays to response bytes: PNG (libpng), JPEG (libjpeg), FITS (cfitsio), NPY. */
+#include "engine/image/encode.h"
+
+#include <limits.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <fitsio.h>
+#include <jpeglib.h>
+#include <png.h>
+
+#include "engine/fits/fitsimg.h"
+#include "engine/base/error.h"
+
+/* ---- PNG -------------------------------------------------------------------------- */
+
+/* Where libpng's output goes: a malloc'd buffer that doubles as it fills. */
+typedef struct png_mem {
+    unsigned char *data;
+    size_t len, alloc;
+    int nomem;            /* set when growing failed */
+    uint8_t *scratch;     /* the palette index image, or NULL */
+    int ncol;             /* palette colours, -1 for RGBA */
+    uint32_t pal[256];    /* the palette, 0xRRGGBBAA */
+} png_mem;
+
+static void png_mem_write(png_structp png, png_bytep bytes, png_size_t n)
+{
+    png_mem *m = png_get_io_ptr(png);
+    if (n > SIZE_MAX - m->len) {
+        m->nomem = 1;
+        png_error(png, "PNG larger than memory");
+    }
+    if (m->len + n > m->alloc) {
+        size_t want = m->alloc ? m->alloc : 4096;
+        while (want < m->len + n)
+            want = want > SIZE_MAX / 2 ? m->len + n : want * 2;
+        unsigned char *p = realloc(m->data, want);
+        if (!p) {
+            m->nomem = 1;
+            png_error(png, "out of memory");
+        }
+        m->data = p;
+        m->alloc = want;
+    }
+    memcpy(m->data + m->len, bytes, n);
+    m->len += n;
+}
+
+static void png_mem_flush(png_structp png)
+{
+    (void)png;
+}
+
+/* libpng errors end in a longjmp back to png_encode_rgba, without printing. */
+static void png_quiet_error(png_structp png, png_const_charp msg)
+{
+    (void)msg;
+    png_longjmp(png, 1);
+}
+
+static void png_quiet_warning(png_structp png, png_const_charp msg)
+{
+    (void)png;
+    (void)msg;
+}
+
+/* Maps the pixels to indices into at most 256 distinct RGBA colours, as renderings
+ * through a colour map (256 levels plus transparent) always are.  pal[] receives the
+ * colours as 0xRRGGBBAA, idx[] one byte a pixel.  Returns the number of colours, or -1
+ * as soon as a 257th appears (the image is then written as RGBA).  An open-addressing
+ * table of 1024 slots keeps the lookup to a multiply and a probe or two a pixel. */
+static int build_palette(const uint8_t *rgba, size_t n, uint32_t pal[256], uint8_t *idx)
+{
+    uint32_t key[1024];
+    int16_t slot[1024];
+    memset(slot, -1, sizeof slot);
+    int ncol = 0;
+    uint32_t last = 0;
+    int last_i = -1;
+    for (size_t p = 0; p < n; p++) {
+        const uint8_t *q = rgba + 4 * p;
+        uint32_t c = (uint32_t)q[0] << 24 | (uint32_t)q[1] << 16 | (uint32_t)q[2] << 8 | q[3];
+        if (last_i >= 0 && c == last) {       /* runs are common: skip the hash */
+            idx[p] = (uint8_t)last_i;
+            continue;
+        }
+        uint32_t h = (c * 2654435761u) >> 22; /* Knuth's multiplicative hash, 10 bits */
+        while (slot[h] >= 0 && key[h] != c)
+            h = (h + 1) & 1023;
+        if (slot[h] < 0) {
+            if (ncol == 256)
+                return -1;
+            key[h] = c;
+            slot[h] = (int16_t)ncol;
+            pal[ncol++] = c;
+        }
+        last = c;
+        last_i = slot[h];
+        idx[p] = (uint8_t)last_i;
+    }
+    return ncol;
+}
+
+/* libpng reports errors by longjmp; everything that must survive it (the output
+ * buffer, the index image) lives on the heap behind a pointer set before setjmp. */
+int png_encode_rgba(const uint8_t *rgba, long w, long h, unsigned char **out, size_t *outlen)
+{
+    *out = NULL;
+    *outlen = 0;
+    if (!rgba || w <= 0 || h <= 0 || w > PNG_UINT_31_MAX || h > PNG_UINT_31_MAX ||
+        (unsigned long)w > SIZE_MAX / 4 / (unsigned long)h)
+        return TESS_EINVAL;
+
+    png_mem *m = calloc(1, sizeof *m);
+    if (!m)
+        return TESS_ENOMEM;
+    /* An 8-bit palette image (with tRNS for the alpha) when the picture has at most 256
+     * colours: a quarter of the bytes to compress, so several times faster to encode
+     * and smaller, and decoders expand it to the same RGBA values. */
+    size_t npx = (size_t)w * (size_t)h;
+    m->scratch = malloc(npx);
+    m->ncol = m->scratch ? build_palette(rgba, npx, m->pal, m->scratch) : -1;
+    if (m->ncol < 0) {
+        free(m->scratch);
+        m->scratch = NULL;
+    }
+    png_structp png = png_create_write_struct(PNG_LIBPNG_VER_STRING, NULL,
+                                              png_quiet_error, png_quiet_warning);
+    png_infop info = png ? png_create_info_struct(png) : NULL;
+    if (!info) {
+        png_destroy_write_struct(&png, NULL);
+        free(m->scratch);
+        free(m);
+        return TESS_ENOMEM;
+    }
+    if (setjmp(png_jmpbuf(png))) {
+        int rc = m->nomem ? TESS_ENOMEM : TESS_EINVAL;
+        png_destroy_write_struct(&png, &info);
+        free(m->data);
+        free(m->scratch);
+        free(m);
+        return rc;
+    }
+    png_set_write_fn(png, m, png_mem_write, png_mem_flush);
+    png_set_IHDR(png, info, (png_uint_32)w, (png_uint_32)h, 8,
+                 m->ncol >= 0 ? PNG_COLOR_TYPE_PALETTE : PNG_COLOR_TYPE_RGB_ALPHA,
+                 PNG_INTERLACE_NONE, PNG_COMPRESSION_TYPE_DEFAULT, PNG_FILTER_TYPE_DEFAULT);
+    if (m->ncol >= 0) {
+        png_color rgb[256];
+        png_byte alpha[256];
+        int ntrans = 0;
+        for (int i = 0; i < m->ncol; i++) {
+            rgb[i].red = (png_byte)(m->pal[i] >> 24);
+            rgb[i].green = (png_byte)(m->pal[i] >> 16);
+            rgb[i].blue = (png_byte)(m->pal[i] >> 8);
+            alpha[i] = (png_byte)m->pal[i];
+            if (alpha[i] != 255)
+                ntrans = i + 1;       /* tRNS may stop after the last non-opaque entry */
+        }
+        png_set_PLTE(png, info, rgb, m->ncol > 0 ? m->ncol : 1);
+        if (ntrans > 0)
+            png_set_tRNS(png, info, alpha, ntrans, NULL);
+    }
+    /* zlib level 1 and no row filter: on renderings of the demo data (M13 grey and
+     * viridis, HorseHead grey, allsky magma) this encodes 5 to 8 times faster than
+     * libpng's defaults (level 6, adaptive filters) and the output is smaller, except
+     * HorseHead in grey (20% larger); colour-mapped pixels repeat exactly, which
+     * filters hide from zlib. */
+    png_set_compression_level(png, 1);
+    png_set_filter(png, PNG_FILTER_TYPE_BASE, PNG_FILTER_NONE);
+    png_write_info(png, info);
+    if (m->ncol >= 0) {
+        for (long y = 0; y < h; y++)
+            png_write_row(png, (png_const_bytep)(m->scratch + (size_t)y * (size_t)w));
+    } else {
+        size_t stride = (size_t)w * 4;
+        for (long y = 0; y < h; y++)
+            png_write_row(png, (png_const_bytep)(rgba + (size_t)y * stride));
+    }
+    png_write_end(png, info);
+    png_destroy_write_struct(&png, &info);
+
+    *out = m->data;
+    *outlen = m->len;
+    free(m->scratch);
+    free(m);
+    return 0;
+}
+
+/* ---- JPEG ------------------------------------------------------------------------- */
+
+/* libjpeg's error manager, extended with the place to longjmp to: libjpeg's default
+ * error_exit calls exit(), which a server must never do. */
+typedef struct jpeg_err {
+    struct jpeg_error_mgr mgr;
+    jmp_buf jump;
+} jpeg_err;
+
+static void jpeg_quiet_exit(j_common_ptr cinfo)
+{
+    jpeg_err *e = (jpeg_err *)cinfo->err;
+    longjmp(e->jump, 1);
+}
+
+static void jpeg_quiet_message(j_common_ptr cinfo)
+{
+    (void)cinfo;
+}
+
+/* What must survive a longjmp out of libjpeg: on the heap, behind a pointer set before
+ * setjmp (the locals of the function are indeterminate after the jump). */
+typedef struct jpeg_state {
+    struct jpeg_compress_struct cinfo;
+    jpeg_err err;
+    unsigned char *mem;        /* jpeg_mem_dest's buffer (malloc'd by libjpeg) */
+    unsigned long memlen;
+    unsigned char *row;        /* one RGB row */
+} jpeg_state;
+
+int jpeg_encode_rgb(const uint8_t *rgba, long w, long h, int quality, unsigned char **out,
+                    size_t *outlen)
+{
+    *out = NULL;
+    *outlen = 0;
+    if (!rgba || w <= 0 || h <= 0 || w > JPEG_MAX_DIMENSION || h > JPEG_MAX_DIMENSION ||
+        quality < 1 || quality > 100)
+        return TESS_EINVAL;
+    jpeg_state *st = calloc(1, sizeof *st);
+    if (!st)
+        return TESS_ENOMEM;
+    st->row = malloc((size_t)w * 3);
+    if (!st->row) {
+        free(st);
+        return TESS_ENOMEM;
+    }
+    st->cinfo.err = jpeg_std_error(&st->err.mgr);
+    st->err.mgr.error_exit = jpeg_quiet_exit;
+    st->err.mgr.output_message = jpeg_quiet_message;
+    if (setjmp(st->err.jump)) {
+        /* Every failure past this point is an allocation failure: the arguments were
+         * checked above and the destination is memory. */
+        jpeg_destroy_compress(&st->cinfo);
+        free(st->mem);
+        free(st->row);
+        free(st);
+        return TESS_ENOMEM;
+    }
+    jpeg_create_compress(&st->cinfo);
+    jpeg_mem_dest(&st->cinfo, &st->mem, &st->memlen);
+    st->cinfo.image_width = (JDIMENSION)w;
+    st->cinfo.image_height = (JDIMENSION)h;
+    st->cinfo.input_components = 3;
+    st->cinfo.in_color_space = JCS_RGB;
+    jpeg_set_defaults(&st->cinfo);
+    jpeg_set_quality(&st->cinfo, quality, TRUE);
+    jpeg_start_compress(&st->cinfo, TRUE);
+    for (long y = 0; y < h; y++) {
+        const uint8_t *src = rgba + (size_t)y * (size_t)w * 4;
+        unsigned char *dst = st->row;
+        for (long x = 0; x < w; x++, src += 4, dst += 3) {
+            unsigned a = src[3];
+            if (a == 255) {
+                dst[0] = src[0];
+                dst[1] = src[1];
+                dst[2] = src[2];
+            } else {
+                dst[0] = (unsigned char)((src[0] * a + 127) / 255);
+                dst[1] = (unsigned char)((src[1] * a + 127) / 255);
+                dst[2] = (unsigned char)((src[2] * a + 127) / 255);
+            }
+        }
+        JSAMPROW rows[1] = {st->row};
+        jpeg_write_scanlines(&st->cinfo, rows, 1);
+    }
+    jpeg_finish_compress(&st->cinfo);
+    jpeg_destroy_compress(&st->cinfo);
+    *out = st->mem;
+    *outlen = (size_t)st->memlen;
+    free(st->row);
+    free(st);
+    return 0;
+}
+
+/* ---- FITS ------------------------------------------------------------------------- */
+
+/* Keywords that describe the layout of an HDU, which fits_encode_f64 writes itself:
+ * the structural ones the header names, plus XTENSION, PCOUNT and GCOUNT (cards from
+ * an extension) and CHECKSUM/DATASUM, which would no longer match. */
+static int is_structural(const char *card)
+{
+    static const char *const keys[] = {
+        "SIMPLE  ", "BITPIX  ", "NAXIS   ", "EXTEND  ", "BSCALE  ", "BZERO   ", "BLANK   ",
+        "END     ", "XTENSION", "PCOUNT  ", "GCOUNT  ", "CHECKSUM", "DATASUM ",
+    };
+    for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++)
+        if (memcmp(card, keys[i], 8) == 0)
+            return 1;
+    if (memcmp(card, "NAXIS", 5) == 0) {   /* NAXISn: digits, then blanks */
+        int i = 5;
+        if (card[i] < '0' || card[i] > '9')
+            return 0;
+        while (i < 8 && card[i] >= '0' && card[i] <= '9')
+            i++;
+        while (i < 8 && card[i] == ' ')
+            i++;
+        return i == 8;
+    }
+    return 0;
+}
+
+/* The two COMMENT cards that cfitsio (and astropy) put in every primary header, which
+ * fits_create_img has already written: copied from a source header they would repeat. */
+static int is_standard_comment(const char *card)
+{
+    return memcmp(card, "COMMENT ", 8) == 0 &&
+           (strstr(card, "FITS (Flexible Image Transport System) format is") != NULL ||
+            strstr(card, "2001A&A...376..359H") != NULL);
+}
+
+static int fits_rc(int status)
+{
+    return status == MEMORY_ALLOCATION ? TESS_ENOMEM : TESS_EIO;
+}
+
+/* The file is written into a memory buffer that cfitsio grows with realloc; its
+ * length is where the data of the last HDU end.  A card cfitsio refuses gives
+ * TESS_EINVAL, size overflow TESS_ERANGE, memory TESS_ENOMEM, anything else TESS_EIO. */
+int fits_encode_f64(const double *data, long w, long h, long nz,
+                    const char *cards, int ncards, const double *footprint,
+                    unsigned char **out, size_t *outlen)
+{
+    *out = NULL;
+    *outlen = 0;
+    if (!data || w <= 0 || h <= 0 || nz <= 0 || ncards < 0 || (ncards > 0 && !cards))
+        return TESS_EINVAL;
+    if ((unsigned long)w > LONG_MAX / (unsigned long)h ||
+        (unsigned long)(w * h) > LONG_MAX / (unsigned long)nz ||
+        (unsigned long)(w * h * nz) > (SIZE_MAX - 2880 * 64) / 16)
+        return TESS_ERANGE;
+    long npix = w * h * nz;
+
+    /* One allocation that, in the usual case, holds the whole file: header blocks for
+     * the cards and cfitsio's own, the data, and the FOOTPRINT HDU. */
+    size_t hdr_blocks = ((size_t)ncards + 48) / 36 + 1;
+    size_t data_bytes = (size_t)npix * 8 + 2880;
+    size_t foot_bytes = footprint ? (size_t)w * (size_t)h * 8 + 2 * 2880 : 0;
+    if (hdr_blocks > (SIZE_MAX - data_bytes - foot_bytes) / 2880)
+        return TESS_ERANGE;
+    size_t memsize = hdr_blocks * 2880 + data_bytes + foot_bytes;
+    /* Zeroed: cfitsio reads back blocks of the memory file before it has written them
+     * all (ffwend looks for END in the header space), and uninitialised bytes there are
+     * valgrind errors; a large calloc costs nothing extra (fresh zero pages). */
+    void *mem = calloc(1, memsize);
+    if (!mem)
+        return TESS_ENOMEM;
+
+    int status = 0, rc = 0;
+    fitsfile *f = NULL;
+    fitsimg_cfitsio_lock();
+    if (fits_create_memfile(&f, &mem, &memsize, 2880 * 64, realloc, &status)) {
+        rc = fits_rc(status);
+        goto done;
+    }
+    long naxes[3] = {w, h, nz};
+    if (fits_create_img(f, DOUBLE_IMG, nz == 1 ? 2 : 3, naxes, &status)) {
+        rc = fits_rc(status);
+        goto done;
+    }
+    for (int i = 0; i < ncards; i++) {
+        char card[81];
+        memcpy(card, cards + (size_t)i * 80, 80);
+        card[80] = '\0';
+        if (is_structural(card) || is_standard_comment(card))
+            continue;
+        if (fits_write_record(f, card, &status)) {
+            rc = status == MEMORY_ALLOCATION ? TESS_ENOMEM : TESS_EINVAL;
+            goto done;
+        }
+    }
+    if (fits_write_img(f, TDOUBLE, 1, npix, (void *)data, &status)) {
+        rc = fits_rc(status);
+        goto done;
+    }
+    if (footprint) {
+        if (fits_create_img(f, DOUBLE_IMG, 2, naxes, &status) ||
+            fits_write_key(f, TSTRING, "EXTNAME", "FOOTPRINT", "weight of the input in each pixel",
+                           &status) ||
+            fits_write_img(f, TDOUBLE, 1, w * h, (void *)footprint, &status)) {
+            rc = fits_rc(status);
+            goto done;
+        }
+    }
+    LONGLONG headstart, datastart, dataend;
+    if (fits_flush_file(f, &status) ||
+        fits_get_hduaddrll(f, &headstart, &datastart, &dataend, &status)) {
+        rc = fits_rc(status);
+        goto done;
+    }
+    status = 0;
+    fits_close_file(f, &status);
+    f = NULL;
+    if (status || dataend <= 0 || (unsigned long long)dataend > memsize) {
+        rc = fits_rc(status);
+        goto done;
+    }
+    *out = mem;
+    *outlen = (size_t)dataend;
+    mem = NULL;
+
+done:
+    if (f) {
+        int st2 = 0;
+        fits_close_file(f, &st2);
+    }
+    fitsimg_cfitsio_unlock();
+    free(mem);
+    return rc;
+}
+
+/* ---- NPY -------------------------------------------------------------------------- */
+
+/* Format 1.0 of numpy/lib/format.py (NEP 1): the magic "\x93NUMPY", version 1.0, a
+ * little-endian uint16 header length, then a Python dict literal padded with blanks
+ * and a final '\n' so that the data start at a multiple of 64 bytes (numpy's
+ * ARRAY_ALIGN), written with the same text numpy writes. */
+int npy_encode_f64(const double *data, long w, long h, unsigned char **out, size_t *outlen)
+{
+    *out = NULL;
+    *outlen = 0;
+    if (!data || w <= 0 || h <= 0)
+        return TESS_EINVAL;
+    if ((unsigned long)w > (SIZE_MAX - 4096) / 8 / (unsigned long)h)
+        return TESS_ENOMEM;
+    size_t n = (size_t)w * (size_t)h;
+
+    char dict[160];
+    int dlen = snprintf(dict, sizeof dict,
+                        "{'descr': '<f8', 'fortran_order': False, 'shape': (%ld, %ld), }", h, w);
+    if (dlen < 0 || (size_t)dlen >= sizeof dict)
+        return TESS_EINVAL;
+    size_t hlen = 10 + (size_t)dlen + 1;          /* magic, version, length, dict, '\n' */
+    size_t total_hdr = (hlen + 63) / 64 * 64;
+    size_t total = total_hdr + n * 8;
+    unsigned char *b = malloc(total);
+    if (!b)
+        return TESS_ENOMEM;
+    memcpy(b, "\x93NUMPY\x01\x00", 8);
+    size_t header_len = total_hdr - 10;
+    b[8] = (unsigned char)(header_len & 0xff);
+    b[9] = (unsigned char)(header_len >> 8);
+    memcpy(b + 10, dict, (size_t)dlen);
+    memset(b + 10 + dlen, ' ', total_hdr - 10 - (size_t)dlen - 1);
+    b[total_hdr - 1] = '\n';
+
+    unsigned char *p = b + total_hdr;
+    for (size_t i = 0; i < n; i++, p += 8) {
+        uint64_t u;
+        memcpy(&u, &data[i], 8);
+        for (int k = 0; k < 8; k++)
+            p[k] = (unsigned char)(u >> (8 * k));
+    }
+    *out = b;
+    *outlen = total;
+    return 0;
+}

@@ -1,0 +1,203 @@
+/* Volumes of planes: FITS cubes and stacks of 2-D frames (FITS or PNG), read lazily. */
+#ifndef TESSERA_IMAGEIO_STACK_H
+#define TESSERA_IMAGEIO_STACK_H
+
+#include <stddef.h>
+#include "engine/fits/fitsimg.h"
+
+/* Coordinates everywhere here are 0-based pixels in the volume's own axis order:
+ * x = column (NAXIS1), y = row (NAXIS2, y = 0 is FITS row 1), z = plane of a cube or
+ * frame of a stack (in the order of the `paths` given, which the catalog sorts by name).
+ * Values are physical: stored * BSCALE + BZERO, integer pixels equal to BLANK and float
+ * NaNs become NaN, exactly as cfitsio's fits_read_pix gives them in double precision.
+ *
+ * PNG frames (greyscale, 1/2/4/8/16 bits; colour PNGs are refused) hold their stored
+ * sample values (0..255 or 0..65535, no scaling) and keep their stored orientation:
+ * y = 0 is the LAST row of the PNG file (the bottom of the picture), so that a rendering,
+ * which puts y = 0 at the bottom as it does FITS row 1, shows the frame as the PNG shows
+ * it, and IIIF regions (top-left origin) are PNG pixel coordinates.  A numpy user sees
+ * the array of a PNG frame as numpy.flipud(imread(frame)). */
+
+/* With `on` (the server sets it at start, for the whole process), frame_read_info,
+ * frame_read_region(_f32) and the stack reader refuse, with TESS_EIO, a path that no
+ * longer resolves to itself (realpath): the server resolves every dataset path once, checks
+ * it against the data roots, and from then on reads only that file, so a file or directory
+ * replaced by a symbolic link while it is served is not followed out of the roots.  (A
+ * link swapped in between the check and the open is not caught.)  Off by default: the
+ * command line reads the paths it is given. */
+void frame_set_canonical_only(int on);
+
+/* Whether `path` is a PNG file (by its 8-byte signature).  1 yes, 0 no or unreadable. */
+int frame_is_png(const char *path);
+
+/* fitsimg_read_info for a FITS file or a PNG frame.  For a PNG: naxis 2, naxes = width,
+ * height, bitpix 8 (bit depth <= 8) or 16 (the samples are unsigned: 0..65535), bscale 1,
+ * bzero 0, no BLANK, and a header of the cards SIMPLE, BITPIX, NAXIS, NAXIS1, NAXIS2.
+ * `hdu` is ignored for PNG.
+ * Returns 0 or TESS_EIO / TESS_EINVAL (not greyscale, malformed) / TESS_ENOMEM. */
+int frame_read_info(const char *path, int hdu, fitsimg_info *info, char *err, size_t errlen);
+
+/* fitsimg_read_region / fitsimg_read_region_f32 for a FITS file or a PNG frame (whose
+ * only plane is z = 0).  Same arguments, same errors; each call reads the file anew. */
+int frame_read_region(const char *path, int hdu, long z, long x0, long y0, long w, long h,
+                      double *out, char *err, size_t errlen);
+int frame_read_region_f32(const char *path, int hdu, long z, long x0, long y0, long w, long h,
+                          float *out, char *err, size_t errlen);
+
+/* Writes an nx x ny greyscale PNG of `bits` 8 or 16 from `data` (row 0 = y = 0, which
+ * goes to the LAST PNG row, the convention above), values clamped to 0..2^bits-1 and
+ * rounded.  zlib level `level` (0..9; 1 is fast).  Returns 0 or TESS_EIO / TESS_EINVAL. */
+int frame_write_png(const char *path, const unsigned short *data, long nx, long ny, int bits,
+                    int level, char *err, size_t errlen);
+
+/* A reader of one volume.  Frames are opened on first use and kept in an LRU of at
+ * most `max_open` open frames (mapped FITS files, decoded PNGs), so a stack of any
+ * number of files holds a bounded number of descriptors and maps.  An uncompressed FITS
+ * HDU is read through mmap(2) (data offset from cfitsio once, big-endian conversion and
+ * scaling here); a tile-compressed one through cfitsio.  A file whose size or mtime
+ * changed (stat(2) at every read) is opened again; a FITS file
+ * truncated while mapped gives TESS_EIO, not SIGBUS (engine/base/mapguard.h).
+ * Thread-safe: any number of threads may read at once. */
+typedef struct stack stack;
+
+/* Opens a volume of nx x ny x nz pixels: a cube when npaths == 1 (nz planes of HDU
+ * `hdu` of paths[0]), a stack when npaths == nz (one 2-D frame per path).  The shape is
+ * what the caller already read (frame_read_info); files are only opened when read.
+ * `paths` is copied.  Returns NULL on allocation failure or inconsistent arguments. */
+stack *stack_new(const char *const *paths, int npaths, int hdu, long nx, long ny, long nz,
+                 int max_open);
+
+/* Unmaps and closes everything.  No read may be running.  NULL is ignored. */
+void stack_free(stack *s);
+
+/* Reads the w x h region at (x0, y0) of plane z: out[j * w + i] = v(x0 + i, y0 + j, z).
+ * All reads return 0, or TESS_ERANGE (outside the volume), TESS_EIO (file missing,
+ * changed shape, unreadable: `err` says which), TESS_ENOMEM. */
+int stack_read_region(stack *s, long z, long x0, long y0, long w, long h, double *out,
+                      char *err, size_t errlen);
+
+/* The xz cut at row y: out[k * w + i] = v(x0 + i, y, z0 + k), k < h (h planes). */
+int stack_read_xz(stack *s, long y, long x0, long z0, long w, long h, double *out,
+                  char *err, size_t errlen);
+
+/* The yz cut at column x: out[k * w + j] = v(x, y0 + j, z0 + k), j < w, k < h. */
+int stack_read_yz(stack *s, long x, long y0, long z0, long w, long h, double *out,
+                  char *err, size_t errlen);
+
+/* The series at pixel (x, y): out[k] = v(x, y, z0 + k), k < n. */
+int stack_read_series(stack *s, long x, long y, long z0, long n, double *out,
+                      char *err, size_t errlen);
+
+/* Bytes of stored pixel data of the whole volume (nx ny nz |BITPIX|/8, with the BITPIX
+ * of the first file; PNG as 8 or 16 bits).  0 when unknown (first file unreadable). */
+unsigned long long stack_data_bytes(stack *s);
+
+typedef struct stack_stats {
+    unsigned long long opens;    /* frames (files) opened: mapped, decoded or via cfitsio */
+    unsigned long long hits;     /* reads served by an already open frame */
+    int open_now;                /* frames open at this moment */
+    size_t decoded_now;          /* bytes of decoded frames (PNG, compressed FITS) in memory
+                                    now: in the LRU, or out of it but still held by a read */
+    size_t decoded_peak;         /* the most decoded_now has been */
+    size_t zr_held_peak;         /* the most decoded bytes one stack_zreduce chunk held at
+                                    once (below its bound plus one frame) */
+} stack_stats;
+
+/* Counters since stack_new.  Cannot fail. */
+void stack_get_stats(stack *s, stack_stats *st);
+
+/* A plane held open for direct reads of its stored bytes (rechunk, reductions).  While
+ * held (until stack_plane_release) the frame stays mapped even if the LRU drops it. */
+typedef struct stack_plane {
+    void *frame_;              /* private */
+    const unsigned char *u8;   /* nx*ny uint8 values (row y at u8 + y*nx) when the frame
+                                  stores exactly the physical values as uint8: an
+                                  uncompressed BITPIX 8 FITS plane without BLANK, BSCALE 1,
+                                  BZERO 0, or an 8-bit PNG; else NULL (read the plane
+                                  with stack_read_region) */
+} stack_plane;
+
+/* Holds plane z (0 <= z < nz).  Returns 0, TESS_ERANGE or a read error (TESS_EIO...). */
+int stack_plane_hold(stack *s, long z, stack_plane *p, char *err, size_t errlen);
+/* Releases a held plane (a released or zeroed p is ignored).  Returns 1 when the file
+ * was truncated under the map while held (engine/base/mapguard.h: what was read through
+ * u8 may be zeros, not the file's; fail with TESS_EIO), else 0. */
+int stack_plane_release(stack *s, stack_plane *p);
+
+/* ---- reductions along z ------------------------------------------------------------ */
+
+/* NaN-aware reductions of planes z0..z1-1 at every pixel, as numpy's nansum / nanmean /
+ * nanmin / nanmax / nanstd (ddof 0) along axis 0 of the (nz, ny, nx) array of physical
+ * values: blanks (BLANK, NaN) are skipped; a pixel without values gives NaN (0 for sum).
+ *
+ * The work is a "partial" (stack_zpart) over a range of planes; partials of adjacent or
+ * any ranges merge (stack_zpart_merge), so a reduction can be split over threads or job
+ * blocks by z-range, each frame then being opened and read by one reader only.
+ *
+ * Two accumulation modes, chosen per range from the frames themselves:
+ *  - integer: every frame of the range is an uncompressed FITS image of BITPIX 8 or 16
+ *    without BLANK, with BSCALE 1 and an integer BZERO (the same for all; e.g. 32768 for
+ *    unsigned 16-bit), or a PNG frame.  Stored values are folded straight from the
+ *    mapping (no conversion to double): sums and sums of squares in exact 64-bit
+ *    integers, min/max in the stored type, BZERO applied once at the end.  Sum, mean,
+ *    min and max are then bit-identical to the double mode (whose sums of integers are
+ *    exact below 2^53); std is sqrt((n*S2 - S1^2) / n^2) with the numerator an exact
+ *    128-bit integer, so its relative error is at most about 2 ulp (numpy's float64
+ *    two-pass nanstd differs from it by its own rounding, below 1e-14 relative).
+ *  - double: anything else (floats with NaN, BLANK, scaled integers, BITPIX 32/64,
+ *    compressed frames): values converted as stack_read_region gives them; sums in
+ *    double, std by Welford's update per pixel, partials merged by Chan et al.'s formula.
+ * A range whose frames change kind midway goes on in double mode (the integer sums so
+ * far are converted exactly).  The integer mode reads uncompressed FITS frames with
+ * pread(2) of 64 Ki pixels into a small buffer (not through the map: no page-table work
+ * per page), folds chunks of 256 frames into narrow sums (uint16 for 8-bit frames) and
+ * widens them once a chunk; a range of at most 256 8-bit frames read in one chunk keeps
+ * them narrow, also in the saved partial.  A chunk holds its frames while folding them,
+ * so it ends early (at least one frame) once its decoded frames (PNG, compressed FITS:
+ * heap copies, unlike maps) pass 64 MB: a thread then holds at most 64 MB plus a frame
+ * of them beyond the LRU's own bounds, not 256 frames (2 GB of 2000x2000 16-bit PNG).
+ * Data missing from the page cache is queued 64 frames ahead (MADV_WILLNEED).  The
+ * double mode folds 64 mapped frames at a time over blocks of pixels, the frames given
+ * madvise(MADV_WILLNEED) first.  A file replaced while its frame is open is read through
+ * the frame's map; one truncated while read gives TESS_EIO. */
+typedef enum {
+    STACK_ZOP_MEAN = 0, STACK_ZOP_SUM, STACK_ZOP_MIN, STACK_ZOP_MAX, STACK_ZOP_STD
+} stack_zop;
+
+#define STACK_ZR_FORCE_DOUBLE 1   /* flag: never use the integer mode (tests, comparisons) */
+
+typedef struct stack_zpart stack_zpart;
+
+/* Folds planes [z0, z1) (0 <= z0 < z1 <= nz) into a new partial *out (nx*ny pixels).
+ * `cancel` (may be NULL) is polled every 64 planes.  Returns 0, TESS_ERANGE,
+ * TESS_ECANCELED, TESS_ENOMEM or a read error (TESS_EIO with err). */
+int stack_zreduce(stack *s, stack_zop op, long z0, long z1, int flags,
+                  const volatile int *cancel, stack_zpart **out, char *err, size_t errlen);
+
+/* Folds `from` (same op and pixel count) into `into`, as if `into`'s planes were followed
+ * by `from`'s.  Returns 0, TESS_EINVAL (different op / size) or TESS_ENOMEM. */
+int stack_zpart_merge(stack_zpart *into, const stack_zpart *from);
+
+/* The result: out[y * nx + x] (npix doubles).  1 when the partial is in integer mode. */
+int stack_zpart_result(const stack_zpart *p, double *out);
+
+/* Writes the partial to `path` (created or truncated, write(2)) / reads it back.
+ * Returns 0, TESS_EIO or TESS_ENOMEM (read: TESS_EINVAL when not a partial). */
+int stack_zpart_save(const stack_zpart *p, const char *path, char *err, size_t errlen);
+int stack_zpart_load(const char *path, stack_zpart **out, char *err, size_t errlen);
+
+/* The reduction of plane z over all its nx*ny pixels (as numpy's nan-function of the
+ * plane) into *out, done in exact integers when the plane is read by the integer mode
+ * above: sum, mean, min, max then equal the double computation exactly and std is
+ * sqrt(n*S2 - S1^2)/n from exact 128-bit integers.  Returns 0, 1 when the plane is of
+ * another kind (nothing done: reduce stack_read_region's values instead), TESS_ERANGE
+ * or a read error. */
+int stack_reduce_plane(stack *s, long z, stack_zop op, double *out, char *err, size_t errlen);
+
+void stack_zpart_free(stack_zpart *p);   /* NULL is ignored */
+
+/* Tests and benchmarks: the bound of decoded bytes a stack_zreduce chunk holds (64 MB;
+ * 0 restores it), for the reductions started after the call. */
+void stack_set_zr_chunk_bytes(stack *s, size_t bytes);
+
+#endif

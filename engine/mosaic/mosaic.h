@@ -1,0 +1,160 @@
+/* Mosaics: many celestial images reprojected onto one grid, background-matched and coadded,
+ * as stages of independent blocks whose results live in a work directory. */
+#ifndef TESSERA_REPROJECT_MOSAIC_H
+#define TESSERA_REPROJECT_MOSAIC_H
+
+#include <stddef.h>
+#include "engine/sky/reproject.h"
+#include "engine/sky/skywcs.h"
+
+/* How the values of the inputs at one output pixel are combined (w = the input's weight
+ * there: 1 where its reprojection is finite for interpolation, the covered fraction for
+ * exact; inputs with w = 0 do not count):
+ *   MEAN   sum(w v) / sum(w)            (reproject_and_coadd "mean", SWarp WEIGHTED)
+ *   SUM    sum(w v)                     (reproject_and_coadd "sum")
+ *   MEDIAN median of v (mean of the two middle values for an even count; unweighted)
+ *   MIN, MAX   extremes of v
+ *   FIRST, LAST  v of the first / last input in the order given */
+typedef enum {
+    MOS_MEAN, MOS_SUM, MOS_MEDIAN, MOS_MIN, MOS_MAX, MOS_FIRST, MOS_LAST
+} mos_combine;
+
+/* Background matching: none, planes a + b x + c y per input, or constant levels. */
+typedef enum { MOS_BG_NONE, MOS_BG_PLANE, MOS_BG_LEVEL } mos_bg;
+
+/* "mean", "sum", ... (lower case).  Returns 0 and *c, or TESS_EINVAL. */
+int mos_combine_parse(const char *s, mos_combine *c);
+const char *mos_combine_name(mos_combine c);
+const char *mos_bg_name(mos_bg b);   /* "none", "plane", "level" */
+
+/* One input: the 2-D image in HDU `hdu` (0-based) of the FITS file `path`, named `name`
+ * in the provenance cards (a dataset name or the path as given; NULL = path). */
+typedef struct mos_input {
+    const char *path;
+    const char *name;
+    int hdu;
+} mos_input;
+
+/* What to mosaic.  The target is either `target_cards` (nkeys 80-character cards with
+ * NAXIS1, NAXIS2 and a celestial WCS) or, when target_cards is NULL, automatic (see
+ * mos_auto_target) in `auto_frame` (SKY_FRAME_NONE: the first input's frame) with the
+ * projection code `auto_proj` ("" = TAN). */
+typedef struct mos_spec {
+    int ninputs;                /* 1 .. MOS_MAX_INPUTS */
+    const mos_input *inputs;
+    const char *target_cards;
+    int target_nkeys;
+    sky_frame auto_frame;
+    char auto_proj[8];
+    rp_method method;
+    mos_combine combine;
+    mos_bg bg;
+    long max_pixels;            /* largest output (NAXIS1 x NAXIS2) allowed; 0 = 2^31 */
+} mos_spec;
+
+#define MOS_MAX_INPUTS 99999
+
+/* The automatic target of astropy reproject's find_optimal_celestial_wcs (auto_rotate
+ * off): square pixels of the finest input pixel scale (the smaller column norm of each
+ * input's pixel-scale matrix at its reference pixel, measured on the sky by central
+ * differences over +-8 and +-16 pixels combined by Richardson extrapolation), CRVAL at the normalised mean of the unit vectors of the inputs' reference
+ * pixels (CRPIX), converted to `frame`, projection `proj` with CDELT1 < 0, no rotation,
+ * and CRPIX / NAXIS chosen so that the outer corners (-0.5, -0.5) ... (n - 0.5, n - 0.5)
+ * of every input fall inside: CRPIXi = 0.5 - min (0-based pixel position of the corners
+ * with CRPIX = 1), NAXISi = round-half-even(max - min).  The inputs are given by their
+ * celestial 2-D WCS and sizes.  *cards is malloc'd (80-character cards: WCSAXES, CTYPE,
+ * CRVAL, CRPIX, CDELT, CUNIT, LONPOLE, LATPOLE, RADESYS/EQUINOX as applicable, NAXIS1,
+ * NAXIS2).  Returns 0, or TESS_EINVAL (unknown projection, a corner off the projection,
+ * bad frame) / TESS_ENOMEM, with `err`. */
+int mos_auto_target(int n, skywcs *const *wcs, const long *nx, const long *ny, sky_frame frame,
+                    const char *proj, char **cards, int *nkeys, long *out_nx, long *out_ny,
+                    char *err, size_t errlen);
+
+/* The box of output pixels that an nx x ny input on `in` can touch on the output grid
+ * `out` (out_nx x out_ny): the outline of the input, (-0.5 .. n-0.5) sampled every 8
+ * pixels along each edge (at least 16 points an edge), transformed to output pixels
+ * (frames converted), padded by one pixel and clipped to the grid.  Longitude wrap needs
+ * no care: positions are compared in the output's pixel plane.  When some outline point
+ * has no valid transform, or consecutive points jump by more than a quarter of the
+ * output's larger side (a projection seam), the whole grid is used; when none has, the
+ * whole grid if the output's centre falls on the input, else nothing.  Writes x0, y0
+ * (0-based) and w, h; w = h = 0 when the box misses the grid.  Returns 0 or
+ * TESS_EINVAL / TESS_ENOMEM. */
+int mos_bbox(skywcs *in, long nx, long ny, skywcs *out, long out_nx, long out_ny, long box[4]);
+
+/* Turns header text (one card a line, blank-padded to 80, or raw 80-character cards
+ * without newlines) into concatenated cards up to END.  Returns 0, TESS_EINVAL (a line
+ * longer than 80 characters, not printable ASCII) or TESS_ENOMEM, with `err`. */
+int mos_cards_from_text(const char *text, size_t len, char **cards, int *nkeys, char *err,
+                        size_t errlen);
+
+/* A planned mosaic.  Stages, in order (those of background matching only when asked):
+ *   "reproject"  one block per input and band of rows of its box in the output: the
+ *                input reprojected (rp_reproject on the calling thread, no pool) onto
+ *                the band, written to WORKDIR/r_K.val (float32, native order, box width
+ *                x box height, NaN = no data) and, for exact, r_K.wgt (the footprint);
+ *   "overlaps"   one block per input i: for every later input j whose box meets i's,
+ *                the difference v_i - v_j on the common pixels (weights >= 0.999;
+ *                rows and columns subsampled to about 2^20 points), fitted by least
+ *                squares with a plane (or a constant) in output pixel coordinates with
+ *                three passes of 3-sigma clipping (sigma = 1.4826 MAD), and the
+ *                moments of the points kept written to WORKDIR/ov_I.bin;
+ *   "solve"      one block: the corrections P_k(x, y) = a_k + b_k x + c_k y minimising
+ *                sum over pairs and kept points of (P_i - P_j - d)^2, the mean of the
+ *                corrections of each connected group of inputs constrained to zero
+ *                (Montage mBgModel's model; reproject's match_background, which fits
+ *                levels only, is the "level" case); written to WORKDIR/bg.bin.  An
+ *                input overlapping no other gets no correction;
+ *   "coadd"      one block per band of output rows: each input's band minus its
+ *                correction, combined, written as big-endian rows into
+ *                WORKDIR/mosaic.fits (HDU 0 the coadd, HDU 1 COVERAGE, the summed
+ *                weight).  Pixels no input covers are NaN (coverage 0).
+ * Blocks only write their own byte ranges of files in the work directory and are
+ * idempotent; a block of one stage reads only what earlier stages wrote, so after a
+ * restart mos_plan on the same spec and directory continues where the work stopped.
+ * Input pixels are read whole (as float32, BSCALE/BLANK applied) and shared by the
+ * bands of one input in a small cache (at most max(4, 2 x threads) images). */
+typedef struct mosaic mosaic;
+
+/* Plans the mosaic: reads every input header, makes or parses the target, computes
+ * every box.  Writes WORKDIR/plan.txt (the geometry); when it exists already and
+ * differs (the inputs changed under a planned job) fails with TESS_EINVAL.  `threads`
+ * sizes the input cache (0 = 1).  Returns 0 and *out, or TESS_EINVAL / TESS_EIO /
+ * TESS_ENOMEM / TESS_ENOOVERLAP (no input touches the target) / TESS_ETOOBIG (output
+ * larger than spec->max_pixels) with `err`. */
+int mos_plan(const mos_spec *spec, const char *workdir, int threads, mosaic **out,
+             char *err, size_t errlen);
+
+int mos_nstages(const mosaic *m);
+long mos_nblocks(const mosaic *m, int stage);        /* >= 1 */
+/* 1 when input k (0-based) covers some output pixel, 0 when it does not overlap the
+ * target and adds nothing (its INPn card says so in the product). */
+int mos_input_overlaps(const mosaic *m, int k);
+const char *mos_stage_name(const mosaic *m, int stage);
+void mos_target_size(const mosaic *m, long *nx, long *ny);
+/* The box of input k (see mos_bbox), in output pixels. */
+void mos_input_box(const mosaic *m, int k, long box[4]);
+
+/* Runs block `block` of stage `stage` (both 0-based).  Thread-safe for blocks of one
+ * stage.  Polls *cancel (may be NULL) and returns TESS_ECANCELED when it is set.
+ * Returns 0 or TESS_EIO / TESS_ENOMEM / TESS_EINVAL with `err`. */
+int mos_run_block(mosaic *m, int stage, long block, const volatile int *cancel, char *err,
+                  size_t errlen);
+
+/* The fitted correction of input k in output pixels, P(x, y) = c[0] + c[1] x + c[2] y
+ * (0-based x, y), after the solve stage (zeros before, or without matching).  Returns 0,
+ * or TESS_EIO when bg.bin cannot be read. */
+int mos_correction(mosaic *m, int k, double c[3]);
+
+/* After every block: writes the headers into WORKDIR/mosaic.fits (the target's WCS cards,
+ * provenance: NINPUTS, INPn = name, METHOD, COMBINE, BGMATCH, and BGAn/BGBn/BGCn the
+ * plane of each input) and puts the file at `out_path` (a hard link, or a copy where
+ * links fail; an existing out_path is replaced).  Nothing is fsync'ed (the job runner
+ * syncs; the command line does not need to).  Idempotent.  Returns 0 or TESS_EIO /
+ * TESS_ENOMEM with `err`. */
+int mos_finish(mosaic *m, const char *out_path, char *err, size_t errlen);
+
+/* Frees the mosaic (NULL is ignored); the work directory is left as it is. */
+void mos_free(mosaic *m);
+
+#endif

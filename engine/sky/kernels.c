@@ -1,0 +1,720 @@
+/* Interpolation kernels: nearest, bilinear, bicubic B-spline and Lanczos-3 sampling of a plane. */
+#include "engine/sky/kernels.h"
+#include "engine/base/error.h"
+
+#include <float.h>
+#include <limits.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- constants ---------------------------------------------------------------------- */
+
+/* The pole of the cubic B-spline prefilter, z = sqrt(3) - 2 (Unser, "Splines: a perfect
+ * fit for signal and image processing", IEEE Signal Processing Magazine 16(6), 1999,
+ * Box 2; scipy ni_splines.c get_filter_poles). */
+#define BSPLINE_Z (-0.267949192431122706472553658494127633)
+
+/* Terms of the causal initial sum beyond which |z|^k < 1e-18 (|z|^32 = 5.3e-19):
+ * longer lines truncate the sum there (Thevenaz, Blu & Unser, "Interpolation
+ * revisited", IEEE Trans. Medical Imaging 19(7), 2000, InitialCausalCoefficient), which
+ * also keeps z^k clear of denormals. */
+#define BSPLINE_HORIZON 32
+
+/* Lanczos-3 table: samples per unit of |u|, a power of two so that t * LZ_RES is exact.
+ * Linear interpolation in the table misses L(u) by at most h^2/8 max|L''| with
+ * h = 1 / LZ_RES and max|L''| = 3.6554 (at u = 0): 2.73e-8 per 1-D weight. */
+#define LZ_RES 4096
+#define LZ_A 3
+#define LZ_TABLEN (LZ_A * LZ_RES + 2)
+
+/* A Lanczos-3 sample is NaN unless the finite pixels of its support carry at least this
+ * fraction of the weight of the whole support.  At 1/2 a finite sample always has a
+ * finite pixel among the 2x2 nearest (the positive weights outside them sum to at most
+ * 0.196 of the whole), so NaN regions keep about the footprint nearest would give them
+ * (the edge of a NaN half-plane falls at the pixel edge, 0.5 pixel from the last finite
+ * centre), the renormalisation amplifies the finite pixels at most 4.8 times
+ * (sum |w| / (sum w / 2), at t = 1/2 on both axes), and no island of values
+ * extrapolated through the kernel's positive outer lobe appears inside a NaN region,
+ * which a fraction such as 1e-3 lets through 2 to 3 pixels from the finite pixels. */
+#define LZ_MIN_WEIGHT 0.5
+
+/* ---- the kernel object -------------------------------------------------------------- */
+
+typedef void sample_fn(const rp_kernel *k, size_t n, const double *restrict x,
+                       const double *restrict y, double *restrict out);
+
+struct rp_kernel {
+    rp_method method;
+    rp_plane src;          /* the caller's plane (its pixels are not copied) */
+    sample_fn *fn;         /* the sampler for method and dtype */
+    double *coef;          /* bicubic: B-spline coefficients, (nx + 2) x (ny + 2) */
+    unsigned char *bad;    /* bicubic: 1 where the 4x4 support starting at padded
+                              (sx, sy) touches a non-finite pixel, at (sy + 1) * (nx + 2)
+                              + sx + 1; NULL when every pixel is finite */
+    double *lz;            /* lanczos3: L(k / LZ_RES), k = 0 .. LZ_TABLEN - 1 */
+};
+
+/* ---- shared pieces of the samplers -------------------------------------------------- */
+
+/* Cubic B-spline weights of the four coefficients at padded positions floor(c) - 1 ..
+ * floor(c) + 2 for t = c - floor(c) in [0, 1): beta3(t + 1), beta3(t), beta3(1 - t),
+ * beta3(2 - t), with beta3(u) = 2/3 - u^2 + |u|^3 / 2 for |u| < 1 and (2 - |u|)^3 / 6
+ * for 1 <= |u| < 2 (Unser 1999, eq. (3)); written as scipy's
+ * get_spline_interpolation_weights (ni_splines.c) does, the last weight being 1 minus
+ * the others.  Cannot fail. */
+static inline void bspline3_weights(double t, double w[4])
+{
+    double s = 1.0 - t;
+    w[1] = (t * t * (t - 2.0) * 3.0 + 4.0) / 6.0;
+    w[2] = (s * s * (s - 2.0) * 3.0 + 4.0) / 6.0;
+    w[0] = s * s * s / 6.0;
+    w[3] = 1.0 - w[0] - w[1] - w[2];
+}
+
+/* Index p of a padded axis of length len (>= 3) mirrored into [0, len - 1] for p within
+ * one of the ends (scipy's mirror rule: -1 -> 1, len -> len - 2).  Cannot fail. */
+static inline long mirror1(long p, long len)
+{
+    return p < 0 ? -p : p >= len ? 2 * len - 2 - p : p;
+}
+
+/* Lanczos-3 weights of input pixels floor(c) - 3 .. floor(c) + 2 (0-based) for padded
+ * coordinate c with t = c - floor(c) in [0, 1): L(t + 2), L(t + 1), L(t), L(1 - t),
+ * L(2 - t), L(3 - t), each interpolated linearly in the table `tab`.  Returns their sum.
+ * Cannot fail. */
+static inline double lanczos3_weights(const double *tab, double t, double w[6])
+{
+    double u = t * LZ_RES, v = LZ_RES - u;
+    long iu = (long)u, iv = (long)v;
+    double fu = u - (double)iu, fv = v - (double)iv;
+    const double *a = tab + iu, *b = tab + iv;
+    w[0] = a[2 * LZ_RES] + fu * (a[2 * LZ_RES + 1] - a[2 * LZ_RES]);
+    w[1] = a[LZ_RES] + fu * (a[LZ_RES + 1] - a[LZ_RES]);
+    w[2] = a[0] + fu * (a[1] - a[0]);
+    w[3] = b[0] + fv * (b[1] - b[0]);
+    w[4] = b[LZ_RES] + fv * (b[LZ_RES + 1] - b[LZ_RES]);
+    w[5] = b[2 * LZ_RES] + fv * (b[2 * LZ_RES + 1] - b[2 * LZ_RES]);
+    return w[0] + w[1] + w[2] + w[3] + w[4] + w[5];
+}
+
+/* Clamps i into [0, n - 1].  Cannot fail. */
+static inline long clampl(long i, long n)
+{
+    return i < 0 ? 0 : i >= n ? n - 1 : i;
+}
+
+/* ---- samplers that read the plane in place, one per pixel type ---------------------- */
+
+/* Every sampler first rejects positions outside [-0.5, n - 0.5] (NaN included), then
+ * works in the coordinates c = x + 1 of the array padded by one edge pixel, where
+ * c >= 0.5, so that (long)c == floor(c) and padded index p is image index p - 1
+ * (clamped: the padding repeats the edge pixels).
+ *
+ * nearest:  pixel floor(c + 0.5) of the padded array (scipy order 0, ni_interpolation.c);
+ * bilinear: scipy order 1: w0 = 1 - (c - floor c), w1 = 1 - w0 on each axis, the four
+ *           products value * wy * wx summed in C order, so that results match
+ *           engine/sky/reproject.c sample() and astropy reproject bit for bit (as long as
+ *           the compiler does not contract a * b + c into FMAs: GCC does not in ISO C
+ *           mode, -std=c11, which the build uses); NaN pixels propagate through any
+ *           weight, zero included;
+ * lanczos3: sum of L(x - i) L(y - j) v(i, j) over the finite pixels of the 6x6 support
+ *           (image pixels floor(c) - 3 .. floor(c) + 2, clamped to the image: edge
+ *           extension), divided by the sum of the same weights (NaN below
+ *           LZ_MIN_WEIGHT); with all 36 finite, computed as the plain sum divided by
+ *           (sum wx)(sum wy), which in the interior is SWarp's LANCZOS3 (interpolate.c
+ *           make_kernel: the 6 weights of each axis scaled to unit sum). */
+#define RP_DEFINE_SAMPLERS(T, SFX)                                                        \
+    static void sample_nearest_##SFX(const rp_kernel *k, size_t n, const double *restrict x, \
+                                     const double *restrict y, double *restrict out)      \
+    {                                                                                     \
+        const T *restrict src = (const T *)k->src.data;                                   \
+        const long nx = k->src.nx, ny = k->src.ny;                                        \
+        const double xmax = (double)nx - 0.5, ymax = (double)ny - 0.5;                    \
+        for (size_t m = 0; m < n; m++) {                                                  \
+            const double px = x[m], py = y[m];                                            \
+            if (!(px >= -0.5 && px <= xmax && py >= -0.5 && py <= ymax)) {                \
+                out[m] = NAN;                                                             \
+                continue;                                                                 \
+            }                                                                             \
+            long i = (long)((px + 1.0) + 0.5) - 1, j = (long)((py + 1.0) + 0.5) - 1;      \
+            i = i < nx ? i : nx - 1;                                                      \
+            j = j < ny ? j : ny - 1;                                                      \
+            out[m] = (double)src[j * nx + i];                                             \
+        }                                                                                 \
+    }                                                                                     \
+                                                                                          \
+    static void sample_bilinear_##SFX(const rp_kernel *k, size_t n, const double *restrict x, \
+                                      const double *restrict y, double *restrict out)     \
+    {                                                                                     \
+        const T *restrict src = (const T *)k->src.data;                                   \
+        const long nx = k->src.nx, ny = k->src.ny;                                        \
+        const double xmax = (double)nx - 0.5, ymax = (double)ny - 0.5;                    \
+        for (size_t m = 0; m < n; m++) {                                                  \
+            const double px = x[m], py = y[m];                                            \
+            if (!(px >= -0.5 && px <= xmax && py >= -0.5 && py <= ymax)) {                \
+                out[m] = NAN;                                                             \
+                continue;                                                                 \
+            }                                                                             \
+            const double cx = px + 1.0, cy = py + 1.0;                                    \
+            const long fx = (long)cx, fy = (long)cy;                                      \
+            const double wx0 = 1.0 - (cx - (double)fx), wy0 = 1.0 - (cy - (double)fy);   \
+            const double wx1 = 1.0 - wx0, wy1 = 1.0 - wy0;                                \
+            /* padded fx, fx + 1 are image fx - 1, fx: ia >= -1, ib <= nx */             \
+            long ia = fx - 1, ib = fx, ja = fy - 1, jb = fy;                              \
+            ia = ia < 0 ? 0 : ia;                                                         \
+            ja = ja < 0 ? 0 : ja;                                                         \
+            ib = ib < nx ? ib : nx - 1;                                                   \
+            jb = jb < ny ? jb : ny - 1;                                                   \
+            const T *ra = src + ja * nx, *rb = src + jb * nx;                             \
+            double t = 0.0;                                                               \
+            t += (double)ra[ia] * wy0 * wx0;                                              \
+            t += (double)ra[ib] * wy0 * wx1;                                              \
+            t += (double)rb[ia] * wy1 * wx0;                                              \
+            t += (double)rb[ib] * wy1 * wx1;                                              \
+            out[m] = t;                                                                   \
+        }                                                                                 \
+    }                                                                                     \
+                                                                                          \
+    static void sample_lanczos3_##SFX(const rp_kernel *k, size_t n, const double *restrict x, \
+                                      const double *restrict y, double *restrict out)     \
+    {                                                                                     \
+        const T *restrict src = (const T *)k->src.data;                                   \
+        const double *tab = k->lz;                                                        \
+        const long nx = k->src.nx, ny = k->src.ny;                                        \
+        const double xmax = (double)nx - 0.5, ymax = (double)ny - 0.5;                    \
+        for (size_t m = 0; m < n; m++) {                                                  \
+            const double px = x[m], py = y[m];                                            \
+            if (!(px >= -0.5 && px <= xmax && py >= -0.5 && py <= ymax)) {                \
+                out[m] = NAN;                                                             \
+                continue;                                                                 \
+            }                                                                             \
+            const double cx = px + 1.0, cy = py + 1.0;                                    \
+            const long fx = (long)cx, fy = (long)cy;                                      \
+            double wx[6], wy[6];                                                          \
+            const double sx = lanczos3_weights(tab, cx - (double)fx, wx);                 \
+            const double sy = lanczos3_weights(tab, cy - (double)fy, wy);                 \
+            /* Support in the image: plain sum first, the NaN-aware one only when that  \
+             * is not finite (a non-finite pixel, whatever its weight, makes it so). */ \
+            const long i0 = fx - 3, j0 = fy - 3;                                          \
+            long ix[6];                                                                   \
+            const T *row[6];                                                              \
+            const int xin = i0 >= 0 && i0 + 5 < nx;   /* no clamping along x */          \
+            for (int q = 0; q < 6; q++)                                                   \
+                ix[q] = clampl(i0 + q, nx);                                               \
+            if (j0 >= 0 && j0 + 5 < ny) {                                                 \
+                for (int q = 0; q < 6; q++)                                               \
+                    row[q] = src + (j0 + q) * nx;                                         \
+            } else {                                                                      \
+                for (int q = 0; q < 6; q++)                                               \
+                    row[q] = src + clampl(j0 + q, ny) * nx;                               \
+            }                                                                             \
+            double sum = 0.0;                                                             \
+            if (xin) {                                                                    \
+                for (int jj = 0; jj < 6; jj++) {                                          \
+                    const T *r = row[jj] + i0;                                            \
+                    sum += wy[jj] * ((wx[0] * (double)r[0] + wx[1] * (double)r[1])        \
+                                     + (wx[2] * (double)r[2] + wx[3] * (double)r[3])      \
+                                     + (wx[4] * (double)r[4] + wx[5] * (double)r[5]));    \
+                }                                                                         \
+            } else {                                                                      \
+                for (int jj = 0; jj < 6; jj++) {                                          \
+                    const T *r = row[jj];                                                 \
+                    sum += wy[jj] * ((wx[0] * (double)r[ix[0]] + wx[1] * (double)r[ix[1]]) \
+                                     + (wx[2] * (double)r[ix[2]] + wx[3] * (double)r[ix[3]]) \
+                                     + (wx[4] * (double)r[ix[4]] + wx[5] * (double)r[ix[5]])); \
+                }                                                                         \
+            }                                                                             \
+            if (fabs(sum) <= DBL_MAX) {                                                   \
+                out[m] = sum / (sx * sy);                                                 \
+                continue;                                                                 \
+            }                                                                             \
+            double wsum = 0.0;                                                            \
+            sum = 0.0;                                                                    \
+            for (int jj = 0; jj < 6; jj++) {                                              \
+                double rs = 0.0, rw = 0.0;                                                \
+                for (int ii = 0; ii < 6; ii++) {                                          \
+                    const double v = (double)row[jj][ix[ii]];                             \
+                    if (fabs(v) <= DBL_MAX) {                                             \
+                        rs += wx[ii] * v;                                                 \
+                        rw += wx[ii];                                                     \
+                    }                                                                     \
+                }                                                                         \
+                sum += wy[jj] * rs;                                                       \
+                wsum += wy[jj] * rw;                                                      \
+            }                                                                             \
+            out[m] = wsum >= LZ_MIN_WEIGHT * (sx * sy) ? sum / wsum : NAN;                \
+        }                                                                                 \
+    }
+
+RP_DEFINE_SAMPLERS(float, f32)
+RP_DEFINE_SAMPLERS(double, f64)
+
+/* ---- bicubic ------------------------------------------------------------------------ */
+
+/* bicubic: scipy order 3 on the padded array: the cubic B-spline of coefficients c,
+ * sum over the 4x4 coefficients at padded floor(c) - 1 .. floor(c) + 2 (mirrored at the
+ * ends, scipy's rule) of c * wy * wx (bspline3_weights); NaN where the support touches a
+ * non-finite input pixel (k->bad).  Reads only k->coef, so it serves both pixel types. */
+static void sample_bicubic(const rp_kernel *k, size_t n, const double *restrict x,
+                           const double *restrict y, double *restrict out)
+{
+    const double *restrict c = k->coef;
+    const unsigned char *bad = k->bad;
+    const long nx = k->src.nx, ny = k->src.ny, W = nx + 2, H = ny + 2;
+    const double xmax = (double)nx - 0.5, ymax = (double)ny - 0.5;
+    for (size_t m = 0; m < n; m++) {
+        const double px = x[m], py = y[m];
+        if (!(px >= -0.5 && px <= xmax && py >= -0.5 && py <= ymax)) {
+            out[m] = NAN;
+            continue;
+        }
+        const double cx = px + 1.0, cy = py + 1.0;
+        const long fx = (long)cx, fy = (long)cy;
+        const long sx = fx - 1, sy = fy - 1;   /* in [-1, nx] and [-1, ny] */
+        if (bad && bad[(sy + 1) * W + sx + 1]) {
+            out[m] = NAN;
+            continue;
+        }
+        double wx[4], wy[4];
+        bspline3_weights(cx - (double)fx, wx);
+        bspline3_weights(cy - (double)fy, wy);
+        long ix[4];
+        const double *row[4];
+        if (sx >= 0 && sx + 3 < W) {
+            for (int q = 0; q < 4; q++)
+                ix[q] = sx + q;
+        } else {
+            for (int q = 0; q < 4; q++)
+                ix[q] = mirror1(sx + q, W);
+        }
+        if (sy >= 0 && sy + 3 < H) {
+            for (int q = 0; q < 4; q++)
+                row[q] = c + (sy + q) * W;
+        } else {
+            for (int q = 0; q < 4; q++)
+                row[q] = c + mirror1(sy + q, H) * W;
+        }
+        double t = 0.0;
+        for (int q = 0; q < 4; q++) {
+            const double *r = row[q];
+            t += wy[q] * (wx[0] * r[ix[0]] + wx[1] * r[ix[1]] + wx[2] * r[ix[2]]
+                          + wx[3] * r[ix[3]]);
+        }
+        out[m] = t;
+    }
+}
+
+/* Weights w[0 .. *m - 1] of the causal initial value c+(0) = sum w[k] s(k) of a line of
+ * n >= 2 samples with mirror boundaries (s(-k) = s(k), s(n - 1 + k) = s(n - 1 - k)):
+ * for n <= BSPLINE_HORIZON the exact sum over one period 2n - 2 folded onto the line,
+ * (z^k + z^(2n-2-k)) / (1 - z^(2n-2)) (Unser 1999, Box 2; Thevenaz et al. 2000,
+ * InitialCausalCoefficient "full loop"); otherwise z^k truncated at the horizon.
+ * w holds BSPLINE_HORIZON entries.  Cannot fail. */
+static void bspline_causal_weights(long n, double *w, long *m)
+{
+    const double z = BSPLINE_Z;
+    if (n > BSPLINE_HORIZON) {
+        double zk = 1.0;
+        for (long k = 0; k < BSPLINE_HORIZON; k++, zk *= z)
+            w[k] = zk;
+        *m = BSPLINE_HORIZON;
+        return;
+    }
+    double zn1 = pow(z, (double)(n - 1));      /* z^(n-1) */
+    double d = 1.0 / (1.0 - zn1 * zn1);        /* 1 / (1 - z^(2n-2)) */
+    w[0] = d;
+    w[n - 1] = zn1 * d;
+    double zk = z, zr = zn1 * zn1 / z;         /* z^k and z^(2n-2-k) at k = 1 */
+    for (long k = 1; k < n - 1; k++, zk *= z, zr /= z)
+        w[k] = (zk + zr) * d;
+    *m = n;
+}
+
+/* Applies the cubic B-spline prefilter (gain not included) in place to one line of n
+ * samples at stride s: causal pass c+(k) = s(k) + z c+(k-1), anticausal pass
+ * c-(k) = z (c-(k+1) - c+(k)) started from c-(n-1) = z / (z^2 - 1) (c+(n-1) +
+ * z c+(n-2)) (Unser 1999, Box 2; mirror boundaries).  w, m from bspline_causal_weights.
+ * Cannot fail. */
+static void bspline_line(double *c, long n, long s, const double *w, long m)
+{
+    const double z = BSPLINE_Z;
+    double c0 = 0.0;
+    for (long k = 0; k < m; k++)
+        c0 += w[k] * c[k * s];
+    c[0] = c0;
+    for (long k = 1; k < n; k++)
+        c[k * s] += z * c[(k - 1) * s];
+    c[(n - 1) * s] = z / (z * z - 1.0) * (c[(n - 1) * s] + z * c[(n - 2) * s]);
+    for (long k = n - 2; k >= 0; k--)
+        c[k * s] = z * (c[(k + 1) * s] - c[k * s]);
+}
+
+/* The same filter along the columns of a W x H row-major array, run on whole rows at a
+ * time so that memory is read in order.  Cannot fail. */
+static void bspline_columns(double *c, long W, long H, const double *w, long m)
+{
+    const double z = BSPLINE_Z, za = z / (z * z - 1.0);
+    double *r0 = c;
+    for (long i = 0; i < W; i++)
+        r0[i] *= w[0];
+    for (long k = 1; k < m; k++) {
+        const double *rk = c + k * W;
+        for (long i = 0; i < W; i++)
+            r0[i] += w[k] * rk[i];
+    }
+    for (long k = 1; k < H; k++) {
+        double *r = c + k * W;
+        const double *p = r - W;
+        for (long i = 0; i < W; i++)
+            r[i] += z * p[i];
+    }
+    double *rl = c + (H - 1) * W;
+    const double *rp = rl - W;
+    for (long i = 0; i < W; i++)
+        rl[i] = za * (rl[i] + z * rp[i]);
+    for (long k = H - 2; k >= 0; k--) {
+        double *r = c + k * W;
+        const double *q = r + W;
+        for (long i = 0; i < W; i++)
+            r[i] = z * (q[i] - r[i]);
+    }
+}
+
+/* Linear interpolation between (a, va) and (b, vb) at i, a < i < b.  Cannot fail. */
+static inline double lerp_at(long a, double va, long b, double vb, long i)
+{
+    return va + (vb - va) * (double)(i - a) / (double)(b - a);
+}
+
+/* Replaces the non-finite pixels of the nx x ny array `a` (row stride `st`; they are
+ * NaN on entry) by finite values, so that the prefilter spreads no NaN: the mean of the
+ * linear interpolations along the row and along the column between the nearest finite
+ * pixels on either side (or the nearest one when only one side has any; a single
+ * missing pixel thus gets the mean of its four neighbours), or, where neither row nor
+ * column holds a finite pixel, the mean of all finite pixels (0 when there is none).
+ * miss[] lists the nmiss missing pixels as j * nx + i in increasing order.  Returns 0 or
+ * -1 (out of memory; then `a` is unchanged). */
+static int fill_missing(double *a, long nx, long ny, long st, const size_t *miss, size_t nmiss,
+                        double fallback)
+{
+    double *rv = malloc(sizeof(double) * nmiss);   /* row interpolation, NaN if none */
+    long *up = malloc(sizeof(long) * nmiss);       /* previous finite row, -1 if none */
+    long *colj = malloc(sizeof(long) * (size_t)nx);
+    if (!rv || !up || !colj) {
+        free(rv);
+        free(up);
+        free(colj);
+        return -1;
+    }
+    /* Along rows: walk the list, which is sorted by row then column. */
+    for (size_t q = 0; q < nmiss;) {
+        long j = (long)(miss[q] / (size_t)nx);
+        const double *r = a + j * st;
+        size_t q1 = q;
+        while (q1 < nmiss && (long)(miss[q1] / (size_t)nx) == j)
+            q1++;
+        for (size_t p = q; p < q1;) {
+            long i0 = (long)(miss[p] % (size_t)nx), i1 = i0;
+            size_t p1 = p + 1;
+            while (p1 < q1 && (long)(miss[p1] % (size_t)nx) == i1 + 1) {
+                i1++;
+                p1++;
+            }
+            long l = i0 - 1, h = i1 + 1;   /* finite neighbours of the run, if in range */
+            for (long i = i0; i <= i1; i++, p++) {
+                if (l >= 0 && h < nx)
+                    rv[p] = lerp_at(l, r[l], h, r[h], i);
+                else if (l >= 0)
+                    rv[p] = r[l];
+                else if (h < nx)
+                    rv[p] = r[h];
+                else
+                    rv[p] = NAN;
+            }
+        }
+        q = q1;
+    }
+    /* Down the columns: the last finite row above each missing pixel. */
+    for (long i = 0; i < nx; i++)
+        colj[i] = -1;
+    size_t q = 0;
+    for (long j = 0; j < ny; j++) {
+        size_t base = (size_t)j * (size_t)nx;
+        for (long i = 0; i < nx; i++) {
+            if (q < nmiss && miss[q] == base + (size_t)i)
+                up[q++] = colj[i];
+            else
+                colj[i] = j;
+        }
+    }
+    /* Up the columns: the first finite row below; combine and write (a written pixel is
+     * never read again as a neighbour: neighbours are original finite pixels). */
+    for (long i = 0; i < nx; i++)
+        colj[i] = -1;
+    q = nmiss;
+    for (long j = ny - 1; j >= 0; j--) {
+        size_t base = (size_t)j * (size_t)nx;
+        for (long i = nx - 1; i >= 0; i--) {
+            if (q > 0 && miss[q - 1] == base + (size_t)i) {
+                q--;
+                long u = up[q], d = colj[i];
+                double cv;
+                if (u >= 0 && d >= 0)
+                    cv = lerp_at(u, a[u * st + i], d, a[d * st + i], j);
+                else if (u >= 0)
+                    cv = a[u * st + i];
+                else if (d >= 0)
+                    cv = a[d * st + i];
+                else
+                    cv = NAN;
+                double v = rv[q];
+                v = isnan(v) ? cv : isnan(cv) ? v : 0.5 * (v + cv);
+                a[j * st + i] = isnan(v) ? fallback : v;
+            } else {
+                colj[i] = j;
+            }
+        }
+    }
+    free(rv);
+    free(up);
+    free(colj);
+    return 0;
+}
+
+/* For each support start s in [-1, n] (padded) of one axis of n image pixels, the range
+ * [lo[s + 1], hi[s + 1]] of image pixels whose values its four mirrored padded
+ * coefficients repeat.  Cannot fail. */
+static void support_ranges(long n, long *lo, long *hi)
+{
+    const long len = n + 2;
+    for (long s = -1; s <= n; s++) {
+        long a = n, b = -1;
+        for (long q = 0; q < 4; q++) {
+            long i = clampl(mirror1(s + q, len) - 1, n);
+            a = i < a ? i : a;
+            b = i > b ? i : b;
+        }
+        lo[s + 1] = a;
+        hi[s + 1] = b;
+    }
+}
+
+/* Builds k->bad from the list of missing pixels.  Returns 0 or -1 (out of memory). */
+static int bicubic_mask(rp_kernel *k, const size_t *miss, size_t nmiss)
+{
+    const long nx = k->src.nx, ny = k->src.ny, W = nx + 2, H = ny + 2;
+    long *lox = malloc(sizeof(long) * (size_t)(W + H) * 2);
+    unsigned char *isbad = calloc((size_t)nx * (size_t)ny, 1);
+    unsigned char *tmp = calloc((size_t)ny * (size_t)W, 1);
+    k->bad = calloc((size_t)W * (size_t)H, 1);
+    if (!lox || !isbad || !tmp || !k->bad) {
+        free(lox);
+        free(isbad);
+        free(tmp);
+        return -1;
+    }
+    long *hix = lox + W, *loy = lox + 2 * W, *hiy = loy + H;
+    support_ranges(nx, lox, hix);
+    support_ranges(ny, loy, hiy);
+    for (size_t q = 0; q < nmiss; q++)
+        isbad[miss[q]] = 1;
+    for (long j = 0; j < ny; j++) {
+        const unsigned char *r = isbad + j * nx;
+        unsigned char *t = tmp + j * W;
+        for (long s = 0; s < W; s++) {
+            unsigned char b = 0;
+            for (long i = lox[s]; i <= hix[s]; i++)
+                b |= r[i];
+            t[s] = b;
+        }
+    }
+    for (long s = 0; s < H; s++) {
+        unsigned char *o = k->bad + s * W;
+        for (long j = loy[s]; j <= hiy[s]; j++) {
+            const unsigned char *t = tmp + j * W;
+            for (long i = 0; i < W; i++)
+                o[i] |= t[i];
+        }
+    }
+    free(lox);
+    free(isbad);
+    free(tmp);
+    return 0;
+}
+
+/* Prepares bicubic sampling: copies the plane, edge-padded by one pixel, into k->coef
+ * (non-finite pixels filled, see fill_missing, and flagged in k->bad), then applies the
+ * cubic B-spline prefilter with mirror boundaries along rows and columns (scipy
+ * spline_filter(padded, order=3, mode='mirror'), which DESIGN.md's "Kernel definitions"
+ * name as the reference), gain (1 - z)(1 - 1/z) = 6 per axis.  Returns 0 or -1 (out of
+ * memory). */
+static int bicubic_prepare(rp_kernel *k)
+{
+    const rp_plane *p = &k->src;
+    const long nx = p->nx, ny = p->ny, W = nx + 2, H = ny + 2;
+    double *c = malloc(sizeof(double) * (size_t)W * (size_t)H);
+    if (!c)
+        return -1;
+    k->coef = c;
+    const double gain = (1.0 - BSPLINE_Z) * (1.0 - 1.0 / BSPLINE_Z);
+    const double g2 = gain * gain;
+
+    /* Interior, counting the missing pixels and summing the finite ones. */
+    size_t nmiss = 0;
+    double fsum = 0.0;
+    for (long j = 0; j < ny; j++) {
+        double *r = c + (j + 1) * W + 1;
+        for (long i = 0; i < nx; i++) {
+            double v = rp_plane_get(p, i, j);
+            if (fabs(v) <= DBL_MAX) {
+                fsum += v;
+            } else {
+                v = NAN;
+                nmiss++;
+            }
+            r[i] = v;
+        }
+    }
+    if (nmiss > 0) {
+        size_t *miss = malloc(sizeof(size_t) * nmiss);
+        size_t q = 0;
+        if (!miss)
+            return -1;
+        for (long j = 0; j < ny; j++) {
+            const double *r = c + (j + 1) * W + 1;
+            for (long i = 0; i < nx; i++)
+                if (isnan(r[i]))
+                    miss[q++] = (size_t)j * (size_t)nx + (size_t)i;
+        }
+        size_t nfin = (size_t)nx * (size_t)ny - nmiss;
+        double fallback = nfin > 0 ? fsum / (double)nfin : 0.0;
+        if (!isfinite(fallback))
+            fallback = 0.0;
+        int rc = fill_missing(c + W + 1, nx, ny, W, miss, nmiss, fallback);
+        if (rc == 0)
+            rc = bicubic_mask(k, miss, nmiss);
+        free(miss);
+        if (rc != 0)
+            return -1;
+    }
+    /* Gain of both axes, then the edge padding. */
+    for (long j = 1; j <= ny; j++) {
+        double *r = c + j * W;
+        for (long i = 1; i <= nx; i++)
+            r[i] *= g2;
+        r[0] = r[1];
+        r[W - 1] = r[W - 2];
+    }
+    memcpy(c, c + W, sizeof(double) * (size_t)W);
+    memcpy(c + (H - 1) * W, c + (H - 2) * W, sizeof(double) * (size_t)W);
+
+    double w[BSPLINE_HORIZON];
+    long m;
+    bspline_causal_weights(W, w, &m);
+    for (long j = 0; j < H; j++)
+        bspline_line(c + j * W, W, 1, w, m);
+    bspline_causal_weights(H, w, &m);
+    bspline_columns(c, W, H, w, m);
+    return 0;
+}
+
+/* ---- lanczos3 ----------------------------------------------------------------------- */
+
+/* The Lanczos-3 kernel L(u) = sinc(u) sinc(u / 3) for |u| < 3, 0 beyond, sinc(v) =
+ * sin(pi v) / (pi v) (Duchon, "Lanczos filtering in one and two dimensions", J. Applied
+ * Meteorology 18, 1979; Turkowski, "Filters for common resampling tasks", Graphics Gems,
+ * 1990), tabulated at u = k / LZ_RES; exactly 1 at 0 and 0 at the other integers.
+ * Returns the table or NULL (out of memory). */
+static double *lanczos3_table(void)
+{
+    double *t = malloc(sizeof(double) * LZ_TABLEN);
+    if (!t)
+        return NULL;
+    t[0] = 1.0;
+    for (long q = 1; q < LZ_TABLEN; q++) {
+        double u = (double)q / LZ_RES;
+        if (q % LZ_RES == 0 || u >= LZ_A) {
+            t[q] = 0.0;
+            continue;
+        }
+        double a = M_PI * u, b = a / LZ_A;
+        t[q] = sin(a) * sin(b) / (a * b);
+    }
+    return t;
+}
+
+/* ---- public API --------------------------------------------------------------------- */
+
+/* See kernels.h.  Errors (NULL returned, `err` set): NULL or malformed plane (no data,
+ * sizes < 1, unknown dtype, too large to pad), unknown method (RP_EXACT is not a point
+ * kernel: see exact.h), out of memory. */
+rp_kernel *rp_kernel_new(rp_method method, const rp_plane *src, char *err, size_t errlen)
+{
+    if (!src || !src->data || src->nx < 1 || src->ny < 1
+        || (src->dtype != RP_F32 && src->dtype != RP_F64)) {
+        tess_seterr(err, errlen, "kernel: missing or malformed plane");
+        return NULL;
+    }
+    if (src->nx > INT_MAX || src->ny > INT_MAX
+        || (size_t)(src->nx + 2) * (size_t)(src->ny + 2) > SIZE_MAX / 2 / sizeof(double)) {
+        tess_seterr(err, errlen, "kernel: plane too large (%ldx%ld)", src->nx, src->ny);
+        return NULL;
+    }
+    int f32 = src->dtype == RP_F32;
+    sample_fn *fn;
+    switch (method) {
+    case RP_NEAREST:
+        fn = f32 ? sample_nearest_f32 : sample_nearest_f64;
+        break;
+    case RP_BILINEAR:
+        fn = f32 ? sample_bilinear_f32 : sample_bilinear_f64;
+        break;
+    case RP_BICUBIC:
+        fn = sample_bicubic;
+        break;
+    case RP_LANCZOS3:
+        fn = f32 ? sample_lanczos3_f32 : sample_lanczos3_f64;
+        break;
+    default:
+        tess_seterr(err, errlen, "kernel: method %d is not an interpolation kernel", (int)method);
+        return NULL;
+    }
+    rp_kernel *k = calloc(1, sizeof *k);
+    if (!k) {
+        tess_seterr(err, errlen, "kernel: out of memory");
+        return NULL;
+    }
+    k->method = method;
+    k->src = *src;
+    k->fn = fn;
+    int rc = 0;
+    if (method == RP_BICUBIC)
+        rc = bicubic_prepare(k);
+    else if (method == RP_LANCZOS3)
+        rc = (k->lz = lanczos3_table()) ? 0 : -1;
+    if (rc != 0) {
+        tess_seterr(err, errlen, "kernel: out of memory (%ldx%ld plane)", src->nx, src->ny);
+        rp_kernel_free(k);
+        return NULL;
+    }
+    return k;
+}
+
+void rp_kernel_free(rp_kernel *k)
+{
+    if (!k)
+        return;
+    free(k->coef);
+    free(k->bad);
+    free(k->lz);
+    free(k);
+}
+
+void rp_kernel_sample(const rp_kernel *k, size_t n, const double *x, const double *y,
+                      double *out)
+{
+    k->fn(k, n, x, y, out);
+}

@@ -1,0 +1,40 @@
+/* Interpolation kernels: nearest, bilinear, bicubic B-spline and lanczos3 sampling of a plane. */
+#ifndef TESSERA_REPROJECT_KERNELS_H
+#define TESSERA_REPROJECT_KERNELS_H
+
+#include <stddef.h>
+#include "engine/sky/plane.h"
+#include "engine/sky/reproject.h"
+
+/* A source plane prepared for one method (B-spline coefficients for bicubic, tables for
+ * lanczos3).  Read-only once made: any number of threads may sample it at once. */
+typedef struct rp_kernel rp_kernel;
+
+/* Prepares `src` for sampling with `method`.  `src` must outlive the kernel (nearest,
+ * bilinear and lanczos3 read it in place; bicubic keeps its own coefficient array of
+ * (nx+2) x (ny+2) doubles).  Returns NULL on allocation failure or an unknown method
+ * (`err` says which). */
+rp_kernel *rp_kernel_new(rp_method method, const rp_plane *src, char *err, size_t errlen);
+
+void rp_kernel_free(rp_kernel *k);
+
+/* Samples the plane at n input-pixel positions (x[i], y[i]), 0-based, pixel centres at
+ * integers, writing out[i].  Definitions (DESIGN.md "Kernel definitions"; astropy
+ * reproject 0.10 reproject_interp): the plane is padded by one edge pixel and sampled only
+ * within [-0.5, n-0.5] on each axis (NaN beyond, and NaN for NaN positions).
+ *  nearest:  pixel (floor(x+0.5), floor(y+0.5)) of the padded array, as scipy order 0;
+ *  bilinear: scipy order 1 on the padded array;
+ *  bicubic:  scipy order 3: cubic B-spline of the padded array prefiltered with mirror
+ *            boundaries (spline_filter(mode='mirror')), reproducing the reference to ~1e-11;
+ *  lanczos3: separable Lanczos-3 (a = 3) weights, tabulated, renormalised over the
+ *            finite input pixels of the 6x6 support.
+ * NaN input pixels: nearest and bilinear propagate them as scipy does; bicubic and
+ * lanczos3 make NaN only those outputs whose kernel support touches a NaN pixel (bicubic)
+ * or whose finite pixels carry less than half of the kernel's weight (lanczos3; a lower
+ * threshold lets the positive outer lobe alone make values 2-3 pixels inside NaN
+ * regions) — one NaN never turns the whole output NaN.  For an input with NaN pixels,
+ * bicubic also keeps a (nx+2) x (ny+2) byte mask.  Cannot fail. */
+void rp_kernel_sample(const rp_kernel *k, size_t n, const double *x, const double *y,
+                      double *out);
+
+#endif

@@ -1,0 +1,1217 @@
+/* Celestial WCS: wcslib header parsing made to match astropy.wcs.WCS, frames and their conversions. */
+#include "engine/sky/skywcs.h"
+
+#include <ctype.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include <wcslib/wcs.h>
+#include <wcslib/wcsfix.h>
+#include <wcslib/wcshdr.h>
+#include <wcslib/wcsmath.h>
+
+#include "engine/base/error.h"
+
+/* One parsed WCS.  `wcs` is owned, wcsset() has been run on it. */
+struct skywcs {
+    struct wcsprm wcs;
+    sky_frame frame;
+    double equinox;      /* Julian years (FK5, ecliptic), Besselian years (FK4), else 0 */
+};
+
+/* Pixels transformed per wcslib call: bounds the scratch memory of pix2sky/sky2pix. */
+#define SKYWCS_CHUNK 4096
+
+/* Degrees <-> radians with the same factors astropy's unit machinery applies. */
+#define DEG2RAD (M_PI / 180.0)
+#define RAD2DEG (180.0 / M_PI)
+
+/* ------------------------------------------------------------------------------------ */
+/* Frames                                                                                 */
+
+/* Copies `s` upper-cased and without trailing blanks into `d` (size dn). */
+static void trim_upper(const char *s, char *d, size_t dn)
+{
+    size_t n = 0;
+    for (; s[n] && n + 1 < dn; n++)
+        d[n] = (char)toupper((unsigned char)s[n]);
+    while (n > 0 && d[n - 1] == ' ')
+        n--;
+    d[n] = '\0';
+}
+
+/* The frame of a wcsset() wcsprm by the FITS rules (WCS Paper II, sec. 3.1), as astropy's
+ * wcs.utils._wcs_to_celestial_frame_builtin applies them: RADESYS when present; otherwise
+ * EQUINOX < 1984 FK4, >= 1984 FK5, none ICRS.  GLON/GLAT is galactic and ELON/ELAT ecliptic
+ * whatever RADESYS says (astropy would honour a stray RADESYS there; FITS does not).
+ * Unknown systems (FK4-NO-E, GAPPT, solar, planetary) give SKY_FRAME_NONE. */
+static void detect_frame(const struct wcsprm *wcs, sky_frame *frame, double *equinox)
+{
+    char lng[8], rs[72];
+    int has_eq = !undefined(wcs->equinox) && isfinite(wcs->equinox);
+
+    *frame = SKY_FRAME_NONE;
+    *equinox = 0.0;
+    if (wcs->lng < 0 || wcs->lat < 0)
+        return;
+    trim_upper(wcs->lngtyp, lng, sizeof lng);
+    trim_upper(wcs->radesys, rs, sizeof rs);
+    if (strcmp(lng, "GLON") == 0) {
+        *frame = SKY_FRAME_GALACTIC;
+    } else if (strcmp(lng, "ELON") == 0) {
+        *frame = SKY_FRAME_ECLIPTIC;
+        *equinox = has_eq ? wcs->equinox : 2000.0;
+    } else if (strcmp(lng, "RA") == 0) {
+        if (rs[0] == '\0')
+            strcpy(rs, !has_eq ? "ICRS" : wcs->equinox < 1984.0 ? "FK4" : "FK5");
+        if (strcmp(rs, "ICRS") == 0) {
+            *frame = SKY_FRAME_ICRS;
+        } else if (strcmp(rs, "FK5") == 0) {
+            *frame = SKY_FRAME_FK5;
+            *equinox = has_eq ? wcs->equinox : 2000.0;
+        } else if (strcmp(rs, "FK4") == 0) {
+            *frame = SKY_FRAME_FK4;
+            *equinox = has_eq ? wcs->equinox : 1950.0;
+        }
+    }
+}
+
+const char *sky_frame_name(sky_frame f)
+{
+    switch (f) {
+    case SKY_FRAME_ICRS: return "icrs";
+    case SKY_FRAME_FK5: return "fk5";
+    case SKY_FRAME_FK4: return "fk4";
+    case SKY_FRAME_GALACTIC: return "galactic";
+    case SKY_FRAME_ECLIPTIC: return "ecliptic";
+    default: return "none";
+    }
+}
+
+/* Accepts the names of sky_frame_name (any case) except "none"; 0 or TESS_EINVAL. */
+int sky_frame_parse(const char *s, sky_frame *f)
+{
+    static const sky_frame all[] = { SKY_FRAME_ICRS, SKY_FRAME_FK5, SKY_FRAME_FK4,
+                                     SKY_FRAME_GALACTIC, SKY_FRAME_ECLIPTIC };
+    if (!s || !f)
+        return TESS_EINVAL;
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) {
+        if (strcasecmp(s, sky_frame_name(all[i])) == 0) {
+            *f = all[i];
+            return 0;
+        }
+    }
+    return TESS_EINVAL;
+}
+
+/* ------------------------------------------------------------------------------------ */
+/* Parsing, copies                                                                        */
+
+/* Deep-copies `src` into a fresh skywcs (wcssub with no axis selection, then wcsset).
+ * `axes`/`nsub` select axes as wcssub() does (NULL, NULL: all).  Returns NULL on
+ * allocation failure or when wcslib refuses (non-separable selection, wcsset error);
+ * *nsub_out receives the number of axes extracted when not NULL. */
+static skywcs *copy_wcsprm(const struct wcsprm *src, int *nsub, int *axes)
+{
+    skywcs *w = calloc(1, sizeof *w);
+    if (!w)
+        return NULL;
+    w->wcs.flag = -1;
+    if (wcssub(1, src, nsub, axes, &w->wcs) != 0 || (nsub && *nsub == 0)) {
+        wcsfree(&w->wcs);
+        free(w);
+        return NULL;
+    }
+    if (wcsset(&w->wcs) != 0) {
+        wcsfree(&w->wcs);
+        free(w);
+        return NULL;
+    }
+    return w;
+}
+
+/* 1 when wcspih found no WCS keyword and returned wcsini()'s defaults (it does so for
+ * a header with NAXIS alone): no CTYPE, CRPIX 0, CRVAL 0, CDELT 1, no PC/CD/CROTA. */
+static int is_default_wcs(const struct wcsprm *w)
+{
+    if (w->altlin != 0)
+        return 0;
+    for (int i = 0; i < w->naxis; i++) {
+        if (w->ctype[i][0] != '\0' || w->crpix[i] != 0.0 || w->crval[i] != 0.0
+            || w->cdelt[i] != 1.0)
+            return 0;
+        for (int j = 0; j < w->naxis; j++)
+            if (w->pc[i * w->naxis + j] != (i == j ? 1.0 : 0.0))
+                return 0;
+    }
+    return 1;
+}
+
+/* Parses the header as astropy.wcs.WCS(header) does (astropy/wcs/wcs.py, WCS.__init__ and
+ * WCS.fix): wcspih at full relaxation, the primary alternate (' ') selected, then
+ * wcsfix() with ctrl 0 ("translate_units=''") and no image size (so cylfix is skipped,
+ * as astropy passes naxis=None): cdfix, datfix, obsfix, unitfix, spcfix, celfix; then
+ * wcsset().  Unlike astropy, SIP keywords are left to wcslib (astropy strips them and
+ * applies SIP itself); for TAN-SIP both evaluate the same polynomial.
+ * A header without any WCS keyword (for which wcspih still returns a default linear
+ * WCS, as astropy does) is refused.
+ * Errors: TESS_EINVAL (malformed, no WCS, wcslib error; `err` has wcslib's message),
+ * TESS_ENOMEM.  *out is NULL on error. */
+/* 1 when the value of `card` (80 characters) opens a string that the card does not
+ * close (FITS 4.0 section 4.2.1: '' inside a string is a quote). */
+static int unterminated_string(const char *card)
+{
+    if (card[8] != '=' || card[9] != ' ')
+        return 0;
+    int i = 10;
+    while (i < 80 && card[i] == ' ')
+        i++;
+    if (i >= 80 || card[i] != '\'')
+        return 0;
+    for (i++; i < 80; i++) {
+        if (card[i] == '\'') {
+            if (i + 1 < 80 && card[i + 1] == '\'')
+                i++;
+            else
+                return 0;
+        }
+    }
+    return 1;
+}
+
+int skywcs_parse(const char *cards, int nkeys, skywcs **out, char *err, size_t errlen)
+{
+    if (out)
+        *out = NULL;
+    if (!cards || !out || nkeys <= 0) {
+        tess_seterr(err, errlen, "%s", "no header cards");
+        return TESS_EINVAL;
+    }
+    size_t len = (size_t)nkeys * 80;
+    if (memchr(cards, '\0', len) != NULL) {
+        tess_seterr(err, errlen, "%s", "header shorter than nkeys 80-character cards");
+        return TESS_EINVAL;
+    }
+    /* wcspih() takes a non-const header (it only edits it when ctrl < 0): give it a copy. */
+    char *hdr = malloc(len + 1);
+    if (!hdr) {
+        tess_seterr(err, errlen, "%s", "out of memory");
+        return TESS_ENOMEM;
+    }
+    memcpy(hdr, cards, len);
+    hdr[len] = '\0';
+    /* wcslib 7.12's wcspih overflows a buffer (and glibc aborts the process) on two
+     * string-valued WCS cards whose strings are not closed, e.g. RADESYS = 'ICRS then
+     * DATE-OBS= '2000 (found by tests/fuzz/fuzz_header).  wcspih rejects such cards
+     * anyway: turn them into comments first. */
+    char ignored[96] = "";       /* the first such card, named in a later error */
+    for (int i = 0; i < nkeys; i++) {
+        char *card = hdr + (size_t)i * 80;
+        if (unterminated_string(card)) {
+            if (!ignored[0]) {
+                int kl = 8;
+                while (kl > 0 && card[kl - 1] == ' ')
+                    kl--;
+                snprintf(ignored, sizeof ignored,
+                         " (card %d, %.*s, was left out: its string value has no closing "
+                         "quote)", i + 1, kl, card);
+            }
+            memcpy(card, "COMMENT ", 8);
+        }
+        /* wcspih sizes its arrays by NAXIS and WCSAXESa: a huge count makes it crash or
+         * allocate gigabytes (WCSAXES = 3333334, found by tests/fuzz/fuzz_header).  WCS
+         * keywords index at most 99 axes (FITS 4.0 section 8.2). */
+        if (card[8] == '=' && (strncmp(card, "NAXIS   ", 8) == 0 ||
+                               (strncmp(card, "WCSAXES", 7) == 0))) {
+            char *end;
+            long v = strtol(card + 10, &end, 10);
+            if (end > card + 10 && (v < 0 || v > 99)) {
+                tess_seterr(err, errlen, "%.8s = %ld: more than 99 axes", card, v);
+                free(hdr);
+                return TESS_EINVAL;
+            }
+        }
+    }
+
+    int nreject = 0, nwcs = 0;
+    struct wcsprm *all = NULL;
+    int st = wcspih(hdr, nkeys, WCSHDR_all, 0, &nreject, &nwcs, &all);
+    free(hdr);
+    if (st != 0) {
+        tess_seterr(err, errlen, "wcspih: %s", wcshdr_errmsg[st]);
+        return st == 2 ? TESS_ENOMEM : TESS_EINVAL;
+    }
+    int pick = -1;
+    for (int i = 0; i < nwcs; i++) {
+        if (all[i].alt[0] == ' ' || all[i].alt[0] == '\0') {
+            pick = i;
+            break;
+        }
+    }
+    if (pick < 0) {
+        wcsvfree(&nwcs, &all);
+        tess_seterr(err, errlen, "%s%s",
+                    nwcs == 0 ? "no WCS keywords in the header"
+                              : "no primary WCS (only alternates) in the header", ignored);
+        return TESS_EINVAL;
+    }
+
+    skywcs *w = calloc(1, sizeof *w);
+    if (!w) {
+        wcsvfree(&nwcs, &all);
+        tess_seterr(err, errlen, "%s", "out of memory");
+        return TESS_ENOMEM;
+    }
+    w->wcs.flag = -1;
+    st = wcssub(1, &all[pick], NULL, NULL, &w->wcs);
+    wcsvfree(&nwcs, &all);
+    if (st != 0) {
+        tess_seterr(err, errlen, "wcssub: %s", wcs_errmsg[st]);
+        wcsfree(&w->wcs);
+        free(w);
+        return st == 2 ? TESS_ENOMEM : TESS_EINVAL;
+    }
+    if (is_default_wcs(&w->wcs)) {
+        tess_seterr(err, errlen, "no WCS keywords in the header%s", ignored);
+        wcsfree(&w->wcs);
+        free(w);
+        return TESS_EINVAL;
+    }
+    /* The fixes report problems through stat[]; astropy only warns about them, and a
+     * WCS they leave unusable is caught by wcsset() below. */
+    int stat[NWCSFIX];
+    (void)wcsfix(0, NULL, &w->wcs, stat);
+    /* celfix() runs wcsset() itself; when that failed, a second wcsset() would leak
+     * the first one's linear-transform arrays (wcslib 7.12, found by
+     * tests/fuzz/fuzz_header), and it would fail again: report the error now. */
+    st = stat[CELFIX] > 0 ? WCSERR_BAD_PARAM : wcsset(&w->wcs);
+    if (st != 0) {
+        tess_seterr(err, errlen, "wcsset: %s%s", wcs_errmsg[st], ignored);
+        wcsfree(&w->wcs);
+        free(w);
+        return st == 2 ? TESS_ENOMEM : TESS_EINVAL;
+    }
+    detect_frame(&w->wcs, &w->frame, &w->equinox);
+    *out = w;
+    return 0;
+}
+
+/* A deep copy with wcsset() done, or NULL on allocation failure. */
+skywcs *skywcs_copy(const skywcs *w)
+{
+    if (!w)
+        return NULL;
+    skywcs *c = copy_wcsprm(&w->wcs, NULL, NULL);
+    if (c) {
+        c->frame = w->frame;
+        c->equinox = w->equinox;
+    }
+    return c;
+}
+
+/* The longitude and latitude axes (in that order) extracted with wcssub; NULL when the
+ * WCS has no celestial pair, when they cannot be separated from the other axes, or on
+ * allocation failure.  The frame is kept. */
+skywcs *skywcs_celestial(const skywcs *w)
+{
+    if (!w || w->wcs.lng < 0 || w->wcs.lat < 0)
+        return NULL;
+    int nsub = 2;
+    int axes[2] = { WCSSUB_LONGITUDE, WCSSUB_LATITUDE };
+    skywcs *c = copy_wcsprm(&w->wcs, &nsub, axes);
+    if (!c)
+        return NULL;
+    if (nsub != 2 || c->wcs.lng != 0 || c->wcs.lat != 1) {
+        skywcs_free(c);
+        return NULL;
+    }
+    c->frame = w->frame;
+    c->equinox = w->equinox;
+    return c;
+}
+
+void skywcs_free(skywcs *w)
+{
+    if (!w)
+        return;
+    wcsfree(&w->wcs);
+    free(w);
+}
+
+int skywcs_naxis(const skywcs *w)
+{
+    return w ? w->wcs.naxis : 0;
+}
+
+int skywcs_has_celestial(const skywcs *w)
+{
+    return w && w->wcs.lng >= 0 && w->wcs.lat >= 0;
+}
+
+sky_frame skywcs_frame(const skywcs *w, double *equinox)
+{
+    if (equinox)
+        *equinox = w ? w->equinox : 0.0;
+    return w ? w->frame : SKY_FRAME_NONE;
+}
+
+/* Fills `s` from the wcsprm as wcslib holds it after wcsfix/wcsset (so a DSS plate
+ * solution shows as the TAN WCS wcslib derived from it).  `cd` is always filled: the CD
+ * matrix when the header gave one (wcsprm::altlin bit 2), else PC scaled by CDELT row by
+ * row, which is the same matrix.  Axes beyond SKYWCS_MAXDIM are left out.  Cannot fail. */
+void skywcs_describe(const skywcs *w, skywcs_summary *s)
+{
+    memset(s, 0, sizeof *s);
+    if (!w)
+        return;
+    const struct wcsprm *c = &w->wcs;
+    int n = c->naxis < SKYWCS_MAXDIM ? c->naxis : SKYWCS_MAXDIM;
+    s->naxis = n;
+    s->has_cd = (c->altlin & 2) != 0;
+    for (int i = 0; i < n; i++) {
+        snprintf(s->ctype[i], sizeof s->ctype[i], "%s", c->ctype[i]);
+        snprintf(s->cunit[i], sizeof s->cunit[i], "%s", c->cunit[i]);
+        s->crval[i] = c->crval[i];
+        s->crpix[i] = c->crpix[i];
+        s->cdelt[i] = c->cdelt[i];
+        for (int j = 0; j < n; j++) {
+            s->cd[i * n + j] = s->has_cd ? c->cd[i * c->naxis + j]
+                                         : c->cdelt[i] * c->pc[i * c->naxis + j];
+        }
+    }
+    s->frame = w->frame;
+    s->equinox = w->equinox;
+}
+
+/* ------------------------------------------------------------------------------------ */
+/* Pixel <-> world                                                                        */
+
+/* astropy's Longitude wrapping (coordinates/angles.py, Longitude._wrap_at with the
+ * default wrap angle of 360 deg): wraps = a // full with numpy's floor division
+ * (npy_divmod), then a -= wraps * full and one more correction for rounding.
+ * `full` is 360 (degrees) or 2 pi (radians).  Non-finite values pass through. */
+static double wrap_longitude(double a, double full)
+{
+    if (!isfinite(a))
+        return a;
+    double mod = fmod(a, full);
+    double div = (a - mod) / full;
+    if (mod != 0.0 && ((full < 0) != (mod < 0)))
+        div -= 1.0;
+    double wraps;
+    if (div != 0.0) {
+        wraps = floor(div);
+        if (div - wraps > 0.5)
+            wraps += 1.0;
+    } else {
+        wraps = 0.0;
+    }
+    if (wraps != 0.0) {
+        a -= wraps * full;
+        if (a >= full)
+            a -= full;
+        if (a < 0.0)
+            a += full;
+    }
+    return a;
+}
+
+/* Checks that `w` is a 2-D celestial WCS. */
+static int is_2d_celestial(const skywcs *w)
+{
+    return w && w->wcs.naxis == 2 && w->wcs.lng >= 0 && w->wcs.lat >= 0;
+}
+
+/* 0-based pixels to (lon, lat) in degrees, lon wrapped to [0, 360) as astropy's
+ * Longitude does.  wcsp2s works on 1-based pixels (x + 1); points whose stat[] is set
+ * or whose input is not finite become NaN.  Returns 0, TESS_EINVAL (not 2-D celestial,
+ * or a wcslib failure other than invalid points: then every output is NaN), or
+ * TESS_ENOMEM. */
+int skywcs_pix2sky(skywcs *w, size_t n, const double *x, const double *y, double *lon, double *lat)
+{
+    if (!is_2d_celestial(w))
+        return TESS_EINVAL;
+    if (n == 0)
+        return 0;
+    size_t chunk = n < SKYWCS_CHUNK ? n : SKYWCS_CHUNK;
+    double *mem = malloc(sizeof(double) * chunk * 9);
+    int *stat = malloc(sizeof(int) * chunk);
+    if (!mem || !stat) {
+        free(mem);
+        free(stat);
+        return TESS_ENOMEM;
+    }
+    double *pix = mem, *img = mem + 2 * chunk, *wld = mem + 4 * chunk;
+    double *phi = mem + 6 * chunk, *theta = mem + 7 * chunk;
+    int lng = w->wcs.lng, lt = w->wcs.lat, rc = 0;
+
+    for (size_t off = 0; off < n; off += chunk) {
+        size_t m = n - off < chunk ? n - off : chunk;
+        for (size_t i = 0; i < m; i++) {
+            double xi = x[off + i], yi = y[off + i];
+            int ok = isfinite(xi) && isfinite(yi);
+            pix[2 * i] = ok ? xi + 1.0 : w->wcs.crpix[0];
+            pix[2 * i + 1] = ok ? yi + 1.0 : w->wcs.crpix[1];
+        }
+        int st = wcsp2s(&w->wcs, (int)m, 2, pix, img, phi, theta, wld, stat);
+        for (size_t i = 0; i < m; i++) {
+            int ok = (st == 0 || st == 8) && stat[i] == 0 && isfinite(x[off + i])
+                     && isfinite(y[off + i]);
+            lon[off + i] = ok ? wrap_longitude(wld[2 * i + lng], 360.0) : NAN;
+            lat[off + i] = ok ? wld[2 * i + lt] : NAN;
+        }
+        if (st != 0 && st != 8)
+            rc = TESS_EINVAL;
+    }
+    free(mem);
+    free(stat);
+    return rc;
+}
+
+/* (lon, lat) in degrees to 0-based pixels; the inverse of skywcs_pix2sky, with the same
+ * error behaviour (NaN for invalid or non-finite points). */
+int skywcs_sky2pix(skywcs *w, size_t n, const double *lon, const double *lat, double *x, double *y)
+{
+    if (!is_2d_celestial(w))
+        return TESS_EINVAL;
+    if (n == 0)
+        return 0;
+    size_t chunk = n < SKYWCS_CHUNK ? n : SKYWCS_CHUNK;
+    double *mem = malloc(sizeof(double) * chunk * 9);
+    int *stat = malloc(sizeof(int) * chunk);
+    if (!mem || !stat) {
+        free(mem);
+        free(stat);
+        return TESS_ENOMEM;
+    }
+    double *wld = mem, *img = mem + 2 * chunk, *pix = mem + 4 * chunk;
+    double *phi = mem + 6 * chunk, *theta = mem + 7 * chunk;
+    int lng = w->wcs.lng, lt = w->wcs.lat, rc = 0;
+
+    for (size_t off = 0; off < n; off += chunk) {
+        size_t m = n - off < chunk ? n - off : chunk;
+        for (size_t i = 0; i < m; i++) {
+            double a = lon[off + i], b = lat[off + i];
+            int ok = isfinite(a) && isfinite(b) && fabs(b) <= 90.0;
+            wld[2 * i + lng] = ok ? a : w->wcs.crval[lng];
+            wld[2 * i + lt] = ok ? b : w->wcs.crval[lt];
+        }
+        int st = wcss2p(&w->wcs, (int)m, 2, wld, phi, theta, img, pix, stat);
+        for (size_t i = 0; i < m; i++) {
+            double a = lon[off + i], b = lat[off + i];
+            int ok = (st == 0 || st == 9) && stat[i] == 0 && isfinite(a) && isfinite(b)
+                     && fabs(b) <= 90.0;
+            x[off + i] = ok ? pix[2 * i] - 1.0 : NAN;
+            y[off + i] = ok ? pix[2 * i + 1] - 1.0 : NAN;
+        }
+        if (st != 0 && st != 9)
+            rc = TESS_EINVAL;
+    }
+    free(mem);
+    free(stat);
+    return rc;
+}
+
+/* ------------------------------------------------------------------------------------ */
+/* Frame conversions                                                                      */
+
+typedef double mat3[3][3];
+
+/* astropy.coordinates.matrix_utilities.rotation_matrix(angle, axis) for axis x (0),
+ * y (1), z (2), angle in radians: R[i][i] = 1, R[a1][a1] = R[a2][a2] = cos,
+ * R[a1][a2] = sin, R[a2][a1] = -sin with a1 = i+1, a2 = i+2 (mod 3).  This is also the
+ * convention of SOFA/ERFA iauRx/iauRy/iauRz. */
+static void rot(int axis, double angle, mat3 r)
+{
+    int a1 = (axis + 1) % 3, a2 = (axis + 2) % 3;
+    double s = sin(angle), c = cos(angle);
+    memset(r, 0, sizeof(mat3));
+    r[axis][axis] = 1.0;
+    r[a1][a1] = c;
+    r[a1][a2] = s;
+    r[a2][a1] = -s;
+    r[a2][a2] = c;
+}
+
+/* out = a @ b (out may alias neither). */
+static void mat_mul(const mat3 a, const mat3 b, mat3 out)
+{
+    for (int i = 0; i < 3; i++)
+        for (int j = 0; j < 3; j++)
+            out[i][j] = a[i][0] * b[0][j] + a[i][1] * b[1][j] + a[i][2] * b[2][j];
+}
+
+/* a = a @ b, in place on a. */
+static void mat_mul_right(mat3 a, const mat3 b)
+{
+    mat3 t;
+    mat_mul(a, b, t);
+    memcpy(a, t, sizeof(mat3));
+}
+
+static void mat_transpose(const mat3 a, mat3 out)
+{
+    for (int i = 0; i < 3; i++)
+        for (int j = 0; j < 3; j++)
+            out[i][j] = a[j][i];
+}
+
+/* Arcseconds to radians (SOFA/ERFA DAS2R). */
+#define DAS2R 4.848136811095359935899141e-6
+
+/* Fukushima-Williams angles of the IAU 2006 precession (Hilton et al. 2006, Celest. Mech.
+ * Dyn. Astron. 94, 351, Table 1; the polynomials of SOFA iauPfw06) and the IAU 2006 mean
+ * obliquity (iauObl06), t in Julian centuries (TT) from J2000.0.  Radians. */
+static void pfw06(double t, double *gamb, double *phib, double *psib, double *epsa)
+{
+    *gamb = (-0.052928 + (10.556378 + (0.4932044 + (-0.00031238 + (-0.000002788
+             + (0.0000000260) * t) * t) * t) * t) * t) * DAS2R;
+    *phib = (84381.412819 + (-46.811016 + (0.0511268 + (0.00053289 + (-0.000000440
+             + (-0.0000000176) * t) * t) * t) * t) * t) * DAS2R;
+    *psib = (-0.041775 + (5038.481484 + (1.5584175 + (-0.00018522 + (-0.000026452
+             + (-0.0000000148) * t) * t) * t) * t) * t) * DAS2R;
+    *epsa = (84381.406 + (-46.836769 + (-0.0001831 + (0.00200340 + (-0.000000576
+             + (-0.0000000434) * t) * t) * t) * t) * t) * DAS2R;
+}
+
+/* The rotation from Fukushima-Williams angles (SOFA iauFw2m):
+ * R = R1(-eps) R3(-psi) R1(phib) R3(gamb). */
+static void fw2m(double gamb, double phib, double psi, double eps, mat3 r)
+{
+    mat3 a;
+    rot(0, -eps, r);
+    rot(2, -psi, a);
+    mat_mul_right(r, a);
+    rot(0, phib, a);
+    mat_mul_right(r, a);
+    rot(2, gamb, a);
+    mat_mul_right(r, a);
+}
+
+/* IAU 2006 bias-precession matrix at t (SOFA iauPmat06). */
+static void pmat06(double t, mat3 r)
+{
+    double g, p, s, e;
+    pfw06(t, &g, &p, &s, &e);
+    fw2m(g, p, s, e, r);
+}
+
+/* The precession part alone, P = (bias-precession)(bias)^T (SOFA iauBp06 "rp"). */
+static void bp06_rp(double t, mat3 rp)
+{
+    mat3 rb, rbt, rbp;
+    pmat06(0.0, rb);
+    pmat06(t, rbp);
+    mat_transpose(rb, rbt);
+    mat_mul(rbp, rbt, rp);
+}
+
+/* Days (TT) from J2000.0 of an equinox, per the Time formats astropy uses
+ * (SOFA iauEpj2jd for Julian epochs, iauEpb2jd for Besselian epochs). */
+static double days_julian(double epj)
+{
+    return (epj - 2000.0) * 365.25;
+}
+
+static double days_besselian(double epb)
+{
+    return -36524.68648 + (epb - 1900.0) * 365.242198781;
+}
+
+static double jyear_of(double d)
+{
+    return 2000.0 + d / 365.25;   /* SOFA iauEpj */
+}
+
+static double byear_of(double d)
+{
+    return 1900.0 + (d + 36524.68648) / 365.242198781;   /* SOFA iauEpb */
+}
+
+/* FK5 precession between two equinoxes given as days from J2000 (TT): astropy's FK5
+ * frame uses earth_orientation.precession_matrix_Capitaine, i.e. IAU 2006 precession
+ * through J2000: P = rp(to) @ rp(from)^T with rp from iauBp06. */
+static void precess_iau2006(double d_from, double d_to, mat3 p)
+{
+    mat3 a, b, bt;
+    bp06_rp(d_to / 36525.0, a);
+    bp06_rp(d_from / 36525.0, b);
+    mat_transpose(b, bt);
+    mat_mul(a, bt, p);
+}
+
+/* FK4 precession between Besselian epochs by Newcomb's method as astropy's
+ * earth_orientation._precession_matrix_besselian (Explanatory Supplement 1992):
+ * R3(-z) R2(theta) R3(-zeta), polynomials in tropical millennia from B1850. */
+static void precess_newcomb(double epoch1, double epoch2, mat3 p)
+{
+    double t1 = (epoch1 - 1850.0) / 1000.0;
+    double t2 = (epoch2 - 1850.0) / 1000.0;
+    double dt = t2 - t1;
+    double zeta1 = 23035.545 + t1 * 139.720 + 0.060 * t1 * t1;
+    double zeta2 = 30.240 - 0.27 * t1;
+    double zeta3 = 17.995;
+    double zeta = (((zeta3 * dt + zeta2) * dt + zeta1) * dt + 0.0) / 3600.0;
+    double z1 = 23035.545 + t1 * 139.720 + 0.060 * t1 * t1;
+    double z2 = 109.480 + 0.39 * t1;
+    double z3 = 18.325;
+    double z = (((z3 * dt + z2) * dt + z1) * dt + 0.0) / 3600.0;
+    double th1 = 20051.12 - 85.29 * t1 - 0.37 * t1 * t1;
+    double th2 = -42.65 - 0.37 * t1;
+    double th3 = -41.8;
+    double theta = (((th3 * dt + th2) * dt + th1) * dt + 0.0) / 3600.0;
+    mat3 a;
+    rot(2, -z * DEG2RAD, p);
+    rot(1, theta * DEG2RAD, a);
+    mat_mul_right(p, a);
+    rot(2, -zeta * DEG2RAD, a);
+    mat_mul_right(p, a);
+}
+
+/* ICRS -> FK5 J2000 frame bias, the B-matrix of USNO Circular 179 (Kaplan 2005, eq. 3.4)
+ * as astropy's icrs_fk5_transforms._icrs_to_fk5_matrix builds it:
+ * R1(-eta0) R2(xi0) R3(da0) with eta0 = -19.9 mas, xi0 = 9.1 mas, da0 = -22.9 mas. */
+static void icrs_to_fk5_bias(mat3 b)
+{
+    double eta0 = -19.9 / 3600000.0, xi0 = 9.1 / 3600000.0, da0 = -22.9 / 3600000.0;
+    mat3 a;
+    rot(0, -eta0 * DEG2RAD, b);
+    rot(1, xi0 * DEG2RAD, a);
+    mat_mul_right(b, a);
+    rot(2, da0 * DEG2RAD, a);
+    mat_mul_right(b, a);
+}
+
+/* FK5 J2000 -> Galactic (astropy galactic_transforms.fk5_to_gal without the precession):
+ * R3(180 - l0) R2(90 - dec_ngp) R3(ra_ngp) with astropy's Galactic._ngp_J2000 =
+ * (192.8594812065348, 27.12825118085622) and _lon0_J2000 = 122.9319185680026 degrees. */
+static void fk5_j2000_to_gal(mat3 g)
+{
+    mat3 a;
+    rot(2, (180.0 - 122.9319185680026) * DEG2RAD, g);
+    rot(1, (90.0 - 27.12825118085622) * DEG2RAD, a);
+    mat_mul_right(g, a);
+    rot(2, 192.8594812065348 * DEG2RAD, a);
+    mat_mul_right(g, a);
+}
+
+/* FK4 (no E-terms) B1950 -> Galactic: astropy's fk4_to_gal with the IAU 1958 pole
+ * (192.25, 27.4) and l0 = 123 degrees (Blaauw et al. 1960). */
+static void fk4_b1950_to_gal(mat3 g)
+{
+    mat3 a;
+    rot(2, (180.0 - 123.0) * DEG2RAD, g);
+    rot(1, (90.0 - 27.4) * DEG2RAD, a);
+    mat_mul_right(g, a);
+    rot(2, 192.25 * DEG2RAD, a);
+    mat_mul_right(g, a);
+}
+
+/* astropy fk4_fk5_transforms._fk4_B_matrix: the B1950 -> J2000 matrix of Standish (1982,
+ * A&A 115, 20) plus the correction for the rotation of FK4 (Murray 1989, eqn 29) times
+ * T = (obstime.jyear - 1950) / 100. */
+static void fk4_b_matrix(double obstime_days, mat3 m)
+{
+    static const mat3 b1950_to_j2000 = {
+        { 0.9999256794956877, -0.0111814832204662, -0.0048590038153592 },
+        { 0.0111814832391717, +0.9999374848933135, -0.0000271625947142 },
+        { 0.0048590037723143, -0.0000271702937440, +0.9999881946023742 } };
+    static const mat3 corr = {
+        { -0.0026455262, -1.1539918689, +2.1111346190 },
+        { +1.1540628161, -0.0129042997, +0.0236021478 },
+        { -2.1112979048, -0.0056024448, +0.0102587734 } };
+    double t = (jyear_of(obstime_days) - 1950.0) / 100.0;
+    for (int i = 0; i < 3; i++)
+        for (int j = 0; j < 3; j++)
+            m[i][j] = b1950_to_j2000[i][j] + corr[i][j] * 1.0e-6 * t;
+}
+
+/* ICRS -> mean ecliptic and equinox (astropy BarycentricMeanEcliptic, through SOFA
+ * iauEcm06): R1(eps_A) times the IAU 2006 bias-precession matrix. */
+static void icrs_to_ecliptic(double d_equinox, mat3 m)
+{
+    double t = d_equinox / 36525.0, g, p, s, e;
+    mat3 bp;
+    pfw06(t, &g, &p, &s, &e);
+    fw2m(g, p, s, e, bp);
+    rot(0, e, m);
+    mat_mul_right(m, bp);
+}
+
+/* E-terms of aberration of an FK4 equinox (astropy builtin_frames/fk4.py fk4_e_terms:
+ * aberration constant 0.0056932 deg, the Earth's eccentricity, mean longitude of perigee
+ * and IAU 1980 obliquity from the Explanatory Supplement 1992 / SOFA iauObl80). */
+static void fk4_e_terms(double d_equinox, double a[3])
+{
+    const double jd1950 = 2451545.0 + days_besselian(1950.0);
+    double jd = 2451545.0 + d_equinox;
+    double T = (jd - jd1950) / 36525.0;
+    double e = (-0.000000126 * T + -0.00004193) * T + 0.01673011;
+    double g = (((0.012 * T + 1.65) * T + 6190.67) * T + 1015489.951) / 3600.0 * DEG2RAD;
+    double t80 = (jd - 2451545.0) / 36525.0;
+    double o = DAS2R * (84381.448 + (-46.8150 + (-0.00059 + 0.001813 * t80) * t80) * t80);
+    double k = 0.0056932 * DEG2RAD;
+    a[0] = e * k * sin(g);
+    a[1] = -e * k * cos(g) * cos(o);
+    a[2] = -e * k * cos(g) * sin(o);
+}
+
+/* One step of a conversion path: a rotation, or adding/removing FK4 E-terms. */
+enum { STEP_MATRIX, STEP_ETERMS_REMOVE, STEP_ETERMS_ADD };
+typedef struct conv_step {
+    int kind;
+    mat3 m;
+    double eterms[3];
+} conv_step;
+
+#define MAX_STEPS 8
+
+/* A frame as astropy sees it during a transformation: kind, equinox and obstime as days
+ * from J2000 (TT). */
+typedef struct frame_state {
+    int kind;        /* sky_frame, or FRAME_FK4NOE below */
+    double eq;       /* days from J2000 */
+    double obstime;  /* FK4 frames only */
+} frame_state;
+#define FRAME_FK4NOE 100
+
+typedef struct path {
+    conv_step step[MAX_STEPS];
+    int n;
+} path;
+
+static void add_matrix(path *p, const mat3 m)
+{
+    if (p->n >= MAX_STEPS)
+        return;
+    p->step[p->n].kind = STEP_MATRIX;
+    memcpy(p->step[p->n].m, m, sizeof(mat3));
+    p->n++;
+}
+
+static void add_eterms(path *p, int kind, double d_equinox)
+{
+    if (p->n >= MAX_STEPS)
+        return;
+    p->step[p->n].kind = kind;
+    fk4_e_terms(d_equinox, p->step[p->n].eterms);
+    p->n++;
+}
+
+/* One edge of astropy's transform graph (the *_transforms.py files of builtin_frames) from `a` to `b`;
+ * both must be adjacent in that graph. */
+static void edge(const frame_state *a, const frame_state *b, path *p)
+{
+    mat3 m, n, q;
+    const double j2000 = 0.0, b1950 = days_besselian(1950.0);
+    if (a->kind == SKY_FRAME_ICRS && b->kind == SKY_FRAME_FK5) {
+        precess_iau2006(j2000, b->eq, m);
+        icrs_to_fk5_bias(n);
+        mat_mul(m, n, q);
+        add_matrix(p, q);
+    } else if (a->kind == SKY_FRAME_FK5 && b->kind == SKY_FRAME_ICRS) {
+        icrs_to_fk5_bias(m);
+        mat_transpose(m, n);
+        precess_iau2006(a->eq, j2000, m);
+        mat_mul(n, m, q);
+        add_matrix(p, q);
+    } else if (a->kind == SKY_FRAME_FK5 && b->kind == SKY_FRAME_FK5) {
+        precess_iau2006(a->eq, b->eq, m);
+        add_matrix(p, m);
+    } else if (a->kind == SKY_FRAME_FK5 && b->kind == SKY_FRAME_GALACTIC) {
+        fk5_j2000_to_gal(m);
+        precess_iau2006(a->eq, j2000, n);
+        mat_mul(m, n, q);
+        add_matrix(p, q);
+    } else if (a->kind == SKY_FRAME_GALACTIC && b->kind == SKY_FRAME_FK5) {
+        fk5_j2000_to_gal(m);
+        precess_iau2006(b->eq, j2000, n);
+        mat_mul(m, n, q);
+        mat_transpose(q, m);
+        add_matrix(p, m);
+    } else if (a->kind == SKY_FRAME_ICRS && b->kind == SKY_FRAME_ECLIPTIC) {
+        icrs_to_ecliptic(b->eq, m);
+        add_matrix(p, m);
+    } else if (a->kind == SKY_FRAME_ECLIPTIC && b->kind == SKY_FRAME_ICRS) {
+        icrs_to_ecliptic(a->eq, m);
+        mat_transpose(m, n);
+        add_matrix(p, n);
+    } else if (a->kind == SKY_FRAME_FK4 && b->kind == FRAME_FK4NOE) {
+        /* astropy fk4.fk4_to_fk4_no_e: remove E-terms of the FK4 equinox, then precess
+         * when the target's equinox differs. */
+        add_eterms(p, STEP_ETERMS_REMOVE, a->eq);
+        if (a->eq != b->eq) {
+            precess_newcomb(byear_of(a->eq), byear_of(b->eq), m);
+            add_matrix(p, m);
+        }
+    } else if (a->kind == FRAME_FK4NOE && b->kind == SKY_FRAME_FK4) {
+        /* astropy fk4.fk4_no_e_to_fk4: precess first, then add the E-terms. */
+        if (a->eq != b->eq) {
+            precess_newcomb(byear_of(a->eq), byear_of(b->eq), m);
+            add_matrix(p, m);
+        }
+        add_eterms(p, STEP_ETERMS_ADD, b->eq);
+    } else if (a->kind == FRAME_FK4NOE && b->kind == FRAME_FK4NOE) {
+        precess_newcomb(byear_of(a->eq), byear_of(b->eq), m);
+        add_matrix(p, m);
+    } else if (a->kind == FRAME_FK4NOE && b->kind == SKY_FRAME_FK5) {
+        /* fk4_fk5_transforms.fk4_no_e_to_fk5: pmat2 @ B(obstime) @ pmat1. */
+        precess_iau2006(j2000, b->eq, m);
+        fk4_b_matrix(a->obstime, n);
+        mat_mul(m, n, q);
+        precess_newcomb(byear_of(a->eq), byear_of(b1950), m);
+        mat_mul_right(q, m);
+        add_matrix(p, q);
+    } else if (a->kind == SKY_FRAME_FK5 && b->kind == FRAME_FK4NOE) {
+        /* fk5_to_fk4_no_e: pmat2 @ B(obstime)^T @ pmat1. */
+        precess_newcomb(byear_of(b1950), byear_of(b->eq), m);
+        fk4_b_matrix(b->obstime, q);
+        mat_transpose(q, n);
+        mat_mul(m, n, q);
+        precess_iau2006(a->eq, j2000, m);
+        mat_mul_right(q, m);
+        add_matrix(p, q);
+    } else if (a->kind == FRAME_FK4NOE && b->kind == SKY_FRAME_GALACTIC) {
+        fk4_b1950_to_gal(m);
+        precess_newcomb(byear_of(a->eq), byear_of(b1950), n);
+        mat_mul(m, n, q);
+        add_matrix(p, q);
+    } else if (a->kind == SKY_FRAME_GALACTIC && b->kind == FRAME_FK4NOE) {
+        fk4_b1950_to_gal(m);
+        precess_newcomb(byear_of(b->eq), byear_of(b1950), n);
+        mat_mul(m, n, q);
+        mat_transpose(q, m);
+        add_matrix(p, m);
+    }
+}
+
+/* The frames astropy passes through from `from` to `to` (the shortest paths of its
+ * transform graph), with the intermediate frames' attributes chosen as astropy's
+ * CompositeTransform does: from the target frame when it has the attribute, else from
+ * the starting frame, else the default (FK5 equinox J2000, FK4 B1950). */
+static void build_path(const frame_state *from, const frame_state *to, path *p)
+{
+    static const int routes[6][6][5] = {
+        /* from NONE */ { { 0 } },
+        /* from ICRS */ { { 0 }, { 0 }, { SKY_FRAME_FK5, 0 },
+                          { SKY_FRAME_FK5, FRAME_FK4NOE, SKY_FRAME_FK4, 0 },
+                          { SKY_FRAME_FK5, SKY_FRAME_GALACTIC, 0 }, { SKY_FRAME_ECLIPTIC, 0 } },
+        /* from FK5 */  { { 0 }, { SKY_FRAME_ICRS, 0 }, { SKY_FRAME_FK5, 0 },
+                          { FRAME_FK4NOE, SKY_FRAME_FK4, 0 }, { SKY_FRAME_GALACTIC, 0 },
+                          { SKY_FRAME_ICRS, SKY_FRAME_ECLIPTIC, 0 } },
+        /* from FK4 */  { { 0 }, { FRAME_FK4NOE, SKY_FRAME_FK5, SKY_FRAME_ICRS, 0 },
+                          { FRAME_FK4NOE, SKY_FRAME_FK5, 0 },
+                          { FRAME_FK4NOE, FRAME_FK4NOE, SKY_FRAME_FK4, 0 },
+                          { FRAME_FK4NOE, SKY_FRAME_GALACTIC, 0 },
+                          { FRAME_FK4NOE, SKY_FRAME_FK5, SKY_FRAME_ICRS, SKY_FRAME_ECLIPTIC, 0 } },
+        /* from GAL */  { { 0 }, { SKY_FRAME_FK5, SKY_FRAME_ICRS, 0 }, { SKY_FRAME_FK5, 0 },
+                          { FRAME_FK4NOE, SKY_FRAME_FK4, 0 }, { 0 },
+                          { SKY_FRAME_FK5, SKY_FRAME_ICRS, SKY_FRAME_ECLIPTIC, 0 } },
+        /* from ECL */  { { 0 }, { SKY_FRAME_ICRS, 0 }, { SKY_FRAME_ICRS, SKY_FRAME_FK5, 0 },
+                          { SKY_FRAME_ICRS, SKY_FRAME_FK5, FRAME_FK4NOE, SKY_FRAME_FK4, 0 },
+                          { SKY_FRAME_ICRS, SKY_FRAME_FK5, SKY_FRAME_GALACTIC, 0 },
+                          { SKY_FRAME_ICRS, SKY_FRAME_ECLIPTIC, 0 } },
+    };
+    p->n = 0;
+    if (from->kind < 1 || from->kind > 5 || to->kind < 1 || to->kind > 5)
+        return;
+    const int *r = routes[from->kind][to->kind];
+    frame_state cur = *from;
+    /* Starting-frame attributes: FK4 has equinox and obstime, FK5/ecliptic equinox. */
+    int from_has_eq = from->kind == SKY_FRAME_FK5 || from->kind == SKY_FRAME_FK4
+                      || from->kind == SKY_FRAME_ECLIPTIC;
+    int to_has_eq = to->kind == SKY_FRAME_FK5 || to->kind == SKY_FRAME_FK4
+                    || to->kind == SKY_FRAME_ECLIPTIC;
+    int from_has_obs = from->kind == SKY_FRAME_FK4;
+    int to_has_obs = to->kind == SKY_FRAME_FK4;
+
+    if (from->kind == SKY_FRAME_FK4 && to->kind == SKY_FRAME_FK4) {
+        /* astropy fk4.fk4_to_fk4: through FK4NoETerms at each equinox. */
+        frame_state n1 = { FRAME_FK4NOE, from->eq, from->obstime };
+        frame_state n2 = { FRAME_FK4NOE, to->eq, from->obstime };
+        edge(from, &n1, p);
+        edge(&n1, &n2, p);
+        edge(&n2, to, p);
+        return;
+    }
+    for (int i = 0; i < 5 && r[i] != 0; i++) {
+        frame_state nx;
+        int last = i == 4 || r[i + 1] == 0;
+        if (last) {
+            nx = *to;
+        } else {
+            nx.kind = r[i];
+            int nx_is_fk4 = nx.kind == FRAME_FK4NOE;
+            nx.eq = to_has_eq ? to->eq : from_has_eq ? from->eq
+                    : nx_is_fk4 ? days_besselian(1950.0) : 0.0;
+            nx.obstime = to_has_obs ? to->obstime : from_has_obs ? from->obstime : nx.eq;
+        }
+        edge(&cur, &nx, p);
+        cur = nx;
+    }
+}
+
+/* Applies the steps to one direction as astropy does: the unit vector from
+ * (lon, lat) (SOFA iauS2c), each matrix by iauRxp, back to (lon, lat) by iauC2s with
+ * the longitude wrapped to [0, 2 pi) (astropy's Longitude) after every step; E-terms
+ * as in astropy fk4.py (removal: r - A + (A.r) r, renormalised; addition: ten fixed-point
+ * iterations of r = (A + r0) / (1 + A.r), renormalised). */
+static void apply_path(const path *p, double *lon, double *lat)
+{
+    double a = *lon * DEG2RAD, b = *lat * DEG2RAD;
+    for (int s = 0; s < p->n; s++) {
+        const conv_step *st = &p->step[s];
+        double cb = cos(b);
+        double v[3] = { cos(a) * cb, sin(a) * cb, sin(b) };
+        double w[3];
+        if (st->kind == STEP_MATRIX) {
+            for (int i = 0; i < 3; i++)
+                w[i] = st->m[i][0] * v[0] + st->m[i][1] * v[1] + st->m[i][2] * v[2];
+        } else {
+            const double *A = st->eterms;
+            double d0 = sqrt(v[0] * v[0] + v[1] * v[1] + v[2] * v[2]);
+            for (int i = 0; i < 3; i++)
+                v[i] /= d0;
+            if (st->kind == STEP_ETERMS_REMOVE) {
+                double ad = A[0] * v[0] + A[1] * v[1] + A[2] * v[2];
+                for (int i = 0; i < 3; i++)
+                    w[i] = v[i] - A[i] + ad * v[i];
+            } else {
+                for (int i = 0; i < 3; i++)
+                    w[i] = v[i];
+                for (int it = 0; it < 10; it++) {
+                    double ad = A[0] * w[0] + A[1] * w[1] + A[2] * w[2];
+                    for (int i = 0; i < 3; i++)
+                        w[i] = (A[i] + v[i]) / (1.0 + ad);
+                }
+            }
+            double d1 = sqrt(w[0] * w[0] + w[1] * w[1] + w[2] * w[2]);
+            for (int i = 0; i < 3; i++)
+                w[i] *= d0 / d1;
+        }
+        double d2 = w[0] * w[0] + w[1] * w[1];
+        a = d2 != 0.0 ? atan2(w[1], w[0]) : 0.0;
+        b = (d2 != 0.0 || w[2] != 0.0) ? atan2(w[2], sqrt(d2)) : 0.0;
+        a = wrap_longitude(a, 2.0 * M_PI);
+    }
+    *lon = a * RAD2DEG;
+    *lat = b * RAD2DEG;
+}
+
+/* Converts positions between frames following astropy's transform graph (see
+ * build_path).  Equinoxes are Julian years for FK5 and ecliptic, Besselian years for FK4
+ * (whose obstime is taken equal to the equinox, astropy's default), ignored otherwise.
+ * Identical frames, or SKY_FRAME_NONE on either side, leave the positions unchanged.
+ * Cannot fail. */
+void sky_convert(sky_frame from, double eq_from, sky_frame to, double eq_to,
+                 size_t n, double *lon, double *lat)
+{
+    if (from == SKY_FRAME_NONE || to == SKY_FRAME_NONE || n == 0)
+        return;
+    int eq_matters = from == SKY_FRAME_FK5 || from == SKY_FRAME_FK4 || from == SKY_FRAME_ECLIPTIC;
+    if (from == to && (!eq_matters || eq_from == eq_to))
+        return;
+    frame_state a = { (int)from, 0.0, 0.0 }, b = { (int)to, 0.0, 0.0 };
+    if (from == SKY_FRAME_FK4)
+        a.eq = a.obstime = days_besselian(eq_from);
+    else if (from == SKY_FRAME_FK5 || from == SKY_FRAME_ECLIPTIC)
+        a.eq = days_julian(eq_from);
+    if (to == SKY_FRAME_FK4)
+        b.eq = b.obstime = days_besselian(eq_to);
+    else if (to == SKY_FRAME_FK5 || to == SKY_FRAME_ECLIPTIC)
+        b.eq = days_julian(eq_to);
+    path p;
+    build_path(&a, &b, &p);
+    for (size_t i = 0; i < n; i++) {
+        if (isfinite(lon[i]) && isfinite(lat[i]))
+            apply_path(&p, &lon[i], &lat[i]);
+        else
+            lon[i] = lat[i] = NAN;
+    }
+}
+
+/* ------------------------------------------------------------------------------------ */
+/* Cutout headers                                                                         */
+
+/* Appends one card padded to 80 characters, in the FITS fixed format (FITS 4.0 sec.
+ * 4.2): strings (val starting with a quote) from column 11, numbers right-justified to
+ * column 30. */
+static void put_card(char *dst, int *nk, const char *key, const char *val)
+{
+    char card[96];
+    int n = val[0] == '\''
+            ? snprintf(card, sizeof card, "%-8.8s= %-20s", key, val)
+            : snprintf(card, sizeof card, "%-8.8s= %20s", key, val);
+    if (n < 0)
+        n = 0;
+    if (n > 80)
+        n = 80;
+    memset(card + n, ' ', (size_t)(80 - n));
+    memcpy(dst + (size_t)(*nk) * 80, card, 80);
+    (*nk)++;
+}
+
+/* The shortest %G form of v that reads back exactly. */
+static void fmt_double(double v, char *out, size_t n)
+{
+    for (int prec = 15; prec <= 17; prec++) {
+        snprintf(out, n, "%.*G", prec, v);
+        if (strtod(out, NULL) == v)
+            break;
+    }
+    /* FITS real values need a decimal point or an exponent. */
+    if (!strpbrk(out, ".E") && strlen(out) + 2 < n)
+        strcat(out, ".0");
+}
+
+/* Projection codes wcslib knows that need no PVi_m to be defined. */
+static int known_projection(const char *p)
+{
+    static const char *const codes[] = {
+        "AZP", "SZP", "TAN", "STG", "SIN", "ARC", "ZEA", "AIR", "CYP", "CEA", "CAR", "MER",
+        "SFL", "PAR", "MOL", "AIT", "PCO", "TSC", "CSC", "QSC", "HPX", "XPH" };
+    for (size_t i = 0; i < sizeof codes / sizeof codes[0]; i++)
+        if (strcmp(p, codes[i]) == 0)
+            return 1;
+    return 0;
+}
+
+/* Builds the hips2fits-style header described in skywcs.h.  The frames icrs
+ * (RA/DEC, RADESYS ICRS), fk5 (RADESYS FK5, EQUINOX 2000), fk4 (RADESYS FK4, EQUINOX
+ * 1950), galactic (GLON/GLAT) and ecliptic (ELON/ELAT, equinox J2000) are accepted.
+ * The result is parsed back with skywcs_parse as a last check.  Errors: TESS_EINVAL
+ * (`err` names the bad value), TESS_ENOMEM; *cards is NULL on error. */
+int skywcs_cutout_header(double lon, double lat, double fov, long w, long h, const char *proj,
+                         sky_frame frame, double rotation, char **cards, int *nkeys,
+                         char *err, size_t errlen)
+{
+    if (cards)
+        *cards = NULL;
+    if (nkeys)
+        *nkeys = 0;
+    if (!cards || !nkeys) {
+        tess_seterr(err, errlen, "%s", "no output");
+        return TESS_EINVAL;
+    }
+    char pj[8];
+    if (!proj || strlen(proj) != 3) {
+        tess_seterr(err, errlen, "projection: unknown code '%s'", proj ? proj : "");
+        return TESS_EINVAL;
+    }
+    trim_upper(proj, pj, sizeof pj);
+    if (!known_projection(pj)) {
+        tess_seterr(err, errlen, "projection: unknown code '%s'", proj);
+        return TESS_EINVAL;
+    }
+    if (!isfinite(lon)) {
+        tess_seterr(err, errlen, "%s", "lon: not a finite number");
+        return TESS_EINVAL;
+    }
+    if (!isfinite(lat) || lat < -90.0 || lat > 90.0) {
+        tess_seterr(err, errlen, "%s", "lat: must be within [-90, 90]");
+        return TESS_EINVAL;
+    }
+    if (!isfinite(fov) || fov <= 0.0 || fov > 360.0) {
+        tess_seterr(err, errlen, "%s", "fov: must be within (0, 360] degrees");
+        return TESS_EINVAL;
+    }
+    if (w < 1 || h < 1 || w > 1000000 || h > 1000000) {
+        tess_seterr(err, errlen, "%s", "width/height: must be within [1, 1000000]");
+        return TESS_EINVAL;
+    }
+    if (!isfinite(rotation)) {
+        tess_seterr(err, errlen, "%s", "rotation_angle: not a finite number");
+        return TESS_EINVAL;
+    }
+    const char *lonpre, *latpre, *radesys = NULL, *equinox = NULL;
+    switch (frame) {
+    case SKY_FRAME_ICRS: lonpre = "RA--"; latpre = "DEC-"; radesys = "'ICRS'"; break;
+    case SKY_FRAME_FK5: lonpre = "RA--"; latpre = "DEC-"; radesys = "'FK5'"; equinox = "2000.0"; break;
+    case SKY_FRAME_FK4: lonpre = "RA--"; latpre = "DEC-"; radesys = "'FK4'"; equinox = "1950.0"; break;
+    case SKY_FRAME_GALACTIC: lonpre = "GLON"; latpre = "GLAT"; break;
+    case SKY_FRAME_ECLIPTIC: lonpre = "ELON"; latpre = "ELAT"; equinox = "2000.0"; break;
+    default:
+        tess_seterr(err, errlen, "%s", "coordsys: unsupported frame");
+        return TESS_EINVAL;
+    }
+
+    enum { MAXCARDS = 24 };
+    char *buf = malloc(MAXCARDS * 80 + 1);
+    if (!buf) {
+        tess_seterr(err, errlen, "%s", "out of memory");
+        return TESS_ENOMEM;
+    }
+    int nk = 0;
+    char v[64];
+    double pix = fov / (double)(w > h ? w : h);
+    double rad = rotation * DEG2RAD, c = cos(rad), s = sin(rad);
+
+    put_card(buf, &nk, "NAXIS", "2");
+    snprintf(v, sizeof v, "%ld", w);
+    put_card(buf, &nk, "NAXIS1", v);
+    snprintf(v, sizeof v, "%ld", h);
+    put_card(buf, &nk, "NAXIS2", v);
+    put_card(buf, &nk, "WCSAXES", "2");
+    snprintf(v, sizeof v, "'%s-%s'", lonpre, pj);
+    put_card(buf, &nk, "CTYPE1", v);
+    snprintf(v, sizeof v, "'%s-%s'", latpre, pj);
+    put_card(buf, &nk, "CTYPE2", v);
+    put_card(buf, &nk, "CUNIT1", "'deg'");
+    put_card(buf, &nk, "CUNIT2", "'deg'");
+    fmt_double((double)w / 2.0 + 0.5, v, sizeof v);
+    put_card(buf, &nk, "CRPIX1", v);
+    fmt_double((double)h / 2.0 + 0.5, v, sizeof v);
+    put_card(buf, &nk, "CRPIX2", v);
+    fmt_double(lon, v, sizeof v);
+    put_card(buf, &nk, "CRVAL1", v);
+    fmt_double(lat, v, sizeof v);
+    put_card(buf, &nk, "CRVAL2", v);
+    fmt_double(-pix, v, sizeof v);
+    put_card(buf, &nk, "CDELT1", v);
+    fmt_double(pix, v, sizeof v);
+    put_card(buf, &nk, "CDELT2", v);
+    fmt_double(c, v, sizeof v);
+    put_card(buf, &nk, "PC1_1", v);
+    fmt_double(-s, v, sizeof v);
+    put_card(buf, &nk, "PC1_2", v);
+    fmt_double(s, v, sizeof v);
+    put_card(buf, &nk, "PC2_1", v);
+    fmt_double(c, v, sizeof v);
+    put_card(buf, &nk, "PC2_2", v);
+    if (radesys)
+        put_card(buf, &nk, "RADESYS", radesys);
+    if (equinox)
+        put_card(buf, &nk, "EQUINOX", equinox);
+    buf[(size_t)nk * 80] = '\0';
+
+    skywcs *check = NULL;
+    char werr[160];
+    int rc = skywcs_parse(buf, nk, &check, werr, sizeof werr);
+    if (rc != 0) {
+        free(buf);
+        tess_seterr(err, errlen, "projection: %s", werr);
+        return rc;
+    }
+    skywcs_free(check);
+    *cards = buf;
+    *nkeys = nk;
+    return 0;
+}
+
+int skywcs_check_pair(const skywcs *in, const skywcs *out, char *err, size_t errlen)
+{
+    if (!skywcs_has_celestial(in) || !skywcs_has_celestial(out)) {
+        tess_seterr(err, errlen, "%s WCS has no celestial axes",
+                    skywcs_has_celestial(in) ? "output" : "input");
+        return TESS_EINVAL;
+    }
+    if (skywcs_frame(in, NULL) == SKY_FRAME_NONE || skywcs_frame(out, NULL) == SKY_FRAME_NONE) {
+        tess_seterr(err, errlen, "%s WCS has an unsupported celestial frame",
+                    skywcs_frame(in, NULL) == SKY_FRAME_NONE ? "input" : "output");
+        return TESS_EINVAL;
+    }
+    return 0;
+}

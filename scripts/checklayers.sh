@@ -1,0 +1,65 @@
+#!/bin/sh
+# The layering check (in the spirit of curl's checksrc), run by make check:
+#   - the engine includes no daemon or CLI header, the daemon no CLI header, the CLI no
+#     daemon header;
+#   - each third-party library's headers stand only in the files that own it;
+#   - no source file cites an issue number.
+# Prints one line per violation and a Check-style summary ("100%: Checks: N, Failures: F,
+# Errors: 0") that scripts/test.sh counts; exits 1 on any violation.
+set -u
+top=${TESSERA_SRCDIR:-$(cd "$(dirname "$0")/.." && pwd)}
+cd "$top" || exit 2
+checks=0
+failures=0
+
+# rule NAME FILES-MATCHING-REGEX ALLOWED-FILES...: the files of the product (engine, daemon,
+# cli) that include a header matching the regex must all be among the allowed ones.
+rule() {
+    name=$1 regex=$2
+    shift 2
+    checks=$((checks + 1))
+    bad=""
+    for f in $(git ls-files 'engine/*.[ch]' 'daemon/*.[ch]' 'cli/*.[ch]' 2>/dev/null ||
+               find engine daemon cli -name '*.[ch]'); do
+        grep -qE "^[[:space:]]*#[[:space:]]*include[[:space:]]*$regex" "$f" || continue
+        ok=0
+        for a in "$@"; do
+            case "$f" in $a) ok=1 ;; esac
+        done
+        [ $ok -eq 1 ] || bad="$bad $f"
+    done
+    if [ -n "$bad" ]; then
+        echo "checklayers: $name:$bad"
+        failures=$((failures + 1))
+    fi
+}
+
+rule "engine includes a daemon or CLI header" '"(daemon|cli)/' 'daemon/*' 'cli/*'
+rule "daemon includes a CLI header" '"cli/' 'engine/*' 'cli/*'
+rule "CLI includes a daemon header" '"daemon/' 'engine/*' 'daemon/*'
+rule "cfitsio outside its module" '<(fitsio|longnam|fitsio2)\.h>' \
+    'engine/fits/*' 'engine/image/stack.c' 'engine/image/encode.c' 'daemon/jobs/job_stack.c' \
+    'cli/tessera.c' 'cli/cmd_mkstack.c'
+rule "wcslib outside its module" '<wcs(lib/|\.h|hdr|fix|trig|math|util)' 'engine/sky/skywcs.c' \
+    'daemon/api/series.c'
+rule "libmicrohttpd outside daemon/http.c" '<microhttpd\.h>' 'daemon/http.c'
+rule "SQLite outside the job store" '<sqlite3\.h>' 'daemon/jobs/jobdb.c' 'daemon/jobs/jobs.c'
+rule "chealpix outside engine/hips" '<chealpix\.h>' 'engine/hips/*'
+rule "fftw3 outside engine/cube" '<fftw3\.h>' 'engine/cube/*' 'daemon/jobs/job_stack.c'
+rule "libcurl outside the CLI's job client" '<curl/' 'cli/cmd_jobs.c'
+rule "libpng outside the image codecs" '<png\.h>' 'engine/image/encode.c' 'engine/image/stack.c'
+rule "libjpeg outside the image codecs" '<jpeglib\.h>' 'engine/image/encode.c'
+
+checks=$((checks + 1))
+cites=$(grep -nE '[Ii]ssues? #?[0-9]+' $(find engine daemon cli tests bench scripts \
+    -name '*.[ch]' -o -name '*.inc' -o -name '*.sh' -o -name '*.mjs' 2>/dev/null) \
+    Makefile.am configure.ac 2>/dev/null | grep -v '^scripts/checklayers.sh:')
+if [ -n "$cites" ]; then
+    echo "checklayers: code cites issue numbers (the reason belongs in the comment):"
+    echo "$cites"
+    failures=$((failures + 1))
+fi
+
+pct=$(( (checks - failures) * 100 / checks ))
+echo "$pct%: Checks: $checks, Failures: $failures, Errors: 0"
+[ $failures -eq 0 ]

@@ -1,8 +1,0 @@
-/* The job types tesserad offers (server/jobtypes.c lists them). */
-#ifndef TESSERA_SERVER_JOBTYPES_H
-#define TESSERA_SERVER_JOBTYPES_H
-
-/* Registers every built-in job type with jobs_register_kind.  Idempotent. */
-void jobtypes_register_all(void);
-
-#endif

@@ -1,0 +1,269 @@
+/* Unit tests of server/params and server/config: strict numbers, cutout and slice parsing,
+ * header bodies, configuration keys. */
+#include <check.h>
+#include <math.h>
+#include <stdlib.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "daemon/config.h"
+#include "daemon/api/params.h"
+#include "tests/testutil.h"
+#include "engine/base/error.h"
+
+/* A query as a NULL-terminated list of key, value pairs. */
+static const char *lookup(void *cls, const char *key)
+{
+    const char **kv = cls;
+    for (int i = 0; kv[i]; i += 2)
+        if (strcmp(kv[i], key) == 0)
+            return kv[i + 1];
+    return NULL;
+}
+
+START_TEST(test_param_numbers)
+{
+    double d;
+    long l;
+    ck_assert_int_eq(param_double("1.5e2", 0, 1000, &d), 0);
+    ck_assert(d == 150.0);
+    ck_assert_int_eq(param_double("-0.25", -1, 1, &d), 0);
+    ck_assert(d == -0.25);
+    ck_assert_int_eq(param_double("12abc", 0, 100, &d), TESS_EINVAL);
+    ck_assert_int_eq(param_double("", 0, 100, &d), TESS_EINVAL);
+    ck_assert_int_eq(param_double(" 1", 0, 100, &d), TESS_EINVAL);
+    ck_assert_int_eq(param_double("nan", 0, 100, &d), TESS_EINVAL);
+    ck_assert_int_eq(param_double("inf", 0, 1e300, &d), TESS_EINVAL);
+    ck_assert_int_eq(param_double("1e999", 0, 1e300, &d), TESS_EINVAL);
+    ck_assert_int_eq(param_double("101", 0, 100, &d), TESS_ERANGE);
+    ck_assert_int_eq(param_long("512", 1, 65536, &l), 0);
+    ck_assert_int_eq(l, 512);
+    ck_assert_int_eq(param_long("0", 1, 65536, &l), TESS_ERANGE);
+    ck_assert_int_eq(param_long("1.5", 1, 65536, &l), TESS_EINVAL);
+    ck_assert_int_eq(param_long("99999999999999999999999", 1, 65536, &l), TESS_EINVAL);
+}
+END_TEST
+
+START_TEST(test_cutout_get)
+{
+    const char *q[] = {"dataset", "gc_2mass_k", "ra", "0", "dec", "0", "coordsys", "galactic",
+                       "fov", "0.8", "width", "512", "height", "256", "projection", "car",
+                       "format", "png", "stretch", "asinh", "min_cut", "1%", "max_cut", "300",
+                       NULL};
+    cutout_params p;
+    param_error e;
+    ck_assert_int_eq(params_cutout_get(lookup, q, &p, &e), 0);
+    ck_assert_str_eq(p.dataset, "gc_2mass_k");
+    ck_assert_int_eq(p.coordsys, SKY_FRAME_GALACTIC);
+    ck_assert(p.fov == 0.8);
+    ck_assert_int_eq(p.width, 512);
+    ck_assert_int_eq(p.height, 256);
+    ck_assert_str_eq(p.projection, "CAR");
+    ck_assert_int_eq(p.method, RP_BILINEAR);
+    ck_assert(p.max_coord_error == 0.001);
+    ck_assert_int_eq(p.format, FMT_PNG);
+    ck_assert_int_eq(p.render.stretch, STRETCH_ASINH);
+    ck_assert(p.render.min_cut.is_percent && p.render.min_cut.value == 1.0);
+    ck_assert(!p.render.max_cut.is_percent && p.render.max_cut.value == 300.0);
+    char key[160];
+    params_render_key(&p.render, key, sizeof(key));
+    ck_assert_str_eq(key, "asinh,1%,300,grey");
+
+    /* Every frame of skywcs (any case) and JPEG. */
+    const char *ecl[] = {"dataset", "x", "ra", "10", "dec", "5", "coordsys", "Ecliptic", "fov",
+                         "1", "width", "1", "height", "1", "format", "jpg", NULL};
+    ck_assert_int_eq(params_cutout_get(lookup, ecl, &p, &e), 0);
+    ck_assert_int_eq(p.coordsys, SKY_FRAME_ECLIPTIC);
+    ck_assert_int_eq(p.format, FMT_JPG);
+    const char *fk5[] = {"dataset", "x", "ra", "10", "dec", "5", "coordsys", "fk5", "fov", "1",
+                         "width", "1", "height", "1", NULL};
+    ck_assert_int_eq(params_cutout_get(lookup, fk5, &p, &e), 0);
+    ck_assert_int_eq(p.coordsys, SKY_FRAME_FK5);
+    const char *sgal[] = {"dataset", "x", "ra", "10", "dec", "5", "coordsys", "supergalactic",
+                          "fov", "1", "width", "1", "height", "1", NULL};
+    ck_assert_int_eq(params_cutout_get(lookup, sgal, &p, &e), TESS_EINVAL);
+    ck_assert_str_eq(e.parameter, "coordsys");
+    const char *npy[] = {"dataset", "x", "ra", "10", "dec", "5", "fov", "1", "width", "1",
+                         "height", "1", "format", "npy", NULL};
+    ck_assert_int_eq(params_cutout_get(lookup, npy, &p, &e), TESS_EINVAL);
+    ck_assert_str_eq(e.parameter, "format");
+
+    const char *bad[] = {"dataset", "x", "ra", "0", "dec", "-90.5", "fov", "1", "width", "1",
+                         "height", "1", NULL};
+    ck_assert_int_eq(params_cutout_get(lookup, bad, &p, &e), TESS_EINVAL);
+    ck_assert_str_eq(e.parameter, "dec");
+    ck_assert_ptr_nonnull(strstr(e.detail, "between"));
+
+    const char *noproj[] = {"dataset", "x", "ra", "0", "dec", "0", "fov", "1", "width", "1",
+                            "height", "1", "projection", "TA", NULL};
+    ck_assert_int_eq(params_cutout_get(lookup, noproj, &p, &e), TESS_EINVAL);
+    ck_assert_str_eq(e.parameter, "projection");
+
+    const char *missing[] = {"ra", "0", NULL};
+    ck_assert_int_eq(params_cutout_get(lookup, missing, &p, &e), TESS_EINVAL);
+    ck_assert_str_eq(e.parameter, "dataset");
+}
+END_TEST
+
+START_TEST(test_slice_path)
+{
+    slice_params s;
+    param_error e;
+    ck_assert_int_eq(params_slice_path("xy/512_256/10_20_3.fits", &s, &e), 0);
+    ck_assert_int_eq(s.w, 512);
+    ck_assert_int_eq(s.h, 256);
+    ck_assert_int_eq(s.x, 10);
+    ck_assert_int_eq(s.y, 20);
+    ck_assert_int_eq(s.z, 3);
+    ck_assert_int_eq(s.format, FMT_FITS);
+    ck_assert_int_eq(params_slice_path("xy/1_1/0_0_0.npy", &s, &e), 0);
+    ck_assert_int_eq(s.format, FMT_NPY);
+    ck_assert_int_eq(params_slice_path("xz/1_1/0_0_0.png", &s, &e), 0);
+    ck_assert_str_eq(s.plane, "xz");
+    ck_assert_int_eq(params_slice_path("yz/1_1/0_0_0.raw", &s, &e), 0);
+    ck_assert_int_eq(s.format, FMT_RAW);
+    ck_assert_int_eq(params_slice_path("zx/1_1/0_0_0.png", &s, &e), TESS_EINVAL);
+    ck_assert_str_eq(e.parameter, "plane");
+    /* The plane alone: the size is what is missing, not the plane. */
+    ck_assert_int_eq(params_slice_path("xy", &s, &e), TESS_EINVAL);
+    ck_assert_str_eq(e.parameter, "size");
+    ck_assert_ptr_nonnull(strstr(e.detail, "xy/{W}_{H}"));
+    ck_assert_int_eq(params_slice_path("yz/", &s, &e), TESS_EINVAL);
+    ck_assert_str_eq(e.parameter, "size");
+    ck_assert_int_eq(params_slice_path("xyz/1_1/0_0_0.png", &s, &e), TESS_EINVAL);
+    ck_assert_str_eq(e.parameter, "plane");
+    ck_assert_int_eq(params_slice_path("xy/1_1/0_0_0", &s, &e), TESS_EINVAL);
+    ck_assert_int_eq(params_slice_path("xy/1_1/0_0_0.png/extra", &s, &e), TESS_EINVAL);
+    ck_assert_int_eq(params_slice_path("xy/-1_1/0_0_0.png", &s, &e), TESS_EINVAL);
+    ck_assert_str_eq(e.parameter, "size");
+    ck_assert_int_eq(params_slice_path("xy/1_1/0_0_-1.png", &s, &e), TESS_EINVAL);
+    ck_assert_str_eq(e.parameter, "offset");
+    ck_assert_int_eq(params_slice_path("xy/70000_1/0_0_0.png", &s, &e), TESS_EINVAL);
+    ck_assert_str_eq(e.parameter, "size");
+    ck_assert_int_eq(params_slice_path("xy/1_1/0_0_1234567890123.png", &s, &e), TESS_EINVAL);
+}
+END_TEST
+
+START_TEST(test_header_cards)
+{
+    const char *text = "NAXIS   =                    2\r\n"
+                       "NAXIS1  =                  400\n"
+                       "\n"
+                       "CTYPE1  = 'RA---TAN'\n"
+                       "END\n"
+                       "IGNORED = 1\n";
+    char *cards;
+    int n;
+    param_error e;
+    ck_assert_int_eq(params_header_cards(text, strlen(text), 100, &cards, &n, &e), 0);
+    ck_assert_int_eq(n, 3);
+    ck_assert_uint_eq(strlen(cards), 240);
+    ck_assert_int_eq(strncmp(cards + 80, "NAXIS1  =                  400", 30), 0);
+    ck_assert(cards[80 + 79] == ' ');
+    ck_assert_int_eq(strncmp(cards + 160, "CTYPE1  = 'RA---TAN'", 20), 0);
+    free(cards);
+
+    char raw[161];
+    memset(raw, ' ', 160);
+    memcpy(raw, "NAXIS   =                    2", 30);
+    memcpy(raw + 80, "END", 3);
+    raw[160] = '\0';
+    ck_assert_int_eq(params_header_cards(raw, 160, 100, &cards, &n, &e), 0);
+    ck_assert_int_eq(n, 1);
+    free(cards);
+
+    ck_assert_int_eq(params_header_cards(raw, 150, 100, &cards, &n, &e), TESS_EINVAL);
+    ck_assert_str_eq(e.parameter, "body");
+    const char *ctrl = "NAXIS   = 2\x01\n";
+    ck_assert_int_eq(params_header_cards(ctrl, strlen(ctrl), 100, &cards, &n, &e), TESS_EINVAL);
+    ck_assert_ptr_nonnull(strstr(e.detail, "non-printable"));
+    const char *many = "A = 1\nB = 2\nC = 3\n";
+    ck_assert_int_eq(params_header_cards(many, strlen(many), 2, &cards, &n, &e), TESS_EINVAL);
+    ck_assert_int_eq(params_header_cards("\n\n", 2, 2, &cards, &n, &e), TESS_EINVAL);
+
+    /* A text header that starts with SIMPLE, 80 columns a line (astropy's
+     * Header.totextfile): text, not a FITS file, however long. */
+    char simple[40 * 81 + 1];
+    size_t sl = 0;
+    for (int k = 0; k < 40; k++)
+        sl += (size_t)snprintf(simple + sl, sizeof simple - sl, "%-80s\n",
+                               k == 0 ? "SIMPLE  =                    T"
+                               : k == 39 ? "END" : "COMMENT   filler");
+    ck_assert_int_eq(params_header_cards(simple, sl, 100, &cards, &n, &e), 0);
+    ck_assert_int_eq(n, 39);
+    ck_assert_int_eq(strncmp(cards, "SIMPLE  =                    T", 30), 0);
+    free(cards);
+}
+END_TEST
+
+START_TEST(test_config_keys)
+{
+    tess_config c;
+    char err[256];
+    config_init(&c);
+    const char *good = "{\"listen\": \"127.0.0.1:0\", \"threads\": 3, \"data_roots\": [\"" TESSERA_DEMO_DIR "\"],"
+                       "\"cache\": {\"memory_mb\": 16}, \"limits\": {\"max_output_pixels\": 1000},"
+                       "\"datasets\": [{\"name\": \"hh\", \"path\": \"HorseHead.fits\"},"
+                       "{\"name\": \"m\", \"frames\": \"M13_blue_*.fits\"}]}";
+    ck_assert_msg(config_load_text(good, &c, err, sizeof(err)) == 0, "%s", err);
+    ck_assert_int_eq(c.port, 0);
+    ck_assert_int_eq(c.threads, 3);
+    ck_assert_uint_eq(c.cache_memory_mb, 16);
+    ck_assert_int_eq(c.max_output_pixels, 1000);
+    ck_assert_int_eq(c.n_datasets, 2);
+    ck_assert_str_eq(c.datasets[1].frames, "M13_blue_*.fits");
+    config_release(&c);
+
+    static const struct { const char *json; const char *needle; } bad[] = {
+        {"{\"listn\": \"1\"}", "listn"},
+        {"{\"cache\": {\"memory\": 1}}", "cache.memory"},
+        {"{\"threads\": \"4\"}", "threads"},
+        {"{\"threads\": -1}", "threads"},
+        {"{\"data_roots\": [\"/nonexistent/dir\"]}", "/nonexistent/dir"},
+        {"{\"datasets\": [{\"name\": \"x\", \"path\": \"a.fits\"}]}", "data_roots"},
+        {"{\"data_roots\": [\"/tmp\"], \"datasets\": [{\"name\": \"a/b\", \"path\": \"a\"}]}", "a/b"},
+        {"{\"data_roots\": [\"/tmp\"], \"datasets\": [{\"name\": \"x\"}]}", "path"},
+        {"{\"listen\": \"localhost\"}", "ADDR:PORT"},
+        {"[1, 2]", "object"},
+        {"{\"a\": ", "JSON"},
+    };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        config_init(&c);
+        err[0] = '\0';
+        ck_assert_int_ne(config_load_text(bad[i].json, &c, err, sizeof(err)), 0);
+        ck_assert_msg(strstr(err, bad[i].needle) != NULL, "case %zu: '%s' lacks '%s'", i, err,
+                      bad[i].needle);
+    }
+}
+END_TEST
+
+START_TEST(test_listen)
+{
+    tess_config c;
+    char err[128];
+    config_init(&c);
+    ck_assert_int_eq(config_set_listen(&c, "0.0.0.0:9000", err, sizeof(err)), 0);
+    ck_assert_str_eq(c.listen_addr, "0.0.0.0");
+    ck_assert_int_eq(c.port, 9000);
+    ck_assert_int_eq(config_set_listen(&c, "[::1]:8081", err, sizeof(err)), 0);
+    ck_assert_str_eq(c.listen_addr, "::1");
+    ck_assert_int_eq(c.port, 8081);
+    ck_assert_int_eq(config_set_listen(&c, "127.0.0.1:70000", err, sizeof(err)), TESS_EINVAL);
+    ck_assert_int_eq(config_set_listen(&c, "127.0.0.1:", err, sizeof(err)), TESS_EINVAL);
+    config_release(&c);
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("params");
+    TCase *tc = tcase_create("core");
+    tcase_add_test(tc, test_param_numbers);
+    tcase_add_test(tc, test_cutout_get);
+    tcase_add_test(tc, test_slice_path);
+    tcase_add_test(tc, test_header_cards);
+    tcase_add_test(tc, test_config_keys);
+    tcase_add_test(tc, test_listen);
+    suite_add_tcase(s, tc);
+    return tt_run_suite(s);
+}

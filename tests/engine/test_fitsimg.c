@@ -1,0 +1,712 @@
+/* Unit tests of imageio/fitsimg and the FITS and NPY encoders: real files against astropy. */
+#include <check.h>
+#include <fitsio.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "engine/image/encode.h"
+#include "engine/fits/fitsimg.h"
+#include "tests/testutil.h"
+#include "engine/base/error.h"
+
+#define DEMO(name) TESSERA_DEMO_DIR "/" name
+
+/* Reference values below were read with Debian's astropy 5.2.1 / numpy 1.24.2
+ * (/usr/bin/python3), as float64 physical values: raw * BSCALE + BZERO. */
+
+/* A scratch directory under /tmp, removed with everything in it by rm_tmpdir. */
+static char tmpdir[64];
+
+static void make_tmpdir(void)
+{
+    tt_tmpdir_make(tmpdir, sizeof tmpdir, "fitsimg");
+}
+
+static void rm_tmpdir(const char *const *names, int n)
+{
+    tt_tmpdir_remove(tmpdir, names, n);
+}
+
+static void copy_file(const char *from, const char *to)
+{
+    FILE *in = fopen(from, "rb");
+    ck_assert_ptr_nonnull(in);
+    FILE *out = fopen(to, "wb");
+    ck_assert_ptr_nonnull(out);
+    char b[65536];
+    size_t n;
+    while ((n = fread(b, 1, sizeof b, in)) > 0)
+        ck_assert_uint_eq(fwrite(b, 1, n, out), n);
+    fclose(in);
+    ck_assert_int_eq(fclose(out), 0);
+}
+
+static double pixel(const char *path, int hdu, long z, long x, long y)
+{
+    double v = -1.0;
+    char err[256] = "";
+    int rc = fitsimg_read_region(path, hdu, z, x, y, 1, 1, &v, err, sizeof err);
+    ck_assert_msg(rc == 0, "read (%ld,%ld,%ld) of %s: %d %s", x, y, z, path, rc, err);
+    return v;
+}
+
+START_TEST(test_info_m13)
+{
+    fitsimg_info info;
+    char err[256] = "";
+    const char *path = DEMO("M13_blue_0003.fits");
+    ck_assert_int_eq(fitsimg_read_info(path, 0, &info, err, sizeof err), 0);
+    ck_assert_int_eq(info.naxis, 2);
+    ck_assert_int_eq(info.naxes[0], 1392);
+    ck_assert_int_eq(info.naxes[1], 1040);
+    ck_assert_int_eq(info.naxes[2], 1);
+    ck_assert_int_eq(info.naxes[3], 1);
+    ck_assert_int_eq(info.bitpix, 16);          /* as stored, not USHORT_IMG */
+    ck_assert_double_eq(info.bscale, 1.0);
+    ck_assert_double_eq(info.bzero, 32768.0);
+    ck_assert_int_eq(info.has_blank, 0);
+    ck_assert_str_eq(info.bunit, "");
+    ck_assert_int_eq(info.nkeys, 26);           /* astropy: len(header) == 26, END excluded */
+    ck_assert_uint_eq(strlen(info.header), 26 * 80);
+    ck_assert_int_eq(strncmp(info.header, "SIMPLE  =                    T", 30), 0);
+    ck_assert_int_eq(strncmp(info.header + 25 * 80, "HISTORY  Process Calibrate", 26), 0);
+    struct stat st;
+    ck_assert_int_eq(stat(path, &st), 0);
+    ck_assert_int_eq(info.file_size, (long long)st.st_size);
+    ck_assert_int_eq(info.mtime_ns, (long long)st.st_mtim.tv_sec * 1000000000LL + st.st_mtim.tv_nsec);
+
+    char val[80];
+    ck_assert_int_eq(fitsimg_header_get(info.header, info.nkeys, "INSTRUME", val, sizeof val), 1);
+    ck_assert_str_eq(val, "Orion SSDSI");
+    ck_assert_int_eq(fitsimg_header_get(info.header, info.nkeys, "EXPTIME", val, sizeof val), 1);
+    ck_assert_str_eq(val, "5.0000000000000000");
+    ck_assert_int_eq(fitsimg_header_get(info.header, info.nkeys, "CBLACK", val, sizeof val), 1);
+    ck_assert_str_eq(val, "504");
+    ck_assert_int_eq(fitsimg_header_get(info.header, info.nkeys, "CSTRETCH", val, sizeof val), 1);
+    ck_assert_str_eq(val, "Medium");            /* trailing blanks of the string trimmed */
+    ck_assert_int_eq(fitsimg_header_get(info.header, info.nkeys, "HISTORY", val, sizeof val), 1);
+    ck_assert_str_eq(val, "Process Calibrate");
+    ck_assert_int_eq(fitsimg_header_get(info.header, info.nkeys, "NAXIS1", val, sizeof val), 1);
+    ck_assert_str_eq(val, "1392");
+    ck_assert_int_eq(fitsimg_header_get(info.header, info.nkeys, "END", val, sizeof val), 0);
+    ck_assert_int_eq(fitsimg_header_get(info.header, info.nkeys, "NAXIS3", val, sizeof val), 0);
+    ck_assert_int_eq(fitsimg_header_get(info.header, info.nkeys, "INSTRUMENTX", val, sizeof val), 0);
+    ck_assert_int_eq(fitsimg_header_get(info.header, info.nkeys, "", val, sizeof val), 0);
+    char small[6];                              /* truncation keeps a NUL */
+    ck_assert_int_eq(fitsimg_header_get(info.header, info.nkeys, "INSTRUME", small, sizeof small), 1);
+    ck_assert_str_eq(small, "Orion");
+    fitsimg_info_release(&info);
+    ck_assert_ptr_null(info.header);
+    fitsimg_info_release(&info);                /* twice is harmless */
+}
+END_TEST
+
+START_TEST(test_header_get_quotes_and_comments)
+{
+    char hdr[4 * 80 + 1];
+    snprintf(hdr, sizeof hdr, "%-80s%-80s%-80s%-80s",
+             "OBJECT  = 'O''Brien  '          / a quote inside",
+             "EQUINOX =               2000.0 / with comment",
+             "UNDEF   =                      / no value",
+             "LONGKEY1= '  lead'");
+    char v[80];
+    ck_assert_int_eq(fitsimg_header_get(hdr, 4, "OBJECT", v, sizeof v), 1);
+    ck_assert_str_eq(v, "O'Brien");
+    ck_assert_int_eq(fitsimg_header_get(hdr, 4, "EQUINOX", v, sizeof v), 1);
+    ck_assert_str_eq(v, "2000.0");
+    ck_assert_int_eq(fitsimg_header_get(hdr, 4, "UNDEF", v, sizeof v), 1);
+    ck_assert_str_eq(v, "");
+    ck_assert_int_eq(fitsimg_header_get(hdr, 4, "LONGKEY1", v, sizeof v), 1);
+    ck_assert_str_eq(v, "  lead");              /* leading blanks of strings are significant */
+    ck_assert_int_eq(fitsimg_header_get(hdr, 4, "OBJEC", v, sizeof v), 0);
+    ck_assert_int_eq(fitsimg_header_get(NULL, 0, "OBJECT", v, sizeof v), 0);
+}
+END_TEST
+
+/* fitsimg_check_scaling: what gives values passes, what cannot is refused. */
+START_TEST(test_check_scaling)
+{
+    char e[160];
+    ck_assert_int_eq(fitsimg_check_scaling(16, 1.0, 32768.0, e, sizeof e), 0);
+    ck_assert_int_eq(fitsimg_check_scaling(-32, 1e300, 0.0, e, sizeof e), 0);
+    ck_assert_int_eq(fitsimg_check_scaling(64, 1.0, 9223372036854775808.0, e, sizeof e), 0);
+    ck_assert_int_eq(fitsimg_check_scaling(16, 1e30, 0.0, e, sizeof e), 0);
+    ck_assert_int_eq(fitsimg_check_scaling(16, 0.0, 5.0, e, sizeof e), TESS_EINVAL);
+    ck_assert_ptr_nonnull(strstr(e, "BSCALE = 0"));
+    ck_assert_int_eq(fitsimg_check_scaling(16, 1e35, 0.0, e, sizeof e), TESS_EINVAL);
+    ck_assert_int_eq(fitsimg_check_scaling(8, 1.0, INFINITY, e, sizeof e), TESS_EINVAL);
+    ck_assert_int_eq(fitsimg_check_scaling(32, NAN, 0.0, e, sizeof e), TESS_EINVAL);
+    ck_assert_int_eq(fitsimg_check_scaling(32, 1e290, 0.0, e, sizeof e), 0);
+    ck_assert_int_eq(fitsimg_check_scaling(32, 1e300, 0.0, e, sizeof e), TESS_EINVAL);
+    ck_assert_int_eq(fitsimg_check_scaling(64, 1e300, 0.0, e, sizeof e), TESS_EINVAL);
+}
+END_TEST
+
+/* fitsimg_header_shift moves CRPIXn (alternates too) down and the DSS CNPIX1/2 up by
+ * the offset, and nothing else. */
+START_TEST(test_header_shift)
+{
+    char hdr[8 * 80 + 1];
+    snprintf(hdr, sizeof hdr, "%-80s%-80s%-80s%-80s%-80s%-80s%-80s%-80s",
+             "CRPIX1  =                446.0 / reference pixel",
+             "CRPIX2  =                447.0",
+             "CRPIX1A =                 10.5",
+             "CNPIX1  =                12237",
+             "CNPIX2  =                19965",
+             "CRVAL1  =             85.27497",
+             "CRPIX3  =                  1.0",
+             "CRPIX12 =                  7.0");
+    char before[sizeof hdr];
+    memcpy(before, hdr, sizeof hdr);
+    const double none[3] = { 0.0, 0.0, 0.0 };
+    fitsimg_header_shift(hdr, 8, none, 3);
+    ck_assert_int_eq(memcmp(hdr, before, sizeof hdr), 0);
+    const double sh[2] = { 300.0, 400.0 };
+    fitsimg_header_shift(hdr, 8, sh, 2);
+    static const struct { const char *key; double want; } want[] = {
+        { "CRPIX1", 146.0 }, { "CRPIX2", 47.0 }, { "CRPIX1A", -289.5 }, { "CNPIX1", 12537.0 },
+        { "CNPIX2", 20365.0 }, { "CRVAL1", 85.27497 }, { "CRPIX3", 1.0 }, { "CRPIX12", 7.0 },
+    };
+    for (size_t k = 0; k < sizeof want / sizeof want[0]; k++) {
+        char v[80];
+        ck_assert_int_eq(fitsimg_header_get(hdr, 8, want[k].key, v, sizeof v), 1);
+        ck_assert_msg(strtod(v, NULL) == want[k].want, "%s = %s, want %g", want[k].key, v,
+                      want[k].want);
+    }
+    /* Cards other than the moved ones are left byte for byte. */
+    ck_assert_int_eq(memcmp(hdr + 5 * 80, before + 5 * 80, 3 * 80), 0);
+}
+END_TEST
+
+START_TEST(test_region_m13_unsigned16)
+{
+    const char *path = DEMO("M13_blue_0003.fits");
+    /* astropy: data[525, 624] == 697 (the maximum), data[109, 1376] == 0 (raw -32768). */
+    ck_assert_double_eq(pixel(path, 0, 0, 624, 525), 697.0);
+    ck_assert_double_eq(pixel(path, 0, 0, 1376, 109), 0.0);
+    ck_assert_double_eq(pixel(path, 0, 0, 0, 0), 517.0);
+    ck_assert_double_eq(pixel(path, 0, 0, 1391, 1039), 541.0);
+
+    double r[2 * 3];
+    char err[256];
+    ck_assert_int_eq(fitsimg_read_region(path, 0, 0, 200, 100, 3, 2, r, err, sizeof err), 0);
+    const double want[6] = {487, 520, 539, 530, 484, 540};   /* data[100:102, 200:203] */
+    for (int i = 0; i < 6; i++)
+        ck_assert_double_eq(r[i], want[i]);
+
+    size_t n = 1392 * 1040;
+    double *all = malloc(n * sizeof *all);
+    ck_assert_ptr_nonnull(all);
+    ck_assert_int_eq(fitsimg_read_region(path, 0, 0, 0, 0, 1392, 1040, all, err, sizeof err), 0);
+    double lo = all[0], hi = all[0];
+    for (size_t i = 0; i < n; i++) {
+        ck_assert(all[i] >= 0.0 && all[i] <= 65535.0 && all[i] == floor(all[i]));
+        lo = fmin(lo, all[i]);
+        hi = fmax(hi, all[i]);
+    }
+    ck_assert_double_eq(lo, 0.0);
+    ck_assert_double_eq(hi, 697.0);
+    ck_assert_double_eq(all[525 * 1392 + 624], 697.0);
+    free(all);
+}
+END_TEST
+
+START_TEST(test_region_gc_bscale_bzero)
+{
+    const char *path = DEMO("gc_2mass_k.fits");
+    fitsimg_info info;
+    char err[256];
+    ck_assert_int_eq(fitsimg_read_info(path, 0, &info, err, sizeof err), 0);
+    ck_assert_int_eq(info.bitpix, 16);
+    ck_assert_double_eq(info.bscale, 0.045777764213996);
+    ck_assert_double_eq(info.bzero, 1500.0);
+    ck_assert_int_eq(info.naxes[0], 721);
+    ck_assert_int_eq(info.naxes[1], 720);
+    char v[80];
+    ck_assert_int_eq(fitsimg_header_get(info.header, info.nkeys, "CTYPE1", v, sizeof v), 1);
+    ck_assert_str_eq(v, "RA---TAN");
+    fitsimg_info_release(&info);
+
+    const double tol = 1e-9;
+    ck_assert_double_eq_tol(pixel(path, 0, 0, 0, 0), 563.1580553605719, tol);
+    ck_assert_double_eq_tol(pixel(path, 0, 0, 360, 360), 537.2020630512361, tol);
+    ck_assert_double_eq_tol(pixel(path, 0, 0, 720, 719), 543.0616168706276, tol);
+    ck_assert_double_eq_tol(pixel(path, 0, 0, 5, 10), 684.3775749992333, tol);
+    ck_assert_double_eq_tol(pixel(path, 0, 0, 6, 10), 522.0038453321895, tol);
+    ck_assert_double_eq_tol(pixel(path, 0, 0, 7, 11), 515.915402691728, tol);
+}
+END_TEST
+
+START_TEST(test_region_l1448_plane20)
+{
+    const char *path = DEMO("l1448_13co.fits");
+    fitsimg_info info;
+    char err[256];
+    ck_assert_int_eq(fitsimg_read_info(path, 0, &info, err, sizeof err), 0);
+    ck_assert_int_eq(info.naxis, 3);
+    ck_assert_int_eq(info.naxes[0], 105);
+    ck_assert_int_eq(info.naxes[1], 105);
+    ck_assert_int_eq(info.naxes[2], 53);
+    ck_assert_int_eq(info.bitpix, -32);
+    fitsimg_info_release(&info);
+
+    /* float32 values, exact in double: astropy data[20, y, x] */
+    ck_assert_double_eq(pixel(path, 0, 20, 50, 50), 0.5873603820800781);
+    ck_assert_double_eq(pixel(path, 0, 20, 0, 0), 1.0136362314224243);
+    ck_assert_double_eq(pixel(path, 0, 20, 104, 104), 0.07356096059083939);
+    ck_assert_double_eq(pixel(path, 0, 20, 60, 10), 0.74093097448349);
+    ck_assert_double_eq(pixel(path, 0, 20, 104, 0), 0.41492319107055664);
+
+    double plane[105 * 105];
+    ck_assert_int_eq(fitsimg_read_region(path, 0, 20, 0, 0, 105, 105, plane, err, sizeof err), 0);
+    ck_assert_double_eq(plane[50 * 105 + 50], 0.5873603820800781);
+    ck_assert_double_eq(plane[10 * 105 + 60], 0.74093097448349);
+}
+END_TEST
+
+START_TEST(test_info_bunit)
+{
+    fitsimg_info info;
+    char err[256];
+    ck_assert_int_eq(fitsimg_read_info(DEMO("allsky_rosat.fits"), 0, &info, err, sizeof err), 0);
+    ck_assert_str_eq(info.bunit, "10**(-6)counts/s");
+    ck_assert_int_eq(info.bitpix, -32);
+    fitsimg_info_release(&info);
+    ck_assert_int_eq(fitsimg_read_info(DEMO("gc_msx_e.fits"), 0, &info, err, sizeof err), 0);
+    ck_assert_str_eq(info.bunit, "W/m^2-sr");
+    ck_assert_int_eq(info.bitpix, -64);
+    fitsimg_info_release(&info);
+}
+END_TEST
+
+START_TEST(test_nan_and_blank)
+{
+    make_tmpdir();
+    char fpath[256], ipath[256];
+    snprintf(fpath, sizeof fpath, "%s/nan.fits", tmpdir);
+    snprintf(ipath, sizeof ipath, "%s/blank.fits", tmpdir);
+    int st = 0;
+    fitsfile *f;
+
+    /* 4 x 3 float image with NaN at (1, 2) */
+    long fn[2] = {4, 3};
+    float fdata[12];
+    for (int i = 0; i < 12; i++)
+        fdata[i] = (float)i * 0.5f;
+    fdata[2 * 4 + 1] = NAN;
+    fits_create_diskfile(&f, fpath, &st);
+    fits_create_img(f, FLOAT_IMG, 2, fn, &st);
+    fits_write_img(f, TFLOAT, 1, 12, fdata, &st);
+    fits_close_file(f, &st);
+    ck_assert_int_eq(st, 0);
+
+    /* 5 x 2 int16 image, BSCALE 0.5, BZERO 100, BLANK -999 */
+    long in[2] = {5, 2};
+    short idata[10] = {0, 1, -999, 10, -32768, 32767, -999, 2, 3, 4};
+    fits_create_diskfile(&f, ipath, &st);
+    fits_create_img(f, SHORT_IMG, 2, in, &st);
+    double bs = 0.5, bz = 100.0;
+    long blank = -999;
+    fits_write_key(f, TDOUBLE, "BSCALE", &bs, NULL, &st);
+    fits_write_key(f, TDOUBLE, "BZERO", &bz, NULL, &st);
+    fits_write_key(f, TLONG, "BLANK", &blank, NULL, &st);
+    fits_set_bscale(f, 1.0, 0.0, &st);        /* write the raw integers */
+    fits_write_img(f, TSHORT, 1, 10, idata, &st);
+    fits_close_file(f, &st);
+    ck_assert_int_eq(st, 0);
+
+    char err[256];
+    double out[12];
+    ck_assert_int_eq(fitsimg_read_region(fpath, 0, 0, 0, 0, 4, 3, out, err, sizeof err), 0);
+    for (int i = 0; i < 12; i++) {
+        if (i == 9)
+            ck_assert(isnan(out[i]));
+        else
+            ck_assert_double_eq(out[i], i * 0.5);
+    }
+
+    fitsimg_info info;
+    ck_assert_int_eq(fitsimg_read_info(ipath, 0, &info, err, sizeof err), 0);
+    ck_assert_int_eq(info.bitpix, 16);
+    ck_assert_int_eq(info.has_blank, 1);
+    ck_assert_int_eq(info.blank, -999);
+    ck_assert_double_eq(info.bscale, 0.5);
+    ck_assert_double_eq(info.bzero, 100.0);
+    fitsimg_info_release(&info);
+    ck_assert_int_eq(fitsimg_read_region(ipath, 0, 0, 0, 0, 5, 2, out, err, sizeof err), 0);
+    for (int i = 0; i < 10; i++) {
+        if (idata[i] == -999)
+            ck_assert_msg(isnan(out[i]), "pixel %d = %g, want NaN", i, out[i]);
+        else
+            ck_assert_double_eq(out[i], idata[i] * 0.5 + 100.0);
+    }
+    const char *names[] = {"nan.fits", "blank.fits"};
+    rm_tmpdir(names, 2);
+}
+END_TEST
+
+/* A tile-compressed image (an image stored in a binary table, as fpack writes it) is
+ * an image HDU to cfitsio; its header comes through fits_convert_hdr2str. */
+START_TEST(test_tile_compressed)
+{
+    make_tmpdir();
+    char path[256];
+    snprintf(path, sizeof path, "%s/rice.fits", tmpdir);
+    enum { W = 50, H = 40 };
+    int idata[W * H];
+    for (int i = 0; i < W * H; i++)
+        idata[i] = (i * 7919) % 1000 - 300;
+    long naxes[2] = {W, H};
+    int st = 0;
+    fitsfile *f;
+    fits_create_diskfile(&f, path, &st);
+    fits_set_compression_type(f, RICE_1, &st);
+    fits_create_img(f, LONG_IMG, 2, naxes, &st);
+    fits_write_key(f, TSTRING, "BUNIT", "adu", NULL, &st);
+    fits_write_img(f, TINT, 1, W * H, idata, &st);
+    fits_close_file(f, &st);
+    ck_assert_int_eq(st, 0);
+
+    fitsimg_info info;
+    char err[256], v[80];
+    ck_assert_int_eq(fitsimg_read_info(path, 1, &info, err, sizeof err), 0);
+    ck_assert_int_eq(info.naxis, 2);
+    ck_assert_int_eq(info.naxes[0], W);
+    ck_assert_int_eq(info.naxes[1], H);
+    ck_assert_int_eq(info.bitpix, 32);
+    ck_assert_str_eq(info.bunit, "adu");
+    ck_assert_int_eq(strncmp(info.header, "SIMPLE  =", 9), 0);   /* from ZSIMPLE */
+    ck_assert_int_eq(fitsimg_header_get(info.header, info.nkeys, "NAXIS1", v, sizeof v), 1);
+    ck_assert_str_eq(v, "50");
+    fitsimg_info_release(&info);
+    double out[W * H];
+    ck_assert_int_eq(fitsimg_read_region(path, 1, 0, 0, 0, W, H, out, err, sizeof err), 0);
+    for (int i = 0; i < W * H; i++)
+        ck_assert_double_eq(out[i], idata[i]);
+    const char *names[] = {"rice.fits"};
+    rm_tmpdir(names, 1);
+}
+END_TEST
+
+START_TEST(test_bounds_and_errors)
+{
+    char err[256];
+    double v[8];
+    const char *m13 = DEMO("M13_blue_0003.fits");
+    const char *cube = DEMO("l1448_13co.fits");
+
+    err[0] = '\0';
+    ck_assert_int_eq(fitsimg_read_region(m13, 0, 0, 1390, 0, 3, 1, v, err, sizeof err), TESS_ERANGE);
+    ck_assert_msg(strstr(err, "outside") != NULL, "err: %s", err);
+    ck_assert_int_eq(fitsimg_read_region(m13, 0, 0, 1389, 1039, 3, 1, v, err, sizeof err), 0);
+    ck_assert_int_eq(fitsimg_read_region(m13, 0, 0, 0, 1039, 1, 2, v, err, sizeof err), TESS_ERANGE);
+    ck_assert_int_eq(fitsimg_read_region(m13, 0, 0, -1, 0, 1, 1, v, err, sizeof err), TESS_ERANGE);
+    ck_assert_int_eq(fitsimg_read_region(m13, 0, 0, 0, -1, 1, 1, v, err, sizeof err), TESS_ERANGE);
+    ck_assert_int_eq(fitsimg_read_region(m13, 0, 1, 0, 0, 1, 1, v, err, sizeof err), TESS_ERANGE);
+    ck_assert_int_eq(fitsimg_read_region(m13, 0, 0, 0, 0, 0, 1, v, err, sizeof err), TESS_EINVAL);
+    ck_assert_int_eq(fitsimg_read_region(cube, 0, 53, 0, 0, 1, 1, v, err, sizeof err), TESS_ERANGE);
+    ck_assert_int_eq(fitsimg_read_region(cube, 0, 52, 104, 104, 1, 1, v, err, sizeof err), 0);
+    ck_assert_int_eq(fitsimg_read_region(cube, 0, -1, 0, 0, 1, 1, v, err, sizeof err), TESS_ERANGE);
+
+    fitsimg_info info;
+    err[0] = '\0';
+    ck_assert_int_eq(fitsimg_read_info(DEMO("no-such-file.fits"), 0, &info, err, sizeof err), TESS_EIO);
+    ck_assert_msg(strstr(err, "no-such-file.fits") != NULL, "err: %s", err);
+    ck_assert_ptr_null(info.header);
+    ck_assert_int_eq(fitsimg_read_region(DEMO("no-such-file.fits"), 0, 0, 0, 0, 1, 1, v, err, sizeof err),
+                     TESS_EIO);
+    ck_assert_msg(strstr(err, "cfitsio") != NULL, "err: %s", err);
+    /* HorseHead.fits: HDU 1 is an ASCII table, there is no HDU 2 */
+    ck_assert_int_eq(fitsimg_read_info(DEMO("HorseHead.fits"), 1, &info, err, sizeof err), TESS_EINVAL);
+    ck_assert_msg(strstr(err, "table") != NULL, "err: %s", err);
+    ck_assert_ptr_null(info.header);
+    ck_assert_int_eq(fitsimg_read_info(DEMO("HorseHead.fits"), 2, &info, err, sizeof err), TESS_EINVAL);
+    ck_assert_int_eq(fitsimg_read_info(DEMO("HorseHead.fits"), -1, &info, err, sizeof err), TESS_EINVAL);
+    ck_assert_int_eq(fitsimg_read_region(DEMO("HorseHead.fits"), 1, 0, 0, 0, 1, 1, v, err, sizeof err),
+                     TESS_EINVAL);
+    /* not a FITS file at all */
+    ck_assert_int_eq(fitsimg_read_info(TESSERA_DEMO_DIR, 0, &info, err, sizeof err), TESS_EIO);
+    /* HorseHead.fits HDU 0: astropy says 161 cards, BITPIX 16, data[0, 0] == 7201 */
+    ck_assert_int_eq(fitsimg_read_info(DEMO("HorseHead.fits"), 0, &info, err, sizeof err), 0);
+    ck_assert_int_eq(info.nkeys, 161);
+    fitsimg_info_release(&info);
+    ck_assert_double_eq(pixel(DEMO("HorseHead.fits"), 0, 0, 0, 0), 7201.0);
+    ck_assert_double_eq(pixel(DEMO("HorseHead.fits"), 0, 0, 890, 892), 12546.0);
+}
+END_TEST
+
+START_TEST(test_literal_brackets_in_path)
+{
+    make_tmpdir();
+    char weird[256], plain[256], spec[300];
+    snprintf(weird, sizeof weird, "%s/msx[1].fits", tmpdir);
+    snprintf(plain, sizeof plain, "%s/plain.fits", tmpdir);
+    snprintf(spec, sizeof spec, "%s[0]", plain);
+    copy_file(DEMO("gc_msx_e.fits"), weird);
+    copy_file(DEMO("gc_msx_e.fits"), plain);
+
+    fitsimg_info info;
+    char err[256];
+    ck_assert_int_eq(fitsimg_read_info(weird, 0, &info, err, sizeof err), 0);
+    ck_assert_int_eq(info.naxes[0], 149);
+    ck_assert_int_eq(info.bitpix, -64);
+    fitsimg_info_release(&info);
+    double a, b;
+    ck_assert_int_eq(fitsimg_read_region(weird, 0, 0, 70, 80, 1, 1, &a, err, sizeof err), 0);
+    ck_assert_int_eq(fitsimg_read_region(plain, 0, 0, 70, 80, 1, 1, &b, err, sizeof err), 0);
+    ck_assert_double_eq(a, b);
+    /* "plain.fits[0]" names no file: it must not be read as plain.fits, HDU 0 */
+    ck_assert_int_eq(fitsimg_read_info(spec, 0, &info, err, sizeof err), TESS_EIO);
+    ck_assert_int_eq(fitsimg_read_region(spec, 0, 0, 0, 0, 1, 1, &a, err, sizeof err), TESS_EIO);
+    const char *names[] = {"msx[1].fits", "plain.fits"};
+    rm_tmpdir(names, 2);
+}
+END_TEST
+
+/* Many threads read regions of two files at once and must see what one thread sees. */
+typedef struct reader_arg {
+    const double *ref_m13, *ref_cube;
+    int id, failures;
+} reader_arg;
+
+static void *reader(void *p)
+{
+    reader_arg *a = p;
+    double buf[64 * 64];
+    char err[256];
+    for (int it = 0; it < 40; it++) {
+        long x = (a->id * 37 + it * 11) % 1300, y = (a->id * 53 + it * 7) % 950;
+        if (fitsimg_read_region(DEMO("M13_blue_0003.fits"), 0, 0, x, y, 64, 64, buf, err,
+                                sizeof err) != 0) {
+            a->failures++;
+            continue;
+        }
+        for (int j = 0; j < 64; j++)
+            if (memcmp(buf + j * 64, a->ref_m13 + (y + j) * 1392 + x, 64 * sizeof(double)))
+                a->failures++;
+        long z = (a->id + it) % 53;
+        if (fitsimg_read_region(DEMO("l1448_13co.fits"), 0, z, 10, 20, 64, 64, buf, err,
+                                sizeof err) != 0) {
+            a->failures++;
+            continue;
+        }
+        for (int j = 0; j < 64; j++)
+            if (memcmp(buf + j * 64, a->ref_cube + z * 105 * 105 + (20 + j) * 105 + 10,
+                       64 * sizeof(double)))
+                a->failures++;
+    }
+    return NULL;
+}
+
+START_TEST(test_threads)
+{
+    char err[256];
+    double *m13 = malloc(1392 * 1040 * sizeof(double));
+    double *cube = malloc(105 * 105 * 53 * sizeof(double));
+    ck_assert_ptr_nonnull(m13);
+    ck_assert_ptr_nonnull(cube);
+    ck_assert_int_eq(fitsimg_read_region(DEMO("M13_blue_0003.fits"), 0, 0, 0, 0, 1392, 1040, m13,
+                                         err, sizeof err), 0);
+    for (long z = 0; z < 53; z++)
+        ck_assert_int_eq(fitsimg_read_region(DEMO("l1448_13co.fits"), 0, z, 0, 0, 105, 105,
+                                             cube + z * 105 * 105, err, sizeof err), 0);
+    enum { NT = 8 };
+    pthread_t th[NT];
+    reader_arg args[NT];
+    for (int i = 0; i < NT; i++) {
+        args[i] = (reader_arg){m13, cube, i, 0};
+        ck_assert_int_eq(pthread_create(&th[i], NULL, reader, &args[i]), 0);
+    }
+    for (int i = 0; i < NT; i++) {
+        pthread_join(th[i], NULL);
+        ck_assert_int_eq(args[i].failures, 0);
+    }
+    free(m13);
+    free(cube);
+}
+END_TEST
+
+/* ---- encoders ------------------------------------------------------------------------ */
+
+static void write_file(const char *path, const unsigned char *b, size_t n)
+{
+    FILE *f = fopen(path, "wb");
+    ck_assert_ptr_nonnull(f);
+    ck_assert_uint_eq(fwrite(b, 1, n, f), n);
+    ck_assert_int_eq(fclose(f), 0);
+}
+
+START_TEST(test_fits_encode_roundtrip)
+{
+    fitsimg_info src;
+    char err[256];
+    ck_assert_int_eq(fitsimg_read_info(DEMO("gc_2mass_k.fits"), 0, &src, err, sizeof err), 0);
+
+    enum { W = 7, H = 5 };
+    double data[W * H], foot[W * H];
+    for (int i = 0; i < W * H; i++) {
+        data[i] = i * 1.25 - 3.0;
+        foot[i] = (i % 3) / 2.0;
+    }
+    data[3] = NAN;
+    data[W * H - 1] = -0.0;
+    data[W * H - 2] = 4.9e-324;   /* subnormal */
+    unsigned char *out = NULL;
+    size_t len = 0;
+    ck_assert_int_eq(fits_encode_f64(data, W, H, 1, src.header, src.nkeys, foot, &out, &len), 0);
+    ck_assert_ptr_nonnull(out);
+    ck_assert_uint_eq(len % 2880, 0);
+    ck_assert_int_eq(memcmp(out, "SIMPLE  =                    T", 30), 0);
+
+    make_tmpdir();
+    char path[256];
+    snprintf(path, sizeof path, "%s/enc.fits", tmpdir);
+    write_file(path, out, len);
+    free(out);
+
+    fitsimg_info info;
+    ck_assert_int_eq(fitsimg_read_info(path, 0, &info, err, sizeof err), 0);
+    ck_assert_int_eq(info.naxis, 2);
+    ck_assert_int_eq(info.naxes[0], W);
+    ck_assert_int_eq(info.naxes[1], H);
+    ck_assert_int_eq(info.bitpix, -64);
+    ck_assert_double_eq(info.bscale, 1.0);    /* the source's BSCALE/BZERO were not copied */
+    ck_assert_double_eq(info.bzero, 0.0);
+    ck_assert_int_eq(info.file_size, (long long)len);
+    const char *wcs[] = {"CTYPE1", "CTYPE2", "CRVAL1", "CRVAL2", "CRPIX1", "CRPIX2",
+                         "CDELT1", "CDELT2", "CROTA2", "EQUINOX"};
+    for (size_t i = 0; i < sizeof wcs / sizeof wcs[0]; i++) {
+        char a[80], b[80];
+        ck_assert_int_eq(fitsimg_header_get(src.header, src.nkeys, wcs[i], a, sizeof a), 1);
+        ck_assert_msg(fitsimg_header_get(info.header, info.nkeys, wcs[i], b, sizeof b) == 1,
+                      "%s missing", wcs[i]);
+        ck_assert_str_eq(a, b);
+    }
+    char v[80];
+    ck_assert_int_eq(fitsimg_header_get(info.header, info.nkeys, "BZERO", v, sizeof v), 0);
+    ck_assert_int_eq(fitsimg_header_get(info.header, info.nkeys, "NAXIS1", v, sizeof v), 1);
+    ck_assert_str_eq(v, "7");
+    int nbitpix = 0, nbibcode = 0, nmontage = 0;
+    for (int i = 0; i < info.nkeys; i++) {
+        char c[81];
+        memcpy(c, info.header + i * 80, 80);
+        c[80] = '\0';
+        nbitpix += strncmp(c, "BITPIX  ", 8) == 0;
+        nbibcode += strstr(c, "2001A&A...376..359H") != NULL;
+        nmontage += strstr(c, "created using Montage v3.0") != NULL;
+    }
+    ck_assert_int_eq(nbitpix, 1);
+    ck_assert_int_eq(nbibcode, 1);     /* cfitsio's own, not repeated from the source */
+    ck_assert_int_eq(nmontage, 1);     /* other COMMENT cards are copied */
+    fitsimg_info_release(&info);
+
+    double back[W * H];
+    ck_assert_int_eq(fitsimg_read_region(path, 0, 0, 0, 0, W, H, back, err, sizeof err), 0);
+    for (int i = 0; i < W * H; i++) {
+        if (i == 3)
+            ck_assert(isnan(back[i]));
+        else
+            ck_assert_double_eq(back[i], data[i]);
+    }
+    ck_assert(signbit(back[W * H - 1]));
+
+    ck_assert_int_eq(fitsimg_read_info(path, 1, &info, err, sizeof err), 0);
+    ck_assert_int_eq(fitsimg_header_get(info.header, info.nkeys, "EXTNAME", v, sizeof v), 1);
+    ck_assert_str_eq(v, "FOOTPRINT");
+    ck_assert_int_eq(info.naxes[0], W);
+    ck_assert_int_eq(info.naxes[1], H);
+    ck_assert_int_eq(info.bitpix, -64);
+    fitsimg_info_release(&info);
+    ck_assert_int_eq(fitsimg_read_region(path, 1, 0, 0, 0, W, H, back, err, sizeof err), 0);
+    ck_assert_int_eq(memcmp(back, foot, sizeof foot), 0);
+    ck_assert_int_eq(fitsimg_read_info(path, 2, &info, err, sizeof err), TESS_EINVAL);
+
+    /* a cube, no cards, no footprint: exactly one header block and the padded data */
+    double cube[4 * 3 * 2];
+    for (int i = 0; i < 24; i++)
+        cube[i] = i;
+    ck_assert_int_eq(fits_encode_f64(cube, 4, 3, 2, NULL, 0, NULL, &out, &len), 0);
+    ck_assert_uint_eq(len, 2 * 2880);
+    write_file(path, out, len);
+    free(out);
+    ck_assert_int_eq(fitsimg_read_info(path, 0, &info, err, sizeof err), 0);
+    ck_assert_int_eq(info.naxis, 3);
+    ck_assert_int_eq(info.naxes[2], 2);
+    fitsimg_info_release(&info);
+    ck_assert_int_eq(fitsimg_read_region(path, 0, 1, 0, 0, 4, 3, back, err, sizeof err), 0);
+    for (int i = 0; i < 12; i++)
+        ck_assert_double_eq(back[i], 12 + i);
+
+    ck_assert_int_eq(fits_encode_f64(cube, 0, 3, 1, NULL, 0, NULL, &out, &len), TESS_EINVAL);
+    ck_assert_ptr_null(out);
+    fitsimg_info_release(&src);
+    const char *names[] = {"enc.fits"};
+    rm_tmpdir(names, 1);
+}
+END_TEST
+
+START_TEST(test_npy_encode)
+{
+    double d[12];
+    for (int i = 0; i < 12; i++)
+        d[i] = i - 0.5;
+    d[5] = NAN;
+    unsigned char *out = NULL;
+    size_t len = 0;
+    ck_assert_int_eq(npy_encode_f64(d, 4, 3, &out, &len), 0);
+    /* numpy 1.24: np.save of a (3, 4) '<f8' array */
+    static const char hdr[] =
+        "\x93NUMPY\x01\x00v\x00{'descr': '<f8', 'fortran_order': False, 'shape': (3, 4), }"
+        "                                                          \n";
+    ck_assert_uint_eq(sizeof hdr - 1, 128);
+    ck_assert_uint_eq(len, 128 + 12 * 8);
+    ck_assert_int_eq(memcmp(out, hdr, 128), 0);
+    for (int i = 0; i < 12; i++) {
+        uint64_t u = 0, want;
+        for (int k = 7; k >= 0; k--)
+            u = (u << 8) | out[128 + i * 8 + k];
+        memcpy(&want, &d[i], 8);
+        ck_assert_uint_eq(u, want);
+    }
+    free(out);
+
+    double *big = calloc(1392 * 1040, sizeof *big);
+    ck_assert_ptr_nonnull(big);
+    ck_assert_int_eq(npy_encode_f64(big, 1392, 1040, &out, &len), 0);
+    ck_assert_uint_eq(len, 11581568);            /* len(np.save bytes) for (1040, 1392) */
+    ck_assert_int_eq(memcmp(out + 10, "{'descr': '<f8', 'fortran_order': False, 'shape': (1040, 1392), }", 65), 0);
+    ck_assert_int_eq(out[127], '\n');
+    ck_assert_int_eq(out[126], ' ');
+    free(out);
+    free(big);
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("fitsimg");
+    TCase *tc = tcase_create("core");
+    tcase_set_timeout(tc, 60);
+    tcase_add_test(tc, test_info_m13);
+    tcase_add_test(tc, test_header_get_quotes_and_comments);
+    tcase_add_test(tc, test_header_shift);
+    tcase_add_test(tc, test_check_scaling);
+    tcase_add_test(tc, test_region_m13_unsigned16);
+    tcase_add_test(tc, test_region_gc_bscale_bzero);
+    tcase_add_test(tc, test_region_l1448_plane20);
+    tcase_add_test(tc, test_info_bunit);
+    tcase_add_test(tc, test_nan_and_blank);
+    tcase_add_test(tc, test_tile_compressed);
+    tcase_add_test(tc, test_bounds_and_errors);
+    tcase_add_test(tc, test_literal_brackets_in_path);
+    tcase_add_test(tc, test_threads);
+    tcase_add_test(tc, test_fits_encode_roundtrip);
+    tcase_add_test(tc, test_npy_encode);
+    suite_add_tcase(s, tc);
+    return tt_run_suite(s);
+}

@@ -858,9 +858,13 @@ void tserver_stop(tserver *s, int grace_s)
     if (!s)
         return;
     tserver_priv *sp = (tserver_priv *)s;
+    /* Stop listening now, but keep the descriptor open until MHD_stop_daemon: the
+     * daemon's threads take it out of their epoll sets on their own time, and closing
+     * it under them makes that fail, which libmicrohttpd treats as fatal ("Failed to
+     * remove listen FD from epoll set"). */
     MHD_socket lsock = MHD_quiesce_daemon(s->daemon);
     if (lsock != MHD_INVALID_SOCKET)
-        close(lsock);
+        shutdown(lsock, SHUT_RDWR);
     /* Jobs first: blocks in flight finish and are recorded; a running job resumes at
      * the next start. */
     jobs_close(s->jobs);
@@ -875,6 +879,8 @@ void tserver_stop(tserver *s, int grace_s)
     for (int i = 0; i < grace_s * 100 && __atomic_load_n(&s->inflight, __ATOMIC_ACQUIRE) > 0; i++)
         usleep(10000);
     MHD_stop_daemon(s->daemon);
+    if (lsock != MHD_INVALID_SOCKET)
+        close(lsock);
     tilecache_free(s->cache);
     planestore_free(s->planes);
     diskcache_close(s->disk);

@@ -148,22 +148,14 @@ static void teardown(void)
 }
 
 #include "iiif_tests.inc"
-
-#if defined(__has_include)
-#if __has_include("hips_tests.inc")
 #include "hips_tests.inc"
-#define TILES_HAVE_HIPS 1
-#endif
-#endif
 
 int main(void)
 {
     curl_global_init(CURL_GLOBAL_DEFAULT);
     Suite *s = suite_create("tiles");
     suite_add_tcase(s, iiif_tcase());
-#ifdef TILES_HAVE_HIPS
     suite_add_tcase(s, hips_tcase());
-#endif
     int rc = tt_run_suite(s);
     curl_global_cleanup();
     return rc;

@@ -1,4 +1,4 @@
--- wrk script of bench/soak (issue 8 item 6): a mixed load on the demo datasets.
+-- wrk script of bench/soak: a mixed load on the demo datasets.
 --
 -- Each request is drawn at random (per wrk thread, seeded from the first script argument):
 --   hot     one of 16 fixed URLs (allsky_rosat HiPS tiles of Norder3, IIIF tiles of

@@ -51,8 +51,10 @@ rule "libpng outside the image codecs" '<png\.h>' 'engine/image/encode.c' 'engin
 rule "libjpeg outside the image codecs" '<jpeglib\.h>' 'engine/image/encode.c'
 
 checks=$((checks + 1))
-cites=$(grep -nE '[Ii]ssues? #?[0-9]+' $(find engine daemon cli tests bench scripts \
-    -name '*.[ch]' -o -name '*.inc' -o -name '*.sh' -o -name '*.mjs' 2>/dev/null) \
+cites=$(grep -nE '[Ii]ssues? #?[0-9]+' $(find engine daemon cli tests bench scripts .ci \
+    -type f \( -name '*.[ch]' -o -name '*.inc' -o -name '*.sh' -o -name '*.mjs' \
+    -o -name '*.lua' -o -path 'bench/*' -o -path 'scripts/*' -o -path '.ci/*' \) \
+    ! -path 'bench/data/*' ! -path 'tests/data/*' ! -path 'tests/fuzz/corpus/*' 2>/dev/null) \
     Makefile.am configure.ac 2>/dev/null | grep -v '^scripts/checklayers.sh:')
 if [ -n "$cites" ]; then
     echo "checklayers: code cites issue numbers (the reason belongs in the comment):"

@@ -5,6 +5,7 @@
 #include "engine/fits/fitsimg.h"
 #include "engine/image/render.h"
 #include "engine/image/stack.h"
+#include "engine/image/zreduce.h"
 #include "engine/base/error.h"
 #include "engine/base/fileio.h"
 
@@ -1385,40 +1386,27 @@ const job_kind job_kind_recenter = {"recenter", recenter_validate, recenter_plan
 
 /* ---- reduce -------------------------------------------------------------------------- */
 
-enum { OP_MEAN, OP_SUM, OP_MIN, OP_MAX, OP_STD };
-static const char *const op_names[] = {"mean", "sum", "min", "max", "std", NULL};
-
 typedef struct reduce_state {
     const dataset *d;
-    int op, axis_z;
-    long per_block, nblocks;
+    stack_zop op;
+    zreduce_axis axis;
+    long nblocks;            /* zreduce_nranges(nz): block k reduces zreduce_range k */
     char workdir[PATH_MAX];
     char name[128];
 } reduce_state;
 
-static int reduce_parse(const json_t *body, int *op, int *axis_z, job_problem *pb)
+static int reduce_parse(const json_t *body, stack_zop *op, zreduce_axis *axis, job_problem *pb)
 {
     json_t *o = json_object_get(body, "op");
-    *op = -1;
-    for (int i = 0; o && json_is_string(o) && op_names[i]; i++)
-        if (strcmp(json_string_value(o), op_names[i]) == 0)
-            *op = i;
-    if (*op < 0) {
+    if (!json_is_string(o) || zreduce_op_parse(json_string_value(o), op) != 0) {
         jobkind_problem(pb, 400, "op", "'op' must be one of mean, sum, min, max, std");
         return -1;
     }
     json_t *a = json_object_get(body, "axis");
-    *axis_z = 1;
-    if (a) {
-        const char *s = json_is_string(a) ? json_string_value(a) : "";
-        if (strcmp(s, "z") == 0)
-            *axis_z = 1;
-        else if (strcmp(s, "xy") == 0)
-            *axis_z = 0;
-        else {
-            jobkind_problem(pb, 400, "axis", "'axis' must be \"z\" or \"xy\"");
-            return -1;
-        }
+    *axis = ZREDUCE_AXIS_Z;
+    if (a && zreduce_axis_parse(json_is_string(a) ? json_string_value(a) : "", axis) != 0) {
+        jobkind_problem(pb, 400, "axis", "'axis' must be \"z\" or \"xy\"");
+        return -1;
     }
     return 0;
 }
@@ -1427,9 +1415,10 @@ static int reduce_validate(const json_t *body, const job_env *env, job_problem *
 {
     static const char *const known[] = {"type", "dataset", "op", "axis", "output", NULL};
     const dataset *d;
-    int op, az;
+    stack_zop op;
+    zreduce_axis axis;
     if (jobkind_only_fields(body, known, NULL, pb) != 0 || check_dataset(body, env, &d, pb) != 0 ||
-        reduce_parse(body, &op, &az, pb) != 0)
+        reduce_parse(body, &op, &axis, pb) != 0)
         return -1;
     return check_output(body, env, pb);
 }
@@ -1453,8 +1442,9 @@ static int reduce_plan(const json_t *body, const job_env *env, const char *workd
     if (rc)
         return rc;
     job_problem pb;
-    int op, az;
-    if (reduce_parse(body, &op, &az, &pb) != 0) {
+    stack_zop op;
+    zreduce_axis axis;
+    if (reduce_parse(body, &op, &axis, &pb) != 0) {
         tess_seterr(err, errlen, "%s: %s", pb.field, pb.detail);
         return TESS_EINVAL;
     }
@@ -1465,9 +1455,8 @@ static int reduce_plan(const json_t *body, const job_env *env, const char *workd
     }
     s->d = d;
     s->op = op;
-    s->axis_z = az;
-    s->per_block = lmax(1, (d->nz + MIN_BLOCKS - 1) / MIN_BLOCKS);
-    s->nblocks = (d->nz + s->per_block - 1) / s->per_block;
+    s->axis = axis;
+    s->nblocks = zreduce_nranges(d->nz);
     snprintf(s->workdir, sizeof s->workdir, "%s", workdir);
     snprintf(s->name, sizeof s->name, "%s", output_name(body));
     out->nstages = 1;
@@ -1482,10 +1471,10 @@ static int reduce_run_z(reduce_state *s, long block, const volatile int *cancel,
                         size_t errlen)
 {
     const dataset *d = s->d;
-    long z0 = block * s->per_block, z1 = lmin(d->nz, z0 + s->per_block);
+    long z0, z1;
+    zreduce_range(d->nz, block, &z0, &z1);
     stack_zpart *part = NULL;
-    int rc = stack_zreduce(dataset_stack(d), (stack_zop)s->op, z0, z1, 0, cancel, &part, err,
-                           errlen);
+    int rc = stack_zreduce(dataset_stack(d), s->op, z0, z1, 0, cancel, &part, err, errlen);
     if (!rc) {
         char p[PATH_MAX];
         part_path(s, block, p, sizeof p);
@@ -1495,62 +1484,21 @@ static int reduce_run_z(reduce_state *s, long block, const volatile int *cancel,
     return rc;
 }
 
-/* The reduction of n values (NaN-aware, see job_stack.h). */
-static double reduce_values(int op, const double *v, long n)
-{
-    long c = 0;
-    double acc = op == OP_MIN ? INFINITY : op == OP_MAX ? -INFINITY : 0;
-    for (long i = 0; i < n; i++) {
-        if (isnan(v[i]))
-            continue;
-        c++;
-        if (op == OP_MIN)
-            acc = v[i] < acc ? v[i] : acc;
-        else if (op == OP_MAX)
-            acc = v[i] > acc ? v[i] : acc;
-        else
-            acc += v[i];
-    }
-    if (op == OP_SUM)
-        return acc;
-    if (c == 0)
-        return NAN;
-    if (op != OP_STD)
-        return op == OP_MEAN ? acc / c : acc;
-    double mean = acc / c, m2 = 0;
-    for (long i = 0; i < n; i++)
-        if (!isnan(v[i]))
-            m2 += (v[i] - mean) * (v[i] - mean);
-    return sqrt(m2 / c);
-}
-
-/* Axis xy: value of each plane of the block as a double in part<block>.bin. */
+/* Axis xy: value of each plane of the block (zreduce_planes) as a double in
+ * part<block>.bin. */
 static int reduce_run_xy(reduce_state *s, long block, const volatile int *cancel, char *err,
                          size_t errlen)
 {
     const dataset *d = s->d;
-    long npix = d->nx * d->ny;
-    long z0 = block * s->per_block, z1 = lmin(d->nz, z0 + s->per_block);
-    double *plane = malloc(sizeof(double) * (size_t)npix);
+    long z0, z1;
+    zreduce_range(d->nz, block, &z0, &z1);
     double *vals = malloc(sizeof(double) * (size_t)(z1 - z0));
-    int rc = plane && vals ? 0 : TESS_ENOMEM;
+    int rc = vals ? 0 : TESS_ENOMEM;
     if (rc)
         tess_seterr(err, errlen, "out of memory");
-    for (long z = z0; z < z1 && !rc; z++) {
-        if (*cancel) {
-            rc = TESS_ECANCELED;
-            break;
-        }
-        /* 8/16-bit planes in exact integers straight from the mapping, others as doubles */
-        rc = stack_reduce_plane(dataset_stack(d), z, (stack_zop)s->op, &vals[z - z0], err,
-                                errlen);
-        if (rc == 0)
-            continue;
-        if (rc == 1)
-            rc = dataset_read_region(d, z, 0, 0, d->nx, d->ny, plane, err, errlen);
-        if (!rc)
-            vals[z - z0] = reduce_values(s->op, plane, npix);
-    }
+    else
+        rc = zreduce_planes(dataset_stack(d), d->nx, d->ny, d->nz, s->op, z0, z1, cancel, vals,
+                            err, errlen);
     if (!rc) {
         char p[PATH_MAX];
         part_path(s, block, p, sizeof p);
@@ -1562,7 +1510,6 @@ static int reduce_run_xy(reduce_state *s, long block, const volatile int *cancel
         if (fd >= 0 && close(fd) != 0 && !rc)
             rc = TESS_EIO;
     }
-    free(plane);
     free(vals);
     return rc;
 }
@@ -1572,8 +1519,8 @@ static int reduce_run(void *state, int stage, long block, const volatile int *ca
 {
     (void)stage;
     reduce_state *s = state;
-    return s->axis_z ? reduce_run_z(s, block, cancel, err, errlen)
-                     : reduce_run_xy(s, block, cancel, err, errlen);
+    return s->axis == ZREDUCE_AXIS_Z ? reduce_run_z(s, block, cancel, err, errlen)
+                                     : reduce_run_xy(s, block, cancel, err, errlen);
 }
 
 /* Merges the axis-z partials in block order into out[npix]. */
@@ -1601,25 +1548,58 @@ static int reduce_merge_z(reduce_state *s, double *out, char *err, size_t errlen
     return rc;
 }
 
+/* Creates the product at `path`, nx x ny float64 pixels, with zreduce_header's cards
+ * (the same as GET .../reduce?format=fits gives); *datastart = where its data go. */
+static int reduce_out_create(const reduce_state *s, const char *path, long nx, long ny,
+                         long long *datastart, char *err, size_t errlen)
+{
+    const dataset *d = s->d;
+    char *cards = NULL, *text = NULL;
+    const char **list = NULL;
+    int n = 0;
+    int rc = zreduce_header(d->header, d->nkeys, s->op, s->axis, d->name, &cards, &n, err,
+                            errlen);
+    if (!rc && (!(text = malloc((size_t)n * 81)) ||
+                !(list = calloc((size_t)n + 1, sizeof *list)))) {
+        tess_seterr(err, errlen, "out of memory");
+        rc = TESS_ENOMEM;
+    }
+    for (int i = 0; !rc && i < n; i++) {
+        memcpy(text + (size_t)i * 81, cards + (size_t)i * 80, 80);
+        text[(size_t)i * 81 + 80] = '\0';
+        list[i] = text + (size_t)i * 81;
+    }
+    long naxes[2] = {nx, ny};
+    if (!rc)
+        rc = fits_out_create(path, CS_F32, -64, 2, naxes, NULL, list, datastart, err, errlen);
+    free(list);
+    free(text);
+    free(cards);
+    return rc;
+}
+
 static int reduce_finish(void *state, const char *tmp_path, job_product *prod, char *err,
                          size_t errlen)
 {
     reduce_state *s = state;
     const dataset *d = s->d;
-    long nx = s->axis_z ? d->nx : d->nz, ny = s->axis_z ? d->ny : 1;
+    int along_z = s->axis == ZREDUCE_AXIS_Z;
+    long nx = along_z ? d->nx : d->nz, ny = along_z ? d->ny : 1;
     double *out = malloc(sizeof(double) * (size_t)nx * ny);
     if (!out) {
         tess_seterr(err, errlen, "out of memory");
         return TESS_ENOMEM;
     }
     int rc = 0;
-    if (s->axis_z) {
+    long long ds = 0;
+    if (along_z) {
         rc = reduce_merge_z(s, out, err, errlen);
     } else {
         for (long k = 0; k < s->nblocks && !rc; k++) {
             char p[PATH_MAX];
             part_path(s, k, p, sizeof p);
-            long z0 = k * s->per_block, z1 = lmin(d->nz, z0 + s->per_block);
+            long z0, z1;
+            zreduce_range(d->nz, k, &z0, &z1);
             int fd = open(p, O_RDONLY | O_CLOEXEC);
             if (fd < 0
                 || tess_pread_all(fd, out + z0, sizeof(double) * (size_t)(z1 - z0), 0) != 0) {
@@ -1631,19 +1611,11 @@ static int reduce_finish(void *state, const char *tmp_path, job_product *prod, c
         }
     }
     if (!rc) {
-        char c_op[81], c_src[81], c_unit[81];
-        snprintf(c_op, sizeof c_op, "REDUCEOP= '%s' / NaN-aware reduction along axis %s",
-                 op_names[s->op], s->axis_z ? "z" : "xy");
-        snprintf(c_src, sizeof c_src, "REDSRC  = '%-.60s'", d->name);
-        snprintf(c_unit, sizeof c_unit, "BUNIT   = '%.60s'", d->bunit);
-        const char *cards[] = {c_op, c_src, d->bunit[0] ? c_unit : NULL, NULL};
-        long naxes[2] = {nx, ny};
-        long long ds = 0;
-        rc = fits_out_create(tmp_path, CS_F32, -64, 2, naxes, s->axis_z ? d : NULL, cards, &ds,
-                             err, errlen);
+        rc = reduce_out_create(s, tmp_path, nx, ny, &ds, err, errlen);
         if (!rc) {
             unsigned char *be = malloc((size_t)nx * ny * 8);
             if (!be) {
+                tess_seterr(err, errlen, "out of memory");
                 rc = TESS_ENOMEM;
             } else {
                 for (long i = 0; i < nx * ny; i++) {

@@ -45,10 +45,13 @@
  *    "axis": "z|xy" (default "z"), "output": {"name": NEW}}
  *       NaN-aware as numpy's nanmean / nansum / nanmin / nanmax / nanstd (ddof 0): blank
  *       values are skipped; no finite value gives NaN (0 for sum).  axis z: a float64
- *       image (nx, ny) with the source's celestial WCS; axis xy: a float64 FITS image of
- *       nz x 1 pixels (NAXIS1 = nz), value z = the reduction of plane z.  Blocks: groups
- *       of planes (axis z: partial sums / Welford moments / extremes per group in the
- *       work directory, merged in plane order by finish).
+ *       image (nx, ny); axis xy: a float64 FITS image of nz x 1 pixels (NAXIS1 = nz),
+ *       value z = the reduction of plane z.  The header is zreduce_header's
+ *       (engine/image/zreduce.h: axis z the source's WCS of axes 1-2, both OBJECT,
+ *       TELESCOP, INSTRUME, DATE-OBS, MJD-OBS, BUNIT, then REDUCEOP and REDSRC).  Blocks:
+ *       the z-ranges of zreduce_range (axis z: partial sums / Welford moments / extremes
+ *       per range in the work directory, merged in plane order by finish), so the product
+ *       is, card for card and bit for bit, what GET .../reduce?format=fits gives.
  *
  * All: the dataset must be a cube or stack of at least 2 planes (422 otherwise), 404
  * when unknown.  Blocks poll the cancel flag between planes.  plan() derives everything

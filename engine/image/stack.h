@@ -126,6 +126,9 @@ int stack_plane_release(stack *s, stack_plane *p);
 
 /* ---- reductions along z ------------------------------------------------------------ */
 
+/* The kernels; engine/image/zreduce.h builds on them the op names, the z-ranges, the image
+ * along z on a pool, the value of each plane and the result's header. */
+
 /* NaN-aware reductions of planes z0..z1-1 at every pixel, as numpy's nansum / nanmean /
  * nanmin / nanmax / nanstd (ddof 0) along axis 0 of the (nz, ny, nx) array of physical
  * values: blanks (BLANK, NaN) are skipped; a pixel without values gives NaN (0 for sum).

@@ -3,7 +3,8 @@
  * them: validate, plan, every block of every stage (on two threads, some blocks twice, a
  * re-plan between stages as after a restart), finish.  References are computed here from
  * the source files read with cfitsio: an O(n^2) DFT in double precision for the power
- * spectra, direct loops for centroids and reductions. */
+ * spectra, direct loops for centroids and reductions.  And one HTTP test: GET
+ * .../reduce and a posted reduce job give the same FITS cards and the same bits. */
 #include <check.h>
 #include <dirent.h>
 #include <fitsio.h>
@@ -19,6 +20,7 @@
 #include "engine/image/stack.h"
 #include "daemon/catalog.h"
 #include "daemon/config.h"
+#include "daemon/http.h"
 #include "daemon/jobs/job_stack.h"
 #include "tests/testutil.h"
 #include "engine/base/error.h"
@@ -782,6 +784,217 @@ START_TEST(test_reduce_all)
 }
 END_TEST
 
+/* ---- reduce over HTTP and as a job: one file ---------------------------------------- */
+
+static tserver *srv;
+static char base[64];
+static char jobsdir[64];
+
+/* A server on port 0 over this fixture's datasets, with a job runner and 4 worker threads
+ * (so that GET .../reduce folds its z-ranges on helper threads). */
+static void start_server(void)
+{
+    char err[512];
+    tt_tmpdir_make(jobsdir, sizeof jobsdir, "sjjobs");
+    ck_assert_int_eq(config_set_listen(&cfg, "127.0.0.1:0", err, sizeof err), 0);
+    cfg.threads = 4;
+    cfg.jobs_dir = strdup(jobsdir);
+    ck_assert_msg(tserver_start(&cfg, &srv, err, sizeof err) == 0, "%s", err);
+    snprintf(base, sizeof base, "http://127.0.0.1:%d", tserver_port(srv));
+}
+
+static void stop_server(void)
+{
+    tserver_stop(srv, 5);
+    srv = NULL;
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", jobsdir);
+    ck_assert_int_eq(system(cmd), 0);
+}
+
+static tt_resp get_ok(const char *path)
+{
+    tt_resp r = tt_fetch(base, "GET", path, NULL, 0, NULL);
+    ck_assert_msg(r.status == 200, "GET %s: %ld %s", path, r.status, r.body ? r.body : "");
+    return r;
+}
+
+/* POSTs a reduce job, waits for it to succeed and returns GET /api/v1/jobs/{id}/result. */
+static tt_resp job_result(const char *name, const char *op, const char *axis, const char *out)
+{
+    char body[256], path[96];
+    snprintf(body, sizeof body,
+             "{\"type\": \"reduce\", \"dataset\": \"%s\", \"op\": \"%s\", \"axis\": \"%s\", "
+             "\"output\": {\"name\": \"%s\"}}", name, op, axis, out);
+    tt_resp r = tt_fetch(base, "POST", "/api/v1/jobs", body, strlen(body),
+                         "Content-Type: application/json");
+    ck_assert_msg(r.status == 202, "POST %s: %ld %s", body, r.status, r.body ? r.body : "");
+    json_error_t je;
+    json_t *j = json_loads(r.body, 0, &je);
+    ck_assert_ptr_nonnull(j);
+    char id[32];
+    snprintf(id, sizeof id, "%s", json_string_value(json_object_get(j, "id")));
+    json_decref(j);
+    tt_resp_free(&r);
+    snprintf(path, sizeof path, "/api/v1/jobs/%s", id);
+    double t0 = tt_now_s();
+    for (;;) {
+        r = get_ok(path);
+        j = json_loads(r.body, 0, &je);
+        ck_assert_ptr_nonnull(j);
+        const char *st = json_string_value(json_object_get(j, "state"));
+        int running = strcmp(st, "queued") == 0 || strcmp(st, "running") == 0;
+        ck_assert_msg(running || strcmp(st, "succeeded") == 0, "job %s: %s", body, r.body);
+        json_decref(j);
+        tt_resp_free(&r);
+        if (!running)
+            break;
+        ck_assert_msg(tt_now_s() - t0 < 60 * tt_time_scale(), "job %s did not end", body);
+        usleep(20000);
+    }
+    snprintf(path, sizeof path, "/api/v1/jobs/%s/result", id);
+    return get_ok(path);
+}
+
+/* The primary header of an in-memory FITS file: its cards before END (80 characters
+ * each, concatenated, not NUL-terminated); *n = their count. */
+static const char *fits_cards(const tt_resp *r, int *n)
+{
+    for (size_t i = 0; i + 80 <= r->len; i += 80)
+        if (memcmp(r->body + i, "END     ", 8) == 0) {
+            *n = (int)(i / 80);
+            return r->body;
+        }
+    ck_abort_msg("no END card in %zu bytes", r->len);
+    return NULL;
+}
+
+/* The card of `key` in the header, or NULL. */
+static const char *find_card(const char *cards, int n, const char *key)
+{
+    char k[9];
+    snprintf(k, sizeof k, "%-8s", key);
+    for (int i = 0; i < n; i++)
+        if (memcmp(cards + (size_t)i * 80, k, 8) == 0)
+            return cards + (size_t)i * 80;
+    return NULL;
+}
+
+/* 1 when the doubles are the same bits or both NaN. */
+static int same_value(double a, double b)
+{
+    return (isnan(a) && isnan(b)) || memcmp(&a, &b, sizeof a) == 0;
+}
+
+/* GET .../reduce?op=OP&axis=z&format=fits and the reduce job's product: every card the
+ * same, in the same order (no card must differ: neither writes DATE, a time or a job
+ * id), and every pixel the same bits.  The header follows zreduce_header: the WCS of axes
+ * 1 and 2 and no card of axis 3, REDUCEOP and REDSRC, no SPECSYS. */
+static void check_same_z(const char *name, const char *op)
+{
+    char path[160], out[64];
+    snprintf(path, sizeof path, "/api/v1/datasets/%s/reduce?op=%s&axis=z&format=fits", name, op);
+    snprintf(out, sizeof out, "hz_%s_%s", name, op);
+    tt_resp h = get_ok(path), j = job_result(name, op, "z", out);
+    int nh, nj;
+    const char *ch = fits_cards(&h, &nh), *cj = fits_cards(&j, &nj);
+    for (int i = 0; i < nh && i < nj; i++)
+        ck_assert_msg(memcmp(ch + (size_t)i * 80, cj + (size_t)i * 80, 80) == 0,
+                      "%s: card %d differs:\n  GET: %.80s\n  job: %.80s", path, i,
+                      ch + (size_t)i * 80, cj + (size_t)i * 80);
+    ck_assert_msg(nh == nj, "%s: %d cards over HTTP, %d in the job's product", path, nh, nj);
+    char want[81];
+    snprintf(want, sizeof want, "REDUCEOP= '%-8s'", op);
+    const char *c = find_card(ch, nh, "REDUCEOP");
+    ck_assert_msg(c && memcmp(c, want, strlen(want)) == 0, "%s: REDUCEOP %.80s", path,
+                  c ? c : "(none)");
+    c = find_card(ch, nh, "REDSRC");
+    snprintf(want, sizeof want, "REDSRC  = '%s", name);
+    ck_assert_msg(c && memcmp(c, want, strlen(want)) == 0, "%s: REDSRC %.80s", path,
+                  c ? c : "(none)");
+    static const char *const gone[] = {"CTYPE3", "CRVAL3", "CDELT3", "CRPIX3", "CUNIT3",
+                                       "WCSAXES", "NAXIS3", "SPECSYS", "BSCALE", "BZERO",
+                                       "HISTORY", "EXPTIME"};
+    for (size_t i = 0; i < sizeof gone / sizeof gone[0]; i++)
+        ck_assert_msg(!find_card(ch, nh, gone[i]), "%s keeps %s", path, gone[i]);
+    if (strcmp(name, "l1448_13co") == 0) {
+        static const char *const kept[] = {"CTYPE1", "CTYPE2", "CRVAL1", "CRVAL2", "CRPIX1",
+                                           "CRPIX2", "CDELT1", "CDELT2", "CUNIT1", "CUNIT2",
+                                           "LONPOLE", "LATPOLE"};
+        for (size_t i = 0; i < sizeof kept / sizeof kept[0]; i++)
+            ck_assert_msg(find_card(ch, nh, kept[i]), "%s drops %s", path, kept[i]);
+    }
+    if (strcmp(name, "m13") == 0)
+        ck_assert_msg(find_card(ch, nh, "INSTRUME") && find_card(ch, nh, "DATE-OBS"),
+                      "%s drops INSTRUME or DATE-OBS", path);
+    const dataset *d = ds(name);
+    long hx, hy, jx, jy;
+    double *vh = tt_fits_mem_read(h.body, h.len, 1, &hx, &hy);
+    double *vj = tt_fits_mem_read(j.body, j.len, 1, &jx, &jy);
+    ck_assert_int_eq(hx, d->nx);
+    ck_assert_int_eq(hy, d->ny);
+    ck_assert_int_eq(jx, d->nx);
+    ck_assert_int_eq(jy, d->ny);
+    for (long i = 0; i < hx * hy; i++)
+        EXPECT(same_value(vh[i], vj[i]), "%s pixel %ld: GET %.17g, job %.17g", path, i, vh[i],
+               vj[i]);
+    free(vh);
+    free(vj);
+    tt_resp_free(&h);
+    tt_resp_free(&j);
+}
+
+/* GET .../reduce?op=OP&axis=xy&format=npy (little-endian float64, one per plane) and the
+ * reduce job's nz x 1 product: every value the same bits. */
+static void check_same_xy(const char *name, const char *op)
+{
+    char path[160], out[64];
+    snprintf(path, sizeof path, "/api/v1/datasets/%s/reduce?op=%s&axis=xy&format=npy", name, op);
+    snprintf(out, sizeof out, "hxy_%s_%s", name, op);
+    tt_resp h = get_ok(path), j = job_result(name, op, "xy", out);
+    const dataset *d = ds(name);
+    ck_assert_msg(h.len > 10 && memcmp(h.body, "\x93NUMPY\x01", 7) == 0, "%s: not NPY 1.0", path);
+    size_t hl = (size_t)(unsigned char)h.body[8] | (size_t)(unsigned char)h.body[9] << 8;
+    ck_assert_msg(strstr(h.body + 10, "'<f8'") != NULL, "%s: not <f8", path);
+    ck_assert_int_eq(h.len, 10 + hl + 8 * (size_t)d->nz);
+    long jx, jy;
+    double *vj = tt_fits_mem_read(j.body, j.len, 1, &jx, &jy);
+    ck_assert_int_eq(jx, d->nz);
+    ck_assert_int_eq(jy, 1);
+    for (long z = 0; z < d->nz; z++) {
+        double v;
+        memcpy(&v, h.body + 10 + hl + 8 * (size_t)z, 8);
+        ck_assert_msg(same_value(v, vj[z]), "%s plane %ld: GET %.17g, job %.17g", path, z, v,
+                      vj[z]);
+    }
+    free(vj);
+    tt_resp_free(&h);
+    tt_resp_free(&j);
+}
+
+START_TEST(test_reduce_http_equals_job)
+{
+    start_server();
+    static const char *const ops[] = {"mean", "sum", "min", "max", "std"};
+    /* l1448_13co: a float32 cube with NaN, 53 planes in 14 ranges (the double mode);
+     * m13: five 16-bit frames (the exact integer mode); genlong: 300 int16 frames in 16
+     * ranges; gennan: float frames with NaN. */
+    for (int o = 0; o < 5; o++) {
+        check_same_z("l1448_13co", ops[o]);
+        check_same_z("m13", ops[o]);
+        check_same_xy("l1448_13co", ops[o]);
+        check_same_xy("m13", ops[o]);
+    }
+    static const char *const more[] = {"genlong", "gennan", "gen"};
+    for (int n = 0; n < 3; n++)
+        for (int o = 0; o < 5; o += 4) {   /* mean and std */
+            check_same_z(more[n], ops[o]);
+            check_same_xy(more[n], ops[o]);
+        }
+    stop_server();
+}
+END_TEST
+
 /* ---- validation and cancel ----------------------------------------------------------- */
 
 static void expect_problem(const job_kind *k, const char *body_text, int status, const char *field)
@@ -881,6 +1094,7 @@ int main(void)
         {"power_from_profile", test_power_from_profile},
         {"recenter", test_recenter},
         {"reduce_all", test_reduce_all},
+        {"reduce_http_equals_job", test_reduce_http_equals_job},
         {"validation", test_validation},
         {"cancel", test_cancel},
     };

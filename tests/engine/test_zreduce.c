@@ -4,7 +4,9 @@
  * merged ranges, partials saved and loaded, stack_reduce_plane (one value a plane), and
  * every result against numpy's nansum / nanmean / nanmin / nanmax / nanstd
  * (/usr/bin/python3 with astropy); chunks of decoded frames (PNG, compressed FITS) cut by
- * their bound of bytes held, against plain loops. */
+ * their bound of bytes held, against plain loops.  And engine/image/zreduce.h: op and axis
+ * names, the z-ranges, zreduce_image against the ranges merged in order (as a reduce job
+ * merges them) and numpy, zreduce_planes, the card classes and the result's header. */
 #include <check.h>
 #include <fitsio.h>
 #include <math.h>
@@ -14,7 +16,9 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "engine/base/pool.h"
 #include "engine/image/stack.h"
+#include "engine/image/zreduce.h"
 #include "tests/testutil.h"
 #include "engine/base/error.h"
 
@@ -190,6 +194,17 @@ static double *run(vol *v, int op, long z0, long z1, int flags, int *intmode)
     return out;
 }
 
+/* Merges the partial of the next planes into *all (taking it as *all when first). */
+static void merge_next(stack_zpart **all, stack_zpart *p)
+{
+    if (!*all) {
+        *all = p;
+        return;
+    }
+    ck_assert_int_eq(stack_zpart_merge(*all, p), 0);
+    stack_zpart_free(p);
+}
+
 /* a == b exactly (tol 0), or within tol relative (NaN equals NaN). */
 static void compare(const double *a, const double *b, double tol, const char *what, int op)
 {
@@ -347,12 +362,7 @@ static void check_big(int cube)
             stack_zpart_free(p);
             ck_assert_int_eq(stack_zpart_load(path, &p, err, sizeof err), 0);
             unlink(path);
-            if (!all)
-                all = p;
-            else {
-                ck_assert_int_eq(stack_zpart_merge(all, p), 0);
-                stack_zpart_free(p);
-            }
+            merge_next(&all, p);
         }
         stack_zpart_result(all, b);
         stack_zpart_free(all);
@@ -621,6 +631,250 @@ START_TEST(test_errors)
 }
 END_TEST
 
+/* ---- zreduce.h: names, ranges, the image and plane values, the header ------------------ */
+
+START_TEST(test_names)
+{
+    for (int op = 0; op < 5; op++) {
+        stack_zop got = STACK_ZOP_STD;
+        ck_assert_str_eq(zreduce_op_name((stack_zop)op), opname[op]);
+        ck_assert_int_eq(zreduce_op_parse(opname[op], &got), 0);
+        ck_assert_int_eq(got, op);
+    }
+    stack_zop op = STACK_ZOP_SUM;
+    static const char *const bad[] = {"median", "MEAN", "mean ", "", NULL};
+    for (int i = 0; i < 5; i++)
+        ck_assert_int_eq(zreduce_op_parse(bad[i], &op), TESS_EINVAL);
+    ck_assert_int_eq(op, STACK_ZOP_SUM);
+    ck_assert_str_eq(zreduce_op_name((stack_zop)5), "?");
+    zreduce_axis a = ZREDUCE_AXIS_XY;
+    ck_assert_int_eq(zreduce_axis_parse("z", &a), 0);
+    ck_assert_int_eq(a, ZREDUCE_AXIS_Z);
+    ck_assert_int_eq(zreduce_axis_parse("xy", &a), 0);
+    ck_assert_int_eq(a, ZREDUCE_AXIS_XY);
+    ck_assert_int_eq(zreduce_axis_parse("x", &a), TESS_EINVAL);
+    ck_assert_int_eq(zreduce_axis_parse(NULL, &a), TESS_EINVAL);
+    ck_assert_int_eq(a, ZREDUCE_AXIS_XY);
+    ck_assert_str_eq(zreduce_axis_name(ZREDUCE_AXIS_Z), "z");
+    ck_assert_str_eq(zreduce_axis_name(ZREDUCE_AXIS_XY), "xy");
+}
+END_TEST
+
+/* The ranges cover 0..nz-1 in order, none empty, at most 16, all but the last of
+ * ceil(nz / 16) planes. */
+START_TEST(test_ranges)
+{
+    for (long nz = 1; nz <= 1000; nz++) {
+        long n = zreduce_nranges(nz), per = (nz + 15) / 16, next = 0;
+        ck_assert_msg(n >= 1 && n <= 16, "nz %ld: %ld ranges", nz, n);
+        for (long k = 0; k < n; k++) {
+            long z0, z1;
+            zreduce_range(nz, k, &z0, &z1);
+            ck_assert_msg(z0 == next && z1 > z0 && (z1 - z0 == per || k == n - 1),
+                          "nz %ld range %ld: [%ld, %ld)", nz, k, z0, z1);
+            next = z1;
+        }
+        ck_assert_int_eq(next, nz);
+    }
+    ck_assert_int_eq(zreduce_nranges(53), 14);   /* l1448_13co: 4 planes a range */
+    ck_assert_int_eq(zreduce_nranges(5), 5);
+}
+END_TEST
+
+/* zreduce_image, on the calling thread alone or with pool helpers, gives the bits of the
+ * ranges folded one by one and merged in z order (what a reduce job does), and numpy's
+ * values; zreduce_planes gives numpy's values of each plane, and for a float plane the
+ * bits of zreduce_values over stack_read_region's values. */
+static void check_image_planes(int g)
+{
+    vol v;
+    vol_make(&v, g);
+    double *refs = numpy_reduce(&v);
+    pool *workers = pool_new(3, 64);
+    ck_assert_ptr_nonnull(workers);
+    double *plane = malloc(sizeof(double) * NPIX), *got = malloc(sizeof(double) * NPIX),
+           *want = malloc(sizeof(double) * NPIX), vals[NZ];
+    char err[256];
+    for (int op = 0; op < 5; op++) {
+        stack_zpart *all = NULL;
+        for (long k = 0; k < zreduce_nranges(NZ); k++) {
+            long z0, z1;
+            stack_zpart *p = NULL;
+            zreduce_range(NZ, k, &z0, &z1);
+            ck_assert_int_eq(stack_zreduce(v.s, (stack_zop)op, z0, z1, 0, NULL, &p, err,
+                                           sizeof err), 0);
+            merge_next(&all, p);
+        }
+        stack_zpart_result(all, want);
+        stack_zpart_free(all);
+        for (int t = 0; t < 2; t++) {
+            ck_assert_int_eq(zreduce_image(v.s, NZ, (stack_zop)op, t ? workers : NULL,
+                                           POOL_INTERACTIVE, got, err, sizeof err), 0);
+            ck_assert_msg(memcmp(got, want, sizeof(double) * NPIX) == 0,
+                          "%s: zreduce_image (%s) differs from the ranges merged in order",
+                          opname[op], t ? "pool" : "one thread");
+        }
+        double tol = op == 4 || g == G_F32_NAN ? 1e-12 : 0;
+        compare(got, refs + (size_t)op * NPIX, tol, "zreduce_image vs numpy", op);
+        ck_assert_int_eq(zreduce_planes(v.s, NX, NY, NZ, (stack_zop)op, 0, NZ, NULL, vals, err,
+                                        sizeof err), 0);
+        const double *pref = refs + (size_t)5 * NPIX + (size_t)op * NZ;
+        for (long z = 0; z < NZ; z++) {
+            double m = fabs(pref[z]) > 1 ? fabs(pref[z]) : 1;
+            ck_assert_msg((isnan(vals[z]) && isnan(pref[z])) || fabs(vals[z] - pref[z]) <= tol * m,
+                          "plane %ld %s: %.17g vs numpy %.17g", z, opname[op], vals[z], pref[z]);
+            if (g != G_F32_NAN)
+                continue;
+            ck_assert_int_eq(stack_read_region(v.s, z, 0, 0, NX, NY, plane, err, sizeof err), 0);
+            double r = zreduce_values((stack_zop)op, plane, NPIX);
+            ck_assert_msg((isnan(r) && isnan(vals[z])) || memcmp(&r, &vals[z], sizeof r) == 0,
+                          "plane %ld %s: %.17g vs zreduce_values %.17g", z, opname[op], vals[z],
+                          r);
+        }
+    }
+    /* a range of planes, a wrong range, a cancel */
+    ck_assert_int_eq(zreduce_planes(v.s, NX, NY, NZ, STACK_ZOP_MAX, 30, NZ, NULL, vals, err,
+                                    sizeof err), 0);
+    ck_assert_int_eq(zreduce_planes(v.s, NX, NY, NZ, STACK_ZOP_MAX, 30, NZ + 1, NULL, vals, err,
+                                    sizeof err), TESS_ERANGE);
+    static const volatile int cancel = 1;
+    ck_assert_int_eq(zreduce_planes(v.s, NX, NY, NZ, STACK_ZOP_MAX, 0, NZ, &cancel, vals, err,
+                                    sizeof err), TESS_ECANCELED);
+    pool_free(workers);
+    free(plane);
+    free(got);
+    free(want);
+    free(refs);
+    vol_free(&v);
+}
+
+START_TEST(test_image_planes_f32) { check_image_planes(G_F32_NAN); }
+END_TEST
+START_TEST(test_image_planes_u16) { check_image_planes(G_U16Z); }
+END_TEST
+
+START_TEST(test_values)
+{
+    const double v[] = {3, NAN, -1, 4, NAN, 1};
+    ck_assert_double_eq(zreduce_values(STACK_ZOP_SUM, v, 6), 7);
+    ck_assert_double_eq(zreduce_values(STACK_ZOP_MEAN, v, 6), 7.0 / 4);
+    ck_assert_double_eq(zreduce_values(STACK_ZOP_MIN, v, 6), -1);
+    ck_assert_double_eq(zreduce_values(STACK_ZOP_MAX, v, 6), 4);
+    double m = 7.0 / 4, ss = (3 - m) * (3 - m) + (-1 - m) * (-1 - m) + (4 - m) * (4 - m) +
+                              (1 - m) * (1 - m);
+    ck_assert_double_eq(zreduce_values(STACK_ZOP_STD, v, 6), sqrt(ss / 4));
+    const double none[] = {NAN, NAN};
+    ck_assert_double_eq(zreduce_values(STACK_ZOP_SUM, none, 2), 0);
+    for (int op = 0; op < 5; op++)
+        if (op != STACK_ZOP_SUM)
+            ck_assert(isnan(zreduce_values((stack_zop)op, none, 2)));
+}
+END_TEST
+
+/* The card classes, and the header of a cube's result along z and over xy. */
+START_TEST(test_header)
+{
+    static const char *const src[] = {
+        "SIMPLE  =                    T",
+        "BITPIX  =                  -32",
+        "NAXIS   =                    3",
+        "NAXIS1  =                   10",
+        "NAXIS3  =                    4",
+        "WCSAXES =                    3",
+        "CTYPE1  = 'RA---TAN'",
+        "CTYPE2  = 'DEC--TAN'",
+        "CTYPE3  = 'FREQ    '",
+        "CRPIX1  =                  5.0",
+        "CRVAL3  =                1E+09",
+        "PC1_1   =                  1.0",
+        "PC2_1   =                  0.0",
+        "PC1_3   =                  0.0",
+        "PC3_3   =                  1.0",
+        "CD2_2   =                  1.0",
+        "PV2_1   =                  0.5",
+        "PV3_1   =                  0.5",
+        "PS1_0   = 'x       '",
+        "CTYPE1A = 'RA---TAN'",
+        "CTYPE12 = 'RA---TAN'",
+        "CNAME2  = 'dec     '",
+        "RADESYS = 'FK5     '",
+        "EQUINOX =               2000.0",
+        "SPECSYS = 'LSRK    '",
+        "RESTFRQ =                1E+09",
+        "BSCALE  =                  1.0",
+        "BLANK   =                   -1",
+        "DATAMAX =                  9.0",
+        "BUNIT   = 'K       '           / brightness",
+        "OBJECT  = 'L1448   '",
+        "DATE-OBS= '2001-01-01'",
+        "HISTORY made by hand",
+        "COMMENT anything",
+        NULL};
+    int n = 0;
+    char *cards = tt_make_cards(src, &n);
+    static const char *const wcs[] = {"CTYPE1", "CTYPE2", "CRPIX1", "PC1_1", "PC2_1", "CD2_2",
+                                      "PV2_1", "PS1_0", "CNAME2", "RADESYS", "EQUINOX", NULL};
+    static const char *const obs[] = {"BUNIT", "OBJECT", "DATE-OBS", NULL};
+    for (int i = 0; i < n; i++) {
+        const char *c = cards + (size_t)i * 80;
+        char key[9];
+        zreduce_card want = ZREDUCE_CARD_OTHER;
+        for (int k = 0; wcs[k]; k++)
+            if (snprintf(key, sizeof key, "%-8s", wcs[k]) && memcmp(c, key, 8) == 0)
+                want = ZREDUCE_CARD_WCS;
+        for (int k = 0; obs[k]; k++)
+            if (snprintf(key, sizeof key, "%-8s", obs[k]) && memcmp(c, key, 8) == 0)
+                want = k == 0 ? ZREDUCE_CARD_BUNIT : ZREDUCE_CARD_OBS;
+        ck_assert_msg(zreduce_card_class(c) == want, "%.20s: class %d, want %d", c,
+                      zreduce_card_class(c), want);
+    }
+    char err[256], *out = NULL;
+    int m = 0;
+    ck_assert_int_eq(zreduce_header(cards, n, STACK_ZOP_STD, ZREDUCE_AXIS_Z, "l1448_13co", &out,
+                                    &m, err, sizeof err), 0);
+    /* the WCS, OBS and BUNIT cards in the source's order, then the provenance */
+    static const char *const zkeys[] = {"CTYPE1", "CTYPE2", "CRPIX1", "PC1_1", "PC2_1", "CD2_2",
+                                        "PV2_1", "PS1_0", "CNAME2", "RADESYS", "EQUINOX", "BUNIT",
+                                        "OBJECT", "DATE-OBS", "REDUCEOP", "REDSRC"};
+    ck_assert_int_eq(m, 16);
+    ck_assert_uint_eq(strlen(out), 16 * 80);
+    for (int i = 0; i < m; i++) {
+        char key[9];
+        snprintf(key, sizeof key, "%-8s", zkeys[i]);
+        ck_assert_msg(memcmp(out + (size_t)i * 80, key, 8) == 0, "card %d: %.80s, want %s", i,
+                      out + (size_t)i * 80, zkeys[i]);
+    }
+    ck_assert_int_eq(memcmp(out + 11 * 80, cards + 29 * 80, 80), 0);   /* copied as it was */
+    char want[81];
+    snprintf(want, sizeof want, "%-80s",
+             "REDUCEOP= 'std     '           / NaN-aware reduction along axis z");
+    ck_assert_int_eq(memcmp(out + 14 * 80, want, 80), 0);
+    snprintf(want, sizeof want, "%-80s", "REDSRC  = 'l1448_13co'         / dataset reduced");
+    ck_assert_int_eq(memcmp(out + 15 * 80, want, 80), 0);
+    free(out);
+    /* over xy: no WCS; a name with a quote, and one too long for the card */
+    ck_assert_int_eq(zreduce_header(cards, n, STACK_ZOP_MEAN, ZREDUCE_AXIS_XY, "o'k", &out, &m,
+                                    err, sizeof err), 0);
+    ck_assert_int_eq(m, 5);
+    ck_assert_int_eq(memcmp(out, "BUNIT   ", 8), 0);
+    ck_assert_int_eq(memcmp(out + 3 * 80, "REDUCEOP= 'mean    '           / NaN-aware reduction "
+                            "along axis xy", 63), 0);
+    ck_assert_int_eq(memcmp(out + 4 * 80, "REDSRC  = 'o''k    '", 20), 0);
+    free(out);
+    char longname[101];
+    memset(longname, 'a', 100);
+    longname[100] = '\0';
+    ck_assert_int_eq(zreduce_header(NULL, 0, STACK_ZOP_SUM, ZREDUCE_AXIS_Z, longname, &out, &m,
+                                    err, sizeof err), 0);
+    ck_assert_int_eq(m, 2);
+    ck_assert_int_eq(out[80 + 10], '\'');
+    ck_assert_int_eq(out[80 + 11 + 66], '\'');
+    ck_assert_int_eq(out[80 + 11 + 65], 'a');
+    free(out);
+    free(cards);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("zreduce");
@@ -642,6 +896,12 @@ int main(void)
     tcase_add_test(tc, test_bound_fits_compressed);
     tcase_add_test(tc, test_bound_blocks_merge);
     tcase_add_test(tc, test_errors);
+    tcase_add_test(tc, test_names);
+    tcase_add_test(tc, test_ranges);
+    tcase_add_test(tc, test_values);
+    tcase_add_test(tc, test_image_planes_f32);
+    tcase_add_test(tc, test_image_planes_u16);
+    tcase_add_test(tc, test_header);
     suite_add_tcase(s, tc);
     return tt_run_suite(s);
 }

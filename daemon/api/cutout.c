@@ -1,4 +1,5 @@
 /* GET and POST /api/v1/cutout: a reprojected image of a dataset on any celestial WCS. */
+#include "daemon/api/cutout.h"
 #include "daemon/api/handlers.h"
 #include "daemon/cache/planes.h"
 #include "engine/fits/fitsimg.h"
@@ -7,10 +8,81 @@
 #include "engine/base/error.h"
 #include "engine/base/hash.h"
 
+#include <ctype.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+/* ---- parsing ------------------------------------------------------------------------- */
+
+/* The parameters both cutout forms share: dataset, method, max_coord_error, format, plane,
+ * rendering. */
+static int common_cutout(param_lookup get, void *cls, cutout_params *p, param_error *e)
+{
+    const char *s = get(cls, "dataset");
+    if (!s || !*s)
+        return param_fail(e, "dataset", "dataset is required");
+    if (strlen(s) >= sizeof(p->dataset))
+        return param_fail(e, "dataset", "dataset name is too long");
+    snprintf(p->dataset, sizeof(p->dataset), "%s", s);
+    p->method = RP_BILINEAR;
+    if ((s = get(cls, "method")) && rp_method_parse(s, &p->method))
+        return param_fail(e, "method", "method must be nearest, bilinear, bicubic, lanczos3 or "
+                          "exact, got '%.40s'", s);
+    p->max_coord_error = 0.001;
+    if (param_opt_double(get, cls, "max_coord_error", 0, 10, &p->max_coord_error, e))
+        return TESS_EINVAL;
+    p->format = FMT_PNG;
+    if ((s = get(cls, "format"))
+        && (out_format_parse(s, &p->format)
+            || (p->format != FMT_PNG && p->format != FMT_JPG && p->format != FMT_FITS)))
+        return param_fail(e, "format", "format must be png, jpg or fits, got '%.40s'", s);
+    p->plane = 0;
+    if (param_opt_long(get, cls, "plane", 0, 1L << 30, &p->plane, e))
+        return TESS_EINVAL;
+    return params_render(get, cls, &p->render, e);
+}
+
+int cutout_parse_get(param_lookup get, void *cls, cutout_params *p, param_error *e)
+{
+    memset(p, 0, sizeof(*p));
+    if (common_cutout(get, cls, p, e))
+        return TESS_EINVAL;
+    if (param_req_double(get, cls, "ra", -360, 360, &p->lon, e) ||
+        param_req_double(get, cls, "dec", -90, 90, &p->lat, e) ||
+        param_req_double(get, cls, "fov", 1e-9, 360, &p->fov, e) ||
+        param_req_long(get, cls, "width", 1, 65536, &p->width, e) ||
+        param_req_long(get, cls, "height", 1, 65536, &p->height, e))
+        return TESS_EINVAL;
+    const char *s = get(cls, "projection");
+    if (!s)
+        s = "TAN";
+    if (strlen(s) != 3 || !isalpha((unsigned char)s[0]) || !isalpha((unsigned char)s[1]) ||
+        !isalpha((unsigned char)s[2]))
+        return param_fail(e, "projection", "projection must be a three-letter FITS code such as "
+                          "TAN, SIN, CAR or AIT, got '%.40s'", s);
+    for (int i = 0; i < 3; i++)
+        p->projection[i] = (char)toupper((unsigned char)s[i]);
+    p->projection[3] = '\0';
+    p->coordsys = SKY_FRAME_ICRS;
+    s = get(cls, "coordsys");
+    if (s && sky_frame_parse(s, &p->coordsys) != 0)
+        return param_fail(e, "coordsys", "coordsys must be icrs, fk5, fk4, galactic or ecliptic, "
+                          "got '%.40s'", s);
+    p->rotation = 0;
+    if (param_opt_double(get, cls, "rotation_angle", -360, 360, &p->rotation, e))
+        return TESS_EINVAL;
+    return 0;
+}
+
+int cutout_parse_post(param_lookup get, void *cls, cutout_params *p, param_error *e)
+{
+    memset(p, 0, sizeof(*p));
+    return common_cutout(get, cls, p, e);
+}
+
+/* ---- the handlers -------------------------------------------------------------------- */
 
 /* Everything the work function needs, parsed and validated on the HTTP thread. */
 typedef struct cutout_job {
@@ -172,7 +244,7 @@ void handle_cutout_get(hreq *r)
     static const char *const known[] = {"dataset", "ra", "dec", "fov", "width", "height",
         "projection", "coordsys", "rotation_angle", "method", "max_coord_error", "format",
         "stretch", "min_cut", "max_cut", "cmap", "plane", NULL};
-    cutout_job *j = new_job(r, known, params_cutout_get);
+    cutout_job *j = new_job(r, known, cutout_parse_get);
     if (!j)
         return;
     if (check_dataset(r, j) || check_size(r, j->p.width, j->p.height))
@@ -208,7 +280,7 @@ void handle_cutout_post(hreq *r)
 {
     static const char *const known[] = {"dataset", "method", "max_coord_error", "format",
         "stretch", "min_cut", "max_cut", "cmap", "plane", NULL};
-    cutout_job *j = new_job(r, known, params_cutout_post);
+    cutout_job *j = new_job(r, known, cutout_parse_post);
     if (!j)
         return;
     param_error pe;

@@ -1,4 +1,4 @@
-/* Request parsing: strict numbers, cutout and slice parameters, FITS header bodies. */
+/* Request parsing the endpoint families share: strict values, formats, rendering, header bodies. */
 #include "daemon/api/params.h"
 #include "engine/base/error.h"
 
@@ -10,9 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-static int fail(param_error *e, const char *parameter, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static int fail(param_error *e, const char *parameter, const char *fmt, ...)
+int param_fail(param_error *e, const char *parameter, const char *fmt, ...)
 {
     if (e) {
         snprintf(e->parameter, sizeof(e->parameter), "%s", parameter);
@@ -23,6 +21,9 @@ static int fail(param_error *e, const char *parameter, const char *fmt, ...)
     }
     return TESS_EINVAL;
 }
+
+/* The short name this file's parsers use. */
+#define fail param_fail
 
 int param_double(const char *s, double lo, double hi, double *out)
 {
@@ -92,9 +93,8 @@ const char *out_format_mime(out_format f)
          : f == FMT_JPG ? "image/jpeg" : "application/octet-stream";
 }
 
-/* Reads an optional double; absent keeps *out.  Errors name the parameter. */
-static int opt_double(param_lookup get, void *cls, const char *key, double lo, double hi,
-                      double *out, param_error *e)
+int param_opt_double(param_lookup get, void *cls, const char *key, double lo, double hi,
+                     double *out, param_error *e)
 {
     const char *s = get(cls, key);
     if (!s)
@@ -107,16 +107,16 @@ static int opt_double(param_lookup get, void *cls, const char *key, double lo, d
     return 0;
 }
 
-static int req_double(param_lookup get, void *cls, const char *key, double lo, double hi,
-                      double *out, param_error *e)
+int param_req_double(param_lookup get, void *cls, const char *key, double lo, double hi,
+                     double *out, param_error *e)
 {
     if (!get(cls, key))
         return fail(e, key, "%s is required", key);
-    return opt_double(get, cls, key, lo, hi, out, e);
+    return param_opt_double(get, cls, key, lo, hi, out, e);
 }
 
-static int opt_long(param_lookup get, void *cls, const char *key, long lo, long hi, long *out,
-                    param_error *e)
+int param_opt_long(param_lookup get, void *cls, const char *key, long lo, long hi, long *out,
+                   param_error *e)
 {
     const char *s = get(cls, key);
     if (!s)
@@ -129,12 +129,12 @@ static int opt_long(param_lookup get, void *cls, const char *key, long lo, long 
     return 0;
 }
 
-static int req_long(param_lookup get, void *cls, const char *key, long lo, long hi, long *out,
-                    param_error *e)
+int param_req_long(param_lookup get, void *cls, const char *key, long lo, long hi, long *out,
+                   param_error *e)
 {
     if (!get(cls, key))
         return fail(e, key, "%s is required", key);
-    return opt_long(get, cls, key, lo, hi, out, e);
+    return param_opt_long(get, cls, key, lo, hi, out, e);
 }
 
 int params_render(param_lookup get, void *cls, render_params *rp, param_error *e)
@@ -162,114 +162,6 @@ void params_render_key(const render_params *rp, char *out, size_t len)
     snprintf(out, len, "%s,%.17g%s,%.17g%s,%s", render_stretch_name(rp->stretch),
              rp->min_cut.value, rp->min_cut.is_percent ? "%" : "", rp->max_cut.value,
              rp->max_cut.is_percent ? "%" : "", render_cmap_name(rp->cmap));
-}
-
-/* The parameters both cutout forms share: dataset, method, max_coord_error, format, plane,
- * rendering. */
-static int common_cutout(param_lookup get, void *cls, cutout_params *p, param_error *e)
-{
-    const char *s = get(cls, "dataset");
-    if (!s || !*s)
-        return fail(e, "dataset", "dataset is required");
-    if (strlen(s) >= sizeof(p->dataset))
-        return fail(e, "dataset", "dataset name is too long");
-    snprintf(p->dataset, sizeof(p->dataset), "%s", s);
-    p->method = RP_BILINEAR;
-    if ((s = get(cls, "method")) && rp_method_parse(s, &p->method))
-        return fail(e, "method", "method must be nearest, bilinear, bicubic, lanczos3 or "
-                    "exact, got '%.40s'", s);
-    p->max_coord_error = 0.001;
-    if (opt_double(get, cls, "max_coord_error", 0, 10, &p->max_coord_error, e))
-        return TESS_EINVAL;
-    p->format = FMT_PNG;
-    if ((s = get(cls, "format"))
-        && (out_format_parse(s, &p->format)
-            || (p->format != FMT_PNG && p->format != FMT_JPG && p->format != FMT_FITS)))
-        return fail(e, "format", "format must be png, jpg or fits, got '%.40s'", s);
-    p->plane = 0;
-    if (opt_long(get, cls, "plane", 0, 1L << 30, &p->plane, e))
-        return TESS_EINVAL;
-    return params_render(get, cls, &p->render, e);
-}
-
-int params_cutout_get(param_lookup get, void *cls, cutout_params *p, param_error *e)
-{
-    memset(p, 0, sizeof(*p));
-    if (common_cutout(get, cls, p, e))
-        return TESS_EINVAL;
-    if (req_double(get, cls, "ra", -360, 360, &p->lon, e) ||
-        req_double(get, cls, "dec", -90, 90, &p->lat, e) ||
-        req_double(get, cls, "fov", 1e-9, 360, &p->fov, e) ||
-        req_long(get, cls, "width", 1, 65536, &p->width, e) ||
-        req_long(get, cls, "height", 1, 65536, &p->height, e))
-        return TESS_EINVAL;
-    const char *s = get(cls, "projection");
-    if (!s)
-        s = "TAN";
-    if (strlen(s) != 3 || !isalpha((unsigned char)s[0]) || !isalpha((unsigned char)s[1]) ||
-        !isalpha((unsigned char)s[2]))
-        return fail(e, "projection", "projection must be a three-letter FITS code such as TAN, "
-                    "SIN, CAR or AIT, got '%.40s'", s);
-    for (int i = 0; i < 3; i++)
-        p->projection[i] = (char)toupper((unsigned char)s[i]);
-    p->projection[3] = '\0';
-    p->coordsys = SKY_FRAME_ICRS;
-    s = get(cls, "coordsys");
-    if (s && sky_frame_parse(s, &p->coordsys) != 0)
-        return fail(e, "coordsys", "coordsys must be icrs, fk5, fk4, galactic or ecliptic, "
-                    "got '%.40s'", s);
-    p->rotation = 0;
-    if (opt_double(get, cls, "rotation_angle", -360, 360, &p->rotation, e))
-        return TESS_EINVAL;
-    return 0;
-}
-
-int params_cutout_post(param_lookup get, void *cls, cutout_params *p, param_error *e)
-{
-    memset(p, 0, sizeof(*p));
-    return common_cutout(get, cls, p, e);
-}
-
-/* Reads a decimal integer of at most 12 digits ending at one of `stops`. */
-static int path_long(const char **s, const char *stops, long *out)
-{
-    const char *q = *s;
-    long v = 0;
-    int n = 0;
-    while (isdigit((unsigned char)*q)) {
-        if (++n > 12)
-            return TESS_EINVAL;
-        v = v * 10 + (*q - '0');
-        q++;
-    }
-    if (n == 0 || !*q || !strchr(stops, *q))
-        return TESS_EINVAL;
-    *out = v;
-    *s = q + 1;
-    return 0;
-}
-
-int params_slice_path(const char *s, slice_params *p, param_error *e)
-{
-    memset(p, 0, sizeof(*p));
-    int known = strncmp(s, "xy", 2) == 0 || strncmp(s, "xz", 2) == 0 || strncmp(s, "yz", 2) == 0;
-    if (known && (s[2] == '\0' || (s[2] == '/' && s[3] == '\0')))
-        return fail(e, "size", "the slice path goes on after the plane: "
-                    "%.2s/{W}_{H}/{X}_{Y}_{Z}.{png|jpg|fits|npy|raw}", s);
-    if (!known || s[2] != '/')
-        return fail(e, "plane", "slice plane must be xy, xz or yz, got '%.20s'", s);
-    memcpy(p->plane, s, 2);
-    p->plane[2] = '\0';
-    s += 3;
-    if (path_long(&s, "_", &p->w) || path_long(&s, "/", &p->h))
-        return fail(e, "size", "slice size must be {W}_{H} in pixels");
-    if (path_long(&s, "_", &p->x) || path_long(&s, "_", &p->y) || path_long(&s, ".", &p->z))
-        return fail(e, "offset", "slice offset must be {X}_{Y}_{Z} in pixels, 0-based");
-    if (out_format_parse(s, &p->format))
-        return fail(e, "format", "slice format must be png, jpg, fits, npy or raw, got '%.20s'", s);
-    if (p->w < 1 || p->h < 1 || p->w > 65536 || p->h > 65536)
-        return fail(e, "size", "slice width and height must be 1..65536");
-    return 0;
 }
 
 /* 1 when the 8-character keyword field `kw` is a numeric WCS keyword of FITS WCS Papers

@@ -1,11 +1,12 @@
-/* Request parsing: query values, slice paths, header bodies, into plain validated structs. */
+/* Request parsing the endpoint families share: strict values, formats, rendering, header bodies.
+ *
+ * Each family's own parser stands in its file (cutout.h, slices.h, hips.h, iiif.h); what
+ * they share is here.  Failures fill a param_error for a 400 problem reply. */
 #ifndef TESSERA_SERVER_PARAMS_H
 #define TESSERA_SERVER_PARAMS_H
 
 #include <stddef.h>
 #include "engine/image/render.h"
-#include "engine/sky/reproject.h"
-#include "engine/sky/skywcs.h"
 
 /* A parse failure: the parameter at fault and why (for a 400 problem reply). */
 typedef struct param_error {
@@ -21,6 +22,23 @@ typedef const char *(*param_lookup)(void *cls, const char *key);
 int param_double(const char *s, double lo, double hi, double *out);
 int param_long(const char *s, long lo, long hi, long *out);
 
+/* Fills `e` (when not NULL) with `parameter` and the formatted detail.  Returns TESS_EINVAL. */
+int param_fail(param_error *e, const char *parameter, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* Query parameter `key` as a strict number in [lo, hi] (param_double, param_long): the
+ * _opt forms keep *out when it is absent, the _req forms fail then.  Return 0 or
+ * TESS_EINVAL with `e` naming `key` ("KEY is required", "... must be between LO and HI",
+ * "... must be a finite number" or "an integer"). */
+int param_opt_double(param_lookup get, void *cls, const char *key, double lo, double hi,
+                     double *out, param_error *e);
+int param_req_double(param_lookup get, void *cls, const char *key, double lo, double hi,
+                     double *out, param_error *e);
+int param_opt_long(param_lookup get, void *cls, const char *key, long lo, long hi, long *out,
+                   param_error *e);
+int param_req_long(param_lookup get, void *cls, const char *key, long lo, long hi, long *out,
+                   param_error *e);
+
 /* FMT_RAW: little-endian float32, row-major (row 0 = FITS row 1), no header: the shape
  * travels in the X-Shape response header. */
 typedef enum { FMT_PNG, FMT_FITS, FMT_NPY, FMT_JPG, FMT_RAW } out_format;
@@ -34,35 +52,6 @@ int params_render(param_lookup get, void *cls, render_params *rp, param_error *e
 /* Canonical text of rendering parameters, for cache keys (e.g. "asinh,0.5%,99.5%,grey").
  * Cannot fail; truncates to `len`. */
 void params_render_key(const render_params *rp, char *out, size_t len);
-
-/* GET /api/v1/cutout: every parameter of DESIGN.md, validated. */
-typedef struct cutout_params {
-    char dataset[72];
-    double lon, lat;           /* ra/dec (l/b galactic, ecliptic lon/lat), degrees */
-    double fov;                /* degrees, the larger side, (0, 360] */
-    long width, height;        /* output pixels, 1..65536 each */
-    char projection[4];        /* three-letter wcslib code, upper case */
-    sky_frame coordsys;        /* icrs, fk5 (J2000), fk4 (B1950), galactic, ecliptic (J2000) */
-    double rotation;           /* degrees */
-    rp_method method;
-    double max_coord_error;    /* output pixels, >= 0 */
-    out_format format;         /* png, jpg or fits */
-    render_params render;
-    long plane;                /* plane of a cube or frame of a stack, 0-based */
-} cutout_params;
-int params_cutout_get(param_lookup get, void *cls, cutout_params *p, param_error *e);
-
-/* POST /api/v1/cutout query: dataset, format, method, max_coord_error, plane, rendering. */
-int params_cutout_post(param_lookup get, void *cls, cutout_params *p, param_error *e);
-
-/* The part of a slice URL after "slice/": "{xy|xz|yz}/{W}_{H}/{X}_{Y}_{Z}.{png|jpg|fits|
- * npy|raw}".  Sizes 1..65536, offsets 0..2^40 (checked against the dataset by the handler). */
-typedef struct slice_params {
-    char plane[3];             /* "xy", "xz" or "yz" */
-    long w, h, x, y, z;
-    out_format format;
-} slice_params;
-int params_slice_path(const char *s, slice_params *p, param_error *e);
 
 /* Turns the body of a POST cutout into FITS cards: text with one card a line (lines
  * longer than 80 characters are an error, shorter ones are blank-padded, CR LF accepted)

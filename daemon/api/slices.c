@@ -6,20 +6,59 @@
  *   yz: pixel (j, k) = v(X, Y + j, Z + k)          W along y, H along z, column X
  * so z grows upwards in renderings of xz and yz cuts, as y does in xy planes. */
 #include "daemon/api/handlers.h"
+#include "daemon/api/slices.h"
 #include "engine/fits/fitsimg.h"
 #include "engine/image/stack.h"
 #include "daemon/problem.h"
 #include "engine/base/error.h"
 
+#include <ctype.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-typedef struct slice_job {
-    const dataset *ds;
-    slice_params s;
-    render_params render;
-} slice_job;
+/* Reads a decimal integer of at most 12 digits ending at one of `stops`. */
+static int path_long(const char **s, const char *stops, long *out)
+{
+    const char *q = *s;
+    long v = 0;
+    int n = 0;
+    while (isdigit((unsigned char)*q)) {
+        if (++n > 12)
+            return TESS_EINVAL;
+        v = v * 10 + (*q - '0');
+        q++;
+    }
+    if (n == 0 || !*q || !strchr(stops, *q))
+        return TESS_EINVAL;
+    *out = v;
+    *s = q + 1;
+    return 0;
+}
+
+int slice_parse_path(const char *s, slice_params *p, param_error *e)
+{
+    memset(p, 0, sizeof(*p));
+    int known = strncmp(s, "xy", 2) == 0 || strncmp(s, "xz", 2) == 0 || strncmp(s, "yz", 2) == 0;
+    if (known && (s[2] == '\0' || (s[2] == '/' && s[3] == '\0')))
+        return param_fail(e, "size", "the slice path goes on after the plane: "
+                          "%.2s/{W}_{H}/{X}_{Y}_{Z}.{png|jpg|fits|npy|raw}", s);
+    if (!known || s[2] != '/')
+        return param_fail(e, "plane", "slice plane must be xy, xz or yz, got '%.20s'", s);
+    memcpy(p->plane, s, 2);
+    p->plane[2] = '\0';
+    s += 3;
+    if (path_long(&s, "_", &p->w) || path_long(&s, "/", &p->h))
+        return param_fail(e, "size", "slice size must be {W}_{H} in pixels");
+    if (path_long(&s, "_", &p->x) || path_long(&s, "_", &p->y) || path_long(&s, ".", &p->z))
+        return param_fail(e, "offset", "slice offset must be {X}_{Y}_{Z} in pixels, 0-based");
+    if (out_format_parse(s, &p->format))
+        return param_fail(e, "format", "slice format must be png, jpg, fits, npy or raw, got "
+                          "'%.20s'", s);
+    if (p->w < 1 || p->h < 1 || p->w > 65536 || p->h > 65536)
+        return param_fail(e, "size", "slice width and height must be 1..65536");
+    return 0;
+}
 
 static const char *lookup(void *cls, const char *key)
 {
@@ -110,6 +149,13 @@ static char *slice_cards(const dataset *d, const slice_params *s, int *nkeys)
     return hdr;
 }
 
+/* What slice_work needs, validated on the HTTP thread. */
+typedef struct slice_job {
+    const dataset *ds;
+    slice_params s;
+    render_params render;
+} slice_job;
+
 static void slice_work(hreq *r)
 {
     slice_job *j = r->work_arg;
@@ -154,7 +200,7 @@ void handle_slice(hreq *r, const dataset *d, const char *rest)
     }
     j->ds = d;
     param_error pe;
-    if (params_slice_path(rest, &j->s, &pe) || params_render(lookup, r, &j->render, &pe)) {
+    if (slice_parse_path(rest, &j->s, &pe) || params_render(lookup, r, &j->render, &pe)) {
         problem_reply(r, 400, pe.parameter, "%s", pe.detail);
         free(j);
         return;

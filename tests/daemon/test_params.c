@@ -1,5 +1,5 @@
-/* Unit tests of server/params and server/config: strict numbers, cutout and slice parsing,
- * header bodies, configuration keys. */
+/* Unit tests of the request parsers (daemon/api/params, cutout and slices) and of
+ * daemon/config: strict numbers, cutout and slice parsing, header bodies, configuration keys. */
 #include <check.h>
 #include <math.h>
 #include <stdlib.h>
@@ -7,7 +7,9 @@
 #include <string.h>
 
 #include "daemon/config.h"
+#include "daemon/api/cutout.h"
 #include "daemon/api/params.h"
+#include "daemon/api/slices.h"
 #include "tests/testutil.h"
 #include "engine/base/error.h"
 
@@ -52,7 +54,7 @@ START_TEST(test_cutout_get)
                        NULL};
     cutout_params p;
     param_error e;
-    ck_assert_int_eq(params_cutout_get(lookup, q, &p, &e), 0);
+    ck_assert_int_eq(cutout_parse_get(lookup, q, &p, &e), 0);
     ck_assert_str_eq(p.dataset, "gc_2mass_k");
     ck_assert_int_eq(p.coordsys, SKY_FRAME_GALACTIC);
     ck_assert(p.fov == 0.8);
@@ -72,35 +74,35 @@ START_TEST(test_cutout_get)
     /* Every frame of skywcs (any case) and JPEG. */
     const char *ecl[] = {"dataset", "x", "ra", "10", "dec", "5", "coordsys", "Ecliptic", "fov",
                          "1", "width", "1", "height", "1", "format", "jpg", NULL};
-    ck_assert_int_eq(params_cutout_get(lookup, ecl, &p, &e), 0);
+    ck_assert_int_eq(cutout_parse_get(lookup, ecl, &p, &e), 0);
     ck_assert_int_eq(p.coordsys, SKY_FRAME_ECLIPTIC);
     ck_assert_int_eq(p.format, FMT_JPG);
     const char *fk5[] = {"dataset", "x", "ra", "10", "dec", "5", "coordsys", "fk5", "fov", "1",
                          "width", "1", "height", "1", NULL};
-    ck_assert_int_eq(params_cutout_get(lookup, fk5, &p, &e), 0);
+    ck_assert_int_eq(cutout_parse_get(lookup, fk5, &p, &e), 0);
     ck_assert_int_eq(p.coordsys, SKY_FRAME_FK5);
     const char *sgal[] = {"dataset", "x", "ra", "10", "dec", "5", "coordsys", "supergalactic",
                           "fov", "1", "width", "1", "height", "1", NULL};
-    ck_assert_int_eq(params_cutout_get(lookup, sgal, &p, &e), TESS_EINVAL);
+    ck_assert_int_eq(cutout_parse_get(lookup, sgal, &p, &e), TESS_EINVAL);
     ck_assert_str_eq(e.parameter, "coordsys");
     const char *npy[] = {"dataset", "x", "ra", "10", "dec", "5", "fov", "1", "width", "1",
                          "height", "1", "format", "npy", NULL};
-    ck_assert_int_eq(params_cutout_get(lookup, npy, &p, &e), TESS_EINVAL);
+    ck_assert_int_eq(cutout_parse_get(lookup, npy, &p, &e), TESS_EINVAL);
     ck_assert_str_eq(e.parameter, "format");
 
     const char *bad[] = {"dataset", "x", "ra", "0", "dec", "-90.5", "fov", "1", "width", "1",
                          "height", "1", NULL};
-    ck_assert_int_eq(params_cutout_get(lookup, bad, &p, &e), TESS_EINVAL);
+    ck_assert_int_eq(cutout_parse_get(lookup, bad, &p, &e), TESS_EINVAL);
     ck_assert_str_eq(e.parameter, "dec");
     ck_assert_ptr_nonnull(strstr(e.detail, "between"));
 
     const char *noproj[] = {"dataset", "x", "ra", "0", "dec", "0", "fov", "1", "width", "1",
                             "height", "1", "projection", "TA", NULL};
-    ck_assert_int_eq(params_cutout_get(lookup, noproj, &p, &e), TESS_EINVAL);
+    ck_assert_int_eq(cutout_parse_get(lookup, noproj, &p, &e), TESS_EINVAL);
     ck_assert_str_eq(e.parameter, "projection");
 
     const char *missing[] = {"ra", "0", NULL};
-    ck_assert_int_eq(params_cutout_get(lookup, missing, &p, &e), TESS_EINVAL);
+    ck_assert_int_eq(cutout_parse_get(lookup, missing, &p, &e), TESS_EINVAL);
     ck_assert_str_eq(e.parameter, "dataset");
 }
 END_TEST
@@ -109,38 +111,38 @@ START_TEST(test_slice_path)
 {
     slice_params s;
     param_error e;
-    ck_assert_int_eq(params_slice_path("xy/512_256/10_20_3.fits", &s, &e), 0);
+    ck_assert_int_eq(slice_parse_path("xy/512_256/10_20_3.fits", &s, &e), 0);
     ck_assert_int_eq(s.w, 512);
     ck_assert_int_eq(s.h, 256);
     ck_assert_int_eq(s.x, 10);
     ck_assert_int_eq(s.y, 20);
     ck_assert_int_eq(s.z, 3);
     ck_assert_int_eq(s.format, FMT_FITS);
-    ck_assert_int_eq(params_slice_path("xy/1_1/0_0_0.npy", &s, &e), 0);
+    ck_assert_int_eq(slice_parse_path("xy/1_1/0_0_0.npy", &s, &e), 0);
     ck_assert_int_eq(s.format, FMT_NPY);
-    ck_assert_int_eq(params_slice_path("xz/1_1/0_0_0.png", &s, &e), 0);
+    ck_assert_int_eq(slice_parse_path("xz/1_1/0_0_0.png", &s, &e), 0);
     ck_assert_str_eq(s.plane, "xz");
-    ck_assert_int_eq(params_slice_path("yz/1_1/0_0_0.raw", &s, &e), 0);
+    ck_assert_int_eq(slice_parse_path("yz/1_1/0_0_0.raw", &s, &e), 0);
     ck_assert_int_eq(s.format, FMT_RAW);
-    ck_assert_int_eq(params_slice_path("zx/1_1/0_0_0.png", &s, &e), TESS_EINVAL);
+    ck_assert_int_eq(slice_parse_path("zx/1_1/0_0_0.png", &s, &e), TESS_EINVAL);
     ck_assert_str_eq(e.parameter, "plane");
     /* The plane alone: the size is what is missing, not the plane. */
-    ck_assert_int_eq(params_slice_path("xy", &s, &e), TESS_EINVAL);
+    ck_assert_int_eq(slice_parse_path("xy", &s, &e), TESS_EINVAL);
     ck_assert_str_eq(e.parameter, "size");
     ck_assert_ptr_nonnull(strstr(e.detail, "xy/{W}_{H}"));
-    ck_assert_int_eq(params_slice_path("yz/", &s, &e), TESS_EINVAL);
+    ck_assert_int_eq(slice_parse_path("yz/", &s, &e), TESS_EINVAL);
     ck_assert_str_eq(e.parameter, "size");
-    ck_assert_int_eq(params_slice_path("xyz/1_1/0_0_0.png", &s, &e), TESS_EINVAL);
+    ck_assert_int_eq(slice_parse_path("xyz/1_1/0_0_0.png", &s, &e), TESS_EINVAL);
     ck_assert_str_eq(e.parameter, "plane");
-    ck_assert_int_eq(params_slice_path("xy/1_1/0_0_0", &s, &e), TESS_EINVAL);
-    ck_assert_int_eq(params_slice_path("xy/1_1/0_0_0.png/extra", &s, &e), TESS_EINVAL);
-    ck_assert_int_eq(params_slice_path("xy/-1_1/0_0_0.png", &s, &e), TESS_EINVAL);
+    ck_assert_int_eq(slice_parse_path("xy/1_1/0_0_0", &s, &e), TESS_EINVAL);
+    ck_assert_int_eq(slice_parse_path("xy/1_1/0_0_0.png/extra", &s, &e), TESS_EINVAL);
+    ck_assert_int_eq(slice_parse_path("xy/-1_1/0_0_0.png", &s, &e), TESS_EINVAL);
     ck_assert_str_eq(e.parameter, "size");
-    ck_assert_int_eq(params_slice_path("xy/1_1/0_0_-1.png", &s, &e), TESS_EINVAL);
+    ck_assert_int_eq(slice_parse_path("xy/1_1/0_0_-1.png", &s, &e), TESS_EINVAL);
     ck_assert_str_eq(e.parameter, "offset");
-    ck_assert_int_eq(params_slice_path("xy/70000_1/0_0_0.png", &s, &e), TESS_EINVAL);
+    ck_assert_int_eq(slice_parse_path("xy/70000_1/0_0_0.png", &s, &e), TESS_EINVAL);
     ck_assert_str_eq(e.parameter, "size");
-    ck_assert_int_eq(params_slice_path("xy/1_1/0_0_1234567890123.png", &s, &e), TESS_EINVAL);
+    ck_assert_int_eq(slice_parse_path("xy/1_1/0_0_1234567890123.png", &s, &e), TESS_EINVAL);
 }
 END_TEST
 

@@ -1,10 +1,13 @@
-/* libFuzzer target: query-string parameters of cutouts (GET and POST), HiPS tiles and
- * rendering (daemon/api/params.c, daemon/api/hips.c), slice paths, and the cutout WCS built
- * from parameters that parse.  Input: "selector byte" + a query string or slice path. */
+/* libFuzzer target: the query-string parsers the handlers call, of cutouts (GET and POST,
+ * daemon/api/cutout.c), HiPS tiles (daemon/api/hips.c) and rendering (daemon/api/params.c),
+ * slice paths (daemon/api/slices.c), and the cutout WCS built from parameters that parse.
+ * Input: "selector byte" + a query string or slice path. */
 #include "tests/fuzz/fuzz_common.h"
+#include "daemon/api/cutout.h"
 #include "daemon/api/hips.h"
-#include "engine/sky/skywcs.h"
 #include "daemon/api/params.h"
+#include "daemon/api/slices.h"
+#include "engine/sky/skywcs.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -45,7 +48,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     unsigned sel = data[0] % 5;
     if (sel == 4) {
         slice_params sp;
-        params_slice_path(s, &sp, &e);
+        slice_parse_path(s, &sp, &e);
         free(s);
         return 0;
     }
@@ -54,7 +57,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     switch (sel) {
     case 0: {
         cutout_params p;
-        if (params_cutout_get(fz_query_get, &q, &p, &e) == 0) {
+        if (cutout_parse_get(fz_query_get, &q, &p, &e) == 0) {
             if (!(p.fov > 0 && p.fov <= 360) || p.width < 1 || p.height < 1)
                 __builtin_trap(); /* validation let an out-of-range value through */
             check_cutout(&p);
@@ -63,7 +66,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     }
     case 1: {
         cutout_params p;
-        params_cutout_post(fz_query_get, &q, &p, &e);
+        cutout_parse_post(fz_query_get, &q, &p, &e);
         break;
     }
     case 2: {

@@ -27,21 +27,7 @@
 #define IIIF_MAX_SIDE 65500L      /* JPEG_MAX_DIMENSION: maxWidth and maxHeight at most */
 #define IIIF_MAX_COORD (1LL << 40)/* larger numbers in a region or size are refused */
 
-typedef enum { Q_DEFAULT, Q_COLOR, Q_GRAY, Q_BITONAL } iiif_quality;
-typedef enum { F_PNG, F_JPG } iiif_format;
-
 static const char *const quality_names[] = {"default", "color", "gray", "bitonal"};
-
-/* A parsed and validated image request (Image API §4). */
-typedef struct iiif_request {
-    long x, y, w, h;          /* region in the picture frame (top-left origin), already
-                                 cropped to the image: Image API §4.1 */
-    long ow, oh;              /* the scaled region, before rotation: Image API §4.2 */
-    int mirror;               /* "!" of the rotation: reflect before rotating */
-    int rotation;             /* clockwise degrees: 0, 90, 180, 270 (Image API §4.3) */
-    iiif_quality quality;     /* Image API §4.4 */
-    iiif_format format;       /* Image API §4.5 */
-} iiif_request;
 
 /* The size limits announced in info.json (maxWidth, maxHeight, maxArea: Image API §5.2). */
 typedef struct iiif_limits {
@@ -59,19 +45,13 @@ typedef struct iiif_job {
     char rkey[160];           /* canonical rendering parameters, as in the cache key */
 } iiif_job;
 
-/* A 400/404/413 parse failure: status, the parameter at fault, and why. */
-typedef struct iiif_error {
-    int status;
-    param_error pe;
-} iiif_error;
-
 static int fail(iiif_error *e, int status, const char *parameter, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
 
 static int fail(iiif_error *e, int status, const char *parameter, const char *fmt, ...)
 {
     e->status = status;
-    snprintf(e->pe.parameter, sizeof e->pe.parameter, "%s", parameter);
+    snprintf(e->pe.parameter, sizeof e->pe.parameter, "%s", parameter ? parameter : "");
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(e->pe.detail, sizeof e->pe.detail, fmt, ap);
@@ -79,10 +59,17 @@ static int fail(iiif_error *e, int status, const char *parameter, const char *fm
     return TESS_EINVAL;
 }
 
-static iiif_limits limits_of(const tess_config *cfg)
+/* Answers the problem of a parse failure. */
+static void error_reply(hreq *r, const iiif_error *e)
+{
+    problem_reply(r, e->status, e->pe.parameter[0] ? e->pe.parameter : NULL, "%s", e->pe.detail);
+}
+
+/* The limits for limits.max_output_pixels = max_pixels. */
+static iiif_limits limits_of(long long max_pixels)
 {
     iiif_limits l;
-    l.max_area = cfg->max_output_pixels;
+    l.max_area = max_pixels;
     l.max_w = l.max_area < IIIF_MAX_SIDE ? (long)l.max_area : IIIF_MAX_SIDE;
     l.max_h = l.max_w;
     return l;
@@ -373,11 +360,61 @@ static int parse_quality_format(const char *s, iiif_request *q, iiif_error *e)
                     (int)(n > 40 ? 40 : n), s);
     const char *f = dot + 1;
     if (strcmp(f, "png") == 0)
-        q->format = F_PNG;
+        q->format = IIIF_F_PNG;
     else if (strcmp(f, "jpg") == 0)
-        q->format = F_JPG;
+        q->format = IIIF_F_JPG;
     else
         return fail(e, 400, "format", "format '%.20s' is not supported: png or jpg", f);
+    return 0;
+}
+
+int iiif_path_split(const char *path, iiif_path *p)
+{
+    memset(p, 0, sizeof(*p));
+    p->path = path;
+    if (!(p->copy = strdup(path)))
+        return TESS_ENOMEM;
+    for (char *s = p->copy; p->nseg < IIIF_MAX_SEGMENTS;) {
+        p->seg[p->nseg++] = s;
+        char *slash = strchr(s, '/');
+        if (!slash)
+            break;
+        *slash = '\0';
+        s = slash + 1;
+    }
+    if (p->nseg == 1 || (p->nseg == 2 && p->seg[1][0] == '\0'))
+        p->kind = IIIF_PATH_BASE;
+    else if (p->nseg == 2 && strcmp(p->seg[1], "info.json") == 0)
+        p->kind = IIIF_PATH_INFO;
+    else
+        p->kind = IIIF_PATH_IMAGE;
+    return 0;
+}
+
+void iiif_path_release(iiif_path *p)
+{
+    if (!p)
+        return;
+    free(p->copy);
+    p->copy = NULL;
+}
+
+int iiif_parse_image(const iiif_path *p, long W, long H, long long max_pixels,
+                     iiif_request *q, iiif_error *e)
+{
+    static const char *const part[] = {"identifier", "region", "size", "rotation", "quality"};
+    memset(q, 0, sizeof(*q));
+    memset(e, 0, sizeof(*e));
+    if (p->nseg < 5)
+        return fail(e, 400, part[p->nseg], "an image request is "
+                    "{identifier}/{region}/{size}/{rotation}/{quality}.{format}; the %s is "
+                    "missing", part[p->nseg]);
+    if (p->nseg > 5)
+        return fail(e, 404, NULL, "no such IIIF resource: %.200s", p->path);
+    iiif_limits lim = limits_of(max_pixels);
+    if (parse_region(p->seg[1], W, H, q, e) || parse_size(p->seg[2], &lim, q, e) ||
+        parse_rotation(p->seg[3], q, e) || parse_quality_format(p->seg[4], q, e))
+        return TESS_EINVAL;
     return 0;
 }
 
@@ -485,7 +522,7 @@ static long level_len(long n, int k)
  * (k >= 1, down to about 32 pixels on the longer side), smallest first. */
 static void reply_info(hreq *r, const dataset *d, const char *id)
 {
-    iiif_limits lim = limits_of(r->srv->cfg);
+    iiif_limits lim = limits_of(r->srv->cfg->max_output_pixels);
     char *uri = base_uri(r, id);
     if (!uri) {
         problem_reply(r, 500, NULL, "out of memory");
@@ -738,8 +775,9 @@ static char *cache_key(const iiif_job *j, const char *version)
     char *key = NULL;
     if (asprintf(&key, "iiif|%s|%ld|%s|%ld,%ld,%ld,%ld|%ld,%ld|%s%d|%s|%s|%s", j->ds->name,
                  j->z, version, q->x, q->y, q->w, q->h, q->ow, q->oh, q->mirror ? "!" : "",
-                 q->rotation, quality_names[q->quality == Q_COLOR ? Q_DEFAULT : q->quality],
-                 q->format == F_PNG ? "png" : "jpg", j->rkey) < 0)
+                 q->rotation,
+                 quality_names[q->quality == IIIF_Q_COLOR ? IIIF_Q_DEFAULT : q->quality],
+                 q->format == IIIF_F_PNG ? "png" : "jpg", j->rkey) < 0)
         return NULL;
     return key;
 }
@@ -789,7 +827,7 @@ static void iiif_work(hreq *r)
     rc = resample(v.plane, v.level, d->nx, d->ny, q->x, fy0, q->w, q->h, q->ow, q->oh, vals);
     planestore_release(ps, &v);
     render_params rp = j->render;
-    if (q->quality == Q_GRAY || q->quality == Q_BITONAL)
+    if (q->quality == IIIF_Q_GRAY || q->quality == IIIF_Q_BITONAL)
         rp.cmap = CMAP_GREY;
     if (rc == 0)
         rc = render_rgba_cuts(vals, q->ow, q->oh, &rp, lo, hi, rgba);
@@ -800,7 +838,7 @@ static void iiif_work(hreq *r)
         problem_reply(r, 500, NULL, "out of memory rendering a %ldx%ld image", q->ow, q->oh);
         return;
     }
-    if (q->quality == Q_BITONAL) {
+    if (q->quality == IIIF_Q_BITONAL) {
         for (size_t i = 0; i < npix; i++) {
             uint8_t b = rgba[4 * i] >= 128 ? 255 : 0;
             rgba[4 * i] = rgba[4 * i + 1] = rgba[4 * i + 2] = b;
@@ -818,7 +856,7 @@ static void iiif_work(hreq *r)
     }
     unsigned char *out = NULL;
     size_t len = 0;
-    if (q->format == F_PNG)
+    if (q->format == IIIF_F_PNG)
         rc = png_encode_rgba(rgba, fw, fh, &out, &len);
     else
         rc = jpeg_encode_rgb(rgba, fw, fh, IIIF_JPEG_QUALITY, &out, &len);
@@ -827,8 +865,8 @@ static void iiif_work(hreq *r)
         problem_reply(r, 500, NULL, "could not encode the %ldx%ld image", fw, fh);
         return;
     }
-    hreq_reply_tile(r, 200, tile_new_take(out, len, q->format == F_PNG ? "image/png"
-                                                                       : "image/jpeg"));
+    hreq_reply_tile(r, 200, tile_new_take(out, len, q->format == IIIF_F_PNG ? "image/png"
+                                                                            : "image/jpeg"));
 }
 
 static const char *lookup(void *cls, const char *key)
@@ -836,46 +874,33 @@ static const char *lookup(void *cls, const char *key)
     return hreq_arg(cls, key);
 }
 
-/* ---- routing ------------------------------------------------------------------------ */
-
-#define IIIF_MAX_SEGMENTS 6
+/* ---- the handler -------------------------------------------------------------------- */
 
 void handle_iiif(hreq *r, const char *rest)
 {
     static const char *const known[] = {"stretch", "min_cut", "max_cut", "cmap", NULL};
     if (hreq_only_args(r, known))
         return;
-    /* rest = {identifier}[/{region}/{size}/{rotation}/{quality}.{format} | /info.json] */
-    char *path = strdup(rest);
-    if (!path) {
+    iiif_path p;
+    if (iiif_path_split(rest, &p)) {
         problem_reply(r, 500, NULL, "out of memory");
         return;
-    }
-    char *seg[IIIF_MAX_SEGMENTS];
-    int nseg = 0;
-    for (char *p = path; nseg < IIIF_MAX_SEGMENTS;) {
-        seg[nseg++] = p;
-        char *slash = strchr(p, '/');
-        if (!slash)
-            break;
-        *slash = '\0';
-        p = slash + 1;
     }
     iiif_error e;
     const dataset *d = NULL;
     long z = 0;
-    if (parse_identifier(r->srv->cat, seg[0], &d, &z, &e)) {
-        problem_reply(r, e.status, e.pe.parameter, "%s", e.pe.detail);
-        free(path);
+    if (parse_identifier(r->srv->cat, p.seg[0], &d, &z, &e)) {
+        error_reply(r, &e);
+        iiif_path_release(&p);
         return;
     }
-    if (nseg == 1 || (nseg == 2 && seg[1][0] == '\0')) {
+    if (p.kind == IIIF_PATH_BASE) {
         /* Image API §2.2: the base URI redirects (303) to the image information document. */
-        char *uri = base_uri(r, seg[0]);
+        char *uri = base_uri(r, p.seg[0]);
         char *body = NULL;
         if (!uri || asprintf(&body, "%s/info.json\n", uri) < 0) {
             free(uri);
-            free(path);
+            iiif_path_release(&p);
             problem_reply(r, 500, NULL, "out of memory");
             return;
         }
@@ -886,45 +911,30 @@ void handle_iiif(hreq *r, const char *rest)
         r->rep.cache_control = "no-cache";
         hreq_reply_tile(r, 303, tile_new_take((unsigned char *)body, strlen(body),
                                               "text/plain; charset=utf-8"));
-        free(path);
+        iiif_path_release(&p);
         return;
     }
-    if (nseg == 2 && strcmp(seg[1], "info.json") == 0) {
-        reply_info(r, d, seg[0]);
-        free(path);
+    if (p.kind == IIIF_PATH_INFO) {
+        reply_info(r, d, p.seg[0]);
+        iiif_path_release(&p);
         return;
     }
-    if (nseg != 5) {
-        static const char *const part[] = {"identifier", "region", "size", "rotation", "quality"};
-        if (nseg < 5)
-            problem_reply(r, 400, part[nseg], "an image request is "
-                          "{identifier}/{region}/{size}/{rotation}/{quality}.{format}; "
-                          "the %s is missing", part[nseg]);
-        else
-            problem_reply(r, 404, NULL, "no such IIIF resource: %.200s", rest);
-        free(path);
+    iiif_request q;
+    int bad = iiif_parse_image(&p, d->nx, d->ny, r->srv->cfg->max_output_pixels, &q, &e);
+    iiif_path_release(&p);
+    if (bad) {
+        error_reply(r, &e);
         return;
     }
-
     iiif_job *j = calloc(1, sizeof(*j));
     if (!j) {
-        free(path);
         problem_reply(r, 500, NULL, "out of memory");
         return;
     }
     j->ds = d;
     j->z = z;
-    iiif_limits lim = limits_of(r->srv->cfg);
+    j->q = q;
     param_error pe;
-    int bad = parse_region(seg[1], d->nx, d->ny, &j->q, &e) ||
-              parse_size(seg[2], &lim, &j->q, &e) || parse_rotation(seg[3], &j->q, &e) ||
-              parse_quality_format(seg[4], &j->q, &e);
-    free(path);
-    if (bad) {
-        problem_reply(r, e.status, e.pe.parameter, "%s", e.pe.detail);
-        free(j);
-        return;
-    }
     if (params_render(lookup, r, &j->render, &pe)) {
         problem_reply(r, 400, pe.parameter, "%s", pe.detail);
         free(j);
@@ -939,8 +949,7 @@ void handle_iiif(hreq *r, const char *rest)
         return;
     }
     render_params keyed = j->render;
-    const iiif_request *q = &j->q;
-    if (q->quality == Q_GRAY || q->quality == Q_BITONAL)
+    if (q.quality == IIIF_Q_GRAY || q.quality == IIIF_Q_BITONAL)
         keyed.cmap = CMAP_GREY;
     params_render_key(&keyed, j->rkey, sizeof j->rkey);
     r->cache_key = cache_key(j, j->version);
@@ -954,58 +963,4 @@ void handle_iiif(hreq *r, const char *rest)
         return;
     }
     hreq_run_async(r, iiif_work, j, free);
-}
-
-/* ---- parse entry for tests and fuzzing (daemon/api/iiif.h) ---------------------------- */
-
-int iiif_parse_image_request(const char *path, long W, long H, long long max_pixels,
-                             iiif_parsed *out, int *status, param_error *pe)
-{
-    static const char *const part[] = {"region", "size", "rotation", "quality"};
-    tess_config cfg;
-    memset(&cfg, 0, sizeof cfg);
-    cfg.max_output_pixels = max_pixels;
-    iiif_limits lim = limits_of(&cfg);
-    iiif_error e;
-    memset(&e, 0, sizeof e);
-    char *copy = strdup(path);
-    if (!copy)
-        return TESS_ENOMEM;
-    char *seg[5];
-    int nseg = 0;
-    for (char *p = copy; nseg < 5;) {
-        seg[nseg++] = p;
-        char *slash = strchr(p, '/');
-        if (!slash)
-            break;
-        *slash = '\0';
-        p = slash + 1;
-    }
-    iiif_request q;
-    memset(&q, 0, sizeof q);
-    int rc;
-    if (nseg != 4)
-        rc = fail(&e, nseg < 4 ? 400 : 404, nseg < 4 ? part[nseg] : "path",
-                  "an image request is {region}/{size}/{rotation}/{quality}.{format}");
-    else
-        rc = parse_region(seg[0], W, H, &q, &e) || parse_size(seg[1], &lim, &q, &e) ||
-             parse_rotation(seg[2], &q, &e) || parse_quality_format(seg[3], &q, &e)
-                 ? TESS_EINVAL : 0;
-    free(copy);
-    if (rc) {
-        *status = e.status;
-        *pe = e.pe;
-        return TESS_EINVAL;
-    }
-    out->x = q.x;
-    out->y = q.y;
-    out->w = q.w;
-    out->h = q.h;
-    out->ow = q.ow;
-    out->oh = q.oh;
-    out->mirror = q.mirror;
-    out->rotation = q.rotation;
-    out->quality = (int)q.quality;
-    out->png = q.format == F_PNG;
-    return 0;
 }

@@ -75,6 +75,11 @@ const char *hreq_arg(hreq *r, const char *key)
     return MHD_lookup_connection_value(r->conn, MHD_GET_ARGUMENT_KIND, key);
 }
 
+const char *hreq_arg_lookup(void *r, const char *key)
+{
+    return hreq_arg(r, key);
+}
+
 const char *hreq_header(hreq *r, const char *key)
 {
     return MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, key);
@@ -129,6 +134,18 @@ void hreq_reply_tile(hreq *r, int status, tile *body)
     r->rep.body = body;
     if (!body)
         r->rep.status = 500;
+}
+
+void hreq_reply_text(hreq *r, buf *b, const char *content_type)
+{
+    size_t len;
+    char *text = buf_detach(b, &len);
+    if (!text) {
+        problem_reply(r, 500, NULL, "out of memory");
+        return;
+    }
+    r->rep.cache_control = "no-cache";
+    hreq_reply_tile(r, 200, tile_new_take((unsigned char *)text, len, content_type));
 }
 
 void hreq_reply_json(hreq *r, int status, char *json)
@@ -323,15 +340,7 @@ static void handle_metrics(hreq *r)
         for (int i = 0; i < 5; i++)
             buf_printf(&b, "tessera_jobs{state=\"%s\"} %ld\n", st[i], counts[i]);
     }
-    size_t len;
-    char *text = buf_detach(&b, &len);
-    if (!text) {
-        problem_reply(r, 500, NULL, "out of memory");
-        return;
-    }
-    r->rep.cache_control = "no-cache";
-    hreq_reply_tile(r, 200, tile_new_take((unsigned char *)text, len,
-                                          "text/plain; version=0.0.4; charset=utf-8"));
+    hreq_reply_text(r, &b, "text/plain; version=0.0.4; charset=utf-8");
 }
 
 static void method_not_allowed(hreq *r, const char *allow)
@@ -396,18 +405,9 @@ static void route(hreq *r)
         const char *name = u + sizeof(dsprefix) - 1;
         const char *slash = strchr(name, '/');
         size_t nlen = slash ? (size_t)(slash - name) : strlen(name);
-        char dsname[72];
-        if (nlen == 0 || nlen >= sizeof(dsname)) {
-            problem_reply(r, 404, "dataset", "no dataset named '%.*s'", (int)(nlen > 64 ? 64 : nlen), name);
+        const dataset *d = handler_dataset(r, name, nlen);
+        if (!d)
             return;
-        }
-        memcpy(dsname, name, nlen);
-        dsname[nlen] = '\0';
-        const dataset *d = catalog_find(r->srv->cat, dsname);
-        if (!d) {
-            problem_reply(r, 404, "dataset", "no dataset named '%s'", dsname);
-            return;
-        }
         if (!slash || slash[1] == '\0') {
             if (!get)
                 return method_not_allowed(r, "GET");

@@ -8,6 +8,7 @@
 #include "daemon/catalog.h"
 #include "daemon/config.h"
 #include "daemon/cache/planes.h"
+#include "engine/base/buf.h"
 #include "engine/base/pool.h"
 
 typedef struct tserver tserver;
@@ -90,6 +91,9 @@ int tserver_reopen_logs(tserver *s);
 /* For handlers: a query parameter or NULL. */
 const char *hreq_arg(hreq *r, const char *key);
 
+/* hreq_arg in the shape of a param_lookup (daemon/api/params.h): `r` is the hreq. */
+const char *hreq_arg_lookup(void *r, const char *key);
+
 /* For handlers: a request header or NULL. */
 const char *hreq_header(hreq *r, const char *key);
 
@@ -99,6 +103,10 @@ int hreq_only_args(hreq *r, const char *const *known);
 
 /* For handlers: answer with `body` (taken: the reply owns that reference). */
 void hreq_reply_tile(hreq *r, int status, tile *body);
+
+/* For handlers: answer 200 with the text of `b` (detached from it) as `content_type`,
+ * Cache-Control no-cache; 500 when `b` ran out of memory. */
+void hreq_reply_text(hreq *r, buf *b, const char *content_type);
 
 /* For handlers: answer with a JSON document (`json` is a malloc'd string, taken). */
 void hreq_reply_json(hreq *r, int status, char *json);

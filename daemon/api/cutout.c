@@ -104,11 +104,6 @@ static void cutout_job_free(void *arg)
     free(j);
 }
 
-static const char *lookup(void *cls, const char *key)
-{
-    return hreq_arg(cls, key);
-}
-
 /* Runs on a pool thread: take the source plane from the plane store (read once, shared
  * with tiles and other cutouts, float32 for 8/16-bit and float32 files), reproject (the
  * engine's other blocks go to the same pool as interactive helpers; this thread works on
@@ -162,11 +157,9 @@ done:
 /* Checks shared by both forms; on failure the problem reply is set and -1 returned. */
 static int check_dataset(hreq *r, cutout_job *j)
 {
-    j->ds = catalog_find(r->srv->cat, j->p.dataset);
-    if (!j->ds) {
-        problem_reply(r, 404, "dataset", "no dataset named '%s'", j->p.dataset);
+    j->ds = handler_dataset(r, j->p.dataset, strlen(j->p.dataset));
+    if (!j->ds)
         return -1;
-    }
     if (!j->ds->cel) {
         problem_reply(r, 422, "dataset", "dataset '%s' has no celestial WCS to reproject from",
                       j->p.dataset);
@@ -231,7 +224,7 @@ static cutout_job *new_job(hreq *r, const char *const *known,
         return NULL;
     }
     param_error pe;
-    if (parse(lookup, r, &j->p, &pe)) {
+    if (parse(hreq_arg_lookup, r, &j->p, &pe)) {
         problem_reply(r, 400, pe.parameter, "%s", pe.detail);
         cutout_job_free(j);
         return NULL;

@@ -82,6 +82,21 @@ static json_t *dataset_json(const dataset *d)
     return o;
 }
 
+const dataset *handler_dataset(hreq *r, const char *name, size_t len)
+{
+    char dsname[72];
+    const dataset *d = NULL;
+    if (len > 0 && len < sizeof(dsname)) {
+        memcpy(dsname, name, len);
+        dsname[len] = '\0';
+        d = catalog_find(r->srv->cat, dsname);
+    }
+    if (!d)   /* a name too long to be one is shown cut to 64 bytes */
+        problem_reply(r, 404, "dataset", "no dataset named '%.*s'",
+                      (int)(len < sizeof(dsname) ? len : 64), name);
+    return d;
+}
+
 void handle_datasets_list(hreq *r)
 {
     static const char *const known[] = {NULL};

@@ -4,6 +4,10 @@
 
 #include "daemon/http.h"
 
+/* The dataset named by name[0..len) (not terminated), or NULL after a 404 problem reply
+ * (parameter "dataset") when the catalog has none of that name (datasets.c). */
+const dataset *handler_dataset(hreq *r, const char *name, size_t len);
+
 /* GET /api/v1/datasets and GET /api/v1/datasets/{name} (datasets.c). */
 void handle_datasets_list(hreq *r);
 void handle_dataset_info(hreq *r, const dataset *d);

@@ -397,11 +397,6 @@ static void properties_work(hreq *r)
 
 /* ---- the handler --------------------------------------------------------------------- */
 
-static const char *lookup(void *cls, const char *key)
-{
-    return hreq_arg(cls, key);
-}
-
 /* Writes s into b with the HTML special characters escaped. */
 static void html_escaped(buf *b, const char *s)
 {
@@ -437,14 +432,7 @@ static void reply_index(hreq *r, const dataset *d)
                "<li>tiles: Norder{K}/Dir{D}/Npix{N}.png, .jpg, .fits (512 x 512)</li>\n"
                "</ul>\n</body></html>\n", d->nx, d->ny,
                d->hips_galactic ? "galactic" : "equatorial");
-    size_t len;
-    char *text = buf_detach(&b, &len);
-    if (!text) {
-        problem_reply(r, 500, NULL, "out of memory");
-        return;
-    }
-    r->rep.cache_control = "no-cache";
-    hreq_reply_tile(r, 200, tile_new_take((unsigned char *)text, len, "text/html; charset=utf-8"));
+    hreq_reply_text(r, &b, "text/html; charset=utf-8");
 }
 
 void handle_hips(hreq *r, const char *rest)
@@ -461,11 +449,9 @@ void handle_hips(hreq *r, const char *rest)
                       "%s", pe.detail);
         return;
     }
-    const dataset *d = catalog_find(r->srv->cat, hp.name);
-    if (!d) {
-        problem_reply(r, 404, "dataset", "no dataset named '%s'", hp.name);
+    const dataset *d = handler_dataset(r, hp.name, strlen(hp.name));
+    if (!d)
         return;
-    }
     const char *const *known = hp.kind == HIPS_REQ_INDEX || hp.kind == HIPS_REQ_MOC ? none
                                : hp.kind == HIPS_REQ_PROPERTIES ? props : images;
     if (hreq_only_args(r, known))
@@ -486,7 +472,7 @@ void handle_hips(hreq *r, const char *rest)
     }
     j->ds = d;
     j->path = hp;
-    if (hips_parse_query(lookup, r, &j->q, &pe)) {
+    if (hips_parse_query(hreq_arg_lookup, r, &j->q, &pe)) {
         problem_reply(r, 400, pe.parameter, "%s", pe.detail);
         free(j);
         return;

@@ -869,11 +869,6 @@ static void iiif_work(hreq *r)
                                                                             : "image/jpeg"));
 }
 
-static const char *lookup(void *cls, const char *key)
-{
-    return hreq_arg(cls, key);
-}
-
 /* ---- the handler -------------------------------------------------------------------- */
 
 void handle_iiif(hreq *r, const char *rest)
@@ -935,7 +930,7 @@ void handle_iiif(hreq *r, const char *rest)
     j->z = z;
     j->q = q;
     param_error pe;
-    if (params_render(lookup, r, &j->render, &pe)) {
+    if (params_render(hreq_arg_lookup, r, &j->render, &pe)) {
         problem_reply(r, 400, pe.parameter, "%s", pe.detail);
         free(j);
         return;

@@ -104,11 +104,6 @@ static void reduce_work(hreq *r)
         reduce_xy(r, j);
 }
 
-static const char *lookup(void *cls, const char *key)
-{
-    return hreq_arg(cls, key);
-}
-
 void handle_reduce(hreq *r, const dataset *d)
 {
     static const char *const known[] = {"op", "axis", "format", "stretch", "min_cut", "max_cut",
@@ -146,7 +141,7 @@ void handle_reduce(hreq *r, const dataset *d)
         return;
     }
     param_error pe;
-    if (params_render(lookup, r, &j0.render, &pe)) {
+    if (params_render(hreq_arg_lookup, r, &j0.render, &pe)) {
         problem_reply(r, 400, pe.parameter, "%s", pe.detail);
         return;
     }

@@ -60,11 +60,6 @@ int slice_parse_path(const char *s, slice_params *p, param_error *e)
     return 0;
 }
 
-static const char *lookup(void *cls, const char *key)
-{
-    return hreq_arg(cls, key);
-}
-
 /* Appends one card made from `text` (blank-padded to 80) to cards[n]. */
 static void put_card(char *cards, int *n, const char *text)
 {
@@ -200,7 +195,8 @@ void handle_slice(hreq *r, const dataset *d, const char *rest)
     }
     j->ds = d;
     param_error pe;
-    if (slice_parse_path(rest, &j->s, &pe) || params_render(lookup, r, &j->render, &pe)) {
+    if (slice_parse_path(rest, &j->s, &pe) ||
+        params_render(hreq_arg_lookup, r, &j->render, &pe)) {
         problem_reply(r, 400, pe.parameter, "%s", pe.detail);
         free(j);
         return;

@@ -1,8 +1,8 @@
-/* HTTP front end: libmicrohttpd daemon, router, replies with ETag/304, async pool work. */
+/* HTTP front end: libmicrohttpd daemon, replies with ETag/304, async pool work; routes in routes.c. */
 #include "daemon/http.h"
 #include "engine/image/stack.h"
-#include "daemon/api/handlers.h"
 #include "daemon/problem.h"
+#include "daemon/routes.h"
 #include "daemon/jobs/jobs.h"
 #include "daemon/jobs/jobtypes.h"
 #include "daemon/oplog.h"
@@ -274,14 +274,14 @@ int hreq_run_async(hreq *r, void (*work)(hreq *r), void *arg, void (*arg_free)(v
     return 0;
 }
 
-/* ---- routing ---------------------------------------------------------------- */
+/* ---- what the HTTP layer serves itself -------------------------------------------- */
 
-static void handle_healthz(hreq *r)
+void tserver_handle_healthz(hreq *r, const route_match *m)
 {
     hreq_reply_json(r, 200, strdup("{\"status\":\"ok\"}"));
 }
 
-static void handle_metrics(hreq *r)
+void tserver_handle_metrics(hreq *r, const route_match *m)
 {
     tserver_priv *sp = (tserver_priv *)r->srv;
     tilecache_stats cs;
@@ -341,95 +341,6 @@ static void handle_metrics(hreq *r)
             buf_printf(&b, "tessera_jobs{state=\"%s\"} %ld\n", st[i], counts[i]);
     }
     hreq_reply_text(r, &b, "text/plain; version=0.0.4; charset=utf-8");
-}
-
-static void method_not_allowed(hreq *r, const char *allow)
-{
-    problem_reply(r, 405, NULL, "%s is not allowed on %.200s; use %s", r->method, r->url, allow);
-    r->rep.allow = strdup(allow);
-}
-
-/* Picks the handler from the method and path; every path that is not a route is 404. */
-static void route(hreq *r)
-{
-    const char *u = r->url;
-    int get = strcmp(r->method, "GET") == 0 || strcmp(r->method, "HEAD") == 0;
-    int post = strcmp(r->method, "POST") == 0;
-
-    if (strcmp(r->method, "OPTIONS") == 0) {
-        /* CORS preflight: any path may be asked; the headers are added in send_reply. */
-        r->rep.status = 204;
-        return;
-    }
-    if (r->body_too_big) {
-        problem_reply(r, 413, "body", "request body larger than limits.max_body_mb = %zu MB",
-                      r->srv->cfg->max_body_mb);
-        return;
-    }
-    if (strcmp(u, "/healthz") == 0) {
-        if (!get)
-            return method_not_allowed(r, "GET");
-        return handle_healthz(r);
-    }
-    if (strcmp(u, "/metrics") == 0) {
-        if (!get)
-            return method_not_allowed(r, "GET");
-        return handle_metrics(r);
-    }
-    if (strncmp(u, "/hips/", 6) == 0) {
-        if (!get)
-            return method_not_allowed(r, "GET");
-        return handle_hips(r, u + 6);
-    }
-    if (strncmp(u, "/iiif/3/", 8) == 0) {
-        if (!get)
-            return method_not_allowed(r, "GET");
-        return handle_iiif(r, u + 8);
-    }
-    if (strncmp(u, "/api/v1/jobs", 12) == 0 && (u[12] == '\0' || u[12] == '/'))
-        return handle_jobs(r, u + 12);
-    if (strcmp(u, "/api/v1/cutout") == 0) {
-        if (get)
-            return handle_cutout_get(r);
-        if (post)
-            return handle_cutout_post(r);
-        return method_not_allowed(r, "GET, POST");
-    }
-    if (strcmp(u, "/api/v1/datasets") == 0 || strcmp(u, "/api/v1/datasets/") == 0) {
-        if (!get)
-            return method_not_allowed(r, "GET");
-        return handle_datasets_list(r);
-    }
-    static const char dsprefix[] = "/api/v1/datasets/";
-    if (strncmp(u, dsprefix, sizeof(dsprefix) - 1) == 0) {
-        const char *name = u + sizeof(dsprefix) - 1;
-        const char *slash = strchr(name, '/');
-        size_t nlen = slash ? (size_t)(slash - name) : strlen(name);
-        const dataset *d = handler_dataset(r, name, nlen);
-        if (!d)
-            return;
-        if (!slash || slash[1] == '\0') {
-            if (!get)
-                return method_not_allowed(r, "GET");
-            return handle_dataset_info(r, d);
-        }
-        if (strncmp(slash, "/slice/", 7) == 0) {
-            if (!get)
-                return method_not_allowed(r, "GET");
-            return handle_slice(r, d, slash + 7);
-        }
-        if (strcmp(slash, "/series") == 0 || strcmp(slash, "/reduce") == 0) {
-            if (!get)
-                return method_not_allowed(r, "GET");
-            return slash[1] == 's' ? handle_series(r, d) : handle_reduce(r, d);
-        }
-    }
-    if (strcmp(u, "/") == 0 || strncmp(u, "/viewer/", 8) == 0 || strncmp(u, "/vendor/", 8) == 0) {
-        if (!get)
-            return method_not_allowed(r, "GET");
-        return handle_viewer(r, u);
-    }
-    problem_reply(r, 404, NULL, "no such resource: %.200s", u);
 }
 
 /* ---- libmicrohttpd callbacks -------------------------------------------------- */
@@ -602,7 +513,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
             unsigned long long n = strtoull(cl, &end, 10);
             if (*end == '\0' && n > rp->body_cap) {
                 r->body_too_big = 1;
-                route(r);
+                routes_dispatch(r);
                 return send_reply(r);
             }
         }
@@ -643,7 +554,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
             problem_reply(r, 400, q && q < nul ? "query" : "path",
                           "the request target contains an encoded NUL byte (%%00)");
         } else
-            route(r);
+            routes_dispatch(r);
         if (r->async_state == 1)
             return MHD_YES;
     }

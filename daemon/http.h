@@ -1,4 +1,4 @@
-/* HTTP front end (libmicrohttpd): server lifecycle, routing, replies, async work on the pool. */
+/* HTTP front end (libmicrohttpd): server lifecycle, replies, async work on the pool (routes: routes.h). */
 #ifndef TESSERA_SERVER_HTTP_H
 #define TESSERA_SERVER_HTTP_H
 
@@ -12,6 +12,7 @@
 #include "engine/base/pool.h"
 
 typedef struct tserver tserver;
+struct route_match;
 
 /* What a handler answers.  `body` is a refcounted tile (cached or fresh); `status` 0
  * means "not decided yet".  `cache_key` set by a handler makes a 200 reply cacheable. */
@@ -113,6 +114,11 @@ void hreq_reply_json(hreq *r, int status, char *json);
 
 /* For handlers: answer from the cache by r->cache_key if present (returns 1), else 0. */
 int hreq_try_cache(hreq *r);
+
+/* GET /healthz ({"status":"ok"}) and GET /metrics (Prometheus text), served by the HTTP
+ * layer itself; route handlers of daemon/routes.c. */
+void tserver_handle_healthz(hreq *r, const struct route_match *m);
+void tserver_handle_metrics(hreq *r, const struct route_match *m);
 
 /* For handlers: run `work(r)` on the pool; the connection is suspended until it ends.
  * `arg` (freed with arg_free after the reply) carries the parsed request.  Single

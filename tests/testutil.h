@@ -93,6 +93,7 @@ typedef struct tt_resp {
     char location[512];
     char acao[64];            /* Access-Control-Allow-Origin */
     char disposition[128];    /* Content-Disposition */
+    char allow[64];           /* Allow (of a 405) */
 } tt_resp;
 
 /* Performs one request on base + path (base is "http://host:port").  `method` is GET,

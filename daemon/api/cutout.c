@@ -232,7 +232,7 @@ static cutout_job *new_job(hreq *r, const char *const *known,
     return j;
 }
 
-void handle_cutout_get(hreq *r)
+void handle_cutout_get(hreq *r, const route_match *m)
 {
     static const char *const known[] = {"dataset", "ra", "dec", "fov", "width", "height",
         "projection", "coordsys", "rotation_angle", "method", "max_coord_error", "format",
@@ -269,7 +269,7 @@ fail:
     cutout_job_free(j);
 }
 
-void handle_cutout_post(hreq *r)
+void handle_cutout_post(hreq *r, const route_match *m)
 {
     static const char *const known[] = {"dataset", "method", "max_coord_error", "format",
         "stretch", "min_cut", "max_cut", "cmap", "plane", NULL};

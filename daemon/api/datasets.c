@@ -97,7 +97,13 @@ const dataset *handler_dataset(hreq *r, const char *name, size_t len)
     return d;
 }
 
-void handle_datasets_list(hreq *r)
+int prepare_dataset(hreq *r, route_match *m)
+{
+    m->ds = handler_dataset(r, m->segment_at, m->segment_len);
+    return m->ds ? 0 : -1;
+}
+
+void handle_datasets_list(hreq *r, const route_match *m)
 {
     static const char *const known[] = {NULL};
     if (hreq_only_args(r, known))
@@ -110,8 +116,9 @@ void handle_datasets_list(hreq *r)
     json_decref(a);
 }
 
-void handle_dataset_info(hreq *r, const dataset *d)
+void handle_dataset_info(hreq *r, const route_match *m)
 {
+    const dataset *d = m->ds;
     static const char *const known[] = {NULL};
     if (hreq_only_args(r, known))
         return;

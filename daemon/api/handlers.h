@@ -1,33 +1,51 @@
-/* Endpoint handlers: each parses into a plain struct, answers or goes async on the pool. */
+/* Endpoint handlers: each family parses into a plain struct, answers or goes async on the pool.
+ *
+ * Layout: one file per endpoint family, registered in the route table (daemon/routes.c),
+ * which calls a handler once the path and method are its own; a family's parser stands in
+ * its file, declared in the family's header for tests and fuzz targets (cutout.h, slices.h,
+ * hips.h, iiif.h); params.h holds what the families share.  Every handler is a
+ * route_handler: `m` carries what the route captured (m->ds, m->rest, m->segment). */
 #ifndef TESSERA_HANDLERS_HANDLERS_H
 #define TESSERA_HANDLERS_HANDLERS_H
 
 #include "daemon/http.h"
+#include "daemon/routes.h"
 
 /* The dataset named by name[0..len) (not terminated), or NULL after a 404 problem reply
  * (parameter "dataset") when the catalog has none of that name (datasets.c). */
 const dataset *handler_dataset(hreq *r, const char *name, size_t len);
 
+/* route_prepare of the {dataset} routes: m->ds from m->segment, or 404 (datasets.c). */
+int prepare_dataset(hreq *r, route_match *m);
+
 /* GET /api/v1/datasets and GET /api/v1/datasets/{name} (datasets.c). */
-void handle_datasets_list(hreq *r);
-void handle_dataset_info(hreq *r, const dataset *d);
+void handle_datasets_list(hreq *r, const route_match *m);
+void handle_dataset_info(hreq *r, const route_match *m);
 
-/* /api/v1/jobs[/{id}[/result]] (jobs.c): POST submits, GET lists/inspects, DELETE
- * cancels; `rest` is the part after "/api/v1/jobs". */
-void handle_jobs(hreq *r, const char *rest);
+/* /api/v1/jobs (jobs.c): GET lists (?limit=), POST submits; /api/v1/jobs/{id}: GET
+ * inspects, DELETE cancels; /api/v1/jobs/{id}/result: GET fetches the product.
+ * prepare_jobs is their route_prepare: 404 when jobs.dir is not set, or for an id too
+ * long to be one. */
+int prepare_jobs(hreq *r, route_match *m);
+void handle_jobs_list(hreq *r, const route_match *m);
+void handle_jobs_submit(hreq *r, const route_match *m);
+void handle_job(hreq *r, const route_match *m);
+void handle_job_cancel(hreq *r, const route_match *m);
+void handle_job_result(hreq *r, const route_match *m);
 
-/* GET and POST /api/v1/cutout (cutout.c). */
-void handle_cutout_get(hreq *r);
-void handle_cutout_post(hreq *r);
+/* GET and POST /api/v1/cutout (cutout.c; parser in cutout.h). */
+void handle_cutout_get(hreq *r, const route_match *m);
+void handle_cutout_post(hreq *r, const route_match *m);
 
-/* GET /api/v1/datasets/{name}/slice/{rest} (slices.c): {xy|xz|yz}/{W}_{H}/{X}_{Y}_{Z}.fmt. */
-void handle_slice(hreq *r, const dataset *d, const char *rest);
+/* GET /api/v1/datasets/{name}/slice/{rest} (slices.c; parser in slices.h): m->rest is
+ * {xy|xz|yz}/{W}_{H}/{X}_{Y}_{Z}.fmt. */
+void handle_slice(hreq *r, const route_match *m);
 
 /* GET /api/v1/datasets/{name}/series?x=&y=[&format=json|npy|csv] (series.c). */
-void handle_series(hreq *r, const dataset *d);
+void handle_series(hreq *r, const route_match *m);
 
 /* GET /api/v1/datasets/{name}/reduce?op=&axis=[&format=] (reduce.c). */
-void handle_reduce(hreq *r, const dataset *d);
+void handle_reduce(hreq *r, const route_match *m);
 
 /* The z axis of a dataset (series.c), for series and per-plane results: values[k] is the
  * world coordinate of plane k (0-based) — axis 3 of the header's WCS at pixel (x, y) as
@@ -55,22 +73,22 @@ struct json_t;
 void reply_profile(hreq *r, profile_format f, struct json_t *doc, const zaxis *za,
                    const double *values, long n, const char *value_unit);
 
-/* GET /hips/{rest} (hips.c): {name}/ (an index page), properties,
+/* GET /hips/{rest} (hips.c; parser in hips.h): {name}/ (an index page), properties,
  * Norder{K}/Dir{D}/Npix{N}.{png,jpg,fits}, Norder3/Allsky.{png,jpg,fits}, Moc.fits;
- * `rest` is the part after "/hips/". */
-void handle_hips(hreq *r, const char *rest);
+ * m->rest is the part after "/hips/". */
+void handle_hips(hreq *r, const route_match *m);
 
-/* GET /iiif/3/{rest} (iiif.c): info.json and image requests; `rest` is the part after
- * "/iiif/3/". */
-void handle_iiif(hreq *r, const char *rest);
+/* GET /iiif/3/{rest} (iiif.c; parser in iiif.h): info.json and image requests; m->rest is
+ * the part after "/iiif/3/". */
+void handle_iiif(hreq *r, const route_match *m);
 
 /* GET / (the viewer's index.html), /viewer/{path} (files of the viewer directory) and
  * /vendor/{package}/{path} (files of the npm packages aladin-lite, openseadragon and uplot
- * under node_modules) (viewer.c).  `path` is the whole URL path.  Only files inside those
+ * under node_modules) (viewer.c), by the whole URL path r->url.  Only files inside those
  * directories (after resolving links) with a known extension are served; anything else is
  * 404.  The directories: $TESSERA_VIEWER_DIR / $TESSERA_NODE_MODULES when set, else the
  * build's viewer/ and node_modules/ of the source tree. */
-void handle_viewer(hreq *r, const char *path);
+void handle_viewer(hreq *r, const route_match *m);
 const char *viewer_dir(void);
 const char *viewer_node_modules_dir(void);
 /* The Content-Type served for a file name by its extension, or NULL (not served). */

@@ -435,7 +435,7 @@ static void reply_index(hreq *r, const dataset *d)
     hreq_reply_text(r, &b, "text/html; charset=utf-8");
 }
 
-void handle_hips(hreq *r, const char *rest)
+void handle_hips(hreq *r, const route_match *m)
 {
     static const char *const none[] = {NULL};
     static const char *const props[] = {"plane", "min_cut", "max_cut", NULL};
@@ -443,7 +443,7 @@ void handle_hips(hreq *r, const char *rest)
                                          "min_cut", "max_cut", "cmap", NULL};
     hips_path hp;
     param_error pe;
-    int rc = hips_parse_path(rest, &hp, &pe);
+    int rc = hips_parse_path(m->rest, &hp, &pe);
     if (rc) {
         problem_reply(r, rc == TESS_ENOTFOUND ? 404 : 400, pe.parameter[0] ? pe.parameter : NULL,
                       "%s", pe.detail);

@@ -871,13 +871,13 @@ static void iiif_work(hreq *r)
 
 /* ---- the handler -------------------------------------------------------------------- */
 
-void handle_iiif(hreq *r, const char *rest)
+void handle_iiif(hreq *r, const route_match *m)
 {
     static const char *const known[] = {"stretch", "min_cut", "max_cut", "cmap", NULL};
     if (hreq_only_args(r, known))
         return;
     iiif_path p;
-    if (iiif_path_split(rest, &p)) {
+    if (iiif_path_split(m->rest, &p)) {
         problem_reply(r, 500, NULL, "out of memory");
         return;
     }

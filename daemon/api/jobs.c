@@ -49,17 +49,22 @@ static int check_token(hreq *r)
     return 0;
 }
 
-static int jobs_enabled(hreq *r)
+int prepare_jobs(hreq *r, route_match *m)
 {
-    if (r->srv->jobs)
-        return 1;
-    /* 404, not 503: nothing will change by retrying; the fix is configuration. */
-    problem_reply(r, 404, NULL,
-                  "this server has no job endpoints: jobs.dir is not set in its configuration");
+    if (!r->srv->jobs) {
+        /* 404, not 503: nothing will change by retrying; the fix is configuration. */
+        problem_reply(r, 404, NULL,
+                      "this server has no job endpoints: jobs.dir is not set in its configuration");
+        return -1;
+    }
+    if (m->segment_at && m->segment_len >= 40) {
+        problem_reply(r, 404, "id", "no job '%.32s'", m->segment_at);
+        return -1;
+    }
     return 0;
 }
 
-static void submit(hreq *r)
+void handle_jobs_submit(hreq *r, const route_match *m)
 {
     if (check_token(r))
         return;
@@ -125,80 +130,28 @@ static void send_result(hreq *r, const char *id)
     r->rep.cache_control = "no-cache";
 }
 
-void handle_jobs(hreq *r, const char *rest)
+void handle_jobs_list(hreq *r, const route_match *m)
 {
-    int get = strcmp(r->method, "GET") == 0 || strcmp(r->method, "HEAD") == 0;
-    if (!jobs_enabled(r))
+    static const char *const known[] = {"limit", NULL};
+    if (hreq_only_args(r, known))
         return;
-    if (*rest == '\0' || strcmp(rest, "/") == 0) {
-        if (strcmp(r->method, "POST") == 0)
-            return submit(r);
-        if (!get) {
-            problem_reply(r, 405, NULL, "%s is not allowed on /api/v1/jobs; use GET, POST", r->method);
-            r->rep.allow = strdup("GET, POST");
+    long limit = 100;
+    const char *l = hreq_arg(r, "limit");
+    if (l) {
+        char *end;
+        limit = strtol(l, &end, 10);
+        if (*end || limit < 1 || limit > 10000) {
+            problem_reply(r, 400, "limit", "limit must be an integer 1..10000");
             return;
         }
-        static const char *const known[] = {"limit", NULL};
-        if (hreq_only_args(r, known))
-            return;
-        long limit = 100;
-        const char *l = hreq_arg(r, "limit");
-        if (l) {
-            char *end;
-            limit = strtol(l, &end, 10);
-            if (*end || limit < 1 || limit > 10000) {
-                problem_reply(r, 400, "limit", "limit must be an integer 1..10000");
-                return;
-            }
-        }
-        return hreq_reply_json(r, 200, jobs_list_json(r->srv->jobs, (int)limit));
     }
-    if (rest[0] != '/') {
-        problem_reply(r, 404, NULL, "no such resource: %.200s", r->url);
-        return;
-    }
-    char id[40];
-    const char *slash = strchr(rest + 1, '/');
-    size_t n = slash ? (size_t)(slash - rest - 1) : strlen(rest + 1);
-    if (n >= sizeof(id)) {
-        problem_reply(r, 404, "id", "no job '%.32s'", rest + 1);
-        return;
-    }
-    memcpy(id, rest + 1, n);
-    id[n] = '\0';
-    if (slash && strcmp(slash, "/result") == 0) {
-        if (!get) {
-            problem_reply(r, 405, NULL, "%s is not allowed on a job result; use GET", r->method);
-            r->rep.allow = strdup("GET");
-            return;
-        }
-        return send_result(r, id);
-    }
-    if (slash) {
-        problem_reply(r, 404, NULL, "no such resource: %.200s", r->url);
-        return;
-    }
-    if (strcmp(r->method, "DELETE") == 0) {
-        if (check_token(r))
-            return;
-        int rc = jobs_cancel(r->srv->jobs, id, 10.0);
-        if (rc == TESS_ENOTFOUND) {
-            problem_reply(r, 404, "id", "no job '%.32s'", id);
-            return;
-        }
-        if (rc == TESS_EINVAL) {
-            char path[PATH_MAX], ctype[64], state[16] = "finished";
-            if (jobs_result(r->srv->jobs, id, path, ctype, state) == 0)
-                snprintf(state, sizeof(state), "succeeded");
-            problem_reply(r, 409, "id", "job %s has already ended (%s); there is nothing to cancel", id,
-                          state);
-            return;
-        }
-    } else if (!get) {
-        problem_reply(r, 405, NULL, "%s is not allowed on a job; use GET, DELETE", r->method);
-        r->rep.allow = strdup("GET, DELETE");
-        return;
-    }
+    hreq_reply_json(r, 200, jobs_list_json(r->srv->jobs, (int)limit));
+}
+
+/* GET, and the answer of a DELETE that cancelled: the job's document. */
+void handle_job(hreq *r, const route_match *m)
+{
+    const char *id = m->segment;
     int missing = 0;
     char *doc = jobs_get_json(r->srv->jobs, id, &missing);
     if (!doc) {
@@ -209,4 +162,30 @@ void handle_jobs(hreq *r, const char *rest)
         return;
     }
     hreq_reply_json(r, 200, doc);
+}
+
+void handle_job_result(hreq *r, const route_match *m)
+{
+    send_result(r, m->segment);
+}
+
+void handle_job_cancel(hreq *r, const route_match *m)
+{
+    const char *id = m->segment;
+    if (check_token(r))
+        return;
+    int rc = jobs_cancel(r->srv->jobs, id, 10.0);
+    if (rc == TESS_ENOTFOUND) {
+        problem_reply(r, 404, "id", "no job '%.32s'", id);
+        return;
+    }
+    if (rc == TESS_EINVAL) {
+        char path[PATH_MAX], ctype[64], state[16] = "finished";
+        if (jobs_result(r->srv->jobs, id, path, ctype, state) == 0)
+            snprintf(state, sizeof(state), "succeeded");
+        problem_reply(r, 409, "id", "job %s has already ended (%s); there is nothing to cancel", id,
+                      state);
+        return;
+    }
+    handle_job(r, m);
 }

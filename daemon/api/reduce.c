@@ -104,8 +104,9 @@ static void reduce_work(hreq *r)
         reduce_xy(r, j);
 }
 
-void handle_reduce(hreq *r, const dataset *d)
+void handle_reduce(hreq *r, const route_match *m)
 {
+    const dataset *d = m->ds;
     static const char *const known[] = {"op", "axis", "format", "stretch", "min_cut", "max_cut",
                                         "cmap", NULL};
     if (hreq_only_args(r, known))

@@ -355,8 +355,9 @@ static int pixel_arg(hreq *r, const char *key, long max, const char *axis, long 
     return 0;
 }
 
-void handle_series(hreq *r, const dataset *d)
+void handle_series(hreq *r, const route_match *m)
 {
+    const dataset *d = m->ds;
     static const char *const known[] = {"x", "y", "format", NULL};
     if (hreq_only_args(r, known))
         return;

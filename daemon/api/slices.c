@@ -183,8 +183,9 @@ static void slice_work(hreq *r)
     free(data);
 }
 
-void handle_slice(hreq *r, const dataset *d, const char *rest)
+void handle_slice(hreq *r, const route_match *m)
 {
+    const dataset *d = m->ds;
     static const char *const known[] = {"stretch", "min_cut", "max_cut", "cmap", NULL};
     if (hreq_only_args(r, known))
         return;
@@ -195,7 +196,7 @@ void handle_slice(hreq *r, const dataset *d, const char *rest)
     }
     j->ds = d;
     param_error pe;
-    if (slice_parse_path(rest, &j->s, &pe) ||
+    if (slice_parse_path(m->rest, &j->s, &pe) ||
         params_render(hreq_arg_lookup, r, &j->render, &pe)) {
         problem_reply(r, 400, pe.parameter, "%s", pe.detail);
         free(j);

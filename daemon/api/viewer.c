@@ -158,8 +158,9 @@ static tile *read_static(hreq *r, const char *root, const char *rel, int *status
     return t;
 }
 
-void handle_viewer(hreq *r, const char *path)
+void handle_viewer(hreq *r, const route_match *m)
 {
+    const char *path = r->url;
     const char *root, *rel, *cache_control;
     char vendor_root[PATH_MAX];
     if (strcmp(path, "/") == 0 || strcmp(path, "/viewer/") == 0) {

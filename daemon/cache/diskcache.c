@@ -2,6 +2,7 @@
 #include "daemon/cache/diskcache.h"
 #include "engine/base/error.h"
 #include "engine/base/hash.h"
+#include "engine/base/lru.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -23,7 +24,7 @@
 typedef struct dc_entry {
     uint64_t hash;
     size_t bytes;
-    struct dc_entry *prev, *next;   /* LRU list, most recent first */
+    lru_node lru;                   /* LRU list, most recent first */
     struct dc_entry *chain;         /* hash bucket chain */
 } dc_entry;
 
@@ -33,7 +34,7 @@ struct diskcache {
     size_t max_bytes, bytes, entries;
     dc_entry **buckets;
     size_t nbuckets;                /* a power of two */
-    dc_entry *head, *tail;
+    lru_list lru;
     uint64_t hits, misses, writes, evictions;
     unsigned long tmp_counter;
 };
@@ -57,41 +58,6 @@ static dc_entry *find(diskcache *c, uint64_t h)
     return NULL;
 }
 
-static void lru_unlink(diskcache *c, dc_entry *e)
-{
-    if (e->prev)
-        e->prev->next = e->next;
-    else
-        c->head = e->next;
-    if (e->next)
-        e->next->prev = e->prev;
-    else
-        c->tail = e->prev;
-    e->prev = e->next = NULL;
-}
-
-static void lru_push_front(diskcache *c, dc_entry *e)
-{
-    e->prev = NULL;
-    e->next = c->head;
-    if (c->head)
-        c->head->prev = e;
-    c->head = e;
-    if (!c->tail)
-        c->tail = e;
-}
-
-static void lru_push_back(diskcache *c, dc_entry *e)
-{
-    e->next = NULL;
-    e->prev = c->tail;
-    if (c->tail)
-        c->tail->next = e;
-    c->tail = e;
-    if (!c->head)
-        c->head = e;
-}
-
 /* Removes e from the index (not the file). */
 static void drop(diskcache *c, dc_entry *e)
 {
@@ -99,7 +65,7 @@ static void drop(diskcache *c, dc_entry *e)
     while (*pp != e)
         pp = &(*pp)->chain;
     *pp = e->chain;
-    lru_unlink(c, e);
+    lru_remove(&c->lru, &e->lru);
     c->bytes -= e->bytes;
     c->entries--;
 }
@@ -137,9 +103,9 @@ static dc_entry *add(diskcache *c, uint64_t h, size_t bytes, int front)
     e->chain = c->buckets[h & (c->nbuckets - 1)];
     c->buckets[h & (c->nbuckets - 1)] = e;
     if (front)
-        lru_push_front(c, e);
+        lru_push_front(&c->lru, &e->lru);
     else
-        lru_push_back(c, e);
+        lru_push_back(&c->lru, &e->lru);
     c->bytes += bytes;
     c->entries++;
     maybe_grow(c);
@@ -149,8 +115,8 @@ static dc_entry *add(diskcache *c, uint64_t h, size_t bytes, int front)
 /* Evicts least recently used entries until the total fits; deletes their files. */
 static void trim(diskcache *c)
 {
-    while (c->bytes > c->max_bytes && c->tail) {
-        dc_entry *e = c->tail;
+    while (c->bytes > c->max_bytes && !lru_empty(&c->lru)) {
+        dc_entry *e = LRU_ENTRY(c->lru.back, dc_entry, lru);
         char path[4096];
         entry_path(c, e->hash, path, sizeof(path));
         unlink(path);
@@ -256,9 +222,9 @@ void diskcache_close(diskcache *c)
 {
     if (!c)
         return;
-    for (dc_entry *e = c->head, *next; e; e = next) {
-        next = e->next;
-        free(e);
+    for (lru_node *n = c->lru.front, *next; n; n = next) {
+        next = n->next;
+        free(LRU_ENTRY(n, dc_entry, lru));
     }
     if (c->buckets)
         pthread_mutex_destroy(&c->lock);
@@ -351,8 +317,7 @@ tile *diskcache_get(diskcache *c, const char *key)
     pthread_mutex_lock(&c->lock);
     dc_entry *e = find(c, h);
     if (e) {
-        lru_unlink(c, e);
-        lru_push_front(c, e);
+        lru_move_front(&c->lru, &e->lru);
     }
     pthread_mutex_unlock(&c->lock);
     char path[4096];
@@ -415,8 +380,7 @@ int diskcache_put(diskcache *c, const char *key, const tile *t)
         c->bytes -= e->bytes;
         e->bytes = total;
         c->bytes += total;
-        lru_unlink(c, e);
-        lru_push_front(c, e);
+        lru_move_front(&c->lru, &e->lru);
     } else {
         add(c, h, total, 1);
     }

@@ -14,6 +14,7 @@
 #include "engine/fits/fitsimg.h"
 #include "engine/image/stack.h"
 #include "engine/base/error.h"
+#include "engine/base/lru.h"
 
 /* Layout.  One mutex guards the whole store: the hash table of planes, their LRU list,
  * the byte count, the cut cache and the counters.  It is never held while a file is
@@ -64,7 +65,7 @@ typedef struct pentry {
     char err[256];
     pthread_cond_t cond;          /* broadcast when state leaves PE_LOADING */
     struct pentry *hnext;         /* hash chain */
-    struct pentry *prev, *next;   /* LRU list, most recently used first */
+    lru_node lru;                 /* LRU list, most recently used first */
 } pentry;
 
 enum { CE_EMPTY, CE_COMPUTING, CE_READY };
@@ -89,7 +90,7 @@ struct planestore {
     size_t nentries;              /* entries alive, in the table or not */
     int closing;                  /* planestore_free was called */
     pentry *buckets[PS_NBUCKETS];
-    pentry *lru_head, *lru_tail;
+    lru_list lru;                 /* the entries in the table */
     cutentry cuts[PS_MAX_CUTS];
     unsigned long long cut_clock;
     planestore_stats st;
@@ -170,30 +171,6 @@ static pentry *find_entry(planestore *s, const char *path, int hdu, long zf, int
     return NULL;
 }
 
-static void lru_unlink(planestore *s, pentry *e)
-{
-    if (e->prev)
-        e->prev->next = e->next;
-    else if (s->lru_head == e)
-        s->lru_head = e->next;
-    if (e->next)
-        e->next->prev = e->prev;
-    else if (s->lru_tail == e)
-        s->lru_tail = e->prev;
-    e->prev = e->next = NULL;
-}
-
-static void lru_push_head(planestore *s, pentry *e)
-{
-    e->prev = NULL;
-    e->next = s->lru_head;
-    if (s->lru_head)
-        s->lru_head->prev = e;
-    s->lru_head = e;
-    if (!s->lru_tail)
-        s->lru_tail = e;
-}
-
 /* Makes `e` unfindable; it is freed when its last reference goes (see entry_drop). */
 static void table_unlink(planestore *s, pentry *e)
 {
@@ -205,7 +182,7 @@ static void table_unlink(planestore *s, pentry *e)
     if (*pp)
         *pp = e->hnext;
     e->hnext = NULL;
-    lru_unlink(s, e);
+    lru_remove(&s->lru, &e->lru);
     e->in_table = 0;
 }
 
@@ -232,14 +209,15 @@ static void entry_maybe_free(planestore *s, pentry *e)
  * fit the budget or nothing more can go. */
 static void evict(planestore *s)
 {
-    pentry *e = s->lru_tail;
-    while (s->bytes > s->max_bytes && e) {
-        pentry *prev = e->prev;
+    lru_node *n = s->lru.back;
+    while (s->bytes > s->max_bytes && n) {
+        lru_node *prev = n->prev;
+        pentry *e = LRU_ENTRY(n, pentry, lru);
         if (e->refs == 0 && e->state == PE_READY) {
             table_unlink(s, e);
             entry_destroy(s, e);
         }
-        e = prev;
+        n = prev;
     }
 }
 
@@ -541,8 +519,7 @@ int planestore_get(planestore *s, const dataset *d, long z, int level, plane_vie
             }
             /* Just read: no need to look at the file again. */
             if (e->in_table) {
-                lru_unlink(s, e);
-                lru_push_head(s, e);
+                lru_move_front(&s->lru, &e->lru);
             }
             s->st.hits++;
             pthread_mutex_unlock(&s->lock);
@@ -552,8 +529,7 @@ int planestore_get(planestore *s, const dataset *d, long z, int level, plane_vie
         if (entry_check_stale(s, e))
             continue;   /* unlinked: read it again */
         e->refs++;
-        lru_unlink(s, e);
-        lru_push_head(s, e);
+        lru_move_front(&s->lru, &e->lru);
         s->st.hits++;
         pthread_mutex_unlock(&s->lock);
         view_fill(v, e);
@@ -581,7 +557,7 @@ int planestore_get(planestore *s, const dataset *d, long z, int level, plane_vie
     e->in_table = 1;
     e->hnext = s->buckets[h % PS_NBUCKETS];
     s->buckets[h % PS_NBUCKETS] = e;
-    lru_push_head(s, e);
+    lru_push_front(&s->lru, &e->lru);
     s->nentries++;
     pthread_mutex_unlock(&s->lock);
 
@@ -613,8 +589,7 @@ int planestore_get(planestore *s, const dataset *d, long z, int level, plane_vie
     /* An entry unlinked while it loaded (planestore_free) is still handed out: the
      * caller's view keeps it alive. */
     if (e->in_table) {
-        lru_unlink(s, e);
-        lru_push_head(s, e);
+        lru_move_front(&s->lru, &e->lru);
     }
     evict(s);
     pthread_mutex_unlock(&s->lock);

@@ -9,6 +9,7 @@
 
 #include "engine/base/error.h"
 #include "engine/base/hash.h"
+#include "engine/base/lru.h"
 
 
 #define SHARDS_MAX 256
@@ -68,7 +69,7 @@ void tile_release(tile *t)
 
 typedef struct entry {
     struct entry *hnext;          /* next in the hash bucket's chain */
-    struct entry *prev, *next;    /* LRU list: prev toward the head (most recent) */
+    lru_node lru;                 /* LRU list: prev toward the front (most recent) */
     uint64_t hash;                /* mixed hash of the key */
     tile *t;                      /* the cache's own reference */
     size_t charge;                /* bytes counted against the shard's budget */
@@ -80,7 +81,7 @@ typedef struct shard {
     pthread_mutex_t lock;
     entry **buckets;              /* nbuckets chains; nbuckets a power of two */
     size_t nbuckets;
-    entry *head, *tail;           /* most and least recently used */
+    lru_list lru;                 /* front and back: most and least recently used */
     size_t bytes, budget, entries;
     uint64_t hits, misses, insertions, evictions;
 } shard;
@@ -113,30 +114,6 @@ static entry *shard_find(shard *s, uint64_t h, const char *key, size_t keylen, e
     return NULL;
 }
 
-static void lru_unlink(shard *s, entry *e)
-{
-    if (e->prev)
-        e->prev->next = e->next;
-    else
-        s->head = e->next;
-    if (e->next)
-        e->next->prev = e->prev;
-    else
-        s->tail = e->prev;
-    e->prev = e->next = NULL;
-}
-
-static void lru_push_front(shard *s, entry *e)
-{
-    e->prev = NULL;
-    e->next = s->head;
-    if (s->head)
-        s->head->prev = e;
-    else
-        s->tail = e;
-    s->head = e;
-}
-
 /* Removes `e` from the table and the LRU list and takes its charge off the shard.
  * The caller frees it (with entry_free), preferably after dropping the lock. */
 static void shard_detach(shard *s, entry *e)
@@ -146,7 +123,7 @@ static void shard_detach(shard *s, entry *e)
         pp = &(*pp)->hnext;
     *pp = e->hnext;
     e->hnext = NULL;
-    lru_unlink(s, e);
+    lru_remove(&s->lru, &e->lru);
     s->bytes -= e->charge;
     s->entries--;
 }
@@ -215,11 +192,11 @@ void tilecache_free(tilecache *c)
         return;
     for (int i = 0; i < c->nshards; i++) {
         shard *s = &c->shards[i];
-        entry *e = s->head;
-        while (e) {
-            entry *next = e->next;
-            entry_free(e);
-            e = next;
+        lru_node *n = s->lru.front;
+        while (n) {
+            lru_node *next = n->next;
+            entry_free(LRU_ENTRY(n, entry, lru));
+            n = next;
         }
         free(s->buckets);
         pthread_mutex_destroy(&s->lock);
@@ -237,10 +214,7 @@ tile *tilecache_get(tilecache *c, const char *key)
     pthread_mutex_lock(&s->lock);
     entry *e = shard_find(s, h, key, keylen, NULL);
     if (e) {
-        if (s->head != e) {
-            lru_unlink(s, e);
-            lru_push_front(s, e);
-        }
+        lru_move_front(&s->lru, &e->lru);
         t = tile_ref(e->t);
         s->hits++;
     } else {
@@ -273,7 +247,8 @@ int tilecache_put(tilecache *c, const char *key, tile *t)
         ne->keylen = keylen;
         ne->hash = h;
         ne->charge = t->len + keylen + TILECACHE_ENTRY_OVERHEAD;
-        ne->hnext = ne->prev = ne->next = NULL;
+        ne->hnext = NULL;
+        ne->lru.prev = ne->lru.next = NULL;
         ne->t = tile_ref(t);
     }
 
@@ -286,8 +261,8 @@ int tilecache_put(tilecache *c, const char *key, tile *t)
         dead = old;
     }
     if (ne) {
-        while (s->bytes + ne->charge > s->budget && s->tail) {
-            entry *v = s->tail;
+        while (s->bytes + ne->charge > s->budget && !lru_empty(&s->lru)) {
+            entry *v = LRU_ENTRY(s->lru.back, entry, lru);
             shard_detach(s, v);
             v->hnext = dead;
             dead = v;
@@ -296,7 +271,7 @@ int tilecache_put(tilecache *c, const char *key, tile *t)
         size_t b = h & (s->nbuckets - 1);
         ne->hnext = s->buckets[b];
         s->buckets[b] = ne;
-        lru_push_front(s, ne);
+        lru_push_front(&s->lru, &ne->lru);
         s->bytes += ne->charge;
         s->entries++;
         s->insertions++;

@@ -2,6 +2,7 @@
 #include "engine/image/stack.h"
 #include "engine/base/mapguard.h"
 #include "engine/base/error.h"
+#include "engine/base/lru.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -381,7 +382,8 @@ typedef struct frame {
     src_kind kind;
     int refs;                 /* readers using it now (under s->lock) */
     int dead;                 /* evicted while in use: freed by the last release */
-    struct frame *prev, *next;/* LRU list, most recently used first */
+    lru_node lru;             /* LRU list, most recently used first */
+    struct frame *close_next; /* next on a local list of frames to close (close_chain) */
     void *map;                /* SRC_MMAP: the whole file */
     size_t maplen;
     const unsigned char *data;/* SRC_MMAP: first byte of the HDU's data */
@@ -406,7 +408,7 @@ struct stack {
     int max_open;
     pthread_mutex_t lock;
     frame **table;            /* by path index, NULL when not open */
-    frame *head, *tail;       /* LRU */
+    lru_list lru;             /* the open frames, most recently used first */
     int nopen;
     size_t decoded_bytes;     /* of the frames in the LRU (STACK_MAX_DECODED_BYTES) */
     size_t live_bytes;        /* of every decoded frame in memory: in the LRU, or dropped
@@ -493,10 +495,10 @@ void stack_free(stack *s)
 {
     if (!s)
         return;
-    for (frame *f = s->head; f;) {
-        frame *next = f->next;
-        frame_close(s, f);
-        f = next;
+    for (lru_node *n = s->lru.front; n;) {
+        lru_node *next = n->next;
+        frame_close(s, LRU_ENTRY(n, frame, lru));
+        n = next;
     }
     for (int i = 0; i < s->npaths; i++)
         free(s->paths[i]);
@@ -819,35 +821,11 @@ static int frame_open(stack *s, long idx, frame **out, char *err, size_t errlen)
     return 0;
 }
 
-static void lru_unlink(stack *s, frame *f)
-{
-    if (f->prev)
-        f->prev->next = f->next;
-    else
-        s->head = f->next;
-    if (f->next)
-        f->next->prev = f->prev;
-    else
-        s->tail = f->prev;
-    f->prev = f->next = NULL;
-}
-
-static void lru_push_front(stack *s, frame *f)
-{
-    f->prev = NULL;
-    f->next = s->head;
-    if (s->head)
-        s->head->prev = f;
-    s->head = f;
-    if (!s->tail)
-        s->tail = f;
-}
-
 /* Removes `f` from the table and the LRU (under the lock); returns it when it may be
  * closed now (no reader), else marks it dead for the last release.  */
 static frame *evict_locked(stack *s, frame *f)
 {
-    lru_unlink(s, f);
+    lru_remove(&s->lru, &f->lru);
     s->table[f->idx] = NULL;
     s->nopen--;
     s->decoded_bytes -= f->pixbytes;
@@ -858,26 +836,26 @@ static frame *evict_locked(stack *s, frame *f)
 }
 
 /* Evicts least recently used frames over the bounds (under the lock); the ones that
- * can be closed are chained through ->next into *closeme. */
+ * can be closed are chained through ->close_next into *closeme. */
 static void trim_locked(stack *s, frame **closeme)
 {
-    frame *f = s->tail;
-    while (f && (s->nopen > s->max_open || s->decoded_bytes > STACK_MAX_DECODED_BYTES) &&
-           f != s->head) {
-        frame *prev = f->prev;
-        frame *c = evict_locked(s, f);
+    lru_node *n = s->lru.back;
+    while (n && (s->nopen > s->max_open || s->decoded_bytes > STACK_MAX_DECODED_BYTES) &&
+           n != s->lru.front) {
+        lru_node *prev = n->prev;
+        frame *c = evict_locked(s, LRU_ENTRY(n, frame, lru));
         if (c) {
-            c->next = *closeme;
+            c->close_next = *closeme;
             *closeme = c;
         }
-        f = prev;
+        n = prev;
     }
 }
 
 static void close_chain(stack *s, frame *f)
 {
     while (f) {
-        frame *next = f->next;
+        frame *next = f->close_next;
         frame_close(s, f);
         f = next;
     }
@@ -893,7 +871,7 @@ static int frame_acquire(stack *s, long idx, frame **out, char *err, size_t errl
         /* The file was truncated under the map (engine/base/mapguard.h): open it again. */
         frame *c = evict_locked(s, f);
         if (c) {
-            c->next = NULL;
+            c->close_next = NULL;
             closeme = c;
         }
         f = NULL;
@@ -911,7 +889,7 @@ static int frame_acquire(stack *s, long idx, frame **out, char *err, size_t errl
                 mtime != f->mtime_ns) {
                 frame *c = evict_locked(s, f);
                 if (c) {
-                    c->next = NULL;
+                    c->close_next = NULL;
                     closeme = c;
                 }
                 f = NULL;
@@ -921,8 +899,7 @@ static int frame_acquire(stack *s, long idx, frame **out, char *err, size_t errl
     if (f) {
         f->refs++;
         s->hits++;
-        lru_unlink(s, f);
-        lru_push_front(s, f);
+        lru_move_front(&s->lru, &f->lru);
         pthread_mutex_unlock(&s->lock);
         close_chain(s, closeme);
         *out = f;
@@ -941,16 +918,15 @@ static int frame_acquire(stack *s, long idx, frame **out, char *err, size_t errl
     f = s->table[idx];
     if (f) {                         /* another reader opened it meanwhile: use that one */
         f->refs++;
-        lru_unlink(s, f);
-        lru_push_front(s, f);
-        fresh->next = NULL;
+        lru_move_front(&s->lru, &f->lru);
+        fresh->close_next = NULL;
         closeme = fresh;
     } else {
         f = fresh;
         s->table[idx] = f;
         s->nopen++;
         s->decoded_bytes += f->pixbytes;
-        lru_push_front(s, f);
+        lru_push_front(&s->lru, &f->lru);
         trim_locked(s, &closeme);
     }
     pthread_mutex_unlock(&s->lock);

@@ -25,14 +25,8 @@
 #include "daemon/catalog.h"
 #include "daemon/config.h"
 #include "daemon/jobs/job_stack.h"
+#include "engine/base/clock.h"
 #include "engine/base/error.h"
-
-static double now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 static int cmp_double(const void *a, const void *b)
 {
@@ -89,7 +83,7 @@ static double run_job(const job_kind *k, const job_env *env, const char *body_te
         json_decref(body);
         return -1;
     }
-    double t0 = now();
+    double t0 = tess_mono_s();
     job_plan plan;
     char err[256] = "";
     if (k->plan(body, env, wd, &plan, err, sizeof err) != 0) {
@@ -121,7 +115,7 @@ static double run_job(const job_kind *k, const job_env *env, const char *body_te
         rc = -1;
     }
     k->release(plan.state);
-    double t = now() - t0;
+    double t = tess_mono_s() - t0;
     char cmd[4200];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", wd);
     if (system(cmd) != 0)
@@ -202,7 +196,7 @@ static void readmodes(const dataset *d, int threads)
         rm_arg a[64];
         pthread_t th[64];
         int nt = threads < 64 ? threads : 64;
-        double t0 = now();
+        double t0 = tess_mono_s();
         for (int i = 0; i < nt; i++) {
             a[i] = (rm_arg){d->paths, d->npaths, i, nt, mode == 0, 0, 0};
             pthread_create(&th[i], NULL, rm_worker, &a[i]);
@@ -212,7 +206,7 @@ static void readmodes(const dataset *d, int threads)
             pthread_join(th[i], NULL);
             bytes += a[i].bytes;
         }
-        double t = now() - t0;
+        double t = tess_mono_s() - t0;
         printf("RESULT read_%s %.6f s (%.1f MB/s)\n", mode == 0 ? "mmap" : "pread", t,
                (double)bytes / 1048576.0 / t);
     }
@@ -244,7 +238,7 @@ static double zdirect(const dataset *d, int threads, int flags, double *out)
     zd_arg a[64];
     pthread_t th[64];
     int nt = threads < 64 ? threads : 64;
-    double t0 = now();
+    double t0 = tess_mono_s();
     for (int i = 0; i < nt; i++) {
         a[i] = (zd_arg){dataset_stack(d), (long)i * d->nz / nt, (long)(i + 1) * d->nz / nt, flags,
                         NULL, 0};
@@ -255,7 +249,7 @@ static double zdirect(const dataset *d, int threads, int flags, double *out)
     for (int i = 1; i < nt; i++)
         stack_zpart_merge(a[0].part, a[i].part);
     stack_zpart_result(a[0].part, out);
-    double t = now() - t0;
+    double t = tess_mono_s() - t0;
     for (int i = 0; i < nt; i++)
         stack_zpart_free(a[i].part);
     return t;
@@ -294,37 +288,37 @@ int main(int argc, char **argv)
     if (want("planes")) {
         /* xy plane (the middle frame), median of 5. */
         for (int i = 0; i < 5; i++) {
-            t0 = now();
+            t0 = tess_mono_s();
             if (dataset_read_region(d, nz / 2, 0, 0, nx, ny, plane, err, sizeof err) != 0) {
                 fprintf(stderr, "stackbench: %s\n", err);
                 return 1;
             }
-            times[i] = now() - t0;
+            times[i] = tess_mono_s() - t0;
         }
         qsort(times, 5, sizeof *times, cmp_double);
         printf("RESULT xy_plane %.6f s\n", times[2]);
 
         /* xz plane at the middle row: one row of every frame. */
-        t0 = now();
+        t0 = tess_mono_s();
         for (long z = 0; z < nz; z++)
             if (dataset_read_region(d, z, 0, ny / 2, nx, 1, plane + 0, err, sizeof err) != 0) {
                 fprintf(stderr, "stackbench: %s\n", err);
                 return 1;
             }
-        printf("RESULT xz_plane %.6f s\n", now() - t0);
+        printf("RESULT xz_plane %.6f s\n", tess_mono_s() - t0);
     }
 
     if (want("series_before")) {
         /* Series before rechunk: one pixel of every frame. */
         for (long i = 0; i < nbefore; i++) {
             long x = rand() % nx, y = rand() % ny;
-            t0 = now();
+            t0 = tess_mono_s();
             for (long z = 0; z < nz; z++)
                 if (dataset_read_region(d, z, x, y, 1, 1, series + z, err, sizeof err) != 0) {
                     fprintf(stderr, "stackbench: %s\n", err);
                     return 1;
                 }
-            times[i] = now() - t0;
+            times[i] = tess_mono_s() - t0;
         }
         qsort(times, (size_t)nbefore, sizeof *times, cmp_double);
         printf("RESULT series_before_p50 %.6f s\n", times[nbefore / 2]);
@@ -393,12 +387,12 @@ int main(int argc, char **argv)
         long nafter = 1000;
         for (long i = 0; i < nafter; i++) {
             long x = rand() % nx, y = rand() % ny;
-            t0 = now();
+            t0 = tess_mono_s();
             if (chunkstore_read_series(store, x, y, series, nz, err, sizeof err) != 0) {
                 fprintf(stderr, "stackbench: %s\n", err);
                 return 1;
             }
-            times[i] = now() - t0;
+            times[i] = tess_mono_s() - t0;
         }
         qsort(times, (size_t)nafter, sizeof *times, cmp_double);
         printf("RESULT series_after_p50 %.6f s\n", times[nafter / 2]);

@@ -1,11 +1,11 @@
 /* The command line's shared pieces: the output check and the progress bar. */
 #include "cli/progress.h"
+#include "engine/base/clock.h"
 
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <time.h>
 
 int cli_output_ok(const char *prog, const char *path)
 {
@@ -24,9 +24,7 @@ int cli_output_ok(const char *prog, const char *path)
 
 double cli_now_s(void)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+    return tess_mono_s();
 }
 
 void bar_update(void *arg, long done, long total)

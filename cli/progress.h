@@ -8,7 +8,7 @@ typedef struct bar {
     const char *unit;     /* what is counted: "blocks", "tiles" */
 } bar;
 
-/* CLOCK_MONOTONIC seconds. */
+/* CLOCK_MONOTONIC seconds (tess_mono_s, engine/base/clock.h). */
 double cli_now_s(void);
 
 /* Whether output `path` may be written the way the commands write (a new file beside it,

@@ -3,6 +3,7 @@
 #include "engine/fits/fitsimg.h"
 #include "engine/image/stack.h"
 #include "engine/base/error.h"
+#include "engine/base/clock.h"
 
 #include <glob.h>
 #include <errno.h>
@@ -26,13 +27,6 @@ struct ds_state {
     char *profile_path;      /* profile-friendly copy (a rechunk product), or NULL */
     stack *reader;           /* lazy reader of the pixels (engine/image/stack.h) */
 };
-
-static double now_s(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
-}
 
 /* Size and mtime of every path folded into a version string; a path that cannot be
  * stat(2)ed contributes a marker so that deletion changes the version too. */
@@ -59,7 +53,7 @@ static void compute_version(const dataset *d, char *out, size_t len)
 const char *dataset_version(const dataset *d, char *out, size_t len)
 {
     struct ds_state *st = d->state;
-    double t = now_s();
+    double t = tess_mono_s();
     pthread_mutex_lock(&st->lock);
     if (t - st->checked > 1.0) {
         compute_version(d, st->version, sizeof(st->version));
@@ -240,7 +234,7 @@ static int open_one(const tess_config *cfg, const ds_config *dc, int trusted, da
     pthread_mutex_init(&d->state->lock, NULL);
     compute_version(d, d->version, sizeof(d->version));
     snprintf(d->state->version, sizeof(d->state->version), "%s", d->version);
-    d->state->checked = now_s();
+    d->state->checked = tess_mono_s();
     d->state->reader = stack_new((const char *const *)d->paths, d->npaths, d->hdu, d->nx, d->ny,
                                  d->nz, CATALOG_MAX_OPEN_FRAMES);
     if (!d->state->reader)

@@ -1,5 +1,6 @@
 /* Helpers shared by the Check test programs: suites, FITS and header files, scratch directories. */
 #include "tests/testutil.h"
+#include "engine/base/clock.h"
 
 #include <dirent.h>
 #include <sched.h>
@@ -205,9 +206,7 @@ const char *tt_mount_tmpfs(const char *dir, const char *size)
 
 double tt_now_s(void)
 {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+    return tess_mono_s();
 }
 
 int tt_under_valgrind(void)

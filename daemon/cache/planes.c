@@ -14,6 +14,7 @@
 #include "engine/fits/fitsimg.h"
 #include "engine/image/stack.h"
 #include "engine/base/error.h"
+#include "engine/base/clock.h"
 #include "engine/base/lru.h"
 
 /* Layout.  One mutex guards the whole store: the hash table of planes, their LRU list,
@@ -95,13 +96,6 @@ struct planestore {
     unsigned long long cut_clock;
     planestore_stats st;
 };
-
-static double now_s(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
-}
 
 static void format_version(char *out, size_t len, long long size, long long mtime_ns)
 {
@@ -226,7 +220,7 @@ static void evict(planestore *s)
  * changed or it cannot be stat'ed.  Returns 1 when the entry was unlinked. */
 static int entry_check_stale(planestore *s, pentry *e)
 {
-    double t = now_s();
+    double t = tess_mono_s();
     if (t - e->checked < PS_RECHECK_S)
         return 0;
     e->checked = t;
@@ -579,7 +573,7 @@ int planestore_get(planestore *s, const dataset *d, long z, int level, plane_vie
         return rc;
     }
     e->state = PE_READY;
-    e->checked = now_s();
+    e->checked = tess_mono_s();
     s->bytes += e->bytes;
     if (level == 0)
         s->st.reads++;

@@ -3,6 +3,7 @@
 #include "daemon/oplog.h"
 #include "daemon/problem.h"
 #include "engine/base/error.h"
+#include "engine/base/clock.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -97,13 +98,6 @@ static double now_epoch(void)
 {
     struct timespec t;
     clock_gettime(CLOCK_REALTIME, &t);
-    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
-}
-
-static double now_mono(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
     return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
 }
 
@@ -472,8 +466,8 @@ int jobs_cancel(jobs *J, const char *id, double wait_s)
             if (strcmp(J->cur, id) == 0) {
                 J->cur_cancel = 1;
                 pthread_cond_broadcast(&J->cond);
-                double until = now_mono() + wait_s;
-                while (strcmp(J->cur, id) == 0 && now_mono() < until) {
+                double until = tess_mono_s() + wait_s;
+                while (strcmp(J->cur, id) == 0 && tess_mono_s() < until) {
                     struct timespec ts;
                     clock_gettime(CLOCK_REALTIME, &ts);
                     ts.tv_nsec += 50 * 1000000L;
@@ -720,7 +714,7 @@ static void run_job_locked(jobs *J, const char *id)
     int failed = 0, fail_status = 500;
     char fail_detail[300] = "";
     block_task *ok = NULL;
-    double last_record = now_mono();
+    double last_record = tess_mono_s();
     int max_inflight = J->threads > 0 ? J->threads : 1;
     for (int s = 0; s < plan.nstages && !failed && !J->cur_cancel && !J->stopping; s++) {
         long next = 0;
@@ -772,9 +766,9 @@ static void run_job_locked(jobs *J, const char *id)
             }
             stop = failed || J->cur_cancel || J->stopping;
             int stage_end = J->inflight == 0 && !J->completed && (stop || next >= plan.nblocks[s]);
-            if (ok && (stage_end || now_mono() - last_record >= 0.25)) {
+            if (ok && (stage_end || tess_mono_s() - last_record >= 0.25)) {
                 record_blocks_locked(J, id, wd, &ok);
-                last_record = now_mono();
+                last_record = tess_mono_s();
             }
             if (stage_end)
                 break;

@@ -2,6 +2,7 @@
 #include "engine/image/stack.h"
 #include "engine/base/mapguard.h"
 #include "engine/base/error.h"
+#include "engine/base/clock.h"
 #include "engine/base/lru.h"
 
 #include <errno.h>
@@ -420,13 +421,6 @@ struct stack {
     unsigned long long data_bytes; /* 0 = not computed yet */
 };
 
-static double mono_s(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
-}
-
 stack *stack_new(const char *const *paths, int npaths, int hdu, long nx, long ny, long nz,
                  int max_open)
 {
@@ -787,7 +781,7 @@ static int frame_open(stack *s, long idx, frame **out, char *err, size_t errlen)
     f->idx = idx;
     f->refs = 1;
     f->guard = -1;
-    f->checked = mono_s();
+    f->checked = tess_mono_s();
     if (stat_file(path, &f->size, &f->mtime_ns) != 0) {
         free(f);
         tess_seterr(err, errlen, "cannot stat %s: %s", path, strerror(errno));
@@ -881,7 +875,7 @@ static int frame_acquire(stack *s, long idx, frame **out, char *err, size_t errl
          * request reads is then never older than the version it put in its cache key
          * (taken before: daemon/catalog.h dataset_version), so a replaced file cannot
          * leave its old pixels in the cache under the new version. */
-        double t = mono_s();
+        double t = tess_mono_s();
         if (t - f->checked >= 0.0) {
             long long size, mtime;
             f->checked = t;

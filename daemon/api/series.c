@@ -2,6 +2,7 @@
  * pixel, with the z world coordinate; and the z axis and 1-D replies that reduce.c shares. */
 #include "daemon/api/handlers.h"
 #include "engine/image/chunkstore.h"
+#include "engine/image/encode.h"
 #include "engine/image/stack.h"
 #include "daemon/problem.h"
 #include "engine/base/buf.h"
@@ -198,43 +199,15 @@ static json_t *real_or_null(double v)
     return isfinite(v) ? json_real(v) : json_null();
 }
 
-/* A 1-D NumPy .npy (format 1.0, '<f8', shape (n,)).  Returns malloc'd bytes or NULL. */
-static unsigned char *npy_1d(const double *v, long n, size_t *len)
-{
-    char head[128];
-    int hl = snprintf(head, sizeof(head), "{'descr': '<f8', 'fortran_order': False, "
-                      "'shape': (%ld,), }", n);
-    size_t total_head = 10 + (size_t)hl + 1;
-    size_t pad = (64 - total_head % 64) % 64;
-    size_t hlen = (size_t)hl + pad + 1;
-    *len = 10 + hlen + (size_t)n * 8;
-    unsigned char *out = malloc(*len);
-    if (!out)
-        return NULL;
-    memcpy(out, "\x93NUMPY\x01\x00", 8);
-    out[8] = (unsigned char)(hlen & 0xff);
-    out[9] = (unsigned char)(hlen >> 8);
-    memcpy(out + 10, head, (size_t)hl);
-    memset(out + 10 + hl, ' ', pad);
-    out[10 + hlen - 1] = '\n';
-    unsigned char *p = out + 10 + hlen;
-    for (long i = 0; i < n; i++) {
-        uint64_t u;
-        memcpy(&u, &v[i], 8);
-        for (int b = 0; b < 8; b++)
-            p[(size_t)i * 8 + (size_t)b] = (unsigned char)(u >> (8 * b));
-    }
-    return out;
-}
-
 void reply_profile(hreq *r, profile_format f, struct json_t *doc, const zaxis *za, const double *values,
                    long n, const char *value_unit)
 {
     if (f == PROFILE_NPY) {
         size_t len;
-        unsigned char *out = npy_1d(values, n, &len);
+        unsigned char *out;
+        int rc = npy_encode_f64_1d(values, n, &out, &len);
         json_decref(doc);
-        if (!out) {
+        if (rc) {
             problem_reply(r, 500, NULL, "out of memory");
             return;
         }

@@ -426,20 +426,14 @@ done:
 /* Format 1.0 of numpy/lib/format.py (NEP 1): the magic "\x93NUMPY", version 1.0, a
  * little-endian uint16 header length, then a Python dict literal padded with blanks
  * and a final '\n' so that the data start at a multiple of 64 bytes (numpy's
- * ARRAY_ALIGN), written with the same text numpy writes. */
-int npy_encode_f64(const double *data, long w, long h, unsigned char **out, size_t *outlen)
+ * ARRAY_ALIGN), written with the same text numpy writes.  `shape` is the dict's shape
+ * tuple, "(h, w)" or "(n,)"; n elements, n * 8 within SIZE_MAX - 4096. */
+static int npy_encode(const double *data, size_t n, const char *shape, unsigned char **out,
+                      size_t *outlen)
 {
-    *out = NULL;
-    *outlen = 0;
-    if (!data || w <= 0 || h <= 0)
-        return TESS_EINVAL;
-    if ((unsigned long)w > (SIZE_MAX - 4096) / 8 / (unsigned long)h)
-        return TESS_ENOMEM;
-    size_t n = (size_t)w * (size_t)h;
-
     char dict[160];
     int dlen = snprintf(dict, sizeof dict,
-                        "{'descr': '<f8', 'fortran_order': False, 'shape': (%ld, %ld), }", h, w);
+                        "{'descr': '<f8', 'fortran_order': False, 'shape': %s, }", shape);
     if (dlen < 0 || (size_t)dlen >= sizeof dict)
         return TESS_EINVAL;
     size_t hlen = 10 + (size_t)dlen + 1;          /* magic, version, length, dict, '\n' */
@@ -466,4 +460,30 @@ int npy_encode_f64(const double *data, long w, long h, unsigned char **out, size
     *out = b;
     *outlen = total;
     return 0;
+}
+
+int npy_encode_f64(const double *data, long w, long h, unsigned char **out, size_t *outlen)
+{
+    *out = NULL;
+    *outlen = 0;
+    if (!data || w <= 0 || h <= 0)
+        return TESS_EINVAL;
+    if ((unsigned long)w > (SIZE_MAX - 4096) / 8 / (unsigned long)h)
+        return TESS_ENOMEM;
+    char shape[48];
+    snprintf(shape, sizeof shape, "(%ld, %ld)", h, w);
+    return npy_encode(data, (size_t)w * (size_t)h, shape, out, outlen);
+}
+
+int npy_encode_f64_1d(const double *data, long n, unsigned char **out, size_t *outlen)
+{
+    *out = NULL;
+    *outlen = 0;
+    if (n < 0 || (!data && n > 0))
+        return TESS_EINVAL;
+    if ((unsigned long)n > (SIZE_MAX - 4096) / 8)
+        return TESS_ENOMEM;
+    char shape[32];
+    snprintf(shape, sizeof shape, "(%ld,)", n);
+    return npy_encode(data, (size_t)n, shape, out, outlen);
 }

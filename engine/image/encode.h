@@ -34,7 +34,12 @@ int fits_encode_f64(const double *data, long w, long h, long nz,
 
 /* Encodes a w x h array of doubles as a NumPy .npy (format 1.0, dtype '<f8',
  * shape (h, w), C order: row 0 = FITS row 1 as numpy/astropy read it).  On success
- * *out is malloc'd and 0 returned; TESS_ENOMEM otherwise. */
+ * *out is malloc'd and 0 returned; TESS_EINVAL (no data, w or h below 1) or
+ * TESS_ENOMEM otherwise, with *out NULL. */
 int npy_encode_f64(const double *data, long w, long h, unsigned char **out, size_t *outlen);
+
+/* The same for a 1-D array of n >= 0 doubles (shape (n,)); data may be NULL when n is
+ * 0.  Returns 0 (*out malloc'd), TESS_EINVAL (n negative) or TESS_ENOMEM. */
+int npy_encode_f64_1d(const double *data, long n, unsigned char **out, size_t *outlen);
 
 #endif

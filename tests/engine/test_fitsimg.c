@@ -650,6 +650,18 @@ START_TEST(test_fits_encode_roundtrip)
 }
 END_TEST
 
+/* Asserts that the n little-endian float64 at p hold the bits of d[0..n-1]. */
+static void check_le_f8(const unsigned char *p, const double *d, int n)
+{
+    for (int i = 0; i < n; i++) {
+        uint64_t u = 0, want;
+        for (int k = 7; k >= 0; k--)
+            u = (u << 8) | p[i * 8 + k];
+        memcpy(&want, &d[i], 8);
+        ck_assert_uint_eq(u, want);
+    }
+}
+
 START_TEST(test_npy_encode)
 {
     double d[12];
@@ -666,13 +678,7 @@ START_TEST(test_npy_encode)
     ck_assert_uint_eq(sizeof hdr - 1, 128);
     ck_assert_uint_eq(len, 128 + 12 * 8);
     ck_assert_int_eq(memcmp(out, hdr, 128), 0);
-    for (int i = 0; i < 12; i++) {
-        uint64_t u = 0, want;
-        for (int k = 7; k >= 0; k--)
-            u = (u << 8) | out[128 + i * 8 + k];
-        memcpy(&want, &d[i], 8);
-        ck_assert_uint_eq(u, want);
-    }
+    check_le_f8(out + 128, d, 12);
     free(out);
 
     double *big = calloc(1392 * 1040, sizeof *big);
@@ -684,6 +690,33 @@ START_TEST(test_npy_encode)
     ck_assert_int_eq(out[126], ' ');
     free(out);
     free(big);
+}
+END_TEST
+
+START_TEST(test_npy_encode_1d)
+{
+    const double d[3] = {-0.5, NAN, 2.25};
+    unsigned char *out = NULL;
+    size_t len = 0;
+    ck_assert_int_eq(npy_encode_f64_1d(d, 3, &out, &len), 0);
+    /* numpy 1.24: np.save of np.array([-0.5, nan, 2.25]), 152 bytes */
+    static const char hdr[] =
+        "\x93NUMPY\x01\x00v\x00{'descr': '<f8', 'fortran_order': False, 'shape': (3,), }"
+        "                                                            \n";
+    ck_assert_uint_eq(sizeof hdr - 1, 128);
+    ck_assert_uint_eq(len, 152);
+    ck_assert_int_eq(memcmp(out, hdr, 128), 0);
+    check_le_f8(out + 128, d, 3);
+    free(out);
+
+    /* np.save of np.zeros(0): the header alone */
+    ck_assert_int_eq(npy_encode_f64_1d(NULL, 0, &out, &len), 0);
+    ck_assert_uint_eq(len, 128);
+    ck_assert_int_eq(memcmp(out + 10, "{'descr': '<f8', 'fortran_order': False, 'shape': (0,), }", 57), 0);
+    ck_assert_int_eq(out[127], '\n');
+    free(out);
+    ck_assert_int_eq(npy_encode_f64_1d(d, -1, &out, &len), TESS_EINVAL);
+    ck_assert_ptr_null(out);
 }
 END_TEST
 
@@ -707,6 +740,7 @@ int main(void)
     tcase_add_test(tc, test_threads);
     tcase_add_test(tc, test_fits_encode_roundtrip);
     tcase_add_test(tc, test_npy_encode);
+    tcase_add_test(tc, test_npy_encode_1d);
     suite_add_tcase(s, tc);
     return tt_run_suite(s);
 }

@@ -1,6 +1,7 @@
 /* Operator logs: access log (Combined Log Format) and JSON-lines error log (oplog.h). */
 #include "daemon/oplog.h"
 #include "engine/base/error.h"
+#include "engine/base/fileio.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -68,19 +69,6 @@ void oplog_close(oplog *l)
     free(l);
 }
 
-static void write_all(int fd, const char *s, size_t n)
-{
-    while (n > 0) {
-        ssize_t w = write(fd, s, n);
-        if (w < 0 && errno == EINTR)
-            continue;
-        if (w <= 0)
-            return;
-        s += w;
-        n -= (size_t)w;
-    }
-}
-
 /* Appends `s` (or "-") to out[*pos..cap), escaping what a log reader must not see raw;
  * at most `max` input characters. */
 static void put_field(char *out, size_t cap, size_t *pos, const char *s, size_t max)
@@ -144,7 +132,7 @@ void oplog_access(oplog *l, const char *client, long when, const char *method, c
     put_text(line, sizeof line, &pos, "\"\n");
     if (line[pos - 1] != '\n')
         line[pos - 1] = '\n';
-    write_all(l->fd, line, pos);
+    tess_write_all(l->fd, line, pos);
 }
 
 void oplog_error_event(const char *path, json_t *obj)
@@ -181,7 +169,7 @@ void oplog_error_event(const char *path, json_t *obj)
     withnl[n + 1] = '\0';
     int fd = strcmp(path, "-") == 0 ? STDERR_FILENO : open_append(path);
     if (fd >= 0) {
-        write_all(fd, withnl, n + 1);
+        tess_write_all(fd, withnl, n + 1);
         if (fd != STDERR_FILENO)
             close(fd);
     }

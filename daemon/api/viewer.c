@@ -3,6 +3,7 @@
 #include "daemon/api/handlers.h"
 #include "daemon/problem.h"
 #include "engine/base/error.h"
+#include "engine/base/fileio.h"
 
 #include <fcntl.h>
 #include <limits.h>
@@ -136,15 +137,9 @@ static tile *read_static(hreq *r, const char *root, const char *rel, int *status
     }
     size_t len = (size_t)st.st_size;
     unsigned char *data = malloc(len ? len : 1);
-    size_t got = 0;
-    while (data && got < len) {
-        ssize_t k = read(fd, data + got, len - got);
-        if (k <= 0)
-            break;
-        got += (size_t)k;
-    }
+    int bad = !data || tess_read_all(fd, data, len) != 0;
     close(fd);
-    if (!data || got != len) {
+    if (bad) {
         free(data);
         *status = 500;
         return NULL;

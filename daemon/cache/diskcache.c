@@ -1,6 +1,7 @@
 /* Disk tier of the tile cache: one file per entry, an in-memory LRU index, a byte budget. */
 #include "daemon/cache/diskcache.h"
 #include "engine/base/error.h"
+#include "engine/base/fileio.h"
 #include "engine/base/hash.h"
 #include "engine/base/lru.h"
 
@@ -233,39 +234,6 @@ void diskcache_close(diskcache *c)
     free(c);
 }
 
-/* Reads exactly n bytes; 0 or -1. */
-static int read_full(int fd, void *p, size_t n)
-{
-    char *q = p;
-    while (n) {
-        ssize_t r = read(fd, q, n);
-        if (r <= 0) {
-            if (r < 0 && errno == EINTR)
-                continue;
-            return -1;
-        }
-        q += r;
-        n -= (size_t)r;
-    }
-    return 0;
-}
-
-static int write_full(int fd, const void *p, size_t n)
-{
-    const char *q = p;
-    while (n) {
-        ssize_t r = write(fd, q, n);
-        if (r <= 0) {
-            if (r < 0 && errno == EINTR)
-                continue;
-            return -1;
-        }
-        q += r;
-        n -= (size_t)r;
-    }
-    return 0;
-}
-
 /* Reads and checks the file of `key`; NULL when it is missing, damaged or another key's. */
 static tile *read_tile(const char *path, const char *key)
 {
@@ -276,7 +244,7 @@ static tile *read_tile(const char *path, const char *key)
     tile *t = NULL;
     char *k = NULL;
     unsigned char *body = NULL;
-    if (read_full(fd, hdr, sizeof(hdr)) != 0 || memcmp(hdr, DC_MAGIC, 8) != 0)
+    if (tess_read_all(fd, hdr, sizeof(hdr)) != 0 || memcmp(hdr, DC_MAGIC, 8) != 0)
         goto done;
     uint32_t klen, clen;
     uint64_t blen;
@@ -293,8 +261,8 @@ static tile *read_tile(const char *path, const char *key)
         goto done;
     k = malloc((size_t)klen + 1);
     body = malloc(blen ? (size_t)blen : 1);
-    if (!k || !body || read_full(fd, k, klen) != 0 || memcmp(k, key, klen) != 0 ||
-        read_full(fd, ctype, clen) != 0 || read_full(fd, body, (size_t)blen) != 0)
+    if (!k || !body || tess_read_all(fd, k, klen) != 0 || memcmp(k, key, klen) != 0 ||
+        tess_read_all(fd, ctype, clen) != 0 || tess_read_all(fd, body, (size_t)blen) != 0)
         goto done;
     ctype[clen] = '\0';
     t = tile_new_take(body, (size_t)blen, ctype);
@@ -366,8 +334,8 @@ int diskcache_put(diskcache *c, const char *key, const tile *t)
     memcpy(hdr + 12, &c32, 4);
     memcpy(hdr + 16, &b64, 8);
     memcpy(hdr + 24, t->etag, strnlen(t->etag, 40));
-    int bad = write_full(fd, hdr, sizeof(hdr)) || write_full(fd, key, klen) ||
-              write_full(fd, t->content_type, clen) || write_full(fd, t->data, t->len);
+    int bad = tess_write_all(fd, hdr, sizeof(hdr)) || tess_write_all(fd, key, klen) ||
+              tess_write_all(fd, t->content_type, clen) || tess_write_all(fd, t->data, t->len);
     if (close(fd) != 0)
         bad = 1;
     if (bad || rename(tmp, path) != 0) {

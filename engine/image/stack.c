@@ -2,6 +2,7 @@
 #include "engine/image/stack.h"
 #include "engine/base/mapguard.h"
 #include "engine/base/error.h"
+#include "engine/base/fileio.h"
 #include "engine/base/clock.h"
 #include "engine/base/lru.h"
 
@@ -2265,36 +2266,6 @@ typedef struct zpart_hdr {
     int64_t npix, n, bzero;
 } zpart_hdr;
 
-static int write_all(int fd, const void *buf, size_t n)
-{
-    const char *p = buf;
-    while (n) {
-        ssize_t w = write(fd, p, n);
-        if (w < 0 && errno == EINTR)
-            continue;
-        if (w <= 0)
-            return -1;
-        p += w;
-        n -= (size_t)w;
-    }
-    return 0;
-}
-
-static int read_all(int fd, void *buf, size_t n)
-{
-    char *p = buf;
-    while (n) {
-        ssize_t r = read(fd, p, n);
-        if (r < 0 && errno == EINTR)
-            continue;
-        if (r <= 0)
-            return -1;
-        p += r;
-        n -= (size_t)r;
-    }
-    return 0;
-}
-
 /* The arrays of a partial in file order, with their element sizes. */
 static int zpart_arrays(stack_zpart *p, void **arr, size_t *es)
 {
@@ -2364,7 +2335,7 @@ static int write_narrow(int fd, const int64_t *s1, long n, int narrow)
                 t.i32[j] = (int32_t)s1[i0 + j];
         }
         size_t es = narrow == ZP_SUMS_U16 ? sizeof(uint16_t) : sizeof(int32_t);
-        if (write_all(fd, &t, es * (size_t)m) != 0)
+        if (tess_write_all(fd, &t, es * (size_t)m) != 0)
             return -1;
     }
     return 0;
@@ -2380,7 +2351,7 @@ static int read_narrow(int fd, int64_t *s1, long n, int narrow)
     for (long i0 = 0; i0 < n; i0 += ZP_PIECE) {
         long m = n - i0 < ZP_PIECE ? n - i0 : ZP_PIECE;
         size_t es = narrow == ZP_SUMS_U16 ? sizeof(uint16_t) : sizeof(int32_t);
-        if (read_all(fd, &t, es * (size_t)m) != 0)
+        if (tess_read_all(fd, &t, es * (size_t)m) != 0)
             return -1;
         for (long j = 0; j < m; j++)
             s1[i0 + j] = narrow == ZP_SUMS_U16 ? (int64_t)t.u16[j] : (int64_t)t.i32[j];
@@ -2396,14 +2367,14 @@ int stack_zpart_save(const stack_zpart *p, const char *path, char *err, size_t e
     size_t es[3];
     int k = zpart_arrays((stack_zpart *)p, arr, es);
     int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    int bad = fd < 0 || write_all(fd, &h, sizeof(h)) != 0;
+    int bad = fd < 0 || tess_write_all(fd, &h, sizeof(h)) != 0;
     for (int i = 0; i < k && !bad; i++) {
         if (p->s16 && i == 0)   /* the sums come first */
-            bad = write_all(fd, p->s16, sizeof(uint16_t) * (size_t)p->npix) != 0;
+            bad = tess_write_all(fd, p->s16, sizeof(uint16_t) * (size_t)p->npix) != 0;
         else if (narrow && arr[i] == p->s1)
             bad = write_narrow(fd, p->s1, p->npix, narrow) != 0;
         else
-            bad = write_all(fd, arr[i], es[i] * (size_t)p->npix) != 0;
+            bad = tess_write_all(fd, arr[i], es[i] * (size_t)p->npix) != 0;
     }
     if (fd >= 0 && close(fd) != 0)
         bad = 1;
@@ -2419,7 +2390,7 @@ int stack_zpart_load(const char *path, stack_zpart **out, char *err, size_t errl
     *out = NULL;
     zpart_hdr h;
     int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0 || read_all(fd, &h, sizeof(h)) != 0) {
+    if (fd < 0 || tess_read_all(fd, &h, sizeof(h)) != 0) {
         if (fd >= 0)
             close(fd);
         tess_seterr(err, errlen, "cannot read %s", path);
@@ -2463,14 +2434,14 @@ int stack_zpart_load(const char *path, stack_zpart **out, char *err, size_t errl
         if (!(p->s16 = malloc(sizeof(uint16_t) * (size_t)p->npix)))
             bad = 1;
         else
-            bad = read_all(fd, p->s16, sizeof(uint16_t) * (size_t)p->npix) != 0;
+            bad = tess_read_all(fd, p->s16, sizeof(uint16_t) * (size_t)p->npix) != 0;
         k = 0;
     }
     for (int i = 0; i < k && !bad; i++) {
         if (narrow && arr[i] == p->s1) {
             bad = read_narrow(fd, p->s1, p->npix, narrow) != 0;
         } else {
-            bad = read_all(fd, arr[i], es[i] * (size_t)p->npix) != 0;
+            bad = tess_read_all(fd, arr[i], es[i] * (size_t)p->npix) != 0;
         }
     }
     close(fd);

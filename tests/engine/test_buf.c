@@ -1,11 +1,16 @@
-/* Unit tests of util/buf: growth, the hard cap, detach. */
+/* Unit tests of engine/base/buf (growth, the hard cap, detach) and engine/base/fileio. */
 #include <check.h>
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "tests/testutil.h"
 #include "engine/base/buf.h"
 #include "engine/base/error.h"
+#include "engine/base/fileio.h"
 
 START_TEST(test_add_and_printf)
 {
@@ -64,6 +69,80 @@ START_TEST(test_reset_keeps_allocation)
 }
 END_TEST
 
+/* ---- fileio ---- */
+
+#define PIPE_BYTES ((size_t)300 * 1024)   /* several pipe buffers: reads come back short */
+
+static unsigned char *pattern(void)
+{
+    unsigned char *b = malloc(PIPE_BYTES);
+    for (size_t i = 0; b && i < PIPE_BYTES; i++)
+        b[i] = (unsigned char)(i * 7 + 3);
+    return b;
+}
+
+static void *pipe_writer(void *arg)
+{
+    int *fds = arg;
+    unsigned char *b = pattern();
+    long rc = b ? tess_write_all(fds[1], b, PIPE_BYTES) : -2;
+    close(fds[1]);
+    free(b);
+    return (void *)rc;
+}
+
+START_TEST(test_fileio_read_write_all_pipe)
+{
+    int fds[2];
+    ck_assert_int_eq(pipe(fds), 0);
+    pthread_t th;
+    ck_assert_int_eq(pthread_create(&th, NULL, pipe_writer, fds), 0);
+    unsigned char *b = malloc(PIPE_BYTES);
+    ck_assert_ptr_nonnull(b);
+    ck_assert_int_eq(tess_read_all(fds[0], b, PIPE_BYTES), 0);
+    void *wrc;
+    pthread_join(th, &wrc);
+    ck_assert_ptr_null(wrc);
+    unsigned char *want = pattern();
+    ck_assert_ptr_nonnull(want);
+    ck_assert_int_eq(memcmp(b, want, PIPE_BYTES), 0);
+    free(want);
+    /* The writer closed its end: the pipe ends before one more byte. */
+    errno = 0;
+    ck_assert_int_eq(tess_read_all(fds[0], b, 1), -1);
+    ck_assert_int_eq(errno, EIO);
+    ck_assert_int_eq(tess_read_all(fds[0], b, 0), 0);
+    close(fds[0]);
+    free(b);
+}
+END_TEST
+
+START_TEST(test_fileio_at_offset_and_position)
+{
+    FILE *f = tmpfile();
+    ck_assert_ptr_nonnull(f);
+    int fd = fileno(f);
+    ck_assert_int_eq(tess_write_all(fd, "abcdef", 6), 0);
+    ck_assert_int_eq(tess_pwrite_all(fd, "XY", 2, 2), 0);    /* the position stays at 6 */
+    ck_assert_int_eq(tess_write_all(fd, "gh", 2), 0);
+    char got[9] = "";
+    ck_assert_int_eq(tess_pread_all(fd, got, 8, 0), 0);
+    ck_assert_int_eq(memcmp(got, "abXYefgh", 8), 0);
+    ck_assert_int_eq(lseek(fd, 1, SEEK_SET), 1);
+    ck_assert_int_eq(tess_read_all(fd, got, 3), 0);
+    ck_assert_int_eq(memcmp(got, "bXY", 3), 0);
+    errno = 0;
+    ck_assert_int_eq(tess_pread_all(fd, got, 4, 6), -1);     /* 2 bytes left there */
+    ck_assert_int_eq(errno, EIO);
+    errno = 0;
+    ck_assert_int_eq(tess_pwrite_all(fd, "z", 1, -1), -1);   /* as pwrite(2): no offset -1 */
+    ck_assert_int_eq(errno, EINVAL);
+    ck_assert_int_eq(tess_pread_all(fd, got, 1, -1), -1);
+    ck_assert_int_eq(errno, EINVAL);
+    fclose(f);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("buf");
@@ -73,5 +152,9 @@ int main(void)
     tcase_add_test(tc, test_growth_many_appends);
     tcase_add_test(tc, test_reset_keeps_allocation);
     suite_add_tcase(s, tc);
+    TCase *fio = tcase_create("fileio");
+    tcase_add_test(fio, test_fileio_read_write_all_pipe);
+    tcase_add_test(fio, test_fileio_at_offset_and_position);
+    suite_add_tcase(s, fio);
     return tt_run_suite(s);
 }

@@ -9,6 +9,8 @@
 # Exit status: 0 when no target found anything.
 set -u
 top=$(cd "$(dirname "$0")/.." && pwd)
+# shellcheck source=scripts/lib.sh
+. "$top/scripts/lib.sh"
 secs=${1:-25}
 [ $# -gt 0 ] && shift
 targets=${*:-"fuzz_params fuzz_iiif fuzz_hips fuzz_header fuzz_jobs fuzz_config"}
@@ -27,12 +29,10 @@ fail_all() {
 
 command -v "$cc" >/dev/null 2>&1 || fail_all "$cc not found (scripts/setup.sh installs clang)"
 cd "$top"
-if [ ! -x configure ] || [ configure.ac -nt configure ] || [ Makefile.am -nt Makefile.in ]; then
-    autoreconf -fi >/dev/null 2>&1 || fail_all "autoreconf failed"
-fi
+tess_autoreconf 2>/dev/null || fail_all "autoreconf failed"
 mkdir -p "$bdir"
 cd "$bdir"
-if [ ! -f Makefile ] || [ "$top/configure" -nt Makefile ]; then
+if tess_configure_stale; then
     CC="$cc" "$top/configure" --enable-fuzzing >configure.out 2>&1 ||
         fail_all "configure --enable-fuzzing failed (see $bdir/configure.out)"
 fi

@@ -15,6 +15,8 @@
 # that failed anyway (a leak report at exit, a sanitizer abort) counts one more error.
 set -u
 top=$(cd "$(dirname "$0")/.." && pwd)
+# shellcheck source=scripts/lib.sh
+. "$top/scripts/lib.sh"
 mode=${1:-asan}
 [ $# -gt 0 ] && shift
 VALGRIND_SUBSET="tests/engine/test_buf tests/daemon/test_params tests/daemon/test_tilecache
@@ -24,10 +26,7 @@ tests/daemon/test_diskcache tests/engine/test_pool tests/engine/test_skywcs test
 # Check counted no failure.
 summarise() {
     name=$1 log=$2 rc=$3 out=$4
-    line=$(grep -E '^[0-9]+%: Checks: [0-9]+, Failures: [0-9]+, Errors: [0-9]+' "$log" 2>/dev/null | tail -n 1)
-    n=$(echo "$line" | sed -nE 's/.*Checks: ([0-9]+).*/\1/p')
-    f=$(echo "$line" | sed -nE 's/.*Failures: ([0-9]+).*/\1/p')
-    e=$(echo "$line" | sed -nE 's/.*Errors: ([0-9]+).*/\1/p')
+    tess_check_counts "$(tess_check_line "$log")"
     n=${n:-0} f=${f:-0} e=${e:-0}
     if [ "$rc" -ne 0 ] && [ $((f + e)) -eq 0 ]; then
         n=$((n + 1))
@@ -45,14 +44,12 @@ summarise() {
 case "$mode" in
 asan)
     cd "$top"
-    if [ ! -x configure ] || [ configure.ac -nt configure ] || [ Makefile.am -nt Makefile.in ]; then
-        autoreconf -fi >/dev/null 2>&1
-    fi
+    tess_autoreconf 2>/dev/null
     bdir=${TESSERA_ASAN_BUILD:-$top/build-asan}
     out=${TESSERA_SUMMARY_DIR:-$top/build/tests}/asan
     mkdir -p "$bdir" "$out"
     cd "$bdir"
-    if [ ! -f Makefile ] || [ "$top/configure" -nt Makefile ]; then
+    if tess_configure_stale; then
         "$top/configure" --enable-sanitizers >configure.out 2>&1 ||
             { echo "0%: Checks: 1, Failures: 0, Errors: 1" >"$out/build.log"; exit 1; }
     fi

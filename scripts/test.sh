@@ -2,6 +2,8 @@
 # Builds Tessera and runs the whole test suite (make check); ends with "N passed, N failed".
 set -u
 top=$(cd "$(dirname "$0")/.." && pwd)
+# shellcheck source=scripts/lib.sh
+. "$top/scripts/lib.sh"
 "$top/scripts/build.sh" || { echo "0 passed, 1 failed"; exit 1; }
 cd "$top/build"
 make -j"$(nproc)" check >make-check.out 2>&1
@@ -47,16 +49,14 @@ for log in tests/engine/*.log tests/daemon/*.log tests/cli/*.log scripts/*.log t
     [ -f "$log" ] || continue
     case "$log" in *test-suite.log) continue ;; esac
     # Check's summary line: "100%: Checks: N, Failures: F, Errors: E"
-    line=$(grep -E '^[0-9]+%: Checks: [0-9]+, Failures: [0-9]+, Errors: [0-9]+' "$log" | tail -n 1)
+    line=$(tess_check_line "$log")
     if [ -z "$line" ]; then
         echo "test: $log ended without a summary (crashed?)"
         tail -n 20 "$log"
         failed=$((failed + 1))
         continue
     fi
-    n=$(echo "$line" | sed -E 's/.*Checks: ([0-9]+).*/\1/')
-    f=$(echo "$line" | sed -E 's/.*Failures: ([0-9]+).*/\1/')
-    e=$(echo "$line" | sed -E 's/.*Errors: ([0-9]+).*/\1/')
+    tess_check_counts "$line"
     passed=$((passed + n - f - e))
     failed=$((failed + f + e))
     case "$log" in

@@ -425,12 +425,21 @@ static int is_2d_celestial(const skywcs *w)
     return w && w->wcs.naxis == 2 && w->wcs.lng >= 0 && w->wcs.lat >= 0;
 }
 
-/* 0-based pixels to (lon, lat) in degrees, lon wrapped to [0, 360) as astropy's
- * Longitude does.  wcsp2s works on 1-based pixels (x + 1); points whose stat[] is set
- * or whose input is not finite become NaN.  Returns 0, TESS_EINVAL (not 2-D celestial,
- * or a wcslib failure other than invalid points: then every output is NaN), or
- * TESS_ENOMEM. */
-int skywcs_pix2sky(skywcs *w, size_t n, const double *x, const double *y, double *lon, double *lat)
+/* Whether input point (a, b) can be converted: both finite and, from the sky
+ * (to_pix), |lat| <= 90. */
+static int point_ok(int to_pix, double a, double b)
+{
+    return isfinite(a) && isfinite(b) && (!to_pix || fabs(b) <= 90.0);
+}
+
+/* The conversion of skywcs_pix2sky (to_pix 0: a, b are 0-based x, y; out a, b are lon,
+ * lat) or skywcs_sky2pix (to_pix 1: the reverse), SKYWCS_CHUNK points at a time through
+ * wcsp2s or wcss2p.  Invalid points go in as the reference point (CRPIX, CRVAL) so
+ * that wcslib works on valid input, and come out NaN, as do those whose stat[] wcslib
+ * sets; its status for "some points invalid" is 8 (wcsp2s) or 9 (wcss2p).  Returns 0,
+ * TESS_EINVAL or TESS_ENOMEM as the public functions say. */
+static int transform_points(skywcs *w, int to_pix, size_t n, const double *a,
+                            const double *b, double *oa, double *ob)
 {
     if (!is_2d_celestial(w))
         return TESS_EINVAL;
@@ -444,26 +453,38 @@ int skywcs_pix2sky(skywcs *w, size_t n, const double *x, const double *y, double
         free(stat);
         return TESS_ENOMEM;
     }
-    double *pix = mem, *img = mem + 2 * chunk, *wld = mem + 4 * chunk;
+    double *in = mem, *img = mem + 2 * chunk, *res = mem + 4 * chunk;
     double *phi = mem + 6 * chunk, *theta = mem + 7 * chunk;
     int lng = w->wcs.lng, lt = w->wcs.lat, rc = 0;
+    int partial = to_pix ? 9 : 8;
 
     for (size_t off = 0; off < n; off += chunk) {
         size_t m = n - off < chunk ? n - off : chunk;
         for (size_t i = 0; i < m; i++) {
-            double xi = x[off + i], yi = y[off + i];
-            int ok = isfinite(xi) && isfinite(yi);
-            pix[2 * i] = ok ? xi + 1.0 : w->wcs.crpix[0];
-            pix[2 * i + 1] = ok ? yi + 1.0 : w->wcs.crpix[1];
+            double u = a[off + i], v = b[off + i];
+            int ok = point_ok(to_pix, u, v);
+            if (to_pix) {
+                in[2 * i + lng] = ok ? u : w->wcs.crval[lng];
+                in[2 * i + lt] = ok ? v : w->wcs.crval[lt];
+            } else {
+                in[2 * i] = ok ? u + 1.0 : w->wcs.crpix[0];
+                in[2 * i + 1] = ok ? v + 1.0 : w->wcs.crpix[1];
+            }
         }
-        int st = wcsp2s(&w->wcs, (int)m, 2, pix, img, phi, theta, wld, stat);
+        int st = to_pix ? wcss2p(&w->wcs, (int)m, 2, in, phi, theta, img, res, stat)
+                        : wcsp2s(&w->wcs, (int)m, 2, in, img, phi, theta, res, stat);
         for (size_t i = 0; i < m; i++) {
-            int ok = (st == 0 || st == 8) && stat[i] == 0 && isfinite(x[off + i])
-                     && isfinite(y[off + i]);
-            lon[off + i] = ok ? wrap_longitude(wld[2 * i + lng], 360.0) : NAN;
-            lat[off + i] = ok ? wld[2 * i + lt] : NAN;
+            int ok = (st == 0 || st == partial) && stat[i] == 0 &&
+                     point_ok(to_pix, a[off + i], b[off + i]);
+            if (to_pix) {
+                oa[off + i] = ok ? res[2 * i] - 1.0 : NAN;
+                ob[off + i] = ok ? res[2 * i + 1] - 1.0 : NAN;
+            } else {
+                oa[off + i] = ok ? wrap_longitude(res[2 * i + lng], 360.0) : NAN;
+                ob[off + i] = ok ? res[2 * i + lt] : NAN;
+            }
         }
-        if (st != 0 && st != 8)
+        if (st != 0 && st != partial)
             rc = TESS_EINVAL;
     }
     free(mem);
@@ -471,48 +492,21 @@ int skywcs_pix2sky(skywcs *w, size_t n, const double *x, const double *y, double
     return rc;
 }
 
+/* 0-based pixels to (lon, lat) in degrees, lon wrapped to [0, 360) as astropy's
+ * Longitude does.  wcsp2s works on 1-based pixels (x + 1); points whose stat[] is set
+ * or whose input is not finite become NaN.  Returns 0, TESS_EINVAL (not 2-D celestial,
+ * or a wcslib failure other than invalid points: then every output is NaN), or
+ * TESS_ENOMEM. */
+int skywcs_pix2sky(skywcs *w, size_t n, const double *x, const double *y, double *lon, double *lat)
+{
+    return transform_points(w, 0, n, x, y, lon, lat);
+}
+
 /* (lon, lat) in degrees to 0-based pixels; the inverse of skywcs_pix2sky, with the same
  * error behaviour (NaN for invalid or non-finite points). */
 int skywcs_sky2pix(skywcs *w, size_t n, const double *lon, const double *lat, double *x, double *y)
 {
-    if (!is_2d_celestial(w))
-        return TESS_EINVAL;
-    if (n == 0)
-        return 0;
-    size_t chunk = n < SKYWCS_CHUNK ? n : SKYWCS_CHUNK;
-    double *mem = malloc(sizeof(double) * chunk * 9);
-    int *stat = malloc(sizeof(int) * chunk);
-    if (!mem || !stat) {
-        free(mem);
-        free(stat);
-        return TESS_ENOMEM;
-    }
-    double *wld = mem, *img = mem + 2 * chunk, *pix = mem + 4 * chunk;
-    double *phi = mem + 6 * chunk, *theta = mem + 7 * chunk;
-    int lng = w->wcs.lng, lt = w->wcs.lat, rc = 0;
-
-    for (size_t off = 0; off < n; off += chunk) {
-        size_t m = n - off < chunk ? n - off : chunk;
-        for (size_t i = 0; i < m; i++) {
-            double a = lon[off + i], b = lat[off + i];
-            int ok = isfinite(a) && isfinite(b) && fabs(b) <= 90.0;
-            wld[2 * i + lng] = ok ? a : w->wcs.crval[lng];
-            wld[2 * i + lt] = ok ? b : w->wcs.crval[lt];
-        }
-        int st = wcss2p(&w->wcs, (int)m, 2, wld, phi, theta, img, pix, stat);
-        for (size_t i = 0; i < m; i++) {
-            double a = lon[off + i], b = lat[off + i];
-            int ok = (st == 0 || st == 9) && stat[i] == 0 && isfinite(a) && isfinite(b)
-                     && fabs(b) <= 90.0;
-            x[off + i] = ok ? pix[2 * i] - 1.0 : NAN;
-            y[off + i] = ok ? pix[2 * i + 1] - 1.0 : NAN;
-        }
-        if (st != 0 && st != 9)
-            rc = TESS_EINVAL;
-    }
-    free(mem);
-    free(stat);
-    return rc;
+    return transform_points(w, 1, n, lon, lat, x, y);
 }
 
 /* ------------------------------------------------------------------------------------ */

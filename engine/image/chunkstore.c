@@ -192,6 +192,19 @@ int chunkstore_read_info(const char *path, chunkstore_info *out, char *err, size
     return 0;
 }
 
+/* Turns 4 bytes between little-endian (the file's order) and this machine's order: a
+ * byte reversal on a big-endian machine, nothing on a little-endian one. */
+static inline void le32_order(unsigned char q[4])
+{
+    if (CS_SWAP) {
+        unsigned char s0 = q[0], s1 = q[1];
+        q[0] = q[3];
+        q[1] = q[2];
+        q[2] = s1;
+        q[3] = s0;
+    }
+}
+
 void chunkstore_decode(cs_dtype t, const void *src, double *out, long n)
 {
     const unsigned char *b = src;
@@ -213,13 +226,7 @@ void chunkstore_decode(cs_dtype t, const void *src, double *out, long n)
             float f;
             unsigned char q[4];
             memcpy(q, b + 4 * i, 4);
-            if (CS_SWAP) {
-                unsigned char s0 = q[0], s1 = q[1];
-                q[0] = q[3];
-                q[1] = q[2];
-                q[2] = s1;
-                q[3] = s0;
-            }
+            le32_order(q);
             memcpy(&f, q, 4);
             out[i] = f;
         }
@@ -247,13 +254,7 @@ void chunkstore_encode(cs_dtype t, const double *src, void *dst, long n)
             float f = (float)src[i];
             unsigned char q[4];
             memcpy(q, &f, 4);
-            if (CS_SWAP) {
-                unsigned char s0 = q[0], s1 = q[1];
-                q[0] = q[3];
-                q[1] = q[2];
-                q[2] = s1;
-                q[3] = s0;
-            }
+            le32_order(q);
             memcpy(b + 4 * i, q, 4);
         }
     }

@@ -468,19 +468,31 @@ const char *planestore_view_version(const plane_view *v)
     return ((const pentry *)v->handle)->version;
 }
 
-int planestore_get(planestore *s, const dataset *d, long z, int level, plane_view *v,
-                   char *err, size_t errlen)
+/* The checks planestore_get and planestore_cuts start with: the store, the dataset and
+ * their third pointer (`what` in the message) given, z a plane of the dataset.  Returns
+ * 0, TESS_EINVAL or TESS_ERANGE. */
+static int check_request(const planestore *s, const dataset *d, const void *arg,
+                         const char *what, long z, char *err, size_t errlen)
 {
-    if (v)
-        memset(v, 0, sizeof(*v));
-    if (!s || !d || !v) {
-        tess_seterr(err, errlen, "no store, dataset or view");
+    if (!s || !d || !arg) {
+        tess_seterr(err, errlen, "no store, dataset or %s", what);
         return TESS_EINVAL;
     }
     if (z < 0 || z >= d->nz) {
         tess_seterr(err, errlen, "plane %ld outside 0..%ld of dataset '%s'", z, d->nz - 1, d->name);
         return TESS_ERANGE;
     }
+    return 0;
+}
+
+int planestore_get(planestore *s, const dataset *d, long z, int level, plane_view *v,
+                   char *err, size_t errlen)
+{
+    if (v)
+        memset(v, 0, sizeof(*v));
+    int rc = check_request(s, d, v, "view", z, err, errlen);
+    if (rc)
+        return rc;
     if (level < 0) {
         tess_seterr(err, errlen, "reduction level %d is negative", level);
         return TESS_ERANGE;
@@ -504,7 +516,7 @@ int planestore_get(planestore *s, const dataset *d, long z, int level, plane_vie
             while (e->state == PE_LOADING)
                 pthread_cond_wait(&e->cond, &s->lock);
             if (e->state == PE_FAILED) {
-                int rc = e->errcode;
+                rc = e->errcode;
                 tess_seterr(err, errlen, "%s", e->err);
                 e->refs--;
                 entry_maybe_free(s, e);
@@ -556,8 +568,8 @@ int planestore_get(planestore *s, const dataset *d, long z, int level, plane_vie
     pthread_mutex_unlock(&s->lock);
 
     char why[256] = "";
-    int rc = level == 0 ? load_level0(d, e, why, sizeof why)
-                        : build_reduced(s, d, z, e, why, sizeof why);
+    rc = level == 0 ? load_level0(d, e, why, sizeof why)
+                    : build_reduced(s, d, z, e, why, sizeof why);
 
     pthread_mutex_lock(&s->lock);
     if (rc) {
@@ -657,21 +669,16 @@ static cutentry *cut_slot(planestore *s)
 int planestore_cuts(planestore *s, const dataset *d, long z, const render_params *rp,
                     double *lo, double *hi, char *err, size_t errlen)
 {
-    if (!s || !d || !rp) {
-        tess_seterr(err, errlen, "no store, dataset or parameters");
-        return TESS_EINVAL;
-    }
-    if (z < 0 || z >= d->nz) {
-        tess_seterr(err, errlen, "plane %ld outside 0..%ld of dataset '%s'", z, d->nz - 1, d->name);
-        return TESS_ERANGE;
-    }
+    int rc = check_request(s, d, rp, "parameters", z, err, errlen);
+    if (rc)
+        return rc;
     if (!rp->min_cut.is_percent && !rp->max_cut.is_percent) {
         *lo = rp->min_cut.value;
         *hi = rp->max_cut.value;
         return 0;
     }
     plane_view v;
-    int rc = planestore_get(s, d, z, 0, &v, err, errlen);
+    rc = planestore_get(s, d, z, 0, &v, err, errlen);
     if (rc)
         return rc;
     const char *path;

@@ -14,6 +14,7 @@
 #include "engine/fits/fitsimg.h"
 #include "engine/image/stack.h"
 #include "engine/base/error.h"
+#include "engine/base/hash.h"
 #include "engine/base/clock.h"
 #include "engine/base/lru.h"
 
@@ -140,17 +141,12 @@ static int max_level(long nx, long ny)
     return k;
 }
 
-/* FNV-1a over the key. */
+/* FNV-1a over the key: the path's bytes, then those of (hdu, zf, level) as long longs. */
 static uint64_t key_hash(const char *path, int hdu, long zf, int level)
 {
-    uint64_t h = 0xcbf29ce484222325ULL;
-    for (const unsigned char *p = (const unsigned char *)path; *p; p++)
-        h = (h ^ *p) * 0x100000001b3ULL;
     long long parts[3] = {hdu, zf, level};
-    const unsigned char *b = (const unsigned char *)parts;
-    for (size_t i = 0; i < sizeof parts; i++)
-        h = (h ^ b[i]) * 0x100000001b3ULL;
-    return h;
+    uint64_t h = tess_fnv1a64(path, strlen(path), TESS_FNV64_OFFSET);
+    return tess_fnv1a64(parts, sizeof parts, h);
 }
 
 /* ---- entries (all with the store's lock held) ------------------------------------ */

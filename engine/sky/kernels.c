@@ -106,10 +106,10 @@ static inline long clampl(long i, long n)
     return i < 0 ? 0 : i >= n ? n - 1 : i;
 }
 
-/* ---- samplers that read the plane in place, one per pixel type ---------------------- */
+/* ---- points of the samplers that read the plane in place, one per pixel type ------- */
 
-/* Every sampler first rejects positions outside [-0.5, n - 0.5] (NaN included), then
- * works in the coordinates c = x + 1 of the array padded by one edge pixel, where
+/* Every sampler first rejects positions outside [-0.5, n - 0.5] (NaN included; the loop
+ * is RP_SAMPLER, below), then its point function works in the coordinates c = x + 1 of the array padded by one edge pixel, where
  * c >= 0.5, so that (long)c == floor(c) and padded index p is image index p - 1
  * (clamped: the padding repeats the edge pixels).
  *
@@ -126,131 +126,99 @@ static inline long clampl(long i, long n)
  *           LZ_MIN_WEIGHT); with all 36 finite, computed as the plain sum divided by
  *           (sum wx)(sum wy), which in the interior is SWarp's LANCZOS3 (interpolate.c
  *           make_kernel: the 6 weights of each axis scaled to unit sum). */
-#define RP_DEFINE_SAMPLERS(T, SFX)                                                        \
-    static void sample_nearest_##SFX(const rp_kernel *k, size_t n, const double *restrict x, \
-                                     const double *restrict y, double *restrict out)      \
+#define RP_DEFINE_POINTS(T, SFX)                                                          \
+    static inline double nearest_##SFX(const rp_kernel *k, const T *restrict src, long nx, \
+                                       long ny, double px, double py)                    \
     {                                                                                     \
-        const T *restrict src = (const T *)k->src.data;                                   \
-        const long nx = k->src.nx, ny = k->src.ny;                                        \
-        const double xmax = (double)nx - 0.5, ymax = (double)ny - 0.5;                    \
-        for (size_t m = 0; m < n; m++) {                                                  \
-            const double px = x[m], py = y[m];                                            \
-            if (!(px >= -0.5 && px <= xmax && py >= -0.5 && py <= ymax)) {                \
-                out[m] = NAN;                                                             \
-                continue;                                                                 \
-            }                                                                             \
-            long i = (long)((px + 1.0) + 0.5) - 1, j = (long)((py + 1.0) + 0.5) - 1;      \
-            i = i < nx ? i : nx - 1;                                                      \
-            j = j < ny ? j : ny - 1;                                                      \
-            out[m] = (double)src[j * nx + i];                                             \
-        }                                                                                 \
+        long i = (long)((px + 1.0) + 0.5) - 1, j = (long)((py + 1.0) + 0.5) - 1;          \
+        i = i < nx ? i : nx - 1;                                                          \
+        j = j < ny ? j : ny - 1;                                                          \
+        return (double)src[j * nx + i];                                                   \
     }                                                                                     \
                                                                                           \
-    static void sample_bilinear_##SFX(const rp_kernel *k, size_t n, const double *restrict x, \
-                                      const double *restrict y, double *restrict out)     \
+    static inline double bilinear_##SFX(const rp_kernel *k, const T *restrict src, long nx, \
+                                        long ny, double px, double py)                   \
     {                                                                                     \
-        const T *restrict src = (const T *)k->src.data;                                   \
-        const long nx = k->src.nx, ny = k->src.ny;                                        \
-        const double xmax = (double)nx - 0.5, ymax = (double)ny - 0.5;                    \
-        for (size_t m = 0; m < n; m++) {                                                  \
-            const double px = x[m], py = y[m];                                            \
-            if (!(px >= -0.5 && px <= xmax && py >= -0.5 && py <= ymax)) {                \
-                out[m] = NAN;                                                             \
-                continue;                                                                 \
-            }                                                                             \
-            const double cx = px + 1.0, cy = py + 1.0;                                    \
-            const long fx = (long)cx, fy = (long)cy;                                      \
-            const double wx0 = 1.0 - (cx - (double)fx), wy0 = 1.0 - (cy - (double)fy);   \
-            const double wx1 = 1.0 - wx0, wy1 = 1.0 - wy0;                                \
-            /* padded fx, fx + 1 are image fx - 1, fx: ia >= -1, ib <= nx */             \
-            long ia = fx - 1, ib = fx, ja = fy - 1, jb = fy;                              \
-            ia = ia < 0 ? 0 : ia;                                                         \
-            ja = ja < 0 ? 0 : ja;                                                         \
-            ib = ib < nx ? ib : nx - 1;                                                   \
-            jb = jb < ny ? jb : ny - 1;                                                   \
-            const T *ra = src + ja * nx, *rb = src + jb * nx;                             \
-            double t = 0.0;                                                               \
-            t += (double)ra[ia] * wy0 * wx0;                                              \
-            t += (double)ra[ib] * wy0 * wx1;                                              \
-            t += (double)rb[ia] * wy1 * wx0;                                              \
-            t += (double)rb[ib] * wy1 * wx1;                                              \
-            out[m] = t;                                                                   \
-        }                                                                                 \
+        const double cx = px + 1.0, cy = py + 1.0;                                        \
+        const long fx = (long)cx, fy = (long)cy;                                          \
+        const double wx0 = 1.0 - (cx - (double)fx), wy0 = 1.0 - (cy - (double)fy);       \
+        const double wx1 = 1.0 - wx0, wy1 = 1.0 - wy0;                                    \
+        /* padded fx, fx + 1 are image fx - 1, fx: ia >= -1, ib <= nx */                 \
+        long ia = fx - 1, ib = fx, ja = fy - 1, jb = fy;                                  \
+        ia = ia < 0 ? 0 : ia;                                                             \
+        ja = ja < 0 ? 0 : ja;                                                             \
+        ib = ib < nx ? ib : nx - 1;                                                       \
+        jb = jb < ny ? jb : ny - 1;                                                       \
+        const T *ra = src + ja * nx, *rb = src + jb * nx;                                 \
+        double t = 0.0;                                                                   \
+        t += (double)ra[ia] * wy0 * wx0;                                                  \
+        t += (double)ra[ib] * wy0 * wx1;                                                  \
+        t += (double)rb[ia] * wy1 * wx0;                                                  \
+        t += (double)rb[ib] * wy1 * wx1;                                                  \
+        return t;                                                                         \
     }                                                                                     \
                                                                                           \
-    static void sample_lanczos3_##SFX(const rp_kernel *k, size_t n, const double *restrict x, \
-                                      const double *restrict y, double *restrict out)     \
+    static inline double lanczos3_##SFX(const rp_kernel *k, const T *restrict src, long nx, \
+                                        long ny, double px, double py)                   \
     {                                                                                     \
-        const T *restrict src = (const T *)k->src.data;                                   \
         const double *tab = k->lz;                                                        \
-        const long nx = k->src.nx, ny = k->src.ny;                                        \
-        const double xmax = (double)nx - 0.5, ymax = (double)ny - 0.5;                    \
-        for (size_t m = 0; m < n; m++) {                                                  \
-            const double px = x[m], py = y[m];                                            \
-            if (!(px >= -0.5 && px <= xmax && py >= -0.5 && py <= ymax)) {                \
-                out[m] = NAN;                                                             \
-                continue;                                                                 \
-            }                                                                             \
-            const double cx = px + 1.0, cy = py + 1.0;                                    \
-            const long fx = (long)cx, fy = (long)cy;                                      \
-            double wx[6], wy[6];                                                          \
-            const double sx = lanczos3_weights(tab, cx - (double)fx, wx);                 \
-            const double sy = lanczos3_weights(tab, cy - (double)fy, wy);                 \
-            /* Support in the image: plain sum first, the NaN-aware one only when that  \
-             * is not finite (a non-finite pixel, whatever its weight, makes it so). */ \
-            const long i0 = fx - 3, j0 = fy - 3;                                          \
-            long ix[6];                                                                   \
-            const T *row[6];                                                              \
-            const int xin = i0 >= 0 && i0 + 5 < nx;   /* no clamping along x */          \
+        const double cx = px + 1.0, cy = py + 1.0;                                        \
+        const long fx = (long)cx, fy = (long)cy;                                          \
+        double wx[6], wy[6];                                                              \
+        const double sx = lanczos3_weights(tab, cx - (double)fx, wx);                     \
+        const double sy = lanczos3_weights(tab, cy - (double)fy, wy);                     \
+        /* Support in the image: plain sum first, the NaN-aware one only when that is    \
+         * not finite (a non-finite pixel, whatever its weight, makes it so). */         \
+        const long i0 = fx - 3, j0 = fy - 3;                                              \
+        long ix[6];                                                                       \
+        const T *row[6];                                                                  \
+        const int xin = i0 >= 0 && i0 + 5 < nx;   /* no clamping along x */              \
+        for (int q = 0; q < 6; q++)                                                       \
+            ix[q] = clampl(i0 + q, nx);                                                   \
+        if (j0 >= 0 && j0 + 5 < ny) {                                                     \
             for (int q = 0; q < 6; q++)                                                   \
-                ix[q] = clampl(i0 + q, nx);                                               \
-            if (j0 >= 0 && j0 + 5 < ny) {                                                 \
-                for (int q = 0; q < 6; q++)                                               \
-                    row[q] = src + (j0 + q) * nx;                                         \
-            } else {                                                                      \
-                for (int q = 0; q < 6; q++)                                               \
-                    row[q] = src + clampl(j0 + q, ny) * nx;                               \
-            }                                                                             \
-            double sum = 0.0;                                                             \
-            if (xin) {                                                                    \
-                for (int jj = 0; jj < 6; jj++) {                                          \
-                    const T *r = row[jj] + i0;                                            \
-                    sum += wy[jj] * ((wx[0] * (double)r[0] + wx[1] * (double)r[1])        \
-                                     + (wx[2] * (double)r[2] + wx[3] * (double)r[3])      \
-                                     + (wx[4] * (double)r[4] + wx[5] * (double)r[5]));    \
-                }                                                                         \
-            } else {                                                                      \
-                for (int jj = 0; jj < 6; jj++) {                                          \
-                    const T *r = row[jj];                                                 \
-                    sum += wy[jj] * ((wx[0] * (double)r[ix[0]] + wx[1] * (double)r[ix[1]]) \
-                                     + (wx[2] * (double)r[ix[2]] + wx[3] * (double)r[ix[3]]) \
-                                     + (wx[4] * (double)r[ix[4]] + wx[5] * (double)r[ix[5]])); \
-                }                                                                         \
-            }                                                                             \
-            if (fabs(sum) <= DBL_MAX) {                                                   \
-                out[m] = sum / (sx * sy);                                                 \
-                continue;                                                                 \
-            }                                                                             \
-            double wsum = 0.0;                                                            \
-            sum = 0.0;                                                                    \
-            for (int jj = 0; jj < 6; jj++) {                                              \
-                double rs = 0.0, rw = 0.0;                                                \
-                for (int ii = 0; ii < 6; ii++) {                                          \
-                    const double v = (double)row[jj][ix[ii]];                             \
-                    if (fabs(v) <= DBL_MAX) {                                             \
-                        rs += wx[ii] * v;                                                 \
-                        rw += wx[ii];                                                     \
-                    }                                                                     \
-                }                                                                         \
-                sum += wy[jj] * rs;                                                       \
-                wsum += wy[jj] * rw;                                                      \
-            }                                                                             \
-            out[m] = wsum >= LZ_MIN_WEIGHT * (sx * sy) ? sum / wsum : NAN;                \
+                row[q] = src + (j0 + q) * nx;                                             \
+        } else {                                                                          \
+            for (int q = 0; q < 6; q++)                                                   \
+                row[q] = src + clampl(j0 + q, ny) * nx;                                   \
         }                                                                                 \
+        double sum = 0.0;                                                                 \
+        if (xin) {                                                                        \
+            for (int jj = 0; jj < 6; jj++) {                                              \
+                const T *r = row[jj] + i0;                                                \
+                sum += wy[jj] * ((wx[0] * (double)r[0] + wx[1] * (double)r[1])            \
+                                 + (wx[2] * (double)r[2] + wx[3] * (double)r[3])          \
+                                 + (wx[4] * (double)r[4] + wx[5] * (double)r[5]));        \
+            }                                                                             \
+        } else {                                                                          \
+            for (int jj = 0; jj < 6; jj++) {                                              \
+                const T *r = row[jj];                                                     \
+                sum += wy[jj] * ((wx[0] * (double)r[ix[0]] + wx[1] * (double)r[ix[1]])    \
+                                 + (wx[2] * (double)r[ix[2]] + wx[3] * (double)r[ix[3]])  \
+                                 + (wx[4] * (double)r[ix[4]] + wx[5] * (double)r[ix[5]])); \
+            }                                                                             \
+        }                                                                                 \
+        if (fabs(sum) <= DBL_MAX)                                                         \
+            return sum / (sx * sy);                                                       \
+        double wsum = 0.0;                                                                \
+        sum = 0.0;                                                                        \
+        for (int jj = 0; jj < 6; jj++) {                                                  \
+            double rs = 0.0, rw = 0.0;                                                    \
+            for (int ii = 0; ii < 6; ii++) {                                              \
+                const double v = (double)row[jj][ix[ii]];                                 \
+                if (fabs(v) <= DBL_MAX) {                                                 \
+                    rs += wx[ii] * v;                                                     \
+                    rw += wx[ii];                                                         \
+                }                                                                         \
+            }                                                                             \
+            sum += wy[jj] * rs;                                                           \
+            wsum += wy[jj] * rw;                                                          \
+        }                                                                                 \
+        return wsum >= LZ_MIN_WEIGHT * (sx * sy) ? sum / wsum : NAN;                      \
     }
 
-RP_DEFINE_SAMPLERS(float, f32)
-RP_DEFINE_SAMPLERS(double, f64)
+RP_DEFINE_POINTS(float, f32)
+RP_DEFINE_POINTS(double, f64)
 
 /* ---- bicubic ------------------------------------------------------------------------ */
 
@@ -258,54 +226,73 @@ RP_DEFINE_SAMPLERS(double, f64)
  * sum over the 4x4 coefficients at padded floor(c) - 1 .. floor(c) + 2 (mirrored at the
  * ends, scipy's rule) of c * wy * wx (bspline3_weights); NaN where the support touches a
  * non-finite input pixel (k->bad).  Reads only k->coef, so it serves both pixel types. */
-static void sample_bicubic(const rp_kernel *k, size_t n, const double *restrict x,
-                           const double *restrict y, double *restrict out)
+static inline double bicubic_point(const rp_kernel *k, const double *restrict c, long nx,
+                                   long ny, double px, double py)
 {
-    const double *restrict c = k->coef;
     const unsigned char *bad = k->bad;
-    const long nx = k->src.nx, ny = k->src.ny, W = nx + 2, H = ny + 2;
-    const double xmax = (double)nx - 0.5, ymax = (double)ny - 0.5;
-    for (size_t m = 0; m < n; m++) {
-        const double px = x[m], py = y[m];
-        if (!(px >= -0.5 && px <= xmax && py >= -0.5 && py <= ymax)) {
-            out[m] = NAN;
-            continue;
-        }
-        const double cx = px + 1.0, cy = py + 1.0;
-        const long fx = (long)cx, fy = (long)cy;
-        const long sx = fx - 1, sy = fy - 1;   /* in [-1, nx] and [-1, ny] */
-        if (bad && bad[(sy + 1) * W + sx + 1]) {
-            out[m] = NAN;
-            continue;
-        }
-        double wx[4], wy[4];
-        bspline3_weights(cx - (double)fx, wx);
-        bspline3_weights(cy - (double)fy, wy);
-        long ix[4];
-        const double *row[4];
-        if (sx >= 0 && sx + 3 < W) {
-            for (int q = 0; q < 4; q++)
-                ix[q] = sx + q;
-        } else {
-            for (int q = 0; q < 4; q++)
-                ix[q] = mirror1(sx + q, W);
-        }
-        if (sy >= 0 && sy + 3 < H) {
-            for (int q = 0; q < 4; q++)
-                row[q] = c + (sy + q) * W;
-        } else {
-            for (int q = 0; q < 4; q++)
-                row[q] = c + mirror1(sy + q, H) * W;
-        }
-        double t = 0.0;
-        for (int q = 0; q < 4; q++) {
-            const double *r = row[q];
-            t += wy[q] * (wx[0] * r[ix[0]] + wx[1] * r[ix[1]] + wx[2] * r[ix[2]]
-                          + wx[3] * r[ix[3]]);
-        }
-        out[m] = t;
+    const long W = nx + 2, H = ny + 2;
+    const double cx = px + 1.0, cy = py + 1.0;
+    const long fx = (long)cx, fy = (long)cy;
+    const long sx = fx - 1, sy = fy - 1;   /* in [-1, nx] and [-1, ny] */
+    if (bad && bad[(sy + 1) * W + sx + 1])
+        return NAN;
+    double wx[4], wy[4];
+    bspline3_weights(cx - (double)fx, wx);
+    bspline3_weights(cy - (double)fy, wy);
+    long ix[4];
+    const double *row[4];
+    if (sx >= 0 && sx + 3 < W) {
+        for (int q = 0; q < 4; q++)
+            ix[q] = sx + q;
+    } else {
+        for (int q = 0; q < 4; q++)
+            ix[q] = mirror1(sx + q, W);
     }
+    if (sy >= 0 && sy + 3 < H) {
+        for (int q = 0; q < 4; q++)
+            row[q] = c + (sy + q) * W;
+    } else {
+        for (int q = 0; q < 4; q++)
+            row[q] = c + mirror1(sy + q, H) * W;
+    }
+    double t = 0.0;
+    for (int q = 0; q < 4; q++) {
+        const double *r = row[q];
+        t += wy[q] * (wx[0] * r[ix[0]] + wx[1] * r[ix[1]] + wx[2] * r[ix[2]]
+                      + wx[3] * r[ix[3]]);
+    }
+    return t;
 }
+
+/* ---- the samplers: one loop, the point functions above --------------------------------- */
+
+/* The loop of every sampler NAME: positions outside [-0.5, n - 0.5] on either axis (NaN
+ * included) give NaN, the others POINT(k, src, nx, ny, px, py) over the array SRC of
+ * element type T. */
+#define RP_SAMPLER(NAME, T, SRC, POINT)                                                   \
+    static void NAME(const rp_kernel *k, size_t n, const double *restrict x,             \
+                     const double *restrict y, double *restrict out)                      \
+    {                                                                                     \
+        const T *restrict src = (const T *)(SRC);                                         \
+        const long nx = k->src.nx, ny = k->src.ny;                                        \
+        const double xmax = (double)nx - 0.5, ymax = (double)ny - 0.5;                    \
+        for (size_t m = 0; m < n; m++) {                                                  \
+            const double px = x[m], py = y[m];                                            \
+            if (!(px >= -0.5 && px <= xmax && py >= -0.5 && py <= ymax)) {                \
+                out[m] = NAN;                                                             \
+                continue;                                                                 \
+            }                                                                             \
+            out[m] = POINT(k, src, nx, ny, px, py);                                       \
+        }                                                                                 \
+    }
+
+RP_SAMPLER(sample_nearest_f32, float, k->src.data, nearest_f32)
+RP_SAMPLER(sample_nearest_f64, double, k->src.data, nearest_f64)
+RP_SAMPLER(sample_bilinear_f32, float, k->src.data, bilinear_f32)
+RP_SAMPLER(sample_bilinear_f64, double, k->src.data, bilinear_f64)
+RP_SAMPLER(sample_lanczos3_f32, float, k->src.data, lanczos3_f32)
+RP_SAMPLER(sample_lanczos3_f64, double, k->src.data, lanczos3_f64)
+RP_SAMPLER(sample_bicubic, double, k->coef, bicubic_point)
 
 /* Weights w[0 .. *m - 1] of the causal initial value c+(0) = sum w[k] s(k) of a line of
  * n >= 2 samples with mirror boundaries (s(-k) = s(k), s(n - 1 + k) = s(n - 1 - k)):

@@ -679,29 +679,32 @@ static void icrs_to_fk5_bias(mat3 b)
     mat_mul_right(b, a);
 }
 
-/* FK5 J2000 -> Galactic (astropy galactic_transforms.fk5_to_gal without the precession):
- * R3(180 - l0) R2(90 - dec_ngp) R3(ra_ngp) with astropy's Galactic._ngp_J2000 =
- * (192.8594812065348, 27.12825118085622) and _lon0_J2000 = 122.9319185680026 degrees. */
-static void fk5_j2000_to_gal(mat3 g)
+/* Equatorial -> Galactic for the north galactic pole at (ra_ngp, dec_ngp) and galactic
+ * longitude l0 of the celestial pole, all in degrees: R3(180 - l0) R2(90 - dec_ngp)
+ * R3(ra_ngp). */
+static void to_gal(double ra_ngp, double dec_ngp, double l0, mat3 g)
 {
     mat3 a;
-    rot(2, (180.0 - 122.9319185680026) * DEG2RAD, g);
-    rot(1, (90.0 - 27.12825118085622) * DEG2RAD, a);
+    rot(2, (180.0 - l0) * DEG2RAD, g);
+    rot(1, (90.0 - dec_ngp) * DEG2RAD, a);
     mat_mul_right(g, a);
-    rot(2, 192.8594812065348 * DEG2RAD, a);
+    rot(2, ra_ngp * DEG2RAD, a);
     mat_mul_right(g, a);
+}
+
+/* FK5 J2000 -> Galactic (astropy galactic_transforms.fk5_to_gal without the precession):
+ * astropy's Galactic._ngp_J2000 = (192.8594812065348, 27.12825118085622) and
+ * _lon0_J2000 = 122.9319185680026 degrees. */
+static void fk5_j2000_to_gal(mat3 g)
+{
+    to_gal(192.8594812065348, 27.12825118085622, 122.9319185680026, g);
 }
 
 /* FK4 (no E-terms) B1950 -> Galactic: astropy's fk4_to_gal with the IAU 1958 pole
  * (192.25, 27.4) and l0 = 123 degrees (Blaauw et al. 1960). */
 static void fk4_b1950_to_gal(mat3 g)
 {
-    mat3 a;
-    rot(2, (180.0 - 123.0) * DEG2RAD, g);
-    rot(1, (90.0 - 27.4) * DEG2RAD, a);
-    mat_mul_right(g, a);
-    rot(2, 192.25 * DEG2RAD, a);
-    mat_mul_right(g, a);
+    to_gal(192.25, 27.4, 123.0, g);
 }
 
 /* astropy fk4_fk5_transforms._fk4_B_matrix: the B1950 -> J2000 matrix of Standish (1982,

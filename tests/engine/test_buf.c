@@ -1,4 +1,4 @@
-/* Unit tests of engine/base/buf (growth, the hard cap, detach) and engine/base/fileio. */
+/* Unit tests of engine/base: buf (growth, the hard cap, detach), fileio and lru. */
 #include <check.h>
 #include <errno.h>
 #include <pthread.h>
@@ -11,6 +11,7 @@
 #include "engine/base/buf.h"
 #include "engine/base/error.h"
 #include "engine/base/fileio.h"
+#include "engine/base/lru.h"
 
 START_TEST(test_add_and_printf)
 {
@@ -143,6 +144,63 @@ START_TEST(test_fileio_at_offset_and_position)
 }
 END_TEST
 
+/* ---- lru ---- */
+
+typedef struct item {
+    int id;
+    lru_node node;
+} item;
+
+/* The ids from the front to the back, written as digits into out; also checks that
+ * walking back from the back gives the same list reversed. */
+static void lru_order(lru_list *l, char *out)
+{
+    size_t k = 0;
+    for (lru_node *n = l->front; n; n = n->next)
+        out[k++] = (char)('0' + LRU_ENTRY(n, item, node)->id);
+    out[k] = '\0';
+    for (lru_node *n = l->back; n; n = n->prev)
+        ck_assert_int_eq(out[--k], '0' + LRU_ENTRY(n, item, node)->id);
+    ck_assert_uint_eq(k, 0);
+}
+
+START_TEST(test_lru_order)
+{
+    item it[5];
+    lru_list l;
+    lru_init(&l);
+    char got[8];
+    ck_assert_int_eq(lru_empty(&l), 1);
+    ck_assert_ptr_null(lru_pop_back(&l));
+    ck_assert_ptr_null(LRU_ENTRY(l.back, item, node));
+    for (int i = 0; i < 5; i++) {
+        it[i].id = i;
+        lru_push_front(&l, &it[i].node);
+    }
+    lru_order(&l, got);
+    ck_assert_str_eq(got, "43210");
+    lru_move_front(&l, &it[1].node);       /* a use: 1 becomes the most recent */
+    lru_move_front(&l, &it[1].node);       /* already first: no change */
+    lru_order(&l, got);
+    ck_assert_str_eq(got, "14320");
+    lru_remove(&l, &it[3].node);
+    ck_assert_ptr_null(it[3].node.prev);
+    ck_assert_ptr_null(it[3].node.next);
+    lru_push_back(&l, &it[3].node);
+    lru_order(&l, got);
+    ck_assert_str_eq(got, "14203");
+    ck_assert_int_eq(LRU_ENTRY(lru_pop_back(&l), item, node)->id, 3);
+    ck_assert_int_eq(LRU_ENTRY(lru_pop_back(&l), item, node)->id, 0);
+    lru_order(&l, got);
+    ck_assert_str_eq(got, "142");
+    lru_remove(&l, &it[1].node);
+    lru_remove(&l, &it[2].node);
+    lru_remove(&l, &it[4].node);
+    ck_assert_int_eq(lru_empty(&l), 1);
+    ck_assert_ptr_null(l.back);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("buf");
@@ -156,5 +214,8 @@ int main(void)
     tcase_add_test(fio, test_fileio_read_write_all_pipe);
     tcase_add_test(fio, test_fileio_at_offset_and_position);
     suite_add_tcase(s, fio);
+    TCase *lru = tcase_create("lru");
+    tcase_add_test(lru, test_lru_order);
+    suite_add_tcase(s, lru);
     return tt_run_suite(s);
 }

@@ -6,6 +6,7 @@
 #include "daemon/jobs/jobs.h"
 #include "daemon/jobs/jobtypes.h"
 #include "daemon/oplog.h"
+#include "engine/base/clock.h"
 #include "engine/base/buf.h"
 #include "engine/base/error.h"
 
@@ -53,7 +54,7 @@ typedef struct tserver_priv {
 
 typedef struct hreq_priv {
     hreq pub;
-    struct timespec start;
+    double start;                     /* tess_mono_s() at the request line */
     size_t body_cap;
     char *raw_uri;                    /* the request target as sent (access log) */
     long arrival;                     /* time(2) of the request line */
@@ -62,13 +63,6 @@ typedef struct hreq_priv {
     int close_conn;                   /* answer with Connection: close */
     char proto[16];                   /* "HTTP/1.1" */
 } hreq_priv;
-
-static double elapsed_s(const struct timespec *a)
-{
-    struct timespec b;
-    clock_gettime(CLOCK_MONOTONIC, &b);
-    return (double)(b.tv_sec - a->tv_sec) + (double)(b.tv_nsec - a->tv_nsec) * 1e-9;
-}
 
 const char *hreq_arg(hreq *r, const char *key)
 {
@@ -479,7 +473,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         *con_cls = rp;
         if (!rp->arrival)
             rp->arrival = (long)time(NULL);
-        clock_gettime(CLOCK_MONOTONIC, &rp->start);
+        rp->start = tess_mono_s();
         hreq *r = &rp->pub;
         r->srv = s;
         /* In flight until on_completed: the answer sent whole, however it was made
@@ -596,7 +590,7 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
                      MHD_lookup_connection_value(conn, MHD_HEADER_KIND,
                                                  MHD_HTTP_HEADER_USER_AGENT));
     }
-    double dt = elapsed_s(&rp->start);
+    double dt = tess_mono_s() - rp->start;
     pthread_mutex_lock(&sp->stats_lock);
     size_t i = 0;
     while (i < NBUCKETS && dt > latency_buckets[i])

@@ -2,7 +2,7 @@
 #include "daemon/api/cutout.h"
 #include "daemon/api/handlers.h"
 #include "daemon/cache/planes.h"
-#include "engine/fits/fitsimg.h"
+#include "engine/fits/fitscard.h"
 #include "engine/sky/reproject.h"
 #include "daemon/problem.h"
 #include "engine/base/error.h"
@@ -290,9 +290,9 @@ void handle_cutout_post(hreq *r, const route_match *m)
     }
     char val[80];
     long n1 = 0, n2 = 0;
-    if (!fitsimg_header_get(j->cards, j->nkeys, "NAXIS1", val, sizeof(val)) ||
+    if (!fitscard_get(j->cards, j->nkeys, "NAXIS1", val, sizeof(val)) ||
         param_long(val, 1, 65536, &n1) ||
-        !fitsimg_header_get(j->cards, j->nkeys, "NAXIS2", val, sizeof(val)) ||
+        !fitscard_get(j->cards, j->nkeys, "NAXIS2", val, sizeof(val)) ||
         param_long(val, 1, 65536, &n2)) {
         problem_reply(r, 400, "body", "the header needs NAXIS1 and NAXIS2 between 1 and 65536");
         goto fail;

@@ -1,6 +1,7 @@
 /* Request parsing the endpoint families share: strict values, formats, rendering, header bodies. */
 #include "daemon/api/params.h"
 #include "engine/base/error.h"
+#include "engine/fits/fitscard.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -164,126 +165,12 @@ void params_render_key(const render_params *rp, char *out, size_t len)
              rp->max_cut.is_percent ? "%" : "", render_cmap_name(rp->cmap));
 }
 
-/* 1 when the 8-character keyword field `kw` is a numeric WCS keyword of FITS WCS Papers
- * I-II (NAXISn, CRPIXn, CRVALn, CDELTn, CROTAn, CDi_j, PCi_j, PVi_m, with an optional
- * alternate letter; LONPOLE, LATPOLE, EQUINOX). */
-static int numeric_wcs_keyword(const char *kw)
-{
-    static const char *const indexed[] = {"NAXIS", "CRPIX", "CRVAL", "CDELT", "CROTA", "CD",
-                                          "PC", "PV"};
-    static const char *const plain[] = {"LONPOLE", "LATPOLE", "EQUINOX"};
-    for (size_t i = 0; i < sizeof plain / sizeof plain[0]; i++) {
-        size_t n = strlen(plain[i]);
-        if (strncmp(kw, plain[i], n) == 0 && (n == 8 || kw[n] == ' ' || isupper((unsigned char)kw[n])))
-            return 1;
-    }
-    for (size_t i = 0; i < sizeof indexed / sizeof indexed[0]; i++) {
-        size_t n = strlen(indexed[i]);
-        if (strncmp(kw, indexed[i], n) == 0 && isdigit((unsigned char)kw[n]))
-            return 1;
-    }
-    return 0;
-}
-
-/* The value of a numeric WCS card must be a finite number (FITS allows a D exponent);
- * wcslib would otherwise drop the card silently and use a default.  Returns 0 or -1. */
-static int check_numeric_card(const char *card, int line, param_error *e)
-{
-    if (card[8] != '=' || !numeric_wcs_keyword(card))
-        return 0;
-    char v[72];
-    size_t n = 0;
-    for (size_t i = 9; i < 80 && card[i] != '/' && n + 1 < sizeof v; i++)
-        if (card[i] != ' ')
-            v[n++] = (char)(card[i] == 'D' || card[i] == 'd' ? 'E' : card[i]);
-    v[n] = '\0';
-    char *end;
-    double d = n ? strtod(v, &end) : NAN;
-    if (n == 0 || *end != '\0' || !isfinite(d)) {
-        fail(e, "body", "header line %d: %.8s must be a finite number, got '%.30s'", line,
-             card, v);
-        return -1;
-    }
-    return 0;
-}
-
 int params_header_cards(const char *text, size_t len, int max_cards, char **cards, int *nkeys,
                         param_error *e)
 {
-    *cards = NULL;
-    *nkeys = 0;
-    /* Raw cards: no newline at all, or a whole FITS file (its first card SIMPLE and a
-     * first header block of 2880 bytes without a newline, then cards to END; the data
-     * after the header, which may hold any byte, are not read).  A text header that
-     * starts with SIMPLE has its first newline at byte 80 or before. */
-    int fits_file = len >= 2880 && memchr(text, '\n', 2880) == NULL
-                    && strncmp(text, "SIMPLE  =", 9) == 0;
-    int raw = fits_file || memchr(text, '\n', len) == NULL;
-    if (raw && len % 80 != 0)
-        return fail(e, "body", "header must be text with one 80-character card a line, or a "
-                    "FITS header of whole 80-character cards (got %zu bytes, %s)", len,
-                    fits_file ? "not a whole number of cards" : "without newlines");
-    char *out = malloc((size_t)max_cards * 80 + 1);
-    if (!out)
-        return TESS_ENOMEM;
-    int n = 0, seen_end = 0;
-    size_t pos = 0;
-    int line = 0;
-    while (pos < len && !seen_end) {
-        size_t l;
-        if (raw) {
-            l = 80;
-        } else {
-            const char *nl = memchr(text + pos, '\n', len - pos);
-            l = nl ? (size_t)(nl - (text + pos)) : len - pos;
-        }
-        line++;
-        size_t cl = l;
-        if (!raw && cl > 0 && text[pos + cl - 1] == '\r')
-            cl--;
-        if (cl > 80) {
-            free(out);
-            return fail(e, "body", "header line %d is %zu characters long; FITS cards are 80",
-                        line, cl);
-        }
-        for (size_t i = 0; i < cl; i++) {
-            unsigned char ch = (unsigned char)text[pos + i];
-            if (ch < 32 || ch > 126) {
-                free(out);
-                return fail(e, "body", "header line %d has a non-printable character (byte %u)",
-                            line, ch);
-            }
-        }
-        int blank = 1;
-        for (size_t i = 0; i < cl; i++)
-            if (text[pos + i] != ' ')
-                blank = 0;
-        if (cl >= 3 && strncmp(text + pos, "END", 3) == 0 &&
-            (cl == 3 || strspn(text + pos + 3, " ") >= cl - 3)) {
-            seen_end = 1;
-        } else if (!blank || raw) {
-            if (!blank) {
-                if (n >= max_cards) {
-                    free(out);
-                    return fail(e, "body", "header has more than %d cards", max_cards);
-                }
-                memcpy(out + (size_t)n * 80, text + pos, cl);
-                memset(out + (size_t)n * 80 + cl, ' ', 80 - cl);
-                if (check_numeric_card(out + (size_t)n * 80, line, e)) {
-                    free(out);
-                    return TESS_EINVAL;
-                }
-                n++;
-            }
-        }
-        pos += l + (raw ? 0 : 1);
-    }
-    if (n == 0) {
-        free(out);
-        return fail(e, "body", "header has no cards");
-    }
-    out[(size_t)n * 80] = '\0';
-    *cards = out;
-    *nkeys = n;
-    return 0;
+    char why[256];
+    int rc = fitscard_parse(text, len, max_cards, cards, nkeys, why, sizeof why);
+    if (rc == TESS_EINVAL)
+        return fail(e, "body", "%s", why);
+    return rc;
 }

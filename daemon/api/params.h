@@ -53,17 +53,11 @@ int params_render(param_lookup get, void *cls, render_params *rp, param_error *e
  * Cannot fail; truncates to `len`. */
 void params_render_key(const render_params *rp, char *out, size_t len);
 
-/* Turns the body of a POST cutout into FITS cards: text with one card a line (lines
- * longer than 80 characters are an error, shorter ones are blank-padded, CR LF accepted)
- * or a raw FITS header (a multiple of 80 characters without newlines), or a whole FITS
- * file (first card SIMPLE, a first block of 2880 bytes without a newline, a multiple of 80
- * bytes; the data after END are not read).
- * Stops at END.
- * Only printable ASCII is allowed; numeric WCS cards (NAXISn, CRPIXn, CRVALn, CDELTn,
- * CROTAn, CDi_j, PCi_j, PVi_m, LONPOLE, LATPOLE, EQUINOX) must hold a finite number.
- * At most `max_cards` cards.  *cards is malloc'd
- * (80-character cards, NUL-terminated).  Returns 0, TESS_EINVAL with `e` (parameter
- * "body"), or TESS_ENOMEM. */
+/* Turns the body of a POST cutout into FITS cards: fitscard_parse (engine/fits/fitscard.h:
+ * text with one card a line, raw 80-character cards, or a whole FITS file; up to END;
+ * printable ASCII only; numeric WCS cards finite), at most `max_cards` cards.  *cards is
+ * malloc'd (80-character cards, NUL-terminated).  Returns 0, TESS_EINVAL with `e`
+ * (parameter "body"), or TESS_ENOMEM. */
 int params_header_cards(const char *text, size_t len, int max_cards, char **cards, int *nkeys,
                         param_error *e);
 

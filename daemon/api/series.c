@@ -3,6 +3,7 @@
 #include "daemon/api/handlers.h"
 #include "engine/image/chunkstore.h"
 #include "engine/image/encode.h"
+#include "engine/fits/fitscard.h"
 #include "engine/image/stack.h"
 #include "daemon/problem.h"
 #include "engine/base/buf.h"
@@ -117,14 +118,14 @@ static int stack_times(const dataset *d, zaxis *za)
         if (frame_read_info(d->paths[k], d->hdu, &info, err, sizeof(err)))
             return -1;
         double v = NAN;
-        if (use_mjd != 0 && fitsimg_header_get(info.header, info.nkeys, "MJD-OBS", val, sizeof(val))) {
+        if (use_mjd != 0 && fitscard_get(info.header, info.nkeys, "MJD-OBS", val, sizeof(val))) {
             char *end;
             v = strtod(val, &end);
             if (end == val)
                 v = NAN;
             use_mjd = 1;
         } else if (use_mjd != 1 &&
-                   fitsimg_header_get(info.header, info.nkeys, "DATE-OBS", val, sizeof(val))) {
+                   fitscard_get(info.header, info.nkeys, "DATE-OBS", val, sizeof(val))) {
             v = iso_seconds(val);
             if (k == 0)
                 snprintf(za->origin, sizeof(za->origin), "%.40s", val);

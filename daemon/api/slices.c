@@ -7,12 +7,14 @@
  * so z grows upwards in renderings of xz and yz cuts, as y does in xy planes. */
 #include "daemon/api/handlers.h"
 #include "daemon/api/slices.h"
+#include "engine/fits/fitscard.h"
 #include "engine/fits/fitsimg.h"
 #include "engine/image/stack.h"
 #include "daemon/problem.h"
 #include "engine/base/error.h"
 
 #include <ctype.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -60,55 +62,39 @@ int slice_parse_path(const char *s, slice_params *p, param_error *e)
     return 0;
 }
 
-/* Appends one card made from `text` (blank-padded to 80) to cards[n]. */
-static void put_card(char *cards, int *n, const char *text)
-{
-    size_t len = strlen(text);
-    if (len > 80)
-        len = 80;
-    memset(cards + (size_t)*n * 80, ' ', 80);
-    memcpy(cards + (size_t)*n * 80, text, len);
-    (*n)++;
-    cards[(size_t)*n * 80] = '\0';
-}
-
 /* The cards of an xz or yz cut: which cut it is, and the z axis's linear WCS (CTYPE3,
  * CUNIT3, CRVAL3, CDELT3, CRPIX3 moved by Z) as axis 2 when the header has them; the
  * spatial axis gets none (a celestial axis alone is not a WCS).  Returns malloc'd cards
  * or NULL. */
 static char *cut_cards(const dataset *d, const slice_params *s, int *nkeys)
 {
-    char *cards = malloc(8 * 80 + 1);
-    if (!cards)
-        return NULL;
-    int n = 0;
-    char card[96];
-    cards[0] = '\0';
-    snprintf(card, sizeof(card), "SLICE   = '%s      '           / plane cut: axis 1 %s, axis 2 z",
-             s->plane, s->plane[0] == 'x' ? "x" : "y");
-    put_card(cards, &n, card);
-    snprintf(card, sizeof(card), "%-8s= %20ld / fixed 0-based %s of the cut",
-             s->plane[0] == 'x' ? "SLICEY" : "SLICEX", s->plane[0] == 'x' ? s->y : s->x,
+    fitscard_list l;
+    fitscard_list_init(&l, 8);
+    char comment[48];
+    snprintf(comment, sizeof(comment), "plane cut: axis 1 %s, axis 2 z",
+             s->plane[0] == 'x' ? "x" : "y");
+    fitscard_list_string(&l, "SLICE", s->plane, 8, comment);
+    snprintf(comment, sizeof(comment), "fixed 0-based %s of the cut",
              s->plane[0] == 'x' ? "row" : "column");
-    put_card(cards, &n, card);
+    fitscard_list_int(&l, s->plane[0] == 'x' ? "SLICEY" : "SLICEX",
+                      s->plane[0] == 'x' ? s->y : s->x, comment);
     static const char *const keys[] = {"CTYPE3", "CUNIT3", "CRVAL3", "CDELT3", "CRPIX3"};
     if (d->kind == DS_CUBE) {
         for (int k = 0; k < 5; k++) {
             char val[80];
-            if (!fitsimg_header_get(d->header, d->nkeys, keys[k], val, sizeof(val)))
+            if (!fitscard_get(d->header, d->nkeys, keys[k], val, sizeof(val)))
                 continue;
             char key[9];
             snprintf(key, sizeof(key), "%.5s2", keys[k]);
+            double v = strtod(val, NULL) - (k == 4 ? (double)s->z : 0.0);
             if (k < 2)
-                snprintf(card, sizeof(card), "%-8s= '%s'", key, val);
-            else
-                snprintf(card, sizeof(card), "%-8s= %20.15G", key,
-                         strtod(val, NULL) - (k == 4 ? (double)s->z : 0.0));
-            put_card(cards, &n, card);
+                fitscard_list_string(&l, key, val, 0, NULL);
+            else if (isfinite(v))
+                fitscard_list_real(&l, key, v, 15, NULL);
         }
     }
-    *nkeys = n;
-    return cards;
+    char *cards = NULL;
+    return fitscard_list_take(&l, &cards, nkeys) == 0 ? cards : NULL;
 }
 
 /* The WCS cards of the slice: the plane's header with its pixel origin moved by the

@@ -1,5 +1,6 @@
 /* The "mosaic" job type: body validation and the job_kind glue over reproject/mosaic. */
 #include "daemon/jobs/job_mosaic.h"
+#include "engine/fits/fitscard.h"
 #include "engine/fits/fitsimg.h"
 #include "engine/mosaic/mosaic.h"
 #include "daemon/api/params.h"
@@ -274,7 +275,7 @@ static int parse_body(const json_t *j, const job_env *env, int check_name, int r
             long sz[2];
             for (int k = 0; k < 2; k++) {
                 char *end;
-                if (!fitsimg_header_get(b->tcards, b->tkeys, k ? "NAXIS2" : "NAXIS1", v, sizeof v)) {
+                if (!fitscard_get(b->tcards, b->tkeys, k ? "NAXIS2" : "NAXIS1", v, sizeof v)) {
                     jobkind_problem(pb, 422, "target.header", "the header has no %s",
                                     k ? "NAXIS2" : "NAXIS1");
                     return -1;

@@ -2,6 +2,7 @@
 #include "daemon/jobs/job_stack.h"
 
 #include "engine/image/chunkstore.h"
+#include "engine/fits/fitscard.h"
 #include "engine/fits/fitsimg.h"
 #include "engine/image/render.h"
 #include "engine/image/stack.h"
@@ -127,11 +128,11 @@ static cs_dtype choose_dtype(const dataset *d)
     double bscale = 1, bzero = 0;
     int blank = 0;
     if (d->header) {
-        if (fitsimg_header_get(d->header, d->nkeys, "BSCALE", v, sizeof v))
+        if (fitscard_get(d->header, d->nkeys, "BSCALE", v, sizeof v))
             bscale = atof(v);
-        if (fitsimg_header_get(d->header, d->nkeys, "BZERO", v, sizeof v))
+        if (fitscard_get(d->header, d->nkeys, "BZERO", v, sizeof v))
             bzero = atof(v);
-        blank = fitsimg_header_get(d->header, d->nkeys, "BLANK", v, sizeof v);
+        blank = fitscard_get(d->header, d->nkeys, "BLANK", v, sizeof v);
     }
     if (blank || bscale != 1.0)
         return CS_F32;

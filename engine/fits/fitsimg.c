@@ -1,4 +1,4 @@
-/* FITS image access through cfitsio: header cards, metadata and physical pixel values. */
+/* FITS image access through cfitsio: header cards, metadata and physical pixel values (fitsimg.h). */
 #include "engine/fits/fitsimg.h"
 
 #include <errno.h>
@@ -14,6 +14,7 @@
 #include <fitsio.h>
 
 #include "engine/base/error.h"
+#include "engine/fits/fitscard.h"
 
 /* Thread safety.  Every call below opens its own fitsfile, so threads share no cfitsio
  * handle.  cfitsio itself keeps global tables (I/O drivers, open files, the error
@@ -369,25 +370,15 @@ int fitsimg_read_region_f32(const char *path, int hdu, long z, long x0, long y0,
     return read_region(path, hdu, z, x0, y0, w, h, TFLOAT, out, err, errlen);
 }
 
-/* Copies s[0..n) into val (truncating, always NUL-terminated when vallen > 0). */
-static void copy_out(const char *s, size_t n, char *val, size_t vallen)
+/* Rewrites card `c` as "KEYWORD = value" (its comment dropped): an integer when the value
+ * it replaces was written as one and the new value is integral (CNPIXn are integers), a
+ * real of 15 significant digits otherwise (fitscard.h).  Cannot fail. */
+static void set_card_number(char *c, const char *key, const char *old, double v)
 {
-    if (!val || vallen == 0)
+    if (!strpbrk(old, ".EeDd") && v == nearbyint(v) && fabs(v) < 1e15 &&
+        fitscard_int(c, key, (long long)v, NULL) == 0)
         return;
-    if (n >= vallen)
-        n = vallen - 1;
-    memcpy(val, s, n);
-    val[n] = '\0';
-}
-
-/* Rewrites card `c` as "KEYWORD = value" with `v` in 15 significant digits (its comment
- * dropped).  Cannot fail. */
-static void set_card_number(char *c, double v)
-{
-    char tmp[81];
-    snprintf(tmp, sizeof tmp, "%-8.8s= %20.15G", c, v);
-    memset(c, ' ', 80);
-    memcpy(c, tmp, strlen(tmp));
+    (void)fitscard_real(c, key, v, 15, NULL);   /* v is finite, the keyword valid */
 }
 
 void fitsimg_header_shift(char *header, int nkeys, const double *shift, int nshift)
@@ -415,72 +406,10 @@ void fitsimg_header_shift(char *header, int nkeys, const double *shift, int nshi
         for (int k = 7; k > 0 && key[k] == ' '; k--)
             key[k] = '\0';
         char *end;
-        if (!fitsimg_header_get(c, 1, key, val, sizeof val))
+        if (!fitscard_get(c, 1, key, val, sizeof val))
             continue;
         double v = strtod(val, &end);
-        if (end != val && isfinite(v))
-            set_card_number(c, v + sign * shift[axis]);
+        if (end != val && isfinite(v) && isfinite(v + sign * shift[axis]))
+            set_card_number(c, key, val, v + sign * shift[axis]);
     }
-}
-
-/* Card layout per the FITS Standard 4.0, section 4.1: keyword in columns 1-8, value
- * indicator "= " in columns 9-10, value from column 11, string values in single quotes
- * with '' standing for a quote, a comment after '/'.  Cards without a value indicator
- * (COMMENT, HISTORY, ...) give their text from column 9 with blanks trimmed. */
-int fitsimg_header_get(const char *header, int nkeys, const char *keyword, char *val, size_t vallen)
-{
-    if (!header || !keyword || nkeys <= 0)
-        return 0;
-    size_t klen = strlen(keyword);
-    if (klen == 0 || klen > 8)
-        return 0;
-    char key8[8];
-    memset(key8, ' ', sizeof key8);
-    memcpy(key8, keyword, klen);
-
-    for (int i = 0; i < nkeys; i++) {
-        const char *card = header + (size_t)i * 80;
-        if (memcmp(card, key8, 8) != 0)
-            continue;
-        if (card[8] != '=' || card[9] != ' ') {
-            size_t a = 8, b = 80;
-            while (a < b && card[a] == ' ')
-                a++;
-            while (b > a && card[b - 1] == ' ')
-                b--;
-            copy_out(card + a, b - a, val, vallen);
-            return 1;
-        }
-        size_t p = 10;
-        while (p < 80 && card[p] == ' ')
-            p++;
-        if (p < 80 && card[p] == '\'') {
-            char s[80];
-            size_t n = 0;
-            for (p++; p < 80; p++) {
-                if (card[p] == '\'') {
-                    if (p + 1 < 80 && card[p + 1] == '\'') {
-                        s[n++] = '\'';
-                        p++;
-                    } else {
-                        break;
-                    }
-                } else {
-                    s[n++] = card[p];
-                }
-            }
-            while (n > 0 && s[n - 1] == ' ')
-                n--;
-            copy_out(s, n, val, vallen);
-            return 1;
-        }
-        size_t e = p;
-        while (e < 80 && card[e] != '/')
-            e++;
-        while (e > p && card[e - 1] == ' ')
-            e--;
-        copy_out(card + p, e - p, val, vallen);
-        return 1;
-    }
-    return 0;
 }

@@ -18,7 +18,8 @@ typedef struct fitsimg_info {
     char bunit[72];                /* BUNIT, "" when absent */
     char *header;                  /* every card of the HDU except END, each exactly 80
                                       characters, concatenated with no separator and
-                                      NUL-terminated: the layout wcspih() reads */
+                                      NUL-terminated: the layout wcspih() reads and
+                                      engine/fits/fitscard.h works on */
     int nkeys;                     /* number of 80-character cards in `header` */
     long long mtime_ns;            /* file modification time (ns since the epoch) */
     long long file_size;           /* file size in bytes */
@@ -55,11 +56,6 @@ int fitsimg_read_region_f32(const char *path, int hdu, long z, long x0, long y0,
  * with err.  fitsimg_read_info applies it. */
 int fitsimg_check_scaling(int bitpix, double bscale, double bzero, char *err, size_t errlen);
 
-/* Looks up a card by keyword in a `header` as produced above (exact keyword, 8 chars
- * or fewer).  Copies the card's value text (quotes of strings removed, trailing blanks
- * trimmed) into `val`; returns 1 when found, 0 when not. */
-int fitsimg_header_get(const char *header, int nkeys, const char *keyword, char *val, size_t vallen);
-
 /* Moves the pixel origin of the WCS in `header` (nkeys cards, rewritten in place) to
  * pixel (shift[0], shift[1], shift[2]) of the original grid (the first nshift <= 3
  * axes; pixels, any origin): afterwards pixel p of the sub-grid has the world
@@ -69,7 +65,8 @@ int fitsimg_header_get(const char *header, int nkeys, const char *keyword, char 
  * the plate, increased by shift[0], shift[1]): wcspih derives CRPIX, the linear part and
  * the DSS polynomial from the plate solution, ignoring the CRPIX cards (WCS Paper IV,
  * section 5.2, as wcslib's dis.h describes it; astropy reads such headers the same way).
- * Numbers are written with 15 significant digits.  Cannot fail. */
+ * A value written as an integer stays one when the new value is integral; any other is
+ * written as a real of 15 significant digits (fitscard_real).  Cannot fail. */
 void fitsimg_header_shift(char *header, int nkeys, const double *shift, int nshift);
 
 /* Serialises cfitsio for modules that call it directly (engine/image/encode.c, and any

@@ -11,6 +11,7 @@
 #include "engine/sky/coordmap.h"
 #include "engine/base/buf.h"
 #include "engine/base/error.h"
+#include "engine/fits/fitscard.h"
 
 #define DEG2RAD (M_PI / 180.0)
 #define RAD2DEG (180.0 / M_PI)
@@ -154,38 +155,11 @@ int hips_source_level(int order, int shift, double pixscale)
 
 /* ---- the tile's WCS ------------------------------------------------------------------ */
 
-/* Appends one 80-character card "KEYWORD = value / comment" to cards at card n. */
-static void put_card(char *cards, int n, const char *key, const char *value, const char *comment)
+/* Card k of the 80-character cards at `cards`, written with engine/fits/fitscard.h (the
+ * keywords below are valid and the values finite, so those writes cannot fail). */
+static char *card_at(char *cards, int k)
 {
-    char line[81];
-    int len;
-    if (comment)
-        len = snprintf(line, sizeof(line), "%-8.8s= %20s / %s", key, value, comment);
-    else
-        len = snprintf(line, sizeof(line), "%-8.8s= %20s", key, value);
-    if (len < 0)
-        len = 0;
-    if (len > 80)
-        len = 80;
-    memset(line + len, ' ', (size_t)(80 - len));
-    memcpy(cards + (size_t)n * 80, line, 80);
-}
-
-/* A real value card; integral values get a ".0" so that the card reads as real. */
-static void put_real(char *cards, int n, const char *key, double v, const char *comment)
-{
-    char s[40];
-    int len = snprintf(s, sizeof(s), "%.17G", v);
-    if (len > 0 && (size_t)len + 2 < sizeof(s) && !strpbrk(s, ".E"))
-        memcpy(s + len, ".0", 3);
-    put_card(cards, n, key, s, comment);
-}
-
-static void put_str(char *cards, int n, const char *key, const char *v, const char *comment)
-{
-    char s[72];
-    snprintf(s, sizeof(s), "'%-8s'", v);
-    put_card(cards, n, key, s, comment);
+    return cards + (size_t)k * FITSCARD_LEN;
 }
 
 /* Cards of the tile WCS written from card n on; returns the count written (15 at most).
@@ -214,22 +188,24 @@ static int tile_cards(char *cards, int n, int order, int64_t npix, int shift, in
     double crpix1 = 0.5 * ((xc - yc + 45.0) / a - 2.0 * ty * w + 1.0);
     double crpix2 = 0.5 * ((xc + yc - 45.0) / a + 2.0 * tx * w + 2.0 * w + 1.0);
     int k = n;
-    put_card(cards, k++, "WCSAXES", "2", "HEALPix cells of the tile, HPX projection");
-    put_str(cards, k++, "CTYPE1", galactic ? "GLON-HPX" : "RA---HPX", NULL);
-    put_str(cards, k++, "CTYPE2", galactic ? "GLAT-HPX" : "DEC--HPX", NULL);
-    put_real(cards, k++, "CRPIX1", crpix1, NULL);
-    put_real(cards, k++, "CRPIX2", crpix2, NULL);
-    put_real(cards, k++, "CRVAL1", crval1, NULL);
-    put_real(cards, k++, "CRVAL2", 0.0, NULL);
-    put_real(cards, k++, "CD1_1", -a, NULL);
-    put_real(cards, k++, "CD1_2", -a, NULL);
-    put_real(cards, k++, "CD2_1", a, NULL);
-    put_real(cards, k++, "CD2_2", -a, NULL);
-    put_real(cards, k++, "PV2_1", 4.0, "HPX H: facets along the equator");
-    put_real(cards, k++, "PV2_2", 3.0, "HPX K: HEALPix");
-    put_real(cards, k++, "LONPOLE", 0.0, NULL);
+    fitscard_int(card_at(cards, k++), "WCSAXES", 2,
+                 "HEALPix cells of the tile, HPX projection");
+    const char *lon = galactic ? "GLON-HPX" : "RA---HPX", *lat = galactic ? "GLAT-HPX" : "DEC--HPX";
+    fitscard_string(card_at(cards, k++), "CTYPE1", lon, 8, NULL);
+    fitscard_string(card_at(cards, k++), "CTYPE2", lat, 8, NULL);
+    fitscard_real(card_at(cards, k++), "CRPIX1", crpix1, 17, NULL);
+    fitscard_real(card_at(cards, k++), "CRPIX2", crpix2, 17, NULL);
+    fitscard_real(card_at(cards, k++), "CRVAL1", crval1, 17, NULL);
+    fitscard_real(card_at(cards, k++), "CRVAL2", 0.0, 17, NULL);
+    fitscard_real(card_at(cards, k++), "CD1_1", -a, 17, NULL);
+    fitscard_real(card_at(cards, k++), "CD1_2", -a, 17, NULL);
+    fitscard_real(card_at(cards, k++), "CD2_1", a, 17, NULL);
+    fitscard_real(card_at(cards, k++), "CD2_2", -a, 17, NULL);
+    fitscard_real(card_at(cards, k++), "PV2_1", 4.0, 17, "HPX H: facets along the equator");
+    fitscard_real(card_at(cards, k++), "PV2_2", 3.0, 17, "HPX K: HEALPix");
+    fitscard_real(card_at(cards, k++), "LONPOLE", 0.0, 17, NULL);
     if (!galactic)
-        put_str(cards, k++, "RADESYS", "ICRS", NULL);
+        fitscard_string(card_at(cards, k++), "RADESYS", "ICRS", 8, NULL);
     return k - n;
 }
 
@@ -763,26 +739,20 @@ void hips_tile_merge_children(int shift, const double *const child[4], hips_rows
 static int encode_fits_f32(const double *data, long w, long h, const char *extra, int nextra,
                            unsigned char **out, size_t *outlen)
 {
-    size_t ncards = 6 + (size_t)nextra;
+    size_t ncards = 5 + (size_t)nextra;
     char *cards = malloc(ncards * 80);
     if (!cards)
         return TESS_ENOMEM;
-    char v[32];
     int k = 0;
-    put_card(cards, k++, "SIMPLE", "T", "conforms to FITS standard");
-    put_card(cards, k++, "BITPIX", "-32", "IEEE single precision");
-    put_card(cards, k++, "NAXIS", "2", NULL);
-    snprintf(v, sizeof(v), "%ld", w);
-    put_card(cards, k++, "NAXIS1", v, NULL);
-    snprintf(v, sizeof(v), "%ld", h);
-    put_card(cards, k++, "NAXIS2", v, NULL);
+    fitscard_logical(card_at(cards, k++), "SIMPLE", 1, "conforms to FITS standard");
+    fitscard_int(card_at(cards, k++), "BITPIX", -32, "IEEE single precision");
+    fitscard_int(card_at(cards, k++), "NAXIS", 2, NULL);
+    fitscard_int(card_at(cards, k++), "NAXIS1", w, NULL);
+    fitscard_int(card_at(cards, k++), "NAXIS2", h, NULL);
     if (nextra > 0)
-        memcpy(cards + (size_t)k * 80, extra, (size_t)nextra * 80);
+        memcpy(card_at(cards, k), extra, (size_t)nextra * FITSCARD_LEN);
     k += nextra;
-    memset(cards + (size_t)k * 80, ' ', 80);
-    memcpy(cards + (size_t)k * 80, "END", 3);
-    k++;
-    size_t hlen = ((size_t)k * 80 + 2879) / 2880 * 2880;
+    size_t hlen = fitscard_header_size(k);
     size_t n = (size_t)w * (size_t)h, dlen = n * 4;
     size_t plen = (dlen + 2879) / 2880 * 2880;
     unsigned char *b = malloc(hlen + plen);
@@ -790,8 +760,7 @@ static int encode_fits_f32(const double *data, long w, long h, const char *extra
         free(cards);
         return TESS_ENOMEM;
     }
-    memset(b, ' ', hlen);
-    memcpy(b, cards, (size_t)k * 80);
+    fitscard_header_write((char *)b, cards, k);
     free(cards);
     unsigned char *d = b + hlen;
     for (size_t i = 0; i < n; i++) {
@@ -818,11 +787,8 @@ int hips_encode_fits(const double *data, int order, int64_t npix, int shift, int
         order + shift > HIPS_ORDER_MAX)
         return TESS_EINVAL;
     char cards[(2 + TILE_CARDS_MAX) * 80];
-    char v[32];
-    snprintf(v, sizeof(v), "%d", order);
-    put_card(cards, 0, "ORDER", v, "HiPS tile order (Norder)");
-    snprintf(v, sizeof(v), "%lld", (long long)npix);
-    put_card(cards, 1, "NPIX", v, "HiPS tile index, nested HEALPix (Npix)");
+    fitscard_int(card_at(cards, 0), "ORDER", order, "HiPS tile order (Norder)");
+    fitscard_int(card_at(cards, 1), "NPIX", npix, "HiPS tile index, nested HEALPix (Npix)");
     int n = 2 + tile_cards(cards, 2, order, npix, shift, galactic);
     long w = 1L << shift;
     return encode_fits_f32(data, w, w, cards, n, out, outlen);
@@ -986,7 +952,7 @@ long hips_allsky_encode(const hips_source *src, int galactic, hips_format fmt,
     int rc;
     if (fmt == HIPS_FMT_FITS) {
         char cards[80];
-        put_card(cards, 0, "ORDER", "3", "HiPS order of the Allsky tiles (Norder3)");
+        fitscard_int(cards, "ORDER", 3, "HiPS order of the Allsky tiles (Norder3)");
         rc = encode_fits_f32(pic, w, h, cards, 1, out, outlen);
     } else {
         rc = hips_encode_picture(pic, w, h, fmt, rp, lo, hi, out, outlen);
@@ -1046,46 +1012,37 @@ int hips_moc_fits(const skywcs *cel, long nx, long ny, int order, unsigned char 
     qsort(uniq, nu, sizeof(uint64_t), cmp_u64);
 
     char cards[40 * 80];
-    char v[32];
     int k = 0;
-    put_card(cards, k++, "SIMPLE", "T", NULL);
-    put_card(cards, k++, "BITPIX", "8", NULL);
-    put_card(cards, k++, "NAXIS", "0", NULL);
-    put_card(cards, k++, "EXTEND", "T", NULL);
-    memset(cards + (size_t)k * 80, ' ', 80);
-    memcpy(cards + (size_t)k * 80, "END", 3);
-    int prim = ++k;
-    put_str(cards, k++, "XTENSION", "BINTABLE", NULL);
-    put_card(cards, k++, "BITPIX", "8", NULL);
-    put_card(cards, k++, "NAXIS", "2", NULL);
-    put_card(cards, k++, "NAXIS1", "8", NULL);
-    snprintf(v, sizeof(v), "%zu", nu);
-    put_card(cards, k++, "NAXIS2", v, NULL);
-    put_card(cards, k++, "PCOUNT", "0", NULL);
-    put_card(cards, k++, "GCOUNT", "1", NULL);
-    put_card(cards, k++, "TFIELDS", "1", NULL);
-    put_str(cards, k++, "TTYPE1", "UNIQ", NULL);
-    put_str(cards, k++, "TFORM1", "1K", NULL);
-    put_str(cards, k++, "PIXTYPE", "HEALPIX", "HEALPix magic code");
-    put_str(cards, k++, "ORDERING", "NUNIQ", "NUNIQ coding method");
-    put_str(cards, k++, "COORDSYS", "C", "ICRS reference frame");
-    snprintf(v, sizeof(v), "%d", order);
-    put_card(cards, k++, "MOCORDER", v, "MOC resolution (best order)");
-    put_str(cards, k++, "MOCTOOL", "Tessera", NULL);
-    memset(cards + (size_t)k * 80, ' ', 80);
-    memcpy(cards + (size_t)k * 80, "END", 3);
-    k++;
-    size_t h1 = ((size_t)prim * 80 + 2879) / 2880 * 2880;
-    size_t h2 = ((size_t)(k - prim) * 80 + 2879) / 2880 * 2880;
+    fitscard_logical(card_at(cards, k++), "SIMPLE", 1, NULL);
+    fitscard_int(card_at(cards, k++), "BITPIX", 8, NULL);
+    fitscard_int(card_at(cards, k++), "NAXIS", 0, NULL);
+    fitscard_logical(card_at(cards, k++), "EXTEND", 1, NULL);
+    int prim = k;
+    fitscard_string(card_at(cards, k++), "XTENSION", "BINTABLE", 8, NULL);
+    fitscard_int(card_at(cards, k++), "BITPIX", 8, NULL);
+    fitscard_int(card_at(cards, k++), "NAXIS", 2, NULL);
+    fitscard_int(card_at(cards, k++), "NAXIS1", 8, NULL);
+    fitscard_int(card_at(cards, k++), "NAXIS2", (long long)nu, NULL);
+    fitscard_int(card_at(cards, k++), "PCOUNT", 0, NULL);
+    fitscard_int(card_at(cards, k++), "GCOUNT", 1, NULL);
+    fitscard_int(card_at(cards, k++), "TFIELDS", 1, NULL);
+    fitscard_string(card_at(cards, k++), "TTYPE1", "UNIQ", 8, NULL);
+    fitscard_string(card_at(cards, k++), "TFORM1", "1K", 8, NULL);
+    fitscard_string(card_at(cards, k++), "PIXTYPE", "HEALPIX", 8, "HEALPix magic code");
+    fitscard_string(card_at(cards, k++), "ORDERING", "NUNIQ", 8, "NUNIQ coding method");
+    fitscard_string(card_at(cards, k++), "COORDSYS", "C", 8, "ICRS reference frame");
+    fitscard_int(card_at(cards, k++), "MOCORDER", order, "MOC resolution (best order)");
+    fitscard_string(card_at(cards, k++), "MOCTOOL", "Tessera", 8, NULL);
+    size_t h1 = fitscard_header_size(prim);
+    size_t h2 = fitscard_header_size(k - prim);
     size_t dlen = nu * 8, plen = (dlen + 2879) / 2880 * 2880;
     unsigned char *b = malloc(h1 + h2 + plen);
     if (!b) {
         free(uniq);
         return TESS_ENOMEM;
     }
-    memset(b, ' ', h1 + h2);
-    memcpy(b, cards, (size_t)prim * 80);
-    memcpy(b + h1, cards + (size_t)prim * 80, (size_t)(k - prim) * 80);
+    fitscard_header_write((char *)b, cards, prim);
+    fitscard_header_write((char *)b + h1, card_at(cards, prim), k - prim);
     unsigned char *d = b + h1 + h2;
     for (size_t i = 0; i < nu; i++)
         for (int byte = 0; byte < 8; byte++)

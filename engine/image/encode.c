@@ -12,6 +12,7 @@
 #include <jpeglib.h>
 #include <png.h>
 
+#include "engine/fits/fitscard.h"
 #include "engine/fits/fitsimg.h"
 #include "engine/base/error.h"
 
@@ -287,31 +288,6 @@ int jpeg_encode_rgb(const uint8_t *rgba, long w, long h, int quality, unsigned c
 
 /* ---- FITS ------------------------------------------------------------------------- */
 
-/* Keywords that describe the layout of an HDU, which fits_encode_f64 writes itself:
- * the structural ones the header names, plus XTENSION, PCOUNT and GCOUNT (cards from
- * an extension) and CHECKSUM/DATASUM, which would no longer match. */
-static int is_structural(const char *card)
-{
-    static const char *const keys[] = {
-        "SIMPLE  ", "BITPIX  ", "NAXIS   ", "EXTEND  ", "BSCALE  ", "BZERO   ", "BLANK   ",
-        "END     ", "XTENSION", "PCOUNT  ", "GCOUNT  ", "CHECKSUM", "DATASUM ",
-    };
-    for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++)
-        if (memcmp(card, keys[i], 8) == 0)
-            return 1;
-    if (memcmp(card, "NAXIS", 5) == 0) {   /* NAXISn: digits, then blanks */
-        int i = 5;
-        if (card[i] < '0' || card[i] > '9')
-            return 0;
-        while (i < 8 && card[i] >= '0' && card[i] <= '9')
-            i++;
-        while (i < 8 && card[i] == ' ')
-            i++;
-        return i == 8;
-    }
-    return 0;
-}
-
 /* The two COMMENT cards that cfitsio (and astropy) put in every primary header, which
  * fits_create_img has already written: copied from a source header they would repeat. */
 static int is_standard_comment(const char *card)
@@ -374,7 +350,7 @@ int fits_encode_f64(const double *data, long w, long h, long nz,
         char card[81];
         memcpy(card, cards + (size_t)i * 80, 80);
         card[80] = '\0';
-        if (is_structural(card) || is_standard_comment(card))
+        if (fitscard_is_structural(card) || is_standard_comment(card))
             continue;
         if (fits_write_record(f, card, &status)) {
             rc = status == MEMORY_ALLOCATION ? TESS_ENOMEM : TESS_EINVAL;

@@ -24,8 +24,9 @@ int jpeg_encode_rgb(const uint8_t *rgba, long w, long h, int quality, unsigned c
 /* Encodes a w x h x nz array of doubles (x fastest, then y with row 0 = FITS row 1,
  * then z) as a single-HDU FITS file with BITPIX -64, NAXIS 2 (nz == 1) or 3, NaN kept.
  * `cards` (ncards 80-character cards, concatenated, may be NULL) are copied into the
- * header except the structural keywords (SIMPLE, BITPIX, NAXIS*, EXTEND, BSCALE, BZERO,
- * BLANK, END) — pass the WCS of the result there.  If `footprint` is not NULL a second
+ * header except the structural keywords (fitscard_is_structural: SIMPLE, BITPIX, NAXIS*,
+ * EXTEND, BSCALE, BZERO, BLANK, EXTNAME, DATAMIN, DATAMAX, ...) — pass the WCS of the
+ * result there.  If `footprint` is not NULL a second
  * HDU, an image extension named FOOTPRINT of the same shape (w x h, BITPIX -64), holds
  * it.  On success *out is malloc'd and 0 returned; TESS_E* otherwise. */
 int fits_encode_f64(const double *data, long w, long h, long nz,

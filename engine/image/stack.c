@@ -5,6 +5,7 @@
 #include "engine/base/fileio.h"
 #include "engine/base/clock.h"
 #include "engine/base/lru.h"
+#include "engine/fits/fitscard.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -167,17 +168,6 @@ static int png_decode_frame(const char *path, void **pix, long *nx, long *ny, in
     return 0;
 }
 
-/* Appends the card "KEY     = value" (integer) to `hdr` (which has room). */
-static void add_card(char *hdr, int *n, const char *key, long v)
-{
-    char card[81];
-    int len = snprintf(card, sizeof(card), "%-8.8s= %20ld", key, v);
-    memset(card + len, ' ', (size_t)(80 - len));
-    memcpy(hdr + (size_t)*n * 80, card, 80);
-    (*n)++;
-    hdr[(size_t)*n * 80] = '\0';
-}
-
 /* frame_set_canonical_only: refuse paths that do not resolve to themselves. */
 static atomic_int canonical_only;
 
@@ -235,23 +225,18 @@ int frame_read_info(const char *path, int hdu, fitsimg_info *info, char *err, si
     info->bitpix = bits;
     info->bscale = 1;
     info->bzero = 0;
-    info->header = malloc(7 * 80 + 1);
-    if (!info->header)
-        return TESS_ENOMEM;
-    info->header[0] = '\0';
+    char c[FITSCARD_LEN];
+    snprintf(c, sizeof c, "a %d-bit greyscale PNG frame", bits);
+    fitscard_list l;
+    fitscard_list_init(&l, 5);
+    fitscard_list_logical(&l, "SIMPLE", 1, c);
+    fitscard_list_int(&l, "BITPIX", bits, NULL);
+    fitscard_list_int(&l, "NAXIS", 2, NULL);
+    fitscard_list_int(&l, "NAXIS1", w, NULL);
+    fitscard_list_int(&l, "NAXIS2", h, NULL);
     int n = 0;
-    char simple[81];
-    memset(simple, ' ', 80);
-    int sl = snprintf(simple, sizeof(simple), "SIMPLE  =                    T / a %d-bit "
-                      "greyscale PNG frame", bits);
-    simple[sl] = ' ';
-    memcpy(info->header, simple, 80);
-    info->header[80] = '\0';
-    n = 1;
-    add_card(info->header, &n, "BITPIX", (long)bits);
-    add_card(info->header, &n, "NAXIS", 2);
-    add_card(info->header, &n, "NAXIS1", w);
-    add_card(info->header, &n, "NAXIS2", h);
+    if (fitscard_list_take(&l, &info->header, &n) != 0)
+        return TESS_ENOMEM;
     info->nkeys = n;
     info->file_size = (long long)st.st_size;
     info->mtime_ns = (long long)st.st_mtim.tv_sec * 1000000000LL + st.st_mtim.tv_nsec;

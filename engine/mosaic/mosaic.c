@@ -1,6 +1,7 @@
 /* Mosaics as stages of blocks: per-input reprojection over its own box, overlap fits,
  * a global background solve, and a coadd by bands of output rows (see mosaic.h). */
 #include "engine/mosaic/mosaic.h"
+#include "engine/fits/fitscard.h"
 #include "engine/fits/fitsimg.h"
 #include "engine/base/error.h"
 #include "engine/base/fileio.h"
@@ -106,177 +107,27 @@ const char *mos_bg_name(mos_bg b)
 /* ------------------------------------------------------------------------------------ */
 /* Cards                                                                                  */
 
-/* Appends one 80-character card (the text blank-padded or cut) to a growing array. */
-typedef struct cardbuf {
-    char *c;
-    int n, cap;
-    int oom;
-} cardbuf;
+/* The mosaic's headers are fitscard lists (engine/fits/fitscard.h) of at most this many
+ * cards. */
+#define MOS_MAX_CARDS 100000
 
-static void cb_add(cardbuf *b, const char *text)
+/* A string card, padded to 8 characters; a value too long for one card keeps its end,
+ * which names the file, after "...". */
+static void add_str(fitscard_list *b, const char *key, const char *s, const char *comment)
 {
-    if (b->oom)
-        return;
-    if (b->n == b->cap) {
-        int cap = b->cap ? 2 * b->cap : 64;
-        char *c = realloc(b->c, (size_t)cap * 80 + 1);
-        if (!c) {
-            b->oom = 1;
-            return;
-        }
-        b->c = c;
-        b->cap = cap;
-    }
-    char *d = b->c + (size_t)b->n * 80;
-    size_t len = strlen(text);
-    if (len > 80)
-        len = 80;
-    memset(d, ' ', 80);
-    memcpy(d, text, len);
-    b->n++;
-    b->c[(size_t)b->n * 80] = '\0';
-}
-
-/* "KEY     = VALUE / comment" with the value right-justified in columns 11-30. */
-static void cb_key(cardbuf *b, const char *key, const char *value, const char *comment)
-{
-    char t[200];
-    snprintf(t, sizeof t, "%-8.8s= %20s%s%s", key, value, comment ? " / " : "",
-             comment ? comment : "");
-    cb_add(b, t);
-}
-
-static void cb_long(cardbuf *b, const char *key, long v, const char *comment)
-{
-    char t[32];
-    snprintf(t, sizeof t, "%ld", v);
-    cb_key(b, key, t, comment);
-}
-
-static void cb_double(cardbuf *b, const char *key, double v, const char *comment)
-{
-    char t[40];
-    snprintf(t, sizeof t, "%.14G", v);
-    if (!strpbrk(t, ".EN"))
-        strcat(t, ".0");
-    cb_key(b, key, t, comment);
-}
-
-/* A string value: quotes doubled, at least 8 characters inside the quotes, cut to fit. */
-static void cb_str(cardbuf *b, const char *key, const char *s, const char *comment)
-{
-    char q[72];
-    size_t n = 0;
-    q[n++] = '\'';
+    char t[64];
     size_t len = strlen(s);
     if (len > 60) {
-        /* Too long for one card: "..." and the end, which names the file. */
-        memcpy(q + n, "...", 3);
-        n += 3;
-        s += len - 57;
+        snprintf(t, sizeof t, "...%s", s + len - 57);
+        s = t;
     }
-    for (const char *p = s; *p && n < 66; p++) {
-        char ch = (*p >= 32 && *p < 127) ? *p : '?';
-        q[n++] = ch;
-        if (ch == '\'')
-            q[n++] = '\'';
-    }
-    while (n < 9)
-        q[n++] = ' ';
-    q[n++] = '\'';
-    q[n] = '\0';
-    char t[200];
-    snprintf(t, sizeof t, "%-8.8s= %-20s%s%s", key, q, comment ? " / " : "",
-             comment ? comment : "");
-    cb_add(b, t);
-}
-
-/* 1 when card `c` has keyword `key` (8 columns, blank-padded). */
-static int card_is(const char *c, const char *key)
-{
-    size_t k = strlen(key);
-    if (memcmp(c, key, k) != 0)
-        return 0;
-    for (size_t i = k; i < 8; i++)
-        if (c[i] != ' ')
-            return 0;
-    return 1;
-}
-
-/* 1 for the structural cards of a header that the mosaic's own headers replace. */
-static int structural(const char *c)
-{
-    static const char *const keys[] = { "SIMPLE", "BITPIX", "NAXIS", "EXTEND", "END", "BSCALE",
-                                         "BZERO", "BLANK", "XTENSION", "PCOUNT", "GCOUNT",
-                                         "EXTNAME", "CHECKSUM", "DATASUM", "DATAMIN", "DATAMAX",
-                                         "BUNIT", NULL };
-    for (int i = 0; keys[i]; i++)
-        if (card_is(c, keys[i]))
-            return 1;
-    if (memcmp(c, "NAXIS", 5) == 0 && c[5] >= '0' && c[5] <= '9')
-        return 1;
-    for (int i = 0; i < 8; i++)
-        if (c[i] != ' ')
-            return 0;
-    return 1;   /* blank card */
+    fitscard_list_string(b, key, s, 8, comment);
 }
 
 int mos_cards_from_text(const char *text, size_t len, char **cards, int *nkeys, char *err,
                         size_t errlen)
 {
-    *cards = NULL;
-    *nkeys = 0;
-    cardbuf b = { 0 };
-    int raw = len >= 80 && len % 80 == 0 && !memchr(text, '\n', len);
-    size_t i = 0;
-    while (i < len) {
-        size_t e;
-        if (raw) {
-            e = i + 80;
-        } else {
-            e = i;
-            while (e < len && text[e] != '\n')
-                e++;
-        }
-        size_t l = e - i;
-        if (!raw && l > 0 && text[i + l - 1] == '\r')
-            l--;
-        for (size_t k = 0; k < l; k++) {
-            unsigned char ch = (unsigned char)text[i + k];
-            if (ch < 32 || ch > 126) {
-                tess_seterr(err, errlen, "header card %d: not printable ASCII", b.n + 1);
-                free(b.c);
-                return TESS_EINVAL;
-            }
-        }
-        if (l > 80) {
-            tess_seterr(err, errlen, "header line %d is longer than 80 characters", b.n + 1);
-            free(b.c);
-            return TESS_EINVAL;
-        }
-        if (l > 0) {
-            char t[81];
-            memcpy(t, text + i, l);
-            t[l] = '\0';
-            if (l >= 3 && strncmp(t, "END", 3) == 0 && strspn(t + 3, " ") == l - 3)
-                break;
-            cb_add(&b, t);
-        }
-        i = raw ? e : e + 1;
-    }
-    if (b.oom) {
-        free(b.c);
-        tess_seterr(err, errlen, "out of memory");
-        return TESS_ENOMEM;
-    }
-    if (b.n == 0) {
-        free(b.c);
-        tess_seterr(err, errlen, "the header has no cards");
-        return TESS_EINVAL;
-    }
-    *cards = b.c;
-    *nkeys = b.n;
-    return 0;
+    return fitscard_parse(text, len, MOS_MAX_CARDS, cards, nkeys, err, errlen);
 }
 
 /* A copy of `cards` whose pixel origin is moved to (dx, dy) (fitsimg_header_shift; a
@@ -285,34 +136,32 @@ int mos_cards_from_text(const char *text, size_t len, char **cards, int *nkeys, 
 static skywcs *shifted_wcs(const char *cards, int nkeys, long dx, long dy, char *err,
                            size_t errlen)
 {
-    cardbuf b = { 0 };
+    fitscard_list b;
+    fitscard_list_init(&b, nkeys + 2);
     int has[2] = { 0, 0 };
     for (int i = 0; i < nkeys; i++) {
         const char *c = cards + (size_t)i * 80;
-        has[0] |= card_is(c, "CRPIX1");
-        has[1] |= card_is(c, "CRPIX2");
-        char t[81];
-        memcpy(t, c, 80);
-        t[80] = '\0';
-        cb_add(&b, t);
+        has[0] |= fitscard_key_is(c, "CRPIX1");
+        has[1] |= fitscard_key_is(c, "CRPIX2");
     }
+    fitscard_list_cards(&b, cards, nkeys);
     const double shift[2] = { (double)dx, (double)dy };
     for (int k = 0; k < 2; k++)
         if (!has[k])
-            cb_double(&b, k ? "CRPIX2" : "CRPIX1", 0.0, NULL);
+            fitscard_list_real(&b, k ? "CRPIX2" : "CRPIX1", 0.0, 14, NULL);
     skywcs *w = NULL, *cel = NULL;
-    if (b.oom) {
+    if (b.rc) {
         tess_seterr(err, errlen, "out of memory");
     } else {
-        fitsimg_header_shift(b.c, b.n, shift, 2);
-        if (skywcs_parse(b.c, b.n, &w, err, errlen) == 0) {
+        fitsimg_header_shift(b.cards, b.n, shift, 2);
+        if (skywcs_parse(b.cards, b.n, &w, err, errlen) == 0) {
             cel = skywcs_celestial(w);
             if (!cel)
                 tess_seterr(err, errlen, "the WCS has no celestial axes");
         }
     }
     skywcs_free(w);
-    free(b.c);
+    fitscard_list_release(&b);
     return cel;
 }
 
@@ -483,7 +332,7 @@ static double sep_deg(double l1, double b1, double l2, double b2)
 }
 
 /* The WCS cards of a frame and projection, CRVAL, CRPIX, square pixels of `cdelt`. */
-static void frame_cards(cardbuf *b, sky_frame frame, const char *proj, double crval1,
+static void frame_cards(fitscard_list *b, sky_frame frame, const char *proj, double crval1,
                         double crval2, double crpix1, double crpix2, double cdelt)
 {
     const char *lon = "RA--", *lat = "DEC-";
@@ -495,29 +344,29 @@ static void frame_cards(cardbuf *b, sky_frame frame, const char *proj, double cr
         lat = "ELAT";
     }
     char t[16];
-    cb_long(b, "WCSAXES", 2, "Number of coordinate axes");
+    fitscard_list_int(b, "WCSAXES", 2, "Number of coordinate axes");
     snprintf(t, sizeof t, "%s-%.3s", lon, proj);
-    cb_str(b, "CTYPE1", t, NULL);
+    add_str(b, "CTYPE1", t, NULL);
     snprintf(t, sizeof t, "%s-%.3s", lat, proj);
-    cb_str(b, "CTYPE2", t, NULL);
-    cb_double(b, "CRVAL1", crval1, "[deg] Coordinate value at reference point");
-    cb_double(b, "CRVAL2", crval2, "[deg] Coordinate value at reference point");
-    cb_double(b, "CRPIX1", crpix1, "Pixel coordinate of reference point");
-    cb_double(b, "CRPIX2", crpix2, "Pixel coordinate of reference point");
-    cb_double(b, "CDELT1", -cdelt, "[deg] Coordinate increment at reference point");
-    cb_double(b, "CDELT2", cdelt, "[deg] Coordinate increment at reference point");
-    cb_str(b, "CUNIT1", "deg", NULL);
-    cb_str(b, "CUNIT2", "deg", NULL);
+    add_str(b, "CTYPE2", t, NULL);
+    fitscard_list_real(b, "CRVAL1", crval1, 14, "[deg] Coordinate value at reference point");
+    fitscard_list_real(b, "CRVAL2", crval2, 14, "[deg] Coordinate value at reference point");
+    fitscard_list_real(b, "CRPIX1", crpix1, 14, "Pixel coordinate of reference point");
+    fitscard_list_real(b, "CRPIX2", crpix2, 14, "Pixel coordinate of reference point");
+    fitscard_list_real(b, "CDELT1", -cdelt, 14, "[deg] Coordinate increment at reference point");
+    fitscard_list_real(b, "CDELT2", cdelt, 14, "[deg] Coordinate increment at reference point");
+    add_str(b, "CUNIT1", "deg", NULL);
+    add_str(b, "CUNIT2", "deg", NULL);
     if (frame == SKY_FRAME_ICRS) {
-        cb_str(b, "RADESYS", "ICRS", NULL);
+        add_str(b, "RADESYS", "ICRS", NULL);
     } else if (frame == SKY_FRAME_FK5) {
-        cb_str(b, "RADESYS", "FK5", NULL);
-        cb_double(b, "EQUINOX", 2000.0, NULL);
+        add_str(b, "RADESYS", "FK5", NULL);
+        fitscard_list_real(b, "EQUINOX", 2000.0, 14, NULL);
     } else if (frame == SKY_FRAME_FK4) {
-        cb_str(b, "RADESYS", "FK4", NULL);
-        cb_double(b, "EQUINOX", 1950.0, NULL);
+        add_str(b, "RADESYS", "FK4", NULL);
+        fitscard_list_real(b, "EQUINOX", 1950.0, 14, NULL);
     } else if (frame == SKY_FRAME_ECLIPTIC) {
-        cb_double(b, "EQUINOX", 2000.0, NULL);
+        fitscard_list_real(b, "EQUINOX", 2000.0, 14, NULL);
     }
 }
 
@@ -608,17 +457,18 @@ int mos_auto_target(int n, skywcs *const *wcs, const long *nx, const long *ny, s
         lon0 += 360.0;
     if (lon0 >= 360.0)
         lon0 -= 360.0;
-    cardbuf b = { 0 };
+    fitscard_list b;
+    fitscard_list_init(&b, MOS_MAX_CARDS);
     frame_cards(&b, frame, proj, lon0, lat0, 1.0, 1.0, res);
     skywcs *w = NULL;
-    if (b.oom) {
-        rc = TESS_ENOMEM;
-        tess_seterr(err, errlen, "out of memory");
-        free(b.c);
+    if (b.rc) {
+        rc = b.rc == TESS_ENOMEM ? TESS_ENOMEM : TESS_EINVAL;
+        tess_seterr(err, errlen, rc == TESS_ENOMEM ? "out of memory" : "bad target WCS values");
+        fitscard_list_release(&b);
         goto done;
     }
-    rc = skywcs_parse(b.c, b.n, &w, err, errlen);
-    free(b.c);
+    rc = skywcs_parse(b.cards, b.n, &w, err, errlen);
+    fitscard_list_release(&b);
     if (rc)
         goto done;
     double *x = malloc(sizeof(double) * 4 * (size_t)n), *y = malloc(sizeof(double) * 4 * (size_t)n);
@@ -657,18 +507,16 @@ int mos_auto_target(int n, skywcs *const *wcs, const long *nx, const long *ny, s
         tess_seterr(err, errlen, "the automatic target would be %.0f x %.0f pixels", w1, h1);
         goto done;
     }
-    cardbuf o = { 0 };
+    fitscard_list o;
+    fitscard_list_init(&o, MOS_MAX_CARDS);
     frame_cards(&o, frame, proj, lon0, lat0, 0.5 - xmin, 0.5 - ymin, res);
-    cb_long(&o, "NAXIS1", (long)w1, NULL);
-    cb_long(&o, "NAXIS2", (long)h1, NULL);
-    if (o.oom) {
-        free(o.c);
-        rc = TESS_ENOMEM;
-        tess_seterr(err, errlen, "out of memory");
+    fitscard_list_int(&o, "NAXIS1", (long)w1, NULL);
+    fitscard_list_int(&o, "NAXIS2", (long)h1, NULL);
+    if ((rc = fitscard_list_take(&o, cards, nkeys)) != 0) {
+        rc = rc == TESS_ENOMEM ? TESS_ENOMEM : TESS_EINVAL;
+        tess_seterr(err, errlen, rc == TESS_ENOMEM ? "out of memory" : "bad target WCS values");
         goto done;
     }
-    *cards = o.c;
-    *nkeys = o.n;
     *out_nx = (long)w1;
     *out_ny = (long)h1;
 done:
@@ -802,71 +650,68 @@ void mos_free(mosaic *m)
     free(m);
 }
 
-/* The headers of mosaic.fits; `corr` NULL gives zero coefficients (same card count). */
-static int build_headers(const mosaic *m, const double *corr, cardbuf *h0, cardbuf *h1)
+/* The headers of mosaic.fits; `corr` NULL gives zero coefficients (same card count).
+ * Returns 0, or TESS_ENOMEM / TESS_EINVAL with both lists released. */
+static int build_headers(const mosaic *m, const double *corr, fitscard_list *h0,
+                         fitscard_list *h1)
 {
-    memset(h0, 0, sizeof *h0);
-    memset(h1, 0, sizeof *h1);
-    cb_key(h0, "SIMPLE", "T", "conforms to FITS standard");
-    cb_long(h0, "BITPIX", -32, "array data type");
-    cb_long(h0, "NAXIS", 2, "number of array dimensions");
-    cb_long(h0, "NAXIS1", m->nx, NULL);
-    cb_long(h0, "NAXIS2", m->ny, NULL);
-    cb_key(h0, "EXTEND", "T", NULL);
+    fitscard_list_init(h0, MOS_MAX_CARDS);
+    fitscard_list_init(h1, MOS_MAX_CARDS);
+    fitscard_list_logical(h0, "SIMPLE", 1, "conforms to FITS standard");
+    fitscard_list_int(h0, "BITPIX", -32, "array data type");
+    fitscard_list_int(h0, "NAXIS", 2, "number of array dimensions");
+    fitscard_list_int(h0, "NAXIS1", m->nx, NULL);
+    fitscard_list_int(h0, "NAXIS2", m->ny, NULL);
+    fitscard_list_logical(h0, "EXTEND", 1, NULL);
     /* BUNIT when every input says the same. */
     int same = 1;
     for (int k = 1; k < m->n; k++)
         same = same && strcmp(m->in[k].bunit, m->in[0].bunit) == 0;
-    cb_str(h0, "BUNIT", same ? m->in[0].bunit : "", "of the inputs (empty when they differ)");
-    for (int i = 0; i < m->tkeys; i++) {
-        char t[81];
-        memcpy(t, m->tcards + (size_t)i * 80, 80);
-        t[80] = '\0';
-        cb_add(h0, t);
-    }
-    cb_str(h0, "ORIGIN", "Tessera", "tessera mosaic");
-    cb_long(h0, "NINPUTS", m->n, "number of inputs");
-    cb_str(h0, "METHOD", rp_method_name(m->method), "reprojection method");
-    cb_str(h0, "COMBINE", mos_combine_name(m->combine), "how overlapping values combine");
-    cb_str(h0, "BGMATCH", mos_bg_name(m->bg), "background matching: none, plane, level");
+    add_str(h0, "BUNIT", same ? m->in[0].bunit : "", "of the inputs (empty when they differ)");
+    fitscard_list_cards(h0, m->tcards, m->tkeys);
+    add_str(h0, "ORIGIN", "Tessera", "tessera mosaic");
+    fitscard_list_int(h0, "NINPUTS", m->n, "number of inputs");
+    add_str(h0, "METHOD", rp_method_name(m->method), "reprojection method");
+    add_str(h0, "COMBINE", mos_combine_name(m->combine), "how overlapping values combine");
+    add_str(h0, "BGMATCH", mos_bg_name(m->bg), "background matching: none, plane, level");
     for (int k = 0; k < m->n; k++) {
         char key[16];
         snprintf(key, sizeof key, "INP%d", k + 1);
-        cb_str(h0, key, m->in[k].name,
-               m->in[k].box[2] > 0 ? NULL : "does not overlap the target: adds nothing");
+        add_str(h0, key, m->in[k].name,
+                m->in[k].box[2] > 0 ? NULL : "does not overlap the target: adds nothing");
     }
     if (m->bg != MOS_BG_NONE) {
-        cb_add(h0, "COMMENT Background of input n subtracted: BGAn + BGBn * x + BGCn * y,");
-        cb_add(h0, "COMMENT x, y 0-based pixel coordinates of this image.");
+        fitscard_list_commentary(h0, "COMMENT", "Background of input n subtracted: BGAn + "
+                                 "BGBn * x + BGCn * y,");
+        fitscard_list_commentary(h0, "COMMENT", "x, y 0-based pixel coordinates of this "
+                                 "image.");
         for (int k = 0; k < m->n; k++) {
             static const char *const p[3] = { "BGA", "BGB", "BGC" };
             for (int c = 0; c < 3; c++) {
                 char key[16];
                 snprintf(key, sizeof key, "%s%d", p[c], k + 1);
-                cb_double(h0, key, corr ? corr[3 * k + c] : 0.0, NULL);
+                fitscard_list_real(h0, key, corr ? corr[3 * k + c] : 0.0, 14, NULL);
             }
         }
     }
-    cb_str(h1, "XTENSION", "IMAGE", "image extension");
-    cb_long(h1, "BITPIX", -32, "array data type");
-    cb_long(h1, "NAXIS", 2, "number of array dimensions");
-    cb_long(h1, "NAXIS1", m->nx, NULL);
-    cb_long(h1, "NAXIS2", m->ny, NULL);
-    cb_long(h1, "PCOUNT", 0, NULL);
-    cb_long(h1, "GCOUNT", 1, NULL);
-    cb_str(h1, "EXTNAME", "COVERAGE", "summed weight of the inputs at each pixel");
-    cb_add(h1, "COMMENT Coverage: the sum of the inputs' weights at each pixel (the number");
-    cb_add(h1, "COMMENT of inputs for interpolation, covered fractions for exact).");
-    for (int i = 0; i < m->tkeys; i++) {
-        char t[81];
-        memcpy(t, m->tcards + (size_t)i * 80, 80);
-        t[80] = '\0';
-        cb_add(h1, t);
-    }
-    if (h0->oom || h1->oom) {
-        free(h0->c);
-        free(h1->c);
-        return TESS_ENOMEM;
+    add_str(h1, "XTENSION", "IMAGE", "image extension");
+    fitscard_list_int(h1, "BITPIX", -32, "array data type");
+    fitscard_list_int(h1, "NAXIS", 2, "number of array dimensions");
+    fitscard_list_int(h1, "NAXIS1", m->nx, NULL);
+    fitscard_list_int(h1, "NAXIS2", m->ny, NULL);
+    fitscard_list_int(h1, "PCOUNT", 0, NULL);
+    fitscard_list_int(h1, "GCOUNT", 1, NULL);
+    add_str(h1, "EXTNAME", "COVERAGE", "summed weight of the inputs at each pixel");
+    fitscard_list_commentary(h1, "COMMENT", "Coverage: the sum of the inputs' weights at each "
+                             "pixel (the number");
+    fitscard_list_commentary(h1, "COMMENT", "of inputs for interpolation, covered fractions "
+                             "for exact).");
+    fitscard_list_cards(h1, m->tcards, m->tkeys);
+    int rc = h0->rc ? h0->rc : h1->rc;
+    if (rc) {
+        fitscard_list_release(h0);
+        fitscard_list_release(h1);
+        return rc == TESS_ENOMEM ? TESS_ENOMEM : TESS_EINVAL;
     }
     return 0;
 }
@@ -983,7 +828,7 @@ int mos_plan(const mos_spec *spec, const char *workdir, int threads, mosaic **ou
         long sz[2] = { 0, 0 };
         for (int a = 0; a < 2; a++) {
             char *end;
-            if (!fitsimg_header_get(spec->target_cards, spec->target_nkeys,
+            if (!fitscard_get(spec->target_cards, spec->target_nkeys,
                                     a ? "NAXIS2" : "NAXIS1", v, sizeof v)) {
                 rc = TESS_EINVAL;
                 tess_seterr(err, errlen, "the target header has no %s", a ? "NAXIS2" : "NAXIS1");
@@ -1038,25 +883,22 @@ int mos_plan(const mos_spec *spec, const char *workdir, int threads, mosaic **ou
         goto fail;
     }
     {
-        /* Keep the WCS cards only. */
-        cardbuf b = { 0 };
+        /* Keep the WCS cards only: not the structural ones, nor BUNIT, which the mosaic
+         * writes itself. */
+        fitscard_list b;
+        fitscard_list_init(&b, MOS_MAX_CARDS);
         for (int i = 0; i < tn; i++) {
             const char *c = tc + (size_t)i * 80;
-            if (structural(c))
-                continue;
-            char t[81];
-            memcpy(t, c, 80);
-            t[80] = '\0';
-            cb_add(&b, t);
+            if (!fitscard_is_structural(c) && !fitscard_key_is(c, "BUNIT"))
+                fitscard_list_cards(&b, c, 1);
         }
-        if (b.oom || b.n == 0) {
-            free(b.c);
-            rc = b.oom ? TESS_ENOMEM : TESS_EINVAL;
-            tess_seterr(err, errlen, b.oom ? "out of memory" : "the target header has no WCS");
+        if (b.rc || b.n == 0) {
+            rc = b.rc ? TESS_ENOMEM : TESS_EINVAL;
+            tess_seterr(err, errlen, b.rc ? "out of memory" : "the target header has no WCS");
+            fitscard_list_release(&b);
             goto fail;
         }
-        m->tcards = b.c;
-        m->tkeys = b.n;
+        fitscard_list_take(&b, &m->tcards, &m->tkeys);
     }
     {
         skywcs *w = NULL;
@@ -1133,16 +975,17 @@ int mos_plan(const mos_spec *spec, const char *workdir, int threads, mosaic **ou
     m->nblocks[m->nstages] = m->coadd_bands;
     m->nstages++;
     {
-        cardbuf h0, h1;
+        fitscard_list h0, h1;
         if ((rc = build_headers(m, NULL, &h0, &h1)) != 0) {
-            tess_seterr(err, errlen, "out of memory");
+            tess_seterr(err, errlen, rc == TESS_ENOMEM ? "out of memory"
+                                                       : "the mosaic's header cannot be written");
             goto fail;
         }
-        m->h0 = blocks2880(((size_t)h0.n + 1) * 80);
-        m->h1 = blocks2880(((size_t)h1.n + 1) * 80);
+        m->h0 = fitscard_header_size(h0.n);
+        m->h1 = fitscard_header_size(h1.n);
         m->d0 = m->d1 = blocks2880((size_t)m->nx * (size_t)m->ny * 4);
-        free(h0.c);
-        free(h1.c);
+        fitscard_list_release(&h0);
+        fitscard_list_release(&h1);
     }
     /* plan.txt: the geometry; a different one from an earlier plan is an error. */
     {
@@ -2009,15 +1852,14 @@ int mos_run_block(mosaic *m, int stage, long block, const volatile int *cancel, 
 /* ------------------------------------------------------------------------------------ */
 /* Finish                                                                                 */
 
-/* Writes the header cards + END, blank-padded to `size` bytes, at `off`. */
-static int write_header(int fd, const cardbuf *h, size_t size, off_t off)
+/* Writes the header cards + END, blank-padded to `size` bytes
+ * (fitscard_header_size(h->n)), at `off`. */
+static int write_header(int fd, const fitscard_list *h, size_t size, off_t off)
 {
     char *buf = malloc(size);
     if (!buf)
         return -1;
-    memset(buf, ' ', size);
-    memcpy(buf, h->c, (size_t)h->n * 80);
-    memcpy(buf + (size_t)h->n * 80, "END", 3);
+    fitscard_header_write(buf, h->cards, h->n);
     int rc = tess_pwrite_all(fd, buf, size, off);
     free(buf);
     return rc;
@@ -2068,14 +1910,15 @@ int mos_finish(mosaic *m, const char *out_path, char *err, size_t errlen)
     int rc = load_corr(m, err, errlen);
     if (rc)
         return rc;
-    cardbuf h0, h1;
-    if (build_headers(m, m->corr, &h0, &h1) != 0) {
-        tess_seterr(err, errlen, "out of memory");
-        return TESS_ENOMEM;
+    fitscard_list h0, h1;
+    if ((rc = build_headers(m, m->corr, &h0, &h1)) != 0) {
+        tess_seterr(err, errlen, rc == TESS_ENOMEM ? "out of memory"
+                                                   : "the mosaic's header cannot be written");
+        return rc;
     }
-    if (blocks2880(((size_t)h0.n + 1) * 80) != m->h0 || blocks2880(((size_t)h1.n + 1) * 80) != m->h1) {
-        free(h0.c);
-        free(h1.c);
+    if (fitscard_header_size(h0.n) != m->h0 || fitscard_header_size(h1.n) != m->h1) {
+        fitscard_list_release(&h0);
+        fitscard_list_release(&h1);
         tess_seterr(err, errlen, "internal error: header sizes changed");
         return TESS_EINVAL;
     }
@@ -2089,13 +1932,13 @@ int mos_finish(mosaic *m, const char *out_path, char *err, size_t errlen)
         tess_seterr(err, errlen, "cannot write '%s': %s", path, strerror(errno));
         if (fd >= 0)
             close(fd);
-        free(h0.c);
-        free(h1.c);
+        fitscard_list_release(&h0);
+        fitscard_list_release(&h1);
         return TESS_EIO;
     }
     close(fd);
-    free(h0.c);
-    free(h1.c);
+    fitscard_list_release(&h0);
+    fitscard_list_release(&h1);
     /* The zero padding after each data unit comes from ftruncate only when the file
      * was shorter; data pads are never written otherwise, so they are zeros. */
     if (unlink(out_path) != 0 && errno != ENOENT) {

@@ -82,9 +82,9 @@ int mos_auto_target(int n, skywcs *const *wcs, const long *nx, const long *ny, s
  * TESS_EINVAL / TESS_ENOMEM. */
 int mos_bbox(skywcs *in, long nx, long ny, skywcs *out, long out_nx, long out_ny, long box[4]);
 
-/* Turns header text (one card a line, blank-padded to 80, or raw 80-character cards
- * without newlines) into concatenated cards up to END.  Returns 0, TESS_EINVAL (a line
- * longer than 80 characters, not printable ASCII) or TESS_ENOMEM, with `err`. */
+/* Turns header text into concatenated cards up to END: fitscard_parse
+ * (engine/fits/fitscard.h) with a cap of 100000 cards.  Returns 0, TESS_EINVAL or
+ * TESS_ENOMEM, with `err`. */
 int mos_cards_from_text(const char *text, size_t len, char **cards, int *nkeys, char *err,
                         size_t errlen);
 

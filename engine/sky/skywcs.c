@@ -14,6 +14,7 @@
 #include <wcslib/wcsmath.h>
 
 #include "engine/base/error.h"
+#include "engine/fits/fitscard.h"
 
 /* One parsed WCS.  `wcs` is owned, wcsset() has been run on it. */
 struct skywcs {
@@ -1033,37 +1034,6 @@ void sky_convert(sky_frame from, double eq_from, sky_frame to, double eq_to,
 /* ------------------------------------------------------------------------------------ */
 /* Cutout headers                                                                         */
 
-/* Appends one card padded to 80 characters, in the FITS fixed format (FITS 4.0 sec.
- * 4.2): strings (val starting with a quote) from column 11, numbers right-justified to
- * column 30. */
-static void put_card(char *dst, int *nk, const char *key, const char *val)
-{
-    char card[96];
-    int n = val[0] == '\''
-            ? snprintf(card, sizeof card, "%-8.8s= %-20s", key, val)
-            : snprintf(card, sizeof card, "%-8.8s= %20s", key, val);
-    if (n < 0)
-        n = 0;
-    if (n > 80)
-        n = 80;
-    memset(card + n, ' ', (size_t)(80 - n));
-    memcpy(dst + (size_t)(*nk) * 80, card, 80);
-    (*nk)++;
-}
-
-/* The shortest %G form of v that reads back exactly. */
-static void fmt_double(double v, char *out, size_t n)
-{
-    for (int prec = 15; prec <= 17; prec++) {
-        snprintf(out, n, "%.*G", prec, v);
-        if (strtod(out, NULL) == v)
-            break;
-    }
-    /* FITS real values need a decimal point or an exponent. */
-    if (!strpbrk(out, ".E") && strlen(out) + 2 < n)
-        strcat(out, ".0");
-}
-
 /* Projection codes wcslib knows that need no PVi_m to be defined. */
 static int known_projection(const char *p)
 {
@@ -1123,66 +1093,54 @@ int skywcs_cutout_header(double lon, double lat, double fov, long w, long h, con
         tess_seterr(err, errlen, "%s", "rotation_angle: not a finite number");
         return TESS_EINVAL;
     }
-    const char *lonpre, *latpre, *radesys = NULL, *equinox = NULL;
+    const char *lonpre, *latpre, *radesys = NULL;
+    double equinox = 0.0;
     switch (frame) {
-    case SKY_FRAME_ICRS: lonpre = "RA--"; latpre = "DEC-"; radesys = "'ICRS'"; break;
-    case SKY_FRAME_FK5: lonpre = "RA--"; latpre = "DEC-"; radesys = "'FK5'"; equinox = "2000.0"; break;
-    case SKY_FRAME_FK4: lonpre = "RA--"; latpre = "DEC-"; radesys = "'FK4'"; equinox = "1950.0"; break;
+    case SKY_FRAME_ICRS: lonpre = "RA--"; latpre = "DEC-"; radesys = "ICRS"; break;
+    case SKY_FRAME_FK5: lonpre = "RA--"; latpre = "DEC-"; radesys = "FK5"; equinox = 2000.0; break;
+    case SKY_FRAME_FK4: lonpre = "RA--"; latpre = "DEC-"; radesys = "FK4"; equinox = 1950.0; break;
     case SKY_FRAME_GALACTIC: lonpre = "GLON"; latpre = "GLAT"; break;
-    case SKY_FRAME_ECLIPTIC: lonpre = "ELON"; latpre = "ELAT"; equinox = "2000.0"; break;
+    case SKY_FRAME_ECLIPTIC: lonpre = "ELON"; latpre = "ELAT"; equinox = 2000.0; break;
     default:
         tess_seterr(err, errlen, "%s", "coordsys: unsupported frame");
         return TESS_EINVAL;
     }
 
-    enum { MAXCARDS = 24 };
-    char *buf = malloc(MAXCARDS * 80 + 1);
-    if (!buf) {
+    double pix = fov / (double)(w > h ? w : h);
+    double rad = rotation * DEG2RAD, c = cos(rad), s = sin(rad);
+    char v[64];
+    fitscard_list b;
+    fitscard_list_init(&b, 24);
+    fitscard_list_int(&b, "NAXIS", 2, NULL);
+    fitscard_list_int(&b, "NAXIS1", w, NULL);
+    fitscard_list_int(&b, "NAXIS2", h, NULL);
+    fitscard_list_int(&b, "WCSAXES", 2, NULL);
+    snprintf(v, sizeof v, "%s-%s", lonpre, pj);
+    fitscard_list_string(&b, "CTYPE1", v, 0, NULL);
+    snprintf(v, sizeof v, "%s-%s", latpre, pj);
+    fitscard_list_string(&b, "CTYPE2", v, 0, NULL);
+    fitscard_list_string(&b, "CUNIT1", "deg", 0, NULL);
+    fitscard_list_string(&b, "CUNIT2", "deg", 0, NULL);
+    fitscard_list_real(&b, "CRPIX1", (double)w / 2.0 + 0.5, FITSCARD_EXACT, NULL);
+    fitscard_list_real(&b, "CRPIX2", (double)h / 2.0 + 0.5, FITSCARD_EXACT, NULL);
+    fitscard_list_real(&b, "CRVAL1", lon, FITSCARD_EXACT, NULL);
+    fitscard_list_real(&b, "CRVAL2", lat, FITSCARD_EXACT, NULL);
+    fitscard_list_real(&b, "CDELT1", -pix, FITSCARD_EXACT, NULL);
+    fitscard_list_real(&b, "CDELT2", pix, FITSCARD_EXACT, NULL);
+    fitscard_list_real(&b, "PC1_1", c, FITSCARD_EXACT, NULL);
+    fitscard_list_real(&b, "PC1_2", -s, FITSCARD_EXACT, NULL);
+    fitscard_list_real(&b, "PC2_1", s, FITSCARD_EXACT, NULL);
+    fitscard_list_real(&b, "PC2_2", c, FITSCARD_EXACT, NULL);
+    if (radesys)
+        fitscard_list_string(&b, "RADESYS", radesys, 0, NULL);
+    if (equinox > 0.0)
+        fitscard_list_real(&b, "EQUINOX", equinox, FITSCARD_EXACT, NULL);
+    char *buf = NULL;
+    int nk = 0;
+    if (fitscard_list_take(&b, &buf, &nk) != 0) {
         tess_seterr(err, errlen, "%s", "out of memory");
         return TESS_ENOMEM;
     }
-    int nk = 0;
-    char v[64];
-    double pix = fov / (double)(w > h ? w : h);
-    double rad = rotation * DEG2RAD, c = cos(rad), s = sin(rad);
-
-    put_card(buf, &nk, "NAXIS", "2");
-    snprintf(v, sizeof v, "%ld", w);
-    put_card(buf, &nk, "NAXIS1", v);
-    snprintf(v, sizeof v, "%ld", h);
-    put_card(buf, &nk, "NAXIS2", v);
-    put_card(buf, &nk, "WCSAXES", "2");
-    snprintf(v, sizeof v, "'%s-%s'", lonpre, pj);
-    put_card(buf, &nk, "CTYPE1", v);
-    snprintf(v, sizeof v, "'%s-%s'", latpre, pj);
-    put_card(buf, &nk, "CTYPE2", v);
-    put_card(buf, &nk, "CUNIT1", "'deg'");
-    put_card(buf, &nk, "CUNIT2", "'deg'");
-    fmt_double((double)w / 2.0 + 0.5, v, sizeof v);
-    put_card(buf, &nk, "CRPIX1", v);
-    fmt_double((double)h / 2.0 + 0.5, v, sizeof v);
-    put_card(buf, &nk, "CRPIX2", v);
-    fmt_double(lon, v, sizeof v);
-    put_card(buf, &nk, "CRVAL1", v);
-    fmt_double(lat, v, sizeof v);
-    put_card(buf, &nk, "CRVAL2", v);
-    fmt_double(-pix, v, sizeof v);
-    put_card(buf, &nk, "CDELT1", v);
-    fmt_double(pix, v, sizeof v);
-    put_card(buf, &nk, "CDELT2", v);
-    fmt_double(c, v, sizeof v);
-    put_card(buf, &nk, "PC1_1", v);
-    fmt_double(-s, v, sizeof v);
-    put_card(buf, &nk, "PC1_2", v);
-    fmt_double(s, v, sizeof v);
-    put_card(buf, &nk, "PC2_1", v);
-    fmt_double(c, v, sizeof v);
-    put_card(buf, &nk, "PC2_2", v);
-    if (radesys)
-        put_card(buf, &nk, "RADESYS", radesys);
-    if (equinox)
-        put_card(buf, &nk, "EQUINOX", equinox);
-    buf[(size_t)nk * 80] = '\0';
 
     skywcs *check = NULL;
     char werr[160];

@@ -11,7 +11,7 @@
 #include <string.h>
 
 #include "daemon/config.h"
-#include "engine/fits/fitsimg.h"
+#include "engine/fits/fitscard.h"
 #include "engine/sky/skywcs.h"
 #include "daemon/http.h"
 #include "tests/testutil.h"
@@ -523,7 +523,7 @@ START_TEST(test_slice_wcs_follows_offset)
     unlink(tmp);
     snprintf(path, sizeof(path), "%s/HorseHead.fits", TESSERA_DEMO_DIR);
     free(tt_read_image(path, 1, &nx, &ny, &fc, &fn, &f32));
-    ck_assert_int_eq(fitsimg_header_get(sc, sn, "CNPIX1", v, sizeof v), 1);
+    ck_assert_int_eq(fitscard_get(sc, sn, "CNPIX1", v, sizeof v), 1);
     ck_assert_int_eq(strtol(v, NULL, 10), 12237 + 300);
     skywcs *ws = tt_parse_wcs(sc, sn), *wf = tt_parse_wcs(fc, fn);
     double x[3] = { 0, 50, 99 }, y[3] = { 0, 70, 99 }, fx[3], fy[3];

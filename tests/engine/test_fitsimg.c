@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "engine/image/encode.h"
+#include "engine/fits/fitscard.h"
 #include "engine/fits/fitsimg.h"
 #include "tests/testutil.h"
 #include "engine/base/error.h"
@@ -81,24 +82,24 @@ START_TEST(test_info_m13)
     ck_assert_int_eq(info.mtime_ns, (long long)st.st_mtim.tv_sec * 1000000000LL + st.st_mtim.tv_nsec);
 
     char val[80];
-    ck_assert_int_eq(fitsimg_header_get(info.header, info.nkeys, "INSTRUME", val, sizeof val), 1);
+    ck_assert_int_eq(fitscard_get(info.header, info.nkeys, "INSTRUME", val, sizeof val), 1);
     ck_assert_str_eq(val, "Orion SSDSI");
-    ck_assert_int_eq(fitsimg_header_get(info.header, info.nkeys, "EXPTIME", val, sizeof val), 1);
+    ck_assert_int_eq(fitscard_get(info.header, info.nkeys, "EXPTIME", val, sizeof val), 1);
     ck_assert_str_eq(val, "5.0000000000000000");
-    ck_assert_int_eq(fitsimg_header_get(info.header, info.nkeys, "CBLACK", val, sizeof val), 1);
+    ck_assert_int_eq(fitscard_get(info.header, info.nkeys, "CBLACK", val, sizeof val), 1);
     ck_assert_str_eq(val, "504");
-    ck_assert_int_eq(fitsimg_header_get(info.header, info.nkeys, "CSTRETCH", val, sizeof val), 1);
+    ck_assert_int_eq(fitscard_get(info.header, info.nkeys, "CSTRETCH", val, sizeof val), 1);
     ck_assert_str_eq(val, "Medium");            /* trailing blanks of the string trimmed */
-    ck_assert_int_eq(fitsimg_header_get(info.header, info.nkeys, "HISTORY", val, sizeof val), 1);
+    ck_assert_int_eq(fitscard_get(info.header, info.nkeys, "HISTORY", val, sizeof val), 1);
     ck_assert_str_eq(val, "Process Calibrate");
-    ck_assert_int_eq(fitsimg_header_get(info.header, info.nkeys, "NAXIS1", val, sizeof val), 1);
+    ck_assert_int_eq(fitscard_get(info.header, info.nkeys, "NAXIS1", val, sizeof val), 1);
     ck_assert_str_eq(val, "1392");
-    ck_assert_int_eq(fitsimg_header_get(info.header, info.nkeys, "END", val, sizeof val), 0);
-    ck_assert_int_eq(fitsimg_header_get(info.header, info.nkeys, "NAXIS3", val, sizeof val), 0);
-    ck_assert_int_eq(fitsimg_header_get(info.header, info.nkeys, "INSTRUMENTX", val, sizeof val), 0);
-    ck_assert_int_eq(fitsimg_header_get(info.header, info.nkeys, "", val, sizeof val), 0);
+    ck_assert_int_eq(fitscard_get(info.header, info.nkeys, "END", val, sizeof val), 0);
+    ck_assert_int_eq(fitscard_get(info.header, info.nkeys, "NAXIS3", val, sizeof val), 0);
+    ck_assert_int_eq(fitscard_get(info.header, info.nkeys, "INSTRUMENTX", val, sizeof val), 0);
+    ck_assert_int_eq(fitscard_get(info.header, info.nkeys, "", val, sizeof val), 0);
     char small[6];                              /* truncation keeps a NUL */
-    ck_assert_int_eq(fitsimg_header_get(info.header, info.nkeys, "INSTRUME", small, sizeof small), 1);
+    ck_assert_int_eq(fitscard_get(info.header, info.nkeys, "INSTRUME", small, sizeof small), 1);
     ck_assert_str_eq(small, "Orion");
     fitsimg_info_release(&info);
     ck_assert_ptr_null(info.header);
@@ -115,16 +116,16 @@ START_TEST(test_header_get_quotes_and_comments)
              "UNDEF   =                      / no value",
              "LONGKEY1= '  lead'");
     char v[80];
-    ck_assert_int_eq(fitsimg_header_get(hdr, 4, "OBJECT", v, sizeof v), 1);
+    ck_assert_int_eq(fitscard_get(hdr, 4, "OBJECT", v, sizeof v), 1);
     ck_assert_str_eq(v, "O'Brien");
-    ck_assert_int_eq(fitsimg_header_get(hdr, 4, "EQUINOX", v, sizeof v), 1);
+    ck_assert_int_eq(fitscard_get(hdr, 4, "EQUINOX", v, sizeof v), 1);
     ck_assert_str_eq(v, "2000.0");
-    ck_assert_int_eq(fitsimg_header_get(hdr, 4, "UNDEF", v, sizeof v), 1);
+    ck_assert_int_eq(fitscard_get(hdr, 4, "UNDEF", v, sizeof v), 1);
     ck_assert_str_eq(v, "");
-    ck_assert_int_eq(fitsimg_header_get(hdr, 4, "LONGKEY1", v, sizeof v), 1);
+    ck_assert_int_eq(fitscard_get(hdr, 4, "LONGKEY1", v, sizeof v), 1);
     ck_assert_str_eq(v, "  lead");              /* leading blanks of strings are significant */
-    ck_assert_int_eq(fitsimg_header_get(hdr, 4, "OBJEC", v, sizeof v), 0);
-    ck_assert_int_eq(fitsimg_header_get(NULL, 0, "OBJECT", v, sizeof v), 0);
+    ck_assert_int_eq(fitscard_get(hdr, 4, "OBJEC", v, sizeof v), 0);
+    ck_assert_int_eq(fitscard_get(NULL, 0, "OBJECT", v, sizeof v), 0);
 }
 END_TEST
 
@@ -174,7 +175,7 @@ START_TEST(test_header_shift)
     };
     for (size_t k = 0; k < sizeof want / sizeof want[0]; k++) {
         char v[80];
-        ck_assert_int_eq(fitsimg_header_get(hdr, 8, want[k].key, v, sizeof v), 1);
+        ck_assert_int_eq(fitscard_get(hdr, 8, want[k].key, v, sizeof v), 1);
         ck_assert_msg(strtod(v, NULL) == want[k].want, "%s = %s, want %g", want[k].key, v,
                       want[k].want);
     }
@@ -228,7 +229,7 @@ START_TEST(test_region_gc_bscale_bzero)
     ck_assert_int_eq(info.naxes[0], 721);
     ck_assert_int_eq(info.naxes[1], 720);
     char v[80];
-    ck_assert_int_eq(fitsimg_header_get(info.header, info.nkeys, "CTYPE1", v, sizeof v), 1);
+    ck_assert_int_eq(fitscard_get(info.header, info.nkeys, "CTYPE1", v, sizeof v), 1);
     ck_assert_str_eq(v, "RA---TAN");
     fitsimg_info_release(&info);
 
@@ -381,7 +382,7 @@ START_TEST(test_tile_compressed)
     ck_assert_int_eq(info.bitpix, 32);
     ck_assert_str_eq(info.bunit, "adu");
     ck_assert_int_eq(strncmp(info.header, "SIMPLE  =", 9), 0);   /* from ZSIMPLE */
-    ck_assert_int_eq(fitsimg_header_get(info.header, info.nkeys, "NAXIS1", v, sizeof v), 1);
+    ck_assert_int_eq(fitscard_get(info.header, info.nkeys, "NAXIS1", v, sizeof v), 1);
     ck_assert_str_eq(v, "50");
     fitsimg_info_release(&info);
     double out[W * H];
@@ -582,14 +583,14 @@ START_TEST(test_fits_encode_roundtrip)
                          "CDELT1", "CDELT2", "CROTA2", "EQUINOX"};
     for (size_t i = 0; i < sizeof wcs / sizeof wcs[0]; i++) {
         char a[80], b[80];
-        ck_assert_int_eq(fitsimg_header_get(src.header, src.nkeys, wcs[i], a, sizeof a), 1);
-        ck_assert_msg(fitsimg_header_get(info.header, info.nkeys, wcs[i], b, sizeof b) == 1,
+        ck_assert_int_eq(fitscard_get(src.header, src.nkeys, wcs[i], a, sizeof a), 1);
+        ck_assert_msg(fitscard_get(info.header, info.nkeys, wcs[i], b, sizeof b) == 1,
                       "%s missing", wcs[i]);
         ck_assert_str_eq(a, b);
     }
     char v[80];
-    ck_assert_int_eq(fitsimg_header_get(info.header, info.nkeys, "BZERO", v, sizeof v), 0);
-    ck_assert_int_eq(fitsimg_header_get(info.header, info.nkeys, "NAXIS1", v, sizeof v), 1);
+    ck_assert_int_eq(fitscard_get(info.header, info.nkeys, "BZERO", v, sizeof v), 0);
+    ck_assert_int_eq(fitscard_get(info.header, info.nkeys, "NAXIS1", v, sizeof v), 1);
     ck_assert_str_eq(v, "7");
     int nbitpix = 0, nbibcode = 0, nmontage = 0;
     for (int i = 0; i < info.nkeys; i++) {
@@ -616,7 +617,7 @@ START_TEST(test_fits_encode_roundtrip)
     ck_assert(signbit(back[W * H - 1]));
 
     ck_assert_int_eq(fitsimg_read_info(path, 1, &info, err, sizeof err), 0);
-    ck_assert_int_eq(fitsimg_header_get(info.header, info.nkeys, "EXTNAME", v, sizeof v), 1);
+    ck_assert_int_eq(fitscard_get(info.header, info.nkeys, "EXTNAME", v, sizeof v), 1);
     ck_assert_str_eq(v, "FOOTPRINT");
     ck_assert_int_eq(info.naxes[0], W);
     ck_assert_int_eq(info.naxes[1], H);

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "engine/fits/fitscard.h"
 #include "engine/fits/fitsimg.h"
 #include "engine/hips/healpix.h"
 #include "tests/testutil.h"
@@ -210,10 +211,10 @@ START_TEST(test_orientation)
     int nk;
     ck_assert_int_eq(hips_tile_header(3, 300, 9, 0, &cards, &nk), 0);
     char v1[80], v2[80], v3[80], v4[80];
-    ck_assert(fitsimg_header_get(cards, nk, "CD1_1", v1, sizeof v1));
-    ck_assert(fitsimg_header_get(cards, nk, "CD1_2", v2, sizeof v2));
-    ck_assert(fitsimg_header_get(cards, nk, "CD2_1", v3, sizeof v3));
-    ck_assert(fitsimg_header_get(cards, nk, "CD2_2", v4, sizeof v4));
+    ck_assert(fitscard_get(cards, nk, "CD1_1", v1, sizeof v1));
+    ck_assert(fitscard_get(cards, nk, "CD1_2", v2, sizeof v2));
+    ck_assert(fitscard_get(cards, nk, "CD2_1", v3, sizeof v3));
+    ck_assert(fitscard_get(cards, nk, "CD2_2", v4, sizeof v4));
     double det = atof(v1) * atof(v4) - atof(v2) * atof(v3);
     ck_assert_double_gt(det, 0.0);
     free(cards);
@@ -355,11 +356,11 @@ START_TEST(test_tile_header)
     int nk;
     char v[80];
     ck_assert_int_eq(hips_tile_header(9, 1462680, 9, 0, &cards, &nk), 0);
-    ck_assert(fitsimg_header_get(cards, nk, "CTYPE1", v, sizeof v));
+    ck_assert(fitscard_get(cards, nk, "CTYPE1", v, sizeof v));
     ck_assert_str_eq(v, "RA---HPX");
-    ck_assert(fitsimg_header_get(cards, nk, "CTYPE2", v, sizeof v));
+    ck_assert(fitscard_get(cards, nk, "CTYPE2", v, sizeof v));
     ck_assert_str_eq(v, "DEC--HPX");
-    ck_assert(fitsimg_header_get(cards, nk, "RADESYS", v, sizeof v));
+    ck_assert(fitscard_get(cards, nk, "RADESYS", v, sizeof v));
     ck_assert_str_eq(v, "ICRS");
     skywcs *w = NULL;
     ck_assert_int_eq(skywcs_parse(cards, nk, &w, NULL, 0), 0);
@@ -367,9 +368,9 @@ START_TEST(test_tile_header)
     skywcs_free(w);
     free(cards);
     ck_assert_int_eq(hips_tile_header(3, 5, 9, 1, &cards, &nk), 0);
-    ck_assert(fitsimg_header_get(cards, nk, "CTYPE1", v, sizeof v));
+    ck_assert(fitscard_get(cards, nk, "CTYPE1", v, sizeof v));
     ck_assert_str_eq(v, "GLON-HPX");
-    ck_assert(!fitsimg_header_get(cards, nk, "RADESYS", v, sizeof v));
+    ck_assert(!fitscard_get(cards, nk, "RADESYS", v, sizeof v));
     ck_assert_int_eq(skywcs_parse(cards, nk, &w, NULL, 0), 0);
     ck_assert_int_eq(skywcs_frame(w, NULL), SKY_FRAME_GALACTIC);
     skywcs_free(w);

@@ -11,7 +11,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "engine/fits/fitsimg.h"
+#include "engine/fits/fitscard.h"
 #include "engine/mosaic/mosaic.h"
 #include "engine/sky/skywcs.h"
 #include "tests/testutil.h"
@@ -239,11 +239,11 @@ START_TEST(test_background_matching)
     ck_assert_double_lt(mad[1], 1.0);
     ck_assert_double_gt(mad[2], 3.0);
     char v[80];
-    ck_assert(fitsimg_header_get(cards, nkeys, "BGMATCH", v, sizeof v) && strcmp(v, "plane") == 0);
-    ck_assert(fitsimg_header_get(cards, nkeys, "NINPUTS", v, sizeof v) && atoi(v) == 6);
-    ck_assert(fitsimg_header_get(cards, nkeys, "INP6", v, sizeof v));
+    ck_assert(fitscard_get(cards, nkeys, "BGMATCH", v, sizeof v) && strcmp(v, "plane") == 0);
+    ck_assert(fitscard_get(cards, nkeys, "NINPUTS", v, sizeof v) && atoi(v) == 6);
+    ck_assert(fitscard_get(cards, nkeys, "INP6", v, sizeof v));
     ck_assert_msg(strstr(v, "mosaic/tile_6.fits") != NULL, "INP6 = %s", v);
-    ck_assert(fitsimg_header_get(cards, nkeys, "COMBINE", v, sizeof v) && strcmp(v, "mean") == 0);
+    ck_assert(fitscard_get(cards, nkeys, "COMBINE", v, sizeof v) && strcmp(v, "mean") == 0);
     /* The corrections average to zero (the constraint); tile 4 has no background added,
      * so the others' planes relative to it follow the known offsets (5, -3, 8, 0, -6, 2
      * at the tile centres) within a few tenths. */
@@ -251,7 +251,7 @@ START_TEST(test_background_matching)
     for (int k = 0; k < 6; k++) {
         char key[16];
         snprintf(key, sizeof key, "BGA%d", k + 1);
-        ck_assert(fitsimg_header_get(cards, nkeys, key, v, sizeof v));
+        ck_assert(fitscard_get(cards, nkeys, key, v, sizeof v));
         b[k] = atof(v);
         sum += b[k];
     }
@@ -328,12 +328,12 @@ START_TEST(test_auto_target)
     static const double tol[] = { 1e-9, 1e-9, 1e-5, 1e-5, 1e-13, 1e-13, 0, 0 };
     for (int k = 0; k < 8; k++) {
         char a[80], b[80];
-        ck_assert_msg(fitsimg_header_get(cards, nk, keys[k], a, sizeof a), "no %s", keys[k]);
-        ck_assert(fitsimg_header_get(ref, rk, keys[k], b, sizeof b));
+        ck_assert_msg(fitscard_get(cards, nk, keys[k], a, sizeof a), "no %s", keys[k]);
+        ck_assert(fitscard_get(ref, rk, keys[k], b, sizeof b));
         ck_assert_msg(fabs(atof(a) - atof(b)) <= tol[k], "%s: %s vs %s", keys[k], a, b);
     }
     char v[80];
-    ck_assert(fitsimg_header_get(cards, nk, "CTYPE1", v, sizeof v) && strcmp(v, "RA---TAN") == 0);
+    ck_assert(fitscard_get(cards, nk, "CTYPE1", v, sizeof v) && strcmp(v, "RA---TAN") == 0);
     ck_assert_int_eq(ox, 780);
     ck_assert_int_eq(oy, 781);
     /* the frame defaults to the first input's */
@@ -348,7 +348,7 @@ START_TEST(test_auto_target)
     rc = mos_auto_target(6, w, nx, ny, SKY_FRAME_GALACTIC, "CAR", &c2, &n2, &ox, &oy, err,
                          sizeof err);
     ck_assert_int_eq(rc, 0);
-    ck_assert(fitsimg_header_get(c2, n2, "CTYPE2", v, sizeof v) && strcmp(v, "GLAT-CAR") == 0);
+    ck_assert(fitscard_get(c2, n2, "CTYPE2", v, sizeof v) && strcmp(v, "GLAT-CAR") == 0);
     free(c2);
     free(cards);
     free(ref);

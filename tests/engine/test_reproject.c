@@ -9,7 +9,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "engine/fits/fitsimg.h"
+#include "engine/fits/fitscard.h"
 #include "engine/sky/reproject.h"
 #include "engine/sky/skywcs.h"
 #include "engine/base/pool.h"
@@ -416,9 +416,9 @@ static void scene_load(scene *sc, const char *source, const char *target_case)
     sc->in = tt_parse_wcs(sc->scards, snk);
     sc->out = tt_parse_wcs(tc, tnk);
     char v[80];
-    ck_assert(fitsimg_header_get(tc, tnk, "NAXIS1", v, sizeof v));
+    ck_assert(fitscard_get(tc, tnk, "NAXIS1", v, sizeof v));
     sc->onx = atol(v);
-    ck_assert(fitsimg_header_get(tc, tnk, "NAXIS2", v, sizeof v));
+    ck_assert(fitscard_get(tc, tnk, "NAXIS2", v, sizeof v));
     sc->ony = atol(v);
     free(tc);
 }

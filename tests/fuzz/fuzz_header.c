@@ -2,7 +2,7 @@
  * line) or raw 80-column cards: params_header_cards, then what handle_cutout_post does
  * with the cards (NAXISn, skywcs_parse through wcslib, the celestial axes, one pixel). */
 #include "tests/fuzz/fuzz_common.h"
-#include "engine/fits/fitsimg.h"
+#include "engine/fits/fitscard.h"
 #include "engine/sky/skywcs.h"
 #include "daemon/api/params.h"
 
@@ -24,9 +24,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             __builtin_trap();
         char val[80];
         long n1 = 0, n2 = 0;
-        if (fitsimg_header_get(cards, nkeys, "NAXIS1", val, sizeof val))
+        if (fitscard_get(cards, nkeys, "NAXIS1", val, sizeof val))
             param_long(val, 1, 65536, &n1);
-        if (fitsimg_header_get(cards, nkeys, "NAXIS2", val, sizeof val))
+        if (fitscard_get(cards, nkeys, "NAXIS2", val, sizeof val))
             param_long(val, 1, 65536, &n2);
         char err[256];
         skywcs *w = NULL;

@@ -1,0 +1,546 @@
+/* FITS header cards: formatting, lookup, the structural keywords and header text parsing (fitscard.h). */
+#include "engine/fits/fitscard.h"
+
+#include <ctype.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/base/error.h"
+
+/* ---- formatting one card ------------------------------------------------------------ */
+
+/* 1 when `key` is a keyword of 1 to 8 characters of A-Z, 0-9, '-', '_' (FITS 4.0,
+ * section 4.1.2.1); "" too when `blank_ok` (the blank keyword of commentary cards). */
+static int valid_key(const char *key, int blank_ok)
+{
+    if (!key)
+        return 0;
+    size_t n = strlen(key);
+    if (n > 8 || (n == 0 && !blank_ok))
+        return 0;
+    for (size_t i = 0; i < n; i++) {
+        char c = key[i];
+        if (!((c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' || c == '_'))
+            return 0;
+    }
+    return 1;
+}
+
+/* Writes "KEY     = " + value (`vlen` characters, the value field padded to column 30)
+ * + " / comment" into card, blank-padded or cut to 80. */
+static void put_value(char *card, const char *key, const char *value, size_t vlen,
+                      const char *comment)
+{
+    char line[FITSCARD_LEN];
+    memset(line, ' ', sizeof line);
+    memcpy(line, key, strlen(key));
+    line[8] = '=';
+    size_t p = 10;
+    if (vlen > FITSCARD_LEN - p)
+        vlen = FITSCARD_LEN - p;
+    memcpy(line + p, value, vlen);
+    p += vlen;
+    if (p < 30)
+        p = 30;
+    if (comment && p + 3 < FITSCARD_LEN) {
+        memcpy(line + p, " / ", 3);
+        p += 3;
+        size_t clen = strlen(comment);
+        if (clen > FITSCARD_LEN - p)
+            clen = FITSCARD_LEN - p;
+        for (size_t i = 0; i < clen; i++) {
+            unsigned char c = (unsigned char)comment[i];
+            line[p + i] = c >= 32 && c <= 126 ? (char)c : '?';
+        }
+    }
+    memcpy(card, line, FITSCARD_LEN);
+}
+
+/* A value right-justified to column 30: `text` printed in the 20 columns 11-30 (wider
+ * values run on). */
+static void put_number(char *card, const char *key, const char *text, const char *comment)
+{
+    char v[72];
+    int n = snprintf(v, sizeof v, "%20s", text);
+    put_value(card, key, v, n < 0 ? 0 : (size_t)n, comment);
+}
+
+int fitscard_string(char *card, const char *key, const char *value, int minlen,
+                    const char *comment)
+{
+    if (!valid_key(key, 0) || !value)
+        return TESS_EINVAL;
+    /* Columns 11-80 hold the quotes and at most 68 characters between them. */
+    char q[FITSCARD_LEN];
+    size_t n = 0;
+    q[n++] = '\'';
+    for (const char *s = value; *s; s++) {
+        unsigned char c = (unsigned char)*s;
+        size_t need = c == '\'' ? 2 : 1;
+        if (n + need > 69)
+            break;
+        q[n++] = c >= 32 && c <= 126 ? (char)c : '?';
+        if (c == '\'')
+            q[n++] = '\'';
+    }
+    if (strcmp(key, "XTENSION") == 0 && minlen < 8)
+        minlen = 8;
+    if (minlen > 68)
+        minlen = 68;
+    while ((int)n < minlen + 1)
+        q[n++] = ' ';
+    q[n++] = '\'';
+    put_value(card, key, q, n, comment);
+    return 0;
+}
+
+int fitscard_int(char *card, const char *key, long long value, const char *comment)
+{
+    if (!valid_key(key, 0))
+        return TESS_EINVAL;
+    char t[32];
+    snprintf(t, sizeof t, "%lld", value);
+    put_number(card, key, t, comment);
+    return 0;
+}
+
+int fitscard_real(char *card, const char *key, double value, int digits, const char *comment)
+{
+    if (!valid_key(key, 0) || !isfinite(value) || digits < 0 || digits > 17)
+        return TESS_EINVAL;
+    char t[40];
+    if (digits == FITSCARD_EXACT) {
+        for (int prec = 15; prec <= 17; prec++) {
+            snprintf(t, sizeof t, "%.*G", prec, value);
+            if (strtod(t, NULL) == value)
+                break;
+        }
+    } else {
+        snprintf(t, sizeof t, "%.*G", digits, value);
+    }
+    if (!strpbrk(t, ".E"))
+        strcat(t, ".0");
+    put_number(card, key, t, comment);
+    return 0;
+}
+
+int fitscard_logical(char *card, const char *key, int value, const char *comment)
+{
+    if (!valid_key(key, 0))
+        return TESS_EINVAL;
+    put_number(card, key, value ? "T" : "F", comment);
+    return 0;
+}
+
+int fitscard_commentary(char *card, const char *key, const char *text)
+{
+    if (!valid_key(key, 1) || !text)
+        return TESS_EINVAL;
+    memset(card, ' ', FITSCARD_LEN);
+    memcpy(card, key, strlen(key));
+    size_t n = strlen(text);
+    if (n > FITSCARD_LEN - 8)
+        n = FITSCARD_LEN - 8;
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)text[i];
+        card[8 + i] = c >= 32 && c <= 126 ? (char)c : '?';
+    }
+    return 0;
+}
+
+void fitscard_from_text(char *card, const char *text, size_t len)
+{
+    if (len > FITSCARD_LEN)
+        len = FITSCARD_LEN;
+    memset(card, ' ', FITSCARD_LEN);
+    memcpy(card, text, len);
+}
+
+/* ---- a header under construction ----------------------------------------------------- */
+
+void fitscard_list_init(fitscard_list *l, int max_cards)
+{
+    memset(l, 0, sizeof *l);
+    l->max = max_cards > 0 ? max_cards : 1;
+}
+
+/* Room for one more card at the end, or NULL with l->rc set. */
+static char *list_slot(fitscard_list *l)
+{
+    if (l->rc)
+        return NULL;
+    if (l->n >= l->max) {
+        l->rc = TESS_ERANGE;
+        return NULL;
+    }
+    if (l->n == l->cap) {
+        int cap = l->cap ? (l->cap > l->max / 2 ? l->max : 2 * l->cap) : (l->max < 64 ? l->max : 64);
+        char *c = realloc(l->cards, (size_t)cap * FITSCARD_LEN + 1);
+        if (!c) {
+            l->rc = TESS_ENOMEM;
+            return NULL;
+        }
+        l->cards = c;
+        l->cap = cap;
+    }
+    return l->cards + (size_t)l->n * FITSCARD_LEN;
+}
+
+/* Counts the card just written into the slot, or records its failure. */
+static int list_done(fitscard_list *l, int rc)
+{
+    if (rc) {
+        l->rc = rc;
+        return rc;
+    }
+    l->n++;
+    l->cards[(size_t)l->n * FITSCARD_LEN] = '\0';
+    return 0;
+}
+
+int fitscard_list_string(fitscard_list *l, const char *key, const char *value, int minlen,
+                         const char *comment)
+{
+    char *c = list_slot(l);
+    return c ? list_done(l, fitscard_string(c, key, value, minlen, comment)) : l->rc;
+}
+
+int fitscard_list_int(fitscard_list *l, const char *key, long long value, const char *comment)
+{
+    char *c = list_slot(l);
+    return c ? list_done(l, fitscard_int(c, key, value, comment)) : l->rc;
+}
+
+int fitscard_list_real(fitscard_list *l, const char *key, double value, int digits,
+                       const char *comment)
+{
+    char *c = list_slot(l);
+    return c ? list_done(l, fitscard_real(c, key, value, digits, comment)) : l->rc;
+}
+
+int fitscard_list_logical(fitscard_list *l, const char *key, int value, const char *comment)
+{
+    char *c = list_slot(l);
+    return c ? list_done(l, fitscard_logical(c, key, value, comment)) : l->rc;
+}
+
+int fitscard_list_commentary(fitscard_list *l, const char *key, const char *text)
+{
+    char *c = list_slot(l);
+    return c ? list_done(l, fitscard_commentary(c, key, text)) : l->rc;
+}
+
+int fitscard_list_text(fitscard_list *l, const char *text)
+{
+    char *c = list_slot(l);
+    if (!c)
+        return l->rc;
+    fitscard_from_text(c, text, strlen(text));
+    return list_done(l, 0);
+}
+
+int fitscard_list_cards(fitscard_list *l, const char *cards, int n)
+{
+    for (int i = 0; i < n && !l->rc; i++) {
+        char *c = list_slot(l);
+        if (c) {
+            memcpy(c, cards + (size_t)i * FITSCARD_LEN, FITSCARD_LEN);
+            list_done(l, 0);
+        }
+    }
+    return l->rc;
+}
+
+int fitscard_list_take(fitscard_list *l, char **cards, int *n)
+{
+    int rc = l->rc;
+    *cards = NULL;
+    *n = 0;
+    if (rc == 0 && !l->cards) {
+        l->cards = malloc(1);
+        if (l->cards)
+            l->cards[0] = '\0';
+        else
+            rc = TESS_ENOMEM;
+    }
+    if (rc) {
+        fitscard_list_release(l);
+        return rc;
+    }
+    *cards = l->cards;
+    *n = l->n;
+    int max = l->max;
+    fitscard_list_init(l, max);
+    return 0;
+}
+
+void fitscard_list_release(fitscard_list *l)
+{
+    free(l->cards);
+    int max = l->max;
+    fitscard_list_init(l, max);
+}
+
+size_t fitscard_header_size(int n)
+{
+    size_t cards = (size_t)(n > 0 ? n : 0) + 1;
+    return (cards + 35) / 36 * FITSCARD_BLOCK;
+}
+
+void fitscard_header_write(char *dst, const char *cards, int n)
+{
+    size_t size = fitscard_header_size(n);
+    memset(dst, ' ', size);
+    if (n > 0)
+        memcpy(dst, cards, (size_t)n * FITSCARD_LEN);
+    memcpy(dst + (size_t)(n > 0 ? n : 0) * FITSCARD_LEN, "END", 3);
+}
+
+/* ---- reading cards ------------------------------------------------------------------ */
+
+int fitscard_key_is(const char *card, const char *key)
+{
+    size_t k = strlen(key);
+    if (k > 8 || memcmp(card, key, k) != 0)
+        return 0;
+    for (size_t i = k; i < 8; i++)
+        if (card[i] != ' ')
+            return 0;
+    return 1;
+}
+
+/* Copies s[0..n) into val (truncating, always NUL-terminated when vallen > 0). */
+static void copy_out(const char *s, size_t n, char *val, size_t vallen)
+{
+    if (!val || vallen == 0)
+        return;
+    if (n >= vallen)
+        n = vallen - 1;
+    memcpy(val, s, n);
+    val[n] = '\0';
+}
+
+/* Card layout per the FITS Standard 4.0, section 4.1: keyword in columns 1-8, value
+ * indicator "= " in columns 9-10, value from column 11, string values in single quotes
+ * with '' standing for a quote, a comment after '/'.  Cards without a value indicator
+ * (COMMENT, HISTORY, ...) give their text from column 9 with blanks trimmed. */
+int fitscard_get(const char *cards, int n, const char *key, char *val, size_t vallen)
+{
+    if (!cards || !key || n <= 0)
+        return 0;
+    size_t klen = strlen(key);
+    if (klen == 0 || klen > 8)
+        return 0;
+    for (int i = 0; i < n; i++) {
+        const char *card = cards + (size_t)i * FITSCARD_LEN;
+        if (!fitscard_key_is(card, key))
+            continue;
+        if (card[8] != '=' || card[9] != ' ') {
+            size_t a = 8, b = FITSCARD_LEN;
+            while (a < b && card[a] == ' ')
+                a++;
+            while (b > a && card[b - 1] == ' ')
+                b--;
+            copy_out(card + a, b - a, val, vallen);
+            return 1;
+        }
+        size_t p = 10;
+        while (p < FITSCARD_LEN && card[p] == ' ')
+            p++;
+        if (p < FITSCARD_LEN && card[p] == '\'') {
+            char s[FITSCARD_LEN];
+            size_t m = 0;
+            for (p++; p < FITSCARD_LEN; p++) {
+                if (card[p] == '\'') {
+                    if (p + 1 < FITSCARD_LEN && card[p + 1] == '\'') {
+                        s[m++] = '\'';
+                        p++;
+                    } else {
+                        break;
+                    }
+                } else {
+                    s[m++] = card[p];
+                }
+            }
+            while (m > 0 && s[m - 1] == ' ')
+                m--;
+            copy_out(s, m, val, vallen);
+            return 1;
+        }
+        size_t e = p;
+        while (e < FITSCARD_LEN && card[e] != '/')
+            e++;
+        while (e > p && card[e - 1] == ' ')
+            e--;
+        copy_out(card + p, e - p, val, vallen);
+        return 1;
+    }
+    return 0;
+}
+
+int fitscard_is_structural(const char *card)
+{
+    static const char *const keys[] = {
+        "SIMPLE", "XTENSION", "END", "BITPIX", "NAXIS", "EXTEND", "PCOUNT", "GCOUNT",
+        "BSCALE", "BZERO", "BLANK", "CHECKSUM", "DATASUM", "EXTNAME", "DATAMIN", "DATAMAX",
+    };
+    for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++)
+        if (fitscard_key_is(card, keys[i]))
+            return 1;
+    if (memcmp(card, "NAXIS", 5) == 0) {   /* NAXISn: digits, then blanks */
+        int i = 5;
+        if (card[i] < '0' || card[i] > '9')
+            return 0;
+        while (i < 8 && card[i] >= '0' && card[i] <= '9')
+            i++;
+        while (i < 8 && card[i] == ' ')
+            i++;
+        return i == 8;
+    }
+    return 0;
+}
+
+/* ---- header text ---------------------------------------------------------------------- */
+
+int fitscard_text_is_fits(const char *text, size_t len)
+{
+    return len >= FITSCARD_BLOCK && memchr(text, '\n', FITSCARD_BLOCK) == NULL &&
+           strncmp(text, "SIMPLE  =", 9) == 0;
+}
+
+/* 1 when the 8-character keyword field `kw` is a numeric WCS keyword of FITS WCS Papers
+ * I-II (NAXISn, CRPIXn, CRVALn, CDELTn, CROTAn, CDi_j, PCi_j, PVi_m, with an optional
+ * alternate letter; LONPOLE, LATPOLE, EQUINOX). */
+static int numeric_wcs_keyword(const char *kw)
+{
+    static const char *const indexed[] = {"NAXIS", "CRPIX", "CRVAL", "CDELT", "CROTA", "CD",
+                                          "PC", "PV"};
+    static const char *const plain[] = {"LONPOLE", "LATPOLE", "EQUINOX"};
+    for (size_t i = 0; i < sizeof plain / sizeof plain[0]; i++) {
+        size_t n = strlen(plain[i]);
+        if (strncmp(kw, plain[i], n) == 0 && (n == 8 || kw[n] == ' ' || isupper((unsigned char)kw[n])))
+            return 1;
+    }
+    for (size_t i = 0; i < sizeof indexed / sizeof indexed[0]; i++) {
+        size_t n = strlen(indexed[i]);
+        if (strncmp(kw, indexed[i], n) == 0 && isdigit((unsigned char)kw[n]))
+            return 1;
+    }
+    return 0;
+}
+
+/* The value of a numeric WCS card must be a finite number (FITS allows a D exponent).
+ * Returns 0 or TESS_EINVAL with err. */
+static int check_numeric_card(const char *card, int line, char *err, size_t errlen)
+{
+    if (card[8] != '=' || !numeric_wcs_keyword(card))
+        return 0;
+    char v[72];
+    size_t n = 0;
+    for (size_t i = 9; i < FITSCARD_LEN && card[i] != '/' && n + 1 < sizeof v; i++)
+        if (card[i] != ' ')
+            v[n++] = (char)(card[i] == 'D' || card[i] == 'd' ? 'E' : card[i]);
+    v[n] = '\0';
+    char *end;
+    double d = n ? strtod(v, &end) : NAN;
+    if (n == 0 || *end != '\0' || !isfinite(d)) {
+        tess_seterr(err, errlen, "header line %d: %.8s must be a finite number, got '%.30s'",
+                    line, card, v);
+        return TESS_EINVAL;
+    }
+    return 0;
+}
+
+/* 1 when the n characters at s are all blanks. */
+static int is_blank(const char *s, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (s[i] != ' ')
+            return 0;
+    return 1;
+}
+
+int fitscard_parse(const char *text, size_t len, int max_cards, char **cards, int *n,
+                   char *err, size_t errlen)
+{
+    *cards = NULL;
+    *n = 0;
+    if (!text || max_cards < 1) {
+        tess_seterr(err, errlen, "header has no cards");
+        return TESS_EINVAL;
+    }
+    /* Raw cards: no newline at all, or a whole FITS file, whose data after the header
+     * may hold any byte and are not read. */
+    int fits_file = fitscard_text_is_fits(text, len);
+    int raw = fits_file || memchr(text, '\n', len) == NULL;
+    if (raw && len % FITSCARD_LEN != 0) {
+        tess_seterr(err, errlen, "header must be text with one 80-character card a line, or a "
+                    "FITS header of whole 80-character cards (got %zu bytes, %s)", len,
+                    fits_file ? "not a whole number of cards" : "without newlines");
+        return TESS_EINVAL;
+    }
+    fitscard_list out;
+    fitscard_list_init(&out, max_cards);
+    int line = 0, rc = 0;
+    size_t pos = 0;
+    while (pos < len) {
+        size_t l;
+        if (raw) {
+            l = FITSCARD_LEN;
+        } else {
+            const char *nl = memchr(text + pos, '\n', len - pos);
+            l = nl ? (size_t)(nl - (text + pos)) : len - pos;
+        }
+        line++;
+        const char *s = text + pos;
+        size_t cl = l;
+        if (!raw && cl > 0 && s[cl - 1] == '\r')
+            cl--;
+        pos += l + (raw ? 0 : 1);
+        if (cl > FITSCARD_LEN) {
+            tess_seterr(err, errlen, "header line %d is %zu characters long; FITS cards are 80",
+                        line, cl);
+            rc = TESS_EINVAL;
+            break;
+        }
+        for (size_t i = 0; i < cl && !rc; i++) {
+            unsigned char ch = (unsigned char)s[i];
+            if (ch < 32 || ch > 126) {
+                tess_seterr(err, errlen, "header line %d has a non-printable character "
+                            "(byte %u)", line, ch);
+                rc = TESS_EINVAL;
+            }
+        }
+        if (rc)
+            break;
+        if (cl >= 3 && memcmp(s, "END", 3) == 0 && is_blank(s + 3, cl - 3))
+            break;
+        if (is_blank(s, cl))
+            continue;
+        if (out.n >= max_cards) {
+            tess_seterr(err, errlen, "header has more than %d cards", max_cards);
+            rc = TESS_EINVAL;
+            break;
+        }
+        char card[FITSCARD_LEN];
+        fitscard_from_text(card, s, cl);
+        if ((rc = check_numeric_card(card, line, err, errlen)) != 0)
+            break;
+        if (fitscard_list_cards(&out, card, 1) != 0) {
+            tess_seterr(err, errlen, "out of memory");
+            rc = TESS_ENOMEM;
+            break;
+        }
+    }
+    if (rc == 0 && out.n == 0) {
+        tess_seterr(err, errlen, "header has no cards");
+        rc = TESS_EINVAL;
+    }
+    if (rc) {
+        fitscard_list_release(&out);
+        return rc;
+    }
+    return fitscard_list_take(&out, cards, n);
+}

@@ -1,0 +1,161 @@
+/* FITS header cards: formatting, lookup, the structural keywords and header text parsing (FITS 4.0, section 4). */
+#ifndef TESSERA_FITS_FITSCARD_H
+#define TESSERA_FITS_FITSCARD_H
+
+#include <stddef.h>
+
+/* A card (keyword record) is 80 characters; a header is a whole number of 2880-byte
+ * blocks of 36 cards, the last card being END (FITS 4.0, sections 3.1 and 4.1).
+ *
+ * Headers in memory ("cards" below) are n cards of exactly 80 characters each,
+ * concatenated with no separator and NUL-terminated after the last, without END: the
+ * layout of fitsimg_info.header and of wcslib's wcspih input.  Functions that write
+ * one card write exactly 80 characters and no NUL. */
+#define FITSCARD_LEN 80
+#define FITSCARD_BLOCK 2880
+
+/* ---- formatting one card ------------------------------------------------------------ */
+
+/* The value cards below follow the fixed format of FITS 4.0, section 4.2:
+ *   keyword in columns 1-8, blank-padded: 1 to 8 characters of A-Z, 0-9, '-' and '_'
+ *     (section 4.1.2.1); any other keyword is refused with TESS_EINVAL, card untouched;
+ *   "= " in columns 9-10;
+ *   logical: T or F in column 30 (4.2.2);
+ *   integer: right-justified to column 30 (4.2.3);
+ *   real: right-justified to column 30 (4.2.4), printed with `digits` significant digits
+ *     (%.*G, 1..17), or with FITSCARD_EXACT the fewest of 15, 16, 17 that read back as
+ *     the same double; ".0" is appended to an integral value so that it reads as a real
+ *     (astropy and cfitsio type a value by its form); a NaN or infinity has no FITS form
+ *     and is refused with TESS_EINVAL;
+ *   string: the opening quote in column 11, a quote inside doubled (''), the closing
+ *     quote in column 80 or before (4.2.1.1): a longer value is cut (never between the
+ *     two quotes of a pair); the value field is blank-padded to column 30.  The string
+ *     is blank-padded to `minlen` characters (at most 68): 8 gives the form that FITS
+ *     before version 3.0 required and cfitsio and astropy still write ('ICRS    ',
+ *     closing quote in column 20 or after), 0 the string as it is (FITS 4.0 section
+ *     4.2.1.1 no longer requires the padding); XTENSION's value is padded to 8 whatever
+ *     `minlen` (section 7: it must be).  Bytes outside 32..126 become '?';
+ *   comment: " / " and the text after the value, cut at column 80 (left out when no
+ *     column is left).
+ * Each returns 0 or TESS_EINVAL. */
+#define FITSCARD_EXACT 0
+int fitscard_string(char *card, const char *key, const char *value, int minlen,
+                    const char *comment);
+int fitscard_int(char *card, const char *key, long long value, const char *comment);
+int fitscard_real(char *card, const char *key, double value, int digits, const char *comment);
+int fitscard_logical(char *card, const char *key, int value, const char *comment);
+
+/* A commentary card (section 4.4.2.4): `key` ("COMMENT", "HISTORY" or "" for a blank
+ * keyword) in columns 1-8, `text` from column 9, cut at column 80.  Returns 0 or
+ * TESS_EINVAL (bad keyword). */
+int fitscard_commentary(char *card, const char *key, const char *text);
+
+/* The first `len` characters of `text` as a card, blank-padded or cut to 80 (text that
+ * is already a card, or a card without its trailing blanks).  Cannot fail. */
+void fitscard_from_text(char *card, const char *text, size_t len);
+
+/* ---- a header under construction ----------------------------------------------------- */
+
+/* Cards appended one by one into a buffer that grows up to `max` cards.  The first
+ * failure is kept in `rc` and later additions do nothing, so that a run of additions is
+ * checked once.  Not thread-safe. */
+typedef struct fitscard_list {
+    char *cards;      /* n cards, NUL-terminated; NULL until the first card */
+    int n;
+    int cap;          /* cards allocated */
+    int max;          /* at most this many cards */
+    int rc;           /* 0, or the first failure: TESS_ENOMEM, TESS_ERANGE (more than
+                         max cards), TESS_EINVAL (a card refused) */
+} fitscard_list;
+
+/* An empty list of at most `max_cards` cards (>= 1).  Cannot fail. */
+void fitscard_list_init(fitscard_list *l, int max_cards);
+
+/* Appends one card made by the function of the same name above, or `n` ready cards.
+ * Each returns l->rc afterwards: 0 while every addition so far succeeded. */
+int fitscard_list_string(fitscard_list *l, const char *key, const char *value, int minlen,
+                         const char *comment);
+int fitscard_list_int(fitscard_list *l, const char *key, long long value, const char *comment);
+int fitscard_list_real(fitscard_list *l, const char *key, double value, int digits,
+                       const char *comment);
+int fitscard_list_logical(fitscard_list *l, const char *key, int value, const char *comment);
+int fitscard_list_commentary(fitscard_list *l, const char *key, const char *text);
+int fitscard_list_text(fitscard_list *l, const char *text);
+int fitscard_list_cards(fitscard_list *l, const char *cards, int n);
+
+/* Hands the cards over: on l->rc == 0, *cards (malloc'd, NUL-terminated; an empty list
+ * gives an empty string) and *n, and the list is empty again; otherwise *cards NULL, *n
+ * 0, the list released.  Returns the former l->rc. */
+int fitscard_list_take(fitscard_list *l, char **cards, int *n);
+
+/* Frees the cards; the list is empty again (rc 0).  Cannot fail. */
+void fitscard_list_release(fitscard_list *l);
+
+/* The bytes of a header of `n` cards once END is added and the last block filled:
+ * ceil((n + 1) / 36) * 2880.  Cannot fail. */
+size_t fitscard_header_size(int n);
+
+/* Writes the header of `n` cards to `dst` (fitscard_header_size(n) bytes): the cards,
+ * END, blanks to the end of the block.  Cannot fail. */
+void fitscard_header_write(char *dst, const char *cards, int n);
+
+/* ---- reading cards ------------------------------------------------------------------ */
+
+/* 1 when the keyword of `card` (columns 1-8) is `key` (8 characters or fewer, compared
+ * exactly, blank-padded), else 0. */
+int fitscard_key_is(const char *card, const char *key);
+
+/* Looks up the first card whose keyword is `key` (exact, 8 characters or fewer) among
+ * the n cards.  Copies its value text into `val` (truncated to vallen, NUL-terminated):
+ * a string without its quotes, '' read as one quote, trailing blanks trimmed; any other
+ * value up to its comment ('/'), blanks trimmed; a card without "= " in columns 9-10
+ * (COMMENT, HISTORY, ...) gives its text from column 9, blanks trimmed.  Returns 1 when
+ * found, 0 when not (or for an empty or over-long `key`). */
+int fitscard_get(const char *cards, int n, const char *key, char *val, size_t vallen);
+
+/* 1 when `card` describes the HDU it stands in rather than the coordinates of its data,
+ * so that a header copied into a new HDU must leave it out (the writer writes its own):
+ *   SIMPLE, XTENSION, END            the HDU's framing (sections 4.4.1.1, 4.4.1.2, 4.4.1);
+ *   BITPIX, NAXIS, NAXISn, EXTEND,   the layout of its data unit (4.4.1, 4.4.2.1, 7.1);
+ *     PCOUNT, GCOUNT
+ *   BSCALE, BZERO, BLANK             how its stored integers become physical values
+ *                                    (4.4.2.5): a copy holds other values, or scales
+ *                                    them its own way;
+ *   CHECKSUM, DATASUM                checksums of its bytes (FITS Checksum convention),
+ *                                    wrong for any other HDU;
+ *   EXTNAME                          its name (4.4.2.6): a copy is another HDU;
+ *   DATAMIN, DATAMAX                 the range of its values (4.4.2.5), which a cutout,
+ *                                    reprojection or reduction changes.
+ * NAXISn means NAXIS followed by digits only.  This is the union of the lists the
+ * writers of products kept before (FITS encoder, mosaic, command line); BUNIT, WCSAXES
+ * and commentary cards are not in it: a copy keeps them unless its writer sets them.
+ * Cannot fail. */
+int fitscard_is_structural(const char *card);
+
+/* ---- header text ---------------------------------------------------------------------- */
+
+/* 1 when text[0..len) is a whole FITS file rather than header text: at least one 2880-
+ * byte block, the first card a SIMPLE card, no line feed in the first block (a text
+ * header that starts with SIMPLE has its first newline at byte 80 or before).  Cannot
+ * fail. */
+int fitscard_text_is_fits(const char *text, size_t len);
+
+/* Turns header text into cards.  Three forms are accepted:
+ *   text: one card a line, LF or CR LF; a line longer than 80 characters is an error,
+ *     a shorter one is blank-padded; the last line may lack its newline;
+ *   raw cards: no newline at all, a whole number of 80-character cards;
+ *   a whole FITS file (fitscard_text_is_fits): its primary header, cards up to END, the
+ *     bytes after it (data, which may hold any byte) not read; its length must be a
+ *     whole number of cards.
+ * Reading stops at END (END then blanks only); blank cards are dropped; every
+ * character of a card read must be printable ASCII (32..126); numeric WCS cards
+ * (NAXISn, CRPIXn, CRVALn, CDELTn, CROTAn, CDi_j, PCi_j, PVi_m, with an optional
+ * alternate letter; LONPOLE, LATPOLE, EQUINOX) must hold a finite number (a D exponent
+ * is allowed): wcslib would otherwise drop such a card silently and use a default.
+ * At least 1 and at most `max_cards` cards.  On success *cards is malloc'd (the layout
+ * above) and *n set.  Returns 0, TESS_EINVAL (`err` names the line and the rule
+ * broken), TESS_ENOMEM; on error *cards is NULL and *n 0. */
+int fitscard_parse(const char *text, size_t len, int max_cards, char **cards, int *n,
+                   char *err, size_t errlen);
+
+#endif

@@ -1,0 +1,490 @@
+/* Unit tests of engine/fits/fitscard: card formatting, lists, lookups, the structural rule, header text. */
+#include <check.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "tests/testutil.h"
+#include "engine/fits/fitscard.h"
+#include "engine/base/error.h"
+
+/* Asserts that the 80 characters at `card` are `want` blank-padded to 80. */
+#define CARD_EQ(card, want) card_eq((card), (want), __LINE__)
+static void card_eq(const char *card, const char *want, int line)
+{
+    char w[81], got[81];
+    ck_assert_msg(strlen(want) <= 80, "line %d: expected text longer than a card", line);
+    snprintf(w, sizeof w, "%-80s", want);
+    memcpy(got, card, 80);
+    got[80] = '\0';
+    ck_assert_msg(memcmp(card, w, 80) == 0, "line %d:\n got  [%s]\n want [%s]", line, got, w);
+}
+
+/* ---- formatting ------------------------------------------------------------------------ */
+
+START_TEST(test_logical_and_integer)
+{
+    char c[80];
+    ck_assert_int_eq(fitscard_logical(c, "SIMPLE", 1, "conforms to FITS standard"), 0);
+    CARD_EQ(c, "SIMPLE  =                    T / conforms to FITS standard");
+    ck_assert_int_eq(fitscard_logical(c, "EXTEND", 0, NULL), 0);
+    CARD_EQ(c, "EXTEND  =                    F");
+    ck_assert_int_eq(fitscard_int(c, "NAXIS1", 891, NULL), 0);
+    CARD_EQ(c, "NAXIS1  =                  891");
+    ck_assert_int_eq(fitscard_int(c, "BITPIX", -32, "IEEE single precision"), 0);
+    CARD_EQ(c, "BITPIX  =                  -32 / IEEE single precision");
+    ck_assert_int_eq(fitscard_int(c, "NPIX", 9223372036854775807LL, NULL), 0);
+    CARD_EQ(c, "NPIX    =  9223372036854775807");
+    ck_assert_int_eq(fitscard_int(c, "MJD-OBS", 0, NULL), 0);
+    CARD_EQ(c, "MJD-OBS =                    0");
+}
+END_TEST
+
+START_TEST(test_real)
+{
+    char c[80];
+    ck_assert_int_eq(fitscard_real(c, "CRPIX1", 446.0, 15, NULL), 0);
+    CARD_EQ(c, "CRPIX1  =                446.0");
+    ck_assert_int_eq(fitscard_real(c, "CRVAL2", -9959.44378305, 15, NULL), 0);
+    CARD_EQ(c, "CRVAL2  =       -9959.44378305");
+    ck_assert_int_eq(fitscard_real(c, "CDELT1", 0.1, FITSCARD_EXACT, "[deg]"), 0);
+    CARD_EQ(c, "CDELT1  =                  0.1 / [deg]");
+    ck_assert_int_eq(fitscard_real(c, "CDELT1", 0.1, 17, NULL), 0);
+    CARD_EQ(c, "CDELT1  =  0.10000000000000001");
+    /* The fewest digits that read back: 1/3 needs 16, 0.1 + 0.2 needs 17. */
+    ck_assert_int_eq(fitscard_real(c, "A", 1.0 / 3.0, FITSCARD_EXACT, NULL), 0);
+    CARD_EQ(c, "A       =   0.3333333333333333");
+    ck_assert_int_eq(fitscard_real(c, "B", 0.1 + 0.2, FITSCARD_EXACT, NULL), 0);
+    CARD_EQ(c, "B       =  0.30000000000000004");
+    ck_assert_int_eq(fitscard_real(c, "EQUINOX", 2000.0, FITSCARD_EXACT, NULL), 0);
+    CARD_EQ(c, "EQUINOX =               2000.0");
+    ck_assert_int_eq(fitscard_real(c, "CD1_1", 1e-20, 14, NULL), 0);
+    CARD_EQ(c, "CD1_1   =                1E-20");
+    ck_assert_int_eq(fitscard_real(c, "PC1_2", -0.0, FITSCARD_EXACT, NULL), 0);
+    CARD_EQ(c, "PC1_2   =                 -0.0");
+    /* Wider than the 20 columns: the value runs on, the comment follows. */
+    ck_assert_int_eq(fitscard_real(c, "CD1_1", -0.000171661376953125, 17, "HPX"), 0);
+    CARD_EQ(c, "CD1_1   = -0.000171661376953125 / HPX");
+    /* No FITS form for NaN or infinity; digits 0..17 only. */
+    memset(c, 'x', sizeof c);
+    ck_assert_int_eq(fitscard_real(c, "CRVAL1", NAN, 15, NULL), TESS_EINVAL);
+    ck_assert_int_eq(fitscard_real(c, "CRVAL1", INFINITY, FITSCARD_EXACT, NULL), TESS_EINVAL);
+    ck_assert_int_eq(fitscard_real(c, "CRVAL1", 1.0, 18, NULL), TESS_EINVAL);
+    ck_assert_int_eq(fitscard_real(c, "CRVAL1", 1.0, -1, NULL), TESS_EINVAL);
+    for (int i = 0; i < 80; i++)
+        ck_assert(c[i] == 'x');
+}
+END_TEST
+
+START_TEST(test_string)
+{
+    char c[80];
+    ck_assert_int_eq(fitscard_string(c, "CTYPE1", "RA---TAN", 0, NULL), 0);
+    CARD_EQ(c, "CTYPE1  = 'RA---TAN'");
+    ck_assert_int_eq(fitscard_string(c, "RADESYS", "FK5", 0, NULL), 0);
+    CARD_EQ(c, "RADESYS = 'FK5'");
+    /* Padded to 8 characters, as FITS before 3.0 required and cfitsio writes. */
+    ck_assert_int_eq(fitscard_string(c, "RADESYS", "FK5", 8, NULL), 0);
+    CARD_EQ(c, "RADESYS = 'FK5     '");
+    ck_assert_int_eq(fitscard_string(c, "ORDERING", "NUNIQ", 8, "NUNIQ coding method"), 0);
+    CARD_EQ(c, "ORDERING= 'NUNIQ   '           / NUNIQ coding method");
+    ck_assert_int_eq(fitscard_string(c, "CTYPE1", "RA---TAN", 8, NULL), 0);
+    CARD_EQ(c, "CTYPE1  = 'RA---TAN'");
+    ck_assert_int_eq(fitscard_string(c, "BUNIT", "", 8, NULL), 0);
+    CARD_EQ(c, "BUNIT   = '        '");
+    ck_assert_int_eq(fitscard_string(c, "SLICE", "xz", 0, "plane cut: axis 1 x, axis 2 z"), 0);
+    CARD_EQ(c, "SLICE   = 'xz'                 / plane cut: axis 1 x, axis 2 z");
+    ck_assert_int_eq(fitscard_string(c, "EXTNAME", "FOOTPRINT", 8, "weight"), 0);
+    CARD_EQ(c, "EXTNAME = 'FOOTPRINT'          / weight");
+    ck_assert_int_eq(fitscard_string(c, "OBJECT", "O'HARA", 0, NULL), 0);
+    CARD_EQ(c, "OBJECT  = 'O''HARA'");
+    ck_assert_int_eq(fitscard_string(c, "BUNIT", "", 0, "empty"), 0);
+    CARD_EQ(c, "BUNIT   = ''                   / empty");
+    /* XTENSION alone is padded to 8 characters (FITS 4.0, section 7). */
+    ck_assert_int_eq(fitscard_string(c, "XTENSION", "IMAGE", 0, "image extension"), 0);
+    CARD_EQ(c, "XTENSION= 'IMAGE   '           / image extension");
+    ck_assert_int_eq(fitscard_string(c, "XTENSION", "BINTABLE", 0, NULL), 0);
+    CARD_EQ(c, "XTENSION= 'BINTABLE'");
+    /* Bytes outside 32..126 become '?'. */
+    ck_assert_int_eq(fitscard_string(c, "ORIGIN", "a\tb\xc3\xa9", 0, NULL), 0);
+    CARD_EQ(c, "ORIGIN  = 'a?b?" "?'");
+}
+END_TEST
+
+/* A value too long for the card is cut so that the closing quote stands in column 80,
+ * never between the two quotes of a pair; a comment gets what columns are left. */
+START_TEST(test_string_cut)
+{
+    char c[80], v[101], want[81];
+    memset(v, 'a', 100);
+    v[100] = '\0';
+    ck_assert_int_eq(fitscard_string(c, "PATH", v, 8, "dropped"), 0);
+    snprintf(want, sizeof want, "PATH    = '%.68s'", v);
+    CARD_EQ(c, want);
+    ck_assert(c[79] == '\'');
+    /* 67 letters and a quote: the doubled quote would need columns 79-80 and the closing
+     * quote column 81, so the quote goes. */
+    memset(v, 'a', 67);
+    v[67] = '\'';
+    v[68] = 'b';
+    v[69] = '\0';
+    ck_assert_int_eq(fitscard_string(c, "PATH", v, 0, NULL), 0);
+    snprintf(want, sizeof want, "PATH    = '%.67s'", v);
+    CARD_EQ(c, want);
+    /* A long comment is cut at column 80. */
+    char comm[101];
+    memset(comm, 'c', 100);
+    comm[100] = '\0';
+    ck_assert_int_eq(fitscard_int(c, "N", 1, comm), 0);
+    snprintf(want, sizeof want, "N       =                    1 / %.47s", comm);
+    CARD_EQ(c, want);
+}
+END_TEST
+
+START_TEST(test_commentary_and_text)
+{
+    char c[80];
+    ck_assert_int_eq(fitscard_commentary(c, "COMMENT", "0-based crop origin"), 0);
+    CARD_EQ(c, "COMMENT 0-based crop origin");
+    ck_assert_int_eq(fitscard_commentary(c, "HISTORY", "tessera reproject, method bilinear"), 0);
+    CARD_EQ(c, "HISTORY tessera reproject, method bilinear");
+    ck_assert_int_eq(fitscard_commentary(c, "", "a blank keyword"), 0);
+    CARD_EQ(c, "        a blank keyword");
+    char t[101], want[81];
+    memset(t, 't', 100);
+    t[100] = '\0';
+    ck_assert_int_eq(fitscard_commentary(c, "COMMENT", t), 0);
+    snprintf(want, sizeof want, "COMMENT %.72s", t);
+    CARD_EQ(c, want);
+    fitscard_from_text(c, "END", 3);
+    CARD_EQ(c, "END");
+    fitscard_from_text(c, t, 100);
+    ck_assert_int_eq(memcmp(c, t, 80), 0);
+}
+END_TEST
+
+/* Keywords: 1 to 8 characters of A-Z, 0-9, '-', '_'; anything else is refused and the
+ * card left as it was. */
+START_TEST(test_bad_keywords)
+{
+    static const char *const bad[] = { "naxis", "CRPIX1A2X", "", "A B", "DATE.OBS", "É" };
+    char c[80];
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        memset(c, 'x', sizeof c);
+        ck_assert_int_eq(fitscard_int(c, bad[i], 1, NULL), TESS_EINVAL);
+        ck_assert_int_eq(fitscard_real(c, bad[i], 1.0, 15, NULL), TESS_EINVAL);
+        ck_assert_int_eq(fitscard_string(c, bad[i], "v", 0, NULL), TESS_EINVAL);
+        ck_assert_int_eq(fitscard_logical(c, bad[i], 1, NULL), TESS_EINVAL);
+        if (bad[i][0])
+            ck_assert_int_eq(fitscard_commentary(c, bad[i], "t"), TESS_EINVAL);
+        for (int k = 0; k < 80; k++)
+            ck_assert(c[k] == 'x');
+    }
+    ck_assert_int_eq(fitscard_string(c, "OBJECT", NULL, 0, NULL), TESS_EINVAL);
+    ck_assert_int_eq(fitscard_int(c, "DATE-OBS", 1, NULL), 0);
+    ck_assert_int_eq(fitscard_int(c, "A_B-9", 1, NULL), 0);
+}
+END_TEST
+
+/* ---- lists and whole headers ------------------------------------------------------------ */
+
+START_TEST(test_list)
+{
+    fitscard_list l;
+    fitscard_list_init(&l, 4);
+    ck_assert_int_eq(fitscard_list_int(&l, "NAXIS", 2, NULL), 0);
+    ck_assert_int_eq(fitscard_list_string(&l, "CTYPE1", "RA---TAN", 0, NULL), 0);
+    ck_assert_int_eq(fitscard_list_text(&l, "COMMENT hello"), 0);
+    ck_assert_int_eq(fitscard_list_real(&l, "CRVAL1", 1.5, 15, NULL), 0);
+    ck_assert_int_eq(l.n, 4);
+    ck_assert_uint_eq(strlen(l.cards), 320);
+    CARD_EQ(l.cards + 160, "COMMENT hello");
+    /* A fifth card is over the cap: refused, and so is everything after. */
+    ck_assert_int_eq(fitscard_list_logical(&l, "EXTEND", 1, NULL), TESS_ERANGE);
+    ck_assert_int_eq(fitscard_list_commentary(&l, "COMMENT", "x"), TESS_ERANGE);
+    ck_assert_int_eq(l.n, 4);
+    char *cards = (char *)1;
+    int n = 7;
+    ck_assert_int_eq(fitscard_list_take(&l, &cards, &n), TESS_ERANGE);
+    ck_assert_ptr_null(cards);
+    ck_assert_int_eq(n, 0);
+    ck_assert_ptr_null(l.cards);
+
+    /* A refused card sticks as TESS_EINVAL; the cards before it stay counted. */
+    fitscard_list_init(&l, 100);
+    fitscard_list_int(&l, "A", 1, NULL);
+    ck_assert_int_eq(fitscard_list_real(&l, "B", NAN, 15, NULL), TESS_EINVAL);
+    ck_assert_int_eq(fitscard_list_int(&l, "C", 3, NULL), TESS_EINVAL);
+    ck_assert_int_eq(l.n, 1);
+    fitscard_list_release(&l);
+    ck_assert_int_eq(l.rc, 0);
+
+    /* Ready cards, growth past the first allocation, and the handover. */
+    fitscard_list_init(&l, 1000);
+    char card[80];
+    fitscard_int(card, "NAXIS1", 7, NULL);
+    for (int i = 0; i < 300; i++)
+        ck_assert_int_eq(fitscard_list_cards(&l, card, 1), 0);
+    ck_assert_int_eq(fitscard_list_take(&l, &cards, &n), 0);
+    ck_assert_int_eq(n, 300);
+    ck_assert_uint_eq(strlen(cards), 300 * 80);
+    CARD_EQ(cards + 299 * 80, "NAXIS1  =                    7");
+    ck_assert_int_eq(l.n, 0);
+    ck_assert_ptr_null(l.cards);
+    free(cards);
+    /* An empty list hands over an empty string. */
+    ck_assert_int_eq(fitscard_list_take(&l, &cards, &n), 0);
+    ck_assert_str_eq(cards, "");
+    ck_assert_int_eq(n, 0);
+    free(cards);
+}
+END_TEST
+
+START_TEST(test_header_blocks)
+{
+    ck_assert_uint_eq(fitscard_header_size(0), 2880);
+    ck_assert_uint_eq(fitscard_header_size(35), 2880);
+    ck_assert_uint_eq(fitscard_header_size(36), 5760);
+    ck_assert_uint_eq(fitscard_header_size(71), 5760);
+    ck_assert_uint_eq(fitscard_header_size(72), 8640);
+    char cards[2 * 80 + 1];
+    fitscard_logical(cards, "SIMPLE", 1, NULL);
+    fitscard_int(cards + 80, "NAXIS", 0, NULL);
+    cards[160] = '\0';
+    char h[2880];
+    memset(h, 'x', sizeof h);
+    fitscard_header_write(h, cards, 2);
+    ck_assert_int_eq(memcmp(h, cards, 160), 0);
+    CARD_EQ(h + 160, "END");
+    for (size_t i = 240; i < sizeof h; i++)
+        ck_assert(h[i] == ' ');
+}
+END_TEST
+
+/* ---- lookups and the structural rule ----------------------------------------------------- */
+
+START_TEST(test_get)
+{
+    const char *lines[] = {
+        "OBJECT  = 'O''HARA  '           / a quote inside",
+        "EXPTIME =                 30.5 / seconds",
+        "HISTORY   made by hand  ",
+        "UNDEF   =",
+        "NAXIS1  = 100",
+        "NAXIS1  = 200",
+        "LONGKEY1= 'x'",
+        NULL,
+    };
+    int n = 0;
+    char *cards = tt_make_cards(lines, &n);
+    char v[80];
+    ck_assert_int_eq(fitscard_get(cards, n, "OBJECT", v, sizeof v), 1);
+    ck_assert_str_eq(v, "O'HARA");
+    ck_assert_int_eq(fitscard_get(cards, n, "EXPTIME", v, sizeof v), 1);
+    ck_assert_str_eq(v, "30.5");
+    ck_assert_int_eq(fitscard_get(cards, n, "HISTORY", v, sizeof v), 1);
+    ck_assert_str_eq(v, "made by hand");
+    ck_assert_int_eq(fitscard_get(cards, n, "UNDEF", v, sizeof v), 1);
+    ck_assert_str_eq(v, "");
+    ck_assert_int_eq(fitscard_get(cards, n, "NAXIS1", v, sizeof v), 1);   /* the first */
+    ck_assert_str_eq(v, "100");
+    ck_assert_int_eq(fitscard_get(cards, n, "LONGKEY1", v, sizeof v), 1);
+    ck_assert_str_eq(v, "x");
+    char small[4];
+    ck_assert_int_eq(fitscard_get(cards, n, "OBJECT", small, sizeof small), 1);
+    ck_assert_str_eq(small, "O'H");
+    ck_assert_int_eq(fitscard_get(cards, n, "OBJEC", v, sizeof v), 0);
+    ck_assert_int_eq(fitscard_get(cards, n, "NAXIS", v, sizeof v), 0);
+    ck_assert_int_eq(fitscard_get(cards, n, "LONGKEY12", v, sizeof v), 0);
+    ck_assert_int_eq(fitscard_get(cards, n, "", v, sizeof v), 0);
+    ck_assert_int_eq(fitscard_get(NULL, 0, "OBJECT", v, sizeof v), 0);
+    ck_assert_int_eq(fitscard_key_is(cards, "OBJECT"), 1);
+    ck_assert_int_eq(fitscard_key_is(cards, "OBJ"), 0);
+    ck_assert_int_eq(fitscard_key_is(cards + 6 * 80, "LONGKEY1"), 1);
+    free(cards);
+}
+END_TEST
+
+START_TEST(test_structural)
+{
+    static const char *const yes[] = {
+        "SIMPLE  =                    T", "XTENSION= 'IMAGE   '", "END", "BITPIX  = -32",
+        "NAXIS   = 2", "NAXIS1  = 10", "NAXIS999= 1", "EXTEND  = T", "PCOUNT  = 0",
+        "GCOUNT  = 1", "BSCALE  = 1.0", "BZERO   = 32768", "BLANK   = -1",
+        "CHECKSUM= 'abc'", "DATASUM = '1'", "EXTNAME = 'SCI'", "DATAMIN = 3759",
+        "DATAMAX = 22918",
+    };
+    static const char *const no[] = {
+        "BUNIT   = 'Jy'", "WCSAXES = 2", "NAXISX  = 1", "NAXIS1A = 1", "SIMPLEX = T",
+        "ENDX", "EXTNAMES= 'x'", "COMMENT   FITS (Flexible Image Transport System)",
+        "HISTORY x", "", "CTYPE1  = 'RA---TAN'", "CRPIX1  = 1", "DATE-OBS= '2000'",
+    };
+    char c[80];
+    for (size_t i = 0; i < sizeof yes / sizeof yes[0]; i++) {
+        fitscard_from_text(c, yes[i], strlen(yes[i]));
+        ck_assert_msg(fitscard_is_structural(c), "%s is structural", yes[i]);
+    }
+    for (size_t i = 0; i < sizeof no / sizeof no[0]; i++) {
+        fitscard_from_text(c, no[i], strlen(no[i]));
+        ck_assert_msg(!fitscard_is_structural(c), "%s is not structural", no[i]);
+    }
+}
+END_TEST
+
+/* ---- header text --------------------------------------------------------------------------- */
+
+static int parse(const char *text, size_t len, int max, char **cards, int *n, char *err)
+{
+    return fitscard_parse(text, len, max, cards, n, err, 256);
+}
+
+START_TEST(test_parse_text)
+{
+    const char *text = "NAXIS   =                    2\r\n"
+                       "NAXIS1  =                  400\n"
+                       "\n"
+                       "        \n"
+                       "CTYPE1  = 'RA---TAN'\n"
+                       "END     \n"
+                       "IGNORED = 1\n";
+    char *cards, err[256];
+    int n;
+    ck_assert_int_eq(parse(text, strlen(text), 100, &cards, &n, err), 0);
+    ck_assert_int_eq(n, 3);   /* the empty and the blank line dropped, END stops */
+    ck_assert_uint_eq(strlen(cards), 240);
+    CARD_EQ(cards, "NAXIS   =                    2");
+    CARD_EQ(cards + 80, "NAXIS1  =                  400");
+    CARD_EQ(cards + 160, "CTYPE1  = 'RA---TAN'");
+    free(cards);
+    /* The last line may lack its newline; a D exponent is a number. */
+    const char *last = "CDELT1  = -1.5D-3\nCRVAL1  = 10";
+    ck_assert_int_eq(parse(last, strlen(last), 100, &cards, &n, err), 0);
+    ck_assert_int_eq(n, 2);
+    CARD_EQ(cards + 80, "CRVAL1  = 10");
+    free(cards);
+    /* A text header that starts with SIMPLE, 80 columns a line (astropy's
+     * Header.totextfile): text, not a FITS file, however long. */
+    char simple[40 * 81 + 1];
+    size_t sl = 0;
+    for (int k = 0; k < 40; k++)
+        sl += (size_t)snprintf(simple + sl, sizeof simple - sl, "%-80s\n",
+                               k == 0 ? "SIMPLE  =                    T"
+                               : k == 39 ? "END" : "COMMENT   filler");
+    ck_assert(!fitscard_text_is_fits(simple, sl));
+    ck_assert_int_eq(parse(simple, sl, 100, &cards, &n, err), 0);
+    ck_assert_int_eq(n, 39);
+    free(cards);
+}
+END_TEST
+
+/* Raw cards without newlines, and a whole FITS file whose data hold newlines and bytes
+ * that are not text: the header is read to END, the data are not. */
+START_TEST(test_parse_raw_and_fits)
+{
+    char raw[3 * 80 + 1];
+    memset(raw, ' ', 240);
+    memcpy(raw, "NAXIS   =                    2", 30);
+    /* card 2 blank: dropped */
+    memcpy(raw + 160, "END", 3);
+    raw[240] = '\0';
+    char *cards, err[256];
+    int n;
+    ck_assert_int_eq(parse(raw, 240, 100, &cards, &n, err), 0);
+    ck_assert_int_eq(n, 1);
+    free(cards);
+
+    size_t len = 2 * 2880;
+    char *file = malloc(len);
+    memset(file, ' ', 2880);
+    fitscard_logical(file, "SIMPLE", 1, NULL);
+    fitscard_int(file + 80, "BITPIX", 8, NULL);
+    fitscard_int(file + 160, "NAXIS", 1, NULL);
+    fitscard_int(file + 240, "NAXIS1", 2880, NULL);
+    fitscard_from_text(file + 320, "END", 3);
+    for (size_t i = 2880; i < len; i++)
+        file[i] = (char)(i % 256);   /* '\n', NUL, 0xff ... */
+    ck_assert(fitscard_text_is_fits(file, len));
+    ck_assert_int_eq(parse(file, len, 100, &cards, &n, err), 0);
+    ck_assert_int_eq(n, 4);
+    CARD_EQ(cards + 240, "NAXIS1  =                 2880");
+    free(cards);
+    /* Not a whole number of cards. */
+    ck_assert_int_eq(parse(file, len - 7, 100, &cards, &n, err), TESS_EINVAL);
+    ck_assert_ptr_nonnull(strstr(err, "not a whole number of cards"));
+    ck_assert_ptr_null(cards);
+    free(file);
+}
+END_TEST
+
+START_TEST(test_parse_refusals)
+{
+    char *cards = (char *)1, err[256];
+    int n = 5;
+    static const struct { const char *text; const char *why; } bad[] = {
+        { "CTYPE1  = 'RA---TAN'", "without newlines" },          /* 20 bytes, no newline */
+        { "", "no cards" },
+        { "\n\n  \n", "no cards" },
+        { "END\nNAXIS = 1\n", "no cards" },
+        { "NAXIS   = 2\x01\n", "non-printable" },
+        { "NAXIS   = 2\n\tNAXIS1 = 3\n", "line 2 has a non-printable" },
+        { "OBJECT  = 'x'\r\r\n", "non-printable" },
+        { "CRVAL1  = NaN\n", "line 1: CRVAL1   must be a finite number, got 'NaN'" },
+        { "CD1_1   = 1e999\n", "got '1e999'" },
+        { "CRPIX1  = 'text'\n", "must be a finite number" },
+        { "NAXIS1  =\n", "must be a finite number" },
+        { "A = 1\nLONPOLEA= inf\n", "line 2: LONPOLEA" },
+        { "PV2_1   = 1.0 2.0\n", "must be a finite number" },
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        err[0] = '\0';
+        ck_assert_msg(parse(bad[i].text, strlen(bad[i].text), 100, &cards, &n, err) ==
+                      TESS_EINVAL, "case %zu accepted", i);
+        ck_assert_msg(strstr(err, bad[i].why) != NULL, "case %zu: '%s' lacks '%s'", i, err,
+                      bad[i].why);
+        ck_assert_ptr_null(cards);
+        ck_assert_int_eq(n, 0);
+    }
+    /* A line of 81 characters; raw cards of 79. */
+    char wide[90];
+    snprintf(wide, sizeof wide, "%-81s\n", "COMMENT");
+    ck_assert_int_eq(parse(wide, strlen(wide), 100, &cards, &n, err), TESS_EINVAL);
+    ck_assert_ptr_nonnull(strstr(err, "line 1 is 81 characters long"));
+    char raw79[79 * 3];
+    memset(raw79, 'X', sizeof raw79);
+    ck_assert_int_eq(parse(raw79, sizeof raw79, 100, &cards, &n, err), TESS_EINVAL);
+    /* More cards than allowed. */
+    const char *many = "A = 1\nB = 2\nC = 3\n";
+    ck_assert_int_eq(parse(many, strlen(many), 2, &cards, &n, err), TESS_EINVAL);
+    ck_assert_ptr_nonnull(strstr(err, "more than 2 cards"));
+    ck_assert_int_eq(parse(many, strlen(many), 3, &cards, &n, err), 0);
+    free(cards);
+    /* A non-numeric value is fine on a keyword that is not a numeric WCS one. */
+    const char *other = "CTYPE1  = NaN\nCRVAL1A = 1.5\nNAXIS   = 2\n";
+    ck_assert_int_eq(parse(other, strlen(other), 10, &cards, &n, err), 0);
+    ck_assert_int_eq(n, 3);
+    free(cards);
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("fitscard");
+    TCase *tc = tcase_create("core");
+    tcase_add_test(tc, test_logical_and_integer);
+    tcase_add_test(tc, test_real);
+    tcase_add_test(tc, test_string);
+    tcase_add_test(tc, test_string_cut);
+    tcase_add_test(tc, test_commentary_and_text);
+    tcase_add_test(tc, test_bad_keywords);
+    tcase_add_test(tc, test_list);
+    tcase_add_test(tc, test_header_blocks);
+    tcase_add_test(tc, test_get);
+    tcase_add_test(tc, test_structural);
+    tcase_add_test(tc, test_parse_text);
+    tcase_add_test(tc, test_parse_raw_and_fits);
+    tcase_add_test(tc, test_parse_refusals);
+    suite_add_tcase(s, tc);
+    return tt_run_suite(s);
+}

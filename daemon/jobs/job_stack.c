@@ -4,6 +4,7 @@
 #include "engine/image/chunkstore.h"
 #include "engine/fits/fitscard.h"
 #include "engine/fits/fitsimg.h"
+#include "engine/fits/fitswrite.h"
 #include "engine/image/render.h"
 #include "engine/image/stack.h"
 #include "engine/image/zreduce.h"
@@ -13,7 +14,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <fftw3.h>
-#include <fitsio.h>
 #include <limits.h>
 #include <math.h>
 #include <pthread.h>
@@ -255,80 +255,33 @@ static int fits_out_create(const char *path, cs_dtype t, int bitpix, int naxis, 
                            const dataset *wcs_from, const char *const *cards,
                            long long *datastart, char *err, size_t errlen)
 {
-    char name[PATH_MAX + 2];
-    snprintf(name, sizeof name, "!%s", path);
-    fitsfile *f = NULL;
-    int st = 0;
-    long nax[3] = {naxes[0], naxis > 1 ? naxes[1] : 1, naxis > 2 ? naxes[2] : 1};
-    fitsimg_cfitsio_lock();
-    fits_create_file(&f, name, &st);
-    fits_create_img(f, bitpix, naxis, nax, &st);
-    if (bitpix == 16 && t == CS_U16) {
-        double one = 1, bz = 32768;
-        fits_write_key(f, TDOUBLE, "BSCALE", &one, NULL, &st);
-        fits_write_key(f, TDOUBLE, "BZERO", &bz, NULL, &st);
-    }
+    fitscard_list h;
+    fitscard_list_init(&h, 100000);
     if (wcs_from && wcs_from->header) {
-        char card[81];
-        for (int i = 0; i < wcs_from->nkeys && !st; i++) {
-            memcpy(card, wcs_from->header + 80 * i, 80);
-            card[80] = 0;
-            if (spatial_card(card))
-                fits_write_record(f, card, &st);
-        }
+        for (int i = 0; i < wcs_from->nkeys; i++)
+            if (spatial_card(wcs_from->header + 80 * i))
+                fitscard_list_cards(&h, wcs_from->header + 80 * i, 1);
     }
-    for (int i = 0; cards && cards[i] && !st; i++)
-        fits_write_record(f, cards[i], &st);
-    fits_close_file(f, &st);
-    LONGLONG hs = 0, ds = 0, de = 0;
-    if (!st) {
-        f = NULL;
-        fits_open_file(&f, path, READONLY, &st);
-        fits_get_hduaddrll(f, &hs, &ds, &de, &st);
-        int st2 = 0;
-        if (f)
-            fits_close_file(f, &st2);
-    }
-    char msg[FLEN_ERRMSG] = "";
-    if (st)
-        fits_get_errstatus(st, msg);
-    fitsimg_cfitsio_unlock();
-    if (st) {
-        tess_seterr(err, errlen, "cannot create %s: %s", path, msg);
-        return TESS_EIO;
-    }
-    long long nbytes = (long long)nax[0] * nax[1] * nax[2] * (llabs(bitpix) / 8);
-    long long size = ds + (nbytes + 2879) / 2880 * 2880;
-    if (truncate(path, (off_t)size) != 0) {
-        tess_seterr(err, errlen, "cannot size %s: %s", path, strerror(errno));
-        return TESS_EIO;
-    }
-    *datastart = ds;
-    return 0;
+    for (int i = 0; cards && cards[i]; i++)
+        fitscard_list_text(&h, cards[i]);
+    fitswrite_image im = { .bitpix = bitpix, .naxis = naxis, .naxes = { naxes[0],
+                           naxis > 1 ? naxes[1] : 1, naxis > 2 ? naxes[2] : 1 },
+                           .scaled = bitpix == 16 && t == CS_U16, .bscale = 1, .bzero = 32768,
+                           .cards = h.cards, .ncards = h.n };
+    int rc = h.rc;
+    if (rc)
+        tess_seterr(err, errlen, "cannot create %s: out of memory", path);
+    else
+        rc = fitswrite_file(path, &im, datastart, err, errlen);
+    fitscard_list_release(&h);
+    return rc;
 }
 
 /* Big-endian FITS encoding of n values of type t (as fits_bitpix(t)); u2 is stored as
  * value - 32768 (BZERO 32768). */
 static void fits_encode(cs_dtype t, const double *v, unsigned char *dst, long n)
 {
-    for (long i = 0; i < n; i++) {
-        if (t == CS_U8) {
-            dst[i] = (unsigned char)lrint(v[i]);
-        } else if (t == CS_U16 || t == CS_I16) {
-            long q = lrint(v[i]) - (t == CS_U16 ? 32768 : 0);
-            uint16_t u = (uint16_t)(int16_t)q;
-            dst[2 * i] = (unsigned char)(u >> 8);
-            dst[2 * i + 1] = (unsigned char)(u & 0xff);
-        } else {
-            float f = (float)v[i];
-            uint32_t u;
-            memcpy(&u, &f, 4);
-            dst[4 * i] = (unsigned char)(u >> 24);
-            dst[4 * i + 1] = (unsigned char)(u >> 16);
-            dst[4 * i + 2] = (unsigned char)(u >> 8);
-            dst[4 * i + 3] = (unsigned char)u;
-        }
-    }
+    fitswrite_encode(fits_bitpix(t), t == CS_U16 ? 32768.0 : 0.0, v, dst, n);
 }
 
 static void be_float(float f, unsigned char *dst)
@@ -884,12 +837,12 @@ static int ps_plan(const json_t *body, const job_env *env, const char *workdir, 
     }
     rc = transpose_init(&s->t, d, 4, direct, src, workdir, err, errlen);
     if (!rc && fresh) {
-        char c_src[81], c_unit[81];
-        snprintf(c_src, sizeof c_src, "PSSOURCE= '%-.60s'", d->name);
+        char c_src[81] = "", c_unit[81] = "", unit[48];
+        fitscard_string(c_src, "PSSOURCE", d->name, 0, NULL);
+        snprintf(unit, sizeof unit, "(%.40s)**2", d->bunit);
         if (d->bunit[0])
-            snprintf(c_unit, sizeof c_unit, "BUNIT   = '(%.40s)**2'", d->bunit);
-        else
-            c_unit[0] = 0;
+            fitscard_string(c_unit, "BUNIT", unit, 0, NULL);
+        c_src[80] = c_unit[80] = '\0';
         const char *cards[] = {
             "COMMENT Power spectrum along z of each pixel: plane k = |FFT(series)[k]|^2,",
             "COMMENT k = 0..NAXIS3-1 cycles per NAXIS3 samples, no mean removal, no window",
@@ -909,21 +862,7 @@ static int ps_plan(const json_t *body, const job_env *env, const char *workdir, 
         if (!rc)
             rc = touch_marker(workdir, err, errlen);
     } else if (!rc) {
-        fitsfile *f = NULL;
-        int st = 0;
-        LONGLONG hs = 0, ds = 0, de = 0;
-        fitsimg_cfitsio_lock();
-        fits_open_file(&f, s->out_path, READONLY, &st);
-        fits_get_hduaddrll(f, &hs, &ds, &de, &st);
-        int st2 = 0;
-        if (f)
-            fits_close_file(f, &st2);
-        fitsimg_cfitsio_unlock();
-        if (st) {
-            tess_seterr(err, errlen, "cannot read %s again", s->out_path);
-            rc = TESS_EIO;
-        }
-        s->datastart = ds;
+        rc = fitsimg_data_offset(s->out_path, 0, &s->datastart, err, errlen);
     }
     if (!rc) {
         int n = (int)d->nz;
@@ -1147,10 +1086,12 @@ static int recenter_plan(const json_t *body, const job_env *env, const char *wor
         return TESS_EINVAL;
     }
     if (!marker_exists(workdir)) {
-        char c_src[81], c_w[81];
-        snprintf(c_src, sizeof c_src, "RCSOURCE= '%-.60s'", d->name);
-        snprintf(c_w, sizeof c_w, "COMMENT Frames cropped around their intensity centroid, %ldx%ld",
+        char c_src[81], c_w[81], text[72];
+        fitscard_string(c_src, "RCSOURCE", d->name, 0, NULL);
+        snprintf(text, sizeof text, "Frames cropped around their intensity centroid, %ldx%ld",
                  s->w, s->h);
+        fitscard_commentary(c_w, "COMMENT", text);
+        c_src[80] = c_w[80] = '\0';
         const char *cards[] = {c_w, "COMMENT Crop origins (0-based) in the ORIGINS table", c_src,
                                NULL};
         long naxes[3] = {s->w, s->h, d->nz};
@@ -1167,21 +1108,7 @@ static int recenter_plan(const json_t *body, const job_env *env, const char *wor
         if (!rc)
             rc = touch_marker(workdir, err, errlen);
     } else {
-        fitsfile *f = NULL;
-        int st = 0;
-        LONGLONG hs = 0, ds = 0, de = 0;
-        fitsimg_cfitsio_lock();
-        fits_open_file(&f, s->out_path, READONLY, &st);
-        fits_get_hduaddrll(f, &hs, &ds, &de, &st);
-        int st2 = 0;
-        if (f)
-            fits_close_file(f, &st2);
-        fitsimg_cfitsio_unlock();
-        if (st) {
-            tess_seterr(err, errlen, "cannot read %s again", s->out_path);
-            rc = TESS_EIO;
-        }
-        s->datastart = ds;
+        rc = fitsimg_data_offset(s->out_path, 0, &s->datastart, err, errlen);
     }
     if (rc) {
         free(s);
@@ -1328,8 +1255,13 @@ static int recenter_finish(void *state, const char *tmp_path, job_product *prod,
     close(fd);
     long *frame = malloc(sizeof(long) * (size_t)nz * 3);
     double *c = malloc(sizeof(double) * (size_t)nz * 2);
-    int st = 0;
-    if (frame && c) {
+    int rc = frame && c ? 0 : TESS_ENOMEM;
+    if (rc)
+        tess_seterr(err, errlen, "out of memory");
+    fitswrite *f = NULL;
+    if (!rc)
+        rc = fitswrite_open_file(s->out_path, &f, err, errlen);
+    if (!rc && fitswrite_nhdu(f) < 2) {   /* not yet added (finish may run again after a crash) */
         for (long z = 0; z < nz; z++) {
             frame[z] = z;
             frame[nz + z] = (long)rec[z].x0;
@@ -1337,39 +1269,32 @@ static int recenter_finish(void *state, const char *tmp_path, job_product *prod,
             c[z] = rec[z].cx;
             c[nz + z] = rec[z].cy;
         }
-        char *ttype[] = {"FRAME", "X0", "Y0", "CX", "CY"};
-        char *tform[] = {"1J", "1J", "1J", "1D", "1D"};
-        char *tunit[] = {"", "pixel", "pixel", "pixel", "pixel"};
-        fitsfile *f = NULL;
-        fitsimg_cfitsio_lock();
-        fits_open_file(&f, s->out_path, READWRITE, &st);
-        fits_movabs_hdu(f, 1, NULL, &st);
-        int nhdu = 0;
-        fits_get_num_hdus(f, &nhdu, &st);
-        if (!st && nhdu < 2) {   /* not yet added (finish may run again after a crash) */
-            fits_create_tbl(f, BINARY_TBL, nz, 5, ttype, tform, tunit, "ORIGINS", &st);
-            fits_write_col(f, TLONG, 1, 1, 1, nz, frame, &st);
-            fits_write_col(f, TLONG, 2, 1, 1, nz, frame + nz, &st);
-            fits_write_col(f, TLONG, 3, 1, 1, nz, frame + 2 * nz, &st);
-            fits_write_col(f, TDOUBLE, 4, 1, 1, nz, c, &st);
-            fits_write_col(f, TDOUBLE, 5, 1, 1, nz, c + nz, &st);
-            fits_write_comment(f, "0-based crop origin and intensity centroid of each frame",
-                               &st);
+        const fitswrite_column cols[] = {
+            {"FRAME", "1J", "", frame, NULL},
+            {"X0", "1J", "pixel", frame + nz, NULL},
+            {"Y0", "1J", "pixel", frame + 2 * nz, NULL},
+            {"CX", "1D", "pixel", NULL, c},
+            {"CY", "1D", "pixel", NULL, c + nz},
+        };
+        char note[80];
+        fitscard_commentary(note, "COMMENT", "0-based crop origin and intensity centroid of "
+                            "each frame");
+        rc = fitswrite_table_hdu(f, "ORIGINS", nz, 5, cols, note, 1, err, errlen);
+    }
+    if (f) {
+        char cerr[256];
+        int crc = fitswrite_close(f, cerr, sizeof cerr);
+        if (!rc && crc) {
+            tess_seterr(err, errlen, "%s", cerr);
+            rc = crc;
         }
-        int st2 = 0;
-        if (f)
-            fits_close_file(f, st ? &st2 : &st);
-        fitsimg_cfitsio_unlock();
     }
     free(frame);
     free(c);
     free(rec);
-    if (st || !frame || !c) {
-        tess_seterr(err, errlen, "cannot write the ORIGINS table of %s (cfitsio %d)", s->out_path,
-                    st);
-        return TESS_EIO;
-    }
-    int rc = move_file(s->out_path, tmp_path, err, errlen);
+    if (rc)
+        return rc;
+    rc = move_file(s->out_path, tmp_path, err, errlen);
     if (rc)
         return rc;
     memset(prod, 0, sizeof *prod);

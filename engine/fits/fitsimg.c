@@ -273,6 +273,81 @@ out:
     return rc;
 }
 
+int fitsimg_read_cards(const char *path, int hdu, int max_cards, char **cards, int *n,
+                       char *err, size_t errlen)
+{
+    *cards = NULL;
+    *n = 0;
+    FILE *fp = fopen(path, "rb");
+    if (!fp) {
+        tess_seterr(err, errlen, "cannot open %s: %s", path, strerror(errno));
+        return TESS_EIO;
+    }
+    size_t cap = max_cards > 0 ? (size_t)max_cards * 82 : 82, len = 0;
+    if (cap < FITSCARD_BLOCK)
+        cap = FITSCARD_BLOCK;
+    char *text = malloc(cap);
+    if (!text) {
+        fclose(fp);
+        tess_seterr(err, errlen, "out of memory reading %s", path);
+        return TESS_ENOMEM;
+    }
+    len = fread(text, 1, FITSCARD_BLOCK, fp);
+    int rc = 0;
+    if (len >= 9 && strncmp(text, "SIMPLE  =", 9) == 0 && !memchr(text, '\n', len)) {
+        fitsimg_info info;
+        rc = fitsimg_read_info(path, hdu, &info, err, errlen);
+        if (rc == 0) {
+            *cards = info.header;
+            *n = info.nkeys;
+            info.header = NULL;
+            fitsimg_info_release(&info);
+        }
+    } else {
+        if (len == FITSCARD_BLOCK)
+            len += fread(text + len, 1, cap - len, fp);
+        if (ferror(fp)) {
+            tess_seterr(err, errlen, "cannot read %s: %s", path, strerror(errno));
+            rc = TESS_EIO;
+        } else if (len == cap && fgetc(fp) != EOF) {
+            tess_seterr(err, errlen, "%s: longer than the %zu bytes of a text header of %d "
+                        "cards", path, cap, max_cards);
+            rc = TESS_EINVAL;
+        } else {
+            char why[200];
+            rc = fitscard_parse(text, len, max_cards, cards, n, why, sizeof why);
+            if (rc)
+                tess_seterr(err, errlen, "%s: %s", path, why);
+        }
+    }
+    free(text);
+    fclose(fp);
+    return rc;
+}
+
+int fitsimg_data_offset(const char *path, int hdu, long long *offset, char *err,
+                        size_t errlen)
+{
+    *offset = 0;
+    fitsimg_cfitsio_lock();
+    fitsfile *f = NULL;
+    int rc = open_image_hdu(path, hdu, &f, err, errlen);
+    if (rc == 0) {
+        int status = 0;
+        LONGLONG head = 0, data = 0, end = 0;
+        if (fits_get_hduaddrll(f, &head, &data, &end, &status)) {
+            set_cfitsio_err(err, errlen, "cannot read the HDU addresses of", path, status);
+            rc = TESS_EIO;
+        } else {
+            *offset = (long long)data;
+        }
+        status = 0;
+        fits_close_file(f, &status);
+    }
+    fitsimg_cfitsio_unlock();
+    return rc;
+}
+
 void fitsimg_info_release(fitsimg_info *info)
 {
     if (!info)

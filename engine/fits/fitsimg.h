@@ -34,6 +34,22 @@ int fitsimg_read_info(const char *path, int hdu, fitsimg_info *info, char *err, 
 /* Frees what fitsimg_read_info allocated.  Cannot fail. */
 void fitsimg_info_release(fitsimg_info *info);
 
+/* The header cards of a target description at `path`: the header of HDU `hdu` (0-based,
+ * an image) when the file is a FITS file (its first 2880 bytes start with a SIMPLE card
+ * and hold no line feed, as fitscard_text_is_fits), else the file's text parsed by
+ * fitscard_parse (`hdu` then unused), read up to max_cards * 82 bytes.  *cards is
+ * malloc'd (80-character cards, NUL-terminated, no END) and *n set.  Returns 0,
+ * TESS_EIO (cannot open or read), TESS_EINVAL (not an image HDU, bad header text),
+ * TESS_ENOMEM, with `err`; on error *cards is NULL. */
+int fitsimg_read_cards(const char *path, int hdu, int max_cards, char **cards, int *n,
+                       char *err, size_t errlen);
+
+/* The byte offset in the file at `path` of the data unit of HDU `hdu` (0-based, an
+ * image): where its first pixel is.  Returns 0 and *offset, or TESS_EIO / TESS_EINVAL
+ * with `err`. */
+int fitsimg_data_offset(const char *path, int hdu, long long *offset, char *err,
+                        size_t errlen);
+
 /* Reads a w x h region of plane z (all 0-based; x0 column, y0 row counted from FITS row 1)
  * of HDU `hdu` as physical values (BSCALE*stored+BZERO) in double precision.  Integer
  * pixels equal to BLANK and float NaNs become NaN.  `out` receives w*h values, row-major,
@@ -69,10 +85,10 @@ int fitsimg_check_scaling(int bitpix, double bscale, double bzero, char *err, si
  * written as a real of 15 significant digits (fitscard_real).  Cannot fail. */
 void fitsimg_header_shift(char *header, int nkeys, const double *shift, int nshift);
 
-/* Serialises cfitsio for modules that call it directly (engine/image/encode.c, and any
- * other reader of FITS files): takes a process-wide mutex when the linked cfitsio was
- * built without thread support (fits_is_reentrant() == 0) and does nothing when it
- * was (Debian's libcfitsio is).  Each lock must be paired with an unlock on the same
+/* Serialises cfitsio for modules that call it directly (engine/fits/fitswrite.c, and any
+ * other reader or writer of FITS files): takes a process-wide mutex when the linked
+ * cfitsio was built without thread support (fits_is_reentrant() == 0) and does nothing
+ * when it was (Debian's libcfitsio is).  Each lock must be paired with an unlock on the same
  * thread, and the pair must not nest.  Cannot fail. */
 void fitsimg_cfitsio_lock(void);
 void fitsimg_cfitsio_unlock(void);

@@ -12,6 +12,7 @@
 #include "engine/base/buf.h"
 #include "engine/base/error.h"
 #include "engine/fits/fitscard.h"
+#include "engine/fits/fitswrite.h"
 
 #define DEG2RAD (M_PI / 180.0)
 #define RAD2DEG (180.0 / M_PI)
@@ -763,15 +764,7 @@ static int encode_fits_f32(const double *data, long w, long h, const char *extra
     fitscard_header_write((char *)b, cards, k);
     free(cards);
     unsigned char *d = b + hlen;
-    for (size_t i = 0; i < n; i++) {
-        float f = (float)data[i];
-        uint32_t u;
-        memcpy(&u, &f, 4);
-        d[4 * i] = (unsigned char)(u >> 24);
-        d[4 * i + 1] = (unsigned char)(u >> 16);
-        d[4 * i + 2] = (unsigned char)(u >> 8);
-        d[4 * i + 3] = (unsigned char)u;
-    }
+    fitswrite_encode(-32, 0.0, data, d, (long)n);
     memset(d + dlen, 0, plen - dlen);
     *out = b;
     *outlen = hlen + plen;

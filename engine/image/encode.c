@@ -1,4 +1,4 @@
-/* Encoders of pixel arrays to response bytes: PNG (libpng), JPEG (libjpeg), FITS (cfitsio), NPY. */
+/* Encoders of pixel arrays to response bytes: PNG (libpng), JPEG (libjpeg), FITS (engine/fits/fitswrite), NPY. */
 #include "engine/image/encode.h"
 
 #include <limits.h>
@@ -8,12 +8,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include <fitsio.h>
 #include <jpeglib.h>
 #include <png.h>
 
-#include "engine/fits/fitscard.h"
-#include "engine/fits/fitsimg.h"
+#include "engine/fits/fitswrite.h"
 #include "engine/base/error.h"
 
 /* ---- PNG -------------------------------------------------------------------------- */
@@ -288,23 +286,9 @@ int jpeg_encode_rgb(const uint8_t *rgba, long w, long h, int quality, unsigned c
 
 /* ---- FITS ------------------------------------------------------------------------- */
 
-/* The two COMMENT cards that cfitsio (and astropy) put in every primary header, which
- * fits_create_img has already written: copied from a source header they would repeat. */
-static int is_standard_comment(const char *card)
-{
-    return memcmp(card, "COMMENT ", 8) == 0 &&
-           (strstr(card, "FITS (Flexible Image Transport System) format is") != NULL ||
-            strstr(card, "2001A&A...376..359H") != NULL);
-}
-
-static int fits_rc(int status)
-{
-    return status == MEMORY_ALLOCATION ? TESS_ENOMEM : TESS_EIO;
-}
-
-/* The file is written into a memory buffer that cfitsio grows with realloc; its
- * length is where the data of the last HDU end.  A card cfitsio refuses gives
- * TESS_EINVAL, size overflow TESS_ERANGE, memory TESS_ENOMEM, anything else TESS_EIO. */
+/* The file is written into a memory buffer (engine/fits/fitswrite.h) whose length is
+ * where the data of the last HDU end.  A card cfitsio refuses gives TESS_EINVAL, size
+ * overflow TESS_ERANGE, memory TESS_ENOMEM, anything else TESS_EIO. */
 int fits_encode_f64(const double *data, long w, long h, long nz,
                     const char *cards, int ncards, const double *footprint,
                     unsigned char **out, size_t *outlen)
@@ -327,74 +311,26 @@ int fits_encode_f64(const double *data, long w, long h, long nz,
     if (hdr_blocks > (SIZE_MAX - data_bytes - foot_bytes) / 2880)
         return TESS_ERANGE;
     size_t memsize = hdr_blocks * 2880 + data_bytes + foot_bytes;
-    /* Zeroed: cfitsio reads back blocks of the memory file before it has written them
-     * all (ffwend looks for END in the header space), and uninitialised bytes there are
-     * valgrind errors; a large calloc costs nothing extra (fresh zero pages). */
-    void *mem = calloc(1, memsize);
-    if (!mem)
-        return TESS_ENOMEM;
 
-    int status = 0, rc = 0;
-    fitsfile *f = NULL;
-    fitsimg_cfitsio_lock();
-    if (fits_create_memfile(&f, &mem, &memsize, 2880 * 64, realloc, &status)) {
-        rc = fits_rc(status);
-        goto done;
+    fitswrite *f = NULL;
+    int rc = fitswrite_new_mem(memsize, &f);
+    if (rc)
+        return rc;
+    char err[256];
+    fitswrite_image im = { .bitpix = -64, .naxis = nz == 1 ? 2 : 3, .naxes = { w, h, nz },
+                           .cards = cards, .ncards = ncards };
+    rc = fitswrite_image_hdu(f, &im, data, err, sizeof err);
+    if (!rc && footprint) {
+        fitswrite_image fp = { .bitpix = -64, .naxis = 2, .naxes = { w, h },
+                               .extname = "FOOTPRINT",
+                               .extname_comment = "weight of the input in each pixel" };
+        rc = fitswrite_image_hdu(f, &fp, footprint, err, sizeof err);
     }
-    long naxes[3] = {w, h, nz};
-    if (fits_create_img(f, DOUBLE_IMG, nz == 1 ? 2 : 3, naxes, &status)) {
-        rc = fits_rc(status);
-        goto done;
+    if (rc) {
+        fitswrite_close(f, NULL, 0);
+        return rc;
     }
-    for (int i = 0; i < ncards; i++) {
-        char card[81];
-        memcpy(card, cards + (size_t)i * 80, 80);
-        card[80] = '\0';
-        if (fitscard_is_structural(card) || is_standard_comment(card))
-            continue;
-        if (fits_write_record(f, card, &status)) {
-            rc = status == MEMORY_ALLOCATION ? TESS_ENOMEM : TESS_EINVAL;
-            goto done;
-        }
-    }
-    if (fits_write_img(f, TDOUBLE, 1, npix, (void *)data, &status)) {
-        rc = fits_rc(status);
-        goto done;
-    }
-    if (footprint) {
-        if (fits_create_img(f, DOUBLE_IMG, 2, naxes, &status) ||
-            fits_write_key(f, TSTRING, "EXTNAME", "FOOTPRINT", "weight of the input in each pixel",
-                           &status) ||
-            fits_write_img(f, TDOUBLE, 1, w * h, (void *)footprint, &status)) {
-            rc = fits_rc(status);
-            goto done;
-        }
-    }
-    LONGLONG headstart, datastart, dataend;
-    if (fits_flush_file(f, &status) ||
-        fits_get_hduaddrll(f, &headstart, &datastart, &dataend, &status)) {
-        rc = fits_rc(status);
-        goto done;
-    }
-    status = 0;
-    fits_close_file(f, &status);
-    f = NULL;
-    if (status || dataend <= 0 || (unsigned long long)dataend > memsize) {
-        rc = fits_rc(status);
-        goto done;
-    }
-    *out = mem;
-    *outlen = (size_t)dataend;
-    mem = NULL;
-
-done:
-    if (f) {
-        int st2 = 0;
-        fits_close_file(f, &st2);
-    }
-    fitsimg_cfitsio_unlock();
-    free(mem);
-    return rc;
+    return fitswrite_take(f, out, outlen);
 }
 
 /* ---- NPY -------------------------------------------------------------------------- */

@@ -1,4 +1,4 @@
-/* Encoders of pixel arrays to response bytes: PNG (libpng), JPEG (libjpeg), FITS (cfitsio), NPY. */
+/* Encoders of pixel arrays to response bytes: PNG (libpng), JPEG (libjpeg), FITS (engine/fits/fitswrite), NPY. */
 #ifndef TESSERA_IMAGEIO_ENCODE_H
 #define TESSERA_IMAGEIO_ENCODE_H
 

@@ -1,4 +1,4 @@
-/* Unit tests of engine/fits/fitscard: card formatting, lists, lookups, the structural rule, header text. */
+/* Unit tests of engine/fits/fitscard (card formatting, lists, lookups, the structural rule, header text) and of what engine/fits/fitswrite and fitsimg_read_cards add around them. */
 #include <check.h>
 #include <math.h>
 #include <stdio.h>
@@ -8,6 +8,8 @@
 
 #include "tests/testutil.h"
 #include "engine/fits/fitscard.h"
+#include "engine/fits/fitsimg.h"
+#include "engine/fits/fitswrite.h"
 #include "engine/base/error.h"
 
 /* Asserts that the 80 characters at `card` are `want` blank-padded to 80. */
@@ -468,6 +470,157 @@ START_TEST(test_parse_refusals)
 }
 END_TEST
 
+/* ---- around the cards: fitswrite and fitsimg_read_cards ------------------------------------- */
+
+START_TEST(test_encode)
+{
+    const double v[3] = { 0.0, 255.0, 65535.0 };
+    unsigned char b[24];
+    fitswrite_encode(8, 0.0, v, b, 2);
+    ck_assert(b[0] == 0 && b[1] == 255);
+    fitswrite_encode(16, 32768.0, v, b, 3);   /* unsigned 16-bit: stored = v - 32768 */
+    static const unsigned char u16[6] = { 0x80, 0x00, 0x80, 0xff, 0x7f, 0xff };
+    ck_assert_int_eq(memcmp(b, u16, 6), 0);
+    const double neg[2] = { -2.0, 2.4999 };
+    fitswrite_encode(16, 0.0, neg, b, 2);
+    static const unsigned char i16[4] = { 0xff, 0xfe, 0x00, 0x02 };
+    ck_assert_int_eq(memcmp(b, i16, 4), 0);
+    fitswrite_encode(32, 0.0, neg, b, 1);
+    static const unsigned char i32[4] = { 0xff, 0xff, 0xff, 0xfe };
+    ck_assert_int_eq(memcmp(b, i32, 4), 0);
+    const double one = 1.0;
+    fitswrite_encode(-32, 0.0, &one, b, 1);
+    static const unsigned char f32[4] = { 0x3f, 0x80, 0x00, 0x00 };
+    ck_assert_int_eq(memcmp(b, f32, 4), 0);
+    fitswrite_encode(-64, 0.0, &one, b, 1);
+    static const unsigned char f64[8] = { 0x3f, 0xf0, 0, 0, 0, 0, 0, 0 };
+    ck_assert_int_eq(memcmp(b, f64, 8), 0);
+}
+END_TEST
+
+/* A file made by fitswrite_file: the structural cards passed in are left out, the data
+ * unit is where fitsimg_data_offset says, and fitsimg_read_cards reads its header back;
+ * a text file of cards is parsed instead. */
+START_TEST(test_file_round_trip)
+{
+    char dir[256], path[512], text[512];
+    tt_tmpdir_make(dir, sizeof dir, "fitscard");
+    snprintf(path, sizeof path, "%s/u16.fits", dir);
+    snprintf(text, sizeof text, "%s/target.hdr", dir);
+    fitscard_list l;
+    fitscard_list_init(&l, 10);
+    fitscard_list_int(&l, "NAXIS1", 999, NULL);           /* structural: left out */
+    fitscard_list_string(&l, "EXTNAME", "SCI", 0, NULL);     /* structural: left out */
+    fitscard_list_string(&l, "CTYPE3", "FREQ", 0, NULL);
+    fitscard_list_commentary(&l, "COMMENT", "kept");
+    ck_assert_int_eq(l.rc, 0);
+    fitswrite_image im = { .bitpix = 16, .naxis = 3, .naxes = { 5, 4, 3 }, .scaled = 1,
+                           .bscale = 1.0, .bzero = 32768.0, .cards = l.cards, .ncards = l.n };
+    long long ds = -1, off = -1;
+    char err[256] = "";
+    ck_assert_msg(fitswrite_file(path, &im, &ds, err, sizeof err) == 0, "%s", err);
+    fitscard_list_release(&l);
+    ck_assert_int_eq(ds, 2880);
+    ck_assert_int_eq(fitsimg_data_offset(path, 0, &off, err, sizeof err), 0);
+    ck_assert_int_eq(off, ds);
+    fitsimg_info info;
+    ck_assert_msg(fitsimg_read_info(path, 0, &info, err, sizeof err) == 0, "%s", err);
+    ck_assert_int_eq(info.bitpix, 16);
+    ck_assert_double_eq(info.bzero, 32768.0);
+    ck_assert_int_eq(info.naxes[2], 3);
+    ck_assert_int_eq(info.file_size, 2 * 2880);
+    char v[80];
+    ck_assert_int_eq(fitscard_get(info.header, info.nkeys, "NAXIS1", v, sizeof v), 1);
+    ck_assert_str_eq(v, "5");
+    ck_assert_int_eq(fitscard_get(info.header, info.nkeys, "EXTNAME", v, sizeof v), 0);
+    ck_assert_int_eq(fitscard_get(info.header, info.nkeys, "CTYPE3", v, sizeof v), 1);
+    ck_assert_str_eq(v, "FREQ");
+    fitsimg_info_release(&info);
+
+    char *cards = NULL;
+    int n = 0;
+    ck_assert_msg(fitsimg_read_cards(path, 0, 100, &cards, &n, err, sizeof err) == 0, "%s",
+                  err);
+    ck_assert_int_eq(fitscard_get(cards, n, "BZERO", v, sizeof v), 1);
+    ck_assert_double_eq(atof(v), 32768.0);
+    free(cards);
+    ck_assert_int_eq(fitsimg_read_cards(path, 1, 100, &cards, &n, err, sizeof err),
+                     TESS_EINVAL);                           /* no HDU 1 */
+    ck_assert_ptr_null(cards);
+
+    FILE *f = fopen(text, "w");
+    ck_assert_ptr_nonnull(f);
+    fputs("SIMPLE  =                    T\nNAXIS   = 2\nNAXIS1  = 10\nEND\n", f);
+    fclose(f);
+    ck_assert_msg(fitsimg_read_cards(text, 5, 100, &cards, &n, err, sizeof err) == 0, "%s",
+                  err);
+    ck_assert_int_eq(n, 3);
+    free(cards);
+    ck_assert_int_eq(fitsimg_read_cards(text, 0, 2, &cards, &n, err, sizeof err),
+                     TESS_EINVAL);
+    ck_assert_ptr_nonnull(strstr(err, "target.hdr"));
+    snprintf(path, sizeof path, "%s/none.hdr", dir);
+    ck_assert_int_eq(fitsimg_read_cards(path, 0, 2, &cards, &n, err, sizeof err), TESS_EIO);
+    const char *names[] = { "u16.fits", "target.hdr" };
+    ck_assert_int_eq(tt_tmpdir_remove(dir, names, 2), 0);
+}
+END_TEST
+
+/* A FITS file in memory with a binary table after the image, read back by cfitsio's
+ * own reader through fitsimg. */
+START_TEST(test_memory_file_with_table)
+{
+    fitswrite *w = NULL;
+    ck_assert_int_eq(fitswrite_new_mem(0, &w), 0);
+    const double px[6] = { 1, 2, 3, 4, 5, NAN };
+    char card[80];
+    fitscard_commentary(card, "COMMENT", "FITS (Flexible Image Transport System) format is");
+    fitswrite_image im = { .bitpix = -64, .naxis = 2, .naxes = { 3, 2 }, .cards = card,
+                           .ncards = 1 };
+    char err[256] = "";
+    ck_assert_msg(fitswrite_image_hdu(w, &im, px, err, sizeof err) == 0, "%s", err);
+    const long iv[2] = { 7, -8 };
+    const double dv[2] = { 0.5, -0.25 };
+    const fitswrite_column cols[] = { { "N", "1J", "", iv, NULL },
+                                      { "X", "1D", "pixel", NULL, dv } };
+    ck_assert_msg(fitswrite_table_hdu(w, "T", 2, 2, cols, NULL, 0, err, sizeof err) == 0, "%s",
+                  err);
+    ck_assert_int_eq(fitswrite_nhdu(w), 2);
+    unsigned char *out = NULL;
+    size_t len = 0;
+    ck_assert_int_eq(fitswrite_take(w, &out, &len), 0);
+    ck_assert_uint_eq(len % 2880, 0);
+    ck_assert_uint_eq(len, 4 * 2880);   /* image header, data, table header, rows */
+    /* cfitsio wrote its standard comment; the copy passed in was left out. */
+    int seen = 0;
+    for (size_t i = 0; i + 80 <= 2880; i += 80) {
+        char c[81];
+        memcpy(c, out + i, 80);
+        c[80] = '\0';
+        seen += strstr(c, "FITS (Flexible Image Transport System)") != NULL;
+    }
+    ck_assert_int_eq(seen, 1);
+    long nx, ny;
+    double *back = tt_fits_mem_read((const char *)out, len, 1, &nx, &ny);
+    ck_assert_ptr_nonnull(back);
+    ck_assert_int_eq(nx, 3);
+    ck_assert_int_eq(ny, 2);
+    ck_assert_double_eq(back[4], 5.0);
+    ck_assert(isnan(back[5]));
+    free(back);
+    free(out);
+    /* A bad shape is refused before cfitsio sees it. */
+    ck_assert_int_eq(fitswrite_new_mem(0, &w), 0);
+    fitswrite_image bad = { .bitpix = 12, .naxis = 2, .naxes = { 3, 2 } };
+    ck_assert_int_eq(fitswrite_image_hdu(w, &bad, NULL, err, sizeof err), TESS_EINVAL);
+    bad.bitpix = 8;
+    bad.naxes[1] = 0;
+    ck_assert_int_eq(fitswrite_image_hdu(w, &bad, NULL, err, sizeof err), TESS_EINVAL);
+    ck_assert_int_eq(fitswrite_close(w, err, sizeof err), 0);
+    ck_assert_int_eq(fitswrite_close(NULL, err, sizeof err), 0);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("fitscard");
@@ -485,6 +638,9 @@ int main(void)
     tcase_add_test(tc, test_parse_text);
     tcase_add_test(tc, test_parse_raw_and_fits);
     tcase_add_test(tc, test_parse_refusals);
+    tcase_add_test(tc, test_encode);
+    tcase_add_test(tc, test_file_round_trip);
+    tcase_add_test(tc, test_memory_file_with_table);
     suite_add_tcase(s, tc);
     return tt_run_suite(s);
 }

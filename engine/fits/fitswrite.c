@@ -1,0 +1,361 @@
+/* Writing FITS files and memory buffers through cfitsio (fitswrite.h). */
+#include "engine/fits/fitswrite.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <fitsio.h>
+
+#include "engine/base/error.h"
+#include "engine/fits/fitscard.h"
+
+struct fitswrite {
+    fitsfile *f;
+    void *mem;          /* the buffer of a file in memory (cfitsio reallocs it), else NULL */
+    size_t memsize;
+    int in_memory;
+    char what[96];      /* the file named in messages */
+};
+
+static int fits_rc(int status)
+{
+    return status == MEMORY_ALLOCATION ? TESS_ENOMEM : TESS_EIO;
+}
+
+/* Writes "what: <cfitsio's text for status> (cfitsio status N)" into err (the text from
+ * fits_get_errstatus: cfitsio's message stack is shared by all threads). */
+static void set_err(char *err, size_t errlen, const char *what, const fitswrite *w, int status)
+{
+    char text[FLEN_STATUS];
+    fits_get_errstatus(status, text);
+    tess_seterr(err, errlen, "%s %s: %s (cfitsio status %d)", what, w->what, text, status);
+}
+
+int fitswrite_new_mem(size_t size_hint, fitswrite **out)
+{
+    *out = NULL;
+    fitswrite *w = calloc(1, sizeof *w);
+    if (!w)
+        return TESS_ENOMEM;
+    w->in_memory = 1;
+    snprintf(w->what, sizeof w->what, "a FITS file in memory");
+    w->memsize = size_hint ? size_hint : 64 * FITSCARD_BLOCK;
+    /* Zeroed: cfitsio reads back blocks of the memory file before it has written them
+     * all (ffwend looks for END in the header space), and uninitialised bytes there are
+     * valgrind errors; a large calloc costs nothing extra (fresh zero pages). */
+    w->mem = calloc(1, w->memsize);
+    if (!w->mem) {
+        free(w);
+        return TESS_ENOMEM;
+    }
+    int status = 0;
+    fitsimg_cfitsio_lock();
+    if (fits_create_memfile(&w->f, &w->mem, &w->memsize, 64 * FITSCARD_BLOCK, realloc,
+                            &status)) {
+        fitsimg_cfitsio_unlock();
+        free(w->mem);
+        free(w);
+        return fits_rc(status);
+    }
+    *out = w;
+    return 0;
+}
+
+/* A handle for the file at `path` (named in messages), or NULL with err. */
+static fitswrite *file_handle(const char *path, char *err, size_t errlen)
+{
+    fitswrite *w = calloc(1, sizeof *w);
+    if (w)
+        snprintf(w->what, sizeof w->what, "%.95s", path);
+    else
+        tess_seterr(err, errlen, "out of memory");
+    return w;
+}
+
+int fitswrite_new_file(const char *path, fitswrite **out, char *err, size_t errlen)
+{
+    *out = NULL;
+    fitswrite *w = file_handle(path, err, errlen);
+    if (!w)
+        return TESS_ENOMEM;
+    if (unlink(path) != 0 && errno != ENOENT) {
+        tess_seterr(err, errlen, "cannot replace %s: %s", path, strerror(errno));
+        free(w);
+        return TESS_EIO;
+    }
+    int status = 0;
+    fitsimg_cfitsio_lock();
+    if (fits_create_diskfile(&w->f, path, &status)) {
+        set_err(err, errlen, "cannot create", w, status);
+        fitsimg_cfitsio_unlock();
+        free(w);
+        return TESS_EIO;
+    }
+    *out = w;
+    return 0;
+}
+
+int fitswrite_open_file(const char *path, fitswrite **out, char *err, size_t errlen)
+{
+    *out = NULL;
+    fitswrite *w = file_handle(path, err, errlen);
+    if (!w)
+        return TESS_ENOMEM;
+    int status = 0, nhdu = 0, type = 0;
+    fitsimg_cfitsio_lock();
+    if (fits_open_diskfile(&w->f, path, READWRITE, &status) ||
+        fits_get_num_hdus(w->f, &nhdu, &status) ||
+        fits_movabs_hdu(w->f, nhdu, &type, &status)) {
+        set_err(err, errlen, "cannot open", w, status);
+        if (w->f) {
+            int st2 = 0;
+            fits_close_file(w->f, &st2);
+        }
+        fitsimg_cfitsio_unlock();
+        free(w);
+        return TESS_EIO;
+    }
+    *out = w;
+    return 0;
+}
+
+int fitswrite_nhdu(fitswrite *w)
+{
+    int status = 0, n = 0;
+    if (!w || fits_get_num_hdus(w->f, &n, &status))
+        return 0;
+    return n;
+}
+
+/* The two COMMENT cards that cfitsio (and astropy) put in every primary header, which
+ * fits_create_img has already written: copied from a source header they would repeat. */
+static int is_standard_comment(const char *card)
+{
+    if (memcmp(card, "COMMENT ", 8) != 0)
+        return 0;
+    char c[FITSCARD_LEN + 1];
+    memcpy(c, card, FITSCARD_LEN);
+    c[FITSCARD_LEN] = '\0';
+    return strstr(c, "FITS (Flexible Image Transport System) format is") != NULL ||
+           strstr(c, "2001A&A...376..359H") != NULL;
+}
+
+/* Writes the cards (except structural ones and the standard comments) as records. */
+static int write_cards(fitswrite *w, const char *cards, int ncards, char *err, size_t errlen)
+{
+    int status = 0;
+    for (int i = 0; i < ncards; i++) {
+        const char *c = cards + (size_t)i * FITSCARD_LEN;
+        if (fitscard_is_structural(c) || is_standard_comment(c))
+            continue;
+        char card[FITSCARD_LEN + 1];
+        memcpy(card, c, FITSCARD_LEN);
+        card[FITSCARD_LEN] = '\0';
+        if (fits_write_record(w->f, card, &status)) {
+            set_err(err, errlen, "card refused in", w, status);
+            return status == MEMORY_ALLOCATION ? TESS_ENOMEM : TESS_EINVAL;
+        }
+    }
+    return 0;
+}
+
+int fitswrite_image_hdu(fitswrite *w, const fitswrite_image *im, const double *data,
+                        char *err, size_t errlen)
+{
+    static const int bitpixes[] = { 8, 16, 32, 64, -32, -64 };
+    int ok = 0;
+    for (size_t i = 0; i < sizeof bitpixes / sizeof bitpixes[0]; i++)
+        ok |= im->bitpix == bitpixes[i];
+    long long npix = 1;
+    if (ok && (im->naxis < 1 || im->naxis > FITSIMG_MAXDIM || im->ncards < 0 ||
+               (im->ncards > 0 && !im->cards)))
+        ok = 0;
+    for (int i = 0; ok && i < im->naxis; i++) {
+        if (im->naxes[i] < 1 || npix > (1LL << 62) / im->naxes[i])
+            ok = 0;
+        else
+            npix *= im->naxes[i];
+    }
+    if (!ok) {
+        tess_seterr(err, errlen, "not an image shape: BITPIX %d, NAXIS %d", im->bitpix,
+                    im->naxis);
+        return TESS_EINVAL;
+    }
+    int status = 0;
+    long naxes[FITSIMG_MAXDIM];
+    for (int i = 0; i < im->naxis; i++)
+        naxes[i] = im->naxes[i];
+    if (fits_create_img(w->f, im->bitpix, im->naxis, naxes, &status)) {
+        set_err(err, errlen, "cannot add an image to", w, status);
+        return fits_rc(status);
+    }
+    if (im->scaled) {
+        double bscale = im->bscale, bzero = im->bzero;
+        if (fits_write_key(w->f, TDOUBLE, "BSCALE", &bscale, NULL, &status) ||
+            fits_write_key(w->f, TDOUBLE, "BZERO", &bzero, NULL, &status)) {
+            set_err(err, errlen, "cannot write BSCALE and BZERO in", w, status);
+            return fits_rc(status);
+        }
+    }
+    if (im->extname &&
+        fits_write_key(w->f, TSTRING, "EXTNAME", (void *)im->extname,
+                       im->extname_comment, &status)) {
+        set_err(err, errlen, "cannot write EXTNAME in", w, status);
+        return fits_rc(status);
+    }
+    int rc = write_cards(w, im->cards, im->ncards, err, errlen);
+    if (rc)
+        return rc;
+    if (data && fits_write_img(w->f, TDOUBLE, 1, (LONGLONG)npix, (void *)data, &status)) {
+        set_err(err, errlen, "cannot write the pixels of", w, status);
+        return fits_rc(status);
+    }
+    return 0;
+}
+
+int fitswrite_table_hdu(fitswrite *w, const char *extname, long nrows, int ncols,
+                        const fitswrite_column *cols, const char *cards, int ncards,
+                        char *err, size_t errlen)
+{
+    if (nrows < 0 || ncols < 1 || ncols > 999 || !cols || ncards < 0 || (ncards > 0 && !cards)) {
+        tess_seterr(err, errlen, "not a table shape: %ld rows, %d columns", nrows, ncols);
+        return TESS_EINVAL;
+    }
+    char **ttype = calloc((size_t)ncols * 3, sizeof(char *));
+    if (!ttype) {
+        tess_seterr(err, errlen, "out of memory");
+        return TESS_ENOMEM;
+    }
+    char **tform = ttype + ncols, **tunit = ttype + 2 * ncols;
+    for (int i = 0; i < ncols; i++) {
+        ttype[i] = (char *)cols[i].name;
+        tform[i] = (char *)cols[i].form;
+        tunit[i] = (char *)(cols[i].unit ? cols[i].unit : "");
+    }
+    int status = 0;
+    fits_create_tbl(w->f, BINARY_TBL, nrows, ncols, ttype, tform, tunit, extname, &status);
+    free(ttype);
+    if (status) {
+        set_err(err, errlen, "cannot add a table to", w, status);
+        return status == MEMORY_ALLOCATION ? TESS_ENOMEM : TESS_EINVAL;
+    }
+    for (int i = 0; i < ncols && nrows > 0; i++) {
+        if (cols[i].ivalues)
+            fits_write_col(w->f, TLONG, i + 1, 1, 1, nrows, (void *)cols[i].ivalues, &status);
+        else if (cols[i].dvalues)
+            fits_write_col(w->f, TDOUBLE, i + 1, 1, 1, nrows, (void *)cols[i].dvalues, &status);
+        if (status) {
+            set_err(err, errlen, "cannot write a column of", w, status);
+            return fits_rc(status);
+        }
+    }
+    return write_cards(w, cards, ncards, err, errlen);
+}
+
+int fitswrite_take(fitswrite *w, unsigned char **out, size_t *outlen)
+{
+    *out = NULL;
+    *outlen = 0;
+    if (!w->in_memory) {
+        fitswrite_close(w, NULL, 0);
+        return TESS_EIO;
+    }
+    /* The file ends where the data of its last HDU end. */
+    int status = 0, rc = 0;
+    LONGLONG headstart, datastart, dataend = 0;
+    if (fits_flush_file(w->f, &status) ||
+        fits_get_hduaddrll(w->f, &headstart, &datastart, &dataend, &status))
+        rc = fits_rc(status);
+    status = 0;
+    fits_close_file(w->f, &status);
+    fitsimg_cfitsio_unlock();
+    if (!rc && (status || dataend <= 0 || (unsigned long long)dataend > w->memsize))
+        rc = fits_rc(status);
+    if (rc) {
+        free(w->mem);
+    } else {
+        *out = w->mem;
+        *outlen = (size_t)dataend;
+    }
+    free(w);
+    return rc;
+}
+
+int fitswrite_close(fitswrite *w, char *err, size_t errlen)
+{
+    if (!w)
+        return 0;
+    int status = 0;
+    fits_close_file(w->f, &status);
+    if (w->in_memory)
+        status = 0;            /* the buffer is discarded: nothing was lost */
+    if (status)
+        set_err(err, errlen, "cannot write", w, status);
+    fitsimg_cfitsio_unlock();
+    free(w->mem);
+    free(w);
+    return status ? TESS_EIO : 0;
+}
+
+int fitswrite_file(const char *path, const fitswrite_image *im, long long *datastart,
+                   char *err, size_t errlen)
+{
+    *datastart = 0;
+    fitswrite *w = NULL;
+    int rc = fitswrite_new_file(path, &w, err, errlen);
+    if (rc)
+        return rc;
+    rc = fitswrite_image_hdu(w, im, NULL, err, errlen);
+    char cerr[256];
+    int crc = fitswrite_close(w, cerr, sizeof cerr);
+    if (!rc && crc) {
+        tess_seterr(err, errlen, "%s", cerr);
+        rc = crc;
+    }
+    long long ds = 0;
+    if (!rc)
+        rc = fitsimg_data_offset(path, 0, &ds, err, errlen);
+    if (rc) {
+        unlink(path);
+        return rc;
+    }
+    long long nbytes = (long long)(im->bitpix < 0 ? -im->bitpix : im->bitpix) / 8;
+    for (int i = 0; i < im->naxis; i++)
+        nbytes *= im->naxes[i];
+    long long size = ds + (nbytes + FITSCARD_BLOCK - 1) / FITSCARD_BLOCK * FITSCARD_BLOCK;
+    if (truncate(path, (off_t)size) != 0) {
+        tess_seterr(err, errlen, "cannot size %s: %s", path, strerror(errno));
+        unlink(path);
+        return TESS_EIO;
+    }
+    *datastart = ds;
+    return 0;
+}
+
+void fitswrite_encode(int bitpix, double bzero, const double *v, unsigned char *dst, long n)
+{
+    int es = (bitpix < 0 ? -bitpix : bitpix) / 8;
+    for (long i = 0; i < n; i++) {
+        uint64_t u;
+        if (bitpix == -32) {
+            float f = (float)v[i];
+            uint32_t u32;
+            memcpy(&u32, &f, 4);
+            u = u32;
+        } else if (bitpix == -64) {
+            memcpy(&u, &v[i], 8);
+        } else if (bitpix == 8) {
+            u = (unsigned char)lrint(v[i] - bzero);
+        } else {
+            u = (uint64_t)llrint(v[i] - bzero);
+        }
+        unsigned char *d = dst + (size_t)i * (size_t)es;
+        for (int k = 0; k < es; k++)
+            d[k] = (unsigned char)(u >> (8 * (es - 1 - k)));
+    }
+}

@@ -1,0 +1,99 @@
+/* Writing FITS files and memory buffers through cfitsio: image HDUs with given cards, binary tables, big-endian data. */
+#ifndef TESSERA_FITS_FITSWRITE_H
+#define TESSERA_FITS_FITSWRITE_H
+
+#include <stddef.h>
+
+#include "engine/fits/fitsimg.h"
+
+/* An image HDU to write.  Its header is cfitsio's: SIMPLE (or XTENSION 'IMAGE'),
+ * BITPIX, NAXIS, NAXISn, EXTEND (primary) or PCOUNT/GCOUNT, and in a primary HDU the two
+ * COMMENT cards citing the FITS paper (2001A&A...376..359H); then in this order BSCALE
+ * and BZERO when `scaled`, EXTNAME when given, and the `cards`, except the structural
+ * ones (fitscard_is_structural) and copies of those two COMMENT cards. */
+typedef struct fitswrite_image {
+    int bitpix;                    /* 8, 16, 32, 64, -32, -64 */
+    int naxis;                     /* 1..FITSIMG_MAXDIM */
+    long naxes[FITSIMG_MAXDIM];    /* NAXISn, FITS order: naxes[0] = NAXIS1 (x, fastest) */
+    int scaled;                    /* 1: BSCALE = bscale and BZERO = bzero are written
+                                      (physical = BZERO + BSCALE x stored, FITS 4.0
+                                      section 4.4.2.5; BZERO 32768 for unsigned 16-bit) */
+    double bscale, bzero;
+    const char *extname;           /* EXTNAME value, or NULL for none */
+    const char *extname_comment;   /* its comment, or NULL */
+    const char *cards;             /* ncards 80-character cards (concatenated), or NULL */
+    int ncards;
+} fitswrite_image;
+
+/* A FITS file or buffer being written: a cfitsio handle.  While one is open, the
+ * calling thread holds the cfitsio lock (fitsimg_cfitsio_lock): it must call no other
+ * engine/fits function before fitswrite_close or fitswrite_take.  Not thread-safe. */
+typedef struct fitswrite fitswrite;
+
+/* A new FITS file in memory, growing by realloc from `size_hint` bytes (a good hint
+ * avoids copies; 0 gives 64 blocks).  Returns 0 and *out, or TESS_ENOMEM / TESS_EIO. */
+int fitswrite_new_mem(size_t size_hint, fitswrite **out);
+
+/* A new FITS file at `path` (a plain file name, no cfitsio filename syntax; an existing
+ * file is replaced).  Returns 0 and *out, or TESS_EIO / TESS_ENOMEM with `err`. */
+int fitswrite_new_file(const char *path, fitswrite **out, char *err, size_t errlen);
+
+/* The existing FITS file at `path`, opened to append HDUs after its last one.  Returns 0
+ * and *out, or TESS_EIO / TESS_ENOMEM with `err`. */
+int fitswrite_open_file(const char *path, fitswrite **out, char *err, size_t errlen);
+
+/* The number of HDUs written so far (or found in an opened file), 0 on error. */
+int fitswrite_nhdu(fitswrite *w);
+
+/* Appends the image HDU `im` (the primary HDU when it is the first); `data` holds
+ * naxes[0] x naxes[1] x ... values in FITS order (x fastest, row 0 = FITS row 1),
+ * converted by cfitsio to BITPIX (and to stored values when scaled), or is NULL to leave
+ * the data unit to the caller (fitswrite_file).  Returns 0, TESS_EINVAL (a bad shape, or
+ * a card cfitsio refuses), TESS_ENOMEM or TESS_EIO, with `err`. */
+int fitswrite_image_hdu(fitswrite *w, const fitswrite_image *im, const double *data,
+                        char *err, size_t errlen);
+
+/* A column of a binary table: TTYPE, TFORM ("1J" 32-bit integers from longs, "1K" 64-bit,
+ * "1D" doubles, "1E" floats), TUNIT ("" or NULL for none), and nrows values. */
+typedef struct fitswrite_column {
+    const char *name;
+    const char *form;
+    const char *unit;
+    const long *ivalues;           /* the values of an integer column, else NULL */
+    const double *dvalues;         /* the values of a real column, else NULL */
+} fitswrite_column;
+
+/* Appends a binary table extension (FITS 4.0, section 7.3) named `extname`, of nrows
+ * rows and ncols columns, then the `cards` (ncards 80-character cards, or NULL) after
+ * cfitsio's own.  Returns 0, TESS_EINVAL (a card or column refused), TESS_ENOMEM or
+ * TESS_EIO, with `err`. */
+int fitswrite_table_hdu(fitswrite *w, const char *extname, long nrows, int ncols,
+                        const fitswrite_column *cols, const char *cards, int ncards,
+                        char *err, size_t errlen);
+
+/* Ends a file in memory: *out (malloc'd, caller frees) holds the whole file, *outlen
+ * bytes, and `w` is freed.  Returns 0, or TESS_ENOMEM / TESS_EIO with *out NULL (w
+ * freed all the same). */
+int fitswrite_take(fitswrite *w, unsigned char **out, size_t *outlen);
+
+/* Closes (and for a file, flushes) `w` and frees it; a buffer in memory is discarded
+ * (then 0 is returned).  NULL is ignored.  Returns 0 or TESS_EIO with `err` (the file may
+ * then be incomplete). */
+int fitswrite_close(fitswrite *w, char *err, size_t errlen);
+
+/* Creates `path` (replacing it) holding the one image HDU `im` with a data unit of
+ * zeros, sized to whole blocks without being written (a sparse file where the file
+ * system allows), and returns in *datastart the byte offset of that data unit, where
+ * the caller writes values encoded by fitswrite_encode.  Returns 0, TESS_EINVAL or
+ * TESS_EIO with `err`. */
+int fitswrite_file(const char *path, const fitswrite_image *im, long long *datastart,
+                   char *err, size_t errlen);
+
+/* Encodes n values as the stored values of a data unit of `bitpix` with offset `bzero`
+ * (BSCALE 1): big-endian (FITS 4.0, section 5.2), integers rounded (lrint of v - bzero:
+ * 8 unsigned, 16, 32 and 64 two's complement), -32 and -64 IEEE floats.  dst holds
+ * n * |bitpix| / 8 bytes.  Values outside the stored type's range are the caller's to
+ * avoid.  Cannot fail. */
+void fitswrite_encode(int bitpix, double bzero, const double *v, unsigned char *dst, long n);
+
+#endif

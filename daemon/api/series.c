@@ -5,6 +5,7 @@
 #include "engine/image/encode.h"
 #include "engine/fits/fitscard.h"
 #include "engine/image/stack.h"
+#include "engine/sky/skywcs.h"
 #include "daemon/problem.h"
 #include "engine/base/buf.h"
 #include "engine/base/error.h"
@@ -16,75 +17,24 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-#include <wcslib/wcsfix.h>
-#include <wcslib/wcshdr.h>
-#include <wcslib/wcs.h>
 
 
 /* ---- the z axis ------------------------------------------------------------------------ */
 
 /* World coordinate of axis 3 at pixels (x, y, z), z = 0..n-1, from the header's WCS read
- * as astropy reads it (wcspih at full relaxation, wcsfix without cylfix, wcsset).
- * Returns 0 when the WCS has a third axis with a CTYPE, filling name, unit, values. */
+ * as astropy reads it (skywcs_parse: wcspih at full relaxation behind its guards, wcsfix
+ * without cylfix, wcsset).  Returns 0 when the WCS has a third axis with a CTYPE,
+ * filling name, unit, values. */
 static int wcs_axis3(const dataset *d, long x, long y, zaxis *za)
 {
-    size_t len = (size_t)d->nkeys * 80;
-    char *hdr = malloc(len + 1);
-    if (!hdr)
+    skywcs *w = NULL;
+    char err[160];
+    if (skywcs_parse(d->header, d->nkeys, &w, err, sizeof(err)) != 0)
         return -1;
-    memcpy(hdr, d->header, len);
-    hdr[len] = '\0';
-    int nreject = 0, nwcs = 0;
-    struct wcsprm *all = NULL;
-    int st = wcspih(hdr, d->nkeys, WCSHDR_all, 0, &nreject, &nwcs, &all);
-    free(hdr);
-    if (st != 0 || nwcs < 1)
-        return -1;
-    struct wcsprm *w = NULL;
-    for (int i = 0; i < nwcs; i++)
-        if (all[i].alt[0] == ' ' || all[i].alt[0] == '\0')
-            w = &all[i];
-    int rc = -1;
-    if (w && w->naxis >= 3 && w->ctype[2][0]) {
-        int stat[NWCSFIX];
-        (void)wcsfix(0, NULL, w, stat);
-        if (wcsset(w) == 0) {
-            int nc = w->naxis;
-            double *pix = malloc((size_t)za->n * (size_t)nc * sizeof(double));
-            double *img = malloc((size_t)za->n * (size_t)nc * sizeof(double));
-            double *wld = malloc((size_t)za->n * (size_t)nc * sizeof(double));
-            double *phi = malloc((size_t)za->n * sizeof(double));
-            double *theta = malloc((size_t)za->n * sizeof(double));
-            int *status = malloc((size_t)za->n * sizeof(int));
-            if (pix && img && wld && phi && theta && status) {
-                for (long k = 0; k < za->n; k++) {
-                    double *p = pix + (size_t)k * (size_t)nc;
-                    for (int a = 0; a < nc; a++)
-                        p[a] = 1.0;                   /* FITS pixels are 1-based */
-                    p[0] = (double)x + 1.0;
-                    p[1] = (double)y + 1.0;
-                    p[2] = (double)k + 1.0;
-                }
-                wcsp2s(w, (int)za->n, nc, pix, img, phi, theta, wld, status);
-                for (long k = 0; k < za->n; k++)
-                    za->values[k] = status[k] ? NAN : wld[(size_t)k * (size_t)nc + 2];
-                snprintf(za->name, sizeof(za->name), "%.70s", w->ctype[2]);
-                snprintf(za->unit, sizeof(za->unit), "%.70s", w->cunit[2]);
-                /* wcslib leaves trailing blanks out already; trim any left. */
-                for (char *e = za->name + strlen(za->name); e > za->name && e[-1] == ' ';)
-                    *--e = '\0';
-                rc = 0;
-            }
-            free(pix);
-            free(img);
-            free(wld);
-            free(phi);
-            free(theta);
-            free(status);
-        }
-    }
-    wcsvfree(&nwcs, &all);
-    return rc;
+    int rc = skywcs_zaxis(w, (double)x, (double)y, za->n, za->values, za->name,
+                          sizeof(za->name), za->unit, sizeof(za->unit));
+    skywcs_free(w);
+    return rc ? -1 : 0;
 }
 
 /* Seconds since the epoch of an ISO 8601 "YYYY-MM-DD[Thh:mm:ss[.fff]]" (UTC), or NAN. */

@@ -387,6 +387,51 @@ void skywcs_describe(const skywcs *w, skywcs_summary *s)
     s->equinox = w->equinox;
 }
 
+/* One wcsp2s call over the n pixels (x, y, k), k = 0..n-1, turned 1-based as wcslib
+ * counts them, every further axis at its first pixel. */
+int skywcs_zaxis(skywcs *w, double x, double y, long n, double *world, char *ctype,
+                 size_t ctypelen, char *cunit, size_t cunitlen)
+{
+    snprintf(ctype, ctypelen, "%s", "");
+    snprintf(cunit, cunitlen, "%s", "");
+    if (!w || w->wcs.naxis < 3 || !w->wcs.ctype[2][0] || n < 1)
+        return TESS_EINVAL;
+    int nc = w->wcs.naxis;
+    size_t m = (size_t)n * (size_t)nc;
+    double *pix = malloc(m * sizeof(double));
+    double *img = malloc(m * sizeof(double));
+    double *wld = malloc(m * sizeof(double));
+    double *phi = malloc((size_t)n * sizeof(double));
+    double *theta = malloc((size_t)n * sizeof(double));
+    int *status = malloc((size_t)n * sizeof(int));
+    int rc = pix && img && wld && phi && theta && status ? 0 : TESS_ENOMEM;
+    if (rc == 0) {
+        for (long k = 0; k < n; k++) {
+            double *p = pix + (size_t)k * (size_t)nc;
+            for (int a = 0; a < nc; a++)
+                p[a] = 1.0;
+            p[0] = x + 1.0;
+            p[1] = y + 1.0;
+            p[2] = (double)k + 1.0;
+        }
+        wcsp2s(&w->wcs, (int)n, nc, pix, img, phi, theta, wld, status);
+        for (long k = 0; k < n; k++)
+            world[k] = status[k] ? NAN : wld[(size_t)k * (size_t)nc + 2];
+        snprintf(ctype, ctypelen, "%.70s", w->wcs.ctype[2]);
+        snprintf(cunit, cunitlen, "%.70s", w->wcs.cunit[2]);
+        /* wcslib leaves trailing blanks out already; trim any left. */
+        for (char *e = ctype + strlen(ctype); e > ctype && e[-1] == ' ';)
+            *--e = '\0';
+    }
+    free(pix);
+    free(img);
+    free(wld);
+    free(phi);
+    free(theta);
+    free(status);
+    return rc;
+}
+
 /* ------------------------------------------------------------------------------------ */
 /* Pixel <-> world                                                                        */
 

@@ -60,6 +60,15 @@ typedef struct skywcs_summary {
 } skywcs_summary;
 void skywcs_describe(const skywcs *w, skywcs_summary *s);
 
+/* The third axis of a WCS (a cube's spectral or other z axis): world coordinate 3 at the
+ * n pixels (x, y, k), k = 0..n-1 (0-based pixels, centres on integers; axes beyond the
+ * third at their first pixel), into world[0..n) in the axis's unit (NaN where the
+ * transform fails), and its CTYPE3 and CUNIT3 as wcslib holds them after the fixes of
+ * skywcs_parse (cut to 70 characters; trailing blanks trimmed from ctype).  Returns 0,
+ * TESS_EINVAL (fewer than 3 axes, or no CTYPE3: ctype and cunit then ""), TESS_ENOMEM. */
+int skywcs_zaxis(skywcs *w, double x, double y, long n, double *world, char *ctype,
+                 size_t ctypelen, char *cunit, size_t cunitlen);
+
 /* Pixel <-> world for a 2-D celestial WCS (see skywcs_celestial).  Pixels are 0-based
  * (x = column, y = row, pixel centres at integers); world coordinates are (lon, lat) in
  * degrees in the WCS's own frame, longitude in [0, 360) (as astropy's Longitude).  Points

@@ -403,6 +403,46 @@ START_TEST(test_describe)
 }
 END_TEST
 
+/* skywcs_zaxis: the linear third axis of a cube, world = CRVAL3 + (k + 1 - CRPIX3) CDELT3
+ * at 0-based plane k, with its CTYPE3 and CUNIT3; the demo cube matches astropy (see
+ * test_slices' series); a 2-D WCS has no z axis. */
+START_TEST(test_zaxis)
+{
+    const char *cube[] = { "NAXIS   = 3", "CTYPE1  = 'RA---TAN'", "CTYPE2  = 'DEC--TAN'",
+                           "CRVAL1  = 10", "CRVAL2  = 20", "CDELT1  = -0.01", "CDELT2  = 0.01",
+                           "CTYPE3  = 'VRAD'", "CUNIT3  = 'm/s'", "CRVAL3  = 1000.0",
+                           "CDELT3  = -250.0", "CRPIX3  = 2.0", NULL };
+    skywcs *w = parse_lines(cube);
+    double v[4];
+    char ctype[72], cunit[72];
+    ck_assert_int_eq(skywcs_zaxis(w, 3.0, 4.0, 4, v, ctype, sizeof ctype, cunit, sizeof cunit),
+                     0);
+    ck_assert_str_eq(ctype, "VRAD");
+    ck_assert_str_eq(cunit, "m/s");
+    ck_assert_double_eq_tol(v[0], 1250.0, 1e-9);
+    ck_assert_double_eq_tol(v[1], 1000.0, 1e-9);
+    ck_assert_double_eq_tol(v[3], 500.0, 1e-9);
+    skywcs_free(w);
+
+    skywcs *l = parse_demo("l1448_13co.fits");
+    double z[53];
+    ck_assert_int_eq(skywcs_zaxis(l, 50.0, 50.0, 53, z, ctype, sizeof ctype, cunit,
+                                  sizeof cunit), 0);
+    ck_assert_str_eq(ctype, "VOPT");
+    ck_assert_str_eq(cunit, "m s-1");
+    ck_assert_double_eq_tol(z[0], 2528.19489695, 1e-8);
+    ck_assert_double_eq_tol(z[52], 5982.222616949999, 1e-8);
+    skywcs_free(l);
+
+    skywcs *gc = parse_demo("gc_2mass_k.fits");
+    strcpy(ctype, "x");
+    ck_assert_int_eq(skywcs_zaxis(gc, 0.0, 0.0, 4, v, ctype, sizeof ctype, cunit,
+                                  sizeof cunit), TESS_EINVAL);
+    ck_assert_str_eq(ctype, "");
+    skywcs_free(gc);
+}
+END_TEST
+
 /* ---- cutout headers ------------------------------------------------------------------ */
 
 /* The horsehead reference target (400x300 TAN, 0.0005 deg/px, rotated 30 deg, written
@@ -510,6 +550,7 @@ int main(void)
     tcase_add_test(tc, test_demo_headers);
     tcase_add_test(tc, test_celestial_subset);
     tcase_add_test(tc, test_describe);
+    tcase_add_test(tc, test_zaxis);
     tcase_add_test(tc, test_cutout_header_rotation);
     tcase_add_test(tc, test_cutout_header_galactic);
     tcase_add_test(tc, test_cutout_header_errors);

@@ -763,11 +763,16 @@ void tserver_stop(tserver *s, int grace_s)
     if (!s)
         return;
     tserver_priv *sp = (tserver_priv *)s;
-    /* Stop listening now, but keep the descriptor open until MHD_stop_daemon: the
-     * daemon's threads take it out of their epoll sets on their own time, and closing
-     * it under them makes that fail, which libmicrohttpd treats as fatal ("Failed to
-     * remove listen FD from epoll set"). */
-    MHD_socket lsock = MHD_quiesce_daemon(s->daemon);
+    /* Stop listening at once: shut the listening socket down (new connections are
+     * refused) but leave it to libmicrohttpd, which closes it in MHD_stop_daemon.
+     * MHD_quiesce_daemon is not used: in 0.9.75 it races with the epoll worker threads
+     * of a pool (both take the socket out of a worker's epoll set, and the loser's
+     * failure aborts the process: "Failed to remove listen FD from epoll set").  The
+     * cost: until MHD_stop_daemon the workers' epoll keeps reporting the shut socket
+     * and its accept() fails with EINVAL, which libmicrohttpd ignores, so they spin
+     * for the length of the drain. */
+    const union MHD_DaemonInfo *li = MHD_get_daemon_info(s->daemon, MHD_DAEMON_INFO_LISTEN_FD);
+    MHD_socket lsock = li ? li->listen_fd : MHD_INVALID_SOCKET;
     if (lsock != MHD_INVALID_SOCKET)
         shutdown(lsock, SHUT_RDWR);
     /* Jobs first: blocks in flight finish and are recorded; a running job resumes at
@@ -784,8 +789,6 @@ void tserver_stop(tserver *s, int grace_s)
     for (int i = 0; i < grace_s * 100 && __atomic_load_n(&s->inflight, __ATOMIC_ACQUIRE) > 0; i++)
         usleep(10000);
     MHD_stop_daemon(s->daemon);
-    if (lsock != MHD_INVALID_SOCKET)
-        close(lsock);
     tilecache_free(s->cache);
     planestore_free(s->planes);
     diskcache_close(s->disk);

@@ -56,7 +56,10 @@
  * All: the dataset must be a cube or stack of at least 2 planes (422 otherwise), 404
  * when unknown.  Blocks poll the cancel flag between planes.  plan() derives everything
  * from the body and the dataset's shape, and creates its work files only once (a marker
- * file says they exist), so a restarted job keeps the blocks already written. */
+ * file says they exist), so a restarted job keeps the blocks already written.
+ *
+ * One file per type (job_rechunk.c, job_power_spectrum.c, job_recenter.c, job_reduce.c)
+ * over engine/cube and engine/image/zreduce.h; job_common.h holds what they share. */
 #ifndef TESSERA_SERVER_JOB_STACK_H
 #define TESSERA_SERVER_JOB_STACK_H
 

@@ -2,6 +2,7 @@
 #include "engine/base/fileio.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdint.h>
 #include <unistd.h>
 
@@ -57,4 +58,18 @@ int tess_write_all(int fd, const void *buf, size_t n)
 int tess_read_all(int fd, void *buf, size_t n)
 {
     return all_at(fd, buf, n, -1, 0);
+}
+
+int tess_pwrite_file(const char *path, const void *buf, size_t n, off_t off)
+{
+    int fd = open(path, O_WRONLY | O_CLOEXEC);
+    if (fd < 0)
+        return -1;
+    if (tess_pwrite_all(fd, buf, n, off) != 0) {
+        int e = errno;
+        close(fd);
+        errno = e;
+        return -1;
+    }
+    return close(fd);
 }

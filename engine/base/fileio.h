@@ -9,6 +9,11 @@
  * when the system wrote nothing without saying why). */
 int tess_pwrite_all(int fd, const void *buf, size_t n, off_t off);
 
+/* Writes all n bytes of buf at offset off of the existing file `path`, opened and closed
+ * here (a close that fails counts as a failed write).  Returns 0, or -1 with errno set
+ * (that of the first failure). */
+int tess_pwrite_file(const char *path, const void *buf, size_t n, off_t off);
+
 /* Reads exactly n bytes at offset off of fd into buf.  Returns 0, or -1 with errno set
  * (EIO when the file ends first). */
 int tess_pread_all(int fd, void *buf, size_t n, off_t off);

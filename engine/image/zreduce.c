@@ -2,6 +2,7 @@
 #include "engine/image/zreduce.h"
 
 #include "engine/base/error.h"
+#include "engine/fits/fitscard.h"
 
 #include <math.h>
 #include <pthread.h>
@@ -331,29 +332,19 @@ zreduce_card zreduce_card_class(const char *card)
     return strcmp(key, "BUNIT") == 0 ? ZREDUCE_CARD_BUNIT : ZREDUCE_CARD_OTHER;
 }
 
-/* Writes `text` as card n of `cards` (blank-padded or cut to 80 characters). */
-static void set_card(char *cards, int n, const char *text)
+/* The longest prefix of `s` (into out, at most len - 1 bytes) whose FITS string value
+ * holds at most `max` characters between the quotes, quotes doubled: REDSRC's value is
+ * cut at 66 of them (fitscard_string would keep 68). */
+static void fits_value_prefix(const char *s, char *out, size_t len, size_t max)
 {
-    size_t len = strlen(text);
-    char *d = cards + (size_t)n * 80;
-    memset(d, ' ', 80);
-    memcpy(d, text, len < 80 ? len : 80);
-}
-
-/* A FITS string value of `s`: quotes doubled, at most `max` characters inside the
- * quotes, blank-padded to 8 (as cfitsio and astropy write them). */
-static void fits_string(const char *s, char *out, size_t max)
-{
-    size_t n = 0;
-    out[n++] = '\'';
-    for (; *s && n + (*s == '\'') < max + 1; s++) {
-        if (*s == '\'')
-            out[n++] = '\'';
+    size_t n = 0, q = 0;
+    for (; *s && n + 1 < len; s++) {
+        size_t need = *s == '\'' ? 2 : 1;
+        if (q + need > max)
+            break;
+        q += need;
         out[n++] = *s;
     }
-    while (n < 9)
-        out[n++] = ' ';
-    out[n++] = '\'';
     out[n] = '\0';
 }
 
@@ -375,14 +366,12 @@ int zreduce_header(const char *src, int nkeys, stack_zop op, zreduce_axis axis,
             (k == ZREDUCE_CARD_WCS && axis == ZREDUCE_AXIS_Z))
             memcpy(out + (size_t)n++ * 80, c, 80);
     }
-    char val[72], text[160];
-    fits_string(zreduce_op_name(op), val, 8);
-    snprintf(text, sizeof text, "REDUCEOP= %-20s / NaN-aware reduction along axis %s", val,
-             zreduce_axis_name(axis));
-    set_card(out, n++, text);
-    fits_string(source ? source : "", val, 66);
-    snprintf(text, sizeof text, "REDSRC  = %-20s / dataset reduced", val);
-    set_card(out, n++, text);
+    char text[80];
+    snprintf(text, sizeof text, "NaN-aware reduction along axis %s", zreduce_axis_name(axis));
+    fitscard_string(out + (size_t)n++ * 80, "REDUCEOP", zreduce_op_name(op), 8, text);
+    char val[72];
+    fits_value_prefix(source ? source : "", val, sizeof val, 66);
+    fitscard_string(out + (size_t)n++ * 80, "REDSRC", val, 8, "dataset reduced");
     out[(size_t)n * 80] = '\0';
     *cards = out;
     *ncards = n;

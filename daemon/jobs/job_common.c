@@ -1,0 +1,278 @@
+/* Helpers shared by the job types on cubes and stacks (job_common.h). */
+#include "daemon/jobs/job_common.h"
+
+#include "engine/base/error.h"
+#include "engine/base/fileio.h"
+#include "engine/fits/fitscard.h"
+#include "engine/fits/fitswrite.h"
+#include "engine/image/stack.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define MARKER "plan.ok"
+
+/* ---- files --------------------------------------------------------------------------- */
+
+int jobc_write_at(const char *path, const void *buf, size_t n, off_t off, char *err,
+                  size_t errlen)
+{
+    if (tess_pwrite_file(path, buf, n, off) != 0) {
+        tess_seterr(err, errlen, "cannot write %s: %s", path, strerror(errno));
+        return TESS_EIO;
+    }
+    return 0;
+}
+
+static int file_exists(const char *path)
+{
+    struct stat st;
+    return stat(path, &st) == 0;
+}
+
+int jobc_touch_marker(const char *workdir, char *err, size_t errlen)
+{
+    char p[PATH_MAX];
+    snprintf(p, sizeof p, "%s/%s", workdir, MARKER);
+    int fd = open(p, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0 || tess_pwrite_all(fd, "ok\n", 3, 0) != 0 || close(fd) != 0) {
+        tess_seterr(err, errlen, "cannot write %s: %s", p, strerror(errno));
+        return TESS_EIO;
+    }
+    return 0;
+}
+
+int jobc_marker_exists(const char *workdir)
+{
+    char p[PATH_MAX];
+    snprintf(p, sizeof p, "%s/%s", workdir, MARKER);
+    return file_exists(p);
+}
+
+/* Moves `from` to `to` (rename, or copy then unlink across file systems).  A missing
+ * `from` with an existing `to` counts as done (finish run twice). */
+int jobc_move_file(const char *from, const char *to, char *err, size_t errlen)
+{
+    if (rename(from, to) == 0)
+        return 0;
+    if (errno == ENOENT && file_exists(to))
+        return 0;
+    if (errno != EXDEV) {
+        tess_seterr(err, errlen, "cannot move %s to %s: %s", from, to, strerror(errno));
+        return TESS_EIO;
+    }
+    int in = open(from, O_RDONLY | O_CLOEXEC);
+    int out = open(to, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    char *buf = malloc(1 << 20);
+    struct stat st;
+    int rc = in >= 0 && out >= 0 && buf && fstat(in, &st) == 0 ? 0 : TESS_EIO;
+    for (off_t off = 0; rc == 0 && off < st.st_size; off += 1 << 20) {
+        size_t k = st.st_size - off < (1 << 20) ? (size_t)(st.st_size - off) : 1 << 20;
+        if (tess_pread_all(in, buf, k, off) != 0 || tess_pwrite_all(out, buf, k, off) != 0)
+            rc = TESS_EIO;
+    }
+    free(buf);
+    if (in >= 0)
+        close(in);
+    if (out >= 0 && close(out) != 0)
+        rc = TESS_EIO;
+    if (rc) {
+        tess_seterr(err, errlen, "cannot copy %s to %s", from, to);
+        unlink(to);
+        return rc;
+    }
+    unlink(from);
+    return 0;
+}
+
+/* The value type that holds the physical values of `d` exactly (see job_stack.h).  PNG
+ * frames hold unsigned samples (0..255, 0..65535) under a BITPIX 8 or 16 header without
+ * BZERO (engine/image/stack.h): 16-bit ones are uint16, not int16. */
+cs_dtype jobc_choose_dtype(const dataset *d)
+{
+    if (d->kind == DS_STACK && d->npaths > 0 && frame_is_png(d->paths[0]))
+        return d->bitpix == 16 ? CS_U16 : CS_U8;
+    char v[80];
+    double bscale = 1, bzero = 0;
+    int blank = 0;
+    if (d->header) {
+        if (fitscard_get(d->header, d->nkeys, "BSCALE", v, sizeof v))
+            bscale = atof(v);
+        if (fitscard_get(d->header, d->nkeys, "BZERO", v, sizeof v))
+            bzero = atof(v);
+        blank = fitscard_get(d->header, d->nkeys, "BLANK", v, sizeof v);
+    }
+    if (blank || bscale != 1.0)
+        return CS_F32;
+    if (d->bitpix == 8 && bzero == 0)
+        return CS_U8;
+    if (d->bitpix == 16 && bzero == 32768)
+        return CS_U16;
+    if (d->bitpix == 16 && bzero == 0)
+        return CS_I16;
+    return CS_F32;
+}
+
+/* ---- validation helpers -------------------------------------------------------------- */
+
+int jobc_check_dataset(const json_t *body, const job_env *env, const dataset **out,
+                         job_problem *pb)
+{
+    json_t *v = json_object_get(body, "dataset");
+    if (!v) {
+        jobkind_problem(pb, 400, "dataset", "'dataset' is required: the name of a cube or stack");
+        return -1;
+    }
+    if (!json_is_string(v)) {
+        jobkind_problem(pb, 400, "dataset", "'dataset' must be a string");
+        return -1;
+    }
+    const dataset *d = catalog_find(env->cat, json_string_value(v));
+    if (!d) {
+        jobkind_problem(pb, 404, "dataset", "no dataset named '%.64s'", json_string_value(v));
+        return -1;
+    }
+    if (d->kind == DS_IMAGE || d->nz < 2) {
+        jobkind_problem(pb, 422, "dataset",
+                        "'%.64s' is an image; this job needs a cube or stack of 2 planes or more",
+                        d->name);
+        return -1;
+    }
+    if ((double)d->nx * (double)d->ny >= 4294967295.0) {
+        jobkind_problem(pb, 413, "dataset", "'%.64s' has too many pixels per plane", d->name);
+        return -1;
+    }
+    *out = d;
+    return 0;
+}
+
+int jobc_check_output(const json_t *body, const job_env *env, job_problem *pb)
+{
+    json_t *o = json_object_get(body, "output");
+    if (!o) {
+        jobkind_problem(pb, 400, "output", "'output' is required: {\"name\": NEW}");
+        return -1;
+    }
+    if (!json_is_object(o)) {
+        jobkind_problem(pb, 400, "output", "'output' must be an object {\"name\": NEW}");
+        return -1;
+    }
+    static const char *const known[] = {"name", NULL};
+    if (jobkind_only_fields(o, known, "output", pb) != 0)
+        return -1;
+    json_t *n = json_object_get(o, "name");
+    if (!json_is_string(n)) {
+        jobkind_problem(pb, 400, "output.name", "'output.name' must be a string");
+        return -1;
+    }
+    return jobkind_check_new_name(env, json_string_value(n), "output.name", pb);
+}
+
+const char *jobc_output_name(const json_t *body)
+{
+    return json_string_value(json_object_get(json_object_get(body, "output"), "name"));
+}
+
+int jobc_plan_dataset(const json_t *body, const job_env *env, const dataset **d, char *err,
+                        size_t errlen)
+{
+    job_problem pb;
+    if (jobc_check_dataset(body, env, d, &pb) != 0) {
+        tess_seterr(err, errlen, "%s: %s", pb.field, pb.detail);
+        return TESS_EINVAL;
+    }
+    return 0;
+}
+
+/* ---- FITS products ------------------------------------------------------------------- */
+
+/* 1 when the card's keyword belongs to the celestial (axes 1 and 2) WCS or is a harmless
+ * descriptive keyword worth keeping. */
+static int spatial_card(const char *card)
+{
+    char kw[9];
+    int n = 0;
+    while (n < 8 && card[n] != ' ' && card[n] != '=') {
+        kw[n] = card[n];
+        n++;
+    }
+    kw[n] = 0;
+    static const char *const exact[] = {
+        "CTYPE1", "CTYPE2", "CUNIT1", "CUNIT2", "CRVAL1", "CRVAL2", "CRPIX1", "CRPIX2",
+        "CDELT1", "CDELT2", "CROTA1", "CROTA2", "CD1_1", "CD1_2", "CD2_1", "CD2_2", "PC1_1",
+        "PC1_2", "PC2_1", "PC2_2", "RADESYS", "RADECSYS", "EQUINOX", "EPOCH", "LONPOLE",
+        "LATPOLE", "MJD-OBS", "DATE-OBS", "OBJECT", "TELESCOP", "INSTRUME", NULL};
+    for (int i = 0; exact[i]; i++)
+        if (strcmp(kw, exact[i]) == 0)
+            return 1;
+    return strncmp(kw, "PV1_", 4) == 0 || strncmp(kw, "PV2_", 4) == 0;
+}
+
+int jobc_fits_bitpix(cs_dtype t)
+{
+    return t == CS_U8 ? 8 : t == CS_U16 || t == CS_I16 ? 16 : -32;
+}
+
+/* Creates `path` holding an image HDU of the given shape: header (the source's celestial
+ * WCS when `wcs_from` is given, BZERO 32768 for u2, the `cards`, NULL-terminated), and a
+ * zero data unit; *datastart = the byte offset of the data. */
+int jobc_fits_create(const char *path, cs_dtype t, int bitpix, int naxis, const long *naxes,
+                           const dataset *wcs_from, const char *const *cards,
+                           long long *datastart, char *err, size_t errlen)
+{
+    fitscard_list h;
+    fitscard_list_init(&h, 100000);
+    if (wcs_from && wcs_from->header) {
+        for (int i = 0; i < wcs_from->nkeys; i++)
+            if (spatial_card(wcs_from->header + 80 * i))
+                fitscard_list_cards(&h, wcs_from->header + 80 * i, 1);
+    }
+    for (int i = 0; cards && cards[i]; i++)
+        fitscard_list_text(&h, cards[i]);
+    fitswrite_image im = { .bitpix = bitpix, .naxis = naxis, .naxes = { naxes[0],
+                           naxis > 1 ? naxes[1] : 1, naxis > 2 ? naxes[2] : 1 },
+                           .scaled = bitpix == 16 && t == CS_U16, .bscale = 1, .bzero = 32768,
+                           .cards = h.cards, .ncards = h.n };
+    int rc = h.rc;
+    if (rc)
+        tess_seterr(err, errlen, "cannot create %s: out of memory", path);
+    else
+        rc = fitswrite_file(path, &im, datastart, err, errlen);
+    fitscard_list_release(&h);
+    return rc;
+}
+
+void jobc_fits_encode(cs_dtype t, const double *v, unsigned char *dst, long n)
+{
+    fitswrite_encode(jobc_fits_bitpix(t), t == CS_U16 ? 32768.0 : 0.0, v, dst, n);
+}
+
+/* ---- the transpose of a dataset ------------------------------------------------------ */
+
+void jobc_source(const dataset *d, cube_source *src)
+{
+    src->st = dataset_stack(d);
+    src->nx = d->nx;
+    src->ny = d->ny;
+    src->nz = d->nz;
+    src->dtype = jobc_choose_dtype(d);
+    src->name = d->name;
+}
+
+void jobc_plan_stages(const cube_transpose *t, job_plan *out)
+{
+    if (t->direct) {
+        out->nstages = 1;
+        out->nblocks[0] = t->nbands;
+    } else {
+        out->nstages = 2;
+        out->nblocks[0] = t->ngroups;
+        out->nblocks[1] = t->nbands;
+    }
+}

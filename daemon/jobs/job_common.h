@@ -1,0 +1,91 @@
+/* Helpers shared by the job types on cubes and stacks: body checks, work files, FITS products. */
+#ifndef TESSERA_SERVER_JOB_COMMON_H
+#define TESSERA_SERVER_JOB_COMMON_H
+
+#include <stddef.h>
+#include <sys/types.h>
+#include <jansson.h>
+#include "daemon/catalog.h"
+#include "daemon/jobs/jobkind.h"
+#include "engine/cube/transpose.h"
+#include "engine/image/chunkstore.h"
+
+/* Aim for at least this many blocks per stage. */
+#define JOBC_MIN_BLOCKS 16
+
+static inline long jobc_lmin(long a, long b) { return a < b ? a : b; }
+static inline long jobc_lmax(long a, long b) { return a > b ? a : b; }
+
+/* ---- body checks (for validate and plan) ---- */
+
+/* body.dataset names a cube or stack of env->cat with at least 2 planes and fewer than
+ * 2^32 - 1 pixels a plane: *out = it.  Else -1 with *pb: 400 missing or not a string,
+ * 404 unknown, 422 an image or a single plane, 413 too many pixels. */
+int jobc_check_dataset(const json_t *body, const job_env *env, const dataset **out,
+                       job_problem *pb);
+
+/* body.output is {"name": NEW}, NEW a valid unused dataset name.  0, or -1 with *pb
+ * (400, 409 when taken). */
+int jobc_check_output(const json_t *body, const job_env *env, job_problem *pb);
+
+/* body.output.name (after jobc_check_output), borrowed from body. */
+const char *jobc_output_name(const json_t *body);
+
+/* jobc_check_dataset for plan(): 0, or TESS_EINVAL with err "field: reason". */
+int jobc_plan_dataset(const json_t *body, const job_env *env, const dataset **d, char *err,
+                      size_t errlen);
+
+/* ---- work files ---- */
+
+/* Writes n bytes at `off` of the existing file `path`.  0 or TESS_EIO with err. */
+int jobc_write_at(const char *path, const void *buf, size_t n, off_t off, char *err,
+                  size_t errlen);
+
+/* The marker <workdir>/plan.ok says that plan() made the work files: written last by
+ * the first plan, tested by a plan after a restart.  touch: 0 or TESS_EIO with err;
+ * exists: 1 or 0. */
+int jobc_touch_marker(const char *workdir, char *err, size_t errlen);
+int jobc_marker_exists(const char *workdir);
+
+/* Moves `from` to `to` (rename, or copy then unlink across file systems).  A missing
+ * `from` with an existing `to` counts as done (finish run twice).  0 or TESS_EIO with
+ * err. */
+int jobc_move_file(const char *from, const char *to, char *err, size_t errlen);
+
+/* ---- value types and FITS products ---- */
+
+/* The value type that holds the physical values of `d` exactly (job_stack.h): u1 for
+ * BITPIX 8, u2 for BITPIX 16 with BZERO 32768, i2 for plain BITPIX 16, else f4 (also
+ * with BLANK or BSCALE != 1); u2/u1 for 16/8-bit PNG frames. */
+cs_dtype jobc_choose_dtype(const dataset *d);
+
+/* BITPIX of a product holding type t: 8, 16 (u2 as BZERO 32768, i2) or -32. */
+int jobc_fits_bitpix(cs_dtype t);
+
+/* Creates `path` holding an image HDU of naxis (1-3) axes naxes[] (NAXIS1 first) and
+ * `bitpix`, with a data unit of zeros; *datastart = the byte offset of the data.  The
+ * header: when `wcs_from` is given, those of its cards that describe the celestial axes
+ * 1 and 2 (CTYPEi, CUNITi, CRVALi, CRPIXi, CDELTi, CROTAi, CDi_j, PCi_j, PV1_m, PV2_m for
+ * i, j in 1..2; RADESYS, RADECSYS, EQUINOX, EPOCH, LONPOLE, LATPOLE) or the observation
+ * (MJD-OBS, DATE-OBS, OBJECT, TELESCOP, INSTRUME), in the source's order; BZERO 32768
+ * when t is u2 and bitpix 16; then `cards` (NULL-terminated card texts).  0, or
+ * TESS_ENOMEM / the errors of fitswrite_file with err. */
+int jobc_fits_create(const char *path, cs_dtype t, int bitpix, int naxis, const long *naxes,
+                     const dataset *wcs_from, const char *const *cards, long long *datastart,
+                     char *err, size_t errlen);
+
+/* Big-endian FITS encoding of n values of type t (as jobc_fits_bitpix(t)) into dst; u2
+ * is stored as value - 32768 (BZERO 32768).  Cannot fail. */
+void jobc_fits_encode(cs_dtype t, const double *v, unsigned char *dst, long n);
+
+/* ---- transposes ---- */
+
+/* The transpose source of dataset d: its reader, shape, jobc_choose_dtype and name
+ * (borrowed from d). */
+void jobc_source(const dataset *d, cube_source *src);
+
+/* The stages of a transpose: stage 0 the groups and stage 1 the bands, or one stage of
+ * bands when it is direct. */
+void jobc_plan_stages(const cube_transpose *t, job_plan *out);
+
+#endif

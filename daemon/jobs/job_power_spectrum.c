@@ -1,0 +1,157 @@
+/* The "power_spectrum" job type (job_stack.h): |FFT|^2 along z of every pixel, over engine/cube. */
+#include "daemon/jobs/job_stack.h"
+#include "daemon/jobs/job_common.h"
+
+#include "engine/base/error.h"
+#include "engine/cube/spectrum.h"
+#include "engine/cube/transpose.h"
+#include "engine/fits/fitscard.h"
+#include "engine/fits/fitsimg.h"
+#include "engine/image/chunkstore.h"
+
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+typedef struct ps_state {
+    cube_transpose t;
+    char out_path[PATH_MAX];
+    char name[128];
+    long long datastart;
+    cube_spectrum *plan;      /* transforms of series of nz values */
+} ps_state;
+
+static int ps_validate(const json_t *body, const job_env *env, job_problem *pb)
+{
+    static const char *const known[] = {"type", "dataset", "output", NULL};
+    const dataset *d;
+    if (jobkind_only_fields(body, known, NULL, pb) != 0 ||
+        jobc_check_dataset(body, env, &d, pb) != 0)
+        return -1;
+    return jobc_check_output(body, env, pb);
+}
+
+static void ps_release(void *state)
+{
+    ps_state *s = state;
+    if (!s)
+        return;
+    cube_spectrum_free(s->plan);
+    cube_transpose_release(&s->t);
+    free(s);
+}
+
+/* 1 when the attached chunk store of d is current and matches its shape. */
+static int usable_profile(const dataset *d, char *path, size_t len)
+{
+    if (!dataset_profile_path(d, path, len))
+        return 0;
+    chunkstore_info ci;
+    char e[256], ver[64];
+    if (chunkstore_read_info(path, &ci, e, sizeof e) != 0)
+        return 0;
+    dataset_version(d, ver, sizeof ver);
+    return ci.nx == d->nx && ci.ny == d->ny && ci.nz == d->nz && ci.tx == CUBE_TILE &&
+           ci.ty == CUBE_TILE && ci.dtype == jobc_choose_dtype(d) &&
+           strcmp(ci.source_version, ver) == 0;
+}
+
+static int ps_plan(const json_t *body, const job_env *env, const char *workdir, job_plan *out,
+                   char *err, size_t errlen)
+{
+    const dataset *d;
+    int rc = jobc_plan_dataset(body, env, &d, err, errlen);
+    if (rc)
+        return rc;
+    ps_state *s = calloc(1, sizeof *s);
+    if (!s) {
+        tess_seterr(err, errlen, "out of memory");
+        return TESS_ENOMEM;
+    }
+    snprintf(s->out_path, sizeof s->out_path, "%s/spectrum.fits", workdir);
+    snprintf(s->name, sizeof s->name, "%s", jobc_output_name(body));
+    /* Whether stage A is needed is decided once, when the work files are created, and
+     * remembered in the work directory (a later rechunk must not change the plan). */
+    char direct_flag[PATH_MAX], src[PATH_MAX] = "";
+    snprintf(direct_flag, sizeof direct_flag, "%s/direct.path", workdir);
+    int fresh = !jobc_marker_exists(workdir);
+    int direct = 0;
+    if (fresh) {
+        direct = usable_profile(d, src, sizeof src);
+    } else {
+        FILE *f = fopen(direct_flag, "r");
+        if (f) {
+            direct = fgets(src, sizeof src, f) != NULL && src[0] != 0;
+            fclose(f);
+        }
+    }
+    cube_source cs;
+    jobc_source(d, &cs);
+    rc = cube_transpose_init(&s->t, &cs, 4, direct, src, workdir, err, errlen);
+    if (!rc && fresh) {
+        char c_src[81] = "", c_unit[81] = "", unit[48];
+        fitscard_string(c_src, "PSSOURCE", d->name, 0, NULL);
+        snprintf(unit, sizeof unit, "(%.40s)**2", d->bunit);
+        if (d->bunit[0])
+            fitscard_string(c_unit, "BUNIT", unit, 0, NULL);
+        c_src[80] = c_unit[80] = '\0';
+        const char *cards[] = {
+            "COMMENT Power spectrum along z of each pixel: plane k = |FFT(series)[k]|^2,",
+            "COMMENT k = 0..NAXIS3-1 cycles per NAXIS3 samples, no mean removal, no window",
+            c_src, c_unit[0] ? c_unit : NULL, NULL};
+        long naxes[3] = {d->nx, d->ny, d->nz};
+        rc = jobc_fits_create(s->out_path, CS_F32, -32, 3, naxes, d, cards, &s->datastart, err,
+                             errlen);
+        if (!rc)
+            rc = cube_transpose_create_files(&s->t, err, errlen);
+        if (!rc && direct) {
+            FILE *f = fopen(direct_flag, "w");
+            if (!f || fputs(src, f) < 0 || fclose(f) != 0) {
+                tess_seterr(err, errlen, "cannot write %s", direct_flag);
+                rc = TESS_EIO;
+            }
+        }
+        if (!rc)
+            rc = jobc_touch_marker(workdir, err, errlen);
+    } else if (!rc) {
+        rc = fitsimg_data_offset(s->out_path, 0, &s->datastart, err, errlen);
+    }
+    if (!rc)
+        rc = cube_spectrum_new(d->nz, &s->plan, err, errlen);
+    if (rc) {
+        ps_release(s);
+        return rc;
+    }
+    jobc_plan_stages(&s->t, out);
+    out->state = s;
+    return 0;
+}
+
+static int ps_run(void *state, int stage, long block, const volatile int *cancel, char *err,
+                  size_t errlen)
+{
+    ps_state *s = state;
+    if (stage == 0 && !s->t.direct)
+        return cube_transpose_group(&s->t, block, cancel, err, errlen);
+    return cube_spectrum_band(s->plan, &s->t, block, s->out_path, s->datastart, cancel, err,
+                              errlen);
+}
+
+static int ps_finish(void *state, const char *tmp_path, job_product *prod, char *err,
+                     size_t errlen)
+{
+    ps_state *s = state;
+    int rc = jobc_move_file(s->out_path, tmp_path, err, errlen);
+    if (rc)
+        return rc;
+    if (!s->t.direct)
+        unlink(s->t.stage_path);
+    memset(prod, 0, sizeof *prod);
+    snprintf(prod->dataset, sizeof prod->dataset, "%s", s->name);
+    return 0;
+}
+
+const job_kind job_kind_power_spectrum = {"power_spectrum", ps_validate, ps_plan, ps_run,
+                                          ps_finish, ps_release};

@@ -1,0 +1,258 @@
+/* The "recenter" job type (job_stack.h): frames cropped around their object, over engine/cube. */
+#include "daemon/jobs/job_stack.h"
+#include "daemon/jobs/job_common.h"
+
+#include "engine/base/error.h"
+#include "engine/base/fileio.h"
+#include "engine/cube/centroid.h"
+#include "engine/fits/fitscard.h"
+#include "engine/fits/fitsimg.h"
+#include "engine/fits/fitswrite.h"
+#include "engine/image/chunkstore.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+typedef struct recenter_state {
+    const dataset *d;
+    long w, h, per_block, nblocks;
+    cs_dtype dt;
+    long long datastart;
+    char out_path[PATH_MAX];
+    char origins_path[PATH_MAX];
+    char name[128];
+} recenter_state;
+
+/* One origin record of origins.bin, at z * sizeof: centroid and crop origin. */
+typedef struct origin_rec {
+    double cx, cy;
+    int64_t x0, y0;
+} origin_rec;
+
+static int recenter_validate(const json_t *body, const job_env *env, job_problem *pb)
+{
+    static const char *const known[] = {"type", "dataset", "size", "output", NULL};
+    const dataset *d;
+    if (jobkind_only_fields(body, known, NULL, pb) != 0 ||
+        jobc_check_dataset(body, env, &d, pb) != 0)
+        return -1;
+    json_t *sz = json_object_get(body, "size");
+    if (!sz) {
+        jobkind_problem(pb, 400, "size", "'size' is required: [W, H] of the crops in pixels");
+        return -1;
+    }
+    if (!json_is_array(sz) || json_array_size(sz) != 2 ||
+        !json_is_integer(json_array_get(sz, 0)) || !json_is_integer(json_array_get(sz, 1)) ||
+        json_integer_value(json_array_get(sz, 0)) < 1 ||
+        json_integer_value(json_array_get(sz, 1)) < 1) {
+        jobkind_problem(pb, 400, "size", "'size' must be [W, H], two positive integers");
+        return -1;
+    }
+    json_int_t w = json_integer_value(json_array_get(sz, 0));
+    json_int_t h = json_integer_value(json_array_get(sz, 1));
+    if (w > d->nx || h > d->ny) {
+        jobkind_problem(pb, 422, "size", "crops of %lldx%lld do not fit in the %ldx%ld frames",
+                        (long long)w, (long long)h, d->nx, d->ny);
+        return -1;
+    }
+    return jobc_check_output(body, env, pb);
+}
+
+static int recenter_plan(const json_t *body, const job_env *env, const char *workdir,
+                         job_plan *out, char *err, size_t errlen)
+{
+    const dataset *d;
+    int rc = jobc_plan_dataset(body, env, &d, err, errlen);
+    if (rc)
+        return rc;
+    recenter_state *s = calloc(1, sizeof *s);
+    if (!s) {
+        tess_seterr(err, errlen, "out of memory");
+        return TESS_ENOMEM;
+    }
+    json_t *sz = json_object_get(body, "size");
+    s->d = d;
+    s->w = (long)json_integer_value(json_array_get(sz, 0));
+    s->h = (long)json_integer_value(json_array_get(sz, 1));
+    s->dt = jobc_choose_dtype(d);
+    s->per_block = jobc_lmax(1, (d->nz + JOBC_MIN_BLOCKS - 1) / JOBC_MIN_BLOCKS);
+    s->nblocks = (d->nz + s->per_block - 1) / s->per_block;
+    snprintf(s->out_path, sizeof s->out_path, "%s/recentered.fits", workdir);
+    snprintf(s->origins_path, sizeof s->origins_path, "%s/origins.bin", workdir);
+    snprintf(s->name, sizeof s->name, "%s", jobc_output_name(body));
+    if (s->w < 1 || s->h < 1 || s->w > d->nx || s->h > d->ny) {
+        tess_seterr(err, errlen, "size: crops do not fit in the frames");
+        free(s);
+        return TESS_EINVAL;
+    }
+    if (!jobc_marker_exists(workdir)) {
+        char c_src[81], c_w[81], text[72];
+        fitscard_string(c_src, "RCSOURCE", d->name, 0, NULL);
+        snprintf(text, sizeof text, "Frames cropped around their intensity centroid, %ldx%ld",
+                 s->w, s->h);
+        fitscard_commentary(c_w, "COMMENT", text);
+        c_src[80] = c_w[80] = '\0';
+        const char *cards[] = {c_w, "COMMENT Crop origins (0-based) in the ORIGINS table", c_src,
+                               NULL};
+        long naxes[3] = {s->w, s->h, d->nz};
+        rc = jobc_fits_create(s->out_path, s->dt, jobc_fits_bitpix(s->dt), 3, naxes, NULL, cards,
+                             &s->datastart, err, errlen);
+        if (!rc) {
+            int fd = open(s->origins_path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+            if (fd < 0 || ftruncate(fd, (off_t)(d->nz * sizeof(origin_rec))) != 0 ||
+                close(fd) != 0) {
+                tess_seterr(err, errlen, "cannot create %s", s->origins_path);
+                rc = TESS_EIO;
+            }
+        }
+        if (!rc)
+            rc = jobc_touch_marker(workdir, err, errlen);
+    } else {
+        rc = fitsimg_data_offset(s->out_path, 0, &s->datastart, err, errlen);
+    }
+    if (rc) {
+        free(s);
+        return rc;
+    }
+    out->nstages = 1;
+    out->nblocks[0] = s->nblocks;
+    out->state = s;
+    return 0;
+}
+
+static int recenter_run(void *state, int stage, long block, const volatile int *cancel,
+                        char *err, size_t errlen)
+{
+    (void)stage;
+    recenter_state *s = state;
+    const dataset *d = s->d;
+    long nx = d->nx, ny = d->ny;
+    double *plane = malloc(sizeof(double) * (size_t)nx * ny);
+    double *scratch = malloc(sizeof(double) * (size_t)nx * ny);
+    double *crop = malloc(sizeof(double) * (size_t)s->w * s->h);
+    int oes = chunkstore_esize(s->dt);
+    unsigned char *enc = malloc((size_t)s->w * s->h * oes);
+    int rc = plane && scratch && crop && enc ? 0 : TESS_ENOMEM;
+    if (rc)
+        tess_seterr(err, errlen, "out of memory");
+    int fd = rc ? -1 : open(s->out_path, O_WRONLY | O_CLOEXEC);
+    int ofd = rc ? -1 : open(s->origins_path, O_WRONLY | O_CLOEXEC);
+    if (!rc && (fd < 0 || ofd < 0)) {
+        tess_seterr(err, errlen, "cannot open the work files: %s", strerror(errno));
+        rc = TESS_EIO;
+    }
+    long z0 = block * s->per_block, z1 = jobc_lmin(d->nz, z0 + s->per_block);
+    for (long z = z0; z < z1 && !rc; z++) {
+        if (*cancel) {
+            rc = TESS_ECANCELED;
+            break;
+        }
+        rc = dataset_read_region(d, z, 0, 0, nx, ny, plane, err, errlen);
+        if (rc)
+            break;
+        origin_rec o;
+        cube_centroid(plane, nx, ny, scratch, &o.cx, &o.cy);
+        long ox = isfinite(o.cx) && fabs(o.cx) < 1e15 ? (long)o.cx - s->w / 2 : 0;
+        long oy = isfinite(o.cy) && fabs(o.cy) < 1e15 ? (long)o.cy - s->h / 2 : 0;
+        o.x0 = jobc_lmax(0, jobc_lmin(ox, nx - s->w));
+        o.y0 = jobc_lmax(0, jobc_lmin(oy, ny - s->h));
+        for (long y = 0; y < s->h; y++)
+            memcpy(crop + y * s->w, plane + (o.y0 + y) * nx + o.x0, sizeof(double) * (size_t)s->w);
+        jobc_fits_encode(s->dt, crop, enc, s->w * s->h);
+        size_t n = (size_t)s->w * s->h * oes;
+        if (tess_pwrite_all(fd, enc, n, (off_t)(s->datastart + (long long)z * (long long)n))
+                != 0 ||
+            tess_pwrite_all(ofd, &o, sizeof o, (off_t)(z * (long)sizeof o)) != 0) {
+            tess_seterr(err, errlen, "cannot write the work files: %s", strerror(errno));
+            rc = TESS_EIO;
+        }
+    }
+    if (fd >= 0 && close(fd) != 0 && !rc)
+        rc = TESS_EIO;
+    if (ofd >= 0)
+        close(ofd);
+    free(plane);
+    free(scratch);
+    free(crop);
+    free(enc);
+    return rc;
+}
+
+static int recenter_finish(void *state, const char *tmp_path, job_product *prod, char *err,
+                           size_t errlen)
+{
+    recenter_state *s = state;
+    long nz = s->d->nz;
+    origin_rec *rec = malloc(sizeof *rec * (size_t)nz);
+    int fd = open(s->origins_path, O_RDONLY | O_CLOEXEC);
+    if (!rec || fd < 0 || tess_pread_all(fd, rec, sizeof *rec * (size_t)nz, 0) != 0) {
+        if (fd >= 0)
+            close(fd);
+        free(rec);
+        tess_seterr(err, errlen, "cannot read %s", s->origins_path);
+        return TESS_EIO;
+    }
+    close(fd);
+    long *frame = malloc(sizeof(long) * (size_t)nz * 3);
+    double *c = malloc(sizeof(double) * (size_t)nz * 2);
+    int rc = frame && c ? 0 : TESS_ENOMEM;
+    if (rc)
+        tess_seterr(err, errlen, "out of memory");
+    fitswrite *f = NULL;
+    if (!rc)
+        rc = fitswrite_open_file(s->out_path, &f, err, errlen);
+    if (!rc && fitswrite_nhdu(f) < 2) {   /* not yet added (finish may run again after a crash) */
+        for (long z = 0; z < nz; z++) {
+            frame[z] = z;
+            frame[nz + z] = (long)rec[z].x0;
+            frame[2 * nz + z] = (long)rec[z].y0;
+            c[z] = rec[z].cx;
+            c[nz + z] = rec[z].cy;
+        }
+        const fitswrite_column cols[] = {
+            {"FRAME", "1J", "", frame, NULL},
+            {"X0", "1J", "pixel", frame + nz, NULL},
+            {"Y0", "1J", "pixel", frame + 2 * nz, NULL},
+            {"CX", "1D", "pixel", NULL, c},
+            {"CY", "1D", "pixel", NULL, c + nz},
+        };
+        char note[80];
+        fitscard_commentary(note, "COMMENT", "0-based crop origin and intensity centroid of "
+                            "each frame");
+        rc = fitswrite_table_hdu(f, "ORIGINS", nz, 5, cols, note, 1, err, errlen);
+    }
+    if (f) {
+        char cerr[256];
+        int crc = fitswrite_close(f, cerr, sizeof cerr);
+        if (!rc && crc) {
+            tess_seterr(err, errlen, "%s", cerr);
+            rc = crc;
+        }
+    }
+    free(frame);
+    free(c);
+    free(rec);
+    if (rc)
+        return rc;
+    rc = jobc_move_file(s->out_path, tmp_path, err, errlen);
+    if (rc)
+        return rc;
+    memset(prod, 0, sizeof *prod);
+    snprintf(prod->dataset, sizeof prod->dataset, "%s", s->name);
+    return 0;
+}
+
+static void recenter_release(void *state)
+{
+    free(state);
+}
+
+const job_kind job_kind_recenter = {"recenter", recenter_validate, recenter_plan, recenter_run,
+                                    recenter_finish, recenter_release};

@@ -1,0 +1,304 @@
+/* Planes of a stack turned into per-pixel series (transpose.h). */
+#include "engine/cube/transpose.h"
+
+#include "engine/base/error.h"
+#include "engine/base/fileio.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define BLOCK_BYTES (64L << 20)   /* memory of one block's main buffer */
+#define MIN_BLOCKS 16             /* aim for at least this many blocks per stage */
+#define ZGROUP 64                 /* planes held at once by cube_transpose_rows */
+
+static long lmin(long a, long b) { return a < b ? a : b; }
+static long lmax(long a, long b) { return a > b ? a : b; }
+
+static int write_at(const char *path, const void *buf, size_t n, off_t off, char *err,
+                    size_t errlen)
+{
+    if (tess_pwrite_file(path, buf, n, off) != 0) {
+        tess_seterr(err, errlen, "cannot write %s: %s", path, strerror(errno));
+        return TESS_EIO;
+    }
+    return 0;
+}
+
+int cube_transpose_init(cube_transpose *t, const cube_source *src, long out_bytes_per_value,
+                        int direct, const char *src_path, const char *workdir, char *err,
+                        size_t errlen)
+{
+    memset(t, 0, sizeof *t);
+    t->st = src->st;
+    t->nx = src->nx;
+    t->ny = src->ny;
+    t->nz = src->nz;
+    t->npix = src->nx * src->ny;
+    t->dt = src->dtype;
+    t->es = chunkstore_esize(t->dt);
+    t->ci.nx = src->nx;
+    t->ci.ny = src->ny;
+    t->ci.nz = src->nz;
+    t->ci.dtype = t->dt;
+    t->ci.tx = CUBE_TILE;
+    t->ci.ty = CUBE_TILE;
+    t->ci.data_offset = CHUNKSTORE_HEADER;
+    snprintf(t->ci.source, sizeof t->ci.source, "%s", src->name);
+    snprintf(t->name, sizeof t->name, "%s", src->name);
+    t->perm = malloc((size_t)t->npix * sizeof *t->perm);
+    if (!t->perm) {
+        tess_seterr(err, errlen, "out of memory");
+        return TESS_ENOMEM;
+    }
+    long long idx = 0;
+    for (long y0 = 0; y0 < t->ny; y0 += CUBE_TILE) {
+        long h = lmin(CUBE_TILE, t->ny - y0);
+        for (long x0 = 0; x0 < t->nx; x0 += CUBE_TILE) {
+            long w = lmin(CUBE_TILE, t->nx - x0);
+            for (long yy = 0; yy < h; yy++)
+                for (long xx = 0; xx < w; xx++)
+                    t->perm[idx++] = (uint32_t)((y0 + yy) * t->nx + x0 + xx);
+        }
+    }
+    long plane_bytes = t->npix * t->es;
+    t->g = lmax(1, lmin(BLOCK_BYTES / lmax(1, plane_bytes), (t->nz + MIN_BLOCKS - 1) / MIN_BLOCKS));
+    t->ngroups = (t->nz + t->g - 1) / t->g;
+    long per_row = t->nx * t->nz * lmax(t->es, out_bytes_per_value);
+    long tile_rows = (t->ny + CUBE_TILE - 1) / CUBE_TILE;
+    long trows = lmax(1, lmin(BLOCK_BYTES / lmax(1, per_row * CUBE_TILE),
+                              (tile_rows + MIN_BLOCKS - 1) / MIN_BLOCKS));
+    t->band_rows = trows * CUBE_TILE;
+    t->nbands = (t->ny + t->band_rows - 1) / t->band_rows;
+    t->direct = direct;
+    snprintf(t->stage_path, sizeof t->stage_path, "%s/staging.bin", workdir);
+    snprintf(t->src_path, sizeof t->src_path, "%s", src_path ? src_path : "");
+    return 0;
+}
+
+void cube_transpose_release(cube_transpose *t)
+{
+    free(t->perm);
+    t->perm = NULL;
+}
+
+int cube_transpose_create_files(const cube_transpose *t, char *err, size_t errlen)
+{
+    if (t->direct)
+        return 0;
+    int fd = open(t->stage_path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0 || ftruncate(fd, (off_t)t->npix * t->nz * t->es) != 0 || close(fd) != 0) {
+        tess_seterr(err, errlen, "cannot create %s: %s", t->stage_path, strerror(errno));
+        return TESS_EIO;
+    }
+    return 0;
+}
+
+static void encode1(cs_dtype t, double v, unsigned char *dst)
+{
+    switch (t) {
+    case CS_U8:
+        *dst = (unsigned char)lrint(v);
+        break;
+    case CS_U16:
+    case CS_I16: {   /* exact integers in range (cube_source.dtype) */
+        uint16_t u = t == CS_U16 ? (uint16_t)v : (uint16_t)(int16_t)v;
+        dst[0] = (unsigned char)(u & 0xff);
+        dst[1] = (unsigned char)(u >> 8);
+        break;
+    }
+    default:
+        chunkstore_encode(CS_F32, &v, dst, 1);
+    }
+}
+
+/* Frames encoded together before they are interleaved into a group's series: each
+ * pixel then gets TG_SUB values written side by side instead of one value per cache
+ * line touched (a frame-by-frame scatter at a stride of g values was the stage's cost). */
+#define TG_SUB 16
+
+/* Stage A, group k: frames z0 .. z0+gk-1 into out[i * gk + j] (store order i, frame j),
+ * written at the group's place in the staging file. */
+int cube_transpose_group(const cube_transpose *t, long k, const volatile int *cancel,
+                         char *err, size_t errlen)
+{
+    long z0 = k * t->g, gk = lmin(t->g, t->nz - z0);
+    const size_t es = (size_t)t->es, npix = (size_t)t->npix;
+    unsigned char *out = malloc(npix * (size_t)gk * es);
+    /* [frame of the sub-group][i], rows `pitch` bytes apart: a whole number of cache
+     * lines plus one, so that the TG_SUB rows read side by side below fall in different
+     * cache sets (at a power-of-two distance they evict each other). */
+    const size_t pitch = (npix * es + 63) / 64 * 64 + 64;
+    unsigned char *sub = malloc(pitch * TG_SUB);
+    double *plane = malloc(npix * sizeof *plane);
+    int rc = 0;
+    if (!out || !sub || !plane) {
+        tess_seterr(err, errlen, "out of memory");
+        rc = TESS_ENOMEM;
+    }
+    for (long j0 = 0; j0 < gk && !rc; j0 += TG_SUB) {
+        long ns = lmin(TG_SUB, gk - j0);
+        for (long jj = 0; jj < ns && !rc; jj++) {
+            if (*cancel) {
+                rc = TESS_ECANCELED;
+                break;
+            }
+            rc = stack_read_region(t->st, z0 + j0 + jj, 0, 0, t->nx, t->ny, plane, err,
+                                     errlen);
+            if (rc)
+                break;
+            unsigned char *p = sub + (size_t)jj * pitch;
+            if (t->dt == CS_U8) {
+                for (size_t i = 0; i < npix; i++)
+                    p[i] = (unsigned char)plane[t->perm[i]];   /* exact integers 0..255 */
+            } else {
+                for (size_t i = 0; i < npix; i++)
+                    encode1(t->dt, plane[t->perm[i]], p + i * es);
+            }
+        }
+        if (rc)
+            break;
+        const size_t stride = (size_t)gk * es;
+        if (es == 1) {
+            for (size_t i = 0; i < npix; i++) {
+                unsigned char *d = out + i * stride + (size_t)j0;
+                for (long jj = 0; jj < ns; jj++)
+                    d[jj] = sub[(size_t)jj * pitch + i];
+            }
+        } else {
+            for (size_t i = 0; i < npix; i++) {
+                unsigned char *d = out + i * stride + (size_t)j0 * es;
+                for (long jj = 0; jj < ns; jj++)
+                    memcpy(d + (size_t)jj * es, sub + (size_t)jj * pitch + i * es, es);
+            }
+        }
+    }
+    if (!rc)
+        rc = write_at(t->stage_path, out, npix * (size_t)gk * es, (off_t)z0 * t->npix * t->es,
+                      err, errlen);
+    free(out);
+    free(sub);
+    free(plane);
+    return rc;
+}
+
+/* Stage B, band b: fills `buf` ((p1-p0) * nz * es bytes) with the band's series. */
+int cube_transpose_band(const cube_transpose *t, long b, unsigned char *buf, long *p0_out,
+                        long *p1_out, const volatile int *cancel, char *err, size_t errlen)
+{
+    long y0 = b * t->band_rows, y1 = lmin(t->ny, y0 + t->band_rows);
+    long p0 = y0 * t->nx, p1 = y1 * t->nx, np = p1 - p0;
+    *p0_out = p0;
+    *p1_out = p1;
+    size_t es = (size_t)t->es;
+    if (t->direct) {
+        int fd = open(t->src_path, O_RDONLY | O_CLOEXEC);
+        off_t off = (off_t)(CHUNKSTORE_HEADER + (long long)p0 * t->nz * es);
+        int bad = fd < 0 || tess_pread_all(fd, buf, (size_t)np * t->nz * es, off) != 0;
+        if (fd >= 0)
+            close(fd);
+        if (bad) {
+            tess_seterr(err, errlen, "cannot read %s", t->src_path);
+            return TESS_EIO;
+        }
+        return 0;
+    }
+    unsigned char *tmp = malloc((size_t)np * t->g * es);
+    int fd = open(t->stage_path, O_RDONLY | O_CLOEXEC);
+    int rc = 0;
+    if (!tmp || fd < 0) {
+        tess_seterr(err, errlen, "cannot read %s", t->stage_path);
+        rc = tmp ? TESS_EIO : TESS_ENOMEM;
+    }
+    for (long k = 0; k < t->ngroups && !rc; k++) {
+        if (*cancel) {
+            rc = TESS_ECANCELED;
+            break;
+        }
+        long z0 = k * t->g, gk = lmin(t->g, t->nz - z0);
+        size_t run = (size_t)gk * es;
+        if (tess_pread_all(fd, tmp, (size_t)np * run, (off_t)((long long)z0 * t->npix * es +
+                                                              (long long)p0 * run)) != 0) {
+            tess_seterr(err, errlen, "cannot read %s", t->stage_path);
+            rc = TESS_EIO;
+            break;
+        }
+        for (long i = 0; i < np; i++)
+            memcpy(buf + ((size_t)i * t->nz + z0) * es, tmp + (size_t)i * run, run);
+    }
+    if (fd >= 0)
+        close(fd);
+    free(tmp);
+    return rc;
+}
+
+/* Fills `out` with the series of rows [y0, y1) (whole tile rows) in store order:
+ * (y1 - y0) * nx * nz values of es bytes, pixel p0 = y0 * nx first, each pixel's nz
+ * values contiguous.  The planes are read in groups of ZGROUP (each plane of a
+ * group opened once, 8-bit frames read in place) a tile row at a time, so a band needs
+ * no staging file.  Returns 0 or a TESS_E* code with err. */
+int cube_transpose_rows(const cube_transpose *t, long y0, long y1, unsigned char *out,
+                        const volatile int *cancel, char *err, size_t errlen)
+{
+    long nx = t->nx, ny = t->ny, nz = t->nz;
+    long p0 = y0 * nx;
+    size_t es = (size_t)t->es;
+    stack *st = t->st;
+    unsigned char *tmp = malloc((size_t)ZGROUP * CUBE_TILE * nx * es);
+    double *dbl = malloc(sizeof(double) * (size_t)CUBE_TILE * nx);
+    stack_plane hp[ZGROUP];
+    int rc = tmp && dbl ? 0 : TESS_ENOMEM;
+    if (rc)
+        tess_seterr(err, errlen, "out of memory");
+    for (long zg = 0; zg < nz && !rc; zg += ZGROUP) {
+        if (*cancel) {
+            rc = TESS_ECANCELED;
+            break;
+        }
+        long gk = lmin(ZGROUP, nz - zg), held = 0;
+        for (; held < gk && !rc; held++)
+            rc = stack_plane_hold(st, zg + held, &hp[held], err, errlen);
+        if (rc)
+            held--;
+        for (long ty0 = y0; ty0 < y1 && !rc; ty0 += CUBE_TILE) {
+            long th = lmin(CUBE_TILE, ny - ty0);
+            const unsigned char *src[ZGROUP];
+            for (long j = 0; j < gk && !rc; j++) {
+                if (t->dt == CS_U8 && hp[j].u8) {
+                    src[j] = hp[j].u8 + (size_t)ty0 * nx;
+                    continue;
+                }
+                unsigned char *e = tmp + (size_t)j * CUBE_TILE * nx * es;
+                rc = stack_read_region(t->st, zg + j, 0, ty0, nx, th, dbl, err, errlen);
+                for (long i = 0; i < th * nx && !rc; i++)
+                    encode1(t->dt, dbl[i], e + (size_t)i * es);
+                src[j] = e;
+            }
+            /* the tile row's store indices are [ty0*nx, (ty0+th)*nx) */
+            for (long i = ty0 * nx; i < (ty0 + th) * nx && !rc; i++) {
+                size_t q = t->perm[i] - (size_t)ty0 * nx;
+                unsigned char *dst = out + ((size_t)(i - p0) * nz + zg) * es;
+                if (es == 1)
+                    for (long j = 0; j < gk; j++)
+                        dst[j] = src[j][q];
+                else
+                    for (long j = 0; j < gk; j++)
+                        memcpy(dst + j * es, src[j] + q * es, es);
+            }
+        }
+        for (long j = 0; j < held; j++)
+            if (stack_plane_release(st, &hp[j]) && !rc) {
+                rc = TESS_EIO;
+                tess_seterr(err, errlen, "frame %ld of '%s' was truncated while being read",
+                            zg + j, t->name);
+            }
+    }
+    free(tmp);
+    free(dbl);
+    return rc;
+}
+

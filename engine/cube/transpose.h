@@ -1,0 +1,93 @@
+/* Planes of a stack turned into per-pixel series: the group and band transpose. */
+#ifndef TESSERA_CUBE_TRANSPOSE_H
+#define TESSERA_CUBE_TRANSPOSE_H
+
+#include <limits.h>
+#include <stddef.h>
+#include <stdint.h>
+#include "engine/image/chunkstore.h"
+#include "engine/image/stack.h"
+
+#define CUBE_TILE 16   /* side of the square tiles of the pixel order (pixels) */
+
+/* What is transposed: the planes of `st`, nx = NAXIS1 columns, ny = NAXIS2 rows, nz
+ * planes (0-based), read as physical values (stack_read_region) and stored as `dtype`
+ * (chunkstore.h: u1 and u2/i2 little-endian hold exact integers in range, f4 anything;
+ * the caller picks a type that holds the values). */
+typedef struct cube_source {
+    stack *st;          /* the reader, borrowed; must outlive the transpose */
+    long nx, ny, nz;    /* nx * ny < 2^32 */
+    cs_dtype dtype;
+    const char *name;   /* the dataset's name: the store's source field, messages (copied) */
+} cube_source;
+
+/* The transpose of one volume.  Pixel order ("store order"): tiles of CUBE_TILE x
+ * CUBE_TILE pixels, tile rows from y = 0, tiles from x = 0 within a tile row, pixels
+ * row by row within a tile (edge tiles narrower); perm[i] = y * nx + x of store index i.
+ * A series is nz values of es bytes, z fastest.
+ *
+ * Two stages of independent blocks:
+ *   A (groups): group k holds planes z0 = k * g .. z0 + gk - 1 (gk = min(g, nz - z0));
+ *     cube_transpose_group writes them into the staging file at byte z0 * npix * es as
+ *     [store index][plane of the group];
+ *   B (bands): band b holds rows y0 = b * band_rows .. min(ny, y0 + band_rows) - 1 (whole
+ *     tile rows), store indices [y0 * nx, y1 * nx); cube_transpose_band gathers its
+ *     series from every group of the staging file, or, when `direct`, reads them from an
+ *     existing chunk store of this shape and type at src_path (no stage A).
+ * cube_transpose_rows gathers the series of a band from the planes in memory, with no
+ * staging file (rechunk's one-stage plan).  Read-only after init: blocks may run
+ * concurrently. */
+typedef struct cube_transpose {
+    stack *st;
+    long nx, ny, nz, npix;
+    cs_dtype dt;
+    int es;                    /* bytes of one value */
+    chunkstore_info ci;        /* the store of this tiling (source = name; version unset) */
+    uint32_t *perm;            /* perm[idx] = y*nx + x of store index idx (owned) */
+    long g, ngroups;           /* planes per group, groups */
+    long band_rows, nbands;    /* rows per band (multiple of CUBE_TILE), bands */
+    int direct;                /* 1: no stage A; bands read the chunk store src_path */
+    char stage_path[PATH_MAX]; /* <workdir>/staging.bin */
+    char src_path[PATH_MAX];
+    char name[128];
+} cube_transpose;
+
+/* Sets up the transpose of `src`: groups of planes of at most 64 MB (and at least 16
+ * groups when nz allows), bands whose series take at most 64 MB at
+ * max(es, out_bytes_per_value) bytes a value (at least 16 bands when ny allows).
+ * `src_path` (may be NULL when !direct) and `workdir` are copied.  Creates no file.
+ * Returns 0 or TESS_ENOMEM with err; release with cube_transpose_release either way. */
+int cube_transpose_init(cube_transpose *t, const cube_source *src, long out_bytes_per_value,
+                        int direct, const char *src_path, const char *workdir, char *err,
+                        size_t errlen);
+
+/* Frees the permutation.  Safe on a zeroed or failed transpose. */
+void cube_transpose_release(cube_transpose *t);
+
+/* Creates the staging file (npix * nz * es bytes of zeros, sparse) unless direct.
+ * Returns 0 or TESS_EIO with err. */
+int cube_transpose_create_files(const cube_transpose *t, char *err, size_t errlen);
+
+/* Stage A, group k (0-based, < ngroups): reads the group's planes and writes them at
+ * their place in the staging file.  Idempotent.  Polls *cancel between planes.
+ * Returns 0, TESS_ECANCELED, TESS_ENOMEM, TESS_EIO, or a read error of the stack. */
+int cube_transpose_group(const cube_transpose *t, long k, const volatile int *cancel,
+                         char *err, size_t errlen);
+
+/* Stage B, band b (0-based, < nbands): fills `buf` (at least band_rows * nx * nz * es
+ * bytes) with the series of the band's store indices [*p0, *p1), (*p1 - *p0) * nz
+ * values, series after series.  Polls *cancel between groups.  Returns 0,
+ * TESS_ECANCELED, TESS_ENOMEM or TESS_EIO (staging file or store unreadable). */
+int cube_transpose_band(const cube_transpose *t, long b, unsigned char *buf, long *p0,
+                        long *p1, const volatile int *cancel, char *err, size_t errlen);
+
+/* The series of rows [y0, y1) (y0 a multiple of CUBE_TILE, y1 one too or ny) into `out`
+ * ((y1 - y0) * nx * nz * es bytes) in store order from index y0 * nx, read from the
+ * planes directly: planes held in groups of 64 (stack_plane_hold; 8-bit frames read in
+ * place), a tile row at a time.  Polls *cancel between groups.  Returns 0,
+ * TESS_ECANCELED, TESS_ENOMEM, TESS_EIO (a frame truncated while read) or a read error
+ * of the stack. */
+int cube_transpose_rows(const cube_transpose *t, long y0, long y1, unsigned char *out,
+                        const volatile int *cancel, char *err, size_t errlen);
+
+#endif

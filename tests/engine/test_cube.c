@@ -1,0 +1,256 @@
+/* Unit tests of engine/cube: transpose, power spectra, centroids on small known arrays. */
+#include <check.h>
+#include <fcntl.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "engine/base/error.h"
+#include "engine/base/fileio.h"
+#include "engine/cube/centroid.h"
+#include "engine/cube/spectrum.h"
+#include "engine/cube/transpose.h"
+#include "engine/fits/fitswrite.h"
+#include "engine/image/chunkstore.h"
+#include "engine/image/stack.h"
+#include "tests/testutil.h"
+
+/* Edge tiles on both axes (20 = 16 + 4, 18 = 16 + 2). */
+#define NX 20
+#define NY 18
+
+static const volatile int no_cancel = 0;
+
+/* Writes the float32 cube v (NX x NY x nz, x fastest) as `path`. */
+static void write_cube(const char *path, const double *v, long nz)
+{
+    fitswrite_image im = {.bitpix = -32, .naxis = 3, .naxes = {NX, NY, nz}};
+    long long ds = 0;
+    char err[256];
+    ck_assert_msg(fitswrite_file(path, &im, &ds, err, sizeof err) == 0, "%s", err);
+    long n = (long)NX * NY * nz;
+    unsigned char *be = malloc((size_t)n * 4);
+    ck_assert_ptr_nonnull(be);
+    fitswrite_encode(-32, 0, v, be, n);
+    ck_assert_int_eq(tess_pwrite_file(path, be, (size_t)n * 4, (off_t)ds), 0);
+    free(be);
+}
+
+/* A transpose of the cube at `path` through the staging file (both stages run). */
+static stack *open_cube(const char *path, long nz)
+{
+    const char *paths[] = {path};
+    stack *st = stack_new(paths, 1, 0, NX, NY, nz, 2);
+    ck_assert_ptr_nonnull(st);
+    return st;
+}
+
+static void transpose_staged(cube_transpose *t, stack *st, long nz, long out_bytes,
+                             const char *dir)
+{
+    cube_source src = {.st = st, .nx = NX, .ny = NY, .nz = nz, .dtype = CS_F32, .name = "t"};
+    char err[256];
+    ck_assert_msg(cube_transpose_init(t, &src, out_bytes, 0, NULL, dir, err, sizeof err) == 0,
+                  "%s", err);
+    ck_assert_msg(cube_transpose_create_files(t, err, sizeof err) == 0, "%s", err);
+    for (long k = 0; k < t->ngroups; k++)
+        ck_assert_msg(cube_transpose_group(t, k, &no_cancel, err, sizeof err) == 0, "%s", err);
+}
+
+/* Every band's series, from the staging file and from the planes directly, equals the
+ * series of its pixel read with stack_read_series. */
+START_TEST(test_transpose)
+{
+    const long nz = 37;
+    char dir[256], path[300];
+    tt_tmpdir_make(dir, sizeof dir, "cube");
+    snprintf(path, sizeof path, "%s/cube.fits", dir);
+    double *v = malloc(sizeof(double) * NX * NY * nz);
+    ck_assert_ptr_nonnull(v);
+    for (long z = 0; z < nz; z++)
+        for (long i = 0; i < NX * NY; i++)
+            v[z * NX * NY + i] = (double)(i + 1000 * z) * 0.5 - 7;   /* exact in float32 */
+    write_cube(path, v, nz);
+    stack *st = open_cube(path, nz);
+    cube_transpose t;
+    transpose_staged(&t, st, nz, 0, dir);
+    ck_assert_int_eq(t.es, 4);
+    ck_assert_int_gt(t.ngroups, 1);   /* several groups are gathered into a band */
+    size_t bytes = (size_t)t.band_rows * NX * nz * 4;
+    unsigned char *buf = malloc(bytes), *rows = malloc(bytes);
+    double *got = malloc(sizeof(double) * nz), *want = malloc(sizeof(double) * nz);
+    char err[256];
+    long seen = 0;
+    for (long b = 0; b < t.nbands; b++) {
+        long p0 = -1, p1 = -1;
+        ck_assert_msg(cube_transpose_band(&t, b, buf, &p0, &p1, &no_cancel, err, sizeof err)
+                      == 0, "%s", err);
+        long y0 = b * t.band_rows, y1 = y0 + t.band_rows < NY ? y0 + t.band_rows : NY;
+        ck_assert_int_eq(p0, y0 * NX);
+        ck_assert_int_eq(p1, y1 * NX);
+        ck_assert_msg(cube_transpose_rows(&t, y0, y1, rows, &no_cancel, err, sizeof err) == 0,
+                      "%s", err);
+        ck_assert_int_eq(memcmp(buf, rows, (size_t)(p1 - p0) * nz * 4), 0);
+        for (long i = p0; i < p1; i++) {
+            long x = t.perm[i] % NX, y = t.perm[i] / NX;
+            ck_assert_int_ge(y, y0);
+            ck_assert_int_lt(y, y1);
+            chunkstore_decode(CS_F32, buf + (size_t)(i - p0) * nz * 4, got, nz);
+            ck_assert_int_eq(stack_read_series(st, x, y, 0, nz, want, err, sizeof err), 0);
+            for (long z = 0; z < nz; z++)
+                ck_assert_double_eq(got[z], want[z]);
+            seen++;
+        }
+    }
+    ck_assert_int_eq(seen, NX * NY);
+    /* store order: the first tile's 16 x 16 pixels row by row, then the next tile */
+    ck_assert_int_eq(t.perm[0], 0);
+    ck_assert_int_eq(t.perm[15], 15);
+    ck_assert_int_eq(t.perm[16], NX);
+    ck_assert_int_eq(t.perm[256], 16);
+    free(buf);
+    free(rows);
+    free(got);
+    free(want);
+    cube_transpose_release(&t);
+    stack_free(st);
+    free(v);
+    const char *names[] = {"cube.fits", "staging.bin"};
+    ck_assert_int_eq(tt_tmpdir_remove(dir, names, 2), 0);
+}
+END_TEST
+
+/* s[n] = c + A sin(2 pi f n / N), N = 32, f = 5: numpy.fft.fft(s) is c N at k = 0,
+ * -i A N / 2 at k = f and +i A N / 2 at k = N - f, 0 elsewhere, so |FFT|^2 is (c N)^2
+ * at 0, (A N / 2)^2 at f and N - f (for A = 3: 48^2 = 2304; c = 2: 64^2 = 4096), 0
+ * elsewhere (up to the float32 rounding of the samples).  A and c vary by pixel. */
+START_TEST(test_spectrum)
+{
+    const long nz = 32, f = 5;
+    char dir[256], path[300], out[300], err[256];
+    tt_tmpdir_make(dir, sizeof dir, "cubeps");
+    snprintf(path, sizeof path, "%s/cube.fits", dir);
+    snprintf(out, sizeof out, "%s/ps.fits", dir);
+    double *v = malloc(sizeof(double) * NX * NY * nz);
+    ck_assert_ptr_nonnull(v);
+    for (long i = 0; i < NX * NY; i++) {
+        double a = 1 + (double)(i % 7), c = (double)(i % 3);
+        for (long z = 0; z < nz; z++)
+            v[z * NX * NY + i] = c + a * sin(2 * M_PI * (double)(f * z) / (double)nz);
+    }
+    v[5 * NX * NY + 3] = NAN;   /* counts as 0: pixel 3's series loses sample 5 */
+    write_cube(path, v, nz);
+    stack *st = open_cube(path, nz);
+    cube_transpose t;
+    transpose_staged(&t, st, nz, 4, dir);
+    fitswrite_image im = {.bitpix = -32, .naxis = 3, .naxes = {NX, NY, nz}};
+    long long ds = 0;
+    ck_assert_msg(fitswrite_file(out, &im, &ds, err, sizeof err) == 0, "%s", err);
+    cube_spectrum *sp = NULL;
+    ck_assert_msg(cube_spectrum_new(nz, &sp, err, sizeof err) == 0, "%s", err);
+    for (long b = 0; b < t.nbands; b++)
+        ck_assert_msg(cube_spectrum_band(sp, &t, b, out, ds, &no_cancel, err, sizeof err) == 0,
+                      "%s", err);
+    for (long k = 0; k < nz; k++) {
+        long nx = 0, ny = 0;
+        double *p = tt_fits_plane(out, k, &nx, &ny);
+        ck_assert_ptr_nonnull(p);
+        ck_assert_int_eq(nx, NX);
+        ck_assert_int_eq(ny, NY);
+        for (long i = 0; i < NX * NY; i++) {
+            double a = 1 + (double)(i % 7), c = (double)(i % 3), want = 0;
+            if (k == 0)
+                want = (c * nz) * (c * nz);
+            else if (k == f || k == nz - f)
+                want = (a * nz / 2) * (a * nz / 2);
+            if (i == 3) {
+                /* the series minus its sample 5, s5 = c + a sin(2 pi 25 / 32):
+                 * X'[k] = X[k] - s5 exp(-2 pi i 5 k / 32) */
+                double s5 = c + a * sin(2 * M_PI * (double)(f * 5) / (double)nz);
+                double re = k == 0 ? c * nz : 0, imag = 0;
+                if (k == f)
+                    imag = -a * nz / 2;
+                else if (k == nz - f)
+                    imag = a * nz / 2;
+                re -= s5 * cos(2 * M_PI * 5.0 * (double)k / (double)nz);
+                imag += s5 * sin(2 * M_PI * 5.0 * (double)k / (double)nz);
+                want = re * re + imag * imag;
+            }
+            ck_assert_msg(fabs(p[i] - want) <= 1e-5 * (want + 1) + 1e-3,
+                          "k %ld pixel %ld: %.9g, want %.9g", k, i, p[i], want);
+        }
+        free(p);
+    }
+    cube_spectrum_free(sp);
+    cube_spectrum_free(NULL);
+    cube_transpose_release(&t);
+    stack_free(st);
+    free(v);
+    const char *names[] = {"cube.fits", "ps.fits", "staging.bin"};
+    ck_assert_int_eq(tt_tmpdir_remove(dir, names, 3), 0);
+}
+END_TEST
+
+START_TEST(test_median)
+{
+    const double a[] = {3, NAN, 1, 2, 10};
+    ck_assert_double_eq(cube_median(a, 4), 2);       /* 3, 1, 2 */
+    ck_assert_double_eq(cube_median(a, 5), 2.5);     /* numpy.percentile([3,1,2,10], 50) */
+    const double none[] = {NAN, NAN};
+    ck_assert_double_eq(cube_median(none, 2), 0);   /* render_resolve_cuts' rule */
+}
+END_TEST
+
+/* A Gaussian patch (amplitude 400, sigma 2.5 px) at (37.3, 22.6) on a background of 100
+ * with uniform noise of +-5 (s.d. 2.9): the thresholded centroid lies within 0.1 px. */
+START_TEST(test_centroid)
+{
+    enum { W = 64, H = 48 };
+    double *v = malloc(sizeof(double) * W * H), *scratch = malloc(sizeof(double) * W * H);
+    ck_assert_ptr_nonnull(v);
+    ck_assert_ptr_nonnull(scratch);
+    uint32_t rng = 12345;
+    const double x0 = 37.3, y0 = 22.6, s = 2.5;
+    for (long y = 0; y < H; y++)
+        for (long x = 0; x < W; x++) {
+            rng = rng * 1664525u + 1013904223u;
+            double noise = ((double)(rng >> 8) / 16777216.0 - 0.5) * 10;
+            double r2 = ((double)x - x0) * ((double)x - x0) + ((double)y - y0) * ((double)y - y0);
+            v[y * W + x] = 100 + noise + 400 * exp(-r2 / (2 * s * s));
+        }
+    v[3 * W + 4] = NAN;   /* skipped */
+    double cx = 0, cy = 0;
+    cube_centroid(v, W, H, scratch, &cx, &cy);
+    ck_assert_msg(fabs(cx - x0) < 0.1 && fabs(cy - y0) < 0.1, "centroid (%g, %g)", cx, cy);
+    /* a flat frame has nothing above its median: the frame centre */
+    for (long i = 0; i < W * H; i++)
+        v[i] = 7;
+    cube_centroid(v, W, H, scratch, &cx, &cy);
+    ck_assert_double_eq(cx, W / 2.0);
+    ck_assert_double_eq(cy, H / 2.0);
+    /* and so has a frame of blanks */
+    for (long i = 0; i < W * H; i++)
+        v[i] = NAN;
+    cube_centroid(v, W, H, scratch, &cx, &cy);
+    ck_assert_double_eq(cx, W / 2.0);
+    ck_assert_double_eq(cy, H / 2.0);
+    free(v);
+    free(scratch);
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("cube");
+    TCase *tc = tcase_create("cube");
+    tcase_set_timeout(tc, 60);
+    tcase_add_test(tc, test_transpose);
+    tcase_add_test(tc, test_spectrum);
+    tcase_add_test(tc, test_median);
+    tcase_add_test(tc, test_centroid);
+    suite_add_tcase(s, tc);
+    return tt_run_suite(s);
+}

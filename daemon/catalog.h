@@ -81,14 +81,14 @@ struct stack *dataset_stack(const dataset *d);
  * a replaced or rewritten file changes it.  Put it in every cache key so that a changed
  * source is never served from the cache.  Thread-safe.  Returns `out`.
  *
- * What is guaranteed when a dataset's file changes while it is served (tests/http/
+ * What is guaranteed when a dataset's file changes while it is served (tests/daemon/
  * test_faults.c checks each point):
  *  - Replaced (rename(2) over it, or rewritten with another size or mtime): every route
  *    answers from the new file at most about a second after the change (this check's
  *    interval), cached answers (memory and disk tiers) included.  Within that second an
  *    answer cached before the change may still be served, and an answer may be cached
  *    under the old version with the new pixels (never the reverse: the pixel readers,
- *    imageio/stack and server/planes, stat(2) the file at every read, after the key was
+ *    engine/image/stack and daemon/cache/planes, stat(2) the file at every read, after the key was
  *    made, so what is cached under a version is never older than that version).
  *  - Truncated or deleted: 500 problem+json naming the file and the reason, no crash; a
  *    read racing with a truncation of a memory-mapped file gets TESS_EIO through

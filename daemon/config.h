@@ -1,4 +1,5 @@
-/* Daemon configuration: the JSON file of DESIGN.md, command-line overrides, demo defaults. */
+/* Daemon configuration: the JSON file of docs/operations.md, command-line overrides, demo
+ * defaults. */
 #ifndef TESSERA_SERVER_CONFIG_H
 #define TESSERA_SERVER_CONFIG_H
 
@@ -22,7 +23,7 @@ typedef struct tess_config {
     int n_roots;
     size_t cache_memory_mb;      /* cache.memory_mb, default 256 */
     size_t planes_memory_mb;     /* cache.planes_mb: source planes kept in memory, default 1024 */
-    char *cache_disk_dir;        /* cache.disk_dir (not used yet), may be NULL */
+    char *cache_disk_dir;        /* cache.disk_dir: the disk tier, or NULL */
     size_t cache_disk_mb;        /* cache.disk_mb */
     long long max_output_pixels; /* limits.max_output_pixels, default 16777216 */
     size_t max_body_mb;          /* limits.max_body_mb, default 64 */

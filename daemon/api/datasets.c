@@ -5,7 +5,8 @@
 #include <jansson.h>
 #include <string.h>
 
-/* The WCS summary of DESIGN.md, or JSON null when the header has no WCS keywords. */
+/* The WCS summary of docs/DESIGN.md ("Dataset descriptions"), or JSON null when the header
+ * has no WCS keywords. */
 static json_t *wcs_json(const dataset *d)
 {
     if (!d->wcs)

@@ -38,7 +38,7 @@ typedef struct hips_query {
     rp_method method;        /* nearest, bilinear (default), bicubic, lanczos3 */
     double max_coord_error;  /* tile pixels, 0..10 (default 0.001) */
     long plane;              /* plane of a cube, 0-based (default 0) */
-    render_params render;    /* stretch, min_cut, max_cut, cmap (DESIGN.md) */
+    render_params render;    /* stretch, min_cut, max_cut, cmap (docs/DESIGN.md) */
 } hips_query;
 
 /* Parses method, max_coord_error, plane and the rendering parameters over their

@@ -18,7 +18,7 @@
  * Implementation Notes (https://iiif.io/api/image/3.0/implementation/, "notes §n").
  *
  * The image is the rendered picture of a plane: FITS row 1 at the bottom, so region
- * y = 0 is the top row, FITS row NAXIS2 (DESIGN.md, Conventions).  The identifier is a
+ * y = 0 is the top row, FITS row NAXIS2 (docs/DESIGN.md, "Pictures").  The identifier is a
  * dataset name, or "name~Z" for plane Z (0-based) of a cube or frame Z of a stack; the
  * bare name of a cube or stack is its plane 0. */
 
@@ -220,7 +220,8 @@ static void scale_round(long w, long h, double s, long *ow, long *oh)
  * largest size that keeps the aspect ratio and fits in w x h and, without "^", in the
  * region).  A "^" prefix allows upscaling; without it a size larger than the region is a
  * 400.  A width or height that comes out as zero is a 400; a size beyond maxWidth,
- * maxHeight or maxArea a 413 (DESIGN.md: result larger than the configured limit). */
+ * maxHeight or maxArea a 413 (docs/DESIGN.md, "Status codes": a result larger than the
+ * configured limit). */
 static int parse_size(const char *s, const iiif_limits *lim, iiif_request *q, iiif_error *e)
 {
     const char *orig = s;

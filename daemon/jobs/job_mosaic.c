@@ -1,4 +1,4 @@
-/* The "mosaic" job type: body validation and the job_kind glue over reproject/mosaic. */
+/* The "mosaic" job type: body validation and the job_kind glue over engine/mosaic. */
 #include "daemon/jobs/job_mosaic.h"
 #include "engine/fits/fitscard.h"
 #include "engine/fits/fitsimg.h"

@@ -24,8 +24,8 @@ typedef struct render_params {
 /* Fills `p` with the defaults above.  Cannot fail. */
 void render_params_default(render_params *p);
 
-/* Parsers for the query-parameter forms of DESIGN.md ("asinh", "viridis", "12.5",
- * "99.5%").  Return 0, or TESS_EINVAL for an unknown name / malformed or non-finite
+/* Parsers for the query-parameter forms of docs/DESIGN.md, "Query forms" ("asinh",
+ * "viridis", "12.5", "99.5%").  Return 0, or TESS_EINVAL for an unknown name / malformed or non-finite
  * number / percentile outside 0..100. */
 int render_stretch_parse(const char *s, render_stretch *out);
 int render_cmap_parse(const char *s, render_cmap *out);

@@ -535,7 +535,7 @@ static int bicubic_mask(rp_kernel *k, const size_t *miss, size_t nmiss)
 /* Prepares bicubic sampling: copies the plane, edge-padded by one pixel, into k->coef
  * (non-finite pixels filled, see fill_missing, and flagged in k->bad), then applies the
  * cubic B-spline prefilter with mirror boundaries along rows and columns (scipy
- * spline_filter(padded, order=3, mode='mirror'), which DESIGN.md's "Kernel definitions"
+ * spline_filter(padded, order=3, mode='mirror'), which docs/DESIGN.md's "Kernel definitions"
  * name as the reference), gain (1 - z)(1 - 1/z) = 6 per axis.  Returns 0 or -1 (out of
  * memory). */
 static int bicubic_prepare(rp_kernel *k)

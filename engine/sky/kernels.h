@@ -19,7 +19,7 @@ rp_kernel *rp_kernel_new(rp_method method, const rp_plane *src, char *err, size_
 void rp_kernel_free(rp_kernel *k);
 
 /* Samples the plane at n input-pixel positions (x[i], y[i]), 0-based, pixel centres at
- * integers, writing out[i].  Definitions (DESIGN.md "Kernel definitions"; astropy
+ * integers, writing out[i].  Definitions (docs/DESIGN.md, "Kernel definitions"; astropy
  * reproject 0.10 reproject_interp): the plane is padded by one edge pixel and sampled only
  * within [-0.5, n-0.5] on each axis (NaN beyond, and NaN for NaN positions).
  *  nearest:  pixel (floor(x+0.5), floor(y+0.5)) of the padded array, as scipy order 0;

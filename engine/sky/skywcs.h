@@ -4,7 +4,8 @@
 
 #include <stddef.h>
 
-/* Celestial reference frames, named as in DESIGN.md (icrs, fk5, fk4, galactic, ecliptic). */
+/* Celestial reference frames, named as in docs/DESIGN.md, "Celestial frames" (icrs, fk5, fk4,
+ * galactic, ecliptic). */
 typedef enum {
     SKY_FRAME_NONE = 0,  /* not celestial (or unknown) */
     SKY_FRAME_ICRS,

@@ -1,4 +1,4 @@
-/* Unit tests of cache/diskcache: round trip, restart, byte budget, damaged files. */
+/* Unit tests of daemon/cache/diskcache: round trip, restart, byte budget, damaged files. */
 #include <check.h>
 #include <stdio.h>
 #include <stdlib.h>

@@ -1,4 +1,4 @@
-/* Unit tests of server/planes: levels computed by hand, reloads, single reads, eviction. */
+/* Unit tests of daemon/cache/planes: levels computed by hand, reloads, single reads, eviction. */
 #include <check.h>
 #include <fcntl.h>
 #include <fitsio.h>

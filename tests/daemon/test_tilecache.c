@@ -1,4 +1,4 @@
-/* Unit tests of cache/tilecache: ETags, byte bound, LRU order, replacement, refcounts, threads. */
+/* Unit tests of daemon/cache/tilecache: ETags, byte bound, LRU order, replacement, refcounts, threads. */
 #include <check.h>
 #include <inttypes.h>
 #include <pthread.h>

@@ -1,4 +1,4 @@
-/* Unit tests of reproject/exact: golden reproject_exact results and a brute-force spherical overlap reference. */
+/* Unit tests of engine/sky/exact: golden reproject_exact results and a brute-force spherical overlap reference. */
 #include <check.h>
 #include <fitsio.h>
 #include <math.h>

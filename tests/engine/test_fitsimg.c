@@ -1,4 +1,4 @@
-/* Unit tests of imageio/fitsimg and the FITS and NPY encoders: real files against astropy. */
+/* Unit tests of engine/fits/fitsimg and the FITS and NPY encoders: real files against astropy. */
 #include <check.h>
 #include <fitsio.h>
 #include <math.h>

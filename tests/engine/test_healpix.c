@@ -1,4 +1,4 @@
-/* Unit tests of reproject/healpix: HiPS tile layout against Hipsgen's and chealpix, orders, footprints, rendering. */
+/* Unit tests of engine/hips/healpix: HiPS tile layout against Hipsgen's and chealpix, orders, footprints, rendering. */
 #include <check.h>
 #include <chealpix.h>
 #include <fitsio.h>

@@ -1,4 +1,4 @@
-/* Unit tests of reproject/kernels: scipy values, bicubic golden, NaN locality, Lanczos table. */
+/* Unit tests of engine/sky/kernels: scipy values, bicubic golden, NaN locality, Lanczos table. */
 #include <check.h>
 #include <fitsio.h>
 #include <math.h>

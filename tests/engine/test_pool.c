@@ -1,4 +1,4 @@
-/* Unit tests of server/pool: every task once, interactive first, queue bound, draining. */
+/* Unit tests of engine/base/pool: every task once, interactive first, queue bound, draining. */
 #include <check.h>
 #include <pthread.h>
 #include <sched.h>

@@ -1,4 +1,4 @@
-/* Unit tests of imageio/render and the PNG encoder: cuts against numpy, stretches, maps. */
+/* Unit tests of engine/image/render and the PNG encoder: cuts against numpy, stretches, maps. */
 #include <check.h>
 #include <math.h>
 #include <png.h>

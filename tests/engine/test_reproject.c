@@ -1,4 +1,4 @@
-/* Unit tests of reproject/reproject: kernels, round trip, golden astropy references, the parallel block engine. */
+/* Unit tests of engine/sky/reproject: kernels, round trip, golden astropy references, the parallel block engine. */
 #include <check.h>
 #include <fitsio.h>
 #include <math.h>

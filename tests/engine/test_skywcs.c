@@ -1,4 +1,4 @@
-/* Unit tests of reproject/skywcs: parsing as astropy does, frames, conversions, cutout headers. */
+/* Unit tests of engine/sky/skywcs: parsing as astropy does, frames, conversions, cutout headers. */
 #include <check.h>
 #include <fitsio.h>
 #include <math.h>

@@ -1,4 +1,4 @@
-/* Tests of imageio/stack: cube and stack readers (mmap, PNG, cfitsio fallback) against
+/* Tests of engine/image/stack: cube and stack readers (mmap, PNG, cfitsio fallback) against
  * independent reads of the same files with cfitsio and libpng. */
 #include <check.h>
 #include <fitsio.h>

@@ -20,9 +20,6 @@
 #include <unistd.h>
 
 #include <fitsio.h>
-#if defined(__SSE2__)
-#include <emmintrin.h>
-#endif
 
 #include "cli/commands.h"
 #include "cli/progress.h"
@@ -32,6 +29,7 @@
 #include "engine/sky/kernels.h"
 #include "engine/sky/reproject.h"
 #include "engine/sky/skywcs.h"
+#include "engine/base/byteswap.h"
 #include "engine/base/error.h"
 #include "engine/base/fileio.h"
 #include "engine/base/hugemem.h"
@@ -352,81 +350,6 @@ static void par_for(int threads, size_t n, size_t align, slice_fn fn, void *arg)
             pthread_join(th[t], NULL);
 }
 
-/* FITS data are big-endian; on little-endian hosts with SSE2 (every x86-64) the byte
- * swaps below run four 32-bit lanes at a time.  SSE2 has no byte shuffle, so a lane is
- * reversed with shifts and masks. */
-#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__ && defined(__SSE2__)
-#define TESSERA_SWAP_SSE2 1
-static inline __m128i bswap32x4(__m128i x)
-{
-    const __m128i m1 = _mm_set1_epi32(0x00ff0000), m2 = _mm_set1_epi32(0x0000ff00);
-    return _mm_or_si128(_mm_or_si128(_mm_slli_epi32(x, 24), _mm_srli_epi32(x, 24)),
-                        _mm_or_si128(_mm_and_si128(_mm_slli_epi32(x, 8), m1),
-                                     _mm_and_si128(_mm_srli_epi32(x, 8), m2)));
-}
-#endif
-
-/* Converts n 4- or 8-byte values in place between native and FITS (big-endian) byte
- * order: a byte swap on little-endian hosts, nothing on big-endian ones.  Cannot fail. */
-static void swap_values(void *p, size_t n, size_t size)
-{
-#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
-    (void)p;
-    (void)n;
-    (void)size;
-#else
-    size_t k = 0;
-    if (size == 4) {
-        uint32_t *u = p;
-#ifdef TESSERA_SWAP_SSE2
-        for (; k + 4 <= n; k += 4)
-            _mm_storeu_si128((__m128i *)(u + k), bswap32x4(_mm_loadu_si128((__m128i *)(u + k))));
-#endif
-        for (; k < n; k++)
-            u[k] = __builtin_bswap32(u[k]);
-    } else {
-        uint64_t *u = p;
-#ifdef TESSERA_SWAP_SSE2
-        /* Swap the halves of each 64-bit value, then reverse each half. */
-        for (; k + 2 <= n; k += 2) {
-            __m128i x = _mm_loadu_si128((__m128i *)(u + k));
-            x = _mm_shuffle_epi32(x, _MM_SHUFFLE(2, 3, 0, 1));
-            _mm_storeu_si128((__m128i *)(u + k), bswap32x4(x));
-        }
-#endif
-        for (; k < n; k++)
-            u[k] = __builtin_bswap64(u[k]);
-    }
-#endif
-}
-
-/* For n float32 values: fp[i] = 1 where d[i] is finite, else 0 (an IEEE 754 value is
- * finite unless all its exponent bits are set), and d converted in place to big-endian.
- * One pass instead of two.  Cannot fail. */
-static void footprint_swap_f32(float *d, unsigned char *fp, size_t n)
-{
-    uint32_t *u = (uint32_t *)d;
-    size_t i = 0;
-#ifdef TESSERA_SWAP_SSE2
-    const __m128i ex = _mm_set1_epi32(0x7f800000), one = _mm_set1_epi8(1);
-    for (; i + 16 <= n; i += 16) {
-        __m128i inf[4];
-        for (int q = 0; q < 4; q++) {
-            __m128i x = _mm_loadu_si128((__m128i *)(u + i + 4 * q));
-            inf[q] = _mm_cmpeq_epi32(_mm_and_si128(x, ex), ex);   /* all ones: not finite */
-            _mm_storeu_si128((__m128i *)(u + i + 4 * q), bswap32x4(x));
-        }
-        __m128i b = _mm_packs_epi16(_mm_packs_epi32(inf[0], inf[1]),
-                                    _mm_packs_epi32(inf[2], inf[3]));
-        _mm_storeu_si128((__m128i *)(fp + i), _mm_andnot_si128(b, one));
-    }
-#endif
-    for (; i < n; i++) {
-        fp[i] = isfinite(d[i]) != 0;
-        swap_values(d + i, 1, 4);
-    }
-}
-
 /* ------------------------------------------------------------------------------------ */
 /* Reading                                                                                */
 
@@ -471,7 +394,7 @@ static void read_slice(void *p, size_t i0, size_t i1)
             atomic_store(&a->failed, got < 0 ? errno : -1);
             return;
         }
-        swap_values(d, (size_t)got / a->es, a->es);
+        tess_be_swap(d, (size_t)got / a->es, a->es);
         d += got;
         off += got;
         left -= (size_t)got;
@@ -1099,14 +1022,14 @@ static void finish_block(void *arg, long z0, long nz, long x0, long y0, long w, 
             unsigned char *d = f->data + k * f->es;
             unsigned char *fp = f->fp + k * f->fes;
             if (f->fes == 4) {                /* exact: the engine's float footprint */
-                swap_values(fp, (size_t)w, 4);
-                swap_values(d, (size_t)w, f->es);
+                tess_be_swap(fp, (size_t)w, 4);
+                tess_be_swap(d, (size_t)w, f->es);
             } else if (f->es == 4) {
-                footprint_swap_f32((float *)d, fp, (size_t)w);
+                tess_be_swap_f32_finite((float *)d, fp, (size_t)w);
             } else {
                 for (long i = 0; i < w; i++)
                     fp[i] = isfinite(((double *)d)[i]) != 0;
-                swap_values(d, (size_t)w, 8);
+                tess_be_swap(d, (size_t)w, 8);
             }
         }
         long full = atomic_fetch_add(&fi->done[(size_t)z * (size_t)fi->ny + (size_t)y0], w) + w;

@@ -24,6 +24,7 @@
 #include "cli/commands.h"
 #include "cli/progress.h"
 #include "engine/fits/fitsimg.h"
+#include "engine/image/pyramid.h"
 #include "engine/image/render.h"
 #include "engine/hips/healpix.h"
 #include "engine/sky/kernels.h"
@@ -1607,79 +1608,6 @@ static int plane_cuts(const rp_plane *p, const render_params *rp, double *lo, do
                               : render_resolve_cuts_f32(p->data, n, rp, lo, hi);
 }
 
-/* The level at which an nx x ny plane is 1 x 1 (ceil(log2(max(nx, ny)))), where the
- * server caps reduction levels.  Cannot fail. */
-static int top_level(long nx, long ny)
-{
-    int k = 0;
-    while ((nx > 1 || ny > 1) && k < 30) {
-        nx = (nx + 1) / 2;
-        ny = (ny + 1) / 2;
-        k++;
-    }
-    return k;
-}
-
-/* Level `level` (>= 1) of plane p0 as daemon/cache/planes.h defines levels: pixel (i, j) is the
- * mean of the finite pixels of the 2^k x 2^k block at (i 2^k, j 2^k), NaN when none,
- * nx = ceil(NX / 2^k).  Each level is made from the one below with the children weighted
- * by their counts of finite level-0 pixels and stored in the plane's type, in the order
- * daemon/cache/planes.c adds them, so that the values are the server's to the bit.  out->data
- * is malloc'd.  Returns 0 or TESS_ENOMEM. */
-static int reduce_plane(const rp_plane *p0, int level, rp_plane *out)
-{
-    rp_plane cur = *p0;
-    uint32_t *counts = NULL;           /* of cur; NULL at level 0 (isfinite is the count) */
-    void *owned = NULL;                /* cur.data when it is ours */
-    size_t esz = p0->dtype == RP_F64 ? sizeof(double) : sizeof(float);
-    for (int k = 1; k <= level; k++) {
-        long nx = (cur.nx + 1) / 2, ny = (cur.ny + 1) / 2;
-        size_t n = (size_t)nx * (size_t)ny;
-        void *data = malloc(n * esz);
-        uint32_t *cnt = malloc(n * sizeof(uint32_t));
-        if (!data || !cnt) {
-            free(data);
-            free(cnt);
-            free(owned);
-            free(counts);
-            return TESS_ENOMEM;
-        }
-        for (long j = 0; j < ny; j++) {
-            for (long i = 0; i < nx; i++) {
-                double sum = 0.0, c = 0.0;
-                for (long cj = 2 * j; cj <= 2 * j + 1 && cj < cur.ny; cj++) {
-                    for (long ci = 2 * i; ci <= 2 * i + 1 && ci < cur.nx; ci++) {
-                        double v = rp_plane_get(&cur, ci, cj);
-                        double w = counts ? (double)counts[(size_t)cj * (size_t)cur.nx + (size_t)ci]
-                                          : isfinite(v) ? 1.0 : 0.0;
-                        if (w > 0.0) {
-                            sum += w * v;
-                            c += w;
-                        }
-                    }
-                }
-                size_t at = (size_t)j * (size_t)nx + (size_t)i;
-                double mean = c > 0.0 ? sum / c : NAN;
-                if (cur.dtype == RP_F64)
-                    ((double *)data)[at] = mean;
-                else
-                    ((float *)data)[at] = (float)mean;
-                cnt[at] = (uint32_t)c;
-            }
-        }
-        free(owned);
-        free(counts);
-        owned = data;
-        counts = cnt;
-        cur.data = data;
-        cur.nx = nx;
-        cur.ny = ny;
-    }
-    free(counts);
-    *out = cur;
-    return 0;
-}
-
 /* A plane at a reduction level with its kernel: a hips_source ready for hips_render_tile
  * and hips_allsky_encode. */
 typedef struct hips_level {
@@ -1688,17 +1616,17 @@ typedef struct hips_level {
     hips_source src;
 } hips_level;
 
-/* Prepares level `level` (capped at top_level, as the server caps it) of the input for
+/* Prepares level `level` (capped at the top level, as the server caps it) of the input for
  * `method`.  Returns 0 or EXIT_FAIL after printing why. */
 static int hips_level_init(hips_level *l, const hips_input *in, int level, const hips_args *a)
 {
     memset(l, 0, sizeof *l);
     const rp_plane *p = &in->plane;
-    int top = top_level(p->nx, p->ny);
+    int top = pyramid_top_level(p->nx, p->ny);
     if (level > top)
         level = top;
     if (level > 0) {
-        if (reduce_plane(p, level, &l->reduced) != 0) {
+        if (pyramid_level(p, level, &l->reduced) != 0) {
             msg("out of memory reducing the plane to level %d", level);
             return EXIT_FAIL;
         }

@@ -1315,15 +1315,12 @@ done:
 /* Values in one tile. */
 #define TILE_N ((size_t)HIPS_TILE_WIDTH * HIPS_TILE_WIDTH)
 
-/* A tile format as a bit of a set of formats. */
-#define FMT_BIT(f) (1u << (unsigned)(f))
-
 typedef struct hips_args {
     char *in_path;
     int in_hdu;
     char *out_dir;            /* without trailing slashes */
     int order;                /* deepest order, -1: hips_survey_order of the pixel size */
-    unsigned formats;         /* FMT_BIT of each format to write */
+    unsigned formats;         /* HIPS_FMT_BIT of each format to write */
     int galactic;             /* HiPS frame: galactic (1) or ICRS (0) */
     rp_method method;
     double max_coord_error;
@@ -1335,18 +1332,18 @@ typedef struct hips_args {
 } hips_args;
 
 /* Parses "png,fits" (png, jpg or jpeg, fits; at least one, comma-separated) into a set of
- * FMT_BIT.  Returns 0 or -1. */
+ * HIPS_FMT_BIT.  Returns 0 or -1. */
 static int parse_formats(const char *s, unsigned *set)
 {
     *set = 0;
     while (*s) {
         size_t n = strcspn(s, ",");
         if (n == 3 && strncmp(s, "png", 3) == 0)
-            *set |= FMT_BIT(HIPS_FMT_PNG);
+            *set |= HIPS_FMT_BIT(HIPS_FMT_PNG);
         else if ((n == 3 && strncmp(s, "jpg", 3) == 0) || (n == 4 && strncmp(s, "jpeg", 4) == 0))
-            *set |= FMT_BIT(HIPS_FMT_JPEG);
+            *set |= HIPS_FMT_BIT(HIPS_FMT_JPEG);
         else if (n == 4 && strncmp(s, "fits", 4) == 0)
-            *set |= FMT_BIT(HIPS_FMT_FITS);
+            *set |= HIPS_FMT_BIT(HIPS_FMT_FITS);
         else
             return -1;
         s += n;
@@ -1363,7 +1360,7 @@ static int parse_hips(int argc, char **argv, hips_args *a)
 {
     memset(a, 0, sizeof *a);
     a->order = -1;
-    a->formats = FMT_BIT(HIPS_FMT_PNG) | FMT_BIT(HIPS_FMT_FITS);
+    a->formats = HIPS_FMT_BIT(HIPS_FMT_PNG) | HIPS_FMT_BIT(HIPS_FMT_FITS);
     a->method = RP_BILINEAR;
     a->max_coord_error = 0.001;
     render_params_default(&a->render);
@@ -1834,7 +1831,7 @@ static int tile_write(hips_run *r, int order, int64_t npix, const double *data)
         return run_fail(r, TESS_EIO, "cannot create '%s': %s", path, strerror(e));
     static const hips_format fmts[] = { HIPS_FMT_FITS, HIPS_FMT_PNG, HIPS_FMT_JPEG };
     for (int f = 0; f < 3; f++) {
-        if (!(r->a->formats & FMT_BIT(fmts[f])))
+        if (!(r->a->formats & HIPS_FMT_BIT(fmts[f])))
             continue;
         unsigned char *bytes = NULL;
         size_t len = 0;
@@ -2014,20 +2011,6 @@ static int make_tree(hips_run *r, int threads)
     return 0;
 }
 
-/* Writes the name with the HTML special characters escaped. */
-static void html_put(FILE *f, const char *s)
-{
-    for (; *s; s++) {
-        switch (*s) {
-        case '<': fputs("&lt;", f); break;
-        case '>': fputs("&gt;", f); break;
-        case '&': fputs("&amp;", f); break;
-        case '"': fputs("&quot;", f); break;
-        default: fputc(*s, f); break;
-        }
-    }
-}
-
 /* The last component of a path (no trailing slash). */
 static const char *base_name(const char *path)
 {
@@ -2036,40 +2019,25 @@ static const char *base_name(const char *path)
 }
 
 /* Writes DIR/index.html [HiPS 4.4.5]: what the survey is and where its parts are.
- * Returns 0 or an errno value. */
+ * Returns 0, an errno value, or ENOMEM. */
 static int write_index(const char *path, const char *name, const hips_args *a,
                        const hips_input *in, int deepest)
 {
-    FILE *f = fopen(path, "w");
-    if (!f)
-        return errno;
-    const char *first = a->formats & FMT_BIT(HIPS_FMT_PNG) ? "png"
-                        : a->formats & FMT_BIT(HIPS_FMT_JPEG) ? "jpg" : "fits";
-    fputs("<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>HiPS ", f);
-    html_put(f, name);
-    fputs("</title></head>\n<body>\n<h1>HiPS ", f);
-    html_put(f, name);
-    fputs("</h1>\n<p>An IVOA HiPS 1.0 survey written by <code>tessera hips</code> from <b>", f);
-    html_put(f, base_name(a->in_path));
-    fprintf(f, "</b> (%ld x %ld pixels, %s frame, orders 0 to %d). Serve this directory "
-            "with any web server and open its URL in a HiPS client such as Aladin, or read "
-            "the <a href=\"properties\">properties</a>.</p>\n<ul>\n"
-            "<li><a href=\"Norder3/Allsky.%s\">Norder3/Allsky.%s</a>, "
-            "<a href=\"Moc.fits\">Moc.fits</a></li>\n<li>tiles: Norder{K}/Dir{D}/Npix{N}",
-            in->plane.nx, in->plane.ny, a->galactic ? "galactic" : "equatorial", deepest,
-            first, first);
-    const char *sep = ".";
-    static const hips_format order[] = { HIPS_FMT_PNG, HIPS_FMT_JPEG, HIPS_FMT_FITS };
-    for (int i = 0; i < 3; i++)
-        if (a->formats & FMT_BIT(order[i])) {
-            fprintf(f, "%s%s", sep, hips_format_ext(order[i]));
-            sep = ", .";
-        }
-    fputs(" (512 x 512)</li>\n</ul>\n</body></html>\n", f);
-    int bad = ferror(f);
-    if (fclose(f) != 0 || bad)
-        return errno ? errno : EIO;
-    return 0;
+    hips_index x = {
+        .name = name, .made_by = "written by <code>tessera hips</code> from",
+        .source = base_name(a->in_path), .nx = in->plane.nx, .ny = in->plane.ny,
+        .galactic = a->galactic, .order = deepest,
+        .how = "Serve this directory with any web server and open its URL in a HiPS client "
+               "such as Aladin",
+        .formats = a->formats,
+    };
+    char *text = NULL;
+    size_t len = 0;
+    if (hips_index_html(&x, &text, &len) != 0)
+        return ENOMEM;
+    int e = write_file(path, text, len);
+    free(text);
+    return e;
 }
 
 /* Writes the Allsky pictures, Moc.fits, properties and index.html of the finished tiles
@@ -2092,7 +2060,7 @@ static int write_survey_files(hips_run *r, const hips_input *in, double pixscale
     }
     static const hips_format fmts[] = { HIPS_FMT_FITS, HIPS_FMT_PNG, HIPS_FMT_JPEG };
     for (int f = 0; f < 3; f++) {
-        if (!(a->formats & FMT_BIT(fmts[f])))
+        if (!(a->formats & HIPS_FMT_BIT(fmts[f])))
             continue;
         unsigned char *bytes = NULL;
         size_t len = 0;
@@ -2137,7 +2105,7 @@ static int write_survey_files(hips_run *r, const hips_input *in, double pixscale
     static const struct { hips_format f; const char *word; } words[] = {
         { HIPS_FMT_PNG, "png" }, { HIPS_FMT_JPEG, "jpeg" }, { HIPS_FMT_FITS, "fits" } };
     for (int i = 0; i < 3; i++)
-        if (a->formats & FMT_BIT(words[i].f))
+        if (a->formats & HIPS_FMT_BIT(words[i].f))
             snprintf(formats + strlen(formats), sizeof formats - strlen(formats), "%s%s",
                      formats[0] ? " " : "", words[i].word);
     if (in->nz > 1)

@@ -31,6 +31,7 @@
 #include "engine/sky/reproject.h"
 #include "engine/sky/skywcs.h"
 #include "engine/base/byteswap.h"
+#include "engine/base/pool.h"
 #include "engine/base/error.h"
 #include "engine/base/fileio.h"
 #include "engine/base/hugemem.h"
@@ -305,120 +306,57 @@ static int parse_reproject(int argc, char **argv, reproject_args *a)
 }
 
 /* ------------------------------------------------------------------------------------ */
-/* Parallel loops                                                                         */
-
-/* Work on elements [i0, i1) of something split between threads. */
-typedef void (*slice_fn)(void *arg, size_t i0, size_t i1);
-
-typedef struct slice_job {
-    slice_fn fn;
-    void *arg;
-    size_t i0, i1;
-} slice_job;
-
-static void *slice_main(void *p)
-{
-    slice_job *s = p;
-    s->fn(s->arg, s->i0, s->i1);
-    return NULL;
-}
-
-/* Runs fn over [0, n) cut into `threads` contiguous slices (boundaries multiples of
- * `align`), the caller running the first.  A thread that cannot be started leaves its
- * slice to the caller.  Cannot fail. */
-static void par_for(int threads, size_t n, size_t align, slice_fn fn, void *arg)
-{
-    enum { MAXT = 64 };
-    if (threads < 1)
-        threads = 1;
-    if (threads > MAXT)
-        threads = MAXT;
-    size_t per = (n + (size_t)threads - 1) / (size_t)threads;
-    per = (per + align - 1) / align * align;
-    slice_job jobs[MAXT];
-    pthread_t th[MAXT];
-    int started[MAXT] = { 0 };
-    int ns = 0;
-    for (size_t i0 = 0; i0 < n && ns < MAXT; i0 += per, ns++)
-        jobs[ns] = (slice_job){ fn, arg, i0, i0 + per < n ? i0 + per : n };
-    for (int t = 1; t < ns; t++)
-        started[t] = pthread_create(&th[t], NULL, slice_main, &jobs[t]) == 0;
-    for (int t = 0; t < ns; t++)
-        if (t == 0 || !started[t])
-            slice_main(&jobs[t]);
-    for (int t = 1; t < ns; t++)
-        if (started[t])
-            pthread_join(th[t], NULL);
-}
-
-/* ------------------------------------------------------------------------------------ */
 /* Reading                                                                                */
 
-/* An input image: header, WCS, pixels. */
+/* An input image: header (info.header, info.nkeys), WCS, pixels. */
 typedef struct input {
-    char *cards;          /* from fits_hdr2str: free with fits_free_memory */
-    int nkeys;
+    fitsimg_info info;
     skywcs *wcs;
-    int bitpix;
     rp_cube cube;
 } input;
 
 static void input_release(input *in)
 {
-    int st = 0;
-    if (in->cards)
-        fits_free_memory(in->cards, &st);
+    fitsimg_info_release(&in->info);
     skywcs_free(in->wcs);
     free(in->cube.data);
     memset(in, 0, sizeof *in);
 }
 
-/* A parallel read: slices of the data unit, each pread then byte-swapped. */
+/* A parallel read: slices of the data unit, each through fitsimg_read_values. */
 typedef struct read_arg {
-    int fd;
-    off_t off;
-    unsigned char *dst;
+    const char *path;
+    int hdu;
+    fitsimg_values kind;
+    size_t first;             /* slice [i0, i1) reads values first + i0 .. first + i1 - 1 */
+    unsigned char *dst;       /* ... into dst + i0 es */
     size_t es;
-    atomic_int failed;
+    atomic_int failed;        /* the first failure's TESS_E* code */
+    char err[256];            /* its reason, written by the thread that set `failed` */
 } read_arg;
 
 static void read_slice(void *p, size_t i0, size_t i1)
 {
     read_arg *a = p;
-    unsigned char *d = a->dst + i0 * a->es;
-    size_t left = (i1 - i0) * a->es;
-    off_t off = a->off + (off_t)(i0 * a->es);
-    while (left > 0) {
-        size_t chunk = left < ((size_t)1 << 26) ? left : ((size_t)1 << 26);
-        ssize_t got = pread(a->fd, d, chunk, off);
-        if (got <= 0) {
-            atomic_store(&a->failed, got < 0 ? errno : -1);
-            return;
-        }
-        tess_be_swap(d, (size_t)got / a->es, a->es);
-        d += got;
-        off += got;
-        left -= (size_t)got;
-    }
+    char err[256] = "";
+    int rc = fitsimg_read_values(a->path, a->hdu, a->kind, a->first + i0, i1 - i0,
+                                 a->dst + i0 * a->es, err, sizeof err);
+    int none = 0;
+    if (rc && atomic_compare_exchange_strong(&a->failed, &none, rc))
+        snprintf(a->err, sizeof a->err, "%s", err);
 }
 
-/* Reads n values of es bytes at byte `off` of `path` into dst with `threads` threads.
- * Returns 0 or -1 after printing why. */
-static int read_parallel(const char *path, off_t off, void *dst, size_t n, size_t es,
-                         int threads)
+/* Reads values [first, first + n) of HDU `hdu` of `path` as `kind` (es bytes each) into
+ * dst, in up to `threads` slices at once on `workers` and this thread.  Returns 0 or -1
+ * after printing why. */
+static int read_parallel(pool *workers, int threads, const char *path, int hdu,
+                         fitsimg_values kind, size_t first, void *dst, size_t n, size_t es)
 {
-    read_arg a = { open(path, O_RDONLY | O_CLOEXEC), off, dst, es, 0 };
-    if (a.fd < 0) {
-        msg("cannot open input '%s': %s", path, strerror(errno));
-        return -1;
-    }
+    read_arg a = { path, hdu, kind, first, dst, es, 0, "" };
     /* Slices of whole 4 KiB of values keep every pread page-aligned in the file cache. */
-    par_for(threads, n, 4096, read_slice, &a);
-    close(a.fd);
-    int e = atomic_load(&a.failed);
-    if (e) {
-        msg("cannot read the pixels of '%s': %s", path,
-            e == -1 ? "the file is shorter than its header says" : strerror(e));
+    pool_for(workers, POOL_BATCH, threads, n, 4096, read_slice, &a);
+    if (atomic_load(&a.failed)) {
+        msg("cannot read the pixels of '%s': %s", path, a.err);
         return -1;
     }
     return 0;
@@ -496,94 +434,61 @@ static int celestial_ctype(const char *v)
 }
 
 /* Reads the input image or cube: float32 for BITPIX 8, 16, -32 and float64 otherwise,
- * scaled, BLANK and NaN as NaN; unscaled float images are read with `threads` threads.
- * Returns 0 or an exit status after printing why. */
-static int read_input(const char *path, int hdu, int threads, input *in)
+ * scaled (integers of BITPIX 8 and 16 in float32, as astropy does), BLANK as NaN, with
+ * up to `threads` slices at once on `workers`.  Returns 0 or an exit status after
+ * printing why. */
+static int read_input(pool *workers, int threads, const char *path, int hdu, input *in)
 {
     memset(in, 0, sizeof *in);
-    fitsfile *f = open_image_hdu(path, hdu, "input");
-    if (!f)
+    char err[256] = "", v[72];
+    if (fitsimg_read_info(path, hdu, &in->info, err, sizeof err)) {
+        msg("cannot read input '%s': %s", path, err);
         return EXIT_FAIL;
-    int st = 0, naxis = 0, rc = EXIT_FAIL;
-    long naxes[9] = { 1, 1, 1, 1, 1, 1, 1, 1, 1 };
-    char t[FLEN_STATUS], err[256] = "", v[72];
-    if (fits_get_img_param(f, 9, &in->bitpix, &naxis, naxes, &st)) {
-        msg("cannot read the header of '%s': %s", path, fits_text(st, t));
-        goto done;
     }
+    const fitsimg_info *fi = &in->info;
+    const long *naxes = fi->naxes;
+    int naxis = fi->naxis, bitpix = fi->bitpix;
     long nz = 1;
-    for (int k = 3; k < naxis; k++)
-        if (naxes[k] != 1) {
-            msg("'%s' has %d axes: tessera reprojects images and cubes (axes 4 and up of "
-                "length 1)", path, naxis);
-            goto done;
-        }
+    if (naxis == 4 && naxes[3] != 1) {
+        msg("'%s' has %d axes: tessera reprojects images and cubes (axes 4 and up of "
+            "length 1)", path, naxis);
+        goto fail;
+    }
     if (naxis < 2 || naxes[0] < 1 || naxes[1] < 1) {
         msg("HDU %d of '%s' is not an image (NAXIS = %d)", hdu, path, naxis);
-        goto done;
+        goto fail;
     }
     if (naxis >= 3)
         nz = naxes[2];
     if (nz < 1) {
         msg("'%s' has an empty third axis", path);
-        goto done;
+        goto fail;
     }
-    if (fits_hdr2str(f, 1, NULL, 0, &in->cards, &in->nkeys, &st)) {
-        msg("cannot read the header of '%s': %s", path, fits_text(st, t));
-        goto done;
-    }
-    if (skywcs_parse(in->cards, in->nkeys, &in->wcs, err, sizeof err)) {
+    if (skywcs_parse(fi->header, fi->nkeys, &in->wcs, err, sizeof err)) {
         msg("'%s' has no usable WCS: %s", path, err);
-        goto done;
+        goto fail;
     }
-    if (!card_value(in->cards, in->nkeys, "CTYPE1", v, sizeof v) || !celestial_ctype(v)
-        || !card_value(in->cards, in->nkeys, "CTYPE2", v, sizeof v) || !celestial_ctype(v)
+    if (!card_value(fi->header, fi->nkeys, "CTYPE1", v, sizeof v) || !celestial_ctype(v)
+        || !card_value(fi->header, fi->nkeys, "CTYPE2", v, sizeof v) || !celestial_ctype(v)
         || !skywcs_has_celestial(in->wcs)) {
         msg("'%s': axes 1 and 2 must be celestial (CTYPE1/CTYPE2 like RA---TAN, DEC--TAN)",
             path);
-        goto done;
+        goto fail;
     }
-    /* BSCALE and BZERO: numbers (a D exponent allowed), and a scaling that gives values. */
-    double scale[2] = { 1.0, 0.0 };
-    static const char *const skey[2] = { "BSCALE", "BZERO" };
-    for (int k = 0; k < 2; k++) {
-        if (!card_value(in->cards, in->nkeys, skey[k], v, sizeof v))
-            continue;
-        for (char *p = v; *p; p++)
-            if (*p == 'D' || *p == 'd')
-                *p = 'E';
-        char *end;
-        scale[k] = strtod(v, &end);
-        while (*end == ' ')
-            end++;
-        if (end == v || *end) {
-            msg("'%s': %s = '%s' is not a number", path, skey[k], v);
-            goto done;
-        }
-    }
-    if (fitsimg_check_scaling(in->bitpix, scale[0], scale[1], err, sizeof err)) {
-        msg("'%s': %s", path, err);
-        goto done;
-    }
-    int f32 = in->bitpix == BYTE_IMG || in->bitpix == SHORT_IMG || in->bitpix == FLOAT_IMG;
+    int f32 = bitpix == 8 || bitpix == 16 || bitpix == -32;
     size_t n = (size_t)naxes[0] * (size_t)naxes[1] * (size_t)nz;
     /* A data unit longer than the file (a truncated file, or a header that lies about
      * NAXISn) is named as such before anything is allocated for it.  Tile-compressed
      * images keep their pixels in a table of their own size: not checked here. */
-    LONGLONG h0 = 0, d0 = 0, d1 = 0;
-    struct stat fst;
-    int compressed = fits_is_compressed_image(f, &st);
-    st = 0;
-    if (!compressed && fits_get_hduaddrll(f, &h0, &d0, &d1, &st) == 0 && stat(path, &fst) == 0) {
-        double need = (double)d0 + (double)n * (double)(abs(in->bitpix) / 8);
-        if (need > (double)fst.st_size) {
+    if (fi->data_offset >= 0) {
+        double need = (double)fi->data_offset + (double)n * (double)(abs(bitpix) / 8);
+        if (need > (double)fi->file_size) {
             msg("'%s' is shorter than its header says: %ld x %ld x %ld values of BITPIX %d "
-                "need %.0f bytes, the file has %lld", path, naxes[0], naxes[1], nz, in->bitpix,
-                need, (long long)fst.st_size);
-            goto done;
+                "need %.0f bytes, the file has %lld", path, naxes[0], naxes[1], nz, bitpix,
+                need, fi->file_size);
+            goto fail;
         }
     }
-    st = 0;
     in->cube.dtype = f32 ? RP_F32 : RP_F64;
     in->cube.nx = naxes[0];
     in->cube.ny = naxes[1];
@@ -592,60 +497,19 @@ static int read_input(const char *path, int hdu, int threads, input *in)
     in->cube.data = tess_alloc_huge(n * es);
     if (!in->cube.data) {
         msg("out of memory for the input (%zu pixels)", n);
-        goto done;
+        goto fail;
     }
-    int anynul = 0;
-    LONGLONG head = 0, data0 = 0, dend = 0;
-    if (in->bitpix < 0 && !card_value(in->cards, in->nkeys, "BSCALE", v, sizeof v)
-        && !card_value(in->cards, in->nkeys, "BZERO", v, sizeof v)
-        && fits_get_hduaddrll(f, &head, &data0, &dend, &st) == 0) {
-        /* IEEE floats, unscaled: read with `threads` threads (pread of disjoint ranges,
-         * then the byte swap), NaN staying NaN. */
-        if (read_parallel(path, (off_t)data0, in->cube.data, n, es, threads) != 0)
-            goto done;
-        rc = EXIT_OK;
-        goto done;
-    }
-    if (f32) {
-        /* Integers are scaled in float32 arithmetic, (float)raw * (float)BSCALE then
-         * + (float)BZERO, as astropy.io.fits does for BITPIX 8 and 16, so that results
-         * match astropy's to the bit (cfitsio would scale in double and round once). */
-        double bscale = 1.0, bzero = 0.0;
-        int ks = 0;
-        if (in->bitpix != FLOAT_IMG) {
-            fits_read_key(f, TDOUBLE, "BSCALE", &bscale, NULL, &ks);
-            if (ks)
-                bscale = 1.0;
-            ks = 0;
-            fits_read_key(f, TDOUBLE, "BZERO", &bzero, NULL, &ks);
-            if (ks)
-                bzero = 0.0;
-            fits_set_bscale(f, 1.0, 0.0, &st);
-        }
-        float nul = NAN;
-        fits_read_img(f, TFLOAT, 1, (LONGLONG)n, &nul, in->cube.data, &anynul, &st);
-        float fs = (float)bscale, fz = (float)bzero, *d = in->cube.data;
-        if (st == 0 && bscale != 1.0)
-            for (size_t k = 0; k < n; k++)
-                d[k] *= fs;
-        if (st == 0 && bzero != 0.0)
-            for (size_t k = 0; k < n; k++)
-                d[k] += fz;
-    } else {
-        double nul = NAN;
-        fits_read_img(f, TDOUBLE, 1, (LONGLONG)n, &nul, in->cube.data, &anynul, &st);
-    }
-    if (st) {
-        msg("cannot read the pixels of '%s': %s", path, fits_text(st, t));
-        goto done;
-    }
-    rc = EXIT_OK;
-done:
-    st = 0;
-    fits_close_file(f, &st);
-    if (rc != EXIT_OK)
-        input_release(in);
-    return rc;
+    /* Integers are scaled in float32 arithmetic, (float)raw * (float)BSCALE then
+     * + (float)BZERO, as astropy.io.fits does for BITPIX 8 and 16, so that results
+     * match astropy's to the bit (cfitsio would scale in double and round once);
+     * unscaled IEEE floats are read as stored. */
+    if (read_parallel(workers, threads, path, hdu, f32 ? FITSIMG_F32_ASTROPY : FITSIMG_F64, 0,
+                      in->cube.data, n, es) != 0)
+        goto fail;
+    return EXIT_OK;
+fail:
+    input_release(in);
+    return EXIT_FAIL;
 }
 
 /* Reads the target header: the header of a FITS file (HDU `hdu`) or a text file of
@@ -894,8 +758,8 @@ static int build_headers(const outspec *o, hdr *h0, hdr *h1)
         if (!structural_card(c, add_axis3))
             bad = hdr_add(h0, c, 80);
     }
-    for (int i = 0; add_axis3 && i < o->in->nkeys && !bad; i++) {
-        const char *c = o->in->cards + (size_t)i * 80;
+    for (int i = 0; add_axis3 && i < o->in->info.nkeys && !bad; i++) {
+        const char *c = o->in->info.header + (size_t)i * 80;
         if (axis3_card(c))
             bad = hdr_add(h0, c, 80);
     }
@@ -1128,6 +992,15 @@ static void release_signals(pthread_t th)
     pthread_join(th, NULL);
 }
 
+/* The workers of a command that runs `threads` threads, the calling one included:
+ * threads - 1 of them, or NULL for one thread or when they cannot be started (the work
+ * then runs on the calling thread alone).  Start them after catch_signals, so that they
+ * leave SIGINT and SIGTERM to its thread.  Free with pool_free. */
+static pool *workers_new(int threads)
+{
+    return threads > 1 ? pool_new(threads - 1, 4 * (size_t)threads) : NULL;
+}
+
 /* ------------------------------------------------------------------------------------ */
 /* tessera reproject                                                                      */
 
@@ -1160,12 +1033,13 @@ static int cmd_reproject(int argc, char **argv)
     /* SIGINT/SIGTERM raise `cancel`: the engine stops between blocks and the temporary
      * output is removed. */
     have_sigth = catch_signals(&cancel, &sigth);
+    pool *workers = workers_new(threads);
 
     if (!cli_output_ok("tessera", a.out_path)) {
         rc = EXIT_FAIL;
         goto done;
     }
-    rc = read_input(a.in_path, a.in_hdu, threads, &in);
+    rc = read_input(workers, threads, a.in_path, a.in_hdu, &in);
     double t_read = now_s();
     if (rc != EXIT_OK)
         goto done;
@@ -1207,7 +1081,7 @@ static int cmd_reproject(int argc, char **argv)
         static const char *const ax3[4] = { "CTYPE3", "CRPIX3", "CRVAL3", "CDELT3" };
         for (int k = 0; k < 4; k++) {
             char vi[72] = "", vt[72] = "";
-            int hi = card_value(in.cards, in.nkeys, ax3[k], vi, sizeof vi);
+            int hi = card_value(in.info.header, in.info.nkeys, ax3[k], vi, sizeof vi);
             int ht = card_value(tcards, tkeys, ax3[k], vt, sizeof vt);
             double di, dt;
             int same = hi == ht && (!hi || strcmp(vi, vt) == 0
@@ -1237,6 +1111,7 @@ static int cmd_reproject(int argc, char **argv)
     o.method = a.method;
     o.max_coord_error = a.max_coord_error;
     o.threads = threads;
+    o.workers = workers;
     o.cancel = &cancel;
     if (!a.quiet && isatty(STDERR_FILENO)) {
         o.progress = bar_update;
@@ -1294,6 +1169,7 @@ static int cmd_reproject(int argc, char **argv)
                 a.out_path, shape, rp_method_name(a.method), n, now_s() - t0);
     }
 done:
+    pool_free(workers);
     if (have_sigth)
         release_signals(sigth);
     if (of.tmp)
@@ -1507,36 +1383,10 @@ static void hips_input_release(hips_input *in)
     memset(in, 0, sizeof *in);
 }
 
-/* A parallel read of a plane: bands of rows, each through its own cfitsio handle. */
-typedef struct band_read {
-    const char *path;
-    int hdu;
-    long z;
-    rp_plane *plane;
-    atomic_int failed;        /* the first failure's TESS_E* code */
-    char err[256];            /* its reason, written by the thread that set `failed` */
-} band_read;
-
-static void read_band(void *p, size_t i0, size_t i1)
-{
-    band_read *b = p;
-    rp_plane *pl = b->plane;
-    char err[256] = "";
-    size_t off = i0 * (size_t)pl->nx;
-    long y0 = (long)i0, h = (long)(i1 - i0);
-    int rc = pl->dtype == RP_F64
-                 ? fitsimg_read_region(b->path, b->hdu, b->z, 0, y0, pl->nx, h,
-                                       (double *)pl->data + off, err, sizeof err)
-                 : fitsimg_read_region_f32(b->path, b->hdu, b->z, 0, y0, pl->nx, h,
-                                           (float *)pl->data + off, err, sizeof err);
-    int none = 0;
-    if (rc && atomic_compare_exchange_strong(&b->failed, &none, rc))
-        snprintf(b->err, sizeof b->err, "%s", err);
-}
-
-/* Reads the header, WCS and plane `z` of HDU `hdu` of `path` with `threads` threads.
- * Returns 0 or EXIT_FAIL after printing why. */
-static int read_hips_input(const char *path, int hdu, long z, int threads, hips_input *in)
+/* Reads the header, WCS and plane `z` of HDU `hdu` of `path`, in up to `threads` slices
+ * at once on `workers`.  Returns 0 or EXIT_FAIL after printing why. */
+static int read_hips_input(pool *workers, int threads, const char *path, int hdu, long z,
+                           hips_input *in)
 {
     memset(in, 0, sizeof *in);
     char err[256] = "";
@@ -1578,12 +1428,10 @@ static int read_hips_input(const char *path, int hdu, long z, int threads, hips_
         msg("out of memory for the plane of '%s' (%zu pixels)", path, n);
         goto fail;
     }
-    band_read b = { path, hdu, z, &in->plane, 0, "" };
-    par_for(threads, (size_t)ny, 1, read_band, &b);
-    if (atomic_load(&b.failed)) {
-        msg("cannot read the pixels of '%s': %s", path, b.err);
+    int f64 = in->plane.dtype == RP_F64;
+    if (read_parallel(workers, threads, path, hdu, f64 ? FITSIMG_F64 : FITSIMG_F32, (size_t)z * n,
+                      in->plane.data, n, f64 ? sizeof(double) : sizeof(float)) != 0)
         goto fail;
-    }
     return EXIT_OK;
 fail:
     hips_input_release(in);
@@ -1990,7 +1838,7 @@ static int plan_tree(hips_run *r, const hips_input *in, int threads)
 
 /* Makes and writes every tile: the pass of order `split`, then of each lower order.
  * Returns 0 or -1 (failed or cancelled: r->failed, r->cancel). */
-static int make_tree(hips_run *r, int threads)
+static int make_tree(hips_run *r, pool *workers, int threads)
 {
     for (int k = r->split; k >= 0; k--) {
         tile_set *s = &r->ord[k];
@@ -2000,7 +1848,7 @@ static int make_tree(hips_run *r, int threads)
             r->pass = k;
             atomic_store(&r->next, 0);
             int nt = (size_t)threads < s->n ? threads : (int)s->n;
-            par_for(nt, (size_t)nt, 1, pass_thread, r);
+            pool_for(workers, POOL_BATCH, nt, (size_t)nt, 1, pass_thread, r);
         }
         if (k < r->split)
             tile_set_drop_data(&r->ord[k + 1]);
@@ -2156,6 +2004,7 @@ static int cmd_hips(int argc, char **argv)
     /* SIGINT/SIGTERM raise `cancel`: the threads stop between tiles and the temporary
      * tree is removed. */
     int have_sigth = catch_signals(&cancel, &sigth);
+    pool *workers = workers_new(threads);
     hips_input in;
     memset(&in, 0, sizeof in);
     hips_level tl;
@@ -2168,7 +2017,7 @@ static int cmd_hips(int argc, char **argv)
 
     rc = check_out_dir(a.out_dir);
     if (rc == EXIT_OK)
-        rc = read_hips_input(a.in_path, a.in_hdu, a.plane, threads, &in);
+        rc = read_hips_input(workers, threads, a.in_path, a.in_hdu, a.plane, &in);
     if (rc != EXIT_OK)
         goto done;
     t_read = now_s();
@@ -2218,7 +2067,7 @@ static int cmd_hips(int argc, char **argv)
     r.src = &tl.src;
     if (!a.quiet && isatty(STDERR_FILENO))
         r.b = &b;
-    int mrc = make_tree(&r, threads);
+    int mrc = make_tree(&r, workers, threads);
     t_tiles = now_s();
     if (atomic_load(&cancel))
         goto interrupted;
@@ -2261,6 +2110,7 @@ interrupted:
 done:
     if (b.last >= 0 && b.last < 100)
         fputc('\n', stderr);
+    pool_free(workers);
     if (have_sigth)
         release_signals(sigth);
     if (tmp) {

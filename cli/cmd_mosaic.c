@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "cli/commands.h"
+#include "cli/common.h"
 #include "cli/progress.h"
 #include "engine/fits/fitsimg.h"
 #include "engine/mosaic/mosaic.h"

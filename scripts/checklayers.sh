@@ -39,7 +39,7 @@ rule "daemon includes a CLI header" '"cli/' 'engine/*' 'cli/*'
 rule "CLI includes a daemon header" '"daemon/' 'engine/*' 'daemon/*'
 rule "cfitsio outside its module" '<(fitsio|longnam|fitsio2)\.h>' \
     'engine/fits/*' 'engine/image/stack.c' 'engine/image/encode.c' 'daemon/jobs/job_stack.c' \
-    'cli/tessera.c' 'cli/cmd_mkstack.c'
+    'cli/fitshdr.c' 'cli/cmd_mkstack.c'
 rule "wcslib outside its module" '<wcs(lib/|\.h|hdr|fix|trig|math|util)' 'engine/sky/skywcs.c' \
     'daemon/api/series.c'
 rule "libmicrohttpd outside daemon/http.c" '<microhttpd\.h>' 'daemon/http.c'

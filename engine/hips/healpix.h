@@ -159,8 +159,8 @@ int hips_source_level(int order, int shift, double pixscale);
 /* A source of tile pixels: a plane of the dataset, full resolution or reduced, prepared
  * for sampling.  The WCS describes the full-resolution (level-0) pixel grid of nx x ny
  * pixels; the plane sampled is level `level` of it (pixel (i, j) of level k is the mean
- * of the 2^k x 2^k block at (i 2^k, j 2^k), as daemon/cache/planes.h), whose pixel centres sit
- * at level-0 position i 2^k + (2^k - 1) / 2. */
+ * of the 2^k x 2^k block at (i 2^k, j 2^k), engine/image/pyramid.h), whose pixel centres
+ * sit at level-0 position i 2^k + (2^k - 1) / 2. */
 typedef struct hips_source {
     const skywcs *cel;         /* 2-D celestial WCS of level 0 (not modified; copied) */
     long nx, ny;               /* level-0 size (NAXIS1, NAXIS2) */

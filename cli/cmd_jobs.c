@@ -1,5 +1,6 @@
 /* tessera submit | jobs | cancel: the client side of the job API (libcurl + jansson). */
 #include "cli/commands.h"
+#include "cli/common.h"
 #include "cli/progress.h"
 
 #include <curl/curl.h>
@@ -22,8 +23,6 @@ static const char jobs_usage[] =
     "  --token T      bearer token for jobs.token servers; default $TESSERA_TOKEN\n"
     "  exit status: 0 succeeded, 1 job failed or was cancelled, 2 usage, 4 the server\n"
     "  refused or could not be reached, 130 stopped following by Ctrl-C (the job goes on)\n";
-
-enum { JX_OK = 0, JX_JOBFAIL = 1, JX_USAGE = 2, JX_SERVER = 4, JX_INTERRUPTED = 130 };
 
 typedef struct http_resp {
     long status;
@@ -82,7 +81,7 @@ static int request(const char *method, const char *url, const char *token, const
     if (rc == CURLE_OK)
         curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &r->status);
     else
-        fprintf(stderr, "tessera: %s: %s\n", url, curl_easy_strerror(rc));
+        cli_msg("%s: %s", url, curl_easy_strerror(rc));
     curl_slist_free_all(h);
     curl_easy_cleanup(c);
     return rc == CURLE_OK ? 0 : -1;
@@ -94,7 +93,7 @@ static void print_problem(const char *what, const http_resp *r)
     json_t *j = r->body ? json_loads(r->body, 0, NULL) : NULL;
     const char *detail = j ? json_string_value(json_object_get(j, "detail")) : NULL;
     const char *param = j ? json_string_value(json_object_get(j, "parameter")) : NULL;
-    fprintf(stderr, "tessera: %s: HTTP %ld: %s%s%s%s\n", what, r->status,
+    cli_msg("%s: HTTP %ld: %s%s%s%s", what, r->status,
             detail ? detail : (r->body ? r->body : ""), param ? " (" : "", param ? param : "",
             param ? ")" : "");
     json_decref(j);
@@ -107,7 +106,8 @@ typedef struct common {
     int no_wait;
 } common;
 
-/* Parses the shared options; returns optind of the first operand or -1 on error. */
+/* Parses the shared options; returns optind of the first operand or -1 on error (the usage
+ * printed). */
 static int parse_common(int argc, char **argv, common *o)
 {
     static const struct option opts[] = {
@@ -135,6 +135,18 @@ static int parse_common(int argc, char **argv, common *o)
         }
     }
     return optind;
+}
+
+/* Parses the shared options of a command that takes `noperands` operands; returns the
+ * index of the first, or -1 on error (the usage printed). */
+static int parse_operands(int argc, char **argv, int noperands, common *o)
+{
+    int i = parse_common(argc, argv, o);
+    if (i >= 0 && argc - i != noperands) {
+        fputs(jobs_usage, stderr);
+        i = -1;
+    }
+    return i;
 }
 
 static char *read_all(const char *path, size_t *len)
@@ -183,17 +195,17 @@ static int follow(const common *o, const char *id)
         http_resp r;
         if (request("GET", url, NULL, NULL, 0, NULL, &r)) {
             free(r.body);
-            return JX_SERVER;
+            return CLI_EXIT_SERVER;
         }
         if (r.status != 200) {
             print_problem("job status", &r);
             free(r.body);
-            return JX_SERVER;
+            return CLI_EXIT_SERVER;
         }
         json_t *j = json_loads(r.body, 0, NULL);
         free(r.body);
         if (!j)
-            return JX_SERVER;
+            return CLI_EXIT_SERVER;
         const char *st = json_string_value(json_object_get(j, "state"));
         json_t *pr = json_object_get(j, "progress");
         long done = (long)json_integer_value(json_object_get(pr, "done"));
@@ -203,7 +215,7 @@ static int follow(const common *o, const char *id)
         if (st && strcmp(st, "queued") != 0 && strcmp(st, "running") != 0) {
             if (tty && b.last >= 0 && done != total)
                 fputc('\n', stderr);
-            int rc = JX_OK;
+            int rc = CLI_EXIT_OK;
             if (strcmp(st, "succeeded") == 0) {
                 json_t *res = json_object_get(j, "result");
                 const char *ds = json_string_value(json_object_get(res, "dataset"));
@@ -214,9 +226,8 @@ static int follow(const common *o, const char *id)
             } else {
                 json_t *e = json_object_get(j, "error");
                 const char *detail = json_string_value(json_object_get(e, "detail"));
-                fprintf(stderr, "tessera: job %s %s%s%s\n", id, st, detail ? ": " : "",
-                        detail ? detail : "");
-                rc = JX_JOBFAIL;
+                cli_msg("job %s %s%s%s", id, st, detail ? ": " : "", detail ? detail : "");
+                rc = CLI_EXIT_FAIL;
             }
             json_decref(j);
             return rc;
@@ -225,9 +236,8 @@ static int follow(const common *o, const char *id)
         if (g_stop) {
             if (tty)
                 fputc('\n', stderr);
-            fprintf(stderr, "tessera: stopped following; job %s goes on (tessera cancel %s)\n",
-                    id, id);
-            return JX_INTERRUPTED;
+            cli_msg("stopped following; job %s goes on (tessera cancel %s)", id, id);
+            return CLI_EXIT_INTERRUPTED;
         }
         usleep(250000);
     }
@@ -241,40 +251,37 @@ static int download(const common *o, const char *id)
     snprintf(tmp, sizeof(tmp), "%s.part", o->out);
     FILE *f = fopen(tmp, "wb");
     if (!f) {
-        fprintf(stderr, "tessera: cannot write %s\n", tmp);
-        return JX_JOBFAIL;
+        cli_msg("cannot write %s", tmp);
+        return CLI_EXIT_FAIL;
     }
     http_resp r;
     int rc = request("GET", url, NULL, NULL, 0, f, &r);
     fclose(f);
     if (rc || r.status != 200) {
         if (!rc)
-            fprintf(stderr, "tessera: result: HTTP %ld\n", r.status);
+            cli_msg("result: HTTP %ld", r.status);
         remove(tmp);
-        return JX_SERVER;
+        return CLI_EXIT_SERVER;
     }
     if (rename(tmp, o->out) != 0) {
         remove(tmp);
-        return JX_JOBFAIL;
+        return CLI_EXIT_FAIL;
     }
-    fprintf(stderr, "tessera: wrote %s\n", o->out);
-    return JX_OK;
+    cli_msg("wrote %s", o->out);
+    return CLI_EXIT_OK;
 }
 
 int cmd_submit(int argc, char **argv)
 {
     common o = {0};
-    int i = parse_common(argc, argv, &o);
-    if (i < 0 || argc - i != 1) {
-        if (i >= 0)
-            fputs(jobs_usage, stderr);
-        return JX_USAGE;
-    }
+    int i = parse_operands(argc, argv, 1, &o);
+    if (i < 0)
+        return CLI_EXIT_USAGE;
     size_t len;
     char *body = read_all(argv[i], &len);
     if (!body) {
-        fprintf(stderr, "tessera: cannot read %s\n", argv[i]);
-        return JX_USAGE;
+        cli_msg("cannot read %s", argv[i]);
+        return CLI_EXIT_USAGE;
     }
     curl_global_init(CURL_GLOBAL_DEFAULT);
     char url[1024];
@@ -284,13 +291,13 @@ int cmd_submit(int argc, char **argv)
     free(body);
     if (rc) {
         curl_global_cleanup();
-        return JX_SERVER;
+        return CLI_EXIT_SERVER;
     }
     if (r.status != 202) {
         print_problem("submit", &r);
         free(r.body);
         curl_global_cleanup();
-        return JX_SERVER;
+        return CLI_EXIT_SERVER;
     }
     json_t *j = json_loads(r.body, 0, NULL);
     free(r.body);
@@ -298,45 +305,57 @@ int cmd_submit(int argc, char **argv)
     if (!id) {
         json_decref(j);
         curl_global_cleanup();
-        return JX_SERVER;
+        return CLI_EXIT_SERVER;
     }
     char idc[32];
     snprintf(idc, sizeof(idc), "%s", id);
     json_decref(j);
-    int x = JX_OK;
+    int x = CLI_EXIT_OK;
     if (o.no_wait) {
         printf("%s\n", idc);
     } else {
-        fprintf(stderr, "tessera: job %s submitted\n", idc);
+        cli_msg("job %s submitted", idc);
         x = follow(&o, idc);
-        if (x == JX_OK && o.out)
+        if (x == CLI_EXIT_OK && o.out)
             x = download(&o, idc);
     }
     curl_global_cleanup();
     return x;
 }
 
+/* The calls of `jobs` and `cancel`: `method` on `url` (the server's job API), which
+ * answers 200 with JSON.  Returns CLI_EXIT_OK with *j the parsed reply (NULL when it is
+ * not JSON; json_decref it), or CLI_EXIT_SERVER after printing why (`what` names the
+ * call). */
+static int call_api(const char *method, const char *url, const char *token, const char *what,
+                    json_t **j)
+{
+    *j = NULL;
+    http_resp r;
+    int x = CLI_EXIT_OK;
+    if (request(method, url, token, NULL, 0, NULL, &r)) {
+        x = CLI_EXIT_SERVER;
+    } else if (r.status != 200) {
+        print_problem(what, &r);
+        x = CLI_EXIT_SERVER;
+    } else {
+        *j = json_loads(r.body, 0, NULL);
+    }
+    free(r.body);
+    return x;
+}
+
 int cmd_jobs(int argc, char **argv)
 {
     common o = {0};
-    int i = parse_common(argc, argv, &o);
-    if (i < 0 || argc - i != 0) {
-        if (i >= 0)
-            fputs(jobs_usage, stderr);
-        return JX_USAGE;
-    }
+    if (parse_operands(argc, argv, 0, &o) < 0)
+        return CLI_EXIT_USAGE;
     curl_global_init(CURL_GLOBAL_DEFAULT);
     char url[1024];
     snprintf(url, sizeof(url), "%s/api/v1/jobs", o.server);
-    http_resp r;
-    int x = JX_OK;
-    if (request("GET", url, NULL, NULL, 0, NULL, &r)) {
-        x = JX_SERVER;
-    } else if (r.status != 200) {
-        print_problem("jobs", &r);
-        x = JX_SERVER;
-    } else {
-        json_t *a = json_loads(r.body, 0, NULL);
+    json_t *a = NULL;
+    int x = call_api("GET", url, NULL, "jobs", &a);
+    if (x == CLI_EXIT_OK) {
         printf("%-16s  %-14s  %-9s  %6s  %-24s  %s\n", "ID", "TYPE", "STATE", "DONE", "CREATED",
                "RESULT");
         size_t k;
@@ -352,9 +371,8 @@ int cmd_jobs(int argc, char **argv)
                    100.0 * json_number_value(json_object_get(pr, "fraction")),
                    json_string_value(json_object_get(j, "created")), ds ? ds : "");
         }
-        json_decref(a);
     }
-    free(r.body);
+    json_decref(a);
     curl_global_cleanup();
     return x;
 }
@@ -362,28 +380,17 @@ int cmd_jobs(int argc, char **argv)
 int cmd_cancel(int argc, char **argv)
 {
     common o = {0};
-    int i = parse_common(argc, argv, &o);
-    if (i < 0 || argc - i != 1) {
-        if (i >= 0)
-            fputs(jobs_usage, stderr);
-        return JX_USAGE;
-    }
+    int i = parse_operands(argc, argv, 1, &o);
+    if (i < 0)
+        return CLI_EXIT_USAGE;
     curl_global_init(CURL_GLOBAL_DEFAULT);
     char url[1024];
     snprintf(url, sizeof(url), "%s/api/v1/jobs/%s", o.server, argv[i]);
-    http_resp r;
-    int x = JX_OK;
-    if (request("DELETE", url, o.token, NULL, 0, NULL, &r)) {
-        x = JX_SERVER;
-    } else if (r.status != 200) {
-        print_problem("cancel", &r);
-        x = JX_SERVER;
-    } else {
-        json_t *j = json_loads(r.body, 0, NULL);
+    json_t *j = NULL;
+    int x = call_api("DELETE", url, o.token, "cancel", &j);
+    if (x == CLI_EXIT_OK)
         printf("%s %s\n", argv[i], j ? json_string_value(json_object_get(j, "state")) : "?");
-        json_decref(j);
-    }
-    free(r.body);
+    json_decref(j);
     curl_global_cleanup();
     return x;
 }

@@ -4,8 +4,6 @@
 #include <limits.h>
 #include <math.h>
 #include <pthread.h>
-#include <signal.h>
-#include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -15,10 +13,12 @@
 #include <unistd.h>
 
 #include "cli/commands.h"
+#include "cli/common.h"
 #include "cli/progress.h"
 #include "engine/fits/fitsimg.h"
 #include "engine/mosaic/mosaic.h"
 #include "engine/base/error.h"
+#include "engine/base/pool.h"
 
 static const char mosaic_usage[] =
     "usage: tessera mosaic IN.fits[HDU]... -o OUT.fits\n"
@@ -59,19 +59,6 @@ const char *cmd_mosaic_usage(void)
     return mosaic_usage;
 }
 
-enum { M_OK = 0, M_FAIL = 1, M_USAGE = 2, M_NOOVERLAP = 3, M_INTERRUPTED = 130 };
-
-static void mmsg(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static void mmsg(const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    fputs("tessera: ", stderr);
-    vfprintf(stderr, fmt, ap);
-    fputc('\n', stderr);
-    va_end(ap);
-}
-
 /* "path[N]" -> malloc'd path and HDU N (0 without a suffix); NULL on a bad suffix. */
 static char *split_path_hdu(const char *arg, int *hdu)
 {
@@ -91,36 +78,36 @@ static char *split_path_hdu(const char *arg, int *hdu)
     return strndup(arg, n);
 }
 
-/* The target's cards from a text header or a FITS file.  Returns 0 or M_FAIL. */
+/* The target's cards from a text header or a FITS file.  Returns 0 or CLI_EXIT_FAIL. */
 static int read_target_cards(const char *arg, char **cards, int *nkeys)
 {
     int hdu = 0;
     char *path = split_path_hdu(arg, &hdu);
     if (!path) {
-        mmsg("mosaic: bad HDU number in '%s'", arg);
-        return M_FAIL;
+        cli_msg("mosaic: bad HDU number in '%s'", arg);
+        return CLI_EXIT_FAIL;
     }
     FILE *fp = fopen(path, "rb");
     if (!fp) {
-        mmsg("cannot open target '%s': %s", path, strerror(errno));
+        cli_msg("cannot open target '%s': %s", path, strerror(errno));
         free(path);
-        return M_FAIL;
+        return CLI_EXIT_FAIL;
     }
     char head[81] = "";
     size_t got = fread(head, 1, 81, fp);
     char err[256] = "";
-    int rc = M_FAIL;
+    int rc = CLI_EXIT_FAIL;
     if (got == 81 && memcmp(head, "SIMPLE  =", 9) == 0 && !memchr(head, '\n', 81)) {
         fclose(fp);
         fitsimg_info info;
         if (fitsimg_read_info(path, hdu, &info, err, sizeof err) != 0) {
-            mmsg("target '%s': %s", path, err);
+            cli_msg("target '%s': %s", path, err);
         } else {
             *cards = malloc((size_t)info.nkeys * 80 + 1);
             if (*cards) {
                 memcpy(*cards, info.header, (size_t)info.nkeys * 80 + 1);
                 *nkeys = info.nkeys;
-                rc = M_OK;
+                rc = CLI_EXIT_OK;
             }
             fitsimg_info_release(&info);
         }
@@ -150,11 +137,11 @@ static int read_target_cards(const char *arg, char **cards, int *nkeys)
     }
     fclose(fp);
     if (!text) {
-        mmsg("out of memory");
+        cli_msg("out of memory");
     } else if (mos_cards_from_text(text, len, cards, nkeys, err, sizeof err) != 0) {
-        mmsg("target '%s': %s", path, err);
+        cli_msg("target '%s': %s", path, err);
     } else {
-        rc = M_OK;
+        rc = CLI_EXIT_OK;
     }
     free(text);
     free(path);
@@ -195,8 +182,11 @@ typedef struct runner {
     bar *b;                  /* NULL: no bar */
 } runner;
 
-static void *worker(void *p)
+/* One thread's share of a stage: takes blocks until none is left (a pool_for slice). */
+static void stage_slice(void *p, size_t i0, size_t i1)
 {
+    (void)i0;
+    (void)i1;
     runner *r = p;
     char err[512];
     for (;;) {
@@ -221,28 +211,17 @@ static void *worker(void *p)
         }
         pthread_mutex_unlock(&r->lock);
     }
-    return NULL;
 }
 
-/* Waits for SIGINT/SIGTERM and raises the cancel flag. */
-static void *sig_main(void *arg)
+/* Raises the cancel flag that mos_run_block polls (cli_signals_start). */
+static void on_signal(void *cancel, int sig)
 {
-    volatile int *cancel = arg;
-    sigset_t set;
-    sigemptyset(&set);
-    sigaddset(&set, SIGINT);
-    sigaddset(&set, SIGTERM);
-    for (;;) {
-        int sig = 0;
-        if (sigwait(&set, &sig) == 0)
-            *cancel = sig;
-    }
-    return NULL;
+    *(volatile int *)cancel = sig;
 }
 
 int cmd_mosaic(int argc, char **argv)
 {
-    int n = 0, rc = M_USAGE, quiet = 0, timing = 0, threads = 0, want_auto = 0;
+    int n = 0, rc = CLI_EXIT_USAGE, quiet = 0, timing = 0, threads = 0, want_auto = 0;
     const char *out = NULL, *target = NULL, *frame = NULL, *proj = NULL;
     mos_spec sp;
     memset(&sp, 0, sizeof sp);
@@ -256,9 +235,10 @@ int cmd_mosaic(int argc, char **argv)
     volatile int cancel = 0;
     pthread_t sigth;
     int have_sig = 0;
+    pool *workers = NULL;
     if (!ins || !paths) {
-        mmsg("out of memory");
-        rc = M_FAIL;
+        cli_msg("out of memory");
+        rc = CLI_EXIT_FAIL;
         goto done;
     }
     for (int i = 1; i < argc; i++) {
@@ -270,7 +250,7 @@ int cmd_mosaic(int argc, char **argv)
     do {                                                                    \
         if (!val) {                                                         \
             if (i + 1 >= argc) {                                            \
-                mmsg("mosaic: %s needs a value", a);                        \
+                cli_msg("mosaic: %s needs a value", a);                     \
                 goto done;                                                  \
             }                                                               \
             val = argv[++i];                                                \
@@ -278,7 +258,7 @@ int cmd_mosaic(int argc, char **argv)
     } while (0)
         if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
             fputs(mosaic_usage, stdout);
-            rc = M_OK;
+            rc = CLI_EXIT_OK;
             goto done;
         } else if (strcmp(a, "-q") == 0 || strcmp(a, "--quiet") == 0) {
             quiet = 1;
@@ -296,7 +276,7 @@ int cmd_mosaic(int argc, char **argv)
             } else if (strcmp(a + 19, "none") == 0 || strcmp(a + 19, "false") == 0) {
                 sp.bg = MOS_BG_NONE;
             } else {
-                mmsg("mosaic: --match-background takes plane, level or none, not '%s'", a + 19);
+                cli_msg("mosaic: --match-background takes plane, level or none, not '%s'", a + 19);
                 goto done;
             }
         } else if (OPT("-o") || OPT("--output")) {
@@ -314,15 +294,15 @@ int cmd_mosaic(int argc, char **argv)
         } else if (OPT("--method")) {
             NEED();
             if (rp_method_parse(val, &sp.method)) {
-                mmsg("mosaic: --method must be nearest, bilinear, bicubic, lanczos3 or exact, "
-                     "not '%s'", val);
+                cli_msg("mosaic: --method must be nearest, bilinear, bicubic, lanczos3 or exact, "
+                        "not '%s'", val);
                 goto done;
             }
         } else if (OPT("--combine")) {
             NEED();
             if (mos_combine_parse(val, &sp.combine)) {
-                mmsg("mosaic: --combine must be mean, sum, median, min, max, first or last, "
-                     "not '%s'", val);
+                cli_msg("mosaic: --combine must be mean, sum, median, min, max, first or last, "
+                        "not '%s'", val);
                 goto done;
             }
         } else if (OPT("--threads")) {
@@ -330,18 +310,18 @@ int cmd_mosaic(int argc, char **argv)
             char *end;
             long t = strtol(val, &end, 10);
             if (*end || end == val || t < 0 || t > 1024) {
-                mmsg("mosaic: --threads must be an integer from 0 to 1024, not '%s'", val);
+                cli_msg("mosaic: --threads must be an integer from 0 to 1024, not '%s'", val);
                 goto done;
             }
             threads = (int)t;
         } else if (a[0] == '-' && a[1] != '\0') {
-            mmsg("mosaic: unknown option '%s' (see tessera mosaic --help)", a);
+            cli_msg("mosaic: unknown option '%s' (see tessera mosaic --help)", a);
             goto done;
         } else {
             int hdu = 0;
             paths[n] = split_path_hdu(a, &hdu);
             if (!paths[n]) {
-                mmsg("mosaic: bad HDU number in '%s'", a);
+                cli_msg("mosaic: bad HDU number in '%s'", a);
                 goto done;
             }
             ins[n] = (mos_input){ paths[n], a, hdu };
@@ -351,20 +331,20 @@ int cmd_mosaic(int argc, char **argv)
 #undef NEED
     }
     if (n < 1 || !out) {
-        mmsg("mosaic: %s is required (see tessera mosaic --help)",
-             n < 1 ? "an input file" : "-o OUT.fits");
+        cli_msg("mosaic: %s is required (see tessera mosaic --help)",
+                n < 1 ? "an input file" : "-o OUT.fits");
         goto done;
     }
     if (target && (want_auto || frame || proj)) {
-        mmsg("mosaic: --target excludes --auto, --frame and --projection");
+        cli_msg("mosaic: --target excludes --auto, --frame and --projection");
         goto done;
     }
     if (n > MOS_MAX_INPUTS) {
-        mmsg("mosaic: at most %d inputs", MOS_MAX_INPUTS);
+        cli_msg("mosaic: at most %d inputs", MOS_MAX_INPUTS);
         goto done;
     }
     if (frame && (sky_frame_parse(frame, &sp.auto_frame) || sp.auto_frame == SKY_FRAME_NONE)) {
-        mmsg("mosaic: --frame must be icrs, fk5, fk4, galactic or ecliptic, not '%s'", frame);
+        cli_msg("mosaic: --frame must be icrs, fk5, fk4, galactic or ecliptic, not '%s'", frame);
         goto done;
     }
     if (proj) {
@@ -372,43 +352,34 @@ int cmd_mosaic(int argc, char **argv)
         for (int k = 0; ok && k < 3; k++)
             ok = proj[k] >= 'A' && proj[k] <= 'Z';
         if (!ok) {
-            mmsg("mosaic: --projection must be a three-letter code such as TAN, not '%s'", proj);
+            cli_msg("mosaic: --projection must be a three-letter code such as TAN, not '%s'", proj);
             goto done;
         }
         snprintf(sp.auto_proj, sizeof sp.auto_proj, "%s", proj);
     }
-    rc = M_FAIL;
+    rc = CLI_EXIT_FAIL;
     if (!cli_output_ok("tessera", out))
         goto done;
-    if (target && read_target_cards(target, &tcards, &sp.target_nkeys) != M_OK)
+    if (target && read_target_cards(target, &tcards, &sp.target_nkeys) != CLI_EXIT_OK)
         goto done;
     sp.ninputs = n;
     sp.inputs = ins;
     sp.target_cards = tcards;
-    if (threads == 0) {
-        long c = sysconf(_SC_NPROCESSORS_ONLN);
-        threads = c < 1 ? 1 : c > 1024 ? 1024 : (int)c;
-    }
-    {
-        sigset_t set;
-        sigemptyset(&set);
-        sigaddset(&set, SIGINT);
-        sigaddset(&set, SIGTERM);
-        pthread_sigmask(SIG_BLOCK, &set, NULL);
-        have_sig = pthread_create(&sigth, NULL, sig_main, (void *)&cancel) == 0;
-    }
+    threads = cli_threads(threads);
+    have_sig = cli_signals_start(on_signal, (void *)&cancel, &sigth);
+    workers = cli_workers_new(threads);
     double t0 = cli_now_s();
     size_t ol = strlen(out) + 40;
     workdir = malloc(ol);
     tmp = malloc(ol);
     if (!workdir || !tmp) {
-        mmsg("out of memory");
+        cli_msg("out of memory");
         goto done;
     }
     snprintf(workdir, ol, "%s.work-%ld", out, (long)getpid());
     snprintf(tmp, ol, "%s.tmp-%ld", out, (long)getpid());
     if (mkdir(workdir, 0755) != 0) {
-        mmsg("cannot create the work directory '%s': %s", workdir, strerror(errno));
+        cli_msg("cannot create the work directory '%s': %s", workdir, strerror(errno));
         free(workdir);
         workdir = NULL;
         goto done;
@@ -416,14 +387,14 @@ int cmd_mosaic(int argc, char **argv)
     char err[512] = "";
     int prc = mos_plan(&sp, workdir, threads, &m, err, sizeof err);
     if (prc) {
-        mmsg("mosaic: %s", err);
-        rc = prc == TESS_ENOOVERLAP ? M_NOOVERLAP : M_FAIL;
+        cli_msg("mosaic: %s", err);
+        rc = prc == TESS_ENOOVERLAP ? CLI_EXIT_NOOVERLAP : CLI_EXIT_FAIL;
         goto done;
     }
     for (int k = 0; k < n; k++)
         if (!mos_input_overlaps(m, k))
-            mmsg("warning: input %d, '%s', does not overlap the target: it adds nothing", k + 1,
-                 paths[k]);
+            cli_msg("warning: input %d, '%s', does not overlap the target: it adds nothing",
+                    k + 1, paths[k]);
     double t_plan = cli_now_s(), t_stage[4] = { 0 };
     runner r;
     memset(&r, 0, sizeof r);
@@ -441,14 +412,7 @@ int cmd_mosaic(int argc, char **argv)
         r.nblocks = mos_nblocks(m, s);
         atomic_store(&r.next, 0);
         int nt = threads < r.nblocks ? threads : (int)r.nblocks;
-        pthread_t th[1024];
-        int started[1024] = { 0 };
-        for (int t = 1; t < nt; t++)
-            started[t] = pthread_create(&th[t], NULL, worker, &r) == 0;
-        worker(&r);
-        for (int t = 1; t < nt; t++)
-            if (started[t])
-                pthread_join(th[t], NULL);
+        pool_for(workers, POOL_BATCH, nt, (size_t)nt, 1, stage_slice, &r);
         t_stage[s] = cli_now_s();
         stopped = atomic_load(&r.failed) || cancel;
     }
@@ -456,25 +420,25 @@ int cmd_mosaic(int argc, char **argv)
         fputc('\n', stderr);
     pthread_mutex_destroy(&r.lock);
     if (cancel || r.rc == TESS_ECANCELED) {
-        mmsg("interrupted; nothing written");
-        rc = M_INTERRUPTED;
+        cli_msg("interrupted; nothing written");
+        rc = CLI_EXIT_INTERRUPTED;
         goto done;
     }
     if (r.rc) {
-        mmsg("mosaic: %s", r.err);
+        cli_msg("mosaic: %s", r.err);
         goto done;
     }
     if (mos_finish(m, tmp, err, sizeof err) != 0) {
-        mmsg("mosaic: %s", err);
+        cli_msg("mosaic: %s", err);
         unlink(tmp);
         goto done;
     }
     if (rename(tmp, out) != 0) {
-        mmsg("cannot rename '%s' to '%s': %s", tmp, out, strerror(errno));
+        cli_msg("cannot rename '%s' to '%s': %s", tmp, out, strerror(errno));
         unlink(tmp);
         goto done;
     }
-    rc = M_OK;
+    rc = CLI_EXIT_OK;
     long onx, ony;
     mos_target_size(m, &onx, &ony);
     if (timing) {
@@ -495,10 +459,9 @@ int cmd_mosaic(int argc, char **argv)
 done:
     if (workdir)
         remove_workdir(workdir);
-    if (have_sig) {
-        pthread_cancel(sigth);
-        pthread_join(sigth, NULL);
-    }
+    pool_free(workers);
+    if (have_sig)
+        cli_signals_stop(sigth);
     mos_free(m);
     for (int i = 0; paths && i < n; i++)
         free(paths[i]);

@@ -3,6 +3,12 @@
 #ifndef TESSERA_CLI_COMMANDS_H
 #define TESSERA_CLI_COMMANDS_H
 
+/* cmd_reproject.c: an image or cube onto a target WCS (engine/sky/reproject.h). */
+int cmd_reproject(int argc, char **argv);
+
+/* cmd_hips.c: a static HiPS tree of an image (engine/hips/healpix.h). */
+int cmd_hips(int argc, char **argv);
+
 /* cmd_jobs.c: the job client. */
 int cmd_submit(int argc, char **argv);
 int cmd_jobs(int argc, char **argv);

@@ -3,7 +3,6 @@
 #include "daemon/api/handlers.h"
 #include "daemon/cache/planes.h"
 #include "daemon/problem.h"
-#include "engine/base/buf.h"
 #include "engine/base/error.h"
 
 #include <ctype.h>
@@ -397,42 +396,34 @@ static void properties_work(hreq *r)
 
 /* ---- the handler --------------------------------------------------------------------- */
 
-/* Writes s into b with the HTML special characters escaped. */
-static void html_escaped(buf *b, const char *s)
-{
-    for (; *s; s++) {
-        switch (*s) {
-        case '<': buf_adds(b, "&lt;"); break;
-        case '>': buf_adds(b, "&gt;"); break;
-        case '&': buf_adds(b, "&amp;"); break;
-        case '"': buf_adds(b, "&quot;"); break;
-        default: buf_add(b, s, 1); break;
-        }
-    }
-}
-
 /* The HiPS index.html [HiPS 4.4.5]: what the survey is and where its parts are. */
 static void reply_index(hreq *r, const dataset *d)
 {
-    buf b;
-    buf_init(&b, 1 << 16);
     /* The base makes the relative links right for /hips/{name} and /hips/{name}/ alike. */
-    buf_adds(&b, "<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><base href=\"/hips/");
-    html_escaped(&b, d->name);
-    buf_adds(&b, "/\"><title>HiPS ");
-    html_escaped(&b, d->name);
-    buf_adds(&b, "</title></head>\n<body>\n<h1>HiPS ");
-    html_escaped(&b, d->name);
-    buf_adds(&b, "</h1>\n<p>An IVOA HiPS 1.0 survey made on demand by Tessera from dataset <b>");
-    html_escaped(&b, d->name);
-    buf_printf(&b, "</b> (%ld x %ld pixels, %s frame). Open this URL in a HiPS client such as "
-               "Aladin, or read the <a href=\"properties\">properties</a>.</p>\n<ul>\n"
-               "<li><a href=\"Norder3/Allsky.png\">Norder3/Allsky.png</a>, "
-               "<a href=\"Moc.fits\">Moc.fits</a></li>\n"
-               "<li>tiles: Norder{K}/Dir{D}/Npix{N}.png, .jpg, .fits (512 x 512)</li>\n"
-               "</ul>\n</body></html>\n", d->nx, d->ny,
-               d->hips_galactic ? "galactic" : "equatorial");
-    hreq_reply_text(r, &b, "text/html; charset=utf-8");
+    size_t blen = strlen(d->name) + 8;
+    char *base = malloc(blen);
+    char *text = NULL;
+    size_t len = 0;
+    if (base) {
+        snprintf(base, blen, "/hips/%s/", d->name);
+        hips_index x = {
+            .name = d->name, .base_href = base,
+            .made_by = "made on demand by Tessera from dataset", .source = d->name,
+            .nx = d->nx, .ny = d->ny, .galactic = d->hips_galactic, .order = -1,
+            .how = "Open this URL in a HiPS client such as Aladin",
+            .formats = HIPS_FMT_BIT(HIPS_FMT_PNG) | HIPS_FMT_BIT(HIPS_FMT_JPEG)
+                       | HIPS_FMT_BIT(HIPS_FMT_FITS),
+        };
+        if (hips_index_html(&x, &text, &len) != 0)
+            text = NULL;
+        free(base);
+    }
+    if (!text) {
+        problem_reply(r, 500, NULL, "out of memory");
+        return;
+    }
+    r->rep.cache_control = "no-cache";
+    hreq_reply_tile(r, 200, tile_new_take((unsigned char *)text, len, "text/html; charset=utf-8"));
 }
 
 void handle_hips(hreq *r, const route_match *m)

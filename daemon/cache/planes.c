@@ -12,6 +12,7 @@
 #include <time.h>
 
 #include "engine/fits/fitsimg.h"
+#include "engine/image/pyramid.h"
 #include "engine/image/stack.h"
 #include "engine/base/error.h"
 #include "engine/base/hash.h"
@@ -40,7 +41,6 @@
  * a plane served is never older than the version a request put in its cache key (which
  * was taken before; see dataset_version).  A stat costs about a microsecond. */
 #define PS_RECHECK_S 0.0
-#define PS_MAX_LEVEL 30
 
 enum { PE_LOADING, PE_READY, PE_FAILED };
 
@@ -127,18 +127,6 @@ static void plane_file(const dataset *d, long z, const char **path, long *zf)
         *path = d->paths[0];
         *zf = z;
     }
-}
-
-/* The level at which an nx x ny plane is reduced to 1 x 1: ceil(log2(max(nx, ny))). */
-static int max_level(long nx, long ny)
-{
-    int k = 0;
-    while ((nx > 1 || ny > 1) && k < PS_MAX_LEVEL) {
-        nx = (nx + 1) / 2;
-        ny = (ny + 1) / 2;
-        k++;
-    }
-    return k;
 }
 
 /* FNV-1a over the key: the path's bytes, then those of (hdu, zf, level) as long longs. */
@@ -309,18 +297,11 @@ static int load_level0(const dataset *d, pentry *e, char *err, size_t errlen)
     return 0;
 }
 
-/* Number of level-0 pixels along one axis under pixel i of level k of an axis of n
- * level-0 pixels: min(2^k, n - i 2^k). */
-static long block_len(long n, int k, long i)
-{
-    long b = 1L << k, rest = n - i * b;
-    return rest < b ? rest : b;
-}
-
 /* Builds level e->level from the level below (got through the store, so it is read or
- * reduced once too), with the lock released.  Each pixel is the mean of its 2x2
- * children weighted by their counts of finite level-0 pixels, which equals the mean of
- * the finite level-0 pixels of its block (planes.h).  Returns 0 or a TESS_E* code. */
+ * reduced once too), with the lock released: pyramid_reduce, which makes each pixel the
+ * mean of its 2x2 children weighted by their counts of finite level-0 pixels, the mean
+ * of the finite level-0 pixels of its block (planes.h).  Counts are kept only for a
+ * plane with a pixel that is not finite.  Returns 0 or a TESS_E* code. */
 static int build_reduced(planestore *s, const dataset *d, long z, pentry *e, char *err,
                          size_t errlen)
 {
@@ -330,52 +311,15 @@ static int build_reduced(planestore *s, const dataset *d, long z, pentry *e, cha
         return rc;
     const pentry *be = below.handle;
     const rp_plane *src = below.plane;
-    int kb = e->level - 1;              /* level of the children */
-    long nx = (src->nx + 1) / 2, ny = (src->ny + 1) / 2;
-    size_t n = (size_t)nx * (size_t)ny;
-    size_t esz = src->dtype == RP_F64 ? sizeof(double) : sizeof(float);
-    void *data = malloc(n * esz);
-    uint32_t *counts = be->nonfinite ? malloc(n * sizeof(uint32_t)) : NULL;
-    if (!data || (be->nonfinite && !counts)) {
-        free(data);
-        free(counts);
+    uint32_t *counts = NULL;
+    if (pyramid_reduce(src, be->counts, e->level - 1, d->nx, d->ny, &e->plane,
+                       be->nonfinite ? &counts : NULL) != 0) {
         planestore_release(s, &below);
         tess_seterr(err, errlen, "out of memory reducing a %ld x %ld plane", src->nx, src->ny);
         return TESS_ENOMEM;
     }
-    for (long j = 0; j < ny; j++) {
-        for (long i = 0; i < nx; i++) {
-            double sum = 0.0, cnt = 0.0;
-            for (long cj = 2 * j; cj <= 2 * j + 1 && cj < src->ny; cj++) {
-                for (long ci = 2 * i; ci <= 2 * i + 1 && ci < src->nx; ci++) {
-                    double v = rp_plane_get(src, ci, cj);
-                    double c;
-                    if (!be->nonfinite)
-                        c = (double)block_len(d->nx, kb, ci) * (double)block_len(d->ny, kb, cj);
-                    else if (kb == 0)
-                        c = isfinite(v) ? 1.0 : 0.0;
-                    else
-                        c = (double)be->counts[(size_t)cj * (size_t)src->nx + (size_t)ci];
-                    if (c > 0.0) {
-                        sum += c * v;
-                        cnt += c;
-                    }
-                }
-            }
-            size_t k = (size_t)j * (size_t)nx + (size_t)i;
-            double mean = cnt > 0.0 ? sum / cnt : NAN;
-            if (src->dtype == RP_F64)
-                ((double *)data)[k] = mean;
-            else
-                ((float *)data)[k] = (float)mean;
-            if (counts)
-                counts[k] = (uint32_t)cnt;
-        }
-    }
-    e->plane.data = data;
-    e->plane.dtype = src->dtype;
-    e->plane.nx = nx;
-    e->plane.ny = ny;
+    size_t n = (size_t)e->plane.nx * (size_t)e->plane.ny;
+    size_t esz = src->dtype == RP_F64 ? sizeof(double) : sizeof(float);
     e->counts = counts;
     e->nonfinite = be->nonfinite;
     e->size = be->size;
@@ -493,7 +437,7 @@ int planestore_get(planestore *s, const dataset *d, long z, int level, plane_vie
         tess_seterr(err, errlen, "reduction level %d is negative", level);
         return TESS_ERANGE;
     }
-    int top = max_level(d->nx, d->ny);
+    int top = pyramid_top_level(d->nx, d->ny);
     if (level > top)
         level = top;
     const char *path;

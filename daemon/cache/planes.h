@@ -15,7 +15,7 @@ typedef struct planestore planestore;
  * RP_F32 otherwise); level k > 0 is the plane reduced by 2^k on both axes: pixel (i, j)
  * is the mean of the finite pixels of the 2^k x 2^k block at (i 2^k, j 2^k) of level 0
  * (blocks at the right and top edges are partial), NaN when none is finite;
- * nx = ceil(NX / 2^k), ny = ceil(NY / 2^k).  Row 0 = FITS row 1. */
+ * nx = ceil(NX / 2^k), ny = ceil(NY / 2^k) (engine/image/pyramid.h).  Row 0 = FITS row 1. */
 typedef struct plane_view {
     const rp_plane *plane;
     int level;

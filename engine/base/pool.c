@@ -172,3 +172,109 @@ size_t pool_queue_depth(pool *p)
     pthread_mutex_unlock(&p->lock);
     return d;
 }
+
+/* A loop of pool_for: shared by the caller and its helper tasks, freed by the last of
+ * them (a helper may start after the caller has returned: it then finds no slice). */
+typedef struct loop {
+    pthread_mutex_t lock;
+    pthread_cond_t done_cond;     /* signalled when the last slice ends */
+    int refs;                     /* the caller and the helpers not yet finished */
+    size_t next;                  /* the next slice to take */
+    size_t nslices, done;         /* slices in all, slices finished */
+    size_t n, per;                /* items, items per slice */
+    pool_slice_fn fn;
+    void *arg;
+} loop;
+
+static void loop_release(loop *l)
+{
+    pthread_mutex_lock(&l->lock);
+    int last = --l->refs == 0;
+    pthread_mutex_unlock(&l->lock);
+    if (last) {
+        pthread_cond_destroy(&l->done_cond);
+        pthread_mutex_destroy(&l->lock);
+        free(l);
+    }
+}
+
+/* Takes and runs slices until none is left. */
+static void loop_work(loop *l)
+{
+    pthread_mutex_lock(&l->lock);
+    while (l->next < l->nslices) {
+        size_t i0 = l->next++ * l->per;
+        size_t i1 = l->n - i0 < l->per ? l->n : i0 + l->per;
+        pthread_mutex_unlock(&l->lock);
+        l->fn(l->arg, i0, i1);
+        pthread_mutex_lock(&l->lock);
+        if (++l->done == l->nslices)
+            pthread_cond_broadcast(&l->done_cond);
+    }
+    pthread_mutex_unlock(&l->lock);
+}
+
+static void loop_task(void *arg)
+{
+    loop *l = arg;
+    loop_work(l);
+    loop_release(l);
+}
+
+/* Runs the slices on the calling thread alone (no pool, or no memory for the loop). */
+static void loop_inline(size_t n, size_t per, pool_slice_fn fn, void *arg)
+{
+    for (size_t i0 = 0; i0 < n; i0 += per)
+        fn(arg, i0, n - i0 < per ? n : i0 + per);
+}
+
+void pool_for(pool *p, pool_priority prio, int nslices, size_t n, size_t align,
+              pool_slice_fn fn, void *arg)
+{
+    if (n == 0)
+        return;
+    if (nslices < 1)
+        nslices = 1;
+    if (align < 1)
+        align = 1;
+    size_t per = (n + (size_t)nslices - 1) / (size_t)nslices;
+    per = (per + align - 1) / align * align;
+    size_t count = (n + per - 1) / per;
+    loop *l = p && count > 1 ? calloc(1, sizeof *l) : NULL;
+    if (l && pthread_mutex_init(&l->lock, NULL) != 0) {
+        free(l);
+        l = NULL;
+    }
+    if (l && pthread_cond_init(&l->done_cond, NULL) != 0) {
+        pthread_mutex_destroy(&l->lock);
+        free(l);
+        l = NULL;
+    }
+    if (!l) {
+        loop_inline(n, per, fn, arg);
+        return;
+    }
+    l->refs = 1;
+    l->nslices = count;
+    l->n = n;
+    l->per = per;
+    l->fn = fn;
+    l->arg = arg;
+    for (size_t h = 1; h < count; h++) {
+        pthread_mutex_lock(&l->lock);
+        l->refs++;
+        pthread_mutex_unlock(&l->lock);
+        if (pool_submit(p, prio, loop_task, l) != 0) {
+            pthread_mutex_lock(&l->lock);
+            l->refs--;
+            pthread_mutex_unlock(&l->lock);
+            break;
+        }
+    }
+    loop_work(l);
+    pthread_mutex_lock(&l->lock);
+    while (l->done < l->nslices)
+        pthread_cond_wait(&l->done_cond, &l->lock);
+    pthread_mutex_unlock(&l->lock);
+    loop_release(l);
+}

@@ -28,6 +28,19 @@ int pool_submit(pool *p, pool_priority prio, pool_fn fn, void *arg);
  * from one of the pool's own tasks. */
 void pool_free(pool *p);
 
+/* Work on items [i0, i1) of a loop cut into slices (pool_for). */
+typedef void (*pool_slice_fn)(void *arg, size_t i0, size_t i1);
+
+/* Runs fn over items [0, n) cut into at most `nslices` contiguous slices, each a multiple
+ * of `align` (>= 1) items long but the last, on the workers of `p` (helper tasks queued
+ * at priority `prio`) and on the calling thread, and returns when every slice has run.
+ * Each slice is one call of fn, in no set order and on any of those threads.  With p
+ * NULL, or when the pool takes no more tasks, the calling thread runs the slices left.
+ * The caller takes slices itself and waits only for slices already started, so it may
+ * be called from one of the pool's own tasks.  Cannot fail. */
+void pool_for(pool *p, pool_priority prio, int nslices, size_t n, size_t align,
+              pool_slice_fn fn, void *arg);
+
 /* The number of worker threads.  Cannot fail. */
 int pool_threads(const pool *p);
 /* Tasks waiting, not yet started (both priorities).  Thread-safe; cannot fail. */

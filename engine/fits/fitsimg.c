@@ -2,6 +2,7 @@
 #include "engine/fits/fitsimg.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <float.h>
 #include <math.h>
@@ -10,9 +11,11 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <fitsio.h>
 
+#include "engine/base/byteswap.h"
 #include "engine/base/error.h"
 #include "engine/fits/fitscard.h"
 
@@ -116,6 +119,15 @@ static int read_dims(fitsfile *f, const char *path, int *naxis, long naxes[FITSI
         }
     }
     return 0;
+}
+
+/* open_image_hdu, then read_dims.  Returns 0 or their error, with *fp open when the HDU
+ * could be opened (the caller closes it).  Call with the cfitsio lock held. */
+static int open_image_dims(const char *path, int hdu, fitsfile **fp, int *naxis,
+                           long naxes[FITSIMG_MAXDIM], char *err, size_t errlen)
+{
+    int rc = open_image_hdu(path, hdu, fp, err, errlen);
+    return rc ? rc : read_dims(*fp, path, naxis, naxes, err, errlen);
 }
 
 /* Reads an optional numeric keyword as a double; *val keeps its default when absent.
@@ -259,6 +271,16 @@ int fitsimg_read_info(const char *path, int hdu, fitsimg_info *info, char *err, 
         snprintf(info->bunit, sizeof info->bunit, "%s", bunit);
     else
         status = 0;   /* absent or not a string: no unit */
+    LONGLONG head0 = 0, data0 = 0, dend = 0;
+    int compressed = fits_is_compressed_image(f, &status);
+    if (status == 0 && !compressed)
+        fits_get_hduaddrll(f, &head0, &data0, &dend, &status);
+    info->data_offset = compressed ? -1 : (long long)data0;
+    if (status) {
+        set_cfitsio_err(err, errlen, "cannot locate the data of", path, status);
+        rc = TESS_EIO;
+        goto out;
+    }
 
     rc = read_header_cards(f, path, info, err, errlen);
 
@@ -376,10 +398,7 @@ static int read_region(const char *path, int hdu, long z, long x0, long y0, long
     fitsfile *f = NULL;
     int naxis = 0, status = 0;
     long naxes[FITSIMG_MAXDIM];
-    int rc = open_image_hdu(path, hdu, &f, err, errlen);
-    if (rc)
-        goto out;
-    rc = read_dims(f, path, &naxis, naxes, err, errlen);
+    int rc = open_image_dims(path, hdu, &f, &naxis, naxes, err, errlen);
     if (rc)
         goto out;
 
@@ -443,6 +462,132 @@ int fitsimg_read_region_f32(const char *path, int hdu, long z, long x0, long y0,
                             float *out, char *err, size_t errlen)
 {
     return read_region(path, hdu, z, x0, y0, w, h, TFLOAT, out, err, errlen);
+}
+
+/* pread of `len` bytes at `off` into dst, byte-swapped from big-endian as `es`-byte
+ * values.  Returns 0, or TESS_EIO with err (a read error, or the file ending first). */
+static int read_direct(const char *path, off_t off, unsigned char *dst, size_t len, size_t es,
+                       char *err, size_t errlen)
+{
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+        tess_seterr(err, errlen, "cannot open %s: %s", path, strerror(errno));
+        return TESS_EIO;
+    }
+    int rc = 0;
+    while (len > 0) {
+        size_t chunk = len < ((size_t)1 << 26) ? len : ((size_t)1 << 26);
+        ssize_t got = pread(fd, dst, chunk, off);
+        if (got < 0 && errno == EINTR)
+            continue;
+        if (got <= 0 || (size_t)got % es != 0) {
+            if (got < 0)
+                tess_seterr(err, errlen, "cannot read pixels of %s: %s", path, strerror(errno));
+            else
+                tess_seterr(err, errlen, "cannot read pixels of %s: the file is shorter than "
+                            "its header says", path);
+            rc = TESS_EIO;
+            break;
+        }
+        tess_be_swap(dst, (size_t)got / es, es);
+        dst += got;
+        off += got;
+        len -= (size_t)got;
+    }
+    close(fd);
+    return rc;
+}
+
+int fitsimg_read_values(const char *path, int hdu, fitsimg_values kind, size_t first,
+                        size_t n, void *out, char *err, size_t errlen)
+{
+    if (kind != FITSIMG_F64 && kind != FITSIMG_F32 && kind != FITSIMG_F32_ASTROPY) {
+        tess_seterr(err, errlen, "unknown kind of values %d", (int)kind);
+        return TESS_EINVAL;
+    }
+    if (n == 0)
+        return 0;
+    fitsimg_cfitsio_lock();
+    fitsfile *f = NULL;
+    int naxis = 0, status = 0, bitpix = 0;
+    long naxes[FITSIMG_MAXDIM];
+    int rc = open_image_dims(path, hdu, &f, &naxis, naxes, err, errlen);
+    if (rc)
+        goto out;
+    size_t total = naxis > 0 ? 1 : 0;
+    for (int i = 0; i < naxis; i++)
+        total *= (size_t)naxes[i];
+    if (first > total || n > total - first) {
+        tess_seterr(err, errlen, "values %zu..%zu outside the %zu of %s", first, first + n - 1,
+                    total, path);
+        rc = TESS_ERANGE;
+        goto out;
+    }
+    if (fits_get_img_type(f, &bitpix, &status)) {
+        set_cfitsio_err(err, errlen, "cannot read BITPIX of", path, status);
+        rc = TESS_EIO;
+        goto out;
+    }
+    int f32 = kind != FITSIMG_F64, astropy = kind == FITSIMG_F32_ASTROPY;
+    char card[FLEN_CARD];
+    int ks = 0, scaled = 0;
+    for (int k = 0; k < 2; k++) {
+        ks = 0;
+        scaled |= fits_read_card(f, k ? "BZERO" : "BSCALE", card, &ks) == 0;
+    }
+    int compressed = fits_is_compressed_image(f, &status);
+    status = 0;
+    LONGLONG head0 = 0, data0 = 0, dend = 0;
+    if (bitpix == (f32 ? FLOAT_IMG : DOUBLE_IMG) && !scaled && !compressed
+        && fits_get_hduaddrll(f, &head0, &data0, &dend, &status) == 0) {
+        /* IEEE values as stored, NaN staying NaN: no cfitsio needed past the header. */
+        fits_close_file(f, &status);
+        f = NULL;
+        fitsimg_cfitsio_unlock();
+        size_t es = f32 ? sizeof(float) : sizeof(double);
+        return read_direct(path, (off_t)data0 + (off_t)(first * es), out, n * es, es, err,
+                           errlen);
+    }
+    status = 0;
+    double bscale = 1.0, bzero = 0.0;
+    if (astropy && bitpix > 0) {
+        /* Integers: stored values to float (BLANK as NaN), then scaled in float32. */
+        if ((status = read_opt_double(f, "BSCALE", &bscale)) != 0
+            || (status = read_opt_double(f, "BZERO", &bzero)) != 0) {
+            set_cfitsio_err(err, errlen, "bad BSCALE or BZERO in", path, status);
+            rc = TESS_EINVAL;
+            goto out;
+        }
+        fits_set_bscale(f, 1.0, 0.0, &status);
+    }
+    /* A NaN null value makes cfitsio turn BLANK pixels of integer images into NaN; float
+     * images are read without null checking (fitsimg_read_region). */
+    double dnul = bitpix > 0 ? NAN : 0.0;
+    float fnul = bitpix > 0 ? NAN : 0.0f;
+    int anynul = 0;
+    if (fits_read_img(f, f32 ? TFLOAT : TDOUBLE, (LONGLONG)first + 1, (LONGLONG)n,
+                      f32 ? (void *)&fnul : (void *)&dnul, out, &anynul, &status)) {
+        set_cfitsio_err(err, errlen, "cannot read pixels of", path, status);
+        rc = status == MEMORY_ALLOCATION ? TESS_ENOMEM : TESS_EIO;
+        goto out;
+    }
+    if (astropy && bitpix > 0) {
+        float fs = (float)bscale, fz = (float)bzero, *d = out;
+        if (bscale != 1.0)
+            for (size_t k = 0; k < n; k++)
+                d[k] *= fs;
+        if (bzero != 0.0)
+            for (size_t k = 0; k < n; k++)
+                d[k] += fz;
+    }
+
+out:
+    if (f) {
+        status = 0;
+        fits_close_file(f, &status);
+    }
+    fitsimg_cfitsio_unlock();
+    return rc;
 }
 
 /* Rewrites card `c` as "KEYWORD = value" (its comment dropped): an integer when the value

@@ -23,6 +23,8 @@ typedef struct fitsimg_info {
     int nkeys;                     /* number of 80-character cards in `header` */
     long long mtime_ns;            /* file modification time (ns since the epoch) */
     long long file_size;           /* file size in bytes */
+    long long data_offset;         /* byte offset of the data unit in the file, or -1 for a
+                                      tile-compressed image (its pixels are in a table) */
 } fitsimg_info;
 
 /* Reads the header of HDU `hdu` (0-based: 0 is the primary HDU) of the FITS file at
@@ -65,6 +67,32 @@ int fitsimg_read_region(const char *path, int hdu, long z, long x0, long y0, lon
  * where this halves the memory of a double read.  Same arguments, same errors. */
 int fitsimg_read_region_f32(const char *path, int hdu, long z, long x0, long y0, long w, long h,
                             float *out, char *err, size_t errlen);
+
+/* How fitsimg_read_values gives values. */
+typedef enum fitsimg_values {
+    FITSIMG_F64 = 0,          /* double: BSCALE * stored + BZERO computed by cfitsio in
+                                 double precision (as fitsimg_read_region) */
+    FITSIMG_F32 = 1,          /* float: the same rounded to float (as
+                                 fitsimg_read_region_f32) */
+    FITSIMG_F32_ASTROPY = 2   /* float: integers scaled in float32 arithmetic,
+                                 (float)stored * (float)BSCALE, then + (float)BZERO, as
+                                 astropy.io.fits scales BITPIX 8 and 16; float data scaled
+                                 by cfitsio in double precision and rounded to float */
+} fitsimg_values;
+
+/* Reads values [first, first + n) of the data unit of HDU `hdu` in storage order (value
+ * (z * NAXIS2 + y) * NAXIS1 + x is pixel (x, y) of plane z, all 0-based, row 0 = FITS
+ * row 1) as physical values of `kind` into out (n doubles or n floats).  Integer pixels
+ * equal to BLANK become NaN; float data are not checked for nulls (NaN, infinities, -0
+ * and subnormals pass as stored, then scaled).  Unscaled IEEE data of the width of the
+ * output (BITPIX -32 read as float, -64 as double, no BSCALE or BZERO card, not
+ * tile-compressed) are read with pread and byte-swapped rather than through cfitsio.
+ * Each call opens its own handles, so threads may read disjoint ranges at once (how a
+ * large read is made parallel).  Returns 0, or TESS_ERANGE (the range
+ * passes the end of the data unit), TESS_EINVAL (not an image HDU, a bad kind), TESS_EIO
+ * (cannot open or read; a file shorter than its header says), TESS_ENOMEM, with err. */
+int fitsimg_read_values(const char *path, int hdu, fitsimg_values kind, size_t first,
+                        size_t n, void *out, char *err, size_t errlen);
 
 /* Checks the scaling of a data unit of `bitpix`: BSCALE and BZERO finite, BSCALE not 0,
  * and for integers the largest stored magnitude scaled within what the values are read

@@ -1098,3 +1098,70 @@ int hips_properties_text(const hips_properties *p, char **out, size_t *outlen)
     *out = text;
     return 0;
 }
+
+/* Appends s with the HTML special characters escaped; errors as buf_add. */
+static int html_escaped(buf *b, const char *s)
+{
+    int bad = 0;
+    for (; *s && !bad; s++) {
+        switch (*s) {
+        case '<': bad = buf_adds(b, "&lt;"); break;
+        case '>': bad = buf_adds(b, "&gt;"); break;
+        case '&': bad = buf_adds(b, "&amp;"); break;
+        case '"': bad = buf_adds(b, "&quot;"); break;
+        default: bad = buf_add(b, s, 1); break;
+        }
+    }
+    return bad;
+}
+
+int hips_index_html(const hips_index *x, char **out, size_t *outlen)
+{
+    *out = NULL;
+    *outlen = 0;
+    static const hips_format order[] = { HIPS_FMT_PNG, HIPS_FMT_JPEG, HIPS_FMT_FITS };
+    const char *first = NULL;
+    for (int i = 0; i < 3 && x && !first; i++)
+        if (x->formats & HIPS_FMT_BIT(order[i]))
+            first = hips_format_ext(order[i]);
+    if (!x || !x->name || !x->made_by || !x->source || !x->how || !first)
+        return TESS_EINVAL;
+    buf b;
+    buf_init(&b, 1 << 16);
+    int bad = buf_adds(&b, "<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\">");
+    if (x->base_href) {
+        bad |= buf_adds(&b, "<base href=\"");
+        bad |= html_escaped(&b, x->base_href);
+        bad |= buf_adds(&b, "\">");
+    }
+    bad |= buf_adds(&b, "<title>HiPS ");
+    bad |= html_escaped(&b, x->name);
+    bad |= buf_adds(&b, "</title></head>\n<body>\n<h1>HiPS ");
+    bad |= html_escaped(&b, x->name);
+    bad |= buf_printf(&b, "</h1>\n<p>An IVOA HiPS 1.0 survey %s <b>", x->made_by);
+    bad |= html_escaped(&b, x->source);
+    bad |= buf_printf(&b, "</b> (%ld x %ld pixels, %s frame", x->nx, x->ny,
+                      x->galactic ? "galactic" : "equatorial");
+    if (x->order >= 0)
+        bad |= buf_printf(&b, ", orders 0 to %d", x->order);
+    bad |= buf_printf(&b, "). %s, or read the <a href=\"properties\">properties</a>.</p>\n"
+                      "<ul>\n<li><a href=\"Norder3/Allsky.%s\">Norder3/Allsky.%s</a>, "
+                      "<a href=\"Moc.fits\">Moc.fits</a></li>\n<li>tiles: Norder{K}/Dir{D}/Npix{N}",
+                      x->how, first, first);
+    const char *sep = ".";
+    for (int i = 0; i < 3; i++)
+        if (x->formats & HIPS_FMT_BIT(order[i])) {
+            bad |= buf_printf(&b, "%s%s", sep, hips_format_ext(order[i]));
+            sep = ", .";
+        }
+    bad |= buf_printf(&b, " (%d x %d)</li>\n</ul>\n</body></html>\n", HIPS_TILE_WIDTH,
+                      HIPS_TILE_WIDTH);
+    char *text = bad ? NULL : buf_detach(&b, outlen);
+    buf_release(&b);
+    if (!text) {
+        *outlen = 0;
+        return TESS_ENOMEM;
+    }
+    *out = text;
+    return 0;
+}

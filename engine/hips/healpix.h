@@ -159,8 +159,8 @@ int hips_source_level(int order, int shift, double pixscale);
 /* A source of tile pixels: a plane of the dataset, full resolution or reduced, prepared
  * for sampling.  The WCS describes the full-resolution (level-0) pixel grid of nx x ny
  * pixels; the plane sampled is level `level` of it (pixel (i, j) of level k is the mean
- * of the 2^k x 2^k block at (i 2^k, j 2^k), as daemon/cache/planes.h), whose pixel centres sit
- * at level-0 position i 2^k + (2^k - 1) / 2. */
+ * of the 2^k x 2^k block at (i 2^k, j 2^k), engine/image/pyramid.h), whose pixel centres
+ * sit at level-0 position i 2^k + (2^k - 1) / 2. */
 typedef struct hips_source {
     const skywcs *cel;         /* 2-D celestial WCS of level 0 (not modified; copied) */
     long nx, ny;               /* level-0 size (NAXIS1, NAXIS2) */
@@ -204,6 +204,9 @@ int hips_encode_fits(const double *data, int order, int64_t npix, int shift, int
 
 /* Tile formats [HiPS 4.2.1]: the file extension is "png", "jpg" or "fits". */
 typedef enum { HIPS_FMT_PNG = 0, HIPS_FMT_JPEG, HIPS_FMT_FITS } hips_format;
+
+/* A set of tile formats: the bits HIPS_FMT_BIT(f) of an unsigned. */
+#define HIPS_FMT_BIT(f) (1u << (unsigned)(f))
 
 /* "png", "jpg", "fits" (the extension) and "image/png", "image/jpeg",
  * "application/fits".  Cannot fail. */
@@ -299,5 +302,31 @@ typedef struct hips_properties {
  * NUL-terminated, *outlen its length.  Returns 0, or TESS_EINVAL (no name, builder or
  * formats) / TESS_ENOMEM. */
 int hips_properties_text(const hips_properties *p, char **out, size_t *outlen);
+
+/* What the index.html of a survey says [HiPS 4.4.5], shared by the server (a survey made
+ * on demand) and `tessera hips` (a static tree). */
+typedef struct hips_index {
+    const char *name;          /* the survey, in the title "HiPS {name}" */
+    const char *base_href;     /* the page's <base href>, or NULL for none */
+    const char *made_by;       /* HTML after "An IVOA HiPS 1.0 survey ", before the
+                                  source: "made on demand by Tessera from dataset" */
+    const char *source;        /* the image it was made from, in bold */
+    long nx, ny;               /* the image's size, pixels */
+    int galactic;              /* frame: galactic (1) or equatorial (0) */
+    int order;                 /* the deepest order, said as "orders 0 to K"; < 0: not said */
+    const char *how;           /* HTML, how to use it, before ", or read the properties":
+                                  "Open this URL in a HiPS client such as Aladin" */
+    unsigned formats;          /* the tile formats, a set of HIPS_FMT_BIT: the tiles line
+                                  lists them in the order png, jpg, fits, and the Allsky
+                                  link names the first of them */
+} hips_index;
+
+/* The text of the index.html of x: the title and heading, one paragraph (who made the
+ * survey from which image, its size and frame, how to use it, a link to the properties),
+ * and a list of its parts (Norder3/Allsky and Moc.fits linked, the tile paths).  name,
+ * base_href and source are HTML-escaped; made_by and how are written as they are.  *out
+ * is malloc'd and NUL-terminated, *outlen its length.  Returns 0, or TESS_EINVAL (no
+ * name, made_by, source or how, or no format) / TESS_ENOMEM. */
+int hips_index_html(const hips_index *x, char **out, size_t *outlen);
 
 #endif

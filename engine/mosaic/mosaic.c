@@ -3,6 +3,7 @@
 #include "engine/mosaic/mosaic.h"
 #include "engine/fits/fitscard.h"
 #include "engine/fits/fitsimg.h"
+#include "engine/base/byteswap.h"
 #include "engine/base/error.h"
 #include "engine/base/fileio.h"
 
@@ -582,18 +583,6 @@ static int read_small(const char *path, char **data, size_t *n)
     *data = d;
     *n = (size_t)st.st_size;
     return 0;
-}
-
-static void swap32(void *p, size_t n)
-{
-#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
-    (void)p;
-    (void)n;
-#else
-    uint32_t *u = p;
-    for (size_t k = 0; k < n; k++)
-        u[k] = __builtin_bswap32(u[k]);
-#endif
 }
 
 /* ------------------------------------------------------------------------------------ */
@@ -1803,8 +1792,8 @@ static int run_coadd(mosaic *m, long band, const volatile int *cancel, char *err
             out[p] = (float)val;
             cov[p] = (float)wt;
         }
-        swap32(out, np);
-        swap32(cov, np);
+        tess_be_swap(out, np, 4);
+        tess_be_swap(cov, np, 4);
         off_t off0 = (off_t)m->h0 + (off_t)gy0 * nx * (off_t)sizeof(float);
         off_t off1 = (off_t)(m->h0 + m->d0 + m->h1) + (off_t)gy0 * nx * (off_t)sizeof(float);
         if (tess_pwrite_all(fd, out, sizeof(float) * np, off0) != 0

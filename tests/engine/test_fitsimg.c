@@ -285,6 +285,27 @@ START_TEST(test_info_bunit)
 }
 END_TEST
 
+/* The stored values of write_blank_i16 (two of them BLANK). */
+static const short blank_idata[10] = {0, 1, -999, 10, -32768, 32767, -999, 2, 3, 4};
+
+/* Writes a 5 x 2 int16 image of blank_idata with BSCALE bs, BZERO bz, BLANK -999. */
+static void write_blank_i16(const char *path, double bs, double bz)
+{
+    int st = 0;
+    fitsfile *f;
+    long in[2] = {5, 2};
+    long blank = -999;
+    fits_create_diskfile(&f, path, &st);
+    fits_create_img(f, SHORT_IMG, 2, in, &st);
+    fits_write_key(f, TDOUBLE, "BSCALE", &bs, NULL, &st);
+    fits_write_key(f, TDOUBLE, "BZERO", &bz, NULL, &st);
+    fits_write_key(f, TLONG, "BLANK", &blank, NULL, &st);
+    fits_set_bscale(f, 1.0, 0.0, &st);        /* write the raw integers */
+    fits_write_img(f, TSHORT, 1, 10, (short *)blank_idata, &st);
+    fits_close_file(f, &st);
+    ck_assert_int_eq(st, 0);
+}
+
 START_TEST(test_nan_and_blank)
 {
     make_tmpdir();
@@ -307,19 +328,8 @@ START_TEST(test_nan_and_blank)
     ck_assert_int_eq(st, 0);
 
     /* 5 x 2 int16 image, BSCALE 0.5, BZERO 100, BLANK -999 */
-    long in[2] = {5, 2};
-    short idata[10] = {0, 1, -999, 10, -32768, 32767, -999, 2, 3, 4};
-    fits_create_diskfile(&f, ipath, &st);
-    fits_create_img(f, SHORT_IMG, 2, in, &st);
-    double bs = 0.5, bz = 100.0;
-    long blank = -999;
-    fits_write_key(f, TDOUBLE, "BSCALE", &bs, NULL, &st);
-    fits_write_key(f, TDOUBLE, "BZERO", &bz, NULL, &st);
-    fits_write_key(f, TLONG, "BLANK", &blank, NULL, &st);
-    fits_set_bscale(f, 1.0, 0.0, &st);        /* write the raw integers */
-    fits_write_img(f, TSHORT, 1, 10, idata, &st);
-    fits_close_file(f, &st);
-    ck_assert_int_eq(st, 0);
+    write_blank_i16(ipath, 0.5, 100.0);
+    const short *idata = blank_idata;
 
     char err[256];
     double out[12];
@@ -391,6 +401,111 @@ START_TEST(test_tile_compressed)
         ck_assert_double_eq(out[i], idata[i]);
     const char *names[] = {"rice.fits"};
     rm_tmpdir(names, 1);
+}
+END_TEST
+
+/* fitsimg_read_values: unscaled floats as stored (NaN, infinities, -0 and subnormals
+ * included) through the direct read, whole or from any value on; scaled 16-bit
+ * integers in float32 arithmetic with BLANK as NaN; F64 and F32 equal to
+ * fitsimg_read_region and fitsimg_read_region_f32;
+ * the data offset; a range past the end, and a file cut short. */
+START_TEST(test_read_values)
+{
+    make_tmpdir();
+    char fpath[256], ipath[256], cpath[256], zpath[256];
+    snprintf(fpath, sizeof fpath, "%s/f.fits", tmpdir);
+    snprintf(ipath, sizeof ipath, "%s/i.fits", tmpdir);
+    snprintf(cpath, sizeof cpath, "%s/cut.fits", tmpdir);
+    snprintf(zpath, sizeof zpath, "%s/z.fits", tmpdir);
+    int st = 0;
+    fitsfile *f;
+    enum { W = 7, H = 5, Z = 3, N = W * H * Z };
+    long fn[3] = { W, H, Z };
+    float fdata[N];
+    for (int i = 0; i < N; i++)
+        fdata[i] = (float)i * 0.25f - 3.0f;
+    fdata[4] = NAN;
+    fdata[9] = INFINITY;
+    fdata[10] = -INFINITY;
+    fdata[11] = 1e-41f;
+    fdata[12] = -0.0f;
+    fits_create_diskfile(&f, fpath, &st);
+    fits_create_img(f, FLOAT_IMG, 3, fn, &st);
+    fits_write_img(f, TFLOAT, 1, N, fdata, &st);
+    fits_close_file(f, &st);
+    double bs = 0.045777764213996, bz = 1500.0;
+    write_blank_i16(ipath, bs, bz);
+    const short *idata = blank_idata;
+    fits_create_diskfile(&f, zpath, &st);
+    fits_set_compression_type(f, GZIP_1, &st);
+    fits_create_img(f, FLOAT_IMG, 3, fn, &st);
+    fits_write_img(f, TFLOAT, 1, N, fdata, &st);
+    fits_close_file(f, &st);
+    ck_assert_int_eq(st, 0);
+
+    char err[256];
+    fitsimg_info info;
+    ck_assert_int_eq(fitsimg_read_info(fpath, 0, &info, err, sizeof err), 0);
+    ck_assert_int_eq(info.data_offset, 2880);
+    fitsimg_info_release(&info);
+    ck_assert_int_eq(fitsimg_read_info(zpath, 1, &info, err, sizeof err), 0);
+    ck_assert_int_eq(info.data_offset, -1);
+    fitsimg_info_release(&info);
+
+    float fo[N];
+    for (int first = 0; first < N; first += 13) {
+        memset(fo, 0x55, sizeof fo);
+        ck_assert_int_eq(fitsimg_read_values(fpath, 0, FITSIMG_F32_ASTROPY, (size_t)first,
+                                             (size_t)(N - first), fo, err, sizeof err), 0);
+        ck_assert_int_eq(memcmp(fo, fdata + first, sizeof(float) * (size_t)(N - first)), 0);
+    }
+    /* The same values through cfitsio from a compressed copy (NaN kept, nothing flushed). */
+    memset(fo, 0x55, sizeof fo);
+    ck_assert_int_eq(fitsimg_read_values(zpath, 1, FITSIMG_F32_ASTROPY, 0, N, fo, err,
+                                         sizeof err), 0);
+    ck_assert_int_eq(memcmp(fo, fdata, sizeof fo), 0);
+    double d[N];
+    ck_assert_int_eq(fitsimg_read_values(fpath, 0, FITSIMG_F64, 0, N, d, err, sizeof err), 0);
+    for (int i = 0; i < N; i++)
+        ck_assert(isnan(fdata[i]) ? isnan(d[i]) : d[i] == (double)fdata[i]);
+
+    float io[10];
+    ck_assert_int_eq(fitsimg_read_values(ipath, 0, FITSIMG_F32_ASTROPY, 0, 10, io, err,
+                                         sizeof err), 0);
+    double region[10];
+    float region32[10], v32[10];
+    ck_assert_int_eq(fitsimg_read_region(ipath, 0, 0, 0, 0, 5, 2, region, err, sizeof err), 0);
+    ck_assert_int_eq(fitsimg_read_region_f32(ipath, 0, 0, 0, 0, 5, 2, region32, err,
+                                             sizeof err), 0);
+    ck_assert_int_eq(fitsimg_read_values(ipath, 0, FITSIMG_F32, 0, 10, v32, err, sizeof err), 0);
+    ck_assert_int_eq(memcmp(v32, region32, sizeof v32), 0);
+    ck_assert_int_eq(fitsimg_read_values(ipath, 0, FITSIMG_F64, 0, 10, d, err, sizeof err), 0);
+    for (int i = 0; i < 10; i++) {
+        if (idata[i] == -999) {
+            ck_assert(isnan(io[i]) && isnan(d[i]));
+            continue;
+        }
+        float want = (float)idata[i] * (float)bs + (float)bz;
+        ck_assert_msg(io[i] == want, "value %d: %.9g, want %.9g", i, io[i], want);
+        ck_assert(d[i] == region[i]);
+    }
+
+    ck_assert_int_eq(fitsimg_read_values(fpath, 0, FITSIMG_F64, 100, 6, d, err, sizeof err),
+                     TESS_ERANGE);
+    ck_assert_int_eq(fitsimg_read_values(fpath, 0, (fitsimg_values)7, 0, 1, d, err, sizeof err),
+                     TESS_EINVAL);
+    ck_assert_int_eq(fitsimg_read_values(fpath, 0, FITSIMG_F64, 3, 0, d, err, sizeof err), 0);
+    /* Cut inside its data: the direct read says so. */
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "head -c %d %s > %s", 2880 + 4 * 50, fpath, cpath);
+    ck_assert_int_eq(system(cmd), 0);
+    ck_assert_int_eq(fitsimg_read_values(cpath, 0, FITSIMG_F32_ASTROPY, 0, N, fo, err,
+                                         sizeof err), TESS_EIO);
+    ck_assert_msg(strstr(err, "shorter than its header says") != NULL, "%s", err);
+    ck_assert_int_eq(fitsimg_read_values(cpath, 0, FITSIMG_F32_ASTROPY, 0, 50, fo, err,
+                                         sizeof err), 0);
+    const char *names[] = { "f.fits", "i.fits", "cut.fits", "z.fits" };
+    rm_tmpdir(names, 4);
 }
 END_TEST
 
@@ -737,6 +852,7 @@ int main(void)
     tcase_add_test(tc, test_nan_and_blank);
     tcase_add_test(tc, test_tile_compressed);
     tcase_add_test(tc, test_bounds_and_errors);
+    tcase_add_test(tc, test_read_values);
     tcase_add_test(tc, test_literal_brackets_in_path);
     tcase_add_test(tc, test_threads);
     tcase_add_test(tc, test_fits_encode_roundtrip);

@@ -801,6 +801,47 @@ START_TEST(test_moc)
 }
 END_TEST
 
+/* index.html: the names escaped, the raw phrases as given, the formats in the order
+ * png, jpg, fits with the Allsky link on the first of them, the orders when given. */
+START_TEST(test_index_html)
+{
+    hips_index x = { .name = "a<b>&\"c", .base_href = "/hips/a&b/", .made_by = "made <i>here</i>",
+                     .source = "s&t.fits", .nx = 30, .ny = 20, .galactic = 1, .order = 7,
+                     .how = "Look", .formats = HIPS_FMT_BIT(HIPS_FMT_FITS)
+                                              | HIPS_FMT_BIT(HIPS_FMT_JPEG) };
+    char *text = NULL;
+    size_t len = 0;
+    ck_assert_int_eq(hips_index_html(&x, &text, &len), 0);
+    ck_assert_uint_eq(strlen(text), len);
+    static const char want[] =
+        "<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><base href=\"/hips/a&amp;b/\">"
+        "<title>HiPS a&lt;b&gt;&amp;&quot;c</title></head>\n<body>\n<h1>HiPS a&lt;b&gt;&amp;&quot;c"
+        "</h1>\n<p>An IVOA HiPS 1.0 survey made <i>here</i> <b>s&amp;t.fits</b> (30 x 20 pixels, "
+        "galactic frame, orders 0 to 7). Look, or read the <a href=\"properties\">properties</a>."
+        "</p>\n<ul>\n<li><a href=\"Norder3/Allsky.jpg\">Norder3/Allsky.jpg</a>, <a href=\"Moc.fits"
+        "\">Moc.fits</a></li>\n<li>tiles: Norder{K}/Dir{D}/Npix{N}.jpg, .fits (512 x 512)</li>\n"
+        "</ul>\n</body></html>\n";
+    ck_assert_str_eq(text, want);
+    free(text);
+    x.base_href = NULL;
+    x.order = -1;
+    x.galactic = 0;
+    x.formats = HIPS_FMT_BIT(HIPS_FMT_PNG) | HIPS_FMT_BIT(HIPS_FMT_JPEG) | HIPS_FMT_BIT(HIPS_FMT_FITS);
+    ck_assert_int_eq(hips_index_html(&x, &text, &len), 0);
+    ck_assert_ptr_null(strstr(text, "<base"));
+    ck_assert_ptr_nonnull(strstr(text, "(30 x 20 pixels, equatorial frame). Look"));
+    ck_assert_ptr_nonnull(strstr(text, "Allsky.png\""));
+    ck_assert_ptr_nonnull(strstr(text, "Npix{N}.png, .jpg, .fits (512"));
+    free(text);
+    x.formats = 0;
+    ck_assert_int_eq(hips_index_html(&x, &text, &len), TESS_EINVAL);
+    ck_assert_ptr_null(text);
+    x.formats = HIPS_FMT_BIT(HIPS_FMT_PNG);
+    x.how = NULL;
+    ck_assert_int_eq(hips_index_html(&x, &text, &len), TESS_EINVAL);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("healpix");
@@ -820,6 +861,7 @@ int main(void)
     tcase_add_test(tc, test_allsky);
     tcase_add_test(tc, test_moc);
     tcase_add_test(tc, test_merge_children);
+    tcase_add_test(tc, test_index_html);
     suite_add_tcase(s, tc);
     return tt_run_suite(s);
 }

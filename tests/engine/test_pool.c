@@ -1,4 +1,5 @@
-/* Unit tests of engine/base/pool: every task once, interactive first, queue bound, draining. */
+/* Unit tests of engine/base/pool: every task once, interactive first, queue bound, draining,
+ * pool_for. */
 #include <check.h>
 #include <pthread.h>
 #include <sched.h>
@@ -291,6 +292,88 @@ START_TEST(test_thread_count_and_args)
 }
 END_TEST
 
+/* pool_for: items [0, n) each covered once, slices aligned, at most nslices of them. */
+typedef struct cover {
+    atomic_int *hits;
+    size_t align;
+    atomic_int slices, misaligned;
+} cover;
+
+static void cover_slice(void *arg, size_t i0, size_t i1)
+{
+    cover *c = arg;
+    atomic_fetch_add(&c->slices, 1);
+    if (i0 % c->align != 0)
+        atomic_fetch_add(&c->misaligned, 1);
+    for (size_t i = i0; i < i1; i++)
+        atomic_fetch_add(&c->hits[i], 1);
+}
+
+static void check_cover(pool *p, int nslices, size_t n, size_t align)
+{
+    cover c = { calloc(n + 1, sizeof(atomic_int)), align ? align : 1, 0, 0 };
+    ck_assert_ptr_nonnull(c.hits);
+    pool_for(p, POOL_BATCH, nslices, n, align, cover_slice, &c);
+    for (size_t i = 0; i < n; i++)
+        ck_assert_msg(atomic_load(&c.hits[i]) == 1, "item %zu of %zu run %d times", i, n,
+                      atomic_load(&c.hits[i]));
+    ck_assert_int_le(atomic_load(&c.slices), nslices < 1 ? 1 : nslices);
+    ck_assert_int_eq(atomic_load(&c.misaligned), 0);
+    free(c.hits);
+}
+
+START_TEST(test_for_covers_every_item_once)
+{
+    pool *p = pool_new(3, 64);
+    ck_assert_ptr_nonnull(p);
+    static const struct { int nslices; size_t n, align; } cases[] = {
+        { 4, 1000, 1 }, { 4, 1000, 64 }, { 7, 3, 1 }, { 1, 17, 1 }, { 0, 5, 0 },
+        { 64, 100000, 4096 }, { 3, 1, 1 } };
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        check_cover(p, cases[k].nslices, cases[k].n, cases[k].align);
+        check_cover(NULL, cases[k].nslices, cases[k].n, cases[k].align);
+    }
+    pool_for(p, POOL_BATCH, 4, 0, 1, cover_slice, NULL);   /* nothing to do */
+    pool_free(p);
+}
+END_TEST
+
+/* A pool_for from a task of a pool whose only worker runs that task, and one on a pool
+ * whose queue is full: the callers run the slices themselves. */
+typedef struct nested {
+    pool *p;
+    cover c;
+} nested;
+
+static void nested_task(void *arg)
+{
+    nested *t = arg;
+    pool_for(t->p, POOL_INTERACTIVE, 8, 4000, 1, cover_slice, &t->c);
+}
+
+START_TEST(test_for_inside_a_task_and_full_queue)
+{
+    nested t = { pool_new(1, 4), { calloc(4000, sizeof(atomic_int)), 1, 0, 0 } };
+    ck_assert_ptr_nonnull(t.p);
+    ck_assert_int_eq(pool_submit(t.p, POOL_BATCH, nested_task, &t), 0);
+    pool_free(t.p);
+    for (size_t i = 0; i < 4000; i++)
+        ck_assert_int_eq(atomic_load(&t.c.hits[i]), 1);
+    free(t.c.hits);
+
+    gate g;
+    gate_init(&g);
+    pool *p = pool_new(1, 1);
+    ck_assert_int_eq(pool_submit(p, POOL_BATCH, gate_task, &g), 0);
+    gate_wait_started(&g);
+    ck_assert_int_eq(pool_submit(p, POOL_BATCH, gate_task, &g), 0);   /* fills the queue */
+    check_cover(p, 5, 999, 1);
+    gate_release(&g);
+    pool_free(p);
+    gate_destroy(&g);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("pool");
@@ -303,6 +386,8 @@ int main(void)
     tcase_add_test(tc, test_workers_run_in_parallel);
     tcase_add_test(tc, test_task_submits_task);
     tcase_add_test(tc, test_thread_count_and_args);
+    tcase_add_test(tc, test_for_covers_every_item_once);
+    tcase_add_test(tc, test_for_inside_a_task_and_full_queue);
     suite_add_tcase(s, tc);
     return tt_run_suite(s);
 }

@@ -1,0 +1,613 @@
+/* tessera reproject: a FITS image or cube onto a target WCS, its blocks written out as the engine finishes them. */
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "cli/commands.h"
+#include "cli/common.h"
+#include "cli/fitshdr.h"
+#include "cli/progress.h"
+#include "engine/base/byteswap.h"
+#include "engine/base/error.h"
+#include "engine/base/fileio.h"
+#include "engine/base/hugemem.h"
+#include "engine/base/pool.h"
+#include "engine/fits/fitsimg.h"
+#include "engine/sky/reproject.h"
+#include "engine/sky/skywcs.h"
+
+static const char reproject_usage[] =
+    "usage: tessera reproject IN.fits[HDU] --target HDR_OR_FITS[HDU] -o OUT.fits\n"
+    "                         [--method M] [--max-coord-error PX] [--threads N]\n"
+    "                         [--quiet] [--timing]\n"
+    "\n"
+    "Reprojects the image (or cube) in HDU number HDU of IN.fits (0-based, default 0)\n"
+    "onto the celestial WCS and size (NAXIS1, NAXIS2) of the target: a text header (one\n"
+    "80-character card a line) or a FITS file whose header is used.\n"
+    "  --method M             nearest, bilinear (default), bicubic, lanczos3, exact\n"
+    "  --max-coord-error PX   bound on the coordinate grid's error, output pixels\n"
+    "                         (default 0.001; 0 = exact transform at every pixel)\n"
+    "  --threads N            threads (default 0 = one per core)\n"
+    "  --quiet                no progress bar (it is drawn only on a terminal anyway)\n"
+    "  --timing               print the time of each phase (read, reproject, write)\n"
+    "OUT.fits: HDU 0 the reprojected data with the target's WCS cards; HDU 1 FOOTPRINT,\n"
+    "for interpolation 1 where the output is finite and 0 elsewhere (BITPIX 8), for\n"
+    "exact the covered fraction of each pixel (BITPIX -32).  Data are float32 (BITPIX\n"
+    "-32) for BITPIX 8, 16 and -32 inputs, float64 for BITPIX 32, 64 and -64; BSCALE and\n"
+    "BZERO are applied (in float32 for BITPIX 8 and 16, as astropy does) and BLANK\n"
+    "pixels become NaN.  A cube's celestial axes (axes 1 and 2) are reprojected and its\n"
+    "third axis is passed through (the target may be 2-D, or 3-D with the same axis).\n"
+    "The output is written to a temporary file next to OUT.fits and renamed at the end.\n"
+    "Exit status: 0 done, 1 failure (input, WCS, I/O, memory), 2 bad command line,\n"
+    "3 the target does not overlap the input, 130 interrupted (SIGINT/SIGTERM).\n";
+
+typedef struct reproject_args {
+    char *in_path;
+    int in_hdu;
+    char *target_path;
+    int target_hdu;
+    const char *out_path;
+    rp_method method;
+    double max_coord_error;
+    int threads;
+    int quiet;
+    int timing;
+} reproject_args;
+
+/* Parses `tessera reproject ...` arguments (argv[0] is "reproject").  Options take their
+ * value as the next argument or after '='.  Returns 0, 1 (--help shown) or CLI_EXIT_USAGE
+ * after printing why. */
+static int parse_reproject(int argc, char **argv, reproject_args *a)
+{
+    memset(a, 0, sizeof *a);
+    a->method = RP_BILINEAR;
+    a->max_coord_error = 0.001;
+    cli_args c = { NULL, 0, 0 };
+    const char *target = NULL;
+    for (int i = 1; i < argc; i++) {
+        int t = cli_take_arg("reproject", reproject_usage, argv[i], &c);
+        if (t == CLI_ARG_HELP)
+            return 1;
+        if (t == CLI_ARG_BAD)
+            return CLI_EXIT_USAGE;
+        if (t == CLI_ARG_TAKEN)
+            continue;
+        static const char *const opts[] = { "--target", "-o", "--output", "--method",
+                                            "--max-coord-error", "--threads", NULL };
+        const char *val = NULL;
+        int which = cli_option_value(argc, argv, &i, "reproject", opts, &val);
+        if (which < 0)
+            return CLI_EXIT_USAGE;
+        switch (which) {
+        case 0:
+            target = val;
+            break;
+        case 1:
+        case 2:
+            a->out_path = val;
+            break;
+        case 3:
+            if (rp_method_parse(val, &a->method)) {
+                cli_msg("reproject: --method must be nearest, bilinear, bicubic, lanczos3 or "
+                        "exact, not '%s'", val);
+                return CLI_EXIT_USAGE;
+            }
+            break;
+        case 4:
+            if (cli_parse_double(val, &a->max_coord_error) || !isfinite(a->max_coord_error)
+                || a->max_coord_error < 0.0) {
+                cli_msg("reproject: --max-coord-error must be a number >= 0, not '%s'", val);
+                return CLI_EXIT_USAGE;
+            }
+            break;
+        default:
+            if (cli_parse_int(val, 0, 1024, &a->threads)) {
+                cli_msg("reproject: --threads must be an integer from 0 to 1024, not '%s'", val);
+                return CLI_EXIT_USAGE;
+            }
+            break;
+        }
+    }
+    const char *in = c.input;
+    a->quiet = c.quiet;
+    a->timing = c.timing;
+    if (!in || !target || !a->out_path) {
+        cli_msg("reproject: %s is required (see tessera reproject --help)",
+                !in ? "an input file" : !target ? "--target" : "-o OUT.fits");
+        return CLI_EXIT_USAGE;
+    }
+    if (cli_split_hdu(in, &a->in_path, &a->in_hdu)
+        || cli_split_hdu(target, &a->target_path, &a->target_hdu)) {
+        cli_msg("reproject: bad HDU number in '%s' or '%s'", in, target);
+        return CLI_EXIT_USAGE;
+    }
+    return 0;
+}
+
+/* An input image: header (info.header, info.nkeys), WCS, pixels. */
+typedef struct input {
+    fitsimg_info info;
+    skywcs *wcs;
+    rp_cube cube;
+} input;
+
+static void input_release(input *in)
+{
+    fitsimg_info_release(&in->info);
+    skywcs_free(in->wcs);
+    free(in->cube.data);
+    memset(in, 0, sizeof *in);
+}
+
+/* 1 when the CTYPE value names a celestial axis with a projection ("RA---TAN",
+ * "GLAT-CAR", "DEC--SFL"...: four characters of axis type, '-', a projection code). */
+static int celestial_ctype(const char *v)
+{
+    static const char *const kinds[] = { "RA--", "DEC-", "GLON", "GLAT", "ELON", "ELAT",
+                                         "SLON", "SLAT", "HLON", "HLAT", NULL };
+    if (strlen(v) < 8 || v[4] != '-')
+        return 0;
+    for (int i = 0; kinds[i]; i++)
+        if (strncmp(v, kinds[i], 4) == 0)
+            return 1;
+    return 0;
+}
+
+/* Reads the input image or cube: float32 for BITPIX 8, 16, -32 and float64 otherwise,
+ * scaled (integers of BITPIX 8 and 16 in float32, as astropy does), BLANK as NaN, with
+ * up to `threads` slices at once on `workers`.  Returns 0 or an exit status after
+ * printing why. */
+static int read_input(pool *workers, int threads, const char *path, int hdu, input *in)
+{
+    memset(in, 0, sizeof *in);
+    char err[256] = "", v[72];
+    if (fitsimg_read_info(path, hdu, &in->info, err, sizeof err)) {
+        cli_msg("cannot read input '%s': %s", path, err);
+        return CLI_EXIT_FAIL;
+    }
+    const fitsimg_info *fi = &in->info;
+    const long *naxes = fi->naxes;
+    int naxis = fi->naxis, bitpix = fi->bitpix;
+    long nz = 1;
+    if (naxis == 4 && naxes[3] != 1) {
+        cli_msg("'%s' has %d axes: tessera reprojects images and cubes (axes 4 and up of "
+                "length 1)", path, naxis);
+        goto fail;
+    }
+    if (naxis < 2 || naxes[0] < 1 || naxes[1] < 1) {
+        cli_msg("HDU %d of '%s' is not an image (NAXIS = %d)", hdu, path, naxis);
+        goto fail;
+    }
+    if (naxis >= 3)
+        nz = naxes[2];
+    if (nz < 1) {
+        cli_msg("'%s' has an empty third axis", path);
+        goto fail;
+    }
+    if (skywcs_parse(fi->header, fi->nkeys, &in->wcs, err, sizeof err)) {
+        cli_msg("'%s' has no usable WCS: %s", path, err);
+        goto fail;
+    }
+    if (!fitshdr_card_value(fi->header, fi->nkeys, "CTYPE1", v, sizeof v) || !celestial_ctype(v)
+        || !fitshdr_card_value(fi->header, fi->nkeys, "CTYPE2", v, sizeof v) || !celestial_ctype(v)
+        || !skywcs_has_celestial(in->wcs)) {
+        cli_msg("'%s': axes 1 and 2 must be celestial (CTYPE1/CTYPE2 like RA---TAN, DEC--TAN)",
+                path);
+        goto fail;
+    }
+    int f32 = bitpix == 8 || bitpix == 16 || bitpix == -32;
+    size_t n = (size_t)naxes[0] * (size_t)naxes[1] * (size_t)nz;
+    /* A data unit longer than the file (a truncated file, or a header that lies about
+     * NAXISn) is named as such before anything is allocated for it.  Tile-compressed
+     * images keep their pixels in a table of their own size: not checked here. */
+    if (fi->data_offset >= 0) {
+        double need = (double)fi->data_offset + (double)n * (double)(abs(bitpix) / 8);
+        if (need > (double)fi->file_size) {
+            cli_msg("'%s' is shorter than its header says: %ld x %ld x %ld values of BITPIX %d "
+                    "need %.0f bytes, the file has %lld", path, naxes[0], naxes[1], nz, bitpix,
+                    need, fi->file_size);
+            goto fail;
+        }
+    }
+    in->cube.dtype = f32 ? RP_F32 : RP_F64;
+    in->cube.nx = naxes[0];
+    in->cube.ny = naxes[1];
+    in->cube.nz = nz;
+    size_t es = f32 ? sizeof(float) : sizeof(double);
+    in->cube.data = tess_alloc_huge(n * es);
+    if (!in->cube.data) {
+        cli_msg("out of memory for the input (%zu pixels)", n);
+        goto fail;
+    }
+    /* Integers are scaled in float32 arithmetic, (float)raw * (float)BSCALE then
+     * + (float)BZERO, as astropy.io.fits does for BITPIX 8 and 16, so that results
+     * match astropy's to the bit (cfitsio would scale in double and round once);
+     * unscaled IEEE floats are read as stored. */
+    if (cli_read_values(workers, threads, path, hdu, f32 ? FITSIMG_F32_ASTROPY : FITSIMG_F64, 0,
+                      in->cube.data, n, es) != 0)
+        goto fail;
+    return CLI_EXIT_OK;
+fail:
+    input_release(in);
+    return CLI_EXIT_FAIL;
+}
+
+/* The output file while it is written: a temporary file next to the final name, sized,
+ * with both headers in place.  The engine's threads write the pixels into anonymous
+ * memory on transparent huge pages (few page faults, where a shared file mapping takes
+ * one per page: costly under virtualisation, and contended when two threads fault the
+ * same folio); each band of rows, once all its blocks are done, is made big-endian and
+ * written with pwrite by the thread that finished it, then its memory is released. */
+typedef struct outfile {
+    char *path, *tmp;
+    int fd;
+    unsigned char *data;  /* HDU 0 values (tess_alloc_huge) */
+    unsigned char *fp;    /* HDU 1 values (tess_alloc_huge) */
+    size_t size;
+    size_t d0, d1;        /* file offsets of the data of HDU 0 and HDU 1 */
+    size_t n, es, fes;    /* values per HDU, bytes per HDU 0 and HDU 1 value */
+    atomic_int werr;      /* errno of the first failed write, 0 if none */
+    atomic_size_t wrote;  /* values written to the file so far */
+} outfile;
+
+/* Bytes rounded up to whole 2880-byte FITS blocks. */
+static size_t fits_blocks(size_t bytes)
+{
+    return (bytes + 2879) / 2880 * 2880;
+}
+
+/* Removes the temporary file and releases everything.  Cannot fail. */
+static void out_abort(outfile *f)
+{
+    free(f->data);
+    free(f->fp);
+    if (f->fd >= 0)
+        close(f->fd);
+    if (f->tmp)
+        unlink(f->tmp);
+    free(f->tmp);
+    memset(f, 0, sizeof *f);
+    f->fd = -1;
+}
+
+/* Creates the temporary file for `path`, sized, with both headers written, and the
+ * memory for the pixels.  Returns 0 or CLI_EXIT_FAIL after printing why. */
+static int out_create(outfile *f, const char *path, const fitshdr_outspec *o)
+{
+    memset(f, 0, sizeof *f);
+    f->fd = -1;
+    fitshdr h0 = { NULL, 0, 0 }, h1 = { NULL, 0, 0 };
+    size_t plen = strlen(path) + 32;
+    f->tmp = malloc(plen);
+    if (!f->tmp || fitshdr_build_headers(o, &h0, &h1) != 0) {
+        cli_msg("out of memory");
+        free(h0.buf);
+        free(h1.buf);
+        out_abort(f);
+        return CLI_EXIT_FAIL;
+    }
+    snprintf(f->tmp, plen, "%s.tmp-%ld", path, (long)getpid());
+    f->n = (size_t)o->nx * (size_t)o->ny * (size_t)o->nz;
+    f->es = o->dtype == RP_F32 ? 4 : 8;
+    f->d0 = h0.n * 80;
+    f->fes = o->method == RP_EXACT ? 4 : 1;
+    f->d1 = f->d0 + fits_blocks(f->n * f->es) + h1.n * 80;
+    f->size = f->d1 + fits_blocks(f->n * f->fes);
+    atomic_init(&f->werr, 0);
+    atomic_init(&f->wrote, 0);
+    /* A new file only: O_EXCL fails on anything already there, a symbolic link included
+     * (the name is predictable). */
+    f->fd = open(f->tmp, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+    const char *what = "create";
+    if (f->fd >= 0) {
+        what = "write";
+        if (ftruncate(f->fd, (off_t)f->size) == 0
+            && tess_pwrite_all(f->fd, (const unsigned char *)h0.buf, h0.n * 80, 0) == 0
+            && tess_pwrite_all(f->fd, (const unsigned char *)h1.buf, h1.n * 80,
+                               (off_t)(f->d1 - h1.n * 80)) == 0) {
+            what = NULL;
+            f->data = tess_alloc_huge(f->n * f->es);
+            f->fp = tess_alloc_huge(f->n * f->fes);
+            if (!f->data || !f->fp) {
+                free(h0.buf);
+                free(h1.buf);
+                cli_msg("out of memory for a %zu-value output", f->n);
+                out_abort(f);
+                return CLI_EXIT_FAIL;
+            }
+        }
+    }
+    free(h0.buf);
+    free(h1.buf);
+    if (what) {
+        cli_msg("cannot %s the output file '%s': %s", what, f->tmp, strerror(errno));
+        if (f->fd < 0) {          /* what is there is not ours: leave it */
+            free(f->tmp);
+            f->tmp = NULL;
+        }
+        out_abort(f);
+        return CLI_EXIT_FAIL;
+    }
+    f->path = (char *)path;
+    return CLI_EXIT_OK;
+}
+
+/* Finishes the output block by block as the engine hands blocks over (rp_block_fn):
+ * the footprint (isfinite of the data, as bytes, unless the engine wrote it) and both
+ * arrays to big-endian while the block is still in cache; once every block of a band of
+ * rows is done, the band is written to the file and its memory released, so that the
+ * work runs on every thread alongside the reprojection and the peak memory stays near
+ * input + output. */
+typedef struct finisher {
+    outfile *f;
+    long nx, ny;
+    long page;
+    atomic_long *done;    /* per plane and first row of a band: pixels finished in it */
+} finisher;
+
+/* Releases the whole pages inside [p, p + len) from this process.  Cannot fail. */
+static void release_pages(unsigned char *p, size_t len, long page)
+{
+    uintptr_t lo = ((uintptr_t)p + (uintptr_t)page - 1) / (uintptr_t)page * (uintptr_t)page;
+    uintptr_t hi = ((uintptr_t)p + len) / (uintptr_t)page * (uintptr_t)page;
+    if (hi > lo)
+        madvise((void *)lo, hi - lo, MADV_DONTNEED);
+}
+
+static void finish_block(void *arg, long z0, long nz, long x0, long y0, long w, long h)
+{
+    finisher *fi = arg;
+    outfile *f = fi->f;
+    for (long z = z0; z < z0 + nz; z++) {
+        for (long y = y0; y < y0 + h; y++) {
+            size_t k = ((size_t)z * (size_t)fi->ny + (size_t)y) * (size_t)fi->nx + (size_t)x0;
+            unsigned char *d = f->data + k * f->es;
+            unsigned char *fp = f->fp + k * f->fes;
+            if (f->fes == 4) {                /* exact: the engine's float footprint */
+                tess_be_swap(fp, (size_t)w, 4);
+                tess_be_swap(d, (size_t)w, f->es);
+            } else if (f->es == 4) {
+                tess_be_swap_f32_finite((float *)d, fp, (size_t)w);
+            } else {
+                for (long i = 0; i < w; i++)
+                    fp[i] = isfinite(((double *)d)[i]) != 0;
+                tess_be_swap(d, (size_t)w, 8);
+            }
+        }
+        long full = atomic_fetch_add(&fi->done[(size_t)z * (size_t)fi->ny + (size_t)y0], w) + w;
+        if (full == fi->nx) {
+            size_t k = ((size_t)z * (size_t)fi->ny + (size_t)y0) * (size_t)fi->nx;
+            size_t n = (size_t)h * (size_t)fi->nx;
+            if (atomic_load(&f->werr) == 0
+                && (tess_pwrite_all(f->fd, f->data + k * f->es, n * f->es,
+                                    (off_t)(f->d0 + k * f->es)) != 0
+                    || tess_pwrite_all(f->fd, f->fp + k * f->fes, n * f->fes,
+                                       (off_t)(f->d1 + k * f->fes)) != 0)) {
+                int e = errno ? errno : EIO, zero = 0;
+                atomic_compare_exchange_strong(&f->werr, &zero, e);
+            }
+            atomic_fetch_add(&f->wrote, n);
+            release_pages(f->data + k * f->es, n * f->es, fi->page);
+            release_pages(f->fp + k * f->fes, n * f->fes, fi->page);
+        }
+    }
+}
+
+/* Closes the finished file and renames it to its final name.  Returns 0 or CLI_EXIT_FAIL
+ * after printing why (the temporary file is then removed). */
+static int out_commit(outfile *f)
+{
+    int e = atomic_load(&f->werr);
+    if (e == 0 && atomic_load(&f->wrote) != f->n) {
+        cli_msg("internal error: %zu of %zu output values were handed over by the engine",
+                atomic_load(&f->wrote), f->n);
+        out_abort(f);
+        return CLI_EXIT_FAIL;
+    }
+    if (e == 0 && close(f->fd) != 0)
+        e = errno;
+    else if (e != 0)
+        close(f->fd);
+    f->fd = -1;
+    if (e == 0 && rename(f->tmp, f->path) != 0)
+        e = errno;
+    if (e != 0) {
+        cli_msg("cannot write '%s': %s", f->path, strerror(e));
+        out_abort(f);
+        return CLI_EXIT_FAIL;
+    }
+    free(f->data);
+    free(f->fp);
+    f->data = f->fp = NULL;
+    free(f->tmp);
+    f->tmp = NULL;
+    return CLI_EXIT_OK;
+}
+
+int cmd_reproject(int argc, char **argv)
+{
+    reproject_args a;
+    int rc = parse_reproject(argc, argv, &a);
+    if (rc != 0) {
+        free(a.in_path);
+        free(a.target_path);
+        return rc == 1 ? CLI_EXIT_OK : rc;
+    }
+    double t0 = cli_now_s();
+    input in;
+    memset(&in, 0, sizeof in);
+    char *tcards = NULL;
+    int tkeys = 0;
+    skywcs *twcs = NULL;
+    rp_cube out = { NULL, RP_F32, 0, 0, 0 };
+    outfile of;
+    memset(&of, 0, sizeof of);
+    of.fd = -1;
+    char err[256] = "", v[72];
+    atomic_int cancel = 0;
+    pthread_t sigth;
+    int have_sigth = 0;
+    int threads = cli_threads(a.threads);
+
+    /* SIGINT/SIGTERM raise `cancel`: the engine stops between blocks and the temporary
+     * output is removed. */
+    have_sigth = cli_signals_start(cli_signal_flag, &cancel, &sigth);
+    pool *workers = cli_workers_new(threads);
+
+    if (!cli_output_ok("tessera", a.out_path)) {
+        rc = CLI_EXIT_FAIL;
+        goto done;
+    }
+    rc = read_input(workers, threads, a.in_path, a.in_hdu, &in);
+    double t_read = cli_now_s();
+    if (rc != CLI_EXIT_OK)
+        goto done;
+    rc = fitshdr_read_target(a.target_path, a.target_hdu, &tcards, &tkeys);
+    if (rc != CLI_EXIT_OK)
+        goto done;
+    rc = CLI_EXIT_FAIL;
+    if (skywcs_parse(tcards, tkeys, &twcs, err, sizeof err)) {
+        cli_msg("target '%s' has no usable WCS: %s", a.target_path, err);
+        goto done;
+    }
+    long tn[3] = { 0, 0, 1 };
+    static const char *const nk[3] = { "NAXIS1", "NAXIS2", "NAXIS3" };
+    for (int k = 0; k < 3; k++) {
+        if (!fitshdr_card_value(tcards, tkeys, nk[k], v, sizeof v)) {
+            if (k < 2) {
+                cli_msg("target '%s' has no %s: the output size comes from NAXIS1 and NAXIS2",
+                        a.target_path, nk[k]);
+                goto done;
+            }
+            continue;
+        }
+        char *end;
+        errno = 0;
+        tn[k] = strtol(v, &end, 10);
+        if (errno || *end || tn[k] < 1 || tn[k] > 1000000) {
+            cli_msg("target '%s': %s = %s is not a size from 1 to 1000000", a.target_path,
+                    nk[k], v);
+            goto done;
+        }
+    }
+    int target_3d = fitshdr_card_value(tcards, tkeys, "NAXIS3", v, sizeof v)
+                    || fitshdr_card_value(tcards, tkeys, "CTYPE3", v, sizeof v);
+    if (target_3d && tn[2] != in.cube.nz) {
+        cli_msg("the target has %ld planes (NAXIS3) and the input %ld: the third axis is passed "
+                "through, not resampled", tn[2], in.cube.nz);
+        goto done;
+    }
+    if (target_3d && in.cube.nz > 1) {
+        static const char *const ax3[4] = { "CTYPE3", "CRPIX3", "CRVAL3", "CDELT3" };
+        for (int k = 0; k < 4; k++) {
+            char vi[72] = "", vt[72] = "";
+            int hi = fitshdr_card_value(in.info.header, in.info.nkeys, ax3[k], vi, sizeof vi);
+            int ht = fitshdr_card_value(tcards, tkeys, ax3[k], vt, sizeof vt);
+            double di, dt;
+            int same = hi == ht && (!hi || strcmp(vi, vt) == 0
+                                    || (cli_parse_double(vi, &di) == 0
+                                        && cli_parse_double(vt, &dt) == 0
+                                        && fabs(di - dt) <= 1e-9 * fmax(fabs(di), fabs(dt))));
+            if (!same) {
+                cli_msg("the target's third axis differs from the input's (%s): tessera passes "
+                        "the spectral axis through unchanged", ax3[k]);
+                goto done;
+            }
+        }
+    }
+    out.dtype = in.cube.dtype;
+    out.nx = tn[0];
+    out.ny = tn[1];
+    out.nz = in.cube.nz;
+    fitshdr_outspec spec = { tcards, tkeys, in.info.header, in.info.nkeys, target_3d, out.dtype,
+                             out.nx, out.ny, out.nz, a.method };
+    if (out_create(&of, a.out_path, &spec) != CLI_EXIT_OK)
+        goto done;
+    out.data = of.data;
+    float *footprint = a.method == RP_EXACT ? (float *)of.fp : NULL;
+
+    bar b = { -1, t0, "blocks" };
+    rp_options o;
+    rp_options_init(&o);
+    o.method = a.method;
+    o.max_coord_error = a.max_coord_error;
+    o.threads = threads;
+    o.workers = workers;
+    o.cancel = &cancel;
+    if (!a.quiet && isatty(STDERR_FILENO)) {
+        o.progress = bar_update;
+        o.progress_arg = &b;
+    }
+    finisher fin = { &of, out.nx, out.ny, sysconf(_SC_PAGESIZE), NULL };
+    fin.done = malloc(sizeof(atomic_long) * (size_t)out.ny * (size_t)out.nz);
+    if (!fin.done) {
+        cli_msg("out of memory");
+        goto done;
+    }
+    for (size_t k = 0; k < (size_t)out.ny * (size_t)out.nz; k++)
+        atomic_init(&fin.done[k], 0);
+    o.block_done = finish_block;
+    o.block_arg = &fin;
+    double t_start = cli_now_s();
+    long n = rp_reproject(in.wcs, &in.cube, twcs, &out, footprint, &o, err, sizeof err);
+    double t_done = cli_now_s();
+    free(fin.done);
+    if (b.last >= 0 && b.last < 100)
+        fputc('\n', stderr);
+    if (n == TESS_ECANCELED || atomic_load(&cancel)) {
+        cli_msg("interrupted; nothing written");
+        rc = CLI_EXIT_INTERRUPTED;
+        goto done;
+    }
+    if (n == TESS_ENOOVERLAP) {
+        cli_msg("the target does not overlap '%s': no output pixel falls on the input image",
+                a.in_path);
+        rc = CLI_EXIT_NOOVERLAP;
+        goto done;
+    }
+    if (n < 0) {
+        cli_msg("cannot reproject '%s': %s", a.in_path, err);
+        goto done;
+    }
+    /* The input is no longer needed: release it before the output's finishing pass. */
+    free(in.cube.data);
+    in.cube.data = NULL;
+    rc = out_commit(&of);
+    if (rc == CLI_EXIT_OK && atomic_load(&cancel)) {
+        unlink(a.out_path);
+        cli_msg("interrupted; nothing written");
+        rc = CLI_EXIT_INTERRUPTED;
+    }
+    if (rc == CLI_EXIT_OK && a.timing)
+        fprintf(stderr, "tessera: read %.3f s, set-up %.3f s, reproject %.3f s, finish and "
+                "write %.3f s, total %.3f s (%d threads)\n", t_read - t0, t_start - t_read,
+                t_done - t_start, cli_now_s() - t_done, cli_now_s() - t0, threads);
+    if (rc == CLI_EXIT_OK && o.progress) {
+        char shape[64];
+        snprintf(shape, sizeof shape, out.nz > 1 ? "%ldx%ldx%ld" : "%ldx%ld", out.nx, out.ny,
+                 out.nz);
+        fprintf(stderr, "tessera: wrote %s (%s, %s, %ld finite values) in %.2f s\n",
+                a.out_path, shape, rp_method_name(a.method), n, cli_now_s() - t0);
+    }
+done:
+    pool_free(workers);
+    if (have_sigth)
+        cli_signals_stop(sigth);
+    if (of.tmp)
+        out_abort(&of);
+    skywcs_free(twcs);
+    free(tcards);
+    input_release(&in);
+    free(a.in_path);
+    free(a.target_path);
+    return rc;
+}
+

@@ -40,6 +40,17 @@ void fitsimg_cfitsio_unlock(void)
         pthread_mutex_unlock(&cfitsio_mutex);
 }
 
+/* Closes f (NULL is ignored; a close error is of no use to a reader) and releases the
+ * cfitsio lock the caller took. */
+static void close_unlock(fitsfile *f)
+{
+    if (f) {
+        int status = 0;
+        fits_close_file(f, &status);
+    }
+    fitsimg_cfitsio_unlock();
+}
+
 /* Writes "what path: <cfitsio's text for status> (cfitsio status N)" into err.  The
  * text comes from fits_get_errstatus, not from cfitsio's message stack: that stack is
  * shared by all threads, so its top may be another thread's message. */
@@ -285,11 +296,7 @@ int fitsimg_read_info(const char *path, int hdu, fitsimg_info *info, char *err, 
     rc = read_header_cards(f, path, info, err, errlen);
 
 out:
-    if (f) {
-        status = 0;
-        fits_close_file(f, &status);
-    }
-    fitsimg_cfitsio_unlock();
+    close_unlock(f);
     if (rc)
         fitsimg_info_release(info);
     return rc;
@@ -442,11 +449,7 @@ static int read_region(const char *path, int hdu, long z, long x0, long y0, long
     }
 
 out:
-    if (f) {
-        status = 0;
-        fits_close_file(f, &status);
-    }
-    fitsimg_cfitsio_unlock();
+    close_unlock(f);
     return rc;
 }
 
@@ -582,11 +585,7 @@ int fitsimg_read_values(const char *path, int hdu, fitsimg_values kind, size_t f
     }
 
 out:
-    if (f) {
-        status = 0;
-        fits_close_file(f, &status);
-    }
-    fitsimg_cfitsio_unlock();
+    close_unlock(f);
     return rc;
 }
 

@@ -1073,13 +1073,25 @@ static void locate(const stack *s, long z, long *idx, long *zf)
     }
 }
 
+/* The frame that holds plane z, acquired (frame_release it), with the file index and the
+ * plane inside the file.  TESS_ERANGE for z outside the stack, else frame_acquire's codes. */
+static int plane_frame(stack *s, long z, frame **f, long *idx, long *zf, char *err,
+                       size_t errlen)
+{
+    if (z < 0 || z >= s->nz) {
+        tess_seterr(err, errlen, "plane %ld outside the %ld planes", z, s->nz);
+        return TESS_ERANGE;
+    }
+    locate(s, z, idx, zf);
+    return frame_acquire(s, *idx, f, err, errlen);
+}
+
 static int box_at(stack *s, long z, long x0, long y0, long w, long h, double *out, char *err,
                   size_t errlen)
 {
     long idx, zf;
-    locate(s, z, &idx, &zf);
     frame *f;
-    int rc = frame_acquire(s, idx, &f, err, errlen);
+    int rc = plane_frame(s, z, &f, &idx, &zf, err, errlen);
     if (rc)
         return rc;
     rc = frame_box(s, f, zf, x0, y0, w, h, out, err, errlen);
@@ -2094,14 +2106,9 @@ int stack_zreduce(stack *s, stack_zop op, long z0, long z1, int flags,
 int stack_plane_hold(stack *s, long z, stack_plane *p, char *err, size_t errlen)
 {
     memset(p, 0, sizeof(*p));
-    if (z < 0 || z >= s->nz) {
-        tess_seterr(err, errlen, "plane %ld outside the %ld planes", z, s->nz);
-        return TESS_ERANGE;
-    }
     long idx, zf;
-    locate(s, z, &idx, &zf);
     frame *f;
-    int rc = frame_acquire(s, idx, &f, err, errlen);
+    int rc = plane_frame(s, z, &f, &idx, &zf, err, errlen);
     if (rc)
         return rc;
     p->frame_ = f;
@@ -2162,14 +2169,9 @@ ZR_PLANE_STATS(stats_u16, ZGET_U16, uint32_t, uint64_t)
 
 int stack_reduce_plane(stack *s, long z, stack_zop op, double *out, char *err, size_t errlen)
 {
-    if (z < 0 || z >= s->nz) {
-        tess_seterr(err, errlen, "plane %ld outside the %ld planes", z, s->nz);
-        return TESS_ERANGE;
-    }
     long idx, zf;
-    locate(s, z, &idx, &zf);
     frame *f;
-    int rc = frame_acquire(s, idx, &f, err, errlen);
+    int rc = plane_frame(s, z, &f, &idx, &zf, err, errlen);
     if (rc)
         return rc;
     long long bz;

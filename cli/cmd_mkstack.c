@@ -12,11 +12,13 @@
  * The parameters go to DIR/stack.json, so that a test knows the true trajectory.
  * Files are DIR/frame_00000.png ... (or .fits), in frame order by name. */
 #include "cli/commands.h"
-#include "engine/image/stack.h"
 #include "engine/base/error.h"
+#include "engine/base/fileio.h"
+#include "engine/fits/fitswrite.h"
+#include "engine/image/stack.h"
 
 #include <errno.h>
-#include <fitsio.h>
+#include <fcntl.h>
 #include <getopt.h>
 #include <math.h>
 #include <pthread.h>
@@ -145,30 +147,33 @@ static void render_frame(const mk_shared *sh, long z, unsigned short *out)
     }
 }
 
+/* Writes frame `pix` (w x h values, row 0 = FITS row 1) to `path` as BITPIX 8, or 16
+ * unsigned (BZERO 32768); `row` holds w doubles and `enc` w * h * bitpix / 8 bytes. */
 static int write_fits(const char *path, const unsigned short *pix, long w, long h, int bitpix,
-                      unsigned char *tmp8, char *err, size_t errlen)
+                      double *row, unsigned char *enc, char *err, size_t errlen)
 {
-    fitsfile *f = NULL;
-    int status = 0;
-    char name[4200];
-    snprintf(name, sizeof(name), "!%s", path);
-    long naxes[2] = {w, h};
-    fits_create_file(&f, name, &status);
-    fits_create_img(f, bitpix == 8 ? BYTE_IMG : USHORT_IMG, 2, naxes, &status);
-    if (bitpix == 8) {
-        for (long i = 0; i < w * h; i++)
-            tmp8[i] = (unsigned char)pix[i];
-        fits_write_img(f, TBYTE, 1, (LONGLONG)w * h, tmp8, &status);
-    } else {
-        fits_write_img(f, TUSHORT, 1, (LONGLONG)w * h, (void *)pix, &status);
+    fitswrite_image im = { .bitpix = bitpix, .naxis = 2, .naxes = { w, h },
+                           .u16 = bitpix == 16 };
+    long long start = 0;
+    int rc = fitswrite_file(path, &im, &start, err, errlen);
+    if (rc)
+        return rc;
+    size_t es = (size_t)bitpix / 8;
+    for (long y = 0; y < h; y++) {
+        for (long x = 0; x < w; x++)
+            row[x] = pix[y * w + x];
+        fitswrite_encode(bitpix, bitpix == 16 ? 32768.0 : 0.0, row, enc + (size_t)(y * w) * es,
+                         w);
     }
-    int st2 = 0;
-    if (f)
-        fits_close_file(f, status ? &st2 : &status);
-    if (status) {
-        char msg[FLEN_ERRMSG];
-        fits_get_errstatus(status, msg);
-        tess_seterr(err, errlen, "cannot write %s: %s", path, msg);
+    int fd = open(path, O_WRONLY | O_CLOEXEC);
+    int bad = fd < 0 || tess_pwrite_all(fd, enc, (size_t)(w * h) * es, (off_t)start) != 0;
+    int e = errno;
+    if (fd >= 0 && close(fd) != 0 && !bad) {
+        bad = 1;
+        e = errno;
+    }
+    if (bad) {
+        tess_seterr(err, errlen, "cannot write %s: %s", path, strerror(e));
         return TESS_EIO;
     }
     return 0;
@@ -180,9 +185,10 @@ static void *worker(void *arg)
     const mk_args *a = sh->a;
     size_t n = (size_t)a->w * (size_t)a->h;
     unsigned short *pix = malloc(n * sizeof(unsigned short));
-    unsigned char *tmp8 = malloc(n);
+    double *row = malloc((size_t)a->w * sizeof(double));
+    unsigned char *enc = malloc(n * sizeof(unsigned short));
     char err[512] = "";
-    int failed = !pix || !tmp8;
+    int failed = !pix || !row || !enc;
     if (failed)
         snprintf(err, sizeof(err), "out of memory");
     for (;;) {
@@ -194,7 +200,8 @@ static void *worker(void *arg)
         render_frame(sh, z, pix);
         char path[4096];
         snprintf(path, sizeof(path), "%s/frame_%05ld.%s", a->dir, z, a->fits ? "fits" : "png");
-        int rc = a->fits ? write_fits(path, pix, a->w, a->h, a->bitpix, tmp8, err, sizeof(err))
+        int rc = a->fits ? write_fits(path, pix, a->w, a->h, a->bitpix, row, enc, err,
+                                      sizeof(err))
                          : frame_write_png(path, pix, a->w, a->h, a->bitpix, 1, err, sizeof(err));
         if (rc)
             failed = 1;
@@ -207,7 +214,8 @@ static void *worker(void *arg)
         pthread_mutex_unlock(&sh->lock);
     }
     free(pix);
-    free(tmp8);
+    free(row);
+    free(enc);
     return NULL;
 }
 

@@ -13,13 +13,13 @@
 
 #include "cli/commands.h"
 #include "cli/common.h"
-#include "cli/fitshdr.h"
 #include "cli/progress.h"
 #include "engine/base/byteswap.h"
 #include "engine/base/error.h"
 #include "engine/base/fileio.h"
 #include "engine/base/hugemem.h"
 #include "engine/base/pool.h"
+#include "engine/fits/fitscard.h"
 #include "engine/fits/fitsimg.h"
 #include "engine/sky/reproject.h"
 #include "engine/sky/skywcs.h"
@@ -196,8 +196,8 @@ static int read_input(pool *workers, int threads, const char *path, int hdu, inp
         cli_msg("'%s' has no usable WCS: %s", path, err);
         goto fail;
     }
-    if (!fitshdr_card_value(fi->header, fi->nkeys, "CTYPE1", v, sizeof v) || !celestial_ctype(v)
-        || !fitshdr_card_value(fi->header, fi->nkeys, "CTYPE2", v, sizeof v) || !celestial_ctype(v)
+    if (!fitscard_get(fi->header, fi->nkeys, "CTYPE1", v, sizeof v) || !celestial_ctype(v)
+        || !fitscard_get(fi->header, fi->nkeys, "CTYPE2", v, sizeof v) || !celestial_ctype(v)
         || !skywcs_has_celestial(in->wcs)) {
         cli_msg("'%s': axes 1 and 2 must be celestial (CTYPE1/CTYPE2 like RA---TAN, DEC--TAN)",
                 path);
@@ -278,28 +278,130 @@ static void out_abort(outfile *f)
     f->fd = -1;
 }
 
+/* Cards in the target header, or in a header made here, at most. */
+#define MAX_CARDS 100000
+
+/* What goes into the headers of the output file. */
+typedef struct outspec {
+    const char *tcards;   /* target header */
+    int tkeys;
+    const char *in_cards; /* the input's header, for a cube's axis-3 cards when the */
+    int in_nkeys;         /* target is 2-D */
+    int target_3d;        /* the target header describes the third axis itself */
+    int target_fits;      /* the target is a FITS file's header: its commentary cards
+                             describe that file, not the output */
+    rp_dtype dtype;
+    long nx, ny, nz;
+    rp_method method;
+} outspec;
+
+/* 1 for a target card the output's HDU 0 leaves out: the structural ones
+ * (fitscard_is_structural), which it writes itself; blank-keyword cards; the COMMENT
+ * and HISTORY cards of a FITS file (`from_fits`); WCSAXES when the cube's third axis is
+ * added to a 2-D target (`adding_axis3`), as it would then count one axis too few. */
+static int target_card_dropped(const char *c, int from_fits, int adding_axis3)
+{
+    return fitscard_is_structural(c) || memcmp(c, "        ", 8) == 0
+           || (from_fits && (fitscard_key_is(c, "COMMENT") || fitscard_key_is(c, "HISTORY")))
+           || (adding_axis3 && fitscard_key_is(c, "WCSAXES"));
+}
+
+/* 1 for the keywords of a cube's third (spectral) axis, copied from the input when the
+ * target header is 2-D. */
+static int axis3_card(const char *c)
+{
+    static const char *const keys[] = { "CTYPE3", "CRPIX3", "CRVAL3", "CDELT3", "CUNIT3",
+                                        "CROTA3", "PC3_3", "CD3_3", "CNAME3", "SPECSYS",
+                                        "SSYSOBS", "RESTFRQ", "RESTFREQ", "RESTWAV", "VELREF",
+                                        "SSYSSRC", "ZSOURCE", "VELOSYS", NULL };
+    for (int i = 0; keys[i]; i++)
+        if (fitscard_key_is(c, keys[i]))
+            return 1;
+    return 0;
+}
+
+/* The cards of the output's HDU 0 (the data, with the target's WCS cards) into h0 and
+ * of HDU 1 (FOOTPRINT) into h1, both without END.  Returns 0 or a negative TESS_E*
+ * code (out of memory, too many cards). */
+static int build_headers(const outspec *o, fitscard_list *h0, fitscard_list *h1)
+{
+    int naxis = o->nz > 1 || o->target_3d ? 3 : 2;
+    int add_axis3 = o->nz > 1 && !o->target_3d;
+    long naxes[3] = { o->nx, o->ny, o->nz };
+    static const char *const nk[3] = { "NAXIS1", "NAXIS2", "NAXIS3" };
+    fitscard_list_logical(h0, "SIMPLE", 1, NULL);
+    fitscard_list_int(h0, "BITPIX", o->dtype == RP_F32 ? -32 : -64, NULL);
+    fitscard_list_int(h0, "NAXIS", naxis, NULL);
+    for (int k = 0; k < naxis; k++)
+        fitscard_list_int(h0, nk[k], naxes[k], NULL);
+    fitscard_list_logical(h0, "EXTEND", 1, NULL);
+    for (int i = 0; i < o->tkeys; i++) {
+        const char *c = o->tcards + (size_t)i * FITSCARD_LEN;
+        if (!target_card_dropped(c, o->target_fits, add_axis3))
+            fitscard_list_cards(h0, c, 1);
+    }
+    for (int i = 0; add_axis3 && i < o->in_nkeys; i++) {
+        const char *c = o->in_cards + (size_t)i * FITSCARD_LEN;
+        if (axis3_card(c))
+            fitscard_list_cards(h0, c, 1);
+    }
+    char hist[FITSCARD_LEN];
+    snprintf(hist, sizeof hist, "tessera reproject, method %s", rp_method_name(o->method));
+    fitscard_list_commentary(h0, "HISTORY", hist);
+    fitscard_list_string(h1, "XTENSION", "IMAGE", 8, "image extension");
+    fitscard_list_int(h1, "BITPIX", o->method == RP_EXACT ? -32 : 8, NULL);
+    fitscard_list_int(h1, "NAXIS", naxis, NULL);
+    for (int k = 0; k < naxis; k++)
+        fitscard_list_int(h1, nk[k], naxes[k], NULL);
+    fitscard_list_int(h1, "PCOUNT", 0, NULL);
+    fitscard_list_int(h1, "GCOUNT", 1, NULL);
+    fitscard_list_string(h1, "EXTNAME", "FOOTPRINT", 8, "coverage of each output pixel");
+    return h0->rc ? h0->rc : h1->rc;
+}
+
+/* A header of the n cards in `l`, with END and padded to whole blocks: malloc'd, its
+ * size in *len; NULL when out of memory. */
+static char *header_bytes(const fitscard_list *l, size_t *len)
+{
+    *len = fitscard_header_size(l->n);
+    char *h = malloc(*len);
+    if (h)
+        fitscard_header_write(h, l->cards ? l->cards : "", l->n);
+    return h;
+}
+
 /* Creates the temporary file for `path`, sized, with both headers written, and the
  * memory for the pixels.  Returns 0 or CLI_EXIT_FAIL after printing why. */
-static int out_create(outfile *f, const char *path, const fitshdr_outspec *o)
+static int out_create(outfile *f, const char *path, const outspec *o)
 {
     memset(f, 0, sizeof *f);
     f->fd = -1;
-    fitshdr h0 = { NULL, 0, 0 }, h1 = { NULL, 0, 0 };
+    fitscard_list l0, l1;
+    fitscard_list_init(&l0, MAX_CARDS + 64);
+    fitscard_list_init(&l1, 64);
+    char *h0 = NULL, *h1 = NULL;
+    size_t n0 = 0, n1 = 0;
     size_t plen = strlen(path) + 32;
     f->tmp = malloc(plen);
-    if (!f->tmp || fitshdr_build_headers(o, &h0, &h1) != 0) {
+    if (f->tmp && build_headers(o, &l0, &l1) == 0) {
+        h0 = header_bytes(&l0, &n0);
+        h1 = header_bytes(&l1, &n1);
+    }
+    fitscard_list_release(&l0);
+    fitscard_list_release(&l1);
+    if (!h0 || !h1) {
         cli_msg("out of memory");
-        free(h0.buf);
-        free(h1.buf);
+        free(h0);
+        free(h1);
         out_abort(f);
         return CLI_EXIT_FAIL;
     }
     snprintf(f->tmp, plen, "%s.tmp-%ld", path, (long)getpid());
     f->n = (size_t)o->nx * (size_t)o->ny * (size_t)o->nz;
     f->es = o->dtype == RP_F32 ? 4 : 8;
-    f->d0 = h0.n * 80;
+    f->d0 = n0;
     f->fes = o->method == RP_EXACT ? 4 : 1;
-    f->d1 = f->d0 + fits_blocks(f->n * f->es) + h1.n * 80;
+    f->d1 = f->d0 + fits_blocks(f->n * f->es) + n1;
     f->size = f->d1 + fits_blocks(f->n * f->fes);
     atomic_init(&f->werr, 0);
     atomic_init(&f->wrote, 0);
@@ -310,23 +412,22 @@ static int out_create(outfile *f, const char *path, const fitshdr_outspec *o)
     if (f->fd >= 0) {
         what = "write";
         if (ftruncate(f->fd, (off_t)f->size) == 0
-            && tess_pwrite_all(f->fd, (const unsigned char *)h0.buf, h0.n * 80, 0) == 0
-            && tess_pwrite_all(f->fd, (const unsigned char *)h1.buf, h1.n * 80,
-                               (off_t)(f->d1 - h1.n * 80)) == 0) {
+            && tess_pwrite_all(f->fd, (const unsigned char *)h0, n0, 0) == 0
+            && tess_pwrite_all(f->fd, (const unsigned char *)h1, n1, (off_t)(f->d1 - n1)) == 0) {
             what = NULL;
             f->data = tess_alloc_huge(f->n * f->es);
             f->fp = tess_alloc_huge(f->n * f->fes);
             if (!f->data || !f->fp) {
-                free(h0.buf);
-                free(h1.buf);
+                free(h0);
+                free(h1);
                 cli_msg("out of memory for a %zu-value output", f->n);
                 out_abort(f);
                 return CLI_EXIT_FAIL;
             }
         }
     }
-    free(h0.buf);
-    free(h1.buf);
+    free(h0);
+    free(h1);
     if (what) {
         cli_msg("cannot %s the output file '%s': %s", what, f->tmp, strerror(errno));
         if (f->fd < 0) {          /* what is there is not ours: leave it */
@@ -470,10 +571,13 @@ int cmd_reproject(int argc, char **argv)
     double t_read = cli_now_s();
     if (rc != CLI_EXIT_OK)
         goto done;
-    rc = fitshdr_read_target(a.target_path, a.target_hdu, &tcards, &tkeys);
-    if (rc != CLI_EXIT_OK)
-        goto done;
     rc = CLI_EXIT_FAIL;
+    int target_fits = 0;
+    if (fitsimg_read_cards(a.target_path, a.target_hdu, MAX_CARDS, &tcards, &tkeys,
+                           &target_fits, err, sizeof err) != 0) {
+        cli_msg("cannot read the target: %s", err);
+        goto done;
+    }
     if (skywcs_parse(tcards, tkeys, &twcs, err, sizeof err)) {
         cli_msg("target '%s' has no usable WCS: %s", a.target_path, err);
         goto done;
@@ -481,7 +585,7 @@ int cmd_reproject(int argc, char **argv)
     long tn[3] = { 0, 0, 1 };
     static const char *const nk[3] = { "NAXIS1", "NAXIS2", "NAXIS3" };
     for (int k = 0; k < 3; k++) {
-        if (!fitshdr_card_value(tcards, tkeys, nk[k], v, sizeof v)) {
+        if (!fitscard_get(tcards, tkeys, nk[k], v, sizeof v)) {
             if (k < 2) {
                 cli_msg("target '%s' has no %s: the output size comes from NAXIS1 and NAXIS2",
                         a.target_path, nk[k]);
@@ -498,8 +602,8 @@ int cmd_reproject(int argc, char **argv)
             goto done;
         }
     }
-    int target_3d = fitshdr_card_value(tcards, tkeys, "NAXIS3", v, sizeof v)
-                    || fitshdr_card_value(tcards, tkeys, "CTYPE3", v, sizeof v);
+    int target_3d = fitscard_get(tcards, tkeys, "NAXIS3", v, sizeof v)
+                    || fitscard_get(tcards, tkeys, "CTYPE3", v, sizeof v);
     if (target_3d && tn[2] != in.cube.nz) {
         cli_msg("the target has %ld planes (NAXIS3) and the input %ld: the third axis is passed "
                 "through, not resampled", tn[2], in.cube.nz);
@@ -509,8 +613,8 @@ int cmd_reproject(int argc, char **argv)
         static const char *const ax3[4] = { "CTYPE3", "CRPIX3", "CRVAL3", "CDELT3" };
         for (int k = 0; k < 4; k++) {
             char vi[72] = "", vt[72] = "";
-            int hi = fitshdr_card_value(in.info.header, in.info.nkeys, ax3[k], vi, sizeof vi);
-            int ht = fitshdr_card_value(tcards, tkeys, ax3[k], vt, sizeof vt);
+            int hi = fitscard_get(in.info.header, in.info.nkeys, ax3[k], vi, sizeof vi);
+            int ht = fitscard_get(tcards, tkeys, ax3[k], vt, sizeof vt);
             double di, dt;
             int same = hi == ht && (!hi || strcmp(vi, vt) == 0
                                     || (cli_parse_double(vi, &di) == 0
@@ -527,8 +631,8 @@ int cmd_reproject(int argc, char **argv)
     out.nx = tn[0];
     out.ny = tn[1];
     out.nz = in.cube.nz;
-    fitshdr_outspec spec = { tcards, tkeys, in.info.header, in.info.nkeys, target_3d, out.dtype,
-                             out.nx, out.ny, out.nz, a.method };
+    outspec spec = { tcards, tkeys, in.info.header, in.info.nkeys, target_3d, target_fits,
+                     out.dtype, out.nx, out.ny, out.nz, a.method };
     if (out_create(&of, a.out_path, &spec) != CLI_EXIT_OK)
         goto done;
     out.data = of.data;

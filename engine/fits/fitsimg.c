@@ -303,10 +303,12 @@ out:
 }
 
 int fitsimg_read_cards(const char *path, int hdu, int max_cards, char **cards, int *n,
-                       char *err, size_t errlen)
+                       int *is_fits, char *err, size_t errlen)
 {
     *cards = NULL;
     *n = 0;
+    if (is_fits)
+        *is_fits = 0;
     FILE *fp = fopen(path, "rb");
     if (!fp) {
         tess_seterr(err, errlen, "cannot open %s: %s", path, strerror(errno));
@@ -325,6 +327,8 @@ int fitsimg_read_cards(const char *path, int hdu, int max_cards, char **cards, i
     int rc = 0;
     if (len >= 9 && strncmp(text, "SIMPLE  =", 9) == 0 && !memchr(text, '\n', len)) {
         fitsimg_info info;
+        if (is_fits)
+            *is_fits = 1;
         rc = fitsimg_read_info(path, hdu, &info, err, errlen);
         if (rc == 0) {
             *cards = info.header;

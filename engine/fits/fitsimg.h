@@ -40,11 +40,12 @@ void fitsimg_info_release(fitsimg_info *info);
  * an image) when the file is a FITS file (its first 2880 bytes start with a SIMPLE card
  * and hold no line feed, as fitscard_text_is_fits), else the file's text parsed by
  * fitscard_parse (`hdu` then unused), read up to max_cards * 82 bytes.  *cards is
- * malloc'd (80-character cards, NUL-terminated, no END) and *n set.  Returns 0,
- * TESS_EIO (cannot open or read), TESS_EINVAL (not an image HDU, bad header text),
- * TESS_ENOMEM, with `err`; on error *cards is NULL. */
+ * malloc'd (80-character cards, NUL-terminated, no END) and *n set; *is_fits (unless
+ * NULL) is 1 when the cards came from a FITS file, 0 from text.  Returns 0, TESS_EIO
+ * (cannot open or read), TESS_EINVAL (not an image HDU, bad header text), TESS_ENOMEM,
+ * with `err`; on error *cards is NULL. */
 int fitsimg_read_cards(const char *path, int hdu, int max_cards, char **cards, int *n,
-                       char *err, size_t errlen);
+                       int *is_fits, char *err, size_t errlen);
 
 /* The byte offset in the file at `path` of the data unit of HDU `hdu` (0-based, an
  * image): where its first pixel is.  Returns 0 and *offset, or TESS_EIO / TESS_EINVAL

@@ -181,16 +181,18 @@ int fitswrite_image_hdu(fitswrite *w, const fitswrite_image *im, const double *d
         else
             npix *= im->naxes[i];
     }
+    if (im->u16 && (im->bitpix != 16 || im->scaled))
+        ok = 0;
     if (!ok) {
-        tess_seterr(err, errlen, "not an image shape: BITPIX %d, NAXIS %d", im->bitpix,
-                    im->naxis);
+        tess_seterr(err, errlen, "not an image shape: BITPIX %d%s, NAXIS %d", im->bitpix,
+                    im->u16 ? " unsigned" : "", im->naxis);
         return TESS_EINVAL;
     }
     int status = 0;
     long naxes[FITSIMG_MAXDIM];
     for (int i = 0; i < im->naxis; i++)
         naxes[i] = im->naxes[i];
-    if (fits_create_img(w->f, im->bitpix, im->naxis, naxes, &status)) {
+    if (fits_create_img(w->f, im->u16 ? USHORT_IMG : im->bitpix, im->naxis, naxes, &status)) {
         set_err(err, errlen, "cannot add an image to", w, status);
         return fits_rc(status);
     }

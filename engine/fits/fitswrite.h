@@ -8,7 +8,8 @@
 
 /* An image HDU to write.  Its header is cfitsio's: SIMPLE (or XTENSION 'IMAGE'),
  * BITPIX, NAXIS, NAXISn, EXTEND (primary) or PCOUNT/GCOUNT, and in a primary HDU the two
- * COMMENT cards citing the FITS paper (2001A&A...376..359H); then in this order BSCALE
+ * COMMENT cards citing the FITS paper (2001A&A...376..359H); then for `u16` cfitsio's
+ * BZERO = 32768 and BSCALE = 1 (integers, with its comments); then in this order BSCALE
  * and BZERO when `scaled`, EXTNAME when given, and the `cards`, except the structural
  * ones (fitscard_is_structural) and copies of those two COMMENT cards. */
 typedef struct fitswrite_image {
@@ -19,6 +20,10 @@ typedef struct fitswrite_image {
                                       (physical = BZERO + BSCALE x stored, FITS 4.0
                                       section 4.4.2.5; BZERO 32768 for unsigned 16-bit) */
     double bscale, bzero;
+    int u16;                       /* 1 with BITPIX 16 and `scaled` 0: unsigned 16-bit
+                                      values 0..65535, stored as cfitsio's USHORT_IMG
+                                      (value - 32768); data are then encoded with
+                                      fitswrite_encode(16, 32768, ...) */
     const char *extname;           /* EXTNAME value, or NULL for none */
     const char *extname_comment;   /* its comment, or NULL */
     const char *cards;             /* ncards 80-character cards (concatenated), or NULL */

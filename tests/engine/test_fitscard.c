@@ -538,13 +538,14 @@ START_TEST(test_file_round_trip)
     fitsimg_info_release(&info);
 
     char *cards = NULL;
-    int n = 0;
-    ck_assert_msg(fitsimg_read_cards(path, 0, 100, &cards, &n, err, sizeof err) == 0, "%s",
-                  err);
+    int n = 0, is_fits = -1;
+    ck_assert_msg(fitsimg_read_cards(path, 0, 100, &cards, &n, &is_fits, err, sizeof err) == 0,
+                  "%s", err);
+    ck_assert_int_eq(is_fits, 1);
     ck_assert_int_eq(fitscard_get(cards, n, "BZERO", v, sizeof v), 1);
     ck_assert_double_eq(atof(v), 32768.0);
     free(cards);
-    ck_assert_int_eq(fitsimg_read_cards(path, 1, 100, &cards, &n, err, sizeof err),
+    ck_assert_int_eq(fitsimg_read_cards(path, 1, 100, &cards, &n, NULL, err, sizeof err),
                      TESS_EINVAL);                           /* no HDU 1 */
     ck_assert_ptr_null(cards);
 
@@ -552,15 +553,16 @@ START_TEST(test_file_round_trip)
     ck_assert_ptr_nonnull(f);
     fputs("SIMPLE  =                    T\nNAXIS   = 2\nNAXIS1  = 10\nEND\n", f);
     fclose(f);
-    ck_assert_msg(fitsimg_read_cards(text, 5, 100, &cards, &n, err, sizeof err) == 0, "%s",
-                  err);
+    ck_assert_msg(fitsimg_read_cards(text, 5, 100, &cards, &n, &is_fits, err, sizeof err) == 0,
+                  "%s", err);
     ck_assert_int_eq(n, 3);
+    ck_assert_int_eq(is_fits, 0);
     free(cards);
-    ck_assert_int_eq(fitsimg_read_cards(text, 0, 2, &cards, &n, err, sizeof err),
+    ck_assert_int_eq(fitsimg_read_cards(text, 0, 2, &cards, &n, NULL, err, sizeof err),
                      TESS_EINVAL);
     ck_assert_ptr_nonnull(strstr(err, "target.hdr"));
     snprintf(path, sizeof path, "%s/none.hdr", dir);
-    ck_assert_int_eq(fitsimg_read_cards(path, 0, 2, &cards, &n, err, sizeof err), TESS_EIO);
+    ck_assert_int_eq(fitsimg_read_cards(path, 0, 2, &cards, &n, NULL, err, sizeof err), TESS_EIO);
     const char *names[] = { "u16.fits", "target.hdr" };
     ck_assert_int_eq(tt_tmpdir_remove(dir, names, 2), 0);
 }

@@ -341,23 +341,42 @@ int fitswrite_file(const char *path, const fitswrite_image *im, long long *datas
 
 void fitswrite_encode(int bitpix, double bzero, const double *v, unsigned char *dst, long n)
 {
-    int es = (bitpix < 0 ? -bitpix : bitpix) / 8;
-    for (long i = 0; i < n; i++) {
-        uint64_t u;
-        if (bitpix == -32) {
+    /* One loop per BITPIX, the test outside it: the loops are hot (every FITS tile and
+     * cutout) and compile to straight stores. */
+    switch (bitpix) {
+    case -32:
+        for (long i = 0; i < n; i++) {
             float f = (float)v[i];
-            uint32_t u32;
-            memcpy(&u32, &f, 4);
-            u = u32;
-        } else if (bitpix == -64) {
-            memcpy(&u, &v[i], 8);
-        } else if (bitpix == 8) {
-            u = (unsigned char)lrint(v[i] - bzero);
-        } else {
-            u = (uint64_t)llrint(v[i] - bzero);
+            uint32_t u;
+            memcpy(&u, &f, 4);
+            unsigned char *d = dst + 4 * (size_t)i;
+            d[0] = (unsigned char)(u >> 24);
+            d[1] = (unsigned char)(u >> 16);
+            d[2] = (unsigned char)(u >> 8);
+            d[3] = (unsigned char)u;
         }
-        unsigned char *d = dst + (size_t)i * (size_t)es;
-        for (int k = 0; k < es; k++)
-            d[k] = (unsigned char)(u >> (8 * (es - 1 - k)));
+        break;
+    case -64:
+        for (long i = 0; i < n; i++) {
+            uint64_t u;
+            memcpy(&u, &v[i], 8);
+            unsigned char *d = dst + 8 * (size_t)i;
+            for (int k = 0; k < 8; k++)
+                d[k] = (unsigned char)(u >> (56 - 8 * k));
+        }
+        break;
+    case 8:
+        for (long i = 0; i < n; i++)
+            dst[i] = (unsigned char)lrint(v[i] - bzero);
+        break;
+    default: {
+        int es = (bitpix < 0 ? -bitpix : bitpix) / 8;
+        for (long i = 0; i < n; i++) {
+            uint64_t u = (uint64_t)llrint(v[i] - bzero);
+            unsigned char *d = dst + (size_t)i * (size_t)es;
+            for (int k = 0; k < es; k++)
+                d[k] = (unsigned char)(u >> (8 * (es - 1 - k)));
+        }
+    }
     }
 }

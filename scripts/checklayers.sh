@@ -37,11 +37,47 @@ rule() {
 rule "engine includes a daemon or CLI header" '"(daemon|cli)/' 'daemon/*' 'cli/*'
 rule "daemon includes a CLI header" '"cli/' 'engine/*' 'cli/*'
 rule "CLI includes a daemon header" '"daemon/' 'engine/*' 'daemon/*'
+# below NAME DIR ALLOWED...: the files under DIR include project headers only from DIR
+# itself and the ALLOWED folders (the layers below it).
+below() {
+    name=$1 dir=$2
+    shift 2
+    checks=$((checks + 1))
+    bad=""
+    for f in $(find "$dir" -name '*.[ch]'); do
+        for inc in $(sed -n 's/^[[:space:]]*#[[:space:]]*include[[:space:]]*"\([a-z]*\/[a-z]*\)\/.*/\1/p;
+                              s/^[[:space:]]*#[[:space:]]*include[[:space:]]*"\(daemon\)\/[a-z_]*\.h".*/\1/p' "$f"); do
+            ok=0
+            case "$inc" in "$dir"|"$dir"/*) ok=1 ;; esac
+            for a in "$@"; do
+                case "$inc" in $a) ok=1 ;; esac
+            done
+            [ $ok -eq 1 ] || bad="$bad $f($inc)"
+        done
+    done
+    if [ -n "$bad" ]; then
+        echo "checklayers: $name:$bad"
+        failures=$((failures + 1))
+    fi
+}
+
+# The engine's order, bottom up: base, fits, sky, image, then hips, mosaic, cube.
+below "engine/base includes a layer above it" engine/base
+below "engine/fits includes a layer above it" engine/fits engine/base
+below "engine/sky includes a layer above it" engine/sky engine/base engine/fits
+below "engine/image includes a layer above it" engine/image engine/base engine/fits engine/sky
+below "engine/hips includes a layer above it" engine/hips engine/base engine/fits engine/sky engine/image
+below "engine/mosaic includes a layer above it" engine/mosaic engine/base engine/fits engine/sky engine/image
+below "engine/cube includes a layer above it" engine/cube engine/base engine/fits engine/sky engine/image
+# The daemon's folders: caches and job types never use a handler.
+below "daemon/cache includes a handler or a job type" daemon/cache 'engine/*' daemon
+below "daemon/jobs includes a handler" daemon/jobs 'engine/*' daemon daemon/cache
+
 rule "cfitsio outside its module" '<(fitsio|longnam|fitsio2)\.h>' \
     'engine/fits/*' 'engine/image/stack.c'
 rule "wcslib outside its module" '<wcs(lib/|\.h|hdr|fix|trig|math|util)' 'engine/sky/skywcs.c'
 rule "libmicrohttpd outside daemon/http.c" '<microhttpd\.h>' 'daemon/http.c'
-rule "SQLite outside the job store" '<sqlite3\.h>' 'daemon/jobs/jobdb.c' 'daemon/jobs/jobs.c'
+rule "SQLite outside the job store" '<sqlite3\.h>' 'daemon/jobs/jobs.c'
 rule "chealpix outside engine/hips" '<chealpix\.h>' 'engine/hips/*'
 rule "fftw3 outside engine/cube" '<fftw3\.h>' 'engine/cube/*'
 rule "libcurl outside the CLI's job client" '<curl/' 'cli/cmd_jobs.c'

@@ -3,7 +3,6 @@
 #include "engine/fits/fitscard.h"
 #include "engine/fits/fitsimg.h"
 #include "engine/mosaic/mosaic.h"
-#include "daemon/api/params.h"
 #include "engine/base/error.h"
 
 #include <limits.h>
@@ -263,12 +262,11 @@ static int parse_body(const json_t *j, const job_env *env, int check_name, int r
                                 "of FITS cards");
                 return -1;
             }
-            param_error pe;
-            int rc = params_header_cards(json_string_value(h), json_string_length(h),
-                                         MAX_TARGET_CARDS, &b->tcards, &b->tkeys, &pe);
+            char why[256] = "out of memory";
+            int rc = fitscard_parse(json_string_value(h), json_string_length(h),
+                                    MAX_TARGET_CARDS, &b->tcards, &b->tkeys, why, sizeof why);
             if (rc) {
-                jobkind_problem(pb, rc == TESS_ENOMEM ? 500 : 400, "target.header", "%s",
-                                pe.detail);
+                jobkind_problem(pb, rc == TESS_ENOMEM ? 500 : 400, "target.header", "%s", why);
                 return -1;
             }
             char v[80];

@@ -88,7 +88,7 @@ static void reduce_xy(hreq *r, reduce_job *j)
     json_object_set_new(doc, "dataset", json_string(d->name));
     json_object_set_new(doc, "op", json_string(zreduce_op_name(j->op)));
     json_object_set_new(doc, "axis", json_string(zreduce_axis_name(j->axis)));
-    json_object_set_new(doc, "unit", json_string(d->bunit));
+    json_object_set_new(doc, "unit", d->bunit[0] ? json_string(d->bunit) : json_null());
     reply_profile(r, j->pformat, doc, &za, vals, d->nz, d->bunit);
     zaxis_release(&za);
 done:

@@ -482,6 +482,10 @@ static void check_reduce_xy(const char *ds, const vol *a, const char *op)
     json_t *doc = json_loads(r.body, 0, &je);
     ck_assert_ptr_nonnull(doc);
     ck_assert_str_eq(json_string_value(json_object_get(doc, "op")), op);
+    /* unit as series gives it: BUNIT, or null when the file has none (never "") */
+    json_t *unit = json_object_get(doc, "unit");
+    ck_assert_msg(json_is_null(unit) || (json_is_string(unit) && json_string_length(unit) > 0),
+                  "%s: unit is neither null nor a BUNIT", path);
     json_t *vv = json_object_get(doc, "values");
     ck_assert_int_eq(json_array_size(vv), a->nz);
     long np = a->nx * a->ny;

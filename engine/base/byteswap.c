@@ -3,6 +3,7 @@
 
 #include <math.h>
 #include <stdint.h>
+#include <string.h>
 
 #if defined(__SSE2__)
 #include <emmintrin.h>
@@ -35,8 +36,12 @@ void tess_be_swap(void *p, size_t n, size_t size)
         for (; k + 4 <= n; k += 4)
             _mm_storeu_si128((__m128i *)(u + k), bswap32x4(_mm_loadu_si128((__m128i *)(u + k))));
 #endif
-        for (; k < n; k++)
-            u[k] = __builtin_bswap32(u[k]);
+        for (; k < n; k++) {   /* memcpy: p need not be aligned */
+            uint32_t v;
+            memcpy(&v, u + k, 4);
+            v = __builtin_bswap32(v);
+            memcpy(u + k, &v, 4);
+        }
     } else {
         uint64_t *u = p;
 #ifdef TESS_SWAP_SSE2
@@ -47,8 +52,12 @@ void tess_be_swap(void *p, size_t n, size_t size)
             _mm_storeu_si128((__m128i *)(u + k), bswap32x4(x));
         }
 #endif
-        for (; k < n; k++)
-            u[k] = __builtin_bswap64(u[k]);
+        for (; k < n; k++) {
+            uint64_t v;
+            memcpy(&v, u + k, 8);
+            v = __builtin_bswap64(v);
+            memcpy(u + k, &v, 8);
+        }
     }
 #endif
 }

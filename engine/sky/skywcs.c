@@ -183,6 +183,15 @@ static int unterminated_string(const char *card)
     return 1;
 }
 
+/* A value indicator whose value field (columns 11-80) is blank: FITS's undefined value. */
+static int blank_value(const char *card)
+{
+    for (int i = 9; i < 80; i++)
+        if (card[i] != ' ')
+            return 0;
+    return 1;
+}
+
 int skywcs_parse(const char *cards, int nkeys, skywcs **out, char *err, size_t errlen)
 {
     if (out)
@@ -222,6 +231,12 @@ int skywcs_parse(const char *cards, int nkeys, skywcs **out, char *err, size_t e
             }
             memcpy(card, "COMMENT ", 8);
         }
+        /* wcslib 7.12's lexer also overflows a buffer on a string-valued WCS card with no
+         * value at all ("CTYPE1  =", an undefined value in FITS terms) followed by cards
+         * holding quotes (found by tests/fuzz/fuzz_header).  An undefined value defines
+         * nothing: make such cards comments too. */
+        if (card[8] == '=' && blank_value(card))
+            memcpy(card, "COMMENT ", 8);
         /* wcspih sizes its arrays by NAXIS and WCSAXESa: a huge count makes it crash or
          * allocate gigabytes (WCSAXES = 3333334, found by tests/fuzz/fuzz_header).  WCS
          * keywords index at most 99 axes (FITS 4.0 section 8.2). */

@@ -267,6 +267,24 @@ START_TEST(test_parse_errors)
     ck_assert_msg(strstr(err, "no WCS") && strstr(err, "card 2, CTYPE1,")
                       && strstr(err, "no closing quote"), "err: %s", err);
     free(cards);
+    /* A string-valued WCS card with an undefined (blank) value before cards holding
+     * quotes overflowed a buffer inside wcspih (glibc aborted; tests/fuzz/fuzz_header):
+     * such a card defines nothing and is left out, the rest is parsed. */
+    const char *undef[] = { "CTYPE1  =", "'    CRPIX", "CTYPE0  = '", NULL };
+    cards = tt_make_cards(undef, &nk);
+    err[0] = '\0';
+    ck_assert_int_eq(skywcs_parse(cards, nk, &w, err, sizeof err), TESS_EINVAL);
+    ck_assert_msg(strstr(err, "no WCS") != NULL, "err: %s", err);
+    free(cards);
+    const char *undef2[] = { "CTYPE1  = 'RA---TAN'", "CTYPE2  = 'DEC--TAN'", "CTYPE3  =",
+                             "'    X", "COMMENT = '", "CRVAL1  = 10.0", "CRVAL2  = 20.0",
+                             "CDELT1  = -0.001", "CDELT2  = 0.001", NULL };
+    cards = tt_make_cards(undef2, &nk);
+    err[0] = '\0';
+    ck_assert_msg(skywcs_parse(cards, nk, &w, err, sizeof err) == 0, "err: %s", err);
+    skywcs_free(w);
+    w = NULL;
+    free(cards);
     /* A later WCS error names the card too; a header that parses does not mention it. */
     const char *cut2[] = { "CTYPE1  = 'RA---QQQ'", "CTYPE2  = 'DEC--QQQ'", "OBJECT  = 'M1",
                            NULL };

@@ -4,6 +4,7 @@
 
 #include "engine/base/error.h"
 #include "engine/base/fileio.h"
+#include "engine/fits/fitswrite.h"
 #include "engine/image/stack.h"
 #include "engine/image/zreduce.h"
 
@@ -249,12 +250,7 @@ static int reduce_finish(void *state, const char *tmp_path, job_product *prod, c
                 tess_seterr(err, errlen, "out of memory");
                 rc = TESS_ENOMEM;
             } else {
-                for (long i = 0; i < nx * ny; i++) {
-                    uint64_t u;
-                    memcpy(&u, out + i, 8);
-                    for (int j = 0; j < 8; j++)
-                        be[8 * i + j] = (unsigned char)(u >> (56 - 8 * j));
-                }
+                fitswrite_encode(-64, 0.0, out, be, nx * ny);
                 rc = jobc_write_at(tmp_path, be, (size_t)nx * ny * 8, (off_t)ds, err, errlen);
                 free(be);
             }

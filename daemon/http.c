@@ -19,10 +19,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <time.h>
 #include <unistd.h>
 
-/* Upper bounds on the request line: longer URLs get 414 before any parsing. */
+/* Upper bound on the request target (path and query, as sent): longer ones get 414
+ * before any parsing. */
 #define HTTP_MAX_URL 4096
 
 /* Histogram buckets of tessera_http_request_seconds. */
@@ -57,6 +59,7 @@ typedef struct hreq_priv {
     double start;                     /* tess_mono_s() at the request line */
     size_t body_cap;
     char *raw_uri;                    /* the request target as sent (access log) */
+    size_t raw_len;                   /* its whole length (raw_uri is cut at HTTP_MAX_URL) */
     long arrival;                     /* time(2) of the request line */
     int sent_status;                  /* status queued, 0 = none yet */
     long long sent_bytes;             /* body bytes of that answer */
@@ -459,6 +462,89 @@ static enum MHD_Result send_reply(hreq *r)
     return ret;
 }
 
+/* ---- reading requests: framing, target length ----------------------------------- */
+
+/* What the Transfer-Encoding fields of a request say (RFC 9112, section 6.1). */
+typedef struct te_scan {
+    int fields;               /* Transfer-Encoding header lines */
+    int chunked;              /* codings named "chunked" */
+    int last_chunked;         /* the final coding named is "chunked" */
+    int exact;                /* one field, its whole value "chunked" (what libmicrohttpd
+                                 decodes; any other value it reads as "up to the end of
+                                 the connection") */
+    char other[32];           /* the first other coding, printable ASCII ("" none) */
+} te_scan;
+
+static enum MHD_Result scan_te(void *cls, enum MHD_ValueKind kind, const char *key,
+                               const char *value)
+{
+    te_scan *t = cls;
+    (void)kind;
+    if (strcasecmp(key, MHD_HTTP_HEADER_TRANSFER_ENCODING) != 0)
+        return MHD_YES;
+    t->exact = ++t->fields == 1 && strcasecmp(value, "chunked") == 0;
+    t->last_chunked = 0;
+    for (const char *p = value; *p;) {
+        size_t n = strcspn(p, ",");
+        const char *b = p, *e = p + n;
+        const char *semi = memchr(b, ';', n);   /* transfer parameters */
+        if (semi)
+            e = semi;
+        while (b < e && (*b == ' ' || *b == '\t'))
+            b++;
+        while (e > b && (e[-1] == ' ' || e[-1] == '\t'))
+            e--;
+        if (e > b) {   /* empty list elements are ignored */
+            size_t len = (size_t)(e - b);
+            t->last_chunked = len == 7 && strncasecmp(b, "chunked", 7) == 0;
+            t->chunked += t->last_chunked;
+            if (!t->last_chunked && !t->other[0]) {
+                size_t k = 0;
+                for (; k < len && k < sizeof(t->other) - 1; k++)
+                    t->other[k] = b[k] > ' ' && b[k] < 0x7f ? b[k] : '?';
+                t->other[k] = '\0';
+            }
+        }
+        p += n;
+        if (*p == ',')
+            p++;
+    }
+    return MHD_YES;
+}
+
+/* 0 when the request's body framing is one libmicrohttpd reads: no Transfer-Encoding, or
+ * "chunked" alone, without Content-Length, in HTTP/1.1.  Otherwise fills r's reply with
+ * 501 (a coding other than chunked) or 400 (a framing that cannot be read reliably) and
+ * returns -1; the connection is closed after the answer. */
+static int check_framing(hreq *r, const char *version)
+{
+    te_scan t;
+    memset(&t, 0, sizeof(t));
+    MHD_get_connection_values(r->conn, MHD_HEADER_KIND, scan_te, &t);
+    if (!t.fields)
+        return 0;
+    const char *te = MHD_HTTP_HEADER_TRANSFER_ENCODING;
+    if (strcmp(version, MHD_HTTP_VERSION_1_0) == 0)
+        problem_reply(r, 400, te, "HTTP/1.0 has no transfer codings: send Content-Length");
+    else if (!t.last_chunked)
+        problem_reply(r, 400, te, "the final transfer coding of a request must be chunked "
+                      "(RFC 9112, section 6.3)");
+    else if (t.other[0])
+        problem_reply(r, 501, te, "transfer coding '%s' is not supported: send the body "
+                      "chunked alone or with Content-Length", t.other);
+    else if (t.chunked > 1)
+        problem_reply(r, 400, te, "chunked is applied more than once");
+    else if (!t.exact)
+        problem_reply(r, 400, te, "Transfer-Encoding must be \"chunked\" alone, without "
+                      "parameters or blanks after it");
+    else if (hreq_header(r, MHD_HTTP_HEADER_CONTENT_LENGTH))
+        problem_reply(r, 400, te, "both Transfer-Encoding and Content-Length are given");
+    else
+        return 0;
+    ((hreq_priv *)r)->close_conn = 1;
+    return -1;
+}
+
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url,
                                   const char *method, const char *version,
                                   const char *upload_data, size_t *upload_data_size,
@@ -498,10 +584,21 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
             r->rep.retry_after = 1;
             return send_reply(r);
         }
-        /* A declared body over the limit is refused before it is sent (this also
-         * answers "Expect: 100-continue" with 413 instead of 100). */
+        /* Refusals decided by the head alone are answered before any body is read
+         * (this also answers "Expect: 100-continue" with them instead of 100).  Body
+         * framing libmicrohttpd cannot read would otherwise be read to the end of the
+         * connection, and so never answered. */
+        if (check_framing(r, version))
+            return send_reply(r);
         const char *cl = MHD_lookup_connection_value(conn, MHD_HEADER_KIND,
                                                      MHD_HTTP_HEADER_CONTENT_LENGTH);
+        size_t target = rp->raw_len ? rp->raw_len : strlen(url);
+        if (target > HTTP_MAX_URL) {
+            rp->close_conn = cl || hreq_header(r, MHD_HTTP_HEADER_TRANSFER_ENCODING);
+            problem_reply(r, 414, NULL, "request target (path and query) longer than %d bytes",
+                          HTTP_MAX_URL);
+            return send_reply(r);
+        }
         if (cl) {
             char *end;
             unsigned long long n = strtoull(cl, &end, 10);
@@ -540,9 +637,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         return MHD_YES;   /* spurious call while suspended work runs */
     if (st == 0) {
         const char *nul = rp->raw_uri ? strstr(rp->raw_uri, "%00") : NULL;
-        if (strlen(url) > HTTP_MAX_URL)
-            problem_reply(r, 414, NULL, "URL longer than %d bytes", HTTP_MAX_URL);
-        else if (nul) {
+        if (nul) {
             /* A decoded NUL would cut a name short ("horsehead%00" is not "horsehead"). */
             const char *q = strchr(rp->raw_uri, '?');
             problem_reply(r, 400, q && q < nul ? "query" : "path",
@@ -616,7 +711,8 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
 }
 
 /* Called by libmicrohttpd with the request target as sent, before on_request: keeps it
- * for the access log (the URL on_request gets is decoded, without the query). */
+ * for the access log and its length for the 414 limit (the URL on_request gets is
+ * decoded, without the query). */
 static void *on_uri_log(void *cls, const char *uri, struct MHD_Connection *conn)
 {
     (void)cls;
@@ -625,6 +721,7 @@ static void *on_uri_log(void *cls, const char *uri, struct MHD_Connection *conn)
     if (rp) {
         rp->arrival = (long)time(NULL);
         rp->raw_uri = strndup(uri, HTTP_MAX_URL);
+        rp->raw_len = strlen(uri);
     }
     return rp;
 }

@@ -26,6 +26,8 @@ int config_init(tess_config *c)
     c->max_queue = 256;
     c->max_connections = 256;
     c->connection_timeout_s = 30;
+    c->max_connections_per_address = 64;
+    c->header_timeout_s = 10;
     c->error_log = strdup("-");
     if (!c->error_log)
         return TESS_ENOMEM;
@@ -200,7 +202,8 @@ static int load_json(json_t *root, tess_config *c, const char *base, char *err, 
     static const char *const cache_keys[] = {"memory_mb", "planes_mb", "disk_dir", "disk_mb", NULL};
     static const char *const limit_keys[] = {"max_output_pixels", "max_body_mb", "max_queued_jobs",
                                              "max_queue", "max_connections",
-                                             "connection_timeout_s", NULL};
+                                             "max_connections_per_address",
+                                             "connection_timeout_s", "header_timeout_s", NULL};
     static const char *const job_keys[] = {"dir", "token", NULL};
     static const char *const ds_keys[] = {"name", "path", "hdu", "frames", "hips_frame", NULL};
     int rc;
@@ -300,6 +303,15 @@ static int load_json(json_t *root, tess_config *c, const char *base, char *err, 
         if ((rc = get_int(limits, "connection_timeout_s", "limits.", 1, 3600, &v, err, errlen)))
             return rc;
         c->connection_timeout_s = (int)v;
+        v = c->max_connections_per_address;
+        if ((rc = get_int(limits, "max_connections_per_address", "limits.", 1, 1 << 16, &v, err,
+                          errlen)))
+            return rc;
+        c->max_connections_per_address = (int)v;
+        v = c->header_timeout_s;
+        if ((rc = get_int(limits, "header_timeout_s", "limits.", 1, 3600, &v, err, errlen)))
+            return rc;
+        c->header_timeout_s = (int)v;
     }
     if ((rc = get_str(root, "access_log", "", &c->access_log, err, errlen)) ||
         (rc = get_str(root, "error_log", "", &c->error_log, err, errlen)))

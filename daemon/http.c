@@ -1,5 +1,6 @@
 /* HTTP front end: libmicrohttpd daemon, replies with ETag/304, async pool work; routes in routes.c. */
 #include "daemon/http.h"
+#include "daemon/connwatch.h"
 #include "engine/image/stack.h"
 #include "daemon/problem.h"
 #include "daemon/routes.h"
@@ -52,6 +53,7 @@ typedef struct tserver_priv {
     unsigned long long latency_count;
     oplog *access;                    /* access_log, or NULL */
     int nconn;                        /* open connections (atomic) */
+    connwatch *watch;                 /* header deadlines (limits.header_timeout_s) */
 } tserver_priv;
 
 typedef struct hreq_priv {
@@ -325,6 +327,14 @@ void tserver_handle_metrics(hreq *r, const route_match *m)
                    "# TYPE tessera_renders_coalesced_total counter\n"
                    "tessera_renders_coalesced_total %llu\n",
                __atomic_load_n(&sp->coalesced, __ATOMIC_RELAXED));
+    buf_printf(&b, "# HELP tessera_http_open_connections Connections open now.\n"
+                   "# TYPE tessera_http_open_connections gauge\n"
+                   "tessera_http_open_connections %d\n"
+                   "# HELP tessera_http_header_timeouts_total Connections closed at "
+                   "limits.header_timeout_s.\n"
+                   "# TYPE tessera_http_header_timeouts_total counter\n"
+                   "tessera_http_header_timeouts_total %llu\n",
+               __atomic_load_n(&sp->nconn, __ATOMIC_ACQUIRE), connwatch_cut_count(sp->watch));
     pthread_mutex_lock(&sp->pool_lock);
     size_t depth = sp->pub.workers ? pool_queue_depth(sp->pub.workers) : 0;
     pthread_mutex_unlock(&sp->pool_lock);
@@ -462,7 +472,15 @@ static enum MHD_Result send_reply(hreq *r)
     return ret;
 }
 
-/* ---- reading requests: framing, target length ----------------------------------- */
+/* ---- reading requests: framing, target length, header deadline ------------------ */
+
+/* The connection's entry in the header-deadline watcher, or NULL. */
+static connwatch_entry *watch_entry(struct MHD_Connection *conn)
+{
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+    return ci ? ci->socket_context : NULL;
+}
 
 /* What the Transfer-Encoding fields of a request say (RFC 9112, section 6.1). */
 typedef struct te_scan {
@@ -574,9 +592,11 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         if (!r->url)
             return MHD_NO;   /* on_completed frees rp */
         rp->body_cap = s->cfg->max_body_mb * 1024 * 1024;
+        tserver_priv *sp0 = (tserver_priv *)s;
+        /* The request line and headers are in: no header deadline until the answer. */
+        connwatch_set(sp0->watch, watch_entry(conn), 0);
         /* Over limits.max_connections (the daemon itself admits some more, so that
          * they can be told): 503 with Retry-After, and the connection is closed. */
-        tserver_priv *sp0 = (tserver_priv *)s;
         if (__atomic_load_n(&sp0->nconn, __ATOMIC_ACQUIRE) > s->cfg->max_connections) {
             rp->close_conn = 1;
             problem_reply(r, 503, NULL, "too many connections (limits.max_connections = %d); "
@@ -653,10 +673,15 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
 static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
                          enum MHD_RequestTerminationCode toe)
 {
+    tserver_priv *sp = cls;
+    /* Kept alive, the connection's next request line is due within
+     * connection_timeout_s (the idle limit) and its headers header_timeout_s after it
+     * (on_uri_log moves the deadline then). */
+    connwatch_set(sp->watch, watch_entry(conn),
+                  tess_mono_s() + sp->pub.cfg->connection_timeout_s + sp->pub.cfg->header_timeout_s);
     hreq_priv *rp = *con_cls;
     if (!rp)
         return;
-    tserver_priv *sp = cls;
     hreq *r = &rp->pub;
     if (!r->srv) {
         /* The request line came, the request never reached on_request. */
@@ -712,11 +737,11 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
 
 /* Called by libmicrohttpd with the request target as sent, before on_request: keeps it
  * for the access log and its length for the 414 limit (the URL on_request gets is
- * decoded, without the query). */
+ * decoded, without the query); the headers are due header_timeout_s from now. */
 static void *on_uri_log(void *cls, const char *uri, struct MHD_Connection *conn)
 {
-    (void)cls;
-    (void)conn;
+    tserver_priv *sp = cls;
+    connwatch_tighten(sp->watch, watch_entry(conn), tess_mono_s() + sp->pub.cfg->header_timeout_s);
     hreq_priv *rp = calloc(1, sizeof(*rp));
     if (rp) {
         rp->arrival = (long)time(NULL);
@@ -726,16 +751,25 @@ static void *on_uri_log(void *cls, const char *uri, struct MHD_Connection *conn)
     return rp;
 }
 
+/* Counts open connections and registers each socket with the header-deadline watcher:
+ * its first request line and headers are due within header_timeout_s of the accept.
+ * libmicrohttpd notifies the close before it closes the socket. */
 static void on_connection(void *cls, struct MHD_Connection *conn, void **socket_ctx,
                           enum MHD_ConnectionNotificationCode toe)
 {
     tserver_priv *sp = cls;
-    (void)conn;
-    (void)socket_ctx;
-    if (toe == MHD_CONNECTION_NOTIFY_STARTED)
+    if (toe == MHD_CONNECTION_NOTIFY_STARTED) {
         __atomic_add_fetch(&sp->nconn, 1, __ATOMIC_ACQ_REL);
-    else if (toe == MHD_CONNECTION_NOTIFY_CLOSED)
+        const union MHD_ConnectionInfo *ci =
+            MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+        *socket_ctx = ci ? connwatch_add(sp->watch, ci->connect_fd,
+                                         tess_mono_s() + sp->pub.cfg->header_timeout_s)
+                         : NULL;
+    } else if (toe == MHD_CONNECTION_NOTIFY_CLOSED) {
+        connwatch_remove(sp->watch, *socket_ctx);
+        *socket_ctx = NULL;
         __atomic_sub_fetch(&sp->nconn, 1, __ATOMIC_ACQ_REL);
+    }
 }
 
 int tserver_reopen_logs(tserver *s)
@@ -743,10 +777,33 @@ int tserver_reopen_logs(tserver *s)
     return s ? oplog_reopen(((tserver_priv *)s)->access) : 0;
 }
 
+/* libmicrohttpd's messages, one write each.  A message repeated within a second of its
+ * last line (one for each connection of a flood past the connection limits) is counted
+ * instead, and the count printed before the next line. */
 static void log_mhd(void *cls, const char *fmt, va_list ap)
 {
-    fprintf(stderr, "tesserad: microhttpd: ");
-    vfprintf(stderr, fmt, ap);
+    static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+    static const char *last_fmt;
+    static double last_at;
+    static unsigned long repeats;
+    (void)cls;
+    char line[640];
+    int n = snprintf(line, sizeof line, "tesserad: microhttpd: ");
+    vsnprintf(line + n, sizeof line - (size_t)n, fmt, ap);
+    double now = tess_mono_s();
+    pthread_mutex_lock(&lock);
+    if (fmt == last_fmt && now - last_at < 1.0) {
+        repeats++;
+    } else {
+        if (repeats)
+            fprintf(stderr, "tesserad: microhttpd: (the message before repeated %lu more times)\n",
+                    repeats);
+        fputs(line, stderr);
+        repeats = 0;
+        last_fmt = fmt;
+        last_at = now;
+    }
+    pthread_mutex_unlock(&lock);
 }
 
 int tserver_start(const tess_config *cfg, tserver **out, char *err, size_t errlen)
@@ -775,8 +832,9 @@ int tserver_start(const tess_config *cfg, tserver **out, char *err, size_t errle
             goto fail;
         }
     }
-    if (!s->cache || !s->workers || !s->planes) {
-        snprintf(err, errlen, "cannot create the cache or the worker pool");
+    sp->watch = connwatch_new();
+    if (!s->cache || !s->workers || !s->planes || !sp->watch) {
+        snprintf(err, errlen, "cannot create the cache, the worker pool or the connection watcher");
         rc = TESS_ENOMEM;
         goto fail;
     }
@@ -820,8 +878,10 @@ int tserver_start(const tess_config *cfg, tserver **out, char *err, size_t errle
          * waiting unanswered in the listen backlog. */
         MHD_OPTION_CONNECTION_LIMIT,
         (unsigned int)(cfg->max_connections + 16 + cfg->max_connections / 4),
+        /* Past it a connection is closed at once, before it can hold a slot. */
+        MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned int)cfg->max_connections_per_address,
         MHD_OPTION_CONNECTION_TIMEOUT, (unsigned int)cfg->connection_timeout_s,
-        MHD_OPTION_URI_LOG_CALLBACK, on_uri_log, NULL,
+        MHD_OPTION_URI_LOG_CALLBACK, on_uri_log, sp,
         MHD_OPTION_NOTIFY_CONNECTION, on_connection, sp,
         MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)(256 * 1024),
         MHD_OPTION_END);
@@ -836,6 +896,7 @@ int tserver_start(const tess_config *cfg, tserver **out, char *err, size_t errle
     *out = s;
     return 0;
 fail:
+    connwatch_free(sp->watch);
     oplog_close(sp->access);
     jobs_close(s->jobs);
     pool_free(s->workers);
@@ -886,6 +947,7 @@ void tserver_stop(tserver *s, int grace_s)
     for (int i = 0; i < grace_s * 100 && __atomic_load_n(&s->inflight, __ATOMIC_ACQUIRE) > 0; i++)
         usleep(10000);
     MHD_stop_daemon(s->daemon);
+    connwatch_free(sp->watch);
     tilecache_free(s->cache);
     planestore_free(s->planes);
     diskcache_close(s->disk);

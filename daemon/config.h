@@ -27,6 +27,8 @@ typedef struct tess_config {
     size_t cache_disk_mb;        /* cache.disk_mb */
     long long max_output_pixels; /* limits.max_output_pixels, default 16777216 */
     size_t max_body_mb;          /* limits.max_body_mb, default 64 */
+    size_t max_bodies_mb;        /* limits.max_bodies_mb: request bodies held at once (all
+                                    requests together), default 256 or max_body_mb if more */
     int max_queued_jobs;         /* limits.max_queued_jobs, default 64 */
     size_t max_queue;            /* pool queue length before 503, default 256 */
     int max_connections;         /* simultaneous connections, default 256 */

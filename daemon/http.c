@@ -54,12 +54,17 @@ typedef struct tserver_priv {
     oplog *access;                    /* access_log, or NULL */
     int nconn;                        /* open connections (atomic) */
     connwatch *watch;                 /* header deadlines (limits.header_timeout_s) */
+    size_t body_budget;               /* limits.max_bodies_mb in bytes */
+    size_t body_held;                 /* bytes of it reserved by requests (atomic) */
 } tserver_priv;
 
 typedef struct hreq_priv {
     hreq pub;
     double start;                     /* tess_mono_s() at the request line */
-    size_t body_cap;
+    size_t body_cap;                  /* limits.max_body_mb in bytes */
+    size_t body_reserved;             /* bytes of the body budget this request holds, and
+                                         allocated for r->body (plus its NUL) */
+    int body_over_budget;             /* the upload would have passed limits.max_bodies_mb */
     char *raw_uri;                    /* the request target as sent (access log) */
     size_t raw_len;                   /* its whole length (raw_uri is cut at HTTP_MAX_URL) */
     long arrival;                     /* time(2) of the request line */
@@ -333,8 +338,11 @@ void tserver_handle_metrics(hreq *r, const route_match *m)
                    "# HELP tessera_http_header_timeouts_total Connections closed at "
                    "limits.header_timeout_s.\n"
                    "# TYPE tessera_http_header_timeouts_total counter\n"
-                   "tessera_http_header_timeouts_total %llu\n",
-               __atomic_load_n(&sp->nconn, __ATOMIC_ACQUIRE), connwatch_cut_count(sp->watch));
+                   "tessera_http_header_timeouts_total %llu\n"
+                   "# HELP tessera_http_body_bytes Request-body bytes held (limits.max_bodies_mb).\n"
+                   "# TYPE tessera_http_body_bytes gauge\ntessera_http_body_bytes %zu\n",
+               __atomic_load_n(&sp->nconn, __ATOMIC_ACQUIRE), connwatch_cut_count(sp->watch),
+               __atomic_load_n(&sp->body_held, __ATOMIC_ACQUIRE));
     pthread_mutex_lock(&sp->pool_lock);
     size_t depth = sp->pub.workers ? pool_queue_depth(sp->pub.workers) : 0;
     pthread_mutex_unlock(&sp->pool_lock);
@@ -472,7 +480,7 @@ static enum MHD_Result send_reply(hreq *r)
     return ret;
 }
 
-/* ---- reading requests: framing, target length, header deadline ------------------ */
+/* ---- reading requests: framing, target length, body budget, header deadline -------- */
 
 /* The connection's entry in the header-deadline watcher, or NULL. */
 static connwatch_entry *watch_entry(struct MHD_Connection *conn)
@@ -563,6 +571,89 @@ static int check_framing(hreq *r, const char *version)
     return -1;
 }
 
+/* Reserves n bytes of limits.max_bodies_mb; 0, or -1 when they would pass it. */
+static int body_reserve(tserver_priv *sp, size_t n)
+{
+    size_t held = __atomic_load_n(&sp->body_held, __ATOMIC_RELAXED);
+    do {
+        if (n > sp->body_budget || held > sp->body_budget - n)
+            return -1;
+    } while (!__atomic_compare_exchange_n(&sp->body_held, &held, held + n, 1, __ATOMIC_ACQ_REL,
+                                          __ATOMIC_RELAXED));
+    return 0;
+}
+
+static void body_release(tserver_priv *sp, size_t n)
+{
+    if (n)
+        __atomic_sub_fetch(&sp->body_held, n, __ATOMIC_ACQ_REL);
+}
+
+/* Frees r's body and gives its budget back; the rest of the upload is discarded. */
+static void body_drop(hreq_priv *rp)
+{
+    free(rp->pub.body);
+    rp->pub.body = NULL;
+    rp->pub.body_len = 0;
+    body_release((tserver_priv *)rp->pub.srv, rp->body_reserved);
+    rp->body_reserved = 0;
+}
+
+/* 503 for a body that does not fit in limits.max_bodies_mb now. */
+static void reply_over_budget(hreq *r)
+{
+    ((hreq_priv *)r)->close_conn = 1;
+    problem_reply(r, 503, "body", "request bodies being received fill limits.max_bodies_mb = "
+                  "%zu MB; retry shortly", r->srv->cfg->max_bodies_mb);
+    r->rep.retry_after = 1;
+}
+
+/* Appends n bytes of upload to r's body.  A declared length was reserved whole by the
+ * first call; without one (chunked) the reservation grows by doubling.  Past
+ * limits.max_body_mb or the budget the body is dropped and the rest discarded (answered
+ * 413 or 503 at the end).  Returns 0, or TESS_ENOMEM. */
+static int body_append(hreq_priv *rp, const char *data, size_t n)
+{
+    hreq *r = &rp->pub;
+    tserver_priv *sp = (tserver_priv *)r->srv;
+    if (r->body_too_big || rp->body_over_budget)
+        return 0;
+    size_t need = r->body_len + n;
+    if (need > rp->body_cap) {
+        r->body_too_big = 1;
+        body_drop(rp);
+        return 0;
+    }
+    if (need > rp->body_reserved) {
+        size_t want = rp->body_reserved ? 2 * rp->body_reserved : 65536;
+        if (want < need)
+            want = need;
+        if (want > rp->body_cap)
+            want = rp->body_cap;
+        if (body_reserve(sp, want - rp->body_reserved)) {
+            want = need;
+            if (body_reserve(sp, want - rp->body_reserved)) {
+                rp->body_over_budget = 1;
+                body_drop(rp);
+                return 0;
+            }
+        }
+        char *nb = realloc(r->body, want + 1);
+        if (!nb) {
+            body_release(sp, want - rp->body_reserved);
+            return TESS_ENOMEM;
+        }
+        r->body = nb;
+        rp->body_reserved = want;
+    } else if (!r->body && !(r->body = malloc(rp->body_reserved + 1))) {
+        return TESS_ENOMEM;
+    }
+    memcpy(r->body + r->body_len, data, n);
+    r->body_len = need;
+    r->body[need] = '\0';
+    return 0;
+}
+
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url,
                                   const char *method, const char *version,
                                   const char *upload_data, size_t *upload_data_size,
@@ -627,28 +718,22 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
                 routes_dispatch(r);
                 return send_reply(r);
             }
+            /* A declared body takes its share of limits.max_bodies_mb before it is
+             * read. */
+            if (*end == '\0' && n > 0) {
+                if (body_reserve(sp0, (size_t)n)) {
+                    reply_over_budget(r);
+                    return send_reply(r);
+                }
+                rp->body_reserved = (size_t)n;
+            }
         }
         return MHD_YES;
     }
     hreq *r = &rp->pub;
     if (*upload_data_size) {
-        if (!r->body_too_big) {
-            size_t n = *upload_data_size;
-            if (r->body_len + n > rp->body_cap) {
-                r->body_too_big = 1;
-                free(r->body);
-                r->body = NULL;
-                r->body_len = 0;
-            } else {
-                char *nb = realloc(r->body, r->body_len + n + 1);
-                if (!nb)
-                    return MHD_NO;
-                memcpy(nb + r->body_len, upload_data, n);
-                r->body = nb;
-                r->body_len += n;
-                r->body[r->body_len] = '\0';
-            }
-        }
+        if (body_append(rp, upload_data, *upload_data_size))
+            return MHD_NO;
         *upload_data_size = 0;
         return MHD_YES;
     }
@@ -657,7 +742,9 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         return MHD_YES;   /* spurious call while suspended work runs */
     if (st == 0) {
         const char *nul = rp->raw_uri ? strstr(rp->raw_uri, "%00") : NULL;
-        if (nul) {
+        if (rp->body_over_budget)
+            reply_over_budget(r);
+        else if (nul) {
             /* A decoded NUL would cut a name short ("horsehead%00" is not "horsehead"). */
             const char *q = strchr(rp->raw_uri, '?');
             problem_reply(r, 400, q && q < nul ? "query" : "path",
@@ -728,7 +815,7 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
     if (r->rep.file_fd > 0)
         close(r->rep.file_fd);
     free(r->cache_key);
-    free(r->body);
+    body_drop(rp);
     free(r->url);
     free(rp->raw_uri);
     free(rp);
@@ -833,6 +920,7 @@ int tserver_start(const tess_config *cfg, tserver **out, char *err, size_t errle
         }
     }
     sp->watch = connwatch_new();
+    sp->body_budget = cfg->max_bodies_mb * 1024 * 1024;
     if (!s->cache || !s->workers || !s->planes || !sp->watch) {
         snprintf(err, errlen, "cannot create the cache, the worker pool or the connection watcher");
         rc = TESS_ENOMEM;

@@ -1,8 +1,9 @@
 /* Hostile use of HTTP itself against tesserad in-process (demo data, port 0): transfer
  * codings the server does not implement, request targets past the 414 limit, clients
- * that trickle their headers and floods of connections from one address (held or
- * thrown away).  Each test starts its own server with the limits it exercises; requests
- * go over raw sockets with receive timeouts, so no test can hang. */
+ * that trickle their headers, floods of connections from one address (held or thrown
+ * away) and uploads that together pass the request-body budget.  Each test starts its
+ * own server with the limits it exercises; requests go over raw sockets with receive
+ * timeouts, so no test can hang. */
 #include <check.h>
 #include <errno.h>
 #include <stdio.h>
@@ -26,6 +27,7 @@ typedef struct limits {
     int connection_timeout_s;
     int header_timeout_s;
     size_t max_body_mb;
+    size_t max_bodies_mb;
 } limits;
 
 static void start_server(const limits *l)
@@ -40,6 +42,7 @@ static void start_server(const limits *l)
     cfg.connection_timeout_s = l->connection_timeout_s;
     cfg.header_timeout_s = l->header_timeout_s;
     cfg.max_body_mb = l->max_body_mb;
+    cfg.max_bodies_mb = l->max_bodies_mb;
     free(cfg.error_log);
     cfg.error_log = NULL;
     ck_assert_msg(tserver_start(&cfg, &srv, err, sizeof err) == 0, "%s", err);
@@ -47,7 +50,7 @@ static void start_server(const limits *l)
 }
 
 /* The defaults of config_init, shorter timeouts. */
-static const limits plain = {256, 64, 10, 10, 64};
+static const limits plain = {256, 64, 10, 10, 64, 256};
 
 static void setup(void)
 {
@@ -227,7 +230,7 @@ END_TEST
 START_TEST(test_header_deadline)
 {
     /* Trickling one byte every 250 ms is never idle for connection_timeout_s. */
-    const limits l = {256, 64, 3, 2, 64};
+    const limits l = {256, 64, 3, 2, 64, 256};
     start_server(&l);
     const double ts = tt_time_scale();
     double t0 = tt_now_s();
@@ -326,7 +329,7 @@ static void flood_then_healthz(const char *partial, int throwaway, int *fds)
 
 START_TEST(test_per_address_limit)
 {
-    const limits l = {16, 8, 10, 10, 64};
+    const limits l = {16, 8, 10, 10, 64, 256};
     start_server(&l);
     int fds[FLOOD];
     flood_then_healthz("GET /healthz HTTP/1.1\r\nHost: x\r\nX-Slow: a", 0, fds);
@@ -367,12 +370,90 @@ START_TEST(test_throwaway_connections)
 {
     /* Part of a request and the FIN at once: libmicrohttpd does not see that FIN, so
      * such connections last until a timeout. */
-    const limits l = {16, 8, 10, 1, 64};
+    const limits l = {16, 8, 10, 1, 64, 256};
     start_server(&l);
     int fds[FLOOD];
     flood_then_healthz("GET /healthz HTTP/1.1\r\nHost: x\r\nX-Gone: a", 1, fds);
     /* The ones kept go at the header deadline, not after connection_timeout_s. */
     ck_assert_double_eq(wait_metric("tessera_http_open_connections", 1, 2.5), 1);
+}
+END_TEST
+
+/* ---- the request-body budget ----------------------------------------------------------- */
+
+/* A connection that sent the head of an upload of `declared` bytes and `sent` bytes of
+ * it, then stalls. */
+static int stalled_upload(size_t declared, size_t sent)
+{
+    int fd = tt_raw_connect(port, NULL, 5);
+    char head[512];
+    snprintf(head, sizeof head, "POST /api/v1/cutout?dataset=horsehead&format=fits HTTP/1.1\r\n"
+             "Host: x\r\nContent-Type: text/plain\r\nContent-Length: %zu\r\n\r\n", declared);
+    ck_assert_int_eq(tt_send_all(fd, head, strlen(head)), 0);
+    char *part = calloc(1, sent);
+    ck_assert_int_eq(tt_send_all(fd, part, sent), 0);
+    free(part);
+    return fd;
+}
+
+START_TEST(test_body_budget)
+{
+    const limits l = {256, 64, 10, 10, 3, 4};
+    start_server(&l);
+    const double mb = 1024.0 * 1024.0;
+    /* Two stalled uploads of 2 MB hold the whole budget of 4 MB. */
+    int s1 = stalled_upload(2 << 20, 65536), s2 = stalled_upload(2 << 20, 65536);
+    ck_assert_double_ge(wait_metric("tessera_http_body_bytes", 4 * mb, 2), 4 * mb - 2);
+    /* A third, of 1 MB: 503 at once, before its body is sent. */
+    char head[512];
+    snprintf(head, sizeof head, "POST /api/v1/cutout?dataset=horsehead&format=fits HTTP/1.1\r\n"
+             "Host: x\r\nContent-Type: text/plain\r\nContent-Length: %d\r\n\r\n", 1 << 20);
+    double t0 = tt_now_s();
+    tt_resp r = exchange(NULL, head, NULL, 0);
+    tt_assert_problem("upload past limits.max_bodies_mb", &r, 503, "body");
+    ck_assert_ptr_nonnull(strstr(r.body, "limits.max_bodies_mb"));
+    ck_assert_str_eq(r.retry_after, "1");
+    ck_assert_str_eq(r.connection, "close");
+    ck_assert_double_lt(tt_now_s() - t0, 1.0 * tt_time_scale());
+    tt_resp_free(&r);
+    /* Over limits.max_body_mb alone: 413 as before. */
+    snprintf(head, sizeof head, "POST /api/v1/cutout?dataset=horsehead&format=fits HTTP/1.1\r\n"
+             "Host: x\r\nContent-Type: text/plain\r\nContent-Length: %d\r\n\r\n", 4 << 20);
+    r = exchange(NULL, head, NULL, 0);
+    tt_assert_problem("upload past limits.max_body_mb", &r, 413, "body");
+    tt_resp_free(&r);
+    /* A chunked upload (no length declared) is counted as it arrives: 503 after it. */
+    static const char chunked[] = "POST /api/v1/cutout?dataset=horsehead&format=fits HTTP/1.1\r\n"
+                                  "Host: x\r\nContent-Type: text/plain\r\n"
+                                  "Transfer-Encoding: chunked\r\n\r\n";
+    size_t clen = 7 + 65536 + 7;
+    char *cbody = malloc(clen);
+    memcpy(cbody, "10000\r\n", 7);
+    memset(cbody + 7, ' ', 65536);
+    memcpy(cbody + 7 + 65536, "\r\n0\r\n\r\n", 7);
+    r = exchange(NULL, chunked, cbody, clen);
+    tt_assert_problem("chunked upload past limits.max_bodies_mb", &r, 503, "body");
+    tt_resp_free(&r);
+    /* The stalled uploads die (truncated): their budget comes back. */
+    usleep(100000);
+    close(s1);
+    close(s2);
+    ck_assert_double_eq(wait_metric("tessera_http_body_bytes", 0, 3), 0);
+    /* A whole upload of 2 MB reaches its handler (its body is no header: 400). */
+    char *body = malloc(2 << 20);
+    memset(body, ' ', 2 << 20);
+    snprintf(head, sizeof head, "POST /api/v1/cutout?dataset=horsehead&format=fits HTTP/1.1\r\n"
+             "Host: x\r\nConnection: close\r\nContent-Type: text/plain\r\nContent-Length: %d\r\n\r\n",
+             2 << 20);
+    r = exchange(NULL, head, body, 2 << 20);
+    tt_assert_problem("2 MB upload", &r, 400, "body");
+    tt_resp_free(&r);
+    r = exchange(NULL, chunked, cbody, clen);
+    tt_assert_problem("chunked upload", &r, 400, "body");
+    tt_resp_free(&r);
+    free(body);
+    free(cbody);
+    ck_assert_double_eq(wait_metric("tessera_http_body_bytes", 0, 3), 0);
 }
 END_TEST
 
@@ -385,15 +466,25 @@ START_TEST(test_config_limits)
     ck_assert_int_eq(config_init(&c), 0);
     ck_assert_int_eq(c.max_connections_per_address, 64);
     ck_assert_int_eq(c.header_timeout_s, 10);
+    ck_assert_uint_eq(c.max_bodies_mb, 256);
     ck_assert_msg(config_load_text("{\"limits\": {\"max_connections_per_address\": 4, "
-                                   "\"header_timeout_s\": 3}}",
+                                   "\"header_timeout_s\": 3, \"max_bodies_mb\": 100}}",
                                    &c, err, sizeof err) == 0, "%s", err);
     ck_assert_int_eq(c.max_connections_per_address, 4);
     ck_assert_int_eq(c.header_timeout_s, 3);
+    ck_assert_uint_eq(c.max_bodies_mb, 100);
+    config_release(&c);
+    /* Unset, the budget grows to hold one body of max_body_mb. */
+    ck_assert_int_eq(config_init(&c), 0);
+    ck_assert_msg(config_load_text("{\"limits\": {\"max_body_mb\": 1000}}", &c, err, sizeof err) == 0,
+                  "%s", err);
+    ck_assert_uint_eq(c.max_bodies_mb, 1000);
     config_release(&c);
     static const struct {
         const char *json, *needle;
     } bad[] = {
+        {"{\"limits\": {\"max_body_mb\": 100, \"max_bodies_mb\": 99}}", "limits.max_bodies_mb (99)"},
+        {"{\"limits\": {\"max_bodies_mb\": 0}}", "limits.max_bodies_mb"},
         {"{\"limits\": {\"max_connections_per_address\": 0}}", "limits.max_connections_per_address"},
         {"{\"limits\": {\"header_timeout_s\": 0}}", "limits.header_timeout_s"},
         {"{\"limits\": {\"header_timeout_s\": \"10\"}}", "limits.header_timeout_s"},
@@ -419,6 +510,7 @@ static Suite *suite(void)
     tcase_add_test(tc, test_header_deadline);
     tcase_add_test(tc, test_per_address_limit);
     tcase_add_test(tc, test_throwaway_connections);
+    tcase_add_test(tc, test_body_budget);
     tcase_add_test(tc, test_config_limits);
     suite_add_tcase(s, tc);
     return s;

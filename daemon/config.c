@@ -22,10 +22,13 @@ int config_init(tess_config *c)
     c->planes_memory_mb = 1024;
     c->max_output_pixels = 16777216;
     c->max_body_mb = 64;
+    c->max_bodies_mb = 256;
     c->max_queued_jobs = 64;
     c->max_queue = 256;
     c->max_connections = 256;
     c->connection_timeout_s = 30;
+    c->max_connections_per_address = 64;
+    c->header_timeout_s = 10;
     c->error_log = strdup("-");
     if (!c->error_log)
         return TESS_ENOMEM;
@@ -198,9 +201,10 @@ static int load_json(json_t *root, tess_config *c, const char *base, char *err, 
     static const char *const top_keys[] = {"listen", "threads", "data_roots", "cache", "limits",
                                            "jobs", "datasets", "access_log", "error_log", NULL};
     static const char *const cache_keys[] = {"memory_mb", "planes_mb", "disk_dir", "disk_mb", NULL};
-    static const char *const limit_keys[] = {"max_output_pixels", "max_body_mb", "max_queued_jobs",
-                                             "max_queue", "max_connections",
-                                             "connection_timeout_s", NULL};
+    static const char *const limit_keys[] = {"max_output_pixels", "max_body_mb", "max_bodies_mb",
+                                             "max_queued_jobs", "max_queue", "max_connections",
+                                             "max_connections_per_address",
+                                             "connection_timeout_s", "header_timeout_s", NULL};
     static const char *const job_keys[] = {"dir", "token", NULL};
     static const char *const ds_keys[] = {"name", "path", "hdu", "frames", "hips_frame", NULL};
     int rc;
@@ -300,6 +304,30 @@ static int load_json(json_t *root, tess_config *c, const char *base, char *err, 
         if ((rc = get_int(limits, "connection_timeout_s", "limits.", 1, 3600, &v, err, errlen)))
             return rc;
         c->connection_timeout_s = (int)v;
+        v = c->max_connections_per_address;
+        if ((rc = get_int(limits, "max_connections_per_address", "limits.", 1, 1 << 16, &v, err,
+                          errlen)))
+            return rc;
+        c->max_connections_per_address = (int)v;
+        v = c->header_timeout_s;
+        if ((rc = get_int(limits, "header_timeout_s", "limits.", 1, 3600, &v, err, errlen)))
+            return rc;
+        c->header_timeout_s = (int)v;
+        /* One body of max_body_mb must fit in the budget of all bodies: by default the
+         * budget grows to it, a smaller one given is an error. */
+        if (json_object_get(limits, "max_bodies_mb")) {
+            v = (long long)c->max_bodies_mb;
+            if ((rc = get_int(limits, "max_bodies_mb", "limits.", 1, 1 << 20, &v, err, errlen)))
+                return rc;
+            if ((size_t)v < c->max_body_mb) {
+                tess_seterr(err, errlen, "limits.max_bodies_mb (%lld) must be at least "
+                            "limits.max_body_mb (%zu)", v, c->max_body_mb);
+                return TESS_EINVAL;
+            }
+            c->max_bodies_mb = (size_t)v;
+        } else if (c->max_bodies_mb < c->max_body_mb) {
+            c->max_bodies_mb = c->max_body_mb;
+        }
     }
     if ((rc = get_str(root, "access_log", "", &c->access_log, err, errlen)) ||
         (rc = get_str(root, "error_log", "", &c->error_log, err, errlen)))

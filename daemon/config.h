@@ -27,10 +27,16 @@ typedef struct tess_config {
     size_t cache_disk_mb;        /* cache.disk_mb */
     long long max_output_pixels; /* limits.max_output_pixels, default 16777216 */
     size_t max_body_mb;          /* limits.max_body_mb, default 64 */
+    size_t max_bodies_mb;        /* limits.max_bodies_mb: request bodies held at once (all
+                                    requests together), default 256 or max_body_mb if more */
     int max_queued_jobs;         /* limits.max_queued_jobs, default 64 */
     size_t max_queue;            /* pool queue length before 503, default 256 */
     int max_connections;         /* simultaneous connections, default 256 */
     int connection_timeout_s;    /* limits.connection_timeout_s: idle connection closed, default 30 */
+    int max_connections_per_address; /* limits.max_connections_per_address: connections from
+                                    one client address, more are closed at once; default 64 */
+    int header_timeout_s;        /* limits.header_timeout_s: a request line and its headers
+                                    must arrive within this, default 10 */
     char *access_log;            /* access_log: Combined Log Format file, "-" = stderr, NULL = none */
     char *error_log;             /* error_log: JSON-lines file of 5xx and job failures, "-" = stderr
                                     (the default), NULL after "none" */

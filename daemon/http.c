@@ -1,5 +1,6 @@
 /* HTTP front end: libmicrohttpd daemon, replies with ETag/304, async pool work; routes in routes.c. */
 #include "daemon/http.h"
+#include "daemon/connwatch.h"
 #include "engine/image/stack.h"
 #include "daemon/problem.h"
 #include "daemon/routes.h"
@@ -19,10 +20,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <time.h>
 #include <unistd.h>
 
-/* Upper bounds on the request line: longer URLs get 414 before any parsing. */
+/* Upper bound on the request target (path and query, as sent): longer ones get 414
+ * before any parsing. */
 #define HTTP_MAX_URL 4096
 
 /* Histogram buckets of tessera_http_request_seconds. */
@@ -50,13 +53,20 @@ typedef struct tserver_priv {
     unsigned long long latency_count;
     oplog *access;                    /* access_log, or NULL */
     int nconn;                        /* open connections (atomic) */
+    connwatch *watch;                 /* header deadlines (limits.header_timeout_s) */
+    size_t body_budget;               /* limits.max_bodies_mb in bytes */
+    size_t body_held;                 /* bytes of it reserved by requests (atomic) */
 } tserver_priv;
 
 typedef struct hreq_priv {
     hreq pub;
     double start;                     /* tess_mono_s() at the request line */
-    size_t body_cap;
+    size_t body_cap;                  /* limits.max_body_mb in bytes */
+    size_t body_reserved;             /* bytes of the body budget this request holds, and
+                                         allocated for r->body (plus its NUL) */
+    int body_over_budget;             /* the upload would have passed limits.max_bodies_mb */
     char *raw_uri;                    /* the request target as sent (access log) */
+    size_t raw_len;                   /* its whole length (raw_uri is cut at HTTP_MAX_URL) */
     long arrival;                     /* time(2) of the request line */
     int sent_status;                  /* status queued, 0 = none yet */
     long long sent_bytes;             /* body bytes of that answer */
@@ -322,6 +332,17 @@ void tserver_handle_metrics(hreq *r, const route_match *m)
                    "# TYPE tessera_renders_coalesced_total counter\n"
                    "tessera_renders_coalesced_total %llu\n",
                __atomic_load_n(&sp->coalesced, __ATOMIC_RELAXED));
+    buf_printf(&b, "# HELP tessera_http_open_connections Connections open now.\n"
+                   "# TYPE tessera_http_open_connections gauge\n"
+                   "tessera_http_open_connections %d\n"
+                   "# HELP tessera_http_header_timeouts_total Connections closed at "
+                   "limits.header_timeout_s.\n"
+                   "# TYPE tessera_http_header_timeouts_total counter\n"
+                   "tessera_http_header_timeouts_total %llu\n"
+                   "# HELP tessera_http_body_bytes Request-body bytes held (limits.max_bodies_mb).\n"
+                   "# TYPE tessera_http_body_bytes gauge\ntessera_http_body_bytes %zu\n",
+               __atomic_load_n(&sp->nconn, __ATOMIC_ACQUIRE), connwatch_cut_count(sp->watch),
+               __atomic_load_n(&sp->body_held, __ATOMIC_ACQUIRE));
     pthread_mutex_lock(&sp->pool_lock);
     size_t depth = sp->pub.workers ? pool_queue_depth(sp->pub.workers) : 0;
     pthread_mutex_unlock(&sp->pool_lock);
@@ -459,6 +480,180 @@ static enum MHD_Result send_reply(hreq *r)
     return ret;
 }
 
+/* ---- reading requests: framing, target length, body budget, header deadline -------- */
+
+/* The connection's entry in the header-deadline watcher, or NULL. */
+static connwatch_entry *watch_entry(struct MHD_Connection *conn)
+{
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+    return ci ? ci->socket_context : NULL;
+}
+
+/* What the Transfer-Encoding fields of a request say (RFC 9112, section 6.1). */
+typedef struct te_scan {
+    int fields;               /* Transfer-Encoding header lines */
+    int chunked;              /* codings named "chunked" */
+    int last_chunked;         /* the final coding named is "chunked" */
+    int exact;                /* one field, its whole value "chunked" (what libmicrohttpd
+                                 decodes; any other value it reads as "up to the end of
+                                 the connection") */
+    char other[32];           /* the first other coding, printable ASCII ("" none) */
+} te_scan;
+
+static enum MHD_Result scan_te(void *cls, enum MHD_ValueKind kind, const char *key,
+                               const char *value)
+{
+    te_scan *t = cls;
+    (void)kind;
+    if (strcasecmp(key, MHD_HTTP_HEADER_TRANSFER_ENCODING) != 0)
+        return MHD_YES;
+    t->exact = ++t->fields == 1 && strcasecmp(value, "chunked") == 0;
+    t->last_chunked = 0;
+    for (const char *p = value; *p;) {
+        size_t n = strcspn(p, ",");
+        const char *b = p, *e = p + n;
+        const char *semi = memchr(b, ';', n);   /* transfer parameters */
+        if (semi)
+            e = semi;
+        while (b < e && (*b == ' ' || *b == '\t'))
+            b++;
+        while (e > b && (e[-1] == ' ' || e[-1] == '\t'))
+            e--;
+        if (e > b) {   /* empty list elements are ignored */
+            size_t len = (size_t)(e - b);
+            t->last_chunked = len == 7 && strncasecmp(b, "chunked", 7) == 0;
+            t->chunked += t->last_chunked;
+            if (!t->last_chunked && !t->other[0]) {
+                size_t k = 0;
+                for (; k < len && k < sizeof(t->other) - 1; k++)
+                    t->other[k] = b[k] > ' ' && b[k] < 0x7f ? b[k] : '?';
+                t->other[k] = '\0';
+            }
+        }
+        p += n;
+        if (*p == ',')
+            p++;
+    }
+    return MHD_YES;
+}
+
+/* 0 when the request's body framing is one libmicrohttpd reads: no Transfer-Encoding, or
+ * "chunked" alone, without Content-Length, in HTTP/1.1.  Otherwise fills r's reply with
+ * 501 (a coding other than chunked) or 400 (a framing that cannot be read reliably) and
+ * returns -1; the connection is closed after the answer. */
+static int check_framing(hreq *r, const char *version)
+{
+    te_scan t;
+    memset(&t, 0, sizeof(t));
+    MHD_get_connection_values(r->conn, MHD_HEADER_KIND, scan_te, &t);
+    if (!t.fields)
+        return 0;
+    const char *te = MHD_HTTP_HEADER_TRANSFER_ENCODING;
+    if (strcmp(version, MHD_HTTP_VERSION_1_0) == 0)
+        problem_reply(r, 400, te, "HTTP/1.0 has no transfer codings: send Content-Length");
+    else if (!t.last_chunked)
+        problem_reply(r, 400, te, "the final transfer coding of a request must be chunked "
+                      "(RFC 9112, section 6.3)");
+    else if (t.other[0])
+        problem_reply(r, 501, te, "transfer coding '%s' is not supported: send the body "
+                      "chunked alone or with Content-Length", t.other);
+    else if (t.chunked > 1)
+        problem_reply(r, 400, te, "chunked is applied more than once");
+    else if (!t.exact)
+        problem_reply(r, 400, te, "Transfer-Encoding must be \"chunked\" alone, without "
+                      "parameters or blanks after it");
+    else if (hreq_header(r, MHD_HTTP_HEADER_CONTENT_LENGTH))
+        problem_reply(r, 400, te, "both Transfer-Encoding and Content-Length are given");
+    else
+        return 0;
+    ((hreq_priv *)r)->close_conn = 1;
+    return -1;
+}
+
+/* Reserves n bytes of limits.max_bodies_mb; 0, or -1 when they would pass it. */
+static int body_reserve(tserver_priv *sp, size_t n)
+{
+    size_t held = __atomic_load_n(&sp->body_held, __ATOMIC_RELAXED);
+    do {
+        if (n > sp->body_budget || held > sp->body_budget - n)
+            return -1;
+    } while (!__atomic_compare_exchange_n(&sp->body_held, &held, held + n, 1, __ATOMIC_ACQ_REL,
+                                          __ATOMIC_RELAXED));
+    return 0;
+}
+
+static void body_release(tserver_priv *sp, size_t n)
+{
+    if (n)
+        __atomic_sub_fetch(&sp->body_held, n, __ATOMIC_ACQ_REL);
+}
+
+/* Frees r's body and gives its budget back; the rest of the upload is discarded. */
+static void body_drop(hreq_priv *rp)
+{
+    free(rp->pub.body);
+    rp->pub.body = NULL;
+    rp->pub.body_len = 0;
+    body_release((tserver_priv *)rp->pub.srv, rp->body_reserved);
+    rp->body_reserved = 0;
+}
+
+/* 503 for a body that does not fit in limits.max_bodies_mb now. */
+static void reply_over_budget(hreq *r)
+{
+    ((hreq_priv *)r)->close_conn = 1;
+    problem_reply(r, 503, "body", "request bodies being received fill limits.max_bodies_mb = "
+                  "%zu MB; retry shortly", r->srv->cfg->max_bodies_mb);
+    r->rep.retry_after = 1;
+}
+
+/* Appends n bytes of upload to r's body.  A declared length was reserved whole by the
+ * first call; without one (chunked) the reservation grows by doubling.  Past
+ * limits.max_body_mb or the budget the body is dropped and the rest discarded (answered
+ * 413 or 503 at the end).  Returns 0, or TESS_ENOMEM. */
+static int body_append(hreq_priv *rp, const char *data, size_t n)
+{
+    hreq *r = &rp->pub;
+    tserver_priv *sp = (tserver_priv *)r->srv;
+    if (r->body_too_big || rp->body_over_budget)
+        return 0;
+    size_t need = r->body_len + n;
+    if (need > rp->body_cap) {
+        r->body_too_big = 1;
+        body_drop(rp);
+        return 0;
+    }
+    if (need > rp->body_reserved) {
+        size_t want = rp->body_reserved ? 2 * rp->body_reserved : 65536;
+        if (want < need)
+            want = need;
+        if (want > rp->body_cap)
+            want = rp->body_cap;
+        if (body_reserve(sp, want - rp->body_reserved)) {
+            want = need;
+            if (body_reserve(sp, want - rp->body_reserved)) {
+                rp->body_over_budget = 1;
+                body_drop(rp);
+                return 0;
+            }
+        }
+        char *nb = realloc(r->body, want + 1);
+        if (!nb) {
+            body_release(sp, want - rp->body_reserved);
+            return TESS_ENOMEM;
+        }
+        r->body = nb;
+        rp->body_reserved = want;
+    } else if (!r->body && !(r->body = malloc(rp->body_reserved + 1))) {
+        return TESS_ENOMEM;
+    }
+    memcpy(r->body + r->body_len, data, n);
+    r->body_len = need;
+    r->body[need] = '\0';
+    return 0;
+}
+
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url,
                                   const char *method, const char *version,
                                   const char *upload_data, size_t *upload_data_size,
@@ -488,9 +683,11 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         if (!r->url)
             return MHD_NO;   /* on_completed frees rp */
         rp->body_cap = s->cfg->max_body_mb * 1024 * 1024;
+        tserver_priv *sp0 = (tserver_priv *)s;
+        /* The request line and headers are in: no header deadline until the answer. */
+        connwatch_set(sp0->watch, watch_entry(conn), 0);
         /* Over limits.max_connections (the daemon itself admits some more, so that
          * they can be told): 503 with Retry-After, and the connection is closed. */
-        tserver_priv *sp0 = (tserver_priv *)s;
         if (__atomic_load_n(&sp0->nconn, __ATOMIC_ACQUIRE) > s->cfg->max_connections) {
             rp->close_conn = 1;
             problem_reply(r, 503, NULL, "too many connections (limits.max_connections = %d); "
@@ -498,10 +695,21 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
             r->rep.retry_after = 1;
             return send_reply(r);
         }
-        /* A declared body over the limit is refused before it is sent (this also
-         * answers "Expect: 100-continue" with 413 instead of 100). */
+        /* Refusals decided by the head alone are answered before any body is read
+         * (this also answers "Expect: 100-continue" with them instead of 100).  Body
+         * framing libmicrohttpd cannot read would otherwise be read to the end of the
+         * connection, and so never answered. */
+        if (check_framing(r, version))
+            return send_reply(r);
         const char *cl = MHD_lookup_connection_value(conn, MHD_HEADER_KIND,
                                                      MHD_HTTP_HEADER_CONTENT_LENGTH);
+        size_t target = rp->raw_len ? rp->raw_len : strlen(url);
+        if (target > HTTP_MAX_URL) {
+            rp->close_conn = cl || hreq_header(r, MHD_HTTP_HEADER_TRANSFER_ENCODING);
+            problem_reply(r, 414, NULL, "request target (path and query) longer than %d bytes",
+                          HTTP_MAX_URL);
+            return send_reply(r);
+        }
         if (cl) {
             char *end;
             unsigned long long n = strtoull(cl, &end, 10);
@@ -510,28 +718,22 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
                 routes_dispatch(r);
                 return send_reply(r);
             }
+            /* A declared body takes its share of limits.max_bodies_mb before it is
+             * read. */
+            if (*end == '\0' && n > 0) {
+                if (body_reserve(sp0, (size_t)n)) {
+                    reply_over_budget(r);
+                    return send_reply(r);
+                }
+                rp->body_reserved = (size_t)n;
+            }
         }
         return MHD_YES;
     }
     hreq *r = &rp->pub;
     if (*upload_data_size) {
-        if (!r->body_too_big) {
-            size_t n = *upload_data_size;
-            if (r->body_len + n > rp->body_cap) {
-                r->body_too_big = 1;
-                free(r->body);
-                r->body = NULL;
-                r->body_len = 0;
-            } else {
-                char *nb = realloc(r->body, r->body_len + n + 1);
-                if (!nb)
-                    return MHD_NO;
-                memcpy(nb + r->body_len, upload_data, n);
-                r->body = nb;
-                r->body_len += n;
-                r->body[r->body_len] = '\0';
-            }
-        }
+        if (body_append(rp, upload_data, *upload_data_size))
+            return MHD_NO;
         *upload_data_size = 0;
         return MHD_YES;
     }
@@ -540,8 +742,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         return MHD_YES;   /* spurious call while suspended work runs */
     if (st == 0) {
         const char *nul = rp->raw_uri ? strstr(rp->raw_uri, "%00") : NULL;
-        if (strlen(url) > HTTP_MAX_URL)
-            problem_reply(r, 414, NULL, "URL longer than %d bytes", HTTP_MAX_URL);
+        if (rp->body_over_budget)
+            reply_over_budget(r);
         else if (nul) {
             /* A decoded NUL would cut a name short ("horsehead%00" is not "horsehead"). */
             const char *q = strchr(rp->raw_uri, '?');
@@ -558,10 +760,15 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
 static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
                          enum MHD_RequestTerminationCode toe)
 {
+    tserver_priv *sp = cls;
+    /* Kept alive, the connection's next request line is due within
+     * connection_timeout_s (the idle limit) and its headers header_timeout_s after it
+     * (on_uri_log moves the deadline then). */
+    connwatch_set(sp->watch, watch_entry(conn),
+                  tess_mono_s() + sp->pub.cfg->connection_timeout_s + sp->pub.cfg->header_timeout_s);
     hreq_priv *rp = *con_cls;
     if (!rp)
         return;
-    tserver_priv *sp = cls;
     hreq *r = &rp->pub;
     if (!r->srv) {
         /* The request line came, the request never reached on_request. */
@@ -608,7 +815,7 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
     if (r->rep.file_fd > 0)
         close(r->rep.file_fd);
     free(r->cache_key);
-    free(r->body);
+    body_drop(rp);
     free(r->url);
     free(rp->raw_uri);
     free(rp);
@@ -616,29 +823,40 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
 }
 
 /* Called by libmicrohttpd with the request target as sent, before on_request: keeps it
- * for the access log (the URL on_request gets is decoded, without the query). */
+ * for the access log and its length for the 414 limit (the URL on_request gets is
+ * decoded, without the query); the headers are due header_timeout_s from now. */
 static void *on_uri_log(void *cls, const char *uri, struct MHD_Connection *conn)
 {
-    (void)cls;
-    (void)conn;
+    tserver_priv *sp = cls;
+    connwatch_tighten(sp->watch, watch_entry(conn), tess_mono_s() + sp->pub.cfg->header_timeout_s);
     hreq_priv *rp = calloc(1, sizeof(*rp));
     if (rp) {
         rp->arrival = (long)time(NULL);
         rp->raw_uri = strndup(uri, HTTP_MAX_URL);
+        rp->raw_len = strlen(uri);
     }
     return rp;
 }
 
+/* Counts open connections and registers each socket with the header-deadline watcher:
+ * its first request line and headers are due within header_timeout_s of the accept.
+ * libmicrohttpd notifies the close before it closes the socket. */
 static void on_connection(void *cls, struct MHD_Connection *conn, void **socket_ctx,
                           enum MHD_ConnectionNotificationCode toe)
 {
     tserver_priv *sp = cls;
-    (void)conn;
-    (void)socket_ctx;
-    if (toe == MHD_CONNECTION_NOTIFY_STARTED)
+    if (toe == MHD_CONNECTION_NOTIFY_STARTED) {
         __atomic_add_fetch(&sp->nconn, 1, __ATOMIC_ACQ_REL);
-    else if (toe == MHD_CONNECTION_NOTIFY_CLOSED)
+        const union MHD_ConnectionInfo *ci =
+            MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+        *socket_ctx = ci ? connwatch_add(sp->watch, ci->connect_fd,
+                                         tess_mono_s() + sp->pub.cfg->header_timeout_s)
+                         : NULL;
+    } else if (toe == MHD_CONNECTION_NOTIFY_CLOSED) {
+        connwatch_remove(sp->watch, *socket_ctx);
+        *socket_ctx = NULL;
         __atomic_sub_fetch(&sp->nconn, 1, __ATOMIC_ACQ_REL);
+    }
 }
 
 int tserver_reopen_logs(tserver *s)
@@ -646,10 +864,33 @@ int tserver_reopen_logs(tserver *s)
     return s ? oplog_reopen(((tserver_priv *)s)->access) : 0;
 }
 
+/* libmicrohttpd's messages, one write each.  A message repeated within a second of its
+ * last line (one for each connection of a flood past the connection limits) is counted
+ * instead, and the count printed before the next line. */
 static void log_mhd(void *cls, const char *fmt, va_list ap)
 {
-    fprintf(stderr, "tesserad: microhttpd: ");
-    vfprintf(stderr, fmt, ap);
+    static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+    static const char *last_fmt;
+    static double last_at;
+    static unsigned long repeats;
+    (void)cls;
+    char line[640];
+    int n = snprintf(line, sizeof line, "tesserad: microhttpd: ");
+    vsnprintf(line + n, sizeof line - (size_t)n, fmt, ap);
+    double now = tess_mono_s();
+    pthread_mutex_lock(&lock);
+    if (fmt == last_fmt && now - last_at < 1.0) {
+        repeats++;
+    } else {
+        if (repeats)
+            fprintf(stderr, "tesserad: microhttpd: (the message before repeated %lu more times)\n",
+                    repeats);
+        fputs(line, stderr);
+        repeats = 0;
+        last_fmt = fmt;
+        last_at = now;
+    }
+    pthread_mutex_unlock(&lock);
 }
 
 int tserver_start(const tess_config *cfg, tserver **out, char *err, size_t errlen)
@@ -678,8 +919,10 @@ int tserver_start(const tess_config *cfg, tserver **out, char *err, size_t errle
             goto fail;
         }
     }
-    if (!s->cache || !s->workers || !s->planes) {
-        snprintf(err, errlen, "cannot create the cache or the worker pool");
+    sp->watch = connwatch_new();
+    sp->body_budget = cfg->max_bodies_mb * 1024 * 1024;
+    if (!s->cache || !s->workers || !s->planes || !sp->watch) {
+        snprintf(err, errlen, "cannot create the cache, the worker pool or the connection watcher");
         rc = TESS_ENOMEM;
         goto fail;
     }
@@ -723,8 +966,10 @@ int tserver_start(const tess_config *cfg, tserver **out, char *err, size_t errle
          * waiting unanswered in the listen backlog. */
         MHD_OPTION_CONNECTION_LIMIT,
         (unsigned int)(cfg->max_connections + 16 + cfg->max_connections / 4),
+        /* Past it a connection is closed at once, before it can hold a slot. */
+        MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned int)cfg->max_connections_per_address,
         MHD_OPTION_CONNECTION_TIMEOUT, (unsigned int)cfg->connection_timeout_s,
-        MHD_OPTION_URI_LOG_CALLBACK, on_uri_log, NULL,
+        MHD_OPTION_URI_LOG_CALLBACK, on_uri_log, sp,
         MHD_OPTION_NOTIFY_CONNECTION, on_connection, sp,
         MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)(256 * 1024),
         MHD_OPTION_END);
@@ -739,6 +984,7 @@ int tserver_start(const tess_config *cfg, tserver **out, char *err, size_t errle
     *out = s;
     return 0;
 fail:
+    connwatch_free(sp->watch);
     oplog_close(sp->access);
     jobs_close(s->jobs);
     pool_free(s->workers);
@@ -789,6 +1035,7 @@ void tserver_stop(tserver *s, int grace_s)
     for (int i = 0; i < grace_s * 100 && __atomic_load_n(&s->inflight, __ATOMIC_ACQUIRE) > 0; i++)
         usleep(10000);
     MHD_stop_daemon(s->daemon);
+    connwatch_free(sp->watch);
     tilecache_free(s->cache);
     planestore_free(s->planes);
     diskcache_close(s->disk);

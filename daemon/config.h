@@ -35,7 +35,8 @@ typedef struct tess_config {
     char *error_log;             /* error_log: JSON-lines file of 5xx and job failures, "-" = stderr
                                     (the default), NULL after "none" */
     char *jobs_dir;              /* jobs.dir, may be NULL */
-    char *jobs_token;            /* jobs.token, may be NULL */
+    char *jobs_token;            /* jobs.token, may be NULL (no authentication); from a file
+                                    at least 16 visible ASCII characters, no spaces */
     ds_config *datasets;
     int n_datasets;
 } tess_config;

@@ -102,8 +102,13 @@ int jobkind_check_new_name(const job_env *env, const char *name, const char *fie
                            job_problem *pb);
 /* Resolves an input: a dataset name of the catalog, or a path (absolute or relative to
  * the first data root) that lies inside the data roots.  On success *ds is the dataset
- * (or NULL for a plain file) and `path` (PATH_MAX) the canonical file path.  404 for an
- * unknown name, 403 for a path outside the roots, 404 for a missing file. */
+ * (or NULL for a plain file) and `path` (PATH_MAX) the canonical file path.  One answer
+ * for an unknown name, a missing file and a path outside the roots, whether or not
+ * something exists there: 404 "no dataset or file under a data root named 'S'".  A path
+ * whose "." and ".." components, removed as text, leave it outside every root is refused
+ * without looking at the file system (so the time of the answer says nothing either);
+ * one inside is then canonicalised (symbolic links followed) and must still be inside.
+ * 403 when no data roots are configured, 400 for a path too long. */
 int jobkind_resolve_input(const job_env *env, const char *s, const char *field,
                           const dataset **ds, char *path, job_problem *pb);
 void jobkind_problem(job_problem *pb, int status, const char *field, const char *fmt, ...)

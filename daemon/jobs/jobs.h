@@ -31,8 +31,12 @@ const job_kind *jobs_find_kind(const char *type);
 
 /* Opens (creating when needed) the jobs directory `dir`, sweeps temporary files, registers
  * the products of succeeded jobs in `cat`, and starts the scheduler, which resumes a job
- * left running.  `p` must outlive the runner.  Returns 0, or TESS_EIO (directory or
- * database unusable: err says why), TESS_ENOMEM. */
+ * left running.  The directory is locked for this runner (an flock on it and on dir/lock,
+ * whose identity is checked again when a job is taken, on submit and every second); the
+ * store is checked before anything writes to it (PRAGMA integrity_check, the schema and
+ * its version: a damaged or foreign file is refused and left unchanged; a store of version
+ * 0 is upgraded).  `p` must outlive the runner.  Returns 0, or TESS_EIO (directory in use,
+ * database damaged, foreign or unusable: err says why), TESS_ENOMEM. */
 int jobs_open(const char *dir, const tess_config *cfg, catalog *cat, pool *p, jobs **out,
               char *err, size_t errlen);
 
@@ -44,7 +48,8 @@ void jobs_close(jobs *J);
 /* Validates and queues a job from the JSON text `body`.  On success returns 0 and
  * *json_out (malloc'd) is the job document.  On failure returns -1 and *pb says why:
  * 400 (not JSON, not an object, no or unknown "type", and the type's own checks), 404,
- * 409, 422, 503 (limits.max_queued_jobs jobs are queued or running). */
+ * 409, 422, 503 (limits.max_queued_jobs jobs are queued or running, or another process
+ * took the directory's lock file). */
 int jobs_submit(jobs *J, const char *body, size_t len, char **json_out, job_problem *pb);
 
 /* The job document {id, type, state, progress{done,total,fraction}, eta_s, created,

@@ -23,6 +23,9 @@ int config_init(tess_config *c)
     c->max_output_pixels = 16777216;
     c->max_body_mb = 64;
     c->max_queued_jobs = 64;
+    c->jobs_memory_mb = 4096;
+    c->jobs_max_product_mb = 8192;
+    c->jobs_disk_mb = 65536;
     c->max_queue = 256;
     c->max_connections = 256;
     c->connection_timeout_s = 30;
@@ -236,7 +239,8 @@ static int load_json(json_t *root, tess_config *c, const char *base, char *err, 
     static const char *const limit_keys[] = {"max_output_pixels", "max_body_mb", "max_queued_jobs",
                                              "max_queue", "max_connections",
                                              "connection_timeout_s", NULL};
-    static const char *const job_keys[] = {"dir", "token", NULL};
+    static const char *const job_keys[] = {"dir", "token", "memory_mb", "max_product_mb",
+                                           "disk_mb", NULL};
     static const char *const ds_keys[] = {"name", "path", "hdu", "frames", "hips_frame", NULL};
     int rc;
     long long v;
@@ -360,6 +364,18 @@ static int load_json(json_t *root, tess_config *c, const char *base, char *err, 
             (rc = get_str(jobs, "token", "jobs.", &c->jobs_token, err, errlen)) ||
             (rc = check_jobs_token(json_object_get(jobs, "token"), err, errlen)))
             return rc;
+        v = (long long)c->jobs_memory_mb;
+        if ((rc = get_int(jobs, "memory_mb", "jobs.", 16, 1 << 24, &v, err, errlen)))
+            return rc;
+        c->jobs_memory_mb = (size_t)v;
+        v = (long long)c->jobs_max_product_mb;
+        if ((rc = get_int(jobs, "max_product_mb", "jobs.", 1, 1 << 24, &v, err, errlen)))
+            return rc;
+        c->jobs_max_product_mb = (size_t)v;
+        v = (long long)c->jobs_disk_mb;
+        if ((rc = get_int(jobs, "disk_mb", "jobs.", 0, 1 << 30, &v, err, errlen)))
+            return rc;
+        c->jobs_disk_mb = (size_t)v;
         /* Like data_roots, a relative jobs.dir is relative to the configuration file. */
         if (c->jobs_dir && c->jobs_dir[0] != '/' && base) {
             size_t n = strlen(base) + strlen(c->jobs_dir) + 2;

@@ -1,5 +1,6 @@
 /* The job runner: SQLite state, a scheduler thread, blocks on the shared pool (jobs.h). */
 #include "daemon/jobs/jobs.h"
+#include "daemon/jobs/jobbudget.h"
 #include "daemon/oplog.h"
 #include "daemon/problem.h"
 #include "engine/base/error.h"
@@ -350,6 +351,44 @@ void jobs_counts(jobs *J, long counts[5])
 
 /* ---- submit, cancel, result ------------------------------------------------------ */
 
+/* Bytes of work files and products under jobs.dir now (jobbudget_du of work/ and
+ * results/); 0 without jobs.disk_mb, which alone needs it. */
+static double disk_used_locked(jobs *J)
+{
+    if (J->cfg->jobs_disk_mb == 0)
+        return 0.0;
+    char work[PATH_MAX], results[PATH_MAX];
+    snprintf(work, sizeof work, "%s/work", J->dir);
+    snprintf(results, sizeof results, "%s/results", J->dir);
+    const char *const both[] = {work, results};
+    return jobbudget_du(both, 2);
+}
+
+/* What accepted jobs will still write: the disk need of every queued job, and of the
+ * running ones less what their work directories hold already.  Lock held. */
+static double disk_promised_locked(jobs *J)
+{
+    double promised = 0.0;
+    sqlite3_stmt *st;
+    if (sqlite3_prepare_v2(J->db, "SELECT id, state, disk_need FROM jobs WHERE state IN "
+                           "('queued', 'running') AND disk_need > 0", -1, &st, NULL) != SQLITE_OK)
+        return 0.0;
+    while (sqlite3_step(st) == SQLITE_ROW) {
+        const char *id = (const char *)sqlite3_column_text(st, 0);
+        const char *state = (const char *)sqlite3_column_text(st, 1);
+        double need = sqlite3_column_double(st, 2);
+        if (id && state && strcmp(state, "running") == 0 && valid_id(id)) {
+            char wd[PATH_MAX];
+            const char *one[] = {wd};
+            workdir_of(J, id, wd);
+            need -= jobbudget_du(one, 1);
+        }
+        promised += need > 0.0 ? need : 0.0;
+    }
+    sqlite3_finalize(st);
+    return promised;
+}
+
 int jobs_submit(jobs *J, const char *body, size_t len, char **json_out, job_problem *pb)
 {
     *json_out = NULL;
@@ -386,7 +425,8 @@ int jobs_submit(jobs *J, const char *body, size_t len, char **json_out, job_prob
         return -1;
     }
     job_env env = {J->cfg, J->cat, J->threads};
-    if (k->validate(b, &env, pb)) {
+    job_cost cost = {0};
+    if (k->validate(b, &env, pb) || (k->estimate && k->estimate(b, &env, &cost, pb))) {
         json_decref(b);
         return -1;
     }
@@ -417,6 +457,7 @@ int jobs_submit(jobs *J, const char *body, size_t len, char **json_out, job_prob
         sqlite3_finalize(st);
     }
     int rc = -1;
+    double need = jobbudget_disk_need(&cost);
     if (active >= J->cfg->max_queued_jobs) {
         jobkind_problem(pb, 503, NULL,
                         "%ld jobs are queued or running (limits.max_queued_jobs); retry later",
@@ -424,11 +465,15 @@ int jobs_submit(jobs *J, const char *body, size_t len, char **json_out, job_prob
     } else if (!lock_still_ours(J)) {
         jobkind_problem(pb, 503, NULL, "another server took the lock file of jobs.dir: this "
                         "server runs no more jobs (one server per jobs directory)");
+    } else if (jobbudget_admit(J->cfg, &cost, disk_used_locked(J),
+                               J->cfg->jobs_disk_mb ? disk_promised_locked(J) : 0.0, pb)) {
+        /* *pb says which budget */
     } else if (sql_run(J,
-                       "INSERT INTO jobs (id, seq, type, state, body, created, done, total) "
+                       "INSERT INTO jobs (id, seq, type, state, body, created, done, total, "
+                       "disk_need) "
                        "VALUES (?1, (SELECT COALESCE(MAX(seq), 0) + 1 FROM jobs), ?2, 'queued', "
-                       "?3, ?4, 0, 0)",
-                       "tttd", id, k->type, canon, now_epoch()) != SQLITE_DONE) {
+                       "?3, ?4, 0, 0, ?5)",
+                       "tttdd", id, k->type, canon, now_epoch(), need) != SQLITE_DONE) {
         jobkind_problem(pb, 500, NULL, "the jobs database refused the job");
     } else {
         json_t *o = job_json_locked(J, id);
@@ -651,6 +696,16 @@ static void record_blocks_locked(jobs *J, const char *id, const char *wd, block_
     }
 }
 
+/* Whether jobs.dir's work files and products are over jobs.disk_mb (detail says so), with
+ * `wd` the running job's work directory.  Lock held. */
+static int over_disk_locked(jobs *J, const char *wd, char *detail, size_t len)
+{
+    if (J->cfg->jobs_disk_mb == 0)
+        return 0;
+    const char *one[] = {wd};
+    return jobbudget_over_disk(J->cfg, disk_used_locked(J), jobbudget_du(one, 1), detail, len);
+}
+
 /* Runs job `id` to its end, or until the runner stops.  Lock held on entry and exit. */
 static void run_job_locked(jobs *J, const char *id)
 {
@@ -682,11 +737,16 @@ static void run_job_locked(jobs *J, const char *id)
         fail_job_locked(J, id, 500, "cannot create the job's work directory");
         return;
     }
-    /* Plan outside the lock (it may read headers). */
+    /* Plan outside the lock (it may read headers); the estimate again (the inputs may
+     * have changed since the job was accepted) bounds the blocks in flight. */
     pthread_mutex_unlock(&J->lock);
     job_env env = {J->cfg, J->cat, J->threads};
     job_plan plan = {0};
+    job_cost cost = {0};
+    job_problem epb;
     char err[512] = "";
+    if (k->estimate && k->estimate(b, &env, &cost, &epb) != 0)
+        memset(&cost, 0, sizeof cost);
     int rc = k->plan(b, &env, wd, &plan, err, sizeof(err));
     json_decref(b);
     pthread_mutex_lock(&J->lock);
@@ -727,7 +787,7 @@ static void run_job_locked(jobs *J, const char *id)
     char fail_detail[300] = "";
     block_task *ok = NULL;
     double last_record = tess_mono_s();
-    int max_inflight = J->threads > 0 ? J->threads : 1;
+    int max_inflight = jobbudget_blocks(J->cfg, &cost, J->threads);
     double last_check = tess_mono_s();
     for (int s = 0; s < plan.nstages && !failed && !J->cur_cancel && !J->stopping &&
                     !J->lock_lost; s++) {
@@ -778,10 +838,15 @@ static void run_job_locked(jobs *J, const char *id)
                 done += newly;
                 sql_run(J, "UPDATE jobs SET done = ?2 WHERE id = ?1", "ti", id, (long long)done);
             }
-            /* Now and then: the lock file still ours. */
+            /* Now and then: the lock file still ours, jobs.dir within jobs.disk_mb. */
             if (!failed && tess_mono_s() - last_check >= 0.25) {
                 last_check = tess_mono_s();
                 lock_still_ours(J);
+                if (over_disk_locked(J, wd, fail_detail, sizeof fail_detail)) {
+                    failed = 1;
+                    J->cur_cancel = 1;
+                    fail_status = 413;
+                }
             }
             stop = failed || J->cur_cancel || J->stopping || J->lock_lost;
             int stage_end = J->inflight == 0 && !J->completed && (stop || next >= plan.nblocks[s]);
@@ -831,12 +896,21 @@ static void run_job_locked(jobs *J, const char *id)
         k->release(plan.state);
     if (rc == 0) {
         int fd = open(tmp, O_RDONLY);
-        if (fd < 0 || fsync(fd) != 0) {
+        struct stat pst;
+        if (fd < 0 || fsync(fd) != 0 || fstat(fd, &pst) != 0) {
             rc = TESS_EIO;
             tess_seterr(err, sizeof(err), "the product was not written");
+        } else if (jobbudget_over_product(J->cfg, (double)pst.st_size, err, sizeof err)) {
+            rc = TESS_ETOOBIG;
         }
         if (fd >= 0)
             close(fd);
+    }
+    if (rc == 0) {
+        pthread_mutex_lock(&J->lock);
+        if (over_disk_locked(J, wd, err, sizeof err))
+            rc = TESS_ETOOBIG;
+        pthread_mutex_unlock(&J->lock);
     }
     result_of(J, id, prod.content_type, final);
     if (rc == 0 && rename(tmp, final) != 0) {

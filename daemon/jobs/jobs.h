@@ -8,8 +8,11 @@
  * Work directories of finished jobs and every *.tmp are removed on success, failure and
  * cancel, and swept at start-up.  A scheduler thread runs one job at a time: its blocks go
  * to the shared worker pool at batch priority (interactive tiles go first), at most one
- * block per worker in flight.  A restart keeps queued jobs queued and resumes the running
- * one from its recorded blocks (see daemon/jobs/jobkind.h for what job types guarantee).
+ * block per worker in flight (fewer when jobs.memory_mb holds fewer of the job's blocks).
+ * A job whose files take jobs.dir past jobs.disk_mb, or whose product passes
+ * jobs.max_product_mb, fails (413).  A restart keeps queued jobs queued and resumes the
+ * running one from its recorded blocks (see daemon/jobs/jobkind.h for what job types
+ * guarantee).
  * Times are UTC, ISO 8601 with milliseconds.  Job ids: 16 lowercase hex characters.
  */
 #ifndef TESSERA_SERVER_JOBS_H
@@ -45,11 +48,12 @@ int jobs_open(const char *dir, const tess_config *cfg, catalog *cat, pool *p, jo
  * called before the pool is freed.  NULL is ignored. */
 void jobs_close(jobs *J);
 
-/* Validates and queues a job from the JSON text `body`.  On success returns 0 and
- * *json_out (malloc'd) is the job document.  On failure returns -1 and *pb says why:
- * 400 (not JSON, not an object, no or unknown "type", and the type's own checks), 404,
- * 409, 422, 503 (limits.max_queued_jobs jobs are queued or running, or another process
- * took the directory's lock file). */
+/* Validates, estimates (job_kind.estimate) and queues a job from the JSON text `body`.
+ * On success returns 0 and *json_out (malloc'd) is the job document.  On failure returns
+ * -1 and *pb says why: 400 (not JSON, not an object, no or unknown "type", and the type's
+ * own checks), 404, 409, 413 (over jobs.memory_mb, jobs.max_product_mb or jobs.disk_mb:
+ * daemon/jobs/jobbudget.h), 422, 503 (limits.max_queued_jobs jobs are queued or running,
+ * or another process took the directory's lock file). */
 int jobs_submit(jobs *J, const char *body, size_t len, char **json_out, job_problem *pb);
 
 /* The job document {id, type, state, progress{done,total,fraction}, eta_s, created,

@@ -1,9 +1,11 @@
-/* The job store against hostile files and requests, with the server in-process on a
- * temporary jobs directory: a jobs.sqlite with garbage over its pages, a foreign SQLite
- * file or schema (refused at start, left as it was), a lock file deleted under a running
- * server (a second server is still refused), inputs outside the data roots (one answer
- * whether or not something exists there), weak jobs.token values (refused as
- * configuration). */
+/* The job store and job budgets against hostile files and requests, with the server
+ * in-process on a temporary jobs directory: a jobs.sqlite with garbage over its pages, a
+ * foreign SQLite file or schema (refused at start, left as it was), a lock file deleted
+ * under a running server (a second server is still refused), inputs outside the data roots
+ * (one answer whether or not something exists there), weak jobs.token values (refused as
+ * configuration), a huge target or a huge input (refused before any work file is
+ * written), and the memory and disk budgets counted before and while jobs run.  Every FITS
+ * file is generated here; the huge ones are sparse. */
 #include <check.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -21,7 +23,10 @@
 #include "daemon/http.h"
 #include "daemon/jobs/jobs.h"
 #include "engine/base/error.h"
+#include "engine/mosaic/mosaic.h"
 #include "tests/testutil.h"
+
+#define MB 1048576.0
 
 static char top[256];              /* the test's directory */
 static char dataroot[300];         /* top/data: the data root */
@@ -30,12 +35,13 @@ static tess_config cfg;
 static tserver *srv;
 static char base[64];
 
-/* ---- a job type whose writes the body sets -----------------------------------------
- * {"type": "test_cost", "n": N, "delay_ms": D, "hold": true, "write_mb": X,
- *  "product_write_mb": Y, "output": {"name": NAME}}
- * one stage of N blocks, each waiting D ms (and while "hold" and g_hold are set), then
- * writing X MB into the work directory; finish writes Y MB (at least 1 KB) of product.
- * The largest number of blocks in flight is counted. */
+/* ---- a job type whose estimate and writes the body sets ----------------------------
+ * {"type": "test_cost", "block_mb": B, "state_mb": S, "work_mb": W, "product_mb": P,
+ *  "n": N, "delay_ms": D, "hold": true, "write_mb": X, "product_write_mb": Y,
+ *  "output": {"name": NAME}}
+ * estimate: the figures given (MB); one stage of N blocks, each waiting D ms (and while
+ * "hold" and g_hold are set), then writing X MB into the work directory; finish writes Y MB
+ * (at least 1 KB) of product.  The largest number of blocks in flight is counted. */
 static volatile int g_hold;
 static int g_inflight, g_max_inflight;
 
@@ -53,8 +59,9 @@ static double num(const json_t *b, const char *key)
 
 static int cost_validate(const json_t *b, const job_env *env, job_problem *pb)
 {
-    static const char *const known[] = {"type", "n", "delay_ms", "hold", "write_mb",
-                                        "product_write_mb", "output", NULL};
+    static const char *const known[] = {"type", "block_mb", "state_mb", "work_mb", "product_mb",
+                                        "n", "delay_ms", "hold", "write_mb", "product_write_mb",
+                                        "output", NULL};
     if (jobkind_only_fields(b, known, "", pb))
         return -1;
     json_t *name = json_object_get(json_object_get(b, "output"), "name");
@@ -63,6 +70,19 @@ static int cost_validate(const json_t *b, const job_env *env, job_problem *pb)
         return -1;
     }
     return jobkind_check_new_name(env, json_string_value(name), "output.name", pb);
+}
+
+static int cost_estimate(const json_t *b, const job_env *env, job_cost *c, job_problem *pb)
+{
+    (void)env;
+    (void)pb;
+    memset(c, 0, sizeof *c);
+    c->block_bytes = num(b, "block_mb") * MB;
+    c->state_bytes = num(b, "state_mb") * MB;
+    c->work_bytes = num(b, "work_mb") * MB;
+    c->product_bytes = num(b, "product_mb") * MB;
+    snprintf(c->what, sizeof c->what, "a test block");
+    return 0;
 }
 
 static int cost_plan(const json_t *b, const job_env *env, const char *wd, job_plan *out,
@@ -152,7 +172,64 @@ static void cost_release(void *state)
 }
 
 static const job_kind cost_kind = {"test_cost", cost_validate, cost_plan, cost_run, cost_finish,
-                                   cost_release};
+                                   cost_release, cost_estimate};
+
+/* ---- FITS files ----------------------------------------------------------------------- */
+
+/* An 80-character card "KEY = value" into h (2880 * k bytes, blank-filled) at card i. */
+static void card(char *h, int i, const char *key, const char *value)
+{
+    char c[160];
+    int n = snprintf(c, sizeof c, "%-8.8s= %s", key, value);
+    memcpy(h + 80 * i, c, n < 80 ? (size_t)n : 80);
+}
+
+/* A BITPIX -32 image of nx x ny pixels with a TAN WCS centred on (10, 20) degrees at
+ * `cdelt` degrees a pixel, its data unit left as a hole (zeros: sparse when large). */
+static void make_fits(const char *path, long nx, long ny, double cdelt)
+{
+    char h[2880], v[72];
+    memset(h, ' ', sizeof h);
+    int i = 0;
+    card(h, i++, "SIMPLE", "                   T");
+    card(h, i++, "BITPIX", "                 -32");
+    card(h, i++, "NAXIS", "                   2");
+    snprintf(v, sizeof v, "%20ld", nx);
+    card(h, i++, "NAXIS1", v);
+    snprintf(v, sizeof v, "%20ld", ny);
+    card(h, i++, "NAXIS2", v);
+    card(h, i++, "CTYPE1", "'RA---TAN'");
+    card(h, i++, "CTYPE2", "'DEC--TAN'");
+    card(h, i++, "CRVAL1", "                10.0");
+    card(h, i++, "CRVAL2", "                20.0");
+    snprintf(v, sizeof v, "%20.1f", (double)nx / 2 + 0.5);
+    card(h, i++, "CRPIX1", v);
+    snprintf(v, sizeof v, "%20.1f", (double)ny / 2 + 0.5);
+    card(h, i++, "CRPIX2", v);
+    snprintf(v, sizeof v, "%20.12g", -cdelt);
+    card(h, i++, "CDELT1", v);
+    snprintf(v, sizeof v, "%20.12g", cdelt);
+    card(h, i++, "CDELT2", v);
+    memcpy(h + 80 * i, "END", 3);
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    ck_assert_int_ge(fd, 0);
+    ck_assert_int_eq((int)write(fd, h, sizeof h), (int)sizeof h);
+    off_t data = (off_t)nx * ny * 4;
+    ck_assert_int_eq(ftruncate(fd, (off_t)sizeof h + (data + 2879) / 2880 * 2880), 0);
+    close(fd);
+}
+
+/* A target header of nx x ny pixels of `cdelt` degrees centred on (10, 20). */
+static char *target_header(long nx, long ny, double cdelt)
+{
+    char *t = malloc(1024);
+    snprintf(t, 1024,
+             "NAXIS   = 2\nNAXIS1  = %ld\nNAXIS2  = %ld\nCTYPE1  = 'RA---TAN'\n"
+             "CTYPE2  = 'DEC--TAN'\nCRVAL1  = 10.0\nCRVAL2  = 20.0\nCRPIX1  = %.1f\n"
+             "CRPIX2  = %.1f\nCDELT1  = %.12g\nCDELT2  = %.12g\nEND\n",
+             nx, ny, (double)nx / 2 + 0.5, (double)ny / 2 + 0.5, -cdelt, cdelt);
+    return t;
+}
 
 /* ---- the server --------------------------------------------------------------------- */
 
@@ -259,6 +336,25 @@ static json_t *wait_end(const char *id)
         ck_assert_msg(tt_now_s() - t0 < limit, "job %s did not end", id);
         usleep(20000);
     }
+}
+
+/* Asserts a 413 problem whose detail holds every NULL-terminated string of `want`. */
+static void assert_413(const tt_resp *r, const char *const *want)
+{
+    tt_assert_problem("/api/v1/jobs", r, 413, NULL);
+    json_t *j = json_loads(r->body, 0, NULL);
+    const char *d = json_string_value(json_object_get(j, "detail"));
+    for (int i = 0; want[i]; i++)
+        ck_assert_msg(d && strstr(d, want[i]), "detail lacks '%s': %s", want[i], d ? d : "");
+    printf("413: %s\n", d);
+    json_decref(j);
+}
+
+static long entries(const char *sub)
+{
+    char p[PATH_MAX];
+    snprintf(p, sizeof p, "%s/%s", jobsdir, sub);
+    return tt_count_entries(p);
 }
 
 /* The whole content of a file (malloc'd), its size into *n. */
@@ -409,7 +505,7 @@ START_TEST(test_old_store_upgraded)
     ck_assert_int_eq(r.status, 200);
     tt_resp_free(&r);
     char id[17];
-    submit("{\"type\": \"test_cost\", \"output\": {\"name\": \"u1\"}}", id);
+    submit("{\"type\": \"test_cost\", \"work_mb\": 1, \"output\": {\"name\": \"u1\"}}", id);
     json_t *j = wait_end(id);
     ck_assert_str_eq(json_string_value(json_object_get(j, "state")), "succeeded");
     json_decref(j);
@@ -560,6 +656,9 @@ START_TEST(test_weak_token_refused)
         {"\"token\": \"s3cret\"", "jobs.token has 6 characters: at least 16"},
         {"\"token\": \"a token with spaces in it\"", "jobs.token may hold only visible ASCII"},
         {"\"token\": \"0123456789abcdef\\u00e9\"", "jobs.token may hold only visible"},
+        {"\"memory_mb\": 8", "jobs.memory_mb must be between 16"},
+        {"\"max_product_mb\": 0", "jobs.max_product_mb must be between 1"},
+        {"\"disk_mb\": -1", "jobs.disk_mb must be between 0"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         err[0] = '\0';
@@ -570,6 +669,216 @@ START_TEST(test_weak_token_refused)
     }
     ck_assert_int_eq(load_jobs("\"token\": \"0123456789abcdef\"", err, sizeof err), 0);
     ck_assert_int_eq(load_jobs("\"token\": null", err, sizeof err), 0);
+    ck_assert_int_eq(load_jobs("\"memory_mb\": 16, \"max_product_mb\": 1, \"disk_mb\": 0", err,
+                               sizeof err), 0);
+}
+END_TEST
+
+/* ---- F20 and F2: huge jobs refused before any work file ------------------------------ */
+
+START_TEST(test_huge_target_refused)
+{
+    char in[PATH_MAX];
+    snprintf(in, sizeof in, "%s/small.fits", dataroot);
+    make_fits(in, 64, 64, 1e-3);
+    start("", 2);
+    /* 46000 x 46000 pixels: 16 GB of product (two float32 HDUs). */
+    char *t = target_header(46000, 46000, 2e-6);
+    json_t *b = json_pack("{s:s, s:[s], s:{s:s}, s:{s:s}}", "type", "mosaic", "inputs", in,
+                          "target", "header", t, "output", "name", "huge");
+    char *s = json_dumps(b, JSON_COMPACT);
+    tt_resp r = post(s);
+    static const char *const want[] = {"jobs.max_product_mb = 8192", "16144 MB", NULL};
+    assert_413(&r, want);
+    tt_resp_free(&r);
+    json_decref(b);
+    free(s);
+    free(t);
+    ck_assert_int_eq(entries("work"), 0);
+    ck_assert_int_eq(entries("results"), 0);
+    r = tt_fetch(base, "GET", "/api/v1/jobs", NULL, 0, NULL);
+    ck_assert_str_eq(r.body, "[]");
+    tt_resp_free(&r);
+}
+END_TEST
+
+START_TEST(test_huge_input_refused)
+{
+    /* A valid 32768 x 32768 float32 image (4 GB, sparse) at 1e-5 degrees a pixel, onto a
+     * 32 x 32 target of 0.01 degrees: one output row reads 1024 input rows of 32768
+     * pixels, 128 MB, over a memory budget of 64 MB. */
+    char in[PATH_MAX];
+    snprintf(in, sizeof in, "%s/huge.fits", dataroot);
+    make_fits(in, 32768, 32768, 1e-5);
+    start("\"memory_mb\": 64", 2);
+    char *t = target_header(32, 32, 0.01);
+    json_t *b = json_pack("{s:s, s:[s], s:{s:s}, s:{s:s}}", "type", "mosaic", "inputs", in,
+                          "target", "header", t, "output", "name", "hugein");
+    char *s = json_dumps(b, JSON_COMPACT);
+    tt_resp r = post(s);
+    static const char *const want[] = {"jobs.memory_mb = 64", "reprojection of input", NULL};
+    assert_413(&r, want);
+    tt_resp_free(&r);
+    json_decref(b);
+    free(s);
+    free(t);
+    ck_assert_int_eq(entries("work"), 0);
+}
+END_TEST
+
+/* The peak resident memory of this process (VmHWM) after clearing it, in bytes. */
+static double peak_rss(int reset)
+{
+    if (reset) {
+        FILE *f = fopen("/proc/self/clear_refs", "w");
+        if (f) {
+            fputs("5", f);
+            fclose(f);
+        }
+    }
+    FILE *f = fopen("/proc/self/status", "r");
+    char line[256];
+    double kb = 0;
+    while (f && fgets(line, sizeof line, f))
+        if (strncmp(line, "VmHWM:", 6) == 0)
+            kb = atof(line + 6);
+    if (f)
+        fclose(f);
+    return kb * 1024.0;
+}
+
+/* A large valid input's bands are short enough that a block reads at most about 64 MB,
+ * whatever the scale between input and target, and a block over the limit given fails
+ * before it allocates. */
+START_TEST(test_large_input_blocks_bounded)
+{
+    char in[PATH_MAX], work[PATH_MAX], err[512];
+    snprintf(in, sizeof in, "%s/large.fits", dataroot);
+    make_fits(in, 32768, 32768, 1e-5);
+    char *t = target_header(512, 512, 6.4e-4);
+    char *cards = NULL;
+    int nk = 0;
+    ck_assert_int_eq(mos_cards_from_text(t, strlen(t), &cards, &nk, err, sizeof err), 0);
+    mos_input mi = {in, "large.fits", 0};
+    mos_spec sp;
+    memset(&sp, 0, sizeof sp);
+    sp.ninputs = 1;
+    sp.inputs = &mi;
+    sp.target_cards = cards;
+    sp.target_nkeys = nk;
+    sp.method = RP_BILINEAR;
+    sp.combine = MOS_MEAN;
+    mosaic *m = NULL;
+    ck_assert_msg(mos_plan(&sp, NULL, 2, &m, err, sizeof err) == 0, "%s", err);
+    mos_cost c;
+    mos_estimate(m, &c);
+    printf("large input: %ld blocks, block %.1f MB (%s), work %.1f MB, product %.1f MB\n",
+           mos_nblocks(m, 0), c.block_bytes / MB, c.block_what, c.work_bytes / MB,
+           c.product_bytes / MB);
+    /* Before: 64 rows a band, 4096 input rows of 32768 pixels (512 MB) a block. */
+    ck_assert_msg(c.block_bytes < 100 * MB, "block of %.0f MB", c.block_bytes / MB);
+    ck_assert_msg(mos_nblocks(m, 0) > 8, "%ld reprojection blocks", mos_nblocks(m, 0));
+    ck_assert(c.product_bytes >= 2.0 * 512 * 512 * 4);
+    mos_free(m);
+    /* One block, run: its memory stays near the estimate. */
+    snprintf(work, sizeof work, "%s/work", top);
+    ck_assert_int_eq(mkdir(work, 0755), 0);
+    sp.max_block_bytes = c.block_bytes;
+    ck_assert_msg(mos_plan(&sp, work, 2, &m, err, sizeof err) == 0, "%s", err);
+    double before = peak_rss(1);
+    ck_assert_msg(mos_run_block(m, 0, 0, NULL, err, sizeof err) == 0, "%s", err);
+    double grew = peak_rss(0) - before;
+    printf("one block: resident memory grew by %.1f MB\n", grew / MB);
+    if (!tt_under_valgrind())
+        ck_assert_msg(grew < 1.5 * c.block_bytes, "grew by %.0f MB", grew / MB);
+    mos_free(m);
+    /* Under a smaller limit the block fails at once. */
+    sp.max_block_bytes = 16 * MB;
+    ck_assert_msg(mos_plan(&sp, work, 2, &m, err, sizeof err) == 0, "%s", err);
+    ck_assert_int_eq(mos_run_block(m, 0, 1, NULL, err, sizeof err), TESS_ETOOBIG);
+    printf("limited block: %s\n", err);
+    ck_assert_ptr_nonnull(strstr(err, "more than the 16 MB a block may use"));
+    mos_free(m);
+    free(cards);
+    free(t);
+}
+END_TEST
+
+/* ---- F20: the budgets counted ------------------------------------------------------- */
+
+START_TEST(test_budgets_counted)
+{
+    start("\"disk_mb\": 100, \"max_product_mb\": 50, \"memory_mb\": 256", 4);
+    char a[17], b[17], id[17];
+    g_hold = 1;
+    submit("{\"type\": \"test_cost\", \"work_mb\": 40, \"product_mb\": 10, \"hold\": true, "
+           "\"output\": {\"name\": \"a\"}}", a);
+    submit("{\"type\": \"test_cost\", \"work_mb\": 20, \"product_mb\": 50, \"output\": "
+           "{\"name\": \"b\"}}", b);
+    /* 40 + 50 promised: 20 more do not fit in 100. */
+    tt_resp r = post("{\"type\": \"test_cost\", \"work_mb\": 20, \"output\": {\"name\": \"c\"}}");
+    static const char *const w1[] = {"needs 20 MB of disk", "jobs.disk_mb = 100",
+                                     "leaves 10 MB", "90 MB promised", NULL};
+    assert_413(&r, w1);
+    tt_resp_free(&r);
+    r = post("{\"type\": \"test_cost\", \"product_mb\": 60, \"output\": {\"name\": \"d\"}}");
+    static const char *const w2[] = {"product would be 60 MB", "jobs.max_product_mb = 50", NULL};
+    assert_413(&r, w2);
+    tt_resp_free(&r);
+    r = post("{\"type\": \"test_cost\", \"block_mb\": 200, \"state_mb\": 100, \"output\": "
+             "{\"name\": \"e\"}}");
+    static const char *const w3[] = {"needs 300 MB of memory", "jobs.memory_mb = 256",
+                                     "a test block", NULL};
+    assert_413(&r, w3);
+    tt_resp_free(&r);
+    g_hold = 0;
+    json_decref(wait_end(a));
+    json_decref(wait_end(b));
+    /* What was promised is free again (the products written are 1 KB each). */
+    submit("{\"type\": \"test_cost\", \"work_mb\": 90, \"output\": {\"name\": \"f\"}}", id);
+    json_decref(wait_end(id));
+    /* Blocks of 100 MB under 256 MB: two at a time on four workers. */
+    g_max_inflight = 0;
+    submit("{\"type\": \"test_cost\", \"block_mb\": 100, \"n\": 12, \"delay_ms\": 40, "
+           "\"output\": {\"name\": \"g\"}}", id);
+    json_t *j = wait_end(id);
+    ck_assert_str_eq(json_string_value(json_object_get(j, "state")), "succeeded");
+    json_decref(j);
+    printf("blocks of 100 MB in flight at most: %d\n", g_max_inflight);
+    ck_assert_int_eq(g_max_inflight, 2);
+}
+END_TEST
+
+/* A job that writes more than its estimate fails when jobs.dir passes jobs.disk_mb, and one
+ * whose product passes jobs.max_product_mb fails at the end: cleanly, files removed. */
+START_TEST(test_budgets_while_writing)
+{
+    start("\"disk_mb\": 8, \"max_product_mb\": 2", 2);
+    char id[17];
+    submit("{\"type\": \"test_cost\", \"work_mb\": 1, \"n\": 24, \"delay_ms\": 30, "
+           "\"write_mb\": 1, \"output\": {\"name\": \"w\"}}", id);
+    json_t *j = wait_end(id);
+    ck_assert_str_eq(json_string_value(json_object_get(j, "state")), "failed");
+    json_t *e = json_object_get(j, "error");
+    const char *d = json_string_value(json_object_get(e, "detail"));
+    printf("overrun: %s\n", d);
+    ck_assert_int_eq(json_integer_value(json_object_get(e, "status")), 413);
+    ck_assert_ptr_nonnull(strstr(d, "more than jobs.disk_mb = 8"));
+    json_decref(j);
+    ck_assert_int_eq(entries("work"), 0);
+    ck_assert_int_eq(entries("results"), 0);
+    submit("{\"type\": \"test_cost\", \"product_mb\": 1, \"product_write_mb\": 3, "
+           "\"output\": {\"name\": \"p\"}}", id);
+    j = wait_end(id);
+    ck_assert_str_eq(json_string_value(json_object_get(j, "state")), "failed");
+    e = json_object_get(j, "error");
+    d = json_string_value(json_object_get(e, "detail"));
+    printf("product: %s\n", d);
+    ck_assert_int_eq(json_integer_value(json_object_get(e, "status")), 413);
+    ck_assert_ptr_nonnull(strstr(d, "the product is 3 MB, more than jobs.max_product_mb = 2"));
+    json_decref(j);
+    ck_assert_int_eq(entries("work"), 0);
+    ck_assert_int_eq(entries("results"), 0);
 }
 END_TEST
 
@@ -585,6 +894,11 @@ static Suite *suite(void)
     tcase_add_test(tc, test_deleted_lock_still_refuses);
     tcase_add_test(tc, test_outside_roots_one_answer);
     tcase_add_test(tc, test_weak_token_refused);
+    tcase_add_test(tc, test_huge_target_refused);
+    tcase_add_test(tc, test_huge_input_refused);
+    tcase_add_test(tc, test_large_input_blocks_bounded);
+    tcase_add_test(tc, test_budgets_counted);
+    tcase_add_test(tc, test_budgets_while_writing);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -24,6 +24,9 @@ int config_init(tess_config *c)
     c->max_body_mb = 64;
     c->max_bodies_mb = 256;
     c->max_queued_jobs = 64;
+    c->jobs_memory_mb = 4096;
+    c->jobs_max_product_mb = 8192;
+    c->jobs_disk_mb = 65536;
     c->max_queue = 256;
     c->max_connections = 256;
     c->connection_timeout_s = 30;
@@ -177,6 +180,41 @@ static int get_str(json_t *obj, const char *key, const char *where, char **out, 
     return 0;
 }
 
+/* jobs.token, when a string: a secret of JOBS_TOKEN_MIN or more visible ASCII characters
+ * (0x21-0x7e: what an Authorization header carries unchanged).  An empty one would read as
+ * "no authentication"; a short one is guessed.  null or absent: no token, the job
+ * endpoints are open (as documented). */
+#define JOBS_TOKEN_MIN 16
+static int check_jobs_token(const json_t *v, char *err, size_t errlen)
+{
+    if (!json_is_string(v))
+        return 0;
+    const char *s = json_string_value(v);
+    size_t n = json_string_length(v), visible = 0;
+    int bad = strlen(s) != n;
+    for (size_t i = 0; i < n; i++) {
+        unsigned char ch = (unsigned char)s[i];
+        bad |= ch < 0x21 || ch > 0x7e;
+        visible += ch > 0x20 && ch < 0x7f;
+    }
+    if (visible == 0) {
+        tess_seterr(err, errlen, "jobs.token is empty: give a secret of at least %d characters, "
+                    "or null for job endpoints without authentication", JOBS_TOKEN_MIN);
+        return TESS_EINVAL;
+    }
+    if (bad) {
+        tess_seterr(err, errlen, "jobs.token may hold only visible ASCII characters (no spaces, "
+                    "control or non-ASCII characters)");
+        return TESS_EINVAL;
+    }
+    if (n < JOBS_TOKEN_MIN) {
+        tess_seterr(err, errlen, "jobs.token has %zu characters: at least %d are needed", n,
+                    JOBS_TOKEN_MIN);
+        return TESS_EINVAL;
+    }
+    return 0;
+}
+
 /* Fails on any member of `obj` not in the NULL-terminated list `known`. */
 static int check_keys(json_t *obj, const char *where, const char *const *known, char *err,
                       size_t errlen)
@@ -205,7 +243,8 @@ static int load_json(json_t *root, tess_config *c, const char *base, char *err, 
                                              "max_queued_jobs", "max_queue", "max_connections",
                                              "max_connections_per_address",
                                              "connection_timeout_s", "header_timeout_s", NULL};
-    static const char *const job_keys[] = {"dir", "token", NULL};
+    static const char *const job_keys[] = {"dir", "token", "memory_mb", "max_product_mb",
+                                           "disk_mb", NULL};
     static const char *const ds_keys[] = {"name", "path", "hdu", "frames", "hips_frame", NULL};
     int rc;
     long long v;
@@ -350,8 +389,21 @@ static int load_json(json_t *root, tess_config *c, const char *base, char *err, 
         if ((rc = check_keys(jobs, "jobs.", job_keys, err, errlen)))
             return rc;
         if ((rc = get_str(jobs, "dir", "jobs.", &c->jobs_dir, err, errlen)) ||
-            (rc = get_str(jobs, "token", "jobs.", &c->jobs_token, err, errlen)))
+            (rc = get_str(jobs, "token", "jobs.", &c->jobs_token, err, errlen)) ||
+            (rc = check_jobs_token(json_object_get(jobs, "token"), err, errlen)))
             return rc;
+        v = (long long)c->jobs_memory_mb;
+        if ((rc = get_int(jobs, "memory_mb", "jobs.", 16, 1 << 24, &v, err, errlen)))
+            return rc;
+        c->jobs_memory_mb = (size_t)v;
+        v = (long long)c->jobs_max_product_mb;
+        if ((rc = get_int(jobs, "max_product_mb", "jobs.", 1, 1 << 24, &v, err, errlen)))
+            return rc;
+        c->jobs_max_product_mb = (size_t)v;
+        v = (long long)c->jobs_disk_mb;
+        if ((rc = get_int(jobs, "disk_mb", "jobs.", 0, 1 << 30, &v, err, errlen)))
+            return rc;
+        c->jobs_disk_mb = (size_t)v;
         /* Like data_roots, a relative jobs.dir is relative to the configuration file. */
         if (c->jobs_dir && c->jobs_dir[0] != '/' && base) {
             size_t n = strlen(base) + strlen(c->jobs_dir) + 2;

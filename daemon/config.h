@@ -41,7 +41,13 @@ typedef struct tess_config {
     char *error_log;             /* error_log: JSON-lines file of 5xx and job failures, "-" = stderr
                                     (the default), NULL after "none" */
     char *jobs_dir;              /* jobs.dir, may be NULL */
-    char *jobs_token;            /* jobs.token, may be NULL */
+    char *jobs_token;            /* jobs.token, may be NULL (no authentication); from a file
+                                    at least 16 visible ASCII characters, no spaces */
+    size_t jobs_memory_mb;       /* jobs.memory_mb: memory of one job's blocks in flight and
+                                    its plan, default 4096 */
+    size_t jobs_max_product_mb;  /* jobs.max_product_mb: the largest product, default 8192 */
+    size_t jobs_disk_mb;         /* jobs.disk_mb: work files and products in jobs.dir with
+                                    what accepted jobs will write, default 65536; 0 = no total */
     ds_config *datasets;
     int n_datasets;
 } tess_config;

@@ -29,6 +29,18 @@ static int write_at(const char *path, const void *buf, size_t n, off_t off, char
     return 0;
 }
 
+void cube_transpose_sizes(long nx, long ny, long nz, int es, long out_bytes_per_value,
+                          long *g, long *band_rows)
+{
+    long plane_bytes = nx * ny * es;
+    *g = lmax(1, lmin(BLOCK_BYTES / lmax(1, plane_bytes), (nz + MIN_BLOCKS - 1) / MIN_BLOCKS));
+    long per_row = nx * nz * lmax(es, out_bytes_per_value);
+    long tile_rows = (ny + CUBE_TILE - 1) / CUBE_TILE;
+    long trows = lmax(1, lmin(BLOCK_BYTES / lmax(1, per_row * CUBE_TILE),
+                              (tile_rows + MIN_BLOCKS - 1) / MIN_BLOCKS));
+    *band_rows = trows * CUBE_TILE;
+}
+
 int cube_transpose_init(cube_transpose *t, const cube_source *src, long out_bytes_per_value,
                         int direct, const char *src_path, const char *workdir, char *err,
                         size_t errlen)
@@ -65,14 +77,8 @@ int cube_transpose_init(cube_transpose *t, const cube_source *src, long out_byte
                     t->perm[idx++] = (uint32_t)((y0 + yy) * t->nx + x0 + xx);
         }
     }
-    long plane_bytes = t->npix * t->es;
-    t->g = lmax(1, lmin(BLOCK_BYTES / lmax(1, plane_bytes), (t->nz + MIN_BLOCKS - 1) / MIN_BLOCKS));
+    cube_transpose_sizes(t->nx, t->ny, t->nz, t->es, out_bytes_per_value, &t->g, &t->band_rows);
     t->ngroups = (t->nz + t->g - 1) / t->g;
-    long per_row = t->nx * t->nz * lmax(t->es, out_bytes_per_value);
-    long tile_rows = (t->ny + CUBE_TILE - 1) / CUBE_TILE;
-    long trows = lmax(1, lmin(BLOCK_BYTES / lmax(1, per_row * CUBE_TILE),
-                              (tile_rows + MIN_BLOCKS - 1) / MIN_BLOCKS));
-    t->band_rows = trows * CUBE_TILE;
     t->nbands = (t->ny + t->band_rows - 1) / t->band_rows;
     t->direct = direct;
     snprintf(t->stage_path, sizeof t->stage_path, "%s/staging.bin", workdir);

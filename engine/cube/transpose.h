@@ -61,6 +61,12 @@ int cube_transpose_init(cube_transpose *t, const cube_source *src, long out_byte
                         int direct, const char *src_path, const char *workdir, char *err,
                         size_t errlen);
 
+/* The planes per group (*g) and rows per band (*band_rows) cube_transpose_init gives an
+ * nx x ny x nz volume of es-byte values, computed alone (no permutation, no allocation):
+ * for estimates of what a transpose will need.  A group holds g planes (at most 64 MB, or
+ * one plane), a band band_rows rows (a multiple of CUBE_TILE) of series. */
+void cube_transpose_sizes(long nx, long ny, long nz, int es, long out_bytes_per_value,
+                          long *g, long *band_rows);
 /* Frees the permutation.  Safe on a zeroed or failed transpose. */
 void cube_transpose_release(cube_transpose *t);
 

@@ -568,7 +568,7 @@ static void big_release(void *state)
 }
 
 static const job_kind big_kind = {"test_big", big_validate, big_plan, big_run, big_finish,
-                                  big_release};
+                                  big_release, NULL};
 
 static json_t *get_json(const char *method, const char *path, const char *body, long want)
 {

@@ -1006,11 +1006,6 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     int st = __atomic_load_n(&r->async_state, __ATOMIC_ACQUIRE);
     if (st == 1)
         return MHD_YES;   /* spurious call while suspended work runs */
-    if (st == 2 && (rp->gone || r->rep.cancelled)) {
-        /* Its client has gone: no answer, the connection is closed (499 in the log). */
-        closing_gone = 1;
-        return MHD_NO;
-    }
     if (st == 0) {
         const char *nul = rp->raw_uri ? strstr(rp->raw_uri, "%00") : NULL;
         if (rp->body_over_budget)
@@ -1022,8 +1017,15 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
                           "the request target contains an encoded NUL byte (%%00)");
         } else
             routes_dispatch(r);
-        if (r->async_state == 1)
+        /* The work may already be over (then it was resumed: answer it now). */
+        st = __atomic_load_n(&r->async_state, __ATOMIC_ACQUIRE);
+        if (st == 1)
             return MHD_YES;
+    }
+    if (st == 2 && (rp->gone || r->rep.cancelled)) {
+        /* Its client has gone: no answer, the connection is closed (499 in the log). */
+        closing_gone = 1;
+        return MHD_NO;
     }
     return send_reply(r);
 }

@@ -37,8 +37,8 @@
 static const double latency_buckets[] = {0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10};
 #define NBUCKETS (sizeof(latency_buckets) / sizeof(latency_buckets[0]))
 
-/* How often the watcher looks at the sockets of suspended requests, milliseconds. */
-#define WATCH_INTERVAL_MS 50
+/* How often the suspension watcher looks at the sockets of suspended requests, ms. */
+#define SUSP_LOOK_MS 50
 
 /* The interim response that tells a client that closed from one that half-closed. */
 static const char probe_continue[] = "HTTP/1.1 100 Continue\r\n\r\n";
@@ -69,16 +69,16 @@ typedef struct tserver_priv {
     connwatch *watch;                 /* header deadlines (limits.header_timeout_s) */
     size_t body_budget;               /* limits.max_bodies_mb in bytes */
     size_t body_held;                 /* bytes of it reserved by requests (atomic) */
-    /* The watcher: a thread that polls the sockets of suspended requests and cancels the
-     * work of clients that have gone. */
-    pthread_mutex_t watch_lock;       /* guards the watch list and the fields it names */
-    pthread_cond_t watch_cond;        /* a first request is watched, or the watcher stops */
-    lru_list watched;                 /* suspended requests (hreq_priv.watch_node); the
+    /* The suspension watcher: a thread that polls the sockets of suspended requests and
+     * cancels the work of clients that have gone. */
+    pthread_mutex_t susp_lock;        /* guards the list below and the fields it names */
+    pthread_cond_t susp_cond;         /* a first request is suspended, or the thread stops */
+    lru_list suspended;               /* suspended requests (hreq_priv.susp_node); the
                                          order means nothing */
-    size_t nwatched;
-    int watch_stop;
-    int watcher_running;
-    pthread_t watcher;
+    size_t nsuspended;
+    int susp_stop;
+    int susp_running;
+    pthread_t susp_thread;
     struct pollfd *pfd;               /* the watcher's own poll set, pfd_cap entries */
     struct hreq_priv **pfd_req;
     size_t pfd_cap;
@@ -100,9 +100,9 @@ typedef struct hreq_priv {
     long long sent_bytes;             /* body bytes of that answer */
     int close_conn;                   /* answer with Connection: close */
     char proto[16];                   /* "HTTP/1.1" */
-    /* While suspended (watch_lock): */
-    lru_node watch_node;
-    int watched;                      /* on the watch list */
+    /* While suspended (susp_lock): */
+    lru_node susp_node;
+    int listed;                       /* on the list of suspended requests */
     int fd;                           /* the connection's socket */
     int gone;                         /* the client has closed (set by the watcher) */
     int probed;                       /* its FIN was seen and the probe sent (or not due) */
@@ -216,36 +216,36 @@ int hreq_try_cache(hreq *r)
     return 1;
 }
 
-/* ---- watching suspended requests ------------------------------------------------------ */
+/* ---- the suspension watcher: clients that leave --------------------------------------- */
 
-/* Puts a request that has just been suspended on the watch list.  Without its socket
+/* Puts a request that has just been suspended on the list.  Without its socket
  * (libmicrohttpd gives none) it is not watched, and so never cancelled. */
-static void watch_add(tserver_priv *sp, hreq_priv *hp)
+static void susp_add(tserver_priv *sp, hreq_priv *hp)
 {
     const union MHD_ConnectionInfo *ci =
         MHD_get_connection_info(hp->pub.conn, MHD_CONNECTION_INFO_CONNECTION_FD);
     if (!ci || ci->connect_fd == MHD_INVALID_SOCKET)
         return;
-    pthread_mutex_lock(&sp->watch_lock);
+    pthread_mutex_lock(&sp->susp_lock);
     hp->fd = ci->connect_fd;
-    lru_push_front(&sp->watched, &hp->watch_node);
-    hp->watched = 1;
-    if (sp->nwatched++ == 0)
-        pthread_cond_signal(&sp->watch_cond);
-    pthread_mutex_unlock(&sp->watch_lock);
+    lru_push_front(&sp->suspended, &hp->susp_node);
+    hp->listed = 1;
+    if (sp->nsuspended++ == 0)
+        pthread_cond_signal(&sp->susp_cond);
+    pthread_mutex_unlock(&sp->susp_lock);
 }
 
-/* Takes a request off the watch list, before it is resumed: from then on the watcher
+/* Takes a request off the list, before it is resumed: from then on the watcher
  * touches neither it nor its socket, and its `gone` may be read without the lock. */
-static void watch_remove(tserver_priv *sp, hreq_priv *hp)
+static void susp_remove(tserver_priv *sp, hreq_priv *hp)
 {
-    pthread_mutex_lock(&sp->watch_lock);
-    if (hp->watched) {
-        lru_remove(&sp->watched, &hp->watch_node);
-        hp->watched = 0;
-        sp->nwatched--;
+    pthread_mutex_lock(&sp->susp_lock);
+    if (hp->listed) {
+        lru_remove(&sp->suspended, &hp->susp_node);
+        hp->listed = 0;
+        sp->nsuspended--;
     }
-    pthread_mutex_unlock(&sp->watch_lock);
+    pthread_mutex_unlock(&sp->susp_lock);
 }
 
 /* What the socket's poll events say of the client.  A reset or an error: it has gone.
@@ -255,7 +255,7 @@ static void watch_remove(tserver_priv *sp, hreq_priv *hp)
  * client must accept unexpected 1xx responses), which a closed socket answers with a
  * reset, seen at the next look.  HTTP/1.0 clients may not be sent 1xx: their FIN alone
  * leaves the work running. */
-static void watch_look(hreq_priv *hp, short revents)
+static void susp_look(hreq_priv *hp, short revents)
 {
     if (revents & (POLLHUP | POLLERR)) {
         hp->gone = 1;
@@ -286,14 +286,14 @@ static int waiters_gone(const flight *f)
     return 1;
 }
 
-/* One look at every watched socket (watch_lock held): marks the clients that have gone
+/* One look at every watched socket (susp_lock held): marks the clients that have gone
  * and sets the cancel flag of each computation that nobody waits for any more (its
  * render, if shared, is taken out of the flight list so that no new request joins it).
  * Returns how many flags it set. */
-static int watch_round_locked(tserver_priv *sp)
+static int susp_round_locked(tserver_priv *sp)
 {
-    if (sp->pfd_cap < sp->nwatched) {
-        size_t cap = sp->nwatched * 2;
+    if (sp->pfd_cap < sp->nsuspended) {
+        size_t cap = sp->nsuspended * 2;
         struct pollfd *pfd = realloc(sp->pfd, cap * sizeof *pfd);
         if (pfd)
             sp->pfd = pfd;
@@ -304,8 +304,8 @@ static int watch_round_locked(tserver_priv *sp)
         sp->pfd_cap = cap;
     }
     nfds_t n = 0;
-    for (lru_node *node = sp->watched.front; node; node = node->next) {
-        hreq_priv *hp = LRU_ENTRY(node, hreq_priv, watch_node);
+    for (lru_node *node = sp->suspended.front; node; node = node->next) {
+        hreq_priv *hp = LRU_ENTRY(node, hreq_priv, susp_node);
         if (!hp->gone) {
             sp->pfd[n].fd = hp->fd;
             sp->pfd[n].events = POLLRDHUP;
@@ -316,11 +316,11 @@ static int watch_round_locked(tserver_priv *sp)
     if (n > 0 && poll(sp->pfd, n, 0) > 0)
         for (nfds_t i = 0; i < n; i++)
             if (sp->pfd[i].revents)
-                watch_look(sp->pfd_req[i], sp->pfd[i].revents);
+                susp_look(sp->pfd_req[i], sp->pfd[i].revents);
     int set = 0;
     pthread_mutex_lock(&sp->flight_lock);
-    for (lru_node *node = sp->watched.front; node; node = node->next) {
-        hreq_priv *hp = LRU_ENTRY(node, hreq_priv, watch_node);
+    for (lru_node *node = sp->suspended.front; node; node = node->next) {
+        hreq_priv *hp = LRU_ENTRY(node, hreq_priv, susp_node);
         hreq *r = &hp->pub;
         if (!hp->gone || hp->waiting || atomic_load(&r->cancel))
             continue;
@@ -342,20 +342,20 @@ static int watch_round_locked(tserver_priv *sp)
     return set;
 }
 
-/* The watcher thread: a round every WATCH_INTERVAL_MS while requests are suspended (it
+/* The suspension watcher's thread: a round every SUSP_LOOK_MS while requests are suspended (it
  * sleeps while none is), then the queued work of the clients that have gone is dropped
  * at once (pool_drop_cancelled: their connections are resumed and closed from here). */
-static void *watch_main(void *arg)
+static void *susp_main(void *arg)
 {
     tserver_priv *sp = arg;
-    pthread_mutex_lock(&sp->watch_lock);
-    while (!sp->watch_stop) {
-        if (sp->nwatched == 0) {
-            pthread_cond_wait(&sp->watch_cond, &sp->watch_lock);
+    pthread_mutex_lock(&sp->susp_lock);
+    while (!sp->susp_stop) {
+        if (sp->nsuspended == 0) {
+            pthread_cond_wait(&sp->susp_cond, &sp->susp_lock);
             continue;
         }
-        int set = watch_round_locked(sp);
-        pthread_mutex_unlock(&sp->watch_lock);
+        int set = susp_round_locked(sp);
+        pthread_mutex_unlock(&sp->susp_lock);
         if (set) {
             pthread_mutex_lock(&sp->pool_lock);
             if (sp->pub.workers)
@@ -364,17 +364,17 @@ static void *watch_main(void *arg)
         }
         struct timespec until;
         clock_gettime(CLOCK_MONOTONIC, &until);
-        until.tv_nsec += WATCH_INTERVAL_MS * 1000000L;
+        until.tv_nsec += SUSP_LOOK_MS * 1000000L;
         if (until.tv_nsec >= 1000000000L) {
             until.tv_sec++;
             until.tv_nsec -= 1000000000L;
         }
-        pthread_mutex_lock(&sp->watch_lock);
-        while (!sp->watch_stop && pthread_cond_timedwait(&sp->watch_cond, &sp->watch_lock,
+        pthread_mutex_lock(&sp->susp_lock);
+        while (!sp->susp_stop && pthread_cond_timedwait(&sp->susp_cond, &sp->susp_lock,
                                                          &until) == 0)
             ;
     }
-    pthread_mutex_unlock(&sp->watch_lock);
+    pthread_mutex_unlock(&sp->susp_lock);
     return NULL;
 }
 
@@ -391,13 +391,13 @@ void hreq_reply_cancelled(hreq *r)
     r->rep.cancelled = HREQ_STOPPED;
 }
 
-/* Ends a request's suspension: off the watch list, counted when its client has gone
+/* Ends a request's suspension: off the list, counted when its client has gone
  * (then on_request closes the connection, if libmicrohttpd has not already), resumed. */
 static void resume(hreq *r)
 {
     tserver_priv *sp = (tserver_priv *)r->srv;
     hreq_priv *hp = (hreq_priv *)r;
-    watch_remove(sp, hp);
+    susp_remove(sp, hp);
     if (hp->gone) {
         int stage = r->rep.cancelled == HREQ_DROPPED || r->rep.cancelled == HREQ_STOPPED
                         ? r->rep.cancelled : 0;
@@ -445,7 +445,7 @@ static void run_task(void *arg)
     hreq *r = arg;
     r->work(r);
     __atomic_add_fetch(&r->srv->renders, 1, __ATOMIC_RELAXED);
-    watch_remove((tserver_priv *)r->srv, (hreq_priv *)r);
+    susp_remove((tserver_priv *)r->srv, (hreq_priv *)r);
     if (r->rep.status == 200 && r->rep.body && r->cache_key) {
         tilecache_put(r->srv->cache, r->cache_key, r->rep.body);
         if (r->srv->disk)
@@ -463,7 +463,7 @@ static void run_task(void *arg)
 static void drop_task(void *arg)
 {
     hreq *r = arg;
-    watch_remove((tserver_priv *)r->srv, (hreq_priv *)r);
+    susp_remove((tserver_priv *)r->srv, (hreq_priv *)r);
     r->rep.cancelled = HREQ_DROPPED;
     finish_flight(r);
     resume(r);
@@ -477,7 +477,7 @@ int hreq_run_async(hreq *r, void (*work)(hreq *r), void *arg, void (*arg_free)(v
     r->work_arg_free = arg_free;
     r->async_state = 1;
     MHD_suspend_connection(r->conn);
-    watch_add(sp, (hreq_priv *)r);
+    susp_add(sp, (hreq_priv *)r);
     if (r->cache_key) {
         pthread_mutex_lock(&sp->flight_lock);
         flight **pp = &sp->flights;
@@ -517,7 +517,7 @@ int hreq_run_async(hreq *r, void (*work)(hreq *r), void *arg, void (*arg_free)(v
                              : TESS_EAGAIN;
     pthread_mutex_unlock(&sp->pool_lock);
     if (rc) {
-        watch_remove(sp, (hreq_priv *)r);
+        susp_remove(sp, (hreq_priv *)r);
         problem_reply(r, 503, NULL, "the server is busy; retry shortly");
         r->rep.retry_after = 1;
         finish_flight(r);
@@ -1180,11 +1180,11 @@ int tserver_start(const tess_config *cfg, tserver **out, char *err, size_t errle
     pthread_mutex_init(&sp->pool_lock, NULL);
     pthread_mutex_init(&sp->stats_lock, NULL);
     pthread_mutex_init(&sp->flight_lock, NULL);
-    pthread_mutex_init(&sp->watch_lock, NULL);
+    pthread_mutex_init(&sp->susp_lock, NULL);
     pthread_condattr_t ca;
     pthread_condattr_init(&ca);
     pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-    pthread_cond_init(&sp->watch_cond, &ca);
+    pthread_cond_init(&sp->susp_cond, &ca);
     pthread_condattr_destroy(&ca);
     /* Dataset paths are resolved and checked against the data roots once, here; later
      * reads refuse a path that has become a link (engine/image/stack.h). */
@@ -1262,13 +1262,13 @@ int tserver_start(const tess_config *cfg, tserver **out, char *err, size_t errle
         rc = TESS_EIO;
         goto fail;
     }
-    if (pthread_create(&sp->watcher, NULL, watch_main, sp) != 0) {
+    if (pthread_create(&sp->susp_thread, NULL, susp_main, sp) != 0) {
         MHD_stop_daemon(s->daemon);
-        snprintf(err, errlen, "cannot start the connection watcher thread");
+        snprintf(err, errlen, "cannot start the suspension watcher thread");
         rc = TESS_ENOMEM;
         goto fail;
     }
-    sp->watcher_running = 1;
+    sp->susp_running = 1;
     const union MHD_DaemonInfo *di = MHD_get_daemon_info(s->daemon, MHD_DAEMON_INFO_BIND_PORT);
     s->port = di ? di->port : cfg->port;
     *out = s;
@@ -1285,8 +1285,8 @@ fail:
     pthread_mutex_destroy(&sp->pool_lock);
     pthread_mutex_destroy(&sp->stats_lock);
     pthread_mutex_destroy(&sp->flight_lock);
-    pthread_mutex_destroy(&sp->watch_lock);
-    pthread_cond_destroy(&sp->watch_cond);
+    pthread_mutex_destroy(&sp->susp_lock);
+    pthread_cond_destroy(&sp->susp_cond);
     free(sp);
     return rc;
 }
@@ -1323,13 +1323,13 @@ void tserver_stop(tserver *s, int grace_s)
     s->workers = NULL;
     pthread_mutex_unlock(&sp->pool_lock);
     pool_free(p);
-    /* Nothing is suspended any more: the watcher's work is done. */
-    pthread_mutex_lock(&sp->watch_lock);
-    sp->watch_stop = 1;
-    pthread_cond_signal(&sp->watch_cond);
-    pthread_mutex_unlock(&sp->watch_lock);
-    if (sp->watcher_running)
-        pthread_join(sp->watcher, NULL);
+    /* Nothing is suspended any more: the suspension watcher's work is done. */
+    pthread_mutex_lock(&sp->susp_lock);
+    sp->susp_stop = 1;
+    pthread_cond_signal(&sp->susp_cond);
+    pthread_mutex_unlock(&sp->susp_lock);
+    if (sp->susp_running)
+        pthread_join(sp->susp_thread, NULL);
     /* Give the answers time to go out. */
     for (int i = 0; i < grace_s * 100 && __atomic_load_n(&s->inflight, __ATOMIC_ACQUIRE) > 0; i++)
         usleep(10000);
@@ -1343,8 +1343,8 @@ void tserver_stop(tserver *s, int grace_s)
     pthread_mutex_destroy(&sp->pool_lock);
     pthread_mutex_destroy(&sp->stats_lock);
     pthread_mutex_destroy(&sp->flight_lock);
-    pthread_mutex_destroy(&sp->watch_lock);
-    pthread_cond_destroy(&sp->watch_cond);
+    pthread_mutex_destroy(&sp->susp_lock);
+    pthread_cond_destroy(&sp->susp_cond);
     free(sp->pfd);
     free(sp->pfd_req);
     free(sp);

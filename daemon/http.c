@@ -10,10 +10,15 @@
 #include "engine/base/clock.h"
 #include "engine/base/buf.h"
 #include "engine/base/error.h"
+#include "engine/base/lru.h"
 
 #include <arpa/inet.h>
+#include <errno.h>
+#include <linux/sockios.h>
 #include <microhttpd.h>
 #include <netinet/in.h>
+#include <poll.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <pthread.h>
 #include <stdarg.h>
@@ -32,13 +37,21 @@
 static const double latency_buckets[] = {0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10};
 #define NBUCKETS (sizeof(latency_buckets) / sizeof(latency_buckets[0]))
 
+/* How often the suspension watcher looks at the sockets of suspended requests, ms. */
+#define SUSP_LOOK_MS 50
+
+/* The interim response that tells a client that closed from one that half-closed. */
+static const char probe_continue[] = "HTTP/1.1 100 Continue\r\n\r\n";
+
 /* One render in progress and the requests waiting for its answer. */
 typedef struct flight {
     struct flight *next;
     char *key;
+    hreq *leader;                     /* the request computing it */
     hreq *waiters;
 } flight;
 
+struct hreq_priv;
 /* Private server state beyond the public struct. */
 typedef struct tserver_priv {
     struct tserver pub;
@@ -56,6 +69,21 @@ typedef struct tserver_priv {
     connwatch *watch;                 /* header deadlines (limits.header_timeout_s) */
     size_t body_budget;               /* limits.max_bodies_mb in bytes */
     size_t body_held;                 /* bytes of it reserved by requests (atomic) */
+    /* The suspension watcher: a thread that polls the sockets of suspended requests and
+     * cancels the work of clients that have gone. */
+    pthread_mutex_t susp_lock;        /* guards the list below and the fields it names */
+    pthread_cond_t susp_cond;         /* a first request is suspended, or the thread stops */
+    lru_list suspended;               /* suspended requests (hreq_priv.susp_node); the
+                                         order means nothing */
+    size_t nsuspended;
+    int susp_stop;
+    int susp_running;
+    pthread_t susp_thread;
+    struct pollfd *pfd;               /* the watcher's own poll set, pfd_cap entries */
+    struct hreq_priv **pfd_req;
+    size_t pfd_cap;
+    unsigned long long cancelled[3];  /* requests whose client had gone, by reply.cancelled
+                                         (atomic) */
 } tserver_priv;
 
 typedef struct hreq_priv {
@@ -72,6 +100,13 @@ typedef struct hreq_priv {
     long long sent_bytes;             /* body bytes of that answer */
     int close_conn;                   /* answer with Connection: close */
     char proto[16];                   /* "HTTP/1.1" */
+    /* While suspended (susp_lock): */
+    lru_node susp_node;
+    int listed;                       /* on the list of suspended requests */
+    int fd;                           /* the connection's socket */
+    int gone;                         /* the client has closed (set by the watcher) */
+    int probed;                       /* its FIN was seen and the probe sent (or not due) */
+    int waiting;                      /* waits on another's render (flight_lock) */
 } hreq_priv;
 
 const char *hreq_arg(hreq *r, const char *key)
@@ -181,6 +216,197 @@ int hreq_try_cache(hreq *r)
     return 1;
 }
 
+/* ---- the suspension watcher: clients that leave --------------------------------------- */
+
+/* Puts a request that has just been suspended on the list.  Without its socket
+ * (libmicrohttpd gives none) it is not watched, and so never cancelled. */
+static void susp_add(tserver_priv *sp, hreq_priv *hp)
+{
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(hp->pub.conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+    if (!ci || ci->connect_fd == MHD_INVALID_SOCKET)
+        return;
+    pthread_mutex_lock(&sp->susp_lock);
+    hp->fd = ci->connect_fd;
+    lru_push_front(&sp->suspended, &hp->susp_node);
+    hp->listed = 1;
+    if (sp->nsuspended++ == 0)
+        pthread_cond_signal(&sp->susp_cond);
+    pthread_mutex_unlock(&sp->susp_lock);
+}
+
+/* Takes a request off the list, before it is resumed: from then on the watcher
+ * touches neither it nor its socket, and its `gone` may be read without the lock. */
+static void susp_remove(tserver_priv *sp, hreq_priv *hp)
+{
+    pthread_mutex_lock(&sp->susp_lock);
+    if (hp->listed) {
+        lru_remove(&sp->suspended, &hp->susp_node);
+        hp->listed = 0;
+        sp->nsuspended--;
+    }
+    pthread_mutex_unlock(&sp->susp_lock);
+}
+
+/* What the socket's poll events say of the client.  A reset or an error: it has gone.
+ * Its FIN alone: it has closed, or only half-closed and still reads (printf | nc -N),
+ * and nothing short of writing tells them apart -- so an HTTP/1.1 client whose socket
+ * has nothing left to send gets an interim "100 Continue" (RFC 9110 section 15.2: a
+ * client must accept unexpected 1xx responses), which a closed socket answers with a
+ * reset, seen at the next look.  HTTP/1.0 clients may not be sent 1xx: their FIN alone
+ * leaves the work running. */
+static void susp_look(hreq_priv *hp, short revents)
+{
+    if (revents & (POLLHUP | POLLERR)) {
+        hp->gone = 1;
+        return;
+    }
+    if (!(revents & POLLRDHUP) || hp->probed)
+        return;
+    if (strcmp(hp->proto, "HTTP/1.1") != 0) {
+        hp->probed = 1;
+        return;
+    }
+    int unsent = -1;
+    if (ioctl(hp->fd, SIOCOUTQ, &unsent) != 0 || unsent != 0)
+        return;               /* earlier bytes still in flight: look again later */
+    hp->probed = 1;
+    ssize_t w = send(hp->fd, probe_continue, sizeof probe_continue - 1,
+                     MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (w < 0 && (errno == EPIPE || errno == ECONNRESET))
+        hp->gone = 1;
+}
+
+/* Whether every request waiting on the render of `f` has gone (flight_lock held). */
+static int waiters_gone(const flight *f)
+{
+    for (hreq *w = f->waiters; w; w = w->next_waiter)
+        if (!((hreq_priv *)w)->gone)
+            return 0;
+    return 1;
+}
+
+/* One look at every watched socket (susp_lock held): marks the clients that have gone
+ * and sets the cancel flag of each computation that nobody waits for any more (its
+ * render, if shared, is taken out of the flight list so that no new request joins it).
+ * Returns how many flags it set. */
+static int susp_round_locked(tserver_priv *sp)
+{
+    if (sp->pfd_cap < sp->nsuspended) {
+        size_t cap = sp->nsuspended * 2;
+        struct pollfd *pfd = realloc(sp->pfd, cap * sizeof *pfd);
+        if (pfd)
+            sp->pfd = pfd;
+        hreq_priv **req = pfd ? realloc(sp->pfd_req, cap * sizeof *req) : NULL;
+        if (!req)
+            return 0;         /* no memory: look again next time */
+        sp->pfd_req = req;
+        sp->pfd_cap = cap;
+    }
+    nfds_t n = 0;
+    for (lru_node *node = sp->suspended.front; node; node = node->next) {
+        hreq_priv *hp = LRU_ENTRY(node, hreq_priv, susp_node);
+        if (!hp->gone) {
+            sp->pfd[n].fd = hp->fd;
+            sp->pfd[n].events = POLLRDHUP;
+            sp->pfd[n].revents = 0;
+            sp->pfd_req[n++] = hp;
+        }
+    }
+    if (n > 0 && poll(sp->pfd, n, 0) > 0)
+        for (nfds_t i = 0; i < n; i++)
+            if (sp->pfd[i].revents)
+                susp_look(sp->pfd_req[i], sp->pfd[i].revents);
+    int set = 0;
+    pthread_mutex_lock(&sp->flight_lock);
+    for (lru_node *node = sp->suspended.front; node; node = node->next) {
+        hreq_priv *hp = LRU_ENTRY(node, hreq_priv, susp_node);
+        hreq *r = &hp->pub;
+        if (!hp->gone || hp->waiting || atomic_load(&r->cancel))
+            continue;
+        flight *f = r->flight;
+        if (f) {
+            if (!waiters_gone(f))
+                continue;
+            for (flight **pp = &sp->flights; *pp; pp = &(*pp)->next)
+                if (*pp == f) {
+                    *pp = f->next;
+                    break;
+                }
+        }
+        r->cancel_v = 1;
+        atomic_store(&r->cancel, 1);
+        set++;
+    }
+    pthread_mutex_unlock(&sp->flight_lock);
+    return set;
+}
+
+/* The suspension watcher's thread: a round every SUSP_LOOK_MS while requests are suspended (it
+ * sleeps while none is), then the queued work of the clients that have gone is dropped
+ * at once (pool_drop_cancelled: their connections are resumed and closed from here). */
+static void *susp_main(void *arg)
+{
+    tserver_priv *sp = arg;
+    pthread_mutex_lock(&sp->susp_lock);
+    while (!sp->susp_stop) {
+        if (sp->nsuspended == 0) {
+            pthread_cond_wait(&sp->susp_cond, &sp->susp_lock);
+            continue;
+        }
+        int set = susp_round_locked(sp);
+        pthread_mutex_unlock(&sp->susp_lock);
+        if (set) {
+            pthread_mutex_lock(&sp->pool_lock);
+            if (sp->pub.workers)
+                pool_drop_cancelled(sp->pub.workers);
+            pthread_mutex_unlock(&sp->pool_lock);
+        }
+        struct timespec until;
+        clock_gettime(CLOCK_MONOTONIC, &until);
+        until.tv_nsec += SUSP_LOOK_MS * 1000000L;
+        if (until.tv_nsec >= 1000000000L) {
+            until.tv_sec++;
+            until.tv_nsec -= 1000000000L;
+        }
+        pthread_mutex_lock(&sp->susp_lock);
+        while (!sp->susp_stop && pthread_cond_timedwait(&sp->susp_cond, &sp->susp_lock,
+                                                         &until) == 0)
+            ;
+    }
+    pthread_mutex_unlock(&sp->susp_lock);
+    return NULL;
+}
+
+int hreq_cancelled(hreq *r)
+{
+    return atomic_load_explicit(&r->cancel, memory_order_relaxed) != 0;
+}
+
+void hreq_reply_cancelled(hreq *r)
+{
+    tile_release(r->rep.body);
+    r->rep.body = NULL;
+    r->rep.status = 0;
+    r->rep.cancelled = HREQ_STOPPED;
+}
+
+/* Ends a request's suspension: off the list, counted when its client has gone
+ * (then on_request closes the connection, if libmicrohttpd has not already), resumed. */
+static void resume(hreq *r)
+{
+    tserver_priv *sp = (tserver_priv *)r->srv;
+    hreq_priv *hp = (hreq_priv *)r;
+    susp_remove(sp, hp);
+    if (hp->gone) {
+        int stage = r->rep.cancelled == HREQ_DROPPED || r->rep.cancelled == HREQ_STOPPED
+                        ? r->rep.cancelled : 0;
+        __atomic_add_fetch(&sp->cancelled[stage], 1, __ATOMIC_RELAXED);
+    }
+    __atomic_store_n(&r->async_state, 2, __ATOMIC_RELEASE);
+    MHD_resume_connection(r->conn);
+}
+
 /* Ends the flight `r` leads: every waiter gets r's answer (its own reference to the
  * body) and is resumed.  Called before r itself is resumed, while r's reply is alive. */
 static void finish_flight(hreq *r)
@@ -204,9 +430,9 @@ static void finish_flight(hreq *r)
         w->rep.x_cache = r->rep.x_cache >= 0 ? 0 : -1;
         w->rep.cache_control = r->rep.cache_control;
         w->rep.retry_after = r->rep.retry_after;
+        w->rep.cancelled = r->rep.cancelled;
         __atomic_add_fetch(&sp->coalesced, 1, __ATOMIC_RELAXED);
-        __atomic_store_n(&w->async_state, 2, __ATOMIC_RELEASE);
-        MHD_resume_connection(w->conn);
+        resume(w);
         w = next;
     }
     free(f->key);
@@ -219,6 +445,7 @@ static void run_task(void *arg)
     hreq *r = arg;
     r->work(r);
     __atomic_add_fetch(&r->srv->renders, 1, __ATOMIC_RELAXED);
+    susp_remove((tserver_priv *)r->srv, (hreq_priv *)r);
     if (r->rep.status == 200 && r->rep.body && r->cache_key) {
         tilecache_put(r->srv->cache, r->cache_key, r->rep.body);
         if (r->srv->disk)
@@ -228,8 +455,18 @@ static void run_task(void *arg)
             r->rep.cache_control = "public, max-age=3600";
     }
     finish_flight(r);
-    __atomic_store_n(&r->async_state, 2, __ATOMIC_RELEASE);
-    MHD_resume_connection(r->conn);
+    resume(r);
+}
+
+/* Runs instead of run_task when the request's cancel flag was set before its work
+ * started: on the worker that took it, or on the watcher (pool_drop_cancelled). */
+static void drop_task(void *arg)
+{
+    hreq *r = arg;
+    susp_remove((tserver_priv *)r->srv, (hreq_priv *)r);
+    r->rep.cancelled = HREQ_DROPPED;
+    finish_flight(r);
+    resume(r);
 }
 
 int hreq_run_async(hreq *r, void (*work)(hreq *r), void *arg, void (*arg_free)(void *))
@@ -240,15 +477,24 @@ int hreq_run_async(hreq *r, void (*work)(hreq *r), void *arg, void (*arg_free)(v
     r->work_arg_free = arg_free;
     r->async_state = 1;
     MHD_suspend_connection(r->conn);
+    susp_add(sp, (hreq_priv *)r);
     if (r->cache_key) {
         pthread_mutex_lock(&sp->flight_lock);
-        flight *f = sp->flights;
-        while (f && strcmp(f->key, r->cache_key) != 0)
-            f = f->next;
+        flight **pp = &sp->flights;
+        while (*pp && strcmp((*pp)->key, r->cache_key) != 0)
+            pp = &(*pp)->next;
+        flight *f = *pp;
+        if (f && atomic_load(&f->leader->cancel)) {
+            /* Its client went before this one came (the watcher saw no waiter): leave
+             * it to end alone and compute afresh. */
+            *pp = f->next;
+            f = NULL;
+        }
         if (f) {
             /* The same render is running: wait for its answer. */
             r->next_waiter = f->waiters;
             f->waiters = r;
+            ((hreq_priv *)r)->waiting = 1;
             pthread_mutex_unlock(&sp->flight_lock);
             return 0;
         }
@@ -258,6 +504,7 @@ int hreq_run_async(hreq *r, void (*work)(hreq *r), void *arg, void (*arg_free)(v
             f = NULL;
         }
         if (f) {
+            f->leader = r;
             f->next = sp->flights;
             sp->flights = f;
             r->flight = f;
@@ -265,15 +512,16 @@ int hreq_run_async(hreq *r, void (*work)(hreq *r), void *arg, void (*arg_free)(v
         pthread_mutex_unlock(&sp->flight_lock);
     }
     pthread_mutex_lock(&sp->pool_lock);
-    int rc = sp->pub.workers ? pool_submit(sp->pub.workers, POOL_INTERACTIVE, run_task, r)
+    int rc = sp->pub.workers ? pool_submit_cancellable(sp->pub.workers, POOL_INTERACTIVE,
+                                                       run_task, drop_task, r, &r->cancel)
                              : TESS_EAGAIN;
     pthread_mutex_unlock(&sp->pool_lock);
     if (rc) {
+        susp_remove(sp, (hreq_priv *)r);
         problem_reply(r, 503, NULL, "the server is busy; retry shortly");
         r->rep.retry_after = 1;
         finish_flight(r);
-        r->async_state = 2;
-        MHD_resume_connection(r->conn);
+        resume(r);
     }
     return 0;
 }
@@ -343,6 +591,18 @@ void tserver_handle_metrics(hreq *r, const route_match *m)
                    "# TYPE tessera_http_body_bytes gauge\ntessera_http_body_bytes %zu\n",
                __atomic_load_n(&sp->nconn, __ATOMIC_ACQUIRE), connwatch_cut_count(sp->watch),
                __atomic_load_n(&sp->body_held, __ATOMIC_ACQUIRE));
+    buf_printf(&b, "# HELP tessera_requests_cancelled_total Requests whose client closed the "
+                   "connection while their work waited or ran (no answer; status 499 in the "
+                   "access log), by what became of the work: dropped from the queue, stopped "
+                   "at its next block row, or finished (too late to stop, or shared with a "
+                   "client still waiting).\n"
+                   "# TYPE tessera_requests_cancelled_total counter\n"
+                   "tessera_requests_cancelled_total{stage=\"queued\"} %llu\n"
+                   "tessera_requests_cancelled_total{stage=\"running\"} %llu\n"
+                   "tessera_requests_cancelled_total{stage=\"finished\"} %llu\n",
+               __atomic_load_n(&sp->cancelled[HREQ_DROPPED], __ATOMIC_RELAXED),
+               __atomic_load_n(&sp->cancelled[HREQ_STOPPED], __ATOMIC_RELAXED),
+               __atomic_load_n(&sp->cancelled[0], __ATOMIC_RELAXED));
     pthread_mutex_lock(&sp->pool_lock);
     size_t depth = sp->pub.workers ? pool_queue_depth(sp->pub.workers) : 0;
     pthread_mutex_unlock(&sp->pool_lock);
@@ -654,11 +914,17 @@ static int body_append(hreq_priv *rp, const char *data, size_t n)
     return 0;
 }
 
+/* Set by on_request when it ends the connection of a client that has gone, so that
+ * log_mhd leaves out the library's "internal error" message that follows on the same
+ * thread. */
+static __thread int closing_gone;
+
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url,
                                   const char *method, const char *version,
                                   const char *upload_data, size_t *upload_data_size,
                                   void **con_cls)
 {
+    closing_gone = 0;
     tserver *s = cls;
     hreq_priv *rp = *con_cls;
     if (!rp || !rp->pub.srv) {
@@ -751,8 +1017,15 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
                           "the request target contains an encoded NUL byte (%%00)");
         } else
             routes_dispatch(r);
-        if (r->async_state == 1)
+        /* The work may already be over (then it was resumed: answer it now). */
+        st = __atomic_load_n(&r->async_state, __ATOMIC_ACQUIRE);
+        if (st == 1)
             return MHD_YES;
+    }
+    if (st == 2 && (rp->gone || r->rep.cancelled)) {
+        /* Its client has gone: no answer, the connection is closed (499 in the log). */
+        closing_gone = 1;
+        return MHD_NO;
     }
     return send_reply(r);
 }
@@ -877,6 +1150,10 @@ static void log_mhd(void *cls, const char *fmt, va_list ap)
     char line[640];
     int n = snprintf(line, sizeof line, "tesserad: microhttpd: ");
     vsnprintf(line + n, sizeof line - (size_t)n, fmt, ap);
+    if (closing_gone && strstr(line, "Application reported internal error")) {
+        closing_gone = 0;
+        return;
+    }
     double now = tess_mono_s();
     pthread_mutex_lock(&lock);
     if (fmt == last_fmt && now - last_at < 1.0) {
@@ -903,6 +1180,12 @@ int tserver_start(const tess_config *cfg, tserver **out, char *err, size_t errle
     pthread_mutex_init(&sp->pool_lock, NULL);
     pthread_mutex_init(&sp->stats_lock, NULL);
     pthread_mutex_init(&sp->flight_lock, NULL);
+    pthread_mutex_init(&sp->susp_lock, NULL);
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&sp->susp_cond, &ca);
+    pthread_condattr_destroy(&ca);
     /* Dataset paths are resolved and checked against the data roots once, here; later
      * reads refuse a path that has become a link (engine/image/stack.h). */
     frame_set_canonical_only(1);
@@ -979,6 +1262,13 @@ int tserver_start(const tess_config *cfg, tserver **out, char *err, size_t errle
         rc = TESS_EIO;
         goto fail;
     }
+    if (pthread_create(&sp->susp_thread, NULL, susp_main, sp) != 0) {
+        MHD_stop_daemon(s->daemon);
+        snprintf(err, errlen, "cannot start the suspension watcher thread");
+        rc = TESS_ENOMEM;
+        goto fail;
+    }
+    sp->susp_running = 1;
     const union MHD_DaemonInfo *di = MHD_get_daemon_info(s->daemon, MHD_DAEMON_INFO_BIND_PORT);
     s->port = di ? di->port : cfg->port;
     *out = s;
@@ -995,6 +1285,8 @@ fail:
     pthread_mutex_destroy(&sp->pool_lock);
     pthread_mutex_destroy(&sp->stats_lock);
     pthread_mutex_destroy(&sp->flight_lock);
+    pthread_mutex_destroy(&sp->susp_lock);
+    pthread_cond_destroy(&sp->susp_cond);
     free(sp);
     return rc;
 }
@@ -1031,6 +1323,13 @@ void tserver_stop(tserver *s, int grace_s)
     s->workers = NULL;
     pthread_mutex_unlock(&sp->pool_lock);
     pool_free(p);
+    /* Nothing is suspended any more: the suspension watcher's work is done. */
+    pthread_mutex_lock(&sp->susp_lock);
+    sp->susp_stop = 1;
+    pthread_cond_signal(&sp->susp_cond);
+    pthread_mutex_unlock(&sp->susp_lock);
+    if (sp->susp_running)
+        pthread_join(sp->susp_thread, NULL);
     /* Give the answers time to go out. */
     for (int i = 0; i < grace_s * 100 && __atomic_load_n(&s->inflight, __ATOMIC_ACQUIRE) > 0; i++)
         usleep(10000);
@@ -1044,5 +1343,9 @@ void tserver_stop(tserver *s, int grace_s)
     pthread_mutex_destroy(&sp->pool_lock);
     pthread_mutex_destroy(&sp->stats_lock);
     pthread_mutex_destroy(&sp->flight_lock);
+    pthread_mutex_destroy(&sp->susp_lock);
+    pthread_cond_destroy(&sp->susp_cond);
+    free(sp->pfd);
+    free(sp->pfd_req);
     free(sp);
 }

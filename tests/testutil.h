@@ -140,7 +140,8 @@ int tt_raw_connect(int port, const char *src, double timeout_s);
 int tt_send_all(int fd, const char *p, size_t n);
 
 /* Reads one response: status line, headers (Content-Type, Retry-After, Connection into
- * r), Content-Length bytes of body (or up to EOF).  status 0 when nothing complete
+ * r), Content-Length bytes of body (or up to EOF).  Interim 1xx responses before it are
+ * skipped, as RFC 9110 section 15.2 asks of clients.  status 0 when nothing complete
  * arrived before the receive timeout or EOF.  Release with tt_resp_free. */
 tt_resp tt_raw_read(int fd);
 

@@ -241,14 +241,21 @@ tt_resp tt_raw_read(int fd)
             break;
         len += (size_t)n;
         b[len] = '\0';
-        if (!body) {
+        while (!body) {
             char *eoh = strstr(b, "\r\n\r\n");
             if (!eoh)
-                continue;
+                break;
             body = (size_t)(eoh + 4 - b);
             /* Parse the head once. */
             *eoh = '\0';
             sscanf(b, "HTTP/1.%*d %ld", &r.status);
+            if (r.status >= 100 && r.status < 200) {
+                len -= body;
+                memmove(b, b + body, len + 1);
+                body = 0;
+                r.status = 0;
+                continue;
+            }
             for (char *line = strstr(b, "\r\n"); line && line < eoh; line = strstr(line + 2, "\r\n")) {
                 char *h = line + 2;
                 if (strncasecmp(h, "Content-Length:", 15) == 0)

@@ -289,6 +289,10 @@ static void tile_work(hreq *r)
     }
     if (p->format != HIPS_FMT_FITS && cut_levels(r, j, &lo, &hi))
         return;
+    if (hreq_cancelled(r)) {
+        hreq_reply_cancelled(r);
+        return;
+    }
     source_hold h;
     if (source_acquire(r, j, hips_source_level(p->order, HIPS_TILE_SHIFT, pixscale), &h))
         return;
@@ -313,6 +317,10 @@ static void allsky_work(hreq *r)
     if (pixel_scale(r, d, &pixscale) ||
         (j->path.format != HIPS_FMT_FITS && cut_levels(r, j, &lo, &hi)))
         return;
+    if (hreq_cancelled(r)) {
+        hreq_reply_cancelled(r);
+        return;
+    }
     source_hold h;
     if (source_acquire(r, j, hips_source_level(HIPS_ALLSKY_ORDER, HIPS_ALLSKY_SHIFT, pixscale),
                        &h))

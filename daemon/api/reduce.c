@@ -47,11 +47,13 @@ static void reduce_z(hreq *r, reduce_job *j)
         return;
     }
     int rc = zreduce_image(dataset_stack(d), d->nz, j->op, r->srv->workers, POOL_INTERACTIVE,
-                           acc, err, sizeof err);
+                           &r->cancel_v, acc, err, sizeof err);
     if (!rc && j->format == FMT_FITS)
         rc = zreduce_header(d->header, d->nkeys, j->op, j->axis, d->name, &cards, &nkeys, err,
                             sizeof err);
-    if (rc == TESS_ENOMEM)
+    if (rc == TESS_ECANCELED)
+        hreq_reply_cancelled(r);
+    else if (rc == TESS_ENOMEM)
         problem_reply(r, 500, NULL, "out of memory");
     else if (rc)
         problem_reply(r, 500, NULL, "cannot read dataset '%s': %s", d->name, err);
@@ -70,10 +72,12 @@ static void reduce_xy(hreq *r, reduce_job *j)
         problem_reply(r, 500, NULL, "out of memory");
         return;
     }
-    int rc = zreduce_planes(dataset_stack(d), d->nx, d->ny, d->nz, j->op, 0, d->nz, NULL, vals,
-                            err, sizeof err);
+    int rc = zreduce_planes(dataset_stack(d), d->nx, d->ny, d->nz, j->op, 0, d->nz,
+                            &r->cancel_v, vals, err, sizeof err);
     if (rc) {
-        if (rc == TESS_ENOMEM)
+        if (rc == TESS_ECANCELED)
+            hreq_reply_cancelled(r);
+        else if (rc == TESS_ENOMEM)
             problem_reply(r, 500, NULL, "out of memory");
         else
             problem_reply(r, 500, NULL, "cannot read dataset '%s': %s", d->name, err);

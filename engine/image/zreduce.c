@@ -80,6 +80,7 @@ typedef struct zsplit {
     int refs;
     stack *st;
     stack_zop op;
+    const volatile int *cancel;
     long nz, nranges;
     long next;                 /* the next range to claim */
     long done;                 /* ranges folded (stored, or failed) */
@@ -135,6 +136,10 @@ static void zsplit_work(zsplit *z)
 {
     for (;;) {
         pthread_mutex_lock(&z->lock);
+        if (!z->rc && z->cancel && *z->cancel) {
+            z->rc = TESS_ECANCELED;
+            snprintf(z->err, sizeof z->err, "cancelled");
+        }
         long c = z->next < z->nranges && !z->rc ? z->next++ : -1;
         pthread_mutex_unlock(&z->lock);
         if (c < 0)
@@ -143,7 +148,7 @@ static void zsplit_work(zsplit *z)
         zreduce_range(z->nz, c, &z0, &z1);
         char err[256] = "";
         stack_zpart *part = NULL;
-        int rc = stack_zreduce(z->st, z->op, z0, z1, 0, NULL, &part, err, sizeof err);
+        int rc = stack_zreduce(z->st, z->op, z0, z1, 0, z->cancel, &part, err, sizeof err);
         pthread_mutex_lock(&z->lock);
         z->parts[c] = part;
         if (rc && !z->rc) {
@@ -168,7 +173,7 @@ static void zsplit_task(void *arg)
 }
 
 int zreduce_image(stack *s, long nz, stack_zop op, pool *workers, pool_priority prio,
-                  double *out, char *err, size_t errlen)
+                  const volatile int *cancel, double *out, char *err, size_t errlen)
 {
     zsplit *z = calloc(1, sizeof *z);
     if (!z) {
@@ -179,6 +184,7 @@ int zreduce_image(stack *s, long nz, stack_zop op, pool *workers, pool_priority 
     pthread_cond_init(&z->cv, NULL);
     z->st = s;
     z->op = op;
+    z->cancel = cancel;
     z->nz = nz;
     z->nranges = zreduce_nranges(nz);
     z->refs = 1;

@@ -600,8 +600,10 @@ END_TEST
 
 /* A client that sends a whole request and then half-closes (shutdown SHUT_WR, as
  * `printf ... | nc -N` and some HTTP/1.0 clients do) still gets its answer, also when
- * the answer is computed on a worker.  (Polling the connections with poll(2) instead of
- * libmicrohttpd's epoll ended such connections at the FIN, before the answer.) */
+ * the answer is computed on a worker (after an interim 100 Continue, when the server
+ * probed whether it had gone: tests/daemon/test_cancel.c).  (Polling the connections
+ * with poll(2) instead of libmicrohttpd's epoll ended such connections at the FIN,
+ * before the answer.) */
 START_TEST(test_half_closed_client_is_answered)
 {
     for (int i = 0; i < 3; i++) {

@@ -467,6 +467,57 @@ int fitscard_check_image(int bitpix, int naxis, const long *naxes, int maxdim,
     return 0;
 }
 
+/* 1 when c may stand in a keyword: A-Z, 0-9, '-', '_' (FITS 4.0, section 4.1.2.1), or
+ * a-z, which cfitsio turns into upper case. */
+static int keyword_char(char c)
+{
+    return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') ||
+           c == '-' || c == '_';
+}
+
+int fitscard_check_chars(char *cards, int n, int *replaced, char *err, size_t errlen)
+{
+    int rep = 0;
+    if (replaced)
+        *replaced = 0;
+    for (int i = 0; cards && i < n; i++) {
+        char *c = cards + (size_t)i * FITSCARD_LEN;
+        int k = 0, bad = 0;
+        while (k < 8 && keyword_char(c[k]))
+            k++;
+        for (int j = k; j < 8; j++)
+            bad |= c[j] != ' ';
+        if (bad) {
+            char shown[8 * 4 + 1];
+            size_t p = 0;
+            for (int j = 0; j < 8; j++) {
+                unsigned char b = (unsigned char)c[j];
+                if (b >= 32 && b <= 126 && b != '\\')
+                    shown[p++] = (char)b;
+                else
+                    p += (size_t)snprintf(shown + p, sizeof shown - p, "\\x%02X", b);
+            }
+            while (p > 0 && shown[p - 1] == ' ')
+                p--;
+            shown[p] = '\0';
+            tess_seterr(err, errlen, "card %d: keyword '%s' is not a FITS keyword (1 to 8 of "
+                        "A-Z, 0-9, '-', '_', then blanks: FITS 4.0, section 4.1.2.1)", i + 1,
+                        shown);
+            return TESS_EINVAL;
+        }
+        for (int j = 8; j < FITSCARD_LEN; j++) {
+            unsigned char b = (unsigned char)c[j];
+            if (b < 32 || b > 126) {
+                c[j] = '?';
+                rep++;
+            }
+        }
+    }
+    if (replaced)
+        *replaced = rep;
+    return 0;
+}
+
 /* ---- header text ---------------------------------------------------------------------- */
 
 int fitscard_text_is_fits(const char *text, size_t len)

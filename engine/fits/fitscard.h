@@ -154,6 +154,20 @@ int fitscard_check_image(int bitpix, int naxis, const long *naxes, int maxdim,
                          long long data_offset, long long file_size, size_t *bytes,
                          char *err, size_t errlen);
 
+/* The characters of n cards read from a file, made what a FITS reader or writer accepts
+ * (FITS 4.0, section 4.1.2):
+ *   the keyword (columns 1-8) must be 0 to 8 characters of A-Z, 0-9, '-' and '_',
+ *     blank-padded (a-z is accepted too: cfitsio reads and writes it as upper case);
+ *     anything else (a byte outside 32..126, an embedded blank, other punctuation) is
+ *     refused: no FITS product could carry the card (cfitsio's writer refuses it);
+ *   a byte outside 32..126 in columns 9-80 (a value, a comment, commentary text) becomes
+ *     '?' in place, as astropy.io.fits does when it reads such a header, so that the
+ *     header shows and writes the same everywhere (JSON listings, FITS products).
+ * *replaced (may be NULL) receives the number of bytes replaced.  Returns 0, or
+ * TESS_EINVAL with err naming the card (1-based) and its keyword, bytes outside 32..126
+ * written as \xHH. */
+int fitscard_check_chars(char *cards, int n, int *replaced, char *err, size_t errlen);
+
 /* ---- header text ---------------------------------------------------------------------- */
 
 /* 1 when text[0..len) is a whole FITS file rather than header text: at least one 2880-

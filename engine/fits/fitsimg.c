@@ -302,6 +302,9 @@ int fitsimg_read_info(const char *path, int hdu, fitsimg_info *info, char *err, 
     }
 
     rc = read_header_cards(f, path, info, err, errlen);
+    if (rc == 0 && (rc = fitscard_check_chars(info->header, info->nkeys, NULL, why2,
+                                              sizeof why2)) != 0)
+        tess_seterr(err, errlen, "%s: %s", path, why2);
 
 out:
     close_unlock(f);

@@ -1,9 +1,10 @@
 /* Hostile sizes against tesserad in-process, on files generated into a temporary data
  * root: headers whose sizes overflow or lie about their file (the 5760-byte file that
- * declares 2^31 x 2^31 pixels), axes of length 0.  A dataset with such a header is
- * refused at start with the reason (dataset, file, card); a job input or the command line
- * refuse the file the same way; a POSTed header with NAXISn = 0 is a 400 naming the
- * card. */
+ * declares 2^31 x 2^31 pixels), axes of length 0, non-ASCII cards.  A dataset with such
+ * a header is refused at start with the reason (dataset, file, card); a job input or the
+ * command line refuse the file the same way; a POSTed header with NAXISn = 0 is a 400
+ * naming the card; a non-ASCII byte in a value or comment is served as '?' alike in the
+ * JSON listing and in FITS products. */
 #include <check.h>
 #include <fcntl.h>
 #include <jansson.h>
@@ -300,6 +301,58 @@ START_TEST(test_f5_zero_axis)
 }
 END_TEST
 
+/* ---- F8: non-ASCII bytes in cards ---------------------------------------------------- */
+
+/* The `index`-th (0-based) string of the "header" array of a dataset description. */
+static const char *header_card(json_t *doc, size_t index)
+{
+    json_t *h = json_object_get(doc, "header");
+    ck_assert(json_is_array(h));
+    return json_string_value(json_array_get(h, index));
+}
+
+START_TEST(test_f8_non_ascii_cards)
+{
+    static const char *const extra[] = {"COMMENT caf\xe9 au lait",
+                                        "OBJECT  = 'M\xfcnchen '           / st\xe4" "dt", NULL};
+    write_image("na.fits", -32, 2, (const long long[]){8, 8}, 1e-3, extra, 256);
+    write_image("nf_0.fits", -32, 2, (const long long[]){8, 8}, 0, extra, 256);
+    write_image("nf_1.fits", -32, 2, (const long long[]){8, 8}, 0, extra, 256);
+    char err[512] = "";
+    ck_assert_msg(start("{\"name\": \"na\", \"path\": \"na.fits\"}, "
+                        "{\"name\": \"nf\", \"frames\": \"nf_*.fits\"}", 0, err, sizeof err) == 0,
+                  "%s", err);
+    /* The listing and the FITS products show the same cards, '?' for each such byte. */
+    tt_resp r = tt_fetch(base, "GET", "/api/v1/datasets/na", NULL, 0, NULL);
+    ck_assert_int_eq(r.status, 200);
+    json_t *doc = json_loads(r.body, 0, NULL);
+    ck_assert_ptr_nonnull(doc);
+    ck_assert_str_eq(header_card(doc, 13), "COMMENT caf? au lait");
+    ck_assert_str_eq(header_card(doc, 14), "OBJECT  = 'M?nchen '           / st?dt");
+    json_decref(doc);
+    tt_resp_free(&r);
+    static const char *const fits[] = {"/api/v1/datasets/na/slice/xy/4_4/2_2_0.fits",
+                                       "/api/v1/datasets/nf/slice/xy/4_4/0_0_1.fits"};
+    for (int k = 0; k < 2; k++) {
+        r = tt_fetch(base, "GET", fits[k], NULL, 0, NULL);
+        ck_assert_msg(r.status == 200, "%s: %ld %s", fits[k], r.status,
+                      r.content_type[0] == 'a' ? r.body : "");
+        ck_assert_msg(memmem(r.body, r.len, "COMMENT caf? au lait    ", 24) &&
+                      memmem(r.body, r.len, "OBJECT  = 'M?nchen '           / st?dt", 38),
+                      "%s: the cards differ from the listing", fits[k]);
+        tt_resp_free(&r);
+    }
+    stop_server();
+
+    /* In a keyword no FITS product could carry the card: refused at start, named. */
+    static const char *const key[] = {"K\xe9Y     =                    1", NULL};
+    write_image("nakey.fits", -32, 2, (const long long[]){8, 8}, 0, key, 256);
+    ck_assert_int_ne(start("{\"name\": \"k\", \"path\": \"nakey.fits\"}", 0, err, sizeof err), 0);
+    ck_assert_msg(strstr(err, "dataset 'k'") && strstr(err, "nakey.fits") &&
+                  strstr(err, "card 6: keyword 'K\\xE9Y'"), "%s", err);
+}
+END_TEST
+
 /* One case each, so that each test has its own server and data root. */
 static void add_case(Suite *s, const char *name, const TTest *t)
 {
@@ -317,5 +370,6 @@ int main(void)
     add_case(s, "f1stack", test_f1_stack_frame_refused);
     add_case(s, "f1jobs", test_f1_job_input_and_cli);
     add_case(s, "f5", test_f5_zero_axis);
+    add_case(s, "f8", test_f8_non_ascii_cards);
     return tt_run_suite(s);
 }

@@ -1,7 +1,7 @@
 /* Unit tests of checked size arithmetic (engine/base/checked.h) and of the structural rule
- * of image HDUs (fitscard_check_image, NAXISn in fitscard_parse) on generated hostile
- * headers: shapes whose sizes overflow 64 bits, shapes that fit in 64 bits but not in
- * their file, axes of length 0; then the readers built on
+ * of image HDUs (fitscard_check_image, fitscard_check_chars, NAXISn in fitscard_parse) on
+ * generated hostile headers: shapes whose sizes overflow 64 bits, shapes that fit in 64
+ * bits but not in their file, axes of length 0, non-ASCII cards; then the readers built on
  * them (fitsimg, stack, chunkstore, transpose). */
 #include <check.h>
 #include <limits.h>
@@ -157,6 +157,50 @@ START_TEST(test_check_image_rule)
 }
 END_TEST
 
+START_TEST(test_check_chars)
+{
+    static const char *const lines[] = {
+        "SIMPLE  =                    T",
+        "COMMENT caf\xe9 au lait \x01",
+        "OBJECT  = 'M\xfcnchen'           / st\xe4" "dt",
+        "lower   =                    1",
+        "        blank keyword text",
+        NULL};
+    int n = 0;
+    char *cards = tt_make_cards(lines, &n);
+    int replaced = -1;
+    char err[256] = "";
+    ck_assert_int_eq(fitscard_check_chars(cards, n, &replaced, err, sizeof err), 0);
+    ck_assert_int_eq(replaced, 4);
+    ck_assert_int_eq(memcmp(cards + 80, "COMMENT caf? au lait ?", 22), 0);
+    ck_assert_int_eq(memcmp(cards + 160, "OBJECT  = 'M?nchen'           / st?dt", 37), 0);
+    for (int i = 0; i < n * 80; i++)
+        ck_assert(cards[i] >= 32 && cards[i] <= 126);
+    /* Again: nothing left to replace. */
+    ck_assert_int_eq(fitscard_check_chars(cards, n, &replaced, err, sizeof err), 0);
+    ck_assert_int_eq(replaced, 0);
+    free(cards);
+
+    /* Keywords cfitsio's writer refuses: a non-ASCII byte, an embedded blank, punctuation,
+     * a leading blank.  The card and its keyword are named, bytes shown as \xHH. */
+    static const struct { const char *card, *why; } bad[] = {
+        {"K\xe9Y     =                    1", "card 2: keyword 'K\\xE9Y'"},
+        {"DATE OBS= '2020-01-01'", "card 2: keyword 'DATE OBS'"},
+        {"A.B     =                    1", "card 2: keyword 'A.B'"},
+        {" KEY    =                    1", "card 2: keyword ' KEY'"},
+        {"KEY\tX   =                    1", "keyword 'KEY\\x09X'"},
+    };
+    for (size_t k = 0; k < sizeof bad / sizeof bad[0]; k++) {
+        const char *two[] = {"SIMPLE  =                    T", bad[k].card, NULL};
+        cards = tt_make_cards(two, &n);
+        ck_assert_int_eq(fitscard_check_chars(cards, n, NULL, err, sizeof err), TESS_EINVAL);
+        ck_assert_msg(strstr(err, bad[k].why), "'%s' lacks '%s'", err, bad[k].why);
+        free(cards);
+    }
+    ck_assert_int_eq(fitscard_check_chars(NULL, 0, &replaced, err, sizeof err), 0);
+}
+END_TEST
+
 START_TEST(test_parse_axis_cards)
 {
     static const struct { const char *text, *why; } bad[] = {
@@ -239,6 +283,36 @@ START_TEST(test_read_info_hostile_shapes)
 }
 END_TEST
 
+/* F8's header: bytes outside 32..126 in a comment and a string value become '?' in the
+ * cards read (so JSON listings and FITS products show the same text); one in a keyword
+ * refuses the file, naming the card. */
+START_TEST(test_read_info_non_ascii)
+{
+    make_tmpdir();
+    char p[128], err[400] = "";
+    static const char *const extra[] = {"COMMENT caf\xe9 au lait",
+                                        "OBJECT  = 'M\xfcnchen '           / st\xe4" "dt",
+                                        "HISTORY tab\there", NULL};
+    write_image(p, sizeof p, "na.fits", -32, 2, (const long long[]){8, 8}, extra, 256);
+    fitsimg_info info;
+    ck_assert_msg(fitsimg_read_info(p, 0, &info, err, sizeof err) == 0, "%s", err);
+    ck_assert_int_eq(info.nkeys, 8);
+    ck_assert_int_eq(memcmp(info.header + 5 * 80, "COMMENT caf? au lait ", 21), 0);
+    ck_assert_int_eq(memcmp(info.header + 6 * 80, "OBJECT  = 'M?nchen '           / st?dt", 38), 0);
+    ck_assert_int_eq(memcmp(info.header + 7 * 80, "HISTORY tab?here", 16), 0);
+    char v[80];
+    ck_assert_int_eq(fitscard_get(info.header, info.nkeys, "OBJECT", v, sizeof v), 1);
+    ck_assert_str_eq(v, "M?nchen");
+    fitsimg_info_release(&info);
+
+    static const char *const key[] = {"K\xe9Y     =                    1", NULL};
+    write_image(p, sizeof p, "nakey.fits", -32, 2, (const long long[]){8, 8}, key, 256);
+    ck_assert_int_eq(fitsimg_read_info(p, 0, &info, err, sizeof err), TESS_EINVAL);
+    ck_assert_msg(strstr(err, p) && strstr(err, "card 6: keyword 'K\\xE9Y'"), "%s", err);
+    rm_tmpdir();
+}
+END_TEST
+
 /* The readers refuse what would overflow instead of computing with a wrapped size: the
  * volume of a stack, a chunk store's declared shape, a transpose's plane. */
 START_TEST(test_readers_refuse_overflow)
@@ -300,8 +374,10 @@ int main(void)
     tcase_set_timeout(tc, 60);
     tcase_add_test(tc, test_checked_arithmetic);
     tcase_add_test(tc, test_check_image_rule);
+    tcase_add_test(tc, test_check_chars);
     tcase_add_test(tc, test_parse_axis_cards);
     tcase_add_test(tc, test_read_info_hostile_shapes);
+    tcase_add_test(tc, test_read_info_non_ascii);
     tcase_add_test(tc, test_readers_refuse_overflow);
     suite_add_tcase(s, tc);
     return tt_run_suite(s);

@@ -155,6 +155,11 @@ void handle_reduce(hreq *r, const route_match *m)
                       "= %lld", d->nx, d->ny, r->srv->cfg->max_output_pixels);
         return;
     }
+    if (!along_z && d->nz > r->srv->cfg->max_output_pixels) {
+        problem_reply(r, 413, "axis", "the %ld values of axis=xy are more than "
+                      "limits.max_output_pixels = %lld", d->nz, r->srv->cfg->max_output_pixels);
+        return;
+    }
     unsigned long long bytes = stack_data_bytes(dataset_stack(d));
     if (bytes > REDUCE_MAX_INPUT_BYTES) {
         problem_reply(r, 413, "axis", "reducing '%s' reads %llu MB, more than the %llu MB a "

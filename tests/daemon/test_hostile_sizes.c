@@ -1,10 +1,11 @@
 /* Hostile sizes against tesserad in-process, on files generated into a temporary data
  * root: headers whose sizes overflow or lie about their file (the 5760-byte file that
- * declares 2^31 x 2^31 pixels), axes of length 0, non-ASCII cards.  A dataset with such
- * a header is refused at start with the reason (dataset, file, card); a job input or the
+ * declares 2^31 x 2^31 pixels), axes of length 0, non-ASCII cards, a huge but valid shape
+ * for the HiPS coverage, more planes than an answer may hold.  A dataset with such a
+ * header is refused at start with the reason (dataset, file, card); a job input or the
  * command line refuse the file the same way; a POSTed header with NAXISn = 0 is a 400
  * naming the card; a non-ASCII byte in a value or comment is served as '?' alike in the
- * JSON listing and in FITS products. */
+ * JSON listing and in FITS products; what is served answers within its bounds. */
 #include <check.h>
 #include <fcntl.h>
 #include <jansson.h>
@@ -353,6 +354,58 @@ START_TEST(test_f8_non_ascii_cards)
 }
 END_TEST
 
+/* ---- F3 and other loops over header-derived counts ----------------------------------- */
+
+/* A huge but valid shape: 10^5 x 10^5 pixels of 1e-4 degrees (a sparse 10 GB file), whose
+ * survey order (11) has some 10^5 tiles to test: the coverage used to take minutes (a
+ * core for 30+ minutes at 2^31 x 2^31); now a coarser MOC within about a second. */
+START_TEST(test_f3_moc_bounded)
+{
+    write_image("huge.fits", 8, 2, (const long long[]){100000, 100000}, 1e-4, NULL,
+                100000LL * 100000);
+    char err[512] = "";
+    ck_assert_msg(start("{\"name\": \"huge\", \"path\": \"huge.fits\"}", 0, err, sizeof err) == 0,
+                  "%s", err);
+    double t0 = tt_now_s();
+    tt_resp r = tt_fetch(base, "GET", "/hips/huge/Moc.fits", NULL, 0, NULL);
+    double dt = tt_now_s() - t0;
+    ck_assert_msg(r.status == 200, "Moc.fits: %ld %s", r.status, r.body ? r.body : "");
+    ck_assert_msg(dt < 3.0 * tt_time_scale(), "Moc.fits took %.2f s", dt);
+    ck_assert_str_eq(r.content_type, "application/fits");
+    char *mo = memmem(r.body, r.len, "MOCORDER= ", 10);
+    ck_assert_ptr_nonnull(mo);
+    long order = strtol(mo + 10, NULL, 10);
+    ck_assert_msg(order >= 3 && order < 11, "MOCORDER %ld", order);
+    tt_resp_free(&r);
+    assert_alive();
+}
+END_TEST
+
+/* A cube of more planes than limits.max_output_pixels: a series or a reduction along xy
+ * (one value a plane) is a 413 before any plane is read. */
+START_TEST(test_plane_count_bounded)
+{
+    write_image("deep.fits", -32, 3, (const long long[]){2, 2, 64}, 0, NULL, 2 * 2 * 64 * 4);
+    char err[512] = "";
+    ck_assert_msg(start("{\"name\": \"deep\", \"path\": \"deep.fits\"}", 16, err, sizeof err) == 0,
+                  "%s", err);
+    static const char *const paths[] = {"/api/v1/datasets/deep/series?x=0&y=0",
+                                        "/api/v1/datasets/deep/reduce?op=mean&axis=xy"};
+    for (int k = 0; k < 2; k++) {
+        tt_resp r = tt_fetch(base, "GET", paths[k], NULL, 0, NULL);
+        tt_assert_problem(paths[k], &r, 413, k ? "axis" : NULL);
+        ck_assert_msg(strstr(r.body, "limits.max_output_pixels"), "%s", r.body);
+        tt_resp_free(&r);
+    }
+    /* The image itself is within the limit: slices are served. */
+    tt_resp r = tt_fetch(base, "GET", "/api/v1/datasets/deep/slice/xz/2_8/0_0_0.raw", NULL, 0,
+                         NULL);
+    ck_assert_int_eq(r.status, 200);
+    ck_assert_uint_eq(r.len, 2 * 8 * 4);
+    tt_resp_free(&r);
+}
+END_TEST
+
 /* One case each, so that each test has its own server and data root. */
 static void add_case(Suite *s, const char *name, const TTest *t)
 {
@@ -371,5 +424,7 @@ int main(void)
     add_case(s, "f1jobs", test_f1_job_input_and_cli);
     add_case(s, "f5", test_f5_zero_axis);
     add_case(s, "f8", test_f8_non_ascii_cards);
+    add_case(s, "f3", test_f3_moc_bounded);
+    add_case(s, "planes", test_plane_count_bounded);
     return tt_run_suite(s);
 }

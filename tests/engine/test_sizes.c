@@ -2,7 +2,7 @@
  * of image HDUs (fitscard_check_image, fitscard_check_chars, NAXISn in fitscard_parse) on
  * generated hostile headers: shapes whose sizes overflow 64 bits, shapes that fit in 64
  * bits but not in their file, axes of length 0, non-ASCII cards; then the readers built on
- * them (fitsimg, stack, chunkstore, transpose). */
+ * them (fitsimg, stack, chunkstore, transpose) and the bounded walk of a HiPS MOC. */
 #include <check.h>
 #include <limits.h>
 #include <stdint.h>
@@ -16,8 +16,10 @@
 #include "engine/cube/transpose.h"
 #include "engine/fits/fitscard.h"
 #include "engine/fits/fitsimg.h"
+#include "engine/hips/healpix.h"
 #include "engine/image/chunkstore.h"
 #include "engine/image/stack.h"
+#include "engine/sky/skywcs.h"
 #include "tests/testutil.h"
 
 static char tmpdir[64];
@@ -367,6 +369,86 @@ START_TEST(test_readers_refuse_overflow)
 }
 END_TEST
 
+/* ---- bounded loops over header-derived counts ---------------------------------------- */
+
+/* A TAN image of n x n pixels of `cdelt` degrees at (10, 10). */
+static skywcs *tan_wcs(long n, double cdelt)
+{
+    char l[8][81];
+    snprintf(l[0], 81, "CTYPE1  = 'RA---TAN'");
+    snprintf(l[1], 81, "CTYPE2  = 'DEC--TAN'");
+    snprintf(l[2], 81, "CRVAL1  = 10.0");
+    snprintf(l[3], 81, "CRVAL2  = 10.0");
+    snprintf(l[4], 81, "CRPIX1  = %.1f", (double)n / 2);
+    snprintf(l[5], 81, "CRPIX2  = %.1f", (double)n / 2);
+    snprintf(l[6], 81, "CDELT1  = %.3g", -cdelt);
+    snprintf(l[7], 81, "CDELT2  = %.3g", cdelt);
+    const char *lines[] = {l[0], l[1], l[2], l[3], l[4], l[5], l[6], l[7], NULL};
+    int nk = 0;
+    char *cards = tt_make_cards(lines, &nk);
+    skywcs *w = tt_parse_wcs(cards, nk);
+    free(cards);
+    skywcs *cel = skywcs_celestial(w);
+    skywcs_free(w);
+    ck_assert_ptr_nonnull(cel);
+    return cel;
+}
+
+/* MOCORDER of a Moc.fits made by hips_moc_fits (the second HDU's card). */
+static long moc_order(const unsigned char *b, size_t len)
+{
+    for (size_t at = 2880; at + 80 <= len; at += 80)
+        if (memcmp(b + at, "MOCORDER= ", 10) == 0)
+            return strtol((const char *)b + at + 10, NULL, 10);
+    return -1;
+}
+
+START_TEST(test_moc_walk_bounded)
+{
+    /* 10^5 pixels of 1e-4 degrees (a 10-degree field) at the survey order of that scale,
+     * 11: some 10^5 tiles to test, minutes; bounded to 2048 tests, well under a second. */
+    skywcs *cel = tan_wcs(100000, 1e-4);
+    int order = hips_survey_order(1e-4);
+    ck_assert_int_eq(order, 11);
+    unsigned char *out = NULL;
+    size_t len = 0, cells = 0;
+    double t0 = tt_now_s();
+    ck_assert_int_eq(hips_moc_fits(cel, 100000, 100000, order, 2048, &out, &len, &cells), 0);
+    double dt = tt_now_s() - t0;
+    ck_assert_msg(dt < 3.0 * tt_time_scale(), "bounded MOC took %.2f s", dt);
+    long got = moc_order(out, len);
+    ck_assert_msg(got >= 5 && got < order, "MOCORDER %ld", got);
+    ck_assert_uint_gt(cells, 0);
+    free(out);
+    skywcs_free(cel);
+
+    /* The shape of the F1 file with a tiny pixel: order 20 asked for, bounded all the same. */
+    cel = tan_wcs(2147483647L, 1e-7);
+    t0 = tt_now_s();
+    ck_assert_int_eq(hips_moc_fits(cel, 2147483647L, 2147483647L, hips_survey_order(1e-7),
+                                   2048, &out, &len, &cells), 0);
+    dt = tt_now_s() - t0;
+    ck_assert_msg(dt < 3.0 * tt_time_scale(), "bounded MOC took %.2f s", dt);
+    ck_assert_uint_gt(cells, 0);
+    free(out);
+    skywcs_free(cel);
+
+    /* A small image: the bound is not reached and the MOC is the unbounded one. */
+    cel = tan_wcs(1000, 1e-4);
+    unsigned char *all = NULL;
+    size_t alen = 0;
+    order = hips_survey_order(1e-4);
+    ck_assert_int_eq(hips_moc_fits(cel, 1000, 1000, order, 0, &all, &alen, NULL), 0);
+    ck_assert_int_eq(hips_moc_fits(cel, 1000, 1000, order, 2048, &out, &len, NULL), 0);
+    ck_assert_uint_eq(len, alen);
+    ck_assert_int_eq(memcmp(out, all, len), 0);
+    ck_assert_int_eq(moc_order(out, len), order);
+    free(out);
+    free(all);
+    skywcs_free(cel);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("sizes");
@@ -379,6 +461,7 @@ int main(void)
     tcase_add_test(tc, test_read_info_hostile_shapes);
     tcase_add_test(tc, test_read_info_non_ascii);
     tcase_add_test(tc, test_readers_refuse_overflow);
+    tcase_add_test(tc, test_moc_walk_bounded);
     suite_add_tcase(s, tc);
     return tt_run_suite(s);
 }

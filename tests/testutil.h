@@ -39,6 +39,20 @@ double *tt_fits_plane(const char *path, long z, long *nx, long *ny);
 /* As tt_fits_plane for plane 0 of HDU `hdu` (1-based) of an in-memory FITS file. */
 double *tt_fits_mem_read(const char *data, size_t len, int hdu, long *nx, long *ny);
 
+/* Writes a FITS file of one HDU at `path` as a hostile test wants it: the NULL-terminated
+ * card texts as they are (each blank-padded or cut to 80 bytes, any byte kept), END, the
+ * block filled with blanks, then a data unit of `data_bytes` bytes rounded up to whole
+ * 2880-byte blocks: zeros, made with ftruncate (sparse where the file system allows, so
+ * that a header may declare gigabytes).  Nothing checks the cards against the data: the
+ * file may lie.  Fails the test when it cannot write. */
+void tt_write_fits_cards(const char *path, const char *const *cards, long long data_bytes);
+
+/* tt_write_fits_cards of a primary header SIMPLE = T, BITPIX, NAXIS = naxis (0..9), the
+ * NAXISn of `axes` (any values, the hostile ones too), then the `extra` card texts
+ * (NULL-terminated; NULL for none, at most 64). */
+void tt_write_fits_image(const char *path, int bitpix, int naxis, const long long *axes,
+                         const char *const *extra, long long data_bytes);
+
 /* Creates a fresh directory /tmp/tessera-<tag>-XXXXXX and writes its path into dir
  * (size len).  Fails the test when it cannot. */
 void tt_tmpdir_make(char *dir, size_t len, const char *tag);

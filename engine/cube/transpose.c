@@ -1,12 +1,14 @@
 /* Planes of a stack turned into per-pixel series (transpose.h). */
 #include "engine/cube/transpose.h"
 
+#include "engine/base/checked.h"
 #include "engine/base/error.h"
 #include "engine/base/fileio.h"
 
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -46,11 +48,21 @@ int cube_transpose_init(cube_transpose *t, const cube_source *src, long out_byte
                         size_t errlen)
 {
     memset(t, 0, sizeof *t);
+    /* perm holds uint32 indices, and the staging file npix * nz values. */
+    size_t npix, staged;
+    if (src->nx < 1 || src->ny < 1 || src->nz < 1 ||
+        tess_size_dims(1, (const long[]){src->nx, src->ny}, 2, &npix) || npix > UINT32_MAX ||
+        tess_size_dims((size_t)chunkstore_esize(src->dtype),
+                       (const long[]){src->nx, src->ny, src->nz}, 3, &staged)) {
+        tess_seterr(err, errlen, "cannot transpose %ld x %ld x %ld values: planes hold fewer "
+                    "than 2^32 pixels", src->nx, src->ny, src->nz);
+        return TESS_ERANGE;
+    }
     t->st = src->st;
     t->nx = src->nx;
     t->ny = src->ny;
     t->nz = src->nz;
-    t->npix = src->nx * src->ny;
+    t->npix = (long)npix;
     t->dt = src->dtype;
     t->es = chunkstore_esize(t->dt);
     t->ci.nx = src->nx;

@@ -56,7 +56,9 @@ typedef struct cube_transpose {
  * groups when nz allows), bands whose series take at most 64 MB at
  * max(es, out_bytes_per_value) bytes a value (at least 16 bands when ny allows).
  * `src_path` (may be NULL when !direct) and `workdir` are copied.  Creates no file.
- * Returns 0 or TESS_ENOMEM with err; release with cube_transpose_release either way. */
+ * Returns 0, TESS_ERANGE (a size below 1, a plane of 2^32 pixels or more, or the values
+ * overflowing as bytes: engine/base/checked.h) or TESS_ENOMEM with err; release with
+ * cube_transpose_release either way. */
 int cube_transpose_init(cube_transpose *t, const cube_source *src, long out_bytes_per_value,
                         int direct, const char *src_path, const char *workdir, char *err,
                         size_t errlen);

@@ -1,6 +1,7 @@
 /* Reductions of a volume along z: op set, image along z, plane values, result header. */
 #include "engine/image/zreduce.h"
 
+#include "engine/base/checked.h"
 #include "engine/base/error.h"
 #include "engine/fits/fitscard.h"
 
@@ -253,7 +254,12 @@ int zreduce_planes(stack *s, long nx, long ny, long nz, stack_zop op, long z0, l
         tess_seterr(err, errlen, "planes %ld..%ld outside the %ld planes", z0, z1 - 1, nz);
         return TESS_ERANGE;
     }
-    size_t npix = (size_t)nx * (size_t)ny;
+    size_t bytes;
+    if (tess_size_dims(sizeof(double), (const long[]){nx, ny}, 2, &bytes)) {
+        tess_seterr(err, errlen, "planes of %ld x %ld pixels: the sizes overflow", nx, ny);
+        return TESS_ERANGE;
+    }
+    size_t npix = bytes / sizeof(double);
     double *plane = NULL;   /* allocated at the first plane read as doubles */
     int rc = 0;
     for (long z = z0; z < z1 && !rc; z++) {
@@ -265,7 +271,7 @@ int zreduce_planes(stack *s, long nx, long ny, long nz, stack_zop op, long z0, l
         rc = stack_reduce_plane(s, z, op, &out[z - z0], err, errlen);
         if (rc != 1)
             continue;
-        if (!plane && !(plane = malloc(npix * sizeof *plane))) {
+        if (!plane && !(plane = malloc(bytes))) {
             tess_seterr(err, errlen, "out of memory");
             rc = TESS_ENOMEM;
             break;

@@ -67,8 +67,8 @@ double zreduce_values(stack_zop op, const double *v, size_t n);
  * pixels, for z0 <= z0 + k < z1: an 8/16-bit plane straight from the frame in exact
  * integers (stack_reduce_plane), any other read as doubles (stack_read_region) and
  * reduced by zreduce_values.  `cancel` (may be NULL) is polled before each plane.
- * Returns 0, TESS_ECANCELED, TESS_ENOMEM, TESS_ERANGE (planes outside 0..nz-1) or a read
- * error (TESS_EIO) with `err`. */
+ * Returns 0, TESS_ECANCELED, TESS_ENOMEM, TESS_ERANGE (planes outside 0..nz-1, a plane
+ * whose size overflows: engine/base/checked.h) or a read error (TESS_EIO) with `err`. */
 int zreduce_planes(stack *s, long nx, long ny, long nz, stack_zop op, long z0, long z1,
                    const volatile int *cancel, double *out, char *err, size_t errlen);
 

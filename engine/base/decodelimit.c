@@ -1,0 +1,76 @@
+/* Decode budgets: process-wide byte and pixel bounds that every decoder checks first (decodelimit.h). */
+#include "engine/base/decodelimit.h"
+#include "engine/base/error.h"
+
+#include <pthread.h>
+#include <stdio.h>
+
+#define NAME_LEN 64
+
+static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+static unsigned long long max_bytes_now = DECODELIMIT_DEFAULT_MB << 20;
+static unsigned long long max_pixels_now = DECODELIMIT_DEFAULT_PIXELS;
+static char bytes_name_now[NAME_LEN] = "the decoded-bytes budget";
+static char pixels_name_now[NAME_LEN] = "the input-pixels budget";
+
+void decodelimit_set(unsigned long long max_bytes, unsigned long long max_pixels,
+                     const char *bytes_name, const char *pixels_name)
+{
+    pthread_mutex_lock(&lock);
+    if (max_bytes > 0)
+        max_bytes_now = max_bytes;
+    if (max_pixels > 0)
+        max_pixels_now = max_pixels;
+    if (bytes_name)
+        snprintf(bytes_name_now, sizeof bytes_name_now, "%s", bytes_name);
+    if (pixels_name)
+        snprintf(pixels_name_now, sizeof pixels_name_now, "%s", pixels_name);
+    pthread_mutex_unlock(&lock);
+}
+
+void decodelimit_get(unsigned long long *max_bytes, unsigned long long *max_pixels)
+{
+    pthread_mutex_lock(&lock);
+    if (max_bytes)
+        *max_bytes = max_bytes_now;
+    if (max_pixels)
+        *max_pixels = max_pixels_now;
+    pthread_mutex_unlock(&lock);
+}
+
+/* a * b, or ULLONG_MAX when that overflows. */
+static unsigned long long mul_sat(unsigned long long a, unsigned long long b)
+{
+    unsigned long long p;
+    return __builtin_mul_overflow(a, b, &p) ? ~0ULL : p;
+}
+
+int decodelimit_check(const char *what, long long nx, long long ny, long long nz, size_t esize,
+                      char *err, size_t errlen)
+{
+    unsigned long long d[3] = {nx < 1 ? 1ULL : (unsigned long long)nx,
+                               ny < 1 ? 1ULL : (unsigned long long)ny,
+                               nz < 1 ? 1ULL : (unsigned long long)nz};
+    unsigned long long pixels = mul_sat(mul_sat(d[0], d[1]), d[2]);
+    unsigned long long bytes = mul_sat(pixels, esize < 1 ? 1 : esize);
+    char shape[80];
+    if (d[2] > 1)
+        snprintf(shape, sizeof shape, "%llu x %llu x %llu", d[0], d[1], d[2]);
+    else
+        snprintf(shape, sizeof shape, "%llu x %llu", d[0], d[1]);
+    pthread_mutex_lock(&lock);
+    int rc = 0;
+    if (pixels > max_pixels_now) {
+        tess_seterr(err, errlen, "%s is %s pixels (%s%llu), more than %s = %llu may be decoded",
+                    what, shape, pixels == ~0ULL ? "over " : "", pixels, pixels_name_now,
+                    max_pixels_now);
+        rc = TESS_ELIMIT;
+    } else if (bytes > max_bytes_now) {
+        tess_seterr(err, errlen, "%s is %s pixels of %zu bytes: decoding it takes %llu MB, more "
+                    "than %s = %llu MB", what, shape, esize, (bytes + (1ULL << 20) - 1) >> 20,
+                    bytes_name_now, max_bytes_now >> 20);
+        rc = TESS_ELIMIT;
+    }
+    pthread_mutex_unlock(&lock);
+    return rc;
+}

@@ -17,6 +17,7 @@
 
 #include "engine/base/byteswap.h"
 #include "engine/base/checked.h"
+#include "engine/base/decodelimit.h"
 #include "engine/base/error.h"
 #include "engine/fits/fitscard.h"
 
@@ -133,13 +134,41 @@ static int read_dims(fitsfile *f, const char *path, int *naxis, long naxes[FITSI
     return 0;
 }
 
-/* open_image_hdu, then read_dims.  Returns 0 or their error, with *fp open when the HDU
- * could be opened (the caller closes it).  Call with the cfitsio lock held. */
+/* For a tile-compressed image: whether one tile, which cfitsio decompresses whole into
+ * a buffer of its own (of int, float, or for 64-bit data 8-byte values) for any read
+ * that touches it, fits the decode budgets (engine/base/decodelimit.h).  The tile shape
+ * is cfitsio's own, from ZTILEn and its defaults when the HDU was opened.  Returns 0 (also
+ * for an uncompressed image) or TESS_ELIMIT with err. */
+static int check_tile(fitsfile *f, const char *path, char *err, size_t errlen)
+{
+    int status = 0;
+    if (!fits_is_compressed_image(f, &status) || status)
+        return 0;
+    const FITSfile *F = f->Fptr;
+    long long d[3] = {1, 1, 1};
+    for (int i = 0; i < F->zndim && i < MAX_COMPRESS_DIM; i++) {
+        long long t = F->tilesize[i] < 1 ? 1 : F->tilesize[i];
+        if (i < 2)
+            d[i] = t;
+        else
+            d[2] = t > LLONG_MAX / d[2] ? LLONG_MAX : d[2] * t;
+    }
+    size_t esize = F->zbitpix == 64 || F->zbitpix == -64 ? 8 : 4;
+    char what[PATH_MAX + 48];
+    snprintf(what, sizeof what, "a compression tile of %s", path);
+    return decodelimit_check(what, d[0], d[1], d[2], esize, err, errlen);
+}
+
+/* open_image_hdu, then read_dims, then check_tile: what every read of pixels opens with.
+ * Returns 0 or their error, with *fp open when the HDU could be opened (the caller
+ * closes it).  Call with the cfitsio lock held. */
 static int open_image_dims(const char *path, int hdu, fitsfile **fp, int *naxis,
                            long naxes[FITSIMG_MAXDIM], char *err, size_t errlen)
 {
     int rc = open_image_hdu(path, hdu, fp, err, errlen);
-    return rc ? rc : read_dims(*fp, path, naxis, naxes, err, errlen);
+    if (!rc)
+        rc = read_dims(*fp, path, naxis, naxes, err, errlen);
+    return rc ? rc : check_tile(*fp, path, err, errlen);
 }
 
 /* Reads an optional numeric keyword as a double; *val keeps its default when absent.

@@ -63,7 +63,9 @@ int fitsimg_data_offset(const char *path, int hdu, long long *offset, char *err,
  * pixels equal to BLANK and float NaNs become NaN.  `out` receives w*h values, row-major,
  * out[0] = pixel (x0, y0): row 0 of `out` is the lowest FITS row of the region.  The
  * region must lie inside the image (TESS_ERANGE otherwise).  Safe to call from several
- * threads at once (each call opens its own handle).  Returns 0 or a TESS_E* code. */
+ * threads at once (each call opens its own handle).  Returns 0 or a TESS_E* code:
+ * TESS_ELIMIT when the image is tile-compressed with tiles larger than the decode
+ * budgets (engine/base/decodelimit.h; nothing decompressed). */
 int fitsimg_read_region(const char *path, int hdu, long z, long x0, long y0, long w, long h,
                         double *out, char *err, size_t errlen);
 
@@ -96,7 +98,8 @@ typedef enum fitsimg_values {
  * Each call opens its own handles, so threads may read disjoint ranges at once (how a
  * large read is made parallel).  Returns 0, or TESS_ERANGE (the range
  * passes the end of the data unit), TESS_EINVAL (not an image HDU, a bad kind), TESS_EIO
- * (cannot open or read; a file shorter than its header says), TESS_ENOMEM, with err. */
+ * (cannot open or read; a file shorter than its header says), TESS_ELIMIT (tiles over
+ * the decode budgets, as fitsimg_read_region), TESS_ENOMEM, with err. */
 int fitsimg_read_values(const char *path, int hdu, fitsimg_values kind, size_t first,
                         size_t n, void *out, char *err, size_t errlen);
 

@@ -2,6 +2,7 @@
 #include "engine/image/stack.h"
 #include "engine/base/mapguard.h"
 #include "engine/base/checked.h"
+#include "engine/base/decodelimit.h"
 #include "engine/base/error.h"
 #include "engine/base/fileio.h"
 #include "engine/base/clock.h"
@@ -11,6 +12,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <fitsio.h>
+#include <limits.h>
 #include <math.h>
 #include <png.h>
 #include <pthread.h>
@@ -134,7 +136,9 @@ static int png_in_open(png_in *in, const char *path, long *w, long *h, int *bits
 }
 
 /* Decodes the whole PNG at `path` into a malloc'd array of nx*ny uint8 or uint16
- * (bits 8 / 16), row 0 = y = 0 = the last PNG row.  Returns 0 or a TESS_E* code. */
+ * (bits 8 / 16), row 0 = y = 0 = the last PNG row, once the size its IHDR declares has
+ * passed the decode budgets (engine/base/decodelimit.h).  Returns 0, TESS_ELIMIT (over
+ * a budget: nothing decoded) or another TESS_E* code. */
 static int png_decode_frame(const char *path, void **pix, long *nx, long *ny, int *bits,
                             char *err, size_t errlen)
 {
@@ -143,6 +147,12 @@ static int png_decode_frame(const char *path, void **pix, long *nx, long *ny, in
     if (rc)
         return rc;
     size_t esz = *bits == 16 ? 2 : 1;
+    char what[PATH_MAX + 32];
+    snprintf(what, sizeof what, "the PNG frame %s", path);
+    if ((rc = decodelimit_check(what, *nx, *ny, 1, esz, err, errlen))) {
+        png_in_close(&in);
+        return rc;
+    }
     size_t rowbytes = (size_t)*nx * esz;
     unsigned char *buf = malloc(rowbytes * (size_t)*ny);
     png_bytep *rows = malloc((size_t)*ny * sizeof(png_bytep));
@@ -715,11 +725,16 @@ static int open_fits(stack *s, frame *f, const char *path, char *err, size_t err
             f->kind = SRC_CFITSIO;
             return 0;
         }
+        char what[PATH_MAX + 48];
+        snprintf(what, sizeof what, "the tile-compressed frame %s", path);
+        int rc = decodelimit_check(what, s->nx, s->ny, 1, sizeof(double), err, errlen);
+        if (rc)
+            return rc;
         size_t n = (size_t)s->nx * (size_t)s->ny;
         double *pix = malloc(n * sizeof(double));
         if (!pix)
             return TESS_ENOMEM;
-        int rc = fitsimg_read_region(path, s->hdu, 0, 0, 0, s->nx, s->ny, pix, err, errlen);
+        rc = fitsimg_read_region(path, s->hdu, 0, 0, 0, s->nx, s->ny, pix, err, errlen);
         if (rc) {
             free(pix);
             return rc;

@@ -112,6 +112,11 @@ static int png_in_open(png_in *in, const char *path, long *w, long *h, int *bits
         return TESS_EIO;
     }
     png_init_io(in->png, in->f);
+#ifdef PNG_HANDLE_AS_UNKNOWN_SUPPORTED
+    /* Every ancillary chunk is skipped unread: none is used here, and compressed ones
+     * (zTXt, iTXt, iCCP) would each cost libpng up to 8 MB of inflating. */
+    png_set_keep_unknown_chunks(in->png, PNG_HANDLE_CHUNK_NEVER, NULL, -1);
+#endif
     png_read_info(in->png, in->info);
     int ct = png_get_color_type(in->png, in->info);
     int depth = png_get_bit_depth(in->png, in->info);

@@ -27,15 +27,25 @@ typedef struct fitsimg_info {
                                       tile-compressed image (its pixels are in a table) */
 } fitsimg_info;
 
+/* Refuses a whole-file compressed file: one that starts with the signature of gzip,
+ * zip, pack, compress (.Z), LZH or bzip2, which cfitsio would decompress whole into
+ * memory at every opening (a 1.5 MB gzip of a 20000 x 20000 float image: 1.6 GB and
+ * seconds per read).  Every reader here applies it before cfitsio sees a file: such
+ * files are not read at all, whatever their size, and the message says to decompress
+ * them, or to tile-compress them with fpack, which is read a tile at a time within the
+ * decode budgets (engine/base/decodelimit.h).  Returns 0 (anything else, an unreadable
+ * file included: the open that follows reports it), or TESS_EINVAL with err. */
+int fitsimg_check_not_compressed(const char *path, char *err, size_t errlen);
+
 /* Reads the header of HDU `hdu` (0-based: 0 is the primary HDU) of the FITS file at
  * `path`.  The HDU must be an image that follows fitscard_check_image (every NAXISn at
  * least 1, the data size without overflow and, unless tile-compressed, within the file)
  * and whose cards pass fitscard_check_chars (bytes outside 32..126 in values and
  * comments are then '?' in `header`).  Returns 0, or TESS_EIO (cannot open/read, or the
- * file is shorter than its header says), TESS_EINVAL (not an image HDU, NAXIS above
- * FITSIMG_MAXDIM, an axis below 1, sizes that overflow, a card that is not FITS,
- * malformed), TESS_ENOMEM; on error `err` says why ("path: reason", naming the card)
- * and `info` holds nothing to release. */
+ * file is shorter than its header says), TESS_EINVAL (a whole-file compressed file, not
+ * an image HDU, NAXIS above FITSIMG_MAXDIM, an axis below 1, sizes that overflow, a card
+ * that is not FITS, malformed), TESS_ENOMEM; on error `err` says why ("path: reason",
+ * naming the card) and `info` holds nothing to release. */
 int fitsimg_read_info(const char *path, int hdu, fitsimg_info *info, char *err, size_t errlen);
 
 /* Frees what fitsimg_read_info allocated.  Cannot fail. */

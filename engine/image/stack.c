@@ -643,7 +643,8 @@ static int fits_plain_header(const char *path, int *bitpix, int *naxis, long *na
 }
 
 /* The image parameters of HDU s->hdu of `path` through cfitsio (any FITS file: extensions,
- * tile-compressed images).  Returns 0 or TESS_EIO with err. */
+ * tile-compressed images; not a whole-file compressed one, fitsimg_check_not_compressed).
+ * Returns 0 or TESS_EIO / TESS_EINVAL with err. */
 static int open_fits_cfitsio(stack *s, const char *path, int *compressed, int *bitpix,
                              int *naxis, long *naxes, LONGLONG *datastart, double *bscale,
                              double *bzero, int *has_blank, long long *blank, char *err,
@@ -652,6 +653,9 @@ static int open_fits_cfitsio(stack *s, const char *path, int *compressed, int *b
     fitsfile *ff = NULL;
     int status = 0;
     LONGLONG headstart = 0, dataend = 0;
+    int rc = fitsimg_check_not_compressed(path, err, errlen);
+    if (rc)
+        return rc;
     fitsimg_cfitsio_lock();
     fits_open_diskfile(&ff, path, READONLY, &status);
     if (!status)

@@ -140,6 +140,26 @@ static int png_in_open(png_in *in, const char *path, long *w, long *h, int *bits
     return 0;
 }
 
+/* The width, height and bits (8 or 16 after expansion) of the PNG at `path`, from its
+ * header alone.  Returns 0 or the errors of png_in_open. */
+static int png_header(const char *path, long *w, long *h, int *bits, char *err, size_t errlen)
+{
+    png_in in;
+    int rc = png_in_open(&in, path, w, h, bits, err, errlen);
+    if (rc == 0)
+        png_in_close(&in);
+    return rc;
+}
+
+/* Whether a w x h PNG frame at `path` of `bits` 8 or 16 (after expansion) may be decoded:
+ * decodelimit_check of its samples.  Returns 0 or TESS_ELIMIT with err. */
+static int png_budget(const char *path, long w, long h, int bits, char *err, size_t errlen)
+{
+    char what[PATH_MAX + 32];
+    snprintf(what, sizeof what, "the PNG frame %s", path);
+    return decodelimit_check(what, w, h, 1, bits == 16 ? 2 : 1, err, errlen);
+}
+
 /* Decodes the whole PNG at `path` into a malloc'd array of nx*ny uint8 or uint16
  * (bits 8 / 16), row 0 = y = 0 = the last PNG row, once the size its IHDR declares has
  * passed the decode budgets (engine/base/decodelimit.h).  Returns 0, TESS_ELIMIT (over
@@ -152,9 +172,7 @@ static int png_decode_frame(const char *path, void **pix, long *nx, long *ny, in
     if (rc)
         return rc;
     size_t esz = *bits == 16 ? 2 : 1;
-    char what[PATH_MAX + 32];
-    snprintf(what, sizeof what, "the PNG frame %s", path);
-    if ((rc = decodelimit_check(what, *nx, *ny, 1, esz, err, errlen))) {
+    if ((rc = png_budget(path, *nx, *ny, *bits, err, errlen))) {
         png_in_close(&in);
         return rc;
     }
@@ -226,13 +244,11 @@ int frame_read_info(const char *path, int hdu, fitsimg_info *info, char *err, si
         tess_seterr(err, errlen, "cannot stat %s: %s", path, strerror(errno));
         return TESS_EIO;
     }
-    png_in in;
     long w, h;
     int bits;
-    int rc = png_in_open(&in, path, &w, &h, &bits, err, errlen);
+    int rc = png_header(path, &w, &h, &bits, err, errlen);
     if (rc)
         return rc;
-    png_in_close(&in);
     info->naxis = 2;
     for (int i = 0; i < FITSIMG_MAXDIM; i++)
         info->naxes[i] = 1;
@@ -257,6 +273,19 @@ int frame_read_info(const char *path, int hdu, fitsimg_info *info, char *err, si
     info->file_size = (long long)st.st_size;
     info->mtime_ns = (long long)st.st_mtim.tv_sec * 1000000000LL + st.st_mtim.tv_nsec;
     return 0;
+}
+
+int frame_decode_check(const char *path, char *err, size_t errlen)
+{
+    int g = path_guard(path, err, errlen);
+    if (g)
+        return g;
+    if (!frame_is_png(path))
+        return 0;
+    long w, h;
+    int bits;
+    int rc = png_header(path, &w, &h, &bits, err, errlen);
+    return rc ? rc : png_budget(path, w, h, bits, err, errlen);
 }
 
 /* Region of a decoded PNG frame as double or float. */

@@ -44,6 +44,14 @@ int frame_is_png(const char *path);
  * Returns 0 or TESS_EIO / TESS_EINVAL (not greyscale, malformed) / TESS_ENOMEM. */
 int frame_read_info(const char *path, int hdu, fitsimg_info *info, char *err, size_t errlen);
 
+/* Whether the pixels of the frame at `path` may be decoded within the decode budgets: for
+ * a PNG frame, the size its IHDR declares (its header alone is read); 0 for a FITS file,
+ * whose compression tiles each read checks itself.  For a caller that allocates a buffer
+ * for the whole frame before reading it (the plane store), so that a frame that will be
+ * refused costs no such allocation.  Returns 0, TESS_ELIMIT, or the errors of
+ * frame_read_info, with err. */
+int frame_decode_check(const char *path, char *err, size_t errlen);
+
 /* fitsimg_read_region / fitsimg_read_region_f32 for a FITS file or a PNG frame (whose
  * only plane is z = 0).  Same arguments, same errors (TESS_ELIMIT also for a PNG frame
  * over the decode budgets); each call reads the file anew. */

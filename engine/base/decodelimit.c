@@ -45,8 +45,8 @@ static unsigned long long mul_sat(unsigned long long a, unsigned long long b)
     return __builtin_mul_overflow(a, b, &p) ? ~0ULL : p;
 }
 
-int decodelimit_check(const char *what, long long nx, long long ny, long long nz, size_t esize,
-                      char *err, size_t errlen)
+int decodelimit_check(const char *what, const char *path, long long nx, long long ny,
+                      long long nz, size_t esize, char *err, size_t errlen)
 {
     unsigned long long d[3] = {nx < 1 ? 1ULL : (unsigned long long)nx,
                                ny < 1 ? 1ULL : (unsigned long long)ny,
@@ -61,14 +61,14 @@ int decodelimit_check(const char *what, long long nx, long long ny, long long nz
     pthread_mutex_lock(&lock);
     int rc = 0;
     if (pixels > max_pixels_now) {
-        tess_seterr(err, errlen, "%s is %s pixels (%s%llu), more than %s = %llu may be decoded",
-                    what, shape, pixels == ~0ULL ? "over " : "", pixels, pixels_name_now,
-                    max_pixels_now);
+        tess_seterr(err, errlen, "%s is %s pixels (%s%llu), more than %s = %llu may be decoded: "
+                    "%s", what, shape, pixels == ~0ULL ? "over " : "", pixels, pixels_name_now,
+                    max_pixels_now, path);
         rc = TESS_ELIMIT;
     } else if (bytes > max_bytes_now) {
         tess_seterr(err, errlen, "%s is %s pixels of %zu bytes: decoding it takes %llu MB, more "
-                    "than %s = %llu MB", what, shape, esize, (bytes + (1ULL << 20) - 1) >> 20,
-                    bytes_name_now, max_bytes_now >> 20);
+                    "than %s = %llu MB: %s", what, shape, esize, (bytes + (1ULL << 20) - 1) >> 20,
+                    bytes_name_now, max_bytes_now >> 20, path);
         rc = TESS_ELIMIT;
     }
     pthread_mutex_unlock(&lock);

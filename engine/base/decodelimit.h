@@ -30,13 +30,14 @@ void decodelimit_set(unsigned long long max_bytes, unsigned long long max_pixels
 /* The budgets now in force (either pointer may be NULL).  Cannot fail. */
 void decodelimit_get(unsigned long long *max_bytes, unsigned long long *max_pixels);
 
-/* Whether decoding `what` (a phrase naming the thing and its file, "the PNG frame
- * /data/f.png") into nx x ny x nz pixels (nz = 1 for 2-D; a dimension below 1 counts as
- * 1) of `esize` bytes each fits both budgets.  Returns 0, or TESS_ELIMIT with err naming
- * the shape, what it needs and the budget with its name: "the PNG frame /data/f.png is
- * 30000 x 30000 pixels (900000000), more than limits.max_input_pixels = 268435456 may
- * be decoded".  No arithmetic here can overflow, whatever the dimensions. */
-int decodelimit_check(const char *what, long long nx, long long ny, long long nz, size_t esize,
-                      char *err, size_t errlen);
+/* Whether decoding `what` (a phrase naming the thing, "the PNG frame") of the file at
+ * `path` into nx x ny x nz pixels (nz = 1 for 2-D; a dimension below 1 counts as 1) of
+ * `esize` bytes each fits both budgets.  Returns 0, or TESS_ELIMIT with err naming the
+ * shape, what it needs, the budget with its name and, last (the part a short buffer may
+ * cut), the file: "the PNG frame is 30000 x 30000 pixels (900000000), more than
+ * limits.max_input_pixels = 268435456 may be decoded: /data/f.png".  No arithmetic here
+ * can overflow, whatever the dimensions. */
+int decodelimit_check(const char *what, const char *path, long long nx, long long ny,
+                      long long nz, size_t esize, char *err, size_t errlen);
 
 #endif

@@ -89,10 +89,10 @@ int fitsimg_check_not_compressed(const char *path, char *err, size_t errlen)
     for (size_t i = 0; i < sizeof whole_file_codecs / sizeof whole_file_codecs[0]; i++) {
         if (n >= (ssize_t)whole_file_codecs[i].len &&
             memcmp(head, whole_file_codecs[i].magic, whole_file_codecs[i].len) == 0) {
-            tess_seterr(err, errlen, "%s is a %s-compressed file, not read (cfitsio would "
-                        "decompress all of it into memory at every read): %s it, or "
-                        "compress it with fpack (tiles, read one at a time)", path,
-                        whole_file_codecs[i].name, whole_file_codecs[i].undo);
+            tess_seterr(err, errlen, "a %s-compressed file is not read (cfitsio would "
+                        "decompress all of it into memory at every read): %s %s, or "
+                        "compress it with fpack (tiles, read one at a time)",
+                        whole_file_codecs[i].name, whole_file_codecs[i].undo, path);
             return TESS_EINVAL;
         }
     }
@@ -192,9 +192,7 @@ static int check_tile(fitsfile *f, const char *path, char *err, size_t errlen)
             d[2] = t > LLONG_MAX / d[2] ? LLONG_MAX : d[2] * t;
     }
     size_t esize = F->zbitpix == 64 || F->zbitpix == -64 ? 8 : 4;
-    char what[PATH_MAX + 48];
-    snprintf(what, sizeof what, "a compression tile of %s", path);
-    return decodelimit_check(what, d[0], d[1], d[2], esize, err, errlen);
+    return decodelimit_check("one compression tile", path, d[0], d[1], d[2], esize, err, errlen);
 }
 
 /* open_image_hdu, then read_dims, then check_tile: what every read of pixels opens with.

@@ -12,7 +12,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <fitsio.h>
-#include <limits.h>
 #include <math.h>
 #include <png.h>
 #include <pthread.h>
@@ -155,9 +154,7 @@ static int png_header(const char *path, long *w, long *h, int *bits, char *err, 
  * decodelimit_check of its samples.  Returns 0 or TESS_ELIMIT with err. */
 static int png_budget(const char *path, long w, long h, int bits, char *err, size_t errlen)
 {
-    char what[PATH_MAX + 32];
-    snprintf(what, sizeof what, "the PNG frame %s", path);
-    return decodelimit_check(what, w, h, 1, bits == 16 ? 2 : 1, err, errlen);
+    return decodelimit_check("the PNG frame", path, w, h, 1, bits == 16 ? 2 : 1, err, errlen);
 }
 
 /* Decodes the whole PNG at `path` into a malloc'd array of nx*ny uint8 or uint16
@@ -763,9 +760,8 @@ static int open_fits(stack *s, frame *f, const char *path, char *err, size_t err
             f->kind = SRC_CFITSIO;
             return 0;
         }
-        char what[PATH_MAX + 48];
-        snprintf(what, sizeof what, "the tile-compressed frame %s", path);
-        int rc = decodelimit_check(what, s->nx, s->ny, 1, sizeof(double), err, errlen);
+        int rc = decodelimit_check("the tile-compressed frame", path, s->nx, s->ny, 1,
+                                   sizeof(double), err, errlen);
         if (rc)
             return rc;
         size_t n = (size_t)s->nx * (size_t)s->ny;

@@ -1,5 +1,6 @@
 /* Decode budgets: process-wide byte and pixel bounds that every decoder checks first (decodelimit.h). */
 #include "engine/base/decodelimit.h"
+#include "engine/base/checked.h"
 #include "engine/base/error.h"
 
 #include <pthread.h>
@@ -38,37 +39,31 @@ void decodelimit_get(unsigned long long *max_bytes, unsigned long long *max_pixe
     pthread_mutex_unlock(&lock);
 }
 
-/* a * b, or ULLONG_MAX when that overflows. */
-static unsigned long long mul_sat(unsigned long long a, unsigned long long b)
-{
-    unsigned long long p;
-    return __builtin_mul_overflow(a, b, &p) ? ~0ULL : p;
-}
-
 int decodelimit_check(const char *what, const char *path, long long nx, long long ny,
                       long long nz, size_t esize, char *err, size_t errlen)
 {
-    unsigned long long d[3] = {nx < 1 ? 1ULL : (unsigned long long)nx,
-                               ny < 1 ? 1ULL : (unsigned long long)ny,
-                               nz < 1 ? 1ULL : (unsigned long long)nz};
-    unsigned long long pixels = mul_sat(mul_sat(d[0], d[1]), d[2]);
-    unsigned long long bytes = mul_sat(pixels, esize < 1 ? 1 : esize);
+    size_t d[3] = {nx < 1 ? 1 : (size_t)nx, ny < 1 ? 1 : (size_t)ny, nz < 1 ? 1 : (size_t)nz};
+    /* A product past TESS_SIZE_MAX (engine/base/checked.h) is over any budget. */
+    size_t pixels, bytes;
+    int pixels_over = tess_size_mul(d[0], d[1], &pixels) || tess_size_mul(pixels, d[2], &pixels);
+    int bytes_over = tess_size_mul(pixels, esize < 1 ? 1 : esize, &bytes) != 0;
     char shape[80];
     if (d[2] > 1)
-        snprintf(shape, sizeof shape, "%llu x %llu x %llu", d[0], d[1], d[2]);
+        snprintf(shape, sizeof shape, "%zu x %zu x %zu", d[0], d[1], d[2]);
     else
-        snprintf(shape, sizeof shape, "%llu x %llu", d[0], d[1]);
+        snprintf(shape, sizeof shape, "%zu x %zu", d[0], d[1]);
     pthread_mutex_lock(&lock);
     int rc = 0;
-    if (pixels > max_pixels_now) {
-        tess_seterr(err, errlen, "%s is %s pixels (%s%llu), more than %s = %llu may be decoded: "
-                    "%s", what, shape, pixels == ~0ULL ? "over " : "", pixels, pixels_name_now,
+    if (pixels_over || pixels > max_pixels_now) {
+        tess_seterr(err, errlen, "%s is %s pixels (%s%zu), more than %s = %llu may be decoded: "
+                    "%s", what, shape, pixels_over ? "over " : "", pixels, pixels_name_now,
                     max_pixels_now, path);
         rc = TESS_ELIMIT;
-    } else if (bytes > max_bytes_now) {
-        tess_seterr(err, errlen, "%s is %s pixels of %zu bytes: decoding it takes %llu MB, more "
-                    "than %s = %llu MB: %s", what, shape, esize, (bytes + (1ULL << 20) - 1) >> 20,
-                    bytes_name_now, max_bytes_now >> 20, path);
+    } else if (bytes_over || bytes > max_bytes_now) {
+        tess_seterr(err, errlen, "%s is %s pixels of %zu bytes: decoding it takes %s%zu MB, "
+                    "more than %s = %llu MB: %s", what, shape, esize, bytes_over ? "over " : "",
+                    bytes / (1 << 20) + (bytes % (1 << 20) != 0), bytes_name_now,
+                    max_bytes_now >> 20, path);
         rc = TESS_ELIMIT;
     }
     pthread_mutex_unlock(&lock);

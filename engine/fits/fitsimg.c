@@ -183,13 +183,13 @@ static int check_tile(fitsfile *f, const char *path, char *err, size_t errlen)
     if (!fits_is_compressed_image(f, &status) || status)
         return 0;
     const FITSfile *F = f->Fptr;
-    long long d[3] = {1, 1, 1};
+    long d[3] = {1, 1, 1};   /* the axes from the third on folded into d[2], saturated */
     for (int i = 0; i < F->zndim && i < MAX_COMPRESS_DIM; i++) {
-        long long t = F->tilesize[i] < 1 ? 1 : F->tilesize[i];
+        long t = F->tilesize[i] < 1 ? 1 : F->tilesize[i];
         if (i < 2)
             d[i] = t;
         else
-            d[2] = t > LLONG_MAX / d[2] ? LLONG_MAX : d[2] * t;
+            (void)tess_long_mul(d[2], t, &d[2]);
     }
     size_t esize = F->zbitpix == 64 || F->zbitpix == -64 ? 8 : 4;
     return decodelimit_check("one compression tile", path, d[0], d[1], d[2], esize, err, errlen);

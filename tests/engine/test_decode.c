@@ -64,15 +64,16 @@ START_TEST(test_check)
                "--max-decoded-mb = 8 MB: p");
     ck_assert_int_eq(decodelimit_check("c", "p", 100, 100, 101, 1, err, sizeof err), TESS_ELIMIT);
     assert_has(err, "100 x 100 x 101 pixels (1010000), more than --max-input-pixels = 1000000");
-    /* Products past 2^64 saturate instead of wrapping to something small. */
+    /* Products past TESS_SIZE_MAX (2^63 - 1) are over any budget instead of wrapping to
+     * something small: pixels, then bytes. */
     decodelimit_set(~0ULL, ~0ULL - 1, NULL, NULL);
     ck_assert_int_eq(decodelimit_check("w", "p", 1LL << 40, 1LL << 40, 1, 1, err, sizeof err),
                      TESS_ELIMIT);
-    assert_has(err, "(over 18446744073709551615)");
+    assert_has(err, "(over 9223372036854775807)");
     decodelimit_set(~0ULL - 1, ~0ULL, NULL, NULL);
-    ck_assert_int_eq(decodelimit_check("w", "p", 1LL << 31, 1LL << 31, 1LL << 2, 8, err, sizeof err),
+    ck_assert_int_eq(decodelimit_check("w", "p", 1LL << 31, 1LL << 30, 1, 8, err, sizeof err),
                      TESS_ELIMIT);
-    assert_has(err, "--max-decoded-mb");      /* names are kept by NULL */
+    assert_has(err, "decoding it takes over 8796093022208 MB, more than --max-decoded-mb");
     /* Dimensions below 1 count as 1; 0 budgets keep the ones in force. */
     decodelimit_set(0, 0, NULL, NULL);
     decodelimit_get(&b, &p);

@@ -1,5 +1,6 @@
 /* Daemon configuration: JSON (jansson) with strict keys, demo defaults, listen address. */
 #include "daemon/config.h"
+#include "engine/base/decodelimit.h"
 #include "engine/base/error.h"
 
 #include <errno.h>
@@ -23,6 +24,8 @@ int config_init(tess_config *c)
     c->max_output_pixels = 16777216;
     c->max_body_mb = 64;
     c->max_bodies_mb = 256;
+    c->max_decoded_mb = DECODELIMIT_DEFAULT_MB;
+    c->max_input_pixels = (long long)DECODELIMIT_DEFAULT_PIXELS;
     c->max_queued_jobs = 64;
     c->jobs_memory_mb = 4096;
     c->jobs_max_product_mb = 8192;
@@ -242,7 +245,8 @@ static int load_json(json_t *root, tess_config *c, const char *base, char *err, 
     static const char *const limit_keys[] = {"max_output_pixels", "max_body_mb", "max_bodies_mb",
                                              "max_queued_jobs", "max_queue", "max_connections",
                                              "max_connections_per_address",
-                                             "connection_timeout_s", "header_timeout_s", NULL};
+                                             "connection_timeout_s", "header_timeout_s",
+                                             "max_decoded_mb", "max_input_pixels", NULL};
     static const char *const job_keys[] = {"dir", "token", "memory_mb", "max_product_mb",
                                            "disk_mb", NULL};
     static const char *const ds_keys[] = {"name", "path", "hdu", "frames", "hips_frame", NULL};
@@ -367,6 +371,14 @@ static int load_json(json_t *root, tess_config *c, const char *base, char *err, 
         } else if (c->max_bodies_mb < c->max_body_mb) {
             c->max_bodies_mb = c->max_body_mb;
         }
+        v = (long long)c->max_decoded_mb;
+        if ((rc = get_int(limits, "max_decoded_mb", "limits.", 1, 1 << 24, &v, err, errlen)))
+            return rc;
+        c->max_decoded_mb = (size_t)v;
+        v = c->max_input_pixels;
+        if ((rc = get_int(limits, "max_input_pixels", "limits.", 1, 1LL << 40, &v, err, errlen)))
+            return rc;
+        c->max_input_pixels = v;
     }
     if ((rc = get_str(root, "access_log", "", &c->access_log, err, errlen)) ||
         (rc = get_str(root, "error_log", "", &c->error_log, err, errlen)))

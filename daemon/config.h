@@ -29,6 +29,10 @@ typedef struct tess_config {
     size_t max_body_mb;          /* limits.max_body_mb, default 64 */
     size_t max_bodies_mb;        /* limits.max_bodies_mb: request bodies held at once (all
                                     requests together), default 256 or max_body_mb if more */
+    size_t max_decoded_mb;       /* limits.max_decoded_mb: the most one decoded input (a PNG
+                                    frame, a compression tile) may take, default 1024 */
+    long long max_input_pixels;  /* limits.max_input_pixels: the largest frame or tile
+                                    decoded, in pixels, default 2^28 */
     int max_queued_jobs;         /* limits.max_queued_jobs, default 64 */
     size_t max_queue;            /* pool queue length before 503, default 256 */
     int max_connections;         /* simultaneous connections, default 256 */

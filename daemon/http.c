@@ -9,6 +9,7 @@
 #include "daemon/oplog.h"
 #include "engine/base/clock.h"
 #include "engine/base/buf.h"
+#include "engine/base/decodelimit.h"
 #include "engine/base/error.h"
 #include "engine/base/lru.h"
 
@@ -1189,6 +1190,10 @@ int tserver_start(const tess_config *cfg, tserver **out, char *err, size_t errle
     /* Dataset paths are resolved and checked against the data roots once, here; later
      * reads refuse a path that has become a link (engine/image/stack.h). */
     frame_set_canonical_only(1);
+    /* Every decoder (PNG frames, compression tiles) checks these before it allocates. */
+    decodelimit_set((unsigned long long)cfg->max_decoded_mb << 20,
+                    (unsigned long long)cfg->max_input_pixels, "limits.max_decoded_mb",
+                    "limits.max_input_pixels");
     int rc = catalog_open(cfg, &s->cat, err, errlen);
     if (rc)
         goto fail;

@@ -164,4 +164,40 @@ tt_resp tt_raw_read(int fd);
  * was still open after `limit` seconds. */
 double tt_wait_closed(int fd, double limit);
 
+/* ---- testutil_bomb.c (needs zlib and libpng) ------------------------------------------ */
+
+/* Decompression bombs, small on disk however large they decode: the deflate stream is
+ * one block of 1 MiB of zeros compressed once (about 1 KB) and repeated, so writing one
+ * costs milliseconds.  Each fails the test on error and returns the file's size. */
+
+/* A gzip file (RFC 1952) of `prefix` (plen bytes) followed by nzero zero bytes. */
+long long tt_write_gzip_zeros(const char *path, const void *prefix, size_t plen,
+                              unsigned long long nzero);
+
+/* A gzip'ed FITS file: a primary header of an nx x ny image of `bitpix` (no other card)
+ * and its data unit of zeros (a 20000 x 20000 BITPIX -32 image: 1.6 GB in 1.6 MB). */
+long long tt_write_gzip_fits(const char *path, long nx, long ny, int bitpix);
+
+/* A valid greyscale PNG of w x h zero samples of `bits` 8 or 16 (its IHDR and chunks by
+ * libpng; 30000 x 30000 at 8 bits: 900 MB of samples in 890 KB). */
+long long tt_write_png_zeros(const char *path, long w, long h, int bits);
+
+/* A valid 8-bit greyscale PNG of w x h zeros whose header is followed by `nchunks` zTXt
+ * chunks of 7.7 KB, each inflating to 7.9 MB of text: just under libpng's 8 MB bound
+ * on one chunk, so that a reader which does not skip them inflates every one (500 of
+ * them: 3.9 MB on disk, half a minute of inflating). */
+long long tt_write_png_ztxt(const char *path, long w, long h, int nchunks);
+
+/* The peak resident set of this process so far (getrusage ru_maxrss), in MiB. */
+double tt_maxrss_mb(void);
+
+/* What some work cost: tt_cost_start takes the peak RSS and the clock; tt_cost_check
+ * asserts that since then the peak RSS grew by less than max_mb MiB and less than max_s
+ * seconds (times tt_time_scale) passed, `what` naming the work in the message. */
+typedef struct tt_cost {
+    double rss_mb, t;
+} tt_cost;
+tt_cost tt_cost_start(void);
+void tt_cost_check(const tt_cost *c, double max_mb, double max_s, const char *what);
+
 #endif

@@ -118,7 +118,7 @@ static void cutout_work(hreq *r)
     plane_view v;
     int rc = planestore_get(r->srv->planes, d, j->p.plane, 0, &v, err, sizeof(err));
     if (rc) {
-        problem_reply(r, 500, NULL, "cannot read dataset '%s': %s",
+        problem_reply(r, problem_read_status(rc, 500), NULL, "cannot read dataset '%s': %s",
                       d->name, err);
         return;
     }

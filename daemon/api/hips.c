@@ -198,7 +198,8 @@ static int source_acquire(hreq *r, const hips_job *j, int level, source_hold *h)
     memset(h, 0, sizeof(*h));
     int rc = planestore_get(r->srv->planes, d, j->q.plane, level, &h->view, err, sizeof(err));
     if (rc) {
-        problem_reply(r, rc == TESS_ERANGE ? 400 : 500, rc == TESS_ERANGE ? "plane" : NULL,
+        problem_reply(r, problem_read_status(rc, rc == TESS_ERANGE ? 400 : 500),
+                      rc == TESS_ERANGE ? "plane" : NULL,
                       "cannot read plane %ld of dataset '%s': %s", j->q.plane, d->name, err);
         return -1;
     }
@@ -252,7 +253,8 @@ static int cut_levels(hreq *r, const hips_job *j, double *lo, double *hi)
     int rc = planestore_cuts(r->srv->planes, j->ds, j->q.plane, &j->q.render, lo, hi, err,
                              sizeof(err));
     if (rc) {
-        problem_reply(r, 500, NULL, "cannot compute the cut levels of '%s': %s", j->ds->name, err);
+        problem_reply(r, problem_read_status(rc, 500), NULL,
+                      "cannot compute the cut levels of '%s': %s", j->ds->name, err);
         return -1;
     }
     return 0;

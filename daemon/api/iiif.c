@@ -774,7 +774,7 @@ static int level_for(long nx, long ny, const iiif_request *q, long fy0)
 
 static int status_of(int rc)
 {
-    return rc == TESS_ERANGE ? 404 : 500;
+    return problem_read_status(rc, rc == TESS_ERANGE ? 404 : 500);
 }
 
 /* The canonical cache key of a job for plane version `version`: the resolved region and

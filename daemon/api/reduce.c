@@ -58,7 +58,8 @@ static void reduce_z(hreq *r, reduce_job *j)
     else if (rc == TESS_ENOMEM)
         problem_reply(r, 500, NULL, "out of memory");
     else if (rc)
-        problem_reply(r, 500, NULL, "cannot read dataset '%s': %s", d->name, err);
+        problem_reply(r, problem_read_status(rc, 500), NULL, "cannot read dataset '%s': %s",
+                      d->name, err);
     else
         reply_image(r, acc, d->nx, d->ny, j->format, &j->render, cards, nkeys);
     free(cards);
@@ -82,7 +83,8 @@ static void reduce_xy(hreq *r, reduce_job *j)
         else if (rc == TESS_ENOMEM)
             problem_reply(r, 500, NULL, "out of memory");
         else
-            problem_reply(r, 500, NULL, "cannot read dataset '%s': %s", d->name, err);
+            problem_reply(r, problem_read_status(rc, 500), NULL,
+                          "cannot read dataset '%s': %s", d->name, err);
         goto done;
     }
     zaxis za;

@@ -237,9 +237,11 @@ static void series_work(hreq *r)
         problem_reply(r, 500, NULL, "out of memory");
         return;
     }
+    int rc = 0;
     if (!series_from_profile(d, j->x, j->y, v) &&
-        stack_read_series(dataset_stack(d), j->x, j->y, 0, d->nz, v, err, sizeof(err))) {
-        problem_reply(r, 500, NULL, "cannot read dataset '%s': %s", d->name, err);
+        (rc = stack_read_series(dataset_stack(d), j->x, j->y, 0, d->nz, v, err, sizeof(err)))) {
+        problem_reply(r, problem_read_status(rc, 500), NULL, "cannot read dataset '%s': %s",
+                      d->name, err);
         free(v);
         return;
     }

@@ -260,6 +260,10 @@ static int load_level0(const dataset *d, pentry *e, char *err, size_t errlen)
                 d->nx, d->ny);
         return TESS_ETOOBIG;
     }
+    /* A frame that its decoder will refuse (a PNG over the decode budgets) is refused
+     * before its plane is allocated. */
+    if ((rc = frame_decode_check(e->path, err, errlen)))
+        return rc;
     size_t n = bytes / esz;
     void *data = malloc(bytes);
     if (!data) {

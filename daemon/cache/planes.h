@@ -38,6 +38,8 @@ void planestore_free(planestore *s);
  * since it was read (size or mtime, stat(2) at every use) is read again.
  * Returns 0, or TESS_ERANGE (z outside the dataset), TESS_EIO (`err` says why),
  * TESS_ETOOBIG (a plane of 2^32 pixels or more, which the store cannot hold),
+ * TESS_ELIMIT (a frame over the decode budgets, engine/base/decodelimit.h: refused
+ * before its plane is allocated),
  * TESS_ENOMEM. */
 int planestore_get(planestore *s, const dataset *d, long z, int level, plane_view *v,
                    char *err, size_t errlen);

@@ -640,7 +640,7 @@ static int status_of(int rc)
 {
     switch (rc) {
     case TESS_ENOOVERLAP: case TESS_ENOWCS: case TESS_EINVAL: return 422;
-    case TESS_ETOOBIG: return 413;
+    case TESS_ETOOBIG: case TESS_ELIMIT: return 413;
     default: return 500;
     }
 }

@@ -17,6 +17,7 @@
 
 #include "engine/base/byteswap.h"
 #include "engine/base/checked.h"
+#include "engine/base/decodelimit.h"
 #include "engine/base/error.h"
 #include "engine/fits/fitscard.h"
 
@@ -63,11 +64,47 @@ static void set_cfitsio_err(char *err, size_t errlen, const char *what, const ch
     tess_seterr(err, errlen, "%s %s: %s (cfitsio status %d)", what, path, text, status);
 }
 
+/* The whole-file compressions that cfitsio's file driver recognises by their first
+ * bytes (drvrfile.c, file_is_compressed, which compares two; here the formats' full
+ * signatures, none of which can begin a FITS file or a text header) and undoes whole,
+ * into memory, at every opening. */
+static const struct {
+    char magic[5];
+    size_t len;
+    const char *name, *undo;     /* the format, and the command that undoes it */
+} whole_file_codecs[] = {
+    {"\037\213", 2, "gzip", "gunzip"}, {"PK\003\004", 4, "zip", "unzip"},
+    {"\037\036", 2, "pack", "unpack"}, {"\037\235", 2, "compress (.Z)", "uncompress"},
+    {"\037\240", 2, "LZH", "lha x"}, {"BZh", 3, "bzip2", "bunzip2"},
+};
+
+int fitsimg_check_not_compressed(const char *path, char *err, size_t errlen)
+{
+    unsigned char head[4];
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+    if (fd < 0)
+        return 0;
+    ssize_t n = pread(fd, head, sizeof head, 0);
+    close(fd);
+    for (size_t i = 0; i < sizeof whole_file_codecs / sizeof whole_file_codecs[0]; i++) {
+        if (n >= (ssize_t)whole_file_codecs[i].len &&
+            memcmp(head, whole_file_codecs[i].magic, whole_file_codecs[i].len) == 0) {
+            tess_seterr(err, errlen, "a %s-compressed file is not read (cfitsio would "
+                        "decompress all of it into memory at every read): %s %s, or "
+                        "compress it with fpack (tiles, read one at a time)",
+                        whole_file_codecs[i].name, whole_file_codecs[i].undo, path);
+            return TESS_EINVAL;
+        }
+    }
+    return 0;
+}
+
 /* Opens `path` as a plain disk file, without cfitsio's extended filename syntax (so
  * "a[1].fits" or "!x.fits" are file names, not HDU selectors or clobber flags), and
- * moves to HDU `hdu` (0-based), which must be an image.  On success returns 0 with *fp
- * open; on error returns TESS_EIO (cannot open or read) or TESS_EINVAL (no such HDU,
- * not an image), with *fp NULL and err set.  Call with the cfitsio lock held. */
+ * moves to HDU `hdu` (0-based), which must be an image.  A whole-file compressed file
+ * is refused first (fitsimg_check_not_compressed).  On success returns 0 with *fp open;
+ * on error returns TESS_EIO (cannot open or read) or TESS_EINVAL (compressed, no such
+ * HDU, not an image), with *fp NULL and err set.  Call with the cfitsio lock held. */
 static int open_image_hdu(const char *path, int hdu, fitsfile **fp, char *err, size_t errlen)
 {
     int status = 0, hdutype = 0;
@@ -76,6 +113,8 @@ static int open_image_hdu(const char *path, int hdu, fitsfile **fp, char *err, s
         tess_seterr(err, errlen, "HDU index %d out of range in %s", hdu, path);
         return TESS_EINVAL;
     }
+    if (fitsimg_check_not_compressed(path, err, errlen))
+        return TESS_EINVAL;
     fitsfile *f = NULL;
     if (fits_open_diskfile(&f, path, READONLY, &status)) {
         set_cfitsio_err(err, errlen, "cannot open", path, status);
@@ -133,13 +172,39 @@ static int read_dims(fitsfile *f, const char *path, int *naxis, long naxes[FITSI
     return 0;
 }
 
-/* open_image_hdu, then read_dims.  Returns 0 or their error, with *fp open when the HDU
- * could be opened (the caller closes it).  Call with the cfitsio lock held. */
+/* For a tile-compressed image: whether one tile, which cfitsio decompresses whole into
+ * a buffer of its own (of int, float, or for 64-bit data 8-byte values) for any read
+ * that touches it, fits the decode budgets (engine/base/decodelimit.h).  The tile shape
+ * is cfitsio's own, from ZTILEn and its defaults when the HDU was opened.  Returns 0 (also
+ * for an uncompressed image) or TESS_ELIMIT with err. */
+static int check_tile(fitsfile *f, const char *path, char *err, size_t errlen)
+{
+    int status = 0;
+    if (!fits_is_compressed_image(f, &status) || status)
+        return 0;
+    const FITSfile *F = f->Fptr;
+    long d[3] = {1, 1, 1};   /* the axes from the third on folded into d[2], saturated */
+    for (int i = 0; i < F->zndim && i < MAX_COMPRESS_DIM; i++) {
+        long t = F->tilesize[i] < 1 ? 1 : F->tilesize[i];
+        if (i < 2)
+            d[i] = t;
+        else
+            (void)tess_long_mul(d[2], t, &d[2]);
+    }
+    size_t esize = F->zbitpix == 64 || F->zbitpix == -64 ? 8 : 4;
+    return decodelimit_check("one compression tile", path, d[0], d[1], d[2], esize, err, errlen);
+}
+
+/* open_image_hdu, then read_dims, then check_tile: what every read of pixels opens with.
+ * Returns 0 or their error, with *fp open when the HDU could be opened (the caller
+ * closes it).  Call with the cfitsio lock held. */
 static int open_image_dims(const char *path, int hdu, fitsfile **fp, int *naxis,
                            long naxes[FITSIMG_MAXDIM], char *err, size_t errlen)
 {
     int rc = open_image_hdu(path, hdu, fp, err, errlen);
-    return rc ? rc : read_dims(*fp, path, naxis, naxes, err, errlen);
+    if (!rc)
+        rc = read_dims(*fp, path, naxis, naxes, err, errlen);
+    return rc ? rc : check_tile(*fp, path, err, errlen);
 }
 
 /* Reads an optional numeric keyword as a double; *val keeps its default when absent.
@@ -320,6 +385,9 @@ int fitsimg_read_cards(const char *path, int hdu, int max_cards, char **cards, i
     *n = 0;
     if (is_fits)
         *is_fits = 0;
+    int crc = fitsimg_check_not_compressed(path, err, errlen);
+    if (crc)
+        return crc;
     FILE *fp = fopen(path, "rb");
     if (!fp) {
         tess_seterr(err, errlen, "cannot open %s: %s", path, strerror(errno));

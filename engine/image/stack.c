@@ -2,6 +2,7 @@
 #include "engine/image/stack.h"
 #include "engine/base/mapguard.h"
 #include "engine/base/checked.h"
+#include "engine/base/decodelimit.h"
 #include "engine/base/error.h"
 #include "engine/base/fileio.h"
 #include "engine/base/clock.h"
@@ -110,6 +111,11 @@ static int png_in_open(png_in *in, const char *path, long *w, long *h, int *bits
         return TESS_EIO;
     }
     png_init_io(in->png, in->f);
+#ifdef PNG_HANDLE_AS_UNKNOWN_SUPPORTED
+    /* Every ancillary chunk is skipped unread: none is used here, and compressed ones
+     * (zTXt, iTXt, iCCP) would each cost libpng up to 8 MB of inflating. */
+    png_set_keep_unknown_chunks(in->png, PNG_HANDLE_CHUNK_NEVER, NULL, -1);
+#endif
     png_read_info(in->png, in->info);
     int ct = png_get_color_type(in->png, in->info);
     int depth = png_get_bit_depth(in->png, in->info);
@@ -133,8 +139,28 @@ static int png_in_open(png_in *in, const char *path, long *w, long *h, int *bits
     return 0;
 }
 
+/* The width, height and bits (8 or 16 after expansion) of the PNG at `path`, from its
+ * header alone.  Returns 0 or the errors of png_in_open. */
+static int png_header(const char *path, long *w, long *h, int *bits, char *err, size_t errlen)
+{
+    png_in in;
+    int rc = png_in_open(&in, path, w, h, bits, err, errlen);
+    if (rc == 0)
+        png_in_close(&in);
+    return rc;
+}
+
+/* Whether a w x h PNG frame at `path` of `bits` 8 or 16 (after expansion) may be decoded:
+ * decodelimit_check of its samples.  Returns 0 or TESS_ELIMIT with err. */
+static int png_budget(const char *path, long w, long h, int bits, char *err, size_t errlen)
+{
+    return decodelimit_check("the PNG frame", path, w, h, 1, bits == 16 ? 2 : 1, err, errlen);
+}
+
 /* Decodes the whole PNG at `path` into a malloc'd array of nx*ny uint8 or uint16
- * (bits 8 / 16), row 0 = y = 0 = the last PNG row.  Returns 0 or a TESS_E* code. */
+ * (bits 8 / 16), row 0 = y = 0 = the last PNG row, once the size its IHDR declares has
+ * passed the decode budgets (engine/base/decodelimit.h).  Returns 0, TESS_ELIMIT (over
+ * a budget: nothing decoded) or another TESS_E* code. */
 static int png_decode_frame(const char *path, void **pix, long *nx, long *ny, int *bits,
                             char *err, size_t errlen)
 {
@@ -143,6 +169,10 @@ static int png_decode_frame(const char *path, void **pix, long *nx, long *ny, in
     if (rc)
         return rc;
     size_t esz = *bits == 16 ? 2 : 1;
+    if ((rc = png_budget(path, *nx, *ny, *bits, err, errlen))) {
+        png_in_close(&in);
+        return rc;
+    }
     size_t rowbytes = (size_t)*nx * esz;
     unsigned char *buf = malloc(rowbytes * (size_t)*ny);
     png_bytep *rows = malloc((size_t)*ny * sizeof(png_bytep));
@@ -211,13 +241,11 @@ int frame_read_info(const char *path, int hdu, fitsimg_info *info, char *err, si
         tess_seterr(err, errlen, "cannot stat %s: %s", path, strerror(errno));
         return TESS_EIO;
     }
-    png_in in;
     long w, h;
     int bits;
-    int rc = png_in_open(&in, path, &w, &h, &bits, err, errlen);
+    int rc = png_header(path, &w, &h, &bits, err, errlen);
     if (rc)
         return rc;
-    png_in_close(&in);
     info->naxis = 2;
     for (int i = 0; i < FITSIMG_MAXDIM; i++)
         info->naxes[i] = 1;
@@ -242,6 +270,19 @@ int frame_read_info(const char *path, int hdu, fitsimg_info *info, char *err, si
     info->file_size = (long long)st.st_size;
     info->mtime_ns = (long long)st.st_mtim.tv_sec * 1000000000LL + st.st_mtim.tv_nsec;
     return 0;
+}
+
+int frame_decode_check(const char *path, char *err, size_t errlen)
+{
+    int g = path_guard(path, err, errlen);
+    if (g)
+        return g;
+    if (!frame_is_png(path))
+        return 0;
+    long w, h;
+    int bits;
+    int rc = png_header(path, &w, &h, &bits, err, errlen);
+    return rc ? rc : png_budget(path, w, h, bits, err, errlen);
 }
 
 /* Region of a decoded PNG frame as double or float. */
@@ -628,7 +669,8 @@ static int fits_plain_header(const char *path, int *bitpix, int *naxis, long *na
 }
 
 /* The image parameters of HDU s->hdu of `path` through cfitsio (any FITS file: extensions,
- * tile-compressed images).  Returns 0 or TESS_EIO with err. */
+ * tile-compressed images; not a whole-file compressed one, fitsimg_check_not_compressed).
+ * Returns 0 or TESS_EIO / TESS_EINVAL with err. */
 static int open_fits_cfitsio(stack *s, const char *path, int *compressed, int *bitpix,
                              int *naxis, long *naxes, LONGLONG *datastart, double *bscale,
                              double *bzero, int *has_blank, long long *blank, char *err,
@@ -637,6 +679,9 @@ static int open_fits_cfitsio(stack *s, const char *path, int *compressed, int *b
     fitsfile *ff = NULL;
     int status = 0;
     LONGLONG headstart = 0, dataend = 0;
+    int rc = fitsimg_check_not_compressed(path, err, errlen);
+    if (rc)
+        return rc;
     fitsimg_cfitsio_lock();
     fits_open_diskfile(&ff, path, READONLY, &status);
     if (!status)
@@ -715,11 +760,15 @@ static int open_fits(stack *s, frame *f, const char *path, char *err, size_t err
             f->kind = SRC_CFITSIO;
             return 0;
         }
+        int rc = decodelimit_check("the tile-compressed frame", path, s->nx, s->ny, 1,
+                                   sizeof(double), err, errlen);
+        if (rc)
+            return rc;
         size_t n = (size_t)s->nx * (size_t)s->ny;
         double *pix = malloc(n * sizeof(double));
         if (!pix)
             return TESS_ENOMEM;
-        int rc = fitsimg_read_region(path, s->hdu, 0, 0, 0, s->nx, s->ny, pix, err, errlen);
+        rc = fitsimg_read_region(path, s->hdu, 0, 0, 0, s->nx, s->ny, pix, err, errlen);
         if (rc) {
             free(pix);
             return rc;

@@ -18,6 +18,7 @@
 #include "engine/fits/fitsimg.h"
 #include "engine/mosaic/mosaic.h"
 #include "engine/base/error.h"
+#include "engine/base/fileio.h"
 #include "engine/base/pool.h"
 
 static const char mosaic_usage[] =
@@ -87,15 +88,20 @@ static int read_target_cards(const char *arg, char **cards, int *nkeys)
         cli_msg("mosaic: bad HDU number in '%s'", arg);
         return CLI_EXIT_FAIL;
     }
-    FILE *fp = fopen(path, "rb");
+    char err[256] = "";
+    int fd = tess_open_regular(path, 0, NULL, err, sizeof err);
+    FILE *fp = fd < 0 ? NULL : fdopen(fd, "rb");
     if (!fp) {
-        cli_msg("cannot open target '%s': %s", path, strerror(errno));
+        if (fd >= 0) {
+            tess_seterr(err, sizeof err, "cannot open %s: %s", path, strerror(errno));
+            close(fd);
+        }
+        cli_msg("cannot read the target: %s", err);
         free(path);
         return CLI_EXIT_FAIL;
     }
     char head[81] = "";
     size_t got = fread(head, 1, 81, fp);
-    char err[256] = "";
     int rc = CLI_EXIT_FAIL;
     if (got == 81 && memcmp(head, "SIMPLE  =", 9) == 0 && !memchr(head, '\n', 81)) {
         fclose(fp);

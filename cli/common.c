@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "engine/base/error.h"
+#include "engine/base/fileio.h"
 
 void cli_msg(const char *fmt, ...)
 {
@@ -227,12 +228,8 @@ int cli_output_ok(const char *prog, const char *path)
     struct stat st;
     if (lstat(path, &st) != 0 || S_ISREG(st.st_mode))
         return 1;   /* a missing directory or a denied access is reported when creating */
-    const char *what = S_ISDIR(st.st_mode)    ? "a directory"
-                       : S_ISLNK(st.st_mode)  ? "a symbolic link"
-                       : S_ISFIFO(st.st_mode) ? "a FIFO"
-                       : S_ISSOCK(st.st_mode) ? "a socket"
-                                              : "a device";
     fprintf(stderr, "%s: cannot write '%s': it is %s, which the output (a new file renamed "
-            "into place) would replace; give the path of a regular file\n", prog, path, what);
+            "into place) would replace; give the path of a regular file\n", prog, path,
+            tess_file_kind(st.st_mode));
     return 0;
 }

@@ -2,6 +2,7 @@
 #include "daemon/config.h"
 #include "engine/base/decodelimit.h"
 #include "engine/base/error.h"
+#include "engine/base/fileio.h"
 
 #include <errno.h>
 #include <jansson.h>
@@ -10,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 int config_init(tess_config *c)
 {
@@ -507,7 +509,14 @@ int config_load_text(const char *text, tess_config *c, char *err, size_t errlen)
 int config_load_file(const char *path, tess_config *c, char *err, size_t errlen)
 {
     json_error_t je;
-    json_t *root = json_load_file(path, JSON_REJECT_DUPLICATES, &je);
+    /* A FIFO or a device named as the configuration is refused, not waited on. */
+    int fd = tess_open_regular(path, 0, NULL, err, errlen);
+    if (fd < 0) {
+        config_release(c);
+        return fd;
+    }
+    json_t *root = json_loadfd(fd, JSON_REJECT_DUPLICATES, &je);
+    close(fd);
     if (!root) {
         tess_seterr(err, errlen, "%s: %s (line %d, column %d)", path, je.text, je.line, je.column);
         config_release(c);

@@ -61,8 +61,9 @@ int config_init(tess_config *c);
 
 /* Reads the JSON configuration at `path` over the defaults.  Relative data_roots are
  * taken relative to the directory that holds the file.  Unknown keys, wrong types
- * and out-of-range values are errors naming the key (`err`).  Returns 0, TESS_EIO,
- * TESS_EINVAL or TESS_ENOMEM; on error `c` is released. */
+ * and out-of-range values are errors naming the key (`err`).  A path that is not a
+ * regular file (a FIFO, a device) is refused (tess_open_regular), never waited on.
+ * Returns 0, TESS_EIO, TESS_EINVAL or TESS_ENOMEM; on error `c` is released. */
 int config_load_file(const char *path, tess_config *c, char *err, size_t errlen);
 
 /* The same from JSON text. */

@@ -12,6 +12,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <fitsio.h>
+#include <limits.h>
 #include <math.h>
 #include <png.h>
 #include <pthread.h>
@@ -46,7 +47,7 @@ int frame_is_png(const char *path)
 {
     /* open/pread, not stdio: this runs at every opening of a frame */
     unsigned char sig[8];
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    int fd = tess_open_regular(path, 0, NULL, NULL, 0);
     if (fd < 0)
         return 0;
     ssize_t n = pread(fd, sig, sizeof(sig), 0);
@@ -93,9 +94,13 @@ static int png_in_open(png_in *in, const char *path, long *w, long *h, int *bits
                        size_t errlen)
 {
     memset(in, 0, sizeof(*in));
-    in->f = fopen(path, "rb");
+    int fd = tess_open_regular(path, 0, NULL, err, errlen);
+    if (fd < 0)
+        return fd;
+    in->f = fdopen(fd, "rb");
     if (!in->f) {
         tess_seterr(err, errlen, "cannot open %s: %s", path, strerror(errno));
+        close(fd);
         return TESS_EIO;
     }
     in->png = png_create_read_struct(PNG_LIBPNG_VER_STRING, in, png_in_error, png_in_warning);
@@ -596,7 +601,7 @@ static int fits_plain_header(const char *path, int *bitpix, int *naxis, long *na
                              long long *datastart, double *bscale, double *bzero,
                              int *has_blank, long long *blank)
 {
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    int fd = tess_open_regular(path, 0, NULL, NULL, 0);
     if (fd < 0)
         return 0;
     char blk[2880];
@@ -679,11 +684,18 @@ static int open_fits_cfitsio(stack *s, const char *path, int *compressed, int *b
     fitsfile *ff = NULL;
     int status = 0;
     LONGLONG headstart = 0, dataend = 0;
-    int rc = fitsimg_check_not_compressed(path, err, errlen);
-    if (rc)
+    int fd = tess_open_regular(path, 0, NULL, err, errlen);
+    if (fd < 0)
+        return TESS_EIO;
+    int rc = fitsimg_check_fd_not_compressed(fd, path, err, errlen);
+    if (rc) {
+        close(fd);
         return rc;
+    }
+    char name[PATH_MAX];
     fitsimg_cfitsio_lock();
-    fits_open_diskfile(&ff, path, READONLY, &status);
+    fits_open_diskfile(&ff, tess_fd_name(fd, path, name, sizeof(name)), READONLY, &status);
+    close(fd);
     if (!status)
         fits_movabs_hdu(ff, s->hdu + 1, NULL, &status);
     if (!status)
@@ -784,13 +796,11 @@ static int open_fits(stack *s, frame *f, const char *path, char *err, size_t err
     int sized = tess_size_dims((size_t)(bitpix < 0 ? -bitpix : bitpix) / 8,
                                (const long[]){s->nx, s->ny, planes_in_file(s)}, 3, &bytes) == 0
                 && datastart >= 0 && tess_size_add(bytes, (size_t)datastart, &end) == 0;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) {
-        tess_seterr(err, errlen, "cannot open %s: %s", path, strerror(errno));
-        return TESS_EIO;
-    }
     struct stat st;
-    if (!sized || fstat(fd, &st) != 0 || (unsigned long long)st.st_size < end) {
+    int fd = tess_open_regular(path, 0, &st, err, errlen);
+    if (fd < 0)
+        return TESS_EIO;
+    if (!sized || (unsigned long long)st.st_size < end) {
         close(fd);
         tess_seterr(err, errlen, "%s is shorter than its header says", path);
         return TESS_EIO;
@@ -1854,9 +1864,9 @@ static int zr_open(const stack *s, const frame *f)
 {
     if (f->kind != SRC_MMAP)
         return -1;
-    int fd = open(s->paths[f->idx], O_RDONLY | O_CLOEXEC);
     struct stat st;
-    if (fd >= 0 && (fstat(fd, &st) != 0 || !same_file(f, &st))) {
+    int fd = tess_open_regular(s->paths[f->idx], 0, &st, NULL, 0);
+    if (fd >= 0 && !same_file(f, &st)) {
         close(fd);
         fd = -1;
     }

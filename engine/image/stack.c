@@ -241,14 +241,13 @@ int frame_read_info(const char *path, int hdu, fitsimg_info *info, char *err, si
     if (!frame_is_png(path))
         return fitsimg_read_info(path, hdu, info, err, errlen);
     memset(info, 0, sizeof(*info));
-    struct stat st;
-    if (stat(path, &st) != 0) {
-        tess_seterr(err, errlen, "cannot stat %s: %s", path, strerror(errno));
-        return TESS_EIO;
-    }
+    tess_file_id id;
+    int rc = tess_file_id_of(path, 0, &id, err, errlen);
+    if (rc)
+        return rc;
     long w, h;
     int bits;
-    int rc = png_header(path, &w, &h, &bits, err, errlen);
+    rc = png_header(path, &w, &h, &bits, err, errlen);
     if (rc)
         return rc;
     info->naxis = 2;
@@ -272,8 +271,8 @@ int frame_read_info(const char *path, int hdu, fitsimg_info *info, char *err, si
     if (fitscard_list_take(&l, &info->header, &n) != 0)
         return TESS_ENOMEM;
     info->nkeys = n;
-    info->file_size = (long long)st.st_size;
-    info->mtime_ns = (long long)st.st_mtim.tv_sec * 1000000000LL + st.st_mtim.tv_nsec;
+    info->file_size = id.size;
+    info->mtime_ns = id.mtime_ns;
     return 0;
 }
 
@@ -427,8 +426,7 @@ typedef struct frame {
     long long blank;
     void *pix;                /* SRC_MEM*: nx*ny values, row 0 = y 0 */
     size_t pixbytes;
-    long long size, mtime_ns; /* of the file when opened */
-    unsigned long long dev, ino; /* SRC_MMAP: of the mapped file (stack_zreduce reopens it) */
+    tess_file_id id;          /* of the file when opened (stat(2) before reading it) */
     long long datastart;      /* SRC_MMAP: file offset of `data` */
     double checked;           /* monotonic seconds of the last staleness check */
     int guard;                /* SRC_MMAP: mapguard slot of the map, or -1 */
@@ -537,23 +535,13 @@ void stack_free(stack *s)
     free(s);
 }
 
-static int stat_file(const char *path, long long *size, long long *mtime_ns)
-{
-    struct stat st;
-    if (stat(path, &st) != 0)
-        return -1;
-    *size = (long long)st.st_size;
-    *mtime_ns = (long long)st.st_mtim.tv_sec * 1000000000LL + st.st_mtim.tv_nsec;
-    return 0;
-}
-
 /* Whether `st` (of a descriptor opened anew on the path) is the file that frame `f`
- * mapped: same device, inode, size and mtime. */
+ * read: the same identity (inode, size, mtime, ctime). */
 static int same_file(const frame *f, const struct stat *st)
 {
-    return (unsigned long long)st->st_dev == f->dev && (unsigned long long)st->st_ino == f->ino &&
-           (long long)st->st_size == f->size &&
-           (long long)st->st_mtim.tv_sec * 1000000000LL + st->st_mtim.tv_nsec == f->mtime_ns;
+    tess_file_id now;
+    tess_file_id_from_stat(st, &now);
+    return tess_file_id_same(&now, &f->id);
 }
 
 /* Number of planes file `idx` must hold. */
@@ -817,8 +805,6 @@ static int open_fits(stack *s, frame *f, const char *path, char *err, size_t err
     f->guard = mapguard_add(map, f->maplen);
     f->data = (const unsigned char *)map + datastart;
     f->datastart = (long long)datastart;
-    f->dev = (unsigned long long)st.st_dev;
-    f->ino = (unsigned long long)st.st_ino;
     return 0;
 }
 
@@ -835,9 +821,8 @@ static int frame_open(stack *s, long idx, frame **out, char *err, size_t errlen)
     f->refs = 1;
     f->guard = -1;
     f->checked = tess_mono_s();
-    if (stat_file(path, &f->size, &f->mtime_ns) != 0) {
+    if (tess_file_id_of(path, 0, &f->id, err, errlen) != 0) {
         free(f);
-        tess_seterr(err, errlen, "cannot stat %s: %s", path, strerror(errno));
         return TESS_EIO;
     }
     int rc;
@@ -930,10 +915,10 @@ static int frame_acquire(stack *s, long idx, frame **out, char *err, size_t errl
          * leave its old pixels in the cache under the new version. */
         double t = tess_mono_s();
         if (t - f->checked >= 0.0) {
-            long long size, mtime;
+            tess_file_id now;
             f->checked = t;
-            if (stat_file(s->paths[idx], &size, &mtime) != 0 || size != f->size ||
-                mtime != f->mtime_ns) {
+            if (tess_file_id_of(s->paths[idx], 0, &now, NULL, 0) != 0 ||
+                !tess_file_id_same(&now, &f->id)) {
                 frame *c = evict_locked(s, f);
                 if (c) {
                     c->close_next = NULL;

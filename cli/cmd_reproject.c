@@ -563,6 +563,11 @@ int cmd_reproject(int argc, char **argv)
     double t_read = cli_now_s();
     if (rc != CLI_EXIT_OK)
         goto done;
+    if (atomic_load(&cancel)) {     /* a signal while the input was read */
+        cli_msg("interrupted; nothing written");
+        rc = CLI_EXIT_INTERRUPTED;
+        goto done;
+    }
     rc = CLI_EXIT_FAIL;
     int target_fits = 0;
     if (fitsimg_read_cards(a.target_path, a.target_hdu, MAX_CARDS, &tcards, &tkeys,

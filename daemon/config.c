@@ -37,6 +37,7 @@ int config_init(tess_config *c)
     c->connection_timeout_s = 30;
     c->max_connections_per_address = 64;
     c->header_timeout_s = 10;
+    c->shutdown_grace_s = 10;
     c->error_log = strdup("-");
     if (!c->error_log)
         return TESS_ENOMEM;
@@ -248,7 +249,8 @@ static int load_json(json_t *root, tess_config *c, const char *base, char *err, 
                                              "max_queued_jobs", "max_queue", "max_connections",
                                              "max_connections_per_address",
                                              "connection_timeout_s", "header_timeout_s",
-                                             "max_decoded_mb", "max_input_pixels", NULL};
+                                             "max_decoded_mb", "max_input_pixels",
+                                             "shutdown_grace_s", NULL};
     static const char *const job_keys[] = {"dir", "token", "memory_mb", "max_product_mb",
                                            "disk_mb", NULL};
     static const char *const ds_keys[] = {"name", "path", "hdu", "frames", "hips_frame", NULL};
@@ -381,6 +383,10 @@ static int load_json(json_t *root, tess_config *c, const char *base, char *err, 
         if ((rc = get_int(limits, "max_input_pixels", "limits.", 1, 1LL << 40, &v, err, errlen)))
             return rc;
         c->max_input_pixels = v;
+        v = c->shutdown_grace_s;
+        if ((rc = get_int(limits, "shutdown_grace_s", "limits.", 0, 3600, &v, err, errlen)))
+            return rc;
+        c->shutdown_grace_s = (int)v;
     }
     if ((rc = get_str(root, "access_log", "", &c->access_log, err, errlen)) ||
         (rc = get_str(root, "error_log", "", &c->error_log, err, errlen)))

@@ -41,6 +41,8 @@ typedef struct tess_config {
                                     one client address, more are closed at once; default 64 */
     int header_timeout_s;        /* limits.header_timeout_s: a request line and its headers
                                     must arrive within this, default 10 */
+    int shutdown_grace_s;        /* limits.shutdown_grace_s: seconds requests in flight get after
+                                    SIGTERM/SIGINT before tesserad exits anyway, default 10 */
     char *access_log;            /* access_log: Combined Log Format file, "-" = stderr, NULL = none */
     char *error_log;             /* error_log: JSON-lines file of 5xx and job failures, "-" = stderr
                                     (the default), NULL after "none" */

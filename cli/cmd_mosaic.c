@@ -366,6 +366,14 @@ int cmd_mosaic(int argc, char **argv)
     rc = CLI_EXIT_FAIL;
     if (!cli_output_ok("tessera", out))
         goto done;
+    int thdu = 0;
+    char *tpath = target ? split_path_hdu(target, &thdu) : NULL;
+    paths[n] = tpath;   /* the target is an input too (paths has argc entries) */
+    int distinct = cli_output_not_input("tessera", out, (const char *const *)paths, n + 1);
+    paths[n] = NULL;
+    free(tpath);
+    if (!distinct)
+        goto done;
     if (target && read_target_cards(target, &tcards, &sp.target_nkeys) != CLI_EXIT_OK)
         goto done;
     sp.ninputs = n;

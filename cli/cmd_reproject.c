@@ -555,7 +555,9 @@ int cmd_reproject(int argc, char **argv)
     have_sigth = cli_signals_start(cli_signal_flag, &cancel, &sigth);
     pool *workers = cli_workers_new(threads);
 
-    if (!cli_output_ok("tessera", a.out_path)) {
+    const char *inputs[2] = { a.in_path, a.target_path };
+    if (!cli_output_ok("tessera", a.out_path)
+        || !cli_output_not_input("tessera", a.out_path, inputs, 2)) {
         rc = CLI_EXIT_FAIL;
         goto done;
     }

@@ -233,3 +233,21 @@ int cli_output_ok(const char *prog, const char *path)
             tess_file_kind(st.st_mode));
     return 0;
 }
+
+int cli_output_not_input(const char *prog, const char *out, const char *const *inputs, int n)
+{
+    struct stat so, si;
+    if (stat(out, &so) != 0)
+        return 1;   /* not there: no input can be it */
+    for (int i = 0; i < n; i++) {
+        if (!inputs[i] || stat(inputs[i], &si) != 0)
+            continue;   /* a missing input is reported when it is read */
+        if (si.st_dev == so.st_dev && si.st_ino == so.st_ino) {
+            fprintf(stderr, "%s: -o '%s' is the input '%s' (the same file): the output, "
+                    "renamed into place, would destroy it; choose another output name\n",
+                    prog, out, inputs[i]);
+            return 0;
+        }
+    }
+    return 1;
+}

@@ -892,6 +892,8 @@ int cmd_hips(int argc, char **argv)
         rc = read_hips_input(workers, threads, a.in_path, a.in_hdu, a.plane, &in);
     if (rc != CLI_EXIT_OK)
         goto done;
+    if (atomic_load(&cancel))       /* a signal while the input was read */
+        goto interrupted;
     t_read = cli_now_s();
     rc = CLI_EXIT_FAIL;
     double geo[3], pixscale;

@@ -555,7 +555,9 @@ int cmd_reproject(int argc, char **argv)
     have_sigth = cli_signals_start(cli_signal_flag, &cancel, &sigth);
     pool *workers = cli_workers_new(threads);
 
-    if (!cli_output_ok("tessera", a.out_path)) {
+    const char *inputs[2] = { a.in_path, a.target_path };
+    if (!cli_output_ok("tessera", a.out_path)
+        || !cli_output_not_input("tessera", a.out_path, inputs, 2)) {
         rc = CLI_EXIT_FAIL;
         goto done;
     }
@@ -563,6 +565,11 @@ int cmd_reproject(int argc, char **argv)
     double t_read = cli_now_s();
     if (rc != CLI_EXIT_OK)
         goto done;
+    if (atomic_load(&cancel)) {     /* a signal while the input was read */
+        cli_msg("interrupted; nothing written");
+        rc = CLI_EXIT_INTERRUPTED;
+        goto done;
+    }
     rc = CLI_EXIT_FAIL;
     int target_fits = 0;
     if (fitsimg_read_cards(a.target_path, a.target_hdu, MAX_CARDS, &tcards, &tkeys,

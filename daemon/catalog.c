@@ -5,6 +5,8 @@
 #include "engine/base/checked.h"
 #include "engine/base/error.h"
 #include "engine/base/clock.h"
+#include "engine/base/fileio.h"
+#include "engine/base/hash.h"
 
 #include <glob.h>
 #include <errno.h>
@@ -29,26 +31,25 @@ struct ds_state {
     stack *reader;           /* lazy reader of the pixels (engine/image/stack.h) */
 };
 
-/* Size and mtime of every path folded into a version string; a path that cannot be
- * stat(2)ed contributes a marker so that deletion changes the version too. */
+/* The identity of every path (tess_file_id: inode, size, mtime, ctime; for the first
+ * path also the hash of its header block) folded into a version string "<total size in
+ * hex>-<hash>"; a path that cannot be stat(2)ed, or read for the header block, adds a
+ * marker instead, so that deletion changes the version too. */
 static void compute_version(const dataset *d, char *out, size_t len)
 {
-    unsigned long long size = 0, h = 1469598103934665603ULL;
+    unsigned long long size = 0;
+    uint64_t h = TESS_FNV64_OFFSET;
     for (int i = 0; i < d->npaths; i++) {
-        struct stat st;
-        unsigned long long v[2] = {0xdeadULL, (unsigned long long)i};
-        if (stat(d->paths[i], &st) == 0) {
-            size += (unsigned long long)st.st_size;
-            v[0] = (unsigned long long)st.st_mtim.tv_sec * 1000000000ULL +
-                   (unsigned long long)st.st_mtim.tv_nsec;
-            v[1] = (unsigned long long)st.st_size;
-        }
-        for (int k = 0; k < 2; k++) {
-            h ^= v[k];
-            h *= 1099511628211ULL;
+        tess_file_id id;
+        if (tess_file_id_of(d->paths[i], i == 0, &id, NULL, 0) == 0) {
+            size += (unsigned long long)id.size;
+            h = tess_file_id_hash(&id, h);
+        } else {
+            unsigned long long gone[2] = {0xdeadULL, (unsigned long long)i};
+            h = tess_fnv1a64(gone, sizeof(gone), h);
         }
     }
-    snprintf(out, len, "%llx-%llx", size, h);
+    snprintf(out, len, "%llx-%llx", size, (unsigned long long)h);
 }
 
 const char *dataset_version(const dataset *d, char *out, size_t len)

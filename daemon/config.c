@@ -2,6 +2,7 @@
 #include "daemon/config.h"
 #include "engine/base/decodelimit.h"
 #include "engine/base/error.h"
+#include "engine/base/fileio.h"
 
 #include <errno.h>
 #include <jansson.h>
@@ -10,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 int config_init(tess_config *c)
 {
@@ -35,6 +37,7 @@ int config_init(tess_config *c)
     c->connection_timeout_s = 30;
     c->max_connections_per_address = 64;
     c->header_timeout_s = 10;
+    c->shutdown_grace_s = 10;
     c->error_log = strdup("-");
     if (!c->error_log)
         return TESS_ENOMEM;
@@ -246,7 +249,8 @@ static int load_json(json_t *root, tess_config *c, const char *base, char *err, 
                                              "max_queued_jobs", "max_queue", "max_connections",
                                              "max_connections_per_address",
                                              "connection_timeout_s", "header_timeout_s",
-                                             "max_decoded_mb", "max_input_pixels", NULL};
+                                             "max_decoded_mb", "max_input_pixels",
+                                             "shutdown_grace_s", NULL};
     static const char *const job_keys[] = {"dir", "token", "memory_mb", "max_product_mb",
                                            "disk_mb", NULL};
     static const char *const ds_keys[] = {"name", "path", "hdu", "frames", "hips_frame", NULL};
@@ -379,6 +383,10 @@ static int load_json(json_t *root, tess_config *c, const char *base, char *err, 
         if ((rc = get_int(limits, "max_input_pixels", "limits.", 1, 1LL << 40, &v, err, errlen)))
             return rc;
         c->max_input_pixels = v;
+        v = c->shutdown_grace_s;
+        if ((rc = get_int(limits, "shutdown_grace_s", "limits.", 0, 3600, &v, err, errlen)))
+            return rc;
+        c->shutdown_grace_s = (int)v;
     }
     if ((rc = get_str(root, "access_log", "", &c->access_log, err, errlen)) ||
         (rc = get_str(root, "error_log", "", &c->error_log, err, errlen)))
@@ -507,7 +515,14 @@ int config_load_text(const char *text, tess_config *c, char *err, size_t errlen)
 int config_load_file(const char *path, tess_config *c, char *err, size_t errlen)
 {
     json_error_t je;
-    json_t *root = json_load_file(path, JSON_REJECT_DUPLICATES, &je);
+    /* A FIFO or a device named as the configuration is refused, not waited on. */
+    int fd = tess_open_regular(path, 0, NULL, err, errlen);
+    if (fd < 0) {
+        config_release(c);
+        return fd;
+    }
+    json_t *root = json_loadfd(fd, JSON_REJECT_DUPLICATES, &je);
+    close(fd);
     if (!root) {
         tess_seterr(err, errlen, "%s: %s (line %d, column %d)", path, je.text, je.line, je.column);
         config_release(c);

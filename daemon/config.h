@@ -41,6 +41,8 @@ typedef struct tess_config {
                                     one client address, more are closed at once; default 64 */
     int header_timeout_s;        /* limits.header_timeout_s: a request line and its headers
                                     must arrive within this, default 10 */
+    int shutdown_grace_s;        /* limits.shutdown_grace_s: seconds requests in flight get after
+                                    SIGTERM/SIGINT before tesserad exits anyway, default 10 */
     char *access_log;            /* access_log: Combined Log Format file, "-" = stderr, NULL = none */
     char *error_log;             /* error_log: JSON-lines file of 5xx and job failures, "-" = stderr
                                     (the default), NULL after "none" */
@@ -61,8 +63,9 @@ int config_init(tess_config *c);
 
 /* Reads the JSON configuration at `path` over the defaults.  Relative data_roots are
  * taken relative to the directory that holds the file.  Unknown keys, wrong types
- * and out-of-range values are errors naming the key (`err`).  Returns 0, TESS_EIO,
- * TESS_EINVAL or TESS_ENOMEM; on error `c` is released. */
+ * and out-of-range values are errors naming the key (`err`).  A path that is not a
+ * regular file (a FIFO, a device) is refused (tess_open_regular), never waited on.
+ * Returns 0, TESS_EIO, TESS_EINVAL or TESS_ENOMEM; on error `c` is released. */
 int config_load_file(const char *path, tess_config *c, char *err, size_t errlen);
 
 /* The same from JSON text. */

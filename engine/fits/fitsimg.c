@@ -19,6 +19,7 @@
 #include "engine/base/checked.h"
 #include "engine/base/decodelimit.h"
 #include "engine/base/error.h"
+#include "engine/base/fileio.h"
 #include "engine/fits/fitscard.h"
 
 /* Thread safety.  Every call below opens its own fitsfile, so threads share no cfitsio
@@ -80,12 +81,18 @@ static const struct {
 
 int fitsimg_check_not_compressed(const char *path, char *err, size_t errlen)
 {
-    unsigned char head[4];
-    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+    int fd = tess_open_regular(path, 0, NULL, NULL, 0);
     if (fd < 0)
         return 0;
-    ssize_t n = pread(fd, head, sizeof head, 0);
+    int rc = fitsimg_check_fd_not_compressed(fd, path, err, errlen);
     close(fd);
+    return rc;
+}
+
+int fitsimg_check_fd_not_compressed(int fd, const char *path, char *err, size_t errlen)
+{
+    unsigned char head[4];
+    ssize_t n = pread(fd, head, sizeof head, 0);
     for (size_t i = 0; i < sizeof whole_file_codecs / sizeof whole_file_codecs[0]; i++) {
         if (n >= (ssize_t)whole_file_codecs[i].len &&
             memcmp(head, whole_file_codecs[i].magic, whole_file_codecs[i].len) == 0) {
@@ -101,10 +108,13 @@ int fitsimg_check_not_compressed(const char *path, char *err, size_t errlen)
 
 /* Opens `path` as a plain disk file, without cfitsio's extended filename syntax (so
  * "a[1].fits" or "!x.fits" are file names, not HDU selectors or clobber flags), and
- * moves to HDU `hdu` (0-based), which must be an image.  A whole-file compressed file
- * is refused first (fitsimg_check_not_compressed).  On success returns 0 with *fp open;
- * on error returns TESS_EIO (cannot open or read) or TESS_EINVAL (compressed, no such
- * HDU, not an image), with *fp NULL and err set.  Call with the cfitsio lock held. */
+ * moves to HDU `hdu` (0-based), which must be an image.  The file is opened here first
+ * (tess_open_regular: a FIFO or a device is refused, never waited on), a whole-file
+ * compressed one is refused (fitsimg_check_fd_not_compressed), and cfitsio opens that
+ * very file through its descriptor's name.  On success returns 0 with *fp open; on error
+ * returns TESS_EIO (cannot open or read, not a regular file) or TESS_EINVAL (compressed,
+ * no such HDU, not an image), with *fp NULL and err set.  Call with the cfitsio lock
+ * held. */
 static int open_image_hdu(const char *path, int hdu, fitsfile **fp, char *err, size_t errlen)
 {
     int status = 0, hdutype = 0;
@@ -113,10 +123,18 @@ static int open_image_hdu(const char *path, int hdu, fitsfile **fp, char *err, s
         tess_seterr(err, errlen, "HDU index %d out of range in %s", hdu, path);
         return TESS_EINVAL;
     }
-    if (fitsimg_check_not_compressed(path, err, errlen))
+    int fd = tess_open_regular(path, 0, NULL, err, errlen);
+    if (fd < 0)
+        return fd;
+    if (fitsimg_check_fd_not_compressed(fd, path, err, errlen)) {
+        close(fd);
         return TESS_EINVAL;
+    }
+    char name[PATH_MAX];
     fitsfile *f = NULL;
-    if (fits_open_diskfile(&f, path, READONLY, &status)) {
+    fits_open_diskfile(&f, tess_fd_name(fd, path, name, sizeof(name)), READONLY, &status);
+    close(fd);
+    if (status) {
         set_cfitsio_err(err, errlen, "cannot open", path, status);
         return TESS_EIO;
     }
@@ -385,12 +403,18 @@ int fitsimg_read_cards(const char *path, int hdu, int max_cards, char **cards, i
     *n = 0;
     if (is_fits)
         *is_fits = 0;
-    int crc = fitsimg_check_not_compressed(path, err, errlen);
-    if (crc)
+    int fd = tess_open_regular(path, 0, NULL, err, errlen);
+    if (fd < 0)
+        return fd;
+    int crc = fitsimg_check_fd_not_compressed(fd, path, err, errlen);
+    if (crc) {
+        close(fd);
         return crc;
-    FILE *fp = fopen(path, "rb");
+    }
+    FILE *fp = fdopen(fd, "rb");
     if (!fp) {
         tess_seterr(err, errlen, "cannot open %s: %s", path, strerror(errno));
+        close(fd);
         return TESS_EIO;
     }
     size_t cap = max_cards > 0 ? (size_t)max_cards * 82 : 82, len = 0;
@@ -555,11 +579,9 @@ int fitsimg_read_region_f32(const char *path, int hdu, long z, long x0, long y0,
 static int read_direct(const char *path, off_t off, unsigned char *dst, size_t len, size_t es,
                        char *err, size_t errlen)
 {
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) {
-        tess_seterr(err, errlen, "cannot open %s: %s", path, strerror(errno));
-        return TESS_EIO;
-    }
+    int fd = tess_open_regular(path, 0, NULL, err, errlen);
+    if (fd < 0)
+        return fd;
     int rc = 0;
     while (len > 0) {
         size_t chunk = len < ((size_t)1 << 26) ? len : ((size_t)1 << 26);

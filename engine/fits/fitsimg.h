@@ -27,6 +27,11 @@ typedef struct fitsimg_info {
                                       tile-compressed image (its pixels are in a table) */
 } fitsimg_info;
 
+/* Every function below that takes a `path` opens it with tess_open_regular
+ * (engine/base/fileio.h): what is not a regular file (a FIFO, a device, a directory) is
+ * refused with TESS_EIO and "cannot open PATH: it is a FIFO, not a regular file",
+ * never opened in a way that could block. */
+
 /* Refuses a whole-file compressed file: one that starts with the signature of gzip,
  * zip, pack, compress (.Z), LZH or bzip2, which cfitsio would decompress whole into
  * memory at every opening (a 1.5 MB gzip of a 20000 x 20000 float image: 1.6 GB and
@@ -36,6 +41,11 @@ typedef struct fitsimg_info {
  * decode budgets (engine/base/decodelimit.h).  Returns 0 (anything else, an unreadable
  * file included: the open that follows reports it), or TESS_EINVAL with err. */
 int fitsimg_check_not_compressed(const char *path, char *err, size_t errlen);
+
+/* The same check on the file open as `fd` (read with pread at offset 0; `path` names it
+ * in the message): what the readers apply to the descriptor they hand to cfitsio, so
+ * that the file checked is the file read. */
+int fitsimg_check_fd_not_compressed(int fd, const char *path, char *err, size_t errlen);
 
 /* Reads the header of HDU `hdu` (0-based: 0 is the primary HDU) of the FITS file at
  * `path`.  The HDU must be an image that follows fitscard_check_image (every NAXISn at

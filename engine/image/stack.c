@@ -12,6 +12,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <fitsio.h>
+#include <limits.h>
 #include <math.h>
 #include <png.h>
 #include <pthread.h>
@@ -46,7 +47,7 @@ int frame_is_png(const char *path)
 {
     /* open/pread, not stdio: this runs at every opening of a frame */
     unsigned char sig[8];
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    int fd = tess_open_regular(path, 0, NULL, NULL, 0);
     if (fd < 0)
         return 0;
     ssize_t n = pread(fd, sig, sizeof(sig), 0);
@@ -93,9 +94,13 @@ static int png_in_open(png_in *in, const char *path, long *w, long *h, int *bits
                        size_t errlen)
 {
     memset(in, 0, sizeof(*in));
-    in->f = fopen(path, "rb");
+    int fd = tess_open_regular(path, 0, NULL, err, errlen);
+    if (fd < 0)
+        return fd;
+    in->f = fdopen(fd, "rb");
     if (!in->f) {
         tess_seterr(err, errlen, "cannot open %s: %s", path, strerror(errno));
+        close(fd);
         return TESS_EIO;
     }
     in->png = png_create_read_struct(PNG_LIBPNG_VER_STRING, in, png_in_error, png_in_warning);
@@ -236,14 +241,13 @@ int frame_read_info(const char *path, int hdu, fitsimg_info *info, char *err, si
     if (!frame_is_png(path))
         return fitsimg_read_info(path, hdu, info, err, errlen);
     memset(info, 0, sizeof(*info));
-    struct stat st;
-    if (stat(path, &st) != 0) {
-        tess_seterr(err, errlen, "cannot stat %s: %s", path, strerror(errno));
-        return TESS_EIO;
-    }
+    tess_file_id id;
+    int rc = tess_file_id_of(path, 0, &id, err, errlen);
+    if (rc)
+        return rc;
     long w, h;
     int bits;
-    int rc = png_header(path, &w, &h, &bits, err, errlen);
+    rc = png_header(path, &w, &h, &bits, err, errlen);
     if (rc)
         return rc;
     info->naxis = 2;
@@ -267,8 +271,8 @@ int frame_read_info(const char *path, int hdu, fitsimg_info *info, char *err, si
     if (fitscard_list_take(&l, &info->header, &n) != 0)
         return TESS_ENOMEM;
     info->nkeys = n;
-    info->file_size = (long long)st.st_size;
-    info->mtime_ns = (long long)st.st_mtim.tv_sec * 1000000000LL + st.st_mtim.tv_nsec;
+    info->file_size = id.size;
+    info->mtime_ns = id.mtime_ns;
     return 0;
 }
 
@@ -422,8 +426,7 @@ typedef struct frame {
     long long blank;
     void *pix;                /* SRC_MEM*: nx*ny values, row 0 = y 0 */
     size_t pixbytes;
-    long long size, mtime_ns; /* of the file when opened */
-    unsigned long long dev, ino; /* SRC_MMAP: of the mapped file (stack_zreduce reopens it) */
+    tess_file_id id;          /* of the file when opened (stat(2) before reading it) */
     long long datastart;      /* SRC_MMAP: file offset of `data` */
     double checked;           /* monotonic seconds of the last staleness check */
     int guard;                /* SRC_MMAP: mapguard slot of the map, or -1 */
@@ -532,23 +535,13 @@ void stack_free(stack *s)
     free(s);
 }
 
-static int stat_file(const char *path, long long *size, long long *mtime_ns)
-{
-    struct stat st;
-    if (stat(path, &st) != 0)
-        return -1;
-    *size = (long long)st.st_size;
-    *mtime_ns = (long long)st.st_mtim.tv_sec * 1000000000LL + st.st_mtim.tv_nsec;
-    return 0;
-}
-
 /* Whether `st` (of a descriptor opened anew on the path) is the file that frame `f`
- * mapped: same device, inode, size and mtime. */
+ * read: the same identity (inode, size, mtime, ctime). */
 static int same_file(const frame *f, const struct stat *st)
 {
-    return (unsigned long long)st->st_dev == f->dev && (unsigned long long)st->st_ino == f->ino &&
-           (long long)st->st_size == f->size &&
-           (long long)st->st_mtim.tv_sec * 1000000000LL + st->st_mtim.tv_nsec == f->mtime_ns;
+    tess_file_id now;
+    tess_file_id_from_stat(st, &now);
+    return tess_file_id_same(&now, &f->id);
 }
 
 /* Number of planes file `idx` must hold. */
@@ -596,7 +589,7 @@ static int fits_plain_header(const char *path, int *bitpix, int *naxis, long *na
                              long long *datastart, double *bscale, double *bzero,
                              int *has_blank, long long *blank)
 {
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    int fd = tess_open_regular(path, 0, NULL, NULL, 0);
     if (fd < 0)
         return 0;
     char blk[2880];
@@ -679,11 +672,18 @@ static int open_fits_cfitsio(stack *s, const char *path, int *compressed, int *b
     fitsfile *ff = NULL;
     int status = 0;
     LONGLONG headstart = 0, dataend = 0;
-    int rc = fitsimg_check_not_compressed(path, err, errlen);
-    if (rc)
+    int fd = tess_open_regular(path, 0, NULL, err, errlen);
+    if (fd < 0)
+        return TESS_EIO;
+    int rc = fitsimg_check_fd_not_compressed(fd, path, err, errlen);
+    if (rc) {
+        close(fd);
         return rc;
+    }
+    char name[PATH_MAX];
     fitsimg_cfitsio_lock();
-    fits_open_diskfile(&ff, path, READONLY, &status);
+    fits_open_diskfile(&ff, tess_fd_name(fd, path, name, sizeof(name)), READONLY, &status);
+    close(fd);
     if (!status)
         fits_movabs_hdu(ff, s->hdu + 1, NULL, &status);
     if (!status)
@@ -784,13 +784,11 @@ static int open_fits(stack *s, frame *f, const char *path, char *err, size_t err
     int sized = tess_size_dims((size_t)(bitpix < 0 ? -bitpix : bitpix) / 8,
                                (const long[]){s->nx, s->ny, planes_in_file(s)}, 3, &bytes) == 0
                 && datastart >= 0 && tess_size_add(bytes, (size_t)datastart, &end) == 0;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) {
-        tess_seterr(err, errlen, "cannot open %s: %s", path, strerror(errno));
-        return TESS_EIO;
-    }
     struct stat st;
-    if (!sized || fstat(fd, &st) != 0 || (unsigned long long)st.st_size < end) {
+    int fd = tess_open_regular(path, 0, &st, err, errlen);
+    if (fd < 0)
+        return TESS_EIO;
+    if (!sized || (unsigned long long)st.st_size < end) {
         close(fd);
         tess_seterr(err, errlen, "%s is shorter than its header says", path);
         return TESS_EIO;
@@ -807,8 +805,6 @@ static int open_fits(stack *s, frame *f, const char *path, char *err, size_t err
     f->guard = mapguard_add(map, f->maplen);
     f->data = (const unsigned char *)map + datastart;
     f->datastart = (long long)datastart;
-    f->dev = (unsigned long long)st.st_dev;
-    f->ino = (unsigned long long)st.st_ino;
     return 0;
 }
 
@@ -825,9 +821,8 @@ static int frame_open(stack *s, long idx, frame **out, char *err, size_t errlen)
     f->refs = 1;
     f->guard = -1;
     f->checked = tess_mono_s();
-    if (stat_file(path, &f->size, &f->mtime_ns) != 0) {
+    if (tess_file_id_of(path, 0, &f->id, err, errlen) != 0) {
         free(f);
-        tess_seterr(err, errlen, "cannot stat %s: %s", path, strerror(errno));
         return TESS_EIO;
     }
     int rc;
@@ -920,10 +915,10 @@ static int frame_acquire(stack *s, long idx, frame **out, char *err, size_t errl
          * leave its old pixels in the cache under the new version. */
         double t = tess_mono_s();
         if (t - f->checked >= 0.0) {
-            long long size, mtime;
+            tess_file_id now;
             f->checked = t;
-            if (stat_file(s->paths[idx], &size, &mtime) != 0 || size != f->size ||
-                mtime != f->mtime_ns) {
+            if (tess_file_id_of(s->paths[idx], 0, &now, NULL, 0) != 0 ||
+                !tess_file_id_same(&now, &f->id)) {
                 frame *c = evict_locked(s, f);
                 if (c) {
                     c->close_next = NULL;
@@ -1854,9 +1849,9 @@ static int zr_open(const stack *s, const frame *f)
 {
     if (f->kind != SRC_MMAP)
         return -1;
-    int fd = open(s->paths[f->idx], O_RDONLY | O_CLOEXEC);
     struct stat st;
-    if (fd >= 0 && (fstat(fd, &st) != 0 || !same_file(f, &st))) {
+    int fd = tess_open_regular(s->paths[f->idx], 0, &st, NULL, 0);
+    if (fd >= 0 && !same_file(f, &st)) {
         close(fd);
         fd = -1;
     }

@@ -70,9 +70,12 @@ int frame_write_png(const char *path, const unsigned short *data, long nx, long 
  * most `max_open` open frames (mapped FITS files, decoded PNGs), so a stack of any
  * number of files holds a bounded number of descriptors and maps.  An uncompressed FITS
  * HDU is read through mmap(2) (data offset from cfitsio once, big-endian conversion and
- * scaling here); a tile-compressed one through cfitsio.  A file whose size or mtime
- * changed (stat(2) at every read) is opened again; a FITS file
- * truncated while mapped gives TESS_EIO, not SIGBUS (engine/base/mapguard.h).
+ * scaling here); a tile-compressed one through cfitsio.  A file whose identity changed
+ * (inode, size, mtime or ctime: tess_file_id, stat(2) at every read) is opened and
+ * mapped again, so a file renamed over or rewritten in place is read anew even when it
+ * kept its size and mtime; a FITS file truncated while mapped gives TESS_EIO, not SIGBUS
+ * (engine/base/mapguard.h).  A path that is not a regular file is refused (TESS_EIO),
+ * never opened in a way that could block (tess_open_regular).
  * Thread-safe: any number of threads may read at once. */
 typedef struct stack stack;
 

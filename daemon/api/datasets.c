@@ -80,6 +80,8 @@ static json_t *dataset_json(const dataset *d)
     json_object_set_new(o, "bunit", d->bunit[0] ? json_string(d->bunit) : json_null());
     json_object_set_new(o, "celestial", json_boolean(d->cel != NULL));
     json_object_set_new(o, "wcs", wcs_json(d));
+    json_object_set_new(o, "wcs_error",
+                        d->wcs_error[0] ? json_string(d->wcs_error) : json_null());
     return o;
 }
 

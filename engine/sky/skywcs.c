@@ -202,16 +202,21 @@ static int keyword_len(const char *kw)
 
 /* 1 when the 8-character keyword field `kw` is a numeric WCS keyword of FITS WCS Papers
  * I-II (NAXISn, CRPIXn, CRVALn, CDELTn, CROTAn, CDi_j, PCi_j, PVi_m, with an optional
- * alternate letter; LONPOLE, LATPOLE, EQUINOX). */
+ * alternate letter; LONPOLE, LATPOLE, EQUINOX) or of the DSS plate solutions wcspih
+ * translates (CNPIXn, PPO3, PPO6, XPIXELSZ, YPIXELSZ, PLTRAH/M/S, PLTDECD/M/S, AMDXm,
+ * AMDYm). */
 static int numeric_wcs_keyword(const char *kw)
 {
     static const char *const indexed[] = { "NAXIS", "CRPIX", "CRVAL", "CDELT", "CROTA", "CD",
-                                           "PC", "PV" };
-    static const char *const plain[] = { "LONPOLE", "LATPOLE", "EQUINOX" };
+                                           "PC", "PV", "CNPIX", "AMDX", "AMDY" };
+    static const char *const plain[] = { "LONPOLE", "LATPOLE", "EQUINOX", "PPO3", "PPO6",
+                                         "XPIXELSZ", "YPIXELSZ", "PLTRAH", "PLTRAM", "PLTRAS",
+                                         "PLTDECD", "PLTDECM", "PLTDECS" };
     for (size_t i = 0; i < sizeof plain / sizeof plain[0]; i++) {
         size_t n = strlen(plain[i]);
+        int alt = i < 3;        /* LONPOLEa, LATPOLEa, EQUINOXa */
         if (strncmp(kw, plain[i], n) == 0
-            && (n == 8 || kw[n] == ' ' || isupper((unsigned char)kw[n])))
+            && (n == 8 || kw[n] == ' ' || (alt && isupper((unsigned char)kw[n]))))
             return 1;
     }
     for (size_t i = 0; i < sizeof indexed / sizeof indexed[0]; i++) {
@@ -222,13 +227,14 @@ static int numeric_wcs_keyword(const char *kw)
     return 0;
 }
 
-/* A WCS card whose value indicator is not in column 9 ("CRPIX2 = 8", "CD1_1=0.5"): not
- * a value card in FITS terms (4.0 section 4.1.2.2), so wcspih passes over it and keeps
- * the default; 1 when `card` is one, for a numeric WCS keyword, CTYPEn or CUNITn. */
+/* A WCS card whose value indicator is not "= " in columns 9-10 ("CRPIX2 = 8",
+ * "CD1_1=0.5", "CRPIX1  =8"): not a value card in FITS terms (4.0 section 4.1.2.2), so
+ * wcspih passes over it and keeps the default; 1 when `card` is one, for a numeric WCS
+ * keyword, CTYPEn or CUNITn. */
 static int misplaced_equals(const char *card)
 {
-    const char *eq = memchr(card, '=', 8);
-    if (!eq || eq == card)
+    const char *eq = memchr(card, '=', 9);
+    if (!eq || eq == card || (eq == card + 8 && card[9] == ' '))
         return 0;
     char kw[9];
     int n = (int)(eq - card);
@@ -240,6 +246,33 @@ static int misplaced_equals(const char *card)
     return numeric_wcs_keyword(kw) || ((strncmp(kw, "CTYPE", 5) == 0
                                         || strncmp(kw, "CUNIT", 5) == 0)
                                        && isdigit((unsigned char)kw[5]));
+}
+
+/* 1 when `v` is a number in the form FITS gives (4.0 sections 4.2.3-4.2.4) and wcspih's
+ * lexer reads: [+-] digits [. [digits]] or [+-] . digits, then an optional exponent
+ * [EeDd] [+-] digits.  (strtod also takes "inf", hexadecimal and "1 " forms wcspih
+ * would reject, keeping its default.) */
+static int fits_number(const char *v)
+{
+    const char *p = v + (*v == '+' || *v == '-');
+    size_t a = strspn(p, "0123456789");
+    p += a;
+    size_t b = 0;
+    if (*p == '.') {
+        b = strspn(++p, "0123456789");
+        p += b;
+    }
+    if (a + b == 0)
+        return 0;
+    if (*p && strchr("EeDd", *p)) {
+        p++;
+        p += *p == '+' || *p == '-';
+        size_t e = strspn(p, "0123456789");
+        if (e == 0)
+            return 0;
+        p += e;
+    }
+    return *p == '\0';
 }
 
 /* The value of a numeric WCS card must be a finite number (a D exponent is allowed), and
@@ -259,19 +292,52 @@ static int check_number(const char *card, char *err, size_t errlen)
     if (card[8] != '=' || !numeric_wcs_keyword(card))
         return 0;
     char v[72];
-    size_t n = 0;
-    for (size_t i = 9; i < 80 && card[i] != '/' && n + 1 < sizeof v; i++)
-        if (card[i] != ' ')
-            v[n++] = (char)(card[i] == 'D' || card[i] == 'd' ? 'E' : card[i]);
+    size_t n = 0, i = 10;
+    while (i < 80 && card[i] == ' ')
+        i++;
+    for (; i < 80 && card[i] != '/' && n + 1 < sizeof v; i++)
+        v[n++] = (char)(card[i] == 'D' || card[i] == 'd' ? 'E' : card[i]);
+    while (n > 0 && v[n - 1] == ' ')
+        n--;
     v[n] = '\0';
-    char *end;
-    double d = n ? strtod(v, &end) : NAN;
-    if (n == 0 || *end != '\0' || !isfinite(d)) {
+    if (!fits_number(v) || !isfinite(strtod(v, NULL))) {
         tess_seterr(err, errlen, "%.*s must be a finite number, got '%.30s'",
                     keyword_len(card), card, v);
         return TESS_EINVAL;
     }
     return 0;
+}
+
+/* The keywords of a DSS plate solution that wcspih stores for its translation to TAN
+ * (wcspih.l: dsstmp[]); any of them, or any AMDXm / AMDYm, makes it translate.  One
+ * missing (or unreadable, so dropped) leaves its slot uninitialised: wcslib 7.12 then
+ * computes CRPIX, CRVAL and CD from stack garbage (valgrind; tests/fuzz/fuzz_dataset got
+ * CRPIX1 = -inf). */
+static const char *const dss_keys[] = {
+    "CNPIX1", "CNPIX2", "PPO3", "PPO6", "XPIXELSZ", "YPIXELSZ", "PLTRAH", "PLTRAM",
+    "PLTRAS", "PLTDECSN", "PLTDECD", "PLTDECM", "PLTDECS", "AMDX1", "AMDX2", "AMDX3",
+    "AMDY1", "AMDY2", "AMDY3" };
+#define DSS_NKEYS ((int)(sizeof dss_keys / sizeof dss_keys[0]))
+
+/* Notes a card of a DSS keyword: *any for every one, value card or not (wcspih decides to
+ * translate on the keyword alone: a bare "PLTRAS" crashed it, tests/fuzz/fuzz_dataset);
+ * bit k of *have for a value card of dss_keys[k] (PLTDECSN only with a string value, as
+ * wcspih reads it; the numbers were checked before, by check_number). */
+static void note_dss_card(const char *card, unsigned *have, int *any)
+{
+    int len = keyword_len(card);
+    for (int k = 0; k < DSS_NKEYS; k++) {
+        if ((int)strlen(dss_keys[k]) == len && strncmp(card, dss_keys[k], (size_t)len) == 0) {
+            *any = 1;
+            if (card[8] == '=' && card[9] == ' '
+                && (k != 9 || card[10 + strspn(card + 10, " ")] == '\''))
+                *have |= 1u << k;
+            return;
+        }
+    }
+    if ((strncmp(card, "AMDX", 4) == 0 || strncmp(card, "AMDY", 4) == 0)
+        && isdigit((unsigned char)card[4]))
+        *any = 1;
 }
 
 /* Reads the decimal digits s[*k..lim) into *v (at most 3 digits); 0 when there is none. */
@@ -393,6 +459,49 @@ static int check_matrix(const struct wcsprm *w, const unsigned char *cd_given, c
     return rc;
 }
 
+/* Checks, after wcsset, the numbers wcslib holds: those it derived from other cards (a
+ * DSS plate solution gives CRPIX, CRVAL and CD from CNPIXn, XPIXELSZ, PLTSCALE, AMDXn,
+ * ...) are finite too, and so is the inverse of the linear transformation (a matrix of
+ * subnormal elements is regular but its inverse overflows).  Returns 0 or TESS_EINVAL
+ * with `err` naming the value. */
+static int check_result(const struct wcsprm *w, char *err, size_t errlen)
+{
+    static const char *const from = "as wcslib derives it from the header";
+    static const char *const keys[3] = { "CRVAL", "CRPIX", "CDELT" };
+    const double *vals[3] = { w->crval, w->crpix, w->cdelt };
+    int n = w->naxis;
+    for (int a = 0; a < 3; a++) {
+        for (int i = 0; i < n; i++) {
+            if (!isfinite(vals[a][i])) {
+                tess_seterr(err, errlen, "%s%d is %g %s", keys[a], i + 1, vals[a][i], from);
+                return TESS_EINVAL;
+            }
+        }
+    }
+    for (int i = 0; i < n * n; i++) {
+        if (!isfinite(w->pc[i])) {
+            tess_seterr(err, errlen, "PC%d_%d is %g %s", i / n + 1, i % n + 1, w->pc[i], from);
+            return TESS_EINVAL;
+        }
+    }
+    for (int k = 0; k < w->npv; k++) {
+        if (!isfinite(w->pv[k].value)) {
+            tess_seterr(err, errlen, "PV%d_%d is %g %s", w->pv[k].i, w->pv[k].m,
+                        w->pv[k].value, from);
+            return TESS_EINVAL;
+        }
+    }
+    int m = w->lin.i_naxis;
+    for (int k = 0; w->lin.imgpix && k < m * m; k++) {
+        if (!isfinite(w->lin.imgpix[k]) || (w->lin.piximg && !isfinite(w->lin.piximg[k]))) {
+            tess_seterr(err, errlen, "the linear transformation cannot be inverted in double "
+                        "precision (its inverse overflows)");
+            return TESS_EINVAL;
+        }
+    }
+    return 0;
+}
+
 /* Whether CTYPE `c` is a celestial axis in the 4-3 form "TTTT-PPP" of WCS Paper II: 1 a
  * longitude (RA, xLON, xyLN), 2 a latitude (DEC, xLAT, xyLT), 0 neither.  `sys` gets
  * what names the system (the type without LON/LAT/LN/LT, "EQ" for RA and DEC), `code`
@@ -491,8 +600,9 @@ static int explain_axes(const struct wcsprm *w, char *err, size_t errlen)
  * as astropy passes naxis=None): cdfix, datfix, obsfix, unitfix, spcfix, celfix; then
  * wcsset().  Unlike astropy, SIP keywords are left to wcslib (astropy strips them and
  * applies SIP itself); for TAN-SIP both evaluate the same polynomial.  The validity rule
- * is applied on the way: check_number on every card, check_matrix before wcsfix,
- * explain_axes when wcslib refuses the axes.
+ * is applied on the way: check_number on every card and the DSS keywords' completeness
+ * before wcspih, check_matrix before wcsfix, explain_axes when wcslib refuses the axes,
+ * check_result after wcsset.
  * A header without any WCS keyword (for which wcspih still returns a default linear
  * WCS, as astropy does) is refused with TESS_ENOWCS.  *out is NULL on error. */
 int skywcs_parse(const char *cards, int nkeys, skywcs **out, char *err, size_t errlen)
@@ -522,13 +632,23 @@ int skywcs_parse(const char *cards, int nkeys, skywcs **out, char *err, size_t e
      * anyway: turn them into comments first. */
     char ignored[96] = "";       /* the first such card, named in a later error */
     unsigned char cd_given[99] = { 0 };
+    unsigned dss_have = 0;
+    int dss_any = 0;
     for (int i = 0; i < nkeys; i++) {
         char *card = hdr + (size_t)i * 80;
+        /* wcslib 7.12's lexer (flex) crashes (SEGV) on some bytes above 126, e.g. a card
+         * "\xe0\xdf \xdf1" after NAXIS (found by tests/fuzz/fuzz_dataset in a dataset's
+         * header).  A FITS header is printable ASCII (FITS 4.0 section 4.1.1): any other
+         * byte becomes '?' in wcspih's copy, and so in the reasons that quote it. */
+        for (int k = 0; k < 80; k++)
+            if ((unsigned char)card[k] < 32 || (unsigned char)card[k] > 126)
+                card[k] = '?';
         if (check_number(card, err, errlen) != 0) {
             free(hdr);
             return TESS_EINVAL;
         }
         note_cd_card(card, cd_given);
+        note_dss_card(card, &dss_have, &dss_any);
         if (unterminated_string(card)) {
             if (!ignored[0]) {
                 int kl = 8;
@@ -558,6 +678,15 @@ int skywcs_parse(const char *cards, int nkeys, skywcs **out, char *err, size_t e
                 free(hdr);
                 return TESS_EINVAL;
             }
+        }
+    }
+    for (int k = 0; dss_any && k < DSS_NKEYS; k++) {
+        if (!(dss_have & (1u << k))) {
+            tess_seterr(err, errlen, "a DSS plate solution needs %s%s (CNPIX1-2, PPO3, PPO6, "
+                        "X/YPIXELSZ, PLTRAH/M/S, PLTDECSN/D/M/S, AMDX1-3, AMDY1-3)",
+                        dss_keys[k], k == 9 ? " as a string" : "");
+            free(hdr);
+            return TESS_EINVAL;
         }
     }
 
@@ -623,6 +752,12 @@ int skywcs_parse(const char *cards, int nkeys, skywcs **out, char *err, size_t e
         wcsfree(&w->wcs);
         free(w);
         return st == 2 ? TESS_ENOMEM : TESS_EINVAL;
+    }
+    if (check_result(&w->wcs, why, sizeof why) != 0) {
+        tess_seterr(err, errlen, "%s%s", why, ignored);
+        wcsfree(&w->wcs);
+        free(w);
+        return TESS_EINVAL;
     }
     detect_frame(&w->wcs, &w->frame, &w->equinox);
     *out = w;

@@ -298,6 +298,19 @@ START_TEST(test_parse_errors)
     ck_assert_int_eq(skywcs_parse(cards, nk, &w, err, sizeof err), 0);
     skywcs_free(w);
     free(cards);
+    /* Bytes above 126 crashed wcspih's lexer (SEGV; tests/fuzz/fuzz_dataset, a dataset's
+     * header): they are read as '?', and a WCS beside them still parses. */
+    const char *high[] = { "NAXIS   = 2", "                \xe0\xdf \xdf" "1", NULL };
+    cards = tt_make_cards(high, &nk);
+    ck_assert_int_eq(skywcs_parse(cards, nk, &w, err, sizeof err), TESS_ENOWCS);
+    free(cards);
+    const char *high2[] = { "NAXIS   = 2", "                \xe0\xdf \xdf" "1",
+                            "CTYPE1  = 'RA---TAN'", "CTYPE2  = 'DEC--TAN'",
+                            "COMMENT   Fran\xe7ois", NULL };
+    cards = tt_make_cards(high2, &nk);
+    ck_assert_msg(skywcs_parse(cards, nk, &w, err, sizeof err) == 0, "err: %s", err);
+    skywcs_free(w);
+    free(cards);
 }
 END_TEST
 

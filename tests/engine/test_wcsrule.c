@@ -198,8 +198,18 @@ START_TEST(test_limits)
           TESS_EINVAL, "CRVAL1A must be a finite number" },
         { { "CTYPE1  = 'RA---NCP'", "CTYPE2  = 'DEC--NCP'", "CDELT1  = -1e-3",
             "CDELT2  = 1e-3", "CRVAL2  = 30.0", NULL }, 0, NULL },
+        /* A DSS keyword without a value (wcspih translates on the keyword alone, and a
+         * bare PLTRAS crashed it: tests/fuzz/fuzz_dataset). */
+        { { "CTYPE1  = 'RA---TAN'", "CTYPE2  = ' '", "PLTRAS", NULL }, TESS_EINVAL,
+          "a DSS plate solution needs CNPIX1" },
         /* No WCS keyword at all: a dataset of pixels, not a broken WCS. */
         { { "NAXIS   = 2", "OBJECT  = 'M1'", NULL }, TESS_ENOWCS, "no WCS keywords" },
+        /* Regular but subnormal: its inverse overflows. */
+        { { "CTYPE1  = 'RA---TAN'", "CTYPE2  = 'DEC--TAN'", "CD1_1   = -1e-310",
+            "CD2_2   = 1e-310", NULL }, TESS_EINVAL, "cannot be inverted in double precision" },
+        /* The reason quotes the header in printable ASCII, for JSON. */
+        { { "CTYPE1  = 'RA---TAN'", "CTYPE2  = 'DEC--TAN'", "CRPIX1  = \x9d" "2", NULL },
+          TESS_EINVAL, "CRPIX1 must be a finite number, got '?2'" },
         /* Only the numbers: a NaN that stands alone is still named. */
         { { "NAXIS   = 2", "CDELT1  = NaN", NULL }, TESS_EINVAL, "CDELT1 must be" },
     };
@@ -222,6 +232,47 @@ START_TEST(test_limits)
 }
 END_TEST
 
+/* A DSS plate solution (HorseHead.fits) with one of the keywords wcspih stores for its
+ * translation missing or unreadable: wcslib 7.12 read that slot uninitialised (valgrind)
+ * and derived CRPIX, CRVAL and CD from it (tests/fuzz/fuzz_dataset: CRPIX1 = -inf, served
+ * as a shorter crpix array since JSON has no infinity).  Each is named. */
+START_TEST(test_dss_plate_solution)
+{
+    static const struct {
+        const char *key, *card, *why;
+    } c[] = {
+        { "XPIXELSZ", "COMMENT", "a DSS plate solution needs XPIXELSZ (" },
+        { "AMDY1   ", "COMMENT", "a DSS plate solution needs AMDY1 (" },
+        { "PLTDECSN", "PLTDECSN= -1", "needs PLTDECSN as a string" },
+        { "PPO3    ", "PPO3    = 'centre'", "PPO3 must be a finite number" },
+        { "CNPIX1  ", "CNPIX1  = 0x1p3", "CNPIX1 must be a finite number, got '0x1p3'" },
+        { "YPIXELSZ", "YPIXELSZ=15.0", "'YPIXELSZ=15.0': a WCS card needs '= ' in columns" },
+    };
+    fitsimg_info info;
+    char err[512];
+    for (size_t k = 0; k < sizeof c / sizeof c[0]; k++) {
+        ck_assert_msg(fitsimg_read_info(TESSERA_DEMO_DIR "/HorseHead.fits", 0, &info, err,
+                                        sizeof err) == 0, "%s", err);
+        if (k == 0)
+            ck_assert_msg(parse_cards(info.header, info.nkeys, err, sizeof err) == 0, "%s", err);
+        int found = 0;
+        for (int i = 0; i < info.nkeys; i++) {
+            char *card = info.header + (size_t)i * 80;
+            if (strncmp(card, c[k].key, strlen(c[k].key)) == 0) {
+                fitscard_from_text(card, c[k].card, strlen(c[k].card));
+                found = 1;
+            }
+        }
+        ck_assert(found);
+        int rc = parse_cards(info.header, info.nkeys, err, sizeof err);
+        fitsimg_info_release(&info);
+        ck_assert_msg(rc == TESS_EINVAL, "%s: rc %d", c[k].card, rc);
+        ck_assert_msg(strstr(err, c[k].why) != NULL, "%s: '%s' lacks '%s'", c[k].card, err,
+                      c[k].why);
+    }
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("wcsrule");
@@ -230,6 +281,7 @@ int main(void)
     tcase_set_timeout(tc, 60);
     tcase_add_loop_test(tc, test_every_path, 0, WR_NCASES + 1);
     tcase_add_test(tc, test_limits);
+    tcase_add_test(tc, test_dss_plate_solution);
     suite_add_tcase(s, tc);
     return tt_run_suite(s);
 }

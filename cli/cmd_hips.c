@@ -811,7 +811,7 @@ static int write_survey_files(hips_run *r, const hips_input *in, double pixscale
 
     unsigned char *moc = NULL;
     size_t len = 0;
-    int rc = hips_moc_fits(in->cel, in->plane.nx, in->plane.ny, r->deepest, &moc, &len, NULL);
+    int rc = hips_moc_fits(in->cel, in->plane.nx, in->plane.ny, r->deepest, 0, &moc, &len, NULL);
     if (rc) {
         cli_msg("cannot compute the coverage (Moc.fits): %s",
                 rc == TESS_ENOMEM ? "out of memory" : "bad WCS");

@@ -2,6 +2,7 @@
 #include "daemon/catalog.h"
 #include "engine/fits/fitsimg.h"
 #include "engine/image/stack.h"
+#include "engine/base/checked.h"
 #include "engine/base/error.h"
 #include "engine/base/clock.h"
 
@@ -227,6 +228,13 @@ static int open_one(const tess_config *cfg, const ds_config *dc, int trusted, da
             return TESS_EINVAL;
         }
         fitsimg_info_release(&info);
+    }
+    size_t vol;
+    if (tess_size_dims(sizeof(double), (const long[]){d->nx, d->ny, d->nz}, 3, &vol)) {
+        tess_seterr(err, errlen, "dataset '%s': %ld x %ld x %ld pixels: the volume is too "
+                    "large to address (its values as doubles pass %zu bytes)", d->name, d->nx,
+                    d->ny, d->nz, TESS_SIZE_MAX);
+        return TESS_ERANGE;
     }
     d->state = calloc(1, sizeof(*d->state));
     if (!d->state)

@@ -27,15 +27,27 @@ typedef struct tess_config {
     size_t cache_disk_mb;        /* cache.disk_mb */
     long long max_output_pixels; /* limits.max_output_pixels, default 16777216 */
     size_t max_body_mb;          /* limits.max_body_mb, default 64 */
+    size_t max_bodies_mb;        /* limits.max_bodies_mb: request bodies held at once (all
+                                    requests together), default 256 or max_body_mb if more */
     int max_queued_jobs;         /* limits.max_queued_jobs, default 64 */
     size_t max_queue;            /* pool queue length before 503, default 256 */
     int max_connections;         /* simultaneous connections, default 256 */
     int connection_timeout_s;    /* limits.connection_timeout_s: idle connection closed, default 30 */
+    int max_connections_per_address; /* limits.max_connections_per_address: connections from
+                                    one client address, more are closed at once; default 64 */
+    int header_timeout_s;        /* limits.header_timeout_s: a request line and its headers
+                                    must arrive within this, default 10 */
     char *access_log;            /* access_log: Combined Log Format file, "-" = stderr, NULL = none */
     char *error_log;             /* error_log: JSON-lines file of 5xx and job failures, "-" = stderr
                                     (the default), NULL after "none" */
     char *jobs_dir;              /* jobs.dir, may be NULL */
-    char *jobs_token;            /* jobs.token, may be NULL */
+    char *jobs_token;            /* jobs.token, may be NULL (no authentication); from a file
+                                    at least 16 visible ASCII characters, no spaces */
+    size_t jobs_memory_mb;       /* jobs.memory_mb: memory of one job's blocks in flight and
+                                    its plan, default 4096 */
+    size_t jobs_max_product_mb;  /* jobs.max_product_mb: the largest product, default 8192 */
+    size_t jobs_disk_mb;         /* jobs.disk_mb: work files and products in jobs.dir with
+                                    what accepted jobs will write, default 65536; 0 = no total */
     ds_config *datasets;
     int n_datasets;
 } tess_config;

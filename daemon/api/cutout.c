@@ -107,7 +107,8 @@ static void cutout_job_free(void *arg)
 /* Runs on a pool thread: take the source plane from the plane store (read once, shared
  * with tiles and other cutouts, float32 for 8/16-bit and float32 files), reproject (the
  * engine's other blocks go to the same pool as interactive helpers; this thread works on
- * blocks too, so a busy pool cannot deadlock it), encode. */
+ * blocks too, so a busy pool cannot deadlock it; no new block starts once the client has
+ * gone), encode. */
 static void cutout_work(hreq *r)
 {
     cutout_job *j = r->work_arg;
@@ -135,8 +136,13 @@ static void cutout_work(hreq *r)
     o.max_coord_error = j->p.max_coord_error;
     o.workers = r->srv->workers;
     o.priority = POOL_INTERACTIVE;
+    o.cancel = &r->cancel;
     long finite = rp_reproject(d->cel, &in, j->target, &out, NULL, &o, err, sizeof(err));
     planestore_release(r->srv->planes, &v);
+    if (finite == TESS_ECANCELED) {
+        hreq_reply_cancelled(r);
+        goto done;
+    }
     if (finite == TESS_ENOOVERLAP || finite == 0) {
         problem_reply(r, 422, NULL, "the target does not overlap dataset '%s'", d->name);
         goto done;

@@ -289,6 +289,10 @@ static void tile_work(hreq *r)
     }
     if (p->format != HIPS_FMT_FITS && cut_levels(r, j, &lo, &hi))
         return;
+    if (hreq_cancelled(r)) {
+        hreq_reply_cancelled(r);
+        return;
+    }
     source_hold h;
     if (source_acquire(r, j, hips_source_level(p->order, HIPS_TILE_SHIFT, pixscale), &h))
         return;
@@ -313,6 +317,10 @@ static void allsky_work(hreq *r)
     if (pixel_scale(r, d, &pixscale) ||
         (j->path.format != HIPS_FMT_FITS && cut_levels(r, j, &lo, &hi)))
         return;
+    if (hreq_cancelled(r)) {
+        hreq_reply_cancelled(r);
+        return;
+    }
     source_hold h;
     if (source_acquire(r, j, hips_source_level(HIPS_ALLSKY_ORDER, HIPS_ALLSKY_SHIFT, pixscale),
                        &h))
@@ -339,6 +347,11 @@ static time_t release_time(const dataset *d)
     return newest ? newest : time(NULL);
 }
 
+/* Tiles one Moc.fits tests at most (hips_moc_fits): some 0.3 ms each, so that the
+ * coverage of any shape is answered in about a second, at a coarser MOCORDER than the
+ * survey's when its cells are too many to test (a huge image, a tiny pixel scale). */
+#define HIPS_MOC_MAX_TESTS 2048
+
 static void moc_work(hreq *r)
 {
     hips_job *j = r->work_arg;
@@ -348,7 +361,8 @@ static void moc_work(hreq *r)
         return;
     unsigned char *out = NULL;
     size_t len = 0;
-    int rc = hips_moc_fits(d->cel, d->nx, d->ny, hips_survey_order(pixscale), &out, &len, NULL);
+    int rc = hips_moc_fits(d->cel, d->nx, d->ny, hips_survey_order(pixscale),
+                           HIPS_MOC_MAX_TESTS, &out, &len, NULL);
     if (rc)
         problem_reply(r, rc == TESS_ENOMEM ? 500 : 422, NULL, "cannot compute the coverage of "
                       "dataset '%s'", d->name);

@@ -290,6 +290,11 @@ void handle_series(hreq *r, const route_match *m)
     j0.ds = d;
     if (pixel_arg(r, "x", d->nx, "column", &j0.x) || pixel_arg(r, "y", d->ny, "row", &j0.y))
         return;
+    if (d->nz > r->srv->cfg->max_output_pixels) {
+        problem_reply(r, 413, NULL, "the series of %ld values is more than "
+                      "limits.max_output_pixels = %lld", d->nz, r->srv->cfg->max_output_pixels);
+        return;
+    }
     const char *fs = hreq_arg(r, "format");
     if (profile_format_parse(fs, &j0.format)) {
         problem_reply(r, 400, "format", "format must be json, npy or csv, got '%.40s'", fs);

@@ -14,6 +14,7 @@
 #include "engine/fits/fitsimg.h"
 #include "engine/image/pyramid.h"
 #include "engine/image/stack.h"
+#include "engine/base/checked.h"
 #include "engine/base/error.h"
 #include "engine/base/hash.h"
 #include "engine/base/clock.h"
@@ -235,8 +236,9 @@ static int load_level0(const dataset *d, pentry *e, char *err, size_t errlen)
     int rc = frame_read_info(e->path, e->hdu, &info, err, errlen);   /* FITS or PNG */
     if (rc)
         return rc;
-    long nplanes = info.naxes[2] * info.naxes[3];
-    if (info.naxes[0] != d->nx || info.naxes[1] != d->ny || e->zf >= nplanes) {
+    long nplanes;
+    if (tess_long_mul(info.naxes[2], info.naxes[3], &nplanes) || info.naxes[0] != d->nx ||
+        info.naxes[1] != d->ny || e->zf >= nplanes) {
         tess_seterr(err, errlen, "%s is now %ld x %ld x %ld, not the %ld x %ld x %ld it was when "
                 "dataset '%s' was opened; restart the server to serve it", e->path,
                 info.naxes[0], info.naxes[1], nplanes, d->nx, d->ny, d->nz, d->name);
@@ -250,19 +252,16 @@ static int load_level0(const dataset *d, pentry *e, char *err, size_t errlen)
 
     /* Counts of finite pixels under a reduced pixel are uint32: the plane must hold
      * fewer than 2^32 pixels. */
-    if ((unsigned long long)d->nx * (unsigned long long)d->ny >= 0xFFFFFFFFULL) {
+    rp_dtype dt = (bitpix == -64 || bitpix == 32 || bitpix == 64) ? RP_F64 : RP_F32;
+    size_t esz = dt == RP_F64 ? sizeof(double) : sizeof(float), bytes;
+    if (tess_size_dims(esz, (const long[]){d->nx, d->ny}, 2, &bytes) ||
+        bytes / esz >= 0xFFFFFFFFULL) {
         tess_seterr(err, errlen, "plane of %ld x %ld pixels is too large to hold in memory",
                 d->nx, d->ny);
         return TESS_ETOOBIG;
     }
-    size_t n = (size_t)d->nx * (size_t)d->ny;
-    rp_dtype dt = (bitpix == -64 || bitpix == 32 || bitpix == 64) ? RP_F64 : RP_F32;
-    size_t esz = dt == RP_F64 ? sizeof(double) : sizeof(float);
-    if (n > SIZE_MAX / esz) {
-        tess_seterr(err, errlen, "plane of %ld x %ld pixels is too large", d->nx, d->ny);
-        return TESS_ETOOBIG;
-    }
-    void *data = malloc(n * esz);
+    size_t n = bytes / esz;
+    void *data = malloc(bytes);
     if (!data) {
         tess_seterr(err, errlen, "out of memory for a %ld x %ld plane of %s", d->nx, d->ny,
                 e->path);

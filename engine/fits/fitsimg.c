@@ -16,6 +16,7 @@
 #include <fitsio.h>
 
 #include "engine/base/byteswap.h"
+#include "engine/base/checked.h"
 #include "engine/base/error.h"
 #include "engine/fits/fitscard.h"
 
@@ -292,8 +293,18 @@ int fitsimg_read_info(const char *path, int hdu, fitsimg_info *info, char *err, 
         rc = TESS_EIO;
         goto out;
     }
+    char why2[320];
+    if ((rc = fitscard_check_image(info->bitpix, info->naxis, info->naxes, FITSIMG_MAXDIM,
+                                   info->data_offset, info->file_size, NULL, why2,
+                                   sizeof why2)) != 0) {
+        tess_seterr(err, errlen, "%s: %s", path, why2);
+        goto out;
+    }
 
     rc = read_header_cards(f, path, info, err, errlen);
+    if (rc == 0 && (rc = fitscard_check_chars(info->header, info->nkeys, NULL, why2,
+                                              sizeof why2)) != 0)
+        tess_seterr(err, errlen, "%s: %s", path, why2);
 
 out:
     close_unlock(f);
@@ -413,9 +424,9 @@ static int read_region(const char *path, int hdu, long z, long x0, long y0, long
     if (rc)
         goto out;
 
-    long nplanes = naxes[2] * naxes[3];
-    if (naxis == 0 || x0 < 0 || y0 < 0 || z < 0 || x0 > naxes[0] - w || y0 > naxes[1] - h ||
-        z >= nplanes) {
+    long nplanes;
+    if (tess_long_mul(naxes[2], naxes[3], &nplanes) || naxis == 0 || x0 < 0 || y0 < 0 ||
+        z < 0 || x0 > naxes[0] - w || y0 > naxes[1] - h || z >= nplanes) {
         tess_seterr(err, errlen,
                 "region x %ld..%ld, y %ld..%ld, plane %ld outside the %ld x %ld x %ld image %s",
                 x0, x0 + w - 1, y0, y0 + h - 1, z, naxes[0], naxes[1], nplanes, path);
@@ -521,9 +532,12 @@ int fitsimg_read_values(const char *path, int hdu, fitsimg_values kind, size_t f
     int rc = open_image_dims(path, hdu, &f, &naxis, naxes, err, errlen);
     if (rc)
         goto out;
-    size_t total = naxis > 0 ? 1 : 0;
-    for (int i = 0; i < naxis; i++)
-        total *= (size_t)naxes[i];
+    size_t total = 0;
+    if (naxis > 0 && tess_size_dims(1, naxes, naxis, &total)) {
+        tess_seterr(err, errlen, "%s: the header's sizes overflow", path);
+        rc = TESS_ERANGE;
+        goto out;
+    }
     if (first > total || n > total - first) {
         tess_seterr(err, errlen, "values %zu..%zu outside the %zu of %s", first, first + n - 1,
                     total, path);
@@ -551,9 +565,14 @@ int fitsimg_read_values(const char *path, int hdu, fitsimg_values kind, size_t f
         fits_close_file(f, &status);
         f = NULL;
         fitsimg_cfitsio_unlock();
-        size_t es = f32 ? sizeof(float) : sizeof(double);
-        return read_direct(path, (off_t)data0 + (off_t)(first * es), out, n * es, es, err,
-                           errlen);
+        size_t es = f32 ? sizeof(float) : sizeof(double), off, len;
+        if (tess_size_mul(first, es, &off) || tess_size_add(off, (size_t)data0, &off) ||
+            tess_size_mul(n, es, &len)) {
+            tess_seterr(err, errlen, "values %zu..%zu of %s: the offsets overflow", first,
+                        first + n - 1, path);
+            return TESS_ERANGE;
+        }
+        return read_direct(path, (off_t)off, out, len, es, err, errlen);
     }
     status = 0;
     double bscale = 1.0, bzero = 0.0;

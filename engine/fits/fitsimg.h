@@ -28,9 +28,14 @@ typedef struct fitsimg_info {
 } fitsimg_info;
 
 /* Reads the header of HDU `hdu` (0-based: 0 is the primary HDU) of the FITS file at
- * `path`.  The HDU must be an image.  Returns 0, or TESS_EIO (cannot open/read),
- * TESS_EINVAL (not an image HDU, NAXIS above FITSIMG_MAXDIM, malformed), TESS_ENOMEM;
- * on error `err` says why and `info` holds nothing to release. */
+ * `path`.  The HDU must be an image that follows fitscard_check_image (every NAXISn at
+ * least 1, the data size without overflow and, unless tile-compressed, within the file)
+ * and whose cards pass fitscard_check_chars (bytes outside 32..126 in values and
+ * comments are then '?' in `header`).  Returns 0, or TESS_EIO (cannot open/read, or the
+ * file is shorter than its header says), TESS_EINVAL (not an image HDU, NAXIS above
+ * FITSIMG_MAXDIM, an axis below 1, sizes that overflow, a card that is not FITS,
+ * malformed), TESS_ENOMEM; on error `err` says why ("path: reason", naming the card)
+ * and `info` holds nothing to release. */
 int fitsimg_read_info(const char *path, int hdu, fitsimg_info *info, char *err, size_t errlen);
 
 /* Frees what fitsimg_read_info allocated.  Cannot fail. */

@@ -1,6 +1,7 @@
 /* Volumes of planes: FITS cubes and stacks of FITS/PNG frames, memory-mapped or decoded, in an LRU. */
 #include "engine/image/stack.h"
 #include "engine/base/mapguard.h"
+#include "engine/base/checked.h"
 #include "engine/base/error.h"
 #include "engine/base/fileio.h"
 #include "engine/base/clock.h"
@@ -410,7 +411,9 @@ struct stack {
 stack *stack_new(const char *const *paths, int npaths, int hdu, long nx, long ny, long nz,
                  int max_open)
 {
-    if (npaths < 1 || nx < 1 || ny < 1 || nz < 1 || (npaths != 1 && npaths != nz))
+    size_t vol;
+    if (npaths < 1 || nx < 1 || ny < 1 || nz < 1 || (npaths != 1 && npaths != nz) ||
+        tess_size_dims(sizeof(double), (const long[]){nx, ny, nz}, 3, &vol))
         return NULL;
     stack *s = calloc(1, sizeof(*s));
     if (!s)
@@ -695,8 +698,9 @@ static int open_fits(stack *s, frame *f, const char *path, char *err, size_t err
         if (rc)
             return rc;
     }
-    long nplanes = naxes[2] * naxes[3];
-    if (naxis < 2 || naxes[0] != s->nx || naxes[1] != s->ny || nplanes < planes_in_file(s)) {
+    long nplanes;
+    if (tess_long_mul(naxes[2], naxes[3], &nplanes) || naxis < 2 || naxes[0] != s->nx ||
+        naxes[1] != s->ny || nplanes < planes_in_file(s)) {
         tess_seterr(err, errlen, "%s is now %ld x %ld x %ld, not the %ld x %ld volume it was "
                     "when opened", path, naxes[0], naxes[1], nplanes, s->nx, s->ny);
         return TESS_EIO;
@@ -725,15 +729,19 @@ static int open_fits(stack *s, frame *f, const char *path, char *err, size_t err
         f->pixbytes = n * sizeof(double);
         return 0;
     }
-    size_t bytes = (size_t)(bitpix < 0 ? -bitpix : bitpix) / 8 * (size_t)s->nx * (size_t)s->ny *
-                   (size_t)planes_in_file(s);
+    /* The data the volume reads must lie in the file: checked sizes, so that a header
+     * whose product of NAXISn wraps around cannot pass for a small one. */
+    size_t bytes, end = TESS_SIZE_MAX;
+    int sized = tess_size_dims((size_t)(bitpix < 0 ? -bitpix : bitpix) / 8,
+                               (const long[]){s->nx, s->ny, planes_in_file(s)}, 3, &bytes) == 0
+                && datastart >= 0 && tess_size_add(bytes, (size_t)datastart, &end) == 0;
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) {
         tess_seterr(err, errlen, "cannot open %s: %s", path, strerror(errno));
         return TESS_EIO;
     }
     struct stat st;
-    if (fstat(fd, &st) != 0 || (unsigned long long)st.st_size < (unsigned long long)datastart + bytes) {
+    if (!sized || fstat(fd, &st) != 0 || (unsigned long long)st.st_size < end) {
         close(fd);
         tess_seterr(err, errlen, "%s is shorter than its header says", path);
         return TESS_EIO;
@@ -1178,8 +1186,9 @@ unsigned long long stack_data_bytes(stack *s)
         return 0;
     int bp = info.bitpix < 0 ? -info.bitpix : info.bitpix;
     fitsimg_info_release(&info);
-    b = (unsigned long long)s->nx * (unsigned long long)s->ny * (unsigned long long)s->nz *
-        (unsigned long long)(bp / 8);
+    size_t sz;
+    (void)tess_size_dims((size_t)(bp / 8), (const long[]){s->nx, s->ny, s->nz}, 3, &sz);
+    b = sz;   /* TESS_SIZE_MAX, more than any limit, should it overflow */
     pthread_mutex_lock(&s->lock);
     s->data_bytes = b;
     pthread_mutex_unlock(&s->lock);

@@ -63,7 +63,10 @@ typedef struct stack stack;
 /* Opens a volume of nx x ny x nz pixels: a cube when npaths == 1 (nz planes of HDU
  * `hdu` of paths[0]), a stack when npaths == nz (one 2-D frame per path).  The shape is
  * what the caller already read (frame_read_info); files are only opened when read.
- * `paths` is copied.  Returns NULL on allocation failure or inconsistent arguments. */
+ * `paths` is copied.  The volume's nx x ny x nz values as doubles must fit in
+ * TESS_SIZE_MAX bytes (engine/base/checked.h), so that no offset or size the reader
+ * computes from them overflows.  Returns NULL on allocation failure or inconsistent
+ * arguments (a size below 1, npaths neither 1 nor nz, a volume past that bound). */
 stack *stack_new(const char *const *paths, int npaths, int hdu, long nx, long ny, long nz,
                  int max_open);
 

@@ -20,7 +20,7 @@
 #include "tests/testutil.h"
 #include "tests/wcsrule_cases.h"
 
-#define TOKEN "wcsrule-token"
+#define TOKEN "wcsrule-token-0123456789"
 #define AUTH "Authorization: Bearer " TOKEN
 
 static tess_config cfg;
@@ -35,7 +35,8 @@ static void root_path(char *out, size_t len, const char *name, const char *ext)
 }
 
 /* The data root: NAME.fits and NAME.hdr (a 40 x 30 target) of every case, good.fits and
- * good.hdr; a server with a dataset per FITS file and the mosaic and reproject jobs. */
+ * good.hdr; a server with a dataset per FITS file (but those of text-only cases, which
+ * would not open) and the mosaic and reproject jobs. */
 static void setup(void)
 {
     char path[512], err[512];
@@ -59,6 +60,8 @@ static void setup(void)
         fputs(hdr, f);
         ck_assert_int_eq(fclose(f), 0);
         free(hdr);
+        if (wr_text_only(c))
+            continue;
         len += (size_t)snprintf(text + len, cap - len, "%s{\"name\": \"%s\", \"path\": "
                                 "\"%s.fits\"}", i < 0 ? "" : ", ", name, name);
         ck_assert_uint_lt(len, cap);
@@ -85,9 +88,14 @@ static void teardown(void)
 }
 
 /* The reason the datasets route gives for case `c` (checked against c->why), copied to
- * `reason`: what every other path must repeat word for word. */
+ * `reason`: what every other path must repeat word for word.  A text-only case has no
+ * dataset: its reason must start with c->why. */
 static void dataset_reason(const wr_case *c, char *reason, size_t len)
 {
+    if (wr_text_only(c)) {
+        snprintf(reason, len, "%s", c->why);
+        return;
+    }
     char path[128];
     snprintf(path, sizeof path, "/api/v1/datasets/%s", c->name);
     tt_resp r = tt_fetch(base, "GET", path, NULL, 0, NULL);
@@ -132,6 +140,8 @@ START_TEST(test_dataset_routes)
     for (int i = 0; i < WR_NCASES; i++) {
         const wr_case *c = &wr_cases[i];
         char reason[512], path[256], prefix[128];
+        if (wr_text_only(c))
+            continue;
         dataset_reason(c, reason, sizeof reason);
         snprintf(prefix, sizeof prefix, "dataset '%s' has no usable WCS: ", c->name);
         snprintf(path, sizeof path, "/api/v1/cutout?dataset=%s&ra=10&dec=20&fov=0.5&"
@@ -210,6 +220,8 @@ START_TEST(test_jobs)
         expect_problem("reproject target", &r, 400, "target.header",
                        "the target header has no usable WCS: ", reason);
         free(hdr);
+        if (wr_text_only(c))
+            continue;
         r = post_job(json_pack("{s:s, s:[s, s], s:{s:s}}", "type", "mosaic", "inputs", "good",
                                c->name, "output", "name", "m_input"));
         expect_problem("mosaic input dataset", &r, 422, "inputs[1]", prefix, reason);
@@ -279,14 +291,17 @@ START_TEST(test_command_line)
         snprintf(prefix, sizeof prefix, "'%s' has no usable WCS: ", fits);
         snprintf(args, sizeof args, "reproject '%s' --target '%s' -o '%s' --quiet", fits, ghdr,
                  o);
-        expect_cli(args, prefix, reason);
+        if (!wr_text_only(c))
+            expect_cli(args, prefix, reason);
         snprintf(args, sizeof args, "hips '%s' -o '%s' --quiet", fits, dir);
-        expect_cli(args, prefix, reason);
+        if (!wr_text_only(c))
+            expect_cli(args, prefix, reason);
         snprintf(prefix, sizeof prefix, "input '%s' has no usable WCS: ", fits);
         snprintf(args, sizeof args, "mosaic '%s' '%s' -o '%s' --quiet", good, fits, o);
-        expect_cli(args, prefix, reason);
+        if (!wr_text_only(c))
+            expect_cli(args, prefix, reason);
         const char *tgt[2] = { hdr, fits };
-        for (int k = 0; k < 2; k++) {
+        for (int k = 0; k < (wr_text_only(c) ? 1 : 2); k++) {
             snprintf(prefix, sizeof prefix, "target '%s' has no usable WCS: ", tgt[k]);
             snprintf(args, sizeof args, "reproject '%s' --target '%s' -o '%s' --quiet", good,
                      tgt[k], o);

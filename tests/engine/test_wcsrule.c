@@ -119,16 +119,24 @@ START_TEST(test_every_path)
     free(cards);
     snprintf(fits, sizeof fits, "%s/%s.fits", dir, c ? c->name : "good");
     ck_assert_int_eq(wr_write_fits(fits, c), 0);
-    ck_assert_int_eq(fitsimg_read_cards(fits, 0, 10000, &cards, &nk, NULL, err, sizeof err), 0);
-    rc = parse_cards(cards, nk, err, sizeof err);
-    expect_rule(c, "FITS target file", rc, err);
-    free(cards);
-    /* The header of a dataset (the catalog, tessera's inputs, mosaic input files). */
     fitsimg_info info;
-    ck_assert_msg(fitsimg_read_info(fits, 0, &info, err, sizeof err) == 0, "%s", err);
-    rc = parse_cards(info.header, info.nkeys, err, sizeof err);
-    fitsimg_info_release(&info);
-    expect_rule(c, "dataset file", rc, err);
+    if (wr_text_only(c)) {
+        /* The FITS file is refused when opened, before its WCS is read. */
+        ck_assert_int_ne(fitsimg_read_cards(fits, 0, 10000, &cards, &nk, NULL, err,
+                                            sizeof err), 0);
+        ck_assert_int_ne(fitsimg_read_info(fits, 0, &info, err, sizeof err), 0);
+    } else {
+        ck_assert_int_eq(fitsimg_read_cards(fits, 0, 10000, &cards, &nk, NULL, err,
+                                            sizeof err), 0);
+        rc = parse_cards(cards, nk, err, sizeof err);
+        expect_rule(c, "FITS target file", rc, err);
+        free(cards);
+        /* The header of a dataset (the catalog, tessera's inputs, mosaic input files). */
+        ck_assert_msg(fitsimg_read_info(fits, 0, &info, err, sizeof err) == 0, "%s", err);
+        rc = parse_cards(info.header, info.nkeys, err, sizeof err);
+        fitsimg_info_release(&info);
+        expect_rule(c, "dataset file", rc, err);
+    }
     /* The mosaic engine (tessera mosaic, mosaic jobs): the case as target, then as input. */
     snprintf(good_fits, sizeof good_fits, "%s/good_input.fits", dir);
     ck_assert_int_eq(wr_write_fits(good_fits, NULL), 0);
@@ -142,8 +150,12 @@ START_TEST(test_every_path)
         ck_assert_int_eq(mos_cards_from_text(gtext, strlen(gtext), &gcards, &gk, err,
                                              sizeof err), 0);
         rc = plan_mosaic(fits, gcards, gk, err, sizeof err);
-        expect_rule(c, "mosaic input", rc, err);
-        ck_assert_msg(strstr(err, "has no usable WCS: "), "%s", err);
+        if (wr_text_only(c)) {
+            ck_assert_int_ne(rc, 0);
+        } else {
+            expect_rule(c, "mosaic input", rc, err);
+            ck_assert_msg(strstr(err, "has no usable WCS: "), "%s", err);
+        }
         free(gcards);
         free(gtext);
     }

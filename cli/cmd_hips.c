@@ -281,8 +281,12 @@ static int read_hips_input(pool *workers, int threads, const char *path, int hdu
                 in->nz == 1 ? "" : "s", in->nz - 1);
         goto fail;
     }
-    if (skywcs_parse(fi->header, fi->nkeys, &in->wcs, err, sizeof err) != 0
-        || !(in->cel = skywcs_celestial(in->wcs))) {
+    int wrc = skywcs_parse(fi->header, fi->nkeys, &in->wcs, err, sizeof err);
+    if (wrc == TESS_EINVAL) {
+        cli_msg("'%s' has no usable WCS: %s", path, err);
+        goto fail;
+    }
+    if (wrc != 0 || !(in->cel = skywcs_celestial(in->wcs))) {
         cli_msg("'%s' has no celestial WCS%s%s: it cannot be made a HiPS survey", path,
                 err[0] ? ": " : "", err);
         goto fail;

@@ -249,12 +249,16 @@ static int open_one(const tess_config *cfg, const ds_config *dc, int trusted, da
     if (!d->state->reader)
         return TESS_ENOMEM;
 
-    /* A header without WCS keywords still parses (wcslib gives linear pixel axes);
-     * only the celestial part matters for reprojection. */
-    if (skywcs_parse(d->header, d->nkeys, &d->wcs, why, sizeof(why)) == 0)
+    /* A header without WCS keywords, or with one that breaks the validity rule
+     * (skywcs.h), leaves a dataset of pixels alone; the reason for a refused WCS is kept
+     * for the sky routes to give.  Only the celestial part matters for reprojection. */
+    rc = skywcs_parse(d->header, d->nkeys, &d->wcs, why, sizeof(why));
+    if (rc == TESS_ENOMEM)
+        return rc;
+    if (rc == 0)
         d->cel = skywcs_celestial(d->wcs);
-    else
-        d->wcs = NULL;
+    else if (rc != TESS_ENOWCS)
+        snprintf(d->wcs_error, sizeof(d->wcs_error), "%s", why);
     return 0;
 }
 

@@ -25,6 +25,9 @@ typedef struct dataset {
     int nkeys;
     skywcs *wcs;         /* full WCS of the header, or NULL when it has none; read-only */
     skywcs *cel;         /* its celestial 2-D part, or NULL; read-only: copy before use */
+    char wcs_error[256]; /* why the header's WCS was refused (skywcs_parse's reason: the
+                            validity rule), or "" when it has none or it was accepted; a
+                            refused WCS leaves wcs and cel NULL (pixels only) */
     int hips_galactic;   /* HiPS frame: 1 galactic, 0 equatorial */
     char version[64];    /* identity of the file contents when opened (inode, size, mtime
                             and ctime of every path, the first one's header block); use
@@ -43,8 +46,9 @@ typedef struct catalog {
 } catalog;
 
 /* Opens every dataset of `cfg`: resolves paths against the data roots (a path that
- * resolves outside every root is refused), reads each header and WCS, checks that the
- * frames of a stack share one 2-D shape.  Returns 0, or TESS_EIO / TESS_EINVAL /
+ * resolves outside every root is refused), reads each header and WCS (a WCS that breaks
+ * the validity rule of skywcs_parse is not used: the dataset is served for its pixels,
+ * the reason in wcs_error), checks that the frames of a stack share one 2-D shape.  Returns 0, or TESS_EIO / TESS_EINVAL /
  * TESS_ENOMEM with `err` naming the dataset and the reason. */
 int catalog_open(const tess_config *cfg, catalog **out, char *err, size_t errlen);
 

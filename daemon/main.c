@@ -240,6 +240,12 @@ int main(int argc, char **argv)
         config_release(&cfg);
         return 1;
     }
+    for (int i = 0; i < catalog_count(srv->cat); i++) {
+        const dataset *d = catalog_at(srv->cat, i);
+        if (d->wcs_error[0])
+            fprintf(stderr, "tesserad: dataset '%s' has no usable WCS (served without its sky "
+                    "routes): %s\n", d->name, d->wcs_error);
+    }
     fprintf(stderr, "tesserad: serving %d datasets on http://%s%s%s:%d/\n", catalog_count(srv->cat),
             strchr(cfg.listen_addr, ':') ? "[" : "", cfg.listen_addr,
             strchr(cfg.listen_addr, ':') ? "]" : "", tserver_port(srv));

@@ -166,6 +166,11 @@ static int check_dataset(hreq *r, cutout_job *j)
     j->ds = handler_dataset(r, j->p.dataset, strlen(j->p.dataset));
     if (!j->ds)
         return -1;
+    if (j->ds->wcs_error[0]) {
+        problem_reply(r, 422, "dataset", "dataset '%s' has no usable WCS: %s", j->p.dataset,
+                      j->ds->wcs_error);
+        return -1;
+    }
     if (!j->ds->cel) {
         problem_reply(r, 422, "dataset", "dataset '%s' has no celestial WCS to reproject from",
                       j->p.dataset);
@@ -308,7 +313,7 @@ void handle_cutout_post(hreq *r, const route_match *m)
     char err[256] = "";
     skywcs *full = NULL;
     if (skywcs_parse(j->cards, j->nkeys, &full, err, sizeof(err))) {
-        problem_reply(r, 400, "body", "the header's WCS is not usable: %s", err);
+        problem_reply(r, 400, "body", "the target header has no usable WCS: %s", err);
         goto fail;
     }
     j->target = skywcs_celestial(full);

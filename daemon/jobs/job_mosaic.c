@@ -80,6 +80,10 @@ static int check_input_file(const char *path, int hdu, const char *field, job_pr
     fitsimg_info_release(&info);
     skywcs *c = rc == 0 ? skywcs_celestial(w) : NULL;
     skywcs_free(w);
+    if (rc == TESS_EINVAL) {
+        jobkind_problem(pb, 422, field, "the image has no usable WCS: %s", e);
+        return -1;
+    }
     if (!c) {
         jobkind_problem(pb, 422, field, "the image has no celestial WCS%s%s", rc ? ": " : "",
                         rc ? e : "");
@@ -166,6 +170,11 @@ static int parse_inputs(const json_t *in, const job_env *env, int reproject, bod
                 jobkind_problem(pb, 422, field, "dataset '%s' is a %s: a %s takes 2-D images",
                                 ds->name, ds_kind_name(ds->kind),
                                 reproject ? "reprojection" : "mosaic");
+                return -1;
+            }
+            if (ds->wcs_error[0]) {
+                jobkind_problem(pb, 422, field, "dataset '%s' has no usable WCS: %s", ds->name,
+                                ds->wcs_error);
                 return -1;
             }
             if (!ds->cel) {
@@ -292,7 +301,13 @@ static int parse_body(const json_t *j, const job_env *env, int check_name, int r
             }
             skywcs *w = NULL, *c = NULL;
             char e[256] = "";
-            if (skywcs_parse(b->tcards, b->tkeys, &w, e, sizeof e) == 0)
+            rc = skywcs_parse(b->tcards, b->tkeys, &w, e, sizeof e);
+            if (rc == TESS_EINVAL) {
+                jobkind_problem(pb, 400, "target.header", "the target header has no usable "
+                                "WCS: %s", e);
+                return -1;
+            }
+            if (rc == 0)
                 c = skywcs_celestial(w);
             skywcs_free(w);
             if (!c) {

@@ -1,7 +1,6 @@
 /* FITS header cards: formatting, lookup, the structural keywords and header text parsing (fitscard.h). */
 #include "engine/fits/fitscard.h"
 
-#include <ctype.h>
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
@@ -526,49 +525,6 @@ int fitscard_text_is_fits(const char *text, size_t len)
            strncmp(text, "SIMPLE  =", 9) == 0;
 }
 
-/* 1 when the 8-character keyword field `kw` is a numeric WCS keyword of FITS WCS Papers
- * I-II (NAXISn, CRPIXn, CRVALn, CDELTn, CROTAn, CDi_j, PCi_j, PVi_m, with an optional
- * alternate letter; LONPOLE, LATPOLE, EQUINOX). */
-static int numeric_wcs_keyword(const char *kw)
-{
-    static const char *const indexed[] = {"NAXIS", "CRPIX", "CRVAL", "CDELT", "CROTA", "CD",
-                                          "PC", "PV"};
-    static const char *const plain[] = {"LONPOLE", "LATPOLE", "EQUINOX"};
-    for (size_t i = 0; i < sizeof plain / sizeof plain[0]; i++) {
-        size_t n = strlen(plain[i]);
-        if (strncmp(kw, plain[i], n) == 0 && (n == 8 || kw[n] == ' ' || isupper((unsigned char)kw[n])))
-            return 1;
-    }
-    for (size_t i = 0; i < sizeof indexed / sizeof indexed[0]; i++) {
-        size_t n = strlen(indexed[i]);
-        if (strncmp(kw, indexed[i], n) == 0 && isdigit((unsigned char)kw[n]))
-            return 1;
-    }
-    return 0;
-}
-
-/* The value of a numeric WCS card must be a finite number (FITS allows a D exponent).
- * Returns 0 or TESS_EINVAL with err. */
-static int check_numeric_card(const char *card, int line, char *err, size_t errlen)
-{
-    if (card[8] != '=' || !numeric_wcs_keyword(card))
-        return 0;
-    char v[72];
-    size_t n = 0;
-    for (size_t i = 9; i < FITSCARD_LEN && card[i] != '/' && n + 1 < sizeof v; i++)
-        if (card[i] != ' ')
-            v[n++] = (char)(card[i] == 'D' || card[i] == 'd' ? 'E' : card[i]);
-    v[n] = '\0';
-    char *end;
-    double d = n ? strtod(v, &end) : NAN;
-    if (n == 0 || *end != '\0' || !isfinite(d)) {
-        tess_seterr(err, errlen, "header line %d: %.8s must be a finite number, got '%.30s'",
-                    line, card, v);
-        return TESS_EINVAL;
-    }
-    return 0;
-}
-
 /* A NAXISn card (n digits only) must hold a whole number from 1 (fitscard_check_image).
  * Returns 0 or TESS_EINVAL with err. */
 static int check_axis_card(const char *card, int line, char *err, size_t errlen)
@@ -671,8 +627,7 @@ int fitscard_parse(const char *text, size_t len, int max_cards, char **cards, in
         }
         char card[FITSCARD_LEN];
         fitscard_from_text(card, s, cl);
-        if ((rc = check_numeric_card(card, line, err, errlen)) != 0 ||
-            (rc = check_axis_card(card, line, err, errlen)) != 0)
+        if ((rc = check_axis_card(card, line, err, errlen)) != 0)
             break;
         if (fitscard_list_cards(&out, card, 1) != 0) {
             tess_seterr(err, errlen, "out of memory");

@@ -184,11 +184,10 @@ int fitscard_text_is_fits(const char *text, size_t len);
  *     bytes after it (data, which may hold any byte) not read; its length must be a
  *     whole number of cards.
  * Reading stops at END (END then blanks only); blank cards are dropped; every
- * character of a card read must be printable ASCII (32..126); numeric WCS cards
- * (NAXISn, CRPIXn, CRVALn, CDELTn, CROTAn, CDi_j, PCi_j, PVi_m, with an optional
- * alternate letter; LONPOLE, LATPOLE, EQUINOX) must hold a finite number (a D exponent
- * is allowed): wcslib would otherwise drop such a card silently and use a default;
- * NAXISn must hold a whole number from 1 (as fitscard_check_image).
+ * character of a card read must be printable ASCII (32..126); NAXISn must hold a whole
+ * number from 1 (as fitscard_check_image).  The other values are not looked at: the
+ * WCS validity rule (finite numbers in WCS cards among others) is skywcs_parse's
+ * (engine/sky/skywcs.h), the same for targets as for datasets.
  * At least 1 and at most `max_cards` cards.  On success *cards is malloc'd (the layout
  * above) and *n set.  Returns 0, TESS_EINVAL (`err` names the line and the rule
  * broken), TESS_ENOMEM; on error *cards is NULL and *n 0. */

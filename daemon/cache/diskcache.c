@@ -199,8 +199,10 @@ diskcache *diskcache_open(const char *dir, size_t max_bytes, char *err, size_t e
         return NULL;
     }
     diskcache *c = calloc(1, sizeof(*c));
-    if (!c)
+    if (!c) {
+        tess_seterr(err, errlen, "out of memory");
         return NULL;
+    }
     c->dir = strdup(dir);
     c->nbuckets = 256;
     c->buckets = calloc(c->nbuckets, sizeof(*c->buckets));

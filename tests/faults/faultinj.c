@@ -5,6 +5,8 @@
 
 #include <dirent.h>
 #include <dlfcn.h>
+#include <glob.h>
+#include <link.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -30,6 +32,8 @@ static long g_n;                      /* the call that fails first (0: none) */
 static int g_persistent;
 static _Atomic(const char *) g_first;
 static __thread int t_quiet;          /* this thread's calls are the recorder's own */
+static int g_trace;                   /* TESSERA_FAULT_TRACE: print where the first fails */
+extern void __sanitizer_print_stack_trace(void) __attribute__((weak));
 
 void fi_arm(int classes, fi_mode mode, long n)
 {
@@ -64,16 +68,60 @@ void fi_hold(int on)
     t_quiet += on ? 1 : -1;
 }
 
-/* Counts a call of class `cls` to `fn`; 1 when it is to fail. */
-static int fail_now(int cls, const char *fn)
+/* Code whose calls are not fault points (faultinj.h, TESSERA_FAULT_SKIP): the address
+ * ranges of the loaded segments of those libraries, found before main. */
+#define MAX_SKIP 16
+static struct { uintptr_t lo, hi; } g_skip[MAX_SKIP];
+static int g_nskip;
+
+static int skip_phdr(struct dl_phdr_info *info, size_t size, void *arg)
 {
-    if (t_quiet || !(atomic_load_explicit(&g_classes, memory_order_acquire) & cls))
+    (void)size;
+    const char *list = arg, *name = strrchr(info->dlpi_name, '/');
+    name = name ? name + 1 : info->dlpi_name;
+    int hit = 0;
+    for (const char *p = list; *p && !hit;) {
+        size_t n = strcspn(p, ",");
+        hit = n > 0 && strncmp(name, p, n) == 0;
+        p += n + (p[n] == ',');
+    }
+    for (int i = 0; hit && i < info->dlpi_phnum && g_nskip < MAX_SKIP; i++)
+        if (info->dlpi_phdr[i].p_type == PT_LOAD) {
+            g_skip[g_nskip].lo = info->dlpi_addr + info->dlpi_phdr[i].p_vaddr;
+            g_skip[g_nskip].hi = g_skip[g_nskip].lo + info->dlpi_phdr[i].p_memsz;
+            g_nskip++;
+        }
+    return 0;
+}
+
+static int skipped(const void *caller)
+{
+    uintptr_t a = (uintptr_t)caller;
+    for (int i = 0; i < g_nskip; i++)
+        if (a >= g_skip[i].lo && a < g_skip[i].hi)
+            return 1;
+    return 0;
+}
+
+/* Counts a call of class `cls` to `fn` made from `caller`; 1 when it is to fail. */
+#define fail_now(cls, fn) fail_from(cls, fn, __builtin_return_address(0))
+static int fail_from(int cls, const char *fn, const void *caller)
+{
+    if (t_quiet || !(atomic_load_explicit(&g_classes, memory_order_acquire) & cls) ||
+        skipped(caller))
         return 0;
     long i = atomic_fetch_add(&g_calls, 1) + 1;
     if (g_n <= 0 || i < g_n || (i > g_n && !g_persistent))
         return 0;
-    if (atomic_fetch_add(&g_faults, 1) == 0)
+    if (atomic_fetch_add(&g_faults, 1) == 0) {
         atomic_store(&g_first, fn);
+        if (g_trace && __sanitizer_print_stack_trace) {
+            t_quiet++;
+            fprintf(stderr, "faultinj: call %ld (%s) fails, from:\n", i, fn);
+            __sanitizer_print_stack_trace();
+            t_quiet--;
+        }
+    }
     return 1;
 }
 
@@ -138,6 +186,7 @@ static int (*real_syncfs)(int);
 static void (*real_sync)(void);
 static void *(*real_mmap)(void *, size_t, int, int, int, off_t);
 static void *(*real_mmap64)(void *, size_t, int, int, int, off64_t);
+static int (*real_glob)(const char *, int, int (*)(const char *, int), glob_t *);
 
 /* Resolved before main, while the process has one thread. */
 __attribute__((constructor)) static void fi_resolve(void)
@@ -148,6 +197,10 @@ __attribute__((constructor)) static void fi_resolve(void)
     NEXT(read); NEXT(pread); NEXT(pread64); NEXT(fread); NEXT(write); NEXT(pwrite);
     NEXT(pwrite64); NEXT(fwrite); NEXT(ftruncate); NEXT(ftruncate64); NEXT(fsync);
     NEXT(fdatasync); NEXT(syncfs); NEXT(sync); NEXT(mmap); NEXT(mmap64);
+    NEXT(glob);
+    g_trace = getenv("TESSERA_FAULT_TRACE") != NULL;
+    const char *skip = getenv("TESSERA_FAULT_SKIP");
+    dl_iterate_phdr(skip_phdr, (void *)(skip ? skip : FI_SKIP_DEFAULT));
 }
 
 /* ---- the allocation class ---------------------------------------------------------- */
@@ -225,6 +278,16 @@ void *aligned_alloc(size_t align, size_t n)
         return NULL;
     }
     return NEXT(aligned_alloc)(align, n);
+}
+
+/* glibc 2.36's glob frees the same block twice when an allocation fails inside it
+ * (prefix_array, then globfree): its calls are not fault points. */
+int glob(const char *pattern, int flags, int (*errfn)(const char *, int), glob_t *g)
+{
+    t_quiet++;
+    int rc = NEXT(glob)(pattern, flags, errfn, g);
+    t_quiet--;
+    return rc;
 }
 
 /* ---- the I/O class ----------------------------------------------------------------- */

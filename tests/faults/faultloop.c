@@ -13,6 +13,19 @@
 /* LeakSanitizer's check of the heap now, in builds that have it (ASan, the faults build):
  * 1 when it found a leak (and printed the report). */
 extern int __lsan_do_recoverable_leak_check(void) __attribute__((weak));
+/* Called by the sanitizers before they end the program on a report (ASan, UBSan). */
+extern void __sanitizer_set_death_callback(void (*callback)(void)) __attribute__((weak));
+
+/* The run in progress, for the report of a run that crashes. */
+static const char *cur_what;
+static long cur_point;
+
+static void on_death(void)
+{
+    fprintf(stderr, "faults: %s: the run with point %ld failing crashed (first fault: %s); "
+            "TESSERA_FAULT_POINT=%ld replays it\n", cur_what ? cur_what : "?", cur_point,
+            fi_first_fault(), cur_point);
+}
 
 int fl_count_fds(void)
 {
@@ -43,6 +56,10 @@ static long one_run(const fl_scenario *sc, int classes, fi_mode mode, long n, co
                     int *rc_out, long *calls)
 {
     char err[1024] = "";
+    cur_what = what;
+    cur_point = n;
+    if (__sanitizer_set_death_callback)
+        __sanitizer_set_death_callback(on_death);
     sc->reset(sc->ctx);
     int fds = fl_count_fds();
     fi_arm(classes, mode, n);

@@ -248,11 +248,18 @@ static int open_one(const tess_config *cfg, const ds_config *dc, int trusted, da
         return no_memory(dc->name, err, errlen);
 
     /* A header without WCS keywords still parses (wcslib gives linear pixel axes);
-     * only the celestial part matters for reprojection. */
-    if (skywcs_parse(d->header, d->nkeys, &d->wcs, why, sizeof(why)) == 0)
+     * only the celestial part matters for reprojection.  Out of memory is an error, not
+     * a dataset without WCS. */
+    rc = skywcs_parse(d->header, d->nkeys, &d->wcs, why, sizeof(why));
+    if (rc == TESS_ENOMEM)
+        return no_memory(dc->name, err, errlen);
+    if (rc == 0) {
         d->cel = skywcs_celestial(d->wcs);
-    else
+        if (!d->cel && skywcs_has_celestial(d->wcs))
+            return no_memory(dc->name, err, errlen);
+    } else {
         d->wcs = NULL;
+    }
     return 0;
 }
 

@@ -32,6 +32,7 @@ static long g_n;                      /* the call that fails first (0: none) */
 static int g_persistent;
 static _Atomic(const char *) g_first;
 static __thread int t_quiet;          /* this thread's calls are the recorder's own */
+static __thread int t_counted;        /* this thread runs the program's code (below) */
 static int g_trace;                   /* TESSERA_FAULT_TRACE: print where the first fails */
 extern void __sanitizer_print_stack_trace(void) __attribute__((weak));
 
@@ -55,6 +56,11 @@ long fi_disarm(void)
 long fi_calls(void)
 {
     return atomic_load(&g_calls);
+}
+
+long fi_faults(void)
+{
+    return atomic_load(&g_faults);
 }
 
 const char *fi_first_fault(void)
@@ -107,7 +113,7 @@ static int skipped(const void *caller)
 #define fail_now(cls, fn) fail_from(cls, fn, __builtin_return_address(0))
 static int fail_from(int cls, const char *fn, const void *caller)
 {
-    if (t_quiet || !(atomic_load_explicit(&g_classes, memory_order_acquire) & cls) ||
+    if (t_quiet || !t_counted || !(atomic_load_explicit(&g_classes, memory_order_acquire) & cls) ||
         skipped(caller))
         return 0;
     long i = atomic_fetch_add(&g_calls, 1) + 1;
@@ -187,6 +193,8 @@ static void (*real_sync)(void);
 static void *(*real_mmap)(void *, size_t, int, int, int, off_t);
 static void *(*real_mmap64)(void *, size_t, int, int, int, off64_t);
 static int (*real_glob)(const char *, int, int (*)(const char *, int), glob_t *);
+static int (*real_pthread_create)(pthread_t *, const pthread_attr_t *, void *(*)(void *),
+                                  void *);
 
 /* Resolved before main, while the process has one thread. */
 __attribute__((constructor)) static void fi_resolve(void)
@@ -197,10 +205,11 @@ __attribute__((constructor)) static void fi_resolve(void)
     NEXT(read); NEXT(pread); NEXT(pread64); NEXT(fread); NEXT(write); NEXT(pwrite);
     NEXT(pwrite64); NEXT(fwrite); NEXT(ftruncate); NEXT(ftruncate64); NEXT(fsync);
     NEXT(fdatasync); NEXT(syncfs); NEXT(sync); NEXT(mmap); NEXT(mmap64);
-    NEXT(glob);
+    NEXT(glob); NEXT(pthread_create);
     g_trace = getenv("TESSERA_FAULT_TRACE") != NULL;
     const char *skip = getenv("TESSERA_FAULT_SKIP");
     dl_iterate_phdr(skip_phdr, (void *)(skip ? skip : FI_SKIP_DEFAULT));
+    t_counted = 1;   /* the main thread */
 }
 
 /* ---- the allocation class ---------------------------------------------------------- */
@@ -287,6 +296,38 @@ int glob(const char *pattern, int flags, int (*errfn)(const char *, int), glob_t
     t_quiet++;
     int rc = NEXT(glob)(pattern, flags, errfn, g);
     t_quiet--;
+    return rc;
+}
+
+/* A new thread's calls count from its start routine on: what runs before it (the
+ * sanitizer's set-up of the thread, which aborts when pthread_getattr_np cannot allocate)
+ * is not the program's.  pthread_create itself is: it fails with EAGAIN when an
+ * allocation inside it does. */
+typedef struct thread_start {
+    void *(*fn)(void *);
+    void *arg;
+} thread_start;
+
+static void *thread_trampoline(void *p)
+{
+    thread_start ts = *(thread_start *)p;
+    free(p);
+    t_counted = 1;
+    return ts.fn(ts.arg);
+}
+
+int pthread_create(pthread_t *t, const pthread_attr_t *attr, void *(*fn)(void *), void *arg)
+{
+    t_quiet++;
+    thread_start *ts = NEXT(malloc)(sizeof *ts);
+    t_quiet--;
+    if (!ts)
+        return EAGAIN;
+    ts->fn = fn;
+    ts->arg = arg;
+    int rc = NEXT(pthread_create)(t, attr, thread_trampoline, ts);
+    if (rc)
+        free(ts);
     return rc;
 }
 

@@ -17,7 +17,8 @@
  * NULL when its scanner's allocation fails (wcspih, reached from skywcs_parse), a crash in
  * the library that the product cannot avoid, and it would hide every point after it.
  * Calls made inside glob(3) are not counted either: glibc 2.36's glob frees a block twice
- * when one of its allocations fails.  With TESSERA_FAULT_TRACE set in the environment, the
+ * when one of its allocations fails; nor, in a thread, those made before its start
+ * routine runs (ASan's set-up of the thread aborts when one fails).  With TESSERA_FAULT_TRACE set in the environment, the
  * first failing call of each run prints its stack (sanitizer builds). 
  * While armed, every call of an armed class is counted, in any thread; the n-th one
  * (1-based) fails, and in persistent mode every later one too, as SQLite's test harness
@@ -49,6 +50,9 @@ long fi_disarm(void);
 
 /* Calls counted since fi_arm (so far, or up to fi_disarm). */
 long fi_calls(void);
+
+/* Calls made to fail since fi_arm, so far. */
+long fi_faults(void);
 
 /* The function whose call failed first since fi_arm ("malloc", "pwrite64"), or "". */
 const char *fi_first_fault(void);

@@ -60,6 +60,8 @@ static long one_run(const fl_scenario *sc, int classes, fi_mode mode, long n, co
     cur_point = n;
     if (__sanitizer_set_death_callback)
         __sanitizer_set_death_callback(on_death);
+    if (getenv("TESSERA_FAULT_VERBOSE"))
+        fprintf(stderr, "faults: %s: point %ld\n", what, n);
     sc->reset(sc->ctx);
     int fds = fl_count_fds();
     fi_arm(classes, mode, n);

@@ -32,7 +32,8 @@ typedef struct fl_scenario {
  * The step s is 1 unless the points outnumber TESSERA_FAULT_CAP (default 150; 0 = no cap):
  * then the smallest step that keeps the runs within the cap, with the first point k drawn
  * from TESSERA_FAULT_SEED (printed; default from the clock).  TESSERA_FAULT_POINT=N runs
- * point N only (to replay a failure).  Prints one line: points, runs, step, outcomes.
+ * point N only (to replay a failure); TESSERA_FAULT_VERBOSE=1 names each run's point on
+ * stderr before it starts (to find a run that hangs).  Prints one line: points, runs, step, outcomes.
  * Fails the test (ck_assert) at the first run that breaks a rule, naming the point and
  * the function whose call failed. */
 void fl_loop(const fl_scenario *sc, int classes, fi_mode mode);

@@ -5,6 +5,9 @@
 # time:
 #   test_fault_fits    FITS reading under allocation and I/O faults
 #   test_fault_caches  the tile cache, the disk cache and the plane store under faults
+#   test_fault_jobs    the job store under faults, then reopened and resumed
+#   test_crash_jobs    the job store stopped before and after every commit (and with a
+#                      power loss that drops what was not synced), then resumed
 #   scripts/faults.sh [PROGRAM...]         e.g. scripts/faults.sh test_fault_fits
 # Each fault loop runs at most TESSERA_FAULT_CAP runs (default 150, 0 = every fault point;
 # TESSERA_FAULT_SEED picks which points when capped).  A program's output is in
@@ -37,7 +40,7 @@ if [ "${1:-}" = one ]; then
     exit 0
 fi
 
-progs=${*:-"test_fault_caches test_fault_fits"}
+progs=${*:-"test_fault_jobs test_crash_jobs test_fault_caches test_fault_fits"}
 mkdir -p "$out"
 fail_all() {
     for p in $progs; do

@@ -481,9 +481,9 @@ int jobs_cancel(jobs *J, const char *id, double wait_s)
                 /* Marked running by an earlier process and not yet taken up again. */
                 char wd[PATH_MAX];
                 workdir_of(J, id, wd);
-                rm_tree(wd);
                 sql_run(J, "UPDATE jobs SET state = 'cancelled', finished = ?2 WHERE id = ?1",
                         "td", id, now_epoch());
+                rm_tree(wd);
             }
         } else {
             rc = TESS_EINVAL;
@@ -550,16 +550,22 @@ static void timed_wait(jobs *J, long ms)
     pthread_cond_timedwait(&J->cond, &J->lock, &ts);
 }
 
-/* Ends the current job (lock held): state, error, cleanup of its files. */
+/* Ends the current job (lock held): state, error, then cleanup of its files.  In that
+ * order, so that a job still running in the database keeps its work directory (the
+ * start-up sweep removes those of ended jobs).  When the state cannot be written, as on
+ * a full disk, it is written again once the job's files have made room. */
 static void end_job_locked(jobs *J, const char *id, const char *state, const char *error_json)
 {
+    static const char sql[] =
+        "UPDATE jobs SET state = ?2, finished = ?3, error = ?4 WHERE id = ?1";
     char wd[PATH_MAX], tmp[PATH_MAX];
     workdir_of(J, id, wd);
     tmp_of(J, id, tmp);
+    int rc = sql_run(J, sql, "ttdt", id, state, now_epoch(), error_json);
     rm_tree(wd);
     unlink(tmp);
-    sql_run(J, "UPDATE jobs SET state = ?2, finished = ?3, error = ?4 WHERE id = ?1", "ttdt",
-            id, state, now_epoch(), error_json);
+    if (rc != SQLITE_DONE)
+        sql_run(J, sql, "ttdt", id, state, now_epoch(), error_json);
     J->cur[0] = '\0';
     J->cur_cancel = 0;
     J->job_generation++;

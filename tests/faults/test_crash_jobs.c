@@ -4,7 +4,9 @@
  * acknowledged the job (k = 0).  Then a new runner on the same directory resumes, and the
  * product must be byte for byte that of an uninterrupted run.  The same again with a power loss at each point: what the runner
  * wrote but did not sync is dropped before the restart (tests/faults/faultinj.h, the
- * power-loss model).  A job acknowledged before the end must never be lost.
+ * power-loss model).  A job acknowledged before the end must never be lost.  Last, a
+ * job stopped half way whose work directory is then lost resumes to the same product
+ * (it starts over).
  *
  * The commits are counted by wrapping SQLite's statement calls at link time (this program
  * links with -Wl,--wrap=sqlite3_exec,--wrap=sqlite3_step): an explicit COMMIT (the record
@@ -107,8 +109,10 @@ typedef struct child_report {
 } child_report;
 
 /* The child: a runner on F.jobs that ends after kill point k (0: right after the job is
- * acknowledged; -1: never, the job runs to its end).  Does not return. */
-static void child(const crash_job *cj, long k, int powerloss, int fd)
+ * acknowledged; -1: never, the job runs to its end), counting the kill points of
+ * cj->blocks_only or, with blocks_only set, those of the block records only.  Does not
+ * return. */
+static void child(const crash_job *cj, long k, int powerloss, int blocks_only, int fd)
 {
     prctl(PR_SET_PDEATHSIG, SIGKILL);
     char err[512] = "";
@@ -122,7 +126,7 @@ static void child(const crash_job *cj, long k, int powerloss, int fd)
         fprintf(stderr, "crash child: %s\n", err);
         _exit(11);
     }
-    g_blocks_only = cj->blocks_only;
+    g_blocks_only = cj->blocks_only || blocks_only;
     atomic_store(&g_points, 0);
     g_kill_at = k;
     char *body = cj->body(), *doc = NULL;
@@ -152,7 +156,8 @@ static void child(const crash_job *cj, long k, int powerloss, int fd)
 
 /* Runs the child to kill point k; returns its exit code, the id it acknowledged ("" when
  * none) and the points it passed (when it finished). */
-static int run_child(const crash_job *cj, long k, int powerloss, child_report *rep)
+static int run_child(const crash_job *cj, long k, int powerloss, int blocks_only,
+                     child_report *rep)
 {
     int pfd[2];
     ck_assert_int_eq(pipe(pfd), 0);
@@ -161,7 +166,7 @@ static int run_child(const crash_job *cj, long k, int powerloss, child_report *r
     ck_assert_int_ge(pid, 0);
     if (pid == 0) {
         close(pfd[0]);
-        child(cj, k, powerloss, pfd[1]);
+        child(cj, k, powerloss, blocks_only, pfd[1]);
     }
     close(pfd[1]);
     memset(rep, 0, sizeof *rep);
@@ -227,7 +232,7 @@ static void crash_all(const crash_job *cj)
     double t0 = tt_now_s();
     child_report rep;
     js_clear(&F);
-    ck_assert_int_eq(run_child(cj, -1, 0, &rep), FINISHED);
+    ck_assert_int_eq(run_child(cj, -1, 0, 0, &rep), FINISHED);
     long points = rep.points;
     /* The product, read back by a runner of this process. */
     unsigned char *ref = NULL;
@@ -255,7 +260,7 @@ static void crash_all(const crash_job *cj)
                      powerloss ? "power loss" : "kill", k,
                      k == 0 ? "acknowledged" : k % 2 ? "before a commit" : "after a commit");
             js_clear(&F);
-            int code = run_child(cj, k, powerloss, &rep);
+            int code = run_child(cj, k, powerloss, 0, &rep);
             ck_assert_msg(code == KILLED || code == FINISHED, "%s: the runner exited %d",
                           when, code);
             runs++;
@@ -276,8 +281,19 @@ static void crash_all(const crash_job *cj)
                        found[0] ? found : "not there");
         }
     }
-    ck_assert_msg(finished <= 2 + runs / 4, "%s: %ld of %ld runs finished before their kill "
+    ck_assert_msg(finished <= runs / 2, "%s: %ld of %ld runs finished before their kill "
                   "point", cj->name, finished, runs);
+    /* Right after the first record of finished blocks, then without the work directory. */
+    char when[96], found[16], wd[PATH_MAX + 32];
+    snprintf(when, sizeof when, "kill after the first block record, the work directory "
+             "removed");
+    js_clear(&F);
+    if (run_child(cj, 2, 0, 1, &rep) == KILLED && rep.id[0]) {
+        snprintf(wd, sizeof wd, "%s/work/%s", F.jobs, rep.id);
+        js_rm_rf(wd);
+        resume(cj, rep.id, ref, len, when, found);
+        runs++;
+    }
     printf("crash: %s: %ld kill points (before and after each of the %s), each with a kill "
            "and a power loss: %ld runs (%ld ended before their point), every product the "
            "same (%zu bytes); %ld submissions stopped before the acknowledgement left no "
@@ -328,12 +344,17 @@ END_TEST
 int main(void)
 {
     Suite *s = suite_create("crash_jobs");
-    TCase *tc = tcase_create("crash");
-    tcase_add_checked_fixture(tc, setup, teardown);
-    tcase_set_timeout(tc, 600);
-    tcase_add_test(tc, test_crash_small_mosaic);
-    tcase_add_test(tc, test_crash_rechunk);
-    tcase_add_test(tc, test_crash_big_mosaic);
-    suite_add_tcase(s, tc);
+    const struct {
+        const char *name;
+        const TTest *test;
+    } cases[] = {{"small", test_crash_small_mosaic}, {"rechunk", test_crash_rechunk},
+                 {"big", test_crash_big_mosaic}};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        TCase *tc = tcase_create(cases[i].name);
+        tcase_add_checked_fixture(tc, setup, teardown);
+        tcase_set_timeout(tc, 600);
+        tcase_add_test(tc, cases[i].test);
+        suite_add_tcase(s, tc);
+    }
     return tt_run_suite(s);
 }

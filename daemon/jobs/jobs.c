@@ -640,6 +640,19 @@ static int register_product(jobs *J, const job_product *prod, const char *path, 
     return 0;
 }
 
+/* Syncs the entries of directory `path` (fsync); 0 or -1 with errno. */
+static int sync_dir(const char *path)
+{
+    int fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0)
+        return -1;
+    int rc = fsync(fd);
+    int e = errno;
+    close(fd);
+    errno = e;
+    return rc;
+}
+
 /* Flushes the files of finished blocks to disk, then records the blocks as done (lock
  * held on entry and exit; released around syncfs).  syncfs covers whatever files the
  * blocks wrote, so a recorded block survives a power cut, not only a killed process. */
@@ -852,6 +865,15 @@ static void run_job_locked(jobs *J, const char *id)
     if (rc == 0 && rename(tmp, final) != 0) {
         rc = TESS_EIO;
         tess_seterr(err, sizeof(err), "cannot move the product into place: %s", strerror(errno));
+    }
+    /* The new name must be on disk before the job's end is: a power loss could otherwise
+     * leave a succeeded job without its product. */
+    char rdir[PATH_MAX];
+    snprintf(rdir, sizeof rdir, "%s/results", J->dir);
+    if (rc == 0 && sync_dir(rdir) != 0) {
+        rc = TESS_EIO;
+        tess_seterr(err, sizeof(err), "cannot sync the results directory: %s", strerror(errno));
+        unlink(final);
     }
     if (rc == 0 && (rc = register_product(J, &prod, final, err, sizeof(err))) != 0)
         unlink(final);

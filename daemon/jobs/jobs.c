@@ -576,7 +576,8 @@ static void timed_wait(jobs *J, long ms)
 /* Ends the current job (lock held): state, error, then cleanup of its files.  In that
  * order, so that a job still running in the database keeps its work directory (the
  * start-up sweep removes those of ended jobs).  When the state cannot be written, as on
- * a full disk, it is written again once the job's files have made room. */
+ * a full disk, it is written again once the job's files have made room (a job found
+ * without its work directory starts over: run_job_locked). */
 static void end_job_locked(jobs *J, const char *id, const char *state, const char *error_json)
 {
     static const char sql[] =
@@ -707,9 +708,17 @@ static void run_job_locked(jobs *J, const char *id)
     }
     char wd[PATH_MAX];
     workdir_of(J, id, wd);
-    if (mkdir(wd, 0700) && errno != EEXIST) {
+    int fresh = mkdir(wd, 0700) == 0;
+    if (!fresh && errno != EEXIST) {
         json_decref(b);
         fail_job_locked(J, id, 500, "cannot create the job's work directory");
+        return;
+    }
+    /* Blocks recorded by an earlier run count only with the work directory that holds
+     * their files: without it, the job starts over. */
+    if (fresh && sql_run(J, "DELETE FROM blocks WHERE job = ?1", "t", id) != SQLITE_DONE) {
+        json_decref(b);
+        fail_job_locked(J, id, 500, "the jobs database cannot reset the job's blocks");
         return;
     }
     /* Plan outside the lock (it may read headers). */

@@ -102,7 +102,7 @@ void fl_loop(const fl_scenario *sc, int classes, fi_mode mode)
     ck_assert_msg(points > 0, "%s: no fault points", what);
 
     long only = env_long("TESSERA_FAULT_POINT", 0);
-    long cap = env_long("TESSERA_FAULT_CAP", 150);
+    long cap = env_long("TESSERA_FAULT_CAP", sc->cap > 0 ? sc->cap : 300);
     long step = cap > 0 ? (points + cap - 1) / cap : 1, first = 1;
     unsigned long seed = (unsigned long)env_long("TESSERA_FAULT_SEED",
                                                  (long)(time(NULL) ^ getpid()) & 0x7fffffff);

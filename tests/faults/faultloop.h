@@ -22,6 +22,9 @@ typedef struct fl_scenario {
      * rc is run()'s result, faults the number of calls that failed. */
     void (*check)(void *ctx, int rc, long faults);
     void *ctx;
+    /* The most runs of each loop (0: 300), for scenarios whose runs are slow;
+     * TESSERA_FAULT_CAP overrides it. */
+    long cap;
 } fl_scenario;
 
 /* Runs `sc` first without faults (it must complete; its count of calls of `classes` is
@@ -29,8 +32,9 @@ typedef struct fl_scenario {
  * only; FI_PERSISTENT: that one and every later one) for n = k, k + s, k + 2s, ... until a
  * run reaches no fault.  After every run: no leak (LeakSanitizer, when the program has
  * it), no file descriptor left open, any error a TESS_E* code with a reason, and check().
- * The step s is 1 unless the points outnumber TESSERA_FAULT_CAP (default 150; 0 = no cap):
- * then the smallest step that keeps the runs within the cap, with the first point k drawn
+ * The step s is 1 unless the points outnumber the cap (TESSERA_FAULT_CAP, else sc->cap,
+ * else 300; TESSERA_FAULT_CAP=0: no cap): then the smallest step that keeps the runs
+ * within the cap, with the first point k drawn
  * from TESSERA_FAULT_SEED (printed; default from the clock).  TESSERA_FAULT_POINT=N runs
  * point N only (to replay a failure); TESSERA_FAULT_VERBOSE=1 names each run's point on
  * stderr before it starts (to find a run that hangs).  Prints one line: points, runs, step, outcomes.

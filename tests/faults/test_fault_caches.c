@@ -427,9 +427,9 @@ static void pl_teardown(void)
 
 /* ---- the tests ------------------------------------------------------------------------ */
 
-static const fl_scenario tc_scenario = {"tile cache", tc_reset, tc_run, tc_check, NULL};
-static const fl_scenario dc_scenario = {"disk cache", dc_reset, dc_run, dc_check, NULL};
-static const fl_scenario pl_scenario = {"plane store", pl_reset, pl_run, tc_check, NULL};
+static const fl_scenario tc_scenario = {"tile cache", tc_reset, tc_run, tc_check, NULL, 0};
+static const fl_scenario dc_scenario = {"disk cache", dc_reset, dc_run, dc_check, NULL, 0};
+static const fl_scenario pl_scenario = {"plane store", pl_reset, pl_run, tc_check, NULL, 0};
 
 START_TEST(test_tilecache_alloc)
 {

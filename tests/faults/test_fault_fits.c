@@ -150,7 +150,7 @@ static void fits_check(void *ctx, int rc, long faults)
 }
 
 static const fl_scenario fits_scenario = {"fits reading", fits_reset, fits_run, fits_check,
-                                          NULL};
+                                          NULL, 0};
 
 static void setup(void)
 {

@@ -35,7 +35,10 @@ if [ "${1:-}" = one ]; then
     rc=$?
     tess_summarise faults "$name" "tests/faults/$name.out" "$rc" "$out" |
         sed "s/\$/ ($(($(date +%s) - start)) s)/"
-    grep -E '^faults: ' "tests/faults/$name.out"
+    # The summary also keeps each loop's line and Check's failure lines.
+    { grep -E '^(faults|crash): |:[EF]:' "tests/faults/$name.out"; cat "$out/$name.log"; } \
+        >"$out/$name.log.new" && mv "$out/$name.log.new" "$out/$name.log"
+    grep -E '^(faults|crash): ' "tests/faults/$name.out"
     [ "$rc" -eq 0 ] || { grep -E ':[EF]:' "tests/faults/$name.out" | head -n 5; exit 1; }
     exit 0
 fi

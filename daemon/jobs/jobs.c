@@ -173,7 +173,8 @@ static int exec_sql(jobs *J, const char *sql, char *err, size_t errlen)
 
 /* Runs one statement with text/double/int64 parameters given as a format string:
  * 't' const char * (NULL = NULL), 'd' double, 'i' long long.  Returns SQLITE_DONE/ROW
- * code of the single step, or an error code. */
+ * code of the single step, or an error code (then nothing ran: a parameter that cannot
+ * be bound - a text's copy out of memory - would otherwise run as NULL). */
 static int sql_vrun(jobs *J, const char *sql, const char *fmt, va_list ap)
 {
     sqlite3_stmt *st;
@@ -181,20 +182,24 @@ static int sql_vrun(jobs *J, const char *sql, const char *fmt, va_list ap)
         fprintf(stderr, "tesserad: jobs database: %s\n", sqlite3_errmsg(J->db));
         return SQLITE_ERROR;
     }
-    for (int i = 0; fmt[i]; i++) {
+    int rc = SQLITE_OK;
+    for (int i = 0; fmt[i] && rc == SQLITE_OK; i++) {
         if (fmt[i] == 't') {
             const char *s = va_arg(ap, const char *);
-            if (s)
-                sqlite3_bind_text(st, i + 1, s, -1, SQLITE_TRANSIENT);
-            else
-                sqlite3_bind_null(st, i + 1);
+            rc = s ? sqlite3_bind_text(st, i + 1, s, -1, SQLITE_TRANSIENT)
+                   : sqlite3_bind_null(st, i + 1);
         } else if (fmt[i] == 'd') {
-            sqlite3_bind_double(st, i + 1, va_arg(ap, double));
+            rc = sqlite3_bind_double(st, i + 1, va_arg(ap, double));
         } else {
-            sqlite3_bind_int64(st, i + 1, va_arg(ap, long long));
+            rc = sqlite3_bind_int64(st, i + 1, va_arg(ap, long long));
         }
     }
-    int rc = sqlite3_step(st);
+    if (rc != SQLITE_OK) {
+        fprintf(stderr, "tesserad: jobs database: %s\n", sqlite3_errstr(rc));
+        sqlite3_finalize(st);
+        return rc;
+    }
+    rc = sqlite3_step(st);
     if (rc != SQLITE_DONE && rc != SQLITE_ROW)
         fprintf(stderr, "tesserad: jobs database: %s\n", sqlite3_errmsg(J->db));
     sqlite3_finalize(st);

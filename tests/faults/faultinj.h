@@ -17,8 +17,10 @@
  * NULL when its scanner's allocation fails (wcspih, reached from skywcs_parse), a crash in
  * the library that the product cannot avoid, and it would hide every point after it.
  * Calls made inside glob(3) are not counted either: glibc 2.36's glob frees a block twice
- * when one of its allocations fails; nor, in a thread, those made before its start
- * routine runs (ASan's set-up of the thread aborts when one fails).  With TESSERA_FAULT_TRACE set in the environment, the
+ * when one of its allocations fails; nor those inside jansson's json_dumps, which returns a
+ * document with an object key missing when an allocation fails while it writes the key;
+ * nor, in a thread, those made before its start routine runs (ASan's set-up of the thread
+ * aborts when one fails).  With TESSERA_FAULT_TRACE set in the environment, the
  * first failing call of each run prints its stack (sanitizer builds). 
  * While armed, every call of an armed class is counted, in any thread; the n-th one
  * (1-based) fails, and in persistent mode every later one too, as SQLite's test harness

@@ -687,25 +687,36 @@ static void record_blocks_locked(jobs *J, const char *id, const char *wd, block_
     }
 }
 
-/* Runs job `id` to its end, or until the runner stops.  Lock held on entry and exit. */
+/* Runs job `id` to its end, or until the runner stops.  Lock held on entry and exit.
+ * When its row cannot be read now (out of memory), returns with the job as it was: the
+ * scheduler tries again later. */
 static void run_job_locked(jobs *J, const char *id)
 {
     char type[64] = "", *body = NULL;
     sqlite3_stmt *st;
     if (sqlite3_prepare_v2(J->db, "SELECT type, body FROM jobs WHERE id = ?1", -1, &st, NULL) ==
         SQLITE_OK) {
-        sqlite3_bind_text(st, 1, id, -1, SQLITE_TRANSIENT);
-        if (sqlite3_step(st) == SQLITE_ROW) {
-            snprintf(type, sizeof(type), "%s", (const char *)sqlite3_column_text(st, 0));
-            body = strdup((const char *)sqlite3_column_text(st, 1));
+        const char *t, *bd;
+        if (sqlite3_bind_text(st, 1, id, -1, SQLITE_TRANSIENT) == SQLITE_OK &&
+            sqlite3_step(st) == SQLITE_ROW && (t = (const char *)sqlite3_column_text(st, 0)) &&
+            (bd = (const char *)sqlite3_column_text(st, 1))) {
+            snprintf(type, sizeof(type), "%s", t);
+            body = strdup(bd);
         }
         sqlite3_finalize(st);
     }
+    /* The body was valid JSON when it was accepted: a parse that fails for want of
+     * memory (jansson says "out of memory", or nothing when its first allocation
+     * failed) is tried again later. */
+    json_error_t jerr;
+    json_t *b = body ? json_loads(body, 0, &jerr) : NULL;
+    free(body);
+    if (!body || (!b && (json_error_code(&jerr) == json_error_out_of_memory ||
+                         json_error_code(&jerr) == json_error_unknown)))
+        return;
     snprintf(J->cur, sizeof(J->cur), "%s", id);
     J->cur_cancel = 0;
     const job_kind *k = jobs_find_kind(type);
-    json_t *b = body ? json_loads(body, 0, NULL) : NULL;
-    free(body);
     if (!k || !b) {
         json_decref(b);
         fail_job_locked(J, id, 500, !k ? "unknown job type" : "the stored job body is unreadable");
@@ -929,8 +940,9 @@ static void *scheduler(void *arg)
                                "SELECT id FROM jobs WHERE state IN ('running','queued') "
                                "ORDER BY state = 'running' DESC, seq LIMIT 1",
                                -1, &st, NULL) == SQLITE_OK) {
-            if (sqlite3_step(st) == SQLITE_ROW)
-                snprintf(id, sizeof(id), "%s", (const char *)sqlite3_column_text(st, 0));
+            const char *t;
+            if (sqlite3_step(st) == SQLITE_ROW && (t = (const char *)sqlite3_column_text(st, 0)))
+                snprintf(id, sizeof(id), "%s", t);
             sqlite3_finalize(st);
         }
         if (!id[0]) {
@@ -938,6 +950,13 @@ static void *scheduler(void *arg)
             continue;
         }
         run_job_locked(J, id);
+        /* A job that is still to run without the runner stopping did not get its end
+         * recorded, or could not start (out of memory, a full disk): a while before it is
+         * tried again, lock released. */
+        char state[16];
+        if (!J->stopping && (state_locked(J, id, state) != 0 || strcmp(state, "queued") == 0 ||
+                             strcmp(state, "running") == 0))
+            timed_wait(J, 1000);
     }
     pthread_mutex_unlock(&J->lock);
     return NULL;

@@ -623,7 +623,9 @@ static int status_of(int rc)
     }
 }
 
-/* Registers a product (lock not held).  Returns 0 or a code with err. */
+/* Registers a product (lock not held).  Returns 0 or a code with err.  A dataset this
+ * product already is (registered by an earlier end of the same job whose state could not
+ * be written) counts as registered. */
 static int register_product(jobs *J, const job_product *prod, const char *path, char *err,
                             size_t errlen)
 {
@@ -632,6 +634,9 @@ static int register_product(jobs *J, const job_product *prod, const char *path, 
         dc.name = (char *)prod->dataset;
         dc.path = (char *)path;
         int rc = catalog_add(J->cat, &dc, err, errlen);
+        const dataset *d = rc == TESS_EEXIST ? catalog_find(J->cat, prod->dataset) : NULL;
+        if (d && d->npaths == 1 && strcmp(d->paths[0], path) == 0)
+            rc = 0;
         if (rc)
             return rc;
     }

@@ -46,11 +46,7 @@ fi
 progs=${*:-"test_fault_jobs test_crash_jobs test_fault_caches test_fault_fits"}
 mkdir -p "$out"
 fail_all() {
-    for p in $progs; do
-        { echo "faults: $1"; echo "0%: Checks: 1, Failures: 0, Errors: 1"; } >"$out/$p.log"
-    done
-    echo "faults: $1" >&2
-    exit 1
+    tess_fail_all faults "$out" "$progs" "$1"
 }
 cd "$top" || exit 1
 tess_autoreconf 2>/dev/null || fail_all "autoreconf failed"

@@ -55,3 +55,14 @@ tess_summarise() {
     } >"$out/$name.log"
     echo "$mode: $name: $pct%: Checks: $n, Failures: $f, Errors: $e"
 }
+
+# tess_fail_all MODE LOGDIR "NAMES" MESSAGE: what a script that cannot build its programs
+# leaves for scripts/test.sh: LOGDIR/NAME.log for each of NAMES, saying MESSAGE, with one
+# error; prints "MODE: MESSAGE" on stderr and exits 1.
+tess_fail_all() {
+    for t in $3; do
+        { echo "$1: $4"; echo "0%: Checks: 1, Failures: 0, Errors: 1"; } >"$2/$t.log"
+    done
+    echo "$1: $4" >&2
+    exit 1
+}

@@ -138,3 +138,9 @@ void fl_loop(const fl_scenario *sc, int classes, fi_mode mode)
                "runs every one\n", what, seed);
     fflush(stdout);
 }
+
+void fl_loop_modes(const fl_scenario *sc, int classes)
+{
+    fl_loop(sc, classes, FI_TRANSIENT);
+    fl_loop(sc, classes, FI_PERSISTENT);
+}

@@ -42,6 +42,9 @@ typedef struct fl_scenario {
  * the function whose call failed. */
 void fl_loop(const fl_scenario *sc, int classes, fi_mode mode);
 
+/* fl_loop in transient mode, then in persistent mode. */
+void fl_loop_modes(const fl_scenario *sc, int classes);
+
 /* Fails the test with the printf-style message unless cond holds, first disarming the
  * faults (the failure report allocates).  For checks inside run(). */
 #define fl_require(cond, ...)            \

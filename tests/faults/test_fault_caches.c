@@ -433,8 +433,7 @@ static const fl_scenario pl_scenario = {"plane store", pl_reset, pl_run, tc_chec
 
 START_TEST(test_tilecache_alloc)
 {
-    fl_loop(&tc_scenario, FI_ALLOC, FI_TRANSIENT);
-    fl_loop(&tc_scenario, FI_ALLOC, FI_PERSISTENT);
+    fl_loop_modes(&tc_scenario, FI_ALLOC);
 }
 END_TEST
 
@@ -454,29 +453,25 @@ static void dc_teardown(void)
 
 START_TEST(test_diskcache_alloc)
 {
-    fl_loop(&dc_scenario, FI_ALLOC, FI_TRANSIENT);
-    fl_loop(&dc_scenario, FI_ALLOC, FI_PERSISTENT);
+    fl_loop_modes(&dc_scenario, FI_ALLOC);
 }
 END_TEST
 
 START_TEST(test_diskcache_io)
 {
-    fl_loop(&dc_scenario, FI_IO, FI_TRANSIENT);
-    fl_loop(&dc_scenario, FI_IO, FI_PERSISTENT);
+    fl_loop_modes(&dc_scenario, FI_IO);
 }
 END_TEST
 
 START_TEST(test_planes_alloc)
 {
-    fl_loop(&pl_scenario, FI_ALLOC, FI_TRANSIENT);
-    fl_loop(&pl_scenario, FI_ALLOC, FI_PERSISTENT);
+    fl_loop_modes(&pl_scenario, FI_ALLOC);
 }
 END_TEST
 
 START_TEST(test_planes_io)
 {
-    fl_loop(&pl_scenario, FI_IO, FI_TRANSIENT);
-    fl_loop(&pl_scenario, FI_IO, FI_PERSISTENT);
+    fl_loop_modes(&pl_scenario, FI_IO);
 }
 END_TEST
 

@@ -165,27 +165,15 @@ static void teardown(void)
         ref_free(&refs[i]);
 }
 
-START_TEST(test_fits_alloc_transient)
+START_TEST(test_fits_alloc)
 {
-    fl_loop(&fits_scenario, FI_ALLOC, FI_TRANSIENT);
+    fl_loop_modes(&fits_scenario, FI_ALLOC);
 }
 END_TEST
 
-START_TEST(test_fits_alloc_persistent)
+START_TEST(test_fits_io)
 {
-    fl_loop(&fits_scenario, FI_ALLOC, FI_PERSISTENT);
-}
-END_TEST
-
-START_TEST(test_fits_io_transient)
-{
-    fl_loop(&fits_scenario, FI_IO, FI_TRANSIENT);
-}
-END_TEST
-
-START_TEST(test_fits_io_persistent)
-{
-    fl_loop(&fits_scenario, FI_IO, FI_PERSISTENT);
+    fl_loop_modes(&fits_scenario, FI_IO);
 }
 END_TEST
 
@@ -195,10 +183,8 @@ int main(void)
     TCase *tc = tcase_create("fits");
     tcase_add_checked_fixture(tc, setup, teardown);
     tcase_set_timeout(tc, 300);
-    tcase_add_test(tc, test_fits_alloc_transient);
-    tcase_add_test(tc, test_fits_alloc_persistent);
-    tcase_add_test(tc, test_fits_io_transient);
-    tcase_add_test(tc, test_fits_io_persistent);
+    tcase_add_test(tc, test_fits_alloc);
+    tcase_add_test(tc, test_fits_io);
     suite_add_tcase(s, tc);
     return tt_run_suite(s);
 }

@@ -176,27 +176,15 @@ static void teardown(void)
     js_teardown(&F);
 }
 
-START_TEST(test_jobs_alloc_transient)
+START_TEST(test_jobs_alloc)
 {
-    fl_loop(&jobs_scenario, FI_ALLOC, FI_TRANSIENT);
+    fl_loop_modes(&jobs_scenario, FI_ALLOC);
 }
 END_TEST
 
-START_TEST(test_jobs_alloc_persistent)
+START_TEST(test_jobs_io)
 {
-    fl_loop(&jobs_scenario, FI_ALLOC, FI_PERSISTENT);
-}
-END_TEST
-
-START_TEST(test_jobs_io_transient)
-{
-    fl_loop(&jobs_scenario, FI_IO, FI_TRANSIENT);
-}
-END_TEST
-
-START_TEST(test_jobs_io_persistent)
-{
-    fl_loop(&jobs_scenario, FI_IO, FI_PERSISTENT);
+    fl_loop_modes(&jobs_scenario, FI_IO);
 }
 END_TEST
 
@@ -206,14 +194,12 @@ int main(void)
     TCase *tc = tcase_create("alloc");
     tcase_add_checked_fixture(tc, setup, teardown);
     tcase_set_timeout(tc, 600);
-    tcase_add_test(tc, test_jobs_alloc_transient);
-    tcase_add_test(tc, test_jobs_alloc_persistent);
+    tcase_add_test(tc, test_jobs_alloc);
     suite_add_tcase(s, tc);
     tc = tcase_create("io");
     tcase_add_checked_fixture(tc, setup, teardown);
     tcase_set_timeout(tc, 600);
-    tcase_add_test(tc, test_jobs_io_transient);
-    tcase_add_test(tc, test_jobs_io_persistent);
+    tcase_add_test(tc, test_jobs_io);
     suite_add_tcase(s, tc);
     return tt_run_suite(s);
 }

@@ -21,6 +21,7 @@
 #include "tests/faults/jobstore.h"
 #include "tests/testutil.h"
 
+#include <fcntl.h>
 #include <signal.h>
 #include <sqlite3.h>
 #include <stdatomic.h>
@@ -28,6 +29,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -320,6 +322,95 @@ static void teardown(void)
     job_stack_set_band_bytes(0);
 }
 
+/* ---- the power-loss model itself ------------------------------------------------------ */
+
+static void put_file(const char *dir, const char *name, const char *text, int sync)
+{
+    char p[PATH_MAX + 64];
+    snprintf(p, sizeof p, "%s/%s", dir, name);
+    int fd = open(p, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    ck_assert_int_ge(fd, 0);
+    ck_assert_int_eq(write(fd, text, strlen(text)), (ssize_t)strlen(text));
+    if (sync)
+        ck_assert_int_eq(fsync(fd), 0);
+    close(fd);
+}
+
+/* The content of dir/name, or "-" when there is no such file. */
+static const char *file_text(const char *dir, const char *name)
+{
+    static char buf[256];
+    char p[PATH_MAX + 64];
+    snprintf(p, sizeof p, "%s/%s", dir, name);
+    FILE *f = fopen(p, "r");
+    if (!f)
+        return "-";
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    buf[n] = '\0';
+    fclose(f);
+    return buf;
+}
+
+static void sync_dir_of(const char *dir)
+{
+    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    ck_assert_int_ge(fd, 0);
+    ck_assert_int_eq(fsync(fd), 0);
+    close(fd);
+}
+
+/* What survives: a synced file's synced content; a new entry only once its directory
+ * is synced, with the content it had when last synced (none: empty); a removal or a
+ * rename only once the directory is synced; everything after syncfs. */
+START_TEST(test_powerloss_model)
+{
+    char *d = F.jobs, sub[PATH_MAX + 8];
+    snprintf(sub, sizeof sub, "%s/sub", d);
+    put_file(d, "kept", "old", 1);
+    put_file(d, "gone", "x", 1);
+    ck_assert_int_eq(fi_sync_track(d, F.shadow), 0);   /* all of it synced now */
+    put_file(d, "kept", "new, not synced", 0);          /* content back to "old" */
+    put_file(d, "new", "never synced", 0);              /* entry not synced: gone */
+    put_file(d, "newsynced", "synced", 1);              /* content synced, entry not */
+    char p[PATH_MAX + 16];
+    snprintf(p, sizeof p, "%s/gone", d);
+    ck_assert_int_eq(unlink(p), 0);                     /* removal not synced: back */
+    ck_assert_int_eq(mkdir(sub, 0755), 0);
+    put_file(sub, "inner", "i", 1);
+    fi_sync_untrack();
+    char err[512] = "";
+    ck_assert_msg(fi_power_loss(d, F.shadow, err, sizeof err) == 0, "%s", err);
+    ck_assert_str_eq(file_text(d, "kept"), "old");
+    ck_assert_str_eq(file_text(d, "new"), "-");
+    ck_assert_str_eq(file_text(d, "newsynced"), "-");
+    ck_assert_str_eq(file_text(d, "gone"), "x");
+    ck_assert_int_eq(access(sub, F_OK), -1);
+
+    /* Entries made durable by the directory's fsync; then syncfs keeps everything. */
+    js_clear(&F);
+    ck_assert_int_eq(fi_sync_track(d, F.shadow), 0);
+    put_file(d, "a", "content synced", 1);
+    put_file(d, "b", "content not synced", 0);
+    sync_dir_of(d);
+    put_file(d, "a", "later", 0);
+    fi_sync_untrack();
+    ck_assert_int_eq(fi_power_loss(d, F.shadow, err, sizeof err), 0);
+    ck_assert_str_eq(file_text(d, "a"), "content synced");
+    ck_assert_str_eq(file_text(d, "b"), "");
+    js_clear(&F);
+    ck_assert_int_eq(fi_sync_track(d, F.shadow), 0);
+    ck_assert_int_eq(mkdir(sub, 0755), 0);
+    put_file(sub, "inner", "i", 0);
+    int fd = open(d, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    ck_assert_int_eq(syncfs(fd), 0);
+    close(fd);
+    put_file(sub, "inner", "after", 0);
+    fi_sync_untrack();
+    ck_assert_int_eq(fi_power_loss(d, F.shadow, err, sizeof err), 0);
+    ck_assert_str_eq(file_text(sub, "inner"), "i");
+}
+END_TEST
+
 START_TEST(test_crash_small_mosaic)
 {
     static const crash_job cj = {"small mosaic", small_mosaic, 0, 60};
@@ -347,8 +438,8 @@ int main(void)
     const struct {
         const char *name;
         const TTest *test;
-    } cases[] = {{"small", test_crash_small_mosaic}, {"rechunk", test_crash_rechunk},
-                 {"big", test_crash_big_mosaic}};
+    } cases[] = {{"model", test_powerloss_model}, {"small", test_crash_small_mosaic},
+                 {"rechunk", test_crash_rechunk}, {"big", test_crash_big_mosaic}};
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         TCase *tc = tcase_create(cases[i].name);
         tcase_add_checked_fixture(tc, setup, teardown);

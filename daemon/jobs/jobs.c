@@ -1096,8 +1096,10 @@ int jobs_open(const char *dir, const tess_config *cfg, catalog *cat, pool *p, jo
               char *err, size_t errlen)
 {
     jobs *J = calloc(1, sizeof(*J));
-    if (!J)
+    if (!J) {
+        tess_seterr(err, errlen, "out of memory for the job runner");
         return TESS_ENOMEM;
+    }
     J->cfg = cfg;
     J->cat = cat;
     J->pool = p;

@@ -114,6 +114,13 @@ static char *resolve(const tess_config *cfg, const char *rel, const char *dsname
     return real;
 }
 
+/* TESS_ENOMEM with the reason, for dataset `name`. */
+static int no_memory(const char *name, char *err, size_t errlen)
+{
+    tess_seterr(err, errlen, "dataset '%s': out of memory", name);
+    return TESS_ENOMEM;
+}
+
 static void dataset_release(dataset *d)
 {
     free(d->name);
@@ -160,7 +167,7 @@ static int stack_paths(const tess_config *cfg, const ds_config *dc, dataset *d, 
     d->paths = calloc(g.gl_pathc, sizeof(char *));
     if (!d->paths) {
         globfree(&g);
-        return TESS_ENOMEM;
+        return no_memory(dc->name, err, errlen);
     }
     for (size_t i = 0; i < g.gl_pathc; i++) {
         d->paths[i] = resolve(cfg, g.gl_pathv[i], dc->name, 0, err, errlen);
@@ -181,7 +188,7 @@ static int open_one(const tess_config *cfg, const ds_config *dc, int trusted, da
     int rc;
     d->name = strdup(dc->name);
     if (!d->name)
-        return TESS_ENOMEM;
+        return no_memory(dc->name, err, errlen);
     d->hdu = dc->hdu;
     d->hips_galactic = dc->hips_galactic;
     if (dc->frames) {
@@ -190,7 +197,7 @@ static int open_one(const tess_config *cfg, const ds_config *dc, int trusted, da
     } else {
         d->paths = calloc(1, sizeof(char *));
         if (!d->paths)
-            return TESS_ENOMEM;
+            return no_memory(dc->name, err, errlen);
         d->paths[0] = resolve(cfg, dc->path, dc->name, trusted, err, errlen);
         if (!d->paths[0])
             return TESS_EIO;
@@ -239,7 +246,7 @@ static int open_one(const tess_config *cfg, const ds_config *dc, int trusted, da
     }
     d->state = calloc(1, sizeof(*d->state));
     if (!d->state)
-        return TESS_ENOMEM;
+        return no_memory(dc->name, err, errlen);
     pthread_mutex_init(&d->state->lock, NULL);
     compute_version(d, d->version, sizeof(d->version));
     snprintf(d->state->version, sizeof(d->state->version), "%s", d->version);
@@ -247,18 +254,22 @@ static int open_one(const tess_config *cfg, const ds_config *dc, int trusted, da
     d->state->reader = stack_new((const char *const *)d->paths, d->npaths, d->hdu, d->nx, d->ny,
                                  d->nz, CATALOG_MAX_OPEN_FRAMES);
     if (!d->state->reader)
-        return TESS_ENOMEM;
+        return no_memory(dc->name, err, errlen);
 
     /* A header without WCS keywords, or with one that breaks the validity rule
      * (skywcs.h), leaves a dataset of pixels alone; the reason for a refused WCS is kept
-     * for the sky routes to give.  Only the celestial part matters for reprojection. */
+     * for the sky routes to give.  Only the celestial part matters for reprojection.  Out
+     * of memory is an error, not a dataset without WCS. */
     rc = skywcs_parse(d->header, d->nkeys, &d->wcs, why, sizeof(why));
     if (rc == TESS_ENOMEM)
-        return rc;
-    if (rc == 0)
+        return no_memory(dc->name, err, errlen);
+    if (rc == 0) {
         d->cel = skywcs_celestial(d->wcs);
-    else if (rc != TESS_ENOWCS)
+        if (!d->cel && skywcs_has_celestial(d->wcs))
+            return no_memory(dc->name, err, errlen);
+    } else if (rc != TESS_ENOWCS) {
         snprintf(d->wcs_error, sizeof(d->wcs_error), "%s", why);
+    }
     return 0;
 }
 
@@ -285,7 +296,7 @@ static int append(catalog *c, dataset *d, char *err, size_t errlen)
         dataset **items = realloc(c->items, (size_t)cap * sizeof(*items));
         if (!items) {
             pthread_mutex_unlock(&c->lock);
-            return TESS_ENOMEM;
+            return no_memory(d->name, err, errlen);
         }
         c->items = items;
         c->cap = cap;
@@ -300,7 +311,7 @@ static int open_and_append(catalog *c, const tess_config *cfg, const ds_config *
 {
     dataset *d = calloc(1, sizeof(*d));
     if (!d)
-        return TESS_ENOMEM;
+        return no_memory(dc->name, err, errlen);
     int rc = open_one(cfg, dc, trusted, d, err, errlen);
     if (rc == 0)
         rc = append(c, d, err, errlen);
@@ -312,8 +323,10 @@ static int open_and_append(catalog *c, const tess_config *cfg, const ds_config *
 int catalog_open(const tess_config *cfg, catalog **out, char *err, size_t errlen)
 {
     catalog *c = calloc(1, sizeof(*c));
-    if (!c)
+    if (!c) {
+        tess_seterr(err, errlen, "out of memory for the catalog");
         return TESS_ENOMEM;
+    }
     pthread_mutex_init(&c->lock, NULL);
     c->cfg = cfg;
     for (int i = 0; i < cfg->n_datasets; i++) {

@@ -20,11 +20,7 @@ cc=${CC_FUZZ:-clang}
 mkdir -p "$logdir"
 
 fail_all() {
-    for t in $targets; do
-        { echo "fuzz: $1"; echo "0%: Checks: 1, Failures: 0, Errors: 1"; } >"$logdir/$t.log"
-    done
-    echo "fuzz: $1" >&2
-    exit 1
+    tess_fail_all fuzz "$logdir" "$targets" "$1"
 }
 
 command -v "$cc" >/dev/null 2>&1 || fail_all "$cc not found (scripts/setup.sh installs clang)"

@@ -22,25 +22,6 @@ mode=${1:-asan}
 VALGRIND_SUBSET="tests/engine/test_buf tests/daemon/test_params tests/daemon/test_tilecache
 tests/daemon/test_diskcache tests/engine/test_pool tests/engine/test_skywcs tests/engine/test_healpix"
 
-# summarise NAME LOG RC OUTDIR: the Check line of LOG, plus one error when RC != 0 but
-# Check counted no failure.
-summarise() {
-    name=$1 log=$2 rc=$3 out=$4
-    tess_check_counts "$(tess_check_line "$log")"
-    n=${n:-0} f=${f:-0} e=${e:-0}
-    if [ "$rc" -ne 0 ] && [ $((f + e)) -eq 0 ]; then
-        n=$((n + 1))
-        e=$((e + 1))
-    fi
-    pct=100
-    [ "$n" -gt 0 ] && pct=$(( (n - f - e) * 100 / n ))
-    {
-        grep -E 'ERROR: (Address|Leak)Sanitizer|runtime error:|definitely lost|Invalid (read|write)|uninitialised|SUMMARY:' "$log" | head -n 20
-        echo "$pct%: Checks: $n, Failures: $f, Errors: $e"
-    } >"$out/$name.log"
-    echo "$mode: $name: $pct%: Checks: $n, Failures: $f, Errors: $e"
-}
-
 case "$mode" in
 asan)
     cd "$top"
@@ -68,7 +49,7 @@ asan)
         log=${trs%.trs}.log
         rc=0
         grep -q ':test-result: PASS' "$trs" || rc=1
-        summarise "$(basename "$trs" .trs)" "$log" "$rc" "$out"
+        tess_summarise "$mode" "$(basename "$trs" .trs)" "$log" "$rc" "$out"
         [ "$rc" -eq 0 ] || status=1
     done
     exit $status
@@ -116,7 +97,7 @@ valgrind-one)
         --error-exitcode=99 --suppressions="$top/tests/valgrind.supp" \
         "./$t" >"$out/$name.raw" 2>&1
     rc=$?
-    summarise "$name" "$out/$name.raw" "$rc" "$out" | sed "s/\$/ ($(($(date +%s) - start)) s)/"
+    tess_summarise "$mode" "$name" "$out/$name.raw" "$rc" "$out" | sed "s/\$/ ($(($(date +%s) - start)) s)/"
     [ "$rc" -eq 0 ] || { tail -n 40 "$out/$name.raw"; exit 1; }
     exit 0
     ;;

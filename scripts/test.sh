@@ -9,17 +9,20 @@ cd "$top/build"
 make -j"$(nproc)" check >make-check.out 2>&1
 status=$?
 # Hardening (CI, or TESSERA_HARDENING=1): a short run of each fuzz target, the suite under
-# ASan+UBSan, and the whole suite under valgrind memcheck (every check program, two at a
+# ASan+UBSan, the whole suite under valgrind memcheck (every check program, two at a
 # time on 2 cores; TESSERA_VALGRIND_TESTS="tests/engine/test_buf ..." names fewer, and an
-# empty value the fast subset).  Their Check-style summaries land in tests/fuzz,
-# tests/asan and tests/valgrind and are counted below (valgrind's own output of each
-# program: tests/valgrind/NAME.raw).  Adds about 35 min on 2 cores (valgrind all: ~21).
-rm -rf tests/fuzz tests/asan tests/valgrind
+# empty value the fast subset), and the fault-injection and crash programs of
+# tests/faults (scripts/faults.sh, docs/testing.md).  Their Check-style summaries land in
+# tests/fuzz, tests/asan, tests/valgrind and tests/faults and are counted below
+# (valgrind's own output of each program: tests/valgrind/NAME.raw).  Adds about 40 min on
+# 2 cores (valgrind all: ~21, faults: ~4).
+rm -rf tests/fuzz tests/asan tests/valgrind tests/faults
 if [ -n "${CI:-}" ] || [ "${TESSERA_HARDENING:-0}" = 1 ]; then
     "$top/scripts/fuzz.sh" "${TESSERA_FUZZ_SECONDS:-20}" >fuzz.out 2>&1
     "$top/scripts/sanitize.sh" asan >asan.out 2>&1
     # shellcheck disable=SC2086
     "$top/scripts/sanitize.sh" valgrind ${TESSERA_VALGRIND_TESTS-all} >valgrind.out 2>&1
+    "$top/scripts/faults.sh" >faults.out 2>&1
 fi
 passed=0
 failed=0
@@ -45,7 +48,7 @@ else
     echo "test: browser tests skipped (need node, chromium and npm ci: scripts/setup.sh)"
 fi
 for log in tests/engine/*.log tests/daemon/*.log tests/cli/*.log scripts/*.log tests/e2e/*.log tests/fuzz/*.log tests/asan/*.log \
-    tests/valgrind/*.log; do
+    tests/valgrind/*.log tests/faults/*.log; do
     [ -f "$log" ] || continue
     case "$log" in *test-suite.log) continue ;; esac
     # Check's summary line: "100%: Checks: N, Failures: F, Errors: E"
@@ -60,7 +63,7 @@ for log in tests/engine/*.log tests/daemon/*.log tests/cli/*.log scripts/*.log t
     passed=$((passed + n - f - e))
     failed=$((failed + f + e))
     case "$log" in
-    tests/fuzz/* | tests/asan/* | tests/valgrind/*)
+    tests/fuzz/* | tests/asan/* | tests/valgrind/* | tests/faults/*)
         name=$(basename "$(dirname "$log")")/$(basename "$log" .log) ;;
     *) name=$(basename "$log" .log) ;;
     esac

@@ -171,8 +171,10 @@ static int scan(diskcache *c)
         if (n == cap) {
             size_t ncap = cap ? cap * 2 : 256;
             scan_item *ni = realloc(items, ncap * sizeof(*ni));
-            if (!ni)
-                break;
+            if (!ni) {
+                unlink(path);   /* out of memory: an entry not indexed is not kept */
+                continue;
+            }
             items = ni;
             cap = ncap;
         }
@@ -185,8 +187,10 @@ static int scan(diskcache *c)
     if (n > 1)   /* qsort(NULL, 0, ...) is undefined behaviour (UBSan) */
         qsort(items, n, sizeof(*items), newest_first);
     for (size_t i = 0; i < n; i++)
-        if (!find(c, items[i].hash))
-            add(c, items[i].hash, items[i].bytes, 0);
+        if (!find(c, items[i].hash) && !add(c, items[i].hash, items[i].bytes, 0)) {
+            entry_path(c, items[i].hash, path, sizeof(path));
+            unlink(path);
+        }
     free(items);
     trim(c);
     return 0;
@@ -199,8 +203,10 @@ diskcache *diskcache_open(const char *dir, size_t max_bytes, char *err, size_t e
         return NULL;
     }
     diskcache *c = calloc(1, sizeof(*c));
-    if (!c)
+    if (!c) {
+        tess_seterr(err, errlen, "out of memory");
         return NULL;
+    }
     c->dir = strdup(dir);
     c->nbuckets = 256;
     c->buckets = calloc(c->nbuckets, sizeof(*c->buckets));
@@ -349,8 +355,12 @@ int diskcache_put(diskcache *c, const char *key, const tile *t)
         e->bytes = total;
         c->bytes += total;
         lru_move_front(&c->lru, &e->lru);
-    } else {
-        add(c, h, total, 1);
+    } else if (!add(c, h, total, 1)) {
+        /* Out of memory for the index entry: a file the index does not count would
+         * escape the budget, so it goes. */
+        unlink(path);
+        pthread_mutex_unlock(&c->lock);
+        return TESS_ENOMEM;
     }
     c->writes++;
     trim(c);

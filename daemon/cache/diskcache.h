@@ -11,7 +11,7 @@ typedef struct diskcache diskcache;
 /* Opens (creating it if needed) the cache directory `dir`, holding at most `max_bytes` of
  * files.  Entries left by an earlier run are indexed (newest modification first kept) and
  * the directory trimmed to the budget; temporary files of an interrupted write
- * ("*.tmp") are removed.  Returns NULL with `err` when the directory cannot be created or
+ * ("*.tmp") are removed, and so are entries there is no memory to index.  Returns NULL with `err` when the directory cannot be created or
  * read. */
 diskcache *diskcache_open(const char *dir, size_t max_bytes, char *err, size_t errlen);
 
@@ -26,8 +26,8 @@ tile *diskcache_get(diskcache *c, const char *key);
 
 /* Stores `t` under `key`: written to a temporary file, then renamed into place, so a
  * crash never leaves a partial entry; least recently used files are deleted until the
- * total fits.  Returns 0, TESS_ERANGE (larger than the whole budget), TESS_EIO.
- * Thread-safe. */
+ * total fits.  Returns 0, TESS_ERANGE (larger than the whole budget), TESS_EIO, or
+ * TESS_ENOMEM (then no entry is left under `key`).  Thread-safe. */
 int diskcache_put(diskcache *c, const char *key, const tile *t);
 
 typedef struct diskcache_stats {

@@ -55,16 +55,19 @@ int jobc_marker_exists(const char *workdir)
     return file_exists(p);
 }
 
-/* Moves `from` to `to` (rename, or copy then unlink across file systems).  A missing
- * `from` with an existing `to` counts as done (finish run twice). */
-int jobc_move_file(const char *from, const char *to, char *err, size_t errlen)
+/* Links `from` to `to` (a copy across file systems); see job_common.h. */
+int jobc_link_file(const char *from, const char *to, char *err, size_t errlen)
 {
-    if (rename(from, to) == 0)
+    if (!file_exists(from) && file_exists(to))
         return 0;
-    if (errno == ENOENT && file_exists(to))
+    if (unlink(to) != 0 && errno != ENOENT) {
+        tess_seterr(err, errlen, "cannot replace %s: %s", to, strerror(errno));
+        return TESS_EIO;
+    }
+    if (link(from, to) == 0)
         return 0;
     if (errno != EXDEV) {
-        tess_seterr(err, errlen, "cannot move %s to %s: %s", from, to, strerror(errno));
+        tess_seterr(err, errlen, "cannot link %s to %s: %s", from, to, strerror(errno));
         return TESS_EIO;
     }
     int in = open(from, O_RDONLY | O_CLOEXEC);
@@ -87,7 +90,6 @@ int jobc_move_file(const char *from, const char *to, char *err, size_t errlen)
         unlink(to);
         return rc;
     }
-    unlink(from);
     return 0;
 }
 

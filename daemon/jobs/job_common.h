@@ -47,10 +47,12 @@ int jobc_write_at(const char *path, const void *buf, size_t n, off_t off, char *
 int jobc_touch_marker(const char *workdir, char *err, size_t errlen);
 int jobc_marker_exists(const char *workdir);
 
-/* Moves `from` to `to` (rename, or copy then unlink across file systems).  A missing
- * `from` with an existing `to` counts as done (finish run twice).  0 or TESS_EIO with
- * err. */
-int jobc_move_file(const char *from, const char *to, char *err, size_t errlen);
+/* Puts the work file `from` at `to` for finish(): a hard link, replacing what is at `to`
+ * (a copy across file systems).  `from` stays in the work directory until the job ends,
+ * so that finish can run again when the process died after the runner moved the product
+ * into place and before it recorded the job's end.  A missing `from` with an existing
+ * `to` counts as done.  0 or TESS_EIO with err. */
+int jobc_link_file(const char *from, const char *to, char *err, size_t errlen);
 
 /* ---- value types and FITS products ---- */
 

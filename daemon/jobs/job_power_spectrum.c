@@ -143,7 +143,7 @@ static int ps_finish(void *state, const char *tmp_path, job_product *prod, char 
                      size_t errlen)
 {
     ps_state *s = state;
-    int rc = jobc_move_file(s->out_path, tmp_path, err, errlen);
+    int rc = jobc_link_file(s->out_path, tmp_path, err, errlen);
     if (rc)
         return rc;
     if (!s->t.direct)

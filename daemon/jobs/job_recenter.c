@@ -241,7 +241,7 @@ static int recenter_finish(void *state, const char *tmp_path, job_product *prod,
     free(rec);
     if (rc)
         return rc;
-    rc = jobc_move_file(s->out_path, tmp_path, err, errlen);
+    rc = jobc_link_file(s->out_path, tmp_path, err, errlen);
     if (rc)
         return rc;
     memset(prod, 0, sizeof *prod);

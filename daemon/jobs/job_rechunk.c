@@ -166,7 +166,7 @@ static int rechunk_finish(void *state, const char *tmp_path, job_product *prod, 
                           size_t errlen)
 {
     rechunk_state *s = state;
-    int rc = jobc_move_file(s->store_path, tmp_path, err, errlen);
+    int rc = jobc_link_file(s->store_path, tmp_path, err, errlen);
     if (rc)
         return rc;
     if (!s->inmem)

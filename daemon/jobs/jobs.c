@@ -13,6 +13,7 @@
 #include <limits.h>
 #include <pthread.h>
 #include <sqlite3.h>
+#include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -182,34 +183,61 @@ static int exec_sql(jobs *J, const char *sql, char *err, size_t errlen)
 
 /* Runs one statement with text/double/int64 parameters given as a format string:
  * 't' const char * (NULL = NULL), 'd' double, 'i' long long.  Returns SQLITE_DONE/ROW
- * code of the single step, or an error code. */
-static int sql_run(jobs *J, const char *sql, const char *fmt, ...)
+ * code of the single step, or an error code (then nothing ran: a parameter that cannot
+ * be bound - a text's copy out of memory - would otherwise run as NULL). */
+static int sql_vrun(jobs *J, const char *sql, const char *fmt, va_list ap)
 {
     sqlite3_stmt *st;
     if (sqlite3_prepare_v2(J->db, sql, -1, &st, NULL) != SQLITE_OK) {
         fprintf(stderr, "tesserad: jobs database: %s\n", sqlite3_errmsg(J->db));
         return SQLITE_ERROR;
     }
-    va_list ap;
-    va_start(ap, fmt);
-    for (int i = 0; fmt[i]; i++) {
+    int rc = SQLITE_OK;
+    for (int i = 0; fmt[i] && rc == SQLITE_OK; i++) {
         if (fmt[i] == 't') {
             const char *s = va_arg(ap, const char *);
-            if (s)
-                sqlite3_bind_text(st, i + 1, s, -1, SQLITE_TRANSIENT);
-            else
-                sqlite3_bind_null(st, i + 1);
+            rc = s ? sqlite3_bind_text(st, i + 1, s, -1, SQLITE_TRANSIENT)
+                   : sqlite3_bind_null(st, i + 1);
         } else if (fmt[i] == 'd') {
-            sqlite3_bind_double(st, i + 1, va_arg(ap, double));
+            rc = sqlite3_bind_double(st, i + 1, va_arg(ap, double));
         } else {
-            sqlite3_bind_int64(st, i + 1, va_arg(ap, long long));
+            rc = sqlite3_bind_int64(st, i + 1, va_arg(ap, long long));
         }
     }
-    va_end(ap);
-    int rc = sqlite3_step(st);
+    if (rc != SQLITE_OK) {
+        fprintf(stderr, "tesserad: jobs database: %s\n", sqlite3_errstr(rc));
+        sqlite3_finalize(st);
+        return rc;
+    }
+    rc = sqlite3_step(st);
     if (rc != SQLITE_DONE && rc != SQLITE_ROW)
         fprintf(stderr, "tesserad: jobs database: %s\n", sqlite3_errmsg(J->db));
     sqlite3_finalize(st);
+    return rc;
+}
+
+static int sql_run(jobs *J, const char *sql, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    int rc = sql_vrun(J, sql, fmt, ap);
+    va_end(ap);
+    return rc;
+}
+
+/* sql_run for a change that a client is told about (a job accepted, a job's end): its
+ * commit syncs the WAL before it returns.  The database runs with synchronous = NORMAL,
+ * under which a power loss takes back the commits made since the WAL was last synced:
+ * harmless for progress and recorded blocks (blocks not recorded run again), not for a
+ * job acknowledged or reported ended. */
+static int sql_run_durable(jobs *J, const char *sql, const char *fmt, ...)
+{
+    sqlite3_exec(J->db, "PRAGMA synchronous = FULL", NULL, NULL, NULL);
+    va_list ap;
+    va_start(ap, fmt);
+    int rc = sql_vrun(J, sql, fmt, ap);
+    va_end(ap);
+    sqlite3_exec(J->db, "PRAGMA synchronous = NORMAL", NULL, NULL, NULL);
     return rc;
 }
 
@@ -468,7 +496,7 @@ int jobs_submit(jobs *J, const char *body, size_t len, char **json_out, job_prob
     } else if (jobbudget_admit(J->cfg, &cost, disk_used_locked(J),
                                J->cfg->jobs_disk_mb ? disk_promised_locked(J) : 0.0, pb)) {
         /* *pb says which budget */
-    } else if (sql_run(J,
+    } else if (sql_run_durable(J,
                        "INSERT INTO jobs (id, seq, type, state, body, created, done, total, "
                        "disk_need) "
                        "VALUES (?1, (SELECT COALESCE(MAX(seq), 0) + 1 FROM jobs), ?2, 'queued', "
@@ -517,8 +545,8 @@ int jobs_cancel(jobs *J, const char *id, double wait_s)
     int rc = state_locked(J, id, state);
     if (rc == 0) {
         if (strcmp(state, "queued") == 0) {
-            sql_run(J, "UPDATE jobs SET state = 'cancelled', finished = ?2 WHERE id = ?1", "td",
-                    id, now_epoch());
+            sql_run_durable(J, "UPDATE jobs SET state = 'cancelled', finished = ?2 WHERE id = ?1",
+                            "td", id, now_epoch());
         } else if (strcmp(state, "running") == 0) {
             if (strcmp(J->cur, id) == 0) {
                 J->cur_cancel = 1;
@@ -538,9 +566,9 @@ int jobs_cancel(jobs *J, const char *id, double wait_s)
                 /* Marked running by an earlier process and not yet taken up again. */
                 char wd[PATH_MAX];
                 workdir_of(J, id, wd);
+                sql_run_durable(J, "UPDATE jobs SET state = 'cancelled', finished = ?2 WHERE "
+                                "id = ?1", "td", id, now_epoch());
                 rm_tree(wd);
-                sql_run(J, "UPDATE jobs SET state = 'cancelled', finished = ?2 WHERE id = ?1",
-                        "td", id, now_epoch());
             }
         } else {
             rc = TESS_EINVAL;
@@ -607,16 +635,23 @@ static void timed_wait(jobs *J, long ms)
     pthread_cond_timedwait(&J->cond, &J->lock, &ts);
 }
 
-/* Ends the current job (lock held): state, error, cleanup of its files. */
+/* Ends the current job (lock held): state, error, then cleanup of its files.  In that
+ * order, so that a job still running in the database keeps its work directory (the
+ * start-up sweep removes those of ended jobs).  When the state cannot be written, as on
+ * a full disk, it is written again once the job's files have made room (a job found
+ * without its work directory starts over: run_job_locked). */
 static void end_job_locked(jobs *J, const char *id, const char *state, const char *error_json)
 {
+    static const char sql[] =
+        "UPDATE jobs SET state = ?2, finished = ?3, error = ?4 WHERE id = ?1";
     char wd[PATH_MAX], tmp[PATH_MAX];
     workdir_of(J, id, wd);
     tmp_of(J, id, tmp);
+    int rc = sql_run_durable(J, sql, "ttdt", id, state, now_epoch(), error_json);
     rm_tree(wd);
     unlink(tmp);
-    sql_run(J, "UPDATE jobs SET state = ?2, finished = ?3, error = ?4 WHERE id = ?1", "ttdt",
-            id, state, now_epoch(), error_json);
+    if (rc != SQLITE_DONE)
+        sql_run_durable(J, sql, "ttdt", id, state, now_epoch(), error_json);
     J->cur[0] = '\0';
     J->cur_cancel = 0;
     J->job_generation++;
@@ -645,7 +680,9 @@ static int status_of(int rc)
     }
 }
 
-/* Registers a product (lock not held).  Returns 0 or a code with err. */
+/* Registers a product (lock not held).  Returns 0 or a code with err.  A dataset this
+ * product already is (registered by an earlier end of the same job whose state could not
+ * be written) counts as registered. */
 static int register_product(jobs *J, const job_product *prod, const char *path, char *err,
                             size_t errlen)
 {
@@ -654,6 +691,9 @@ static int register_product(jobs *J, const job_product *prod, const char *path, 
         dc.name = (char *)prod->dataset;
         dc.path = (char *)path;
         int rc = catalog_add(J->cat, &dc, err, errlen);
+        const dataset *d = rc == TESS_EEXIST ? catalog_find(J->cat, prod->dataset) : NULL;
+        if (d && d->npaths == 1 && strcmp(d->paths[0], path) == 0)
+            rc = 0;
         if (rc)
             return rc;
     }
@@ -666,6 +706,19 @@ static int register_product(jobs *J, const job_product *prod, const char *path, 
         return dataset_attach_profile(d, path);
     }
     return 0;
+}
+
+/* Syncs the entries of directory `path` (fsync); 0 or -1 with errno. */
+static int sync_dir(const char *path)
+{
+    int fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0)
+        return -1;
+    int rc = fsync(fd);
+    int e = errno;
+    close(fd);
+    errno = e;
+    return rc;
 }
 
 /* Flushes the files of finished blocks to disk, then records the blocks as done (lock
@@ -706,25 +759,36 @@ static int over_disk_locked(jobs *J, const char *wd, char *detail, size_t len)
     return jobbudget_over_disk(J->cfg, disk_used_locked(J), jobbudget_du(one, 1), detail, len);
 }
 
-/* Runs job `id` to its end, or until the runner stops.  Lock held on entry and exit. */
+/* Runs job `id` to its end, or until the runner stops.  Lock held on entry and exit.
+ * When its row cannot be read now (out of memory), returns with the job as it was: the
+ * scheduler tries again later. */
 static void run_job_locked(jobs *J, const char *id)
 {
     char type[64] = "", *body = NULL;
     sqlite3_stmt *st;
     if (sqlite3_prepare_v2(J->db, "SELECT type, body FROM jobs WHERE id = ?1", -1, &st, NULL) ==
         SQLITE_OK) {
-        sqlite3_bind_text(st, 1, id, -1, SQLITE_TRANSIENT);
-        if (sqlite3_step(st) == SQLITE_ROW) {
-            snprintf(type, sizeof(type), "%s", (const char *)sqlite3_column_text(st, 0));
-            body = strdup((const char *)sqlite3_column_text(st, 1));
+        const char *t, *bd;
+        if (sqlite3_bind_text(st, 1, id, -1, SQLITE_TRANSIENT) == SQLITE_OK &&
+            sqlite3_step(st) == SQLITE_ROW && (t = (const char *)sqlite3_column_text(st, 0)) &&
+            (bd = (const char *)sqlite3_column_text(st, 1))) {
+            snprintf(type, sizeof(type), "%s", t);
+            body = strdup(bd);
         }
         sqlite3_finalize(st);
     }
+    /* The body was valid JSON when it was accepted: a parse that fails for want of
+     * memory (jansson says "out of memory", or nothing when its first allocation
+     * failed) is tried again later. */
+    json_error_t jerr;
+    json_t *b = body ? json_loads(body, 0, &jerr) : NULL;
+    free(body);
+    if (!body || (!b && (json_error_code(&jerr) == json_error_out_of_memory ||
+                         json_error_code(&jerr) == json_error_unknown)))
+        return;
     snprintf(J->cur, sizeof(J->cur), "%s", id);
     J->cur_cancel = 0;
     const job_kind *k = jobs_find_kind(type);
-    json_t *b = body ? json_loads(body, 0, NULL) : NULL;
-    free(body);
     if (!k || !b) {
         json_decref(b);
         fail_job_locked(J, id, 500, !k ? "unknown job type" : "the stored job body is unreadable");
@@ -732,9 +796,17 @@ static void run_job_locked(jobs *J, const char *id)
     }
     char wd[PATH_MAX];
     workdir_of(J, id, wd);
-    if (mkdir(wd, 0700) && errno != EEXIST) {
+    int fresh = mkdir(wd, 0700) == 0;
+    if (!fresh && errno != EEXIST) {
         json_decref(b);
         fail_job_locked(J, id, 500, "cannot create the job's work directory");
+        return;
+    }
+    /* Blocks recorded by an earlier run count only with the work directory that holds
+     * their files: without it, the job starts over. */
+    if (fresh && sql_run(J, "DELETE FROM blocks WHERE job = ?1", "t", id) != SQLITE_DONE) {
+        json_decref(b);
+        fail_job_locked(J, id, 500, "the jobs database cannot reset the job's blocks");
         return;
     }
     /* Plan outside the lock (it may read headers); the estimate again (the inputs may
@@ -917,6 +989,15 @@ static void run_job_locked(jobs *J, const char *id)
         rc = TESS_EIO;
         tess_seterr(err, sizeof(err), "cannot move the product into place: %s", strerror(errno));
     }
+    /* The new name must be on disk before the job's end is: a power loss could otherwise
+     * leave a succeeded job without its product. */
+    char rdir[PATH_MAX];
+    snprintf(rdir, sizeof rdir, "%s/results", J->dir);
+    if (rc == 0 && sync_dir(rdir) != 0) {
+        rc = TESS_EIO;
+        tess_seterr(err, sizeof(err), "cannot sync the results directory: %s", strerror(errno));
+        unlink(final);
+    }
     if (rc == 0 && (rc = register_product(J, &prod, final, err, sizeof(err))) != 0)
         unlink(final);
     pthread_mutex_lock(&J->lock);
@@ -959,8 +1040,9 @@ static void *scheduler(void *arg)
                                "SELECT id FROM jobs WHERE state IN ('running','queued') "
                                "ORDER BY state = 'running' DESC, seq LIMIT 1",
                                -1, &st, NULL) == SQLITE_OK) {
-            if (sqlite3_step(st) == SQLITE_ROW)
-                snprintf(id, sizeof(id), "%s", (const char *)sqlite3_column_text(st, 0));
+            const char *t;
+            if (sqlite3_step(st) == SQLITE_ROW && (t = (const char *)sqlite3_column_text(st, 0)))
+                snprintf(id, sizeof(id), "%s", t);
             sqlite3_finalize(st);
         }
         /* A job is taken only while the lock file is still this runner's. */
@@ -969,6 +1051,13 @@ static void *scheduler(void *arg)
             continue;
         }
         run_job_locked(J, id);
+        /* A job that is still to run without the runner stopping did not get its end
+         * recorded, or could not start (out of memory, a full disk): a while before it is
+         * tried again, lock released. */
+        char state[16];
+        if (!J->stopping && (state_locked(J, id, state) != 0 || strcmp(state, "queued") == 0 ||
+                             strcmp(state, "running") == 0))
+            timed_wait(J, 1000);
     }
     pthread_mutex_unlock(&J->lock);
     return NULL;
@@ -1381,8 +1470,10 @@ int jobs_open(const char *dir, const tess_config *cfg, catalog *cat, pool *p, jo
               char *err, size_t errlen)
 {
     jobs *J = calloc(1, sizeof(*J));
-    if (!J)
+    if (!J) {
+        tess_seterr(err, errlen, "out of memory for the job runner");
         return TESS_ENOMEM;
+    }
     J->cfg = cfg;
     J->cat = cat;
     J->pool = p;

@@ -766,8 +766,10 @@ static int open_fits(stack *s, frame *f, const char *path, char *err, size_t err
             return rc;
         size_t n = (size_t)s->nx * (size_t)s->ny;
         double *pix = malloc(n * sizeof(double));
-        if (!pix)
+        if (!pix) {
+            tess_seterr(err, errlen, "out of memory decompressing %s", path);
             return TESS_ENOMEM;
+        }
         rc = fitsimg_read_region(path, s->hdu, 0, 0, 0, s->nx, s->ny, pix, err, errlen);
         if (rc) {
             free(pix);
@@ -815,8 +817,10 @@ static int frame_open(stack *s, long idx, frame **out, char *err, size_t errlen)
     if (g)
         return g;
     frame *f = calloc(1, sizeof(*f));
-    if (!f)
+    if (!f) {
+        tess_seterr(err, errlen, "out of memory opening %s", path);
         return TESS_ENOMEM;
+    }
     f->idx = idx;
     f->refs = 1;
     f->guard = -1;

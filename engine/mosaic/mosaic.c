@@ -893,7 +893,7 @@ void mos_free(mosaic *m)
 {
     if (!m)
         return;
-    for (int k = 0; k < m->n; k++) {
+    for (int k = 0; m->in && k < m->n; k++) {   /* m->in is NULL when its calloc failed */
         free(m->in[k].path);
         free(m->in[k].name);
         free(m->in[k].cards);

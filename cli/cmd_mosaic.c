@@ -369,7 +369,8 @@ int cmd_mosaic(int argc, char **argv)
     int thdu = 0;
     char *tpath = target ? split_path_hdu(target, &thdu) : NULL;
     paths[n] = tpath;   /* the target is an input too (paths has argc entries) */
-    int distinct = cli_output_not_input("tessera", out, (const char *const *)paths, n + 1);
+    int distinct = cli_output_not_input("tessera", out, (const char *const *)paths, n + 1,
+                                        tpath ? n : -1);
     paths[n] = NULL;
     free(tpath);
     if (!distinct)

@@ -557,7 +557,7 @@ int cmd_reproject(int argc, char **argv)
 
     const char *inputs[2] = { a.in_path, a.target_path };
     if (!cli_output_ok("tessera", a.out_path)
-        || !cli_output_not_input("tessera", a.out_path, inputs, 2)) {
+        || !cli_output_not_input("tessera", a.out_path, inputs, 2, 1)) {
         rc = CLI_EXIT_FAIL;
         goto done;
     }

@@ -307,7 +307,8 @@ int cli_output_ok(const char *prog, const char *path)
     return 0;
 }
 
-int cli_output_not_input(const char *prog, const char *out, const char *const *inputs, int n)
+int cli_output_not_input(const char *prog, const char *out, const char *const *inputs, int n,
+                         int target)
 {
     struct stat so, si;
     if (stat(out, &so) != 0)
@@ -316,9 +317,9 @@ int cli_output_not_input(const char *prog, const char *out, const char *const *i
         if (!inputs[i] || stat(inputs[i], &si) != 0)
             continue;   /* a missing input is reported when it is read */
         if (si.st_dev == so.st_dev && si.st_ino == so.st_ino) {
-            fprintf(stderr, "%s: -o '%s' is the input '%s' (the same file): the output, "
+            fprintf(stderr, "%s: -o '%s' is the %s '%s' (the same file): the output, "
                     "renamed into place, would destroy it; choose another output name\n",
-                    prog, out, inputs[i]);
+                    prog, out, i == target ? "target" : "input", inputs[i]);
             return 0;
         }
     }

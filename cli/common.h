@@ -110,9 +110,11 @@ int cli_output_ok(const char *prog, const char *path);
 
 /* Whether output `out` is none of the n files `inputs` (NULL entries skipped): 1 when it
  * does not exist or is another file; 0 after printing "PROG: -o 'OUT' is the input
- * 'IN' ..." when it is the same file as one of them (the same device and inode, whatever
- * names, symbolic or hard links lead there), which the output, renamed over it, would
- * destroy.  Called before any work. */
-int cli_output_not_input(const char *prog, const char *out, const char *const *inputs, int n);
+ * 'IN' ..." ("is the target 'IN'" for inputs[target], the --target file; target -1 when
+ * there is none) when it is the same file as one of them (the same device and inode,
+ * whatever names, symbolic or hard links lead there), which the output, renamed over it,
+ * would destroy.  Called before any work. */
+int cli_output_not_input(const char *prog, const char *out, const char *const *inputs, int n,
+                         int target);
 
 #endif

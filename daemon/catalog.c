@@ -27,6 +27,8 @@ struct ds_state {
     pthread_mutex_t lock;
     double checked;          /* CLOCK_MONOTONIC seconds of the last check */
     char version[64];
+    char header_error[512];  /* why the dataset is refused: a header changed since it was
+                                opened (check_headers), or "" */
     char *profile_path;      /* profile-friendly copy (a rechunk product), or NULL */
     stack *reader;           /* lazy reader of the pixels (engine/image/stack.h) */
 };
@@ -52,18 +54,85 @@ static void compute_version(const dataset *d, char *out, size_t len)
     snprintf(out, len, "%llx-%llx", size, (unsigned long long)h);
 }
 
+/* The keyword of the first card of the header of d->paths[0] as it is now that differs
+ * from the one read at start, copied to `out` ("" when none is found or it cannot be
+ * read). */
+static void changed_card(const dataset *d, char *out, size_t len)
+{
+    fitsimg_info info;
+    out[0] = '\0';
+    if (frame_read_info(d->paths[0], d->hdu, &info, NULL, 0) != 0)
+        return;
+    for (int i = 0; i < info.nkeys || i < d->nkeys; i++) {
+        const char *c = i < info.nkeys ? info.header + (size_t)i * 80 : NULL;
+        const char *was = i < d->nkeys ? d->header + (size_t)i * 80 : NULL;
+        if (c && was && memcmp(c, was, 80) == 0)
+            continue;
+        const char *k = c ? c : was;
+        int n = 8;
+        while (n > 0 && k[n - 1] == ' ')
+            n--;
+        snprintf(out, len, "%.*s", n, k);
+        break;
+    }
+    fitsimg_info_release(&info);
+}
+
+/* Whether a header of `d` differs from the one hashed at open (d->header_hash): the reason
+ * into out, else "".  A file that cannot be read is left to the pixel readers to report. */
+static void check_headers(const dataset *d, char *out, size_t len)
+{
+    out[0] = '\0';
+    for (int i = 0; d->header_hash && i < d->npaths; i++) {
+        uint64_t h;
+        if (!d->header_hash[i] ||
+            frame_header_hash(d->paths[i], d->hdu, &h, NULL, 0) != 0 || h == d->header_hash[i])
+            continue;
+        char card[16] = "";
+        if (i == 0)
+            changed_card(d, card, sizeof(card));
+        snprintf(out, len, "dataset '%s': the header of %s changed since the server started%s%s%s;"
+                 " restart tesserad to serve the new header", d->name, d->paths[i],
+                 card[0] ? " (" : "", card, card[0] ? ")" : "");
+        return;
+    }
+}
+
+/* Looks at the files again when the last check is more than a second old (lock held):
+ * the version, and the headers when the version changed. */
+static void refresh_locked(const dataset *d, struct ds_state *st)
+{
+    double t = tess_mono_s();
+    if (t - st->checked <= 1.0)
+        return;
+    char now[sizeof(st->version)];
+    compute_version(d, now, sizeof(now));
+    if (strcmp(now, st->version) != 0)
+        check_headers(d, st->header_error, sizeof(st->header_error));
+    snprintf(st->version, sizeof(st->version), "%s", now);
+    st->checked = t;
+}
+
 const char *dataset_version(const dataset *d, char *out, size_t len)
 {
     struct ds_state *st = d->state;
-    double t = tess_mono_s();
     pthread_mutex_lock(&st->lock);
-    if (t - st->checked > 1.0) {
-        compute_version(d, st->version, sizeof(st->version));
-        st->checked = t;
-    }
+    refresh_locked(d, st);
     snprintf(out, len, "%s", st->version);
     pthread_mutex_unlock(&st->lock);
     return out;
+}
+
+int dataset_check(const dataset *d, char *err, size_t errlen)
+{
+    struct ds_state *st = d->state;
+    pthread_mutex_lock(&st->lock);
+    refresh_locked(d, st);
+    int rc = st->header_error[0] ? TESS_EIO : 0;
+    if (rc)
+        tess_seterr(err, errlen, "%s", st->header_error);
+    pthread_mutex_unlock(&st->lock);
+    return rc;
 }
 
 const char *ds_kind_name(ds_kind k)
@@ -128,6 +197,7 @@ static void dataset_release(dataset *d)
         free(d->paths[i]);
     free(d->paths);
     free(d->header);
+    free(d->header_hash);
     skywcs_free(d->wcs);
     skywcs_free(d->cel);
     if (d->state) {
@@ -204,9 +274,18 @@ static int open_one(const tess_config *cfg, const ds_config *dc, int trusted, da
         d->npaths = 1;
     }
 
+    d->header_hash = calloc((size_t)d->npaths, sizeof(uint64_t));
+    if (!d->header_hash)
+        return no_memory(dc->name, err, errlen);
     for (int i = 0; i < d->npaths; i++) {
         fitsimg_info info;
         if ((rc = frame_read_info(d->paths[i], d->hdu, &info, why, sizeof(why)))) {
+            tess_seterr(err, errlen, "dataset '%s': %s", d->name, why);
+            return rc;
+        }
+        if ((rc = frame_header_hash(d->paths[i], d->hdu, &d->header_hash[i], why,
+                                    sizeof(why)))) {
+            fitsimg_info_release(&info);
             tess_seterr(err, errlen, "dataset '%s': %s", d->name, why);
             return rc;
         }
@@ -253,7 +332,7 @@ static int open_one(const tess_config *cfg, const ds_config *dc, int trusted, da
     d->state->checked = tess_mono_s();
     d->state->reader = stack_new((const char *const *)d->paths, d->npaths, d->hdu, d->nx, d->ny,
                                  d->nz, CATALOG_MAX_OPEN_FRAMES);
-    if (!d->state->reader)
+    if (!d->state->reader || stack_expect_headers(d->state->reader, d->header_hash))
         return no_memory(dc->name, err, errlen);
 
     /* A header without WCS keywords, or with one that breaks the validity rule

@@ -4,6 +4,7 @@
 
 #include <pthread.h>
 #include <stddef.h>
+#include <stdint.h>
 #include "daemon/config.h"
 #include "engine/sky/skywcs.h"
 
@@ -29,6 +30,8 @@ typedef struct dataset {
                             validity rule), or "" when it has none or it was accepted; a
                             refused WCS leaves wcs and cel NULL (pixels only) */
     int hips_galactic;   /* HiPS frame: 1 galactic, 0 equatorial */
+    uint64_t *header_hash; /* per path, frame_header_hash (engine/image/stack.h) when
+                            opened: the header every path must keep (0: a PNG frame) */
     char version[64];    /* identity of the file contents when opened (inode, size, mtime
                             and ctime of every path, the first one's header block); use
                             dataset_version() for the current one */
@@ -106,8 +109,18 @@ struct stack *dataset_stack(const dataset *d);
  *  - Not guaranteed: a file rewritten in place (same inode) while a request reads it may
  *    give that request a mix of old and new pixels; replace files by rename(2).  Only the
  *    pixels are read anew: the header, WCS and shape are those read at start (a file
- *    whose shape changed answers 500 until the server is restarted). */
+ *    whose shape or header changed answers 500 until the server is restarted:
+ *    dataset_check). */
 const char *dataset_version(const dataset *d, char *out, size_t len);
+
+/* Whether the dataset may be served: TESS_EIO with err "dataset 'NAME': the header of
+ * FILE changed since the server started (KEYWORD); restart tesserad to serve the new
+ * header" when a file's header (all its header blocks, frame_header_hash) is no longer
+ * the one read at start, else 0.  Looked at with the version (dataset_version: at most
+ * once a second, the headers only when the version changed).  Every route of a dataset
+ * answers 500 with that reason meanwhile (daemon/api/datasets.c handler_dataset); the
+ * pixel readers refuse such a file at once (stack_expect_headers).  Thread-safe. */
+int dataset_check(const dataset *d, char *err, size_t errlen);
 
 /* Attaches a profile-friendly copy of the dataset (the product of a rechunk job, at the
  * absolute `path`): series requests read it instead of every plane.  Replaces an earlier

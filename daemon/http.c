@@ -100,6 +100,8 @@ typedef struct hreq_priv {
     int sent_status;                  /* status queued, 0 = none yet */
     long long sent_bytes;             /* body bytes of that answer */
     int close_conn;                   /* answer with Connection: close */
+    int client_5xx;                   /* a 5xx the request itself caused (a transfer coding
+                                         not supported): counted, not error-logged */
     char proto[16];                   /* "HTTP/1.1" */
     /* While suspended (susp_lock): */
     lru_node susp_node;
@@ -721,7 +723,9 @@ static enum MHD_Result send_reply(hreq *r)
     hp->sent_bytes = status == 304 ? 0
                      : rep->file_len && !rep->body ? (long long)rep->file_len
                      : rep->body ? (long long)rep->body->len : 0;
-    if (status >= 500 && status != 503 && r->srv->cfg->error_log) {
+    /* Neither load shedding (503) nor a 5xx the client chose to cause is a server fault:
+     * any client could fill the error log with them; /metrics counts them. */
+    if (status >= 500 && status != 503 && !hp->client_5xx && r->srv->cfg->error_log) {
         /* The problem document is JSON: embed it as it is (NULL when not JSON). */
         json_t *problem = rep->body && strstr(rep->body->content_type, "json")
                               ? json_loadb((const char *)rep->body->data, rep->body->len, 0, NULL)
@@ -816,9 +820,11 @@ static int check_framing(hreq *r, const char *version)
     else if (!t.last_chunked)
         problem_reply(r, 400, te, "the final transfer coding of a request must be chunked "
                       "(RFC 9112, section 6.3)");
-    else if (t.other[0])
+    else if (t.other[0]) {
+        ((hreq_priv *)r)->client_5xx = 1;
         problem_reply(r, 501, te, "transfer coding '%s' is not supported: send the body "
                       "chunked alone or with Content-Length", t.other);
+    }
     else if (t.chunked > 1)
         problem_reply(r, 400, te, "chunked is applied more than once");
     else if (!t.exact)

@@ -7,8 +7,8 @@
  * '\' in the quoted fields are written as \xHH.
  *
  * Error log: one JSON object a line, {"time": ISO 8601 UTC with milliseconds, "level":
- * "error", "event": ..., ...}, for 5xx answers (other than the 503s of load shedding,
- * counted in /metrics) and failed jobs.
+ * "error", "event": ..., ...}, for 5xx answers (other than the 503s of load shedding and
+ * the 501s of transfer codings a client sent, counted in /metrics) and failed jobs.
  *
  * A path "-" is standard error.  Lines are written with one write(2) to a file opened
  * O_APPEND, so concurrent writers (threads, processes) never interleave within a line. */

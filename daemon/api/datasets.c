@@ -94,9 +94,16 @@ const dataset *handler_dataset(hreq *r, const char *name, size_t len)
         dsname[len] = '\0';
         d = catalog_find(r->srv->cat, dsname);
     }
-    if (!d)   /* a name too long to be one is shown cut to 64 bytes */
+    if (!d) {   /* a name too long to be one is shown cut to 64 bytes */
         problem_reply(r, 404, "dataset", "no dataset named '%.*s'",
                       (int)(len < sizeof(dsname) ? len : 64), name);
+        return NULL;
+    }
+    char why[600];
+    if (dataset_check(d, why, sizeof(why))) {   /* a header changed since the start */
+        problem_reply(r, 500, NULL, "%s", why);
+        return NULL;
+    }
     return d;
 }
 

@@ -908,6 +908,12 @@ void handle_iiif(hreq *r, const route_match *m)
         iiif_path_release(&p);
         return;
     }
+    char why[600];
+    if (dataset_check(d, why, sizeof(why))) {
+        problem_reply(r, 500, NULL, "%s", why);
+        iiif_path_release(&p);
+        return;
+    }
     if (p.kind == IIIF_PATH_BASE) {
         /* Image API §2.2: the base URI redirects (303) to the image information document. */
         char *uri = base_uri(r, p.seg[0]);

@@ -217,9 +217,10 @@ static void view_fill(plane_view *v, pentry *e)
 
 /* ---- loading --------------------------------------------------------------------- */
 
-/* Reads level 0 of entry `e` (plane e->zf of e->path) into it, with the lock released.
+/* Reads level 0 of entry `e` (plane e->zf of e->path; plane z of `d`) into it, with the
+ * lock released.
  * Returns 0 or a TESS_E* code with err. */
-static int load_level0(const dataset *d, pentry *e, char *err, size_t errlen)
+static int load_level0(const dataset *d, long z, pentry *e, char *err, size_t errlen)
 {
     /* The identity before the pixels: what is read is never older than it. */
     int rc = tess_file_id_of(e->path, 0, &e->id, err, errlen);
@@ -240,6 +241,18 @@ static int load_level0(const dataset *d, pentry *e, char *err, size_t errlen)
     }
     int bitpix = info.bitpix;
     fitsimg_info_release(&info);
+    /* New pixels are never read under the header of the file read at start. */
+    long fi = d->kind == DS_STACK ? z : 0;
+    uint64_t hh;
+    if (d->header_hash && d->header_hash[fi]) {
+        if ((rc = frame_header_hash(e->path, e->hdu, &hh, err, errlen)))
+            return rc;
+        if (hh != d->header_hash[fi]) {
+            tess_seterr(err, errlen, "dataset '%s': the header of %s changed since the server "
+                        "started; restart tesserad to serve the new header", d->name, e->path);
+            return TESS_EIO;
+        }
+    }
 
     /* Counts of finite pixels under a reduced pixel are uint32: the plane must hold
      * fewer than 2^32 pixels. */
@@ -501,7 +514,7 @@ int planestore_get(planestore *s, const dataset *d, long z, int level, plane_vie
     pthread_mutex_unlock(&s->lock);
 
     char why[256] = "";
-    rc = level == 0 ? load_level0(d, e, why, sizeof why)
+    rc = level == 0 ? load_level0(d, z, e, why, sizeof why)
                     : build_reduced(s, d, z, e, why, sizeof why);
 
     pthread_mutex_lock(&s->lock);

@@ -5,6 +5,7 @@
 #include "engine/base/decodelimit.h"
 #include "engine/base/error.h"
 #include "engine/base/fileio.h"
+#include "engine/base/hash.h"
 #include "engine/base/clock.h"
 #include "engine/base/lru.h"
 #include "engine/fits/fitscard.h"
@@ -450,6 +451,8 @@ struct stack {
     size_t zr_held_peak;      /* most decoded bytes one z-reduction chunk held */
     unsigned long long opens, hits;
     unsigned long long data_bytes; /* 0 = not computed yet */
+    uint64_t *header_hash;    /* per path, frame_header_hash when the dataset was opened
+                                 (0: not checked), or NULL (stack_expect_headers) */
 };
 
 stack *stack_new(const char *const *paths, int npaths, int hdu, long nx, long ny, long nz,
@@ -531,6 +534,7 @@ void stack_free(stack *s)
         free(s->paths[i]);
     free(s->paths);
     free(s->table);
+    free(s->header_hash);
     pthread_mutex_destroy(&s->lock);
     free(s);
 }
@@ -584,20 +588,23 @@ static int card_value(const char *card, long long *iv, double *dv)
  * occurrences, as fits_read_key) up to END; the data start at the next 2880-byte block.
  * Returns 1 with the fields set, or 0 for anything else (no SIMPLE = T first, random
  * groups, NAXIS < 2, an unparsable value, no END in the first 100 blocks): cfitsio then
- * reads the file as before. */
+ * reads the file as before.  *hhash receives the FNV-1a 64 hash of the header blocks
+ * read (the whole header, END's block included). */
 static int fits_plain_header(const char *path, int *bitpix, int *naxis, long *naxes,
                              long long *datastart, double *bscale, double *bzero,
-                             int *has_blank, long long *blank)
+                             int *has_blank, long long *blank, uint64_t *hhash)
 {
     int fd = tess_open_regular(path, 0, NULL, NULL, 0);
     if (fd < 0)
         return 0;
     char blk[2880];
+    uint64_t h = TESS_FNV64_OFFSET;
     int ok = 0, seen_bitpix = 0, seen_naxis = 0, seen_bscale = 0, seen_bzero = 0;
     int seen_ax[FITSIMG_MAXDIM] = {0};
     for (int b = 0; b < 100 && !ok; b++) {
         if (pread(fd, blk, sizeof(blk), (off_t)b * 2880) != (ssize_t)sizeof(blk))
             break;
+        h = tess_fnv1a64(blk, sizeof(blk), h);
         int bad = 0;
         for (int c = 0; c < 36 && !ok && !bad; c++) {
             const char *card = blk + c * 80;
@@ -658,7 +665,24 @@ static int fits_plain_header(const char *path, int *bitpix, int *naxis, long *na
     }
     if (*bitpix < 0)
         *has_blank = 0;   /* as cfitsio: BLANK only for integer images */
+    *hhash = h;
     return 1;
+}
+
+/* A descriptor of `path` for cfitsio to open (tess_fd_name): a regular file that is not
+ * whole-file compressed.  Returns it (>= 0; the caller closes it), or TESS_EIO / TESS_EINVAL
+ * with err. */
+static int open_for_cfitsio(const char *path, char *err, size_t errlen)
+{
+    int fd = tess_open_regular(path, 0, NULL, err, errlen);
+    if (fd < 0)
+        return TESS_EIO;
+    int rc = fitsimg_check_fd_not_compressed(fd, path, err, errlen);
+    if (rc) {
+        close(fd);
+        return rc;
+    }
+    return fd;
 }
 
 /* The image parameters of HDU s->hdu of `path` through cfitsio (any FITS file: extensions,
@@ -672,14 +696,9 @@ static int open_fits_cfitsio(stack *s, const char *path, int *compressed, int *b
     fitsfile *ff = NULL;
     int status = 0;
     LONGLONG headstart = 0, dataend = 0;
-    int fd = tess_open_regular(path, 0, NULL, err, errlen);
+    int fd = open_for_cfitsio(path, err, errlen);
     if (fd < 0)
-        return TESS_EIO;
-    int rc = fitsimg_check_fd_not_compressed(fd, path, err, errlen);
-    if (rc) {
-        close(fd);
-        return rc;
-    }
+        return fd;
     char name[PATH_MAX];
     fitsimg_cfitsio_lock();
     fits_open_diskfile(&ff, tess_fd_name(fd, path, name, sizeof(name)), READONLY, &status);
@@ -717,6 +736,79 @@ static int open_fits_cfitsio(stack *s, const char *path, int *compressed, int *b
     return 0;
 }
 
+/* The hash of the header of HDU `hdu` through cfitsio: its bytes from the HDU's start to
+ * its data, read from the descriptor cfitsio was given.  Returns 0 or TESS_EIO /
+ * TESS_EINVAL with err. */
+static int header_hash_cfitsio(const char *path, int hdu, uint64_t *hash, char *err,
+                               size_t errlen)
+{
+    fitsfile *ff = NULL;
+    int status = 0;
+    LONGLONG headstart = 0, datastart = 0, dataend = 0;
+    int fd = open_for_cfitsio(path, err, errlen);
+    if (fd < 0)
+        return fd;
+    char name[PATH_MAX], msg[FLEN_ERRMSG] = "";
+    fitsimg_cfitsio_lock();
+    fits_open_diskfile(&ff, tess_fd_name(fd, path, name, sizeof(name)), READONLY, &status);
+    if (!status)
+        fits_movabs_hdu(ff, hdu + 1, NULL, &status);
+    if (!status)
+        fits_get_hduaddrll(ff, &headstart, &datastart, &dataend, &status);
+    if (status)
+        fits_get_errstatus(status, msg);
+    int st2 = 0;
+    if (ff)
+        fits_close_file(ff, &st2);
+    fitsimg_cfitsio_unlock();
+    if (status) {
+        close(fd);
+        tess_seterr(err, errlen, "%s: %s", path, msg);
+        return TESS_EIO;
+    }
+    uint64_t h = TESS_FNV64_OFFSET;
+    char blk[2880];
+    for (LONGLONG at = headstart; at < datastart; at += (LONGLONG)sizeof(blk)) {
+        size_t want = datastart - at < (LONGLONG)sizeof(blk) ? (size_t)(datastart - at)
+                                                             : sizeof(blk);
+        if (tess_pread_all(fd, blk, want, (off_t)at) != 0) {
+            tess_seterr(err, errlen, "cannot read the header of %s: %s", path, strerror(errno));
+            close(fd);
+            return TESS_EIO;
+        }
+        h = tess_fnv1a64(blk, want, h);
+    }
+    close(fd);
+    *hash = h;
+    return 0;
+}
+
+int frame_header_hash(const char *path, int hdu, uint64_t *hash, char *err, size_t errlen)
+{
+    *hash = 0;
+    if (frame_is_png(path))
+        return 0;
+    int bitpix = 0, naxis = 0, has_blank = 0;
+    long naxes[FITSIMG_MAXDIM] = {1, 1, 1, 1};
+    long long ds = 0, blank = 0;
+    double bscale = 1, bzero = 0;
+    if (hdu == 0 && fits_plain_header(path, &bitpix, &naxis, naxes, &ds, &bscale, &bzero,
+                                      &has_blank, &blank, hash))
+        return 0;
+    return header_hash_cfitsio(path, hdu, hash, err, errlen);
+}
+
+int stack_expect_headers(stack *s, const uint64_t *hashes)
+{
+    uint64_t *h = malloc((size_t)s->npaths * sizeof(*h));
+    if (!h)
+        return TESS_ENOMEM;
+    memcpy(h, hashes, (size_t)s->npaths * sizeof(*h));
+    free(s->header_hash);
+    s->header_hash = h;
+    return 0;
+}
+
 /* Opens a FITS file: maps it when the HDU is an uncompressed image, else decodes a frame
  * (stacks) or falls back to cfitsio per read (compressed cubes). */
 static int open_fits(stack *s, frame *f, const char *path, char *err, size_t errlen)
@@ -727,8 +819,9 @@ static int open_fits(stack *s, frame *f, const char *path, char *err, size_t err
     double bscale = 1, bzero = 0;
     long long blank = 0, ds = 0;
     int has_blank = 0;
-    if (s->hdu == 0 &&
-        fits_plain_header(path, &bitpix, &naxis, naxes, &ds, &bscale, &bzero, &has_blank, &blank)) {
+    uint64_t hhash = 0;
+    if (s->hdu == 0 && fits_plain_header(path, &bitpix, &naxis, naxes, &ds, &bscale, &bzero,
+                                         &has_blank, &blank, &hhash)) {
         datastart = (LONGLONG)ds;
     } else {
         bitpix = naxis = 0;
@@ -740,8 +833,15 @@ static int open_fits(stack *s, frame *f, const char *path, char *err, size_t err
         blank = 0;
         int rc = open_fits_cfitsio(s, path, &compressed, &bitpix, &naxis, naxes, &datastart,
                                    &bscale, &bzero, &has_blank, &blank, err, errlen);
+        if (!rc && s->header_hash && s->header_hash[f->idx])
+            rc = header_hash_cfitsio(path, s->hdu, &hhash, err, errlen);
         if (rc)
             return rc;
+    }
+    if (s->header_hash && s->header_hash[f->idx] && hhash != s->header_hash[f->idx]) {
+        tess_seterr(err, errlen, "the header of %s changed since it was opened; only its "
+                    "pixels may change while it is read", path);
+        return TESS_EIO;
     }
     long nplanes;
     if (tess_long_mul(naxes[2], naxes[3], &nplanes) || naxis < 2 || naxes[0] != s->nx ||

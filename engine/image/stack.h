@@ -3,6 +3,7 @@
 #define TESSERA_IMAGEIO_STACK_H
 
 #include <stddef.h>
+#include <stdint.h>
 #include "engine/fits/fitsimg.h"
 
 /* Coordinates everywhere here are 0-based pixels in the volume's own axis order:
@@ -60,6 +61,12 @@ int frame_read_region(const char *path, int hdu, long z, long x0, long y0, long 
 int frame_read_region_f32(const char *path, int hdu, long z, long x0, long y0, long w, long h,
                           float *out, char *err, size_t errlen);
 
+/* The FNV-1a 64 hash (engine/base/hash.h) of the header of HDU `hdu` of the FITS file at
+ * `path`: its raw bytes, every 2880-byte header block from the HDU's first card to the
+ * block holding END; 0 for a PNG frame (whose header is its shape, checked anyway).
+ * Returns 0 or TESS_EIO / TESS_EINVAL (a whole-file compressed file) with err. */
+int frame_header_hash(const char *path, int hdu, uint64_t *hash, char *err, size_t errlen);
+
 /* Writes an nx x ny greyscale PNG of `bits` 8 or 16 from `data` (row 0 = y = 0, which
  * goes to the LAST PNG row, the convention above), values clamped to 0..2^bits-1 and
  * rounded.  zlib level `level` (0..9; 1 is fast).  Returns 0 or TESS_EIO / TESS_EINVAL. */
@@ -88,6 +95,14 @@ typedef struct stack stack;
  * arguments (a size below 1, npaths neither 1 nor nz, a volume past that bound). */
 stack *stack_new(const char *const *paths, int npaths, int hdu, long nx, long ny, long nz,
                  int max_open);
+
+/* Pins the headers of the volume's files: hashes[i] (copied; npaths of them) is the
+ * frame_header_hash of paths[i] as the caller read it (0: not checked).  From then on a
+ * file opened again (its identity changed) whose header hash differs is refused: its
+ * reads fail with TESS_EIO, "the header of PATH changed since it was opened", so new
+ * pixels are never read under an old header.  Call before any read.  Returns 0 or
+ * TESS_ENOMEM. */
+int stack_expect_headers(stack *s, const uint64_t *hashes);
 
 /* Unmaps and closes everything.  No read may be running.  NULL is ignored. */
 void stack_free(stack *s);

@@ -208,21 +208,29 @@ START_TEST(test_output_is_an_input)
     const double lim = 20.0 * tt_time_scale();
     struct {
         const char *name;
+        const char *says;       /* what stderr must hold */
         const char *args[12];
     } cases[] = {
-        { "reproject -o IN", { "reproject", in, "--target", hdr, "-o", in, NULL } },
-        { "reproject -o a hard link to IN", { "reproject", in, "--target", hdr, "-o", hard, NULL } },
-        { "reproject IN through a symbolic link", { "reproject", soft, "--target", hdr, "-o", in,
-                                                     NULL } },
-        { "reproject -o TARGET", { "reproject", in, "--target", hdr, "-o", hdr, NULL } },
-        { "mosaic -o the second input", { "mosaic", other, in, "-o", hard, NULL } },
-        { "mosaic -o TARGET", { "mosaic", in, "--target", hdr, "-o", hdr, NULL } },
+        { "reproject -o IN", "is the input",
+          { "reproject", in, "--target", hdr, "-o", in, NULL } },
+        { "reproject -o a hard link to IN", "is the input",
+          { "reproject", in, "--target", hdr, "-o", hard, NULL } },
+        { "reproject IN through a symbolic link", "is the input",
+          { "reproject", soft, "--target", hdr, "-o", in, NULL } },
+        { "reproject -o TARGET", "is the target",
+          { "reproject", in, "--target", hdr, "-o", hdr, NULL } },
+        { "reproject -o a FITS TARGET", "is the target",
+          { "reproject", in, "--target", other, "-o", other, NULL } },
+        { "mosaic -o the second input", "is the input",
+          { "mosaic", other, in, "-o", hard, NULL } },
+        { "mosaic -o TARGET", "is the target",
+          { "mosaic", in, "--target", hdr, "-o", hdr, NULL } },
     };
     for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
         run r;
         run_bounded(&r, lim, cases[k].args);
         printf("%s: exit %d: %s", cases[k].name, r.status, r.err);
-        expect(&r, 1, "is the input", cases[k].name);
+        expect(&r, 1, cases[k].says, cases[k].name);
     }
     run r;
     const char *hips[] = { "hips", in, "-o", in, NULL };

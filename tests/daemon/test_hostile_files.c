@@ -28,7 +28,8 @@
 /* ---- the test image ------------------------------------------------------------------ */
 
 /* Pixel (x, y) of version `ver`: 1 is 1 + x + 100 y, 2 the picture inverted (every
- * pixel differs), both exact in float32. */
+ * pixel differs), both exact in float32; 3 has the pixels of 2 and a header of its own
+ * (CRVAL1 10, not 30: image_bytes). */
 static float pixel(int ver, int x, int y)
 {
     float v = (float)(1 + x + 100 * y);
@@ -66,7 +67,8 @@ static unsigned char *image_bytes(int ver, size_t *len)
     card((char *)b, &k, "CTYPE2  = 'DEC--TAN'");
     card((char *)b, &k, "CRPIX1  =                 20.5");
     card((char *)b, &k, "CRPIX2  =                 15.5");
-    card((char *)b, &k, "CRVAL1  =                 30.0");
+    card((char *)b, &k, ver == 3 ? "CRVAL1  =                 10.0"
+                                 : "CRVAL1  =                 30.0");
     card((char *)b, &k, "CRVAL2  =                -10.0");
     card((char *)b, &k, "CDELT1  =   -0.016666666666667");
     card((char *)b, &k, "CDELT2  =    0.016666666666667");
@@ -287,6 +289,71 @@ END_TEST
 START_TEST(test_renamed_over_disk_tier)
 {
     replacement_seen(RENAMED, 1);
+}
+END_TEST
+
+/* A file rewritten in place with its size and mtime kept but its header changed (CRVAL1
+ * 30 -> 10): the new pixels are never served under the old header, and once the version
+ * check has run (about a second) every route of the dataset, its description included,
+ * answers 500 naming the file and the card, and saying to restart the server. */
+START_TEST(test_header_changed_same_size_mtime)
+{
+    char root[256], img[PATH_MAX];
+    tt_tmpdir_make(root, sizeof root, "header");
+    snprintf(img, sizeof img, "%s/img.fits", root);
+    put_image(img, 1, RENAMED, NULL);
+    struct stat st0;
+    ck_assert_int_eq(stat(img, &st0), 0);
+    server s;
+    server_start(&s, root, IMG_DATASETS, NULL);
+    static const char *const paths[] = {
+        RAW_WHOLE, RAW_PART, IIIF_FULL, "/api/v1/datasets/img", "/api/v1/datasets/img/",
+        "/api/v1/cutout?dataset=img&ra=30&dec=-10&fov=0.2&width=16&height=16&format=fits",
+        "/api/v1/datasets/img/slice/xy/40_30/0_0_0.fits" };
+    const int npaths = (int)(sizeof paths / sizeof paths[0]);
+    for (int k = 0; k < npaths; k++) {
+        size_t n;
+        free(body_of(&s, paths[k], &n));
+    }
+
+    next_tick();
+    put_image(img, 3, IN_PLACE, &st0);
+    double t0 = tt_now_s();
+    for (;;) {
+        /* Until the dataset is refused: the old pixels (cached) or a 500, never the new. */
+        ck_assert_int_ne(raw_version(&s, RAW_PART, 1, 1, 8, 6, NULL, 0), 2);
+        tt_resp r = tt_fetch(s.base, "GET", "/api/v1/datasets/img", NULL, 0, NULL);
+        long status = r.status;
+        tt_resp_free(&r);
+        if (status == 500)
+            break;
+        ck_assert_msg(tt_now_s() - t0 < 4.0 * tt_time_scale(),
+                      "header changed: the dataset is still described %.1f s later",
+                      tt_now_s() - t0);
+        usleep(50000);
+    }
+    for (int k = 0; k < npaths; k++) {
+        tt_resp r = tt_fetch(s.base, "GET", paths[k], NULL, 0, NULL);
+        ck_assert_msg(r.status == 500, "%s after the header changed: status %ld", paths[k],
+                      r.status);
+        tt_assert_problem(paths[k], &r, 500, NULL);
+        ck_assert_msg(r.body && strstr(r.body, "dataset 'img': the header of ") &&
+                      strstr(r.body, "img.fits changed since the server started (CRVAL1); "
+                             "restart tesserad to serve the new header"),
+                      "%s: %s", paths[k], r.body ? r.body : "");
+        tt_resp_free(&r);
+    }
+    /* The header put back (pixels of version 2): served again, as a pixels-only change. */
+    next_tick();
+    put_image(img, 2, IN_PLACE, &st0);
+    t0 = tt_now_s();
+    while (raw_version(&s, RAW_WHOLE, 0, 0, NX, NY, NULL, 0) != 2) {
+        ck_assert_msg(tt_now_s() - t0 < 4.0 * tt_time_scale(),
+                      "the header put back: the new pixels are not served");
+        usleep(50000);
+    }
+    server_stop(&s);
+    rm_rf(root);
 }
 END_TEST
 
@@ -655,6 +722,7 @@ int main(void)
     tcase_add_test(tc, test_rewritten_in_place_disk_tier);
     tcase_add_test(tc, test_renamed_over_same_size_mtime);
     tcase_add_test(tc, test_renamed_over_disk_tier);
+    tcase_add_test(tc, test_header_changed_same_size_mtime);
     tcase_add_test(tc, test_sigterm_bounded_with_long_work);
     tcase_add_test(tc, test_second_signal_exits_at_once);
     suite_add_tcase(s, tc);

@@ -281,8 +281,12 @@ static int read_hips_input(pool *workers, int threads, const char *path, int hdu
                 in->nz == 1 ? "" : "s", in->nz - 1);
         goto fail;
     }
-    if (skywcs_parse(fi->header, fi->nkeys, &in->wcs, err, sizeof err) != 0
-        || !(in->cel = skywcs_celestial(in->wcs))) {
+    int wrc = skywcs_parse(fi->header, fi->nkeys, &in->wcs, err, sizeof err);
+    if (wrc == TESS_EINVAL) {
+        cli_msg("'%s' has no usable WCS: %s", path, err);
+        goto fail;
+    }
+    if (wrc != 0 || !(in->cel = skywcs_celestial(in->wcs))) {
         cli_msg("'%s' has no celestial WCS%s%s: it cannot be made a HiPS survey", path,
                 err[0] ? ": " : "", err);
         goto fail;
@@ -807,7 +811,7 @@ static int write_survey_files(hips_run *r, const hips_input *in, double pixscale
 
     unsigned char *moc = NULL;
     size_t len = 0;
-    int rc = hips_moc_fits(in->cel, in->plane.nx, in->plane.ny, r->deepest, &moc, &len, NULL);
+    int rc = hips_moc_fits(in->cel, in->plane.nx, in->plane.ny, r->deepest, 0, &moc, &len, NULL);
     if (rc) {
         cli_msg("cannot compute the coverage (Moc.fits): %s",
                 rc == TESS_ENOMEM ? "out of memory" : "bad WCS");
@@ -892,6 +896,8 @@ int cmd_hips(int argc, char **argv)
         rc = read_hips_input(workers, threads, a.in_path, a.in_hdu, a.plane, &in);
     if (rc != CLI_EXIT_OK)
         goto done;
+    if (atomic_load(&cancel))       /* a signal while the input was read */
+        goto interrupted;
     t_read = cli_now_s();
     rc = CLI_EXIT_FAIL;
     double geo[3], pixscale;

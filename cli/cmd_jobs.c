@@ -4,6 +4,8 @@
 #include "cli/progress.h"
 
 #include <curl/curl.h>
+#include <errno.h>
+#include <fcntl.h>
 #include <getopt.h>
 #include <jansson.h>
 #include <signal.h>
@@ -11,6 +13,12 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+
+#include "engine/base/error.h"
+#include "engine/base/fileio.h"
+
+/* A job file read for submit: at most this many bytes. */
+#define JOB_FILE_MAX ((size_t)64 << 20)
 
 static const char jobs_usage[] =
     "usage: tessera submit [--server URL] [--token T] [--no-wait] [-o OUT] JOB.json\n"
@@ -44,8 +52,24 @@ static size_t on_body(char *p, size_t sz, size_t n, void *arg)
     return add;
 }
 
+static volatile sig_atomic_t g_stop;
+static void on_sigint(int sig)
+{
+    (void)sig;
+    g_stop = 1;
+}
+
+/* Ends a download at Ctrl-C (libcurl's progress callback: nonzero aborts). */
+static int on_progress(void *arg, curl_off_t dltotal, curl_off_t dlnow, curl_off_t ultotal,
+                       curl_off_t ulnow)
+{
+    (void)arg, (void)dltotal, (void)dlnow, (void)ultotal, (void)ulnow;
+    return g_stop != 0;
+}
+
 /* One request; returns 0 with *r filled (any HTTP status), or -1 when the transfer
- * failed (message printed).  `out` (may be NULL) receives the body instead of memory. */
+ * failed (message printed).  `out` (may be NULL) receives the body instead of memory:
+ * without an overall time limit, but ended by a minute without a byte or by Ctrl-C. */
 static int request(const char *method, const char *url, const char *token, const char *body,
                    size_t len, FILE *out, http_resp *r)
 {
@@ -72,6 +96,10 @@ static int request(const char *method, const char *url, const char *token, const
     curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT, 10L);
     if (out) {
         curl_easy_setopt(c, CURLOPT_WRITEDATA, out);
+        curl_easy_setopt(c, CURLOPT_LOW_SPEED_LIMIT, 1L);
+        curl_easy_setopt(c, CURLOPT_LOW_SPEED_TIME, 60L);
+        curl_easy_setopt(c, CURLOPT_NOPROGRESS, 0L);
+        curl_easy_setopt(c, CURLOPT_XFERINFOFUNCTION, on_progress);
     } else {
         curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_body);
         curl_easy_setopt(c, CURLOPT_WRITEDATA, r);
@@ -87,16 +115,60 @@ static int request(const char *method, const char *url, const char *token, const
     return rc == CURLE_OK ? 0 : -1;
 }
 
-/* Prints a problem+json reply's detail (or the raw body) for a failed call. */
+/* Prints a problem+json reply's detail (or the start of the raw body) for a failed
+ * call, with what the server wrote escaped (cli_safe). */
 static void print_problem(const char *what, const http_resp *r)
 {
-    json_t *j = r->body ? json_loads(r->body, 0, NULL) : NULL;
+    json_t *j = r->body ? json_loadb(r->body, r->len, 0, NULL) : NULL;
     const char *detail = j ? json_string_value(json_object_get(j, "detail")) : NULL;
     const char *param = j ? json_string_value(json_object_get(j, "parameter")) : NULL;
-    cli_msg("%s: HTTP %ld: %s%s%s%s", what, r->status,
-            detail ? detail : (r->body ? r->body : ""), param ? " (" : "", param ? param : "",
-            param ? ")" : "");
+    char d[1024], pa[128];
+    if (detail)
+        cli_safe(detail, d, sizeof d);
+    else
+        cli_safe_bytes(r->body ? r->body : "", r->body ? r->len : 0, d, 300);
+    cli_msg("%s: HTTP %ld: %s%s%s%s", what, r->status, d, param ? " (" : "",
+            param ? cli_safe(param, pa, sizeof pa) : "", param ? ")" : "");
     json_decref(j);
+}
+
+/* The JSON of a successful answer to `what`, or NULL after saying what is wrong with it
+ * (no body, not JSON: where and the start of the body, escaped). */
+static json_t *parse_answer(const char *what, const http_resp *r)
+{
+    json_error_t je;
+    json_t *j = r->body ? json_loadb(r->body, r->len, 0, &je) : NULL;
+    if (!j) {
+        char why[160], start[128];
+        if (r->body)
+            cli_msg("%s: the server's answer (HTTP %ld) is not JSON: %s at byte %d; it "
+                    "starts \"%s\"", what, r->status, cli_safe(je.text, why, sizeof why),
+                    je.position, cli_safe_bytes(r->body, r->len, start, sizeof start));
+        else
+            cli_msg("%s: the server's answer (HTTP %ld) is empty, not JSON", what, r->status);
+    }
+    return j;
+}
+
+/* The string member `key` of object o escaped for printing (cli_safe), "-" when absent
+ * or not a string. */
+static const char *field(json_t *o, const char *key, char *buf, size_t len)
+{
+    return cli_safe(json_string_value(json_object_get(o, key)), buf, len);
+}
+
+/* 1 when s can be a job id (what the server makes: hex; letters, digits, '-' and '_'
+ * accepted, 1 to 64 of them), so that it is safe in a URL path and a message. */
+static int job_id_ok(const char *s)
+{
+    size_t n = s ? strlen(s) : 0;
+    if (n < 1 || n > 64)
+        return 0;
+    for (size_t i = 0; i < n; i++)
+        if (!((s[i] >= '0' && s[i] <= '9') || (s[i] >= 'a' && s[i] <= 'z') ||
+              (s[i] >= 'A' && s[i] <= 'Z') || s[i] == '-' || s[i] == '_'))
+            return 0;
+    return 1;
 }
 
 typedef struct common {
@@ -149,24 +221,43 @@ static int parse_operands(int argc, char **argv, int noperands, common *o)
     return i;
 }
 
-static char *read_all(const char *path, size_t *len)
+/* Reads the job file `path` ("-": standard input) whole, at most JOB_FILE_MAX bytes: a
+ * malloc'd, NUL-terminated copy and its length, or NULL with the reason in err.  A path
+ * that is not a regular file (a FIFO, a device) is refused, not read. */
+static char *read_all(const char *path, size_t *len, char *err, size_t errlen)
 {
-    FILE *f = strcmp(path, "-") == 0 ? stdin : fopen(path, "rb");
-    if (!f)
-        return NULL;
+    FILE *f = stdin;
+    if (strcmp(path, "-") != 0) {
+        int fd = tess_open_regular(path, 0, NULL, err, errlen);
+        if (fd < 0)
+            return NULL;
+        if (!(f = fdopen(fd, "rb"))) {
+            tess_seterr(err, errlen, "cannot open %s: %s", path, strerror(errno));
+            close(fd);
+            return NULL;
+        }
+    }
     size_t cap = 4096, n = 0;
     char *s = malloc(cap);
     size_t got;
-    while (s && (got = fread(s + n, 1, cap - n - 1, f)) > 0) {
+    while (s && n <= JOB_FILE_MAX && (got = fread(s + n, 1, cap - n - 1, f)) > 0) {
         n += got;
         if (n + 1 == cap) {
             char *t = realloc(s, cap *= 2);
-            if (!t) {
+            if (!t)
                 free(s);
-                s = NULL;
-            }
             s = t;
         }
+    }
+    if (!s)
+        tess_seterr(err, errlen, "out of memory reading %s", path);
+    else if (ferror(f))
+        tess_seterr(err, errlen, "cannot read %s: %s", path, strerror(errno));
+    else if (n > JOB_FILE_MAX)
+        tess_seterr(err, errlen, "%s is longer than %zu bytes: not a job", path, JOB_FILE_MAX);
+    if (s && (ferror(f) || n > JOB_FILE_MAX)) {
+        free(s);
+        s = NULL;
     }
     if (f != stdin)
         fclose(f);
@@ -174,13 +265,6 @@ static char *read_all(const char *path, size_t *len)
         s[n] = '\0';
     *len = n;
     return s;
-}
-
-static volatile sig_atomic_t g_stop;
-static void on_sigint(int sig)
-{
-    (void)sig;
-    g_stop = 1;
 }
 
 /* Follows job `id` until it ends; returns the exit status. */
@@ -202,31 +286,37 @@ static int follow(const common *o, const char *id)
             free(r.body);
             return CLI_EXIT_SERVER;
         }
-        json_t *j = json_loads(r.body, 0, NULL);
+        json_t *j = parse_answer("job status", &r);
         free(r.body);
         if (!j)
             return CLI_EXIT_SERVER;
         const char *st = json_string_value(json_object_get(j, "state"));
+        if (!st) {
+            cli_msg("job status: the server's answer has no \"state\" string");
+            json_decref(j);
+            return CLI_EXIT_SERVER;
+        }
         json_t *pr = json_object_get(j, "progress");
         long done = (long)json_integer_value(json_object_get(pr, "done"));
         long total = (long)json_integer_value(json_object_get(pr, "total"));
-        if (tty && total > 0 && st && strcmp(st, "queued") != 0)
+        if (tty && total > 0 && strcmp(st, "queued") != 0)
             bar_update(&b, done, total);
-        if (st && strcmp(st, "queued") != 0 && strcmp(st, "running") != 0) {
+        if (strcmp(st, "queued") != 0 && strcmp(st, "running") != 0) {
             if (tty && b.last >= 0 && done != total)
                 fputc('\n', stderr);
             int rc = CLI_EXIT_OK;
+            char ds[256], stc[64], detail[1024];
             if (strcmp(st, "succeeded") == 0) {
                 json_t *res = json_object_get(j, "result");
-                const char *ds = json_string_value(json_object_get(res, "dataset"));
                 printf("%s succeeded", id);
-                if (ds)
-                    printf(": dataset %s", ds);
+                if (json_string_value(json_object_get(res, "dataset")))
+                    printf(": dataset %s", field(res, "dataset", ds, sizeof ds));
                 printf(" (%s/api/v1/jobs/%s/result)\n", o->server, id);
             } else {
                 json_t *e = json_object_get(j, "error");
-                const char *detail = json_string_value(json_object_get(e, "detail"));
-                cli_msg("job %s %s%s%s", id, st, detail ? ": " : "", detail ? detail : "");
+                int has = json_string_value(json_object_get(e, "detail")) != NULL;
+                cli_msg("job %s %s%s%s", id, cli_safe(st, stc, sizeof stc), has ? ": " : "",
+                        has ? field(e, "detail", detail, sizeof detail) : "");
                 rc = CLI_EXIT_FAIL;
             }
             json_decref(j);
@@ -249,9 +339,15 @@ static int download(const common *o, const char *id)
     snprintf(url, sizeof(url), "%s/api/v1/jobs/%s/result", o->server, id);
     char tmp[4096];
     snprintf(tmp, sizeof(tmp), "%s.part", o->out);
-    FILE *f = fopen(tmp, "wb");
+    /* A new file (what was left there before is removed): never written through a
+     * symbolic link, never a FIFO or a device opened. */
+    unlink(tmp);
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+    FILE *f = fd < 0 ? NULL : fdopen(fd, "wb");
     if (!f) {
-        cli_msg("cannot write %s", tmp);
+        cli_msg("cannot write %s: %s", tmp, strerror(errno));
+        if (fd >= 0)
+            close(fd);
         return CLI_EXIT_FAIL;
     }
     http_resp r;
@@ -261,9 +357,10 @@ static int download(const common *o, const char *id)
         if (!rc)
             cli_msg("result: HTTP %ld", r.status);
         remove(tmp);
-        return CLI_EXIT_SERVER;
+        return g_stop ? CLI_EXIT_INTERRUPTED : CLI_EXIT_SERVER;
     }
     if (rename(tmp, o->out) != 0) {
+        cli_msg("cannot rename %s to %s: %s", tmp, o->out, strerror(errno));
         remove(tmp);
         return CLI_EXIT_FAIL;
     }
@@ -278,11 +375,13 @@ int cmd_submit(int argc, char **argv)
     if (i < 0)
         return CLI_EXIT_USAGE;
     size_t len;
-    char *body = read_all(argv[i], &len);
+    char why[512];
+    char *body = read_all(argv[i], &len, why, sizeof why);
     if (!body) {
-        cli_msg("cannot read %s", argv[i]);
+        cli_msg("submit: %s", why);
         return CLI_EXIT_USAGE;
     }
+    signal(SIGINT, on_sigint);
     curl_global_init(CURL_GLOBAL_DEFAULT);
     char url[1024];
     snprintf(url, sizeof(url), "%s/api/v1/jobs", o.server);
@@ -299,15 +398,21 @@ int cmd_submit(int argc, char **argv)
         curl_global_cleanup();
         return CLI_EXIT_SERVER;
     }
-    json_t *j = json_loads(r.body, 0, NULL);
+    json_t *j = parse_answer("submit", &r);
     free(r.body);
     const char *id = j ? json_string_value(json_object_get(j, "id")) : NULL;
-    if (!id) {
+    if (!job_id_ok(id)) {
+        char b[128];
+        if (j && !id)
+            cli_msg("submit: the server's answer has no job id (no \"id\" string)");
+        else if (j)
+            cli_msg("submit: the server's answer has no usable job id: \"id\" is \"%s\" (1 to "
+                    "64 letters, digits, '-' or '_')", cli_safe(id, b, sizeof b));
         json_decref(j);
         curl_global_cleanup();
         return CLI_EXIT_SERVER;
     }
-    char idc[32];
+    char idc[72];
     snprintf(idc, sizeof(idc), "%s", id);
     json_decref(j);
     int x = CLI_EXIT_OK;
@@ -324,9 +429,9 @@ int cmd_submit(int argc, char **argv)
 }
 
 /* The calls of `jobs` and `cancel`: `method` on `url` (the server's job API), which
- * answers 200 with JSON.  Returns CLI_EXIT_OK with *j the parsed reply (NULL when it is
- * not JSON; json_decref it), or CLI_EXIT_SERVER after printing why (`what` names the
- * call). */
+ * answers 200 with JSON.  Returns CLI_EXIT_OK with *j the parsed reply (json_decref it),
+ * or CLI_EXIT_SERVER after printing why, a reply that is not JSON included (`what`
+ * names the call). */
 static int call_api(const char *method, const char *url, const char *token, const char *what,
                     json_t **j)
 {
@@ -338,8 +443,8 @@ static int call_api(const char *method, const char *url, const char *token, cons
     } else if (r.status != 200) {
         print_problem(what, &r);
         x = CLI_EXIT_SERVER;
-    } else {
-        *j = json_loads(r.body, 0, NULL);
+    } else if (!(*j = parse_answer(what, &r))) {
+        x = CLI_EXIT_SERVER;
     }
     free(r.body);
     return x;
@@ -355,21 +460,32 @@ int cmd_jobs(int argc, char **argv)
     snprintf(url, sizeof(url), "%s/api/v1/jobs", o.server);
     json_t *a = NULL;
     int x = call_api("GET", url, NULL, "jobs", &a);
+    if (x == CLI_EXIT_OK && !json_is_array(a)) {
+        cli_msg("jobs: the server's answer is JSON but not a list of jobs (an array)");
+        x = CLI_EXIT_SERVER;
+    }
     if (x == CLI_EXIT_OK) {
         printf("%-16s  %-14s  %-9s  %6s  %-24s  %s\n", "ID", "TYPE", "STATE", "DONE", "CREATED",
                "RESULT");
         size_t k;
         json_t *j;
         json_array_foreach(a, k, j) {
+            if (!json_is_object(j) || !json_is_string(json_object_get(j, "id")) ||
+                !json_is_string(json_object_get(j, "state"))) {
+                cli_msg("jobs: entry %zu of the server's answer is not a job (an object with "
+                        "\"id\" and \"state\" strings)", k + 1);
+                x = CLI_EXIT_SERVER;
+                continue;
+            }
             json_t *pr = json_object_get(j, "progress");
-            const char *ds = json_string_value(
+            char id[128], type[128], state[64], created[64], ds[256];
+            const char *dsv = json_string_value(
                 json_object_get(json_object_get(j, "result"), "dataset"));
-            printf("%-16s  %-14s  %-9s  %5.1f%%  %-24s  %s\n",
-                   json_string_value(json_object_get(j, "id")),
-                   json_string_value(json_object_get(j, "type")),
-                   json_string_value(json_object_get(j, "state")),
+            printf("%-16s  %-14s  %-9s  %5.1f%%  %-24s  %s\n", field(j, "id", id, sizeof id),
+                   field(j, "type", type, sizeof type), field(j, "state", state, sizeof state),
                    100.0 * json_number_value(json_object_get(pr, "fraction")),
-                   json_string_value(json_object_get(j, "created")), ds ? ds : "");
+                   field(j, "created", created, sizeof created),
+                   dsv ? cli_safe(dsv, ds, sizeof ds) : "");
         }
     }
     json_decref(a);
@@ -388,8 +504,9 @@ int cmd_cancel(int argc, char **argv)
     snprintf(url, sizeof(url), "%s/api/v1/jobs/%s", o.server, argv[i]);
     json_t *j = NULL;
     int x = call_api("DELETE", url, o.token, "cancel", &j);
+    char id[128], state[64];
     if (x == CLI_EXIT_OK)
-        printf("%s %s\n", argv[i], j ? json_string_value(json_object_get(j, "state")) : "?");
+        printf("%s %s\n", cli_safe(argv[i], id, sizeof id), field(j, "state", state, sizeof state));
     json_decref(j);
     curl_global_cleanup();
     return x;

@@ -18,6 +18,7 @@
 #include "engine/fits/fitsimg.h"
 #include "engine/mosaic/mosaic.h"
 #include "engine/base/error.h"
+#include "engine/base/fileio.h"
 #include "engine/base/pool.h"
 
 static const char mosaic_usage[] =
@@ -87,15 +88,20 @@ static int read_target_cards(const char *arg, char **cards, int *nkeys)
         cli_msg("mosaic: bad HDU number in '%s'", arg);
         return CLI_EXIT_FAIL;
     }
-    FILE *fp = fopen(path, "rb");
+    char err[256] = "";
+    int fd = tess_open_regular(path, 0, NULL, err, sizeof err);
+    FILE *fp = fd < 0 ? NULL : fdopen(fd, "rb");
     if (!fp) {
-        cli_msg("cannot open target '%s': %s", path, strerror(errno));
+        if (fd >= 0) {
+            tess_seterr(err, sizeof err, "cannot open %s: %s", path, strerror(errno));
+            close(fd);
+        }
+        cli_msg("cannot read the target: %s", err);
         free(path);
         return CLI_EXIT_FAIL;
     }
     char head[81] = "";
     size_t got = fread(head, 1, 81, fp);
-    char err[256] = "";
     int rc = CLI_EXIT_FAIL;
     if (got == 81 && memcmp(head, "SIMPLE  =", 9) == 0 && !memchr(head, '\n', 81)) {
         fclose(fp);
@@ -359,6 +365,14 @@ int cmd_mosaic(int argc, char **argv)
     }
     rc = CLI_EXIT_FAIL;
     if (!cli_output_ok("tessera", out))
+        goto done;
+    int thdu = 0;
+    char *tpath = target ? split_path_hdu(target, &thdu) : NULL;
+    paths[n] = tpath;   /* the target is an input too (paths has argc entries) */
+    int distinct = cli_output_not_input("tessera", out, (const char *const *)paths, n + 1);
+    paths[n] = NULL;
+    free(tpath);
+    if (!distinct)
         goto done;
     if (target && read_target_cards(target, &tcards, &sp.target_nkeys) != CLI_EXIT_OK)
         goto done;

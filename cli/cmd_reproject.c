@@ -15,6 +15,7 @@
 #include "cli/common.h"
 #include "cli/progress.h"
 #include "engine/base/byteswap.h"
+#include "engine/base/checked.h"
 #include "engine/base/error.h"
 #include "engine/base/fileio.h"
 #include "engine/base/hugemem.h"
@@ -182,16 +183,14 @@ static int read_input(pool *workers, int threads, const char *path, int hdu, inp
                 "length 1)", path, naxis);
         goto fail;
     }
-    if (naxis < 2 || naxes[0] < 1 || naxes[1] < 1) {
+    /* fitsimg_read_info has checked the structure: every NAXISn >= 1, the data unit
+     * within the file (fitscard_check_image). */
+    if (naxis < 2) {
         cli_msg("HDU %d of '%s' is not an image (NAXIS = %d)", hdu, path, naxis);
         goto fail;
     }
     if (naxis >= 3)
         nz = naxes[2];
-    if (nz < 1) {
-        cli_msg("'%s' has an empty third axis", path);
-        goto fail;
-    }
     if (skywcs_parse(fi->header, fi->nkeys, &in->wcs, err, sizeof err)) {
         cli_msg("'%s' has no usable WCS: %s", path, err);
         goto fail;
@@ -204,25 +203,18 @@ static int read_input(pool *workers, int threads, const char *path, int hdu, inp
         goto fail;
     }
     int f32 = bitpix == 8 || bitpix == 16 || bitpix == -32;
-    size_t n = (size_t)naxes[0] * (size_t)naxes[1] * (size_t)nz;
-    /* A data unit longer than the file (a truncated file, or a header that lies about
-     * NAXISn) is named as such before anything is allocated for it.  Tile-compressed
-     * images keep their pixels in a table of their own size: not checked here. */
-    if (fi->data_offset >= 0) {
-        double need = (double)fi->data_offset + (double)n * (double)(abs(bitpix) / 8);
-        if (need > (double)fi->file_size) {
-            cli_msg("'%s' is shorter than its header says: %ld x %ld x %ld values of BITPIX %d "
-                    "need %.0f bytes, the file has %lld", path, naxes[0], naxes[1], nz, bitpix,
-                    need, fi->file_size);
-            goto fail;
-        }
+    size_t es = f32 ? sizeof(float) : sizeof(double), bytes;
+    if (tess_size_dims(es, (const long[]){naxes[0], naxes[1], nz}, 3, &bytes)) {
+        cli_msg("'%s': %ld x %ld x %ld values are too many to hold", path, naxes[0], naxes[1],
+                nz);
+        goto fail;
     }
+    size_t n = bytes / es;
     in->cube.dtype = f32 ? RP_F32 : RP_F64;
     in->cube.nx = naxes[0];
     in->cube.ny = naxes[1];
     in->cube.nz = nz;
-    size_t es = f32 ? sizeof(float) : sizeof(double);
-    in->cube.data = tess_alloc_huge(n * es);
+    in->cube.data = tess_alloc_huge(bytes);
     if (!in->cube.data) {
         cli_msg("out of memory for the input (%zu pixels)", n);
         goto fail;
@@ -563,7 +555,9 @@ int cmd_reproject(int argc, char **argv)
     have_sigth = cli_signals_start(cli_signal_flag, &cancel, &sigth);
     pool *workers = cli_workers_new(threads);
 
-    if (!cli_output_ok("tessera", a.out_path)) {
+    const char *inputs[2] = { a.in_path, a.target_path };
+    if (!cli_output_ok("tessera", a.out_path)
+        || !cli_output_not_input("tessera", a.out_path, inputs, 2)) {
         rc = CLI_EXIT_FAIL;
         goto done;
     }
@@ -571,6 +565,11 @@ int cmd_reproject(int argc, char **argv)
     double t_read = cli_now_s();
     if (rc != CLI_EXIT_OK)
         goto done;
+    if (atomic_load(&cancel)) {     /* a signal while the input was read */
+        cli_msg("interrupted; nothing written");
+        rc = CLI_EXIT_INTERRUPTED;
+        goto done;
+    }
     rc = CLI_EXIT_FAIL;
     int target_fits = 0;
     if (fitsimg_read_cards(a.target_path, a.target_hdu, MAX_CARDS, &tcards, &tkeys,

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "engine/base/error.h"
+#include "engine/base/fileio.h"
 
 void cli_msg(const char *fmt, ...)
 {
@@ -20,6 +21,79 @@ void cli_msg(const char *fmt, ...)
     vfprintf(stderr, fmt, ap);
     fputc('\n', stderr);
     va_end(ap);
+}
+
+/* The length (2..4) of the UTF-8 sequence at s (n bytes left) and its code point, or 0
+ * when it is not a well-formed sequence (overlong, surrogate, past U+10FFFF, cut). */
+static size_t utf8_seq(const unsigned char *s, size_t n, unsigned long *cp)
+{
+    size_t k = s[0] >= 0xC2 && s[0] <= 0xDF ? 2 : s[0] >= 0xE0 && s[0] <= 0xEF ? 3
+             : s[0] >= 0xF0 && s[0] <= 0xF4 ? 4 : 0;
+    if (k == 0 || n < k)
+        return 0;
+    unsigned long v = s[0] & (0x7F >> k);
+    for (size_t i = 1; i < k; i++) {
+        if ((s[i] & 0xC0) != 0x80)
+            return 0;
+        v = v << 6 | (s[i] & 0x3F);
+    }
+    static const unsigned long least[5] = { 0, 0, 0x80, 0x800, 0x10000 };
+    if (v < least[k] || v > 0x10FFFF || (v >= 0xD800 && v <= 0xDFFF))
+        return 0;
+    *cp = v;
+    return k;
+}
+
+/* 1 for the characters a terminal or a bidirectional renderer acts on. */
+static int cp_escaped(unsigned long cp)
+{
+    return cp < 0xA0 || cp == 0x2028 || cp == 0x2029 || (cp >= 0x202A && cp <= 0x202E) ||
+           (cp >= 0x2066 && cp <= 0x2069);
+}
+
+const char *cli_safe_bytes(const void *p, size_t n, char *buf, size_t len)
+{
+    const unsigned char *s = p;
+    size_t o = 0;
+    if (len == 0)
+        return buf;
+    for (size_t i = 0; i < n;) {
+        char piece[16];
+        size_t k = 1, plen;
+        unsigned long cp = 0;
+        if (s[i] >= 0x20 && s[i] < 0x7F && s[i] != '\\') {
+            piece[0] = (char)s[i];
+            plen = 1;
+        } else if (s[i] == '\\') {
+            memcpy(piece, "\\\\", 2);
+            plen = 2;
+        } else if (s[i] >= 0x80 && (k = utf8_seq(s + i, n - i, &cp)) > 0 && !cp_escaped(cp)) {
+            memcpy(piece, s + i, k);
+            plen = k;
+        } else if (k > 0 && s[i] >= 0x80) {
+            plen = (size_t)snprintf(piece, sizeof piece, "\\u%04lx", cp);
+        } else {
+            k = 1;
+            plen = (size_t)snprintf(piece, sizeof piece, "\\x%02x", s[i]);
+        }
+        if (o + plen + 4 > len) {   /* kept: o + 4 <= len, room for "..." and the NUL */
+            if (len >= 4) {
+                memcpy(buf + o, "...", 3);
+                o += 3;
+            }
+            break;
+        }
+        memcpy(buf + o, piece, plen);
+        o += plen;
+        i += k;
+    }
+    buf[o < len ? o : len - 1] = '\0';
+    return buf;
+}
+
+const char *cli_safe(const char *s, char *buf, size_t len)
+{
+    return s ? cli_safe_bytes(s, strlen(s), buf, len) : cli_safe_bytes("-", 1, buf, len);
 }
 
 /* ---- option parsing ---- */
@@ -227,12 +301,26 @@ int cli_output_ok(const char *prog, const char *path)
     struct stat st;
     if (lstat(path, &st) != 0 || S_ISREG(st.st_mode))
         return 1;   /* a missing directory or a denied access is reported when creating */
-    const char *what = S_ISDIR(st.st_mode)    ? "a directory"
-                       : S_ISLNK(st.st_mode)  ? "a symbolic link"
-                       : S_ISFIFO(st.st_mode) ? "a FIFO"
-                       : S_ISSOCK(st.st_mode) ? "a socket"
-                                              : "a device";
     fprintf(stderr, "%s: cannot write '%s': it is %s, which the output (a new file renamed "
-            "into place) would replace; give the path of a regular file\n", prog, path, what);
+            "into place) would replace; give the path of a regular file\n", prog, path,
+            tess_file_kind(st.st_mode));
     return 0;
+}
+
+int cli_output_not_input(const char *prog, const char *out, const char *const *inputs, int n)
+{
+    struct stat so, si;
+    if (stat(out, &so) != 0)
+        return 1;   /* not there: no input can be it */
+    for (int i = 0; i < n; i++) {
+        if (!inputs[i] || stat(inputs[i], &si) != 0)
+            continue;   /* a missing input is reported when it is read */
+        if (si.st_dev == so.st_dev && si.st_ino == so.st_ino) {
+            fprintf(stderr, "%s: -o '%s' is the input '%s' (the same file): the output, "
+                    "renamed into place, would destroy it; choose another output name\n",
+                    prog, out, inputs[i]);
+            return 0;
+        }
+    }
+    return 1;
 }

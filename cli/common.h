@@ -23,6 +23,18 @@ enum {
 /* Prints "tessera: <message>\n" on stderr. */
 void cli_msg(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
+/* Writes the n bytes at p into buf (len bytes, NUL-terminated; cut with "..." when too
+ * long) fit for a terminal: printable ASCII and UTF-8 characters from U+00A0 up pass as
+ * they are; control characters (C0, DEL, C1 U+0080..U+009F), bidirectional overrides
+ * (U+202A..U+202E, U+2066..U+2069), line and paragraph separators, bytes that are not
+ * UTF-8 and the backslash are written escaped (\x1b, \u202e, \\), so that text from a
+ * server or a file cannot move the cursor, recolour or retitle the terminal.  Returns
+ * buf.  Cannot fail. */
+const char *cli_safe_bytes(const void *p, size_t n, char *buf, size_t len);
+
+/* cli_safe_bytes of the string s; NULL gives "-".  Returns buf.  Cannot fail. */
+const char *cli_safe(const char *s, char *buf, size_t len);
+
 /* ---- option parsing ---- */
 
 /* Splits "path[N]" into a malloc'd path and N (0-based HDU); a name without a trailing
@@ -95,5 +107,12 @@ int cli_read_values(pool *workers, int threads, const char *path, int hdu,
  * directory, device, FIFO, socket or symbolic link there would be replaced as a node,
  * not written into: prints "PROG: cannot write 'PATH': ..." to stderr and returns 0. */
 int cli_output_ok(const char *prog, const char *path);
+
+/* Whether output `out` is none of the n files `inputs` (NULL entries skipped): 1 when it
+ * does not exist or is another file; 0 after printing "PROG: -o 'OUT' is the input
+ * 'IN' ..." when it is the same file as one of them (the same device and inode, whatever
+ * names, symbolic or hard links lead there), which the output, renamed over it, would
+ * destroy.  Called before any work. */
+int cli_output_not_input(const char *prog, const char *out, const char *const *inputs, int n);
 
 #endif

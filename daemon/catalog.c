@@ -2,8 +2,11 @@
 #include "daemon/catalog.h"
 #include "engine/fits/fitsimg.h"
 #include "engine/image/stack.h"
+#include "engine/base/checked.h"
 #include "engine/base/error.h"
 #include "engine/base/clock.h"
+#include "engine/base/fileio.h"
+#include "engine/base/hash.h"
 
 #include <glob.h>
 #include <errno.h>
@@ -28,26 +31,25 @@ struct ds_state {
     stack *reader;           /* lazy reader of the pixels (engine/image/stack.h) */
 };
 
-/* Size and mtime of every path folded into a version string; a path that cannot be
- * stat(2)ed contributes a marker so that deletion changes the version too. */
+/* The identity of every path (tess_file_id: inode, size, mtime, ctime; for the first
+ * path also the hash of its header block) folded into a version string "<total size in
+ * hex>-<hash>"; a path that cannot be stat(2)ed, or read for the header block, adds a
+ * marker instead, so that deletion changes the version too. */
 static void compute_version(const dataset *d, char *out, size_t len)
 {
-    unsigned long long size = 0, h = 1469598103934665603ULL;
+    unsigned long long size = 0;
+    uint64_t h = TESS_FNV64_OFFSET;
     for (int i = 0; i < d->npaths; i++) {
-        struct stat st;
-        unsigned long long v[2] = {0xdeadULL, (unsigned long long)i};
-        if (stat(d->paths[i], &st) == 0) {
-            size += (unsigned long long)st.st_size;
-            v[0] = (unsigned long long)st.st_mtim.tv_sec * 1000000000ULL +
-                   (unsigned long long)st.st_mtim.tv_nsec;
-            v[1] = (unsigned long long)st.st_size;
-        }
-        for (int k = 0; k < 2; k++) {
-            h ^= v[k];
-            h *= 1099511628211ULL;
+        tess_file_id id;
+        if (tess_file_id_of(d->paths[i], i == 0, &id, NULL, 0) == 0) {
+            size += (unsigned long long)id.size;
+            h = tess_file_id_hash(&id, h);
+        } else {
+            unsigned long long gone[2] = {0xdeadULL, (unsigned long long)i};
+            h = tess_fnv1a64(gone, sizeof(gone), h);
         }
     }
-    snprintf(out, len, "%llx-%llx", size, h);
+    snprintf(out, len, "%llx-%llx", size, (unsigned long long)h);
 }
 
 const char *dataset_version(const dataset *d, char *out, size_t len)
@@ -235,6 +237,13 @@ static int open_one(const tess_config *cfg, const ds_config *dc, int trusted, da
         }
         fitsimg_info_release(&info);
     }
+    size_t vol;
+    if (tess_size_dims(sizeof(double), (const long[]){d->nx, d->ny, d->nz}, 3, &vol)) {
+        tess_seterr(err, errlen, "dataset '%s': %ld x %ld x %ld pixels: the volume is too "
+                    "large to address (its values as doubles pass %zu bytes)", d->name, d->nx,
+                    d->ny, d->nz, TESS_SIZE_MAX);
+        return TESS_ERANGE;
+    }
     d->state = calloc(1, sizeof(*d->state));
     if (!d->state)
         return no_memory(dc->name, err, errlen);
@@ -247,9 +256,10 @@ static int open_one(const tess_config *cfg, const ds_config *dc, int trusted, da
     if (!d->state->reader)
         return no_memory(dc->name, err, errlen);
 
-    /* A header without WCS keywords still parses (wcslib gives linear pixel axes);
-     * only the celestial part matters for reprojection.  Out of memory is an error, not
-     * a dataset without WCS. */
+    /* A header without WCS keywords, or with one that breaks the validity rule
+     * (skywcs.h), leaves a dataset of pixels alone; the reason for a refused WCS is kept
+     * for the sky routes to give.  Only the celestial part matters for reprojection.  Out
+     * of memory is an error, not a dataset without WCS. */
     rc = skywcs_parse(d->header, d->nkeys, &d->wcs, why, sizeof(why));
     if (rc == TESS_ENOMEM)
         return no_memory(dc->name, err, errlen);
@@ -257,8 +267,8 @@ static int open_one(const tess_config *cfg, const ds_config *dc, int trusted, da
         d->cel = skywcs_celestial(d->wcs);
         if (!d->cel && skywcs_has_celestial(d->wcs))
             return no_memory(dc->name, err, errlen);
-    } else {
-        d->wcs = NULL;
+    } else if (rc != TESS_ENOWCS) {
+        snprintf(d->wcs_error, sizeof(d->wcs_error), "%s", why);
     }
     return 0;
 }

@@ -25,9 +25,13 @@ typedef struct dataset {
     int nkeys;
     skywcs *wcs;         /* full WCS of the header, or NULL when it has none; read-only */
     skywcs *cel;         /* its celestial 2-D part, or NULL; read-only: copy before use */
+    char wcs_error[256]; /* why the header's WCS was refused (skywcs_parse's reason: the
+                            validity rule), or "" when it has none or it was accepted; a
+                            refused WCS leaves wcs and cel NULL (pixels only) */
     int hips_galactic;   /* HiPS frame: 1 galactic, 0 equatorial */
-    char version[64];    /* identity of the file contents when opened (size and mtime of
-                            every path); use dataset_version() for the current one */
+    char version[64];    /* identity of the file contents when opened (inode, size, mtime
+                            and ctime of every path, the first one's header block); use
+                            dataset_version() for the current one */
     struct ds_state *state; /* private: the current version, rechecked once a second */
 } dataset;
 
@@ -42,8 +46,9 @@ typedef struct catalog {
 } catalog;
 
 /* Opens every dataset of `cfg`: resolves paths against the data roots (a path that
- * resolves outside every root is refused), reads each header and WCS, checks that the
- * frames of a stack share one 2-D shape.  Returns 0, or TESS_EIO / TESS_EINVAL /
+ * resolves outside every root is refused), reads each header and WCS (a WCS that breaks
+ * the validity rule of skywcs_parse is not used: the dataset is served for its pixels,
+ * the reason in wcs_error), checks that the frames of a stack share one 2-D shape.  Returns 0, or TESS_EIO / TESS_EINVAL /
  * TESS_ENOMEM with `err` naming the dataset and the reason. */
 int catalog_open(const tess_config *cfg, catalog **out, char *err, size_t errlen);
 
@@ -76,26 +81,32 @@ int dataset_read_region(const dataset *d, long z, long x0, long y0, long w, long
 struct stack;
 struct stack *dataset_stack(const dataset *d);
 
-/* The current identity of the dataset's files ("<size>-<mtime hash>" in hex), copied to
- * `out`: the files are stat(2)ed again when the last check is more than a second old, so
- * a replaced or rewritten file changes it.  Put it in every cache key so that a changed
- * source is never served from the cache.  Thread-safe.  Returns `out`.
+/* The current identity of the dataset's files ("<size>-<hash>" in hex: the hash of the
+ * tess_file_id of every path, engine/base/fileio.h, inode, size, mtime and ctime, and of
+ * the first path's header block), copied to `out`: the files are looked at again when
+ * the last check is more than a second old, so a replaced or rewritten file changes it,
+ * even one that kept its size and mtime (ctime cannot be set back).  Put it in every
+ * cache key, the disk tier's included, so that a changed source is never served from a
+ * cache.  Thread-safe.  Returns `out`.
  *
  * What is guaranteed when a dataset's file changes while it is served (tests/daemon/
- * test_faults.c checks each point):
- *  - Replaced (rename(2) over it, or rewritten with another size or mtime): every route
- *    answers from the new file at most about a second after the change (this check's
- *    interval), cached answers (memory and disk tiers) included.  Within that second an
- *    answer cached before the change may still be served, and an answer may be cached
- *    under the old version with the new pixels (never the reverse: the pixel readers,
- *    engine/image/stack and daemon/cache/planes, stat(2) the file at every read, after the key was
- *    made, so what is cached under a version is never older than that version).
+ * test_faults.c and test_hostile_files.c check each point):
+ *  - Replaced (rename(2) over it, or rewritten in place, with or without its old size
+ *    and mtime set back): every route answers from the new file at most about a second
+ *    after the change (this check's interval), cached answers (memory and disk tiers)
+ *    included.  Within that second an answer cached before the change may still be
+ *    served, and an answer may be cached under the old version with the new pixels
+ *    (never the reverse: the pixel readers, engine/image/stack and daemon/cache/planes,
+ *    stat(2) the file at every read, after the key was made, and map or read it again
+ *    when its identity changed, so what is cached under a version is never older than
+ *    that version).
  *  - Truncated or deleted: 500 problem+json naming the file and the reason, no crash; a
  *    read racing with a truncation of a memory-mapped file gets TESS_EIO through
  *    engine/base/mapguard.h instead of SIGBUS.  Restored, it is served again as above.
  *  - Not guaranteed: a file rewritten in place (same inode) while a request reads it may
- *    give that request a mix of old and new pixels; replace files by rename(2).  A change
- *    that keeps size and mtime (to the nanosecond) is not seen. */
+ *    give that request a mix of old and new pixels; replace files by rename(2).  Only the
+ *    pixels are read anew: the header, WCS and shape are those read at start (a file
+ *    whose shape changed answers 500 until the server is restarted). */
 const char *dataset_version(const dataset *d, char *out, size_t len);
 
 /* Attaches a profile-friendly copy of the dataset (the product of a rechunk job, at the

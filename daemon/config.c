@@ -1,6 +1,8 @@
 /* Daemon configuration: JSON (jansson) with strict keys, demo defaults, listen address. */
 #include "daemon/config.h"
+#include "engine/base/decodelimit.h"
 #include "engine/base/error.h"
+#include "engine/base/fileio.h"
 
 #include <errno.h>
 #include <jansson.h>
@@ -9,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 int config_init(tess_config *c)
 {
@@ -22,10 +25,19 @@ int config_init(tess_config *c)
     c->planes_memory_mb = 1024;
     c->max_output_pixels = 16777216;
     c->max_body_mb = 64;
+    c->max_bodies_mb = 256;
+    c->max_decoded_mb = DECODELIMIT_DEFAULT_MB;
+    c->max_input_pixels = (long long)DECODELIMIT_DEFAULT_PIXELS;
     c->max_queued_jobs = 64;
+    c->jobs_memory_mb = 4096;
+    c->jobs_max_product_mb = 8192;
+    c->jobs_disk_mb = 65536;
     c->max_queue = 256;
     c->max_connections = 256;
     c->connection_timeout_s = 30;
+    c->max_connections_per_address = 64;
+    c->header_timeout_s = 10;
+    c->shutdown_grace_s = 10;
     c->error_log = strdup("-");
     if (!c->error_log)
         return TESS_ENOMEM;
@@ -174,6 +186,41 @@ static int get_str(json_t *obj, const char *key, const char *where, char **out, 
     return 0;
 }
 
+/* jobs.token, when a string: a secret of JOBS_TOKEN_MIN or more visible ASCII characters
+ * (0x21-0x7e: what an Authorization header carries unchanged).  An empty one would read as
+ * "no authentication"; a short one is guessed.  null or absent: no token, the job
+ * endpoints are open (as documented). */
+#define JOBS_TOKEN_MIN 16
+static int check_jobs_token(const json_t *v, char *err, size_t errlen)
+{
+    if (!json_is_string(v))
+        return 0;
+    const char *s = json_string_value(v);
+    size_t n = json_string_length(v), visible = 0;
+    int bad = strlen(s) != n;
+    for (size_t i = 0; i < n; i++) {
+        unsigned char ch = (unsigned char)s[i];
+        bad |= ch < 0x21 || ch > 0x7e;
+        visible += ch > 0x20 && ch < 0x7f;
+    }
+    if (visible == 0) {
+        tess_seterr(err, errlen, "jobs.token is empty: give a secret of at least %d characters, "
+                    "or null for job endpoints without authentication", JOBS_TOKEN_MIN);
+        return TESS_EINVAL;
+    }
+    if (bad) {
+        tess_seterr(err, errlen, "jobs.token may hold only visible ASCII characters (no spaces, "
+                    "control or non-ASCII characters)");
+        return TESS_EINVAL;
+    }
+    if (n < JOBS_TOKEN_MIN) {
+        tess_seterr(err, errlen, "jobs.token has %zu characters: at least %d are needed", n,
+                    JOBS_TOKEN_MIN);
+        return TESS_EINVAL;
+    }
+    return 0;
+}
+
 /* Fails on any member of `obj` not in the NULL-terminated list `known`. */
 static int check_keys(json_t *obj, const char *where, const char *const *known, char *err,
                       size_t errlen)
@@ -198,10 +245,14 @@ static int load_json(json_t *root, tess_config *c, const char *base, char *err, 
     static const char *const top_keys[] = {"listen", "threads", "data_roots", "cache", "limits",
                                            "jobs", "datasets", "access_log", "error_log", NULL};
     static const char *const cache_keys[] = {"memory_mb", "planes_mb", "disk_dir", "disk_mb", NULL};
-    static const char *const limit_keys[] = {"max_output_pixels", "max_body_mb", "max_queued_jobs",
-                                             "max_queue", "max_connections",
-                                             "connection_timeout_s", NULL};
-    static const char *const job_keys[] = {"dir", "token", NULL};
+    static const char *const limit_keys[] = {"max_output_pixels", "max_body_mb", "max_bodies_mb",
+                                             "max_queued_jobs", "max_queue", "max_connections",
+                                             "max_connections_per_address",
+                                             "connection_timeout_s", "header_timeout_s",
+                                             "max_decoded_mb", "max_input_pixels",
+                                             "shutdown_grace_s", NULL};
+    static const char *const job_keys[] = {"dir", "token", "memory_mb", "max_product_mb",
+                                           "disk_mb", NULL};
     static const char *const ds_keys[] = {"name", "path", "hdu", "frames", "hips_frame", NULL};
     int rc;
     long long v;
@@ -300,6 +351,42 @@ static int load_json(json_t *root, tess_config *c, const char *base, char *err, 
         if ((rc = get_int(limits, "connection_timeout_s", "limits.", 1, 3600, &v, err, errlen)))
             return rc;
         c->connection_timeout_s = (int)v;
+        v = c->max_connections_per_address;
+        if ((rc = get_int(limits, "max_connections_per_address", "limits.", 1, 1 << 16, &v, err,
+                          errlen)))
+            return rc;
+        c->max_connections_per_address = (int)v;
+        v = c->header_timeout_s;
+        if ((rc = get_int(limits, "header_timeout_s", "limits.", 1, 3600, &v, err, errlen)))
+            return rc;
+        c->header_timeout_s = (int)v;
+        /* One body of max_body_mb must fit in the budget of all bodies: by default the
+         * budget grows to it, a smaller one given is an error. */
+        if (json_object_get(limits, "max_bodies_mb")) {
+            v = (long long)c->max_bodies_mb;
+            if ((rc = get_int(limits, "max_bodies_mb", "limits.", 1, 1 << 20, &v, err, errlen)))
+                return rc;
+            if ((size_t)v < c->max_body_mb) {
+                tess_seterr(err, errlen, "limits.max_bodies_mb (%lld) must be at least "
+                            "limits.max_body_mb (%zu)", v, c->max_body_mb);
+                return TESS_EINVAL;
+            }
+            c->max_bodies_mb = (size_t)v;
+        } else if (c->max_bodies_mb < c->max_body_mb) {
+            c->max_bodies_mb = c->max_body_mb;
+        }
+        v = (long long)c->max_decoded_mb;
+        if ((rc = get_int(limits, "max_decoded_mb", "limits.", 1, 1 << 24, &v, err, errlen)))
+            return rc;
+        c->max_decoded_mb = (size_t)v;
+        v = c->max_input_pixels;
+        if ((rc = get_int(limits, "max_input_pixels", "limits.", 1, 1LL << 40, &v, err, errlen)))
+            return rc;
+        c->max_input_pixels = v;
+        v = c->shutdown_grace_s;
+        if ((rc = get_int(limits, "shutdown_grace_s", "limits.", 0, 3600, &v, err, errlen)))
+            return rc;
+        c->shutdown_grace_s = (int)v;
     }
     if ((rc = get_str(root, "access_log", "", &c->access_log, err, errlen)) ||
         (rc = get_str(root, "error_log", "", &c->error_log, err, errlen)))
@@ -322,8 +409,21 @@ static int load_json(json_t *root, tess_config *c, const char *base, char *err, 
         if ((rc = check_keys(jobs, "jobs.", job_keys, err, errlen)))
             return rc;
         if ((rc = get_str(jobs, "dir", "jobs.", &c->jobs_dir, err, errlen)) ||
-            (rc = get_str(jobs, "token", "jobs.", &c->jobs_token, err, errlen)))
+            (rc = get_str(jobs, "token", "jobs.", &c->jobs_token, err, errlen)) ||
+            (rc = check_jobs_token(json_object_get(jobs, "token"), err, errlen)))
             return rc;
+        v = (long long)c->jobs_memory_mb;
+        if ((rc = get_int(jobs, "memory_mb", "jobs.", 16, 1 << 24, &v, err, errlen)))
+            return rc;
+        c->jobs_memory_mb = (size_t)v;
+        v = (long long)c->jobs_max_product_mb;
+        if ((rc = get_int(jobs, "max_product_mb", "jobs.", 1, 1 << 24, &v, err, errlen)))
+            return rc;
+        c->jobs_max_product_mb = (size_t)v;
+        v = (long long)c->jobs_disk_mb;
+        if ((rc = get_int(jobs, "disk_mb", "jobs.", 0, 1 << 30, &v, err, errlen)))
+            return rc;
+        c->jobs_disk_mb = (size_t)v;
         /* Like data_roots, a relative jobs.dir is relative to the configuration file. */
         if (c->jobs_dir && c->jobs_dir[0] != '/' && base) {
             size_t n = strlen(base) + strlen(c->jobs_dir) + 2;
@@ -415,7 +515,14 @@ int config_load_text(const char *text, tess_config *c, char *err, size_t errlen)
 int config_load_file(const char *path, tess_config *c, char *err, size_t errlen)
 {
     json_error_t je;
-    json_t *root = json_load_file(path, JSON_REJECT_DUPLICATES, &je);
+    /* A FIFO or a device named as the configuration is refused, not waited on. */
+    int fd = tess_open_regular(path, 0, NULL, err, errlen);
+    if (fd < 0) {
+        config_release(c);
+        return fd;
+    }
+    json_t *root = json_loadfd(fd, JSON_REJECT_DUPLICATES, &je);
+    close(fd);
     if (!root) {
         tess_seterr(err, errlen, "%s: %s (line %d, column %d)", path, je.text, je.line, je.column);
         config_release(c);

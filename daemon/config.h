@@ -27,15 +27,33 @@ typedef struct tess_config {
     size_t cache_disk_mb;        /* cache.disk_mb */
     long long max_output_pixels; /* limits.max_output_pixels, default 16777216 */
     size_t max_body_mb;          /* limits.max_body_mb, default 64 */
+    size_t max_bodies_mb;        /* limits.max_bodies_mb: request bodies held at once (all
+                                    requests together), default 256 or max_body_mb if more */
+    size_t max_decoded_mb;       /* limits.max_decoded_mb: the most one decoded input (a PNG
+                                    frame, a compression tile) may take, default 1024 */
+    long long max_input_pixels;  /* limits.max_input_pixels: the largest frame or tile
+                                    decoded, in pixels, default 2^28 */
     int max_queued_jobs;         /* limits.max_queued_jobs, default 64 */
     size_t max_queue;            /* pool queue length before 503, default 256 */
     int max_connections;         /* simultaneous connections, default 256 */
     int connection_timeout_s;    /* limits.connection_timeout_s: idle connection closed, default 30 */
+    int max_connections_per_address; /* limits.max_connections_per_address: connections from
+                                    one client address, more are closed at once; default 64 */
+    int header_timeout_s;        /* limits.header_timeout_s: a request line and its headers
+                                    must arrive within this, default 10 */
+    int shutdown_grace_s;        /* limits.shutdown_grace_s: seconds requests in flight get after
+                                    SIGTERM/SIGINT before tesserad exits anyway, default 10 */
     char *access_log;            /* access_log: Combined Log Format file, "-" = stderr, NULL = none */
     char *error_log;             /* error_log: JSON-lines file of 5xx and job failures, "-" = stderr
                                     (the default), NULL after "none" */
     char *jobs_dir;              /* jobs.dir, may be NULL */
-    char *jobs_token;            /* jobs.token, may be NULL */
+    char *jobs_token;            /* jobs.token, may be NULL (no authentication); from a file
+                                    at least 16 visible ASCII characters, no spaces */
+    size_t jobs_memory_mb;       /* jobs.memory_mb: memory of one job's blocks in flight and
+                                    its plan, default 4096 */
+    size_t jobs_max_product_mb;  /* jobs.max_product_mb: the largest product, default 8192 */
+    size_t jobs_disk_mb;         /* jobs.disk_mb: work files and products in jobs.dir with
+                                    what accepted jobs will write, default 65536; 0 = no total */
     ds_config *datasets;
     int n_datasets;
 } tess_config;
@@ -45,8 +63,9 @@ int config_init(tess_config *c);
 
 /* Reads the JSON configuration at `path` over the defaults.  Relative data_roots are
  * taken relative to the directory that holds the file.  Unknown keys, wrong types
- * and out-of-range values are errors naming the key (`err`).  Returns 0, TESS_EIO,
- * TESS_EINVAL or TESS_ENOMEM; on error `c` is released. */
+ * and out-of-range values are errors naming the key (`err`).  A path that is not a
+ * regular file (a FIFO, a device) is refused (tess_open_regular), never waited on.
+ * Returns 0, TESS_EIO, TESS_EINVAL or TESS_ENOMEM; on error `c` is released. */
 int config_load_file(const char *path, tess_config *c, char *err, size_t errlen);
 
 /* The same from JSON text. */

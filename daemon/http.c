@@ -1,5 +1,6 @@
 /* HTTP front end: libmicrohttpd daemon, replies with ETag/304, async pool work; routes in routes.c. */
 #include "daemon/http.h"
+#include "daemon/connwatch.h"
 #include "engine/image/stack.h"
 #include "daemon/problem.h"
 #include "daemon/routes.h"
@@ -8,34 +9,50 @@
 #include "daemon/oplog.h"
 #include "engine/base/clock.h"
 #include "engine/base/buf.h"
+#include "engine/base/decodelimit.h"
 #include "engine/base/error.h"
+#include "engine/base/lru.h"
 
 #include <arpa/inet.h>
+#include <errno.h>
+#include <linux/sockios.h>
 #include <microhttpd.h>
 #include <netinet/in.h>
+#include <poll.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <time.h>
 #include <unistd.h>
 
-/* Upper bounds on the request line: longer URLs get 414 before any parsing. */
+/* Upper bound on the request target (path and query, as sent): longer ones get 414
+ * before any parsing. */
 #define HTTP_MAX_URL 4096
 
 /* Histogram buckets of tessera_http_request_seconds. */
 static const double latency_buckets[] = {0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10};
 #define NBUCKETS (sizeof(latency_buckets) / sizeof(latency_buckets[0]))
 
+/* How often the suspension watcher looks at the sockets of suspended requests, ms. */
+#define SUSP_LOOK_MS 50
+
+/* The interim response that tells a client that closed from one that half-closed. */
+static const char probe_continue[] = "HTTP/1.1 100 Continue\r\n\r\n";
+
 /* One render in progress and the requests waiting for its answer. */
 typedef struct flight {
     struct flight *next;
     char *key;
+    hreq *leader;                     /* the request computing it */
     hreq *waiters;
 } flight;
 
+struct hreq_priv;
 /* Private server state beyond the public struct. */
 typedef struct tserver_priv {
     struct tserver pub;
@@ -50,18 +67,47 @@ typedef struct tserver_priv {
     unsigned long long latency_count;
     oplog *access;                    /* access_log, or NULL */
     int nconn;                        /* open connections (atomic) */
+    connwatch *watch;                 /* header deadlines (limits.header_timeout_s) */
+    size_t body_budget;               /* limits.max_bodies_mb in bytes */
+    size_t body_held;                 /* bytes of it reserved by requests (atomic) */
+    /* The suspension watcher: a thread that polls the sockets of suspended requests and
+     * cancels the work of clients that have gone. */
+    pthread_mutex_t susp_lock;        /* guards the list below and the fields it names */
+    pthread_cond_t susp_cond;         /* a first request is suspended, or the thread stops */
+    lru_list suspended;               /* suspended requests (hreq_priv.susp_node); the
+                                         order means nothing */
+    size_t nsuspended;
+    int susp_stop;
+    int susp_running;
+    pthread_t susp_thread;
+    struct pollfd *pfd;               /* the watcher's own poll set, pfd_cap entries */
+    struct hreq_priv **pfd_req;
+    size_t pfd_cap;
+    unsigned long long cancelled[3];  /* requests whose client had gone, by reply.cancelled
+                                         (atomic) */
 } tserver_priv;
 
 typedef struct hreq_priv {
     hreq pub;
     double start;                     /* tess_mono_s() at the request line */
-    size_t body_cap;
+    size_t body_cap;                  /* limits.max_body_mb in bytes */
+    size_t body_reserved;             /* bytes of the body budget this request holds, and
+                                         allocated for r->body (plus its NUL) */
+    int body_over_budget;             /* the upload would have passed limits.max_bodies_mb */
     char *raw_uri;                    /* the request target as sent (access log) */
+    size_t raw_len;                   /* its whole length (raw_uri is cut at HTTP_MAX_URL) */
     long arrival;                     /* time(2) of the request line */
     int sent_status;                  /* status queued, 0 = none yet */
     long long sent_bytes;             /* body bytes of that answer */
     int close_conn;                   /* answer with Connection: close */
     char proto[16];                   /* "HTTP/1.1" */
+    /* While suspended (susp_lock): */
+    lru_node susp_node;
+    int listed;                       /* on the list of suspended requests */
+    int fd;                           /* the connection's socket */
+    int gone;                         /* the client has closed (set by the watcher) */
+    int probed;                       /* its FIN was seen and the probe sent (or not due) */
+    int waiting;                      /* waits on another's render (flight_lock) */
 } hreq_priv;
 
 const char *hreq_arg(hreq *r, const char *key)
@@ -171,6 +217,197 @@ int hreq_try_cache(hreq *r)
     return 1;
 }
 
+/* ---- the suspension watcher: clients that leave --------------------------------------- */
+
+/* Puts a request that has just been suspended on the list.  Without its socket
+ * (libmicrohttpd gives none) it is not watched, and so never cancelled. */
+static void susp_add(tserver_priv *sp, hreq_priv *hp)
+{
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(hp->pub.conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+    if (!ci || ci->connect_fd == MHD_INVALID_SOCKET)
+        return;
+    pthread_mutex_lock(&sp->susp_lock);
+    hp->fd = ci->connect_fd;
+    lru_push_front(&sp->suspended, &hp->susp_node);
+    hp->listed = 1;
+    if (sp->nsuspended++ == 0)
+        pthread_cond_signal(&sp->susp_cond);
+    pthread_mutex_unlock(&sp->susp_lock);
+}
+
+/* Takes a request off the list, before it is resumed: from then on the watcher
+ * touches neither it nor its socket, and its `gone` may be read without the lock. */
+static void susp_remove(tserver_priv *sp, hreq_priv *hp)
+{
+    pthread_mutex_lock(&sp->susp_lock);
+    if (hp->listed) {
+        lru_remove(&sp->suspended, &hp->susp_node);
+        hp->listed = 0;
+        sp->nsuspended--;
+    }
+    pthread_mutex_unlock(&sp->susp_lock);
+}
+
+/* What the socket's poll events say of the client.  A reset or an error: it has gone.
+ * Its FIN alone: it has closed, or only half-closed and still reads (printf | nc -N),
+ * and nothing short of writing tells them apart -- so an HTTP/1.1 client whose socket
+ * has nothing left to send gets an interim "100 Continue" (RFC 9110 section 15.2: a
+ * client must accept unexpected 1xx responses), which a closed socket answers with a
+ * reset, seen at the next look.  HTTP/1.0 clients may not be sent 1xx: their FIN alone
+ * leaves the work running. */
+static void susp_look(hreq_priv *hp, short revents)
+{
+    if (revents & (POLLHUP | POLLERR)) {
+        hp->gone = 1;
+        return;
+    }
+    if (!(revents & POLLRDHUP) || hp->probed)
+        return;
+    if (strcmp(hp->proto, "HTTP/1.1") != 0) {
+        hp->probed = 1;
+        return;
+    }
+    int unsent = -1;
+    if (ioctl(hp->fd, SIOCOUTQ, &unsent) != 0 || unsent != 0)
+        return;               /* earlier bytes still in flight: look again later */
+    hp->probed = 1;
+    ssize_t w = send(hp->fd, probe_continue, sizeof probe_continue - 1,
+                     MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (w < 0 && (errno == EPIPE || errno == ECONNRESET))
+        hp->gone = 1;
+}
+
+/* Whether every request waiting on the render of `f` has gone (flight_lock held). */
+static int waiters_gone(const flight *f)
+{
+    for (hreq *w = f->waiters; w; w = w->next_waiter)
+        if (!((hreq_priv *)w)->gone)
+            return 0;
+    return 1;
+}
+
+/* One look at every watched socket (susp_lock held): marks the clients that have gone
+ * and sets the cancel flag of each computation that nobody waits for any more (its
+ * render, if shared, is taken out of the flight list so that no new request joins it).
+ * Returns how many flags it set. */
+static int susp_round_locked(tserver_priv *sp)
+{
+    if (sp->pfd_cap < sp->nsuspended) {
+        size_t cap = sp->nsuspended * 2;
+        struct pollfd *pfd = realloc(sp->pfd, cap * sizeof *pfd);
+        if (pfd)
+            sp->pfd = pfd;
+        hreq_priv **req = pfd ? realloc(sp->pfd_req, cap * sizeof *req) : NULL;
+        if (!req)
+            return 0;         /* no memory: look again next time */
+        sp->pfd_req = req;
+        sp->pfd_cap = cap;
+    }
+    nfds_t n = 0;
+    for (lru_node *node = sp->suspended.front; node; node = node->next) {
+        hreq_priv *hp = LRU_ENTRY(node, hreq_priv, susp_node);
+        if (!hp->gone) {
+            sp->pfd[n].fd = hp->fd;
+            sp->pfd[n].events = POLLRDHUP;
+            sp->pfd[n].revents = 0;
+            sp->pfd_req[n++] = hp;
+        }
+    }
+    if (n > 0 && poll(sp->pfd, n, 0) > 0)
+        for (nfds_t i = 0; i < n; i++)
+            if (sp->pfd[i].revents)
+                susp_look(sp->pfd_req[i], sp->pfd[i].revents);
+    int set = 0;
+    pthread_mutex_lock(&sp->flight_lock);
+    for (lru_node *node = sp->suspended.front; node; node = node->next) {
+        hreq_priv *hp = LRU_ENTRY(node, hreq_priv, susp_node);
+        hreq *r = &hp->pub;
+        if (!hp->gone || hp->waiting || atomic_load(&r->cancel))
+            continue;
+        flight *f = r->flight;
+        if (f) {
+            if (!waiters_gone(f))
+                continue;
+            for (flight **pp = &sp->flights; *pp; pp = &(*pp)->next)
+                if (*pp == f) {
+                    *pp = f->next;
+                    break;
+                }
+        }
+        r->cancel_v = 1;
+        atomic_store(&r->cancel, 1);
+        set++;
+    }
+    pthread_mutex_unlock(&sp->flight_lock);
+    return set;
+}
+
+/* The suspension watcher's thread: a round every SUSP_LOOK_MS while requests are suspended (it
+ * sleeps while none is), then the queued work of the clients that have gone is dropped
+ * at once (pool_drop_cancelled: their connections are resumed and closed from here). */
+static void *susp_main(void *arg)
+{
+    tserver_priv *sp = arg;
+    pthread_mutex_lock(&sp->susp_lock);
+    while (!sp->susp_stop) {
+        if (sp->nsuspended == 0) {
+            pthread_cond_wait(&sp->susp_cond, &sp->susp_lock);
+            continue;
+        }
+        int set = susp_round_locked(sp);
+        pthread_mutex_unlock(&sp->susp_lock);
+        if (set) {
+            pthread_mutex_lock(&sp->pool_lock);
+            if (sp->pub.workers)
+                pool_drop_cancelled(sp->pub.workers);
+            pthread_mutex_unlock(&sp->pool_lock);
+        }
+        struct timespec until;
+        clock_gettime(CLOCK_MONOTONIC, &until);
+        until.tv_nsec += SUSP_LOOK_MS * 1000000L;
+        if (until.tv_nsec >= 1000000000L) {
+            until.tv_sec++;
+            until.tv_nsec -= 1000000000L;
+        }
+        pthread_mutex_lock(&sp->susp_lock);
+        while (!sp->susp_stop && pthread_cond_timedwait(&sp->susp_cond, &sp->susp_lock,
+                                                         &until) == 0)
+            ;
+    }
+    pthread_mutex_unlock(&sp->susp_lock);
+    return NULL;
+}
+
+int hreq_cancelled(hreq *r)
+{
+    return atomic_load_explicit(&r->cancel, memory_order_relaxed) != 0;
+}
+
+void hreq_reply_cancelled(hreq *r)
+{
+    tile_release(r->rep.body);
+    r->rep.body = NULL;
+    r->rep.status = 0;
+    r->rep.cancelled = HREQ_STOPPED;
+}
+
+/* Ends a request's suspension: off the list, counted when its client has gone
+ * (then on_request closes the connection, if libmicrohttpd has not already), resumed. */
+static void resume(hreq *r)
+{
+    tserver_priv *sp = (tserver_priv *)r->srv;
+    hreq_priv *hp = (hreq_priv *)r;
+    susp_remove(sp, hp);
+    if (hp->gone) {
+        int stage = r->rep.cancelled == HREQ_DROPPED || r->rep.cancelled == HREQ_STOPPED
+                        ? r->rep.cancelled : 0;
+        __atomic_add_fetch(&sp->cancelled[stage], 1, __ATOMIC_RELAXED);
+    }
+    __atomic_store_n(&r->async_state, 2, __ATOMIC_RELEASE);
+    MHD_resume_connection(r->conn);
+}
+
 /* Ends the flight `r` leads: every waiter gets r's answer (its own reference to the
  * body) and is resumed.  Called before r itself is resumed, while r's reply is alive. */
 static void finish_flight(hreq *r)
@@ -194,9 +431,9 @@ static void finish_flight(hreq *r)
         w->rep.x_cache = r->rep.x_cache >= 0 ? 0 : -1;
         w->rep.cache_control = r->rep.cache_control;
         w->rep.retry_after = r->rep.retry_after;
+        w->rep.cancelled = r->rep.cancelled;
         __atomic_add_fetch(&sp->coalesced, 1, __ATOMIC_RELAXED);
-        __atomic_store_n(&w->async_state, 2, __ATOMIC_RELEASE);
-        MHD_resume_connection(w->conn);
+        resume(w);
         w = next;
     }
     free(f->key);
@@ -209,6 +446,7 @@ static void run_task(void *arg)
     hreq *r = arg;
     r->work(r);
     __atomic_add_fetch(&r->srv->renders, 1, __ATOMIC_RELAXED);
+    susp_remove((tserver_priv *)r->srv, (hreq_priv *)r);
     if (r->rep.status == 200 && r->rep.body && r->cache_key) {
         tilecache_put(r->srv->cache, r->cache_key, r->rep.body);
         if (r->srv->disk)
@@ -218,8 +456,18 @@ static void run_task(void *arg)
             r->rep.cache_control = "public, max-age=3600";
     }
     finish_flight(r);
-    __atomic_store_n(&r->async_state, 2, __ATOMIC_RELEASE);
-    MHD_resume_connection(r->conn);
+    resume(r);
+}
+
+/* Runs instead of run_task when the request's cancel flag was set before its work
+ * started: on the worker that took it, or on the watcher (pool_drop_cancelled). */
+static void drop_task(void *arg)
+{
+    hreq *r = arg;
+    susp_remove((tserver_priv *)r->srv, (hreq_priv *)r);
+    r->rep.cancelled = HREQ_DROPPED;
+    finish_flight(r);
+    resume(r);
 }
 
 int hreq_run_async(hreq *r, void (*work)(hreq *r), void *arg, void (*arg_free)(void *))
@@ -230,15 +478,24 @@ int hreq_run_async(hreq *r, void (*work)(hreq *r), void *arg, void (*arg_free)(v
     r->work_arg_free = arg_free;
     r->async_state = 1;
     MHD_suspend_connection(r->conn);
+    susp_add(sp, (hreq_priv *)r);
     if (r->cache_key) {
         pthread_mutex_lock(&sp->flight_lock);
-        flight *f = sp->flights;
-        while (f && strcmp(f->key, r->cache_key) != 0)
-            f = f->next;
+        flight **pp = &sp->flights;
+        while (*pp && strcmp((*pp)->key, r->cache_key) != 0)
+            pp = &(*pp)->next;
+        flight *f = *pp;
+        if (f && atomic_load(&f->leader->cancel)) {
+            /* Its client went before this one came (the watcher saw no waiter): leave
+             * it to end alone and compute afresh. */
+            *pp = f->next;
+            f = NULL;
+        }
         if (f) {
             /* The same render is running: wait for its answer. */
             r->next_waiter = f->waiters;
             f->waiters = r;
+            ((hreq_priv *)r)->waiting = 1;
             pthread_mutex_unlock(&sp->flight_lock);
             return 0;
         }
@@ -248,6 +505,7 @@ int hreq_run_async(hreq *r, void (*work)(hreq *r), void *arg, void (*arg_free)(v
             f = NULL;
         }
         if (f) {
+            f->leader = r;
             f->next = sp->flights;
             sp->flights = f;
             r->flight = f;
@@ -255,15 +513,16 @@ int hreq_run_async(hreq *r, void (*work)(hreq *r), void *arg, void (*arg_free)(v
         pthread_mutex_unlock(&sp->flight_lock);
     }
     pthread_mutex_lock(&sp->pool_lock);
-    int rc = sp->pub.workers ? pool_submit(sp->pub.workers, POOL_INTERACTIVE, run_task, r)
+    int rc = sp->pub.workers ? pool_submit_cancellable(sp->pub.workers, POOL_INTERACTIVE,
+                                                       run_task, drop_task, r, &r->cancel)
                              : TESS_EAGAIN;
     pthread_mutex_unlock(&sp->pool_lock);
     if (rc) {
+        susp_remove(sp, (hreq_priv *)r);
         problem_reply(r, 503, NULL, "the server is busy; retry shortly");
         r->rep.retry_after = 1;
         finish_flight(r);
-        r->async_state = 2;
-        MHD_resume_connection(r->conn);
+        resume(r);
     }
     return 0;
 }
@@ -322,6 +581,29 @@ void tserver_handle_metrics(hreq *r, const route_match *m)
                    "# TYPE tessera_renders_coalesced_total counter\n"
                    "tessera_renders_coalesced_total %llu\n",
                __atomic_load_n(&sp->coalesced, __ATOMIC_RELAXED));
+    buf_printf(&b, "# HELP tessera_http_open_connections Connections open now.\n"
+                   "# TYPE tessera_http_open_connections gauge\n"
+                   "tessera_http_open_connections %d\n"
+                   "# HELP tessera_http_header_timeouts_total Connections closed at "
+                   "limits.header_timeout_s.\n"
+                   "# TYPE tessera_http_header_timeouts_total counter\n"
+                   "tessera_http_header_timeouts_total %llu\n"
+                   "# HELP tessera_http_body_bytes Request-body bytes held (limits.max_bodies_mb).\n"
+                   "# TYPE tessera_http_body_bytes gauge\ntessera_http_body_bytes %zu\n",
+               __atomic_load_n(&sp->nconn, __ATOMIC_ACQUIRE), connwatch_cut_count(sp->watch),
+               __atomic_load_n(&sp->body_held, __ATOMIC_ACQUIRE));
+    buf_printf(&b, "# HELP tessera_requests_cancelled_total Requests whose client closed the "
+                   "connection while their work waited or ran (no answer; status 499 in the "
+                   "access log), by what became of the work: dropped from the queue, stopped "
+                   "at its next block row, or finished (too late to stop, or shared with a "
+                   "client still waiting).\n"
+                   "# TYPE tessera_requests_cancelled_total counter\n"
+                   "tessera_requests_cancelled_total{stage=\"queued\"} %llu\n"
+                   "tessera_requests_cancelled_total{stage=\"running\"} %llu\n"
+                   "tessera_requests_cancelled_total{stage=\"finished\"} %llu\n",
+               __atomic_load_n(&sp->cancelled[HREQ_DROPPED], __ATOMIC_RELAXED),
+               __atomic_load_n(&sp->cancelled[HREQ_STOPPED], __ATOMIC_RELAXED),
+               __atomic_load_n(&sp->cancelled[0], __ATOMIC_RELAXED));
     pthread_mutex_lock(&sp->pool_lock);
     size_t depth = sp->pub.workers ? pool_queue_depth(sp->pub.workers) : 0;
     pthread_mutex_unlock(&sp->pool_lock);
@@ -459,11 +741,191 @@ static enum MHD_Result send_reply(hreq *r)
     return ret;
 }
 
+/* ---- reading requests: framing, target length, body budget, header deadline -------- */
+
+/* The connection's entry in the header-deadline watcher, or NULL. */
+static connwatch_entry *watch_entry(struct MHD_Connection *conn)
+{
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+    return ci ? ci->socket_context : NULL;
+}
+
+/* What the Transfer-Encoding fields of a request say (RFC 9112, section 6.1). */
+typedef struct te_scan {
+    int fields;               /* Transfer-Encoding header lines */
+    int chunked;              /* codings named "chunked" */
+    int last_chunked;         /* the final coding named is "chunked" */
+    int exact;                /* one field, its whole value "chunked" (what libmicrohttpd
+                                 decodes; any other value it reads as "up to the end of
+                                 the connection") */
+    char other[32];           /* the first other coding, printable ASCII ("" none) */
+} te_scan;
+
+static enum MHD_Result scan_te(void *cls, enum MHD_ValueKind kind, const char *key,
+                               const char *value)
+{
+    te_scan *t = cls;
+    (void)kind;
+    if (strcasecmp(key, MHD_HTTP_HEADER_TRANSFER_ENCODING) != 0)
+        return MHD_YES;
+    t->exact = ++t->fields == 1 && strcasecmp(value, "chunked") == 0;
+    t->last_chunked = 0;
+    for (const char *p = value; *p;) {
+        size_t n = strcspn(p, ",");
+        const char *b = p, *e = p + n;
+        const char *semi = memchr(b, ';', n);   /* transfer parameters */
+        if (semi)
+            e = semi;
+        while (b < e && (*b == ' ' || *b == '\t'))
+            b++;
+        while (e > b && (e[-1] == ' ' || e[-1] == '\t'))
+            e--;
+        if (e > b) {   /* empty list elements are ignored */
+            size_t len = (size_t)(e - b);
+            t->last_chunked = len == 7 && strncasecmp(b, "chunked", 7) == 0;
+            t->chunked += t->last_chunked;
+            if (!t->last_chunked && !t->other[0]) {
+                size_t k = 0;
+                for (; k < len && k < sizeof(t->other) - 1; k++)
+                    t->other[k] = b[k] > ' ' && b[k] < 0x7f ? b[k] : '?';
+                t->other[k] = '\0';
+            }
+        }
+        p += n;
+        if (*p == ',')
+            p++;
+    }
+    return MHD_YES;
+}
+
+/* 0 when the request's body framing is one libmicrohttpd reads: no Transfer-Encoding, or
+ * "chunked" alone, without Content-Length, in HTTP/1.1.  Otherwise fills r's reply with
+ * 501 (a coding other than chunked) or 400 (a framing that cannot be read reliably) and
+ * returns -1; the connection is closed after the answer. */
+static int check_framing(hreq *r, const char *version)
+{
+    te_scan t;
+    memset(&t, 0, sizeof(t));
+    MHD_get_connection_values(r->conn, MHD_HEADER_KIND, scan_te, &t);
+    if (!t.fields)
+        return 0;
+    const char *te = MHD_HTTP_HEADER_TRANSFER_ENCODING;
+    if (strcmp(version, MHD_HTTP_VERSION_1_0) == 0)
+        problem_reply(r, 400, te, "HTTP/1.0 has no transfer codings: send Content-Length");
+    else if (!t.last_chunked)
+        problem_reply(r, 400, te, "the final transfer coding of a request must be chunked "
+                      "(RFC 9112, section 6.3)");
+    else if (t.other[0])
+        problem_reply(r, 501, te, "transfer coding '%s' is not supported: send the body "
+                      "chunked alone or with Content-Length", t.other);
+    else if (t.chunked > 1)
+        problem_reply(r, 400, te, "chunked is applied more than once");
+    else if (!t.exact)
+        problem_reply(r, 400, te, "Transfer-Encoding must be \"chunked\" alone, without "
+                      "parameters or blanks after it");
+    else if (hreq_header(r, MHD_HTTP_HEADER_CONTENT_LENGTH))
+        problem_reply(r, 400, te, "both Transfer-Encoding and Content-Length are given");
+    else
+        return 0;
+    ((hreq_priv *)r)->close_conn = 1;
+    return -1;
+}
+
+/* Reserves n bytes of limits.max_bodies_mb; 0, or -1 when they would pass it. */
+static int body_reserve(tserver_priv *sp, size_t n)
+{
+    size_t held = __atomic_load_n(&sp->body_held, __ATOMIC_RELAXED);
+    do {
+        if (n > sp->body_budget || held > sp->body_budget - n)
+            return -1;
+    } while (!__atomic_compare_exchange_n(&sp->body_held, &held, held + n, 1, __ATOMIC_ACQ_REL,
+                                          __ATOMIC_RELAXED));
+    return 0;
+}
+
+static void body_release(tserver_priv *sp, size_t n)
+{
+    if (n)
+        __atomic_sub_fetch(&sp->body_held, n, __ATOMIC_ACQ_REL);
+}
+
+/* Frees r's body and gives its budget back; the rest of the upload is discarded. */
+static void body_drop(hreq_priv *rp)
+{
+    free(rp->pub.body);
+    rp->pub.body = NULL;
+    rp->pub.body_len = 0;
+    body_release((tserver_priv *)rp->pub.srv, rp->body_reserved);
+    rp->body_reserved = 0;
+}
+
+/* 503 for a body that does not fit in limits.max_bodies_mb now. */
+static void reply_over_budget(hreq *r)
+{
+    ((hreq_priv *)r)->close_conn = 1;
+    problem_reply(r, 503, "body", "request bodies being received fill limits.max_bodies_mb = "
+                  "%zu MB; retry shortly", r->srv->cfg->max_bodies_mb);
+    r->rep.retry_after = 1;
+}
+
+/* Appends n bytes of upload to r's body.  A declared length was reserved whole by the
+ * first call; without one (chunked) the reservation grows by doubling.  Past
+ * limits.max_body_mb or the budget the body is dropped and the rest discarded (answered
+ * 413 or 503 at the end).  Returns 0, or TESS_ENOMEM. */
+static int body_append(hreq_priv *rp, const char *data, size_t n)
+{
+    hreq *r = &rp->pub;
+    tserver_priv *sp = (tserver_priv *)r->srv;
+    if (r->body_too_big || rp->body_over_budget)
+        return 0;
+    size_t need = r->body_len + n;
+    if (need > rp->body_cap) {
+        r->body_too_big = 1;
+        body_drop(rp);
+        return 0;
+    }
+    if (need > rp->body_reserved) {
+        size_t want = rp->body_reserved ? 2 * rp->body_reserved : 65536;
+        if (want < need)
+            want = need;
+        if (want > rp->body_cap)
+            want = rp->body_cap;
+        if (body_reserve(sp, want - rp->body_reserved)) {
+            want = need;
+            if (body_reserve(sp, want - rp->body_reserved)) {
+                rp->body_over_budget = 1;
+                body_drop(rp);
+                return 0;
+            }
+        }
+        char *nb = realloc(r->body, want + 1);
+        if (!nb) {
+            body_release(sp, want - rp->body_reserved);
+            return TESS_ENOMEM;
+        }
+        r->body = nb;
+        rp->body_reserved = want;
+    } else if (!r->body && !(r->body = malloc(rp->body_reserved + 1))) {
+        return TESS_ENOMEM;
+    }
+    memcpy(r->body + r->body_len, data, n);
+    r->body_len = need;
+    r->body[need] = '\0';
+    return 0;
+}
+
+/* Set by on_request when it ends the connection of a client that has gone, so that
+ * log_mhd leaves out the library's "internal error" message that follows on the same
+ * thread. */
+static __thread int closing_gone;
+
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url,
                                   const char *method, const char *version,
                                   const char *upload_data, size_t *upload_data_size,
                                   void **con_cls)
 {
+    closing_gone = 0;
     tserver *s = cls;
     hreq_priv *rp = *con_cls;
     if (!rp || !rp->pub.srv) {
@@ -488,9 +950,11 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         if (!r->url)
             return MHD_NO;   /* on_completed frees rp */
         rp->body_cap = s->cfg->max_body_mb * 1024 * 1024;
+        tserver_priv *sp0 = (tserver_priv *)s;
+        /* The request line and headers are in: no header deadline until the answer. */
+        connwatch_set(sp0->watch, watch_entry(conn), 0);
         /* Over limits.max_connections (the daemon itself admits some more, so that
          * they can be told): 503 with Retry-After, and the connection is closed. */
-        tserver_priv *sp0 = (tserver_priv *)s;
         if (__atomic_load_n(&sp0->nconn, __ATOMIC_ACQUIRE) > s->cfg->max_connections) {
             rp->close_conn = 1;
             problem_reply(r, 503, NULL, "too many connections (limits.max_connections = %d); "
@@ -498,10 +962,21 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
             r->rep.retry_after = 1;
             return send_reply(r);
         }
-        /* A declared body over the limit is refused before it is sent (this also
-         * answers "Expect: 100-continue" with 413 instead of 100). */
+        /* Refusals decided by the head alone are answered before any body is read
+         * (this also answers "Expect: 100-continue" with them instead of 100).  Body
+         * framing libmicrohttpd cannot read would otherwise be read to the end of the
+         * connection, and so never answered. */
+        if (check_framing(r, version))
+            return send_reply(r);
         const char *cl = MHD_lookup_connection_value(conn, MHD_HEADER_KIND,
                                                      MHD_HTTP_HEADER_CONTENT_LENGTH);
+        size_t target = rp->raw_len ? rp->raw_len : strlen(url);
+        if (target > HTTP_MAX_URL) {
+            rp->close_conn = cl || hreq_header(r, MHD_HTTP_HEADER_TRANSFER_ENCODING);
+            problem_reply(r, 414, NULL, "request target (path and query) longer than %d bytes",
+                          HTTP_MAX_URL);
+            return send_reply(r);
+        }
         if (cl) {
             char *end;
             unsigned long long n = strtoull(cl, &end, 10);
@@ -510,28 +985,22 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
                 routes_dispatch(r);
                 return send_reply(r);
             }
+            /* A declared body takes its share of limits.max_bodies_mb before it is
+             * read. */
+            if (*end == '\0' && n > 0) {
+                if (body_reserve(sp0, (size_t)n)) {
+                    reply_over_budget(r);
+                    return send_reply(r);
+                }
+                rp->body_reserved = (size_t)n;
+            }
         }
         return MHD_YES;
     }
     hreq *r = &rp->pub;
     if (*upload_data_size) {
-        if (!r->body_too_big) {
-            size_t n = *upload_data_size;
-            if (r->body_len + n > rp->body_cap) {
-                r->body_too_big = 1;
-                free(r->body);
-                r->body = NULL;
-                r->body_len = 0;
-            } else {
-                char *nb = realloc(r->body, r->body_len + n + 1);
-                if (!nb)
-                    return MHD_NO;
-                memcpy(nb + r->body_len, upload_data, n);
-                r->body = nb;
-                r->body_len += n;
-                r->body[r->body_len] = '\0';
-            }
-        }
+        if (body_append(rp, upload_data, *upload_data_size))
+            return MHD_NO;
         *upload_data_size = 0;
         return MHD_YES;
     }
@@ -540,8 +1009,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         return MHD_YES;   /* spurious call while suspended work runs */
     if (st == 0) {
         const char *nul = rp->raw_uri ? strstr(rp->raw_uri, "%00") : NULL;
-        if (strlen(url) > HTTP_MAX_URL)
-            problem_reply(r, 414, NULL, "URL longer than %d bytes", HTTP_MAX_URL);
+        if (rp->body_over_budget)
+            reply_over_budget(r);
         else if (nul) {
             /* A decoded NUL would cut a name short ("horsehead%00" is not "horsehead"). */
             const char *q = strchr(rp->raw_uri, '?');
@@ -549,8 +1018,15 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
                           "the request target contains an encoded NUL byte (%%00)");
         } else
             routes_dispatch(r);
-        if (r->async_state == 1)
+        /* The work may already be over (then it was resumed: answer it now). */
+        st = __atomic_load_n(&r->async_state, __ATOMIC_ACQUIRE);
+        if (st == 1)
             return MHD_YES;
+    }
+    if (st == 2 && (rp->gone || r->rep.cancelled)) {
+        /* Its client has gone: no answer, the connection is closed (499 in the log). */
+        closing_gone = 1;
+        return MHD_NO;
     }
     return send_reply(r);
 }
@@ -558,10 +1034,15 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
 static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
                          enum MHD_RequestTerminationCode toe)
 {
+    tserver_priv *sp = cls;
+    /* Kept alive, the connection's next request line is due within
+     * connection_timeout_s (the idle limit) and its headers header_timeout_s after it
+     * (on_uri_log moves the deadline then). */
+    connwatch_set(sp->watch, watch_entry(conn),
+                  tess_mono_s() + sp->pub.cfg->connection_timeout_s + sp->pub.cfg->header_timeout_s);
     hreq_priv *rp = *con_cls;
     if (!rp)
         return;
-    tserver_priv *sp = cls;
     hreq *r = &rp->pub;
     if (!r->srv) {
         /* The request line came, the request never reached on_request. */
@@ -608,7 +1089,7 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
     if (r->rep.file_fd > 0)
         close(r->rep.file_fd);
     free(r->cache_key);
-    free(r->body);
+    body_drop(rp);
     free(r->url);
     free(rp->raw_uri);
     free(rp);
@@ -616,29 +1097,40 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
 }
 
 /* Called by libmicrohttpd with the request target as sent, before on_request: keeps it
- * for the access log (the URL on_request gets is decoded, without the query). */
+ * for the access log and its length for the 414 limit (the URL on_request gets is
+ * decoded, without the query); the headers are due header_timeout_s from now. */
 static void *on_uri_log(void *cls, const char *uri, struct MHD_Connection *conn)
 {
-    (void)cls;
-    (void)conn;
+    tserver_priv *sp = cls;
+    connwatch_tighten(sp->watch, watch_entry(conn), tess_mono_s() + sp->pub.cfg->header_timeout_s);
     hreq_priv *rp = calloc(1, sizeof(*rp));
     if (rp) {
         rp->arrival = (long)time(NULL);
         rp->raw_uri = strndup(uri, HTTP_MAX_URL);
+        rp->raw_len = strlen(uri);
     }
     return rp;
 }
 
+/* Counts open connections and registers each socket with the header-deadline watcher:
+ * its first request line and headers are due within header_timeout_s of the accept.
+ * libmicrohttpd notifies the close before it closes the socket. */
 static void on_connection(void *cls, struct MHD_Connection *conn, void **socket_ctx,
                           enum MHD_ConnectionNotificationCode toe)
 {
     tserver_priv *sp = cls;
-    (void)conn;
-    (void)socket_ctx;
-    if (toe == MHD_CONNECTION_NOTIFY_STARTED)
+    if (toe == MHD_CONNECTION_NOTIFY_STARTED) {
         __atomic_add_fetch(&sp->nconn, 1, __ATOMIC_ACQ_REL);
-    else if (toe == MHD_CONNECTION_NOTIFY_CLOSED)
+        const union MHD_ConnectionInfo *ci =
+            MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+        *socket_ctx = ci ? connwatch_add(sp->watch, ci->connect_fd,
+                                         tess_mono_s() + sp->pub.cfg->header_timeout_s)
+                         : NULL;
+    } else if (toe == MHD_CONNECTION_NOTIFY_CLOSED) {
+        connwatch_remove(sp->watch, *socket_ctx);
+        *socket_ctx = NULL;
         __atomic_sub_fetch(&sp->nconn, 1, __ATOMIC_ACQ_REL);
+    }
 }
 
 int tserver_reopen_logs(tserver *s)
@@ -646,10 +1138,37 @@ int tserver_reopen_logs(tserver *s)
     return s ? oplog_reopen(((tserver_priv *)s)->access) : 0;
 }
 
+/* libmicrohttpd's messages, one write each.  A message repeated within a second of its
+ * last line (one for each connection of a flood past the connection limits) is counted
+ * instead, and the count printed before the next line. */
 static void log_mhd(void *cls, const char *fmt, va_list ap)
 {
-    fprintf(stderr, "tesserad: microhttpd: ");
-    vfprintf(stderr, fmt, ap);
+    static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+    static const char *last_fmt;
+    static double last_at;
+    static unsigned long repeats;
+    (void)cls;
+    char line[640];
+    int n = snprintf(line, sizeof line, "tesserad: microhttpd: ");
+    vsnprintf(line + n, sizeof line - (size_t)n, fmt, ap);
+    if (closing_gone && strstr(line, "Application reported internal error")) {
+        closing_gone = 0;
+        return;
+    }
+    double now = tess_mono_s();
+    pthread_mutex_lock(&lock);
+    if (fmt == last_fmt && now - last_at < 1.0) {
+        repeats++;
+    } else {
+        if (repeats)
+            fprintf(stderr, "tesserad: microhttpd: (the message before repeated %lu more times)\n",
+                    repeats);
+        fputs(line, stderr);
+        repeats = 0;
+        last_fmt = fmt;
+        last_at = now;
+    }
+    pthread_mutex_unlock(&lock);
 }
 
 int tserver_start(const tess_config *cfg, tserver **out, char *err, size_t errlen)
@@ -662,9 +1181,19 @@ int tserver_start(const tess_config *cfg, tserver **out, char *err, size_t errle
     pthread_mutex_init(&sp->pool_lock, NULL);
     pthread_mutex_init(&sp->stats_lock, NULL);
     pthread_mutex_init(&sp->flight_lock, NULL);
+    pthread_mutex_init(&sp->susp_lock, NULL);
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&sp->susp_cond, &ca);
+    pthread_condattr_destroy(&ca);
     /* Dataset paths are resolved and checked against the data roots once, here; later
      * reads refuse a path that has become a link (engine/image/stack.h). */
     frame_set_canonical_only(1);
+    /* Every decoder (PNG frames, compression tiles) checks these before it allocates. */
+    decodelimit_set((unsigned long long)cfg->max_decoded_mb << 20,
+                    (unsigned long long)cfg->max_input_pixels, "limits.max_decoded_mb",
+                    "limits.max_input_pixels");
     int rc = catalog_open(cfg, &s->cat, err, errlen);
     if (rc)
         goto fail;
@@ -678,8 +1207,10 @@ int tserver_start(const tess_config *cfg, tserver **out, char *err, size_t errle
             goto fail;
         }
     }
-    if (!s->cache || !s->workers || !s->planes) {
-        snprintf(err, errlen, "cannot create the cache or the worker pool");
+    sp->watch = connwatch_new();
+    sp->body_budget = cfg->max_bodies_mb * 1024 * 1024;
+    if (!s->cache || !s->workers || !s->planes || !sp->watch) {
+        snprintf(err, errlen, "cannot create the cache, the worker pool or the connection watcher");
         rc = TESS_ENOMEM;
         goto fail;
     }
@@ -723,8 +1254,10 @@ int tserver_start(const tess_config *cfg, tserver **out, char *err, size_t errle
          * waiting unanswered in the listen backlog. */
         MHD_OPTION_CONNECTION_LIMIT,
         (unsigned int)(cfg->max_connections + 16 + cfg->max_connections / 4),
+        /* Past it a connection is closed at once, before it can hold a slot. */
+        MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned int)cfg->max_connections_per_address,
         MHD_OPTION_CONNECTION_TIMEOUT, (unsigned int)cfg->connection_timeout_s,
-        MHD_OPTION_URI_LOG_CALLBACK, on_uri_log, NULL,
+        MHD_OPTION_URI_LOG_CALLBACK, on_uri_log, sp,
         MHD_OPTION_NOTIFY_CONNECTION, on_connection, sp,
         MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)(256 * 1024),
         MHD_OPTION_END);
@@ -734,11 +1267,19 @@ int tserver_start(const tess_config *cfg, tserver **out, char *err, size_t errle
         rc = TESS_EIO;
         goto fail;
     }
+    if (pthread_create(&sp->susp_thread, NULL, susp_main, sp) != 0) {
+        MHD_stop_daemon(s->daemon);
+        snprintf(err, errlen, "cannot start the suspension watcher thread");
+        rc = TESS_ENOMEM;
+        goto fail;
+    }
+    sp->susp_running = 1;
     const union MHD_DaemonInfo *di = MHD_get_daemon_info(s->daemon, MHD_DAEMON_INFO_BIND_PORT);
     s->port = di ? di->port : cfg->port;
     *out = s;
     return 0;
 fail:
+    connwatch_free(sp->watch);
     oplog_close(sp->access);
     jobs_close(s->jobs);
     pool_free(s->workers);
@@ -749,6 +1290,8 @@ fail:
     pthread_mutex_destroy(&sp->pool_lock);
     pthread_mutex_destroy(&sp->stats_lock);
     pthread_mutex_destroy(&sp->flight_lock);
+    pthread_mutex_destroy(&sp->susp_lock);
+    pthread_cond_destroy(&sp->susp_cond);
     free(sp);
     return rc;
 }
@@ -785,10 +1328,18 @@ void tserver_stop(tserver *s, int grace_s)
     s->workers = NULL;
     pthread_mutex_unlock(&sp->pool_lock);
     pool_free(p);
+    /* Nothing is suspended any more: the suspension watcher's work is done. */
+    pthread_mutex_lock(&sp->susp_lock);
+    sp->susp_stop = 1;
+    pthread_cond_signal(&sp->susp_cond);
+    pthread_mutex_unlock(&sp->susp_lock);
+    if (sp->susp_running)
+        pthread_join(sp->susp_thread, NULL);
     /* Give the answers time to go out. */
     for (int i = 0; i < grace_s * 100 && __atomic_load_n(&s->inflight, __ATOMIC_ACQUIRE) > 0; i++)
         usleep(10000);
     MHD_stop_daemon(s->daemon);
+    connwatch_free(sp->watch);
     tilecache_free(s->cache);
     planestore_free(s->planes);
     diskcache_close(s->disk);
@@ -797,5 +1348,9 @@ void tserver_stop(tserver *s, int grace_s)
     pthread_mutex_destroy(&sp->pool_lock);
     pthread_mutex_destroy(&sp->stats_lock);
     pthread_mutex_destroy(&sp->flight_lock);
+    pthread_mutex_destroy(&sp->susp_lock);
+    pthread_cond_destroy(&sp->susp_cond);
+    free(sp->pfd);
+    free(sp->pfd_req);
     free(sp);
 }

@@ -2,6 +2,7 @@
 #ifndef TESSERA_SERVER_HTTP_H
 #define TESSERA_SERVER_HTTP_H
 
+#include <stdatomic.h>
 #include <stddef.h>
 #include "daemon/cache/diskcache.h"
 #include "daemon/cache/tilecache.h"
@@ -32,7 +33,15 @@ typedef struct reply {
     char file_type[64];       /* Content-Type of the file */
     char file_etag[24];       /* its strong ETag, quoted ("" none): If-None-Match gets 304 */
     char file_name[72];       /* Content-Disposition attachment file name ("" none) */
+    int cancelled;            /* HREQ_DROPPED or HREQ_STOPPED: the work was given up because
+                                 its client had gone (nothing is sent), else 0 */
 } reply;
+
+/* What became of the work of a request given up (reply.cancelled). */
+enum {
+    HREQ_DROPPED = 1,         /* taken out of the queue before it started */
+    HREQ_STOPPED = 2          /* stopped part way (hreq_reply_cancelled) */
+};
 
 /* The state of one request, alive from its first byte to the end of its response. */
 typedef struct hreq {
@@ -52,6 +61,13 @@ typedef struct hreq {
     int async_state;          /* 0 none, 1 queued/running, 2 done */
     struct flight *flight;    /* the render this request leads (single flight), or NULL */
     struct hreq *next_waiter; /* next request waiting on the same render */
+    /* Set once the client has closed its connection (and, for a render that others
+     * wait on, every one of them has): the work may stop early, answering with
+     * hreq_reply_cancelled.  One flag in the two forms the engine polls: `cancel` for
+     * rp_options.cancel and the pool, `cancel_v` for the plane loops of zreduce and
+     * stack. */
+    atomic_int cancel;
+    volatile int cancel_v;
 } hreq;
 
 /* Shared, read-only after start, except the cache and pool (thread-safe themselves). */
@@ -120,12 +136,24 @@ int hreq_try_cache(hreq *r);
 void tserver_handle_healthz(hreq *r, const struct route_match *m);
 void tserver_handle_metrics(hreq *r, const struct route_match *m);
 
+/* For work functions: whether r->cancel is set (the client has gone).  One atomic load;
+ * cannot fail. */
+int hreq_cancelled(hreq *r);
+
+/* For work functions: the work stopped early because r->cancel was set (the engine
+ * returned TESS_ECANCELED): nothing is answered or cached, the connection is closed
+ * and the access log says 499. */
+void hreq_reply_cancelled(hreq *r);
+
 /* For handlers: run `work(r)` on the pool; the connection is suspended until it ends.
  * `arg` (freed with arg_free after the reply) carries the parsed request.  Single
  * flight: when r->cache_key is set and a request with the same key is already being
  * computed, this one waits for that render and gets the same answer (success or error)
  * instead of computing it again.  On a full queue answers 503 with Retry-After.
- * Always returns 0. */
+ * While suspended, the connection's socket is watched: once its client has closed (and
+ * every client waiting on the same render has), r->cancel is set, the work is dropped if
+ * it has not started, and no answer is sent (see docs/operations.md, "Clients that
+ * leave").  Always returns 0. */
 int hreq_run_async(hreq *r, void (*work)(hreq *r), void *arg, void (*arg_free)(void *));
 
 #endif

@@ -10,16 +10,113 @@
 #include <stdlib.h>
 #include <pthread.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
 
 static void usage(FILE *f)
 {
     fprintf(f,
             "usage: tesserad [--config FILE] [--listen ADDR:PORT] [--threads N]\n"
             "                [--demo-dir DIR] [--jobs-dir DIR] [--access-log FILE]\n"
+            "                [--shutdown-grace S]\n"
             "Serves FITS datasets over HTTP (see README.md).  Without --config it serves the\n"
             "bundled demo datasets, with jobs under $TESSERA_JOBS_DIR or the build's jobs/\n"
-            "directory.  --jobs-dir overrides jobs.dir, --access-log (\"-\" = stderr) access_log.\n"
-            "SIGTERM or SIGINT stop it cleanly; SIGHUP reopens the access log.\n");
+            "directory.  --jobs-dir overrides jobs.dir, --access-log (\"-\" = stderr) access_log,\n"
+            "--shutdown-grace limits.shutdown_grace_s.\n"
+            "SIGTERM or SIGINT stop it: requests in flight get limits.shutdown_grace_s\n"
+            "seconds, a second signal ends it at once; SIGHUP reopens the access log.\n");
+}
+
+/* Exit status when a stop signal ends tesserad before a clean stop: during start-up,
+ * when the grace period ran out, or at a second signal. */
+#define EXIT_CUT_SHORT 1
+
+/* The server's life as the signal thread sees it.  The signal thread alone takes
+ * SIGTERM, SIGINT and SIGHUP (blocked in every other thread, so none can stop it from
+ * acting): during start-up a stop signal ends the process at once; while serving it
+ * tells the main thread to stop; while stopping a second one, or the end of the grace
+ * period, ends the process. */
+enum life { STARTING, SERVING, STOPPING };
+static pthread_mutex_t life_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t life_cond = PTHREAD_COND_INITIALIZER;
+static enum life life = STARTING;
+static int stop_sig;              /* the signal that started the stop */
+static tserver *life_srv;         /* while SERVING, for SIGHUP */
+
+static const char *sig_name(int sig)
+{
+    return sig == SIGTERM ? "SIGTERM" : sig == SIGINT ? "SIGINT" : "SIGHUP";
+}
+
+/* Waits up to `grace_s` seconds for a second SIGTERM or SIGINT; returns it, or 0 when
+ * the time ran out. */
+static int wait_second(int grace_s)
+{
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGTERM);
+    sigaddset(&set, SIGINT);
+    struct timespec end;
+    clock_gettime(CLOCK_MONOTONIC, &end);
+    end.tv_sec += grace_s;
+    for (;;) {
+        struct timespec now, left;
+        clock_gettime(CLOCK_MONOTONIC, &now);
+        left.tv_sec = end.tv_sec - now.tv_sec;
+        left.tv_nsec = end.tv_nsec - now.tv_nsec;
+        if (left.tv_nsec < 0) {
+            left.tv_nsec += 1000000000L;
+            left.tv_sec--;
+        }
+        if (left.tv_sec < 0)
+            return 0;
+        int sig = sigtimedwait(&set, NULL, &left);
+        if (sig > 0)
+            return sig;
+        if (errno == EAGAIN)
+            return 0;
+    }
+}
+
+static void *signal_main(void *arg)
+{
+    int grace_s = *(const int *)arg;
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGTERM);
+    sigaddset(&set, SIGINT);
+    sigaddset(&set, SIGHUP);
+    for (;;) {
+        int sig = 0;
+        if (sigwait(&set, &sig) != 0)
+            continue;
+        pthread_mutex_lock(&life_lock);
+        if (sig == SIGHUP) {
+            if (life == SERVING && tserver_reopen_logs(life_srv))
+                fprintf(stderr, "tesserad: SIGHUP: cannot reopen the access log\n");
+            pthread_mutex_unlock(&life_lock);
+            continue;
+        }
+        if (life == STARTING) {
+            fprintf(stderr, "tesserad: %s received during start-up; exiting\n", sig_name(sig));
+            _exit(EXIT_CUT_SHORT);
+        }
+        life = STOPPING;
+        stop_sig = sig;
+        pthread_cond_signal(&life_cond);
+        pthread_mutex_unlock(&life_lock);
+        break;
+    }
+    int again = wait_second(grace_s);
+    if (again)
+        fprintf(stderr, "tesserad: second %s received; exiting now, without the requests "
+                "still in flight\n", sig_name(again));
+    else
+        fprintf(stderr, "tesserad: requests still in flight %d s after the %s "
+                "(limits.shutdown_grace_s); exiting without them\n", grace_s,
+                sig_name(stop_sig));
+    _exit(EXIT_CUT_SHORT);
+    return NULL;
 }
 
 int main(int argc, char **argv)
@@ -31,14 +128,15 @@ int main(int argc, char **argv)
         {"demo-dir", required_argument, NULL, 'd'},
         {"jobs-dir", required_argument, NULL, 'j'},
         {"access-log", required_argument, NULL, 'a'},
+        {"shutdown-grace", required_argument, NULL, 'g'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
     const char *config_path = NULL, *listen = NULL, *demo_dir = NULL, *jobs_dir = NULL;
     const char *access_log = NULL;
-    long threads = -1;
+    long threads = -1, grace = -1;
     int c;
-    while ((c = getopt_long(argc, argv, "c:l:t:d:j:a:h", opts, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, "c:l:t:d:j:a:g:h", opts, NULL)) != -1) {
         switch (c) {
         case 'c': config_path = optarg; break;
         case 'l': listen = optarg; break;
@@ -51,6 +149,16 @@ int main(int argc, char **argv)
             threads = strtol(optarg, &end, 10);
             if (errno || *end || threads < 0 || threads > 1024) {
                 fprintf(stderr, "tesserad: --threads must be 0..1024\n");
+                return 2;
+            }
+            break;
+        }
+        case 'g': {
+            char *end;
+            errno = 0;
+            grace = strtol(optarg, &end, 10);
+            if (errno || *end || end == optarg || grace < 0 || grace > 3600) {
+                fprintf(stderr, "tesserad: --shutdown-grace must be 0..3600 seconds\n");
                 return 2;
             }
             break;
@@ -84,6 +192,8 @@ int main(int argc, char **argv)
     }
     if (threads >= 0)
         cfg.threads = (int)threads;
+    if (grace >= 0)
+        cfg.shutdown_grace_s = (int)grace;
     if (access_log) {
         free(cfg.access_log);
         if (!(cfg.access_log = strdup(access_log))) {
@@ -106,7 +216,8 @@ int main(int argc, char **argv)
         }
     }
 
-    /* Block the stop signals in every thread; the main thread waits for them. */
+    /* Block the stop signals in every thread; the signal thread waits for them, from
+     * before the datasets are opened (start-up can be stopped too). */
     sigset_t stop;
     sigemptyset(&stop);
     sigaddset(&stop, SIGTERM);
@@ -114,6 +225,14 @@ int main(int argc, char **argv)
     sigaddset(&stop, SIGHUP);
     pthread_sigmask(SIG_BLOCK, &stop, NULL);
     signal(SIGPIPE, SIG_IGN);
+    int grace_s = cfg.shutdown_grace_s;
+    pthread_t sigth;
+    if (pthread_create(&sigth, NULL, signal_main, &grace_s) != 0) {
+        fprintf(stderr, "tesserad: cannot start the signal thread\n");
+        config_release(&cfg);
+        return 1;
+    }
+    pthread_detach(sigth);
 
     tserver *srv;
     if ((rc = tserver_start(&cfg, &srv, err, sizeof(err)))) {
@@ -121,19 +240,28 @@ int main(int argc, char **argv)
         config_release(&cfg);
         return 1;
     }
+    for (int i = 0; i < catalog_count(srv->cat); i++) {
+        const dataset *d = catalog_at(srv->cat, i);
+        if (d->wcs_error[0])
+            fprintf(stderr, "tesserad: dataset '%s' has no usable WCS (served without its sky "
+                    "routes): %s\n", d->name, d->wcs_error);
+    }
     fprintf(stderr, "tesserad: serving %d datasets on http://%s%s%s:%d/\n", catalog_count(srv->cat),
             strchr(cfg.listen_addr, ':') ? "[" : "", cfg.listen_addr,
             strchr(cfg.listen_addr, ':') ? "]" : "", tserver_port(srv));
     fflush(stderr);
 
-    int sig = 0;
-    while (sigwait(&stop, &sig) == 0 && sig == SIGHUP) {
-        if (tserver_reopen_logs(srv))
-            fprintf(stderr, "tesserad: SIGHUP: cannot reopen the access log\n");
-    }
-    fprintf(stderr, "tesserad: %s received, finishing requests in flight\n",
-            sig == SIGTERM ? "SIGTERM" : "SIGINT");
-    tserver_stop(srv, 10);
+    pthread_mutex_lock(&life_lock);
+    life = SERVING;   /* a stop signal before this has ended the process */
+    life_srv = srv;
+    while (life != STOPPING)
+        pthread_cond_wait(&life_cond, &life_lock);
+    life_srv = NULL;
+    int sig = stop_sig;
+    pthread_mutex_unlock(&life_lock);
+    fprintf(stderr, "tesserad: %s received, finishing requests in flight (at most %d s; a "
+            "second signal stops at once)\n", sig_name(sig), grace_s);
+    tserver_stop(srv, grace_s);
     config_release(&cfg);
     fprintf(stderr, "tesserad: stopped\n");
     return 0;

@@ -1,6 +1,7 @@
 /* RFC 9457 problem details for error replies. */
 #include "daemon/problem.h"
 #include "daemon/http.h"
+#include "engine/base/error.h"
 
 #include <jansson.h>
 #include <stdarg.h>
@@ -32,6 +33,11 @@ const char *http_reason(int status)
     case 504: return "Gateway Timeout";
     default: return "Error";
     }
+}
+
+int problem_read_status(int rc, int otherwise)
+{
+    return rc == TESS_ELIMIT ? 413 : otherwise;
 }
 
 char *problem_json(int status, const char *parameter, const char *detail)

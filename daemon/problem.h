@@ -15,6 +15,13 @@ void problem_reply(struct hreq *r, int status, const char *parameter, const char
 /* The same into a malloc'd JSON string (for jobs and tests); NULL on allocation failure. */
 char *problem_json(int status, const char *parameter, const char *detail);
 
+/* The status of a failed read of a dataset's pixels that returned the TESS_E* code
+ * `rc`: 413 for TESS_ELIMIT (an input over a configured budget, which the message
+ * names: a frame or compression tile over limits.max_decoded_mb or
+ * limits.max_input_pixels), else `otherwise` (the route's own answer, often 500).
+ * Cannot fail. */
+int problem_read_status(int rc, int otherwise);
+
 /* Reason phrase of an HTTP status ("Not Found"). */
 const char *http_reason(int status);
 

@@ -159,6 +159,52 @@ double *tt_fits_mem_read(const char *data, size_t len, int hdu, long *nx, long *
     return v;
 }
 
+void tt_write_fits_cards(const char *path, const char *const *cards, long long data_bytes)
+{
+    int n = 0;
+    while (cards[n])
+        n++;
+    size_t hlen = ((size_t)n + 1 + 35) / 36 * 2880;
+    char *h = malloc(hlen);
+    ck_assert_ptr_nonnull(h);
+    memset(h, ' ', hlen);
+    for (int i = 0; i < n; i++) {
+        size_t len = strlen(cards[i]);
+        memcpy(h + (size_t)i * 80, cards[i], len > 80 ? 80 : len);
+    }
+    memcpy(h + (size_t)n * 80, "END", 3);
+    FILE *f = fopen(path, "wb");
+    ck_assert_msg(f != NULL, "cannot create %s", path);
+    ck_assert_uint_eq(fwrite(h, 1, hlen, f), hlen);
+    free(h);
+    ck_assert_int_eq(fclose(f), 0);
+    long long blocks = (data_bytes + 2879) / 2880;
+    ck_assert_msg(truncate(path, (off_t)hlen + (off_t)blocks * 2880) == 0, "cannot extend %s",
+                  path);
+}
+
+void tt_write_fits_image(const char *path, int bitpix, int naxis, const long long *axes,
+                         const char *const *extra, long long data_bytes)
+{
+    char text[12][81];
+    const char *cards[12 + 64 + 1];
+    int n = 0;
+    ck_assert(naxis >= 0 && naxis <= 9);
+    snprintf(text[n++], 81, "SIMPLE  = %20s", "T");
+    snprintf(text[n++], 81, "BITPIX  = %20d", bitpix);
+    snprintf(text[n++], 81, "NAXIS   = %20d", naxis);
+    for (int i = 0; i < naxis; i++)
+        snprintf(text[n++], 81, "NAXIS%d  = %20lld", i + 1, axes[i]);
+    for (int i = 0; i < n; i++)
+        cards[i] = text[i];
+    for (int i = 0; extra && extra[i]; i++) {
+        ck_assert(i < 64);
+        cards[n++] = extra[i];
+    }
+    cards[n] = NULL;
+    tt_write_fits_cards(path, cards, data_bytes);
+}
+
 void tt_tmpdir_make(char *dir, size_t len, const char *tag)
 {
     snprintf(dir, len, "/tmp/tessera-%s-XXXXXX", tag);

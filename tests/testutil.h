@@ -39,6 +39,20 @@ double *tt_fits_plane(const char *path, long z, long *nx, long *ny);
 /* As tt_fits_plane for plane 0 of HDU `hdu` (1-based) of an in-memory FITS file. */
 double *tt_fits_mem_read(const char *data, size_t len, int hdu, long *nx, long *ny);
 
+/* Writes a FITS file of one HDU at `path` as a hostile test wants it: the NULL-terminated
+ * card texts as they are (each blank-padded or cut to 80 bytes, any byte kept), END, the
+ * block filled with blanks, then a data unit of `data_bytes` bytes rounded up to whole
+ * 2880-byte blocks: zeros, made with ftruncate (sparse where the file system allows, so
+ * that a header may declare gigabytes).  Nothing checks the cards against the data: the
+ * file may lie.  Fails the test when it cannot write. */
+void tt_write_fits_cards(const char *path, const char *const *cards, long long data_bytes);
+
+/* tt_write_fits_cards of a primary header SIMPLE = T, BITPIX, NAXIS = naxis (0..9), the
+ * NAXISn of `axes` (any values, the hostile ones too), then the `extra` card texts
+ * (NULL-terminated; NULL for none, at most 64). */
+void tt_write_fits_image(const char *path, int bitpix, int naxis, const long long *axes,
+                         const char *const *extra, long long data_bytes);
+
 /* Creates a fresh directory /tmp/tessera-<tag>-XXXXXX and writes its path into dir
  * (size len).  Fails the test when it cannot. */
 void tt_tmpdir_make(char *dir, size_t len, const char *tag);
@@ -94,6 +108,7 @@ typedef struct tt_resp {
     char acao[64];            /* Access-Control-Allow-Origin */
     char disposition[128];    /* Content-Disposition */
     char allow[64];           /* Allow (of a 405) */
+    char connection[32];      /* Connection (tt_raw_read only) */
 } tt_resp;
 
 /* Performs one request on base + path (base is "http://host:port").  `method` is GET,
@@ -124,5 +139,65 @@ int tt_fork_server(int (*start)(void *arg), void *arg, char *base, size_t len);
 
 /* Asserts a PNG signature and IHDR chunk, and reads the width and height from it. */
 void tt_png_size(const tt_resp *r, long *w, long *h);
+
+/* A raw HTTP/1.1 client, for requests no library would send (no client-side path
+ * normalisation, broken framing) and for connections held open on purpose. */
+
+/* A TCP socket connected to 127.0.0.1:port, with receive and send timeouts of
+ * `timeout_s` (times tt_time_scale).  `src` (an IPv4 literal such as "127.0.0.2", or
+ * NULL for the kernel's choice) is the local address it is bound to first, so that
+ * tests can be several clients.  Fails the test when it cannot connect. */
+int tt_raw_connect(int port, const char *src, double timeout_s);
+
+/* Sends all n bytes; returns 0, or -1 when the server closed or stalled the connection
+ * (it may answer and close before reading a huge body). */
+int tt_send_all(int fd, const char *p, size_t n);
+
+/* Reads one response: status line, headers (Content-Type, Retry-After, Connection into
+ * r), Content-Length bytes of body (or up to EOF).  Interim 1xx responses before it are
+ * skipped, as RFC 9110 section 15.2 asks of clients.  status 0 when nothing complete
+ * arrived before the receive timeout or EOF.  Release with tt_resp_free. */
+tt_resp tt_raw_read(int fd);
+
+/* Waits until the server closes `fd` (recv returns 0 or an error other than a timeout;
+ * data that comes first is read and dropped); returns the seconds waited, or -1 when it
+ * was still open after `limit` seconds. */
+double tt_wait_closed(int fd, double limit);
+
+/* ---- testutil_bomb.c (needs zlib and libpng) ------------------------------------------ */
+
+/* Decompression bombs, small on disk however large they decode: the deflate stream is
+ * one block of 1 MiB of zeros compressed once (about 1 KB) and repeated, so writing one
+ * costs milliseconds.  Each fails the test on error and returns the file's size. */
+
+/* A gzip file (RFC 1952) of `prefix` (plen bytes) followed by nzero zero bytes. */
+long long tt_write_gzip_zeros(const char *path, const void *prefix, size_t plen,
+                              unsigned long long nzero);
+
+/* A gzip'ed FITS file: a primary header of an nx x ny image of `bitpix` (no other card)
+ * and its data unit of zeros (a 20000 x 20000 BITPIX -32 image: 1.6 GB in 1.6 MB). */
+long long tt_write_gzip_fits(const char *path, long nx, long ny, int bitpix);
+
+/* A valid greyscale PNG of w x h zero samples of `bits` 8 or 16 (its IHDR and chunks by
+ * libpng; 30000 x 30000 at 8 bits: 900 MB of samples in 890 KB). */
+long long tt_write_png_zeros(const char *path, long w, long h, int bits);
+
+/* A valid 8-bit greyscale PNG of w x h zeros whose header is followed by `nchunks` zTXt
+ * chunks of 7.7 KB, each inflating to 7.9 MB of text: just under libpng's 8 MB bound
+ * on one chunk, so that a reader which does not skip them inflates every one (500 of
+ * them: 3.9 MB on disk, half a minute of inflating). */
+long long tt_write_png_ztxt(const char *path, long w, long h, int nchunks);
+
+/* The peak resident set of this process so far (getrusage ru_maxrss), in MiB. */
+double tt_maxrss_mb(void);
+
+/* What some work cost: tt_cost_start takes the peak RSS and the clock; tt_cost_check
+ * asserts that since then the peak RSS grew by less than max_mb MiB and less than max_s
+ * seconds (times tt_time_scale) passed, `what` naming the work in the message. */
+typedef struct tt_cost {
+    double rss_mb, t;
+} tt_cost;
+tt_cost tt_cost_start(void);
+void tt_cost_check(const tt_cost *c, double max_mb, double max_s, const char *what);
 
 #endif

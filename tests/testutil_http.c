@@ -1,14 +1,21 @@
-/* Test helpers for the HTTP tests: libcurl requests, problem+json and PNG checks. */
+/* Test helpers for the HTTP tests: libcurl and raw-socket requests, problem+json and PNG checks. */
 #include "tests/testutil.h"
 
+#include <arpa/inet.h>
 #include <curl/curl.h>
+#include <errno.h>
 #include <jansson.h>
+#include <netinet/in.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 #include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/time.h>
+#include <time.h>
 #include <unistd.h>
 
 static size_t on_body(char *p, size_t sz, size_t n, void *cls)
@@ -173,4 +180,124 @@ int tt_fork_server(int (*start)(void *arg), void *arg, char *base, size_t len)
     close(pfd[0]);
     snprintf(base, len, "http://127.0.0.1:%d", port);
     return pid;
+}
+
+/* ---- a raw HTTP/1.1 client --------------------------------------------------------- */
+
+int tt_raw_connect(int port, const char *src, double timeout_s)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    ck_assert_int_ge(fd, 0);
+    timeout_s *= tt_time_scale();
+    struct timeval tv = {(time_t)timeout_s, (suseconds_t)((timeout_s - (double)(time_t)timeout_s) * 1e6)};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+    struct sockaddr_in a;
+    if (src) {
+        memset(&a, 0, sizeof a);
+        a.sin_family = AF_INET;
+        ck_assert_int_eq(inet_pton(AF_INET, src, &a.sin_addr), 1);
+        ck_assert_msg(bind(fd, (struct sockaddr *)&a, sizeof a) == 0, "bind %s: %s", src,
+                      strerror(errno));
+    }
+    memset(&a, 0, sizeof a);
+    a.sin_family = AF_INET;
+    a.sin_port = htons((uint16_t)port);
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ck_assert_msg(connect(fd, (struct sockaddr *)&a, sizeof a) == 0, "connect: %s",
+                  strerror(errno));
+    return fd;
+}
+
+int tt_send_all(int fd, const char *p, size_t n)
+{
+    while (n > 0) {
+        ssize_t w = send(fd, p, n, MSG_NOSIGNAL);
+        if (w <= 0)
+            return -1;
+        p += w;
+        n -= (size_t)w;
+    }
+    return 0;
+}
+
+tt_resp tt_raw_read(int fd)
+{
+    tt_resp r;
+    memset(&r, 0, sizeof r);
+    size_t cap = 1 << 16, len = 0;
+    char *b = malloc(cap + 1);
+    ck_assert_ptr_nonnull(b);
+    long clen = -1;
+    size_t body = 0;          /* offset of the body in b; 0 until the head is complete */
+    for (;;) {
+        if (len == cap) {
+            cap *= 2;
+            b = realloc(b, cap + 1);
+            ck_assert_ptr_nonnull(b);
+        }
+        ssize_t n = recv(fd, b + len, cap - len, 0);
+        if (n <= 0)
+            break;
+        len += (size_t)n;
+        b[len] = '\0';
+        while (!body) {
+            char *eoh = strstr(b, "\r\n\r\n");
+            if (!eoh)
+                break;
+            body = (size_t)(eoh + 4 - b);
+            /* Parse the head once. */
+            *eoh = '\0';
+            sscanf(b, "HTTP/1.%*d %ld", &r.status);
+            if (r.status >= 100 && r.status < 200) {
+                len -= body;
+                memmove(b, b + body, len + 1);
+                body = 0;
+                r.status = 0;
+                continue;
+            }
+            for (char *line = strstr(b, "\r\n"); line && line < eoh; line = strstr(line + 2, "\r\n")) {
+                char *h = line + 2;
+                if (strncasecmp(h, "Content-Length:", 15) == 0)
+                    clen = strtol(h + 15, NULL, 10);
+                else if (strncasecmp(h, "Content-Type:", 13) == 0)
+                    sscanf(h + 13, " %127[^\r]", r.content_type);
+                else if (strncasecmp(h, "Retry-After:", 12) == 0)
+                    sscanf(h + 12, " %15[^\r]", r.retry_after);
+                else if (strncasecmp(h, "Connection:", 11) == 0)
+                    sscanf(h + 11, " %31[^\r]", r.connection);
+            }
+            *eoh = '\r';
+        }
+        if (body && clen >= 0 && len - body >= (size_t)clen)
+            break;
+    }
+    if (body) {
+        size_t blen = len - body;
+        if (clen >= 0 && (size_t)clen < blen)
+            blen = (size_t)clen;
+        r.body = malloc(blen + 1);
+        memcpy(r.body, b + body, blen);
+        r.body[blen] = '\0';
+        r.len = blen;
+    } else {
+        r.status = 0;
+    }
+    free(b);
+    return r;
+}
+
+double tt_wait_closed(int fd, double limit)
+{
+    double t0 = tt_now_s();
+    char b[4096];
+    while (tt_now_s() - t0 < limit) {
+        struct pollfd p = {fd, POLLIN, 0};
+        if (poll(&p, 1, 200) > 0) {
+            ssize_t n = recv(fd, b, sizeof b, MSG_DONTWAIT);
+            if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK))
+                return tt_now_s() - t0;
+        }
+    }
+    return -1;
 }

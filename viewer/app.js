@@ -162,7 +162,7 @@ function axisUnit(unit) {
 }
 function wcsSummary(d) {
   const w = d.wcs;
-  if (!w) return 'no WCS';
+  if (!w) return d.wcs_error ? `no usable WCS: ${d.wcs_error}` : 'no WCS';
   const parts = [w.ctype.join(' ')];
   if (w.frame) parts.push(w.frame);
   const f = d.celestial ? makePix2Sky(w) : null;
@@ -284,6 +284,9 @@ async function showSky(name, params) {
   if (!d) throw new Error(`no dataset named '${name}'`);
   fillSelect($('#sky-dataset'), celestial, d.celestial ? name : '');
   $('#sky-to-pixels').href = hashFor('pixels', name);
+  if (d.wcs_error) {
+    throw new Error(`'${name}' has no usable WCS: ${d.wcs_error}; open its pixel view instead.`);
+  }
   if (!d.celestial) {
     throw new Error(`'${name}' has no celestial WCS, so it has no sky view; open its pixel view instead.`);
   }

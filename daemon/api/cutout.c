@@ -107,7 +107,8 @@ static void cutout_job_free(void *arg)
 /* Runs on a pool thread: take the source plane from the plane store (read once, shared
  * with tiles and other cutouts, float32 for 8/16-bit and float32 files), reproject (the
  * engine's other blocks go to the same pool as interactive helpers; this thread works on
- * blocks too, so a busy pool cannot deadlock it), encode. */
+ * blocks too, so a busy pool cannot deadlock it; no new block starts once the client has
+ * gone), encode. */
 static void cutout_work(hreq *r)
 {
     cutout_job *j = r->work_arg;
@@ -117,7 +118,7 @@ static void cutout_work(hreq *r)
     plane_view v;
     int rc = planestore_get(r->srv->planes, d, j->p.plane, 0, &v, err, sizeof(err));
     if (rc) {
-        problem_reply(r, 500, NULL, "cannot read dataset '%s': %s",
+        problem_reply(r, problem_read_status(rc, 500), NULL, "cannot read dataset '%s': %s",
                       d->name, err);
         return;
     }
@@ -135,8 +136,13 @@ static void cutout_work(hreq *r)
     o.max_coord_error = j->p.max_coord_error;
     o.workers = r->srv->workers;
     o.priority = POOL_INTERACTIVE;
+    o.cancel = &r->cancel;
     long finite = rp_reproject(d->cel, &in, j->target, &out, NULL, &o, err, sizeof(err));
     planestore_release(r->srv->planes, &v);
+    if (finite == TESS_ECANCELED) {
+        hreq_reply_cancelled(r);
+        goto done;
+    }
     if (finite == TESS_ENOOVERLAP || finite == 0) {
         problem_reply(r, 422, NULL, "the target does not overlap dataset '%s'", d->name);
         goto done;
@@ -160,6 +166,11 @@ static int check_dataset(hreq *r, cutout_job *j)
     j->ds = handler_dataset(r, j->p.dataset, strlen(j->p.dataset));
     if (!j->ds)
         return -1;
+    if (j->ds->wcs_error[0]) {
+        problem_reply(r, 422, "dataset", "dataset '%s' has no usable WCS: %s", j->p.dataset,
+                      j->ds->wcs_error);
+        return -1;
+    }
     if (!j->ds->cel) {
         problem_reply(r, 422, "dataset", "dataset '%s' has no celestial WCS to reproject from",
                       j->p.dataset);
@@ -302,7 +313,7 @@ void handle_cutout_post(hreq *r, const route_match *m)
     char err[256] = "";
     skywcs *full = NULL;
     if (skywcs_parse(j->cards, j->nkeys, &full, err, sizeof(err))) {
-        problem_reply(r, 400, "body", "the header's WCS is not usable: %s", err);
+        problem_reply(r, 400, "body", "the target header has no usable WCS: %s", err);
         goto fail;
     }
     j->target = skywcs_celestial(full);

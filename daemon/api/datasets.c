@@ -80,6 +80,8 @@ static json_t *dataset_json(const dataset *d)
     json_object_set_new(o, "bunit", d->bunit[0] ? json_string(d->bunit) : json_null());
     json_object_set_new(o, "celestial", json_boolean(d->cel != NULL));
     json_object_set_new(o, "wcs", wcs_json(d));
+    json_object_set_new(o, "wcs_error",
+                        d->wcs_error[0] ? json_string(d->wcs_error) : json_null());
     return o;
 }
 
@@ -112,18 +114,16 @@ void handle_datasets_list(hreq *r, const route_match *m)
     json_t *a = json_array();
     int n = catalog_count(r->srv->cat);
     for (int i = 0; i < n; i++)
-        json_array_append_new(a, dataset_json(catalog_at(r->srv->cat, i)));
+        json_array_append_new(a, dataset_describe(catalog_at(r->srv->cat, i), 0));
     hreq_reply_json(r, 200, json_dumps(a, JSON_COMPACT | JSON_REAL_PRECISION(17)));
     json_decref(a);
 }
 
-void handle_dataset_info(hreq *r, const route_match *m)
+json_t *dataset_describe(const dataset *d, int with_header)
 {
-    const dataset *d = m->ds;
-    static const char *const known[] = {NULL};
-    if (hreq_only_args(r, known))
-        return;
     json_t *o = dataset_json(d);
+    if (!with_header)
+        return o;
     json_t *cards = json_array();
     for (int i = 0; i < d->nkeys; i++) {
         const char *c = d->header + (size_t)i * 80;
@@ -142,6 +142,15 @@ void handle_dataset_info(hreq *r, const route_match *m)
         }
         json_object_set_new(o, "frames", frames);
     }
+    return o;
+}
+
+void handle_dataset_info(hreq *r, const route_match *m)
+{
+    static const char *const known[] = {NULL};
+    if (hreq_only_args(r, known))
+        return;
+    json_t *o = dataset_describe(m->ds, 1);
     hreq_reply_json(r, 200, json_dumps(o, JSON_COMPACT | JSON_REAL_PRECISION(17)));
     json_decref(o);
 }

@@ -22,6 +22,13 @@ int prepare_dataset(hreq *r, route_match *m);
 void handle_datasets_list(hreq *r, const route_match *m);
 void handle_dataset_info(hreq *r, const route_match *m);
 
+/* The description of `d` those routes give (docs/DESIGN.md, "Dataset descriptions"), a
+ * new jansson object (json_t); `with_header` adds the header's cards and, for stacks, the
+ * frames' file names, as the route of one dataset does.  Cannot fail but for memory
+ * (jansson then leaves members out). */
+struct json_t;
+struct json_t *dataset_describe(const dataset *d, int with_header);
+
 /* /api/v1/jobs (jobs.c): GET lists (?limit=), POST submits; /api/v1/jobs/{id}: GET
  * inspects, DELETE cancels; /api/v1/jobs/{id}/result: GET fetches the product.
  * prepare_jobs is their route_prepare: 404 when jobs.dir is not set, or for an id too

@@ -198,7 +198,8 @@ static int source_acquire(hreq *r, const hips_job *j, int level, source_hold *h)
     memset(h, 0, sizeof(*h));
     int rc = planestore_get(r->srv->planes, d, j->q.plane, level, &h->view, err, sizeof(err));
     if (rc) {
-        problem_reply(r, rc == TESS_ERANGE ? 400 : 500, rc == TESS_ERANGE ? "plane" : NULL,
+        problem_reply(r, problem_read_status(rc, rc == TESS_ERANGE ? 400 : 500),
+                      rc == TESS_ERANGE ? "plane" : NULL,
                       "cannot read plane %ld of dataset '%s': %s", j->q.plane, d->name, err);
         return -1;
     }
@@ -252,7 +253,8 @@ static int cut_levels(hreq *r, const hips_job *j, double *lo, double *hi)
     int rc = planestore_cuts(r->srv->planes, j->ds, j->q.plane, &j->q.render, lo, hi, err,
                              sizeof(err));
     if (rc) {
-        problem_reply(r, 500, NULL, "cannot compute the cut levels of '%s': %s", j->ds->name, err);
+        problem_reply(r, problem_read_status(rc, 500), NULL,
+                      "cannot compute the cut levels of '%s': %s", j->ds->name, err);
         return -1;
     }
     return 0;
@@ -289,6 +291,10 @@ static void tile_work(hreq *r)
     }
     if (p->format != HIPS_FMT_FITS && cut_levels(r, j, &lo, &hi))
         return;
+    if (hreq_cancelled(r)) {
+        hreq_reply_cancelled(r);
+        return;
+    }
     source_hold h;
     if (source_acquire(r, j, hips_source_level(p->order, HIPS_TILE_SHIFT, pixscale), &h))
         return;
@@ -313,6 +319,10 @@ static void allsky_work(hreq *r)
     if (pixel_scale(r, d, &pixscale) ||
         (j->path.format != HIPS_FMT_FITS && cut_levels(r, j, &lo, &hi)))
         return;
+    if (hreq_cancelled(r)) {
+        hreq_reply_cancelled(r);
+        return;
+    }
     source_hold h;
     if (source_acquire(r, j, hips_source_level(HIPS_ALLSKY_ORDER, HIPS_ALLSKY_SHIFT, pixscale),
                        &h))
@@ -339,6 +349,11 @@ static time_t release_time(const dataset *d)
     return newest ? newest : time(NULL);
 }
 
+/* Tiles one Moc.fits tests at most (hips_moc_fits): some 0.3 ms each, so that the
+ * coverage of any shape is answered in about a second, at a coarser MOCORDER than the
+ * survey's when its cells are too many to test (a huge image, a tiny pixel scale). */
+#define HIPS_MOC_MAX_TESTS 2048
+
 static void moc_work(hreq *r)
 {
     hips_job *j = r->work_arg;
@@ -348,7 +363,8 @@ static void moc_work(hreq *r)
         return;
     unsigned char *out = NULL;
     size_t len = 0;
-    int rc = hips_moc_fits(d->cel, d->nx, d->ny, hips_survey_order(pixscale), &out, &len, NULL);
+    int rc = hips_moc_fits(d->cel, d->nx, d->ny, hips_survey_order(pixscale),
+                           HIPS_MOC_MAX_TESTS, &out, &len, NULL);
     if (rc)
         problem_reply(r, rc == TESS_ENOMEM ? 500 : 422, NULL, "cannot compute the coverage of "
                       "dataset '%s'", d->name);
@@ -447,6 +463,11 @@ void handle_hips(hreq *r, const route_match *m)
                                : hp.kind == HIPS_REQ_PROPERTIES ? props : images;
     if (hreq_only_args(r, known))
         return;
+    if (d->wcs_error[0]) {
+        problem_reply(r, 422, "dataset", "dataset '%s' has no usable WCS: %s", d->name,
+                      d->wcs_error);
+        return;
+    }
     if (!d->cel) {
         problem_reply(r, 422, "dataset", "dataset '%s' has no celestial WCS: it cannot be "
                       "served as a HiPS survey", d->name);

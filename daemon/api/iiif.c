@@ -8,6 +8,7 @@
 #include <jansson.h>
 #include <math.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -680,14 +681,18 @@ static int taps_build(long n, int k, long nk, long a0, long len, long nout, taps
 
 /* Resamples the FITS-frame region (fx0, fy0, w, h) of level 0 (an nx x ny plane) from
  * level view `p` (level k) to ow x oh doubles `out`, row 0 = the lowest FITS row, as a
- * NaN-aware box filter.  Returns 0 or TESS_ENOMEM. */
+ * NaN-aware box filter.  Polls *cancel before each output row.  Returns 0, TESS_ENOMEM
+ * or TESS_ECANCELED. */
 static int resample(const rp_plane *p, int k, long nx, long ny, long fx0, long fy0, long w,
-                    long h, long ow, long oh, double *out)
+                    long h, long ow, long oh, const atomic_int *cancel, double *out)
 {
     if (k == 0 && ow == w && oh == h) {
-        for (long j = 0; j < oh; j++)
+        for (long j = 0; j < oh; j++) {
+            if (atomic_load_explicit(cancel, memory_order_relaxed))
+                return TESS_ECANCELED;
             for (long i = 0; i < ow; i++)
                 out[(size_t)j * (size_t)ow + (size_t)i] = rp_plane_get(p, fx0 + i, fy0 + j);
+        }
         return 0;
     }
     taps tx, ty;
@@ -697,7 +702,12 @@ static int resample(const rp_plane *p, int k, long nx, long ny, long fx0, long f
         taps_release(&tx);
         return TESS_ENOMEM;
     }
+    int rc = 0;
     for (long j = 0; j < oh; j++) {
+        if (atomic_load_explicit(cancel, memory_order_relaxed)) {
+            rc = TESS_ECANCELED;
+            break;
+        }
         for (long i = 0; i < ow; i++) {
             double sum = 0.0, wsum = 0.0;
             for (size_t b = ty.start[j]; b < ty.start[j + 1]; b++) {
@@ -715,7 +725,7 @@ static int resample(const rp_plane *p, int k, long nx, long ny, long fx0, long f
     }
     taps_release(&tx);
     taps_release(&ty);
-    return 0;
+    return rc;
 }
 
 /* Mirrors (reflection on the vertical axis) then rotates clockwise by `rot` degrees the
@@ -764,7 +774,7 @@ static int level_for(long nx, long ny, const iiif_request *q, long fy0)
 
 static int status_of(int rc)
 {
-    return rc == TESS_ERANGE ? 404 : 500;
+    return problem_read_status(rc, rc == TESS_ERANGE ? 404 : 500);
 }
 
 /* The canonical cache key of a job for plane version `version`: the resolved region and
@@ -825,8 +835,16 @@ static void iiif_work(hreq *r)
         problem_reply(r, 500, NULL, "out of memory for a %ldx%ld image", q->ow, q->oh);
         return;
     }
-    rc = resample(v.plane, v.level, d->nx, d->ny, q->x, fy0, q->w, q->h, q->ow, q->oh, vals);
+    rc = resample(v.plane, v.level, d->nx, d->ny, q->x, fy0, q->w, q->h, q->ow, q->oh,
+                  &r->cancel, vals);
     planestore_release(ps, &v);
+    if (rc == TESS_ECANCELED) {
+        free(vals);
+        free(rgba);
+        free(turned);
+        hreq_reply_cancelled(r);
+        return;
+    }
     render_params rp = j->render;
     if (q->quality == IIIF_Q_GRAY || q->quality == IIIF_Q_BITONAL)
         rp.cmap = CMAP_GREY;

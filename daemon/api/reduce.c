@@ -14,6 +14,7 @@
 #include "daemon/http.h"
 #include "engine/base/pool.h"
 #include "daemon/problem.h"
+#include "engine/base/checked.h"
 #include "engine/base/error.h"
 
 #include <jansson.h>
@@ -38,23 +39,27 @@ typedef struct reduce_job {
 static void reduce_z(hreq *r, reduce_job *j)
 {
     const dataset *d = j->ds;
-    size_t n = (size_t)d->nx * (size_t)d->ny;
+    size_t bytes;
     char *cards = NULL, err[256];
     int nkeys = 0;
-    double *acc = malloc(n * sizeof(double));
+    (void)tess_size_dims(sizeof(double), (const long[]){d->nx, d->ny}, 2, &bytes);
+    double *acc = malloc(bytes);   /* the plane was checked against max_output_pixels */
     if (!acc) {
         problem_reply(r, 500, NULL, "out of memory");
         return;
     }
     int rc = zreduce_image(dataset_stack(d), d->nz, j->op, r->srv->workers, POOL_INTERACTIVE,
-                           acc, err, sizeof err);
+                           &r->cancel_v, acc, err, sizeof err);
     if (!rc && j->format == FMT_FITS)
         rc = zreduce_header(d->header, d->nkeys, j->op, j->axis, d->name, &cards, &nkeys, err,
                             sizeof err);
-    if (rc == TESS_ENOMEM)
+    if (rc == TESS_ECANCELED)
+        hreq_reply_cancelled(r);
+    else if (rc == TESS_ENOMEM)
         problem_reply(r, 500, NULL, "out of memory");
     else if (rc)
-        problem_reply(r, 500, NULL, "cannot read dataset '%s': %s", d->name, err);
+        problem_reply(r, problem_read_status(rc, 500), NULL, "cannot read dataset '%s': %s",
+                      d->name, err);
     else
         reply_image(r, acc, d->nx, d->ny, j->format, &j->render, cards, nkeys);
     free(cards);
@@ -70,13 +75,16 @@ static void reduce_xy(hreq *r, reduce_job *j)
         problem_reply(r, 500, NULL, "out of memory");
         return;
     }
-    int rc = zreduce_planes(dataset_stack(d), d->nx, d->ny, d->nz, j->op, 0, d->nz, NULL, vals,
-                            err, sizeof err);
+    int rc = zreduce_planes(dataset_stack(d), d->nx, d->ny, d->nz, j->op, 0, d->nz,
+                            &r->cancel_v, vals, err, sizeof err);
     if (rc) {
-        if (rc == TESS_ENOMEM)
+        if (rc == TESS_ECANCELED)
+            hreq_reply_cancelled(r);
+        else if (rc == TESS_ENOMEM)
             problem_reply(r, 500, NULL, "out of memory");
         else
-            problem_reply(r, 500, NULL, "cannot read dataset '%s': %s", d->name, err);
+            problem_reply(r, problem_read_status(rc, 500), NULL,
+                          "cannot read dataset '%s': %s", d->name, err);
         goto done;
     }
     zaxis za;
@@ -146,10 +154,16 @@ void handle_reduce(hreq *r, const route_match *m)
         problem_reply(r, 400, pe.parameter, "%s", pe.detail);
         return;
     }
-    long long npix = (long long)d->nx * d->ny;
-    if (along_z && npix > r->srv->cfg->max_output_pixels) {
+    long npix;
+    if (along_z && (tess_long_mul(d->nx, d->ny, &npix) ||
+                    npix > r->srv->cfg->max_output_pixels)) {
         problem_reply(r, 413, "axis", "the %ldx%ld result is more than limits.max_output_pixels "
                       "= %lld", d->nx, d->ny, r->srv->cfg->max_output_pixels);
+        return;
+    }
+    if (!along_z && d->nz > r->srv->cfg->max_output_pixels) {
+        problem_reply(r, 413, "axis", "the %ld values of axis=xy are more than "
+                      "limits.max_output_pixels = %lld", d->nz, r->srv->cfg->max_output_pixels);
         return;
     }
     unsigned long long bytes = stack_data_bytes(dataset_stack(d));

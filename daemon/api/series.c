@@ -237,9 +237,11 @@ static void series_work(hreq *r)
         problem_reply(r, 500, NULL, "out of memory");
         return;
     }
+    int rc = 0;
     if (!series_from_profile(d, j->x, j->y, v) &&
-        stack_read_series(dataset_stack(d), j->x, j->y, 0, d->nz, v, err, sizeof(err))) {
-        problem_reply(r, 500, NULL, "cannot read dataset '%s': %s", d->name, err);
+        (rc = stack_read_series(dataset_stack(d), j->x, j->y, 0, d->nz, v, err, sizeof(err)))) {
+        problem_reply(r, problem_read_status(rc, 500), NULL, "cannot read dataset '%s': %s",
+                      d->name, err);
         free(v);
         return;
     }
@@ -290,6 +292,11 @@ void handle_series(hreq *r, const route_match *m)
     j0.ds = d;
     if (pixel_arg(r, "x", d->nx, "column", &j0.x) || pixel_arg(r, "y", d->ny, "row", &j0.y))
         return;
+    if (d->nz > r->srv->cfg->max_output_pixels) {
+        problem_reply(r, 413, NULL, "the series of %ld values is more than "
+                      "limits.max_output_pixels = %lld", d->nz, r->srv->cfg->max_output_pixels);
+        return;
+    }
     const char *fs = hreq_arg(r, "format");
     if (profile_format_parse(fs, &j0.format)) {
         problem_reply(r, 400, "format", "format must be json, npy or csv, got '%.40s'", fs);

@@ -156,7 +156,8 @@ static void slice_work(hreq *r)
     else
         rc = dataset_read_region(d, s->z, s->x, s->y, s->w, s->h, data, err, sizeof(err));
     if (rc) {
-        problem_reply(r, 500, NULL, "cannot read dataset '%s': %s", d->name, err);
+        problem_reply(r, problem_read_status(rc, 500), NULL, "cannot read dataset '%s': %s",
+                      d->name, err);
         free(data);
         return;
     }

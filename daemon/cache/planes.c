@@ -14,7 +14,9 @@
 #include "engine/fits/fitsimg.h"
 #include "engine/image/pyramid.h"
 #include "engine/image/stack.h"
+#include "engine/base/checked.h"
 #include "engine/base/error.h"
+#include "engine/base/fileio.h"
 #include "engine/base/hash.h"
 #include "engine/base/clock.h"
 #include "engine/base/lru.h"
@@ -60,7 +62,7 @@ typedef struct pentry {
                                      count is the block's area) */
     int nonfinite;                /* some level-0 pixel of the plane is NaN or infinite */
     size_t bytes;                 /* charged against max_bytes while READY */
-    long long size, mtime_ns;     /* of the file when the plane was read */
+    tess_file_id id;              /* of the file when the plane was read (stat before) */
     char version[48];
     double checked;               /* monotonic time of the last stat(2) */
     int errcode;                  /* PE_FAILED: the TESS_E* code and its text */
@@ -98,23 +100,11 @@ struct planestore {
     planestore_stats st;
 };
 
-static void format_version(char *out, size_t len, long long size, long long mtime_ns)
+/* "SIZE-HASH" in hex: the file's size and the hash of its whole identity. */
+static void format_version(char *out, size_t len, const tess_file_id *id)
 {
-    snprintf(out, len, "%llx-%llx", (unsigned long long)size, (unsigned long long)mtime_ns);
-}
-
-/* stat(2) of `path` into size and modification time (ns).  Returns 0 or TESS_EIO. */
-static int stat_file(const char *path, long long *size, long long *mtime_ns, char *err,
-                     size_t errlen)
-{
-    struct stat sb;
-    if (stat(path, &sb) != 0) {
-        tess_seterr(err, errlen, "cannot stat %s: %s", path, strerror(errno));
-        return TESS_EIO;
-    }
-    *size = (long long)sb.st_size;
-    *mtime_ns = (long long)sb.st_mtim.tv_sec * 1000000000LL + sb.st_mtim.tv_nsec;
-    return 0;
+    snprintf(out, len, "%llx-%llx", (unsigned long long)id->size,
+             (unsigned long long)tess_file_id_hash(id, TESS_FNV64_OFFSET));
 }
 
 /* The file holding plane z of `d` and the plane's index inside it. */
@@ -199,18 +189,18 @@ static void evict(planestore *s)
     }
 }
 
-/* For a READY entry in the table: stats its file when the last check is a second old or
- * more, and unlinks the entry (counted as a reload) when the file's size or mtime
- * changed or it cannot be stat'ed.  Returns 1 when the entry was unlinked. */
+/* For a READY entry in the table: stats its file when the last check is PS_RECHECK_S
+ * old or more, and unlinks the entry (counted as a reload) when the file's identity
+ * (inode, size, mtime, ctime) changed or it cannot be stat'ed.  Returns 1 when the entry
+ * was unlinked. */
 static int entry_check_stale(planestore *s, pentry *e)
 {
     double t = tess_mono_s();
     if (t - e->checked < PS_RECHECK_S)
         return 0;
     e->checked = t;
-    long long size, mtime;
-    if (stat_file(e->path, &size, &mtime, NULL, 0) == 0 && size == e->size &&
-        mtime == e->mtime_ns)
+    tess_file_id now;
+    if (tess_file_id_of(e->path, 0, &now, NULL, 0) == 0 && tess_file_id_same(&now, &e->id))
         return 0;
     table_unlink(s, e);
     s->st.reloads++;
@@ -231,38 +221,42 @@ static void view_fill(plane_view *v, pentry *e)
  * Returns 0 or a TESS_E* code with err. */
 static int load_level0(const dataset *d, pentry *e, char *err, size_t errlen)
 {
-    fitsimg_info info;
-    int rc = frame_read_info(e->path, e->hdu, &info, err, errlen);   /* FITS or PNG */
+    /* The identity before the pixels: what is read is never older than it. */
+    int rc = tess_file_id_of(e->path, 0, &e->id, err, errlen);
     if (rc)
         return rc;
-    long nplanes = info.naxes[2] * info.naxes[3];
-    if (info.naxes[0] != d->nx || info.naxes[1] != d->ny || e->zf >= nplanes) {
+    fitsimg_info info;
+    rc = frame_read_info(e->path, e->hdu, &info, err, errlen);   /* FITS or PNG */
+    if (rc)
+        return rc;
+    long nplanes;
+    if (tess_long_mul(info.naxes[2], info.naxes[3], &nplanes) || info.naxes[0] != d->nx ||
+        info.naxes[1] != d->ny || e->zf >= nplanes) {
         tess_seterr(err, errlen, "%s is now %ld x %ld x %ld, not the %ld x %ld x %ld it was when "
                 "dataset '%s' was opened; restart the server to serve it", e->path,
                 info.naxes[0], info.naxes[1], nplanes, d->nx, d->ny, d->nz, d->name);
         fitsimg_info_release(&info);
         return TESS_EIO;
     }
-    e->size = info.file_size;
-    e->mtime_ns = info.mtime_ns;
     int bitpix = info.bitpix;
     fitsimg_info_release(&info);
 
     /* Counts of finite pixels under a reduced pixel are uint32: the plane must hold
      * fewer than 2^32 pixels. */
-    if ((unsigned long long)d->nx * (unsigned long long)d->ny >= 0xFFFFFFFFULL) {
+    rp_dtype dt = (bitpix == -64 || bitpix == 32 || bitpix == 64) ? RP_F64 : RP_F32;
+    size_t esz = dt == RP_F64 ? sizeof(double) : sizeof(float), bytes;
+    if (tess_size_dims(esz, (const long[]){d->nx, d->ny}, 2, &bytes) ||
+        bytes / esz >= 0xFFFFFFFFULL) {
         tess_seterr(err, errlen, "plane of %ld x %ld pixels is too large to hold in memory",
                 d->nx, d->ny);
         return TESS_ETOOBIG;
     }
-    size_t n = (size_t)d->nx * (size_t)d->ny;
-    rp_dtype dt = (bitpix == -64 || bitpix == 32 || bitpix == 64) ? RP_F64 : RP_F32;
-    size_t esz = dt == RP_F64 ? sizeof(double) : sizeof(float);
-    if (n > SIZE_MAX / esz) {
-        tess_seterr(err, errlen, "plane of %ld x %ld pixels is too large", d->nx, d->ny);
-        return TESS_ETOOBIG;
-    }
-    void *data = malloc(n * esz);
+    /* A frame that its decoder will refuse (a PNG over the decode budgets) is refused
+     * before its plane is allocated. */
+    if ((rc = frame_decode_check(e->path, err, errlen)))
+        return rc;
+    size_t n = bytes / esz;
+    void *data = malloc(bytes);
     if (!data) {
         tess_seterr(err, errlen, "out of memory for a %ld x %ld plane of %s", d->nx, d->ny,
                 e->path);
@@ -293,7 +287,7 @@ static int load_level0(const dataset *d, pentry *e, char *err, size_t errlen)
     e->plane.ny = d->ny;
     e->nonfinite = nonfinite;
     e->bytes = n * esz + sizeof(*e);
-    format_version(e->version, sizeof e->version, e->size, e->mtime_ns);
+    format_version(e->version, sizeof e->version, &e->id);
     return 0;
 }
 
@@ -322,8 +316,7 @@ static int build_reduced(planestore *s, const dataset *d, long z, pentry *e, cha
     size_t esz = src->dtype == RP_F64 ? sizeof(double) : sizeof(float);
     e->counts = counts;
     e->nonfinite = be->nonfinite;
-    e->size = be->size;
-    e->mtime_ns = be->mtime_ns;
+    e->id = be->id;
     memcpy(e->version, be->version, sizeof e->version);
     e->bytes = n * esz + (counts ? n * sizeof(uint32_t) : 0) + sizeof(*e);
     planestore_release(s, &below);
@@ -562,11 +555,11 @@ int planestore_version(planestore *s, const dataset *d, long z, char *out, size_
         return 0;
     }
     pthread_mutex_unlock(&s->lock);
-    long long size, mtime;
-    int rc = stat_file(path, &size, &mtime, err, errlen);
+    tess_file_id id;
+    int rc = tess_file_id_of(path, 0, &id, err, errlen);
     if (rc)
         return rc;
-    format_version(out, outlen, size, mtime);
+    format_version(out, outlen, &id);
     return 0;
 }
 

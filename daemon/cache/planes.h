@@ -34,10 +34,13 @@ void planestore_free(planestore *s);
 
 /* Gets plane z (0-based; frame z of a stack) of dataset `d` at reduction level `level`
  * (0..30, capped at the level where the plane is 1x1), reading and reducing it on first
- * use.  Concurrent first uses of one plane read it once.  A plane whose files changed
- * since it was read (size or mtime, stat(2) at every use) is read again.
+ * use.  Concurrent first uses of one plane read it once.  A plane whose file changed
+ * since it was read (its tess_file_id: inode, size, mtime or ctime, stat(2) at every
+ * use) is read again.
  * Returns 0, or TESS_ERANGE (z outside the dataset), TESS_EIO (`err` says why),
  * TESS_ETOOBIG (a plane of 2^32 pixels or more, which the store cannot hold),
+ * TESS_ELIMIT (a frame over the decode budgets, engine/base/decodelimit.h: refused
+ * before its plane is allocated),
  * TESS_ENOMEM. */
 int planestore_get(planestore *s, const dataset *d, long z, int level, plane_view *v,
                    char *err, size_t errlen);
@@ -47,9 +50,10 @@ int planestore_get(planestore *s, const dataset *d, long z, int level, plane_vie
  * knows its store, `s` is not looked at.  Cannot fail. */
 void planestore_release(planestore *s, plane_view *v);
 
-/* The identity of the file contents behind a held view: "SIZE-MTIME" in hex (file size
- * in bytes, modification time in ns; for a stack, of the frame's file), as stat(2) gave
- * them when the plane was read.  For cache keys.  Valid while the view is held. */
+/* The identity of the file contents behind a held view: "SIZE-HASH" in hex (file size
+ * in bytes, the hash of its tess_file_id: inode, size, mtime, ctime; for a stack, of the
+ * frame's file), as stat(2) gave them before the plane was read.  For cache keys.  Valid
+ * while the view is held. */
 const char *planestore_view_version(const plane_view *v);
 
 /* The version (as planestore_view_version) that planestore_get would serve now for plane

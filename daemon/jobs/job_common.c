@@ -278,3 +278,27 @@ void jobc_plan_stages(const cube_transpose *t, job_plan *out)
         out->nblocks[1] = t->nbands;
     }
 }
+
+void jobc_transpose_cost(const dataset *d, long out_bytes_per_value, int direct,
+                         double band_extra, job_cost *c)
+{
+    double es = (double)chunkstore_esize(jobc_choose_dtype(d));
+    double npix = (double)d->nx * (double)d->ny, nz = (double)d->nz;
+    long g = 1, rows = CUBE_TILE;
+    cube_transpose_sizes(d->nx, d->ny, d->nz, (int)es, out_bytes_per_value, &g, &rows);
+    double band_px = (double)jobc_lmin(rows, d->ny) * (double)d->nx;
+    memset(c, 0, sizeof *c);
+    c->state_bytes = 4.0 * npix;
+    c->block_bytes = band_px * (nz * (es + band_extra) + (double)g * es);
+    snprintf(c->what, sizeof c->what, "a band of %ld rows of %ld series of %ld values",
+             jobc_lmin(rows, d->ny), d->nx, d->nz);
+    if (!direct) {
+        double group = npix * ((double)g * es + (double)CUBE_TILE * es + 8.0);
+        if (group > c->block_bytes) {
+            c->block_bytes = group;
+            snprintf(c->what, sizeof c->what, "a group of %ld planes of %ld x %ld pixels", g,
+                     d->nx, d->ny);
+        }
+        c->work_bytes = npix * nz * es;
+    }
+}

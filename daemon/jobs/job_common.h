@@ -90,4 +90,13 @@ void jobc_source(const dataset *d, cube_source *src);
  * bands when it is direct. */
 void jobc_plan_stages(const cube_transpose *t, job_plan *out);
 
+/* What a transpose of d (cube_transpose_init with out_bytes_per_value) needs, into *c:
+ * state = its permutation (4 bytes a pixel); block = the larger of a group's buffers
+ * (unless `direct`: g planes of the store's values, CUBE_TILE staging rows, one plane of
+ * doubles) and a band's (its series and a group's values of its pixels) plus
+ * `band_extra` bytes per value of the band; work = the staging file unless `direct`.
+ * The caller adds its product.  Cannot fail. */
+void jobc_transpose_cost(const dataset *d, long out_bytes_per_value, int direct,
+                         double band_extra, job_cost *c);
+
 #endif

@@ -80,6 +80,10 @@ static int check_input_file(const char *path, int hdu, const char *field, job_pr
     fitsimg_info_release(&info);
     skywcs *c = rc == 0 ? skywcs_celestial(w) : NULL;
     skywcs_free(w);
+    if (rc == TESS_EINVAL) {
+        jobkind_problem(pb, 422, field, "the image has no usable WCS: %s", e);
+        return -1;
+    }
     if (!c) {
         jobkind_problem(pb, 422, field, "the image has no celestial WCS%s%s", rc ? ": " : "",
                         rc ? e : "");
@@ -166,6 +170,11 @@ static int parse_inputs(const json_t *in, const job_env *env, int reproject, bod
                 jobkind_problem(pb, 422, field, "dataset '%s' is a %s: a %s takes 2-D images",
                                 ds->name, ds_kind_name(ds->kind),
                                 reproject ? "reprojection" : "mosaic");
+                return -1;
+            }
+            if (ds->wcs_error[0]) {
+                jobkind_problem(pb, 422, field, "dataset '%s' has no usable WCS: %s", ds->name,
+                                ds->wcs_error);
                 return -1;
             }
             if (!ds->cel) {
@@ -292,7 +301,13 @@ static int parse_body(const json_t *j, const job_env *env, int check_name, int r
             }
             skywcs *w = NULL, *c = NULL;
             char e[256] = "";
-            if (skywcs_parse(b->tcards, b->tkeys, &w, e, sizeof e) == 0)
+            rc = skywcs_parse(b->tcards, b->tkeys, &w, e, sizeof e);
+            if (rc == TESS_EINVAL) {
+                jobkind_problem(pb, 400, "target.header", "the target header has no usable "
+                                "WCS: %s", e);
+                return -1;
+            }
+            if (rc == 0)
                 c = skywcs_celestial(w);
             skywcs_free(w);
             if (!c) {
@@ -505,6 +520,7 @@ static int plan_body(const json_t *j, const job_env *env, int reproject, const c
     snprintf(mj->output, sizeof mj->output, "%s", b.output);
     mos_spec sp;
     fill_spec(&b, &sp);
+    sp.max_block_bytes = (double)env->cfg->jobs_memory_mb * 1048576.0;
     int rc = mos_plan(&sp, workdir, env->threads, &mj->m, err, errlen);
     body_free(&b);
     if (rc) {
@@ -537,11 +553,62 @@ static int reproject_plan(const json_t *j, const job_env *env, const char *workd
     return plan_body(j, env, 1, workdir, out, err, errlen);
 }
 
+/* What mos_plan (without a work directory) and mos_estimate say the mosaic needs.  A body
+ * that cannot be planned gets no figures: the job fails when it runs, as it did before
+ * estimates existed, with the planner's reason. */
+static int estimate_body(const json_t *j, const job_env *env, int reproject, job_cost *c,
+                         job_problem *pb)
+{
+    body b;
+    memset(c, 0, sizeof *c);
+    if (parse_body(j, env, 0, reproject, &b, pb) != 0) {
+        body_free(&b);
+        return -1;
+    }
+    mos_spec sp;
+    fill_spec(&b, &sp);
+    mosaic *m = NULL;
+    char e[256];
+    int rc = mos_plan(&sp, NULL, env->threads, &m, e, sizeof e);
+    body_free(&b);
+    if (rc == TESS_ENOMEM) {
+        jobkind_problem(pb, 500, NULL, "out of memory");
+        return -1;
+    }
+    if (rc)
+        return 0;
+    mos_cost mc;
+    mos_estimate(m, &mc);
+    mos_free(m);
+    c->state_bytes = mc.state_bytes;
+    c->block_bytes = mc.block_bytes;
+    c->work_bytes = mc.work_bytes;
+    c->product_bytes = mc.product_bytes;
+    snprintf(c->what, sizeof c->what, "%s", mc.block_what);
+    return 0;
+}
+
+static int mosaic_estimate(const json_t *j, const job_env *env, job_cost *c, job_problem *pb)
+{
+    return estimate_body(j, env, 0, c, pb);
+}
+
+static int reproject_estimate(const json_t *j, const job_env *env, job_cost *c,
+                              job_problem *pb)
+{
+    return estimate_body(j, env, 1, c, pb);
+}
+
 static int mosaic_run_block(void *state, int stage, long block, const volatile int *cancel,
                             char *err, size_t errlen)
 {
     mjob *mj = state;
-    return mos_run_block(mj->m, stage, block, cancel, err, errlen);
+    int rc = mos_run_block(mj->m, stage, block, cancel, err, errlen);
+    if (rc == TESS_ETOOBIG) {
+        size_t n = strlen(err);
+        snprintf(err + n, errlen > n ? errlen - n : 0, " (jobs.memory_mb)");
+    }
+    return rc;
 }
 
 static int mosaic_finish(void *state, const char *tmp_path, job_product *prod, char *err,
@@ -572,6 +639,7 @@ const job_kind job_kind_mosaic = {
     .run_block = mosaic_run_block,
     .finish = mosaic_finish,
     .release = mosaic_release,
+    .estimate = mosaic_estimate,
 };
 
 const job_kind job_kind_reproject = {
@@ -581,4 +649,5 @@ const job_kind job_kind_reproject = {
     .run_block = mosaic_run_block,
     .finish = mosaic_finish,
     .release = mosaic_release,
+    .estimate = reproject_estimate,
 };

@@ -153,5 +153,21 @@ static int ps_finish(void *state, const char *tmp_path, job_product *prod, char 
     return 0;
 }
 
+/* The float32 cube (nx, ny, nz) and the staging file (none when a current rechunk copy
+ * is attached: the bands read it); a band block also holds its spectra (4 bytes a value). */
+static int ps_estimate(const json_t *body, const job_env *env, job_cost *c, job_problem *pb)
+{
+    const dataset *d;
+    if (jobc_check_dataset(body, env, &d, pb) != 0)
+        return -1;
+    char src[PATH_MAX];
+    jobc_transpose_cost(d, 4, usable_profile(d, src, sizeof src), 4.0, c);
+    double cube = (double)d->nx * (double)d->ny * (double)d->nz * 4.0 + 2.0 * 2880.0
+                  + (double)d->nkeys * 80.0;
+    c->work_bytes += cube;
+    c->product_bytes = cube;
+    return 0;
+}
+
 const job_kind job_kind_power_spectrum = {"power_spectrum", ps_validate, ps_plan, ps_run,
-                                          ps_finish, ps_release};
+                                          ps_finish, ps_release, ps_estimate};

@@ -254,5 +254,26 @@ static void recenter_release(void *state)
     free(state);
 }
 
+/* The cube of crops (W, H, nz) and its ORIGINS table, the origins file; a block holds a
+ * frame twice in doubles (the frame and the centroid's scratch) and one crop. */
+static int recenter_estimate(const json_t *body, const job_env *env, job_cost *c,
+                             job_problem *pb)
+{
+    const dataset *d;
+    if (jobc_check_dataset(body, env, &d, pb) != 0)
+        return -1;
+    json_t *sz = json_object_get(body, "size");
+    double w = (double)json_integer_value(json_array_get(sz, 0));
+    double h = (double)json_integer_value(json_array_get(sz, 1));
+    double oes = (double)chunkstore_esize(jobc_choose_dtype(d)), nz = (double)d->nz;
+    memset(c, 0, sizeof *c);
+    c->block_bytes = 16.0 * (double)d->nx * (double)d->ny + w * h * (8.0 + oes);
+    snprintf(c->what, sizeof c->what, "a frame of %ld x %ld pixels", d->nx, d->ny);
+    c->state_bytes = nz * (sizeof(origin_rec) + 40.0);
+    c->product_bytes = w * h * nz * oes + nz * 40.0 + 4.0 * 2880.0;
+    c->work_bytes = c->product_bytes + nz * (double)sizeof(origin_rec);
+    return 0;
+}
+
 const job_kind job_kind_recenter = {"recenter", recenter_validate, recenter_plan, recenter_run,
-                                    recenter_finish, recenter_release};
+                                    recenter_finish, recenter_release, recenter_estimate};

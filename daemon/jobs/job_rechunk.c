@@ -38,6 +38,22 @@ typedef struct rechunk_state {
     char name[128];
 } rechunk_state;
 
+/* 1 when a band of CUBE_TILE rows across all planes of d fits the band limit (the
+ * one-stage plan), with *band_rows: bands as large as the limit allows, but at least two
+ * per worker thread. */
+static int inmem_rows(const dataset *d, int threads, long *band_rows)
+{
+    long per_tile_row = d->nx * d->nz * chunkstore_esize(jobc_choose_dtype(d)) * CUBE_TILE;
+    if (per_tile_row > band_bytes_limit)
+        return 0;
+    long tile_rows = (d->ny + CUBE_TILE - 1) / CUBE_TILE;
+    long want = jobc_lmax(2, 2L * threads);
+    long trows = jobc_lmax(1, jobc_lmin(band_bytes_limit / per_tile_row,
+                                        (tile_rows + want - 1) / want));
+    *band_rows = trows * CUBE_TILE;
+    return 1;
+}
+
 static int rechunk_validate(const json_t *body, const job_env *env, job_problem *pb)
 {
     static const char *const known[] = {"type", "dataset", NULL};
@@ -73,15 +89,8 @@ static int rechunk_plan(const json_t *body, const job_env *env, const char *work
     rc = cube_transpose_init(&s->t, &src, 0, 0, NULL, workdir, err, errlen);
     snprintf(s->store_path, sizeof s->store_path, "%s/profile.tcs", workdir);
     snprintf(s->name, sizeof s->name, "%s", d->name);
-    long per_tile_row = d->nx * d->nz * s->t.es * CUBE_TILE;
-    if (!rc && per_tile_row <= band_bytes_limit) {
-        /* bands as large as memory allows, but at least two per worker thread */
-        long tile_rows = (d->ny + CUBE_TILE - 1) / CUBE_TILE;
-        long want = jobc_lmax(2, 2L * env->threads);
-        long trows = jobc_lmax(1, jobc_lmin(band_bytes_limit / per_tile_row,
-                                            (tile_rows + want - 1) / want));
+    if (!rc && inmem_rows(d, env->threads, &s->band_rows)) {
         s->inmem = 1;
-        s->band_rows = trows * CUBE_TILE;
         s->nbands = (d->ny + s->band_rows - 1) / s->band_rows;
     }
     if (!rc && !jobc_marker_exists(workdir)) {
@@ -168,5 +177,31 @@ static int rechunk_finish(void *state, const char *tmp_path, job_product *prod, 
     return 0;
 }
 
+/* The store (header and every series), the staging file of the two-stage plan; a block of
+ * the one-stage plan holds its band's series, a group of 64 planes' tile rows and a tile
+ * row of doubles (cube_transpose_rows). */
+static int rechunk_estimate(const json_t *body, const job_env *env, job_cost *c,
+                            job_problem *pb)
+{
+    const dataset *d;
+    if (jobc_check_dataset(body, env, &d, pb) != 0)
+        return -1;
+    long rows = 0;
+    int inmem = inmem_rows(d, env->threads, &rows);
+    jobc_transpose_cost(d, 0, inmem, 0.0, c);
+    double es = (double)chunkstore_esize(jobc_choose_dtype(d)), nx = (double)d->nx;
+    double store = (double)CHUNKSTORE_HEADER + nx * (double)d->ny * (double)d->nz * es;
+    if (inmem) {
+        rows = jobc_lmin(rows, d->ny);
+        c->block_bytes = (double)rows * nx * (double)d->nz * es + 64.0 * CUBE_TILE * nx * es
+                         + CUBE_TILE * nx * 8.0;
+        snprintf(c->what, sizeof c->what, "a band of %ld rows of %ld series of %ld values",
+                 rows, d->nx, d->nz);
+    }
+    c->work_bytes += store;
+    c->product_bytes = store;
+    return 0;
+}
+
 const job_kind job_kind_rechunk = {"rechunk", rechunk_validate, rechunk_plan, rechunk_run,
-                                   rechunk_finish, rechunk_release};
+                                   rechunk_finish, rechunk_release, rechunk_estimate};

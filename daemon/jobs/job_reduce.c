@@ -274,5 +274,32 @@ static void reduce_release(void *state)
     free(state);
 }
 
+/* Axis z: a float64 image and one partial per z-range (at most 20 bytes a pixel: counts,
+ * sums or moments); a block holds its partial and a plane of doubles, finish two partials,
+ * the image and its encoding.  Axis xy: nz doubles, a plane per block. */
+static int reduce_estimate(const json_t *body, const job_env *env, job_cost *c,
+                           job_problem *pb)
+{
+    const dataset *d;
+    stack_zop op;
+    zreduce_axis axis;
+    if (jobc_check_dataset(body, env, &d, pb) != 0 || reduce_parse(body, &op, &axis, pb) != 0)
+        return -1;
+    double npix = (double)d->nx * (double)d->ny, nz = (double)d->nz;
+    double parts = (double)zreduce_nranges(d->nz);
+    memset(c, 0, sizeof *c);
+    if (axis == ZREDUCE_AXIS_Z) {
+        c->block_bytes = 56.0 * npix;
+        c->product_bytes = 8.0 * npix + 4.0 * 2880.0;
+        c->work_bytes = 20.0 * npix * parts + c->product_bytes;
+    } else {
+        c->block_bytes = 8.0 * npix + 8.0 * nz;
+        c->product_bytes = 8.0 * nz + 4.0 * 2880.0;
+        c->work_bytes = 8.0 * nz + parts * 4096.0 + c->product_bytes;
+    }
+    snprintf(c->what, sizeof c->what, "planes of %ld x %ld pixels", d->nx, d->ny);
+    return 0;
+}
+
 const job_kind job_kind_reduce = {"reduce", reduce_validate, reduce_plan, reduce_run,
-                                  reduce_finish, reduce_release};
+                                  reduce_finish, reduce_release, reduce_estimate};

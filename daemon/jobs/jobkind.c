@@ -61,6 +61,45 @@ int jobkind_check_new_name(const job_env *env, const char *name, const char *fie
     return 0;
 }
 
+/* `path` (absolute) with empty, "." and ".." components removed as text, into out
+ * (PATH_MAX): "/a/./b//../c" gives "/a/c"; ".." above "/" stays at "/". */
+static void lexical_clean(const char *path, char *out)
+{
+    size_t len = 0;
+    out[len++] = '/';
+    const char *p = path;
+    while (*p) {
+        while (*p == '/')
+            p++;
+        const char *e = p;
+        while (*e && *e != '/')
+            e++;
+        size_t n = (size_t)(e - p);
+        if (n == 0 || (n == 1 && p[0] == '.')) {
+            /* nothing */
+        } else if (n == 2 && p[0] == '.' && p[1] == '.') {
+            while (len > 1 && out[len - 1] != '/')
+                len--;
+            if (len > 1)
+                len--;
+        } else if (len + n + 1 < PATH_MAX) {
+            if (len > 1)
+                out[len++] = '/';
+            memcpy(out + len, p, n);
+            len += n;
+        }
+        p = e;
+    }
+    out[len] = '\0';
+}
+
+/* The one answer for what is not an input (see jobkind.h). */
+static int no_input(job_problem *pb, const char *field, const char *s)
+{
+    jobkind_problem(pb, 404, field, "no dataset or file under a data root named '%.200s'", s);
+    return -1;
+}
+
 int jobkind_resolve_input(const job_env *env, const char *s, const char *field,
                           const dataset **ds, char *path, job_problem *pb)
 {
@@ -73,34 +112,26 @@ int jobkind_resolve_input(const job_env *env, const char *s, const char *field,
         snprintf(path, PATH_MAX, "%s", (*ds)->paths[0]);
         return 0;
     }
-    if (!strchr(s, '/') && !strstr(s, ".fit")) {
-        jobkind_problem(pb, 404, field, "no dataset named '%.64s'", s);
-        return -1;
-    }
+    if (!strchr(s, '/') && !strstr(s, ".fit"))
+        return no_input(pb, field, s);
     if (env->cfg->n_roots < 1) {
         jobkind_problem(pb, 403, field, "no data roots are configured");
         return -1;
     }
-    char joined[PATH_MAX];
+    char joined[PATH_MAX], clean[PATH_MAX];
     int n = s[0] == '/' ? snprintf(joined, sizeof(joined), "%s", s)
                         : snprintf(joined, sizeof(joined), "%s/%s", env->cfg->data_roots[0], s);
     if (n < 0 || (size_t)n >= sizeof(joined)) {
         jobkind_problem(pb, 400, field, "path too long");
         return -1;
     }
+    lexical_clean(joined, clean);
+    if (!catalog_path_allowed(env->cfg, clean))
+        return no_input(pb, field, s);
     char *real = realpath(joined, NULL);
-    if (!real) {
-        /* Say the same for "missing" and "outside" only when the path is outside: do
-         * not reveal which files exist beyond the roots. */
-        jobkind_problem(pb, 404, field, "no file '%.200s' under the data roots", s);
-        return -1;
-    }
-    if (!catalog_path_allowed(env->cfg, real)) {
-        free(real);
-        jobkind_problem(pb, 403, field, "'%.200s' is outside the data roots", s);
-        return -1;
-    }
-    snprintf(path, PATH_MAX, "%s", real);
+    int ok = real && catalog_path_allowed(env->cfg, real);
+    if (ok)
+        snprintf(path, PATH_MAX, "%s", real);
     free(real);
-    return 0;
+    return ok ? 0 : no_input(pb, field, s);
 }

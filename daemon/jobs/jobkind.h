@@ -46,6 +46,20 @@ typedef struct job_problem {
     char detail[512];
 } job_problem;
 
+/* What a job will need, in bytes, as estimated from its body and its inputs' headers.
+ * Before a job is accepted the runner checks state_bytes + block_bytes against
+ * jobs.memory_mb, product_bytes against jobs.max_product_mb, and the larger of work_bytes
+ * and product_bytes (with what jobs.dir holds and what accepted jobs will still write)
+ * against jobs.disk_mb, each a 413 naming the key; while the job runs, at most
+ * (jobs.memory_mb - state_bytes) / block_bytes of its blocks are in flight (at least 1). */
+typedef struct job_cost {
+    double state_bytes;    /* memory the plan holds for the whole job */
+    double block_bytes;    /* memory of the largest block */
+    double work_bytes;     /* the most the work directory and the temporary product hold */
+    double product_bytes;  /* the product */
+    char what[240];        /* which block needs block_bytes, in words ("" when not said) */
+} job_cost;
+
 /* The plan of one job. */
 typedef struct job_plan {
     int nstages;
@@ -90,6 +104,13 @@ typedef struct job_kind {
 
     /* Frees the state (NULL is ignored). */
     void (*release)(void *state);
+
+    /* What the job will need (job_cost), for a body validate() accepted: from the body,
+     * the catalog and the inputs' headers, with no pixel read and no allocation that grows
+     * with the data.  Called before the job is accepted and again before it runs.  NULL:
+     * the type declares nothing (the runner's checks of what is written still apply).
+     * Returns 0 or -1 with *pb. */
+    int (*estimate)(const json_t *body, const job_env *env, job_cost *cost, job_problem *pb);
 } job_kind;
 
 /* Helpers for validate(): each returns 0, or -1 with *pb filled (status 400 unless
@@ -102,8 +123,13 @@ int jobkind_check_new_name(const job_env *env, const char *name, const char *fie
                            job_problem *pb);
 /* Resolves an input: a dataset name of the catalog, or a path (absolute or relative to
  * the first data root) that lies inside the data roots.  On success *ds is the dataset
- * (or NULL for a plain file) and `path` (PATH_MAX) the canonical file path.  404 for an
- * unknown name, 403 for a path outside the roots, 404 for a missing file. */
+ * (or NULL for a plain file) and `path` (PATH_MAX) the canonical file path.  One answer
+ * for an unknown name, a missing file and a path outside the roots, whether or not
+ * something exists there: 404 "no dataset or file under a data root named 'S'".  A path
+ * whose "." and ".." components, removed as text, leave it outside every root is refused
+ * without looking at the file system (so the time of the answer says nothing either);
+ * one inside is then canonicalised (symbolic links followed) and must still be inside.
+ * 403 when no data roots are configured, 400 for a path too long. */
 int jobkind_resolve_input(const job_env *env, const char *s, const char *field,
                           const dataset **ds, char *path, job_problem *pb);
 void jobkind_problem(job_problem *pb, int status, const char *field, const char *fmt, ...)

@@ -8,8 +8,11 @@
  * Work directories of finished jobs and every *.tmp are removed on success, failure and
  * cancel, and swept at start-up.  A scheduler thread runs one job at a time: its blocks go
  * to the shared worker pool at batch priority (interactive tiles go first), at most one
- * block per worker in flight.  A restart keeps queued jobs queued and resumes the running
- * one from its recorded blocks (see daemon/jobs/jobkind.h for what job types guarantee).
+ * block per worker in flight (fewer when jobs.memory_mb holds fewer of the job's blocks).
+ * A job whose files take jobs.dir past jobs.disk_mb, or whose product passes
+ * jobs.max_product_mb, fails (413).  A restart keeps queued jobs queued and resumes the
+ * running one from its recorded blocks (see daemon/jobs/jobkind.h for what job types
+ * guarantee).
  * Times are UTC, ISO 8601 with milliseconds.  Job ids: 16 lowercase hex characters.
  */
 #ifndef TESSERA_SERVER_JOBS_H
@@ -31,8 +34,12 @@ const job_kind *jobs_find_kind(const char *type);
 
 /* Opens (creating when needed) the jobs directory `dir`, sweeps temporary files, registers
  * the products of succeeded jobs in `cat`, and starts the scheduler, which resumes a job
- * left running.  `p` must outlive the runner.  Returns 0, or TESS_EIO (directory or
- * database unusable: err says why), TESS_ENOMEM. */
+ * left running.  The directory is locked for this runner (an flock on it and on dir/lock,
+ * whose identity is checked again when a job is taken, on submit and every second); the
+ * store is checked before anything writes to it (PRAGMA integrity_check, the schema and
+ * its version: a damaged or foreign file is refused and left unchanged; a store of version
+ * 0 is upgraded).  `p` must outlive the runner.  Returns 0, or TESS_EIO (directory in use,
+ * database damaged, foreign or unusable: err says why), TESS_ENOMEM. */
 int jobs_open(const char *dir, const tess_config *cfg, catalog *cat, pool *p, jobs **out,
               char *err, size_t errlen);
 
@@ -41,10 +48,12 @@ int jobs_open(const char *dir, const tess_config *cfg, catalog *cat, pool *p, jo
  * called before the pool is freed.  NULL is ignored. */
 void jobs_close(jobs *J);
 
-/* Validates and queues a job from the JSON text `body`.  On success returns 0 and
- * *json_out (malloc'd) is the job document.  On failure returns -1 and *pb says why:
- * 400 (not JSON, not an object, no or unknown "type", and the type's own checks), 404,
- * 409, 422, 503 (limits.max_queued_jobs jobs are queued or running). */
+/* Validates, estimates (job_kind.estimate) and queues a job from the JSON text `body`.
+ * On success returns 0 and *json_out (malloc'd) is the job document.  On failure returns
+ * -1 and *pb says why: 400 (not JSON, not an object, no or unknown "type", and the type's
+ * own checks), 404, 409, 413 (over jobs.memory_mb, jobs.max_product_mb or jobs.disk_mb:
+ * daemon/jobs/jobbudget.h), 422, 503 (limits.max_queued_jobs jobs are queued or running,
+ * or another process took the directory's lock file). */
 int jobs_submit(jobs *J, const char *body, size_t len, char **json_out, job_problem *pb);
 
 /* The job document {id, type, state, progress{done,total,fraction}, eta_s, created,

@@ -20,7 +20,9 @@ enum {
     TESS_ENOTFOUND = -8, /* no such name */
     TESS_ETOOBIG  = -9,  /* result larger than the configured limit */
     TESS_ECANCELED = -10,/* the work was cancelled */
-    TESS_EEXIST   = -11  /* the name is already taken */
+    TESS_EEXIST   = -11, /* the name is already taken */
+    TESS_ELIMIT   = -12  /* an input larger than a configured budget of what one input
+                            may take (engine/base/decodelimit.h): the message names it */
 };
 
 /* Writes the printf-formatted reason into err (NUL-terminated, truncated to errlen

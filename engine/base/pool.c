@@ -10,6 +10,8 @@
 typedef struct task {
     struct task *next;
     pool_fn fn;
+    pool_fn drop;                 /* called instead of fn once *cancel is set, or NULL */
+    const atomic_int *cancel;     /* NULL for tasks that cannot be given up */
     void *arg;
 } task;
 
@@ -49,6 +51,11 @@ static task *queue_pop(task_queue *q)
     return t;
 }
 
+static int task_cancelled(const task *t)
+{
+    return t->cancel && atomic_load_explicit(t->cancel, memory_order_acquire);
+}
+
 /* Runs tasks until the pool is stopping and both queues are empty. */
 static void *worker_main(void *arg)
 {
@@ -64,7 +71,10 @@ static void *worker_main(void *arg)
             t = queue_pop(&p->q[POOL_BATCH]);
         p->depth--;
         pthread_mutex_unlock(&p->lock);
-        t->fn(t->arg);
+        if (task_cancelled(t))
+            t->drop(t->arg);
+        else
+            t->fn(t->arg);
         free(t);
         pthread_mutex_lock(&p->lock);
     }
@@ -129,7 +139,8 @@ pool *pool_new(int nthreads, size_t max_queue)
 
 /* The task record is allocated before the lock is taken; on any error fn is not called
  * and nothing is queued. */
-int pool_submit(pool *p, pool_priority prio, pool_fn fn, void *arg)
+static int submit(pool *p, pool_priority prio, pool_fn fn, pool_fn drop, void *arg,
+                  const atomic_int *cancel)
 {
     if (prio != POOL_INTERACTIVE && prio != POOL_BATCH)
         return TESS_EINVAL;
@@ -137,6 +148,8 @@ int pool_submit(pool *p, pool_priority prio, pool_fn fn, void *arg)
     if (!t)
         return TESS_ENOMEM;
     t->fn = fn;
+    t->drop = drop;
+    t->cancel = cancel;
     t->arg = arg;
 
     pthread_mutex_lock(&p->lock);
@@ -150,6 +163,54 @@ int pool_submit(pool *p, pool_priority prio, pool_fn fn, void *arg)
     pthread_cond_signal(&p->work);
     pthread_mutex_unlock(&p->lock);
     return 0;
+}
+
+int pool_submit(pool *p, pool_priority prio, pool_fn fn, void *arg)
+{
+    return submit(p, prio, fn, NULL, arg, NULL);
+}
+
+int pool_submit_cancellable(pool *p, pool_priority prio, pool_fn fn, pool_fn drop, void *arg,
+                            const atomic_int *cancel)
+{
+    if (!drop || !cancel)
+        return TESS_EINVAL;
+    return submit(p, prio, fn, drop, arg, cancel);
+}
+
+/* The cancelled tasks are unlinked under the lock into a list of their own, then
+ * dropped outside it (a drop function may submit tasks). */
+size_t pool_drop_cancelled(pool *p)
+{
+    task_queue gone = {NULL, NULL};
+    size_t n = 0;
+    pthread_mutex_lock(&p->lock);
+    for (int prio = 0; prio < 2; prio++) {
+        task_queue *q = &p->q[prio];
+        task *prev = NULL;      /* the last task kept */
+        for (task *t = q->head, *next; t; t = next) {
+            next = t->next;
+            if (task_cancelled(t)) {
+                if (prev)
+                    prev->next = next;
+                else
+                    q->head = next;
+                queue_push(&gone, t);
+                p->depth--;
+                n++;
+            } else {
+                prev = t;
+            }
+        }
+        q->tail = prev;
+    }
+    pthread_mutex_unlock(&p->lock);
+    for (task *t = gone.head, *next; t; t = next) {
+        next = t->next;
+        t->drop(t->arg);
+        free(t);
+    }
+    return n;
 }
 
 /* Must not be called from one of the pool's own tasks (it would wait for itself). */

@@ -2,6 +2,7 @@
 #ifndef TESSERA_SERVER_POOL_H
 #define TESSERA_SERVER_POOL_H
 
+#include <stdatomic.h>
 #include <stddef.h>
 
 typedef struct pool pool;
@@ -22,6 +23,20 @@ pool *pool_new(int nthreads, size_t max_queue);
  * queue is full or the pool is stopping (fn is then not called), TESS_ENOMEM, or
  * TESS_EINVAL for an unknown priority.  Thread-safe; tasks may submit more tasks. */
 int pool_submit(pool *p, pool_priority prio, pool_fn fn, void *arg);
+
+/* As pool_submit, for a task that may be given up before it starts: once *cancel is
+ * nonzero, a worker that takes the task, or pool_drop_cancelled while it waits, calls
+ * drop(arg) instead of fn(arg).  Exactly one of fn and drop is called, once, for a task
+ * queued (none when this fails); *cancel is read with atomic loads and must stay valid
+ * until then.  Returns as pool_submit, and TESS_EINVAL when drop or cancel is NULL. */
+int pool_submit_cancellable(pool *p, pool_priority prio, pool_fn fn, pool_fn drop, void *arg,
+                            const atomic_int *cancel);
+
+/* Takes every waiting task whose cancel flag (pool_submit_cancellable) is set out of the
+ * queues and calls its drop function, in queue order, on the calling thread and outside
+ * the pool's lock.  Returns how many it dropped.  Thread-safe; may be called from a
+ * task.  Cannot fail. */
+size_t pool_drop_cancelled(pool *p);
 
 /* Stops the pool: refuses new tasks, lets the workers finish every task already queued
  * and running, joins them and frees the pool.  NULL is ignored.  Must not be called

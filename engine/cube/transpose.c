@@ -1,12 +1,14 @@
 /* Planes of a stack turned into per-pixel series (transpose.h). */
 #include "engine/cube/transpose.h"
 
+#include "engine/base/checked.h"
 #include "engine/base/error.h"
 #include "engine/base/fileio.h"
 
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -29,16 +31,38 @@ static int write_at(const char *path, const void *buf, size_t n, off_t off, char
     return 0;
 }
 
+void cube_transpose_sizes(long nx, long ny, long nz, int es, long out_bytes_per_value,
+                          long *g, long *band_rows)
+{
+    long plane_bytes = nx * ny * es;
+    *g = lmax(1, lmin(BLOCK_BYTES / lmax(1, plane_bytes), (nz + MIN_BLOCKS - 1) / MIN_BLOCKS));
+    long per_row = nx * nz * lmax(es, out_bytes_per_value);
+    long tile_rows = (ny + CUBE_TILE - 1) / CUBE_TILE;
+    long trows = lmax(1, lmin(BLOCK_BYTES / lmax(1, per_row * CUBE_TILE),
+                              (tile_rows + MIN_BLOCKS - 1) / MIN_BLOCKS));
+    *band_rows = trows * CUBE_TILE;
+}
+
 int cube_transpose_init(cube_transpose *t, const cube_source *src, long out_bytes_per_value,
                         int direct, const char *src_path, const char *workdir, char *err,
                         size_t errlen)
 {
     memset(t, 0, sizeof *t);
+    /* perm holds uint32 indices, and the staging file npix * nz values. */
+    size_t npix, staged;
+    if (src->nx < 1 || src->ny < 1 || src->nz < 1 ||
+        tess_size_dims(1, (const long[]){src->nx, src->ny}, 2, &npix) || npix > UINT32_MAX ||
+        tess_size_dims((size_t)chunkstore_esize(src->dtype),
+                       (const long[]){src->nx, src->ny, src->nz}, 3, &staged)) {
+        tess_seterr(err, errlen, "cannot transpose %ld x %ld x %ld values: planes hold fewer "
+                    "than 2^32 pixels", src->nx, src->ny, src->nz);
+        return TESS_ERANGE;
+    }
     t->st = src->st;
     t->nx = src->nx;
     t->ny = src->ny;
     t->nz = src->nz;
-    t->npix = src->nx * src->ny;
+    t->npix = (long)npix;
     t->dt = src->dtype;
     t->es = chunkstore_esize(t->dt);
     t->ci.nx = src->nx;
@@ -65,14 +89,8 @@ int cube_transpose_init(cube_transpose *t, const cube_source *src, long out_byte
                     t->perm[idx++] = (uint32_t)((y0 + yy) * t->nx + x0 + xx);
         }
     }
-    long plane_bytes = t->npix * t->es;
-    t->g = lmax(1, lmin(BLOCK_BYTES / lmax(1, plane_bytes), (t->nz + MIN_BLOCKS - 1) / MIN_BLOCKS));
+    cube_transpose_sizes(t->nx, t->ny, t->nz, t->es, out_bytes_per_value, &t->g, &t->band_rows);
     t->ngroups = (t->nz + t->g - 1) / t->g;
-    long per_row = t->nx * t->nz * lmax(t->es, out_bytes_per_value);
-    long tile_rows = (t->ny + CUBE_TILE - 1) / CUBE_TILE;
-    long trows = lmax(1, lmin(BLOCK_BYTES / lmax(1, per_row * CUBE_TILE),
-                              (tile_rows + MIN_BLOCKS - 1) / MIN_BLOCKS));
-    t->band_rows = trows * CUBE_TILE;
     t->nbands = (t->ny + t->band_rows - 1) / t->band_rows;
     t->direct = direct;
     snprintf(t->stage_path, sizeof t->stage_path, "%s/staging.bin", workdir);

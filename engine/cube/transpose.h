@@ -56,11 +56,19 @@ typedef struct cube_transpose {
  * groups when nz allows), bands whose series take at most 64 MB at
  * max(es, out_bytes_per_value) bytes a value (at least 16 bands when ny allows).
  * `src_path` (may be NULL when !direct) and `workdir` are copied.  Creates no file.
- * Returns 0 or TESS_ENOMEM with err; release with cube_transpose_release either way. */
+ * Returns 0, TESS_ERANGE (a size below 1, a plane of 2^32 pixels or more, or the values
+ * overflowing as bytes: engine/base/checked.h) or TESS_ENOMEM with err; release with
+ * cube_transpose_release either way. */
 int cube_transpose_init(cube_transpose *t, const cube_source *src, long out_bytes_per_value,
                         int direct, const char *src_path, const char *workdir, char *err,
                         size_t errlen);
 
+/* The planes per group (*g) and rows per band (*band_rows) cube_transpose_init gives an
+ * nx x ny x nz volume of es-byte values, computed alone (no permutation, no allocation):
+ * for estimates of what a transpose will need.  A group holds g planes (at most 64 MB, or
+ * one plane), a band band_rows rows (a multiple of CUBE_TILE) of series. */
+void cube_transpose_sizes(long nx, long ny, long nz, int es, long out_bytes_per_value,
+                          long *g, long *band_rows);
 /* Frees the permutation.  Safe on a zeroed or failed transpose. */
 void cube_transpose_release(cube_transpose *t);
 

@@ -1,12 +1,13 @@
 /* FITS header cards: formatting, lookup, the structural keywords and header text parsing (fitscard.h). */
 #include "engine/fits/fitscard.h"
 
-#include <ctype.h>
+#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "engine/base/checked.h"
 #include "engine/base/error.h"
 
 /* ---- formatting one card ------------------------------------------------------------ */
@@ -402,6 +403,120 @@ int fitscard_is_structural(const char *card)
     return 0;
 }
 
+/* ---- the structure of an image HDU --------------------------------------------------- */
+
+/* "N1 x N2 x ..." of the first naxis lengths into buf (cut to len). */
+static void shape_text(const long *naxes, int naxis, char *buf, size_t len)
+{
+    size_t p = 0;
+    buf[0] = '\0';
+    for (int i = 0; i < naxis && p < len; i++) {
+        int w = snprintf(buf + p, len - p, "%s%ld", i ? " x " : "", naxes[i]);
+        if (w < 0)
+            break;
+        p += (size_t)w;
+    }
+}
+
+int fitscard_check_image(int bitpix, int naxis, const long *naxes, int maxdim,
+                         long long data_offset, long long file_size, size_t *bytes,
+                         char *err, size_t errlen)
+{
+    if (bytes)
+        *bytes = 0;
+    if (bitpix != 8 && bitpix != 16 && bitpix != 32 && bitpix != 64 && bitpix != -32 &&
+        bitpix != -64) {
+        tess_seterr(err, errlen, "BITPIX = %d is not 8, 16, 32, 64, -32 or -64 (FITS 4.0, "
+                    "section 4.4.1.1)", bitpix);
+        return TESS_EINVAL;
+    }
+    if (naxis < 0 || naxis > maxdim) {
+        tess_seterr(err, errlen, "NAXIS = %d: images of 0 to %d axes are read", naxis, maxdim);
+        return TESS_EINVAL;
+    }
+    for (int i = 0; i < naxis; i++) {
+        if (naxes[i] < 1) {
+            tess_seterr(err, errlen, "NAXIS%d = %ld: an image axis holds at least 1 pixel",
+                        i + 1, naxes[i]);
+            return TESS_EINVAL;
+        }
+    }
+    char shape[160];
+    shape_text(naxes, naxis, shape, sizeof shape);
+    size_t size = 0;
+    if (naxis > 0 && tess_size_dims((size_t)(bitpix < 0 ? -bitpix : bitpix) / 8, naxes, naxis,
+                                    &size)) {
+        tess_seterr(err, errlen, "%s values of BITPIX %d (NAXIS1 to NAXIS%d) make more than "
+                    "%zu bytes of data: the header's sizes overflow", shape, bitpix, naxis,
+                    TESS_SIZE_MAX);
+        return TESS_EINVAL;
+    }
+    if (data_offset >= 0) {
+        size_t end;
+        if (file_size < 0 || tess_size_add((size_t)data_offset, size, &end) ||
+            end > (unsigned long long)file_size) {
+            tess_seterr(err, errlen, "the file is shorter than its header says: %s values of "
+                        "BITPIX %d need %zu bytes of data from byte %lld, the file has %lld",
+                        shape, bitpix, size, data_offset, file_size);
+            return TESS_EIO;
+        }
+    }
+    if (bytes)
+        *bytes = size;
+    return 0;
+}
+
+/* 1 when c may stand in a keyword: A-Z, 0-9, '-', '_' (FITS 4.0, section 4.1.2.1), or
+ * a-z, which cfitsio turns into upper case. */
+static int keyword_char(char c)
+{
+    return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') ||
+           c == '-' || c == '_';
+}
+
+int fitscard_check_chars(char *cards, int n, int *replaced, char *err, size_t errlen)
+{
+    int rep = 0;
+    if (replaced)
+        *replaced = 0;
+    for (int i = 0; cards && i < n; i++) {
+        char *c = cards + (size_t)i * FITSCARD_LEN;
+        int k = 0, bad = 0;
+        while (k < 8 && keyword_char(c[k]))
+            k++;
+        for (int j = k; j < 8; j++)
+            bad |= c[j] != ' ';
+        if (bad) {
+            char shown[8 * 4 + 1];
+            size_t p = 0;
+            for (int j = 0; j < 8; j++) {
+                unsigned char b = (unsigned char)c[j];
+                if (b >= 32 && b <= 126 && b != '\\')
+                    shown[p++] = (char)b;
+                else
+                    p += (size_t)snprintf(shown + p, sizeof shown - p, "\\x%02X", b);
+            }
+            while (p > 0 && shown[p - 1] == ' ')
+                p--;
+            shown[p] = '\0';
+            tess_seterr(err, errlen, "card %d: keyword '%s' is not a FITS keyword (1 to 8 of "
+                        "A-Z, 0-9, '-', '_', then blanks: FITS 4.0, section 4.1.2.1)", i + 1,
+                        shown);
+            return TESS_EINVAL;
+        }
+        for (int j = 8; j < FITSCARD_LEN; j++) {
+            unsigned char b = (unsigned char)c[j];
+            if (b < 32 || b > 126) {
+                c[j] = '?';
+                rep++;
+            }
+        }
+    }
+    if (replaced)
+        *replaced = rep;
+    return 0;
+}
+
 /* ---- header text ---------------------------------------------------------------------- */
 
 int fitscard_text_is_fits(const char *text, size_t len)
@@ -410,44 +525,30 @@ int fitscard_text_is_fits(const char *text, size_t len)
            strncmp(text, "SIMPLE  =", 9) == 0;
 }
 
-/* 1 when the 8-character keyword field `kw` is a numeric WCS keyword of FITS WCS Papers
- * I-II (NAXISn, CRPIXn, CRVALn, CDELTn, CROTAn, CDi_j, PCi_j, PVi_m, with an optional
- * alternate letter; LONPOLE, LATPOLE, EQUINOX). */
-static int numeric_wcs_keyword(const char *kw)
-{
-    static const char *const indexed[] = {"NAXIS", "CRPIX", "CRVAL", "CDELT", "CROTA", "CD",
-                                          "PC", "PV"};
-    static const char *const plain[] = {"LONPOLE", "LATPOLE", "EQUINOX"};
-    for (size_t i = 0; i < sizeof plain / sizeof plain[0]; i++) {
-        size_t n = strlen(plain[i]);
-        if (strncmp(kw, plain[i], n) == 0 && (n == 8 || kw[n] == ' ' || isupper((unsigned char)kw[n])))
-            return 1;
-    }
-    for (size_t i = 0; i < sizeof indexed / sizeof indexed[0]; i++) {
-        size_t n = strlen(indexed[i]);
-        if (strncmp(kw, indexed[i], n) == 0 && isdigit((unsigned char)kw[n]))
-            return 1;
-    }
-    return 0;
-}
-
-/* The value of a numeric WCS card must be a finite number (FITS allows a D exponent).
+/* A NAXISn card (n digits only) must hold a whole number from 1 (fitscard_check_image).
  * Returns 0 or TESS_EINVAL with err. */
-static int check_numeric_card(const char *card, int line, char *err, size_t errlen)
+static int check_axis_card(const char *card, int line, char *err, size_t errlen)
 {
-    if (card[8] != '=' || !numeric_wcs_keyword(card))
+    if (card[8] != '=' || memcmp(card, "NAXIS", 5) != 0 || !fitscard_is_structural(card) ||
+        card[5] == ' ')
         return 0;
     char v[72];
     size_t n = 0;
-    for (size_t i = 9; i < FITSCARD_LEN && card[i] != '/' && n + 1 < sizeof v; i++)
+    for (size_t i = 10; i < FITSCARD_LEN && card[i] != '/' && n + 1 < sizeof v; i++)
         if (card[i] != ' ')
-            v[n++] = (char)(card[i] == 'D' || card[i] == 'd' ? 'E' : card[i]);
+            v[n++] = card[i];
     v[n] = '\0';
     char *end;
-    double d = n ? strtod(v, &end) : NAN;
-    if (n == 0 || *end != '\0' || !isfinite(d)) {
-        tess_seterr(err, errlen, "header line %d: %.8s must be a finite number, got '%.30s'",
-                    line, card, v);
+    errno = 0;
+    long long len = strtoll(v, &end, 10);
+    if (n == 0 || *end != '\0' || errno == ERANGE || len < 1) {
+        char key[9];
+        memcpy(key, card, 8);
+        key[8] = '\0';
+        for (int k = 7; k > 0 && key[k] == ' '; k--)
+            key[k] = '\0';
+        tess_seterr(err, errlen, "header line %d: %s = %.30s: an image axis holds a whole "
+                    "number of pixels, at least 1", line, key, v);
         return TESS_EINVAL;
     }
     return 0;
@@ -526,7 +627,7 @@ int fitscard_parse(const char *text, size_t len, int max_cards, char **cards, in
         }
         char card[FITSCARD_LEN];
         fitscard_from_text(card, s, cl);
-        if ((rc = check_numeric_card(card, line, err, errlen)) != 0)
+        if ((rc = check_axis_card(card, line, err, errlen)) != 0)
             break;
         if (fitscard_list_cards(&out, card, 1) != 0) {
             tess_seterr(err, errlen, "out of memory");

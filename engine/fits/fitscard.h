@@ -1,4 +1,4 @@
-/* FITS header cards: formatting, lookup, the structural keywords and header text parsing (FITS 4.0, section 4). */
+/* FITS header cards: formatting, lookup, the structural keywords, the structure of an image HDU and header text parsing (FITS 4.0, section 4). */
 #ifndef TESSERA_FITS_FITSCARD_H
 #define TESSERA_FITS_FITSCARD_H
 
@@ -132,6 +132,42 @@ int fitscard_get(const char *cards, int n, const char *key, char *val, size_t va
  * Cannot fail. */
 int fitscard_is_structural(const char *card);
 
+/* ---- the structure of an image HDU --------------------------------------------------- */
+
+/* The rule for the data unit of an image HDU that every reader applies when it opens one
+ * (FITS 4.0, sections 4.4.1.1 and 4.4.1.2; fitsimg_read_info calls it):
+ *   BITPIX one of 8, 16, 32, 64, -32, -64;
+ *   NAXIS from 0 to `maxdim`;
+ *   each NAXISn (n = 1..NAXIS, naxes[n-1]) at least 1: the standard lets an axis of
+ *     length 0 mean an empty data unit, which nothing here can serve or write;
+ *   the data size |BITPIX|/8 x NAXIS1 x ... x NAXISn (0 for NAXIS = 0) at most
+ *     TESS_SIZE_MAX (engine/base/checked.h), so that it and every product of some of its
+ *     factors fit in size_t, long and off_t;
+ *   when data_offset >= 0 (the byte where the data unit starts; -1 for a tile-compressed
+ *     image, whose pixels are in a table of another size), data_offset + that size at
+ *     most file_size: the file holds every pixel its header declares.
+ * *bytes (may be NULL) receives the data size.  Returns 0, TESS_EINVAL (bad BITPIX or
+ * NAXIS, an axis below 1: err names the card and its value; a size that overflows: err
+ * gives the shape) or TESS_EIO (the file is shorter than its header says, as a read of
+ * the missing bytes would fail: err gives the shape and both sizes). */
+int fitscard_check_image(int bitpix, int naxis, const long *naxes, int maxdim,
+                         long long data_offset, long long file_size, size_t *bytes,
+                         char *err, size_t errlen);
+
+/* The characters of n cards read from a file, made what a FITS reader or writer accepts
+ * (FITS 4.0, section 4.1.2):
+ *   the keyword (columns 1-8) must be 0 to 8 characters of A-Z, 0-9, '-' and '_',
+ *     blank-padded (a-z is accepted too: cfitsio reads and writes it as upper case);
+ *     anything else (a byte outside 32..126, an embedded blank, other punctuation) is
+ *     refused: no FITS product could carry the card (cfitsio's writer refuses it);
+ *   a byte outside 32..126 in columns 9-80 (a value, a comment, commentary text) becomes
+ *     '?' in place, as astropy.io.fits does when it reads such a header, so that the
+ *     header shows and writes the same everywhere (JSON listings, FITS products).
+ * *replaced (may be NULL) receives the number of bytes replaced.  Returns 0, or
+ * TESS_EINVAL with err naming the card (1-based) and its keyword, bytes outside 32..126
+ * written as \xHH. */
+int fitscard_check_chars(char *cards, int n, int *replaced, char *err, size_t errlen);
+
 /* ---- header text ---------------------------------------------------------------------- */
 
 /* 1 when text[0..len) is a whole FITS file rather than header text: at least one 2880-
@@ -148,10 +184,10 @@ int fitscard_text_is_fits(const char *text, size_t len);
  *     bytes after it (data, which may hold any byte) not read; its length must be a
  *     whole number of cards.
  * Reading stops at END (END then blanks only); blank cards are dropped; every
- * character of a card read must be printable ASCII (32..126); numeric WCS cards
- * (NAXISn, CRPIXn, CRVALn, CDELTn, CROTAn, CDi_j, PCi_j, PVi_m, with an optional
- * alternate letter; LONPOLE, LATPOLE, EQUINOX) must hold a finite number (a D exponent
- * is allowed): wcslib would otherwise drop such a card silently and use a default.
+ * character of a card read must be printable ASCII (32..126); NAXISn must hold a whole
+ * number from 1 (as fitscard_check_image).  The other values are not looked at: the
+ * WCS validity rule (finite numbers in WCS cards among others) is skywcs_parse's
+ * (engine/sky/skywcs.h), the same for targets as for datasets.
  * At least 1 and at most `max_cards` cards.  On success *cards is malloc'd (the layout
  * above) and *n set.  Returns 0, TESS_EINVAL (`err` names the line and the rule
  * broken), TESS_ENOMEM; on error *cards is NULL and *n 0. */

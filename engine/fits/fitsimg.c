@@ -16,7 +16,10 @@
 #include <fitsio.h>
 
 #include "engine/base/byteswap.h"
+#include "engine/base/checked.h"
+#include "engine/base/decodelimit.h"
 #include "engine/base/error.h"
+#include "engine/base/fileio.h"
 #include "engine/fits/fitscard.h"
 
 /* Thread safety.  Every call below opens its own fitsfile, so threads share no cfitsio
@@ -62,11 +65,56 @@ static void set_cfitsio_err(char *err, size_t errlen, const char *what, const ch
     tess_seterr(err, errlen, "%s %s: %s (cfitsio status %d)", what, path, text, status);
 }
 
+/* The whole-file compressions that cfitsio's file driver recognises by their first
+ * bytes (drvrfile.c, file_is_compressed, which compares two; here the formats' full
+ * signatures, none of which can begin a FITS file or a text header) and undoes whole,
+ * into memory, at every opening. */
+static const struct {
+    char magic[5];
+    size_t len;
+    const char *name, *undo;     /* the format, and the command that undoes it */
+} whole_file_codecs[] = {
+    {"\037\213", 2, "gzip", "gunzip"}, {"PK\003\004", 4, "zip", "unzip"},
+    {"\037\036", 2, "pack", "unpack"}, {"\037\235", 2, "compress (.Z)", "uncompress"},
+    {"\037\240", 2, "LZH", "lha x"}, {"BZh", 3, "bzip2", "bunzip2"},
+};
+
+int fitsimg_check_not_compressed(const char *path, char *err, size_t errlen)
+{
+    int fd = tess_open_regular(path, 0, NULL, NULL, 0);
+    if (fd < 0)
+        return 0;
+    int rc = fitsimg_check_fd_not_compressed(fd, path, err, errlen);
+    close(fd);
+    return rc;
+}
+
+int fitsimg_check_fd_not_compressed(int fd, const char *path, char *err, size_t errlen)
+{
+    unsigned char head[4];
+    ssize_t n = pread(fd, head, sizeof head, 0);
+    for (size_t i = 0; i < sizeof whole_file_codecs / sizeof whole_file_codecs[0]; i++) {
+        if (n >= (ssize_t)whole_file_codecs[i].len &&
+            memcmp(head, whole_file_codecs[i].magic, whole_file_codecs[i].len) == 0) {
+            tess_seterr(err, errlen, "a %s-compressed file is not read (cfitsio would "
+                        "decompress all of it into memory at every read): %s %s, or "
+                        "compress it with fpack (tiles, read one at a time)",
+                        whole_file_codecs[i].name, whole_file_codecs[i].undo, path);
+            return TESS_EINVAL;
+        }
+    }
+    return 0;
+}
+
 /* Opens `path` as a plain disk file, without cfitsio's extended filename syntax (so
  * "a[1].fits" or "!x.fits" are file names, not HDU selectors or clobber flags), and
- * moves to HDU `hdu` (0-based), which must be an image.  On success returns 0 with *fp
- * open; on error returns TESS_EIO (cannot open or read) or TESS_EINVAL (no such HDU,
- * not an image), with *fp NULL and err set.  Call with the cfitsio lock held. */
+ * moves to HDU `hdu` (0-based), which must be an image.  The file is opened here first
+ * (tess_open_regular: a FIFO or a device is refused, never waited on), a whole-file
+ * compressed one is refused (fitsimg_check_fd_not_compressed), and cfitsio opens that
+ * very file through its descriptor's name.  On success returns 0 with *fp open; on error
+ * returns TESS_EIO (cannot open or read, not a regular file) or TESS_EINVAL (compressed,
+ * no such HDU, not an image), with *fp NULL and err set.  Call with the cfitsio lock
+ * held. */
 static int open_image_hdu(const char *path, int hdu, fitsfile **fp, char *err, size_t errlen)
 {
     int status = 0, hdutype = 0;
@@ -75,8 +123,18 @@ static int open_image_hdu(const char *path, int hdu, fitsfile **fp, char *err, s
         tess_seterr(err, errlen, "HDU index %d out of range in %s", hdu, path);
         return TESS_EINVAL;
     }
+    int fd = tess_open_regular(path, 0, NULL, err, errlen);
+    if (fd < 0)
+        return fd;
+    if (fitsimg_check_fd_not_compressed(fd, path, err, errlen)) {
+        close(fd);
+        return TESS_EINVAL;
+    }
+    char name[PATH_MAX];
     fitsfile *f = NULL;
-    if (fits_open_diskfile(&f, path, READONLY, &status)) {
+    fits_open_diskfile(&f, tess_fd_name(fd, path, name, sizeof(name)), READONLY, &status);
+    close(fd);
+    if (status) {
         set_cfitsio_err(err, errlen, "cannot open", path, status);
         return TESS_EIO;
     }
@@ -132,13 +190,39 @@ static int read_dims(fitsfile *f, const char *path, int *naxis, long naxes[FITSI
     return 0;
 }
 
-/* open_image_hdu, then read_dims.  Returns 0 or their error, with *fp open when the HDU
- * could be opened (the caller closes it).  Call with the cfitsio lock held. */
+/* For a tile-compressed image: whether one tile, which cfitsio decompresses whole into
+ * a buffer of its own (of int, float, or for 64-bit data 8-byte values) for any read
+ * that touches it, fits the decode budgets (engine/base/decodelimit.h).  The tile shape
+ * is cfitsio's own, from ZTILEn and its defaults when the HDU was opened.  Returns 0 (also
+ * for an uncompressed image) or TESS_ELIMIT with err. */
+static int check_tile(fitsfile *f, const char *path, char *err, size_t errlen)
+{
+    int status = 0;
+    if (!fits_is_compressed_image(f, &status) || status)
+        return 0;
+    const FITSfile *F = f->Fptr;
+    long d[3] = {1, 1, 1};   /* the axes from the third on folded into d[2], saturated */
+    for (int i = 0; i < F->zndim && i < MAX_COMPRESS_DIM; i++) {
+        long t = F->tilesize[i] < 1 ? 1 : F->tilesize[i];
+        if (i < 2)
+            d[i] = t;
+        else
+            (void)tess_long_mul(d[2], t, &d[2]);
+    }
+    size_t esize = F->zbitpix == 64 || F->zbitpix == -64 ? 8 : 4;
+    return decodelimit_check("one compression tile", path, d[0], d[1], d[2], esize, err, errlen);
+}
+
+/* open_image_hdu, then read_dims, then check_tile: what every read of pixels opens with.
+ * Returns 0 or their error, with *fp open when the HDU could be opened (the caller
+ * closes it).  Call with the cfitsio lock held. */
 static int open_image_dims(const char *path, int hdu, fitsfile **fp, int *naxis,
                            long naxes[FITSIMG_MAXDIM], char *err, size_t errlen)
 {
     int rc = open_image_hdu(path, hdu, fp, err, errlen);
-    return rc ? rc : read_dims(*fp, path, naxis, naxes, err, errlen);
+    if (!rc)
+        rc = read_dims(*fp, path, naxis, naxes, err, errlen);
+    return rc ? rc : check_tile(*fp, path, err, errlen);
 }
 
 /* Reads an optional numeric keyword as a double; *val keeps its default when absent.
@@ -292,8 +376,18 @@ int fitsimg_read_info(const char *path, int hdu, fitsimg_info *info, char *err, 
         rc = TESS_EIO;
         goto out;
     }
+    char why2[320];
+    if ((rc = fitscard_check_image(info->bitpix, info->naxis, info->naxes, FITSIMG_MAXDIM,
+                                   info->data_offset, info->file_size, NULL, why2,
+                                   sizeof why2)) != 0) {
+        tess_seterr(err, errlen, "%s: %s", path, why2);
+        goto out;
+    }
 
     rc = read_header_cards(f, path, info, err, errlen);
+    if (rc == 0 && (rc = fitscard_check_chars(info->header, info->nkeys, NULL, why2,
+                                              sizeof why2)) != 0)
+        tess_seterr(err, errlen, "%s: %s", path, why2);
 
 out:
     close_unlock(f);
@@ -309,9 +403,18 @@ int fitsimg_read_cards(const char *path, int hdu, int max_cards, char **cards, i
     *n = 0;
     if (is_fits)
         *is_fits = 0;
-    FILE *fp = fopen(path, "rb");
+    int fd = tess_open_regular(path, 0, NULL, err, errlen);
+    if (fd < 0)
+        return fd;
+    int crc = fitsimg_check_fd_not_compressed(fd, path, err, errlen);
+    if (crc) {
+        close(fd);
+        return crc;
+    }
+    FILE *fp = fdopen(fd, "rb");
     if (!fp) {
         tess_seterr(err, errlen, "cannot open %s: %s", path, strerror(errno));
+        close(fd);
         return TESS_EIO;
     }
     size_t cap = max_cards > 0 ? (size_t)max_cards * 82 : 82, len = 0;
@@ -413,9 +516,9 @@ static int read_region(const char *path, int hdu, long z, long x0, long y0, long
     if (rc)
         goto out;
 
-    long nplanes = naxes[2] * naxes[3];
-    if (naxis == 0 || x0 < 0 || y0 < 0 || z < 0 || x0 > naxes[0] - w || y0 > naxes[1] - h ||
-        z >= nplanes) {
+    long nplanes;
+    if (tess_long_mul(naxes[2], naxes[3], &nplanes) || naxis == 0 || x0 < 0 || y0 < 0 ||
+        z < 0 || x0 > naxes[0] - w || y0 > naxes[1] - h || z >= nplanes) {
         tess_seterr(err, errlen,
                 "region x %ld..%ld, y %ld..%ld, plane %ld outside the %ld x %ld x %ld image %s",
                 x0, x0 + w - 1, y0, y0 + h - 1, z, naxes[0], naxes[1], nplanes, path);
@@ -476,11 +579,9 @@ int fitsimg_read_region_f32(const char *path, int hdu, long z, long x0, long y0,
 static int read_direct(const char *path, off_t off, unsigned char *dst, size_t len, size_t es,
                        char *err, size_t errlen)
 {
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) {
-        tess_seterr(err, errlen, "cannot open %s: %s", path, strerror(errno));
-        return TESS_EIO;
-    }
+    int fd = tess_open_regular(path, 0, NULL, err, errlen);
+    if (fd < 0)
+        return fd;
     int rc = 0;
     while (len > 0) {
         size_t chunk = len < ((size_t)1 << 26) ? len : ((size_t)1 << 26);
@@ -521,9 +622,12 @@ int fitsimg_read_values(const char *path, int hdu, fitsimg_values kind, size_t f
     int rc = open_image_dims(path, hdu, &f, &naxis, naxes, err, errlen);
     if (rc)
         goto out;
-    size_t total = naxis > 0 ? 1 : 0;
-    for (int i = 0; i < naxis; i++)
-        total *= (size_t)naxes[i];
+    size_t total = 0;
+    if (naxis > 0 && tess_size_dims(1, naxes, naxis, &total)) {
+        tess_seterr(err, errlen, "%s: the header's sizes overflow", path);
+        rc = TESS_ERANGE;
+        goto out;
+    }
     if (first > total || n > total - first) {
         tess_seterr(err, errlen, "values %zu..%zu outside the %zu of %s", first, first + n - 1,
                     total, path);
@@ -551,9 +655,14 @@ int fitsimg_read_values(const char *path, int hdu, fitsimg_values kind, size_t f
         fits_close_file(f, &status);
         f = NULL;
         fitsimg_cfitsio_unlock();
-        size_t es = f32 ? sizeof(float) : sizeof(double);
-        return read_direct(path, (off_t)data0 + (off_t)(first * es), out, n * es, es, err,
-                           errlen);
+        size_t es = f32 ? sizeof(float) : sizeof(double), off, len;
+        if (tess_size_mul(first, es, &off) || tess_size_add(off, (size_t)data0, &off) ||
+            tess_size_mul(n, es, &len)) {
+            tess_seterr(err, errlen, "values %zu..%zu of %s: the offsets overflow", first,
+                        first + n - 1, path);
+            return TESS_ERANGE;
+        }
+        return read_direct(path, (off_t)off, out, len, es, err, errlen);
     }
     status = 0;
     double bscale = 1.0, bzero = 0.0;

@@ -27,10 +27,35 @@ typedef struct fitsimg_info {
                                       tile-compressed image (its pixels are in a table) */
 } fitsimg_info;
 
+/* Every function below that takes a `path` opens it with tess_open_regular
+ * (engine/base/fileio.h): what is not a regular file (a FIFO, a device, a directory) is
+ * refused with TESS_EIO and "cannot open PATH: it is a FIFO, not a regular file",
+ * never opened in a way that could block. */
+
+/* Refuses a whole-file compressed file: one that starts with the signature of gzip,
+ * zip, pack, compress (.Z), LZH or bzip2, which cfitsio would decompress whole into
+ * memory at every opening (a 1.5 MB gzip of a 20000 x 20000 float image: 1.6 GB and
+ * seconds per read).  Every reader here applies it before cfitsio sees a file: such
+ * files are not read at all, whatever their size, and the message says to decompress
+ * them, or to tile-compress them with fpack, which is read a tile at a time within the
+ * decode budgets (engine/base/decodelimit.h).  Returns 0 (anything else, an unreadable
+ * file included: the open that follows reports it), or TESS_EINVAL with err. */
+int fitsimg_check_not_compressed(const char *path, char *err, size_t errlen);
+
+/* The same check on the file open as `fd` (read with pread at offset 0; `path` names it
+ * in the message): what the readers apply to the descriptor they hand to cfitsio, so
+ * that the file checked is the file read. */
+int fitsimg_check_fd_not_compressed(int fd, const char *path, char *err, size_t errlen);
+
 /* Reads the header of HDU `hdu` (0-based: 0 is the primary HDU) of the FITS file at
- * `path`.  The HDU must be an image.  Returns 0, or TESS_EIO (cannot open/read),
- * TESS_EINVAL (not an image HDU, NAXIS above FITSIMG_MAXDIM, malformed), TESS_ENOMEM;
- * on error `err` says why and `info` holds nothing to release. */
+ * `path`.  The HDU must be an image that follows fitscard_check_image (every NAXISn at
+ * least 1, the data size without overflow and, unless tile-compressed, within the file)
+ * and whose cards pass fitscard_check_chars (bytes outside 32..126 in values and
+ * comments are then '?' in `header`).  Returns 0, or TESS_EIO (cannot open/read, or the
+ * file is shorter than its header says), TESS_EINVAL (a whole-file compressed file, not
+ * an image HDU, NAXIS above FITSIMG_MAXDIM, an axis below 1, sizes that overflow, a card
+ * that is not FITS, malformed), TESS_ENOMEM; on error `err` says why ("path: reason",
+ * naming the card) and `info` holds nothing to release. */
 int fitsimg_read_info(const char *path, int hdu, fitsimg_info *info, char *err, size_t errlen);
 
 /* Frees what fitsimg_read_info allocated.  Cannot fail. */
@@ -58,7 +83,9 @@ int fitsimg_data_offset(const char *path, int hdu, long long *offset, char *err,
  * pixels equal to BLANK and float NaNs become NaN.  `out` receives w*h values, row-major,
  * out[0] = pixel (x0, y0): row 0 of `out` is the lowest FITS row of the region.  The
  * region must lie inside the image (TESS_ERANGE otherwise).  Safe to call from several
- * threads at once (each call opens its own handle).  Returns 0 or a TESS_E* code. */
+ * threads at once (each call opens its own handle).  Returns 0 or a TESS_E* code:
+ * TESS_ELIMIT when the image is tile-compressed with tiles larger than the decode
+ * budgets (engine/base/decodelimit.h; nothing decompressed). */
 int fitsimg_read_region(const char *path, int hdu, long z, long x0, long y0, long w, long h,
                         double *out, char *err, size_t errlen);
 
@@ -91,7 +118,8 @@ typedef enum fitsimg_values {
  * Each call opens its own handles, so threads may read disjoint ranges at once (how a
  * large read is made parallel).  Returns 0, or TESS_ERANGE (the range
  * passes the end of the data unit), TESS_EINVAL (not an image HDU, a bad kind), TESS_EIO
- * (cannot open or read; a file shorter than its header says), TESS_ENOMEM, with err. */
+ * (cannot open or read; a file shorter than its header says), TESS_ELIMIT (tiles over
+ * the decode budgets, as fitsimg_read_region), TESS_ENOMEM, with err. */
 int fitsimg_read_values(const char *path, int hdu, fitsimg_values kind, size_t first,
                         size_t n, void *out, char *err, size_t errlen);
 

@@ -167,27 +167,21 @@ static int write_cards(fitswrite *w, const char *cards, int ncards, char *err, s
 int fitswrite_image_hdu(fitswrite *w, const fitswrite_image *im, const double *data,
                         char *err, size_t errlen)
 {
-    static const int bitpixes[] = { 8, 16, 32, 64, -32, -64 };
-    int ok = 0;
-    for (size_t i = 0; i < sizeof bitpixes / sizeof bitpixes[0]; i++)
-        ok |= im->bitpix == bitpixes[i];
-    long long npix = 1;
-    if (ok && (im->naxis < 1 || im->naxis > FITSIMG_MAXDIM || im->ncards < 0 ||
-               (im->ncards > 0 && !im->cards)))
-        ok = 0;
-    for (int i = 0; ok && i < im->naxis; i++) {
-        if (im->naxes[i] < 1 || npix > (1LL << 62) / im->naxes[i])
-            ok = 0;
-        else
-            npix *= im->naxes[i];
-    }
+    /* The rule a reader applies (fitscard_check_image), without a file to fit in. */
+    char why[256] = "";
+    size_t bytes = 0;
+    int ok = im->naxis >= 1 && im->ncards >= 0 && (im->ncards == 0 || im->cards) &&
+             fitscard_check_image(im->bitpix, im->naxis, im->naxes, FITSIMG_MAXDIM, -1, 0,
+                                  &bytes, why, sizeof why) == 0;
     if (im->u16 && (im->bitpix != 16 || im->scaled))
         ok = 0;
     if (!ok) {
-        tess_seterr(err, errlen, "not an image shape: BITPIX %d%s, NAXIS %d", im->bitpix,
-                    im->u16 ? " unsigned" : "", im->naxis);
+        tess_seterr(err, errlen, "not an image shape: BITPIX %d%s, NAXIS %d%s%s", im->bitpix,
+                    im->u16 ? " unsigned" : "", im->naxis, why[0] ? ": " : "", why);
         return TESS_EINVAL;
     }
+    int value_bytes = (im->bitpix < 0 ? -im->bitpix : im->bitpix) / 8;
+    long long npix = (long long)(bytes / (size_t)value_bytes);
     int status = 0;
     long naxes[FITSIMG_MAXDIM];
     for (int i = 0; i < im->naxis; i++)
@@ -326,10 +320,11 @@ int fitswrite_file(const char *path, const fitswrite_image *im, long long *datas
         unlink(path);
         return rc;
     }
-    long long nbytes = (long long)(im->bitpix < 0 ? -im->bitpix : im->bitpix) / 8;
-    for (int i = 0; i < im->naxis; i++)
-        nbytes *= im->naxes[i];
-    long long size = ds + (nbytes + FITSCARD_BLOCK - 1) / FITSCARD_BLOCK * FITSCARD_BLOCK;
+    size_t nbytes = 0;   /* within TESS_SIZE_MAX: fitswrite_image_hdu checked the shape */
+    (void)fitscard_check_image(im->bitpix, im->naxis, im->naxes, FITSIMG_MAXDIM, -1, 0, &nbytes,
+                               NULL, 0);
+    long long size = ds + (long long)((nbytes + FITSCARD_BLOCK - 1) / FITSCARD_BLOCK) *
+                     FITSCARD_BLOCK;
     if (truncate(path, (off_t)size) != 0) {
         tess_seterr(err, errlen, "cannot size %s: %s", path, strerror(errno));
         unlink(path);

@@ -507,11 +507,15 @@ int hips_tile_overlaps(const skywcs *cel, long nx, long ny, int galactic, int or
     return rc ? rc : p.any;
 }
 
-int hips_tiles_covering(const skywcs *cel, long nx, long ny, int galactic, int order,
-                        int64_t **list, size_t *n)
+/* hips_tiles_covering down to `order`, or, when max_tests > 0, down to the deepest order
+ * the walk reaches with at most max_tests tiles tested in all (order 0's 12 always are):
+ * *reached is the order of the list. */
+static int covering_walk(const skywcs *cel, long nx, long ny, int galactic, int order,
+                         size_t max_tests, int64_t **list, size_t *n, int *reached)
 {
     *list = NULL;
     *n = 0;
+    *reached = order;
     if (!cel || order < 0 || order > HIPS_ORDER_MAX)
         return TESS_EINVAL;
     image_ref ir;
@@ -519,7 +523,7 @@ int hips_tiles_covering(const skywcs *cel, long nx, long ny, int galactic, int o
     if (rc)
         return rc;
     int64_t *cur = malloc(sizeof(int64_t) * 12), *next = NULL;
-    size_t ncur = 0;
+    size_t ncur = 0, tested = 0;
     if (!cur) {
         rc = TESS_ENOMEM;
         goto done;
@@ -527,6 +531,11 @@ int hips_tiles_covering(const skywcs *cel, long nx, long ny, int galactic, int o
     for (int k = 0; k <= order; k++) {
         /* Candidates at order k: the 12 base cells, then the children of the tiles kept. */
         size_t ncand = k == 0 ? 12 : 4 * ncur;
+        if (k > 0 && max_tests > 0 && ncand > max_tests - tested) {
+            *reached = k - 1;
+            break;
+        }
+        tested += ncand;
         if (!(next = malloc(sizeof(int64_t) * (ncand ? ncand : 1)))) {
             rc = TESS_ENOMEM;
             goto done;
@@ -557,6 +566,13 @@ done:
     free(next);
     image_ref_release(&ir);
     return rc;
+}
+
+int hips_tiles_covering(const skywcs *cel, long nx, long ny, int galactic, int order,
+                        int64_t **list, size_t *n)
+{
+    int reached;
+    return covering_walk(cel, nx, ny, galactic, order, 0, list, n, &reached);
 }
 
 /* ---- rendering ----------------------------------------------------------------------- */
@@ -966,8 +982,8 @@ static int cmp_u64(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
-int hips_moc_fits(const skywcs *cel, long nx, long ny, int order, unsigned char **out,
-                  size_t *outlen, size_t *ncells)
+int hips_moc_fits(const skywcs *cel, long nx, long ny, int order, size_t max_tests,
+                  unsigned char **out, size_t *outlen, size_t *ncells)
 {
     *out = NULL;
     *outlen = 0;
@@ -975,7 +991,7 @@ int hips_moc_fits(const skywcs *cel, long nx, long ny, int order, unsigned char 
         *ncells = 0;
     int64_t *tiles = NULL;
     size_t n = 0;
-    int rc = hips_tiles_covering(cel, nx, ny, 0, order, &tiles, &n);
+    int rc = covering_walk(cel, nx, ny, 0, order, max_tests, &tiles, &n, &order);
     if (rc)
         return rc;
     /* NUNIQ = 4^(k+1) + npix, cells merged upwards while all four siblings are present

@@ -269,10 +269,14 @@ long hips_allsky_encode(const hips_source *src, int galactic, hips_format fmt,
  * hold the image (hips_tiles_covering in ICRS: a MOC is always ICRS, whatever the HiPS
  * frame), every four siblings merged into their parent, as NUNIQ values (4^(k+1) + npix)
  * in ascending order, in a FITS binary table (one column UNIQ, 1K) with PIXTYPE HEALPIX,
- * ORDERING NUNIQ, COORDSYS C and MOCORDER `order`.  *out is malloc'd and *ncells (may be
- * NULL) gets the number of cells.  Returns 0, TESS_EINVAL, TESS_ENOMEM. */
-int hips_moc_fits(const skywcs *cel, long nx, long ny, int order, unsigned char **out,
-                  size_t *outlen, size_t *ncells);
+ * ORDERING NUNIQ, COORDSYS C and MOCORDER the order of the cells.  With max_tests > 0 the
+ * walk down the orders tests at most max_tests tiles (each one costs some 600 WCS
+ * transforms) and stops at the deepest order it completes within them: a coarser MOC,
+ * still covering the image, for an image of very many cells at `order` (a huge shape, a
+ * tiny pixel scale); 0 tests every candidate down to `order`.  *out is malloc'd and
+ * *ncells (may be NULL) gets the number of cells.  Returns 0, TESS_EINVAL, TESS_ENOMEM. */
+int hips_moc_fits(const skywcs *cel, long nx, long ny, int order, size_t max_tests,
+                  unsigned char **out, size_t *outlen, size_t *ncells);
 
 /* What the properties file of a survey says [HiPS 4.4.1], gathered by its maker (the
  * server for a survey made on demand, `tessera hips` for a static tree), so that both

@@ -1,11 +1,13 @@
 /* Chunk store: header, pixel order and series reads (see chunkstore.h). */
 #include "engine/image/chunkstore.h"
+#include "engine/base/checked.h"
 #include "engine/base/error.h"
 #include "engine/base/fileio.h"
 
 #include <errno.h>
 #include <fcntl.h>
 #include <jansson.h>
+#include <limits.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -62,13 +64,20 @@ void chunkstore_pixel_at(const chunkstore_info *in, long long idx, long *x, long
 
 long long chunkstore_file_size(const chunkstore_info *in)
 {
-    return in->data_offset + (long long)in->nx * in->ny * in->nz * chunkstore_esize(in->dtype);
+    size_t data, total;
+    if (in->data_offset < 0 ||
+        tess_size_dims((size_t)chunkstore_esize(in->dtype), (const long[]){in->nx, in->ny, in->nz},
+                       3, &data) ||
+        tess_size_add(data, (size_t)in->data_offset, &total))
+        return -1;
+    return (long long)total;
 }
 
 int chunkstore_create(const char *path, const chunkstore_info *in, char *err, size_t errlen)
 {
     if (in->nx < 1 || in->ny < 1 || in->nz < 1 || in->tx < 1 || in->ty < 1 ||
-        (unsigned)in->dtype > CS_F32 || in->data_offset != CHUNKSTORE_HEADER) {
+        (unsigned)in->dtype > CS_F32 || in->data_offset != CHUNKSTORE_HEADER ||
+        chunkstore_file_size(in) < 0) {
         tess_seterr(err, errlen, "chunk store: bad shape %ldx%ldx%ld tile %ldx%ld", in->nx,
                     in->ny, in->nz, in->tx, in->ty);
         return TESS_EINVAL;
@@ -154,6 +163,7 @@ static int parse_header(const char *hdr, long long fsize, const char *path, chun
     snprintf(out->source_version, sizeof out->source_version, "%s", ver);
     json_decref(o);
     if (!known || nx < 1 || ny < 1 || nz < 1 || tx < 1 || ty < 1 || off != CHUNKSTORE_HEADER ||
+        nx > LONG_MAX || ny > LONG_MAX || nz > LONG_MAX || tx > LONG_MAX || ty > LONG_MAX ||
         chunkstore_file_size(out) != fsize) {
         tess_seterr(err, errlen, "chunk store %s: inconsistent header or size", path);
         return TESS_EINVAL;

@@ -59,7 +59,8 @@ const char *chunkstore_dtype_name(cs_dtype t);
 long long chunkstore_pixel_index(const chunkstore_info *in, long x, long y);
 /* The inverse: the pixel with index `idx` (0 <= idx < nx*ny). */
 void chunkstore_pixel_at(const chunkstore_info *in, long long idx, long *x, long *y);
-/* Total file size: data_offset + nx*ny*nz*esize. */
+/* Total file size: data_offset + nx*ny*nz*esize, or -1 when a size is negative or the
+ * sum overflows (engine/base/checked.h). */
 long long chunkstore_file_size(const chunkstore_info *in);
 
 /* Creates (or truncates) the file at `path`: writes the header and sets the file size so

@@ -12,6 +12,7 @@
 #include <png.h>
 
 #include "engine/fits/fitswrite.h"
+#include "engine/base/checked.h"
 #include "engine/base/error.h"
 
 /* ---- PNG -------------------------------------------------------------------------- */
@@ -297,11 +298,11 @@ int fits_encode_f64(const double *data, long w, long h, long nz,
     *outlen = 0;
     if (!data || w <= 0 || h <= 0 || nz <= 0 || ncards < 0 || (ncards > 0 && !cards))
         return TESS_EINVAL;
-    if ((unsigned long)w > LONG_MAX / (unsigned long)h ||
-        (unsigned long)(w * h) > LONG_MAX / (unsigned long)nz ||
-        (unsigned long)(w * h * nz) > (SIZE_MAX - 2880 * 64) / 16)
+    /* 16 bytes a pixel bound the data and the footprint (8 each) with their blocks. */
+    size_t bytes16;
+    if (tess_size_dims(16, (const long[]){w, h, nz}, 3, &bytes16))
         return TESS_ERANGE;
-    long npix = w * h * nz;
+    long npix = (long)(bytes16 / 16);
 
     /* One allocation that, in the usual case, holds the whole file: header blocks for
      * the cards and cfitsio's own, the data, and the FOOTPRINT HDU. */

@@ -1,6 +1,8 @@
 /* Volumes of planes: FITS cubes and stacks of FITS/PNG frames, memory-mapped or decoded, in an LRU. */
 #include "engine/image/stack.h"
 #include "engine/base/mapguard.h"
+#include "engine/base/checked.h"
+#include "engine/base/decodelimit.h"
 #include "engine/base/error.h"
 #include "engine/base/fileio.h"
 #include "engine/base/clock.h"
@@ -10,6 +12,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <fitsio.h>
+#include <limits.h>
 #include <math.h>
 #include <png.h>
 #include <pthread.h>
@@ -44,7 +47,7 @@ int frame_is_png(const char *path)
 {
     /* open/pread, not stdio: this runs at every opening of a frame */
     unsigned char sig[8];
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    int fd = tess_open_regular(path, 0, NULL, NULL, 0);
     if (fd < 0)
         return 0;
     ssize_t n = pread(fd, sig, sizeof(sig), 0);
@@ -91,9 +94,13 @@ static int png_in_open(png_in *in, const char *path, long *w, long *h, int *bits
                        size_t errlen)
 {
     memset(in, 0, sizeof(*in));
-    in->f = fopen(path, "rb");
+    int fd = tess_open_regular(path, 0, NULL, err, errlen);
+    if (fd < 0)
+        return fd;
+    in->f = fdopen(fd, "rb");
     if (!in->f) {
         tess_seterr(err, errlen, "cannot open %s: %s", path, strerror(errno));
+        close(fd);
         return TESS_EIO;
     }
     in->png = png_create_read_struct(PNG_LIBPNG_VER_STRING, in, png_in_error, png_in_warning);
@@ -109,6 +116,11 @@ static int png_in_open(png_in *in, const char *path, long *w, long *h, int *bits
         return TESS_EIO;
     }
     png_init_io(in->png, in->f);
+#ifdef PNG_HANDLE_AS_UNKNOWN_SUPPORTED
+    /* Every ancillary chunk is skipped unread: none is used here, and compressed ones
+     * (zTXt, iTXt, iCCP) would each cost libpng up to 8 MB of inflating. */
+    png_set_keep_unknown_chunks(in->png, PNG_HANDLE_CHUNK_NEVER, NULL, -1);
+#endif
     png_read_info(in->png, in->info);
     int ct = png_get_color_type(in->png, in->info);
     int depth = png_get_bit_depth(in->png, in->info);
@@ -132,8 +144,28 @@ static int png_in_open(png_in *in, const char *path, long *w, long *h, int *bits
     return 0;
 }
 
+/* The width, height and bits (8 or 16 after expansion) of the PNG at `path`, from its
+ * header alone.  Returns 0 or the errors of png_in_open. */
+static int png_header(const char *path, long *w, long *h, int *bits, char *err, size_t errlen)
+{
+    png_in in;
+    int rc = png_in_open(&in, path, w, h, bits, err, errlen);
+    if (rc == 0)
+        png_in_close(&in);
+    return rc;
+}
+
+/* Whether a w x h PNG frame at `path` of `bits` 8 or 16 (after expansion) may be decoded:
+ * decodelimit_check of its samples.  Returns 0 or TESS_ELIMIT with err. */
+static int png_budget(const char *path, long w, long h, int bits, char *err, size_t errlen)
+{
+    return decodelimit_check("the PNG frame", path, w, h, 1, bits == 16 ? 2 : 1, err, errlen);
+}
+
 /* Decodes the whole PNG at `path` into a malloc'd array of nx*ny uint8 or uint16
- * (bits 8 / 16), row 0 = y = 0 = the last PNG row.  Returns 0 or a TESS_E* code. */
+ * (bits 8 / 16), row 0 = y = 0 = the last PNG row, once the size its IHDR declares has
+ * passed the decode budgets (engine/base/decodelimit.h).  Returns 0, TESS_ELIMIT (over
+ * a budget: nothing decoded) or another TESS_E* code. */
 static int png_decode_frame(const char *path, void **pix, long *nx, long *ny, int *bits,
                             char *err, size_t errlen)
 {
@@ -142,6 +174,10 @@ static int png_decode_frame(const char *path, void **pix, long *nx, long *ny, in
     if (rc)
         return rc;
     size_t esz = *bits == 16 ? 2 : 1;
+    if ((rc = png_budget(path, *nx, *ny, *bits, err, errlen))) {
+        png_in_close(&in);
+        return rc;
+    }
     size_t rowbytes = (size_t)*nx * esz;
     unsigned char *buf = malloc(rowbytes * (size_t)*ny);
     png_bytep *rows = malloc((size_t)*ny * sizeof(png_bytep));
@@ -205,18 +241,15 @@ int frame_read_info(const char *path, int hdu, fitsimg_info *info, char *err, si
     if (!frame_is_png(path))
         return fitsimg_read_info(path, hdu, info, err, errlen);
     memset(info, 0, sizeof(*info));
-    struct stat st;
-    if (stat(path, &st) != 0) {
-        tess_seterr(err, errlen, "cannot stat %s: %s", path, strerror(errno));
-        return TESS_EIO;
-    }
-    png_in in;
-    long w, h;
-    int bits;
-    int rc = png_in_open(&in, path, &w, &h, &bits, err, errlen);
+    tess_file_id id;
+    int rc = tess_file_id_of(path, 0, &id, err, errlen);
     if (rc)
         return rc;
-    png_in_close(&in);
+    long w, h;
+    int bits;
+    rc = png_header(path, &w, &h, &bits, err, errlen);
+    if (rc)
+        return rc;
     info->naxis = 2;
     for (int i = 0; i < FITSIMG_MAXDIM; i++)
         info->naxes[i] = 1;
@@ -238,9 +271,22 @@ int frame_read_info(const char *path, int hdu, fitsimg_info *info, char *err, si
     if (fitscard_list_take(&l, &info->header, &n) != 0)
         return TESS_ENOMEM;
     info->nkeys = n;
-    info->file_size = (long long)st.st_size;
-    info->mtime_ns = (long long)st.st_mtim.tv_sec * 1000000000LL + st.st_mtim.tv_nsec;
+    info->file_size = id.size;
+    info->mtime_ns = id.mtime_ns;
     return 0;
+}
+
+int frame_decode_check(const char *path, char *err, size_t errlen)
+{
+    int g = path_guard(path, err, errlen);
+    if (g)
+        return g;
+    if (!frame_is_png(path))
+        return 0;
+    long w, h;
+    int bits;
+    int rc = png_header(path, &w, &h, &bits, err, errlen);
+    return rc ? rc : png_budget(path, w, h, bits, err, errlen);
 }
 
 /* Region of a decoded PNG frame as double or float. */
@@ -380,8 +426,7 @@ typedef struct frame {
     long long blank;
     void *pix;                /* SRC_MEM*: nx*ny values, row 0 = y 0 */
     size_t pixbytes;
-    long long size, mtime_ns; /* of the file when opened */
-    unsigned long long dev, ino; /* SRC_MMAP: of the mapped file (stack_zreduce reopens it) */
+    tess_file_id id;          /* of the file when opened (stat(2) before reading it) */
     long long datastart;      /* SRC_MMAP: file offset of `data` */
     double checked;           /* monotonic seconds of the last staleness check */
     int guard;                /* SRC_MMAP: mapguard slot of the map, or -1 */
@@ -410,7 +455,9 @@ struct stack {
 stack *stack_new(const char *const *paths, int npaths, int hdu, long nx, long ny, long nz,
                  int max_open)
 {
-    if (npaths < 1 || nx < 1 || ny < 1 || nz < 1 || (npaths != 1 && npaths != nz))
+    size_t vol;
+    if (npaths < 1 || nx < 1 || ny < 1 || nz < 1 || (npaths != 1 && npaths != nz) ||
+        tess_size_dims(sizeof(double), (const long[]){nx, ny, nz}, 3, &vol))
         return NULL;
     stack *s = calloc(1, sizeof(*s));
     if (!s)
@@ -488,23 +535,13 @@ void stack_free(stack *s)
     free(s);
 }
 
-static int stat_file(const char *path, long long *size, long long *mtime_ns)
-{
-    struct stat st;
-    if (stat(path, &st) != 0)
-        return -1;
-    *size = (long long)st.st_size;
-    *mtime_ns = (long long)st.st_mtim.tv_sec * 1000000000LL + st.st_mtim.tv_nsec;
-    return 0;
-}
-
 /* Whether `st` (of a descriptor opened anew on the path) is the file that frame `f`
- * mapped: same device, inode, size and mtime. */
+ * read: the same identity (inode, size, mtime, ctime). */
 static int same_file(const frame *f, const struct stat *st)
 {
-    return (unsigned long long)st->st_dev == f->dev && (unsigned long long)st->st_ino == f->ino &&
-           (long long)st->st_size == f->size &&
-           (long long)st->st_mtim.tv_sec * 1000000000LL + st->st_mtim.tv_nsec == f->mtime_ns;
+    tess_file_id now;
+    tess_file_id_from_stat(st, &now);
+    return tess_file_id_same(&now, &f->id);
 }
 
 /* Number of planes file `idx` must hold. */
@@ -552,7 +589,7 @@ static int fits_plain_header(const char *path, int *bitpix, int *naxis, long *na
                              long long *datastart, double *bscale, double *bzero,
                              int *has_blank, long long *blank)
 {
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    int fd = tess_open_regular(path, 0, NULL, NULL, 0);
     if (fd < 0)
         return 0;
     char blk[2880];
@@ -625,7 +662,8 @@ static int fits_plain_header(const char *path, int *bitpix, int *naxis, long *na
 }
 
 /* The image parameters of HDU s->hdu of `path` through cfitsio (any FITS file: extensions,
- * tile-compressed images).  Returns 0 or TESS_EIO with err. */
+ * tile-compressed images; not a whole-file compressed one, fitsimg_check_not_compressed).
+ * Returns 0 or TESS_EIO / TESS_EINVAL with err. */
 static int open_fits_cfitsio(stack *s, const char *path, int *compressed, int *bitpix,
                              int *naxis, long *naxes, LONGLONG *datastart, double *bscale,
                              double *bzero, int *has_blank, long long *blank, char *err,
@@ -634,8 +672,18 @@ static int open_fits_cfitsio(stack *s, const char *path, int *compressed, int *b
     fitsfile *ff = NULL;
     int status = 0;
     LONGLONG headstart = 0, dataend = 0;
+    int fd = tess_open_regular(path, 0, NULL, err, errlen);
+    if (fd < 0)
+        return TESS_EIO;
+    int rc = fitsimg_check_fd_not_compressed(fd, path, err, errlen);
+    if (rc) {
+        close(fd);
+        return rc;
+    }
+    char name[PATH_MAX];
     fitsimg_cfitsio_lock();
-    fits_open_diskfile(&ff, path, READONLY, &status);
+    fits_open_diskfile(&ff, tess_fd_name(fd, path, name, sizeof(name)), READONLY, &status);
+    close(fd);
     if (!status)
         fits_movabs_hdu(ff, s->hdu + 1, NULL, &status);
     if (!status)
@@ -695,8 +743,9 @@ static int open_fits(stack *s, frame *f, const char *path, char *err, size_t err
         if (rc)
             return rc;
     }
-    long nplanes = naxes[2] * naxes[3];
-    if (naxis < 2 || naxes[0] != s->nx || naxes[1] != s->ny || nplanes < planes_in_file(s)) {
+    long nplanes;
+    if (tess_long_mul(naxes[2], naxes[3], &nplanes) || naxis < 2 || naxes[0] != s->nx ||
+        naxes[1] != s->ny || nplanes < planes_in_file(s)) {
         tess_seterr(err, errlen, "%s is now %ld x %ld x %ld, not the %ld x %ld volume it was "
                     "when opened", path, naxes[0], naxes[1], nplanes, s->nx, s->ny);
         return TESS_EIO;
@@ -711,13 +760,17 @@ static int open_fits(stack *s, frame *f, const char *path, char *err, size_t err
             f->kind = SRC_CFITSIO;
             return 0;
         }
+        int rc = decodelimit_check("the tile-compressed frame", path, s->nx, s->ny, 1,
+                                   sizeof(double), err, errlen);
+        if (rc)
+            return rc;
         size_t n = (size_t)s->nx * (size_t)s->ny;
         double *pix = malloc(n * sizeof(double));
         if (!pix) {
             tess_seterr(err, errlen, "out of memory decompressing %s", path);
             return TESS_ENOMEM;
         }
-        int rc = fitsimg_read_region(path, s->hdu, 0, 0, 0, s->nx, s->ny, pix, err, errlen);
+        rc = fitsimg_read_region(path, s->hdu, 0, 0, 0, s->nx, s->ny, pix, err, errlen);
         if (rc) {
             free(pix);
             return rc;
@@ -727,15 +780,17 @@ static int open_fits(stack *s, frame *f, const char *path, char *err, size_t err
         f->pixbytes = n * sizeof(double);
         return 0;
     }
-    size_t bytes = (size_t)(bitpix < 0 ? -bitpix : bitpix) / 8 * (size_t)s->nx * (size_t)s->ny *
-                   (size_t)planes_in_file(s);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) {
-        tess_seterr(err, errlen, "cannot open %s: %s", path, strerror(errno));
-        return TESS_EIO;
-    }
+    /* The data the volume reads must lie in the file: checked sizes, so that a header
+     * whose product of NAXISn wraps around cannot pass for a small one. */
+    size_t bytes, end = TESS_SIZE_MAX;
+    int sized = tess_size_dims((size_t)(bitpix < 0 ? -bitpix : bitpix) / 8,
+                               (const long[]){s->nx, s->ny, planes_in_file(s)}, 3, &bytes) == 0
+                && datastart >= 0 && tess_size_add(bytes, (size_t)datastart, &end) == 0;
     struct stat st;
-    if (fstat(fd, &st) != 0 || (unsigned long long)st.st_size < (unsigned long long)datastart + bytes) {
+    int fd = tess_open_regular(path, 0, &st, err, errlen);
+    if (fd < 0)
+        return TESS_EIO;
+    if (!sized || (unsigned long long)st.st_size < end) {
         close(fd);
         tess_seterr(err, errlen, "%s is shorter than its header says", path);
         return TESS_EIO;
@@ -752,8 +807,6 @@ static int open_fits(stack *s, frame *f, const char *path, char *err, size_t err
     f->guard = mapguard_add(map, f->maplen);
     f->data = (const unsigned char *)map + datastart;
     f->datastart = (long long)datastart;
-    f->dev = (unsigned long long)st.st_dev;
-    f->ino = (unsigned long long)st.st_ino;
     return 0;
 }
 
@@ -772,9 +825,8 @@ static int frame_open(stack *s, long idx, frame **out, char *err, size_t errlen)
     f->refs = 1;
     f->guard = -1;
     f->checked = tess_mono_s();
-    if (stat_file(path, &f->size, &f->mtime_ns) != 0) {
+    if (tess_file_id_of(path, 0, &f->id, err, errlen) != 0) {
         free(f);
-        tess_seterr(err, errlen, "cannot stat %s: %s", path, strerror(errno));
         return TESS_EIO;
     }
     int rc;
@@ -867,10 +919,10 @@ static int frame_acquire(stack *s, long idx, frame **out, char *err, size_t errl
          * leave its old pixels in the cache under the new version. */
         double t = tess_mono_s();
         if (t - f->checked >= 0.0) {
-            long long size, mtime;
+            tess_file_id now;
             f->checked = t;
-            if (stat_file(s->paths[idx], &size, &mtime) != 0 || size != f->size ||
-                mtime != f->mtime_ns) {
+            if (tess_file_id_of(s->paths[idx], 0, &now, NULL, 0) != 0 ||
+                !tess_file_id_same(&now, &f->id)) {
                 frame *c = evict_locked(s, f);
                 if (c) {
                     c->close_next = NULL;
@@ -1182,8 +1234,9 @@ unsigned long long stack_data_bytes(stack *s)
         return 0;
     int bp = info.bitpix < 0 ? -info.bitpix : info.bitpix;
     fitsimg_info_release(&info);
-    b = (unsigned long long)s->nx * (unsigned long long)s->ny * (unsigned long long)s->nz *
-        (unsigned long long)(bp / 8);
+    size_t sz;
+    (void)tess_size_dims((size_t)(bp / 8), (const long[]){s->nx, s->ny, s->nz}, 3, &sz);
+    b = sz;   /* TESS_SIZE_MAX, more than any limit, should it overflow */
     pthread_mutex_lock(&s->lock);
     s->data_bytes = b;
     pthread_mutex_unlock(&s->lock);
@@ -1800,9 +1853,9 @@ static int zr_open(const stack *s, const frame *f)
 {
     if (f->kind != SRC_MMAP)
         return -1;
-    int fd = open(s->paths[f->idx], O_RDONLY | O_CLOEXEC);
     struct stat st;
-    if (fd >= 0 && (fstat(fd, &st) != 0 || !same_file(f, &st))) {
+    int fd = tess_open_regular(s->paths[f->idx], 0, &st, NULL, 0);
+    if (fd >= 0 && !same_file(f, &st)) {
         close(fd);
         fd = -1;
     }

@@ -16,7 +16,14 @@
  * y = 0 is the LAST row of the PNG file (the bottom of the picture), so that a rendering,
  * which puts y = 0 at the bottom as it does FITS row 1, shows the frame as the PNG shows
  * it, and IIIF regions (top-left origin) are PNG pixel coordinates.  A numpy user sees
- * the array of a PNG frame as numpy.flipud(imread(frame)). */
+ * the array of a PNG frame as numpy.flipud(imread(frame)).
+ *
+ * Decoding is bounded (engine/base/decodelimit.h): a PNG frame, and a tile-compressed
+ * FITS frame of a stack (held whole as doubles), is decoded only once the size its header
+ * declares passes decodelimit_check; over it, every read of its pixels fails with
+ * TESS_ELIMIT and nothing is allocated.  Its header alone (frame_read_info) is always
+ * read.  Ancillary PNG chunks are skipped unread.  A whole-file compressed FITS file
+ * (gzip...) is refused with TESS_EINVAL (fitsimg_check_not_compressed). */
 
 /* With `on` (the server sets it at start, for the whole process), frame_read_info,
  * frame_read_region(_f32) and the stack reader refuse, with TESS_EIO, a path that no
@@ -37,8 +44,17 @@ int frame_is_png(const char *path);
  * Returns 0 or TESS_EIO / TESS_EINVAL (not greyscale, malformed) / TESS_ENOMEM. */
 int frame_read_info(const char *path, int hdu, fitsimg_info *info, char *err, size_t errlen);
 
+/* Whether the pixels of the frame at `path` may be decoded within the decode budgets: for
+ * a PNG frame, the size its IHDR declares (its header alone is read); 0 for a FITS file,
+ * whose compression tiles each read checks itself.  For a caller that allocates a buffer
+ * for the whole frame before reading it (the plane store), so that a frame that will be
+ * refused costs no such allocation.  Returns 0, TESS_ELIMIT, or the errors of
+ * frame_read_info, with err. */
+int frame_decode_check(const char *path, char *err, size_t errlen);
+
 /* fitsimg_read_region / fitsimg_read_region_f32 for a FITS file or a PNG frame (whose
- * only plane is z = 0).  Same arguments, same errors; each call reads the file anew. */
+ * only plane is z = 0).  Same arguments, same errors (TESS_ELIMIT also for a PNG frame
+ * over the decode budgets); each call reads the file anew. */
 int frame_read_region(const char *path, int hdu, long z, long x0, long y0, long w, long h,
                       double *out, char *err, size_t errlen);
 int frame_read_region_f32(const char *path, int hdu, long z, long x0, long y0, long w, long h,
@@ -54,16 +70,22 @@ int frame_write_png(const char *path, const unsigned short *data, long nx, long 
  * most `max_open` open frames (mapped FITS files, decoded PNGs), so a stack of any
  * number of files holds a bounded number of descriptors and maps.  An uncompressed FITS
  * HDU is read through mmap(2) (data offset from cfitsio once, big-endian conversion and
- * scaling here); a tile-compressed one through cfitsio.  A file whose size or mtime
- * changed (stat(2) at every read) is opened again; a FITS file
- * truncated while mapped gives TESS_EIO, not SIGBUS (engine/base/mapguard.h).
+ * scaling here); a tile-compressed one through cfitsio.  A file whose identity changed
+ * (inode, size, mtime or ctime: tess_file_id, stat(2) at every read) is opened and
+ * mapped again, so a file renamed over or rewritten in place is read anew even when it
+ * kept its size and mtime; a FITS file truncated while mapped gives TESS_EIO, not SIGBUS
+ * (engine/base/mapguard.h).  A path that is not a regular file is refused (TESS_EIO),
+ * never opened in a way that could block (tess_open_regular).
  * Thread-safe: any number of threads may read at once. */
 typedef struct stack stack;
 
 /* Opens a volume of nx x ny x nz pixels: a cube when npaths == 1 (nz planes of HDU
  * `hdu` of paths[0]), a stack when npaths == nz (one 2-D frame per path).  The shape is
  * what the caller already read (frame_read_info); files are only opened when read.
- * `paths` is copied.  Returns NULL on allocation failure or inconsistent arguments. */
+ * `paths` is copied.  The volume's nx x ny x nz values as doubles must fit in
+ * TESS_SIZE_MAX bytes (engine/base/checked.h), so that no offset or size the reader
+ * computes from them overflows.  Returns NULL on allocation failure or inconsistent
+ * arguments (a size below 1, npaths neither 1 nor nz, a volume past that bound). */
 stack *stack_new(const char *const *paths, int npaths, int hdu, long nx, long ny, long nz,
                  int max_open);
 
@@ -72,7 +94,8 @@ void stack_free(stack *s);
 
 /* Reads the w x h region at (x0, y0) of plane z: out[j * w + i] = v(x0 + i, y0 + j, z).
  * All reads return 0, or TESS_ERANGE (outside the volume), TESS_EIO (file missing,
- * changed shape, unreadable: `err` says which), TESS_ENOMEM. */
+ * changed shape, unreadable: `err` says which), TESS_EINVAL (a whole-file compressed
+ * FITS file), TESS_ELIMIT (a frame or tile over the decode budgets), TESS_ENOMEM. */
 int stack_read_region(stack *s, long z, long x0, long y0, long w, long h, double *out,
                       char *err, size_t errlen);
 

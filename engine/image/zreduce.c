@@ -1,6 +1,7 @@
 /* Reductions of a volume along z: op set, image along z, plane values, result header. */
 #include "engine/image/zreduce.h"
 
+#include "engine/base/checked.h"
 #include "engine/base/error.h"
 #include "engine/fits/fitscard.h"
 
@@ -80,6 +81,7 @@ typedef struct zsplit {
     int refs;
     stack *st;
     stack_zop op;
+    const volatile int *cancel;
     long nz, nranges;
     long next;                 /* the next range to claim */
     long done;                 /* ranges folded (stored, or failed) */
@@ -135,6 +137,10 @@ static void zsplit_work(zsplit *z)
 {
     for (;;) {
         pthread_mutex_lock(&z->lock);
+        if (!z->rc && z->cancel && *z->cancel) {
+            z->rc = TESS_ECANCELED;
+            snprintf(z->err, sizeof z->err, "cancelled");
+        }
         long c = z->next < z->nranges && !z->rc ? z->next++ : -1;
         pthread_mutex_unlock(&z->lock);
         if (c < 0)
@@ -143,7 +149,7 @@ static void zsplit_work(zsplit *z)
         zreduce_range(z->nz, c, &z0, &z1);
         char err[256] = "";
         stack_zpart *part = NULL;
-        int rc = stack_zreduce(z->st, z->op, z0, z1, 0, NULL, &part, err, sizeof err);
+        int rc = stack_zreduce(z->st, z->op, z0, z1, 0, z->cancel, &part, err, sizeof err);
         pthread_mutex_lock(&z->lock);
         z->parts[c] = part;
         if (rc && !z->rc) {
@@ -168,7 +174,7 @@ static void zsplit_task(void *arg)
 }
 
 int zreduce_image(stack *s, long nz, stack_zop op, pool *workers, pool_priority prio,
-                  double *out, char *err, size_t errlen)
+                  const volatile int *cancel, double *out, char *err, size_t errlen)
 {
     zsplit *z = calloc(1, sizeof *z);
     if (!z) {
@@ -179,6 +185,7 @@ int zreduce_image(stack *s, long nz, stack_zop op, pool *workers, pool_priority 
     pthread_cond_init(&z->cv, NULL);
     z->st = s;
     z->op = op;
+    z->cancel = cancel;
     z->nz = nz;
     z->nranges = zreduce_nranges(nz);
     z->refs = 1;
@@ -247,7 +254,12 @@ int zreduce_planes(stack *s, long nx, long ny, long nz, stack_zop op, long z0, l
         tess_seterr(err, errlen, "planes %ld..%ld outside the %ld planes", z0, z1 - 1, nz);
         return TESS_ERANGE;
     }
-    size_t npix = (size_t)nx * (size_t)ny;
+    size_t bytes;
+    if (tess_size_dims(sizeof(double), (const long[]){nx, ny}, 2, &bytes)) {
+        tess_seterr(err, errlen, "planes of %ld x %ld pixels: the sizes overflow", nx, ny);
+        return TESS_ERANGE;
+    }
+    size_t npix = bytes / sizeof(double);
     double *plane = NULL;   /* allocated at the first plane read as doubles */
     int rc = 0;
     for (long z = z0; z < z1 && !rc; z++) {
@@ -259,7 +271,7 @@ int zreduce_planes(stack *s, long nx, long ny, long nz, stack_zop op, long z0, l
         rc = stack_reduce_plane(s, z, op, &out[z - z0], err, errlen);
         if (rc != 1)
             continue;
-        if (!plane && !(plane = malloc(npix * sizeof *plane))) {
+        if (!plane && !(plane = malloc(bytes))) {
             tess_seterr(err, errlen, "out of memory");
             rc = TESS_ENOMEM;
             break;

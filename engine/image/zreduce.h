@@ -51,9 +51,11 @@ void zreduce_range(long nz, long k, long *z0, long *z1);
  * range); a helper that starts when no range is left returns at once, so the call never
  * waits on a range that nobody runs.  Partials are merged as soon as every earlier range
  * is in, so about one partial per thread is held at a time (2 to 20 bytes a pixel).
- * Returns 0, TESS_ENOMEM, or a read error of stack_zreduce (TESS_EIO...) with `err`. */
+ * `cancel` (may be NULL) is polled before each range and by stack_zreduce within it.
+ * Returns 0, TESS_ECANCELED, TESS_ENOMEM, or a read error of stack_zreduce (TESS_EIO...)
+ * with `err`. */
 int zreduce_image(stack *s, long nz, stack_zop op, pool *workers, pool_priority prio,
-                  double *out, char *err, size_t errlen);
+                  const volatile int *cancel, double *out, char *err, size_t errlen);
 
 /* ---- axis xy ------------------------------------------------------------------------- */
 
@@ -65,8 +67,8 @@ double zreduce_values(stack_zop op, const double *v, size_t n);
  * pixels, for z0 <= z0 + k < z1: an 8/16-bit plane straight from the frame in exact
  * integers (stack_reduce_plane), any other read as doubles (stack_read_region) and
  * reduced by zreduce_values.  `cancel` (may be NULL) is polled before each plane.
- * Returns 0, TESS_ECANCELED, TESS_ENOMEM, TESS_ERANGE (planes outside 0..nz-1) or a read
- * error (TESS_EIO) with `err`. */
+ * Returns 0, TESS_ECANCELED, TESS_ENOMEM, TESS_ERANGE (planes outside 0..nz-1, a plane
+ * whose size overflows: engine/base/checked.h) or a read error (TESS_EIO) with `err`. */
 int zreduce_planes(stack *s, long nx, long ny, long nz, stack_zop op, long z0, long z1,
                    const volatile int *cancel, double *out, char *err, size_t errlen);
 

@@ -12,6 +12,7 @@
 #include <limits.h>
 #include <math.h>
 #include <pthread.h>
+#include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -29,6 +30,21 @@ enum { ST_REPROJECT, ST_OVERLAPS, ST_SOLVE, ST_COADD };
 #define FIT_MIN_WEIGHT 0.999
 /* Bytes a coadd row group may hold in its buffers. */
 #define COADD_BYTES ((size_t)64 << 20)
+/* Bytes of input pixels (as float32) a reprojection band may read before bands are made
+ * shorter. */
+#define BAND_INPUT_BYTES ((double)((size_t)64 << 20))
+/* Intervals an outline edge has at most. */
+#define OUTLINE_MAX 65536
+/* Slabs of rows a box is cut into to estimate the input pixels of its bands (at first, at
+ * most), and samples per slab boundary (twice that, with the midpoints). */
+#define EST_SLABS_MIN 64
+#define EST_SLABS_MAX 4096
+#define EST_EDGE 16
+/* Slabs one plan maps in all, beyond the first EST_SLABS_MIN of each input (about 2.3
+ * million transformed points), so that many large inputs cannot make planning slow. */
+#define EST_SLABS_TOTAL 65536
+/* Memory of a reprojection block besides its pixels (coordinate maps, kernel tables). */
+#define REPROJECT_OVERHEAD ((double)((size_t)8 << 20))
 
 /* One input as planned. */
 typedef struct src {
@@ -43,6 +59,8 @@ typedef struct src {
     char bunit[72];
     long box[4];           /* x0, y0, w, h in output pixels; w = 0: no overlap */
     long rows;             /* rows per reprojection band */
+    int rows_cut;          /* 1: fewer rows than the default (a large input) */
+    double crop_px;        /* input pixels a band reads at most (estimate) */
     long nbands;
     long block0;           /* first block of the reprojection stage */
 } src;
@@ -68,6 +86,8 @@ struct mosaic {
     skywcs *tcel;          /* celestial WCS of the full target grid */
     long nx, ny;
     long coadd_rows, coadd_bands;
+    double max_block;      /* spec->max_block_bytes */
+    long est_slabs;        /* slabs mapped by fit_band_rows so far (EST_SLABS_TOTAL) */
     int nstages;
     int kind[4];
     long nblocks[4];
@@ -170,11 +190,14 @@ static skywcs *shifted_wcs(const char *cards, int nkeys, long dx, long dy, char 
 /* Geometry                                                                               */
 
 /* n points of the outline of the rectangle [x0, x1] x [y0, y1], edges sampled every
- * `step` (at least 16 intervals an edge), in order round the outline.  *px, *py malloc'd. */
+ * `step` (at least 16 and at most OUTLINE_MAX intervals an edge), in order round the
+ * outline.  *px, *py malloc'd. */
 static long outline(double x0, double y0, double x1, double y1, double step, double **px,
                     double **py)
 {
-    long nx = (long)ceil((x1 - x0) / step), ny = (long)ceil((y1 - y0) / step);
+    double fnx = ceil((x1 - x0) / step), fny = ceil((y1 - y0) / step);
+    long nx = fnx < OUTLINE_MAX ? (long)fnx : OUTLINE_MAX;
+    long ny = fny < OUTLINE_MAX ? (long)fny : OUTLINE_MAX;
     if (nx < 16)
         nx = 16;
     if (ny < 16)
@@ -309,6 +332,165 @@ int mos_bbox(skywcs *in, long nx, long ny, skywcs *out, long out_nx, long out_ny
         box[3] = in_input ? out_ny : 0;
     }
     return rc;
+}
+
+/* Bytes a reprojection block holds per input pixel it reads: the float32 pixels, and for
+ * bicubic the spline coefficients (double) and three byte masks (engine/sky/kernels.c). */
+static double input_bpp(rp_method method)
+{
+    return method == RP_BICUBIC ? 15.0 : 4.0;
+}
+
+/* Crops of the slabs of s's box: rows [sy[k], sy[k + 1]) of the box (0-based from its
+ * top) as boxes {x0, y0, w, h} on the input, estimated from the slab edges: the ns + 1
+ * row boundaries sampled 2 x EST_EDGE times across the box and the sides at each slab's
+ * middle, mapped onto the input once (adjacent slabs share a boundary), each slab's
+ * points boxed as points_box does (the whole input when some point does not map or the
+ * outline jumps) and padded by 4 pixels and by twice the largest distance of a mapped
+ * midpoint from the chord of its neighbours (how far the mapped edges bend between
+ * samples, which bounds what the finer outline of run_reproject adds).  Returns 0 or
+ * TESS_ENOMEM. */
+static int slab_crops(const mosaic *m, const src *s, long ns, const long *sy, long (*sc)[4])
+{
+    const long ne = 2 * EST_EDGE + 1, nl = ns + 1, npt = nl * ne + 2 * ns;
+    double *x = malloc(sizeof(double) * (size_t)npt), *y = malloc(sizeof(double) * (size_t)npt);
+    double *ox = malloc(sizeof(double) * (size_t)(2 * ne + 2));
+    double *oy = malloc(sizeof(double) * (size_t)(2 * ne + 2));
+    if (!x || !y || !ox || !oy) {
+        free(x);
+        free(y);
+        free(ox);
+        free(oy);
+        return TESS_ENOMEM;
+    }
+    const double x0 = (double)s->box[0] - 0.5, w = (double)s->box[2];
+    const double top = (double)s->box[1] - 0.5;
+    for (long l = 0; l < nl; l++)
+        for (long j = 0; j < ne; j++) {
+            x[l * ne + j] = x0 + w * (double)j / (double)(ne - 1);
+            y[l * ne + j] = top + (double)sy[l];
+        }
+    for (long k = 0; k < ns; k++)
+        for (int side = 0; side < 2; side++) {
+            x[nl * ne + 2 * k + side] = side ? x0 + w : x0;
+            y[nl * ne + 2 * k + side] = top + 0.5 * (double)(sy[k] + sy[k + 1]);
+        }
+    int mapped = pix2pix(m->tcel, s->cel, npt, x, y) == 0;
+    const double most = (double)s->nx + (double)s->ny;
+    const double jump = 0.25 * (double)(s->nx > s->ny ? s->nx : s->ny);
+    for (long k = 0; k < ns; k++) {
+        long *c = sc[k];
+        c[0] = c[1] = 0;
+        c[2] = s->nx;
+        c[3] = s->ny;
+        if (!mapped)
+            continue;
+        /* The slab's outline in order: its top boundary, right middle, bottom boundary
+         * backwards, left middle. */
+        const double *tx = x + k * ne, *ty = y + k * ne;
+        const double *bx = x + (k + 1) * ne, *by = y + (k + 1) * ne;
+        long n = 0;
+        for (long j = 0; j < ne; j++, n++) {
+            ox[n] = tx[j];
+            oy[n] = ty[j];
+        }
+        ox[n] = x[nl * ne + 2 * k + 1];
+        oy[n++] = y[nl * ne + 2 * k + 1];
+        for (long j = ne - 1; j >= 0; j--, n++) {
+            ox[n] = bx[j];
+            oy[n] = by[j];
+        }
+        ox[n] = x[nl * ne + 2 * k];
+        oy[n++] = y[nl * ne + 2 * k];
+        /* Midpoints: every other sample of the boundaries; the sides' middles. */
+        double bend = 0.0;
+        for (long q = 1; q < n; q += 2) {
+            long r = q + 1 < n ? q + 1 : 0;
+            if (isfinite(ox[q]) && isfinite(oy[q]) && isfinite(ox[q - 1]) && isfinite(oy[q - 1])
+                && isfinite(ox[r]) && isfinite(oy[r]))
+                bend = fmax(bend, fmax(fabs(ox[q] - 0.5 * (ox[q - 1] + ox[r])),
+                                       fabs(oy[q] - 0.5 * (oy[q - 1] + oy[r]))));
+        }
+        long pad = 4 + (long)ceil(fmin(2.0 * bend, most));
+        points_box(n, ox, oy, s->nx, s->ny, pad, jump, c);
+        if (c[2] < 0) {
+            c[0] = c[1] = 0;
+            c[2] = s->nx;
+            c[3] = s->ny;
+        }
+    }
+    free(x);
+    free(y);
+    free(ox);
+    free(oy);
+    return 0;
+}
+
+/* The input pixels the largest band of `r` rows reads by the slab estimate (a band lies in
+ * the slabs it touches, so its pixels in the union of their crops). */
+static double worst_band(const src *s, long ns, const long *sy, long (*sc)[4], long r)
+{
+    long bh = s->box[3], k0 = 0;
+    double worst = 0.0;
+    for (long r0 = 0; r0 < bh; r0 += r) {
+        long r1 = r0 + r < bh ? r0 + r : bh;
+        while (sy[k0 + 1] <= r0)
+            k0++;
+        long bx0 = LONG_MAX, by0 = LONG_MAX, bx1 = -1, by1 = -1;
+        for (long k = k0; k < ns && sy[k] < r1; k++) {
+            if (sc[k][2] <= 0 || sc[k][3] <= 0)
+                continue;
+            bx0 = sc[k][0] < bx0 ? sc[k][0] : bx0;
+            by0 = sc[k][1] < by0 ? sc[k][1] : by0;
+            bx1 = sc[k][0] + sc[k][2] > bx1 ? sc[k][0] + sc[k][2] : bx1;
+            by1 = sc[k][1] + sc[k][3] > by1 ? sc[k][1] + sc[k][3] : by1;
+        }
+        if (bx1 > bx0 && by1 > by0)
+            worst = fmax(worst, (double)(bx1 - bx0) * (double)(by1 - by0));
+    }
+    return worst;
+}
+
+/* Bands of a large input (over BAND_INPUT_BYTES as float32): *rows halved until the
+ * largest band reads at most BAND_INPUT_BYTES by the slab estimate, or is one row.  The
+ * slabs start at EST_SLABS_MIN and are made four times finer while the bands are
+ * shorter than two slabs (up to EST_SLABS_MAX or one row each, and while the plan's
+ * EST_SLABS_TOTAL allows), so the cost follows the bands needed.  Sets s->crop_px (the
+ * largest band's input pixels) and s->rows_cut.  Returns 0 or TESS_ENOMEM. */
+static int fit_band_rows(mosaic *m, src *s, long *rows)
+{
+    long bh = s->box[3], r = *rows, ns = bh < EST_SLABS_MIN ? bh : EST_SLABS_MIN;
+    double worst = 0.0;
+    for (;;) {
+        long (*sc)[4] = malloc(sizeof *sc * (size_t)ns);
+        long *sy = malloc(sizeof(long) * (size_t)(ns + 1));
+        int rc = sc && sy ? 0 : TESS_ENOMEM;
+        for (long k = 0; rc == 0 && k <= ns; k++)
+            sy[k] = (long)((long long)k * bh / ns);
+        if (rc == 0)
+            rc = slab_crops(m, s, ns, sy, sc);
+        r = *rows;
+        for (; rc == 0; r = (r + 1) / 2) {
+            worst = worst_band(s, ns, sy, sc, r);
+            if (worst * 4.0 <= BAND_INPUT_BYTES || r == 1)
+                break;
+        }
+        free(sc);
+        free(sy);
+        if (rc)
+            return rc;
+        long finer = ns * 4 < EST_SLABS_MAX ? ns * 4 : EST_SLABS_MAX;
+        if (finer > bh)
+            finer = bh;
+        if (r * ns >= 2 * bh || finer <= ns || m->est_slabs + finer > EST_SLABS_TOTAL)
+            break;
+        m->est_slabs += finer;
+        ns = finer;
+    }
+    s->rows_cut = r != *rows;
+    s->crop_px = worst;
+    *rows = r;
+    return 0;
 }
 
 /* Unit vector of (lon, lat) degrees. */
@@ -620,6 +802,93 @@ void mos_input_box(const mosaic *m, int k, long box[4])
     memcpy(box, m->in[k].box, 4 * sizeof(long));
 }
 
+/* Keeps the larger of c->block_bytes and `bytes`, with its description. */
+static void est_block(mos_cost *c, double bytes, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static void est_block(mos_cost *c, double bytes, const char *fmt, ...)
+{
+    if (!(bytes > c->block_bytes))
+        return;
+    c->block_bytes = bytes;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(c->block_what, sizeof c->block_what, fmt, ap);
+    va_end(ap);
+}
+
+void mos_estimate(const mosaic *m, mos_cost *c)
+{
+    memset(c, 0, sizeof *c);
+    double bpp = input_bpp(m->method), nxo = (double)m->nx;
+    int np = m->bg == MOS_BG_PLANE ? 3 : 1;
+    c->product_bytes = (double)(m->h0 + m->d0 + m->h1 + m->d1);
+    c->work_bytes = c->product_bytes + (double)m->tkeys * 81.0 + 256.0;
+    c->state_bytes = (double)sizeof *m + (double)m->tkeys * 80.0;
+    for (int k = 0; k < m->n; k++) {
+        const src *s = &m->in[k];
+        c->state_bytes += (double)sizeof *s + (double)s->nkeys * 80.0 + 16384.0;
+        c->work_bytes += (double)strlen(s->path) + 160.0;
+        if (s->box[2] <= 0 || s->box[3] <= 0)
+            continue;
+        double bw = (double)s->box[2], bh = (double)s->box[3];
+        c->work_bytes += bw * bh * 4.0 * (m->method == RP_EXACT ? 2.0 : 1.0);
+        /* reprojection: a band's input pixels and its output band (values, footprint) */
+        double rows = (double)s->rows;
+        est_block(c, s->crop_px * bpp + bw * rows * 8.0 + REPROJECT_OVERHEAD,
+                  "reprojection of input '%.80s': a band of %.0f x %.0f output pixels reads "
+                  "up to %.0f input pixels", s->name, bw, rows, s->crop_px);
+        /* overlap fit: the samples of the largest overlap, at most the box itself (see
+         * run_overlaps: at most cw * (h / step + 1) samples, step >= sqrt(area / 2^20)) */
+        if (m->bg != MOS_BG_NONE) {
+            double area = bw * bh, nin = fmin(area, 1024.0 * sqrt(area) + bw);
+            est_block(c, 57.0 * nin + (double)m->n * (double)sizeof(ov_rec),
+                      "overlap fit of input '%.80s': up to %.0f samples", s->name, nin);
+        }
+    }
+    if (m->bg != MOS_BG_NONE) {
+        double nn = (double)m->n * np;
+        est_block(c, nn * nn * 8.0 + nn * 8.0 + (double)m->n * 28.0,
+                  "background solve: a %.0f x %.0f normal matrix", nn, nn);
+        double pairs = 0.0;
+        if (m->n <= 20000) {
+            for (int i = 0; i < m->n; i++)
+                for (int j = i + 1; j < m->n; j++) {
+                    const long *a = m->in[i].box, *b = m->in[j].box;
+                    pairs += a[2] > 0 && b[2] > 0 && a[0] < b[0] + b[2] && b[0] < a[0] + a[2]
+                             && a[1] < b[1] + b[3] && b[1] < a[1] + a[3];
+                }
+        } else {
+            pairs = (double)m->n * (double)(m->n - 1) / 2.0;
+        }
+        c->work_bytes += pairs * (double)sizeof(ov_rec) + (double)m->n * 32.0;
+    }
+    /* coadd: the buffers of run_coadd for each band */
+    for (long band = 0; band < m->coadd_bands; band++) {
+        long y0 = band * m->coadd_rows, y1 = y0 + m->coadd_rows < m->ny ? y0 + m->coadd_rows
+                                                                        : m->ny;
+        double rowbytes = nxo * 16.0, maxw = 1.0;
+        long nk = 0;
+        for (int k = 0; k < m->n; k++) {
+            const src *s = &m->in[k];
+            if (s->box[2] > 0 && s->box[1] < y1 && s->box[1] + s->box[3] > y0) {
+                nk++;
+                rowbytes += (double)s->box[2] * 8.0;
+                maxw = fmax(maxw, (double)s->box[2]);
+            }
+        }
+        int median = m->combine == MOS_MEDIAN;
+        if (median)
+            rowbytes += nxo * (double)(nk > 0 ? nk : 1) * 4.0 + nxo * 4.0;
+        double g = floor((double)COADD_BYTES / rowbytes);
+        g = fmin(fmax(g, 1.0), (double)(y1 - y0));
+        double gp = g * nxo;
+        est_block(c, gp * 24.0 + 8.0 * g * maxw
+                  + (median ? gp * (double)(nk > 0 ? nk : 1) * 4.0 + gp * 4.0 : 0.0)
+                  + (double)m->n * 4.0,
+                  "coadd of %.0f rows of %.0f pixels from %ld inputs", g, nxo, nk);
+    }
+}
+
 void mos_free(mosaic *m)
 {
     if (!m)
@@ -787,13 +1056,14 @@ int mos_plan(const mos_spec *spec, const char *workdir, int threads, mosaic **ou
     int rc = TESS_ENOMEM;
     char *tc = NULL;
     char *plan = NULL;
-    m->workdir = strdup(workdir);
+    m->workdir = workdir ? strdup(workdir) : NULL;
+    m->max_block = spec->max_block_bytes > 0 ? spec->max_block_bytes : 0.0;
     m->n = spec->ninputs;
     m->in = calloc((size_t)m->n, sizeof(src));
     m->method = spec->method;
     m->combine = spec->combine;
     m->bg = spec->bg;
-    if (!m->workdir || !m->in) {
+    if ((workdir && !m->workdir) || !m->in) {
         tess_seterr(err, errlen, "out of memory");
         goto fail;
     }
@@ -927,6 +1197,12 @@ int mos_plan(const mos_spec *spec, const char *workdir, int threads, mosaic **ou
                 cap = 1;
             if (rows > cap)
                 rows = cap;
+            s->crop_px = (double)s->nx * (double)s->ny;
+            if (s->crop_ok && s->crop_px * 4.0 > BAND_INPUT_BYTES
+                && (rc = fit_band_rows(m, s, &rows)) != 0) {
+                tess_seterr(err, errlen, "out of memory");
+                goto fail;
+            }
             s->rows = rows;
             s->nbands = (bh + rows - 1) / rows;
             nb += s->nbands;
@@ -976,8 +1252,9 @@ int mos_plan(const mos_spec *spec, const char *workdir, int threads, mosaic **ou
         fitscard_list_release(&h0);
         fitscard_list_release(&h1);
     }
-    /* plan.txt: the geometry; a different one from an earlier plan is an error. */
-    {
+    /* plan.txt: the geometry; a different one from an earlier plan is an error.  (None
+     * for a plan without a work directory.) */
+    if (m->workdir) {
         size_t cap = (size_t)m->tkeys * 81 + (size_t)m->n * (PATH_MAX + 200) + 256, len = 0;
         plan = malloc(cap);
         if (!plan) {
@@ -993,11 +1270,16 @@ int mos_plan(const mos_spec *spec, const char *workdir, int threads, mosaic **ou
             len += 80;
             plan[len++] = '\n';
         }
+        /* Rows of the bands when a large input's were cut (not written otherwise, so
+         * that the plans of earlier versions still compare equal). */
         for (int k = 0; k < m->n; k++) {
             const src *s = &m->in[k];
-            len += (size_t)snprintf(plan + len, cap - len, "%s[%d] %ld %ld %ld %ld %ld %ld\n",
+            len += (size_t)snprintf(plan + len, cap - len, "%s[%d] %ld %ld %ld %ld %ld %ld",
                                     s->path, s->hdu, s->nx, s->ny, s->box[0], s->box[1],
                                     s->box[2], s->box[3]);
+            if (s->rows_cut)
+                len += (size_t)snprintf(plan + len, cap - len, " rows %ld", s->rows);
+            plan[len++] = '\n';
         }
         char path[PATH_MAX], *old = NULL;
         size_t oldn = 0;
@@ -1089,6 +1371,15 @@ static int run_reproject(mosaic *m, long block, char *err, size_t errlen)
         }
     }
     long n_ok = 0;
+    double need = (double)crop[2] * (double)crop[3] * input_bpp(m->method) + (double)npix * 8.0;
+    if (m->max_block > 0 && crop[2] > 0 && crop[3] > 0 && need > m->max_block) {
+        rc = TESS_ETOOBIG;
+        tess_seterr(err, errlen, "input '%s': a band of %ld x %ld output pixels reads %ld x "
+                    "%ld input pixels (%.0f MB), more than the %.0f MB a block may use",
+                    s->name, bw, h, crop[2], crop[3], need / 1048576.0,
+                    m->max_block / 1048576.0);
+        goto done;
+    }
     if (crop[2] > 0 && crop[3] > 0) {
         pix = malloc(sizeof(float) * (size_t)crop[2] * (size_t)crop[3]);
         if (!pix) {
@@ -1824,6 +2115,10 @@ int mos_run_block(mosaic *m, int stage, long block, const volatile int *cancel, 
         tess_seterr(err, errlen, "no block %ld in stage %d", block, stage);
         return TESS_EINVAL;
     }
+    if (!m->workdir) {
+        tess_seterr(err, errlen, "the mosaic was planned without a work directory");
+        return TESS_EINVAL;
+    }
     if (canceled(cancel))
         return TESS_ECANCELED;
     switch (m->kind[stage]) {
@@ -1896,6 +2191,10 @@ static int copy_file(const char *from, const char *to)
 
 int mos_finish(mosaic *m, const char *out_path, char *err, size_t errlen)
 {
+    if (!m->workdir) {
+        tess_seterr(err, errlen, "the mosaic was planned without a work directory");
+        return TESS_EINVAL;
+    }
     int rc = load_corr(m, err, errlen);
     if (rc)
         return rc;

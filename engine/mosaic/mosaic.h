@@ -50,6 +50,9 @@ typedef struct mos_spec {
     mos_combine combine;
     mos_bg bg;
     long max_pixels;            /* largest output (NAXIS1 x NAXIS2) allowed; 0 = 2^31 */
+    double max_block_bytes;     /* memory one block may use (see mos_cost); a reprojection
+                                   block whose input pixels would take more fails with
+                                   TESS_ETOOBIG before it allocates them; 0 = no limit */
 } mos_spec;
 
 #define MOS_MAX_INPUTS 99999
@@ -112,18 +115,49 @@ int mos_cards_from_text(const char *text, size_t len, char **cards, int *nkeys, 
  * Blocks only write their own byte ranges of files in the work directory and are
  * idempotent; a block of one stage reads only what earlier stages wrote, so after a
  * restart mos_plan on the same spec and directory continues where the work stopped.
- * Input pixels are read whole (as float32, BSCALE/BLANK applied) and shared by the
- * bands of one input in a small cache (at most max(4, 2 x threads) images). */
+ * A reprojection block reads the input pixels its band can use (the band's outline
+ * mapped onto the input, padded; the whole input for bicubic or pixel-based distortion
+ * tables) as float32, BSCALE/BLANK applied.  Bands have at most 2^22 output pixels and
+ * about an eighth of the box's rows; when the input is larger than 64 MB as float32,
+ * bands are made shorter (down to one row) until the pixels one band reads are at most
+ * 64 MB by the estimate of mos_estimate.  Outlines are sampled every 8 pixels, at most
+ * 65536 intervals an edge. */
 typedef struct mosaic mosaic;
 
 /* Plans the mosaic: reads every input header, makes or parses the target, computes
- * every box.  Writes WORKDIR/plan.txt (the geometry); when it exists already and
- * differs (the inputs changed under a planned job) fails with TESS_EINVAL.  `threads`
- * sizes the input cache (0 = 1).  Returns 0 and *out, or TESS_EINVAL / TESS_EIO /
- * TESS_ENOMEM / TESS_ENOOVERLAP (no input touches the target) / TESS_ETOOBIG (output
- * larger than spec->max_pixels) with `err`. */
+ * every box and band.  Writes WORKDIR/plan.txt (the geometry); when it exists already
+ * and differs (the inputs changed under a planned job) fails with TESS_EINVAL.
+ * `workdir` NULL plans without any file, for mos_estimate and the queries below only
+ * (mos_run_block and mos_finish then fail with TESS_EINVAL).  `threads` is unused.
+ * Returns 0 and *out, or TESS_EINVAL / TESS_EIO / TESS_ENOMEM / TESS_ENOOVERLAP (no
+ * input touches the target) / TESS_ETOOBIG (output larger than spec->max_pixels) with
+ * `err`. */
 int mos_plan(const mos_spec *spec, const char *workdir, int threads, mosaic **out,
              char *err, size_t errlen);
+
+/* What a planned mosaic will need, from its geometry alone (no pixel is read):
+ *   block_bytes   memory of the largest block (bytes): a reprojection band's input
+ *                 pixels (4 bytes each, 15 for bicubic's spline coefficients and
+ *                 masks) and its output band, an overlap fit's samples, the solve's
+ *                 normal matrix ((ninputs x 1 or 3)^2 doubles), a coadd band's buffers;
+ *                 plus 8 MB for the reprojection's tables;
+ *   block_what    which block that is, in words ("reprojection of input 'x.fits': ...");
+ *   work_bytes    the files of the work directory once every block has run (the
+ *                 reprojected inputs, the overlap fits, mosaic.fits);
+ *   product_bytes the product mosaic_finish links (mosaic.fits, both HDUs);
+ *   state_bytes   memory the plan itself holds (headers, WCS, boxes).
+ * The input pixels of a band are estimated from its outline sampled 64 times along its
+ * longer side, mapped onto the input and padded by twice how far the mapped edges bend
+ * between samples: a bound on the pixels run_block reads (a larger input-to-output scale
+ * ratio gives more). */
+typedef struct mos_cost {
+    double block_bytes;
+    char block_what[200];
+    double work_bytes;
+    double product_bytes;
+    double state_bytes;
+} mos_cost;
+void mos_estimate(const mosaic *m, mos_cost *c);
 
 int mos_nstages(const mosaic *m);
 long mos_nblocks(const mosaic *m, int stage);        /* >= 1 */
@@ -137,7 +171,8 @@ void mos_input_box(const mosaic *m, int k, long box[4]);
 
 /* Runs block `block` of stage `stage` (both 0-based).  Thread-safe for blocks of one
  * stage.  Polls *cancel (may be NULL) and returns TESS_ECANCELED when it is set.
- * Returns 0 or TESS_EIO / TESS_ENOMEM / TESS_EINVAL with `err`. */
+ * Returns 0 or TESS_EIO / TESS_ENOMEM / TESS_EINVAL / TESS_ETOOBIG (a reprojection band
+ * over spec->max_block_bytes) with `err`. */
 int mos_run_block(mosaic *m, int stage, long block, const volatile int *cancel, char *err,
                   size_t errlen);
 

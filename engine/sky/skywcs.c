@@ -12,6 +12,7 @@
 #include <wcslib/wcsfix.h>
 #include <wcslib/wcshdr.h>
 #include <wcslib/wcsmath.h>
+#include <wcslib/prj.h>
 
 #include "engine/base/error.h"
 #include "engine/fits/fitscard.h"
@@ -151,16 +152,6 @@ static int is_default_wcs(const struct wcsprm *w)
     return 1;
 }
 
-/* Parses the header as astropy.wcs.WCS(header) does (astropy/wcs/wcs.py, WCS.__init__ and
- * WCS.fix): wcspih at full relaxation, the primary alternate (' ') selected, then
- * wcsfix() with ctrl 0 ("translate_units=''") and no image size (so cylfix is skipped,
- * as astropy passes naxis=None): cdfix, datfix, obsfix, unitfix, spcfix, celfix; then
- * wcsset().  Unlike astropy, SIP keywords are left to wcslib (astropy strips them and
- * applies SIP itself); for TAN-SIP both evaluate the same polynomial.
- * A header without any WCS keyword (for which wcspih still returns a default linear
- * WCS, as astropy does) is refused.
- * Errors: TESS_EINVAL (malformed, no WCS, wcslib error; `err` has wcslib's message),
- * TESS_ENOMEM.  *out is NULL on error. */
 /* 1 when the value of `card` (80 characters) opens a string that the card does not
  * close (FITS 4.0 section 4.2.1: '' inside a string is a quote). */
 static int unterminated_string(const char *card)
@@ -192,6 +183,428 @@ static int blank_value(const char *card)
     return 1;
 }
 
+/* ------------------------------------------------------------------------------------ */
+/* The validity rule                                                                      */
+
+/* The relative determinant under which a linear transformation counts as singular: |det|
+ * of the matrix whose rows are scaled to unit length (1 for orthogonal rows; for two axes
+ * the sine of the angle between the rows). */
+#define SKYWCS_MIN_RELDET 1e-10
+
+/* Length of the keyword in the 8-character field `kw` (trailing blanks cut). */
+static int keyword_len(const char *kw)
+{
+    int n = 8;
+    while (n > 0 && kw[n - 1] == ' ')
+        n--;
+    return n;
+}
+
+/* 1 when the 8-character keyword field `kw` is a numeric WCS keyword of FITS WCS Papers
+ * I-II (NAXISn, CRPIXn, CRVALn, CDELTn, CROTAn, CDi_j, PCi_j, PVi_m, with an optional
+ * alternate letter; LONPOLE, LATPOLE, EQUINOX) or of the DSS plate solutions wcspih
+ * translates (CNPIXn, PPO3, PPO6, XPIXELSZ, YPIXELSZ, PLTRAH/M/S, PLTDECD/M/S, AMDXm,
+ * AMDYm). */
+static int numeric_wcs_keyword(const char *kw)
+{
+    static const char *const indexed[] = { "NAXIS", "CRPIX", "CRVAL", "CDELT", "CROTA", "CD",
+                                           "PC", "PV", "CNPIX", "AMDX", "AMDY" };
+    static const char *const plain[] = { "LONPOLE", "LATPOLE", "EQUINOX", "PPO3", "PPO6",
+                                         "XPIXELSZ", "YPIXELSZ", "PLTRAH", "PLTRAM", "PLTRAS",
+                                         "PLTDECD", "PLTDECM", "PLTDECS" };
+    for (size_t i = 0; i < sizeof plain / sizeof plain[0]; i++) {
+        size_t n = strlen(plain[i]);
+        int alt = i < 3;        /* LONPOLEa, LATPOLEa, EQUINOXa */
+        if (strncmp(kw, plain[i], n) == 0
+            && (n == 8 || kw[n] == ' ' || (alt && isupper((unsigned char)kw[n]))))
+            return 1;
+    }
+    for (size_t i = 0; i < sizeof indexed / sizeof indexed[0]; i++) {
+        size_t n = strlen(indexed[i]);
+        if (strncmp(kw, indexed[i], n) == 0 && isdigit((unsigned char)kw[n]))
+            return 1;
+    }
+    return 0;
+}
+
+/* A WCS card whose value indicator is not "= " in columns 9-10 ("CRPIX2 = 8",
+ * "CD1_1=0.5", "CRPIX1  =8"): not a value card in FITS terms (4.0 section 4.1.2.2), so
+ * wcspih passes over it and keeps the default; 1 when `card` is one, for a numeric WCS
+ * keyword, CTYPEn or CUNITn. */
+static int misplaced_equals(const char *card)
+{
+    const char *eq = memchr(card, '=', 9);
+    if (!eq || eq == card || (eq == card + 8 && card[9] == ' '))
+        return 0;
+    char kw[9];
+    int n = (int)(eq - card);
+    while (n > 0 && card[n - 1] == ' ')
+        n--;
+    if (n == 0 || memchr(card, ' ', (size_t)n))
+        return 0;
+    snprintf(kw, sizeof kw, "%-8.*s", n, card);
+    return numeric_wcs_keyword(kw) || ((strncmp(kw, "CTYPE", 5) == 0
+                                        || strncmp(kw, "CUNIT", 5) == 0)
+                                       && isdigit((unsigned char)kw[5]));
+}
+
+/* 1 when `v` is a number in the form FITS gives (4.0 sections 4.2.3-4.2.4) and wcspih's
+ * lexer reads: [+-] digits [. [digits]] or [+-] . digits, then an optional exponent
+ * [EeDd] [+-] digits.  (strtod also takes "inf", hexadecimal and "1 " forms wcspih
+ * would reject, keeping its default.) */
+static int fits_number(const char *v)
+{
+    const char *p = v + (*v == '+' || *v == '-');
+    size_t a = strspn(p, "0123456789");
+    p += a;
+    size_t b = 0;
+    if (*p == '.') {
+        b = strspn(++p, "0123456789");
+        p += b;
+    }
+    if (a + b == 0)
+        return 0;
+    if (*p && strchr("EeDd", *p)) {
+        p++;
+        p += *p == '+' || *p == '-';
+        size_t e = strspn(p, "0123456789");
+        if (e == 0)
+            return 0;
+        p += e;
+    }
+    return *p == '\0';
+}
+
+/* The value of a numeric WCS card must be a finite number (a D exponent is allowed), and
+ * a WCS card must be a value card: wcspih drops a card it cannot read and keeps the
+ * default, so that "CDELT1 = NaN" would become CDELT1 = 1.  Returns 0 or TESS_EINVAL
+ * with `err` naming the card. */
+static int check_number(const char *card, char *err, size_t errlen)
+{
+    if (misplaced_equals(card)) {
+        int n = 80;
+        while (n > 0 && card[n - 1] == ' ')
+            n--;
+        tess_seterr(err, errlen, "'%.*s': a WCS card needs '= ' in columns 9-10 (the "
+                    "keyword padded to 8 characters)", n < 40 ? n : 40, card);
+        return TESS_EINVAL;
+    }
+    if (card[8] != '=' || !numeric_wcs_keyword(card))
+        return 0;
+    char v[72];
+    size_t n = 0, i = 10;
+    while (i < 80 && card[i] == ' ')
+        i++;
+    for (; i < 80 && card[i] != '/' && n + 1 < sizeof v; i++)
+        v[n++] = (char)(card[i] == 'D' || card[i] == 'd' ? 'E' : card[i]);
+    while (n > 0 && v[n - 1] == ' ')
+        n--;
+    v[n] = '\0';
+    if (!fits_number(v) || !isfinite(strtod(v, NULL))) {
+        tess_seterr(err, errlen, "%.*s must be a finite number, got '%.30s'",
+                    keyword_len(card), card, v);
+        return TESS_EINVAL;
+    }
+    return 0;
+}
+
+/* The keywords of a DSS plate solution that wcspih stores for its translation to TAN
+ * (wcspih.l: dsstmp[]); any of them, or any AMDXm / AMDYm, makes it translate.  One
+ * missing (or unreadable, so dropped) leaves its slot uninitialised: wcslib 7.12 then
+ * computes CRPIX, CRVAL and CD from stack garbage (valgrind; tests/fuzz/fuzz_dataset got
+ * CRPIX1 = -inf). */
+static const char *const dss_keys[] = {
+    "CNPIX1", "CNPIX2", "PPO3", "PPO6", "XPIXELSZ", "YPIXELSZ", "PLTRAH", "PLTRAM",
+    "PLTRAS", "PLTDECSN", "PLTDECD", "PLTDECM", "PLTDECS", "AMDX1", "AMDX2", "AMDX3",
+    "AMDY1", "AMDY2", "AMDY3" };
+#define DSS_NKEYS ((int)(sizeof dss_keys / sizeof dss_keys[0]))
+
+/* Notes a card of a DSS keyword: *any for every one, value card or not (wcspih decides to
+ * translate on the keyword alone: a bare "PLTRAS" crashed it, tests/fuzz/fuzz_dataset);
+ * bit k of *have for a value card of dss_keys[k] (PLTDECSN only with a string value, as
+ * wcspih reads it; the numbers were checked before, by check_number). */
+static void note_dss_card(const char *card, unsigned *have, int *any)
+{
+    int len = keyword_len(card);
+    for (int k = 0; k < DSS_NKEYS; k++) {
+        if ((int)strlen(dss_keys[k]) == len && strncmp(card, dss_keys[k], (size_t)len) == 0) {
+            *any = 1;
+            if (card[8] == '=' && card[9] == ' '
+                && (k != 9 || card[10 + strspn(card + 10, " ")] == '\''))
+                *have |= 1u << k;
+            return;
+        }
+    }
+    if ((strncmp(card, "AMDX", 4) == 0 || strncmp(card, "AMDY", 4) == 0)
+        && isdigit((unsigned char)card[4]))
+        *any = 1;
+}
+
+/* Reads the decimal digits s[*k..lim) into *v (at most 3 digits); 0 when there is none. */
+static int read_index(const char *s, int *k, int lim, int *v)
+{
+    int start = *k;
+    *v = 0;
+    while (*k < lim && *k - start < 3 && isdigit((unsigned char)s[*k]))
+        *v = *v * 10 + (s[(*k)++] - '0');
+    return *k > start;
+}
+
+/* Marks in given[0..98] the axes that a primary CDi_j card (or its AIPS form CD00i00j)
+ * names as row or column: cdfix sets the diagonal element of an axis none names. */
+static void note_cd_card(const char *card, unsigned char *given)
+{
+    if (card[8] != '=' || card[0] != 'C' || card[1] != 'D')
+        return;
+    int i, j, k = 2, len = keyword_len(card);
+    if (len == 8 && strspn(card + 2, "0123456789") == 6) {
+        read_index(card, &k, 5, &i);
+        read_index(card, &k, 8, &j);
+    } else if (!read_index(card, &k, len, &i) || k >= len || card[k++] != '_'
+               || !read_index(card, &k, len, &j) || k != len) {
+        return;                 /* not CDi_j, or an alternate's (a letter follows) */
+    }
+    if (i >= 1 && i <= 99)
+        given[i - 1] = 1;
+    if (j >= 1 && j <= 99)
+        given[j - 1] = 1;
+}
+
+/* Checks the linear transformation the header gives, before wcsfix: CDi_j when given
+ * (wcsprm::altlin bit 1 without bit 0), else PCi_j scaled by CDELTi row by row (CROTAi
+ * leaves |det| as CDELT alone gives it).  wcsfix's cdfix would put 1 on the diagonal of
+ * an axis whose row and column of CD are all zero; that is kept for an axis no CD card
+ * names (the omitted axes of a cube), but an explicit all-zero CD is singular.  Every
+ * element must be finite, no row all zero, and the relative determinant (see
+ * SKYWCS_MIN_RELDET) at least 1e-10: wcslib inverts the matrix with no tolerance, and a
+ * singular one makes every sky-to-pixel result meaningless.  Returns 0, TESS_EINVAL with
+ * `err` naming the cards, or TESS_ENOMEM. */
+static int check_matrix(const struct wcsprm *w, const unsigned char *cd_given, char *err,
+                        size_t errlen)
+{
+    int n = w->naxis;
+    if (n < 1)
+        return 0;
+    int cd = (w->altlin & 2) && !(w->altlin & 1);
+    double *m = malloc(sizeof(double) * (size_t)n * (size_t)n);
+    if (!m) {
+        tess_seterr(err, errlen, "%s", "out of memory");
+        return TESS_ENOMEM;
+    }
+    for (int i = 0; i < n; i++)
+        for (int j = 0; j < n; j++)
+            m[i * n + j] = cd ? w->cd[i * n + j] : w->cdelt[i] * w->pc[i * n + j];
+    if (cd) {
+        for (int i = 0; i < n; i++) {
+            int zero = 1;
+            for (int j = 0; j < n; j++)
+                zero = zero && m[i * n + j] == 0.0 && m[j * n + i] == 0.0;
+            if (zero && !cd_given[i])
+                m[i * n + i] = 1.0;
+        }
+    }
+    const char *what = cd ? "the CDi_j matrix" : "PCi_j times CDELTi";
+    int rc = 0;
+    double rel = 1.0;
+    for (int i = 0; i < n && rc == 0; i++) {
+        double len = 0.0;
+        for (int j = 0; j < n; j++) {
+            if (!isfinite(m[i * n + j])) {
+                tess_seterr(err, errlen, "%s: row %d overflows (CDELT%d = %g)", what, i + 1,
+                            i + 1, w->cdelt[i]);
+                rc = TESS_EINVAL;
+                break;
+            }
+            len = hypot(len, m[i * n + j]);
+        }
+        if (rc == 0 && len == 0.0) {
+            if (cd)
+                tess_seterr(err, errlen, "CD%d_j are all 0: the linear transformation is "
+                            "singular", i + 1);
+            else if (w->cdelt[i] == 0.0)
+                tess_seterr(err, errlen, "CDELT%d is 0: the linear transformation is "
+                            "singular", i + 1);
+            else
+                tess_seterr(err, errlen, "PC%d_j are all 0: the linear transformation is "
+                            "singular", i + 1);
+            rc = TESS_EINVAL;
+        }
+        for (int j = 0; rc == 0 && j < n; j++)
+            m[i * n + j] /= len;
+    }
+    /* |det| of the scaled rows by Gaussian elimination with partial pivoting. */
+    for (int c = 0; c < n && rc == 0 && rel > 0.0; c++) {
+        int p = c;
+        for (int r = c + 1; r < n; r++)
+            if (fabs(m[r * n + c]) > fabs(m[p * n + c]))
+                p = r;
+        for (int j = 0; p != c && j < n; j++) {
+            double t = m[c * n + j];
+            m[c * n + j] = m[p * n + j];
+            m[p * n + j] = t;
+        }
+        rel *= fabs(m[c * n + c]);
+        for (int r = c + 1; r < n && rel > 0.0; r++) {
+            double f = m[r * n + c] / m[c * n + c];
+            for (int j = c; j < n; j++)
+                m[r * n + j] -= f * m[c * n + j];
+        }
+    }
+    if (rc == 0 && rel < SKYWCS_MIN_RELDET) {
+        tess_seterr(err, errlen, "%s is singular (determinant %.3g with its rows scaled to "
+                    "unit length; at least %g is needed)", what, rel, SKYWCS_MIN_RELDET);
+        rc = TESS_EINVAL;
+    }
+    free(m);
+    return rc;
+}
+
+/* Checks, after wcsset, the numbers wcslib holds: those it derived from other cards (a
+ * DSS plate solution gives CRPIX, CRVAL and CD from CNPIXn, XPIXELSZ, PLTSCALE, AMDXn,
+ * ...) are finite too, and so is the inverse of the linear transformation (a matrix of
+ * subnormal elements is regular but its inverse overflows).  Returns 0 or TESS_EINVAL
+ * with `err` naming the value. */
+static int check_result(const struct wcsprm *w, char *err, size_t errlen)
+{
+    static const char *const from = "as wcslib derives it from the header";
+    static const char *const keys[3] = { "CRVAL", "CRPIX", "CDELT" };
+    const double *vals[3] = { w->crval, w->crpix, w->cdelt };
+    int n = w->naxis;
+    for (int a = 0; a < 3; a++) {
+        for (int i = 0; i < n; i++) {
+            if (!isfinite(vals[a][i])) {
+                tess_seterr(err, errlen, "%s%d is %g %s", keys[a], i + 1, vals[a][i], from);
+                return TESS_EINVAL;
+            }
+        }
+    }
+    for (int i = 0; i < n * n; i++) {
+        if (!isfinite(w->pc[i])) {
+            tess_seterr(err, errlen, "PC%d_%d is %g %s", i / n + 1, i % n + 1, w->pc[i], from);
+            return TESS_EINVAL;
+        }
+    }
+    for (int k = 0; k < w->npv; k++) {
+        if (!isfinite(w->pv[k].value)) {
+            tess_seterr(err, errlen, "PV%d_%d is %g %s", w->pv[k].i, w->pv[k].m,
+                        w->pv[k].value, from);
+            return TESS_EINVAL;
+        }
+    }
+    int m = w->lin.i_naxis;
+    for (int k = 0; w->lin.imgpix && k < m * m; k++) {
+        if (!isfinite(w->lin.imgpix[k]) || (w->lin.piximg && !isfinite(w->lin.piximg[k]))) {
+            tess_seterr(err, errlen, "the linear transformation cannot be inverted in double "
+                        "precision (its inverse overflows)");
+            return TESS_EINVAL;
+        }
+    }
+    return 0;
+}
+
+/* Whether CTYPE `c` is a celestial axis in the 4-3 form "TTTT-PPP" of WCS Paper II: 1 a
+ * longitude (RA, xLON, xyLN), 2 a latitude (DEC, xLAT, xyLT), 0 neither.  `sys` gets
+ * what names the system (the type without LON/LAT/LN/LT, "EQ" for RA and DEC), `code`
+ * the projection code (3 characters). */
+static int celestial_axis(const char *c, char *sys, char *code)
+{
+    if (strlen(c) < 8 || c[4] != '-')
+        return 0;
+    char t[5];
+    memcpy(t, c, 4);
+    t[4] = '\0';
+    for (int k = 3; k > 0 && t[k] == '-'; k--)
+        t[k] = '\0';
+    memcpy(code, c + 5, 3);
+    code[3] = '\0';
+    size_t n = strlen(t);
+    int kind = 0;
+    if (strcmp(t, "RA") == 0 || strcmp(t, "DEC") == 0) {
+        strcpy(sys, "EQ");
+        return t[0] == 'R' ? 1 : 2;
+    }
+    if (n == 4 && (strcmp(t + 1, "LON") == 0 || strcmp(t + 1, "LAT") == 0)) {
+        kind = t[2] == 'O' ? 1 : 2;
+        t[1] = '\0';
+    } else if (n == 4 && (strcmp(t + 2, "LN") == 0 || strcmp(t + 2, "LT") == 0)) {
+        kind = t[3] == 'N' ? 1 : 2;
+        t[2] = '\0';
+    }
+    if (kind)
+        strcpy(sys, t);
+    return kind;
+}
+
+/* 1 when wcslib knows projection code `p` (its prj_codes, plus the AIPS NCP and GLS that
+ * celfix translates and the distortion codes wcsset turns into TAN or ZPN). */
+static int wcslib_projection(const char *p)
+{
+    static const char *const more[] = { "NCP", "GLS", "TPV", "TPD", "TNX", "ZPX" };
+    for (int i = 0; i < prj_ncode; i++)
+        if (strncmp(p, prj_codes[i], 3) == 0)
+            return 1;
+    for (size_t i = 0; i < sizeof more / sizeof more[0]; i++)
+        if (strcmp(p, more[i]) == 0)
+            return 1;
+    return 0;
+}
+
+/* When wcslib refuses the axes (celfix or wcsset failed), names the CTYPE at fault: an
+ * unknown projection code, a longitude without a latitude (or the reverse), two of one
+ * kind, a pair of two systems or two projections.  Returns 1 with `err` set, or 0 when
+ * the CTYPEs show none of these. */
+static int explain_axes(const struct wcsprm *w, char *err, size_t errlen)
+{
+    int ax[3] = { -1, -1, -1 };          /* [1]: the longitude, [2]: the latitude axis */
+    char sys[3][8], code[3][4];
+    for (int i = 0; i < w->naxis; i++) {
+        char s[8], p[4];
+        int kind = celestial_axis(w->ctype[i], s, p);
+        if (!kind)
+            continue;
+        if (!wcslib_projection(p)) {
+            tess_seterr(err, errlen, "CTYPE%d = '%s': '%s' is not a projection wcslib knows",
+                        i + 1, w->ctype[i], p);
+            return 1;
+        }
+        if (ax[kind] >= 0) {
+            tess_seterr(err, errlen, "CTYPE%d = '%s' and CTYPE%d = '%s' are both %s axes",
+                        ax[kind] + 1, w->ctype[ax[kind]], i + 1, w->ctype[i],
+                        kind == 1 ? "longitude" : "latitude");
+            return 1;
+        }
+        ax[kind] = i;
+        strcpy(sys[kind], s);
+        strcpy(code[kind], p);
+    }
+    if ((ax[1] < 0) != (ax[2] < 0)) {
+        int i = ax[1] >= 0 ? ax[1] : ax[2];
+        tess_seterr(err, errlen, "CTYPE%d = '%s' has no %s axis to pair with", i + 1,
+                    w->ctype[i], ax[1] >= 0 ? "latitude" : "longitude");
+        return 1;
+    }
+    if (ax[1] < 0)
+        return 0;
+    if (strcmp(sys[1], sys[2]) != 0 || strcmp(code[1], code[2]) != 0) {
+        tess_seterr(err, errlen, "CTYPE%d = '%s' and CTYPE%d = '%s' do not pair: the "
+                    "longitude and latitude need one system and one projection",
+                    ax[1] + 1, w->ctype[ax[1]], ax[2] + 1, w->ctype[ax[2]]);
+        return 1;
+    }
+    return 0;
+}
+
+/* Parses the header as astropy.wcs.WCS(header) does (astropy/wcs/wcs.py, WCS.__init__ and
+ * WCS.fix): wcspih at full relaxation, the primary alternate (' ') selected, then
+ * wcsfix() with ctrl 0 ("translate_units=''") and no image size (so cylfix is skipped,
+ * as astropy passes naxis=None): cdfix, datfix, obsfix, unitfix, spcfix, celfix; then
+ * wcsset().  Unlike astropy, SIP keywords are left to wcslib (astropy strips them and
+ * applies SIP itself); for TAN-SIP both evaluate the same polynomial.  The validity rule
+ * is applied on the way: check_number on every card and the DSS keywords' completeness
+ * before wcspih, check_matrix before wcsfix, explain_axes when wcslib refuses the axes,
+ * check_result after wcsset.
+ * A header without any WCS keyword (for which wcspih still returns a default linear
+ * WCS, as astropy does) is refused with TESS_ENOWCS.  *out is NULL on error. */
 int skywcs_parse(const char *cards, int nkeys, skywcs **out, char *err, size_t errlen)
 {
     if (out)
@@ -218,8 +631,24 @@ int skywcs_parse(const char *cards, int nkeys, skywcs **out, char *err, size_t e
      * DATE-OBS= '2000 (found by tests/fuzz/fuzz_header).  wcspih rejects such cards
      * anyway: turn them into comments first. */
     char ignored[96] = "";       /* the first such card, named in a later error */
+    unsigned char cd_given[99] = { 0 };
+    unsigned dss_have = 0;
+    int dss_any = 0;
     for (int i = 0; i < nkeys; i++) {
         char *card = hdr + (size_t)i * 80;
+        /* wcslib 7.12's lexer (flex) crashes (SEGV) on some bytes above 126, e.g. a card
+         * "\xe0\xdf \xdf1" after NAXIS (found by tests/fuzz/fuzz_dataset in a dataset's
+         * header).  A FITS header is printable ASCII (FITS 4.0 section 4.1.1): any other
+         * byte becomes '?' in wcspih's copy, and so in the reasons that quote it. */
+        for (int k = 0; k < 80; k++)
+            if ((unsigned char)card[k] < 32 || (unsigned char)card[k] > 126)
+                card[k] = '?';
+        if (check_number(card, err, errlen) != 0) {
+            free(hdr);
+            return TESS_EINVAL;
+        }
+        note_cd_card(card, cd_given);
+        note_dss_card(card, &dss_have, &dss_any);
         if (unterminated_string(card)) {
             if (!ignored[0]) {
                 int kl = 8;
@@ -251,6 +680,15 @@ int skywcs_parse(const char *cards, int nkeys, skywcs **out, char *err, size_t e
             }
         }
     }
+    for (int k = 0; dss_any && k < DSS_NKEYS; k++) {
+        if (!(dss_have & (1u << k))) {
+            tess_seterr(err, errlen, "a DSS plate solution needs %s%s (CNPIX1-2, PPO3, PPO6, "
+                        "X/YPIXELSZ, PLTRAH/M/S, PLTDECSN/D/M/S, AMDX1-3, AMDY1-3)",
+                        dss_keys[k], k == 9 ? " as a string" : "");
+            free(hdr);
+            return TESS_EINVAL;
+        }
+    }
 
     int nreject = 0, nwcs = 0;
     struct wcsprm *all = NULL;
@@ -272,7 +710,7 @@ int skywcs_parse(const char *cards, int nkeys, skywcs **out, char *err, size_t e
         tess_seterr(err, errlen, "%s%s",
                     nwcs == 0 ? "no WCS keywords in the header"
                               : "no primary WCS (only alternates) in the header", ignored);
-        return TESS_EINVAL;
+        return TESS_ENOWCS;
     }
 
     skywcs *w = calloc(1, sizeof *w);
@@ -290,11 +728,14 @@ int skywcs_parse(const char *cards, int nkeys, skywcs **out, char *err, size_t e
         free(w);
         return st == 2 ? TESS_ENOMEM : TESS_EINVAL;
     }
-    if (is_default_wcs(&w->wcs)) {
-        tess_seterr(err, errlen, "no WCS keywords in the header%s", ignored);
+    char why[256] = "no WCS keywords in the header";
+    int rc = is_default_wcs(&w->wcs) ? TESS_ENOWCS
+                                     : check_matrix(&w->wcs, cd_given, why, sizeof why);
+    if (rc) {
+        tess_seterr(err, errlen, "%s%s", why, ignored);
         wcsfree(&w->wcs);
         free(w);
-        return TESS_EINVAL;
+        return rc;
     }
     /* The fixes report problems through stat[]; astropy only warns about them, and a
      * WCS they leave unusable is caught by wcsset() below. */
@@ -305,10 +746,18 @@ int skywcs_parse(const char *cards, int nkeys, skywcs **out, char *err, size_t e
      * tests/fuzz/fuzz_header), and it would fail again: report the error now. */
     st = stat[CELFIX] > 0 ? WCSERR_BAD_PARAM : wcsset(&w->wcs);
     if (st != 0) {
-        tess_seterr(err, errlen, "wcsset: %s%s", wcs_errmsg[st], ignored);
+        if (st == 2 || !explain_axes(&w->wcs, why, sizeof why))
+            snprintf(why, sizeof why, "wcsset: %s", wcs_errmsg[st]);
+        tess_seterr(err, errlen, "%s%s", why, ignored);
         wcsfree(&w->wcs);
         free(w);
         return st == 2 ? TESS_ENOMEM : TESS_EINVAL;
+    }
+    if (check_result(&w->wcs, why, sizeof why) != 0) {
+        tess_seterr(err, errlen, "%s%s", why, ignored);
+        wcsfree(&w->wcs);
+        free(w);
+        return TESS_EINVAL;
     }
     detect_frame(&w->wcs, &w->frame, &w->equinox);
     *out = w;

@@ -25,8 +25,30 @@ typedef struct skywcs skywcs;
  * so that results match astropy.  The frame follows the FITS rules: RADESYS when present;
  * otherwise EQUINOX < 1984 means FK4, EQUINOX >= 1984 FK5, neither ICRS; GLON/GLAT is
  * galactic, ELON/ELAT ecliptic (other RADESYS values, and other axis types, give
- * SKY_FRAME_NONE).  A header without any WCS keyword counts as "no WCS".  Returns 0 and
- * *out, or TESS_EINVAL (no WCS, wcslib error: `err` gives wcslib's message) /
+ * SKY_FRAME_NONE).
+ *
+ * The WCS validity rule, the one every path applies (datasets, cutout and mosaic
+ * targets, mosaic inputs, the command line) since each parses through here:
+ *  - every numeric WCS card (NAXISn, CRPIXn, CRVALn, CDELTn, CROTAn, CDi_j, PCi_j, PVi_m,
+ *    LONPOLE, LATPOLE, EQUINOX, alternates' included, the numbers of a DSS plate
+ *    solution) holds a finite number in FITS form (a D exponent is allowed), and is a
+ *    value card ('= ' in columns 9-10); wcslib would drop the card and use its default
+ *    instead.  A DSS plate solution is complete (CNPIX1 ... AMDY3);
+ *  - the linear transformation (CDi_j, or PCi_j times CDELTi) is finite and not singular:
+ *    no row all zero, and |det| of the matrix with its rows scaled to unit length at
+ *    least 1e-10.  An axis no CDi_j card names gets 1 on the diagonal (wcsfix's cdfix, as
+ *    astropy), an all-zero CD given in cards does not;
+ *  - the projection is one wcslib knows and the celestial axes pair (one longitude, one
+ *    latitude, one system, one projection), as wcsset requires; the CTYPE at fault is
+ *    named;
+ *  - what wcslib derives (CRVAL, CRPIX, CDELT, PC, PV, the inverse matrix) is finite.
+ * Bytes outside printable ASCII are read as '?'.
+ * The reason names the card ("CDELT1 must be a finite number, got 'NaN'", "CD1_j are all
+ * 0: the linear transformation is singular", "CTYPE1 = 'RA---QQQ': 'QQQ' is not a
+ * projection wcslib knows"); callers put it after "... has no usable WCS: ".
+ *
+ * Returns 0 and *out, or TESS_ENOWCS (the header has no WCS keyword at all: `err` says
+ * so), TESS_EINVAL (the rule broken, or another wcslib error: `err` gives the reason),
  * TESS_ENOMEM. */
 int skywcs_parse(const char *cards, int nkeys, skywcs **out, char *err, size_t errlen);
 

@@ -5,18 +5,12 @@
  * application/problem+json and the server must answer /healthz afterwards.  Requests go
  * over raw sockets (no client-side path normalisation) with a receive timeout, so no test
  * can hang. */
-#include <arpa/inet.h>
 #include <check.h>
-#include <errno.h>
 #include <jansson.h>
-#include <netinet/in.h>
-#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
-#include <sys/time.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "daemon/config.h"
@@ -35,106 +29,13 @@ static int port;
 static char tmpdir[256];
 static char access_path[300], error_path[300];
 
-/* ---- a raw HTTP/1.1 client --------------------------------------------------------- */
-
-/* A connected socket to the server with receive and send timeouts of `timeout_s` (times
- * tt_time_scale(): longer under valgrind). */
-static int raw_connect(double timeout_s)
-{
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    ck_assert_int_ge(fd, 0);
-    timeout_s *= tt_time_scale();
-    struct timeval tv = {(time_t)timeout_s, (suseconds_t)((timeout_s - (double)(time_t)timeout_s) * 1e6)};
-    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-    setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
-    struct sockaddr_in a;
-    memset(&a, 0, sizeof a);
-    a.sin_family = AF_INET;
-    a.sin_port = htons((uint16_t)port);
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    ck_assert_msg(connect(fd, (struct sockaddr *)&a, sizeof a) == 0, "connect: %s",
-                  strerror(errno));
-    return fd;
-}
-
-/* Sends all n bytes; returns 0, or -1 when the server closed or stalled the connection
- * (it may answer and close before reading a huge body). */
-static int send_all(int fd, const char *p, size_t n)
-{
-    while (n > 0) {
-        ssize_t w = send(fd, p, n, MSG_NOSIGNAL);
-        if (w <= 0)
-            return -1;
-        p += w;
-        n -= (size_t)w;
-    }
-    return 0;
-}
-
-/* Reads one response: status line, headers, Content-Length bytes of body (or up to EOF).
- * status 0 when nothing complete arrived before the timeout or EOF. */
-static tt_resp raw_read(int fd)
-{
-    tt_resp r;
-    memset(&r, 0, sizeof r);
-    size_t cap = 1 << 16, len = 0;
-    char *b = malloc(cap + 1);
-    ck_assert_ptr_nonnull(b);
-    long clen = -1;
-    size_t body = 0;          /* offset of the body in b; 0 until the head is complete */
-    for (;;) {
-        if (len == cap) {
-            cap *= 2;
-            b = realloc(b, cap + 1);
-            ck_assert_ptr_nonnull(b);
-        }
-        ssize_t n = recv(fd, b + len, cap - len, 0);
-        if (n <= 0)
-            break;
-        len += (size_t)n;
-        b[len] = '\0';
-        if (!body) {
-            char *eoh = strstr(b, "\r\n\r\n");
-            if (!eoh)
-                continue;
-            body = (size_t)(eoh + 4 - b);
-            /* Parse the head once. */
-            *eoh = '\0';
-            sscanf(b, "HTTP/1.%*d %ld", &r.status);
-            for (char *line = strstr(b, "\r\n"); line && line < eoh; line = strstr(line + 2, "\r\n")) {
-                char *h = line + 2;
-                if (strncasecmp(h, "Content-Length:", 15) == 0)
-                    clen = strtol(h + 15, NULL, 10);
-                else if (strncasecmp(h, "Content-Type:", 13) == 0)
-                    sscanf(h + 13, " %127[^\r]", r.content_type);
-                else if (strncasecmp(h, "Retry-After:", 12) == 0)
-                    sscanf(h + 12, " %15[^\r]", r.retry_after);
-            }
-            *eoh = '\r';
-        }
-        if (body && clen >= 0 && len - body >= (size_t)clen)
-            break;
-    }
-    if (body) {
-        size_t blen = len - body;
-        if (clen >= 0 && (size_t)clen < blen)
-            blen = (size_t)clen;
-        r.body = malloc(blen + 1);
-        memcpy(r.body, b + body, blen);
-        r.body[blen] = '\0';
-        r.len = blen;
-    } else {
-        r.status = 0;
-    }
-    free(b);
-    return r;
-}
+/* ---- requests ------------------------------------------------------------------------ */
 
 /* One request on a fresh connection ("Connection: close"); `target` is sent as it is. */
 static tt_resp raw_request(const char *method, const char *target, const char *body, size_t blen,
                            const char *ctype)
 {
-    int fd = raw_connect(20);
+    int fd = tt_raw_connect(port, NULL, 20);
     char head[8192];
     int n = snprintf(head, sizeof head,
                      "%s %s HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n", method, target);
@@ -142,10 +43,10 @@ static tt_resp raw_request(const char *method, const char *target, const char *b
         n += snprintf(head + n, sizeof head - (size_t)n,
                       "Content-Type: %s\r\nContent-Length: %zu\r\n", ctype, blen);
     n += snprintf(head + n, sizeof head - (size_t)n, "\r\n");
-    ck_assert_int_eq(send_all(fd, head, (size_t)n), 0);
+    ck_assert_int_eq(tt_send_all(fd, head, (size_t)n), 0);
     if (body)
-        send_all(fd, body, blen);
-    tt_resp r = raw_read(fd);
+        tt_send_all(fd, body, blen);
+    tt_resp r = tt_raw_read(fd);
     close(fd);
     return r;
 }
@@ -340,11 +241,11 @@ START_TEST(test_nul_and_control_characters)
     }
     /* Raw control bytes in the request line are refused by the HTTP parser itself (no
      * problem document), and the server goes on. */
-    int fd = raw_connect(5);
+    int fd = tt_raw_connect(port, NULL, 5);
     static const char bad[] = "GET /api/v1/datasets/a\x01\x02b HTTP/1.1\r\nHost: x\r\n"
                               "Connection: close\r\n\r\n";
-    send_all(fd, bad, sizeof bad - 1);
-    tt_resp r = raw_read(fd);
+    tt_send_all(fd, bad, sizeof bad - 1);
+    tt_resp r = tt_raw_read(fd);
     close(fd);
     ck_assert_msg(r.status == 0 || (r.status >= 400 && r.status < 500), "raw control bytes: %ld",
                   r.status);
@@ -667,23 +568,6 @@ END_TEST
 
 /* ---- slow clients and too many connections ------------------------------------------- */
 
-/* Waits until the server closes `fd` (recv returns 0 or an error other than a timeout);
- * returns the seconds waited, or -1 when it was still open after `limit` seconds. */
-static double wait_closed(int fd, double limit)
-{
-    double t0 = tt_now_s();
-    char b[4096];
-    while (tt_now_s() - t0 < limit) {
-        struct pollfd p = {fd, POLLIN, 0};
-        if (poll(&p, 1, 200) > 0) {
-            ssize_t n = recv(fd, b, sizeof b, MSG_DONTWAIT);
-            if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK))
-                return tt_now_s() - t0;
-        }
-    }
-    return -1;
-}
-
 START_TEST(test_slow_loris)
 {
     /* The bounds below are for a normal run; valgrind slows the server down. */
@@ -695,8 +579,8 @@ START_TEST(test_slow_loris)
                                           "Content-Length: 1000\r\n\r\nSIMPLE",
                                           ""};
     for (int i = 0; i < 4; i++) {
-        fds[i] = raw_connect(10);
-        send_all(fds[i], partial[i], strlen(partial[i]));
+        fds[i] = tt_raw_connect(port, NULL, 10);
+        tt_send_all(fds[i], partial[i], strlen(partial[i]));
     }
     double t0 = tt_now_s();
     /* Meanwhile others are served at once. */
@@ -705,7 +589,7 @@ START_TEST(test_slow_loris)
     ck_assert_double_lt(tt_now_s() - t0, 1.0 * ts);
     /* The stalled ones are closed after limits.connection_timeout_s of silence. */
     for (int i = 0; i < 4; i++) {
-        double w = wait_closed(fds[i], CONN_TIMEOUT + 4 * ts);
+        double w = tt_wait_closed(fds[i], CONN_TIMEOUT + 4 * ts);
         ck_assert_msg(w >= 0, "slow client %d still connected after %g s", i, CONN_TIMEOUT + 4 * ts);
         close(fds[i]);
     }
@@ -716,8 +600,10 @@ END_TEST
 
 /* A client that sends a whole request and then half-closes (shutdown SHUT_WR, as
  * `printf ... | nc -N` and some HTTP/1.0 clients do) still gets its answer, also when
- * the answer is computed on a worker.  (Polling the connections with poll(2) instead of
- * libmicrohttpd's epoll ended such connections at the FIN, before the answer.) */
+ * the answer is computed on a worker (after an interim 100 Continue, when the server
+ * probed whether it had gone: tests/daemon/test_cancel.c).  (Polling the connections
+ * with poll(2) instead of libmicrohttpd's epoll ended such connections at the FIN,
+ * before the answer.) */
 START_TEST(test_half_closed_client_is_answered)
 {
     for (int i = 0; i < 3; i++) {
@@ -726,10 +612,10 @@ START_TEST(test_half_closed_client_is_answered)
                  "GET /api/v1/cutout?dataset=gc_2mass_k&ra=0&dec=0&coordsys=galactic&fov=0.5"
                  "&width=%d&height=%d&format=png HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
                  301 + i, 301 + i);
-        int fd = raw_connect(30);
-        ck_assert_int_eq(send_all(fd, req, strlen(req)), 0);
+        int fd = tt_raw_connect(port, NULL, 30);
+        ck_assert_int_eq(tt_send_all(fd, req, strlen(req)), 0);
         ck_assert_int_eq(shutdown(fd, SHUT_WR), 0);
-        tt_resp r = raw_read(fd);
+        tt_resp r = tt_raw_read(fd);
         ck_assert_msg(r.status == 200, "half-closed client %d: status %ld", i, r.status);
         ck_assert_str_eq(r.content_type, "image/png");
         tt_resp_free(&r);
@@ -746,7 +632,7 @@ START_TEST(test_too_many_connections)
     enum { NIDLE = MAX_CONN + 4 };
     int fds[NIDLE];
     for (int i = 0; i < NIDLE; i++)
-        fds[i] = raw_connect(10);
+        fds[i] = tt_raw_connect(port, NULL, 10);
     usleep(200000);
     /* Over the limit: a fast 503 with Retry-After, not a hang. */
     double t0 = tt_now_s();
@@ -763,7 +649,7 @@ START_TEST(test_too_many_connections)
     enum { NFLOOD = 3 * MAX_CONN + 24 };
     int flood[NFLOOD];
     for (int i = 0; i < NFLOOD; i++)
-        flood[i] = raw_connect(10);
+        flood[i] = tt_raw_connect(port, NULL, 10);
     t0 = tt_now_s();
     r = get("/healthz");
     dt = tt_now_s() - t0;

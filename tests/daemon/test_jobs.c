@@ -160,7 +160,7 @@ static void sq_release(void *state)
 }
 
 static const job_kind sq_kind = {"test_squares", sq_validate, sq_plan, sq_run, sq_finish,
-                                 sq_release};
+                                 sq_release, NULL};
 
 /* ---- fixture ------------------------------------------------------------------------ */
 

@@ -432,12 +432,6 @@ START_TEST(test_parse_refusals)
         { "NAXIS   = 2\x01\n", "non-printable" },
         { "NAXIS   = 2\n\tNAXIS1 = 3\n", "line 2 has a non-printable" },
         { "OBJECT  = 'x'\r\r\n", "non-printable" },
-        { "CRVAL1  = NaN\n", "line 1: CRVAL1   must be a finite number, got 'NaN'" },
-        { "CD1_1   = 1e999\n", "got '1e999'" },
-        { "CRPIX1  = 'text'\n", "must be a finite number" },
-        { "NAXIS1  =\n", "must be a finite number" },
-        { "A = 1\nLONPOLEA= inf\n", "line 2: LONPOLEA" },
-        { "PV2_1   = 1.0 2.0\n", "must be a finite number" },
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         err[0] = '\0';
@@ -448,6 +442,13 @@ START_TEST(test_parse_refusals)
         ck_assert_ptr_null(cards);
         ck_assert_int_eq(n, 0);
     }
+    /* Values are not looked at: a WCS card without a finite number is the WCS validity
+     * rule's to refuse (skywcs_parse, tests/engine/test_wcsrule.c), for targets as for
+     * datasets. */
+    const char *nan = "CRVAL1  = NaN\nCRPIX1  =\n";
+    ck_assert_int_eq(parse(nan, strlen(nan), 100, &cards, &n, err), 0);
+    ck_assert_int_eq(n, 2);
+    free(cards);
     /* A line of 81 characters; raw cards of 79. */
     char wide[90];
     snprintf(wide, sizeof wide, "%-81s\n", "COMMENT");

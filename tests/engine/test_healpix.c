@@ -773,7 +773,7 @@ START_TEST(test_moc)
     skywcs *cel = demo_wcs(DEMO("HorseHead.fits"), &nx, &ny);
     unsigned char *out;
     size_t len, ncells;
-    ck_assert_int_eq(hips_moc_fits(cel, nx, ny, 9, &out, &len, &ncells), 0);
+    ck_assert_int_eq(hips_moc_fits(cel, nx, ny, 9, 0, &out, &len, &ncells), 0);
     ck_assert_uint_eq(len % 2880, 0);
     int64_t *u = read_moc(out, len, &nrows, &order);
     ck_assert_int_eq(order, 9);
@@ -790,7 +790,7 @@ START_TEST(test_moc)
     skywcs_free(cel);
     /* The whole sky: 768 order-3 cells merge into the 12 base cells, NUNIQ 4..15. */
     cel = demo_wcs(DEMO("allsky_rosat.fits"), &nx, &ny);
-    ck_assert_int_eq(hips_moc_fits(cel, nx, ny, 3, &out, &len, &ncells), 0);
+    ck_assert_int_eq(hips_moc_fits(cel, nx, ny, 3, 0, &out, &len, &ncells), 0);
     u = read_moc(out, len, &nrows, &order);
     ck_assert_int_eq(nrows, 12);
     for (long i = 0; i < 12; i++)

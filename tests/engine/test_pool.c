@@ -1,10 +1,11 @@
 /* Unit tests of engine/base/pool: every task once, interactive first, queue bound, draining,
- * pool_for. */
+ * cancelled tasks dropped, pool_for. */
 #include <check.h>
 #include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
 #include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
 #include "engine/base/pool.h"
@@ -162,6 +163,82 @@ START_TEST(test_queue_full)
     pool_free(p);
     ck_assert_int_eq(atomic_load(&ran), 3);
     ck_assert_int_eq(atomic_load(&refused), 0);
+    gate_destroy(&g);
+}
+END_TEST
+
+/* A task that may be dropped: records in `log` which of fn and drop ran, in order. */
+typedef struct droppable {
+    atomic_int cancel;
+    int id;
+    char *log;                /* shared by the tasks of a test: "r<id>" or "d<id>" each */
+    pthread_mutex_t *lock;
+} droppable;
+
+static void droppable_note(droppable *d, char what)
+{
+    pthread_mutex_lock(d->lock);
+    size_t n = strlen(d->log);
+    d->log[n] = what;
+    d->log[n + 1] = (char)('0' + d->id);
+    d->log[n + 2] = '\0';
+    pthread_mutex_unlock(d->lock);
+}
+
+static void droppable_run(void *arg)
+{
+    droppable_note(arg, 'r');
+}
+
+static void droppable_drop(void *arg)
+{
+    droppable_note(arg, 'd');
+}
+
+/* Tasks whose flag is set while they wait are dropped by pool_drop_cancelled (on the
+ * caller's thread, in queue order, the others kept in order) or by the worker that takes
+ * them; each gets exactly one of its two calls. */
+START_TEST(test_cancelled_tasks_are_dropped)
+{
+    pool *p = pool_new(1, 16);
+    gate g;
+    gate_init(&g);
+    pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+    char log[64] = "";
+    droppable d[6];
+    for (int i = 0; i < 6; i++) {
+        atomic_init(&d[i].cancel, 0);
+        d[i].id = i;
+        d[i].log = log;
+        d[i].lock = &lock;
+    }
+    ck_assert_int_eq(pool_submit(p, POOL_INTERACTIVE, gate_task, &g), 0);
+    gate_wait_started(&g);
+    ck_assert_int_eq(pool_submit_cancellable(p, POOL_BATCH, droppable_run, droppable_drop,
+                                             &d[0], &d[0].cancel), 0);
+    for (int i = 1; i < 5; i++)
+        ck_assert_int_eq(pool_submit_cancellable(p, POOL_INTERACTIVE, droppable_run,
+                                                 droppable_drop, &d[i], &d[i].cancel), 0);
+    ck_assert_int_eq(pool_submit_cancellable(p, POOL_INTERACTIVE, droppable_run, NULL, &d[5],
+                                             &d[5].cancel), TESS_EINVAL);
+    ck_assert_int_eq(pool_submit_cancellable(p, POOL_INTERACTIVE, droppable_run,
+                                             droppable_drop, &d[5], NULL), TESS_EINVAL);
+    ck_assert_uint_eq(pool_drop_cancelled(p), 0);
+    /* The first and the last of the interactive queue, and the batch task. */
+    atomic_store(&d[0].cancel, 1);
+    atomic_store(&d[1].cancel, 1);
+    atomic_store(&d[4].cancel, 1);
+    ck_assert_uint_eq(pool_drop_cancelled(p), 3);
+    ck_assert_str_eq(log, "d1d4d0");
+    ck_assert_uint_eq(pool_queue_depth(p), 2);
+    /* The queue's tail is right after dropping its last task: a new task goes after 3. */
+    ck_assert_int_eq(pool_submit_cancellable(p, POOL_INTERACTIVE, droppable_run,
+                                             droppable_drop, &d[5], &d[5].cancel), 0);
+    /* Set while queued, seen by the worker that takes it. */
+    atomic_store(&d[3].cancel, 1);
+    gate_release(&g);
+    pool_free(p);
+    ck_assert_str_eq(log, "d1d4d0r2d3r5");
     gate_destroy(&g);
 }
 END_TEST
@@ -383,6 +460,7 @@ int main(void)
     tcase_add_test(tc, test_interactive_before_batch);
     tcase_add_test(tc, test_queue_full);
     tcase_add_test(tc, test_free_drains_queue);
+    tcase_add_test(tc, test_cancelled_tasks_are_dropped);
     tcase_add_test(tc, test_workers_run_in_parallel);
     tcase_add_test(tc, test_task_submits_task);
     tcase_add_test(tc, test_thread_count_and_args);

@@ -240,13 +240,13 @@ START_TEST(test_parse_errors)
     ck_assert_ptr_null(w);
     /* Fewer characters than nkeys cards. */
     ck_assert_int_eq(skywcs_parse("NAXIS   = 2", 1, &w, err, sizeof err), TESS_EINVAL);
-    /* An unknown projection code makes wcsset fail, with wcslib's message. */
+    /* An unknown projection code makes wcsset fail; the message names the card. */
     const char *bad[] = { "CTYPE1  = 'RA---QQQ'", "CTYPE2  = 'DEC--QQQ'", NULL };
     int nk;
     char *cards = tt_make_cards(bad, &nk);
     err[0] = '\0';
     ck_assert_int_eq(skywcs_parse(cards, nk, &w, err, sizeof err), TESS_EINVAL);
-    ck_assert_msg(strlen(err) > 0, "no message");
+    ck_assert_msg(strstr(err, "CTYPE1 = 'RA---QQQ'") != NULL, "err: %s", err);
     free(cards);
     /* No WCS keywords at all (wcspih would hand back a default linear WCS). */
     for (int naxis = 0; naxis <= 2; naxis += 2) {
@@ -254,7 +254,7 @@ START_TEST(test_parse_errors)
                                naxis ? "NAXIS   = 2" : "NAXIS   = 0", NULL };
         cards = tt_make_cards(none, &nk);
         err[0] = '\0';
-        ck_assert_int_eq(skywcs_parse(cards, nk, &w, err, sizeof err), TESS_EINVAL);
+        ck_assert_int_eq(skywcs_parse(cards, nk, &w, err, sizeof err), TESS_ENOWCS);
         ck_assert_msg(strstr(err, "no WCS") != NULL, "err: %s", err);
         free(cards);
     }
@@ -263,7 +263,7 @@ START_TEST(test_parse_errors)
     const char *cut[] = { "NAXIS   = 2", "CTYPE1  = 'RA---T", NULL };
     cards = tt_make_cards(cut, &nk);
     err[0] = '\0';
-    ck_assert_int_eq(skywcs_parse(cards, nk, &w, err, sizeof err), TESS_EINVAL);
+    ck_assert_int_eq(skywcs_parse(cards, nk, &w, err, sizeof err), TESS_ENOWCS);
     ck_assert_msg(strstr(err, "no WCS") && strstr(err, "card 2, CTYPE1,")
                       && strstr(err, "no closing quote"), "err: %s", err);
     free(cards);
@@ -273,7 +273,7 @@ START_TEST(test_parse_errors)
     const char *undef[] = { "CTYPE1  =", "'    CRPIX", "CTYPE0  = '", NULL };
     cards = tt_make_cards(undef, &nk);
     err[0] = '\0';
-    ck_assert_int_eq(skywcs_parse(cards, nk, &w, err, sizeof err), TESS_EINVAL);
+    ck_assert_int_eq(skywcs_parse(cards, nk, &w, err, sizeof err), TESS_ENOWCS);
     ck_assert_msg(strstr(err, "no WCS") != NULL, "err: %s", err);
     free(cards);
     const char *undef2[] = { "CTYPE1  = 'RA---TAN'", "CTYPE2  = 'DEC--TAN'", "CTYPE3  =",
@@ -291,11 +291,24 @@ START_TEST(test_parse_errors)
     cards = tt_make_cards(cut2, &nk);
     err[0] = '\0';
     ck_assert_int_eq(skywcs_parse(cards, nk, &w, err, sizeof err), TESS_EINVAL);
-    ck_assert_msg(strstr(err, "wcsset") && strstr(err, "OBJECT"), "err: %s", err);
+    ck_assert_msg(strstr(err, "CTYPE1") && strstr(err, "OBJECT"), "err: %s", err);
     free(cards);
     const char *ok[] = { "CTYPE1  = 'RA---TAN'", "CTYPE2  = 'DEC--TAN'", "OBJECT  = 'M1", NULL };
     cards = tt_make_cards(ok, &nk);
     ck_assert_int_eq(skywcs_parse(cards, nk, &w, err, sizeof err), 0);
+    skywcs_free(w);
+    free(cards);
+    /* Bytes above 126 crashed wcspih's lexer (SEGV; tests/fuzz/fuzz_dataset, a dataset's
+     * header): they are read as '?', and a WCS beside them still parses. */
+    const char *high[] = { "NAXIS   = 2", "                \xe0\xdf \xdf" "1", NULL };
+    cards = tt_make_cards(high, &nk);
+    ck_assert_int_eq(skywcs_parse(cards, nk, &w, err, sizeof err), TESS_ENOWCS);
+    free(cards);
+    const char *high2[] = { "NAXIS   = 2", "                \xe0\xdf \xdf" "1",
+                            "CTYPE1  = 'RA---TAN'", "CTYPE2  = 'DEC--TAN'",
+                            "COMMENT   Fran\xe7ois", NULL };
+    cards = tt_make_cards(high2, &nk);
+    ck_assert_msg(skywcs_parse(cards, nk, &w, err, sizeof err) == 0, "err: %s", err);
     skywcs_free(w);
     free(cards);
 }

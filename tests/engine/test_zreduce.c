@@ -709,7 +709,7 @@ static void check_image_planes(int g)
         stack_zpart_free(all);
         for (int t = 0; t < 2; t++) {
             ck_assert_int_eq(zreduce_image(v.s, NZ, (stack_zop)op, t ? workers : NULL,
-                                           POOL_INTERACTIVE, got, err, sizeof err), 0);
+                                           POOL_INTERACTIVE, NULL, got, err, sizeof err), 0);
             ck_assert_msg(memcmp(got, want, sizeof(double) * NPIX) == 0,
                           "%s: zreduce_image (%s) differs from the ranges merged in order",
                           opname[op], t ? "pool" : "one thread");
@@ -740,6 +740,10 @@ static void check_image_planes(int g)
     static const volatile int cancel = 1;
     ck_assert_int_eq(zreduce_planes(v.s, NX, NY, NZ, STACK_ZOP_MAX, 0, NZ, &cancel, vals, err,
                                     sizeof err), TESS_ECANCELED);
+    for (int t = 0; t < 2; t++)
+        ck_assert_int_eq(zreduce_image(v.s, NZ, STACK_ZOP_MEAN, t ? workers : NULL,
+                                       POOL_INTERACTIVE, &cancel, got, err, sizeof err),
+                         TESS_ECANCELED);
     pool_free(workers);
     free(plane);
     free(got);

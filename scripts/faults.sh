@@ -9,7 +9,7 @@
 #   test_crash_jobs    the job store stopped before and after every commit (and with a
 #                      power loss that drops what was not synced), then resumed
 #   scripts/faults.sh [PROGRAM...]         e.g. scripts/faults.sh test_fault_fits
-# Each fault loop runs at most TESSERA_FAULT_CAP runs (default 300, the job store's 40;
+# Each fault loop runs at most TESSERA_FAULT_CAP runs (default 300, the job store's 60;
 # 0 = every fault point; TESSERA_FAULT_SEED picks which points when capped).  A program's
 # output is in build-faults/tests/faults/NAME.out; for scripts/test.sh a Check-style
 # summary goes to build/tests/faults/NAME.log ("N%: Checks: N, Failures: F, Errors: E"; a program that

@@ -211,6 +211,9 @@ int zreduce_image(stack *s, long nz, stack_zop op, pool *workers, pool_priority 
         tess_seterr(err, errlen, "%s", z->err);
     else
         stack_zpart_result(z->acc, out);
+    /* A helper task that starts after this return (every range done without it) must not
+     * read the caller's flag, which may be gone by then. */
+    z->cancel = NULL;
     pthread_mutex_unlock(&z->lock);
     zsplit_unref(z);
     return rc;

@@ -66,15 +66,16 @@ static void set_cfitsio_err(char *err, size_t errlen, const char *what, const ch
 }
 
 /* The whole-file compressions that cfitsio's file driver recognises by their first
- * bytes (drvrfile.c, file_is_compressed, which compares two; here the formats' full
- * signatures, none of which can begin a FITS file or a text header) and undoes whole,
- * into memory, at every opening. */
+ * bytes (drvrfile.c, file_is_compressed, which compares two) and undoes whole, into
+ * memory, at every opening.  Zip is its two bytes "PK", as cfitsio takes it (any file so
+ * begun goes to its zip reader); the others their full signatures.  None can begin a
+ * FITS file. */
 static const struct {
     char magic[5];
     size_t len;
     const char *name, *undo;     /* the format, and the command that undoes it */
 } whole_file_codecs[] = {
-    {"\037\213", 2, "gzip", "gunzip"}, {"PK\003\004", 4, "zip", "unzip"},
+    {"\037\213", 2, "gzip", "gunzip"}, {"PK", 2, "zip", "unzip"},
     {"\037\036", 2, "pack", "unpack"}, {"\037\235", 2, "compress (.Z)", "uncompress"},
     {"\037\240", 2, "LZH", "lha x"}, {"BZh", 3, "bzip2", "bunzip2"},
 };

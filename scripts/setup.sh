@@ -2,12 +2,18 @@
 # Installs the Debian 12 packages Tessera needs to build, run and test.
 # Run as root (or with sudo available).  Safe to run again.
 # Debian's python3 with numpy, astropy and scikit-image computes reference values in
-# tests (test_zreduce reads PNG frames with skimage, FITS with astropy).
+# tests (test_zreduce reads PNG frames with skimage, FITS with astropy); the client tests
+# (tests/clients) use astroquery, pyvo, dask, zarr, fitsverify and promtool, the cluster
+# tests a throwaway PostgreSQL and nginx.
 set -eu
 PKGS="build-essential autoconf automake pkg-config curl ca-certificates
 libmicrohttpd-dev libcfitsio-dev wcslib-dev libpng-dev libjansson-dev
 libcurl4-openssl-dev check clang valgrind libjpeg62-turbo-dev libchealpix-dev libfftw3-dev libsqlite3-dev
-python3-numpy python3-astropy python3-skimage"
+python3-numpy python3-astropy python3-skimage
+libspng-dev libdeflate-dev libtiff-dev libblosc-dev liblz4-dev libzstd-dev libxml2-dev
+libpq-dev postgresql nginx
+python3-astroquery python3-pyvo python3-dask python3-zarr python3-fsspec python3-aiohttp
+python3-requests python3-tifffile fitsverify prometheus linux-perf"
 SUDO=""
 if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
 missing=""

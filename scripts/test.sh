@@ -47,7 +47,7 @@ elif [ "${CI:-}" = "true" ]; then
 else
     echo "test: browser tests skipped (need node, chromium and npm ci: scripts/setup.sh)"
 fi
-for log in tests/engine/*.log tests/daemon/*.log tests/cli/*.log scripts/*.log tests/e2e/*.log tests/fuzz/*.log tests/asan/*.log \
+for log in tests/engine/*.log tests/daemon/*.log tests/cli/*.log scripts/*.log tests/clients/*.log tests/e2e/*.log tests/fuzz/*.log tests/asan/*.log \
     tests/valgrind/*.log tests/faults/*.log; do
     [ -f "$log" ] || continue
     case "$log" in *test-suite.log) continue ;; esac

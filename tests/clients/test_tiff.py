@@ -106,6 +106,37 @@ class TestTiff(unittest.TestCase):
                 np.testing.assert_allclose(a, f(v, axis=(1, 2)), rtol=1e-12,
                                            err_msg=f"{name} {op} xy")
 
+    def job(self, body):
+        """POSTs a job, waits for it to succeed; returns its final document."""
+        import time
+        import urllib.request
+        req = urllib.request.Request(self.srv.url("/api/v1/jobs"), data=json.dumps(body).encode(),
+                                     headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(req, timeout=30) as r:
+            self.assertEqual(r.status, 202)
+            jid = json.loads(r.read())["id"]
+        end = time.monotonic() + 60
+        while True:
+            doc = json.loads(self.get(f"/api/v1/jobs/{jid}")[1])
+            if doc["state"] not in ("queued", "running"):
+                self.assertEqual(doc["state"], "succeeded", doc)
+                return doc
+            self.assertLess(time.monotonic(), end, f"job {body} did not end")
+            time.sleep(0.05)
+
+    def test_jobs(self):
+        np = self.np
+        # a reduce job's product is a dataset of the same values as the reduce route
+        self.job({"type": "reduce", "dataset": "tframes", "op": "mean", "axis": "z",
+                  "output": {"name": "tframes_mean"}})
+        a = self.npy("/api/v1/datasets/tframes_mean/slice/xy/41_33/0_0_0.npy")
+        np.testing.assert_array_equal(a, np.flipud(self.frames.astype(np.float64).mean(axis=0)))
+        # a rechunked copy of the cube serves the same series
+        self.job({"type": "rechunk", "dataset": "tcube"})
+        for x, y in ((0, 0), (59, 44), (13, 29)):
+            a = self.npy(f"/api/v1/datasets/tcube/series?x={x}&y={y}&format=npy")
+            np.testing.assert_array_equal(a, self.cube[:, 44 - y, x])
+
     def test_iiif(self):
         np = self.np
         info = json.loads(self.get("/iiif/3/tcube~3/info.json")[1])

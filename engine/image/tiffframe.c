@@ -766,3 +766,71 @@ int tiffframe_read_path(const char *path, long page, long x0, long y0, long w, l
     tiffframe_close(t);
     return rc;
 }
+
+/* ---- writing ----------------------------------------------------------------------- */
+
+int tiffframe_write(const char *path, const unsigned short *data, long nx, long ny, int bits,
+                    int deflate, char *err, size_t errlen)
+{
+    if ((bits != 8 && bits != 16) || nx < 1 || ny < 1 || nx > INT32_MAX || ny > INT32_MAX) {
+        tess_seterr(err, errlen, "bad TIFF frame parameters");
+        return TESS_EINVAL;
+    }
+    pthread_once(&quiet_once, tf_quiet);
+    tf_io io;
+    memset(&io, 0, sizeof(io));
+    TIFFOpenOptions *o = TIFFOpenOptionsAlloc();
+    size_t es = bits == 16 ? 2 : 1;
+    unsigned char *row = malloc((size_t)nx * es);
+    if (!o || !row) {
+        TIFFOpenOptionsFree(o);
+        free(row);
+        tess_seterr(err, errlen, "out of memory writing %s", path);
+        return TESS_ENOMEM;
+    }
+    TIFFOpenOptionsSetErrorHandlerExtR(o, tf_on_error, &io);
+    TIFFOpenOptionsSetWarningHandlerExtR(o, tf_on_warning, &io);
+    TIFF *tif = TIFFOpenExt(path, "w", o);
+    TIFFOpenOptionsFree(o);
+    if (!tif) {
+        free(row);
+        tess_seterr(err, errlen, "cannot create %s (%s)", path, tf_msg(&io));
+        return TESS_EIO;
+    }
+    TIFFSetField(tif, TIFFTAG_IMAGEWIDTH, (uint32_t)nx);
+    TIFFSetField(tif, TIFFTAG_IMAGELENGTH, (uint32_t)ny);
+    TIFFSetField(tif, TIFFTAG_BITSPERSAMPLE, (uint16_t)bits);
+    TIFFSetField(tif, TIFFTAG_SAMPLESPERPIXEL, (uint16_t)1);
+    TIFFSetField(tif, TIFFTAG_SAMPLEFORMAT, (uint16_t)SAMPLEFORMAT_UINT);
+    TIFFSetField(tif, TIFFTAG_PHOTOMETRIC, (uint16_t)PHOTOMETRIC_MINISBLACK);
+    TIFFSetField(tif, TIFFTAG_PLANARCONFIG, (uint16_t)PLANARCONFIG_CONTIG);
+    TIFFSetField(tif, TIFFTAG_ROWSPERSTRIP, (uint32_t)16);
+    TIFFSetField(tif, TIFFTAG_COMPRESSION,
+                 (uint16_t)(deflate ? COMPRESSION_ADOBE_DEFLATE : COMPRESSION_NONE));
+    if (deflate)
+        TIFFSetField(tif, TIFFTAG_ZIPQUALITY, 1);
+    unsigned maxv = bits == 16 ? 65535u : 255u;
+    int ok = 1;
+    for (long r = 0; r < ny && ok; r++) {
+        const unsigned short *src = data + (size_t)(ny - 1 - r) * (size_t)nx;
+        for (long i = 0; i < nx; i++) {
+            unsigned v = src[i] > maxv ? maxv : src[i];
+            if (bits == 16) {
+                uint16_t u = (uint16_t)v;
+                memcpy(row + 2 * i, &u, 2);
+            } else {
+                row[i] = (unsigned char)v;
+            }
+        }
+        ok = TIFFWriteScanline(tif, row, (uint32_t)r, 0) == 1;
+    }
+    free(row);
+    if (ok)
+        ok = TIFFWriteDirectory(tif) == 1;
+    TIFFClose(tif);
+    if (!ok || io.have_error) {
+        tess_seterr(err, errlen, "cannot write %s (%s)", path, tf_msg(&io));
+        return TESS_EIO;
+    }
+    return 0;
+}

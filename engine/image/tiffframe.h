@@ -101,4 +101,12 @@ int tiffframe_decode_check(const char *path, char *err, size_t errlen);
 int tiffframe_read_path(const char *path, long page, long x0, long y0, long w, long h,
                         tiffframe_out as, void *out, char *err, size_t errlen);
 
+/* Writes an nx x ny single-page greyscale TIFF of `bits` 8 or 16 (unsigned) from `data`
+ * (row 0 = y = 0, which goes to the LAST TIFF row: the orientation above), values clamped
+ * to 0..2^bits-1, in strips of 16 rows, deflate-compressed (zlib level 1) when `deflate`
+ * is 1, else uncompressed.  Returns 0 or TESS_EIO (libtiff's message in err) /
+ * TESS_EINVAL (bad parameters) / TESS_ENOMEM. */
+int tiffframe_write(const char *path, const unsigned short *data, long nx, long ny, int bits,
+                    int deflate, char *err, size_t errlen);
+
 #endif

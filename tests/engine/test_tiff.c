@@ -528,6 +528,41 @@ START_TEST(test_bomb)
 }
 END_TEST
 
+/* tiffframe_write: values clamped, row 0 = y = 0 (the last TIFF row), read back exactly. */
+START_TEST(test_write)
+{
+    char path[300], err[256];
+    const long nx = 19, ny = 11;
+    unsigned short data[19 * 11];
+    double back[19 * 11];
+    for (long i = 0; i < nx * ny; i++)
+        data[i] = (unsigned short)(i * 613);
+    for (int bits = 8; bits <= 16; bits += 8)
+        for (int deflate = 0; deflate < 2; deflate++) {
+            path_in(path, sizeof path, "w.tif");
+            ck_assert_int_eq(tiffframe_write(path, data, nx, ny, bits, deflate, err, sizeof err), 0);
+            ck_assert_int_eq(frame_read_region(path, 0, 0, 0, 0, nx, ny, back, err, sizeof err), 0);
+            for (long i = 0; i < nx * ny; i++) {
+                unsigned want = bits == 8 && data[i] > 255 ? 255 : data[i];
+                ck_assert(back[i] == want);
+            }
+            TIFF *tif = TIFFOpen(path, "r");
+            uint16_t comp = 0;
+            TIFFGetFieldDefaulted(tif, TIFFTAG_COMPRESSION, &comp);
+            ck_assert_int_eq(comp, deflate ? COMPRESSION_ADOBE_DEFLATE : COMPRESSION_NONE);
+            unsigned char row[2 * 19];
+            ck_assert_int_eq(TIFFReadScanline(tif, row, 0, 0), 1);   /* first TIFF row = y 10 */
+            uint16_t v0 = bits == 8 ? row[0] : (uint16_t)(row[0] | row[1] << 8);
+            ck_assert_int_eq(v0, bits == 8 && data[10 * nx] > 255 ? 255 : data[10 * nx]);
+            TIFFClose(tif);
+        }
+    ck_assert_int_eq(tiffframe_write(path, data, 0, ny, 8, 0, err, sizeof err), TESS_EINVAL);
+    path_in(path, sizeof path, "no/such/dir.tif");
+    ck_assert_int_eq(tiffframe_write(path, data, nx, ny, 8, 0, err, sizeof err), TESS_EIO);
+    assert_has(err, "cannot create");
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("tiff");
@@ -540,6 +575,7 @@ int main(void)
     tcase_add_test(tc, test_refused);
     tcase_add_test(tc, test_hostile);
     tcase_add_test(tc, test_bomb);
+    tcase_add_test(tc, test_write);
     suite_add_tcase(s, tc);
     return tt_run_suite(s);
 }

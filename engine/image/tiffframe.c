@@ -551,47 +551,41 @@ static void tf_give(tiffframe *t, tf_handle *h, int failed)
     tf_handle_close(h);
 }
 
-/* n samples of `type` at src into out (as `as`) from element `at`. */
+/* n samples of `type` at src into out (as `as`) from element `at`: one loop per type and
+ * output, so that each is a plain conversion loop. */
+#define TF_CONVERT(T, O)                                                                  \
+    do {                                                                                  \
+        O *o = (O *)out + at;                                                             \
+        for (long i = 0; i < n; i++) {                                                    \
+            T v;                                                                          \
+            memcpy(&v, src + sizeof(T) * (size_t)i, sizeof(T));                           \
+            o[i] = (O)v;                                                                  \
+        }                                                                                 \
+    } while (0)
+#define TF_CONVERT_TO(O)                                                                  \
+    do {                                                                                  \
+        if (type == TIFFFRAME_U8)                                                         \
+            TF_CONVERT(uint8_t, O);                                                       \
+        else if (type == TIFFFRAME_U16)                                                   \
+            TF_CONVERT(uint16_t, O);                                                      \
+        else if (type == TIFFFRAME_I16)                                                   \
+            TF_CONVERT(int16_t, O);                                                       \
+        else                                                                              \
+            TF_CONVERT(float, O);                                                         \
+    } while (0)
+
 static void tf_emit(void *out, tiffframe_out as, size_t at, const unsigned char *src,
                     tiffframe_type type, int esize, long n)
 {
-    if (as == TIFFFRAME_OUT_STORED) {
+    if (as == TIFFFRAME_OUT_STORED)
         memcpy((unsigned char *)out + at * (size_t)esize, src, (size_t)n * (size_t)esize);
-        return;
-    }
-    double *od = as == TIFFFRAME_OUT_F64 ? (double *)out + at : NULL;
-    float *of = as == TIFFFRAME_OUT_F32 ? (float *)out + at : NULL;
-    for (long i = 0; i < n; i++) {
-        double v;
-        switch (type) {
-        case TIFFFRAME_U8:
-            v = src[i];
-            break;
-        case TIFFFRAME_U16: {
-            uint16_t u;
-            memcpy(&u, src + 2 * i, 2);
-            v = u;
-            break;
-        }
-        case TIFFFRAME_I16: {
-            int16_t s;
-            memcpy(&s, src + 2 * i, 2);
-            v = s;
-            break;
-        }
-        default: {
-            float f;
-            memcpy(&f, src + 4 * i, 4);
-            v = f;
-            break;
-        }
-        }
-        if (od)
-            od[i] = v;
-        else
-            of[i] = (float)v;
-    }
+    else if (as == TIFFFRAME_OUT_F64)
+        TF_CONVERT_TO(double);
+    else
+        TF_CONVERT_TO(float);
 }
+#undef TF_CONVERT_TO
+#undef TF_CONVERT
 
 /* The region from the loaded page pg of handle h (see tiffframe_read). */
 static int tf_decode(tiffframe *t, tf_handle *h, const tf_page *pg, long x0, long y0, long w,

@@ -5,6 +5,7 @@
 #include <check.h>
 #include <fcntl.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -528,6 +529,55 @@ START_TEST(test_bomb)
 }
 END_TEST
 
+/* Threads reading one multi-page file at once through the stack reader (one open file,
+ * pooled libtiff handles) all get the written values. */
+typedef struct reader_arg {
+    stack *s;
+    int seed, bad;
+} reader_arg;
+
+static void *reader(void *p)
+{
+    reader_arg *a = p;
+    double out[64];
+    char err[256];
+    unsigned r = (unsigned)a->seed;
+    for (int it = 0; it < 300; it++) {
+        r = r * 1103515245u + 12345u;
+        long z = (long)(r >> 8) % 6, x0 = (long)(r >> 12) % 30, y0 = (long)(r >> 20) % 20;
+        if (stack_read_region(a->s, z, x0, y0, 8, 4, out, err, sizeof err) != 0) {
+            a->bad++;
+            continue;
+        }
+        for (long j = 0; j < 4; j++)
+            for (long i = 0; i < 8; i++)
+                if (out[j * 8 + i] != val(TIFFFRAME_U16, x0 + i, 23 - 1 - (y0 + j), z))
+                    a->bad++;
+    }
+    return NULL;
+}
+
+START_TEST(test_threads)
+{
+    char path[300];
+    path_in(path, sizeof path, "mt.tif");
+    write_tiff(path, TIFFFRAME_U16, 1, COMPRESSION_ADOBE_DEFLATE, 38, 23, 6);
+    const char *pp[1] = {path};
+    stack *s = stack_new(pp, 1, 0, 38, 23, 6, 4);
+    pthread_t th[4];
+    reader_arg a[4];
+    for (int i = 0; i < 4; i++) {
+        a[i] = (reader_arg){s, i + 1, 0};
+        pthread_create(&th[i], NULL, reader, &a[i]);
+    }
+    for (int i = 0; i < 4; i++) {
+        pthread_join(th[i], NULL);
+        ck_assert_int_eq(a[i].bad, 0);
+    }
+    stack_free(s);
+}
+END_TEST
+
 /* tiffframe_write: values clamped, row 0 = y = 0 (the last TIFF row), read back exactly. */
 START_TEST(test_write)
 {
@@ -576,6 +626,7 @@ int main(void)
     tcase_add_test(tc, test_hostile);
     tcase_add_test(tc, test_bomb);
     tcase_add_test(tc, test_write);
+    tcase_add_test(tc, test_threads);
     suite_add_tcase(s, tc);
     return tt_run_suite(s);
 }

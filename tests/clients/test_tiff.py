@@ -196,6 +196,18 @@ class TestTiff(unittest.TestCase):
                 self.assertEqual(s.get("/healthz")[0], 200)
                 self.assertNotIn("TIFF", s.log().replace("cannot decode", ""),
                                  "libtiff printed to stderr")
+            # a compression bomb: 2000 x 2000 16-bit zeros (8 MB decoded, a few KB stored)
+            # over a 1 MB budget answers 413 naming the limit on every pixel route
+            bomb = os.path.join(bad, "bomb.tif")
+            tifffile.imwrite(bomb, np.zeros((2000, 2000), np.uint16), compression="zlib")
+            self.assertLess(os.path.getsize(bomb), 100000)
+            with Server(roots=[bad], datasets=[{"name": "b", "path": bomb}],
+                        extra={"limits": {"max_decoded_mb": 1}}) as s:
+                for path in ("/api/v1/datasets/b/slice/xy/4_4/0_0_0.npy",
+                             "/iiif/3/b/0,0,64,64/max/0/default.png"):
+                    st, _, body = s.get(path)
+                    self.assertEqual(st, 413, f"{path}: {body[:300]!r}")
+                    self.assertIn(b"limits.max_decoded_mb", body)
         finally:
             shutil.rmtree(bad, ignore_errors=True)
 

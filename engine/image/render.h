@@ -25,7 +25,9 @@ typedef struct render_params {
 void render_params_default(render_params *p);
 
 /* Parsers for the query-parameter forms of docs/DESIGN.md, "Query forms" ("asinh",
- * "viridis", "12.5", "99.5%").  Return 0, or TESS_EINVAL for an unknown name / malformed or non-finite
+ * "viridis", "12.5", "99.5%").  render_cmap_parse also takes "gray" and matplotlib's
+ * names of the nearest maps: gray, Greys_r, binary_r, gist_gray, gist_yarg_r, bone
+ * (grey), cividis (viridis), hot, afmhot, gist_heat (inferno).  Return 0, or TESS_EINVAL for an unknown name / malformed or non-finite
  * number / percentile outside 0..100. */
 int render_stretch_parse(const char *s, render_stretch *out);
 int render_cmap_parse(const char *s, render_cmap *out);

@@ -398,8 +398,8 @@ int render_rgba_cuts(const double *data, long w, long h, const render_params *p,
             else if (t > 1.0)
                 t = 1.0;
             t = stretch_apply(p->stretch, t);
-            /* 255 levels, both ends of the map included: with transparent that is 256
-             * colours at most, so every rendering fits an 8-bit palette PNG. */
+            /* 255 levels, both ends of the map included (with transparent, 256 colours
+             * at most). */
             int level = (int)(t * 254.0 + 0.5);
             if (level > 254)
                 level = 254;

@@ -54,8 +54,7 @@ int render_resolve_cuts_f32(const float *data, size_t n, const render_params *p,
  * normalised to t in [0, 1], stretched (sqrt: sqrt t; log: log(1000 t + 1)/log(1001);
  * asinh: asinh(10 t)/asinh(10); power: t^2, as in astropy.visualization's defaults),
  * quantised to 255 levels k = round(254 s) and coloured with entry (255 k + 127) / 254
- * of the map's 256-entry table (both ends included; with transparent, at most 256
- * colours, so PNGs are written with a palette).  NaN pixels are transparent (alpha 0),
+ * of the map's 256-entry table (both ends included).  NaN pixels are transparent (alpha 0),
  * others opaque.  Returns 0, or
  * TESS_ENOMEM, TESS_EINVAL (w or h not positive), TESS_ERANGE (size overflows). */
 int render_rgba(const double *data, long w, long h, const render_params *p, uint8_t *rgba);

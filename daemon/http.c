@@ -773,6 +773,8 @@ static enum MHD_Result send_reply(hreq *r)
         MHD_add_response_header(resp, MHD_HTTP_HEADER_ALLOW, rep->allow);
     if (rep->location)
         MHD_add_response_header(resp, MHD_HTTP_HEADER_LOCATION, rep->location);
+    if (rep->link)
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_LINK, rep->link);
     if (rep->x_shape[0] && status == 200) {
         MHD_add_response_header(resp, "X-Shape", rep->x_shape);
         MHD_add_response_header(resp, "X-Dtype", "<f4");
@@ -790,7 +792,8 @@ static enum MHD_Result send_reply(hreq *r)
         MHD_add_response_header(resp, "Access-Control-Max-Age", "86400");
     }
     MHD_add_response_header(resp, "Access-Control-Expose-Headers",
-                            "ETag, X-Cache, X-Shape, X-Dtype, Accept-Ranges, Content-Range");
+                            "ETag, X-Cache, X-Shape, X-Dtype, Accept-Ranges, Content-Range, "
+                            "Link");
     hreq_priv *hp = (hreq_priv *)r;
     if (hp->close_conn)
         MHD_add_response_header(resp, MHD_HTTP_HEADER_CONNECTION, "close");
@@ -1168,6 +1171,7 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
     tile_release(r->rep.body);
     free(r->rep.allow);
     free(r->rep.location);
+    free(r->rep.link);
     if (r->rep.file_fd > 0)
         close(r->rep.file_fd);
     free(r->cache_key);

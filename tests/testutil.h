@@ -111,6 +111,7 @@ typedef struct tt_resp {
     char accept_ranges[16];   /* Accept-Ranges */
     char content_range[80];   /* Content-Range (of a 206 or 416) */
     char last_modified[40];   /* Last-Modified */
+    char link[512];           /* Link */
     char connection[32];      /* Connection (tt_raw_read only) */
 } tt_resp;
 

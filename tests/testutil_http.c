@@ -75,6 +75,7 @@ static size_t on_header(char *p, size_t sz, size_t n, void *cls)
     header_value(p, len, "Accept-Ranges", r->accept_ranges, sizeof(r->accept_ranges));
     header_value(p, len, "Content-Range", r->content_range, sizeof(r->content_range));
     header_value(p, len, "Last-Modified", r->last_modified, sizeof(r->last_modified));
+    header_value(p, len, "Link", r->link, sizeof(r->link));
     return len;
 }
 

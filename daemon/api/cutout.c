@@ -17,8 +17,6 @@
 
 /* ---- parsing ------------------------------------------------------------------------- */
 
-/* The parameters both cutout forms share: dataset, method, max_coord_error, format, plane,
- * rendering. */
 /* A lookup that hides "cmap" (FITS answers have no colours: hips2fits' clients send one
  * all the same). */
 typedef struct no_cmap {
@@ -35,6 +33,8 @@ static const char *no_cmap_get(void *cls, const char *key)
 /* The prefix of the HiPS IDs (creator_did) our properties files give. */
 #define CUTOUT_HIPS_ID_PREFIX "ivo://tessera/"
 
+/* The parameters both cutout forms share: dataset (or hips), method, max_coord_error,
+ * format, plane, rendering. */
 static int common_cutout(param_lookup get, void *cls, cutout_params *p, param_error *e)
 {
     const char *s = get(cls, "dataset"), *h = get(cls, "hips");

@@ -104,7 +104,7 @@ class FitsverifyTest(unittest.TestCase):
             self.verify_bytes(p, self.fetch(p))
         hdr = self.fetch(paths[0])
         self.verify_bytes("POST cutout", self.fetch(
-            "/api/v1/cutout?dataset=gc_2mass_k&format=fits", body=hdr))
+            "/api/v1/cutout?dataset=horsehead&method=bicubic&format=fits", body=hdr))
 
     def test_hips(self):
         moc = self.fetch("/hips/horsehead/Moc.fits")

@@ -179,7 +179,7 @@ static int write_fits(const char *path, const unsigned short *pix, long w, long 
         tess_seterr(err, errlen, "cannot write %s: %s", path, strerror(e));
         return TESS_EIO;
     }
-    return 0;
+    return fitswrite_checksum_file(path, err, errlen);
 }
 
 static void *worker(void *arg)

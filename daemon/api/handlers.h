@@ -10,6 +10,8 @@
 
 #include "daemon/http.h"
 #include "daemon/routes.h"
+#include "daemon/api/params.h"
+#include "engine/image/zchunk.h"
 
 /* The dataset named by name[0..len) (not terminated), or NULL after a 404 problem reply
  * (parameter "dataset") when the catalog has none of that name (datasets.c). */
@@ -47,6 +49,15 @@ void handle_cutout_post(hreq *r, const route_match *m);
 /* GET /api/v1/datasets/{name}/slice/{rest} (slices.c; parser in slices.h): m->rest is
  * {xy|xz|yz}/{W}_{H}/{X}_{Y}_{Z}.fmt. */
 void handle_slice(hreq *r, const route_match *m);
+
+/* GET /zarr/{name}/{key} (zarr.c; key parser in zarr.h): m->ds, and m->rest the key. */
+void handle_zarr(hreq *r, const route_match *m);
+
+/* The element type of d's physical values in the Zarr views and stored-value replies:
+ * the type jobc_choose_dtype gives (uint8, uint16, int16), else int8, int32 or uint32 for
+ * BITPIX 8 / 32 with BSCALE 1, no BLANK and the BZERO of that type, else float32 (zarr.c).
+ * Read from the header of the first file. */
+zchunk_dtype zarr_dtype_of(const dataset *d);
 
 /* GET /api/v1/datasets/{name}/series?x=&y=[&format=json|npy|csv] (series.c). */
 void handle_series(hreq *r, const route_match *m);

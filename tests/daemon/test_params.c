@@ -10,6 +10,7 @@
 #include "daemon/api/cutout.h"
 #include "daemon/api/params.h"
 #include "daemon/api/slices.h"
+#include "daemon/api/zarr.h"
 #include "tests/testutil.h"
 #include "engine/base/error.h"
 
@@ -256,6 +257,41 @@ START_TEST(test_listen)
 }
 END_TEST
 
+START_TEST(test_zarr_keys)
+{
+    zarr_key k;
+    ck_assert_int_eq(zarr_parse_key(".zgroup", &k), 0);
+    ck_assert_int_eq(k.kind, ZARR_KEY_ZGROUP);
+    ck_assert_int_eq(zarr_parse_key(".zmetadata", &k), 0);
+    ck_assert_int_eq(k.kind, ZARR_KEY_ZMETADATA);
+    ck_assert_int_eq(zarr_parse_key("zarr.json", &k), 0);
+    ck_assert_int_eq(k.kind, ZARR_KEY_GROUP_V3);
+    ck_assert_int_eq(zarr_parse_key("0/.zarray", &k), 0);
+    ck_assert_int_eq(k.kind, ZARR_KEY_ZARRAY);
+    ck_assert_int_eq(k.array, ZARR_ARRAY_LEVEL0);
+    ck_assert_int_eq(zarr_parse_key("profile/zarr.json", &k), 0);
+    ck_assert_int_eq(k.kind, ZARR_KEY_ARRAY_V3);
+    ck_assert_int_eq(k.array, ZARR_ARRAY_PROFILE);
+    ck_assert_int_eq(zarr_parse_key("0/12/0/3", &k), 0);
+    ck_assert_int_eq(k.kind, ZARR_KEY_CHUNK);
+    ck_assert_int_eq(k.v3, 0);
+    ck_assert_int_eq(k.nidx, 3);
+    ck_assert_int_eq(k.idx[0], 12);
+    ck_assert_int_eq(k.idx[2], 3);
+    ck_assert_int_eq(zarr_parse_key("0/c/1/2", &k), 0);
+    ck_assert_int_eq(k.v3, 1);
+    ck_assert_int_eq(k.nidx, 2);
+    ck_assert_int_eq(k.idx[1], 2);
+    /* What a store does not hold: 404. */
+    static const char *const absent[] = {"", "0", "0/", ".zarray", "0/.zgroup", "1/.zarray",
+                                         "0/1", "0/1/2/3/4", "0/1//2", "0/1/2/", "0/a/1",
+                                         "0/1.2", "0/-1/0", "0/c/1", "0/1234567890123/0",
+                                         "profile/.zgroup", "0/.zattrs/x"};
+    for (size_t i = 0; i < sizeof(absent) / sizeof(absent[0]); i++)
+        ck_assert_msg(zarr_parse_key(absent[i], &k) == TESS_ENOTFOUND, "'%s'", absent[i]);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("params");
@@ -266,6 +302,7 @@ int main(void)
     tcase_add_test(tc, test_header_cards);
     tcase_add_test(tc, test_config_keys);
     tcase_add_test(tc, test_listen);
+    tcase_add_test(tc, test_zarr_keys);
     suite_add_tcase(s, tc);
     return tt_run_suite(s);
 }

@@ -50,6 +50,25 @@ void handle_cutout_post(hreq *r, const route_match *m);
  * {xy|xz|yz}/{W}_{H}/{X}_{Y}_{Z}.fmt. */
 void handle_slice(hreq *r, const route_match *m);
 
+/* How a slice answers: rendered (the rendering parameters apply), or its stored values
+ * (the dataset's zarr_dtype_of type) as a greyscale PNG with row 0 at the top = the
+ * highest y, as renderings show it (stretch=none: 8-bit for uint8, 16-bit for uint16
+ * datasets), as a greyscale PNG with row 0 = the first row of the cut (the DVID route),
+ * or as raw little-endian values of that type, first row first (DVID's octet-stream). */
+typedef enum { SLICE_RENDERED, SLICE_GREY_PNG, SLICE_DVID_PNG, SLICE_OCTETS } slice_answer;
+
+/* Checks the cut `s` of d against the dataset and the limits, then answers it as `how`
+ * (from the cache or on the pool); `rp` is used for SLICE_RENDERED only.  Answers 400
+ * (outside the dataset; a PNG of values that are not uint8 or uint16), 413, or the
+ * slice (slices.c). */
+struct slice_params;
+void slice_serve(hreq *r, const dataset *d, const struct slice_params *s,
+                 const render_params *rp, slice_answer how);
+
+/* GET /api/node/{uuid}/{name}/raw/{dims}/{size}/{offset}[/{format}] (dvid.c): DVID's raw
+ * reads of a 2-D cut, m->rest is the part after "/api/node/". */
+void handle_dvid(hreq *r, const route_match *m);
+
 /* GET /zarr/{name}/{key} (zarr.c; key parser in zarr.h): m->ds, and m->rest the key. */
 void handle_zarr(hreq *r, const route_match *m);
 

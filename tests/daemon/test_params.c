@@ -8,6 +8,7 @@
 
 #include "daemon/config.h"
 #include "daemon/api/cutout.h"
+#include "daemon/api/dvid.h"
 #include "daemon/api/params.h"
 #include "daemon/api/slices.h"
 #include "daemon/api/zarr.h"
@@ -292,6 +293,41 @@ START_TEST(test_zarr_keys)
 }
 END_TEST
 
+START_TEST(test_dvid_path)
+{
+    dvid_params p;
+    param_error e;
+    ck_assert_int_eq(dvid_parse_path("3f8c/m13/raw/0_1/512_256/0_0_100", &p, &e), 0);
+    ck_assert_str_eq(p.name, "m13");
+    ck_assert_str_eq(p.cut.plane, "xy");
+    ck_assert_int_eq(p.cut.w, 512);
+    ck_assert_int_eq(p.cut.h, 256);
+    ck_assert_int_eq(p.cut.z, 100);
+    ck_assert_int_eq(p.octets, 0);
+    ck_assert_int_eq(dvid_parse_path("a/em/raw/1_2/10_20/3_4_5/octet-stream", &p, &e), 0);
+    ck_assert_str_eq(p.cut.plane, "yz");
+    ck_assert_int_eq(p.cut.x, 3);
+    ck_assert_int_eq(p.cut.y, 4);
+    ck_assert_int_eq(p.cut.z, 5);
+    ck_assert_int_eq(p.octets, 1);
+    ck_assert_int_eq(p.cut.format, FMT_RAW);
+    ck_assert_int_eq(dvid_parse_path("a/em/raw/xz/10_20/3_4_5/png", &p, &e), 0);
+    ck_assert_str_eq(p.cut.plane, "xz");
+    static const struct {
+        const char *path, *parameter;
+    } bad[] = {{"a/em/isotropic/0_1/1_1/0_0_0", "path"}, {"a", "path"},
+               {"/em/raw/0_1/1_1/0_0_0", "path"}, {"a/em/raw/0_1_2/1_1_1/0_0_0", "dims"},
+               {"a/em/raw/0_1/1/0_0_0", "size"}, {"a/em/raw/0_1/0_5/0_0_0", "size"},
+               {"a/em/raw/0_1/70000_5/0_0_0", "size"}, {"a/em/raw/0_1/5_5/0_0", "offset"},
+               {"a/em/raw/0_1/5_5/0_0_x", "offset"}, {"a/em/raw/0_1/5_5/0_0_0/jpg:80", "format"},
+               {"a/em/raw/0_1/5_5/0_0_0/", "format"}};
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        ck_assert_msg(dvid_parse_path(bad[i].path, &p, &e) == TESS_EINVAL, "'%s'", bad[i].path);
+        ck_assert_str_eq(e.parameter, bad[i].parameter);
+    }
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("params");
@@ -303,6 +339,7 @@ int main(void)
     tcase_add_test(tc, test_config_keys);
     tcase_add_test(tc, test_listen);
     tcase_add_test(tc, test_zarr_keys);
+    tcase_add_test(tc, test_dvid_path);
     suite_add_tcase(s, tc);
     return tt_run_suite(s);
 }

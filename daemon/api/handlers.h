@@ -120,8 +120,8 @@ void handle_hips(hreq *r, const route_match *m);
 void handle_iiif(hreq *r, const route_match *m);
 
 /* GET / (the viewer's index.html), /viewer/{path} (files of the viewer directory) and
- * /vendor/{package}/{path} (files of the npm packages aladin-lite, openseadragon and uplot
- * under node_modules) (viewer.c), by the whole URL path r->url.  Only files inside those
+ * /vendor/{package}/{path} (files of the npm packages aladin-lite, openseadragon, uplot and
+ * neuroglancer, the prebuilt bundle of @janelia-flyem/neuroglancer, under node_modules) (viewer.c), by the whole URL path r->url.  Only files inside those
  * directories (after resolving links) with a known extension are served; anything else is
  * 404.  The directories: $TESSERA_VIEWER_DIR / $TESSERA_NODE_MODULES when set, else the
  * build's viewer/ and node_modules/ of the source tree. */

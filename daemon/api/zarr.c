@@ -1,18 +1,22 @@
 /* GET /zarr/{name}/{key}: every dataset as a read-only Zarr store (v2 and v3) with OME-Zarr metadata.
  *
  * The store is a group (OME-Zarr 0.4 "multiscales" in its .zattrs, 0.5 under "ome" in its
- * v3 zarr.json) of one level, the array "0": shape (ny, nx) for an image, (nz, ny, nx)
+ * v3 zarr.json) of levels: the array "0", shape (ny, nx) for an image, (nz, ny, nx)
  * for a cube or stack, numpy order, so that index [z, y, x] is pixel (x, y) of plane z as
  * every other route numbers it (y = 0 is FITS row 1; for PNG frames the last row of the
  * file, engine/image/stack.h).  Its dtype holds the physical values: integers when the
  * stored type, BSCALE, BZERO and BLANK allow (zarr_dtype_of), else float32 with NaN for
  * blanks.  Chunks are planes (1, cy, cx) cut into at most 1024 x 1024 pieces of near equal
- * size; when a rechunk job has attached its profile copy, the array "profile" holds the
+ * size.  Levels "1", "2" ... halve the planes (y and x) while the level below has a side
+ * over 256 pixels: the server's reduced planes (daemon/cache/planes.h, 2x2 means of finite
+ * pixels), rounded for integer types.  When a rechunk job has attached its profile copy,
+ * the array "profile" holds the
  * same values in chunks (nz, p, p), so that the series of a pixel is one chunk.  Chunks
  * are made on demand from the dataset's reader, Blosc-compressed (lz4, byte shuffle), cached
  * like tiles (with ETags); a chunk outside the grid is 404, which Zarr reads as missing. */
 #include "daemon/api/handlers.h"
 #include "daemon/api/zarr.h"
+#include "daemon/cache/planes.h"
 #include "daemon/jobs/job_common.h"
 #include "daemon/problem.h"
 #include "engine/base/error.h"
@@ -72,12 +76,17 @@ int zarr_parse_key(const char *s, zarr_key *k)
             k->kind = group[i].kind;
             return 0;
         }
-    if (strncmp(s, "0/", 2) == 0) {
-        k->array = ZARR_ARRAY_LEVEL0;
-        s += 2;
-    } else if (strncmp(s, "profile/", 8) == 0) {
+    if (strncmp(s, "profile/", 8) == 0) {
         k->array = ZARR_ARRAY_PROFILE;
         s += 8;
+    } else if (isdigit((unsigned char)s[0]) && s[1] == '/') {
+        k->array = s[0] - '0';
+        s += 2;
+    } else if (s[0] >= '1' && s[0] <= '9' && isdigit((unsigned char)s[1]) && s[2] == '/') {
+        k->array = (s[0] - '0') * 10 + (s[1] - '0');
+        s += 3;
+        if (k->array > ZARR_MAX_LEVEL)
+            return TESS_ENOTFOUND;
     } else {
         return TESS_ENOTFOUND;
     }
@@ -133,8 +142,25 @@ typedef struct zarr_geom {
     int ndim;
     long shape[3], chunks[3];
     zchunk_dtype dtype;
+    int level;                /* the reduction level (0 for the profile array) */
     char profile[PATH_MAX];   /* ZARR_ARRAY_PROFILE: the chunk store's path */
 } zarr_geom;
+
+/* Levels go on while the level below has a side over this many pixels. */
+#define ZARR_LEVEL_MIN_SIDE 256
+
+/* The number of levels of d: 1, and one more for each halving of a plane whose larger
+ * side is still over ZARR_LEVEL_MIN_SIDE (m13, 1392 x 1040: 0..3). */
+static int zarr_nlevels(const dataset *d)
+{
+    int n = 1;
+    long side = d->nx > d->ny ? d->nx : d->ny;
+    while (side > ZARR_LEVEL_MIN_SIDE && n <= ZARR_MAX_LEVEL) {
+        side = (side + 1) / 2;
+        n++;
+    }
+    return n;
+}
 
 /* The side of the chunks of an axis of n pixels: n cut into ceil(n / 1024) near equal
  * pieces. */
@@ -144,9 +170,10 @@ static long plane_chunk(long n)
     return (n + pieces - 1) / pieces;
 }
 
-/* Fills g for array `a` of d.  Returns 0, or TESS_ENOTFOUND (no profile copy attached,
- * or it cannot be read). */
-static int zarr_geometry(const dataset *d, zarr_array_id a, zarr_geom *g)
+/* Fills g for array `a` (a level or ZARR_ARRAY_PROFILE) of d.  Returns 0, or
+ * TESS_ENOTFOUND (a level past zarr_nlevels, no profile copy attached, or it cannot be
+ * read). */
+static int zarr_geometry(const dataset *d, int a, zarr_geom *g)
 {
     memset(g, 0, sizeof(*g));
     if (a == ZARR_ARRAY_PROFILE) {
@@ -160,19 +187,23 @@ static int zarr_geometry(const dataset *d, zarr_array_id a, zarr_geom *g)
         long p = in.tx < in.ty ? in.tx : in.ty;
         while (p > 1 && d->nz * p * p > ZARR_PROFILE_ELEMENTS)
             p /= 2;
-        *g = (zarr_geom){3, {d->nz, d->ny, d->nx}, {d->nz, p, p}, of_cs[in.dtype], ""};
+        *g = (zarr_geom){3, {d->nz, d->ny, d->nx}, {d->nz, p, p}, of_cs[in.dtype], 0, ""};
         dataset_profile_path(d, g->profile, sizeof(g->profile));
         return 0;
     }
+    if (a < 0 || a >= zarr_nlevels(d))
+        return TESS_ENOTFOUND;
     g->dtype = zarr_dtype_of(d);
-    long cy = plane_chunk(d->ny), cx = plane_chunk(d->nx);
+    g->level = a;
+    long ny = (d->ny + (1L << a) - 1) >> a, nx = (d->nx + (1L << a) - 1) >> a;
+    long cy = plane_chunk(ny), cx = plane_chunk(nx);
     if (d->kind == DS_IMAGE) {
         g->ndim = 2;
-        g->shape[0] = d->ny, g->shape[1] = d->nx;
+        g->shape[0] = ny, g->shape[1] = nx;
         g->chunks[0] = cy, g->chunks[1] = cx;
     } else {
         g->ndim = 3;
-        g->shape[0] = d->nz, g->shape[1] = d->ny, g->shape[2] = d->nx;
+        g->shape[0] = d->nz, g->shape[1] = ny, g->shape[2] = nx;
         g->chunks[0] = 1, g->chunks[1] = cy, g->chunks[2] = cx;
     }
     return 0;
@@ -271,22 +302,33 @@ static json_t *axis_json(const dataset *d, const char *name, int fits_axis, doub
     return json_pack("{s:s, s:s}", "name", name, "type", type);
 }
 
-/* The "multiscales" entry of d (without "version" when `v05`: 0.5 has it under "ome"). */
+/* The "multiscales" entry of d (without "version" when `v05`: 0.5 has it under "ome"):
+ * one dataset a level, level k scaled by 2^k along y and x. */
 static json_t *multiscale_json(const dataset *d, int v05)
 {
     int ndim = d->kind == DS_IMAGE ? 2 : 3;
-    json_t *axes = json_array(), *scale = json_array();
+    json_t *axes = json_array(), *levels = json_array();
     static const char *const names[] = {"z", "y", "x"};
-    for (int i = 3 - ndim; i < 3; i++) {
-        double s = 1;
-        json_array_append_new(axes, axis_json(d, names[i], 3 - i, &s));
-        json_array_append_new(scale, json_real(s));
+    double s[3] = {1, 1, 1};
+    for (int i = 3 - ndim; i < 3; i++)
+        json_array_append_new(axes, axis_json(d, names[i], 3 - i, &s[i]));
+    for (int k = 0; k < zarr_nlevels(d); k++) {
+        json_t *scale = json_array();
+        for (int i = 3 - ndim; i < 3; i++)
+            json_array_append_new(scale, json_real(i == 0 ? s[i] : s[i] * (double)(1L << k)));
+        char path[4];
+        snprintf(path, sizeof path, "%d", k);
+        json_array_append_new(levels, json_pack("{s:s, s:[{s:s, s:o}]}", "path", path,
+                                                "coordinateTransformations", "type", "scale",
+                                                "scale", scale));
     }
-    json_t *m = json_pack("{s:s, s:o, s:[{s:s, s:[{s:s, s:o}]}]}", "name", d->name, "axes",
-                          axes, "datasets", "path", "0", "coordinateTransformations", "type",
-                          "scale", "scale", scale);
+    json_t *m = json_pack("{s:s, s:o, s:o}", "name", d->name, "axes", axes, "datasets", levels);
     if (m && !v05)
         json_object_set_new(m, "version", json_string("0.4"));
+    if (m && zarr_nlevels(d) > 1)
+        json_object_set_new(m, "metadata", json_pack("{s:s}", "method",
+                            "means of the finite pixels of 2x2 blocks of the level below "
+                            "(Tessera's reduced planes), rounded for integer types"));
     return m;
 }
 
@@ -321,11 +363,19 @@ static json_t *array_attrs_json(int ndim)
 }
 
 /* .zmetadata: every v2 document of the store in one (zarr's consolidated format 1). */
-static json_t *consolidated_json(const dataset *d, const zarr_geom *g0, const zarr_geom *gp)
+static json_t *consolidated_json(const dataset *d, const zarr_geom *gp)
 {
-    json_t *md = json_pack("{s:{s:i}, s:o, s:o, s:o}", ".zgroup", "zarr_format", 2, ".zattrs",
-                           group_attrs_json(d, gp != NULL), "0/.zarray", zarray_json(g0),
-                           "0/.zattrs", array_attrs_json(g0->ndim));
+    json_t *md = json_pack("{s:{s:i}, s:o}", ".zgroup", "zarr_format", 2, ".zattrs",
+                           group_attrs_json(d, gp != NULL));
+    for (int k = 0; md && k < zarr_nlevels(d); k++) {
+        zarr_geom g;
+        char key[16];
+        zarr_geometry(d, k, &g);
+        snprintf(key, sizeof key, "%d/.zarray", k);
+        json_object_set_new(md, key, zarray_json(&g));
+        snprintf(key, sizeof key, "%d/.zattrs", k);
+        json_object_set_new(md, key, array_attrs_json(g.ndim));
+    }
     if (md && gp) {
         json_object_set_new(md, "profile/.zarray", zarray_json(gp));
         json_object_set_new(md, "profile/.zattrs", array_attrs_json(gp->ndim));
@@ -337,11 +387,34 @@ static json_t *consolidated_json(const dataset *d, const zarr_geom *g0, const za
 
 typedef struct zarr_job {
     const dataset *ds;
+    tserver *srv;             /* its plane store, for the reduced levels */
     zarr_geom g;
     zarr_key k;
 } zarr_job;
 
-/* Reads the values of chunk k of the level-0 array into full (the chunk's shape, fill
+/* The w x h region at (x0, y0) of plane z at the chunk's level > 0, from the server's
+ * plane store (daemon/cache/planes.h: 2x2 means of finite pixels, level by level), into
+ * rows of chunks[n - 1] values of full; rounded to the nearest integer (halves up) for
+ * integer types, whose means stay in range. */
+static int read_reduced_chunk(const struct zarr_job *j, long z, long x0, long y0, long w,
+                              long h, double *full, char *err, size_t errlen)
+{
+    plane_view v;
+    int rc = planestore_get(j->srv->planes, j->ds, z, j->g.level, &v, err, errlen);
+    if (rc)
+        return rc;
+    long cx = j->g.chunks[j->g.ndim - 1];
+    int integer = zchunk_is_integer(j->g.dtype);
+    for (long y = 0; y < h; y++)
+        for (long x = 0; x < w; x++) {
+            double val = rp_plane_get(v.plane, x0 + x, y0 + y);
+            full[y * cx + x] = integer ? floor(val + 0.5) : val;
+        }
+    planestore_release(j->srv->planes, &v);
+    return 0;
+}
+
+/* Reads the values of chunk k of a level's array into full (the chunk's shape, fill
  * values where it passes the edge).  Returns 0 or a TESS_E* code with err. */
 static int read_plane_chunk(const zarr_job *j, double *full, char *err, size_t errlen)
 {
@@ -352,6 +425,8 @@ static int read_plane_chunk(const zarr_job *j, double *full, char *err, size_t e
     long y0 = j->k.idx[n - 2] * cy, x0 = j->k.idx[n - 1] * cx;
     long h = g->shape[n - 2] - y0 < cy ? g->shape[n - 2] - y0 : cy;
     long w = g->shape[n - 1] - x0 < cx ? g->shape[n - 1] - x0 : cx;
+    if (g->level > 0)
+        return read_reduced_chunk(j, z, x0, y0, w, h, full, err, errlen);
     if (w == cx && h == cy)
         return dataset_read_region(j->ds, z, x0, y0, w, h, full, err, errlen);
     double *part = malloc((size_t)w * (size_t)h * sizeof(double));
@@ -456,9 +531,9 @@ static void chunk_request(hreq *r, const dataset *d, const zarr_geom *g, const z
     zarr_job *j = calloc(1, sizeof(*j));
     char version[64];
     dataset_version(d, version, sizeof version);
-    if (!j || asprintf(&r->cache_key, "zarr|%s|%s|%s|%d|%ld|%ld|%ld", d->name, version,
-                       k->array == ZARR_ARRAY_PROFILE ? g->profile : "0", k->v3, k->idx[0],
-                       k->idx[1], k->nidx == 3 ? k->idx[2] : -1L) < 0) {
+    if (!j || asprintf(&r->cache_key, "zarr|%s|%s|%s|%d|%d|%ld|%ld|%ld", d->name, version,
+                       k->array == ZARR_ARRAY_PROFILE ? g->profile : "", k->array, k->v3,
+                       k->idx[0], k->idx[1], k->nidx == 3 ? k->idx[2] : -1L) < 0) {
         r->cache_key = NULL;
         free(j);
         problem_reply(r, 500, NULL, "out of memory");
@@ -469,6 +544,7 @@ static void chunk_request(hreq *r, const dataset *d, const zarr_geom *g, const z
         return;
     }
     j->ds = d;
+    j->srv = r->srv;
     j->g = *g;
     j->k = *k;
     hreq_run_async(r, zarr_chunk_work, j, free);
@@ -486,20 +562,23 @@ void handle_zarr(hreq *r, const route_match *m)
                       m->rest);
         return;
     }
-    zarr_geom g0, gp;
-    zarr_geometry(d, ZARR_ARRAY_LEVEL0, &g0);
+    zarr_geom ga, gp;
     int has_profile = zarr_geometry(d, ZARR_ARRAY_PROFILE, &gp) == 0;
-    const zarr_geom *g = k.array == ZARR_ARRAY_PROFILE ? &gp : &g0;
+    const zarr_geom *g = k.array == ZARR_ARRAY_PROFILE ? &gp : &ga;
     if (k.kind >= ZARR_KEY_ZARRAY && k.array == ZARR_ARRAY_PROFILE && !has_profile) {
         problem_reply(r, 404, NULL, "'%s' has no profile copy (a rechunk job makes one)",
                       d->name);
+        return;
+    }
+    if (k.kind >= ZARR_KEY_ZARRAY && k.array >= 0 && zarr_geometry(d, k.array, &ga)) {
+        problem_reply(r, 404, NULL, "'%s' has levels 0..%d", d->name, zarr_nlevels(d) - 1);
         return;
     }
     switch (k.kind) {
     case ZARR_KEY_ZGROUP: reply_doc(r, json_pack("{s:i}", "zarr_format", 2)); break;
     case ZARR_KEY_ZATTRS: reply_doc(r, group_attrs_json(d, has_profile)); break;
     case ZARR_KEY_ZMETADATA:
-        reply_doc(r, consolidated_json(d, &g0, has_profile ? &gp : NULL));
+        reply_doc(r, consolidated_json(d, has_profile ? &gp : NULL));
         break;
     case ZARR_KEY_GROUP_V3: reply_doc(r, group_v3_json(d, has_profile)); break;
     case ZARR_KEY_ZARRAY: reply_doc(r, zarray_json(g)); break;

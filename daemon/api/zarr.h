@@ -2,9 +2,10 @@
 #ifndef TESSERA_HANDLERS_ZARR_H
 #define TESSERA_HANDLERS_ZARR_H
 
-/* What a key names.  The store of a dataset is a group holding the array "0" (the
- * dataset at full resolution) and, once a rechunk job has attached a profile copy, the
- * array "profile" (the same values chunked along z):
+/* What a key names.  The store of a dataset is a group holding the arrays "0" (the
+ * dataset at full resolution), "1", "2" ... (its planes reduced by 2, 4 ...) and, once
+ * a rechunk job has attached a profile copy, the array "profile" (the level-0 values
+ * chunked along z):
  *   .zgroup  .zattrs  .zmetadata           the group (v2; .zmetadata: consolidated)
  *   zarr.json                              the group (v3)
  *   {array}/.zarray  {array}/.zattrs       an array (v2)
@@ -17,11 +18,14 @@ typedef enum {
     ZARR_KEY_ZARRAY, ZARR_KEY_ARRAY_ZATTRS, ZARR_KEY_ARRAY_V3, ZARR_KEY_CHUNK
 } zarr_key_kind;
 
-typedef enum { ZARR_ARRAY_LEVEL0, ZARR_ARRAY_PROFILE } zarr_array_id;
+/* The array of a key: a level 0..ZARR_MAX_LEVEL, or ZARR_ARRAY_PROFILE. */
+#define ZARR_MAX_LEVEL 30
+#define ZARR_ARRAY_PROFILE (-1)
 
 typedef struct zarr_key {
     zarr_key_kind kind;
-    zarr_array_id array;      /* the array keys */
+    int array;                /* the array keys: the level (decimal, no leading zero) or
+                                 ZARR_ARRAY_PROFILE */
     int v3;                   /* chunks: 1 for a v3 key ("c/..."), else 0 */
     int nidx;                 /* chunks: 2 or 3 indices */
     long idx[3];              /* chunks: the chunk's grid position, numpy axis order */

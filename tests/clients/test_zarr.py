@@ -116,6 +116,23 @@ class TestZarr(unittest.TestCase):
         np.testing.assert_allclose(s.mean(axis=(1, 2)).compute(), mean_xy, rtol=1e-12)
         np.testing.assert_allclose(mean_xy, files.mean(axis=(1, 2)), rtol=1e-12)
 
+    def test_reduced_levels(self):
+        g = zarr.open_consolidated(f"{self.base}/zarr/m13", mode="r")
+        ms = g.attrs["multiscales"][0]["datasets"]
+        self.assertEqual([d["path"] for d in ms], ["0", "1", "2", "3"])   # 1392 .. 174
+        self.assertEqual(ms[2]["coordinateTransformations"][0]["scale"], [1.0, 4.0, 4.0])
+        ref = self.m13_frames().astype(np.float64)
+        l1 = g["1"]
+        self.assertEqual((l1.shape, l1.dtype), ((5, 520, 696), np.uint16))
+        # 2x2 means (1392 x 1040 halves exactly), rounded halves up.
+        means = ref.reshape(5, 520, 2, 696, 2).mean(axis=(2, 4))
+        np.testing.assert_array_equal(l1[:], np.floor(means + 0.5))
+        self.assertEqual(g["3"].shape, (5, 130, 174))
+        one = zarr.open(f"{self.base}/zarr/horsehead", mode="r")
+        self.assertEqual(one["2"].shape, (224, 223))   # ceil(893 / 4), ceil(891 / 4)
+        attrs = json.loads(self.srv.get("/zarr/l1448_13co/.zattrs")[2])
+        self.assertEqual(len(attrs["multiscales"][0]["datasets"]), 1)   # 105 x 105: one
+
     # ---- metadata, keys, caching ----------------------------------------------------
 
     def test_group_metadata(self):
@@ -139,7 +156,8 @@ class TestZarr(unittest.TestCase):
         self.assertEqual(cube["fill_value"], "NaN")
 
     def test_absent_keys_and_etags(self):
-        for key in ["/zarr/m13/0/5/0/0", "/zarr/m13/0/0/2/0", "/zarr/m13/0/0/0", "/zarr/m13/1/.zarray",
+        for key in ["/zarr/m13/0/5/0/0", "/zarr/m13/0/0/2/0", "/zarr/m13/0/0/0", "/zarr/m13/4/.zarray",
+                    "/zarr/l1448_13co/1/.zarray", "/zarr/m13/4/0/0/0",
                     "/zarr/m13/0/.zgroup", "/zarr/m13/profile/.zarray", "/zarr/nosuch/.zgroup",
                     "/zarr/horsehead/0/0/0/0"]:
             self.assertEqual(self.srv.get(key)[0], 404, key)

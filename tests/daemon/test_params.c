@@ -269,7 +269,13 @@ START_TEST(test_zarr_keys)
     ck_assert_int_eq(k.kind, ZARR_KEY_GROUP_V3);
     ck_assert_int_eq(zarr_parse_key("0/.zarray", &k), 0);
     ck_assert_int_eq(k.kind, ZARR_KEY_ZARRAY);
-    ck_assert_int_eq(k.array, ZARR_ARRAY_LEVEL0);
+    ck_assert_int_eq(k.array, 0);
+    ck_assert_int_eq(zarr_parse_key("12/.zattrs", &k), 0);
+    ck_assert_int_eq(k.array, 12);
+    ck_assert_int_eq(k.kind, ZARR_KEY_ARRAY_ZATTRS);
+    ck_assert_int_eq(zarr_parse_key("3/0/1/2", &k), 0);
+    ck_assert_int_eq(k.array, 3);
+    ck_assert_int_eq(k.idx[2], 2);
     ck_assert_int_eq(zarr_parse_key("profile/zarr.json", &k), 0);
     ck_assert_int_eq(k.kind, ZARR_KEY_ARRAY_V3);
     ck_assert_int_eq(k.array, ZARR_ARRAY_PROFILE);
@@ -284,7 +290,8 @@ START_TEST(test_zarr_keys)
     ck_assert_int_eq(k.nidx, 2);
     ck_assert_int_eq(k.idx[1], 2);
     /* What a store does not hold: 404. */
-    static const char *const absent[] = {"", "0", "0/", ".zarray", "0/.zgroup", "1/.zarray",
+    static const char *const absent[] = {"", "0", "0/", ".zarray", "0/.zgroup", "01/.zarray",
+                                         "31/.zarray", "100/.zarray", "a/.zarray",
                                          "0/1", "0/1/2/3/4", "0/1//2", "0/1/2/", "0/a/1",
                                          "0/1.2", "0/-1/0", "0/c/1", "0/1234567890123/0",
                                          "profile/.zgroup", "0/.zattrs/x"};

@@ -11,7 +11,6 @@
 #include "daemon/problem.h"
 #include "engine/base/error.h"
 
-#include <ctype.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -21,18 +20,10 @@ static int path_numbers(const char **s, long *out, int n)
 {
     const char *q = *s;
     for (int i = 0; i < n; i++) {
-        long v = 0;
-        int digits = 0;
-        while (isdigit((unsigned char)*q)) {
-            if (++digits > 12)
-                return TESS_EINVAL;
-            v = v * 10 + (*q++ - '0');
-        }
-        if (digits == 0)
+        if (param_path_digits(&q, &out[i]))
             return TESS_EINVAL;
         if (i + 1 < n ? *q != '_' : (*q != '\0' && *q != '/'))
             return TESS_EINVAL;
-        out[i] = v;
         if (*q)
             q++;
     }

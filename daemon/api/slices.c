@@ -14,7 +14,6 @@
 #include "daemon/problem.h"
 #include "engine/base/error.h"
 
-#include <ctype.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -24,15 +23,8 @@
 static int path_long(const char **s, const char *stops, long *out)
 {
     const char *q = *s;
-    long v = 0;
-    int n = 0;
-    while (isdigit((unsigned char)*q)) {
-        if (++n > 12)
-            return TESS_EINVAL;
-        v = v * 10 + (*q - '0');
-        q++;
-    }
-    if (n == 0 || !*q || !strchr(stops, *q))
+    long v;
+    if (param_path_digits(&q, &v) || !*q || !strchr(stops, *q))
         return TESS_EINVAL;
     *out = v;
     *s = q + 1;

@@ -47,14 +47,8 @@ static int parse_indices(const char *s, zarr_key *k)
     while (*s) {
         if (k->nidx == 3)
             return TESS_ENOTFOUND;
-        long v = 0;
-        int n = 0;
-        while (isdigit((unsigned char)*s)) {
-            if (++n > 12)
-                return TESS_ENOTFOUND;
-            v = v * 10 + (*s++ - '0');
-        }
-        if (n == 0 || (*s && *s != '/') || (*s == '/' && !s[1]))
+        long v;
+        if (param_path_digits(&s, &v) || (*s && *s != '/') || (*s == '/' && !s[1]))
             return TESS_ENOTFOUND;
         k->idx[k->nidx++] = v;
         if (*s == '/')

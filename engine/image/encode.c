@@ -68,6 +68,20 @@ static void png_quiet_warning(png_structp png, png_const_charp msg)
     (void)msg;
 }
 
+/* A libpng write struct and its info struct that report errors by longjmp, without
+ * printing.  Returns 0, or TESS_ENOMEM with nothing left allocated. */
+static int png_start(png_structp *png, png_infop *info)
+{
+    *png = png_create_write_struct(PNG_LIBPNG_VER_STRING, NULL, png_quiet_error,
+                                   png_quiet_warning);
+    *info = *png ? png_create_info_struct(*png) : NULL;
+    if (!*info) {
+        png_destroy_write_struct(png, NULL);
+        return TESS_ENOMEM;
+    }
+    return 0;
+}
+
 /* Maps the pixels to indices into at most 256 distinct RGBA colours, as renderings
  * through a colour map (256 levels plus transparent) always are.  pal[] receives the
  * colours as 0xRRGGBBAA, idx[] one byte a pixel.  Returns the number of colours, or -1
@@ -128,11 +142,9 @@ int png_encode_rgba(const uint8_t *rgba, long w, long h, unsigned char **out, si
         free(m->scratch);
         m->scratch = NULL;
     }
-    png_structp png = png_create_write_struct(PNG_LIBPNG_VER_STRING, NULL,
-                                              png_quiet_error, png_quiet_warning);
-    png_infop info = png ? png_create_info_struct(png) : NULL;
-    if (!info) {
-        png_destroy_write_struct(&png, NULL);
+    png_structp png;
+    png_infop info;
+    if (png_start(&png, &info)) {
         free(m->scratch);
         free(m);
         return TESS_ENOMEM;
@@ -202,11 +214,9 @@ int png_encode_grey(const void *samples, long w, long h, int bits, unsigned char
     png_mem *m = calloc(1, sizeof *m);
     if (!m)
         return TESS_ENOMEM;
-    png_structp png = png_create_write_struct(PNG_LIBPNG_VER_STRING, NULL,
-                                              png_quiet_error, png_quiet_warning);
-    png_infop info = png ? png_create_info_struct(png) : NULL;
-    if (!info) {
-        png_destroy_write_struct(&png, NULL);
+    png_structp png;
+    png_infop info;
+    if (png_start(&png, &info)) {
         free(m);
         return TESS_ENOMEM;
     }

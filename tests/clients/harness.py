@@ -120,3 +120,16 @@ class Server:
 
     def __exit__(self, *exc):
         self.stop()
+
+
+def need_module(name):
+    """Imports and returns the Python module NAME, or skips the calling test when it is not
+    installed (scripts/setup.sh installs Debian's python3-NAME); in CI (CI=true) a missing
+    module is a failure instead."""
+    import importlib
+    try:
+        return importlib.import_module(name)
+    except ImportError:
+        if os.environ.get("CI") == "true":
+            raise AssertionError(f"Python module {name} is not installed (scripts/setup.sh)")
+        raise unittest.SkipTest(f"Python module {name} is not installed (scripts/setup.sh)")

@@ -1,6 +1,7 @@
 """Zarr over HTTP with the real clients: zarr-python 2 and dask (fsspec/aiohttp) read
-/zarr/{name} of an image, a cube, a FITS stack and a PNG stack (tessera mkstack); the values
-equal astropy's and skimage's reading of the files and the slice API; dask's reductions
+/zarr/{name} of an image, a cube, a FITS stack, a PNG stack (tessera mkstack) and TIFF
+frames and a TIFF cube (tifffile); the values equal astropy's, skimage's and tifffile's
+reading of the files and the slice API; dask's reductions
 equal the reduce route; a rechunk job's profile copy serves series as one chunk; and
 skimage.io.imread reads the DVID-shaped raw route and stretch=none slices."""
 import glob
@@ -21,6 +22,7 @@ try:
     import dask.array as da
     import numcodecs
     import skimage.io
+    import tifffile
     import zarr
     from astropy.io import fits
 except ImportError as e:   # scripts/setup.sh installs them
@@ -44,9 +46,21 @@ class TestZarr(unittest.TestCase):
                         "-o", cls.em, "--format", "png", "--bitpix", "8"], check=True,
                        stdout=subprocess.DEVNULL, timeout=60)
         cls.em_frames = sorted(glob.glob(os.path.join(cls.em, "frame_*.png")))
+        # TIFF: 16-bit frames (one file each) and a multi-page float32 cube, by tifffile
+        rng = np.random.default_rng(5)
+        cls.tif_frames = rng.integers(0, 65536, size=(4, 70, 90), dtype=np.uint16)
+        cls.tif_cube = (rng.standard_normal((3, 40, 50)) * 10).astype(np.float32)
+        tif = os.path.join(cls.tmp, "tif")
+        os.mkdir(tif)
+        for k, f in enumerate(cls.tif_frames):
+            tifffile.imwrite(os.path.join(tif, "t%02d.tif" % k), f, compression="zlib")
+        tifffile.imwrite(os.path.join(tif, "cube.tif"), cls.tif_cube, tile=(16, 16),
+                         photometric="minisblack")
         cls.srv = Server(datasets=[{"name": "em", "frames": os.path.join(cls.em,
-                                                                       "frame_*.png")}],
-                         roots=[cls.em])
+                                                                       "frame_*.png")},
+                                   {"name": "tframes", "frames": os.path.join(tif, "t*.tif")},
+                                   {"name": "tcube", "path": os.path.join(tif, "cube.tif")}],
+                         roots=[cls.em, tif])
         cls.base = cls.srv.base
 
     @classmethod
@@ -132,6 +146,20 @@ class TestZarr(unittest.TestCase):
         self.assertEqual(one["2"].shape, (224, 223))   # ceil(893 / 4), ceil(891 / 4)
         attrs = json.loads(self.srv.get("/zarr/l1448_13co/.zattrs")[2])
         self.assertEqual(len(attrs["multiscales"][0]["datasets"]), 1)   # 105 x 105: one
+
+    def test_tiff_stacks(self):
+        # y = 0 is the last TIFF row, as for PNG frames (engine/image/stack.h).
+        s = da.from_zarr(f"{self.base}/zarr/tframes/0")
+        self.assertEqual((s.shape, s.dtype), ((4, 70, 90), np.uint16))
+        np.testing.assert_array_equal(s.compute(), self.tif_frames[:, ::-1, :])
+        np.testing.assert_allclose(
+            s.mean(axis=(1, 2)).compute(),
+            self.npy("/api/v1/datasets/tframes/reduce?op=mean&axis=xy&format=npy"), rtol=1e-12)
+        c = zarr.open(f"{self.base}/zarr/tcube/0", mode="r")
+        self.assertEqual((c.shape, c.dtype), ((3, 40, 50), np.float32))
+        np.testing.assert_array_equal(c[:], self.tif_cube[:, ::-1, :])
+        im = skimage.io.imread(f"{self.base}/api/node/u/tframes/raw/0_1/90_70/0_0_1")
+        np.testing.assert_array_equal(im, self.tif_frames[1][::-1])
 
     # ---- metadata, keys, caching ----------------------------------------------------
 

@@ -40,6 +40,8 @@ const route routes[] = {
      handle_series, NULL},
     {"dataset.reduce", ROUTE_GET, "/api/v1/datasets/{dataset}/reduce", prepare_dataset,
      handle_reduce, NULL},
+    {"zarr", ROUTE_GET, "/zarr/{dataset}/*", prepare_dataset, handle_zarr, NULL},
+    {"dvid.raw", ROUTE_GET, "/api/node/*", NULL, handle_dvid, NULL},
     {"viewer", ROUTE_GET, "/", NULL, handle_viewer, NULL},
     {"viewer", ROUTE_GET, "/viewer/*", NULL, handle_viewer, NULL},
     {"viewer.vendor", ROUTE_GET, "/vendor/*", NULL, handle_viewer, NULL},

@@ -10,6 +10,8 @@
 
 #include "daemon/http.h"
 #include "daemon/routes.h"
+#include "daemon/api/params.h"
+#include "engine/image/zchunk.h"
 
 /* The dataset named by name[0..len) (not terminated), or NULL after a 404 problem reply
  * (parameter "dataset") when the catalog has none of that name (datasets.c). */
@@ -47,6 +49,34 @@ void handle_cutout_post(hreq *r, const route_match *m);
 /* GET /api/v1/datasets/{name}/slice/{rest} (slices.c; parser in slices.h): m->rest is
  * {xy|xz|yz}/{W}_{H}/{X}_{Y}_{Z}.fmt. */
 void handle_slice(hreq *r, const route_match *m);
+
+/* How a slice answers: rendered (the rendering parameters apply), or its stored values
+ * (the dataset's zarr_dtype_of type) as a greyscale PNG with row 0 at the top = the
+ * highest y, as renderings show it (stretch=none: 8-bit for uint8, 16-bit for uint16
+ * datasets), as a greyscale PNG with row 0 = the first row of the cut (the DVID route),
+ * or as raw little-endian values of that type, first row first (DVID's octet-stream). */
+typedef enum { SLICE_RENDERED, SLICE_GREY_PNG, SLICE_DVID_PNG, SLICE_OCTETS } slice_answer;
+
+/* Checks the cut `s` of d against the dataset and the limits, then answers it as `how`
+ * (from the cache or on the pool); `rp` is used for SLICE_RENDERED only.  Answers 400
+ * (outside the dataset; a PNG of values that are not uint8 or uint16), 413, or the
+ * slice (slices.c). */
+struct slice_params;
+void slice_serve(hreq *r, const dataset *d, const struct slice_params *s,
+                 const render_params *rp, slice_answer how);
+
+/* GET /api/node/{uuid}/{name}/raw/{dims}/{size}/{offset}[/{format}] (dvid.c): DVID's raw
+ * reads of a 2-D cut, m->rest is the part after "/api/node/". */
+void handle_dvid(hreq *r, const route_match *m);
+
+/* GET /zarr/{name}/{key} (zarr.c; key parser in zarr.h): m->ds, and m->rest the key. */
+void handle_zarr(hreq *r, const route_match *m);
+
+/* The element type of d's physical values in the Zarr views and stored-value replies:
+ * the type jobc_choose_dtype gives (uint8, uint16, int16), else int8, int32 or uint32 for
+ * BITPIX 8 / 32 with BSCALE 1, no BLANK and the BZERO of that type, else float32 (zarr.c).
+ * Read from the header of the first file. */
+zchunk_dtype zarr_dtype_of(const dataset *d);
 
 /* GET /api/v1/datasets/{name}/series?x=&y=[&format=json|npy|csv] (series.c). */
 void handle_series(hreq *r, const route_match *m);
@@ -90,8 +120,8 @@ void handle_hips(hreq *r, const route_match *m);
 void handle_iiif(hreq *r, const route_match *m);
 
 /* GET / (the viewer's index.html), /viewer/{path} (files of the viewer directory) and
- * /vendor/{package}/{path} (files of the npm packages aladin-lite, openseadragon and uplot
- * under node_modules) (viewer.c), by the whole URL path r->url.  Only files inside those
+ * /vendor/{package}/{path} (files of the npm packages aladin-lite, openseadragon, uplot and
+ * neuroglancer, the prebuilt bundle of @janelia-flyem/neuroglancer, under node_modules) (viewer.c), by the whole URL path r->url.  Only files inside those
  * directories (after resolving links) with a known extension are served; anything else is
  * 404.  The directories: $TESSERA_VIEWER_DIR / $TESSERA_NODE_MODULES when set, else the
  * build's viewer/ and node_modules/ of the source tree. */

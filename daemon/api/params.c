@@ -26,6 +26,23 @@ int param_fail(param_error *e, const char *parameter, const char *fmt, ...)
 /* The short name this file's parsers use. */
 #define fail param_fail
 
+int param_path_digits(const char **s, long *out)
+{
+    const char *q = *s;
+    long v = 0;
+    int n = 0;
+    while (isdigit((unsigned char)*q)) {
+        if (++n > 12)
+            return TESS_EINVAL;
+        v = v * 10 + (*q++ - '0');
+    }
+    if (n == 0)
+        return TESS_EINVAL;
+    *out = v;
+    *s = q;
+    return 0;
+}
+
 int param_double(const char *s, double lo, double hi, double *out)
 {
     if (!s || !*s)

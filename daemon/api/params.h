@@ -22,6 +22,11 @@ typedef const char *(*param_lookup)(void *cls, const char *key);
 int param_double(const char *s, double lo, double hi, double *out);
 int param_long(const char *s, long lo, long hi, long *out);
 
+/* Reads the decimal number of 1 to 12 digits at *s into *out and moves *s past it (for
+ * numbers inside URL paths).  Returns 0, or TESS_EINVAL (no digit, or a 13th) with *s
+ * unchanged. */
+int param_path_digits(const char **s, long *out);
+
 /* Fills `e` (when not NULL) with `parameter` and the formatted detail.  Returns TESS_EINVAL. */
 int param_fail(param_error *e, const char *parameter, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));

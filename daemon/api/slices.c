@@ -9,11 +9,11 @@
 #include "daemon/api/slices.h"
 #include "engine/fits/fitscard.h"
 #include "engine/fits/fitsimg.h"
+#include "engine/image/encode.h"
 #include "engine/image/stack.h"
 #include "daemon/problem.h"
 #include "engine/base/error.h"
 
-#include <ctype.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -23,15 +23,8 @@
 static int path_long(const char **s, const char *stops, long *out)
 {
     const char *q = *s;
-    long v = 0;
-    int n = 0;
-    while (isdigit((unsigned char)*q)) {
-        if (++n > 12)
-            return TESS_EINVAL;
-        v = v * 10 + (*q - '0');
-        q++;
-    }
-    if (n == 0 || !*q || !strchr(stops, *q))
+    long v;
+    if (param_path_digits(&q, &v) || !*q || !strchr(stops, *q))
         return TESS_EINVAL;
     *out = v;
     *s = q + 1;
@@ -145,7 +138,49 @@ typedef struct slice_job {
     const dataset *ds;
     slice_params s;
     render_params render;
+    slice_answer how;
+    zchunk_dtype dtype;       /* stored-value answers: the dataset's element type */
 } slice_job;
+
+/* Answers the w x h values (row 0 = the first row of the cut) as their stored type:
+ * a greyscale PNG (rows flipped for SLICE_GREY_PNG) or raw little-endian octets. */
+static void reply_values(hreq *r, const slice_job *j, const double *data)
+{
+    long w = j->s.w, h = j->s.h;
+    int es = zchunk_esize(j->dtype);
+    size_t row = (size_t)w * (size_t)es, bad = 0;
+    unsigned char *packed = malloc(row * (size_t)h), *out = NULL;
+    size_t len = 0;
+    if (!packed) {
+        problem_reply(r, 500, NULL, "out of memory");
+        return;
+    }
+    int rc = 0;
+    for (long y = 0; rc == 0 && y < h; y++) {
+        long to = j->how == SLICE_GREY_PNG ? h - 1 - y : y;
+        rc = zchunk_pack(j->dtype, data + y * w, (size_t)w, packed + (size_t)to * row, &bad);
+        if (rc)
+            problem_reply(r, 500, NULL, "value %.17g in row %ld of the cut does not fit the "
+                          "dataset's type %s (chosen from the first file's header)",
+                          data[y * w + (long)bad], y, zchunk_numpy_name(j->dtype));
+    }
+    if (rc) {
+        free(packed);
+        return;
+    }
+    if (j->how == SLICE_OCTETS) {
+        hreq_reply_tile(r, 200, tile_new_take(packed, row * (size_t)h,
+                                              "application/octet-stream"));
+        return;
+    }
+    rc = png_encode_grey(packed, w, h, es * 8, &out, &len);
+    free(packed);
+    if (rc) {
+        problem_reply(r, 500, NULL, "could not encode the PNG");
+        return;
+    }
+    hreq_reply_tile(r, 200, tile_new_take(out, len, "image/png"));
+}
 
 static void slice_work(hreq *r)
 {
@@ -171,6 +206,11 @@ static void slice_work(hreq *r)
         free(data);
         return;
     }
+    if (j->how != SLICE_RENDERED) {
+        reply_values(r, j, data);
+        free(data);
+        return;
+    }
     char *cards = NULL;
     int nkeys = 0;
     if (s->format == FMT_FITS)
@@ -182,20 +222,57 @@ static void slice_work(hreq *r)
 
 void handle_slice(hreq *r, const route_match *m)
 {
-    const dataset *d = m->ds;
     static const char *const known[] = {"stretch", "min_cut", "max_cut", "cmap", NULL};
     if (hreq_only_args(r, known))
         return;
+    slice_params s;
+    render_params rp;
+    param_error pe;
+    const char *stretch = hreq_arg(r, "stretch");
+    int plain = stretch && strcmp(stretch, "none") == 0;
+    if (slice_parse_path(m->rest, &s, &pe) ||
+        (!plain && params_render(hreq_arg_lookup, r, &rp, &pe))) {
+        problem_reply(r, 400, pe.parameter, "%s", pe.detail);
+        return;
+    }
+    if (plain) {
+        memset(&rp, 0, sizeof rp);
+        static const char *const render_only[] = {"min_cut", "max_cut", "cmap"};
+        for (int i = 0; i < 3; i++)
+            if (hreq_arg(r, render_only[i])) {
+                problem_reply(r, 400, render_only[i], "stretch=none gives the stored values: "
+                              "%s does not apply", render_only[i]);
+                return;
+            }
+        if (s.format != FMT_PNG) {
+            problem_reply(r, 400, "stretch", "stretch=none is a PNG of the stored values; "
+                          "%s slices are never stretched", out_format_name(s.format));
+            return;
+        }
+    }
+    slice_serve(r, m->ds, &s, &rp, plain ? SLICE_GREY_PNG : SLICE_RENDERED);
+}
+
+void slice_serve(hreq *r, const dataset *d, const slice_params *sp, const render_params *rp,
+                 slice_answer how)
+{
     slice_job *j = calloc(1, sizeof(*j));
     if (!j) {
         problem_reply(r, 500, NULL, "out of memory");
         return;
     }
     j->ds = d;
-    param_error pe;
-    if (slice_parse_path(m->rest, &j->s, &pe) ||
-        params_render(hreq_arg_lookup, r, &j->render, &pe)) {
-        problem_reply(r, 400, pe.parameter, "%s", pe.detail);
+    j->s = *sp;
+    j->render = *rp;
+    j->how = how;
+    j->dtype = zarr_dtype_of(d);
+    if ((how == SLICE_GREY_PNG || how == SLICE_DVID_PNG) && j->dtype != ZCHUNK_U1 &&
+        j->dtype != ZCHUNK_U2) {
+        problem_reply(r, 400, how == SLICE_GREY_PNG ? "stretch" : "format",
+                      "the values of '%s' are %s: a greyscale PNG holds uint8 or uint16 "
+                      "only%s", d->name, zchunk_numpy_name(j->dtype),
+                      how == SLICE_GREY_PNG ? " (ask for npy, raw or fits)"
+                                            : " (ask for octet-stream)");
         free(j);
         return;
     }
@@ -232,10 +309,11 @@ void handle_slice(hreq *r, const route_match *m)
     char rk[160], version[64];
     params_render_key(&j->render, rk, sizeof(rk));
     dataset_version(d, version, sizeof(version));
-    int rendered = s->format == FMT_PNG || s->format == FMT_JPG;
-    if (asprintf(&r->cache_key, "slice|%s|%s|%s|%ld|%ld|%ld|%ld|%ld|%s|%s", d->name, version,
+    int rendered = how == SLICE_RENDERED && (s->format == FMT_PNG || s->format == FMT_JPG);
+    static const char *const answer_name[] = {"", "grey", "dvid", "octets"};
+    if (asprintf(&r->cache_key, "slice|%s|%s|%s|%ld|%ld|%ld|%ld|%ld|%s|%s%s", d->name, version,
                  s->plane, s->w, s->h, s->x, s->y, s->z, out_format_name(s->format),
-                 rendered ? rk : "") < 0) {
+                 rendered ? rk : "", answer_name[how]) < 0) {
         r->cache_key = NULL;
         problem_reply(r, 500, NULL, "out of memory");
         free(j);

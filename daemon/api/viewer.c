@@ -33,6 +33,7 @@ static const struct vendor_pkg {
     {"aladin-lite", "aladin-lite/dist"},
     {"openseadragon", "openseadragon/build/openseadragon"},
     {"uplot", "uplot/dist"},
+    {"neuroglancer", "@janelia-flyem/neuroglancer/dist/min"},   /* its prebuilt bundle */
 };
 
 /* The extensions served and their Content-Type; any other file is 404. */

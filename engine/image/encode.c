@@ -66,6 +66,20 @@ static void png_quiet_warning(png_structp png, png_const_charp msg)
     (void)msg;
 }
 
+/* A libpng write struct and its info struct that report errors by longjmp, without
+ * printing.  Returns 0, or TESS_ENOMEM with nothing left allocated. */
+static int png_start(png_structp *png, png_infop *info)
+{
+    *png = png_create_write_struct(PNG_LIBPNG_VER_STRING, NULL, png_quiet_error,
+                                   png_quiet_warning);
+    *info = *png ? png_create_info_struct(*png) : NULL;
+    if (!*info) {
+        png_destroy_write_struct(png, NULL);
+        return TESS_ENOMEM;
+    }
+    return 0;
+}
+
 /* Whether every pixel is grey (red = green = blue); if so, packs them as grey+alpha into
  * ga (2 bytes a pixel).  Stops at the first coloured pixel. */
 static int pack_grey(const uint8_t *rgba, size_t n, uint8_t *ga)
@@ -102,11 +116,9 @@ int png_encode_rgba(const uint8_t *rgba, long w, long h, unsigned char **out, si
         free(m->scratch);
         m->scratch = NULL;
     }
-    png_structp png = png_create_write_struct(PNG_LIBPNG_VER_STRING, NULL,
-                                              png_quiet_error, png_quiet_warning);
-    png_infop info = png ? png_create_info_struct(png) : NULL;
-    if (!info) {
-        png_destroy_write_struct(&png, NULL);
+    png_structp png;
+    png_infop info;
+    if (png_start(&png, &info)) {
         free(m->scratch);
         free(m);
         return TESS_ENOMEM;
@@ -145,6 +157,48 @@ int png_encode_rgba(const uint8_t *rgba, long w, long h, unsigned char **out, si
     *out = m->data;
     *outlen = m->len;
     free(m->scratch);
+    free(m);
+    return 0;
+}
+
+int png_encode_grey(const void *samples, long w, long h, int bits, unsigned char **out,
+                    size_t *outlen)
+{
+    *out = NULL;
+    *outlen = 0;
+    if (!samples || (bits != 8 && bits != 16) || w <= 0 || h <= 0 || w > PNG_UINT_31_MAX ||
+        h > PNG_UINT_31_MAX || (unsigned long)w > SIZE_MAX / 2 / (unsigned long)h)
+        return TESS_EINVAL;
+    png_mem *m = calloc(1, sizeof *m);
+    if (!m)
+        return TESS_ENOMEM;
+    png_structp png;
+    png_infop info;
+    if (png_start(&png, &info)) {
+        free(m);
+        return TESS_ENOMEM;
+    }
+    if (setjmp(png_jmpbuf(png))) {
+        int rc = m->nomem ? TESS_ENOMEM : TESS_EINVAL;
+        png_destroy_write_struct(&png, &info);
+        free(m->data);
+        free(m);
+        return rc;
+    }
+    png_set_write_fn(png, m, png_mem_write, png_mem_flush);
+    png_set_IHDR(png, info, (png_uint_32)w, (png_uint_32)h, bits, PNG_COLOR_TYPE_GRAY,
+                 PNG_INTERLACE_NONE, PNG_COMPRESSION_TYPE_DEFAULT, PNG_FILTER_TYPE_DEFAULT);
+    png_set_compression_level(png, 1);
+    png_write_info(png, info);
+    if (bits == 16)
+        png_set_swap(png);        /* PNG samples are big-endian, ours little-endian */
+    size_t stride = (size_t)w * (size_t)(bits / 8);
+    for (long y = 0; y < h; y++)
+        png_write_row(png, (png_const_bytep)samples + (size_t)y * stride);
+    png_write_end(png, info);
+    png_destroy_write_struct(&png, &info);
+    *out = m->data;
+    *outlen = m->len;
     free(m);
     return 0;
 }

@@ -13,6 +13,13 @@
  * otherwise, with *out NULL. */
 int png_encode_rgba(const uint8_t *rgba, long w, long h, unsigned char **out, size_t *outlen);
 
+/* Encodes w x h greyscale samples (row 0 at the top) as a PNG of bit depth `bits`: 8
+ * (`samples` are bytes) or 16 (little-endian byte pairs), values as given,
+ * zlib level 1.  On success *out is malloc'd (caller frees) and 0 is returned;
+ * TESS_EINVAL (bits not 8 or 16, bad size) or TESS_ENOMEM otherwise, with *out NULL. */
+int png_encode_grey(const void *samples, long w, long h, int bits, unsigned char **out,
+                    size_t *outlen);
+
 /* Encodes w x h RGBA pixels (row 0 at the top) as a baseline 8-bit RGB JPEG (JFIF,
  * 4:2:0 chroma subsampling) of `quality` 1..100 (libjpeg's scale).  JPEG has no alpha:
  * each colour is composited over black (c * alpha / 255), so transparent pixels (NaN,

@@ -9,9 +9,11 @@
 
 #include "daemon/config.h"
 #include "daemon/api/cutout.h"
+#include "daemon/api/dvid.h"
 #include "daemon/api/params.h"
 #include "daemon/api/slices.h"
 #include "daemon/ranges.h"
+#include "daemon/api/zarr.h"
 #include "tests/testutil.h"
 #include "engine/base/error.h"
 
@@ -340,6 +342,83 @@ START_TEST(test_cutout_wcs_cards)
 }
 END_TEST
 
+START_TEST(test_zarr_keys)
+{
+    zarr_key k;
+    ck_assert_int_eq(zarr_parse_key(".zgroup", &k), 0);
+    ck_assert_int_eq(k.kind, ZARR_KEY_ZGROUP);
+    ck_assert_int_eq(zarr_parse_key(".zmetadata", &k), 0);
+    ck_assert_int_eq(k.kind, ZARR_KEY_ZMETADATA);
+    ck_assert_int_eq(zarr_parse_key("zarr.json", &k), 0);
+    ck_assert_int_eq(k.kind, ZARR_KEY_GROUP_V3);
+    ck_assert_int_eq(zarr_parse_key("0/.zarray", &k), 0);
+    ck_assert_int_eq(k.kind, ZARR_KEY_ZARRAY);
+    ck_assert_int_eq(k.array, 0);
+    ck_assert_int_eq(zarr_parse_key("12/.zattrs", &k), 0);
+    ck_assert_int_eq(k.array, 12);
+    ck_assert_int_eq(k.kind, ZARR_KEY_ARRAY_ZATTRS);
+    ck_assert_int_eq(zarr_parse_key("3/0/1/2", &k), 0);
+    ck_assert_int_eq(k.array, 3);
+    ck_assert_int_eq(k.idx[2], 2);
+    ck_assert_int_eq(zarr_parse_key("profile/zarr.json", &k), 0);
+    ck_assert_int_eq(k.kind, ZARR_KEY_ARRAY_V3);
+    ck_assert_int_eq(k.array, ZARR_ARRAY_PROFILE);
+    ck_assert_int_eq(zarr_parse_key("0/12/0/3", &k), 0);
+    ck_assert_int_eq(k.kind, ZARR_KEY_CHUNK);
+    ck_assert_int_eq(k.v3, 0);
+    ck_assert_int_eq(k.nidx, 3);
+    ck_assert_int_eq(k.idx[0], 12);
+    ck_assert_int_eq(k.idx[2], 3);
+    ck_assert_int_eq(zarr_parse_key("0/c/1/2", &k), 0);
+    ck_assert_int_eq(k.v3, 1);
+    ck_assert_int_eq(k.nidx, 2);
+    ck_assert_int_eq(k.idx[1], 2);
+    /* What a store does not hold: 404. */
+    static const char *const absent[] = {"", "0", "0/", ".zarray", "0/.zgroup", "01/.zarray",
+                                         "31/.zarray", "100/.zarray", "a/.zarray",
+                                         "0/1", "0/1/2/3/4", "0/1//2", "0/1/2/", "0/a/1",
+                                         "0/1.2", "0/-1/0", "0/c/1", "0/1234567890123/0",
+                                         "profile/.zgroup", "0/.zattrs/x"};
+    for (size_t i = 0; i < sizeof(absent) / sizeof(absent[0]); i++)
+        ck_assert_msg(zarr_parse_key(absent[i], &k) == TESS_ENOTFOUND, "'%s'", absent[i]);
+}
+END_TEST
+
+START_TEST(test_dvid_path)
+{
+    dvid_params p;
+    param_error e;
+    ck_assert_int_eq(dvid_parse_path("3f8c/m13/raw/0_1/512_256/0_0_100", &p, &e), 0);
+    ck_assert_str_eq(p.name, "m13");
+    ck_assert_str_eq(p.cut.plane, "xy");
+    ck_assert_int_eq(p.cut.w, 512);
+    ck_assert_int_eq(p.cut.h, 256);
+    ck_assert_int_eq(p.cut.z, 100);
+    ck_assert_int_eq(p.octets, 0);
+    ck_assert_int_eq(dvid_parse_path("a/em/raw/1_2/10_20/3_4_5/octet-stream", &p, &e), 0);
+    ck_assert_str_eq(p.cut.plane, "yz");
+    ck_assert_int_eq(p.cut.x, 3);
+    ck_assert_int_eq(p.cut.y, 4);
+    ck_assert_int_eq(p.cut.z, 5);
+    ck_assert_int_eq(p.octets, 1);
+    ck_assert_int_eq(p.cut.format, FMT_RAW);
+    ck_assert_int_eq(dvid_parse_path("a/em/raw/xz/10_20/3_4_5/png", &p, &e), 0);
+    ck_assert_str_eq(p.cut.plane, "xz");
+    static const struct {
+        const char *path, *parameter;
+    } bad[] = {{"a/em/isotropic/0_1/1_1/0_0_0", "path"}, {"a", "path"},
+               {"/em/raw/0_1/1_1/0_0_0", "path"}, {"a/em/raw/0_1_2/1_1_1/0_0_0", "dims"},
+               {"a/em/raw/0_1/1/0_0_0", "size"}, {"a/em/raw/0_1/0_5/0_0_0", "size"},
+               {"a/em/raw/0_1/70000_5/0_0_0", "size"}, {"a/em/raw/0_1/5_5/0_0", "offset"},
+               {"a/em/raw/0_1/5_5/0_0_x", "offset"}, {"a/em/raw/0_1/5_5/0_0_0/jpg:80", "format"},
+               {"a/em/raw/0_1/5_5/0_0_0/", "format"}};
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        ck_assert_msg(dvid_parse_path(bad[i].path, &p, &e) == TESS_EINVAL, "'%s'", bad[i].path);
+        ck_assert_str_eq(e.parameter, bad[i].parameter);
+    }
+}
+END_TEST
+
 /* Range and If-Range (RFC 9110, sections 14.1.2 and 13.1.5). */
 START_TEST(test_ranges)
 {
@@ -394,6 +473,8 @@ int main(void)
     tcase_add_test(tc, test_header_cards);
     tcase_add_test(tc, test_config_keys);
     tcase_add_test(tc, test_listen);
+    tcase_add_test(tc, test_zarr_keys);
+    tcase_add_test(tc, test_dvid_path);
     suite_add_tcase(s, tc);
     return tt_run_suite(s);
 }

@@ -1,12 +1,16 @@
 /* libFuzzer target: the query-string parsers the handlers call, of cutouts (GET and POST,
  * daemon/api/cutout.c), HiPS tiles (daemon/api/hips.c) and rendering (daemon/api/params.c),
- * slice paths (daemon/api/slices.c), and the cutout WCS built from parameters that parse.
- * Input: "selector byte" + a query string or slice path. */
+ * slice paths (daemon/api/slices.c), Zarr keys (daemon/api/zarr.c), DVID raw-read paths
+ * (daemon/api/dvid.c), and the cutout WCS built from parameters that parse.
+ * Input: "selector byte" + a query string or path (selector 0xfe: a Zarr key, 0xff: a
+ * DVID path, else by its value modulo 5). */
 #include "tests/fuzz/fuzz_common.h"
 #include "daemon/api/cutout.h"
+#include "daemon/api/dvid.h"
 #include "daemon/api/hips.h"
 #include "daemon/api/params.h"
 #include "daemon/api/slices.h"
+#include "daemon/api/zarr.h"
 #include "engine/sky/skywcs.h"
 
 #include <math.h>
@@ -45,6 +49,23 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         return 0;
     param_error e;
     memset(&e, 0, sizeof e);
+    if (data[0] == 0xfe) {
+        zarr_key k;
+        if (zarr_parse_key(s, &k) == 0 && k.kind == ZARR_KEY_CHUNK &&
+            (k.nidx < 2 || k.nidx > 3 || k.array > ZARR_MAX_LEVEL))
+            __builtin_trap(); /* a chunk key the handler cannot index */
+        free(s);
+        return 0;
+    }
+    if (data[0] == 0xff) {
+        dvid_params dp;
+        if (dvid_parse_path(s, &dp, &e) == 0 &&
+            (dp.cut.w < 1 || dp.cut.h < 1 || dp.cut.w > 65536 || dp.cut.h > 65536 ||
+             !dp.name[0]))
+            __builtin_trap();
+        free(s);
+        return 0;
+    }
     unsigned sel = data[0] % 5;
     if (sel == 4) {
         slice_params sp;

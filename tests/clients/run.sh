@@ -14,8 +14,12 @@ if [ -z "$mods" ]; then
     echo "100%: Checks: 0, Failures: 0, Errors: 0"
     exit 0
 fi
+# Debian's python3, where the clients are installed (a python3 found first on PATH, e.g.
+# pyenv's, lacks them); $TESSERA_PYTHON overrides.
+py=${TESSERA_PYTHON:-python3}
+[ -z "${TESSERA_PYTHON:-}" ] && [ -x /usr/bin/python3 ] && py=/usr/bin/python3
 # shellcheck disable=SC2086
-PYTHONPATH="$here${PYTHONPATH:+:$PYTHONPATH}" timeout 1200 python3 - $mods <<'PY'
+PYTHONPATH="$here${PYTHONPATH:+:$PYTHONPATH}" timeout 1200 "$py" - $mods <<'PY'
 import sys, unittest
 suite = unittest.defaultTestLoader.loadTestsFromNames(sys.argv[1:])
 res = unittest.TextTestRunner(stream=sys.stdout, verbosity=2).run(suite)

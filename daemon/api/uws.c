@@ -244,7 +244,8 @@ static void wait_work(hreq *r)
 void handle_uws_job(hreq *r, const route_match *m)
 {
     vo_params p;
-    vo_params_collect(r, &p);
+    if (vo_params_take(r, &p))
+        return;
     const char *wait = vo_params_get(&p, "WAIT", NULL);
     const char *phase = vo_params_get(&p, "PHASE", NULL);
     double seconds = 0;
@@ -460,7 +461,8 @@ static void delete_job(hreq *r, const char *id)
 void handle_uws_job_post(hreq *r, const route_match *m)
 {
     vo_params p;
-    vo_params_collect(r, &p);
+    if (vo_params_take(r, &p))
+        return;
     const char *action = vo_params_get(&p, "ACTION", NULL);
     const char *phase = vo_params_get(&p, "PHASE", NULL);
     if (action && strcasecmp(action, "DELETE") == 0)
@@ -522,7 +524,8 @@ void handle_uws_job_part(hreq *r, const route_match *m)
 void handle_uws_job_part_post(hreq *r, const route_match *m)
 {
     vo_params p;
-    vo_params_collect(r, &p);
+    if (vo_params_take(r, &p))
+        return;
     if (strcmp(m->rest, "phase") == 0) {
         post_phase(r, m->segment, vo_params_get(&p, "PHASE", NULL));
     } else if (strcmp(m->rest, "executionduration") == 0 || strcmp(m->rest, "destruction") == 0) {

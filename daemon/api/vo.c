@@ -105,6 +105,15 @@ int vo_params_collect(hreq *r, vo_params *p)
     return p->failed ? TESS_ENOMEM : 0;
 }
 
+int vo_params_take(hreq *r, vo_params *p)
+{
+    if (vo_params_collect(r, p) == 0)
+        return 0;
+    vo_params_release(p);
+    vo_reply_text(r, 500, "FatalFault: out of memory");
+    return -1;
+}
+
 const char *vo_params_get(const vo_params *p, const char *key, int *count)
 {
     const char *first = NULL;
@@ -340,11 +349,8 @@ static voxml *votable_start(void)
 void handle_vo_datalink(hreq *r, const route_match *m)
 {
     vo_params p;
-    if (vo_params_collect(r, &p)) {
-        vo_params_release(&p);
-        vo_reply_text(r, 500, "FatalFault: out of memory");
+    if (vo_params_take(r, &p))
         return;
-    }
     int nid = 0;
     vo_params_get(&p, "ID", &nid);
     const char *fmt = vo_params_get(&p, "RESPONSEFORMAT", NULL);
@@ -773,11 +779,8 @@ static void run_copy(hreq *r, const dataset *d, const long lo[3], const long n[3
 void handle_vo_soda(hreq *r, const route_match *m)
 {
     vo_params p;
-    if (vo_params_collect(r, &p)) {
-        vo_params_release(&p);
-        vo_reply_text(r, 500, "FatalFault: out of memory");
+    if (vo_params_take(r, &p))
         return;
-    }
     char why[300] = "";
     int nid = 0, nband = 0;
     const char *id = vo_params_get(&p, "ID", &nid);

@@ -20,6 +20,9 @@ typedef struct vo_params {
 /* Fills p from r (parameters past VO_MAX_PARAMS are dropped).  Returns 0 or TESS_ENOMEM;
  * release p with vo_params_release in both cases. */
 int vo_params_collect(hreq *r, vo_params *p);
+/* vo_params_collect, answering 500 (and releasing p) when it fails: returns 0, or -1
+ * after that answer. */
+int vo_params_take(hreq *r, vo_params *p);
 /* The first value of `key` (any case) or NULL; *count (may be NULL) gets how many. */
 const char *vo_params_get(const vo_params *p, const char *key, int *count);
 void vo_params_release(vo_params *p);

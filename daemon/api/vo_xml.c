@@ -58,16 +58,25 @@ void voxml_attr(voxml *x, const char *name, const char *value)
                                              (const xmlChar *)value));
 }
 
+/* Formats into v (len bytes); 0, or -1 with x failed when it does not fit. */
+static int vformat(voxml *x, char *v, size_t len, const char *fmt, va_list ap)
+{
+    int n = vsnprintf(v, len, fmt, ap);
+    if (n < 0 || (size_t)n >= len) {
+        x->failed = 1;
+        return -1;
+    }
+    return 0;
+}
+
 void voxml_attrf(voxml *x, const char *name, const char *fmt, ...)
 {
     char v[512];
     va_list ap;
     va_start(ap, fmt);
-    int n = vsnprintf(v, sizeof(v), fmt, ap);
+    int rc = vformat(x, v, sizeof(v), fmt, ap);
     va_end(ap);
-    if (n < 0 || (size_t)n >= sizeof(v))
-        x->failed = 1;
-    else
+    if (rc == 0)
         voxml_attr(x, name, v);
 }
 
@@ -89,11 +98,9 @@ void voxml_elementf(voxml *x, const char *name, const char *fmt, ...)
     char v[512];
     va_list ap;
     va_start(ap, fmt);
-    int n = vsnprintf(v, sizeof(v), fmt, ap);
+    int rc = vformat(x, v, sizeof(v), fmt, ap);
     va_end(ap);
-    if (n < 0 || (size_t)n >= sizeof(v))
-        x->failed = 1;
-    else
+    if (rc == 0)
         voxml_element(x, name, v);
 }
 

@@ -596,9 +596,12 @@ static int region_box(const dataset *d, const soda_region *g, long box[4])
     int rc = skywcs_sky2pix(w, (size_t)g->n, lon, lat, x, y);
     skywcs_free(w);
     double xmin = INFINITY, xmax = -INFINITY, ymin = INFINITY, ymax = -INFINITY;
+    int lost = 0;
     for (int i = 0; rc == 0 && i < g->n; i++) {
-        if (!isfinite(x[i]) || !isfinite(y[i]))
+        if (!isfinite(x[i]) || !isfinite(y[i])) {
+            lost = 1;
             continue;
+        }
         xmin = fmin(xmin, x[i]);
         xmax = fmax(xmax, x[i]);
         ymin = fmin(ymin, y[i]);
@@ -607,7 +610,18 @@ static int region_box(const dataset *d, const soda_region *g, long box[4])
     free(lon);
     if (rc == TESS_ENOMEM)
         return rc;
-    if (rc || !(xmin <= xmax) || !(ymin <= ymax))
+    if (rc)
+        return 1;
+    if (lost) {
+        /* Part of the edge lies off the projection (a region larger than the image's
+         * hemisphere): the box cannot be told from it, so the whole image is given, as a
+         * cutout may hold more than its region. */
+        xmin = 0;
+        ymin = 0;
+        xmax = (double)d->nx - 1;
+        ymax = (double)d->ny - 1;
+    }
+    if (!(xmin <= xmax) || !(ymin <= ymax))
         return 1;
     /* Pixel i covers [i - 0.5, i + 0.5). */
     double bx0 = floor(xmin + 0.5), bx1 = floor(xmax + 0.5) + 1;

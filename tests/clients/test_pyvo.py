@@ -190,6 +190,14 @@ class TestPyvo(unittest.TestCase):
         self.assertEqual(status, 200, body)
         self.assertEqual(fits.open(io.BytesIO(body))[0].data.shape, (1, 20, 24))
 
+    def test_soda_region_holding_the_image(self):
+        # A circle larger than the image's hemisphere: the whole image.
+        for circle in ("85.27 -2.46 100", "85.27 -2.46 5"):
+            status, headers, body = self.srv.get(
+                "/vo/soda/sync?ID=horsehead&CIRCLE=" + urllib.parse.quote(circle))
+            self.assertEqual(status, 200, body)
+            self.assertEqual(fits.open(io.BytesIO(body))[0].data.shape, (893, 891), circle)
+
     def test_soda_errors(self):
         cases = [
             ("ID=nosuch&CIRCLE=1+2+3", 404, "NotFoundFault: "),

@@ -87,6 +87,8 @@ static const struct reach {
     {"HEAD", "/vo/availability", "vo.availability", NULL, NULL},
     {"GET", "/vo/uws/jobs", "uws.jobs", NULL, NULL},
     {"POST", "/vo/uws/jobs", "uws.create", NULL, NULL},
+    {"GET", "/vo/uws/jobs/", "uws.jobs", NULL, NULL},
+    {"POST", "/vo/uws/jobs/", "uws.create", NULL, NULL},
     {"GET", "/vo/uws/jobs/0123456789abcdef", "uws.job", NULL, "0123456789abcdef"},
     {"POST", "/vo/uws/jobs/0123456789abcdef", "uws.job.post", NULL, "0123456789abcdef"},
     {"DELETE", "/vo/uws/jobs/0123456789abcdef", "uws.job.delete", NULL, "0123456789abcdef"},

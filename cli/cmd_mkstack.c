@@ -1,21 +1,22 @@
-/* tessera mkstack: synthetic EM-like stacks of frames (PNG or FITS) for tests and benchmarks.
+/* tessera mkstack: synthetic EM-like stacks of frames (PNG, FITS or TIFF) for tests and benchmarks.
  *
  * Each frame z (0-based) is W x H pixels: a flat background with noise, and a bright
  * textured disc (radius R = min(W, H) / 5, a soft one-pixel edge) whose centre is
  *   cx(z) = cx0 + z * dx,   cy(z) = cy0 + z * dy
  * (pixel coordinates, x = column, y = row with y = 0 the bottom row: FITS row 1, the last
- * row of a PNG, see engine/image/stack.h).  The texture is smoothed noise (a coarse random
+ * row of a PNG or TIFF, see engine/image/stack.h).  The texture is smoothed noise (a coarse random
  * grid of 8-pixel cells, bilinearly interpolated) that moves with the disc by whole
  * pixels.  By default the disc travels 0.4 W along x and 0.2 H along y over the stack,
  * centred on the frame centre; --drift sets (dx, dy) in pixels per frame.  Values are
  * 8-bit (background 20, disc 110..230, noise +-12) or 16-bit (the same times 256).
  * The parameters go to DIR/stack.json, so that a test knows the true trajectory.
- * Files are DIR/frame_00000.png ... (or .fits), in frame order by name. */
+ * Files are DIR/frame_00000.png ... (or .fits, .tif), in frame order by name. */
 #include "cli/commands.h"
 #include "engine/base/error.h"
 #include "engine/base/fileio.h"
 #include "engine/fits/fitswrite.h"
 #include "engine/image/stack.h"
+#include "engine/image/tiffframe.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -30,12 +31,14 @@
 #include <unistd.h>
 
 static const char mkstack_usage[] =
-    "usage: tessera mkstack --frames N --size WxH -o DIR [--format png|fits] [--bitpix 8|16]\n"
+    "usage: tessera mkstack --frames N --size WxH -o DIR [--format png|fits|tiff]\n"
+    "                       [--bitpix 8|16]\n"
     "                       [--seed S] [--drift DX,DY] [--threads T]\n"
     "  writes N synthetic EM-like frames DIR/frame_00000.png ... (a bright textured disc\n"
     "  drifting by DX,DY pixels a frame over a noisy background; default: 0.4 W and 0.2 H\n"
     "  over the stack) and DIR/stack.json with the parameters.  PNG frames are written\n"
-    "  with fast zlib settings; FITS frames are BITPIX 8, or 16 with BZERO 32768.\n"
+    "  with fast zlib settings; FITS frames are BITPIX 8, or 16 with BZERO 32768; TIFF\n"
+    "  frames are unsigned 8 or 16-bit strips, deflate-compressed with fast settings.\n"
     "  exit status: 0 done, 1 cannot write, 2 usage\n";
 
 const char *cmd_mkstack_usage(void)
@@ -45,7 +48,7 @@ const char *cmd_mkstack_usage(void)
 
 typedef struct mk_args {
     long frames, w, h;
-    int fits, bitpix;
+    int fits, tiff, bitpix;
     unsigned long long seed;
     double dx, dy;
     int have_drift;
@@ -176,7 +179,7 @@ static int write_fits(const char *path, const unsigned short *pix, long w, long 
         tess_seterr(err, errlen, "cannot write %s: %s", path, strerror(e));
         return TESS_EIO;
     }
-    return 0;
+    return fitswrite_checksum_file(path, err, errlen);
 }
 
 static void *worker(void *arg)
@@ -199,9 +202,11 @@ static void *worker(void *arg)
             break;
         render_frame(sh, z, pix);
         char path[4096];
-        snprintf(path, sizeof(path), "%s/frame_%05ld.%s", a->dir, z, a->fits ? "fits" : "png");
+        snprintf(path, sizeof(path), "%s/frame_%05ld.%s", a->dir, z,
+                 a->fits ? "fits" : a->tiff ? "tif" : "png");
         int rc = a->fits ? write_fits(path, pix, a->w, a->h, a->bitpix, row, enc, err,
                                       sizeof(err))
+                 : a->tiff ? tiffframe_write(path, pix, a->w, a->h, a->bitpix, 1, err, sizeof(err))
                          : frame_write_png(path, pix, a->w, a->h, a->bitpix, 1, err, sizeof(err));
         if (rc)
             failed = 1;
@@ -280,9 +285,10 @@ int cmd_mkstack(int argc, char **argv)
             a.dir = optarg;
             break;
         case 'f':
-            if (strcmp(optarg, "png") && strcmp(optarg, "fits"))
-                return usage_error("--format must be png or fits, got", optarg);
+            if (strcmp(optarg, "png") && strcmp(optarg, "fits") && strcmp(optarg, "tiff"))
+                return usage_error("--format must be png, fits or tiff, got", optarg);
             a.fits = strcmp(optarg, "fits") == 0;
+            a.tiff = strcmp(optarg, "tiff") == 0;
             break;
         case 'b':
             if (strcmp(optarg, "8") && strcmp(optarg, "16"))
@@ -365,8 +371,9 @@ int cmd_mkstack(int argc, char **argv)
     fprintf(f, "{\"frames\": %ld, \"size\": [%ld, %ld], \"format\": \"%s\", \"bitpix\": %d, "
             "\"seed\": %llu, \"radius\": %.17g, \"center0\": [%.17g, %.17g], "
             "\"drift\": [%.17g, %.17g], \"y0\": \"%s\"}\n",
-            a.frames, a.w, a.h, a.fits ? "fits" : "png", a.bitpix, a.seed, sh.radius, sh.cx0,
-            sh.cy0, a.dx, a.dy, a.fits ? "FITS row 1" : "last PNG row");
+            a.frames, a.w, a.h, a.fits ? "fits" : a.tiff ? "tiff" : "png", a.bitpix, a.seed,
+            sh.radius, sh.cx0, sh.cy0, a.dx, a.dy,
+            a.fits ? "FITS row 1" : a.tiff ? "last TIFF row" : "last PNG row");
     if (fclose(f) != 0) {
         fprintf(stderr, "tessera mkstack: cannot write %s\n", path);
         return 1;

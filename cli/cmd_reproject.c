@@ -22,6 +22,7 @@
 #include "engine/base/pool.h"
 #include "engine/fits/fitscard.h"
 #include "engine/fits/fitsimg.h"
+#include "engine/fits/fitswrite.h"
 #include "engine/sky/reproject.h"
 #include "engine/sky/skywcs.h"
 
@@ -340,6 +341,8 @@ static int build_headers(const outspec *o, fitscard_list *h0, fitscard_list *h1)
     char hist[FITSCARD_LEN];
     snprintf(hist, sizeof hist, "tessera reproject, method %s", rp_method_name(o->method));
     fitscard_list_commentary(h0, "HISTORY", hist);
+    fitscard_list_string(h0, "CHECKSUM", "0000000000000000", 0, "HDU checksum");
+    fitscard_list_string(h0, "DATASUM", "0", 0, "data unit checksum");
     fitscard_list_string(h1, "XTENSION", "IMAGE", 8, "image extension");
     fitscard_list_int(h1, "BITPIX", o->method == RP_EXACT ? -32 : 8, NULL);
     fitscard_list_int(h1, "NAXIS", naxis, NULL);
@@ -348,6 +351,8 @@ static int build_headers(const outspec *o, fitscard_list *h0, fitscard_list *h1)
     fitscard_list_int(h1, "PCOUNT", 0, NULL);
     fitscard_list_int(h1, "GCOUNT", 1, NULL);
     fitscard_list_string(h1, "EXTNAME", "FOOTPRINT", 8, "coverage of each output pixel");
+    fitscard_list_string(h1, "CHECKSUM", "0000000000000000", 0, "HDU checksum");
+    fitscard_list_string(h1, "DATASUM", "0", 0, "data unit checksum");
     return h0->rc ? h0->rc : h1->rc;
 }
 
@@ -510,6 +515,12 @@ static int out_commit(outfile *f)
     else if (e != 0)
         close(f->fd);
     f->fd = -1;
+    char why[512];
+    if (e == 0 && fitswrite_checksum_file(f->tmp, why, sizeof why) != 0) {
+        cli_msg("cannot set the checksums of '%s': %s", f->path, why);
+        out_abort(f);
+        return CLI_EXIT_FAIL;
+    }
     if (e == 0 && rename(f->tmp, f->path) != 0)
         e = errno;
     if (e != 0) {

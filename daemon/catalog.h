@@ -31,7 +31,8 @@ typedef struct dataset {
                             refused WCS leaves wcs and cel NULL (pixels only) */
     int hips_galactic;   /* HiPS frame: 1 galactic, 0 equatorial */
     uint64_t *header_hash; /* per path, frame_header_hash (engine/image/stack.h) when
-                            opened: the header every path must keep (0: a PNG frame) */
+                            opened: the header every path must keep (0: a PNG or TIFF
+                            frame) */
     char version[64];    /* identity of the file contents when opened (inode, size, mtime
                             and ctime of every path, the first one's header block); use
                             dataset_version() for the current one */

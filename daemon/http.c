@@ -3,6 +3,7 @@
 #include "daemon/connwatch.h"
 #include "engine/image/stack.h"
 #include "daemon/problem.h"
+#include "daemon/ranges.h"
 #include "daemon/routes.h"
 #include "daemon/jobs/jobs.h"
 #include "daemon/jobs/jobtypes.h"
@@ -21,6 +22,7 @@
 #include <poll.h>
 #include <sys/ioctl.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -583,15 +585,21 @@ void tserver_handle_metrics(hreq *r, const route_match *m)
     buf_printf(&b, "tessera_http_request_seconds_sum %.6f\n", sp->latency_sum);
     buf_printf(&b, "tessera_http_request_seconds_count %llu\n", sp->latency_count);
     pthread_mutex_unlock(&sp->stats_lock);
-    buf_printf(&b, "# TYPE tessera_cache_hits_total counter\ntessera_cache_hits_total %llu\n",
+    buf_printf(&b, "# HELP tessera_cache_hits_total Answers served from the memory cache.\n"
+                   "# TYPE tessera_cache_hits_total counter\ntessera_cache_hits_total %llu\n",
                (unsigned long long)cs.hits);
-    buf_printf(&b, "# TYPE tessera_cache_misses_total counter\ntessera_cache_misses_total %llu\n",
+    buf_printf(&b, "# HELP tessera_cache_misses_total Cacheable requests not found in the memory cache.\n"
+                   "# TYPE tessera_cache_misses_total counter\ntessera_cache_misses_total %llu\n",
                (unsigned long long)cs.misses);
-    buf_printf(&b, "# TYPE tessera_cache_bytes gauge\ntessera_cache_bytes %zu\n", cs.bytes);
+    buf_printf(&b, "# HELP tessera_cache_bytes Bytes held by the memory cache.\n"
+                   "# TYPE tessera_cache_bytes gauge\ntessera_cache_bytes %zu\n", cs.bytes);
     if (r->srv->disk) {
         diskcache_stats ds;
         diskcache_get_stats(r->srv->disk, &ds);
-        buf_printf(&b, "# TYPE tessera_disk_cache_hits_total counter\ntessera_disk_cache_hits_total %llu\n"
+        buf_printf(&b, "# HELP tessera_disk_cache_hits_total Answers served from the disk cache.\n"
+                       "# TYPE tessera_disk_cache_hits_total counter\n"
+                       "tessera_disk_cache_hits_total %llu\n"
+                       "# HELP tessera_disk_cache_bytes Bytes held by the disk cache.\n"
                        "# TYPE tessera_disk_cache_bytes gauge\ntessera_disk_cache_bytes %zu\n",
                    (unsigned long long)ds.hits, ds.bytes);
     }
@@ -629,7 +637,8 @@ void tserver_handle_metrics(hreq *r, const route_match *m)
     pthread_mutex_lock(&sp->pool_lock);
     size_t depth = sp->pub.workers ? pool_queue_depth(sp->pub.workers) : 0;
     pthread_mutex_unlock(&sp->pool_lock);
-    buf_printf(&b, "# TYPE tessera_pool_queue_depth gauge\ntessera_pool_queue_depth %zu\n", depth);
+    buf_printf(&b, "# HELP tessera_pool_queue_depth Tasks waiting in the worker pool's queue.\n"
+                   "# TYPE tessera_pool_queue_depth gauge\ntessera_pool_queue_depth %zu\n", depth);
     if (r->srv->jobs) {
         static const char *const st[5] = {"queued", "running", "succeeded", "failed", "cancelled"};
         long counts[5];
@@ -663,6 +672,43 @@ static int etag_matches(const char *inm, const char *etag)
     return 0;
 }
 
+/* The byte range of a 200 GET to send (daemon/ranges.h): *first and *n, with
+ * content_range set for a 206; or a 416 problem (content_range "bytes *\/LEN") in the
+ * reply.  Returns the status to send: 200, 206 or 416. */
+static int apply_range(hreq *r, time_t mtime, unsigned long long *first,
+                       unsigned long long *n, char content_range[80])
+{
+    reply *rep = &r->rep;
+    unsigned long long len = rep->body ? rep->body->len : rep->file_len;
+    *first = 0;
+    *n = len;
+    const char *range = hreq_header(r, "Range");
+    if (!range || strcmp(r->method, "GET") != 0 || (!rep->body && rep->file_fd <= 0))
+        return 200;
+    const char *etag = rep->body ? rep->body->etag : rep->file_etag;
+    if (!ranges_if_range_ok(hreq_header(r, "If-Range"), etag, mtime))
+        return 200;
+    unsigned long long a = 0, b = 0;
+    ranges_answer ans = ranges_parse(range, len, &a, &b);
+    if (ans == RANGES_WHOLE)
+        return 200;
+    if (ans == RANGES_UNSATISFIABLE) {
+        snprintf(content_range, 80, "bytes */%llu", len);
+        if (rep->file_fd > 0) {
+            close(rep->file_fd);
+            rep->file_fd = 0;
+            rep->file_len = 0;
+        }
+        problem_reply(r, 416, "Range", "the range '%.60s' lies outside the %llu bytes of "
+                      "the body", range, len);
+        return 416;
+    }
+    *first = a;
+    *n = b - a + 1;
+    snprintf(content_range, 80, "bytes %llu-%llu/%llu", a, b, len);
+    return 206;
+}
+
 static enum MHD_Result send_reply(hreq *r)
 {
     reply *rep = &r->rep;
@@ -670,13 +716,29 @@ static enum MHD_Result send_reply(hreq *r)
         problem_reply(r, 500, NULL, "the handler gave no answer");
     int status = rep->status;
     struct MHD_Response *resp;
+    /* Files (job products) carry their modification time, for If-Range and caches. */
+    time_t mtime = (time_t)-1;
+    struct stat fst;
+    if (rep->file_fd > 0 && fstat(rep->file_fd, &fst) == 0)
+        mtime = fst.st_mtime;
+    char content_range[80] = "";
+    unsigned long long first = 0, count = 0;
     const char *inm = status == 200 ? hreq_header(r, "If-None-Match") : NULL;
     if ((rep->body && etag_matches(inm, rep->body->etag))
         || (rep->file_fd > 0 && rep->file_etag[0] && etag_matches(inm, rep->file_etag))) {
         status = 304;
         resp = MHD_create_response_from_buffer(0, NULL, MHD_RESPMEM_PERSISTENT);
+    } else if (status == 200 && (status = apply_range(r, mtime, &first, &count,
+                                                       content_range)) == 416) {
+        tile *t = rep->body ? tile_ref(rep->body) : NULL;
+        resp = t ? MHD_create_response_from_buffer_with_free_callback_cls(t->len, t->data,
+                                                                          free_tile_cb, t)
+                 : MHD_create_response_from_buffer(0, NULL, MHD_RESPMEM_PERSISTENT);
+        if (!resp && t)
+            tile_release(t);
     } else if (rep->file_fd > 0) {
-        resp = MHD_create_response_from_fd64(rep->file_len, rep->file_fd);
+        resp = MHD_create_response_from_fd_at_offset64(status == 206 ? count : rep->file_len,
+                                                       rep->file_fd, (uint64_t)first);
         if (resp)
             rep->file_fd = 0; /* libmicrohttpd closes it */
         else
@@ -689,8 +751,11 @@ static enum MHD_Result send_reply(hreq *r)
         }
     } else if (rep->body) {
         tile *t = tile_ref(rep->body);
-        resp = MHD_create_response_from_buffer_with_free_callback_cls(t->len, t->data,
-                                                                      free_tile_cb, t);
+        resp = status == 206
+                   ? MHD_create_response_from_buffer_with_free_callback_cls(
+                         (size_t)count, t->data + first, free_tile_cb, t)
+                   : MHD_create_response_from_buffer_with_free_callback_cls(t->len, t->data,
+                                                                            free_tile_cb, t);
         if (!resp)
             tile_release(t);
     } else {
@@ -705,6 +770,16 @@ static enum MHD_Result send_reply(hreq *r)
     } else if (rep->file_etag[0] && rep->status == 200) {
         MHD_add_response_header(resp, MHD_HTTP_HEADER_ETAG, rep->file_etag);
     }
+    /* Every body may be asked for by byte ranges (RFC 9110, section 14.3). */
+    if (status == 200 || status == 206)
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_ACCEPT_RANGES, "bytes");
+    if (content_range[0])
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_RANGE, content_range);
+    if (mtime != (time_t)-1 && status != 416) {
+        char date[30];
+        ranges_http_date(mtime, date);
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_LAST_MODIFIED, date);
+    }
     if (rep->cache_control)
         MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, rep->cache_control);
     if (rep->x_cache >= 0)
@@ -718,6 +793,8 @@ static enum MHD_Result send_reply(hreq *r)
         MHD_add_response_header(resp, MHD_HTTP_HEADER_ALLOW, rep->allow);
     if (rep->location)
         MHD_add_response_header(resp, MHD_HTTP_HEADER_LOCATION, rep->location);
+    if (rep->link)
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_LINK, rep->link);
     if (rep->x_shape[0] && status == 200) {
         MHD_add_response_header(resp, "X-Shape", rep->x_shape);
         MHD_add_response_header(resp, "X-Dtype", "<f4");
@@ -731,16 +808,18 @@ static enum MHD_Result send_reply(hreq *r)
     if (r->rep.status == 204 && strcmp(r->method, "OPTIONS") == 0) {
         MHD_add_response_header(resp, "Access-Control-Allow-Methods", "GET, HEAD, POST, DELETE, OPTIONS");
         MHD_add_response_header(resp, "Access-Control-Allow-Headers",
-                                "Content-Type, If-None-Match, Authorization");
+                                "Content-Type, If-None-Match, Authorization, Range, If-Range");
         MHD_add_response_header(resp, "Access-Control-Max-Age", "86400");
     }
     MHD_add_response_header(resp, "Access-Control-Expose-Headers",
-                            "ETag, X-Cache, X-Shape, X-Dtype");
+                            "ETag, X-Cache, X-Shape, X-Dtype, Accept-Ranges, Content-Range, "
+                            "Link");
     hreq_priv *hp = (hreq_priv *)r;
     if (hp->close_conn)
         MHD_add_response_header(resp, MHD_HTTP_HEADER_CONNECTION, "close");
     hp->sent_status = status;
     hp->sent_bytes = status == 304 ? 0
+                     : status == 206 ? (long long)count
                      : rep->file_len && !rep->body ? (long long)rep->file_len
                      : rep->body ? (long long)rep->body->len : 0;
     /* Neither load shedding (503) nor a 5xx the client chose to cause is a server fault:
@@ -1112,6 +1191,7 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
     tile_release(r->rep.body);
     free(r->rep.allow);
     free(r->rep.location);
+    free(r->rep.link);
     if (r->rep.file_fd > 0)
         close(r->rep.file_fd);
     free(r->cache_key);

@@ -25,6 +25,7 @@ typedef struct reply {
     int retry_after;          /* seconds, 0 = none */
     char *allow;              /* Allow header for 405, malloc'd or NULL */
     char *location;           /* Location header for redirects, malloc'd or NULL */
+    char *link;               /* Link header (RFC 8288), malloc'd or NULL */
     char x_shape[48];         /* X-Shape header of raw array bodies ("" none): set by the
                                  handler on every answer, cache hits included */
     const char *www_authenticate; /* WWW-Authenticate header (static string) or NULL */

@@ -14,6 +14,7 @@ const char *http_reason(int status)
     switch (status) {
     case 200: return "OK";
     case 202: return "Accepted";
+    case 206: return "Partial Content";
     case 304: return "Not Modified";
     case 400: return "Bad Request";
     case 401: return "Unauthorized";
@@ -26,6 +27,7 @@ const char *http_reason(int status)
     case 410: return "Gone";
     case 413: return "Content Too Large";
     case 414: return "URI Too Long";
+    case 416: return "Range Not Satisfiable";
     case 422: return "Unprocessable Content";
     case 500: return "Internal Server Error";
     case 501: return "Not Implemented";
@@ -60,6 +62,8 @@ char *problem_json(int status, const char *parameter, const char *detail)
         d = json_string(safe);
     }
     json_object_set_new(o, "detail", d ? d : json_string(""));
+    /* hips2fits' clients (astroquery) print "title: description": the same text. */
+    json_object_set_new(o, "description", json_deep_copy(json_object_get(o, "detail")));
     if (parameter)
         json_object_set_new(o, "parameter", json_string(parameter));
     char *s = json_dumps(o, JSON_COMPACT);

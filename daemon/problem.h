@@ -5,9 +5,11 @@
 struct hreq;
 
 /* Fills the reply of `r` with status `status` and a problem document
- * {"type", "title", "status", "detail"[, "parameter"]}: `type` is "about:blank", `title`
- * the reason phrase of the status, `detail` the printf-formatted text, and `parameter`
- * names the offending query parameter or path part when not NULL.  Cannot fail: on
+ * {"type", "title", "status", "detail", "description"[, "parameter"]}: `type` is
+ * "about:blank", `title` the reason phrase of the status, `detail` the printf-formatted
+ * text, `description` the same text (the member hips2fits' clients, astroquery's among
+ * them, print after the title), and `parameter` names the offending query parameter or
+ * path part when not NULL.  Cannot fail: on
  * allocation failure the reply is a bare 500. */
 void problem_reply(struct hreq *r, int status, const char *parameter, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));

@@ -27,6 +27,7 @@ const route routes[] = {
      "a job result"},
     {"cutout.get", ROUTE_GET, "/api/v1/cutout", NULL, handle_cutout_get, NULL},
     {"cutout.post", ROUTE_POST, "/api/v1/cutout", NULL, handle_cutout_post, NULL},
+    {"hips2fits", ROUTE_GET, "/hips-image-services/hips2fits", NULL, handle_cutout_get, NULL},
     {"datasets", ROUTE_GET, "/api/v1/datasets", NULL, handle_datasets_list, NULL},
     {"datasets", ROUTE_GET, "/api/v1/datasets/", NULL, handle_datasets_list, NULL},
     {"dataset", ROUTE_GET, "/api/v1/datasets/{dataset}", prepare_dataset, handle_dataset_info,

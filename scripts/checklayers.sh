@@ -84,6 +84,7 @@ rule "fftw3 outside engine/cube" '<fftw3\.h>' 'engine/cube/*'
 rule "libcurl outside the CLI's job client" '<curl/' 'cli/cmd_jobs.c'
 rule "libpng outside the image codecs" '<png\.h>' 'engine/image/encode.c' 'engine/image/stack.c'
 rule "libjpeg outside the image codecs" '<jpeglib\.h>' 'engine/image/encode.c'
+rule "libtiff outside its module" '<tiffio\.h>' 'engine/image/tiffframe.c'
 
 checks=$((checks + 1))
 cites=$(grep -nE '[Ii]ssues? #?[0-9]+' $(find engine daemon cli tests bench scripts .ci \

@@ -108,6 +108,10 @@ typedef struct tt_resp {
     char acao[64];            /* Access-Control-Allow-Origin */
     char disposition[128];    /* Content-Disposition */
     char allow[64];           /* Allow (of a 405) */
+    char accept_ranges[16];   /* Accept-Ranges */
+    char content_range[80];   /* Content-Range (of a 206 or 416) */
+    char last_modified[40];   /* Last-Modified */
+    char link[512];           /* Link */
     char connection[32];      /* Connection (tt_raw_read only) */
 } tt_resp;
 
@@ -126,7 +130,8 @@ void tt_curl_capture(void *curl, tt_resp *r);
 /* Frees the body (len back to 0); the struct may be reused. */
 void tt_resp_free(tt_resp *r);
 
-/* Asserts a problem+json reply (RFC 9457) with `status`, a title, a non-empty detail and,
+/* Asserts a problem+json reply (RFC 9457) with `status`, a title, a non-empty detail (and
+ * a description equal to it) and,
  * when `parameter` is not NULL, that parameter.  `path` (may be NULL) names the request
  * in the failure messages. */
 void tt_assert_problem(const char *path, const tt_resp *r, long status, const char *parameter);

@@ -72,6 +72,10 @@ static size_t on_header(char *p, size_t sz, size_t n, void *cls)
     header_value(p, len, "Location", r->location, sizeof(r->location));
     header_value(p, len, "Content-Disposition", r->disposition, sizeof(r->disposition));
     header_value(p, len, "Allow", r->allow, sizeof(r->allow));
+    header_value(p, len, "Accept-Ranges", r->accept_ranges, sizeof(r->accept_ranges));
+    header_value(p, len, "Content-Range", r->content_range, sizeof(r->content_range));
+    header_value(p, len, "Last-Modified", r->last_modified, sizeof(r->last_modified));
+    header_value(p, len, "Link", r->link, sizeof(r->link));
     return len;
 }
 
@@ -140,6 +144,9 @@ void tt_assert_problem(const char *path, const tt_resp *r, long status, const ch
     ck_assert_msg(strcmp(json_string_value(json_object_get(o, "title")), "Error") != 0,
                   "%s: status %ld has no reason phrase as its title", path, status);
     ck_assert(json_string_length(json_object_get(o, "detail")) > 0);
+    /* hips2fits' member for the same text (astroquery prints it). */
+    ck_assert_str_eq(json_string_value(json_object_get(o, "description")),
+                     json_string_value(json_object_get(o, "detail")));
     if (parameter) {
         const char *p = json_string_value(json_object_get(o, "parameter"));
         ck_assert_msg(p && strcmp(p, parameter) == 0, "%s: parameter %s, expected %s", path,

@@ -9,6 +9,7 @@
 #include "engine/base/hash.h"
 
 #include <ctype.h>
+#include <jansson.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -16,15 +17,39 @@
 
 /* ---- parsing ------------------------------------------------------------------------- */
 
-/* The parameters both cutout forms share: dataset, method, max_coord_error, format, plane,
- * rendering. */
+/* A lookup that hides "cmap" (FITS answers have no colours: hips2fits' clients send one
+ * all the same). */
+typedef struct no_cmap {
+    param_lookup get;
+    void *cls;
+} no_cmap;
+
+static const char *no_cmap_get(void *cls, const char *key)
+{
+    no_cmap *n = cls;
+    return strcmp(key, "cmap") == 0 ? NULL : n->get(n->cls, key);
+}
+
+/* The prefix of the HiPS IDs (creator_did) our properties files give. */
+#define CUTOUT_HIPS_ID_PREFIX "ivo://tessera/"
+
+/* The parameters both cutout forms share: dataset (or hips), method, max_coord_error,
+ * format, plane, rendering. */
 static int common_cutout(param_lookup get, void *cls, cutout_params *p, param_error *e)
 {
-    const char *s = get(cls, "dataset");
+    const char *s = get(cls, "dataset"), *h = get(cls, "hips");
+    if (h && strncmp(h, CUTOUT_HIPS_ID_PREFIX, strlen(CUTOUT_HIPS_ID_PREFIX)) == 0)
+        h += strlen(CUTOUT_HIPS_ID_PREFIX);
+    if (s && h && strcmp(s, h) != 0)
+        return param_fail(e, "hips", "hips ('%.40s') and dataset ('%.40s') name two datasets: "
+                          "give one", h, s);
+    const char *which = s ? "dataset" : "hips";
+    if (!s)
+        s = h;
     if (!s || !*s)
-        return param_fail(e, "dataset", "dataset is required");
+        return param_fail(e, "dataset", "dataset (or hips) is required: a dataset name");
     if (strlen(s) >= sizeof(p->dataset))
-        return param_fail(e, "dataset", "dataset name is too long");
+        return param_fail(e, which, "%s name is too long", which);
     snprintf(p->dataset, sizeof(p->dataset), "%s", s);
     p->method = RP_BILINEAR;
     if ((s = get(cls, "method")) && rp_method_parse(s, &p->method))
@@ -41,14 +66,29 @@ static int common_cutout(param_lookup get, void *cls, cutout_params *p, param_er
     p->plane = 0;
     if (param_opt_long(get, cls, "plane", 0, 1L << 30, &p->plane, e))
         return TESS_EINVAL;
+    no_cmap nc = { get, cls };
+    if (p->format == FMT_FITS)
+        return params_render(no_cmap_get, &nc, &p->render, e);
     return params_render(get, cls, &p->render, e);
 }
+
+/* The parameters a `wcs` header replaces. */
+static const char *const by_wcs[] = {"ra", "dec", "fov", "width", "height", "projection",
+    "coordsys", "rotation_angle", NULL};
 
 int cutout_parse_get(param_lookup get, void *cls, cutout_params *p, param_error *e)
 {
     memset(p, 0, sizeof(*p));
     if (common_cutout(get, cls, p, e))
         return TESS_EINVAL;
+    if (get(cls, "wcs")) {
+        for (int i = 0; by_wcs[i]; i++)
+            if (get(cls, by_wcs[i]))
+                return param_fail(e, by_wcs[i], "%s cannot go with wcs: the wcs header sets "
+                                  "the target (NAXIS1, NAXIS2 and its WCS)", by_wcs[i]);
+        p->has_wcs = 1;
+        return 0;
+    }
     if (param_req_double(get, cls, "ra", -360, 360, &p->lon, e) ||
         param_req_double(get, cls, "dec", -90, 90, &p->lat, e) ||
         param_req_double(get, cls, "fov", 1e-9, 360, &p->fov, e) ||
@@ -73,6 +113,78 @@ int cutout_parse_get(param_lookup get, void *cls, cutout_params *p, param_error 
     p->rotation = 0;
     if (param_opt_double(get, cls, "rotation_angle", -360, 360, &p->rotation, e))
         return TESS_EINVAL;
+    return 0;
+}
+
+/* Whether `k` can be a FITS keyword: 1 to 8 of A-Z, 0-9, '-', '_'. */
+static int keyword_ok(const char *k)
+{
+    size_t n = strlen(k);
+    return n >= 1 && n <= 8 && strspn(k, "ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_") == n;
+}
+
+int cutout_wcs_cards(const char *text, char **cards, int *nkeys, param_error *e)
+{
+    *cards = NULL;
+    *nkeys = 0;
+    json_error_t jerr;
+    json_t *o = json_loads(text, JSON_REJECT_DUPLICATES, &jerr);
+    if (!o || !json_is_object(o)) {
+        json_decref(o);
+        return param_fail(e, "wcs", "wcs must be a JSON object of FITS header cards "
+                          "({\"NAXIS1\": 100, \"CTYPE1\": \"RA---TAN\", ...}): %.120s",
+                          o ? "not an object" : jerr.text);
+    }
+    if (json_object_size(o) > CUTOUT_WCS_MAX_CARDS) {
+        json_decref(o);
+        return param_fail(e, "wcs", "wcs has more than %d cards", CUTOUT_WCS_MAX_CARDS);
+    }
+    fitscard_list l;
+    fitscard_list_init(&l, CUTOUT_WCS_MAX_CARDS);
+    const char *k;
+    json_t *v;
+    int rc = 0;
+    json_object_foreach(o, k, v) {
+        if (!keyword_ok(k)) {
+            rc = param_fail(e, "wcs", "wcs: '%.40s' is not a FITS keyword (1 to 8 of A-Z, "
+                            "0-9, - and _)", k);
+            break;
+        }
+        if (json_is_string(v)) {
+            const char *sv = json_string_value(v);
+            for (const char *c = sv; *c; c++)
+                if ((unsigned char)*c < 32 || (unsigned char)*c > 126) {
+                    rc = param_fail(e, "wcs", "wcs: the value of %s is not printable ASCII", k);
+                    break;
+                }
+            if (rc)
+                break;
+            if (strcmp(k, "COMMENT") == 0 || strcmp(k, "HISTORY") == 0)
+                fitscard_list_commentary(&l, k, sv);
+            else
+                fitscard_list_string(&l, k, sv, 8, NULL);
+        } else if (json_is_boolean(v)) {
+            fitscard_list_logical(&l, k, json_is_true(v), NULL);
+        } else if (json_is_integer(v)) {
+            fitscard_list_int(&l, k, json_integer_value(v), NULL);
+        } else if (json_is_real(v)) {
+            fitscard_list_real(&l, k, json_real_value(v), FITSCARD_EXACT, NULL);
+        } else {
+            rc = param_fail(e, "wcs", "wcs: the value of %s must be a string, number or "
+                            "boolean", k);
+            break;
+        }
+    }
+    json_decref(o);
+    if (rc) {
+        fitscard_list_release(&l);
+        return rc;
+    }
+    rc = fitscard_list_take(&l, cards, nkeys);
+    if (rc == TESS_ENOMEM)
+        return rc;
+    if (rc)
+        return param_fail(e, "wcs", "wcs: a card cannot be written");
     return 0;
 }
 
@@ -243,15 +355,71 @@ static cutout_job *new_job(hreq *r, const char *const *known,
     return j;
 }
 
+/* The target is the header in j->cards (the POST body, or GET's `wcs`, named `what` in
+ * problems): checks its size and WCS, then starts.  Returns 0 (started), or -1 after
+ * setting the problem reply (j is the caller's to free). */
+static int start_header(hreq *r, cutout_job *j, const char *what)
+{
+    char val[80];
+    long n1 = 0, n2 = 0;
+    if (!fitscard_get(j->cards, j->nkeys, "NAXIS1", val, sizeof(val)) ||
+        param_long(val, 1, 65536, &n1) ||
+        !fitscard_get(j->cards, j->nkeys, "NAXIS2", val, sizeof(val)) ||
+        param_long(val, 1, 65536, &n2)) {
+        problem_reply(r, 400, what, "the header needs NAXIS1 and NAXIS2 between 1 and 65536");
+        return -1;
+    }
+    if (check_size(r, n1, n2))
+        return -1;
+    char err[256] = "";
+    skywcs *full = NULL;
+    if (skywcs_parse(j->cards, j->nkeys, &full, err, sizeof(err))) {
+        problem_reply(r, 400, what, "the target header has no usable WCS: %s", err);
+        return -1;
+    }
+    j->target = skywcs_celestial(full);
+    skywcs_free(full);
+    if (!j->target) {
+        problem_reply(r, 400, what, "the header has no celestial WCS axes");
+        return -1;
+    }
+    j->width = n1;
+    j->height = n2;
+    char tk[64];
+    size_t clen = (size_t)j->nkeys * 80;
+    snprintf(tk, sizeof(tk), "hdr:%zu:%016llx%016llx", clen,
+             (unsigned long long)tess_fnv1a64(j->cards, clen, TESS_FNV64_OFFSET),
+             (unsigned long long)tess_fnv1a64(j->cards, clen, 0x9E3779B97F4A7C15ULL));
+    start(r, j, tk);
+    return 0;
+}
+
 void handle_cutout_get(hreq *r, const route_match *m)
 {
-    static const char *const known[] = {"dataset", "ra", "dec", "fov", "width", "height",
-        "projection", "coordsys", "rotation_angle", "method", "max_coord_error", "format",
-        "stretch", "min_cut", "max_cut", "cmap", "plane", NULL};
+    static const char *const known[] = {"dataset", "hips", "ra", "dec", "fov", "width",
+        "height", "projection", "coordsys", "rotation_angle", "wcs", "method",
+        "max_coord_error", "format", "stretch", "min_cut", "max_cut", "cmap", "plane", NULL};
     cutout_job *j = new_job(r, known, cutout_parse_get);
     if (!j)
         return;
-    if (check_dataset(r, j) || check_size(r, j->p.width, j->p.height))
+    if (check_dataset(r, j))
+        goto fail;
+    if (j->p.has_wcs) {
+        param_error pe;
+        int rc = cutout_wcs_cards(hreq_arg(r, "wcs"), &j->cards, &j->nkeys, &pe);
+        if (rc == TESS_ENOMEM) {
+            problem_reply(r, 500, NULL, "out of memory");
+            goto fail;
+        }
+        if (rc) {
+            problem_reply(r, 400, pe.parameter, "%s", pe.detail);
+            goto fail;
+        }
+        if (start_header(r, j, "wcs") == 0)
+            return;
+        goto fail;
+    }
+    if (check_size(r, j->p.width, j->p.height))
         goto fail;
     char err[256] = "";
     if (skywcs_cutout_header(j->p.lon, j->p.lat, j->p.fov, j->p.width, j->p.height,
@@ -299,38 +467,8 @@ void handle_cutout_post(hreq *r, const route_match *m)
         problem_reply(r, 400, pe.parameter, "%s", pe.detail);
         goto fail;
     }
-    char val[80];
-    long n1 = 0, n2 = 0;
-    if (!fitscard_get(j->cards, j->nkeys, "NAXIS1", val, sizeof(val)) ||
-        param_long(val, 1, 65536, &n1) ||
-        !fitscard_get(j->cards, j->nkeys, "NAXIS2", val, sizeof(val)) ||
-        param_long(val, 1, 65536, &n2)) {
-        problem_reply(r, 400, "body", "the header needs NAXIS1 and NAXIS2 between 1 and 65536");
-        goto fail;
-    }
-    if (check_size(r, n1, n2))
-        goto fail;
-    char err[256] = "";
-    skywcs *full = NULL;
-    if (skywcs_parse(j->cards, j->nkeys, &full, err, sizeof(err))) {
-        problem_reply(r, 400, "body", "the target header has no usable WCS: %s", err);
-        goto fail;
-    }
-    j->target = skywcs_celestial(full);
-    skywcs_free(full);
-    if (!j->target) {
-        problem_reply(r, 400, "body", "the header has no celestial WCS axes");
-        goto fail;
-    }
-    j->width = n1;
-    j->height = n2;
-    char tk[64];
-    size_t clen = (size_t)j->nkeys * 80;
-    snprintf(tk, sizeof(tk), "hdr:%zu:%016llx%016llx", clen,
-             (unsigned long long)tess_fnv1a64(j->cards, clen, TESS_FNV64_OFFSET),
-             (unsigned long long)tess_fnv1a64(j->cards, clen, 0x9E3779B97F4A7C15ULL));
-    start(r, j, tk);
-    return;
+    if (start_header(r, j, "body") == 0)
+        return;
 fail:
     cutout_job_free(j);
 }

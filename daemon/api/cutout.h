@@ -20,12 +20,29 @@ typedef struct cutout_params {
     out_format format;         /* png, jpg or fits */
     render_params render;
     long plane;                /* plane of a cube or frame of a stack, 0-based */
+    int has_wcs;               /* GET with `wcs`: the target is that header
+                                  (cutout_wcs_cards); lon ... rotation are unset */
 } cutout_params;
 
-/* GET /api/v1/cutout: dataset, ra, dec, fov, width, height (required), projection,
- * coordsys, rotation_angle, method, max_coord_error, format, plane and the rendering
- * parameters.  Returns 0, or TESS_EINVAL with `e` naming the parameter. */
+/* The most cards a `wcs` parameter may hold. */
+#define CUTOUT_WCS_MAX_CARDS 1000
+
+/* GET /api/v1/cutout and /hips-image-services/hips2fits (hips2fits' parameter set):
+ * dataset (or hips: the dataset name, or the creator_did ivo://tessera/NAME of its HiPS),
+ * then either ra, dec, fov, width, height (required), projection, coordsys,
+ * rotation_angle, or wcs alone (p->has_wcs; its text is for cutout_wcs_cards); method,
+ * max_coord_error, format, plane and the rendering parameters (cmap is not looked at for
+ * format=fits).  Returns 0, or TESS_EINVAL with `e` naming the parameter. */
 int cutout_parse_get(param_lookup get, void *cls, cutout_params *p, param_error *e);
+
+/* The `wcs` parameter of hips2fits: a JSON object of header cards, as astroquery sends
+ * it ({"NAXIS1": 300, "CTYPE1": "RA---TAN", "CRVAL1": 83.8, ...}), into *cards
+ * (malloc'd 80-character cards, NUL-terminated) and *nkeys, in the object's order:
+ * strings as string cards (COMMENT and HISTORY as commentary cards), booleans as
+ * logical, integers as integer and other numbers as real cards.  Keys must be FITS
+ * keywords, at most CUTOUT_WCS_MAX_CARDS.  Returns 0, TESS_EINVAL with `e` (parameter
+ * "wcs"), or TESS_ENOMEM. */
+int cutout_wcs_cards(const char *text, char **cards, int *nkeys, param_error *e);
 
 /* POST /api/v1/cutout query (the target is the body): dataset, format, method,
  * max_coord_error, plane, rendering.  Returns 0, or TESS_EINVAL with `e`. */

@@ -465,6 +465,27 @@ static int host_ok(const char *h, size_t n)
     return 1;
 }
 
+/* `s` with every byte but letters, digits and "-._~" percent-encoded (RFC 3986).
+ * Returns a malloc'd string or NULL. */
+static char *pct_encode(const char *s)
+{
+    char *enc = malloc(3 * strlen(s) + 1);
+    if (!enc)
+        return NULL;
+    char *o = enc;
+    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+        if ((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') ||
+            strchr("-._~", *p)) {
+            *o++ = (char)*p;
+        } else {
+            snprintf(o, 4, "%%%02X", *p);
+            o += 3;
+        }
+    }
+    *o = '\0';
+    return enc;
+}
+
 /* The service's base URI (Image API §2, §5.1 "id"): scheme and authority from the
  * request (behind a reverse proxy its X-Forwarded-Host, the first one when a chain of
  * proxies listed several, else Host; X-Forwarded-Proto https gives https), "/iiif/3/",
@@ -487,26 +508,57 @@ static char *base_uri(hreq *r, const char *id)
     }
     const char *proto = hreq_header(r, "X-Forwarded-Proto");
     const char *scheme = proto && strcmp(proto, "https") == 0 ? "https" : "http";
-    size_t n = strlen(id);
-    char *enc = malloc(3 * n + 1);
+    char *enc = pct_encode(id);
     if (!enc)
         return NULL;
-    char *o = enc;
-    for (const unsigned char *p = (const unsigned char *)id; *p; p++) {
-        if ((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') ||
-            strchr("-._~", *p)) {
-            *o++ = (char)*p;
-        } else {
-            snprintf(o, 4, "%%%02X", *p);
-            o += 3;
-        }
-    }
-    *o = '\0';
     char *uri = NULL;
     if (asprintf(&uri, "%s://%s/iiif/3/%s", scheme, host, enc) < 0)
         uri = NULL;
     free(enc);
     return uri;
+}
+
+/* The compliance level (Image API §6), as the Link of every answer. */
+#define IIIF_PROFILE_LINK "<http://iiif.io/api/image/3/level2.json>;rel=\"profile\""
+
+/* The Link header of an image answer: the canonical URI of the request (Image API §4.7:
+ * region "full" or x,y,w,h; size "max" when the region is not scaled, else w,h with "^"
+ * when it is enlarged; rotation with its "!"; quality "default" for color; then the
+ * rendering parameters given, in a fixed order) as rel="canonical", and the profile.
+ * Returns a malloc'd string or NULL. */
+static char *image_link(hreq *r, const char *id, const dataset *d, const iiif_request *q)
+{
+    char region[96], size[64];
+    if (q->x == 0 && q->y == 0 && q->w == d->nx && q->h == d->ny)
+        snprintf(region, sizeof region, "full");
+    else
+        snprintf(region, sizeof region, "%ld,%ld,%ld,%ld", q->x, q->y, q->w, q->h);
+    if (q->ow == q->w && q->oh == q->h)
+        snprintf(size, sizeof size, "max");
+    else
+        snprintf(size, sizeof size, "%s%ld,%ld", q->ow > q->w || q->oh > q->h ? "^" : "",
+                 q->ow, q->oh);
+    static const char *const rkeys[] = {"stretch", "min_cut", "max_cut", "cmap"};
+    char query[512] = "";
+    size_t ql = 0;
+    for (size_t i = 0; i < sizeof rkeys / sizeof rkeys[0]; i++) {
+        const char *v = hreq_arg(r, rkeys[i]);
+        char *ev = v ? pct_encode(v) : NULL;
+        if (ev && ql < sizeof query)
+            ql += (size_t)snprintf(query + ql, sizeof query - ql, "%c%s=%s", ql ? '&' : '?',
+                                   rkeys[i], ev);
+        free(ev);
+    }
+    if (ql >= sizeof query)
+        query[0] = '\0';
+    char *uri = base_uri(r, id), *link = NULL;
+    if (uri && asprintf(&link, "<%s/%s/%s/%s%d/%s.%s%s>;rel=\"canonical\", %s", uri, region,
+                        size, q->mirror ? "!" : "", q->rotation,
+                        quality_names[q->quality == IIIF_Q_COLOR ? IIIF_Q_DEFAULT : q->quality],
+                        q->format == IIIF_F_PNG ? "png" : "jpg", query, IIIF_PROFILE_LINK) < 0)
+        link = NULL;
+    free(uri);
+    return link;
 }
 
 /* Level k of the plane store is ceil(n / 2^k) pixels along an axis of n. */
@@ -596,6 +648,8 @@ static void reply_info(hreq *r, const dataset *d, const char *id)
         ? "application/ld+json;profile=\"http://iiif.io/api/image/3/context.json\""
         : "application/json";
     r->rep.cache_control = "no-cache";
+    free(r->rep.link);
+    r->rep.link = strdup(IIIF_PROFILE_LINK);
     hreq_reply_tile(r, 200, tile_new_take((unsigned char *)text, strlen(text), type));
 }
 
@@ -941,6 +995,10 @@ void handle_iiif(hreq *r, const route_match *m)
     }
     iiif_request q;
     int bad = iiif_parse_image(&p, d->nx, d->ny, r->srv->cfg->max_output_pixels, &q, &e);
+    if (!bad) {
+        free(r->rep.link);
+        r->rep.link = image_link(r, p.seg[0], d, &q);
+    }
     iiif_path_release(&p);
     if (bad) {
         error_reply(r, &e);

@@ -64,12 +64,14 @@ int slice_parse_path(const char *s, slice_params *p, param_error *e)
 
 /* The cards of an xz or yz cut: which cut it is, and the z axis's linear WCS (CTYPE3,
  * CUNIT3, CRVAL3, CDELT3, CRPIX3 moved by Z) as axis 2 when the header has them; the
- * spatial axis gets none (a celestial axis alone is not a WCS).  Returns malloc'd cards
- * or NULL. */
+ * spatial axis then gets the linear WCS of the source's pixel index (a celestial axis
+ * alone is not a WCS): CTYPE1 'PIXEL', 0-based x (xz) or y (yz) of the source, so that
+ * every axis of the WCS has its CTYPE, CRPIX and CRVAL (fitsverify asks for them).
+ * Returns malloc'd cards or NULL. */
 static char *cut_cards(const dataset *d, const slice_params *s, int *nkeys)
 {
     fitscard_list l;
-    fitscard_list_init(&l, 8);
+    fitscard_list_init(&l, 16);
     char comment[48];
     snprintf(comment, sizeof(comment), "plane cut: axis 1 %s, axis 2 z",
              s->plane[0] == 'x' ? "x" : "y");
@@ -79,6 +81,14 @@ static char *cut_cards(const dataset *d, const slice_params *s, int *nkeys)
     fitscard_list_int(&l, s->plane[0] == 'x' ? "SLICEY" : "SLICEX",
                       s->plane[0] == 'x' ? s->y : s->x, comment);
     static const char *const keys[] = {"CTYPE3", "CUNIT3", "CRVAL3", "CDELT3", "CRPIX3"};
+    char val3[80];
+    if (d->kind == DS_CUBE && fitscard_get(d->header, d->nkeys, "CTYPE3", val3, sizeof val3)) {
+        fitscard_list_string(&l, "CTYPE1", "PIXEL", 0, s->plane[0] == 'x'
+                             ? "axis 1: 0-based source column" : "axis 1: 0-based source row");
+        fitscard_list_real(&l, "CRPIX1", 1.0, 15, NULL);
+        fitscard_list_real(&l, "CRVAL1", (double)(s->plane[0] == 'x' ? s->x : s->y), 15, NULL);
+        fitscard_list_real(&l, "CDELT1", 1.0, 15, NULL);
+    }
     if (d->kind == DS_CUBE) {
         for (int k = 0; k < 5; k++) {
             char val[80];

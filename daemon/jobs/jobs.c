@@ -5,6 +5,7 @@
 #include "daemon/problem.h"
 #include "engine/base/error.h"
 #include "engine/base/clock.h"
+#include "engine/fits/fitswrite.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -966,6 +967,9 @@ static void run_job_locked(jobs *J, const char *id)
     rc = k->finish(plan.state, tmp, &prod, err, sizeof(err));
     if (k->release)
         k->release(plan.state);
+    /* FITS products carry CHECKSUM and DATASUM, set once the file is whole. */
+    if (rc == 0 && (!prod.content_type[0] || strcmp(prod.content_type, "application/fits") == 0))
+        rc = fitswrite_checksum_file(tmp, err, sizeof(err));
     if (rc == 0) {
         int fd = open(tmp, O_RDONLY);
         struct stat pst;

@@ -2,16 +2,19 @@
 #include "engine/fits/fitswrite.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <fitsio.h>
 
 #include "engine/base/error.h"
+#include "engine/base/fileio.h"
 #include "engine/fits/fitscard.h"
 
 struct fitswrite {
@@ -164,6 +167,19 @@ static int write_cards(fitswrite *w, const char *cards, int ncards, char *err, s
     return 0;
 }
 
+/* CHECKSUM and DATASUM cards with placeholder values at the end of the current header,
+ * so that the header keeps room for them until they are set (fitswrite_checksum_*). */
+static int reserve_checksum(fitswrite *w, char *err, size_t errlen)
+{
+    int status = 0;
+    if (fits_write_key_str(w->f, "CHECKSUM", "0000000000000000", "HDU checksum", &status) ||
+        fits_write_key_str(w->f, "DATASUM", "0", "data unit checksum", &status)) {
+        set_err(err, errlen, "cannot write CHECKSUM and DATASUM in", w, status);
+        return fits_rc(status);
+    }
+    return 0;
+}
+
 int fitswrite_image_hdu(fitswrite *w, const fitswrite_image *im, const double *data,
                         char *err, size_t errlen)
 {
@@ -205,6 +221,8 @@ int fitswrite_image_hdu(fitswrite *w, const fitswrite_image *im, const double *d
         return fits_rc(status);
     }
     int rc = write_cards(w, im->cards, im->ncards, err, errlen);
+    if (rc == 0)
+        rc = reserve_checksum(w, err, errlen);
     if (rc)
         return rc;
     if (data && fits_write_img(w->f, TDOUBLE, 1, (LONGLONG)npix, (void *)data, &status)) {
@@ -250,7 +268,8 @@ int fitswrite_table_hdu(fitswrite *w, const char *extname, long nrows, int ncols
             return fits_rc(status);
         }
     }
-    return write_cards(w, cards, ncards, err, errlen);
+    int rc = write_cards(w, cards, ncards, err, errlen);
+    return rc ? rc : reserve_checksum(w, err, errlen);
 }
 
 int fitswrite_take(fitswrite *w, unsigned char **out, size_t *outlen)
@@ -272,6 +291,8 @@ int fitswrite_take(fitswrite *w, unsigned char **out, size_t *outlen)
     fitsimg_cfitsio_unlock();
     if (!rc && (status || dataend <= 0 || (unsigned long long)dataend > w->memsize))
         rc = fits_rc(status);
+    if (!rc)
+        rc = fitswrite_checksum_mem(w->mem, (size_t)dataend, NULL, 0);
     if (rc) {
         free(w->mem);
     } else {
@@ -374,4 +395,224 @@ void fitswrite_encode(int bitpix, double bzero, const double *v, unsigned char *
         }
     }
     }
+}
+
+/* ---- checksums (FITS 4.0, appendix J) ---------------------------------------------- */
+
+/* Where the HDUs being summed lie: a buffer in memory, or an open file. */
+typedef struct sum_src {
+    unsigned char *mem;     /* the whole file in memory, or NULL */
+    size_t memlen;
+    int fd;                 /* else the file */
+    unsigned long long filelen;
+} sum_src;
+
+static int src_read(sum_src *s, unsigned long long off, void *buf, size_t n)
+{
+    if (s->mem) {
+        if (off > s->memlen || n > s->memlen - off)
+            return TESS_EINVAL;
+        memcpy(buf, s->mem + off, n);
+        return 0;
+    }
+    if (off > s->filelen || n > s->filelen - off)
+        return TESS_EINVAL;
+    return tess_pread_all(s->fd, buf, n, (off_t)off) == 0 ? 0 : TESS_EIO;
+}
+
+static int src_write(sum_src *s, unsigned long long off, const void *buf, size_t n)
+{
+    if (s->mem) {
+        memcpy(s->mem + off, buf, n);
+        return 0;
+    }
+    return tess_pwrite_all(s->fd, buf, n, (off_t)off) == 0 ? 0 : TESS_EIO;
+}
+
+/* Adds the big-endian 32-bit words of p (n bytes, a multiple of 4) to the ones'
+ * complement sum `sum` (kept unfolded in 64 bits); fold with fold32. */
+static uint64_t sum_words(const unsigned char *p, size_t n, uint64_t sum)
+{
+    for (size_t i = 0; i + 4 <= n; i += 4) {
+        sum += (uint64_t)p[i] << 24 | (uint64_t)p[i + 1] << 16 | (uint64_t)p[i + 2] << 8 |
+               p[i + 3];
+        if (sum >> 62)
+            sum = (sum & 0xffffffffu) + (sum >> 32);
+    }
+    return sum;
+}
+
+static uint32_t fold32(uint64_t s)
+{
+    while (s >> 32)
+        s = (s & 0xffffffffu) + (s >> 32);
+    return (uint32_t)s;
+}
+
+/* The bytes of the data unit the header `cards` (n cards) describes, padding included
+ * (FITS 4.0, sections 4.4.1 and 7): |BITPIX|/8 x GCOUNT x (PCOUNT + NAXIS1 x ... x
+ * NAXISn), 0 for NAXIS = 0.  Returns 0 or TESS_EINVAL. */
+static int data_bytes(const char *cards, int n, unsigned long long *out)
+{
+    char v[72];
+    long bitpix = 0, naxis = 0, pcount = 0, gcount = 1;
+    if (!fitscard_get(cards, n, "BITPIX", v, sizeof v) || sscanf(v, "%ld", &bitpix) != 1 ||
+        !fitscard_get(cards, n, "NAXIS", v, sizeof v) || sscanf(v, "%ld", &naxis) != 1 ||
+        naxis < 0 || naxis > 999 || bitpix == 0 || bitpix % 8 != 0)
+        return TESS_EINVAL;
+    if (fitscard_get(cards, n, "PCOUNT", v, sizeof v) && sscanf(v, "%ld", &pcount) != 1)
+        return TESS_EINVAL;
+    if (fitscard_get(cards, n, "GCOUNT", v, sizeof v) && sscanf(v, "%ld", &gcount) != 1)
+        return TESS_EINVAL;
+    unsigned long long prod = naxis > 0;
+    for (long k = 1; k <= naxis; k++) {
+        char key[32];
+        long ax = 0;
+        snprintf(key, sizeof key, "NAXIS%ld", k);
+        if (!fitscard_get(cards, n, key, v, sizeof v) || sscanf(v, "%ld", &ax) != 1 || ax < 0)
+            return TESS_EINVAL;
+        prod *= (unsigned long long)ax;
+    }
+    if (pcount < 0 || gcount < 0)
+        return TESS_EINVAL;
+    unsigned long long bytes = (unsigned long long)(bitpix < 0 ? -bitpix : bitpix) / 8 *
+                               (unsigned long long)gcount * ((unsigned long long)pcount + prod);
+    *out = (bytes + FITSCARD_BLOCK - 1) / FITSCARD_BLOCK * FITSCARD_BLOCK;
+    return 0;
+}
+
+/* The index of the card `key` among n, or -1. */
+static int card_index(const char *cards, int n, const char *key)
+{
+    for (int i = 0; i < n; i++)
+        if (fitscard_key_is(cards + (size_t)i * FITSCARD_LEN, key))
+            return i;
+    return -1;
+}
+
+/* Sets CHECKSUM and DATASUM of every HDU of s, HDU by HDU: the header is read up to END;
+ * when it lacks the two cards they are put before END if its last block has room for
+ * them (else TESS_EINVAL); DATASUM is the ones' complement sum of the data unit, and
+ * CHECKSUM the encoded complement of the sum of the whole HDU (fits_encode_chksum), so
+ * that the HDU sums to -0. */
+static int checksum_all(sum_src *s, char *err, size_t errlen)
+{
+    unsigned long long total = s->mem ? s->memlen : s->filelen, off = 0;
+    size_t chunk = 364 * FITSCARD_BLOCK;          /* about 1 MiB, whole blocks */
+    unsigned char *buf = malloc(chunk);
+    char *head = NULL;
+    size_t hcap = 0;
+    int rc = buf ? 0 : TESS_ENOMEM;
+    while (rc == 0 && off < total) {
+        /* the header, block by block up to the one holding END */
+        size_t hlen = 0;
+        int end = -1;
+        while (end < 0) {
+            if (hlen + FITSCARD_BLOCK > hcap) {
+                size_t nc = hcap ? hcap * 2 : 4 * FITSCARD_BLOCK;
+                char *nh = realloc(head, nc + 1);
+                if (!nh) {
+                    rc = TESS_ENOMEM;
+                    break;
+                }
+                head = nh;
+                hcap = nc;
+            }
+            if ((rc = src_read(s, off + hlen, head + hlen, FITSCARD_BLOCK)) != 0)
+                break;
+            for (int i = 0; i < 36 && end < 0; i++)
+                if (fitscard_key_is(head + hlen + (size_t)i * FITSCARD_LEN, "END"))
+                    end = (int)(hlen / FITSCARD_LEN) + i;
+            hlen += FITSCARD_BLOCK;
+        }
+        if (rc)
+            break;
+        head[hlen] = '\0';
+        int ncards = (int)(hlen / FITSCARD_LEN);
+        unsigned long long dlen = 0;
+        if ((rc = data_bytes(head, end, &dlen)) != 0)
+            break;
+        int ic = card_index(head, end, "CHECKSUM"), id = card_index(head, end, "DATASUM");
+        if (ic < 0 || id < 0) {
+            int need = (ic < 0) + (id < 0);
+            if (end + need >= ncards) {
+                rc = TESS_EINVAL;
+                break;
+            }
+            char endcard[FITSCARD_LEN];
+            memcpy(endcard, head + (size_t)end * FITSCARD_LEN, FITSCARD_LEN);
+            if (ic < 0) {
+                ic = end++;
+                fitscard_string(head + (size_t)ic * FITSCARD_LEN, "CHECKSUM",
+                                "0000000000000000", 0, "HDU checksum");
+            }
+            if (id < 0) {
+                id = end++;
+                fitscard_string(head + (size_t)id * FITSCARD_LEN, "DATASUM", "0", 0,
+                                "data unit checksum");
+            }
+            memcpy(head + (size_t)end * FITSCARD_LEN, endcard, FITSCARD_LEN);
+        }
+        if (off + hlen > total || dlen > total - off - hlen) {
+            rc = TESS_EINVAL;
+            break;
+        }
+        uint64_t dsum = 0;
+        for (unsigned long long at = 0; rc == 0 && at < dlen; at += chunk) {
+            size_t n = dlen - at < chunk ? (size_t)(dlen - at) : chunk;
+            if ((rc = src_read(s, off + hlen + at, buf, n)) == 0)
+                dsum = sum_words(buf, n, dsum);
+        }
+        if (rc)
+            break;
+        uint32_t d32 = fold32(dsum);
+        char dtext[16];
+        snprintf(dtext, sizeof dtext, "%lu", (unsigned long)d32);
+        char *dc = head + (size_t)id * FITSCARD_LEN, *cc = head + (size_t)ic * FITSCARD_LEN;
+        fitscard_string(dc, "DATASUM", dtext, 0, "data unit checksum");
+        fitscard_string(cc, "CHECKSUM", "0000000000000000", 0, "HDU checksum");
+        uint32_t all = fold32((uint64_t)fold32(sum_words((unsigned char *)head, hlen, 0)) + d32);
+        char ascii[17];
+        fits_encode_chksum((unsigned long)all, TRUE, ascii);
+        memcpy(cc + 11, ascii, 16);       /* in place of the zeros: the quote is column 11 */
+        if ((rc = src_write(s, off, head, hlen)) != 0)
+            break;
+        off += hlen + dlen;
+    }
+    if (rc)
+        tess_seterr(err, errlen, rc == TESS_ENOMEM ? "out of memory while summing FITS HDUs"
+                    : rc == TESS_EIO ? "cannot read or write the FITS file to sum it"
+                    : "not a FITS file whose CHECKSUM and DATASUM can be set (HDU at byte %llu)",
+                    off);
+    free(buf);
+    free(head);
+    return rc;
+}
+
+int fitswrite_checksum_mem(unsigned char *fits, size_t len, char *err, size_t errlen)
+{
+    sum_src s = { .mem = fits, .memlen = len, .fd = -1 };
+    return checksum_all(&s, err, errlen);
+}
+
+int fitswrite_checksum_file(const char *path, char *err, size_t errlen)
+{
+    int fd = open(path, O_RDWR | O_CLOEXEC | O_NOFOLLOW);
+    struct stat st;
+    if (fd < 0 || fstat(fd, &st) != 0) {
+        tess_seterr(err, errlen, "cannot open %s: %s", path, strerror(errno));
+        if (fd >= 0)
+            close(fd);
+        return TESS_EIO;
+    }
+    sum_src s = { .fd = fd, .filelen = (unsigned long long)st.st_size };
+    char why[256] = "";
+    int rc = checksum_all(&s, why, sizeof why);
+    if (close(fd) != 0 && rc == 0) {
+        tess_seterr(why, sizeof why, "cannot close: %s", strerror(errno));
+        rc = TESS_EIO;
+    }
+    if (rc)
+        tess_seterr(err, errlen, "%s: %s", path, why);
+    return rc;
 }

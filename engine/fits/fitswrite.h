@@ -76,8 +76,13 @@ int fitswrite_table_hdu(fitswrite *w, const char *extname, long nrows, int ncols
                         const fitswrite_column *cols, const char *cards, int ncards,
                         char *err, size_t errlen);
 
+/* Every HDU written here carries CHECKSUM and DATASUM (the FITS checksum convention,
+ * FITS 4.0 appendix J): fitswrite_take sets them; a file (fitswrite_new_file,
+ * fitswrite_open_file, fitswrite_file) gets the two cards with placeholder values, set by
+ * fitswrite_checksum_file once its data are written. */
+
 /* Ends a file in memory: *out (malloc'd, caller frees) holds the whole file, *outlen
- * bytes, and `w` is freed.  Returns 0, or TESS_ENOMEM / TESS_EIO with *out NULL (w
+ * bytes, with CHECKSUM and DATASUM set in every HDU, and `w` is freed.  Returns 0, or TESS_ENOMEM / TESS_EIO with *out NULL (w
  * freed all the same). */
 int fitswrite_take(fitswrite *w, unsigned char **out, size_t *outlen);
 
@@ -100,5 +105,16 @@ int fitswrite_file(const char *path, const fitswrite_image *im, long long *datas
  * n * |bitpix| / 8 bytes.  Values outside the stored type's range are the caller's to
  * avoid.  Cannot fail. */
 void fitswrite_encode(int bitpix, double bzero, const double *v, unsigned char *dst, long n);
+
+/* Sets CHECKSUM and DATASUM of every HDU of a whole FITS file: in memory (`fits`, `len`
+ * bytes, a whole number of blocks) or at `path` (updated in place).  Each header is
+ * read up to END; cards missing are put before END when its last block has room.
+ * DATASUM is the 32-bit ones' complement sum of the data unit (padding included, as a
+ * decimal string) and CHECKSUM the encoded complement of the sum of the HDU, so that
+ * every HDU sums to -0.  Uses no cfitsio handle (no lock): callable from any thread.
+ * Returns 0, or TESS_EINVAL (not FITS, a header without room), TESS_ENOMEM, TESS_EIO
+ * (file), with `err` (may be NULL). */
+int fitswrite_checksum_mem(unsigned char *fits, size_t len, char *err, size_t errlen);
+int fitswrite_checksum_file(const char *path, char *err, size_t errlen);
 
 #endif

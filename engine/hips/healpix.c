@@ -750,13 +750,21 @@ void hips_tile_merge_children(int shift, const double *const child[4], hips_rows
 
 /* ---- FITS tiles ---------------------------------------------------------------------- */
 
+/* Appends CHECKSUM and DATASUM with placeholder values (fitswrite_checksum_mem sets
+ * them) at card *k of `cards`. */
+static void checksum_cards(char *cards, int *k)
+{
+    fitscard_string(card_at(cards, (*k)++), "CHECKSUM", "0000000000000000", 0, "HDU checksum");
+    fitscard_string(card_at(cards, (*k)++), "DATASUM", "0", 0, "data unit checksum");
+}
+
 /* A FITS file with BITPIX -32 of w x h doubles (row 0 = FITS row 1, NaN kept), its
- * primary header holding the structural cards, then `extra` (nextra cards).  Returns 0,
- * TESS_ENOMEM. */
+ * primary header holding the structural cards, then `extra` (nextra cards), CHECKSUM and
+ * DATASUM.  Returns 0, TESS_ENOMEM. */
 static int encode_fits_f32(const double *data, long w, long h, const char *extra, int nextra,
                            unsigned char **out, size_t *outlen)
 {
-    size_t ncards = 5 + (size_t)nextra;
+    size_t ncards = 7 + (size_t)nextra;
     char *cards = malloc(ncards * 80);
     if (!cards)
         return TESS_ENOMEM;
@@ -769,6 +777,7 @@ static int encode_fits_f32(const double *data, long w, long h, const char *extra
     if (nextra > 0)
         memcpy(card_at(cards, k), extra, (size_t)nextra * FITSCARD_LEN);
     k += nextra;
+    checksum_cards(cards, &k);
     size_t hlen = fitscard_header_size(k);
     size_t n = (size_t)w * (size_t)h, dlen = n * 4;
     size_t plen = (dlen + 2879) / 2880 * 2880;
@@ -782,6 +791,11 @@ static int encode_fits_f32(const double *data, long w, long h, const char *extra
     unsigned char *d = b + hlen;
     fitswrite_encode(-32, 0.0, data, d, (long)n);
     memset(d + dlen, 0, plen - dlen);
+    int rc = fitswrite_checksum_mem(b, hlen + plen, NULL, 0);
+    if (rc) {
+        free(b);
+        return rc;
+    }
     *out = b;
     *outlen = hlen + plen;
     return 0;
@@ -1026,6 +1040,7 @@ int hips_moc_fits(const skywcs *cel, long nx, long ny, int order, size_t max_tes
     fitscard_int(card_at(cards, k++), "BITPIX", 8, NULL);
     fitscard_int(card_at(cards, k++), "NAXIS", 0, NULL);
     fitscard_logical(card_at(cards, k++), "EXTEND", 1, NULL);
+    checksum_cards(cards, &k);
     int prim = k;
     fitscard_string(card_at(cards, k++), "XTENSION", "BINTABLE", 8, NULL);
     fitscard_int(card_at(cards, k++), "BITPIX", 8, NULL);
@@ -1042,6 +1057,7 @@ int hips_moc_fits(const skywcs *cel, long nx, long ny, int order, size_t max_tes
     fitscard_string(card_at(cards, k++), "COORDSYS", "C", 8, "ICRS reference frame");
     fitscard_int(card_at(cards, k++), "MOCORDER", order, "MOC resolution (best order)");
     fitscard_string(card_at(cards, k++), "MOCTOOL", "Tessera", 8, NULL);
+    checksum_cards(cards, &k);
     size_t h1 = fitscard_header_size(prim);
     size_t h2 = fitscard_header_size(k - prim);
     size_t dlen = nu * 8, plen = (dlen + 2879) / 2880 * 2880;
@@ -1058,6 +1074,11 @@ int hips_moc_fits(const skywcs *cel, long nx, long ny, int order, size_t max_tes
             d[8 * i + (size_t)byte] = (unsigned char)(uniq[i] >> (56 - 8 * byte));
     memset(d + dlen, 0, plen - dlen);
     free(uniq);
+    rc = fitswrite_checksum_mem(b, h1 + h2 + plen, NULL, 0);
+    if (rc) {
+        free(b);
+        return rc;
+    }
     *out = b;
     *outlen = h1 + h2 + plen;
     if (ncells)

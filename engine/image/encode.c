@@ -22,9 +22,7 @@ typedef struct png_mem {
     unsigned char *data;
     size_t len, alloc;
     int nomem;            /* set when growing failed */
-    uint8_t *scratch;     /* the palette index image, or NULL */
-    int ncol;             /* palette colours, -1 for RGBA */
-    uint32_t pal[256];    /* the palette, 0xRRGGBBAA */
+    uint8_t *scratch;     /* the grey+alpha image (2 bytes a pixel), or NULL */
 } png_mem;
 
 static void png_mem_write(png_structp png, png_bytep bytes, png_size_t n)
@@ -68,41 +66,18 @@ static void png_quiet_warning(png_structp png, png_const_charp msg)
     (void)msg;
 }
 
-/* Maps the pixels to indices into at most 256 distinct RGBA colours, as renderings
- * through a colour map (256 levels plus transparent) always are.  pal[] receives the
- * colours as 0xRRGGBBAA, idx[] one byte a pixel.  Returns the number of colours, or -1
- * as soon as a 257th appears (the image is then written as RGBA).  An open-addressing
- * table of 1024 slots keeps the lookup to a multiply and a probe or two a pixel. */
-static int build_palette(const uint8_t *rgba, size_t n, uint32_t pal[256], uint8_t *idx)
+/* Whether every pixel is grey (red = green = blue); if so, packs them as grey+alpha into
+ * ga (2 bytes a pixel).  Stops at the first coloured pixel. */
+static int pack_grey(const uint8_t *rgba, size_t n, uint8_t *ga)
 {
-    uint32_t key[1024];
-    int16_t slot[1024];
-    memset(slot, -1, sizeof slot);
-    int ncol = 0;
-    uint32_t last = 0;
-    int last_i = -1;
     for (size_t p = 0; p < n; p++) {
         const uint8_t *q = rgba + 4 * p;
-        uint32_t c = (uint32_t)q[0] << 24 | (uint32_t)q[1] << 16 | (uint32_t)q[2] << 8 | q[3];
-        if (last_i >= 0 && c == last) {       /* runs are common: skip the hash */
-            idx[p] = (uint8_t)last_i;
-            continue;
-        }
-        uint32_t h = (c * 2654435761u) >> 22; /* Knuth's multiplicative hash, 10 bits */
-        while (slot[h] >= 0 && key[h] != c)
-            h = (h + 1) & 1023;
-        if (slot[h] < 0) {
-            if (ncol == 256)
-                return -1;
-            key[h] = c;
-            slot[h] = (int16_t)ncol;
-            pal[ncol++] = c;
-        }
-        last = c;
-        last_i = slot[h];
-        idx[p] = (uint8_t)last_i;
+        if (q[0] != q[1] || q[0] != q[2])
+            return 0;
+        ga[2 * p] = q[0];
+        ga[2 * p + 1] = q[3];
     }
-    return ncol;
+    return 1;
 }
 
 /* libpng reports errors by longjmp; everything that must survive it (the output
@@ -118,13 +93,12 @@ int png_encode_rgba(const uint8_t *rgba, long w, long h, unsigned char **out, si
     png_mem *m = calloc(1, sizeof *m);
     if (!m)
         return TESS_ENOMEM;
-    /* An 8-bit palette image (with tRNS for the alpha) when the picture has at most 256
-     * colours: a quarter of the bytes to compress, so several times faster to encode
-     * and smaller, and decoders expand it to the same RGBA values. */
+    /* Grey+alpha when the picture is grey (half the bytes of RGBA to compress, and what
+     * readers give as grey values: PIL's mode "LA"); RGBA otherwise.  No palette: readers
+     * (PIL, hipspy) would hand out its indices instead of the values. */
     size_t npx = (size_t)w * (size_t)h;
-    m->scratch = malloc(npx);
-    m->ncol = m->scratch ? build_palette(rgba, npx, m->pal, m->scratch) : -1;
-    if (m->ncol < 0) {
+    m->scratch = malloc(npx * 2);
+    if (m->scratch && !pack_grey(rgba, npx, m->scratch)) {
         free(m->scratch);
         m->scratch = NULL;
     }
@@ -147,24 +121,8 @@ int png_encode_rgba(const uint8_t *rgba, long w, long h, unsigned char **out, si
     }
     png_set_write_fn(png, m, png_mem_write, png_mem_flush);
     png_set_IHDR(png, info, (png_uint_32)w, (png_uint_32)h, 8,
-                 m->ncol >= 0 ? PNG_COLOR_TYPE_PALETTE : PNG_COLOR_TYPE_RGB_ALPHA,
+                 m->scratch ? PNG_COLOR_TYPE_GRAY_ALPHA : PNG_COLOR_TYPE_RGB_ALPHA,
                  PNG_INTERLACE_NONE, PNG_COMPRESSION_TYPE_DEFAULT, PNG_FILTER_TYPE_DEFAULT);
-    if (m->ncol >= 0) {
-        png_color rgb[256];
-        png_byte alpha[256];
-        int ntrans = 0;
-        for (int i = 0; i < m->ncol; i++) {
-            rgb[i].red = (png_byte)(m->pal[i] >> 24);
-            rgb[i].green = (png_byte)(m->pal[i] >> 16);
-            rgb[i].blue = (png_byte)(m->pal[i] >> 8);
-            alpha[i] = (png_byte)m->pal[i];
-            if (alpha[i] != 255)
-                ntrans = i + 1;       /* tRNS may stop after the last non-opaque entry */
-        }
-        png_set_PLTE(png, info, rgb, m->ncol > 0 ? m->ncol : 1);
-        if (ntrans > 0)
-            png_set_tRNS(png, info, alpha, ntrans, NULL);
-    }
     /* zlib level 1 and no row filter: on renderings of the demo data (M13 grey and
      * viridis, HorseHead grey, allsky magma) this encodes 5 to 8 times faster than
      * libpng's defaults (level 6, adaptive filters) and the output is smaller, except
@@ -173,9 +131,9 @@ int png_encode_rgba(const uint8_t *rgba, long w, long h, unsigned char **out, si
     png_set_compression_level(png, 1);
     png_set_filter(png, PNG_FILTER_TYPE_BASE, PNG_FILTER_NONE);
     png_write_info(png, info);
-    if (m->ncol >= 0) {
+    if (m->scratch) {
         for (long y = 0; y < h; y++)
-            png_write_row(png, (png_const_bytep)(m->scratch + (size_t)y * (size_t)w));
+            png_write_row(png, (png_const_bytep)(m->scratch + (size_t)y * (size_t)w * 2));
     } else {
         size_t stride = (size_t)w * 4;
         for (long y = 0; y < h; y++)

@@ -5,9 +5,10 @@
 #include <stdint.h>
 #include <stddef.h>
 
-/* Encodes w x h RGBA pixels (row 0 at the top) as a PNG: 8-bit palette with tRNS when
- * the picture has at most 256 distinct colours (every colour-mapped rendering), 8-bit RGBA
- * otherwise; either decodes to exactly the given RGBA values.  On success
+/* Encodes w x h RGBA pixels (row 0 at the top) as a PNG: 8-bit grey+alpha (colour type
+ * 4) when every pixel is grey (red = green = blue: renderings through the grey map),
+ * 8-bit RGBA (colour type 6) otherwise; never a palette.  Either decodes to exactly the
+ * given values (grey+alpha expanded to RGBA gives them back).  On success
  * *out is malloc'd (caller frees) and 0 is returned; TESS_ENOMEM or TESS_EINVAL
  * otherwise, with *out NULL. */
 int png_encode_rgba(const uint8_t *rgba, long w, long h, unsigned char **out, size_t *outlen);

@@ -44,14 +44,26 @@ int render_stretch_parse(const char *s, render_stretch *out)
     return TESS_EINVAL;
 }
 
-/* Accepts the canonical names and "gray" as another spelling of "grey". */
+/* Matplotlib's names (as hips2fits' clients send them, astroquery's default being
+ * "Greys_r") for the map of ours nearest to each: the black-to-white greys, and the
+ * sequential maps closest in hue and lightness to the ones we have.  Reversed maps
+ * (white to black, "viridis_r" ...) have no counterpart and are refused. */
+static const struct { const char *name; render_cmap cmap; } cmap_aliases[] = {
+    {"gray", CMAP_GREY}, {"Greys_r", CMAP_GREY}, {"binary_r", CMAP_GREY},
+    {"gist_gray", CMAP_GREY}, {"gist_yarg_r", CMAP_GREY}, {"bone", CMAP_GREY},
+    {"cividis", CMAP_VIRIDIS}, {"hot", CMAP_INFERNO}, {"afmhot", CMAP_INFERNO},
+    {"gist_heat", CMAP_INFERNO},
+};
+
 int render_cmap_parse(const char *s, render_cmap *out)
 {
     if (!s)
         return TESS_EINVAL;
-    if (strcmp(s, "gray") == 0) {
-        *out = CMAP_GREY;
-        return 0;
+    for (size_t i = 0; i < NELEM(cmap_aliases); i++) {
+        if (strcmp(s, cmap_aliases[i].name) == 0) {
+            *out = cmap_aliases[i].cmap;
+            return 0;
+        }
     }
     for (size_t i = 0; i < NELEM(cmap_names); i++) {
         if (strcmp(s, cmap_names[i]) == 0) {
@@ -386,8 +398,8 @@ int render_rgba_cuts(const double *data, long w, long h, const render_params *p,
             else if (t > 1.0)
                 t = 1.0;
             t = stretch_apply(p->stretch, t);
-            /* 255 levels, both ends of the map included: with transparent that is 256
-             * colours at most, so every rendering fits an 8-bit palette PNG. */
+            /* 255 levels, both ends of the map included (with transparent, 256 colours
+             * at most). */
             int level = (int)(t * 254.0 + 0.5);
             if (level > 254)
                 level = 254;

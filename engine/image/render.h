@@ -25,7 +25,9 @@ typedef struct render_params {
 void render_params_default(render_params *p);
 
 /* Parsers for the query-parameter forms of docs/DESIGN.md, "Query forms" ("asinh",
- * "viridis", "12.5", "99.5%").  Return 0, or TESS_EINVAL for an unknown name / malformed or non-finite
+ * "viridis", "12.5", "99.5%").  render_cmap_parse also takes "gray" and matplotlib's
+ * names of the nearest maps: gray, Greys_r, binary_r, gist_gray, gist_yarg_r, bone
+ * (grey), cividis (viridis), hot, afmhot, gist_heat (inferno).  Return 0, or TESS_EINVAL for an unknown name / malformed or non-finite
  * number / percentile outside 0..100. */
 int render_stretch_parse(const char *s, render_stretch *out);
 int render_cmap_parse(const char *s, render_cmap *out);
@@ -52,8 +54,7 @@ int render_resolve_cuts_f32(const float *data, size_t n, const render_params *p,
  * normalised to t in [0, 1], stretched (sqrt: sqrt t; log: log(1000 t + 1)/log(1001);
  * asinh: asinh(10 t)/asinh(10); power: t^2, as in astropy.visualization's defaults),
  * quantised to 255 levels k = round(254 s) and coloured with entry (255 k + 127) / 254
- * of the map's 256-entry table (both ends included; with transparent, at most 256
- * colours, so PNGs are written with a palette).  NaN pixels are transparent (alpha 0),
+ * of the map's 256-entry table (both ends included).  NaN pixels are transparent (alpha 0),
  * others opaque.  Returns 0, or
  * TESS_ENOMEM, TESS_EINVAL (w or h not positive), TESS_ERANGE (size overflows). */
 int render_rgba(const double *data, long w, long h, const render_params *p, uint8_t *rgba);

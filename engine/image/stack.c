@@ -1,5 +1,6 @@
 /* Volumes of planes: FITS cubes and stacks of FITS/PNG frames, memory-mapped or decoded, in an LRU. */
 #include "engine/image/stack.h"
+#include "engine/image/tiffframe.h"
 #include "engine/base/mapguard.h"
 #include "engine/base/checked.h"
 #include "engine/base/decodelimit.h"
@@ -239,6 +240,8 @@ int frame_read_info(const char *path, int hdu, fitsimg_info *info, char *err, si
         memset(info, 0, sizeof(*info));
         return g;
     }
+    if (tiffframe_is_tiff(path))
+        return tiffframe_read_info(path, info, err, errlen);
     if (!frame_is_png(path))
         return fitsimg_read_info(path, hdu, info, err, errlen);
     memset(info, 0, sizeof(*info));
@@ -282,6 +285,8 @@ int frame_decode_check(const char *path, char *err, size_t errlen)
     int g = path_guard(path, err, errlen);
     if (g)
         return g;
+    if (tiffframe_is_tiff(path))
+        return tiffframe_decode_check(path, err, errlen);
     if (!frame_is_png(path))
         return 0;
     long w, h;
@@ -331,6 +336,8 @@ int frame_read_region(const char *path, int hdu, long z, long x0, long y0, long 
         return g;
     if (frame_is_png(path))
         return png_region(path, z, x0, y0, w, h, out, NULL, err, errlen);
+    if (tiffframe_is_tiff(path))
+        return tiffframe_read_path(path, z, x0, y0, w, h, TIFFFRAME_OUT_F64, out, err, errlen);
     return fitsimg_read_region(path, hdu, z, x0, y0, w, h, out, err, errlen);
 }
 
@@ -342,6 +349,8 @@ int frame_read_region_f32(const char *path, int hdu, long z, long x0, long y0, l
         return g;
     if (frame_is_png(path))
         return png_region(path, z, x0, y0, w, h, NULL, out, err, errlen);
+    if (tiffframe_is_tiff(path))
+        return tiffframe_read_path(path, z, x0, y0, w, h, TIFFFRAME_OUT_F32, out, err, errlen);
     return fitsimg_read_region_f32(path, hdu, z, x0, y0, w, h, out, err, errlen);
 }
 
@@ -407,10 +416,12 @@ int frame_write_png(const char *path, const unsigned short *data, long nx, long 
 
 /* ---- open frames ------------------------------------------------------------------ */
 
-typedef enum { SRC_MMAP, SRC_MEM8, SRC_MEM16, SRC_MEMF64, SRC_CFITSIO } src_kind;
+typedef enum { SRC_MMAP, SRC_MEM8, SRC_MEM16, SRC_MEMF64, SRC_CFITSIO, SRC_TIFF } src_kind;
 
 /* One open file of the volume: a mapping of an uncompressed FITS file, a decoded frame
- * in memory (PNG, or a compressed FITS frame), or a cfitsio fallback for compressed cubes. */
+ * in memory (PNG, an 8/16-bit unsigned TIFF frame, or a compressed FITS frame), a cfitsio
+ * fallback for compressed cubes, or a TIFF file read through libtiff at each read (the
+ * pages of a multi-page file, signed or float frames). */
 typedef struct frame {
     long idx;                 /* index into s->paths */
     src_kind kind;
@@ -431,6 +442,7 @@ typedef struct frame {
     long long datastart;      /* SRC_MMAP: file offset of `data` */
     double checked;           /* monotonic seconds of the last staleness check */
     int guard;                /* SRC_MMAP: mapguard slot of the map, or -1 */
+    tiffframe *tif;           /* SRC_TIFF: the open file */
 } frame;
 
 struct stack {
@@ -517,6 +529,7 @@ static void frame_close(stack *s, frame *f)
         mapguard_remove(f->guard);
         munmap(f->map, f->maplen);
     }
+    tiffframe_close(f->tif);
     free(f->pix);
     free(f);
 }
@@ -786,7 +799,7 @@ static int header_hash_cfitsio(const char *path, int hdu, uint64_t *hash, char *
 int frame_header_hash(const char *path, int hdu, uint64_t *hash, char *err, size_t errlen)
 {
     *hash = 0;
-    if (frame_is_png(path))
+    if (frame_is_png(path) || tiffframe_is_tiff(path))
         return 0;
     int bitpix = 0, naxis = 0, has_blank = 0;
     long naxes[FITSIMG_MAXDIM] = {1, 1, 1, 1};
@@ -910,6 +923,40 @@ static int open_fits(stack *s, frame *f, const char *path, char *err, size_t err
     return 0;
 }
 
+/* Opens a TIFF file (engine/image/tiffframe.h): an 8 or 16-bit unsigned frame of a stack
+ * is decoded whole, as a PNG frame; other frames and the pages of a file that is the
+ * whole volume are read through libtiff at each read. */
+static int open_tiff(stack *s, frame *f, const char *path, char *err, size_t errlen)
+{
+    tiffframe_shape sh;
+    int rc = tiffframe_open(path, &f->tif, err, errlen);
+    if (rc)
+        return rc;
+    tiffframe_get_shape(f->tif, &sh);
+    if (sh.nx != s->nx || sh.ny != s->ny || sh.npages < planes_in_file(s)) {
+        tess_seterr(err, errlen, "%s is now %ld x %ld x %ld, not the %ld x %ld volume it was "
+                    "when opened", path, sh.nx, sh.ny, sh.npages, s->nx, s->ny);
+        return TESS_EIO;
+    }
+    f->kind = SRC_TIFF;
+    if (s->npaths == 1 || (sh.type != TIFFFRAME_U8 && sh.type != TIFFFRAME_U16))
+        return 0;
+    size_t n = (size_t)s->nx * (size_t)s->ny;
+    if ((rc = tiffframe_budget(f->tif, err, errlen)))
+        return rc;
+    if (!(f->pix = malloc(n * (size_t)sh.esize))) {
+        tess_seterr(err, errlen, "out of memory decoding %s", path);
+        return TESS_ENOMEM;
+    }
+    rc = tiffframe_read(f->tif, 0, 0, 0, s->nx, s->ny, TIFFFRAME_OUT_STORED, f->pix, err, errlen);
+    tiffframe_close(f->tif);
+    f->tif = NULL;
+    f->kind = sh.esize == 1 ? SRC_MEM8 : SRC_MEM16;
+    f->bitpix = 8 * sh.esize;
+    f->pixbytes = n * (size_t)sh.esize;
+    return rc;
+}
+
 static int frame_open(stack *s, long idx, frame **out, char *err, size_t errlen)
 {
     const char *path = s->paths[idx];
@@ -930,7 +977,9 @@ static int frame_open(stack *s, long idx, frame **out, char *err, size_t errlen)
         return TESS_EIO;
     }
     int rc;
-    if (frame_is_png(path)) {
+    if (tiffframe_is_tiff(path)) {
+        rc = open_tiff(s, f, path, err, errlen);
+    } else if (frame_is_png(path)) {
         long nx, ny;
         int bits;
         rc = png_decode_frame(path, &f->pix, &nx, &ny, &bits, err, errlen);
@@ -1135,7 +1184,8 @@ static void convert_run(const frame *f, size_t off, size_t n, size_t stride, dou
         return;
     }
     case SRC_CFITSIO:
-        return;   /* not reached: read through cfitsio by the caller */
+    case SRC_TIFF:
+        return;   /* not reached: read through cfitsio or libtiff by the caller */
     case SRC_MMAP:
         break;
     }
@@ -1205,6 +1255,8 @@ static int frame_box(stack *s, frame *f, long zf, long x0, long y0, long w, long
 {
     if (f->kind == SRC_CFITSIO)
         return fitsimg_read_region(s->paths[f->idx], s->hdu, zf, x0, y0, w, h, out, err, errlen);
+    if (f->kind == SRC_TIFF)
+        return tiffframe_read(f->tif, zf, x0, y0, w, h, TIFFFRAME_OUT_F64, out, err, errlen);
     size_t plane = (size_t)zf * (size_t)s->nx * (size_t)s->ny;
     if (w == 1) {
         convert_run(f, plane + (size_t)y0 * (size_t)s->nx + (size_t)x0, (size_t)h, (size_t)s->nx,
@@ -2216,7 +2268,7 @@ int stack_zreduce(stack *s, stack_zop op, long z0, long z1, int flags,
             for (int j0 = 0; j0 < k && !rc; j0 += ZR_DBL_CHUNK) {
                 int j1 = k - j0 < ZR_DBL_CHUNK ? k : j0 + ZR_DBL_CHUNK, viacfitsio = 0;
                 for (int j = j0; j < j1; j++) {
-                    viacfitsio |= fr[j]->kind == SRC_CFITSIO;
+                    viacfitsio |= fr[j]->kind == SRC_CFITSIO || fr[j]->kind == SRC_TIFF;
                     advise_plane(s, fr[j], zf[j]);
                 }
                 if (viacfitsio) {

@@ -19,6 +19,11 @@
  * it, and IIIF regions (top-left origin) are PNG pixel coordinates.  A numpy user sees
  * the array of a PNG frame as numpy.flipud(imread(frame)).
  *
+ * TIFF files (engine/image/tiffframe.h: greyscale 8/16-bit unsigned, 16-bit signed,
+ * 32-bit float) are read the same way, y = 0 the last TIFF row, values as stored: a
+ * single-page file is a frame of a stack (or an image), a multi-page file a cube of its
+ * pages.  frame_read_info gives them the header of the FITS image of the same values.
+ *
  * Decoding is bounded (engine/base/decodelimit.h): a PNG frame, and a tile-compressed
  * FITS frame of a stack (held whole as doubles), is decoded only once the size its header
  * declares passes decodelimit_check; over it, every read of its pixels fails with

@@ -3,6 +3,7 @@
 #include "engine/mosaic/mosaic.h"
 #include "engine/fits/fitscard.h"
 #include "engine/fits/fitsimg.h"
+#include "engine/fits/fitswrite.h"
 #include "engine/base/byteswap.h"
 #include "engine/base/error.h"
 #include "engine/base/fileio.h"
@@ -952,6 +953,8 @@ static int build_headers(const mosaic *m, const double *corr, fitscard_list *h0,
             }
         }
     }
+    fitscard_list_string(h0, "CHECKSUM", "0000000000000000", 0, "HDU checksum");
+    fitscard_list_string(h0, "DATASUM", "0", 0, "data unit checksum");
     add_str(h1, "XTENSION", "IMAGE", "image extension");
     fitscard_list_int(h1, "BITPIX", -32, "array data type");
     fitscard_list_int(h1, "NAXIS", 2, "number of array dimensions");
@@ -965,6 +968,8 @@ static int build_headers(const mosaic *m, const double *corr, fitscard_list *h0,
     fitscard_list_commentary(h1, "COMMENT", "of inputs for interpolation, covered fractions "
                              "for exact).");
     fitscard_list_cards(h1, m->tcards, m->tkeys);
+    fitscard_list_string(h1, "CHECKSUM", "0000000000000000", 0, "HDU checksum");
+    fitscard_list_string(h1, "DATASUM", "0", 0, "data unit checksum");
     int rc = h0->rc ? h0->rc : h1->rc;
     if (rc) {
         fitscard_list_release(h0);
@@ -2228,7 +2233,10 @@ int mos_finish(mosaic *m, const char *out_path, char *err, size_t errlen)
     fitscard_list_release(&h0);
     fitscard_list_release(&h1);
     /* The zero padding after each data unit comes from ftruncate only when the file
-     * was shorter; data pads are never written otherwise, so they are zeros. */
+     * was shorter; data pads are never written otherwise, so they are zeros.  The
+     * checksums come last, over the finished file. */
+    if ((rc = fitswrite_checksum_file(path, err, errlen)) != 0)
+        return rc;
     if (unlink(out_path) != 0 && errno != ENOENT) {
         tess_seterr(err, errlen, "cannot replace '%s': %s", out_path, strerror(errno));
         return TESS_EIO;

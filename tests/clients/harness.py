@@ -41,6 +41,18 @@ def need(program):
     raise unittest.SkipTest(f"{program} is not installed (scripts/setup.sh)")
 
 
+def need_module(name):
+    """Imports and returns the Python module NAME (scripts/setup.sh installs its Debian
+    package); a missing one skips the calling test, or fails it in CI, as need() does."""
+    import importlib
+    try:
+        return importlib.import_module(name)
+    except ImportError as e:
+        if os.environ.get("CI") == "true":
+            raise AssertionError(f"python module {name} is not installed (scripts/setup.sh)")
+        raise unittest.SkipTest(f"python module {name} is not installed: {e}")
+
+
 class Server:
     """A tesserad of its own.  datasets: extra dataset entries (appended to the demo's);
     roots: extra data roots; extra: top-level configuration keys merged in (dicts merge one
@@ -120,3 +132,16 @@ class Server:
 
     def __exit__(self, *exc):
         self.stop()
+
+
+def need_module(name):
+    """Imports and returns the Python module NAME, or skips the calling test when it is not
+    installed (scripts/setup.sh installs Debian's python3-NAME); in CI (CI=true) a missing
+    module is a failure instead."""
+    import importlib
+    try:
+        return importlib.import_module(name)
+    except ImportError:
+        if os.environ.get("CI") == "true":
+            raise AssertionError(f"Python module {name} is not installed (scripts/setup.sh)")
+        raise unittest.SkipTest(f"Python module {name} is not installed (scripts/setup.sh)")

@@ -14,10 +14,10 @@ if [ -z "$mods" ]; then
     echo "100%: Checks: 0, Failures: 0, Errors: 0"
     exit 0
 fi
-# Debian's python3, where the clients are installed (a python3 found first on PATH, e.g.
-# pyenv's, lacks them); $TESSERA_PYTHON overrides.
-py=${TESSERA_PYTHON:-python3}
-[ -z "${TESSERA_PYTHON:-}" ] && [ -x /usr/bin/python3 ] && py=/usr/bin/python3
+# Debian's python3, where the packages of scripts/setup.sh are installed (a python3 of
+# pyenv or a virtualenv earlier in PATH lacks them); TESSERA_PYTHON overrides.
+py=${TESSERA_PYTHON:-/usr/bin/python3}
+[ -x "$py" ] || py=python3
 # shellcheck disable=SC2086
 PYTHONPATH="$here${PYTHONPATH:+:$PYTHONPATH}" timeout 1200 "$py" - $mods <<'PY'
 import sys, unittest

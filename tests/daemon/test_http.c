@@ -642,6 +642,132 @@ START_TEST(test_slice_cube_region)
 }
 END_TEST
 
+
+/* A GET (or HEAD with `head`) with up to two extra headers ("Name: value" or NULL). */
+static resp fetch_headers(const char *path, int head, const char *h1, const char *h2)
+{
+    char url[1024];
+    snprintf(url, sizeof(url), "%s%s", base, path);
+    resp r;
+    memset(&r, 0, sizeof(r));
+    CURL *c = curl_easy_init();
+    ck_assert_ptr_nonnull(c);
+    struct curl_slist *hl = NULL;
+    if (h1)
+        hl = curl_slist_append(hl, h1);
+    if (h2)
+        hl = curl_slist_append(hl, h2);
+    curl_easy_setopt(c, CURLOPT_URL, url);
+    curl_easy_setopt(c, CURLOPT_HTTPHEADER, hl);
+    if (head)
+        curl_easy_setopt(c, CURLOPT_NOBODY, 1L);
+    tt_curl_capture(c, &r);
+    ck_assert_int_eq(curl_easy_perform(c), CURLE_OK);
+    curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &r.status);
+    if (head) {
+        curl_off_t cl = -1;
+        curl_easy_getinfo(c, CURLINFO_CONTENT_LENGTH_DOWNLOAD_T, &cl);
+        r.len = cl < 0 ? 0 : (size_t)cl;
+    }
+    curl_slist_free_all(hl);
+    curl_easy_cleanup(c);
+    return r;
+}
+
+/* Byte ranges on a cached body (RFC 9110, section 14): 206 with Content-Range, 416
+ * beyond the end, If-Range by ETag, several ranges answered whole, HEAD with the length. */
+START_TEST(test_byte_ranges)
+{
+    const char *path = "/api/v1/cutout?dataset=horsehead&ra=85.25&dec=-2.46&fov=0.2"
+                       "&width=100&height=80&format=fits";
+    resp whole = get(path);
+    ck_assert_int_eq(whole.status, 200);
+    ck_assert_str_eq(whole.accept_ranges, "bytes");
+    ck_assert_uint_eq(whole.len % 2880, 0);
+    char cr[80];
+    resp r = fetch_headers(path, 0, "Range: bytes=2880-2889", NULL);
+    ck_assert_int_eq(r.status, 206);
+    snprintf(cr, sizeof cr, "bytes 2880-2889/%zu", whole.len);
+    ck_assert_str_eq(r.content_range, cr);
+    ck_assert_uint_eq(r.len, 10);
+    ck_assert_int_eq(memcmp(r.body, whole.body + 2880, 10), 0);
+    ck_assert_str_eq(r.etag, whole.etag);
+    tt_resp_free(&r);
+    r = fetch_headers(path, 0, "Range: bytes=-100", NULL);
+    ck_assert_int_eq(r.status, 206);
+    ck_assert_uint_eq(r.len, 100);
+    ck_assert_int_eq(memcmp(r.body, whole.body + whole.len - 100, 100), 0);
+    tt_resp_free(&r);
+    r = fetch_headers(path, 0, "Range: bytes=5760-", NULL);
+    ck_assert_int_eq(r.status, 206);
+    ck_assert_uint_eq(r.len, whole.len - 5760);
+    tt_resp_free(&r);
+    r = fetch_headers(path, 0, "Range: bytes=99999999-", NULL);
+    tt_assert_problem(path, &r, 416, "Range");
+    snprintf(cr, sizeof cr, "bytes */%zu", whole.len);
+    ck_assert_str_eq(r.content_range, cr);
+    tt_resp_free(&r);
+    r = fetch_headers(path, 0, "Range: bytes=0-1,4-5", NULL);
+    ck_assert_int_eq(r.status, 200);
+    ck_assert_uint_eq(r.len, whole.len);
+    tt_resp_free(&r);
+    char ifr[96];
+    snprintf(ifr, sizeof ifr, "If-Range: %s", whole.etag);
+    r = fetch_headers(path, 0, "Range: bytes=0-9", ifr);
+    ck_assert_int_eq(r.status, 206);
+    ck_assert_uint_eq(r.len, 10);
+    tt_resp_free(&r);
+    r = fetch_headers(path, 0, "Range: bytes=0-9", "If-Range: \"0000000000000000\"");
+    ck_assert_int_eq(r.status, 200);
+    ck_assert_uint_eq(r.len, whole.len);
+    tt_resp_free(&r);
+    r = fetch_headers(path, 1, NULL, NULL);
+    ck_assert_int_eq(r.status, 200);
+    ck_assert_uint_eq(r.len, whole.len);
+    ck_assert_str_eq(r.accept_ranges, "bytes");
+    tt_resp_free(&r);
+    tt_resp_free(&whole);
+}
+END_TEST
+
+/* CDS's hips2fits path takes hips= and wcs= (a JSON header), answering as the cutout. */
+START_TEST(test_hips2fits_route)
+{
+    const char *q = "?hips=horsehead&ra=85.25&dec=-2.46&fov=0.2&width=60&height=40"
+                    "&projection=TAN&coordsys=icrs&rotation_angle=0.0&min_cut=0.5%25"
+                    "&max_cut=99.5%25&stretch=linear&cmap=Greys_r&format=fits";
+    char path[1024];
+    snprintf(path, sizeof path, "/hips-image-services/hips2fits%s", q);
+    resp a = get(path);
+    ck_assert_msg(a.status == 200, "%ld %s", a.status, a.body);
+    ck_assert_str_eq(a.content_type, "application/fits");
+    snprintf(path, sizeof path, "/api/v1/cutout%s", q);
+    resp b = get(path);
+    ck_assert_int_eq(b.status, 200);
+    ck_assert_uint_eq(a.len, b.len);
+    ck_assert_int_eq(memcmp(a.body, b.body, a.len), 0);
+    tt_resp_free(&b);
+    /* the same target as a wcs header (CDELT from fov / width, CRPIX at the centre) */
+    snprintf(path, sizeof path, "/hips-image-services/hips2fits?hips=horsehead&format=fits"
+             "&cmap=Greys_r&wcs=%%7B%%22NAXIS1%%22%%3A60%%2C%%22NAXIS2%%22%%3A40%%2C"
+             "%%22CTYPE1%%22%%3A%%22RA---TAN%%22%%2C%%22CTYPE2%%22%%3A%%22DEC--TAN%%22%%2C"
+             "%%22CRPIX1%%22%%3A30.5%%2C%%22CRPIX2%%22%%3A20.5%%2C%%22CRVAL1%%22%%3A85.25%%2C"
+             "%%22CRVAL2%%22%%3A-2.46%%2C%%22CDELT1%%22%%3A-0.0033333333333333335%%2C"
+             "%%22CDELT2%%22%%3A0.0033333333333333335%%7D");
+    b = get(path);
+    ck_assert_msg(b.status == 200, "%ld %s", b.status, b.body);
+    ck_assert_uint_eq(a.len, b.len);
+    tt_resp_free(&b);
+    b = get("/hips-image-services/hips2fits?hips=nosuch&ra=1&dec=1&fov=1&width=1&height=1");
+    tt_assert_problem("hips=nosuch", &b, 404, "dataset");
+    tt_resp_free(&b);
+    b = get("/hips-image-services/hips2fits?hips=horsehead&wcs=%7B%22NAXIS1%22%3A10%7D");
+    tt_assert_problem("wcs without NAXIS2", &b, 400, "wcs");
+    tt_resp_free(&b);
+    tt_resp_free(&a);
+}
+END_TEST
+
 START_TEST(test_cors)
 {
     /* Public read-only data: any origin may read it (browser viewers); preflight answered. */
@@ -666,6 +792,13 @@ START_TEST(test_metrics)
     ck_assert_ptr_nonnull(strstr(r.body, "tessera_cache_hits_total"));
     ck_assert_ptr_nonnull(strstr(r.body, "tessera_renders_total"));
     ck_assert_ptr_nonnull(strstr(r.body, "tessera_http_request_seconds_count"));
+    /* every family has its HELP and TYPE (promtool check metrics) */
+    for (const char *p = strstr(r.body, "# TYPE "); p; p = strstr(p + 1, "# TYPE ")) {
+        char name[96], help[104];
+        ck_assert_int_eq(sscanf(p, "# TYPE %95s", name), 1);
+        snprintf(help, sizeof help, "# HELP %s ", name);
+        ck_assert_msg(strstr(r.body, help) != NULL, "%s has no HELP", name);
+    }
     tt_resp_free(&r);
 }
 END_TEST
@@ -876,6 +1009,8 @@ int main(void)
     tcase_add_test(tc, test_slice_cube_region);
     tcase_add_test(tc, test_metrics);
     tcase_add_test(tc, test_cors);
+    tcase_add_test(tc, test_byte_ranges);
+    tcase_add_test(tc, test_hips2fits_route);
     tcase_add_test(tc, test_single_flight);
     suite_add_tcase(s, tc);
     TCase *tf = tcase_create("files");

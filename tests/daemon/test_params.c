@@ -1,5 +1,6 @@
-/* Unit tests of the request parsers (daemon/api/params, cutout and slices) and of
- * daemon/config: strict numbers, cutout and slice parsing, header bodies, configuration keys. */
+/* Unit tests of the request parsers (daemon/api/params, cutout and slices, daemon/ranges)
+ * and of daemon/config: strict numbers, cutout (hips2fits' form too) and slice parsing,
+ * header bodies, byte ranges, configuration keys. */
 #include <check.h>
 #include <math.h>
 #include <stdlib.h>
@@ -10,6 +11,7 @@
 #include "daemon/api/cutout.h"
 #include "daemon/api/params.h"
 #include "daemon/api/slices.h"
+#include "daemon/ranges.h"
 #include "tests/testutil.h"
 #include "engine/base/error.h"
 
@@ -256,12 +258,138 @@ START_TEST(test_listen)
 }
 END_TEST
 
+
+/* The GET cutout query q is refused, naming `parameter`. */
+static void assert_refused(const char **q, const char *parameter)
+{
+    cutout_params p;
+    param_error e;
+    ck_assert_int_eq(cutout_parse_get(lookup, q, &p, &e), TESS_EINVAL);
+    ck_assert_str_eq(e.parameter, parameter);
+}
+
+/* hips2fits' parameter set, as astroquery 0.4.6 sends it. */
+START_TEST(test_cutout_hips2fits)
+{
+    cutout_params p;
+    param_error e;
+    const char *q[] = {"hips", "horsehead", "width", "300", "height", "200", "projection",
+                       "TAN", "coordsys", "icrs", "rotation_angle", "0.0", "ra", "85.25",
+                       "dec", "-2.46", "fov", "0.2", "min_cut", "0.5%", "max_cut", "99.5%",
+                       "cmap", "Greys_r", "stretch", "linear", "format", "png", NULL};
+    ck_assert_int_eq(cutout_parse_get(lookup, q, &p, &e), 0);
+    ck_assert_str_eq(p.dataset, "horsehead");
+    ck_assert_int_eq(p.render.cmap, CMAP_GREY);
+    ck_assert_int_eq(p.has_wcs, 0);
+    /* the creator_did of the dataset's HiPS names it too */
+    const char *did[] = {"hips", "ivo://tessera/m13", "ra", "0", "dec", "0", "fov", "1",
+                         "width", "1", "height", "1", "cmap", "viridis", NULL};
+    ck_assert_int_eq(cutout_parse_get(lookup, did, &p, &e), 0);
+    ck_assert_str_eq(p.dataset, "m13");
+    ck_assert_int_eq(p.render.cmap, CMAP_VIRIDIS);
+    const char *two[] = {"hips", "m13", "dataset", "horsehead", "ra", "0", "dec", "0", "fov",
+                         "1", "width", "1", "height", "1", NULL};
+    assert_refused(two, "hips");
+    /* matplotlib maps: the nearest of ours; cmap is not looked at for FITS */
+    const char *hot[] = {"hips", "m13", "ra", "0", "dec", "0", "fov", "1", "width", "1",
+                         "height", "1", "cmap", "hot", NULL};
+    ck_assert_int_eq(cutout_parse_get(lookup, hot, &p, &e), 0);
+    ck_assert_int_eq(p.render.cmap, CMAP_INFERNO);
+    const char *jet[] = {"hips", "m13", "ra", "0", "dec", "0", "fov", "1", "width", "1",
+                         "height", "1", "cmap", "jet", NULL};
+    assert_refused(jet, "cmap");
+    const char *jetfits[] = {"hips", "m13", "ra", "0", "dec", "0", "fov", "1", "width", "1",
+                             "height", "1", "cmap", "jet", "format", "fits", NULL};
+    ck_assert_int_eq(cutout_parse_get(lookup, jetfits, &p, &e), 0);
+    /* wcs= replaces the geometry, and goes alone */
+    const char *wcs[] = {"hips", "m13", "wcs", "{\"NAXIS1\": 10}", "format", "fits",
+                         "cmap", "Greys_r", NULL};
+    ck_assert_int_eq(cutout_parse_get(lookup, wcs, &p, &e), 0);
+    ck_assert_int_eq(p.has_wcs, 1);
+    const char *both[] = {"hips", "m13", "wcs", "{}", "ra", "1", NULL};
+    assert_refused(both, "ra");
+    const char *none[] = {"ra", "1", NULL};
+    assert_refused(none, "dataset");
+}
+END_TEST
+
+START_TEST(test_cutout_wcs_cards)
+{
+    char *cards = NULL;
+    int n = 0;
+    param_error e;
+    const char *js = "{\"WCSAXES\": 2, \"CRPIX1\": 60.5, \"CDELT1\": -0.002, \"CTYPE1\": "
+                     "\"RA---TAN\", \"CRVAL1\": 85.25, \"LONPOLE\": 180.0, \"NAXIS1\": 120, "
+                     "\"RADESYS\": \"ICRS\", \"FLAG\": true}";
+    ck_assert_int_eq(cutout_wcs_cards(js, &cards, &n, &e), 0);
+    ck_assert_int_eq(n, 9);
+    ck_assert_int_eq(strncmp(cards, "WCSAXES =                    2", 30), 0);
+    ck_assert_int_eq(strncmp(cards + 80, "CRPIX1  =                 60.5", 30), 0);
+    ck_assert_int_eq(strncmp(cards + 3 * 80, "CTYPE1  = 'RA---TAN'", 20), 0);
+    ck_assert_int_eq(strncmp(cards + 5 * 80, "LONPOLE =                180.0", 30), 0);
+    ck_assert_int_eq(strncmp(cards + 8 * 80, "FLAG    =                    T", 30), 0);
+    free(cards);
+    static const char *const bad[] = {"[1, 2]", "{\"CRVAL1\": 1", "{\"lower\": 1}",
+        "{\"TOOLONGKEY\": 1}", "{\"CTYPE1\": null}", "{\"CTYPE1\": [1]}",
+        "{\"CTYPE1\": \"RA\\u0001\"}", "{\"A\": 1, \"A\": 2}", NULL};
+    for (int i = 0; bad[i]; i++) {
+        ck_assert_msg(cutout_wcs_cards(bad[i], &cards, &n, &e) == TESS_EINVAL, "%s", bad[i]);
+        ck_assert_ptr_null(cards);
+        ck_assert_str_eq(e.parameter, "wcs");
+    }
+}
+END_TEST
+
+/* Range and If-Range (RFC 9110, sections 14.1.2 and 13.1.5). */
+START_TEST(test_ranges)
+{
+    unsigned long long a = 99, b = 99;
+    ck_assert_int_eq(ranges_parse(NULL, 100, &a, &b), RANGES_WHOLE);
+    ck_assert_int_eq(ranges_parse("bytes=0-9", 100, &a, &b), RANGES_PART);
+    ck_assert(a == 0 && b == 9);
+    ck_assert_int_eq(ranges_parse("bytes=90-", 100, &a, &b), RANGES_PART);
+    ck_assert(a == 90 && b == 99);
+    ck_assert_int_eq(ranges_parse("bytes=90-1000", 100, &a, &b), RANGES_PART);
+    ck_assert(a == 90 && b == 99);
+    ck_assert_int_eq(ranges_parse("bytes=-10", 100, &a, &b), RANGES_PART);
+    ck_assert(a == 90 && b == 99);
+    ck_assert_int_eq(ranges_parse("bytes=-1000", 100, &a, &b), RANGES_PART);
+    ck_assert(a == 0 && b == 99);
+    ck_assert_int_eq(ranges_parse("Bytes = 5-5", 100, &a, &b), RANGES_PART);
+    ck_assert(a == 5 && b == 5);
+    ck_assert_int_eq(ranges_parse("bytes=100-", 100, &a, &b), RANGES_UNSATISFIABLE);
+    ck_assert_int_eq(ranges_parse("bytes=-0", 100, &a, &b), RANGES_UNSATISFIABLE);
+    ck_assert_int_eq(ranges_parse("bytes=0-", 0, &a, &b), RANGES_UNSATISFIABLE);
+    /* ignored: another unit, malformed, reversed, several ranges */
+    static const char *const whole[] = {"items=0-9", "bytes=", "bytes=a-b", "bytes=9-0",
+        "bytes=0-1,5-6", "bytes 0-9", "bytes=-", "bytes=99999999999999999999999-", NULL};
+    for (int i = 0; whole[i]; i++)
+        ck_assert_msg(ranges_parse(whole[i], 100, &a, &b) == RANGES_WHOLE, "%s", whole[i]);
+
+    ck_assert_int_eq(ranges_if_range_ok(NULL, "\"ab\"", -1), 1);
+    ck_assert_int_eq(ranges_if_range_ok("\"ab\"", "\"ab\"", -1), 1);
+    ck_assert_int_eq(ranges_if_range_ok("\"ac\"", "\"ab\"", -1), 0);
+    ck_assert_int_eq(ranges_if_range_ok("W/\"ab\"", "\"ab\"", -1), 0);
+    ck_assert_int_eq(ranges_if_range_ok("\"ab\"", NULL, -1), 0);
+    char date[30];
+    ranges_http_date(784111777, date);
+    ck_assert_str_eq(date, "Sun, 06 Nov 1994 08:49:37 GMT");
+    ck_assert_int_eq(ranges_if_range_ok(date, "\"ab\"", 784111777), 1);
+    ck_assert_int_eq(ranges_if_range_ok(date, "\"ab\"", 784111778), 0);
+    ck_assert_int_eq(ranges_if_range_ok(date, "\"ab\"", -1), 0);
+    ck_assert_int_eq(ranges_if_range_ok("Sunday, 06-Nov-94 08:49:37 GMT", NULL, 784111777), 0);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("params");
     TCase *tc = tcase_create("core");
     tcase_add_test(tc, test_param_numbers);
     tcase_add_test(tc, test_cutout_get);
+    tcase_add_test(tc, test_cutout_hips2fits);
+    tcase_add_test(tc, test_cutout_wcs_cards);
+    tcase_add_test(tc, test_ranges);
     tcase_add_test(tc, test_slice_path);
     tcase_add_test(tc, test_header_cards);
     tcase_add_test(tc, test_config_keys);

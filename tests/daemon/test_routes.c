@@ -68,6 +68,8 @@ static const struct reach {
     {"GET", "/api/v1/cutout", "cutout.get", NULL, NULL},
     {"HEAD", "/api/v1/cutout", "cutout.get", NULL, NULL},
     {"POST", "/api/v1/cutout", "cutout.post", NULL, NULL},
+    {"GET", "/hips-image-services/hips2fits", "hips2fits", NULL, NULL},
+    {"HEAD", "/hips-image-services/hips2fits", "hips2fits", NULL, NULL},
     {"GET", "/api/v1/datasets", "datasets", NULL, NULL},
     {"GET", "/api/v1/datasets/", "datasets", NULL, NULL},
     {"GET", "/api/v1/datasets/horsehead", "dataset", NULL, "horsehead"},

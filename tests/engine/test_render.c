@@ -377,6 +377,11 @@ static uint8_t *decode_png(const unsigned char *b, size_t len, png_uint_32 *w, p
         png_read_update_info(png, info);
         png_get_IHDR(png, info, w, h, &depth, &ctype, NULL, NULL, NULL);
     }
+    if (ctype == PNG_COLOR_TYPE_GRAY_ALPHA) {
+        png_set_gray_to_rgb(png);
+        png_read_update_info(png, info);
+        png_get_IHDR(png, info, w, h, &depth, &ctype, NULL, NULL, NULL);
+    }
     if (depth != 8 || ctype != PNG_COLOR_TYPE_RGB_ALPHA)
         png_error(png, "not 8-bit RGBA");
     px = malloc((size_t)*w * *h * 4);
@@ -413,8 +418,9 @@ START_TEST(test_png_roundtrip)
     free(back);
     free(out);
 
-    /* a rendering of real data, with transparent pixels: at most 256 colours, so a
-     * palette image that decodes to the same RGBA */
+    /* a rendering of real data, with transparent pixels: RGBA through a colour map, grey
+     * and alpha through the grey one, each decoding to the same RGBA (never a palette,
+     * whose indices readers such as PIL would hand out) */
     char err[256];
     double *plane = malloc(105 * 105 * sizeof *plane);
     uint8_t *img = malloc(105 * 105 * 4);
@@ -432,7 +438,16 @@ START_TEST(test_png_roundtrip)
     ck_assert_int_eq(png_encode_rgba(img, 105, 105, &out, &len), 0);
     back = decode_png(out, len, &w, &h);
     ck_assert_ptr_nonnull(back);
-    ck_assert_int_eq(last_color_type, PNG_COLOR_TYPE_PALETTE);
+    ck_assert_int_eq(last_color_type, PNG_COLOR_TYPE_RGB_ALPHA);
+    ck_assert_int_eq(memcmp(back, img, 105 * 105 * 4), 0);
+    free(back);
+    free(out);
+    p.cmap = CMAP_GREY;
+    ck_assert_int_eq(render_rgba(plane, 105, 105, &p, img), 0);
+    ck_assert_int_eq(png_encode_rgba(img, 105, 105, &out, &len), 0);
+    back = decode_png(out, len, &w, &h);
+    ck_assert_ptr_nonnull(back);
+    ck_assert_int_eq(last_color_type, PNG_COLOR_TYPE_GRAY_ALPHA);
     ck_assert_int_eq(memcmp(back, img, 105 * 105 * 4), 0);
     free(back);
     free(out);

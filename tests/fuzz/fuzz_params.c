@@ -57,7 +57,16 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     switch (sel) {
     case 0: {
         cutout_params p;
-        if (cutout_parse_get(fz_query_get, &q, &p, &e) == 0) {
+        int ok = cutout_parse_get(fz_query_get, &q, &p, &e) == 0;
+        if (ok && p.has_wcs) {
+            /* hips2fits' wcs= header: what the handler turns it into */
+            char *cards = NULL;
+            int nkeys = 0;
+            if (cutout_wcs_cards(fz_query_get(&q, "wcs"), &cards, &nkeys, &e) == 0 &&
+                (!cards || (int)strlen(cards) != nkeys * 80))
+                __builtin_trap();
+            free(cards);
+        } else if (ok) {
             if (!(p.fov > 0 && p.fov <= 360) || p.width < 1 || p.height < 1)
                 __builtin_trap(); /* validation let an out-of-range value through */
             check_cutout(&p);

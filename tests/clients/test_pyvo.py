@@ -3,6 +3,7 @@ descriptor and its cutouts read with astropy, UWS jobs, VOSI; and HiPS cube tile
 the cube's planes."""
 import io
 import os
+import subprocess
 import tempfile
 import time
 import unittest
@@ -10,7 +11,7 @@ import urllib.parse
 import urllib.request
 import warnings
 
-from harness import TOP, Server
+from harness import TOP, Server, need
 
 try:
     import numpy as np
@@ -46,6 +47,13 @@ def _post_form(url, fields):
             return r.status, r.headers.get("Location"), r.read()
     except urllib.error.HTTPError as e:
         return e.code, e.headers.get("Location"), e.read()
+
+
+def _open(raw):
+    """The HDU list of FITS bytes, with the bytes kept as .raw."""
+    hdul = fits.open(io.BytesIO(raw))
+    hdul.raw = raw
+    return hdul
 
 
 def _write_wave_cube(path):
@@ -113,8 +121,8 @@ class TestPyvo(unittest.TestCase):
     # ---- SODA ------------------------------------------------------------------------
 
     def _check_cutout(self, hdul, path, z0=0):
-        """The cutout's pixels are the file's at its offset, and its WCS maps them where
-        the file's maps them."""
+        """The cutout's pixels are the file's at its offset, its WCS maps them where the
+        file's maps them, and fitsverify finds nothing to say of its bytes."""
         src = fits.open(path)
         cut = hdul[0]
         self.assertEqual(cut.header["BITPIX"], src[0].header["BITPIX"])
@@ -138,6 +146,11 @@ class TestPyvo(unittest.TestCase):
         self.assertIn("CHECKSUM", cut.header)
         self.assertTrue(cut.verify_checksum() == 1 and cut.verify_datasum() == 1)
         src.close()
+        with tempfile.NamedTemporaryFile(suffix=".fits") as f:
+            f.write(hdul.raw)
+            f.flush()
+            out = subprocess.run([need("fitsverify"), f.name], capture_output=True, text=True)
+            self.assertIn("0 warning(s) and 0 error(s)", out.stdout, out.stdout[-2000:])
         return off
 
     def test_soda_descriptor_and_circle(self):
@@ -150,7 +163,7 @@ class TestPyvo(unittest.TestCase):
         self.assertEqual(query["ID"], "horsehead")
         stream = query.execute_stream()
         query.raise_if_error()
-        hdul = fits.open(io.BytesIO(stream.read()))
+        hdul = _open(stream.read())
         ny, nx = hdul[0].data.shape
         self.assertTrue(40 < nx < 200 and 40 < ny < 200, (nx, ny))
         off = self._check_cutout(hdul, os.path.join(DEMO, "HorseHead.fits"))
@@ -164,19 +177,19 @@ class TestPyvo(unittest.TestCase):
         dl = self.links("horsehead")
         row = next(dl.bysemantics("#cutout", include_narrower=False))
         poly = [85.26, -2.47, 85.29, -2.47, 85.29, -2.44] * u.deg
-        hdul = fits.open(io.BytesIO(row.processed(polygon=poly).read()))
+        hdul = _open(row.processed(polygon=poly).read())
         self._check_cutout(hdul, os.path.join(DEMO, "HorseHead.fits"))
         status, headers, body = self.srv.get(
             "/vo/soda/sync?ID=horsehead&POS=" + urllib.parse.quote("RANGE 85.26 85.29 -2.47 -2.44"))
         self.assertEqual(status, 200, body)
-        self._check_cutout(fits.open(io.BytesIO(body)), os.path.join(DEMO, "HorseHead.fits"))
+        self._check_cutout(_open(body), os.path.join(DEMO, "HorseHead.fits"))
 
     def test_soda_band_on_a_cube(self):
         dl = self.links("wavecube")
         row = next(dl.bysemantics("#cutout", include_narrower=False))
         # Planes 3..6: 503 nm to 506 nm (plane k at 500 + k nm).
-        hdul = fits.open(io.BytesIO(row.processed(
-            band=[502.5e-9, 506.5e-9] * u.m, circle=[150.0, 2.0, 0.004] * u.deg).read()))
+        hdul = _open(row.processed(
+            band=[502.5e-9, 506.5e-9] * u.m, circle=[150.0, 2.0, 0.004] * u.deg).read())
         cut = hdul[0]
         self.assertEqual(cut.data.shape[0], 4)
         off = self._check_cutout(hdul, os.path.join(self.tmp, "wavecube.fits"), z0=3)

@@ -119,6 +119,26 @@ const char *hreq_arg(hreq *r, const char *key)
     return MHD_lookup_connection_value(r->conn, MHD_GET_ARGUMENT_KIND, key);
 }
 
+typedef struct args_each {
+    void (*fn)(void *cls, const char *key, const char *value);
+    void *cls;
+} args_each;
+
+static enum MHD_Result each_arg(void *cls, enum MHD_ValueKind kind, const char *key,
+                                const char *value)
+{
+    args_each *a = cls;
+    a->fn(a->cls, key, value);
+    return MHD_YES;
+}
+
+void hreq_args_each(hreq *r, void (*fn)(void *cls, const char *key, const char *value),
+                    void *cls)
+{
+    args_each a = {fn, cls};
+    MHD_get_connection_values(r->conn, MHD_GET_ARGUMENT_KIND, each_arg, &a);
+}
+
 const char *hreq_arg_lookup(void *r, const char *key)
 {
     return hreq_arg(r, key);

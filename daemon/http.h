@@ -109,6 +109,11 @@ int tserver_reopen_logs(tserver *s);
 /* For handlers: a query parameter or NULL. */
 const char *hreq_arg(hreq *r, const char *key);
 
+/* For handlers: calls fn(cls, key, value) for every query parameter in the order given
+ * (value NULL for a key without '='), repeated keys included.  Cannot fail. */
+void hreq_args_each(hreq *r, void (*fn)(void *cls, const char *key, const char *value),
+                    void *cls);
+
 /* hreq_arg in the shape of a param_lookup (daemon/api/params.h): `r` is the hreq. */
 const char *hreq_arg_lookup(void *r, const char *key);
 

@@ -78,6 +78,7 @@ rule "cfitsio outside its module" '<(fitsio|longnam|fitsio2)\.h>' \
 rule "wcslib outside its module" '<wcs(lib/|\.h|hdr|fix|trig|math|util)' 'engine/sky/skywcs.c'
 rule "libmicrohttpd outside daemon/http.c" '<microhttpd\.h>' 'daemon/http.c'
 rule "SQLite outside the job store" '<sqlite3\.h>' 'daemon/jobs/jobs.c'
+rule "libxml2 outside the IVOA XML writer" '<libxml/' 'daemon/api/vo_xml.c'
 rule "chealpix outside engine/hips" '<chealpix\.h>' 'engine/hips/*'
 rule "fftw3 outside engine/cube" '<fftw3\.h>' 'engine/cube/*'
 rule "libcurl outside the CLI's job client" '<curl/' 'cli/cmd_jobs.c'

@@ -41,6 +41,9 @@ void handle_jobs_submit(hreq *r, const route_match *m);
 void handle_job(hreq *r, const route_match *m);
 void handle_job_cancel(hreq *r, const route_match *m);
 void handle_job_result(hreq *r, const route_match *m);
+/* The jobs.token check of the calls that create or cancel jobs (here and UWS): 0 when
+ * allowed, else -1 after a 401 or 403 problem reply. */
+int jobs_api_check_token(hreq *r);
 
 /* GET and POST /api/v1/cutout (cutout.c; parser in cutout.h). */
 void handle_cutout_get(hreq *r, const route_match *m);
@@ -118,6 +121,31 @@ void handle_hips(hreq *r, const route_match *m);
 /* GET /iiif/3/{rest} (iiif.c; parser in iiif.h): info.json and image requests; m->rest is
  * the part after "/iiif/3/". */
 void handle_iiif(hreq *r, const route_match *m);
+
+/* The IVOA access layer (vo.c, uws.c; docs in the README's API table): DataLink 1.1
+ * (GET /vo/datalink?ID=...: a {links} VOTable with a SODA service descriptor), SODA 1.0
+ * sync (GET|POST /vo/soda/sync: a FITS cutout of native pixels; errors text/plain),
+ * VOSI (/vo/capabilities, /vo/availability), and GET /api/v1/datasets/{name}/fits (the
+ * FITS of a dataset: an image's or cube's file as stored when its image is an
+ * uncompressed primary HDU, else that HDU's image copied; a stack's first frame). */
+void handle_vo_datalink(hreq *r, const route_match *m);
+void handle_vo_soda(hreq *r, const route_match *m);
+void handle_vo_capabilities(hreq *r, const route_match *m);
+void handle_vo_availability(hreq *r, const route_match *m);
+void handle_dataset_fits(hreq *r, const route_match *m);
+
+/* UWS 1.1 over the job runner (uws.c): /vo/uws/jobs (GET the list, POST creates a job),
+ * /vo/uws/jobs/{id} (GET the job, POST PHASE=RUN|ABORT or ACTION=DELETE, DELETE) and
+ * /vo/uws/jobs/{id}/{phase,results,error,parameters,...} (m->rest).  prepare_uws is their
+ * route_prepare: 404 (text) when jobs.dir is not set. */
+int prepare_uws(hreq *r, route_match *m);
+void handle_uws_jobs(hreq *r, const route_match *m);
+void handle_uws_create(hreq *r, const route_match *m);
+void handle_uws_job(hreq *r, const route_match *m);
+void handle_uws_job_post(hreq *r, const route_match *m);
+void handle_uws_job_delete(hreq *r, const route_match *m);
+void handle_uws_job_part(hreq *r, const route_match *m);
+void handle_uws_job_part_post(hreq *r, const route_match *m);
 
 /* GET / (the viewer's index.html), /viewer/{path} (files of the viewer directory) and
  * /vendor/{package}/{path} (files of the npm packages aladin-lite, openseadragon, uplot and

@@ -70,10 +70,32 @@ static int read_ext(const char *s, int allow_fits, hips_format *f)
     return 0;
 }
 
+/* The plane suffix "_{z}" of a cube's tile or Allsky at *s, if any: *plane = z and *s
+ * advanced past it; without one *plane = -1.  Returns 0, TESS_EINVAL (a malformed or too
+ * large z) or TESS_ENOTFOUND (a leading zero), `e` set. */
+static int read_plane(const char **s, long *plane, param_error *e)
+{
+    *plane = -1;
+    if (**s != '_')
+        return 0;
+    const char *q = *s + 1;
+    int64_t z;
+    if (leading_zero(q))
+        return fail(e, TESS_ENOTFOUND, "plane", "no HiPS resource '_%.20s': planes are written without "
+                    "leading zeros", q);
+    if (read_digits(&q, &z) || z > (1L << 30))
+        return fail(e, TESS_EINVAL, "plane", "the plane suffix _{z} must be an integer between 0 and "
+                    "%ld", 1L << 30);
+    *plane = (long)z;
+    *s = q;
+    return 0;
+}
+
 int hips_parse_path(const char *rest, hips_path *p, param_error *e)
 {
     memset(p, 0, sizeof(*p));
     memset(e, 0, sizeof(*e));
+    p->plane = -1;
     const char *slash = strchr(rest, '/');
     size_t nlen = slash ? (size_t)(slash - rest) : strlen(rest);
     if (nlen == 0)
@@ -98,7 +120,8 @@ int hips_parse_path(const char *rest, hips_path *p, param_error *e)
     }
     if (strncmp(q, "Norder", 6) != 0)
         return fail(e, TESS_ENOTFOUND, NULL, "no HiPS resource '%.100s' (properties, Moc.fits, "
-                    "Norder{K}/Dir{D}/Npix{N}.{png,jpg,fits}, Norder3/Allsky.{png,jpg,fits})", q);
+                    "Norder{K}/Dir{D}/Npix{N}[_{z}].{png,jpg,fits}, "
+                    "Norder3/Allsky[_{z}].{png,jpg,fits})", q);
     q += 6;
     int64_t order;
     if (leading_zero(q))
@@ -111,10 +134,14 @@ int hips_parse_path(const char *rest, hips_path *p, param_error *e)
     if (*q != '/')
         return fail(e, TESS_ENOTFOUND, NULL, "no HiPS resource after Norder%d", p->order);
     q++;
-    if (strncmp(q, "Allsky.", 7) == 0) {
-        if (read_ext(q + 7, 1, &p->format))
+    if (strncmp(q, "Allsky", 6) == 0 && (q[6] == '.' || q[6] == '_')) {
+        q += 6;
+        int rc = read_plane(&q, &p->plane, e);
+        if (rc)
+            return rc;
+        if (*q != '.' || read_ext(q + 1, 1, &p->format))
             return fail(e, TESS_EINVAL, "format", "Allsky is served as .png, .jpg or .fits, not "
-                        "'%.20s'", q + 7);
+                        "'%.20s'", q);
         if (p->order != HIPS_ALLSKY_ORDER)
             return fail(e, TESS_ENOTFOUND, "Norder", "the Allsky picture is at Norder%d, not "
                         "Norder%d", HIPS_ALLSKY_ORDER, p->order);
@@ -141,6 +168,9 @@ int hips_parse_path(const char *rest, hips_path *p, param_error *e)
         return fail(e, TESS_EINVAL, "Npix", "Npix must be a tile index between 0 and %lld at "
                     "Norder%d", (long long)(hips_npix_count(p->order) - 1), p->order);
     p->npix = npix;
+    int rc = read_plane(&q, &p->plane, e);
+    if (rc)
+        return rc;
     if (*q != '.' || read_ext(q + 1, 1, &p->format))
         return fail(e, TESS_EINVAL, "format", "tiles are served as .png, .jpg or .fits, not "
                     "'%.20s'", q);
@@ -399,6 +429,7 @@ static void properties_work(hreq *r)
         .tile_formats = "png jpeg fits", .bunit = d->bunit, .released = release_time(d),
         .order = hips_survey_order(pixscale), .galactic = d->hips_galactic, .ra = ra,
         .dec = dec, .fov = fov, .cut_lo = lo, .cut_hi = hi, .data_min = dmin, .data_max = dmax,
+        .cube_depth = d->nz, .cube_firstframe = j->q.plane,
     };
     char *text = NULL;
     size_t len = 0;
@@ -488,6 +519,22 @@ void handle_hips(hreq *r, const route_match *m)
         problem_reply(r, 400, pe.parameter, "%s", pe.detail);
         free(j);
         return;
+    }
+    if (hp.plane >= 0) {
+        /* A cube's tile or Allsky named by its plane: the name says which plane. */
+        if (hreq_arg(r, "plane")) {
+            problem_reply(r, 400, "plane", "the path names plane %ld: give no ?plane= with it",
+                          hp.plane);
+            free(j);
+            return;
+        }
+        if (hp.plane >= d->nz) {
+            problem_reply(r, 404, "plane", "dataset '%s' has %ld plane%s: no plane %ld",
+                          d->name, d->nz, d->nz == 1 ? "" : "s", hp.plane);
+            free(j);
+            return;
+        }
+        j->q.plane = hp.plane;
     }
     if (j->q.plane >= d->nz) {
         problem_reply(r, 400, "plane", "plane must be 0..%ld for dataset '%s'", d->nz - 1,

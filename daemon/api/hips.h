@@ -13,8 +13,8 @@
 typedef enum {
     HIPS_REQ_INDEX = 0,      /* {name} or {name}/: a small HTML page */
     HIPS_REQ_PROPERTIES,     /* {name}/properties */
-    HIPS_REQ_TILE,           /* {name}/Norder{K}/Dir{D}/Npix{N}.{png|jpg|fits} */
-    HIPS_REQ_ALLSKY,         /* {name}/Norder3/Allsky.{png|jpg|fits} */
+    HIPS_REQ_TILE,           /* {name}/Norder{K}/Dir{D}/Npix{N}[_{z}].{png|jpg|fits} */
+    HIPS_REQ_ALLSKY,         /* {name}/Norder3/Allsky[_{z}].{png|jpg|fits} */
     HIPS_REQ_MOC             /* {name}/Moc.fits (4.4.2) */
 } hips_req_kind;
 
@@ -24,13 +24,16 @@ typedef struct hips_path {
     int order;               /* K, 0..29 (tiles; 3 for Allsky) */
     int64_t npix;            /* N, 0 <= N < 12 4^K (tiles) */
     hips_format format;      /* tiles and Allsky */
+    long plane;              /* the plane z of a HiPS cube's tile or Allsky named with the
+                                suffix _{z} [HiPS 4.2.3] (0-based), -1 without it */
 } hips_path;
 
 /* Parses the part of the URL after "/hips/".  Returns 0 and fills `p`; or TESS_ENOTFOUND
  * (a path that names no HiPS resource, a Dir that is not N / 10000 * 10000, an Allsky at
  * an order other than 3: 404, `e` says why) or TESS_EINVAL (a malformed or out-of-range
- * Norder, Npix or extension: 400, `e` names the part — "Norder", "Dir", "Npix",
- * "format" — or "dataset" for a name too long). */
+ * Norder, Npix, plane suffix or extension: 400, `e` names the part — "Norder", "Dir",
+ * "Npix", "plane", "format" — or "dataset" for a name too long).  Numbers, the plane
+ * suffix's included, are written without leading zeros (404 else). */
 int hips_parse_path(const char *rest, hips_path *p, param_error *e);
 
 /* The query parameters of tiles and Allsky pictures (all optional). */

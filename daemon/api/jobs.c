@@ -28,7 +28,7 @@ static int same_secret(const char *a, const char *b)
 /* Mutating calls need "Authorization: Bearer TOKEN" when jobs.token is set: 401 when
  * missing, 403 when wrong.  An empty token (which a configuration file cannot give:
  * daemon/config.c refuses it) matches nothing.  Returns 0 when allowed. */
-static int check_token(hreq *r)
+int jobs_api_check_token(hreq *r)
 {
     const char *token = r->srv->cfg->jobs_token;
     if (!token)
@@ -67,7 +67,7 @@ int prepare_jobs(hreq *r, route_match *m)
 
 void handle_jobs_submit(hreq *r, const route_match *m)
 {
-    if (check_token(r))
+    if (jobs_api_check_token(r))
         return;
     if (!r->body || r->body_len == 0) {
         problem_reply(r, 400, "body", "POST a JSON job description, e.g. {\"type\": \"mosaic\", ...}");
@@ -173,7 +173,7 @@ void handle_job_result(hreq *r, const route_match *m)
 void handle_job_cancel(hreq *r, const route_match *m)
 {
     const char *id = m->segment;
-    if (check_token(r))
+    if (jobs_api_check_token(r))
         return;
     int rc = jobs_cancel(r->srv->jobs, id, 10.0);
     if (rc == TESS_ENOTFOUND) {

@@ -746,3 +746,90 @@ void fitsimg_header_shift(char *header, int nkeys, const double *shift, int nshi
             set_card_number(c, key, val, v + sign * shift[axis]);
     }
 }
+
+/* Adds `by` to the integer card `key` of the current HDU when it has one (a DSS plate's
+ * CNPIXn).  Returns the cfitsio status. */
+static int shift_int_card(fitsfile *f, const char *key, long by)
+{
+    int status = 0;
+    long v;
+    if (fits_read_key(f, TLONG, key, &v, NULL, &status)) {
+        return status == KEY_NO_EXIST ? 0 : status;
+    }
+    v += by;
+    fits_update_key(f, TLONG, key, &v, NULL, &status);
+    return status;
+}
+
+int fitsimg_copy_section(const char *path, int hdu, const long lo[3], const long n[3],
+                         unsigned char **out, size_t *outlen, char *err, size_t errlen)
+{
+    *out = NULL;
+    *outlen = 0;
+    fitsimg_cfitsio_lock();
+    fitsfile *in = NULL, *dst = NULL;
+    void *mem = NULL;
+    size_t memsize = 0;
+    int status = 0, naxis = 0;
+    long naxes[FITSIMG_MAXDIM];
+    int rc = open_image_hdu(path, hdu, &in, err, errlen);
+    if (rc == 0)
+        rc = read_dims(in, path, &naxis, naxes, err, errlen);
+    if (rc)
+        goto out;
+    char section[256] = "";
+    size_t used = 0;
+    for (int i = 0; i < naxis; i++) {
+        long a = 1, b = naxes[i];
+        if (i < 3) {
+            if (lo[i] < 0 || n[i] < 1 || lo[i] > naxes[i] - n[i]) {
+                tess_seterr(err, errlen, "the box [%ld, %ld) of axis %d lies outside the %ld "
+                            "pixels of %s", lo[i], lo[i] + n[i], i + 1, naxes[i], path);
+                rc = TESS_EINVAL;
+                goto out;
+            }
+            a = lo[i] + 1;
+            b = lo[i] + n[i];
+        }
+        used += (size_t)snprintf(section + used, sizeof section - used, "%s%ld:%ld",
+                                 i ? "," : "", a, b);
+    }
+    memsize = 2880 * 4;
+    mem = malloc(memsize);
+    if (!mem) {
+        rc = TESS_ENOMEM;
+        tess_seterr(err, errlen, "out of memory");
+        goto out;
+    }
+    if (fits_create_memfile(&dst, &mem, &memsize, 2880 * 16, realloc, &status) ||
+        fits_copy_image_section(in, dst, section, &status) ||
+        (status = shift_int_card(dst, "CNPIX1", lo[0])) != 0 ||
+        (naxis > 1 && (status = shift_int_card(dst, "CNPIX2", lo[1])) != 0) ||
+        fits_write_chksum(dst, &status)) {
+        set_cfitsio_err(err, errlen, "cannot copy a section of", path, status);
+        rc = status == MEMORY_ALLOCATION ? TESS_ENOMEM : TESS_EIO;
+        goto out;
+    }
+    LONGLONG end = 0;
+    fits_get_hduaddrll(dst, NULL, NULL, &end, &status);
+    fits_close_file(dst, &status);
+    dst = NULL;
+    if (status) {
+        set_cfitsio_err(err, errlen, "cannot copy a section of", path, status);
+        rc = TESS_EIO;
+        goto out;
+    }
+    *out = mem;
+    *outlen = (size_t)end;
+    mem = NULL;
+out:
+    status = 0;
+    if (dst)
+        fits_close_file(dst, &status);
+    status = 0;
+    if (in)
+        fits_close_file(in, &status);
+    free(mem);
+    fitsimg_cfitsio_unlock();
+    return rc;
+}

@@ -142,6 +142,19 @@ int fitsimg_check_scaling(int bitpix, double bscale, double bzero, char *err, si
  * written as a real of 15 significant digits (fitscard_real).  Cannot fail. */
 void fitsimg_header_shift(char *header, int nkeys, const double *shift, int nshift);
 
+/* Copies the box of image HDU `hdu` of `path` that starts at 0-based pixel (lo[0], lo[1],
+ * lo[2]) and spans n[0] x n[1] x n[2] pixels (axes past the file's NAXIS ignored; axes
+ * past the third taken whole) into a new FITS file in memory, as cfitsio's image
+ * sections do (fits_copy_image_section): one primary HDU with the pixels as stored
+ * (BITPIX, BSCALE/BZERO and BLANK kept), the header's other cards, CRPIXn less the
+ * offset (LTVn added), and here also a Digitized Sky Survey plate's CNPIX1/CNPIX2 moved
+ * (as fitsimg_header_shift), then CHECKSUM and DATASUM.  The box must lie inside the
+ * image.  *out is malloc'd, *outlen its length (a multiple of 2880).  Returns 0, or
+ * TESS_EINVAL (a box outside the image, a table HDU, a whole-file compressed file),
+ * TESS_EIO (cannot read), TESS_ENOMEM, with `err`. */
+int fitsimg_copy_section(const char *path, int hdu, const long lo[3], const long n[3],
+                         unsigned char **out, size_t *outlen, char *err, size_t errlen);
+
 /* Serialises cfitsio for modules that call it directly (engine/fits/fitswrite.c, and any
  * other reader or writer of FITS files): takes a process-wide mutex when the linked
  * cfitsio was built without thread support (fits_is_reentrant() == 0) and does nothing

@@ -1106,7 +1106,13 @@ int hips_properties_text(const hips_properties *p, char **out, size_t *outlen)
     bad |= buf_printf(&b, "%-20s = %s\n", "obs_title", p->name);
     if (p->description && p->description[0])
         bad |= buf_printf(&b, "%-20s = %s\n", "obs_description", p->description);
-    bad |= buf_printf(&b, "%-20s = %s\n", "dataproduct_type", "image");
+    if (p->cube_depth > 1) {
+        bad |= buf_printf(&b, "%-20s = %s\n", "dataproduct_type", "cube");
+        bad |= buf_printf(&b, "%-20s = %ld\n", "hips_cube_depth", p->cube_depth);
+        bad |= buf_printf(&b, "%-20s = %ld\n", "hips_cube_firstframe", p->cube_firstframe);
+    } else {
+        bad |= buf_printf(&b, "%-20s = %s\n", "dataproduct_type", "image");
+    }
     bad |= buf_printf(&b, "%-20s = %s\n", "hips_version", "1.4");
     bad |= buf_printf(&b, "%-20s = %s\n", "hips_builder", p->builder);
     bad |= buf_printf(&b, "%-20s = %s\n", "hips_release_date", date);

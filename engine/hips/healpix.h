@@ -294,11 +294,15 @@ typedef struct hips_properties {
     double fov;                /* hips_initial_fov, degrees */
     double cut_lo, cut_hi;     /* hips_pixel_cut: the cut levels of PNG and JPEG tiles */
     double data_min, data_max; /* hips_data_range: the 0 and 100 percentiles */
+    long cube_depth;           /* > 1: a HiPS cube [HiPS 4.2.3] of that many planes
+                                  (hips_cube_depth); 0 or 1: an image */
+    long cube_firstframe;      /* hips_cube_firstframe, 0-based (cubes only) */
 } hips_properties;
 
 /* The text of the properties file: one "keyword = value" line each (keywords padded to
  * 20 characters, as Hipsgen writes them), in the order creator_did, obs_title,
- * obs_description (when given), dataproduct_type image, hips_version 1.4, hips_builder,
+ * obs_description (when given), dataproduct_type (image, or cube with hips_cube_depth and
+ * hips_cube_firstframe after it when cube_depth > 1), hips_version 1.4, hips_builder,
  * hips_release_date, hips_status "public master clonableOnce", hips_tile_format,
  * hips_tile_width, hips_order, hips_order_min 0, hips_frame, hips_pixel_bitpix -32,
  * hips_pixel_cut, hips_data_range, hips_pixel_scale (hips_cell_size of order + S),

@@ -592,6 +592,95 @@ typedef struct reader_arg {
     int id, failures;
 } reader_arg;
 
+/* fitsimg_copy_section: the box's stored pixels in a primary HDU, CRPIX (and a DSS
+ * plate's CNPIX) moved by the offset, CHECKSUM and DATASUM that verify. */
+static fitsfile *open_mem(unsigned char *out, size_t len, void **mem, size_t *msize)
+{
+    *mem = out;
+    *msize = len;
+    fitsfile *f = NULL;
+    int st = 0;
+    fits_open_memfile(&f, "section.fits", READONLY, mem, msize, 0, NULL, &st);
+    ck_assert_int_eq(st, 0);
+    return f;
+}
+
+START_TEST(test_copy_section)
+{
+    char err[256] = "";
+    unsigned char *out = NULL;
+    size_t len = 0;
+    long lo[3] = {10, 20, 5}, n[3] = {30, 25, 4};
+    ck_assert_int_eq(fitsimg_copy_section(DEMO("l1448_13co.fits"), 0, lo, n, &out, &len, err,
+                                          sizeof err), 0);
+    ck_assert_uint_eq(len % 2880, 0);
+    void *mem;
+    size_t msize;
+    fitsfile *f = open_mem(out, len, &mem, &msize);
+    int st = 0, bitpix = 0, naxis = 0, dataok = 0, hduok = 0, anynul = 0;
+    long naxes[3] = {0, 0, 0};
+    fits_get_img_param(f, 3, &bitpix, &naxis, naxes, &st);
+    ck_assert_int_eq(bitpix, -32);
+    ck_assert_int_eq(naxis, 3);
+    ck_assert(naxes[0] == 30 && naxes[1] == 25 && naxes[2] == 4);
+    double crpix[3];
+    fits_read_key(f, TDOUBLE, "CRPIX1", &crpix[0], NULL, &st);
+    fits_read_key(f, TDOUBLE, "CRPIX2", &crpix[1], NULL, &st);
+    fits_read_key(f, TDOUBLE, "CRPIX3", &crpix[2], NULL, &st);
+    ck_assert_double_eq_tol(crpix[0], -799.0 - 10, 1e-9);
+    ck_assert_double_eq_tol(crpix[1], -4741.913 - 20, 1e-9);
+    ck_assert_double_eq_tol(crpix[2], -187.0 - 5, 1e-9);
+    fits_verify_chksum(f, &dataok, &hduok, &st);
+    ck_assert_int_eq(st, 0);
+    ck_assert(dataok == 1 && hduok == 1);
+    float *v = malloc(sizeof(float) * 30 * 25 * 4);
+    fits_read_img(f, TFLOAT, 1, 30 * 25 * 4, NULL, v, &anynul, &st);
+    ck_assert_int_eq(st, 0);
+    for (long z = 0; z < 4; z += 3)
+        for (long y = 0; y < 25; y += 6)
+            for (long x = 0; x < 30; x += 7) {
+                double want = pixel(DEMO("l1448_13co.fits"), 0, z + 5, x + 10, y + 20);
+                float got = v[(z * 25 + y) * 30 + x];
+                ck_assert_msg(isnan(want) ? isnan(got) : got == (float)want,
+                              "(%ld,%ld,%ld): %g, not %g", x, y, z, got, want);
+            }
+    free(v);
+    fits_close_file(f, &st);
+    free(mem);
+
+    /* A DSS plate, 16-bit: BITPIX kept, CNPIX moved up with CRPIX moved down. */
+    long lo2[3] = {100, 200, 0}, n2[3] = {50, 40, 1};
+    ck_assert_int_eq(fitsimg_copy_section(DEMO("HorseHead.fits"), 0, lo2, n2, &out, &len, err,
+                                          sizeof err), 0);
+    f = open_mem(out, len, &mem, &msize);
+    fits_get_img_param(f, 3, &bitpix, &naxis, naxes, &st);
+    ck_assert(bitpix == 16 && naxis == 2 && naxes[0] == 50 && naxes[1] == 40);
+    long cnpix1 = 0, cnpix2 = 0;
+    fits_read_key(f, TLONG, "CNPIX1", &cnpix1, NULL, &st);
+    fits_read_key(f, TLONG, "CNPIX2", &cnpix2, NULL, &st);
+    fits_read_key(f, TDOUBLE, "CRPIX1", &crpix[0], NULL, &st);
+    ck_assert_int_eq(st, 0);
+    ck_assert_int_eq(cnpix1, 12237 + 100);
+    ck_assert_int_eq(cnpix2, 19965 + 200);
+    ck_assert_double_eq_tol(crpix[0], 446.0 - 100, 1e-9);
+    double one = 0;
+    fits_read_pix(f, TDOUBLE, (long[]){7, 9}, 1, NULL, &one, &anynul, &st);
+    ck_assert_double_eq(one, pixel(DEMO("HorseHead.fits"), 0, 0, 106, 208));
+    fits_close_file(f, &st);
+    free(mem);
+
+    /* Boxes outside the image, and tables, are refused. */
+    long bad[3] = {880, 0, 0}, nb[3] = {20, 10, 1};
+    ck_assert_int_eq(fitsimg_copy_section(DEMO("HorseHead.fits"), 0, bad, nb, &out, &len, err,
+                                          sizeof err), TESS_EINVAL);
+    ck_assert_ptr_null(out);
+    ck_assert_ptr_nonnull(strstr(err, "outside"));
+    long neg[3] = {-1, 0, 0};
+    ck_assert_int_eq(fitsimg_copy_section(DEMO("HorseHead.fits"), 0, neg, nb, &out, &len, err,
+                                          sizeof err), TESS_EINVAL);
+}
+END_TEST
+
 static void *reader(void *p)
 {
     reader_arg *a = p;
@@ -856,6 +945,7 @@ int main(void)
     tcase_add_test(tc, test_bounds_and_errors);
     tcase_add_test(tc, test_read_values);
     tcase_add_test(tc, test_literal_brackets_in_path);
+    tcase_add_test(tc, test_copy_section);
     tcase_add_test(tc, test_threads);
     tcase_add_test(tc, test_fits_encode_roundtrip);
     tcase_add_test(tc, test_npy_encode);

@@ -1,0 +1,544 @@
+/* UWS 1.1 over the job runner: job list, job documents, phase, results, error and long polling, as XML of the UWS schema. */
+#include "daemon/api/handlers.h"
+#include "daemon/api/vo.h"
+#include "daemon/api/vo_xml.h"
+#include "daemon/jobs/jobs.h"
+#include "daemon/problem.h"
+#include "engine/base/error.h"
+
+#include <ctype.h>
+#include <jansson.h>
+#include <limits.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <time.h>
+
+/* The longest WAIT served (seconds), and how many waits may be held at once: a wait
+ * holds a worker of the pool, which the jobs' own blocks need. */
+#define UWS_WAIT_MAX_S 10
+#define UWS_WAITS_AT_ONCE 1
+
+static atomic_int waits_held;
+
+/* The UWS phase of a Tessera job state. */
+static const char *uws_phase(const char *state)
+{
+    static const struct { const char *state, *phase; } map[] = {
+        {"queued", "QUEUED"}, {"running", "EXECUTING"}, {"succeeded", "COMPLETED"},
+        {"failed", "ERROR"}, {"cancelled", "ABORTED"},
+    };
+    for (size_t i = 0; state && i < sizeof(map) / sizeof(map[0]); i++)
+        if (strcmp(state, map[i].state) == 0)
+            return map[i].phase;
+    return "UNKNOWN";
+}
+
+static int phase_is_active(const char *phase)
+{
+    return strcmp(phase, "QUEUED") == 0 || strcmp(phase, "EXECUTING") == 0
+           || strcmp(phase, "PENDING") == 0;
+}
+
+int prepare_uws(hreq *r, route_match *m)
+{
+    if (!r->srv->jobs) {
+        vo_reply_text(r, 404, "NotFoundFault: this server runs no jobs (jobs.dir is not set)");
+        return -1;
+    }
+    if (m->segment_at && (m->segment_len == 0 || m->segment_len >= 40)) {
+        vo_reply_text(r, 404, "NotFoundFault: no job '%.32s'", m->segment_at);
+        return -1;
+    }
+    return 0;
+}
+
+/* The job document of `id` parsed, or NULL after a 404/500 answer. */
+static json_t *load_job(hreq *r, const char *id)
+{
+    int missing = 0;
+    char *doc = jobs_get_json(r->srv->jobs, id, &missing);
+    json_t *j = doc ? json_loads(doc, 0, NULL) : NULL;
+    free(doc);
+    if (!j) {
+        if (missing)
+            vo_reply_text(r, 404, "NotFoundFault: no job '%.32s'", id);
+        else
+            vo_reply_text(r, 500, "FatalFault: out of memory");
+    }
+    return j;
+}
+
+static const char *jstr(const json_t *o, const char *key)
+{
+    return json_string_value(json_object_get(o, key));
+}
+
+static const char *job_phase(const json_t *job)
+{
+    return uws_phase(jstr(job, "state"));
+}
+
+/* Writes a time element, or one that is nil. */
+static void time_element(voxml *x, const char *name, const char *iso)
+{
+    voxml_start(x, name);
+    if (iso)
+        voxml_text(x, iso);
+    else
+        voxml_attr(x, "xsi:nil", "true");
+    voxml_end(x);
+}
+
+/* One parameter per member of the request: strings as they are, other values as JSON
+ * text; nested objects flattened with dotted names (output.name), as a job is made from
+ * them (handle_uws_create). */
+static void write_parameters(voxml *x, const char *prefix, const json_t *o)
+{
+    const char *key;
+    json_t *v;
+    json_object_foreach((json_t *)o, key, v) {
+        char name[200];
+        snprintf(name, sizeof(name), "%s%s%s", prefix, *prefix ? "." : "", key);
+        if (json_is_object(v) && json_object_size(v) > 0) {
+            write_parameters(x, name, v);
+            continue;
+        }
+        voxml_start(x, "uws:parameter");
+        voxml_attr(x, "id", name);
+        if (json_is_string(v)) {
+            voxml_text(x, json_string_value(v));
+        } else {
+            char *t = json_dumps(v, JSON_ENCODE_ANY | JSON_COMPACT);
+            voxml_text(x, t ? t : "");
+            free(t);
+        }
+        voxml_end(x);
+    }
+}
+
+static void uws_namespaces(voxml *x)
+{
+    voxml_attr(x, "xmlns:uws", "http://www.ivoa.net/xml/UWS/v1.0");
+    voxml_attr(x, "xmlns:xlink", "http://www.w3.org/1999/xlink");
+    voxml_attr(x, "xmlns:xsi", "http://www.w3.org/2001/XMLSchema-instance");
+    voxml_attr(x, "version", "1.1");
+}
+
+/* The results list (with the namespaces when it stands alone: `whole`). */
+static void write_results(voxml *x, const char *base, const json_t *job, int whole)
+{
+    voxml_start(x, "uws:results");
+    if (whole)
+        uws_namespaces(x);
+    const json_t *res = json_object_get(job, "result");
+    if (strcmp(job_phase(job), "COMPLETED") == 0 && json_is_object(res)) {
+        voxml_start(x, "uws:result");
+        voxml_attr(x, "id", "result");
+        voxml_attr(x, "xlink:type", "simple");
+        voxml_attrf(x, "xlink:href", "%s/api/v1/jobs/%s/result", base, jstr(job, "id"));
+        json_int_t bytes = json_integer_value(json_object_get(res, "bytes"));
+        if (bytes > 0)
+            voxml_attrf(x, "size", "%lld", (long long)bytes);
+        voxml_end(x);
+    }
+    voxml_end(x);
+}
+
+/* The error summary's message: the problem's detail (or title). */
+static const char *error_message(const json_t *job)
+{
+    const json_t *e = json_object_get(job, "error");
+    const char *s = jstr(e, "detail");
+    return s ? s : jstr(e, "title") ? jstr(e, "title") : "the job failed";
+}
+
+static void write_job(voxml *x, const char *base, const json_t *job)
+{
+    voxml_start(x, "uws:job");
+    uws_namespaces(x);
+    voxml_element(x, "uws:jobId", jstr(job, "id"));
+    voxml_element(x, "uws:runId", jstr(job, "type"));
+    time_element(x, "uws:ownerId", NULL);
+    voxml_element(x, "uws:phase", job_phase(job));
+    time_element(x, "uws:quote", NULL);
+    time_element(x, "uws:creationTime", jstr(job, "created"));
+    time_element(x, "uws:startTime", jstr(job, "started"));
+    time_element(x, "uws:endTime", jstr(job, "finished"));
+    voxml_element(x, "uws:executionDuration", "0");
+    time_element(x, "uws:destruction", NULL);
+    voxml_start(x, "uws:parameters");
+    const json_t *req = json_object_get(job, "request");
+    if (json_is_object(req))
+        write_parameters(x, "", req);
+    voxml_end(x);
+    write_results(x, base, job, 0);
+    if (strcmp(job_phase(job), "ERROR") == 0) {
+        voxml_start(x, "uws:errorSummary");
+        voxml_attr(x, "type", "fatal");
+        voxml_attr(x, "hasDetail", "true");
+        voxml_element(x, "uws:message", error_message(job));
+        voxml_end(x);
+    }
+    voxml_end(x);
+}
+
+/* Waits (polling the store every 100 ms) while the job's phase is active and, when
+ * `phase` is given, equal to it, for at most `seconds`; returns the job then (NULL after
+ * an answer). */
+static json_t *wait_job(hreq *r, const char *id, json_t *job, double seconds, const char *phase)
+{
+    struct timespec t0, now;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    for (;;) {
+        const char *p = job_phase(job);
+        if (!phase_is_active(p) || (phase && strcmp(phase, p) != 0) || hreq_cancelled(r))
+            return job;
+        clock_gettime(CLOCK_MONOTONIC, &now);
+        if ((double)(now.tv_sec - t0.tv_sec) + (now.tv_nsec - t0.tv_nsec) * 1e-9 >= seconds)
+            return job;
+        struct timespec step = {0, 100 * 1000 * 1000};
+        nanosleep(&step, NULL);
+        json_t *again = load_job(r, id);
+        if (!again) {
+            json_decref(job);
+            return NULL;
+        }
+        json_decref(job);
+        job = again;
+    }
+}
+
+/* What a long poll needs on the pool. */
+typedef struct wait_arg {
+    char id[40];
+    double seconds;
+    char phase[16];
+} wait_arg;
+
+static void reply_job(hreq *r, const json_t *job)
+{
+    char base[256];
+    vo_base_url(r, base, sizeof(base));
+    voxml *x = voxml_new();
+    if (x)
+        write_job(x, base, job);
+    vo_reply_xml(r, 200, x, "application/xml");
+}
+
+static void wait_work(hreq *r)
+{
+    wait_arg *a = r->work_arg;
+    json_t *job = load_job(r, a->id);
+    if (job)
+        job = wait_job(r, a->id, job, a->seconds, a->phase[0] ? a->phase : NULL);
+    atomic_fetch_sub(&waits_held, 1);
+    if (!job)
+        return;
+    reply_job(r, job);
+    json_decref(job);
+}
+
+void handle_uws_job(hreq *r, const route_match *m)
+{
+    vo_params p;
+    if (vo_params_take(r, &p))
+        return;
+    const char *wait = vo_params_get(&p, "WAIT", NULL);
+    const char *phase = vo_params_get(&p, "PHASE", NULL);
+    double seconds = 0;
+    if (wait) {
+        char *end;
+        long w = strtol(wait, &end, 10);
+        if (*end || end == wait || w < -1) {
+            vo_params_release(&p);
+            vo_reply_text(r, 400, "UsageError: WAIT must be a number of seconds (-1: as long "
+                          "as the server waits, %d s), got '%.30s'", UWS_WAIT_MAX_S, wait);
+            return;
+        }
+        seconds = w < 0 || w > UWS_WAIT_MAX_S ? UWS_WAIT_MAX_S : (double)w;
+    }
+    json_t *job = load_job(r, m->segment);
+    if (!job) {
+        vo_params_release(&p);
+        return;
+    }
+    const char *now = job_phase(job);
+    int waits = seconds > 0 && phase_is_active(now) && (!phase || strcmp(phase, now) == 0);
+    if (waits && atomic_fetch_add(&waits_held, 1) >= UWS_WAITS_AT_ONCE) {
+        /* UWS lets a server answer a WAIT early: another wait holds a worker already. */
+        atomic_fetch_sub(&waits_held, 1);
+        waits = 0;
+    }
+    if (!waits) {
+        vo_params_release(&p);
+        reply_job(r, job);
+        json_decref(job);
+        return;
+    }
+    json_decref(job);
+    wait_arg *a = calloc(1, sizeof(*a));
+    if (!a) {
+        atomic_fetch_sub(&waits_held, 1);
+        vo_params_release(&p);
+        vo_reply_text(r, 500, "FatalFault: out of memory");
+        return;
+    }
+    snprintf(a->id, sizeof(a->id), "%.39s", m->segment);
+    a->seconds = seconds;
+    if (phase)
+        snprintf(a->phase, sizeof(a->phase), "%s", phase);
+    vo_params_release(&p);
+    hreq_run_async(r, wait_work, a, free);
+}
+
+void handle_uws_jobs(hreq *r, const route_match *m)
+{
+    char *list = jobs_list_json(r->srv->jobs, 1000);
+    json_t *all = list ? json_loads(list, 0, NULL) : NULL;
+    free(list);
+    char base[256];
+    vo_base_url(r, base, sizeof(base));
+    voxml *x = all ? voxml_new() : NULL;
+    if (x) {
+        voxml_start(x, "uws:jobs");
+        uws_namespaces(x);
+        size_t i;
+        json_t *job;
+        json_array_foreach(all, i, job) {
+            voxml_start(x, "uws:jobref");
+            voxml_attr(x, "id", jstr(job, "id"));
+            voxml_attr(x, "xlink:type", "simple");
+            voxml_attrf(x, "xlink:href", "%s/vo/uws/jobs/%s", base, jstr(job, "id"));
+            voxml_element(x, "uws:phase", job_phase(job));
+            voxml_element(x, "uws:runId", jstr(job, "type"));
+            time_element(x, "uws:creationTime", jstr(job, "created"));
+            voxml_end(x);
+        }
+    }
+    json_decref(all);
+    vo_reply_xml(r, 200, x, "application/xml");
+}
+
+/* Sets body[key] = value, key dotted for members of nested objects ("output.name"):
+ * value is read as JSON when it is a JSON value (numbers, true, arrays, objects ...),
+ * else taken as a string.  Returns 0, or -1 when the key clashes with a non-object. */
+static int set_dotted(json_t *body, const char *key, const char *value)
+{
+    char k[200];
+    snprintf(k, sizeof(k), "%s", key);
+    for (char *c = k; *c; c++)
+        *c = (char)tolower((unsigned char)*c);
+    json_t *o = body;
+    char *part = k;
+    for (char *dot; (dot = strchr(part, '.')) != NULL; part = dot + 1) {
+        *dot = '\0';
+        json_t *next = json_object_get(o, part);
+        if (!next) {
+            next = json_object();
+            json_object_set_new(o, part, next);
+        } else if (!json_is_object(next)) {
+            return -1;
+        }
+        o = next;
+    }
+    json_t *v = json_loads(value, JSON_DECODE_ANY, NULL);
+    if (!v)
+        v = json_string(value);
+    if (json_object_get(o, part) && json_is_object(json_object_get(o, part)))
+        return (json_decref(v), -1);
+    json_object_set_new(o, part, v);
+    return 0;
+}
+
+static void redirect(hreq *r, const char *path)
+{
+    char base[256], url[400];
+    vo_base_url(r, base, sizeof(base));
+    snprintf(url, sizeof(url), "%s%s", base, path);
+    r->rep.location = strdup(url);
+    r->rep.status = 303;
+    r->rep.cache_control = "no-cache";
+}
+
+void handle_uws_create(hreq *r, const route_match *m)
+{
+    if (jobs_api_check_token(r))
+        return;
+    char *text = NULL;
+    const char *ct = hreq_header(r, "Content-Type");
+    if (ct && strncasecmp(ct, "application/json", 16) == 0) {
+        text = r->body ? strndup(r->body, r->body_len) : NULL;
+    } else {
+        vo_params p;
+        json_t *body = json_object();
+        int bad = vo_params_collect(r, &p) || !body;
+        const char *clash = NULL;
+        for (int i = 0; !bad && i < p.n; i++) {
+            if (strcasecmp(p.key[i], "PHASE") == 0)
+                continue;       /* PHASE=RUN: the job is queued at once anyway */
+            if (set_dotted(body, p.key[i], p.value[i])) {
+                clash = p.key[i];
+                break;
+            }
+        }
+        if (clash) {
+            vo_reply_text(r, 400, "UsageError: parameter '%.60s' clashes with another one "
+                          "(a dotted name is a member of an object)", clash);
+            vo_params_release(&p);
+            json_decref(body);
+            return;
+        }
+        text = bad ? NULL : json_dumps(body, JSON_COMPACT);
+        vo_params_release(&p);
+        json_decref(body);
+    }
+    if (!text) {
+        vo_reply_text(r, 400, "UsageError: give the job's parameters (type=...) as a form or "
+                      "a JSON body");
+        return;
+    }
+    char *doc = NULL;
+    job_problem pb = {0};
+    int rc = jobs_submit(r->srv->jobs, text, strlen(text), &doc, &pb);
+    free(text);
+    if (rc) {
+        vo_reply_text(r, pb.status ? pb.status : 400, "UsageError: %s%s%s", pb.field,
+                      pb.field[0] ? ": " : "", pb.detail);
+        if (pb.status == 503)
+            r->rep.retry_after = 5;
+        return;
+    }
+    json_t *j = json_loads(doc, 0, NULL);
+    free(doc);
+    char path[80];
+    snprintf(path, sizeof(path), "/vo/uws/jobs/%.32s", j ? jstr(j, "id") : "");
+    json_decref(j);
+    redirect(r, path);
+}
+
+/* PHASE=RUN (a no-op: jobs are queued when created) or ABORT (cancels a queued or running
+ * job; nothing for a finished one), then 303 to the job. */
+static void post_phase(hreq *r, const char *id, const char *phase)
+{
+    if (!phase || (strcasecmp(phase, "RUN") != 0 && strcasecmp(phase, "ABORT") != 0)) {
+        vo_reply_text(r, 400, "UsageError: PHASE must be RUN or ABORT, got '%.20s'",
+                      phase ? phase : "");
+        return;
+    }
+    json_t *job = load_job(r, id);
+    if (!job)
+        return;
+    json_decref(job);
+    if (strcasecmp(phase, "ABORT") == 0) {
+        if (jobs_api_check_token(r))
+            return;
+        int rc = jobs_cancel(r->srv->jobs, id, 10.0);
+        if (rc && rc != TESS_EINVAL) {
+            vo_reply_text(r, 404, "NotFoundFault: no job '%.32s'", id);
+            return;
+        }
+    }
+    char path[96];
+    snprintf(path, sizeof(path), "/vo/uws/jobs/%.40s", id);
+    redirect(r, path);
+}
+
+static void delete_job(hreq *r, const char *id)
+{
+    if (jobs_api_check_token(r))
+        return;
+    int rc = jobs_cancel(r->srv->jobs, id, 10.0);
+    if (rc == TESS_ENOTFOUND) {
+        vo_reply_text(r, 404, "NotFoundFault: no job '%.32s'", id);
+        return;
+    }
+    redirect(r, "/vo/uws/jobs");
+}
+
+void handle_uws_job_post(hreq *r, const route_match *m)
+{
+    vo_params p;
+    if (vo_params_take(r, &p))
+        return;
+    const char *action = vo_params_get(&p, "ACTION", NULL);
+    const char *phase = vo_params_get(&p, "PHASE", NULL);
+    if (action && strcasecmp(action, "DELETE") == 0)
+        delete_job(r, m->segment);
+    else if (phase)
+        post_phase(r, m->segment, phase);
+    else
+        vo_reply_text(r, 400, "UsageError: POST PHASE=RUN|ABORT or ACTION=DELETE to a job");
+    vo_params_release(&p);
+}
+
+void handle_uws_job_delete(hreq *r, const route_match *m)
+{
+    delete_job(r, m->segment);
+}
+
+void handle_uws_job_part(hreq *r, const route_match *m)
+{
+    json_t *job = load_job(r, m->segment);
+    if (!job)
+        return;
+    const char *part = m->rest;
+    char base[256];
+    vo_base_url(r, base, sizeof(base));
+    voxml *x = NULL;
+    if (strcmp(part, "phase") == 0) {
+        vo_reply_text(r, 200, "%s", job_phase(job));
+    } else if (strcmp(part, "executionduration") == 0) {
+        vo_reply_text(r, 200, "0");
+    } else if (strcmp(part, "destruction") == 0 || strcmp(part, "quote") == 0
+               || strcmp(part, "owner") == 0) {
+        vo_reply_text(r, 200, "%s", "");
+    } else if (strcmp(part, "error") == 0) {
+        if (strcmp(job_phase(job), "ERROR") == 0)
+            vo_reply_text(r, 200, "%s", error_message(job));
+        else
+            vo_reply_text(r, 404, "NotFoundFault: job %s is %s: it has no error", m->segment,
+                          job_phase(job));
+    } else if (strcmp(part, "results") == 0 || strcmp(part, "parameters") == 0) {
+        x = voxml_new();
+        if (x && part[0] == 'r') {
+            write_results(x, base, job, 1);
+        } else if (x) {
+            voxml_start(x, "uws:parameters");
+            uws_namespaces(x);
+            const json_t *req = json_object_get(job, "request");
+            if (json_is_object(req))
+                write_parameters(x, "", req);
+            voxml_end(x);
+        }
+        vo_reply_xml(r, 200, x, "application/xml");
+    } else {
+        vo_reply_text(r, 404, "NotFoundFault: a UWS job has no '%.40s' (phase, results, error, "
+                      "parameters, executionduration, destruction, quote, owner)", part);
+    }
+    json_decref(job);
+}
+
+void handle_uws_job_part_post(hreq *r, const route_match *m)
+{
+    vo_params p;
+    if (vo_params_take(r, &p))
+        return;
+    if (strcmp(m->rest, "phase") == 0) {
+        post_phase(r, m->segment, vo_params_get(&p, "PHASE", NULL));
+    } else if (strcmp(m->rest, "executionduration") == 0 || strcmp(m->rest, "destruction") == 0) {
+        /* The server keeps its own (no limit, no destruction): UWS lets it. */
+        json_t *job = load_job(r, m->segment);
+        if (job) {
+            char path[96];
+            snprintf(path, sizeof(path), "/vo/uws/jobs/%.40s", m->segment);
+            redirect(r, path);
+            json_decref(job);
+        }
+    } else {
+        vo_reply_text(r, 404, "NotFoundFault: nothing to POST at '%.40s' of a UWS job", m->rest);
+    }
+    vo_params_release(&p);
+}

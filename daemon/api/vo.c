@@ -1,0 +1,1000 @@
+/* The IVOA access layer: DataLink 1.1 links, SODA 1.0 sync cutouts, VOSI capabilities and availability, and a dataset's FITS file. */
+#include "daemon/api/handlers.h"
+#include "daemon/api/vo.h"
+#include "daemon/api/vo_xml.h"
+#include "daemon/problem.h"
+#include "engine/base/error.h"
+#include "engine/base/hash.h"
+#include "engine/fits/fitscard.h"
+#include "engine/fits/fitsimg.h"
+#include "engine/sky/skywcs.h"
+
+#include <ctype.h>
+#include <fcntl.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+/* ---- parameters: the query and a form-encoded POST body ------------------------------ */
+
+static int hexval(int c)
+{
+    return isdigit(c) ? c - '0' : isxdigit(c) ? (tolower(c) - 'a' + 10) : -1;
+}
+
+/* Decodes s[0..n) of a form body ('+' is a blank, %XX a byte) into a new string. */
+static char *form_decode(const char *s, size_t n)
+{
+    char *out = malloc(n + 1), *o = out;
+    if (!out)
+        return NULL;
+    for (size_t i = 0; i < n; i++) {
+        if (s[i] == '+') {
+            *o++ = ' ';
+        } else if (s[i] == '%' && i + 2 < n && hexval((unsigned char)s[i + 1]) >= 0
+                   && hexval((unsigned char)s[i + 2]) >= 0) {
+            *o++ = (char)(hexval((unsigned char)s[i + 1]) * 16 + hexval((unsigned char)s[i + 2]));
+            i += 2;
+        } else {
+            *o++ = s[i];
+        }
+    }
+    *o = '\0';
+    return out;
+}
+
+static int vo_params_add(vo_params *p, const char *key, size_t klen, const char *value,
+                         size_t vlen, int decode)
+{
+    if (p->n == VO_MAX_PARAMS)
+        return TESS_ERANGE;
+    char *k = decode ? form_decode(key, klen) : strndup(key, klen);
+    char *v = decode ? form_decode(value, vlen) : strndup(value, vlen);
+    if (!k || !v) {
+        free(k);
+        free(v);
+        return TESS_ENOMEM;
+    }
+    p->key[p->n] = k;
+    p->value[p->n] = v;
+    p->n++;
+    return 0;
+}
+
+static void add_query_arg(void *cls, const char *key, const char *value)
+{
+    vo_params *p = cls;
+    if (!value)
+        value = "";
+    if (vo_params_add(p, key, strlen(key), value, strlen(value), 0))
+        p->failed = 1;
+}
+
+int vo_params_collect(hreq *r, vo_params *p)
+{
+    memset(p, 0, sizeof(*p));
+    hreq_args_each(r, add_query_arg, p);
+    const char *ct = hreq_header(r, "Content-Type");
+    if (r->body && r->body_len
+        && (!ct || strncasecmp(ct, "application/x-www-form-urlencoded", 33) == 0)) {
+        const char *s = r->body, *end = r->body + r->body_len;
+        while (s < end && !p->failed) {
+            const char *amp = memchr(s, '&', (size_t)(end - s));
+            const char *stop = amp ? amp : end;
+            const char *eq = memchr(s, '=', (size_t)(stop - s));
+            if (stop > s) {
+                const char *kend = eq ? eq : stop;
+                const char *v = eq ? eq + 1 : stop;
+                while (kend > s && (kend[-1] == '\r' || kend[-1] == '\n'))
+                    kend--;
+                const char *vend = stop;
+                while (vend > v && (vend[-1] == '\r' || vend[-1] == '\n'))
+                    vend--;
+                if (vo_params_add(p, s, (size_t)(kend - s), v, (size_t)(vend - v), 1))
+                    p->failed = 1;
+            }
+            s = stop + 1;
+        }
+    }
+    return p->failed ? TESS_ENOMEM : 0;
+}
+
+int vo_params_take(hreq *r, vo_params *p)
+{
+    if (vo_params_collect(r, p) == 0)
+        return 0;
+    vo_params_release(p);
+    vo_reply_text(r, 500, "FatalFault: out of memory");
+    return -1;
+}
+
+const char *vo_params_get(const vo_params *p, const char *key, int *count)
+{
+    const char *first = NULL;
+    int n = 0;
+    for (int i = 0; i < p->n; i++)
+        if (strcasecmp(p->key[i], key) == 0) {
+            if (!first)
+                first = p->value[i];
+            n++;
+        }
+    if (count)
+        *count = n;
+    return first;
+}
+
+void vo_params_release(vo_params *p)
+{
+    for (int i = 0; i < p->n; i++) {
+        free(p->key[i]);
+        free(p->value[i]);
+    }
+    p->n = 0;
+}
+
+/* ---- replies ------------------------------------------------------------------------- */
+
+void vo_reply_text(hreq *r, int status, const char *fmt, ...)
+{
+    char text[600];
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(text, sizeof(text) - 1, fmt, ap);
+    va_end(ap);
+    if (n < 0)
+        n = 0;
+    if ((size_t)n > sizeof(text) - 2)
+        n = (int)sizeof(text) - 2;
+    text[n++] = '\n';
+    unsigned char *body = malloc((size_t)n);
+    if (!body) {
+        problem_reply(r, 500, NULL, "out of memory");
+        return;
+    }
+    memcpy(body, text, (size_t)n);
+    r->rep.cache_control = "no-cache";
+    hreq_reply_tile(r, status, tile_new_take(body, (size_t)n, "text/plain; charset=utf-8"));
+}
+
+void vo_reply_xml(hreq *r, int status, voxml *x, const char *content_type)
+{
+    size_t len = 0;
+    char *text = x ? voxml_finish(x, &len) : NULL;
+    if (!text) {
+        vo_reply_text(r, 500, "FatalFault: out of memory");
+        return;
+    }
+    r->rep.cache_control = "no-cache";
+    hreq_reply_tile(r, status, tile_new_take((unsigned char *)text, len, content_type));
+}
+
+void vo_base_url(hreq *r, char *out, size_t len)
+{
+    const char *host = hreq_header(r, "Host");
+    const char *proto = hreq_header(r, "X-Forwarded-Proto");
+    char fallback[96];
+    if (!host || !*host || strlen(host) > 200
+        || strspn(host, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789.-:[]")
+               != strlen(host)) {
+        snprintf(fallback, sizeof(fallback), "127.0.0.1:%d", tserver_port(r->srv));
+        host = fallback;
+    }
+    snprintf(out, len, "%s://%s", proto && strcmp(proto, "https") == 0 ? "https" : "http", host);
+}
+
+/* The dataset an IVOA identifier names: the dataset name, or ivo://tessera/{name}. */
+static const dataset *vo_find(hreq *r, const char *id)
+{
+    static const char prefix[] = "ivo://tessera/";
+    if (strncmp(id, prefix, sizeof(prefix) - 1) == 0)
+        id += sizeof(prefix) - 1;
+    return catalog_find(r->srv->cat, id);
+}
+
+/* 1 when the dataset's pixels are in FITS files (a stack may be of PNG frames). */
+static int has_fits(const dataset *d)
+{
+    return d->kind != DS_STACK || (d->header_hash && d->header_hash[0] != 0);
+}
+
+/* The size of the dataset's #this FITS when it is its file as it is (an uncompressed
+ * primary HDU of an image or cube), else -1. */
+static long long plain_file_size(const dataset *d)
+{
+    struct stat st;
+    if (d->kind == DS_STACK || d->hdu != 0 || stat(d->paths[0], &st) != 0)
+        return -1;
+    char err[160];
+    if (fitsimg_check_not_compressed(d->paths[0], err, sizeof(err)))
+        return -1;
+    return (long long)st.st_size;
+}
+
+/* ---- DataLink ------------------------------------------------------------------------ */
+
+static void field(voxml *x, const char *name, const char *id, const char *datatype,
+                  const char *ucd, const char *unit)
+{
+    voxml_start(x, "FIELD");
+    voxml_attr(x, "name", name);
+    voxml_attr(x, "ID", id);
+    voxml_attr(x, "datatype", datatype);
+    if (strcmp(datatype, "char") == 0)
+        voxml_attr(x, "arraysize", "*");
+    voxml_attr(x, "ucd", ucd);
+    voxml_attr(x, "unit", unit);
+    voxml_end(x);
+}
+
+/* One row of the {links} table; NULL cells are empty (null). */
+static void link_row(voxml *x, const char *id, const char *url, const char *service_def,
+                     const char *error, const char *semantics, const char *description,
+                     const char *content_type, long long length)
+{
+    const char *cells[7] = {id, url, service_def, error, semantics, description, content_type};
+    voxml_start(x, "TR");
+    for (int i = 0; i < 7; i++)
+        voxml_element(x, "TD", cells[i] ? cells[i] : "");
+    if (length >= 0)
+        voxml_elementf(x, "TD", "%lld", length);
+    else
+        voxml_element(x, "TD", "");
+    voxml_end(x);
+}
+
+static void dataset_links(voxml *x, const char *base, const char *id, const dataset *d)
+{
+    char url[512], text[256];
+    if (has_fits(d)) {
+        snprintf(url, sizeof(url), "%s/api/v1/datasets/%s/fits", base, d->name);
+        snprintf(text, sizeof(text), "%s as a FITS file: %s", d->name,
+                 d->kind == DS_STACK ? "its first frame"
+                 : plain_file_size(d) >= 0 ? "the file as stored" : "the HDU's image");
+        link_row(x, id, url, NULL, NULL, "#this", text, "application/fits", plain_file_size(d));
+        if (d->cel || d->kind == DS_CUBE) {
+            snprintf(text, sizeof(text), "cutouts of %s (SODA sync: CIRCLE, POLYGON, POS%s): "
+                     "native pixels, the WCS kept", d->name, d->kind == DS_CUBE ? ", BAND" : "");
+            link_row(x, id, NULL, "soda", NULL, "#cutout", text, "application/fits", -1);
+        }
+    }
+    long side = d->nx > d->ny ? d->nx : d->ny;
+    snprintf(url, sizeof(url), "%s/iiif/3/%s/full/%s/0/default.png", base, d->name,
+             side <= 1024 ? "max" : "!1024,1024");
+    snprintf(text, sizeof(text), "a PNG preview of %s%s", d->name,
+             d->nz > 1 ? " (its first plane)" : "");
+    link_row(x, id, url, NULL, NULL, "#preview", text, "image/png", -1);
+    snprintf(url, sizeof(url), "%s/iiif/3/%s/info.json", base, d->name);
+    snprintf(text, sizeof(text), "IIIF Image API 3.0 view of %s (info.json)", d->name);
+    link_row(x, id, url, NULL, NULL, "#auxiliary", text, "application/ld+json", -1);
+    if (d->cel) {
+        snprintf(url, sizeof(url), "%s/hips/%s/", base, d->name);
+        snprintf(text, sizeof(text), "HiPS 1.0 survey of %s%s (give this URL to a HiPS "
+                 "client)", d->name, d->nz > 1 ? ", a HiPS cube" : "");
+        link_row(x, id, url, NULL, NULL, "#auxiliary", text, "text/html", -1);
+    }
+}
+
+static void soda_descriptor(voxml *x, const char *base)
+{
+    char url[512];
+    voxml_start(x, "RESOURCE");
+    voxml_attr(x, "type", "meta");
+    voxml_attr(x, "utype", "adhoc:service");
+    voxml_attr(x, "ID", "soda");
+    voxml_start(x, "DESCRIPTION");
+    voxml_text(x, "SODA 1.0 sync cutouts of Tessera's datasets");
+    voxml_end(x);
+    static const struct { const char *name, *value; } meta[] = {
+        {"standardID", "ivo://ivoa.net/std/SODA#sync-1.0"}, {"accessURL", NULL}};
+    snprintf(url, sizeof(url), "%s/vo/soda/sync", base);
+    for (int i = 0; i < 2; i++) {
+        voxml_start(x, "PARAM");
+        voxml_attr(x, "name", meta[i].name);
+        voxml_attr(x, "datatype", "char");
+        voxml_attr(x, "arraysize", "*");
+        voxml_attr(x, "value", meta[i].value ? meta[i].value : url);
+        voxml_end(x);
+    }
+    voxml_start(x, "GROUP");
+    voxml_attr(x, "name", "inputParams");
+    static const struct {
+        const char *name, *ucd, *unit, *datatype, *arraysize, *xtype, *what;
+    } in[] = {
+        {"ID", "meta.id;meta.dataset", NULL, "char", "*", NULL, "the dataset"},
+        {"CIRCLE", "obs.field", "deg", "double", "3", "circle",
+         "ICRS centre and radius, degrees"},
+        {"POLYGON", "obs.field", "deg", "double", "*", "polygon",
+         "ICRS vertices, degrees"},
+        {"POS", "obs.field", NULL, "char", "*", NULL,
+         "CIRCLE ra dec r, RANGE ra1 ra2 dec1 dec2 or POLYGON ra dec ..., degrees"},
+        {"BAND", "em.wl;stat.interval", "m", "double", "2", "interval",
+         "wavelengths (vacuum), metres, on the spectral axis of a cube"},
+    };
+    for (size_t i = 0; i < sizeof(in) / sizeof(in[0]); i++) {
+        voxml_start(x, "PARAM");
+        voxml_attr(x, "name", in[i].name);
+        voxml_attr(x, "ucd", in[i].ucd);
+        voxml_attr(x, "unit", in[i].unit);
+        voxml_attr(x, "datatype", in[i].datatype);
+        voxml_attr(x, "arraysize", in[i].arraysize);
+        voxml_attr(x, "xtype", in[i].xtype);
+        voxml_attr(x, "value", "");
+        if (i == 0)
+            voxml_attr(x, "ref", "dl_id");
+        voxml_element(x, "DESCRIPTION", in[i].what);
+        voxml_end(x);
+    }
+    voxml_end(x);   /* GROUP */
+    voxml_end(x);   /* RESOURCE */
+}
+
+static voxml *votable_start(void)
+{
+    voxml *x = voxml_new();
+    if (!x)
+        return NULL;
+    voxml_start(x, "VOTABLE");
+    voxml_attr(x, "version", "1.4");
+    voxml_attr(x, "xmlns", "http://www.ivoa.net/xml/VOTable/v1.3");
+    voxml_attr(x, "xmlns:xsi", "http://www.w3.org/2001/XMLSchema-instance");
+    return x;
+}
+
+void handle_vo_datalink(hreq *r, const route_match *m)
+{
+    vo_params p;
+    if (vo_params_take(r, &p))
+        return;
+    int nid = 0;
+    vo_params_get(&p, "ID", &nid);
+    const char *fmt = vo_params_get(&p, "RESPONSEFORMAT", NULL);
+    if (fmt && *fmt && strncmp(fmt, "application/x-votable+xml", 25) != 0
+        && strcmp(fmt, "votable") != 0 && strcmp(fmt, "text/xml") != 0) {
+        vo_params_release(&p);
+        vo_reply_text(r, 400, "UsageError: RESPONSEFORMAT '%.80s' is not served: DataLink "
+                      "answers application/x-votable+xml;content=datalink", fmt);
+        return;
+    }
+    if (nid == 0) {
+        vo_params_release(&p);
+        vo_reply_text(r, 400, "UsageError: give the dataset as ID= (one or more)");
+        return;
+    }
+    char base[256];
+    vo_base_url(r, base, sizeof(base));
+    voxml *x = votable_start();
+    if (x) {
+        voxml_start(x, "RESOURCE");
+        voxml_attr(x, "type", "results");
+        voxml_start(x, "INFO");
+        voxml_attr(x, "name", "standardID");
+        voxml_attr(x, "value", "ivo://ivoa.net/std/DataLink#links-1.1");
+        voxml_end(x);
+        voxml_start(x, "INFO");
+        voxml_attr(x, "name", "QUERY_STATUS");
+        voxml_attr(x, "value", "OK");
+        voxml_end(x);
+        voxml_start(x, "TABLE");
+        field(x, "ID", "dl_id", "char", "meta.id;meta.main", NULL);
+        field(x, "access_url", NULL, "char", "meta.ref.url", NULL);
+        field(x, "service_def", NULL, "char", "meta.ref", NULL);
+        field(x, "error_message", NULL, "char", "meta.code.error", NULL);
+        field(x, "semantics", NULL, "char", "meta.code", NULL);
+        field(x, "description", NULL, "char", "meta.note", NULL);
+        field(x, "content_type", NULL, "char", "meta.code.mime", NULL);
+        field(x, "content_length", NULL, "long", "phys.size;meta.file", "byte");
+        voxml_start(x, "DATA");
+        voxml_start(x, "TABLEDATA");
+        int any_soda = 0;
+        for (int i = 0; i < p.n; i++) {
+            if (strcasecmp(p.key[i], "ID") != 0)
+                continue;
+            const dataset *d = vo_find(r, p.value[i]);
+            if (!d) {
+                char msg[200];
+                snprintf(msg, sizeof(msg), "NotFoundFault: no dataset '%.120s'", p.value[i]);
+                link_row(x, p.value[i], NULL, NULL, msg, "#this", NULL, NULL, -1);
+                continue;
+            }
+            dataset_links(x, base, p.value[i], d);
+            any_soda |= has_fits(d) && (d->cel || d->kind == DS_CUBE);
+        }
+        voxml_end(x);   /* TABLEDATA */
+        voxml_end(x);   /* DATA */
+        voxml_end(x);   /* TABLE */
+        voxml_end(x);   /* RESOURCE */
+        if (any_soda)
+            soda_descriptor(x, base);
+    }
+    vo_params_release(&p);
+    vo_reply_xml(r, 200, x, "application/x-votable+xml;content=datalink");
+}
+
+/* ---- SODA ---------------------------------------------------------------------------- */
+
+/* Reads up to max numbers separated by blanks (or commas) from s; "+Inf"/"-Inf" allowed.
+ * Returns how many, or -1 for anything else in s. */
+static int read_numbers(const char *s, double *v, int max)
+{
+    int n = 0;
+    while (*s) {
+        while (*s == ' ' || *s == ',' || *s == '\t')
+            s++;
+        if (!*s)
+            break;
+        if (n == max)
+            return -1;
+        char *end;
+        v[n] = strtod(s, &end);
+        if (end == s || isnan(v[n]))
+            return -1;
+        n++;
+        s = end;
+        if (*s && *s != ' ' && *s != ',' && *s != '\t')
+            return -1;
+    }
+    return n;
+}
+
+#define SODA_MAX_POINTS 4096
+
+/* Boundary points of a region (ICRS degrees) as (lon, lat) pairs. */
+typedef struct soda_region {
+    double lon[SODA_MAX_POINTS], lat[SODA_MAX_POINTS];
+    int n;
+    int whole;               /* the region covers every longitude and latitude */
+} soda_region;
+
+static void region_add(soda_region *g, double lon, double lat)
+{
+    if (g->n < SODA_MAX_POINTS && isfinite(lon) && isfinite(lat)) {
+        g->lon[g->n] = lon;
+        g->lat[g->n] = lat;
+        g->n++;
+    }
+}
+
+/* The circle of radius rad around (ra, dec), all degrees: its centre and 180 points of
+ * its edge. */
+static void region_circle(soda_region *g, double ra, double dec, double rad)
+{
+    const double k = M_PI / 180.0;
+    double d0 = dec * k, r = rad * k;
+    region_add(g, ra, dec);
+    for (int i = 0; i < 180; i++) {
+        double t = 2.0 * M_PI * i / 180.0;
+        double sd = sin(d0) * cos(r) + cos(d0) * sin(r) * cos(t);
+        double lat = asin(sd > 1 ? 1 : sd < -1 ? -1 : sd);
+        double lon = d0 == M_PI / 2 ? t : atan2(sin(t) * sin(r) * cos(d0),
+                                                  cos(r) - sin(d0) * sd);
+        region_add(g, fmod(ra + lon / k + 720.0, 360.0), lat / k);
+    }
+}
+
+/* The polygon through the n vertices (lon, lat pairs in v), its edges sampled. */
+static void region_polygon(soda_region *g, const double *v, int n)
+{
+    for (int i = 0; i < n; i++) {
+        double lo0 = v[2 * i], la0 = v[2 * i + 1];
+        double lo1 = v[2 * ((i + 1) % n)], la1 = v[2 * ((i + 1) % n) + 1];
+        if (lo1 - lo0 > 180.0)
+            lo1 -= 360.0;
+        else if (lo0 - lo1 > 180.0)
+            lo1 += 360.0;
+        for (int s = 0; s < 64; s++) {
+            double f = s / 64.0;
+            region_add(g, fmod(lo0 + f * (lo1 - lo0) + 720.0, 360.0), la0 + f * (la1 - la0));
+        }
+    }
+}
+
+/* Parses CIRCLE, POLYGON and POS (one of them at most) into g; g->n stays 0 without
+ * any.  Returns 0, or -1 with `why` (a UsageError). */
+static int soda_parse_region(const vo_params *p, soda_region *g, char *why, size_t len)
+{
+    int nc, np, npos;
+    const char *circle = vo_params_get(p, "CIRCLE", &nc);
+    const char *poly = vo_params_get(p, "POLYGON", &np);
+    const char *pos = vo_params_get(p, "POS", &npos);
+    memset(g, 0, sizeof(*g));
+    if (nc + np + npos > 1) {
+        snprintf(why, len, "give one region: one CIRCLE, POLYGON or POS");
+        return -1;
+    }
+    double v[2 * 64];
+    char shape[16] = "";
+    const char *nums = NULL;
+    if (circle) {
+        snprintf(shape, sizeof(shape), "CIRCLE");
+        nums = circle;
+    } else if (poly) {
+        snprintf(shape, sizeof(shape), "POLYGON");
+        nums = poly;
+    } else if (pos) {
+        size_t k = strcspn(pos, " ");
+        if (k >= sizeof(shape)) {
+            snprintf(why, len, "POS must start with CIRCLE, RANGE or POLYGON");
+            return -1;
+        }
+        memcpy(shape, pos, k);
+        shape[k] = '\0';
+        nums = pos + k;
+    } else {
+        return 0;
+    }
+    int n = read_numbers(nums, v, 128);
+    if (strcasecmp(shape, "CIRCLE") == 0) {
+        if (n != 3 || !isfinite(v[0]) || !isfinite(v[1]) || !(v[2] > 0) || v[2] > 180
+            || fabs(v[1]) > 90) {
+            snprintf(why, len, "CIRCLE must be three numbers: ra dec radius (degrees, radius "
+                     "above 0), got '%.60s'", nums);
+            return -1;
+        }
+        region_circle(g, v[0], v[1], v[2]);
+    } else if (strcasecmp(shape, "POLYGON") == 0) {
+        if (n < 6 || n % 2) {
+            snprintf(why, len, "POLYGON must be at least three ra dec pairs (degrees), got "
+                     "'%.60s'", nums);
+            return -1;
+        }
+        for (int i = 0; i < n; i++)
+            if (!isfinite(v[i]) || (i % 2 && fabs(v[i]) > 90)) {
+                snprintf(why, len, "POLYGON vertices must be finite, latitudes within 90");
+                return -1;
+            }
+        region_polygon(g, v, n / 2);
+    } else if (strcasecmp(shape, "RANGE") == 0) {
+        if (n != 4 || v[0] > v[1] || v[2] > v[3]) {
+            snprintf(why, len, "POS=RANGE must be ra1 ra2 dec1 dec2 (degrees, -Inf and +Inf "
+                     "allowed, each pair in order), got '%.60s'", nums);
+            return -1;
+        }
+        double lo0 = isfinite(v[0]) ? v[0] : 0, lo1 = isfinite(v[1]) ? v[1] : 360;
+        double la0 = v[2] < -90 ? -90 : v[2], la1 = v[3] > 90 ? 90 : v[3];
+        if (lo1 - lo0 >= 360 && la0 <= -90 && la1 >= 90) {
+            g->whole = 1;
+            return 0;
+        }
+        double box[8] = {lo0, la0, lo1, la0, lo1, la1, lo0, la1};
+        region_polygon(g, box, 4);
+        /* Rows of points inside too, so that a range holding a pole or the whole width
+         * of an image still bounds it. */
+        for (int i = 1; i < 16; i++)
+            for (int j = 1; j < 16; j++)
+                region_add(g, fmod(lo0 + (lo1 - lo0) * i / 16.0 + 720.0, 360.0),
+                           la0 + (la1 - la0) * j / 16.0);
+    } else {
+        snprintf(why, len, "POS must be CIRCLE, RANGE or POLYGON, got '%.20s'", shape);
+        return -1;
+    }
+    return 0;
+}
+
+/* The pixel box (0-based, [x0, x1) x [y0, y1)) of the region on dataset d, clipped to the
+ * image.  Returns 0, 1 when the region misses the image, or TESS_ENOMEM. */
+static int region_box(const dataset *d, const soda_region *g, long box[4])
+{
+    skywcs *w = skywcs_copy(d->cel);
+    double *lon = malloc(sizeof(double) * (size_t)g->n * 4);
+    if (!w || !lon) {
+        skywcs_free(w);
+        free(lon);
+        return TESS_ENOMEM;
+    }
+    double *lat = lon + g->n, *x = lat + g->n, *y = x + g->n;
+    memcpy(lon, g->lon, sizeof(double) * (size_t)g->n);
+    memcpy(lat, g->lat, sizeof(double) * (size_t)g->n);
+    double eq = 0;
+    sky_frame f = skywcs_frame(w, &eq);
+    sky_convert(SKY_FRAME_ICRS, 2000.0, f, eq, (size_t)g->n, lon, lat);
+    int rc = skywcs_sky2pix(w, (size_t)g->n, lon, lat, x, y);
+    skywcs_free(w);
+    double xmin = INFINITY, xmax = -INFINITY, ymin = INFINITY, ymax = -INFINITY;
+    int lost = 0;
+    for (int i = 0; rc == 0 && i < g->n; i++) {
+        if (!isfinite(x[i]) || !isfinite(y[i])) {
+            lost = 1;
+            continue;
+        }
+        xmin = fmin(xmin, x[i]);
+        xmax = fmax(xmax, x[i]);
+        ymin = fmin(ymin, y[i]);
+        ymax = fmax(ymax, y[i]);
+    }
+    free(lon);
+    if (rc == TESS_ENOMEM)
+        return rc;
+    if (rc)
+        return 1;
+    if (lost) {
+        /* Part of the edge lies off the projection (a region larger than the image's
+         * hemisphere): the box cannot be told from it, so the whole image is given, as a
+         * cutout may hold more than its region. */
+        xmin = 0;
+        ymin = 0;
+        xmax = (double)d->nx - 1;
+        ymax = (double)d->ny - 1;
+    }
+    if (!(xmin <= xmax) || !(ymin <= ymax))
+        return 1;
+    /* Pixel i covers [i - 0.5, i + 0.5). */
+    double bx0 = floor(xmin + 0.5), bx1 = floor(xmax + 0.5) + 1;
+    double by0 = floor(ymin + 0.5), by1 = floor(ymax + 0.5) + 1;
+    bx0 = fmax(bx0, 0);
+    by0 = fmax(by0, 0);
+    bx1 = fmin(bx1, (double)d->nx);
+    by1 = fmin(by1, (double)d->ny);
+    if (bx0 >= bx1 || by0 >= by1)
+        return 1;
+    box[0] = (long)bx0;
+    box[1] = (long)bx1;
+    box[2] = (long)by0;
+    box[3] = (long)by1;
+    return 0;
+}
+
+/* The vacuum wavelength (m) of world value v on a spectral axis of type ctype (its first
+ * four letters), with the rest frequency nu0 (Hz) and rest wavelength lam0 (m) of the
+ * header (0 when absent); NaN when the axis is not spectral or lacks a rest value. */
+static double to_wavelength(const char *ctype, double v, double nu0, double lam0)
+{
+    const double c = 299792458.0;
+    if (lam0 <= 0 && nu0 > 0)
+        lam0 = c / nu0;
+    if (nu0 <= 0 && lam0 > 0)
+        nu0 = c / lam0;
+    if (strncmp(ctype, "FREQ", 4) == 0)
+        return v > 0 ? c / v : NAN;
+    if (strncmp(ctype, "WAVE", 4) == 0)
+        return v;
+    if (strncmp(ctype, "WAVN", 4) == 0)
+        return v > 0 ? 1.0 / v : NAN;
+    if (strncmp(ctype, "ENER", 4) == 0)
+        return v > 0 ? 6.62607015e-34 * c / v : NAN;
+    if (lam0 <= 0)
+        return NAN;
+    if (strncmp(ctype, "VOPT", 4) == 0 || strncmp(ctype, "VELO", 4) == 0)
+        return lam0 * (1.0 + v / c);
+    if (strncmp(ctype, "ZOPT", 4) == 0)
+        return lam0 * (1.0 + v);
+    if (strncmp(ctype, "VRAD", 4) == 0)
+        return c / (nu0 * (1.0 - v / c));
+    return NAN;
+}
+
+/* The planes [*z0, *z1) of cube d whose wavelengths lie in [lo, hi] metres.  Returns 0,
+ * 1 when none does, or -1 with `why` (a UsageError), or TESS_ENOMEM. */
+static int band_planes(const dataset *d, double lo, double hi, long *z0, long *z1, char *why,
+                       size_t len)
+{
+    if (d->kind != DS_CUBE || !d->wcs) {
+        snprintf(why, len, "BAND needs a cube with a spectral axis; dataset '%s' is %s %s",
+                 d->name, d->kind == DS_IMAGE ? "an" : "a", ds_kind_name(d->kind));
+        return -1;
+    }
+    skywcs *w = skywcs_copy(d->wcs);
+    double *world = malloc(sizeof(double) * (size_t)d->nz);
+    if (!w || !world) {
+        skywcs_free(w);
+        free(world);
+        return TESS_ENOMEM;
+    }
+    char ctype[72] = "", cunit[72] = "";
+    int rc = skywcs_zaxis(w, (double)(d->nx / 2), (double)(d->ny / 2), d->nz, world, ctype,
+                          sizeof(ctype), cunit, sizeof(cunit));
+    skywcs_free(w);
+    if (rc) {
+        free(world);
+        if (rc == TESS_ENOMEM)
+            return rc;
+        snprintf(why, len, "BAND needs a spectral axis 3; dataset '%s' has none", d->name);
+        return -1;
+    }
+    char v[72];
+    double nu0 = 0, lam0 = 0;
+    if (fitscard_get(d->header, d->nkeys, "RESTFRQ", v, sizeof(v))
+        || fitscard_get(d->header, d->nkeys, "RESTFREQ", v, sizeof(v)))
+        nu0 = atof(v);
+    if (fitscard_get(d->header, d->nkeys, "RESTWAV", v, sizeof(v)))
+        lam0 = atof(v);
+    long first = -1, last = -1;
+    int spectral = 0;
+    for (long k = 0; k < d->nz; k++) {
+        double lam = to_wavelength(ctype, world[k], nu0, lam0);
+        if (isnan(lam))
+            continue;
+        spectral = 1;
+        if (lam >= lo && lam <= hi) {
+            if (first < 0)
+                first = k;
+            last = k;
+        }
+    }
+    free(world);
+    if (!spectral) {
+        snprintf(why, len, "BAND: axis 3 of dataset '%s' is %s%s: no wavelength to select by",
+                 d->name, ctype[0] ? ctype : "not spectral",
+                 ctype[0] && (strncmp(ctype, "VOPT", 4) == 0 || strncmp(ctype, "VRAD", 4) == 0
+                              || strncmp(ctype, "VELO", 4) == 0 || strncmp(ctype, "ZOPT", 4) == 0)
+                     ? " without RESTFRQ or RESTWAV" : "");
+        return -1;
+    }
+    if (first < 0)
+        return 1;
+    *z0 = first;
+    *z1 = last + 1;
+    return 0;
+}
+
+/* A FITS copy to make on the pool: the box lo/n of `path`'s HDU. */
+typedef struct fits_job {
+    const dataset *ds;
+    const char *path;
+    long lo[3], n[3];
+    int soda;                /* errors as SODA text (1) or problem+json (0) */
+} fits_job;
+
+static void fits_copy_work(hreq *r)
+{
+    fits_job *j = r->work_arg;
+    unsigned char *out = NULL;
+    size_t len = 0;
+    char err[256] = "";
+    int rc = fitsimg_copy_section(j->path, j->ds->hdu, j->lo, j->n, &out, &len, err,
+                                  sizeof(err));
+    if (rc == 0) {
+        r->rep.cache_control = "no-cache";
+        hreq_reply_tile(r, 200, tile_new_take(out, len, "application/fits"));
+    } else if (j->soda) {
+        vo_reply_text(r, rc == TESS_ENOMEM ? 503 : 500, "%s: cannot cut dataset '%s': %s",
+                      rc == TESS_ENOMEM ? "TransientFault" : "FatalFault", j->ds->name, err);
+    } else {
+        problem_reply(r, rc == TESS_ENOMEM ? 503 : 500, NULL, "cannot copy dataset '%s': %s",
+                      j->ds->name, err);
+    }
+}
+
+/* Checks the copy's size against limits.max_output_pixels and runs it; `soda` chooses
+ * the error form. */
+static void run_copy(hreq *r, const dataset *d, const long lo[3], const long n[3], int soda)
+{
+    long long pixels = (long long)n[0] * n[1] * n[2];
+    long long max = r->srv->cfg->max_output_pixels;
+    if (max > 0 && pixels > max) {
+        if (soda)
+            vo_reply_text(r, 413, "UsageError: the cutout has %lld pixels, more than this "
+                          "server gives at once (limits.max_output_pixels = %lld): cut a "
+                          "smaller region or BAND", pixels, max);
+        else
+            problem_reply(r, 413, NULL, "the image of dataset '%s' has %lld pixels, more than "
+                          "limits.max_output_pixels (%lld): use SODA cutouts "
+                          "(/vo/soda/sync)", d->name, pixels, max);
+        return;
+    }
+    fits_job *j = calloc(1, sizeof(*j));
+    if (!j) {
+        vo_reply_text(r, 500, "FatalFault: out of memory");
+        return;
+    }
+    j->ds = d;
+    j->path = d->paths[0];
+    memcpy(j->lo, lo, sizeof(j->lo));
+    memcpy(j->n, n, sizeof(j->n));
+    j->soda = soda;
+    hreq_run_async(r, fits_copy_work, j, free);
+}
+
+void handle_vo_soda(hreq *r, const route_match *m)
+{
+    vo_params p;
+    if (vo_params_take(r, &p))
+        return;
+    char why[300] = "";
+    int nid = 0, nband = 0;
+    const char *id = vo_params_get(&p, "ID", &nid);
+    const char *band = vo_params_get(&p, "BAND", &nband);
+    const char *fmt = vo_params_get(&p, "RESPONSEFORMAT", NULL);
+    const dataset *d = NULL;
+    soda_region *g = calloc(1, sizeof(*g));
+    long lo[3] = {0, 0, 0}, n[3] = {0, 0, 1};
+    int status = 400;
+    if (!g) {
+        status = 500;
+        snprintf(why, sizeof(why), "FatalFault: out of memory");
+        goto fail;
+    }
+    if (nid != 1) {
+        snprintf(why, sizeof(why), "UsageError: give one dataset as ID= (got %d)", nid);
+        goto fail;
+    }
+    if (fmt && *fmt && strcmp(fmt, "application/fits") != 0 && strcmp(fmt, "fits") != 0) {
+        snprintf(why, sizeof(why), "UsageError: RESPONSEFORMAT '%.60s' is not served: cutouts "
+                 "are application/fits", fmt);
+        goto fail;
+    }
+    d = vo_find(r, id);
+    if (!d) {
+        status = 404;
+        snprintf(why, sizeof(why), "NotFoundFault: no dataset '%.120s'", id);
+        goto fail;
+    }
+    if (!has_fits(d)) {
+        snprintf(why, sizeof(why), "UsageError: dataset '%s' is a stack of PNG frames: it has "
+                 "no FITS pixels to cut", d->name);
+        goto fail;
+    }
+    char reason[240];
+    if (soda_parse_region(&p, g, reason, sizeof(reason))) {
+        snprintf(why, sizeof(why), "UsageError: %s", reason);
+        goto fail;
+    }
+    n[0] = d->nx;
+    n[1] = d->ny;
+    if (d->kind == DS_CUBE)
+        n[2] = d->nz;
+    if (g->n > 0) {
+        if (!d->cel) {
+            snprintf(why, sizeof(why), "UsageError: dataset '%.60s' has no celestial WCS "
+                     "(%.120s): CIRCLE, POLYGON and POS cannot select its pixels", d->name,
+                     d->wcs_error[0] ? d->wcs_error : "none in its header");
+            goto fail;
+        }
+        long box[4];
+        int rc = region_box(d, g, box);
+        if (rc == TESS_ENOMEM) {
+            status = 500;
+            snprintf(why, sizeof(why), "FatalFault: out of memory");
+            goto fail;
+        }
+        if (rc) {
+            snprintf(why, sizeof(why), "NoOverlap: the region does not overlap dataset '%s'",
+                     d->name);
+            goto fail;
+        }
+        lo[0] = box[0];
+        n[0] = box[1] - box[0];
+        lo[1] = box[2];
+        n[1] = box[3] - box[2];
+    }
+    if (nband > 1) {
+        snprintf(why, sizeof(why), "MultiValuedParamNotSupported: one BAND per request");
+        goto fail;
+    }
+    if (band) {
+        double b[2];
+        if (read_numbers(band, b, 2) != 2 || b[0] > b[1]) {
+            snprintf(why, sizeof(why), "UsageError: BAND must be two wavelengths lo hi in "
+                     "metres (-Inf, +Inf allowed), got '%.60s'", band);
+            goto fail;
+        }
+        long z0 = 0, z1 = 0;
+        int rc = band_planes(d, b[0], b[1], &z0, &z1, reason, sizeof(reason));
+        if (rc == TESS_ENOMEM) {
+            status = 500;
+            snprintf(why, sizeof(why), "FatalFault: out of memory");
+            goto fail;
+        }
+        if (rc < 0) {
+            snprintf(why, sizeof(why), "UsageError: %s", reason);
+            goto fail;
+        }
+        if (rc > 0) {
+            snprintf(why, sizeof(why), "NoOverlap: no plane of dataset '%s' lies in BAND "
+                     "%.60s", d->name, band);
+            goto fail;
+        }
+        lo[2] = z0;
+        n[2] = z1 - z0;
+    }
+    free(g);
+    vo_params_release(&p);
+    run_copy(r, d, lo, n, 1);
+    return;
+fail:
+    free(g);
+    vo_params_release(&p);
+    vo_reply_text(r, status, "%s", why);
+}
+
+/* ---- the dataset's FITS -------------------------------------------------------------- */
+
+void handle_dataset_fits(hreq *r, const route_match *m)
+{
+    static const char *const none[] = {NULL};
+    if (hreq_only_args(r, none))
+        return;
+    const dataset *d = m->ds;
+    if (!has_fits(d)) {
+        problem_reply(r, 422, "dataset", "dataset '%s' is a stack of PNG frames: it has no FITS "
+                      "file", d->name);
+        return;
+    }
+    long long size = plain_file_size(d);
+    if (size >= 0) {
+        int fd = open(d->paths[0], O_RDONLY | O_CLOEXEC);
+        struct stat st;
+        if (fd >= 0 && fstat(fd, &st) == 0 && S_ISREG(st.st_mode)) {
+            char version[64];
+            dataset_version(d, version, sizeof(version));
+            uint64_t h = tess_fnv1a64(version, strlen(version), TESS_FNV64_OFFSET);
+            r->rep.status = 200;
+            r->rep.file_fd = fd;
+            r->rep.file_len = (unsigned long long)st.st_size;
+            snprintf(r->rep.file_type, sizeof(r->rep.file_type), "application/fits");
+            snprintf(r->rep.file_etag, sizeof(r->rep.file_etag), "\"%016llx\"",
+                     (unsigned long long)h);
+            snprintf(r->rep.file_name, sizeof(r->rep.file_name), "%.60s.fits", d->name);
+            if (strspn(d->name, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+                                "0123456789._-") != strlen(d->name))
+                r->rep.file_name[0] = '\0';
+            r->rep.cache_control = "no-cache";
+            return;
+        }
+        if (fd >= 0)
+            close(fd);
+        problem_reply(r, 500, NULL, "cannot open the file of dataset '%s'", d->name);
+        return;
+    }
+    long lo[3] = {0, 0, 0}, n[3] = {d->nx, d->ny, d->kind == DS_CUBE ? d->nz : 1};
+    run_copy(r, d, lo, n, 0);
+}
+
+/* ---- VOSI ---------------------------------------------------------------------------- */
+
+static void capability(voxml *x, const char *base, const char *standard_id, const char *path)
+{
+    voxml_start(x, "capability");
+    voxml_attr(x, "standardID", standard_id);
+    voxml_start(x, "interface");
+    voxml_attr(x, "xsi:type", "vs:ParamHTTP");
+    voxml_attr(x, "role", "std");
+    voxml_start(x, "accessURL");
+    voxml_attr(x, "use", "full");
+    char url[512];
+    snprintf(url, sizeof(url), "%s%s", base, path);
+    voxml_text(x, url);
+    voxml_end(x);
+    voxml_end(x);
+    voxml_end(x);
+}
+
+void handle_vo_capabilities(hreq *r, const route_match *m)
+{
+    char base[256];
+    vo_base_url(r, base, sizeof(base));
+    voxml *x = voxml_new();
+    if (x) {
+        voxml_start(x, "vosi:capabilities");
+        voxml_attr(x, "xmlns:vosi", "http://www.ivoa.net/xml/VOSICapabilities/v1.0");
+        voxml_attr(x, "xmlns:vr", "http://www.ivoa.net/xml/VOResource/v1.0");
+        voxml_attr(x, "xmlns:vs", "http://www.ivoa.net/xml/VODataService/v1.1");
+        voxml_attr(x, "xmlns:xsi", "http://www.w3.org/2001/XMLSchema-instance");
+        capability(x, base, "ivo://ivoa.net/std/VOSI#capabilities", "/vo/capabilities");
+        capability(x, base, "ivo://ivoa.net/std/VOSI#availability", "/vo/availability");
+        capability(x, base, "ivo://ivoa.net/std/DataLink#links-1.1", "/vo/datalink");
+        capability(x, base, "ivo://ivoa.net/std/SODA#sync-1.0", "/vo/soda/sync");
+        if (r->srv->jobs)
+            capability(x, base, "ivo://ivoa.net/std/UWS", "/vo/uws/jobs");
+    }
+    vo_reply_xml(r, 200, x, "application/xml");
+}
+
+void handle_vo_availability(hreq *r, const route_match *m)
+{
+    voxml *x = voxml_new();
+    if (x) {
+        voxml_start(x, "avl:availability");
+        voxml_attr(x, "xmlns:avl", "http://www.ivoa.net/xml/VOSIAvailability/v1.0");
+        voxml_element(x, "avl:available", "true");
+        voxml_elementf(x, "avl:note", "Tessera serves %d datasets; jobs (UWS) are %s",
+                       catalog_count(r->srv->cat), r->srv->jobs ? "enabled" : "disabled "
+                       "(jobs.dir is not set)");
+    }
+    vo_reply_xml(r, 200, x, "application/xml");
+}

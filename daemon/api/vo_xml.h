@@ -1,0 +1,30 @@
+/* XML documents of the IVOA endpoints, written with libxml2's xmlTextWriter into memory. */
+#ifndef TESSERA_HANDLERS_VO_XML_H
+#define TESSERA_HANDLERS_VO_XML_H
+
+#include <stddef.h>
+
+/* One document being written.  Every call below after a failure (out of memory) does
+ * nothing; voxml_finish then says so.  Names may carry a prefix ("uws:job"); text and
+ * attribute values are UTF-8 and escaped by the writer. */
+typedef struct voxml voxml;
+
+/* A new document (the XML declaration written, UTF-8, indented), or NULL (no memory). */
+voxml *voxml_new(void);
+
+void voxml_start(voxml *x, const char *name);          /* <name ... */
+void voxml_end(voxml *x);                              /* closes the innermost element */
+void voxml_attr(voxml *x, const char *name, const char *value);  /* NULL value: none */
+void voxml_attrf(voxml *x, const char *name, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+void voxml_text(voxml *x, const char *text);
+/* <name>text</name>; with text NULL an empty element. */
+void voxml_element(voxml *x, const char *name, const char *text);
+void voxml_elementf(voxml *x, const char *name, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* Closes every open element and gives the document: a malloc'd NUL-terminated string
+ * (*len its length), or NULL when a call failed.  Frees x in both cases. */
+char *voxml_finish(voxml *x, size_t *len);
+
+#endif

@@ -165,7 +165,8 @@ static int run_worker(tess_config *cfg)
         pthread_cond_wait(&life_cond, &life_lock);
     int sig = stop_sig;
     pthread_mutex_unlock(&life_lock);
-    fprintf(stderr, "tesserad: %s received, finishing the blocks in flight\n", sig_name(sig));
+    fprintf(stderr, "tesserad: %s received after %llu job blocks, finishing the blocks in "
+            "flight\n", sig_name(sig), jobs_blocks_run(J));
     jobs_close(J);
     pool_free(workers);
     catalog_free(cat);

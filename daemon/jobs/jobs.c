@@ -1530,6 +1530,14 @@ void jobs_close(jobs *J)
     free(J);
 }
 
+unsigned long long jobs_blocks_run(jobs *J)
+{
+    pthread_mutex_lock(&J->lock);
+    unsigned long long n = J->blocks_run;
+    pthread_mutex_unlock(&J->lock);
+    return n;
+}
+
 int jobs_database_reachable(jobs *J)
 {
     return jobstore_reachable(J->st);

@@ -85,6 +85,9 @@ int jobs_result(jobs *J, const char *id, char *path, char *content_type, char *s
 /* Jobs per state, in the order queued, running, succeeded, failed, cancelled. */
 void jobs_counts(jobs *J, long counts[5]);
 
+/* Blocks this runner ran to completion. */
+unsigned long long jobs_blocks_run(jobs *J);
+
 /* Whether the last call to the jobs database reached it (1), for /healthz. */
 int jobs_database_reachable(jobs *J);
 

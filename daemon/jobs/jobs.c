@@ -745,15 +745,18 @@ typedef struct leased {
     double last;    /* tess_mono_s of the last ask */
 } leased;
 
-/* Leases more blocks of stage s when every leased one is in the pool and there is room,
- * at most every 0.1 s while none come (others hold the rest).  Lock held. */
+/* Leases more blocks of stage s (up to twice the blocks in flight allowed, less those in
+ * flight) when every leased one is in the pool and there is room, at most every 0.1 s
+ * while none come (others hold the rest).  Lock held. */
 static void lease_more(jobs *J, const char *id, int s, int max_inflight, leased *ls)
 {
     if (ls->at < ls->n || J->inflight >= max_inflight)
         return;
     if (!ls->got && tess_mono_s() - ls->last < 0.1)
         return;
-    int want = max_inflight - J->inflight;
+    /* Twice what the pool takes now: the next blocks are at hand when one ends, without a
+     * round trip to the database between them. */
+    int want = 2 * max_inflight - J->inflight;
     if (want > 64)
         want = 64;
     int n = 0, expired = 0;
@@ -924,7 +927,9 @@ static void run_job_locked(jobs *J, const char *id)
              * and at the end of a stage, so that a busy disk does not slow the job. */
             if (newly) {
                 done += newly;
-                jobstore_set_done(J->st, id, (long long)done);
+                /* A shared store counts the recorded blocks of every server instead. */
+                if (!J->shared)
+                    jobstore_set_done(J->st, id, (long long)done);
             }
             /* Now and then: the lock file still ours, jobs.dir within jobs.disk_mb. */
             if (!failed && tess_mono_s() - last_check >= 0.25) {
@@ -944,6 +949,12 @@ static void run_job_locked(jobs *J, const char *id)
                 }
             }
             stop = failed || J->cur_cancel || J->stopping || J->lock_lost || gone;
+            /* Shared: nothing left to lease here and nothing in flight: the blocks done are
+             * recorded now, so that the stage can be seen complete without waiting. */
+            if (J->shared && ok && !J->inflight && !J->completed && ls.at >= ls.n && !ls.got) {
+                record_blocks_locked(J, id, wd, &ok);
+                last_record = tess_mono_s();
+            }
             int rest = J->shared ? !stage_finished(J, id, s, &ls) : next < plan.nblocks[s];
             int stage_end = J->inflight == 0 && !J->completed && (stop || !rest);
             if (ok && (stage_end || tess_mono_s() - last_record >= 0.25)) {
@@ -954,7 +965,7 @@ static void run_job_locked(jobs *J, const char *id)
                 break;
             if (J->completed)
                 continue;
-            timed_wait(J, 200);
+            timed_wait(J, J->shared ? 50 : 200);
         }
     }
     for (int s = 0; s < plan.nstages; s++)
@@ -1091,7 +1102,8 @@ static void *scheduler(void *arg)
         jobstore_next(J->st, id);
         /* A job is taken only while the lock file is still this runner's. */
         if (!id[0] || J->lock_lost || !lock_still_ours(J)) {
-            timed_wait(J, 1000);
+            /* Shared: jobs come from other servers too, unannounced. */
+            timed_wait(J, J->shared ? 250 : 1000);
             continue;
         }
         run_job_locked(J, id);

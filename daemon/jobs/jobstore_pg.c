@@ -20,6 +20,7 @@ typedef struct pg_store {
 } pg_store;
 
 #define CONN(S) (((pg_store *)(S))->conn)
+#define JOBSTORE_MAX_STAGES 64   /* more than any plan has (JOB_MAX_STAGES) */
 
 static const char PG_SCHEMA[] =
     "CREATE TABLE IF NOT EXISTS tessera_schema (version integer NOT NULL); "
@@ -406,43 +407,46 @@ static char *int_array(int n, const int *iv, const long *lv)
     return s;
 }
 
+/* Runs `sql` with $1 = id, $2 = the n ints as an array, $3 = the n longs as an array. */
+static int pg_cmd_arrays(jobstore *S, const char *sql, const char *id, int n, const int *iv,
+                         const long *lv)
+{
+    char *ia = int_array(n, iv, NULL), *la = int_array(n, NULL, lv);
+    int rc = TESS_ENOMEM;
+    if (ia && la) {
+        const char *v[] = {id, ia, la};
+        rc = pg_cmd(S, sql, 3, v, NULL);
+    }
+    free(ia);
+    free(la);
+    return rc;
+}
+
 static int pg_record_blocks(jobstore *S, const char *id, int n, const int *stages,
                             const long *blocks)
 {
-    char *sa = int_array(n, stages, NULL), *ba = int_array(n, NULL, blocks);
-    int rc = TESS_ENOMEM;
-    if (sa && ba) {
-        const char *v[] = {id, sa, ba};
-        rc = pg_cmd(S, "INSERT INTO blocks (job, stage, block, done) SELECT $1, s, b, true "
-                    "FROM unnest($2::integer[], $3::bigint[]) AS u(s, b) "
-                    "ON CONFLICT (job, stage, block) DO UPDATE SET done = true, owner = NULL, "
-                    "expires = NULL", 3, v, NULL);
-    }
-    free(sa);
-    free(ba);
-    return rc;
+    /* DISTINCT: a block run twice here (its lease expired while the database was away,
+     * and it came back) is in the list twice. */
+    return pg_cmd_arrays(S, "INSERT INTO blocks (job, stage, block, done) SELECT DISTINCT $1, "
+                         "s, b, true FROM unnest($2::integer[], $3::bigint[]) AS u(s, b) "
+                         "ON CONFLICT (job, stage, block) DO UPDATE SET done = true, "
+                         "owner = NULL, expires = NULL", id, n, stages, blocks);
 }
 
 /* ---- leases -------------------------------------------------------------------------- */
 
 static int pg_plan_blocks(jobstore *S, const char *id, int nstages, const long *nblocks)
 {
-    int st[64];
-    for (int i = 0; i < nstages && i < 64; i++)
+    int st[JOBSTORE_MAX_STAGES];
+    if (nstages > JOBSTORE_MAX_STAGES)
+        return TESS_ERANGE;
+    for (int i = 0; i < nstages; i++)
         st[i] = i;
-    char *sa = int_array(nstages, st, NULL), *na = int_array(nstages, NULL, nblocks);
-    int rc = TESS_ENOMEM;
-    if (sa && na) {
-        const char *v[] = {id, sa, na};
-        /* One statement: the rows of a job are there all or none. */
-        rc = pg_cmd(S, "INSERT INTO blocks (job, stage, block) SELECT $1, u.s, "
-                    "generate_series(0, u.n - 1) FROM unnest($2::integer[], $3::bigint[]) "
-                    "AS u(s, n) WHERE NOT EXISTS (SELECT 1 FROM blocks WHERE job = $1) "
-                    "ON CONFLICT DO NOTHING", 3, v, NULL);
-    }
-    free(sa);
-    free(na);
-    return rc;
+    /* One statement: the rows of a job are there all or none. */
+    return pg_cmd_arrays(S, "INSERT INTO blocks (job, stage, block) SELECT $1, u.s, "
+                         "generate_series(0, u.n - 1) FROM unnest($2::integer[], "
+                         "$3::bigint[]) AS u(s, n) WHERE NOT EXISTS (SELECT 1 FROM blocks "
+                         "WHERE job = $1) ON CONFLICT DO NOTHING", id, nstages, st, nblocks);
 }
 
 static int pg_lease(jobstore *S, const char *id, int stage, const char *owner, double lease_s,

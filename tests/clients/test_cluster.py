@@ -16,10 +16,15 @@ import time
 import unittest
 import urllib.request
 
-import numpy as np
-from astropy.io import fits
-
 from harness import TOP, Nginx, Postgres, Server
+
+try:
+    import numpy as np
+    from astropy.io import fits
+except ImportError:  # scripts/setup.sh installs python3-astropy; CI must have it
+    if os.environ.get("CI") == "true":
+        raise
+    raise unittest.SkipTest("numpy and astropy are needed (python3-astropy)")
 
 MOSAIC = os.path.join(TOP, "tests", "data", "mosaic")
 LEASE_S = 2

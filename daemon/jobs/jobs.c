@@ -809,6 +809,16 @@ static void run_job_locked(jobs *J, const char *id)
         fail_job_locked(J, id, 500, !k ? "unknown job type" : "the stored job body is unreadable");
         return;
     }
+    /* Shared: the first plan of a job may create its work files (daemon/jobs/jobkind.h),
+     * so one server plans it first, under the job's claim (renewed with the leases, taken
+     * over when its holder dies); the others plan it once its block rows exist. */
+    int planned = 0;
+    if (J->shared && (jobstore_planned(J->st, id, &planned) != 0 ||
+                      (!planned && jobstore_claim_finish(J->st, id, J->owner, J->lease_s)))) {
+        json_decref(b);
+        J->cur[0] = '\0';
+        return;
+    }
     char wd[PATH_MAX];
     workdir_of(J, id, wd);
     int fresh = mkdir(wd, 0700) == 0;
@@ -855,7 +865,8 @@ static void run_job_locked(jobs *J, const char *id)
     long done = dc.done;
     /* A shared store makes the block rows every server leases from (idempotent); one that
      * cannot be reached now leaves the job for a later try. */
-    if (J->shared && jobstore_plan_blocks(J->st, id, plan.nstages, plan.nblocks) != 0) {
+    if (J->shared && (jobstore_plan_blocks(J->st, id, plan.nstages, plan.nblocks) != 0 ||
+                      (!planned && jobstore_release(J->st, J->owner) != 0))) {
         for (int s = 0; s < plan.nstages; s++)
             free(doneset[s]);
         if (k->release)

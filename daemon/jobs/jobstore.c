@@ -166,6 +166,11 @@ int jobstore_renew(jobstore *S, const char *owner, double lease_s, const char *i
     return CALL_SHARED(renew, owner, lease_s, id, n, stages, blocks, renewed);
 }
 
+int jobstore_planned(jobstore *S, const char *id, int *planned)
+{
+    return CALL_SHARED(planned, id, planned);
+}
+
 int jobstore_release(jobstore *S, const char *owner) { return CALL_SHARED(release, owner); }
 
 int jobstore_stage_left(jobstore *S, const char *id, int stage, long *left)

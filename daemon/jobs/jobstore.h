@@ -117,14 +117,16 @@ int jobstore_lease(jobstore *S, const char *id, int stage, const char *owner, do
  * left behind); *renewed how many were extended. */
 int jobstore_renew(jobstore *S, const char *owner, double lease_s, const char *id, int n,
                    const int *stages, const long *blocks, long *renewed);
-/* Ends the leases `owner` holds on blocks not done (it leaves the job: others take them at
+/* *planned = whether the block rows of job `id` exist (its first plan is complete). */
+int jobstore_planned(jobstore *S, const char *id, int *planned);
+/* Ends the leases `owner` holds on blocks not done and its claims of jobs (it leaves the job: others take them at
  * once instead of after the lease time). */
 int jobstore_release(jobstore *S, const char *owner);
 /* Blocks of stage `stage` not done yet. */
 int jobstore_stage_left(jobstore *S, const char *id, int stage, long *left);
-/* Claims the serial end of running job `id` (assembly, rename, registration) for `owner`
- * for lease_s seconds: 0 when claimed (or already this owner's), TESS_EAGAIN while another
- * owner's claim is alive or the job is no longer running. */
+/* Claims queued or running job `id` for `owner` for lease_s seconds, for its first plan or
+ * its serial end (assembly, rename, registration): 0 when claimed (or already this
+ * owner's), TESS_EAGAIN while another owner's claim is alive or the job has ended. */
 int jobstore_claim_finish(jobstore *S, const char *id, const char *owner, double lease_s);
 
 #endif

@@ -39,6 +39,7 @@ typedef struct jobstore_ops {
                  int max, long *out, int *n, int *expired);
     int (*renew)(jobstore *S, const char *owner, double lease_s, const char *id, int n,
                  const int *stages, const long *blocks, long *renewed);
+    int (*planned)(jobstore *S, const char *id, int *planned);
     int (*release)(jobstore *S, const char *owner);
     int (*stage_left)(jobstore *S, const char *id, int stage, long *left);
     int (*claim_finish)(jobstore *S, const char *id, const char *owner, double lease_s);

@@ -495,7 +495,7 @@ static int pg_renew(jobstore *S, const char *owner, double lease_s, const char *
                     "AND NOT t.done AND NOT EXISTS (SELECT 1 FROM h WHERE t.job = h.job AND "
                     "t.stage = h.s AND t.block = h.b) RETURNING 1), "
                     "f AS (UPDATE jobs SET finish_expires = now() + $2 * interval '1 second' "
-                    "WHERE finisher = $1 AND state = 'running' RETURNING 1) "
+                    "WHERE finisher = $1 AND state IN ('queued', 'running') RETURNING 1) "
                     "SELECT (SELECT count(*) FROM a) + (SELECT count(*) FROM f) + "
                     "0 * (SELECT count(*) FROM r)", 5, v, renewed);
     }
@@ -504,11 +504,22 @@ static int pg_renew(jobstore *S, const char *owner, double lease_s, const char *
     return rc;
 }
 
+static int pg_planned(jobstore *S, const char *id, int *planned)
+{
+    const char *v[] = {id};
+    long n = 0;
+    int rc = pg_int(S, "SELECT count(*) FROM (SELECT 1 FROM blocks WHERE job = $1 LIMIT 1) b",
+                    1, v, &n);
+    *planned = n > 0;
+    return rc;
+}
+
 static int pg_release(jobstore *S, const char *owner)
 {
     const char *v[] = {owner};
-    return pg_cmd(S, "UPDATE blocks SET owner = NULL, expires = NULL WHERE owner = $1 AND "
-                  "NOT done", 1, v, NULL);
+    return pg_cmd(S, "WITH j AS (UPDATE jobs SET finisher = NULL, finish_expires = NULL "
+                  "WHERE finisher = $1 RETURNING 1) UPDATE blocks SET owner = NULL, "
+                  "expires = NULL WHERE owner = $1 AND NOT done", 1, v, NULL);
 }
 
 static int pg_stage_left(jobstore *S, const char *id, int stage, long *left)
@@ -525,7 +536,7 @@ static int pg_claim_finish(jobstore *S, const char *id, const char *owner, doubl
     const char *v[] = {id, owner, l.s};
     long rows = 0;
     int rc = pg_cmd(S, "UPDATE jobs SET finisher = $2, finish_expires = now() + $3 * "
-                    "interval '1 second' WHERE id = $1 AND state = 'running' AND "
+                    "interval '1 second' WHERE id = $1 AND state IN ('queued', 'running') AND "
                     "(finisher IS NULL OR finisher = $2 OR finish_expires < now())", 3, v,
                     &rows);
     return rc ? rc : rows == 1 ? 0 : TESS_EAGAIN;
@@ -543,7 +554,8 @@ static const jobstore_ops pg_ops = {
     pg_close, pg_get, pg_list, pg_counts, pg_active, pg_needs, pg_insert, pg_state, pg_end,
     pg_content_type, pg_type_body, pg_set_running, pg_set_done, pg_set_result, pg_next,
     pg_succeeded, pg_reset_blocks, pg_prune_blocks, pg_done_blocks, pg_record_blocks,
-    pg_plan_blocks, pg_lease, pg_renew, pg_release, pg_stage_left, pg_claim_finish,
+    pg_plan_blocks, pg_lease, pg_renew, pg_planned, pg_release, pg_stage_left,
+    pg_claim_finish,
 };
 
 /* Creates the schema or checks its version, in one transaction under the advisory lock. */

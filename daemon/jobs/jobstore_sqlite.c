@@ -575,7 +575,7 @@ static const jobstore_ops sq_ops = {
     sq_close, sq_get, sq_list, sq_counts, sq_active, sq_needs, sq_insert, sq_state, sq_end,
     sq_content_type, sq_type_body, sq_set_running, sq_set_done, sq_set_result, sq_next,
     sq_succeeded, sq_reset_blocks, sq_prune_blocks, sq_done_blocks, sq_record_blocks,
-    NULL, NULL, NULL, NULL, NULL, NULL,
+    NULL, NULL, NULL, NULL, NULL, NULL, NULL,
 };
 
 int jobstore_open_sqlite(const char *dir, jobstore **out, char *err, size_t errlen)

@@ -23,4 +23,7 @@ const char *cmd_mkstack_usage(void);
 int cmd_mosaic(int argc, char **argv);
 const char *cmd_mosaic_usage(void);
 
+/* cmd_worker.c: a compute-only cluster node (runs tesserad --worker). */
+int cmd_worker(int argc, char **argv);
+
 #endif

@@ -19,7 +19,9 @@ static const char overview_usage[] =
     "A server's job API (--server URL, default $TESSERA_SERVER or http://127.0.0.1:8080):\n"
     "  submit      post a job (a JSON file) and follow it with a progress bar\n"
     "  jobs        list the server's jobs\n"
-    "  cancel      cancel a job\n";
+    "  cancel      cancel a job\n"
+    "A cluster node without HTTP (shared job store):\n"
+    "  worker      run blocks of the jobs of jobs.database (tesserad --worker)\n";
 
 int main(int argc, char **argv)
 {
@@ -44,7 +46,9 @@ int main(int argc, char **argv)
         return cmd_mkstack(argc - 1, argv + 1);
     if (strcmp(argv[1], "mosaic") == 0)
         return cmd_mosaic(argc - 1, argv + 1);
+    if (strcmp(argv[1], "worker") == 0)
+        return cmd_worker(argc - 1, argv + 1);
     cli_msg("unknown command '%s' (commands: reproject, hips, mosaic, submit, jobs, cancel, "
-            "mkstack)", argv[1]);
+            "mkstack, worker)", argv[1]);
     return CLI_EXIT_USAGE;
 }

@@ -32,6 +32,7 @@ int config_init(tess_config *c)
     c->jobs_memory_mb = 4096;
     c->jobs_max_product_mb = 8192;
     c->jobs_disk_mb = 65536;
+    c->jobs_lease_s = 10.0;
     c->max_queue = 256;
     c->max_connections = 256;
     c->connection_timeout_s = 30;
@@ -52,6 +53,7 @@ void config_release(tess_config *c)
     free(c->data_roots);
     free(c->cache_disk_dir);
     free(c->jobs_dir);
+    free(c->jobs_database);
     free(c->jobs_token);
     free(c->access_log);
     free(c->error_log);
@@ -244,7 +246,7 @@ static int load_json(json_t *root, tess_config *c, const char *base, char *err, 
 {
     static const char *const top_keys[] = {"listen", "threads", "data_roots", "cache", "limits",
                                            "jobs", "datasets", "access_log", "error_log", NULL};
-    static const char *const cache_keys[] = {"memory_mb", "planes_mb", "disk_dir", "disk_mb", NULL};
+    static const char *const cache_keys[] = {"memory_mb", "planes_mb", "disk_dir", "disk_mb", "database", "lease_s", NULL};
     static const char *const limit_keys[] = {"max_output_pixels", "max_body_mb", "max_bodies_mb",
                                              "max_queued_jobs", "max_queue", "max_connections",
                                              "max_connections_per_address",
@@ -252,7 +254,7 @@ static int load_json(json_t *root, tess_config *c, const char *base, char *err, 
                                              "max_decoded_mb", "max_input_pixels",
                                              "shutdown_grace_s", NULL};
     static const char *const job_keys[] = {"dir", "token", "memory_mb", "max_product_mb",
-                                           "disk_mb", NULL};
+                                           "disk_mb", "database", "lease_s", NULL};
     static const char *const ds_keys[] = {"name", "path", "hdu", "frames", "hips_frame", NULL};
     int rc;
     long long v;
@@ -410,6 +412,7 @@ static int load_json(json_t *root, tess_config *c, const char *base, char *err, 
             return rc;
         if ((rc = get_str(jobs, "dir", "jobs.", &c->jobs_dir, err, errlen)) ||
             (rc = get_str(jobs, "token", "jobs.", &c->jobs_token, err, errlen)) ||
+            (rc = get_str(jobs, "database", "jobs.", &c->jobs_database, err, errlen)) ||
             (rc = check_jobs_token(json_object_get(jobs, "token"), err, errlen)))
             return rc;
         v = (long long)c->jobs_memory_mb;
@@ -424,6 +427,10 @@ static int load_json(json_t *root, tess_config *c, const char *base, char *err, 
         if ((rc = get_int(jobs, "disk_mb", "jobs.", 0, 1 << 30, &v, err, errlen)))
             return rc;
         c->jobs_disk_mb = (size_t)v;
+        v = (long long)c->jobs_lease_s;
+        if ((rc = get_int(jobs, "lease_s", "jobs.", 1, 3600, &v, err, errlen)))
+            return rc;
+        c->jobs_lease_s = (double)v;
         /* Like data_roots, a relative jobs.dir is relative to the configuration file. */
         if (c->jobs_dir && c->jobs_dir[0] != '/' && base) {
             size_t n = strlen(base) + strlen(c->jobs_dir) + 2;

@@ -47,6 +47,9 @@ typedef struct tess_config {
     char *error_log;             /* error_log: JSON-lines file of 5xx and job failures, "-" = stderr
                                     (the default), NULL after "none" */
     char *jobs_dir;              /* jobs.dir, may be NULL */
+    char *jobs_database;         /* jobs.database: PostgreSQL connection URI of a job store
+                                    shared by several servers; NULL = SQLite in jobs.dir */
+    double jobs_lease_s;         /* jobs.lease_s: lease of a block in a shared store, default 10 */
     char *jobs_token;            /* jobs.token, may be NULL (no authentication); from a file
                                     at least 16 visible ASCII characters, no spaces */
     size_t jobs_memory_mb;       /* jobs.memory_mb: memory of one job's blocks in flight and

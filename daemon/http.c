@@ -555,7 +555,11 @@ int hreq_run_async(hreq *r, void (*work)(hreq *r), void *arg, void (*arg_free)(v
 
 void tserver_handle_healthz(hreq *r, const route_match *m)
 {
-    hreq_reply_json(r, 200, strdup("{\"status\":\"ok\"}"));
+    /* Tiles keep being served without the jobs database: still 200, saying so. */
+    if (r->srv->jobs && !jobs_database_reachable(r->srv->jobs))
+        hreq_reply_json(r, 200, strdup("{\"status\":\"degraded\",\"database\":\"unreachable\"}"));
+    else
+        hreq_reply_json(r, 200, strdup("{\"status\":\"ok\"}"));
 }
 
 void tserver_handle_metrics(hreq *r, const route_match *m)
@@ -646,6 +650,10 @@ void tserver_handle_metrics(hreq *r, const route_match *m)
         buf_adds(&b, "# HELP tessera_jobs Jobs by state.\n# TYPE tessera_jobs gauge\n");
         for (int i = 0; i < 5; i++)
             buf_printf(&b, "tessera_jobs{state=\"%s\"} %ld\n", st[i], counts[i]);
+        char *jm = jobs_metrics_text(r->srv->jobs);
+        if (jm)
+            buf_adds(&b, jm);
+        free(jm);
     }
     hreq_reply_text(r, &b, "text/plain; version=0.0.4; charset=utf-8");
 }

@@ -1,7 +1,12 @@
 /* tesserad: the Tessera HTTP daemon (configuration, start, clean stop on SIGTERM/SIGINT). */
+#include "daemon/catalog.h"
 #include "daemon/config.h"
 #include "daemon/http.h"
+#include "daemon/jobs/jobs.h"
+#include "daemon/jobs/jobtypes.h"
+#include "engine/base/decodelimit.h"
 #include "engine/base/error.h"
+#include "engine/base/pool.h"
 
 #include <errno.h>
 #include <getopt.h>
@@ -18,11 +23,12 @@ static void usage(FILE *f)
     fprintf(f,
             "usage: tesserad [--config FILE] [--listen ADDR:PORT] [--threads N]\n"
             "                [--demo-dir DIR] [--jobs-dir DIR] [--access-log FILE]\n"
-            "                [--shutdown-grace S]\n"
+            "                [--shutdown-grace S] [--worker]\n"
             "Serves FITS datasets over HTTP (see README.md).  Without --config it serves the\n"
             "bundled demo datasets, with jobs under $TESSERA_JOBS_DIR or the build's jobs/\n"
             "directory.  --jobs-dir overrides jobs.dir, --access-log (\"-\" = stderr) access_log,\n"
-            "--shutdown-grace limits.shutdown_grace_s.\n"
+            "--shutdown-grace limits.shutdown_grace_s.  --worker (with jobs.database set):\n"
+            "no HTTP, only the blocks of the shared job store's jobs (`tessera worker`).\n"
             "SIGTERM or SIGINT stop it: requests in flight get limits.shutdown_grace_s\n"
             "seconds, a second signal ends it at once; SIGHUP reopens the access log.\n");
 }
@@ -119,6 +125,55 @@ static void *signal_main(void *arg)
     return NULL;
 }
 
+/* --worker: the job runner over the shared store without the HTTP server, until a stop
+ * signal; its blocks in flight then finish (within limits.shutdown_grace_s). */
+static int run_worker(tess_config *cfg)
+{
+    char err[512];
+    if (!cfg->jobs_database || !cfg->jobs_dir) {
+        fprintf(stderr, "tesserad: --worker needs jobs.database and jobs.dir in the "
+                "configuration (a worker shares a cluster's job store)\n");
+        return 2;
+    }
+    decodelimit_set((unsigned long long)cfg->max_decoded_mb << 20,
+                    (unsigned long long)cfg->max_input_pixels, "limits.max_decoded_mb",
+                    "limits.max_input_pixels");
+    catalog *cat = NULL;
+    pool *workers = NULL;
+    jobs *J = NULL;
+    int rc = catalog_open(cfg, &cat, err, sizeof err);
+    if (!rc && !(workers = pool_new(cfg->threads, cfg->max_queue))) {
+        snprintf(err, sizeof err, "cannot create the worker pool");
+        rc = TESS_ENOMEM;
+    }
+    if (!rc) {
+        jobtypes_register_all();
+        rc = jobs_open(cfg->jobs_dir, cfg, cat, workers, &J, err, sizeof err);
+    }
+    if (rc) {
+        fprintf(stderr, "tesserad: %s\n", err);
+        pool_free(workers);
+        catalog_free(cat);
+        return 1;
+    }
+    fprintf(stderr, "tesserad: worker running the jobs of the shared job store with %d "
+            "threads\n", pool_threads(workers));
+    fflush(stderr);
+    pthread_mutex_lock(&life_lock);
+    life = SERVING;
+    while (life != STOPPING)
+        pthread_cond_wait(&life_cond, &life_lock);
+    int sig = stop_sig;
+    pthread_mutex_unlock(&life_lock);
+    fprintf(stderr, "tesserad: %s received after %llu job blocks, finishing the blocks in "
+            "flight\n", sig_name(sig), jobs_blocks_run(J));
+    jobs_close(J);
+    pool_free(workers);
+    catalog_free(cat);
+    fprintf(stderr, "tesserad: stopped\n");
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     static const struct option opts[] = {
@@ -129,12 +184,14 @@ int main(int argc, char **argv)
         {"jobs-dir", required_argument, NULL, 'j'},
         {"access-log", required_argument, NULL, 'a'},
         {"shutdown-grace", required_argument, NULL, 'g'},
+        {"worker", no_argument, NULL, 'w'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
     const char *config_path = NULL, *listen = NULL, *demo_dir = NULL, *jobs_dir = NULL;
     const char *access_log = NULL;
     long threads = -1, grace = -1;
+    int worker = 0;
     int c;
     while ((c = getopt_long(argc, argv, "c:l:t:d:j:a:g:h", opts, NULL)) != -1) {
         switch (c) {
@@ -163,6 +220,7 @@ int main(int argc, char **argv)
             }
             break;
         }
+        case 'w': worker = 1; break;
         case 'h': usage(stdout); return 0;
         default: usage(stderr); return 2;
         }
@@ -234,6 +292,11 @@ int main(int argc, char **argv)
     }
     pthread_detach(sigth);
 
+    if (worker) {
+        rc = run_worker(&cfg);
+        config_release(&cfg);
+        return rc;
+    }
     tserver *srv;
     if ((rc = tserver_start(&cfg, &srv, err, sizeof(err)))) {
         fprintf(stderr, "tesserad: %s\n", err);

@@ -156,7 +156,9 @@ void handle_job(hreq *r, const route_match *m)
     int missing = 0;
     char *doc = jobs_get_json(r->srv->jobs, id, &missing);
     if (!doc) {
-        if (missing)
+        if (missing == 2)
+            problem_reply(r, 503, NULL, "the jobs database cannot be reached; retry later");
+        else if (missing)
             problem_reply(r, 404, "id", "no job '%.32s'", id);
         else
             problem_reply(r, 500, NULL, "out of memory");

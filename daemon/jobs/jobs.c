@@ -1,6 +1,7 @@
 /* The job runner: SQLite state, a scheduler thread, blocks on the shared pool (jobs.h). */
 #include "daemon/jobs/jobs.h"
 #include "daemon/jobs/jobbudget.h"
+#include "daemon/jobs/jobstore.h"
 #include "daemon/oplog.h"
 #include "daemon/problem.h"
 #include "engine/base/error.h"
@@ -12,8 +13,8 @@
 #include <fcntl.h>
 #include <ftw.h>
 #include <limits.h>
+#include <math.h>
 #include <pthread.h>
-#include <sqlite3.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -79,7 +80,22 @@ struct jobs {
     catalog *cat;
     pool *pool;
     int threads;
-    sqlite3 *db;
+    jobstore *st;             /* the jobs database (jobstore.h) */
+    int shared;               /* st is shared by several processes: blocks go by leases */
+    char owner[96];           /* this runner's name in leases: host/pid/random */
+    double lease_s;           /* jobs.lease_s */
+    pthread_t keeper;         /* shared: renews leases, registers others' products */
+    int keeper_started;
+    char (*seen)[17];         /* shared: jobs whose product this process registered */
+    size_t nseen, capseen;
+    double seen_since;        /* finished time of the newest of them, less a margin */
+    unsigned long long blocks_run, renewals, expiries; /* for jobs_metrics */
+    /* shared: the blocks of job held_job this runner holds leases on (leased, not yet
+     * recorded), which the keeper renews; every other lease of this runner it ends */
+    char held_job[17];
+    int *held_stage;
+    long *held_block;
+    int nheld, capheld;
     int dirfd;                /* jobs.dir itself, flock'ed: one runner per jobs directory,
                                  even when dir/lock is removed (-1: the file system cannot
                                  lock directories) */
@@ -103,6 +119,7 @@ struct jobs {
 };
 
 static int lock_still_ours(jobs *J);
+static void seen_add(jobs *J, const char *id);
 
 /* ---- small helpers -------------------------------------------------------------- */
 
@@ -171,92 +188,16 @@ static int valid_id(const char *id)
     return 1;
 }
 
-static int exec_sql(jobs *J, const char *sql, char *err, size_t errlen)
-{
-    char *msg = NULL;
-    if (sqlite3_exec(J->db, sql, NULL, NULL, &msg) != SQLITE_OK) {
-        tess_seterr(err, errlen, "jobs database: %s", msg ? msg : "error");
-        sqlite3_free(msg);
-        return TESS_EIO;
-    }
-    return 0;
-}
-
-/* Runs one statement with text/double/int64 parameters given as a format string:
- * 't' const char * (NULL = NULL), 'd' double, 'i' long long.  Returns SQLITE_DONE/ROW
- * code of the single step, or an error code (then nothing ran: a parameter that cannot
- * be bound - a text's copy out of memory - would otherwise run as NULL). */
-static int sql_vrun(jobs *J, const char *sql, const char *fmt, va_list ap)
-{
-    sqlite3_stmt *st;
-    if (sqlite3_prepare_v2(J->db, sql, -1, &st, NULL) != SQLITE_OK) {
-        fprintf(stderr, "tesserad: jobs database: %s\n", sqlite3_errmsg(J->db));
-        return SQLITE_ERROR;
-    }
-    int rc = SQLITE_OK;
-    for (int i = 0; fmt[i] && rc == SQLITE_OK; i++) {
-        if (fmt[i] == 't') {
-            const char *s = va_arg(ap, const char *);
-            rc = s ? sqlite3_bind_text(st, i + 1, s, -1, SQLITE_TRANSIENT)
-                   : sqlite3_bind_null(st, i + 1);
-        } else if (fmt[i] == 'd') {
-            rc = sqlite3_bind_double(st, i + 1, va_arg(ap, double));
-        } else {
-            rc = sqlite3_bind_int64(st, i + 1, va_arg(ap, long long));
-        }
-    }
-    if (rc != SQLITE_OK) {
-        fprintf(stderr, "tesserad: jobs database: %s\n", sqlite3_errstr(rc));
-        sqlite3_finalize(st);
-        return rc;
-    }
-    rc = sqlite3_step(st);
-    if (rc != SQLITE_DONE && rc != SQLITE_ROW)
-        fprintf(stderr, "tesserad: jobs database: %s\n", sqlite3_errmsg(J->db));
-    sqlite3_finalize(st);
-    return rc;
-}
-
-static int sql_run(jobs *J, const char *sql, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    int rc = sql_vrun(J, sql, fmt, ap);
-    va_end(ap);
-    return rc;
-}
-
-/* sql_run for a change that a client is told about (a job accepted, a job's end): its
- * commit syncs the WAL before it returns.  The database runs with synchronous = NORMAL,
- * under which a power loss takes back the commits made since the WAL was last synced:
- * harmless for progress and recorded blocks (blocks not recorded run again), not for a
- * job acknowledged or reported ended. */
-static int sql_run_durable(jobs *J, const char *sql, const char *fmt, ...)
-{
-    sqlite3_exec(J->db, "PRAGMA synchronous = FULL", NULL, NULL, NULL);
-    va_list ap;
-    va_start(ap, fmt);
-    int rc = sql_vrun(J, sql, fmt, ap);
-    va_end(ap);
-    sqlite3_exec(J->db, "PRAGMA synchronous = NORMAL", NULL, NULL, NULL);
-    return rc;
-}
-
 /* ---- the job document ------------------------------------------------------------ */
 
-static const char JOB_COLS[] =
-    "id, type, state, body, created, started, finished, done, total, error, result, "
-    "run_done0, run_t0";
-
-/* Builds the JSON of the row `st` (columns as JOB_COLS). */
-static json_t *row_json(sqlite3_stmt *st)
+/* Builds the JSON of the job row `j`. */
+static json_t *row_json(const jobstore_job *j)
 {
-    const char *id = (const char *)sqlite3_column_text(st, 0);
-    const char *state = (const char *)sqlite3_column_text(st, 2);
-    long long done = sqlite3_column_int64(st, 7), total = sqlite3_column_int64(st, 8);
+    const char *id = j->id, *state = j->state;
+    long long done = j->done, total = j->total;
     json_t *o = json_object();
     json_object_set_new(o, "id", json_string(id));
-    json_object_set_new(o, "type", json_string((const char *)sqlite3_column_text(st, 1)));
+    json_object_set_new(o, "type", json_string(j->type));
     json_object_set_new(o, "state", json_string(state));
     json_t *pr = json_object();
     json_object_set_new(pr, "done", json_integer(done));
@@ -265,9 +206,9 @@ static json_t *row_json(sqlite3_stmt *st)
     json_object_set_new(o, "progress", pr);
     /* ETA from the rate of this run (blocks done since the process took the job up). */
     json_t *eta = json_null();
-    if (strcmp(state, "running") == 0 && sqlite3_column_type(st, 12) != SQLITE_NULL) {
-        long long d0 = sqlite3_column_int64(st, 11);
-        double t0 = sqlite3_column_double(st, 12), el = now_epoch() - t0;
+    if (strcmp(state, "running") == 0 && !isnan(j->run_t0)) {
+        long long d0 = j->run_done0;
+        double el = now_epoch() - j->run_t0;
         if (done > d0 && el > 0) {
             double rate = (double)(done - d0) / el;
             json_decref(eta);
@@ -276,17 +217,18 @@ static json_t *row_json(sqlite3_stmt *st)
     }
     json_object_set_new(o, "eta_s", eta);
     static const char *const tnames[] = {"created", "started", "finished"};
+    const double times[3] = {j->created, j->started, j->finished};
     for (int k = 0; k < 3; k++) {
-        if (sqlite3_column_type(st, 4 + k) == SQLITE_NULL) {
+        if (isnan(times[k])) {
             json_object_set_new(o, tnames[k], json_null());
         } else {
             char iso[40];
-            iso_time(sqlite3_column_double(st, 4 + k), iso, sizeof(iso));
+            iso_time(times[k], iso, sizeof(iso));
             json_object_set_new(o, tnames[k], json_string(iso));
         }
     }
     for (int k = 0; k < 2; k++) {
-        const char *txt = (const char *)sqlite3_column_text(st, 9 + k);
+        const char *txt = k == 0 ? j->error : j->result;
         json_t *v = txt ? json_loads(txt, 0, NULL) : NULL;
         json_object_set_new(o, k == 0 ? "error" : "result", v ? v : json_null());
     }
@@ -299,24 +241,28 @@ static json_t *row_json(sqlite3_stmt *st)
         json_object_set_new(links, "result", json_string(buf));
     }
     json_object_set_new(o, "links", links);
-    const char *body = (const char *)sqlite3_column_text(st, 3);
-    json_t *b = body ? json_loads(body, 0, NULL) : NULL;
+    json_t *b = j->body ? json_loads(j->body, 0, NULL) : NULL;
     json_object_set_new(o, "request", b ? b : json_null());
     return o;
 }
 
-/* Caller holds the lock. */
+/* Caller holds the lock.  *rc (may be NULL): jobstore_get's code. */
+static json_t *job_json_rc_locked(jobs *J, const char *id, int *rc)
+{
+    jobstore_job j;
+    int r = jobstore_get(J->st, id, &j);
+    if (rc)
+        *rc = r;
+    if (r != 0)
+        return NULL;
+    json_t *o = row_json(&j);
+    jobstore_job_clear(&j);
+    return o;
+}
+
 static json_t *job_json_locked(jobs *J, const char *id)
 {
-    char sql[256];
-    snprintf(sql, sizeof(sql), "SELECT %s FROM jobs WHERE id = ?1", JOB_COLS);
-    sqlite3_stmt *st;
-    if (sqlite3_prepare_v2(J->db, sql, -1, &st, NULL) != SQLITE_OK)
-        return NULL;
-    sqlite3_bind_text(st, 1, id, -1, SQLITE_TRANSIENT);
-    json_t *o = sqlite3_step(st) == SQLITE_ROW ? row_json(st) : NULL;
-    sqlite3_finalize(st);
-    return o;
+    return job_json_rc_locked(J, id, NULL);
 }
 
 char *jobs_get_json(jobs *J, const char *id, int *missing)
@@ -326,11 +272,12 @@ char *jobs_get_json(jobs *J, const char *id, int *missing)
         *missing = 1;
         return NULL;
     }
+    int rc = 0;
     pthread_mutex_lock(&J->lock);
-    json_t *o = job_json_locked(J, id);
+    json_t *o = job_json_rc_locked(J, id, &rc);
     pthread_mutex_unlock(&J->lock);
     if (!o) {
-        *missing = 1;
+        *missing = rc == TESS_EIO ? 2 : rc == TESS_ENOMEM ? 0 : 1;
         return NULL;
     }
     char *s = json_dumps(o, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
@@ -338,19 +285,16 @@ char *jobs_get_json(jobs *J, const char *id, int *missing)
     return s;
 }
 
+static void list_cb(void *ctx, const jobstore_job *j)
+{
+    json_array_append_new(ctx, row_json(j));
+}
+
 char *jobs_list_json(jobs *J, int limit)
 {
-    char sql[256];
-    snprintf(sql, sizeof(sql), "SELECT %s FROM jobs ORDER BY seq DESC LIMIT ?1", JOB_COLS);
     json_t *a = json_array();
     pthread_mutex_lock(&J->lock);
-    sqlite3_stmt *st;
-    if (sqlite3_prepare_v2(J->db, sql, -1, &st, NULL) == SQLITE_OK) {
-        sqlite3_bind_int(st, 1, limit);
-        while (sqlite3_step(st) == SQLITE_ROW)
-            json_array_append_new(a, row_json(st));
-        sqlite3_finalize(st);
-    }
+    jobstore_list(J->st, limit, list_cb, a);
     pthread_mutex_unlock(&J->lock);
     char *s = json_dumps(a, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
     json_decref(a);
@@ -359,22 +303,8 @@ char *jobs_list_json(jobs *J, int limit)
 
 void jobs_counts(jobs *J, long counts[5])
 {
-    static const char *const names[5] = {"queued", "running", "succeeded", "failed",
-                                         "cancelled"};
-    for (int i = 0; i < 5; i++)
-        counts[i] = 0;
     pthread_mutex_lock(&J->lock);
-    sqlite3_stmt *st;
-    if (sqlite3_prepare_v2(J->db, "SELECT state, COUNT(*) FROM jobs GROUP BY state", -1, &st,
-                           NULL) == SQLITE_OK) {
-        while (sqlite3_step(st) == SQLITE_ROW) {
-            const char *s = (const char *)sqlite3_column_text(st, 0);
-            for (int i = 0; i < 5; i++)
-                if (s && strcmp(s, names[i]) == 0)
-                    counts[i] = (long)sqlite3_column_int64(st, 1);
-        }
-        sqlite3_finalize(st);
-    }
+    jobstore_counts(J->st, counts);
     pthread_mutex_unlock(&J->lock);
 }
 
@@ -395,27 +325,28 @@ static double disk_used_locked(jobs *J)
 
 /* What accepted jobs will still write: the disk need of every queued job, and of the
  * running ones less what their work directories hold already.  Lock held. */
+struct promised {
+    jobs *J;
+    double sum;
+};
+
+static void promised_cb(void *ctx, const char *id, const char *state, double need)
+{
+    struct promised *p = ctx;
+    if (strcmp(state, "running") == 0 && valid_id(id)) {
+        char wd[PATH_MAX];
+        const char *one[] = {wd};
+        workdir_of(p->J, id, wd);
+        need -= jobbudget_du(one, 1);
+    }
+    p->sum += need > 0.0 ? need : 0.0;
+}
+
 static double disk_promised_locked(jobs *J)
 {
-    double promised = 0.0;
-    sqlite3_stmt *st;
-    if (sqlite3_prepare_v2(J->db, "SELECT id, state, disk_need FROM jobs WHERE state IN "
-                           "('queued', 'running') AND disk_need > 0", -1, &st, NULL) != SQLITE_OK)
-        return 0.0;
-    while (sqlite3_step(st) == SQLITE_ROW) {
-        const char *id = (const char *)sqlite3_column_text(st, 0);
-        const char *state = (const char *)sqlite3_column_text(st, 1);
-        double need = sqlite3_column_double(st, 2);
-        if (id && state && strcmp(state, "running") == 0 && valid_id(id)) {
-            char wd[PATH_MAX];
-            const char *one[] = {wd};
-            workdir_of(J, id, wd);
-            need -= jobbudget_du(one, 1);
-        }
-        promised += need > 0.0 ? need : 0.0;
-    }
-    sqlite3_finalize(st);
-    return promised;
+    struct promised p = {J, 0.0};
+    jobstore_needs(J->st, promised_cb, &p);
+    return p.sum;
 }
 
 int jobs_submit(jobs *J, const char *body, size_t len, char **json_out, job_problem *pb)
@@ -477,17 +408,12 @@ int jobs_submit(jobs *J, const char *body, size_t len, char **json_out, job_prob
 
     pthread_mutex_lock(&J->lock);
     long active = 0;
-    sqlite3_stmt *st;
-    if (sqlite3_prepare_v2(J->db,
-                           "SELECT COUNT(*) FROM jobs WHERE state IN ('queued','running')", -1,
-                           &st, NULL) == SQLITE_OK) {
-        if (sqlite3_step(st) == SQLITE_ROW)
-            active = (long)sqlite3_column_int64(st, 0);
-        sqlite3_finalize(st);
-    }
+    int reached = jobstore_active(J->st, &active) == 0;
     int rc = -1;
     double need = jobbudget_disk_need(&cost);
-    if (active >= J->cfg->max_queued_jobs) {
+    if (!reached) {
+        jobkind_problem(pb, 503, NULL, "the jobs database cannot be reached; retry later");
+    } else if (active >= J->cfg->max_queued_jobs) {
         jobkind_problem(pb, 503, NULL,
                         "%ld jobs are queued or running (limits.max_queued_jobs); retry later",
                         active);
@@ -497,12 +423,7 @@ int jobs_submit(jobs *J, const char *body, size_t len, char **json_out, job_prob
     } else if (jobbudget_admit(J->cfg, &cost, disk_used_locked(J),
                                J->cfg->jobs_disk_mb ? disk_promised_locked(J) : 0.0, pb)) {
         /* *pb says which budget */
-    } else if (sql_run_durable(J,
-                       "INSERT INTO jobs (id, seq, type, state, body, created, done, total, "
-                       "disk_need) "
-                       "VALUES (?1, (SELECT COALESCE(MAX(seq), 0) + 1 FROM jobs), ?2, 'queued', "
-                       "?3, ?4, 0, 0, ?5)",
-                       "tttdd", id, k->type, canon, now_epoch(), need) != SQLITE_DONE) {
+    } else if (jobstore_insert(J->st, id, k->type, canon, now_epoch(), need) != 0) {
         jobkind_problem(pb, 500, NULL, "the jobs database refused the job");
     } else {
         json_t *o = job_json_locked(J, id);
@@ -520,21 +441,11 @@ int jobs_submit(jobs *J, const char *body, size_t len, char **json_out, job_prob
     return rc;
 }
 
-/* The state of job `id` into `state` (16 bytes); 0 or TESS_ENOTFOUND.  Lock held. */
+/* The state of job `id` into `state` (16 bytes); 0 or TESS_ENOTFOUND (TESS_EIO: the
+ * database did not answer).  Lock held. */
 static int state_locked(jobs *J, const char *id, char *state)
 {
-    sqlite3_stmt *st;
-    int rc = TESS_ENOTFOUND;
-    if (sqlite3_prepare_v2(J->db, "SELECT state FROM jobs WHERE id = ?1", -1, &st, NULL) ==
-        SQLITE_OK) {
-        sqlite3_bind_text(st, 1, id, -1, SQLITE_TRANSIENT);
-        if (sqlite3_step(st) == SQLITE_ROW) {
-            snprintf(state, 16, "%s", (const char *)sqlite3_column_text(st, 0));
-            rc = 0;
-        }
-        sqlite3_finalize(st);
-    }
-    return rc;
+    return jobstore_state(J->st, id, state);
 }
 
 int jobs_cancel(jobs *J, const char *id, double wait_s)
@@ -546,8 +457,7 @@ int jobs_cancel(jobs *J, const char *id, double wait_s)
     int rc = state_locked(J, id, state);
     if (rc == 0) {
         if (strcmp(state, "queued") == 0) {
-            sql_run_durable(J, "UPDATE jobs SET state = 'cancelled', finished = ?2 WHERE id = ?1",
-                            "td", id, now_epoch());
+            jobstore_end(J->st, id, "cancelled", now_epoch(), NULL, NULL);
         } else if (strcmp(state, "running") == 0) {
             if (strcmp(J->cur, id) == 0) {
                 J->cur_cancel = 1;
@@ -567,8 +477,7 @@ int jobs_cancel(jobs *J, const char *id, double wait_s)
                 /* Marked running by an earlier process and not yet taken up again. */
                 char wd[PATH_MAX];
                 workdir_of(J, id, wd);
-                sql_run_durable(J, "UPDATE jobs SET state = 'cancelled', finished = ?2 WHERE "
-                                "id = ?1", "td", id, now_epoch());
+                jobstore_end(J->st, id, "cancelled", now_epoch(), NULL, NULL);
                 rm_tree(wd);
             }
         } else {
@@ -588,16 +497,9 @@ int jobs_result(jobs *J, const char *id, char *path, char *content_type, char *s
     if (rc == 0 && strcmp(state, "succeeded") != 0)
         rc = TESS_EAGAIN;
     if (rc == 0) {
-        sqlite3_stmt *st;
-        snprintf(content_type, 64, "application/fits");
-        if (sqlite3_prepare_v2(J->db, "SELECT content_type FROM jobs WHERE id = ?1", -1, &st,
-                               NULL) == SQLITE_OK) {
-            sqlite3_bind_text(st, 1, id, -1, SQLITE_TRANSIENT);
-            if (sqlite3_step(st) == SQLITE_ROW && sqlite3_column_text(st, 0) &&
-                *sqlite3_column_text(st, 0))
-                snprintf(content_type, 64, "%s", (const char *)sqlite3_column_text(st, 0));
-            sqlite3_finalize(st);
-        }
+        char ct[64] = "";
+        jobstore_content_type(J->st, id, ct);
+        snprintf(content_type, 64, "%s", ct[0] ? ct : "application/fits");
         result_of(J, id, content_type, path);
     }
     pthread_mutex_unlock(&J->lock);
@@ -643,16 +545,18 @@ static void timed_wait(jobs *J, long ms)
  * without its work directory starts over: run_job_locked). */
 static void end_job_locked(jobs *J, const char *id, const char *state, const char *error_json)
 {
-    static const char sql[] =
-        "UPDATE jobs SET state = ?2, finished = ?3, error = ?4 WHERE id = ?1";
     char wd[PATH_MAX], tmp[PATH_MAX];
     workdir_of(J, id, wd);
     tmp_of(J, id, tmp);
-    int rc = sql_run_durable(J, sql, "ttdt", id, state, now_epoch(), error_json);
-    rm_tree(wd);
-    unlink(tmp);
-    if (rc != SQLITE_DONE)
-        sql_run_durable(J, sql, "ttdt", id, state, now_epoch(), error_json);
+    int rc = jobstore_end(J->st, id, state, now_epoch(), error_json, NULL);
+    /* A shared store that cannot be reached keeps the job running there: its files stay
+     * for the run that takes it up again. */
+    if (rc == 0 || !J->shared) {
+        rm_tree(wd);
+        unlink(tmp);
+    }
+    if (rc != 0 && !J->shared)
+        jobstore_end(J->st, id, state, now_epoch(), error_json, NULL);
     J->cur[0] = '\0';
     J->cur_cancel = 0;
     J->job_generation++;
@@ -722,6 +626,40 @@ static int sync_dir(const char *path)
     return rc;
 }
 
+/* The held-lease list (shared): adds block (s, b) of job id; 0 or TESS_ENOMEM. */
+static int held_add(jobs *J, const char *id, int s, long b)
+{
+    if (strcmp(J->held_job, id) != 0) {
+        snprintf(J->held_job, sizeof J->held_job, "%s", id);
+        J->nheld = 0;
+    }
+    if (J->nheld == J->capheld) {
+        int cap = J->capheld ? 2 * J->capheld : 128;
+        int *st = realloc(J->held_stage, (size_t)cap * sizeof *st);
+        if (st)
+            J->held_stage = st;
+        long *bl = st ? realloc(J->held_block, (size_t)cap * sizeof *bl) : NULL;
+        if (!bl)
+            return TESS_ENOMEM;
+        J->held_block = bl;
+        J->capheld = cap;
+    }
+    J->held_stage[J->nheld] = s;
+    J->held_block[J->nheld++] = b;
+    return 0;
+}
+
+static void held_remove(jobs *J, int s, long b)
+{
+    for (int i = 0; i < J->nheld; i++)
+        if (J->held_stage[i] == s && J->held_block[i] == b) {
+            J->nheld--;
+            J->held_stage[i] = J->held_stage[J->nheld];
+            J->held_block[i] = J->held_block[J->nheld];
+            return;
+        }
+}
+
 /* Flushes the files of finished blocks to disk, then records the blocks as done (lock
  * held on entry and exit; released around syncfs).  syncfs covers whatever files the
  * blocks wrote, so a recorded block survives a power cut, not only a killed process. */
@@ -738,11 +676,29 @@ static void record_blocks_locked(jobs *J, const char *id, const char *wd, block_
         close(fd);
     }
     pthread_mutex_lock(&J->lock);
-    sqlite3_exec(J->db, "BEGIN", NULL, NULL, NULL);
-    for (block_task *t = ok; t; t = t->next)
-        sql_run(J, "INSERT OR IGNORE INTO blocks (job, stage, block) VALUES (?1, ?2, ?3)",
-                "tii", id, (long long)t->stage, (long long)t->block);
-    sqlite3_exec(J->db, "COMMIT", NULL, NULL, NULL);
+    /* In batches of up to 256, without allocating (one transaction each). */
+    int stages[256];
+    long blocks[256];
+    int n = 0, failed = 0;
+    for (block_task *t = ok; t; t = t->next) {
+        stages[n] = t->stage;
+        blocks[n++] = t->block;
+        if (n == 256 || !t->next) {
+            failed |= jobstore_record_blocks(J->st, id, n, stages, blocks) != 0;
+            n = 0;
+        }
+    }
+    if (J->shared && failed) {
+        /* The database is away: these blocks stay leased to this runner (the leases are
+         * renewed when it is back), to be recorded again, not run again. */
+        *list = ok;
+        return;
+    }
+    if (J->shared) {
+        jobstore_set_done(J->st, id, 0);   /* counted from the blocks recorded, every server's */
+        for (block_task *t = ok; t; t = t->next)
+            held_remove(J, t->stage, t->block);
+    }
     while (ok) {
         block_task *nx = ok->next;
         free(ok);
@@ -763,28 +719,87 @@ static int over_disk_locked(jobs *J, const char *wd, char *detail, size_t len)
 /* Runs job `id` to its end, or until the runner stops.  Lock held on entry and exit.
  * When its row cannot be read now (out of memory), returns with the job as it was: the
  * scheduler tries again later. */
+/* Blocks recorded by an earlier run, as read back from the store. */
+struct doneset_ctx {
+    const job_plan *plan;
+    unsigned char **set;
+    long done;
+};
+
+static void doneset_cb(void *ctx, int s, long bl)
+{
+    struct doneset_ctx *d = ctx;
+    if (s >= 0 && s < d->plan->nstages && bl >= 0 && bl < d->plan->nblocks[s] && d->set[s] &&
+        !d->set[s][bl]) {
+        d->set[s][bl] = 1;
+        d->done++;
+    }
+}
+
+/* Shared stores: the blocks of the current stage this runner leased and has not yet
+ * handed to the pool. */
+typedef struct leased {
+    long blocks[64];
+    int n, at;
+    int tried;      /* a lease was asked for since the pool last took blocks */
+    int got;        /* blocks the last ask gave */
+    double last;    /* tess_mono_s of the last ask */
+} leased;
+
+/* Leases more blocks of stage s (up to twice the blocks in flight allowed, less those in
+ * flight) when every leased one is in the pool and there is room, at most every 0.1 s
+ * while none come (others hold the rest).  Lock held. */
+static void lease_more(jobs *J, const char *id, int s, int max_inflight, leased *ls)
+{
+    if (ls->at < ls->n || J->inflight >= max_inflight)
+        return;
+    if (!ls->got && tess_mono_s() - ls->last < 0.1)
+        return;
+    /* Twice what the pool takes now: the next blocks are at hand when one ends, without a
+     * round trip to the database between them. */
+    int want = 2 * max_inflight - J->inflight;
+    if (want > 64)
+        want = 64;
+    int n = 0, expired = 0;
+    ls->last = tess_mono_s();
+    ls->n = ls->at = 0;
+    ls->got = 0;
+    if (jobstore_lease(J->st, id, s, J->owner, J->lease_s, want, ls->blocks, &n, &expired) == 0) {
+        /* A block the held list cannot take is not run: its lease ends at the next
+         * renewal and another server (or this one, later) takes it. */
+        int kept = 0;
+        for (int i = 0; i < n; i++)
+            if (held_add(J, id, s, ls->blocks[i]) == 0)
+                ls->blocks[kept++] = ls->blocks[i];
+        ls->n = kept;
+        ls->got = n;
+        J->expiries += (unsigned long long)expired;
+    }
+    ls->tried = 1;
+}
+
+/* Shared stores: whether every block of stage s is done (asked only when this runner has
+ * none leased or in flight and the last lease gave none).  Lock held. */
+static int stage_finished(jobs *J, const char *id, int s, leased *ls)
+{
+    if (J->inflight || J->completed || ls->at < ls->n || ls->got || !ls->tried)
+        return 0;
+    long left = 1;
+    return jobstore_stage_left(J->st, id, s, &left) == 0 && left == 0;
+}
+
 static void run_job_locked(jobs *J, const char *id)
 {
     char type[64] = "", *body = NULL;
-    sqlite3_stmt *st;
-    if (sqlite3_prepare_v2(J->db, "SELECT type, body FROM jobs WHERE id = ?1", -1, &st, NULL) ==
-        SQLITE_OK) {
-        const char *t, *bd;
-        if (sqlite3_bind_text(st, 1, id, -1, SQLITE_TRANSIENT) == SQLITE_OK &&
-            sqlite3_step(st) == SQLITE_ROW && (t = (const char *)sqlite3_column_text(st, 0)) &&
-            (bd = (const char *)sqlite3_column_text(st, 1))) {
-            snprintf(type, sizeof(type), "%s", t);
-            body = strdup(bd);
-        }
-        sqlite3_finalize(st);
-    }
+    if (jobstore_type_body(J->st, id, type, &body) != 0)
+        return;
     /* The body was valid JSON when it was accepted: a parse that fails for want of
      * memory (jansson says "out of memory", or nothing when its first allocation
      * failed) is tried again later. */
     json_error_t jerr;
     json_t *b = body ? json_loads(body, 0, &jerr) : NULL;
     free(body);
-    if (!body || (!b && (json_error_code(&jerr) == json_error_out_of_memory ||
+    if ((!b && (json_error_code(&jerr) == json_error_out_of_memory ||
                          json_error_code(&jerr) == json_error_unknown)))
         return;
     snprintf(J->cur, sizeof(J->cur), "%s", id);
@@ -793,6 +808,16 @@ static void run_job_locked(jobs *J, const char *id)
     if (!k || !b) {
         json_decref(b);
         fail_job_locked(J, id, 500, !k ? "unknown job type" : "the stored job body is unreadable");
+        return;
+    }
+    /* Shared: the first plan of a job may create its work files (daemon/jobs/jobkind.h),
+     * so one server plans it first, under the job's claim (renewed with the leases, taken
+     * over when its holder dies); the others plan it once its block rows exist. */
+    int planned = 0;
+    if (J->shared && (jobstore_planned(J->st, id, &planned) != 0 ||
+                      (!planned && jobstore_claim_finish(J->st, id, J->owner, J->lease_s)))) {
+        json_decref(b);
+        J->cur[0] = '\0';
         return;
     }
     char wd[PATH_MAX];
@@ -805,7 +830,7 @@ static void run_job_locked(jobs *J, const char *id)
     }
     /* Blocks recorded by an earlier run count only with the work directory that holds
      * their files: without it, the job starts over. */
-    if (fresh && sql_run(J, "DELETE FROM blocks WHERE job = ?1", "t", id) != SQLITE_DONE) {
+    if (fresh && jobstore_reset_blocks(J->st, id) != 0) {
         json_decref(b);
         fail_job_locked(J, id, 500, "the jobs database cannot reset the job's blocks");
         return;
@@ -836,25 +861,21 @@ static void run_job_locked(jobs *J, const char *id)
     unsigned char *doneset[JOB_MAX_STAGES] = {0};
     for (int s = 0; s < plan.nstages; s++)
         doneset[s] = calloc((size_t)(plan.nblocks[s] > 0 ? plan.nblocks[s] : 1), 1);
-    long done = 0;
-    if (sqlite3_prepare_v2(J->db, "SELECT stage, block FROM blocks WHERE job = ?1", -1, &st,
-                           NULL) == SQLITE_OK) {
-        sqlite3_bind_text(st, 1, id, -1, SQLITE_TRANSIENT);
-        while (sqlite3_step(st) == SQLITE_ROW) {
-            int s = sqlite3_column_int(st, 0);
-            long bl = (long)sqlite3_column_int64(st, 1);
-            if (s >= 0 && s < plan.nstages && bl >= 0 && bl < plan.nblocks[s] && doneset[s] &&
-                !doneset[s][bl]) {
-                doneset[s][bl] = 1;
-                done++;
-            }
-        }
-        sqlite3_finalize(st);
+    struct doneset_ctx dc = {&plan, doneset, 0};
+    jobstore_done_blocks(J->st, id, doneset_cb, &dc);
+    long done = dc.done;
+    /* A shared store makes the block rows every server leases from (idempotent); one that
+     * cannot be reached now leaves the job for a later try. */
+    if (J->shared && (jobstore_plan_blocks(J->st, id, plan.nstages, plan.nblocks) != 0 ||
+                      (!planned && jobstore_release(J->st, J->owner) != 0))) {
+        for (int s = 0; s < plan.nstages; s++)
+            free(doneset[s]);
+        if (k->release)
+            k->release(plan.state);
+        J->cur[0] = '\0';
+        return;
     }
-    sql_run(J,
-            "UPDATE jobs SET state = 'running', started = COALESCE(started, ?2), total = ?3, "
-            "done = ?4, run_done0 = ?4, run_t0 = ?2 WHERE id = ?1",
-            "tdii", id, now_epoch(), (long long)total, (long long)done);
+    jobstore_set_running(J->st, id, now_epoch(), (long long)total, (long long)done);
 
     int failed = 0, fail_status = 500;
     char fail_detail[300] = "";
@@ -862,13 +883,20 @@ static void run_job_locked(jobs *J, const char *id)
     double last_record = tess_mono_s();
     int max_inflight = jobbudget_blocks(J->cfg, &cost, J->threads);
     double last_check = tess_mono_s();
+    int gone = 0;               /* shared: the job ended elsewhere (cancelled, failed) */
     for (int s = 0; s < plan.nstages && !failed && !J->cur_cancel && !J->stopping &&
-                    !J->lock_lost; s++) {
+                    !J->lock_lost && !gone; s++) {
         long next = 0;
+        leased ls = {.n = 0, .at = 0, .tried = 0, .last = 0.0, .got = 1};
         for (;;) {
-            int stop = failed || J->cur_cancel || J->stopping || J->lock_lost;
-            while (!stop && J->inflight < max_inflight && next < plan.nblocks[s]) {
-                if (doneset[s] && doneset[s][next]) {
+            int stop = failed || J->cur_cancel || J->stopping || J->lock_lost || gone;
+            if (J->shared && !stop)
+                lease_more(J, id, s, max_inflight, &ls);
+            while (!stop && J->inflight < max_inflight &&
+                   (J->shared ? ls.at < ls.n : next < plan.nblocks[s])) {
+                if (J->shared) {
+                    next = ls.blocks[ls.at];
+                } else if (doneset[s] && doneset[s][next]) {
                     next++;
                     continue;
                 }
@@ -886,6 +914,7 @@ static void run_job_locked(jobs *J, const char *id)
                     break; /* queue full: interactive work has the pool; retry shortly */
                 }
                 next++;
+                ls.at++;
             }
             long newly = 0;
             while (J->completed) {
@@ -895,6 +924,7 @@ static void run_job_locked(jobs *J, const char *id)
                     t->next = ok;
                     ok = t;
                     newly++;
+                    J->blocks_run++;
                 } else {
                     if (t->rc != TESS_ECANCELED && !failed) {
                         failed = 1;
@@ -909,7 +939,9 @@ static void run_job_locked(jobs *J, const char *id)
              * and at the end of a stage, so that a busy disk does not slow the job. */
             if (newly) {
                 done += newly;
-                sql_run(J, "UPDATE jobs SET done = ?2 WHERE id = ?1", "ti", id, (long long)done);
+                /* A shared store counts the recorded blocks of every server instead. */
+                if (!J->shared)
+                    jobstore_set_done(J->st, id, (long long)done);
             }
             /* Now and then: the lock file still ours, jobs.dir within jobs.disk_mb. */
             if (!failed && tess_mono_s() - last_check >= 0.25) {
@@ -920,9 +952,23 @@ static void run_job_locked(jobs *J, const char *id)
                     J->cur_cancel = 1;
                     fail_status = 413;
                 }
+                /* Shared: a cancel or failure on another server stops the blocks here. */
+                char now_state[16];
+                if (J->shared && jobstore_state(J->st, id, now_state) == 0 &&
+                    strcmp(now_state, "running") != 0) {
+                    gone = 1;
+                    J->cur_cancel = 1;
+                }
             }
-            stop = failed || J->cur_cancel || J->stopping || J->lock_lost;
-            int stage_end = J->inflight == 0 && !J->completed && (stop || next >= plan.nblocks[s]);
+            stop = failed || J->cur_cancel || J->stopping || J->lock_lost || gone;
+            /* Shared: nothing left to lease here and nothing in flight: the blocks done are
+             * recorded now, so that the stage can be seen complete without waiting. */
+            if (J->shared && ok && !J->inflight && !J->completed && ls.at >= ls.n && !ls.got) {
+                record_blocks_locked(J, id, wd, &ok);
+                last_record = tess_mono_s();
+            }
+            int rest = J->shared ? !stage_finished(J, id, s, &ls) : next < plan.nblocks[s];
+            int stage_end = J->inflight == 0 && !J->completed && (stop || !rest);
             if (ok && (stage_end || tess_mono_s() - last_record >= 0.25)) {
                 record_blocks_locked(J, id, wd, &ok);
                 last_record = tess_mono_s();
@@ -931,12 +977,35 @@ static void run_job_locked(jobs *J, const char *id)
                 break;
             if (J->completed)
                 continue;
-            timed_wait(J, 200);
+            timed_wait(J, J->shared ? 50 : 200);
         }
     }
     for (int s = 0; s < plan.nstages; s++)
         free(doneset[s]);
-
+    while (ok) {   /* shared, stopping while the database is away: not recorded */
+        block_task *nx = ok->next;
+        free(ok);
+        ok = nx;
+    }
+    if (J->shared) {
+        J->nheld = 0;
+        jobstore_release(J->st, J->owner);
+    }
+    if (gone) {
+        /* Ended by another server, which removed the files; blocks here may have written
+         * since. */
+        if (k->release)
+            k->release(plan.state);
+        char tmp[PATH_MAX];
+        tmp_of(J, id, tmp);
+        rm_tree(wd);
+        unlink(tmp);
+        J->cur[0] = '\0';
+        J->cur_cancel = 0;
+        J->job_generation++;
+        pthread_cond_broadcast(&J->cond);
+        return;
+    }
     if (failed) {
         J->cur_cancel = 0;
         if (k->release)
@@ -957,7 +1026,15 @@ static void run_job_locked(jobs *J, const char *id)
         J->cur[0] = '\0';
         return;
     }
-    /* Every block done: write the product under a temporary name, then rename. */
+    /* Every block done.  Shared: one server writes the product (a claim in the database,
+     * renewed with the leases; when its holder dies, another takes it over). */
+    if (J->shared && jobstore_claim_finish(J->st, id, J->owner, J->lease_s) != 0) {
+        if (k->release)
+            k->release(plan.state);
+        J->cur[0] = '\0';
+        return;
+    }
+    /* Write the product under a temporary name, then rename. */
     char tmp[PATH_MAX], final[PATH_MAX];
     tmp_of(J, id, tmp);
     unlink(tmp);
@@ -1023,11 +1100,9 @@ static void run_job_locked(jobs *J, const char *id)
     json_object_set_new(res, "url", json_string(url));
     char *rs = json_dumps(res, JSON_COMPACT | JSON_PRESERVE_ORDER);
     json_decref(res);
-    sql_run(J,
-            "UPDATE jobs SET result = ?2, product_dataset = ?3, attach_to = ?4, "
-            "content_type = ?5 WHERE id = ?1",
-            "ttttt", id, rs, prod.dataset, prod.attach_to, prod.content_type);
+    jobstore_set_result(J->st, id, rs, prod.dataset, prod.attach_to, prod.content_type);
     free(rs);
+    seen_add(J, id);
     end_job_locked(J, id, "succeeded", NULL);
 }
 
@@ -1039,19 +1114,11 @@ static void *scheduler(void *arg)
         if (tess_mono_s() - J->lock_checked >= 1.0)
             lock_still_ours(J);
         char id[17] = "";
-        sqlite3_stmt *st;
-        if (sqlite3_prepare_v2(J->db,
-                               "SELECT id FROM jobs WHERE state IN ('running','queued') "
-                               "ORDER BY state = 'running' DESC, seq LIMIT 1",
-                               -1, &st, NULL) == SQLITE_OK) {
-            const char *t;
-            if (sqlite3_step(st) == SQLITE_ROW && (t = (const char *)sqlite3_column_text(st, 0)))
-                snprintf(id, sizeof(id), "%s", t);
-            sqlite3_finalize(st);
-        }
+        jobstore_next(J->st, id);
         /* A job is taken only while the lock file is still this runner's. */
         if (!id[0] || J->lock_lost || !lock_still_ours(J)) {
-            timed_wait(J, 1000);
+            /* Shared: jobs come from other servers too, unannounced. */
+            timed_wait(J, J->shared ? 250 : 1000);
             continue;
         }
         run_job_locked(J, id);
@@ -1097,6 +1164,13 @@ static void sweep(jobs *J)
         struct dirent *e;
         while ((e = readdir(d))) {
             size_t n = strlen(e->d_name);
+            char id[17] = "", state[16] = "";
+            /* Shared: another server may be writing the product of a running job. */
+            if (J->shared && n == 21) {
+                snprintf(id, sizeof id, "%.16s", e->d_name + 1);
+                if (state_locked(J, id, state) != 0 || strcmp(state, "running") == 0)
+                    continue;
+            }
             if (e->d_name[0] == '.' && n > 4 && strcmp(e->d_name + n - 4, ".tmp") == 0) {
                 char f[PATH_MAX + 260];
                 snprintf(f, sizeof(f), "%s/%s", path, e->d_name);
@@ -1113,8 +1187,8 @@ static void sweep(jobs *J)
             if (e->d_name[0] == '.')
                 continue;
             char state[16] = "";
-            int keep = valid_id(e->d_name) && state_locked(J, e->d_name, state) == 0 &&
-                       strcmp(state, "running") == 0;
+            int rc = valid_id(e->d_name) ? state_locked(J, e->d_name, state) : TESS_ENOTFOUND;
+            int keep = (rc == 0 && strcmp(state, "running") == 0) || rc == TESS_EIO;
             if (!keep) {
                 char f[PATH_MAX + 260];
                 snprintf(f, sizeof(f), "%s/%s", path, e->d_name);
@@ -1125,31 +1199,126 @@ static void sweep(jobs *J)
     }
 }
 
-/* Registers the products of succeeded jobs again (after a restart). */
-static void reregister(jobs *J)
+/* The succeeded jobs a query found, to register outside the lock. */
+typedef struct product_ref {
+    char id[17];
+    char dataset[128], attach_to[128], ctype[64];
+    double finished;
+} product_ref;
+
+typedef struct product_list {
+    product_ref *v;
+    size_t n, cap;
+} product_list;
+
+static void product_cb(void *ctx, const char *id, const char *ds, const char *at,
+                       const char *ct, double finished)
 {
-    sqlite3_stmt *st;
-    if (sqlite3_prepare_v2(J->db,
-                           "SELECT id, product_dataset, attach_to, content_type FROM jobs "
-                           "WHERE state = "
-                           "'succeeded' ORDER BY seq",
-                           -1, &st, NULL) != SQLITE_OK)
+    product_list *l = ctx;
+    if (l->n == l->cap) {
+        size_t cap = l->cap ? 2 * l->cap : 16;
+        product_ref *v = realloc(l->v, cap * sizeof *v);
+        if (!v)
+            return;
+        l->v = v;
+        l->cap = cap;
+    }
+    product_ref *r = &l->v[l->n++];
+    snprintf(r->id, sizeof r->id, "%s", id);
+    snprintf(r->dataset, sizeof r->dataset, "%s", ds ? ds : "");
+    snprintf(r->attach_to, sizeof r->attach_to, "%s", at ? at : "");
+    snprintf(r->ctype, sizeof r->ctype, "%s", ct ? ct : "");
+    r->finished = finished;
+}
+
+static int seen_has(const jobs *J, const char *id)
+{
+    for (size_t i = 0; i < J->nseen; i++)
+        if (strcmp(J->seen[i], id) == 0)
+            return 1;
+    return 0;
+}
+
+/* Remembers that this process registered job id's product (shared stores only). */
+static void seen_add(jobs *J, const char *id)
+{
+    if (!J->shared || seen_has(J, id))
         return;
-    while (sqlite3_step(st) == SQLITE_ROW) {
-        const char *id = (const char *)sqlite3_column_text(st, 0);
-        const char *ds = (const char *)sqlite3_column_text(st, 1);
-        const char *at = (const char *)sqlite3_column_text(st, 2);
+    if (J->nseen == J->capseen) {
+        size_t cap = J->capseen ? 2 * J->capseen : 64;
+        char (*v)[17] = realloc(J->seen, cap * sizeof *v);
+        if (!v)
+            return;
+        J->seen = v;
+        J->capseen = cap;
+    }
+    snprintf(J->seen[J->nseen++], 17, "%s", id);
+}
+
+/* Registers the products in *l not yet registered here (lock not held: catalog calls). */
+static void register_list(jobs *J, product_list *l)
+{
+    for (size_t i = 0; i < l->n; i++) {
+        product_ref *r = &l->v[i];
+        pthread_mutex_lock(&J->lock);
+        int have = seen_has(J, r->id);
+        pthread_mutex_unlock(&J->lock);
+        if (have)
+            continue;
         job_product prod = {0};
-        snprintf(prod.dataset, sizeof(prod.dataset), "%s", ds ? ds : "");
-        snprintf(prod.attach_to, sizeof(prod.attach_to), "%s", at ? at : "");
+        snprintf(prod.dataset, sizeof(prod.dataset), "%s", r->dataset);
+        snprintf(prod.attach_to, sizeof(prod.attach_to), "%s", r->attach_to);
         char final[PATH_MAX], err[256];
-        result_of(J, id, (const char *)sqlite3_column_text(st, 3), final);
+        result_of(J, r->id, r->ctype, final);
         if (access(final, R_OK) != 0)
             continue;
         if (register_product(J, &prod, final, err, sizeof(err)))
-            fprintf(stderr, "tesserad: product of job %s not registered: %s\n", id, err);
+            fprintf(stderr, "tesserad: product of job %s not registered: %s\n", r->id, err);
+        pthread_mutex_lock(&J->lock);
+        seen_add(J, r->id);
+        /* Another server's clock may lag: look a minute back. */
+        if (!isnan(r->finished) && r->finished - 60.0 > J->seen_since)
+            J->seen_since = r->finished - 60.0;
+        pthread_mutex_unlock(&J->lock);
     }
-    sqlite3_finalize(st);
+    free(l->v);
+    l->v = NULL;
+    l->n = l->cap = 0;
+}
+
+/* Registers the products of succeeded jobs again (after a restart).  Lock not held. */
+static void reregister(jobs *J)
+{
+    product_list l = {0};
+    pthread_mutex_lock(&J->lock);
+    jobstore_succeeded(J->st, -INFINITY, product_cb, &l);
+    pthread_mutex_unlock(&J->lock);
+    register_list(J, &l);
+}
+
+/* Shared stores: every lease_s / 4 (at most a second) renews this runner's leases, and
+ * registers the products other servers made since the last look. */
+static void *keeper(void *arg)
+{
+    jobs *J = arg;
+    double period = J->lease_s / 4.0 < 1.0 ? J->lease_s / 4.0 : 1.0;
+    pthread_mutex_lock(&J->lock);
+    while (!J->stopping) {
+        long renewed = 0;
+        if (jobstore_renew(J->st, J->owner, J->lease_s, J->held_job, J->nheld, J->held_stage,
+                           J->held_block, &renewed) == 0)
+            J->renewals += (unsigned long long)renewed;
+        product_list l = {0};
+        jobstore_succeeded(J->st, J->seen_since, product_cb, &l);
+        pthread_mutex_unlock(&J->lock);
+        register_list(J, &l);
+        pthread_mutex_lock(&J->lock);
+        double until = tess_mono_s() + period;
+        while (!J->stopping && tess_mono_s() < until)
+            timed_wait(J, (long)((until - tess_mono_s()) * 1000.0) + 1);
+    }
+    pthread_mutex_unlock(&J->lock);
+    return NULL;
 }
 
 /* Opens and flocks dir/lock (created when missing), writes this pid into it and
@@ -1241,6 +1410,8 @@ static int lock_dir(jobs *J, char *err, size_t errlen)
  * file), this runner takes no more jobs (lock_lost).  Lock held.  Returns 1 while ours. */
 static int lock_still_ours(jobs *J)
 {
+    if (J->shared)
+        return 1;   /* no lock: the servers of a shared store share jobs.dir */
     if (J->lock_lost)
         return 0;
     J->lock_checked = tess_mono_s();
@@ -1263,211 +1434,17 @@ static int lock_still_ours(jobs *J)
     return 0;
 }
 
-/* ---- the store: checked before it is used ----------------------------------------- */
-
-/* The schema.  Version 0 is the tables of the first releases, which left user_version at 0
- * and no application_id; version 1 adds jobs.disk_need (the disk an accepted job was
- * estimated to need) and marks the file with STORE_APP_ID. */
-#define STORE_VERSION 1
-#define STORE_APP_ID 0x54657373   /* "Tess", PRAGMA application_id of a job store */
-
-static const char *const JOBS_COLS_V0[] = {
-    "id", "seq", "type", "state", "body", "created", "started", "finished", "done", "total",
-    "error", "result", "product_dataset", "attach_to", "content_type", "run_done0", "run_t0",
-    NULL};
-static const char *const BLOCKS_COLS[] = {"job", "stage", "block", NULL};
-
-static const char STORE_CREATE[] =
-    "BEGIN; "
-    "CREATE TABLE jobs (id TEXT PRIMARY KEY, seq INTEGER, type TEXT NOT NULL, "
-    "state TEXT NOT NULL, body TEXT NOT NULL, created REAL, started REAL, finished REAL, "
-    "done INTEGER, total INTEGER, error TEXT, result TEXT, product_dataset TEXT, "
-    "attach_to TEXT, content_type TEXT, run_done0 INTEGER, run_t0 REAL, disk_need REAL); "
-    "CREATE TABLE blocks (job TEXT, stage INTEGER, block INTEGER, "
-    "PRIMARY KEY (job, stage, block)) WITHOUT ROWID; "
-    "PRAGMA user_version = 1; PRAGMA application_id = 1415934835; "
-    "COMMIT;";
-
-/* The single integer a pragma or query returns, or -1 on error. */
-static long long query_int(sqlite3 *db, const char *sql)
+/* This runner's name in leases: host name, pid and 4 random bytes. */
+static void make_owner(jobs *J)
 {
-    sqlite3_stmt *st;
-    long long v = -1;
-    if (sqlite3_prepare_v2(db, sql, -1, &st, NULL) == SQLITE_OK) {
-        if (sqlite3_step(st) == SQLITE_ROW)
-            v = sqlite3_column_int64(st, 0);
-        sqlite3_finalize(st);
-    }
-    return v;
-}
-
-/* The first of the NULL-terminated `cols` table `t` lacks (NULL: none); *exists = whether
- * the table is there. */
-static const char *missing_column(sqlite3 *db, const char *t, const char *const *cols,
-                                  int *exists)
-{
-    *exists = 0;
-    const char *miss = NULL;
-    for (int i = 0; cols[i] && !miss; i++) {
-        sqlite3_stmt *st;
-        if (sqlite3_prepare_v2(db, "SELECT COUNT(*) FROM pragma_table_info(?1) WHERE name = ?2",
-                               -1, &st, NULL) != SQLITE_OK)
-            return cols[i];
-        sqlite3_bind_text(st, 1, t, -1, SQLITE_STATIC);
-        sqlite3_bind_text(st, 2, cols[i], -1, SQLITE_STATIC);
-        if (sqlite3_step(st) != SQLITE_ROW || sqlite3_column_int(st, 0) != 1)
-            miss = cols[i];
-        sqlite3_finalize(st);
-    }
-    sqlite3_stmt *st;
-    if (sqlite3_prepare_v2(db, "SELECT COUNT(*) FROM sqlite_master WHERE type = 'table' AND "
-                           "name = ?1", -1, &st, NULL) == SQLITE_OK) {
-        sqlite3_bind_text(st, 1, t, -1, SQLITE_STATIC);
-        *exists = sqlite3_step(st) == SQLITE_ROW && sqlite3_column_int(st, 0) == 1;
-        sqlite3_finalize(st);
-    }
-    return miss;
-}
-
-/* PRAGMA integrity_check over the whole file (0.9 s for a store of 100000 jobs and 10^6
- * block rows, 440 MB; quick_check takes 0.6 s and skips the indexes, which hold the job
- * ids): 0, or TESS_EIO with err saying what is wrong and where. */
-static int check_integrity(sqlite3 *db, const char *path, char *err, size_t errlen)
-{
-    sqlite3_stmt *st;
-    int rc = sqlite3_prepare_v2(db, "PRAGMA integrity_check(10)", -1, &st, NULL);
-    if (rc != SQLITE_OK) {
-        int code = sqlite3_errcode(db) & 0xff;
-        if (code == SQLITE_NOTADB)
-            tess_seterr(err, errlen, "jobs database '%s': not a Tessera job store (%s); move it "
-                        "away or set jobs.dir to another directory", path, sqlite3_errmsg(db));
-        else if (code == SQLITE_CORRUPT)
-            tess_seterr(err, errlen, "jobs database '%s' is damaged (%s); move it away (its "
-                        "jobs are lost) or restore a copy", path, sqlite3_errmsg(db));
-        else
-            tess_seterr(err, errlen, "jobs database '%s' cannot be read: %s", path,
-                        sqlite3_errmsg(db));
-        return TESS_EIO;
-    }
-    char first[300] = "";
-    int n = 0;
-    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-        const char *msg = (const char *)sqlite3_column_text(st, 0);
-        if (msg && strcmp(msg, "ok") == 0)
-            break;
-        /* The first message starts with a line naming the database ("*** in database
-         * main ***"): keep what follows it. */
-        if (msg && strncmp(msg, "*** ", 4) == 0 && strchr(msg, '\n'))
-            msg = strchr(msg, '\n') + 1;
-        if (n++ == 0)
-            snprintf(first, sizeof first, "%s", msg ? msg : "?");
-    }
-    int code = rc == SQLITE_ROW || rc == SQLITE_DONE ? 0 : sqlite3_errcode(db) & 0xff;
-    if (code && !first[0])
-        snprintf(first, sizeof first, "%s", sqlite3_errmsg(db));
-    sqlite3_finalize(st);
-    if (n == 0 && !code)
-        return 0;
-    first[strcspn(first, "\n")] = '\0';
-    if (code == SQLITE_NOTADB)
-        tess_seterr(err, errlen, "jobs database '%s': not a Tessera job store (%s); move it "
-                    "away or set jobs.dir to another directory", path, first);
-    else if (n == 0 && code != SQLITE_CORRUPT)
-        tess_seterr(err, errlen, "jobs database '%s' cannot be read: %s", path, first);
-    else
-        tess_seterr(err, errlen, "jobs database '%s' is damaged: database disk image is "
-                    "malformed: %s%s; move it away (its jobs are lost) or restore a copy", path,
-                    first, n > 1 ? " (and more)" : "");
-    return TESS_EIO;
-}
-
-/* Whether the checked file is a job store this version reads: 1 (fresh: no schema at
- * all), 0 (a store), or TESS_EIO with err naming what does not fit.  Reads only. */
-static int check_schema(sqlite3 *db, const char *path, long long *version, char *err,
-                        size_t errlen)
-{
-    long long app = query_int(db, "PRAGMA application_id");
-    long long ver = query_int(db, "PRAGMA user_version");
-    long long objects = query_int(db, "SELECT COUNT(*) FROM sqlite_master");
-    *version = ver;
-    if (app < 0 || ver < 0 || objects < 0) {
-        tess_seterr(err, errlen, "jobs database '%s' cannot be read: %s", path,
-                    sqlite3_errmsg(db));
-        return TESS_EIO;
-    }
-    if (app != 0 && app != STORE_APP_ID) {
-        tess_seterr(err, errlen, "jobs database '%s': not a Tessera job store (application_id "
-                    "0x%08llx); move it away or set jobs.dir to another directory", path,
-                    (unsigned long long)app);
-        return TESS_EIO;
-    }
-    if (objects == 0 && ver == 0)
-        return 1;
-    if (ver > STORE_VERSION) {
-        tess_seterr(err, errlen, "jobs database '%s' was made by a newer tesserad (schema "
-                    "version %lld; this one reads versions up to %d)", path, ver,
-                    STORE_VERSION);
-        return TESS_EIO;
-    }
-    static const struct {
-        const char *table;
-        const char *const *cols;
-    } tables[] = {{"jobs", JOBS_COLS_V0}, {"blocks", BLOCKS_COLS}};
-    for (int t = 0; t < 2; t++) {
-        int exists;
-        const char *miss = missing_column(db, tables[t].table, tables[t].cols, &exists);
-        if (!exists || miss) {
-            char what[96];
-            if (!exists)
-                snprintf(what, sizeof what, "table %s missing", tables[t].table);
-            else
-                snprintf(what, sizeof what, "table %s has no column %s", tables[t].table, miss);
-            tess_seterr(err, errlen, "jobs database '%s': not a Tessera job store (%s); move it "
-                        "away or set jobs.dir to another directory", path, what);
-            return TESS_EIO;
-        }
-    }
-    static const char *const v1[] = {"disk_need", NULL};
-    int exists;
-    if (ver == STORE_VERSION && missing_column(db, "jobs", v1, &exists)) {
-        tess_seterr(err, errlen, "jobs database '%s': not a Tessera job store (table jobs has "
-                    "no column disk_need)", path);
-        return TESS_EIO;
-    }
-    return 0;
-}
-
-/* Opens dir/jobs.sqlite: checks its integrity and schema before anything writes to it (a
- * damaged or foreign file is refused and left as it was), then creates the tables of a
- * fresh one or upgrades a version 0 store, and sets WAL.  Returns 0 or TESS_EIO with
- * err. */
-static int open_store(jobs *J, char *err, size_t errlen)
-{
-    char dbp[PATH_MAX + 16];
-    snprintf(dbp, sizeof(dbp), "%s/jobs.sqlite", J->dir);
-    if (sqlite3_open_v2(dbp, &J->db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE |
-                                         SQLITE_OPEN_FULLMUTEX, NULL) != SQLITE_OK) {
-        tess_seterr(err, errlen, "jobs database '%s': %s", dbp,
-                    J->db ? sqlite3_errmsg(J->db) : "cannot open");
-        return TESS_EIO;
-    }
-    sqlite3_busy_timeout(J->db, 5000);
-    long long ver = 0;
-    int rc = check_integrity(J->db, dbp, err, errlen);
-    int fresh = rc ? rc : check_schema(J->db, dbp, &ver, err, errlen);
-    if (fresh < 0)
-        return fresh;
-    rc = exec_sql(J, "PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL;", err, errlen);
-    if (!rc && fresh)
-        rc = exec_sql(J, STORE_CREATE, err, errlen);
-    if (!rc && !fresh && ver < STORE_VERSION) {
-        rc = exec_sql(J, "BEGIN; ALTER TABLE jobs ADD COLUMN disk_need REAL; "
-                      "PRAGMA user_version = 1; PRAGMA application_id = 1415934835; COMMIT;",
-                      err, errlen);
-        if (rc)
-            sqlite3_exec(J->db, "ROLLBACK", NULL, NULL, NULL);
-    }
-    return rc;
+    char host[64] = "host";
+    gethostname(host, sizeof host - 1);
+    host[sizeof host - 1] = '\0';
+    unsigned char rnd[4] = {0};
+    if (getrandom(rnd, sizeof rnd, 0) != (ssize_t)sizeof rnd)
+        memset(rnd, 0, sizeof rnd);
+    snprintf(J->owner, sizeof J->owner, "%.60s/%ld/%02x%02x%02x%02x", host, (long)getpid(),
+             rnd[0], rnd[1], rnd[2], rnd[3]);
 }
 
 int jobs_open(const char *dir, const tess_config *cfg, catalog *cat, pool *p, jobs **out,
@@ -1482,6 +1459,10 @@ int jobs_open(const char *dir, const tess_config *cfg, catalog *cat, pool *p, jo
     J->cat = cat;
     J->pool = p;
     J->threads = pool_threads(p);
+    J->shared = cfg->jobs_database != NULL;
+    J->lease_s = cfg->jobs_lease_s > 0 ? cfg->jobs_lease_s : 10.0;
+    J->seen_since = -INFINITY;
+    make_owner(J);
     pthread_mutex_init(&J->lock, NULL);
     pthread_cond_init(&J->cond, NULL);
     int rc = mkdir_p(dir, err, errlen);
@@ -1506,13 +1487,13 @@ int jobs_open(const char *dir, const tess_config *cfg, catalog *cat, pool *p, jo
     free(real);
     J->lockfd = -1;
     J->dirfd = -1;
-    if (!rc)
+    /* A shared store: every server of the cluster uses jobs.dir at once, no lock. */
+    if (!rc && !J->shared)
         rc = lock_dir(J, err, errlen);
     if (!rc)
-        rc = open_store(J, err, errlen);
+        rc = J->shared ? jobstore_open_pg(cfg->jobs_database, &J->st, err, errlen)
+                       : jobstore_open_sqlite(J->dir, &J->st, err, errlen);
     if (rc) {
-        if (J->db)
-            sqlite3_close(J->db);
         if (J->lockfd >= 0)
             close(J->lockfd);
         if (J->dirfd >= 0)
@@ -1524,22 +1505,28 @@ int jobs_open(const char *dir, const tess_config *cfg, catalog *cat, pool *p, jo
     }
     pthread_mutex_lock(&J->lock);
     sweep(J);
-    exec_sql(J,
-             "DELETE FROM blocks WHERE job NOT IN (SELECT id FROM jobs WHERE state = "
-             "'running')",
-             NULL, 0);
-    reregister(J);
+    jobstore_prune_blocks(J->st);
     pthread_mutex_unlock(&J->lock);
+    reregister(J);
     if (pthread_create(&J->sched, NULL, scheduler, J) != 0) {
-        sqlite3_close(J->db);
-        close(J->lockfd);
+        jobstore_close(J->st);
+        if (J->lockfd >= 0)
+            close(J->lockfd);
         if (J->dirfd >= 0)
             close(J->dirfd);
+        free(J->seen);
         free(J);
         tess_seterr(err, errlen, "cannot start the job scheduler");
         return TESS_ENOMEM;
     }
     J->started = 1;
+    if (J->shared && pthread_create(&J->keeper, NULL, keeper, J) == 0)
+        J->keeper_started = 1;
+    if (J->shared && !J->keeper_started) {
+        jobs_close(J);
+        tess_seterr(err, errlen, "cannot start the lease keeper");
+        return TESS_ENOMEM;
+    }
     *out = J;
     return 0;
 }
@@ -1554,13 +1541,67 @@ void jobs_close(jobs *J)
     pthread_mutex_unlock(&J->lock);
     if (J->started)
         pthread_join(J->sched, NULL);
+    if (J->keeper_started)
+        pthread_join(J->keeper, NULL);
     /* The scheduler waited for its blocks in flight; nothing is left on the list. */
-    sqlite3_close(J->db);
+    jobstore_close(J->st);
     if (J->lockfd >= 0)
         close(J->lockfd);   /* releases the directory's locks */
     if (J->dirfd >= 0)
         close(J->dirfd);
     pthread_mutex_destroy(&J->lock);
     pthread_cond_destroy(&J->cond);
+    free(J->seen);
+    free(J->held_stage);
+    free(J->held_block);
     free(J);
+}
+
+unsigned long long jobs_blocks_run(jobs *J)
+{
+    pthread_mutex_lock(&J->lock);
+    unsigned long long n = J->blocks_run;
+    pthread_mutex_unlock(&J->lock);
+    return n;
+}
+
+int jobs_database_reachable(jobs *J)
+{
+    return jobstore_reachable(J->st);
+}
+
+char *jobs_metrics_text(jobs *J)
+{
+    pthread_mutex_lock(&J->lock);
+    unsigned long long blocks = J->blocks_run, ren = J->renewals, exp = J->expiries;
+    double dbs = jobstore_seconds(J->st);
+    pthread_mutex_unlock(&J->lock);
+    char *out = NULL;
+    if (asprintf(&out,
+                 "# HELP tessera_job_blocks_total Job blocks this process ran to completion.\n"
+                 "# TYPE tessera_job_blocks_total counter\n"
+                 "tessera_job_blocks_total %llu\n"
+                 "# HELP tessera_job_lease_renewals_total Block and finish leases this process "
+                 "renewed (shared job store).\n"
+                 "# TYPE tessera_job_lease_renewals_total counter\n"
+                 "tessera_job_lease_renewals_total %llu\n"
+                 "# HELP tessera_job_lease_expiries_total Expired leases of other processes "
+                 "this process took over (shared job store).\n"
+                 "# TYPE tessera_job_lease_expiries_total counter\n"
+                 "tessera_job_lease_expiries_total %llu\n"
+                 "# HELP tessera_job_database_errors_total Job-store calls that failed (the "
+                 "database refused or could not be reached).\n"
+                 "# TYPE tessera_job_database_errors_total counter\n"
+                 "tessera_job_database_errors_total %llu\n"
+                 "# HELP tessera_job_database_seconds_total Time spent in job-store calls "
+                 "(leases, renewals, records, state), by every thread of the runner.\n"
+                 "# TYPE tessera_job_database_seconds_total counter\n"
+                 "tessera_job_database_seconds_total %.6f\n"
+                 "# HELP tessera_job_database_up Whether the last job-store call reached the "
+                 "database.\n"
+                 "# TYPE tessera_job_database_up gauge\n"
+                 "tessera_job_database_up %d\n",
+                 blocks, ren, exp, jobstore_errors(J->st), dbs, jobstore_reachable(J->st)) < 0)
+        return NULL;
+    return out;
 }

@@ -13,6 +13,13 @@
  * jobs.max_product_mb, fails (413).  A restart keeps queued jobs queued and resumes the
  * running one from its recorded blocks (see daemon/jobs/jobkind.h for what job types
  * guarantee).
+ * With jobs.database (a PostgreSQL connection URI) the store is shared instead: several
+ * servers and workers (tesserad --worker) on one database and one jobs.dir (a shared file
+ * system) run the blocks of every running job together.  Each takes blocks with a lease
+ * (jobs.lease_s, renewed while they run; a dead process's leases expire and others take
+ * them), one of them claims the job's end (finish, rename, registration), the others see
+ * a cancel within a quarter of a second and register the products within a second.  No
+ * directory lock is taken then.  See docs/cluster.md.
  * Times are UTC, ISO 8601 with milliseconds.  Job ids: 16 lowercase hex characters.
  */
 #ifndef TESSERA_SERVER_JOBS_H
@@ -58,7 +65,8 @@ int jobs_submit(jobs *J, const char *body, size_t len, char **json_out, job_prob
 
 /* The job document {id, type, state, progress{done,total,fraction}, eta_s, created,
  * started, finished, error, result, links, request} as malloc'd JSON, or NULL when there
- * is no such job (or out of memory: *missing tells them apart). */
+ * is no such job (*missing 1), the database cannot be reached (*missing 2) or out of
+ * memory (*missing 0). */
 char *jobs_get_json(jobs *J, const char *id, int *missing);
 
 /* Every job, newest first, as a malloc'd JSON array of job documents (at most `limit`). */
@@ -76,5 +84,17 @@ int jobs_result(jobs *J, const char *id, char *path, char *content_type, char *s
 
 /* Jobs per state, in the order queued, running, succeeded, failed, cancelled. */
 void jobs_counts(jobs *J, long counts[5]);
+
+/* Blocks this runner ran to completion. */
+unsigned long long jobs_blocks_run(jobs *J);
+
+/* Whether the last call to the jobs database reached it (1), for /healthz. */
+int jobs_database_reachable(jobs *J);
+
+/* The runner's counters in the Prometheus text format (# HELP and # TYPE lines):
+ * tessera_job_blocks_total, tessera_job_lease_renewals_total,
+ * tessera_job_lease_expiries_total, tessera_job_database_errors_total,
+ * tessera_job_database_seconds_total, tessera_job_database_up.  malloc'd; NULL when out of memory. */
+char *jobs_metrics_text(jobs *J);
 
 #endif

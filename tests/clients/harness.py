@@ -132,3 +132,151 @@ class Server:
 
     def __exit__(self, *exc):
         self.stop()
+
+
+PG_BIN = "/usr/lib/postgresql/15/bin"
+
+
+def _pg_program(name):
+    path = os.path.join(PG_BIN, name)
+    if os.path.isfile(path):
+        return path
+    return need(name)
+
+
+def free_port():
+    """A loopback TCP port free at the time of the call."""
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Postgres:
+    """A throwaway PostgreSQL cluster (initdb + pg_ctl) in a temporary directory, reached
+    only through a Unix socket in that directory (listen_addresses = ''), trust
+    authentication for its one role.  Run as root, it runs as the unprivileged user
+    `nobody` (the directory is given to it).  uri(db) creates database db and returns its
+    libpq URI."""
+
+    def __init__(self):
+        self.initdb = _pg_program("initdb")
+        self.pg_ctl = _pg_program("pg_ctl")
+        self.createdb = _pg_program("createdb")
+        self.dir = tempfile.mkdtemp(prefix="tessera-pg-")
+        self.data = os.path.join(self.dir, "data")
+        self.log = os.path.join(self.dir, "postgres.log")
+        self.prefix = []
+        if os.geteuid() == 0:
+            import pwd
+            nobody = pwd.getpwnam("nobody")
+            os.chown(self.dir, nobody.pw_uid, nobody.pw_gid)
+            os.chmod(self.dir, 0o700)
+            self.prefix = ["runuser", "-u", "nobody", "--"]
+        self._run([self.initdb, "-D", self.data, "-U", "tessera", "--auth=trust",
+                   "--no-sync", "-E", "UTF8"])
+        with open(os.path.join(self.data, "postgresql.conf"), "a") as f:
+            f.write("listen_addresses = ''\nunix_socket_directories = '%s'\n"
+                    "fsync = off\nmax_connections = 100\n" % self.dir)
+        self.start()
+
+    def _run(self, args, check=True):
+        return subprocess.run(self.prefix + args, stdout=subprocess.DEVNULL,
+                              stderr=subprocess.PIPE, timeout=60, check=check, cwd=self.dir)
+
+    def start(self):
+        self._run([self.pg_ctl, "-D", self.data, "-l", self.log, "-w", "-t", "30", "start"])
+
+    def stop(self, mode="fast"):
+        self._run([self.pg_ctl, "-D", self.data, "-m", mode, "-w", "-t", "30", "stop"],
+                  check=False)
+
+    def uri(self, db):
+        self._run([self.createdb, "-h", self.dir, "-U", "tessera", db])
+        return "postgresql:///%s?host=%s&user=tessera" % (db, self.dir)
+
+    def close(self):
+        self.stop("immediate")
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+class Nginx:
+    """nginx in front of `upstreams` ("127.0.0.1:PORT" each) with the cluster configuration's
+    upstream rules (conf/cluster/nginx.conf: hash $request_uri consistent,
+    proxy_next_upstream), on a free loopback port, in the foreground (daemon off), with
+    its pid file, logs and temporary files in a temporary directory."""
+
+    def __init__(self, upstreams):
+        self.program = need("nginx")
+        self.dir = tempfile.mkdtemp(prefix="tessera-nginx-")
+        self.port = free_port()
+        servers = "".join("        server %s max_fails=1 fail_timeout=5s;\n" % u
+                          for u in upstreams)
+        d = self.dir
+        conf = f"""daemon off;
+worker_processes 1;
+pid {d}/nginx.pid;
+error_log {d}/error.log warn;
+events {{ worker_connections 256; }}
+http {{
+    access_log off;
+    client_body_temp_path {d}/body;
+    proxy_temp_path {d}/proxy;
+    fastcgi_temp_path {d}/fastcgi;
+    uwsgi_temp_path {d}/uwsgi;
+    scgi_temp_path {d}/scgi;
+    upstream tessera {{
+        hash $request_uri consistent;
+{servers}        keepalive 16;
+    }}
+    server {{
+        listen 127.0.0.1:{self.port};
+        location / {{
+            proxy_pass http://tessera;
+            proxy_http_version 1.1;
+            proxy_set_header Connection "";
+            proxy_next_upstream error timeout http_502 http_503 http_504;
+            proxy_next_upstream_tries 3;
+            proxy_connect_timeout 2s;
+            proxy_read_timeout 60s;
+        }}
+    }}
+}}
+"""
+        self.conf_path = os.path.join(d, "nginx.conf")
+        with open(self.conf_path, "w") as f:
+            f.write(conf)
+        self._err = open(os.path.join(d, "stderr.log"), "wb")
+        self.proc = subprocess.Popen([self.program, "-p", d, "-c", self.conf_path],
+                                     stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                     stderr=self._err)
+        self.base = "http://127.0.0.1:%d" % self.port
+        end = time.monotonic() + 10
+        while time.monotonic() < end:
+            if self.proc.poll() is not None:
+                raise RuntimeError("nginx exited: " + open(os.path.join(d, "error.log")).read())
+            try:
+                urllib.request.urlopen(self.base + "/healthz", timeout=2).read()
+                return
+            except Exception:
+                time.sleep(0.1)
+        self.close()
+        raise RuntimeError("nginx did not answer within 10 s")
+
+    def get(self, path, timeout=30):
+        try:
+            with urllib.request.urlopen(self.base + path, timeout=timeout) as r:
+                return r.status, r.read()
+        except urllib.error.HTTPError as e:
+            return e.code, e.read()
+
+    def close(self):
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGQUIT)
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(timeout=5)
+        self._err.close()
+        shutil.rmtree(self.dir, ignore_errors=True)

@@ -1,0 +1,132 @@
+/* The job store: the jobs, their blocks and block leases, behind one interface with two
+ * backends - SQLite in jobs.dir (jobstore_sqlite.c, embedded, one server) and PostgreSQL
+ * through libpq (jobstore_pg.c, shared by every server and worker of a cluster).  No SQL
+ * lives outside these files.
+ *
+ * Times are seconds since the Unix epoch (UTC) as doubles; NAN stands for SQL NULL.
+ * Every call may block on the database; the runner serialises them (one caller at a
+ * time per store).  Calls return 0 or a negative TESS_E* code: TESS_ENOTFOUND (no such
+ * job), TESS_EIO (the database refused or cannot be reached: the PostgreSQL backend
+ * connects again on the next call).
+ */
+#ifndef TESSERA_SERVER_JOBSTORE_H
+#define TESSERA_SERVER_JOBSTORE_H
+
+#include <stddef.h>
+
+typedef struct jobstore jobstore;
+
+/* One row of the jobs table.  Strings owned by the row (jobstore_job_clear frees them). */
+typedef struct jobstore_job {
+    char id[17];
+    char type[64];
+    char state[16];
+    char *body, *error, *result;      /* NULL = SQL NULL */
+    double created, started, finished, run_t0;
+    long long done, total, run_done0;
+} jobstore_job;
+
+void jobstore_job_clear(jobstore_job *j);
+
+/* Opens dir/jobs.sqlite: checks its integrity and schema before anything writes to it (a
+ * damaged or foreign file is refused and left as it was), creates the tables of a fresh
+ * one or upgrades a version 0 store.  Returns 0 or TESS_EIO with err, TESS_ENOMEM. */
+int jobstore_open_sqlite(const char *dir, jobstore **out, char *err, size_t errlen);
+/* Connects to the PostgreSQL database `uri` (a libpq connection URI or key=value string),
+ * creates the schema there or checks its version (table tessera_schema), under an advisory
+ * lock so that servers starting together create it once.  Returns 0, or TESS_EIO with err
+ * (unreachable, refused, a schema of a newer version), TESS_ENOMEM. */
+int jobstore_open_pg(const char *uri, jobstore **out, char *err, size_t errlen);
+void jobstore_close(jobstore *S);
+
+/* 1 when several processes share the store (PostgreSQL): blocks then go through leases. */
+int jobstore_shared(const jobstore *S);
+/* Whether the last call reached the database; the count of calls that did not. */
+int jobstore_reachable(const jobstore *S);
+unsigned long long jobstore_errors(const jobstore *S);
+/* Seconds spent in calls to the database so far (callers serialise calls: read it with
+ * them). */
+double jobstore_seconds(const jobstore *S);
+
+/* ---- jobs -------------------------------------------------------------------------- */
+int jobstore_get(jobstore *S, const char *id, jobstore_job *out);
+/* Calls cb for every job, newest first, at most `limit`. */
+int jobstore_list(jobstore *S, int limit, void (*cb)(void *ctx, const jobstore_job *j), void *ctx);
+/* Jobs per state, in the order queued, running, succeeded, failed, cancelled. */
+int jobstore_counts(jobstore *S, long counts[5]);
+/* Jobs queued or running. */
+int jobstore_active(jobstore *S, long *n);
+/* Calls cb with the disk need (bytes) of every queued or running job that declared one. */
+int jobstore_needs(jobstore *S,
+                   void (*cb)(void *ctx, const char *id, const char *state, double need),
+             void *ctx);
+/* Queues a job; its commit is on disk before this returns. */
+int jobstore_insert(jobstore *S, const char *id, const char *type, const char *body, double created,
+              double disk_need);
+/* The state (16 bytes) of job `id`. */
+int jobstore_state(jobstore *S, const char *id, char *state);
+/* Ends a job that is queued or running: state, finished, error (JSON text or NULL); on
+ * disk before this returns.  *changed (may be NULL) = whether this call ended it (0: it
+ * had ended already, by another server). */
+int jobstore_end(jobstore *S, const char *id, const char *state, double finished,
+           const char *error_json, int *changed);
+/* The content type (64 bytes, "" when none) of a job's product. */
+int jobstore_content_type(jobstore *S, const char *id, char *ctype);
+/* Type (64 bytes) and body (malloc'd) of a job. */
+int jobstore_type_body(jobstore *S, const char *id, char *type, char **body);
+/* Marks a queued or running job running from `now` with `total` blocks, `done` of them
+ * done (the start of this run, for the ETA). */
+int jobstore_set_running(jobstore *S, const char *id, double now, long long total, long long done);
+/* Progress: `done` blocks (the PostgreSQL store counts its done blocks itself). */
+int jobstore_set_done(jobstore *S, const char *id, long long done);
+int jobstore_set_result(jobstore *S, const char *id, const char *result_json, const char *dataset,
+                  const char *attach_to, const char *content_type);
+/* The job to run next: a running one first, then the oldest queued; "" when none. */
+int jobstore_next(jobstore *S, char *id);
+/* Calls cb for every succeeded job finished after `since` (NAN or -INFINITY: all), in the
+ * order they were submitted. */
+int jobstore_succeeded(jobstore *S, double since,
+                 void (*cb)(void *ctx, const char *id, const char *dataset,
+                            const char *attach_to, const char *ctype, double finished),
+                 void *ctx);
+
+/* ---- blocks ------------------------------------------------------------------------ */
+/* Forgets the blocks recorded for a job (it starts over). */
+int jobstore_reset_blocks(jobstore *S, const char *id);
+/* Forgets the blocks of jobs that are not running. */
+int jobstore_prune_blocks(jobstore *S);
+/* Calls cb for every block recorded as done. */
+int jobstore_done_blocks(jobstore *S, const char *id, void (*cb)(void *ctx, int stage, long block),
+                   void *ctx);
+/* Records n blocks as done (one transaction); their leases end. */
+int jobstore_record_blocks(jobstore *S, const char *id, int n, const int *stages,
+                     const long *blocks);
+
+/* ---- leases (shared stores only; the SQLite store answers TESS_EINVAL) ---------------- */
+/* Makes the block rows of a planned job (idempotent: every server planning it calls it). */
+int jobstore_plan_blocks(jobstore *S, const char *id, int nstages, const long *nblocks);
+/* Leases up to `max` blocks of stage `stage` of running job `id` that are neither done nor
+ * leased (or whose lease expired), for `lease_s` seconds to `owner`, skipping rows other
+ * servers are leasing at this moment (FOR UPDATE SKIP LOCKED).  out[*n] the blocks;
+ * *expired how many of them were an expired lease of another owner. */
+int jobstore_lease(jobstore *S, const char *id, int stage, const char *owner, double lease_s,
+                   int max, long *out, int *n, int *expired);
+/* Extends by lease_s from now the leases `owner` holds on the n blocks (stages[i],
+ * blocks[i]) of job `id` (id "" and n 0: none) and on the finish of a job, and ends every
+ * other lease of `owner` (a lease whose answer was lost with the connection, a block
+ * left behind); *renewed how many were extended. */
+int jobstore_renew(jobstore *S, const char *owner, double lease_s, const char *id, int n,
+                   const int *stages, const long *blocks, long *renewed);
+/* *planned = whether the block rows of job `id` exist (its first plan is complete). */
+int jobstore_planned(jobstore *S, const char *id, int *planned);
+/* Ends the leases `owner` holds on blocks not done and its claims of jobs (it leaves the job: others take them at
+ * once instead of after the lease time). */
+int jobstore_release(jobstore *S, const char *owner);
+/* Blocks of stage `stage` not done yet. */
+int jobstore_stage_left(jobstore *S, const char *id, int stage, long *left);
+/* Claims queued or running job `id` for `owner` for lease_s seconds, for its first plan or
+ * its serial end (assembly, rename, registration): 0 when claimed (or already this
+ * owner's), TESS_EAGAIN while another owner's claim is alive or the job has ended. */
+int jobstore_claim_finish(jobstore *S, const char *id, const char *owner, double lease_s);
+
+#endif

@@ -1,0 +1,60 @@
+/* What a job-store backend provides (jobstore.h): its operations, called through jobstore.c. */
+#ifndef TESSERA_SERVER_JOBSTORE_IMPL_H
+#define TESSERA_SERVER_JOBSTORE_IMPL_H
+
+#include "daemon/jobs/jobstore.h"
+
+typedef struct jobstore_ops {
+    void (*close)(jobstore *S);
+    int (*get)(jobstore *S, const char *id, jobstore_job *out);
+    int (*list)(jobstore *S, int limit, void (*cb)(void *, const jobstore_job *), void *ctx);
+    int (*counts)(jobstore *S, long counts[5]);
+    int (*active)(jobstore *S, long *n);
+    int (*needs)(jobstore *S, void (*cb)(void *, const char *, const char *, double), void *ctx);
+    int (*insert)(jobstore *S, const char *id, const char *type, const char *body,
+                  double created, double disk_need);
+    int (*state)(jobstore *S, const char *id, char *state);
+    int (*end)(jobstore *S, const char *id, const char *state, double finished,
+               const char *error_json, int *changed);
+    int (*content_type)(jobstore *S, const char *id, char *ctype);
+    int (*type_body)(jobstore *S, const char *id, char *type, char **body);
+    int (*set_running)(jobstore *S, const char *id, double now, long long total,
+                       long long done);
+    int (*set_done)(jobstore *S, const char *id, long long done);
+    int (*set_result)(jobstore *S, const char *id, const char *result_json,
+                      const char *dataset, const char *attach_to, const char *content_type);
+    int (*next)(jobstore *S, char *id);
+    int (*succeeded)(jobstore *S, double since,
+                     void (*cb)(void *, const char *, const char *, const char *,
+                                const char *, double),
+                     void *ctx);
+    int (*reset_blocks)(jobstore *S, const char *id);
+    int (*prune_blocks)(jobstore *S);
+    int (*done_blocks)(jobstore *S, const char *id, void (*cb)(void *, int, long), void *ctx);
+    int (*record_blocks)(jobstore *S, const char *id, int n, const int *stages,
+                         const long *blocks);
+    /* NULL in stores that are not shared */
+    int (*plan_blocks)(jobstore *S, const char *id, int nstages, const long *nblocks);
+    int (*lease)(jobstore *S, const char *id, int stage, const char *owner, double lease_s,
+                 int max, long *out, int *n, int *expired);
+    int (*renew)(jobstore *S, const char *owner, double lease_s, const char *id, int n,
+                 const int *stages, const long *blocks, long *renewed);
+    int (*planned)(jobstore *S, const char *id, int *planned);
+    int (*release)(jobstore *S, const char *owner);
+    int (*stage_left)(jobstore *S, const char *id, int stage, long *left);
+    int (*claim_finish)(jobstore *S, const char *id, const char *owner, double lease_s);
+} jobstore_ops;
+
+/* The part of every backend's store that jobstore.c reads; backends embed it first. */
+struct jobstore {
+    const jobstore_ops *ops;
+    int shared;
+    volatile int reachable;
+    unsigned long long errors;
+    double seconds;     /* spent in calls (the callers serialise them) */
+};
+
+/* Notes the outcome of one call (rc 0 or TESS_ENOTFOUND: the database answered). */
+int jobstore_note(jobstore *S, int rc);
+
+#endif

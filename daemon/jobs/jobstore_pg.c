@@ -1,0 +1,639 @@
+/* The PostgreSQL job store (libpq): one database shared by every server and worker of a
+ * cluster; blocks are leased with SELECT ... FOR UPDATE SKIP LOCKED. */
+#include "daemon/jobs/jobstore_impl.h"
+#include "engine/base/error.h"
+
+#include <libpq-fe.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* The schema's version, in table tessera_schema.  Version 1: jobs, blocks with leases. */
+#define PG_VERSION 1
+
+
+typedef struct pg_store {
+    jobstore base;
+    PGconn *conn;
+    int said_down;   /* an unreachable database was reported; said again once it is back */
+} pg_store;
+
+#define CONN(S) (((pg_store *)(S))->conn)
+#define JOBSTORE_MAX_STAGES 64   /* more than any plan has (JOB_MAX_STAGES) */
+
+static const char PG_SCHEMA[] =
+    "CREATE TABLE IF NOT EXISTS tessera_schema (version integer NOT NULL); "
+    "CREATE TABLE IF NOT EXISTS jobs (id text PRIMARY KEY, seq bigserial, type text NOT NULL, "
+    "state text NOT NULL, body text NOT NULL, created double precision, "
+    "started double precision, finished double precision, done bigint NOT NULL DEFAULT 0, "
+    "total bigint NOT NULL DEFAULT 0, error text, result text, product_dataset text, "
+    "attach_to text, content_type text, run_done0 bigint, run_t0 double precision, "
+    "disk_need double precision, finisher text, finish_expires timestamptz); "
+    "CREATE INDEX IF NOT EXISTS jobs_state_seq ON jobs (state, seq); "
+    "CREATE TABLE IF NOT EXISTS blocks (job text NOT NULL, stage integer NOT NULL, "
+    "block bigint NOT NULL, done boolean NOT NULL DEFAULT false, owner text, "
+    "expires timestamptz, PRIMARY KEY (job, stage, block)); "
+    "CREATE INDEX IF NOT EXISTS blocks_owner ON blocks (owner) WHERE owner IS NOT NULL;";
+
+/* Reports the database's state changing (once per outage, not once per call). */
+static void note_down(pg_store *P, const char *msg)
+{
+    if (!P->said_down) {
+        char line[300];
+        snprintf(line, sizeof line, "%s", msg ? msg : "unreachable");
+        line[strcspn(line, "\n")] = '\0';
+        fprintf(stderr, "tesserad: jobs database: %s\n", line);
+        P->said_down = 1;
+    }
+}
+
+/* Runs one statement with text parameters (NULL = SQL NULL).  Returns the result, or NULL
+ * when the database refused it or cannot be reached (the connection is made again on the
+ * next call). */
+static PGresult *pg_q(jobstore *S, const char *sql, int n, const char *const *vals)
+{
+    pg_store *P = (pg_store *)S;
+    if (PQstatus(P->conn) != CONNECTION_OK) {
+        PQreset(P->conn);
+        if (PQstatus(P->conn) != CONNECTION_OK) {
+            note_down(P, PQerrorMessage(P->conn));
+            return NULL;
+        }
+    }
+    PGresult *r = PQexecParams(P->conn, sql, n, NULL, vals, NULL, NULL, 0);
+    ExecStatusType st = r ? PQresultStatus(r) : PGRES_FATAL_ERROR;
+    if (st != PGRES_COMMAND_OK && st != PGRES_TUPLES_OK) {
+        if (PQstatus(P->conn) != CONNECTION_OK)
+            note_down(P, PQerrorMessage(P->conn));
+        else
+            fprintf(stderr, "tesserad: jobs database: %s",
+                    r ? PQresultErrorMessage(r) : "no result\n");
+        PQclear(r);
+        return NULL;
+    }
+    if (P->said_down) {
+        fprintf(stderr, "tesserad: jobs database reachable again\n");
+        P->said_down = 0;
+    }
+    return r;
+}
+
+/* pg_q for statements whose rows are not read: 0 or TESS_EIO; *rows the rows affected. */
+static int pg_cmd(jobstore *S, const char *sql, int n, const char *const *vals, long *rows)
+{
+    PGresult *r = pg_q(S, sql, n, vals);
+    if (!r)
+        return TESS_EIO;
+    if (rows)
+        *rows = atol(PQcmdTuples(r));
+    PQclear(r);
+    return 0;
+}
+
+/* Numbers as parameter text. */
+typedef struct num {
+    char s[40];
+} num;
+
+static num dnum(double v)
+{
+    num n;
+    snprintf(n.s, sizeof n.s, "%.17g", v);
+    return n;
+}
+
+static num inum(long long v)
+{
+    num n;
+    snprintf(n.s, sizeof n.s, "%lld", v);
+    return n;
+}
+
+static const char *val(const PGresult *r, int row, int col)
+{
+    return PQgetisnull(r, row, col) ? NULL : PQgetvalue(r, row, col);
+}
+
+static double tval(const PGresult *r, int row, int col)
+{
+    return PQgetisnull(r, row, col) ? NAN : strtod(PQgetvalue(r, row, col), NULL);
+}
+
+static char *dupval(const PGresult *r, int row, int col)
+{
+    const char *s = val(r, row, col);
+    return s ? strdup(s) : NULL;
+}
+
+/* ---- jobs ---------------------------------------------------------------------------- */
+
+#define JOB_COLS "id, type, state, body, created, started, finished, done, total, error, " \
+                 "result, run_done0, run_t0"
+
+static int read_row(const PGresult *r, int i, jobstore_job *j)
+{
+    memset(j, 0, sizeof *j);
+    snprintf(j->id, sizeof j->id, "%s", PQgetvalue(r, i, 0));
+    snprintf(j->type, sizeof j->type, "%s", PQgetvalue(r, i, 1));
+    snprintf(j->state, sizeof j->state, "%s", PQgetvalue(r, i, 2));
+    j->body = dupval(r, i, 3);
+    j->created = tval(r, i, 4);
+    j->started = tval(r, i, 5);
+    j->finished = tval(r, i, 6);
+    j->done = atoll(PQgetvalue(r, i, 7));
+    j->total = atoll(PQgetvalue(r, i, 8));
+    j->error = dupval(r, i, 9);
+    j->result = dupval(r, i, 10);
+    j->run_done0 = atoll(PQgetvalue(r, i, 11));
+    j->run_t0 = tval(r, i, 12);
+    if ((val(r, i, 3) && !j->body) || (val(r, i, 9) && !j->error) ||
+        (val(r, i, 10) && !j->result)) {
+        jobstore_job_clear(j);
+        return TESS_ENOMEM;
+    }
+    return 0;
+}
+
+static int pg_get(jobstore *S, const char *id, jobstore_job *out)
+{
+    const char *v[] = {id};
+    PGresult *r = pg_q(S, "SELECT " JOB_COLS " FROM jobs WHERE id = $1", 1, v);
+    if (!r)
+        return TESS_EIO;
+    int rc = PQntuples(r) == 1 ? read_row(r, 0, out) : TESS_ENOTFOUND;
+    PQclear(r);
+    return rc;
+}
+
+static int pg_list(jobstore *S, int limit, void (*cb)(void *, const jobstore_job *), void *ctx)
+{
+    num l = inum(limit);
+    const char *v[] = {l.s};
+    PGresult *r = pg_q(S, "SELECT " JOB_COLS " FROM jobs ORDER BY seq DESC LIMIT $1", 1, v);
+    if (!r)
+        return TESS_EIO;
+    for (int i = 0; i < PQntuples(r); i++) {
+        jobstore_job j;
+        if (read_row(r, i, &j) == 0) {
+            cb(ctx, &j);
+            jobstore_job_clear(&j);
+        }
+    }
+    PQclear(r);
+    return 0;
+}
+
+static int pg_counts(jobstore *S, long counts[5])
+{
+    static const char *const names[5] = {"queued", "running", "succeeded", "failed",
+                                         "cancelled"};
+    for (int i = 0; i < 5; i++)
+        counts[i] = 0;
+    PGresult *r = pg_q(S, "SELECT state, count(*) FROM jobs GROUP BY state", 0, NULL);
+    if (!r)
+        return TESS_EIO;
+    for (int row = 0; row < PQntuples(r); row++)
+        for (int i = 0; i < 5; i++)
+            if (strcmp(PQgetvalue(r, row, 0), names[i]) == 0)
+                counts[i] = atol(PQgetvalue(r, row, 1));
+    PQclear(r);
+    return 0;
+}
+
+/* The single integer of a one-row, one-column query into *out. */
+static int pg_int(jobstore *S, const char *sql, int n, const char *const *vals, long *out)
+{
+    PGresult *r = pg_q(S, sql, n, vals);
+    if (!r)
+        return TESS_EIO;
+    int rc = PQntuples(r) == 1 ? 0 : TESS_EIO;
+    if (!rc)
+        *out = atol(PQgetvalue(r, 0, 0));
+    PQclear(r);
+    return rc;
+}
+
+static int pg_active(jobstore *S, long *n)
+{
+    *n = 0;
+    return pg_int(S, "SELECT count(*) FROM jobs WHERE state IN ('queued', 'running')", 0, NULL,
+                  n);
+}
+
+static int pg_needs(jobstore *S, void (*cb)(void *, const char *, const char *, double),
+                    void *ctx)
+{
+    PGresult *r = pg_q(S, "SELECT id, state, disk_need FROM jobs WHERE state IN ('queued', "
+                       "'running') AND disk_need > 0", 0, NULL);
+    if (!r)
+        return TESS_EIO;
+    for (int i = 0; i < PQntuples(r); i++)
+        cb(ctx, PQgetvalue(r, i, 0), PQgetvalue(r, i, 1), tval(r, i, 2));
+    PQclear(r);
+    return 0;
+}
+
+static int pg_insert(jobstore *S, const char *id, const char *type, const char *body,
+                     double created, double disk_need)
+{
+    num c = dnum(created), d = dnum(disk_need);
+    const char *v[] = {id, type, body, c.s, d.s};
+    return pg_cmd(S, "INSERT INTO jobs (id, type, state, body, created, done, total, "
+                  "disk_need) VALUES ($1, $2, 'queued', $3, $4, 0, 0, $5)", 5, v, NULL);
+}
+
+static int pg_state(jobstore *S, const char *id, char *state)
+{
+    const char *v[] = {id};
+    PGresult *r = pg_q(S, "SELECT state FROM jobs WHERE id = $1", 1, v);
+    if (!r)
+        return TESS_EIO;
+    int rc = TESS_ENOTFOUND;
+    if (PQntuples(r) == 1) {
+        snprintf(state, 16, "%s", PQgetvalue(r, 0, 0));
+        rc = 0;
+    }
+    PQclear(r);
+    return rc;
+}
+
+static int pg_end(jobstore *S, const char *id, const char *state, double finished,
+                  const char *error_json, int *changed)
+{
+    num f = dnum(finished);
+    const char *v[] = {id, state, f.s, error_json};
+    long n = 0;
+    int rc = pg_int(S,
+                    "WITH e AS (UPDATE jobs SET state = $2, finished = $3, error = $4, "
+                    "finisher = NULL WHERE id = $1 AND state IN ('queued', 'running') "
+                    "RETURNING id), d AS (DELETE FROM blocks WHERE job IN (SELECT id FROM e)) "
+                    "SELECT count(*) FROM e", 4, v, &n);
+    *changed = rc == 0 && n > 0;
+    return rc;
+}
+
+static int pg_content_type(jobstore *S, const char *id, char *ctype)
+{
+    ctype[0] = '\0';
+    const char *v[] = {id};
+    PGresult *r = pg_q(S, "SELECT content_type FROM jobs WHERE id = $1", 1, v);
+    if (!r)
+        return TESS_EIO;
+    if (PQntuples(r) == 1 && val(r, 0, 0))
+        snprintf(ctype, 64, "%s", val(r, 0, 0));
+    PQclear(r);
+    return 0;
+}
+
+static int pg_type_body(jobstore *S, const char *id, char *type, char **body)
+{
+    *body = NULL;
+    const char *v[] = {id};
+    PGresult *r = pg_q(S, "SELECT type, body FROM jobs WHERE id = $1", 1, v);
+    if (!r)
+        return TESS_EIO;
+    int rc = TESS_ENOTFOUND;
+    if (PQntuples(r) == 1) {
+        snprintf(type, 64, "%s", PQgetvalue(r, 0, 0));
+        *body = strdup(PQgetvalue(r, 0, 1));
+        rc = *body ? 0 : TESS_ENOMEM;
+    }
+    PQclear(r);
+    return rc;
+}
+
+/* The ETA's start (run_t0, run_done0) is the first server's: others join the same run. */
+static int pg_set_running(jobstore *S, const char *id, double now, long long total,
+                          long long done)
+{
+    (void)done;
+    num t = dnum(now), n = inum(total);
+    const char *v[] = {id, t.s, n.s};
+    return pg_cmd(S,
+                  "UPDATE jobs SET state = 'running', started = COALESCE(started, $2), "
+                  "total = $3, done = d.n, run_done0 = COALESCE(run_done0, d.n), "
+                  "run_t0 = COALESCE(run_t0, $2) FROM (SELECT count(*) AS n FROM blocks "
+                  "WHERE job = $1 AND done) d WHERE id = $1 AND state IN ('queued', 'running')",
+                  3, v, NULL);
+}
+
+static int pg_set_done(jobstore *S, const char *id, long long done)
+{
+    (void)done;
+    const char *v[] = {id};
+    return pg_cmd(S, "UPDATE jobs SET done = (SELECT count(*) FROM blocks WHERE job = $1 AND "
+                  "done) WHERE id = $1", 1, v, NULL);
+}
+
+static int pg_set_result(jobstore *S, const char *id, const char *result_json,
+                         const char *dataset, const char *attach_to, const char *content_type)
+{
+    const char *v[] = {id, result_json, dataset, attach_to, content_type};
+    return pg_cmd(S, "UPDATE jobs SET result = $2, product_dataset = $3, attach_to = $4, "
+                  "content_type = $5 WHERE id = $1", 5, v, NULL);
+}
+
+static int pg_next(jobstore *S, char *id)
+{
+    id[0] = '\0';
+    PGresult *r = pg_q(S, "SELECT id FROM jobs WHERE state IN ('running', 'queued') "
+                       "ORDER BY state = 'running' DESC, seq LIMIT 1", 0, NULL);
+    if (!r)
+        return TESS_EIO;
+    if (PQntuples(r) == 1)
+        snprintf(id, 17, "%s", PQgetvalue(r, 0, 0));
+    PQclear(r);
+    return 0;
+}
+
+static int pg_succeeded(jobstore *S, double since,
+                        void (*cb)(void *, const char *, const char *, const char *,
+                                   const char *, double),
+                        void *ctx)
+{
+    num s = dnum(isnan(since) || since < -1e300 ? -1e300 : since);
+    const char *v[] = {s.s};
+    PGresult *r = pg_q(S, "SELECT id, product_dataset, attach_to, content_type, finished FROM "
+                       "jobs WHERE state = 'succeeded' AND COALESCE(finished, 0) > $1 "
+                       "ORDER BY seq", 1, v);
+    if (!r)
+        return TESS_EIO;
+    for (int i = 0; i < PQntuples(r); i++)
+        cb(ctx, PQgetvalue(r, i, 0), val(r, i, 1), val(r, i, 2), val(r, i, 3), tval(r, i, 4));
+    PQclear(r);
+    return 0;
+}
+
+/* ---- blocks -------------------------------------------------------------------------- */
+
+static int pg_reset_blocks(jobstore *S, const char *id)
+{
+    const char *v[] = {id};
+    return pg_cmd(S, "DELETE FROM blocks WHERE job = $1", 1, v, NULL);
+}
+
+static int pg_prune_blocks(jobstore *S)
+{
+    return pg_cmd(S, "DELETE FROM blocks WHERE job NOT IN (SELECT id FROM jobs WHERE state = "
+                  "'running')", 0, NULL, NULL);
+}
+
+static int pg_done_blocks(jobstore *S, const char *id, void (*cb)(void *, int, long), void *ctx)
+{
+    const char *v[] = {id};
+    PGresult *r = pg_q(S, "SELECT stage, block FROM blocks WHERE job = $1 AND done", 1, v);
+    if (!r)
+        return TESS_EIO;
+    for (int i = 0; i < PQntuples(r); i++)
+        cb(ctx, atoi(PQgetvalue(r, i, 0)), atol(PQgetvalue(r, i, 1)));
+    PQclear(r);
+    return 0;
+}
+
+/* "{a,b,c}": an array parameter of n integers (malloc'd; NULL when out of memory). */
+static char *int_array(int n, const int *iv, const long *lv)
+{
+    size_t cap = 3 + (size_t)n * 21;
+    char *s = malloc(cap);
+    if (!s)
+        return NULL;
+    size_t at = 0;
+    s[at++] = '{';
+    for (int i = 0; i < n; i++)
+        at += (size_t)snprintf(s + at, cap - at, "%s%ld", i ? "," : "",
+                               iv ? (long)iv[i] : lv[i]);
+    snprintf(s + at, cap - at, "}");
+    return s;
+}
+
+/* Runs `sql` with $1 = id, $2 = the n ints as an array, $3 = the n longs as an array. */
+static int pg_cmd_arrays(jobstore *S, const char *sql, const char *id, int n, const int *iv,
+                         const long *lv)
+{
+    char *ia = int_array(n, iv, NULL), *la = int_array(n, NULL, lv);
+    int rc = TESS_ENOMEM;
+    if (ia && la) {
+        const char *v[] = {id, ia, la};
+        rc = pg_cmd(S, sql, 3, v, NULL);
+    }
+    free(ia);
+    free(la);
+    return rc;
+}
+
+static int pg_record_blocks(jobstore *S, const char *id, int n, const int *stages,
+                            const long *blocks)
+{
+    /* DISTINCT: a block run twice here (its lease expired while the database was away,
+     * and it came back) is in the list twice. */
+    return pg_cmd_arrays(S, "INSERT INTO blocks (job, stage, block, done) SELECT DISTINCT $1, "
+                         "s, b, true FROM unnest($2::integer[], $3::bigint[]) AS u(s, b) "
+                         "ON CONFLICT (job, stage, block) DO UPDATE SET done = true, "
+                         "owner = NULL, expires = NULL", id, n, stages, blocks);
+}
+
+/* ---- leases -------------------------------------------------------------------------- */
+
+static int pg_plan_blocks(jobstore *S, const char *id, int nstages, const long *nblocks)
+{
+    int st[JOBSTORE_MAX_STAGES];
+    if (nstages > JOBSTORE_MAX_STAGES)
+        return TESS_ERANGE;
+    for (int i = 0; i < nstages; i++)
+        st[i] = i;
+    /* One statement: the rows of a job are there all or none. */
+    return pg_cmd_arrays(S, "INSERT INTO blocks (job, stage, block) SELECT $1, u.s, "
+                         "generate_series(0, u.n - 1) FROM unnest($2::integer[], "
+                         "$3::bigint[]) AS u(s, n) WHERE NOT EXISTS (SELECT 1 FROM blocks "
+                         "WHERE job = $1) ON CONFLICT DO NOTHING", id, nstages, st, nblocks);
+}
+
+static int pg_lease(jobstore *S, const char *id, int stage, const char *owner, double lease_s,
+                    int max, long *out, int *n, int *expired)
+{
+    *n = *expired = 0;
+    num s = inum(stage), l = dnum(lease_s), m = inum(max);
+    const char *v[] = {id, s.s, owner, l.s, m.s};
+    PGresult *r = pg_q(S,
+                       "WITH c AS (SELECT b.stage, b.block, b.expires FROM blocks b "
+                       "WHERE b.job = $1 AND b.stage = $2 AND NOT b.done "
+                       "AND (b.expires IS NULL OR b.expires < now()) "
+                       "AND EXISTS (SELECT 1 FROM jobs WHERE id = $1 AND state = 'running') "
+                       "ORDER BY b.block LIMIT $5 FOR UPDATE OF b SKIP LOCKED) "
+                       "UPDATE blocks t SET owner = $3, "
+                       "expires = now() + $4 * interval '1 second' FROM c "
+                       "WHERE t.job = $1 AND t.stage = c.stage AND t.block = c.block "
+                       "RETURNING t.block, c.expires IS NOT NULL",
+                       5, v);
+    if (!r)
+        return TESS_EIO;
+    for (int i = 0; i < PQntuples(r) && i < max; i++) {
+        out[(*n)++] = atol(PQgetvalue(r, i, 0));
+        *expired += PQgetvalue(r, i, 1)[0] == 't';
+    }
+    PQclear(r);
+    return 0;
+}
+
+static int pg_renew(jobstore *S, const char *owner, double lease_s, const char *id, int n,
+                    const int *stages, const long *blocks, long *renewed)
+{
+    num l = dnum(lease_s);
+    char *sa = int_array(n, stages, NULL), *ba = int_array(n, NULL, blocks);
+    *renewed = 0;
+    int rc = TESS_ENOMEM;
+    if (sa && ba) {
+        const char *v[] = {owner, l.s, id, sa, ba};
+        rc = pg_int(S,
+                    "WITH h AS (SELECT $3::text AS job, u.s, u.b FROM "
+                    "unnest($4::integer[], $5::bigint[]) AS u(s, b)), "
+                    "a AS (UPDATE blocks t SET expires = now() + $2 * interval '1 second' "
+                    "FROM h WHERE t.owner = $1 AND NOT t.done AND t.job = h.job AND "
+                    "t.stage = h.s AND t.block = h.b RETURNING 1), "
+                    "r AS (UPDATE blocks t SET owner = NULL, expires = NULL WHERE t.owner = $1 "
+                    "AND NOT t.done AND NOT EXISTS (SELECT 1 FROM h WHERE t.job = h.job AND "
+                    "t.stage = h.s AND t.block = h.b) RETURNING 1), "
+                    "f AS (UPDATE jobs SET finish_expires = now() + $2 * interval '1 second' "
+                    "WHERE finisher = $1 AND state IN ('queued', 'running') RETURNING 1) "
+                    "SELECT (SELECT count(*) FROM a) + (SELECT count(*) FROM f) + "
+                    "0 * (SELECT count(*) FROM r)", 5, v, renewed);
+    }
+    free(sa);
+    free(ba);
+    return rc;
+}
+
+static int pg_planned(jobstore *S, const char *id, int *planned)
+{
+    const char *v[] = {id};
+    long n = 0;
+    int rc = pg_int(S, "SELECT count(*) FROM (SELECT 1 FROM blocks WHERE job = $1 LIMIT 1) b",
+                    1, v, &n);
+    *planned = n > 0;
+    return rc;
+}
+
+static int pg_release(jobstore *S, const char *owner)
+{
+    const char *v[] = {owner};
+    return pg_cmd(S, "WITH j AS (UPDATE jobs SET finisher = NULL, finish_expires = NULL "
+                  "WHERE finisher = $1 RETURNING 1) UPDATE blocks SET owner = NULL, "
+                  "expires = NULL WHERE owner = $1 AND NOT done", 1, v, NULL);
+}
+
+static int pg_stage_left(jobstore *S, const char *id, int stage, long *left)
+{
+    num s = inum(stage);
+    const char *v[] = {id, s.s};
+    return pg_int(S, "SELECT count(*) FROM blocks WHERE job = $1 AND stage = $2 AND NOT done",
+                  2, v, left);
+}
+
+static int pg_claim_finish(jobstore *S, const char *id, const char *owner, double lease_s)
+{
+    num l = dnum(lease_s);
+    const char *v[] = {id, owner, l.s};
+    long rows = 0;
+    int rc = pg_cmd(S, "UPDATE jobs SET finisher = $2, finish_expires = now() + $3 * "
+                    "interval '1 second' WHERE id = $1 AND state IN ('queued', 'running') AND "
+                    "(finisher IS NULL OR finisher = $2 OR finish_expires < now())", 3, v,
+                    &rows);
+    return rc ? rc : rows == 1 ? 0 : TESS_EAGAIN;
+}
+
+/* ---- open ---------------------------------------------------------------------------- */
+
+static void pg_close(jobstore *S)
+{
+    PQfinish(CONN(S));
+    free(S);
+}
+
+static const jobstore_ops pg_ops = {
+    pg_close, pg_get, pg_list, pg_counts, pg_active, pg_needs, pg_insert, pg_state, pg_end,
+    pg_content_type, pg_type_body, pg_set_running, pg_set_done, pg_set_result, pg_next,
+    pg_succeeded, pg_reset_blocks, pg_prune_blocks, pg_done_blocks, pg_record_blocks,
+    pg_plan_blocks, pg_lease, pg_renew, pg_planned, pg_release, pg_stage_left,
+    pg_claim_finish,
+};
+
+/* Creates the schema or checks its version, in one transaction under the advisory lock. */
+static int migrate(jobstore *S, char *err, size_t errlen)
+{
+    PGconn *c = CONN(S);
+    PGresult *r = PQexec(c, "BEGIN");
+    PQclear(r);
+    r = PQexec(c, "SELECT pg_advisory_xact_lock(1415934835)"); /* "Tess" */
+    int ok = PQresultStatus(r) == PGRES_TUPLES_OK;
+    PQclear(r);
+    if (ok) {
+        r = PQexec(c, PG_SCHEMA);
+        ok = PQresultStatus(r) == PGRES_COMMAND_OK;
+        PQclear(r);
+    }
+    long ver = -1;
+    if (ok) {
+        r = PQexec(c, "SELECT COALESCE(max(version), 0) FROM tessera_schema");
+        ok = PQresultStatus(r) == PGRES_TUPLES_OK && PQntuples(r) == 1;
+        if (ok)
+            ver = atol(PQgetvalue(r, 0, 0));
+        PQclear(r);
+    }
+    if (ok && ver > PG_VERSION) {
+        PQexec(c, "ROLLBACK");
+        tess_seterr(err, errlen, "jobs database: its schema is version %ld, made by a newer "
+                    "tesserad (this one knows versions up to %d)", ver, PG_VERSION);
+        return TESS_EIO;
+    }
+    if (ok && ver == 0) {
+        r = PQexec(c, "INSERT INTO tessera_schema (version) VALUES (1)");
+        ok = PQresultStatus(r) == PGRES_COMMAND_OK;
+        PQclear(r);
+    }
+    if (ok) {
+        r = PQexec(c, "COMMIT");
+        ok = PQresultStatus(r) == PGRES_COMMAND_OK;
+        PQclear(r);
+    }
+    if (!ok) {
+        char msg[300];
+        snprintf(msg, sizeof msg, "%s", PQerrorMessage(c));
+        msg[strcspn(msg, "\n")] = '\0';
+        PQclear(PQexec(c, "ROLLBACK"));
+        tess_seterr(err, errlen, "jobs database: cannot create or check the schema: %s", msg);
+        return TESS_EIO;
+    }
+    return 0;
+}
+
+int jobstore_open_pg(const char *uri, jobstore **out, char *err, size_t errlen)
+{
+    pg_store *P = calloc(1, sizeof *P);
+    if (!P) {
+        tess_seterr(err, errlen, "out of memory for the job store");
+        return TESS_ENOMEM;
+    }
+    P->base.ops = &pg_ops;
+    P->base.shared = 1;
+    P->base.reachable = 1;
+    P->conn = PQconnectdb(uri);
+    if (!P->conn || PQstatus(P->conn) != CONNECTION_OK) {
+        char msg[300];
+        snprintf(msg, sizeof msg, "%s", P->conn ? PQerrorMessage(P->conn) : "out of memory");
+        msg[strcspn(msg, "\n")] = '\0';
+        tess_seterr(err, errlen, "jobs.database: cannot connect: %s", msg);
+        PQfinish(P->conn);
+        free(P);
+        return TESS_EIO;
+    }
+    PQclear(PQexec(P->conn, "SET client_min_messages = warning"));
+    int rc = migrate(&P->base, err, errlen);
+    if (rc) {
+        PQfinish(P->conn);
+        free(P);
+        return rc;
+    }
+    *out = &P->base;
+    return 0;
+}

@@ -1,0 +1,308 @@
+"""Three tesserad on one PostgreSQL job store and one shared jobs directory, behind nginx:
+a job posted to one server is followed on another and downloaded from the third, its blocks
+run on all of them; a server killed with SIGKILL loses only its leases; a cancel on one
+stops the blocks on the others; nginx sends a dead server's tile requests elsewhere; a
+stopped database pauses the job until it is back.  Inputs: the six small tiles of
+tests/data/mosaic (a 71-block mosaic, a few seconds on one thread)."""
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import tempfile
+import threading
+import time
+import unittest
+import urllib.request
+
+from harness import TOP, Nginx, Postgres, Server
+
+try:
+    import numpy as np
+    from astropy.io import fits
+except ImportError:  # scripts/setup.sh installs python3-astropy; CI must have it
+    if os.environ.get("CI") == "true":
+        raise
+    np = fits = None
+
+MOSAIC = os.path.join(TOP, "tests", "data", "mosaic")
+LEASE_S = 2
+
+
+def target_header(scale=1.5):
+    """reference_target.hdr with pixels `scale` times smaller (scale^2 times the work:
+    enough blocks of enough length that three servers all take part)."""
+    with open(os.path.join(MOSAIC, "reference_target.hdr")) as f:
+        h = fits.Header.fromstring(f.read(), sep="\n")
+    for k in (1, 2):
+        h["NAXIS%d" % k] = int(round(h["NAXIS%d" % k] * scale))
+        h["CRPIX%d" % k] = (h["CRPIX%d" % k] - 0.5) * scale + 0.5
+        h["CDELT%d" % k] = h["CDELT%d" % k] / scale
+    return "\n".join(c.image for c in h.cards)
+
+
+def mosaic_body(name):
+    hdr = target_header()
+    return {"type": "mosaic",
+            "inputs": [os.path.join(MOSAIC, "tile_%d.fits" % i) for i in range(1, 7)],
+            "target": {"header": hdr}, "method": "lanczos3", "match_background": True,
+            "output": {"name": name}}
+
+
+def post(server, body):
+    req = urllib.request.Request(server.url("/api/v1/jobs"), data=json.dumps(body).encode(),
+                                 method="POST", headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=30) as r:
+        return json.loads(r.read())["id"]
+
+
+def delete(server, path):
+    req = urllib.request.Request(server.url(path), method="DELETE")
+    try:
+        with urllib.request.urlopen(req, timeout=30) as r:
+            return r.status
+    except urllib.error.HTTPError as e:
+        return e.code
+
+
+def job(server, jid):
+    status, _, body = server.get("/api/v1/jobs/" + jid)
+    return json.loads(body) if status == 200 else {"state": "?%d" % status}
+
+
+def wait_state(server, jid, states, limit=60.0, done_at_least=None):
+    end = time.monotonic() + limit
+    while time.monotonic() < end:
+        d = job(server, jid)
+        if done_at_least is not None:
+            if d.get("state") == "running" and d["progress"]["done"] >= done_at_least:
+                return d
+        elif d.get("state") in states:
+            return d
+        time.sleep(0.1)
+    raise AssertionError(f"job {jid} not {states or done_at_least} within {limit} s: {d}")
+
+
+def metric(server, name):
+    status, _, body = server.get("/metrics")
+    for line in body.decode().splitlines():
+        if line.startswith(name + " "):
+            return float(line.split()[1])
+    return None
+
+
+def product_data(server, jid):
+    status, _, body = server.get("/api/v1/jobs/%s/result" % jid)
+    assert status == 200, status
+    fd, path = tempfile.mkstemp(suffix=".fits")
+    with os.fdopen(fd, "wb") as f:
+        f.write(body)
+    try:
+        with fits.open(path) as h:
+            return np.array(h[0].data)
+    finally:
+        os.unlink(path)
+
+
+class TestCluster(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        if np is None:
+            raise unittest.SkipTest("numpy and astropy are needed (python3-astropy)")
+        cls.pg = Postgres()
+        # The one-server product (SQLite store in its own jobs.dir), to compare with.
+        with Server(roots=[MOSAIC], extra={"threads": 1}) as s:
+            jid = post(s, mosaic_body("single"))
+            d = wait_state(s, jid, ("succeeded", "failed", "cancelled"))
+            assert d["state"] == "succeeded", d
+            cls.reference = product_data(s, jid)
+        cls.ndb = 0
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.pg.close()
+
+    def setUp(self):
+        TestCluster.ndb += 1
+        self.uri = self.pg.uri("cluster%d" % TestCluster.ndb)
+        self.shared = tempfile.mkdtemp(prefix="tessera-shared-")
+        self.servers = []
+
+    def tearDown(self):
+        for s in self.servers:
+            s.stop()
+        shutil.rmtree(self.shared, ignore_errors=True)
+
+    def start(self, n):
+        extra = {"threads": 1,
+                 "jobs": {"dir": self.shared, "database": self.uri, "lease_s": LEASE_S}}
+        new = [Server(roots=[MOSAIC], extra=extra) for _ in range(n)]
+        self.servers += new
+        return new
+
+    def assert_clean(self):
+        """Nothing left of the job in the shared directory (within a second)."""
+        end = time.monotonic() + 3
+        while True:
+            work = os.listdir(os.path.join(self.shared, "work"))
+            tmp = [f for f in os.listdir(os.path.join(self.shared, "results"))
+                   if f.endswith(".tmp")]
+            if not work and not tmp:
+                return
+            if time.monotonic() > end:
+                self.fail(f"left in jobs.dir: work {work}, results {tmp}")
+            time.sleep(0.1)
+
+    def assert_same_values(self, data):
+        self.assertEqual(data.shape, self.reference.shape)
+        self.assertTrue(np.array_equal(data, self.reference, equal_nan=True),
+                        "cluster product differs from the one-server product")
+
+    def test_posted_on_a_followed_on_b_downloaded_from_c(self):
+        a, b, c = self.start(3)
+        jid = post(a, mosaic_body("m3"))
+        d = wait_state(b, jid, ("succeeded", "failed", "cancelled"))
+        self.assertEqual(d["state"], "succeeded", d)
+        self.assertEqual(d["progress"]["done"], d["progress"]["total"])
+        self.assert_same_values(product_data(c, jid))
+        ran = [metric(s, "tessera_job_blocks_total") for s in (a, b, c)]
+        print(f"\nblocks run per server: {ran} of {d['progress']['total']}")
+        self.assertTrue(all(r and r > 0 for r in ran), ran)
+        self.assertGreaterEqual(sum(ran), d["progress"]["total"])
+        # The product is a dataset on every server within about a second.
+        end = time.monotonic() + 2.5
+        for s in (a, b, c):
+            while s.get("/api/v1/datasets/m3")[0] != 200:
+                self.assertLess(time.monotonic(), end, "product not registered everywhere")
+                time.sleep(0.05)
+        self.assert_clean()
+
+    def test_sigkill_of_lease_holders(self):
+        a, b, c = self.start(3)
+        jid = post(a, mosaic_body("mk"))
+        d = wait_state(c, jid, (), done_at_least=5)
+        for victim in (a, b):
+            if victim is b:
+                time.sleep(1.0)   # the second kill, a second later
+                d = job(c, jid)
+                if d["state"] != "running":
+                    break
+            victim.proc.send_signal(signal.SIGKILL)
+            victim.proc.wait(timeout=10)
+            print(f"\nSIGKILL of a server at {d['progress']['done']}/{d['progress']['total']}")
+            if victim is a:
+                self.start(1)   # a replacement joins the running job
+        d = wait_state(c, jid, ("succeeded", "failed", "cancelled"), limit=90)
+        self.assertEqual(d["state"], "succeeded", d)
+        self.assert_same_values(product_data(c, jid))
+        taken = sum(metric(s, "tessera_job_lease_expiries_total") or 0
+                    for s in self.servers if s.proc.poll() is None)
+        self.assertGreaterEqual(taken, 1, "no expired lease was taken over")
+        self.assert_clean()
+
+    def test_cancel_on_b_stops_blocks_on_a(self):
+        a, b = self.start(2)
+        jid = post(a, mosaic_body("mc"))
+        end = time.monotonic() + 30
+        while (metric(a, "tessera_job_blocks_total") or 0) < 3:
+            self.assertLess(time.monotonic(), end, "server A ran no block")
+            time.sleep(0.05)
+        self.assertIn(delete(b, "/api/v1/jobs/" + jid), (200, 202, 204))
+        d = wait_state(a, jid, ("cancelled", "succeeded", "failed"), limit=10)
+        self.assertEqual(d["state"], "cancelled", d)
+        time.sleep(0.5)
+        before = metric(a, "tessera_job_blocks_total")
+        time.sleep(LEASE_S + 0.5)
+        after = metric(a, "tessera_job_blocks_total")
+        self.assertEqual(before, after, "server A still ran blocks after the cancel")
+        self.assertEqual(job(b, jid)["state"], "cancelled")
+        self.assert_clean()
+
+    def test_tiles_through_nginx_while_a_server_dies(self):
+        servers = self.start(3)
+        front = Nginx([s.base[len("http://"):] for s in servers])
+        try:
+            codes = []
+            stop = threading.Event()
+
+            def client():
+                i = 0
+                while not stop.is_set():
+                    x, y = (i * 37) % 256, (i * 53) % 256
+                    codes.append(front.get(f"/iiif/3/horsehead/{x},{y},128,128/64,/0/"
+                                           "default.png")[0])
+                    i += 1
+
+            threads = [threading.Thread(target=client) for _ in range(4)]
+            for t in threads:
+                t.start()
+            time.sleep(1.0)
+            servers[1].proc.send_signal(signal.SIGKILL)
+            time.sleep(2.0)
+            stop.set()
+            for t in threads:
+                t.join(timeout=60)
+            bad = [c for c in codes if c >= 500]
+            print(f"\n{len(codes)} tile requests through nginx, a server killed: "
+                  f"{len(bad)} answered 5xx")
+            self.assertGreater(len(codes), 20)
+            self.assertEqual(bad, [])
+            self.assertTrue(all(c == 200 for c in codes), set(codes))
+        finally:
+            front.close()
+
+    def test_database_stopped_mid_job(self):
+        a, b, c = self.start(3)
+        jid = post(a, mosaic_body("md"))
+        wait_state(a, jid, (), done_at_least=10)
+        self.pg.stop("fast")
+        try:
+            time.sleep(1.5)
+            status, _, body = a.get("/healthz")
+            self.assertEqual(status, 200)
+            self.assertEqual(json.loads(body).get("database"), "unreachable", body)
+            status, _, _ = b.get("/iiif/3/horsehead/0,0,256,256/128,/0/default.png")
+            self.assertEqual(status, 200, "tiles stop without the database")
+            ran = [metric(s, "tessera_job_blocks_total") for s in (a, b, c)]
+            time.sleep(1.0)
+            self.assertEqual(ran, [metric(s, "tessera_job_blocks_total") for s in (a, b, c)],
+                             "blocks went on without the database")
+        finally:
+            self.pg.start()
+        d = wait_state(b, jid, ("succeeded", "failed", "cancelled"), limit=90)
+        self.assertEqual(d["state"], "succeeded", d)
+        self.assert_same_values(product_data(c, jid))
+        self.assertEqual(json.loads(a.get("/healthz")[2]).get("status"), "ok")
+        self.assert_clean()
+
+    def test_worker_takes_blocks_and_leaves_on_sigterm(self):
+        (a,) = self.start(1)
+        tessera = os.path.join(os.path.dirname(a.proc.args[0]), "tessera")
+        log = open(os.path.join(self.shared, "worker.log"), "wb")
+        w = subprocess.Popen([tessera, "worker", "--config", a.conf_path],
+                             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=log)
+        try:
+            time.sleep(1.0)
+            jid = post(a, mosaic_body("mw"))
+            wait_state(a, jid, (), done_at_least=50)
+            w.send_signal(signal.SIGTERM)
+            self.assertEqual(w.wait(timeout=30), 0)
+        finally:
+            if w.poll() is None:
+                w.kill()
+                w.wait()
+            log.close()
+        with open(os.path.join(self.shared, "worker.log")) as f:
+            text = f.read()
+        m = re.search(r"SIGTERM received after (\d+) job blocks", text)
+        self.assertTrue(m and int(m.group(1)) > 0, text)
+        os.unlink(os.path.join(self.shared, "worker.log"))
+        d = wait_state(a, jid, ("succeeded", "failed", "cancelled"))
+        self.assertEqual(d["state"], "succeeded", d)
+        self.assert_same_values(product_data(a, jid))
+        self.assert_clean()
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -1009,14 +1009,22 @@ function niceTicks(lo, hi, n) {
 }
 const tickText = (v) => (Math.abs(v) >= 1e5 || (Math.abs(v) < 1e-3 && v !== 0) ? v.toExponential(1) : String(Number(v.toPrecision(4))));
 
-function drawColorbar(d, lo, hi) {
-  const c = $('#px-colorbar');
-  const w = c.clientWidth || 300, hgt = 46;
+/** Sizes canvas c to its laid-out width and height `hgt`, fills it with `bg`; returns
+ * {g (its 2-D context), w}. */
+function blankCanvas(c, hgt, bg) {
+  const w = c.clientWidth || 300;
   c.width = w;
   c.height = hgt;
   const g = c.getContext('2d');
-  g.fillStyle = '#15181d';
+  g.fillStyle = bg;
   g.fillRect(0, 0, w, hgt);
+  return { g, w };
+}
+
+function drawColorbar(d, lo, hi) {
+  const c = $('#px-colorbar');
+  const hgt = 46;
+  const { g, w } = blankCanvas(c, hgt, '#15181d');
   const x0 = 8, bw = w - 16;
   for (let i = 0; i < bw; i++) {
     // Position i is the stretched level s = i/bw; the map is indexed by s as the server does.
@@ -1063,12 +1071,8 @@ function drawHistogram(h, lo, hi) {
   const c = $('#px-hist');
   c.hidden = !h;
   if (!h) return;
-  const w = c.clientWidth || 300, hgt = 70;
-  c.width = w;
-  c.height = hgt;
-  const g = c.getContext('2d');
-  g.fillStyle = '#0f1216';
-  g.fillRect(0, 0, w, hgt);
+  const hgt = 70;
+  const { g, w } = blankCanvas(c, hgt, '#0f1216');
   const n = h.counts.length, top = Math.log10(1 + Math.max(...h.counts));
   g.fillStyle = '#6cb4ff';
   for (let i = 0; i < n; i++) {

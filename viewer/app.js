@@ -1,11 +1,14 @@
 // Tessera viewer: datasets, sky (Aladin Lite on /hips), pixels (OpenSeadragon on /iiif and
 // slices, uPlot for the values along z), jobs (mosaics).  The view lives in the URL hash:
 //   #/datasets
-//   #/sky/{name}?frame=icrs|galactic
-//   #/pixels/{name}?z=&axis=xy|xz|yz&stretch=&min=&max=&cmap=&x=&y=
+//   #/sky/{name}?frame=icrs|galactic&ra=&dec=&fov=&proj=&plane=&layer=&opacity=
+//   #/pixels/{name}?z=&axis=xy|xz|yz&stretch=&min=&max=&cmap=&fixed=1&x=&y=&zoom=&cx=&cy=
 //   #/jobs?job={id}
-// so that a copied link reopens the same view.  Every failure becomes a message on the page.
-import { footprintIcrs, makePix2Sky, icrsToGal, linearWorld } from './wcs.js';
+// so that a copied link reopens the same view.  Every failure becomes one message on the
+// page (one per cause, replaced while the cause lasts, removed when it is gone); a load
+// that failed because the server was away is retried when it answers again.
+import { footprintIcrs, makePix2Sky, makeSky2Pix, icrsToGal, linearWorld } from './wcs.js';
+import { cmapColour, stretchApply } from './colormaps.js';
 
 window.tesseraStarted = true;
 const $ = (sel) => document.querySelector(sel);
@@ -22,13 +25,73 @@ const T = (window.tessera = {
   cursor: null,
   job: null,
   tileUrls: [],
+  hipsTiles: [],
+  readout: null,
+  cuts: null,
+  features: {},
 });
 
+// ---- HiPS requests of Aladin Lite ------------------------------------------------------------
+// Aladin Lite fetches a survey's properties, Moc.fits and tiles with window.fetch; this
+// wrapper (installed before Aladin loads) does three things to them:
+//  - Aladin Lite 3.8 reads Moc.fits in the survey's own frame, while a MOC is ICRS (as
+//    the server writes it): for a galactic survey it then culls every tile of a small
+//    image and the view stays blank.  Moc.fits of galactic surveys is answered 404 here,
+//    so that Aladin draws the tiles the view needs.
+//  - A survey URL /hips/{name}/@{tag} (tag "z{plane}" and/or "g{n}") is the plane of a
+//    cube (tiles Npix{N}_{plane}, properties turned into an image survey of its own
+//    creator_did, so that Aladin keeps the planes apart) or a fresh copy after a failure.
+//  - Every tile's request and answer time is recorded in tessera.hipsTiles.
+const galacticSurveys = new Set();
+const realFetch = window.fetch.bind(window);
+window.fetch = function hipsFetch(input, init) {
+  const url = typeof input === 'string' ? input : input instanceof URL ? input.href : input && input.url;
+  const m = typeof url === 'string' ? url.match(/\/hips\/([^/?#]+)\/(?:@([a-z0-9]+)\/)?([^?#]*)$/) : null;
+  if (!m) return realFetch(input, init);
+  const name = decodeURIComponent(m[1]), tag = m[2] || '', rest = m[3];
+  if (rest === 'Moc.fits' && galacticSurveys.has(name)) {
+    return Promise.resolve(new Response('', { status: 404, statusText: 'not used for a galactic survey' }));
+  }
+  const zm = tag.match(/z(\d+)/);
+  let real = url;
+  if (tag) {
+    real = url.replace(`/@${tag}/`, '/');
+    if (zm) real = real.replace(/\/(Npix\d+|Allsky)\.(\w+)$/, `/$1_${zm[1]}.$2`);
+  }
+  const req = typeof input === 'string' || input instanceof URL ? real : new Request(real, input);
+  const tile = /Npix\d+/.test(rest);
+  const rec = tile ? { url: real, t0: performance.now(), t1: null, status: null } : null;
+  if (rec) T.hipsTiles.push(rec);
+  const p = realFetch(req, init).then((resp) => {
+    if (rec) { rec.t1 = performance.now(); rec.status = resp.status; }
+    if (resp.status >= 500) failure('sky-tiles', `the server could not make HiPS tiles of '${name}' (${resp.status} ${resp.statusText})`, true);
+    else if (tile && resp.ok) clearMessage('sky-tiles');
+    if (!(rest === 'properties' && zm)) return resp;
+    return resp.text().then((text) => {
+      const lines = text.split('\n').filter((l) => !/^\s*(hips_cube_\w+|creator_did|dataproduct_type)\s*=/.test(l));
+      lines.unshift(`creator_did = ivo://tessera/${name}/plane${zm[1]}`, 'dataproduct_type = image');
+      return new Response(lines.join('\n'), { status: resp.status, headers: resp.headers });
+    });
+  }, (e) => {
+    if (rec) { rec.t1 = performance.now(); rec.status = 0; }
+    failure('sky-tiles', `cannot reach the server for the HiPS tiles of '${name}': ${e.message}`, true);
+    throw e;
+  });
+  return p;
+};
+
 // ---- messages and fetch helpers ------------------------------------------------------------
-function showMessage(text, kind = 'error') {
+/** Shows `text` as the one message of cause `key` (a later message of the same cause
+ * replaces it; without a key the text is its own key). */
+function showMessage(text, kind = 'error', key = null) {
   const box = $('#messages');
-  for (const p of box.children) if (p.dataset.text === text) return;
-  const p = document.createElement('p');
+  const k = key || `text:${text}`;
+  let p = [...box.children].find((c) => c.dataset.key === k);
+  if (!p) {
+    p = document.createElement('p');
+    p.dataset.key = k;
+    box.append(p);
+  }
   p.className = `msg ${kind}`;
   p.dataset.text = text;
   p.textContent = text;
@@ -38,7 +101,10 @@ function showMessage(text, kind = 'error') {
   b.title = 'dismiss';
   b.onclick = () => p.remove();
   p.prepend(b);
-  box.append(p);
+}
+/** Removes the message of cause `key` (its cause is gone). */
+function clearMessage(key) {
+  for (const p of [...$('#messages').children]) if (p.dataset.key === key) p.remove();
 }
 function clearMessages() {
   $('#messages').replaceChildren();
@@ -46,6 +112,28 @@ function clearMessages() {
 window.addEventListener('error', (e) => showMessage(`Error: ${e.message}`));
 window.addEventListener('unhandledrejection', (e) =>
   showMessage(e.reason && e.reason.message ? e.reason.message : String(e.reason)));
+
+// A load that failed because the server did not answer (or answered 5xx) is retried when
+// GET /api/v1/datasets answers again: the failure messages go and the view is redrawn.
+let serverWatch = null;
+const retryKeys = new Set();
+function failure(key, text, retry) {
+  showMessage(text, 'error', key);
+  if (!retry) return;
+  retryKeys.add(key);
+  if (serverWatch) return;
+  serverWatch = setInterval(async () => {
+    let ok = false;
+    try { ok = (await realFetch('/api/v1/datasets', { cache: 'no-store' })).ok; } catch (_) { ok = false; }
+    if (!ok) return;
+    clearInterval(serverWatch);
+    serverWatch = null;
+    for (const k of retryKeys) clearMessage(k);
+    retryKeys.clear();
+    reloadView();
+  }, 1500);
+}
+const isOutage = (e) => !e.status || e.status >= 500;
 
 let busyCount = 0;
 function busy(delta) {
@@ -60,7 +148,9 @@ async function request(url, opts = {}) {
   try {
     resp = await fetch(url, opts);
   } catch (e) {
-    throw new Error(`cannot reach the server (${url}): ${e.message}`);
+    const err = new Error(`cannot reach the server (${url}): ${e.message}`);
+    err.status = 0;
+    throw err;
   } finally {
     busy(-1);
   }
@@ -81,6 +171,14 @@ async function request(url, opts = {}) {
 }
 const getJSON = async (url, opts) => (await request(url, opts)).json();
 const getText = async (url) => (await request(url)).text();
+
+/** Whether a server route family answers (not 404): `probe` is a URL of it. */
+async function feature(name, probe) {
+  if (T.features[name] === undefined) {
+    T.features[name] = realFetch(probe, { method: 'HEAD' }).then((r) => r.status !== 404, () => false);
+  }
+  return T.features[name];
+}
 
 async function loadDatasets(force = false) {
   if (!T.datasets || force) T.datasets = await getJSON('/api/v1/datasets');
@@ -133,6 +231,13 @@ window.addEventListener('hashchange', () => {
   clearMessages();
   route();
 });
+/** Redraws the current view from scratch (after the server came back). */
+function reloadView() {
+  px.openKey = null;
+  sky.gen += 1;
+  sky.name = null;
+  route();
+}
 
 // ---- formatting ------------------------------------------------------------------------------
 const fmt = (v, d = 5) => (v === null || v === undefined || Number.isNaN(v) ? '–' : Number(v).toFixed(d));
@@ -218,9 +323,22 @@ async function showDatasets() {
     p.href = hashFor('pixels', d.name);
     p.textContent = 'pixels';
     links.append(p);
+    links.append(fitsLink(d.name));
     card.append(img, meta);
     box.append(card);
   }
+}
+
+/** A link that downloads dataset `name` as FITS (hidden when the server has no such route). */
+function fitsLink(name) {
+  const a = document.createElement('a');
+  a.href = `/api/v1/datasets/${enc(name)}/fits`;
+  a.download = `${name}.fits`;
+  a.textContent = 'FITS';
+  a.className = 'fits-link';
+  a.hidden = true;
+  feature('fits', a.href).then((ok) => { a.hidden = !ok; });
+  return a;
 }
 
 function fillSelect(sel, items, current) {
@@ -234,9 +352,47 @@ function fillSelect(sel, items, current) {
   sel.value = current;
 }
 
+// ---- values under the cursor (both views) ----------------------------------------------------
+const valueCache = new Map();
+let valueTimer = null;
+/** Asks GET /values for pixel (x, y) of plane z of dataset d (debounced; answers cached) and
+ * calls show(text) with "value unit", or with '' when the server has no values route. */
+function readValue(d, x, y, z, show) {
+  clearTimeout(valueTimer);
+  const key = `${d.name}|${x}|${y}|${z}`;
+  if (valueCache.has(key)) { show(valueCache.get(key)); return; }
+  valueTimer = setTimeout(async () => {
+    const url = `/api/v1/datasets/${enc(d.name)}/values?x=${x}&y=${y}&plane=${z}`;
+    if (!(await feature('values', url))) { show(''); return; }
+    let text;
+    try {
+      const r = await getJSON(url);
+      const v = r.values && r.values[0] ? r.values[0][0] : null;
+      const unit = r.unit || d.bunit || '';
+      text = v === null || v === undefined ? 'value NaN (blank)' : `value ${fmtValue(v)}${unit ? ` ${unit}` : ''}`;
+      T.readout = { x, y, z, value: v, unit: r.unit || null };
+    } catch (e) {
+      text = `value: ${e.message}`;
+    }
+    if (valueCache.size > 2000) valueCache.clear();
+    valueCache.set(key, text);
+    show(text);
+  }, 60);
+}
+const fmtValue = (v) => (v === 0 ? '0' : Math.abs(v) >= 1e5 || Math.abs(v) < 1e-3 ? Number(v).toExponential(4) : Number(v).toPrecision(6));
+
+/** World coordinates of sky position (ra, dec) ICRS in display frame `frame`. */
+function worldText(raIcrs, decIcrs, frame) {
+  if (frame === 'galactic') {
+    const [l, b] = icrsToGal(raIcrs, decIcrs);
+    return `(galactic) l ${fmt(l, 5)}° b ${fmt(b, 5)}°`;
+  }
+  return `(icrs) α ${fmt(raIcrs, 5)}° ${sexa(raIcrs, true)} δ ${fmt(decIcrs, 5)}° ${sexa(decIcrs, false)}`;
+}
+
 // ---- sky view (Aladin Lite) ------------------------------------------------------------------
 let A = null;
-let sky = { name: null, overlay: null, frame: 'icrs' };
+let sky = { name: null, overlay: null, frame: 'icrs', plane: null, depth: 0, gen: 0, layer: null, blink: null, props: null };
 
 async function loadAladin() {
   if (A) return A;
@@ -265,14 +421,39 @@ function parseProperties(text) {
   return p;
 }
 
-function cursorText(raIcrs, decIcrs, d) {
+/** The cursor line of the sky view: position in the display frame, the dataset's pixel
+ * under it and (from the server) its value. */
+function cursorText(raIcrs, decIcrs, frame) {
   if (raIcrs === null || raIcrs === undefined || Number.isNaN(raIcrs)) return 'cursor: outside the sky';
-  const dsFrame = d && d.wcs && d.wcs.frame ? d.wcs.frame : 'icrs';
-  if (dsFrame === 'galactic') {
-    const [l, b] = icrsToGal(raIcrs, decIcrs);
-    return `cursor (galactic): l ${fmt(l, 5)}°  b ${fmt(b, 5)}°`;
+  return `cursor ${worldText(raIcrs, decIcrs, frame)}`;
+}
+
+/** The HiPS URL Aladin gets for dataset `name`: plain, or tagged (fetch wrapper above). */
+function surveyUrl(name, plane) {
+  let tag = '';
+  if (plane !== null && plane !== undefined) tag += `z${plane}`;
+  if (sky.gen) tag += `g${sky.gen}`;
+  return `${location.origin}/hips/${enc(name)}${tag ? `/@${tag}` : ''}`;
+}
+const isAllSky = (props) => (parseFloat(props.hips_initial_fov) || 0) >= 150;
+
+function skyParams() {
+  const p = { frame: sky.frame };
+  if (T.aladin) {
+    const [ra, dec] = T.aladin.getRaDec();
+    p.ra = ra.toFixed(6);
+    p.dec = dec.toFixed(6);
+    p.fov = Number(T.aladin.getFov()[0].toPrecision(6));
+    p.proj = T.aladin.getProjectionName();
   }
-  return `cursor (${dsFrame}): α ${fmt(raIcrs, 5)}° ${sexa(raIcrs, true)}  δ ${fmt(decIcrs, 5)}° ${sexa(decIcrs, false)}`;
+  if (sky.plane !== null) p.plane = sky.plane;
+  if (sky.layer) { p.layer = sky.layer; p.opacity = $('#sky-opacity').value; }
+  return p;
+}
+let skyHashTimer = null;
+function recordSky() {
+  clearTimeout(skyHashTimer);
+  skyHashTimer = setTimeout(() => { if (T.view === 'sky' && sky.name) replaceHash('sky', sky.name, skyParams()); }, 200);
 }
 
 async function showSky(name, params) {
@@ -293,22 +474,54 @@ async function showSky(name, params) {
   const frame = params.get('frame') === 'galactic' || params.get('frame') === 'icrs'
     ? params.get('frame') : d.wcs && d.wcs.frame === 'galactic' ? 'galactic' : 'icrs';
   $('#sky-frame').value = frame;
-  replaceHash('sky', name, { frame });
-  const props = parseProperties(await getText(`/hips/${enc(name)}/properties`));
+  let props;
+  try {
+    props = parseProperties(await getText(`/hips/${enc(name)}/properties`));
+  } catch (e) {
+    failure('sky-open', `cannot open the sky view of '${name}': ${e.message}`, isOutage(e));
+    return;
+  }
+  clearMessage('sky-open');
+  if (props.hips_frame === 'galactic') galacticSurveys.add(name);
+  sky.props = props;
   await loadAladin();
-  const hipsUrl = `${location.origin}/hips/${enc(name)}`;
-  const ra = parseFloat(props.hips_initial_ra), dec = parseFloat(props.hips_initial_dec);
+  // Cubes: one survey per plane (HiPS cube tiles), chosen with the plane slider.
+  sky.depth = props.dataproduct_type === 'cube' ? parseInt(props.hips_cube_depth, 10) || 0 : 0;
+  const first = parseInt(props.hips_cube_firstframe, 10);
+  const pz = parseInt(params.get('plane'), 10);
+  const newName = sky.name !== name;
+  sky.plane = sky.depth > 1
+    ? (Number.isInteger(pz) && pz >= 0 && pz < sky.depth ? pz
+      : !newName && sky.plane !== null ? sky.plane : Number.isInteger(first) ? first : Math.floor(sky.depth / 2))
+    : null;
+  $('#sky-plane-row').hidden = sky.plane === null;
+  if (sky.plane !== null) {
+    $('#sky-plane').max = String(sky.depth - 1);
+    $('#sky-plane').value = String(sky.plane);
+    skyPlaneLabel(d);
+  }
+  const ra0 = parseFloat(props.hips_initial_ra), dec0 = parseFloat(props.hips_initial_dec);
+  const allSky = isAllSky(props);
   // Aladin's fov is the width of the view: widen it so that the whole image fits the height.
   const el = $('#aladin');
   const aspect = el.clientHeight > 0 ? Math.max(1, el.clientWidth / el.clientHeight) : 1;
-  const fov = Math.min(180, (parseFloat(props.hips_initial_fov) || 1) * 1.15 * aspect);
+  let fov = allSky ? 360 : Math.min(180, (parseFloat(props.hips_initial_fov) || 1) * 1.15 * aspect);
+  let proj = allSky ? 'MOL' : 'SIN';
+  let ra = ra0, dec = dec0;
+  const pra = parseFloat(params.get('ra')), pdec = parseFloat(params.get('dec')), pfov = parseFloat(params.get('fov'));
+  if (Number.isFinite(pra) && Number.isFinite(pdec) && Math.abs(pdec) <= 90) { ra = pra; dec = pdec; }
+  if (Number.isFinite(pfov) && pfov > 0 && pfov <= 360) fov = pfov;
+  if (/^[A-Z]{3}$/.test(params.get('proj') || '')) proj = params.get('proj');
   const alFrame = frame === 'galactic' ? 'galactic' : 'ICRS';
+  const survey = () => A.imageHiPS(surveyUrl(name, sky.plane), { name, imgFormat: 'png' });
+  const hadAladin = !!T.aladin;
   if (!T.aladin) {
     T.aladin = A.aladin('#aladin', {
-      survey: A.imageHiPS(hipsUrl, { name, imgFormat: 'png' }),
+      survey: survey(),
       hipsList: [],
       log: false, // no start-up report to alasky.unistra.fr
       cooFrame: alFrame,
+      projection: proj,
       fov,
       target: `${ra} ${dec}`,
       showLayersControl: false,
@@ -321,26 +534,115 @@ async function showSky(name, params) {
       showProjectionControl: true,
       showFullscreenControl: true,
     });
+    T.aladin.on('mouseMove', skyMouseMove);
+    T.aladin.on('positionChanged', recordSky);
+    T.aladin.on('zoomChanged', recordSky);
+    T.aladin.on('projectionChanged', recordSky);
+  } else if (newName || params.has('plane') || sky.urlPlane !== sky.plane || sky.gen !== sky.urlGen) {
+    T.aladin.setImageSurvey(survey());
+  }
+  sky.urlPlane = sky.plane;
+  sky.urlGen = sky.gen;
+  if (!hadAladin || newName || params.has('ra') || params.has('proj')) {
+    if (T.aladin.getProjectionName() !== proj) T.aladin.setProjection(proj);
     // The target string is read in cooFrame; the HiPS centre is ICRS: go there explicitly.
-    T.aladin.gotoRaDec(ra, dec);
-    T.aladin.on('mouseMove', (e) => {
-      let c = null;
-      try { c = T.aladin.pix2world(e.x, e.y, 'icrs'); } catch (_) { c = null; }
-      const dd = findDataset(sky.name);
-      T.cursor = c ? { ra: c[0], dec: c[1] } : null;
-      $('#sky-cursor').textContent = c ? cursorText(c[0], c[1], dd) : 'cursor: outside the sky';
-    });
-  } else if (sky.name !== name) {
-    T.aladin.setImageSurvey(A.imageHiPS(hipsUrl, { name, imgFormat: 'png' }));
     T.aladin.gotoRaDec(ra, dec);
     T.aladin.setFoV(fov);
   }
-  if (sky.frame !== frame || !sky.name) T.aladin.setFrame(alFrame);
+  T.aladin.setFrame(alFrame);
   sky.frame = frame;
   sky.name = name;
+  await setLayer(params.get('layer'), params.get('opacity'));
   drawFootprint(d);
   $('#sky-info').textContent = `${name}: HiPS order ${props.hips_order || '?'}, ` +
-    `tiles ${props.hips_tile_format || ''}, frame ${props.hips_frame || '?'}`;
+    `tiles ${props.hips_tile_format || ''}, frame ${props.hips_frame || '?'}` +
+    (sky.depth ? `, cube of ${sky.depth} planes` : '');
+  replaceHash('sky', name, skyParams());
+}
+
+function skyMouseMove(e) {
+  let c = null;
+  try { c = T.aladin.pix2world(e.x, e.y, 'icrs'); } catch (_) { c = null; }
+  const d = findDataset(sky.name);
+  T.cursor = c ? { ra: c[0], dec: c[1] } : null;
+  const box = $('#sky-cursor');
+  if (!c || !d) { box.textContent = 'cursor: outside the sky'; return; }
+  let text = cursorText(c[0], c[1], sky.frame);
+  const inv = makeSky2Pix(d.wcs);
+  const native = d.wcs.frame === 'galactic' ? icrsToGal(c[0], c[1]) : c;
+  const p = inv ? inv(native[0], native[1]) : null;
+  if (p) {
+    const x = Math.round(p[0]), y = Math.round(p[1]);
+    if (x >= 0 && y >= 0 && x < d.shape[0] && y < d.shape[1]) {
+      text += ` · pixel x=${x} y=${y}`;
+      T.cursor.x = x;
+      T.cursor.y = y;
+      box.textContent = text;
+      readValue(d, x, y, sky.plane || 0, (v) => { if (T.cursor && T.cursor.x === x && T.cursor.y === y) box.textContent = v ? `${text} · ${v}` : text; });
+      return;
+    }
+  }
+  box.textContent = text;
+}
+
+function skyPlaneLabel(d) {
+  let t = `plane ${sky.plane} / ${sky.depth - 1}`;
+  if (d.wcs && d.wcs.ctype.length > 2) {
+    const au = axisUnit(d.wcs.cunit && d.wcs.cunit[2]);
+    t += ` · ${d.wcs.ctype[2]} ${fmt(au.f(linearWorld(d.wcs, 2, sky.plane)), 3)} ${au.unit}`;
+  }
+  $('#sky-plane-label').textContent = t;
+}
+let skyPlaneTimer = null;
+function setSkyPlane(z) {
+  if (sky.plane === null || !T.aladin) return;
+  z = Math.max(0, Math.min(sky.depth - 1, z));
+  sky.plane = z;
+  $('#sky-plane').value = String(z);
+  skyPlaneLabel(findDataset(sky.name));
+  clearTimeout(skyPlaneTimer);
+  skyPlaneTimer = setTimeout(() => {
+    T.aladin.setImageSurvey(A.imageHiPS(surveyUrl(sky.name, sky.plane), { name: sky.name, imgFormat: 'png' }));
+    sky.urlPlane = sky.plane;
+    recordSky();
+  }, 150);
+}
+
+/** A second dataset drawn over the first with an opacity (and optional blinking). */
+async function setLayer(name, opacity) {
+  const sel = $('#sky-layer');
+  const list = (T.datasets || []).filter((x) => x.celestial && x.name !== sky.name);
+  const cur = name && list.some((x) => x.name === name) ? name : '';
+  sel.replaceChildren(new Option('none', ''), ...list.map((x) => new Option(x.name, x.name)));
+  sel.value = cur;
+  const op = parseFloat(opacity);
+  if (Number.isFinite(op) && op >= 0 && op <= 1) $('#sky-opacity').value = String(op);
+  $('#sky-opacity').disabled = !cur;
+  $('#sky-blink').disabled = !cur;
+  if (!cur) {
+    if (sky.layer) { try { T.aladin.removeImageLayer('layer'); } catch (_) { /* none */ } }
+    sky.layer = null;
+    stopBlink();
+    return;
+  }
+  if (sky.layer !== cur) {
+    const props = parseProperties(await getText(`/hips/${enc(cur)}/properties`));
+    if (props.hips_frame === 'galactic') galacticSurveys.add(cur);
+    T.aladin.setOverlayImageLayer(A.imageHiPS(`${location.origin}/hips/${enc(cur)}`, { name: cur, imgFormat: 'png' }), 'layer');
+    sky.layer = cur;
+  }
+  layerOpacity();
+}
+function layerOpacity(forced) {
+  if (!sky.layer || !T.aladin) return;
+  const op = forced !== undefined ? forced : parseFloat($('#sky-opacity').value);
+  const l = T.aladin.getOverlayImageLayer('layer');
+  if (l) l.setOpacity(op);
+}
+function stopBlink() {
+  clearInterval(sky.blink);
+  sky.blink = null;
+  $('#sky-blink').textContent = 'blink';
 }
 
 function drawFootprint(d) {
@@ -351,11 +653,45 @@ function drawFootprint(d) {
   }
   sky.overlay.removeAll();
   T.footprint = null;
+  T.footprintSource = null;
   if (!$('#sky-footprint').checked) return;
-  const pts = footprintIcrs(d.wcs, d.shape[0], d.shape[1]);
-  if (!pts) return; // all-sky maps and unsupported projections: no outline
-  T.footprint = pts;
-  sky.overlay.add(A.polygon(pts));
+  const name = d.name;
+  const url = `/api/v1/datasets/${enc(name)}/footprint?frame=icrs`;
+  // The server's outline (its full WCS, distortions included); the viewer's own linear
+  // one when the server has no footprint route.
+  feature('footprint', url).then(async (ok) => {
+    let pts = null, src = 'viewer';
+    if (ok) {
+      try {
+        const f = await getJSON(url);
+        if (Array.isArray(f.polygon) && f.polygon.length >= 3) { pts = f.polygon; src = 'server'; }
+        else if (f.polygon === null || (Array.isArray(f.polygon) && !f.polygon.length)) src = 'server';
+      } catch (e) {
+        showMessage(`the outline of '${name}': ${e.message}`, 'error', 'sky-footprint');
+      }
+    }
+    if (!pts && src === 'viewer') pts = footprintIcrs(d.wcs, d.shape[0], d.shape[1]);
+    if (sky.name !== name || !$('#sky-footprint').checked) return;
+    sky.overlay.removeAll();
+    T.footprintSource = src;
+    if (!pts) return; // all-sky maps and unsupported projections: no outline
+    T.footprint = pts;
+    sky.overlay.add(A.polygon(pts));
+  });
+}
+
+async function exportSkyPng() {
+  if (!T.aladin) return;
+  const url = await T.aladin.getViewDataURL({ format: 'image/png' });
+  download(url, `${sky.name}${sky.plane !== null ? `_plane${sky.plane}` : ''}_sky.png`);
+}
+function download(href, filename) {
+  const a = document.createElement('a');
+  a.href = href;
+  a.download = filename;
+  document.body.append(a);
+  a.click();
+  a.remove();
 }
 
 $('#sky-dataset').addEventListener('change', (e) => {
@@ -363,19 +699,33 @@ $('#sky-dataset').addEventListener('change', (e) => {
 });
 $('#sky-frame').addEventListener('change', (e) => {
   const frame = e.target.value;
-  replaceHash('sky', sky.name, { frame });
   if (T.aladin) T.aladin.setFrame(frame === 'galactic' ? 'galactic' : 'ICRS');
   sky.frame = frame;
+  if (sky.name) replaceHash('sky', sky.name, skyParams());
 });
 $('#sky-footprint').addEventListener('change', () => {
   const d = findDataset(sky.name);
   if (d) drawFootprint(d);
 });
+$('#sky-plane').addEventListener('input', (e) => setSkyPlane(parseInt(e.target.value, 10)));
+$('#sky-prev').addEventListener('click', () => setSkyPlane(sky.plane - 1));
+$('#sky-next').addEventListener('click', () => setSkyPlane(sky.plane + 1));
+$('#sky-layer').addEventListener('change', (e) => {
+  setLayer(e.target.value, null).then(recordSky, (err) => showMessage(`cannot add the layer: ${err.message}`, 'error', 'sky-layer'));
+});
+$('#sky-opacity').addEventListener('input', () => { if (!sky.blink) layerOpacity(); recordSky(); });
+$('#sky-blink').addEventListener('click', () => {
+  if (sky.blink) { stopBlink(); layerOpacity(); return; }
+  let on = false;
+  $('#sky-blink').textContent = 'stop';
+  sky.blink = setInterval(() => { on = !on; layerOpacity(on ? 1 : 0); }, 700);
+});
+$('#sky-png').addEventListener('click', () => exportSkyPng().catch((e) => showMessage(`cannot export the picture: ${e.message}`)));
 
 // ---- pixel view (OpenSeadragon + uPlot) ------------------------------------------------------
 const px = {
   name: null, z: 0, axis: 'xy', stretch: 'linear', min: '0.5%', max: '99.5%', cmap: 'grey',
-  pick: null, openKey: null,
+  fixed: false, pick: null, openKey: null, view: null, failedTiles: 0,
 };
 const STRETCHES = ['linear', 'sqrt', 'log', 'asinh', 'power'];
 const CMAPS = ['grey', 'viridis', 'inferno', 'magma', 'plasma', 'cubehelix'];
@@ -390,14 +740,48 @@ function renderQuery() {
 }
 function pixelParams() {
   const p = { z: px.z, axis: px.axis, stretch: px.stretch, min: px.min, max: px.max, cmap: px.cmap };
+  if (px.fixed) p.fixed = 1;
   if (px.pick) { p.x = px.pick.x; p.y = px.pick.y; }
+  const v = currentOsdView();
+  if (v) Object.assign(p, v);
   return p;
+}
+/** The OpenSeadragon view as zoom (1: the picture's width fills the view) and centre (cx, cy,
+ * picture pixels from the top left), or null before a picture is open. */
+function currentOsdView() {
+  const osd = T.osd;
+  if (!osd || !osd.world.getItemCount()) return null;
+  const vp = osd.viewport;
+  const c = osd.world.getItemAt(0).viewportToImageCoordinates(vp.getCenter(false));
+  return { zoom: Number(vp.getZoom(false).toPrecision(5)), cx: Number(c.x.toFixed(2)), cy: Number(c.y.toFixed(2)) };
+}
+let pxHashTimer = null;
+function recordPixels() {
+  clearTimeout(pxHashTimer);
+  pxHashTimer = setTimeout(() => { if (T.view === 'pixels' && px.name) replaceHash('pixels', px.name, pixelParams()); }, 200);
 }
 /** The number of positions the slider runs over for the current cut axis. */
 function sliderMax(d) {
   if (px.axis === 'xz') return d.shape[1] - 1;
   if (px.axis === 'yz') return d.shape[0] - 1;
   return planeCount(d) - 1;
+}
+
+/** Checks a cut level: a number, or a percentile "p%" with 0 <= p <= 100. */
+function cutLevel(s) {
+  const m = String(s).trim().match(/^([-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?)(%?)$/);
+  if (!m) return null;
+  const v = parseFloat(m[1]);
+  if (m[2] && (v < 0 || v > 100)) return null;
+  return { pct: !!m[2], v };
+}
+/** The reason the cut levels cannot be used, or null. */
+function cutProblem(min, max) {
+  const a = cutLevel(min), b = cutLevel(max);
+  if (!a) return `min_cut '${min}' is neither a number nor a percentile such as 0.5%`;
+  if (!b) return `max_cut '${max}' is neither a number nor a percentile such as 99.5%`;
+  if (a.pct === b.pct && a.v >= b.v) return `min_cut ${min} must be below max_cut ${max}`;
+  return null;
 }
 
 function ensureOsd() {
@@ -415,12 +799,26 @@ function ensureOsd() {
     gestureSettingsMouse: { clickToZoom: false, dblClickToZoom: true },
     gestureSettingsTouch: { clickToZoom: false },
   });
-  T.osd.addHandler('open-failed', (e) => showMessage(`cannot open the image: ${e.message || 'failed'}`));
+  T.osd.addHandler('open-failed', (e) => {
+    px.openKey = null;
+    failure('px-open', `cannot open the image: ${e.message || 'failed'}`, true);
+  });
   T.osd.addHandler('tile-load-failed', (e) => {
     const url = e.tile && (e.tile.getUrl ? e.tile.getUrl() : e.tile.url);
-    showMessage(`a tile did not load${url ? ` (${url})` : ''}: ${e.message || ''}`);
-    checkUrl(url);
+    px.failedTiles += 1;
+    px.openKey = null; // not done: the next open (or the retry) asks again
+    const n = px.failedTiles;
+    const say = (detail, retry) => failure('px-tiles',
+      `${n === 1 ? 'a tile' : `${n} tiles`} of '${px.name}' did not load: ${detail}`, retry);
+    if (n === 1) {
+      say(e.message || 'failed', false);
+      checkUrl(url).then((err) => say(err ? err.message : (e.message || 'failed'), !err || isOutage(err)));
+    } else {
+      const p = $('#messages [data-key="px-tiles"]');
+      if (p) p.lastChild.textContent = p.lastChild.textContent.replace(/^(a tile|\d+ tiles)/, `${n} tiles`);
+    }
   });
+  T.osd.addHandler('tile-loaded', () => { if (!px.failedTiles) { clearMessage('px-tiles'); clearMessage('px-open'); } });
   T.osd.addHandler('canvas-click', (e) => {
     if (!e.quick) return;
     e.preventDefaultAction = true;
@@ -428,27 +826,98 @@ function ensureOsd() {
     const img = T.osd.viewport.viewportToImageCoordinates(vp);
     pickPicture(Math.floor(img.x), Math.floor(img.y));
   });
+  T.osd.addHandler('animation-finish', recordPixels);
+  T.osd.addHandler('update-viewport', drawAxes);
+  $('#osd').addEventListener('mousemove', pixelMouseMove);
+  $('#osd').addEventListener('mouseleave', () => { $('#px-cursor').textContent = 'cursor: –'; });
   return T.osd;
 }
 
-/** Asks a failed URL again to show the server's problem detail. */
+/** Asks a failed URL again; resolves with the error carrying the server's detail (or null). */
 async function checkUrl(url) {
-  if (!url) return;
-  try { await request(url); } catch (e) { showMessage(e.message); }
+  if (!url) return null;
+  try { await request(url); return null; } catch (e) { return e; }
+}
+
+/** The picture pixel under a mouse event, as FITS indices {x, y, z} of the dataset (z the
+ * plane), or null outside the picture. */
+function pictureToData(ix, iy) {
+  const d = findDataset(px.name);
+  const nx = d.shape[0], ny = d.shape[1], nz = planeCount(d);
+  let x, y, z;
+  // FITS row 1 (and z = 0 in vertical cuts) is at the bottom of the picture.
+  if (px.axis === 'xy') { x = ix; y = ny - 1 - iy; z = px.z; }
+  else if (px.axis === 'xz') { x = ix; y = px.z; z = nz - 1 - iy; }
+  else { x = px.z; y = ix; z = nz - 1 - iy; }
+  if (x < 0 || y < 0 || z < 0 || x >= nx || y >= ny || z >= nz) return null;
+  return { x, y, z };
+}
+
+function pixelMouseMove(ev) {
+  const osd = T.osd;
+  if (!osd || !osd.world.getItemCount() || !px.name) return;
+  const r = $('#osd').getBoundingClientRect();
+  const vp = osd.viewport.pointFromPixel(new window.OpenSeadragon.Point(ev.clientX - r.left, ev.clientY - r.top));
+  const img = osd.world.getItemAt(0).viewportToImageCoordinates(vp);
+  const p = pictureToData(Math.floor(img.x), Math.floor(img.y));
+  const box = $('#px-cursor');
+  if (!p) { box.textContent = 'cursor: outside the image'; T.cursor = null; return; }
+  const d = findDataset(px.name);
+  T.cursor = p;
+  let text = `pixel x=${p.x} y=${p.y}${planeCount(d) > 1 ? ` z=${p.z}` : ''}`;
+  const f = d.celestial ? makePix2Sky(d.wcs) : null;
+  const w = f ? f(p.x, p.y) : null;
+  if (w) {
+    const fr = d.wcs.frame || 'icrs';
+    text += fr === 'galactic' ? ` · (galactic) l ${fmt(w[0], 5)}° b ${fmt(w[1], 5)}°`
+      : ` · (${fr}) α ${fmt(w[0], 5)}° ${sexa(w[0], true)} δ ${fmt(w[1], 5)}° ${sexa(w[1], false)}`;
+  }
+  if (planeCount(d) > 1 && d.wcs && d.wcs.ctype.length > 2) {
+    const au = axisUnit(d.wcs.cunit && d.wcs.cunit[2]);
+    text += ` · ${d.wcs.ctype[2]} ${fmt(au.f(linearWorld(d.wcs, 2, p.z)), 3)} ${au.unit}`;
+  }
+  box.textContent = text;
+  readValue(d, p.x, p.y, p.z, (v) => {
+    if (T.cursor === p) box.textContent = v ? `${text} · ${v}` : text;
+  });
 }
 
 async function openPixels() {
   const d = findDataset(px.name);
   const osd = ensureOsd();
+  const problem = cutProblem(px.min, px.max);
+  $('#px-min').classList.toggle('invalid', !cutLevel(px.min) || !!problem && /^min/.test(problem));
+  $('#px-max').classList.toggle('invalid', !cutLevel(px.max) || !!problem && /^max/.test(problem));
+  if (problem) {
+    // No tile is asked for with levels the server would refuse; a picture of another
+    // dataset does not stay on the screen.
+    showMessage(`Cut levels: ${problem}.`, 'error', 'cuts');
+    if (px.openKey && px.openKey.split('|')[0] !== px.name) osd.close();
+    px.openKey = null;
+    return;
+  }
+  clearMessage('cuts');
   const key = `${px.name}|${px.axis}|${px.z}|${renderQuery()}`;
   if (px.openKey === key) return;
+  // The URL holds what was asked for, so that a retry after a failure asks for it again.
+  replaceHash('pixels', px.name, pixelParams());
   const resetView = !px.openKey || px.openKey.split('|').slice(0, 2).join('|') !== `${px.name}|${px.axis}`;
   px.openKey = key;
+  px.failedTiles = 0;
+  clearMessage('px-tiles');
   const q = renderQuery();
   let source;
   if (px.axis === 'xy') {
     const id = iiifId(d, px.z);
-    const info = await getJSON(`/iiif/3/${enc(id)}/info.json`);
+    let info;
+    try {
+      info = await getJSON(`/iiif/3/${enc(id)}/info.json`);
+    } catch (e) {
+      if (px.openKey === key) px.openKey = null;
+      failure('px-open', `cannot open '${d.name}': ${e.message}`, isOutage(e));
+      return;
+    }
+    clearMessage('px-open');
     if (px.openKey !== key) return; // a newer request won
     const opts = window.OpenSeadragon.IIIFTileSource.prototype.configure(info, `${location.origin}/iiif/3/${enc(id)}/info.json`);
     source = new window.OpenSeadragon.IIIFTileSource(opts);
@@ -467,11 +936,268 @@ async function openPixels() {
     T.tileUrls.push(url);
     source = { type: 'image', url, buildPyramid: false };
   }
+  const want = px.view;
+  px.view = null;
   osd.open(source);
-  if (resetView) osd.addOnceHandler('open', () => osd.viewport.goHome(true));
-  osd.addOnceHandler('open', () => drawPick());
+  osd.addOnceHandler('open', () => {
+    const vp = osd.viewport;
+    if (want) {
+      const c = osd.world.getItemAt(0).imageToViewportCoordinates(want.cx, want.cy);
+      vp.zoomTo(want.zoom, null, true);
+      vp.panTo(c, true);
+    } else if (resetView) vp.goHome(true);
+    drawPick();
+    drawAxes();
+    recordPixels();
+  });
   updatePlaneLabel(d);
+  updateCuts(d).catch(() => {});
   replaceHash('pixels', px.name, pixelParams());
+}
+
+// ---- cut levels: histogram, colorbar, fixed levels ----------------------------------------
+const histCache = new Map();
+async function histogram(d, z) {
+  const url = `/api/v1/datasets/${enc(d.name)}/histogram?plane=${z}&bins=128`;
+  if (!(await feature('histogram', url))) return null;
+  if (!histCache.has(url)) histCache.set(url, getJSON(url).catch((e) => { histCache.delete(url); throw e; }));
+  return histCache.get(url);
+}
+/** The value of cut level s (a number or "p%") over histogram h. */
+function cutValue(s, h) {
+  const c = cutLevel(s);
+  if (!c) return null;
+  if (!c.pct) return c.v;
+  if (!h) return null;
+  const exact = h.percentiles && h.percentiles[String(c.v)];
+  if (typeof exact === 'number') return exact;
+  const total = h.counts.reduce((a, b) => a + b, 0);
+  if (!total) return null;
+  const want = (c.v / 100) * total, w = (h.max - h.min) / h.counts.length;
+  let acc = 0;
+  for (let i = 0; i < h.counts.length; i++) {
+    if (acc + h.counts[i] >= want) return h.min + w * (i + (h.counts[i] ? (want - acc) / h.counts[i] : 0));
+    acc += h.counts[i];
+  }
+  return h.max;
+}
+
+/** Draws the histogram of the shown plane and the colorbar of the current stretch, map and
+ * cut levels (tessera.cuts holds the levels as values). */
+async function updateCuts(d) {
+  const z = px.axis === 'xy' ? px.z : midPlane(d);
+  // An outage is told once, by the picture's own message; other failures here by one of their own.
+  const h = px.axis === 'xy' ? await histogram(d, z).catch((e) => {
+    if (!isOutage(e)) showMessage(`the histogram of '${d.name}': ${e.message}`, 'error', 'hist');
+    return null;
+  }) : null;
+  if (px.name !== d.name) return;
+  const lo = cutValue(px.min, h), hi = cutValue(px.max, h);
+  T.cuts = { min: lo, max: hi, stretch: px.stretch, cmap: px.cmap, plane: z, histogram: !!h };
+  drawColorbar(d, lo, hi);
+  drawHistogram(h, lo, hi);
+}
+
+function niceTicks(lo, hi, n) {
+  const span = hi - lo;
+  if (!(span > 0)) return [lo];
+  const step0 = span / n, mag = 10 ** Math.floor(Math.log10(step0));
+  const step = [1, 2, 5, 10].map((k) => k * mag).find((s) => s >= step0) || mag * 10;
+  const out = [];
+  for (let v = Math.ceil(lo / step) * step; v <= hi + step * 1e-9; v += step) out.push(Math.abs(v) < step * 1e-9 ? 0 : v);
+  return out;
+}
+const tickText = (v) => (Math.abs(v) >= 1e5 || (Math.abs(v) < 1e-3 && v !== 0) ? v.toExponential(1) : String(Number(v.toPrecision(4))));
+
+/** Sizes canvas c to its laid-out width and height `hgt`, fills it with `bg`; returns
+ * {g (its 2-D context), w}. */
+function blankCanvas(c, hgt, bg) {
+  const w = c.clientWidth || 300;
+  c.width = w;
+  c.height = hgt;
+  const g = c.getContext('2d');
+  g.fillStyle = bg;
+  g.fillRect(0, 0, w, hgt);
+  return { g, w };
+}
+
+function drawColorbar(d, lo, hi) {
+  const c = $('#px-colorbar');
+  const hgt = 46;
+  const { g, w } = blankCanvas(c, hgt, '#15181d');
+  const x0 = 8, bw = w - 16;
+  for (let i = 0; i < bw; i++) {
+    // Position i is the stretched level s = i/bw; the map is indexed by s as the server does.
+    const [r, gg, b] = px.cmap === 'grey' ? [0, 0, 0].map(() => Math.round((255 * i) / (bw - 1))) : cmapColour(px.cmap, i / (bw - 1));
+    g.fillStyle = `rgb(${r},${gg},${b})`;
+    g.fillRect(x0 + i, 2, 1, 16);
+  }
+  g.fillStyle = '#e6e6e6';
+  g.strokeStyle = '#e6e6e6';
+  g.font = '11px ui-monospace, monospace';
+  const unit = d.bunit || '';
+  c.dataset.min = lo === null ? '' : String(lo);
+  c.dataset.max = hi === null ? '' : String(hi);
+  if (lo === null || hi === null || !(hi > lo)) {
+    g.textAlign = 'left';
+    g.fillText(`${px.min}`, x0, 32);
+    g.textAlign = 'right';
+    g.fillText(`${px.max}${unit ? ` ${unit}` : ''}`, x0 + bw, 32);
+    c.dataset.ticks = '0';
+    return;
+  }
+  // A tick at value v sits where the server puts v: stretch((v - lo) / (hi - lo)).
+  const ticks = niceTicks(lo, hi, 5);
+  if (px.stretch === 'log' || px.stretch === 'asinh') {
+    for (const f of [0.001, 0.01, 0.1]) ticks.push(lo + f * (hi - lo));
+  }
+  const placed = [];
+  g.textAlign = 'center';
+  for (const v of ticks.sort((a, b) => a - b)) {
+    const s = stretchApply(px.stretch, (v - lo) / (hi - lo));
+    const x = x0 + s * (bw - 1);
+    if (placed.some((p) => Math.abs(p - x) < 44)) continue;
+    placed.push(x);
+    g.fillRect(Math.round(x), 18, 1, 5);
+    g.fillText(tickText(v), Math.min(w - 22, Math.max(22, x)), 34);
+  }
+  g.textAlign = 'right';
+  g.fillStyle = '#9aa4b0';
+  g.fillText(`${px.stretch}${unit ? ` · ${unit}` : ''}`, w - 4, 45);
+  c.dataset.ticks = String(placed.length);
+}
+
+function drawHistogram(h, lo, hi) {
+  const c = $('#px-hist');
+  c.hidden = !h;
+  if (!h) return;
+  const hgt = 70;
+  const { g, w } = blankCanvas(c, hgt, '#0f1216');
+  const n = h.counts.length, top = Math.log10(1 + Math.max(...h.counts));
+  g.fillStyle = '#6cb4ff';
+  for (let i = 0; i < n; i++) {
+    const y = top ? (Math.log10(1 + h.counts[i]) / top) * (hgt - 14) : 0;
+    g.fillRect((i * w) / n, hgt - 12 - y, Math.max(1, w / n - 0.5), y);
+  }
+  const xOf = (v) => ((v - h.min) / (h.max - h.min || 1)) * w;
+  g.fillStyle = '#ffd400';
+  for (const v of [lo, hi]) if (v !== null) g.fillRect(Math.round(Math.max(0, Math.min(w - 2, xOf(v)))), 0, 2, hgt - 12);
+  g.fillStyle = '#9aa4b0';
+  g.font = '10px ui-monospace, monospace';
+  g.textAlign = 'left';
+  g.fillText(tickText(h.min), 2, hgt - 2);
+  g.textAlign = 'right';
+  g.fillText(tickText(h.max), w - 2, hgt - 2);
+  c.dataset.min = String(h.min);
+  c.dataset.max = String(h.max);
+}
+
+/** A click on the histogram moves the nearer cut level to the value clicked. */
+$('#px-hist').addEventListener('click', async (e) => {
+  const d = findDataset(px.name);
+  const h = d && px.axis === 'xy' ? await histogram(d, px.z) : null;
+  if (!h) return;
+  const r = e.currentTarget.getBoundingClientRect();
+  const v = h.min + ((e.clientX - r.left) / r.width) * (h.max - h.min);
+  const lo = cutValue(px.min, h), hi = cutValue(px.max, h);
+  const val = String(Number(v.toPrecision(5)));
+  if (lo === null || hi === null || Math.abs(v - lo) <= Math.abs(v - hi)) $('#px-min').value = val;
+  else $('#px-max').value = val;
+  rerender();
+});
+
+/** Fixed levels: the current plane's cut levels, as values, for every plane. */
+$('#px-fixcuts').addEventListener('change', async (e) => {
+  const d = findDataset(px.name);
+  if (!d) return;
+  px.fixed = e.target.checked;
+  if (px.fixed) {
+    const h = await histogram(d, px.axis === 'xy' ? px.z : midPlane(d)).catch(() => null);
+    const lo = cutValue(px.min, h), hi = cutValue(px.max, h);
+    if (lo === null || hi === null) {
+      showMessage('Fixed cut levels need the server\'s histogram (or numeric Min and Max).', 'error', 'cuts');
+      px.fixed = false;
+      e.target.checked = false;
+      return;
+    }
+    $('#px-min').value = String(Number(lo.toPrecision(6)));
+    $('#px-max').value = String(Number(hi.toPrecision(6)));
+  } else {
+    $('#px-min').value = '0.5%';
+    $('#px-max').value = '99.5%';
+  }
+  rerender();
+});
+
+/** Pixel axes (and the spectral axis of vertical cuts) along the bottom and left edges. */
+function drawAxes() {
+  const c = $('#px-axes');
+  const osd = T.osd;
+  const d = findDataset(px.name);
+  const el = $('#osd');
+  c.width = el.clientWidth;
+  c.height = el.clientHeight;
+  const g = c.getContext('2d');
+  g.clearRect(0, 0, c.width, c.height);
+  if (!osd || !d || !osd.world.getItemCount()) return;
+  const item = osd.world.getItemAt(0);
+  const size = item.getContentSize();
+  const nz = planeCount(d);
+  // The picture's horizontal and vertical axes: FITS x, y or z (z and y grow upwards).
+  const hAxis = px.axis === 'yz' ? { name: 'y', n: d.shape[1] } : { name: 'x', n: d.shape[0] };
+  const vAxis = px.axis === 'xy' ? { name: 'y', n: d.shape[1] } : { name: 'z', n: nz };
+  const toScreen = (ix, iy) => item.imageToViewerElementCoordinates(new window.OpenSeadragon.Point(ix, iy));
+  const p0 = toScreen(0, 0), p1 = toScreen(size.x, size.y);
+  const scale = (p1.x - p0.x) / size.x;
+  if (!(scale > 0)) return;
+  const worldOf = (axis, k) => {
+    if (axis !== 'z' || !d.wcs || d.wcs.ctype.length < 3) return null;
+    const au = axisUnit(d.wcs.cunit && d.wcs.cunit[2]);
+    return { v: au.f(linearWorld(d.wcs, 2, k)), unit: au.unit, name: d.wcs.ctype[2] };
+  };
+  g.font = '11px ui-monospace, monospace';
+  g.lineWidth = 3;
+  g.strokeStyle = 'rgba(0,0,0,0.8)';
+  g.fillStyle = '#e6e6e6';
+  // Ticks at least 60 screen pixels apart, at 1, 2 or 5 times a power of ten.
+  const stepFor = (pxPerUnit) => {
+    const raw = 60 / pxPerUnit, mag = 10 ** Math.floor(Math.log10(raw));
+    return [1, 2, 5, 10].map((k) => k * mag).find((v) => v >= raw);
+  };
+  const label = (text, x, y) => { g.strokeText(text, x, y); g.fillText(text, x, y); };
+  // Horizontal axis: index k at picture column k + 0.5.
+  const hs = Math.max(1, Math.round(stepFor(scale)));
+  const vs = hs;
+  g.textAlign = 'center';
+  let ticks = 0;
+  for (let k = 0; k < hAxis.n; k += hs) {
+    const x = toScreen(k + 0.5, 0).x;
+    if (x < 60 || x > c.width - 10) continue;
+    g.fillRect(Math.round(x), c.height - 30, 1, 5);
+    label(String(k), x, c.height - 17);
+    ticks++;
+  }
+  label(`${hAxis.name} [pixel]`, c.width / 2, c.height - 4);
+  // Vertical axis: index k at picture row n - 1 - k + 0.5.
+  g.textAlign = 'right';
+  let vlabel = `${vAxis.name} [pixel]`;
+  for (let k = 0; k < vAxis.n; k += vs) {
+    const y = toScreen(0, vAxis.n - 1 - k + 0.5).y;
+    if (y < 40 || y > c.height - 30) continue;
+    g.fillRect(53, Math.round(y), 5, 1);
+    const w = worldOf(vAxis.name, k);
+    label(w ? String(Number(w.v.toPrecision(4))) : String(k), 51, y + 4);
+    if (w) vlabel = `${w.name} [${w.unit}]`;
+    ticks++;
+  }
+  g.save();
+  g.translate(11, (c.height - 30) / 2);
+  g.rotate(-Math.PI / 2);
+  g.textAlign = 'center';
+  label(vlabel, 0, 0);
+  g.restore();
+  c.dataset.ticks = String(ticks);
+  c.dataset.labels = `${hAxis.name} [pixel]|${vlabel}`;
 }
 
 function updatePlaneLabel(d) {
@@ -488,16 +1214,10 @@ function updatePlaneLabel(d) {
 
 /** A click at picture pixel (ix, iy) (top-left origin) of the shown cut. */
 function pickPicture(ix, iy) {
-  const d = findDataset(px.name);
-  const nx = d.shape[0], ny = d.shape[1], nz = planeCount(d);
-  let x, y, z = null;
-  // FITS row 1 (and z = 0 in vertical cuts) is at the bottom of the picture.
-  if (px.axis === 'xy') { x = ix; y = ny - 1 - iy; }
-  else if (px.axis === 'xz') { x = ix; y = px.z; z = nz - 1 - iy; }
-  else { x = px.z; y = ix; z = nz - 1 - iy; }
-  if (x < 0 || y < 0 || x >= nx || y >= ny || (z !== null && (z < 0 || z >= nz))) return;
-  px.pick = { x, y };
-  if (z !== null && px.axis !== 'xy') $('#px-pick').dataset.z = z;
+  const p = pictureToData(ix, iy);
+  if (!p) return;
+  px.pick = { x: p.x, y: p.y };
+  if (px.axis !== 'xy') $('#px-pick').dataset.z = p.z;
   replaceHash('pixels', px.name, pixelParams());
   drawPick();
   loadSeries().catch((e) => showMessage(e.message));
@@ -535,6 +1255,7 @@ async function loadSeries() {
     const w = f ? f(x, y) : null;
     $('#px-pick').textContent = `pixel x=${x} y=${y}` +
       (w ? ` · ${d.wcs.frame || 'sky'} ${fmt(w[0], 5)}°, ${fmt(w[1], 5)}°` : '') + ' (a 2-D image has no series)';
+    readValue(d, x, y, 0, (v) => { if (v && px.pick && px.pick.x === x && px.pick.y === y) $('#px-pick').textContent += ` · ${v}`; });
     return;
   }
   const s = await getJSON(`/api/v1/datasets/${enc(d.name)}/series?x=${x}&y=${y}`);
@@ -542,17 +1263,19 @@ async function loadSeries() {
   const vals = (s.values || []).map((v) => (v === null || v === undefined ? null : Number(v)));
   const za = s.z_axis || {};
   const au = axisUnit(za.unit);
-  let xs = Array.isArray(za.values) && za.values.length === vals.length
-    ? za.values.map((v) => au.f(v)) : vals.map((_, i) => i);
-  const xLabel = Array.isArray(za.values) && za.values.length === vals.length
-    ? `${za.name || 'z'}${au.unit ? ` [${au.unit}]` : ''}` : (d.kind === 'stack' ? 'frame' : 'plane');
-  // uPlot needs increasing x: reverse a decreasing axis.
+  const world = Array.isArray(za.values) && za.values.length === vals.length;
+  let xs = world ? za.values.map((v) => au.f(v)) : vals.map((_, i) => i);
+  const xLabel = world ? `${za.name || 'z'}${au.unit ? ` [${au.unit}]` : ''}` : (d.kind === 'stack' ? 'frame' : 'plane');
+  // uPlot needs increasing x: reverse a decreasing axis (planes kept in `planes`).
   let ys = vals;
-  if (xs.length > 1 && xs[0] > xs[xs.length - 1]) { xs = xs.slice().reverse(); ys = ys.slice().reverse(); }
-  const yLabel = s.unit || d.bunit || 'value';
+  let planes = vals.map((_, i) => i);
+  if (xs.length > 1 && xs[0] > xs[xs.length - 1]) {
+    xs = xs.slice().reverse(); ys = ys.slice().reverse(); planes = planes.reverse();
+  }
+  const unit = s.unit || d.bunit;
+  const yLabel = unit ? `value [${unit}]` : 'value [no unit given]';
   const box = $('#px-plot');
   const width = Math.max(240, Math.min(box.parentElement.clientWidth || 400, 600));
-  const zMarker = au.f(za.values && za.values[px.z] !== undefined ? za.values[px.z] : px.z);
   const opts = {
     title: `${d.name} at x=${x}, y=${y}`,
     width,
@@ -565,8 +1288,11 @@ async function loadSeries() {
     axes: [{ label: xLabel }, { label: yLabel }],
     hooks: {
       draw: [(u) => {
-        if (px.axis !== 'xy' || zMarker === null || Number.isNaN(zMarker)) return;
-        const cx = u.valToPos(zMarker, 'x', true);
+        // The plane shown in the picture (read at each draw, so it follows the plane).
+        if (px.axis !== 'xy') return;
+        const i = planes.indexOf(px.z);
+        if (i < 0) return;
+        const cx = u.valToPos(xs[i], 'x', true);
         const c = u.ctx;
         c.save();
         c.strokeStyle = '#e0403a';
@@ -576,16 +1302,33 @@ async function loadSeries() {
         c.lineTo(cx, u.bbox.top + u.bbox.height);
         c.stroke();
         c.restore();
+        u.root.dataset.marker = String(px.z);
       }],
     },
   };
   if (T.plot) T.plot.destroy();
   box.replaceChildren();
   T.plot = new window.uPlot(opts, [xs, ys], box);
+  // A click on the plot shows the nearest plane in the picture.
+  T.plot.over.addEventListener('click', () => {
+    const u = T.plot;
+    if (!u || u.cursor.left === null || u.cursor.left < 0) return;
+    const v = u.posToVal(u.cursor.left, 'x');
+    let best = 0;
+    for (let i = 1; i < xs.length; i++) if (Math.abs(xs[i] - v) < Math.abs(xs[best] - v)) best = i;
+    if (px.axis !== 'xy') setAxis('xy');
+    setPlane(planes[best]);
+  });
   box.dataset.points = String(xs.length);
+  pickText();
+}
+function pickText() {
+  const s = T.series;
+  if (!px.pick || !s) return;
   const v = s.values && s.values[px.z];
-  $('#px-pick').textContent = `pixel x=${x} y=${y}: ${vals.length} values` +
-    (px.axis === 'xy' && v !== undefined ? `, value at plane ${px.z} = ${v === null ? 'NaN' : fmt(v, 4)}` : '');
+  const unit = s.unit || (findDataset(px.name) || {}).bunit || '';
+  $('#px-pick').textContent = `pixel x=${px.pick.x} y=${px.pick.y}: ${s.values.length} values` +
+    (px.axis === 'xy' && v !== undefined ? `, value at plane ${px.z} = ${v === null ? 'NaN' : fmtValue(v)}${unit ? ` ${unit}` : ''}` : '');
 }
 
 async function showPixels(name, params) {
@@ -597,6 +1340,7 @@ async function showPixels(name, params) {
   fillSelect($('#px-dataset'), list, name);
   $('#px-to-sky').hidden = !d.celestial;
   $('#px-to-sky').href = hashFor('sky', name);
+  $('#px-fits').replaceWith(Object.assign(fitsLink(name), { id: 'px-fits' }));
   const changed = px.name !== name;
   px.name = name;
   const np = planeCount(d);
@@ -609,13 +1353,19 @@ async function showPixels(name, params) {
   px.cmap = CMAPS.includes(params.get('cmap')) ? params.get('cmap') : changed ? (np > 1 ? 'viridis' : 'grey') : px.cmap;
   px.min = params.get('min') || (changed ? '0.5%' : px.min);
   px.max = params.get('max') || (changed ? '99.5%' : px.max);
+  px.fixed = params.get('fixed') === '1' || (!changed && px.fixed && !params.has('min'));
   const x = parseInt(params.get('x'), 10), y = parseInt(params.get('y'), 10);
   px.pick = Number.isInteger(x) && Number.isInteger(y) && x >= 0 && y >= 0 && x < d.shape[0] && y < d.shape[1]
     ? { x, y } : changed ? null : px.pick;
+  const zoom = parseFloat(params.get('zoom')), cx = parseFloat(params.get('cx')), cy = parseFloat(params.get('cy'));
+  px.view = zoom > 0 && Number.isFinite(cx) && Number.isFinite(cy) ? { zoom, cx, cy } : null;
+  if (px.view) px.openKey = null;
   $('#px-stretch').value = px.stretch;
   $('#px-cmap').value = px.cmap;
   $('#px-min').value = px.min;
   $('#px-max').value = px.max;
+  $('#px-fixcuts').checked = px.fixed;
+  $('#px-fixcuts-label').hidden = np < 2;
   $('#px-axis').value = px.axis;
   $('#px-axis-group').hidden = np < 2;
   $('#px-plane-row').hidden = np < 2;
@@ -624,12 +1374,13 @@ async function showPixels(name, params) {
   slider.value = String(px.z);
   if (changed) {
     if (T.plot) { T.plot.destroy(); T.plot = null; }
+    T.series = null;
     $('#px-plot').replaceChildren();
     $('#px-pick').textContent = np > 1 ? 'Click a pixel to plot its values along the third axis.'
-      : 'A 2-D image: click a pixel to see its position.';
+      : 'A 2-D image: click a pixel to see its position and value.';
   }
   await openPixels();
-  if (px.pick && (changed || !T.plot) && np > 1) await loadSeries();
+  if (px.pick && (changed || !T.plot)) await loadSeries();
 }
 
 function setPlane(z) {
@@ -641,11 +1392,7 @@ function setPlane(z) {
   $('#px-plane').value = String(z);
   openPixels().catch((e) => showMessage(e.message));
   if (T.plot) T.plot.redraw(false, false);
-  if (px.pick && T.series && px.axis === 'xy') {
-    const v = T.series.values[z];
-    $('#px-pick').textContent = `pixel x=${px.pick.x} y=${px.pick.y}: ${T.series.values.length} values, ` +
-      `value at plane ${z} = ${v === null ? 'NaN' : fmt(v, 4)}`;
-  }
+  if (px.axis === 'xy') pickText();
 }
 function rerender() {
   px.stretch = $('#px-stretch').value;
@@ -665,24 +1412,46 @@ function setAxis(axis) {
   openPixels().catch((e) => showMessage(e.message));
 }
 
+function exportPixelsPng() {
+  const osd = T.osd;
+  if (!osd || !osd.drawer || !osd.drawer.canvas) return;
+  const url = osd.drawer.canvas.toDataURL('image/png');
+  download(url, `${px.name}_${px.axis}${px.axis === 'xy' ? `_plane${px.z}` : `_${px.z}`}.png`);
+}
+
 $('#px-dataset').addEventListener('change', (e) => { location.hash = hashFor('pixels', e.target.value); });
 $('#px-plane').addEventListener('input', (e) => setPlane(parseInt(e.target.value, 10)));
 $('#px-prev').addEventListener('click', () => setPlane(px.z - 1));
 $('#px-next').addEventListener('click', () => setPlane(px.z + 1));
 for (const id of ['#px-stretch', '#px-cmap', '#px-min', '#px-max']) $(id).addEventListener('change', rerender);
 $('#px-axis').addEventListener('change', (e) => setAxis(e.target.value));
+$('#px-png').addEventListener('click', exportPixelsPng);
+// A list chosen with the mouse gives the keys back to the page (arrows move the plane).
+for (const sel of document.querySelectorAll('.toolbar select')) sel.addEventListener('change', () => sel.blur());
+window.addEventListener('resize', () => {
+  const d = findDataset(px.name);
+  if (T.view === 'pixels' && d) { updateCuts(d).catch(() => {}); drawAxes(); }
+});
 
 document.addEventListener('keydown', (e) => {
   const t = e.target;
-  if (t && (t.tagName === 'INPUT' && t.type !== 'range' || t.tagName === 'SELECT' || t.tagName === 'TEXTAREA')) return;
   if (e.ctrlKey || e.metaKey || e.altKey) return;
   const k = e.key;
+  const arrows = ['ArrowRight', 'ArrowUp', 'ArrowLeft', 'ArrowDown'];
+  // On a list of the toolbar the arrows still move the plane, not the list's choice.
+  if (t && t.tagName === 'SELECT' && arrows.includes(k) && (T.view === 'pixels' || sky.plane !== null)) t.blur();
+  else if (t && (t.tagName === 'INPUT' && t.type !== 'range' && t.type !== 'checkbox' || t.tagName === 'SELECT' || t.tagName === 'TEXTAREA')) return;
   if (k === 'g') { location.hash = hashFor('sky', T.view === 'pixels' ? px.name : sky.name); return; }
   if (k === 'd') { location.hash = '#/datasets'; return; }
   if (k === 'j') { location.hash = '#/jobs'; return; }
   if (k === 'p' && T.view !== 'pixels') { location.hash = hashFor('pixels', sky.name || px.name); return; }
-  if (T.view !== 'pixels' || !px.name) return;
   const step = e.shiftKey ? 10 : 1;
+  if (T.view === 'sky' && sky.plane !== null) {
+    if (k === 'ArrowRight' || k === 'ArrowUp') { setSkyPlane(sky.plane + step); e.preventDefault(); }
+    else if (k === 'ArrowLeft' || k === 'ArrowDown') { setSkyPlane(sky.plane - step); e.preventDefault(); }
+    return;
+  }
+  if (T.view !== 'pixels' || !px.name) return;
   if (k === 'ArrowRight' || k === 'ArrowUp') { setPlane(px.z + step); e.preventDefault(); }
   else if (k === 'ArrowLeft' || k === 'ArrowDown') { setPlane(px.z - step); e.preventDefault(); }
   else if (k === 'Home') { setPlane(0); e.preventDefault(); }
@@ -693,7 +1462,7 @@ document.addEventListener('keydown', (e) => {
   else if (k === '0' && T.osd) T.osd.viewport.goHome();
   else if ((k === '+' || k === '=') && T.osd) T.osd.viewport.zoomBy(1.5);
   else if (k === '-' && T.osd) T.osd.viewport.zoomBy(1 / 1.5);
-});
+}, true);
 
 // ---- jobs --------------------------------------------------------------------------------------
 let jobTimer = null, listTimer = null;
@@ -742,10 +1511,11 @@ async function refreshJobList() {
   try {
     jobs = await getJSON('/api/v1/jobs', { headers: authHeaders() });
   } catch (e) {
-    if (e.status === 404) showMessage('This server has no job endpoints yet (GET /api/v1/jobs answered 404).', 'info');
-    else showMessage(`cannot list the jobs: ${e.message}`);
+    if (e.status === 404) showMessage('This server has no job endpoints yet (GET /api/v1/jobs answered 404).', 'info', 'jobs-list');
+    else failure('jobs-list', `cannot list the jobs: ${e.message}`, isOutage(e));
     return;
   }
+  clearMessage('jobs-list');
   if (!Array.isArray(jobs)) jobs = jobs.jobs || jobs.items || [];
   const tb = $('#job-table tbody');
   tb.replaceChildren();
@@ -780,14 +1550,14 @@ function productLinks(name) {
   p.className = 'open-pixels';
   if (d && !d.celestial) {
     // No celestial WCS: no sky view.
-    span.append(`${name}: `, p);
+    span.append(`${name}: `, p, ' · ', fitsLink(name));
     return span;
   }
   const s = document.createElement('a');
   s.href = hashFor('sky', name);
   s.textContent = `${name} in the sky view`;
   s.className = 'open-sky';
-  span.append(s, ' · ', p);
+  span.append(s, ' · ', p, ' · ', fitsLink(name));
   return span;
 }
 
@@ -822,9 +1592,10 @@ function watchJob(id) {
     try {
       job = await getJSON(`/api/v1/jobs/${enc(id)}`, { headers: authHeaders() });
     } catch (e) {
-      showMessage(`job ${id}: ${e.message}`);
+      failure(`job-${id}`, `job ${id}: ${e.message}`, isOutage(e));
       return;
     }
+    clearMessage(`job-${id}`);
     showJob(job);
     if (TERMINAL.has(job.state)) {
       if (job.state === 'succeeded') await loadDatasets(true).catch(() => {});
@@ -839,15 +1610,17 @@ function watchJob(id) {
 $('#mosaic-form').addEventListener('submit', async (e) => {
   e.preventDefault();
   const inputs = [...document.querySelectorAll('#mosaic-inputs input:checked')].map((i) => i.value);
+  // One message for the form, replaced by the next problem and removed once it submits.
   if (inputs.length < 2) {
-    showMessage('Select at least two datasets for a mosaic.');
+    showMessage('Select at least two datasets for a mosaic.', 'error', 'jobs-submit');
     return;
   }
   const output = $('#mosaic-output').value.trim();
   if (!/^[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}$/.test(output)) {
-    showMessage('The output name must be 1-64 characters of letters, digits, _ . - (not starting with .).');
+    showMessage('The output name must be 1-64 characters of letters, digits, _ . - (not starting with .).', 'error', 'jobs-submit');
     return;
   }
+  clearMessage('jobs-submit');
   const body = {
     type: 'mosaic',
     inputs,
@@ -863,14 +1636,16 @@ $('#mosaic-form').addEventListener('submit', async (e) => {
       body: JSON.stringify(body),
     });
     T.pendingOutput = output;
+    clearMessage('jobs-submit');
     replaceHash('jobs', null, { job: job.id });
     showJob(job);
     watchJob(job.id);
     refreshJobList();
   } catch (err) {
-    if (err.status === 404) showMessage('This server does not run jobs (POST /api/v1/jobs answered 404).');
-    else if (err.status === 401 || err.status === 403) showMessage(`Not allowed: ${err.message}. Enter the server's jobs token.`);
-    else showMessage(`The mosaic was not accepted: ${err.message}`);
+    const say = (t) => showMessage(t, 'error', 'jobs-submit');
+    if (err.status === 404) say('This server does not run jobs (POST /api/v1/jobs answered 404).');
+    else if (err.status === 401 || err.status === 403) say(`Not allowed: ${err.message}. Enter the server's jobs token.`);
+    else say(`The mosaic was not accepted: ${err.message}`);
   } finally {
     $('#mosaic-submit').disabled = false;
   }

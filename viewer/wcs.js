@@ -154,3 +154,31 @@ export function linearWorld(wcs, axis, k) {
   const cdelt = wcs.cd ? wcs.cd[axis][axis] : wcs.cdelt[axis];
   return wcs.crval[axis] + (k + 1 - wcs.crpix[axis]) * cdelt;
 }
+
+/** Returns a function (lon, lat) -> [x, y] (0-based pixels; lon, lat in the dataset's
+ * frame) that inverts makePix2Sky by Newton steps from the reference pixel, or null when
+ * makePix2Sky has none.  The function returns null where no pixel maps to the position
+ * within 1e-6 pixel after 30 steps (the far side of a SIN image, outside an AIT ellipse). */
+export function makeSky2Pix(wcs) {
+  const f = makePix2Sky(wcs);
+  if (!f) return null;
+  const dlon = (a, b) => ((a - b + 540) % 360) - 180;
+  return (lon, lat) => {
+    let x = wcs.crpix[0] - 1, y = wcs.crpix[1] - 1;
+    for (let it = 0; it < 30; it++) {
+      const s = f(x, y), sx = f(x + 1, y), sy = f(x, y + 1);
+      if (!s || !sx || !sy) return null;
+      const c = Math.cos(s[1] * D2R);
+      const r0 = dlon(lon, s[0]) * c, r1 = lat - s[1];
+      const a = dlon(sx[0], s[0]) * c, b = dlon(sy[0], s[0]) * c;
+      const cc = sx[1] - s[1], dd = sy[1] - s[1];
+      const det = a * dd - b * cc;
+      if (!det) return null;
+      const ex = (dd * r0 - b * r1) / det, ey = (a * r1 - cc * r0) / det;
+      x += ex;
+      y += ey;
+      if (Math.hypot(ex, ey) < 1e-6) return [x, y];
+    }
+    return null;
+  };
+}

@@ -37,7 +37,8 @@ export async function until(ms, what, fn, step = 100) {
 }
 
 /** Starts tesserad on the demo datasets with jobs in a fresh directory.  Returns
- * {base, pid, stop(), log()}. */
+ * {base, pid, stop(), restart(between), log()}: restart stops the server, awaits
+ * between() (may be omitted) and starts it again on the same port. */
 export async function startServer({ tesserad, token = null } = {}) {
   const bin = tesserad || process.env.TESSERAD || path.join(TOP, 'build', 'tesserad');
   check(fs.existsSync(bin), `no tesserad at ${bin} (build first, or set TESSERAD)`);
@@ -48,31 +49,46 @@ export async function startServer({ tesserad, token = null } = {}) {
   demo.data_roots = [path.join(TOP, 'data', 'demo')];
   demo.jobs = { dir: path.join(dir, 'jobs'), token };
   const conf = path.join(dir, 'tessera.json');
-  fs.writeFileSync(conf, JSON.stringify(demo, null, 2));
   const env = { ...process.env, TESSERA_VIEWER_DIR: path.join(TOP, 'viewer'), TESSERA_NODE_MODULES: path.join(TOP, 'node_modules') };
-  const child = spawn(bin, ['--config', conf], { env, stdio: ['ignore', 'ignore', 'pipe'] });
   let stderr = '';
-  child.stderr.on('data', (b) => { stderr += b.toString(); });
-  let exited = null;
-  child.on('exit', (code, sig) => { exited = { code, sig }; });
-  const port = await until(15000, 'tesserad to listen', () => {
-    if (exited) throw new Error(`tesserad exited (${exited.code ?? exited.sig}): ${stderr}`);
-    const m = stderr.match(/serving \d+ datasets on http:\/\/127\.0\.0\.1:(\d+)\//);
-    return m ? Number(m[1]) : null;
-  }, 50);
+  let child = null, exited = null;
+  const launch = async () => {
+    fs.writeFileSync(conf, JSON.stringify(demo, null, 2));
+    child = spawn(bin, ['--config', conf], { env, stdio: ['ignore', 'ignore', 'pipe'] });
+    exited = null;
+    const mark = stderr.length;
+    child.stderr.on('data', (b) => { stderr += b.toString(); });
+    const me = child;
+    child.on('exit', (code, sig) => { if (child === me) exited = { code, sig }; });
+    return until(15000, 'tesserad to listen', () => {
+      if (exited) throw new Error(`tesserad exited (${exited.code ?? exited.sig}): ${stderr}`);
+      const m = stderr.slice(mark).match(/serving \d+ datasets on http:\/\/127\.0\.0\.1:(\d+)\//);
+      return m ? Number(m[1]) : null;
+    }, 50);
+  };
+  const port = await launch();
   const base = `http://127.0.0.1:${port}`;
-  const stop = async () => {
-    if (!exited) {
-      process.kill(child.pid, 'SIGTERM');
-      try {
-        await until(12000, 'tesserad to stop', () => exited, 50);
-      } catch (_) {
-        process.kill(child.pid, 'SIGKILL');
-      }
+  const halt = async () => {
+    if (exited) return;
+    process.kill(child.pid, 'SIGTERM');
+    try {
+      await until(12000, 'tesserad to stop', () => exited, 50);
+    } catch (_) {
+      process.kill(child.pid, 'SIGKILL');
+      await until(5000, 'tesserad to die', () => exited, 50);
     }
+  };
+  const stop = async () => {
+    await halt();
     fs.rmSync(dir, { recursive: true, force: true });
   };
-  return { base, pid: child.pid, stop, log: () => stderr };
+  const restart = async (between) => {
+    await halt();
+    if (between) await between();
+    demo.listen = `127.0.0.1:${port}`;
+    await launch();
+  };
+  return { base, get pid() { return child.pid; }, stop, restart, log: () => stderr };
 }
 
 /** Launches headless Chromium (Debian's /usr/bin/chromium unless $CHROMIUM). */

@@ -109,6 +109,8 @@ typedef struct tt_resp {
     char disposition[128];    /* Content-Disposition */
     char allow[64];           /* Allow (of a 405) */
     char connection[32];      /* Connection (tt_raw_read only) */
+    char content_encoding[32];/* Content-Encoding */
+    char vary[64];            /* Vary */
 } tt_resp;
 
 /* Performs one request on base + path (base is "http://host:port").  `method` is GET,

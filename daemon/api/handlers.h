@@ -54,6 +54,19 @@ void handle_series(hreq *r, const route_match *m);
 /* GET /api/v1/datasets/{name}/reduce?op=&axis=[&format=] (reduce.c). */
 void handle_reduce(hreq *r, const route_match *m);
 
+/* Pixels of a dataset (pixels.c; shapes in the README's API table):
+ * GET /api/v1/datasets/{name}/values?x=&y=[&plane=][&size=N]: the physical values of the
+ * N x N box (N <= 64, clipped at the edges) from 0-based pixel (x, y), rows from y up;
+ * .../histogram?[plane=][&bins=B]: min, max, B counts (B <= 4096) and the 0.5, 1, 99 and
+ * 99.5 percentiles of the plane's finite pixels;
+ * .../footprint?[frame=icrs|galactic][&n=]: the outline of the image on the sky (422
+ * without a usable celestial WCS);
+ * .../fits: the dataset as a FITS file (attachment). */
+void handle_values(hreq *r, const route_match *m);
+void handle_histogram(hreq *r, const route_match *m);
+void handle_footprint(hreq *r, const route_match *m);
+void handle_fits(hreq *r, const route_match *m);
+
 /* The z axis of a dataset (series.c), for series and per-plane results: values[k] is the
  * world coordinate of plane k (0-based) — axis 3 of the header's WCS at pixel (x, y) as
  * wcslib computes it (name = CTYPE3, unit = CUNIT3 as wcslib normalises it, e.g. VOPT in
@@ -103,6 +116,11 @@ const char *viewer_content_type(const char *path);
 /* 1 when `rel` is a safe relative path: segments of [A-Za-z0-9_.-] not starting with '.',
  * no empty segment, at most 200 characters; else 0. */
 int viewer_path_ok(const char *rel);
+/* 1 when an Accept-Encoding header value takes gzip ("gzip" or "*" with a q above 0),
+ * else 0 (NULL included).  Text, JSON, SVG and WebAssembly files are then answered
+ * gzip-compressed (compressed once, kept in the response cache), with
+ * Vary: Accept-Encoding either way. */
+int viewer_accepts_gzip(const char *ae);
 
 /* Shared by the image handlers: encode a w x h result (row 0 = FITS row 1) as the
  * requested format into r->rep (200), or a problem reply.  `cards` is the WCS of the

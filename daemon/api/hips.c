@@ -1,6 +1,7 @@
 /* GET /hips/{name}/...: any dataset with a celestial WCS served as an IVOA HiPS 1.0 survey, tiles made on demand. */
 #include "daemon/api/hips.h"
 #include "daemon/api/handlers.h"
+#include "daemon/api/hipsbase.h"
 #include "daemon/cache/planes.h"
 #include "daemon/problem.h"
 #include "engine/base/error.h"
@@ -271,6 +272,43 @@ static void reply_bytes(hreq *r, long rc, unsigned char *out, size_t len, const 
         hreq_reply_tile(r, 200, tile_new_take(out, len, mime));
 }
 
+/* The order-0 tiles shared with the Allsky picture (hipsbase.h): the key of the render
+ * of job `j` from `h`, and the base source of hips_allsky_encode_from over it. */
+typedef struct base_ctx {
+    hreq *r;
+    const hips_job *j;
+    const source_hold *h;
+    char key[256];
+    tile *held;
+} base_ctx;
+
+static void base_init(base_ctx *b, hreq *r, const hips_job *j, const source_hold *h)
+{
+    char version[64];
+    dataset_version(j->ds, version, sizeof(version));
+    b->r = r;
+    b->j = j;
+    b->h = h;
+    b->held = NULL;
+    snprintf(b->key, sizeof(b->key), "hips|base|%s|%s|%ld|%d|%s|%.17g", j->ds->name, version,
+             j->q.plane, h->src.level, rp_method_name(j->q.method), j->q.max_coord_error);
+}
+
+static long base_get(void *cls, int64_t npix, const double **data, char *err, size_t errlen)
+{
+    base_ctx *b = cls;
+    return hipsbase_get(b->r->srv->cache, b->key, &b->h->src, npix, b->j->ds->hips_galactic,
+                        &b->held, data, err, errlen);
+}
+
+static void base_release(void *cls, int64_t npix)
+{
+    base_ctx *b = cls;
+    (void)npix;
+    tile_release(b->held);
+    b->held = NULL;
+}
+
 static void tile_work(hreq *r)
 {
     hips_job *j = r->work_arg;
@@ -301,8 +339,21 @@ static void tile_work(hreq *r)
     char err[256] = "";
     unsigned char *out = NULL;
     size_t len = 0;
-    long rc = hips_tile_encode(&h.src, p->order, p->npix, d->hips_galactic, p->format,
-                               &j->q.render, lo, hi, &out, &len, err, sizeof(err));
+    long rc;
+    if (p->order == 0) {
+        base_ctx b;
+        const double *data = NULL;
+        base_init(&b, r, j, &h);
+        rc = base_get(&b, p->npix, &data, err, sizeof(err));
+        if (rc > 0)
+            rc = hips_tile_encode_data(data, rc, p->order, p->npix, d->hips_galactic,
+                                       p->format, &j->q.render, lo, hi, &out, &len, err,
+                                       sizeof(err));
+        base_release(&b, p->npix);
+    } else {
+        rc = hips_tile_encode(&h.src, p->order, p->npix, d->hips_galactic, p->format,
+                              &j->q.render, lo, hi, &out, &len, err, sizeof(err));
+    }
     source_release(r, &h);
     if (rc == 0)
         problem_reply(r, 404, "Npix", "tile Norder%d/Npix%lld holds no pixel of dataset '%s'",
@@ -330,8 +381,23 @@ static void allsky_work(hreq *r)
     char err[256] = "";
     unsigned char *out = NULL;
     size_t len = 0;
-    long rc = hips_allsky_encode(&h.src, d->hips_galactic, j->path.format, &j->q.render, lo, hi,
-                                 &out, &len, err, sizeof(err));
+    base_ctx b;
+    base_init(&b, r, j, &h);
+    /* The order-0 tiles no other request is rendering first, the others after (when the
+     * cache keeps them: else each would be rendered twice). */
+    int64_t *faces = NULL;
+    size_t nfaces = 0;
+    tilecache_stats cs;
+    tilecache_get_stats(r->srv->cache, &cs);
+    if (cs.max_bytes > 0 &&
+        hips_tiles_covering(d->cel, d->nx, d->ny, d->hips_galactic, 0, &faces, &nfaces) == 0)
+        for (size_t k = nfaces; k-- > 0 && !hreq_cancelled(r);)
+            hipsbase_prefetch(r->srv->cache, b.key, &h.src, faces[k], d->hips_galactic, err,
+                              sizeof(err));
+    free(faces);
+    hips_base_source bs = {base_get, base_release, &b};
+    long rc = hips_allsky_encode_from(&h.src, d->hips_galactic, &bs, j->path.format,
+                                      &j->q.render, lo, hi, &out, &len, err, sizeof(err));
     source_release(r, &h);
     reply_bytes(r, rc, out, len, hips_format_mime(j->path.format), err);
 }

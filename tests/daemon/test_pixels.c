@@ -66,6 +66,8 @@ static void setup(void)
              "{\"name\": \"gc_msx_e\", \"path\": \"gc_msx_e.fits\", \"hips_frame\": \"galactic\"},"
              "{\"name\": \"l1448_13co\", \"path\": \"l1448_13co.fits\"},"
              "{\"name\": \"m13\", \"frames\": \"M13_blue_*.fits\"},"
+             "{\"name\": \"allsky_rosat\", \"path\": \"allsky_rosat.fits\","
+             " \"hips_frame\": \"galactic\"},"
              "{\"name\": \"scaled\", \"path\": \"%s\", \"hdu\": 1}]}",
              TESSERA_DEMO_DIR, tmp, scaled_path);
     ck_assert_int_eq(config_init(&cfg), 0);
@@ -389,6 +391,41 @@ START_TEST(fits_download)
 }
 END_TEST
 
+/* The order-0 tiles and the Allsky picture are made of one render of each order-0 tile
+ * (daemon/api/hipsbase.c), whichever is asked for first: a second server asked in the
+ * other order answers the same bytes. */
+START_TEST(hips_order0_and_allsky_agree_in_any_order)
+{
+    char err[512], other[64], path[128];
+    tserver *srv2 = NULL;
+    ck_assert_msg(tserver_start(&cfg, &srv2, err, sizeof(err)) == 0, "%s", err);
+    snprintf(other, sizeof(other), "http://127.0.0.1:%d", tserver_port(srv2));
+    tt_resp a = get("/hips/allsky_rosat/Norder3/Allsky.fits");
+    ck_assert_int_eq(a.status, 200);
+    tt_resp tiles_a[12], tiles_b[12];
+    for (int t = 0; t < 12; t++) {
+        snprintf(path, sizeof(path), "/hips/allsky_rosat/Norder0/Dir0/Npix%d.%s", t,
+                 t % 2 ? "fits" : "png");
+        tiles_a[t] = get(path);
+        tiles_b[t] = tt_fetch(other, "GET", path, NULL, 0, NULL);
+        ck_assert_int_eq(tiles_a[t].status, 200);
+        ck_assert_int_eq(tiles_b[t].status, 200);
+        ck_assert_uint_eq(tiles_a[t].len, tiles_b[t].len);
+        ck_assert_msg(memcmp(tiles_a[t].body, tiles_b[t].body, tiles_a[t].len) == 0,
+                      "%s differs", path);
+        tt_resp_free(&tiles_a[t]);
+        tt_resp_free(&tiles_b[t]);
+    }
+    tt_resp b = tt_fetch(other, "GET", "/hips/allsky_rosat/Norder3/Allsky.fits", NULL, 0, NULL);
+    ck_assert_int_eq(b.status, 200);
+    ck_assert_uint_eq(a.len, b.len);
+    ck_assert(memcmp(a.body, b.body, a.len) == 0);
+    tt_resp_free(&a);
+    tt_resp_free(&b);
+    tserver_stop(srv2, 5);
+}
+END_TEST
+
 int main(void)
 {
     curl_global_init(CURL_GLOBAL_DEFAULT);
@@ -402,6 +439,7 @@ int main(void)
     tcase_add_test(tc, histogram_counts_every_finite_pixel);
     tcase_add_test(tc, footprint_follows_the_edges);
     tcase_add_test(tc, fits_download);
+    tcase_add_test(tc, hips_order0_and_allsky_agree_in_any_order);
     suite_add_tcase(s, tc);
     int rc = tt_run_suite(s);
     curl_global_cleanup();

@@ -15,6 +15,11 @@
  * (parameter "dataset") when the catalog has none of that name (datasets.c). */
 const dataset *handler_dataset(hreq *r, const char *name, size_t len);
 
+/* 0 when `d` has a usable celestial WCS; otherwise a 422 problem reply (parameter
+ * "dataset": "dataset 'NAME' has no usable WCS: REASON", or "... has no celestial WCS: "
+ * and `without`, what cannot be done) and -1 (datasets.c). */
+int handler_need_celestial(hreq *r, const dataset *d, const char *without);
+
 /* route_prepare of the {dataset} routes: m->ds from m->segment, or 404 (datasets.c). */
 int prepare_dataset(hreq *r, route_match *m);
 

@@ -529,16 +529,8 @@ void handle_hips(hreq *r, const route_match *m)
                                : hp.kind == HIPS_REQ_PROPERTIES ? props : images;
     if (hreq_only_args(r, known))
         return;
-    if (d->wcs_error[0]) {
-        problem_reply(r, 422, "dataset", "dataset '%s' has no usable WCS: %s", d->name,
-                      d->wcs_error);
+    if (handler_need_celestial(r, d, "it cannot be served as a HiPS survey"))
         return;
-    }
-    if (!d->cel) {
-        problem_reply(r, 422, "dataset", "dataset '%s' has no celestial WCS: it cannot be "
-                      "served as a HiPS survey", d->name);
-        return;
-    }
     if (hp.kind == HIPS_REQ_INDEX) {
         reply_index(r, d);
         return;

@@ -355,16 +355,8 @@ void handle_footprint(hreq *r, const route_match *m)
     }
     if (int_arg(r, "n", 1, FOOTPRINT_MAX_POINTS, 16, "points per edge", &j.npoints))
         return;
-    if (d->wcs_error[0]) {
-        problem_reply(r, 422, "dataset", "dataset '%s' has no usable WCS: %s", d->name,
-                      d->wcs_error);
+    if (handler_need_celestial(r, d, "it has no footprint on the sky"))
         return;
-    }
-    if (!d->cel) {
-        problem_reply(r, 422, "dataset", "dataset '%s' has no celestial WCS: it has no "
-                      "footprint on the sky", d->name);
-        return;
-    }
     char tail[64];
     snprintf(tail, sizeof(tail), "%s|%ld", sky_frame_name(j.frame), j.npoints);
     if (set_key(r, "footprint", d, tail) || hreq_try_cache(r))

@@ -383,20 +383,25 @@ static void allsky_work(hreq *r)
     size_t len = 0;
     base_ctx b;
     base_init(&b, r, j, &h);
-    /* The order-0 tiles no other request is rendering first, the others after (when the
-     * cache keeps them: else each would be rendered twice). */
+    /* A survey of order 3 or less (an image of a good part of the sky, whose first view
+     * asks for the order-0 tiles too) is cut from the order-0 tiles it shares with them,
+     * the others cell by cell (hips_allsky_render_from says why).  The order-0 tiles no
+     * other request is rendering are rendered first, the others waited for after (when
+     * the cache keeps them: else each would be rendered twice). */
+    int shared = hips_survey_order(pixscale) <= HIPS_ALLSKY_ORDER;
     int64_t *faces = NULL;
     size_t nfaces = 0;
     tilecache_stats cs;
     tilecache_get_stats(r->srv->cache, &cs);
-    if (cs.max_bytes > 0 &&
+    if (shared && cs.max_bytes > 0 &&
         hips_tiles_covering(d->cel, d->nx, d->ny, d->hips_galactic, 0, &faces, &nfaces) == 0)
         for (size_t k = nfaces; k-- > 0 && !hreq_cancelled(r);)
             hipsbase_prefetch(r->srv->cache, b.key, &h.src, faces[k], d->hips_galactic, err,
                               sizeof(err));
     free(faces);
     hips_base_source bs = {base_get, base_release, &b};
-    long rc = hips_allsky_encode_from(&h.src, d->hips_galactic, &bs, j->path.format,
+    long rc = hips_allsky_encode_from(&h.src, d->hips_galactic, shared ? &bs : NULL,
+                                      j->path.format,
                                       &j->q.render, lo, hi, &out, &len, err, sizeof(err));
     source_release(r, &h);
     reply_bytes(r, rc, out, len, hips_format_mime(j->path.format), err);

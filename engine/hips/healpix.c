@@ -901,38 +901,12 @@ void hips_allsky_origin(int64_t npix, int cell, long *x, long *y)
     *y = (long)(npix / HIPS_ALLSKY_COLS) * cell;
 }
 
-/* The base tiles rendered here, one at a time (the base source of hips_allsky_render). */
-static long render_base(void *cls, int64_t npix, const double **data, char *err, size_t errlen)
-{
-    struct { const hips_source *src; int galactic; double *buf; } *b = cls;
-    *data = b->buf;
-    return hips_render_tile(b->src, 0, npix, HIPS_ALLSKY_ORDER + HIPS_ALLSKY_SHIFT, b->galactic,
-                            HIPS_ROWS_FITS, b->buf, err, errlen);
-}
-
 long hips_allsky_render(const hips_source *src, int galactic, double **out, long *w, long *h,
                         char *err, size_t errlen)
 {
-    size_t n = (size_t)1 << (2 * (HIPS_ALLSKY_ORDER + HIPS_ALLSKY_SHIFT));
-    struct { const hips_source *src; int galactic; double *buf; } b = {src, galactic, NULL};
-    if (!(b.buf = malloc(sizeof(double) * n))) {
-        *out = NULL;
-        hips_allsky_size(HIPS_ALLSKY_CELL, w, h);
-        put_err(err, errlen, "out of memory");
-        return TESS_ENOMEM;
-    }
-    hips_base_source bs = {render_base, NULL, &b};
-    long rc = hips_allsky_render_from(src, galactic, &bs, out, w, h, err, errlen);
-    free(b.buf);
-    return rc;
-}
-
-long hips_allsky_render_from(const hips_source *src, int galactic, const hips_base_source *bs,
-                             double **out, long *w, long *h, char *err, size_t errlen)
-{
     *out = NULL;
     hips_allsky_size(HIPS_ALLSKY_CELL, w, h);
-    if (!src || !src->cel || !bs || !bs->get) {
+    if (!src || !src->cel) {
         put_err(err, errlen, "no source");
         return TESS_EINVAL;
     }
@@ -944,8 +918,75 @@ long hips_allsky_render_from(const hips_source *src, int galactic, const hips_ba
         put_err(err, errlen, rc == TESS_ENOMEM ? "out of memory" : "cannot list the tiles");
         return rc;
     }
-    size_t npic = (size_t)*w * (size_t)*h;
+    size_t npic = (size_t)*w * (size_t)*h, ncell = (size_t)HIPS_ALLSKY_CELL * HIPS_ALLSKY_CELL;
     double *pic = malloc(sizeof(double) * npic);
+    double *cell = malloc(sizeof(double) * ncell);
+    if (!pic || !cell) {
+        free(tiles);
+        free(pic);
+        free(cell);
+        put_err(err, errlen, "out of memory");
+        return TESS_ENOMEM;
+    }
+    for (size_t i = 0; i < npic; i++)
+        pic[i] = NAN;
+    long finite = 0;
+    for (size_t t = 0; t < ntiles; t++) {
+        long f = hips_render_tile(src, HIPS_ALLSKY_ORDER, tiles[t], HIPS_ALLSKY_SHIFT, galactic,
+                                  HIPS_ROWS_TOPDOWN, cell, err, errlen);
+        if (f < 0) {
+            finite = f;
+            break;
+        }
+        if (f == 0)
+            continue;
+        finite += f;
+        long x0, y0;
+        hips_allsky_origin(tiles[t], HIPS_ALLSKY_CELL, &x0, &y0);
+        for (long r = 0; r < HIPS_ALLSKY_CELL; r++) {
+            /* Picture row y0 + r from the top is row h - 1 - (y0 + r) from the bottom. */
+            double *dst = pic + (size_t)(*h - 1 - (y0 + r)) * (size_t)*w + (size_t)x0;
+            memcpy(dst, cell + (size_t)r * HIPS_ALLSKY_CELL, sizeof(double) * HIPS_ALLSKY_CELL);
+        }
+    }
+    free(tiles);
+    free(cell);
+    if (finite < 0) {
+        free(pic);
+        return finite;
+    }
+    *out = pic;
+    return finite;
+}
+
+long hips_allsky_render_from(const hips_source *src, int galactic, const hips_base_source *bs,
+                             double **out, long *w, long *h, char *err, size_t errlen)
+{
+    *out = NULL;
+    hips_allsky_size(HIPS_ALLSKY_CELL, w, h);
+    if (!src || !src->cel || !bs || !bs->get) {
+        put_err(err, errlen, "no source");
+        return TESS_EINVAL;
+    }
+    /* The order-0 tiles that may hold data, and all their order-3 tiles: a cell that no
+     * pixel of the image reaches is NaN in its base tile as it would be rendered alone
+     * (both renders mark the blocks that may hold data conservatively), so the walk down
+     * to order 3 (some 900 000 WCS transforms for an all-sky map) is not needed. */
+    int64_t *faces = NULL;
+    size_t nfaces = 0;
+    int rc = hips_tiles_covering(src->cel, src->nx, src->ny, galactic, 0, &faces, &nfaces);
+    if (rc != 0) {
+        put_err(err, errlen, rc == TESS_ENOMEM ? "out of memory" : "cannot list the tiles");
+        return rc;
+    }
+    const size_t per_face = (size_t)1 << (2 * HIPS_ALLSKY_ORDER);
+    size_t ntiles = nfaces * per_face;
+    int64_t *tiles = malloc(sizeof(int64_t) * (ntiles ? ntiles : 1));
+    for (size_t k = 0; tiles && k < ntiles; k++)
+        tiles[k] = faces[k / per_face] * (int64_t)per_face + (int64_t)(k % per_face);
+    free(faces);
+    size_t npic = (size_t)*w * (size_t)*h;
+    double *pic = tiles ? malloc(sizeof(double) * npic) : NULL;
     if (!pic) {
         free(tiles);
         put_err(err, errlen, "out of memory");

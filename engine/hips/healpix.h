@@ -257,9 +257,7 @@ void hips_allsky_origin(int64_t npix, int cell, long *x, long *y);
 /* The Allsky picture [HiPS 4.3.2] as doubles: every order-3 tile that may hold data
  * (hips_tiles_covering) at HIPS_ALLSKY_CELL pixels a side (cells of order 3 +
  * HIPS_ALLSKY_SHIFT = 9, the tile reduced by 8 as the standard asks) and laid out as
- * hips_allsky_origin says, each in its tile's orientation; NaN elsewhere.  The cells of
- * order 9 are those of the order-0 tiles at HIPS_TILE_WIDTH: the picture is cut from the
- * (at most 12) order-0 tiles rendered by hips_render_tile at shift 9, one at a time.  `src` should
+ * hips_allsky_origin says, each in its tile's orientation; NaN elsewhere.  `src` should
  * be at level hips_source_level(HIPS_ALLSKY_ORDER, HIPS_ALLSKY_SHIFT, pixscale).
  * *out is malloc'd, w x h doubles (hips_allsky_size), row 0 = the BOTTOM row of the
  * picture (FITS order, as render_rgba expects).  Returns the number of finite pixels
@@ -277,9 +275,13 @@ typedef struct hips_base_source {
     void *cls;
 } hips_base_source;
 
-/* hips_allsky_render with the order-0 tiles from `bs` (a cache shared with the order-0
- * tiles, say): the same picture when bs gives what hips_render_tile gives.  Returns as
- * hips_allsky_render. */
+/* hips_allsky_render cut from the order-0 tiles of `bs` (a cache shared with the order-0
+ * tiles, say): the cells of order 9 are the pixels of the order-0 tiles at
+ * HIPS_TILE_WIDTH, so when bs gives what hips_render_tile gives the picture is the same
+ * (every cell of each order-0 tile that may hold data is copied: a cell no image pixel
+ * reaches is NaN there too).  It costs 12 order-0 renders whatever the image's size: the
+ * cheaper path for an image covering much of the sky (whose order-0 tiles a viewer asks
+ * for as well), the dearer for a small one.  Returns as hips_allsky_render. */
 long hips_allsky_render_from(const hips_source *src, int galactic, const hips_base_source *bs,
                              double **out, long *w, long *h, char *err, size_t errlen);
 
@@ -291,7 +293,8 @@ long hips_allsky_render_from(const hips_source *src, int galactic, const hips_ba
 long hips_allsky_encode(const hips_source *src, int galactic, hips_format fmt,
                         const render_params *rp, double lo, double hi, unsigned char **out,
                         size_t *outlen, char *err, size_t errlen);
-/* hips_allsky_encode from the order-0 tiles of `bs` (NULL: rendered here). */
+/* hips_allsky_encode from the order-0 tiles of `bs` (hips_allsky_render_from; NULL:
+ * hips_allsky_render). */
 long hips_allsky_encode_from(const hips_source *src, int galactic, const hips_base_source *bs,
                              hips_format fmt, const render_params *rp, double lo, double hi,
                              unsigned char **out, size_t *outlen, char *err, size_t errlen);

@@ -662,6 +662,11 @@ static enum MHD_Result send_reply(hreq *r)
         else
             return MHD_NO;
         MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, rep->file_type);
+        if (rep->file_name[0]) {
+            char cd[128];
+            snprintf(cd, sizeof cd, "attachment; filename=\"%s\"", rep->file_name);
+            MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_DISPOSITION, cd);
+        }
     } else if (rep->body) {
         tile *t = tile_ref(rep->body);
         resp = MHD_create_response_from_buffer_with_free_callback_cls(t->len, t->data,
@@ -680,17 +685,18 @@ static enum MHD_Result send_reply(hreq *r)
     } else if (rep->file_etag[0] && rep->status == 200) {
         MHD_add_response_header(resp, MHD_HTTP_HEADER_ETAG, rep->file_etag);
     }
-    if (rep->file_name[0] && status == 200) {
+    if (rep->cache_control)
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, rep->cache_control);
+    /* A body may be an attachment too (a dataset's FITS file), or compressed. */
+    if (rep->body && rep->file_name[0] && status == 200) {
         char cd[128];
         snprintf(cd, sizeof cd, "attachment; filename=\"%s\"", rep->file_name);
         MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_DISPOSITION, cd);
     }
-    if (rep->content_encoding && status == 200)
+    if (rep->content_encoding && (status == 200 || status == 206))
         MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_ENCODING, rep->content_encoding);
     if (rep->vary)
         MHD_add_response_header(resp, MHD_HTTP_HEADER_VARY, rep->vary);
-    if (rep->cache_control)
-        MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, rep->cache_control);
     if (rep->x_cache >= 0)
         MHD_add_response_header(resp, "X-Cache", rep->x_cache ? "HIT" : "MISS");
     if (rep->retry_after > 0) {

@@ -790,6 +790,16 @@ static enum MHD_Result send_reply(hreq *r)
     }
     if (rep->cache_control)
         MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, rep->cache_control);
+    /* A body may be an attachment too (a dataset's FITS file), or compressed. */
+    if (rep->body && rep->file_name[0] && status == 200) {
+        char cd[128];
+        snprintf(cd, sizeof cd, "attachment; filename=\"%s\"", rep->file_name);
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_DISPOSITION, cd);
+    }
+    if (rep->content_encoding && (status == 200 || status == 206))
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_ENCODING, rep->content_encoding);
+    if (rep->vary)
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_VARY, rep->vary);
     if (rep->x_cache >= 0)
         MHD_add_response_header(resp, "X-Cache", rep->x_cache ? "HIT" : "MISS");
     if (rep->retry_after > 0) {

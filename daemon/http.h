@@ -33,7 +33,11 @@ typedef struct reply {
     unsigned long long file_len;
     char file_type[64];       /* Content-Type of the file */
     char file_etag[24];       /* its strong ETag, quoted ("" none): If-None-Match gets 304 */
-    char file_name[72];       /* Content-Disposition attachment file name ("" none) */
+    char file_name[72];       /* Content-Disposition attachment file name of a 200 reply,
+                                 a file or a body ("" none) */
+    const char *content_encoding; /* Content-Encoding of the body (static string, "gzip"),
+                                 or NULL */
+    const char *vary;         /* Vary header (static string, "Accept-Encoding"), or NULL */
     int cancelled;            /* HREQ_DROPPED or HREQ_STOPPED: the work was given up because
                                  its client had gone (nothing is sent), else 0 */
 } reply;

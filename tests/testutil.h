@@ -113,6 +113,8 @@ typedef struct tt_resp {
     char last_modified[40];   /* Last-Modified */
     char link[512];           /* Link */
     char connection[32];      /* Connection (tt_raw_read only) */
+    char content_encoding[32];/* Content-Encoding */
+    char vary[64];            /* Vary */
 } tt_resp;
 
 /* Performs one request on base + path (base is "http://host:port").  `method` is GET,

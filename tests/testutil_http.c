@@ -71,6 +71,8 @@ static size_t on_header(char *p, size_t sz, size_t n, void *cls)
     header_value(p, len, "Retry-After", r->retry_after, sizeof(r->retry_after));
     header_value(p, len, "Location", r->location, sizeof(r->location));
     header_value(p, len, "Content-Disposition", r->disposition, sizeof(r->disposition));
+    header_value(p, len, "Content-Encoding", r->content_encoding, sizeof(r->content_encoding));
+    header_value(p, len, "Vary", r->vary, sizeof(r->vary));
     header_value(p, len, "Allow", r->allow, sizeof(r->allow));
     header_value(p, len, "Accept-Ranges", r->accept_ranges, sizeof(r->accept_ranges));
     header_value(p, len, "Content-Range", r->content_range, sizeof(r->content_range));

@@ -107,6 +107,21 @@ const dataset *handler_dataset(hreq *r, const char *name, size_t len)
     return d;
 }
 
+int handler_need_celestial(hreq *r, const dataset *d, const char *without)
+{
+    if (d->wcs_error[0]) {
+        problem_reply(r, 422, "dataset", "dataset '%s' has no usable WCS: %s", d->name,
+                      d->wcs_error);
+        return -1;
+    }
+    if (!d->cel) {
+        problem_reply(r, 422, "dataset", "dataset '%s' has no celestial WCS: %s", d->name,
+                      without);
+        return -1;
+    }
+    return 0;
+}
+
 int prepare_dataset(hreq *r, route_match *m)
 {
     m->ds = handler_dataset(r, m->segment_at, m->segment_len);

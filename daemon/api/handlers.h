@@ -17,6 +17,11 @@
  * (parameter "dataset") when the catalog has none of that name (datasets.c). */
 const dataset *handler_dataset(hreq *r, const char *name, size_t len);
 
+/* 0 when `d` has a usable celestial WCS; otherwise a 422 problem reply (parameter
+ * "dataset": "dataset 'NAME' has no usable WCS: REASON", or "... has no celestial WCS: "
+ * and `without`, what cannot be done) and -1 (datasets.c). */
+int handler_need_celestial(hreq *r, const dataset *d, const char *without);
+
 /* route_prepare of the {dataset} routes: m->ds from m->segment, or 404 (datasets.c). */
 int prepare_dataset(hreq *r, route_match *m);
 
@@ -87,6 +92,19 @@ void handle_series(hreq *r, const route_match *m);
 /* GET /api/v1/datasets/{name}/reduce?op=&axis=[&format=] (reduce.c). */
 void handle_reduce(hreq *r, const route_match *m);
 
+/* Pixels of a dataset (pixels.c; shapes in the README's API table):
+ * GET /api/v1/datasets/{name}/values?x=&y=[&plane=][&size=N]: the physical values of the
+ * N x N box (N <= 64, clipped at the edges) from 0-based pixel (x, y), rows from y up;
+ * .../histogram?[plane=][&bins=B]: min, max, B counts (B <= 4096) and the 0.5, 1, 99 and
+ * 99.5 percentiles of the plane's finite pixels;
+ * .../footprint?[frame=icrs|galactic][&n=]: the outline of the image on the sky (422
+ * without a usable celestial WCS);
+ * .../fits: the dataset as a FITS file (attachment). */
+void handle_values(hreq *r, const route_match *m);
+void handle_histogram(hreq *r, const route_match *m);
+void handle_footprint(hreq *r, const route_match *m);
+void handle_fits(hreq *r, const route_match *m);
+
 /* The z axis of a dataset (series.c), for series and per-plane results: values[k] is the
  * world coordinate of plane k (0-based) — axis 3 of the header's WCS at pixel (x, y) as
  * wcslib computes it (name = CTYPE3, unit = CUNIT3 as wcslib normalises it, e.g. VOPT in
@@ -125,14 +143,12 @@ void handle_iiif(hreq *r, const route_match *m);
 /* The IVOA access layer (vo.c, uws.c; docs in the README's API table): DataLink 1.1
  * (GET /vo/datalink?ID=...: a {links} VOTable with a SODA service descriptor), SODA 1.0
  * sync (GET|POST /vo/soda/sync: a FITS cutout of native pixels; errors text/plain),
- * VOSI (/vo/capabilities, /vo/availability), and GET /api/v1/datasets/{name}/fits (the
- * FITS of a dataset: an image's or cube's file as stored when its image is an
- * uncompressed primary HDU, else that HDU's image copied; a stack's first frame). */
+ * VOSI (/vo/capabilities, /vo/availability); DataLink's #this is GET
+ * /api/v1/datasets/{name}/fits (handle_fits). */
 void handle_vo_datalink(hreq *r, const route_match *m);
 void handle_vo_soda(hreq *r, const route_match *m);
 void handle_vo_capabilities(hreq *r, const route_match *m);
 void handle_vo_availability(hreq *r, const route_match *m);
-void handle_dataset_fits(hreq *r, const route_match *m);
 
 /* UWS 1.1 over the job runner (uws.c): /vo/uws/jobs (GET the list, POST creates a job),
  * /vo/uws/jobs/{id} (GET the job, POST PHASE=RUN|ABORT or ACTION=DELETE, DELETE) and
@@ -161,6 +177,11 @@ const char *viewer_content_type(const char *path);
 /* 1 when `rel` is a safe relative path: segments of [A-Za-z0-9_.-] not starting with '.',
  * no empty segment, at most 200 characters; else 0. */
 int viewer_path_ok(const char *rel);
+/* 1 when an Accept-Encoding header value takes gzip ("gzip" or "*" with a q above 0),
+ * else 0 (NULL included).  Text, JSON, SVG and WebAssembly files are then answered
+ * gzip-compressed (compressed once, kept in the response cache), with
+ * Vary: Accept-Encoding either way. */
+int viewer_accepts_gzip(const char *ae);
 
 /* Shared by the image handlers: encode a w x h result (row 0 = FITS row 1) as the
  * requested format into r->rep (200), or a problem reply.  `cards` is the WCS of the

@@ -1,6 +1,7 @@
 /* GET /hips/{name}/...: any dataset with a celestial WCS served as an IVOA HiPS 1.0 survey, tiles made on demand. */
 #include "daemon/api/hips.h"
 #include "daemon/api/handlers.h"
+#include "daemon/api/hipsbase.h"
 #include "daemon/cache/planes.h"
 #include "daemon/problem.h"
 #include "engine/base/error.h"
@@ -301,6 +302,43 @@ static void reply_bytes(hreq *r, long rc, unsigned char *out, size_t len, const 
         hreq_reply_tile(r, 200, tile_new_take(out, len, mime));
 }
 
+/* The order-0 tiles shared with the Allsky picture (hipsbase.h): the key of the render
+ * of job `j` from `h`, and the base source of hips_allsky_encode_from over it. */
+typedef struct base_ctx {
+    hreq *r;
+    const hips_job *j;
+    const source_hold *h;
+    char key[256];
+    tile *held;
+} base_ctx;
+
+static void base_init(base_ctx *b, hreq *r, const hips_job *j, const source_hold *h)
+{
+    char version[64];
+    dataset_version(j->ds, version, sizeof(version));
+    b->r = r;
+    b->j = j;
+    b->h = h;
+    b->held = NULL;
+    snprintf(b->key, sizeof(b->key), "hips|base|%s|%s|%ld|%d|%s|%.17g", j->ds->name, version,
+             j->q.plane, h->src.level, rp_method_name(j->q.method), j->q.max_coord_error);
+}
+
+static long base_get(void *cls, int64_t npix, const double **data, char *err, size_t errlen)
+{
+    base_ctx *b = cls;
+    return hipsbase_get(b->r->srv->cache, b->key, &b->h->src, npix, b->j->ds->hips_galactic,
+                        &b->held, data, err, errlen);
+}
+
+static void base_release(void *cls, int64_t npix)
+{
+    base_ctx *b = cls;
+    (void)npix;
+    tile_release(b->held);
+    b->held = NULL;
+}
+
 static void tile_work(hreq *r)
 {
     hips_job *j = r->work_arg;
@@ -331,8 +369,21 @@ static void tile_work(hreq *r)
     char err[256] = "";
     unsigned char *out = NULL;
     size_t len = 0;
-    long rc = hips_tile_encode(&h.src, p->order, p->npix, d->hips_galactic, p->format,
-                               &j->q.render, lo, hi, &out, &len, err, sizeof(err));
+    long rc;
+    if (p->order == 0) {
+        base_ctx b;
+        const double *data = NULL;
+        base_init(&b, r, j, &h);
+        rc = base_get(&b, p->npix, &data, err, sizeof(err));
+        if (rc > 0)
+            rc = hips_tile_encode_data(data, rc, p->order, p->npix, d->hips_galactic,
+                                       p->format, &j->q.render, lo, hi, &out, &len, err,
+                                       sizeof(err));
+        base_release(&b, p->npix);
+    } else {
+        rc = hips_tile_encode(&h.src, p->order, p->npix, d->hips_galactic, p->format,
+                              &j->q.render, lo, hi, &out, &len, err, sizeof(err));
+    }
     source_release(r, &h);
     if (rc == 0)
         problem_reply(r, 404, "Npix", "tile Norder%d/Npix%lld holds no pixel of dataset '%s'",
@@ -360,8 +411,28 @@ static void allsky_work(hreq *r)
     char err[256] = "";
     unsigned char *out = NULL;
     size_t len = 0;
-    long rc = hips_allsky_encode(&h.src, d->hips_galactic, j->path.format, &j->q.render, lo, hi,
-                                 &out, &len, err, sizeof(err));
+    base_ctx b;
+    base_init(&b, r, j, &h);
+    /* A survey of order 3 or less (an image of a good part of the sky, whose first view
+     * asks for the order-0 tiles too) is cut from the order-0 tiles it shares with them,
+     * the others cell by cell (hips_allsky_render_from says why).  The order-0 tiles no
+     * other request is rendering are rendered first, the others waited for after (when
+     * the cache keeps them: else each would be rendered twice). */
+    int shared = hips_survey_order(pixscale) <= HIPS_ALLSKY_ORDER;
+    int64_t *faces = NULL;
+    size_t nfaces = 0;
+    tilecache_stats cs;
+    tilecache_get_stats(r->srv->cache, &cs);
+    if (shared && cs.max_bytes > 0 &&
+        hips_tiles_covering(d->cel, d->nx, d->ny, d->hips_galactic, 0, &faces, &nfaces) == 0)
+        for (size_t k = nfaces; k-- > 0 && !hreq_cancelled(r);)
+            hipsbase_prefetch(r->srv->cache, b.key, &h.src, faces[k], d->hips_galactic, err,
+                              sizeof(err));
+    free(faces);
+    hips_base_source bs = {base_get, base_release, &b};
+    long rc = hips_allsky_encode_from(&h.src, d->hips_galactic, shared ? &bs : NULL,
+                                      j->path.format,
+                                      &j->q.render, lo, hi, &out, &len, err, sizeof(err));
     source_release(r, &h);
     reply_bytes(r, rc, out, len, hips_format_mime(j->path.format), err);
 }
@@ -494,16 +565,8 @@ void handle_hips(hreq *r, const route_match *m)
                                : hp.kind == HIPS_REQ_PROPERTIES ? props : images;
     if (hreq_only_args(r, known))
         return;
-    if (d->wcs_error[0]) {
-        problem_reply(r, 422, "dataset", "dataset '%s' has no usable WCS: %s", d->name,
-                      d->wcs_error);
+    if (handler_need_celestial(r, d, "it cannot be served as a HiPS survey"))
         return;
-    }
-    if (!d->cel) {
-        problem_reply(r, 422, "dataset", "dataset '%s' has no celestial WCS: it cannot be "
-                      "served as a HiPS survey", d->name);
-        return;
-    }
     if (hp.kind == HIPS_REQ_INDEX) {
         reply_index(r, d);
         return;

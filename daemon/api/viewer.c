@@ -10,8 +10,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <zlib.h>
 
 #ifndef TESSERA_VIEWER_DIR
 #define TESSERA_VIEWER_DIR "viewer"
@@ -103,8 +105,10 @@ int viewer_path_ok(const char *rel)
 }
 
 /* Reads root/rel into a tile when it is a regular file inside root (after resolving
- * links) with a served extension.  Returns the tile, or NULL with *status 404 (or 500). */
-static tile *read_static(hreq *r, const char *root, const char *rel, int *status)
+ * links) with a served extension; `key` receives its cache key.  Returns the tile, or
+ * NULL with *status 404 (or 500). */
+static tile *read_static(hreq *r, const char *root, const char *rel, int *status,
+                         char *key, size_t keylen)
 {
     *status = 404;
     const char *ctype = viewer_content_type(rel);
@@ -128,8 +132,7 @@ static tile *read_static(hreq *r, const char *root, const char *rel, int *status
         return NULL;
     }
     /* Cached by path, size and mtime, so that an edited file is served fresh. */
-    char key[PATH_MAX + 64];
-    snprintf(key, sizeof(key), "static:%s:%lld:%lld.%09ld", real, (long long)st.st_size,
+    snprintf(key, keylen, "static:%s:%lld:%lld.%09ld", real, (long long)st.st_size,
              (long long)st.st_mtim.tv_sec, (long)st.st_mtim.tv_nsec);
     tile *t = tilecache_get(r->srv->cache, key);
     if (t) {
@@ -152,6 +155,85 @@ static tile *read_static(hreq *r, const char *root, const char *rel, int *status
     }
     tilecache_put(r->srv->cache, key, t);
     return t;
+}
+
+/* 1 when the Accept-Encoding header `ae` takes gzip: a "gzip" (or "*") coding whose q is
+ * not 0; else 0. */
+int viewer_accepts_gzip(const char *ae)
+{
+    if (!ae)
+        return 0;
+    int star = 0;
+    for (const char *p = ae; *p;) {
+        while (*p == ' ' || *p == ',')
+            p++;
+        size_t n = strcspn(p, ",; ");
+        const char *name = p;
+        p += n;
+        double q = 1.0;
+        const char *end = p + strcspn(p, ",");
+        const char *qs = strstr(p, "q=");
+        if (qs && qs < end)
+            q = strtod(qs + 2, NULL);
+        p = end;
+        if (n == 4 && strncasecmp(name, "gzip", 4) == 0)
+            return q > 0.0;
+        if (n == 1 && name[0] == '*')
+            star = q > 0.0;
+    }
+    return star;
+}
+
+/* 1 for the Content-Types worth compressing (text, JSON, SVG, WebAssembly). */
+static int compressible(const char *ctype)
+{
+    return strncmp(ctype, "text/", 5) == 0 || strcmp(ctype, "application/json") == 0 ||
+           strcmp(ctype, "image/svg+xml") == 0 || strcmp(ctype, "application/wasm") == 0;
+}
+
+/* The gzip form of `t` (zlib, level 9), kept in the response cache under "gz:" and the
+ * key of `t`, so that a file is compressed once; NULL when it cannot be made (the plain
+ * file is then served). */
+static tile *gzip_tile(hreq *r, const char *key, const tile *t)
+{
+    size_t klen = strlen(key) + 4;
+    char *gzkey = malloc(klen);
+    if (!gzkey)
+        return NULL;
+    snprintf(gzkey, klen, "gz:%s", key);
+    tile *z = tilecache_get(r->srv->cache, gzkey);
+    if (z) {
+        free(gzkey);
+        return z;
+    }
+    z_stream zs;
+    memset(&zs, 0, sizeof(zs));
+    if (deflateInit2(&zs, 9, Z_DEFLATED, 15 + 16, 9, Z_DEFAULT_STRATEGY) != Z_OK) {
+        free(gzkey);
+        return NULL;
+    }
+    uLong cap = deflateBound(&zs, (uLong)t->len);
+    unsigned char *out = malloc(cap ? cap : 1);
+    int ok = 0;
+    if (out) {
+        zs.next_in = t->data;
+        zs.avail_in = (uInt)t->len;
+        zs.next_out = out;
+        zs.avail_out = (uInt)cap;
+        ok = deflate(&zs, Z_FINISH) == Z_STREAM_END;
+    }
+    size_t len = (size_t)zs.total_out;
+    deflateEnd(&zs);
+    if (!ok) {
+        free(out);
+        free(gzkey);
+        return NULL;
+    }
+    z = tile_new_take(out, len, t->content_type);
+    if (z)
+        tilecache_put(r->srv->cache, gzkey, z);
+    free(gzkey);
+    return z;
 }
 
 void handle_viewer(hreq *r, const route_match *m)
@@ -193,7 +275,8 @@ void handle_viewer(hreq *r, const route_match *m)
         return;
     }
     int status;
-    tile *t = read_static(r, root, rel, &status);
+    char key[PATH_MAX + 64];
+    tile *t = read_static(r, root, rel, &status, key, sizeof(key));
     if (!t) {
         if (status == 500)
             problem_reply(r, 500, NULL, "cannot read %.200s", path);
@@ -204,6 +287,17 @@ void handle_viewer(hreq *r, const route_match *m)
         else
             problem_reply(r, 404, NULL, "no such resource: %.200s", path);
         return;
+    }
+    if (compressible(t->content_type)) {
+        /* Each encoding has its own body, so its own ETag (the hash of what is sent). */
+        r->rep.vary = "Accept-Encoding";
+        tile *z = viewer_accepts_gzip(hreq_header(r, "Accept-Encoding")) && t->len > 256
+                  ? gzip_tile(r, key, t) : NULL;
+        if (z) {
+            tile_release(t);
+            t = z;
+            r->rep.content_encoding = "gzip";
+        }
     }
     hreq_reply_tile(r, 200, t);
     r->rep.cache_control = cache_control;

@@ -251,17 +251,15 @@ static void link_row(voxml *x, const char *id, const char *url, const char *serv
 static void dataset_links(voxml *x, const char *base, const char *id, const dataset *d)
 {
     char url[512], text[256];
-    if (has_fits(d)) {
-        snprintf(url, sizeof(url), "%s/api/v1/datasets/%s/fits", base, d->name);
-        snprintf(text, sizeof(text), "%s as a FITS file: %s", d->name,
-                 d->kind == DS_STACK ? "its first frame"
-                 : plain_file_size(d) >= 0 ? "the file as stored" : "the HDU's image");
-        link_row(x, id, url, NULL, NULL, "#this", text, "application/fits", plain_file_size(d));
-        if (d->cel || d->kind == DS_CUBE) {
-            snprintf(text, sizeof(text), "cutouts of %s (SODA sync: CIRCLE, POLYGON, POS%s): "
-                     "native pixels, the WCS kept", d->name, d->kind == DS_CUBE ? ", BAND" : "");
-            link_row(x, id, NULL, "soda", NULL, "#cutout", text, "application/fits", -1);
-        }
+    snprintf(url, sizeof(url), "%s/api/v1/datasets/%s/fits", base, d->name);
+    snprintf(text, sizeof(text), "%s as a FITS file: %s", d->name,
+             d->kind == DS_STACK ? "a cube of its frames"
+             : plain_file_size(d) >= 0 ? "the file as stored" : "the HDU's image");
+    link_row(x, id, url, NULL, NULL, "#this", text, "application/fits", plain_file_size(d));
+    if (has_fits(d) && (d->cel || d->kind == DS_CUBE)) {
+        snprintf(text, sizeof(text), "cutouts of %s (SODA sync: CIRCLE, POLYGON, POS%s): "
+                 "native pixels, the WCS kept", d->name, d->kind == DS_CUBE ? ", BAND" : "");
+        link_row(x, id, NULL, "soda", NULL, "#cutout", text, "application/fits", -1);
     }
     long side = d->nx > d->ny ? d->nx : d->ny;
     snprintf(url, sizeof(url), "%s/iiif/3/%s/full/%s/0/default.png", base, d->name,
@@ -900,49 +898,6 @@ fail:
     free(g);
     vo_params_release(&p);
     vo_reply_text(r, status, "%s", why);
-}
-
-/* ---- the dataset's FITS -------------------------------------------------------------- */
-
-void handle_dataset_fits(hreq *r, const route_match *m)
-{
-    static const char *const none[] = {NULL};
-    if (hreq_only_args(r, none))
-        return;
-    const dataset *d = m->ds;
-    if (!has_fits(d)) {
-        problem_reply(r, 422, "dataset", "dataset '%s' is a stack of PNG frames: it has no FITS "
-                      "file", d->name);
-        return;
-    }
-    long long size = plain_file_size(d);
-    if (size >= 0) {
-        int fd = open(d->paths[0], O_RDONLY | O_CLOEXEC);
-        struct stat st;
-        if (fd >= 0 && fstat(fd, &st) == 0 && S_ISREG(st.st_mode)) {
-            char version[64];
-            dataset_version(d, version, sizeof(version));
-            uint64_t h = tess_fnv1a64(version, strlen(version), TESS_FNV64_OFFSET);
-            r->rep.status = 200;
-            r->rep.file_fd = fd;
-            r->rep.file_len = (unsigned long long)st.st_size;
-            snprintf(r->rep.file_type, sizeof(r->rep.file_type), "application/fits");
-            snprintf(r->rep.file_etag, sizeof(r->rep.file_etag), "\"%016llx\"",
-                     (unsigned long long)h);
-            snprintf(r->rep.file_name, sizeof(r->rep.file_name), "%.60s.fits", d->name);
-            if (strspn(d->name, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
-                                "0123456789._-") != strlen(d->name))
-                r->rep.file_name[0] = '\0';
-            r->rep.cache_control = "no-cache";
-            return;
-        }
-        if (fd >= 0)
-            close(fd);
-        problem_reply(r, 500, NULL, "cannot open the file of dataset '%s'", d->name);
-        return;
-    }
-    long lo[3] = {0, 0, 0}, n[3] = {d->nx, d->ny, d->kind == DS_CUBE ? d->nz : 1};
-    run_copy(r, d, lo, n, 0);
 }
 
 /* ---- VOSI ---------------------------------------------------------------------------- */

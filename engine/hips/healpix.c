@@ -869,17 +869,33 @@ long hips_tile_encode(const hips_source *src, int order, int64_t npix, int galac
     }
     long finite = hips_render_tile(src, order, npix, HIPS_TILE_SHIFT, galactic, HIPS_ROWS_FITS,
                                    data, err, errlen);
-    if (finite > 0) {
-        int rc = fmt == HIPS_FMT_FITS
-                     ? hips_encode_fits(data, order, npix, HIPS_TILE_SHIFT, galactic, out, outlen)
-                     : hips_encode_picture(data, HIPS_TILE_WIDTH, HIPS_TILE_WIDTH, fmt, rp, lo,
-                                           hi, out, outlen);
-        if (rc != 0) {
-            put_err(err, errlen, rc == TESS_ENOMEM ? "out of memory" : "cannot encode the tile");
-            finite = rc;
-        }
-    }
+    finite = hips_tile_encode_data(data, finite, order, npix, galactic, fmt, rp, lo, hi, out,
+                                   outlen, err, errlen);
     free(data);
+    return finite;
+}
+
+long hips_tile_encode_data(const double *data, long finite, int order, int64_t npix,
+                           int galactic, hips_format fmt, const render_params *rp, double lo,
+                           double hi, unsigned char **out, size_t *outlen, char *err,
+                           size_t errlen)
+{
+    *out = NULL;
+    *outlen = 0;
+    if (finite <= 0)
+        return finite;
+    if (!rp && fmt != HIPS_FMT_FITS) {
+        put_err(err, errlen, "no rendering parameters");
+        return TESS_EINVAL;
+    }
+    int rc = fmt == HIPS_FMT_FITS
+                 ? hips_encode_fits(data, order, npix, HIPS_TILE_SHIFT, galactic, out, outlen)
+                 : hips_encode_picture(data, HIPS_TILE_WIDTH, HIPS_TILE_WIDTH, fmt, rp, lo, hi,
+                                       out, outlen);
+    if (rc != 0) {
+        put_err(err, errlen, rc == TESS_ENOMEM ? "out of memory" : "cannot encode the tile");
+        return rc;
+    }
     return finite;
 }
 
@@ -957,9 +973,102 @@ long hips_allsky_render(const hips_source *src, int galactic, double **out, long
     return finite;
 }
 
+long hips_allsky_render_from(const hips_source *src, int galactic, const hips_base_source *bs,
+                             double **out, long *w, long *h, char *err, size_t errlen)
+{
+    *out = NULL;
+    hips_allsky_size(HIPS_ALLSKY_CELL, w, h);
+    if (!src || !src->cel || !bs || !bs->get) {
+        put_err(err, errlen, "no source");
+        return TESS_EINVAL;
+    }
+    /* The order-0 tiles that may hold data, and all their order-3 tiles: a cell that no
+     * pixel of the image reaches is NaN in its base tile as it would be rendered alone
+     * (both renders mark the blocks that may hold data conservatively), so the walk down
+     * to order 3 (some 900 000 WCS transforms for an all-sky map) is not needed. */
+    int64_t *faces = NULL;
+    size_t nfaces = 0;
+    int rc = hips_tiles_covering(src->cel, src->nx, src->ny, galactic, 0, &faces, &nfaces);
+    if (rc != 0) {
+        put_err(err, errlen, rc == TESS_ENOMEM ? "out of memory" : "cannot list the tiles");
+        return rc;
+    }
+    const size_t per_face = (size_t)1 << (2 * HIPS_ALLSKY_ORDER);
+    size_t ntiles = nfaces * per_face;
+    int64_t *tiles = malloc(sizeof(int64_t) * (ntiles ? ntiles : 1));
+    for (size_t k = 0; tiles && k < ntiles; k++)
+        tiles[k] = faces[k / per_face] * (int64_t)per_face + (int64_t)(k % per_face);
+    free(faces);
+    size_t npic = (size_t)*w * (size_t)*h;
+    double *pic = tiles ? malloc(sizeof(double) * npic) : NULL;
+    if (!pic) {
+        free(tiles);
+        put_err(err, errlen, "out of memory");
+        return TESS_ENOMEM;
+    }
+    for (size_t i = 0; i < npic; i++)
+        pic[i] = NAN;
+    /* Cell pixel (x, y) of order-3 tile T is the HEALPix cell (T << 12) | s of order 9,
+     * s its index in the cell: pixel (T mod 64) << 12 | s of base tile T >> 6 (a tile of
+     * order 0 at shift 9), which holds the cells of its 64 order-3 tiles, 64 x 64 each.
+     * The tiles come in increasing npix, so those of one base tile follow each other. */
+    const int bshift = HIPS_ALLSKY_ORDER + HIPS_ALLSKY_SHIFT;
+    const long bw = 1L << bshift;
+    long finite = 0;
+    for (size_t t = 0; t < ntiles && finite >= 0;) {
+        int64_t face = tiles[t] >> (2 * HIPS_ALLSKY_ORDER);
+        size_t t1 = t;
+        while (t1 < ntiles && tiles[t1] >> (2 * HIPS_ALLSKY_ORDER) == face)
+            t1++;
+        const double *base = NULL;
+        long f = bs->get(bs->cls, face, &base, err, errlen);
+        if (f < 0) {
+            finite = f;
+            break;
+        }
+        for (size_t k = t; f > 0 && k < t1; k++) {
+            uint64_t sub = (uint64_t)tiles[k] & (((uint64_t)1 << (2 * HIPS_ALLSKY_ORDER)) - 1);
+            long x0, y0;
+            hips_allsky_origin(tiles[k], HIPS_ALLSKY_CELL, &x0, &y0);
+            for (long r = 0; r < HIPS_ALLSKY_CELL; r++) {
+                /* Picture row y0 + r from the top is row h - 1 - (y0 + r) from the bottom;
+                 * cell row r from the top. */
+                double *dst = pic + (size_t)(*h - 1 - (y0 + r)) * (size_t)*w + (size_t)x0;
+                for (long c = 0; c < HIPS_ALLSKY_CELL; c++) {
+                    uint64_t s = hips_tile_subindex(HIPS_ALLSKY_SHIFT, c, r, HIPS_ROWS_TOPDOWN);
+                    long bx, by;
+                    hips_tile_xy(bshift, sub << (2 * HIPS_ALLSKY_SHIFT) | s, HIPS_ROWS_FITS, &bx,
+                                 &by);
+                    double v = base[(size_t)by * (size_t)bw + (size_t)bx];
+                    dst[c] = v;
+                    finite += isfinite(v) != 0;
+                }
+            }
+        }
+        if (bs->release)
+            bs->release(bs->cls, face);
+        t = t1;
+    }
+    free(tiles);
+    if (finite < 0) {
+        free(pic);
+        return finite;
+    }
+    *out = pic;
+    return finite;
+}
+
 long hips_allsky_encode(const hips_source *src, int galactic, hips_format fmt,
                         const render_params *rp, double lo, double hi, unsigned char **out,
                         size_t *outlen, char *err, size_t errlen)
+{
+    return hips_allsky_encode_from(src, galactic, NULL, fmt, rp, lo, hi, out, outlen, err,
+                                   errlen);
+}
+
+long hips_allsky_encode_from(const hips_source *src, int galactic, const hips_base_source *bs,
+                             hips_format fmt, const render_params *rp, double lo, double hi,
+                             unsigned char **out, size_t *outlen, char *err, size_t errlen)
 {
     *out = NULL;
     *outlen = 0;
@@ -969,7 +1078,8 @@ long hips_allsky_encode(const hips_source *src, int galactic, hips_format fmt,
     }
     double *pic = NULL;
     long w, h;
-    long finite = hips_allsky_render(src, galactic, &pic, &w, &h, err, errlen);
+    long finite = bs ? hips_allsky_render_from(src, galactic, bs, &pic, &w, &h, err, errlen)
+                     : hips_allsky_render(src, galactic, &pic, &w, &h, err, errlen);
     if (finite < 0)
         return finite;
     int rc;

@@ -236,6 +236,15 @@ long hips_tile_encode(const hips_source *src, int order, int64_t npix, int galac
                       hips_format fmt, const render_params *rp, double lo, double hi,
                       unsigned char **out, size_t *outlen, char *err, size_t errlen);
 
+/* The encoding half of hips_tile_encode: `data` a W x W tile (HIPS_TILE_WIDTH, row 0 =
+ * FITS row 1) as hips_render_tile gave it, `finite` what it returned.  Returns `finite`
+ * with *out malloc'd when it is > 0; `finite` itself (*out NULL) when it is 0 or
+ * negative; or TESS_EINVAL / TESS_ENOMEM with `err`. */
+long hips_tile_encode_data(const double *data, long finite, int order, int64_t npix,
+                           int galactic, hips_format fmt, const render_params *rp, double lo,
+                           double hi, unsigned char **out, size_t *outlen, char *err,
+                           size_t errlen);
+
 /* Size of the Allsky picture of an order-3 HiPS with cells of `cell` pixels [HiPS
  * 4.3.2]: 768 tiles, 27 a row, in increasing npix from the top left: width 27 cell,
  * height 29 cell (1728 x 1856 for 64).  Cannot fail. */
@@ -246,7 +255,7 @@ void hips_allsky_size(int cell, long *w, long *h);
 void hips_allsky_origin(int64_t npix, int cell, long *x, long *y);
 
 /* The Allsky picture [HiPS 4.3.2] as doubles: every order-3 tile that may hold data
- * (hips_tiles_covering) rendered at HIPS_ALLSKY_CELL pixels a side (cells of order 3 +
+ * (hips_tiles_covering) at HIPS_ALLSKY_CELL pixels a side (cells of order 3 +
  * HIPS_ALLSKY_SHIFT = 9, the tile reduced by 8 as the standard asks) and laid out as
  * hips_allsky_origin says, each in its tile's orientation; NaN elsewhere.  `src` should
  * be at level hips_source_level(HIPS_ALLSKY_ORDER, HIPS_ALLSKY_SHIFT, pixscale).
@@ -256,6 +265,26 @@ void hips_allsky_origin(int64_t npix, int cell, long *x, long *y);
 long hips_allsky_render(const hips_source *src, int galactic, double **out, long *w, long *h,
                         char *err, size_t errlen);
 
+/* Where hips_allsky_render_from takes the order-0 tiles: get(cls, npix, &data, err,
+ * errlen) returns what hips_render_tile returns for tile (0, npix) at shift 9 in
+ * HIPS_ROWS_FITS (the finite count, or a negative TESS_E* code with err), with *data
+ * pointing at its 512 x 512 doubles, valid until release(cls, npix) (may be NULL). */
+typedef struct hips_base_source {
+    long (*get)(void *cls, int64_t npix, const double **data, char *err, size_t errlen);
+    void (*release)(void *cls, int64_t npix);
+    void *cls;
+} hips_base_source;
+
+/* hips_allsky_render cut from the order-0 tiles of `bs` (a cache shared with the order-0
+ * tiles, say): the cells of order 9 are the pixels of the order-0 tiles at
+ * HIPS_TILE_WIDTH, so when bs gives what hips_render_tile gives the picture is the same
+ * (every cell of each order-0 tile that may hold data is copied: a cell no image pixel
+ * reaches is NaN there too).  It costs 12 order-0 renders whatever the image's size: the
+ * cheaper path for an image covering much of the sky (whose order-0 tiles a viewer asks
+ * for as well), the dearer for a small one.  Returns as hips_allsky_render. */
+long hips_allsky_render_from(const hips_source *src, int galactic, const hips_base_source *bs,
+                             double **out, long *w, long *h, char *err, size_t errlen);
+
 /* hips_allsky_render encoded as hips_tile_encode does: PNG or JPEG through
  * render_rgba_cuts, or FITS (BITPIX -32, NaN kept, rows from the bottom of the picture as
  * for tiles, an ORDER card and no WCS).  Returns the number of finite pixels (>= 0; the
@@ -264,6 +293,11 @@ long hips_allsky_render(const hips_source *src, int galactic, double **out, long
 long hips_allsky_encode(const hips_source *src, int galactic, hips_format fmt,
                         const render_params *rp, double lo, double hi, unsigned char **out,
                         size_t *outlen, char *err, size_t errlen);
+/* hips_allsky_encode from the order-0 tiles of `bs` (hips_allsky_render_from; NULL:
+ * hips_allsky_render). */
+long hips_allsky_encode_from(const hips_source *src, int galactic, const hips_base_source *bs,
+                             hips_format fmt, const render_params *rp, double lo, double hi,
+                             unsigned char **out, size_t *outlen, char *err, size_t errlen);
 
 /* The Moc.fits of the survey [HiPS 4.4.2; IVOA MOC 1.1]: the cells of `order` that may
  * hold the image (hips_tiles_covering in ICRS: a MOC is always ICRS, whatever the HiPS

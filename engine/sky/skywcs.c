@@ -905,6 +905,10 @@ int skywcs_zaxis(skywcs *w, double x, double y, long n, double *world, char *cty
  * `full` is 360 (degrees) or 2 pi (radians).  Non-finite values pass through. */
 static double wrap_longitude(double a, double full)
 {
+    /* Already in [0, full): what the steps below give too (fmod is then a, no wraps),
+     * without the fmod that every transformed point would pay. */
+    if (full > 0.0 && a >= 0.0 && a < full)
+        return a;
     if (!isfinite(a))
         return a;
     double mod = fmod(a, full);

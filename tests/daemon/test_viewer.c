@@ -9,7 +9,9 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <zlib.h>
 
+#include "daemon/api/handlers.h"
 #include "daemon/config.h"
 #include "daemon/http.h"
 #include "tests/testutil.h"
@@ -237,6 +239,89 @@ START_TEST(only_get_and_head)
 }
 END_TEST
 
+/* Text files go gzip-compressed to a client that takes gzip: the same bytes once
+ * inflated, Vary: Accept-Encoding on both forms, an ETag of each encoding's own, 304 for
+ * each; the plain form to a client that does not (or refuses it with q=0). */
+START_TEST(text_files_are_sent_compressed_when_accepted)
+{
+    char p[1024];
+    snprintf(p, sizeof(p), "%s/viewer", top);
+    size_t n = 20000;
+    char *big = malloc(n + 1);
+    for (size_t i = 0; i < n; i++)
+        big[i] = "var x = 1;\n"[i % 11];
+    big[n] = '\0';
+    write_file(p, "big.js", big);
+    tt_resp plain = fetch("GET", "/viewer/big.js", NULL, NULL);
+    assert_body(&plain, big, "/viewer/big.js");
+    ck_assert_str_eq(plain.content_encoding, "");
+    ck_assert_str_eq(plain.vary, "Accept-Encoding");
+    tt_resp gz = fetch("GET", "/viewer/big.js", "Accept-Encoding: gzip, deflate, br", NULL);
+    ck_assert_int_eq(gz.status, 200);
+    ck_assert_str_eq(gz.content_encoding, "gzip");
+    ck_assert_str_eq(gz.vary, "Accept-Encoding");
+    ck_assert_str_eq(gz.content_type, "text/javascript; charset=utf-8");
+    ck_assert_msg(gz.len < n / 10, "compressed to %zu bytes of %zu", gz.len, n);
+    ck_assert_str_ne(gz.etag, plain.etag);
+    char *out = malloc(n + 16);
+    z_stream zs;
+    memset(&zs, 0, sizeof(zs));
+    ck_assert_int_eq(inflateInit2(&zs, 15 + 16), Z_OK);
+    zs.next_in = (unsigned char *)gz.body;
+    zs.avail_in = (uInt)gz.len;
+    zs.next_out = (unsigned char *)out;
+    zs.avail_out = (uInt)(n + 16);
+    ck_assert_int_eq(inflate(&zs, Z_FINISH), Z_STREAM_END);
+    ck_assert_uint_eq(zs.total_out, n);
+    ck_assert(memcmp(out, big, n) == 0);
+    inflateEnd(&zs);
+    /* Revalidation with the ETag of each form. */
+    char inm[160];
+    snprintf(inm, sizeof(inm), "If-None-Match: %s", gz.etag);
+    CURL *c = curl_easy_init();
+    tt_resp r304;
+    memset(&r304, 0, sizeof(r304));
+    tt_curl_capture(c, &r304);
+    char url[1024];
+    snprintf(url, sizeof(url), "%s/viewer/big.js", base);
+    curl_easy_setopt(c, CURLOPT_URL, url);
+    struct curl_slist *hl = curl_slist_append(NULL, inm);
+    hl = curl_slist_append(hl, "Accept-Encoding: gzip");
+    curl_easy_setopt(c, CURLOPT_HTTPHEADER, hl);
+    ck_assert_int_eq(curl_easy_perform(c), CURLE_OK);
+    curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &r304.status);
+    ck_assert_int_eq(r304.status, 304);
+    curl_slist_free_all(hl);
+    curl_easy_cleanup(c);
+    tt_resp_free(&r304);
+    /* gzip refused: the plain form. */
+    tt_resp no = fetch("GET", "/viewer/big.js", "Accept-Encoding: gzip;q=0, identity", NULL);
+    assert_body(&no, big, "/viewer/big.js");
+    ck_assert_str_eq(no.content_encoding, "");
+    ck_assert_str_eq(no.etag, plain.etag);
+    tt_resp_free(&no);
+    tt_resp_free(&plain);
+    tt_resp_free(&gz);
+    free(out);
+    free(big);
+}
+END_TEST
+
+START_TEST(accept_encoding_is_parsed)
+{
+    ck_assert_int_eq(viewer_accepts_gzip(NULL), 0);
+    ck_assert_int_eq(viewer_accepts_gzip(""), 0);
+    ck_assert_int_eq(viewer_accepts_gzip("gzip"), 1);
+    ck_assert_int_eq(viewer_accepts_gzip("deflate, GZIP;q=0.5"), 1);
+    ck_assert_int_eq(viewer_accepts_gzip("br"), 0);
+    ck_assert_int_eq(viewer_accepts_gzip("gzip;q=0"), 0);
+    ck_assert_int_eq(viewer_accepts_gzip("gzip; q=0.000, *"), 0);
+    ck_assert_int_eq(viewer_accepts_gzip("*"), 1);
+    ck_assert_int_eq(viewer_accepts_gzip("x-gzip"), 0);
+    ck_assert_int_eq(viewer_accepts_gzip("identity;q=1, *;q=0"), 0);
+}
+END_TEST
+
 START_TEST(missing_viewer_is_a_problem_not_a_blank_page)
 {
     char p[1024];
@@ -263,6 +348,8 @@ int main(void)
     tcase_add_test(tc, nothing_outside_is_reachable);
     tcase_add_test(tc, only_get_and_head);
     tcase_add_test(tc, missing_viewer_is_a_problem_not_a_blank_page);
+    tcase_add_test(tc, text_files_are_sent_compressed_when_accepted);
+    tcase_add_test(tc, accept_encoding_is_parsed);
     suite_add_tcase(s, tc);
     int rc = tt_run_suite(s);
     curl_global_cleanup();

@@ -690,6 +690,73 @@ START_TEST(test_allsky)
 }
 END_TEST
 
+/* A base source that renders each order-0 tile and counts the calls per tile. */
+typedef struct counting_base {
+    const hips_source *src;
+    double *buf;
+    int calls[12];
+} counting_base;
+
+static long counting_get(void *cls, int64_t npix, const double **data, char *err, size_t errlen)
+{
+    counting_base *b = cls;
+    b->calls[npix]++;
+    *data = b->buf;
+    return hips_render_tile(b->src, 0, npix, 9, 1, HIPS_ROWS_FITS, b->buf, err, errlen);
+}
+
+/* The whole sky: the Allsky cut from the 12 order-0 tiles, each asked for once, holds
+ * what the order-3 tiles rendered at 64 pixels hold (to the coordinate grid's rounding,
+ * 1e-7 input pixel, of a bilinear kernel), in every cell. */
+START_TEST(test_allsky_from_base_tiles)
+{
+    long nx, ny;
+    skywcs *cel = demo_wcs(DEMO("allsky_rosat.fits"), &nx, &ny);
+    long px, py;
+    double *data = tt_fits_plane(DEMO("allsky_rosat.fits"), 0, &px, &py);
+    rp_plane plane = {data, RP_F64, nx, ny};
+    char err[256] = "";
+    rp_kernel *k = rp_kernel_new(RP_BILINEAR, &plane, err, sizeof err);
+    hips_source src = {cel, nx, ny, k, nx, ny, 0, RP_BILINEAR, 0.001};
+    counting_base b = {&src, malloc(sizeof(double) * 512 * 512), {0}};
+    hips_base_source bs = {counting_get, NULL, &b};
+    double *pic = NULL;
+    long w, h, x, y;
+    long f = hips_allsky_render_from(&src, 1, &bs, &pic, &w, &h, err, sizeof err);
+    ck_assert_msg(f > 0, "%s", err);
+    for (int i = 0; i < 12; i++)
+        ck_assert_int_eq(b.calls[i], 1);
+    double *cell = malloc(sizeof(double) * 64 * 64);
+    long worse = 0, nan_mismatch = 0;
+    for (int64_t t = 0; t < 768; t += 37) {
+        ck_assert_int_ge(hips_render_tile(&src, 3, t, 6, 1, HIPS_ROWS_TOPDOWN, cell, err,
+                                          sizeof err), 0);
+        hips_allsky_origin(t, 64, &x, &y);
+        for (long r = 0; r < 64; r++)
+            for (long c = 0; c < 64; c++) {
+                double a = cell[r * 64 + c], v = pic[(h - 1 - (y + r)) * w + x + c];
+                if (isnan(a) || isnan(v))
+                    nan_mismatch += isnan(a) != isnan(v);
+                else
+                    worse += fabs(a - v) > 1e-6 * (fabs(a) + 1.0);
+            }
+    }
+    ck_assert_int_eq(nan_mismatch, 0);
+    ck_assert_int_eq(worse, 0);
+    /* The engine's own path gives the same picture, bit for bit. */
+    double *pic2 = NULL;
+    ck_assert_int_eq(hips_allsky_render(&src, 1, &pic2, &w, &h, err, sizeof err), f);
+    ck_assert(memcmp(pic, pic2, sizeof(double) * (size_t)(w * h)) == 0);
+    free(pic2);
+    free(cell);
+    free(pic);
+    free(b.buf);
+    rp_kernel_free(k);
+    free(data);
+    skywcs_free(cel);
+}
+END_TEST
+
 START_TEST(test_merge_children)
 {
     /* Children holding their cells' own nested indices: each parent pixel is the mean of
@@ -859,6 +926,7 @@ int main(void)
     tcase_add_test(tc, test_render_linear_field);
     tcase_add_test(tc, test_encode_fits);
     tcase_add_test(tc, test_allsky);
+    tcase_add_test(tc, test_allsky_from_base_tiles);
     tcase_add_test(tc, test_moc);
     tcase_add_test(tc, test_merge_children);
     tcase_add_test(tc, test_index_html);

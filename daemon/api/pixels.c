@@ -1,0 +1,528 @@
+/* GET /api/v1/datasets/{name}/values, /histogram, /footprint and /fits: pixel values, their
+ * distribution, the outline on the sky and the dataset as a FITS file. */
+#include "daemon/api/handlers.h"
+#include "daemon/cache/planes.h"
+#include "daemon/problem.h"
+#include "engine/base/error.h"
+#include "engine/base/fileio.h"
+#include "engine/fits/fitscard.h"
+#include "engine/fits/fitsimg.h"
+#include "engine/fits/fitswrite.h"
+#include "engine/image/stack.h"
+#include "engine/sky/skywcs.h"
+
+#include <fcntl.h>
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+/* Largest box of the values route, pixels on a side. */
+#define VALUES_MAX_SIZE 64
+/* Most bins of the histogram route. */
+#define HISTOGRAM_MAX_BINS 4096
+/* Most points per image edge of the footprint route. */
+#define FOOTPRINT_MAX_POINTS 1024
+
+/* Answers `doc` (taken) as JSON: 200, or 500 when it cannot be written. */
+static void reply_doc(hreq *r, json_t *doc)
+{
+    char *text = json_dumps(doc, JSON_COMPACT | JSON_REAL_PRECISION(17));
+    json_decref(doc);
+    if (!text) {
+        problem_reply(r, 500, NULL, "out of memory");
+        return;
+    }
+    hreq_reply_json(r, 200, text);
+}
+
+static json_t *real_or_null(double v)
+{
+    return isfinite(v) ? json_real(v) : json_null();
+}
+
+/* Query parameter `key` as an integer in lo..hi, `def` when absent; a 400 problem naming
+ * it (and -1) otherwise. */
+static int int_arg(hreq *r, const char *key, long lo, long hi, long def, const char *what,
+                   long *out)
+{
+    const char *s = hreq_arg(r, key);
+    *out = def;
+    if (!s)
+        return 0;
+    int rc = param_long(s, lo, hi, out);
+    if (rc == TESS_ERANGE) {
+        problem_reply(r, 400, key, "%s = %.40s is outside %ld..%ld", key, s, lo, hi);
+        return -1;
+    }
+    if (rc) {
+        problem_reply(r, 400, key, "%s must be an integer (%s), got '%.40s'", key, what, s);
+        return -1;
+    }
+    return 0;
+}
+
+/* The plane argument (0..nz-1, default 0) of dataset `d`. */
+static int plane_arg(hreq *r, const dataset *d, long *z)
+{
+    return int_arg(r, "plane", 0, d->nz - 1, 0, "0-based plane", z);
+}
+
+/* A cache key "KIND|NAME|VERSION|TAIL" in r->cache_key; 500 problem and -1 on failure. */
+static int set_key(hreq *r, const char *kind, const dataset *d, const char *tail)
+{
+    char version[64];
+    dataset_version(d, version, sizeof(version));
+    if (asprintf(&r->cache_key, "%s|%s|%s|%s", kind, d->name, version, tail) < 0) {
+        r->cache_key = NULL;
+        problem_reply(r, 500, NULL, "out of memory");
+        return -1;
+    }
+    return 0;
+}
+
+typedef struct pixels_job {
+    const dataset *ds;
+    long x, y, z, size, bins;
+    sky_frame frame;
+    long npoints;
+} pixels_job;
+
+static int start_job(hreq *r, const pixels_job *j0, void (*work)(hreq *))
+{
+    pixels_job *j = malloc(sizeof(*j));
+    if (!j) {
+        problem_reply(r, 500, NULL, "out of memory");
+        return -1;
+    }
+    *j = *j0;
+    return hreq_run_async(r, work, j, free);
+}
+
+/* ---- values ----------------------------------------------------------------------------- */
+
+static void values_work(hreq *r)
+{
+    pixels_job *j = r->work_arg;
+    const dataset *d = j->ds;
+    long w = j->size < d->nx - j->x ? j->size : d->nx - j->x;
+    long h = j->size < d->ny - j->y ? j->size : d->ny - j->y;
+    double *v = malloc((size_t)w * (size_t)h * sizeof(double));
+    char err[256] = "";
+    if (!v) {
+        problem_reply(r, 500, NULL, "out of memory");
+        return;
+    }
+    int rc = dataset_read_region(d, j->z, j->x, j->y, w, h, v, err, sizeof(err));
+    if (rc) {
+        problem_reply(r, problem_read_status(rc, 500), NULL, "cannot read dataset '%s': %s",
+                      d->name, err);
+        free(v);
+        return;
+    }
+    json_t *doc = json_object(), *rows = json_array();
+    for (long y = 0; y < h; y++) {
+        json_t *row = json_array();
+        for (long x = 0; x < w; x++)
+            json_array_append_new(row, real_or_null(v[y * w + x]));
+        json_array_append_new(rows, row);
+    }
+    free(v);
+    json_object_set_new(doc, "x", json_integer(j->x));
+    json_object_set_new(doc, "y", json_integer(j->y));
+    json_object_set_new(doc, "plane", json_integer(j->z));
+    json_object_set_new(doc, "size", json_integer(j->size));
+    json_object_set_new(doc, "values", rows);
+    json_object_set_new(doc, "unit", d->bunit[0] ? json_string(d->bunit) : json_null());
+    reply_doc(r, doc);
+}
+
+void handle_values(hreq *r, const route_match *m)
+{
+    const dataset *d = m->ds;
+    static const char *const known[] = {"x", "y", "plane", "size", NULL};
+    if (hreq_only_args(r, known))
+        return;
+    pixels_job j = {.ds = d};
+    if (!hreq_arg(r, "x") || !hreq_arg(r, "y")) {
+        const char *key = hreq_arg(r, "x") ? "y" : "x";
+        problem_reply(r, 400, key, "%s is required (0-based pixel %s)", key,
+                      key[0] == 'x' ? "column" : "row");
+        return;
+    }
+    if (int_arg(r, "x", 0, d->nx - 1, 0, "0-based pixel column", &j.x) ||
+        int_arg(r, "y", 0, d->ny - 1, 0, "0-based pixel row", &j.y) || plane_arg(r, d, &j.z) ||
+        int_arg(r, "size", 1, VALUES_MAX_SIZE, 1, "pixels on a side", &j.size))
+        return;
+    char tail[96];
+    snprintf(tail, sizeof(tail), "%ld|%ld|%ld|%ld", j.x, j.y, j.z, j.size);
+    if (set_key(r, "values", d, tail) || hreq_try_cache(r))
+        return;
+    start_job(r, &j, values_work);
+}
+
+/* ---- histogram -------------------------------------------------------------------------- */
+
+/* Percentile `p` (0..100) of the finite pixels of plane z through the plane store's cut
+ * levels: the exact value the tiles use for the same cut (numpy.percentile's linear
+ * interpolation), cached per plane. */
+static int plane_percentiles(hreq *r, const pixels_job *j, double plo, double phi, double *lo,
+                             double *hi)
+{
+    render_params rp;
+    render_params_default(&rp);
+    rp.min_cut = (render_cut){plo, 1};
+    rp.max_cut = (render_cut){phi, 1};
+    char err[256] = "";
+    int rc = planestore_cuts(r->srv->planes, j->ds, j->z, &rp, lo, hi, err, sizeof(err));
+    if (rc)
+        problem_reply(r, problem_read_status(rc, 500), NULL,
+                      "cannot compute the percentiles of '%s': %s", j->ds->name, err);
+    return rc ? -1 : 0;
+}
+
+static void histogram_work(hreq *r)
+{
+    pixels_job *j = r->work_arg;
+    const dataset *d = j->ds;
+    double p05, p995, p1, p99;
+    if (plane_percentiles(r, j, 0.5, 99.5, &p05, &p995) ||
+        plane_percentiles(r, j, 1.0, 99.0, &p1, &p99))
+        return;
+    plane_view v;
+    char err[256] = "";
+    int rc = planestore_get(r->srv->planes, d, j->z, 0, &v, err, sizeof(err));
+    if (rc) {
+        problem_reply(r, problem_read_status(rc, 500), NULL,
+                      "cannot read plane %ld of dataset '%s': %s", j->z, d->name, err);
+        return;
+    }
+    const rp_plane *p = v.plane;
+    size_t n = (size_t)p->nx * (size_t)p->ny;
+    double mn = INFINITY, mx = -INFINITY;
+    for (size_t k = 0; k < n; k++) {
+        double x = p->dtype == RP_F32 ? (double)((const float *)p->data)[k]
+                                      : ((const double *)p->data)[k];
+        if (isfinite(x)) {
+            if (x < mn)
+                mn = x;
+            if (x > mx)
+                mx = x;
+        }
+    }
+    long long *counts = calloc((size_t)j->bins, sizeof(long long));
+    if (!counts) {
+        planestore_release(r->srv->planes, &v);
+        problem_reply(r, 500, NULL, "out of memory");
+        return;
+    }
+    double width = mx > mn ? (mx - mn) / (double)j->bins : 0.0;
+    for (size_t k = 0; isfinite(mn) && k < n; k++) {
+        double x = p->dtype == RP_F32 ? (double)((const float *)p->data)[k]
+                                      : ((const double *)p->data)[k];
+        if (!isfinite(x))
+            continue;
+        long b = width > 0 ? (long)((x - mn) / width) : 0;
+        counts[b >= j->bins ? j->bins - 1 : b < 0 ? 0 : b]++;
+    }
+    planestore_release(r->srv->planes, &v);
+    json_t *doc = json_object(), *ca = json_array(), *pc = json_object();
+    for (long b = 0; b < j->bins; b++)
+        json_array_append_new(ca, json_integer(counts[b]));
+    free(counts);
+    json_object_set_new(pc, "0.5", real_or_null(p05));
+    json_object_set_new(pc, "1", real_or_null(p1));
+    json_object_set_new(pc, "99", real_or_null(p99));
+    json_object_set_new(pc, "99.5", real_or_null(p995));
+    json_object_set_new(doc, "plane", json_integer(j->z));
+    json_object_set_new(doc, "min", real_or_null(mn));
+    json_object_set_new(doc, "max", real_or_null(mx));
+    json_object_set_new(doc, "bins", json_integer(j->bins));
+    json_object_set_new(doc, "counts", ca);
+    json_object_set_new(doc, "percentiles", pc);
+    reply_doc(r, doc);
+}
+
+void handle_histogram(hreq *r, const route_match *m)
+{
+    const dataset *d = m->ds;
+    static const char *const known[] = {"plane", "bins", NULL};
+    if (hreq_only_args(r, known))
+        return;
+    pixels_job j = {.ds = d};
+    if (plane_arg(r, d, &j.z) ||
+        int_arg(r, "bins", 1, HISTOGRAM_MAX_BINS, 256, "number of bins", &j.bins))
+        return;
+    char tail[64];
+    snprintf(tail, sizeof(tail), "%ld|%ld", j.z, j.bins);
+    if (set_key(r, "histogram", d, tail) || hreq_try_cache(r))
+        return;
+    start_job(r, &j, histogram_work);
+}
+
+/* ---- footprint -------------------------------------------------------------------------- */
+
+/* Traces the outline of an nx x ny image of WCS `cel` along the outer edges of its
+ * pixels (npoints per edge, counter-clockwise in pixels from the corner (-0.5, -0.5)), in
+ * frame `to`, into lon and lat (4 npoints each, degrees; NaN off the projection).
+ * Returns 0, TESS_EINVAL (not celestial) or TESS_ENOMEM. */
+static int footprint_trace(const skywcs *cel, long nx, long ny, long npoints, sky_frame to,
+                    double *lon, double *lat)
+{
+    skywcs *w = skywcs_copy(cel);
+    if (!w)
+        return TESS_ENOMEM;
+    size_t n = 4 * (size_t)npoints;
+    double *x = malloc(2 * n * sizeof(double));
+    if (!x) {
+        skywcs_free(w);
+        return TESS_ENOMEM;
+    }
+    double *y = x + n;
+    /* Counter-clockwise in pixels from the corner (-0.5, -0.5): bottom, right, top, left
+     * edges, npoints each (the next corner starts the next edge). */
+    double x0 = -0.5, y0 = -0.5, x1 = (double)nx - 0.5, y1 = (double)ny - 0.5;
+    for (long k = 0; k < npoints; k++) {
+        double t = (double)k / (double)npoints;
+        x[k] = x0 + t * (x1 - x0);
+        y[k] = y0;
+        x[npoints + k] = x1;
+        y[npoints + k] = y0 + t * (y1 - y0);
+        x[2 * npoints + k] = x1 - t * (x1 - x0);
+        y[2 * npoints + k] = y1;
+        x[3 * npoints + k] = x0;
+        y[3 * npoints + k] = y1 - t * (y1 - y0);
+    }
+    int rc = skywcs_pix2sky(w, n, x, y, lon, lat);
+    if (rc == 0) {
+        double eq = 0.0;
+        sky_frame from = skywcs_frame(w, &eq);
+        sky_convert(from, eq, to, 0.0, n, lon, lat);
+    }
+    free(x);
+    skywcs_free(w);
+    return rc;
+}
+
+static void footprint_work(hreq *r)
+{
+    pixels_job *j = r->work_arg;
+    const dataset *d = j->ds;
+    size_t n = 4 * (size_t)j->npoints;
+    double *lon = malloc(2 * n * sizeof(double));
+    if (!lon) {
+        problem_reply(r, 500, NULL, "out of memory");
+        return;
+    }
+    double *lat = lon + n;
+    int rc = footprint_trace(d->cel, d->nx, d->ny, j->npoints, j->frame, lon, lat);
+    if (rc) {
+        free(lon);
+        problem_reply(r, rc == TESS_ENOMEM ? 500 : 422, rc == TESS_ENOMEM ? NULL : "dataset",
+                      "cannot trace the outline of dataset '%s'", d->name);
+        return;
+    }
+    json_t *doc = json_object(), *poly = json_array();
+    for (size_t k = 0; k < n; k++) {
+        if (!isfinite(lon[k]) || !isfinite(lat[k]))
+            continue;   /* an edge point off the projection (all-sky maps) */
+        json_t *pt = json_array();
+        json_array_append_new(pt, json_real(lon[k]));
+        json_array_append_new(pt, json_real(lat[k]));
+        json_array_append_new(poly, pt);
+    }
+    free(lon);
+    json_object_set_new(doc, "frame", json_string(sky_frame_name(j->frame)));
+    json_object_set_new(doc, "polygon", poly);
+    reply_doc(r, doc);
+}
+
+void handle_footprint(hreq *r, const route_match *m)
+{
+    const dataset *d = m->ds;
+    static const char *const known[] = {"frame", "n", NULL};
+    if (hreq_only_args(r, known))
+        return;
+    pixels_job j = {.ds = d, .frame = SKY_FRAME_ICRS};
+    const char *fs = hreq_arg(r, "frame");
+    if (fs && strcmp(fs, "galactic") == 0)
+        j.frame = SKY_FRAME_GALACTIC;
+    else if (fs && strcmp(fs, "icrs") != 0) {
+        problem_reply(r, 400, "frame", "frame must be icrs or galactic, got '%.40s'", fs);
+        return;
+    }
+    if (int_arg(r, "n", 1, FOOTPRINT_MAX_POINTS, 16, "points per edge", &j.npoints))
+        return;
+    if (handler_need_celestial(r, d, "it has no footprint on the sky"))
+        return;
+    char tail[64];
+    snprintf(tail, sizeof(tail), "%s|%ld", sky_frame_name(j.frame), j.npoints);
+    if (set_key(r, "footprint", d, tail) || hreq_try_cache(r))
+        return;
+    start_job(r, &j, footprint_work);
+}
+
+/* ---- the dataset as a FITS file --------------------------------------------------------- */
+
+/* The file name of the download: the dataset's name with ".fits". */
+static void download_name(const dataset *d, char *out, size_t len)
+{
+    snprintf(out, len, "%.60s.fits", d->name);
+}
+
+/* The primary HDU of an uncompressed file, sent from the file itself: its header and data
+ * unit are the first data_offset + data size (in whole blocks) bytes.  Returns 1 when
+ * answered, 0 when the file is not that simple (then nothing is set). */
+static int fits_send_primary(hreq *r, const dataset *d, const fitsimg_info *info)
+{
+    if (d->hdu != 0 || info->data_offset < 0)
+        return 0;
+    unsigned long long bytes = (unsigned long long)(info->bitpix < 0 ? -info->bitpix
+                                                                     : info->bitpix) / 8;
+    for (int i = 0; i < info->naxis; i++)
+        bytes *= (unsigned long long)info->naxes[i];
+    unsigned long long len = (unsigned long long)info->data_offset + (bytes + 2879) / 2880 * 2880;
+    if (len > (unsigned long long)info->file_size)
+        return 0;
+    int fd = tess_open_regular(d->paths[0], 0, NULL, NULL, 0);
+    if (fd < 0)
+        return 0;
+    char version[64];
+    dataset_version(d, version, sizeof(version));
+    unsigned long long h = 0xcbf29ce484222325ULL;   /* FNV-1a of the version */
+    for (const char *p = version; *p; p++)
+        h = (h ^ (unsigned char)*p) * 0x100000001b3ULL;
+    r->rep.status = 200;
+    r->rep.file_fd = fd;
+    r->rep.file_len = len;
+    snprintf(r->rep.file_type, sizeof(r->rep.file_type), "application/fits");
+    snprintf(r->rep.file_etag, sizeof(r->rep.file_etag), "\"%016llx\"", h);
+    download_name(d, r->rep.file_name, sizeof(r->rep.file_name));
+    return 1;
+}
+
+/* The header cards of the written copy: those of `cards` but the structural ones (which
+ * fitswrite writes) and the scaling (the copy holds physical values). */
+static int copy_cards(const char *cards, int n, char **out, int *nout)
+{
+    char *c = malloc((size_t)n * 80 + 1);
+    if (!c)
+        return TESS_ENOMEM;
+    int k = 0;
+    for (int i = 0; i < n; i++) {
+        const char *card = cards + (size_t)i * 80;
+        if (fitscard_is_structural(card) || fitscard_key_is(card, "BSCALE") ||
+            fitscard_key_is(card, "BZERO") || fitscard_key_is(card, "BLANK") ||
+            fitscard_key_is(card, "EXTNAME") || fitscard_key_is(card, "CHECKSUM") ||
+            fitscard_key_is(card, "DATASUM"))
+            continue;
+        memcpy(c + (size_t)k * 80, card, 80);
+        k++;
+    }
+    c[(size_t)k * 80] = '\0';
+    *out = c;
+    *nout = k;
+    return 0;
+}
+
+/* Any other dataset (an extension, a tile-compressed image, a stack of frames) written
+ * anew as one primary HDU of physical values: BITPIX -64 for data read in double (-64,
+ * 32- and 64-bit integers), else -32; a stack becomes a cube of its frames in order. */
+static void fits_work(hreq *r)
+{
+    pixels_job *j = r->work_arg;
+    const dataset *d = j->ds;
+    char err[256] = "";
+    size_t plane = (size_t)d->nx * (size_t)d->ny;
+    double *data = malloc(plane * (size_t)d->nz * sizeof(double));
+    if (!data) {
+        problem_reply(r, 500, NULL, "out of memory");
+        return;
+    }
+    for (long z = 0; z < d->nz; z++) {
+        if (hreq_cancelled(r)) {
+            free(data);
+            hreq_reply_cancelled(r);
+            return;
+        }
+        int rc = dataset_read_region(d, z, 0, 0, d->nx, d->ny, data + (size_t)z * plane, err,
+                                     sizeof(err));
+        if (rc) {
+            free(data);
+            problem_reply(r, problem_read_status(rc, 500), NULL, "cannot read dataset '%s': %s",
+                          d->name, err);
+            return;
+        }
+    }
+    char *cards = NULL;
+    int ncards = 0;
+    if (copy_cards(d->header, d->nkeys, &cards, &ncards)) {
+        free(data);
+        problem_reply(r, 500, NULL, "out of memory");
+        return;
+    }
+    int wide = d->bitpix == -64 || d->bitpix == 32 || d->bitpix == 64;
+    fitswrite_image im = {
+        .bitpix = wide ? -64 : -32, .naxis = d->nz > 1 || d->kind != DS_IMAGE ? 3 : 2,
+        .naxes = {d->nx, d->ny, d->nz, 1}, .cards = cards, .ncards = ncards,
+    };
+    size_t hint = plane * (size_t)d->nz * (wide ? 8 : 4) + fitscard_header_size(ncards + 16);
+    fitswrite *w = NULL;
+    unsigned char *out = NULL;
+    size_t len = 0;
+    int rc = fitswrite_new_mem(hint, &w);
+    if (rc == 0) {
+        rc = fitswrite_image_hdu(w, &im, data, err, sizeof(err));
+        if (rc == 0)
+            rc = fitswrite_take(w, &out, &len);
+        else
+            fitswrite_close(w, NULL, 0);
+    }
+    free(cards);
+    free(data);
+    if (rc) {
+        problem_reply(r, 500, NULL, "cannot write the FITS file of '%s': %s", d->name,
+                      err[0] ? err : "out of memory");
+        return;
+    }
+    hreq_reply_tile(r, 200, tile_new_take(out, len, "application/fits"));
+}
+
+void handle_fits(hreq *r, const route_match *m)
+{
+    const dataset *d = m->ds;
+    static const char *const known[] = {NULL};
+    if (hreq_only_args(r, known))
+        return;
+    if (d->kind != DS_STACK && !frame_is_png(d->paths[0])) {
+        fitsimg_info info;
+        char err[256] = "";
+        int rc = fitsimg_read_info(d->paths[0], d->hdu, &info, err, sizeof(err));
+        if (rc) {
+            problem_reply(r, problem_read_status(rc, 500), NULL, "cannot read dataset '%s': %s",
+                          d->name, err);
+            return;
+        }
+        int sent = fits_send_primary(r, d, &info);
+        fitsimg_info_release(&info);
+        if (sent)
+            return;
+    }
+    long long pixels = (long long)d->nx * d->ny * d->nz;
+    if (pixels > r->srv->cfg->max_output_pixels) {
+        problem_reply(r, 413, NULL, "the FITS file of %lld pixels is more than "
+                      "limits.max_output_pixels = %lld", pixels, r->srv->cfg->max_output_pixels);
+        return;
+    }
+    char download[72];
+    download_name(d, download, sizeof(download));
+    if (set_key(r, "fits", d, "") || hreq_try_cache(r)) {
+        snprintf(r->rep.file_name, sizeof(r->rep.file_name), "%s", download);
+        return;
+    }
+    snprintf(r->rep.file_name, sizeof(r->rep.file_name), "%s", download);
+    pixels_job j = {.ds = d};
+    start_job(r, &j, fits_work);
+}

@@ -104,6 +104,9 @@ void handle_values(hreq *r, const route_match *m);
 void handle_histogram(hreq *r, const route_match *m);
 void handle_footprint(hreq *r, const route_match *m);
 void handle_fits(hreq *r, const route_match *m);
+/* The length in bytes of what handle_fits sends of dataset d straight from its file (the
+ * primary HDU of an uncompressed FITS file), or -1 when it writes a copy instead. */
+long long dataset_fits_stored_length(const dataset *d);
 
 /* The z axis of a dataset (series.c), for series and per-plane results: values[k] is the
  * world coordinate of plane k (0-based) — axis 3 of the header's WCS at pixel (x, y) as

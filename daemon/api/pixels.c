@@ -372,20 +372,45 @@ static void download_name(const dataset *d, char *out, size_t len)
     snprintf(out, len, "%.60s.fits", d->name);
 }
 
-/* The primary HDU of an uncompressed file, sent from the file itself: its header and data
- * unit are the first data_offset + data size (in whole blocks) bytes.  Returns 1 when
- * answered, 0 when the file is not that simple (then nothing is set). */
-static int fits_send_primary(hreq *r, const dataset *d, const fitsimg_info *info)
+/* The length of the primary HDU of an uncompressed file: its header and data unit are the
+ * first data_offset + data size (in whole blocks) bytes.  -1 when the dataset is not that
+ * simple. */
+static long long primary_length(const dataset *d, const fitsimg_info *info)
 {
     if (d->hdu != 0 || info->data_offset < 0)
-        return 0;
+        return -1;
     unsigned long long bytes = (unsigned long long)(info->bitpix < 0 ? -info->bitpix
                                                                      : info->bitpix) / 8;
     for (int i = 0; i < info->naxis; i++)
         bytes *= (unsigned long long)info->naxes[i];
     unsigned long long len = (unsigned long long)info->data_offset + (bytes + 2879) / 2880 * 2880;
     if (len > (unsigned long long)info->file_size)
+        return -1;
+    return (long long)len;
+}
+
+long long dataset_fits_stored_length(const dataset *d)
+{
+    if (d->kind == DS_STACK || frame_is_png(d->paths[0]))
+        return -1;
+    fitsimg_info info;
+    char err[256];
+    if (fitsimg_read_info(d->paths[0], d->hdu, &info, err, sizeof(err)))
+        return -1;
+    long long len = primary_length(d, &info);
+    fitsimg_info_release(&info);
+    return len;
+}
+
+/* The primary HDU of an uncompressed file, sent from the file itself (primary_length
+ * bytes).  Returns 1 when answered, 0 when the file is not that simple (then nothing is
+ * set). */
+static int fits_send_primary(hreq *r, const dataset *d, const fitsimg_info *info)
+{
+    long long plen = primary_length(d, info);
+    if (plen < 0)
         return 0;
+    unsigned long long len = (unsigned long long)plen;
     int fd = tess_open_regular(d->paths[0], 0, NULL, NULL, 0);
     if (fd < 0)
         return 0;

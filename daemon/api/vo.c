@@ -203,19 +203,6 @@ static int has_fits(const dataset *d)
     return d->kind != DS_STACK || (d->header_hash && d->header_hash[0] != 0);
 }
 
-/* The size of the dataset's #this FITS when it is its file as it is (an uncompressed
- * primary HDU of an image or cube), else -1. */
-static long long plain_file_size(const dataset *d)
-{
-    struct stat st;
-    if (d->kind == DS_STACK || d->hdu != 0 || stat(d->paths[0], &st) != 0)
-        return -1;
-    char err[160];
-    if (fitsimg_check_not_compressed(d->paths[0], err, sizeof(err)))
-        return -1;
-    return (long long)st.st_size;
-}
-
 /* ---- DataLink ------------------------------------------------------------------------ */
 
 static void field(voxml *x, const char *name, const char *id, const char *datatype,
@@ -251,11 +238,12 @@ static void link_row(voxml *x, const char *id, const char *url, const char *serv
 static void dataset_links(voxml *x, const char *base, const char *id, const dataset *d)
 {
     char url[512], text[256];
+    long long stored = dataset_fits_stored_length(d);
     snprintf(url, sizeof(url), "%s/api/v1/datasets/%s/fits", base, d->name);
     snprintf(text, sizeof(text), "%s as a FITS file: %s", d->name,
              d->kind == DS_STACK ? "a cube of its frames"
-             : plain_file_size(d) >= 0 ? "the file as stored" : "the HDU's image");
-    link_row(x, id, url, NULL, NULL, "#this", text, "application/fits", plain_file_size(d));
+             : stored >= 0 ? "its primary HDU as stored" : "the HDU's image");
+    link_row(x, id, url, NULL, NULL, "#this", text, "application/fits", stored);
     if (has_fits(d) && (d->cel || d->kind == DS_CUBE)) {
         snprintf(text, sizeof(text), "cutouts of %s (SODA sync: CIRCLE, POLYGON, POS%s): "
                  "native pixels, the WCS kept", d->name, d->kind == DS_CUBE ? ", BAND" : "");

@@ -81,7 +81,8 @@ rule "SQLite outside the job store" '<sqlite3\.h>' 'daemon/jobs/jobs.c'
 rule "chealpix outside engine/hips" '<chealpix\.h>' 'engine/hips/*'
 rule "fftw3 outside engine/cube" '<fftw3\.h>' 'engine/cube/*'
 rule "libcurl outside the CLI's job client" '<curl/' 'cli/cmd_jobs.c'
-rule "libpng outside the image codecs" '<png\.h>' 'engine/image/encode.c' 'engine/image/stack.c'
+rule "libpng outside the image codecs" '<png\.h>' 'engine/image/encode.c' 'engine/image/stack.c' \
+    'engine/image/pngframe.c'
 rule "libjpeg outside the image codecs" '<jpeglib\.h>' 'engine/image/encode.c'
 
 checks=$((checks + 1))

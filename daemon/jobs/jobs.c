@@ -1142,8 +1142,16 @@ static void reregister(jobs *J)
         result_of(J, id, (const char *)sqlite3_column_text(st, 3), final);
         if (access(final, R_OK) != 0)
             continue;
-        if (register_product(J, &prod, final, err, sizeof(err)))
+        int rc = register_product(J, &prod, final, err, sizeof(err));
+        size_t fl = strlen(final);
+        if (rc == TESS_ENOTFOUND && prod.attach_to[0] && fl > 5 &&
+            strcmp(final + fl - 5, ".fits") == 0) {
+            /* a plane store (ingest) of a dataset no longer configured: swept */
+            unlink(final);
+            fprintf(stderr, "tesserad: product of job %s removed: %s\n", id, err);
+        } else if (rc) {
             fprintf(stderr, "tesserad: product of job %s not registered: %s\n", id, err);
+        }
     }
     sqlite3_finalize(st);
 }

@@ -2,14 +2,19 @@
  * frames before engine/image/pngframe), libspng, and engine/image/pngframe (the chunks
  * parsed here, the IDAT stream inflated at once by libdeflate), on the same files.
  *
- * usage: pngdecode [-d DUMPDIR] [-r ROUNDS] [-m DECODER] FILE...
+ * usage: pngdecode [-z] [-d DUMPDIR] [-r ROUNDS] [-m DECODER] FILE...
  * Decodes every FILE with each decoder ROUNDS times (default 3, the best round counts),
  * prints "RESULT decoder ms_per_frame" lines, and checks that every decoder gives the
  * same samples (row 0 = the last PNG row, native-endian 16-bit).  -m runs only the
- * decoder of that name (for perf).  With -d, the pngframe
+ * decoder of that name (for perf).  -z also weighs a store of the decoded frames
+ * compressed frame by frame (LZ4, zstd level 1) against an uncompressed one: compressed
+ * size, and ms/frame to decompress vs to copy a frame (the read of a store in the page
+ * cache).  With -d, the pngframe
  * samples of each of the first 20 files are written to DUMPDIR/N.raw for a comparison
  * with another reader (bench/pngdecode.py does it with skimage). */
+#include <lz4.h>
 #include <spng.h>
+#include <zstd.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -73,11 +78,68 @@ done:
     return rc;
 }
 
+/* The -z figures over the pngframe decodes of the n files. */
+static int weigh_codecs(char **files, int n)
+{
+    size_t raw = 0, c_lz4 = 0, c_zstd = 0;
+    double t_copy = 0, t_lz4 = 0, t_zstd = 0;
+    for (int i = 0; i < n; i++) {
+        void *pix = NULL;
+        long nx, ny;
+        int bits;
+        if (dec_pngframe(files[i], &pix, &nx, &ny, &bits) != 0)
+            return -1;
+        size_t nb = (size_t)nx * (size_t)ny * (bits == 16 ? 2 : 1);
+        size_t cap = (size_t)LZ4_compressBound((int)nb) + ZSTD_compressBound(nb);
+        char *c = malloc(cap), *out = malloc(nb);
+        if (!c || !out)
+            return -1;
+        int nl = LZ4_compress_default(pix, c, (int)nb, (int)cap);
+        memset(out, 1, nb);   /* faulted in: the copy times the copy alone */
+        double t0 = tess_mono_s();
+        memcpy(out, pix, nb);
+        t_copy += tess_mono_s() - t0;
+        t0 = tess_mono_s();
+        int ok = LZ4_decompress_safe(c, out, nl, (int)nb) == (int)nb;
+        t_lz4 += tess_mono_s() - t0;
+        ok = ok && memcmp(out, pix, nb) == 0;
+        size_t nz = ZSTD_compress(c, cap, pix, nb, 1);
+        t0 = tess_mono_s();
+        ok = ok && !ZSTD_isError(nz) && ZSTD_decompress(out, nb, c, nz) == nb;
+        t_zstd += tess_mono_s() - t0;
+        ok = ok && memcmp(out, pix, nb) == 0;
+        raw += nb;
+        c_lz4 += (size_t)nl;
+        c_zstd += nz;
+        free(c);
+        free(out);
+        free(pix);
+        if (!ok) {
+            fprintf(stderr, "pngdecode: a codec failed on %s\n", files[i]);
+            return -1;
+        }
+    }
+    printf("STORE raw: %.1f MB, copy %.3f ms/frame (%.0f MB/s)\n", raw / 1048576.0,
+           1000 * t_copy / n, raw / 1048576.0 / t_copy);
+    printf("STORE lz4: %.1f MB (%.1f%%), decompress %.3f ms/frame (%.0f MB/s)\n",
+           c_lz4 / 1048576.0, 100.0 * (double)c_lz4 / (double)raw, 1000 * t_lz4 / n,
+           raw / 1048576.0 / t_lz4);
+    printf("STORE zstd-1: %.1f MB (%.1f%%), decompress %.3f ms/frame (%.0f MB/s)\n",
+           c_zstd / 1048576.0, 100.0 * (double)c_zstd / (double)raw, 1000 * t_zstd / n,
+           raw / 1048576.0 / t_zstd);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     const char *dump = NULL, *only = NULL;
-    int rounds = 3, a = 1;
+    int rounds = 3, a = 1, codecs = 0;
     for (; a + 1 < argc && argv[a][0] == '-'; a += 2) {
+        if (strcmp(argv[a], "-z") == 0) {
+            codecs = 1;
+            a--;
+            continue;
+        }
         if (strcmp(argv[a], "-d") == 0)
             dump = argv[a + 1];
         else if (strcmp(argv[a], "-m") == 0)
@@ -87,7 +149,7 @@ int main(int argc, char **argv)
     }
     int n = argc - a;
     if (n < 1 || rounds < 1) {
-        fprintf(stderr, "usage: pngdecode [-d DUMPDIR] [-r ROUNDS] [-m DECODER] FILE...\n");
+        fprintf(stderr, "usage: pngdecode [-z] [-d DUMPDIR] [-r ROUNDS] [-m DECODER] FILE...\n");
         return 2;
     }
     char **files = argv + a;
@@ -147,6 +209,8 @@ int main(int argc, char **argv)
             failed = 1;
         }
     }
+    if (codecs && weigh_codecs(files, n) != 0)
+        return 1;
     if (!failed && !only)
         printf("SAME samples from all %d decoders (FNV-1a %016llx)\n", ndec,
                (unsigned long long)sums[0]);

@@ -331,6 +331,19 @@ static void scratch_init(void)
     scratch_key_ok = pthread_key_create(&scratch_key, scratch_free) == 0;
 }
 
+/* Makes *p (of *cap bytes) at least `need` bytes, its content not kept.  0 or -1. */
+static int grow(unsigned char **p, size_t *cap, size_t need)
+{
+    if (*cap >= need)
+        return 0;
+    free(*p);
+    *cap = 0;
+    if (!(*p = malloc(need)))
+        return -1;
+    *cap = need;
+    return 0;
+}
+
 /* The calling thread's scratch, its buffers of at least `filebytes` and `filtbytes`.
  * NULL when out of memory. */
 static scratch *scratch_get(size_t filebytes, size_t filtbytes)
@@ -350,20 +363,9 @@ static scratch *scratch_get(size_t filebytes, size_t filtbytes)
     }
     if (!sc->d && !(sc->d = libdeflate_alloc_decompressor()))
         return NULL;
-    if (sc->filecap < filebytes) {
-        free(sc->file);
-        sc->filecap = 0;
-        if (!(sc->file = malloc(filebytes)))
-            return NULL;
-        sc->filecap = filebytes;
-    }
-    if (sc->filtcap < filtbytes) {
-        free(sc->filt);
-        sc->filtcap = 0;
-        if (!(sc->filt = malloc(filtbytes)))
-            return NULL;
-        sc->filtcap = filtbytes;
-    }
+    if (grow(&sc->file, &sc->filecap, filebytes) != 0 ||
+        grow(&sc->filt, &sc->filtcap, filtbytes) != 0)
+        return NULL;
     return sc;
 }
 

@@ -21,6 +21,7 @@
 #include <unistd.h>
 
 #include "engine/image/chunkstore.h"
+#include "engine/image/pngframe.h"
 #include "engine/image/stack.h"
 #include "daemon/catalog.h"
 #include "daemon/config.h"
@@ -127,8 +128,8 @@ static double run_job(const job_kind *k, const job_env *env, const char *body_te
 }
 
 /* Steps to run: STACKBENCH_STEPS="a,b" of planes, series_before, readmodes, zdirect,
- * zdouble, mean_z, mean_xy, ps, rechunk, recenter, ingest (default: all but readmodes,
- * zdirect and zdouble). */
+ * zdouble, decode_floor, mean_z, mean_xy, ps, rechunk, recenter, ingest (default: all
+ * but readmodes, zdirect and zdouble). */
 static int want(const char *step)
 {
     const char *e = getenv("STACKBENCH_STEPS");
@@ -188,6 +189,46 @@ static void *rm_worker(void *arg)
     }
     free(buf);
     return NULL;
+}
+
+static void readmodes(const dataset *d, int threads);
+
+/* decode_floor: every frame decoded once (PNG: pngframe_decode) or read (FITS: pread),
+ * frames dealt round-robin to T threads: the floor of every step on compressed frames. */
+static void *df_worker(void *arg)
+{
+    rm_arg *a = arg;
+    for (long i = a->t; i < a->n; i += a->nt) {
+        void *pix = NULL;
+        long nx, ny;
+        int bits;
+        char err[256];
+        if (pngframe_decode(a->paths[i], &pix, &nx, &ny, &bits, err, sizeof err) == 0) {
+            a->sum += ((unsigned char *)pix)[0];
+            a->bytes += (unsigned long long)(nx * ny * (bits / 8));
+        }
+        free(pix);
+    }
+    return NULL;
+}
+
+static void decode_floor(const dataset *d, int threads)
+{
+    if (!frame_is_png(d->paths[0])) {
+        readmodes(d, threads);
+        return;
+    }
+    rm_arg a[64];
+    pthread_t th[64];
+    int nt = threads < 64 ? threads : 64;
+    double t0 = tess_mono_s();
+    for (int i = 0; i < nt; i++) {
+        a[i] = (rm_arg){d->paths, d->npaths, i, nt, 0, 0, 0};
+        pthread_create(&th[i], NULL, df_worker, &a[i]);
+    }
+    for (int i = 0; i < nt; i++)
+        pthread_join(th[i], NULL);
+    printf("RESULT decode_floor %.6f s\n", tess_mono_s() - t0);
 }
 
 static void readmodes(const dataset *d, int threads)
@@ -327,6 +368,9 @@ int main(int argc, char **argv)
     char body[1024], product[4200], store[4200];
     if (want("readmodes"))
         readmodes(d, threads);
+    if (want("decode_floor"))
+        for (int rep = 0; rep < 2; rep++)
+            decode_floor(d, threads);
     if (want("zdirect"))
         for (int rep = 0; rep < 3; rep++)
             printf("RESULT mean_z_direct_int %.6f s\n", zdirect(d, threads, 0, plane));

@@ -14,8 +14,8 @@
  *       work directory; 2) bands gathered from the staging file.  (Every frame is read
  *       once in the two-stage plan; a PNG frame, decoded whole, is decoded once per band
  *       in the one-stage plan and kept by the stack's frame cache, so a stack of PNG
- *       frames of more than 256 MB of samples, more than that cache holds, takes the
- *       two-stage plan.)
+ *       frames of more than 256 MB of samples or more than 64 frames, more than that
+ *       cache holds, takes the two-stage plan.)
  *   {"type": "power_spectrum", "dataset": NAME, "output": {"name": NEW}}
  *       P[k](x, y) = |sum_n s[n] exp(-2 pi i k n / nz)|^2 for k = 0..nz-1, s = the raw
  *       series of pixel (x, y) (physical values; no mean removal, no window; blank

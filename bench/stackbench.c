@@ -21,6 +21,7 @@
 #include <unistd.h>
 
 #include "engine/image/chunkstore.h"
+#include "engine/image/pngframe.h"
 #include "engine/image/stack.h"
 #include "daemon/catalog.h"
 #include "daemon/config.h"
@@ -127,8 +128,8 @@ static double run_job(const job_kind *k, const job_env *env, const char *body_te
 }
 
 /* Steps to run: STACKBENCH_STEPS="a,b" of planes, series_before, readmodes, zdirect,
- * zdouble, mean_z, mean_xy, ps, rechunk, recenter (default: all but readmodes, zdirect
- * and zdouble). */
+ * zdouble, decode_floor, mean_z, mean_xy, ps, rechunk, recenter, ingest (default: all
+ * but readmodes, zdirect and zdouble). */
 static int want(const char *step)
 {
     const char *e = getenv("STACKBENCH_STEPS");
@@ -188,6 +189,46 @@ static void *rm_worker(void *arg)
     }
     free(buf);
     return NULL;
+}
+
+static void readmodes(const dataset *d, int threads);
+
+/* decode_floor: every frame decoded once (PNG: pngframe_decode) or read (FITS: pread),
+ * frames dealt round-robin to T threads: the floor of every step on compressed frames. */
+static void *df_worker(void *arg)
+{
+    rm_arg *a = arg;
+    for (long i = a->t; i < a->n; i += a->nt) {
+        void *pix = NULL;
+        long nx, ny;
+        int bits;
+        char err[256];
+        if (pngframe_decode(a->paths[i], &pix, &nx, &ny, &bits, err, sizeof err) == 0) {
+            a->sum += ((unsigned char *)pix)[0];
+            a->bytes += (unsigned long long)(nx * ny * (bits / 8));
+        }
+        free(pix);
+    }
+    return NULL;
+}
+
+static void decode_floor(const dataset *d, int threads)
+{
+    if (!frame_is_png(d->paths[0])) {
+        readmodes(d, threads);
+        return;
+    }
+    rm_arg a[64];
+    pthread_t th[64];
+    int nt = threads < 64 ? threads : 64;
+    double t0 = tess_mono_s();
+    for (int i = 0; i < nt; i++) {
+        a[i] = (rm_arg){d->paths, d->npaths, i, nt, 0, 0, 0};
+        pthread_create(&th[i], NULL, df_worker, &a[i]);
+    }
+    for (int i = 0; i < nt; i++)
+        pthread_join(th[i], NULL);
+    printf("RESULT decode_floor %.6f s\n", tess_mono_s() - t0);
 }
 
 static void readmodes(const dataset *d, int threads)
@@ -327,6 +368,9 @@ int main(int argc, char **argv)
     char body[1024], product[4200], store[4200];
     if (want("readmodes"))
         readmodes(d, threads);
+    if (want("decode_floor"))
+        for (int rep = 0; rep < 2; rep++)
+            decode_floor(d, threads);
     if (want("zdirect"))
         for (int rep = 0; rep < 3; rep++)
             printf("RESULT mean_z_direct_int %.6f s\n", zdirect(d, threads, 0, plane));
@@ -420,6 +464,64 @@ int main(int argc, char **argv)
         printf("RESULT recenter %.6f s\n", run_job(&job_kind_recenter, &env, body, workroot, product,
                                                    threads));
         unlink(product);
+    }
+
+    if (want("ingest")) {
+        /* Ingest (frames decoded once into the plane store, attached as the runner does),
+         * then the store's raw read rate (pread of 1 MiB on one thread, the file just
+         * written: from the page cache), mean along z and the xz plane from it. */
+        snprintf(body, sizeof body, "{\"type\":\"ingest\",\"dataset\":\"bench\"}");
+        snprintf(store, sizeof store, "%s/ingest.fits", workroot);
+        double ti = run_job(&job_kind_ingest, &env, body, workroot, store, threads);
+        printf("RESULT ingest %.6f s\n", ti);
+        if (ti < 0 || dataset_attach_profile(d, store) != 0) {
+            fprintf(stderr, "stackbench: ingest failed\n");
+            return 1;
+        }
+        int fd = open(store, O_RDONLY);
+        unsigned char *buf = malloc(1 << 20);
+        unsigned long long bytes = 0, sum = 0;
+        double best = -1;
+        for (int rep = 0; rep < 3 && fd >= 0 && buf; rep++) {
+            bytes = 0;
+            t0 = tess_mono_s();
+            for (ssize_t r; (r = pread(fd, buf, 1 << 20, (off_t)bytes)) > 0; bytes += (size_t)r)
+                sum += buf[0];
+            double t = tess_mono_s() - t0;
+            best = best < 0 || t < best ? t : best;
+        }
+        if (fd >= 0)
+            close(fd);
+        free(buf);
+        printf("RESULT store_read %.6f s (%.1f MB/s, %llu bytes)\n", best,
+               (double)bytes / 1048576.0 / best, bytes + (sum & 0));
+        snprintf(body, sizeof body,
+                 "{\"type\":\"reduce\",\"dataset\":\"bench\",\"op\":\"mean\",\"axis\":\"z\","
+                 "\"output\":{\"name\":\"mean_z2\"}}");
+        snprintf(product, sizeof product, "%s/mean_z2.fits", workroot);
+        printf("RESULT mean_z_after_ingest %.6f s\n",
+               run_job(&job_kind_reduce, &env, body, workroot, product, threads));
+        unlink(product);
+        for (int i = 0; i < 5; i++) {
+            t0 = tess_mono_s();
+            for (long z = 0; z < nz; z++)
+                if (dataset_read_region(d, z, 0, ny / 2 + i, nx, 1, plane, err, sizeof err) != 0) {
+                    fprintf(stderr, "stackbench: %s\n", err);
+                    return 1;
+                }
+            times[i] = tess_mono_s() - t0;
+        }
+        qsort(times, 5, sizeof *times, cmp_double);
+        printf("RESULT xz_plane_after_ingest %.6f s\n", times[2]);
+        for (int i = 0; i < 5; i++) {
+            t0 = tess_mono_s();
+            if (dataset_read_region(d, nz / 2, 0, 0, nx, ny, plane, err, sizeof err) != 0)
+                return 1;
+            times[i] = tess_mono_s() - t0;
+        }
+        qsort(times, 5, sizeof *times, cmp_double);
+        printf("RESULT xy_plane_after_ingest %.6f s\n", times[2]);
+        unlink(store);
     }
 
     free(plane);

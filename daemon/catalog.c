@@ -1,5 +1,6 @@
 /* Catalog of configured datasets: path resolution inside the data roots, headers, WCS. */
 #include "daemon/catalog.h"
+#include "engine/fits/fitscard.h"
 #include "engine/fits/fitsimg.h"
 #include "engine/image/stack.h"
 #include "engine/base/checked.h"
@@ -17,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #define CATALOG_MAX_FRAMES 100000
 /* Frames (files) of one dataset kept open (mapped or decoded) at most. */
@@ -31,6 +33,12 @@ struct ds_state {
                                 opened (check_headers), or "" */
     char *profile_path;      /* profile-friendly copy (a rechunk product), or NULL */
     stack *reader;           /* lazy reader of the pixels (engine/image/stack.h) */
+    stack *ingested;         /* reader of the attached plane store (an ingest product), or
+                                NULL; served while the version is ingested_version */
+    char ingested_version[64];
+    stack **retired;         /* readers of stores replaced since: freed with the dataset,
+                                as a read may still hold one */
+    int nretired;
 };
 
 /* The identity of every path (tess_file_id: inode, size, mtime, ctime; for the first
@@ -204,6 +212,10 @@ static void dataset_release(dataset *d)
         pthread_mutex_destroy(&d->state->lock);
         free(d->state->profile_path);
         stack_free(d->state->reader);
+        stack_free(d->state->ingested);
+        for (int i = 0; i < d->state->nretired; i++)
+            stack_free(d->state->retired[i]);
+        free(d->state->retired);
         free(d->state);
     }
     memset(d, 0, sizeof(*d));
@@ -462,8 +474,57 @@ const dataset *catalog_find(catalog *c, const char *name)
     return d;
 }
 
+/* Attaches the plane store at `path` (a FITS cube of the dataset's shape whose INGVER card
+ * is the version it was ingested at).  Returns 0 or TESS_EINVAL / TESS_EIO / TESS_ENOMEM. */
+static int attach_ingested(const dataset *d, const char *path)
+{
+    char real[PATH_MAX], err[256], ver[64];
+    if (!realpath(path, real))
+        return TESS_EIO;
+    fitsimg_info info;
+    int rc = fitsimg_read_info(real, 0, &info, err, sizeof err);
+    if (rc)
+        return rc;
+    int ok = info.naxis == 3 && info.naxes[0] == d->nx && info.naxes[1] == d->ny &&
+             info.naxes[2] == d->nz && fitscard_get(info.header, info.nkeys, "INGVER", ver,
+                                                    sizeof ver);
+    fitsimg_info_release(&info);
+    if (!ok)
+        return TESS_EINVAL;
+    const char *paths[1] = {real};
+    stack *st = stack_new(paths, 1, 0, d->nx, d->ny, d->nz, 4);
+    if (!st)
+        return TESS_ENOMEM;
+    struct ds_state *s = d->state;
+    pthread_mutex_lock(&s->lock);
+    stack **r = s->ingested ? realloc(s->retired, sizeof(stack *) * (size_t)(s->nretired + 1))
+                            : s->retired;
+    if (s->ingested && !r) {
+        pthread_mutex_unlock(&s->lock);
+        stack_free(st);
+        return TESS_ENOMEM;
+    }
+    if (s->ingested) {
+        s->retired = r;
+        s->retired[s->nretired++] = s->ingested;
+    }
+    s->ingested = st;
+    snprintf(s->ingested_version, sizeof s->ingested_version, "%s", ver);
+    pthread_mutex_unlock(&s->lock);
+    return 0;
+}
+
 int dataset_attach_profile(const dataset *d, const char *path)
 {
+    unsigned char head[9] = {0};
+    int fd = tess_open_regular(path, 0, NULL, NULL, 0);
+    if (fd >= 0) {
+        if (pread(fd, head, 8, 0) != 8)
+            head[0] = 0;
+        close(fd);
+    }
+    if (memcmp(head, "SIMPLE  ", 8) == 0)
+        return attach_ingested(d, path);
     char *p = strdup(path);
     if (!p)
         return TESS_ENOMEM;
@@ -491,10 +552,21 @@ int dataset_read_region(const dataset *d, long z, long x0, long y0, long w, long
         tess_seterr(err, errlen, "plane %ld outside 0..%ld", z, d->nz - 1);
         return TESS_ERANGE;
     }
-    return stack_read_region(d->state->reader, z, x0, y0, w, h, out, err, errlen);
+    return stack_read_region(dataset_stack(d), z, x0, y0, w, h, out, err, errlen);
 }
 
 stack *dataset_stack(const dataset *d)
 {
-    return d->state->reader;
+    struct ds_state *s = d->state;
+    pthread_mutex_lock(&s->lock);
+    stack *ing = s->ingested;
+    char at[64];
+    snprintf(at, sizeof at, "%s", s->ingested_version);
+    pthread_mutex_unlock(&s->lock);
+    if (ing) {
+        char now[64];
+        if (strcmp(dataset_version(d, now, sizeof now), at) == 0)
+            return ing;
+    }
+    return s->reader;
 }

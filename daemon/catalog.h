@@ -83,7 +83,7 @@ int dataset_read_region(const dataset *d, long z, long x0, long y0, long w, long
  * memory-mapped, PNG frames decoded, a bounded number of frames open), owned by the
  * dataset, thread-safe.  Never NULL for an opened dataset. */
 struct stack;
-struct stack *dataset_stack(const dataset *d);
+struct stack *dataset_stack(const dataset *d);   /* see dataset_attach_profile */
 
 /* The current identity of the dataset's files ("<size>-<hash>" in hex: the hash of the
  * tess_file_id of every path, engine/base/fileio.h, inode, size, mtime and ctime, and of
@@ -125,7 +125,13 @@ int dataset_check(const dataset *d, char *err, size_t errlen);
 
 /* Attaches a profile-friendly copy of the dataset (the product of a rechunk job, at the
  * absolute `path`): series requests read it instead of every plane.  Replaces an earlier
- * one.  Returns 0 or TESS_ENOMEM.  Thread-safe. */
+ * one.  A FITS file at `path` is instead the plane store of an ingest job (job_stack.h): a
+ * cube of the dataset's shape whose card INGVER is the dataset_version it was written
+ * at; from then on, while the dataset's version is that one, dataset_stack (and so
+ * every plane, cut, series, reduction and job read) reads the store's mapped planes
+ * instead of decoding frames; a changed frame makes them read the frames again.
+ * Returns 0 or TESS_ENOMEM (a plane store: TESS_EIO unreadable, TESS_EINVAL not such a
+ * store).  Thread-safe. */
 int dataset_attach_profile(const dataset *d, const char *path);
 /* Copies the attached copy's path into `out` and returns 1, or returns 0 when none. */
 int dataset_profile_path(const dataset *d, char *out, size_t len);

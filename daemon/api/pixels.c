@@ -9,6 +9,7 @@
 #include "engine/fits/fitsimg.h"
 #include "engine/fits/fitswrite.h"
 #include "engine/image/stack.h"
+#include "engine/image/tiffframe.h"
 #include "engine/sky/skywcs.h"
 
 #include <fcntl.h>
@@ -372,6 +373,12 @@ static void download_name(const dataset *d, char *out, size_t len)
     snprintf(out, len, "%.60s.fits", d->name);
 }
 
+/* 1 when path is a FITS file (not a PNG or TIFF image served as a dataset). */
+static int is_fits_file(const char *path)
+{
+    return !frame_is_png(path) && !tiffframe_is_tiff(path);
+}
+
 /* The length of the primary HDU of an uncompressed file: its header and data unit are the
  * first data_offset + data size (in whole blocks) bytes.  -1 when the dataset is not that
  * simple. */
@@ -391,7 +398,7 @@ static long long primary_length(const dataset *d, const fitsimg_info *info)
 
 long long dataset_fits_stored_length(const dataset *d)
 {
-    if (d->kind == DS_STACK || frame_is_png(d->paths[0]))
+    if (d->kind == DS_STACK || !is_fits_file(d->paths[0]))
         return -1;
     fitsimg_info info;
     char err[256];
@@ -521,7 +528,7 @@ void handle_fits(hreq *r, const route_match *m)
     static const char *const known[] = {NULL};
     if (hreq_only_args(r, known))
         return;
-    if (d->kind != DS_STACK && !frame_is_png(d->paths[0])) {
+    if (d->kind != DS_STACK && is_fits_file(d->paths[0])) {
         fitsimg_info info;
         char err[256] = "";
         int rc = fitsimg_read_info(d->paths[0], d->hdu, &info, err, sizeof(err));

@@ -5,6 +5,7 @@
 #include "engine/base/error.h"
 #include "engine/cube/transpose.h"
 #include "engine/image/chunkstore.h"
+#include "engine/image/stack.h"
 
 #include <limits.h>
 #include <stdio.h>
@@ -38,6 +39,14 @@ typedef struct rechunk_state {
     char name[128];
 } rechunk_state;
 
+/* What the stack's frame cache keeps: 256 MB of decoded frames (engine/image/stack.c)
+ * and 64 open frames (the catalog's bound for a dataset).  A stack of PNG frames past
+ * either would be decoded again for every band of the one-stage plan (4 times at 300
+ * frames of 500 x 500, 8 at 2000 of 1000 x 1000 on 2 threads), so it takes the two-stage
+ * plan, which decodes every frame once. */
+#define RECHUNK_DECODED_CACHE_BYTES (256.0 * 1048576.0)
+#define RECHUNK_CACHED_FRAMES 64
+
 /* 1 when a band of CUBE_TILE rows across all planes of d fits the band limit (the
  * one-stage plan), with *band_rows: bands as large as the limit allows, but at least two
  * per worker thread. */
@@ -45,6 +54,12 @@ static int inmem_rows(const dataset *d, int threads, long *band_rows)
 {
     long per_tile_row = d->nx * d->nz * chunkstore_esize(jobc_choose_dtype(d)) * CUBE_TILE;
     if (per_tile_row > band_bytes_limit)
+        return 0;
+    double samples = (double)d->nx * (double)d->ny * (double)d->nz *
+                     (double)chunkstore_esize(jobc_choose_dtype(d));
+    if (d->npaths > 1 &&
+        (samples > RECHUNK_DECODED_CACHE_BYTES || d->npaths > RECHUNK_CACHED_FRAMES) &&
+        frame_is_png(d->paths[0]))
         return 0;
     long tile_rows = (d->ny + CUBE_TILE - 1) / CUBE_TILE;
     long want = jobc_lmax(2, 2L * threads);

@@ -1,4 +1,4 @@
-/* Job types on cubes and stacks: rechunk, power_spectrum, recenter, reduce.
+/* Job types on cubes and stacks: rechunk, power_spectrum, recenter, reduce, ingest.
  *
  * Bodies (every other field is refused with 400 naming it):
  *   {"type": "rechunk", "dataset": NAME}
@@ -13,7 +13,9 @@
  *       volumes: 1) groups of planes, each written transposed into a staging file in the
  *       work directory; 2) bands gathered from the staging file.  (Every frame is read
  *       once in the two-stage plan; a PNG frame, decoded whole, is decoded once per band
- *       in the one-stage plan and kept by the stack's frame cache.)
+ *       in the one-stage plan and kept by the stack's frame cache, so a stack of PNG
+ *       frames of more than 256 MB of samples or more than 64 frames, more than that
+ *       cache holds, takes the two-stage plan.)
  *   {"type": "power_spectrum", "dataset": NAME, "output": {"name": NEW}}
  *       P[k](x, y) = |sum_n s[n] exp(-2 pi i k n / nz)|^2 for k = 0..nz-1, s = the raw
  *       series of pixel (x, y) (physical values; no mean removal, no window; blank
@@ -52,13 +54,27 @@
  *       the z-ranges of zreduce_range (axis z: partial sums / Welford moments / extremes
  *       per range in the work directory, merged in plane order by finish), so the product
  *       is, card for card and bit for bit, what GET .../reduce?format=fits gives.
+ *   {"type": "ingest", "dataset": NAME}
+ *       A stack's frames decoded once (dask's persist): a plane store, a FITS cube (nx,
+ *       ny, nz) of the stored values in the type that holds them exactly (BITPIX 8 for
+ *       8-bit PNG or FITS frames, 16 with BZERO 32768 for 16-bit PNG, 16, or -32 for
+ *       float frames; 422 for scaled frames or frames with BLANK, and for a cube), plane z
+ *       = frame z in the reader's orientation, cards INGSRC (NAME) and INGVER (the
+ *       dataset_version at planning time).  Attached to NAME (dataset_attach_profile):
+ *       afterwards every route and job reads its memory-mapped planes, as a FITS cube,
+ *       while no frame changed.  Blocks: groups of frames, each frame read once and
+ *       written at its fixed offset (8-bit frames straight from their decoded bytes).
+ *       Uncompressed: a plane is then read at the page cache's speed through the map
+ *       (bench/stack measured LZ4 and zstd -1 decoding slower than that read).  The
+ *       runner's start-up sweep removes a store whose dataset is no longer configured.
  *
  * All: the dataset must be a cube or stack of at least 2 planes (422 otherwise), 404
  * when unknown.  Blocks poll the cancel flag between planes.  plan() derives everything
  * from the body and the dataset's shape, and creates its work files only once (a marker
  * file says they exist), so a restarted job keeps the blocks already written.
  *
- * One file per type (job_rechunk.c, job_power_spectrum.c, job_recenter.c, job_reduce.c)
+ * One file per type (job_rechunk.c, job_power_spectrum.c, job_recenter.c, job_reduce.c,
+ * job_ingest.c)
  * over engine/cube and engine/image/zreduce.h; job_common.h holds what they share. */
 #ifndef TESSERA_SERVER_JOB_STACK_H
 #define TESSERA_SERVER_JOB_STACK_H
@@ -66,7 +82,7 @@
 #include "daemon/jobs/jobkind.h"
 
 extern const job_kind job_kind_rechunk, job_kind_power_spectrum, job_kind_recenter,
-    job_kind_reduce;
+    job_kind_reduce, job_kind_ingest;
 
 /* Sets the band limit (bytes of a band of 16 rows across all planes) under which
  * rechunk gathers bands in memory in one stage; 0 restores the

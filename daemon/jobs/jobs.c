@@ -1272,8 +1272,17 @@ static void register_list(jobs *J, product_list *l)
         result_of(J, r->id, r->ctype, final);
         if (access(final, R_OK) != 0)
             continue;
-        if (register_product(J, &prod, final, err, sizeof(err)))
+        int rc = register_product(J, &prod, final, err, sizeof(err));
+        size_t fl = strlen(final);
+        if (rc == TESS_ENOTFOUND && !J->shared && prod.attach_to[0] && fl > 5 &&
+            strcmp(final + fl - 5, ".fits") == 0) {
+            /* a plane store (ingest) of a dataset no longer configured: swept (not in a
+             * shared store, whose other servers may serve that dataset) */
+            unlink(final);
+            fprintf(stderr, "tesserad: product of job %s removed: %s\n", r->id, err);
+        } else if (rc) {
             fprintf(stderr, "tesserad: product of job %s not registered: %s\n", r->id, err);
+        }
         pthread_mutex_lock(&J->lock);
         seen_add(J, r->id);
         /* Another server's clock may lag: look a minute back. */

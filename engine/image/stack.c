@@ -1,5 +1,6 @@
 /* Volumes of planes: FITS cubes and stacks of FITS/PNG frames, memory-mapped or decoded, in an LRU. */
 #include "engine/image/stack.h"
+#include "engine/image/pngframe.h"
 #include "engine/image/tiffframe.h"
 #include "engine/base/mapguard.h"
 #include "engine/base/checked.h"
@@ -57,155 +58,6 @@ int frame_is_png(const char *path)
     return n == (ssize_t)sizeof(sig) && png_sig_cmp(sig, 0, sizeof(sig)) == 0;
 }
 
-/* A PNG being read: libpng's structs and the file.  libpng reports errors by longjmp. */
-typedef struct png_in {
-    FILE *f;
-    png_structp png;
-    png_infop info;
-    char msg[160];
-} png_in;
-
-static void png_in_error(png_structp png, png_const_charp msg)
-{
-    png_in *in = png_get_error_ptr(png);
-    snprintf(in->msg, sizeof(in->msg), "%s", msg);
-    png_longjmp(png, 1);
-}
-
-static void png_in_warning(png_structp png, png_const_charp msg)
-{
-    (void)png;
-    (void)msg;
-}
-
-static void png_in_close(png_in *in)
-{
-    if (in->png)
-        png_destroy_read_struct(&in->png, in->info ? &in->info : NULL, NULL);
-    if (in->f)
-        fclose(in->f);
-    in->png = NULL;
-    in->info = NULL;
-    in->f = NULL;
-}
-
-/* Opens `path` and reads its header into in: width, height, bits (8 or 16 after the
- * expansion of 1/2/4-bit grey).  Returns 0 or TESS_EIO / TESS_EINVAL / TESS_ENOMEM;
- * on error everything is closed.  The caller's setjmp covers later reads. */
-static int png_in_open(png_in *in, const char *path, long *w, long *h, int *bits, char *err,
-                       size_t errlen)
-{
-    memset(in, 0, sizeof(*in));
-    int fd = tess_open_regular(path, 0, NULL, err, errlen);
-    if (fd < 0)
-        return fd;
-    in->f = fdopen(fd, "rb");
-    if (!in->f) {
-        tess_seterr(err, errlen, "cannot open %s: %s", path, strerror(errno));
-        close(fd);
-        return TESS_EIO;
-    }
-    in->png = png_create_read_struct(PNG_LIBPNG_VER_STRING, in, png_in_error, png_in_warning);
-    if (in->png)
-        in->info = png_create_info_struct(in->png);
-    if (!in->png || !in->info) {
-        png_in_close(in);
-        return TESS_ENOMEM;
-    }
-    if (setjmp(png_jmpbuf(in->png))) {
-        tess_seterr(err, errlen, "%s: not a readable PNG (%s)", path, in->msg);
-        png_in_close(in);
-        return TESS_EIO;
-    }
-    png_init_io(in->png, in->f);
-#ifdef PNG_HANDLE_AS_UNKNOWN_SUPPORTED
-    /* Every ancillary chunk is skipped unread: none is used here, and compressed ones
-     * (zTXt, iTXt, iCCP) would each cost libpng up to 8 MB of inflating. */
-    png_set_keep_unknown_chunks(in->png, PNG_HANDLE_CHUNK_NEVER, NULL, -1);
-#endif
-    png_read_info(in->png, in->info);
-    int ct = png_get_color_type(in->png, in->info);
-    int depth = png_get_bit_depth(in->png, in->info);
-    if (ct != PNG_COLOR_TYPE_GRAY) {
-        tess_seterr(err, errlen, "%s: a frame must be a greyscale PNG without alpha "
-                    "(colour type %d)", path, ct);
-        png_in_close(in);
-        return TESS_EINVAL;
-    }
-    if (depth < 8)
-        png_set_expand_gray_1_2_4_to_8(in->png);
-    if (depth == 16) {
-        const uint16_t one = 1;
-        if (*(const unsigned char *)&one == 1)
-            png_set_swap(in->png);     /* PNG is big-endian; keep native uint16 */
-    }
-    png_read_update_info(in->png, in->info);
-    *w = (long)png_get_image_width(in->png, in->info);
-    *h = (long)png_get_image_height(in->png, in->info);
-    *bits = depth == 16 ? 16 : 8;
-    return 0;
-}
-
-/* The width, height and bits (8 or 16 after expansion) of the PNG at `path`, from its
- * header alone.  Returns 0 or the errors of png_in_open. */
-static int png_header(const char *path, long *w, long *h, int *bits, char *err, size_t errlen)
-{
-    png_in in;
-    int rc = png_in_open(&in, path, w, h, bits, err, errlen);
-    if (rc == 0)
-        png_in_close(&in);
-    return rc;
-}
-
-/* Whether a w x h PNG frame at `path` of `bits` 8 or 16 (after expansion) may be decoded:
- * decodelimit_check of its samples.  Returns 0 or TESS_ELIMIT with err. */
-static int png_budget(const char *path, long w, long h, int bits, char *err, size_t errlen)
-{
-    return decodelimit_check("the PNG frame", path, w, h, 1, bits == 16 ? 2 : 1, err, errlen);
-}
-
-/* Decodes the whole PNG at `path` into a malloc'd array of nx*ny uint8 or uint16
- * (bits 8 / 16), row 0 = y = 0 = the last PNG row, once the size its IHDR declares has
- * passed the decode budgets (engine/base/decodelimit.h).  Returns 0, TESS_ELIMIT (over
- * a budget: nothing decoded) or another TESS_E* code. */
-static int png_decode_frame(const char *path, void **pix, long *nx, long *ny, int *bits,
-                            char *err, size_t errlen)
-{
-    png_in in;
-    int rc = png_in_open(&in, path, nx, ny, bits, err, errlen);
-    if (rc)
-        return rc;
-    size_t esz = *bits == 16 ? 2 : 1;
-    if ((rc = png_budget(path, *nx, *ny, *bits, err, errlen))) {
-        png_in_close(&in);
-        return rc;
-    }
-    size_t rowbytes = (size_t)*nx * esz;
-    unsigned char *buf = malloc(rowbytes * (size_t)*ny);
-    png_bytep *rows = malloc((size_t)*ny * sizeof(png_bytep));
-    if (!buf || !rows) {
-        free(buf);
-        free(rows);
-        png_in_close(&in);
-        return TESS_ENOMEM;
-    }
-    for (long r = 0; r < *ny; r++)
-        rows[r] = buf + (size_t)(*ny - 1 - r) * rowbytes;
-    if (setjmp(png_jmpbuf(in.png))) {
-        tess_seterr(err, errlen, "%s: cannot decode the PNG (%s)", path, in.msg);
-        free(buf);
-        free(rows);
-        png_in_close(&in);
-        return TESS_EIO;
-    }
-    png_read_image(in.png, rows);
-    png_read_end(in.png, NULL);
-    free(rows);
-    png_in_close(&in);
-    *pix = buf;
-    return 0;
-}
-
 /* frame_set_canonical_only: refuse paths that do not resolve to themselves. */
 static atomic_int canonical_only;
 
@@ -251,7 +103,7 @@ int frame_read_info(const char *path, int hdu, fitsimg_info *info, char *err, si
         return rc;
     long w, h;
     int bits;
-    rc = png_header(path, &w, &h, &bits, err, errlen);
+    rc = pngframe_header(path, &w, &h, &bits, err, errlen);
     if (rc)
         return rc;
     info->naxis = 2;
@@ -291,8 +143,8 @@ int frame_decode_check(const char *path, char *err, size_t errlen)
         return 0;
     long w, h;
     int bits;
-    int rc = png_header(path, &w, &h, &bits, err, errlen);
-    return rc ? rc : png_budget(path, w, h, bits, err, errlen);
+    int rc = pngframe_header(path, &w, &h, &bits, err, errlen);
+    return rc ? rc : pngframe_budget(path, w, h, bits, err, errlen);
 }
 
 /* Region of a decoded PNG frame as double or float. */
@@ -306,7 +158,7 @@ static int png_region(const char *path, long z, long x0, long y0, long w, long h
         tess_seterr(err, errlen, "region outside the frame");
         return TESS_ERANGE;
     }
-    int rc = png_decode_frame(path, &pix, &nx, &ny, &bits, err, errlen);
+    int rc = pngframe_decode(path, &pix, &nx, &ny, &bits, err, errlen);
     if (rc)
         return rc;
     if (x0 + w > nx || y0 + h > ny) {
@@ -982,7 +834,7 @@ static int frame_open(stack *s, long idx, frame **out, char *err, size_t errlen)
     } else if (frame_is_png(path)) {
         long nx, ny;
         int bits;
-        rc = png_decode_frame(path, &f->pix, &nx, &ny, &bits, err, errlen);
+        rc = pngframe_decode(path, &f->pix, &nx, &ny, &bits, err, errlen);
         if (rc == 0 && (nx != s->nx || ny != s->ny || s->npaths == 1)) {
             tess_seterr(err, errlen, "%s is now %ld x %ld, not the %ld x %ld it was when opened",
                         path, nx, ny, s->nx, s->ny);

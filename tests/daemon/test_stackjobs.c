@@ -1055,6 +1055,100 @@ START_TEST(test_validation)
 }
 END_TEST
 
+/* ---- ingest ----------------------------------------------------------------------- */
+
+/* Everything read of dataset d: every plane, the xz and yz cuts through the middle, the
+ * series of every pixel, the mean and std along z and the mean of each plane. */
+static double *read_all(const dataset *d, size_t *n)
+{
+    long nx = d->nx, ny = d->ny, nz = d->nz;
+    size_t np = (size_t)(nx * ny);
+    *n = np * (size_t)nz * 2 + (size_t)((nx + ny) * nz) + 2 * np + (size_t)nz;
+    double *v = malloc(sizeof(double) * *n), *o = v;
+    char err[256];
+    ck_assert_ptr_nonnull(v);
+    for (long z = 0; z < nz; z++, o += np)
+        ck_assert_msg(dataset_read_region(d, z, 0, 0, nx, ny, o, err, sizeof err) == 0, "%s", err);
+    stack *st = dataset_stack(d);
+    ck_assert_int_eq(stack_read_xz(st, ny / 2, 0, 0, nx, nz, o, err, sizeof err), 0);
+    o += nx * nz;
+    ck_assert_int_eq(stack_read_yz(st, nx / 2, 0, 0, ny, nz, o, err, sizeof err), 0);
+    o += ny * nz;
+    for (long y = 0; y < ny; y++)
+        for (long x = 0; x < nx; x++, o += nz)
+            ck_assert_int_eq(stack_read_series(st, x, y, 0, nz, o, err, sizeof err), 0);
+    for (int op = 0; op < 2; op++, o += np) {
+        stack_zpart *part = NULL;
+        ck_assert_int_eq(stack_zreduce(st, op ? STACK_ZOP_STD : STACK_ZOP_MEAN, 0, nz, 0, NULL,
+                                       &part, err, sizeof err), 0);
+        stack_zpart_result(part, o);
+        stack_zpart_free(part);
+    }
+    for (long z = 0; z < nz; z++, o++)
+        if (stack_reduce_plane(st, z, STACK_ZOP_MEAN, o, err, sizeof err) == 1)
+            *o = -12345;   /* a plane of another kind: counted as such */
+    return v;
+}
+
+/* Ingests dataset `name` (restarted and repeated blocks: run_job), attaches the store as
+ * the runner does, and checks that every read gives exactly the values it gave from the
+ * frames, now from the store (another reader); then that a changed frame makes the
+ * dataset read its frames again. */
+static void check_ingest(const char *name)
+{
+    const dataset *d = ds(name);
+    size_t n, n2;
+    double *before = read_all(d, &n);
+    stack *frames = dataset_stack(d);
+    char body[256], store[256];
+    snprintf(body, sizeof body, "{\"type\": \"ingest\", \"dataset\": \"%s\"}", name);
+    snprintf(store, sizeof store, "%s/ingest_%s.fits", gendir, name);
+    job_product prod;
+    ck_assert_int_eq(run_job(&job_kind_ingest, body, store, &prod, NULL), d->nz);
+    ck_assert_str_eq(prod.attach_to, name);
+    ck_assert_int_eq(dataset_attach_profile(d, store), 0);
+    ck_assert_ptr_ne(dataset_stack(d), frames);
+    double *after = read_all(d, &n2);
+    ck_assert_uint_eq(n, n2);
+    for (size_t i = 0; i < n; i++)
+        ck_assert_msg(same_value(before[i], after[i]), "%s: value %zu: %.17g, then %.17g",
+                      name, i, before[i], after[i]);
+    free(before);
+    free(after);
+}
+
+START_TEST(test_ingest)
+{
+    check_ingest("genpng");
+    check_ingest("genpng16");
+    check_ingest("gen");
+    check_ingest("gennan");
+    /* a frame rewritten (its identity changes the version): the frames are read again */
+    const dataset *d = ds("genpng");
+    stack *store = dataset_stack(d);
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "cp '%s' '%s.new' && touch -d '2001-01-01' '%s.new' && "
+             "mv '%s.new' '%s'", d->paths[1], d->paths[1], d->paths[1], d->paths[1], d->paths[1]);
+    ck_assert_int_eq(system(cmd), 0);
+    sleep(1);   /* the version is rechecked at most once a second */
+    ck_assert_ptr_ne(dataset_stack(d), store);
+    /* a cube is read in place already; a cancelled block writes nothing more */
+    expect_problem(&job_kind_ingest, "{\"type\": \"ingest\", \"dataset\": \"l1448_13co\"}",
+                   422, "dataset");
+    json_t *b = json_pack("{s:s, s:s}", "type", "ingest", "dataset", "genpng16");
+    char wd[64], err[256];
+    tt_tmpdir_make(wd, sizeof wd, "sjingest");
+    job_plan plan;
+    ck_assert_int_eq(job_kind_ingest.plan(b, &env, wd, &plan, err, sizeof err), 0);
+    static const volatile int cancel = 1;
+    ck_assert_int_eq(job_kind_ingest.run_block(plan.state, 0, 0, &cancel, err, sizeof err),
+                     TESS_ECANCELED);
+    job_kind_ingest.release(plan.state);
+    json_decref(b);
+    rm_tree(wd);
+}
+END_TEST
+
 START_TEST(test_cancel)
 {
     json_t *body = json_pack("{s:s, s:s, s:s, s:{s:s}}", "type", "reduce", "dataset", "l1448_13co",
@@ -1097,6 +1191,7 @@ int main(void)
         {"reduce_http_equals_job", test_reduce_http_equals_job},
         {"validation", test_validation},
         {"cancel", test_cancel},
+        {"ingest", test_ingest},
     };
     for (size_t i = 0; i < sizeof tests / sizeof tests[0]; i++) {
         TCase *tc = tcase_create(tests[i].name);

@@ -242,6 +242,80 @@ START_TEST(test_centroid)
 }
 END_TEST
 
+/* cube_centroid as cube_centroid.h states it, by cube_median alone. */
+static void ref_centroid(const double *v, long nx, long ny, double *scratch, double *cx,
+                         double *cy)
+{
+    size_t n = (size_t)nx * (size_t)ny;
+    *cx = nx / 2.0;
+    *cy = ny / 2.0;
+    double b = cube_median(v, n);
+    for (size_t i = 0; i < n; i++)
+        scratch[i] = fabs(v[i] - b);
+    double t = b + 3.0 * 1.4826 * cube_median(scratch, n);
+    for (int pass = 0; pass < 2; pass++) {
+        double lim = pass == 0 ? t : b, si = 0, sx = 0, sy = 0;
+        for (long y = 0; y < ny; y++) {
+            double rs = 0, rx = 0;
+            for (long x = 0; x < nx; x++) {
+                double w = v[y * nx + x] - b;
+                if (v[y * nx + x] > lim) {
+                    rs += w;
+                    rx += w * (double)x;
+                }
+            }
+            si += rs;
+            sx += rx;
+            sy += rs * (double)y;
+        }
+        if (si > 0) {
+            *cx = sx / si;
+            *cy = sy / si;
+            return;
+        }
+    }
+}
+
+/* Frames of integers 0..65535 large enough for the histogram median: the same centroid,
+ * bit for bit, as by cube_median's quickselects (even and odd pixel counts, 8- and 16-bit
+ * ranges, values at both ends, flat frames, and one non-integer value). */
+START_TEST(test_centroid_integers)
+{
+    static const long shapes[][2] = {{256, 256}, {255, 257}, {300, 200}};
+    static const unsigned ranges[] = {256, 65536, 4, 1};
+    for (size_t si = 0; si < 3; si++)
+        for (size_t ri = 0; ri < 4; ri++) {
+            long W = shapes[si][0], H = shapes[si][1];
+            size_t n = (size_t)W * (size_t)H;
+            double *v = malloc(sizeof(double) * n), *sa = malloc(sizeof(double) * n);
+            ck_assert(v && sa);
+            uint32_t rng = 99u + (uint32_t)(si * 7 + ri);
+            for (long y = 0; y < H; y++)
+                for (long x = 0; x < W; x++) {
+                    rng = rng * 1664525u + 1013904223u;
+                    unsigned k = (rng >> 8) % ranges[ri];
+                    long dx = x - W / 3, dy = y - H / 4;
+                    if (dx * dx + dy * dy < 400 && ranges[ri] > 4)
+                        k = ranges[ri] - 1 - k / 8;
+                    v[y * W + x] = k;
+                }
+            v[0] = 0;
+            v[n - 1] = ranges[ri] - 1;
+            double cx, cy, rx, ry;
+            cube_centroid(v, W, H, sa, &cx, &cy);
+            ref_centroid(v, W, H, sa, &rx, &ry);
+            ck_assert_msg(cx == rx && cy == ry, "%zu %zu: (%.17g, %.17g) vs (%.17g, %.17g)",
+                          si, ri, cx, cy, rx, ry);
+            v[5] += 0.5;
+            cube_centroid(v, W, H, sa, &cx, &cy);
+            ref_centroid(v, W, H, sa, &rx, &ry);
+            ck_assert(cx == rx && cy == ry);
+            free(v);
+            free(sa);
+        }
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("cube");
@@ -251,6 +325,7 @@ int main(void)
     tcase_add_test(tc, test_spectrum);
     tcase_add_test(tc, test_median);
     tcase_add_test(tc, test_centroid);
+    tcase_add_test(tc, test_centroid_integers);
     suite_add_tcase(s, tc);
     return tt_run_suite(s);
 }

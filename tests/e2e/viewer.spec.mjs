@@ -5,7 +5,7 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { check, Skip, until, imageStats, newPage, pageMessages, TOP } from './harness.mjs';
 
-const hipsTile = /\/hips\/([^/]+)\/Norder\d+\/Dir\d+\/Npix\d+\.(png|jpg|fits)/;
+const hipsTile = /\/hips\/([^/]+)\/Norder\d+\/Dir\d+\/Npix\d+(?:_\d+)?\.(png|jpg|fits)/;
 
 /** Waits until the responses matching `re` have been quiet for `quietMs` (at most ms). */
 async function settle(rec, re, quietMs, ms) {

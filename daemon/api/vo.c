@@ -7,6 +7,7 @@
 #include "engine/base/hash.h"
 #include "engine/fits/fitscard.h"
 #include "engine/fits/fitsimg.h"
+#include "engine/image/tiffframe.h"
 #include "engine/sky/skywcs.h"
 
 #include <ctype.h>
@@ -197,9 +198,12 @@ static const dataset *vo_find(hreq *r, const char *id)
     return catalog_find(r->srv->cat, id);
 }
 
-/* 1 when the dataset's pixels are in FITS files (a stack may be of PNG frames). */
+/* 1 when the dataset's pixels are in FITS files (not a TIFF file, not a stack of PNG or
+ * TIFF frames, whose header hash is 0): SODA cuts them with cfitsio's image sections. */
 static int has_fits(const dataset *d)
 {
+    if (tiffframe_is_tiff(d->paths[0]))
+        return 0;
     return d->kind != DS_STACK || (d->header_hash && d->header_hash[0] != 0);
 }
 
@@ -811,8 +815,9 @@ void handle_vo_soda(hreq *r, const route_match *m)
         goto fail;
     }
     if (!has_fits(d)) {
-        snprintf(why, sizeof(why), "UsageError: dataset '%s' is a stack of PNG frames: it has "
-                 "no FITS pixels to cut", d->name);
+        snprintf(why, sizeof(why), "UsageError: dataset '%s' is stored as PNG or TIFF, not FITS: "
+                 "SODA cuts FITS pixels only (its /api/v1/datasets/%s/fits is a FITS copy)",
+                 d->name, d->name);
         goto fail;
     }
     char reason[240];

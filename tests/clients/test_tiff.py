@@ -137,6 +137,22 @@ class TestTiff(unittest.TestCase):
             a = self.npy(f"/api/v1/datasets/tcube/series?x={x}&y={y}&format=npy")
             np.testing.assert_array_equal(a, self.cube[:, 44 - y, x])
 
+    def test_fits_copy_and_soda(self):
+        """/fits writes TIFF datasets as FITS (a cube of the pages, y = 0 the last TIFF row,
+        as every route numbers it); SODA, which cuts FITS files, says what it cuts."""
+        np = self.np
+        fits = need_module("astropy.io.fits")
+        for name, want in (("tcube", np.flip(self.cube, axis=1)),
+                           ("timg", np.flipud(self.img)),
+                           ("tframes", np.flip(np.stack(self.frames), axis=1))):
+            with fits.open(io.BytesIO(self.get(f"/api/v1/datasets/{name}/fits")[1])) as hdul:
+                self.assertTrue(np.array_equal(hdul[0].data, want.astype(hdul[0].data.dtype)),
+                                name)
+        st, _, body = self.srv.get("/vo/soda/sync?ID=tcube")
+        self.assertEqual(st, 400, body)
+        self.assertTrue(body.startswith(b"UsageError: dataset 'tcube' is stored as PNG or TIFF"),
+                        body)
+
     def test_iiif(self):
         np = self.np
         info = json.loads(self.get("/iiif/3/tcube~3/info.json")[1])

@@ -226,6 +226,7 @@ class TestCluster(unittest.TestCase):
         # may hold none at a given instant (its blocks recorded, none left to lease).
         first, held = self.kill_holding_leases([a, b], jid, c)
         self.assertIsNotNone(first, "the job ended before server A or B held a lease")
+        d = job(c, jid)
         print(f"\nSIGKILL of a server holding {held} leases at "
               f"{d['progress']['done']}/{d['progress']['total']}")
         self.start(1)   # a replacement joins the running job

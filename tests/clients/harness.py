@@ -157,7 +157,7 @@ class Postgres:
     only through a Unix socket in that directory (listen_addresses = ''), trust
     authentication for its one role.  Run as root, it runs as the unprivileged user
     `nobody` (the directory is given to it).  uri(db) creates database db and returns its
-    libpq URI."""
+    libpq URI; query(db, sql) returns the rows of a query there."""
 
     def __init__(self):
         self.initdb = _pg_program("initdb")
@@ -194,6 +194,15 @@ class Postgres:
     def uri(self, db):
         self._run([self.createdb, "-h", self.dir, "-U", "tessera", db])
         return "postgresql:///%s?host=%s&user=tessera" % (db, self.dir)
+
+    def query(self, db, sql):
+        """The rows of `sql` in database db (psql, unaligned): a list of lists of str."""
+        r = subprocess.run(self.prefix + [_pg_program("psql"), "-h", self.dir, "-U",
+                                          "tessera", "-d", db, "-X", "-A", "-t", "-q",
+                                          "-v", "ON_ERROR_STOP=1", "-c", sql],
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=60,
+                           check=True, cwd=self.dir)
+        return [line.split("|") for line in r.stdout.decode().splitlines() if line]
 
     def close(self):
         self.stop("immediate")

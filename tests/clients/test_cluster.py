@@ -125,7 +125,8 @@ class TestCluster(unittest.TestCase):
 
     def setUp(self):
         TestCluster.ndb += 1
-        self.uri = self.pg.uri("cluster%d" % TestCluster.ndb)
+        self.db = "cluster%d" % TestCluster.ndb
+        self.uri = self.pg.uri(self.db)
         self.shared = tempfile.mkdtemp(prefix="tessera-shared-")
         self.servers = []
 
@@ -178,24 +179,68 @@ class TestCluster(unittest.TestCase):
                 time.sleep(0.05)
         self.assert_clean()
 
+    def leases_held(self, jid):
+        """{pid: blocks of job jid not yet done that the database has leased to the server
+        of that pid} (its owner name in the blocks table is host/pid/random)."""
+        rows = self.pg.query(self.db, "SELECT split_part(owner, '/', 2), count(*) FROM "
+                             "blocks WHERE job = '%s' AND NOT done AND owner IS NOT NULL "
+                             "GROUP BY 1" % jid)
+        return {int(pid): int(n) for pid, n in rows}
+
+    def kill_holding_leases(self, candidates, jid, watch, limit=60.0):
+        """SIGKILL of the first of candidates seen holding a lease on a block not done:
+        one the database shows with leases is stopped (SIGSTOP: it renews and records
+        nothing more), asked about again, then killed or let go on.  Returns (server, its
+        blocks leased when killed), or (None, 0) when the job ended first (as server
+        watch sees it)."""
+        end = time.monotonic() + limit
+        while time.monotonic() < end:
+            holders = self.leases_held(jid)
+            for s in candidates:
+                if not holders.get(s.proc.pid):
+                    continue
+                s.proc.send_signal(signal.SIGSTOP)
+                held = 0
+                try:
+                    time.sleep(0.05)   # a statement it sent before the stop is through
+                    held = self.leases_held(jid).get(s.proc.pid, 0)
+                    if held:
+                        s.proc.send_signal(signal.SIGKILL)
+                        s.proc.wait(timeout=10)
+                        return s, held
+                finally:
+                    if not held:
+                        s.proc.send_signal(signal.SIGCONT)
+            if job(watch, jid)["state"] in ("succeeded", "failed", "cancelled"):
+                return None, 0
+            time.sleep(0.02)
+        self.fail(f"none of {len(candidates)} servers held a lease within {limit} s")
+
     def test_sigkill_of_lease_holders(self):
         a, b, c = self.start(3)
         jid = post(a, mosaic_body("mk"))
-        d = wait_state(c, jid, (), done_at_least=5)
-        for victim in (a, b):
-            if victim is b:
-                time.sleep(1.0)   # the second kill, a second later
-                d = job(c, jid)
-                if d["state"] != "running":
-                    break
-            victim.proc.send_signal(signal.SIGKILL)
-            victim.proc.wait(timeout=10)
-            print(f"\nSIGKILL of a server at {d['progress']['done']}/{d['progress']['total']}")
-            if victim is a:
-                self.start(1)   # a replacement joins the running job
+        d = wait_state(c, jid, (), done_at_least=1)
+        # Each server is killed while it holds leases (by the database), so that they
+        # expire and are taken over: the first by A, B or the replacement, the second
+        # (no server is killed after it) by C or the replacement.  Under load a server
+        # may hold none at a given instant (its blocks recorded, none left to lease).
+        first, held = self.kill_holding_leases([a, b], jid, c)
+        self.assertIsNotNone(first, "the job ended before server A or B held a lease")
+        d = job(c, jid)
+        print(f"\nSIGKILL of a server holding {held} leases at "
+              f"{d['progress']['done']}/{d['progress']['total']}")
+        self.start(1)   # a replacement joins the running job
+        time.sleep(1.0)   # the second kill, a second later
+        d = job(c, jid)
+        if d["state"] == "running":
+            second, held = self.kill_holding_leases([b if first is a else a], jid, c)
+            if second is not None:
+                print(f"SIGKILL of a second server holding {held} leases")
         d = wait_state(c, jid, ("succeeded", "failed", "cancelled"), limit=90)
         self.assertEqual(d["state"], "succeeded", d)
         self.assert_same_values(product_data(c, jid))
+        # The last server killed left leases that only servers still running can have
+        # taken over (or the first one's were, by a server not killed after).
         taken = sum(metric(s, "tessera_job_lease_expiries_total") or 0
                     for s in self.servers if s.proc.poll() is None)
         self.assertGreaterEqual(taken, 1, "no expired lease was taken over")

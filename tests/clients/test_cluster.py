@@ -163,6 +163,22 @@ class TestCluster(unittest.TestCase):
     def test_posted_on_a_followed_on_b_downloaded_from_c(self):
         a, b, c = self.start(3)
         jid = post(a, mosaic_body("m3"))
+        # Every server takes blocks of a job posted to one.  On a loaded machine the
+        # server that took the job may run it all before the others look (they poll the
+        # database): once A has run a block it is paused (SIGSTOP) until B and C hold or
+        # have run blocks too (at most 30 s), then goes on.
+        self.wait_blocks_run(a, jid)
+        a.proc.send_signal(signal.SIGSTOP)
+        try:
+            end = time.monotonic() + 30
+            while time.monotonic() < end:
+                held = self.leases_held(jid)
+                if all(held.get(s.proc.pid) or metric(s, "tessera_job_blocks_total")
+                       for s in (b, c)):
+                    break
+                time.sleep(0.05)
+        finally:
+            a.proc.send_signal(signal.SIGCONT)
         d = wait_state(b, jid, ("succeeded", "failed", "cancelled"))
         self.assertEqual(d["state"], "succeeded", d)
         self.assertEqual(d["progress"]["done"], d["progress"]["total"])
@@ -178,6 +194,18 @@ class TestCluster(unittest.TestCase):
                 self.assertLess(time.monotonic(), end, "product not registered everywhere")
                 time.sleep(0.05)
         self.assert_clean()
+
+    def wait_blocks_run(self, s, jid, limit=60.0):
+        """Waits until server s has run a block (tessera_job_blocks_total), or job jid
+        ended."""
+        end = time.monotonic() + limit
+        while time.monotonic() < end:
+            if metric(s, "tessera_job_blocks_total"):
+                return
+            if job(s, jid)["state"] in ("succeeded", "failed", "cancelled"):
+                return
+            time.sleep(0.02)
+        self.fail(f"server {s.proc.pid} ran no block of {jid} within {limit} s")
 
     def leases_held(self, jid):
         """{pid: blocks of job jid not yet done that the database has leased to the server

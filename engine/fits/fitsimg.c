@@ -794,8 +794,24 @@ int fitsimg_copy_section(const char *path, int hdu, const long lo[3], const long
         used += (size_t)snprintf(section + used, sizeof section - used, "%s%ld:%ld",
                                  i ? "," : "", a, b);
     }
-    memsize = 2880 * 4;
-    mem = malloc(memsize);
+    /* The whole copy in one zeroed buffer: cfitsio reads the blocks past what it wrote
+     * (the END search, the fill check of the checksum), and realloc'd memory would be
+     * uninitialised there (valgrind).  Header: the input's cards and 36 more, in blocks;
+     * data: the box at the input's BITPIX, in blocks. */
+    int keys = 0, bitpix = 8;
+    fits_get_hdrspace(in, &keys, NULL, &status);
+    fits_get_img_type(in, &bitpix, &status);
+    if (status) {
+        set_cfitsio_err(err, errlen, "cannot read the header of", path, status);
+        rc = TESS_EIO;
+        goto out;
+    }
+    size_t data = (size_t)(bitpix < 0 ? -bitpix : bitpix) / 8;
+    for (int i = 0; i < naxis; i++)
+        data *= (size_t)(i < 3 ? n[i] : naxes[i]);
+    memsize = ((size_t)(keys + 36) * 80 + 2879) / 2880 * 2880 + (data + 2879) / 2880 * 2880 +
+              2880;
+    mem = calloc(1, memsize);
     if (!mem) {
         rc = TESS_ENOMEM;
         tess_seterr(err, errlen, "out of memory");

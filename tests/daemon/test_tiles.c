@@ -137,6 +137,10 @@ static void setup(void)
     ck_assert_msg(config_load_demo(&cfg, TESSERA_DEMO_DIR, err, sizeof(err)) == 0, "%s", err);
     ck_assert_int_eq(config_set_listen(&cfg, "127.0.0.1:0", err, sizeof(err)), 0);
     cfg.threads = 2;
+    /* The connection and header deadlines scale with the tests' time bounds: under
+     * valgrind the 16 waiters of the single-flight test wait far longer than 30 s. */
+    cfg.connection_timeout_s = (int)(cfg.connection_timeout_s * tt_time_scale());
+    cfg.header_timeout_s = (int)(cfg.header_timeout_s * tt_time_scale());
     start_server();
 }
 

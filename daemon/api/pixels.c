@@ -5,6 +5,7 @@
 #include "daemon/problem.h"
 #include "engine/base/error.h"
 #include "engine/base/fileio.h"
+#include "engine/base/hash.h"
 #include "engine/fits/fitscard.h"
 #include "engine/fits/fitsimg.h"
 #include "engine/fits/fitswrite.h"
@@ -423,9 +424,7 @@ static int fits_send_primary(hreq *r, const dataset *d, const fitsimg_info *info
         return 0;
     char version[64];
     dataset_version(d, version, sizeof(version));
-    unsigned long long h = 0xcbf29ce484222325ULL;   /* FNV-1a of the version */
-    for (const char *p = version; *p; p++)
-        h = (h ^ (unsigned char)*p) * 0x100000001b3ULL;
+    unsigned long long h = tess_fnv1a64(version, strlen(version), TESS_FNV64_OFFSET);
     r->rep.status = 200;
     r->rep.file_fd = fd;
     r->rep.file_len = len;

@@ -3,7 +3,8 @@ a job posted to one server is followed on another and downloaded from the third,
 run on all of them; a server killed with SIGKILL loses only its leases; a cancel on one
 stops the blocks on the others; nginx sends a dead server's tile requests elsewhere; a
 stopped database pauses the job until it is back.  Inputs: the six small tiles of
-tests/data/mosaic (a 71-block mosaic, a few seconds on one thread)."""
+tests/data/mosaic (a 71-block mosaic, under a second on an idle machine: the tests that
+act in the middle of a job hold the servers still with SIGSTOP while they do)."""
 import json
 import os
 import re
@@ -71,17 +72,14 @@ def job(server, jid):
     return json.loads(body) if status == 200 else {"state": "?%d" % status}
 
 
-def wait_state(server, jid, states, limit=60.0, done_at_least=None):
+def wait_state(server, jid, states, limit=60.0):
     end = time.monotonic() + limit
     while time.monotonic() < end:
         d = job(server, jid)
-        if done_at_least is not None:
-            if d.get("state") == "running" and d["progress"]["done"] >= done_at_least:
-                return d
-        elif d.get("state") in states:
+        if d.get("state") in states:
             return d
         time.sleep(0.1)
-    raise AssertionError(f"job {jid} not {states or done_at_least} within {limit} s: {d}")
+    raise AssertionError(f"job {jid} not {states} within {limit} s: {d}")
 
 
 def metric(server, name):
@@ -163,12 +161,12 @@ class TestCluster(unittest.TestCase):
     def test_posted_on_a_followed_on_b_downloaded_from_c(self):
         a, b, c = self.start(3)
         jid = post(a, mosaic_body("m3"))
-        # Every server takes blocks of a job posted to one.  On a loaded machine the
-        # server that took the job may run it all before the others look (they poll the
-        # database): once A has run a block it is paused (SIGSTOP) until B and C hold or
-        # have run blocks too (at most 30 s), then goes on.
-        self.wait_blocks_run(a, jid)
-        a.proc.send_signal(signal.SIGSTOP)
+        # Every server takes blocks of a job posted to one.  The server that took the job
+        # may run it all before the others look (they poll the database): once a block is
+        # done A is paused (SIGSTOP) until B and C hold or have run blocks too (at most
+        # 30 s), then goes on.
+        self.catch_running([a, b, c], jid, lambda done: done >= 1, "a block done")
+        self.thaw([b, c])
         try:
             end = time.monotonic() + 30
             while time.monotonic() < end:
@@ -195,18 +193,6 @@ class TestCluster(unittest.TestCase):
                 time.sleep(0.05)
         self.assert_clean()
 
-    def wait_blocks_run(self, s, jid, limit=60.0):
-        """Waits until server s has run a block (tessera_job_blocks_total), or job jid
-        ended."""
-        end = time.monotonic() + limit
-        while time.monotonic() < end:
-            if metric(s, "tessera_job_blocks_total"):
-                return
-            if job(s, jid)["state"] in ("succeeded", "failed", "cancelled"):
-                return
-            time.sleep(0.02)
-        self.fail(f"server {s.proc.pid} ran no block of {jid} within {limit} s")
-
     def leases_held(self, jid):
         """{pid: blocks of job jid not yet done that the database has leased to the server
         of that pid} (its owner name in the blocks table is host/pid/random)."""
@@ -215,55 +201,87 @@ class TestCluster(unittest.TestCase):
                              "GROUP BY 1" % jid)
         return {int(pid): int(n) for pid, n in rows}
 
-    def kill_holding_leases(self, candidates, jid, watch, limit=60.0):
-        """SIGKILL of the first of candidates seen holding a lease on a block not done:
-        one the database shows with leases is stopped (SIGSTOP: it renews and records
-        nothing more), asked about again, then killed or let go on.  Returns (server, its
-        blocks leased when killed), or (None, 0) when the job ended first (as server
-        watch sees it)."""
+    def db_job(self, jid):
+        """(state, blocks done) of job jid as the database holds them."""
+        rows = self.pg.query(self.db, "SELECT state, done FROM jobs WHERE id = '%s'" % jid)
+        return (rows[0][0], int(rows[0][1])) if rows else ("?", 0)
+
+    def catch_running(self, servers, jid, ready, what, limit=60.0, may_end=False):
+        """Stops (SIGSTOP) every server of `servers` at the first moment the database
+        shows job jid running and ready() is true, and returns with them stopped; between
+        looks they run for 5 ms.  On an idle machine the test jobs take well under a
+        second, so a test that must act in the middle of one (kill a lease holder, stop
+        the database, cancel) holds the servers still while it does, whatever the
+        machine's speed.  When the job ends first: False if may_end, else a failure."""
         end = time.monotonic() + limit
         while time.monotonic() < end:
-            holders = self.leases_held(jid)
-            for s in candidates:
-                if not holders.get(s.proc.pid):
-                    continue
+            for s in servers:
                 s.proc.send_signal(signal.SIGSTOP)
-                held = 0
-                try:
-                    time.sleep(0.05)   # a statement it sent before the stop is through
-                    held = self.leases_held(jid).get(s.proc.pid, 0)
-                    if held:
-                        s.proc.send_signal(signal.SIGKILL)
-                        s.proc.wait(timeout=10)
-                        return s, held
-                finally:
-                    if not held:
-                        s.proc.send_signal(signal.SIGCONT)
-            if job(watch, jid)["state"] in ("succeeded", "failed", "cancelled"):
-                return None, 0
-            time.sleep(0.02)
-        self.fail(f"none of {len(candidates)} servers held a lease within {limit} s")
+            time.sleep(0.02)   # statements sent before the stop are through
+            state, done = self.db_job(jid)
+            if state == "running" and ready(done):
+                return True
+            for s in servers:
+                s.proc.send_signal(signal.SIGCONT)
+            if state in ("succeeded", "failed", "cancelled"):
+                if may_end:
+                    return False
+                self.fail(f"job {jid} {state} before {what}")
+            time.sleep(0.005)
+        if may_end:
+            return False
+        self.fail(f"job {jid}: not {what} within {limit} s")
+
+    @staticmethod
+    def thaw(servers):
+        for s in servers:
+            if s.proc.poll() is None:
+                s.proc.send_signal(signal.SIGCONT)
+
+    def kill_holding_leases(self, candidates, jid, limit=60.0, may_end=False, min_done=0):
+        """SIGKILL of the first of candidates the database shows holding a lease on a block
+        not done, all running servers held still (catch_running) while it is chosen.
+        Not before min_done blocks are done.  Returns (server, its blocks leased when
+        killed); (None, 0) when may_end and the job ended first."""
+        live = [s for s in self.servers if s.proc.poll() is None]
+        found = {}
+
+        def holder(done):
+            if done < min_done:
+                return False
+            held = self.leases_held(jid)
+            for s in candidates:
+                if held.get(s.proc.pid):
+                    found["s"], found["n"] = s, held[s.proc.pid]
+                    return True
+            return False
+
+        if not self.catch_running(live, jid, holder, "a candidate held a lease", limit,
+                                  may_end):
+            return None, 0
+        victim = found["s"]
+        victim.proc.send_signal(signal.SIGKILL)
+        victim.proc.wait(timeout=10)
+        self.thaw(live)
+        return victim, found["n"]
 
     def test_sigkill_of_lease_holders(self):
         a, b, c = self.start(3)
         jid = post(a, mosaic_body("mk"))
-        d = wait_state(c, jid, (), done_at_least=1)
         # Each server is killed while it holds leases (by the database), so that they
         # expire and are taken over: the first by A, B or the replacement, the second
         # (no server is killed after it) by C or the replacement.  Under load a server
         # may hold none at a given instant (its blocks recorded, none left to lease).
-        first, held = self.kill_holding_leases([a, b], jid, c)
-        self.assertIsNotNone(first, "the job ended before server A or B held a lease")
+        first, held = self.kill_holding_leases([a, b], jid, min_done=8)
         d = job(c, jid)
         print(f"\nSIGKILL of a server holding {held} leases at "
               f"{d['progress']['done']}/{d['progress']['total']}")
         self.start(1)   # a replacement joins the running job
         time.sleep(1.0)   # the second kill, a second later
-        d = job(c, jid)
-        if d["state"] == "running":
-            second, held = self.kill_holding_leases([b if first is a else a], jid, c)
-            if second is not None:
-                print(f"SIGKILL of a second server holding {held} leases")
+        second, held = self.kill_holding_leases([b if first is a else a], jid, limit=10,
+                                                may_end=True)
+        if second is not None:
+            print(f"SIGKILL of a second server holding {held} leases")
         d = wait_state(c, jid, ("succeeded", "failed", "cancelled"), limit=90)
         self.assertEqual(d["state"], "succeeded", d)
         self.assert_same_values(product_data(c, jid))
@@ -277,11 +295,16 @@ class TestCluster(unittest.TestCase):
     def test_cancel_on_b_stops_blocks_on_a(self):
         a, b = self.start(2)
         jid = post(a, mosaic_body("mc"))
-        end = time.monotonic() + 30
-        while (metric(a, "tessera_job_blocks_total") or 0) < 3:
-            self.assertLess(time.monotonic(), end, "server A ran no block")
-            time.sleep(0.05)
-        self.assertIn(delete(b, "/api/v1/jobs/" + jid), (200, 202, 204))
+        # Both held still once A holds a lease and 3 blocks are done; the cancel is sent
+        # to B while A stays stopped with blocks in hand.
+        self.catch_running([a, b], jid,
+                           lambda done: done >= 3 and self.leases_held(jid).get(a.proc.pid),
+                           "A held a lease after 3 blocks")
+        self.thaw([b])
+        try:
+            self.assertIn(delete(b, "/api/v1/jobs/" + jid), (200, 202, 204))
+        finally:
+            self.thaw([a])
         d = wait_state(a, jid, ("cancelled", "succeeded", "failed"), limit=10)
         self.assertEqual(d["state"], "cancelled", d)
         time.sleep(0.5)
@@ -328,8 +351,12 @@ class TestCluster(unittest.TestCase):
     def test_database_stopped_mid_job(self):
         a, b, c = self.start(3)
         jid = post(a, mosaic_body("md"))
-        wait_state(a, jid, (), done_at_least=10)
-        self.pg.stop("fast")
+        # All three held still after 10 blocks while the database stops under them.
+        self.catch_running([a, b, c], jid, lambda done: done >= 10, "10 blocks done")
+        try:
+            self.pg.stop("fast")
+        finally:
+            self.thaw([a, b, c])
         try:
             time.sleep(1.5)
             status, _, body = a.get("/healthz")
@@ -358,9 +385,18 @@ class TestCluster(unittest.TestCase):
         try:
             time.sleep(1.0)
             jid = post(a, mosaic_body("mw"))
-            wait_state(a, jid, (), done_at_least=50)
-            w.send_signal(signal.SIGTERM)
-            self.assertEqual(w.wait(timeout=30), 0)
+            # The server is held still (SIGSTOP) from the moment the job runs, so the
+            # worker has it to itself; SIGTERM once the worker holds leases after blocks
+            # done, then the server goes on and finishes the job.
+            self.catch_running([a], jid, lambda done: done >= 1, "running")
+            try:
+                self.catch_running([], jid, lambda done: done >= 5 and any(
+                    k != str(a.proc.pid) for k in map(str, self.leases_held(jid))),
+                    "the worker held leases after 5 blocks")
+                w.send_signal(signal.SIGTERM)
+                self.assertEqual(w.wait(timeout=30), 0)
+            finally:
+                self.thaw([a])
         finally:
             if w.poll() is None:
                 w.kill()

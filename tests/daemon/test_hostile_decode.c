@@ -278,11 +278,14 @@ START_TEST(test_gzip_fits_cli)
     double dt = tt_now_s() - t0;
     ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 1, "exit status %d", st);
     ck_assert_msg(dt < 5.0 * tt_time_scale(), "took %.1f s", dt);
-    /* The peak RSS of the largest child waited for: the shell or tessera. */
+    /* The peak RSS of the largest child waited for: the shell or tessera.  Linux carries
+     * a process's peak over exec, and system() starts the shell from this process's
+     * memory: under valgrind that is valgrind's (63 MB measured, over the bound on a
+     * slower machine), so the bound is checked in the plain and sanitizer runs only. */
     struct rusage ru;
     ck_assert_int_eq(getrusage(RUSAGE_CHILDREN, &ru), 0);
-    ck_assert_msg(ru.ru_maxrss / 1024.0 < RSS_BOUND_MB, "tessera's peak RSS was %ld MB",
-                  ru.ru_maxrss / 1024);
+    ck_assert_msg(tt_under_valgrind() || ru.ru_maxrss / 1024.0 < RSS_BOUND_MB,
+                  "tessera's peak RSS was %ld MB", ru.ru_maxrss / 1024);
     char path[512], msg[1024] = "";
     path_in(path, sizeof path, "stderr.txt");
     FILE *f = fopen(path, "r");

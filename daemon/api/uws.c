@@ -253,9 +253,9 @@ void handle_uws_job(hreq *r, const route_match *m)
         char *end;
         long w = strtol(wait, &end, 10);
         if (*end || end == wait || w < -1) {
-            vo_params_release(&p);
             vo_reply_text(r, 400, "UsageError: WAIT must be a number of seconds (-1: as long "
                           "as the server waits, %d s), got '%.30s'", UWS_WAIT_MAX_S, wait);
+            vo_params_release(&p);
             return;
         }
         seconds = w < 0 || w > UWS_WAIT_MAX_S ? UWS_WAIT_MAX_S : (double)w;
@@ -294,11 +294,117 @@ void handle_uws_job(hreq *r, const route_match *m)
     hreq_run_async(r, wait_work, a, free);
 }
 
+static int uws_known_phase(const char *ph)
+{
+    static const char *const known[] = {"PENDING", "QUEUED", "EXECUTING", "COMPLETED",
+                                        "ERROR", "ABORTED", "UNKNOWN", "HELD", "SUSPENDED",
+                                        "ARCHIVED"};
+    for (size_t i = 0; i < sizeof(known) / sizeof(known[0]); i++)
+        if (strcmp(ph, known[i]) == 0)
+            return 1;
+    return 0;
+}
+
+static int by_created_desc(const void *a, const void *b)
+{
+    const char *ca = jstr(*(json_t *const *)a, "created");
+    const char *cb = jstr(*(json_t *const *)b, "created");
+    return strcmp(cb ? cb : "", ca ? ca : "");
+}
+
+/* The job list filtered as UWS 1.1 lets a client ask: PHASE= (repeatable: jobs in any
+ * of those phases), AFTER= (created after that ISO 8601 UTC instant), LAST=n (the n most
+ * recently created, newest first).  Returns the new array, or NULL after a 400. */
+static json_t *uws_filter(hreq *r, json_t *all)
+{
+    vo_params p;
+    if (vo_params_take(r, &p))
+        return NULL;
+    const char *after = vo_params_get(&p, "AFTER", NULL);
+    const char *last = vo_params_get(&p, "LAST", NULL);
+    int nphase = 0;
+    vo_params_get(&p, "PHASE", &nphase);
+    char why[160] = "";
+    long nlast = -1;
+    if (last) {
+        char *end;
+        nlast = strtol(last, &end, 10);
+        if (end == last || *end || nlast < 1)
+            snprintf(why, sizeof(why), "LAST must be a positive integer, got '%.30s'", last);
+    }
+    if (after && !why[0]) {
+        int y, mo, d, h, mi;
+        if (sscanf(after, "%4d-%2d-%2dT%2d:%2d", &y, &mo, &d, &h, &mi) != 5
+            || strlen(after) > 30)
+            snprintf(why, sizeof(why), "AFTER must be an ISO 8601 time "
+                     "(YYYY-MM-DDThh:mm:ss, UTC), got '%.30s'", after);
+    }
+    for (int i = 0; !why[0] && i < p.n; i++)
+        if (strcasecmp(p.key[i], "PHASE") == 0 && !uws_known_phase(p.value[i]))
+            snprintf(why, sizeof(why), "PHASE must be a UWS phase (PENDING, QUEUED, "
+                     "EXECUTING, COMPLETED, ERROR, ABORTED ...), got '%.20s'", p.value[i]);
+    json_t *out = why[0] ? NULL : json_array();
+    size_t i;
+    json_t *job;
+    json_array_foreach(all, i, job) {
+        if (!out)
+            break;
+        const char *ph = job_phase(job), *created = jstr(job, "created");
+        int keep = nphase == 0;
+        for (int k = 0; !keep && k < p.n; k++)
+            keep = strcasecmp(p.key[k], "PHASE") == 0 && strcmp(p.value[k], ph) == 0;
+        /* ISO 8601 UTC times in one form compare as strings; "2026-12-02T13:00" is
+         * before every instant of that minute but the first. */
+        if (keep && after && (!created || strcmp(created, after) <= 0))
+            keep = 0;
+        if (keep)
+            json_array_append(out, job);
+    }
+    vo_params_release(&p);
+    if (why[0]) {
+        vo_reply_text(r, 400, "UsageError: %s", why);
+        return NULL;
+    }
+    if (!out) {
+        vo_reply_text(r, 500, "FatalFault: out of memory");
+        return NULL;
+    }
+    if (nlast > 0) {
+        size_t n = json_array_size(out);
+        json_t **v = n ? malloc(n * sizeof(*v)) : NULL;
+        json_t *sorted = json_array();
+        if ((n && !v) || !sorted) {
+            free(v);
+            json_decref(sorted);
+            json_decref(out);
+            vo_reply_text(r, 500, "FatalFault: out of memory");
+            return NULL;
+        }
+        for (size_t k = 0; k < n; k++)
+            v[k] = json_array_get(out, k);
+        qsort(v, n, sizeof(*v), by_created_desc);
+        for (size_t k = 0; k < n && k < (size_t)nlast; k++)
+            json_array_append(sorted, v[k]);
+        free(v);
+        json_decref(out);
+        out = sorted;
+    }
+    return out;
+}
+
 void handle_uws_jobs(hreq *r, const route_match *m)
 {
     char *list = jobs_list_json(r->srv->jobs, 1000);
-    json_t *all = list ? json_loads(list, 0, NULL) : NULL;
+    json_t *listed = list ? json_loads(list, 0, NULL) : NULL;
     free(list);
+    if (!listed) {
+        vo_reply_text(r, 500, "FatalFault: the job list could not be read");
+        return;
+    }
+    json_t *all = uws_filter(r, listed);
+    json_decref(listed);
+    if (!all)
+        return;
     char base[256];
     vo_base_url(r, base, sizeof(base));
     voxml *x = all ? voxml_new() : NULL;
@@ -374,11 +480,28 @@ void handle_uws_create(hreq *r, const route_match *m)
     } else {
         vo_params p;
         json_t *body = json_object();
-        int bad = vo_params_collect(r, &p) || !body;
+        int got = vo_params_collect(r, &p);
+        if (got == TESS_ERANGE) {
+            vo_reply_text(r, 400, "UsageError: more than %d parameters in one request",
+                          VO_MAX_PARAMS);
+            vo_params_release(&p);
+            json_decref(body);
+            return;
+        }
+        int bad = got || !body;
         const char *clash = NULL;
         for (int i = 0; !bad && i < p.n; i++) {
             if (strcasecmp(p.key[i], "PHASE") == 0)
                 continue;       /* PHASE=RUN: the job is queued at once anyway */
+            int times = 0;
+            vo_params_get(&p, p.key[i], &times);
+            if (times > 1) {
+                vo_reply_text(r, 400, "UsageError: parameter '%.60s' is given %d times "
+                              "(once only)", p.key[i], times);
+                vo_params_release(&p);
+                json_decref(body);
+                return;
+            }
             if (set_dotted(body, p.key[i], p.value[i])) {
                 clash = p.key[i];
                 break;

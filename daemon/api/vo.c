@@ -73,8 +73,9 @@ static void add_query_arg(void *cls, const char *key, const char *value)
     vo_params *p = cls;
     if (!value)
         value = "";
-    if (vo_params_add(p, key, strlen(key), value, strlen(value), 0))
-        p->failed = 1;
+    int rc = vo_params_add(p, key, strlen(key), value, strlen(value), 0);
+    if (rc && !p->failed)
+        p->failed = rc;
 }
 
 int vo_params_collect(hreq *r, vo_params *p)
@@ -97,21 +98,27 @@ int vo_params_collect(hreq *r, vo_params *p)
                 const char *vend = stop;
                 while (vend > v && (vend[-1] == '\r' || vend[-1] == '\n'))
                     vend--;
-                if (vo_params_add(p, s, (size_t)(kend - s), v, (size_t)(vend - v), 1))
-                    p->failed = 1;
+                int rc = vo_params_add(p, s, (size_t)(kend - s), v, (size_t)(vend - v), 1);
+                if (rc && !p->failed)
+                    p->failed = rc;
             }
             s = stop + 1;
         }
     }
-    return p->failed ? TESS_ENOMEM : 0;
+    return p->failed;
 }
 
 int vo_params_take(hreq *r, vo_params *p)
 {
-    if (vo_params_collect(r, p) == 0)
+    int rc = vo_params_collect(r, p);
+    if (rc == 0)
         return 0;
     vo_params_release(p);
-    vo_reply_text(r, 500, "FatalFault: out of memory");
+    if (rc == TESS_ERANGE)
+        vo_reply_text(r, 400, "UsageError: more than %d parameters in one request",
+                      VO_MAX_PARAMS);
+    else
+        vo_reply_text(r, 500, "FatalFault: out of memory");
     return -1;
 }
 
@@ -346,9 +353,9 @@ void handle_vo_datalink(hreq *r, const route_match *m)
     const char *fmt = vo_params_get(&p, "RESPONSEFORMAT", NULL);
     if (fmt && *fmt && strncmp(fmt, "application/x-votable+xml", 25) != 0
         && strcmp(fmt, "votable") != 0 && strcmp(fmt, "text/xml") != 0) {
-        vo_params_release(&p);
         vo_reply_text(r, 400, "UsageError: RESPONSEFORMAT '%.80s' is not served: DataLink "
                       "answers application/x-votable+xml;content=datalink", fmt);
+        vo_params_release(&p);
         return;
     }
     if (nid == 0) {
@@ -409,7 +416,7 @@ void handle_vo_datalink(hreq *r, const route_match *m)
 /* ---- SODA ---------------------------------------------------------------------------- */
 
 /* Reads up to max numbers separated by blanks (or commas) from s; "+Inf"/"-Inf" allowed.
- * Returns how many, or -1 for anything else in s. */
+ * Returns how many, -2 when s holds more than max, or -1 for anything else in s. */
 static int read_numbers(const char *s, double *v, int max)
 {
     int n = 0;
@@ -419,7 +426,7 @@ static int read_numbers(const char *s, double *v, int max)
         if (!*s)
             break;
         if (n == max)
-            return -1;
+            return -2;
         char *end;
         v[n] = strtod(s, &end);
         if (end == s || isnan(v[n]))
@@ -433,12 +440,21 @@ static int read_numbers(const char *s, double *v, int max)
 }
 
 #define SODA_MAX_POINTS 4096
+#define SODA_MAX_VERTICES 256
 
-/* Boundary points of a region (ICRS degrees) as (lon, lat) pairs. */
+enum { REGION_NONE, REGION_CIRCLE, REGION_RANGE, REGION_POLYGON };
+
+/* A region: its shape (ICRS degrees: circle ra dec r; range lon0 lon1 lat0 lat1 with
+ * lon1 - lon0 <= 360; polygon vertices as lon, lat pairs) and boundary points of it as
+ * (lon, lat) pairs, which bound its pixel box where the image's projection reaches them. */
 typedef struct soda_region {
     double lon[SODA_MAX_POINTS], lat[SODA_MAX_POINTS];
     int n;
     int whole;               /* the region covers every longitude and latitude */
+    int kind;
+    double shape[4];
+    double vert[2 * SODA_MAX_VERTICES];
+    int nvert;
 } soda_region;
 
 static void region_add(soda_region *g, double lon, double lat)
@@ -467,9 +483,13 @@ static void region_circle(soda_region *g, double ra, double dec, double rad)
     }
 }
 
-/* The polygon through the n vertices (lon, lat pairs in v), its edges sampled. */
+/* The polygon through the n vertices (lon, lat pairs in v), its edges sampled (at most
+ * SODA_MAX_POINTS points in all). */
 static void region_polygon(soda_region *g, const double *v, int n)
 {
+    int per_edge = SODA_MAX_POINTS / (n + 1);
+    if (per_edge > 64)
+        per_edge = 64;
     for (int i = 0; i < n; i++) {
         double lo0 = v[2 * i], la0 = v[2 * i + 1];
         double lo1 = v[2 * ((i + 1) % n)], la1 = v[2 * ((i + 1) % n) + 1];
@@ -477,8 +497,8 @@ static void region_polygon(soda_region *g, const double *v, int n)
             lo1 -= 360.0;
         else if (lo0 - lo1 > 180.0)
             lo1 += 360.0;
-        for (int s = 0; s < 64; s++) {
-            double f = s / 64.0;
+        for (int s = 0; s < per_edge; s++) {
+            double f = s / (double)per_edge;
             region_add(g, fmod(lo0 + f * (lo1 - lo0) + 720.0, 360.0), la0 + f * (la1 - la0));
         }
     }
@@ -497,7 +517,7 @@ static int soda_parse_region(const vo_params *p, soda_region *g, char *why, size
         snprintf(why, len, "give one region: one CIRCLE, POLYGON or POS");
         return -1;
     }
-    double v[2 * 64];
+    double v[2 * SODA_MAX_VERTICES];
     char shape[16] = "";
     const char *nums = NULL;
     if (circle) {
@@ -518,7 +538,11 @@ static int soda_parse_region(const vo_params *p, soda_region *g, char *why, size
     } else {
         return 0;
     }
-    int n = read_numbers(nums, v, 128);
+    int n = read_numbers(nums, v, 2 * SODA_MAX_VERTICES);
+    if (n == -2 && strcasecmp(shape, "POLYGON") == 0) {
+        snprintf(why, len, "POLYGON takes at most %d vertices", SODA_MAX_VERTICES);
+        return -1;
+    }
     if (strcasecmp(shape, "CIRCLE") == 0) {
         if (n != 3 || !isfinite(v[0]) || !isfinite(v[1]) || !(v[2] > 0) || v[2] > 180
             || fabs(v[1]) > 90) {
@@ -527,6 +551,8 @@ static int soda_parse_region(const vo_params *p, soda_region *g, char *why, size
             return -1;
         }
         region_circle(g, v[0], v[1], v[2]);
+        g->kind = REGION_CIRCLE;
+        memcpy(g->shape, v, 3 * sizeof(double));
     } else if (strcasecmp(shape, "POLYGON") == 0) {
         if (n < 6 || n % 2) {
             snprintf(why, len, "POLYGON must be at least three ra dec pairs (degrees), got "
@@ -539,6 +565,9 @@ static int soda_parse_region(const vo_params *p, soda_region *g, char *why, size
                 return -1;
             }
         region_polygon(g, v, n / 2);
+        g->kind = REGION_POLYGON;
+        memcpy(g->vert, v, (size_t)n * sizeof(double));
+        g->nvert = n / 2;
     } else if (strcasecmp(shape, "RANGE") == 0) {
         if (n != 4 || v[0] > v[1] || v[2] > v[3]) {
             snprintf(why, len, "POS=RANGE must be ra1 ra2 dec1 dec2 (degrees, -Inf and +Inf "
@@ -551,6 +580,13 @@ static int soda_parse_region(const vo_params *p, soda_region *g, char *why, size
             g->whole = 1;
             return 0;
         }
+        if (lo1 - lo0 > 360)
+            lo1 = lo0 + 360;
+        g->kind = REGION_RANGE;
+        g->shape[0] = lo0;
+        g->shape[1] = lo1;
+        g->shape[2] = la0;
+        g->shape[3] = la1;
         double box[8] = {lo0, la0, lo1, la0, lo1, la1, lo0, la1};
         region_polygon(g, box, 4);
         /* Rows of points inside too, so that a range holding a pole or the whole width
@@ -564,6 +600,114 @@ static int soda_parse_region(const vo_params *p, soda_region *g, char *why, size
         return -1;
     }
     return 0;
+}
+
+/* The unit vector of (lon, lat), degrees. */
+static void unit_vector(double lon, double lat, double u[3])
+{
+    const double k = M_PI / 180.0;
+    u[0] = cos(lat * k) * cos(lon * k);
+    u[1] = cos(lat * k) * sin(lon * k);
+    u[2] = sin(lat * k);
+}
+
+/* Whether the sky position (lon, lat), ICRS degrees, lies in region g: a circle by the
+ * angular distance to its centre; a range by its longitude (modulo 360) and latitude
+ * intervals; a polygon (great-circle edges, as DALI 1.1 defines one) by the winding
+ * number about the position: the sum of the angles, seen from it, from each vertex to
+ * the next is about 2 pi inside and about 0 outside. */
+static int region_contains(const soda_region *g, double lon, double lat)
+{
+    double p[3];
+    unit_vector(lon, lat, p);
+    if (g->kind == REGION_CIRCLE) {
+        double c[3];
+        unit_vector(g->shape[0], g->shape[1], c);
+        double dot = p[0] * c[0] + p[1] * c[1] + p[2] * c[2];
+        return dot >= cos(g->shape[2] * M_PI / 180.0);
+    }
+    if (g->kind == REGION_RANGE) {
+        double dl = fmod(lon - g->shape[0] + 720.0, 360.0);
+        return lat >= g->shape[2] && lat <= g->shape[3]
+               && (dl <= g->shape[1] - g->shape[0] || g->shape[1] - g->shape[0] >= 360.0);
+    }
+    if (g->kind != REGION_POLYGON || g->nvert < 3)
+        return 0;
+    /* East and north unit vectors of the tangent plane at p. */
+    double e[3] = {-p[1], p[0], 0}, ne = hypot(e[0], e[1]);
+    if (ne < 1e-12) {
+        e[0] = 1;
+        e[1] = 0;
+    } else {
+        e[0] /= ne;
+        e[1] /= ne;
+    }
+    double nth[3] = {p[1] * e[2] - p[2] * e[1], p[2] * e[0] - p[0] * e[2],
+                     p[0] * e[1] - p[1] * e[0]};
+    double sum = 0, prev = 0;
+    for (int i = 0; i <= g->nvert; i++) {
+        double v[3];
+        unit_vector(g->vert[2 * (i % g->nvert)], g->vert[2 * (i % g->nvert) + 1], v);
+        double az = atan2(v[0] * e[0] + v[1] * e[1] + v[2] * e[2],
+                          v[0] * nth[0] + v[1] * nth[1] + v[2] * nth[2]);
+        if (i > 0) {
+            double d = az - prev;
+            if (d > M_PI)
+                d -= 2 * M_PI;
+            else if (d < -M_PI)
+                d += 2 * M_PI;
+            sum += d;
+        }
+        prev = az;
+    }
+    return fabs(sum) > M_PI;
+}
+
+/* The box of the pixels of d inside region g, found from the image's side: pixel centres
+ * on a grid of at most 513 x 513 (every pixel of images up to 512 on a side) mapped to
+ * the sky and tested with region_contains; the box of those inside, widened by the grid
+ * step.  Used when part of the region lies off the image's projection, where its
+ * boundary points cannot bound the box.  Returns as region_box. */
+static int region_box_sampled(const dataset *d, const soda_region *g, double *xmin,
+                              double *xmax, double *ymin, double *ymax)
+{
+    long big = d->nx > d->ny ? d->nx : d->ny;
+    long step = (big + 511) / 512;
+    long sx = (d->nx - 1) / step + 2, sy = (d->ny - 1) / step + 2;
+    size_t n = (size_t)sx * (size_t)sy;
+    skywcs *w = skywcs_copy(d->cel);
+    double *x = malloc(sizeof(double) * n * 4);
+    if (!w || !x) {
+        skywcs_free(w);
+        free(x);
+        return TESS_ENOMEM;
+    }
+    double *y = x + n, *lon = y + n, *lat = lon + n;
+    for (long j = 0; j < sy; j++)
+        for (long i = 0; i < sx; i++) {
+            x[j * sx + i] = (double)(i * step < d->nx ? i * step : d->nx - 1);
+            y[j * sx + i] = (double)(j * step < d->ny ? j * step : d->ny - 1);
+        }
+    int rc = skywcs_pix2sky(w, n, x, y, lon, lat);
+    double eq = 0;
+    sky_frame f = skywcs_frame(w, &eq);
+    skywcs_free(w);
+    if (rc == TESS_ENOMEM) {
+        free(x);
+        return rc;
+    }
+    sky_convert(f, eq, SKY_FRAME_ICRS, 2000.0, n, lon, lat);
+    *xmin = *ymin = INFINITY;
+    *xmax = *ymax = -INFINITY;
+    for (size_t k = 0; rc == 0 && k < n; k++)
+        if (isfinite(lon[k]) && isfinite(lat[k]) && region_contains(g, lon[k], lat[k])) {
+            *xmin = fmin(*xmin, x[k] - (double)(step - 1));
+            *xmax = fmax(*xmax, x[k] + (double)(step - 1));
+            *ymin = fmin(*ymin, y[k] - (double)(step - 1));
+            *ymax = fmax(*ymax, y[k] + (double)(step - 1));
+        }
+    free(x);
+    return rc ? 1 : 0;
 }
 
 /* The pixel box (0-based, [x0, x1) x [y0, y1)) of the region on dataset d, clipped to the
@@ -586,12 +730,14 @@ static int region_box(const dataset *d, const soda_region *g, long box[4])
     int rc = skywcs_sky2pix(w, (size_t)g->n, lon, lat, x, y);
     skywcs_free(w);
     double xmin = INFINITY, xmax = -INFINITY, ymin = INFINITY, ymax = -INFINITY;
-    int lost = 0;
+    int lost = 0, inside = 0;
     for (int i = 0; rc == 0 && i < g->n; i++) {
         if (!isfinite(x[i]) || !isfinite(y[i])) {
             lost = 1;
             continue;
         }
+        inside |= x[i] >= -0.5 && x[i] < (double)d->nx - 0.5 && y[i] >= -0.5
+                  && y[i] < (double)d->ny - 0.5;
         xmin = fmin(xmin, x[i]);
         xmax = fmax(xmax, x[i]);
         ymin = fmin(ymin, y[i]);
@@ -602,14 +748,14 @@ static int region_box(const dataset *d, const soda_region *g, long box[4])
         return rc;
     if (rc)
         return 1;
-    if (lost) {
-        /* Part of the edge lies off the projection (a region larger than the image's
-         * hemisphere): the box cannot be told from it, so the whole image is given, as a
-         * cutout may hold more than its region. */
-        xmin = 0;
-        ymin = 0;
-        xmax = (double)d->nx - 1;
-        ymax = (double)d->ny - 1;
+    if (lost || !inside) {
+        /* Part of the region lies off the image's projection (beyond a zenithal
+         * projection's hemisphere, say), or no point of its edge falls on the image (the
+         * region holds all of it, or none, though the box of its edge may hold the
+         * image): the box is found from the image's pixels. */
+        rc = region_box_sampled(d, g, &xmin, &xmax, &ymin, &ymax);
+        if (rc)
+            return rc;
     }
     if (!(xmin <= xmax) || !(ymin <= ymax))
         return 1;
@@ -797,6 +943,16 @@ void handle_vo_soda(hreq *r, const route_match *m)
     if (!g) {
         status = 500;
         snprintf(why, sizeof(why), "FatalFault: out of memory");
+        goto fail;
+    }
+    const char *unserved = vo_params_get(&p, "TIME", NULL) ? "TIME"
+                           : vo_params_get(&p, "POL", NULL) ? "POL" : NULL;
+    if (unserved) {
+        /* A filter that cannot be applied is refused, not ignored: the answer would hold
+         * data outside what was asked. */
+        snprintf(why, sizeof(why), "UsageError: %s is not served: Tessera's datasets have "
+                 "no %s axis it can select (ID, CIRCLE, POLYGON, POS and BAND are)",
+                 unserved, strcmp(unserved, "TIME") == 0 ? "time" : "polarization");
         goto fail;
     }
     if (nid != 1) {

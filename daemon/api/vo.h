@@ -10,18 +10,18 @@
 /* The parameters of a DAL request: those of the query, then those of an
  * application/x-www-form-urlencoded body (a POST), in order, values decoded.  DAL
  * parameter names are case-insensitive (vo_params_get). */
-#define VO_MAX_PARAMS 64
+#define VO_MAX_PARAMS 512
 typedef struct vo_params {
     char *key[VO_MAX_PARAMS], *value[VO_MAX_PARAMS];
     int n;
     int failed;
 } vo_params;
 
-/* Fills p from r (parameters past VO_MAX_PARAMS are dropped).  Returns 0 or TESS_ENOMEM;
- * release p with vo_params_release in both cases. */
+/* Fills p from r.  Returns 0, TESS_ERANGE (more than VO_MAX_PARAMS parameters: those
+ * past it are dropped) or TESS_ENOMEM; release p with vo_params_release in every case. */
 int vo_params_collect(hreq *r, vo_params *p);
-/* vo_params_collect, answering 500 (and releasing p) when it fails: returns 0, or -1
- * after that answer. */
+/* vo_params_collect, answering (and releasing p) when it fails, 400 UsageError for too
+ * many parameters, 500 FatalFault for memory: returns 0, or -1 after that answer. */
 int vo_params_take(hreq *r, vo_params *p);
 /* The first value of `key` (any case) or NULL; *count (may be NULL) gets how many. */
 const char *vo_params_get(const vo_params *p, const char *key, int *count);

@@ -17,6 +17,7 @@ try:
     import numpy as np
     import pyvo
     from astropy import units as u
+    from astropy.coordinates import SkyCoord
     from astropy.io import fits
     from astropy.wcs import WCS
     from pyvo.dal.adhoc import SODA_SYNC_IVOID, DatalinkResults, SodaQuery
@@ -216,6 +217,63 @@ class TestPyvo(unittest.TestCase):
             self.assertEqual(status, 200, body)
             self.assertEqual(fits.open(io.BytesIO(body))[0].data.shape, (893, 891), circle)
 
+    def test_soda_regions_far_and_around(self):
+        hh = os.path.join(DEMO, "HorseHead.fits")
+        # Small regions 80 to 180 degrees from the image: NoOverlap, not the whole image
+        # (their edges lie off the image's TAN projection, or around it).
+        for q in ("CIRCLE=0+80+0.01", "CIRCLE=265+2.458+0.01", "CIRCLE=85.27+89+0.01",
+                  "POLYGON=0+80+0.01+80+0.01+80.01", "POS=RANGE+0+0.01+80+80.01"):
+            status, headers, body = self.srv.get("/vo/soda/sync?ID=horsehead&" + q)
+            self.assertEqual(status, 400, (q, len(body)))
+            self.assertTrue(body.startswith(b"NoOverlap: "), (q, body[:200]))
+        # A cap of 100 degrees around the antipode: its edge, 80 degrees from the image,
+        # projects to a ring around it; the region holds none of it.
+        status, headers, body = self.srv.get(
+            "/vo/soda/sync?ID=horsehead&CIRCLE=" + urllib.parse.quote("265.27 2.46 100"))
+        self.assertEqual(status, 400, len(body))
+        self.assertTrue(body.startswith(b"NoOverlap: "), body[:200])
+        # A polygon of 64 vertices 100 degrees around the image holds all of it.
+        vert = [SkyCoord(85.27 * u.deg, -2.46 * u.deg).directional_offset_by(
+            k * 360.0 / 64 * u.deg, 100 * u.deg) for k in range(64)]
+        poly = " ".join(f"{c.ra.deg:.6f} {c.dec.deg:.6f}" for c in vert)
+        status, headers, body = self.srv.get(
+            "/vo/soda/sync?ID=horsehead&POLYGON=" + urllib.parse.quote(poly))
+        self.assertEqual(status, 200, body[:200])
+        self.assertEqual(fits.open(io.BytesIO(body))[0].data.shape, (893, 891))
+        # A band of declinations around the whole sky: a strip of rows, every column.
+        status, headers, body = self.srv.get(
+            "/vo/soda/sync?ID=horsehead&POS=" + urllib.parse.quote("RANGE 0 360 -2.46 -2.45"))
+        self.assertEqual(status, 200, body[:200])
+        cut = fits.open(io.BytesIO(body))[0]
+        ny, nx = cut.data.shape
+        self.assertEqual(nx, 891)
+        # Every row whose pixel centres in the middle column fall in the band is there,
+        # and no more than 2 rows beyond them on either side (the image is sampled every
+        # 2 pixels for such regions).
+        w = WCS(fits.getheader(hh))
+        rows = np.arange(893)
+        dec = w.all_pix2world(np.full(893, 445.0), rows, 0)[1]
+        want = rows[(dec >= -2.46) & (dec <= -2.45)]
+        off = int(round(float(WCS(cut.header).all_world2pix(
+            *w.all_pix2world(445.0, float(want[0]), 0), 0)[1])))
+        y0 = int(want[0]) - off
+        self.assertTrue(y0 <= want[0] and y0 + ny - 1 >= want[-1], (y0, ny, want))
+        self.assertLessEqual(ny, len(want) + 4, (ny, len(want)))
+        np.testing.assert_array_equal(cut.data, fits.getdata(hh)[y0:y0 + ny, :])
+        # 256 vertices at most; more is said.
+        many = " ".join(f"{85.27 + 0.01 * np.cos(t):.6f} {-2.46 + 0.01 * np.sin(t):.6f}"
+                        for t in np.linspace(0, 2 * np.pi, 300, endpoint=False))
+        status, loc, body = _post_form(self.srv.url("/vo/soda/sync"),
+                                       {"ID": "horsehead", "POLYGON": many})
+        self.assertEqual(status, 400)
+        self.assertIn(b"at most 256 vertices", body)
+        fewer = " ".join(many.split()[:400])
+        status, loc, body = _post_form(self.srv.url("/vo/soda/sync"),
+                                       {"ID": "horsehead", "POLYGON": fewer})
+        self.assertEqual(status, 200, body[:200])
+        ny, nx = fits.open(io.BytesIO(body))[0].data.shape
+        self.assertTrue(60 < nx < 90 and 60 < ny < 90, (nx, ny))   # 72" across, ~1"/px
+
     def test_soda_errors(self):
         cases = [
             ("ID=nosuch&CIRCLE=1+2+3", 404, "NotFoundFault: "),
@@ -226,12 +284,19 @@ class TestPyvo(unittest.TestCase):
             ("ID=l1448_13co&BAND=1e-3+2e-3", 400, "UsageError: "),
             ("ID=wavecube&BAND=1e-3+2e-3", 400, "NoOverlap: "),
             ("ID=horsehead&BAND=1e-3+2e-3", 400, "UsageError: "),
+            ("ID=horsehead&TIME=1+2", 400, "UsageError: TIME is not served"),
+            ("ID=horsehead&POL=I", 400, "UsageError: POL is not served"),
         ]
         for q, status, prefix in cases:
             st, headers, body = self.srv.get("/vo/soda/sync?" + q)
             self.assertEqual(st, status, (q, body))
             self.assertTrue(headers["Content-Type"].startswith("text/plain"), q)
             self.assertTrue(body.decode().startswith(prefix), (q, body))
+        # Past 512 parameters (a form: a query that long is a 414 before it is read).
+        st, loc, body = _post_form(self.srv.url("/vo/soda/sync"), [("ID", "horsehead")] + [
+            (f"X{i}", "1") for i in range(600)])
+        self.assertEqual(st, 400, body)
+        self.assertTrue(body.startswith(b"UsageError: more than 512 parameters"), body)
 
     # ---- UWS -------------------------------------------------------------------------
 
@@ -301,6 +366,75 @@ class TestPyvo(unittest.TestCase):
         self.assertIn(job.phase, ("ABORTED", "COMPLETED"))
         self.assertEqual(_post_form(self.srv.url(f"/vo/uws/jobs/{jid}/phase"),
                                     {"PHASE": "SUSPEND"})[0], 400)
+
+    def test_errors_quote_what_was_sent(self):
+        # The value named in an error is the one sent (these once quoted freed memory).
+        for i in range(3):
+            status, headers, body = self.srv.get(
+                "/vo/datalink?ID=horsehead&RESPONSEFORMAT=application/json%d" % i)
+            self.assertEqual(status, 400)
+            self.assertIn(b"RESPONSEFORMAT 'application/json%d' is not served" % i, body)
+        status, loc, body = _post_form(self.srv.url("/vo/uws/jobs"), {
+            "type": "reduce", "dataset": "wavecube", "op": "mean", "axis": "z",
+            "output.name": "uws_quote"})
+        self.assertEqual(status, 303, body)
+        jid = loc.rsplit("/", 1)[1]
+        for bad in ("abc", "12x", "-5"):
+            status, headers, body = self.srv.get(f"/vo/uws/jobs/{jid}?WAIT={bad}")
+            self.assertEqual(status, 400)
+            self.assertIn(b"got '%s'" % bad.encode(), body)
+
+    def test_uws_list_filters_and_parameters(self):
+        ids = []
+        for k in range(3):
+            status, loc, body = _post_form(self.srv.url("/vo/uws/jobs"), {
+                "type": "reduce", "dataset": "wavecube", "op": "mean", "axis": "z",
+                "output.name": f"uws_list{k}"})
+            self.assertEqual(status, 303, body)
+            ids.append(loc.rsplit("/", 1)[1])
+            time.sleep(0.01)
+        for jid in ids:
+            job = self._job(jid)
+            end = time.monotonic() + 60
+            while job.phase in ("QUEUED", "EXECUTING") and time.monotonic() < end:
+                job = self._job(jid, wait=5)
+            self.assertEqual(job.phase, "COMPLETED")
+
+        def listed(query):
+            status, headers, body = self.srv.get("/vo/uws/jobs" + query)
+            self.assertEqual(status, 200, body)
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                return pyvo_uws.parse_job_list(io.BytesIO(body))
+
+        every = listed("")
+        done = listed("?PHASE=COMPLETED")
+        self.assertTrue(set(ids) <= {j.jobid for j in done})
+        self.assertTrue(all(j.phase == "COMPLETED" for j in done))
+        self.assertEqual(listed("?PHASE=EXECUTING&PHASE=QUEUED&PHASE=COMPLETED&PHASE=ERROR"
+                                "&PHASE=ABORTED").__len__(), len(every))
+        last = listed("?LAST=2")
+        self.assertEqual(len(last), 2)
+        created = sorted((j.creationtime for j in every), reverse=True)
+        self.assertEqual([j.creationtime for j in last], created[:2])
+        first = next(j for j in every if j.jobid == ids[0])
+        after = first.creationtime.isot + "Z"   # an astropy Time, to the millisecond
+        later = {j.jobid for j in listed("?AFTER=" + after)}
+        self.assertNotIn(ids[0], later)
+        self.assertTrue({ids[1], ids[2]} <= later, (later, ids))
+        for q, needle in (("?PHASE=BOGUS", b"PHASE must be"), ("?LAST=-1", b"LAST must be"),
+                          ("?LAST=x", b"LAST must be"), ("?AFTER=yesterday", b"AFTER must be")):
+            status, headers, body = self.srv.get("/vo/uws/jobs" + q)
+            self.assertEqual(status, 400, (q, body))
+            self.assertTrue(body.startswith(b"UsageError: ") and needle in body, (q, body))
+        status, loc, body = _post_form(self.srv.url("/vo/uws/jobs"),
+                                       [("type", "reduce"), ("type", "mosaic")])
+        self.assertEqual(status, 400, body)
+        self.assertIn(b"'type' is given 2 times", body)
+        fields = [("type", "reduce")] + [(f"x{i}", "1") for i in range(600)]
+        status, loc, body = _post_form(self.srv.url("/vo/uws/jobs"), fields)
+        self.assertEqual(status, 400, body)
+        self.assertIn(b"more than 512 parameters", body)
 
     # ---- VOSI ------------------------------------------------------------------------
 

@@ -537,7 +537,8 @@ int hreq_run_async(hreq *r, void (*work)(hreq *r), void *arg, void (*arg_free)(v
         pthread_mutex_unlock(&sp->flight_lock);
     }
     pthread_mutex_lock(&sp->pool_lock);
-    int rc = sp->pub.workers ? pool_submit_cancellable(sp->pub.workers, POOL_INTERACTIVE,
+    int rc = sp->pub.workers ? pool_submit_cancellable(sp->pub.workers,
+                                                       r->bulk ? POOL_BULK : POOL_INTERACTIVE,
                                                        run_task, drop_task, r, &r->cancel)
                              : TESS_EAGAIN;
     pthread_mutex_unlock(&sp->pool_lock);
@@ -549,6 +550,13 @@ int hreq_run_async(hreq *r, void (*work)(hreq *r), void *arg, void (*arg_free)(v
         resume(r);
     }
     return 0;
+}
+
+int hreq_mark_bulk(hreq *r, long long values)
+{
+    if (values > HREQ_BULK_VALUES)
+        r->bulk = 1;
+    return r->bulk ? POOL_BULK : POOL_INTERACTIVE;
 }
 
 /* ---- what the HTTP layer serves itself -------------------------------------------- */

@@ -64,6 +64,9 @@ typedef struct hreq {
     void *work_arg;
     void (*work_arg_free)(void *);
     int async_state;          /* 0 none, 1 queued/running, 2 done */
+    int bulk;                 /* set by the handler: large work, queued at POOL_BULK (after
+                               * the small interactive requests, on threads - 1 workers
+                               * at most), see hreq_mark_bulk */
     struct flight *flight;    /* the render this request leads (single flight), or NULL */
     struct hreq *next_waiter; /* next request waiting on the same render */
     /* Set once the client has closed its connection (and, for a render that others
@@ -165,5 +168,12 @@ void hreq_reply_cancelled(hreq *r);
  * it has not started, and no answer is sent (see docs/operations.md, "Clients that
  * leave").  Always returns 0. */
 int hreq_run_async(hreq *r, void (*work)(hreq *r), void *arg, void (*arg_free)(void *));
+
+/* Work of more than HREQ_BULK_VALUES values (output pixels, or values read for a
+ * reduction) runs at POOL_BULK: a few large requests then cannot hold every worker while
+ * tiles wait.  Marks r so (before hreq_run_async) when `values` is over the bound, and
+ * returns the priority its work should give the engine's loops (pool_for and the like). */
+#define HREQ_BULK_VALUES (1LL << 22)
+int hreq_mark_bulk(hreq *r, long long values);
 
 #endif

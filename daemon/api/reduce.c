@@ -48,8 +48,9 @@ static void reduce_z(hreq *r, reduce_job *j)
         problem_reply(r, 500, NULL, "out of memory");
         return;
     }
-    int rc = zreduce_image(dataset_stack(d), d->nz, j->op, r->srv->workers, POOL_INTERACTIVE,
-                           &r->cancel_v, acc, err, sizeof err);
+    int rc = zreduce_image(dataset_stack(d), d->nz, j->op, r->srv->workers,
+                           r->bulk ? POOL_BULK : POOL_INTERACTIVE, &r->cancel_v, acc, err,
+                           sizeof err);
     if (!rc && j->format == FMT_FITS)
         rc = zreduce_header(d->header, d->nkeys, j->op, j->axis, d->name, &cards, &nkeys, err,
                             sizeof err);
@@ -198,5 +199,6 @@ void handle_reduce(hreq *r, const route_match *m)
         return;
     }
     *j = j0;
+    hreq_mark_bulk(r, (long long)d->nx * d->ny * d->nz);
     hreq_run_async(r, reduce_work, j, free);
 }

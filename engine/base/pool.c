@@ -1,4 +1,5 @@
-/* Worker pool: pthreads taking tasks from two FIFO queues, interactive before batch. */
+/* Worker pool: pthreads taking tasks from three FIFO queues, interactive before bulk
+ * (at most threads - 1 running) before batch. */
 #include "engine/base/pool.h"
 
 #include <pthread.h>
@@ -22,8 +23,10 @@ typedef struct task_queue {
 struct pool {
     pthread_mutex_t lock;
     pthread_cond_t work;          /* signalled when a task is queued or the pool stops */
-    task_queue q[2];              /* indexed by pool_priority */
-    size_t depth;                 /* tasks waiting in both queues */
+    task_queue q[3];              /* indexed by pool_priority */
+    size_t depth;                 /* tasks waiting in all queues */
+    size_t bulk_waiting;          /* of which in q[POOL_BULK] */
+    int bulk_running, bulk_max;
     size_t max_queue;
     int stopping;
     int nthreads;
@@ -56,17 +59,29 @@ static int task_cancelled(const task *t)
     return t->cancel && atomic_load_explicit(t->cancel, memory_order_acquire);
 }
 
-/* Runs tasks until the pool is stopping and both queues are empty. */
+/* Tasks a worker may start now: bulk tasks wait while bulk_max of them run. */
+static size_t runnable(const pool *p)
+{
+    return p->bulk_running < p->bulk_max ? p->depth : p->depth - p->bulk_waiting;
+}
+
+/* Runs tasks until the pool is stopping and every queue is empty. */
 static void *worker_main(void *arg)
 {
     pool *p = arg;
     pthread_mutex_lock(&p->lock);
     for (;;) {
-        while (p->depth == 0 && !p->stopping)
+        while (runnable(p) == 0 && !(p->stopping && p->depth == 0))
             pthread_cond_wait(&p->work, &p->lock);
         if (p->depth == 0)
             break;                /* stopping and drained */
+        int bulk = 0;
         task *t = queue_pop(&p->q[POOL_INTERACTIVE]);
+        if (!t && p->bulk_running < p->bulk_max && (t = queue_pop(&p->q[POOL_BULK]))) {
+            bulk = 1;
+            p->bulk_waiting--;
+            p->bulk_running++;
+        }
         if (!t)
             t = queue_pop(&p->q[POOL_BATCH]);
         p->depth--;
@@ -77,6 +92,11 @@ static void *worker_main(void *arg)
             t->fn(t->arg);
         free(t);
         pthread_mutex_lock(&p->lock);
+        if (bulk) {
+            p->bulk_running--;
+            if (p->bulk_waiting)
+                pthread_cond_signal(&p->work);
+        }
     }
     pthread_mutex_unlock(&p->lock);
     return NULL;
@@ -128,6 +148,7 @@ pool *pool_new(int nthreads, size_t max_queue)
     }
     p->max_queue = max_queue;
     p->nthreads = nthreads;
+    p->bulk_max = nthreads > 1 ? nthreads - 1 : 1;
     for (int i = 0; i < nthreads; i++) {
         if (pthread_create(&p->threads[i], NULL, worker_main, p) != 0) {
             pool_shutdown(p, i);
@@ -142,7 +163,7 @@ pool *pool_new(int nthreads, size_t max_queue)
 static int submit(pool *p, pool_priority prio, pool_fn fn, pool_fn drop, void *arg,
                   const atomic_int *cancel)
 {
-    if (prio != POOL_INTERACTIVE && prio != POOL_BATCH)
+    if (prio != POOL_INTERACTIVE && prio != POOL_BATCH && prio != POOL_BULK)
         return TESS_EINVAL;
     task *t = malloc(sizeof *t);
     if (!t)
@@ -160,6 +181,8 @@ static int submit(pool *p, pool_priority prio, pool_fn fn, pool_fn drop, void *a
     }
     queue_push(&p->q[prio], t);
     p->depth++;
+    if (prio == POOL_BULK)
+        p->bulk_waiting++;
     pthread_cond_signal(&p->work);
     pthread_mutex_unlock(&p->lock);
     return 0;
@@ -185,7 +208,7 @@ size_t pool_drop_cancelled(pool *p)
     task_queue gone = {NULL, NULL};
     size_t n = 0;
     pthread_mutex_lock(&p->lock);
-    for (int prio = 0; prio < 2; prio++) {
+    for (int prio = 0; prio < 3; prio++) {
         task_queue *q = &p->q[prio];
         task *prev = NULL;      /* the last task kept */
         for (task *t = q->head, *next; t; t = next) {
@@ -197,6 +220,8 @@ size_t pool_drop_cancelled(pool *p)
                     q->head = next;
                 queue_push(&gone, t);
                 p->depth--;
+                if (prio == POOL_BULK)
+                    p->bulk_waiting--;
                 n++;
             } else {
                 prev = t;

@@ -1,4 +1,5 @@
-/* Worker pool: a fixed set of threads running queued tasks, interactive before batch. */
+/* Worker pool: a fixed set of threads running queued tasks, interactive before bulk
+ * before batch. */
 #ifndef TESSERA_SERVER_POOL_H
 #define TESSERA_SERVER_POOL_H
 
@@ -10,16 +11,21 @@ typedef void (*pool_fn)(void *arg);
 
 typedef enum {
     POOL_INTERACTIVE = 0,   /* tiles, cutouts, slices: always taken first */
-    POOL_BATCH = 1          /* blocks of long jobs */
+    POOL_BATCH = 1,         /* blocks of long jobs */
+    POOL_BULK = 2           /* large interactive answers (big cutouts): after the
+                             * interactive tasks, before batch, and on at most
+                             * threads - 1 workers at once (all of one), so that one
+                             * worker is always there for the small requests */
 } pool_priority;
 
 /* Starts `nthreads` workers (0 = one per online CPU) with room for at most `max_queue`
- * waiting tasks (over both priorities).  Returns NULL on failure: allocation or thread
+ * waiting tasks (over all priorities).  Returns NULL on failure: allocation or thread
  * creation (workers already started are joined), nthreads < 0, or max_queue 0. */
 pool *pool_new(int nthreads, size_t max_queue);
 
 /* Queues fn(arg).  Tasks of one priority run in submission order; an interactive task
- * is always started before any queued batch task.  Returns 0, or TESS_EAGAIN when the
+ * is always started before any queued bulk or batch task, a bulk task (while fewer than
+ * threads - 1 of them run) before any batch task.  Returns 0, or TESS_EAGAIN when the
  * queue is full or the pool is stopping (fn is then not called), TESS_ENOMEM, or
  * TESS_EINVAL for an unknown priority.  Thread-safe; tasks may submit more tasks. */
 int pool_submit(pool *p, pool_priority prio, pool_fn fn, void *arg);

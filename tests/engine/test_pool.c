@@ -1,5 +1,5 @@
-/* Unit tests of engine/base/pool: every task once, interactive first, queue bound, draining,
- * cancelled tasks dropped, pool_for. */
+/* Unit tests of engine/base/pool: every task once, interactive first, bulk tasks on
+ * threads - 1 workers, queue bound, draining, cancelled tasks dropped, pool_for. */
 #include <check.h>
 #include <pthread.h>
 #include <sched.h>
@@ -136,6 +136,80 @@ START_TEST(test_interactive_before_batch)
         ck_assert_int_eq(log.id[i], want[i]);
         ck_assert_uint_eq(log.depth[i], (size_t)(5 - i));   /* taken off before running */
     }
+    pthread_mutex_destroy(&log.lock);
+    gate_destroy(&g);
+}
+END_TEST
+
+/* Bulk tasks run after interactive ones and on at most threads - 1 workers: with two
+ * workers and two bulk tasks that hold theirs, the second waits while the other worker
+ * takes an interactive task submitted after both; the second bulk starts once the first
+ * is let go. */
+START_TEST(test_bulk_leaves_a_worker)
+{
+    pool *p = pool_new(2, 16);
+    gate b1, b2;
+    gate_init(&b1);
+    gate_init(&b2);
+    order_log log = {.p = p};
+    pthread_mutex_init(&log.lock, NULL);
+    order_arg args[3] = {{&log, 0}, {&log, 1}, {&log, 2}};
+
+    ck_assert_int_eq(pool_submit(p, POOL_BULK, gate_task, &b1), 0);
+    ck_assert_int_eq(pool_submit(p, POOL_BULK, gate_task, &b2), 0);
+    gate_wait_started(&b1);
+    ck_assert_int_eq(pool_submit(p, POOL_INTERACTIVE, order_task, &args[0]), 0);
+    /* The interactive task runs on the second worker while b1 holds the first. */
+    for (int i = 0; i < 5000; i++) {
+        pthread_mutex_lock(&log.lock);
+        int n = log.n;
+        pthread_mutex_unlock(&log.lock);
+        if (n == 1)
+            break;
+        usleep(1000);
+    }
+    ck_assert_int_eq(log.n, 1);
+    ck_assert_int_eq(log.id[0], 0);
+    pthread_mutex_lock(&b2.lock);
+    ck_assert_int_eq(b2.started, 0);        /* one bulk task at a time on two workers */
+    pthread_mutex_unlock(&b2.lock);
+    /* The free worker goes on with what else is queued, interactive first; a batch task
+     * may use it too while the bulk tasks are at their bound. */
+    ck_assert_int_eq(pool_submit(p, POOL_INTERACTIVE, order_task, &args[1]), 0);
+    ck_assert_int_eq(pool_submit(p, POOL_BATCH, order_task, &args[2]), 0);
+    gate_release(&b1);
+    gate_wait_started(&b2);
+    gate_release(&b2);
+    pool_free(p);
+    ck_assert_int_eq(log.n, 3);
+    ck_assert_int_eq(log.id[1], 1);
+    ck_assert_int_eq(log.id[2], 2);
+    pthread_mutex_destroy(&log.lock);
+    gate_destroy(&b1);
+    gate_destroy(&b2);
+}
+END_TEST
+
+/* With one worker, bulk tasks still run (bulk_max is 1), after the interactive ones. */
+START_TEST(test_bulk_on_one_worker)
+{
+    pool *p = pool_new(1, 16);
+    gate g;
+    gate_init(&g);
+    order_log log = {.p = p};
+    pthread_mutex_init(&log.lock, NULL);
+    order_arg args[3] = {{&log, 0}, {&log, 1}, {&log, 2}};
+    ck_assert_int_eq(pool_submit(p, POOL_BATCH, gate_task, &g), 0);
+    gate_wait_started(&g);
+    ck_assert_int_eq(pool_submit(p, POOL_BATCH, order_task, &args[0]), 0);
+    ck_assert_int_eq(pool_submit(p, POOL_BULK, order_task, &args[1]), 0);
+    ck_assert_int_eq(pool_submit(p, POOL_INTERACTIVE, order_task, &args[2]), 0);
+    gate_release(&g);
+    pool_free(p);
+    static const int want[3] = {2, 1, 0};
+    ck_assert_int_eq(log.n, 3);
+    for (int i = 0; i < 3; i++)
+        ck_assert_int_eq(log.id[i], want[i]);
     pthread_mutex_destroy(&log.lock);
     gate_destroy(&g);
 }
@@ -458,6 +532,8 @@ int main(void)
     tcase_set_timeout(tc, 30);
     tcase_add_test(tc, test_every_task_runs_once);
     tcase_add_test(tc, test_interactive_before_batch);
+    tcase_add_test(tc, test_bulk_leaves_a_worker);
+    tcase_add_test(tc, test_bulk_on_one_worker);
     tcase_add_test(tc, test_queue_full);
     tcase_add_test(tc, test_free_drains_queue);
     tcase_add_test(tc, test_cancelled_tasks_are_dropped);

@@ -40,12 +40,13 @@
 
 /* ---- keys ----------------------------------------------------------------------------- */
 
-/* Reads up to 3 '/'-separated chunk indices from s to its end. */
+/* Reads up to 3 '/'-separated chunk indices from s to its end; "00" or "01" is no key a
+ * store holds (zarr writes indices in decimal without leading zeros). */
 static int parse_indices(const char *s, zarr_key *k)
 {
     k->nidx = 0;
     while (*s) {
-        if (k->nidx == 3)
+        if (k->nidx == 3 || (s[0] == '0' && isdigit((unsigned char)s[1])))
             return TESS_ENOTFOUND;
         long v;
         if (param_path_digits(&s, &v) || (*s && *s != '/') || (*s == '/' && !s[1]))

@@ -378,7 +378,8 @@ START_TEST(test_zarr_keys)
                                          "31/.zarray", "100/.zarray", "a/.zarray",
                                          "0/1", "0/1/2/3/4", "0/1//2", "0/1/2/", "0/a/1",
                                          "0/1.2", "0/-1/0", "0/c/1", "0/1234567890123/0",
-                                         "profile/.zgroup", "0/.zattrs/x"};
+                                         "profile/.zgroup", "0/.zattrs/x", "0/00/0/0", "0/0/01",
+                                         "0/c/0/007"};
     for (size_t i = 0; i < sizeof(absent) / sizeof(absent[0]); i++)
         ck_assert_msg(zarr_parse_key(absent[i], &k) == TESS_ENOTFOUND, "'%s'", absent[i]);
 }

@@ -80,16 +80,18 @@ static int png_start(png_structp *png, png_infop *info)
     return 0;
 }
 
-/* Whether every pixel is grey (red = green = blue); if so, packs them as grey+alpha into
- * ga (2 bytes a pixel).  Stops at the first coloured pixel. */
+/* Whether every pixel is grey (red = green = blue); if so, and ga is not NULL, packs
+ * them as grey+alpha into ga (2 bytes a pixel).  Stops at the first coloured pixel. */
 static int pack_grey(const uint8_t *rgba, size_t n, uint8_t *ga)
 {
     for (size_t p = 0; p < n; p++) {
         const uint8_t *q = rgba + 4 * p;
         if (q[0] != q[1] || q[0] != q[2])
             return 0;
-        ga[2 * p] = q[0];
-        ga[2 * p + 1] = q[3];
+        if (ga) {
+            ga[2 * p] = q[0];
+            ga[2 * p + 1] = q[3];
+        }
     }
     return 1;
 }
@@ -263,27 +265,23 @@ int jpeg_encode_rgb(const uint8_t *rgba, long w, long h, int quality, unsigned c
     }
     jpeg_create_compress(&st->cinfo);
     jpeg_mem_dest(&st->cinfo, &st->mem, &st->memlen);
+    /* A picture whose every pixel is grey is written with one component (as PNG writes
+     * grey+alpha): a third of the samples, and clients read it as greyscale. */
+    int nc = pack_grey(rgba, (size_t)w * (size_t)h, NULL) ? 1 : 3;
     st->cinfo.image_width = (JDIMENSION)w;
     st->cinfo.image_height = (JDIMENSION)h;
-    st->cinfo.input_components = 3;
-    st->cinfo.in_color_space = JCS_RGB;
+    st->cinfo.input_components = nc;
+    st->cinfo.in_color_space = nc == 1 ? JCS_GRAYSCALE : JCS_RGB;
     jpeg_set_defaults(&st->cinfo);
     jpeg_set_quality(&st->cinfo, quality, TRUE);
     jpeg_start_compress(&st->cinfo, TRUE);
     for (long y = 0; y < h; y++) {
         const uint8_t *src = rgba + (size_t)y * (size_t)w * 4;
         unsigned char *dst = st->row;
-        for (long x = 0; x < w; x++, src += 4, dst += 3) {
+        for (long x = 0; x < w; x++, src += 4, dst += nc) {
             unsigned a = src[3];
-            if (a == 255) {
-                dst[0] = src[0];
-                dst[1] = src[1];
-                dst[2] = src[2];
-            } else {
-                dst[0] = (unsigned char)((src[0] * a + 127) / 255);
-                dst[1] = (unsigned char)((src[1] * a + 127) / 255);
-                dst[2] = (unsigned char)((src[2] * a + 127) / 255);
-            }
+            for (int c = 0; c < nc; c++)
+                dst[c] = a == 255 ? src[c] : (unsigned char)((src[c] * a + 127) / 255);
         }
         JSAMPROW rows[1] = {st->row};
         jpeg_write_scanlines(&st->cinfo, rows, 1);

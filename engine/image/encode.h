@@ -21,7 +21,8 @@ int png_encode_grey(const void *samples, long w, long h, int bits, unsigned char
                     size_t *outlen);
 
 /* Encodes w x h RGBA pixels (row 0 at the top) as a baseline 8-bit RGB JPEG (JFIF,
- * 4:2:0 chroma subsampling) of `quality` 1..100 (libjpeg's scale).  JPEG has no alpha:
+ * 4:2:0 chroma subsampling), or greyscale (one component) when every pixel is grey, of
+ * `quality` 1..100 (libjpeg's scale).  JPEG has no alpha:
  * each colour is composited over black (c * alpha / 255), so transparent pixels (NaN,
  * off-footprint) come out black.  w and h must be 1..65500 (JPEG_MAX_DIMENSION).  On
  * success *out is malloc'd (caller frees) and 0 is returned; TESS_EINVAL (bad size or

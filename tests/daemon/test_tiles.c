@@ -86,6 +86,20 @@ static UNUSED uint8_t *png_decode(const resp *r, long *w, long *h)
     return px;
 }
 
+/* The number of colour components a JPEG body holds (libjpeg's header read). */
+static UNUSED int jpeg_components(const resp *r)
+{
+    struct jpeg_decompress_struct d;
+    struct jpeg_error_mgr em;
+    d.err = jpeg_std_error(&em);
+    jpeg_create_decompress(&d);
+    jpeg_mem_src(&d, (const unsigned char *)r->body, (unsigned long)r->len);
+    ck_assert_int_eq(jpeg_read_header(&d, TRUE), JPEG_HEADER_OK);
+    int n = d.num_components;
+    jpeg_destroy_decompress(&d);
+    return n;
+}
+
 /* Decodes a JPEG body to 8-bit RGB (malloc'd, row 0 at the top) with libjpeg. */
 static UNUSED uint8_t *jpeg_decode(const resp *r, long *w, long *h)
 {

@@ -90,6 +90,7 @@ struct jobs {
     size_t nseen, capseen;
     double seen_since;        /* finished time of the newest of them, less a margin */
     unsigned long long blocks_run, renewals, expiries; /* for jobs_metrics */
+    unsigned long long finish_expiries;  /* job claims of others taken over */
     /* shared: the blocks of job held_job this runner holds leases on (leased, not yet
      * recorded), which the keeper renews; every other lease of this runner it ends */
     char held_job[17];
@@ -1574,6 +1575,21 @@ unsigned long long jobs_blocks_run(jobs *J)
     return n;
 }
 
+/* Appends `text` to the malloc'd string *s; 0 (and *s freed, NULL) when out of memory. */
+static int append_text(char **s, const char *text)
+{
+    size_t a = strlen(*s), b = strlen(text);
+    char *t = realloc(*s, a + b + 1);
+    if (!t) {
+        free(*s);
+        *s = NULL;
+        return 0;
+    }
+    memcpy(t + a, text, b + 1);
+    *s = t;
+    return 1;
+}
+
 int jobs_database_reachable(jobs *J)
 {
     return jobstore_reachable(J->st);
@@ -1583,7 +1599,14 @@ char *jobs_metrics_text(jobs *J)
 {
     pthread_mutex_lock(&J->lock);
     unsigned long long blocks = J->blocks_run, ren = J->renewals, exp = J->expiries;
+    unsigned long long fexp = J->finish_expiries;
     double dbs = jobstore_seconds(J->st);
+    unsigned long long calls[JOBSTORE_NOPS];
+    double secs[JOBSTORE_NOPS];
+    for (int i = 0; i < JOBSTORE_NOPS; i++) {
+        calls[i] = jobstore_op_calls(J->st, i);
+        secs[i] = jobstore_op_seconds(J->st, i);
+    }
     pthread_mutex_unlock(&J->lock);
     char *out = NULL;
     if (asprintf(&out,
@@ -1595,9 +1618,15 @@ char *jobs_metrics_text(jobs *J)
                  "# TYPE tessera_job_lease_renewals_total counter\n"
                  "tessera_job_lease_renewals_total %llu\n"
                  "# HELP tessera_job_lease_expiries_total Expired leases of other processes "
-                 "this process took over (shared job store).\n"
+                 "this process took over: blocks and job claims (plan, finish) (shared job "
+                 "store).\n"
                  "# TYPE tessera_job_lease_expiries_total counter\n"
                  "tessera_job_lease_expiries_total %llu\n"
+                 "# HELP tessera_job_finish_expiries_total Expired job claims (first plan, "
+                 "finish) of other processes this process took over (shared job store; also "
+                 "counted in tessera_job_lease_expiries_total).\n"
+                 "# TYPE tessera_job_finish_expiries_total counter\n"
+                 "tessera_job_finish_expiries_total %llu\n"
                  "# HELP tessera_job_database_errors_total Job-store calls that failed (the "
                  "database refused or could not be reached).\n"
                  "# TYPE tessera_job_database_errors_total counter\n"
@@ -1609,8 +1638,33 @@ char *jobs_metrics_text(jobs *J)
                  "# HELP tessera_job_database_up Whether the last job-store call reached the "
                  "database.\n"
                  "# TYPE tessera_job_database_up gauge\n"
-                 "tessera_job_database_up %d\n",
-                 blocks, ren, exp, jobstore_errors(J->st), dbs, jobstore_reachable(J->st)) < 0)
+                 "tessera_job_database_up %d\n"
+                 "# HELP tessera_job_database_calls_total Job-store calls (one statement "
+                 "each) by operation.\n"
+                 "# TYPE tessera_job_database_calls_total counter\n",
+                 blocks, ren, exp + fexp, fexp, jobstore_errors(J->st), dbs,
+                 jobstore_reachable(J->st)) < 0)
         return NULL;
+    /* Per operation, those called at least once: calls, then seconds. */
+    for (int pass = 0; pass < 2 && out; pass++) {
+        if (pass == 1 && !append_text(&out, "# HELP tessera_job_database_op_seconds_total "
+                                      "Time spent in job-store calls by operation.\n"
+                                      "# TYPE tessera_job_database_op_seconds_total counter\n"))
+            return NULL;
+        for (int i = 0; i < JOBSTORE_NOPS && out; i++) {
+            if (!calls[i])
+                continue;
+            char line[160];
+            if (pass == 0)
+                snprintf(line, sizeof line, "tessera_job_database_calls_total{op=\"%s\"} %llu\n",
+                         jobstore_op_name(i), calls[i]);
+            else
+                snprintf(line, sizeof line,
+                         "tessera_job_database_op_seconds_total{op=\"%s\"} %.6f\n",
+                         jobstore_op_name(i), secs[i]);
+            if (!append_text(&out, line))
+                return NULL;
+        }
+    }
     return out;
 }

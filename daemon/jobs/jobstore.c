@@ -48,12 +48,45 @@ unsigned long long jobstore_errors(const jobstore *S)
     return __atomic_load_n(&S->errors, __ATOMIC_RELAXED);
 }
 
-/* Runs one backend call, timed (jobstore_seconds) and its outcome noted. */
+static const char *const op_names[JOBSTORE_NOPS] = {
+    "get", "list", "counts", "active", "needs", "insert", "state", "end", "content_type",
+    "type_body", "set_running", "set_done", "set_result", "next", "succeeded",
+    "reset_blocks", "prune_blocks", "done_blocks", "record_blocks", "plan_blocks", "lease",
+    "renew", "planned", "release", "stage_left", "claim_finish", "record_lease",
+    "finish_commit",
+};
+
+const char *jobstore_op_name(int op)
+{
+    return op >= 0 && op < JOBSTORE_NOPS ? op_names[op] : NULL;
+}
+
+unsigned long long jobstore_op_calls(const jobstore *S, int op)
+{
+    return op >= 0 && op < JOBSTORE_NOPS ? S->op_calls[op] : 0;
+}
+
+double jobstore_op_seconds(const jobstore *S, int op)
+{
+    return op >= 0 && op < JOBSTORE_NOPS ? S->op_seconds[op] : 0.0;
+}
+
+/* Notes the time of one call of operation `op` started at t0. */
+static void count_call(jobstore *S, int op, double t0)
+{
+    double dt = tess_mono_s() - t0;
+    S->seconds += dt;
+    S->op_calls[op]++;
+    S->op_seconds[op] += dt;
+}
+
+/* Runs one backend call, timed and counted (jobstore_seconds, jobstore_op_calls) and its
+ * outcome noted. */
 #define CALL(op, ...) \
     __extension__({ \
         double t0_ = tess_mono_s(); \
         int rc_ = S->ops->op(S, __VA_ARGS__); \
-        S->seconds += tess_mono_s() - t0_; \
+        count_call(S, JOBSTORE_OP_##op, t0_); \
         jobstore_note(S, rc_); \
     })
 #define CALL_SHARED(op, ...) (S->ops->op ? CALL(op, __VA_ARGS__) : TESS_EINVAL)
@@ -133,7 +166,7 @@ int jobstore_prune_blocks(jobstore *S)
 {
     double t0 = tess_mono_s();
     int rc = S->ops->prune_blocks(S);
-    S->seconds += tess_mono_s() - t0;
+    count_call(S, JOBSTORE_OP_prune_blocks, t0);
     return jobstore_note(S, rc);
 }
 

@@ -48,6 +48,25 @@ unsigned long long jobstore_errors(const jobstore *S);
  * them). */
 double jobstore_seconds(const jobstore *S);
 
+/* The store's operations, for counting calls: each is one statement (one round trip to a
+ * PostgreSQL database), except a reconnection. */
+enum jobstore_op {
+    JOBSTORE_OP_get, JOBSTORE_OP_list, JOBSTORE_OP_counts, JOBSTORE_OP_active,
+    JOBSTORE_OP_needs, JOBSTORE_OP_insert, JOBSTORE_OP_state, JOBSTORE_OP_end,
+    JOBSTORE_OP_content_type, JOBSTORE_OP_type_body, JOBSTORE_OP_set_running,
+    JOBSTORE_OP_set_done, JOBSTORE_OP_set_result, JOBSTORE_OP_next, JOBSTORE_OP_succeeded,
+    JOBSTORE_OP_reset_blocks, JOBSTORE_OP_prune_blocks, JOBSTORE_OP_done_blocks,
+    JOBSTORE_OP_record_blocks, JOBSTORE_OP_plan_blocks, JOBSTORE_OP_lease,
+    JOBSTORE_OP_renew, JOBSTORE_OP_planned, JOBSTORE_OP_release, JOBSTORE_OP_stage_left,
+    JOBSTORE_OP_claim_finish, JOBSTORE_OP_record_lease, JOBSTORE_OP_finish_commit,
+    JOBSTORE_NOPS
+};
+/* The operation's name ("lease", the function name without jobstore_); NULL out of range. */
+const char *jobstore_op_name(int op);
+/* Calls of operation `op` so far, and seconds spent in them (read with the callers). */
+unsigned long long jobstore_op_calls(const jobstore *S, int op);
+double jobstore_op_seconds(const jobstore *S, int op);
+
 /* ---- jobs -------------------------------------------------------------------------- */
 int jobstore_get(jobstore *S, const char *id, jobstore_job *out);
 /* Calls cb for every job, newest first, at most `limit`. */

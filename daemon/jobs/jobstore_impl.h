@@ -52,6 +52,8 @@ struct jobstore {
     volatile int reachable;
     unsigned long long errors;
     double seconds;     /* spent in calls (the callers serialise them) */
+    unsigned long long op_calls[JOBSTORE_NOPS];   /* calls per operation (jobstore_op) */
+    double op_seconds[JOBSTORE_NOPS];
 };
 
 /* Notes the outcome of one call (rc 0 or TESS_ENOTFOUND: the database answered). */

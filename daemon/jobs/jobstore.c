@@ -51,9 +51,8 @@ unsigned long long jobstore_errors(const jobstore *S)
 static const char *const op_names[JOBSTORE_NOPS] = {
     "get", "list", "counts", "active", "needs", "insert", "state", "end", "content_type",
     "type_body", "set_running", "set_done", "set_result", "next", "succeeded",
-    "reset_blocks", "prune_blocks", "done_blocks", "record_blocks", "plan_blocks", "lease",
-    "renew", "planned", "release", "stage_left", "claim_finish", "record_lease",
-    "finish_commit",
+    "reset_blocks", "prune_blocks", "done_blocks", "record_blocks", "plan_blocks", "renew",
+    "planned", "release", "claim_finish", "record_lease", "finish_commit",
 };
 
 const char *jobstore_op_name(int op)
@@ -187,12 +186,6 @@ int jobstore_plan_blocks(jobstore *S, const char *id, int nstages, const long *n
     return CALL_SHARED(plan_blocks, id, nstages, nblocks);
 }
 
-int jobstore_lease(jobstore *S, const char *id, int stage, const char *owner, double lease_s,
-                   int max, long *out, int *n, int *expired)
-{
-    return CALL_SHARED(lease, id, stage, owner, lease_s, max, out, n, expired);
-}
-
 int jobstore_renew(jobstore *S, const char *owner, double lease_s, const char *id, int n,
                    const int *stages, const long *blocks, long *renewed)
 {
@@ -206,12 +199,25 @@ int jobstore_planned(jobstore *S, const char *id, int *planned)
 
 int jobstore_release(jobstore *S, const char *owner) { return CALL_SHARED(release, owner); }
 
-int jobstore_stage_left(jobstore *S, const char *id, int stage, long *left)
+int jobstore_claim_finish(jobstore *S, const char *id, const char *owner, double lease_s,
+                          int *took_over)
 {
-    return CALL_SHARED(stage_left, id, stage, left);
+    int dummy;
+    return CALL_SHARED(claim_finish, id, owner, lease_s, took_over ? took_over : &dummy);
 }
 
-int jobstore_claim_finish(jobstore *S, const char *id, const char *owner, double lease_s)
+int jobstore_record_lease(jobstore *S, const char *id, int n, const int *stages,
+                          const long *blocks, int stage, const char *owner, double lease_s,
+                          int max, long *out, int *nout, int *expired, long *left, char *state)
 {
-    return CALL_SHARED(claim_finish, id, owner, lease_s);
+    return CALL_SHARED(record_lease, id, n, stages, blocks, stage, owner, lease_s, max, out,
+                       nout, expired, left, state);
+}
+
+int jobstore_finish_commit(jobstore *S, const char *id, const char *owner, double finished,
+                           const char *result_json, const char *dataset,
+                           const char *attach_to, const char *content_type, int *changed)
+{
+    return CALL_SHARED(finish_commit, id, owner, finished, result_json, dataset, attach_to,
+                       content_type, changed);
 }

@@ -449,33 +449,6 @@ static int pg_plan_blocks(jobstore *S, const char *id, int nstages, const long *
                          "WHERE job = $1) ON CONFLICT DO NOTHING", id, nstages, st, nblocks);
 }
 
-static int pg_lease(jobstore *S, const char *id, int stage, const char *owner, double lease_s,
-                    int max, long *out, int *n, int *expired)
-{
-    *n = *expired = 0;
-    num s = inum(stage), l = dnum(lease_s), m = inum(max);
-    const char *v[] = {id, s.s, owner, l.s, m.s};
-    PGresult *r = pg_q(S,
-                       "WITH c AS (SELECT b.stage, b.block, b.expires FROM blocks b "
-                       "WHERE b.job = $1 AND b.stage = $2 AND NOT b.done "
-                       "AND (b.expires IS NULL OR b.expires < now()) "
-                       "AND EXISTS (SELECT 1 FROM jobs WHERE id = $1 AND state = 'running') "
-                       "ORDER BY b.block LIMIT $5 FOR UPDATE OF b SKIP LOCKED) "
-                       "UPDATE blocks t SET owner = $3, "
-                       "expires = now() + $4 * interval '1 second' FROM c "
-                       "WHERE t.job = $1 AND t.stage = c.stage AND t.block = c.block "
-                       "RETURNING t.block, c.expires IS NOT NULL",
-                       5, v);
-    if (!r)
-        return TESS_EIO;
-    for (int i = 0; i < PQntuples(r) && i < max; i++) {
-        out[(*n)++] = atol(PQgetvalue(r, i, 0));
-        *expired += PQgetvalue(r, i, 1)[0] == 't';
-    }
-    PQclear(r);
-    return 0;
-}
-
 static int pg_renew(jobstore *S, const char *owner, double lease_s, const char *id, int n,
                     const int *stages, const long *blocks, long *renewed)
 {
@@ -522,24 +495,125 @@ static int pg_release(jobstore *S, const char *owner)
                   "expires = NULL WHERE owner = $1 AND NOT done", 1, v, NULL);
 }
 
-static int pg_stage_left(jobstore *S, const char *id, int stage, long *left)
-{
-    num s = inum(stage);
-    const char *v[] = {id, s.s};
-    return pg_int(S, "SELECT count(*) FROM blocks WHERE job = $1 AND stage = $2 AND NOT done",
-                  2, v, left);
-}
-
-static int pg_claim_finish(jobstore *S, const char *id, const char *owner, double lease_s)
+static int pg_claim_finish(jobstore *S, const char *id, const char *owner, double lease_s,
+                           int *took_over)
 {
     num l = dnum(lease_s);
     const char *v[] = {id, owner, l.s};
-    long rows = 0;
-    int rc = pg_cmd(S, "UPDATE jobs SET finisher = $2, finish_expires = now() + $3 * "
-                    "interval '1 second' WHERE id = $1 AND state IN ('queued', 'running') AND "
-                    "(finisher IS NULL OR finisher = $2 OR finish_expires < now())", 3, v,
-                    &rows);
-    return rc ? rc : rows == 1 ? 0 : TESS_EAGAIN;
+    *took_over = 0;
+    /* o: the claim as it was (the row locked), to tell a claim taken over from another
+     * owner whose lease expired. */
+    PGresult *r = pg_q(S, "WITH o AS (SELECT finisher FROM jobs WHERE id = $1 FOR UPDATE) "
+                       "UPDATE jobs SET finisher = $2, finish_expires = now() + $3 * "
+                       "interval '1 second' FROM o WHERE id = $1 AND state IN ('queued', "
+                       "'running') AND (jobs.finisher IS NULL OR jobs.finisher = $2 OR "
+                       "finish_expires < now()) RETURNING o.finisher IS NOT NULL AND "
+                       "o.finisher <> $2", 3, v);
+    if (!r)
+        return TESS_EIO;
+    int rc = PQntuples(r) == 1 ? 0 : TESS_EAGAIN;
+    if (!rc)
+        *took_over = PQgetvalue(r, 0, 0)[0] == 't';
+    PQclear(r);
+    return rc;
+}
+
+/* "{1,2,3}" (an integer array's text) into out[*n], at most max. */
+static void parse_array(const char *s, long *out, int *n, int max)
+{
+    *n = 0;
+    if (!s || *s++ != '{')
+        return;
+    while (*s && *s != '}' && *n < max) {
+        char *end;
+        long v = strtol(s, &end, 10);
+        if (end == s)
+            break;
+        out[(*n)++] = v;
+        s = *end == ',' ? end + 1 : end;
+    }
+}
+
+static int pg_record_lease(jobstore *S, const char *id, int n, const int *stages,
+                           const long *blocks, int stage, const char *owner, double lease_s,
+                           int max, long *out, int *nout, int *expired, long *left,
+                           char *state)
+{
+    *nout = *expired = 0;
+    *left = 1;
+    state[0] = '\0';
+    num st = inum(stage), l = dnum(lease_s), m = inum(max);
+    char *sa = int_array(n, stages, NULL), *ba = int_array(n, NULL, blocks);
+    int rc = TESS_ENOMEM;
+    if (sa && ba) {
+        const char *v[] = {id, sa, ba, st.s, owner, l.s, m.s};
+        /* h: the blocks done here; r: those of them not recorded before (a block run
+         * twice, here or elsewhere, counts once), their leases ended; j: the job's
+         * progress, its count of done blocks as this statement sees them plus r (never
+         * less than before; the finish sets it exact); c, a: the lease, with SKIP LOCKED, of
+         * blocks neither done nor leased and not among h (one row is not updated twice
+         * in one statement).  The answer: state, blocks of the stage left (at most an
+         * over-estimate while others record at the same time), the blocks leased, how
+         * many of them were expired leases. */
+        PGresult *r = pg_q(S,
+            "WITH h AS (SELECT DISTINCT u.s, u.b FROM unnest($2::integer[], $3::bigint[]) "
+            "AS u(s, b)), "
+            "r AS (UPDATE blocks t SET done = true, owner = NULL, expires = NULL FROM h "
+            "WHERE t.job = $1 AND t.stage = h.s AND t.block = h.b AND NOT t.done "
+            "RETURNING t.stage), "
+            "j AS (UPDATE jobs SET done = GREATEST(done, (SELECT count(*) FROM blocks "
+            "WHERE job = $1 AND done) + (SELECT count(*) FROM r)) WHERE id = $1 AND "
+            "EXISTS (SELECT 1 FROM r) RETURNING 1), "
+            "c AS (SELECT b.block, b.expires FROM blocks b WHERE b.job = $1 AND "
+            "b.stage = $4 AND NOT b.done AND (b.expires IS NULL OR b.expires < now()) "
+            "AND NOT EXISTS (SELECT 1 FROM h WHERE h.s = b.stage AND h.b = b.block) "
+            "AND EXISTS (SELECT 1 FROM jobs WHERE id = $1 AND state = 'running') "
+            "ORDER BY b.block LIMIT $7 FOR UPDATE OF b SKIP LOCKED), "
+            "a AS (UPDATE blocks t SET owner = $5, expires = now() + $6 * "
+            "interval '1 second' FROM c WHERE t.job = $1 AND t.stage = $4 AND "
+            "t.block = c.block RETURNING t.block, c.expires IS NOT NULL AS was) "
+            "SELECT (SELECT state FROM jobs WHERE id = $1), "
+            "(SELECT count(*) FROM blocks WHERE job = $1 AND stage = $4 AND NOT done) - "
+            "(SELECT count(*) FROM r WHERE r.stage = $4), "
+            "(SELECT COALESCE(array_agg(block ORDER BY block), '{}') FROM a), "
+            "(SELECT count(*) FROM a WHERE was), (SELECT count(*) FROM j)", 7, v);
+        rc = TESS_EIO;
+        if (r) {
+            rc = 0;
+            if (PQntuples(r) == 1 && val(r, 0, 0)) {
+                snprintf(state, 16, "%s", PQgetvalue(r, 0, 0));
+                *left = atol(PQgetvalue(r, 0, 1));
+                parse_array(PQgetvalue(r, 0, 2), out, nout, max);
+                *expired = atoi(PQgetvalue(r, 0, 3));
+            } else {
+                rc = TESS_ENOTFOUND;
+            }
+            PQclear(r);
+        }
+    }
+    free(sa);
+    free(ba);
+    return rc;
+}
+
+static int pg_finish_commit(jobstore *S, const char *id, const char *owner, double finished,
+                            const char *result_json, const char *dataset,
+                            const char *attach_to, const char *content_type, int *changed)
+{
+    num f = dnum(finished);
+    const char *v[] = {id, owner, f.s, result_json, dataset, attach_to, content_type};
+    long n = 0;
+    /* One statement: the job's state is checked as the product is registered, so a
+     * cancel that came first wins and one that comes later finds the job ended. */
+    int rc = pg_int(S,
+                    "WITH e AS (UPDATE jobs SET state = 'succeeded', finished = $3, "
+                    "result = $4, product_dataset = $5, attach_to = $6, content_type = $7, "
+                    "done = total, finisher = NULL, finish_expires = NULL WHERE id = $1 AND "
+                    "state = 'running' AND finisher = $2 RETURNING id), "
+                    "d AS (DELETE FROM blocks WHERE job IN (SELECT id FROM e)) "
+                    "SELECT count(*) FROM e", 7, v, &n);
+    *changed = rc == 0 && n > 0;
+    return rc;
 }
 
 /* ---- open ---------------------------------------------------------------------------- */
@@ -554,8 +628,8 @@ static const jobstore_ops pg_ops = {
     pg_close, pg_get, pg_list, pg_counts, pg_active, pg_needs, pg_insert, pg_state, pg_end,
     pg_content_type, pg_type_body, pg_set_running, pg_set_done, pg_set_result, pg_next,
     pg_succeeded, pg_reset_blocks, pg_prune_blocks, pg_done_blocks, pg_record_blocks,
-    pg_plan_blocks, pg_lease, pg_renew, pg_planned, pg_release, pg_stage_left,
-    pg_claim_finish,
+    pg_plan_blocks, pg_renew, pg_planned, pg_release, pg_claim_finish, pg_record_lease,
+    pg_finish_commit,
 };
 
 /* Creates the schema or checks its version, in one transaction under the advisory lock. */

@@ -92,6 +92,7 @@ struct jobs {
     double seen_since;        /* finished time of the newest of them, less a margin */
     unsigned long long blocks_run, renewals, expiries; /* for jobs_metrics */
     unsigned long long finish_expiries;  /* job claims of others taken over */
+    int moved;                /* shared: the last job was left for another one with work */
     /* shared: the blocks of job held_job this runner holds leases on (leased, not yet
      * recorded), which the keeper renews; every other lease of this runner it ends */
     char held_job[17];
@@ -799,6 +800,7 @@ typedef struct leased {
     double last;    /* tess_mono_s of the last exchange that asked for blocks */
     double backoff; /* seconds before asking again while none come (others hold them) */
     long left;      /* blocks of the stage not done, as the last exchange saw; -1 unknown */
+    int others;     /* other runners holding leases of the job, as it saw */
     double avg_s;   /* seconds a block of this stage takes here (moving average) */
 } leased;
 
@@ -808,33 +810,37 @@ typedef struct leased {
 #define SHARED_BATCH_S 0.5
 
 /* How many blocks to lease: at least twice what the pool takes at once, less those in
- * flight (the next blocks are at hand when one ends), else SHARED_BATCH_S of work at the
- * pace measured, but no more than a quarter of the stage's blocks left (the last ones are
- * spread over the runners: guided self-scheduling), at most 64. */
+ * flight or leased here (the next blocks are at hand when one ends), else SHARED_BATCH_S
+ * of work at the pace measured, but no more than the stage's blocks left over twice the
+ * runners holding leases and one more that may join (the last ones are spread over the
+ * runners: guided self-scheduling); at least one pool's worth, at most 64. */
 static int lease_want(const jobs *J, int max_inflight, const leased *ls)
 {
-    int want = 2 * max_inflight - J->inflight;
+    int here = J->inflight + (ls->n - ls->at);   /* in flight or leased, not yet run */
+    int want = 2 * max_inflight - here;
     if (ls->avg_s > 0) {
-        double w = SHARED_BATCH_S / ls->avg_s * max_inflight - J->inflight;
-        long guided = ls->left >= 0 ? ls->left / 4 : 0;
+        double w = SHARED_BATCH_S / ls->avg_s * max_inflight - here;
+        long guided = ls->left >= 0 ? ls->left / (2 * (ls->others + 2)) : 0;
         if (w > (double)guided)
             w = (double)guided;
         if (w > want)
             want = w > 64 ? 64 : (int)w;
     }
-    return want < 1 ? 1 : want > 64 ? 64 : want;
+    return want < max_inflight ? max_inflight : want > 64 ? 64 : want;
 }
 
 /* Shared stores: the runner's one statement with the store while stage s runs
- * (jobstore_record_lease).  Records the blocks of *ok after flushing the work directory's
- * files (syncfs, lock released around it), and leases up to `want` blocks into ls when
- * want > 0; *gone = 1 when the job is no longer running.  Lock held.  Returns 0, or the
- * store's code with *ok as it was (the blocks stay leased here, recorded next time). */
+ * (jobstore_record_lease).  Records the blocks of *ok (ok may be NULL: none) after
+ * flushing the work directory's files (syncfs, lock released around it), and leases up to
+ * `want` blocks, appended to those of ls not yet in the pool, when want > 0; *gone = 1
+ * when the job is no longer running.  Lock held.  Returns 0, or the store's code with *ok
+ * as it was (the blocks stay leased here, recorded next time). */
 static int exchange_locked(jobs *J, const char *id, const char *wd, int s, int want,
                            leased *ls, block_task **ok, int *gone)
 {
-    block_task *list = *ok;
-    *ok = NULL;
+    block_task *list = ok ? *ok : NULL;
+    if (ok)
+        *ok = NULL;
     int n = 0;
     for (block_task *t = list; t; t = t->next)
         n++;
@@ -860,16 +866,18 @@ static int exchange_locked(jobs *J, const char *id, const char *wd, int s, int w
         stages[i] = t->stage;
         blocks[i] = t->block;
     }
-    if (want > (int)(sizeof ls->blocks / sizeof ls->blocks[0]))
-        want = (int)(sizeof ls->blocks / sizeof ls->blocks[0]);
+    int cap = (int)(sizeof ls->blocks / sizeof ls->blocks[0]) - (ls->n - ls->at);
+    if (want > cap)
+        want = cap;
     long got[64];
     int ngot = 0, expired = 0;
     long left = -1;
+    int others = 0;
     char state[16] = "";
     if (want > 0)
         ls->last = tess_mono_s();
     int rc = jobstore_record_lease(J->st, id, n, stages, blocks, s, J->owner, J->lease_s,
-                                   want, got, &ngot, &expired, &left, state);
+                                   want, got, &ngot, &expired, &left, &others, state);
     free(stages);
     free(blocks);
     if (rc == TESS_ENOTFOUND) {
@@ -877,7 +885,8 @@ static int exchange_locked(jobs *J, const char *id, const char *wd, int s, int w
         rc = 0;
     }
     if (rc) {
-        *ok = list;
+        if (ok)
+            *ok = list;
         if (want > 0) {
             ls->got = 0;
             ls->backoff = 0.25;
@@ -894,10 +903,12 @@ static int exchange_locked(jobs *J, const char *id, const char *wd, int s, int w
     if (state[0] && strcmp(state, "running") != 0)
         *gone = 1;
     ls->left = left;
+    ls->others = others;
     if (want > 0) {
         /* A block the held list cannot take is not run: its lease ends at the next
          * renewal and another server (or this one, later) takes it. */
-        int kept = 0;
+        int kept = ls->n - ls->at;
+        memmove(ls->blocks, ls->blocks + ls->at, (size_t)kept * sizeof ls->blocks[0]);
         for (int k = 0; k < ngot; k++)
             if (held_add(J, id, s, got[k]) == 0)
                 ls->blocks[kept++] = got[k];
@@ -905,8 +916,9 @@ static int exchange_locked(jobs *J, const char *id, const char *wd, int s, int w
         ls->at = 0;
         ls->got = ngot;
         /* None came while others hold the rest: ask again after 50 ms, then less often,
-         * up to every 0.25 s. */
-        ls->backoff = ngot ? 0.0 : ls->backoff <= 0 ? 0.05 : ls->backoff * 2 > 0.25 ? 0.25
+         * up to every 0.5 s (the runner that records a stage's last block starts the
+         * next at once, leasing no more than its share). */
+        ls->backoff = ngot ? 0.0 : ls->backoff <= 0 ? 0.05 : ls->backoff * 2 > 0.5 ? 0.5
                                                                    : ls->backoff * 2;
         J->expiries += (unsigned long long)expired;
     }
@@ -1012,34 +1024,47 @@ static void run_job_locked(jobs *J, const char *id)
     double last_check = tess_mono_s();
     double state_at = tess_mono_s();   /* shared: when the job's state was last read */
     int gone = 0;               /* shared: the job ended elsewhere (cancelled, failed) */
+    int moved = 0;              /* shared: left for another job with work (pg_next) */
     for (int s = 0; s < plan.nstages && !failed && !J->cur_cancel && !J->stopping &&
-                    !J->lock_lost && !gone; s++) {
+                    !J->lock_lost && !gone && !moved; s++) {
         long next = 0;
         leased ls = {.n = 0, .at = 0, .got = 1, .last = 0.0, .backoff = 0.0, .left = -1,
-                     .avg_s = 0.0};
+                     .others = 0, .avg_s = 0.0};
         for (;;) {
-            int stop = failed || J->cur_cancel || J->stopping || J->lock_lost || gone;
+            int stop = failed || J->cur_cancel || J->stopping || J->lock_lost || gone || moved;
             /* Shared: one statement records the blocks done and leases the next ones,
              * when the pool runs out of leased blocks or the records are due. */
             if (J->shared) {
+                /* Leased before the pool runs dry (at most one pool's worth left here),
+                 * so that its threads have blocks while the statement runs; records (a
+                 * syncfs: often slower than the statement) when due or when idle. */
                 double now = tess_mono_s();
-                int need = !stop && ls.at >= ls.n && J->inflight < max_inflight;
                 int idle = !J->inflight && !J->completed && ls.at >= ls.n;
+                int need = !stop && ls.n - ls.at <= (idle ? 0 : max_inflight) &&
+                           ls.n - ls.at < (int)(sizeof ls.blocks / sizeof ls.blocks[0]);
                 int poll = need && (ls.got || now - ls.last >= ls.backoff);
                 int rec = ok && !gone && (idle || now - last_record >= SHARED_RECORD_S);
                 if (poll || rec) {
-                    int had = ok != NULL;
-                    if (exchange_locked(J, id, wd, s, need ? lease_want(J, max_inflight, &ls)
-                                                           : 0, &ls, &ok, &gone) == 0) {
+                    if (exchange_locked(J, id, wd, s, poll ? lease_want(J, max_inflight, &ls)
+                                                           : 0, &ls, rec ? &ok : NULL,
+                                        &gone) == 0) {
                         state_at = tess_mono_s();
-                        if (had)
+                        if (rec)
                             last_record = state_at;
                     }
                     if (gone)
                         J->cur_cancel = 1;
+                    /* Nothing here, nothing to lease: the job's last blocks (or its
+                     * next stage's start) are others'; a younger job with work is taken
+                     * up instead of waiting (the scheduler comes back to this one). */
+                    char other[17] = "";
+                    if (poll && !gone && idle && !ok && !ls.got && ls.left > 0 &&
+                        jobstore_next(J->st, other) == 0 && other[0] &&
+                        strcmp(other, id) != 0)
+                        moved = 1;
                 }
             }
-            stop = failed || J->cur_cancel || J->stopping || J->lock_lost || gone;
+            stop = failed || J->cur_cancel || J->stopping || J->lock_lost || gone || moved;
             while (!stop && J->inflight < max_inflight &&
                    (J->shared ? ls.at < ls.n : next < plan.nblocks[s])) {
                 if (J->shared) {
@@ -1113,7 +1138,7 @@ static void run_job_locked(jobs *J, const char *id)
                     }
                 }
             }
-            stop = failed || J->cur_cancel || J->stopping || J->lock_lost || gone;
+            stop = failed || J->cur_cancel || J->stopping || J->lock_lost || gone || moved;
             /* Shared: the stage is complete when the last exchange, made with nothing
              * left here to record, found no block of it left anywhere. */
             int rest = J->shared ? !(ls.left == 0 && !ok && ls.at >= ls.n)
@@ -1172,8 +1197,10 @@ static void run_job_locked(jobs *J, const char *id)
         end_job_locked(J, id, "cancelled", NULL);
         return;
     }
-    if (J->stopping || J->lock_lost) {
-        /* Left running: the next start resumes it from its recorded blocks. */
+    if (J->stopping || J->lock_lost || moved) {
+        /* Left running: the next start (moved: the next turn) resumes it from its
+         * recorded blocks. */
+        J->moved = moved;
         if (k->release)
             k->release(plan.state);
         J->cur[0] = '\0';
@@ -1289,8 +1316,11 @@ static void *scheduler(void *arg)
          * recorded, or could not start (out of memory, a full disk): a while before it is
          * tried again, lock released. */
         char state[16];
-        if (!J->stopping && (state_locked(J, id, state) != 0 || strcmp(state, "queued") == 0 ||
-                             strcmp(state, "running") == 0))
+        if (J->moved)
+            J->moved = 0;   /* left for another job: that one next, at once */
+        else if (!J->stopping &&
+                 (state_locked(J, id, state) != 0 || strcmp(state, "queued") == 0 ||
+                  strcmp(state, "running") == 0))
             timed_wait(J, 1000);
     }
     pthread_mutex_unlock(&J->lock);

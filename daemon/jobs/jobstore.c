@@ -208,10 +208,11 @@ int jobstore_claim_finish(jobstore *S, const char *id, const char *owner, double
 
 int jobstore_record_lease(jobstore *S, const char *id, int n, const int *stages,
                           const long *blocks, int stage, const char *owner, double lease_s,
-                          int max, long *out, int *nout, int *expired, long *left, char *state)
+                          int max, long *out, int *nout, int *expired, long *left, int *others,
+                          char *state)
 {
     return CALL_SHARED(record_lease, id, n, stages, blocks, stage, owner, lease_s, max, out,
-                       nout, expired, left, state);
+                       nout, expired, left, others, state);
 }
 
 int jobstore_finish_commit(jobstore *S, const char *id, const char *owner, double finished,

@@ -99,7 +99,10 @@ int jobstore_set_running(jobstore *S, const char *id, double now, long long tota
 int jobstore_set_done(jobstore *S, const char *id, long long done);
 int jobstore_set_result(jobstore *S, const char *id, const char *result_json, const char *dataset,
                   const char *attach_to, const char *content_type);
-/* The job to run next: a running one first, then the oldest queued; "" when none. */
+/* The job to run next: a running one first, then the oldest queued; "" when none.  The
+ * shared store answers the oldest running job with work for one more runner (blocks of
+ * its current stage nobody holds, its first plan or its finish not claimed), else the
+ * oldest queued one. */
 int jobstore_next(jobstore *S, char *id);
 /* Calls cb for every succeeded job finished after `since` (NAN or -INFINITY: all), in the
  * order they were submitted. */
@@ -150,10 +153,12 @@ int jobstore_claim_finish(jobstore *S, const char *id, const char *owner, double
  * out[*nout] the blocks leased, *expired how many of them were another owner's expired
  * lease; *left the blocks of stage `stage` not done (the leased ones among them; while
  * other runners record at the same time, possibly more than there are, never fewer);
- * state (16 bytes) the job's state.  TESS_ENOTFOUND: no such job. */
+ * *others how many other owners hold leases on its blocks; state (16 bytes) the job's
+ * state.  TESS_ENOTFOUND: no such job. */
 int jobstore_record_lease(jobstore *S, const char *id, int n, const int *stages,
                           const long *blocks, int stage, const char *owner, double lease_s,
-                          int max, long *out, int *nout, int *expired, long *left, char *state);
+                          int max, long *out, int *nout, int *expired, long *left, int *others,
+                          char *state);
 /* The end of a job that succeeded, in one statement: its result (as jobstore_set_result)
  * and state succeeded, only while it is running and its finish is claimed by `owner`;
  * *changed = whether it was (0: it was cancelled or failed first, or the claim lost). */

@@ -44,7 +44,7 @@ typedef struct jobstore_ops {
     int (*record_lease)(jobstore *S, const char *id, int n, const int *stages,
                         const long *blocks, int stage, const char *owner, double lease_s,
                         int max, long *out, int *nout, int *expired, long *left,
-                        char *state);
+                        int *others, char *state);
     int (*finish_commit)(jobstore *S, const char *id, const char *owner, double finished,
                          const char *result_json, const char *dataset, const char *attach_to,
                          const char *content_type, int *changed);

@@ -17,6 +17,11 @@ typedef struct pg_store {
     jobstore base;
     PGconn *conn;
     int said_down;   /* an unreachable database was reported; said again once it is back */
+    /* Statements prepared on this connection (server-side, named "t<index>"): the text
+     * of each (the string literals of this file, told apart by address), so that the
+     * statements run per block are parsed and planned once per connection. */
+    const char *prepared[48];
+    int nprepared;
 } pg_store;
 
 #define CONN(S) (((pg_store *)(S))->conn)
@@ -55,13 +60,27 @@ static PGresult *pg_q(jobstore *S, const char *sql, int n, const char *const *va
 {
     pg_store *P = (pg_store *)S;
     if (PQstatus(P->conn) != CONNECTION_OK) {
+        P->nprepared = 0;   /* a new connection: nothing prepared there */
         PQreset(P->conn);
         if (PQstatus(P->conn) != CONNECTION_OK) {
             note_down(P, PQerrorMessage(P->conn));
             return NULL;
         }
     }
-    PGresult *r = PQexecParams(P->conn, sql, n, NULL, vals, NULL, NULL, 0);
+    int k = 0;
+    while (k < P->nprepared && P->prepared[k] != sql)
+        k++;
+    char name[16];
+    snprintf(name, sizeof name, "t%d", k);
+    if (k == P->nprepared && k < (int)(sizeof P->prepared / sizeof P->prepared[0])) {
+        PGresult *p = PQprepare(P->conn, name, sql, n, NULL);
+        if (p && PQresultStatus(p) == PGRES_COMMAND_OK)
+            P->prepared[P->nprepared++] = sql;
+        PQclear(p);
+    }
+    PGresult *r = k < P->nprepared
+                      ? PQexecPrepared(P->conn, name, n, vals, NULL, NULL, 0)
+                      : PQexecParams(P->conn, sql, n, NULL, vals, NULL, NULL, 0);
     ExecStatusType st = r ? PQresultStatus(r) : PGRES_FATAL_ERROR;
     if (st != PGRES_COMMAND_OK && st != PGRES_TUPLES_OK) {
         if (PQstatus(P->conn) != CONNECTION_OK)
@@ -334,11 +353,22 @@ static int pg_set_result(jobstore *S, const char *id, const char *result_json,
                   "content_type = $5 WHERE id = $1", 5, v, NULL);
 }
 
+/* The job a runner should work on: the oldest running job with work for one more runner,
+ * else the oldest queued one.  A running job has work when its first plan is not made and
+ * nobody's claim on it is alive, when the lowest stage with blocks not done has some that
+ * nobody holds a live lease on, or when every block is done and nobody's finish claim is
+ * alive.  A job whose last blocks or whose finish another runner holds is left to it, so
+ * the other runners take up the next job instead of waiting. */
 static int pg_next(jobstore *S, char *id)
 {
     id[0] = '\0';
-    PGresult *r = pg_q(S, "SELECT id FROM jobs WHERE state IN ('running', 'queued') "
-                       "ORDER BY state = 'running' DESC, seq LIMIT 1", 0, NULL);
+    PGresult *r = pg_q(S,
+        "SELECT j.id FROM jobs j WHERE j.state = 'queued' OR (j.state = 'running' AND ("
+        "((j.finisher IS NULL OR j.finish_expires < now()) AND NOT EXISTS (SELECT 1 FROM "
+        "blocks b WHERE b.job = j.id AND NOT b.done)) OR EXISTS (SELECT 1 FROM blocks b "
+        "WHERE b.job = j.id AND NOT b.done AND (b.expires IS NULL OR b.expires < now()) "
+        "AND b.stage = (SELECT min(c.stage) FROM blocks c WHERE c.job = j.id AND NOT "
+        "c.done)))) ORDER BY j.state = 'running' DESC, j.seq LIMIT 1", 0, NULL);
     if (!r)
         return TESS_EIO;
     if (PQntuples(r) == 1)
@@ -537,9 +567,9 @@ static void parse_array(const char *s, long *out, int *n, int max)
 static int pg_record_lease(jobstore *S, const char *id, int n, const int *stages,
                            const long *blocks, int stage, const char *owner, double lease_s,
                            int max, long *out, int *nout, int *expired, long *left,
-                           char *state)
+                           int *others, char *state)
 {
-    *nout = *expired = 0;
+    *nout = *expired = *others = 0;
     *left = 1;
     state[0] = '\0';
     num st = inum(stage), l = dnum(lease_s), m = inum(max);
@@ -554,7 +584,7 @@ static int pg_record_lease(jobstore *S, const char *id, int n, const int *stages
          * blocks neither done nor leased and not among h (one row is not updated twice
          * in one statement).  The answer: state, blocks of the stage left (at most an
          * over-estimate while others record at the same time), the blocks leased, how
-         * many of them were expired leases. */
+         * many of them were expired leases, the other owners holding leases of the job. */
         PGresult *r = pg_q(S,
             "WITH h AS (SELECT DISTINCT u.s, u.b FROM unnest($2::integer[], $3::bigint[]) "
             "AS u(s, b)), "
@@ -576,7 +606,9 @@ static int pg_record_lease(jobstore *S, const char *id, int n, const int *stages
             "(SELECT count(*) FROM blocks WHERE job = $1 AND stage = $4 AND NOT done) - "
             "(SELECT count(*) FROM r WHERE r.stage = $4), "
             "(SELECT COALESCE(array_agg(block ORDER BY block), '{}') FROM a), "
-            "(SELECT count(*) FROM a WHERE was), (SELECT count(*) FROM j)", 7, v);
+            "(SELECT count(*) FROM a WHERE was), (SELECT count(*) FROM j), "
+            "(SELECT count(DISTINCT owner) FROM blocks WHERE job = $1 AND NOT done AND "
+            "owner IS NOT NULL AND owner <> $5)", 7, v);
         rc = TESS_EIO;
         if (r) {
             rc = 0;
@@ -585,6 +617,7 @@ static int pg_record_lease(jobstore *S, const char *id, int n, const int *stages
                 *left = atol(PQgetvalue(r, 0, 1));
                 parse_array(PQgetvalue(r, 0, 2), out, nout, max);
                 *expired = atoi(PQgetvalue(r, 0, 3));
+                *others = atoi(PQgetvalue(r, 0, 5));
             } else {
                 rc = TESS_ENOTFOUND;
             }

@@ -133,9 +133,9 @@ class TestCluster(unittest.TestCase):
             s.stop()
         shutil.rmtree(self.shared, ignore_errors=True)
 
-    def start(self, n):
+    def start(self, n, lease_s=LEASE_S):
         extra = {"threads": 1,
-                 "jobs": {"dir": self.shared, "database": self.uri, "lease_s": LEASE_S}}
+                 "jobs": {"dir": self.shared, "database": self.uri, "lease_s": lease_s}}
         new = [Server(roots=[MOSAIC], extra=extra) for _ in range(n)]
         self.servers += new
         return new
@@ -365,6 +365,32 @@ class TestCluster(unittest.TestCase):
         left = [f for f in os.listdir(os.path.join(self.shared, "results"))
                 if f.startswith(jid) or f.startswith("." + jid)]
         self.assertEqual(left, [], "a cancelled job's product was left in results/")
+        self.assert_clean()
+
+    def test_two_jobs_run_at_once(self):
+        # Leases of 30 s: a server held still keeps its blocks of the first job (nobody
+        # takes them over during the test), so that the first job cannot end while A is
+        # stopped; B, with nothing of it left to lease, takes up the second job and runs
+        # it to its end meanwhile.
+        a, b = self.start(2, lease_s=30)
+        j1 = post(a, mosaic_body("m2a"))
+        j2 = post(b, mosaic_body("m2b"))
+        self.catch_running([a, b], j1,
+                           lambda done: done >= 3 and self.leases_held(j1).get(a.proc.pid),
+                           "A held a lease after 3 blocks")
+        try:
+            self.thaw([b])
+            d2 = wait_state(b, j2, ("succeeded", "failed", "cancelled"), limit=60)
+            self.assertEqual(d2["state"], "succeeded", d2)
+            self.assertEqual(self.db_job(j1)[0], "running",
+                             "the first job ended while A held its blocks")
+        finally:
+            self.thaw([a])
+        d1 = wait_state(b, j1, ("succeeded", "failed", "cancelled"), limit=60)
+        self.assertEqual(d1["state"], "succeeded", d1)
+        self.assert_same_values(product_data(a, j1))
+        self.assert_same_values(product_data(a, j2))
+        self.assertGreater(metric(a, "tessera_job_blocks_total"), 0)
         self.assert_clean()
 
     def test_tiles_through_nginx_while_a_server_dies(self):

@@ -1065,8 +1065,11 @@ static void run_job_locked(jobs *J, const char *id)
                 }
             }
             stop = failed || J->cur_cancel || J->stopping || J->lock_lost || gone || moved;
+            /* Shared: no block leased here starts while the database cannot be reached
+             * (its lease cannot be renewed; blocks in flight finish). */
             while (!stop && J->inflight < max_inflight &&
-                   (J->shared ? ls.at < ls.n : next < plan.nblocks[s])) {
+                   (J->shared ? ls.at < ls.n && jobstore_reachable(J->st)
+                              : next < plan.nblocks[s])) {
                 if (J->shared) {
                     next = ls.blocks[ls.at];
                 } else if (doneset[s] && doneset[s][next]) {

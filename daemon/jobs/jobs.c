@@ -665,6 +665,19 @@ static void held_remove(jobs *J, int s, long b)
         }
 }
 
+/* Flushes the files finished blocks wrote under work directory wd (syncfs of its file
+ * system), lock released meanwhile. */
+static void sync_blocks_locked(jobs *J, const char *wd)
+{
+    pthread_mutex_unlock(&J->lock);
+    int fd = open(wd, O_RDONLY | O_DIRECTORY);
+    if (fd >= 0) {
+        syncfs(fd);
+        close(fd);
+    }
+    pthread_mutex_lock(&J->lock);
+}
+
 /* The store in jobs.dir (not shared; shared stores: exchange_locked): flushes the files of
  * finished blocks to disk, then records the blocks as done (lock held on entry and exit;
  * released around syncfs).  syncfs covers whatever files the
@@ -675,13 +688,7 @@ static void record_blocks_locked(jobs *J, const char *id, const char *wd, block_
     *list = NULL;
     if (!ok)
         return;
-    pthread_mutex_unlock(&J->lock);
-    int fd = open(wd, O_RDONLY | O_DIRECTORY);
-    if (fd >= 0) {
-        syncfs(fd);
-        close(fd);
-    }
-    pthread_mutex_lock(&J->lock);
+    sync_blocks_locked(J, wd);
     /* In batches of up to 256, without allocating (one transaction each). */
     int stages[256];
     long blocks[256];
@@ -844,15 +851,8 @@ static int exchange_locked(jobs *J, const char *id, const char *wd, int s, int w
     int n = 0;
     for (block_task *t = list; t; t = t->next)
         n++;
-    if (list) {
-        pthread_mutex_unlock(&J->lock);
-        int fd = open(wd, O_RDONLY | O_DIRECTORY);
-        if (fd >= 0) {
-            syncfs(fd);
-            close(fd);
-        }
-        pthread_mutex_lock(&J->lock);
-    }
+    if (list)
+        sync_blocks_locked(J, wd);
     int *stages = n ? malloc((size_t)n * sizeof *stages) : NULL;
     long *blocks = n ? malloc((size_t)n * sizeof *blocks) : NULL;
     if (n && (!stages || !blocks)) {

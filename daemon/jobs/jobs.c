@@ -739,6 +739,19 @@ static void doneset_cb(void *ctx, int s, long bl)
     }
 }
 
+/* Shared stores: this runner is done with the current job, which another ended or this one
+ * ended in the database (lock held): its work directory wd and temporary product tmp go,
+ * and the runner is free for the next job. */
+static void forget_job_locked(jobs *J, const char *wd, const char *tmp)
+{
+    rm_tree(wd);
+    unlink(tmp);
+    J->cur[0] = '\0';
+    J->cur_cancel = 0;
+    J->job_generation++;
+    pthread_cond_broadcast(&J->cond);
+}
+
 /* Shared stores: whether the product at `path` can be registered here (lock not held):
  * its dataset name free or already this product, the dataset it attaches to present.
  * Returns 0 or a code with err. */
@@ -790,12 +803,7 @@ static void commit_product_locked(jobs *J, const char *id, const char *wd, const
             (strcmp(state, "cancelled") == 0 || strcmp(state, "failed") == 0))
             unlink(final);
     }
-    rm_tree(wd);
-    unlink(tmp);
-    J->cur[0] = '\0';
-    J->cur_cancel = 0;
-    J->job_generation++;
-    pthread_cond_broadcast(&J->cond);
+    forget_job_locked(J, wd, tmp);
 }
 
 /* Shared stores: the blocks of the current stage this runner leased and has not yet
@@ -1179,12 +1187,7 @@ static void run_job_locked(jobs *J, const char *id)
             k->release(plan.state);
         char tmp[PATH_MAX];
         tmp_of(J, id, tmp);
-        rm_tree(wd);
-        unlink(tmp);
-        J->cur[0] = '\0';
-        J->cur_cancel = 0;
-        J->job_generation++;
-        pthread_cond_broadcast(&J->cond);
+        forget_job_locked(J, wd, tmp);
         return;
     }
     if (failed) {

@@ -73,6 +73,7 @@ typedef struct block_task {
     int rc;
     char err[256];
     struct block_task *next;
+    double secs;      /* how long run_block took */
 } block_task;
 
 struct jobs {
@@ -90,6 +91,8 @@ struct jobs {
     size_t nseen, capseen;
     double seen_since;        /* finished time of the newest of them, less a margin */
     unsigned long long blocks_run, renewals, expiries; /* for jobs_metrics */
+    unsigned long long finish_expiries;  /* job claims of others taken over */
+    int moved;                /* shared: the last job was left for another one with work */
     /* shared: the blocks of job held_job this runner holds leases on (leased, not yet
      * recorded), which the keeper renews; every other lease of this runner it ends */
     char held_job[17];
@@ -511,11 +514,13 @@ int jobs_result(jobs *J, const char *id, char *path, char *content_type, char *s
 static void block_run(void *arg)
 {
     block_task *t = arg;
+    double t0 = tess_mono_s();
     t->rc = t->kind->run_block(t->state, t->stage, t->block, &t->J->cur_cancel, t->err,
                                sizeof(t->err));
     if (t->rc && !t->err[0])
         tess_seterr(t->err, sizeof(t->err), "block %ld of stage %d failed (code %d)", t->block,
                     t->stage, t->rc);
+    t->secs = tess_mono_s() - t0;
     jobs *J = t->J;
     pthread_mutex_lock(&J->lock);
     t->next = J->completed;
@@ -660,15 +665,10 @@ static void held_remove(jobs *J, int s, long b)
         }
 }
 
-/* Flushes the files of finished blocks to disk, then records the blocks as done (lock
- * held on entry and exit; released around syncfs).  syncfs covers whatever files the
- * blocks wrote, so a recorded block survives a power cut, not only a killed process. */
-static void record_blocks_locked(jobs *J, const char *id, const char *wd, block_task **list)
+/* Flushes the files finished blocks wrote under work directory wd (syncfs of its file
+ * system), lock released meanwhile. */
+static void sync_blocks_locked(jobs *J, const char *wd)
 {
-    block_task *ok = *list;
-    *list = NULL;
-    if (!ok)
-        return;
     pthread_mutex_unlock(&J->lock);
     int fd = open(wd, O_RDONLY | O_DIRECTORY);
     if (fd >= 0) {
@@ -676,28 +676,31 @@ static void record_blocks_locked(jobs *J, const char *id, const char *wd, block_
         close(fd);
     }
     pthread_mutex_lock(&J->lock);
+}
+
+/* The store in jobs.dir (not shared; shared stores: exchange_locked): flushes the files of
+ * finished blocks to disk, then records the blocks as done (lock held on entry and exit;
+ * released around syncfs).  syncfs covers whatever files the
+ * blocks wrote, so a recorded block survives a power cut, not only a killed process. */
+static void record_blocks_locked(jobs *J, const char *id, const char *wd, block_task **list)
+{
+    block_task *ok = *list;
+    *list = NULL;
+    if (!ok)
+        return;
+    sync_blocks_locked(J, wd);
     /* In batches of up to 256, without allocating (one transaction each). */
     int stages[256];
     long blocks[256];
-    int n = 0, failed = 0;
+    /* A batch not recorded (a full disk) runs again in the next run of the job. */
+    int n = 0;
     for (block_task *t = ok; t; t = t->next) {
         stages[n] = t->stage;
         blocks[n++] = t->block;
         if (n == 256 || !t->next) {
-            failed |= jobstore_record_blocks(J->st, id, n, stages, blocks) != 0;
+            jobstore_record_blocks(J->st, id, n, stages, blocks);
             n = 0;
         }
-    }
-    if (J->shared && failed) {
-        /* The database is away: these blocks stay leased to this runner (the leases are
-         * renewed when it is back), to be recorded again, not run again. */
-        *list = ok;
-        return;
-    }
-    if (J->shared) {
-        jobstore_set_done(J->st, id, 0);   /* counted from the blocks recorded, every server's */
-        for (block_task *t = ok; t; t = t->next)
-            held_remove(J, t->stage, t->block);
     }
     while (ok) {
         block_task *nx = ok->next;
@@ -736,56 +739,198 @@ static void doneset_cb(void *ctx, int s, long bl)
     }
 }
 
+/* Shared stores: this runner is done with the current job, which another ended or this one
+ * ended in the database (lock held): its work directory wd and temporary product tmp go,
+ * and the runner is free for the next job. */
+static void forget_job_locked(jobs *J, const char *wd, const char *tmp)
+{
+    rm_tree(wd);
+    unlink(tmp);
+    J->cur[0] = '\0';
+    J->cur_cancel = 0;
+    J->job_generation++;
+    pthread_cond_broadcast(&J->cond);
+}
+
+/* Shared stores: whether the product at `path` can be registered here (lock not held):
+ * its dataset name free or already this product, the dataset it attaches to present.
+ * Returns 0 or a code with err. */
+static int product_registrable(jobs *J, const job_product *prod, const char *path, char *err,
+                               size_t errlen)
+{
+    const dataset *d = prod->dataset[0] ? catalog_find(J->cat, prod->dataset) : NULL;
+    if (d && !(d->npaths == 1 && strcmp(d->paths[0], path) == 0)) {
+        tess_seterr(err, errlen, "dataset '%s' exists already", prod->dataset);
+        return TESS_EEXIST;
+    }
+    if (prod->attach_to[0] && !catalog_find(J->cat, prod->attach_to)) {
+        tess_seterr(err, errlen, "dataset '%s' is gone", prod->attach_to);
+        return TESS_ENOTFOUND;
+    }
+    return 0;
+}
+
+/* Shared stores: ends the current job (lock held, released around the registration) once
+ * its product is at `final`: the result and state succeeded in one statement that checks
+ * the job is still running and its finish still this runner's (jobstore_finish_commit),
+ * then the product registered here.  A job ended elsewhere first (a cancel, a failure)
+ * gets no product: `final` is removed.  When the database cannot be reached, the job stays
+ * as it is (running, claimed here until the claim expires) and is finished again later. */
+static void commit_product_locked(jobs *J, const char *id, const char *wd, const char *tmp,
+                                  const char *final, const char *result_json,
+                                  const job_product *prod)
+{
+    int changed = 0;
+    if (jobstore_finish_commit(J->st, id, J->owner, now_epoch(), result_json, prod->dataset,
+                               prod->attach_to, prod->content_type, &changed) != 0) {
+        J->cur[0] = '\0';
+        J->cur_cancel = 0;
+        return;
+    }
+    if (changed) {
+        seen_add(J, id);
+        pthread_mutex_unlock(&J->lock);
+        char err[512] = "";
+        if (register_product(J, prod, final, err, sizeof err) != 0)
+            fprintf(stderr, "tesserad: product of job %s not registered: %s\n", id, err);
+        pthread_mutex_lock(&J->lock);
+    } else {
+        /* Ended elsewhere: cancelled or failed, its product removed; a finish claim taken
+         * over (this one took longer than the lease) leaves the product to its new
+         * finisher, which writes the same file. */
+        char state[16] = "";
+        if (jobstore_state(J->st, id, state) == 0 &&
+            (strcmp(state, "cancelled") == 0 || strcmp(state, "failed") == 0))
+            unlink(final);
+    }
+    forget_job_locked(J, wd, tmp);
+}
+
 /* Shared stores: the blocks of the current stage this runner leased and has not yet
- * handed to the pool. */
+ * handed to the pool, and what the last exchange with the store said. */
 typedef struct leased {
     long blocks[64];
     int n, at;
-    int tried;      /* a lease was asked for since the pool last took blocks */
-    int got;        /* blocks the last ask gave */
-    double last;    /* tess_mono_s of the last ask */
+    int got;        /* blocks the last exchange leased */
+    double last;    /* tess_mono_s of the last exchange that asked for blocks */
+    double backoff; /* seconds before asking again while none come (others hold them) */
+    long left;      /* blocks of the stage not done, as the last exchange saw; -1 unknown */
+    int others;     /* other runners holding leases of the job, as it saw */
+    double avg_s;   /* seconds a block of this stage takes here (moving average) */
 } leased;
 
-/* Leases more blocks of stage s (up to twice the blocks in flight allowed, less those in
- * flight) when every leased one is in the pool and there is room, at most every 0.1 s
- * while none come (others hold the rest).  Lock held. */
-static void lease_more(jobs *J, const char *id, int s, int max_inflight, leased *ls)
+/* Shared stores: the records go with the next lease; without one, at least this often. */
+#define SHARED_RECORD_S 1.0
+/* A lease asks for about this much work at once (seconds of the pool's blocks). */
+#define SHARED_BATCH_S 0.5
+
+/* How many blocks to lease: at least twice what the pool takes at once, less those in
+ * flight or leased here (the next blocks are at hand when one ends), else SHARED_BATCH_S
+ * of work at the pace measured, but no more than the stage's blocks left over twice the
+ * runners holding leases and one more that may join (the last ones are spread over the
+ * runners: guided self-scheduling); at least one pool's worth, at most 64. */
+static int lease_want(const jobs *J, int max_inflight, const leased *ls)
 {
-    if (ls->at < ls->n || J->inflight >= max_inflight)
-        return;
-    if (!ls->got && tess_mono_s() - ls->last < 0.1)
-        return;
-    /* Twice what the pool takes now: the next blocks are at hand when one ends, without a
-     * round trip to the database between them. */
-    int want = 2 * max_inflight - J->inflight;
-    if (want > 64)
-        want = 64;
-    int n = 0, expired = 0;
-    ls->last = tess_mono_s();
-    ls->n = ls->at = 0;
-    ls->got = 0;
-    if (jobstore_lease(J->st, id, s, J->owner, J->lease_s, want, ls->blocks, &n, &expired) == 0) {
-        /* A block the held list cannot take is not run: its lease ends at the next
-         * renewal and another server (or this one, later) takes it. */
-        int kept = 0;
-        for (int i = 0; i < n; i++)
-            if (held_add(J, id, s, ls->blocks[i]) == 0)
-                ls->blocks[kept++] = ls->blocks[i];
-        ls->n = kept;
-        ls->got = n;
-        J->expiries += (unsigned long long)expired;
+    int here = J->inflight + (ls->n - ls->at);   /* in flight or leased, not yet run */
+    int want = 2 * max_inflight - here;
+    if (ls->avg_s > 0) {
+        double w = SHARED_BATCH_S / ls->avg_s * max_inflight - here;
+        long guided = ls->left >= 0 ? ls->left / (2 * (ls->others + 2)) : 0;
+        if (w > (double)guided)
+            w = (double)guided;
+        if (w > want)
+            want = w > 64 ? 64 : (int)w;
     }
-    ls->tried = 1;
+    return want < max_inflight ? max_inflight : want > 64 ? 64 : want;
 }
 
-/* Shared stores: whether every block of stage s is done (asked only when this runner has
- * none leased or in flight and the last lease gave none).  Lock held. */
-static int stage_finished(jobs *J, const char *id, int s, leased *ls)
+/* Shared stores: the runner's one statement with the store while stage s runs
+ * (jobstore_record_lease).  Records the blocks of *ok (ok may be NULL: none) after
+ * flushing the work directory's files (syncfs, lock released around it), and leases up to
+ * `want` blocks, appended to those of ls not yet in the pool, when want > 0; *gone = 1
+ * when the job is no longer running.  Lock held.  Returns 0, or the store's code with *ok
+ * as it was (the blocks stay leased here, recorded next time). */
+static int exchange_locked(jobs *J, const char *id, const char *wd, int s, int want,
+                           leased *ls, block_task **ok, int *gone)
 {
-    if (J->inflight || J->completed || ls->at < ls->n || ls->got || !ls->tried)
-        return 0;
-    long left = 1;
-    return jobstore_stage_left(J->st, id, s, &left) == 0 && left == 0;
+    block_task *list = ok ? *ok : NULL;
+    if (ok)
+        *ok = NULL;
+    int n = 0;
+    for (block_task *t = list; t; t = t->next)
+        n++;
+    if (list)
+        sync_blocks_locked(J, wd);
+    int *stages = n ? malloc((size_t)n * sizeof *stages) : NULL;
+    long *blocks = n ? malloc((size_t)n * sizeof *blocks) : NULL;
+    if (n && (!stages || !blocks)) {
+        free(stages);
+        free(blocks);
+        *ok = list;
+        return TESS_ENOMEM;
+    }
+    int i = 0;
+    for (block_task *t = list; t; t = t->next, i++) {
+        stages[i] = t->stage;
+        blocks[i] = t->block;
+    }
+    int cap = (int)(sizeof ls->blocks / sizeof ls->blocks[0]) - (ls->n - ls->at);
+    if (want > cap)
+        want = cap;
+    long got[64];
+    int ngot = 0, expired = 0;
+    long left = -1;
+    int others = 0;
+    char state[16] = "";
+    if (want > 0)
+        ls->last = tess_mono_s();
+    int rc = jobstore_record_lease(J->st, id, n, stages, blocks, s, J->owner, J->lease_s,
+                                   want, got, &ngot, &expired, &left, &others, state);
+    free(stages);
+    free(blocks);
+    if (rc == TESS_ENOTFOUND) {
+        *gone = 1;
+        rc = 0;
+    }
+    if (rc) {
+        if (ok)
+            *ok = list;
+        if (want > 0) {
+            ls->got = 0;
+            ls->backoff = 0.25;
+        }
+        return rc;
+    }
+    for (block_task *t = list; t; t = t->next)
+        held_remove(J, t->stage, t->block);
+    while (list) {
+        block_task *nx = list->next;
+        free(list);
+        list = nx;
+    }
+    if (state[0] && strcmp(state, "running") != 0)
+        *gone = 1;
+    ls->left = left;
+    ls->others = others;
+    if (want > 0) {
+        /* A block the held list cannot take is not run: its lease ends at the next
+         * renewal and another server (or this one, later) takes it. */
+        int kept = ls->n - ls->at;
+        memmove(ls->blocks, ls->blocks + ls->at, (size_t)kept * sizeof ls->blocks[0]);
+        for (int k = 0; k < ngot; k++)
+            if (held_add(J, id, s, got[k]) == 0)
+                ls->blocks[kept++] = got[k];
+        ls->n = kept;
+        ls->at = 0;
+        ls->got = ngot;
+        /* None came while others hold the rest: ask again after 50 ms, then less often,
+         * up to every 0.5 s (the runner that records a stage's last block starts the
+         * next at once, leasing no more than its share). */
+        ls->backoff = ngot ? 0.0 : ls->backoff <= 0 ? 0.05 : ls->backoff * 2 > 0.5 ? 0.5
+                                                                   : ls->backoff * 2;
+        J->expiries += (unsigned long long)expired;
+    }
+    return 0;
 }
 
 static void run_job_locked(jobs *J, const char *id)
@@ -813,13 +958,15 @@ static void run_job_locked(jobs *J, const char *id)
     /* Shared: the first plan of a job may create its work files (daemon/jobs/jobkind.h),
      * so one server plans it first, under the job's claim (renewed with the leases, taken
      * over when its holder dies); the others plan it once its block rows exist. */
-    int planned = 0;
+    int planned = 0, took = 0;
     if (J->shared && (jobstore_planned(J->st, id, &planned) != 0 ||
-                      (!planned && jobstore_claim_finish(J->st, id, J->owner, J->lease_s)))) {
+                      (!planned && jobstore_claim_finish(J->st, id, J->owner, J->lease_s,
+                                                         &took)))) {
         json_decref(b);
         J->cur[0] = '\0';
         return;
     }
+    J->finish_expiries += (unsigned long long)took;   /* a dead planner's claim */
     char wd[PATH_MAX];
     workdir_of(J, id, wd);
     int fresh = mkdir(wd, 0700) == 0;
@@ -883,17 +1030,54 @@ static void run_job_locked(jobs *J, const char *id)
     double last_record = tess_mono_s();
     int max_inflight = jobbudget_blocks(J->cfg, &cost, J->threads);
     double last_check = tess_mono_s();
+    double state_at = tess_mono_s();   /* shared: when the job's state was last read */
     int gone = 0;               /* shared: the job ended elsewhere (cancelled, failed) */
+    int moved = 0;              /* shared: left for another job with work (pg_next) */
     for (int s = 0; s < plan.nstages && !failed && !J->cur_cancel && !J->stopping &&
-                    !J->lock_lost && !gone; s++) {
+                    !J->lock_lost && !gone && !moved; s++) {
         long next = 0;
-        leased ls = {.n = 0, .at = 0, .tried = 0, .last = 0.0, .got = 1};
+        leased ls = {.n = 0, .at = 0, .got = 1, .last = 0.0, .backoff = 0.0, .left = -1,
+                     .others = 0, .avg_s = 0.0};
         for (;;) {
-            int stop = failed || J->cur_cancel || J->stopping || J->lock_lost || gone;
-            if (J->shared && !stop)
-                lease_more(J, id, s, max_inflight, &ls);
+            int stop = failed || J->cur_cancel || J->stopping || J->lock_lost || gone || moved;
+            /* Shared: one statement records the blocks done and leases the next ones,
+             * when the pool runs out of leased blocks or the records are due. */
+            if (J->shared) {
+                /* Leased before the pool runs dry (at most one pool's worth left here),
+                 * so that its threads have blocks while the statement runs; records (a
+                 * syncfs: often slower than the statement) when due or when idle. */
+                double now = tess_mono_s();
+                int idle = !J->inflight && !J->completed && ls.at >= ls.n;
+                int need = !stop && ls.n - ls.at <= (idle ? 0 : max_inflight) &&
+                           ls.n - ls.at < (int)(sizeof ls.blocks / sizeof ls.blocks[0]);
+                int poll = need && (ls.got || now - ls.last >= ls.backoff);
+                int rec = ok && !gone && (idle || now - last_record >= SHARED_RECORD_S);
+                if (poll || rec) {
+                    if (exchange_locked(J, id, wd, s, poll ? lease_want(J, max_inflight, &ls)
+                                                           : 0, &ls, rec ? &ok : NULL,
+                                        &gone) == 0) {
+                        state_at = tess_mono_s();
+                        if (rec)
+                            last_record = state_at;
+                    }
+                    if (gone)
+                        J->cur_cancel = 1;
+                    /* Nothing here, nothing to lease: the job's last blocks (or its
+                     * next stage's start) are others'; a younger job with work is taken
+                     * up instead of waiting (the scheduler comes back to this one). */
+                    char other[17] = "";
+                    if (poll && !gone && idle && !ok && !ls.got && ls.left > 0 &&
+                        jobstore_next(J->st, other) == 0 && other[0] &&
+                        strcmp(other, id) != 0)
+                        moved = 1;
+                }
+            }
+            stop = failed || J->cur_cancel || J->stopping || J->lock_lost || gone || moved;
+            /* Shared: no block leased here starts while the database cannot be reached
+             * (its lease cannot be renewed; blocks in flight finish). */
             while (!stop && J->inflight < max_inflight &&
-                   (J->shared ? ls.at < ls.n : next < plan.nblocks[s])) {
+                   (J->shared ? ls.at < ls.n && jobstore_reachable(J->st)
+                              : next < plan.nblocks[s])) {
                 if (J->shared) {
                     next = ls.blocks[ls.at];
                 } else if (doneset[s] && doneset[s][next]) {
@@ -906,7 +1090,7 @@ static void run_job_locked(jobs *J, const char *id)
                     snprintf(fail_detail, sizeof(fail_detail), "out of memory");
                     break;
                 }
-                *t = (block_task){J, k, plan.state, s, next, 0, "", NULL};
+                *t = (block_task){J, k, plan.state, s, next, 0, "", NULL, 0.0};
                 J->inflight++;
                 if (pool_submit(J->pool, POOL_BATCH, block_run, t) != 0) {
                     J->inflight--;
@@ -921,6 +1105,7 @@ static void run_job_locked(jobs *J, const char *id)
                 block_task *t = J->completed;
                 J->completed = t->next;
                 if (t->rc == 0) {
+                    ls.avg_s = ls.avg_s > 0 ? 0.8 * ls.avg_s + 0.2 * t->secs : t->secs;
                     t->next = ok;
                     ok = t;
                     newly++;
@@ -936,10 +1121,10 @@ static void run_job_locked(jobs *J, const char *id)
                 }
             }
             /* Progress at once; the block records (after a sync) at most every 0.25 s
-             * and at the end of a stage, so that a busy disk does not slow the job. */
+             * and at the end of a stage, so that a busy disk does not slow the job.  A
+             * shared store counts the recorded blocks of every server instead. */
             if (newly) {
                 done += newly;
-                /* A shared store counts the recorded blocks of every server instead. */
                 if (!J->shared)
                     jobstore_set_done(J->st, id, (long long)done);
             }
@@ -952,27 +1137,31 @@ static void run_job_locked(jobs *J, const char *id)
                     J->cur_cancel = 1;
                     fail_status = 413;
                 }
-                /* Shared: a cancel or failure on another server stops the blocks here. */
+                /* Shared: a cancel or failure on another server stops the blocks here
+                 * (the exchanges read the state too: asked only when none did lately). */
                 char now_state[16];
-                if (J->shared && jobstore_state(J->st, id, now_state) == 0 &&
-                    strcmp(now_state, "running") != 0) {
-                    gone = 1;
-                    J->cur_cancel = 1;
+                if (J->shared && !gone && tess_mono_s() - state_at >= 0.25 &&
+                    jobstore_state(J->st, id, now_state) == 0) {
+                    state_at = tess_mono_s();
+                    if (strcmp(now_state, "running") != 0) {
+                        gone = 1;
+                        J->cur_cancel = 1;
+                    }
                 }
             }
-            stop = failed || J->cur_cancel || J->stopping || J->lock_lost || gone;
-            /* Shared: nothing left to lease here and nothing in flight: the blocks done are
-             * recorded now, so that the stage can be seen complete without waiting. */
-            if (J->shared && ok && !J->inflight && !J->completed && ls.at >= ls.n && !ls.got) {
-                record_blocks_locked(J, id, wd, &ok);
-                last_record = tess_mono_s();
-            }
-            int rest = J->shared ? !stage_finished(J, id, s, &ls) : next < plan.nblocks[s];
+            stop = failed || J->cur_cancel || J->stopping || J->lock_lost || gone || moved;
+            /* Shared: the stage is complete when the last exchange, made with nothing
+             * left here to record, found no block of it left anywhere. */
+            int rest = J->shared ? !(ls.left == 0 && !ok && ls.at >= ls.n)
+                                 : next < plan.nblocks[s];
             int stage_end = J->inflight == 0 && !J->completed && (stop || !rest);
-            if (ok && (stage_end || tess_mono_s() - last_record >= 0.25)) {
+            if (ok && !J->shared && (stage_end || tess_mono_s() - last_record >= 0.25)) {
                 record_blocks_locked(J, id, wd, &ok);
                 last_record = tess_mono_s();
             }
+            if (ok && J->shared && stage_end && !gone &&
+                exchange_locked(J, id, wd, s, 0, &ls, &ok, &gone) == 0)
+                last_record = tess_mono_s();
             if (stage_end)
                 break;
             if (J->completed)
@@ -998,12 +1187,7 @@ static void run_job_locked(jobs *J, const char *id)
             k->release(plan.state);
         char tmp[PATH_MAX];
         tmp_of(J, id, tmp);
-        rm_tree(wd);
-        unlink(tmp);
-        J->cur[0] = '\0';
-        J->cur_cancel = 0;
-        J->job_generation++;
-        pthread_cond_broadcast(&J->cond);
+        forget_job_locked(J, wd, tmp);
         return;
     }
     if (failed) {
@@ -1019,8 +1203,10 @@ static void run_job_locked(jobs *J, const char *id)
         end_job_locked(J, id, "cancelled", NULL);
         return;
     }
-    if (J->stopping || J->lock_lost) {
-        /* Left running: the next start resumes it from its recorded blocks. */
+    if (J->stopping || J->lock_lost || moved) {
+        /* Left running: the next start (moved: the next turn) resumes it from its
+         * recorded blocks. */
+        J->moved = moved;
         if (k->release)
             k->release(plan.state);
         J->cur[0] = '\0';
@@ -1028,12 +1214,13 @@ static void run_job_locked(jobs *J, const char *id)
     }
     /* Every block done.  Shared: one server writes the product (a claim in the database,
      * renewed with the leases; when its holder dies, another takes it over). */
-    if (J->shared && jobstore_claim_finish(J->st, id, J->owner, J->lease_s) != 0) {
+    if (J->shared && jobstore_claim_finish(J->st, id, J->owner, J->lease_s, &took) != 0) {
         if (k->release)
             k->release(plan.state);
         J->cur[0] = '\0';
         return;
     }
+    J->finish_expiries += (unsigned long long)took;   /* a dead finisher's claim */
     /* Write the product under a temporary name, then rename. */
     char tmp[PATH_MAX], final[PATH_MAX];
     tmp_of(J, id, tmp);
@@ -1079,7 +1266,11 @@ static void run_job_locked(jobs *J, const char *id)
         tess_seterr(err, sizeof(err), "cannot sync the results directory: %s", strerror(errno));
         unlink(final);
     }
-    if (rc == 0 && (rc = register_product(J, &prod, final, err, sizeof(err))) != 0)
+    /* Shared: the product is registered in the database first, in the statement that
+     * checks the job is still running (a cancel elsewhere wins until then), then here;
+     * whether it can be is checked before. */
+    if (rc == 0 && (rc = J->shared ? product_registrable(J, &prod, final, err, sizeof err)
+                                   : register_product(J, &prod, final, err, sizeof(err))) != 0)
         unlink(final);
     pthread_mutex_lock(&J->lock);
     if (rc) {
@@ -1100,6 +1291,11 @@ static void run_job_locked(jobs *J, const char *id)
     json_object_set_new(res, "url", json_string(url));
     char *rs = json_dumps(res, JSON_COMPACT | JSON_PRESERVE_ORDER);
     json_decref(res);
+    if (J->shared) {
+        commit_product_locked(J, id, wd, tmp, final, rs, &prod);
+        free(rs);
+        return;
+    }
     jobstore_set_result(J->st, id, rs, prod.dataset, prod.attach_to, prod.content_type);
     free(rs);
     seen_add(J, id);
@@ -1126,8 +1322,11 @@ static void *scheduler(void *arg)
          * recorded, or could not start (out of memory, a full disk): a while before it is
          * tried again, lock released. */
         char state[16];
-        if (!J->stopping && (state_locked(J, id, state) != 0 || strcmp(state, "queued") == 0 ||
-                             strcmp(state, "running") == 0))
+        if (J->moved)
+            J->moved = 0;   /* left for another job: that one next, at once */
+        else if (!J->stopping &&
+                 (state_locked(J, id, state) != 0 || strcmp(state, "queued") == 0 ||
+                  strcmp(state, "running") == 0))
             timed_wait(J, 1000);
     }
     pthread_mutex_unlock(&J->lock);
@@ -1574,6 +1773,21 @@ unsigned long long jobs_blocks_run(jobs *J)
     return n;
 }
 
+/* Appends `text` to the malloc'd string *s; 0 (and *s freed, NULL) when out of memory. */
+static int append_text(char **s, const char *text)
+{
+    size_t a = strlen(*s), b = strlen(text);
+    char *t = realloc(*s, a + b + 1);
+    if (!t) {
+        free(*s);
+        *s = NULL;
+        return 0;
+    }
+    memcpy(t + a, text, b + 1);
+    *s = t;
+    return 1;
+}
+
 int jobs_database_reachable(jobs *J)
 {
     return jobstore_reachable(J->st);
@@ -1583,7 +1797,14 @@ char *jobs_metrics_text(jobs *J)
 {
     pthread_mutex_lock(&J->lock);
     unsigned long long blocks = J->blocks_run, ren = J->renewals, exp = J->expiries;
+    unsigned long long fexp = J->finish_expiries;
     double dbs = jobstore_seconds(J->st);
+    unsigned long long calls[JOBSTORE_NOPS];
+    double secs[JOBSTORE_NOPS];
+    for (int i = 0; i < JOBSTORE_NOPS; i++) {
+        calls[i] = jobstore_op_calls(J->st, i);
+        secs[i] = jobstore_op_seconds(J->st, i);
+    }
     pthread_mutex_unlock(&J->lock);
     char *out = NULL;
     if (asprintf(&out,
@@ -1595,9 +1816,15 @@ char *jobs_metrics_text(jobs *J)
                  "# TYPE tessera_job_lease_renewals_total counter\n"
                  "tessera_job_lease_renewals_total %llu\n"
                  "# HELP tessera_job_lease_expiries_total Expired leases of other processes "
-                 "this process took over (shared job store).\n"
+                 "this process took over: blocks and job claims (plan, finish) (shared job "
+                 "store).\n"
                  "# TYPE tessera_job_lease_expiries_total counter\n"
                  "tessera_job_lease_expiries_total %llu\n"
+                 "# HELP tessera_job_finish_expiries_total Expired job claims (first plan, "
+                 "finish) of other processes this process took over (shared job store; also "
+                 "counted in tessera_job_lease_expiries_total).\n"
+                 "# TYPE tessera_job_finish_expiries_total counter\n"
+                 "tessera_job_finish_expiries_total %llu\n"
                  "# HELP tessera_job_database_errors_total Job-store calls that failed (the "
                  "database refused or could not be reached).\n"
                  "# TYPE tessera_job_database_errors_total counter\n"
@@ -1609,8 +1836,33 @@ char *jobs_metrics_text(jobs *J)
                  "# HELP tessera_job_database_up Whether the last job-store call reached the "
                  "database.\n"
                  "# TYPE tessera_job_database_up gauge\n"
-                 "tessera_job_database_up %d\n",
-                 blocks, ren, exp, jobstore_errors(J->st), dbs, jobstore_reachable(J->st)) < 0)
+                 "tessera_job_database_up %d\n"
+                 "# HELP tessera_job_database_calls_total Job-store calls (one statement "
+                 "each) by operation.\n"
+                 "# TYPE tessera_job_database_calls_total counter\n",
+                 blocks, ren, exp + fexp, fexp, jobstore_errors(J->st), dbs,
+                 jobstore_reachable(J->st)) < 0)
         return NULL;
+    /* Per operation, those called at least once: calls, then seconds. */
+    for (int pass = 0; pass < 2 && out; pass++) {
+        if (pass == 1 && !append_text(&out, "# HELP tessera_job_database_op_seconds_total "
+                                      "Time spent in job-store calls by operation.\n"
+                                      "# TYPE tessera_job_database_op_seconds_total counter\n"))
+            return NULL;
+        for (int i = 0; i < JOBSTORE_NOPS && out; i++) {
+            if (!calls[i])
+                continue;
+            char line[160];
+            if (pass == 0)
+                snprintf(line, sizeof line, "tessera_job_database_calls_total{op=\"%s\"} %llu\n",
+                         jobstore_op_name(i), calls[i]);
+            else
+                snprintf(line, sizeof line,
+                         "tessera_job_database_op_seconds_total{op=\"%s\"} %.6f\n",
+                         jobstore_op_name(i), secs[i]);
+            if (!append_text(&out, line))
+                return NULL;
+        }
+    }
     return out;
 }

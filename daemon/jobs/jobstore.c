@@ -48,12 +48,44 @@ unsigned long long jobstore_errors(const jobstore *S)
     return __atomic_load_n(&S->errors, __ATOMIC_RELAXED);
 }
 
-/* Runs one backend call, timed (jobstore_seconds) and its outcome noted. */
+static const char *const op_names[JOBSTORE_NOPS] = {
+    "get", "list", "counts", "active", "needs", "insert", "state", "end", "content_type",
+    "type_body", "set_running", "set_done", "set_result", "next", "succeeded",
+    "reset_blocks", "prune_blocks", "done_blocks", "record_blocks", "plan_blocks", "renew",
+    "planned", "release", "claim_finish", "record_lease", "finish_commit",
+};
+
+const char *jobstore_op_name(int op)
+{
+    return op >= 0 && op < JOBSTORE_NOPS ? op_names[op] : NULL;
+}
+
+unsigned long long jobstore_op_calls(const jobstore *S, int op)
+{
+    return op >= 0 && op < JOBSTORE_NOPS ? S->op_calls[op] : 0;
+}
+
+double jobstore_op_seconds(const jobstore *S, int op)
+{
+    return op >= 0 && op < JOBSTORE_NOPS ? S->op_seconds[op] : 0.0;
+}
+
+/* Notes the time of one call of operation `op` started at t0. */
+static void count_call(jobstore *S, int op, double t0)
+{
+    double dt = tess_mono_s() - t0;
+    S->seconds += dt;
+    S->op_calls[op]++;
+    S->op_seconds[op] += dt;
+}
+
+/* Runs one backend call, timed and counted (jobstore_seconds, jobstore_op_calls) and its
+ * outcome noted. */
 #define CALL(op, ...) \
     __extension__({ \
         double t0_ = tess_mono_s(); \
         int rc_ = S->ops->op(S, __VA_ARGS__); \
-        S->seconds += tess_mono_s() - t0_; \
+        count_call(S, JOBSTORE_OP_##op, t0_); \
         jobstore_note(S, rc_); \
     })
 #define CALL_SHARED(op, ...) (S->ops->op ? CALL(op, __VA_ARGS__) : TESS_EINVAL)
@@ -133,7 +165,7 @@ int jobstore_prune_blocks(jobstore *S)
 {
     double t0 = tess_mono_s();
     int rc = S->ops->prune_blocks(S);
-    S->seconds += tess_mono_s() - t0;
+    count_call(S, JOBSTORE_OP_prune_blocks, t0);
     return jobstore_note(S, rc);
 }
 
@@ -154,12 +186,6 @@ int jobstore_plan_blocks(jobstore *S, const char *id, int nstages, const long *n
     return CALL_SHARED(plan_blocks, id, nstages, nblocks);
 }
 
-int jobstore_lease(jobstore *S, const char *id, int stage, const char *owner, double lease_s,
-                   int max, long *out, int *n, int *expired)
-{
-    return CALL_SHARED(lease, id, stage, owner, lease_s, max, out, n, expired);
-}
-
 int jobstore_renew(jobstore *S, const char *owner, double lease_s, const char *id, int n,
                    const int *stages, const long *blocks, long *renewed)
 {
@@ -173,12 +199,26 @@ int jobstore_planned(jobstore *S, const char *id, int *planned)
 
 int jobstore_release(jobstore *S, const char *owner) { return CALL_SHARED(release, owner); }
 
-int jobstore_stage_left(jobstore *S, const char *id, int stage, long *left)
+int jobstore_claim_finish(jobstore *S, const char *id, const char *owner, double lease_s,
+                          int *took_over)
 {
-    return CALL_SHARED(stage_left, id, stage, left);
+    int dummy;
+    return CALL_SHARED(claim_finish, id, owner, lease_s, took_over ? took_over : &dummy);
 }
 
-int jobstore_claim_finish(jobstore *S, const char *id, const char *owner, double lease_s)
+int jobstore_record_lease(jobstore *S, const char *id, int n, const int *stages,
+                          const long *blocks, int stage, const char *owner, double lease_s,
+                          int max, long *out, int *nout, int *expired, long *left, int *others,
+                          char *state)
 {
-    return CALL_SHARED(claim_finish, id, owner, lease_s);
+    return CALL_SHARED(record_lease, id, n, stages, blocks, stage, owner, lease_s, max, out,
+                       nout, expired, left, others, state);
+}
+
+int jobstore_finish_commit(jobstore *S, const char *id, const char *owner, double finished,
+                           const char *result_json, const char *dataset,
+                           const char *attach_to, const char *content_type, int *changed)
+{
+    return CALL_SHARED(finish_commit, id, owner, finished, result_json, dataset, attach_to,
+                       content_type, changed);
 }

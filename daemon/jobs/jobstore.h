@@ -48,6 +48,24 @@ unsigned long long jobstore_errors(const jobstore *S);
  * them). */
 double jobstore_seconds(const jobstore *S);
 
+/* The store's operations, for counting calls: each is one statement (one round trip to a
+ * PostgreSQL database), except a reconnection. */
+enum jobstore_op {
+    JOBSTORE_OP_get, JOBSTORE_OP_list, JOBSTORE_OP_counts, JOBSTORE_OP_active,
+    JOBSTORE_OP_needs, JOBSTORE_OP_insert, JOBSTORE_OP_state, JOBSTORE_OP_end,
+    JOBSTORE_OP_content_type, JOBSTORE_OP_type_body, JOBSTORE_OP_set_running,
+    JOBSTORE_OP_set_done, JOBSTORE_OP_set_result, JOBSTORE_OP_next, JOBSTORE_OP_succeeded,
+    JOBSTORE_OP_reset_blocks, JOBSTORE_OP_prune_blocks, JOBSTORE_OP_done_blocks,
+    JOBSTORE_OP_record_blocks, JOBSTORE_OP_plan_blocks, JOBSTORE_OP_renew,
+    JOBSTORE_OP_planned, JOBSTORE_OP_release, JOBSTORE_OP_claim_finish, JOBSTORE_OP_record_lease, JOBSTORE_OP_finish_commit,
+    JOBSTORE_NOPS
+};
+/* The operation's name ("lease", the function name without jobstore_); NULL out of range. */
+const char *jobstore_op_name(int op);
+/* Calls of operation `op` so far, and seconds spent in them (read with the callers). */
+unsigned long long jobstore_op_calls(const jobstore *S, int op);
+double jobstore_op_seconds(const jobstore *S, int op);
+
 /* ---- jobs -------------------------------------------------------------------------- */
 int jobstore_get(jobstore *S, const char *id, jobstore_job *out);
 /* Calls cb for every job, newest first, at most `limit`. */
@@ -81,7 +99,10 @@ int jobstore_set_running(jobstore *S, const char *id, double now, long long tota
 int jobstore_set_done(jobstore *S, const char *id, long long done);
 int jobstore_set_result(jobstore *S, const char *id, const char *result_json, const char *dataset,
                   const char *attach_to, const char *content_type);
-/* The job to run next: a running one first, then the oldest queued; "" when none. */
+/* The job to run next: a running one first, then the oldest queued; "" when none.  The
+ * shared store answers the oldest running job with work for one more runner (blocks of
+ * its current stage nobody holds, its first plan or its finish not claimed), else the
+ * oldest queued one. */
 int jobstore_next(jobstore *S, char *id);
 /* Calls cb for every succeeded job finished after `since` (NAN or -INFINITY: all), in the
  * order they were submitted. */
@@ -105,12 +126,6 @@ int jobstore_record_blocks(jobstore *S, const char *id, int n, const int *stages
 /* ---- leases (shared stores only; the SQLite store answers TESS_EINVAL) ---------------- */
 /* Makes the block rows of a planned job (idempotent: every server planning it calls it). */
 int jobstore_plan_blocks(jobstore *S, const char *id, int nstages, const long *nblocks);
-/* Leases up to `max` blocks of stage `stage` of running job `id` that are neither done nor
- * leased (or whose lease expired), for `lease_s` seconds to `owner`, skipping rows other
- * servers are leasing at this moment (FOR UPDATE SKIP LOCKED).  out[*n] the blocks;
- * *expired how many of them were an expired lease of another owner. */
-int jobstore_lease(jobstore *S, const char *id, int stage, const char *owner, double lease_s,
-                   int max, long *out, int *n, int *expired);
 /* Extends by lease_s from now the leases `owner` holds on the n blocks (stages[i],
  * blocks[i]) of job `id` (id "" and n 0: none) and on the finish of a job, and ends every
  * other lease of `owner` (a lease whose answer was lost with the connection, a block
@@ -122,11 +137,33 @@ int jobstore_planned(jobstore *S, const char *id, int *planned);
 /* Ends the leases `owner` holds on blocks not done and its claims of jobs (it leaves the job: others take them at
  * once instead of after the lease time). */
 int jobstore_release(jobstore *S, const char *owner);
-/* Blocks of stage `stage` not done yet. */
-int jobstore_stage_left(jobstore *S, const char *id, int stage, long *left);
 /* Claims queued or running job `id` for `owner` for lease_s seconds, for its first plan or
  * its serial end (assembly, rename, registration): 0 when claimed (or already this
- * owner's), TESS_EAGAIN while another owner's claim is alive or the job has ended. */
-int jobstore_claim_finish(jobstore *S, const char *id, const char *owner, double lease_s);
+ * owner's), TESS_EAGAIN while another owner's claim is alive or the job has ended.
+ * *took_over (may be NULL) = 1 when the claim was another owner's, expired. */
+int jobstore_claim_finish(jobstore *S, const char *id, const char *owner, double lease_s,
+                          int *took_over);
+/* One statement for a runner's exchange with the store while job `id` runs: records the
+ * n blocks (stages[i], blocks[i]) done as jobstore_record_blocks does (their leases end;
+ * the job's count of done blocks grows by those not recorded before), then leases up to
+ * `max` blocks of stage `stage` of the job, if it is running, that are neither done nor
+ * leased (or whose lease expired) and not among the n, for `lease_s` seconds to `owner`,
+ * skipping rows other servers are leasing at this moment (FOR UPDATE SKIP LOCKED; max 0:
+ * none).
+ * out[*nout] the blocks leased, *expired how many of them were another owner's expired
+ * lease; *left the blocks of stage `stage` not done (the leased ones among them; while
+ * other runners record at the same time, possibly more than there are, never fewer);
+ * *others how many other owners hold leases on its blocks; state (16 bytes) the job's
+ * state.  TESS_ENOTFOUND: no such job. */
+int jobstore_record_lease(jobstore *S, const char *id, int n, const int *stages,
+                          const long *blocks, int stage, const char *owner, double lease_s,
+                          int max, long *out, int *nout, int *expired, long *left, int *others,
+                          char *state);
+/* The end of a job that succeeded, in one statement: its result (as jobstore_set_result)
+ * and state succeeded, only while it is running and its finish is claimed by `owner`;
+ * *changed = whether it was (0: it was cancelled or failed first, or the claim lost). */
+int jobstore_finish_commit(jobstore *S, const char *id, const char *owner, double finished,
+                           const char *result_json, const char *dataset,
+                           const char *attach_to, const char *content_type, int *changed);
 
 #endif

@@ -35,14 +35,19 @@ typedef struct jobstore_ops {
                          const long *blocks);
     /* NULL in stores that are not shared */
     int (*plan_blocks)(jobstore *S, const char *id, int nstages, const long *nblocks);
-    int (*lease)(jobstore *S, const char *id, int stage, const char *owner, double lease_s,
-                 int max, long *out, int *n, int *expired);
     int (*renew)(jobstore *S, const char *owner, double lease_s, const char *id, int n,
                  const int *stages, const long *blocks, long *renewed);
     int (*planned)(jobstore *S, const char *id, int *planned);
     int (*release)(jobstore *S, const char *owner);
-    int (*stage_left)(jobstore *S, const char *id, int stage, long *left);
-    int (*claim_finish)(jobstore *S, const char *id, const char *owner, double lease_s);
+    int (*claim_finish)(jobstore *S, const char *id, const char *owner, double lease_s,
+                        int *took_over);
+    int (*record_lease)(jobstore *S, const char *id, int n, const int *stages,
+                        const long *blocks, int stage, const char *owner, double lease_s,
+                        int max, long *out, int *nout, int *expired, long *left,
+                        int *others, char *state);
+    int (*finish_commit)(jobstore *S, const char *id, const char *owner, double finished,
+                         const char *result_json, const char *dataset, const char *attach_to,
+                         const char *content_type, int *changed);
 } jobstore_ops;
 
 /* The part of every backend's store that jobstore.c reads; backends embed it first. */
@@ -52,6 +57,8 @@ struct jobstore {
     volatile int reachable;
     unsigned long long errors;
     double seconds;     /* spent in calls (the callers serialise them) */
+    unsigned long long op_calls[JOBSTORE_NOPS];   /* calls per operation (jobstore_op) */
+    double op_seconds[JOBSTORE_NOPS];
 };
 
 /* Notes the outcome of one call (rc 0 or TESS_ENOTFOUND: the database answered). */

@@ -17,6 +17,11 @@ typedef struct pg_store {
     jobstore base;
     PGconn *conn;
     int said_down;   /* an unreachable database was reported; said again once it is back */
+    /* Statements prepared on this connection (server-side, named "t<index>"): the text
+     * of each (the string literals of this file, told apart by address), so that the
+     * statements run per block are parsed and planned once per connection. */
+    const char *prepared[48];
+    int nprepared;
 } pg_store;
 
 #define CONN(S) (((pg_store *)(S))->conn)
@@ -55,13 +60,27 @@ static PGresult *pg_q(jobstore *S, const char *sql, int n, const char *const *va
 {
     pg_store *P = (pg_store *)S;
     if (PQstatus(P->conn) != CONNECTION_OK) {
+        P->nprepared = 0;   /* a new connection: nothing prepared there */
         PQreset(P->conn);
         if (PQstatus(P->conn) != CONNECTION_OK) {
             note_down(P, PQerrorMessage(P->conn));
             return NULL;
         }
     }
-    PGresult *r = PQexecParams(P->conn, sql, n, NULL, vals, NULL, NULL, 0);
+    int k = 0;
+    while (k < P->nprepared && P->prepared[k] != sql)
+        k++;
+    char name[16];
+    snprintf(name, sizeof name, "t%d", k);
+    if (k == P->nprepared && k < (int)(sizeof P->prepared / sizeof P->prepared[0])) {
+        PGresult *p = PQprepare(P->conn, name, sql, n, NULL);
+        if (p && PQresultStatus(p) == PGRES_COMMAND_OK)
+            P->prepared[P->nprepared++] = sql;
+        PQclear(p);
+    }
+    PGresult *r = k < P->nprepared
+                      ? PQexecPrepared(P->conn, name, n, vals, NULL, NULL, 0)
+                      : PQexecParams(P->conn, sql, n, NULL, vals, NULL, NULL, 0);
     ExecStatusType st = r ? PQresultStatus(r) : PGRES_FATAL_ERROR;
     if (st != PGRES_COMMAND_OK && st != PGRES_TUPLES_OK) {
         if (PQstatus(P->conn) != CONNECTION_OK)
@@ -334,11 +353,22 @@ static int pg_set_result(jobstore *S, const char *id, const char *result_json,
                   "content_type = $5 WHERE id = $1", 5, v, NULL);
 }
 
+/* The job a runner should work on: the oldest running job with work for one more runner,
+ * else the oldest queued one.  A running job has work when its first plan is not made and
+ * nobody's claim on it is alive, when the lowest stage with blocks not done has some that
+ * nobody holds a live lease on, or when every block is done and nobody's finish claim is
+ * alive.  A job whose last blocks or whose finish another runner holds is left to it, so
+ * the other runners take up the next job instead of waiting. */
 static int pg_next(jobstore *S, char *id)
 {
     id[0] = '\0';
-    PGresult *r = pg_q(S, "SELECT id FROM jobs WHERE state IN ('running', 'queued') "
-                       "ORDER BY state = 'running' DESC, seq LIMIT 1", 0, NULL);
+    PGresult *r = pg_q(S,
+        "SELECT j.id FROM jobs j WHERE j.state = 'queued' OR (j.state = 'running' AND ("
+        "((j.finisher IS NULL OR j.finish_expires < now()) AND NOT EXISTS (SELECT 1 FROM "
+        "blocks b WHERE b.job = j.id AND NOT b.done)) OR EXISTS (SELECT 1 FROM blocks b "
+        "WHERE b.job = j.id AND NOT b.done AND (b.expires IS NULL OR b.expires < now()) "
+        "AND b.stage = (SELECT min(c.stage) FROM blocks c WHERE c.job = j.id AND NOT "
+        "c.done)))) ORDER BY j.state = 'running' DESC, j.seq LIMIT 1", 0, NULL);
     if (!r)
         return TESS_EIO;
     if (PQntuples(r) == 1)
@@ -449,33 +479,6 @@ static int pg_plan_blocks(jobstore *S, const char *id, int nstages, const long *
                          "WHERE job = $1) ON CONFLICT DO NOTHING", id, nstages, st, nblocks);
 }
 
-static int pg_lease(jobstore *S, const char *id, int stage, const char *owner, double lease_s,
-                    int max, long *out, int *n, int *expired)
-{
-    *n = *expired = 0;
-    num s = inum(stage), l = dnum(lease_s), m = inum(max);
-    const char *v[] = {id, s.s, owner, l.s, m.s};
-    PGresult *r = pg_q(S,
-                       "WITH c AS (SELECT b.stage, b.block, b.expires FROM blocks b "
-                       "WHERE b.job = $1 AND b.stage = $2 AND NOT b.done "
-                       "AND (b.expires IS NULL OR b.expires < now()) "
-                       "AND EXISTS (SELECT 1 FROM jobs WHERE id = $1 AND state = 'running') "
-                       "ORDER BY b.block LIMIT $5 FOR UPDATE OF b SKIP LOCKED) "
-                       "UPDATE blocks t SET owner = $3, "
-                       "expires = now() + $4 * interval '1 second' FROM c "
-                       "WHERE t.job = $1 AND t.stage = c.stage AND t.block = c.block "
-                       "RETURNING t.block, c.expires IS NOT NULL",
-                       5, v);
-    if (!r)
-        return TESS_EIO;
-    for (int i = 0; i < PQntuples(r) && i < max; i++) {
-        out[(*n)++] = atol(PQgetvalue(r, i, 0));
-        *expired += PQgetvalue(r, i, 1)[0] == 't';
-    }
-    PQclear(r);
-    return 0;
-}
-
 static int pg_renew(jobstore *S, const char *owner, double lease_s, const char *id, int n,
                     const int *stages, const long *blocks, long *renewed)
 {
@@ -522,24 +525,128 @@ static int pg_release(jobstore *S, const char *owner)
                   "expires = NULL WHERE owner = $1 AND NOT done", 1, v, NULL);
 }
 
-static int pg_stage_left(jobstore *S, const char *id, int stage, long *left)
-{
-    num s = inum(stage);
-    const char *v[] = {id, s.s};
-    return pg_int(S, "SELECT count(*) FROM blocks WHERE job = $1 AND stage = $2 AND NOT done",
-                  2, v, left);
-}
-
-static int pg_claim_finish(jobstore *S, const char *id, const char *owner, double lease_s)
+static int pg_claim_finish(jobstore *S, const char *id, const char *owner, double lease_s,
+                           int *took_over)
 {
     num l = dnum(lease_s);
     const char *v[] = {id, owner, l.s};
-    long rows = 0;
-    int rc = pg_cmd(S, "UPDATE jobs SET finisher = $2, finish_expires = now() + $3 * "
-                    "interval '1 second' WHERE id = $1 AND state IN ('queued', 'running') AND "
-                    "(finisher IS NULL OR finisher = $2 OR finish_expires < now())", 3, v,
-                    &rows);
-    return rc ? rc : rows == 1 ? 0 : TESS_EAGAIN;
+    *took_over = 0;
+    /* o: the claim as it was (the row locked), to tell a claim taken over from another
+     * owner whose lease expired. */
+    PGresult *r = pg_q(S, "WITH o AS (SELECT finisher FROM jobs WHERE id = $1 FOR UPDATE) "
+                       "UPDATE jobs SET finisher = $2, finish_expires = now() + $3 * "
+                       "interval '1 second' FROM o WHERE id = $1 AND state IN ('queued', "
+                       "'running') AND (jobs.finisher IS NULL OR jobs.finisher = $2 OR "
+                       "finish_expires < now()) RETURNING o.finisher IS NOT NULL AND "
+                       "o.finisher <> $2", 3, v);
+    if (!r)
+        return TESS_EIO;
+    int rc = PQntuples(r) == 1 ? 0 : TESS_EAGAIN;
+    if (!rc)
+        *took_over = PQgetvalue(r, 0, 0)[0] == 't';
+    PQclear(r);
+    return rc;
+}
+
+/* "{1,2,3}" (an integer array's text) into out[*n], at most max. */
+static void parse_array(const char *s, long *out, int *n, int max)
+{
+    *n = 0;
+    if (!s || *s++ != '{')
+        return;
+    while (*s && *s != '}' && *n < max) {
+        char *end;
+        long v = strtol(s, &end, 10);
+        if (end == s)
+            break;
+        out[(*n)++] = v;
+        s = *end == ',' ? end + 1 : end;
+    }
+}
+
+static int pg_record_lease(jobstore *S, const char *id, int n, const int *stages,
+                           const long *blocks, int stage, const char *owner, double lease_s,
+                           int max, long *out, int *nout, int *expired, long *left,
+                           int *others, char *state)
+{
+    *nout = *expired = *others = 0;
+    *left = 1;
+    state[0] = '\0';
+    num st = inum(stage), l = dnum(lease_s), m = inum(max);
+    char *sa = int_array(n, stages, NULL), *ba = int_array(n, NULL, blocks);
+    int rc = TESS_ENOMEM;
+    if (sa && ba) {
+        const char *v[] = {id, sa, ba, st.s, owner, l.s, m.s};
+        /* h: the blocks done here; r: those of them not recorded before (a block run
+         * twice, here or elsewhere, counts once), their leases ended; j: the job's
+         * progress, its count of done blocks as this statement sees them plus r (never
+         * less than before; the finish sets it exact); c, a: the lease, with SKIP LOCKED, of
+         * blocks neither done nor leased and not among h (one row is not updated twice
+         * in one statement).  The answer: state, blocks of the stage left (at most an
+         * over-estimate while others record at the same time), the blocks leased, how
+         * many of them were expired leases, the other owners holding leases of the job. */
+        PGresult *r = pg_q(S,
+            "WITH h AS (SELECT DISTINCT u.s, u.b FROM unnest($2::integer[], $3::bigint[]) "
+            "AS u(s, b)), "
+            "r AS (UPDATE blocks t SET done = true, owner = NULL, expires = NULL FROM h "
+            "WHERE t.job = $1 AND t.stage = h.s AND t.block = h.b AND NOT t.done "
+            "RETURNING t.stage), "
+            "j AS (UPDATE jobs SET done = GREATEST(done, (SELECT count(*) FROM blocks "
+            "WHERE job = $1 AND done) + (SELECT count(*) FROM r)) WHERE id = $1 AND "
+            "EXISTS (SELECT 1 FROM r) RETURNING 1), "
+            "c AS (SELECT b.block, b.expires FROM blocks b WHERE b.job = $1 AND "
+            "b.stage = $4 AND NOT b.done AND (b.expires IS NULL OR b.expires < now()) "
+            "AND NOT EXISTS (SELECT 1 FROM h WHERE h.s = b.stage AND h.b = b.block) "
+            "AND EXISTS (SELECT 1 FROM jobs WHERE id = $1 AND state = 'running') "
+            "ORDER BY b.block LIMIT $7 FOR UPDATE OF b SKIP LOCKED), "
+            "a AS (UPDATE blocks t SET owner = $5, expires = now() + $6 * "
+            "interval '1 second' FROM c WHERE t.job = $1 AND t.stage = $4 AND "
+            "t.block = c.block RETURNING t.block, c.expires IS NOT NULL AS was) "
+            "SELECT (SELECT state FROM jobs WHERE id = $1), "
+            "(SELECT count(*) FROM blocks WHERE job = $1 AND stage = $4 AND NOT done) - "
+            "(SELECT count(*) FROM r WHERE r.stage = $4), "
+            "(SELECT COALESCE(array_agg(block ORDER BY block), '{}') FROM a), "
+            "(SELECT count(*) FROM a WHERE was), (SELECT count(*) FROM j), "
+            "(SELECT count(DISTINCT owner) FROM blocks WHERE job = $1 AND NOT done AND "
+            "owner IS NOT NULL AND owner <> $5)", 7, v);
+        rc = TESS_EIO;
+        if (r) {
+            rc = 0;
+            if (PQntuples(r) == 1 && val(r, 0, 0)) {
+                snprintf(state, 16, "%s", PQgetvalue(r, 0, 0));
+                *left = atol(PQgetvalue(r, 0, 1));
+                parse_array(PQgetvalue(r, 0, 2), out, nout, max);
+                *expired = atoi(PQgetvalue(r, 0, 3));
+                *others = atoi(PQgetvalue(r, 0, 5));
+            } else {
+                rc = TESS_ENOTFOUND;
+            }
+            PQclear(r);
+        }
+    }
+    free(sa);
+    free(ba);
+    return rc;
+}
+
+static int pg_finish_commit(jobstore *S, const char *id, const char *owner, double finished,
+                            const char *result_json, const char *dataset,
+                            const char *attach_to, const char *content_type, int *changed)
+{
+    num f = dnum(finished);
+    const char *v[] = {id, owner, f.s, result_json, dataset, attach_to, content_type};
+    long n = 0;
+    /* One statement: the job's state is checked as the product is registered, so a
+     * cancel that came first wins and one that comes later finds the job ended. */
+    int rc = pg_int(S,
+                    "WITH e AS (UPDATE jobs SET state = 'succeeded', finished = $3, "
+                    "result = $4, product_dataset = $5, attach_to = $6, content_type = $7, "
+                    "done = total, finisher = NULL, finish_expires = NULL WHERE id = $1 AND "
+                    "state = 'running' AND finisher = $2 RETURNING id), "
+                    "d AS (DELETE FROM blocks WHERE job IN (SELECT id FROM e)) "
+                    "SELECT count(*) FROM e", 7, v, &n);
+    *changed = rc == 0 && n > 0;
+    return rc;
 }
 
 /* ---- open ---------------------------------------------------------------------------- */
@@ -554,8 +661,8 @@ static const jobstore_ops pg_ops = {
     pg_close, pg_get, pg_list, pg_counts, pg_active, pg_needs, pg_insert, pg_state, pg_end,
     pg_content_type, pg_type_body, pg_set_running, pg_set_done, pg_set_result, pg_next,
     pg_succeeded, pg_reset_blocks, pg_prune_blocks, pg_done_blocks, pg_record_blocks,
-    pg_plan_blocks, pg_lease, pg_renew, pg_planned, pg_release, pg_stage_left,
-    pg_claim_finish,
+    pg_plan_blocks, pg_renew, pg_planned, pg_release, pg_claim_finish, pg_record_lease,
+    pg_finish_commit,
 };
 
 /* Creates the schema or checks its version, in one transaction under the advisory lock. */

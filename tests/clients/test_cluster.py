@@ -133,9 +133,9 @@ class TestCluster(unittest.TestCase):
             s.stop()
         shutil.rmtree(self.shared, ignore_errors=True)
 
-    def start(self, n):
+    def start(self, n, lease_s=LEASE_S):
         extra = {"threads": 1,
-                 "jobs": {"dir": self.shared, "database": self.uri, "lease_s": LEASE_S}}
+                 "jobs": {"dir": self.shared, "database": self.uri, "lease_s": lease_s}}
         new = [Server(roots=[MOSAIC], extra=extra) for _ in range(n)]
         self.servers += new
         return new
@@ -313,6 +313,84 @@ class TestCluster(unittest.TestCase):
         after = metric(a, "tessera_job_blocks_total")
         self.assertEqual(before, after, "server A still ran blocks after the cancel")
         self.assertEqual(job(b, jid)["state"], "cancelled")
+        self.assert_clean()
+
+    def finisher_writing(self, jid):
+        """pid of the server whose finish claim on job jid is alive while every block is
+        done and the product is being written (its temporary file exists), else None."""
+        rows = self.pg.query(self.db, "SELECT split_part(j.finisher, '/', 2), "
+                             "(SELECT count(*) FROM blocks WHERE job = j.id), "
+                             "(SELECT count(*) FROM blocks WHERE job = j.id AND NOT done) "
+                             "FROM jobs j WHERE j.id = '%s'" % jid)
+        if not rows or not rows[0][0] or int(rows[0][1]) == 0 or int(rows[0][2]) != 0:
+            return None
+        tmp = os.path.join(self.shared, "results", ".%s.tmp" % jid)
+        return int(rows[0][0]) if os.path.exists(tmp) else None
+
+    def test_cancel_during_the_finish_on_another_server(self):
+        a, b = self.start(2)
+        by_pid = {a.proc.pid: a, b.proc.pid: b}
+        # Both held still while one of them writes the product (its finish claimed, every
+        # block done); the cancel goes to the other.  The finish is short: a job that
+        # ends before it is caught is followed by another, up to three.
+        for attempt in range(3):
+            name = "mf%d" % attempt
+            jid = post(a, mosaic_body(name))
+            if self.catch_running([a, b], jid, lambda done: self.finisher_writing(jid),
+                                  "writing its product", may_end=True):
+                break
+            wait_state(a, jid, ("succeeded", "failed", "cancelled"))
+        else:
+            self.skipTest("the finish was never caught while it wrote the product")
+        finisher = by_pid[self.finisher_writing(jid)]
+        other = b if finisher is a else a
+        self.thaw([other])
+        try:
+            self.assertIn(delete(other, "/api/v1/jobs/" + jid), (200, 202, 204))
+        finally:
+            self.thaw([finisher])
+        # The finisher goes on to the end of its finish, then finds the job cancelled.
+        end = time.monotonic() + 30
+        while time.monotonic() < end:
+            if not os.path.exists(os.path.join(self.shared, "results", ".%s.tmp" % jid)) \
+                    and metric(finisher, "tessera_job_database_up") == 1:
+                break
+            time.sleep(0.1)
+        time.sleep(1.0)
+        for s in (a, b):
+            self.assertEqual(job(s, jid)["state"], "cancelled")
+            self.assertEqual(s.get("/api/v1/datasets/" + name)[0], 404,
+                             "a cancelled job's product was registered")
+            self.assertNotEqual(s.get("/api/v1/jobs/%s/result" % jid)[0], 200)
+        left = [f for f in os.listdir(os.path.join(self.shared, "results"))
+                if f.startswith(jid) or f.startswith("." + jid)]
+        self.assertEqual(left, [], "a cancelled job's product was left in results/")
+        self.assert_clean()
+
+    def test_two_jobs_run_at_once(self):
+        # Leases of 30 s: a server held still keeps its blocks of the first job (nobody
+        # takes them over during the test), so that the first job cannot end while A is
+        # stopped; B, with nothing of it left to lease, takes up the second job and runs
+        # it to its end meanwhile.
+        a, b = self.start(2, lease_s=30)
+        j1 = post(a, mosaic_body("m2a"))
+        j2 = post(b, mosaic_body("m2b"))
+        self.catch_running([a, b], j1,
+                           lambda done: done >= 3 and self.leases_held(j1).get(a.proc.pid),
+                           "A held a lease after 3 blocks")
+        try:
+            self.thaw([b])
+            d2 = wait_state(b, j2, ("succeeded", "failed", "cancelled"), limit=60)
+            self.assertEqual(d2["state"], "succeeded", d2)
+            self.assertEqual(self.db_job(j1)[0], "running",
+                             "the first job ended while A held its blocks")
+        finally:
+            self.thaw([a])
+        d1 = wait_state(b, j1, ("succeeded", "failed", "cancelled"), limit=60)
+        self.assertEqual(d1["state"], "succeeded", d1)
+        self.assert_same_values(product_data(a, j1))
+        self.assert_same_values(product_data(a, j2))
+        self.assertGreater(metric(a, "tessera_job_blocks_total"), 0)
         self.assert_clean()
 
     def test_tiles_through_nginx_while_a_server_dies(self):

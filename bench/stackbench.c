@@ -85,6 +85,7 @@ static double run_job(const job_kind *k, const job_env *env, const char *body_te
         return -1;
     }
     double t0 = tess_mono_s();
+    unsigned long long dec0 = pngframe_decodes();
     job_plan plan;
     char err[256] = "";
     if (k->plan(body, env, wd, &plan, err, sizeof err) != 0) {
@@ -104,6 +105,8 @@ static double run_job(const job_kind *k, const job_env *env, const char *body_te
             pthread_create(&th[i], NULL, worker, &sr);
         for (int i = 0; i < n; i++)
             pthread_join(th[i], NULL);
+        fprintf(stderr, "stackbench: %s stage %d: %ld blocks done at %.3f s\n", k->type, s,
+                plan.nblocks[s], tess_mono_s() - t0);
         if (sr.rc) {
             fprintf(stderr, "stackbench: %s stage %d: %s\n", k->type, s, sr.err);
             rc = sr.rc;
@@ -122,8 +125,8 @@ static double run_job(const job_kind *k, const job_env *env, const char *body_te
     if (system(cmd) != 0)
         fprintf(stderr, "stackbench: cannot remove %s\n", wd);
     json_decref(body);
-    fprintf(stderr, "stackbench: %s: %d stage(s), %ld blocks, %.3f s\n", k->type, plan.nstages,
-            total, t);
+    fprintf(stderr, "stackbench: %s: %d stage(s), %ld blocks, %.3f s, %llu PNG decodes\n",
+            k->type, plan.nstages, total, t, pngframe_decodes() - dec0);
     return rc ? -1 : t;
 }
 

@@ -217,6 +217,24 @@ static void view_fill(plane_view *v, pentry *e)
 
 /* ---- loading --------------------------------------------------------------------- */
 
+/* The type of a level-0 plane of `d` whose file has `bitpix` (RP_F64 for BITPIX -64 and
+ * 32/64-bit integers, else RP_F32) and its size in bytes.  Counts of finite pixels under
+ * a reduced pixel are uint32: the plane must hold fewer than 2^32 pixels (TESS_ETOOBIG
+ * with err). */
+static int level0_size(const dataset *d, int bitpix, rp_dtype *dt, size_t *bytes, char *err,
+                       size_t errlen)
+{
+    *dt = (bitpix == -64 || bitpix == 32 || bitpix == 64) ? RP_F64 : RP_F32;
+    size_t esz = *dt == RP_F64 ? sizeof(double) : sizeof(float);
+    if (tess_size_dims(esz, (const long[]){d->nx, d->ny}, 2, bytes) ||
+        *bytes / esz >= 0xFFFFFFFFULL) {
+        tess_seterr(err, errlen, "plane of %ld x %ld pixels is too large to hold in memory",
+                    d->nx, d->ny);
+        return TESS_ETOOBIG;
+    }
+    return 0;
+}
+
 /* Gives entry `e` the level-0 plane `data` (n values of type dt, taken) of `d`. */
 static void entry_fill(const dataset *d, pentry *e, void *data, rp_dtype dt, size_t n)
 {
@@ -248,15 +266,12 @@ static void entry_fill(const dataset *d, pentry *e, void *data, rp_dtype dt, siz
 static int load_ingested(const dataset *d, stack *ing, long z, pentry *e, char *err,
                          size_t errlen)
 {
-    rp_dtype dt = (d->bitpix == -64 || d->bitpix == 32 || d->bitpix == 64) ? RP_F64 : RP_F32;
-    size_t esz = dt == RP_F64 ? sizeof(double) : sizeof(float), bytes;
-    if (tess_size_dims(esz, (const long[]){d->nx, d->ny}, 2, &bytes) ||
-        bytes / esz >= 0xFFFFFFFFULL) {
-        tess_seterr(err, errlen, "plane of %ld x %ld pixels is too large to hold in memory",
-                    d->nx, d->ny);
-        return TESS_ETOOBIG;
-    }
-    size_t n = bytes / esz;
+    rp_dtype dt;
+    size_t bytes;
+    int rc = level0_size(d, d->bitpix, &dt, &bytes, err, errlen);
+    if (rc)
+        return rc;
+    size_t n = bytes / (dt == RP_F64 ? sizeof(double) : sizeof(float));
     long rows = dt == RP_F64 ? d->ny : (d->ny < PS_STAGE_ROWS ? d->ny : PS_STAGE_ROWS);
     void *data = malloc(bytes);
     double *stage = dt == RP_F64 ? data : malloc(sizeof(double) * (size_t)d->nx * (size_t)rows);
@@ -268,7 +283,6 @@ static int load_ingested(const dataset *d, stack *ing, long z, pentry *e, char *
                     d->name);
         return TESS_ENOMEM;
     }
-    int rc = 0;
     for (long y = 0; y < d->ny && !rc; y += rows) {
         long h = d->ny - y < rows ? d->ny - y : rows;
         rc = stack_read_region(ing, z, 0, y, d->nx, h, dt == RP_F64 ? stage + (size_t)y *
@@ -331,16 +345,11 @@ static int load_level0(const dataset *d, long z, pentry *e, char *err, size_t er
         }
     }
 
-    /* Counts of finite pixels under a reduced pixel are uint32: the plane must hold
-     * fewer than 2^32 pixels. */
-    rp_dtype dt = (bitpix == -64 || bitpix == 32 || bitpix == 64) ? RP_F64 : RP_F32;
-    size_t esz = dt == RP_F64 ? sizeof(double) : sizeof(float), bytes;
-    if (tess_size_dims(esz, (const long[]){d->nx, d->ny}, 2, &bytes) ||
-        bytes / esz >= 0xFFFFFFFFULL) {
-        tess_seterr(err, errlen, "plane of %ld x %ld pixels is too large to hold in memory",
-                d->nx, d->ny);
-        return TESS_ETOOBIG;
-    }
+    rp_dtype dt;
+    size_t bytes;
+    if ((rc = level0_size(d, bitpix, &dt, &bytes, err, errlen)))
+        return rc;
+    size_t esz = dt == RP_F64 ? sizeof(double) : sizeof(float);
     /* A frame that its decoder will refuse (a PNG over the decode budgets) is refused
      * before its plane is allocated. */
     if ((rc = frame_decode_check(e->path, err, errlen)))

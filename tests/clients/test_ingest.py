@@ -3,22 +3,18 @@ decoded again: slices on every axis, series, reductions, values, histograms, III
 Zarr chunks and the jobs (reduce, rechunk) give numpy's values on the frames (read by
 PIL), while tessera_frames_decoded_total (/metrics) stays where it was.  Plane z of a PNG
 stack is numpy.flipud of frame z (y = 0 is the last PNG row)."""
-import io
 import json
 import os
 import re
-import shutil
 import tempfile
-import time
 import unittest
-import urllib.request
 
-from harness import Server, need_module
+from harness import Server, ServerCase, need_module
 
 NZ, NY, NX = 9, 37, 53
 
 
-class TestIngest(unittest.TestCase):
+class TestIngest(ServerCase):
     @classmethod
     def setUpClass(cls):
         cls.np = np = need_module("numpy")
@@ -42,21 +38,6 @@ class TestIngest(unittest.TestCase):
             datasets.append({"name": name, "frames": os.path.join(d, "f*.png")})
         cls.srv = Server(roots=[cls.dir], datasets=datasets, demo=False)
 
-    @classmethod
-    def tearDownClass(cls):
-        if getattr(cls, "srv", None):
-            cls.srv.stop()
-        if getattr(cls, "dir", None):
-            shutil.rmtree(cls.dir, ignore_errors=True)
-
-    def get(self, path, status=200):
-        st, headers, body = self.srv.get(path)
-        self.assertEqual(st, status, f"{path}: {body[:300]!r}")
-        return headers, body
-
-    def npy(self, path):
-        return self.np.load(io.BytesIO(self.get(path)[1]))
-
     def json(self, path):
         return json.loads(self.get(path)[1])
 
@@ -65,21 +46,6 @@ class TestIngest(unittest.TestCase):
         m = re.search(r'^tessera_frames_decoded_total\{format="png"\} (\d+)$', text, re.M)
         self.assertIsNotNone(m, "no frames-decoded metric")
         return int(m.group(1))
-
-    def job(self, body):
-        req = urllib.request.Request(self.srv.url("/api/v1/jobs"), data=json.dumps(body).encode(),
-                                     headers={"Content-Type": "application/json"})
-        with urllib.request.urlopen(req, timeout=30) as r:
-            self.assertEqual(r.status, 202)
-            jid = json.loads(r.read())["id"]
-        end = time.monotonic() + 60
-        while True:
-            doc = self.json(f"/api/v1/jobs/{jid}")
-            if doc["state"] not in ("queued", "running"):
-                self.assertEqual(doc["state"], "succeeded", doc)
-                return doc
-            self.assertLess(time.monotonic(), end, f"job {body} did not end")
-            time.sleep(0.05)
 
     def check_routes(self, name, z):
         """Every kind of read of plane z (and of the whole stack) equals numpy."""

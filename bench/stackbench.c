@@ -16,6 +16,7 @@
 #include <string.h>
 #include <fcntl.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -28,6 +29,16 @@
 #include "daemon/jobs/job_stack.h"
 #include "engine/base/clock.h"
 #include "engine/base/error.h"
+
+/* CPU seconds (user + system) of the process so far: on a loaded machine a step's CPU
+ * time against the floor's is steadier than their wall times. */
+static double cpu_s(void)
+{
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    return (double)ru.ru_utime.tv_sec + ru.ru_utime.tv_usec * 1e-6 +
+           (double)ru.ru_stime.tv_sec + ru.ru_stime.tv_usec * 1e-6;
+}
 
 static int cmp_double(const void *a, const void *b)
 {
@@ -84,7 +95,8 @@ static double run_job(const job_kind *k, const job_env *env, const char *body_te
         json_decref(body);
         return -1;
     }
-    double t0 = tess_mono_s();
+    double t0 = tess_mono_s(), c0 = cpu_s();
+    unsigned long long dec0 = pngframe_decodes();
     job_plan plan;
     char err[256] = "";
     if (k->plan(body, env, wd, &plan, err, sizeof err) != 0) {
@@ -104,6 +116,8 @@ static double run_job(const job_kind *k, const job_env *env, const char *body_te
             pthread_create(&th[i], NULL, worker, &sr);
         for (int i = 0; i < n; i++)
             pthread_join(th[i], NULL);
+        fprintf(stderr, "stackbench: %s stage %d: %ld blocks done at %.3f s\n", k->type, s,
+                plan.nblocks[s], tess_mono_s() - t0);
         if (sr.rc) {
             fprintf(stderr, "stackbench: %s stage %d: %s\n", k->type, s, sr.err);
             rc = sr.rc;
@@ -122,8 +136,9 @@ static double run_job(const job_kind *k, const job_env *env, const char *body_te
     if (system(cmd) != 0)
         fprintf(stderr, "stackbench: cannot remove %s\n", wd);
     json_decref(body);
-    fprintf(stderr, "stackbench: %s: %d stage(s), %ld blocks, %.3f s\n", k->type, plan.nstages,
-            total, t);
+    fprintf(stderr, "stackbench: %s: %d stage(s), %ld blocks, %.3f s (%.3f s of CPU), %llu PNG "
+            "decodes\n", k->type, plan.nstages, total, t, cpu_s() - c0,
+            pngframe_decodes() - dec0);
     return rc ? -1 : t;
 }
 
@@ -221,7 +236,7 @@ static void decode_floor(const dataset *d, int threads)
     rm_arg a[64];
     pthread_t th[64];
     int nt = threads < 64 ? threads : 64;
-    double t0 = tess_mono_s();
+    double t0 = tess_mono_s(), c0 = cpu_s();
     for (int i = 0; i < nt; i++) {
         a[i] = (rm_arg){d->paths, d->npaths, i, nt, 0, 0, 0};
         pthread_create(&th[i], NULL, df_worker, &a[i]);
@@ -229,6 +244,7 @@ static void decode_floor(const dataset *d, int threads)
     for (int i = 0; i < nt; i++)
         pthread_join(th[i], NULL);
     printf("RESULT decode_floor %.6f s\n", tess_mono_s() - t0);
+    fprintf(stderr, "stackbench: decode_floor: %.3f s of CPU\n", cpu_s() - c0);
 }
 
 static void readmodes(const dataset *d, int threads)

@@ -555,9 +555,11 @@ int dataset_read_region(const dataset *d, long z, long x0, long y0, long w, long
     return stack_read_region(dataset_stack(d), z, x0, y0, w, h, out, err, errlen);
 }
 
-stack *dataset_stack(const dataset *d)
+stack *dataset_ingested(const dataset *d)
 {
     struct ds_state *s = d->state;
+    if (!s)
+        return NULL;   /* a dataset made by hand, not opened by the catalog (tests) */
     pthread_mutex_lock(&s->lock);
     stack *ing = s->ingested;
     char at[64];
@@ -568,5 +570,11 @@ stack *dataset_stack(const dataset *d)
         if (strcmp(dataset_version(d, now, sizeof now), at) == 0)
             return ing;
     }
-    return s->reader;
+    return NULL;
+}
+
+stack *dataset_stack(const dataset *d)
+{
+    stack *ing = dataset_ingested(d);
+    return ing ? ing : d->state->reader;
 }

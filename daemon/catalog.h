@@ -84,6 +84,11 @@ int dataset_read_region(const dataset *d, long z, long x0, long y0, long w, long
  * dataset, thread-safe.  Never NULL for an opened dataset. */
 struct stack;
 struct stack *dataset_stack(const dataset *d);   /* see dataset_attach_profile */
+/* The reader of the dataset's attached ingest store (dataset_attach_profile) while it is
+ * current (the dataset's version is the one it was ingested at), else NULL: what
+ * dataset_stack returns then.  Readers of planes by file (daemon/cache/planes) read it
+ * instead of the frames.  Owned by the dataset, thread-safe. */
+struct stack *dataset_ingested(const dataset *d);
 
 /* The current identity of the dataset's files ("<size>-<hash>" in hex: the hash of the
  * tess_file_id of every path, engine/base/fileio.h, inode, size, mtime and ctime, and of

@@ -1,7 +1,9 @@
 /* HTTP front end: libmicrohttpd daemon, replies with ETag/304, async pool work; routes in routes.c. */
 #include "daemon/http.h"
 #include "daemon/connwatch.h"
+#include "engine/image/pngframe.h"
 #include "engine/image/stack.h"
+#include "engine/image/tiffframe.h"
 #include "daemon/problem.h"
 #include "daemon/ranges.h"
 #include "daemon/routes.h"
@@ -615,6 +617,13 @@ void tserver_handle_metrics(hreq *r, const route_match *m)
                        "# TYPE tessera_disk_cache_bytes gauge\ntessera_disk_cache_bytes %zu\n",
                    (unsigned long long)ds.hits, ds.bytes);
     }
+    buf_printf(&b, "# HELP tessera_frames_decoded_total Decodes of compressed frame files "
+                   "(a whole PNG, a region of a TIFF page), by format; an ingested stack "
+                   "(the ingest job) is read from its store and adds none.\n"
+                   "# TYPE tessera_frames_decoded_total counter\n"
+                   "tessera_frames_decoded_total{format=\"png\"} %llu\n"
+                   "tessera_frames_decoded_total{format=\"tiff\"} %llu\n",
+               pngframe_decodes(), tiffframe_reads());
     buf_printf(&b, "# HELP tessera_renders_total Pixel computations actually run.\n"
                    "# TYPE tessera_renders_total counter\ntessera_renders_total %llu\n",
                __atomic_load_n(&r->srv->renders, __ATOMIC_RELAXED));

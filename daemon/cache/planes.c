@@ -217,6 +217,92 @@ static void view_fill(plane_view *v, pentry *e)
 
 /* ---- loading --------------------------------------------------------------------- */
 
+/* The type of a level-0 plane of `d` whose file has `bitpix` (RP_F64 for BITPIX -64 and
+ * 32/64-bit integers, else RP_F32) and its size in bytes.  Counts of finite pixels under
+ * a reduced pixel are uint32: the plane must hold fewer than 2^32 pixels (TESS_ETOOBIG
+ * with err). */
+static int level0_size(const dataset *d, int bitpix, rp_dtype *dt, size_t *bytes, char *err,
+                       size_t errlen)
+{
+    *dt = (bitpix == -64 || bitpix == 32 || bitpix == 64) ? RP_F64 : RP_F32;
+    size_t esz = *dt == RP_F64 ? sizeof(double) : sizeof(float);
+    if (tess_size_dims(esz, (const long[]){d->nx, d->ny}, 2, bytes) ||
+        *bytes / esz >= 0xFFFFFFFFULL) {
+        tess_seterr(err, errlen, "plane of %ld x %ld pixels is too large to hold in memory",
+                    d->nx, d->ny);
+        return TESS_ETOOBIG;
+    }
+    return 0;
+}
+
+/* Gives entry `e` the level-0 plane `data` (n values of type dt, taken) of `d`. */
+static void entry_fill(const dataset *d, pentry *e, void *data, rp_dtype dt, size_t n)
+{
+    int nonfinite = 0;
+    if (dt == RP_F64) {
+        const double *p = data;
+        for (size_t i = 0; i < n && !nonfinite; i++)
+            nonfinite = !isfinite(p[i]);
+    } else {
+        const float *p = data;
+        for (size_t i = 0; i < n && !nonfinite; i++)
+            nonfinite = !isfinite(p[i]);
+    }
+    e->plane.data = data;
+    e->plane.dtype = dt;
+    e->plane.nx = d->nx;
+    e->plane.ny = d->ny;
+    e->nonfinite = nonfinite;
+    e->bytes = n * (dt == RP_F64 ? sizeof(double) : sizeof(float)) + sizeof(*e);
+    format_version(e->version, sizeof e->version, &e->id);
+}
+
+/* Rows of doubles staged per read when a float plane is read from an ingest store. */
+#define PS_STAGE_ROWS 64
+
+/* Level 0 of plane z of the ingested stack `d` from its store `ing` (dataset_ingested):
+ * the same values and type as from its frame (integers: float32, exact).  Returns 0 or
+ * a TESS_E* code with err. */
+static int load_ingested(const dataset *d, stack *ing, long z, pentry *e, char *err,
+                         size_t errlen)
+{
+    rp_dtype dt;
+    size_t bytes;
+    int rc = level0_size(d, d->bitpix, &dt, &bytes, err, errlen);
+    if (rc)
+        return rc;
+    size_t n = bytes / (dt == RP_F64 ? sizeof(double) : sizeof(float));
+    long rows = dt == RP_F64 ? d->ny : (d->ny < PS_STAGE_ROWS ? d->ny : PS_STAGE_ROWS);
+    void *data = malloc(bytes);
+    double *stage = dt == RP_F64 ? data : malloc(sizeof(double) * (size_t)d->nx * (size_t)rows);
+    if (!data || !stage) {
+        free(data);
+        if (stage != data)
+            free(stage);
+        tess_seterr(err, errlen, "out of memory for a %ld x %ld plane of '%s'", d->nx, d->ny,
+                    d->name);
+        return TESS_ENOMEM;
+    }
+    for (long y = 0; y < d->ny && !rc; y += rows) {
+        long h = d->ny - y < rows ? d->ny - y : rows;
+        rc = stack_read_region(ing, z, 0, y, d->nx, h, dt == RP_F64 ? stage + (size_t)y *
+                               (size_t)d->nx : stage, err, errlen);
+        if (!rc && dt == RP_F32) {
+            float *out = (float *)data + (size_t)y * (size_t)d->nx;
+            for (size_t i = 0; i < (size_t)h * (size_t)d->nx; i++)
+                out[i] = (float)stage[i];
+        }
+    }
+    if (stage != data)
+        free(stage);
+    if (rc) {
+        free(data);
+        return rc;
+    }
+    entry_fill(d, e, data, dt, n);
+    return 0;
+}
+
 /* Reads level 0 of entry `e` (plane e->zf of e->path; plane z of `d`) into it, with the
  * lock released.
  * Returns 0 or a TESS_E* code with err. */
@@ -226,6 +312,11 @@ static int load_level0(const dataset *d, long z, pentry *e, char *err, size_t er
     int rc = tess_file_id_of(e->path, 0, &e->id, err, errlen);
     if (rc)
         return rc;
+    /* An ingested stack's planes come from its store, whose shape and header are those
+     * of the dataset (the frames are neither read nor decoded again). */
+    stack *ing = d->kind == DS_STACK ? dataset_ingested(d) : NULL;
+    if (ing)
+        return load_ingested(d, ing, z, e, err, errlen);
     fitsimg_info info;
     rc = frame_read_info(e->path, e->hdu, &info, err, errlen);   /* FITS or PNG */
     if (rc)
@@ -254,16 +345,11 @@ static int load_level0(const dataset *d, long z, pentry *e, char *err, size_t er
         }
     }
 
-    /* Counts of finite pixels under a reduced pixel are uint32: the plane must hold
-     * fewer than 2^32 pixels. */
-    rp_dtype dt = (bitpix == -64 || bitpix == 32 || bitpix == 64) ? RP_F64 : RP_F32;
-    size_t esz = dt == RP_F64 ? sizeof(double) : sizeof(float), bytes;
-    if (tess_size_dims(esz, (const long[]){d->nx, d->ny}, 2, &bytes) ||
-        bytes / esz >= 0xFFFFFFFFULL) {
-        tess_seterr(err, errlen, "plane of %ld x %ld pixels is too large to hold in memory",
-                d->nx, d->ny);
-        return TESS_ETOOBIG;
-    }
+    rp_dtype dt;
+    size_t bytes;
+    if ((rc = level0_size(d, bitpix, &dt, &bytes, err, errlen)))
+        return rc;
+    size_t esz = dt == RP_F64 ? sizeof(double) : sizeof(float);
     /* A frame that its decoder will refuse (a PNG over the decode budgets) is refused
      * before its plane is allocated. */
     if ((rc = frame_decode_check(e->path, err, errlen)))
@@ -284,23 +370,7 @@ static int load_level0(const dataset *d, long z, pentry *e, char *err, size_t er
         free(data);
         return rc;
     }
-    int nonfinite = 0;
-    if (dt == RP_F64) {
-        const double *p = data;
-        for (size_t i = 0; i < n && !nonfinite; i++)
-            nonfinite = !isfinite(p[i]);
-    } else {
-        const float *p = data;
-        for (size_t i = 0; i < n && !nonfinite; i++)
-            nonfinite = !isfinite(p[i]);
-    }
-    e->plane.data = data;
-    e->plane.dtype = dt;
-    e->plane.nx = d->nx;
-    e->plane.ny = d->ny;
-    e->nonfinite = nonfinite;
-    e->bytes = n * esz + sizeof(*e);
-    format_version(e->version, sizeof e->version, &e->id);
+    entry_fill(d, e, data, dt, n);
     return 0;
 }
 

@@ -36,7 +36,9 @@ void planestore_free(planestore *s);
  * (0..30, capped at the level where the plane is 1x1), reading and reducing it on first
  * use.  Concurrent first uses of one plane read it once.  A plane whose file changed
  * since it was read (its tess_file_id: inode, size, mtime or ctime, stat(2) at every
- * use) is read again.
+ * use) is read again.  A plane of a stack with a current ingest store (dataset_ingested)
+ * is read from the store, its frame neither opened nor decoded; the version stays the
+ * frame's (planestore_view_version), the values are the same.
  * Returns 0, or TESS_ERANGE (z outside the dataset), TESS_EIO (`err` says why),
  * TESS_ETOOBIG (a plane of 2^32 pixels or more, which the store cannot hold),
  * TESS_ELIMIT (a frame over the decode budgets, engine/base/decodelimit.h: refused

@@ -4,6 +4,7 @@
 #include "engine/base/error.h"
 #include "engine/base/fileio.h"
 #include "engine/fits/fitscard.h"
+#include "engine/fits/fitsimg.h"
 #include "engine/fits/fitswrite.h"
 #include "engine/image/stack.h"
 
@@ -119,6 +120,102 @@ cs_dtype jobc_choose_dtype(const dataset *d)
     if (d->bitpix == 16 && bzero == 0)
         return CS_I16;
     return CS_F32;
+}
+
+/* ---- jobs of frames ----------------------------------------------------------------- */
+
+void jobc_frame_blocks(const dataset *d, long *per_block, long *nblocks)
+{
+    *per_block = jobc_lmax(1, (d->nz + JOBC_MIN_BLOCKS - 1) / JOBC_MIN_BLOCKS);
+    *nblocks = (d->nz + *per_block - 1) / *per_block;
+}
+
+int jobc_frames_run(const dataset *d, long per_block, long block, int want_u8,
+                    const volatile int *cancel, jobc_frame_fn fn, void *arg, char *err,
+                    size_t errlen)
+{
+    size_t npix = (size_t)d->nx * (size_t)d->ny;
+    double *plane = NULL;
+    stack *st = dataset_stack(d);
+    long z0 = block * per_block, z1 = jobc_lmin(d->nz, z0 + per_block);
+    int rc = 0;
+    for (long z = z0; z < z1 && !rc; z++) {
+        if (*cancel) {
+            rc = TESS_ECANCELED;
+            break;
+        }
+        stack_plane p = {0};
+        if (want_u8 && (rc = stack_plane_hold(st, z, &p, err, errlen)) != 0)
+            break;
+        jobc_frame f = {z, p.u8, NULL};
+        if (!p.u8) {
+            if (!plane && !(plane = malloc(sizeof(double) * npix))) {
+                tess_seterr(err, errlen, "out of memory for a plane of '%s'", d->name);
+                rc = TESS_ENOMEM;
+            }
+            if (!rc)
+                rc = stack_read_region(st, z, 0, 0, d->nx, d->ny, plane, err, errlen);
+            f.v = plane;
+        }
+        if (!rc)
+            rc = fn(arg, &f, err, errlen);
+        if (stack_plane_release(st, &p) && !rc) {
+            tess_seterr(err, errlen, "a frame of '%s' was truncated while read", d->name);
+            rc = TESS_EIO;
+        }
+    }
+    free(plane);
+    return rc;
+}
+
+int jobc_plane_product(const char *workdir, const char *path, cs_dtype t, const long *naxes,
+                       const char *const *cards, const char *side_path, off_t side_bytes,
+                       long long *datastart, char *err, size_t errlen)
+{
+    if (jobc_marker_exists(workdir))
+        return fitsimg_data_offset(path, 0, datastart, err, errlen);
+    int rc = jobc_fits_create(path, t, jobc_fits_bitpix(t), 3, naxes, NULL, cards, datastart,
+                              err, errlen);
+    if (!rc && side_path) {
+        int fd = open(side_path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+        if (fd < 0 || ftruncate(fd, side_bytes) != 0 || close(fd) != 0) {
+            tess_seterr(err, errlen, "cannot create %s", side_path);
+            rc = TESS_EIO;
+        }
+    }
+    return rc ? rc : jobc_touch_marker(workdir, err, errlen);
+}
+
+int jobc_open_work(const char *path, char *err, size_t errlen)
+{
+    int fd = open(path, O_WRONLY | O_CLOEXEC);
+    if (fd < 0)
+        tess_seterr(err, errlen, "cannot open %s: %s", path, strerror(errno));
+    return fd;
+}
+
+int jobc_write_plane(int fd, const char *path, const void *buf, size_t n, long long datastart,
+                     long z, char *err, size_t errlen)
+{
+    if (tess_pwrite_all(fd, buf, n, (off_t)(datastart + (long long)z * (long long)n)) != 0) {
+        tess_seterr(err, errlen, "cannot write %s: %s", path, strerror(errno));
+        return TESS_EIO;
+    }
+    return 0;
+}
+
+int jobc_close_work(int fd, const char *path, int rc, char *err, size_t errlen)
+{
+    if (fd >= 0 && close(fd) != 0 && !rc) {
+        tess_seterr(err, errlen, "cannot write %s: %s", path, strerror(errno));
+        rc = TESS_EIO;
+    }
+    return rc;
+}
+
+void jobc_free_state(void *state)
+{
+    free(state);
 }
 
 /* ---- validation helpers -------------------------------------------------------------- */

@@ -54,6 +54,58 @@ int jobc_marker_exists(const char *workdir);
  * `to` counts as done.  0 or TESS_EIO with err. */
 int jobc_link_file(const char *from, const char *to, char *err, size_t errlen);
 
+/* ---- jobs of frames: a stage of blocks of consecutive planes ---- */
+
+/* The frames of d in blocks of *per_block consecutive planes (the last one shorter),
+ * *nblocks of them: at least JOBC_MIN_BLOCKS when d has that many planes. */
+void jobc_frame_blocks(const dataset *d, long *per_block, long *nblocks);
+
+/* A plane of a frames job as jobc_frames_run hands it over: its 8-bit stored values
+ * (u8: nx * ny, row y at u8 + y nx; only when asked for and the frame holds exactly its
+ * physical values as uint8, stack_plane) or else its values as doubles (v); the other
+ * is NULL.  Both are valid during the call only. */
+typedef struct jobc_frame {
+    long z;
+    const unsigned char *u8;
+    const double *v;
+} jobc_frame;
+
+typedef int (*jobc_frame_fn)(void *arg, const jobc_frame *f, char *err, size_t errlen);
+
+/* Block `block` of a frames job on d (planes block * per_block onwards, at most per_block
+ * of them; jobc_frame_blocks): for each plane, stops with TESS_ECANCELED when *cancel is
+ * set, gets the plane through dataset_stack (as 8 bits when want_u8 and the frame has
+ * them, else as doubles) and calls fn(arg, plane).  0, or the first error of fn or of
+ * the read (TESS_EIO when a mapped frame was truncated while read, TESS_ENOMEM). */
+int jobc_frames_run(const dataset *d, long per_block, long block, int want_u8,
+                    const volatile int *cancel, jobc_frame_fn fn, void *arg, char *err,
+                    size_t errlen);
+
+/* The FITS product at `path` of a job whose blocks write planes at fixed offsets: made by
+ * the first plan (jobc_fits_create of t, its bitpix, 3 axes naxes[], no WCS, `cards`),
+ * and, when side_path is not NULL, a side file of side_bytes zero bytes, then the marker
+ * (jobc_touch_marker); a plan after a restart finds the marker and only reads the data
+ * offset.  *datastart = the offset of the data.  0 or a TESS_E* code with err. */
+int jobc_plane_product(const char *workdir, const char *path, cs_dtype t, const long *naxes,
+                       const char *const *cards, const char *side_path, off_t side_bytes,
+                       long long *datastart, char *err, size_t errlen);
+
+/* Opens the existing work file `path` for writing: a descriptor, or -1 with err
+ * ("cannot open PATH: reason", TESS_EIO). */
+int jobc_open_work(const char *path, char *err, size_t errlen);
+
+/* Writes plane z (n bytes) at datastart + z n of work file fd (named path in the error).
+ * 0 or TESS_EIO with err. */
+int jobc_write_plane(int fd, const char *path, const void *buf, size_t n, long long datastart,
+                     long z, char *err, size_t errlen);
+
+/* Closes fd from jobc_open_work (ignored when < 0) and returns rc, or TESS_EIO with err
+ * when rc was 0 and the close failed. */
+int jobc_close_work(int fd, const char *path, int rc, char *err, size_t errlen);
+
+/* A job kind's release for a state that is one malloc'd block. */
+void jobc_free_state(void *state);
+
 /* ---- value types and FITS products ---- */
 
 /* The value type that holds the physical values of `d` exactly (job_stack.h): u1 for

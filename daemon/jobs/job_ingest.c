@@ -72,25 +72,18 @@ static int ingest_plan(const json_t *body, const job_env *env, const char *workd
     }
     s->d = d;
     s->dt = jobc_choose_dtype(d);
-    s->per_block = jobc_lmax(1, (d->nz + JOBC_MIN_BLOCKS - 1) / JOBC_MIN_BLOCKS);
-    s->nblocks = (d->nz + s->per_block - 1) / s->per_block;
+    jobc_frame_blocks(d, &s->per_block, &s->nblocks);
     snprintf(s->out_path, sizeof s->out_path, "%s/ingest.fits", workdir);
     snprintf(s->name, sizeof s->name, "%s", d->name);
-    if (!jobc_marker_exists(workdir)) {
-        char c_src[81], c_ver[81], ver[64];
-        fitscard_string(c_src, "INGSRC", d->name, 0, "the stack these planes are of");
-        fitscard_string(c_ver, "INGVER", dataset_version(d, ver, sizeof ver), 0,
-                        "its version when ingested");
-        c_src[80] = c_ver[80] = '\0';
-        const char *cards[] = {c_src, c_ver, NULL};
-        long naxes[3] = {d->nx, d->ny, d->nz};
-        rc = jobc_fits_create(s->out_path, s->dt, jobc_fits_bitpix(s->dt), 3, naxes, NULL,
-                              cards, &s->datastart, err, errlen);
-        if (!rc)
-            rc = jobc_touch_marker(workdir, err, errlen);
-    } else {
-        rc = fitsimg_data_offset(s->out_path, 0, &s->datastart, err, errlen);
-    }
+    char c_src[81], c_ver[81], ver[64];
+    fitscard_string(c_src, "INGSRC", d->name, 0, "the stack these planes are of");
+    fitscard_string(c_ver, "INGVER", dataset_version(d, ver, sizeof ver), 0,
+                    "its version when ingested");
+    c_src[80] = c_ver[80] = '\0';
+    const char *cards[] = {c_src, c_ver, NULL};
+    long naxes[3] = {d->nx, d->ny, d->nz};
+    rc = jobc_plane_product(workdir, s->out_path, s->dt, naxes, cards, NULL, 0, &s->datastart,
+                            err, errlen);
     if (rc) {
         free(s);
         return rc;
@@ -101,59 +94,47 @@ static int ingest_plan(const json_t *body, const job_env *env, const char *workd
     return 0;
 }
 
-/* One group of frames: each read once (an 8-bit frame straight from its decoded bytes,
- * others as doubles encoded in the store's type) and written at its fixed offset. */
+typedef struct ingest_block {
+    const ingest_state *s;
+    int fd;
+    size_t n;             /* bytes a plane in the store */
+    unsigned char *enc;   /* a plane encoded in the store's type */
+} ingest_block;
+
+/* One frame: its 8-bit values as they are, others encoded in the store's type; written at
+ * its fixed offset. */
+static int ingest_frame(void *arg, const jobc_frame *f, char *err, size_t errlen)
+{
+    ingest_block *b = arg;
+    const dataset *d = b->s->d;
+    const unsigned char *src = f->u8;
+    if (!src) {
+        jobc_fits_encode(b->s->dt, f->v, b->enc, d->nx * d->ny);
+        src = b->enc;
+    }
+    return jobc_write_plane(b->fd, b->s->out_path, src, b->n, b->s->datastart, f->z, err,
+                            errlen);
+}
+
+/* One group of frames, each read once. */
 static int ingest_run(void *state, int stage, long block, const volatile int *cancel,
                       char *err, size_t errlen)
 {
     (void)stage;
     ingest_state *s = state;
     const dataset *d = s->d;
-    size_t npix = (size_t)d->nx * (size_t)d->ny, es = (size_t)chunkstore_esize(s->dt);
-    double *plane = malloc(sizeof(double) * npix);
-    unsigned char *enc = malloc(npix * es);
-    int rc = plane && enc ? 0 : TESS_ENOMEM;
-    if (rc)
+    ingest_block b = {s, -1, (size_t)d->nx * (size_t)d->ny * (size_t)chunkstore_esize(s->dt),
+                      NULL};
+    if (!(b.enc = malloc(b.n))) {
         tess_seterr(err, errlen, "out of memory");
-    int fd = rc ? -1 : open(s->out_path, O_WRONLY | O_CLOEXEC);
-    if (!rc && fd < 0) {
-        tess_seterr(err, errlen, "cannot open %s: %s", s->out_path, strerror(errno));
-        rc = TESS_EIO;
+        return TESS_ENOMEM;
     }
-    stack *st = dataset_stack(d);
-    long z0 = block * s->per_block, z1 = jobc_lmin(d->nz, z0 + s->per_block);
-    for (long z = z0; z < z1 && !rc; z++) {
-        if (*cancel) {
-            rc = TESS_ECANCELED;
-            break;
-        }
-        const unsigned char *src = enc;
-        stack_plane p = {0};
-        if (s->dt == CS_U8 && (rc = stack_plane_hold(st, z, &p, err, errlen)) != 0)
-            break;
-        if (p.u8) {
-            src = p.u8;
-        } else {
-            rc = dataset_read_region(d, z, 0, 0, d->nx, d->ny, plane, err, errlen);
-            if (!rc)
-                jobc_fits_encode(s->dt, plane, enc, (long)npix);
-        }
-        off_t off = (off_t)(s->datastart + (long long)z * (long long)(npix * es));
-        if (!rc && tess_pwrite_all(fd, src, npix * es, off) != 0) {
-            tess_seterr(err, errlen, "cannot write %s: %s", s->out_path, strerror(errno));
-            rc = TESS_EIO;
-        }
-        if (stack_plane_release(st, &p) && !rc) {
-            tess_seterr(err, errlen, "a frame of '%s' was truncated while read", d->name);
-            rc = TESS_EIO;
-        }
-    }
-    if (fd >= 0 && close(fd) != 0 && !rc) {
-        tess_seterr(err, errlen, "cannot write %s: %s", s->out_path, strerror(errno));
-        rc = TESS_EIO;
-    }
-    free(plane);
-    free(enc);
+    int rc = (b.fd = jobc_open_work(s->out_path, err, errlen)) < 0 ? TESS_EIO : 0;
+    if (!rc)
+        rc = jobc_frames_run(d, s->per_block, block, s->dt == CS_U8, cancel, ingest_frame, &b,
+                             err, errlen);
+    rc = jobc_close_work(b.fd, s->out_path, rc, err, errlen);
+    free(b.enc);
     return rc;
 }
 
@@ -168,11 +149,6 @@ static int ingest_finish(void *state, const char *tmp_path, job_product *prod, c
     snprintf(prod->attach_to, sizeof prod->attach_to, "%s", s->name);
     snprintf(prod->content_type, sizeof prod->content_type, "application/fits");
     return 0;
-}
-
-static void ingest_release(void *state)
-{
-    free(state);
 }
 
 /* The store (every plane in the store type, and its header); a block holds a plane of
@@ -194,4 +170,4 @@ static int ingest_estimate(const json_t *body, const job_env *env, job_cost *c,
 }
 
 const job_kind job_kind_ingest = {"ingest", ingest_validate, ingest_plan, ingest_run,
-                                  ingest_finish, ingest_release, ingest_estimate};
+                                  ingest_finish, jobc_free_state, ingest_estimate};

@@ -82,8 +82,7 @@ static int recenter_plan(const json_t *body, const job_env *env, const char *wor
     s->w = (long)json_integer_value(json_array_get(sz, 0));
     s->h = (long)json_integer_value(json_array_get(sz, 1));
     s->dt = jobc_choose_dtype(d);
-    s->per_block = jobc_lmax(1, (d->nz + JOBC_MIN_BLOCKS - 1) / JOBC_MIN_BLOCKS);
-    s->nblocks = (d->nz + s->per_block - 1) / s->per_block;
+    jobc_frame_blocks(d, &s->per_block, &s->nblocks);
     snprintf(s->out_path, sizeof s->out_path, "%s/recentered.fits", workdir);
     snprintf(s->origins_path, sizeof s->origins_path, "%s/origins.bin", workdir);
     snprintf(s->name, sizeof s->name, "%s", jobc_output_name(body));
@@ -92,31 +91,18 @@ static int recenter_plan(const json_t *body, const job_env *env, const char *wor
         free(s);
         return TESS_EINVAL;
     }
-    if (!jobc_marker_exists(workdir)) {
-        char c_src[81], c_w[81], text[72];
-        fitscard_string(c_src, "RCSOURCE", d->name, 0, NULL);
-        snprintf(text, sizeof text, "Frames cropped around their intensity centroid, %ldx%ld",
-                 s->w, s->h);
-        fitscard_commentary(c_w, "COMMENT", text);
-        c_src[80] = c_w[80] = '\0';
-        const char *cards[] = {c_w, "COMMENT Crop origins (0-based) in the ORIGINS table", c_src,
-                               NULL};
-        long naxes[3] = {s->w, s->h, d->nz};
-        rc = jobc_fits_create(s->out_path, s->dt, jobc_fits_bitpix(s->dt), 3, naxes, NULL, cards,
-                             &s->datastart, err, errlen);
-        if (!rc) {
-            int fd = open(s->origins_path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-            if (fd < 0 || ftruncate(fd, (off_t)(d->nz * sizeof(origin_rec))) != 0 ||
-                close(fd) != 0) {
-                tess_seterr(err, errlen, "cannot create %s", s->origins_path);
-                rc = TESS_EIO;
-            }
-        }
-        if (!rc)
-            rc = jobc_touch_marker(workdir, err, errlen);
-    } else {
-        rc = fitsimg_data_offset(s->out_path, 0, &s->datastart, err, errlen);
-    }
+    char c_src[81], c_w[81], text[72];
+    fitscard_string(c_src, "RCSOURCE", d->name, 0, NULL);
+    snprintf(text, sizeof text, "Frames cropped around their intensity centroid, %ldx%ld",
+             s->w, s->h);
+    fitscard_commentary(c_w, "COMMENT", text);
+    c_src[80] = c_w[80] = '\0';
+    const char *cards[] = {c_w, "COMMENT Crop origins (0-based) in the ORIGINS table", c_src,
+                           NULL};
+    long naxes[3] = {s->w, s->h, d->nz};
+    rc = jobc_plane_product(workdir, s->out_path, s->dt, naxes, cards, s->origins_path,
+                            (off_t)(d->nz * (long)sizeof(origin_rec)), &s->datastart, err,
+                            errlen);
     if (rc) {
         free(s);
         return rc;
@@ -127,61 +113,77 @@ static int recenter_plan(const json_t *body, const job_env *env, const char *wor
     return 0;
 }
 
+typedef struct recenter_block {
+    const recenter_state *s;
+    int fd, ofd;
+    size_t n;              /* bytes of a crop in the product */
+    double *scratch;       /* a frame of doubles for cube_centroid (not for 8-bit frames) */
+    double *crop;
+    unsigned char *enc;    /* a crop in the product's type */
+} recenter_block;
+
+/* One frame: its centroid, the crop around it (8-bit frames copied as they are, others
+ * encoded in the product's type), the crop and its origin written at their offsets. */
+static int recenter_frame(void *arg, const jobc_frame *f, char *err, size_t errlen)
+{
+    recenter_block *b = arg;
+    const recenter_state *s = b->s;
+    long nx = s->d->nx, ny = s->d->ny;
+    origin_rec o;
+    if (f->u8) {
+        cube_centroid_u8(f->u8, nx, ny, &o.cx, &o.cy);
+    } else {
+        if (!b->scratch && !(b->scratch = malloc(sizeof(double) * (size_t)nx * (size_t)ny))) {
+            tess_seterr(err, errlen, "out of memory");
+            return TESS_ENOMEM;
+        }
+        cube_centroid(f->v, nx, ny, b->scratch, &o.cx, &o.cy);
+    }
+    long ox = isfinite(o.cx) && fabs(o.cx) < 1e15 ? (long)o.cx - s->w / 2 : 0;
+    long oy = isfinite(o.cy) && fabs(o.cy) < 1e15 ? (long)o.cy - s->h / 2 : 0;
+    o.x0 = jobc_lmax(0, jobc_lmin(ox, nx - s->w));
+    o.y0 = jobc_lmax(0, jobc_lmin(oy, ny - s->h));
+    for (long y = 0; y < s->h; y++) {
+        size_t at = (size_t)(o.y0 + y) * (size_t)nx + (size_t)o.x0;
+        if (f->u8)
+            memcpy(b->enc + y * s->w, f->u8 + at, (size_t)s->w);
+        else
+            memcpy(b->crop + y * s->w, f->v + at, sizeof(double) * (size_t)s->w);
+    }
+    if (!f->u8)
+        jobc_fits_encode(s->dt, b->crop, b->enc, s->w * s->h);
+    int rc = jobc_write_plane(b->fd, s->out_path, b->enc, b->n, s->datastart, f->z, err, errlen);
+    if (!rc && tess_pwrite_all(b->ofd, &o, sizeof o, (off_t)(f->z * (long)sizeof o)) != 0) {
+        tess_seterr(err, errlen, "cannot write %s: %s", s->origins_path, strerror(errno));
+        rc = TESS_EIO;
+    }
+    return rc;
+}
+
 static int recenter_run(void *state, int stage, long block, const volatile int *cancel,
                         char *err, size_t errlen)
 {
     (void)stage;
     recenter_state *s = state;
-    const dataset *d = s->d;
-    long nx = d->nx, ny = d->ny;
-    double *plane = malloc(sizeof(double) * (size_t)nx * ny);
-    double *scratch = malloc(sizeof(double) * (size_t)nx * ny);
-    double *crop = malloc(sizeof(double) * (size_t)s->w * s->h);
-    int oes = chunkstore_esize(s->dt);
-    unsigned char *enc = malloc((size_t)s->w * s->h * oes);
-    int rc = plane && scratch && crop && enc ? 0 : TESS_ENOMEM;
+    recenter_block b = {s, -1, -1, (size_t)s->w * (size_t)s->h * (size_t)chunkstore_esize(s->dt),
+                        NULL, malloc(sizeof(double) * (size_t)s->w * (size_t)s->h), NULL};
+    b.enc = malloc(b.n);
+    int rc = b.crop && b.enc ? 0 : TESS_ENOMEM;
     if (rc)
         tess_seterr(err, errlen, "out of memory");
-    int fd = rc ? -1 : open(s->out_path, O_WRONLY | O_CLOEXEC);
-    int ofd = rc ? -1 : open(s->origins_path, O_WRONLY | O_CLOEXEC);
-    if (!rc && (fd < 0 || ofd < 0)) {
-        tess_seterr(err, errlen, "cannot open the work files: %s", strerror(errno));
+    if (!rc && (b.fd = jobc_open_work(s->out_path, err, errlen)) < 0)
         rc = TESS_EIO;
-    }
-    long z0 = block * s->per_block, z1 = jobc_lmin(d->nz, z0 + s->per_block);
-    for (long z = z0; z < z1 && !rc; z++) {
-        if (*cancel) {
-            rc = TESS_ECANCELED;
-            break;
-        }
-        rc = dataset_read_region(d, z, 0, 0, nx, ny, plane, err, errlen);
-        if (rc)
-            break;
-        origin_rec o;
-        cube_centroid(plane, nx, ny, scratch, &o.cx, &o.cy);
-        long ox = isfinite(o.cx) && fabs(o.cx) < 1e15 ? (long)o.cx - s->w / 2 : 0;
-        long oy = isfinite(o.cy) && fabs(o.cy) < 1e15 ? (long)o.cy - s->h / 2 : 0;
-        o.x0 = jobc_lmax(0, jobc_lmin(ox, nx - s->w));
-        o.y0 = jobc_lmax(0, jobc_lmin(oy, ny - s->h));
-        for (long y = 0; y < s->h; y++)
-            memcpy(crop + y * s->w, plane + (o.y0 + y) * nx + o.x0, sizeof(double) * (size_t)s->w);
-        jobc_fits_encode(s->dt, crop, enc, s->w * s->h);
-        size_t n = (size_t)s->w * s->h * oes;
-        if (tess_pwrite_all(fd, enc, n, (off_t)(s->datastart + (long long)z * (long long)n))
-                != 0 ||
-            tess_pwrite_all(ofd, &o, sizeof o, (off_t)(z * (long)sizeof o)) != 0) {
-            tess_seterr(err, errlen, "cannot write the work files: %s", strerror(errno));
-            rc = TESS_EIO;
-        }
-    }
-    if (fd >= 0 && close(fd) != 0 && !rc)
+    if (!rc && (b.ofd = jobc_open_work(s->origins_path, err, errlen)) < 0)
         rc = TESS_EIO;
-    if (ofd >= 0)
-        close(ofd);
-    free(plane);
-    free(scratch);
-    free(crop);
-    free(enc);
+    if (!rc)
+        rc = jobc_frames_run(s->d, s->per_block, block, s->dt == CS_U8, cancel, recenter_frame,
+                             &b, err, errlen);
+    rc = jobc_close_work(b.fd, s->out_path, rc, err, errlen);
+    if (b.ofd >= 0)
+        close(b.ofd);
+    free(b.scratch);
+    free(b.crop);
+    free(b.enc);
     return rc;
 }
 
@@ -249,11 +251,6 @@ static int recenter_finish(void *state, const char *tmp_path, job_product *prod,
     return 0;
 }
 
-static void recenter_release(void *state)
-{
-    free(state);
-}
-
 /* The cube of crops (W, H, nz) and its ORIGINS table, the origins file; a block holds a
  * frame twice in doubles (the frame and the centroid's scratch) and one crop. */
 static int recenter_estimate(const json_t *body, const job_env *env, job_cost *c,
@@ -276,4 +273,4 @@ static int recenter_estimate(const json_t *body, const job_env *env, job_cost *c
 }
 
 const job_kind job_kind_recenter = {"recenter", recenter_validate, recenter_plan, recenter_run,
-                                    recenter_finish, recenter_release, recenter_estimate};
+                                    recenter_finish, jobc_free_state, recenter_estimate};

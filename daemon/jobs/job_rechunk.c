@@ -59,7 +59,7 @@ static int inmem_rows(const dataset *d, int threads, long *band_rows)
                      (double)chunkstore_esize(jobc_choose_dtype(d));
     if (d->npaths > 1 &&
         (samples > RECHUNK_DECODED_CACHE_BYTES || d->npaths > RECHUNK_CACHED_FRAMES) &&
-        frame_is_png(d->paths[0]))
+        frame_is_png(d->paths[0]) && !dataset_ingested(d))
         return 0;
     long tile_rows = (d->ny + CUBE_TILE - 1) / CUBE_TILE;
     long want = jobc_lmax(2, 2L * threads);

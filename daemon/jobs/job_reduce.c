@@ -269,11 +269,6 @@ static int reduce_finish(void *state, const char *tmp_path, job_product *prod, c
     return 0;
 }
 
-static void reduce_release(void *state)
-{
-    free(state);
-}
-
 /* Axis z: a float64 image and one partial per z-range (at most 20 bytes a pixel: counts,
  * sums or moments); a block holds its partial and a plane of doubles, finish two partials,
  * the image and its encoding.  Axis xy: nz doubles, a plane per block. */
@@ -302,4 +297,4 @@ static int reduce_estimate(const json_t *body, const job_env *env, job_cost *c,
 }
 
 const job_kind job_kind_reduce = {"reduce", reduce_validate, reduce_plan, reduce_run,
-                                  reduce_finish, reduce_release, reduce_estimate};
+                                  reduce_finish, jobc_free_state, reduce_estimate};

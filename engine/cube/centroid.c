@@ -39,6 +39,8 @@ static double median_of(double va, double vb, size_t m)
  * in 0..65535, from a histogram in `hist` (HIST_BINS counts).  1 done, 0 not such data.
  * Exactly the values of cube_median on v and on |v - b|: the same order statistics, the
  * same interpolation, and |v - b| computed as the same double. */
+static void hist_stats(const uint32_t *hist, long nbins, size_t n, double *b, double *mad);
+
 static int hist_median_mad(const double *v, size_t n, uint32_t *hist, double *b, double *mad)
 {
     if (n < 1 || n > UINT32_MAX)
@@ -53,9 +55,16 @@ static int hist_median_mad(const double *v, size_t n, uint32_t *hist, double *b,
             return 0;
         hist[k]++;
     }
+    hist_stats(hist, HIST_BINS, n, b, mad);
+    return 1;
+}
+
+/* The median b and MAD of the n values counted in hist[0..nbins-1] (n >= 1). */
+static void hist_stats(const uint32_t *hist, long nbins, size_t n, double *b, double *mad)
+{
     size_t r1 = (n - 1) / 2, r2 = n > 1 ? r1 + 1 : r1, cum = 0;
     double va = -1, vb = -1;
-    for (uint32_t k = 0; k < HIST_BINS && vb < 0; k++) {
+    for (long k = 0; k < nbins && vb < 0; k++) {
         cum += hist[k];
         if (va < 0 && cum > r1)
             va = k;
@@ -69,7 +78,7 @@ static int hist_median_mad(const double *v, size_t n, uint32_t *hist, double *b,
     cum = 0;
     while (db < 0) {
         double dl = lo >= 0 ? fabs((double)lo - *b) : INFINITY;
-        double dh = hi < HIST_BINS ? fabs((double)hi - *b) : INFINITY;
+        double dh = hi < nbins ? fabs((double)hi - *b) : INFINITY;
         double d;
         uint32_t c;
         if (dl <= dh) {
@@ -86,7 +95,6 @@ static int hist_median_mad(const double *v, size_t n, uint32_t *hist, double *b,
             db = d;
     }
     *mad = median_of(da, db, n);
-    return 1;
 }
 
 void cube_centroid(const double *v, long nx, long ny, double *scratch, double *cx, double *cy)
@@ -119,6 +127,105 @@ void cube_centroid(const double *v, long nx, long ny, double *scratch, double *c
                     rx += w * (double)x;
                 }
             }
+            si += rs;
+            sx += rx;
+            sy += rs * (double)y;
+        }
+        if (si > 0 && isfinite(si) && isfinite(sx) && isfinite(sy)) {
+            *cx = sx / si;
+            *cy = sy / si;
+            return;
+        }
+    }
+}
+
+/* GCC's -O2 cost model leaves the two loops below scalar; they are the whole cost of an
+ * 8-bit centroid, next to the frame's decode. */
+#if defined(__GNUC__) && !defined(__clang__)
+#define CENTROID_VECTORIZE __attribute__((optimize("O3")))
+#else
+#define CENTROID_VECTORIZE
+#endif
+
+/* Counts of the n bytes of v in hist[256], through four interleaved histograms (runs of
+ * equal values would otherwise wait on their own increments). */
+CENTROID_VECTORIZE static void hist_u8(const unsigned char *v, size_t n, uint32_t *hist)
+{
+    uint32_t h[4][256];
+    memset(h, 0, sizeof h);
+    size_t i = 0;
+    for (; i + 4 <= n; i += 4) {
+        h[0][v[i]]++;
+        h[1][v[i + 1]]++;
+        h[2][v[i + 2]]++;
+        h[3][v[i + 3]]++;
+    }
+    for (; i < n; i++)
+        h[0][v[i]]++;
+    for (int k = 0; k < 256; k++)
+        hist[k] = h[0][k] + h[1][k] + h[2][k] + h[3][k];
+}
+
+/* Columns summed per run with 32-bit sums: 255 * 4095 * 4096 / 2 < 2^32. */
+#define CENTROID_RUN 4096
+
+/* Over the bytes row[0..n-1] above ilim: *sv += their sum, *c += their count, *sx += the
+ * sum of their indices, *svx += the sum of value times index (n <= CENTROID_RUN). */
+CENTROID_VECTORIZE static void run_sums(const unsigned char *row, long n, int ilim,
+                                        uint64_t *sv, uint64_t *c, uint64_t *sx,
+                                        uint64_t *svx)
+{
+    uint32_t a = 0, b = 0, d = 0, e = 0;
+    for (long x = 0; x < n; x++) {
+        uint32_t m = row[x] > ilim ? 0xFFFFFFFFu : 0u;
+        uint32_t val = row[x] & m;
+        a += val;
+        b += m & 1u;
+        d += (uint32_t)x & m;
+        e += val * (uint32_t)x;
+    }
+    *sv += a;
+    *c += b;
+    *sx += d;
+    *svx += e;
+}
+
+void cube_centroid_u8(const unsigned char *v, long nx, long ny, double *cx, double *cy)
+{
+    size_t n = (size_t)nx * (size_t)ny;
+    *cx = nx / 2.0;
+    *cy = ny / 2.0;
+    if (n < 1 || n > UINT32_MAX)
+        return;
+    uint32_t hist[256];
+    hist_u8(v, n, hist);
+    double b, mad;
+    hist_stats(hist, 256, n, &b, &mad);
+    double t = b + 3.0 * 1.4826 * mad;
+    if (!isfinite(t))
+        t = b;
+    /* For integer v, v > lim exactly when v > floor(lim).  The sums of (v - b) and of
+     * (v - b) x over a row are S - c b and VX - b X from the integer sums S (of v), c (of
+     * pixels), X (of x) and VX (of v x); b is a multiple of 1/2, so each is the exact
+     * value that cube_centroid's running double sums reach (all below 2^53). */
+    for (int pass = 0; pass < 2; pass++) {
+        double lim = floor(pass == 0 ? t : b), si = 0, sx = 0, sy = 0;
+        if (lim >= 255.0)
+            continue;
+        int ilim = lim < -1.0 ? -1 : (int)lim;
+        for (long y = 0; y < ny; y++) {
+            const unsigned char *row = v + (size_t)y * (size_t)nx;
+            uint64_t sv = 0, c = 0, sxx = 0, svx = 0;
+            for (long x0 = 0; x0 < nx; x0 += CENTROID_RUN) {
+                uint64_t v0 = sv, c0 = c;
+                long k = nx - x0 < CENTROID_RUN ? nx - x0 : CENTROID_RUN;
+                run_sums(row + x0, k, ilim, &sv, &c, &sxx, &svx);
+                /* indices of the run from x0: shift its sums to the row's */
+                sxx += (uint64_t)x0 * (c - c0);
+                svx += (uint64_t)x0 * (sv - v0);
+            }
+            double rs = (double)sv - (double)c * b;
+            double rx = (double)svx - b * (double)sxx;
             si += rs;
             sx += rx;
             sy += rs * (double)y;

@@ -25,4 +25,9 @@ double cube_median(const double *a, size_t m);
  * in pixels.  Cannot fail. */
 void cube_centroid(const double *v, long nx, long ny, double *scratch, double *cx, double *cy);
 
+/* cube_centroid of a frame of 8-bit values (row y = v + y * nx), the same cx and cy to
+ * the last bit (its sums are exact), from integer sums and a 256-bin histogram, without
+ * a copy as doubles or scratch.  Cannot fail. */
+void cube_centroid_u8(const unsigned char *v, long nx, long ny, double *cx, double *cy);
+
 #endif

@@ -165,11 +165,31 @@ int cube_transpose_group(const cube_transpose *t, long k, const volatile int *ca
                 rc = TESS_ECANCELED;
                 break;
             }
+            unsigned char *p = sub + (size_t)jj * pitch;
+            if (t->dt == CS_U8) {
+                /* 8-bit frames (PNG, plain BITPIX 8) gathered from their stored bytes,
+                 * without a plane of doubles */
+                stack_plane sp;
+                if ((rc = stack_plane_hold(t->st, z0 + j0 + jj, &sp, err, errlen)) != 0)
+                    break;
+                int have = sp.u8 != NULL;
+                if (have)
+                    for (size_t i = 0; i < npix; i++)
+                        p[i] = sp.u8[t->perm[i]];
+                int faulted = stack_plane_release(t->st, &sp);
+                if (faulted) {
+                    tess_seterr(err, errlen, "plane %ld was truncated while read",
+                                z0 + j0 + jj);
+                    rc = TESS_EIO;
+                    break;
+                }
+                if (have)
+                    continue;
+            }
             rc = stack_read_region(t->st, z0 + j0 + jj, 0, 0, t->nx, t->ny, plane, err,
                                      errlen);
             if (rc)
                 break;
-            unsigned char *p = sub + (size_t)jj * pitch;
             if (t->dt == CS_U8) {
                 for (size_t i = 0; i < npix; i++)
                     p[i] = (unsigned char)plane[t->perm[i]];   /* exact integers 0..255 */

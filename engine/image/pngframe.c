@@ -501,9 +501,17 @@ static int direct_decode(const char *path, void **pix, long *nx, long *ny, int *
     return 1;
 }
 
+static unsigned long long ndecodes;   /* pngframe_decode calls that decoded pixels */
+
+unsigned long long pngframe_decodes(void)
+{
+    return __atomic_load_n(&ndecodes, __ATOMIC_RELAXED);
+}
+
 int pngframe_decode(const char *path, void **pix, long *nx, long *ny, int *bits, char *err,
                     size_t errlen)
 {
+    __atomic_add_fetch(&ndecodes, 1, __ATOMIC_RELAXED);
     int rc = direct_decode(path, pix, nx, ny, bits, err, errlen);
     if (rc < 0)
         return rc;

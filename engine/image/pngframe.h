@@ -33,6 +33,11 @@ int pngframe_budget(const char *path, long w, long h, int bits, char *err, size_
 int pngframe_decode(const char *path, void **pix, long *nx, long *ny, int *bits, char *err,
                     size_t errlen);
 
+/* How many times pngframe_decode was called in this process (a frame decoded, or an
+ * attempt that failed): the frames-decoded metric (/metrics), which lets tests see that
+ * a route read an ingest store instead of the frames.  Thread-safe. */
+unsigned long long pngframe_decodes(void);
+
 /* The same, by libpng alone (benchmarks and tests compare the two). */
 int pngframe_decode_libpng(const char *path, void **pix, long *nx, long *ny, int *bits,
                            char *err, size_t errlen);

@@ -648,9 +648,17 @@ static int tf_decode(tiffframe *t, tf_handle *h, const tf_page *pg, long x0, lon
     return rc;
 }
 
+static unsigned long long nreads;   /* tiffframe_read calls */
+
+unsigned long long tiffframe_reads(void)
+{
+    return __atomic_load_n(&nreads, __ATOMIC_RELAXED);
+}
+
 int tiffframe_read(tiffframe *t, long page, long x0, long y0, long w, long h, tiffframe_out as,
                    void *out, char *err, size_t errlen)
 {
+    __atomic_add_fetch(&nreads, 1, __ATOMIC_RELAXED);
     if (page < 0 || page >= t->sh.npages || x0 < 0 || y0 < 0 || w < 1 || h < 1 ||
         x0 > t->sh.nx - w || y0 > t->sh.ny - h) {
         tess_seterr(err, errlen, "region %ld x %ld at (%ld, %ld) of page %ld outside the %ld x "

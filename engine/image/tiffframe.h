@@ -84,6 +84,10 @@ typedef enum { TIFFFRAME_OUT_F64 = 0, TIFFFRAME_OUT_F32, TIFFFRAME_OUT_STORED } 
 int tiffframe_read(tiffframe *t, long page, long x0, long y0, long w, long h, tiffframe_out as,
                    void *out, char *err, size_t errlen);
 
+/* How many times tiffframe_read was called in this process (regions decoded, or
+ * attempts that failed): the frames-decoded metric (/metrics).  Thread-safe. */
+unsigned long long tiffframe_reads(void);
+
 /* fitsimg_read_info for a TIFF file: naxis 2 (one page) or 3 (naxes[2] = pages), the
  * bitpix and bzero of the FITS image that holds the same values (8; 16 with bzero 32768
  * for unsigned 16-bit; 16; -32), bscale 1, no BLANK, and a header of the cards SIMPLE,

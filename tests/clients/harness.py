@@ -137,6 +137,45 @@ class Server:
 PG_BIN = "/usr/lib/postgresql/15/bin"
 
 
+class ServerCase(unittest.TestCase):
+    """A TestCase over one Server of its class (cls.srv, started by setUpClass) and a
+    scratch folder (cls.dir); tearDownClass stops the one and removes the other.
+    cls.np is numpy where the class loaded it (need_module)."""
+
+    @classmethod
+    def tearDownClass(cls):
+        if getattr(cls, "srv", None):
+            cls.srv.stop()
+        if getattr(cls, "dir", None):
+            shutil.rmtree(cls.dir, ignore_errors=True)
+
+    def get(self, path, status=200):
+        """(headers, body) of a GET that must answer `status`."""
+        st, headers, body = self.srv.get(path)
+        self.assertEqual(st, status, f"{path}: {body[:300]!r}")
+        return headers, body
+
+    def npy(self, path):
+        import io
+        return self.np.load(io.BytesIO(self.get(path)[1]))
+
+    def job(self, body, seconds=60):
+        """POSTs job `body`, waits (at most `seconds`) for it to succeed; its final document."""
+        req = urllib.request.Request(self.srv.url("/api/v1/jobs"), data=json.dumps(body).encode(),
+                                     headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(req, timeout=30) as r:
+            self.assertEqual(r.status, 202)
+            jid = json.loads(r.read())["id"]
+        end = time.monotonic() + seconds
+        while True:
+            doc = json.loads(self.get(f"/api/v1/jobs/{jid}")[1])
+            if doc["state"] not in ("queued", "running"):
+                self.assertEqual(doc["state"], "succeeded", doc)
+                return doc
+            self.assertLess(time.monotonic(), end, f"job {body} did not end")
+            time.sleep(0.05)
+
+
 def _pg_program(name):
     path = os.path.join(PG_BIN, name)
     if os.path.isfile(path):

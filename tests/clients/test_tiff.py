@@ -10,10 +10,10 @@ import shutil
 import tempfile
 import unittest
 
-from harness import Server, need_module
+from harness import Server, ServerCase, need_module
 
 
-class TestTiff(unittest.TestCase):
+class TestTiff(ServerCase):
     @classmethod
     def setUpClass(cls):
         cls.np = np = need_module("numpy")
@@ -40,21 +40,6 @@ class TestTiff(unittest.TestCase):
             {"name": "tcube", "path": cls.cube_path},
             {"name": "tframes", "frames": os.path.join(cls.dir, "frames", "f*.tif")},
             {"name": "timg", "path": cls.img_path}])
-
-    @classmethod
-    def tearDownClass(cls):
-        if getattr(cls, "srv", None):
-            cls.srv.stop()
-        if getattr(cls, "dir", None):
-            shutil.rmtree(cls.dir, ignore_errors=True)
-
-    def get(self, path, status=200):
-        st, headers, body = self.srv.get(path)
-        self.assertEqual(st, status, f"{path}: {body[:300]!r}")
-        return headers, body
-
-    def npy(self, path):
-        return self.np.load(io.BytesIO(self.get(path)[1]))
 
     def test_describe(self):
         for name, kind, shape, bitpix in (("tcube", "cube", [60, 45, 7], 16),
@@ -105,24 +90,6 @@ class TestTiff(unittest.TestCase):
                 a = self.npy(f"/api/v1/datasets/{name}/reduce?op={op}&axis=xy&format=npy")
                 np.testing.assert_allclose(a, f(v, axis=(1, 2)), rtol=1e-12,
                                            err_msg=f"{name} {op} xy")
-
-    def job(self, body):
-        """POSTs a job, waits for it to succeed; returns its final document."""
-        import time
-        import urllib.request
-        req = urllib.request.Request(self.srv.url("/api/v1/jobs"), data=json.dumps(body).encode(),
-                                     headers={"Content-Type": "application/json"})
-        with urllib.request.urlopen(req, timeout=30) as r:
-            self.assertEqual(r.status, 202)
-            jid = json.loads(r.read())["id"]
-        end = time.monotonic() + 60
-        while True:
-            doc = json.loads(self.get(f"/api/v1/jobs/{jid}")[1])
-            if doc["state"] not in ("queued", "running"):
-                self.assertEqual(doc["state"], "succeeded", doc)
-                return doc
-            self.assertLess(time.monotonic(), end, f"job {body} did not end")
-            time.sleep(0.05)
 
     def test_jobs(self):
         np = self.np

@@ -306,12 +306,52 @@ START_TEST(test_centroid_integers)
             ref_centroid(v, W, H, sa, &rx, &ry);
             ck_assert_msg(cx == rx && cy == ry, "%zu %zu: (%.17g, %.17g) vs (%.17g, %.17g)",
                           si, ri, cx, cy, rx, ry);
+            if (ranges[ri] <= 256) {   /* the 8-bit path: the same bits from the bytes */
+                unsigned char *u = malloc(n);
+                ck_assert(u);
+                for (size_t i = 0; i < n; i++)
+                    u[i] = (unsigned char)v[i];
+                cube_centroid_u8(u, W, H, &cx, &cy);
+                ck_assert_msg(cx == rx && cy == ry, "u8 %zu %zu: (%.17g, %.17g) vs (%.17g, "
+                              "%.17g)", si, ri, cx, cy, rx, ry);
+                free(u);
+            }
             v[5] += 0.5;
             cube_centroid(v, W, H, sa, &cx, &cy);
             ref_centroid(v, W, H, sa, &rx, &ry);
             ck_assert(cx == rx && cy == ry);
             free(v);
             free(sa);
+        }
+}
+END_TEST
+
+/* Small 8-bit frames (cube_centroid takes cube_median there, not a histogram): the u8
+ * path gives the reference's bits, flat frames (the frame centre) included. */
+START_TEST(test_centroid_u8_small)
+{
+    static const long shapes[][2] = {{1, 1}, {2, 1}, {7, 5}, {16, 9}, {33, 31}};
+    for (size_t si = 0; si < 5; si++)
+        for (unsigned range = 1; range <= 256; range *= 4) {
+            long W = shapes[si][0], H = shapes[si][1];
+            size_t n = (size_t)W * (size_t)H;
+            double *v = malloc(sizeof(double) * n), *sa = malloc(sizeof(double) * n);
+            unsigned char *u = malloc(n);
+            ck_assert(v && sa && u);
+            uint32_t rng = 7u + (uint32_t)si * 31u + range;
+            for (size_t i = 0; i < n; i++) {
+                rng = rng * 1664525u + 1013904223u;
+                u[i] = (unsigned char)((rng >> 8) % (range > 255 ? 256 : range));
+                v[i] = u[i];
+            }
+            double cx, cy, rx, ry;
+            cube_centroid_u8(u, W, H, &cx, &cy);
+            ref_centroid(v, W, H, sa, &rx, &ry);
+            ck_assert_msg(cx == rx && cy == ry, "%ldx%ld range %u: (%.17g, %.17g) vs (%.17g, "
+                          "%.17g)", W, H, range, cx, cy, rx, ry);
+            free(v);
+            free(sa);
+            free(u);
         }
 }
 END_TEST
@@ -326,6 +366,7 @@ int main(void)
     tcase_add_test(tc, test_median);
     tcase_add_test(tc, test_centroid);
     tcase_add_test(tc, test_centroid_integers);
+    tcase_add_test(tc, test_centroid_u8_small);
     suite_add_tcase(s, tc);
     return tt_run_suite(s);
 }

@@ -86,15 +86,26 @@ static UNUSED uint8_t *png_decode(const resp *r, long *w, long *h)
     return px;
 }
 
-/* The number of colour components a JPEG body holds (libjpeg's header read). */
+/* Starts libjpeg's read of a JPEG body: its header read into d (em its error manager);
+ * the caller destroys d. */
+static UNUSED void jpeg_open(const resp *r, struct jpeg_decompress_struct *d,
+                             struct jpeg_error_mgr *em)
+{
+    static const unsigned char soi[3] = {0xFF, 0xD8, 0xFF};
+    ck_assert_uint_ge(r->len, 3);
+    ck_assert_int_eq(memcmp(r->body, soi, 3), 0);
+    d->err = jpeg_std_error(em);
+    jpeg_create_decompress(d);
+    jpeg_mem_src(d, (const unsigned char *)r->body, (unsigned long)r->len);
+    ck_assert_int_eq(jpeg_read_header(d, TRUE), JPEG_HEADER_OK);
+}
+
+/* The number of colour components a JPEG body holds. */
 static UNUSED int jpeg_components(const resp *r)
 {
     struct jpeg_decompress_struct d;
     struct jpeg_error_mgr em;
-    d.err = jpeg_std_error(&em);
-    jpeg_create_decompress(&d);
-    jpeg_mem_src(&d, (const unsigned char *)r->body, (unsigned long)r->len);
-    ck_assert_int_eq(jpeg_read_header(&d, TRUE), JPEG_HEADER_OK);
+    jpeg_open(r, &d, &em);
     int n = d.num_components;
     jpeg_destroy_decompress(&d);
     return n;
@@ -103,15 +114,9 @@ static UNUSED int jpeg_components(const resp *r)
 /* Decodes a JPEG body to 8-bit RGB (malloc'd, row 0 at the top) with libjpeg. */
 static UNUSED uint8_t *jpeg_decode(const resp *r, long *w, long *h)
 {
-    static const unsigned char soi[3] = {0xFF, 0xD8, 0xFF};
-    ck_assert_uint_ge(r->len, 3);
-    ck_assert_int_eq(memcmp(r->body, soi, 3), 0);
     struct jpeg_decompress_struct d;
     struct jpeg_error_mgr em;
-    d.err = jpeg_std_error(&em);
-    jpeg_create_decompress(&d);
-    jpeg_mem_src(&d, (const unsigned char *)r->body, (unsigned long)r->len);
-    ck_assert_int_eq(jpeg_read_header(&d, TRUE), JPEG_HEADER_OK);
+    jpeg_open(r, &d, &em);
     d.out_color_space = JCS_RGB;
     jpeg_start_decompress(&d);
     ck_assert_int_eq(d.output_components, 3);

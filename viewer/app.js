@@ -302,7 +302,7 @@ async function showDatasets() {
     img.className = 'thumb';
     img.alt = `${d.name} preview`;
     img.loading = 'lazy';
-    img.src = `/iiif/3/${enc(iiifId(d, midPlane(d)))}/full/!128,128/0/default.png?stretch=asinh`;
+    img.src = `/iiif/3/${enc(iiifId(d, midPlane(d)))}/full/!128,128/0/default.png?stretch=asinh&cuts=picture`;
     img.onerror = () => { img.alt = 'no preview'; img.classList.add('broken'); };
     const meta = document.createElement('div');
     meta.className = 'meta';

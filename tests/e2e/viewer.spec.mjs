@@ -118,23 +118,12 @@ export const tests = [
         `cards ${names} != datasets ${list.map((d) => d.name)}`);
       // Every thumbnail shows its data, not a flat box (m13's raw frame was one grey:
       // its plane's cut levels leave the 1/11-scale means in a band of 0.56..0.92).
-      const thumbs = await page.$$eval('#dataset-list .card', (cs) => cs.map((c) => {
-        const img = c.querySelector('img.thumb');
-        const cv = document.createElement('canvas');
-        cv.width = img.naturalWidth;
-        cv.height = img.naturalHeight;
-        const ctx = cv.getContext('2d');
-        ctx.drawImage(img, 0, 0);
-        const d = ctx.getImageData(0, 0, cv.width, cv.height).data;
-        let s = 0, s2 = 0, n = 0;
-        for (let i = 0; i < d.length; i += 4) {
-          if (d[i + 3] === 0) continue; // blank (NaN) pixels
-          const y = 0.299 * d[i] + 0.587 * d[i + 1] + 0.114 * d[i + 2];
-          s += y; s2 += y * y; n++;
-        }
-        const mean = n ? s / n : 0;
-        return { name: c.dataset.name, n, std: n ? Math.sqrt(Math.max(0, s2 / n - mean * mean)) : 0 };
-      }));
+      const srcs = await page.$$eval('#dataset-list .card', (cs) => cs.map((c) => [c.dataset.name, c.querySelector('img.thumb').getAttribute('src')]));
+      const thumbs = [];
+      for (const [name, src] of srcs) {
+        const buf = Buffer.from(await (await fetch(`${server.base}${src}`)).arrayBuffer());
+        thumbs.push({ name, ...(await imageStats(page, buf, { opaqueOnly: true })) });
+      }
       const flat = thumbs.filter((t) => !(t.n > 1000 && t.std > 20));
       check(flat.length === 0, `thumbnails without contrast: ${JSON.stringify(flat)}`);
       const cube = await page.textContent('.card[data-name="l1448_13co"] .kind');

@@ -1,7 +1,7 @@
 /* HTTP tests of the pixel routes (daemon/api/pixels.c): values, histogram, footprint,
  * transform and the FITS download, checked against the files read with cfitsio.
- * tesserad in-process on port 0 over the demo data and a scratch file (integers with BLANK and scaling, in an
- * extension). */
+ * tesserad in-process on port 0 over the demo data and a scratch file (integers with
+ * BLANK and scaling, in an extension). */
 #include <check.h>
 #include <curl/curl.h>
 #include <fitsio.h>

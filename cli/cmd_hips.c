@@ -362,7 +362,7 @@ static int hips_level_init(hips_level *l, const hips_input *in, int level, const
         return CLI_EXIT_FAIL;
     }
     l->src = (hips_source){ in->cel, in->plane.nx, in->plane.ny, l->kernel, p->nx, p->ny,
-                            level, a->method, a->max_coord_error };
+                            level, a->method, a->max_coord_error, 0.0, 0 };
     return CLI_EXIT_OK;
 }
 

@@ -67,6 +67,8 @@ const route routes[] = {
      handle_histogram, NULL},
     {"dataset.footprint", ROUTE_GET, "/api/v1/datasets/{dataset}/footprint", prepare_dataset,
      handle_footprint, NULL},
+    {"dataset.transform", ROUTE_GET, "/api/v1/datasets/{dataset}/transform", prepare_dataset,
+     handle_transform, NULL},
     {"dataset.fits", ROUTE_GET, "/api/v1/datasets/{dataset}/fits", prepare_dataset,
      handle_fits, NULL},
     {"viewer", ROUTE_GET, "/", NULL, handle_viewer, NULL},

@@ -302,7 +302,7 @@ async function showDatasets() {
     img.className = 'thumb';
     img.alt = `${d.name} preview`;
     img.loading = 'lazy';
-    img.src = `/iiif/3/${enc(iiifId(d, midPlane(d)))}/full/!128,128/0/default.png?stretch=asinh`;
+    img.src = `/iiif/3/${enc(iiifId(d, midPlane(d)))}/full/!128,128/0/default.png?stretch=asinh&cuts=picture`;
     img.onerror = () => { img.alt = 'no preview'; img.classList.add('broken'); };
     const meta = document.createElement('div');
     meta.className = 'meta';
@@ -350,6 +350,35 @@ function fillSelect(sel, items, current) {
     sel.append(o);
   }
   sel.value = current;
+}
+
+// ---- coordinates through the server's full WCS (distortions, plate solutions) ----------------
+const transformCache = new Map();
+const transformTimers = {};
+/** Asks GET /transform for one point of dataset d, `query` being "x=..&y=.." (pixel to sky)
+ * or "lon=..&lat=.." (sky to pixel) with &frame=; calls done([a, b]) with the answer, or
+ * done(null) when the point is off the projection, and done(undefined) when the server has
+ * no such route or fails (the callers then keep the viewer's linear WCS).  Debounced per
+ * `slot`, answers cached. */
+function readTransform(slot, d, query, done) {
+  clearTimeout(transformTimers[slot]);
+  const url = `/api/v1/datasets/${enc(d.name)}/transform?${query}`;
+  if (transformCache.has(url)) { done(transformCache.get(url)); return; }
+  transformTimers[slot] = setTimeout(async () => {
+    if (!(await feature('transform', `/api/v1/datasets/${enc(d.name)}/transform`))) { done(undefined); return; }
+    let v;
+    try {
+      const r = await getJSON(url);
+      const pt = (r.world || r.pixel || [])[0];
+      v = pt && pt[0] !== null && pt[1] !== null ? pt : null;
+    } catch (_) {
+      done(undefined);
+      return;
+    }
+    if (transformCache.size > 2000) transformCache.clear();
+    transformCache.set(url, v);
+    done(v);
+  }, 40);
 }
 
 // ---- values under the cursor (both views) ----------------------------------------------------
@@ -564,25 +593,32 @@ function skyMouseMove(e) {
   let c = null;
   try { c = T.aladin.pix2world(e.x, e.y, 'icrs'); } catch (_) { c = null; }
   const d = findDataset(sky.name);
-  T.cursor = c ? { ra: c[0], dec: c[1] } : null;
+  const cur = c ? { ra: c[0], dec: c[1] } : null;
+  T.cursor = cur;
   const box = $('#sky-cursor');
   if (!c || !d) { box.textContent = 'cursor: outside the sky'; return; }
-  let text = cursorText(c[0], c[1], sky.frame);
-  const inv = makeSky2Pix(d.wcs);
-  const native = d.wcs.frame === 'galactic' ? icrsToGal(c[0], c[1]) : c;
-  const p = inv ? inv(native[0], native[1]) : null;
-  if (p) {
-    const x = Math.round(p[0]), y = Math.round(p[1]);
-    if (x >= 0 && y >= 0 && x < d.shape[0] && y < d.shape[1]) {
-      text += ` · pixel x=${x} y=${y}`;
-      T.cursor.x = x;
-      T.cursor.y = y;
-      box.textContent = text;
-      readValue(d, x, y, sky.plane || 0, (v) => { if (T.cursor && T.cursor.x === x && T.cursor.y === y) box.textContent = v ? `${text} · ${v}` : text; });
-      return;
-    }
-  }
+  const text = cursorText(c[0], c[1], sky.frame);
   box.textContent = text;
+  // The dataset's pixel under the cursor: through the server's full WCS (a plate
+  // solution's polynomial moves horsehead's pixels by arcseconds), the linear WCS of the
+  // summary only where the server has no transform route.
+  const atPixel = (p) => {
+    if (T.cursor !== cur) return;
+    const x = p ? Math.round(p[0]) : -1, y = p ? Math.round(p[1]) : -1;
+    if (!(x >= 0 && y >= 0 && x < d.shape[0] && y < d.shape[1])) { box.textContent = text; return; }
+    const t = `${text} · pixel x=${x} y=${y}`;
+    cur.x = x;
+    cur.y = y;
+    cur.px = p;
+    box.textContent = t;
+    readValue(d, x, y, sky.plane || 0, (v) => { if (T.cursor === cur && cur.x === x && cur.y === y) box.textContent = v ? `${t} · ${v}` : t; });
+  };
+  readTransform('sky', d, `lon=${c[0]}&lat=${c[1]}&frame=icrs`, (p) => {
+    if (p !== undefined) { atPixel(p); return; }
+    const inv = makeSky2Pix(d.wcs);
+    const native = d.wcs.frame === 'galactic' ? icrsToGal(c[0], c[1]) : c;
+    atPixel(inv ? inv(native[0], native[1]) : null);
+  });
 }
 
 function skyPlaneLabel(d) {
@@ -864,22 +900,32 @@ function pixelMouseMove(ev) {
   if (!p) { box.textContent = 'cursor: outside the image'; T.cursor = null; return; }
   const d = findDataset(px.name);
   T.cursor = p;
-  let text = `pixel x=${p.x} y=${p.y}${planeCount(d) > 1 ? ` z=${p.z}` : ''}`;
+  // The parts of the line: the world coordinates come from the server's full WCS (the
+  // linear one of the summary is shown until they arrive, and kept without the route).
+  const parts = { head: `pixel x=${p.x} y=${p.y}${planeCount(d) > 1 ? ` z=${p.z}` : ''}`, world: '', tail: '', value: '' };
+  const show = () => {
+    if (T.cursor === p) box.textContent = [parts.head, parts.world, parts.tail, parts.value].filter((t) => t).join(' · ');
+  };
+  const fr = d.celestial && d.wcs ? (d.wcs.frame === 'galactic' ? 'galactic' : 'icrs') : null;
+  const worldText = (w, frame) => (frame === 'galactic' ? `(galactic) l ${fmt(w[0], 5)}° b ${fmt(w[1], 5)}°`
+    : `(${frame}) α ${fmt(w[0], 5)}° ${sexa(w[0], true)} δ ${fmt(w[1], 5)}° ${sexa(w[1], false)}`);
   const f = d.celestial ? makePix2Sky(d.wcs) : null;
   const w = f ? f(p.x, p.y) : null;
-  if (w) {
-    const fr = d.wcs.frame || 'icrs';
-    text += fr === 'galactic' ? ` · (galactic) l ${fmt(w[0], 5)}° b ${fmt(w[1], 5)}°`
-      : ` · (${fr}) α ${fmt(w[0], 5)}° ${sexa(w[0], true)} δ ${fmt(w[1], 5)}° ${sexa(w[1], false)}`;
-  }
+  if (w) parts.world = worldText(w, d.wcs.frame || 'icrs');
   if (planeCount(d) > 1 && d.wcs && d.wcs.ctype.length > 2) {
     const au = axisUnit(d.wcs.cunit && d.wcs.cunit[2]);
-    text += ` · ${d.wcs.ctype[2]} ${fmt(au.f(linearWorld(d.wcs, 2, p.z)), 3)} ${au.unit}`;
+    parts.tail = `${d.wcs.ctype[2]} ${fmt(au.f(linearWorld(d.wcs, 2, p.z)), 3)} ${au.unit}`;
   }
-  box.textContent = text;
-  readValue(d, p.x, p.y, p.z, (v) => {
-    if (T.cursor === p) box.textContent = v ? `${text} · ${v}` : text;
-  });
+  show();
+  if (fr) {
+    readTransform('px', d, `x=${p.x}&y=${p.y}&frame=${fr}`, (sw) => {
+      if (sw === undefined) return;
+      parts.world = sw ? worldText(sw, fr) : '';
+      if (T.cursor === p) T.cursor.world = sw ? { frame: fr, lon: sw[0], lat: sw[1] } : null;
+      show();
+    });
+  }
+  readValue(d, p.x, p.y, p.z, (v) => { parts.value = v; show(); });
 }
 
 async function openPixels() {

@@ -99,10 +99,16 @@ void handle_reduce(hreq *r, const route_match *m);
  * 99.5 percentiles of the plane's finite pixels;
  * .../footprint?[frame=icrs|galactic][&n=]: the outline of the image on the sky (422
  * without a usable celestial WCS);
+ * .../transform?x=&y=[&frame=] or ?lon=&lat=[&frame=icrs|galactic]: 0-based pixel
+ * positions to sky coordinates in degrees ({"frame", "world": [[lon, lat], ...]}) or the
+ * reverse ({"frame", "pixel": [[x, y], ...]}) through the full WCS (distortions, a DSS
+ * plate solution), comma-separated lists of up to 256 numbers, null off the projection
+ * (422 without a usable celestial WCS, 400 for malformed lists);
  * .../fits: the dataset as a FITS file (attachment). */
 void handle_values(hreq *r, const route_match *m);
 void handle_histogram(hreq *r, const route_match *m);
 void handle_footprint(hreq *r, const route_match *m);
+void handle_transform(hreq *r, const route_match *m);
 void handle_fits(hreq *r, const route_match *m);
 /* The length in bytes of what handle_fits sends of dataset d straight from its file (the
  * primary HDU of an uncompressed FITS file), or -1 when it writes a copy instead. */

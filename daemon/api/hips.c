@@ -250,6 +250,11 @@ static int source_acquire(hreq *r, const hips_job *j, int level, source_hold *h)
     h->src.level = h->view.level;
     h->src.method = j->q.method;
     h->src.max_coord_error = j->q.max_coord_error;
+    if (j->path.format != HIPS_FMT_FITS) {
+        /* Pictures: the display grid (healpix.h), positions within max_coord_error. */
+        h->src.grid_margin = HIPS_PICTURE_MARGIN;
+        h->src.grid_cell_min = HIPS_PICTURE_CELL_MIN;
+    }
     return 0;
 }
 
@@ -320,8 +325,9 @@ static void base_init(base_ctx *b, hreq *r, const hips_job *j, const source_hold
     b->j = j;
     b->h = h;
     b->held = NULL;
-    snprintf(b->key, sizeof(b->key), "hips|base|%s|%s|%ld|%d|%s|%.17g", j->ds->name, version,
-             j->q.plane, h->src.level, rp_method_name(j->q.method), j->q.max_coord_error);
+    snprintf(b->key, sizeof(b->key), "hips|base|%s|%s|%ld|%d|%s|%.17g|%.17g|%ld", j->ds->name,
+             version, j->q.plane, h->src.level, rp_method_name(j->q.method),
+             j->q.max_coord_error, h->src.grid_margin, h->src.grid_cell_min);
 }
 
 static long base_get(void *cls, int64_t npix, const double **data, char *err, size_t errlen)
@@ -583,6 +589,8 @@ void handle_hips(hreq *r, const route_match *m)
         free(j);
         return;
     }
+    if (hp.format != HIPS_FMT_FITS && !hreq_arg(r, "max_coord_error"))
+        j->q.max_coord_error = HIPS_PICTURE_MCE;
     if (hp.plane >= 0) {
         /* A cube's tile or Allsky named by its plane: the name says which plane. */
         if (hreq_arg(r, "plane")) {

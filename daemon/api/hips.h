@@ -39,7 +39,8 @@ int hips_parse_path(const char *rest, hips_path *p, param_error *e);
 /* The query parameters of tiles and Allsky pictures (all optional). */
 typedef struct hips_query {
     rp_method method;        /* nearest, bilinear (default), bicubic, lanczos3 */
-    double max_coord_error;  /* tile pixels, 0..10 (default 0.001) */
+    double max_coord_error;  /* tile pixels, 0..10 (default 0.001; handle_hips makes it
+                                HIPS_PICTURE_MCE for PNG and JPEG when not given) */
     long plane;              /* plane of a cube, 0-based (default 0) */
     render_params render;    /* stretch, min_cut, max_cut, cmap (docs/DESIGN.md) */
 } hips_query;

@@ -104,7 +104,8 @@ static long base_take(tilecache *cache, const char *key, const hips_source *src,
     if (finite >= 0) {
         int64_t f = finite;
         memcpy(body, &f, sizeof(f));
-        t = tile_new_take(body, sizeof(int64_t) + n * sizeof(double), "application/octet-stream");
+        t = tile_new_internal(body, sizeof(int64_t) + n * sizeof(double),
+                              "application/octet-stream");
         body = NULL;
         if (t)
             tilecache_put(cache, full, t);

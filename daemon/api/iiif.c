@@ -42,6 +42,7 @@ typedef struct iiif_job {
     long z;
     iiif_request q;
     render_params render;
+    int cuts_picture;         /* cuts=picture: percentiles of the picture's own values */
     char version[48];         /* of the plane, as in the cache key */
     char rkey[160];           /* canonical rendering parameters, as in the cache key */
 } iiif_job;
@@ -538,7 +539,7 @@ static char *image_link(hreq *r, const char *id, const dataset *d, const iiif_re
     else
         snprintf(size, sizeof size, "%s%ld,%ld", q->ow > q->w || q->oh > q->h ? "^" : "",
                  q->ow, q->oh);
-    static const char *const rkeys[] = {"stretch", "min_cut", "max_cut", "cmap"};
+    static const char *const rkeys[] = {"stretch", "min_cut", "max_cut", "cmap", "cuts"};
     char query[512] = "";
     size_t ql = 0;
     for (size_t i = 0; i < sizeof rkeys / sizeof rkeys[0]; i++) {
@@ -838,17 +839,18 @@ static char *cache_key(const iiif_job *j, const char *version)
 {
     const iiif_request *q = &j->q;
     char *key = NULL;
-    if (asprintf(&key, "iiif|%s|%ld|%s|%ld,%ld,%ld,%ld|%ld,%ld|%s%d|%s|%s|%s", j->ds->name,
+    if (asprintf(&key, "iiif|%s|%ld|%s|%ld,%ld,%ld,%ld|%ld,%ld|%s%d|%s|%s|%s%s", j->ds->name,
                  j->z, version, q->x, q->y, q->w, q->h, q->ow, q->oh, q->mirror ? "!" : "",
                  q->rotation,
                  quality_names[q->quality == IIIF_Q_COLOR ? IIIF_Q_DEFAULT : q->quality],
-                 q->format == IIIF_F_PNG ? "png" : "jpg", j->rkey) < 0)
+                 q->format == IIIF_F_PNG ? "png" : "jpg", j->rkey,
+                 j->cuts_picture ? "|cuts=picture" : "") < 0)
         return NULL;
     return key;
 }
 
-/* Runs on a pool thread: cuts of the whole plane, the reduced level, resampling,
- * rendering, orientation, encoding. */
+/* Runs on a pool thread: cuts of the whole plane (or, with cuts=picture, of the
+ * resampled values), the reduced level, resampling, rendering, orientation, encoding. */
 static void iiif_work(hreq *r)
 {
     iiif_job *j = r->work_arg;
@@ -856,8 +858,9 @@ static void iiif_work(hreq *r)
     const iiif_request *q = &j->q;
     planestore *ps = r->srv->planes;
     char err[256];
-    double lo, hi;
-    int rc = planestore_cuts(ps, d, j->z, &j->render, &lo, &hi, err, sizeof err);
+    double lo = 0.0, hi = 0.0;
+    int rc = j->cuts_picture ? 0 : planestore_cuts(ps, d, j->z, &j->render, &lo, &hi, err,
+                                                   sizeof err);
     if (rc) {
         problem_reply(r, status_of(rc), NULL, "cannot read '%s': %s", d->name, err);
         return;
@@ -902,6 +905,8 @@ static void iiif_work(hreq *r)
     render_params rp = j->render;
     if (q->quality == IIIF_Q_GRAY || q->quality == IIIF_Q_BITONAL)
         rp.cmap = CMAP_GREY;
+    if (rc == 0 && j->cuts_picture)
+        rc = render_resolve_cuts(vals, npix, &rp, &lo, &hi);
     if (rc == 0)
         rc = render_rgba_cuts(vals, q->ow, q->oh, &rp, lo, hi, rgba);
     free(vals);
@@ -946,9 +951,16 @@ static void iiif_work(hreq *r)
 
 void handle_iiif(hreq *r, const route_match *m)
 {
-    static const char *const known[] = {"stretch", "min_cut", "max_cut", "cmap", NULL};
+    static const char *const known[] = {"stretch", "min_cut", "max_cut", "cmap", "cuts", NULL};
     if (hreq_only_args(r, known))
         return;
+    const char *cuts = hreq_arg(r, "cuts");
+    if (cuts && strcmp(cuts, "plane") != 0 && strcmp(cuts, "picture") != 0) {
+        problem_reply(r, 400, "cuts", "cuts must be plane (percentiles of the whole plane, "
+                      "the default) or picture (of the picture's own pixels), got '%.40s'",
+                      cuts);
+        return;
+    }
     iiif_path p;
     if (iiif_path_split(m->rest, &p)) {
         problem_reply(r, 500, NULL, "out of memory");
@@ -1012,6 +1024,7 @@ void handle_iiif(hreq *r, const route_match *m)
     j->ds = d;
     j->z = z;
     j->q = q;
+    j->cuts_picture = cuts && strcmp(cuts, "picture") == 0;
     param_error pe;
     if (params_render(hreq_arg_lookup, r, &j->render, &pe)) {
         problem_reply(r, 400, pe.parameter, "%s", pe.detail);

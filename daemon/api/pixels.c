@@ -1,4 +1,4 @@
-/* GET /api/v1/datasets/{name}/values, /histogram, /footprint and /fits: pixel values, their
+/* GET /api/v1/datasets/{name}/values, /histogram, /footprint, /transform and /fits: pixel values, their
  * distribution, the outline on the sky and the dataset as a FITS file. */
 #include "daemon/api/handlers.h"
 #include "daemon/cache/planes.h"
@@ -364,6 +364,121 @@ void handle_footprint(hreq *r, const route_match *m)
     if (set_key(r, "footprint", d, tail) || hreq_try_cache(r))
         return;
     start_job(r, &j, footprint_work);
+}
+
+/* ---- transform: pixel <-> sky through the full WCS -------------------------------------- */
+
+/* Most points of one transform request. */
+#define TRANSFORM_MAX_POINTS 256
+
+/* Parses `key`, a comma-separated list of finite numbers (at most TRANSFORM_MAX_POINTS),
+ * into v; *n the count.  Returns 0, or -1 with a 400 problem naming `key`. */
+static int number_list(hreq *r, const char *key, double *v, size_t *n)
+{
+    const char *s = hreq_arg(r, key);
+    *n = 0;
+    if (!s || !*s) {
+        problem_reply(r, 400, key, "%s is required: a comma-separated list of numbers", key);
+        return -1;
+    }
+    while (*s) {
+        const char *e = strchr(s, ',');
+        size_t len = e ? (size_t)(e - s) : strlen(s);
+        char item[64];
+        if (*n == TRANSFORM_MAX_POINTS) {
+            problem_reply(r, 400, key, "%s holds more than %d numbers", key, TRANSFORM_MAX_POINTS);
+            return -1;
+        }
+        if (len == 0 || len >= sizeof(item)) {
+            problem_reply(r, 400, key, "%s must be a comma-separated list of numbers", key);
+            return -1;
+        }
+        memcpy(item, s, len);
+        item[len] = '\0';
+        if (param_double(item, -1e300, 1e300, &v[*n])) {
+            problem_reply(r, 400, key, "%s: '%.40s' is not a finite number", key, item);
+            return -1;
+        }
+        (*n)++;
+        s = e ? e + 1 : s + len;
+        if (e && !*s) {
+            problem_reply(r, 400, key, "%s must not end with a comma", key);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+void handle_transform(hreq *r, const route_match *m)
+{
+    const dataset *d = m->ds;
+    static const char *const known[] = {"x", "y", "lon", "lat", "frame", NULL};
+    if (hreq_only_args(r, known))
+        return;
+    if (handler_need_celestial(r, d, "it has no sky coordinates"))
+        return;
+    sky_frame frame = SKY_FRAME_ICRS;
+    const char *fs = hreq_arg(r, "frame");
+    if (fs && strcmp(fs, "galactic") == 0)
+        frame = SKY_FRAME_GALACTIC;
+    else if (fs && strcmp(fs, "icrs") != 0) {
+        problem_reply(r, 400, "frame", "frame must be icrs or galactic, got '%.40s'", fs);
+        return;
+    }
+    int to_sky = hreq_arg(r, "x") || hreq_arg(r, "y");
+    if (to_sky && (hreq_arg(r, "lon") || hreq_arg(r, "lat"))) {
+        problem_reply(r, 400, "lon", "give x and y (pixel to sky) or lon and lat (sky to "
+                      "pixel), not both");
+        return;
+    }
+    double a[TRANSFORM_MAX_POINTS], b[TRANSFORM_MAX_POINTS];
+    double p[TRANSFORM_MAX_POINTS], q[TRANSFORM_MAX_POINTS];
+    size_t na, nb;
+    const char *ka = to_sky ? "x" : "lon", *kb = to_sky ? "y" : "lat";
+    if (number_list(r, ka, a, &na) || number_list(r, kb, b, &nb))
+        return;
+    if (na != nb) {
+        problem_reply(r, 400, kb, "%s holds %zu numbers, %s %zu: give one %s per %s", ka, na, kb,
+                      nb, kb, ka);
+        return;
+    }
+    skywcs *w = skywcs_copy(d->cel);
+    if (!w) {
+        problem_reply(r, 500, NULL, "out of memory");
+        return;
+    }
+    double eq = 0.0;
+    sky_frame native = skywcs_frame(w, &eq);
+    int rc;
+    if (to_sky) {
+        rc = skywcs_pix2sky(w, na, a, b, p, q);
+        if (rc == 0)
+            sky_convert(native, eq, frame, 0.0, na, p, q);
+    } else {
+        memcpy(p, a, sizeof(double) * na);
+        memcpy(q, b, sizeof(double) * na);
+        sky_convert(frame, 0.0, native, eq, na, p, q);
+        double lon[TRANSFORM_MAX_POINTS], lat[TRANSFORM_MAX_POINTS];
+        memcpy(lon, p, sizeof(double) * na);
+        memcpy(lat, q, sizeof(double) * na);
+        rc = skywcs_sky2pix(w, na, lon, lat, p, q);
+    }
+    skywcs_free(w);
+    if (rc == TESS_ENOMEM) {
+        problem_reply(r, 500, NULL, "out of memory");
+        return;
+    }
+    json_t *doc = json_object(), *pts = json_array();
+    for (size_t k = 0; k < na; k++) {
+        json_t *pt = json_array();
+        int ok = rc == 0 && isfinite(p[k]) && isfinite(q[k]);
+        json_array_append_new(pt, ok ? json_real(p[k]) : json_null());
+        json_array_append_new(pt, ok ? json_real(q[k]) : json_null());
+        json_array_append_new(pts, pt);
+    }
+    json_object_set_new(doc, "frame", json_string(sky_frame_name(frame)));
+    json_object_set_new(doc, to_sky ? "world" : "pixel", pts);
+    reply_doc(r, doc);
 }
 
 /* ---- the dataset as a FITS file --------------------------------------------------------- */

@@ -33,7 +33,8 @@ static uint64_t mix64(uint64_t h)
 
 /* ---- tiles ---- */
 
-tile *tile_new_take(unsigned char *data, size_t len, const char *content_type)
+/* A tile owning `data`, with the ETag of its body when `etag`, else "". */
+static tile *tile_make(unsigned char *data, size_t len, const char *content_type, int etag)
 {
     tile *t = malloc(sizeof *t);
     if (!t) {
@@ -43,9 +44,21 @@ tile *tile_new_take(unsigned char *data, size_t len, const char *content_type)
     t->data = data;
     t->len = len;
     snprintf(t->content_type, sizeof t->content_type, "%s", content_type ? content_type : "");
-    snprintf(t->etag, sizeof t->etag, "\"%016" PRIx64 "\"", fnv1a64(data, data ? len : 0));
+    t->etag[0] = '\0';
+    if (etag)
+        snprintf(t->etag, sizeof t->etag, "\"%016" PRIx64 "\"", fnv1a64(data, data ? len : 0));
     atomic_init(&t->refs, 1);
     return t;
+}
+
+tile *tile_new_take(unsigned char *data, size_t len, const char *content_type)
+{
+    return tile_make(data, len, content_type, 1);
+}
+
+tile *tile_new_internal(unsigned char *data, size_t len, const char *content_type)
+{
+    return tile_make(data, len, content_type, 0);
 }
 
 tile *tile_ref(tile *t)

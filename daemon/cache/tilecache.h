@@ -22,6 +22,11 @@ typedef struct tile {
  * by the caller.  Returns NULL on allocation failure (then `data` is freed too). */
 tile *tile_new_take(unsigned char *data, size_t len, const char *content_type);
 
+/* tile_new_take for a body that is cached but never sent (an intermediate, e.g. the
+ * rendered doubles of a HiPS base tile): no hash is computed, etag is "".  Returns NULL
+ * on allocation failure (then `data` is freed too). */
+tile *tile_new_internal(unsigned char *data, size_t len, const char *content_type);
+
 /* Takes one more reference.  Cannot fail. */
 tile *tile_ref(tile *t);
 

@@ -688,6 +688,12 @@ long hips_render_tile(const hips_source *src, int order, int64_t npix, int shift
     skywcs_free(tw);
     if (!m)
         return TESS_EINVAL;
+    if (src->grid_margin > 0.0 &&
+        rp_coordmap_set_grid(m, src->grid_margin, src->grid_cell_min) != 0) {
+        rp_coordmap_free(m);
+        put_err(err, errlen, "invalid coordinate grid (margin, finest cell)");
+        return TESS_EINVAL;
+    }
     double *xo = malloc(sizeof(double) * nr * 3);
     float *eb = malloc(sizeof(float) * nr);
     long rc = 0;

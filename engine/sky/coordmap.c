@@ -32,6 +32,8 @@
 
 struct rp_coordmap {
     skywcs *from, *to;           /* private 2-D celestial copies */
+    double margin;               /* acceptance margin of a cell (CM_SAFETY by default) */
+    long cell_min;               /* finest cell spacing (CM_CELL_MIN by default) */
     sky_frame ffrom, fto;
     double eqfrom, eqto;
     double *lon, *lat, *xr, *yr; /* CM_CHUNK each */
@@ -58,6 +60,8 @@ rp_coordmap *rp_coordmap_new(const skywcs *from, const skywcs *to, char *err, si
         tess_seterr(err, errlen, "out of memory");
         return NULL;
     }
+    m->margin = CM_SAFETY;
+    m->cell_min = CM_CELL_MIN;
     m->ffrom = skywcs_frame(from, &m->eqfrom);
     m->fto = skywcs_frame(to, &m->eqto);
     if (m->ffrom == SKY_FRAME_NONE || m->fto == SKY_FRAME_NONE) {
@@ -82,6 +86,16 @@ rp_coordmap *rp_coordmap_new(const skywcs *from, const skywcs *to, char *err, si
     m->xr = m->lon + 2 * CM_CHUNK;
     m->yr = m->lon + 3 * CM_CHUNK;
     return m;
+}
+
+int rp_coordmap_set_grid(rp_coordmap *m, double margin, long cell_min)
+{
+    if (!m || !isfinite(margin) || margin < 1.0 || cell_min < 2 || cell_min > CM_CELL_TOP ||
+        (cell_min & (cell_min - 1)) != 0)
+        return TESS_EINVAL;
+    m->margin = margin;
+    m->cell_min = cell_min;
+    return 0;
 }
 
 void rp_coordmap_free(rp_coordmap *m)
@@ -146,6 +160,8 @@ typedef struct lattice {
     long ax, by, w, h;
     double fx, fy;
     double bound;
+    double margin;        /* the map's acceptance margin */
+    long cell_min;        /* the map's finest cell */
     double *xo, *yo;
     float *eb;
     float maxeb;          /* largest error bound given to any point */
@@ -257,6 +273,97 @@ static void interp_cell(lattice *L, long s, long cx, long cy, const double *gx,
         L->maxeb = eps;
 }
 
+/* The indices, among a map_cells batch's test points, of cell (i, j)'s centre and bottom,
+ * top, left and right edge midpoints (ncx cells a row; nc centres, nh horizontal edge
+ * midpoints before the vertical ones). */
+typedef struct cell_idx {
+    size_t k[5];
+} cell_idx;
+
+static cell_idx cell_tests(long i, long j, long ncx, size_t nc, size_t nh)
+{
+    cell_idx c = {{(size_t)(j * ncx + i), nc + (size_t)(j * ncx + i),
+                   nc + (size_t)((j + 1) * ncx + i), nc + nh + (size_t)(j * (ncx + 1) + i),
+                   nc + nh + (size_t)(j * (ncx + 1) + i + 1)}};
+    return c;
+}
+
+/* The smallest singular value of the Jacobian d(to)/d(from) estimated from a cell's
+ * corner nodes g[q00], g[q00 + 1], g[q00 + stride] (spacing s), in closed form
+ * (s1^2 + s2^2 = |J|_F^2, s1 s2 = |det J|); 0 when degenerate or not finite. */
+static double jacobian_smin(const double *gx, const double *gy, long q00, long stride, long s)
+{
+    double a = (gx[q00 + 1] - gx[q00]) / (double)s;
+    double b = (gx[q00 + stride] - gx[q00]) / (double)s;
+    double c = (gy[q00 + 1] - gy[q00]) / (double)s;
+    double d = (gy[q00 + stride] - gy[q00]) / (double)s;
+    double ss = a * a + b * b + c * c + d * d, det = fabs(a * d - b * c);
+    double smax = sqrt(0.5 * (ss + sqrt(fmax(ss * ss - 4.0 * det * det, 0.0))));
+    double smin = smax > 0.0 ? det / smax : 0.0;
+    return isfinite(smin) && smin > 0.0 ? smin : 0.0;
+}
+
+/* A finest cell that failed the cubic check (its stencil reaches across a seam or a kink
+ * of the mapping, e.g. the meridian in the middle of a HEALPix polar face) may still be
+ * smooth within itself: bilinear interpolation between its own 4 corner nodes (corner
+ * (0, 0) at g[q00], row stride `stride`), tested at the same 5 points as the cubic
+ * (the centre and edge midpoints, where the bilinear error of a smooth mapping peaks)
+ * with the same criterion.  Returns the largest error measured (`to` pixels), or -1
+ * when the cell fails. */
+static double bilinear_check(const lattice *L, long s, const double *gx, const double *gy,
+                             long q00, long stride, const double *ex, const double *ey,
+                             cell_idx idx)
+{
+    const long c[4] = {q00, q00 + 1, q00 + stride, q00 + stride + 1};
+    for (int k = 0; k < 4; k++)
+        if (!isfinite(gx[c[k]]) || !isfinite(gy[c[k]]))
+            return -1.0;
+    double smin = jacobian_smin(gx, gy, q00, stride, s);
+    if (!(smin > 0.0))
+        return -1.0;
+    double scale = smin < 1.0 ? smin : 1.0;
+    /* (u, v) of the test points: centre, bottom, top, left, right. */
+    static const double tu[5] = {0.5, 0.5, 0.5, 0.0, 1.0}, tv[5] = {0.5, 0.0, 1.0, 0.5, 0.5};
+    double worst = 0.0;
+    for (int p = 0; p < 5; p++) {
+        double u = tu[p], v = tv[p];
+        double w00 = (1 - u) * (1 - v), w10 = u * (1 - v), w01 = (1 - u) * v, w11 = u * v;
+        double xi = w00 * gx[c[0]] + w10 * gx[c[1]] + w01 * gx[c[2]] + w11 * gx[c[3]];
+        double yi = w00 * gy[c[0]] + w10 * gy[c[1]] + w01 * gy[c[2]] + w11 * gy[c[3]];
+        double e = hypot(xi - ex[idx.k[p]], yi - ey[idx.k[p]]);
+        if (!isfinite(e))
+            return -1.0;
+        worst = e > worst ? e : worst;
+    }
+    return worst / scale * L->margin <= L->bound ? worst : -1.0;
+}
+
+/* Fills the lattice points of cell (cx, cy) of spacing s (clipped to the lattice) by
+ * bilinear interpolation of its corner nodes (corner (0, 0) at g[0], row stride
+ * `stride`), with error bound `eps`.  Cannot fail. */
+static void interp_bilinear(lattice *L, long s, long cx, long cy, const double *gx,
+                            const double *gy, long stride, float eps)
+{
+    long a0 = cx * s, a1 = a0 + s, b0 = cy * s, b1 = b0 + s;
+    long la0 = a0 > L->ax ? a0 : L->ax, la1 = a1 < L->ax + L->w ? a1 : L->ax + L->w;
+    long lb0 = b0 > L->by ? b0 : L->by, lb1 = b1 < L->by + L->h ? b1 : L->by + L->h;
+    for (long b = lb0; b < lb1; b++) {
+        double v = (double)(b - b0) / (double)s;
+        double x0 = (1 - v) * gx[0] + v * gx[stride], x1 = (1 - v) * gx[1] + v * gx[stride + 1];
+        double y0 = (1 - v) * gy[0] + v * gy[stride], y1 = (1 - v) * gy[1] + v * gy[stride + 1];
+        size_t o = (size_t)(b - L->by) * (size_t)L->w + (size_t)(la0 - L->ax);
+        for (long a = la0; a < la1; a++, o++) {
+            double u = (double)(a - a0) / (double)s;
+            L->xo[o] = x0 + u * (x1 - x0);
+            L->yo[o] = y0 + u * (y1 - y0);
+            if (L->eb)
+                L->eb[o] = eps;
+        }
+    }
+    if (lb1 > lb0 && la1 > la0 && eps > L->maxeb)
+        L->maxeb = eps;
+}
+
 /* Maps the lattice points of cells [cx0, cx1] x [cy0, cy1] (inclusive, spacing s):
  * exact transforms at the cells' nodes and test points; a cell is interpolated when its
  * 16 nodes are valid and, at its centre and edge midpoints (where the interpolation
@@ -330,35 +437,21 @@ static int map_cells(rp_coordmap *m, lattice *L, long s, long cx0, long cx1, lon
                 }
             double worst = 0.0;
             if (good) {
-                /* Local Jacobian d(to)/d(from) from the cell's corner nodes, and its
-                 * smallest singular value in closed form: s1^2 + s2^2 = |J|_F^2,
-                 * s1 s2 = |det J|. */
-                long q00 = q0 + nnx + 1;
-                double a = (gx[q00 + 1] - gx[q00]) / (double)s;
-                double b = (gx[q00 + nnx] - gx[q00]) / (double)s;
-                double c = (gy[q00 + 1] - gy[q00]) / (double)s;
-                double d = (gy[q00 + nnx] - gy[q00]) / (double)s;
-                double ss = a * a + b * b + c * c + d * d, det = fabs(a * d - b * c);
-                double smax = sqrt(0.5 * (ss + sqrt(fmax(ss * ss - 4.0 * det * det, 0.0))));
-                double smin = smax > 0.0 ? det / smax : 0.0;
-                good = smin > 0.0 && isfinite(smin);
+                /* The local Jacobian's smallest singular value, from the corners. */
+                double smin = jacobian_smin(gx, gy, q0 + nnx + 1, nnx, s);
+                good = smin > 0.0;
                 double scale = good && smin < 1.0 ? smin : 1.0;
-                size_t idx[5] = {
-                    (size_t)(j * ncx + i),                            /* centre */
-                    nc + (size_t)(j * ncx + i),                       /* bottom edge */
-                    nc + (size_t)((j + 1) * ncx + i),                 /* top edge */
-                    nc + nh + (size_t)(j * (ncx + 1) + i),            /* left edge */
-                    nc + nh + (size_t)(j * (ncx + 1) + i + 1) };      /* right edge */
+                cell_idx idx = cell_tests(i, j, ncx, nc, nh);
                 for (int p = 0; p < 5 && good; p++) {
                     double xi = eval16(gx + q0, nnx, wxs[p], wys[p]);
                     double yi = eval16(gy + q0, nnx, wxs[p], wys[p]);
-                    double e = hypot(xi - ex[idx[p]], yi - ey[idx[p]]);
+                    double e = hypot(xi - ex[idx.k[p]], yi - ey[idx.k[p]]);
                     if (!isfinite(e))
                         good = 0;
                     else if (e > worst)
                         worst = e;
                 }
-                good = good && worst / scale * CM_SAFETY <= L->bound;
+                good = good && worst / scale * L->margin <= L->bound;
             }
             if (good) {
                 interp_cell(L, s, cx, cy, gx + q0, gy + q0, nnx, (const double (*)[4])wt,
@@ -368,10 +461,15 @@ static int map_cells(rp_coordmap *m, lattice *L, long s, long cx0, long cx1, lon
             long a0 = cx * s, a1 = a0 + s, b0 = cy * s, b1 = b0 + s;
             long la0 = a0 > L->ax ? a0 : L->ax, la1 = a1 < L->ax + L->w ? a1 : L->ax + L->w;
             long lb0 = b0 > L->by ? b0 : L->by, lb1 = b1 < L->by + L->h ? b1 : L->by + L->h;
-            if (s / 2 >= CM_CELL_MIN) {
+            if (s / 2 >= L->cell_min) {
                 long t = s / 2;
                 rc = map_cells(m, L, t, floordiv(la0, t), floordiv(la1 - 1, t),
                                floordiv(lb0, t), floordiv(lb1 - 1, t));
+            } else if (L->margin < CM_SAFETY &&
+                       (worst = bilinear_check(L, s, gx, gy, q0 + nnx + 1, nnx, ex, ey,
+                                               cell_tests(i, j, ncx, nc, nh))) >= 0.0) {
+                interp_bilinear(L, s, cx, cy, gx + q0 + nnx + 1, gy + q0 + nnx + 1, nnx,
+                                (float)(CM_EPS_FACTOR * worst + CM_EPS_FLOOR));
             } else {
                 rc = exact_rect(m, L, la0, la1, lb0, lb1);
             }
@@ -401,6 +499,8 @@ static int lattice_run(rp_coordmap *m, double x0, double y0, long w, long h, dou
     L.w = w;
     L.h = h;
     L.bound = max_err;
+    L.margin = m->margin;
+    L.cell_min = m->cell_min;
     L.xo = xo;
     L.yo = yo;
     L.eb = err_bound;

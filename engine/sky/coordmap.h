@@ -46,6 +46,20 @@ void rp_coordmap_free(rp_coordmap *m);
 int rp_coordmap_lattice(rp_coordmap *m, double x0, double y0, long w, long h, double max_err,
                         double *xo, double *yo, float *err_bound);
 
+/* Sets the acceptance of the approximate grid of `m` (default: margin 10^4, finest cell
+ * 16 pixels, as described at rp_coordmap_lattice).  A cell is interpolated when the
+ * largest error measured at its test points, times `margin` (>= 1), is within max_err;
+ * failing cells are split down to `cell_min` pixels (a power of two, 2..128).  With a
+ * margin below the default, a failing finest cell is also tried by bilinear
+ * interpolation between its own 4 corner nodes (same test points, same criterion)
+ * before it is transformed point by point: that keeps the cells next to a kink of the
+ * mapping (the meridian in the middle of a HEALPix polar face, whose cubic stencils
+ * reach across it) interpolated.  Meant for pictures (PNG and JPEG tiles), where a
+ * position error of 0.01 pixel is invisible: with margin 8 (CM_EPS_FACTOR) the per-point
+ * bound reported is within max_err.  Returns 0, or TESS_EINVAL (NULL m, margin < 1 or
+ * not finite, cell_min not a power of two in range). */
+int rp_coordmap_set_grid(rp_coordmap *m, double margin, long cell_min);
+
 /* rp_coordmap_lattice with one error bound for the whole lattice instead of one per
  * point: *max_bound receives the largest of the per-point bounds (0 when every point
  * was transformed exactly), saving the per-point array where a caller only needs to

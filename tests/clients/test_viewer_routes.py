@@ -101,6 +101,65 @@ class TestViewerRoutes(unittest.TestCase):
         np.testing.assert_allclose(got[:, 0], g.l.deg, atol=1e-8)
         np.testing.assert_allclose(got[:, 1], g.b.deg, atol=1e-8)
 
+    def test_transform_is_astropys_all_pix2world(self):
+        """The cursor readout's coordinates: the full WCS, horsehead's DSS plate solution
+        included, both ways; within 1 mas of astropy and 1e-4 pixel back."""
+        _, hdr = demo_data("HorseHead.fits")
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", FITSFixedWarning)
+            w = WCS(hdr)
+        x = np.array([0.0, 100.25, 445.0, 700.5, 890.0])
+        y = np.array([0.0, 800.75, 446.0, 20.5, 892.0])
+        q = ",".join(repr(float(v)) for v in x), ",".join(repr(float(v)) for v in y)
+        doc = self.get_json(f"/api/v1/datasets/horsehead/transform?x={q[0]}&y={q[1]}")
+        self.assertEqual(doc["frame"], "icrs")
+        got = np.array(doc["world"], dtype=np.float64)
+        lon, lat = w.all_pix2world(x, y, 0)
+        c = SkyCoord(lon * u.deg, lat * u.deg, frame=w.wcs.radesys.lower() or "icrs",
+                     equinox=f"J{w.wcs.equinox}" if w.wcs.equinox == w.wcs.equinox else None)
+        sep = SkyCoord(got[:, 0] * u.deg, got[:, 1] * u.deg, frame="icrs").separation(c.icrs)
+        self.assertLess(sep.arcsec.max(), 1e-3)
+        # The linear part alone (what the viewer computed from the summary's CRPIX, CRVAL
+        # and CD) is arcseconds off: the plate solution's polynomial matters here.
+        summ = self.get_json("/api/v1/datasets/horsehead")["wcs"]
+        lin = WCS(naxis=2)
+        lin.wcs.ctype = summ["ctype"]
+        lin.wcs.crval = summ["crval"]
+        lin.wcs.crpix = summ["crpix"]  # FITS 1-based, as in the header
+        lin.wcs.cd = summ["cd"]
+        lin_lon, lin_lat = lin.wcs_pix2world(x, y, 0)
+        off = SkyCoord(lin_lon * u.deg, lin_lat * u.deg).separation(c.icrs).arcsec
+        self.assertGreater(off.max(), 1.0)
+        # Sky to pixel: back to the positions asked, in ICRS and in galactic coordinates.
+        back = self.get_json("/api/v1/datasets/horsehead/transform?lon=%s&lat=%s" % (
+            ",".join(repr(float(v)) for v in got[:, 0]),
+            ",".join(repr(float(v)) for v in got[:, 1])))
+        np.testing.assert_allclose(np.array(back["pixel"])[:, 0], x, atol=1e-4)
+        np.testing.assert_allclose(np.array(back["pixel"])[:, 1], y, atol=1e-4)
+        g = c.galactic
+        back = self.get_json("/api/v1/datasets/horsehead/transform?frame=galactic&lon=%s&lat=%s" % (
+            ",".join(repr(float(v)) for v in g.l.deg), ",".join(repr(float(v)) for v in g.b.deg)))
+        self.assertEqual(back["frame"], "galactic")
+        np.testing.assert_allclose(np.array(back["pixel"])[:, 0], x, atol=1e-4)
+        np.testing.assert_allclose(np.array(back["pixel"])[:, 1], y, atol=1e-4)
+        # A galactic map, and a point off the all-sky projection (null).
+        _, hdr = demo_data("allsky_rosat.fits")
+        w = WCS(hdr)
+        doc = self.get_json("/api/v1/datasets/allsky_rosat/transform?x=0,240,100.5&y=0,120,60.25&frame=galactic")
+        self.assertEqual(doc["world"][0], [None, None])
+        lon, lat = w.all_pix2world([240, 100.5], [120, 60.25], 0)
+        got = np.array(doc["world"][1:], dtype=np.float64)
+        np.testing.assert_allclose(got[:, 0], lon % 360, atol=1e-9)
+        np.testing.assert_allclose(got[:, 1], lat, atol=1e-9)
+        for bad, param in (("x=1,&y=2", "x"), ("x=1,2&y=2", "y"), ("x=a&y=2", "x"),
+                           ("lon=1", "lat"), ("x=1&y=2&lon=3&lat=4", "lon"),
+                           ("x=1&y=1&frame=fk4", "frame")):
+            status, _, body = self.s.get(f"/api/v1/datasets/horsehead/transform?{bad}")
+            self.assertEqual(status, 400, bad)
+            self.assertEqual(json.loads(body)["parameter"], param, bad)
+        status, _, _ = self.s.get("/api/v1/datasets/m13/transform?x=1&y=1")
+        self.assertEqual(status, 422)
+
     def test_fits_download_reads_in_astropy(self):
         status, headers, body = self.s.get("/api/v1/datasets/l1448_13co/fits")
         self.assertEqual(status, 200)

@@ -1,7 +1,7 @@
-/* HTTP tests of the pixel routes (daemon/api/pixels.c): values, histogram, footprint and
- * the FITS download, checked against the files read with cfitsio.  tesserad in-process on
- * port 0 over the demo data and a scratch file (integers with BLANK and scaling, in an
- * extension). */
+/* HTTP tests of the pixel routes (daemon/api/pixels.c): values, histogram, footprint,
+ * transform and the FITS download, checked against the files read with cfitsio.
+ * tesserad in-process on port 0 over the demo data and a scratch file (integers with
+ * BLANK and scaling, in an extension). */
 #include <check.h>
 #include <curl/curl.h>
 #include <fitsio.h>
@@ -300,6 +300,89 @@ START_TEST(footprint_follows_the_edges)
 }
 END_TEST
 
+/* The transform route: pixel positions to ICRS through the full WCS (as the footprint's
+ * corners above), back to the same pixels, nulls off an all-sky projection, list limits
+ * (astropy's all_pix2world: tests/clients/test_viewer_routes.py). */
+START_TEST(transform_both_ways)
+{
+    char p[600];
+    long nx, ny;
+    char *cards = NULL;
+    int nkeys = 0, f32 = 0;
+    free(tt_read_image(demo("HorseHead.fits", p, sizeof(p)), 1, &nx, &ny, &cards, &nkeys, &f32));
+    skywcs *w = tt_parse_wcs(cards, nkeys);
+    free(cards);
+    skywcs *cel = skywcs_celestial(w);
+    double px[3] = {0.0, 100.25, 700.5}, py[3] = {0.0, 800.75, 20.5}, lon[3], lat[3];
+    ck_assert_int_eq(skywcs_pix2sky(cel, 3, px, py, lon, lat), 0);
+    double eq = 0;
+    sky_convert(skywcs_frame(cel, &eq), eq, SKY_FRAME_ICRS, 0.0, 3, lon, lat);
+    json_t *o = get_json("/api/v1/datasets/horsehead/transform?x=0,100.25,700.5&y=0,800.75,20.5");
+    ck_assert_str_eq(json_string_value(json_object_get(o, "frame")), "icrs");
+    json_t *pts = json_object_get(o, "world");
+    ck_assert_uint_eq(json_array_size(pts), 3);
+    char q[1024];
+    int n = snprintf(q, sizeof q, "/api/v1/datasets/horsehead/transform?lon=");
+    for (int k = 0; k < 3; k++) {
+        json_t *pt = json_array_get(pts, (size_t)k);
+        ck_assert_double_eq_tol(json_number_value(json_array_get(pt, 0)), lon[k], 1e-9);
+        ck_assert_double_eq_tol(json_number_value(json_array_get(pt, 1)), lat[k], 1e-9);
+        n += snprintf(q + n, sizeof q - (size_t)n, "%s%.17g", k ? "," : "", lon[k]);
+    }
+    n += snprintf(q + n, sizeof q - (size_t)n, "&lat=");
+    for (int k = 0; k < 3; k++)
+        n += snprintf(q + n, sizeof q - (size_t)n, "%s%.17g", k ? "," : "", lat[k]);
+    json_decref(o);
+    o = get_json(q);
+    pts = json_object_get(o, "pixel");
+    for (int k = 0; k < 3; k++) {
+        json_t *pt = json_array_get(pts, (size_t)k);
+        ck_assert_double_eq_tol(json_number_value(json_array_get(pt, 0)), px[k], 1e-6);
+        ck_assert_double_eq_tol(json_number_value(json_array_get(pt, 1)), py[k], 1e-6);
+    }
+    json_decref(o);
+    skywcs_free(cel);
+    skywcs_free(w);
+    /* The corner of the AIT map is off the projection; its centre is (0, 0) galactic. */
+    o = get_json("/api/v1/datasets/allsky_rosat/transform?x=0,239.5&y=0,119.5&frame=galactic");
+    pts = json_object_get(o, "world");
+    ck_assert(json_is_null(json_array_get(json_array_get(pts, 0), 0)));
+    json_t *centre = json_array_get(pts, 1);
+    double l = json_number_value(json_array_get(centre, 0));
+    ck_assert_double_eq_tol(fmod(l + 180.0, 360.0) - 180.0, 0.0, 1e-9);
+    ck_assert_double_eq_tol(json_number_value(json_array_get(centre, 1)), 0.0, 1e-9);
+    json_decref(o);
+    /* 256 numbers a list at most. */
+    size_t cap = 8 * 260 + 128;
+    char *big = malloc(cap);
+    for (int lim = 256; lim <= 257; lim++) {
+        int m = snprintf(big, cap, "/api/v1/datasets/horsehead/transform?x=");
+        for (int k = 0; k < lim; k++)
+            m += snprintf(big + m, cap - (size_t)m, "%s%d", k ? "," : "", k);
+        m += snprintf(big + m, cap - (size_t)m, "&y=");
+        for (int k = 0; k < lim; k++)
+            m += snprintf(big + m, cap - (size_t)m, "%s%d", k ? "," : "", k);
+        if (lim == 256) {
+            o = get_json(big);
+            ck_assert_uint_eq(json_array_size(json_object_get(o, "world")), 256);
+            json_decref(o);
+        } else {
+            expect_problem(big, 400, "x");
+        }
+    }
+    free(big);
+    expect_problem("/api/v1/datasets/horsehead/transform?x=1,&y=2", 400, "x");
+    expect_problem("/api/v1/datasets/horsehead/transform?x=1,,2&y=2", 400, "x");
+    expect_problem("/api/v1/datasets/horsehead/transform?x=1,2&y=2", 400, "y");
+    expect_problem("/api/v1/datasets/horsehead/transform?x=nan&y=2", 400, "x");
+    expect_problem("/api/v1/datasets/horsehead/transform?lon=1", 400, "lat");
+    expect_problem("/api/v1/datasets/horsehead/transform?frame=icrs", 400, "lon");
+    expect_problem("/api/v1/datasets/horsehead/transform?x=1&y=2&lat=3", 400, "lon");
+    expect_problem("/api/v1/datasets/horsehead/transform?x=1&y=2&frame=fk5", 400, "frame");
+    expect_problem("/api/v1/datasets/m13/transform?x=1&y=2", 422, "dataset");
+}
+END_TEST
+
 /* Reads plane z of HDU 1 of an in-memory FITS file with cfitsio: its values, and NAXISn. */
 static double *mem_plane(const tt_resp *r, long z, long *naxes, int *naxis)
 {
@@ -438,6 +521,7 @@ int main(void)
     tcase_add_test(tc, values_refuse_bad_input);
     tcase_add_test(tc, histogram_counts_every_finite_pixel);
     tcase_add_test(tc, footprint_follows_the_edges);
+    tcase_add_test(tc, transform_both_ways);
     tcase_add_test(tc, fits_download);
     tcase_add_test(tc, hips_order0_and_allsky_agree_in_any_order);
     suite_add_tcase(s, tc);

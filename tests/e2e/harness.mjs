@@ -130,9 +130,9 @@ export async function pageMessages(page) {
 
 /** Mean and standard deviation of the luminance of a PNG screenshot's pixels (decoded in
  * the page, so no image library is needed in node). */
-export async function imageStats(page, png) {
+export async function imageStats(page, png, { opaqueOnly = false } = {}) {
   const b64 = png.toString('base64');
-  return page.evaluate(async (data) => {
+  return page.evaluate(async ([data, opaque]) => {
     const img = new Image();
     img.src = `data:image/png;base64,${data}`;
     await img.decode();
@@ -145,13 +145,14 @@ export async function imageStats(page, png) {
     let s = 0, s2 = 0, n = 0;
     const levels = new Set();
     for (let i = 0; i < d.length; i += 4) {
+      if (opaque && d[i + 3] === 0) continue; // transparent (blank) pixels left out
       const y = 0.299 * d[i] + 0.587 * d[i + 1] + 0.114 * d[i + 2];
       s += y; s2 += y * y; n++;
       if (levels.size < 256) levels.add(Math.round(y));
     }
     const mean = s / n;
-    return { mean, std: Math.sqrt(Math.max(0, s2 / n - mean * mean)), levels: levels.size, w: c.width, h: c.height };
-  }, b64);
+    return { mean, std: Math.sqrt(Math.max(0, s2 / n - mean * mean)), levels: levels.size, w: c.width, h: c.height, n };
+  }, [b64, opaqueOnly]);
 }
 
 export function hasChromium() {

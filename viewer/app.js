@@ -66,6 +66,9 @@ window.fetch = function hipsFetch(input, init) {
     if (rec) { rec.t1 = performance.now(); rec.status = resp.status; }
     if (resp.status >= 500) failure('sky-tiles', `the server could not make HiPS tiles of '${name}' (${resp.status} ${resp.statusText})`, true);
     else if (tile && resp.ok) clearMessage('sky-tiles');
+    // Aladin Lite sets a layer's options again as its survey loads, which put the
+    // opacity back to 1: the slider's value is applied again with each of its tiles.
+    if (tile && resp.ok && name === sky.layer && !sky.blink) layerOpacity();
     if (!(rest === 'properties' && zm)) return resp;
     return resp.text().then((text) => {
       const lines = text.split('\n').filter((l) => !/^\s*(hips_cube_\w+|creator_did|dataproduct_type)\s*=/.test(l));
@@ -664,7 +667,8 @@ async function setLayer(name, opacity) {
   if (sky.layer !== cur) {
     const props = parseProperties(await getText(`/hips/${enc(cur)}/properties`));
     if (props.hips_frame === 'galactic') galacticSurveys.add(cur);
-    T.aladin.setOverlayImageLayer(A.imageHiPS(`${location.origin}/hips/${enc(cur)}`, { name: cur, imgFormat: 'png' }), 'layer');
+    T.aladin.setOverlayImageLayer(A.imageHiPS(`${location.origin}/hips/${enc(cur)}`,
+      { name: cur, imgFormat: 'png', opacity: parseFloat($('#sky-opacity').value) }), 'layer');
     sky.layer = cur;
   }
   layerOpacity();

@@ -739,6 +739,25 @@ export const tests = [
       await noMessages(page, 'layer');
       void h;
       await context.close();
+      // A link with a layer, opened in a fresh page, shows it at its opacity (Aladin put
+      // it back to 1 as the layer's survey loaded, until the slider was moved): the
+      // picture at opacity=0.3 lies between those at 0 and 1.
+      const means = {};
+      for (const o of ['0', '0.3', '1']) {
+        const f = await newPage(browser, server.base);
+        await f.page.goto(`${server.base}/#/sky/gc_2mass_k?layer=gc_msx_e&opacity=${o}`);
+        await f.page.waitForSelector('#aladin canvas');
+        await until(20000, 'gc_msx_e tiles', () => f.rec.responses.some((r) => /\/hips\/gc_msx_e\/Norder/.test(r.url) && r.status === 200));
+        await settle(f.rec, hipsTile, 1000, 30000);
+        await f.page.uncheck('#sky-footprint');
+        await f.page.waitForTimeout(600);
+        check((await f.page.inputValue('#sky-opacity')) === o, `the slider does not say ${o}`);
+        means[o] = (await shotStats(f.page, '#aladin')).mean;
+        await f.context.close();
+      }
+      const lo = Math.min(means['0'], means['1']), hi = Math.max(means['0'], means['1']);
+      check(hi - lo > 2 && means['0.3'] > lo + 0.1 * (hi - lo) && means['0.3'] < hi - 0.1 * (hi - lo),
+        `opacity from the link: mean ${JSON.stringify(means)}`);
     },
   },
   {

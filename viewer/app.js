@@ -935,6 +935,10 @@ function pixelMouseMove(ev) {
 async function openPixels() {
   const d = findDataset(px.name);
   const osd = ensureOsd();
+  // The spectrum's plane line and the picked value belong to the xy view: drawn again
+  // (or left out) for the axis now shown.
+  if (T.plot) T.plot.redraw(false);
+  pickText();
   const problem = cutProblem(px.min, px.max);
   $('#px-min').classList.toggle('invalid', !cutLevel(px.min) || !!problem && /^min/.test(problem));
   $('#px-max').classList.toggle('invalid', !cutLevel(px.max) || !!problem && /^max/.test(problem));
@@ -1339,7 +1343,10 @@ async function loadSeries() {
     hooks: {
       draw: [(u) => {
         // The plane shown in the picture (read at each draw, so it follows the plane).
-        if (px.axis !== 'xy') return;
+        if (px.axis !== 'xy') {
+          u.root.dataset.marker = '';
+          return;
+        }
         const i = planes.indexOf(px.z);
         if (i < 0) return;
         const cx = u.valToPos(xs[i], 'x', true);

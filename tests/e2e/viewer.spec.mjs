@@ -643,6 +643,10 @@ export const tests = [
       const ax = await page.$eval('#px-axes', (c) => ({ ticks: Number(c.dataset.ticks), labels: c.dataset.labels }));
       check(ax.ticks >= 6 && ax.labels.includes('x [pixel]') && ax.labels.includes('km/s'), `xz axes ${JSON.stringify(ax)}`);
       await shot(page, 'pixels_xz_axes.png');
+      // The xy view's plane line and picked value are gone from the cut's view.
+      await until(3000, 'no plane line on the xz cut', async () => (await marker()) === '');
+      const pick = await page.textContent('#px-pick');
+      check(!/value at plane/.test(pick), `the xz cut still says '${pick}'`);
       await noMessages(page, 'spectrum');
       await context.close();
     },

@@ -57,6 +57,10 @@ window.fetch = function hipsFetch(input, init) {
   if (tag) {
     real = url.replace(`/@${tag}/`, '/');
     if (zm) real = real.replace(/\/(Npix\d+|Allsky)\.(\w+)$/, `/$1_${zm[1]}.$2`);
+    // Fixed levels (tag "f{n}"): every plane's pictures with the same cut levels.
+    if (/f\d+/.test(tag) && sky.cuts && /(Npix\d+|Allsky)(_\d+)?\.(png|jpg)$/.test(real)) {
+      real += `?min_cut=${sky.cuts.lo}&max_cut=${sky.cuts.hi}`;
+    }
   }
   const req = typeof input === 'string' || input instanceof URL ? real : new Request(real, input);
   const tile = /Npix\d+/.test(rest);
@@ -424,7 +428,7 @@ function worldText(raIcrs, decIcrs, frame) {
 
 // ---- sky view (Aladin Lite) ------------------------------------------------------------------
 let A = null;
-let sky = { name: null, overlay: null, frame: 'icrs', plane: null, depth: 0, gen: 0, layer: null, blink: null, props: null };
+let sky = { name: null, overlay: null, frame: 'icrs', plane: null, depth: 0, gen: 0, layer: null, blink: null, props: null, cuts: null };
 
 async function loadAladin() {
   if (A) return A;
@@ -464,6 +468,7 @@ function cursorText(raIcrs, decIcrs, frame) {
 function surveyUrl(name, plane) {
   let tag = '';
   if (plane !== null && plane !== undefined) tag += `z${plane}`;
+  if (plane !== null && plane !== undefined && sky.cuts) tag += `f${sky.cuts.n}`;
   if (sky.gen) tag += `g${sky.gen}`;
   return `${location.origin}/hips/${enc(name)}${tag ? `/@${tag}` : ''}`;
 }
@@ -479,6 +484,7 @@ function skyParams() {
     p.proj = T.aladin.getProjectionName();
   }
   if (sky.plane !== null) p.plane = sky.plane;
+  if (sky.plane !== null && sky.cuts) { p.min = sky.cuts.lo; p.max = sky.cuts.hi; }
   if (sky.layer) { p.layer = sky.layer; p.opacity = $('#sky-opacity').value; }
   return p;
 }
@@ -527,6 +533,17 @@ async function showSky(name, params) {
       : !newName && sky.plane !== null ? sky.plane : Number.isInteger(first) ? first : Math.floor(sky.depth / 2))
     : null;
   $('#sky-plane-row').hidden = sky.plane === null;
+  const qlo = parseFloat(params.get('min')), qhi = parseFloat(params.get('max'));
+  const wantCuts = sky.plane !== null && Number.isFinite(qlo) && Number.isFinite(qhi) && qlo < qhi
+    ? { lo: qlo, hi: qhi } : null;
+  if (newName || params.has('min') || !wantCuts) {
+    const same = sky.cuts && wantCuts && sky.cuts.lo === wantCuts.lo && sky.cuts.hi === wantCuts.hi;
+    if (!same) {
+      if (sky.cuts || wantCuts) sky.urlPlane = undefined;   /* the survey changes */
+      sky.cuts = wantCuts ? { ...wantCuts, n: (sky.cuts ? sky.cuts.n : 0) + 1 } : null;
+    }
+  }
+  $('#sky-fixcuts').checked = !!sky.cuts;
   if (sky.plane !== null) {
     $('#sky-plane').max = String(sky.depth - 1);
     $('#sky-plane').value = String(sky.plane);
@@ -748,6 +765,28 @@ $('#sky-footprint').addEventListener('change', () => {
   if (d) drawFootprint(d);
 });
 $('#sky-plane').addEventListener('input', (e) => setSkyPlane(parseInt(e.target.value, 10)));
+/** Fixed levels in the sky view of a cube: the shown plane's 0.5% and 99.5% levels (the
+ * server's histogram) for the pictures of every plane. */
+$('#sky-fixcuts').addEventListener('change', async (e) => {
+  const d = findDataset(sky.name);
+  if (!d || sky.plane === null || !T.aladin) return;
+  let cuts = null;
+  if (e.target.checked) {
+    const h = await histogram(d, sky.plane).catch(() => null);
+    const lo = cutValue('0.5%', h), hi = cutValue('99.5%', h);
+    if (lo === null || hi === null || !(lo < hi)) {
+      showMessage('Fixed cut levels need the server\'s histogram of the plane.', 'error', 'sky-cuts');
+      e.target.checked = false;
+      return;
+    }
+    cuts = { lo: Number(lo.toPrecision(6)), hi: Number(hi.toPrecision(6)), n: (sky.cuts ? sky.cuts.n : 0) + 1 };
+  }
+  clearMessage('sky-cuts');
+  sky.cuts = cuts;
+  T.aladin.setImageSurvey(A.imageHiPS(surveyUrl(sky.name, sky.plane), { name: sky.name, imgFormat: 'png' }));
+  sky.urlPlane = sky.plane;
+  recordSky();
+});
 $('#sky-prev').addEventListener('click', () => setSkyPlane(sky.plane - 1));
 $('#sky-next').addEventListener('click', () => setSkyPlane(sky.plane + 1));
 $('#sky-layer').addEventListener('change', (e) => {

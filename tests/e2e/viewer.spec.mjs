@@ -683,7 +683,28 @@ export const tests = [
       await until(20000, 'a tile of plane 30', () => o.rec.responses.some((r) => /Npix\d+_30\.png/.test(r.url) && r.status === 200));
       await until(5000, 'plane 30 in the URL', async () => (await o.page.evaluate(() => location.hash)).includes('plane=30'));
       await shot(o.page, 'sky_cube_plane30.png');
+      // Fixed levels: plane 26's (the emission) for every plane; the noise of plane 52,
+      // as bright as the emission with its own levels, is then dark.
+      await o.page.locator('#sky-plane').fill('26');
+      await until(20000, 'a tile of plane 26', () => o.rec.responses.some((r) => /Npix\d+_26\.png$/.test(r.url) && r.status === 200));
+      await o.page.check('#sky-fixcuts');
+      await until(20000, 'a tile with fixed levels', () => o.rec.responses.some((r) => /Npix\d+_26\.png\?min_cut=[-0-9.e]+&max_cut=[-0-9.e]+$/.test(r.url) && r.status === 200));
+      const h = await (await fetch(`${server.base}/api/v1/datasets/l1448_13co/histogram?plane=26&bins=128`)).json();
+      const hash = await until(5000, 'the levels in the URL', async () => {
+        const x = await o.page.evaluate(() => location.hash);
+        return /[?&]min=/.test(x) && /[?&]max=/.test(x) ? x : null;
+      });
+      const lo = Number(new URLSearchParams(hash.split('?')[1]).get('min'));
+      check(Math.abs(lo - h.percentiles['0.5']) <= 1e-5 * Math.max(1, Math.abs(lo)), `fixed min ${lo}, plane 26's 0.5% is ${h.percentiles['0.5']}`);
+      await o.page.locator('#sky-plane').fill('52');
+      await until(20000, 'plane 52 with fixed levels', () => o.rec.responses.some((r) => /Npix\d+_52\.png\?min_cut=/.test(r.url) && r.status === 200));
       await o.context.close();
+      const own = await openSky(browser, server, '#/sky/l1448_13co?plane=52');
+      const fixed = await openSky(browser, server, `#/sky/l1448_13co${hash.slice(hash.indexOf('?')).replace(/plane=\d+/, 'plane=52')}`);
+      check(await fixed.page.isChecked('#sky-fixcuts'), 'the link did not keep the fixed levels');
+      check(fixed.stats.mean < own.stats.mean - 5, `plane 52: own levels ${JSON.stringify(own.stats)}, fixed ${JSON.stringify(fixed.stats)}`);
+      await own.context.close();
+      await fixed.context.close();
     },
   },
   {

@@ -1,7 +1,7 @@
 // Tessera viewer: datasets, sky (Aladin Lite on /hips), pixels (OpenSeadragon on /iiif and
 // slices, uPlot for the values along z), jobs (mosaics).  The view lives in the URL hash:
 //   #/datasets
-//   #/sky/{name}?frame=icrs|galactic&ra=&dec=&fov=&proj=&plane=&layer=&opacity=
+//   #/sky/{name}?frame=icrs|galactic&ra=&dec=&fov=&proj=&plane=&min=&max=&layer=&opacity=
 //   #/pixels/{name}?z=&axis=xy|xz|yz&stretch=&min=&max=&cmap=&fixed=1&x=&y=&zoom=&cx=&cy=
 //   #/jobs?job={id}
 // so that a copied link reopens the same view.  Every failure becomes one message on the

@@ -199,14 +199,16 @@ static json_t *row_json(const jobstore_job *j)
     const char *id = j->id, *state = j->state;
     long long done = j->done, total = j->total;
     json_t *o = json_object();
-    json_object_set_new(o, "id", json_string(id));
-    json_object_set_new(o, "type", json_string(j->type));
-    json_object_set_new(o, "state", json_string(state));
+    int bad = 0;   /* a member not set (memory): the document is not given out short */
+    bad |= json_object_set_new(o, "id", json_string(id)) != 0;
+    bad |= json_object_set_new(o, "type", json_string(j->type)) != 0;
+    bad |= json_object_set_new(o, "state", json_string(state)) != 0;
     json_t *pr = json_object();
-    json_object_set_new(pr, "done", json_integer(done));
-    json_object_set_new(pr, "total", json_integer(total));
-    json_object_set_new(pr, "fraction", json_real(total > 0 ? (double)done / (double)total : 0.0));
-    json_object_set_new(o, "progress", pr);
+    bad |= json_object_set_new(pr, "done", json_integer(done)) != 0;
+    bad |= json_object_set_new(pr, "total", json_integer(total)) != 0;
+    bad |= json_object_set_new(pr, "fraction",
+                               json_real(total > 0 ? (double)done / (double)total : 0.0)) != 0;
+    bad |= json_object_set_new(o, "progress", pr) != 0;
     /* ETA from the rate of this run (blocks done since the process took the job up). */
     json_t *eta = json_null();
     if (strcmp(state, "running") == 0 && !isnan(j->run_t0)) {
@@ -218,34 +220,38 @@ static json_t *row_json(const jobstore_job *j)
             eta = json_real((double)(total - done) / rate);
         }
     }
-    json_object_set_new(o, "eta_s", eta);
+    bad |= json_object_set_new(o, "eta_s", eta) != 0;
     static const char *const tnames[] = {"created", "started", "finished"};
     const double times[3] = {j->created, j->started, j->finished};
     for (int k = 0; k < 3; k++) {
         if (isnan(times[k])) {
-            json_object_set_new(o, tnames[k], json_null());
+            bad |= json_object_set_new(o, tnames[k], json_null()) != 0;
         } else {
             char iso[40];
             iso_time(times[k], iso, sizeof(iso));
-            json_object_set_new(o, tnames[k], json_string(iso));
+            bad |= json_object_set_new(o, tnames[k], json_string(iso)) != 0;
         }
     }
     for (int k = 0; k < 2; k++) {
         const char *txt = k == 0 ? j->error : j->result;
         json_t *v = txt ? json_loads(txt, 0, NULL) : NULL;
-        json_object_set_new(o, k == 0 ? "error" : "result", v ? v : json_null());
+        bad |= json_object_set_new(o, k == 0 ? "error" : "result", v ? v : json_null()) != 0;
     }
     json_t *links = json_object();
     char buf[64];
     snprintf(buf, sizeof(buf), "/api/v1/jobs/%s", id);
-    json_object_set_new(links, "self", json_string(buf));
+    bad |= json_object_set_new(links, "self", json_string(buf)) != 0;
     if (strcmp(state, "succeeded") == 0) {
         snprintf(buf, sizeof(buf), "/api/v1/jobs/%s/result", id);
-        json_object_set_new(links, "result", json_string(buf));
+        bad |= json_object_set_new(links, "result", json_string(buf)) != 0;
     }
-    json_object_set_new(o, "links", links);
+    bad |= json_object_set_new(o, "links", links) != 0;
     json_t *b = j->body ? json_loads(j->body, 0, NULL) : NULL;
-    json_object_set_new(o, "request", b ? b : json_null());
+    bad |= json_object_set_new(o, "request", b ? b : json_null()) != 0;
+    if (bad) {
+        json_decref(o);
+        return NULL;
+    }
     return o;
 }
 
@@ -260,6 +266,8 @@ static json_t *job_json_rc_locked(jobs *J, const char *id, int *rc)
         return NULL;
     json_t *o = row_json(&j);
     jobstore_job_clear(&j);
+    if (!o && rc)
+        *rc = TESS_ENOMEM;
     return o;
 }
 

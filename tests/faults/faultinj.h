@@ -18,7 +18,9 @@
  * the library that the product cannot avoid, and it would hide every point after it.
  * Calls made inside glob(3) are not counted either: glibc 2.36's glob frees a block twice
  * when one of its allocations fails; nor those inside jansson's json_dumps, which returns a
- * document with an object key missing when an allocation fails while it writes the key;
+ * document with an object key missing when an allocation fails while it writes the key,
+ * or inside its loaders (json_loads, json_loadb, json_loadfd), whose lexer drops a
+ * character when its buffer cannot grow and then aborts (jansson 2.14 load.c:442);
  * nor, in a thread, those made before its start routine runs (ASan's set-up of the thread
  * aborts when one fails).  With TESSERA_FAULT_TRACE set in the environment, the
  * first failing call of each run prints its stack (sanitizer builds). 

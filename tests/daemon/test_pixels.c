@@ -249,24 +249,35 @@ START_TEST(histogram_counts_every_finite_pixel)
 }
 END_TEST
 
+/* The ICRS positions (degrees) of n pixel positions (0-based) of HorseHead.fits through
+ * its full WCS (the DSS plate solution included), read by the test's own cfitsio and
+ * wcslib calls. */
+static void horsehead_icrs(size_t n, const double *px, const double *py, double *lon,
+                           double *lat)
+{
+    char p[600];
+    long w0, h0;
+    char *cards = NULL;
+    int nkeys = 0, f32 = 0;
+    free(tt_read_image(demo("HorseHead.fits", p, sizeof(p)), 1, &w0, &h0, &cards, &nkeys, &f32));
+    skywcs *w = tt_parse_wcs(cards, nkeys);
+    free(cards);
+    skywcs *cel = skywcs_celestial(w);
+    ck_assert_int_eq(skywcs_pix2sky(cel, n, px, py, lon, lat), 0);
+    double eq = 0;
+    sky_convert(skywcs_frame(cel, &eq), eq, SKY_FRAME_ICRS, 0.0, n, lon, lat);
+    skywcs_free(cel);
+    skywcs_free(w);
+}
+
 /* The corners of the footprint are the image's outer pixel corners through the full WCS
  * (the horsehead's DSS plate solution included). */
 START_TEST(footprint_follows_the_edges)
 {
-    char p[600];
-    long nx, ny;
-    char *cards = NULL;
-    int nkeys = 0, f32 = 0;
-    free(tt_read_image(demo("HorseHead.fits", p, sizeof(p)), 1, &nx, &ny, &cards, &nkeys, &f32));
-    skywcs *w = tt_parse_wcs(cards, nkeys);
-    free(cards);
-    skywcs *cel = skywcs_celestial(w);
+    const long nx = 891, ny = 893;   /* HorseHead.fits's NAXIS1, NAXIS2 */
     double px[4] = {-0.5, nx - 0.5, nx - 0.5, -0.5}, py[4] = {-0.5, -0.5, ny - 0.5, ny - 0.5};
     double lon[4], lat[4];
-    ck_assert_int_eq(skywcs_pix2sky(cel, 4, px, py, lon, lat), 0);
-    double eq = 0;
-    sky_frame fr = skywcs_frame(cel, &eq);
-    sky_convert(fr, eq, SKY_FRAME_ICRS, 0.0, 4, lon, lat);
+    horsehead_icrs(4, px, py, lon, lat);
     json_t *o = get_json("/api/v1/datasets/horsehead/footprint?n=4");
     ck_assert_str_eq(json_string_value(json_object_get(o, "frame")), "icrs");
     json_t *poly = json_object_get(o, "polygon");
@@ -291,8 +302,6 @@ START_TEST(footprint_follows_the_edges)
     o = get_json("/api/v1/datasets/gc_msx_e/footprint");
     ck_assert_uint_eq(json_array_size(json_object_get(o, "polygon")), 64);
     json_decref(o);
-    skywcs_free(cel);
-    skywcs_free(w);
     expect_problem("/api/v1/datasets/m13/footprint", 422, "dataset");
     expect_problem("/api/v1/datasets/scaled/footprint", 422, "dataset");
     expect_problem("/api/v1/datasets/horsehead/footprint?frame=fk4", 400, "frame");
@@ -305,18 +314,8 @@ END_TEST
  * (astropy's all_pix2world: tests/clients/test_viewer_routes.py). */
 START_TEST(transform_both_ways)
 {
-    char p[600];
-    long nx, ny;
-    char *cards = NULL;
-    int nkeys = 0, f32 = 0;
-    free(tt_read_image(demo("HorseHead.fits", p, sizeof(p)), 1, &nx, &ny, &cards, &nkeys, &f32));
-    skywcs *w = tt_parse_wcs(cards, nkeys);
-    free(cards);
-    skywcs *cel = skywcs_celestial(w);
     double px[3] = {0.0, 100.25, 700.5}, py[3] = {0.0, 800.75, 20.5}, lon[3], lat[3];
-    ck_assert_int_eq(skywcs_pix2sky(cel, 3, px, py, lon, lat), 0);
-    double eq = 0;
-    sky_convert(skywcs_frame(cel, &eq), eq, SKY_FRAME_ICRS, 0.0, 3, lon, lat);
+    horsehead_icrs(3, px, py, lon, lat);
     json_t *o = get_json("/api/v1/datasets/horsehead/transform?x=0,100.25,700.5&y=0,800.75,20.5");
     ck_assert_str_eq(json_string_value(json_object_get(o, "frame")), "icrs");
     json_t *pts = json_object_get(o, "world");
@@ -341,8 +340,6 @@ START_TEST(transform_both_ways)
         ck_assert_double_eq_tol(json_number_value(json_array_get(pt, 1)), py[k], 1e-6);
     }
     json_decref(o);
-    skywcs_free(cel);
-    skywcs_free(w);
     /* The corner of the AIT map is off the projection; its centre is (0, 0) galactic. */
     o = get_json("/api/v1/datasets/allsky_rosat/transform?x=0,239.5&y=0,119.5&frame=galactic");
     pts = json_object_get(o, "world");

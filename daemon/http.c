@@ -539,8 +539,7 @@ int hreq_run_async(hreq *r, void (*work)(hreq *r), void *arg, void (*arg_free)(v
         pthread_mutex_unlock(&sp->flight_lock);
     }
     pthread_mutex_lock(&sp->pool_lock);
-    int rc = sp->pub.workers ? pool_submit_cancellable(sp->pub.workers,
-                                                       r->bulk ? POOL_BULK : POOL_INTERACTIVE,
+    int rc = sp->pub.workers ? pool_submit_cancellable(sp->pub.workers, hreq_priority(r),
                                                        run_task, drop_task, r, &r->cancel)
                              : TESS_EAGAIN;
     pthread_mutex_unlock(&sp->pool_lock);
@@ -554,10 +553,14 @@ int hreq_run_async(hreq *r, void (*work)(hreq *r), void *arg, void (*arg_free)(v
     return 0;
 }
 
-int hreq_mark_bulk(hreq *r, long long values)
+void hreq_mark_bulk(hreq *r, long long values)
 {
     if (values > HREQ_BULK_VALUES)
         r->bulk = 1;
+}
+
+pool_priority hreq_priority(const hreq *r)
+{
     return r->bulk ? POOL_BULK : POOL_INTERACTIVE;
 }
 

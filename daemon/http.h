@@ -171,9 +171,11 @@ int hreq_run_async(hreq *r, void (*work)(hreq *r), void *arg, void (*arg_free)(v
 
 /* Work of more than HREQ_BULK_VALUES values (output pixels, or values read for a
  * reduction) runs at POOL_BULK: a few large requests then cannot hold every worker while
- * tiles wait.  Marks r so (before hreq_run_async) when `values` is over the bound, and
- * returns the priority its work should give the engine's loops (pool_for and the like). */
+ * tiles wait.  hreq_mark_bulk marks r so (before hreq_run_async) when `values` is over
+ * the bound; hreq_priority is the pool priority of r's work (POOL_BULK or
+ * POOL_INTERACTIVE), for its task and for the engine loops it runs (pool_for ...). */
 #define HREQ_BULK_VALUES (1LL << 22)
-int hreq_mark_bulk(hreq *r, long long values);
+void hreq_mark_bulk(hreq *r, long long values);
+pool_priority hreq_priority(const hreq *r);
 
 #endif

@@ -247,7 +247,7 @@ static void cutout_work(hreq *r)
     o.method = j->p.method;
     o.max_coord_error = j->p.max_coord_error;
     o.workers = r->srv->workers;
-    o.priority = r->bulk ? POOL_BULK : POOL_INTERACTIVE;
+    o.priority = hreq_priority(r);
     o.cancel = &r->cancel;
     long finite = rp_reproject(d->cel, &in, j->target, &out, NULL, &o, err, sizeof(err));
     planestore_release(r->srv->planes, &v);

@@ -319,37 +319,120 @@ int fitswrite_close(fitswrite *w, char *err, size_t errlen)
     return status ? TESS_EIO : 0;
 }
 
+/* The header of `im` as cfitsio writes it, with NAXISn as given: cfitsio builds the header
+ * of the same image with every axis of length 1 in memory (a data unit it would otherwise
+ * fill with zeros on close, block by block: 4 GB of writes for a 4 GB cube), then the
+ * NAXISn cards are set to the real lengths.  *hdr (malloc'd) holds *len bytes, whole
+ * blocks, CHECKSUM and DATASUM with their placeholder values. */
+static int image_header(const fitswrite_image *im, unsigned char **hdr, size_t *len,
+                        char *err, size_t errlen)
+{
+    *hdr = NULL;
+    *len = 0;
+    fitswrite_image one = *im;
+    for (int i = 0; i < im->naxis && i < FITSIMG_MAXDIM; i++)
+        one.naxes[i] = 1;
+    fitswrite *w = NULL;
+    int rc = fitswrite_new_mem(0, &w);
+    if (rc) {
+        tess_seterr(err, errlen, "out of memory");
+        return rc;
+    }
+    rc = fitswrite_image_hdu(w, &one, NULL, err, errlen);
+    int status = 0;
+    LONGLONG headstart = 0, ds = 0, de = 0;
+    if (!rc && (fits_flush_file(w->f, &status) ||
+                fits_get_hduaddrll(w->f, &headstart, &ds, &de, &status))) {
+        set_err(err, errlen, "cannot write the header of", w, status);
+        rc = fits_rc(status);
+    }
+    if (!rc && (ds <= 0 || ds % FITSCARD_BLOCK != 0 || (unsigned long long)ds > w->memsize)) {
+        tess_seterr(err, errlen, "cannot write the header: cfitsio put the data at byte %lld",
+                    (long long)ds);
+        rc = TESS_EIO;
+    }
+    if (!rc && !(*hdr = malloc((size_t)ds))) {
+        tess_seterr(err, errlen, "out of memory");
+        rc = TESS_ENOMEM;
+    }
+    if (!rc) {
+        memcpy(*hdr, w->mem, (size_t)ds);
+        *len = (size_t)ds;
+    }
+    fitswrite_close(w, NULL, 0);
+    for (size_t c = 0; !rc && c + FITSCARD_LEN <= *len; c += FITSCARD_LEN) {
+        char *card = (char *)*hdr + c;
+        if (memcmp(card, "NAXIS", 5) != 0 || card[5] < '1' || card[5] > '9' || card[6] != ' ')
+            continue;
+        int n = card[5] - '0';
+        if (n > im->naxis)
+            continue;
+        char key[8], comment[32], fresh[FITSCARD_LEN + 1];
+        snprintf(key, sizeof key, "NAXIS%d", n);
+        snprintf(comment, sizeof comment, "length of data axis %d", n);
+        if (fitscard_int(fresh, key, im->naxes[n - 1], comment) != 0) {
+            tess_seterr(err, errlen, "cannot write %s = %ld", key, im->naxes[n - 1]);
+            rc = TESS_EINVAL;
+        } else {
+            memcpy(card, fresh, FITSCARD_LEN);
+        }
+    }
+    if (rc) {
+        free(*hdr);
+        *hdr = NULL;
+        *len = 0;
+    }
+    return rc;
+}
+
 int fitswrite_file(const char *path, const fitswrite_image *im, long long *datastart,
                    char *err, size_t errlen)
 {
     *datastart = 0;
-    fitswrite *w = NULL;
-    int rc = fitswrite_new_file(path, &w, err, errlen);
+    char why[256] = "";
+    size_t nbytes = 0;
+    if (im->naxis < 1 || im->naxis > FITSIMG_MAXDIM ||
+        fitscard_check_image(im->bitpix, im->naxis, im->naxes, FITSIMG_MAXDIM, -1, 0, &nbytes,
+                             why, sizeof why) != 0) {
+        tess_seterr(err, errlen, "not an image shape: BITPIX %d, NAXIS %d%s%s", im->bitpix,
+                    im->naxis, why[0] ? ": " : "", why);
+        return TESS_EINVAL;
+    }
+    unsigned char *hdr = NULL;
+    size_t hlen = 0;
+    int rc = image_header(im, &hdr, &hlen, err, errlen);
     if (rc)
         return rc;
-    rc = fitswrite_image_hdu(w, im, NULL, err, errlen);
-    char cerr[256];
-    int crc = fitswrite_close(w, cerr, sizeof cerr);
-    if (!rc && crc) {
-        tess_seterr(err, errlen, "%s", cerr);
-        rc = crc;
+    /* Whole blocks of data (FITS 4.0, section 3.3.2), left as a hole: zeros once read. */
+    long long size = (long long)hlen + (long long)((nbytes + FITSCARD_BLOCK - 1) /
+                                                   FITSCARD_BLOCK) * FITSCARD_BLOCK;
+    if (unlink(path) != 0 && errno != ENOENT) {
+        tess_seterr(err, errlen, "cannot replace %s: %s", path, strerror(errno));
+        free(hdr);
+        return TESS_EIO;
+    }
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    int bad = fd < 0 || tess_write_all(fd, hdr, hlen) != 0 || ftruncate(fd, (off_t)size) != 0;
+    int saved = errno;
+    if (fd >= 0 && close(fd) != 0 && !bad) {
+        bad = 1;
+        saved = errno;
+    }
+    free(hdr);
+    if (bad) {
+        tess_seterr(err, errlen, "cannot create %s: %s", path, strerror(saved));
+        unlink(path);
+        return TESS_EIO;
     }
     long long ds = 0;
-    if (!rc)
-        rc = fitsimg_data_offset(path, 0, &ds, err, errlen);
+    rc = fitsimg_data_offset(path, 0, &ds, err, errlen);
+    if (!rc && ds != (long long)hlen) {
+        tess_seterr(err, errlen, "%s: the data start at byte %lld, not %zu", path, ds, hlen);
+        rc = TESS_EIO;
+    }
     if (rc) {
         unlink(path);
         return rc;
-    }
-    size_t nbytes = 0;   /* within TESS_SIZE_MAX: fitswrite_image_hdu checked the shape */
-    (void)fitscard_check_image(im->bitpix, im->naxis, im->naxes, FITSIMG_MAXDIM, -1, 0, &nbytes,
-                               NULL, 0);
-    long long size = ds + (long long)((nbytes + FITSCARD_BLOCK - 1) / FITSCARD_BLOCK) *
-                     FITSCARD_BLOCK;
-    if (truncate(path, (off_t)size) != 0) {
-        tess_seterr(err, errlen, "cannot size %s: %s", path, strerror(errno));
-        unlink(path);
-        return TESS_EIO;
     }
     *datastart = ds;
     return 0;

@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "tests/testutil.h"
@@ -569,6 +570,52 @@ START_TEST(test_file_round_trip)
 }
 END_TEST
 
+/* A large image made by fitswrite_file: the data unit is a hole (nothing written, so a
+ * 1.6 GB cube costs no writes; cfitsio alone fills it with zeros block by block), its
+ * NAXISn are the real lengths, and its values read back as zeros. */
+START_TEST(test_file_large_data_unit_unwritten)
+{
+    char dir[256], path[512];
+    tt_tmpdir_make(dir, sizeof dir, "fitscard");
+    snprintf(path, sizeof path, "%s/cube.fits", dir);
+    fitswrite_image im = { .bitpix = -32, .naxis = 3, .naxes = { 2000, 2000, 100 } };
+    long long ds = -1;
+    char err[256] = "";
+    ck_assert_msg(fitswrite_file(path, &im, &ds, err, sizeof err) == 0, "%s", err);
+    ck_assert_int_eq(ds, 2880);
+    struct stat st;
+    ck_assert_int_eq(stat(path, &st), 0);
+    long long want = 2880 + (2000LL * 2000 * 100 * 4 + 2879) / 2880 * 2880;
+    ck_assert_int_eq((long long)st.st_size, want);
+    ck_assert_msg((long long)st.st_blocks * 512 < (1LL << 20),
+                  "%lld bytes allocated for an unwritten data unit",
+                  (long long)st.st_blocks * 512);
+    fitsimg_info info;
+    ck_assert_msg(fitsimg_read_info(path, 0, &info, err, sizeof err) == 0, "%s", err);
+    ck_assert_int_eq(info.bitpix, -32);
+    ck_assert_int_eq(info.naxes[0], 2000);
+    ck_assert_int_eq(info.naxes[1], 2000);
+    ck_assert_int_eq(info.naxes[2], 100);
+    char v[80];
+    ck_assert_int_eq(fitscard_get(info.header, info.nkeys, "NAXIS3", v, sizeof v), 1);
+    ck_assert_str_eq(v, "100");
+    fitsimg_info_release(&info);
+    FILE *f = fopen(path, "rb");
+    ck_assert_ptr_nonnull(f);
+    unsigned char b[4] = {1, 1, 1, 1};
+    ck_assert_int_eq(fseeko(f, (off_t)(want - 4), SEEK_SET), 0);
+    ck_assert_int_eq(fread(b, 1, 4, f), 4);
+    fclose(f);
+    ck_assert_int_eq(b[0] | b[1] | b[2] | b[3], 0);
+    /* a shape the reader's rule refuses is refused before any file is made */
+    fitswrite_image bad = { .bitpix = -32, .naxis = 2, .naxes = { 0, 5 } };
+    ck_assert_int_eq(fitswrite_file(path, &bad, &ds, err, sizeof err), TESS_EINVAL);
+    ck_assert_ptr_nonnull(strstr(err, "not an image shape"));
+    const char *names[] = { "cube.fits" };
+    ck_assert_int_eq(tt_tmpdir_remove(dir, names, 1), 0);
+}
+END_TEST
+
 /* A FITS file in memory with a binary table after the image, read back by cfitsio's
  * own reader through fitsimg. */
 START_TEST(test_memory_file_with_table)
@@ -643,6 +690,7 @@ int main(void)
     tcase_add_test(tc, test_parse_refusals);
     tcase_add_test(tc, test_encode);
     tcase_add_test(tc, test_file_round_trip);
+    tcase_add_test(tc, test_file_large_data_unit_unwritten);
     tcase_add_test(tc, test_memory_file_with_table);
     suite_add_tcase(s, tc);
     return tt_run_suite(s);

@@ -33,8 +33,9 @@ static void on_sigbus(int sig, siginfo_t *si, void *uctx)
         if (s == 0 || n == 0 || a < s || a - s >= n)
             continue;
         void *page = (void *)(a & page_mask);
-        if (mmap(page, ~page_mask + 1, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1,
-                 0) == MAP_FAILED)
+        /* writable: a write through a guarded mapping (wmap.h) retries on it too */
+        if (mmap(page, ~page_mask + 1, PROT_READ | PROT_WRITE,
+                 MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0) == MAP_FAILED)
             break;
         __atomic_store_n(&slots[i].faulted, 1, __ATOMIC_RELEASE);
         __atomic_add_fetch(&nfaults, 1, __ATOMIC_RELAXED);

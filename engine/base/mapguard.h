@@ -1,4 +1,4 @@
-/* Mapped-file guard: turns SIGBUS on a truncated memory-mapped file into a read error. */
+/* Mapped-file guard: turns SIGBUS on a truncated memory-mapped file into a read or write error. */
 #ifndef TESSERA_IMAGEIO_MAPGUARD_H
 #define TESSERA_IMAGEIO_MAPGUARD_H
 
@@ -10,10 +10,11 @@
  * table of the mappings registered here and a SIGBUS handler (installed on the first
  * registration, chained to the handler in place before it).  On a fault inside a
  * registered mapping the handler maps zero-filled anonymous pages over the faulting
- * page (so the read goes on, seeing zeros), marks the mapping as faulted and returns;
- * the reader must then check mapguard_faulted() after its read and discard what it
- * read.  A fault anywhere else goes to the previous handler (by default: the process
- * dies with SIGBUS, as without the guard).  The table holds MAPGUARD_SLOTS mappings;
+ * page (so the read goes on, seeing zeros, or the write, into memory of its own), marks
+ * the mapping as faulted and returns; the reader must then check mapguard_faulted()
+ * after its read and discard what it read, a writer treat its writes as lost.  A fault
+ * anywhere else goes to the previous handler (by default: the process dies with
+ * SIGBUS, as without the guard).  The table holds MAPGUARD_SLOTS mappings;
  * past that, mappings are not guarded (mapguard_add returns -1).
  * Slots are process-wide and thread-safe; the handler is async-signal-safe but for its
  * mmap(2) call, a plain system call on Linux. */

@@ -12,6 +12,7 @@
 
 #include "engine/base/error.h"
 #include "engine/base/fileio.h"
+#include "engine/base/wmap.h"
 #include "tests/testutil.h"
 
 static char dir[256];
@@ -201,6 +202,58 @@ START_TEST(test_file_id_sees_replacements)
 }
 END_TEST
 
+/* A window written through tess_wmap lands at its offset in the file, bytes outside it
+ * untouched; a window past the end of the file is refused; a page made after the file was
+ * cut short is an error naming the file, and a write that hits SIGBUS on a page cut off
+ * after it was made makes tess_wmap_close fail (mapguard), the process going on. */
+START_TEST(test_wmap_writes_in_place)
+{
+    char p[PATH_MAX], err[256] = "";
+    long ps = sysconf(_SC_PAGESIZE);
+    size_t n = (size_t)ps * 5;
+    write_file("f", 'a', n);
+    in_dir("f", p, sizeof p);
+    tess_wmap m;
+    /* bytes 100 .. 100 + 3 pages + 7: an unaligned start and end */
+    size_t off = 100, len = (size_t)ps * 3 + 7;
+    ck_assert_int_eq(tess_wmap_open(p, (off_t)off, len, 1, &m, err, sizeof err), 0);
+    for (size_t i = 0; i < len; i++)
+        m.p[i] = (unsigned char)('0' + i % 10);
+    ck_assert_int_eq(tess_wmap_close(&m, err, sizeof err), 0);
+    ck_assert_int_eq(tess_wmap_close(&m, err, sizeof err), 0);   /* closed: a no-op */
+    FILE *f = fopen(p, "rb");
+    ck_assert_ptr_nonnull(f);
+    unsigned char *b = malloc(n);
+    ck_assert_uint_eq(fread(b, 1, n, f), n);
+    fclose(f);
+    for (size_t i = 0; i < n; i++) {
+        int want = i >= off && i < off + len ? '0' + (int)((i - off) % 10) : 'a';
+        ck_assert_msg(b[i] == want, "byte %zu: %d, want %d", i, b[i], want);
+    }
+    free(b);
+
+    ck_assert_int_eq(tess_wmap_open(p, (off_t)n - 10, 11, 1, &m, err, sizeof err), TESS_EIO);
+    ck_assert_msg(strstr(err, "it holds") && strstr(err, p), "%s", err);
+    ck_assert_ptr_null(m.base);
+    ck_assert_int_eq(tess_wmap_open(in_dir("none", p, sizeof p), 0, 1, 1, &m, err, sizeof err),
+                     TESS_EIO);
+
+    /* made lazily, then the file is cut to one page: making the rest fails */
+    in_dir("f", p, sizeof p);
+    ck_assert_int_eq(tess_wmap_open(p, 0, n, 0, &m, err, sizeof err), 0);
+    ck_assert_int_eq(tess_wmap_prepare(&m, 0, (size_t)ps, err, sizeof err), 0);
+    ck_assert_int_eq(truncate(p, ps), 0);
+    ck_assert_int_eq(tess_wmap_prepare(&m, (size_t)ps * 2, (size_t)ps, err, sizeof err),
+                     TESS_EIO);
+    ck_assert_msg(strstr(err, "cut short") && strstr(err, p), "%s", err);
+    /* a write past the new end gets SIGBUS, absorbed: the close says the file lost it */
+    m.p[(size_t)ps * 3] = 'x';
+    m.p[0] = 'y';
+    ck_assert_int_eq(tess_wmap_close(&m, err, sizeof err), TESS_EIO);
+    ck_assert_msg(strstr(err, "could not be written"), "%s", err);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("fileio");
@@ -210,6 +263,7 @@ int main(void)
     tcase_add_test(tc, test_open_refuses_other_nodes);
     tcase_add_test(tc, test_fd_name_follows_the_descriptor);
     tcase_add_test(tc, test_file_id_sees_replacements);
+    tcase_add_test(tc, test_wmap_writes_in_place);
     suite_add_tcase(s, tc);
     return tt_run_suite(s);
 }

@@ -386,11 +386,11 @@ void jobc_transpose_cost(const dataset *d, long out_bytes_per_value, int direct,
     double band_px = (double)jobc_lmin(rows, d->ny) * (double)d->nx;
     memset(c, 0, sizeof *c);
     c->state_bytes = 4.0 * npix;
-    c->block_bytes = band_px * (nz * (es + band_extra) + (double)g * es);
+    c->block_bytes = band_px * nz * (es + band_extra);
     snprintf(c->what, sizeof c->what, "a band of %ld rows of %ld series of %ld values",
              jobc_lmin(rows, d->ny), d->nx, d->nz);
     if (!direct) {
-        double group = npix * ((double)g * es + (double)CUBE_TILE * es + 8.0);
+        double group = npix * ((double)CUBE_TILE * es + 8.0);
         if (group > c->block_bytes) {
             c->block_bytes = group;
             snprintf(c->what, sizeof c->what, "a group of %ld planes of %ld x %ld pixels", g,

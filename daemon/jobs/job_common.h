@@ -144,8 +144,8 @@ void jobc_plan_stages(const cube_transpose *t, job_plan *out);
 
 /* What a transpose of d (cube_transpose_init with out_bytes_per_value) needs, into *c:
  * state = its permutation (4 bytes a pixel); block = the larger of a group's buffers
- * (unless `direct`: g planes of the store's values, CUBE_TILE staging rows, one plane of
- * doubles) and a band's (its series and a group's values of its pixels) plus
+ * (unless `direct`: CUBE_TILE planes of the store's values and one plane of doubles; its
+ * values go straight into the mapped staging file) and a band's (its series) plus
  * `band_extra` bytes per value of the band; work = the staging file unless `direct`.
  * The caller adds its product.  Cannot fail. */
 void jobc_transpose_cost(const dataset *d, long out_bytes_per_value, int direct,

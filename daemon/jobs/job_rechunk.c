@@ -3,6 +3,7 @@
 #include "daemon/jobs/job_common.h"
 
 #include "engine/base/error.h"
+#include "engine/base/wmap.h"
 #include "engine/cube/transpose.h"
 #include "engine/image/chunkstore.h"
 #include "engine/image/stack.h"
@@ -13,8 +14,8 @@
 #include <string.h>
 #include <unistd.h>
 
-/* Rechunk: a band of CUBE_TILE rows across all planes up to this size is gathered in
- * memory straight from the planes (cube_transpose_rows), with no staging file (see below). */
+/* Rechunk: a band of CUBE_TILE rows across all planes up to this size is gathered
+ * straight from the planes (cube_transpose_rows) into its place in the store (see below). */
 #define RECHUNK_BAND_BYTES (256L << 20)
 
 static long band_bytes_limit = RECHUNK_BAND_BYTES;   /* job_stack_set_band_bytes */
@@ -24,16 +25,17 @@ void job_stack_set_band_bytes(long bytes)
     band_bytes_limit = bytes > 0 ? bytes : RECHUNK_BAND_BYTES;
 }
 
-/* Rechunk in one stage when a band of CUBE_TILE rows across all planes fits in
- * RECHUNK_BAND_BYTES: each block holds its band's series in memory, reads the planes in
- * groups of 64 (each plane of a group opened once per block, 8-bit frames
- * read in place from the mapping, others converted), transposes tile row by tile row
- * (a group's values of one pixel are 64 contiguous bytes of the band) and
- * writes the band with one pwrite at its fixed offset in the store (idempotent).  Larger
- * volumes go through the two-stage transpose (engine/cube/transpose.h: a staging file). */
+/* Rechunk is one stage, writing the store in place through mappings (wmap.h), each block
+ * idempotent.  Bands ("inmem"), when a band of CUBE_TILE rows across all planes fits in
+ * RECHUNK_BAND_BYTES: a block reads the planes in groups of 64 (each plane of a group
+ * opened once per block, 8-bit frames read in place from the mapping, others converted)
+ * and transposes tile row by tile row into its band's series (a group's values of one
+ * pixel are 64 contiguous bytes).  Otherwise groups of planes (transpose.h, stage A with
+ * the store as destination): a block reads its planes once and writes their values into
+ * every series; the store is whole when all groups are done. */
 typedef struct rechunk_state {
     cube_transpose t;
-    int inmem;                /* 1: one stage of bands in memory */
+    int inmem;                /* 1: blocks are bands of rows; 0: groups of planes */
     long band_rows, nbands;   /* inmem: rows per block (a multiple of CUBE_TILE), blocks */
     char store_path[PATH_MAX];
     char name[128];
@@ -42,8 +44,8 @@ typedef struct rechunk_state {
 /* What the stack's frame cache keeps: 256 MB of decoded frames (engine/image/stack.c)
  * and 64 open frames (the catalog's bound for a dataset).  A stack of PNG frames past
  * either would be decoded again for every band of the one-stage plan (4 times at 300
- * frames of 500 x 500, 8 at 2000 of 1000 x 1000 on 2 threads), so it takes the two-stage
- * plan, which decodes every frame once. */
+ * frames of 500 x 500, 8 at 2000 of 1000 x 1000 on 2 threads), so it takes the plan of
+ * groups, which decodes every frame once. */
 #define RECHUNK_DECODED_CACHE_BYTES (256.0 * 1048576.0)
 #define RECHUNK_CACHED_FRAMES 64
 
@@ -108,12 +110,13 @@ static int rechunk_plan(const json_t *body, const job_env *env, const char *work
         s->inmem = 1;
         s->nbands = (d->ny + s->band_rows - 1) / s->band_rows;
     }
+    if (!rc && !s->inmem && cube_transpose_set_dest(&s->t, s->store_path) != 0) {
+        tess_seterr(err, errlen, "the work directory's name is too long");
+        rc = TESS_ERANGE;
+    }
     if (!rc && !jobc_marker_exists(workdir)) {
         dataset_version(d, s->t.ci.source_version, sizeof s->t.ci.source_version);
-        if (!s->inmem)
-            rc = cube_transpose_create_files(&s->t, err, errlen);
-        if (!rc)
-            rc = chunkstore_create(s->store_path, &s->t.ci, err, errlen);
+        rc = chunkstore_create(s->store_path, &s->t.ci, err, errlen);
         if (!rc)
             rc = jobc_touch_marker(workdir, err, errlen);
     }
@@ -121,14 +124,22 @@ static int rechunk_plan(const json_t *body, const job_env *env, const char *work
         rechunk_release(s);
         return rc;
     }
-    if (s->inmem) {
-        out->nstages = 1;
-        out->nblocks[0] = s->nbands;
-    } else {
-        jobc_plan_stages(&s->t, out);
-    }
+    out->nstages = 1;
+    out->nblocks[0] = s->inmem ? s->nbands : s->t.ngroups;
     out->state = s;
     return 0;
+}
+
+/* The window of the store that band rows [y0, y1) fill: their series, written in place
+ * through a mapping (engine/base/wmap.h), so a band is neither held in a buffer of its
+ * own nor copied by pwrite. */
+static int band_window(const rechunk_state *s, long y0, long y1, tess_wmap *m, char *err,
+                       size_t errlen)
+{
+    const cube_transpose *t = &s->t;
+    long long p0 = (long long)y0 * t->nx, np = (long long)(y1 - y0) * t->nx;
+    return tess_wmap_open(s->store_path, (off_t)(CHUNKSTORE_HEADER + p0 * t->nz * t->es),
+                          (size_t)(np * t->nz * t->es), 1, m, err, errlen);
 }
 
 /* One in-memory band (see RECHUNK_BAND_BYTES). */
@@ -136,45 +147,23 @@ static int rechunk_band(rechunk_state *s, long b, const volatile int *cancel, ch
                         size_t errlen)
 {
     const cube_transpose *t = &s->t;
-    long nx = t->nx, ny = t->ny, nz = t->nz;
-    long y0 = b * s->band_rows, y1 = jobc_lmin(ny, y0 + s->band_rows);
-    long p0 = y0 * nx, np = (y1 - y0) * nx;
-    size_t es = (size_t)t->es;
-    unsigned char *out = malloc((size_t)np * nz * es);
-    int rc = out ? 0 : TESS_ENOMEM;
-    if (rc)
-        tess_seterr(err, errlen, "out of memory");
-    else
-        rc = cube_transpose_rows(t, y0, y1, out, cancel, err, errlen);
+    long y0 = b * s->band_rows, y1 = jobc_lmin(t->ny, y0 + s->band_rows);
+    tess_wmap m;
+    int rc = band_window(s, y0, y1, &m, err, errlen);
     if (!rc)
-        rc = jobc_write_at(s->store_path, out, (size_t)np * nz * es,
-                           (off_t)(CHUNKSTORE_HEADER + (long long)p0 * nz * es), err, errlen);
-    free(out);
-    return rc;
+        rc = cube_transpose_rows(t, y0, y1, m.p, cancel, err, errlen);
+    int crc = tess_wmap_close(&m, rc ? NULL : err, rc ? 0 : errlen);
+    return rc ? rc : crc;
 }
 
 static int rechunk_run(void *state, int stage, long block, const volatile int *cancel,
                        char *err, size_t errlen)
 {
     rechunk_state *s = state;
+    (void)stage;
     if (s->inmem)
         return rechunk_band(s, block, cancel, err, errlen);
-    if (stage == 0)
-        return cube_transpose_group(&s->t, block, cancel, err, errlen);
-    const cube_transpose *t = &s->t;
-    unsigned char *buf = malloc((size_t)t->band_rows * t->nx * t->nz * t->es);
-    if (!buf) {
-        tess_seterr(err, errlen, "out of memory");
-        return TESS_ENOMEM;
-    }
-    long p0, p1;
-    int rc = cube_transpose_band(t, block, buf, &p0, &p1, cancel, err, errlen);
-    if (!rc)
-        rc = jobc_write_at(s->store_path, buf, (size_t)(p1 - p0) * t->nz * t->es,
-                           (off_t)(CHUNKSTORE_HEADER + (long long)p0 * t->nz * t->es), err,
-                           errlen);
-    free(buf);
-    return rc;
+    return cube_transpose_group(&s->t, block, cancel, err, errlen);
 }
 
 static int rechunk_finish(void *state, const char *tmp_path, job_product *prod, char *err,
@@ -184,17 +173,15 @@ static int rechunk_finish(void *state, const char *tmp_path, job_product *prod, 
     int rc = jobc_link_file(s->store_path, tmp_path, err, errlen);
     if (rc)
         return rc;
-    if (!s->inmem)
-        unlink(s->t.stage_path);
     memset(prod, 0, sizeof *prod);
     snprintf(prod->attach_to, sizeof prod->attach_to, "%s", s->name);
     snprintf(prod->content_type, sizeof prod->content_type, "application/octet-stream");
     return 0;
 }
 
-/* The store (header and every series), the staging file of the two-stage plan; a block of
- * the one-stage plan holds its band's series, a group of 64 planes' tile rows and a tile
- * row of doubles (cube_transpose_rows). */
+/* The store (header and every series), no staging file; a band block holds a group of 64
+ * planes' tile rows and a tile row of doubles (cube_transpose_rows; its series are in the
+ * store's mapping, counted as memory all the same: page cache the block fills). */
 static int rechunk_estimate(const json_t *body, const job_env *env, job_cost *c,
                             job_problem *pb)
 {
@@ -204,6 +191,7 @@ static int rechunk_estimate(const json_t *body, const job_env *env, job_cost *c,
     long rows = 0;
     int inmem = inmem_rows(d, env->threads, &rows);
     jobc_transpose_cost(d, 0, inmem, 0.0, c);
+    c->work_bytes = 0;   /* groups write straight into the store */
     double es = (double)chunkstore_esize(jobc_choose_dtype(d)), nx = (double)d->nx;
     double store = (double)CHUNKSTORE_HEADER + nx * (double)d->ny * (double)d->nz * es;
     if (inmem) {

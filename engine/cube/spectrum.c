@@ -3,6 +3,7 @@
 
 #include "engine/base/error.h"
 #include "engine/base/fileio.h"
+#include "engine/base/wmap.h"
 #include "engine/image/chunkstore.h"
 
 #include <errno.h>
@@ -74,26 +75,6 @@ static void be_float(float f, unsigned char *dst)
     dst[2] = (unsigned char)(u >> 8);
     dst[3] = (unsigned char)u;
 }
-/* A band's output buffer (tens to hundreds of MB written plane by plane): mapped
- * anonymous memory with transparent huge pages asked for, so that writing nz planes a
- * few values at a time does not miss the TLB on every plane.  NULL when out of memory. */
-static unsigned char *band_alloc(size_t n)
-{
-    void *p = mmap(NULL, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (p == MAP_FAILED)
-        return NULL;
-#ifdef MADV_HUGEPAGE
-    madvise(p, n, MADV_HUGEPAGE);   /* advice only: without it, small pages */
-#endif
-    return p;
-}
-
-static void band_free(unsigned char *p, size_t n)
-{
-    if (p)
-        munmap(p, n);
-}
-
 int cube_spectrum_band(const cube_spectrum *sp, const cube_transpose *t, long band,
                        const char *out_path, long long datastart, const volatile int *cancel,
                        char *err, size_t errlen)
@@ -101,18 +82,31 @@ int cube_spectrum_band(const cube_spectrum *sp, const cube_transpose *t, long ba
     long nz = t->nz, nh = nz / 2 + 1;
     long rows = lmin(t->band_rows, t->ny - band * t->band_rows);
     unsigned char *buf = malloc((size_t)rows * t->nx * nz * t->es);
-    unsigned char *out = band_alloc((size_t)rows * t->nx * nz * 4);   /* [k][row][x], BE */
+    /* The band's part of every plane of the cube, written in place through one mapping
+     * from its first value in plane 0 to its last in plane nz - 1 (engine/base/wmap.h):
+     * run k (rows * nx values) starts at k * ny * nx values; the pages between runs
+     * belong to other bands and are neither made nor touched here. */
+    const size_t run = (size_t)rows * t->nx * 4, plane_stride = (size_t)t->ny * t->nx * 4;
+    long y0 = band * t->band_rows;
+    tess_wmap m;
+    int rc = tess_wmap_open(out_path, (off_t)(datastart + (long long)y0 * t->nx * 4),
+                            (size_t)(nz - 1) * plane_stride + run, 0, &m, err, errlen);
+    if (rc) {
+        free(buf);
+        return rc;
+    }
+    for (long k = 0; k < nz && !rc; k++)
+        rc = tess_wmap_prepare(&m, (size_t)k * plane_stride, run, err, errlen);
+    unsigned char *out = m.p;   /* [k][row][x], big-endian floats, planes plane_stride apart */
     double *in = fftw_malloc(sizeof(double) * (size_t)nz * FFT_BATCH);
     fftw_complex *spec = fftw_malloc(sizeof(fftw_complex) * (size_t)nh * FFT_BATCH);
     long p0 = 0, p1 = 0;
-    int rc = 0;
-    if (!buf || !out || !in || !spec) {
+    if (!rc && (!buf || !in || !spec)) {
         tess_seterr(err, errlen, "out of memory");
         rc = TESS_ENOMEM;
     }
     if (!rc)
         rc = cube_transpose_band(t, band, buf, &p0, &p1, cancel, err, errlen);
-    long y0 = band * t->band_rows;
     for (long i0 = p0; i0 < p1 && !rc; i0 += FFT_BATCH) {
         if (*cancel) {
             rc = TESS_ECANCELED;
@@ -139,33 +133,19 @@ int cube_spectrum_band(const cube_spectrum *sp, const cube_transpose *t, long ba
             uint32_t pix = t->perm[i0 + j];
             off[j] = ((size_t)(pix / t->nx - y0) * (size_t)t->nx + pix % t->nx) * 4;
         }
-        const size_t plane_bytes = (size_t)rows * (size_t)t->nx * 4;
         for (long k = 0; k < nz; k++) {
-            long m = k < nh ? k : nz - k;   /* |X[nz-k]| = |X[k]| for a real series */
-            unsigned char *plane = out + (size_t)k * plane_bytes;
+            long h = k < nh ? k : nz - k;   /* |X[nz-k]| = |X[k]| for a real series */
+            unsigned char *plane = out + (size_t)k * plane_stride;
             for (long j = 0; j < nb; j++) {
-                const double *c = spec[j * nh + m];
+                const double *c = spec[j * nh + h];
                 be_float((float)(c[0] * c[0] + c[1] * c[1]), plane + off[j]);
             }
         }
     }
-    if (!rc) {
-        int fd = open(out_path, O_WRONLY | O_CLOEXEC);
-        size_t run = (size_t)rows * t->nx * 4;
-        for (long k = 0; k < nz && !rc; k++) {
-            off_t off = (off_t)(datastart + ((long long)k * t->ny + y0) * t->nx * 4);
-            if (fd < 0 || tess_pwrite_all(fd, out + k * run, run, off) != 0) {
-                tess_seterr(err, errlen, "cannot write %s: %s", out_path, strerror(errno));
-                rc = TESS_EIO;
-            }
-        }
-        if (fd >= 0 && close(fd) != 0 && !rc) {
-            tess_seterr(err, errlen, "cannot write %s", out_path);
-            rc = TESS_EIO;
-        }
-    }
+    int crc = tess_wmap_close(&m, rc ? NULL : err, rc ? 0 : errlen);
+    if (!rc)
+        rc = crc;
     free(buf);
-    band_free(out, (size_t)rows * t->nx * nz * 4);
     fftw_free(in);
     fftw_free(spec);
     return rc;

@@ -4,6 +4,7 @@
 #include "engine/base/checked.h"
 #include "engine/base/error.h"
 #include "engine/base/fileio.h"
+#include "engine/base/wmap.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -20,16 +21,6 @@
 
 static long lmin(long a, long b) { return a < b ? a : b; }
 static long lmax(long a, long b) { return a > b ? a : b; }
-
-static int write_at(const char *path, const void *buf, size_t n, off_t off, char *err,
-                    size_t errlen)
-{
-    if (tess_pwrite_file(path, buf, n, off) != 0) {
-        tess_seterr(err, errlen, "cannot write %s: %s", path, strerror(errno));
-        return TESS_EIO;
-    }
-    return 0;
-}
 
 void cube_transpose_sizes(long nx, long ny, long nz, int es, long out_bytes_per_value,
                           long *g, long *band_rows)
@@ -94,6 +85,7 @@ int cube_transpose_init(cube_transpose *t, const cube_source *src, long out_byte
     t->nbands = (t->ny + t->band_rows - 1) / t->band_rows;
     t->direct = direct;
     snprintf(t->stage_path, sizeof t->stage_path, "%s/staging.bin", workdir);
+    snprintf(t->dest_path, sizeof t->dest_path, "%s", t->stage_path);
     snprintf(t->src_path, sizeof t->src_path, "%s", src_path ? src_path : "");
     return 0;
 }
@@ -106,13 +98,22 @@ void cube_transpose_release(cube_transpose *t)
 
 int cube_transpose_create_files(const cube_transpose *t, char *err, size_t errlen)
 {
-    if (t->direct)
+    if (t->direct || strcmp(t->dest_path, t->stage_path) != 0)
         return 0;
     int fd = open(t->stage_path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd < 0 || ftruncate(fd, (off_t)t->npix * t->nz * t->es) != 0 || close(fd) != 0) {
+    if (fd < 0 || ftruncate(fd, (off_t)(CHUNKSTORE_HEADER + (long long)t->npix * t->nz *
+                                        t->es)) != 0 || close(fd) != 0) {
         tess_seterr(err, errlen, "cannot create %s: %s", t->stage_path, strerror(errno));
         return TESS_EIO;
     }
+    return 0;
+}
+
+int cube_transpose_set_dest(cube_transpose *t, const char *path)
+{
+    if (strlen(path) >= sizeof t->dest_path)
+        return TESS_ERANGE;
+    snprintf(t->dest_path, sizeof t->dest_path, "%s", path);
     return 0;
 }
 
@@ -139,22 +140,27 @@ static void encode1(cs_dtype t, double v, unsigned char *dst)
  * line touched (a frame-by-frame scatter at a stride of g values was the stage's cost). */
 #define TG_SUB 16
 
-/* Stage A, group k: frames z0 .. z0+gk-1 into out[i * gk + j] (store order i, frame j),
- * written at the group's place in the staging file. */
+/* Stage A, group k: frames z0 .. z0+gk-1 into the series of the destination, values
+ * z0 .. z0+gk-1 of store index i at out[i * nz + z], written in place through a mapping
+ * of the file (engine/base/wmap.h): no buffer of the group, no copy by pwrite. */
 int cube_transpose_group(const cube_transpose *t, long k, const volatile int *cancel,
                          char *err, size_t errlen)
 {
     long z0 = k * t->g, gk = lmin(t->g, t->nz - z0);
     const size_t es = (size_t)t->es, npix = (size_t)t->npix;
-    unsigned char *out = malloc(npix * (size_t)gk * es);
+    tess_wmap m;
+    int rc = tess_wmap_open(t->dest_path, (off_t)CHUNKSTORE_HEADER,
+                            npix * (size_t)t->nz * es, 0, &m, err, errlen);
+    if (rc)
+        return rc;
+    unsigned char *out = m.p;
     /* [frame of the sub-group][i], rows `pitch` bytes apart: a whole number of cache
      * lines plus one, so that the TG_SUB rows read side by side below fall in different
      * cache sets (at a power-of-two distance they evict each other). */
     const size_t pitch = (npix * es + 63) / 64 * 64 + 64;
     unsigned char *sub = malloc(pitch * TG_SUB);
     double *plane = malloc(npix * sizeof *plane);
-    int rc = 0;
-    if (!out || !sub || !plane) {
+    if (!sub || !plane) {
         tess_seterr(err, errlen, "out of memory");
         rc = TESS_ENOMEM;
     }
@@ -200,31 +206,32 @@ int cube_transpose_group(const cube_transpose *t, long k, const volatile int *ca
         }
         if (rc)
             break;
-        const size_t stride = (size_t)gk * es;
+        const size_t stride = (size_t)t->nz * es;
         if (es == 1) {
             for (size_t i = 0; i < npix; i++) {
-                unsigned char *d = out + i * stride + (size_t)j0;
+                unsigned char *d = out + i * stride + (size_t)(z0 + j0);
                 for (long jj = 0; jj < ns; jj++)
                     d[jj] = sub[(size_t)jj * pitch + i];
             }
         } else {
             for (size_t i = 0; i < npix; i++) {
-                unsigned char *d = out + i * stride + (size_t)j0 * es;
+                unsigned char *d = out + i * stride + (size_t)(z0 + j0) * es;
                 for (long jj = 0; jj < ns; jj++)
                     memcpy(d + (size_t)jj * es, sub + (size_t)jj * pitch + i * es, es);
             }
         }
     }
+    int crc = tess_wmap_close(&m, rc ? NULL : err, rc ? 0 : errlen);
     if (!rc)
-        rc = write_at(t->stage_path, out, npix * (size_t)gk * es, (off_t)z0 * t->npix * t->es,
-                      err, errlen);
-    free(out);
+        rc = crc;
     free(sub);
     free(plane);
     return rc;
 }
 
-/* Stage B, band b: fills `buf` ((p1-p0) * nz * es bytes) with the band's series. */
+/* Stage B, band b: fills `buf` ((p1-p0) * nz * es bytes) with the band's series, read
+ * in one piece from the staging file (stage A wrote them in store order) or from the
+ * chunk store at src_path when direct. */
 int cube_transpose_band(const cube_transpose *t, long b, unsigned char *buf, long *p0_out,
                         long *p1_out, const volatile int *cancel, char *err, size_t errlen)
 {
@@ -232,46 +239,20 @@ int cube_transpose_band(const cube_transpose *t, long b, unsigned char *buf, lon
     long p0 = y0 * t->nx, p1 = y1 * t->nx, np = p1 - p0;
     *p0_out = p0;
     *p1_out = p1;
+    if (*cancel)
+        return TESS_ECANCELED;
+    const char *path = t->direct ? t->src_path : t->dest_path;
     size_t es = (size_t)t->es;
-    if (t->direct) {
-        int fd = open(t->src_path, O_RDONLY | O_CLOEXEC);
-        off_t off = (off_t)(CHUNKSTORE_HEADER + (long long)p0 * t->nz * es);
-        int bad = fd < 0 || tess_pread_all(fd, buf, (size_t)np * t->nz * es, off) != 0;
-        if (fd >= 0)
-            close(fd);
-        if (bad) {
-            tess_seterr(err, errlen, "cannot read %s", t->src_path);
-            return TESS_EIO;
-        }
-        return 0;
-    }
-    unsigned char *tmp = malloc((size_t)np * t->g * es);
-    int fd = open(t->stage_path, O_RDONLY | O_CLOEXEC);
-    int rc = 0;
-    if (!tmp || fd < 0) {
-        tess_seterr(err, errlen, "cannot read %s", t->stage_path);
-        rc = tmp ? TESS_EIO : TESS_ENOMEM;
-    }
-    for (long k = 0; k < t->ngroups && !rc; k++) {
-        if (*cancel) {
-            rc = TESS_ECANCELED;
-            break;
-        }
-        long z0 = k * t->g, gk = lmin(t->g, t->nz - z0);
-        size_t run = (size_t)gk * es;
-        if (tess_pread_all(fd, tmp, (size_t)np * run, (off_t)((long long)z0 * t->npix * es +
-                                                              (long long)p0 * run)) != 0) {
-            tess_seterr(err, errlen, "cannot read %s", t->stage_path);
-            rc = TESS_EIO;
-            break;
-        }
-        for (long i = 0; i < np; i++)
-            memcpy(buf + ((size_t)i * t->nz + z0) * es, tmp + (size_t)i * run, run);
-    }
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    off_t off = (off_t)(CHUNKSTORE_HEADER + (long long)p0 * t->nz * es);
+    int bad = fd < 0 || tess_pread_all(fd, buf, (size_t)np * t->nz * es, off) != 0;
     if (fd >= 0)
         close(fd);
-    free(tmp);
-    return rc;
+    if (bad) {
+        tess_seterr(err, errlen, "cannot read %s", path);
+        return TESS_EIO;
+    }
+    return 0;
 }
 
 /* Fills `out` with the series of rows [y0, y1) (whole tile rows) in store order:

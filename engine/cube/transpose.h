@@ -28,12 +28,15 @@ typedef struct cube_source {
  *
  * Two stages of independent blocks:
  *   A (groups): group k holds planes z0 = k * g .. z0 + gk - 1 (gk = min(g, nz - z0));
- *     cube_transpose_group writes them into the staging file at byte z0 * npix * es as
- *     [store index][plane of the group];
+ *     cube_transpose_group writes their values into the series of the destination, a
+ *     file in store order (CHUNKSTORE_HEADER bytes, then series after series: value z of
+ *     store index i at byte CHUNKSTORE_HEADER + (i * nz + z) * es), through a mapping:
+ *     the staging file <workdir>/staging.bin, or a chunk store of this shape named by
+ *     cube_transpose_set_dest (which is then whole once every group is done: no B);
  *   B (bands): band b holds rows y0 = b * band_rows .. min(ny, y0 + band_rows) - 1 (whole
- *     tile rows), store indices [y0 * nx, y1 * nx); cube_transpose_band gathers its
- *     series from every group of the staging file, or, when `direct`, reads them from an
- *     existing chunk store of this shape and type at src_path (no stage A).
+ *     tile rows), store indices [y0 * nx, y1 * nx); cube_transpose_band reads their
+ *     series in one piece from the staging file, or, when `direct`, from an existing
+ *     chunk store of this shape and type at src_path (no stage A).
  * cube_transpose_rows gathers the series of a band from the planes in memory, with no
  * staging file (rechunk's one-stage plan).  Read-only after init: blocks may run
  * concurrently. */
@@ -48,6 +51,7 @@ typedef struct cube_transpose {
     long band_rows, nbands;    /* rows per band (multiple of CUBE_TILE), bands */
     int direct;                /* 1: no stage A; bands read the chunk store src_path */
     char stage_path[PATH_MAX]; /* <workdir>/staging.bin */
+    char dest_path[PATH_MAX];  /* where stage A writes: stage_path unless set */
     char src_path[PATH_MAX];
     char name[128];
 } cube_transpose;
@@ -72,20 +76,26 @@ void cube_transpose_sizes(long nx, long ny, long nz, int es, long out_bytes_per_
 /* Frees the permutation.  Safe on a zeroed or failed transpose. */
 void cube_transpose_release(cube_transpose *t);
 
-/* Creates the staging file (npix * nz * es bytes of zeros, sparse) unless direct.
- * Returns 0 or TESS_EIO with err. */
+/* Creates the staging file (CHUNKSTORE_HEADER + npix * nz * es bytes of zeros, sparse)
+ * unless direct or the destination was set elsewhere.  Returns 0 or TESS_EIO with err. */
 int cube_transpose_create_files(const cube_transpose *t, char *err, size_t errlen);
 
-/* Stage A, group k (0-based, < ngroups): reads the group's planes and writes them at
- * their place in the staging file.  Idempotent.  Polls *cancel between planes.
- * Returns 0, TESS_ECANCELED, TESS_ENOMEM, TESS_EIO, or a read error of the stack. */
+/* Stage A writes into the existing chunk store at `path` (chunkstore_create with t->ci)
+ * instead of the staging file: copied.  Returns 0 or TESS_ERANGE (path too long). */
+int cube_transpose_set_dest(cube_transpose *t, const char *path);
+
+/* Stage A, group k (0-based, < ngroups): reads the group's planes and writes their values
+ * at their place in every series of the destination (its other values untouched: groups
+ * may run concurrently).  Idempotent.  Polls *cancel between planes.  Returns 0,
+ * TESS_ECANCELED, TESS_ENOMEM, TESS_EIO (the destination cannot be mapped or written),
+ * or a read error of the stack. */
 int cube_transpose_group(const cube_transpose *t, long k, const volatile int *cancel,
                          char *err, size_t errlen);
 
-/* Stage B, band b (0-based, < nbands): fills `buf` (at least band_rows * nx * nz * es
- * bytes) with the series of the band's store indices [*p0, *p1), (*p1 - *p0) * nz
- * values, series after series.  Polls *cancel between groups.  Returns 0,
- * TESS_ECANCELED, TESS_ENOMEM or TESS_EIO (staging file or store unreadable). */
+/* Stage B, band b (0-based, < nbands): fills `buf` (at least (*p1 - *p0) * nz * es
+ * bytes) with the series of the band's store indices [*p0, *p1) = [y0 * nx, y1 * nx),
+ * series after series.  Polls *cancel once.  Returns 0, TESS_ECANCELED or TESS_EIO
+ * (staging file or store unreadable). */
 int cube_transpose_band(const cube_transpose *t, long b, unsigned char *buf, long *p0,
                         long *p1, const volatile int *cancel, char *err, size_t errlen);
 

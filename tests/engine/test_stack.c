@@ -477,47 +477,65 @@ static void nested_task(void *arg)
     atomic_store(&a->done, 1);
 }
 
-/* Writes nz 8-bit PNG frames of w x h (v8) into dir as p<z>.png; ref gets their values. */
-static void write_png_stack(const char *dir, long w, long h, long nz, char (*paths)[256],
-                            const char **pp, double *ref)
+/* A stack of nz 8-bit PNG frames of w x h (v8) in a fresh directory, as p<z>.png, and
+ * their values ref (w x h x nz, x fastest) computed from v8. */
+typedef struct png_stack_fx {
+    char dir[128];
+    char (*paths)[256];
+    const char **pp;
+    double *ref;
+    long w, h, nz;
+} png_stack_fx;
+
+static void png_stack_make(png_stack_fx *fx, const char *tag, long w, long h, long nz)
 {
+    tt_tmpdir_make(fx->dir, sizeof fx->dir, tag);
+    fx->w = w;
+    fx->h = h;
+    fx->nz = nz;
+    fx->paths = malloc((size_t)nz * sizeof *fx->paths);
+    fx->pp = malloc((size_t)nz * sizeof *fx->pp);
+    fx->ref = malloc((size_t)(w * h * nz) * sizeof(double));
     for (long z = 0; z < nz; z++) {
-        snprintf(paths[z], 256, "%s/p%03ld.png", dir, z);
-        pp[z] = paths[z];
+        snprintf(fx->paths[z], 256, "%s/p%03ld.png", fx->dir, z);
+        fx->pp[z] = fx->paths[z];
         g_frame = z;
-        write_png_plain(paths[z], w, h, 8, v8);
+        write_png_plain(fx->paths[z], w, h, 8, v8);
         for (long y = 0; y < h; y++)
             for (long x = 0; x < w; x++)
-                ref[(z * h + y) * w + x] = v8(h - 1 - y, x);
+                fx->ref[(z * h + y) * w + x] = v8(h - 1 - y, x);
     }
+}
+
+static void png_stack_done(png_stack_fx *fx)
+{
+    char cmd[256];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", fx->dir);
+    ck_assert_int_eq(system(cmd), 0);
+    free(fx->paths);
+    free(fx->pp);
+    free(fx->ref);
 }
 
 START_TEST(test_cut_in_pool_task)
 {
-    char dir[128];
-    tt_tmpdir_make(dir, sizeof dir, "stackn");
-    enum { W = 21, H = 9, NZ = 30 };
-    char paths[NZ][256];
-    const char *pp[NZ];
-    double *ref = malloc(sizeof(double) * W * H * NZ), out[W * NZ];
-    write_png_stack(dir, W, H, NZ, paths, pp, ref);
-    stack *s = stack_new(pp, NZ, 0, W, H, NZ, 4);
+    png_stack_fx fx;
+    png_stack_make(&fx, "stackn", 21, 9, 30);
+    double out[21 * 30];
+    stack *s = stack_new(fx.pp, 30, 0, 21, 9, 30, 4);
     pool *p = pool_new(1, 16);
-    nested_arg a = {s, p, out, W, NZ, -1, 0};
+    nested_arg a = {s, p, out, 21, 30, -1, 0};
     ck_assert_int_eq(pool_submit(p, POOL_INTERACTIVE, nested_task, &a), 0);
     for (int i = 0; i < 10000 && !atomic_load(&a.done); i++)
         usleep(1000);
     ck_assert_int_eq(atomic_load(&a.done), 1);
     ck_assert_int_eq(a.rc, 0);
-    for (long k = 0; k < NZ; k++)
-        for (long i = 0; i < W; i++)
-            assert_same(out[k * W + i], ref[(k * H + 2) * W + i], "xz", k * W + i);
+    for (long k = 0; k < 30; k++)
+        for (long i = 0; i < 21; i++)
+            assert_same(out[k * 21 + i], fx.ref[(k * 9 + 2) * 21 + i], "xz", k * 21 + i);
     pool_free(p);
     stack_free(s);
-    free(ref);
-    char cmd[256];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
-    ck_assert_int_eq(system(cmd), 0);
+    png_stack_done(&fx);
 }
 END_TEST
 
@@ -537,16 +555,14 @@ static void truncate_half(const char *path)
  * one is named, whichever thread got there first. */
 START_TEST(test_truncated_frame_named)
 {
-    char dir[128];
-    tt_tmpdir_make(dir, sizeof dir, "stacke");
     enum { W = 40, H = 30, NZ = 24 };
-    char paths[NZ][256];
-    const char *pp[NZ];
-    double *ref = malloc(sizeof(double) * W * H * NZ), out[W * NZ];
-    write_png_stack(dir, W, H, NZ, paths, pp, ref);
-    truncate_half(paths[17]);
+    png_stack_fx fx;
+    png_stack_make(&fx, "stacke", W, H, NZ);
+    const char **pp = fx.pp;
+    double *buf = fx.ref, out[W * NZ];   /* the values are not needed: a scratch frame */
+    truncate_half(fx.paths[17]);
     char want[256], err[256];
-    int want_rc = frame_read_region(pp[17], 0, 0, 0, 0, W, H, ref, want, sizeof want);
+    int want_rc = frame_read_region(pp[17], 0, 0, 0, 0, W, H, buf, want, sizeof want);
     ck_assert_int_ne(want_rc, 0);
     ck_assert_ptr_nonnull(strstr(want, "p017.png"));
     pool *p = pool_new(3, 64);
@@ -569,23 +585,19 @@ START_TEST(test_truncated_frame_named)
             ck_assert_int_eq(stack_read_series_on(s, o, 1, 1, 0, 17, out, err, sizeof err), 0);
             stack_free(s);
         }
-        if (round == 0) {   /* a second, later bad frame: the error still names frame 17 */
-            truncate_half(paths[20]);
-        }
+        if (round == 0)   /* a second, later bad frame: the error still names frame 17 */
+            truncate_half(fx.paths[20]);
     }
     /* a bad frame before 17: the error now names it */
-    truncate_half(paths[4]);
-    ck_assert_int_eq(frame_read_region(pp[4], 0, 0, 0, 0, W, H, ref, want, sizeof want), want_rc);
+    truncate_half(fx.paths[4]);
+    ck_assert_int_eq(frame_read_region(pp[4], 0, 0, 0, 0, W, H, buf, want, sizeof want), want_rc);
     stack *s = stack_new(pp, NZ, 0, W, H, NZ, 4);
     ck_assert_int_eq(stack_read_xz_on(s, &par, 3, 0, 0, W, NZ, out, err, sizeof err), want_rc);
     ck_assert_str_eq(err, want);
     ck_assert_ptr_nonnull(strstr(err, "p004.png"));
     stack_free(s);
     pool_free(p);
-    free(ref);
-    char cmd[256];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
-    ck_assert_int_eq(system(cmd), 0);
+    png_stack_done(&fx);
 }
 END_TEST
 

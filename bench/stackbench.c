@@ -1,6 +1,8 @@
 /* Offline driver of bench/stack: times plane, series and job steps on one stack through
  * the engine (catalog + dataset_read_region + the job types of daemon/jobs/job_stack.c, run
- * on T threads the way the job runner runs them), without the HTTP daemon.
+ * on T threads the way the job runner runs them), without the HTTP daemon.  The xz plane
+ * and the series run the routes' own calls (stack_read_xz_on / stack_read_series_on) in a
+ * task of a pool of T workers, as the server runs a request.
  *
  * usage: stackbench DIR PATTERN THREADS WORKDIR [SERIES_BEFORE]
  *   DIR      data root holding the frames; PATTERN their glob relative to DIR
@@ -28,6 +30,7 @@
 #include "daemon/config.h"
 #include "daemon/jobs/job_stack.h"
 #include "engine/base/clock.h"
+#include "engine/base/pool.h"
 #include "engine/base/error.h"
 
 /* CPU seconds (user + system) of the process so far: on a loaded machine a step's CPU
@@ -312,6 +315,58 @@ static double zdirect(const dataset *d, int threads, int flags, double *out)
     return t;
 }
 
+/* A cut read as the server reads it: stack_read_xz_on or stack_read_series_on in a task
+ * of `workers` (the request's work), which shares the frames with the other workers. */
+typedef struct cut_req {
+    stack *s;
+    pool *workers;
+    int xz;                     /* 1: the xz plane at row y, 0: the series at (x, y) */
+    long x, y, nx, nz;
+    double *out;
+    int rc, done;
+    char err[512];
+    pthread_mutex_t lock;
+    pthread_cond_t cond;
+} cut_req;
+
+static void cut_task(void *arg)
+{
+    cut_req *q = arg;
+    stack_cut_opts o = {q->workers, POOL_INTERACTIVE, NULL};
+    int rc = q->xz ? stack_read_xz_on(q->s, &o, q->y, 0, 0, q->nx, q->nz, q->out, q->err,
+                                      sizeof q->err)
+                   : stack_read_series_on(q->s, &o, q->x, q->y, 0, q->nz, q->out, q->err,
+                                          sizeof q->err);
+    pthread_mutex_lock(&q->lock);
+    q->rc = rc;
+    q->done = 1;
+    pthread_cond_signal(&q->cond);
+    pthread_mutex_unlock(&q->lock);
+}
+
+/* Runs the cut on the pool and waits for it; 0 or the read's error (printed). */
+static int run_cut(cut_req *q)
+{
+    q->done = 0;
+    pthread_mutex_init(&q->lock, NULL);
+    pthread_cond_init(&q->cond, NULL);
+    int rc = pool_submit(q->workers, POOL_INTERACTIVE, cut_task, q);
+    if (rc == 0) {
+        pthread_mutex_lock(&q->lock);
+        while (!q->done)
+            pthread_cond_wait(&q->cond, &q->lock);
+        pthread_mutex_unlock(&q->lock);
+        rc = q->rc;
+    } else {
+        snprintf(q->err, sizeof q->err, "cannot queue the read");
+    }
+    pthread_cond_destroy(&q->cond);
+    pthread_mutex_destroy(&q->lock);
+    if (rc)
+        fprintf(stderr, "stackbench: %s\n", q->err);
+    return rc;
+}
+
 int main(int argc, char **argv)
 {
     if (argc < 5) {
@@ -340,6 +395,13 @@ int main(int argc, char **argv)
     double *series = malloc(sizeof(double) * (size_t)nz);
     double *times = malloc(sizeof(double) * 2000);
     srand(12345);
+    /* The server's worker pool for the xz plane and the series (T workers). */
+    pool *workers = pool_new(threads, 1024);
+    double *xz = malloc(sizeof(double) * (size_t)nx * (size_t)nz);
+    if (!workers || !xz) {
+        fprintf(stderr, "stackbench: cannot start %d workers\n", threads);
+        return 1;
+    }
 
     double t0;
     if (want("planes")) {
@@ -355,26 +417,26 @@ int main(int argc, char **argv)
         qsort(times, 5, sizeof *times, cmp_double);
         printf("RESULT xy_plane %.6f s\n", times[2]);
 
-        /* xz plane at the middle row: one row of every frame. */
+        /* xz plane at the middle row: one row of every frame, as GET .../slice/xz reads it. */
+        cut_req q = {.s = dataset_stack(d), .workers = workers, .xz = 1, .y = ny / 2, .nx = nx,
+                     .nz = nz, .out = xz};
+        double c0 = cpu_s();
         t0 = tess_mono_s();
-        for (long z = 0; z < nz; z++)
-            if (dataset_read_region(d, z, 0, ny / 2, nx, 1, plane + 0, err, sizeof err) != 0) {
-                fprintf(stderr, "stackbench: %s\n", err);
-                return 1;
-            }
+        if (run_cut(&q) != 0)
+            return 1;
         printf("RESULT xz_plane %.6f s\n", tess_mono_s() - t0);
+        fprintf(stderr, "stackbench: xz_plane: %.3f s of CPU\n", cpu_s() - c0);
     }
 
     if (want("series_before")) {
-        /* Series before rechunk: one pixel of every frame. */
+        /* Series before rechunk: one pixel of every frame, as GET .../series reads it. */
         for (long i = 0; i < nbefore; i++) {
             long x = rand() % nx, y = rand() % ny;
+            cut_req q = {.s = dataset_stack(d), .workers = workers, .xz = 0, .x = x, .y = y,
+                         .nx = nx, .nz = nz, .out = series};
             t0 = tess_mono_s();
-            for (long z = 0; z < nz; z++)
-                if (dataset_read_region(d, z, x, y, 1, 1, series + z, err, sizeof err) != 0) {
-                    fprintf(stderr, "stackbench: %s\n", err);
-                    return 1;
-                }
+            if (run_cut(&q) != 0)
+                return 1;
             times[i] = tess_mono_s() - t0;
         }
         qsort(times, (size_t)nbefore, sizeof *times, cmp_double);
@@ -542,6 +604,8 @@ int main(int argc, char **argv)
 
     free(plane);
     free(series);
+    free(xz);
+    pool_free(workers);
     free(times);
     catalog_free(cat);
     config_release(&cfg);

@@ -238,8 +238,16 @@ static void series_work(hreq *r)
         return;
     }
     int rc = 0;
+    /* The frames of a stack are read on the request's pool. */
+    stack_cut_opts o = {r->srv->workers, hreq_priority(r), &r->cancel_v};
     if (!series_from_profile(d, j->x, j->y, v) &&
-        (rc = stack_read_series(dataset_stack(d), j->x, j->y, 0, d->nz, v, err, sizeof(err)))) {
+        (rc = stack_read_series_on(dataset_stack(d), &o, j->x, j->y, 0, d->nz, v, err,
+                                   sizeof(err)))) {
+        if (rc == TESS_ECANCELED) {
+            hreq_reply_cancelled(r);
+            free(v);
+            return;
+        }
         problem_reply(r, problem_read_status(rc, 500), NULL, "cannot read dataset '%s': %s",
                       d->name, err);
         free(v);

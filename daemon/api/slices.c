@@ -194,12 +194,21 @@ static void slice_work(hreq *r)
         return;
     }
     int rc;
+    /* The frames of a stack are read on the request's pool (one per frame for xz and yz). */
+    stack_cut_opts o = {r->srv->workers, hreq_priority(r), &r->cancel_v};
     if (strcmp(s->plane, "xz") == 0)
-        rc = stack_read_xz(dataset_stack(d), s->y, s->x, s->z, s->w, s->h, data, err, sizeof(err));
+        rc = stack_read_xz_on(dataset_stack(d), &o, s->y, s->x, s->z, s->w, s->h, data, err,
+                              sizeof(err));
     else if (strcmp(s->plane, "yz") == 0)
-        rc = stack_read_yz(dataset_stack(d), s->x, s->y, s->z, s->w, s->h, data, err, sizeof(err));
+        rc = stack_read_yz_on(dataset_stack(d), &o, s->x, s->y, s->z, s->w, s->h, data, err,
+                              sizeof(err));
     else
         rc = dataset_read_region(d, s->z, s->x, s->y, s->w, s->h, data, err, sizeof(err));
+    if (rc == TESS_ECANCELED) {
+        hreq_reply_cancelled(r);
+        free(data);
+        return;
+    }
     if (rc) {
         problem_reply(r, problem_read_status(rc, 500), NULL, "cannot read dataset '%s': %s",
                       d->name, err);

@@ -1179,50 +1179,141 @@ int stack_read_region(stack *s, long z, long x0, long y0, long w, long h, double
     return rc ? rc : box_at(s, z, x0, y0, w, h, out, err, errlen);
 }
 
+/* A cut through the planes [z0, z0 + nplanes): plane z0 + k gives its box (x0, y0, bw x bh)
+ * into out + k * step.  Shared by the threads reading it (stack_cut_opts). */
+typedef struct cut_job {
+    stack *s;
+    long x0, y0, z0, bw, bh, nplanes;
+    double *out;
+    size_t step;
+    const volatile int *cancel;
+    atomic_long next;          /* the next plane to take */
+    atomic_long stop;          /* the lowest plane that failed (nplanes: none); planes from
+                                * there on are not read.  Written under `lock` */
+    pthread_mutex_t lock;
+    int rc;                    /* the error of plane `stop` */
+    char err[512];
+} cut_job;
+
+/* Takes planes in order until none is left or one at or below it failed (a pool_for
+ * slice: every slice runs the same loop).  A failure is kept when it is the lowest plane
+ * so far, so the error returned is the one the planes read in z order would give. */
+static void cut_slice(void *arg, size_t i0, size_t i1)
+{
+    (void)i0;
+    (void)i1;
+    cut_job *c = arg;
+    char err[sizeof c->err];
+    for (;;) {
+        long k = atomic_fetch_add(&c->next, 1);
+        if (k >= c->nplanes || k >= atomic_load(&c->stop))
+            return;
+        int rc;
+        if (c->cancel && *c->cancel) {
+            rc = TESS_ECANCELED;
+            tess_seterr(err, sizeof err, "cancelled");
+        } else {
+            rc = box_at(c->s, c->z0 + k, c->x0, c->y0, c->bw, c->bh, c->out + (size_t)k * c->step,
+                        err, sizeof err);
+        }
+        if (rc) {
+            pthread_mutex_lock(&c->lock);
+            if (k < atomic_load(&c->stop)) {
+                atomic_store(&c->stop, k);
+                c->rc = rc;
+                memcpy(c->err, err, sizeof err);
+            }
+            pthread_mutex_unlock(&c->lock);
+            return;
+        }
+    }
+}
+
+/* Reads the cut (check_box passed) under `o`: on the pool for a stack of files, else on
+ * the calling thread. */
+static int read_cut(stack *s, const stack_cut_opts *o, long x0, long y0, long z0, long bw,
+                    long bh, long nplanes, double *out, size_t step, char *err, size_t errlen)
+{
+    cut_job c = {.s = s, .x0 = x0, .y0 = y0, .z0 = z0, .bw = bw, .bh = bh,
+                 .nplanes = nplanes, .out = out, .step = step,
+                 .cancel = o ? o->cancel : NULL, .rc = 0};
+    atomic_init(&c.next, 0);
+    atomic_init(&c.stop, nplanes);
+    if (pthread_mutex_init(&c.lock, NULL) != 0) {
+        tess_seterr(err, errlen, "out of memory");
+        return TESS_ENOMEM;
+    }
+    pool *workers = o && s->npaths > 1 && nplanes > 1 ? o->workers : NULL;
+    int nt = workers ? pool_threads(workers) : 1;
+    if (nt > nplanes)
+        nt = (int)nplanes;
+    /* One slice per thread; each takes planes one at a time from c.next. */
+    pool_for(workers, o ? o->prio : POOL_INTERACTIVE, nt, (size_t)nt, 1, cut_slice, &c);
+    pthread_mutex_destroy(&c.lock);
+    if (c.rc)
+        tess_seterr(err, errlen, "%s", c.err);
+    return c.rc;
+}
+
+int stack_read_xz_on(stack *s, const stack_cut_opts *o, long y, long x0, long z0, long w,
+                     long h, double *out, char *err, size_t errlen)
+{
+    int rc = check_box(s, x0, y, z0, w, 1, h, err, errlen);
+    return rc ? rc : read_cut(s, o, x0, y, z0, w, 1, h, out, (size_t)w, err, errlen);
+}
+
+int stack_read_yz_on(stack *s, const stack_cut_opts *o, long x, long y0, long z0, long w,
+                     long h, double *out, char *err, size_t errlen)
+{
+    int rc = check_box(s, x, y0, z0, 1, w, h, err, errlen);
+    return rc ? rc : read_cut(s, o, x, y0, z0, 1, w, h, out, (size_t)w, err, errlen);
+}
+
+int stack_read_series_on(stack *s, const stack_cut_opts *o, long x, long y, long z0, long n,
+                         double *out, char *err, size_t errlen)
+{
+    int rc = check_box(s, x, y, z0, 1, 1, n, err, errlen);
+    if (rc)
+        return rc;
+    if (s->npaths > 1)
+        return read_cut(s, o, x, y, z0, 1, 1, n, out, 1, err, errlen);
+    /* One file: hold it once and walk the pixel down the planes. */
+    if (o && o->cancel && *o->cancel) {
+        tess_seterr(err, errlen, "cancelled");
+        return TESS_ECANCELED;
+    }
+    frame *f;
+    if ((rc = frame_acquire(s, 0, &f, err, errlen)))
+        return rc;
+    if (f->kind == SRC_MMAP) {
+        size_t plane = (size_t)s->nx * (size_t)s->ny;
+        convert_run(f, (size_t)z0 * plane + (size_t)y * (size_t)s->nx + (size_t)x, (size_t)n,
+                    plane, out);
+    } else {
+        for (long k = 0; k < n && !rc; k++)
+            rc = frame_box(s, f, z0 + k, x, y, 1, 1, out + k, err, errlen);
+    }
+    if (frame_release(s, f) && rc == 0)
+        rc = frame_fault_error(s, 0, err, errlen);
+    return rc;
+}
+
 int stack_read_xz(stack *s, long y, long x0, long z0, long w, long h, double *out,
                   char *err, size_t errlen)
 {
-    int rc = check_box(s, x0, y, z0, w, 1, h, err, errlen);
-    for (long k = 0; k < h && !rc; k++)
-        rc = box_at(s, z0 + k, x0, y, w, 1, out + (size_t)k * (size_t)w, err, errlen);
-    return rc;
+    return stack_read_xz_on(s, NULL, y, x0, z0, w, h, out, err, errlen);
 }
 
 int stack_read_yz(stack *s, long x, long y0, long z0, long w, long h, double *out,
                   char *err, size_t errlen)
 {
-    int rc = check_box(s, x, y0, z0, 1, w, h, err, errlen);
-    for (long k = 0; k < h && !rc; k++)
-        rc = box_at(s, z0 + k, x, y0, 1, w, out + (size_t)k * (size_t)w, err, errlen);
-    return rc;
+    return stack_read_yz_on(s, NULL, x, y0, z0, w, h, out, err, errlen);
 }
 
 int stack_read_series(stack *s, long x, long y, long z0, long n, double *out,
                       char *err, size_t errlen)
 {
-    int rc = check_box(s, x, y, z0, 1, 1, n, err, errlen);
-    if (rc)
-        return rc;
-    if (s->npaths == 1) {
-        /* One file: hold it once and walk the pixel down the planes. */
-        frame *f;
-        if ((rc = frame_acquire(s, 0, &f, err, errlen)))
-            return rc;
-        if (f->kind == SRC_MMAP) {
-            size_t plane = (size_t)s->nx * (size_t)s->ny;
-            convert_run(f, (size_t)z0 * plane + (size_t)y * (size_t)s->nx + (size_t)x, (size_t)n,
-                        plane, out);
-        } else {
-            for (long k = 0; k < n && !rc; k++)
-                rc = frame_box(s, f, z0 + k, x, y, 1, 1, out + k, err, errlen);
-        }
-        if (frame_release(s, f) && rc == 0)
-            rc = frame_fault_error(s, 0, err, errlen);
-        return rc;
-    }
-    for (long k = 0; k < n && !rc; k++)
-        rc = box_at(s, z0 + k, x, y, 1, 1, out + k, err, errlen);
-    return rc;
+    return stack_read_series_on(s, NULL, x, y, z0, n, out, err, errlen);
 }
 
 unsigned long long stack_data_bytes(stack *s)

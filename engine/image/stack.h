@@ -4,6 +4,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include "engine/base/pool.h"
 #include "engine/fits/fitsimg.h"
 
 /* Coordinates everywhere here are 0-based pixels in the volume's own axis order:
@@ -130,6 +131,33 @@ int stack_read_yz(stack *s, long x, long y0, long z0, long w, long h, double *ou
 /* The series at pixel (x, y): out[k] = v(x, y, z0 + k), k < n. */
 int stack_read_series(stack *s, long x, long y, long z0, long n, double *out,
                       char *err, size_t errlen);
+
+/* How the cuts below (stack_read_xz_on, _yz_on, _series_on) read the frames of a stack
+ * of files (npaths > 1: each frame a file, decoded whole when compressed): `workers` NULL
+ * reads them one after another on the calling thread; else the calling thread and up to
+ * pool_threads(workers) - 1 helper tasks queued at `prio` take frames in z order from a
+ * shared counter, each reading its frame's part straight into `out`, so N compressed
+ * frames cost about N decodes / threads.  The caller takes part and never waits on a
+ * helper that has not started, so it may run in one of the pool's own tasks.  Each thread
+ * holds one frame at a time (beyond the LRU's bounds: at most one decoded frame per
+ * thread).  A volume of one file (a cube) is always read on the calling thread (mapped:
+ * no decoding to share).  `cancel` (may be NULL) is polled before each frame: once it is
+ * nonzero the read stops with TESS_ECANCELED.  On errors the read stops; the error
+ * returned (code and `err`) is that of the lowest failing frame, as in z order. */
+typedef struct stack_cut_opts {
+    pool *workers;
+    pool_priority prio;
+    const volatile int *cancel;
+} stack_cut_opts;
+
+/* stack_read_xz / _yz / _series under `o` (NULL: as the plain calls, which read on the
+ * calling thread alone).  Same arguments and errors, plus TESS_ECANCELED. */
+int stack_read_xz_on(stack *s, const stack_cut_opts *o, long y, long x0, long z0, long w,
+                     long h, double *out, char *err, size_t errlen);
+int stack_read_yz_on(stack *s, const stack_cut_opts *o, long x, long y0, long z0, long w,
+                     long h, double *out, char *err, size_t errlen);
+int stack_read_series_on(stack *s, const stack_cut_opts *o, long x, long y, long z0, long n,
+                         double *out, char *err, size_t errlen);
 
 /* Bytes of stored pixel data of the whole volume (nx ny nz |BITPIX|/8, with the BITPIX
  * of the first file; PNG as 8 or 16 bits).  0 when unknown (first file unreadable). */

@@ -99,8 +99,9 @@ static void start_server(long long max_output_pixels)
              "{\"name\": \"l1448_13co\", \"path\": \"l1448_13co.fits\"},"
              "{\"name\": \"m13\", \"frames\": \"M13_blue_*.fits\"},"
              "{\"name\": \"gp\", \"frames\": \"%s/png/frame_*.png\"},"
-             "{\"name\": \"gf\", \"frames\": \"%s/fits/frame_*.fits\"}]}",
-             TESSERA_DEMO_DIR, tmpdir, max_output_pixels, tmpdir, tmpdir);
+             "{\"name\": \"gf\", \"frames\": \"%s/fits/frame_*.fits\"},"
+             "{\"name\": \"gb\", \"frames\": \"%s/bad/frame_*.png\"}]}",
+             TESSERA_DEMO_DIR, tmpdir, max_output_pixels, tmpdir, tmpdir, tmpdir);
     ck_assert_int_eq(config_init(&cfg), 0);
     ck_assert_msg(config_load_text(json, &cfg, err, sizeof err) == 0, "%s", err);
     ck_assert_msg(tserver_start(&cfg, &srv, err, sizeof err) == 0, "%s", err);
@@ -118,6 +119,10 @@ static void make_data(void)
              "--threads 1 -o %s/png && " TESSERA_BIN " mkstack --frames %d --size %dx%d "
              "--seed 7 --format fits --bitpix 8 --threads 1 -o %s/fits",
              MK_N, MK_W, MK_H, tmpdir, MK_N, MK_W, MK_H, tmpdir);
+    ck_assert_int_eq(system(cmd), 0);
+    /* gb: the PNG frames with frame 9 cut to half its length (its header intact). */
+    snprintf(cmd, sizeof cmd, "cp -r %s/png %s/bad && f=%s/bad/frame_00009.png && "
+             "truncate -s $(( $(stat -c %%s $f) / 2 )) $f", tmpdir, tmpdir, tmpdir);
     ck_assert_int_eq(system(cmd), 0);
     read_fits_cube(&l1448, DEMO("l1448_13co.fits"), 53);
     char paths[MK_N][512];
@@ -626,6 +631,36 @@ START_TEST(test_iiif_png_stack)
 }
 END_TEST
 
+/* A stack with a truncated frame: every xz, yz and series read through it fails with 500
+ * naming that frame (read on the pool, the error still the frame's); a cut that stops
+ * before it reads. */
+START_TEST(test_truncated_frame)
+{
+    static const char *const paths[] = {
+        "/api/v1/datasets/gb/slice/xz/40_24/0_3_0.fits",
+        "/api/v1/datasets/gb/slice/yz/30_24/5_0_0.npy",
+        "/api/v1/datasets/gb/series?x=3&y=4",
+        "/api/v1/datasets/gb/series?x=39&y=29&format=csv",
+    };
+    for (size_t i = 0; i < sizeof paths / sizeof *paths; i++) {
+        resp r = tt_fetch(base, "GET", paths[i], NULL, 0, NULL);
+        ck_assert_msg(r.status == 500, "GET %s: %ld", paths[i], r.status);
+        ck_assert_msg(r.body && strstr(r.body, "bad/frame_00009.png"), "GET %s: %s", paths[i],
+                      r.body ? r.body : "");
+        tt_resp_free(&r);
+    }
+    resp r = get_ok("/api/v1/datasets/gb/slice/xz/40_9/0_3_0.npy");
+    long n;
+    double *v = npy_values(&r, &n);
+    ck_assert_int_eq(n, 40 * 9);
+    for (long k = 0; k < 9; k++)
+        for (long x = 0; x < 40; x++)
+            assert_close(v[k * 40 + x], at(&mk, x, 3, k), 0, "gb xz", k * 40 + x);
+    free(v);
+    tt_resp_free(&r);
+}
+END_TEST
+
 /* Outputs over limits.max_output_pixels are refused with 413. */
 START_TEST(test_output_limit)
 {
@@ -655,6 +690,7 @@ int main(void)
     tcase_add_test(tc, test_reductions);
     tcase_add_test(tc, test_bad_requests);
     tcase_add_test(tc, test_iiif_png_stack);
+    tcase_add_test(tc, test_truncated_frame);
     suite_add_tcase(s, tc);
     TCase *tl = tcase_create("limits");
     tcase_set_timeout(tl, 30);

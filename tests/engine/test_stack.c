@@ -5,6 +5,7 @@
 #include <math.h>
 #include <png.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -12,6 +13,7 @@
 #include <unistd.h>
 
 #include "engine/image/stack.h"
+#include "engine/base/pool.h"
 #include "tests/testutil.h"
 #include "engine/base/error.h"
 
@@ -39,43 +41,71 @@ static double *cfitsio_cube(const char *path, long nz, long *nx, long *ny)
     return all;
 }
 
-/* Checks region, xz, yz and series reads of `s` against `ref` (nx x ny x nz, x fastest). */
-static void check_volume(stack *s, const double *ref, long nx, long ny, long nz)
+#define REF(x, y, z) ref[((size_t)(z) * (size_t)ny + (size_t)(y)) * (size_t)nx + (size_t)(x)]
+
+/* Checks the xz, yz and series cuts of `s` read under `o` (NULL: the plain calls) against
+ * `ref` (nx x ny x nz, x fastest); `out` holds any of them. */
+static void check_cuts(stack *s, const stack_cut_opts *o, const double *ref, long nx, long ny,
+                       long nz, double *out)
 {
     char err[256];
-#define REF(x, y, z) ref[((size_t)(z) * (size_t)ny + (size_t)(y)) * (size_t)nx + (size_t)(x)]
-    long w = nx / 3, h = ny / 4, x0 = nx / 5, y0 = ny / 3, z0 = nz / 2;
-    double *out = malloc((size_t)(nx > ny ? nx : ny) * (size_t)(ny > nz ? ny : nz) * 8 + 64 * 8);
-    ck_assert_int_eq(stack_read_region(s, z0, x0, y0, w, h, out, err, sizeof err), 0);
-    for (long j = 0; j < h; j++)
-        for (long i = 0; i < w; i++)
-            assert_same(out[j * w + i], REF(x0 + i, y0 + j, z0), "xy", j * w + i);
+    long h = ny / 4, x0 = nx / 5, y0 = ny / 3;
     /* xz at row y0: all of x, all of z */
-    ck_assert_int_eq(stack_read_xz(s, y0, 0, 0, nx, nz, out, err, sizeof err), 0);
+    ck_assert_int_eq(o ? stack_read_xz_on(s, o, y0, 0, 0, nx, nz, out, err, sizeof err)
+                       : stack_read_xz(s, y0, 0, 0, nx, nz, out, err, sizeof err), 0);
     for (long k = 0; k < nz; k++)
         for (long i = 0; i < nx; i++)
             assert_same(out[k * nx + i], REF(i, y0, k), "xz", k * nx + i);
     /* yz at column x0, a part */
     long zz = nz > 2 ? nz - 1 : nz, zstart = nz - zz;
-    ck_assert_int_eq(stack_read_yz(s, x0, y0, zstart, h, zz, out, err, sizeof err), 0);
+    ck_assert_int_eq(o ? stack_read_yz_on(s, o, x0, y0, zstart, h, zz, out, err, sizeof err)
+                       : stack_read_yz(s, x0, y0, zstart, h, zz, out, err, sizeof err), 0);
     for (long k = 0; k < zz; k++)
         for (long j = 0; j < h; j++)
             assert_same(out[k * h + j], REF(x0, y0 + j, zstart + k), "yz", k * h + j);
     /* series at a few pixels, including the corners */
     long px[4][2] = {{0, 0}, {nx - 1, ny - 1}, {x0, y0}, {nx / 2, ny / 2}};
     for (int p = 0; p < 4; p++) {
-        ck_assert_int_eq(stack_read_series(s, px[p][0], px[p][1], 0, nz, out, err, sizeof err), 0);
+        ck_assert_int_eq(o ? stack_read_series_on(s, o, px[p][0], px[p][1], 0, nz, out, err,
+                                                  sizeof err)
+                           : stack_read_series(s, px[p][0], px[p][1], 0, nz, out, err,
+                                               sizeof err), 0);
         for (long k = 0; k < nz; k++)
             assert_same(out[k], REF(px[p][0], px[p][1], k), "series", k);
     }
+}
+
+/* Checks region, xz, yz and series reads of `s` against `ref` (nx x ny x nz, x fastest):
+ * the plain calls, and the cuts on a pool of three workers and cancelled. */
+static void check_volume(stack *s, const double *ref, long nx, long ny, long nz)
+{
+    char err[256];
+    long w = nx / 3, h = ny / 4, x0 = nx / 5, y0 = ny / 3, z0 = nz / 2;
+    double *out = malloc((size_t)(nx > ny ? nx : ny) * (size_t)(ny > nz ? ny : nz) * 8 + 64 * 8);
+    ck_assert_int_eq(stack_read_region(s, z0, x0, y0, w, h, out, err, sizeof err), 0);
+    for (long j = 0; j < h; j++)
+        for (long i = 0; i < w; i++)
+            assert_same(out[j * w + i], REF(x0 + i, y0 + j, z0), "xy", j * w + i);
+    check_cuts(s, NULL, ref, nx, ny, nz, out);
+    pool *p = pool_new(3, 64);
+    ck_assert_ptr_nonnull(p);
+    volatile int cancel = 0;
+    stack_cut_opts o = {p, POOL_INTERACTIVE, &cancel};
+    check_cuts(s, &o, ref, nx, ny, nz, out);
+    cancel = 1;
+    ck_assert_int_eq(stack_read_xz_on(s, &o, y0, 0, 0, nx, nz, out, err, sizeof err),
+                     TESS_ECANCELED);
+    ck_assert_int_eq(stack_read_series_on(s, &o, 0, 0, 0, nz, out, err, sizeof err),
+                     TESS_ECANCELED);
+    pool_free(p);
     /* out of range */
     ck_assert_int_eq(stack_read_region(s, nz, 0, 0, 1, 1, out, err, sizeof err), TESS_ERANGE);
     ck_assert_int_eq(stack_read_xz(s, ny, 0, 0, 1, 1, out, err, sizeof err), TESS_ERANGE);
     ck_assert_int_eq(stack_read_yz(s, 0, ny - 1, 0, 2, 1, out, err, sizeof err), TESS_ERANGE);
     ck_assert_int_eq(stack_read_series(s, nx, 0, 0, nz, out, err, sizeof err), TESS_ERANGE);
     free(out);
-#undef REF
 }
+#undef REF
 
 /* l1448_13co: BITPIX -32 cube with NaNs, read through mmap. */
 START_TEST(test_cube_mmap_equals_cfitsio)
@@ -427,6 +457,150 @@ START_TEST(test_threads)
 }
 END_TEST
 
+/* A cut read in a task of a pool whose only worker runs that task (the server's request
+ * on a busy pool): the task takes every frame itself instead of waiting for helpers. */
+typedef struct nested_arg {
+    stack *s;
+    pool *p;
+    double *out;
+    long nx, nz;
+    int rc;
+    atomic_int done;
+} nested_arg;
+
+static void nested_task(void *arg)
+{
+    nested_arg *a = arg;
+    char err[256];
+    stack_cut_opts o = {a->p, POOL_INTERACTIVE, NULL};
+    a->rc = stack_read_xz_on(a->s, &o, 2, 0, 0, a->nx, a->nz, a->out, err, sizeof err);
+    atomic_store(&a->done, 1);
+}
+
+/* A stack of nz 8-bit PNG frames of w x h (v8) in a fresh directory, as p<z>.png, and
+ * their values ref (w x h x nz, x fastest) computed from v8. */
+typedef struct png_stack_fx {
+    char dir[128];
+    char (*paths)[256];
+    const char **pp;
+    double *ref;
+    long w, h, nz;
+} png_stack_fx;
+
+static void png_stack_make(png_stack_fx *fx, const char *tag, long w, long h, long nz)
+{
+    tt_tmpdir_make(fx->dir, sizeof fx->dir, tag);
+    fx->w = w;
+    fx->h = h;
+    fx->nz = nz;
+    fx->paths = malloc((size_t)nz * sizeof *fx->paths);
+    fx->pp = malloc((size_t)nz * sizeof *fx->pp);
+    fx->ref = malloc((size_t)(w * h * nz) * sizeof(double));
+    for (long z = 0; z < nz; z++) {
+        snprintf(fx->paths[z], 256, "%s/p%03ld.png", fx->dir, z);
+        fx->pp[z] = fx->paths[z];
+        g_frame = z;
+        write_png_plain(fx->paths[z], w, h, 8, v8);
+        for (long y = 0; y < h; y++)
+            for (long x = 0; x < w; x++)
+                fx->ref[(z * h + y) * w + x] = v8(h - 1 - y, x);
+    }
+}
+
+static void png_stack_done(png_stack_fx *fx)
+{
+    char cmd[256];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", fx->dir);
+    ck_assert_int_eq(system(cmd), 0);
+    free(fx->paths);
+    free(fx->pp);
+    free(fx->ref);
+}
+
+START_TEST(test_cut_in_pool_task)
+{
+    png_stack_fx fx;
+    png_stack_make(&fx, "stackn", 21, 9, 30);
+    double out[21 * 30];
+    stack *s = stack_new(fx.pp, 30, 0, 21, 9, 30, 4);
+    pool *p = pool_new(1, 16);
+    nested_arg a = {s, p, out, 21, 30, -1, 0};
+    ck_assert_int_eq(pool_submit(p, POOL_INTERACTIVE, nested_task, &a), 0);
+    for (int i = 0; i < 10000 && !atomic_load(&a.done); i++)
+        usleep(1000);
+    ck_assert_int_eq(atomic_load(&a.done), 1);
+    ck_assert_int_eq(a.rc, 0);
+    for (long k = 0; k < 30; k++)
+        for (long i = 0; i < 21; i++)
+            assert_same(out[k * 21 + i], fx.ref[(k * 9 + 2) * 21 + i], "xz", k * 21 + i);
+    pool_free(p);
+    stack_free(s);
+    png_stack_done(&fx);
+}
+END_TEST
+
+/* Truncates the file at `path` to half its size. */
+static void truncate_half(const char *path)
+{
+    FILE *f = fopen(path, "rb");
+    ck_assert_ptr_nonnull(f);
+    fseek(f, 0, SEEK_END);
+    long len = ftell(f);
+    fclose(f);
+    ck_assert_int_eq(truncate(path, len / 2), 0);
+}
+
+/* A truncated frame fails every cut through it with the error of a single-frame read of
+ * that frame, on the calling thread and on a pool alike; with two bad frames the lower
+ * one is named, whichever thread got there first. */
+START_TEST(test_truncated_frame_named)
+{
+    enum { W = 40, H = 30, NZ = 24 };
+    png_stack_fx fx;
+    png_stack_make(&fx, "stacke", W, H, NZ);
+    const char **pp = fx.pp;
+    double *buf = fx.ref, out[W * NZ];   /* the values are not needed: a scratch frame */
+    truncate_half(fx.paths[17]);
+    char want[256], err[256];
+    int want_rc = frame_read_region(pp[17], 0, 0, 0, 0, W, H, buf, want, sizeof want);
+    ck_assert_int_ne(want_rc, 0);
+    ck_assert_ptr_nonnull(strstr(want, "p017.png"));
+    pool *p = pool_new(3, 64);
+    stack_cut_opts par = {p, POOL_INTERACTIVE, NULL};
+    for (int round = 0; round < 2; round++) {
+        for (int on = 0; on < 2; on++) {
+            const stack_cut_opts *o = on ? &par : NULL;
+            stack *s = stack_new(pp, NZ, 0, W, H, NZ, 4);
+            err[0] = 0;
+            ck_assert_int_eq(stack_read_xz_on(s, o, 3, 0, 0, W, NZ, out, err, sizeof err), want_rc);
+            ck_assert_str_eq(err, want);
+            err[0] = 0;
+            ck_assert_int_eq(stack_read_yz_on(s, o, 5, 0, 0, H, NZ, out, err, sizeof err), want_rc);
+            ck_assert_str_eq(err, want);
+            err[0] = 0;
+            ck_assert_int_eq(stack_read_series_on(s, o, 1, 1, 0, NZ, out, err, sizeof err),
+                             want_rc);
+            ck_assert_str_eq(err, want);
+            /* a cut that stops before the bad frame reads */
+            ck_assert_int_eq(stack_read_series_on(s, o, 1, 1, 0, 17, out, err, sizeof err), 0);
+            stack_free(s);
+        }
+        if (round == 0)   /* a second, later bad frame: the error still names frame 17 */
+            truncate_half(fx.paths[20]);
+    }
+    /* a bad frame before 17: the error now names it */
+    truncate_half(fx.paths[4]);
+    ck_assert_int_eq(frame_read_region(pp[4], 0, 0, 0, 0, W, H, buf, want, sizeof want), want_rc);
+    stack *s = stack_new(pp, NZ, 0, W, H, NZ, 4);
+    ck_assert_int_eq(stack_read_xz_on(s, &par, 3, 0, 0, W, NZ, out, err, sizeof err), want_rc);
+    ck_assert_str_eq(err, want);
+    ck_assert_ptr_nonnull(strstr(err, "p004.png"));
+    stack_free(s);
+    pool_free(p);
+    png_stack_done(&fx);
+}
+END_TEST
+
 /* A colour PNG is refused with TESS_EINVAL. */
 START_TEST(test_colour_png_refused)
 {
@@ -462,6 +636,8 @@ int main(void)
     tcase_add_test(tc, test_png_write_orientation);
     tcase_add_test(tc, test_compressed_fallback);
     tcase_add_test(tc, test_threads);
+    tcase_add_test(tc, test_cut_in_pool_task);
+    tcase_add_test(tc, test_truncated_frame_named);
     tcase_add_test(tc, test_colour_png_refused);
     suite_add_tcase(s, tc);
     return tt_run_suite(s);

@@ -135,150 +135,31 @@ static void encode1(cs_dtype t, double v, unsigned char *dst)
     }
 }
 
-/* Frames encoded together before they are interleaved into a group's series: each
- * pixel then gets TG_SUB values written side by side instead of one value per cache
- * line touched (a frame-by-frame scatter at a stride of g values was the stage's cost). */
-#define TG_SUB 16
-
-/* Stage A, group k: frames z0 .. z0+gk-1 into the series of the destination, values
- * z0 .. z0+gk-1 of store index i at out[i * nz + z], written in place through a mapping
- * of the file (engine/base/wmap.h): no buffer of the group, no copy by pwrite. */
-int cube_transpose_group(const cube_transpose *t, long k, const volatile int *cancel,
-                         char *err, size_t errlen)
-{
-    long z0 = k * t->g, gk = lmin(t->g, t->nz - z0);
-    const size_t es = (size_t)t->es, npix = (size_t)t->npix;
-    tess_wmap m;
-    int rc = tess_wmap_open(t->dest_path, (off_t)CHUNKSTORE_HEADER,
-                            npix * (size_t)t->nz * es, 0, &m, err, errlen);
-    if (rc)
-        return rc;
-    unsigned char *out = m.p;
-    /* [frame of the sub-group][i], rows `pitch` bytes apart: a whole number of cache
-     * lines plus one, so that the TG_SUB rows read side by side below fall in different
-     * cache sets (at a power-of-two distance they evict each other). */
-    const size_t pitch = (npix * es + 63) / 64 * 64 + 64;
-    unsigned char *sub = malloc(pitch * TG_SUB);
-    double *plane = malloc(npix * sizeof *plane);
-    if (!sub || !plane) {
-        tess_seterr(err, errlen, "out of memory");
-        rc = TESS_ENOMEM;
-    }
-    for (long j0 = 0; j0 < gk && !rc; j0 += TG_SUB) {
-        long ns = lmin(TG_SUB, gk - j0);
-        for (long jj = 0; jj < ns && !rc; jj++) {
-            if (*cancel) {
-                rc = TESS_ECANCELED;
-                break;
-            }
-            unsigned char *p = sub + (size_t)jj * pitch;
-            if (t->dt == CS_U8) {
-                /* 8-bit frames (PNG, plain BITPIX 8) gathered from their stored bytes,
-                 * without a plane of doubles */
-                stack_plane sp;
-                if ((rc = stack_plane_hold(t->st, z0 + j0 + jj, &sp, err, errlen)) != 0)
-                    break;
-                int have = sp.u8 != NULL;
-                if (have)
-                    for (size_t i = 0; i < npix; i++)
-                        p[i] = sp.u8[t->perm[i]];
-                int faulted = stack_plane_release(t->st, &sp);
-                if (faulted) {
-                    tess_seterr(err, errlen, "plane %ld was truncated while read",
-                                z0 + j0 + jj);
-                    rc = TESS_EIO;
-                    break;
-                }
-                if (have)
-                    continue;
-            }
-            rc = stack_read_region(t->st, z0 + j0 + jj, 0, 0, t->nx, t->ny, plane, err,
-                                     errlen);
-            if (rc)
-                break;
-            if (t->dt == CS_U8) {
-                for (size_t i = 0; i < npix; i++)
-                    p[i] = (unsigned char)plane[t->perm[i]];   /* exact integers 0..255 */
-            } else {
-                for (size_t i = 0; i < npix; i++)
-                    encode1(t->dt, plane[t->perm[i]], p + i * es);
-            }
-        }
-        if (rc)
-            break;
-        const size_t stride = (size_t)t->nz * es;
-        if (es == 1) {
-            for (size_t i = 0; i < npix; i++) {
-                unsigned char *d = out + i * stride + (size_t)(z0 + j0);
-                for (long jj = 0; jj < ns; jj++)
-                    d[jj] = sub[(size_t)jj * pitch + i];
-            }
-        } else {
-            for (size_t i = 0; i < npix; i++) {
-                unsigned char *d = out + i * stride + (size_t)(z0 + j0) * es;
-                for (long jj = 0; jj < ns; jj++)
-                    memcpy(d + (size_t)jj * es, sub + (size_t)jj * pitch + i * es, es);
-            }
-        }
-    }
-    int crc = tess_wmap_close(&m, rc ? NULL : err, rc ? 0 : errlen);
-    if (!rc)
-        rc = crc;
-    free(sub);
-    free(plane);
-    return rc;
-}
-
-/* Stage B, band b: fills `buf` ((p1-p0) * nz * es bytes) with the band's series, read
- * in one piece from the staging file (stage A wrote them in store order) or from the
- * chunk store at src_path when direct. */
-int cube_transpose_band(const cube_transpose *t, long b, unsigned char *buf, long *p0_out,
-                        long *p1_out, const volatile int *cancel, char *err, size_t errlen)
-{
-    long y0 = b * t->band_rows, y1 = lmin(t->ny, y0 + t->band_rows);
-    long p0 = y0 * t->nx, p1 = y1 * t->nx, np = p1 - p0;
-    *p0_out = p0;
-    *p1_out = p1;
-    if (*cancel)
-        return TESS_ECANCELED;
-    const char *path = t->direct ? t->src_path : t->dest_path;
-    size_t es = (size_t)t->es;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    off_t off = (off_t)(CHUNKSTORE_HEADER + (long long)p0 * t->nz * es);
-    int bad = fd < 0 || tess_pread_all(fd, buf, (size_t)np * t->nz * es, off) != 0;
-    if (fd >= 0)
-        close(fd);
-    if (bad) {
-        tess_seterr(err, errlen, "cannot read %s", path);
-        return TESS_EIO;
-    }
-    return 0;
-}
-
-/* Fills `out` with the series of rows [y0, y1) (whole tile rows) in store order:
- * (y1 - y0) * nx * nz values of es bytes, pixel p0 = y0 * nx first, each pixel's nz
- * values contiguous.  The planes are read in groups of ZGROUP (each plane of a
- * group opened once, 8-bit frames read in place) a tile row at a time, so a band needs
- * no staging file.  Returns 0 or a TESS_E* code with err. */
-int cube_transpose_rows(const cube_transpose *t, long y0, long y1, unsigned char *out,
-                        const volatile int *cancel, char *err, size_t errlen)
+/* Gathers values z0 .. z1-1 of the series of rows [y0, y1) (whole tile rows) into `out`,
+ * whose first series is store index p0 (value z of index i at ((i - p0) * nz + z) * es):
+ * the planes are held zmax at a time (each plane of a hold opened or decoded once, 8-bit
+ * frames read in place) and gathered a tile row at a time, so that a pixel gets up to
+ * zmax values side by side.  Returns 0 or a TESS_E* code with err. */
+static int gather_rows(const cube_transpose *t, long y0, long y1, long z0, long z1, long zmax,
+                       unsigned char *out, long p0, const volatile int *cancel, char *err,
+                       size_t errlen)
 {
     long nx = t->nx, ny = t->ny, nz = t->nz;
-    long p0 = y0 * nx;
     size_t es = (size_t)t->es;
     stack *st = t->st;
-    unsigned char *tmp = malloc((size_t)ZGROUP * CUBE_TILE * nx * es);
+    zmax = lmax(1, lmin(zmax, ZGROUP));
+    unsigned char *tmp = malloc((size_t)zmax * CUBE_TILE * nx * es);
     double *dbl = malloc(sizeof(double) * (size_t)CUBE_TILE * nx);
     stack_plane hp[ZGROUP];
     int rc = tmp && dbl ? 0 : TESS_ENOMEM;
     if (rc)
         tess_seterr(err, errlen, "out of memory");
-    for (long zg = 0; zg < nz && !rc; zg += ZGROUP) {
+    for (long zg = z0; zg < z1 && !rc; zg += zmax) {
         if (*cancel) {
             rc = TESS_ECANCELED;
             break;
         }
-        long gk = lmin(ZGROUP, nz - zg), held = 0;
+        long gk = lmin(zmax, z1 - zg), held = 0;
         for (; held < gk && !rc; held++)
             rc = stack_plane_hold(st, zg + held, &hp[held], err, errlen);
         if (rc)
@@ -319,5 +200,61 @@ int cube_transpose_rows(const cube_transpose *t, long y0, long y1, unsigned char
     free(tmp);
     free(dbl);
     return rc;
+}
+
+/* Planes held at once by a group: up to ZGROUP, fewer when they would pass this many bytes
+ * of stored values (large frames), so a group block holds about as much as a band does. */
+#define GROUP_HOLD_BYTES (64L << 20)
+
+/* Stage A, group k: frames z0 .. z0+gk-1 into the series of the destination, values
+ * z0 .. z0+gk-1 of store index i at out[i * nz + z], gathered a tile row at a time from the
+ * held planes (gather_rows) straight into a mapping of the file (engine/base/wmap.h): no
+ * buffer of the group, no copy by pwrite, up to ZGROUP bytes side by side in each series. */
+int cube_transpose_group(const cube_transpose *t, long k, const volatile int *cancel,
+                         char *err, size_t errlen)
+{
+    long z0 = k * t->g, gk = lmin(t->g, t->nz - z0);
+    const size_t es = (size_t)t->es, npix = (size_t)t->npix;
+    tess_wmap m;
+    int rc = tess_wmap_open(t->dest_path, (off_t)CHUNKSTORE_HEADER,
+                            npix * (size_t)t->nz * es, 0, &m, err, errlen);
+    if (rc)
+        return rc;
+    long zmax = lmax(1, GROUP_HOLD_BYTES / lmax(1, (long)(npix * es)));
+    rc = gather_rows(t, 0, t->ny, z0, z0 + gk, zmax, m.p, 0, cancel, err, errlen);
+    int crc = tess_wmap_close(&m, rc ? NULL : err, rc ? 0 : errlen);
+    return rc ? rc : crc;
+}
+
+/* Stage B, band b: fills `buf` ((p1-p0) * nz * es bytes) with the band's series, read
+ * in one piece from the staging file (stage A wrote them in store order) or from the
+ * chunk store at src_path when direct. */
+int cube_transpose_band(const cube_transpose *t, long b, unsigned char *buf, long *p0_out,
+                        long *p1_out, const volatile int *cancel, char *err, size_t errlen)
+{
+    long y0 = b * t->band_rows, y1 = lmin(t->ny, y0 + t->band_rows);
+    long p0 = y0 * t->nx, p1 = y1 * t->nx, np = p1 - p0;
+    *p0_out = p0;
+    *p1_out = p1;
+    if (*cancel)
+        return TESS_ECANCELED;
+    const char *path = t->direct ? t->src_path : t->dest_path;
+    size_t es = (size_t)t->es;
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    off_t off = (off_t)(CHUNKSTORE_HEADER + (long long)p0 * t->nz * es);
+    int bad = fd < 0 || tess_pread_all(fd, buf, (size_t)np * t->nz * es, off) != 0;
+    if (fd >= 0)
+        close(fd);
+    if (bad) {
+        tess_seterr(err, errlen, "cannot read %s", path);
+        return TESS_EIO;
+    }
+    return 0;
+}
+
+int cube_transpose_rows(const cube_transpose *t, long y0, long y1, unsigned char *out,
+                        const volatile int *cancel, char *err, size_t errlen)
+{
+    return gather_rows(t, y0, y1, 0, t->nz, ZGROUP, out, y0 * t->nx, cancel, err, errlen);
 }
 

@@ -246,7 +246,12 @@ START_TEST(test_wmap_writes_in_place)
     ck_assert_int_eq(tess_wmap_prepare(&m, (size_t)ps * 2, (size_t)ps, err, sizeof err),
                      TESS_EIO);
     ck_assert_msg(strstr(err, "cut short") && strstr(err, p), "%s", err);
-    /* a write past the new end gets SIGBUS, absorbed: the close says the file lost it */
+    /* a write past the new end gets SIGBUS, absorbed: the close says the file lost it
+     * (not under valgrind, which cannot follow a page replaced by the SIGBUS handler) */
+    if (tt_under_valgrind()) {
+        ck_assert_int_eq(tess_wmap_close(&m, err, sizeof err), 0);
+        return;
+    }
     m.p[(size_t)ps * 3] = 'x';
     m.p[0] = 'y';
     ck_assert_int_eq(tess_wmap_close(&m, err, sizeof err), TESS_EIO);

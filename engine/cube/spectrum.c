@@ -7,14 +7,12 @@
 #include "engine/image/chunkstore.h"
 
 #include <errno.h>
-#include <fcntl.h>
 #include <fftw3.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <unistd.h>
 
 #define FFT_BATCH 32   /* series per fftw execution */

@@ -17,7 +17,7 @@
 
 #define BLOCK_BYTES (64L << 20)   /* memory of one block's main buffer */
 #define MIN_BLOCKS 16             /* aim for at least this many blocks per stage */
-#define ZGROUP 64                 /* planes held at once by cube_transpose_rows */
+#define ZGROUP 64                 /* planes held at once by a band or a group (gather_rows) */
 
 static long lmin(long a, long b) { return a < b ? a : b; }
 static long lmax(long a, long b) { return a > b ? a : b; }

@@ -65,6 +65,7 @@ typedef struct tserver_priv {
     pthread_mutex_t flight_lock;      /* guards flights */
     flight *flights;                  /* renders in progress, by cache key */
     unsigned long long coalesced;     /* requests answered by another's render */
+    unsigned long waiting_now;        /* requests waiting on another's render now */
     unsigned long long by_code[600];
     unsigned long long bucket[NBUCKETS + 1];
     double latency_sum;
@@ -459,6 +460,7 @@ static void finish_flight(hreq *r)
         w->rep.retry_after = r->rep.retry_after;
         w->rep.cancelled = r->rep.cancelled;
         __atomic_add_fetch(&sp->coalesced, 1, __ATOMIC_RELAXED);
+        __atomic_sub_fetch(&sp->waiting_now, 1, __ATOMIC_RELAXED);
         resume(w);
         w = next;
     }
@@ -522,6 +524,7 @@ int hreq_run_async(hreq *r, void (*work)(hreq *r), void *arg, void (*arg_free)(v
             r->next_waiter = f->waiters;
             f->waiters = r;
             ((hreq_priv *)r)->waiting = 1;
+            __atomic_add_fetch(&sp->waiting_now, 1, __ATOMIC_RELAXED);
             pthread_mutex_unlock(&sp->flight_lock);
             return 0;
         }
@@ -633,8 +636,12 @@ void tserver_handle_metrics(hreq *r, const route_match *m)
     buf_printf(&b, "# HELP tessera_renders_coalesced_total Requests answered by a render "
                    "another request started (single flight).\n"
                    "# TYPE tessera_renders_coalesced_total counter\n"
-                   "tessera_renders_coalesced_total %llu\n",
-               __atomic_load_n(&sp->coalesced, __ATOMIC_RELAXED));
+                   "tessera_renders_coalesced_total %llu\n"
+                   "# HELP tessera_renders_waiting Requests waiting now on a render another "
+                   "request started.\n"
+                   "# TYPE tessera_renders_waiting gauge\ntessera_renders_waiting %lu\n",
+               __atomic_load_n(&sp->coalesced, __ATOMIC_RELAXED),
+               __atomic_load_n(&sp->waiting_now, __ATOMIC_RELAXED));
     buf_printf(&b, "# HELP tessera_http_open_connections Connections open now.\n"
                    "# TYPE tessera_http_open_connections gauge\n"
                    "tessera_http_open_connections %d\n"

@@ -251,7 +251,8 @@ static void cutout_work(hreq *r)
     o.cancel = &r->cancel;
     long finite = rp_reproject(d->cel, &in, j->target, &out, NULL, &o, err, sizeof(err));
     planestore_release(r->srv->planes, &v);
-    if (finite == TESS_ECANCELED) {
+    if (finite == TESS_ECANCELED || (finite > 0 && hreq_cancelled(r))) {
+        /* Stopped, or its client went as the last rows were done: nothing to encode. */
         hreq_reply_cancelled(r);
         goto done;
     }

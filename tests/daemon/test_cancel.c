@@ -89,6 +89,32 @@ static long cancelled(const char *stage)
     return v;
 }
 
+/* The value of the unlabelled gauge `name` of /metrics (-1 when absent). */
+static long gauge(const char *name)
+{
+    tt_resp r = tt_fetch(base, "GET", "/metrics", NULL, 0, NULL);
+    ck_assert_int_eq(r.status, 200);
+    char key[96];
+    snprintf(key, sizeof key, "\n%s ", name);
+    const char *p = r.body ? strstr(r.body, key) : NULL;
+    long v = p ? strtol(p + strlen(key), NULL, 10) : -1;
+    tt_resp_free(&r);
+    return v;
+}
+
+/* Waits (up to `limit_s`, scaled) until the gauge `name` is `n`; returns whether it
+ * came to that. */
+static int wait_gauge(const char *name, long n, double limit_s)
+{
+    double t0 = tt_now_s();
+    while (tt_now_s() - t0 < limit_s * tt_time_scale()) {
+        if (gauge(name) == n)
+            return 1;
+        usleep(20000);
+    }
+    return 0;
+}
+
 /* Waits (up to `limit_s`, scaled) until the count of `stage` -- NULL: the queued and
  * running ones together -- is `n`; returns the seconds it took, or -1. */
 static double wait_cancelled(const char *stage, long n, double limit_s)
@@ -143,6 +169,10 @@ static void setup(void)
     ck_assert_msg(config_load_demo(&cfg, TESSERA_DEMO_DIR, err, sizeof err) == 0, "%s", err);
     ck_assert_int_eq(config_set_listen(&cfg, "127.0.0.1:0", err, sizeof err), 0);
     cfg.threads = 2;
+    /* Under valgrind the server reads a request line many times slower: its deadlines
+     * scale as the tests' own bounds do, or connections are cut before they are read. */
+    cfg.header_timeout_s = (int)(cfg.header_timeout_s * tt_time_scale());
+    cfg.connection_timeout_s = (int)(cfg.connection_timeout_s * tt_time_scale());
     cfg.access_log = strdup(access_path);
     ck_assert_msg(tserver_start(&cfg, &srv, err, sizeof err) == 0, "%s", err);
     snprintf(base, sizeof base, "http://127.0.0.1:%d", tserver_port(srv));
@@ -256,7 +286,10 @@ START_TEST(test_shared_render_goes_on_while_a_client_waits)
     int first = send_request(target, "HTTP/1.1");
     usleep((useconds_t)(100000 * tt_time_scale()));
     int second = send_request(target, "HTTP/1.1");
-    usleep((useconds_t)(100000 * tt_time_scale()));
+    /* Not a fixed pause: under valgrind the server may not have read the requests
+     * yet.  One of the two waits on the other's render before the first leaves. */
+    ck_assert_msg(wait_gauge("tessera_renders_waiting", 1, 10.0), "waiting: %ld",
+                  gauge("tessera_renders_waiting"));
     close(first);
     size_t len;
     char *all = read_all(second, &len);
@@ -268,12 +301,13 @@ START_TEST(test_shared_render_goes_on_while_a_client_waits)
                   cancelled("finished"));
     ck_assert_int_eq(cancelled("queued") + cancelled("running"), 0);
 
-    snprintf(target, sizeof target, "/api/v1/cutout?dataset=gc_2mass_k&ra=0&dec=0"
-             "&coordsys=galactic&fov=1&width=4096&height=4096&method=exact&format=png"
-             "&min_cut=4001");
+    /* The longer render, so that it is still running when the watcher has seen both
+     * leave (under valgrind that takes a while). */
+    longer_target(target, sizeof target, 4001);
     first = send_request(target, "HTTP/1.1");
     second = send_request(target, "HTTP/1.1");
-    usleep((useconds_t)(100000 * tt_time_scale()));
+    ck_assert_msg(wait_gauge("tessera_renders_waiting", 1, 10.0), "waiting: %ld",
+                  gauge("tessera_renders_waiting"));
     close(first);
     close(second);
     ck_assert_msg(wait_cancelled(NULL, 2, 3.0) >= 0, "queued %ld + running %ld cancellations, not 2",
@@ -287,10 +321,17 @@ static Suite *suite(void)
     TCase *tc = tcase_create("cancel");
     tcase_add_checked_fixture(tc, setup, teardown);
     tcase_set_timeout(tc, 120);
-    tcase_add_test(tc, test_abandoned_work_is_dropped);
     tcase_add_test(tc, test_running_work_stops);
     tcase_add_test(tc, test_half_closed_clients_are_answered);
-    tcase_add_test(tc, test_shared_render_goes_on_while_a_client_waits);
+    /* These two race the watcher's look at the sockets against libmicrohttpd's read of a
+     * request and against a render's end; under valgrind, which runs one thread at a
+     * time and each 30x slower, the race goes either way (measured: 14-15 of 16 counted,
+     * the leader's close seen after its render), so they run in the plain and ASan runs
+     * only. */
+    if (!tt_under_valgrind()) {
+        tcase_add_test(tc, test_abandoned_work_is_dropped);
+        tcase_add_test(tc, test_shared_render_goes_on_while_a_client_waits);
+    }
     suite_add_tcase(s, tc);
     return s;
 }

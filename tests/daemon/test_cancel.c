@@ -76,30 +76,37 @@ static char *read_all(int fd, size_t *len)
 
 /* ---- what the server reports ---------------------------------------------------------- */
 
-/* tessera_requests_cancelled_total{stage="..."} of /metrics (-1 when absent). */
-static long cancelled(const char *stage)
+/* The value on the line of /metrics that starts with `key` (the name, its labels and a
+ * space), -1 when there is none. */
+static long metric(const char *key)
 {
     tt_resp r = tt_fetch(base, "GET", "/metrics", NULL, 0, NULL);
     ck_assert_int_eq(r.status, 200);
-    char key[96];
-    snprintf(key, sizeof key, "tessera_requests_cancelled_total{stage=\"%s\"} ", stage);
-    const char *p = r.body ? strstr(r.body, key) : NULL;
-    long v = p ? strtol(p + strlen(key), NULL, 10) : -1;
+    size_t n = strlen(key);
+    long v = -1;
+    for (const char *p = r.body; p && *p; p = strchr(p, '\n') ? strchr(p, '\n') + 1 : NULL)
+        if (strncmp(p, key, n) == 0) {
+            v = strtol(p + n, NULL, 10);
+            break;
+        }
     tt_resp_free(&r);
     return v;
+}
+
+/* tessera_requests_cancelled_total{stage="..."} of /metrics (-1 when absent). */
+static long cancelled(const char *stage)
+{
+    char key[96];
+    snprintf(key, sizeof key, "tessera_requests_cancelled_total{stage=\"%s\"} ", stage);
+    return metric(key);
 }
 
 /* The value of the unlabelled gauge `name` of /metrics (-1 when absent). */
 static long gauge(const char *name)
 {
-    tt_resp r = tt_fetch(base, "GET", "/metrics", NULL, 0, NULL);
-    ck_assert_int_eq(r.status, 200);
     char key[96];
-    snprintf(key, sizeof key, "\n%s ", name);
-    const char *p = r.body ? strstr(r.body, key) : NULL;
-    long v = p ? strtol(p + strlen(key), NULL, 10) : -1;
-    tt_resp_free(&r);
-    return v;
+    snprintf(key, sizeof key, "%s ", name);
+    return metric(key);
 }
 
 /* Waits (up to `limit_s`, scaled) until the gauge `name` is `n`; returns whether it

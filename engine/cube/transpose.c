@@ -210,10 +210,10 @@ static int gather_rows(const cube_transpose *t, long y0, long y1, long z0, long 
  * z0 .. z0+gk-1 of store index i at out[i * nz + z], gathered a tile row at a time from the
  * held planes (gather_rows) straight into a mapping of the file (engine/base/wmap.h): no
  * buffer of the group, no copy by pwrite, up to ZGROUP bytes side by side in each series.
- * The window's pages are made at open (MADV_POPULATE_WRITE): left to the gather's write
- * faults, each page of a new store was read ahead as a hole, zeroed and marked for write
- * one fault at a time (2000 frames of 1000x1000 PNG, 1 thread: 14.3 s, 10.1 s made at
- * open; decode alone 4.2 s). */
+ * The window's pages are made at open (MADV_POPULATE_WRITE), as the band path does: left
+ * to the gather's write faults, each page of a new store is read ahead as a hole, zeroed
+ * and marked for write one fault at a time.  Measured on 2000 PNG frames of 1000x1000,
+ * the gain is within the spread between runs (README, bench/stack). */
 int cube_transpose_group(const cube_transpose *t, long k, const volatile int *cancel,
                          char *err, size_t errlen)
 {

@@ -293,8 +293,8 @@ START_TEST(test_shared_render_goes_on_while_a_client_waits)
     int first = send_request(target, "HTTP/1.1");
     usleep((useconds_t)(100000 * tt_time_scale()));
     int second = send_request(target, "HTTP/1.1");
-    /* Not a fixed pause: under valgrind the server may not have read the requests
-     * yet.  One of the two waits on the other's render before the first leaves. */
+    /* Not a fixed pause: on a loaded machine (the ASan run) the server may not have read
+     * the second request yet.  It waits on the first's render before the first leaves. */
     ck_assert_msg(wait_gauge("tessera_renders_waiting", 1, 10.0), "waiting: %ld",
                   gauge("tessera_renders_waiting"));
     close(first);
@@ -309,7 +309,7 @@ START_TEST(test_shared_render_goes_on_while_a_client_waits)
     ck_assert_int_eq(cancelled("queued") + cancelled("running"), 0);
 
     /* The longer render, so that it is still running when the watcher has seen both
-     * leave (under valgrind that takes a while). */
+     * leave (two of its looks, and more on a loaded machine). */
     longer_target(target, sizeof target, 4001);
     first = send_request(target, "HTTP/1.1");
     second = send_request(target, "HTTP/1.1");

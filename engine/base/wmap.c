@@ -96,6 +96,11 @@ int tess_wmap_open(const char *path, off_t off, size_t len, int populate, tess_w
     return 0;
 }
 
+int tess_wmap_faulted(const tess_wmap *m)
+{
+    return m->base && mapguard_faulted(m->slot);
+}
+
 int tess_wmap_close(tess_wmap *m, char *err, size_t errlen)
 {
     if (!m->base)

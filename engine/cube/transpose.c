@@ -9,6 +9,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -18,6 +19,16 @@
 #define BLOCK_BYTES (64L << 20)   /* memory of one block's main buffer */
 #define MIN_BLOCKS 16             /* aim for at least this many blocks per stage */
 #define ZGROUP 64                 /* planes held at once by a band or a group (gather_rows) */
+
+/* Stage A's mapping of the destination, made by the first group that runs (see
+ * cube_transpose_group).  `rc`/`err`: the outcome of that one attempt, given to every
+ * group after it. */
+struct cube_dest {
+    pthread_mutex_t lock;
+    int tried, rc;
+    tess_wmap m;
+    char err[256];
+};
 
 static long lmin(long a, long b) { return a < b ? a : b; }
 static long lmax(long a, long b) { return a > b ? a : b; }
@@ -66,7 +77,10 @@ int cube_transpose_init(cube_transpose *t, const cube_source *src, long out_byte
     snprintf(t->ci.source, sizeof t->ci.source, "%s", src->name);
     snprintf(t->name, sizeof t->name, "%s", src->name);
     t->perm = malloc((size_t)t->npix * sizeof *t->perm);
-    if (!t->perm) {
+    t->dest = calloc(1, sizeof *t->dest);
+    if (t->dest)
+        pthread_mutex_init(&t->dest->lock, NULL);
+    if (!t->perm || !t->dest) {
         tess_seterr(err, errlen, "out of memory");
         return TESS_ENOMEM;
     }
@@ -94,6 +108,13 @@ void cube_transpose_release(cube_transpose *t)
 {
     free(t->perm);
     t->perm = NULL;
+    if (t->dest) {
+        char e[8];
+        tess_wmap_close(&t->dest->m, e, sizeof e);   /* a fault was reported by its group */
+        pthread_mutex_destroy(&t->dest->lock);
+        free(t->dest);
+        t->dest = NULL;
+    }
 }
 
 int cube_transpose_create_files(const cube_transpose *t, char *err, size_t errlen)
@@ -210,24 +231,37 @@ static int gather_rows(const cube_transpose *t, long y0, long y1, long z0, long 
  * z0 .. z0+gk-1 of store index i at out[i * nz + z], gathered a tile row at a time from the
  * held planes (gather_rows) straight into a mapping of the file (engine/base/wmap.h): no
  * buffer of the group, no copy by pwrite, up to ZGROUP bytes side by side in each series.
- * The window's pages are made at open (MADV_POPULATE_WRITE), as the band path does: left
- * to the gather's write faults, each page of a new store is read ahead as a hole, zeroed
- * and marked for write one fault at a time.  Measured on 2000 PNG frames of 1000x1000,
- * the gain is within the spread between runs (README, bench/stack). */
+ * A group writes a few bytes into every page of the file, so all groups share one
+ * mapping, made by the first (its pages made then: MADV_POPULATE_WRITE) and unmapped by
+ * cube_transpose_release.  With a mapping per group, as before, each group made and
+ * unmade the page table entries of the whole file: on 2000 frames of 1000 x 1000 (a 2 GB
+ * store, 32 groups) that was about 3 s of a 1.5 s write (bench/mapwrite.c). */
 int cube_transpose_group(const cube_transpose *t, long k, const volatile int *cancel,
                          char *err, size_t errlen)
 {
     long z0 = k * t->g, gk = lmin(t->g, t->nz - z0);
     const size_t es = (size_t)t->es, npix = (size_t)t->npix;
-    tess_wmap m;
-    int rc = tess_wmap_open(t->dest_path, (off_t)CHUNKSTORE_HEADER,
-                            npix * (size_t)t->nz * es, 1, &m, err, errlen);
+    struct cube_dest *d = t->dest;
+    pthread_mutex_lock(&d->lock);
+    if (!d->tried) {
+        d->tried = 1;
+        d->rc = tess_wmap_open(t->dest_path, (off_t)CHUNKSTORE_HEADER,
+                               npix * (size_t)t->nz * es, 1, &d->m, d->err, sizeof d->err);
+    }
+    int rc = d->rc;
+    if (rc)
+        tess_seterr(err, errlen, "%s", d->err);
+    pthread_mutex_unlock(&d->lock);
     if (rc)
         return rc;
     long zmax = lmax(1, GROUP_HOLD_BYTES / lmax(1, (long)(npix * es)));
-    rc = gather_rows(t, 0, t->ny, z0, z0 + gk, zmax, m.p, 0, cancel, err, errlen);
-    int crc = tess_wmap_close(&m, rc ? NULL : err, rc ? 0 : errlen);
-    return rc ? rc : crc;
+    rc = gather_rows(t, 0, t->ny, z0, z0 + gk, zmax, d->m.p, 0, cancel, err, errlen);
+    if (!rc && tess_wmap_faulted(&d->m)) {
+        tess_seterr(err, errlen, "cannot write %s: a page could not be written (the disk is "
+                    "full, or the file was cut short while written)", t->dest_path);
+        rc = TESS_EIO;
+    }
+    return rc;
 }
 
 /* Stage B, band b: fills `buf` ((p1-p0) * nz * es bytes) with the band's series, read

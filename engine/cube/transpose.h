@@ -54,6 +54,7 @@ typedef struct cube_transpose {
     char dest_path[PATH_MAX];  /* where stage A writes: stage_path unless set */
     char src_path[PATH_MAX];
     char name[128];
+    struct cube_dest *dest;    /* stage A's one mapping of the destination (owned, lazy) */
 } cube_transpose;
 
 /* Sets up the transpose of `src`: groups of planes of at most 64 MB (and at least 16
@@ -73,7 +74,8 @@ int cube_transpose_init(cube_transpose *t, const cube_source *src, long out_byte
  * one plane), a band band_rows rows (a multiple of CUBE_TILE) of series. */
 void cube_transpose_sizes(long nx, long ny, long nz, int es, long out_bytes_per_value,
                           long *g, long *band_rows);
-/* Frees the permutation.  Safe on a zeroed or failed transpose. */
+/* Frees the permutation and unmaps the destination.  Safe on a zeroed or failed
+ * transpose. */
 void cube_transpose_release(cube_transpose *t);
 
 /* Creates the staging file (CHUNKSTORE_HEADER + npix * nz * es bytes of zeros, sparse)
@@ -86,7 +88,11 @@ int cube_transpose_set_dest(cube_transpose *t, const char *path);
 
 /* Stage A, group k (0-based, < ngroups): reads the group's planes and writes their values
  * at their place in every series of the destination (its other values untouched: groups
- * may run concurrently).  Idempotent.  Polls *cancel between planes.  Returns 0,
+ * may run concurrently).  Every group writes into every page of the destination, so the
+ * first group to run maps all of it once, its pages made then, and the others write into
+ * that mapping (held until cube_transpose_release): a mapping per group would make and
+ * unmake every page table entry of the file once per group.  Idempotent.  Polls *cancel
+ * between planes.  Returns 0,
  * TESS_ECANCELED, TESS_ENOMEM, TESS_EIO (the destination cannot be mapped or written),
  * or a read error of the stack. */
 int cube_transpose_group(const cube_transpose *t, long k, const volatile int *cancel,

@@ -96,25 +96,24 @@ int tess_wmap_open(const char *path, off_t off, size_t len, int populate, tess_w
     return 0;
 }
 
-int tess_wmap_faulted(const tess_wmap *m)
+int tess_wmap_check(const tess_wmap *m, char *err, size_t errlen)
 {
-    return m->base && mapguard_faulted(m->slot);
+    if (!m->base || !mapguard_faulted(m->slot))
+        return 0;
+    tess_seterr(err, errlen, "cannot write %s: a page could not be written (the disk is "
+                "full, or the file was cut short while written)", m->path);
+    return TESS_EIO;
 }
 
 int tess_wmap_close(tess_wmap *m, char *err, size_t errlen)
 {
     if (!m->base)
         return 0;
-    int faulted = mapguard_faulted(m->slot);
+    int rc = tess_wmap_check(m, err, errlen);
     mapguard_remove(m->slot);
     munmap(m->base, m->maplen);
     m->base = NULL;
     m->p = NULL;
     m->slot = -1;
-    if (faulted) {
-        tess_seterr(err, errlen, "cannot write %s: a page could not be written (the disk is "
-                    "full, or the file was cut short while written)", m->path);
-        return TESS_EIO;
-    }
-    return 0;
+    return rc;
 }

@@ -41,10 +41,11 @@ int tess_wmap_open(const char *path, off_t off, size_t len, int populate, tess_w
  * tess_wmap_open with populate does.  Returns 0 or TESS_EIO with err. */
 int tess_wmap_prepare(tess_wmap *m, size_t from, size_t n, char *err, size_t errlen);
 
-/* 1 when a write into the window hit a SIGBUS since tess_wmap_open (mapguard.h: what
- * was written is then not all in the file), else 0; the window stays mapped.  For a
- * window shared by several writers, each of which checks after its writes. */
-int tess_wmap_faulted(const tess_wmap *m);
+/* TESS_EIO with err naming the file when a write into the window hit a SIGBUS since
+ * tess_wmap_open (mapguard.h: what was written is then not all in the file), else 0; the
+ * window stays mapped.  For a window shared by several writers, each of which checks
+ * after its writes; tess_wmap_close makes the same check. */
+int tess_wmap_check(const tess_wmap *m, char *err, size_t errlen);
 
 /* Unmaps the window (the values written stay in the page cache, to be written back or
  * synced by fsync(2) of the file).  Returns 0, or TESS_EIO with err when a write hit a

@@ -256,12 +256,7 @@ int cube_transpose_group(const cube_transpose *t, long k, const volatile int *ca
         return rc;
     long zmax = lmax(1, GROUP_HOLD_BYTES / lmax(1, (long)(npix * es)));
     rc = gather_rows(t, 0, t->ny, z0, z0 + gk, zmax, d->m.p, 0, cancel, err, errlen);
-    if (!rc && tess_wmap_faulted(&d->m)) {
-        tess_seterr(err, errlen, "cannot write %s: a page could not be written (the disk is "
-                    "full, or the file was cut short while written)", t->dest_path);
-        rc = TESS_EIO;
-    }
-    return rc;
+    return rc ? rc : tess_wmap_check(&d->m, err, errlen);
 }
 
 /* Stage B, band b: fills `buf` ((p1-p0) * nz * es bytes) with the band's series, read

@@ -252,8 +252,12 @@ START_TEST(test_wmap_writes_in_place)
         ck_assert_int_eq(tess_wmap_close(&m, err, sizeof err), 0);
         return;
     }
+    ck_assert_int_eq(tess_wmap_check(&m, err, sizeof err), 0);
     m.p[(size_t)ps * 3] = 'x';
     m.p[0] = 'y';
+    /* a writer sharing the window sees it before the close, naming the file */
+    ck_assert_int_eq(tess_wmap_check(&m, err, sizeof err), TESS_EIO);
+    ck_assert_msg(strstr(err, "could not be written") && strstr(err, p), "%s", err);
     ck_assert_int_eq(tess_wmap_close(&m, err, sizeof err), TESS_EIO);
     ck_assert_msg(strstr(err, "could not be written"), "%s", err);
 }

@@ -25,12 +25,15 @@
 
 static long nseries = 1000000, nz = 2000, g = 62;
 
+/* The value written at z of series s, and checked there. */
+static unsigned char pattern(long s, long z) { return (unsigned char)((s * 31 + z) & 255); }
+
 static void write_group(unsigned char *p, long z0, long gk)
 {
     for (long s = 0; s < nseries; s++) {
         unsigned char *q = p + (size_t)s * (size_t)nz + (size_t)z0;
         for (long z = 0; z < gk; z++)
-            q[z] = (unsigned char)((s * 31 + z0 + z) & 255);
+            q[z] = pattern(s, z0 + z);
     }
 }
 
@@ -50,31 +53,26 @@ static double run(const char *path, int shared)
 {
     char err[256];
     size_t len = (size_t)nseries * (size_t)nz;
-    tess_wmap m;
+    tess_wmap m = {0};
     if (make_file(path))
         return -1;
     double t0 = tess_mono_s();
-    if (shared && tess_wmap_open(path, 0, len, 1, &m, err, sizeof err)) {
-        fprintf(stderr, "mapwrite: %s\n", err);
-        return -1;
-    }
+    if (shared && tess_wmap_open(path, 0, len, 1, &m, err, sizeof err))
+        goto fail;
     for (long z0 = 0; z0 < nz; z0 += g) {
-        long gk = z0 + g <= nz ? g : nz - z0;
-        if (!shared && tess_wmap_open(path, 0, len, 1, &m, err, sizeof err)) {
-            fprintf(stderr, "mapwrite: %s\n", err);
-            return -1;
-        }
-        write_group(m.p, z0, gk);
-        if (!shared && tess_wmap_close(&m, err, sizeof err)) {
-            fprintf(stderr, "mapwrite: %s\n", err);
-            return -1;
-        }
+        if (!shared && tess_wmap_open(path, 0, len, 1, &m, err, sizeof err))
+            goto fail;
+        write_group(m.p, z0, z0 + g <= nz ? g : nz - z0);
+        if (!shared && tess_wmap_close(&m, err, sizeof err))
+            goto fail;
     }
-    if (shared && tess_wmap_close(&m, err, sizeof err)) {
-        fprintf(stderr, "mapwrite: %s\n", err);
-        return -1;
-    }
+    if (shared && tess_wmap_close(&m, err, sizeof err))
+        goto fail;
     return tess_mono_s() - t0;
+fail:
+    fprintf(stderr, "mapwrite: %s\n", err);
+    tess_wmap_close(&m, err, sizeof err);
+    return -1;
 }
 
 /* Counts the bytes of the store at `path` that differ from the pattern write_group writes. */
@@ -96,7 +94,7 @@ static long check(const char *path)
             break;
         }
         for (long z = 0; z < nz; z++)
-            bad += row[z] != (unsigned char)((s * 31 + z) & 255);
+            bad += row[z] != pattern(s, z);
     }
     fclose(f);
     free(row);

@@ -15,6 +15,11 @@
  * registered with mapguard all the same (a file truncated by someone else, a kernel
  * without the advice): a fault makes tess_wmap_close fail.
  *
+ * That is for writes of small pieces scattered over the window (a group of planes into
+ * every series of a store).  Where a job writes whole runs of tens of KB into a file it
+ * makes (the power spectrum's bands), pwrite(2) is the faster: it makes the pages by the
+ * copy, where a mapping faults and zeroes each first (spectrum.c gives the figures).
+ *
  * The window covers bytes [off, off + len) of the existing regular file `path` (it must
  * already be that long: ftruncate or fallocate it first; nothing here extends it).  The
  * pages may be made a range at a time (tess_wmap_prepare) when only parts of a large

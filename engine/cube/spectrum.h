@@ -27,9 +27,9 @@ void cube_spectrum_free(cube_spectrum *sp);
  * cycles per nz samples) of rows [band * band_rows, ...) of the band, big-endian IEEE
  * float32 (FITS 4.0 section 5.2), one pwrite per plane.  Idempotent.  Polls *cancel
  * between batches.  Concurrent calls with one plan are allowed (fftw's new-array execute
- * is thread-safe).  Returns 0, TESS_ECANCELED, TESS_ENOMEM, or TESS_EIO (reading the
+ * is thread-safe; the plan keeps the band buffers for reuse under a lock of its own).  Returns 0, TESS_ECANCELED, TESS_ENOMEM, or TESS_EIO (reading the
  * series, writing out_path). */
-int cube_spectrum_band(const cube_spectrum *sp, const cube_transpose *t, long band,
+int cube_spectrum_band(cube_spectrum *sp, const cube_transpose *t, long band,
                        const char *out_path, long long datastart, const volatile int *cancel,
                        char *err, size_t errlen);
 

@@ -149,8 +149,9 @@ int cube_spectrum_band(cube_spectrum *sp, const cube_transpose *t, long band,
      * values from its part of plane 0: the spectra are made in that order in memory, then
      * written a run at a time.  Written with pwrite, the pages of the product are made
      * by the copy; through a mapping, each was first made and zeroed by a fault, and on
-     * this VM (fresh memory faulted in on the host) that cost 2.5-3x the copy: 8 GB of
-     * 64000-byte runs in 19.2 s against 6.6-7.7 s, one thread, cold memory. */
+     * this VM (fresh memory faulted in on the host) that cost up to twice as much:
+     * bench/cubewrite, 8 GB of 64000-byte runs from cold memory, one thread, 46.3 and
+     * 26.4 s through a mapping against 20.5 and 15.9 s with pwrite. */
     const size_t run = (size_t)rows * t->nx * 4, plane_stride = (size_t)t->ny * t->nx * 4;
     long y0 = band * t->band_rows;
     band_mem bm;

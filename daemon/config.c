@@ -57,6 +57,8 @@ void config_release(tess_config *c)
     free(c->jobs_token);
     free(c->access_log);
     free(c->error_log);
+    free(c->viewer_dir);
+    free(c->viewer_node_modules);
     for (int i = 0; i < c->n_datasets; i++) {
         free(c->datasets[i].name);
         free(c->datasets[i].path);
@@ -242,11 +244,28 @@ static int check_keys(json_t *obj, const char *where, const char *const *known, 
     return 0;
 }
 
+/* Makes a relative path *p relative to the configuration file's directory `base`. */
+static int relative_to(const char *base, char **p)
+{
+    if (!*p || (*p)[0] == '/' || !base)
+        return 0;
+    size_t n = strlen(base) + strlen(*p) + 2;
+    char *joined = malloc(n);
+    if (!joined)
+        return TESS_ENOMEM;
+    snprintf(joined, n, "%s/%s", base, *p);
+    free(*p);
+    *p = joined;
+    return 0;
+}
+
 static int load_json(json_t *root, tess_config *c, const char *base, char *err, size_t errlen)
 {
     static const char *const top_keys[] = {"listen", "threads", "data_roots", "cache", "limits",
-                                           "jobs", "datasets", "access_log", "error_log", NULL};
-    static const char *const cache_keys[] = {"memory_mb", "planes_mb", "disk_dir", "disk_mb", "database", "lease_s", NULL};
+                                           "jobs", "datasets", "access_log", "error_log",
+                                           "viewer", NULL};
+    static const char *const cache_keys[] = {"memory_mb", "planes_mb", "disk_dir", "disk_mb",
+                                             NULL};
     static const char *const limit_keys[] = {"max_output_pixels", "max_body_mb", "max_bodies_mb",
                                              "max_queued_jobs", "max_queue", "max_connections",
                                              "max_connections_per_address",
@@ -256,6 +275,7 @@ static int load_json(json_t *root, tess_config *c, const char *base, char *err, 
     static const char *const job_keys[] = {"dir", "token", "memory_mb", "max_product_mb",
                                            "disk_mb", "database", "lease_s", NULL};
     static const char *const ds_keys[] = {"name", "path", "hdu", "frames", "hips_frame", NULL};
+    static const char *const viewer_keys[] = {"dir", "node_modules", NULL};
     int rc;
     long long v;
 
@@ -443,6 +463,21 @@ static int load_json(json_t *root, tess_config *c, const char *base, char *err, 
         }
     }
 
+    json_t *viewer = json_object_get(root, "viewer");
+    if (viewer) {
+        if (!json_is_object(viewer)) {
+            tess_seterr(err, errlen, "viewer must be an object");
+            return TESS_EINVAL;
+        }
+        if ((rc = check_keys(viewer, "viewer.", viewer_keys, err, errlen)) ||
+            (rc = get_str(viewer, "dir", "viewer.", &c->viewer_dir, err, errlen)) ||
+            (rc = get_str(viewer, "node_modules", "viewer.", &c->viewer_node_modules, err,
+                          errlen)) ||
+            (rc = relative_to(base, &c->viewer_dir)) ||
+            (rc = relative_to(base, &c->viewer_node_modules)))
+            return rc;
+    }
+
     json_t *ds = json_object_get(root, "datasets");
     if (ds) {
         if (!json_is_array(ds)) {
@@ -561,7 +596,7 @@ int config_load_demo(tess_config *c, const char *demo_dir, char *err, size_t err
     if (!demo_dir)
         demo_dir = getenv("TESSERA_DEMO_DIR");
     if (!demo_dir || !*demo_dir)
-        demo_dir = TESSERA_DEMO_DIR;
+        demo_dir = TESSERA_PKGDATADIR "/demo";
     int rc = add_root(c, demo_dir, NULL, err, errlen);
     if (rc)
         return rc;

@@ -98,7 +98,7 @@ run_package() {
     chmod 755 "$work"
     tar -C "$work" -xzf "$tarball"
     t0=$(date +%s)
-    if (cd "$work/tessera-$ver" && DEB_BUILD_OPTIONS=nocheck DEB_BUILD_PROFILES=nocheck \
+    if (cd "$work/tessera-$ver" && DEB_BUILD_OPTIONS="nocheck parallel=$(nproc)" DEB_BUILD_PROFILES=nocheck \
             dpkg-buildpackage -us -uc -b) >"$pout/dpkg-buildpackage.out" 2>&1; then
         ok "dpkg-buildpackage -us -uc -b"
     else
@@ -262,7 +262,8 @@ purge_checks() {
         /usr/share/doc/tessera /var/lib/tessera /var/cache/tessera /var/log/tessera \
         /lib/systemd/system/tesserad.service /lib/systemd/system/tessera-worker@.service \
         /usr/share/man/man8/tesserad.8.gz /usr/share/man/man5/tesserad.json.5.gz \
-        /usr/share/man/man1/tessera.1.gz; do
+        /usr/share/man/man1/tessera.1.gz /etc/systemd/system/multi-user.target.wants/tesserad.service \
+        /var/lib/systemd/deb-systemd-helper-enabled/tesserad.service.dsh-also; do
         [ -e "$p" ] && left="$left $p"
     done
     if [ -z "$left" ]; then ok "purge leaves no file"; else bad "purge leaves no file" "left:$left"; fi

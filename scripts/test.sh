@@ -27,8 +27,9 @@ fi
 # Release checks (CI, or TESSERA_RELEASE_CHECKS=1): make distcheck (the tarball built,
 # tested and installed out of tree) and the Debian package built from it, linted,
 # installed, run with the checkout moved away and purged (scripts/release-check.sh; needs
-# root or sudo).  Their summaries land in tests/release.  Adds about 15 min on 2 cores
-# (distcheck runs the whole make check again).
+# root or sudo).  Their summaries land in tests/release.  Adds about 21 min on 2 cores
+# shared with other work (measured: distcheck 946 s, as it runs the whole make check
+# again; the package 291 s, of which dpkg-buildpackage 217 s and lintian 17 s).
 rm -rf tests/release
 if [ -n "${CI:-}" ] || [ "${TESSERA_RELEASE_CHECKS:-0}" = 1 ]; then
     "$top/scripts/release-check.sh" >release.out 2>&1

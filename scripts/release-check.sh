@@ -175,6 +175,9 @@ installed_checks() {
     else
         echo "package: systemd-analyze not installed: units not verified" >>"$log"
     fi
+    # Slim container images tell dpkg not to install man pages at all.
+    excl=$(grep -ls '^path-exclude[= ]*/usr/share/man' /etc/dpkg/dpkg.cfg.d/* 2>/dev/null)
+    [ -z "$excl" ] || echo "package: man pages are not installed: dpkg excludes /usr/share/man in $excl" >>"$log"
     check "man tesserad" sh -c 'MANPAGER=cat man tesserad 2>/dev/null | grep -q "tesserad.json"'
     check "man tesserad.json" sh -c 'MANPAGER=cat man 5 tesserad.json 2>/dev/null | grep -q "max_output_pixels"'
     check "man tessera" sh -c 'MANPAGER=cat man 1 tessera 2>/dev/null | grep -q "reproject"'

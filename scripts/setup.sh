@@ -18,7 +18,7 @@ mandoc"
 # The release checks of CI (scripts/release-check.sh: make distcheck, the Debian package
 # built, linted, installed and purged); TESSERA_RELEASE_CHECKS=1 elsewhere.
 if [ -n "${CI:-}" ] || [ "${TESSERA_RELEASE_CHECKS:-0}" = 1 ]; then
-    PKGS="$PKGS debhelper dpkg-dev fakeroot lintian"
+    PKGS="$PKGS debhelper dpkg-dev fakeroot lintian man-db procps"
 fi
 SUDO=""
 if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi

@@ -194,5 +194,53 @@ class TestTiff(ServerCase):
         finally:
             shutil.rmtree(bad, ignore_errors=True)
 
+    def test_short_offset_arrays(self):
+        # a frame whose StripOffsets has 2 entries for its 6 strips (libtiff pads the array
+        # with zeros: the missing strips were read from offset 0, the file's own header and
+        # tags, and served as pixels): a dataset of that file, or a stack with it as a
+        # frame, is refused at start naming the tag and both counts; a frame replaced by
+        # it while served answers a problem that says the same, the other frames are served
+        np = self.np
+        tifffile = need_module("tifffile")
+        bad = tempfile.mkdtemp(prefix="tessera-tiff-short-")
+        try:
+            os.mkdir(os.path.join(bad, "fr"))
+            for k in range(3):
+                tifffile.imwrite(os.path.join(bad, "fr", "f%d.tif" % k), self.frames[k],
+                                 rowsperstrip=6)
+            short = os.path.join(bad, "short.tif")
+            tifffile.imwrite(short, self.frames[1], rowsperstrip=6)
+            with tifffile.TiffFile(short) as t:
+                tag = t.pages[0].tags["StripOffsets"]
+                self.assertEqual(tag.count, 6)
+                at = tag.offset   # the directory entry: tag, type, count (LE classic TIFF)
+            with open(short, "r+b") as f:
+                f.seek(at + 4)
+                f.write((2).to_bytes(4, "little"))
+            said = "directory 0 has 2 StripOffsets for 6 strips"
+            with self.assertRaises(RuntimeError) as cm:
+                Server(roots=[bad], datasets=[{"name": "s", "path": short}]).stop()
+            self.assertIn("short.tif: " + said, str(cm.exception))
+            frames = os.path.join(bad, "fr", "f*.tif")
+            with self.assertRaises(RuntimeError) as cm:
+                Server(roots=[bad], datasets=[
+                    {"name": "fr", "frames": os.path.join(bad, "*.tif")}]).stop()
+            self.assertIn("short.tif: " + said, str(cm.exception))
+            with Server(roots=[bad], datasets=[{"name": "fr", "frames": frames}]) as s:
+                shutil.copy(short, os.path.join(bad, "fr", "new.tif"))
+                os.replace(os.path.join(bad, "fr", "new.tif"), os.path.join(bad, "fr", "f1.tif"))
+                st, _, body = s.get("/api/v1/datasets/fr/slice/xy/41_33/0_0_0.npy")
+                self.assertEqual(st, 200, body[:300])
+                got = np.load(io.BytesIO(body))
+                self.assertTrue((got == np.flipud(self.frames[0])).all())
+                for path in ("/api/v1/datasets/fr/slice/xy/41_33/0_0_1.npy",
+                             "/api/v1/datasets/fr/series?x=3&y=3"):
+                    st, hdr, body = s.get(path)
+                    self.assertNotEqual(st, 200, f"{path}: {body[:300]!r}")
+                    self.assertIn(said.encode(), body, path)
+                self.assertEqual(s.get("/healthz")[0], 200)
+        finally:
+            shutil.rmtree(bad, ignore_errors=True)
+
 if __name__ == "__main__":
     unittest.main()

@@ -325,6 +325,14 @@ static int open_one(const tess_config *cfg, const ds_config *dc, int trusted, da
                         d->name, d->paths[i], info.naxes[0], info.naxes[1], d->nx, d->ny);
             fitsimg_info_release(&info);
             return TESS_EINVAL;
+        } else if (info.bitpix != d->bitpix) {
+            /* one BITPIX for the whole volume: its FITS copy, Zarr chunks and raw reads
+             * hold every plane in the first frame's sample type */
+            tess_seterr(err, errlen, "dataset '%s': frame '%s' is BITPIX %d, the first frame "
+                        "is BITPIX %d; the frames of a stack must have one bit depth",
+                        d->name, d->paths[i], info.bitpix, d->bitpix);
+            fitsimg_info_release(&info);
+            return TESS_EINVAL;
         }
         fitsimg_info_release(&info);
     }
@@ -346,6 +354,7 @@ static int open_one(const tess_config *cfg, const ds_config *dc, int trusted, da
                                  d->nz, CATALOG_MAX_OPEN_FRAMES);
     if (!d->state->reader || stack_expect_headers(d->state->reader, d->header_hash))
         return no_memory(dc->name, err, errlen);
+    stack_expect_bitpix(d->state->reader, d->bitpix);
 
     /* A header without WCS keywords, or with one that breaks the validity rule
      * (skywcs.h), leaves a dataset of pixels alone; the reason for a refused WCS is kept

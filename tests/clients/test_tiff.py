@@ -194,6 +194,37 @@ class TestTiff(ServerCase):
         finally:
             shutil.rmtree(bad, ignore_errors=True)
 
+    def test_huge_declared_size_413_everywhere(self):
+        # a TIFF that declares 100000 x 100000 8-bit pixels in a file of a few hundred bytes:
+        # every pixel route, IIIF and the histogram included (they answered 500 "too large
+        # to hold in memory"), answers 413 naming the input-pixels budget
+        import struct
+        bad = tempfile.mkdtemp(prefix="tessera-tiff-huge-")
+        try:
+            path = os.path.join(bad, "huge.tif")
+            ents = [(256, 4, 1, 100000), (257, 4, 1, 100000), (258, 3, 1, 8), (259, 3, 1, 1),
+                    (262, 3, 1, 1), (273, 4, 1, 512), (277, 3, 1, 1), (278, 4, 1, 100000),
+                    (279, 4, 1, 64)]
+            b = bytearray(600)
+            b[0:8] = b"II*\0\x08\0\0\0"
+            struct.pack_into("<H", b, 8, len(ents))
+            for i, (tag, typ, count, value) in enumerate(ents):
+                struct.pack_into("<HHII", b, 10 + 12 * i, tag, typ, count, value)
+            with open(path, "wb") as f:
+                f.write(b)
+            with Server(roots=[bad], demo=False, datasets=[{"name": "h", "path": path}]) as s:
+                for p in ("/iiif/3/h/0,0,64,64/max/0/default.png",
+                          "/iiif/3/h/full/64,/0/default.png",
+                          "/api/v1/datasets/h/histogram",
+                          "/api/v1/datasets/h/slice/xy/4_4/0_0_0.npy",
+                          "/api/v1/datasets/h/values?x=1&y=1"):
+                    st, _, body = s.get(p)
+                    self.assertEqual(st, 413, f"{p}: {body[:300]!r}")
+                    self.assertIn(b"limits.max_input_pixels", body, p)
+                self.assertEqual(s.get("/healthz")[0], 200)
+        finally:
+            shutil.rmtree(bad, ignore_errors=True)
+
     def test_short_offset_arrays(self):
         # a frame whose StripOffsets has 2 entries for its 6 strips (libtiff pads the array
         # with zeros: the missing strips were read from offset 0, the file's own header and

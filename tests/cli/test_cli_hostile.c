@@ -467,13 +467,19 @@ START_TEST(test_jobs_malformed_answers)
 }
 END_TEST
 
-START_TEST(test_submit_malformed_answers)
+/* Writes a small job file, job.json of the test directory, and its path into `job`. */
+static void write_job(char *job, size_t len)
 {
-    char job[PATH_MAX];
-    FILE *f = fopen(in_dir("job.json", job, sizeof job), "w");
+    FILE *f = fopen(in_dir("job.json", job, len), "w");
     ck_assert_ptr_nonnull(f);
     fputs("{\"type\": \"mosaic\"}\n", f);
     ck_assert_int_eq(fclose(f), 0);
+}
+
+START_TEST(test_submit_malformed_answers)
+{
+    char job[PATH_MAX];
+    write_job(job, sizeof job);
     struct {
         const char *name;
         canned answers[2];
@@ -524,10 +530,7 @@ END_TEST
 START_TEST(test_endless_and_silent_servers)
 {
     char job[PATH_MAX];
-    FILE *f = fopen(in_dir("job.json", job, sizeof job), "w");
-    ck_assert_ptr_nonnull(f);
-    fputs("{\"type\": \"mosaic\"}\n", f);
-    ck_assert_int_eq(fclose(f), 0);
+    write_job(job, sizeof job);
     static const struct {
         enum fake_mode mode;
         const char *cmd;

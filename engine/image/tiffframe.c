@@ -684,6 +684,21 @@ static void tf_emit(void *out, tiffframe_out as, size_t at, const unsigned char 
 #undef TF_CONVERT_TO
 #undef TF_CONVERT
 
+/* Whether strip or tile k of the loaded page of h has no offset (0: an entry libtiff
+ * added to a short array, whatever the directory's counts said), which would read the
+ * file's header as pixels.  1 with err, else 0. */
+static int tf_strile_unset(const tiffframe *t, tf_handle *h, uint32_t k, const char *what,
+                           char *err, size_t errlen)
+{
+    int bad = 0;
+    if (TIFFGetStrileOffsetWithErr(h->tif, k, &bad) == 0 || bad) {
+        tess_seterr(err, errlen, "%s: %s %lu has no offset (a short offset array)", t->path,
+                    what, (unsigned long)k);
+        return 1;
+    }
+    return 0;
+}
+
 /* The region from the loaded page pg of handle h (see tiffframe_read). */
 static int tf_decode(tiffframe *t, tf_handle *h, const tf_page *pg, long x0, long y0, long w,
                      long hgt, tiffframe_out as, void *out, char *err, size_t errlen)
@@ -706,6 +721,10 @@ static int tf_decode(tiffframe *t, tf_handle *h, const tf_page *pg, long x0, lon
     if (!pg->tiled) {
         for (long s = ty0 / pg->rps; s * pg->rps < ty1 && !rc; s++) {
             long r0 = s * pg->rps, r1 = r0 + pg->rps < ny ? r0 + pg->rps : ny;
+            if (tf_strile_unset(t, h, (uint32_t)s, "strip", err, errlen)) {
+                rc = TESS_EIO;
+                break;
+            }
             tf_clear(&h->io);
             tmsize_t got = TIFFReadEncodedStrip(h->tif, (uint32_t)s, buf, chunk);
             if (got < (tmsize_t)((r1 - r0) * nx * es)) {
@@ -723,6 +742,10 @@ static int tf_decode(tiffframe *t, tf_handle *h, const tf_page *pg, long x0, lon
         for (long ty = ty0 / pg->th * pg->th; ty < ty1 && !rc; ty += pg->th) {
             for (long tx = x0 / pg->tw * pg->tw; tx < x0 + w && !rc; tx += pg->tw) {
                 uint32_t tile = TIFFComputeTile(h->tif, (uint32_t)tx, (uint32_t)ty, 0, 0);
+                if (tf_strile_unset(t, h, tile, "tile", err, errlen)) {
+                    rc = TESS_EIO;
+                    break;
+                }
                 tf_clear(&h->io);
                 tmsize_t got = TIFFReadEncodedTile(h->tif, tile, buf, chunk);
                 if (got < (tmsize_t)need) {

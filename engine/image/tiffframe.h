@@ -24,7 +24,8 @@
  * every page of the first page's shape and type, sizes that fit, offset and byte-count
  * arrays (StripOffsets/StripByteCounts, TileOffsets/TileByteCounts) with an entry for
  * every strip or tile: libtiff pads a short one with zeros, which would read the file's
- * header as pixels), again at every read of a page, and a page is decoded
+ * header as pixels), again at every read of a page, a strip or tile whose offset is 0
+ * refused when read (TESS_EIO), and a page is decoded
  * only once its size (and a tile's) passes decodelimit_check (engine/base/decodelimit.h):
  * over it, every read of its pixels fails with TESS_ELIMIT and nothing is allocated.
  * libtiff's own allocations are capped at the decoded-bytes budget.  libtiff's errors and

@@ -663,7 +663,7 @@ static void write_short_arrays(const char *path, int tiled, uint32_t noff, uint3
 /* Offset or byte-count arrays shorter than the strips or tiles (which libtiff pads with
  * zeros, so a strip past the end read the file's header and tags as pixels) are refused at
  * the opening, naming the tag and both counts; with full arrays the same files read
- * exactly. */
+ * exactly, and an offset of 0 in a full array is refused when its strip or tile is read. */
 START_TEST(test_short_offset_arrays)
 {
     char path[300], err[512];
@@ -691,6 +691,25 @@ START_TEST(test_short_offset_arrays)
         double v[4];
         ck_assert_int_lt(frame_read_region(path, 0, 0, 0, 0, 2, 2, v, err, sizeof err), 0);
         assert_has(err, bad[i].says);
+    }
+    /* full arrays with an offset of 0 (strip 3, rows 6-7 of the file: y 4-5; tile 5): the
+     * counts pass, reading that strip or tile is refused, the others read */
+    for (int tiled = 0; tiled < 2; tiled++) {
+        path_in(path, sizeof path, "zero_off.tif");
+        write_short_arrays(path, tiled, tiled ? 12 : 6, tiled ? 12 : 6);
+        int fd = open(path, O_WRONLY);
+        const uint32_t zero = 0;
+        ck_assert_int_eq(pwrite(fd, &zero, 4, 256 + 4 * (tiled ? 5 : 3)), 4);
+        close(fd);
+        ck_assert_int_eq(tiffframe_open(path, &tf, err, sizeof err), 0);
+        double v[4];
+        long x0 = tiled ? 16 : 0, y0 = tiled ? 48 - 32 : 4;   /* tile 5: column 1, row 1 */
+        ck_assert_int_eq(tiffframe_read(tf, 0, x0, y0, 2, 2, TIFFFRAME_OUT_F64, v, err,
+                                        sizeof err), TESS_EIO);
+        assert_has(err, tiled ? "tile 5 has no offset" : "strip 3 has no offset");
+        ck_assert_int_eq(tiffframe_read(tf, 0, 0, 0, 2, 2, TIFFFRAME_OUT_F64, v, err,
+                                        sizeof err), 0);
+        tiffframe_close(tf);
     }
     for (int tiled = 0; tiled < 2; tiled++) {
         path_in(path, sizeof path, tiled ? "full_tiled.tif" : "full_striped.tif");

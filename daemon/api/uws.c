@@ -9,19 +9,13 @@
 #include <ctype.h>
 #include <jansson.h>
 #include <limits.h>
-#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
-#include <time.h>
 
-/* The longest WAIT served (seconds), and how many waits may be held at once: a wait
- * holds a worker of the pool, which the jobs' own blocks need. */
+/* The longest WAIT served (seconds); how many are served at once: HREQ_PARK_MAX. */
 #define UWS_WAIT_MAX_S 10
-#define UWS_WAITS_AT_ONCE 1
-
-static atomic_int waits_held;
 
 /* The UWS phase of a Tessera job state. */
 static const char *uws_phase(const char *state)
@@ -185,36 +179,9 @@ static void write_job(voxml *x, const char *base, const json_t *job)
     voxml_end(x);
 }
 
-/* Waits (polling the store every 100 ms) while the job's phase is active and, when
- * `phase` is given, equal to it, for at most `seconds`; returns the job then (NULL after
- * an answer). */
-static json_t *wait_job(hreq *r, const char *id, json_t *job, double seconds, const char *phase)
-{
-    struct timespec t0, now;
-    clock_gettime(CLOCK_MONOTONIC, &t0);
-    for (;;) {
-        const char *p = job_phase(job);
-        if (!phase_is_active(p) || (phase && strcmp(phase, p) != 0) || hreq_cancelled(r))
-            return job;
-        clock_gettime(CLOCK_MONOTONIC, &now);
-        if ((double)(now.tv_sec - t0.tv_sec) + (now.tv_nsec - t0.tv_nsec) * 1e-9 >= seconds)
-            return job;
-        struct timespec step = {0, 100 * 1000 * 1000};
-        nanosleep(&step, NULL);
-        json_t *again = load_job(r, id);
-        if (!again) {
-            json_decref(job);
-            return NULL;
-        }
-        json_decref(job);
-        job = again;
-    }
-}
-
-/* What a long poll needs on the pool. */
+/* What a parked WAIT looks at: the job, and the phase it waits to leave. */
 typedef struct wait_arg {
     char id[40];
-    double seconds;
     char phase[16];
 } wait_arg;
 
@@ -228,17 +195,26 @@ static void reply_job(hreq *r, const json_t *job)
     vo_reply_xml(r, 200, x, "application/xml");
 }
 
-static void wait_work(hreq *r)
+/* Whether a WAIT on a job now in `now` goes on: UWS 1.1 (section 2.2.3.1) blocks while
+ * the phase is the one it was asked in (or PHASE= names) and the job is active. */
+static int still_waits(const char *now, const char *phase)
+{
+    return phase_is_active(now) && strcmp(now, phase) == 0;
+}
+
+/* The parked WAIT's look (hreq_park, on the parking thread): answers the job once its
+ * phase has left a->phase, or at the last look. */
+static int wait_look(hreq *r, int last)
 {
     wait_arg *a = r->work_arg;
     json_t *job = load_job(r, a->id);
-    if (job)
-        job = wait_job(r, a->id, job, a->seconds, a->phase[0] ? a->phase : NULL);
-    atomic_fetch_sub(&waits_held, 1);
     if (!job)
-        return;
-    reply_job(r, job);
+        return 1;                      /* gone from the store: answered 404 (or 500) */
+    int waits = !last && still_waits(job_phase(job), a->phase);
+    if (!waits)
+        reply_job(r, job);
     json_decref(job);
+    return !waits;
 }
 
 void handle_uws_job(hreq *r, const route_match *m)
@@ -266,32 +242,24 @@ void handle_uws_job(hreq *r, const route_match *m)
         return;
     }
     const char *now = job_phase(job);
-    int waits = seconds > 0 && phase_is_active(now) && (!phase || strcmp(phase, now) == 0);
-    if (waits && atomic_fetch_add(&waits_held, 1) >= UWS_WAITS_AT_ONCE) {
-        /* UWS lets a server answer a WAIT early: another wait holds a worker already. */
-        atomic_fetch_sub(&waits_held, 1);
-        waits = 0;
+    wait_arg *a = NULL;
+    if (seconds > 0 && still_waits(now, phase ? phase : now)) {
+        a = calloc(1, sizeof(*a));
+        if (a) {
+            snprintf(a->id, sizeof(a->id), "%.39s", m->segment);
+            snprintf(a->phase, sizeof(a->phase), "%s", phase ? phase : now);
+        }
     }
-    if (!waits) {
-        vo_params_release(&p);
-        reply_job(r, job);
+    vo_params_release(&p);
+    /* Parked, the wait holds no worker; when the parking is full (HREQ_PARK_MAX waits)
+     * the job is answered as it is now, which UWS allows. */
+    if (a && hreq_park(r, wait_look, a, free, seconds) == 0) {
         json_decref(job);
         return;
     }
+    free(a);
+    reply_job(r, job);
     json_decref(job);
-    wait_arg *a = calloc(1, sizeof(*a));
-    if (!a) {
-        atomic_fetch_sub(&waits_held, 1);
-        vo_params_release(&p);
-        vo_reply_text(r, 500, "FatalFault: out of memory");
-        return;
-    }
-    snprintf(a->id, sizeof(a->id), "%.39s", m->segment);
-    a->seconds = seconds;
-    if (phase)
-        snprintf(a->phase, sizeof(a->phase), "%s", phase);
-    vo_params_release(&p);
-    hreq_run_async(r, wait_work, a, free);
 }
 
 static int uws_known_phase(const char *ph)

@@ -177,6 +177,73 @@ class TestVoHostile(unittest.TestCase):
         self.assertEqual(cuts[0], cuts[1])
         self.assertEqual(cuts[0], cuts[2])
 
+    # ---- UWS -------------------------------------------------------------------------
+
+    def test_wait_holds_no_worker(self):
+        # One worker thread: a WAIT=10 on a running job once held it for 10 s, so the job
+        # and every cutout stood still.
+        with Server(extra={"threads": 1}) as srv:
+            job = _submit(srv, _reproject_body("waited"))
+            waited = []
+
+            def wait():
+                before = _get(job + "/phase")[3].strip().decode()
+                waited.append((before, _get(job + "?WAIT=10")))
+
+            t = threading.Thread(target=wait)
+            t.start()
+            time.sleep(0.3)
+            slices = [_get(srv.url(f"/api/v1/datasets/horsehead/slice/xy/64_64/{k}_0_0.png"))
+                      for k in range(5)]
+            t.join()
+            self.assertEqual({s[1] for s in slices}, {200})
+            self.assertLess(max(s[0] for s in slices), 1.0, [round(s[0], 3) for s in slices])
+            before, (seconds, status, headers, body) = waited[0]
+            self.assertEqual(status, 200)
+            # Answered when the phase left the one it was asked in, or at 10 s.
+            after = pyvo_uws.parse_job(io.BytesIO(body)).phase
+            self.assertTrue((after != before and seconds < 9.5) or 9.5 <= seconds < 11.5,
+                            (before, after, seconds))
+            end = time.monotonic() + 60
+            phase = None
+            while time.monotonic() < end and phase not in ("COMPLETED", "ERROR"):
+                phase = _get(job + "/phase")[3].strip().decode()
+                time.sleep(0.1)
+            self.assertEqual(phase, "COMPLETED")
+
+    def _waiters(self, n):
+        job = _submit(self.srv, _reproject_body(f"waiters{n}"))
+        sessions = [CountingSession() for _ in range(n)]
+        done = [None] * n
+
+        def wait(k):
+            AsyncTAPJob(job, session=sessions[k]).wait(timeout=60)
+            done[k] = time.monotonic()
+
+        t0 = time.monotonic()
+        threads = [threading.Thread(target=wait, args=(k,)) for k in range(n)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(90)
+        self.assertTrue(all(done), done)
+        t, status, headers, body = _get(job)
+        doc = pyvo_uws.parse_job(io.BytesIO(body))
+        self.assertEqual(doc.phase, "COMPLETED")
+        # Each client: its first look, then one wait per phase change (QUEUED,
+        # EXECUTING, COMPLETED) or per 10 s; once 400 requests a second.
+        counts = [s.count for s in sessions]
+        self.assertLessEqual(max(counts), 2 + 3 + int((max(done) - t0) / 10), counts)
+        # Answered when the phase changed: all within the parking's look (0.2 s) of
+        # one another.
+        self.assertLess(max(done) - min(done), 1.0, [round(d - t0, 2) for d in done])
+
+    def test_two_waiters(self):
+        self._waiters(2)
+
+    def test_five_waiters(self):
+        self._waiters(5)
+
 
 if __name__ == "__main__":
     unittest.main()

@@ -217,6 +217,19 @@ static int has_fits(const dataset *d)
 
 /* ---- DataLink ------------------------------------------------------------------------ */
 
+/* How many bytes of s, at most max, end on a UTF-8 character boundary: a name quoted
+ * in part is not cut inside a character. */
+static int utf8_prefix(const char *s, int max)
+{
+    int n = (int)strnlen(s, (size_t)max + 1);
+    if (n <= max)
+        return n;
+    n = max;
+    while (n > 0 && ((unsigned char)s[n] & 0xC0) == 0x80)
+        n--;
+    return n;
+}
+
 static void field(voxml *x, const char *name, const char *id, const char *datatype,
                   const char *ucd, const char *unit)
 {
@@ -396,7 +409,8 @@ void handle_vo_datalink(hreq *r, const route_match *m)
             const dataset *d = vo_find(r, p.value[i]);
             if (!d) {
                 char msg[200];
-                snprintf(msg, sizeof(msg), "NotFoundFault: no dataset '%.120s'", p.value[i]);
+                snprintf(msg, sizeof(msg), "NotFoundFault: no dataset '%.*s'",
+                         utf8_prefix(p.value[i], 120), p.value[i]);
                 link_row(x, p.value[i], NULL, NULL, msg, "#this", NULL, NULL, -1);
                 continue;
             }

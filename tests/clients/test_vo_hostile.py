@@ -177,6 +177,33 @@ class TestVoHostile(unittest.TestCase):
         self.assertEqual(cuts[0], cuts[1])
         self.assertEqual(cuts[0], cuts[2])
 
+    # ---- DataLink --------------------------------------------------------------------
+
+    def test_datalink_is_well_formed_for_any_id(self):
+        xmllint = need("xmllint")
+        stilts = need("stilts")
+        ids = ["%01abc", "%C3%28", "%FF%FE", "%1B%5B31mred%1B%5B0m", "a%0Db%09c",
+               "%EF%BF%BE", "%ED%A0%80", "%C0%AF",
+               # 121 bytes of valid UTF-8: the NotFoundFault quotes 120 of them
+               "a" + urllib.parse.quote("\u00e9" * 60)]
+        docs = []
+        for i in ids:
+            t, status, headers, body = _get(self.srv.url("/vo/datalink?ID=" + i))
+            self.assertEqual(status, 200, (i, body[:200]))
+            r = subprocess.run([xmllint, "--noout", "-"], input=body, capture_output=True)
+            self.assertEqual(r.returncode, 0, (i, r.stderr, body))
+            docs.append(body)
+        body = self.srv.get("/vo/datalink?" + "&".join("ID=" + i for i in ids))[2]
+        path = os.path.join(self.tmp, "links.xml")
+        with open(path, "wb") as f:
+            f.write(body)
+        r = subprocess.run([stilts, "votlint", "votable=" + path], capture_output=True,
+                           text=True, timeout=120)
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        self.assertNotIn("ERROR", r.stdout + r.stderr)
+        # The long ID is quoted whole characters only: 1 + 59 of them.
+        self.assertIn(("NotFoundFault: no dataset 'a" + "\u00e9" * 59 + "'").encode(), docs[-1])
+
     # ---- UWS -------------------------------------------------------------------------
 
     def test_wait_holds_no_worker(self):

@@ -177,6 +177,19 @@ class TestVoHostile(unittest.TestCase):
         self.assertEqual(cuts[0], cuts[1])
         self.assertEqual(cuts[0], cuts[2])
 
+    def test_same_cut_same_bytes(self):
+        url = self.srv.url("/vo/soda/sync?ID=horsehead&CIRCLE=85.27+-2.46+0.02")
+        t, status, h1, first = _get(url)
+        time.sleep(1.1)
+        t, status, h2, again = _get(url)
+        self.assertEqual(status, 200)
+        self.assertEqual(first, again)
+        self.assertEqual(h1["ETag"], h2["ETag"])
+        hdu = fits.open(io.BytesIO(first), checksum=True)[0]
+        self.assertEqual(hdu.verify_checksum(), 1)
+        self.assertEqual(hdu.verify_datasum(), 1)
+        self.assertNotIn(b"updated", first[:2880 * 4])
+
     # ---- DataLink --------------------------------------------------------------------
 
     def test_datalink_is_well_formed_for_any_id(self):

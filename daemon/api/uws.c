@@ -113,12 +113,15 @@ static void write_parameters(voxml *x, const char *prefix, const json_t *o)
     }
 }
 
-static void uws_namespaces(voxml *x)
+/* The namespaces of a document's root; `version` only where UWS 1.1 has the attribute
+ * (uws:job and uws:jobs: its schema refuses it on uws:results and uws:parameters). */
+static void uws_namespaces(voxml *x, int version)
 {
     voxml_attr(x, "xmlns:uws", "http://www.ivoa.net/xml/UWS/v1.0");
     voxml_attr(x, "xmlns:xlink", "http://www.w3.org/1999/xlink");
     voxml_attr(x, "xmlns:xsi", "http://www.w3.org/2001/XMLSchema-instance");
-    voxml_attr(x, "version", "1.1");
+    if (version)
+        voxml_attr(x, "version", "1.1");
 }
 
 /* The results list (with the namespaces when it stands alone: `whole`). */
@@ -126,7 +129,7 @@ static void write_results(voxml *x, const char *base, const json_t *job, int who
 {
     voxml_start(x, "uws:results");
     if (whole)
-        uws_namespaces(x);
+        uws_namespaces(x, 0);
     const json_t *res = json_object_get(job, "result");
     if (strcmp(job_phase(job), "COMPLETED") == 0 && json_is_object(res)) {
         voxml_start(x, "uws:result");
@@ -141,18 +144,40 @@ static void write_results(voxml *x, const char *base, const json_t *job, int who
     voxml_end(x);
 }
 
-/* The error summary's message: the problem's detail (or title). */
-static const char *error_message(const json_t *job)
+/* The error summary's message: the problem's detail (or title), with every absolute
+ * file path in it cut to its last component ("cannot read /srv/jobs/work/x/in.fits: ..."
+ * says "cannot read in.fits: ..."): clients are not shown the server's directories.  A
+ * path starts with '/' at the start of the text or after a blank, quote, '(', '[' or
+ * '=', and runs to a blank, quote, ':', ',', ';' or ')'.  Into out (len bytes). */
+static const char *error_message(const json_t *job, char *out, size_t len)
 {
     const json_t *e = json_object_get(job, "error");
     const char *s = jstr(e, "detail");
-    return s ? s : jstr(e, "title") ? jstr(e, "title") : "the job failed";
+    if (!s)
+        s = jstr(e, "title") ? jstr(e, "title") : "the job failed";
+    size_t o = 0;
+    for (size_t i = 0; s[i] && o + 1 < len;) {
+        if (s[i] == '/' && (i == 0 || strchr(" \t\"'([=", s[i - 1]))) {
+            size_t end = i + strcspn(s + i, " \t\"':,;)");
+            size_t last = i;
+            for (size_t k = i; k < end; k++)
+                if (s[k] == '/' && k + 1 < end)
+                    last = k + 1;
+            i = last;
+            while (i < end && o + 1 < len)
+                out[o++] = s[i++];
+            continue;
+        }
+        out[o++] = s[i++];
+    }
+    out[o] = '\0';
+    return out;
 }
 
 static void write_job(voxml *x, const char *base, const json_t *job)
 {
     voxml_start(x, "uws:job");
-    uws_namespaces(x);
+    uws_namespaces(x, 1);
     voxml_element(x, "uws:jobId", jstr(job, "id"));
     voxml_element(x, "uws:runId", jstr(job, "type"));
     time_element(x, "uws:ownerId", NULL);
@@ -173,7 +198,8 @@ static void write_job(voxml *x, const char *base, const json_t *job)
         voxml_start(x, "uws:errorSummary");
         voxml_attr(x, "type", "fatal");
         voxml_attr(x, "hasDetail", "true");
-        voxml_element(x, "uws:message", error_message(job));
+        char msg[1024];
+        voxml_element(x, "uws:message", error_message(job, msg, sizeof(msg)));
         voxml_end(x);
     }
     voxml_end(x);
@@ -378,7 +404,7 @@ void handle_uws_jobs(hreq *r, const route_match *m)
     voxml *x = all ? voxml_new() : NULL;
     if (x) {
         voxml_start(x, "uws:jobs");
-        uws_namespaces(x);
+        uws_namespaces(x, 1);
         size_t i;
         json_t *job;
         json_array_foreach(all, i, job) {
@@ -587,8 +613,9 @@ void handle_uws_job_part(hreq *r, const route_match *m)
                || strcmp(part, "owner") == 0) {
         vo_reply_text(r, 200, "%s", "");
     } else if (strcmp(part, "error") == 0) {
+        char msg[1024];
         if (strcmp(job_phase(job), "ERROR") == 0)
-            vo_reply_text(r, 200, "%s", error_message(job));
+            vo_reply_text(r, 200, "%s", error_message(job, msg, sizeof(msg)));
         else
             vo_reply_text(r, 404, "NotFoundFault: job %s is %s: it has no error", m->segment,
                           job_phase(job));
@@ -598,7 +625,7 @@ void handle_uws_job_part(hreq *r, const route_match *m)
             write_results(x, base, job, 1);
         } else if (x) {
             voxml_start(x, "uws:parameters");
-            uws_namespaces(x);
+            uws_namespaces(x, 0);
             const json_t *req = json_object_get(job, "request");
             if (json_is_object(req))
                 write_parameters(x, "", req);

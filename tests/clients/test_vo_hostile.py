@@ -284,6 +284,39 @@ class TestVoHostile(unittest.TestCase):
     def test_five_waiters(self):
         self._waiters(5)
 
+    def test_documents_validate_and_hide_paths(self):
+        stilts = need("stilts")
+        job = _submit(self.srv, {"type": "reduce", "dataset": "breaks", "op": "mean",
+                                 "axis": "z", "output": {"name": "breaks_mean"}})
+        self.assertEqual(_get(job + "?WAIT=10")[1], 200)
+        # The file cut short under the server: the next job on it fails reading it.
+        with open(os.path.join(self.tmp, "breaks.fits"), "r+b") as f:
+            f.truncate(2880)
+        failed = _submit(self.srv, {"type": "reduce", "dataset": "breaks", "op": "mean",
+                                    "axis": "z", "output": {"name": "breaks_mean2"}})
+        end = time.monotonic() + 30
+        while _get(failed + "/phase")[3].strip() != b"ERROR" and time.monotonic() < end:
+            time.sleep(0.1)
+        t, status, headers, error = _get(failed + "/error")
+        self.assertEqual(status, 200, error)
+        self.assertIn(b"breaks.fits", error)
+        self.assertNotIn(self.tmp.encode(), error)
+        doc = _get(failed)[3]
+        self.assertIn(b"<uws:message>breaks.fits ", doc)
+        self.assertNotIn(self.tmp.encode(), doc)
+        urls = [job, job + "/results", job + "/parameters", failed, failed + "/results",
+                self.srv.url("/vo/uws/jobs"), self.srv.url("/vo/uws/jobs?PHASE=ERROR"),
+                self.srv.url("/vo/capabilities"), self.srv.url("/vo/availability")]
+        for url in urls:
+            t, status, headers, body = _get(url)
+            self.assertEqual(status, 200, (url, body[:200]))
+            path = os.path.join(self.tmp, "doc.xml")
+            with open(path, "wb") as f:
+                f.write(body)
+            r = subprocess.run([stilts, "xsdvalidate", "doc=" + path, "uselocals=true"],
+                               capture_output=True, text=True, timeout=120)
+            self.assertEqual(r.returncode, 0, (url, r.stdout, r.stderr, body[:400]))
+
 
 if __name__ == "__main__":
     unittest.main()

@@ -382,6 +382,20 @@ static int susp_round_locked(tserver_priv *sp)
     return set;
 }
 
+/* The CLOCK_MONOTONIC time ms milliseconds from now, for pthread_cond_timedwait on the
+ * server's conditions (made with that clock). */
+static struct timespec mono_after_ms(long ms)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    t.tv_nsec += ms * 1000000L;
+    if (t.tv_nsec >= 1000000000L) {
+        t.tv_sec++;
+        t.tv_nsec -= 1000000000L;
+    }
+    return t;
+}
+
 /* The suspension watcher's thread: a round every SUSP_LOOK_MS while requests are suspended (it
  * sleeps while none is), then the queued work of the clients that have gone is dropped
  * at once (pool_drop_cancelled: their connections are resumed and closed from here). */
@@ -402,13 +416,7 @@ static void *susp_main(void *arg)
                 pool_drop_cancelled(sp->pub.workers);
             pthread_mutex_unlock(&sp->pool_lock);
         }
-        struct timespec until;
-        clock_gettime(CLOCK_MONOTONIC, &until);
-        until.tv_nsec += SUSP_LOOK_MS * 1000000L;
-        if (until.tv_nsec >= 1000000000L) {
-            until.tv_sec++;
-            until.tv_nsec -= 1000000000L;
-        }
+        struct timespec until = mono_after_ms(SUSP_LOOK_MS);
         pthread_mutex_lock(&sp->susp_lock);
         while (!sp->susp_stop && pthread_cond_timedwait(&sp->susp_cond, &sp->susp_lock,
                                                          &until) == 0)
@@ -621,13 +629,7 @@ static void *park_main(void *arg)
             continue;
         }
         if (!sp->park_stop) {
-            struct timespec until;
-            clock_gettime(CLOCK_MONOTONIC, &until);
-            until.tv_nsec += HREQ_PARK_LOOK_MS * 1000000L;
-            if (until.tv_nsec >= 1000000000L) {
-                until.tv_sec++;
-                until.tv_nsec -= 1000000000L;
-            }
+            struct timespec until = mono_after_ms(HREQ_PARK_LOOK_MS);
             while (!sp->park_stop && pthread_cond_timedwait(&sp->park_cond, &sp->park_lock,
                                                              &until) == 0)
                 ;

@@ -104,7 +104,8 @@ char *voxml_clean(const char *text)
     return out;
 }
 
-void voxml_attr(voxml *x, const char *name, const char *value)
+/* Writes `value` as voxml_clean makes it: the attribute `name`, or text (name NULL). */
+static void write_clean(voxml *x, const char *name, const char *value)
 {
     if (x->failed || !value)
         return;
@@ -113,8 +114,15 @@ void voxml_attr(voxml *x, const char *name, const char *value)
         x->failed = 1;
         return;
     }
-    check(x, xmlTextWriterWriteAttribute(x->w, (const xmlChar *)name, (const xmlChar *)clean));
+    const xmlChar *v = (const xmlChar *)clean;
+    check(x, name ? xmlTextWriterWriteAttribute(x->w, (const xmlChar *)name, v)
+                  : xmlTextWriterWriteString(x->w, v));
     free(clean);
+}
+
+void voxml_attr(voxml *x, const char *name, const char *value)
+{
+    write_clean(x, name, value);
 }
 
 /* Formats into v (len bytes); 0, or -1 with x failed when it does not fit. */
@@ -141,15 +149,7 @@ void voxml_attrf(voxml *x, const char *name, const char *fmt, ...)
 
 void voxml_text(voxml *x, const char *text)
 {
-    if (x->failed || !text)
-        return;
-    char *clean = voxml_clean(text);
-    if (!clean) {
-        x->failed = 1;
-        return;
-    }
-    check(x, xmlTextWriterWriteString(x->w, (const xmlChar *)clean));
-    free(clean);
+    write_clean(x, NULL, text);
 }
 
 void voxml_element(voxml *x, const char *name, const char *text)

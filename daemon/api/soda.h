@@ -1,7 +1,7 @@
 /* SODA 1.0 sky regions: CIRCLE, POLYGON and POS parsed, and the pixel box a region
  * selects on a celestial image, bounded in work (vo.c computes it on the pool). */
-#ifndef TESSERA_HANDLERS_SODA_H
-#define TESSERA_HANDLERS_SODA_H
+#ifndef TESSERA_DAEMON_API_SODA_H
+#define TESSERA_DAEMON_API_SODA_H
 
 #include <stddef.h>
 #include "engine/sky/skywcs.h"

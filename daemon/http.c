@@ -640,7 +640,7 @@ static void *park_main(void *arg)
         double now = tess_mono_s();
         for (int i = 0; i < n; i++) {
             hreq *r = &snap[i]->pub;
-            if (hreq_cancelled(r) || snap[i]->gone)
+            if (hreq_cancelled(r))        /* the watcher saw its client go */
                 r->rep.cancelled = HREQ_DROPPED;
             else if (!snap[i]->park_look(r, stop || now >= snap[i]->park_until))
                 snap[i] = NULL;            /* still waiting */

@@ -237,7 +237,9 @@ class TestVoHostile(unittest.TestCase):
                       for k in range(5)]
             t.join()
             self.assertEqual({s[1] for s in slices}, {200})
-            self.assertLess(max(s[0] for s in slices), 1.0, [round(s[0], 3) for s in slices])
+            # A slice may wait for the job's block in progress (1.7 s under ASan); held
+            # by the WAIT, it waited 9.8 s.
+            self.assertLess(max(s[0] for s in slices), 3.0, [round(s[0], 3) for s in slices])
             before, (seconds, status, headers, body) = waited[0]
             self.assertEqual(status, 200)
             # Answered when the phase left the one it was asked in, or at 10 s.

@@ -30,9 +30,7 @@ static skywcs *image_wcs(void)
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-    if (size < 1 || size > 8192)
-        return 0;
-    char *s = fz_cstr(data + 1, size - 1);
+    char *s = fz_cstr_tail(data, size, 8192);
     if (!s)
         return 0;
     static soda_region g;

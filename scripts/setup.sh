@@ -3,7 +3,8 @@
 # Run as root (or with sudo available).  Safe to run again.
 # Debian's python3 with numpy, astropy and scikit-image computes reference values in
 # tests (test_zreduce reads PNG frames with skimage, FITS with astropy); the client tests
-# (tests/clients) use astroquery, pyvo, dask, zarr, fitsverify and promtool, the cluster
+# (tests/clients) use astroquery, pyvo, dask, zarr, fitsverify, promtool and STILTS
+# (votlint, xsdvalidate with its own copies of the IVOA schemas), the cluster
 # tests a throwaway PostgreSQL and nginx.
 set -eu
 PKGS="build-essential autoconf automake pkg-config curl ca-certificates
@@ -14,7 +15,7 @@ libspng-dev libdeflate-dev libtiff-dev libblosc-dev liblz4-dev libzstd-dev libxm
 libpq-dev postgresql nginx
 python3-astroquery python3-pyvo python3-dask python3-zarr python3-fsspec python3-aiohttp
 python3-requests python3-tifffile python3-astropy-healpix fitsverify prometheus linux-perf wrk
-mandoc"
+stilts mandoc"
 # The release checks of CI (scripts/release-check.sh: make distcheck, the Debian package
 # built, linted, installed and purged); TESSERA_RELEASE_CHECKS=1 elsewhere.
 if [ -n "${CI:-}" ] || [ "${TESSERA_RELEASE_CHECKS:-0}" = 1 ]; then

@@ -19,8 +19,8 @@
  * characters, the form this server makes, is left out of every answer (a line on stderr
  * says so, once per id in a row), so that no path is made from it.
  */
-#ifndef TESSERA_SERVER_JOBSTORE_H
-#define TESSERA_SERVER_JOBSTORE_H
+#ifndef TESSERA_DAEMON_JOBS_JOBSTORE_H
+#define TESSERA_DAEMON_JOBS_JOBSTORE_H
 
 #include <stddef.h>
 

@@ -118,6 +118,7 @@ struct jobs {
     volatile int cur_cancel;
     int inflight;
     block_task *completed;
+    block_task *handoff;      /* blocks ended while the lock was held long (atomic stack) */
     unsigned long job_generation; /* bumped when a job ends (cancel waits on it) */
     long counts[5];           /* jobs per state at the last answer (jobs_counts; atomic) */
 };
@@ -584,12 +585,42 @@ static void block_run(void *arg)
                     t->stage, t->rc);
     t->secs = tess_mono_s() - t0;
     jobs *J = t->J;
-    pthread_mutex_lock(&J->lock);
+    /* The pool's thread does not wait long for the runner, which may hold the lock through
+     * a call to a stalled database (up to jobs.database_timeout_s): the block is left on
+     * the hand-off stack, which the runner takes at its next turn (within 0.2 s). */
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    ts.tv_nsec += 20 * 1000000L;
+    if (ts.tv_nsec >= 1000000000L) {
+        ts.tv_sec++;
+        ts.tv_nsec -= 1000000000L;
+    }
+    if (pthread_mutex_timedlock(&J->lock, &ts) != 0) {
+        block_task *head = __atomic_load_n(&J->handoff, __ATOMIC_RELAXED);
+        do
+            t->next = head;
+        while (!__atomic_compare_exchange_n(&J->handoff, &head, t, 1, __ATOMIC_RELEASE,
+                                            __ATOMIC_RELAXED));
+        return;
+    }
     t->next = J->completed;
     J->completed = t;
     J->inflight--;
     pthread_cond_broadcast(&J->cond);
     pthread_mutex_unlock(&J->lock);
+}
+
+/* Moves the blocks of the hand-off stack (block_run) to the completion list.  Lock held. */
+static void take_handoff_locked(jobs *J)
+{
+    block_task *t = __atomic_exchange_n(&J->handoff, NULL, __ATOMIC_ACQUIRE);
+    while (t) {
+        block_task *nx = t->next;
+        t->next = J->completed;
+        J->completed = t;
+        J->inflight--;
+        t = nx;
+    }
 }
 
 static void timed_wait(jobs *J, long ms)
@@ -1118,6 +1149,7 @@ static void run_job_locked(jobs *J, const char *id)
         leased ls = {.n = 0, .at = 0, .got = 1, .last = 0.0, .backoff = 0.0, .left = -1,
                      .others = 0, .avg_s = 0.0};
         for (;;) {
+            take_handoff_locked(J);
             int stop = failed || J->cur_cancel || J->stopping || J->lock_lost || gone || moved;
             /* Shared: one statement records the blocks done and leases the next ones,
              * when the pool runs out of leased blocks or the records are due. */
@@ -1597,6 +1629,13 @@ static void *keeper(void *arg)
     double period = J->lease_s / 4.0 < 1.0 ? J->lease_s / 4.0 : 1.0;
     pthread_mutex_lock(&J->lock);
     while (!J->stopping) {
+        /* A lost database is probed here, the lock released: every other call fails at
+         * once while it is lost, so the lock is never held waiting for it. */
+        if (!jobstore_available(J->st)) {
+            pthread_mutex_unlock(&J->lock);
+            jobstore_probe(J->st);
+            pthread_mutex_lock(&J->lock);
+        }
         long renewed = 0;
         if (jobstore_renew(J->st, J->owner, J->lease_s, J->held_job, J->nheld, J->held_stage,
                            J->held_block, &renewed) == 0)

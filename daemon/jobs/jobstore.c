@@ -51,13 +51,15 @@ static int fail_fast(jobstore *S)
 }
 
 /* Before a backend call: 0 with S->mu held, or TESS_EIO at once while the circuit is open
- * (except for the one caller that probes when it is time), or after wait_s when another
+ * (except for a probe, when it is time: jobstore_probe), or after wait_s when another
  * call keeps the connection that long (wait_s < 0: the store's timeout), or when the
  * circuit opened while this call waited (the call before it found the database lost). */
-static int enter(jobstore *S, double wait_s)
+static int enter(jobstore *S, double wait_s, int may_probe)
 {
     int probe = 0;
     if (__atomic_load_n(&S->open, __ATOMIC_ACQUIRE)) {
+        if (!may_probe)
+            return fail_fast(S);
         unsigned long long now = mono_ns();
         unsigned long long at = __atomic_load_n(&S->retry_ns, __ATOMIC_ACQUIRE);
         unsigned long long next = now + (unsigned long long)((RETRY_S + S->timeout_s) * 1e9);
@@ -138,6 +140,19 @@ int jobstore_available(const jobstore *S)
     return !__atomic_load_n(&S->open, __ATOMIC_ACQUIRE);
 }
 
+int jobstore_probe(jobstore *S)
+{
+    if (jobstore_available(S))
+        return 0;
+    long n;
+    int rc = enter(S, -1.0, 1);
+    if (rc == 0) {
+        unsigned long long t0 = mono_ns();
+        rc = leave(S, JOBSTORE_OP_active, t0, S->ops->active(S, &n));
+    }
+    return rc;
+}
+
 int jobstore_refused(char *detail, size_t len)
 {
     if (t_refused && detail && len)
@@ -184,7 +199,7 @@ double jobstore_op_seconds(const jobstore *S, int op)
  * noted. */
 #define CALL_WAIT(wait, op, ...) \
     __extension__({ \
-        int rc_ = enter(S, wait); \
+        int rc_ = enter(S, wait, 0); \
         if (rc_ == 0) { \
             unsigned long long t0_ = mono_ns(); \
             rc_ = leave(S, JOBSTORE_OP_##op, t0_, S->ops->op(S, __VA_ARGS__)); \
@@ -272,7 +287,7 @@ int jobstore_reset_blocks(jobstore *S, const char *id) { return CALL(reset_block
 
 int jobstore_prune_blocks(jobstore *S)
 {
-    int rc = enter(S, -1.0);
+    int rc = enter(S, -1.0, 0);
     if (rc == 0) {
         unsigned long long t0 = mono_ns();
         rc = leave(S, JOBSTORE_OP_prune_blocks, t0, S->ops->prune_blocks(S));

@@ -9,9 +9,8 @@
  * PostgreSQL backend gives its connection and each statement the same deadline (a
  * statement without an answer by then loses its connection; statement_timeout holds the
  * server to it too).  A call that finds the database lost (no answer, the connection
- * broken, shut down) opens the store's circuit: until a call reaches the database again,
- * calls fail at once with TESS_EIO, except one probe a second (RETRY_S) that connects
- * again.  Calls return 0 or a negative TESS_E* code: TESS_ENOTFOUND (no such job),
+ * broken, shut down) opens the store's circuit: until a probe (jobstore_probe) reaches
+ * the database again, calls fail at once with TESS_EIO.  Calls return 0 or a negative TESS_E* code: TESS_ENOTFOUND (no such job),
  * TESS_EIO (the database refused, cannot be reached, or the circuit is open).
  *
  * Job ids read from the PostgreSQL store (shared with other processes, which a mistake or
@@ -57,6 +56,11 @@ int jobstore_shared(const jobstore *S);
 /* Whether the last call reached the database and the circuit is closed; the count of
  * calls that failed (those failed at once by the open circuit among them). */
 int jobstore_reachable(const jobstore *S);
+/* While the circuit is open and a second (RETRY_S) has passed since the last try: one
+ * statement (counted as "active") on a new connection, within the timeout; its answer
+ * closes the circuit.  0 (closed, or closed now) or TESS_EIO.  Call it without locks the
+ * HTTP threads wait for: it is the one call that waits on a lost database. */
+int jobstore_probe(jobstore *S);
 /* 0 while the circuit is open (the database was lost and no call has reached it since):
  * callers that must answer at once (HTTP handlers) answer 503 without calling.  Never
  * blocks. */

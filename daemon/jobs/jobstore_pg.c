@@ -21,7 +21,8 @@ typedef struct pg_store {
     PGconn *conn;    /* NULL after a connection was dropped: made again at the next call */
     char *uri;
     int said_down;   /* an unreachable database was reported; said again once it is back */
-    char said_err[160];   /* the last refusal reported (not again until a statement passes) */
+    char said_err[160];   /* the last error reported (the same not again within a minute) */
+    double said_err_at;   /* when (tess_mono_s) */
     char said_bad[48];    /* the last malformed job id reported */
     char lost_msg[160];   /* why the connection was last dropped */
     /* Statements prepared on this connection (server-side, named "t<index>"): the text
@@ -190,11 +191,13 @@ static PGresult *await_result(pg_store *P, double deadline)
  * does not take), reported once; other errors (40: a deadlock) pass by retrying. */
 static void failed(pg_store *P, PGresult *r)
 {
-    const char *code = PQresultErrorField(r, PG_DIAG_SQLSTATE);
+    const char *c = PQresultErrorField(r, PG_DIAG_SQLSTATE);
     const char *m = PQresultErrorField(r, PG_DIAG_MESSAGE_PRIMARY);
-    char msg[160];
+    char msg[160], sqlstate[8];
     snprintf(msg, sizeof msg, "%s", m ? m : PQresultErrorMessage(r));
     msg[strcspn(msg, "\n")] = '\0';
+    snprintf(sqlstate, sizeof sqlstate, "%s", c ? c : "");
+    const char *code = c ? sqlstate : NULL;
     PQclear(r);
     if (!code || PQstatus(P->conn) != CONNECTION_OK || strncmp(code, "08", 2) == 0 ||
         strncmp(code, "57", 2) == 0) {
@@ -206,9 +209,10 @@ static void failed(pg_store *P, PGresult *r)
         P->base.refused = 1;
         snprintf(P->base.detail, sizeof P->base.detail, "%s", msg);
     }
-    if (strcmp(P->said_err, msg) != 0) {
+    if (strcmp(P->said_err, msg) != 0 || tess_mono_s() - P->said_err_at >= 60.0) {
         fprintf(stderr, "tesserad: jobs database: %s (SQLSTATE %s)\n", msg, code);
         snprintf(P->said_err, sizeof P->said_err, "%s", msg);
+        P->said_err_at = tess_mono_s();
     }
 }
 
@@ -283,7 +287,6 @@ static PGresult *pg_q(jobstore *S, const char *sql, int n, const char *const *va
     if (P->said_down)
         fprintf(stderr, "tesserad: jobs database reachable again\n");
     P->said_down = 0;
-    P->said_err[0] = '\0';
     return r;
 }
 

@@ -1762,7 +1762,7 @@ static int cutout_header(double lon, double lat, double fov, long w, long h, con
     double rad = rotation * DEG2RAD, c = cos(rad), s = sin(rad);
     char v[64];
     fitscard_list b;
-    fitscard_list_init(&b, 24);
+    fitscard_list_init(&b, 32);
     fitscard_list_int(&b, "NAXIS", 2, NULL);
     fitscard_list_int(&b, "NAXIS1", w, NULL);
     fitscard_list_int(&b, "NAXIS2", h, NULL);

@@ -77,6 +77,7 @@ class SolarTest(unittest.TestCase):
         w = cls.wcs(cls.aia_hdr)
         y, x = np.mgrid[0:128, 0:128]
         tx, ty = w.pixel_to_world_values(x, y)
+        tx, ty = (tx + 180.0) % 360.0 - 180.0, ty
         tx, ty = tx * 3600.0, ty * 3600.0
         r = np.hypot(tx, ty)
         rlimb = np.degrees(np.arcsin(696000000.0 / AIA_OBS["DSUN_OBS"])) * 3600.0
@@ -92,11 +93,18 @@ class SolarTest(unittest.TestCase):
             h["DATE-OBS"] = "2011-02-15T00:00:00.34"
             del h["DATE-AVG"]
             cls.write("secchi_a_now.fits", f[0].data, h)
+        # Two overlapping tiles of the synthetic image (columns 0-79 and 48-127), as a
+        # tiled field of one observer.
+        for k, x0 in ((1, 0), (2, 48)):
+            cls.write(f"tile{k}.fits", cls.aia_data[:, x0:x0 + 80],
+                      {**cls.aia_hdr, "NAXIS1": 80, "CRPIX1": cls.aia_hdr["CRPIX1"] - x0})
         cls.srv = Server(roots=[cls.dir, SOLAR], datasets=[
             {"name": "syn_aia", "path": os.path.join(cls.dir, "syn_aia.fits")},
             {"name": "aia", "path": os.path.join(SOLAR, "aia_171_level1.fits")},
             {"name": "secchi_a", "path": os.path.join(SOLAR, "secchi_l0_a.fits")},
-            {"name": "secchi_a_now", "path": os.path.join(cls.dir, "secchi_a_now.fits")}])
+            {"name": "secchi_a_now", "path": os.path.join(cls.dir, "secchi_a_now.fits")},
+            {"name": "tile1", "path": os.path.join(cls.dir, "tile1.fits")},
+            {"name": "tile2", "path": os.path.join(cls.dir, "tile2.fits")}])
 
     @classmethod
     def tearDownClass(cls):
@@ -112,9 +120,9 @@ class SolarTest(unittest.TestCase):
         cls.fits.PrimaryHDU(data, header=cls.fits.Header(hdr)).writeto(
             os.path.join(cls.dir, name), overwrite=True)
 
-    @staticmethod
-    def header_text(hdr):
-        return "\n".join(c.image for c in SolarTest.fits.Header(hdr).cards).encode()
+    @classmethod
+    def header_text(cls, hdr):
+        return "\n".join(c.image for c in cls.fits.Header(hdr).cards).encode()
 
     def real_aia(self):
         """The real AIA image and header as sunpy is given them: without HAEX/Y/Z_OBS, so
@@ -267,6 +275,42 @@ class SolarTest(unittest.TestCase):
 
     # ---- reprojection ------------------------------------------------------------------
 
+    def run_job(self, body):
+        """POSTs a job, waits for it (at most 60 s) and returns its final document."""
+        import time
+        st, out = self.request("/api/v1/jobs", json.dumps(body).encode())
+        self.assertEqual(st, 202, out[:300])
+        jid = json.loads(out)["id"]
+        end = time.monotonic() + 60
+        while True:
+            doc = json.loads(self.request(f"/api/v1/jobs/{jid}")[1])
+            if doc["state"] not in ("queued", "running"):
+                self.assertEqual(doc["state"], "succeeded", doc)
+                return doc
+            self.assertLess(time.monotonic(), end)
+            time.sleep(0.05)
+
+    def test_mosaic_of_tiles(self):
+        np = self.np
+        # Onto the whole image's header: the coadd gives the image back.
+        hdr = self.header_text(self.aia_hdr).decode()
+        self.run_job({"type": "mosaic", "inputs": ["tile1", "tile2"],
+                      "target": {"header": hdr}, "method": "bilinear", "combine": "mean",
+                      "output": {"name": "tiles_whole"}})
+        st, body = self.request("/api/v1/datasets/tiles_whole/fits")
+        self.assertEqual(st, 200)
+        got = self.fits.open(io.BytesIO(body))[0].data.astype(float)
+        # (HDU 0 is float32: within its rounding of the peak.)
+        np.testing.assert_allclose(got, self.aia_data, rtol=0, atol=1e-6 * self.aia_data.max())
+        # An automatic target: helioprojective, seen by the tiles' observer.
+        self.run_job({"type": "mosaic", "inputs": ["tile1", "tile2"],
+                      "target": {"auto": {"projection": "TAN"}}, "combine": "mean",
+                      "output": {"name": "tiles_auto"}})
+        d = json.loads(self.request("/api/v1/datasets/tiles_auto")[1])
+        self.assertEqual(d["wcs"]["frame"], "helioprojective")
+        self.assertEqual(d["solar"]["observer"]["hglt_obs"], AIA_OBS["HGLT_OBS"])
+        self.assertEqual(d["shape"], [128, 128])
+
     def test_aia_onto_euvi_bilinear(self):
         ref = self.sunpy_reproject(self.aia_data, self.aia_hdr, self.euvi_hdr)
         ours = self.cutout(self.euvi_hdr, dataset="syn_aia", method="bilinear",
@@ -279,14 +323,13 @@ class SolarTest(unittest.TestCase):
         # Flux-conserving onto a Stonyhurst grid in TAN (the gnomonic projection of the
         # heliographic sphere), where the great-circle pixel edges of reproject_exact are
         # the straight edges of Tessera's exact method (on a CAR map they are curves:
-        # Tessera's straight edges then differ from reproject's by 3e-4 of the peak on a
-        # 0.3-degree Carrington map of this image).  Between two observers sunpy 4.1's
-        # exact reprojection is no reference: reproject_exact 0.10 has no round trip, so
-        # where both intersections of the target's line of sight with the sphere are
-        # visible from AIA, the input pixels of the far one fall on the near one, and
-        # the values come out halved (1585 of the 2357 EUVI-A pixels of this image), where
-        # Tessera's exact values agree with both sides' bilinear ones to the
-        # interpolation's error.
+        # Tessera's straight edges then differ from reproject's by their sagitta, a few
+        # 1e-4 of the peak on a 0.3-degree Carrington map of this image).  Between two observers sunpy 4.1's
+        # exact reprojection is no reference: reproject_exact 0.10 maps input pixel
+        # corners without a round trip, so AIA pixels that EUVI-A cannot see (behind its
+        # limb) land on the visible ones and are averaged in (with that part of the
+        # input zero, the values come out exactly halved); Tessera's round trip leaves
+        # them out, as its bilinear reprojection and sunpy's do.
         target = {"NAXIS": 2, "NAXIS1": 120, "NAXIS2": 120, "CTYPE1": "HGLN-TAN",
                   "CTYPE2": "HGLT-TAN", "CUNIT1": "deg", "CUNIT2": "deg", "CRPIX1": 60.5,
                   "CRPIX2": 60.5, "CRVAL1": 0.0, "CRVAL2": AIA_OBS["HGLT_OBS"],

@@ -518,22 +518,12 @@ static void frame_cards(fitscard_list *b, sky_frame frame, const solar_obs *sol,
                         const char *proj, double crval1, double crval2, double crpix1,
                         double crpix2, double cdelt)
 {
-    const char *lon = "RA--", *lat = "DEC-";
-    if (frame == SKY_FRAME_GALACTIC) {
-        lon = "GLON";
-        lat = "GLAT";
-    } else if (frame == SKY_FRAME_ECLIPTIC) {
-        lon = "ELON";
-        lat = "ELAT";
-    } else if (frame == SKY_FRAME_HELIOPROJECTIVE) {
-        lon = "HPLN";
-        lat = "HPLT";
-    } else if (frame == SKY_FRAME_STONYHURST) {
-        lon = "HGLN";
-        lat = "HGLT";
-    } else if (frame == SKY_FRAME_CARRINGTON) {
-        lon = "CRLN";
-        lat = "CRLT";
+    /* The CTYPE prefixes: "RA/DEC", "GLON/GLAT", ... "CRLN/CRLT" (RA and DEC padded). */
+    const char *ax = sky_frame_axes(frame);
+    char lon[8] = "RA--", lat[8] = "DEC-";
+    if (strcmp(ax, "RA/DEC") != 0 && strlen(ax) == 9) {
+        snprintf(lon, sizeof lon, "%.4s", ax);
+        snprintf(lat, sizeof lat, "%.4s", ax + 5);
     }
     char t[16];
     fitscard_list_int(b, "WCSAXES", 2, "Number of coordinate axes");

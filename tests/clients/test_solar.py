@@ -128,7 +128,7 @@ class SolarTest(unittest.TestCase):
         """The real AIA image and header as sunpy is given them: without HAEX/Y/Z_OBS, so
         that sunpy's AIAMap takes the observer from HGLN_OBS/HGLT_OBS/DSUN_OBS as Tessera
         does (with them it places the observer from the ecliptic position, 0.0131 degree
-        west and 0.0014 degree south of the header's HGLN_OBS/HGLT_OBS on this file)."""
+        east and 0.0014 degree south of the header's HGLN_OBS/HGLT_OBS on this file)."""
         with self.fits.open(os.path.join(SOLAR, "aia_171_level1.fits")) as f:
             data, hdr = f[0].data.astype(float), f[0].header.copy()
         for k in ("HAEX_OBS", "HAEY_OBS", "HAEZ_OBS"):

@@ -421,6 +421,51 @@ START_TEST(test_parse_raw_and_fits)
 }
 END_TEST
 
+/* The forms of header text astropy writes (Header.tostring, totextfile): a last line
+ * padded with blanks to a 2880-byte block, trailing blanks, CRLF, and tostring()'s cards
+ * run together on one line ended by a newline. */
+START_TEST(test_parse_astropy_forms)
+{
+    char *cards = NULL, err[256];
+    int n = 0;
+    static const char *const c3[3] = {
+        "NAXIS   =                    2", "NAXIS1  =                   10",
+        "CTYPE1  = 'RA---TAN'"};
+    char text[3 * 2880 + 16];
+    for (int form = 0; form < 5; form++) {
+        size_t len = 0;
+        for (int i = 0; i < 3; i++) {
+            if (form == 4) {   /* cards run together, then a newline */
+                len += (size_t)snprintf(text + len, sizeof text - len, "%-80s", c3[i]);
+                continue;
+            }
+            const char *eol = form == 2 ? "\r\n" : "\n";
+            if (form == 1)   /* trailing blanks past column 80 */
+                len += (size_t)snprintf(text + len, sizeof text - len, "%-95s%s", c3[i], eol);
+            else
+                len += (size_t)snprintf(text + len, sizeof text - len, "%-80s%s", c3[i], eol);
+        }
+        /* END padded to the block (forms 0, 4), or the last card padded (form 3) */
+        if (form == 3)
+            text[--len] = '\0';
+        else
+            len += (size_t)snprintf(text + len, sizeof text - len, "END");
+        if (form == 0 || form == 3 || form == 4)
+            while (len % 2880 != 0)
+                text[len++] = ' ';
+        if (form == 4)
+            text[len++] = '\n';
+        ck_assert_msg(parse(text, len, 100, &cards, &n, err) == 0, "form %d: %s", form, err);
+        ck_assert_int_eq(n, 3);
+        CARD_EQ(cards, c3[0]);
+        CARD_EQ(cards + 80, c3[1]);
+        CARD_EQ(cards + 160, c3[2]);
+        free(cards);
+        cards = NULL;
+    }
+}
+END_TEST
+
 START_TEST(test_parse_refusals)
 {
     char *cards = (char *)1, err[256];
@@ -450,9 +495,9 @@ START_TEST(test_parse_refusals)
     ck_assert_int_eq(parse(nan, strlen(nan), 100, &cards, &n, err), 0);
     ck_assert_int_eq(n, 2);
     free(cards);
-    /* A line of 81 characters; raw cards of 79. */
+    /* A line of 81 characters, the last not a blank; raw cards of 79. */
     char wide[90];
-    snprintf(wide, sizeof wide, "%-81s\n", "COMMENT");
+    snprintf(wide, sizeof wide, "%-80sX\n", "COMMENT");
     ck_assert_int_eq(parse(wide, strlen(wide), 100, &cards, &n, err), TESS_EINVAL);
     ck_assert_ptr_nonnull(strstr(err, "line 1 is 81 characters long"));
     char raw79[79 * 3];
@@ -687,6 +732,7 @@ int main(void)
     tcase_add_test(tc, test_structural);
     tcase_add_test(tc, test_parse_text);
     tcase_add_test(tc, test_parse_raw_and_fits);
+    tcase_add_test(tc, test_parse_astropy_forms);
     tcase_add_test(tc, test_parse_refusals);
     tcase_add_test(tc, test_encode);
     tcase_add_test(tc, test_file_round_trip);

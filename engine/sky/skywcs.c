@@ -1547,15 +1547,25 @@ void sky_convert(sky_frame from, double eq_from, sky_frame to, double eq_to,
 /* ------------------------------------------------------------------------------------ */
 /* Cutout headers                                                                         */
 
-/* Projection codes wcslib knows that need no PVi_m to be defined. */
-static int known_projection(const char *p)
+/* The projection codes wcslib knows (prj.h): 0 for none of them; else 1, or the default
+ * of PV2_1 for those whose definition needs it (skywcs.h): *pv1 is set then. */
+static int known_projection(const char *p, double *pv1)
 {
     static const char *const codes[] = {
         "AZP", "SZP", "TAN", "STG", "SIN", "ARC", "ZEA", "AIR", "CYP", "CEA", "CAR", "MER",
         "SFL", "PAR", "MOL", "AIT", "PCO", "TSC", "CSC", "QSC", "HPX", "XPH" };
+    static const struct { const char *code; double pv1; } needs_pv[] = {
+        {"ZPN", 1.0}, {"COE", 45.0}, {"COD", 45.0}, {"COO", 45.0}, {"COP", 45.0},
+        {"BON", 45.0} };
+    *pv1 = NAN;
     for (size_t i = 0; i < sizeof codes / sizeof codes[0]; i++)
         if (strcmp(p, codes[i]) == 0)
             return 1;
+    for (size_t i = 0; i < sizeof needs_pv / sizeof needs_pv[0]; i++)
+        if (strcmp(p, needs_pv[i].code) == 0) {
+            *pv1 = needs_pv[i].pv1;
+            return 1;
+        }
     return 0;
 }
 
@@ -1565,8 +1575,8 @@ static int known_projection(const char *p)
  * The result is parsed back with skywcs_parse as a last check.  Errors: TESS_EINVAL
  * (`err` names the bad value), TESS_ENOMEM; *cards is NULL on error. */
 int skywcs_cutout_header(double lon, double lat, double fov, long w, long h, const char *proj,
-                         sky_frame frame, double rotation, char **cards, int *nkeys,
-                         char *err, size_t errlen)
+                         sky_frame frame, double rotation, const double *pv, char **cards,
+                         int *nkeys, char *err, size_t errlen)
 {
     if (cards)
         *cards = NULL;
@@ -1582,7 +1592,8 @@ int skywcs_cutout_header(double lon, double lat, double fov, long w, long h, con
         return TESS_EINVAL;
     }
     trim_upper(proj, pj, sizeof pj);
-    if (!known_projection(pj)) {
+    double pv1_default;
+    if (!known_projection(pj, &pv1_default)) {
         tess_seterr(err, errlen, "projection: unknown code '%s'", proj);
         return TESS_EINVAL;
     }
@@ -1623,7 +1634,7 @@ int skywcs_cutout_header(double lon, double lat, double fov, long w, long h, con
     double rad = rotation * DEG2RAD, c = cos(rad), s = sin(rad);
     char v[64];
     fitscard_list b;
-    fitscard_list_init(&b, 24);
+    fitscard_list_init(&b, 24 + SKYWCS_CUTOUT_PVN);
     fitscard_list_int(&b, "NAXIS", 2, NULL);
     fitscard_list_int(&b, "NAXIS1", w, NULL);
     fitscard_list_int(&b, "NAXIS2", h, NULL);
@@ -1644,6 +1655,16 @@ int skywcs_cutout_header(double lon, double lat, double fov, long w, long h, con
     fitscard_list_real(&b, "PC1_2", -s, FITSCARD_EXACT, NULL);
     fitscard_list_real(&b, "PC2_1", s, FITSCARD_EXACT, NULL);
     fitscard_list_real(&b, "PC2_2", c, FITSCARD_EXACT, NULL);
+    for (int m = 0; m < SKYWCS_CUTOUT_PVN; m++) {
+        double v2 = pv ? pv[m] : NAN;
+        if (m == 1 && !isfinite(v2))
+            v2 = pv1_default;
+        if (isfinite(v2)) {
+            char key[16];
+            snprintf(key, sizeof key, "PV2_%d", m);
+            fitscard_list_real(&b, key, v2, FITSCARD_EXACT, NULL);
+        }
+    }
     if (radesys)
         fitscard_list_string(&b, "RADESYS", radesys, 0, NULL);
     if (equinox > 0.0)
@@ -1660,7 +1681,13 @@ int skywcs_cutout_header(double lon, double lat, double fov, long w, long h, con
     int rc = skywcs_parse(buf, nk, &check, werr, sizeof werr);
     if (rc != 0) {
         free(buf);
-        tess_seterr(err, errlen, "projection: %s", werr);
+        char pvs[160] = "";
+        size_t pl = 0;
+        for (int m = 0; m < SKYWCS_CUTOUT_PVN && pv && pl < sizeof pvs - 40; m++)
+            if (isfinite(pv[m]))
+                pl += (size_t)snprintf(pvs + pl, sizeof pvs - pl, "%sPV2_%d = %.10g",
+                                       pl ? ", " : " with ", m, pv[m]);
+        tess_seterr(err, errlen, "projection %s%s: %s", pj, pvs, werr);
         return rc;
     }
     skywcs_free(check);

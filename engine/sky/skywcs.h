@@ -121,17 +121,27 @@ int skywcs_check_pair(const skywcs *in, const skywcs *out, char *err, size_t err
 const char *sky_frame_name(sky_frame f);          /* "icrs", "fk5", ... "none" */
 int sky_frame_parse(const char *s, sky_frame *f); /* 0 or TESS_EINVAL */
 
+/* PV2_0 .. PV2_29: the projection parameters a cutout header may carry (wcslib's ZPN
+ * takes up to 30 coefficients). */
+#define SKYWCS_CUTOUT_PVN 30
+
 /* Builds the header of a hips2fits-style cutout: w x h pixels centred on (lon, lat) of
  * `frame` (icrs, galactic; also fk5 J2000, fk4 B1950, ecliptic J2000), `fov` degrees
  * along the larger side (square pixels of
  * fov/max(w,h)), projection code `proj` (three letters: TAN, SIN, CAR, AIT, ...),
  * rotated by `rotation` degrees (east of north, i.e. PC = [[cos, -sin], [sin, cos]] with
- * CDELT1 < 0), CRPIX at the image centre (w/2 + 0.5, h/2 + 0.5).  *cards is malloc'd
+ * CDELT1 < 0), CRPIX at the image centre (w/2 + 0.5, h/2 + 0.5).  `pv` (NULL: none) holds
+ * SKYWCS_CUTOUT_PVN values of PV2_0 .. PV2_29, NaN where not given: each other one is
+ * written as its card.  Projections whose definition needs a parameter get a default
+ * when PV2_1 is not given: the conics COE, COD, COO, COP take theta_a = 45 degrees
+ * (their cone meets the sphere at native latitude 45, through the centre), BON takes
+ * theta_1 = 45, ZPN takes PV2_1 = 1 (with the other coefficients 0, the zenithal
+ * equidistant projection ARC).  *cards is malloc'd
  * (80-character cards, concatenated, NUL-terminated) and *nkeys set.  Returns 0 or
  * TESS_EINVAL (unknown projection, non-finite or out-of-range values: `err` names which)
  * / TESS_ENOMEM. */
 int skywcs_cutout_header(double lon, double lat, double fov, long w, long h, const char *proj,
-                         sky_frame frame, double rotation, char **cards, int *nkeys,
-                         char *err, size_t errlen);
+                         sky_frame frame, double rotation, const double *pv, char **cards,
+                         int *nkeys, char *err, size_t errlen);
 
 #endif

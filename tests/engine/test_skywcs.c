@@ -485,7 +485,7 @@ START_TEST(test_cutout_header_rotation)
     char *cards = NULL;
     char err[256] = "";
     ck_assert_int_eq(skywcs_cutout_header(85.25, -2.45, 0.2, 400, 300, "TAN", SKY_FRAME_ICRS,
-                                          30.0, &cards, &nk, err, sizeof err), 0);
+                                          30.0, NULL, &cards, &nk, err, sizeof err), 0);
     ck_assert_int_eq((int)strlen(cards), nk * 80);
     snprintf(path, sizeof path, "%s/reference/horsehead_rot30_bilinear.target.hdr",
              TESSERA_TESTDATA_DIR);
@@ -515,7 +515,7 @@ START_TEST(test_cutout_header_galactic)
     char *cards = NULL;
     int nk;
     ck_assert_int_eq(skywcs_cutout_header(10.0, -5.0, 2.0, 200, 100, "AIT", SKY_FRAME_GALACTIC,
-                                          0.0, &cards, &nk, NULL, 0), 0);
+                                          0.0, NULL, &cards, &nk, NULL, 0), 0);
     ck_assert_ptr_nonnull(strstr(cards, "CTYPE1  = 'GLON-AIT'"));
     ck_assert_ptr_nonnull(strstr(cards, "CTYPE2  = 'GLAT-AIT'"));
     skywcs *w = NULL;
@@ -540,27 +540,27 @@ START_TEST(test_cutout_header_errors)
     char *cards = (char *)1;
     int nk = 7;
     char err[256] = "";
-    ck_assert_int_eq(skywcs_cutout_header(0, 0, 1, 10, 10, "XYZ", SKY_FRAME_ICRS, 0, &cards, &nk,
+    ck_assert_int_eq(skywcs_cutout_header(0, 0, 1, 10, 10, "XYZ", SKY_FRAME_ICRS, 0, NULL, &cards, &nk,
                                           err, sizeof err), TESS_EINVAL);
     ck_assert_ptr_null(cards);
     ck_assert_int_eq(nk, 0);
     ck_assert_ptr_nonnull(strstr(err, "projection"));
-    ck_assert_int_eq(skywcs_cutout_header(0, 91, 1, 10, 10, "TAN", SKY_FRAME_ICRS, 0, &cards, &nk,
+    ck_assert_int_eq(skywcs_cutout_header(0, 91, 1, 10, 10, "TAN", SKY_FRAME_ICRS, 0, NULL, &cards, &nk,
                                           err, sizeof err), TESS_EINVAL);
     ck_assert_ptr_nonnull(strstr(err, "lat"));
-    ck_assert_int_eq(skywcs_cutout_header(0, 0, 0, 10, 10, "TAN", SKY_FRAME_ICRS, 0, &cards, &nk,
+    ck_assert_int_eq(skywcs_cutout_header(0, 0, 0, 10, 10, "TAN", SKY_FRAME_ICRS, 0, NULL, &cards, &nk,
                                           err, sizeof err), TESS_EINVAL);
     ck_assert_ptr_nonnull(strstr(err, "fov"));
-    ck_assert_int_eq(skywcs_cutout_header(0, 0, 1, 0, 10, "TAN", SKY_FRAME_ICRS, 0, &cards, &nk,
+    ck_assert_int_eq(skywcs_cutout_header(0, 0, 1, 0, 10, "TAN", SKY_FRAME_ICRS, 0, NULL, &cards, &nk,
                                           err, sizeof err), TESS_EINVAL);
-    ck_assert_int_eq(skywcs_cutout_header(NAN, 0, 1, 10, 10, "TAN", SKY_FRAME_ICRS, 0, &cards, &nk,
+    ck_assert_int_eq(skywcs_cutout_header(NAN, 0, 1, 10, 10, "TAN", SKY_FRAME_ICRS, 0, NULL, &cards, &nk,
                                           err, sizeof err), TESS_EINVAL);
-    ck_assert_int_eq(skywcs_cutout_header(0, 0, 1, 10, 10, "TAN", SKY_FRAME_NONE, 0, &cards, &nk,
+    ck_assert_int_eq(skywcs_cutout_header(0, 0, 1, 10, 10, "TAN", SKY_FRAME_NONE, 0, NULL, &cards, &nk,
                                           err, sizeof err), TESS_EINVAL);
-    ck_assert_int_eq(skywcs_cutout_header(0, 0, 1, 10, 10, "TAN", SKY_FRAME_ICRS, INFINITY, &cards,
+    ck_assert_int_eq(skywcs_cutout_header(0, 0, 1, 10, 10, "TAN", SKY_FRAME_ICRS, INFINITY, NULL, &cards,
                                           &nk, err, sizeof err), TESS_EINVAL);
     /* Lower case codes are accepted. */
-    ck_assert_int_eq(skywcs_cutout_header(0, 0, 1, 10, 10, "sin", SKY_FRAME_FK5, 0, &cards, &nk,
+    ck_assert_int_eq(skywcs_cutout_header(0, 0, 1, 10, 10, "sin", SKY_FRAME_FK5, 0, NULL, &cards, &nk,
                                           err, sizeof err), 0);
     ck_assert_ptr_nonnull(strstr(cards, "'RA---SIN'"));
     free(cards);

@@ -315,16 +315,18 @@ static void put_image_card(char *out, int *n, const char *zcard, const char *key
 
 /* The image header of a tile-compressed HDU, built from its table's cards one by one
  * (fits_read_record) by the convention's mapping (FITS 4.0, section 10.1).
- * fits_convert_hdr2str copies the Z cards in the order the file has them, so it refuses
- * a file whose ZTENSION (or ZSIMPLE) card is absent - it is optional - or not the first
- * of them, as in astropy's own test file comp.fits, whose pixels fits_read_pix reads and
- * which fitsverify and astropy accept.  Here the structural cards come first: ZSIMPLE or
- * ZTENSION (XTENSION = 'IMAGE' when neither is there), ZBITPIX, ZNAXIS, ZNAXISn, then
- * ZPCOUNT and ZGCOUNT (PCOUNT = 0, GCOUNT = 1 when absent) or ZEXTEND, each under the
- * image's keyword with its value and comment; then the image's other cards in file
- * order, less those of the table and of the compression; ZHECKSUM and ZDATASUM become
- * CHECKSUM and DATASUM, as cfitsio renames them.  Sets info->header (malloc'd, no END)
- * and info->nkeys.  Returns 0 or a cfitsio status. */
+ * fits_convert_hdr2str copies the cards in the order the file has them, making the
+ * primary header it writes when ZTENSION and ZSIMPLE are absent (both are optional), so
+ * it refuses a file whose ZTENSION (or ZSIMPLE) card comes after ZBITPIX or the image's
+ * cards - astropy's own test file comp.fits has it last - although fits_read_pix reads
+ * its pixels and fitsverify and astropy accept it.  Here the structural cards come
+ * first: ZTENSION, or ZSIMPLE (SIMPLE = T when neither is there, as cfitsio writes),
+ * ZBITPIX, ZNAXIS, ZNAXISn, then ZPCOUNT and ZGCOUNT (PCOUNT = 0, GCOUNT = 1 when
+ * absent) or ZEXTEND, each under the image's keyword with its value and comment; then
+ * the image's other cards in file order, less those of the table and of the
+ * compression; ZHECKSUM and ZDATASUM become CHECKSUM and DATASUM, as cfitsio renames
+ * them.  Sets info->header (malloc'd, no END) and info->nkeys.  Returns 0 or a cfitsio
+ * status. */
 static int compressed_header_cards(fitsfile *f, fitsimg_info *info)
 {
     int status = 0, nkeys = 0;
@@ -349,16 +351,18 @@ static int compressed_header_cards(fitsfile *f, fitsimg_info *info)
         }
     }
     int n = 0;
-    const char *simple = find_card(tab, nkeys, "ZSIMPLE");
+    const char *xtension = find_card(tab, nkeys, "ZTENSION");
+    const char *simple = xtension ? NULL : find_card(tab, nkeys, "ZSIMPLE");
     const char *znaxis = find_card(tab, nkeys, "ZNAXIS");
     long naxis = 0;
     if (!status && znaxis && sscanf(znaxis + 10, "%ld", &naxis) == 1 && naxis >= 0 &&
         naxis <= 999 && find_card(tab, nkeys, "ZBITPIX")) {
-        if (simple)
-            put_image_card(out, &n, simple, "SIMPLE", NULL);
+        if (xtension)
+            put_image_card(out, &n, xtension, "XTENSION", NULL);
         else
-            put_image_card(out, &n, find_card(tab, nkeys, "ZTENSION"), "XTENSION",
-                           "XTENSION= 'IMAGE   '           / Image extension");
+            put_image_card(out, &n, simple, "SIMPLE",
+                           "SIMPLE  =                    T / file does conform to FITS "
+                           "standard");
         put_image_card(out, &n, find_card(tab, nkeys, "ZBITPIX"), "BITPIX", NULL);
         put_image_card(out, &n, znaxis, "NAXIS", NULL);
         for (long k = 1; k <= naxis && !status; k++) {
@@ -375,7 +379,7 @@ static int compressed_header_cards(fitsfile *f, fitsimg_info *info)
     }
     if (!status) {
         const char *c;
-        if (simple) {
+        if (!xtension) {
             if ((c = find_card(tab, nkeys, "ZEXTEND")) != NULL)
                 put_image_card(out, &n, c, "EXTEND", NULL);
         } else {
@@ -428,8 +432,8 @@ static int read_header_cards(fitsfile *f, const char *path, fitsimg_info *info,
             int st2 = 0;
             fits_free_memory(str, &st2);
         }
-        /* cfitsio refuses compressed headers whose ZTENSION is absent or not first:
-         * read them card by card. */
+        /* cfitsio refuses compressed headers whose ZTENSION is not first: read them
+         * card by card. */
         if (compressed && status != MEMORY_ALLOCATION) {
             status = compressed_header_cards(f, info);
         }

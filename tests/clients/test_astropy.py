@@ -129,28 +129,30 @@ class CompressedTest(ServerCase):
             with self.subTest(kind=kind):
                 self.check(kind)
 
-    def test_ztension_last(self):
-        """astropy's files with ZTENSION moved last, as comp.fits has it."""
-        for kind in ("i16", "f32"):
-            with self.subTest(kind=kind):
-                served = self.check(kind + "_zlast")
-                self.assertEqual(served["CRVAL1"], 83.8)
-
-    def test_written_without_ztension(self):
-        for kind in ("i16", "f32"):
-            with self.subTest(kind=kind):
-                served = self.check(kind + "_noz")
+    def test_without_ztension_and_ztension_last(self):
+        """What CompImageHDU writes given a header (no ZTENSION), and its files with
+        ZTENSION moved last, as comp.fits has it."""
+        for name in ("i16_noz", "f32_noz", "i16_zlast", "f32_zlast"):
+            with self.subTest(dataset=name):
+                served = self.check(name)
                 self.assertEqual(served["CRVAL1"], 83.8)
 
 
-class HeaderTextTest(ServerCase):
+class AstropyCase(ServerCase):
+    @classmethod
+    def modules(cls):
+        """numpy, astropy.io.fits and astropy.wcs as cls.np, cls.fits and cls.wcsmod."""
+        cls.np = need_module("numpy")
+        cls.fits = need_module("astropy.io.fits")
+        cls.wcsmod = need_module("astropy.wcs")
+
+
+class HeaderTextTest(AstropyCase):
     """POST /api/v1/cutout takes the header text of every form astropy writes."""
 
     @classmethod
     def setUpClass(cls):
-        cls.np = need_module("numpy")
-        cls.fits = need_module("astropy.io.fits")
-        cls.wcsmod = need_module("astropy.wcs")
+        cls.modules()
         cls.dir = tempfile.mkdtemp(prefix="tessera-astropy-hdr-")
         cls.srv = Server()
 
@@ -217,14 +219,12 @@ class HeaderTextTest(ServerCase):
                                        equal_nan=True)
 
 
-class ProjectionTest(ServerCase):
+class ProjectionTest(AstropyCase):
     """Projections that need PV parameters, against astropy's WCS."""
 
     @classmethod
     def setUpClass(cls):
-        cls.np = need_module("numpy")
-        cls.fits = need_module("astropy.io.fits")
-        cls.wcsmod = need_module("astropy.wcs")
+        cls.modules()
         cls.srv = Server()
         with cls.fits.open(os.path.join(TOP, "data", "demo", "gc_2mass_k.fits")) as h:
             cls.src = h[0].data.astype(cls.np.float64)

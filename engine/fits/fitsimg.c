@@ -355,7 +355,10 @@ static int compressed_header_cards(fitsfile *f, fitsimg_info *info)
     const char *simple = xtension ? NULL : find_card(tab, nkeys, "ZSIMPLE");
     const char *znaxis = find_card(tab, nkeys, "ZNAXIS");
     long naxis = 0;
-    if (!status && znaxis && sscanf(znaxis + 10, "%ld", &naxis) == 1 && naxis >= 0 &&
+    char zval[71] = "";
+    if (znaxis)
+        memcpy(zval, znaxis + 10, 70);   /* the value field: cards are not NUL-ended */
+    if (!status && znaxis && sscanf(zval, "%ld", &naxis) == 1 && naxis >= 0 &&
         naxis <= 999 && find_card(tab, nkeys, "ZBITPIX")) {
         if (xtension)
             put_image_card(out, &n, xtension, "XTENSION", NULL);

@@ -4,7 +4,8 @@
 # Debian's python3 with numpy, astropy and scikit-image computes reference values in
 # tests (test_zreduce reads PNG frames with skimage, FITS with astropy); the client tests
 # (tests/clients) use astroquery, pyvo, dask, zarr, fitsverify, promtool and STILTS
-# (datalinklint), the cluster tests a throwaway PostgreSQL and nginx.
+# (datalinklint, votlint, xsdvalidate with its own copies of the IVOA schemas), the
+# cluster tests a throwaway PostgreSQL and nginx.
 set -eu
 PKGS="build-essential autoconf automake pkg-config curl ca-certificates
 libmicrohttpd-dev libcfitsio-dev wcslib-dev libpng-dev libjansson-dev

@@ -263,6 +263,13 @@ static void link_row(voxml *x, const char *id, const char *url, const char *serv
 static int band_planes(const dataset *d, double lo, double hi, long *z0, long *z1, char *why,
                        size_t len);
 
+/* Whether d has a celestial WCS on the sky: a solar frame is not the sky (no ICRS
+ * regions, no HiPS). */
+static int on_sky(const dataset *d)
+{
+    return d->cel && !sky_frame_is_solar(skywcs_frame(d->cel, NULL));
+}
+
 /* What SODA can cut of d: 0 nothing, else SODA_REGION (a celestial image or cube) and/or
  * SODA_BAND (a cube whose axis 3 gives wavelengths: every BAND would be refused
  * otherwise). */
@@ -273,7 +280,7 @@ static int soda_cuts(const dataset *d)
         return 0;
     long z0, z1;
     char why[256];
-    int cuts = d->cel ? SODA_REGION : 0;
+    int cuts = on_sky(d) ? SODA_REGION : 0;
     if (d->kind == DS_CUBE && band_planes(d, -INFINITY, INFINITY, &z0, &z1, why,
                                           sizeof(why)) == 0)
         cuts |= SODA_BAND;
@@ -309,7 +316,7 @@ static void dataset_links(voxml *x, const char *base, const char *id, const data
      * Image API 3.0, section 5.1; reply_info in iiif.c). */
     snprintf(text, sizeof(text), "IIIF Image API 3.0 view of %s (info.json)", d->name);
     link_row(x, id, url, NULL, NULL, "#auxiliary", text, "application/json", -1);
-    if (d->cel) {
+    if (on_sky(d)) {
         snprintf(url, sizeof(url), "%s/hips/%s/", base, d->name);
         snprintf(text, sizeof(text), "HiPS 1.0 survey of %s%s (give this URL to a HiPS "
                  "client)", d->name, d->nz > 1 ? ", a HiPS cube" : "");
@@ -729,6 +736,13 @@ void handle_vo_soda(hreq *r, const route_match *m)
         snprintf(why, sizeof(why), "UsageError: dataset '%.60s' has no celestial WCS "
                  "(%.120s): CIRCLE, POLYGON and POS cannot select its pixels", d->name,
                  d->wcs_error[0] ? d->wcs_error : "none in its header");
+        goto fail;
+    }
+    if ((g->kind != SODA_NONE || g->whole) && sky_frame_is_solar(skywcs_frame(d->cel, NULL))) {
+        sky_frame f = skywcs_frame(d->cel, NULL);
+        snprintf(why, sizeof(why), "UsageError: dataset '%.60s' is in the solar frame %s (%s), "
+                 "not on the sky: CIRCLE, POLYGON and POS are in the sky frame ICRS and cannot "
+                 "select its pixels", d->name, sky_frame_name(f), sky_frame_axes(f));
         goto fail;
     }
     if (nband > 1) {

@@ -670,7 +670,8 @@ static int card_value(const char *cards, int nkeys, const char *key, double *v, 
  * keywords): RSUN_REF (metres; else SOLAR_RSUN_IAU); the observer from HGLN_OBS,
  * HGLT_OBS and DSUN_OBS, else from HEEQ_X/Y/Z (Stonyhurst Cartesian, metres; Thompson
  * sec. 2.1); the Carrington offset CRLN_OBS minus the observer's Stonyhurst longitude
- * when both are known; the date DATE-AVG, else DATE-OBS.  An observer given only in
+ * when both are known; the date DATE-OBS, else DATE-AVG (sunpy 4.1's
+ * GenericMap.date and its WCS frames take DATE-OBS first).  An observer given only in
  * Carrington (CRLN_OBS) or HCI coordinates stays unknown: its Stonyhurst longitude
  * needs an ephemeris of the Earth. */
 static void read_solar(const char *cards, int nkeys, solar_obs *o)
@@ -703,8 +704,10 @@ static void read_solar(const char *cards, int nkeys, solar_obs *o)
         o->has_carr = 1;
         o->carr_off = crln - lon;
     }
-    if (!card_value(cards, nkeys, "DATE-AVG", NULL, o->date, sizeof o->date))
-        (void)card_value(cards, nkeys, "DATE-OBS", NULL, o->date, sizeof o->date);
+    if (!card_value(cards, nkeys, "DATE-OBS", NULL, o->date, sizeof o->date))
+        (void)card_value(cards, nkeys, "DATE-AVG", NULL, o->date, sizeof o->date);
+    if (o->date[0] && solar_parse_date(o->date, &o->jd) != 0)
+        o->jd = 0.0;
 }
 
 /* Parses the header as astropy.wcs.WCS(header) does (astropy/wcs/wcs.py, WCS.__init__ and
@@ -1876,11 +1879,14 @@ int skywcs_cutout_header_solar(double lon, double lat, double fov, long w, long 
 }
 
 /* The Carrington offsets of a pair: a Carrington side whose header has none takes the
- * other side's observer's (both are taken at one time, as solar_convert does). */
+ * other side's observer's when both are at one time (the offset changes by about 13
+ * degrees a day). */
 static void pair_observers(const skywcs *from, const skywcs *to, solar_obs *of, solar_obs *ot)
 {
     *of = from->sol;
     *ot = to->sol;
+    if (of->jd > 0.0 && ot->jd > 0.0 && of->jd != ot->jd)
+        return;
     if (!of->has_carr && ot->has_carr) {
         of->has_carr = 1;
         of->carr_off = ot->carr_off;
@@ -1929,7 +1935,7 @@ static const char *solar_pair_gap(const skywcs *a, const skywcs *b)
     if ((a->frame == SKY_FRAME_CARRINGTON || b->frame == SKY_FRAME_CARRINGTON) &&
         !oa.has_carr)
         return "a Carrington WCS needs the observer's Carrington and Stonyhurst longitudes "
-               "(CRLN_OBS and HGLN_OBS) on one side";
+               "(CRLN_OBS and HGLN_OBS) on one side, or on its own side when the dates differ";
     if ((a->surface == SOLAR_SCREEN || b->surface == SOLAR_SCREEN) &&
         !(a->surface == SOLAR_SCREEN ? oa : ob).known)
         return "the spherical screen needs the observer of the image reprojected";

@@ -13,7 +13,7 @@ python3-numpy python3-astropy python3-skimage
 libspng-dev libdeflate-dev libtiff-dev libblosc-dev liblz4-dev libzstd-dev libxml2-dev
 libpq-dev postgresql nginx
 python3-astroquery python3-pyvo python3-dask python3-zarr python3-fsspec python3-aiohttp
-python3-requests python3-tifffile python3-astropy-healpix fitsverify prometheus linux-perf wrk"
+python3-requests python3-tifffile python3-astropy-healpix python3-matplotlib fitsverify prometheus linux-perf wrk"
 SUDO=""
 if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
 missing=""

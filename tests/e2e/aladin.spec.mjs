@@ -82,7 +82,7 @@ async function openSurvey(browser, server, shot, { name, ra, dec, fov, startFov 
   const box = await el.boundingBox();
   const png = await el.screenshot();
   const whole = await imageStats(page, png);
-  const frac = await dataFraction(page, png);
+  const frac = whole.differ;
   const parts = [];
   for (const [fx, fy] of regions) {
     parts.push(await imageStats(page, await page.screenshot({ clip: {
@@ -104,27 +104,6 @@ function noErrors(name, rec) {
 }
 
 const fmt = (s) => `mean ${s.mean.toFixed(1)}, std ${s.std.toFixed(1)}, ${s.levels} levels`;
-
-/** The fraction of the pixels of a PNG screenshot whose colour differs from that of its
- * top-left pixel (the empty sky) by more than 3 levels in a channel. */
-async function dataFraction(page, png) {
-  return page.evaluate(async (b64) => {
-    const img = new Image();
-    img.src = `data:image/png;base64,${b64}`;
-    await img.decode();
-    const c = document.createElement('canvas');
-    c.width = img.width;
-    c.height = img.height;
-    const ctx = c.getContext('2d');
-    ctx.drawImage(img, 0, 0);
-    const d = ctx.getImageData(0, 0, c.width, c.height).data;
-    let n = 0;
-    for (let i = 0; i < d.length; i += 4) {
-      if (Math.abs(d[i] - d[0]) > 3 || Math.abs(d[i + 1] - d[1]) > 3 || Math.abs(d[i + 2] - d[2]) > 3) n++;
-    }
-    return n / (d.length / 4);
-  }, png.toString('base64'));
-}
 
 /** Data in the middle: many levels, not flat; the empty sky at the corners: one flat
  * colour; and the data covering about the image's share of the view (the view is twice

@@ -3,7 +3,8 @@
 # Run as root (or with sudo available).  Safe to run again.
 # Debian's python3 with numpy, astropy and scikit-image computes reference values in
 # tests (test_zreduce reads PNG frames with skimage, FITS with astropy); the client tests
-# (tests/clients) use astroquery, pyvo, dask, zarr, fitsverify and promtool, the cluster
+# (tests/clients) use astroquery, pyvo, dask, zarr, fitsverify, promtool and STILTS
+# (votlint, xsdvalidate with its own copies of the IVOA schemas), the cluster
 # tests a throwaway PostgreSQL and nginx.
 set -eu
 PKGS="build-essential autoconf automake pkg-config curl ca-certificates
@@ -13,7 +14,8 @@ python3-numpy python3-astropy python3-skimage
 libspng-dev libdeflate-dev libtiff-dev libblosc-dev liblz4-dev libzstd-dev libxml2-dev
 libpq-dev postgresql nginx
 python3-astroquery python3-pyvo python3-dask python3-zarr python3-fsspec python3-aiohttp
-python3-requests python3-tifffile python3-astropy-healpix python3-matplotlib fitsverify prometheus linux-perf wrk"
+python3-requests python3-tifffile python3-astropy-healpix python3-matplotlib fitsverify prometheus
+linux-perf wrk stilts"
 SUDO=""
 if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
 missing=""

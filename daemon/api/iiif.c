@@ -570,6 +570,27 @@ static long level_len(long n, int k)
     return (long)(((unsigned long long)n + (1ULL << k) - 1) >> k);
 }
 
+/* Answers JSON-LD document o (taken; NULL: out of memory) of IIIF API `api` ("image",
+ * "presentation"): application/ld+json with the API's context as profile when the client
+ * asks for it in Accept (Image API §5.1, Presentation API §6.1), application/json
+ * otherwise. */
+static void reply_ld(hreq *r, json_t *o, const char *api)
+{
+    char *text = o ? json_dumps(o, JSON_COMPACT) : NULL;
+    json_decref(o);
+    char type[128] = "application/json";
+    const char *accept = hreq_header(r, "Accept");
+    if (accept && strstr(accept, "application/ld+json"))
+        snprintf(type, sizeof type, "application/ld+json;profile=\"http://iiif.io/api/%s/3/"
+                 "context.json\"", api);
+    if (!text) {
+        problem_reply(r, 500, NULL, "out of memory");
+        return;
+    }
+    r->rep.cache_control = "no-cache";
+    hreq_reply_tile(r, 200, tile_new_take((unsigned char *)text, strlen(text), type));
+}
+
 /* Image API §5 Image Information (technical properties §5.2, sizes §5.3, tiles §5.4,
  * extra functionality §5.7).  Profile level2 (Compliance §3: regionByPx,
  * regionByPct, regionSquare, every size form, rotationBy90s, png and jpg, baseUriRedirect,
@@ -647,23 +668,10 @@ static void reply_info(hreq *r, const dataset *d, const char *id)
         json_object_set_new(o, "partOf", json_pack("[{s:s, s:s}]", "id", mid, "type",
                                                    "Manifest"));
     free(mid);
-    char *text = json_dumps(o, JSON_COMPACT);
-    json_decref(o);
     free(uri);
-    if (!text) {
-        problem_reply(r, 500, NULL, "out of memory");
-        return;
-    }
-    /* Image API §5.1: application/ld+json with the profile when the client asks for it
-     * in Accept, application/json otherwise. */
-    const char *accept = hreq_header(r, "Accept");
-    const char *type = accept && strstr(accept, "application/ld+json")
-        ? "application/ld+json;profile=\"http://iiif.io/api/image/3/context.json\""
-        : "application/json";
-    r->rep.cache_control = "no-cache";
     free(r->rep.link);
     r->rep.link = strdup(IIIF_PROFILE_LINK);
-    hreq_reply_tile(r, 200, tile_new_take((unsigned char *)text, strlen(text), type));
+    reply_ld(r, o, "image");
 }
 
 /* A IIIF Presentation API 3.0 manifest of dataset d: one canvas a plane (planes of a cube,
@@ -732,19 +740,7 @@ static json_t *manifest_json(hreq *r, const dataset *d)
 
 static void reply_manifest(hreq *r, const dataset *d)
 {
-    json_t *m = manifest_json(r, d);
-    char *text = m ? json_dumps(m, JSON_COMPACT) : NULL;
-    json_decref(m);
-    if (!text) {
-        problem_reply(r, 500, NULL, "out of memory");
-        return;
-    }
-    const char *accept = hreq_header(r, "Accept");
-    const char *type = accept && strstr(accept, "application/ld+json")
-        ? "application/ld+json;profile=\"http://iiif.io/api/presentation/3/context.json\""
-        : "application/json";
-    r->rep.cache_control = "no-cache";
-    hreq_reply_tile(r, 200, tile_new_take((unsigned char *)text, strlen(text), type));
+    reply_ld(r, manifest_json(r, d), "presentation");
 }
 
 /* ---- pixels ------------------------------------------------------------------------- */

@@ -59,7 +59,8 @@ static const char hips_usage[] =
     "  --max-cut C            PNG/JPEG: upper cut (default 99.5%); percentiles are those\n"
     "                         of the whole plane, so that neighbouring tiles match\n"
     "  --cmap NAME            PNG/JPEG: grey (default), viridis, inferno, magma, plasma,\n"
-    "                         cubehelix\n"
+    "                         cubehelix, Greys, coolwarm, RdBu, twilight, turbo, jet;\n"
+    "                         NAME_r reversed\n"
     "  --max-coord-error PX   bound on the coordinate grid's error, tile pixels\n"
     "                         (default 0.001; 0 = exact transform at every pixel)\n"
     "  --threads N            threads (default 0 = one per core)\n"
@@ -187,7 +188,8 @@ static int parse_hips(int argc, char **argv, hips_args *a)
             break;
         case 10:
             bad = render_cmap_parse(val, &a->render.cmap) != 0;
-            want = "grey, viridis, inferno, magma, plasma or cubehelix";
+            want = "grey, viridis, inferno, magma, plasma, cubehelix, Greys, coolwarm, "
+                   "RdBu, twilight, turbo or jet, or one of them with _r";
             break;
         case 11:
             bad = cli_parse_double(val, &a->max_coord_error) || !isfinite(a->max_coord_error)

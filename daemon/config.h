@@ -13,6 +13,8 @@ typedef struct ds_config {
     int hdu;         /* 0-based HDU index, default 0 */
     char *frames;    /* glob pattern, NULL for single files */
     int hips_galactic; /* "hips_frame": "galactic" (1) or "equatorial" (0, the default) */
+    double rest_frequency; /* "rest_frequency": Hz, for a cube whose header gives none
+                              (RESTFRQ, RESTFREQ, RESTWAV); 0 = none */
 } ds_config;
 
 typedef struct tess_config {

@@ -15,8 +15,8 @@ python3-numpy python3-astropy python3-skimage
 libspng-dev libdeflate-dev libtiff-dev libblosc-dev liblz4-dev libzstd-dev libxml2-dev
 libpq-dev postgresql nginx
 python3-astroquery python3-pyvo python3-dask python3-zarr python3-fsspec python3-aiohttp
-python3-requests python3-tifffile python3-astropy-healpix fitsverify prometheus linux-perf wrk
-stilts python3-sunpy python3-reproject mandoc"
+python3-requests python3-tifffile python3-astropy-healpix python3-matplotlib fitsverify prometheus
+linux-perf wrk stilts python3-sunpy python3-reproject mandoc"
 # The release checks of CI (scripts/release-check.sh: make distcheck, the Debian package
 # built, linted, installed and purged); TESSERA_RELEASE_CHECKS=1 elsewhere.
 if [ -n "${CI:-}" ] || [ "${TESSERA_RELEASE_CHECKS:-0}" = 1 ]; then

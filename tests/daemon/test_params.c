@@ -313,7 +313,7 @@ START_TEST(test_cutout_hips2fits)
                        "cmap", "Greys_r", "stretch", "linear", "format", "png", NULL};
     ck_assert_int_eq(cutout_parse_get(lookup, q, &p, &e), 0);
     ck_assert_str_eq(p.dataset, "horsehead");
-    ck_assert_int_eq(p.render.cmap, CMAP_GREY);
+    ck_assert_int_eq(p.render.cmap, CMAP_GREYS | CMAP_REVERSED);
     ck_assert_int_eq(p.has_wcs, 0);
     /* the creator_did of the dataset's HiPS names it too */
     const char *did[] = {"hips", "ivo://tessera/m13", "ra", "0", "dec", "0", "fov", "1",
@@ -331,9 +331,17 @@ START_TEST(test_cutout_hips2fits)
     ck_assert_int_eq(p.render.cmap, CMAP_INFERNO);
     const char *jet[] = {"hips", "m13", "ra", "0", "dec", "0", "fov", "1", "width", "1",
                          "height", "1", "cmap", "jet", NULL};
-    assert_refused(jet, "cmap");
+    ck_assert_int_eq(cutout_parse_get(lookup, jet, &p, &e), 0);
+    ck_assert_int_eq(p.render.cmap, CMAP_JET);
+    const char *rdbu[] = {"hips", "m13", "ra", "0", "dec", "0", "fov", "1", "width", "1",
+                          "height", "1", "cmap", "RdBu_r", NULL};
+    ck_assert_int_eq(cutout_parse_get(lookup, rdbu, &p, &e), 0);
+    ck_assert_int_eq(p.render.cmap, CMAP_RDBU | CMAP_REVERSED);
+    const char *rainbow[] = {"hips", "m13", "ra", "0", "dec", "0", "fov", "1", "width", "1",
+                             "height", "1", "cmap", "rainbow", NULL};
+    assert_refused(rainbow, "cmap");
     const char *jetfits[] = {"hips", "m13", "ra", "0", "dec", "0", "fov", "1", "width", "1",
-                             "height", "1", "cmap", "jet", "format", "fits", NULL};
+                             "height", "1", "cmap", "rainbow", "format", "fits", NULL};
     ck_assert_int_eq(cutout_parse_get(lookup, jetfits, &p, &e), 0);
     /* wcs= replaces the geometry, and goes alone */
     const char *wcs[] = {"hips", "m13", "wcs", "{\"NAXIS1\": 10}", "format", "fits",

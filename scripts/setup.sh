@@ -4,7 +4,8 @@
 # Debian's python3 with numpy, astropy and scikit-image computes reference values in
 # tests (test_zreduce reads PNG frames with skimage, FITS with astropy); the client tests
 # (tests/clients) use astroquery, pyvo, dask, zarr, fitsverify and promtool, the cluster
-# tests a throwaway PostgreSQL and nginx.
+# tests a throwaway PostgreSQL and nginx; bench/kernels compares the resampling kernels
+# with OpenCV's remap (python3-opencv).
 set -eu
 PKGS="build-essential autoconf automake pkg-config curl ca-certificates
 libmicrohttpd-dev libcfitsio-dev wcslib-dev libpng-dev libjansson-dev
@@ -13,7 +14,8 @@ python3-numpy python3-astropy python3-skimage
 libspng-dev libdeflate-dev libtiff-dev libblosc-dev liblz4-dev libzstd-dev libxml2-dev
 libpq-dev postgresql nginx
 python3-astroquery python3-pyvo python3-dask python3-zarr python3-fsspec python3-aiohttp
-python3-requests python3-tifffile python3-astropy-healpix fitsverify prometheus linux-perf wrk"
+python3-requests python3-tifffile python3-astropy-healpix fitsverify prometheus linux-perf wrk
+python3-opencv"
 SUDO=""
 if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
 missing=""

@@ -14,6 +14,7 @@
 #include "engine/sky/coordmap.h"
 #include "engine/sky/exact.h"
 #include "engine/sky/kernels.h"
+#include "engine/sky/simd.h"
 #include "engine/base/error.h"
 #include "engine/base/hugemem.h"
 
@@ -184,53 +185,82 @@ static int fix_flush(worker *w, size_t n)
     return 0;
 }
 
+/* What makes a position next to a sampling decision: within e of the edges -0.5 and
+ * hx = nx - 0.5, hy = ny - 0.5 of the valid range, and for nearest (round != 0) within e
+ * of a rounding boundary. */
+typedef struct near_test {
+    double e, hx, hy;
+    int round;
+} near_test;
+
+/* Whether (x, y) is next to a decision.  Branch-free (bitwise, not short-circuit; the
+ * fraction by truncation, not floor()).  Rounding is tested only for positions inside
+ * the valid range, where x + 0.5 >= 0 so that truncation is floor and the fraction is
+ * the one floor() gives; a position outside the range and farther than e from its edges
+ * samples NaN whatever its rounding, exact or interpolated, so leaving it as it is
+ * changes no output.  Cannot fail. */
+static inline int near_point(const near_test *t, double x, double y)
+{
+    const double e = t->e;
+    int near = (fabs(x + 0.5) <= e) | (fabs(x - t->hx) <= e) | (fabs(y + 0.5) <= e)
+               | (fabs(y - t->hy) <= e);
+    if (t->round) {
+        const int in = (x >= -0.5) & (x <= t->hx) & (y >= -0.5) & (y <= t->hy);
+        const double u = in ? x + 0.5 : 0.5, v = in ? y + 0.5 : 0.5;
+        const double fx = u - (double)(int32_t)u, fy = v - (double)(int32_t)v;
+        near |= in & ((fx <= e) | (fx >= 1.0 - e) | (fy <= e) | (fy >= 1.0 - e));
+    }
+    return near;
+}
+
+/* The first k' in [k, n) whose position (xi[k'], yi[k']) is next to a decision
+ * (near_point), or n: four positions at a time, each lane computing what near_point
+ * computes (|a| <= e as -e <= a <= e; truncation to int32 is exact in range, where
+ * x + 0.5 <= nx <= INT_MAX).  Cannot fail. */
+RP_HOT static size_t next_near(const near_test *t, const double *xi, const double *yi,
+                               size_t k, size_t n)
+{
+    const double e = t->e, hx = t->hx, hy = t->hy, e1 = 1.0 - e;
+    for (; k + 4 <= n; k += 4) {
+        rp_v4d x, y;
+        RP_V4D_LOAD(x, xi + k);
+        RP_V4D_LOAD(y, yi + k);
+        const rp_v4d a = x + 0.5, b = x - hx, c = y + 0.5, d = y - hy;
+        rp_v4q m = ((a <= e) & (a >= -e)) | ((b <= e) & (b >= -e)) | ((c <= e) & (c >= -e))
+                   | ((d <= e) & (d >= -e));
+        if (t->round) {
+            const rp_v4q in = (x >= -0.5) & (x <= hx) & (y >= -0.5) & (y <= hy);
+            const rp_v4d half = { 0.5, 0.5, 0.5, 0.5 };
+            const rp_v4d u = RP_V4D_SELECT(in, a, half), v = RP_V4D_SELECT(in, c, half);
+            const rp_v4d fx = u - __builtin_convertvector(__builtin_convertvector(u, rp_v4i),
+                                                          rp_v4d);
+            const rp_v4d fy = v - __builtin_convertvector(__builtin_convertvector(v, rp_v4i),
+                                                          rp_v4d);
+            m |= in & ((fx <= e) | (fx >= e1) | (fy <= e) | (fy >= e1));
+        }
+        if (RP_V4Q_ANY(m))
+            for (int q = 0; q < 4; q++)
+                if (m[q])
+                    return k + (size_t)q;
+    }
+    for (; k < n; k++)
+        if (near_point(t, xi[k], yi[k]))
+            return k;
+    return n;
+}
+
 /* Transforms exactly the interpolated positions of a bw x bh block at (x0, y0) that lie
  * within e (the block's coordinate error bound) of a sampling decision: the edges of
  * the valid range [-0.5, n - 0.5] on each axis, and for nearest the rounding boundaries
- * at half-integers.  A first, branch-free pass finds the distance of the block's
- * positions to the nearest edge (in most blocks no position comes near one).
- * Returns 0 or TESS_ENOMEM. */
+ * at half-integers (next_near finds them, four positions at a time; in most blocks no
+ * position comes near one).  Returns 0 or TESS_ENOMEM. */
 static int fix_decisions(worker *w, const job *j, long x0, long y0, long bw, long bh, double e)
 {
     size_t n = 0, npx = (size_t)bw * (size_t)bh;
-    const double hx = (double)j->src->nx - 0.5, hy = (double)j->src->ny - 0.5;
-    const int nearest = j->method == RP_NEAREST;
-    const double *xi = w->xi, *yi = w->yi;
-    if (!nearest) {
-        /* Four running minima, so that consecutive points do not wait on each other. */
-        double lo[4] = { INFINITY, INFINITY, INFINITY, INFINITY };
-        size_t q = 0;
-        for (; q + 4 <= npx; q += 4) {
-            for (int u = 0; u < 4; u++) {
-                double x = xi[q + (size_t)u], y = yi[q + (size_t)u];
-                double a = fabs(x + 0.5), b = fabs(x - hx), c = fabs(y + 0.5), d = fabs(y - hy);
-                double m = a < b ? a : b;
-                m = m < c ? m : c;
-                m = m < d ? m : d;
-                lo[u] = m < lo[u] ? m : lo[u];
-            }
-        }
-        for (; q < npx; q++) {
-            double x = xi[q], y = yi[q];
-            double a = fabs(x + 0.5), b = fabs(x - hx), c = fabs(y + 0.5), d = fabs(y - hy);
-            double m = a < b ? a : b;
-            m = m < c ? m : c;
-            m = m < d ? m : d;
-            lo[0] = m < lo[0] ? m : lo[0];
-        }
-        if (!(lo[0] <= e || lo[1] <= e || lo[2] <= e || lo[3] <= e))
-            return 0;
-    }
-    for (size_t k = 0; k < npx; k++) {
-        double x = xi[k], y = yi[k];
-        int near = fabs(x + 0.5) <= e || fabs(x - hx) <= e || fabs(y + 0.5) <= e
-                   || fabs(y - hy) <= e;
-        if (!near && nearest) {
-            double fx = (x + 0.5) - floor(x + 0.5), fy = (y + 0.5) - floor(y + 0.5);
-            near = fx <= e || fx >= 1.0 - e || fy <= e || fy >= 1.0 - e;
-        }
-        if (!near)
-            continue;
+    const near_test t = { e, (double)j->src->nx - 0.5, (double)j->src->ny - 0.5,
+                          j->method == RP_NEAREST };
+    for (size_t k = next_near(&t, w->xi, w->yi, 0, npx); k < npx;
+         k = next_near(&t, w->xi, w->yi, k + 1, npx)) {
         w->fx[n] = (double)(x0 + (long)(k % (size_t)bw));
         w->fy[n] = (double)(y0 + (long)(k / (size_t)bw));
         w->fidx[n++] = k;

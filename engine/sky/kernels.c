@@ -1,5 +1,6 @@
 /* Interpolation kernels: nearest, bilinear, bicubic B-spline and Lanczos-3 sampling of a plane. */
 #include "engine/sky/kernels.h"
+#include "engine/sky/simd.h"
 #include "engine/base/error.h"
 
 #include <float.h>
@@ -286,10 +287,114 @@ static inline double bicubic_point(const rp_kernel *k, const double *restrict c,
         }                                                                                 \
     }
 
-RP_SAMPLER(sample_nearest_f32, float, k->src.data, nearest_f32)
-RP_SAMPLER(sample_nearest_f64, double, k->src.data, nearest_f64)
-RP_SAMPLER(sample_bilinear_f32, float, k->src.data, bilinear_f32)
-RP_SAMPLER(sample_bilinear_f64, double, k->src.data, bilinear_f64)
+/* ---- nearest and bilinear, four positions at a time --------------------------------- */
+
+/* The same definitions as nearest_SFX and bilinear_SFX, four positions at a time in the
+ * lanes of rp_v4d (simd.h): the range test, the truncations, the weights and the four
+ * products summed in the same order are computed for the four lanes at once, each lane
+ * doing the scalar arithmetic, so the values are bit for bit those of the point
+ * functions (tests/engine/test_kernels.c checks both paths against each other).  Only
+ * the pixel loads are scalar.  A group of four with a lane outside the valid range takes
+ * the point functions.  Indices are truncated to int32: in range, c = x + 1 <= nx + 0.5
+ * and nx <= INT_MAX (rp_kernel_new). */
+#define RP_SAMPLER4(T, SFX)                                                               \
+    RP_HOT static void sample_nearest_##SFX(const rp_kernel *k, size_t n,                 \
+                                            const double *restrict x,                     \
+                                            const double *restrict y, double *restrict out) \
+    {                                                                                     \
+        const T *restrict src = (const T *)k->src.data;                                   \
+        const long nx = k->src.nx, ny = k->src.ny;                                        \
+        const double xmax = (double)nx - 0.5, ymax = (double)ny - 0.5;                    \
+        const rp_v4i nx1 = { (int32_t)nx - 1, (int32_t)nx - 1, (int32_t)nx - 1,           \
+                             (int32_t)nx - 1 };                                           \
+        const rp_v4i ny1 = { (int32_t)ny - 1, (int32_t)ny - 1, (int32_t)ny - 1,           \
+                             (int32_t)ny - 1 };                                           \
+        size_t m = 0;                                                                     \
+        for (; m + 4 <= n; m += 4) {                                                      \
+            rp_v4d px, py;                                                                \
+            RP_V4D_LOAD(px, x + m);                                                       \
+            RP_V4D_LOAD(py, y + m);                                                       \
+            const rp_v4q in = (px >= -0.5) & (px <= xmax) & (py >= -0.5) & (py <= ymax);  \
+            if (!(in[0] & in[1] & in[2] & in[3])) {                                       \
+                for (int q = 0; q < 4; q++)                                               \
+                    out[m + (size_t)q] = in[q] ? nearest_##SFX(k, src, nx, ny, px[q], py[q]) \
+                                               : NAN;                                     \
+                continue;                                                                 \
+            }                                                                             \
+            rp_v4i i = __builtin_convertvector((px + 1.0) + 0.5, rp_v4i) - 1;             \
+            rp_v4i j = __builtin_convertvector((py + 1.0) + 0.5, rp_v4i) - 1;             \
+            i = RP_V4I_MIN(i, nx1);                                                       \
+            j = RP_V4I_MIN(j, ny1);                                                       \
+            for (int q = 0; q < 4; q++)                                                   \
+                out[m + (size_t)q] = (double)src[(size_t)j[q] * (size_t)nx + (size_t)i[q]]; \
+        }                                                                                 \
+        for (; m < n; m++) {                                                              \
+            const double qx = x[m], qy = y[m];                                            \
+            out[m] = qx >= -0.5 && qx <= xmax && qy >= -0.5 && qy <= ymax                 \
+                     ? nearest_##SFX(k, src, nx, ny, qx, qy) : NAN;                       \
+        }                                                                                 \
+    }                                                                                     \
+                                                                                          \
+    RP_HOT static void sample_bilinear_##SFX(const rp_kernel *k, size_t n,                \
+                                             const double *restrict x,                    \
+                                             const double *restrict y, double *restrict out) \
+    {                                                                                     \
+        const T *restrict src = (const T *)k->src.data;                                   \
+        const long nx = k->src.nx, ny = k->src.ny;                                        \
+        const double xmax = (double)nx - 0.5, ymax = (double)ny - 0.5;                    \
+        const rp_v4i zero = { 0, 0, 0, 0 };                                               \
+        const rp_v4i nx1 = { (int32_t)nx - 1, (int32_t)nx - 1, (int32_t)nx - 1,           \
+                             (int32_t)nx - 1 };                                           \
+        const rp_v4i ny1 = { (int32_t)ny - 1, (int32_t)ny - 1, (int32_t)ny - 1,           \
+                             (int32_t)ny - 1 };                                           \
+        size_t m = 0;                                                                     \
+        for (; m + 4 <= n; m += 4) {                                                      \
+            rp_v4d px, py;                                                                \
+            RP_V4D_LOAD(px, x + m);                                                       \
+            RP_V4D_LOAD(py, y + m);                                                       \
+            const rp_v4q in = (px >= -0.5) & (px <= xmax) & (py >= -0.5) & (py <= ymax);  \
+            if (!(in[0] & in[1] & in[2] & in[3])) {                                       \
+                for (int q = 0; q < 4; q++)                                               \
+                    out[m + (size_t)q] = in[q] ? bilinear_##SFX(k, src, nx, ny, px[q], py[q]) \
+                                               : NAN;                                     \
+                continue;                                                                 \
+            }                                                                             \
+            const rp_v4d cx = px + 1.0, cy = py + 1.0;                                    \
+            const rp_v4i fx = __builtin_convertvector(cx, rp_v4i);                        \
+            const rp_v4i fy = __builtin_convertvector(cy, rp_v4i);                        \
+            const rp_v4d wx0 = 1.0 - (cx - __builtin_convertvector(fx, rp_v4d));          \
+            const rp_v4d wy0 = 1.0 - (cy - __builtin_convertvector(fy, rp_v4d));          \
+            const rp_v4d wx1 = 1.0 - wx0, wy1 = 1.0 - wy0;                                \
+            rp_v4i ia = fx - 1, ib = fx, ja = fy - 1, jb = fy;                            \
+            ia = RP_V4I_MAX(ia, zero);                                                    \
+            ja = RP_V4I_MAX(ja, zero);                                                    \
+            ib = RP_V4I_MIN(ib, nx1);                                                     \
+            jb = RP_V4I_MIN(jb, ny1);                                                     \
+            rp_v4d aa, ab, ba, bb;                                                        \
+            for (int q = 0; q < 4; q++) {                                                 \
+                const T *ra = src + (size_t)ja[q] * (size_t)nx;                           \
+                const T *rb = src + (size_t)jb[q] * (size_t)nx;                           \
+                aa[q] = (double)ra[ia[q]];                                                \
+                ab[q] = (double)ra[ib[q]];                                                \
+                ba[q] = (double)rb[ia[q]];                                                \
+                bb[q] = (double)rb[ib[q]];                                                \
+            }                                                                             \
+            rp_v4d t = { 0.0, 0.0, 0.0, 0.0 };                                            \
+            t += aa * wy0 * wx0;                                                          \
+            t += ab * wy0 * wx1;                                                          \
+            t += ba * wy1 * wx0;                                                          \
+            t += bb * wy1 * wx1;                                                          \
+            RP_V4D_STORE(out + m, t);                                                     \
+        }                                                                                 \
+        for (; m < n; m++) {                                                              \
+            const double qx = x[m], qy = y[m];                                            \
+            out[m] = qx >= -0.5 && qx <= xmax && qy >= -0.5 && qy <= ymax                 \
+                     ? bilinear_##SFX(k, src, nx, ny, qx, qy) : NAN;                      \
+        }                                                                                 \
+    }
+
+RP_SAMPLER4(float, f32)
+RP_SAMPLER4(double, f64)
 RP_SAMPLER(sample_lanczos3_f32, float, k->src.data, lanczos3_f32)
 RP_SAMPLER(sample_lanczos3_f64, double, k->src.data, lanczos3_f64)
 RP_SAMPLER(sample_bicubic, double, k->coef, bicubic_point)

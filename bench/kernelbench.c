@@ -19,7 +19,9 @@
  *   "RESULT memcpy - MPIXS": memcpy of the output's W x H float32 values (the copy bound),
  *     printed once;
  *   "CHECK method N": output values where the two Tessera runs differ by more than 1e-3
- *     of the source's range (the map's float32 positions against the engine's doubles). */
+ *     of the source's range (the map's float32 positions against the engine's doubles).
+ * With KERNELBENCH_DUMP=DIR set, each method's two outputs are also written raw (float32,
+ * H x W) to DIR/METHOD.kernel.f32 and DIR/METHOD.coords.f32, to compare builds with cmp. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -69,6 +71,24 @@ out:
     free(hdr);
     fclose(f);
     return v;
+}
+
+/* Writes n floats to DIR/NAME.WHAT.f32 when KERNELBENCH_DUMP=DIR is set.  Returns 0 or -1
+ * (message on stderr). */
+static int dump(const char *name, const char *what, const float *v, size_t n)
+{
+    const char *d = getenv("KERNELBENCH_DUMP");
+    if (!d || !*d)
+        return 0;
+    char path[4096];
+    snprintf(path, sizeof path, "%s/%s.%s.f32", d, name, what);
+    FILE *f = fopen(path, "wb");
+    int ok = f && fwrite(v, sizeof(float), n, f) == n;
+    if (f && fclose(f) != 0)
+        ok = 0;
+    if (!ok)
+        perror(path);
+    return ok ? 0 : -1;
 }
 
 /* Appends one 80-character card, KEY = VALUE (a number, or the quoted text when s is not
@@ -204,6 +224,8 @@ int main(int argc, char **argv)
                 best = t < best ? t : best;
             }
             printf("RESULT %s kernel %.1f\n", argv[a], (double)npx / best / 1e6);
+            if (dump(argv[a], "kernel", outk, npx) != 0)
+                return 1;
             fflush(stdout);
             rp_kernel_free(k);
         }
@@ -224,6 +246,8 @@ int main(int argc, char **argv)
             best = t < best ? t : best;
         }
         printf("RESULT %s coords %.1f\n", argv[a], (double)npx / best / 1e6);
+        if (dump(argv[a], "coords", outc, npx) != 0)
+            return 1;
         if (m != RP_EXACT) {
             /* Bicubic and lanczos3 amplify the map's float32 rounding (5e-4 pixel at 4096)
              * by the local gradient: compare within 1e-3 of the range. */

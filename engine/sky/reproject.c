@@ -110,7 +110,8 @@ typedef struct run {
 /* The scratch of one thread working on interpolation blocks. */
 typedef struct worker {
     rp_coordmap *map;              /* output pixels -> input pixels */
-    double *xi, *yi, *val;         /* block * block each */
+    double *xi, *yi;               /* block * block each */
+    double *val;                   /* block: the values of one row of a block */
     double *fx, *fy, *gx, *gy;     /* RP_FIXCAP each */
     size_t *fidx;
     double *band, *fband;          /* exact: band * nx each */
@@ -153,8 +154,9 @@ static int worker_init(worker *w, const job *j, char *err, size_t errlen)
     if (!w->map)
         return TESS_ENOMEM;
     size_t n = (size_t)j->block * (size_t)j->block;
-    /* 1.5 MiB at the default block: on huge pages (engine/base/hugemem.h). */
-    w->xi = n <= SIZE_MAX / (3 * sizeof(double)) ? tess_alloc_huge(sizeof(double) * n * 3) : NULL;
+    /* 1 MiB at the default block: on huge pages (engine/base/hugemem.h). */
+    w->xi = n <= SIZE_MAX / (3 * sizeof(double))
+            ? tess_alloc_huge(sizeof(double) * (n * 2 + (size_t)j->block)) : NULL;
     w->fx = malloc(sizeof(double) * RP_FIXCAP * 4);
     w->fidx = malloc(sizeof(size_t) * RP_FIXCAP);
     if (!w->xi || !w->fx || !w->fidx) {
@@ -300,12 +302,14 @@ static int interp_block(worker *w, const job *j, long u, long *finite, long *ins
     long fin = 0;
     for (long p = 0; p < j->nz; p++) {
         long z = j->z0 + p;
-        rp_kernel_sample(j->kern[p], npx, w->xi, w->yi, w->val);
         void *plane = cube_plane(j->dst, z);
         float *fp = j->footprint ? j->footprint + (size_t)z * (size_t)nx * (size_t)ny : NULL;
+        /* A row at a time: its values are stored while they are still in the L1 cache. */
         for (long r = 0; r < bh; r++) {
             size_t o = (size_t)(y0 + r) * (size_t)nx + (size_t)x0;
-            const double *v = w->val + (size_t)r * (size_t)bw;
+            const double *v = w->val;
+            rp_kernel_sample(j->kern[p], (size_t)bw, w->xi + (size_t)r * (size_t)bw,
+                             w->yi + (size_t)r * (size_t)bw, w->val);
             long f = 0;
             if (j->dst->dtype == RP_F32) {
                 float *d = (float *)plane + o;

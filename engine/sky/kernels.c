@@ -591,22 +591,40 @@ static void bspline_line(double *c, long n, long s, const double *w, long m)
 }
 
 /* The same filter along the columns of a W x H row-major array, run on whole rows at a
- * time so that memory is read in order.  Cannot fail. */
-static void bspline_columns(double *c, long W, long H, const double *w, long m)
+ * time so that memory is read in order, four columns at a time in vector lanes (each
+ * lane the scalar arithmetic).  Cannot fail. */
+RP_HOT static void bspline_columns(double *c, long W, long H, const double *w, long m)
 {
     const double z = BSPLINE_Z, za = z / (z * z - 1.0);
+    const long W4 = W - W % 4;
     double *r0 = c;
     for (long i = 0; i < W; i++)
         r0[i] *= w[0];
     for (long k = 1; k < m; k++) {
         const double *rk = c + k * W;
-        for (long i = 0; i < W; i++)
+        long i = 0;
+        for (; i < W4; i += 4) {
+            rp_v4d a, b;
+            RP_V4D_LOAD(a, r0 + i);
+            RP_V4D_LOAD(b, rk + i);
+            a += w[k] * b;
+            RP_V4D_STORE(r0 + i, a);
+        }
+        for (; i < W; i++)
             r0[i] += w[k] * rk[i];
     }
     for (long k = 1; k < H; k++) {
         double *r = c + k * W;
         const double *p = r - W;
-        for (long i = 0; i < W; i++)
+        long i = 0;
+        for (; i < W4; i += 4) {
+            rp_v4d a, b;
+            RP_V4D_LOAD(a, r + i);
+            RP_V4D_LOAD(b, p + i);
+            a += z * b;
+            RP_V4D_STORE(r + i, a);
+        }
+        for (; i < W; i++)
             r[i] += z * p[i];
     }
     double *rl = c + (H - 1) * W;
@@ -616,7 +634,15 @@ static void bspline_columns(double *c, long W, long H, const double *w, long m)
     for (long k = H - 2; k >= 0; k--) {
         double *r = c + k * W;
         const double *q = r + W;
-        for (long i = 0; i < W; i++)
+        long i = 0;
+        for (; i < W4; i += 4) {
+            rp_v4d a, b;
+            RP_V4D_LOAD(a, r + i);
+            RP_V4D_LOAD(b, q + i);
+            a = z * (b - a);
+            RP_V4D_STORE(r + i, a);
+        }
+        for (; i < W; i++)
             r[i] = z * (q[i] - r[i]);
     }
 }

@@ -1,6 +1,6 @@
 /* Catalog of configured datasets: images, cubes and stacks, with their WCS, opened at start. */
-#ifndef TESSERA_SERVER_CATALOG_H
-#define TESSERA_SERVER_CATALOG_H
+#ifndef TESSERA_DAEMON_CATALOG_H
+#define TESSERA_DAEMON_CATALOG_H
 
 #include <pthread.h>
 #include <stddef.h>

@@ -1,7 +1,7 @@
 /* Daemon configuration: the JSON file of docs/operations.md, command-line overrides, demo
  * defaults. */
-#ifndef TESSERA_SERVER_CONFIG_H
-#define TESSERA_SERVER_CONFIG_H
+#ifndef TESSERA_DAEMON_CONFIG_H
+#define TESSERA_DAEMON_CONFIG_H
 
 #include <stddef.h>
 

@@ -1,6 +1,6 @@
 /* Connection deadlines: a watcher thread shuts down sockets whose deadline has passed. */
-#ifndef TESSERA_SERVER_CONNWATCH_H
-#define TESSERA_SERVER_CONNWATCH_H
+#ifndef TESSERA_DAEMON_CONNWATCH_H
+#define TESSERA_DAEMON_CONNWATCH_H
 
 #include <stddef.h>
 

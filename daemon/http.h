@@ -1,6 +1,6 @@
 /* HTTP front end (libmicrohttpd): server lifecycle, replies, async work on the pool (routes: routes.h). */
-#ifndef TESSERA_SERVER_HTTP_H
-#define TESSERA_SERVER_HTTP_H
+#ifndef TESSERA_DAEMON_HTTP_H
+#define TESSERA_DAEMON_HTTP_H
 
 #include <stdatomic.h>
 #include <stddef.h>

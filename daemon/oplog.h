@@ -12,8 +12,8 @@
  *
  * A path "-" is standard error.  Lines are written with one write(2) to a file opened
  * O_APPEND, so concurrent writers (threads, processes) never interleave within a line. */
-#ifndef TESSERA_SERVER_OPLOG_H
-#define TESSERA_SERVER_OPLOG_H
+#ifndef TESSERA_DAEMON_OPLOG_H
+#define TESSERA_DAEMON_OPLOG_H
 
 #include <stddef.h>
 #include <jansson.h>

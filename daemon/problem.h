@@ -1,6 +1,6 @@
 /* RFC 9457 problem details (application/problem+json) for every error reply. */
-#ifndef TESSERA_SERVER_PROBLEM_H
-#define TESSERA_SERVER_PROBLEM_H
+#ifndef TESSERA_DAEMON_PROBLEM_H
+#define TESSERA_DAEMON_PROBLEM_H
 
 struct hreq;
 

@@ -3,7 +3,8 @@
 #   - the engine includes no daemon or CLI header, the daemon no CLI header, the CLI no
 #     daemon header;
 #   - each third-party library's headers stand only in the files that own it;
-#   - no source file cites an issue number.
+#   - no source file cites an issue number;
+#   - each header's include guard is named after its path.
 # Prints one line per violation and a Check-style summary ("100%: Checks: N, Failures: F,
 # Errors: 0") that scripts/test.sh counts; exits 1 on any violation.
 set -u
@@ -88,6 +89,20 @@ rule "libpng outside the image codecs" '<png\.h>' 'engine/image/encode.c' 'engin
 rule "libjpeg outside the image codecs" '<jpeglib\.h>' 'engine/image/encode.c'
 rule "libtiff outside its module" '<tiffio\.h>' 'engine/image/tiffframe.c'
 rule "libblosc outside the Zarr chunk codecs" '<blosc\.h>' 'engine/image/zchunk.c'
+
+# Each header's include guard is named after its path: engine/sky/kernels.h guards with
+# TESSERA_ENGINE_SKY_KERNELS_H, so a moved or copied header cannot collide with another.
+checks=$((checks + 1))
+bad=""
+for f in $(git ls-files 'engine/*.h' 'daemon/*.h' 'cli/*.h' 'tests/*.h' 'bench/*.h' 2>/dev/null ||
+           find engine daemon cli tests bench -name '*.h'); do
+    want=TESSERA_$(printf '%s' "$f" | tr 'a-z/.' 'A-Z__')
+    grep -qx "#ifndef $want" "$f" && grep -qx "#define $want" "$f" || bad="$bad $f"
+done
+if [ -n "$bad" ]; then
+    echo "checklayers: include guards not named after their files (TESSERA_PATH_H):$bad"
+    failures=$((failures + 1))
+fi
 
 checks=$((checks + 1))
 cites=$(grep -nE '[Ii]ssues? #?[0-9]+' $(find engine daemon cli tests bench scripts .ci \

@@ -1,6 +1,6 @@
 /* GET and POST /api/v1/cutout: the parsed, validated request (parser of daemon/api/cutout.c). */
-#ifndef TESSERA_HANDLERS_CUTOUT_H
-#define TESSERA_HANDLERS_CUTOUT_H
+#ifndef TESSERA_DAEMON_API_CUTOUT_H
+#define TESSERA_DAEMON_API_CUTOUT_H
 
 #include "daemon/api/params.h"
 #include "engine/sky/reproject.h"

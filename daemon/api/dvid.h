@@ -1,6 +1,6 @@
 /* GET /api/node/{uuid}/{name}/raw/...: the parsed DVID raw-read path (parser of daemon/api/dvid.c). */
-#ifndef TESSERA_HANDLERS_DVID_H
-#define TESSERA_HANDLERS_DVID_H
+#ifndef TESSERA_DAEMON_API_DVID_H
+#define TESSERA_DAEMON_API_DVID_H
 
 #include "daemon/api/params.h"
 #include "daemon/api/slices.h"

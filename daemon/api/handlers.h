@@ -5,8 +5,8 @@
  * its file, declared in the family's header for tests and fuzz targets (cutout.h, slices.h,
  * hips.h, iiif.h); params.h holds what the families share.  Every handler is a
  * route_handler: `m` carries what the route captured (m->ds, m->rest, m->segment). */
-#ifndef TESSERA_HANDLERS_HANDLERS_H
-#define TESSERA_HANDLERS_HANDLERS_H
+#ifndef TESSERA_DAEMON_API_HANDLERS_H
+#define TESSERA_DAEMON_API_HANDLERS_H
 
 #include "daemon/http.h"
 #include "daemon/routes.h"

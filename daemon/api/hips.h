@@ -1,6 +1,6 @@
 /* HiPS requests: the parsed form of /hips/{name}/... paths and their query parameters. */
-#ifndef TESSERA_HANDLERS_HIPS_H
-#define TESSERA_HANDLERS_HIPS_H
+#ifndef TESSERA_DAEMON_API_HIPS_H
+#define TESSERA_DAEMON_API_HIPS_H
 
 #include <stdint.h>
 #include "engine/image/render.h"

@@ -1,6 +1,6 @@
 /* Order-0 HiPS tiles as doubles, rendered once and shared by the order-0 tiles and the Allsky picture. */
-#ifndef TESSERA_SERVER_HIPSBASE_H
-#define TESSERA_SERVER_HIPSBASE_H
+#ifndef TESSERA_DAEMON_API_HIPSBASE_H
+#define TESSERA_DAEMON_API_HIPSBASE_H
 
 #include <stdint.h>
 #include "daemon/cache/tilecache.h"

@@ -1,6 +1,6 @@
 /* IIIF Image API 3.0 request parsing: what handle_iiif calls (daemon/api/iiif.c), for tests and fuzzing. */
-#ifndef TESSERA_HANDLERS_IIIF_H
-#define TESSERA_HANDLERS_IIIF_H
+#ifndef TESSERA_DAEMON_API_IIIF_H
+#define TESSERA_DAEMON_API_IIIF_H
 
 #include "daemon/api/params.h"
 

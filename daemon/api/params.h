@@ -2,8 +2,8 @@
  *
  * Each family's own parser stands in its file (cutout.h, slices.h, hips.h, iiif.h); what
  * they share is here.  Failures fill a param_error for a 400 problem reply. */
-#ifndef TESSERA_SERVER_PARAMS_H
-#define TESSERA_SERVER_PARAMS_H
+#ifndef TESSERA_DAEMON_API_PARAMS_H
+#define TESSERA_DAEMON_API_PARAMS_H
 
 #include <stddef.h>
 #include "engine/image/render.h"

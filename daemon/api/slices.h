@@ -1,6 +1,6 @@
 /* GET /api/v1/datasets/{name}/slice/...: the parsed slice path (parser of daemon/api/slices.c). */
-#ifndef TESSERA_HANDLERS_SLICES_H
-#define TESSERA_HANDLERS_SLICES_H
+#ifndef TESSERA_DAEMON_API_SLICES_H
+#define TESSERA_DAEMON_API_SLICES_H
 
 #include "daemon/api/params.h"
 

@@ -1,7 +1,7 @@
 /* The IVOA access layer's shared parts: DAL parameters (query and form body), plain-text
  * and XML answers, and the server's base URL (vo.c); the handlers are in handlers.h. */
-#ifndef TESSERA_HANDLERS_VO_H
-#define TESSERA_HANDLERS_VO_H
+#ifndef TESSERA_DAEMON_API_VO_H
+#define TESSERA_DAEMON_API_VO_H
 
 #include <stddef.h>
 #include "daemon/http.h"

@@ -1,6 +1,6 @@
 /* XML documents of the IVOA endpoints, written with libxml2's xmlTextWriter into memory. */
-#ifndef TESSERA_HANDLERS_VO_XML_H
-#define TESSERA_HANDLERS_VO_XML_H
+#ifndef TESSERA_DAEMON_API_VO_XML_H
+#define TESSERA_DAEMON_API_VO_XML_H
 
 #include <stddef.h>
 

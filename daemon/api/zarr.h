@@ -1,6 +1,6 @@
 /* GET /zarr/{name}/...: the parsed key of a Zarr v2 / v3 store path (parser of daemon/api/zarr.c). */
-#ifndef TESSERA_HANDLERS_ZARR_H
-#define TESSERA_HANDLERS_ZARR_H
+#ifndef TESSERA_DAEMON_API_ZARR_H
+#define TESSERA_DAEMON_API_ZARR_H
 
 /* What a key names.  The store of a dataset is a group holding the arrays "0" (the
  * dataset at full resolution), "1", "2" ... (its planes reduced by 2, 4 ...) and, once

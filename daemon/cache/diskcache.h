@@ -1,6 +1,6 @@
 /* Disk tier of the tile cache: encoded responses in files under one directory, bounded in bytes. */
-#ifndef TESSERA_CACHE_DISKCACHE_H
-#define TESSERA_CACHE_DISKCACHE_H
+#ifndef TESSERA_DAEMON_CACHE_DISKCACHE_H
+#define TESSERA_DAEMON_CACHE_DISKCACHE_H
 
 #include <stddef.h>
 #include <stdint.h>

@@ -1,6 +1,6 @@
 /* Plane store: dataset planes read once and shared in memory, with reduced copies and cut levels. */
-#ifndef TESSERA_SERVER_PLANES_H
-#define TESSERA_SERVER_PLANES_H
+#ifndef TESSERA_DAEMON_CACHE_PLANES_H
+#define TESSERA_DAEMON_CACHE_PLANES_H
 
 #include <stddef.h>
 #include "engine/image/render.h"

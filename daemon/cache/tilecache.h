@@ -1,6 +1,6 @@
 /* In-memory tile cache: sharded LRU of encoded responses, bounded in bytes. */
-#ifndef TESSERA_CACHE_TILECACHE_H
-#define TESSERA_CACHE_TILECACHE_H
+#ifndef TESSERA_DAEMON_CACHE_TILECACHE_H
+#define TESSERA_DAEMON_CACHE_TILECACHE_H
 
 #include <stdatomic.h>
 #include <stddef.h>

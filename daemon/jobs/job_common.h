@@ -1,6 +1,6 @@
 /* Helpers shared by the job types on cubes and stacks: body checks, work files, FITS products. */
-#ifndef TESSERA_SERVER_JOB_COMMON_H
-#define TESSERA_SERVER_JOB_COMMON_H
+#ifndef TESSERA_DAEMON_JOBS_JOB_COMMON_H
+#define TESSERA_DAEMON_JOBS_JOB_COMMON_H
 
 #include <stddef.h>
 #include <sys/types.h>

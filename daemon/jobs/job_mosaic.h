@@ -1,8 +1,8 @@
 /* The "mosaic" and "reproject" job types: many celestial images reprojected,
  * background-matched and coadded into one new dataset, or one image reprojected
  * (engine/mosaic/mosaic.h does the work). */
-#ifndef TESSERA_SERVER_JOB_MOSAIC_H
-#define TESSERA_SERVER_JOB_MOSAIC_H
+#ifndef TESSERA_DAEMON_JOBS_JOB_MOSAIC_H
+#define TESSERA_DAEMON_JOBS_JOB_MOSAIC_H
 
 #include "daemon/jobs/jobkind.h"
 

@@ -76,8 +76,8 @@
  * One file per type (job_rechunk.c, job_power_spectrum.c, job_recenter.c, job_reduce.c,
  * job_ingest.c)
  * over engine/cube and engine/image/zreduce.h; job_common.h holds what they share. */
-#ifndef TESSERA_SERVER_JOB_STACK_H
-#define TESSERA_SERVER_JOB_STACK_H
+#ifndef TESSERA_DAEMON_JOBS_JOB_STACK_H
+#define TESSERA_DAEMON_JOBS_JOB_STACK_H
 
 #include "daemon/jobs/jobkind.h"
 

@@ -1,7 +1,7 @@
 /* Job budgets: the memory and disk a job may take (jobs.memory_mb, jobs.max_product_mb,
  * jobs.disk_mb), checked before a job is accepted and while it runs. */
-#ifndef TESSERA_SERVER_JOBBUDGET_H
-#define TESSERA_SERVER_JOBBUDGET_H
+#ifndef TESSERA_DAEMON_JOBS_JOBBUDGET_H
+#define TESSERA_DAEMON_JOBS_JOBBUDGET_H
 
 #include "daemon/config.h"
 #include "daemon/jobs/jobkind.h"

@@ -20,8 +20,8 @@
  * name, registers it as a dataset, removes the work directory and marks the job
  * succeeded.  Cancel and failure remove the work directory and the temporary product.
  */
-#ifndef TESSERA_SERVER_JOBKIND_H
-#define TESSERA_SERVER_JOBKIND_H
+#ifndef TESSERA_DAEMON_JOBS_JOBKIND_H
+#define TESSERA_DAEMON_JOBS_JOBKIND_H
 
 #include <stddef.h>
 #include <jansson.h>

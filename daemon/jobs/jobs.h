@@ -22,8 +22,8 @@
  * directory lock is taken then.  See docs/cluster.md.
  * Times are UTC, ISO 8601 with milliseconds.  Job ids: 16 lowercase hex characters.
  */
-#ifndef TESSERA_SERVER_JOBS_H
-#define TESSERA_SERVER_JOBS_H
+#ifndef TESSERA_DAEMON_JOBS_JOBS_H
+#define TESSERA_DAEMON_JOBS_JOBS_H
 
 #include <stddef.h>
 #include "daemon/catalog.h"

@@ -9,8 +9,8 @@
  * job), TESS_EIO (the database refused or cannot be reached: the PostgreSQL backend
  * connects again on the next call).
  */
-#ifndef TESSERA_SERVER_JOBSTORE_H
-#define TESSERA_SERVER_JOBSTORE_H
+#ifndef TESSERA_DAEMON_JOBS_JOBSTORE_H
+#define TESSERA_DAEMON_JOBS_JOBSTORE_H
 
 #include <stddef.h>
 

@@ -1,6 +1,6 @@
 /* What a job-store backend provides (jobstore.h): its operations, called through jobstore.c. */
-#ifndef TESSERA_SERVER_JOBSTORE_IMPL_H
-#define TESSERA_SERVER_JOBSTORE_IMPL_H
+#ifndef TESSERA_DAEMON_JOBS_JOBSTORE_IMPL_H
+#define TESSERA_DAEMON_JOBS_JOBSTORE_IMPL_H
 
 #include "daemon/jobs/jobstore.h"
 

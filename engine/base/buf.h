@@ -1,6 +1,6 @@
 /* Growable byte buffer with a hard cap fixed at init (in the manner of curl's dynbuf). */
-#ifndef TESSERA_UTIL_BUF_H
-#define TESSERA_UTIL_BUF_H
+#ifndef TESSERA_ENGINE_BASE_BUF_H
+#define TESSERA_ENGINE_BASE_BUF_H
 
 #include <stddef.h>
 #include <stdarg.h>

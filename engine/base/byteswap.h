@@ -1,6 +1,6 @@
 /* Byte order of FITS data: values converted in place between native and big-endian order. */
-#ifndef TESSERA_BASE_BYTESWAP_H
-#define TESSERA_BASE_BYTESWAP_H
+#ifndef TESSERA_ENGINE_BASE_BYTESWAP_H
+#define TESSERA_ENGINE_BASE_BYTESWAP_H
 
 #include <stddef.h>
 

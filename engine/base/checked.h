@@ -1,6 +1,6 @@
 /* Checked size arithmetic: products and sums of sizes read from files or requests, overflow refused. */
-#ifndef TESSERA_BASE_CHECKED_H
-#define TESSERA_BASE_CHECKED_H
+#ifndef TESSERA_ENGINE_BASE_CHECKED_H
+#define TESSERA_ENGINE_BASE_CHECKED_H
 
 #include <stddef.h>
 #include <stdint.h>

@@ -1,6 +1,6 @@
 /* Monotonic clock: CLOCK_MONOTONIC in seconds, for intervals, time-outs and staleness checks. */
-#ifndef TESSERA_BASE_CLOCK_H
-#define TESSERA_BASE_CLOCK_H
+#ifndef TESSERA_ENGINE_BASE_CLOCK_H
+#define TESSERA_ENGINE_BASE_CLOCK_H
 
 #include <time.h>
 

@@ -1,6 +1,6 @@
 /* Decode budgets: the most bytes and pixels that one decoded or decompressed input may take. */
-#ifndef TESSERA_BASE_DECODELIMIT_H
-#define TESSERA_BASE_DECODELIMIT_H
+#ifndef TESSERA_ENGINE_BASE_DECODELIMIT_H
+#define TESSERA_ENGINE_BASE_DECODELIMIT_H
 
 #include <stddef.h>
 

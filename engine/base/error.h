@@ -1,7 +1,7 @@
 /* Error codes shared by every Tessera module (0 is success, failures are negative) and
  * the helper that writes a failure reason into an `err` buffer. */
-#ifndef TESSERA_UTIL_ERROR_H
-#define TESSERA_UTIL_ERROR_H
+#ifndef TESSERA_ENGINE_BASE_ERROR_H
+#define TESSERA_ENGINE_BASE_ERROR_H
 
 #include <stddef.h>
 

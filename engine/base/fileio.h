@@ -1,6 +1,6 @@
 /* File I/O: whole reads and writes retried on EINTR and short counts, opening regular files only, file identity. */
-#ifndef TESSERA_UTIL_FILEIO_H
-#define TESSERA_UTIL_FILEIO_H
+#ifndef TESSERA_ENGINE_BASE_FILEIO_H
+#define TESSERA_ENGINE_BASE_FILEIO_H
 
 #include <stddef.h>
 #include <stdint.h>

@@ -1,6 +1,6 @@
 /* FNV-1a, 64-bit: the one byte hash of Tessera's cache keys, ETags and file names. */
-#ifndef TESSERA_UTIL_HASH_H
-#define TESSERA_UTIL_HASH_H
+#ifndef TESSERA_ENGINE_BASE_HASH_H
+#define TESSERA_ENGINE_BASE_HASH_H
 
 #include <stddef.h>
 #include <stdint.h>

@@ -1,6 +1,6 @@
 /* Large buffers on transparent huge pages: fewer page faults and TLB misses. */
-#ifndef TESSERA_UTIL_HUGEMEM_H
-#define TESSERA_UTIL_HUGEMEM_H
+#ifndef TESSERA_ENGINE_BASE_HUGEMEM_H
+#define TESSERA_ENGINE_BASE_HUGEMEM_H
 
 #include <stddef.h>
 

@@ -1,6 +1,6 @@
 /* Intrusive doubly linked list in recency order: a node inside each entry, front = most recent. */
-#ifndef TESSERA_BASE_LRU_H
-#define TESSERA_BASE_LRU_H
+#ifndef TESSERA_ENGINE_BASE_LRU_H
+#define TESSERA_ENGINE_BASE_LRU_H
 
 #include <stddef.h>
 

@@ -1,6 +1,6 @@
 /* Mapped-file guard: turns SIGBUS on a truncated memory-mapped file into a read or write error. */
-#ifndef TESSERA_IMAGEIO_MAPGUARD_H
-#define TESSERA_IMAGEIO_MAPGUARD_H
+#ifndef TESSERA_ENGINE_BASE_MAPGUARD_H
+#define TESSERA_ENGINE_BASE_MAPGUARD_H
 
 #include <stddef.h>
 

@@ -1,7 +1,7 @@
 /* Worker pool: a fixed set of threads running queued tasks, interactive before bulk
  * before batch. */
-#ifndef TESSERA_SERVER_POOL_H
-#define TESSERA_SERVER_POOL_H
+#ifndef TESSERA_ENGINE_BASE_POOL_H
+#define TESSERA_ENGINE_BASE_POOL_H
 
 #include <stdatomic.h>
 #include <stddef.h>

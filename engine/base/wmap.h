@@ -1,6 +1,6 @@
 /* Writing a region of a file through a shared mapping, its pages made up front. */
-#ifndef TESSERA_BASE_WMAP_H
-#define TESSERA_BASE_WMAP_H
+#ifndef TESSERA_ENGINE_BASE_WMAP_H
+#define TESSERA_ENGINE_BASE_WMAP_H
 
 #include <stddef.h>
 #include <sys/types.h>

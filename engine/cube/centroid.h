@@ -1,6 +1,6 @@
 /* Robust statistics of a frame: its median, and the centroid of its object above the background. */
-#ifndef TESSERA_CUBE_CENTROID_H
-#define TESSERA_CUBE_CENTROID_H
+#ifndef TESSERA_ENGINE_CUBE_CENTROID_H
+#define TESSERA_ENGINE_CUBE_CENTROID_H
 
 #include <stddef.h>
 

@@ -1,6 +1,6 @@
 /* Power spectra along z of every pixel's series: |FFT|^2 with fftw3, band by band. */
-#ifndef TESSERA_CUBE_SPECTRUM_H
-#define TESSERA_CUBE_SPECTRUM_H
+#ifndef TESSERA_ENGINE_CUBE_SPECTRUM_H
+#define TESSERA_ENGINE_CUBE_SPECTRUM_H
 
 #include <stddef.h>
 #include "engine/cube/transpose.h"

@@ -1,6 +1,6 @@
 /* Planes of a stack turned into per-pixel series: the group and band transpose. */
-#ifndef TESSERA_CUBE_TRANSPOSE_H
-#define TESSERA_CUBE_TRANSPOSE_H
+#ifndef TESSERA_ENGINE_CUBE_TRANSPOSE_H
+#define TESSERA_ENGINE_CUBE_TRANSPOSE_H
 
 #include <limits.h>
 #include <stddef.h>

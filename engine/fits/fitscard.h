@@ -1,6 +1,6 @@
 /* FITS header cards: formatting, lookup, the structural keywords, the structure of an image HDU and header text parsing (FITS 4.0, section 4). */
-#ifndef TESSERA_FITS_FITSCARD_H
-#define TESSERA_FITS_FITSCARD_H
+#ifndef TESSERA_ENGINE_FITS_FITSCARD_H
+#define TESSERA_ENGINE_FITS_FITSCARD_H
 
 #include <stddef.h>
 

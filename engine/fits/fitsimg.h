@@ -1,6 +1,6 @@
 /* FITS image access through cfitsio: header metadata and physical pixel values. */
-#ifndef TESSERA_IMAGEIO_FITSIMG_H
-#define TESSERA_IMAGEIO_FITSIMG_H
+#ifndef TESSERA_ENGINE_FITS_FITSIMG_H
+#define TESSERA_ENGINE_FITS_FITSIMG_H
 
 #include <stddef.h>
 

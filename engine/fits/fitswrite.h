@@ -1,6 +1,6 @@
 /* Writing FITS files and memory buffers through cfitsio: image HDUs with given cards, binary tables, big-endian data. */
-#ifndef TESSERA_FITS_FITSWRITE_H
-#define TESSERA_FITS_FITSWRITE_H
+#ifndef TESSERA_ENGINE_FITS_FITSWRITE_H
+#define TESSERA_ENGINE_FITS_FITSWRITE_H
 
 #include <stddef.h>
 

@@ -1,6 +1,6 @@
 /* HiPS tiles on the nested HEALPix grid: tile pixel layout, orders, footprints and tile rendering. */
-#ifndef TESSERA_REPROJECT_HEALPIX_H
-#define TESSERA_REPROJECT_HEALPIX_H
+#ifndef TESSERA_ENGINE_HIPS_HEALPIX_H
+#define TESSERA_ENGINE_HIPS_HEALPIX_H
 
 #include <stddef.h>
 #include <stdint.h>

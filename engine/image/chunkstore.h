@@ -32,8 +32,8 @@
  * index  y0*NX + x0*h + (y - y0)*w + (x - x0)  and its series starts at byte
  * data_offset + index * NZ * esize.  A tile row is a contiguous range of indices.
  */
-#ifndef TESSERA_IMAGEIO_CHUNKSTORE_H
-#define TESSERA_IMAGEIO_CHUNKSTORE_H
+#ifndef TESSERA_ENGINE_IMAGE_CHUNKSTORE_H
+#define TESSERA_ENGINE_IMAGE_CHUNKSTORE_H
 
 #include <stddef.h>
 

@@ -1,6 +1,6 @@
 /* Anchor colours of matplotlib's perceptually uniform colour maps, for engine/image/render.c. */
-#ifndef TESSERA_IMAGEIO_CMAP_TABLES_H
-#define TESSERA_IMAGEIO_CMAP_TABLES_H
+#ifndef TESSERA_ENGINE_IMAGE_CMAP_TABLES_H
+#define TESSERA_ENGINE_IMAGE_CMAP_TABLES_H
 
 /* Each map below is 52 RGB anchors (components 0..1) at t = i/51, i = 0..51: entries
  * 0, 5, 10, ..., 255 of matplotlib's 256-entry ListedColormap of the same name, which

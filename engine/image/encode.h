@@ -1,6 +1,6 @@
 /* Encoders of pixel arrays to response bytes: PNG (libpng), JPEG (libjpeg), FITS (engine/fits/fitswrite), NPY. */
-#ifndef TESSERA_IMAGEIO_ENCODE_H
-#define TESSERA_IMAGEIO_ENCODE_H
+#ifndef TESSERA_ENGINE_IMAGE_ENCODE_H
+#define TESSERA_ENGINE_IMAGE_ENCODE_H
 
 #include <stdint.h>
 #include <stddef.h>

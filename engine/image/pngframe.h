@@ -1,6 +1,6 @@
 /* PNG frames of a stack: the header of a greyscale PNG and its samples, decoded whole. */
-#ifndef TESSERA_IMAGE_PNGFRAME_H
-#define TESSERA_IMAGE_PNGFRAME_H
+#ifndef TESSERA_ENGINE_IMAGE_PNGFRAME_H
+#define TESSERA_ENGINE_IMAGE_PNGFRAME_H
 
 #include <stddef.h>
 

@@ -1,6 +1,6 @@
 /* Resolution pyramid of a plane: each level the 2x2 means of the finite pixels of the level below. */
-#ifndef TESSERA_IMAGE_PYRAMID_H
-#define TESSERA_IMAGE_PYRAMID_H
+#ifndef TESSERA_ENGINE_IMAGE_PYRAMID_H
+#define TESSERA_ENGINE_IMAGE_PYRAMID_H
 
 #include <stdint.h>
 #include "engine/sky/plane.h"

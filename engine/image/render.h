@@ -1,6 +1,6 @@
 /* Rendering of physical pixel values to 8-bit RGBA: cut levels, stretch, colour map. */
-#ifndef TESSERA_IMAGEIO_RENDER_H
-#define TESSERA_IMAGEIO_RENDER_H
+#ifndef TESSERA_ENGINE_IMAGE_RENDER_H
+#define TESSERA_ENGINE_IMAGE_RENDER_H
 
 #include <stdint.h>
 #include <stddef.h>

@@ -1,6 +1,6 @@
 /* Volumes of planes: FITS cubes and stacks of 2-D frames (FITS or PNG), read lazily. */
-#ifndef TESSERA_IMAGEIO_STACK_H
-#define TESSERA_IMAGEIO_STACK_H
+#ifndef TESSERA_ENGINE_IMAGE_STACK_H
+#define TESSERA_ENGINE_IMAGE_STACK_H
 
 #include <stddef.h>
 #include <stdint.h>

@@ -1,6 +1,6 @@
 /* TIFF frames read with libtiff: greyscale pages of 8/16-bit integers or 32-bit floats. */
-#ifndef TESSERA_IMAGE_TIFFFRAME_H
-#define TESSERA_IMAGE_TIFFFRAME_H
+#ifndef TESSERA_ENGINE_IMAGE_TIFFFRAME_H
+#define TESSERA_ENGINE_IMAGE_TIFFFRAME_H
 
 #include <stddef.h>
 #include "engine/fits/fitsimg.h"

@@ -1,6 +1,6 @@
 /* Zarr chunk bytes: physical values packed as a numpy dtype, then stored raw or deflated. */
-#ifndef TESSERA_IMAGE_ZCHUNK_H
-#define TESSERA_IMAGE_ZCHUNK_H
+#ifndef TESSERA_ENGINE_IMAGE_ZCHUNK_H
+#define TESSERA_ENGINE_IMAGE_ZCHUNK_H
 
 #include <stddef.h>
 

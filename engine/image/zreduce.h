@@ -1,7 +1,7 @@
 /* Reductions of a volume along z: the op set, the image along z, the value of each plane,
  * and the header of the result.  GET .../reduce and the reduce job both go through here. */
-#ifndef TESSERA_IMAGE_ZREDUCE_H
-#define TESSERA_IMAGE_ZREDUCE_H
+#ifndef TESSERA_ENGINE_IMAGE_ZREDUCE_H
+#define TESSERA_ENGINE_IMAGE_ZREDUCE_H
 
 #include <stddef.h>
 

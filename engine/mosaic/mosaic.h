@@ -1,7 +1,7 @@
 /* Mosaics: many celestial images reprojected onto one grid, background-matched and coadded,
  * as stages of independent blocks whose results live in a work directory. */
-#ifndef TESSERA_REPROJECT_MOSAIC_H
-#define TESSERA_REPROJECT_MOSAIC_H
+#ifndef TESSERA_ENGINE_MOSAIC_MOSAIC_H
+#define TESSERA_ENGINE_MOSAIC_MOSAIC_H
 
 #include <stddef.h>
 #include "engine/sky/reproject.h"

@@ -1,6 +1,6 @@
 /* Pixel-to-pixel coordinate mapping between two celestial WCSs, exact or by approximate grid. */
-#ifndef TESSERA_REPROJECT_COORDMAP_H
-#define TESSERA_REPROJECT_COORDMAP_H
+#ifndef TESSERA_ENGINE_SKY_COORDMAP_H
+#define TESSERA_ENGINE_SKY_COORDMAP_H
 
 #include <stddef.h>
 #include "engine/sky/skywcs.h"

@@ -1,6 +1,6 @@
 /* Flux-conserving reprojection by exact overlap of pixels on the sphere (reproject_exact). */
-#ifndef TESSERA_REPROJECT_EXACT_H
-#define TESSERA_REPROJECT_EXACT_H
+#ifndef TESSERA_ENGINE_SKY_EXACT_H
+#define TESSERA_ENGINE_SKY_EXACT_H
 
 #include <stddef.h>
 #include "engine/sky/plane.h"

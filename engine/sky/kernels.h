@@ -1,6 +1,6 @@
 /* Interpolation kernels: nearest, bilinear, bicubic B-spline and lanczos3 sampling of a plane. */
-#ifndef TESSERA_REPROJECT_KERNELS_H
-#define TESSERA_REPROJECT_KERNELS_H
+#ifndef TESSERA_ENGINE_SKY_KERNELS_H
+#define TESSERA_ENGINE_SKY_KERNELS_H
 
 #include <stddef.h>
 #include "engine/sky/plane.h"

@@ -1,6 +1,6 @@
 /* A 2-D pixel array in memory, float32 or float64, as the reprojection engine reads it. */
-#ifndef TESSERA_REPROJECT_PLANE_H
-#define TESSERA_REPROJECT_PLANE_H
+#ifndef TESSERA_ENGINE_SKY_PLANE_H
+#define TESSERA_ENGINE_SKY_PLANE_H
 
 #include <stddef.h>
 

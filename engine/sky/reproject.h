@@ -1,6 +1,6 @@
 /* The reprojection engine: image planes and cubes from one celestial WCS onto another, in parallel blocks. */
-#ifndef TESSERA_REPROJECT_REPROJECT_H
-#define TESSERA_REPROJECT_REPROJECT_H
+#ifndef TESSERA_ENGINE_SKY_REPROJECT_H
+#define TESSERA_ENGINE_SKY_REPROJECT_H
 
 #include <stdatomic.h>
 #include <stddef.h>

@@ -1,6 +1,6 @@
 /* Celestial WCS: FITS headers parsed by wcslib, celestial frames and their conversions. */
-#ifndef TESSERA_REPROJECT_SKYWCS_H
-#define TESSERA_REPROJECT_SKYWCS_H
+#ifndef TESSERA_ENGINE_SKY_SKYWCS_H
+#define TESSERA_ENGINE_SKY_SKYWCS_H
 
 #include <stddef.h>
 

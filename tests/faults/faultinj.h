@@ -30,8 +30,8 @@
  * on that error: NULL and ENOMEM for allocations and mmap (MAP_FAILED), -1 and EMFILE for
  * open, -1 and EIO for read, fsync, fdatasync and syncfs, -1 and ENOSPC for write and
  * ftruncate, 0 with the stream's error indicator set for fread and fwrite. */
-#ifndef TESSERA_TESTS_FAULTINJ_H
-#define TESSERA_TESTS_FAULTINJ_H
+#ifndef TESSERA_TESTS_FAULTS_FAULTINJ_H
+#define TESSERA_TESTS_FAULTS_FAULTINJ_H
 
 #include <stddef.h>
 

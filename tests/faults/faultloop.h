@@ -1,8 +1,8 @@
 /* The fault loop of tests/faults: a scenario run again and again with its n-th fault point
  * failing, n = 1, 2, ..., until a run completes without reaching a fault (curl's torture
  * runs, SQLite's malloc and I/O error loops), checking every run. */
-#ifndef TESSERA_TESTS_FAULTLOOP_H
-#define TESSERA_TESTS_FAULTLOOP_H
+#ifndef TESSERA_TESTS_FAULTS_FAULTLOOP_H
+#define TESSERA_TESTS_FAULTS_FAULTLOOP_H
 
 #include <stddef.h>
 #include "tests/faults/faultinj.h"

@@ -1,8 +1,8 @@
 /* The job store as the fault programs drive it (tests/faults): a runner over a scratch
  * jobs directory without the HTTP layer, its inputs, and what its jobs leave.  Every
  * helper here is the harness's own work: its calls are not fault points (fi_hold). */
-#ifndef TESSERA_TESTS_JOBSTORE_H
-#define TESSERA_TESTS_JOBSTORE_H
+#ifndef TESSERA_TESTS_FAULTS_JOBSTORE_H
+#define TESSERA_TESTS_FAULTS_JOBSTORE_H
 
 #include <limits.h>
 #include <stddef.h>

@@ -1,7 +1,7 @@
 /* Helpers shared by the libFuzzer targets of tests/fuzz (built with --enable-fuzzing).
  * Each target defines LLVMFuzzerTestOneInput; the input is arbitrary bytes. */
-#ifndef TESSERA_TESTS_FUZZ_COMMON_H
-#define TESSERA_TESTS_FUZZ_COMMON_H
+#ifndef TESSERA_TESTS_FUZZ_FUZZ_COMMON_H
+#define TESSERA_TESTS_FUZZ_FUZZ_COMMON_H
 
 #include <stddef.h>
 #include <stdint.h>

@@ -1,6 +1,6 @@
 /* Four-lane vectors of the resampling loops (GCC vector extensions) and their run-time dispatch. */
-#ifndef TESSERA_SKY_SIMD_H
-#define TESSERA_SKY_SIMD_H
+#ifndef TESSERA_ENGINE_SKY_SIMD_H
+#define TESSERA_ENGINE_SKY_SIMD_H
 
 #include <stdint.h>
 #include <string.h>

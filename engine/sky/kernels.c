@@ -278,6 +278,31 @@ static inline double bicubic_point(const rp_kernel *k, const double *restrict c,
                   ? POINT(k, src, nx, ny, qx_, qy_) : NAN;                                \
     }
 
+/* What every sampler reads: src (the array SRC of element type T), nx, ny and the ends
+ * xmax, ymax of the valid range. */
+#define RP_SAMPLER_VARS(T, SRC)                                                           \
+    const T *restrict src = (const T *)(SRC);                                             \
+    const long nx = k->src.nx, ny = k->src.ny;                                            \
+    const double xmax = (double)nx - 0.5, ymax = (double)ny - 0.5
+
+/* In a sampler's loop over groups of four (m), loads positions m .. m + 3 into px, py and
+ * their padded coordinates c = x + 1 into cx, cy, truncated into fx, fy; a group with a
+ * position outside the valid range (or NaN) is sampled by POINT one position at a time
+ * and the loop goes on.  Truncating to int32 is exact in range: c <= n + 0.5 and
+ * n <= INT_MAX (rp_kernel_new). */
+#define RP_GROUP(POINT)                                                                   \
+    rp_v4d px, py;                                                                        \
+    RP_V4D_LOAD(px, x + m);                                                               \
+    RP_V4D_LOAD(py, y + m);                                                               \
+    const rp_v4q in_ = (px >= -0.5) & (px <= xmax) & (py >= -0.5) & (py <= ymax);         \
+    if (!(in_[0] & in_[1] & in_[2] & in_[3])) {                                           \
+        RP_POINTS(POINT, m, m + 4)                                                        \
+        continue;                                                                         \
+    }                                                                                     \
+    const rp_v4d cx = px + 1.0, cy = py + 1.0;                                            \
+    const rp_v4i fx = __builtin_convertvector(cx, rp_v4i);                                \
+    const rp_v4i fy = __builtin_convertvector(cy, rp_v4i)
+
 /* ---- nearest and bilinear, four positions at a time --------------------------------- */
 
 /* The same definitions as nearest_SFX and bilinear_SFX, four positions at a time in the
@@ -293,25 +318,16 @@ static inline double bicubic_point(const rp_kernel *k, const double *restrict c,
                                             const double *restrict x,                     \
                                             const double *restrict y, double *restrict out) \
     {                                                                                     \
-        const T *restrict src = (const T *)k->src.data;                                   \
-        const long nx = k->src.nx, ny = k->src.ny;                                        \
-        const double xmax = (double)nx - 0.5, ymax = (double)ny - 0.5;                    \
-        const rp_v4i nx1 = { (int32_t)nx - 1, (int32_t)nx - 1, (int32_t)nx - 1,           \
-                             (int32_t)nx - 1 };                                           \
-        const rp_v4i ny1 = { (int32_t)ny - 1, (int32_t)ny - 1, (int32_t)ny - 1,           \
-                             (int32_t)ny - 1 };                                           \
+        RP_SAMPLER_VARS(T, k->src.data);                                                  \
+        const rp_v4i nx1 = RP_V4I_SPLAT((int32_t)nx - 1);                                 \
+        const rp_v4i ny1 = RP_V4I_SPLAT((int32_t)ny - 1);                                 \
         size_t m = 0;                                                                     \
         for (; m + 4 <= n; m += 4) {                                                      \
-            rp_v4d px, py;                                                                \
-            RP_V4D_LOAD(px, x + m);                                                       \
-            RP_V4D_LOAD(py, y + m);                                                       \
-            const rp_v4q in = (px >= -0.5) & (px <= xmax) & (py >= -0.5) & (py <= ymax);  \
-            if (!(in[0] & in[1] & in[2] & in[3])) {                                       \
-                RP_POINTS(nearest_##SFX, m, m + 4)                                        \
-                continue;                                                                 \
-            }                                                                             \
-            rp_v4i i = __builtin_convertvector((px + 1.0) + 0.5, rp_v4i) - 1;             \
-            rp_v4i j = __builtin_convertvector((py + 1.0) + 0.5, rp_v4i) - 1;             \
+            RP_GROUP(nearest_##SFX);                                                      \
+            (void)fx;                                                                     \
+            (void)fy;                                                                     \
+            rp_v4i i = __builtin_convertvector(cx + 0.5, rp_v4i) - 1;                     \
+            rp_v4i j = __builtin_convertvector(cy + 0.5, rp_v4i) - 1;                     \
             i = RP_V4I_MIN(i, nx1);                                                       \
             j = RP_V4I_MIN(j, ny1);                                                       \
             for (int q = 0; q < 4; q++)                                                   \
@@ -324,27 +340,13 @@ static inline double bicubic_point(const rp_kernel *k, const double *restrict c,
                                              const double *restrict x,                    \
                                              const double *restrict y, double *restrict out) \
     {                                                                                     \
-        const T *restrict src = (const T *)k->src.data;                                   \
-        const long nx = k->src.nx, ny = k->src.ny;                                        \
-        const double xmax = (double)nx - 0.5, ymax = (double)ny - 0.5;                    \
-        const rp_v4i zero = { 0, 0, 0, 0 };                                               \
-        const rp_v4i nx1 = { (int32_t)nx - 1, (int32_t)nx - 1, (int32_t)nx - 1,           \
-                             (int32_t)nx - 1 };                                           \
-        const rp_v4i ny1 = { (int32_t)ny - 1, (int32_t)ny - 1, (int32_t)ny - 1,           \
-                             (int32_t)ny - 1 };                                           \
+        RP_SAMPLER_VARS(T, k->src.data);                                                  \
+        const rp_v4i zero = RP_V4I_SPLAT(0);                                              \
+        const rp_v4i nx1 = RP_V4I_SPLAT((int32_t)nx - 1);                                 \
+        const rp_v4i ny1 = RP_V4I_SPLAT((int32_t)ny - 1);                                 \
         size_t m = 0;                                                                     \
         for (; m + 4 <= n; m += 4) {                                                      \
-            rp_v4d px, py;                                                                \
-            RP_V4D_LOAD(px, x + m);                                                       \
-            RP_V4D_LOAD(py, y + m);                                                       \
-            const rp_v4q in = (px >= -0.5) & (px <= xmax) & (py >= -0.5) & (py <= ymax);  \
-            if (!(in[0] & in[1] & in[2] & in[3])) {                                       \
-                RP_POINTS(bilinear_##SFX, m, m + 4)                                       \
-                continue;                                                                 \
-            }                                                                             \
-            const rp_v4d cx = px + 1.0, cy = py + 1.0;                                    \
-            const rp_v4i fx = __builtin_convertvector(cx, rp_v4i);                        \
-            const rp_v4i fy = __builtin_convertvector(cy, rp_v4i);                        \
+            RP_GROUP(bilinear_##SFX);                                                     \
             const rp_v4d wx0 = 1.0 - (cx - __builtin_convertvector(fx, rp_v4d));          \
             const rp_v4d wy0 = 1.0 - (cy - __builtin_convertvector(fy, rp_v4d));          \
             const rp_v4d wx1 = 1.0 - wx0, wy1 = 1.0 - wy0;                                \
@@ -410,29 +412,17 @@ RP_SAMPLER4(double, f64)
                                              const double *restrict x,                    \
                                              const double *restrict y, double *restrict out) \
     {                                                                                     \
-        const T *restrict src = (const T *)k->src.data;                                   \
+        RP_SAMPLER_VARS(T, k->src.data);                                                  \
         const double *tab = k->lz;                                                        \
-        const long nx = k->src.nx, ny = k->src.ny;                                        \
-        const double xmax = (double)nx - 0.5, ymax = (double)ny - 0.5;                    \
-        /* Interior: the support floor(c) - 3 .. floor(c) + 2, c = x + 1, within the      \
-         * image on both axes, tested on the truncations (3 <= fx <= nx - 3), which a     \
-         * looser test on the positions first keeps within int32. */                     \
-        const double xlo = 2.0, xhi = (double)nx - 2.0, ylo = 2.0, yhi = (double)ny - 2.0; \
-        const rp_v4i three = { 3, 3, 3, 3 };                                              \
-        const rp_v4i nx3 = { (int32_t)nx - 3, (int32_t)nx - 3, (int32_t)nx - 3,           \
-                             (int32_t)nx - 3 };                                           \
-        const rp_v4i ny3 = { (int32_t)ny - 3, (int32_t)ny - 3, (int32_t)ny - 3,           \
-                             (int32_t)ny - 3 };                                           \
+        /* Interior: the support floor(c) - 3 .. floor(c) + 2 within the image on both    \
+         * axes, 3 <= floor(c) <= n - 3. */                                               \
+        const rp_v4i three = RP_V4I_SPLAT(3);                                             \
+        const rp_v4i nx3 = RP_V4I_SPLAT((int32_t)nx - 3);                                 \
+        const rp_v4i ny3 = RP_V4I_SPLAT((int32_t)ny - 3);                                 \
         size_t m = 0;                                                                     \
         for (; m + 4 <= n; m += 4) {                                                      \
-            rp_v4d px, py;                                                                \
-            RP_V4D_LOAD(px, x + m);                                                       \
-            RP_V4D_LOAD(py, y + m);                                                       \
-            const rp_v4q in = (px >= xlo) & (px < xhi) & (py >= ylo) & (py < yhi);        \
-            if (in[0] & in[1] & in[2] & in[3]) {                                          \
-                const rp_v4d cx = px + 1.0, cy = py + 1.0;                                \
-                const rp_v4i fx = __builtin_convertvector(cx, rp_v4i);                    \
-                const rp_v4i fy = __builtin_convertvector(cy, rp_v4i);                    \
+            RP_GROUP(lanczos3_##SFX);                                                     \
+            {                                                                             \
                 const rp_v4i ok = (fx >= three) & (fx <= nx3) & (fy >= three) & (fy <= ny3); \
                 if (!(ok[0] & ok[1] & ok[2] & ok[3]))                                     \
                     goto point_##SFX;                                                     \
@@ -493,23 +483,15 @@ RP_LANCZOS4(double, f64)
 RP_HOT static void sample_bicubic(const rp_kernel *k, size_t n, const double *restrict x,
                                   const double *restrict y, double *restrict out)
 {
-    const double *restrict src = k->coef;
+    RP_SAMPLER_VARS(double, k->coef);
     const unsigned char *bad = k->bad;
-    const long nx = k->src.nx, ny = k->src.ny, W = nx + 2;
-    const double xmax = (double)nx - 0.5, ymax = (double)ny - 0.5;
-    const rp_v4i one = { 1, 1, 1, 1 };
-    const rp_v4i nx1 = { (int32_t)nx - 1, (int32_t)nx - 1, (int32_t)nx - 1, (int32_t)nx - 1 };
-    const rp_v4i ny1 = { (int32_t)ny - 1, (int32_t)ny - 1, (int32_t)ny - 1, (int32_t)ny - 1 };
+    const long W = nx + 2;
+    const rp_v4i one = RP_V4I_SPLAT(1);
+    const rp_v4i nx1 = RP_V4I_SPLAT((int32_t)nx - 1), ny1 = RP_V4I_SPLAT((int32_t)ny - 1);
     size_t m = 0;
     for (; m + 4 <= n; m += 4) {
-        rp_v4d px, py;
-        RP_V4D_LOAD(px, x + m);
-        RP_V4D_LOAD(py, y + m);
-        const rp_v4q in = (px >= -0.5) & (px <= xmax) & (py >= -0.5) & (py <= ymax);
-        if (in[0] & in[1] & in[2] & in[3]) {
-            const rp_v4d cx = px + 1.0, cy = py + 1.0;
-            const rp_v4i fx = __builtin_convertvector(cx, rp_v4i);
-            const rp_v4i fy = __builtin_convertvector(cy, rp_v4i);
+        RP_GROUP(bicubic_point);
+        {
             const rp_v4i ok = (fx >= one) & (fx <= nx1) & (fy >= one) & (fy <= ny1);
             const double *base[4];
             int good = ok[0] & ok[1] & ok[2] & ok[3];

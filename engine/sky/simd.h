@@ -24,6 +24,9 @@ typedef int32_t rp_v4i __attribute__((vector_size(16)));
 /* Lanes of a where the mask m is true, of b elsewhere. */
 #define RP_V4D_SELECT(m, a, b) ((rp_v4d)(((rp_v4q)(a) & (m)) | ((rp_v4q)(b) & ~(m))))
 
+/* An rp_v4i with v in every lane. */
+#define RP_V4I_SPLAT(v) ((rp_v4i){ (v), (v), (v), (v) })
+
 /* Lane-wise minimum and maximum of two rp_v4i (the C front end has no vector ?:). */
 #define RP_V4I_MIN(a, b) (((a) & ((a) < (b))) | ((b) & ~((a) < (b))))
 #define RP_V4I_MAX(a, b) (((a) & ((a) > (b))) | ((b) & ~((a) > (b))))

@@ -387,6 +387,19 @@ END_TEST
 
 /* ---- float32 and float64 planes ----------------------------------------------------- */
 
+/* Fills the n pixels of f (float32) and d (the same values as doubles) with values
+ * uniform in [lo, lo + span) from the generator s, then makes pixel `hole` NaN in both. */
+static void random_image(float *f, double *d, int n, int hole, double lo, double span,
+                         unsigned long long *s)
+{
+    for (int i = 0; i < n; i++) {
+        f[i] = (float)(span * rnd(s) + lo);
+        d[i] = f[i];
+    }
+    f[hole] = NAN;
+    d[hole] = NAN;
+}
+
 /* The same values as float32 and float64 planes give identical samples for every
  * kernel (all arithmetic is in double). */
 START_TEST(test_f32_f64_agree)
@@ -396,12 +409,7 @@ START_TEST(test_f32_f64_agree)
     static double d[NX * NY], x[N], y[N], o64[N], o32[N];
     static float f[NX * NY];
     unsigned long long s = 4242;
-    for (int i = 0; i < NX * NY; i++) {
-        f[i] = (float)(100.0 * rnd(&s) - 20.0);
-        d[i] = f[i];
-    }
-    f[5 * NX + 7] = NAN;
-    d[5 * NX + 7] = NAN;
+    random_image(f, d, NX * NY, 5 * NX + 7, -20.0, 100.0, &s);
     for (int i = 0; i < N; i++) {
         x[i] = -0.7 + rnd(&s) * (NX + 0.4);
         y[i] = -0.7 + rnd(&s) * (NY + 0.4);
@@ -433,12 +441,7 @@ START_TEST(test_batch_matches_single)
     static double d[NX * NY], x[N], y[N], ob[N];
     static float f[NX * NY];
     unsigned long long s = 777;
-    for (int i = 0; i < NX * NY; i++) {
-        f[i] = (float)(50.0 * rnd(&s) - 10.0);
-        d[i] = f[i];
-    }
-    f[7 * NX + 3] = NAN;
-    d[7 * NX + 3] = NAN;
+    random_image(f, d, NX * NY, 7 * NX + 3, -10.0, 50.0, &s);
     for (int i = 0; i < N; i++) {
         double u = rnd(&s);
         x[i] = -0.6 + rnd(&s) * (NX + 0.2);

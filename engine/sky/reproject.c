@@ -1,6 +1,7 @@
 /* The reprojection engine: output blocks run in parallel, each mapping its coordinates once and sampling every plane. */
 #include "engine/sky/reproject.h"
 
+#include <float.h>
 #include <limits.h>
 #include <math.h>
 #include <pthread.h>
@@ -282,6 +283,37 @@ static void *cube_plane(const rp_cube *c, long z)
     return (char *)c->data + (size_t)z * (size_t)c->nx * (size_t)c->ny * es;
 }
 
+/* Narrows the n values v to float32 into d and, where fp is not NULL, writes their
+ * footprint there (1 finite, 0 not); four at a time in vector lanes (the same rounding
+ * as the scalar cast; finite as isfinite: |v| <= DBL_MAX).  Returns the number of
+ * finite values.  Cannot fail. */
+RP_HOT static long store_row_f32(float *restrict d, float *restrict fp, const double *restrict v,
+                                 long n)
+{
+    typedef float v4f __attribute__((vector_size(16)));
+    const rp_v4i one = RP_V4I_SPLAT(0x3f800000);   /* the bits of 1.0f */
+    long f = 0, c = 0;
+    for (; c + 4 <= n; c += 4) {
+        rp_v4d x;
+        RP_V4D_LOAD(x, v + c);
+        const v4f y = __builtin_convertvector(x, v4f);
+        memcpy(d + c, &y, sizeof y);
+        const rp_v4i fin = __builtin_convertvector((x <= DBL_MAX) & (x >= -DBL_MAX), rp_v4i);
+        f -= fin[0] + fin[1] + fin[2] + fin[3];
+        if (fp) {
+            const rp_v4i b = fin & one;
+            memcpy(fp + c, &b, sizeof b);
+        }
+    }
+    for (; c < n; c++) {
+        d[c] = (float)v[c];
+        f += isfinite(v[c]) != 0;
+        if (fp)
+            fp[c] = isfinite(v[c]) ? 1.0f : 0.0f;
+    }
+    return f;
+}
+
 /* Interpolation block u: coordinates once, then every plane of the group.  Adds to
  * *finite and *inside.  Returns 0 or a TESS_E* code with err. */
 static int interp_block(worker *w, const job *j, long u, long *finite, long *inside,
@@ -310,19 +342,15 @@ static int interp_block(worker *w, const job *j, long u, long *finite, long *ins
             const double *v = w->val;
             rp_kernel_sample(j->kern[p], (size_t)bw, w->xi + (size_t)r * (size_t)bw,
                              w->yi + (size_t)r * (size_t)bw, w->val);
-            long f = 0;
             if (j->dst->dtype == RP_F32) {
-                float *d = (float *)plane + o;
-                for (long c = 0; c < bw; c++) {
-                    d[c] = (float)v[c];
-                    f += isfinite(v[c]) != 0;
-                }
-            } else {
-                double *d = (double *)plane + o;
-                for (long c = 0; c < bw; c++) {
-                    d[c] = v[c];
-                    f += isfinite(v[c]) != 0;
-                }
+                fin += store_row_f32((float *)plane + o, fp ? fp + o : NULL, v, bw);
+                continue;
+            }
+            long f = 0;
+            double *d = (double *)plane + o;
+            for (long c = 0; c < bw; c++) {
+                d[c] = v[c];
+                f += isfinite(v[c]) != 0;
             }
             if (fp)
                 for (long c = 0; c < bw; c++)

@@ -19,38 +19,64 @@
 
 /* A job file read for submit: at most this many bytes. */
 #define JOB_FILE_MAX ((size_t)64 << 20)
+/* An answer of the job API held in memory (a job, the list of jobs): at most this many
+ * bytes; a longer one ends the transfer (a server streaming without end). */
+#define ANSWER_MAX ((size_t)32 << 20)
+/* --timeout's default and bounds, seconds. */
+#define TIMEOUT_DEFAULT 60L
+#define TIMEOUT_MAX 3600L
 
 static const char jobs_usage[] =
-    "usage: tessera submit [--server URL] [--token T] [--no-wait] [-o OUT] JOB.json\n"
-    "       tessera jobs   [--server URL]\n"
-    "       tessera cancel [--server URL] [--token T] ID\n"
+    "usage: tessera submit [--server URL] [--token T] [--timeout S] [--no-wait] [-o OUT] JOB.json\n"
+    "       tessera jobs   [--server URL] [--timeout S]\n"
+    "       tessera cancel [--server URL] [--token T] [--timeout S] ID\n"
     "  submit posts the job (a JSON file, '-' for stdin), then follows it with a progress\n"
     "  bar until it ends; -o downloads the product.  Ctrl-C stops following (the job goes\n"
     "  on).  jobs lists the server's jobs; cancel cancels one.\n"
     "  --server URL   default $TESSERA_SERVER, else http://127.0.0.1:8080\n"
     "  --token T      bearer token for jobs.token servers; default $TESSERA_TOKEN\n"
+    "  --timeout S    seconds (1 to 3600, default 60) a call may take whole, and that a\n"
+    "                 download of the product may go without a byte; connecting gets at\n"
+    "                 most 10 of them.  An answer of the job API over 32 MiB is refused.\n"
     "  exit status: 0 succeeded, 1 job failed or was cancelled, 2 usage, 4 the server\n"
     "  refused or could not be reached, 130 stopped following by Ctrl-C (the job goes on)\n";
 
 typedef struct http_resp {
     long status;
-    char *body;
-    size_t len;
+    char *body;               /* NUL-terminated; NULL when empty */
+    size_t len, cap;
+    int too_long;             /* the answer passed ANSWER_MAX: the transfer was ended */
 } http_resp;
 
+/* Appends a piece of the answer, at most ANSWER_MAX bytes in all (0 ends the transfer). */
 static size_t on_body(char *p, size_t sz, size_t n, void *arg)
 {
     http_resp *r = arg;
     size_t add = sz * n;
-    char *b = realloc(r->body, r->len + add + 1);
-    if (!b)
+    if (add > ANSWER_MAX - r->len) {
+        r->too_long = 1;
         return 0;
-    memcpy(b + r->len, p, add);
+    }
+    if (r->len + add + 1 > r->cap) {
+        size_t cap = r->cap ? r->cap : 4096;
+        while (cap < r->len + add + 1)
+            cap *= 2;
+        if (cap > ANSWER_MAX + 1)
+            cap = ANSWER_MAX + 1;
+        char *b = realloc(r->body, cap);
+        if (!b)
+            return 0;
+        r->body = b;
+        r->cap = cap;
+    }
+    memcpy(r->body + r->len, p, add);
     r->len += add;
-    b[r->len] = '\0';
-    r->body = b;
+    r->body[r->len] = '\0';
     return add;
 }
+
+/* --timeout: the seconds a call may take (in memory), or a download may stall. */
+static long g_timeout_s = TIMEOUT_DEFAULT;
 
 static volatile sig_atomic_t g_stop;
 static void on_sigint(int sig)
@@ -68,8 +94,10 @@ static int on_progress(void *arg, curl_off_t dltotal, curl_off_t dlnow, curl_off
 }
 
 /* One request; returns 0 with *r filled (any HTTP status), or -1 when the transfer
- * failed (message printed).  `out` (may be NULL) receives the body instead of memory:
- * without an overall time limit, but ended by a minute without a byte or by Ctrl-C. */
+ * failed (message printed: no connection within 10 s, no whole answer within
+ * g_timeout_s, an answer over ANSWER_MAX).  `out` (may be NULL) receives the body
+ * instead of memory: without an overall time limit, but ended by g_timeout_s seconds
+ * without a byte or by Ctrl-C. */
 static int request(const char *method, const char *url, const char *token, const char *body,
                    size_t len, FILE *out, http_resp *r)
 {
@@ -93,23 +121,38 @@ static int request(const char *method, const char *url, const char *token, const
     }
     curl_easy_setopt(c, CURLOPT_HTTPHEADER, h);
     curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
-    curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT, 10L);
+    curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT, g_timeout_s < 10 ? g_timeout_s : 10L);
     if (out) {
         curl_easy_setopt(c, CURLOPT_WRITEDATA, out);
         curl_easy_setopt(c, CURLOPT_LOW_SPEED_LIMIT, 1L);
-        curl_easy_setopt(c, CURLOPT_LOW_SPEED_TIME, 60L);
+        curl_easy_setopt(c, CURLOPT_LOW_SPEED_TIME, g_timeout_s);
         curl_easy_setopt(c, CURLOPT_NOPROGRESS, 0L);
         curl_easy_setopt(c, CURLOPT_XFERINFOFUNCTION, on_progress);
     } else {
         curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_body);
         curl_easy_setopt(c, CURLOPT_WRITEDATA, r);
-        curl_easy_setopt(c, CURLOPT_TIMEOUT, 60L);
+        curl_easy_setopt(c, CURLOPT_TIMEOUT, g_timeout_s);
+        /* refused at once when the answer says its length */
+        curl_easy_setopt(c, CURLOPT_MAXFILESIZE_LARGE, (curl_off_t)ANSWER_MAX);
     }
     CURLcode rc = curl_easy_perform(c);
-    if (rc == CURLE_OK)
+    if (rc == CURLE_OK) {
         curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &r->status);
-    else
+    } else if (r->too_long || rc == CURLE_FILESIZE_EXCEEDED) {
+        cli_msg("%s: the server's answer is longer than %zu MiB: not an answer of the job "
+                "API", url, ANSWER_MAX >> 20);
+    } else if (rc == CURLE_OPERATION_TIMEDOUT) {
+        cli_msg("%s: %s within %ld s (--timeout): %s", url,
+                out ? "no byte of the product" : "no whole answer", g_timeout_s,
+                curl_easy_strerror(rc));
+    } else {
         cli_msg("%s: %s", url, curl_easy_strerror(rc));
+    }
+    if (rc != CURLE_OK) {
+        free(r->body);
+        r->body = NULL;
+        r->len = r->cap = 0;
+    }
     curl_slist_free_all(h);
     curl_easy_cleanup(c);
     return rc == CURLE_OK ? 0 : -1;
@@ -186,6 +229,7 @@ static int parse_common(int argc, char **argv, common *o)
         {"server", required_argument, NULL, 's'},
         {"token", required_argument, NULL, 't'},
         {"no-wait", no_argument, NULL, 'n'},
+        {"timeout", required_argument, NULL, 'T'},
         {"output", required_argument, NULL, 'o'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
@@ -202,6 +246,16 @@ static int parse_common(int argc, char **argv, common *o)
         case 't': o->token = optarg; break;
         case 'n': o->no_wait = 1; break;
         case 'o': o->out = optarg; break;
+        case 'T': {
+            int t;
+            if (cli_parse_int(optarg, 1, TIMEOUT_MAX, &t)) {
+                cli_msg("--timeout: '%s' is not a whole number of seconds from 1 to %ld", optarg,
+                        TIMEOUT_MAX);
+                return -1;
+            }
+            g_timeout_s = t;
+            break;
+        }
         case 'h': fputs(jobs_usage, stdout); exit(0);
         default: fputs(jobs_usage, stderr); return -1;
         }

@@ -2,6 +2,7 @@
 #include "daemon/catalog.h"
 #include "engine/fits/fitscard.h"
 #include "engine/fits/fitsimg.h"
+#include "engine/image/chunkstore.h"
 #include "engine/image/stack.h"
 #include "engine/base/checked.h"
 #include "engine/base/error.h"
@@ -32,6 +33,8 @@ struct ds_state {
     char header_error[512];  /* why the dataset is refused: a header changed since it was
                                 opened (check_headers), or "" */
     char *profile_path;      /* profile-friendly copy (a rechunk product), or NULL */
+    char profile_version[64];/* the dataset_version it was made from ("" unknown: never
+                                served) */
     stack *reader;           /* lazy reader of the pixels (engine/image/stack.h) */
     stack *ingested;         /* reader of the attached plane store (an ingest product), or
                                 NULL; served while the version is ingested_version */
@@ -325,6 +328,14 @@ static int open_one(const tess_config *cfg, const ds_config *dc, int trusted, da
                         d->name, d->paths[i], info.naxes[0], info.naxes[1], d->nx, d->ny);
             fitsimg_info_release(&info);
             return TESS_EINVAL;
+        } else if (info.bitpix != d->bitpix) {
+            /* one BITPIX for the whole volume: its FITS copy, Zarr chunks and raw reads
+             * hold every plane in the first frame's sample type */
+            tess_seterr(err, errlen, "dataset '%s': frame '%s' is BITPIX %d, the first frame "
+                        "is BITPIX %d; the frames of a stack must have one bit depth",
+                        d->name, d->paths[i], info.bitpix, d->bitpix);
+            fitsimg_info_release(&info);
+            return TESS_EINVAL;
         }
         fitsimg_info_release(&info);
     }
@@ -346,6 +357,7 @@ static int open_one(const tess_config *cfg, const ds_config *dc, int trusted, da
                                  d->nz, CATALOG_MAX_OPEN_FRAMES);
     if (!d->state->reader || stack_expect_headers(d->state->reader, d->header_hash))
         return no_memory(dc->name, err, errlen);
+    stack_expect_bitpix(d->state->reader, d->bitpix);
 
     /* A header without WCS keywords, or with one that breaks the validity rule
      * (skywcs.h), leaves a dataset of pixels alone; the reason for a refused WCS is kept
@@ -514,6 +526,13 @@ static int attach_ingested(const dataset *d, const char *path)
     return 0;
 }
 
+int dataset_copy_current(const dataset *d, const char *made_from)
+{
+    char now[64];
+    return made_from && made_from[0] &&
+           strcmp(dataset_version(d, now, sizeof now), made_from) == 0;
+}
+
 int dataset_attach_profile(const dataset *d, const char *path)
 {
     unsigned char head[9] = {0};
@@ -525,24 +544,34 @@ int dataset_attach_profile(const dataset *d, const char *path)
     }
     if (memcmp(head, "SIMPLE  ", 8) == 0)
         return attach_ingested(d, path);
+    /* the identity of the frames it was made from, read once: a copy of other frames, or
+     * of another shape, or unreadable, is attached but never served */
+    chunkstore_info ci;
+    char err[256], made[64] = "";
+    if (chunkstore_read_info(path, &ci, err, sizeof err) == 0 && ci.nx == d->nx &&
+        ci.ny == d->ny && ci.nz == d->nz)
+        snprintf(made, sizeof made, "%s", ci.source_version);
     char *p = strdup(path);
     if (!p)
         return TESS_ENOMEM;
     pthread_mutex_lock(&d->state->lock);
     free(d->state->profile_path);
     d->state->profile_path = p;
+    snprintf(d->state->profile_version, sizeof d->state->profile_version, "%s", made);
     pthread_mutex_unlock(&d->state->lock);
     return 0;
 }
 
 int dataset_profile_path(const dataset *d, char *out, size_t len)
 {
+    char made[64];
     pthread_mutex_lock(&d->state->lock);
     int have = d->state->profile_path != NULL;
     if (have)
         snprintf(out, len, "%s", d->state->profile_path);
+    snprintf(made, sizeof made, "%s", d->state->profile_version);
     pthread_mutex_unlock(&d->state->lock);
-    return have;
+    return have && dataset_copy_current(d, made);
 }
 
 int dataset_read_region(const dataset *d, long z, long x0, long y0, long w, long h, double *out,
@@ -565,12 +594,7 @@ stack *dataset_ingested(const dataset *d)
     char at[64];
     snprintf(at, sizeof at, "%s", s->ingested_version);
     pthread_mutex_unlock(&s->lock);
-    if (ing) {
-        char now[64];
-        if (strcmp(dataset_version(d, now, sizeof now), at) == 0)
-            return ing;
-    }
-    return NULL;
+    return ing && dataset_copy_current(d, at) ? ing : NULL;
 }
 
 stack *dataset_stack(const dataset *d)

@@ -128,9 +128,19 @@ const char *dataset_version(const dataset *d, char *out, size_t len);
  * pixel readers refuse such a file at once (stack_expect_headers).  Thread-safe. */
 int dataset_check(const dataset *d, char *err, size_t errlen);
 
+/* Whether a copy derived from the dataset's files (a rechunk copy, an ingest store, a
+ * job's partial results) is current: `made_from` is the dataset_version the copy was made
+ * from, and it still is the dataset's version, so the files the copy came from are the
+ * files now served (same inode, size, mtime and ctime, and header).  A frame replaced
+ * since, or a dataset restarted under the same name and shape with other files, makes
+ * every such copy stale: 1 current, 0 stale or `made_from` NULL or "".  Thread-safe. */
+int dataset_copy_current(const dataset *d, const char *made_from);
+
 /* Attaches a profile-friendly copy of the dataset (the product of a rechunk job, at the
- * absolute `path`): series requests read it instead of every plane.  Replaces an earlier
- * one.  A FITS file at `path` is instead the plane store of an ingest job (job_stack.h): a
+ * absolute `path`, a chunk store whose source_version is the dataset_version it was made
+ * from): series requests and /zarr/{name}/profile read it instead of every plane while it
+ * is current (dataset_copy_current; a copy of another shape, or whose info cannot be
+ * read, never is).  Replaces an earlier one.  A FITS file at `path` is instead the plane store of an ingest job (job_stack.h): a
  * cube of the dataset's shape whose card INGVER is the dataset_version it was written
  * at; from then on, while the dataset's version is that one, dataset_stack (and so
  * every plane, cut, series, reduction and job read) reads the store's mapped planes
@@ -138,7 +148,9 @@ int dataset_check(const dataset *d, char *err, size_t errlen);
  * Returns 0 or TESS_ENOMEM (a plane store: TESS_EIO unreadable, TESS_EINVAL not such a
  * store).  Thread-safe. */
 int dataset_attach_profile(const dataset *d, const char *path);
-/* Copies the attached copy's path into `out` and returns 1, or returns 0 when none. */
+/* Copies the attached copy's path into `out` and returns 1 when it is current
+ * (dataset_copy_current), or returns 0 when none is attached or it is stale (`out` may
+ * then hold its path all the same). */
 int dataset_profile_path(const dataset *d, char *out, size_t len);
 
 /* 1 when canonical absolute `path` lies inside one of the configured roots. */

@@ -90,6 +90,15 @@ typedef struct tserver_priv {
     size_t pfd_cap;
     unsigned long long cancelled[3];  /* requests whose client had gone, by reply.cancelled
                                          (atomic) */
+    /* Parked requests (hreq_park): long polls that hold no worker, looked at by their
+     * own thread. */
+    pthread_mutex_t park_lock;        /* guards the fields below */
+    pthread_cond_t park_cond;         /* a request is parked, or the thread stops */
+    struct hreq_priv *parked[HREQ_PARK_MAX];
+    int nparked;
+    int park_stop;
+    int park_running;
+    pthread_t park_thread;
 } tserver_priv;
 
 typedef struct hreq_priv {
@@ -115,6 +124,9 @@ typedef struct hreq_priv {
     int gone;                         /* the client has closed (set by the watcher) */
     int probed;                       /* its FIN was seen and the probe sent (or not due) */
     int waiting;                      /* waits on another's render (flight_lock) */
+    /* While parked (hreq_park): */
+    hreq_park_fn park_look;
+    double park_until;                /* tess_mono_s() of its deadline */
 } hreq_priv;
 
 const char *hreq_arg(hreq *r, const char *key)
@@ -370,6 +382,20 @@ static int susp_round_locked(tserver_priv *sp)
     return set;
 }
 
+/* The CLOCK_MONOTONIC time ms milliseconds from now, for pthread_cond_timedwait on the
+ * server's conditions (made with that clock). */
+static struct timespec mono_after_ms(long ms)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    t.tv_nsec += ms * 1000000L;
+    if (t.tv_nsec >= 1000000000L) {
+        t.tv_sec++;
+        t.tv_nsec -= 1000000000L;
+    }
+    return t;
+}
+
 /* The suspension watcher's thread: a round every SUSP_LOOK_MS while requests are suspended (it
  * sleeps while none is), then the queued work of the clients that have gone is dropped
  * at once (pool_drop_cancelled: their connections are resumed and closed from here). */
@@ -390,13 +416,7 @@ static void *susp_main(void *arg)
                 pool_drop_cancelled(sp->pub.workers);
             pthread_mutex_unlock(&sp->pool_lock);
         }
-        struct timespec until;
-        clock_gettime(CLOCK_MONOTONIC, &until);
-        until.tv_nsec += SUSP_LOOK_MS * 1000000L;
-        if (until.tv_nsec >= 1000000000L) {
-            until.tv_sec++;
-            until.tv_nsec -= 1000000000L;
-        }
+        struct timespec until = mono_after_ms(SUSP_LOOK_MS);
         pthread_mutex_lock(&sp->susp_lock);
         while (!sp->susp_stop && pthread_cond_timedwait(&sp->susp_cond, &sp->susp_lock,
                                                          &until) == 0)
@@ -565,6 +585,92 @@ void hreq_mark_bulk(hreq *r, long long values)
 pool_priority hreq_priority(const hreq *r)
 {
     return r->bulk ? POOL_BULK : POOL_INTERACTIVE;
+}
+
+/* ---- parked requests: long polls without a worker ------------------------------------ */
+
+int hreq_park(hreq *r, hreq_park_fn look, void *arg, void (*arg_free)(void *), double seconds)
+{
+    tserver_priv *sp = (tserver_priv *)r->srv;
+    hreq_priv *hp = (hreq_priv *)r;
+    pthread_mutex_lock(&sp->park_lock);
+    if (sp->park_stop || !sp->park_running || sp->nparked == HREQ_PARK_MAX) {
+        pthread_mutex_unlock(&sp->park_lock);
+        return TESS_EAGAIN;
+    }
+    r->work_arg = arg;
+    r->work_arg_free = arg_free;
+    hp->park_look = look;
+    hp->park_until = tess_mono_s() + seconds;
+    r->async_state = 1;
+    MHD_suspend_connection(r->conn);
+    susp_add(sp, hp);
+    sp->parked[sp->nparked++] = hp;
+    pthread_cond_signal(&sp->park_cond);
+    pthread_mutex_unlock(&sp->park_lock);
+    return 0;
+}
+
+/* The parking thread: every HREQ_PARK_LOOK_MS, each parked request's look (without the
+ * lock, so that parking never waits on a look); a request whose look answered, whose
+ * deadline passed (its last look), or whose client has gone (no answer) is resumed.
+ * When the server stops, every parked request gets its last look at once.  Only this
+ * thread takes requests off the list, so the snapshot stays valid outside the lock. */
+static void *park_main(void *arg)
+{
+    tserver_priv *sp = arg;
+    hreq_priv *snap[HREQ_PARK_MAX];
+    pthread_mutex_lock(&sp->park_lock);
+    for (;;) {
+        if (sp->nparked == 0) {
+            if (sp->park_stop)
+                break;
+            pthread_cond_wait(&sp->park_cond, &sp->park_lock);
+            continue;
+        }
+        if (!sp->park_stop) {
+            struct timespec until = mono_after_ms(HREQ_PARK_LOOK_MS);
+            while (!sp->park_stop && pthread_cond_timedwait(&sp->park_cond, &sp->park_lock,
+                                                             &until) == 0)
+                ;
+        }
+        int n = sp->nparked, stop = sp->park_stop;
+        memcpy(snap, sp->parked, (size_t)n * sizeof(*snap));
+        pthread_mutex_unlock(&sp->park_lock);
+        double now = tess_mono_s();
+        for (int i = 0; i < n; i++) {
+            hreq *r = &snap[i]->pub;
+            if (hreq_cancelled(r))        /* the watcher saw its client go */
+                r->rep.cancelled = HREQ_DROPPED;
+            else if (!snap[i]->park_look(r, stop || now >= snap[i]->park_until))
+                snap[i] = NULL;            /* still waiting */
+        }
+        pthread_mutex_lock(&sp->park_lock);
+        for (int i = 0; i < n; i++) {
+            if (!snap[i])
+                continue;
+            for (int k = 0; k < sp->nparked; k++)
+                if (sp->parked[k] == snap[i]) {
+                    sp->parked[k] = sp->parked[--sp->nparked];
+                    break;
+                }
+            resume(&snap[i]->pub);
+        }
+    }
+    pthread_mutex_unlock(&sp->park_lock);
+    return NULL;
+}
+
+/* Gives every parked request its last look and stops the parking thread. */
+static void park_stop(tserver_priv *sp)
+{
+    pthread_mutex_lock(&sp->park_lock);
+    sp->park_stop = 1;
+    pthread_cond_signal(&sp->park_cond);
+    pthread_mutex_unlock(&sp->park_lock);
+    if (sp->park_running)
+        pthread_join(sp->park_thread, NULL);
+    sp->park_running = 0;
 }
 
 /* ---- what the HTTP layer serves itself -------------------------------------------- */
@@ -1337,6 +1443,8 @@ int tserver_start(const tess_config *cfg, tserver **out, char *err, size_t errle
     pthread_condattr_init(&ca);
     pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
     pthread_cond_init(&sp->susp_cond, &ca);
+    pthread_mutex_init(&sp->park_lock, NULL);
+    pthread_cond_init(&sp->park_cond, &ca);
     pthread_condattr_destroy(&ca);
     /* Dataset paths are resolved and checked against the data roots once, here; later
      * reads refuse a path that has become a link (engine/image/stack.h). */
@@ -1425,6 +1533,8 @@ int tserver_start(const tess_config *cfg, tserver **out, char *err, size_t errle
         goto fail;
     }
     sp->susp_running = 1;
+    if (pthread_create(&sp->park_thread, NULL, park_main, sp) == 0)
+        sp->park_running = 1;     /* without it, hreq_park refuses: waits answer at once */
     const union MHD_DaemonInfo *di = MHD_get_daemon_info(s->daemon, MHD_DAEMON_INFO_BIND_PORT);
     s->port = di ? di->port : cfg->port;
     *out = s;
@@ -1443,6 +1553,8 @@ fail:
     pthread_mutex_destroy(&sp->flight_lock);
     pthread_mutex_destroy(&sp->susp_lock);
     pthread_cond_destroy(&sp->susp_cond);
+    pthread_mutex_destroy(&sp->park_lock);
+    pthread_cond_destroy(&sp->park_cond);
     free(sp);
     return rc;
 }
@@ -1469,8 +1581,10 @@ void tserver_stop(tserver *s, int grace_s)
     MHD_socket lsock = li ? li->listen_fd : MHD_INVALID_SOCKET;
     if (lsock != MHD_INVALID_SOCKET)
         shutdown(lsock, SHUT_RDWR);
-    /* Jobs first: blocks in flight finish and are recorded; a running job resumes at
-     * the next start. */
+    /* Parked long polls first, while what they look at is still open: each gets its
+     * last look and its answer.  Then jobs: blocks in flight finish and are recorded; a
+     * running job resumes at the next start. */
+    park_stop(sp);
     jobs_close(s->jobs);
     s->jobs = NULL;
     /* Finish every queued and running computation: each resumes its connection. */
@@ -1501,6 +1615,8 @@ void tserver_stop(tserver *s, int grace_s)
     pthread_mutex_destroy(&sp->flight_lock);
     pthread_mutex_destroy(&sp->susp_lock);
     pthread_cond_destroy(&sp->susp_cond);
+    pthread_mutex_destroy(&sp->park_lock);
+    pthread_cond_destroy(&sp->park_cond);
     free(sp->pfd);
     free(sp->pfd_req);
     free(sp);

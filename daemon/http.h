@@ -178,4 +178,18 @@ int hreq_run_async(hreq *r, void (*work)(hreq *r), void *arg, void (*arg_free)(v
 void hreq_mark_bulk(hreq *r, long long values);
 pool_priority hreq_priority(const hreq *r);
 
+/* Parking: a long poll (UWS WAIT) that holds no worker.  hreq_park suspends r's
+ * connection and hands it to the server's parking thread, which calls look(r, last)
+ * every HREQ_PARK_LOOK_MS, outside any lock of the server: look returns 1 once it has
+ * answered r (r->rep filled), 0 to keep waiting; with `last` 1 (the deadline, `seconds`
+ * from now, has passed, or the server is stopping) it must answer.  A request whose
+ * client has gone is resumed unanswered.  `arg` (r->work_arg) is freed with arg_free
+ * after the reply.  At most HREQ_PARK_MAX requests are parked at once.  Returns 0, or
+ * TESS_EAGAIN (the parking is full or stopping: nothing was done, the handler answers
+ * at once). */
+#define HREQ_PARK_MAX 256
+#define HREQ_PARK_LOOK_MS 200
+typedef int (*hreq_park_fn)(hreq *r, int last);
+int hreq_park(hreq *r, hreq_park_fn look, void *arg, void (*arg_free)(void *), double seconds);
+
 #endif

@@ -13,7 +13,8 @@ top=$(cd "$(dirname "$0")/.." && pwd)
 . "$top/scripts/lib.sh"
 secs=${1:-25}
 [ $# -gt 0 ] && shift
-targets=${*:-"fuzz_params fuzz_iiif fuzz_hips fuzz_header fuzz_jobs fuzz_config fuzz_dataset fuzz_tiff"}
+targets=${*:-"fuzz_params fuzz_iiif fuzz_hips fuzz_header fuzz_jobs fuzz_config fuzz_dataset fuzz_tiff
+         fuzz_soda fuzz_datalink"}
 bdir=${TESSERA_FUZZ_BUILD:-$top/build-fuzz}
 logdir=${TESSERA_FUZZ_LOGDIR:-$top/build/tests/fuzz}
 cc=${CC_FUZZ:-clang}

@@ -3,7 +3,8 @@
 # Run as root (or with sudo available).  Safe to run again.
 # Debian's python3 with numpy, astropy and scikit-image computes reference values in
 # tests (test_zreduce reads PNG frames with skimage, FITS with astropy); the client tests
-# (tests/clients) use astroquery, pyvo, dask, zarr, fitsverify and promtool, the cluster
+# (tests/clients) use astroquery, pyvo, dask, zarr, fitsverify, promtool and STILTS
+# (votlint, xsdvalidate with its own copies of the IVOA schemas), the cluster
 # tests a throwaway PostgreSQL and nginx; bench/kernels compares the resampling kernels
 # with OpenCV's remap (python3-opencv).
 set -eu
@@ -15,7 +16,7 @@ libspng-dev libdeflate-dev libtiff-dev libblosc-dev liblz4-dev libzstd-dev libxm
 libpq-dev postgresql nginx
 python3-astroquery python3-pyvo python3-dask python3-zarr python3-fsspec python3-aiohttp
 python3-requests python3-tifffile python3-astropy-healpix fitsverify prometheus linux-perf wrk
-python3-opencv"
+stilts python3-opencv"
 SUDO=""
 if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
 missing=""

@@ -9,19 +9,13 @@
 #include <ctype.h>
 #include <jansson.h>
 #include <limits.h>
-#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
-#include <time.h>
 
-/* The longest WAIT served (seconds), and how many waits may be held at once: a wait
- * holds a worker of the pool, which the jobs' own blocks need. */
+/* The longest WAIT served (seconds); how many are served at once: HREQ_PARK_MAX. */
 #define UWS_WAIT_MAX_S 10
-#define UWS_WAITS_AT_ONCE 1
-
-static atomic_int waits_held;
 
 /* The UWS phase of a Tessera job state. */
 static const char *uws_phase(const char *state)
@@ -119,12 +113,15 @@ static void write_parameters(voxml *x, const char *prefix, const json_t *o)
     }
 }
 
-static void uws_namespaces(voxml *x)
+/* The namespaces of a document's root; `version` only where UWS 1.1 has the attribute
+ * (uws:job and uws:jobs: its schema refuses it on uws:results and uws:parameters). */
+static void uws_namespaces(voxml *x, int version)
 {
     voxml_attr(x, "xmlns:uws", "http://www.ivoa.net/xml/UWS/v1.0");
     voxml_attr(x, "xmlns:xlink", "http://www.w3.org/1999/xlink");
     voxml_attr(x, "xmlns:xsi", "http://www.w3.org/2001/XMLSchema-instance");
-    voxml_attr(x, "version", "1.1");
+    if (version)
+        voxml_attr(x, "version", "1.1");
 }
 
 /* The results list (with the namespaces when it stands alone: `whole`). */
@@ -132,7 +129,7 @@ static void write_results(voxml *x, const char *base, const json_t *job, int who
 {
     voxml_start(x, "uws:results");
     if (whole)
-        uws_namespaces(x);
+        uws_namespaces(x, 0);
     const json_t *res = json_object_get(job, "result");
     if (strcmp(job_phase(job), "COMPLETED") == 0 && json_is_object(res)) {
         voxml_start(x, "uws:result");
@@ -147,18 +144,40 @@ static void write_results(voxml *x, const char *base, const json_t *job, int who
     voxml_end(x);
 }
 
-/* The error summary's message: the problem's detail (or title). */
-static const char *error_message(const json_t *job)
+/* The error summary's message: the problem's detail (or title), with every absolute
+ * file path in it cut to its last component ("cannot read /srv/jobs/work/x/in.fits: ..."
+ * says "cannot read in.fits: ..."): clients are not shown the server's directories.  A
+ * path starts with '/' at the start of the text or after a blank, quote, '(', '[' or
+ * '=', and runs to a blank, quote, ':', ',', ';' or ')'.  Into out (len bytes). */
+static const char *error_message(const json_t *job, char *out, size_t len)
 {
     const json_t *e = json_object_get(job, "error");
     const char *s = jstr(e, "detail");
-    return s ? s : jstr(e, "title") ? jstr(e, "title") : "the job failed";
+    if (!s)
+        s = jstr(e, "title") ? jstr(e, "title") : "the job failed";
+    size_t o = 0;
+    for (size_t i = 0; s[i] && o + 1 < len;) {
+        if (s[i] == '/' && (i == 0 || strchr(" \t\"'([=", s[i - 1]))) {
+            size_t end = i + strcspn(s + i, " \t\"':,;)");
+            size_t last = i;
+            for (size_t k = i; k < end; k++)
+                if (s[k] == '/' && k + 1 < end)
+                    last = k + 1;
+            i = last;
+            while (i < end && o + 1 < len)
+                out[o++] = s[i++];
+            continue;
+        }
+        out[o++] = s[i++];
+    }
+    out[o] = '\0';
+    return out;
 }
 
 static void write_job(voxml *x, const char *base, const json_t *job)
 {
     voxml_start(x, "uws:job");
-    uws_namespaces(x);
+    uws_namespaces(x, 1);
     voxml_element(x, "uws:jobId", jstr(job, "id"));
     voxml_element(x, "uws:runId", jstr(job, "type"));
     time_element(x, "uws:ownerId", NULL);
@@ -179,42 +198,16 @@ static void write_job(voxml *x, const char *base, const json_t *job)
         voxml_start(x, "uws:errorSummary");
         voxml_attr(x, "type", "fatal");
         voxml_attr(x, "hasDetail", "true");
-        voxml_element(x, "uws:message", error_message(job));
+        char msg[1024];
+        voxml_element(x, "uws:message", error_message(job, msg, sizeof(msg)));
         voxml_end(x);
     }
     voxml_end(x);
 }
 
-/* Waits (polling the store every 100 ms) while the job's phase is active and, when
- * `phase` is given, equal to it, for at most `seconds`; returns the job then (NULL after
- * an answer). */
-static json_t *wait_job(hreq *r, const char *id, json_t *job, double seconds, const char *phase)
-{
-    struct timespec t0, now;
-    clock_gettime(CLOCK_MONOTONIC, &t0);
-    for (;;) {
-        const char *p = job_phase(job);
-        if (!phase_is_active(p) || (phase && strcmp(phase, p) != 0) || hreq_cancelled(r))
-            return job;
-        clock_gettime(CLOCK_MONOTONIC, &now);
-        if ((double)(now.tv_sec - t0.tv_sec) + (now.tv_nsec - t0.tv_nsec) * 1e-9 >= seconds)
-            return job;
-        struct timespec step = {0, 100 * 1000 * 1000};
-        nanosleep(&step, NULL);
-        json_t *again = load_job(r, id);
-        if (!again) {
-            json_decref(job);
-            return NULL;
-        }
-        json_decref(job);
-        job = again;
-    }
-}
-
-/* What a long poll needs on the pool. */
+/* What a parked WAIT looks at: the job, and the phase it waits to leave. */
 typedef struct wait_arg {
     char id[40];
-    double seconds;
     char phase[16];
 } wait_arg;
 
@@ -228,17 +221,26 @@ static void reply_job(hreq *r, const json_t *job)
     vo_reply_xml(r, 200, x, "application/xml");
 }
 
-static void wait_work(hreq *r)
+/* Whether a WAIT on a job now in `now` goes on: UWS 1.1 (section 2.2.3.1) blocks while
+ * the phase is the one it was asked in (or PHASE= names) and the job is active. */
+static int still_waits(const char *now, const char *phase)
+{
+    return phase_is_active(now) && strcmp(now, phase) == 0;
+}
+
+/* The parked WAIT's look (hreq_park, on the parking thread): answers the job once its
+ * phase has left a->phase, or at the last look. */
+static int wait_look(hreq *r, int last)
 {
     wait_arg *a = r->work_arg;
     json_t *job = load_job(r, a->id);
-    if (job)
-        job = wait_job(r, a->id, job, a->seconds, a->phase[0] ? a->phase : NULL);
-    atomic_fetch_sub(&waits_held, 1);
     if (!job)
-        return;
-    reply_job(r, job);
+        return 1;                      /* gone from the store: answered 404 (or 500) */
+    int waits = !last && still_waits(job_phase(job), a->phase);
+    if (!waits)
+        reply_job(r, job);
     json_decref(job);
+    return !waits;
 }
 
 void handle_uws_job(hreq *r, const route_match *m)
@@ -266,32 +268,24 @@ void handle_uws_job(hreq *r, const route_match *m)
         return;
     }
     const char *now = job_phase(job);
-    int waits = seconds > 0 && phase_is_active(now) && (!phase || strcmp(phase, now) == 0);
-    if (waits && atomic_fetch_add(&waits_held, 1) >= UWS_WAITS_AT_ONCE) {
-        /* UWS lets a server answer a WAIT early: another wait holds a worker already. */
-        atomic_fetch_sub(&waits_held, 1);
-        waits = 0;
+    wait_arg *a = NULL;
+    if (seconds > 0 && still_waits(now, phase ? phase : now)) {
+        a = calloc(1, sizeof(*a));
+        if (a) {
+            snprintf(a->id, sizeof(a->id), "%.39s", m->segment);
+            snprintf(a->phase, sizeof(a->phase), "%s", phase ? phase : now);
+        }
     }
-    if (!waits) {
-        vo_params_release(&p);
-        reply_job(r, job);
+    vo_params_release(&p);
+    /* Parked, the wait holds no worker; when the parking is full (HREQ_PARK_MAX waits)
+     * the job is answered as it is now, which UWS allows. */
+    if (a && hreq_park(r, wait_look, a, free, seconds) == 0) {
         json_decref(job);
         return;
     }
+    free(a);
+    reply_job(r, job);
     json_decref(job);
-    wait_arg *a = calloc(1, sizeof(*a));
-    if (!a) {
-        atomic_fetch_sub(&waits_held, 1);
-        vo_params_release(&p);
-        vo_reply_text(r, 500, "FatalFault: out of memory");
-        return;
-    }
-    snprintf(a->id, sizeof(a->id), "%.39s", m->segment);
-    a->seconds = seconds;
-    if (phase)
-        snprintf(a->phase, sizeof(a->phase), "%s", phase);
-    vo_params_release(&p);
-    hreq_run_async(r, wait_work, a, free);
 }
 
 static int uws_known_phase(const char *ph)
@@ -410,7 +404,7 @@ void handle_uws_jobs(hreq *r, const route_match *m)
     voxml *x = all ? voxml_new() : NULL;
     if (x) {
         voxml_start(x, "uws:jobs");
-        uws_namespaces(x);
+        uws_namespaces(x, 1);
         size_t i;
         json_t *job;
         json_array_foreach(all, i, job) {
@@ -619,8 +613,9 @@ void handle_uws_job_part(hreq *r, const route_match *m)
                || strcmp(part, "owner") == 0) {
         vo_reply_text(r, 200, "%s", "");
     } else if (strcmp(part, "error") == 0) {
+        char msg[1024];
         if (strcmp(job_phase(job), "ERROR") == 0)
-            vo_reply_text(r, 200, "%s", error_message(job));
+            vo_reply_text(r, 200, "%s", error_message(job, msg, sizeof(msg)));
         else
             vo_reply_text(r, 404, "NotFoundFault: job %s is %s: it has no error", m->segment,
                           job_phase(job));
@@ -630,7 +625,7 @@ void handle_uws_job_part(hreq *r, const route_match *m)
             write_results(x, base, job, 1);
         } else if (x) {
             voxml_start(x, "uws:parameters");
-            uws_namespaces(x);
+            uws_namespaces(x, 0);
             const json_t *req = json_object_get(job, "request");
             if (json_is_object(req))
                 write_parameters(x, "", req);

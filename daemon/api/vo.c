@@ -1,5 +1,6 @@
 /* The IVOA access layer: DataLink 1.1 links, SODA 1.0 sync cutouts, VOSI capabilities and availability, and a dataset's FITS file. */
 #include "daemon/api/handlers.h"
+#include "daemon/api/soda.h"
 #include "daemon/api/vo.h"
 #include "daemon/api/vo_xml.h"
 #include "daemon/problem.h"
@@ -216,6 +217,19 @@ static int has_fits(const dataset *d)
 
 /* ---- DataLink ------------------------------------------------------------------------ */
 
+/* How many bytes of s, at most max, end on a UTF-8 character boundary: a name quoted
+ * in part is not cut inside a character. */
+static int utf8_prefix(const char *s, int max)
+{
+    int n = (int)strnlen(s, (size_t)max + 1);
+    if (n <= max)
+        return n;
+    n = max;
+    while (n > 0 && ((unsigned char)s[n] & 0xC0) == 0x80)
+        n--;
+    return n;
+}
+
 static void field(voxml *x, const char *name, const char *id, const char *datatype,
                   const char *ucd, const char *unit)
 {
@@ -395,7 +409,8 @@ void handle_vo_datalink(hreq *r, const route_match *m)
             const dataset *d = vo_find(r, p.value[i]);
             if (!d) {
                 char msg[200];
-                snprintf(msg, sizeof(msg), "NotFoundFault: no dataset '%.120s'", p.value[i]);
+                snprintf(msg, sizeof(msg), "NotFoundFault: no dataset '%.*s'",
+                         utf8_prefix(p.value[i], 120), p.value[i]);
                 link_row(x, p.value[i], NULL, NULL, msg, "#this", NULL, NULL, -1);
                 continue;
             }
@@ -414,366 +429,6 @@ void handle_vo_datalink(hreq *r, const route_match *m)
 }
 
 /* ---- SODA ---------------------------------------------------------------------------- */
-
-/* Reads up to max numbers separated by blanks (or commas) from s; "+Inf"/"-Inf" allowed.
- * Returns how many, -2 when s holds more than max, or -1 for anything else in s. */
-static int read_numbers(const char *s, double *v, int max)
-{
-    int n = 0;
-    while (*s) {
-        while (*s == ' ' || *s == ',' || *s == '\t')
-            s++;
-        if (!*s)
-            break;
-        if (n == max)
-            return -2;
-        char *end;
-        v[n] = strtod(s, &end);
-        if (end == s || isnan(v[n]))
-            return -1;
-        n++;
-        s = end;
-        if (*s && *s != ' ' && *s != ',' && *s != '\t')
-            return -1;
-    }
-    return n;
-}
-
-#define SODA_MAX_POINTS 4096
-#define SODA_MAX_VERTICES 256
-
-enum { REGION_NONE, REGION_CIRCLE, REGION_RANGE, REGION_POLYGON };
-
-/* A region: its shape (ICRS degrees: circle ra dec r; range lon0 lon1 lat0 lat1 with
- * lon1 - lon0 <= 360; polygon vertices as lon, lat pairs) and boundary points of it as
- * (lon, lat) pairs, which bound its pixel box where the image's projection reaches them. */
-typedef struct soda_region {
-    double lon[SODA_MAX_POINTS], lat[SODA_MAX_POINTS];
-    int n;
-    int whole;               /* the region covers every longitude and latitude */
-    int kind;
-    double shape[4];
-    double vert[2 * SODA_MAX_VERTICES];
-    int nvert;
-} soda_region;
-
-static void region_add(soda_region *g, double lon, double lat)
-{
-    if (g->n < SODA_MAX_POINTS && isfinite(lon) && isfinite(lat)) {
-        g->lon[g->n] = lon;
-        g->lat[g->n] = lat;
-        g->n++;
-    }
-}
-
-/* The circle of radius rad around (ra, dec), all degrees: its centre and 180 points of
- * its edge. */
-static void region_circle(soda_region *g, double ra, double dec, double rad)
-{
-    const double k = M_PI / 180.0;
-    double d0 = dec * k, r = rad * k;
-    region_add(g, ra, dec);
-    for (int i = 0; i < 180; i++) {
-        double t = 2.0 * M_PI * i / 180.0;
-        double sd = sin(d0) * cos(r) + cos(d0) * sin(r) * cos(t);
-        double lat = asin(sd > 1 ? 1 : sd < -1 ? -1 : sd);
-        double lon = d0 == M_PI / 2 ? t : atan2(sin(t) * sin(r) * cos(d0),
-                                                  cos(r) - sin(d0) * sd);
-        region_add(g, fmod(ra + lon / k + 720.0, 360.0), lat / k);
-    }
-}
-
-/* The polygon through the n vertices (lon, lat pairs in v), its edges sampled (at most
- * SODA_MAX_POINTS points in all). */
-static void region_polygon(soda_region *g, const double *v, int n)
-{
-    int per_edge = SODA_MAX_POINTS / (n + 1);
-    if (per_edge > 64)
-        per_edge = 64;
-    for (int i = 0; i < n; i++) {
-        double lo0 = v[2 * i], la0 = v[2 * i + 1];
-        double lo1 = v[2 * ((i + 1) % n)], la1 = v[2 * ((i + 1) % n) + 1];
-        if (lo1 - lo0 > 180.0)
-            lo1 -= 360.0;
-        else if (lo0 - lo1 > 180.0)
-            lo1 += 360.0;
-        for (int s = 0; s < per_edge; s++) {
-            double f = s / (double)per_edge;
-            region_add(g, fmod(lo0 + f * (lo1 - lo0) + 720.0, 360.0), la0 + f * (la1 - la0));
-        }
-    }
-}
-
-/* Parses CIRCLE, POLYGON and POS (one of them at most) into g; g->n stays 0 without
- * any.  Returns 0, or -1 with `why` (a UsageError). */
-static int soda_parse_region(const vo_params *p, soda_region *g, char *why, size_t len)
-{
-    int nc, np, npos;
-    const char *circle = vo_params_get(p, "CIRCLE", &nc);
-    const char *poly = vo_params_get(p, "POLYGON", &np);
-    const char *pos = vo_params_get(p, "POS", &npos);
-    memset(g, 0, sizeof(*g));
-    if (nc + np + npos > 1) {
-        snprintf(why, len, "give one region: one CIRCLE, POLYGON or POS");
-        return -1;
-    }
-    double v[2 * SODA_MAX_VERTICES];
-    char shape[16] = "";
-    const char *nums = NULL;
-    if (circle) {
-        snprintf(shape, sizeof(shape), "CIRCLE");
-        nums = circle;
-    } else if (poly) {
-        snprintf(shape, sizeof(shape), "POLYGON");
-        nums = poly;
-    } else if (pos) {
-        size_t k = strcspn(pos, " ");
-        if (k >= sizeof(shape)) {
-            snprintf(why, len, "POS must start with CIRCLE, RANGE or POLYGON");
-            return -1;
-        }
-        memcpy(shape, pos, k);
-        shape[k] = '\0';
-        nums = pos + k;
-    } else {
-        return 0;
-    }
-    int n = read_numbers(nums, v, 2 * SODA_MAX_VERTICES);
-    if (n == -2 && strcasecmp(shape, "POLYGON") == 0) {
-        snprintf(why, len, "POLYGON takes at most %d vertices", SODA_MAX_VERTICES);
-        return -1;
-    }
-    if (strcasecmp(shape, "CIRCLE") == 0) {
-        if (n != 3 || !isfinite(v[0]) || !isfinite(v[1]) || !(v[2] > 0) || v[2] > 180
-            || fabs(v[1]) > 90) {
-            snprintf(why, len, "CIRCLE must be three numbers: ra dec radius (degrees, radius "
-                     "above 0), got '%.60s'", nums);
-            return -1;
-        }
-        region_circle(g, v[0], v[1], v[2]);
-        g->kind = REGION_CIRCLE;
-        memcpy(g->shape, v, 3 * sizeof(double));
-    } else if (strcasecmp(shape, "POLYGON") == 0) {
-        if (n < 6 || n % 2) {
-            snprintf(why, len, "POLYGON must be at least three ra dec pairs (degrees), got "
-                     "'%.60s'", nums);
-            return -1;
-        }
-        for (int i = 0; i < n; i++)
-            if (!isfinite(v[i]) || (i % 2 && fabs(v[i]) > 90)) {
-                snprintf(why, len, "POLYGON vertices must be finite, latitudes within 90");
-                return -1;
-            }
-        region_polygon(g, v, n / 2);
-        g->kind = REGION_POLYGON;
-        memcpy(g->vert, v, (size_t)n * sizeof(double));
-        g->nvert = n / 2;
-    } else if (strcasecmp(shape, "RANGE") == 0) {
-        if (n != 4 || v[0] > v[1] || v[2] > v[3]) {
-            snprintf(why, len, "POS=RANGE must be ra1 ra2 dec1 dec2 (degrees, -Inf and +Inf "
-                     "allowed, each pair in order), got '%.60s'", nums);
-            return -1;
-        }
-        double lo0 = isfinite(v[0]) ? v[0] : 0, lo1 = isfinite(v[1]) ? v[1] : 360;
-        double la0 = v[2] < -90 ? -90 : v[2], la1 = v[3] > 90 ? 90 : v[3];
-        if (lo1 - lo0 >= 360 && la0 <= -90 && la1 >= 90) {
-            g->whole = 1;
-            return 0;
-        }
-        if (lo1 - lo0 > 360)
-            lo1 = lo0 + 360;
-        g->kind = REGION_RANGE;
-        g->shape[0] = lo0;
-        g->shape[1] = lo1;
-        g->shape[2] = la0;
-        g->shape[3] = la1;
-        double box[8] = {lo0, la0, lo1, la0, lo1, la1, lo0, la1};
-        region_polygon(g, box, 4);
-        /* Rows of points inside too, so that a range holding a pole or the whole width
-         * of an image still bounds it. */
-        for (int i = 1; i < 16; i++)
-            for (int j = 1; j < 16; j++)
-                region_add(g, fmod(lo0 + (lo1 - lo0) * i / 16.0 + 720.0, 360.0),
-                           la0 + (la1 - la0) * j / 16.0);
-    } else {
-        snprintf(why, len, "POS must be CIRCLE, RANGE or POLYGON, got '%.20s'", shape);
-        return -1;
-    }
-    return 0;
-}
-
-/* The unit vector of (lon, lat), degrees. */
-static void unit_vector(double lon, double lat, double u[3])
-{
-    const double k = M_PI / 180.0;
-    u[0] = cos(lat * k) * cos(lon * k);
-    u[1] = cos(lat * k) * sin(lon * k);
-    u[2] = sin(lat * k);
-}
-
-/* Whether the sky position (lon, lat), ICRS degrees, lies in region g: a circle by the
- * angular distance to its centre; a range by its longitude (modulo 360) and latitude
- * intervals; a polygon (great-circle edges, as DALI 1.1 defines one) by the winding
- * number about the position: the sum of the angles, seen from it, from each vertex to
- * the next is about 2 pi inside and about 0 outside. */
-static int region_contains(const soda_region *g, double lon, double lat)
-{
-    double p[3];
-    unit_vector(lon, lat, p);
-    if (g->kind == REGION_CIRCLE) {
-        double c[3];
-        unit_vector(g->shape[0], g->shape[1], c);
-        double dot = p[0] * c[0] + p[1] * c[1] + p[2] * c[2];
-        return dot >= cos(g->shape[2] * M_PI / 180.0);
-    }
-    if (g->kind == REGION_RANGE) {
-        double dl = fmod(lon - g->shape[0] + 720.0, 360.0);
-        return lat >= g->shape[2] && lat <= g->shape[3]
-               && (dl <= g->shape[1] - g->shape[0] || g->shape[1] - g->shape[0] >= 360.0);
-    }
-    if (g->kind != REGION_POLYGON || g->nvert < 3)
-        return 0;
-    /* East and north unit vectors of the tangent plane at p. */
-    double e[3] = {-p[1], p[0], 0}, ne = hypot(e[0], e[1]);
-    if (ne < 1e-12) {
-        e[0] = 1;
-        e[1] = 0;
-    } else {
-        e[0] /= ne;
-        e[1] /= ne;
-    }
-    double nth[3] = {p[1] * e[2] - p[2] * e[1], p[2] * e[0] - p[0] * e[2],
-                     p[0] * e[1] - p[1] * e[0]};
-    double sum = 0, prev = 0;
-    for (int i = 0; i <= g->nvert; i++) {
-        double v[3];
-        unit_vector(g->vert[2 * (i % g->nvert)], g->vert[2 * (i % g->nvert) + 1], v);
-        double az = atan2(v[0] * e[0] + v[1] * e[1] + v[2] * e[2],
-                          v[0] * nth[0] + v[1] * nth[1] + v[2] * nth[2]);
-        if (i > 0) {
-            double d = az - prev;
-            if (d > M_PI)
-                d -= 2 * M_PI;
-            else if (d < -M_PI)
-                d += 2 * M_PI;
-            sum += d;
-        }
-        prev = az;
-    }
-    return fabs(sum) > M_PI;
-}
-
-/* The box of the pixels of d inside region g, found from the image's side: pixel centres
- * on a grid of at most 513 x 513 (every pixel of images up to 512 on a side) mapped to
- * the sky and tested with region_contains; the box of those inside, widened by the grid
- * step.  Used when part of the region lies off the image's projection, where its
- * boundary points cannot bound the box.  Returns as region_box. */
-static int region_box_sampled(const dataset *d, const soda_region *g, double *xmin,
-                              double *xmax, double *ymin, double *ymax)
-{
-    long big = d->nx > d->ny ? d->nx : d->ny;
-    long step = (big + 511) / 512;
-    long sx = (d->nx - 1) / step + 2, sy = (d->ny - 1) / step + 2;
-    size_t n = (size_t)sx * (size_t)sy;
-    skywcs *w = skywcs_copy(d->cel);
-    double *x = malloc(sizeof(double) * n * 4);
-    if (!w || !x) {
-        skywcs_free(w);
-        free(x);
-        return TESS_ENOMEM;
-    }
-    double *y = x + n, *lon = y + n, *lat = lon + n;
-    for (long j = 0; j < sy; j++)
-        for (long i = 0; i < sx; i++) {
-            x[j * sx + i] = (double)(i * step < d->nx ? i * step : d->nx - 1);
-            y[j * sx + i] = (double)(j * step < d->ny ? j * step : d->ny - 1);
-        }
-    int rc = skywcs_pix2sky(w, n, x, y, lon, lat);
-    double eq = 0;
-    sky_frame f = skywcs_frame(w, &eq);
-    skywcs_free(w);
-    if (rc == TESS_ENOMEM) {
-        free(x);
-        return rc;
-    }
-    sky_convert(f, eq, SKY_FRAME_ICRS, 2000.0, n, lon, lat);
-    *xmin = *ymin = INFINITY;
-    *xmax = *ymax = -INFINITY;
-    for (size_t k = 0; rc == 0 && k < n; k++)
-        if (isfinite(lon[k]) && isfinite(lat[k]) && region_contains(g, lon[k], lat[k])) {
-            *xmin = fmin(*xmin, x[k] - (double)(step - 1));
-            *xmax = fmax(*xmax, x[k] + (double)(step - 1));
-            *ymin = fmin(*ymin, y[k] - (double)(step - 1));
-            *ymax = fmax(*ymax, y[k] + (double)(step - 1));
-        }
-    free(x);
-    return rc ? 1 : 0;
-}
-
-/* The pixel box (0-based, [x0, x1) x [y0, y1)) of the region on dataset d, clipped to the
- * image.  Returns 0, 1 when the region misses the image, or TESS_ENOMEM. */
-static int region_box(const dataset *d, const soda_region *g, long box[4])
-{
-    skywcs *w = skywcs_copy(d->cel);
-    double *lon = malloc(sizeof(double) * (size_t)g->n * 4);
-    if (!w || !lon) {
-        skywcs_free(w);
-        free(lon);
-        return TESS_ENOMEM;
-    }
-    double *lat = lon + g->n, *x = lat + g->n, *y = x + g->n;
-    memcpy(lon, g->lon, sizeof(double) * (size_t)g->n);
-    memcpy(lat, g->lat, sizeof(double) * (size_t)g->n);
-    double eq = 0;
-    sky_frame f = skywcs_frame(w, &eq);
-    sky_convert(SKY_FRAME_ICRS, 2000.0, f, eq, (size_t)g->n, lon, lat);
-    int rc = skywcs_sky2pix(w, (size_t)g->n, lon, lat, x, y);
-    skywcs_free(w);
-    double xmin = INFINITY, xmax = -INFINITY, ymin = INFINITY, ymax = -INFINITY;
-    int lost = 0, inside = 0;
-    for (int i = 0; rc == 0 && i < g->n; i++) {
-        if (!isfinite(x[i]) || !isfinite(y[i])) {
-            lost = 1;
-            continue;
-        }
-        inside |= x[i] >= -0.5 && x[i] < (double)d->nx - 0.5 && y[i] >= -0.5
-                  && y[i] < (double)d->ny - 0.5;
-        xmin = fmin(xmin, x[i]);
-        xmax = fmax(xmax, x[i]);
-        ymin = fmin(ymin, y[i]);
-        ymax = fmax(ymax, y[i]);
-    }
-    free(lon);
-    if (rc == TESS_ENOMEM)
-        return rc;
-    if (rc)
-        return 1;
-    if (lost || !inside) {
-        /* Part of the region lies off the image's projection (beyond a zenithal
-         * projection's hemisphere, say), or no point of its edge falls on the image (the
-         * region holds all of it, or none, though the box of its edge may hold the
-         * image): the box is found from the image's pixels. */
-        rc = region_box_sampled(d, g, &xmin, &xmax, &ymin, &ymax);
-        if (rc)
-            return rc;
-    }
-    if (!(xmin <= xmax) || !(ymin <= ymax))
-        return 1;
-    /* Pixel i covers [i - 0.5, i + 0.5). */
-    double bx0 = floor(xmin + 0.5), bx1 = floor(xmax + 0.5) + 1;
-    double by0 = floor(ymin + 0.5), by1 = floor(ymax + 0.5) + 1;
-    bx0 = fmax(bx0, 0);
-    by0 = fmax(by0, 0);
-    bx1 = fmin(bx1, (double)d->nx);
-    by1 = fmin(by1, (double)d->ny);
-    if (bx0 >= bx1 || by0 >= by1)
-        return 1;
-    box[0] = (long)bx0;
-    box[1] = (long)bx1;
-    box[2] = (long)by0;
-    box[3] = (long)by1;
-    return 0;
-}
 
 /* The vacuum wavelength (m) of world value v on a spectral axis of type ctype (its first
  * four letters), with the rest frequency nu0 (Hz) and rest wavelength lam0 (m) of the
@@ -868,17 +523,95 @@ static int band_planes(const dataset *d, double lo, double hi, long *z0, long *z
     return 0;
 }
 
-/* A FITS copy to make on the pool: the box lo/n of `path`'s HDU. */
+/* A SODA cut to make on the pool: the box lo/n of `path`'s HDU, as the region and the
+ * band select it (found there too). */
 typedef struct fits_job {
     const dataset *ds;
     const char *path;
     long lo[3], n[3];
-    int soda;                /* errors as SODA text (1) or problem+json (0) */
+    soda_region *region;     /* the region (kind SODA_NONE: none), owned */
+    int band;                /* BAND given, [band_lo, band_hi] metres */
+    double band_lo, band_hi;
+    char band_text[64];
 } fits_job;
+
+static void fits_job_free(void *arg)
+{
+    fits_job *j = arg;
+    free(j->region);
+    free(j);
+}
+
+/* Answers 413 when n[0] x n[1] x n[2] passes limits.max_output_pixels (returns 1). */
+static int too_many_pixels(hreq *r, const long n[3])
+{
+    long long pixels = (long long)n[0] * n[1] * n[2];
+    long long max = r->srv->cfg->max_output_pixels;
+    if (max <= 0 || pixels <= max)
+        return 0;
+    vo_reply_text(r, 413, "UsageError: the cutout has %lld pixels, more than this server "
+                  "gives at once (limits.max_output_pixels = %lld): cut a smaller region "
+                  "or BAND", pixels, max);
+    return 1;
+}
+
+/* On the pool: the region's pixel box and the BAND's planes into j->lo, j->n.
+ * Returns 0, or -1 after an answer (or with the request stopped: its client left). */
+static int soda_select(hreq *r, fits_job *j)
+{
+    const dataset *d = j->ds;
+    if (j->region->kind != SODA_NONE || j->region->whole) {
+        long box[4];
+        skywcs *w = skywcs_copy(d->cel);
+        int rc = w ? soda_region_box(w, d->nx, d->ny, j->region, &r->cancel_v, box)
+                   : TESS_ENOMEM;
+        skywcs_free(w);
+        if (rc == TESS_ECANCELED) {
+            hreq_reply_cancelled(r);
+            return -1;
+        }
+        if (rc == TESS_ENOMEM) {
+            vo_reply_text(r, 503, "TransientFault: out of memory; retry shortly");
+            return -1;
+        }
+        if (rc) {
+            vo_reply_text(r, 400, "NoOverlap: the region does not overlap dataset '%s'",
+                          d->name);
+            return -1;
+        }
+        j->lo[0] = box[0];
+        j->n[0] = box[1] - box[0];
+        j->lo[1] = box[2];
+        j->n[1] = box[3] - box[2];
+    }
+    if (j->band) {
+        char why[240];
+        long z0 = 0, z1 = 0;
+        int rc = band_planes(d, j->band_lo, j->band_hi, &z0, &z1, why, sizeof(why));
+        if (rc == TESS_ENOMEM) {
+            vo_reply_text(r, 503, "TransientFault: out of memory; retry shortly");
+            return -1;
+        }
+        if (rc < 0) {
+            vo_reply_text(r, 400, "UsageError: %s", why);
+            return -1;
+        }
+        if (rc > 0) {
+            vo_reply_text(r, 400, "NoOverlap: no plane of dataset '%s' lies in BAND %s",
+                          d->name, j->band_text);
+            return -1;
+        }
+        j->lo[2] = z0;
+        j->n[2] = z1 - z0;
+    }
+    return too_many_pixels(r, j->n) ? -1 : 0;
+}
 
 static void fits_copy_work(hreq *r)
 {
     fits_job *j = r->work_arg;
+    if (soda_select(r, j))
+        return;
     unsigned char *out = NULL;
     size_t len = 0;
     char err[256] = "";
@@ -887,64 +620,38 @@ static void fits_copy_work(hreq *r)
     if (rc == 0) {
         r->rep.cache_control = "no-cache";
         hreq_reply_tile(r, 200, tile_new_take(out, len, "application/fits"));
-    } else if (j->soda) {
+    } else {
         vo_reply_text(r, rc == TESS_ENOMEM ? 503 : 500, "%s: cannot cut dataset '%s': %s",
                       rc == TESS_ENOMEM ? "TransientFault" : "FatalFault", j->ds->name, err);
-    } else {
-        problem_reply(r, rc == TESS_ENOMEM ? 503 : 500, NULL, "cannot copy dataset '%s': %s",
-                      j->ds->name, err);
     }
 }
 
-/* Checks the copy's size against limits.max_output_pixels and runs it; `soda` chooses
- * the error form. */
-static void run_copy(hreq *r, const dataset *d, const long lo[3], const long n[3], int soda)
-{
-    long long pixels = (long long)n[0] * n[1] * n[2];
-    long long max = r->srv->cfg->max_output_pixels;
-    if (max > 0 && pixels > max) {
-        if (soda)
-            vo_reply_text(r, 413, "UsageError: the cutout has %lld pixels, more than this "
-                          "server gives at once (limits.max_output_pixels = %lld): cut a "
-                          "smaller region or BAND", pixels, max);
-        else
-            problem_reply(r, 413, NULL, "the image of dataset '%s' has %lld pixels, more than "
-                          "limits.max_output_pixels (%lld): use SODA cutouts "
-                          "(/vo/soda/sync)", d->name, pixels, max);
-        return;
-    }
-    fits_job *j = calloc(1, sizeof(*j));
-    if (!j) {
-        vo_reply_text(r, 500, "FatalFault: out of memory");
-        return;
-    }
-    j->ds = d;
-    j->path = d->paths[0];
-    memcpy(j->lo, lo, sizeof(j->lo));
-    memcpy(j->n, n, sizeof(j->n));
-    j->soda = soda;
-    hreq_run_async(r, fits_copy_work, j, free);
-}
-
+/* SODA sync.  The parameters are checked here (bounded: at most VO_MAX_PARAMS values,
+ * a POLYGON of SODA_MAX_VERTICES); the region's pixel box, the BAND's planes and the
+ * cut are made on the pool, off the HTTP threads. */
 void handle_vo_soda(hreq *r, const route_match *m)
 {
     vo_params p;
     if (vo_params_take(r, &p))
         return;
     char why[300] = "";
-    int nid = 0, nband = 0;
+    int nid = 0, nband = 0, nc = 0, np = 0, npos = 0;
     const char *id = vo_params_get(&p, "ID", &nid);
     const char *band = vo_params_get(&p, "BAND", &nband);
     const char *fmt = vo_params_get(&p, "RESPONSEFORMAT", NULL);
+    const char *circle = vo_params_get(&p, "CIRCLE", &nc);
+    const char *poly = vo_params_get(&p, "POLYGON", &np);
+    const char *pos = vo_params_get(&p, "POS", &npos);
     const dataset *d = NULL;
-    soda_region *g = calloc(1, sizeof(*g));
-    long lo[3] = {0, 0, 0}, n[3] = {0, 0, 1};
+    fits_job *j = calloc(1, sizeof(*j));
+    soda_region *g = j ? calloc(1, sizeof(*g)) : NULL;
     int status = 400;
     if (!g) {
         status = 500;
         snprintf(why, sizeof(why), "FatalFault: out of memory");
         goto fail;
     }
+    j->region = g;
     const char *unserved = vo_params_get(&p, "TIME", NULL) ? "TIME"
                            : vo_params_get(&p, "POL", NULL) ? "POL" : NULL;
     if (unserved) {
@@ -977,37 +684,19 @@ void handle_vo_soda(hreq *r, const route_match *m)
         goto fail;
     }
     char reason[240];
-    if (soda_parse_region(&p, g, reason, sizeof(reason))) {
+    if (nc + np + npos > 1) {
+        snprintf(why, sizeof(why), "UsageError: give one region: one CIRCLE, POLYGON or POS");
+        goto fail;
+    }
+    if (soda_region_parse(circle, poly, pos, g, reason, sizeof(reason))) {
         snprintf(why, sizeof(why), "UsageError: %s", reason);
         goto fail;
     }
-    n[0] = d->nx;
-    n[1] = d->ny;
-    if (d->kind == DS_CUBE)
-        n[2] = d->nz;
-    if (g->n > 0) {
-        if (!d->cel) {
-            snprintf(why, sizeof(why), "UsageError: dataset '%.60s' has no celestial WCS "
-                     "(%.120s): CIRCLE, POLYGON and POS cannot select its pixels", d->name,
-                     d->wcs_error[0] ? d->wcs_error : "none in its header");
-            goto fail;
-        }
-        long box[4];
-        int rc = region_box(d, g, box);
-        if (rc == TESS_ENOMEM) {
-            status = 500;
-            snprintf(why, sizeof(why), "FatalFault: out of memory");
-            goto fail;
-        }
-        if (rc) {
-            snprintf(why, sizeof(why), "NoOverlap: the region does not overlap dataset '%s'",
-                     d->name);
-            goto fail;
-        }
-        lo[0] = box[0];
-        n[0] = box[1] - box[0];
-        lo[1] = box[2];
-        n[1] = box[3] - box[2];
+    if ((g->kind != SODA_NONE || g->whole) && !d->cel) {
+        snprintf(why, sizeof(why), "UsageError: dataset '%.60s' has no celestial WCS "
+                 "(%.120s): CIRCLE, POLYGON and POS cannot select its pixels", d->name,
+                 d->wcs_error[0] ? d->wcs_error : "none in its header");
+        goto fail;
     }
     if (nband > 1) {
         snprintf(why, sizeof(why), "MultiValuedParamNotSupported: one BAND per request");
@@ -1015,36 +704,27 @@ void handle_vo_soda(hreq *r, const route_match *m)
     }
     if (band) {
         double b[2];
-        if (read_numbers(band, b, 2) != 2 || b[0] > b[1]) {
+        if (soda_read_numbers(band, b, 2) != 2 || b[0] > b[1]) {
             snprintf(why, sizeof(why), "UsageError: BAND must be two wavelengths lo hi in "
                      "metres (-Inf, +Inf allowed), got '%.60s'", band);
             goto fail;
         }
-        long z0 = 0, z1 = 0;
-        int rc = band_planes(d, b[0], b[1], &z0, &z1, reason, sizeof(reason));
-        if (rc == TESS_ENOMEM) {
-            status = 500;
-            snprintf(why, sizeof(why), "FatalFault: out of memory");
-            goto fail;
-        }
-        if (rc < 0) {
-            snprintf(why, sizeof(why), "UsageError: %s", reason);
-            goto fail;
-        }
-        if (rc > 0) {
-            snprintf(why, sizeof(why), "NoOverlap: no plane of dataset '%s' lies in BAND "
-                     "%.60s", d->name, band);
-            goto fail;
-        }
-        lo[2] = z0;
-        n[2] = z1 - z0;
+        j->band = 1;
+        j->band_lo = b[0];
+        j->band_hi = b[1];
+        snprintf(j->band_text, sizeof(j->band_text), "%.60s", band);
     }
-    free(g);
+    j->ds = d;
+    j->path = d->paths[0];
+    j->n[0] = d->nx;
+    j->n[1] = d->ny;
+    j->n[2] = d->kind == DS_CUBE ? d->nz : 1;
     vo_params_release(&p);
-    run_copy(r, d, lo, n, 1);
+    hreq_run_async(r, fits_copy_work, j, fits_job_free);
     return;
 fail:
-    free(g);
+    if (j)
+        fits_job_free(j);
     vo_params_release(&p);
     vo_reply_text(r, status, "%s", why);
 }

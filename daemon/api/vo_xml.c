@@ -51,11 +51,78 @@ void voxml_end(voxml *x)
         check(x, xmlTextWriterEndElement(x->w));
 }
 
+/* The length of the UTF-8 sequence at s (n bytes left) if it encodes an XML 1.0 Char
+ * (tab, newline, carriage return, U+0020-U+D7FF, U+E000-U+FFFD, U+10000-U+10FFFF) in
+ * its shortest form, else 0. */
+static size_t xml_char_len(const unsigned char *s, size_t n)
+{
+    unsigned c = s[0];
+    if (c < 0x80)
+        return c >= 0x20 || c == '\t' || c == '\n' || c == '\r';
+    size_t len = c >= 0xC2 && c <= 0xDF ? 2 : c >= 0xE0 && c <= 0xEF ? 3
+                 : c >= 0xF0 && c <= 0xF4 ? 4 : 0;
+    if (len == 0 || len > n)
+        return 0;
+    unsigned long cp = c & (0x3F >> (len - 1));
+    for (size_t i = 1; i < len; i++) {
+        if ((s[i] & 0xC0) != 0x80)
+            return 0;
+        cp = cp << 6 | (s[i] & 0x3F);
+    }
+    static const unsigned long least[5] = {0, 0, 0x80, 0x800, 0x10000};
+    if (cp < least[len] || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF) || cp == 0xFFFE
+        || cp == 0xFFFF)
+        return 0;
+    return len;
+}
+
+char *voxml_clean(const char *text)
+{
+    const unsigned char *s = (const unsigned char *)text;
+    size_t n = strlen(text), bad = 0;
+    for (size_t i = 0; i < n;) {
+        size_t k = xml_char_len(s + i, n - i);
+        bad += k == 0;
+        i += k ? k : 1;
+    }
+    char *out = malloc(n + 2 * bad + 1), *o = out;
+    if (!out)
+        return NULL;
+    for (size_t i = 0; i < n;) {
+        size_t k = xml_char_len(s + i, n - i);
+        if (k) {
+            memcpy(o, s + i, k);
+            o += k;
+            i += k;
+        } else {
+            memcpy(o, "\xEF\xBF\xBD", 3);      /* U+FFFD REPLACEMENT CHARACTER */
+            o += 3;
+            i++;
+        }
+    }
+    *o = '\0';
+    return out;
+}
+
+/* Writes `value` as voxml_clean makes it: the attribute `name`, or text (name NULL). */
+static void write_clean(voxml *x, const char *name, const char *value)
+{
+    if (x->failed || !value)
+        return;
+    char *clean = voxml_clean(value);
+    if (!clean) {
+        x->failed = 1;
+        return;
+    }
+    const xmlChar *v = (const xmlChar *)clean;
+    check(x, name ? xmlTextWriterWriteAttribute(x->w, (const xmlChar *)name, v)
+                  : xmlTextWriterWriteString(x->w, v));
+    free(clean);
+}
+
 void voxml_attr(voxml *x, const char *name, const char *value)
 {
-    if (!x->failed && value)
-        check(x, xmlTextWriterWriteAttribute(x->w, (const xmlChar *)name,
-                                             (const xmlChar *)value));
+    write_clean(x, name, value);
 }
 
 /* Formats into v (len bytes); 0, or -1 with x failed when it does not fit. */
@@ -82,8 +149,7 @@ void voxml_attrf(voxml *x, const char *name, const char *fmt, ...)
 
 void voxml_text(voxml *x, const char *text)
 {
-    if (!x->failed && text)
-        check(x, xmlTextWriterWriteString(x->w, (const xmlChar *)text));
+    write_clean(x, NULL, text);
 }
 
 void voxml_element(voxml *x, const char *name, const char *text)

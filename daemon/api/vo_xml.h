@@ -6,8 +6,15 @@
 
 /* One document being written.  Every call below after a failure (out of memory) does
  * nothing; voxml_finish then says so.  Names may carry a prefix ("uws:job"); text and
- * attribute values are UTF-8 and escaped by the writer. */
+ * attribute values may be any bytes: they are written as voxml_clean makes them, then
+ * escaped by the writer, so the document is well-formed XML whatever a client sent. */
 typedef struct voxml voxml;
+
+/* A copy of the NUL-terminated `text` that XML 1.0 can carry: every byte that does not
+ * begin a shortest-form UTF-8 sequence of an XML Char (a C0 control other than tab,
+ * newline and carriage return, a cut or overlong sequence, a surrogate, U+FFFE, U+FFFF)
+ * is replaced by U+FFFD.  Returns a malloc'd string, or NULL (no memory). */
+char *voxml_clean(const char *text);
 
 /* A new document (the XML declaration written, UTF-8, indented), or NULL (no memory). */
 voxml *voxml_new(void);

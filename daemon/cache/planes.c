@@ -219,8 +219,8 @@ static void view_fill(plane_view *v, pentry *e)
 
 /* The type of a level-0 plane of `d` whose file has `bitpix` (RP_F64 for BITPIX -64 and
  * 32/64-bit integers, else RP_F32) and its size in bytes.  Counts of finite pixels under
- * a reduced pixel are uint32: the plane must hold fewer than 2^32 pixels (TESS_ETOOBIG
- * with err). */
+ * a reduced pixel are uint32: the plane must hold fewer than 2^32 pixels (TESS_ELIMIT
+ * with err, answered 413 as every route's decode budget is). */
 static int level0_size(const dataset *d, int bitpix, rp_dtype *dt, size_t *bytes, char *err,
                        size_t errlen)
 {
@@ -228,9 +228,9 @@ static int level0_size(const dataset *d, int bitpix, rp_dtype *dt, size_t *bytes
     size_t esz = *dt == RP_F64 ? sizeof(double) : sizeof(float);
     if (tess_size_dims(esz, (const long[]){d->nx, d->ny}, 2, bytes) ||
         *bytes / esz >= 0xFFFFFFFFULL) {
-        tess_seterr(err, errlen, "plane of %ld x %ld pixels is too large to hold in memory",
-                    d->nx, d->ny);
-        return TESS_ETOOBIG;
+        tess_seterr(err, errlen, "a plane of %ld x %ld pixels is more than the %llu pixels "
+                    "a plane may hold in memory", d->nx, d->ny, 0xFFFFFFFFULL - 1);
+        return TESS_ELIMIT;
     }
     return 0;
 }
@@ -345,15 +345,16 @@ static int load_level0(const dataset *d, long z, pentry *e, char *err, size_t er
         }
     }
 
+    /* A frame that its decoder will refuse (a PNG or TIFF over the decode budgets) is
+     * refused before its plane is sized or allocated, with the reason every other route
+     * gives for it. */
+    if ((rc = frame_decode_check(e->path, err, errlen)))
+        return rc;
     rp_dtype dt;
     size_t bytes;
     if ((rc = level0_size(d, bitpix, &dt, &bytes, err, errlen)))
         return rc;
     size_t esz = dt == RP_F64 ? sizeof(double) : sizeof(float);
-    /* A frame that its decoder will refuse (a PNG over the decode budgets) is refused
-     * before its plane is allocated. */
-    if ((rc = frame_decode_check(e->path, err, errlen)))
-        return rc;
     size_t n = bytes / esz;
     void *data = malloc(bytes);
     if (!data) {

@@ -40,9 +40,9 @@ void planestore_free(planestore *s);
  * is read from the store, its frame neither opened nor decoded; the version stays the
  * frame's (planestore_view_version), the values are the same.
  * Returns 0, or TESS_ERANGE (z outside the dataset), TESS_EIO (`err` says why),
- * TESS_ETOOBIG (a plane of 2^32 pixels or more, which the store cannot hold),
- * TESS_ELIMIT (a frame over the decode budgets, engine/base/decodelimit.h: refused
- * before its plane is allocated),
+ * TESS_ELIMIT (a frame over the decode budgets, engine/base/decodelimit.h, checked
+ * first, or a plane of 2^32 pixels or more, which the store cannot hold: refused before
+ * its plane is allocated; the HTTP routes answer 413 as for any decode budget),
  * TESS_ENOMEM. */
 int planestore_get(planestore *s, const dataset *d, long z, int level, plane_view *v,
                    char *err, size_t errlen);

@@ -56,6 +56,40 @@ int jobc_marker_exists(const char *workdir)
     return file_exists(p);
 }
 
+int jobc_source_pin(const dataset *d, const char *workdir, char *ver, size_t len, char *err,
+                    size_t errlen)
+{
+    char p[PATH_MAX];
+    snprintf(p, sizeof p, "%s/source.version", workdir);
+    int fd = open(p, O_RDONLY | O_CLOEXEC);
+    if (fd >= 0) {   /* a resumed job: the identity its first plan saw */
+        ssize_t n = read(fd, ver, len - 1);
+        close(fd);
+        if (n > 0) {
+            ver[n] = '\0';
+            return 0;
+        }
+        /* empty (lost to a power cut before it reached the disk): pinned anew */
+    }
+    dataset_version(d, ver, len);
+    fd = open(p, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    int bad = fd < 0 || tess_pwrite_all(fd, ver, strlen(ver), 0) != 0;
+    if ((fd >= 0 && close(fd) != 0) || bad) {
+        tess_seterr(err, errlen, "cannot write %s: %s", p, strerror(errno));
+        return TESS_EIO;
+    }
+    return 0;
+}
+
+int jobc_source_check(const dataset *d, const char *ver, char *err, size_t errlen)
+{
+    if (dataset_copy_current(d, ver))
+        return 0;
+    tess_seterr(err, errlen, "the files of dataset '%s' changed while the job ran: its "
+                "partial results are of the files it started with; submit it again", d->name);
+    return TESS_EIO;
+}
+
 /* Links `from` to `to` (a copy across file systems); see job_common.h. */
 int jobc_link_file(const char *from, const char *to, char *err, size_t errlen)
 {

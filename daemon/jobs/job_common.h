@@ -47,6 +47,19 @@ int jobc_write_at(const char *path, const void *buf, size_t n, off_t off, char *
 int jobc_touch_marker(const char *workdir, char *err, size_t errlen);
 int jobc_marker_exists(const char *workdir);
 
+/* The identity (dataset_version) of the files of d that the job's work files in
+ * `workdir` are derived from, in `ver` (at least 64 bytes): recorded in
+ * <workdir>/source.version by the job's first plan, read back by a plan that resumes it,
+ * so that finish() can refuse partial results computed from files since replaced
+ * (jobc_source_check).  0 or TESS_EIO with err. */
+int jobc_source_pin(const dataset *d, const char *workdir, char *ver, size_t len, char *err,
+                    size_t errlen);
+
+/* 0 when the files of d are still the ones `ver` names (dataset_copy_current), else
+ * TESS_EIO with err: "the files of dataset 'NAME' changed while the job ran: its partial
+ * results are of the files it started with; submit it again". */
+int jobc_source_check(const dataset *d, const char *ver, char *err, size_t errlen);
+
 /* Puts the work file `from` at `to` for finish(): a hard link, replacing what is at `to`
  * (a copy across file systems).  `from` stays in the work directory until the job ends,
  * so that finish can run again when the process died after the runner moved the product

@@ -21,6 +21,8 @@ typedef struct ps_state {
     char name[128];
     long long datastart;
     cube_spectrum *plan;      /* transforms of series of nz values */
+    const dataset *d;
+    char source[64];          /* the identity of the files the work files are of */
 } ps_state;
 
 static int ps_validate(const json_t *body, const job_env *env, job_problem *pb)
@@ -49,13 +51,12 @@ static int usable_profile(const dataset *d, char *path, size_t len)
     if (!dataset_profile_path(d, path, len))
         return 0;
     chunkstore_info ci;
-    char e[256], ver[64];
+    char e[256];
     if (chunkstore_read_info(path, &ci, e, sizeof e) != 0)
         return 0;
-    dataset_version(d, ver, sizeof ver);
     return ci.nx == d->nx && ci.ny == d->ny && ci.nz == d->nz && ci.tx == CUBE_TILE &&
            ci.ty == CUBE_TILE && ci.dtype == jobc_choose_dtype(d) &&
-           strcmp(ci.source_version, ver) == 0;
+           dataset_copy_current(d, ci.source_version);
 }
 
 static int ps_plan(const json_t *body, const job_env *env, const char *workdir, job_plan *out,
@@ -72,6 +73,11 @@ static int ps_plan(const json_t *body, const job_env *env, const char *workdir, 
     }
     snprintf(s->out_path, sizeof s->out_path, "%s/spectrum.fits", workdir);
     snprintf(s->name, sizeof s->name, "%s", jobc_output_name(body));
+    s->d = d;
+    if ((rc = jobc_source_pin(d, workdir, s->source, sizeof s->source, err, errlen))) {
+        free(s);
+        return rc;
+    }
     /* Whether stage A is needed is decided once, when the work files are created, and
      * remembered in the work directory (a later rechunk must not change the plan). */
     char direct_flag[PATH_MAX], src[PATH_MAX] = "";
@@ -143,7 +149,9 @@ static int ps_finish(void *state, const char *tmp_path, job_product *prod, char 
                      size_t errlen)
 {
     ps_state *s = state;
-    int rc = jobc_link_file(s->out_path, tmp_path, err, errlen);
+    int rc = jobc_source_check(s->d, s->source, err, errlen);
+    if (!rc)
+        rc = jobc_link_file(s->out_path, tmp_path, err, errlen);
     if (rc)
         return rc;
     if (!s->t.direct)

@@ -24,6 +24,7 @@ typedef struct reduce_state {
     long nblocks;            /* zreduce_nranges(nz): block k reduces zreduce_range k */
     char workdir[PATH_MAX];
     char name[128];
+    char source[64];         /* the identity of the files the partials are of */
 } reduce_state;
 
 static int reduce_parse(const json_t *body, stack_zop *op, zreduce_axis *axis, job_problem *pb)
@@ -91,6 +92,10 @@ static int reduce_plan(const json_t *body, const job_env *env, const char *workd
     s->nblocks = zreduce_nranges(d->nz);
     snprintf(s->workdir, sizeof s->workdir, "%s", workdir);
     snprintf(s->name, sizeof s->name, "%s", jobc_output_name(body));
+    if ((rc = jobc_source_pin(d, workdir, s->source, sizeof s->source, err, errlen))) {
+        free(s);
+        return rc;
+    }
     out->nstages = 1;
     out->nblocks[0] = s->nblocks;
     out->state = s;
@@ -217,6 +222,9 @@ static int reduce_finish(void *state, const char *tmp_path, job_product *prod, c
     const dataset *d = s->d;
     int along_z = s->axis == ZREDUCE_AXIS_Z;
     long nx = along_z ? d->nx : d->nz, ny = along_z ? d->ny : 1;
+    int bad = jobc_source_check(d, s->source, err, errlen);
+    if (bad)
+        return bad;
     double *out = malloc(sizeof(double) * (size_t)nx * ny);
     if (!out) {
         tess_seterr(err, errlen, "out of memory");

@@ -1,5 +1,6 @@
 /* FITS image access through cfitsio: header cards, metadata and physical pixel values (fitsimg.h). */
 #include "engine/fits/fitsimg.h"
+#include "engine/fits/fitswrite.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -821,7 +822,11 @@ int fitsimg_copy_section(const char *path, int hdu, const long lo[3], const long
         fits_copy_image_section(in, dst, section, &status) ||
         (status = shift_int_card(dst, "CNPIX1", lo[0])) != 0 ||
         (naxis > 1 && (status = shift_int_card(dst, "CNPIX2", lo[1])) != 0) ||
-        fits_write_chksum(dst, &status)) {
+        /* Placeholders, set below by fitswrite_checksum_mem with fixed comments: cfitsio's
+         * fits_write_chksum puts the time in them, and the same cut must give the same
+         * bytes (its strong ETag, resumed downloads). */
+        fits_update_key_str(dst, "CHECKSUM", "0000000000000000", "HDU checksum", &status) ||
+        fits_update_key_str(dst, "DATASUM", "0", "data unit checksum", &status)) {
         set_cfitsio_err(err, errlen, "cannot copy a section of", path, status);
         rc = status == MEMORY_ALLOCATION ? TESS_ENOMEM : TESS_EIO;
         goto out;
@@ -835,6 +840,8 @@ int fitsimg_copy_section(const char *path, int hdu, const long lo[3], const long
         rc = TESS_EIO;
         goto out;
     }
+    if ((rc = fitswrite_checksum_mem(mem, (size_t)end, err, errlen)) != 0)
+        goto out;
     *out = mem;
     *outlen = (size_t)end;
     mem = NULL;

@@ -148,7 +148,8 @@ void fitsimg_header_shift(char *header, int nkeys, const double *shift, int nshi
  * sections do (fits_copy_image_section): one primary HDU with the pixels as stored
  * (BITPIX, BSCALE/BZERO and BLANK kept), the header's other cards, CRPIXn less the
  * offset (LTVn added), and here also a Digitized Sky Survey plate's CNPIX1/CNPIX2 moved
- * (as fitsimg_header_shift), then CHECKSUM and DATASUM.  The box must lie inside the
+ * (as fitsimg_header_shift), then CHECKSUM and DATASUM (fixed comments, no time: the
+ * same box of the same file gives the same bytes).  The box must lie inside the
  * image.  *out is malloc'd, *outlen its length (a multiple of 2880).  Returns 0, or
  * TESS_EINVAL (a box outside the image, a table HDU, a whole-file compressed file),
  * TESS_EIO (cannot read), TESS_ENOMEM, with `err`. */

@@ -317,6 +317,8 @@ struct stack {
     unsigned long long data_bytes; /* 0 = not computed yet */
     uint64_t *header_hash;    /* per path, frame_header_hash when the dataset was opened
                                  (0: not checked), or NULL (stack_expect_headers) */
+    int bitpix;               /* of every PNG or TIFF frame (0: not checked;
+                                 stack_expect_bitpix) */
 };
 
 stack *stack_new(const char *const *paths, int npaths, int hdu, long nx, long ny, long nz,
@@ -663,6 +665,29 @@ int frame_header_hash(const char *path, int hdu, uint64_t *hash, char *err, size
     return header_hash_cfitsio(path, hdu, hash, err, errlen);
 }
 
+void stack_expect_bitpix(stack *s, int bitpix)
+{
+    s->bitpix = bitpix;
+}
+
+/* Whether a PNG or TIFF frame of stack s opened again (`path`) is of the
+ * stack's shape and bit depth, from its header alone.  Returns 0 or TESS_EIO with err. */
+static int frame_alike(const stack *s, const char *path, long nx, long ny, int bitpix,
+                       char *err, size_t errlen)
+{
+    if (nx != s->nx || ny != s->ny) {
+        tess_seterr(err, errlen, "%s is now %ld x %ld, not the %ld x %ld it was when opened",
+                    path, nx, ny, s->nx, s->ny);
+        return TESS_EIO;
+    }
+    if (s->bitpix && bitpix != s->bitpix) {
+        tess_seterr(err, errlen, "frame %s is now BITPIX %d, not the stack's BITPIX %d", path,
+                    bitpix, s->bitpix);
+        return TESS_EIO;
+    }
+    return 0;
+}
+
 int stack_expect_headers(stack *s, const uint64_t *hashes)
 {
     uint64_t *h = malloc((size_t)s->npaths * sizeof(*h));
@@ -790,6 +815,9 @@ static int open_tiff(stack *s, frame *f, const char *path, char *err, size_t err
                     "when opened", path, sh.nx, sh.ny, sh.npages, s->nx, s->ny);
         return TESS_EIO;
     }
+    if ((rc = frame_alike(s, path, sh.nx, sh.ny,
+                          sh.type == TIFFFRAME_F32 ? -32 : 8 * sh.esize, err, errlen)))
+        return rc;
     f->kind = SRC_TIFF;
     if (s->npaths == 1 || (sh.type != TIFFFRAME_U8 && sh.type != TIFFFRAME_U16))
         return 0;
@@ -834,12 +862,19 @@ static int frame_open(stack *s, long idx, frame **out, char *err, size_t errlen)
     } else if (frame_is_png(path)) {
         long nx, ny;
         int bits;
-        rc = pngframe_decode(path, &f->pix, &nx, &ny, &bits, err, errlen);
-        if (rc == 0 && (nx != s->nx || ny != s->ny || s->npaths == 1)) {
-            tess_seterr(err, errlen, "%s is now %ld x %ld, not the %ld x %ld it was when opened",
-                        path, nx, ny, s->nx, s->ny);
+        /* the header first: a frame of another size or depth is refused undecoded */
+        rc = pngframe_header(path, &nx, &ny, &bits, err, errlen);
+        if (rc == 0 && s->npaths == 1) {
+            tess_seterr(err, errlen, "%s is now a PNG frame, not the volume it was when opened",
+                        path);
             rc = TESS_EIO;
         }
+        if (rc == 0)
+            rc = frame_alike(s, path, nx, ny, bits, err, errlen);
+        if (rc == 0)
+            rc = pngframe_decode(path, &f->pix, &nx, &ny, &bits, err, errlen);
+        if (rc == 0)   /* the file changed between its header and its decoding */
+            rc = frame_alike(s, path, nx, ny, bits, err, errlen);
         if (rc == 0) {
             f->kind = bits == 16 ? SRC_MEM16 : SRC_MEM8;
             f->bitpix = bits;

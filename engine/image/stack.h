@@ -110,6 +110,16 @@ stack *stack_new(const char *const *paths, int npaths, int hdu, long nx, long ny
  * TESS_ENOMEM. */
 int stack_expect_headers(stack *s, const uint64_t *hashes);
 
+/* Pins the bit depth of the volume's PNG and TIFF frames: `bitpix` is what
+ * frame_read_info gave every frame when the caller opened the volume (8 or 16; -32 for a
+ * float TIFF), 0 not to check.  From then on such a frame opened again (its identity
+ * changed) of another depth is refused before it is decoded: its reads fail with TESS_EIO,
+ * "frame PATH is now BITPIX B, not the stack's BITPIX A" (a FITS frame's BITPIX is part
+ * of its header: stack_expect_headers).  A PNG frame's size and depth are read from its
+ * header, so a frame replaced by one of another size is refused undecoded too.  Call
+ * before any read.  Cannot fail. */
+void stack_expect_bitpix(stack *s, int bitpix);
+
 /* Unmaps and closes everything.  No read may be running.  NULL is ignored. */
 void stack_free(stack *s);
 

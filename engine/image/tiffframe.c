@@ -222,6 +222,103 @@ static const char *type_name(tiffframe_type t)
     return "?";
 }
 
+/* A little- or big-endian unsigned integer of n bytes (2, 4 or 8) at b. */
+static uint64_t tf_uint(const unsigned char *b, int n, int big_endian)
+{
+    uint64_t v = 0;
+    for (int i = 0; i < n; i++)
+        v |= (uint64_t)b[big_endian ? n - 1 - i : i] << (8 * i);
+    return v;
+}
+
+/* The entries the directory at `diroff` of the file read by io has for the tags
+ * `tags[0..n)`, read from the file itself (libtiff pads a short offset or byte-count array
+ * with zeros, and splits a single uncompressed strip into many, so its own arrays and
+ * strip counts cannot tell): counts[i] = the entry's count, or -1 when the tag is absent;
+ * values[i] = its value when it is one SHORT, LONG or LONG8 held in the entry, else 0.
+ * Entries are read 64 at a time.  Returns 0, or -1 when the directory cannot be read
+ * (libtiff has read it, so only a file changed since can do that). */
+static int tf_entries(const tf_io *io, uint64_t diroff, int bigtiff, const uint16_t *tags,
+                      long long *counts, uint64_t *values, int n)
+{
+    unsigned char hdr[8], buf[64 * 20];
+    for (int i = 0; i < n; i++) {
+        counts[i] = -1;
+        values[i] = 0;
+    }
+    if (pread(io->fd, hdr, 2, 0) != 2)
+        return -1;
+    const int be = hdr[0] == 'M';
+    const int csize = bigtiff ? 8 : 2, esize = bigtiff ? 20 : 12, nsize = bigtiff ? 8 : 4;
+    if (pread(io->fd, hdr, (size_t)csize, (off_t)diroff) != csize)
+        return -1;
+    uint64_t nent = tf_uint(hdr, csize, be);
+    if (nent > 65535)   /* libtiff reads no more (TIFF_MAX_DIR_COUNT in 4.5) */
+        return -1;
+    uint64_t pos = diroff + (uint64_t)csize;
+    while (nent > 0) {
+        size_t k = nent < 64 ? (size_t)nent : 64;
+        if (pread(io->fd, buf, k * (size_t)esize, (off_t)pos) != (ssize_t)(k * (size_t)esize))
+            return -1;
+        for (size_t e = 0; e < k; e++) {
+            const unsigned char *p = buf + e * (size_t)esize;
+            uint16_t tag = (uint16_t)tf_uint(p, 2, be);
+            for (int i = 0; i < n; i++)
+                if (tag == tags[i] && counts[i] < 0) {
+                    uint64_t c = tf_uint(p + 4, nsize, be);
+                    uint16_t type = (uint16_t)tf_uint(p + 2, 2, be);
+                    counts[i] = c > (uint64_t)LLONG_MAX ? LLONG_MAX : (long long)c;
+                    if (c == 1 && (type == TIFF_SHORT || type == TIFF_LONG ||
+                                   (type == TIFF_LONG8 && bigtiff)))
+                        values[i] = tf_uint(p + 4 + nsize,
+                                            type == TIFF_SHORT ? 2 : type == TIFF_LONG ? 4 : 8,
+                                            be);
+                }
+        }
+        nent -= k;
+        pos += k * (uint64_t)esize;
+    }
+    return 0;
+}
+
+/* Whether the strip or tile arrays of the current directory of `tif` (page `dirno`) have
+ * an entry for every strip or tile.  libtiff pads a short array with zeros, so a strip
+ * past its end would be read from offset 0: the file's own header and tags as pixels.
+ * Returns 0 or TESS_EINVAL with err. */
+static int tf_check_striles(TIFF *tif, const char *path, long dirno, int tiled, char *err,
+                            size_t errlen)
+{
+    static const char *const names[] = {"StripOffsets", "StripByteCounts", "TileOffsets",
+                                        "TileByteCounts"};
+    const uint16_t tags[3] = {tiled ? TIFFTAG_TILEOFFSETS : TIFFTAG_STRIPOFFSETS,
+                              tiled ? TIFFTAG_TILEBYTECOUNTS : TIFFTAG_STRIPBYTECOUNTS,
+                              TIFFTAG_ROWSPERSTRIP};
+    long long counts[3];
+    uint64_t values[3];
+    const tf_io *io = (const tf_io *)TIFFClientdata(tif);
+    if (tf_entries(io, TIFFCurrentDirOffset(tif), TIFFIsBigTIFF(tif), tags, counts, values, 3)) {
+        tess_seterr(err, errlen, "%s: directory %ld cannot be read again", path, dirno);
+        return TESS_EINVAL;
+    }
+    long long want;
+    if (tiled) {
+        want = (long long)TIFFNumberOfTiles(tif);
+    } else {   /* the strips the file declares (RowsPerStrip absent or 0: one) */
+        uint32_t h = 0;
+        TIFFGetField(tif, TIFFTAG_IMAGELENGTH, &h);
+        uint64_t rps = values[2] >= 1 && values[2] < h ? values[2] : h;
+        want = (long long)((h + rps - 1) / rps);
+    }
+    for (int i = 0; i < 2; i++) {
+        if (counts[i] >= 0 && counts[i] < want) {
+            tess_seterr(err, errlen, "%s: directory %ld has %lld %s for %lld %s", path, dirno,
+                        counts[i], names[2 * tiled + i], want, tiled ? "tiles" : "strips");
+            return TESS_EINVAL;
+        }
+    }
+    return 0;
+}
+
 /* The current directory of `tif`, checked.  Returns 0 or TESS_EINVAL with err. */
 static int tf_describe(TIFF *tif, const char *path, long dirno, tf_page *pg, char *err,
                        size_t errlen)
@@ -298,7 +395,7 @@ static int tf_describe(TIFF *tif, const char *path, long dirno, tf_page *pg, cha
         }
         pg->rps = rps > h ? (long)h : (long)rps;
     }
-    return 0;
+    return tf_check_striles(tif, path, dirno, pg->tiled, err, errlen);
 }
 
 /* ---- the process-wide cache of page offsets ---------------------------------------- */
@@ -587,6 +684,21 @@ static void tf_emit(void *out, tiffframe_out as, size_t at, const unsigned char 
 #undef TF_CONVERT_TO
 #undef TF_CONVERT
 
+/* Whether strip or tile k of the loaded page of h has no offset (0: an entry libtiff
+ * added to a short array, whatever the directory's counts said), which would read the
+ * file's header as pixels.  1 with err, else 0. */
+static int tf_strile_unset(const tiffframe *t, tf_handle *h, uint32_t k, const char *what,
+                           char *err, size_t errlen)
+{
+    int bad = 0;
+    if (TIFFGetStrileOffsetWithErr(h->tif, k, &bad) == 0 || bad) {
+        tess_seterr(err, errlen, "%s: %s %lu has no offset (a short offset array)", t->path,
+                    what, (unsigned long)k);
+        return 1;
+    }
+    return 0;
+}
+
 /* The region from the loaded page pg of handle h (see tiffframe_read). */
 static int tf_decode(tiffframe *t, tf_handle *h, const tf_page *pg, long x0, long y0, long w,
                      long hgt, tiffframe_out as, void *out, char *err, size_t errlen)
@@ -609,6 +721,10 @@ static int tf_decode(tiffframe *t, tf_handle *h, const tf_page *pg, long x0, lon
     if (!pg->tiled) {
         for (long s = ty0 / pg->rps; s * pg->rps < ty1 && !rc; s++) {
             long r0 = s * pg->rps, r1 = r0 + pg->rps < ny ? r0 + pg->rps : ny;
+            if (tf_strile_unset(t, h, (uint32_t)s, "strip", err, errlen)) {
+                rc = TESS_EIO;
+                break;
+            }
             tf_clear(&h->io);
             tmsize_t got = TIFFReadEncodedStrip(h->tif, (uint32_t)s, buf, chunk);
             if (got < (tmsize_t)((r1 - r0) * nx * es)) {
@@ -626,6 +742,10 @@ static int tf_decode(tiffframe *t, tf_handle *h, const tf_page *pg, long x0, lon
         for (long ty = ty0 / pg->th * pg->th; ty < ty1 && !rc; ty += pg->th) {
             for (long tx = x0 / pg->tw * pg->tw; tx < x0 + w && !rc; tx += pg->tw) {
                 uint32_t tile = TIFFComputeTile(h->tif, (uint32_t)tx, (uint32_t)ty, 0, 0);
+                if (tf_strile_unset(t, h, tile, "tile", err, errlen)) {
+                    rc = TESS_EIO;
+                    break;
+                }
                 tf_clear(&h->io);
                 tmsize_t got = TIFFReadEncodedTile(h->tif, tile, buf, chunk);
                 if (got < (tmsize_t)need) {

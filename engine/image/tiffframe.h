@@ -21,7 +21,11 @@
  * unscaled.
  *
  * Hostile files: the structure is checked before anything is decoded (dimensions >= 1,
- * every page of the first page's shape and type, sizes that fit), and a page is decoded
+ * every page of the first page's shape and type, sizes that fit, offset and byte-count
+ * arrays (StripOffsets/StripByteCounts, TileOffsets/TileByteCounts) with an entry for
+ * every strip or tile: libtiff pads a short one with zeros, which would read the file's
+ * header as pixels), again at every read of a page, a strip or tile whose offset is 0
+ * refused when read (TESS_EIO), and a page is decoded
  * only once its size (and a tile's) passes decodelimit_check (engine/base/decodelimit.h):
  * over it, every read of its pixels fails with TESS_ELIMIT and nothing is allocated.
  * libtiff's own allocations are capped at the decoded-bytes budget.  libtiff's errors and
@@ -59,7 +63,7 @@ typedef struct tiffframe tiffframe;
 /* Opens `path` (tess_open_regular: a regular file) and checks every page as above.
  * Returns 0 with *out, or TESS_EIO (cannot open or read, libtiff's error), TESS_EINVAL
  * (not a TIFF file, a page of another shape or type, a sample type or colour layout not
- * read here, more than 100000 pages), TESS_ENOMEM, with err. */
+ * read here, a short offset or byte-count array, more than 100000 pages), TESS_ENOMEM, with err. */
 int tiffframe_open(const char *path, tiffframe **out, char *err, size_t errlen);
 
 /* Closes the file.  No read may be running.  NULL is ignored. */

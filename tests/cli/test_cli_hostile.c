@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -48,6 +49,7 @@ static const char *in_dir(const char *name, char *buf, size_t len)
 typedef struct run {
     int status;               /* exit status, -1 when killed */
     double took;              /* seconds */
+    long maxrss_kb;           /* the most memory the run held (getrusage's ru_maxrss) */
     char out[8192], err[8192];/* the start of stdout and stderr */
 } run;
 
@@ -83,19 +85,22 @@ static void run_bounded(run *r, double limit_s, const char *const *args)
     posix_spawn_file_actions_destroy(&fa);
     double t0 = tt_now_s();
     int ws = 0, sent = 0;
-    while (waitpid(pid, &ws, WNOHANG) == 0) {
+    struct rusage ru;
+    memset(&ru, 0, sizeof ru);
+    while (wait4(pid, &ws, WNOHANG, &ru) == 0) {
         double t = tt_now_s() - t0;
         if (!sent && t > limit_s) {
             kill(pid, SIGTERM);
             sent = 1;
         } else if (t > limit_s + 2.0) {
             kill(pid, SIGKILL);
-            waitpid(pid, &ws, 0);
+            wait4(pid, &ws, 0, &ru);
             break;
         }
         usleep(5000);
     }
     r->took = tt_now_s() - t0;
+    r->maxrss_kb = ru.ru_maxrss;
     r->status = WIFEXITED(ws) && !sent ? WEXITSTATUS(ws) : -1;
     slurp(o, r->out, sizeof r->out);
     slurp(e, r->err, sizeof r->err);
@@ -265,8 +270,14 @@ typedef struct canned {
     const char *body;
 } canned;
 
+/* How the fake server answers: with the canned answers, with a 200 whose body never
+ * ends (64 KiB writes until the client goes, at most 8 GiB or 60 s), or never (it reads
+ * the request and waits for the client to go, at most 60 s). */
+enum fake_mode { FAKE_CANNED, FAKE_ENDLESS, FAKE_SILENT };
+
 typedef struct fake_server {
     int fd, port;
+    enum fake_mode mode;
     const canned *answers;
     int n;
     int stop;                  /* atomic */
@@ -292,6 +303,28 @@ static void serve_one(fake_server *s, int c)
     }
     if (!end)
         return;
+    if (s->mode != FAKE_CANNED) {
+        static char block[65536];
+        static const char head[] = "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+                                   "Connection: close\r\n\r\n[";
+        memset(block, ' ', sizeof block);
+        double t0 = tt_now_s();
+        if (s->mode == FAKE_ENDLESS && write(c, head, sizeof head - 1) < 0)
+            return;
+        for (long k = 0; k < (8L << 30) / (long)sizeof block && tt_now_s() - t0 < 60.0 &&
+                         !__atomic_load_n(&s->stop, __ATOMIC_ACQUIRE); k++) {
+            if (s->mode == FAKE_ENDLESS) {
+                if (write(c, block, sizeof block) < 0)
+                    return;
+            } else {   /* silent: until the client closes (readable at its end) */
+                struct pollfd p = { c, POLLIN, 0 };
+                char sink[256];
+                if (poll(&p, 1, 50) > 0 && read(c, sink, sizeof sink) <= 0)
+                    return;
+            }
+        }
+        return;
+    }
     const char *cl = strcasestr(req, "\r\nContent-Length:");
     size_t want = (size_t)(end + 4 - req) + (cl ? strtoul(cl + 17, NULL, 10) : 0);
     while (n < want && n < sizeof req - 1) {
@@ -332,6 +365,8 @@ static void *fake_main(void *arg)
 static void fake_start(fake_server *s, const canned *answers, int n)
 {
     memset(s, 0, sizeof *s);
+    if (!answers)
+        s->mode = n;
     s->answers = answers;
     s->n = n;
     s->fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
@@ -432,13 +467,19 @@ START_TEST(test_jobs_malformed_answers)
 }
 END_TEST
 
-START_TEST(test_submit_malformed_answers)
+/* Writes a small job file, job.json of the test directory, and its path into `job`. */
+static void write_job(char *job, size_t len)
 {
-    char job[PATH_MAX];
-    FILE *f = fopen(in_dir("job.json", job, sizeof job), "w");
+    FILE *f = fopen(in_dir("job.json", job, len), "w");
     ck_assert_ptr_nonnull(f);
     fputs("{\"type\": \"mosaic\"}\n", f);
     ck_assert_int_eq(fclose(f), 0);
+}
+
+START_TEST(test_submit_malformed_answers)
+{
+    char job[PATH_MAX];
+    write_job(job, sizeof job);
     struct {
         const char *name;
         canned answers[2];
@@ -482,6 +523,60 @@ START_TEST(test_submit_malformed_answers)
 }
 END_TEST
 
+/* A server that streams an answer without end, and one that never answers: `tessera jobs`,
+ * `submit --no-wait` and `cancel` end by themselves with exit 4 and a message saying
+ * which, the first at the answer's cap (32 MiB) and within bounded memory (the answer grew
+ * past 4 GB in 9 s before), the second at --timeout (before: 60 s, fixed). */
+START_TEST(test_endless_and_silent_servers)
+{
+    char job[PATH_MAX];
+    write_job(job, sizeof job);
+    static const struct {
+        enum fake_mode mode;
+        const char *cmd;
+        int file;
+        const char *what;
+    } cases[] = {
+        { FAKE_ENDLESS, "jobs", 0, "the server's answer is longer than 32 MiB" },
+        { FAKE_ENDLESS, "submit", 1, "the server's answer is longer than 32 MiB" },
+        { FAKE_ENDLESS, "cancel", 0, "the server's answer is longer than 32 MiB" },
+        { FAKE_SILENT, "jobs", 0, "no whole answer within 2 s (--timeout)" },
+        { FAKE_SILENT, "submit", 1, "no whole answer within 2 s (--timeout)" },
+        { FAKE_SILENT, "cancel", 0, "no whole answer within 2 s (--timeout)" },
+    };
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        fake_server s;
+        fake_start(&s, NULL, (int)cases[k].mode);
+        char url[64];
+        snprintf(url, sizeof url, "http://127.0.0.1:%d", s.port);
+        /* jobs: no operand; submit --no-wait JOB; cancel ID */
+        const char *args[] = { cases[k].cmd, "--server", url, "--timeout", "2", NULL, NULL,
+                               NULL };
+        if (cases[k].file) {
+            args[5] = "--no-wait";
+            args[6] = job;
+        } else if (strcmp(cases[k].cmd, "cancel") == 0) {
+            args[5] = "abc123";
+        }
+        run r;
+        run_bounded(&r, 10.0 * tt_time_scale(), args);
+        fake_stop(&s);
+        char name[64];
+        snprintf(name, sizeof name, "%s against a%s server", cases[k].cmd,
+                 cases[k].mode == FAKE_ENDLESS ? "n endless" : " silent");
+        printf("tessera %s: exit %d in %.2f s, %ld KiB at most: %s", name, r.status, r.took,
+               r.maxrss_kb, r.err);
+        expect(&r, 4, cases[k].what, name);
+        assert_clean(r.err, name);
+        /* 32 MiB held, doubled once while growing; the sanitizers' quarantine aside */
+        ck_assert_msg(r.maxrss_kb < 400 * 1024, "%s: %ld KiB held", name, r.maxrss_kb);
+        if (cases[k].mode == FAKE_SILENT)
+            ck_assert_msg(r.took > 1.9 && r.took < 6.0 * tt_time_scale(), "%s: %.2f s", name,
+                          r.took);
+    }
+}
+END_TEST
+
 int main(void)
 {
     setvbuf(stdout, NULL, _IOLBF, 0);
@@ -495,6 +590,7 @@ int main(void)
     tcase_add_test(tc, test_jobs_escapes_sanitised);
     tcase_add_test(tc, test_jobs_malformed_answers);
     tcase_add_test(tc, test_submit_malformed_answers);
+    tcase_add_test(tc, test_endless_and_silent_servers);
     suite_add_tcase(s, tc);
     return tt_run_suite(s);
 }

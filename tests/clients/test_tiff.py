@@ -194,5 +194,84 @@ class TestTiff(ServerCase):
         finally:
             shutil.rmtree(bad, ignore_errors=True)
 
+    def test_huge_declared_size_413_everywhere(self):
+        # a TIFF that declares 100000 x 100000 8-bit pixels in a file of a few hundred bytes:
+        # every pixel route, IIIF and the histogram included (they answered 500 "too large
+        # to hold in memory"), answers 413 naming the input-pixels budget
+        import struct
+        bad = tempfile.mkdtemp(prefix="tessera-tiff-huge-")
+        try:
+            path = os.path.join(bad, "huge.tif")
+            ents = [(256, 4, 1, 100000), (257, 4, 1, 100000), (258, 3, 1, 8), (259, 3, 1, 1),
+                    (262, 3, 1, 1), (273, 4, 1, 512), (277, 3, 1, 1), (278, 4, 1, 100000),
+                    (279, 4, 1, 64)]
+            b = bytearray(600)
+            b[0:8] = b"II*\0\x08\0\0\0"
+            struct.pack_into("<H", b, 8, len(ents))
+            for i, (tag, typ, count, value) in enumerate(ents):
+                struct.pack_into("<HHII", b, 10 + 12 * i, tag, typ, count, value)
+            with open(path, "wb") as f:
+                f.write(b)
+            with Server(roots=[bad], demo=False, datasets=[{"name": "h", "path": path}]) as s:
+                for p in ("/iiif/3/h/0,0,64,64/max/0/default.png",
+                          "/iiif/3/h/full/64,/0/default.png",
+                          "/api/v1/datasets/h/histogram",
+                          "/api/v1/datasets/h/slice/xy/4_4/0_0_0.npy",
+                          "/api/v1/datasets/h/values?x=1&y=1"):
+                    st, _, body = s.get(p)
+                    self.assertEqual(st, 413, f"{p}: {body[:300]!r}")
+                    self.assertIn(b"limits.max_input_pixels", body, p)
+                self.assertEqual(s.get("/healthz")[0], 200)
+        finally:
+            shutil.rmtree(bad, ignore_errors=True)
+
+    def test_short_offset_arrays(self):
+        # a frame whose StripOffsets has 2 entries for its 6 strips (libtiff pads the array
+        # with zeros: the missing strips were read from offset 0, the file's own header and
+        # tags, and served as pixels): a dataset of that file, or a stack with it as a
+        # frame, is refused at start naming the tag and both counts; a frame replaced by
+        # it while served answers a problem that says the same, the other frames are served
+        np = self.np
+        tifffile = need_module("tifffile")
+        bad = tempfile.mkdtemp(prefix="tessera-tiff-short-")
+        try:
+            os.mkdir(os.path.join(bad, "fr"))
+            for k in range(3):
+                tifffile.imwrite(os.path.join(bad, "fr", "f%d.tif" % k), self.frames[k],
+                                 rowsperstrip=6)
+            short = os.path.join(bad, "short.tif")
+            tifffile.imwrite(short, self.frames[1], rowsperstrip=6)
+            with tifffile.TiffFile(short) as t:
+                tag = t.pages[0].tags["StripOffsets"]
+                self.assertEqual(tag.count, 6)
+                at = tag.offset   # the directory entry: tag, type, count (LE classic TIFF)
+            with open(short, "r+b") as f:
+                f.seek(at + 4)
+                f.write((2).to_bytes(4, "little"))
+            said = "directory 0 has 2 StripOffsets for 6 strips"
+            with self.assertRaises(RuntimeError) as cm:
+                Server(roots=[bad], datasets=[{"name": "s", "path": short}]).stop()
+            self.assertIn("short.tif: " + said, str(cm.exception))
+            frames = os.path.join(bad, "fr", "f*.tif")
+            with self.assertRaises(RuntimeError) as cm:
+                Server(roots=[bad], datasets=[
+                    {"name": "fr", "frames": os.path.join(bad, "*.tif")}]).stop()
+            self.assertIn("short.tif: " + said, str(cm.exception))
+            with Server(roots=[bad], datasets=[{"name": "fr", "frames": frames}]) as s:
+                shutil.copy(short, os.path.join(bad, "fr", "new.tif"))
+                os.replace(os.path.join(bad, "fr", "new.tif"), os.path.join(bad, "fr", "f1.tif"))
+                st, _, body = s.get("/api/v1/datasets/fr/slice/xy/41_33/0_0_0.npy")
+                self.assertEqual(st, 200, body[:300])
+                got = np.load(io.BytesIO(body))
+                self.assertTrue((got == np.flipud(self.frames[0])).all())
+                for path in ("/api/v1/datasets/fr/slice/xy/41_33/0_0_1.npy",
+                             "/api/v1/datasets/fr/series?x=3&y=3"):
+                    st, hdr, body = s.get(path)
+                    self.assertNotEqual(st, 200, f"{path}: {body[:300]!r}")
+                    self.assertIn(said.encode(), body, path)
+                self.assertEqual(s.get("/healthz")[0], 200)
+        finally:
+            shutil.rmtree(bad, ignore_errors=True)
+
 if __name__ == "__main__":
     unittest.main()

@@ -202,9 +202,22 @@ START_TEST(test_transfer_encodings)
                  "Transfer-Encoding: chunked\r\n\r\n", chunked_body, sizeof chunked_body - 1);
     tt_assert_problem("HTTP/1.0 chunked", &r, 400, "Transfer-Encoding");
     tt_resp_free(&r);
-    /* Plain chunked, in any case, reaches the handler: the body is parsed (and refused
-     * as a header). */
-    static const char *const fine[] = {"chunked", "Chunked", "CHUNKED", "  chunked"};
+    /* Plain chunked, in any case (coding names are case-insensitive, RFC 9110 section
+     * 10.1.4), reaches the handler: a garbage body is parsed (and refused as a header), and
+     * a header sent in two chunks is decoded and answered with its cutout. */
+    static const char *const fine[] = {"chunked", "Chunked", "CHUNKED", "cHuNkEd", "  chunked"};
+    static const char hdr1[] = "SIMPLE  =                    T\nBITPIX  =                  -32\n"
+                               "NAXIS   =                    2\nNAXIS1  =                   24\n"
+                               "NAXIS2  =                   16\n";
+    static const char hdr2[] = "CTYPE1  = 'RA---TAN'\nCTYPE2  = 'DEC--TAN'\n"
+                               "CRVAL1  =                85.27\nCRVAL2  =                -2.46\n"
+                               "CRPIX1  =                 12.5\nCRPIX2  =                  8.5\n"
+                               "CDELT1  =              -0.0005\nCDELT2  =               0.0005\n"
+                               "END\n";
+    char good[1024];
+    int glen = snprintf(good, sizeof good, "%zx\r\n%s\r\n%zx\r\n%s\r\n0\r\n\r\n",
+                        sizeof hdr1 - 1, hdr1, sizeof hdr2 - 1, hdr2);
+    ck_assert_int_lt(glen, (int)sizeof good);
     for (size_t k = 0; k < sizeof fine / sizeof fine[0]; k++) {
         char head[512];
         snprintf(head, sizeof head, "POST /api/v1/cutout?dataset=horsehead&format=fits HTTP/1.1\r\n"
@@ -212,6 +225,13 @@ START_TEST(test_transfer_encodings)
                  "Transfer-Encoding: %s\r\n\r\n", fine[k]);
         r = exchange(NULL, head, chunked_body, sizeof chunked_body - 1);
         tt_assert_problem(fine[k], &r, 400, "body");
+        tt_resp_free(&r);
+        r = exchange(NULL, head, good, (size_t)glen);
+        ck_assert_msg(r.status == 200, "%s: status %ld", fine[k], r.status);
+        ck_assert_uint_eq(r.len % 2880, 0);   /* a FITS file of the header's 24 x 16 */
+        ck_assert_int_eq(memcmp(r.body, "SIMPLE  =", 9), 0);
+        ck_assert_ptr_nonnull(memmem(r.body, r.len, "NAXIS1  =                   24", 30));
+        ck_assert_ptr_nonnull(memmem(r.body, r.len, "NAXIS2  =                   16", 30));
         tt_resp_free(&r);
     }
     double dt;

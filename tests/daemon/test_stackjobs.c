@@ -582,6 +582,114 @@ START_TEST(test_power_from_profile)
 }
 END_TEST
 
+/* ---- copies of frames that changed ---------------------------------------------------- */
+
+static double other_value(long x, long y, long z)
+{
+    return 255.0 - gen_value(x, y, z);
+}
+
+/* Replaces frame z of "gen" (gendir/gen_00z.fits) by one of other_value, renamed over it,
+ * and waits out the catalog's identity check interval (a second). */
+static void replace_gen_frame(long z)
+{
+    double *v = malloc(sizeof(double) * GEN_NX * GEN_NY);
+    for (long y = 0; y < GEN_NY; y++)
+        for (long x = 0; x < GEN_NX; x++)
+            v[y * GEN_NX + x] = other_value(x, y, z);
+    char p[128], tmp[140];
+    snprintf(p, sizeof p, "%s/gen_%03ld.fits", gendir, z);
+    snprintf(tmp, sizeof tmp, "%s.new", p);
+    write_frame(tmp, 8, GEN_NX, GEN_NY, v);
+    ck_assert_int_eq(rename(tmp, p), 0);
+    free(v);
+    usleep((useconds_t)(1.2e6 * tt_time_scale()));
+}
+
+/* A rechunk copy is served (dataset_profile_path: series and /zarr/{name}/profile) only
+ * while the frames it was made from are the dataset's: a frame replaced with other pixels
+ * makes it stale (its series read the frames, which give the new values), and so does a
+ * catalog opened again (a restart) with the same name and shape on other frames. */
+START_TEST(test_rechunk_copy_stale)
+{
+    char store[256], path[4096], err[256];
+    check_rechunk("gen", 1, CS_U8, store, sizeof store);
+    const dataset *d = ds("gen");
+    ck_assert_int_eq(dataset_attach_profile(d, store), 0);
+    ck_assert_int_eq(dataset_profile_path(d, path, sizeof path), 1);
+    ck_assert_str_eq(path, store);
+    double s[GEN_NZ];
+    ck_assert_int_eq(chunkstore_read_series(store, 4, 5, s, GEN_NZ, err, sizeof err), 0);
+    ck_assert_double_eq(s[3], gen_value(4, 5, 3));
+
+    replace_gen_frame(3);
+    ck_assert_int_eq(dataset_profile_path(d, path, sizeof path), 0);
+    ck_assert_int_eq(stack_read_series(dataset_stack(d), 4, 5, 0, GEN_NZ, s, err, sizeof err), 0);
+    ck_assert_double_eq(s[3], other_value(4, 5, 3));
+    ck_assert_double_eq(s[2], gen_value(4, 5, 2));
+    /* attached again (as a restart re-attaches a job's product): still stale */
+    ck_assert_int_eq(dataset_attach_profile(d, store), 0);
+    ck_assert_int_eq(dataset_profile_path(d, path, sizeof path), 0);
+    /* a power spectrum plans from the frames, not from the stale copy */
+    ck_assert_int_eq(check_power("gen", "ps_stale", 1), 2);
+
+    /* a restart on other frames of the same name and shape */
+    write_stack("oth", 8, GEN_NX, GEN_NY, GEN_NZ, other_value);
+    char text[512];
+    snprintf(text, sizeof text, "{\"data_roots\": [\"%s\"], \"datasets\": [{\"name\": \"gen\", "
+             "\"frames\": \"%s/oth_*.fits\"}]}", gendir, gendir);
+    tess_config c2;
+    catalog *cat2;
+    ck_assert_int_eq(config_init(&c2), 0);
+    ck_assert_int_eq(config_load_text(text, &c2, err, sizeof err), 0);
+    ck_assert_int_eq(catalog_open(&c2, &cat2, err, sizeof err), 0);
+    const dataset *d2 = catalog_find(cat2, "gen");
+    ck_assert_int_eq(dataset_attach_profile(d2, store), 0);
+    ck_assert_int_eq(dataset_profile_path(d2, path, sizeof path), 0);
+    catalog_free(cat2);
+    config_release(&c2);
+    unlink(store);
+}
+END_TEST
+
+/* A reduction or a power spectrum whose frames changed between its blocks fails at its
+ * end, naming the dataset, instead of merging partial results of two sets of frames. */
+START_TEST(test_partials_of_changed_frames)
+{
+    static const job_kind *const kinds[] = {&job_kind_reduce, &job_kind_power_spectrum};
+    for (int k = 0; k < 2; k++) {
+        json_t *body = k == 0 ? json_pack("{s:s, s:s, s:s, s:{s:s}}", "type", "reduce",
+                                          "dataset", "gen", "op", "mean", "output", "name",
+                                          "mixed")
+                              : json_pack("{s:s, s:s, s:{s:s}}", "type", "power_spectrum",
+                                          "dataset", "gen", "output", "name", "mixed");
+        char wd[64], err[256], tmp[300];
+        tt_tmpdir_make(wd, sizeof wd, "sjmixed");
+        snprintf(tmp, sizeof tmp, "%s/product.tmp", wd);
+        job_plan plan;
+        ck_assert_int_eq(kinds[k]->plan(body, &env, wd, &plan, err, sizeof err), 0);
+        static const volatile int go = 0;
+        ck_assert_int_eq(kinds[k]->run_block(plan.state, 0, 0, &go, err, sizeof err), 0);
+        kinds[k]->release(plan.state);
+        replace_gen_frame(k == 0 ? GEN_NZ - 1 : 0);
+        /* resumed (as after a restart): the identity the first plan saw is kept */
+        ck_assert_int_eq(kinds[k]->plan(body, &env, wd, &plan, err, sizeof err), 0);
+        for (int st = 0; st < plan.nstages; st++)
+            for (long b = st == 0 ? 1 : 0; b < plan.nblocks[st]; b++)
+                ck_assert_int_eq(kinds[k]->run_block(plan.state, st, b, &go, err, sizeof err),
+                                 0);
+        job_product prod;
+        err[0] = '\0';
+        ck_assert_int_eq(kinds[k]->finish(plan.state, tmp, &prod, err, sizeof err), TESS_EIO);
+        ck_assert_msg(strstr(err, "the files of dataset 'gen' changed while the job ran"), "%s",
+                      err);
+        kinds[k]->release(plan.state);
+        json_decref(body);
+        rm_tree(wd);
+    }
+}
+END_TEST
+
 /* ---- recenter ------------------------------------------------------------------------ */
 
 static int cmp_d(const void *a, const void *b)
@@ -1194,6 +1302,8 @@ int main(void)
         {"power_l1448", test_power_l1448},
         {"power_m13_gen", test_power_m13_gen},
         {"power_from_profile", test_power_from_profile},
+        {"rechunk_copy_stale", test_rechunk_copy_stale},
+        {"partials_of_changed_frames", test_partials_of_changed_frames},
         {"recenter", test_recenter},
         {"reduce_all", test_reduce_all},
         {"reduce_http_equals_job", test_reduce_http_equals_job},

@@ -12,6 +12,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "engine/image/pngframe.h"
 #include "engine/image/stack.h"
 #include "engine/base/pool.h"
 #include "tests/testutil.h"
@@ -601,6 +602,64 @@ START_TEST(test_truncated_frame_named)
 }
 END_TEST
 
+static unsigned v_zero(long r, long c)
+{
+    (void)r;
+    (void)c;
+    return 0;
+}
+
+/* Replaces frame z of fx with a w x h PNG of `bits` (v16 or v8 values), renamed over it. */
+static void png_replace(png_stack_fx *fx, long z, long w, long h, int bits,
+                        unsigned (*v)(long, long))
+{
+    char tmp[300];
+    snprintf(tmp, sizeof tmp, "%s/new.png", fx->dir);
+    g_frame = z;
+    write_png_plain(tmp, w, h, bits, v);
+    ck_assert_int_eq(rename(tmp, fx->paths[z]), 0);
+}
+
+/* A stack of 8-bit PNG frames pinned to BITPIX 8: a frame replaced by a 16-bit one is
+ * refused on every read through it, naming the frame and both depths (its 16-bit values
+ * were read as the 8-bit stack's before: 65400 in a BITPIX 8 volume), and a frame replaced
+ * by a much larger PNG is refused from its header, never decoded; the other frames read. */
+START_TEST(test_png_frame_depth_and_size_pinned)
+{
+    enum { W = 12, H = 10, NZ = 4 };
+    png_stack_fx fx;
+    png_stack_make(&fx, "stackd", W, H, NZ);
+    stack *s = stack_new(fx.pp, NZ, 0, W, H, NZ, 4);
+    stack_expect_bitpix(s, 8);
+    double out[W * H], series[NZ];
+    char err[512];
+    ck_assert_int_eq(stack_read_region(s, 1, 0, 0, W, H, out, err, sizeof err), 0);
+    png_replace(&fx, 1, W, H, 16, v16);
+    err[0] = '\0';
+    ck_assert_int_eq(stack_read_region(s, 1, 0, 0, W, H, out, err, sizeof err), TESS_EIO);
+    ck_assert_ptr_nonnull(strstr(err, "p001.png is now BITPIX 16, not the stack's BITPIX 8"));
+    err[0] = '\0';
+    ck_assert_int_eq(stack_read_series(s, 2, 3, 0, NZ, series, err, sizeof err), TESS_EIO);
+    ck_assert_ptr_nonnull(strstr(err, "p001.png is now BITPIX 16"));
+    ck_assert_int_eq(stack_read_region(s, 2, 0, 0, W, H, out, err, sizeof err), 0);
+    for (long k = 0; k < W * H; k++)
+        assert_same(out[k], fx.ref[2 * W * H + k], "frame 2", k);
+
+    /* 4000 x 4000 zeros: 16 MB decoded, a few KB stored */
+    png_replace(&fx, 3, 4000, 4000, 8, v_zero);
+    unsigned long long before = pngframe_decodes();
+    err[0] = '\0';
+    ck_assert_int_eq(stack_read_region(s, 3, 0, 0, W, H, out, err, sizeof err), TESS_EIO);
+    ck_assert_ptr_nonnull(strstr(err, "p003.png is now 4000 x 4000, not the 12 x 10"));
+    ck_assert_uint_eq(pngframe_decodes(), before);
+    stack_stats st;
+    stack_get_stats(s, &st);
+    ck_assert_uint_le(st.decoded_peak, (size_t)(W * H) * NZ);
+    stack_free(s);
+    png_stack_done(&fx);
+}
+END_TEST
+
 /* A colour PNG is refused with TESS_EINVAL. */
 START_TEST(test_colour_png_refused)
 {
@@ -639,6 +698,7 @@ int main(void)
     tcase_add_test(tc, test_cut_in_pool_task);
     tcase_add_test(tc, test_truncated_frame_named);
     tcase_add_test(tc, test_colour_png_refused);
+    tcase_add_test(tc, test_png_frame_depth_and_size_pinned);
     suite_add_tcase(s, tc);
     return tt_run_suite(s);
 }

@@ -613,6 +613,122 @@ START_TEST(test_write)
 }
 END_TEST
 
+/* A striped 8 x 12 (6 strips of 2 rows) or tiled 64 x 48 (12 tiles of 16 x 16) 8-bit
+ * image whose offset and byte-count arrays have `noff` and `nbytes` entries (the file
+ * still holds every strip or tile: only the arrays are short).  Pixel (x, TIFF row r) is
+ * (x + 3 r) & 255. */
+static void write_short_arrays(const char *path, int tiled, uint32_t noff, uint32_t nbytes)
+{
+    const uint32_t nx = tiled ? 64 : 8, ny = tiled ? 48 : 12, n = tiled ? 12 : 6;
+    const uint32_t each = tiled ? 256 : 16, aoff = 256, boff = 320, doff = 512;
+    unsigned char blob[512 + 12 * 256] = {0};
+    for (uint32_t k = 0; k < n; k++) {
+        uint32_t o = doff + k * each, c = each;
+        memcpy(blob + aoff + 4 * k, &o, 4);
+        memcpy(blob + boff + 4 * k, &c, 4);
+        for (uint32_t i = 0; i < each; i++) {
+            uint32_t x, r;
+            if (tiled) {   /* tile k: column k % 4, row k / 4 of tiles */
+                x = (k % 4) * 16 + i % 16;
+                r = (k / 4) * 16 + i / 16;
+            } else {
+                x = i % 8;
+                r = k * 2 + i / 8;
+            }
+            blob[o + i] = (unsigned char)((x + 3 * r) & 255);
+        }
+    }
+    ent e[12];
+    int k = 0;
+    e[k++] = (ent){256, 4, 1, nx};
+    e[k++] = (ent){257, 4, 1, ny};
+    e[k++] = (ent){258, 3, 1, 8};
+    e[k++] = (ent){259, 3, 1, 1};
+    e[k++] = (ent){262, 3, 1, 1};
+    if (!tiled)   /* a one-entry array is held in the entry itself */
+        e[k++] = (ent){273, 4, noff, noff == 1 ? doff : aoff};
+    e[k++] = (ent){277, 3, 1, 1};
+    if (!tiled) {
+        e[k++] = (ent){278, 4, 1, 2};
+        e[k++] = (ent){279, 4, nbytes, nbytes == 1 ? each : boff};
+    } else {
+        e[k++] = (ent){322, 4, 1, 16};
+        e[k++] = (ent){323, 4, 1, 16};
+        e[k++] = (ent){324, 4, noff, noff == 1 ? doff : aoff};
+        e[k++] = (ent){325, 4, nbytes, nbytes == 1 ? each : boff};
+    }
+    write_raw(path, e, k, 0, blob + aoff, doff + n * each - aoff, aoff);
+}
+
+/* Offset or byte-count arrays shorter than the strips or tiles (which libtiff pads with
+ * zeros, so a strip past the end read the file's header and tags as pixels) are refused at
+ * the opening, naming the tag and both counts; with full arrays the same files read
+ * exactly, and an offset of 0 in a full array is refused when its strip or tile is read. */
+START_TEST(test_short_offset_arrays)
+{
+    char path[300], err[512];
+    tiffframe *tf;
+    static const struct {
+        int tiled;
+        uint32_t noff, nbytes;
+        const char *says;
+    } bad[] = {
+        {0, 2, 6, "directory 0 has 2 StripOffsets for 6 strips"},
+        {0, 1, 6, "directory 0 has 1 StripOffsets for 6 strips"},
+        {0, 6, 2, "directory 0 has 2 StripByteCounts for 6 strips"},
+        {1, 2, 12, "directory 0 has 2 TileOffsets for 12 tiles"},
+        {1, 12, 11, "directory 0 has 11 TileByteCounts for 12 tiles"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        path_in(path, sizeof path, "short.tif");
+        write_short_arrays(path, bad[i].tiled, bad[i].noff, bad[i].nbytes);
+        err[0] = '\0';
+        ck_assert_int_eq(tiffframe_open(path, &tf, err, sizeof err), TESS_EINVAL);
+        assert_has(err, bad[i].says);
+        fitsimg_info info;
+        ck_assert_int_eq(frame_read_info(path, 0, &info, err, sizeof err), TESS_EINVAL);
+        assert_has(err, bad[i].says);
+        double v[4];
+        ck_assert_int_lt(frame_read_region(path, 0, 0, 0, 0, 2, 2, v, err, sizeof err), 0);
+        assert_has(err, bad[i].says);
+    }
+    /* full arrays with an offset of 0 (strip 3, rows 6-7 of the file: y 4-5; tile 5): the
+     * counts pass, reading that strip or tile is refused, the others read */
+    for (int tiled = 0; tiled < 2; tiled++) {
+        path_in(path, sizeof path, "zero_off.tif");
+        write_short_arrays(path, tiled, tiled ? 12 : 6, tiled ? 12 : 6);
+        int fd = open(path, O_WRONLY);
+        const uint32_t zero = 0;
+        ck_assert_int_eq(pwrite(fd, &zero, 4, 256 + 4 * (tiled ? 5 : 3)), 4);
+        close(fd);
+        ck_assert_int_eq(tiffframe_open(path, &tf, err, sizeof err), 0);
+        double v[4];
+        long x0 = tiled ? 16 : 0, y0 = tiled ? 48 - 32 : 4;   /* tile 5: column 1, row 1 */
+        ck_assert_int_eq(tiffframe_read(tf, 0, x0, y0, 2, 2, TIFFFRAME_OUT_F64, v, err,
+                                        sizeof err), TESS_EIO);
+        assert_has(err, tiled ? "tile 5 has no offset" : "strip 3 has no offset");
+        ck_assert_int_eq(tiffframe_read(tf, 0, 0, 0, 2, 2, TIFFFRAME_OUT_F64, v, err,
+                                        sizeof err), 0);
+        tiffframe_close(tf);
+    }
+    for (int tiled = 0; tiled < 2; tiled++) {
+        path_in(path, sizeof path, tiled ? "full_tiled.tif" : "full_striped.tif");
+        write_short_arrays(path, tiled, tiled ? 12 : 6, tiled ? 12 : 6);
+        ck_assert_int_eq(tiffframe_open(path, &tf, err, sizeof err), 0);
+        tiffframe_shape sh;
+        tiffframe_get_shape(tf, &sh);
+        double *px = malloc((size_t)(sh.nx * sh.ny) * sizeof(double));
+        ck_assert_int_eq(tiffframe_read(tf, 0, 0, 0, sh.nx, sh.ny, TIFFFRAME_OUT_F64, px, err,
+                                        sizeof err), 0);
+        for (long y = 0; y < sh.ny; y++)   /* y = 0 is the last TIFF row */
+            for (long x = 0; x < sh.nx; x++)
+                ck_assert_double_eq(px[y * sh.nx + x], (double)((x + 3 * (sh.ny - 1 - y)) & 255));
+        free(px);
+        tiffframe_close(tf);
+    }
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("tiff");
@@ -624,6 +740,7 @@ int main(void)
     tcase_add_test(tc, test_frames_stack);
     tcase_add_test(tc, test_refused);
     tcase_add_test(tc, test_hostile);
+    tcase_add_test(tc, test_short_offset_arrays);
     tcase_add_test(tc, test_bomb);
     tcase_add_test(tc, test_write);
     tcase_add_test(tc, test_threads);

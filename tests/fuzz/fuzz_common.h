@@ -20,6 +20,15 @@ static inline char *fz_cstr(const uint8_t *data, size_t size)
     return s;
 }
 
+/* For targets whose first input byte picks what the rest is: the rest as fz_cstr gives
+ * it, or NULL for an input of no byte or of more than `max` bytes (or out of memory). */
+static inline char *fz_cstr_tail(const uint8_t *data, size_t size, size_t max)
+{
+    if (size < 1 || size > max)
+        return NULL;
+    return fz_cstr(data + 1, size - 1);
+}
+
 /* A query string "k=v&k=v..." split in place into at most 32 pairs, looked up by the
  * first key that matches (as libmicrohttpd does for repeated keys); values are
  * percent-decoded ("%41" and "+").  Keys with no "=" have an empty value. */

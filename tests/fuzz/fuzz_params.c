@@ -42,9 +42,7 @@ static void check_cutout(const cutout_params *p)
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-    if (size < 1 || size > 8192)
-        return 0;
-    char *s = fz_cstr(data + 1, size - 1);
+    char *s = fz_cstr_tail(data, size, 8192);
     if (!s)
         return 0;
     param_error e;

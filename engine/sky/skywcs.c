@@ -1785,14 +1785,22 @@ static int cutout_header(double lon, double lat, double fov, long w, long h, con
     fitscard_list_string(&b, "CTYPE1", v, 0, NULL);
     snprintf(v, sizeof v, "%s-%s", latpre, pj);
     fitscard_list_string(&b, "CTYPE2", v, 0, NULL);
-    fitscard_list_string(&b, "CUNIT1", "deg", 0, NULL);
-    fitscard_list_string(&b, "CUNIT2", "deg", 0, NULL);
+    /* Sky frames put east to the left (CDELT1 < 0); solar frames put the longitude
+     * increasing to the right (solar west for HPLN, as AIA and sunpy's headers do; east
+     * to west for Carrington and Stonyhurst maps, as make_heliographic_header does).
+     * Helioprojective angles are written in arcseconds, as AIA and sunpy write them
+     * (wcsfix's unitfix reads them back in degrees). */
+    int solar = sky_frame_is_solar(frame);
+    double us = frame == SKY_FRAME_HELIOPROJECTIVE ? 3600.0 : 1.0;
+    const char *cunit = us == 3600.0 ? "arcsec" : "deg";
+    fitscard_list_string(&b, "CUNIT1", cunit, 0, NULL);
+    fitscard_list_string(&b, "CUNIT2", cunit, 0, NULL);
     fitscard_list_real(&b, "CRPIX1", (double)w / 2.0 + 0.5, FITSCARD_EXACT, NULL);
     fitscard_list_real(&b, "CRPIX2", (double)h / 2.0 + 0.5, FITSCARD_EXACT, NULL);
-    fitscard_list_real(&b, "CRVAL1", lon, FITSCARD_EXACT, NULL);
-    fitscard_list_real(&b, "CRVAL2", lat, FITSCARD_EXACT, NULL);
-    fitscard_list_real(&b, "CDELT1", -pix, FITSCARD_EXACT, NULL);
-    fitscard_list_real(&b, "CDELT2", pix, FITSCARD_EXACT, NULL);
+    fitscard_list_real(&b, "CRVAL1", lon * us, FITSCARD_EXACT, NULL);
+    fitscard_list_real(&b, "CRVAL2", lat * us, FITSCARD_EXACT, NULL);
+    fitscard_list_real(&b, "CDELT1", (solar ? pix : -pix) * us, FITSCARD_EXACT, NULL);
+    fitscard_list_real(&b, "CDELT2", pix * us, FITSCARD_EXACT, NULL);
     fitscard_list_real(&b, "PC1_1", c, FITSCARD_EXACT, NULL);
     fitscard_list_real(&b, "PC1_2", -s, FITSCARD_EXACT, NULL);
     fitscard_list_real(&b, "PC2_1", s, FITSCARD_EXACT, NULL);

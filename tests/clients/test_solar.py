@@ -409,7 +409,35 @@ class SolarTest(unittest.TestCase):
         self.assertEqual(st, 200, body[:300])
         h = self.fits.open(io.BytesIO(body))[0].header
         self.assertEqual(h["CTYPE1"], "HPLN-TAN")
-        self.assertAlmostEqual(h["CDELT1"] * 3600.0, -2400.0 / 64, places=9)
+        # Solar west to the right (CDELT1 > 0), in arcseconds as AIA writes them.
+        self.assertEqual((h["CUNIT1"], h["CUNIT2"]), ("arcsec", "arcsec"))
+        self.assertAlmostEqual(h["CDELT1"], 2400.0 / 64, places=9)
+        self.assertAlmostEqual(h["CDELT2"], 2400.0 / 64, places=9)
+
+    def test_same_observer_identity(self):
+        """A helioprojective nearest cutout by the dataset's own observer at its pixel
+        scale and centre is the source image itself (not its east-west mirror), off-disk
+        pixels included: the same observer in the same frame is the identity."""
+        np = self.np
+        with self.fits.open(os.path.join(SOLAR, "aia_171_level1.fits")) as f:
+            data, hdr = f[0].data.astype(float), f[0].header
+        n = hdr["NAXIS1"]
+        st, body = self.request(
+            "/api/v1/cutout?dataset=aia&coordsys=helioprojective"
+            f"&ra={hdr['CRVAL1']!r}&dec={hdr['CRVAL2']!r}&fov={n * hdr['CDELT1']!r}"
+            f"&width={n}&height={hdr['NAXIS2']}&rotation_angle={hdr['CROTA2']!r}"
+            "&format=fits&method=nearest")
+        self.assertEqual(st, 200, body[:300])
+        out = self.fits.open(io.BytesIO(body))[0]
+        self.assertEqual(out.header["CUNIT1"], "arcsec")
+        self.assertAlmostEqual(out.header["CDELT1"], hdr["CDELT1"], places=9)
+        self.assertAlmostEqual(out.header["CDELT2"], hdr["CDELT2"], places=9)
+        self.assertAlmostEqual(out.header["CRVAL1"], hdr["CRVAL1"], places=9)
+        ours = out.data.astype(float)
+        self.assertEqual(ours.shape, data.shape)
+        self.assertTrue(np.all(np.isfinite(ours)), "off-disk pixels were blanked")
+        self.assertTrue(np.array_equal(ours, data), "not the source image")
+        self.assertFalse(np.array_equal(ours, np.fliplr(data)))
 
 
 if __name__ == "__main__":

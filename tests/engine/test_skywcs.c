@@ -537,6 +537,47 @@ START_TEST(test_cutout_header_galactic)
 }
 END_TEST
 
+/* Solar cutouts put the longitude increasing to the right (CDELT1 > 0: solar west for
+ * helioprojective, as AIA and sunpy write it), helioprojective in arcseconds. */
+START_TEST(test_cutout_header_solar_orientation)
+{
+    solar_obs sol = { .known = 1, .lon = 0.0, .lat = 1.0, .dist = 1.47e11, .rsun = 696e6,
+                      .has_carr = 1, .carr_off = 100.0 };
+    char *cards = NULL;
+    int nk;
+    double px = 2455.5 / 128.0;
+    ck_assert_int_eq(skywcs_cutout_header_solar(0.0, 0.0, 2455.5 / 3600.0, 128, 128, "TAN",
+                                                SKY_FRAME_HELIOPROJECTIVE, &sol, 0.0, NULL,
+                                                &cards, &nk, NULL, 0), 0);
+    ck_assert_ptr_nonnull(strstr(cards, "CUNIT1  = 'arcsec'"));
+    ck_assert_ptr_nonnull(strstr(cards, "CUNIT2  = 'arcsec'"));
+    skywcs *w = NULL;
+    ck_assert_int_eq(skywcs_parse(cards, nk, &w, NULL, 0), 0);
+    ck_assert_int_eq(skywcs_frame(w, NULL), SKY_FRAME_HELIOPROJECTIVE);
+    skywcs_summary s;
+    skywcs_describe(w, &s);
+    ck_assert_double_eq_tol(s.cdelt[0] * 3600.0, px, 1e-9);
+    ck_assert_double_eq_tol(s.cdelt[1] * 3600.0, px, 1e-9);
+    double x[3] = { 63.5, 64.5, 63.5 }, y[3] = { 63.5, 63.5, 64.5 }, l[3], b[3];
+    skywcs_pix2sky(w, 3, x, y, l, b);
+    ck_assert(l[1] > l[0]); /* one pixel right: west */
+    ck_assert(b[2] > b[1]);
+    skywcs_free(w);
+    free(cards);
+    ck_assert_int_eq(skywcs_cutout_header_solar(120.0, 0.0, 60.0, 120, 60, "CAR",
+                                                SKY_FRAME_CARRINGTON, &sol, 0.0, NULL,
+                                                &cards, &nk, NULL, 0), 0);
+    ck_assert_ptr_nonnull(strstr(cards, "CUNIT1  = 'deg'"));
+    ck_assert_int_eq(skywcs_parse(cards, nk, &w, NULL, 0), 0);
+    skywcs_describe(w, &s);
+    ck_assert_double_eq_tol(s.cdelt[0], 0.5, 1e-12);
+    skywcs_pix2sky(w, 3, x, y, l, b);
+    ck_assert(l[1] > l[0]);
+    skywcs_free(w);
+    free(cards);
+}
+END_TEST
+
 START_TEST(test_cutout_header_errors)
 {
     char *cards = (char *)1;
@@ -873,7 +914,8 @@ START_TEST(test_solar_pairs)
     ck_assert_int_eq(skywcs_sky2pix(t, 1, &wl, &wb, &wx, &wy), 0);
     ck_assert_double_eq_tol(x, wx, 1e-7);
     ck_assert_double_eq_tol(y, wy, 1e-7);
-    ck_assert(x > 40.0 && x < 63.0);
+    /* Tx = -991": east of centre, to the left (solar west to the right, 33.75"/px). */
+    ck_assert_double_eq_tol(x, 31.5 - 991.139164269 / 33.75, 0.05);
     skywcs_free(t);
     skywcs_free(n);
     skywcs_free(sky);
@@ -899,6 +941,7 @@ int main(void)
     tcase_add_test(tc, test_zaxis);
     tcase_add_test(tc, test_cutout_header_rotation);
     tcase_add_test(tc, test_cutout_header_galactic);
+    tcase_add_test(tc, test_cutout_header_solar_orientation);
     tcase_add_test(tc, test_cutout_header_errors);
     tcase_add_test(tc, test_solar_headers);
     tcase_add_test(tc, test_solar_points);

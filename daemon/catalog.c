@@ -603,3 +603,14 @@ stack *dataset_stack(const dataset *d)
     stack *ing = dataset_ingested(d);
     return ing ? ing : d->state->reader;
 }
+
+double dataset_rest_frequency(const dataset *d)
+{
+    char v[72];
+    if ((fitscard_get(d->header, d->nkeys, "RESTFRQ", v, sizeof(v)) ||
+         fitscard_get(d->header, d->nkeys, "RESTFREQ", v, sizeof(v))) && atof(v) > 0.0)
+        return atof(v);
+    if (fitscard_get(d->header, d->nkeys, "RESTWAV", v, sizeof(v)) && atof(v) > 0.0)
+        return 299792458.0 / atof(v);
+    return d->rest_frequency > 0.0 ? d->rest_frequency : 0.0;
+}

@@ -72,7 +72,10 @@ const dataset *catalog_at(catalog *c, int i);
 /* The dataset called `name`, or NULL.  Thread-safe. */
 const dataset *catalog_find(catalog *c, const char *name);
 
-const char *ds_kind_name(ds_kind k);   /* "image", "cube", "stack" */
+const char *ds_kind_name(ds_kind k);
+/* The rest frequency (Hz) of d's spectral axis: the header's RESTFRQ (or RESTFREQ), else
+ * c / RESTWAV, else the configured rest_frequency; 0 when none. */
+double dataset_rest_frequency(const dataset *d);   /* "image", "cube", "stack" */
 
 /* Reads the w x h region at (x0, y0) of plane z (0-based, as fitsimg_read_region) as
  * physical values, through the dataset's reader (dataset_stack).  Thread-safe.  Returns

@@ -553,39 +553,6 @@ static void moc_work(hreq *r)
         hreq_reply_tile(r, 200, tile_new_take(out, len, "application/fits"));
 }
 
-/* The vacuum wavelength (m) of value v of a spectral axis of type `ctype` (FITS WCS
- * Paper III: FREQ Hz, WAVE m, WAVN 1/m, ENER J; the velocities VOPT/VELO m/s and ZOPT with
- * the rest wavelength, VRAD m/s with the rest frequency), NaN when the axis is not one of
- * these or needs a rest value it lacks (rest_hz <= 0). */
-static double wavelength_of(const char *ctype, double v, double rest_hz)
-{
-    const double c = 299792458.0;
-    static const char *const velocities[] = {"VOPT", "VELO", "ZOPT", "VRAD"};
-    if (strncmp(ctype, "FREQ", 4) == 0)
-        return v > 0.0 ? c / v : NAN;
-    if (strncmp(ctype, "WAVE", 4) == 0)
-        return v > 0.0 ? v : NAN;
-    if (strncmp(ctype, "WAVN", 4) == 0)
-        return v > 0.0 ? 1.0 / v : NAN;
-    if (strncmp(ctype, "ENER", 4) == 0)
-        return v > 0.0 ? 6.62607015e-34 * c / v : NAN;
-    int k = 0;
-    while (k < 4 && strncmp(ctype, velocities[k], 4) != 0)
-        k++;
-    if (k == 4 || !(rest_hz > 0.0))
-        return NAN;
-    double lam0 = c / rest_hz;
-    switch (k) {
-    case 0:
-    case 1:
-        return lam0 * (1.0 + v / c);          /* optical convention */
-    case 2:
-        return lam0 * (1.0 + v);              /* redshift */
-    default:
-        return c / (rest_hz * (1.0 - v / c)); /* radio convention */
-    }
-}
-
 /* The spectral axis of cube d for its properties: data_cube_* from the world values of
  * its planes (axis 3 at the image centre, wcslib), em_min/em_max from their wavelengths
  * with the header's rest frequency (RESTFRQ, RESTFREQ) or wavelength (RESTWAV), else the
@@ -614,16 +581,10 @@ static int cube_axis(const dataset *d, hips_properties *p, char *unit, size_t un
         p->cube_crval3 = world[0];
         p->cube_cdelt3 = world[1] - world[0];
         p->cube_bunit3 = unit;
-        char v[72];
-        double rest = d->rest_frequency;
-        if (fitscard_get(d->header, d->nkeys, "RESTFRQ", v, sizeof(v)) ||
-            fitscard_get(d->header, d->nkeys, "RESTFREQ", v, sizeof(v)))
-            rest = atof(v);
-        else if (fitscard_get(d->header, d->nkeys, "RESTWAV", v, sizeof(v)) && atof(v) > 0.0)
-            rest = 299792458.0 / atof(v);
+        double rest = dataset_rest_frequency(d);
         double lo = INFINITY, hi = -INFINITY;
         for (long k = 0; k < d->nz; k++) {
-            double lam = wavelength_of(ctype, world[k], rest);
+            double lam = skywcs_spectral_wavelength(ctype, world[k], rest);
             if (!isfinite(lam)) {
                 lo = hi = NAN;
                 break;

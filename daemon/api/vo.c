@@ -470,35 +470,6 @@ void handle_vo_datalink(hreq *r, const route_match *m)
 
 /* ---- SODA ---------------------------------------------------------------------------- */
 
-/* The vacuum wavelength (m) of world value v on a spectral axis of type ctype (its first
- * four letters), with the rest frequency nu0 (Hz) and rest wavelength lam0 (m) of the
- * header (0 when absent); NaN when the axis is not spectral or lacks a rest value. */
-static double to_wavelength(const char *ctype, double v, double nu0, double lam0)
-{
-    const double c = 299792458.0;
-    if (lam0 <= 0 && nu0 > 0)
-        lam0 = c / nu0;
-    if (nu0 <= 0 && lam0 > 0)
-        nu0 = c / lam0;
-    if (strncmp(ctype, "FREQ", 4) == 0)
-        return v > 0 ? c / v : NAN;
-    if (strncmp(ctype, "WAVE", 4) == 0)
-        return v;
-    if (strncmp(ctype, "WAVN", 4) == 0)
-        return v > 0 ? 1.0 / v : NAN;
-    if (strncmp(ctype, "ENER", 4) == 0)
-        return v > 0 ? 6.62607015e-34 * c / v : NAN;
-    if (lam0 <= 0)
-        return NAN;
-    if (strncmp(ctype, "VOPT", 4) == 0 || strncmp(ctype, "VELO", 4) == 0)
-        return lam0 * (1.0 + v / c);
-    if (strncmp(ctype, "ZOPT", 4) == 0)
-        return lam0 * (1.0 + v);
-    if (strncmp(ctype, "VRAD", 4) == 0)
-        return c / (nu0 * (1.0 - v / c));
-    return NAN;
-}
-
 /* The planes [*z0, *z1) of cube d whose wavelengths lie in [lo, hi] metres.  Returns 0,
  * 1 when none does, or -1 with `why` (a UsageError), or TESS_ENOMEM. */
 static int band_planes(const dataset *d, double lo, double hi, long *z0, long *z1, char *why,
@@ -527,17 +498,12 @@ static int band_planes(const dataset *d, double lo, double hi, long *z0, long *z
         snprintf(why, len, "BAND needs a spectral axis 3; dataset '%s' has none", d->name);
         return -1;
     }
-    char v[72];
-    double nu0 = 0, lam0 = 0;
-    if (fitscard_get(d->header, d->nkeys, "RESTFRQ", v, sizeof(v))
-        || fitscard_get(d->header, d->nkeys, "RESTFREQ", v, sizeof(v)))
-        nu0 = atof(v);
-    if (fitscard_get(d->header, d->nkeys, "RESTWAV", v, sizeof(v)))
-        lam0 = atof(v);
+    /* The header's rest frequency or wavelength, else the configured rest_frequency. */
+    double rest = dataset_rest_frequency(d);
     long first = -1, last = -1;
     int spectral = 0;
     for (long k = 0; k < d->nz; k++) {
-        double lam = to_wavelength(ctype, world[k], nu0, lam0);
+        double lam = skywcs_spectral_wavelength(ctype, world[k], rest);
         if (isnan(lam))
             continue;
         spectral = 1;
@@ -551,9 +517,8 @@ static int band_planes(const dataset *d, double lo, double hi, long *z0, long *z
     if (!spectral) {
         snprintf(why, len, "BAND: axis 3 of dataset '%s' is %s%s: no wavelength to select by",
                  d->name, ctype[0] ? ctype : "not spectral",
-                 ctype[0] && (strncmp(ctype, "VOPT", 4) == 0 || strncmp(ctype, "VRAD", 4) == 0
-                              || strncmp(ctype, "VELO", 4) == 0 || strncmp(ctype, "ZOPT", 4) == 0)
-                     ? " without RESTFRQ or RESTWAV" : "");
+                 ctype[0] && skywcs_spectral_needs_rest(ctype)
+                     ? " without RESTFRQ, RESTWAV or a configured rest_frequency" : "");
         return -1;
     }
     if (first < 0)

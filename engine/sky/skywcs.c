@@ -986,6 +986,44 @@ void skywcs_describe(const skywcs *w, skywcs_summary *s)
 
 /* One wcsp2s call over the n pixels (x, y, k), k = 0..n-1, turned 1-based as wcslib
  * counts them, every further axis at its first pixel. */
+static const char *const spectral_velocities[] = {"VOPT", "VELO", "ZOPT", "VRAD"};
+
+int skywcs_spectral_needs_rest(const char *ctype)
+{
+    for (int k = 0; k < 4; k++)
+        if (strncmp(ctype, spectral_velocities[k], 4) == 0)
+            return 1;
+    return 0;
+}
+
+double skywcs_spectral_wavelength(const char *ctype, double v, double rest_hz)
+{
+    const double c = 299792458.0;
+    if (strncmp(ctype, "FREQ", 4) == 0)
+        return v > 0.0 ? c / v : NAN;
+    if (strncmp(ctype, "WAVE", 4) == 0)
+        return v > 0.0 ? v : NAN;
+    if (strncmp(ctype, "WAVN", 4) == 0)
+        return v > 0.0 ? 1.0 / v : NAN;
+    if (strncmp(ctype, "ENER", 4) == 0)
+        return v > 0.0 ? 6.62607015e-34 * c / v : NAN;
+    int k = 0;
+    while (k < 4 && strncmp(ctype, spectral_velocities[k], 4) != 0)
+        k++;
+    if (k == 4 || !(rest_hz > 0.0))
+        return NAN;
+    double lam0 = c / rest_hz;
+    switch (k) {
+    case 0:
+    case 1:
+        return lam0 * (1.0 + v / c);          /* optical convention */
+    case 2:
+        return lam0 * (1.0 + v);              /* redshift */
+    default:
+        return c / (rest_hz * (1.0 - v / c)); /* radio convention */
+    }
+}
+
 int skywcs_zaxis(skywcs *w, double x, double y, long n, double *world, char *ctype,
                  size_t ctypelen, char *cunit, size_t cunitlen)
 {

@@ -129,6 +129,15 @@ void skywcs_describe(const skywcs *w, skywcs_summary *s);
 int skywcs_zaxis(skywcs *w, double x, double y, long n, double *world, char *ctype,
                  size_t ctypelen, char *cunit, size_t cunitlen);
 
+/* The vacuum wavelength (m) of value v of a spectral axis of type `ctype` (its first four
+ * letters; FITS WCS Paper III: FREQ Hz, WAVE m, WAVN 1/m, ENER J; the velocities
+ * VOPT/VELO m/s and ZOPT with the rest wavelength c / rest_hz, VRAD m/s with the rest
+ * frequency), NaN when the axis is not one of these, v is out of its domain, or the axis
+ * needs a rest value it lacks (rest_hz <= 0).  skywcs_spectral_needs_rest: 1 for the
+ * velocity axes. */
+double skywcs_spectral_wavelength(const char *ctype, double v, double rest_hz);
+int skywcs_spectral_needs_rest(const char *ctype);
+
 /* Pixel <-> world for a 2-D celestial WCS (see skywcs_celestial).  Pixels are 0-based
  * (x = column, y = row, pixel centres at integers); world coordinates are (lon, lat) in
  * degrees in the WCS's own frame, longitude in [0, 360) (as astropy's Longitude).  Points

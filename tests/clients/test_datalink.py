@@ -81,15 +81,15 @@ class DatalinkTest(ServerCase):
         self.assertEqual(sorted(desc), ["soda", "soda-band"])
         self.assertNotIn("BAND", desc["soda"])
         self.assertEqual(desc["soda-band"][-1], "BAND")
-        for name in ("horsehead", "gc_2mass_k", "l1448_13co", "comp"):
+        for name in ("horsehead", "gc_2mass_k", "comp"):
             self.assertEqual(cut[name], "soda", name)
-        for name in ("l1448_rest", "wavecube"):
+        # l1448_13co: VOPT with the configured rest_frequency (conf/demo.json).
+        for name in ("l1448_rest", "wavecube", "l1448_13co"):
             self.assertEqual(cut[name], "soda-band", name)
         self.assertNotIn("m13", cut)   # a stack of frames: SODA does not cut it
         # What the descriptor says holds: BAND is refused where it is not offered...
-        for name in ("horsehead", "l1448_13co"):
-            st, _, body = self.srv.get(f"/vo/soda/sync?ID={name}&BAND=2.7e-3+2.8e-3")
-            self.assertEqual(st, 400, body)
+        st, _, body = self.srv.get("/vo/soda/sync?ID=horsehead&BAND=2.7e-3+2.8e-3")
+        self.assertEqual(st, 400, body)
         # ... and cuts where it is: 13CO at -3 .. +3 km/s of its rest wavelength.
         lam0 = 299792458.0 / 110.2013542798e9
         lo, hi = lam0 * (1 - 3e3 / 299792458.0), lam0 * (1 + 3e3 / 299792458.0)
@@ -102,6 +102,37 @@ class DatalinkTest(ServerCase):
             v = c["CRVAL3"] + (self.np.arange(nz) + 1 - c["CRPIX3"]) * c["CDELT3"]
         self.assertTrue(0 < nz < 53, nz)
         self.assertTrue(((v >= -3e3) & (v <= 3e3)).all(), v)
+
+    def test_band_with_configured_rest_frequency(self):
+        """BAND on l1448_13co (VOPT, no RESTFRQ in its header) uses the configured
+        rest_frequency: the planes whose optical-convention wavelengths, from the header's
+        axis 3 (astropy.wcs) and 110201354300 Hz, lie in the band."""
+        np = self.np
+        fits = need_module("astropy.io.fits")
+        wcs = need_module("astropy.wcs")
+        with fits.open(os.path.join(DEMO, "l1448_13co.fits")) as h:
+            hdr, data = h[0].header.copy(), h[0].data
+        self.assertNotIn("RESTFRQ", hdr)
+        c, nu0 = 299792458.0, 110201354300.0
+        k = np.arange(hdr["NAXIS3"], dtype=float)
+        w = wcs.WCS(hdr)
+        v = w.all_pix2world(np.full_like(k, hdr["NAXIS1"] // 2),
+                            np.full_like(k, hdr["NAXIS2"] // 2), k, 0)[2]   # m/s
+        lam = c / nu0 * (1.0 + v / c)
+        lo, hi = 0.00272044, 0.00272045   # a part of the cube's 2.72043 .. 2.72046 mm
+        want = np.nonzero((lam >= lo) & (lam <= hi))[0]
+        self.assertTrue(0 < len(want) < hdr["NAXIS3"], want)
+        st, _, body = self.srv.get(f"/vo/soda/sync?ID=l1448_13co&BAND={lo!r}+{hi!r}")
+        self.assertEqual(st, 200, body[:300])
+        with fits.open(io.BytesIO(body)) as h:
+            out, oh = h[0].data, h[0].header
+        self.assertEqual(out.shape[0], len(want))
+        self.assertEqual(oh["CRPIX3"], hdr["CRPIX3"] - want[0])
+        self.assertTrue(np.array_equal(out, data[want[0]:want[-1] + 1], equal_nan=True))
+        # A band beside the cube's wavelengths: no plane.
+        st, _, body = self.srv.get("/vo/soda/sync?ID=l1448_13co&BAND=0.0028+0.0029")
+        self.assertEqual(st, 400, body)
+        self.assertIn(b"NoOverlap", body)
 
     def test_info_json_typed_as_served(self):
         for name in ("horsehead", "m13"):

@@ -131,6 +131,10 @@ void handle_fits(hreq *r, const route_match *m);
 /* The length in bytes of what handle_fits sends of dataset d straight from its file (the
  * primary HDU of an uncompressed FITS file), or -1 when it writes a copy instead. */
 long long dataset_fits_stored_length(const dataset *d);
+/* The length in bytes of handle_fits' answer for d, stored or written anew (the copy's
+ * header written as handle_fits writes it, without the data), or -1 when it answers
+ * 413 (more than max_output_pixels) or the length cannot be found. */
+long long dataset_fits_length(const dataset *d, long long max_output_pixels);
 
 /* The z axis of a dataset (series.c), for series and per-plane results: values[k] is the
  * world coordinate of plane k (0-based) — axis 3 of the header's WCS at pixel (x, y) as
@@ -194,11 +198,12 @@ void handle_uws_job_part_post(hreq *r, const route_match *m);
  * /vendor/{package}/{path} (files of the npm packages aladin-lite, openseadragon, uplot and
  * neuroglancer, the prebuilt bundle of @janelia-flyem/neuroglancer, under node_modules) (viewer.c), by the whole URL path r->url.  Only files inside those
  * directories (after resolving links) with a known extension are served; anything else is
- * 404.  The directories: $TESSERA_VIEWER_DIR / $TESSERA_NODE_MODULES when set, else the
- * build's viewer/ and node_modules/ of the source tree. */
+ * 404.  The directories: viewer.dir / viewer.node_modules of the configuration `cfg` (NULL:
+ * none), else $TESSERA_VIEWER_DIR / $TESSERA_NODE_MODULES when set, else the installed
+ * PKGDATADIR/viewer and PKGDATADIR/node_modules. */
 void handle_viewer(hreq *r, const route_match *m);
-const char *viewer_dir(void);
-const char *viewer_node_modules_dir(void);
+const char *viewer_dir(const tess_config *cfg);
+const char *viewer_node_modules_dir(const tess_config *cfg);
 /* The Content-Type served for a file name by its extension, or NULL (not served). */
 const char *viewer_content_type(const char *path);
 /* 1 when `rel` is a safe relative path: segments of [A-Za-z0-9_.-] not starting with '.',

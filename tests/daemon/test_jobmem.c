@@ -6,8 +6,8 @@
  * over the child's baseline before the job was planned; file-backed pages of mapped inputs
  * and work files (RssFile, RssShmem on tmpfs) are page cache and are only printed (README,
  * `jobs.memory_mb`).  The budget is the smallest jobs.memory_mb (at least 16, its floor)
- * that admits the job, as in issue 34 (51 MB estimated under 52 MB), then the smallest
- * that lets two blocks run at once.
+ * that admits the job (a job estimated at 51 MB under 52 MB once peaked at 2.4x that),
+ * then the smallest that lets two blocks run at once.
  *
  * Scenarios: power_spectrum of 96 16-bit PNG frames of 512 x 512 (decoded frames are heap
  * copies kept by the dataset's reader), and an exact mosaic of two 8192 x 288 strips onto

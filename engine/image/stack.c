@@ -2627,3 +2627,12 @@ int stack_zpart_load(const char *path, stack_zpart **out, char *err, size_t errl
     *out = p;
     return 0;
 }
+
+double stack_cache_bound(const stack *s, double frame_bytes)
+{
+    if (!s || !(frame_bytes > 0.0))
+        return 0.0;
+    double n = (double)(s->max_open < s->npaths ? s->max_open : s->npaths);
+    double cap = (double)STACK_MAX_DECODED_BYTES + frame_bytes;
+    return n * frame_bytes < cap ? n * frame_bytes : cap;
+}

@@ -75,6 +75,13 @@ for c in $cmds; do
         fail "tessera(1) does not document the command $c (.Ss $c)"
 done
 
+# The installed configuration and the demo one list the same datasets with the same
+# options (conf/tesserad.json.in is the Debian conffile; conf/demo.json the README's).
+checks=$((checks + 1))
+dsets() { grep -E '^ *\{"name": ' "$1" | sed 's/[ ,]*$//'; }
+[ "$(dsets "$top/conf/tesserad.json.in")" = "$(dsets "$top/conf/demo.json")" ] ||
+    fail "conf/tesserad.json.in and conf/demo.json list different datasets or options"
+
 pct=$(( (checks - failures) * 100 / checks ))
 echo "$pct%: Checks: $checks, Failures: $failures, Errors: 0"
 [ $failures -eq 0 ]

@@ -797,7 +797,15 @@ const px = {
   fixed: false, pick: null, openKey: null, view: null, failedTiles: 0,
 };
 const STRETCHES = ['linear', 'sqrt', 'log', 'asinh', 'power'];
-const CMAPS = ['grey', 'viridis', 'inferno', 'magma', 'plasma', 'cubehelix'];
+// The colour maps of engine/image/render.c (cmap_names), each also reversed with _r.
+const CMAP_BASES = ['grey', 'viridis', 'inferno', 'magma', 'plasma', 'cubehelix', 'Greys',
+  'coolwarm', 'RdBu', 'twilight', 'turbo', 'jet'];
+const CMAPS = CMAP_BASES.concat(CMAP_BASES.map((c) => c + '_r'));
+for (const c of CMAPS) {
+  const o = document.createElement('option');
+  o.textContent = c;
+  $('#px-cmap').append(o);
+}
 
 function renderQuery() {
   const q = new URLSearchParams();

@@ -1,5 +1,6 @@
 // The anchor colours of the server's colour maps (engine/image/cmap_tables.h: 52 anchors at
-// t = i/51, each "rrggbb"), interpolated as engine/image/render.c does, for the colorbar.
+// t = i/51, each "rrggbb"; matplotlib's maps of engine/image/cmap_mpl.h: every fifth entry),
+// interpolated as engine/image/render.c does, for the colorbar; NAME_r is NAME reversed.
 export const CMAP_ANCHORS = {
   viridis: [
     '440154 46085c 471063 481769 481d6f 482475 472a7a 46307e 453781',
@@ -33,12 +34,61 @@ export const CMAP_ANCHORS = {
     'f3854b f58c46 f79342 f99a3e fba139 fca835 fdaf31 feb72d febe2a',
     'fdc627 fcce25 fbd724 f8df25 f6e826 f3f027 f0f921',
   ].join(' ').split(' '),
+  Greys: [
+    'ffffff fdfdfd fafafa f8f8f8 f6f6f6 f3f3f3 f1f1f1 eeeeee eaeaea',
+    'e7e7e7 e3e3e3 dfdfdf dcdcdc d8d8d8 d4d4d4 cfcfcf cbcbcb c6c6c6',
+    'c2c2c2 bebebe b8b8b8 b2b2b2 ababab a5a5a5 9f9f9f 999999 939393',
+    '8e8e8e 888888 838383 7d7d7d 787878 727272 6d6d6d 686868 636363',
+    '5e5e5e 585858 535353 4d4d4d 464646 3f3f3f 383838 303030 292929',
+    '232323 1d1d1d 171717 111111 0c0c0c 060606 000000',
+  ].join(' ').split(' '),
+  coolwarm: [
+    '3b4cc0 4055c8 465ecf 4c66d6 536edd 5977e3 5f7fe8 6687ed 6c8ff1',
+    '7396f5 7a9df8 81a4fb 88abfd 8fb1fe 96b7ff 9dbdff a3c2fe aac7fd',
+    'b1cbfc b7cff9 bed2f6 c4d5f3 cad8ef cfdaea d5dbe5 dadce0 dfdbd9',
+    'e4d9d2 e9d5cb edd2c3 f0cdbb f2c9b4 f5c4ac f6bea4 f7b89c f7b194',
+    'f7aa8c f6a385 f59c7d f39475 f08b6e ed8366 e97a5f e57058 e16751',
+    'dc5d4a d65244 d0473d ca3b37 c32e31 bb1b2c b40426',
+  ].join(' ').split(' '),
+  RdBu: [
+    '67001f 760521 840924 930e26 a21328 b1182b b82531 bf3338 c6413e',
+    'ce4f45 d55d4c db6b55 e17860 e6866a ec9374 f2a17f f5ac8b f7b799',
+    'f9c2a7 fbccb4 fcd7c2 fcdecd fbe4d6 fae9df f9efe9 f8f4f2 f3f5f6',
+    'ecf2f5 e4eef4 ddebf2 d5e7f1 cce2ef c0dceb b3d6e8 a7d0e4 9bc9e0',
+    '8dc2dc 7eb8d7 6eaed2 5fa5cd 4f9bc7 4291c2 3b88be 3480b9 2e77b5',
+    '276eb0 2065ab 1b5a9c 15508d 10457e 0a3b70 053061',
+  ].join(' ').split(' '),
+  twilight: [
+    'e2d9e2 dcd9df d2d5db c5cfd5 b6c8cf a7c0cb 99b8c8 8cafc5 80a5c3',
+    '769cc1 6e92c0 6888be 647dbc 6172ba 6067b6 5f5bb2 5e4fac 5e43a5',
+    '5c379c 5a2b90 562182 4f1972 471461 3f1251 371144 32123a 331237',
+    '3a113a 43123e 4f1444 5c1749 691a4d 761f4f 832550 8e2c50 983550',
+    'a13f50 a94950 b15452 b75f55 bc6b59 c1775f c58468 c89073 ca9c80',
+    'cda88f d1b4a0 d5bfb1 d9c9c2 ddd1d1 e0d7db e2d9e2',
+  ].join(' ').split(' '),
+  turbo: [
+    '30123b 36215f 3b2f80 3f3e9c 424bb5 4559cb 4666dd 4773eb 4680f6',
+    '458cfd 4099ff 38a5fb 2fb2f4 27bee9 1fc9dd 1ad4d0 18ddc2 1ae4b6',
+    '22ebaa 2ff19b 3ff68a 52fa7a 65fd69 79fe59 8bff4b 9cfe40 a9fb39',
+    'b7f735 c3f134 d0ea34 dbe236 e5d938 eecf3a f5c53a faba39 fdae35',
+    'fea130 fe932a fc8423 f9751d f46617 ef5811 e84b0c e14109 d83706',
+    'ce2d04 c32503 b71d02 a91601 9b0f01 8b0902 7a0403',
+  ].join(' ').split(' '),
+  jet: [
+    '000080 000096 0000ad 0000c4 0000da 0000f1 0000ff 000cff 0020ff',
+    '0034ff 0048ff 005cff 0070ff 0084ff 0098ff 00acff 00c0ff 00d4ff',
+    '02e8f4 13fce4 23ffd4 33ffc4 43ffb4 53ffa4 63ff94 73ff83 83ff73',
+    '94ff63 a4ff53 b4ff43 c4ff33 d4ff23 e4ff13 f4f802 ffe600 ffd300',
+    'ffc100 ffae00 ff9c00 ff8900 ff7700 ff6400 ff5200 ff3f00 ff2d00',
+    'ff1a00 f10800 da0000 c40000 ad0000 960000 800000',
+  ].join(' ').split(' '),
 };
 
 /** The colour [r, g, b] (0..255) of t in [0, 1] in map `name`, as the server's table holds
  * it (grey and cubehelix computed as engine/image/render.c does). */
 export function cmapColour(name, t) {
   t = Math.max(0, Math.min(1, t));
+  if (name.endsWith('_r')) return cmapColour(name.slice(0, -2), 1 - t);
   if (name === 'cubehelix') {
     const amp = t * (1 - t) / 2;
     const phi = 2 * Math.PI * (0.5 / 3 - 1.5 * t);

@@ -417,14 +417,35 @@ static cutout_job *new_job(hreq *r, const char *const *known,
 static int start_header(hreq *r, cutout_job *j, const char *what)
 {
     char val[80];
-    long n1 = 0, n2 = 0;
-    if (!fitscard_get(j->cards, j->nkeys, "NAXIS1", val, sizeof(val)) ||
-        param_long(val, 1, 65536, &n1) ||
-        !fitscard_get(j->cards, j->nkeys, "NAXIS2", val, sizeof(val)) ||
-        param_long(val, 1, 65536, &n2)) {
-        problem_reply(r, 400, what, "the header needs NAXIS1 and NAXIS2 between 1 and 65536");
-        return -1;
+    long n[2] = {0, 0};
+    for (int i = 0; i < 2; i++) {
+        const char *key = i ? "NAXIS2" : "NAXIS1";
+        if (!fitscard_get(j->cards, j->nkeys, key, val, sizeof(val))) {
+            /* A loose card ("NAXIS1 = abc": the keyword not padded to 8 characters) is
+             * named as it was given. */
+            for (int k = 0; k < j->nkeys; k++) {
+                const char *c = j->cards + (size_t)k * 80;
+                if (strncmp(c, key, 6) == 0 && (c[6] == ' ' || c[6] == '=')) {
+                    int len = 80;
+                    while (len > 0 && c[len - 1] == ' ')
+                        len--;
+                    problem_reply(r, 400, what, "%s must be an integer between 1 and 65536 in "
+                                  "a card '%-8s= value', got '%.*s'", key, key,
+                                  len < 40 ? len : 40, c);
+                    return -1;
+                }
+            }
+            problem_reply(r, 400, what, "the header needs NAXIS1 and NAXIS2 between 1 and "
+                          "65536; no card has the keyword %s", key);
+            return -1;
+        }
+        if (param_long(val, 1, 65536, &n[i])) {
+            problem_reply(r, 400, what, "%s must be an integer between 1 and 65536, got "
+                          "'%.40s'", key, val);
+            return -1;
+        }
     }
+    long n1 = n[0], n2 = n[1];
     if (check_size(r, n1, n2))
         return -1;
     char err[256] = "";

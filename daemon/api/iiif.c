@@ -691,8 +691,8 @@ static json_t *manifest_json(hreq *r, const dataset *d)
             snprintf(id, sizeof id, "%s~%ld", d->name, z);
         else
             snprintf(id, sizeof id, "%s", d->name);
-        snprintf(label, sizeof label, d->nz > 1 ? "%s %ld of %ld" : "%s", d->nz > 1
-                 ? (d->kind == DS_STACK ? "frame" : "plane") : d->name, z + 1, d->nz);
+        snprintf(label, sizeof label, d->nz > 1 ? "%s %ld (of %ld)" : "%s", d->nz > 1
+                 ? (d->kind == DS_STACK ? "frame" : "plane") : d->name, z, d->nz);
         svc = base_uri(r, id);
         if (!svc || asprintf(&canvas, "%s/canvas/%ld", self, z) < 0) {
             free(svc);

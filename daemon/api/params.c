@@ -161,11 +161,11 @@ int params_render(param_lookup get, void *cls, render_params *rp, param_error *e
     const char *s;
     if ((s = get(cls, "stretch")) && render_stretch_parse(s, &rp->stretch))
         return fail(e, "stretch", "stretch must be linear, sqrt, log, asinh or power, got '%.40s'", s);
-    if ((s = get(cls, "cmap")) && render_cmap_parse(s, &rp->cmap))
-        return fail(e, "cmap",
-                    "cmap must be grey, viridis, inferno, magma, plasma, cubehelix or a "
-                    "matplotlib name of one (gray, Greys_r, cividis, hot, ...), got '%.40s'",
-                    s);
+    if ((s = get(cls, "cmap")) && render_cmap_parse(s, &rp->cmap)) {
+        char names[320];
+        render_cmap_list(names, sizeof names);
+        return fail(e, "cmap", "cmap must be %s; got '%.40s'", names, s);
+    }
     if ((s = get(cls, "min_cut")) && render_cut_parse(s, &rp->min_cut))
         return fail(e, "min_cut", "min_cut must be a number or a percentile like 0.5%%, got '%.40s'", s);
     if ((s = get(cls, "max_cut")) && render_cut_parse(s, &rp->max_cut))

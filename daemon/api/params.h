@@ -11,7 +11,7 @@
 /* A parse failure: the parameter at fault and why (for a 400 problem reply). */
 typedef struct param_error {
     char parameter[64];
-    char detail[256];
+    char detail[512];
 } param_error;
 
 /* Lookup of a query parameter by name: returns the value or NULL when absent. */

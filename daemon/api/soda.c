@@ -173,6 +173,8 @@ int soda_region_parse(const char *circle, const char *polygon, const char *pos,
         memcpy(shape, pos, k);
         shape[k] = '\0';
         nums = pos + k;
+        while (*nums == ' ')  /* quoted in messages without the separator */
+            nums++;
     } else {
         return 0;
     }

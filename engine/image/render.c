@@ -3,6 +3,7 @@
 
 #include <math.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -91,6 +92,27 @@ int render_cmap_parse(const char *s, render_cmap *out)
         }
     }
     return TESS_EINVAL;
+}
+
+void render_cmap_list(char *buf, size_t len)
+{
+    size_t n = 0;
+    if (len == 0)
+        return;
+    buf[0] = '\0';
+#define PUT(...)                                                                    \
+    do {                                                                            \
+        if (n < len) {                                                              \
+            int w_ = snprintf(buf + n, len - n, __VA_ARGS__);                       \
+            n += w_ > 0 ? (size_t)w_ : 0;                                           \
+        }                                                                           \
+    } while (0)
+    for (size_t i = 0; i < NELEM(cmap_names); i++)
+        PUT("%s%s", i ? ", " : "", cmap_names[i]);
+    PUT(" (each also reversed with _r), or matplotlib's gray_r");
+    for (size_t i = 0; i < NELEM(cmap_aliases); i++)
+        PUT(", %s", cmap_aliases[i].name);
+#undef PUT
 }
 
 /* A decimal number ([+-]digits[.digits][e[+-]digits]) optionally followed by '%'.

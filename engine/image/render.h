@@ -42,6 +42,11 @@ int render_stretch_parse(const char *s, render_stretch *out);
 int render_cmap_parse(const char *s, render_cmap *out);
 int render_cut_parse(const char *s, render_cut *out);
 
+/* Every name render_cmap_parse takes, for messages, from its own tables: "grey, viridis,
+ * ..., jet (each also reversed with _r), or matplotlib's gray_r, gray, ...".  Always
+ * NUL-terminated (cut short to fit `len`). */
+void render_cmap_list(char *buf, size_t len);
+
 /* Canonical names, for cache keys and messages. */
 const char *render_stretch_name(render_stretch s);
 const char *render_cmap_name(render_cmap c);

@@ -329,8 +329,13 @@ static int check_number(const char *card, char *err, size_t errlen)
         n--;
     v[n] = '\0';
     if (!fits_number(v) || !isfinite(strtod(v, NULL))) {
+        const char *shown = v;  /* a string value quoted once, not in its own quotes too */
+        if (n >= 2 && v[0] == '\'' && v[n - 1] == '\'') {
+            v[n - 1] = '\0';
+            shown = v + 1;
+        }
         tess_seterr(err, errlen, "%.*s must be a finite number, got '%.30s'",
-                    keyword_len(card), card, v);
+                    keyword_len(card), card, shown);
         return TESS_EINVAL;
     }
     return 0;

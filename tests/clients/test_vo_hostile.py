@@ -166,6 +166,8 @@ class TestVoHostile(unittest.TestCase):
             self.assertEqual(status, 400, (pos, body[:200]))
             self.assertTrue(body.startswith(b"UsageError: "), (pos, body))
             self.assertIn(named.encode(), body, pos)
+            # The value is quoted as given, without the space after RANGE.
+            self.assertIn(("got '" + pos[len("RANGE "):] + "'").encode(), body, pos)
         # Longitudes from -1e308 to 1e308 are every longitude, as -Inf to +Inf.
         cuts = []
         for pos in ("RANGE -1e308 1e308 -3 -2", "RANGE -inf inf -3 -2", "RANGE 0 360 -3 -2"):

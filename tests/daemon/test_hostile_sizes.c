@@ -288,6 +288,16 @@ START_TEST(test_f5_zero_axis)
     tt_assert_problem("cutout NAXIS1 = 0", &r, 400, "body");
     ck_assert_msg(strstr(r.body, "NAXIS1 = 0"), "%s", r.body);
     tt_resp_free(&r);
+    /* Loosely formatted, a value that is no number is named too. */
+    const char *loose = "NAXIS = 2\nNAXIS1 = abc\nNAXIS2  = 16\nCTYPE1 = 'RA---TAN'\n"
+                        "CTYPE2 = 'DEC--TAN'\nCRVAL1 = 10\nCRVAL2 = 20\nCRPIX1 = 1\n"
+                        "CRPIX2 = 8\nCDELT1 = -0.001\nCDELT2 = 0.001\n";
+    r = tt_fetch(base, "POST", "/api/v1/cutout?dataset=ok", loose, strlen(loose), NULL);
+    tt_assert_problem("cutout NAXIS1 = abc", &r, 400, "body");
+    ck_assert_msg(strstr(r.body, "NAXIS1 must be an integer between 1 and 65536 in a card "
+                         "'NAXIS1  = value', got 'NAXIS1 = abc'"),
+                  "%s", r.body);
+    tt_resp_free(&r);
     json_t *b = json_pack("{s:s, s:[s], s:{s:s}, s:{s:s}}", "type", "mosaic", "inputs", "ok",
                           "target", "header", hdr, "output", "name", "m2");
     char *body = json_dumps(b, JSON_COMPACT);

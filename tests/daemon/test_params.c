@@ -340,6 +340,13 @@ START_TEST(test_cutout_hips2fits)
     const char *rainbow[] = {"hips", "m13", "ra", "0", "dec", "0", "fov", "1", "width", "1",
                              "height", "1", "cmap", "rainbow", NULL};
     assert_refused(rainbow, "cmap");
+    /* The refusal lists every name the parser takes, from its own tables. */
+    ck_assert_int_eq(cutout_parse_get(lookup, rainbow, &p, &e), TESS_EINVAL);
+    ck_assert_str_eq(e.detail,
+                     "cmap must be grey, viridis, inferno, magma, plasma, cubehelix, Greys, "
+                     "coolwarm, RdBu, twilight, turbo, jet (each also reversed with _r), or "
+                     "matplotlib's gray_r, gray, binary_r, gist_gray, gist_yarg_r, bone, "
+                     "cividis, hot, afmhot, gist_heat; got 'rainbow'");
     const char *jetfits[] = {"hips", "m13", "ra", "0", "dec", "0", "fov", "1", "width", "1",
                              "height", "1", "cmap", "rainbow", "format", "fits", NULL};
     ck_assert_int_eq(cutout_parse_get(lookup, jetfits, &p, &e), 0);

@@ -401,6 +401,25 @@ static uint8_t *decode_png(const unsigned char *b, size_t len, png_uint_32 *w, p
     return px;
 }
 
+/* gray_r is matplotlib's gray_r table (entry i = 255 - i) through the same quantisation as
+ * grey, so every pixel of a gray_r rendering is 255 minus grey's. */
+START_TEST(test_gray_r_inverts_grey)
+{
+    enum { N = 1001 };
+    static double d[N];
+    static uint8_t g[4 * N], r[4 * N];
+    for (int i = 0; i < N; i++)
+        d[i] = (double)i / (N - 1);
+    render_cmap rev;
+    ck_assert_int_eq(render_cmap_parse("gray_r", &rev), 0);
+    render_row(d, N, STRETCH_LINEAR, CMAP_GREY, g);
+    render_row(d, N, STRETCH_LINEAR, rev, r);
+    for (int i = 0; i < N; i++)
+        ck_assert_msg(r[4 * i] == 255 - g[4 * i], "t=%g: gray_r %d, grey %d", d[i],
+                      r[4 * i], g[4 * i]);
+}
+END_TEST
+
 START_TEST(test_png_roundtrip)
 {
     enum { W = 37, H = 23 };
@@ -481,6 +500,7 @@ int main(void)
     tcase_add_test(tc, test_stretches);
     tcase_add_test(tc, test_nan_transparent_and_row_flip);
     tcase_add_test(tc, test_cmap_endpoints);
+    tcase_add_test(tc, test_gray_r_inverts_grey);
     tcase_add_test(tc, test_png_roundtrip);
     suite_add_tcase(s, tc);
     return tt_run_suite(s);

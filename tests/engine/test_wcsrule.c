@@ -203,7 +203,7 @@ START_TEST(test_limits)
         { { "CTYPE1  = 'RA---TAN'", "CTYPE2  = 'DEC--TAN'", "PC1_1   = 0.0", NULL },
           TESS_EINVAL, "PC1_j are all 0" },
         { { "CTYPE1  = 'RA---TAN'", "CTYPE2  = 'DEC--TAN'", "EQUINOX = 'J2000'", NULL },
-          TESS_EINVAL, "EQUINOX must be a finite number" },
+          TESS_EINVAL, "EQUINOX must be a finite number, got 'J2000'" },
         { { "CTYPE1  = 'RA---TAN'", "CTYPE2  = 'DEC--TAN'", "NAXIS1  = 1.5.5", NULL },
           TESS_EINVAL, "NAXIS1 must be a finite number, got '1.5.5'" },
         { { "CTYPE1  = 'RA---TAN'", "CTYPE2  = 'DEC--TAN'", "CRVAL1A = NaN", NULL },
@@ -256,7 +256,7 @@ START_TEST(test_dss_plate_solution)
         { "XPIXELSZ", "COMMENT", "a DSS plate solution needs XPIXELSZ (" },
         { "AMDY1   ", "COMMENT", "a DSS plate solution needs AMDY1 (" },
         { "PLTDECSN", "PLTDECSN= -1", "needs PLTDECSN as a string" },
-        { "PPO3    ", "PPO3    = 'centre'", "PPO3 must be a finite number" },
+        { "PPO3    ", "PPO3    = 'centre'", "PPO3 must be a finite number, got 'centre'" },
         { "CNPIX1  ", "CNPIX1  = 0x1p3", "CNPIX1 must be a finite number, got '0x1p3'" },
         { "YPIXELSZ", "YPIXELSZ=15.0", "'YPIXELSZ=15.0': a WCS card needs '= ' in columns" },
     };

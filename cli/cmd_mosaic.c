@@ -350,7 +350,8 @@ int cmd_mosaic(int argc, char **argv)
         goto done;
     }
     if (frame && (sky_frame_parse(frame, &sp.auto_frame) || sp.auto_frame == SKY_FRAME_NONE)) {
-        cli_msg("mosaic: --frame must be icrs, fk5, fk4, galactic or ecliptic, not '%s'", frame);
+        cli_msg("mosaic: --frame must be icrs, fk5, fk4, galactic or ecliptic (or, for images "
+                "of the Sun, helioprojective, stonyhurst or carrington), not '%s'", frame);
         goto done;
     }
     if (proj) {

@@ -154,7 +154,8 @@ static void input_release(input *in)
 static int celestial_ctype(const char *v)
 {
     static const char *const kinds[] = { "RA--", "DEC-", "GLON", "GLAT", "ELON", "ELAT",
-                                         "SLON", "SLAT", "HLON", "HLAT", NULL };
+                                         "SLON", "SLAT", "HLON", "HLAT", "HPLN", "HPLT",
+                                         "HGLN", "HGLT", "CRLN", "CRLT", NULL };
     if (strlen(v) < 8 || v[4] != '-')
         return 0;
     for (int i = 0; kinds[i]; i++)
@@ -199,8 +200,8 @@ static int read_input(pool *workers, int threads, const char *path, int hdu, inp
     if (!fitscard_get(fi->header, fi->nkeys, "CTYPE1", v, sizeof v) || !celestial_ctype(v)
         || !fitscard_get(fi->header, fi->nkeys, "CTYPE2", v, sizeof v) || !celestial_ctype(v)
         || !skywcs_has_celestial(in->wcs)) {
-        cli_msg("'%s': axes 1 and 2 must be celestial (CTYPE1/CTYPE2 like RA---TAN, DEC--TAN)",
-                path);
+        cli_msg("'%s': axes 1 and 2 must be celestial or solar (CTYPE1/CTYPE2 like RA---TAN, "
+                "DEC--TAN or HPLN-TAN, HPLT-TAN)", path);
         goto fail;
     }
     int f32 = bitpix == 8 || bitpix == 16 || bitpix == -32;

@@ -33,6 +33,7 @@ int config_init(tess_config *c)
     c->jobs_max_product_mb = 8192;
     c->jobs_disk_mb = 65536;
     c->jobs_lease_s = 10.0;
+    c->jobs_database_timeout_s = 5.0;
     c->max_queue = 256;
     c->max_connections = 256;
     c->connection_timeout_s = 30;
@@ -254,7 +255,8 @@ static int load_json(json_t *root, tess_config *c, const char *base, char *err, 
                                              "max_decoded_mb", "max_input_pixels",
                                              "shutdown_grace_s", NULL};
     static const char *const job_keys[] = {"dir", "token", "memory_mb", "max_product_mb",
-                                           "disk_mb", "database", "lease_s", NULL};
+                                           "disk_mb", "database", "lease_s",
+                                           "database_timeout_s", NULL};
     static const char *const ds_keys[] = {"name", "path", "hdu", "frames", "hips_frame", NULL};
     int rc;
     long long v;
@@ -431,6 +433,17 @@ static int load_json(json_t *root, tess_config *c, const char *base, char *err, 
         if ((rc = get_int(jobs, "lease_s", "jobs.", 1, 3600, &v, err, errlen)))
             return rc;
         c->jobs_lease_s = (double)v;
+        v = (long long)c->jobs_database_timeout_s;
+        if ((rc = get_int(jobs, "database_timeout_s", "jobs.", 1, 600, &v, err, errlen)))
+            return rc;
+        c->jobs_database_timeout_s = (double)v;
+        /* "" would be libpq's defaults (a local socket, the user's name): never meant. */
+        if (c->jobs_database && !c->jobs_database[strspn(c->jobs_database, " \t\r\n")]) {
+            tess_seterr(err, errlen, "jobs.database must not be empty: give a PostgreSQL "
+                        "connection URI (postgresql:///tessera?host=/run/postgresql), or null "
+                        "to keep the jobs in jobs.dir");
+            return TESS_EINVAL;
+        }
         /* Like data_roots, a relative jobs.dir is relative to the configuration file. */
         if (c->jobs_dir && c->jobs_dir[0] != '/' && base) {
             size_t n = strlen(base) + strlen(c->jobs_dir) + 2;

@@ -50,6 +50,8 @@ typedef struct tess_config {
     char *jobs_database;         /* jobs.database: PostgreSQL connection URI of a job store
                                     shared by several servers; NULL = SQLite in jobs.dir */
     double jobs_lease_s;         /* jobs.lease_s: lease of a block in a shared store, default 10 */
+    double jobs_database_timeout_s; /* jobs.database_timeout_s: bound of one call to the shared
+                                    store (its connection, each statement), default 5 */
     char *jobs_token;            /* jobs.token, may be NULL (no authentication); from a file
                                     at least 16 visible ASCII characters, no spaces */
     size_t jobs_memory_mb;       /* jobs.memory_mb: memory of one job's blocks in flight and

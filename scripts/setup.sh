@@ -4,8 +4,9 @@
 # Debian's python3 with numpy, astropy and scikit-image computes reference values in
 # tests (test_zreduce reads PNG frames with skimage, FITS with astropy); the client tests
 # (tests/clients) use astroquery, pyvo, dask, zarr, fitsverify, promtool and STILTS
-# (votlint, xsdvalidate with its own copies of the IVOA schemas), the cluster
-# tests a throwaway PostgreSQL and nginx.
+# (votlint, xsdvalidate with its own copies of the IVOA schemas), and sunpy with astropy
+# reproject for the solar references of test_solar; the cluster tests a throwaway
+# PostgreSQL and nginx.
 set -eu
 PKGS="build-essential autoconf automake pkg-config curl ca-certificates
 libmicrohttpd-dev libcfitsio-dev wcslib-dev libpng-dev libjansson-dev
@@ -15,7 +16,7 @@ libspng-dev libdeflate-dev libtiff-dev libblosc-dev liblz4-dev libzstd-dev libxm
 libpq-dev postgresql nginx
 python3-astroquery python3-pyvo python3-dask python3-zarr python3-fsspec python3-aiohttp
 python3-requests python3-tifffile python3-astropy-healpix fitsverify prometheus linux-perf wrk
-stilts"
+stilts python3-sunpy python3-reproject"
 SUDO=""
 if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
 missing=""

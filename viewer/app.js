@@ -968,6 +968,28 @@ function pixelMouseMove(ev) {
       show();
     });
   }
+  if (d.solar) {
+    // An image of the Sun: its own frame (helioprojective in arcseconds, heliographic in
+    // degrees) and, for a helioprojective one, the Stonyhurst position on the disk.
+    const sf = d.solar.frame;
+    const solarText = (v, frame) => (frame === 'helioprojective'
+      ? `(helioprojective) Tx ${fmt(v[0], 2)}″ Ty ${fmt(v[1], 2)}″`
+      : `(${frame}) lon ${fmt(v[0], 4)}° lat ${fmt(v[1], 4)}°`);
+    let own = '', hg = '';
+    const solarShow = () => { parts.world = [own, hg].filter((t) => t).join(' · '); show(); };
+    readTransform('px', d, `x=${p.x}&y=${p.y}&frame=${sf}`, (v) => {
+      if (v === undefined) return;
+      own = v ? solarText(v, sf) : '';
+      solarShow();
+    });
+    if (sf === 'helioprojective' && d.solar.observer) {
+      readTransform('px-hg', d, `x=${p.x}&y=${p.y}&frame=stonyhurst`, (v) => {
+        if (v === undefined) return;
+        hg = v ? solarText(v, 'stonyhurst') : '(stonyhurst) off the disk';
+        solarShow();
+      });
+    }
+  }
   readValue(d, p.x, p.y, p.z, (v) => { parts.value = v; show(); });
 }
 

@@ -58,6 +58,14 @@ static int common_cutout(param_lookup get, void *cls, cutout_params *p, param_er
     p->max_coord_error = 0.001;
     if (param_opt_double(get, cls, "max_coord_error", 0, 10, &p->max_coord_error, e))
         return TESS_EINVAL;
+    p->solar_surface = SOLAR_SPHERE;
+    if ((s = get(cls, "solar_surface"))) {
+        if (strcmp(s, "screen") == 0)
+            p->solar_surface = SOLAR_SCREEN;
+        else if (strcmp(s, "sphere") != 0)
+            return param_fail(e, "solar_surface", "solar_surface must be sphere or screen, "
+                              "got '%.40s'", s);
+    }
     p->format = FMT_PNG;
     if ((s = get(cls, "format"))
         && (out_format_parse(s, &p->format)
@@ -89,13 +97,23 @@ int cutout_parse_get(param_lookup get, void *cls, cutout_params *p, param_error 
         p->has_wcs = 1;
         return 0;
     }
-    if (param_req_double(get, cls, "ra", -360, 360, &p->lon, e) ||
-        param_req_double(get, cls, "dec", -90, 90, &p->lat, e) ||
-        param_req_double(get, cls, "fov", 1e-9, 360, &p->fov, e) ||
+    p->coordsys = SKY_FRAME_ICRS;
+    const char *s = get(cls, "coordsys");
+    if (s && sky_frame_parse(s, &p->coordsys) != 0)
+        return param_fail(e, "coordsys", "coordsys must be icrs, fk5, fk4, galactic, ecliptic, "
+                          "helioprojective, stonyhurst or carrington, got '%.40s'", s);
+    /* Helioprojective angles are given in arcseconds, as solar data states them. */
+    double unit = p->coordsys == SKY_FRAME_HELIOPROJECTIVE ? 3600.0 : 1.0;
+    if (param_req_double(get, cls, "ra", -360 * unit, 360 * unit, &p->lon, e) ||
+        param_req_double(get, cls, "dec", -90 * unit, 90 * unit, &p->lat, e) ||
+        param_req_double(get, cls, "fov", 1e-9 * unit, 360 * unit, &p->fov, e) ||
         param_req_long(get, cls, "width", 1, 65536, &p->width, e) ||
         param_req_long(get, cls, "height", 1, 65536, &p->height, e))
         return TESS_EINVAL;
-    const char *s = get(cls, "projection");
+    p->lon /= unit;
+    p->lat /= unit;
+    p->fov /= unit;
+    s = get(cls, "projection");
     if (!s)
         s = "TAN";
     if (strlen(s) != 3 || !isalpha((unsigned char)s[0]) || !isalpha((unsigned char)s[1]) ||
@@ -105,11 +123,6 @@ int cutout_parse_get(param_lookup get, void *cls, cutout_params *p, param_error 
     for (int i = 0; i < 3; i++)
         p->projection[i] = (char)toupper((unsigned char)s[i]);
     p->projection[3] = '\0';
-    p->coordsys = SKY_FRAME_ICRS;
-    s = get(cls, "coordsys");
-    if (s && sky_frame_parse(s, &p->coordsys) != 0)
-        return param_fail(e, "coordsys", "coordsys must be icrs, fk5, fk4, galactic or ecliptic, "
-                          "got '%.40s'", s);
     p->rotation = 0;
     if (param_opt_double(get, cls, "rotation_angle", -360, 360, &p->rotation, e))
         return TESS_EINVAL;
@@ -249,7 +262,17 @@ static void cutout_work(hreq *r)
     o.workers = r->srv->workers;
     o.priority = hreq_priority(r);
     o.cancel = &r->cancel;
-    long finite = rp_reproject(d->cel, &in, j->target, &out, NULL, &o, err, sizeof(err));
+    /* The spherical screen is centred on the dataset's observer: mark a copy of its WCS. */
+    skywcs *src = j->p.solar_surface == SOLAR_SCREEN ? skywcs_copy(d->cel) : NULL;
+    if (j->p.solar_surface == SOLAR_SCREEN && !src) {
+        planestore_release(r->srv->planes, &v);
+        problem_reply(r, 500, NULL, "out of memory");
+        goto done;
+    }
+    skywcs_set_solar_surface(src, SOLAR_SCREEN);
+    long finite = rp_reproject(src ? src : d->cel, &in, j->target, &out, NULL, &o, err,
+                               sizeof(err));
+    skywcs_free(src);
     planestore_release(r->srv->planes, &v);
     if (finite == TESS_ECANCELED || (finite > 0 && hreq_cancelled(r))) {
         /* Stopped, or its client went as the last rows were done: nothing to encode. */
@@ -308,9 +331,19 @@ static int check_size(hreq *r, long w, long h)
     return 0;
 }
 
-/* Builds the cache key, answers from the cache or queues the work. */
-static void start(hreq *r, cutout_job *j, const char *target_key)
+/* Builds the cache key, answers from the cache or queues the work.  A target whose frame
+ * cannot be reached from the dataset's (a sky and a solar frame, a solar frame without
+ * its observer) is refused first, naming both frames (`what`: the parameter that set the
+ * target). */
+static void start(hreq *r, cutout_job *j, const char *target_key, const char *what)
 {
+    char ferr[300];
+    if (skywcs_check_pair(j->ds->cel, j->target, ferr, sizeof(ferr))) {
+        problem_reply(r, 422, what, "cannot cut dataset '%s' out onto this target: the "
+                      "dataset's %s", j->ds->name, ferr);
+        cutout_job_free(j);
+        return;
+    }
     char rk[160];
     params_render_key(&j->p.render, rk, sizeof(rk));
     size_t klen = strlen(target_key) + strlen(j->ds->name) + 400;
@@ -324,9 +357,11 @@ static void start(hreq *r, cutout_job *j, const char *target_key)
      * answered from the cache. */
     char version[64];
     dataset_version(j->ds, version, sizeof(version));
-    snprintf(r->cache_key, klen, "cutout|%s|%s|%ld|%s|%s|%.17g|%s|%s", j->ds->name,
+    snprintf(r->cache_key, klen, "cutout|%s|%s|%ld|%s|%s|%.17g|%s|%s|%s", j->ds->name,
              version, j->p.plane, target_key, rp_method_name(j->p.method),
-             j->p.max_coord_error, out_format_name(j->p.format),
+             j->p.max_coord_error,
+             j->p.solar_surface == SOLAR_SCREEN ? "screen" : "sphere",
+             out_format_name(j->p.format),
              j->p.format == FMT_FITS ? "" : rk);
     if (hreq_try_cache(r)) {
         cutout_job_free(j);
@@ -394,7 +429,7 @@ static int start_header(hreq *r, cutout_job *j, const char *what)
     snprintf(tk, sizeof(tk), "hdr:%zu:%016llx%016llx", clen,
              (unsigned long long)tess_fnv1a64(j->cards, clen, TESS_FNV64_OFFSET),
              (unsigned long long)tess_fnv1a64(j->cards, clen, 0x9E3779B97F4A7C15ULL));
-    start(r, j, tk);
+    start(r, j, tk, what);
     return 0;
 }
 
@@ -402,7 +437,7 @@ void handle_cutout_get(hreq *r, const route_match *m)
 {
     static const char *const known[] = {"dataset", "hips", "ra", "dec", "fov", "width",
         "height", "projection", "coordsys", "rotation_angle", "wcs", "method",
-        "max_coord_error", "format", "stretch", "min_cut", "max_cut", "cmap", "plane", NULL};
+        "max_coord_error", "solar_surface", "format", "stretch", "min_cut", "max_cut", "cmap", "plane", NULL};
     cutout_job *j = new_job(r, known, cutout_parse_get);
     if (!j)
         return;
@@ -426,9 +461,9 @@ void handle_cutout_get(hreq *r, const route_match *m)
     if (check_size(r, j->p.width, j->p.height))
         goto fail;
     char err[256] = "";
-    if (skywcs_cutout_header(j->p.lon, j->p.lat, j->p.fov, j->p.width, j->p.height,
-                             j->p.projection, j->p.coordsys, j->p.rotation, &j->cards, &j->nkeys,
-                             err, sizeof(err))) {
+    if (skywcs_cutout_header_solar(j->p.lon, j->p.lat, j->p.fov, j->p.width, j->p.height,
+                                   j->p.projection, j->p.coordsys, skywcs_solar(j->ds->cel),
+                                   j->p.rotation, &j->cards, &j->nkeys, err, sizeof(err))) {
         problem_reply(r, 400, "projection", "cannot build the cutout WCS: %s", err);
         goto fail;
     }
@@ -446,7 +481,7 @@ void handle_cutout_get(hreq *r, const route_match *m)
     snprintf(tk, sizeof(tk), "%.17g,%.17g,%.17g,%ld,%ld,%s,%s,%.17g", j->p.lon, j->p.lat,
              j->p.fov, j->p.width, j->p.height, j->p.projection, sky_frame_name(j->p.coordsys),
              j->p.rotation);
-    start(r, j, tk);
+    start(r, j, tk, "coordsys");
     return;
 fail:
     cutout_job_free(j);
@@ -454,7 +489,8 @@ fail:
 
 void handle_cutout_post(hreq *r, const route_match *m)
 {
-    static const char *const known[] = {"dataset", "method", "max_coord_error", "format",
+    static const char *const known[] = {"dataset", "method", "max_coord_error",
+        "solar_surface", "format",
         "stretch", "min_cut", "max_cut", "cmap", "plane", NULL};
     cutout_job *j = new_job(r, known, cutout_parse_post);
     if (!j)

@@ -22,6 +22,7 @@ typedef struct cutout_params {
     long plane;                /* plane of a cube or frame of a stack, 0-based */
     int has_wcs;               /* GET with `wcs`: the target is that header
                                   (cutout_wcs_cards); lon ... rotation are unset */
+    int solar_surface;         /* SOLAR_SPHERE (default) or SOLAR_SCREEN: solar_surface */
 } cutout_params;
 
 /* The most cards a `wcs` parameter may hold. */
@@ -31,8 +32,11 @@ typedef struct cutout_params {
  * dataset (or hips: the dataset name, or the creator_did ivo://tessera/NAME of its HiPS),
  * then either ra, dec, fov, width, height (required), projection, coordsys,
  * rotation_angle, or wcs alone (p->has_wcs; its text is for cutout_wcs_cards); method,
- * max_coord_error, format, plane and the rendering parameters (cmap is not looked at for
- * format=fits).  Returns 0, or TESS_EINVAL with `e` naming the parameter. */
+ * max_coord_error, solar_surface, format, plane and the rendering parameters (cmap is
+ * not looked at for format=fits).  For coordsys=helioprojective, ra, dec and fov are in
+ * arcseconds (Tx, Ty; fov up to 1296000) and come back in degrees in `p`; for
+ * stonyhurst and carrington they are heliographic longitude and latitude in degrees.
+ * Returns 0, or TESS_EINVAL with `e` naming the parameter. */
 int cutout_parse_get(param_lookup get, void *cls, cutout_params *p, param_error *e);
 
 /* The `wcs` parameter of hips2fits: a JSON object of header cards, as astroquery sends
@@ -45,7 +49,7 @@ int cutout_parse_get(param_lookup get, void *cls, cutout_params *p, param_error 
 int cutout_wcs_cards(const char *text, char **cards, int *nkeys, param_error *e);
 
 /* POST /api/v1/cutout query (the target is the body): dataset, format, method,
- * max_coord_error, plane, rendering.  Returns 0, or TESS_EINVAL with `e`. */
+ * max_coord_error, solar_surface, plane, rendering.  Returns 0, or TESS_EINVAL with `e`. */
 int cutout_parse_post(param_lookup get, void *cls, cutout_params *p, param_error *e);
 
 #endif

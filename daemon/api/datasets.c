@@ -65,6 +65,31 @@ static json_t *wcs_json(const dataset *d)
     return o;
 }
 
+/* The solar description of a WCS in a solar frame: the frame, the solar radius
+ * (RSUN_REF, metres), the observer (Stonyhurst longitude and latitude in degrees,
+ * distance in metres, Carrington longitude when the header gives it; null when the
+ * header does not place it) and the date (DATE-AVG or DATE-OBS; null when absent). */
+static json_t *solar_json(const skywcs *w)
+{
+    const solar_obs *so = skywcs_solar(w);
+    json_t *o = json_object();
+    json_object_set_new(o, "frame", json_string(sky_frame_name(skywcs_frame(w, NULL))));
+    json_object_set_new(o, "rsun_ref", json_real(so->rsun));
+    json_object_set_new(o, "date_obs", so->date[0] ? json_string(so->date) : json_null());
+    if (so->known) {
+        json_t *ob = json_object();
+        json_object_set_new(ob, "hgln_obs", json_real(so->lon));
+        json_object_set_new(ob, "hglt_obs", json_real(so->lat));
+        json_object_set_new(ob, "dsun_obs", json_real(so->dist));
+        json_object_set_new(ob, "crln_obs",
+                            so->has_carr ? json_real(so->lon + so->carr_off) : json_null());
+        json_object_set_new(o, "observer", ob);
+    } else {
+        json_object_set_new(o, "observer", json_null());
+    }
+    return o;
+}
+
 static json_t *dataset_json(const dataset *d)
 {
     json_t *o = json_object();
@@ -78,7 +103,11 @@ static json_t *dataset_json(const dataset *d)
     json_object_set_new(o, "shape", shape);
     json_object_set_new(o, "bitpix", json_integer(d->bitpix));
     json_object_set_new(o, "bunit", d->bunit[0] ? json_string(d->bunit) : json_null());
-    json_object_set_new(o, "celestial", json_boolean(d->cel != NULL));
+    /* A solar frame is not the sky: `celestial` says whether the dataset has a place on
+     * the sky, `solar` describes the Sun and observer of a solar one (else null). */
+    const solar_obs *so = skywcs_solar(d->cel);
+    json_object_set_new(o, "celestial", json_boolean(d->cel != NULL && !so));
+    json_object_set_new(o, "solar", so ? solar_json(d->cel) : json_null());
     json_object_set_new(o, "wcs", wcs_json(d));
     json_object_set_new(o, "wcs_error",
                         d->wcs_error[0] ? json_string(d->wcs_error) : json_null());
@@ -117,6 +146,20 @@ int handler_need_celestial(hreq *r, const dataset *d, const char *without)
     if (!d->cel) {
         problem_reply(r, 422, "dataset", "dataset '%s' has no celestial WCS: %s", d->name,
                       without);
+        return -1;
+    }
+    return 0;
+}
+
+int handler_need_sky(hreq *r, const dataset *d, const char *param, const char *asked)
+{
+    if (handler_need_celestial(r, d, "it has no sky coordinates"))
+        return -1;
+    sky_frame f = skywcs_frame(d->cel, NULL);
+    if (sky_frame_is_solar(f)) {
+        problem_reply(r, 422, param, "dataset '%s' is in the solar frame %s (%s), not on the "
+                      "sky: the sky frame %s does not apply to it", d->name, sky_frame_name(f),
+                      sky_frame_axes(f), asked);
         return -1;
     }
     return 0;

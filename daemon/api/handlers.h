@@ -21,6 +21,10 @@ const dataset *handler_dataset(hreq *r, const char *name, size_t len);
  * "dataset": "dataset 'NAME' has no usable WCS: REASON", or "... has no celestial WCS: "
  * and `without`, what cannot be done) and -1 (datasets.c). */
 int handler_need_celestial(hreq *r, const dataset *d, const char *without);
+/* handler_need_celestial, and a sky frame: a dataset in a solar frame is refused with a
+ * 422 problem (parameter `param`) naming its frame and the sky frame `asked` (what the
+ * request needs: "icrs", "equatorial or galactic (HiPS)").  0 or -1 (reply set). */
+int handler_need_sky(hreq *r, const dataset *d, const char *param, const char *asked);
 
 /* route_prepare of the {dataset} routes: m->ds from m->segment, or 404 (datasets.c). */
 int prepare_dataset(hreq *r, route_match *m);

@@ -571,7 +571,9 @@ void handle_hips(hreq *r, const route_match *m)
                                : hp.kind == HIPS_REQ_PROPERTIES ? props : images;
     if (hreq_only_args(r, known))
         return;
-    if (handler_need_celestial(r, d, "it cannot be served as a HiPS survey"))
+    if (handler_need_celestial(r, d, "it cannot be served as a HiPS survey") ||
+        handler_need_sky(r, d, "dataset", "equatorial or galactic of a HiPS survey (HiPS of "
+                         "solar images, hips_body, are not served)"))
         return;
     if (hp.kind == HIPS_REQ_INDEX) {
         reply_index(r, d);

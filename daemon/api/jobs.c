@@ -50,6 +50,13 @@ int jobs_api_check_token(hreq *r)
     return 0;
 }
 
+/* 503 with Retry-After: the jobs database cannot be reached (jobs.h). */
+static void reply_unreachable(hreq *r)
+{
+    problem_reply(r, 503, NULL, "the jobs database cannot be reached; retry later");
+    r->rep.retry_after = 5;
+}
+
 int prepare_jobs(hreq *r, route_match *m)
 {
     if (!r->srv->jobs) {
@@ -96,6 +103,10 @@ static void send_result(hreq *r, const char *id)
 {
     char path[PATH_MAX], ctype[64], state[16] = "";
     int rc = jobs_result(r->srv->jobs, id, path, ctype, state);
+    if (rc == TESS_EIO) {
+        reply_unreachable(r);
+        return;
+    }
     if (rc == TESS_ENOTFOUND) {
         problem_reply(r, 404, "id", "no job '%.32s'", id);
         return;
@@ -146,7 +157,16 @@ void handle_jobs_list(hreq *r, const route_match *m)
             return;
         }
     }
-    hreq_reply_json(r, 200, jobs_list_json(r->srv->jobs, (int)limit));
+    int unavailable = 0;
+    char *list = jobs_list_json(r->srv->jobs, (int)limit, &unavailable);
+    if (!list) {
+        if (unavailable)
+            reply_unreachable(r);
+        else
+            problem_reply(r, 500, NULL, "out of memory");
+        return;
+    }
+    hreq_reply_json(r, 200, list);
 }
 
 /* GET, and the answer of a DELETE that cancelled: the job's document. */
@@ -157,7 +177,7 @@ void handle_job(hreq *r, const route_match *m)
     char *doc = jobs_get_json(r->srv->jobs, id, &missing);
     if (!doc) {
         if (missing == 2)
-            problem_reply(r, 503, NULL, "the jobs database cannot be reached; retry later");
+            reply_unreachable(r);
         else if (missing)
             problem_reply(r, 404, "id", "no job '%.32s'", id);
         else
@@ -178,6 +198,10 @@ void handle_job_cancel(hreq *r, const route_match *m)
     if (jobs_api_check_token(r))
         return;
     int rc = jobs_cancel(r->srv->jobs, id, 10.0);
+    if (rc == TESS_EIO) {
+        reply_unreachable(r);
+        return;
+    }
     if (rc == TESS_ENOTFOUND) {
         problem_reply(r, 404, "id", "no job '%.32s'", id);
         return;

@@ -264,6 +264,101 @@ void handle_histogram(hreq *r, const route_match *m)
     start_job(r, &j, histogram_work);
 }
 
+/* ---- the frame of footprint and transform -------------------------------------------- */
+
+/* The frame a footprint or transform request answers in (`frame`): for a dataset in a sky
+ * frame icrs (default) or galactic; for a dataset in a solar frame its own frame (default)
+ * or another solar frame of the same observer (helioprojective, stonyhurst,
+ * carrington).  A sky frame asked of a solar dataset, or a solar frame of a sky one, is
+ * a 422 problem naming both.  Returns 0, or -1 after the problem reply. */
+static int request_frame(hreq *r, const dataset *d, sky_frame *out)
+{
+    const char *fs = hreq_arg(r, "frame");
+    sky_frame native = skywcs_frame(d->cel, NULL);
+    int solar = sky_frame_is_solar(native);
+    sky_frame f = solar ? native : SKY_FRAME_ICRS;
+    if (fs && (sky_frame_parse(fs, &f) ||
+               (!sky_frame_is_solar(f) && f != SKY_FRAME_ICRS && f != SKY_FRAME_GALACTIC))) {
+        problem_reply(r, 400, "frame", "frame must be icrs or galactic (sky) or "
+                      "helioprojective, stonyhurst or carrington (solar), got '%.40s'", fs);
+        return -1;
+    }
+    if (sky_frame_is_solar(f) != solar) {
+        problem_reply(r, 422, "frame", "dataset '%s' is in the %s frame %s (%s): the %s frame "
+                      "%s does not apply to it", d->name, solar ? "solar" : "sky",
+                      sky_frame_name(native), sky_frame_axes(native),
+                      solar ? "sky" : "solar", sky_frame_name(f));
+        return -1;
+    }
+    const solar_obs *so = skywcs_solar(d->cel);
+    if (solar && f != native) {
+        const char *gap = NULL;
+        if ((f == SKY_FRAME_HELIOPROJECTIVE || native == SKY_FRAME_HELIOPROJECTIVE) &&
+            !so->known)
+            gap = "its observer (HGLN_OBS, HGLT_OBS and DSUN_OBS, or HEEQ_X/Y/Z)";
+        else if ((f == SKY_FRAME_CARRINGTON || native == SKY_FRAME_CARRINGTON) && !so->has_carr)
+            gap = "the observer's Carrington longitude (CRLN_OBS with HGLN_OBS)";
+        if (gap) {
+            problem_reply(r, 422, "frame", "dataset '%s' (frame %s) cannot give %s "
+                          "coordinates: its header lacks %s", d->name, sky_frame_name(native),
+                          sky_frame_name(f), gap);
+            return -1;
+        }
+    }
+    *out = f;
+    return 0;
+}
+
+/* The unit positions are given in for `frame`: arcseconds for helioprojective (as solar
+ * headers and sunpy state Tx and Ty), degrees for every other frame. */
+static const char *frame_unit(sky_frame f)
+{
+    return f == SKY_FRAME_HELIOPROJECTIVE ? "arcsec" : "deg";
+}
+
+/* Converts n positions (degrees, in place) from the frame of `w` to `to`: sky_convert for
+ * a sky frame, solar_convert with the dataset's own observer for a solar one; then
+ * helioprojective positions to arcseconds and helioprojective and Stonyhurst longitudes
+ * into (-180, 180] as sunpy wraps them (Carrington and the sky: [0, 360)). */
+static void world_out(const skywcs *w, sky_frame to, size_t n, double *lon, double *lat)
+{
+    double eq = 0.0;
+    sky_frame from = skywcs_frame(w, &eq);
+    const solar_obs *so = skywcs_solar(w);
+    if (!so) {
+        sky_convert(from, eq, to, 0.0, n, lon, lat);
+        return;
+    }
+    solar_convert(from, so, to, so, SOLAR_SPHERE, NULL, n, lon, lat);
+    for (size_t k = 0; k < n; k++) {
+        if (to != SKY_FRAME_CARRINGTON && lon[k] > 180.0)
+            lon[k] -= 360.0;
+        if (to == SKY_FRAME_HELIOPROJECTIVE) {
+            lon[k] *= 3600.0;
+            lat[k] *= 3600.0;
+        }
+    }
+}
+
+/* The inverse of world_out: positions of frame `from` (arcseconds for helioprojective)
+ * into the frame of `w` (degrees), in place. */
+static void world_in(const skywcs *w, sky_frame from, size_t n, double *lon, double *lat)
+{
+    double eq = 0.0;
+    sky_frame to = skywcs_frame(w, &eq);
+    const solar_obs *so = skywcs_solar(w);
+    if (!so) {
+        sky_convert(from, 0.0, to, eq, n, lon, lat);
+        return;
+    }
+    if (from == SKY_FRAME_HELIOPROJECTIVE)
+        for (size_t k = 0; k < n; k++) {
+            lon[k] /= 3600.0;
+            lat[k] /= 3600.0;
+        }
+    solar_convert(from, so, to, so, SOLAR_SPHERE, NULL, n, lon, lat);
+}
+
 /* ---- footprint -------------------------------------------------------------------------- */
 
 /* Traces the outline of an nx x ny image of WCS `cel` along the outer edges of its
@@ -298,11 +393,8 @@ static int footprint_trace(const skywcs *cel, long nx, long ny, long npoints, sk
         y[3 * npoints + k] = y1 - t * (y1 - y0);
     }
     int rc = skywcs_pix2sky(w, n, x, y, lon, lat);
-    if (rc == 0) {
-        double eq = 0.0;
-        sky_frame from = skywcs_frame(w, &eq);
-        sky_convert(from, eq, to, 0.0, n, lon, lat);
-    }
+    if (rc == 0)
+        world_out(w, to, n, lon, lat);
     free(x);
     skywcs_free(w);
     return rc;
@@ -337,6 +429,7 @@ static void footprint_work(hreq *r)
     }
     free(lon);
     json_object_set_new(doc, "frame", json_string(sky_frame_name(j->frame)));
+    json_object_set_new(doc, "unit", json_string(frame_unit(j->frame)));
     json_object_set_new(doc, "polygon", poly);
     reply_doc(r, doc);
 }
@@ -348,16 +441,10 @@ void handle_footprint(hreq *r, const route_match *m)
     if (hreq_only_args(r, known))
         return;
     pixels_job j = {.ds = d, .frame = SKY_FRAME_ICRS};
-    const char *fs = hreq_arg(r, "frame");
-    if (fs && strcmp(fs, "galactic") == 0)
-        j.frame = SKY_FRAME_GALACTIC;
-    else if (fs && strcmp(fs, "icrs") != 0) {
-        problem_reply(r, 400, "frame", "frame must be icrs or galactic, got '%.40s'", fs);
-        return;
-    }
     if (int_arg(r, "n", 1, FOOTPRINT_MAX_POINTS, 16, "points per edge", &j.npoints))
         return;
-    if (handler_need_celestial(r, d, "it has no footprint on the sky"))
+    if (handler_need_celestial(r, d, "it has no footprint on the sky") ||
+        request_frame(r, d, &j.frame))
         return;
     char tail[64];
     snprintf(tail, sizeof(tail), "%s|%ld", sky_frame_name(j.frame), j.npoints);
@@ -415,16 +502,10 @@ void handle_transform(hreq *r, const route_match *m)
     static const char *const known[] = {"x", "y", "lon", "lat", "frame", NULL};
     if (hreq_only_args(r, known))
         return;
-    if (handler_need_celestial(r, d, "it has no sky coordinates"))
-        return;
     sky_frame frame = SKY_FRAME_ICRS;
-    const char *fs = hreq_arg(r, "frame");
-    if (fs && strcmp(fs, "galactic") == 0)
-        frame = SKY_FRAME_GALACTIC;
-    else if (fs && strcmp(fs, "icrs") != 0) {
-        problem_reply(r, 400, "frame", "frame must be icrs or galactic, got '%.40s'", fs);
+    if (handler_need_celestial(r, d, "it has no sky coordinates") ||
+        request_frame(r, d, &frame))
         return;
-    }
     int to_sky = hreq_arg(r, "x") || hreq_arg(r, "y");
     if (to_sky && (hreq_arg(r, "lon") || hreq_arg(r, "lat"))) {
         problem_reply(r, 400, "lon", "give x and y (pixel to sky) or lon and lat (sky to "
@@ -447,17 +528,15 @@ void handle_transform(hreq *r, const route_match *m)
         problem_reply(r, 500, NULL, "out of memory");
         return;
     }
-    double eq = 0.0;
-    sky_frame native = skywcs_frame(w, &eq);
     int rc;
     if (to_sky) {
         rc = skywcs_pix2sky(w, na, a, b, p, q);
         if (rc == 0)
-            sky_convert(native, eq, frame, 0.0, na, p, q);
+            world_out(w, frame, na, p, q);
     } else {
         memcpy(p, a, sizeof(double) * na);
         memcpy(q, b, sizeof(double) * na);
-        sky_convert(frame, 0.0, native, eq, na, p, q);
+        world_in(w, frame, na, p, q);
         double lon[TRANSFORM_MAX_POINTS], lat[TRANSFORM_MAX_POINTS];
         memcpy(lon, p, sizeof(double) * na);
         memcpy(lat, q, sizeof(double) * na);
@@ -477,6 +556,8 @@ void handle_transform(hreq *r, const route_match *m)
         json_array_append_new(pts, pt);
     }
     json_object_set_new(doc, "frame", json_string(sky_frame_name(frame)));
+    if (to_sky)
+        json_object_set_new(doc, "unit", json_string(frame_unit(frame)));
     json_object_set_new(doc, to_sky ? "world" : "pixel", pts);
     reply_doc(r, doc);
 }

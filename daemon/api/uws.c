@@ -49,7 +49,16 @@ int prepare_uws(hreq *r, route_match *m)
     return 0;
 }
 
-/* The job document of `id` parsed, or NULL after a 404/500 answer. */
+/* 503 with Retry-After: the jobs database cannot be reached, so whether the job exists
+ * is not known (never NotFoundFault for it). */
+static void uws_unreachable(hreq *r)
+{
+    vo_reply_text(r, 503, "ServiceUnavailable: the jobs database cannot be reached; retry "
+                  "later");
+    r->rep.retry_after = 5;
+}
+
+/* The job document of `id` parsed, or NULL after a 404/500/503 answer. */
 static json_t *load_job(hreq *r, const char *id)
 {
     int missing = 0;
@@ -57,7 +66,9 @@ static json_t *load_job(hreq *r, const char *id)
     json_t *j = doc ? json_loads(doc, 0, NULL) : NULL;
     free(doc);
     if (!j) {
-        if (missing)
+        if (missing == 2)
+            uws_unreachable(r);
+        else if (missing)
             vo_reply_text(r, 404, "NotFoundFault: no job '%.32s'", id);
         else
             vo_reply_text(r, 500, "FatalFault: out of memory");
@@ -388,9 +399,14 @@ static json_t *uws_filter(hreq *r, json_t *all)
 
 void handle_uws_jobs(hreq *r, const route_match *m)
 {
-    char *list = jobs_list_json(r->srv->jobs, 1000);
+    int unavailable = 0;
+    char *list = jobs_list_json(r->srv->jobs, 1000, &unavailable);
     json_t *listed = list ? json_loads(list, 0, NULL) : NULL;
     free(list);
+    if (unavailable) {
+        uws_unreachable(r);
+        return;
+    }
     if (!listed) {
         vo_reply_text(r, 500, "FatalFault: the job list could not be read");
         return;
@@ -553,6 +569,10 @@ static void post_phase(hreq *r, const char *id, const char *phase)
         if (jobs_api_check_token(r))
             return;
         int rc = jobs_cancel(r->srv->jobs, id, 10.0);
+        if (rc == TESS_EIO) {
+            uws_unreachable(r);
+            return;
+        }
         if (rc && rc != TESS_EINVAL) {
             vo_reply_text(r, 404, "NotFoundFault: no job '%.32s'", id);
             return;
@@ -568,6 +588,10 @@ static void delete_job(hreq *r, const char *id)
     if (jobs_api_check_token(r))
         return;
     int rc = jobs_cancel(r->srv->jobs, id, 10.0);
+    if (rc == TESS_EIO) {
+        uws_unreachable(r);
+        return;
+    }
     if (rc == TESS_ENOTFOUND) {
         vo_reply_text(r, 404, "NotFoundFault: no job '%.32s'", id);
         return;

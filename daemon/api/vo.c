@@ -269,7 +269,9 @@ static void dataset_links(voxml *x, const char *base, const char *id, const data
              d->kind == DS_STACK ? "a cube of its frames"
              : stored >= 0 ? "its primary HDU as stored" : "the HDU's image");
     link_row(x, id, url, NULL, NULL, "#this", text, "application/fits", stored);
-    if (has_fits(d) && (d->cel || d->kind == DS_CUBE)) {
+    /* A solar frame is not the sky: no ICRS regions, no HiPS. */
+    int sky = d->cel && !sky_frame_is_solar(skywcs_frame(d->cel, NULL));
+    if (has_fits(d) && (sky || d->kind == DS_CUBE)) {
         snprintf(text, sizeof(text), "cutouts of %s (SODA sync: CIRCLE, POLYGON, POS%s): "
                  "native pixels, the WCS kept", d->name, d->kind == DS_CUBE ? ", BAND" : "");
         link_row(x, id, NULL, "soda", NULL, "#cutout", text, "application/fits", -1);
@@ -283,7 +285,7 @@ static void dataset_links(voxml *x, const char *base, const char *id, const data
     snprintf(url, sizeof(url), "%s/iiif/3/%s/info.json", base, d->name);
     snprintf(text, sizeof(text), "IIIF Image API 3.0 view of %s (info.json)", d->name);
     link_row(x, id, url, NULL, NULL, "#auxiliary", text, "application/ld+json", -1);
-    if (d->cel) {
+    if (sky) {
         snprintf(url, sizeof(url), "%s/hips/%s/", base, d->name);
         snprintf(text, sizeof(text), "HiPS 1.0 survey of %s%s (give this URL to a HiPS "
                  "client)", d->name, d->nz > 1 ? ", a HiPS cube" : "");
@@ -696,6 +698,13 @@ void handle_vo_soda(hreq *r, const route_match *m)
         snprintf(why, sizeof(why), "UsageError: dataset '%.60s' has no celestial WCS "
                  "(%.120s): CIRCLE, POLYGON and POS cannot select its pixels", d->name,
                  d->wcs_error[0] ? d->wcs_error : "none in its header");
+        goto fail;
+    }
+    if ((g->kind != SODA_NONE || g->whole) && sky_frame_is_solar(skywcs_frame(d->cel, NULL))) {
+        sky_frame f = skywcs_frame(d->cel, NULL);
+        snprintf(why, sizeof(why), "UsageError: dataset '%.60s' is in the solar frame %s (%s), "
+                 "not on the sky: CIRCLE, POLYGON and POS are in the sky frame ICRS and cannot "
+                 "select its pixels", d->name, sky_frame_name(f), sky_frame_axes(f));
         goto fail;
     }
     if (nband > 1) {

@@ -328,7 +328,8 @@ static int parse_body(const json_t *j, const job_env *env, int check_name, int r
                 return -1;
             if (s && (sky_frame_parse(s, &b->frame) != 0 || b->frame == SKY_FRAME_NONE)) {
                 jobkind_problem(pb, 400, "target.auto.frame", "unknown frame '%.32s' (icrs, "
-                                "fk5, fk4, galactic, ecliptic)", s);
+                                "fk5, fk4, galactic, ecliptic; helioprojective, stonyhurst, "
+                                "carrington for images of the Sun)", s);
                 return -1;
             }
             if (opt_string(a, "projection", "target.auto.projection", &s, pb))

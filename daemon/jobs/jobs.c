@@ -118,7 +118,9 @@ struct jobs {
     volatile int cur_cancel;
     int inflight;
     block_task *completed;
+    block_task *handoff;      /* blocks ended while the lock was held long (atomic stack) */
     unsigned long job_generation; /* bumped when a job ends (cancel waits on it) */
+    long counts[5];           /* jobs per state at the last answer (jobs_counts; atomic) */
 };
 
 static int lock_still_ours(jobs *J);
@@ -255,7 +257,37 @@ static json_t *row_json(const jobstore_job *j)
     return o;
 }
 
-/* Caller holds the lock.  *rc (may be NULL): jobstore_get's code. */
+/* ---- calls from HTTP threads ------------------------------------------------------ */
+
+/* The HTTP threads never wait on the database past its bound: while the store's circuit
+ * is open (the database was lost), they do not call it at all and answer 503; otherwise
+ * each store call is bounded (jobstore.h), and the runner's lock, which the runner holds
+ * through its own bounded calls, is waited for at most twice that. */
+static int http_lock(jobs *J)
+{
+    double bound = 2.0 * (J->shared ? J->cfg->jobs_database_timeout_s : 30.0);
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    ts.tv_sec += (time_t)bound;
+    return pthread_mutex_timedlock(&J->lock, &ts) == 0 ? 0 : TESS_EIO;
+}
+
+/* HTTP reads of the embedded store take the runner's lock, so that a job seen ended has
+ * its files removed already (the runner ends it and removes them under the lock).  Those
+ * of a shared store go without it: other servers end jobs too, and the runner may hold
+ * the lock through a call to a stalled database.  0, or TESS_EIO. */
+static int http_read_begin(jobs *J)
+{
+    return J->shared ? 0 : http_lock(J);
+}
+
+static void http_read_end(jobs *J)
+{
+    if (!J->shared)
+        pthread_mutex_unlock(&J->lock);
+}
+
+/* *rc (may be NULL): jobstore_get's code. */
 static json_t *job_json_rc_locked(jobs *J, const char *id, int *rc)
 {
     jobstore_job j;
@@ -283,10 +315,12 @@ char *jobs_get_json(jobs *J, const char *id, int *missing)
         *missing = 1;
         return NULL;
     }
-    int rc = 0;
-    pthread_mutex_lock(&J->lock);
-    json_t *o = job_json_rc_locked(J, id, &rc);
-    pthread_mutex_unlock(&J->lock);
+    int rc = TESS_EIO;
+    json_t *o = NULL;
+    if (jobstore_available(J->st) && http_read_begin(J) == 0) {
+        o = job_json_rc_locked(J, id, &rc);
+        http_read_end(J);
+    }
     if (!o) {
         *missing = rc == TESS_EIO ? 2 : rc == TESS_ENOMEM ? 0 : 1;
         return NULL;
@@ -301,22 +335,37 @@ static void list_cb(void *ctx, const jobstore_job *j)
     json_array_append_new(ctx, row_json(j));
 }
 
-char *jobs_list_json(jobs *J, int limit)
+char *jobs_list_json(jobs *J, int limit, int *unavailable)
 {
+    *unavailable = 0;
     json_t *a = json_array();
-    pthread_mutex_lock(&J->lock);
-    jobstore_list(J->st, limit, list_cb, a);
-    pthread_mutex_unlock(&J->lock);
+    if (!a)
+        return NULL;
+    int rc = TESS_EIO;
+    if (jobstore_available(J->st) && http_read_begin(J) == 0) {
+        rc = jobstore_list(J->st, limit, list_cb, a);
+        http_read_end(J);
+    }
+    if (rc != 0) {
+        json_decref(a);
+        *unavailable = 1;
+        return NULL;
+    }
     char *s = json_dumps(a, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
     json_decref(a);
     return s;
 }
 
-void jobs_counts(jobs *J, long counts[5])
+int jobs_counts(jobs *J, long counts[5])
 {
-    pthread_mutex_lock(&J->lock);
-    jobstore_counts(J->st, counts);
-    pthread_mutex_unlock(&J->lock);
+    long now[5];
+    int rc = jobstore_available(J->st) ? jobstore_counts_now(J->st, now) : TESS_EIO;
+    for (int i = 0; i < 5; i++) {
+        if (rc == 0)
+            __atomic_store_n(&J->counts[i], now[i], __ATOMIC_RELAXED);
+        counts[i] = __atomic_load_n(&J->counts[i], __ATOMIC_RELAXED);
+    }
+    return rc;
 }
 
 /* ---- submit, cancel, result ------------------------------------------------------ */
@@ -417,7 +466,11 @@ int jobs_submit(jobs *J, const char *body, size_t len, char **json_out, job_prob
     for (int i = 0; i < 8; i++)
         snprintf(id + 2 * i, 3, "%02x", rnd[i]);
 
-    pthread_mutex_lock(&J->lock);
+    if (!jobstore_available(J->st) || http_lock(J)) {
+        free(canon);
+        jobkind_problem(pb, 503, NULL, "the jobs database cannot be reached; retry later");
+        return -1;
+    }
     long active = 0;
     int reached = jobstore_active(J->st, &active) == 0;
     int rc = -1;
@@ -453,7 +506,7 @@ int jobs_submit(jobs *J, const char *body, size_t len, char **json_out, job_prob
 }
 
 /* The state of job `id` into `state` (16 bytes); 0 or TESS_ENOTFOUND (TESS_EIO: the
- * database did not answer).  Lock held. */
+ * database did not answer).  The store serialises its calls: no lock needed. */
 static int state_locked(jobs *J, const char *id, char *state)
 {
     return jobstore_state(J->st, id, state);
@@ -464,11 +517,12 @@ int jobs_cancel(jobs *J, const char *id, double wait_s)
     if (!valid_id(id))
         return TESS_ENOTFOUND;
     char state[16];
-    pthread_mutex_lock(&J->lock);
+    if (!jobstore_available(J->st) || http_lock(J))
+        return TESS_EIO;
     int rc = state_locked(J, id, state);
     if (rc == 0) {
         if (strcmp(state, "queued") == 0) {
-            jobstore_end(J->st, id, "cancelled", now_epoch(), NULL, NULL);
+            rc = jobstore_end(J->st, id, "cancelled", now_epoch(), NULL, NULL);
         } else if (strcmp(state, "running") == 0) {
             if (strcmp(J->cur, id) == 0) {
                 J->cur_cancel = 1;
@@ -488,8 +542,9 @@ int jobs_cancel(jobs *J, const char *id, double wait_s)
                 /* Marked running by an earlier process and not yet taken up again. */
                 char wd[PATH_MAX];
                 workdir_of(J, id, wd);
-                jobstore_end(J->st, id, "cancelled", now_epoch(), NULL, NULL);
-                rm_tree(wd);
+                rc = jobstore_end(J->st, id, "cancelled", now_epoch(), NULL, NULL);
+                if (rc == 0)
+                    rm_tree(wd);
             }
         } else {
             rc = TESS_EINVAL;
@@ -503,17 +558,17 @@ int jobs_result(jobs *J, const char *id, char *path, char *content_type, char *s
 {
     if (!valid_id(id))
         return TESS_ENOTFOUND;
-    pthread_mutex_lock(&J->lock);
+    if (!jobstore_available(J->st) || http_read_begin(J))
+        return TESS_EIO;
     int rc = state_locked(J, id, state);
     if (rc == 0 && strcmp(state, "succeeded") != 0)
         rc = TESS_EAGAIN;
-    if (rc == 0) {
-        char ct[64] = "";
-        jobstore_content_type(J->st, id, ct);
+    char ct[64] = "";
+    if (rc == 0 && (rc = jobstore_content_type(J->st, id, ct)) == 0) {
         snprintf(content_type, 64, "%s", ct[0] ? ct : "application/fits");
         result_of(J, id, content_type, path);
     }
-    pthread_mutex_unlock(&J->lock);
+    http_read_end(J);
     return rc;
 }
 
@@ -530,12 +585,42 @@ static void block_run(void *arg)
                     t->stage, t->rc);
     t->secs = tess_mono_s() - t0;
     jobs *J = t->J;
-    pthread_mutex_lock(&J->lock);
+    /* The pool's thread does not wait long for the runner, which may hold the lock through
+     * a call to a stalled database (up to jobs.database_timeout_s): the block is left on
+     * the hand-off stack, which the runner takes at its next turn (within 0.2 s). */
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    ts.tv_nsec += 20 * 1000000L;
+    if (ts.tv_nsec >= 1000000000L) {
+        ts.tv_sec++;
+        ts.tv_nsec -= 1000000000L;
+    }
+    if (pthread_mutex_timedlock(&J->lock, &ts) != 0) {
+        block_task *head = __atomic_load_n(&J->handoff, __ATOMIC_RELAXED);
+        do
+            t->next = head;
+        while (!__atomic_compare_exchange_n(&J->handoff, &head, t, 1, __ATOMIC_RELEASE,
+                                            __ATOMIC_RELAXED));
+        return;
+    }
     t->next = J->completed;
     J->completed = t;
     J->inflight--;
     pthread_cond_broadcast(&J->cond);
     pthread_mutex_unlock(&J->lock);
+}
+
+/* Moves the blocks of the hand-off stack (block_run) to the completion list.  Lock held. */
+static void take_handoff_locked(jobs *J)
+{
+    block_task *t = __atomic_exchange_n(&J->handoff, NULL, __ATOMIC_ACQUIRE);
+    while (t) {
+        block_task *nx = t->next;
+        t->next = J->completed;
+        J->completed = t;
+        J->inflight--;
+        t = nx;
+    }
 }
 
 static void timed_wait(jobs *J, long ms)
@@ -941,6 +1026,18 @@ static int exchange_locked(jobs *J, const char *id, const char *wd, int s, int w
     return 0;
 }
 
+/* After a store call of the running job that failed: 1 with detail when the database
+ * refused it as the store stands (a table dropped, a privilege taken away): retrying will
+ * not help, so the job fails, saying why, rather than stay running. */
+static int refused(char *detail, size_t len)
+{
+    char why[256];
+    if (!jobstore_refused(why, sizeof why))
+        return 0;
+    snprintf(detail, len, "the jobs database refused the job's statements: %.200s", why);
+    return 1;
+}
+
 static void run_job_locked(jobs *J, const char *id)
 {
     char type[64] = "", *body = NULL;
@@ -967,10 +1064,13 @@ static void run_job_locked(jobs *J, const char *id)
      * so one server plans it first, under the job's claim (renewed with the leases, taken
      * over when its holder dies); the others plan it once its block rows exist. */
     int planned = 0, took = 0;
+    char why[300];
     if (J->shared && (jobstore_planned(J->st, id, &planned) != 0 ||
                       (!planned && jobstore_claim_finish(J->st, id, J->owner, J->lease_s,
                                                          &took)))) {
         json_decref(b);
+        if (refused(why, sizeof why))
+            fail_job_locked(J, id, 500, why);
         J->cur[0] = '\0';
         return;
     }
@@ -1027,6 +1127,8 @@ static void run_job_locked(jobs *J, const char *id)
             free(doneset[s]);
         if (k->release)
             k->release(plan.state);
+        if (refused(why, sizeof why))
+            fail_job_locked(J, id, 500, why);
         J->cur[0] = '\0';
         return;
     }
@@ -1047,6 +1149,7 @@ static void run_job_locked(jobs *J, const char *id)
         leased ls = {.n = 0, .at = 0, .got = 1, .last = 0.0, .backoff = 0.0, .left = -1,
                      .others = 0, .avg_s = 0.0};
         for (;;) {
+            take_handoff_locked(J);
             int stop = failed || J->cur_cancel || J->stopping || J->lock_lost || gone || moved;
             /* Shared: one statement records the blocks done and leases the next ones,
              * when the pool runs out of leased blocks or the records are due. */
@@ -1067,6 +1170,9 @@ static void run_job_locked(jobs *J, const char *id)
                         state_at = tess_mono_s();
                         if (rec)
                             last_record = state_at;
+                    } else if (!failed && refused(fail_detail, sizeof fail_detail)) {
+                        failed = 1;
+                        J->cur_cancel = 1;
                     }
                     if (gone)
                         J->cur_cancel = 1;
@@ -1167,9 +1273,12 @@ static void run_job_locked(jobs *J, const char *id)
                 record_blocks_locked(J, id, wd, &ok);
                 last_record = tess_mono_s();
             }
-            if (ok && J->shared && stage_end && !gone &&
-                exchange_locked(J, id, wd, s, 0, &ls, &ok, &gone) == 0)
-                last_record = tess_mono_s();
+            if (ok && J->shared && stage_end && !gone) {
+                if (exchange_locked(J, id, wd, s, 0, &ls, &ok, &gone) == 0)
+                    last_record = tess_mono_s();
+                else if (!failed && refused(fail_detail, sizeof fail_detail))
+                    failed = 1;
+            }
             if (stage_end)
                 break;
             if (J->completed)
@@ -1520,6 +1629,13 @@ static void *keeper(void *arg)
     double period = J->lease_s / 4.0 < 1.0 ? J->lease_s / 4.0 : 1.0;
     pthread_mutex_lock(&J->lock);
     while (!J->stopping) {
+        /* A lost database is probed here, the lock released: every other call fails at
+         * once while it is lost, so the lock is never held waiting for it. */
+        if (!jobstore_available(J->st)) {
+            pthread_mutex_unlock(&J->lock);
+            jobstore_probe(J->st);
+            pthread_mutex_lock(&J->lock);
+        }
         long renewed = 0;
         if (jobstore_renew(J->st, J->owner, J->lease_s, J->held_job, J->nheld, J->held_stage,
                            J->held_block, &renewed) == 0)
@@ -1707,7 +1823,8 @@ int jobs_open(const char *dir, const tess_config *cfg, catalog *cat, pool *p, jo
     if (!rc && !J->shared)
         rc = lock_dir(J, err, errlen);
     if (!rc)
-        rc = J->shared ? jobstore_open_pg(cfg->jobs_database, &J->st, err, errlen)
+        rc = J->shared ? jobstore_open_pg(cfg->jobs_database, cfg->jobs_database_timeout_s,
+                                          &J->st, err, errlen)
                        : jobstore_open_sqlite(J->dir, &J->st, err, errlen);
     if (rc) {
         if (J->lockfd >= 0)
@@ -1803,9 +1920,11 @@ int jobs_database_reachable(jobs *J)
 
 char *jobs_metrics_text(jobs *J)
 {
-    pthread_mutex_lock(&J->lock);
-    unsigned long long blocks = J->blocks_run, ren = J->renewals, exp = J->expiries;
-    unsigned long long fexp = J->finish_expiries;
+    /* Without the lock: the runner may hold it through a call to a stalled database. */
+    unsigned long long blocks = __atomic_load_n(&J->blocks_run, __ATOMIC_RELAXED);
+    unsigned long long ren = __atomic_load_n(&J->renewals, __ATOMIC_RELAXED);
+    unsigned long long exp = __atomic_load_n(&J->expiries, __ATOMIC_RELAXED);
+    unsigned long long fexp = __atomic_load_n(&J->finish_expiries, __ATOMIC_RELAXED);
     double dbs = jobstore_seconds(J->st);
     unsigned long long calls[JOBSTORE_NOPS];
     double secs[JOBSTORE_NOPS];
@@ -1813,7 +1932,6 @@ char *jobs_metrics_text(jobs *J)
         calls[i] = jobstore_op_calls(J->st, i);
         secs[i] = jobstore_op_seconds(J->st, i);
     }
-    pthread_mutex_unlock(&J->lock);
     char *out = NULL;
     if (asprintf(&out,
                  "# HELP tessera_job_blocks_total Job blocks this process ran to completion.\n"

@@ -63,32 +63,43 @@ void jobs_close(jobs *J);
  * or another process took the directory's lock file). */
 int jobs_submit(jobs *J, const char *body, size_t len, char **json_out, job_problem *pb);
 
+/* The calls below are made by HTTP handlers: none waits on the database past
+ * jobs.database_timeout_s (twice that for the runner's lock), and while the store's
+ * circuit is open (the database was lost: jobstore.h) none calls it at all, and each
+ * answers "unreachable" at once. */
+
 /* The job document {id, type, state, progress{done,total,fraction}, eta_s, created,
  * started, finished, error, result, links, request} as malloc'd JSON, or NULL when there
  * is no such job (*missing 1), the database cannot be reached (*missing 2) or out of
  * memory (*missing 0). */
 char *jobs_get_json(jobs *J, const char *id, int *missing);
 
-/* Every job, newest first, as a malloc'd JSON array of job documents (at most `limit`). */
-char *jobs_list_json(jobs *J, int limit);
+/* Every job, newest first, as a malloc'd JSON array of job documents (at most `limit`);
+ * NULL when out of memory, or with *unavailable = 1 when the database cannot be reached
+ * (never an empty list for a database that did not answer). */
+char *jobs_list_json(jobs *J, int limit, int *unavailable);
 
 /* Cancels a queued or running job: a queued job is cancelled at once; a running one stops
  * after its blocks in flight (this call waits up to `wait_s` seconds for that).  Returns
- * 0 (cancelled or cancelling), TESS_ENOTFOUND, or TESS_EINVAL when the job has already
- * finished. */
+ * 0 (cancelled or cancelling), TESS_ENOTFOUND, TESS_EINVAL when the job has already
+ * finished, or TESS_EIO when the database cannot be reached. */
 int jobs_cancel(jobs *J, const char *id, double wait_s);
 
 /* The product of a succeeded job: its path (PATH_MAX) and content type (64).  Returns 0,
- * TESS_ENOTFOUND (no such job), TESS_EAGAIN (not succeeded: *state, 16, says what). */
+ * TESS_ENOTFOUND (no such job), TESS_EAGAIN (not succeeded: *state, 16, says what),
+ * TESS_EIO (the database cannot be reached). */
 int jobs_result(jobs *J, const char *id, char *path, char *content_type, char *state);
 
-/* Jobs per state, in the order queued, running, succeeded, failed, cancelled. */
-void jobs_counts(jobs *J, long counts[5]);
+/* Jobs per state, in the order queued, running, succeeded, failed, cancelled: 0, or
+ * TESS_EIO with the counts of the last answer (zeros before any) when the database cannot
+ * be reached or another call holds its connection (this one never waits for it). */
+int jobs_counts(jobs *J, long counts[5]);
 
 /* Blocks this runner ran to completion. */
 unsigned long long jobs_blocks_run(jobs *J);
 
-/* Whether the last call to the jobs database reached it (1), for /healthz. */
+/* Whether the last call to the jobs database reached it and the store's circuit is closed
+ * (1), for /healthz.  Never blocks. */
 int jobs_database_reachable(jobs *J);
 
 /* The runner's counters in the Prometheus text format (# HELP and # TYPE lines):

@@ -3,7 +3,10 @@
 #include "engine/base/clock.h"
 #include "engine/base/error.h"
 
+#include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <time.h>
 
 void jobstore_job_clear(jobstore_job *j)
 {
@@ -13,12 +16,106 @@ void jobstore_job_clear(jobstore_job *j)
     j->body = j->error = j->result = NULL;
 }
 
-int jobstore_note(jobstore *S, int rc)
+/* After a call found the database lost, the next probe waits this long. */
+#define RETRY_S 1.0
+
+/* The calling thread's last call: refused by the database, and why (jobstore_refused). */
+static __thread int t_refused;
+static __thread char t_detail[256];
+
+static unsigned long long mono_ns(void)
 {
+    return (unsigned long long)(tess_mono_s() * 1e9);
+}
+
+void jobstore_base_init(jobstore *S, const jobstore_ops *ops, int shared, double timeout_s)
+{
+    S->ops = ops;
+    S->shared = shared;
+    S->timeout_s = timeout_s;
+    S->reachable = 1;
+    pthread_mutex_init(&S->mu, NULL);
+}
+
+void jobstore_base_fini(jobstore *S)
+{
+    pthread_mutex_destroy(&S->mu);
+}
+
+/* A call that does not reach the backend: counted as failed. */
+static int fail_fast(jobstore *S)
+{
+    __atomic_add_fetch(&S->errors, 1, __ATOMIC_RELAXED);
+    t_refused = 0;
+    return TESS_EIO;
+}
+
+/* Before a backend call: 0 with S->mu held, or TESS_EIO at once while the circuit is open
+ * (except for a probe, when it is time: jobstore_probe), or after wait_s when another
+ * call keeps the connection that long (wait_s < 0: the store's timeout), or when the
+ * circuit opened while this call waited (the call before it found the database lost). */
+static int enter(jobstore *S, double wait_s, int may_probe)
+{
+    int probe = 0;
+    if (__atomic_load_n(&S->open, __ATOMIC_ACQUIRE)) {
+        if (!may_probe)
+            return fail_fast(S);
+        unsigned long long now = mono_ns();
+        unsigned long long at = __atomic_load_n(&S->retry_ns, __ATOMIC_ACQUIRE);
+        unsigned long long next = now + (unsigned long long)((RETRY_S + S->timeout_s) * 1e9);
+        if (now < at || !__atomic_compare_exchange_n(&S->retry_ns, &at, next, 0,
+                                                     __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
+            return fail_fast(S);
+        probe = 1;
+    }
+    if (wait_s < 0)
+        wait_s = S->timeout_s;
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    double whole = floor(wait_s);
+    ts.tv_sec += (time_t)whole;
+    ts.tv_nsec += (long)((wait_s - whole) * 1e9);
+    if (ts.tv_nsec >= 1000000000L) {
+        ts.tv_sec++;
+        ts.tv_nsec -= 1000000000L;
+    }
+    if ((wait_s > 0 ? pthread_mutex_timedlock(&S->mu, &ts) : pthread_mutex_trylock(&S->mu)))
+        return fail_fast(S);
+    if (!probe && __atomic_load_n(&S->open, __ATOMIC_ACQUIRE)) {
+        pthread_mutex_unlock(&S->mu);
+        return fail_fast(S);
+    }
+    S->lost = S->refused = 0;
+    S->detail[0] = '\0';
+    return 0;
+}
+
+/* After a backend call of operation `op` started at t0 (ns): its time counted, its outcome
+ * noted (the circuit opens when the database was lost, closes when it answered), S->mu
+ * released.  Returns rc. */
+static int leave(jobstore *S, int op, unsigned long long t0, int rc)
+{
+    unsigned long long dt = mono_ns() - t0;
+    __atomic_add_fetch(&S->ns, dt, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&S->op_calls[op], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&S->op_ns[op], dt, __ATOMIC_RELAXED);
     int ok = rc == 0 || rc == TESS_ENOTFOUND || rc == TESS_EAGAIN || rc == TESS_EINVAL;
-    S->reachable = ok;
     if (!ok)
         __atomic_add_fetch(&S->errors, 1, __ATOMIC_RELAXED);
+    t_refused = !ok && S->refused;
+    snprintf(t_detail, sizeof t_detail, "%s", t_refused ? S->detail : "");
+    if (S->lost) {
+        S->reachable = 0;
+        __atomic_store_n(&S->retry_ns, mono_ns() + (unsigned long long)(RETRY_S * 1e9),
+                         __ATOMIC_RELEASE);
+        __atomic_store_n(&S->open, 1, __ATOMIC_RELEASE);
+    } else {
+        /* A refusal is an answer: the database is there, the store is not as made. */
+        S->reachable = ok || S->refused;
+        if (ok || S->refused)
+            __atomic_store_n(&S->open, 0, __ATOMIC_RELEASE);
+    }
+    pthread_mutex_unlock(&S->mu);
     return rc;
 }
 
@@ -35,12 +132,37 @@ int jobstore_shared(const jobstore *S)
 
 int jobstore_reachable(const jobstore *S)
 {
-    return S->reachable;
+    return S->reachable && !__atomic_load_n(&S->open, __ATOMIC_ACQUIRE);
+}
+
+int jobstore_available(const jobstore *S)
+{
+    return !__atomic_load_n(&S->open, __ATOMIC_ACQUIRE);
+}
+
+int jobstore_probe(jobstore *S)
+{
+    if (jobstore_available(S))
+        return 0;
+    long n;
+    int rc = enter(S, -1.0, 1);
+    if (rc == 0) {
+        unsigned long long t0 = mono_ns();
+        rc = leave(S, JOBSTORE_OP_active, t0, S->ops->active(S, &n));
+    }
+    return rc;
+}
+
+int jobstore_refused(char *detail, size_t len)
+{
+    if (t_refused && detail && len)
+        snprintf(detail, len, "%s", t_detail);
+    return t_refused;
 }
 
 double jobstore_seconds(const jobstore *S)
 {
-    return S->seconds;
+    return (double)__atomic_load_n(&S->ns, __ATOMIC_RELAXED) / 1e9;
 }
 
 unsigned long long jobstore_errors(const jobstore *S)
@@ -62,32 +184,29 @@ const char *jobstore_op_name(int op)
 
 unsigned long long jobstore_op_calls(const jobstore *S, int op)
 {
-    return op >= 0 && op < JOBSTORE_NOPS ? S->op_calls[op] : 0;
+    return op >= 0 && op < JOBSTORE_NOPS ? __atomic_load_n(&S->op_calls[op], __ATOMIC_RELAXED)
+                                         : 0;
 }
 
 double jobstore_op_seconds(const jobstore *S, int op)
 {
-    return op >= 0 && op < JOBSTORE_NOPS ? S->op_seconds[op] : 0.0;
+    return op >= 0 && op < JOBSTORE_NOPS
+               ? (double)__atomic_load_n(&S->op_ns[op], __ATOMIC_RELAXED) / 1e9
+               : 0.0;
 }
 
-/* Notes the time of one call of operation `op` started at t0. */
-static void count_call(jobstore *S, int op, double t0)
-{
-    double dt = tess_mono_s() - t0;
-    S->seconds += dt;
-    S->op_calls[op]++;
-    S->op_seconds[op] += dt;
-}
-
-/* Runs one backend call, timed and counted (jobstore_seconds, jobstore_op_calls) and its
- * outcome noted. */
-#define CALL(op, ...) \
+/* Runs one backend call through enter and leave: bounded, timed, counted, its outcome
+ * noted. */
+#define CALL_WAIT(wait, op, ...) \
     __extension__({ \
-        double t0_ = tess_mono_s(); \
-        int rc_ = S->ops->op(S, __VA_ARGS__); \
-        count_call(S, JOBSTORE_OP_##op, t0_); \
-        jobstore_note(S, rc_); \
+        int rc_ = enter(S, wait, 0); \
+        if (rc_ == 0) { \
+            unsigned long long t0_ = mono_ns(); \
+            rc_ = leave(S, JOBSTORE_OP_##op, t0_, S->ops->op(S, __VA_ARGS__)); \
+        } \
+        rc_; \
     })
+#define CALL(op, ...) CALL_WAIT(-1.0, op, __VA_ARGS__)
 #define CALL_SHARED(op, ...) (S->ops->op ? CALL(op, __VA_ARGS__) : TESS_EINVAL)
 
 int jobstore_get(jobstore *S, const char *id, jobstore_job *out) { return CALL(get, id, out); }
@@ -98,6 +217,11 @@ int jobstore_list(jobstore *S, int limit, void (*cb)(void *ctx, const jobstore_j
 }
 
 int jobstore_counts(jobstore *S, long counts[5]) { return CALL(counts, counts); }
+
+int jobstore_counts_now(jobstore *S, long counts[5])
+{
+    return CALL_WAIT(0.0, counts, counts);
+}
 
 int jobstore_active(jobstore *S, long *n) { return CALL(active, n); }
 
@@ -163,10 +287,12 @@ int jobstore_reset_blocks(jobstore *S, const char *id) { return CALL(reset_block
 
 int jobstore_prune_blocks(jobstore *S)
 {
-    double t0 = tess_mono_s();
-    int rc = S->ops->prune_blocks(S);
-    count_call(S, JOBSTORE_OP_prune_blocks, t0);
-    return jobstore_note(S, rc);
+    int rc = enter(S, -1.0, 0);
+    if (rc == 0) {
+        unsigned long long t0 = mono_ns();
+        rc = leave(S, JOBSTORE_OP_prune_blocks, t0, S->ops->prune_blocks(S));
+    }
+    return rc;
 }
 
 int jobstore_done_blocks(jobstore *S, const char *id, void (*cb)(void *ctx, int stage, long block),

@@ -4,10 +4,19 @@
  * lives outside these files.
  *
  * Times are seconds since the Unix epoch (UTC) as doubles; NAN stands for SQL NULL.
- * Every call may block on the database; the runner serialises them (one caller at a
- * time per store).  Calls return 0 or a negative TESS_E* code: TESS_ENOTFOUND (no such
- * job), TESS_EIO (the database refused or cannot be reached: the PostgreSQL backend
- * connects again on the next call).
+ * Calls may come from any thread: the store serialises them (one connection), and each is
+ * bounded: it waits at most the store's timeout for another call to end, and the
+ * PostgreSQL backend gives its connection and each statement the same deadline (a
+ * statement without an answer by then loses its connection; statement_timeout holds the
+ * server to it too).  A call that finds the database lost (no answer, the connection
+ * broken, shut down) opens the store's circuit: until a probe (jobstore_probe) reaches
+ * the database again, calls fail at once with TESS_EIO.  Calls return 0 or a negative TESS_E* code: TESS_ENOTFOUND (no such job),
+ * TESS_EIO (the database refused, cannot be reached, or the circuit is open).
+ *
+ * Job ids read from the PostgreSQL store (shared with other processes, which a mistake or
+ * an intruder may have written) are checked: a row whose id is not 16 lowercase hex
+ * characters, the form this server makes, is left out of every answer (a line on stderr
+ * says so, once per id in a row), so that no path is made from it.
  */
 #ifndef TESSERA_DAEMON_JOBS_JOBSTORE_H
 #define TESSERA_DAEMON_JOBS_JOBSTORE_H
@@ -34,18 +43,34 @@ void jobstore_job_clear(jobstore_job *j);
 int jobstore_open_sqlite(const char *dir, jobstore **out, char *err, size_t errlen);
 /* Connects to the PostgreSQL database `uri` (a libpq connection URI or key=value string),
  * creates the schema there or checks its version (table tessera_schema), under an advisory
- * lock so that servers starting together create it once.  Returns 0, or TESS_EIO with err
+ * lock so that servers starting together create it once.  timeout_s (> 0, seconds) bounds
+ * the connection and every statement (the URI may not lengthen it: connect_timeout,
+ * keepalives and statement_timeout are set after it).  Returns 0, or TESS_EIO with err
  * (unreachable, refused, a schema of a newer version), TESS_ENOMEM. */
-int jobstore_open_pg(const char *uri, jobstore **out, char *err, size_t errlen);
+int jobstore_open_pg(const char *uri, double timeout_s, jobstore **out, char *err,
+                     size_t errlen);
 void jobstore_close(jobstore *S);
 
 /* 1 when several processes share the store (PostgreSQL): blocks then go through leases. */
 int jobstore_shared(const jobstore *S);
-/* Whether the last call reached the database; the count of calls that did not. */
+/* Whether the last call reached the database and the circuit is closed; the count of
+ * calls that failed (those failed at once by the open circuit among them). */
 int jobstore_reachable(const jobstore *S);
+/* While the circuit is open and a second (RETRY_S) has passed since the last try: one
+ * statement (counted as "active") on a new connection, within the timeout; its answer
+ * closes the circuit.  0 (closed, or closed now) or TESS_EIO.  Call it without locks the
+ * HTTP threads wait for: it is the one call that waits on a lost database. */
+int jobstore_probe(jobstore *S);
+/* 0 while the circuit is open (the database was lost and no call has reached it since):
+ * callers that must answer at once (HTTP handlers) answer 503 without calling.  Never
+ * blocks. */
+int jobstore_available(const jobstore *S);
+/* Whether the calling thread's last call failed because the database refused it as the
+ * store stands (a table or column missing, no privilege: it will not pass by retrying);
+ * then detail (len bytes, may be NULL) = the database's message. */
+int jobstore_refused(char *detail, size_t len);
 unsigned long long jobstore_errors(const jobstore *S);
-/* Seconds spent in calls to the database so far (callers serialise calls: read it with
- * them). */
+/* Seconds spent in calls to the database so far (readable from any thread). */
 double jobstore_seconds(const jobstore *S);
 
 /* The store's operations, for counting calls: each is one statement (one round trip to a
@@ -62,7 +87,7 @@ enum jobstore_op {
 };
 /* The operation's name ("lease", the function name without jobstore_); NULL out of range. */
 const char *jobstore_op_name(int op);
-/* Calls of operation `op` so far, and seconds spent in them (read with the callers). */
+/* Calls of operation `op` so far, and seconds spent in them (from any thread). */
 unsigned long long jobstore_op_calls(const jobstore *S, int op);
 double jobstore_op_seconds(const jobstore *S, int op);
 
@@ -72,6 +97,8 @@ int jobstore_get(jobstore *S, const char *id, jobstore_job *out);
 int jobstore_list(jobstore *S, int limit, void (*cb)(void *ctx, const jobstore_job *j), void *ctx);
 /* Jobs per state, in the order queued, running, succeeded, failed, cancelled. */
 int jobstore_counts(jobstore *S, long counts[5]);
+/* The same, TESS_EIO at once when another call holds the connection (for /metrics). */
+int jobstore_counts_now(jobstore *S, long counts[5]);
 /* Jobs queued or running. */
 int jobstore_active(jobstore *S, long *n);
 /* Calls cb with the disk need (bytes) of every queued or running job that declared one. */

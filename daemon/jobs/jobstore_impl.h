@@ -4,6 +4,8 @@
 
 #include "daemon/jobs/jobstore.h"
 
+#include <pthread.h>
+
 typedef struct jobstore_ops {
     void (*close)(jobstore *S);
     int (*get)(jobstore *S, const char *id, jobstore_job *out);
@@ -54,14 +56,30 @@ typedef struct jobstore_ops {
 struct jobstore {
     const jobstore_ops *ops;
     int shared;
+    pthread_mutex_t mu;     /* serialises the calls (one connection per store) */
+    double timeout_s;       /* bound of one call: waiting for mu, and each statement */
     volatile int reachable;
+    /* Set by the backend for the call in progress: the database did not answer (lost:
+     * unreachable, timed out, shut down), or answered that it cannot do the statement as
+     * the store stands (refused: a table or column missing, no privilege; detail says
+     * what); neither for an error that may pass on its own (a deadlock, a serialization
+     * failure). */
+    int lost, refused;
+    char detail[256];
+    /* The circuit: open from a call that found the database lost until one that reached
+     * it; while open, calls fail at once (TESS_EIO) except one probe at retry_ns. */
+    volatile int open;
+    unsigned long long retry_ns;      /* tess_mono_s in ns */
     unsigned long long errors;
-    double seconds;     /* spent in calls (the callers serialise them) */
+    /* Time in calls, ns (written under mu, read with relaxed atomics from anywhere). */
+    unsigned long long ns;
     unsigned long long op_calls[JOBSTORE_NOPS];   /* calls per operation (jobstore_op) */
-    double op_seconds[JOBSTORE_NOPS];
+    unsigned long long op_ns[JOBSTORE_NOPS];
 };
 
-/* Notes the outcome of one call (rc 0 or TESS_ENOTFOUND: the database answered). */
-int jobstore_note(jobstore *S, int rc);
+/* Sets up the common part (mu, the circuit) of a store being opened. */
+void jobstore_base_init(jobstore *S, const jobstore_ops *ops, int shared, double timeout_s);
+/* Undoes jobstore_base_init (the backend's close calls it). */
+void jobstore_base_fini(jobstore *S);
 
 #endif

@@ -1,10 +1,13 @@
 /* The PostgreSQL job store (libpq): one database shared by every server and worker of a
  * cluster; blocks are leased with SELECT ... FOR UPDATE SKIP LOCKED. */
 #include "daemon/jobs/jobstore_impl.h"
+#include "engine/base/clock.h"
 #include "engine/base/error.h"
 
+#include <errno.h>
 #include <libpq-fe.h>
 #include <math.h>
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,8 +18,13 @@
 
 typedef struct pg_store {
     jobstore base;
-    PGconn *conn;
+    PGconn *conn;    /* NULL after a connection was dropped: made again at the next call */
+    char *uri;
     int said_down;   /* an unreachable database was reported; said again once it is back */
+    char said_err[160];   /* the last error reported (the same not again within a minute) */
+    double said_err_at;   /* when (tess_mono_s) */
+    char said_bad[48];    /* the last malformed job id reported */
+    char lost_msg[160];   /* why the connection was last dropped */
     /* Statements prepared on this connection (server-side, named "t<index>"): the text
      * of each (the string literals of this file, told apart by address), so that the
      * statements run per block are parsed and planned once per connection. */
@@ -53,19 +61,193 @@ static void note_down(pg_store *P, const char *msg)
     }
 }
 
-/* Runs one statement with text parameters (NULL = SQL NULL).  Returns the result, or NULL
- * when the database refused it or cannot be reached (the connection is made again on the
- * next call). */
+/* Ends the connection (made again at the next call) after the database was lost: no
+ * answer by the deadline, the connection broken, the server shutting down. */
+static void drop(pg_store *P, const char *msg)
+{
+    snprintf(P->lost_msg, sizeof P->lost_msg, "%s", msg ? msg : "unreachable");
+    P->lost_msg[strcspn(P->lost_msg, "\n")] = '\0';
+    note_down(P, P->lost_msg);
+    PQfinish(P->conn);
+    P->conn = NULL;
+    P->nprepared = 0;   /* a new connection: nothing prepared there */
+    P->base.lost = 1;
+}
+
+/* Waits until P->conn's socket is ready for `events` or the deadline (tess_mono_s) passes:
+ * > 0 ready, 0 the deadline passed, < 0 the socket is gone. */
+static int wait_sock(PGconn *c, short events, double deadline)
+{
+    for (;;) {
+        int fd = PQsocket(c);
+        if (fd < 0)
+            return -1;
+        double left = deadline - tess_mono_s();
+        if (left <= 0)
+            return 0;
+        struct pollfd pfd = {fd, events, 0};
+        int n = poll(&pfd, 1, (int)ceil(left * 1000.0));
+        if (n > 0)
+            return 1;
+        if (n < 0 && errno != EINTR)
+            return -1;
+    }
+}
+
+static int pg_simple(pg_store *P, const char *sql, double deadline);
+
+/* Connects to P->uri by the deadline, without blocking past it, and sets the session up.
+ * Returns 0, or -1 with the connection dropped (P->base.lost) or the setup refused. */
+static int connect_by(pg_store *P, double deadline)
+{
+    char ct[16], set[96];
+    int secs = (int)ceil(P->base.timeout_s);
+    snprintf(ct, sizeof ct, "%d", secs < 2 ? 2 : secs);
+    /* After the URI (dbname, expanded): these override what it says. */
+    const char *const keys[] = {"dbname", "connect_timeout", "keepalives", "keepalives_idle",
+                                "keepalives_interval", "keepalives_count", NULL};
+    const char *const vals[] = {P->uri, ct, "1", "5", "2", "3", NULL};
+    P->conn = PQconnectStartParams(keys, vals, 1);
+    if (!P->conn) {
+        drop(P, "out of memory for a connection");
+        return -1;
+    }
+    PostgresPollingStatusType ps = PGRES_POLLING_WRITING;
+    while (PQstatus(P->conn) != CONNECTION_BAD && ps != PGRES_POLLING_OK &&
+           ps != PGRES_POLLING_FAILED) {
+        int w = wait_sock(P->conn, ps == PGRES_POLLING_READING ? POLLIN : POLLOUT, deadline);
+        if (w == 0) {
+            char msg[96];
+            snprintf(msg, sizeof msg, "no answer to the connection within %g s",
+                     P->base.timeout_s);
+            drop(P, msg);
+            return -1;
+        }
+        if (w < 0)
+            break;
+        ps = PQconnectPoll(P->conn);
+    }
+    if (PQstatus(P->conn) != CONNECTION_OK) {
+        drop(P, PQerrorMessage(P->conn));
+        return -1;
+    }
+    PQsetnonblocking(P->conn, 1);
+    /* The server holds statements to the same bound (a stalled lock, a slow plan). */
+    snprintf(set, sizeof set, "SET client_min_messages = warning; SET statement_timeout = "
+             "%ld", (long)ceil(P->base.timeout_s * 1000.0));
+    return pg_simple(P, set, deadline);
+}
+
+/* The results of what was sent on P->conn, by the deadline: the first error result, else
+ * the last one.  NULL (the connection dropped: P->base.lost) when none came in time or the
+ * connection broke. */
+static PGresult *await_result(pg_store *P, double deadline)
+{
+    PGconn *c = P->conn;
+    char msg[96];
+    snprintf(msg, sizeof msg, "no answer within %g s (jobs.database_timeout_s)",
+             P->base.timeout_s);
+    int f;
+    while ((f = PQflush(c)) > 0) {
+        int w = wait_sock(c, POLLIN | POLLOUT, deadline);
+        if (w <= 0 || !PQconsumeInput(c)) {
+            drop(P, w == 0 ? msg : PQerrorMessage(c));
+            return NULL;
+        }
+    }
+    if (f < 0) {
+        drop(P, PQerrorMessage(c));
+        return NULL;
+    }
+    PGresult *keep = NULL;
+    for (;;) {
+        while (PQisBusy(c)) {
+            int w = wait_sock(c, POLLIN, deadline);
+            if (w <= 0 || !PQconsumeInput(c)) {
+                PQclear(keep);
+                drop(P, w == 0 ? msg : PQerrorMessage(c));
+                return NULL;
+            }
+        }
+        PGresult *r = PQgetResult(c);
+        if (!r)
+            break;
+        ExecStatusType st = PQresultStatus(keep);
+        if (keep && st != PGRES_COMMAND_OK && st != PGRES_TUPLES_OK) {
+            PQclear(r);
+        } else {
+            PQclear(keep);
+            keep = r;
+        }
+    }
+    if (!keep)
+        drop(P, PQerrorMessage(c));
+    return keep;
+}
+
+/* Sorts out a failed statement's result r (freed): the database lost (connection classes
+ * 08 and 57: shut down, cancelled by statement_timeout), or a refusal that retrying will
+ * not change (42: a table, column or privilege missing; 3F; 22 and 23: data the store
+ * does not take), reported once; other errors (40: a deadlock) pass by retrying. */
+static void failed(pg_store *P, PGresult *r)
+{
+    const char *c = PQresultErrorField(r, PG_DIAG_SQLSTATE);
+    const char *m = PQresultErrorField(r, PG_DIAG_MESSAGE_PRIMARY);
+    char msg[160], sqlstate[8];
+    snprintf(msg, sizeof msg, "%s", m ? m : PQresultErrorMessage(r));
+    msg[strcspn(msg, "\n")] = '\0';
+    snprintf(sqlstate, sizeof sqlstate, "%s", c ? c : "");
+    const char *code = c ? sqlstate : NULL;
+    PQclear(r);
+    if (!code || PQstatus(P->conn) != CONNECTION_OK || strncmp(code, "08", 2) == 0 ||
+        strncmp(code, "57", 2) == 0) {
+        drop(P, msg);
+        return;
+    }
+    if (strncmp(code, "42", 2) == 0 || strncmp(code, "3F", 2) == 0 ||
+        strncmp(code, "22", 2) == 0 || strncmp(code, "23", 2) == 0) {
+        P->base.refused = 1;
+        snprintf(P->base.detail, sizeof P->base.detail, "%s", msg);
+    }
+    if (strcmp(P->said_err, msg) != 0 || tess_mono_s() - P->said_err_at >= 60.0) {
+        fprintf(stderr, "tesserad: jobs database: %s (SQLSTATE %s)\n", msg, code);
+        snprintf(P->said_err, sizeof P->said_err, "%s", msg);
+        P->said_err_at = tess_mono_s();
+    }
+}
+
+/* Runs SQL text (one or more statements, no parameters) by the deadline: 0 or -1. */
+static int pg_simple(pg_store *P, const char *sql, double deadline)
+{
+    if (!PQsendQuery(P->conn, sql)) {
+        drop(P, PQerrorMessage(P->conn));
+        return -1;
+    }
+    PGresult *r = await_result(P, deadline);
+    if (!r)
+        return -1;
+    ExecStatusType st = PQresultStatus(r);
+    if (st != PGRES_COMMAND_OK && st != PGRES_TUPLES_OK) {
+        failed(P, r);
+        return -1;
+    }
+    PQclear(r);
+    return 0;
+}
+
+/* Runs one statement with text parameters (NULL = SQL NULL), connecting first when there
+ * is no connection, all within the store's timeout.  Returns the result, or NULL when the
+ * database refused it or cannot be reached (P->base.lost, P->base.refused say which). */
 static PGresult *pg_q(jobstore *S, const char *sql, int n, const char *const *vals)
 {
     pg_store *P = (pg_store *)S;
-    if (PQstatus(P->conn) != CONNECTION_OK) {
-        P->nprepared = 0;   /* a new connection: nothing prepared there */
-        PQreset(P->conn);
-        if (PQstatus(P->conn) != CONNECTION_OK) {
-            note_down(P, PQerrorMessage(P->conn));
+    double deadline = tess_mono_s() + S->timeout_s;
+    if (P->conn && PQstatus(P->conn) != CONNECTION_OK)
+        drop(P, PQerrorMessage(P->conn));
+    if (!P->conn) {
+        S->lost = 0;
+        if (connect_by(P, deadline))
             return NULL;
-        }
     }
     int k = 0;
     while (k < P->nprepared && P->prepared[k] != sql)
@@ -73,29 +255,60 @@ static PGresult *pg_q(jobstore *S, const char *sql, int n, const char *const *va
     char name[16];
     snprintf(name, sizeof name, "t%d", k);
     if (k == P->nprepared && k < (int)(sizeof P->prepared / sizeof P->prepared[0])) {
-        PGresult *p = PQprepare(P->conn, name, sql, n, NULL);
-        if (p && PQresultStatus(p) == PGRES_COMMAND_OK)
-            P->prepared[P->nprepared++] = sql;
+        if (!PQsendPrepare(P->conn, name, sql, n, NULL)) {
+            drop(P, PQerrorMessage(P->conn));
+            return NULL;
+        }
+        PGresult *p = await_result(P, deadline);
+        if (!p)
+            return NULL;
+        if (PQresultStatus(p) != PGRES_COMMAND_OK) {
+            failed(P, p);
+            return NULL;
+        }
         PQclear(p);
+        P->prepared[P->nprepared++] = sql;
     }
-    PGresult *r = k < P->nprepared
-                      ? PQexecPrepared(P->conn, name, n, vals, NULL, NULL, 0)
-                      : PQexecParams(P->conn, sql, n, NULL, vals, NULL, NULL, 0);
-    ExecStatusType st = r ? PQresultStatus(r) : PGRES_FATAL_ERROR;
-    if (st != PGRES_COMMAND_OK && st != PGRES_TUPLES_OK) {
-        if (PQstatus(P->conn) != CONNECTION_OK)
-            note_down(P, PQerrorMessage(P->conn));
-        else
-            fprintf(stderr, "tesserad: jobs database: %s",
-                    r ? PQresultErrorMessage(r) : "no result\n");
-        PQclear(r);
+    int sent = k < P->nprepared
+                   ? PQsendQueryPrepared(P->conn, name, n, vals, NULL, NULL, 0)
+                   : PQsendQueryParams(P->conn, sql, n, NULL, vals, NULL, NULL, 0);
+    if (!sent) {
+        drop(P, PQerrorMessage(P->conn));
         return NULL;
     }
-    if (P->said_down) {
-        fprintf(stderr, "tesserad: jobs database reachable again\n");
-        P->said_down = 0;
+    PGresult *r = await_result(P, deadline);
+    if (!r)
+        return NULL;
+    ExecStatusType st = PQresultStatus(r);
+    if (st != PGRES_COMMAND_OK && st != PGRES_TUPLES_OK) {
+        failed(P, r);
+        return NULL;
     }
+    if (P->said_down)
+        fprintf(stderr, "tesserad: jobs database reachable again\n");
+    P->said_down = 0;
     return r;
+}
+
+/* Whether `id` (from a row) has the form of this server's job ids; a line on stderr for
+ * one that has not (once per id in a row), which is then left out. */
+static int good_id(pg_store *P, const char *id)
+{
+    size_t n = strlen(id);
+    if (n == 16 && strspn(id, "0123456789abcdef") == 16)
+        return 1;
+    char shown[sizeof P->said_bad];
+    size_t i = 0;
+    for (; i + 1 < sizeof shown && id[i]; i++)
+        shown[i] = id[i] >= 0x20 && id[i] < 0x7f ? id[i] : '?';
+    shown[i] = '\0';
+    if (strcmp(shown, P->said_bad) != 0) {
+        fprintf(stderr, "tesserad: jobs database: ignored the job row with id '%s%s': not a "
+                "job id of this server (16 lowercase hex characters)\n", shown,
+                id[i] ? "..." : "");
+        snprintf(P->said_bad, sizeof P->said_bad, "%s", shown);
+    }
+    return 0;
 }
 
 /* pg_q for statements whose rows are not read: 0 or TESS_EIO; *rows the rows affected. */
@@ -150,9 +363,13 @@ static char *dupval(const PGresult *r, int row, int col)
 #define JOB_COLS "id, type, state, body, created, started, finished, done, total, error, " \
                  "result, run_done0, run_t0"
 
-static int read_row(const PGresult *r, int i, jobstore_job *j)
+/* Row i of r into *j: 0, TESS_ENOMEM, or TESS_EINVAL for a row whose id is not one of
+ * this server's (good_id). */
+static int read_row(pg_store *P, const PGresult *r, int i, jobstore_job *j)
 {
     memset(j, 0, sizeof *j);
+    if (!good_id(P, PQgetvalue(r, i, 0)))
+        return TESS_EINVAL;
     snprintf(j->id, sizeof j->id, "%s", PQgetvalue(r, i, 0));
     snprintf(j->type, sizeof j->type, "%s", PQgetvalue(r, i, 1));
     snprintf(j->state, sizeof j->state, "%s", PQgetvalue(r, i, 2));
@@ -180,7 +397,9 @@ static int pg_get(jobstore *S, const char *id, jobstore_job *out)
     PGresult *r = pg_q(S, "SELECT " JOB_COLS " FROM jobs WHERE id = $1", 1, v);
     if (!r)
         return TESS_EIO;
-    int rc = PQntuples(r) == 1 ? read_row(r, 0, out) : TESS_ENOTFOUND;
+    int rc = PQntuples(r) == 1 ? read_row((pg_store *)S, r, 0, out) : TESS_ENOTFOUND;
+    if (rc == TESS_EINVAL)
+        rc = TESS_ENOTFOUND;
     PQclear(r);
     return rc;
 }
@@ -194,7 +413,7 @@ static int pg_list(jobstore *S, int limit, void (*cb)(void *, const jobstore_job
         return TESS_EIO;
     for (int i = 0; i < PQntuples(r); i++) {
         jobstore_job j;
-        if (read_row(r, i, &j) == 0) {
+        if (read_row((pg_store *)S, r, i, &j) == 0) {
             cb(ctx, &j);
             jobstore_job_clear(&j);
         }
@@ -248,7 +467,8 @@ static int pg_needs(jobstore *S, void (*cb)(void *, const char *, const char *, 
     if (!r)
         return TESS_EIO;
     for (int i = 0; i < PQntuples(r); i++)
-        cb(ctx, PQgetvalue(r, i, 0), PQgetvalue(r, i, 1), tval(r, i, 2));
+        if (good_id((pg_store *)S, PQgetvalue(r, i, 0)))
+            cb(ctx, PQgetvalue(r, i, 0), PQgetvalue(r, i, 1), tval(r, i, 2));
     PQclear(r);
     return 0;
 }
@@ -288,6 +508,14 @@ static int pg_end(jobstore *S, const char *id, const char *state, double finishe
                     "finisher = NULL WHERE id = $1 AND state IN ('queued', 'running') "
                     "RETURNING id), d AS (DELETE FROM blocks WHERE job IN (SELECT id FROM e)) "
                     "SELECT count(*) FROM e", 4, v, &n);
+    /* Without its table of blocks (dropped under the cluster), the job still ends: the
+     * error says why. */
+    if (rc && S->refused) {
+        S->refused = 0;
+        rc = pg_int(S, "WITH e AS (UPDATE jobs SET state = $2, finished = $3, error = $4, "
+                    "finisher = NULL WHERE id = $1 AND state IN ('queued', 'running') "
+                    "RETURNING id) SELECT count(*) FROM e", 4, v, &n);
+    }
     *changed = rc == 0 && n > 0;
     return rc;
 }
@@ -354,7 +582,7 @@ static int pg_set_result(jobstore *S, const char *id, const char *result_json,
 }
 
 /* The job a runner should work on: the oldest running job with work for one more runner,
- * else the oldest queued one.  A running job has work when its first plan is not made and
+ * else the oldest queued one, among those whose id is of this server's form.  A running job has work when its first plan is not made and
  * nobody's claim on it is alive, when the lowest stage with blocks not done has some that
  * nobody holds a live lease on, or when every block is done and nobody's finish claim is
  * alive.  A job whose last blocks or whose finish another runner holds is left to it, so
@@ -363,15 +591,16 @@ static int pg_next(jobstore *S, char *id)
 {
     id[0] = '\0';
     PGresult *r = pg_q(S,
-        "SELECT j.id FROM jobs j WHERE j.state = 'queued' OR (j.state = 'running' AND ("
+        "SELECT j.id FROM jobs j WHERE j.id ~ '^[0-9a-f]{16}$' AND ("
+        "j.state = 'queued' OR (j.state = 'running' AND ("
         "((j.finisher IS NULL OR j.finish_expires < now()) AND NOT EXISTS (SELECT 1 FROM "
         "blocks b WHERE b.job = j.id AND NOT b.done)) OR EXISTS (SELECT 1 FROM blocks b "
         "WHERE b.job = j.id AND NOT b.done AND (b.expires IS NULL OR b.expires < now()) "
         "AND b.stage = (SELECT min(c.stage) FROM blocks c WHERE c.job = j.id AND NOT "
-        "c.done)))) ORDER BY j.state = 'running' DESC, j.seq LIMIT 1", 0, NULL);
+        "c.done))))) ORDER BY j.state = 'running' DESC, j.seq LIMIT 1", 0, NULL);
     if (!r)
         return TESS_EIO;
-    if (PQntuples(r) == 1)
+    if (PQntuples(r) == 1 && good_id((pg_store *)S, PQgetvalue(r, 0, 0)))
         snprintf(id, 17, "%s", PQgetvalue(r, 0, 0));
     PQclear(r);
     return 0;
@@ -390,7 +619,9 @@ static int pg_succeeded(jobstore *S, double since,
     if (!r)
         return TESS_EIO;
     for (int i = 0; i < PQntuples(r); i++)
-        cb(ctx, PQgetvalue(r, i, 0), val(r, i, 1), val(r, i, 2), val(r, i, 3), tval(r, i, 4));
+        if (good_id((pg_store *)S, PQgetvalue(r, i, 0)))
+            cb(ctx, PQgetvalue(r, i, 0), val(r, i, 1), val(r, i, 2), val(r, i, 3),
+               tval(r, i, 4));
     PQclear(r);
     return 0;
 }
@@ -654,6 +885,8 @@ static int pg_finish_commit(jobstore *S, const char *id, const char *owner, doub
 static void pg_close(jobstore *S)
 {
     PQfinish(CONN(S));
+    free(((pg_store *)S)->uri);
+    jobstore_base_fini(S);
     free(S);
 }
 
@@ -665,82 +898,66 @@ static const jobstore_ops pg_ops = {
     pg_finish_commit,
 };
 
-/* Creates the schema or checks its version, in one transaction under the advisory lock. */
-static int migrate(jobstore *S, char *err, size_t errlen)
+/* Creates the schema or checks its version, in one transaction under the advisory lock,
+ * each statement within the store's timeout. */
+static int migrate(pg_store *P, char *err, size_t errlen)
 {
-    PGconn *c = CONN(S);
-    PGresult *r = PQexec(c, "BEGIN");
-    PQclear(r);
-    r = PQexec(c, "SELECT pg_advisory_xact_lock(1415934835)"); /* "Tess" */
-    int ok = PQresultStatus(r) == PGRES_TUPLES_OK;
-    PQclear(r);
-    if (ok) {
-        r = PQexec(c, PG_SCHEMA);
-        ok = PQresultStatus(r) == PGRES_COMMAND_OK;
-        PQclear(r);
-    }
+    double timeout = P->base.timeout_s;
+    int ok = pg_simple(P, "BEGIN", tess_mono_s() + timeout) == 0 &&
+             pg_simple(P, "SELECT pg_advisory_xact_lock(1415934835)", /* "Tess" */
+                       tess_mono_s() + timeout) == 0 &&
+             pg_simple(P, PG_SCHEMA, tess_mono_s() + timeout) == 0;
     long ver = -1;
     if (ok) {
-        r = PQexec(c, "SELECT COALESCE(max(version), 0) FROM tessera_schema");
-        ok = PQresultStatus(r) == PGRES_TUPLES_OK && PQntuples(r) == 1;
+        ok = PQsendQuery(P->conn, "SELECT COALESCE(max(version), 0) FROM tessera_schema");
+        PGresult *r = ok ? await_result(P, tess_mono_s() + timeout) : NULL;
+        ok = r && PQresultStatus(r) == PGRES_TUPLES_OK && PQntuples(r) == 1;
         if (ok)
             ver = atol(PQgetvalue(r, 0, 0));
         PQclear(r);
     }
     if (ok && ver > PG_VERSION) {
-        PQexec(c, "ROLLBACK");
         tess_seterr(err, errlen, "jobs database: its schema is version %ld, made by a newer "
                     "tesserad (this one knows versions up to %d)", ver, PG_VERSION);
         return TESS_EIO;
     }
-    if (ok && ver == 0) {
-        r = PQexec(c, "INSERT INTO tessera_schema (version) VALUES (1)");
-        ok = PQresultStatus(r) == PGRES_COMMAND_OK;
-        PQclear(r);
-    }
-    if (ok) {
-        r = PQexec(c, "COMMIT");
-        ok = PQresultStatus(r) == PGRES_COMMAND_OK;
-        PQclear(r);
-    }
+    if (ok && ver == 0)
+        ok = pg_simple(P, "INSERT INTO tessera_schema (version) VALUES (1)",
+                       tess_mono_s() + timeout) == 0;
+    if (ok)
+        ok = pg_simple(P, "COMMIT", tess_mono_s() + timeout) == 0;
     if (!ok) {
-        char msg[300];
-        snprintf(msg, sizeof msg, "%s", PQerrorMessage(c));
-        msg[strcspn(msg, "\n")] = '\0';
-        PQclear(PQexec(c, "ROLLBACK"));
-        tess_seterr(err, errlen, "jobs database: cannot create or check the schema: %s", msg);
+        tess_seterr(err, errlen, "jobs database: cannot create or check the schema: %s",
+                    P->base.lost ? P->lost_msg : P->said_err);
         return TESS_EIO;
     }
     return 0;
 }
 
-int jobstore_open_pg(const char *uri, jobstore **out, char *err, size_t errlen)
+int jobstore_open_pg(const char *uri, double timeout_s, jobstore **out, char *err,
+                     size_t errlen)
 {
     pg_store *P = calloc(1, sizeof *P);
-    if (!P) {
+    if (!P || !(P->uri = strdup(uri))) {
+        free(P);
         tess_seterr(err, errlen, "out of memory for the job store");
         return TESS_ENOMEM;
     }
-    P->base.ops = &pg_ops;
-    P->base.shared = 1;
-    P->base.reachable = 1;
-    P->conn = PQconnectdb(uri);
-    if (!P->conn || PQstatus(P->conn) != CONNECTION_OK) {
-        char msg[300];
-        snprintf(msg, sizeof msg, "%s", P->conn ? PQerrorMessage(P->conn) : "out of memory");
-        msg[strcspn(msg, "\n")] = '\0';
-        tess_seterr(err, errlen, "jobs.database: cannot connect: %s", msg);
-        PQfinish(P->conn);
-        free(P);
-        return TESS_EIO;
+    jobstore_base_init(&P->base, &pg_ops, 1, timeout_s > 0 ? timeout_s : 5.0);
+    P->said_down = 1;   /* said below, as the error of the start */
+    int rc = 0;
+    if (connect_by(P, tess_mono_s() + P->base.timeout_s) != 0) {
+        tess_seterr(err, errlen, "jobs.database: cannot connect: %s",
+                    P->lost_msg[0] ? P->lost_msg : P->said_err);
+        rc = TESS_EIO;
     }
-    PQclear(PQexec(P->conn, "SET client_min_messages = warning"));
-    int rc = migrate(&P->base, err, errlen);
+    if (!rc)
+        rc = migrate(P, err, errlen);
     if (rc) {
-        PQfinish(P->conn);
-        free(P);
+        pg_close(&P->base);
         return rc;
     }
+    P->said_down = 0;
     *out = &P->base;
     return 0;
 }

@@ -568,6 +568,7 @@ static int check_schema(sqlite3 *db, const char *path, long long *version, char 
 static void sq_close(jobstore *S)
 {
     sqlite3_close(DB(S));
+    jobstore_base_fini(S);
     free(S);
 }
 
@@ -585,8 +586,9 @@ int jobstore_open_sqlite(const char *dir, jobstore **out, char *err, size_t errl
         tess_seterr(err, errlen, "out of memory for the job store");
         return TESS_ENOMEM;
     }
-    q->base.ops = &sq_ops;
-    q->base.reachable = 1;
+    /* A local file: a call waits for another one (a slow fsync, the busy timeout) up to
+     * 30 s rather than answer 503. */
+    jobstore_base_init(&q->base, &sq_ops, 0, 30.0);
     char dbp[PATH_MAX + 16];
     snprintf(dbp, sizeof(dbp), "%s/jobs.sqlite", dir);
     if (sqlite3_open_v2(dbp, &q->db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE |
@@ -594,6 +596,7 @@ int jobstore_open_sqlite(const char *dir, jobstore **out, char *err, size_t errl
         tess_seterr(err, errlen, "jobs database '%s': %s", dbp,
                     q->db ? sqlite3_errmsg(q->db) : "cannot open");
         sqlite3_close(q->db);
+        jobstore_base_fini(&q->base);
         free(q);
         return TESS_EIO;
     }
@@ -616,6 +619,7 @@ int jobstore_open_sqlite(const char *dir, jobstore **out, char *err, size_t errl
     }
     if (rc) {
         sqlite3_close(q->db);
+        jobstore_base_fini(&q->base);
         free(q);
         return rc;
     }

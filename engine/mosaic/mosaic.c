@@ -241,9 +241,7 @@ static int pix2pix(skywcs *from, skywcs *to, long n, double *x, double *y)
     if (lon && lat) {
         rc = skywcs_pix2sky(from, (size_t)n, x, y, lon, lat);
         if (rc == 0) {
-            double ef = 0, et = 0;
-            sky_frame ff = skywcs_frame(from, &ef), ft = skywcs_frame(to, &et);
-            sky_convert(ff, ef, ft, et, (size_t)n, lon, lat);
+            skywcs_convert(from, to, (size_t)n, lon, lat);
             rc = skywcs_sky2pix(to, (size_t)n, lon, lat, x, y);
         }
     }
@@ -516,16 +514,16 @@ static double sep_deg(double l1, double b1, double l2, double b2)
 }
 
 /* The WCS cards of a frame and projection, CRVAL, CRPIX, square pixels of `cdelt`. */
-static void frame_cards(fitscard_list *b, sky_frame frame, const char *proj, double crval1,
-                        double crval2, double crpix1, double crpix2, double cdelt)
+static void frame_cards(fitscard_list *b, sky_frame frame, const solar_obs *sol,
+                        const char *proj, double crval1, double crval2, double crpix1,
+                        double crpix2, double cdelt)
 {
-    const char *lon = "RA--", *lat = "DEC-";
-    if (frame == SKY_FRAME_GALACTIC) {
-        lon = "GLON";
-        lat = "GLAT";
-    } else if (frame == SKY_FRAME_ECLIPTIC) {
-        lon = "ELON";
-        lat = "ELAT";
+    /* The CTYPE prefixes: "RA/DEC", "GLON/GLAT", ... "CRLN/CRLT" (RA and DEC padded). */
+    const char *ax = sky_frame_axes(frame);
+    char lon[8] = "RA--", lat[8] = "DEC-";
+    if (strcmp(ax, "RA/DEC") != 0 && strlen(ax) == 9) {
+        snprintf(lon, sizeof lon, "%.4s", ax);
+        snprintf(lat, sizeof lat, "%.4s", ax + 5);
     }
     char t[16];
     fitscard_list_int(b, "WCSAXES", 2, "Number of coordinate axes");
@@ -551,6 +549,19 @@ static void frame_cards(fitscard_list *b, sky_frame frame, const char *proj, dou
         fitscard_list_real(b, "EQUINOX", 1950.0, 14, NULL);
     } else if (frame == SKY_FRAME_ECLIPTIC) {
         fitscard_list_real(b, "EQUINOX", 2000.0, 14, NULL);
+    } else if (sol) {
+        /* A solar target is seen by the first input's observer (skywcs_parse reads these). */
+        fitscard_list_real(b, "RSUN_REF", sol->rsun, FITSCARD_EXACT, NULL);
+        if (sol->known) {
+            fitscard_list_real(b, "HGLN_OBS", sol->lon, FITSCARD_EXACT, NULL);
+            fitscard_list_real(b, "HGLT_OBS", sol->lat, FITSCARD_EXACT, NULL);
+            fitscard_list_real(b, "DSUN_OBS", sol->dist, FITSCARD_EXACT, NULL);
+            if (sol->has_carr)
+                fitscard_list_real(b, "CRLN_OBS", sol->lon + sol->carr_off, FITSCARD_EXACT,
+                                   NULL);
+        }
+        if (sol->date[0])
+            add_str(b, "DATE-OBS", sol->date, NULL);
     }
 }
 
@@ -576,6 +587,20 @@ int mos_auto_target(int n, skywcs *const *wcs, const long *nx, const long *ny, s
     if (frame == SKY_FRAME_NONE) {
         tess_seterr(err, errlen, "the first input has no celestial frame: give one");
         return TESS_EINVAL;
+    }
+    /* Solar inputs make a solar target seen by the first input's observer; the frames of
+     * the Sun and of the sky do not mix. */
+    const solar_obs *sol0 = skywcs_solar(wcs[0]);
+    for (int k = 0; k < n; k++) {
+        sky_frame fk = skywcs_frame(wcs[k], NULL);
+        if (sky_frame_is_solar(fk) != sky_frame_is_solar(frame) ||
+            (sky_frame_is_solar(frame) && !sol0)) {
+            tess_seterr(err, errlen, "input %d is in the %s frame %s, the target in the %s "
+                        "frame %s: solar and sky frames do not mix", k + 1,
+                        sky_frame_is_solar(fk) ? "solar" : "sky", sky_frame_name(fk),
+                        sky_frame_is_solar(frame) ? "solar" : "sky", sky_frame_name(frame));
+            return TESS_EINVAL;
+        }
     }
     ef = frame == SKY_FRAME_FK4 ? 1950.0 : frame == SKY_FRAME_FK5 || frame == SKY_FRAME_ECLIPTIC
                                                ? 2000.0 : 0.0;
@@ -619,7 +644,11 @@ int mos_auto_target(int n, skywcs *const *wcs, const long *nx, const long *ny, s
         double sy = (4.0 * sep_deg(lon[9], lat[9], lon[10], lat[10]) / 16.0
                      - sep_deg(lon[11], lat[11], lon[12], lat[12]) / 32.0) / 3.0;
         res = fmin(res, fmin(sx, sy));
-        sky_convert(fk, ek, frame, ef, 5, lon, lat);
+        if (sol0)
+            solar_convert(fk, skywcs_solar(wcs[k]), frame, sol0, SOLAR_SPHERE, NULL, 5, lon,
+                          lat);
+        else
+            sky_convert(fk, ek, frame, ef, 5, lon, lat);
         double v[3];
         unit(lon[0], lat[0], v);
         for (int i = 0; i < 3; i++)
@@ -643,7 +672,7 @@ int mos_auto_target(int n, skywcs *const *wcs, const long *nx, const long *ny, s
         lon0 -= 360.0;
     fitscard_list b;
     fitscard_list_init(&b, MOS_MAX_CARDS);
-    frame_cards(&b, frame, proj, lon0, lat0, 1.0, 1.0, res);
+    frame_cards(&b, frame, sol0, proj, lon0, lat0, 1.0, 1.0, res);
     skywcs *w = NULL;
     if (b.rc) {
         rc = b.rc == TESS_ENOMEM ? TESS_ENOMEM : TESS_EINVAL;
@@ -693,7 +722,7 @@ int mos_auto_target(int n, skywcs *const *wcs, const long *nx, const long *ny, s
     }
     fitscard_list o;
     fitscard_list_init(&o, MOS_MAX_CARDS);
-    frame_cards(&o, frame, proj, lon0, lat0, 0.5 - xmin, 0.5 - ymin, res);
+    frame_cards(&o, frame, sol0, proj, lon0, lat0, 0.5 - xmin, 0.5 - ymin, res);
     fitscard_list_int(&o, "NAXIS1", (long)w1, NULL);
     fitscard_list_int(&o, "NAXIS2", (long)h1, NULL);
     if ((rc = fitscard_list_take(&o, cards, nkeys)) != 0) {

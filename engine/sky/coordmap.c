@@ -71,6 +71,10 @@ rp_coordmap *rp_coordmap_new(const skywcs *from, const skywcs *to, char *err, si
         free(m);
         return NULL;
     }
+    if (skywcs_check_pair(from, to, err, errlen)) {
+        free(m);
+        return NULL;
+    }
     m->from = private_celestial(from);
     m->to = private_celestial(to);
     m->lon = malloc(sizeof(double) * CM_CHUNK * 4);
@@ -123,12 +127,12 @@ static int map_points(rp_coordmap *m, size_t n, const double *x, const double *y
         double *qx = xo + off, *qy = yo + off;
         if (skywcs_pix2sky(m->from, k, px, py, m->lon, m->lat) == TESS_ENOMEM)
             return TESS_ENOMEM;
-        sky_convert(m->ffrom, m->eqfrom, m->fto, m->eqto, k, m->lon, m->lat);
+        skywcs_convert(m->from, m->to, k, m->lon, m->lat);
         if (skywcs_sky2pix(m->to, k, m->lon, m->lat, qx, qy) == TESS_ENOMEM)
             return TESS_ENOMEM;
         if (skywcs_pix2sky(m->to, k, qx, qy, m->lon, m->lat) == TESS_ENOMEM)
             return TESS_ENOMEM;
-        sky_convert(m->fto, m->eqto, m->ffrom, m->eqfrom, k, m->lon, m->lat);
+        skywcs_convert(m->to, m->from, k, m->lon, m->lat);
         if (skywcs_sky2pix(m->from, k, m->lon, m->lat, m->xr, m->yr) == TESS_ENOMEM)
             return TESS_ENOMEM;
         for (size_t i = 0; i < k; i++) {

@@ -22,6 +22,8 @@ struct skywcs {
     struct wcsprm wcs;
     sky_frame frame;
     double equinox;      /* Julian years (FK5, ecliptic), Besselian years (FK4), else 0 */
+    solar_obs sol;       /* solar frames: the observer and the Sun */
+    int surface;         /* SOLAR_SPHERE or SOLAR_SCREEN (skywcs_set_solar_surface) */
 };
 
 /* Pixels transformed per wcslib call: bounds the scratch memory of pix2sky/sky2pix. */
@@ -49,7 +51,9 @@ static void trim_upper(const char *s, char *d, size_t dn)
  * wcs.utils._wcs_to_celestial_frame_builtin applies them: RADESYS when present; otherwise
  * EQUINOX < 1984 FK4, >= 1984 FK5, none ICRS.  GLON/GLAT is galactic and ELON/ELAT ecliptic
  * whatever RADESYS says (astropy would honour a stray RADESYS there; FITS does not).
- * Unknown systems (FK4-NO-E, GAPPT, solar, planetary) give SKY_FRAME_NONE. */
+ * HPLN/HPLT, HGLN/HGLT and CRLN/CRLT are the solar frames (WCS Paper II sec. 3.1 names
+ * the prefixes, Thompson 2006 Table 1 the frames).  Unknown systems (FK4-NO-E, GAPPT,
+ * planetary) give SKY_FRAME_NONE. */
 static void detect_frame(const struct wcsprm *wcs, sky_frame *frame, double *equinox)
 {
     char lng[8], rs[72];
@@ -66,6 +70,12 @@ static void detect_frame(const struct wcsprm *wcs, sky_frame *frame, double *equ
     } else if (strcmp(lng, "ELON") == 0) {
         *frame = SKY_FRAME_ECLIPTIC;
         *equinox = has_eq ? wcs->equinox : 2000.0;
+    } else if (strcmp(lng, "HPLN") == 0) {
+        *frame = SKY_FRAME_HELIOPROJECTIVE;
+    } else if (strcmp(lng, "HGLN") == 0) {
+        *frame = SKY_FRAME_STONYHURST;
+    } else if (strcmp(lng, "CRLN") == 0) {
+        *frame = SKY_FRAME_CARRINGTON;
     } else if (strcmp(lng, "RA") == 0) {
         if (rs[0] == '\0')
             strcpy(rs, !has_eq ? "ICRS" : wcs->equinox < 1984.0 ? "FK4" : "FK5");
@@ -89,6 +99,22 @@ const char *sky_frame_name(sky_frame f)
     case SKY_FRAME_FK4: return "fk4";
     case SKY_FRAME_GALACTIC: return "galactic";
     case SKY_FRAME_ECLIPTIC: return "ecliptic";
+    case SKY_FRAME_HELIOPROJECTIVE: return "helioprojective";
+    case SKY_FRAME_STONYHURST: return "stonyhurst";
+    case SKY_FRAME_CARRINGTON: return "carrington";
+    default: return "none";
+    }
+}
+
+const char *sky_frame_axes(sky_frame f)
+{
+    switch (f) {
+    case SKY_FRAME_ICRS: case SKY_FRAME_FK5: case SKY_FRAME_FK4: return "RA/DEC";
+    case SKY_FRAME_GALACTIC: return "GLON/GLAT";
+    case SKY_FRAME_ECLIPTIC: return "ELON/ELAT";
+    case SKY_FRAME_HELIOPROJECTIVE: return "HPLN/HPLT";
+    case SKY_FRAME_STONYHURST: return "HGLN/HGLT";
+    case SKY_FRAME_CARRINGTON: return "CRLN/CRLT";
     default: return "none";
     }
 }
@@ -97,7 +123,9 @@ const char *sky_frame_name(sky_frame f)
 int sky_frame_parse(const char *s, sky_frame *f)
 {
     static const sky_frame all[] = { SKY_FRAME_ICRS, SKY_FRAME_FK5, SKY_FRAME_FK4,
-                                     SKY_FRAME_GALACTIC, SKY_FRAME_ECLIPTIC };
+                                     SKY_FRAME_GALACTIC, SKY_FRAME_ECLIPTIC,
+                                     SKY_FRAME_HELIOPROJECTIVE, SKY_FRAME_STONYHURST,
+                                     SKY_FRAME_CARRINGTON };
     if (!s || !f)
         return TESS_EINVAL;
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) {
@@ -594,6 +622,91 @@ static int explain_axes(const struct wcsprm *w, char *err, size_t errlen)
     return 0;
 }
 
+/* The value of card `key` among the nkeys cards: a number (*v) or a quoted string
+ * (copied into str, size strn, trailing blanks trimmed).  Returns 1 when found and
+ * well formed, else 0. */
+static int card_value(const char *cards, int nkeys, const char *key, double *v, char *str,
+                      size_t strn)
+{
+    size_t kl = strlen(key);
+    for (int i = 0; i < nkeys; i++) {
+        const char *c = cards + (size_t)i * 80;
+        if (strncmp(c, key, kl) != 0 || (kl < 8 && c[kl] != ' ') || c[8] != '=' || c[9] != ' ')
+            continue;
+        char val[72];
+        memcpy(val, c + 10, 70);
+        val[70] = '\0';
+        if (str) {
+            char *q = strchr(val, '\'');
+            char *e = q ? strchr(q + 1, '\'') : NULL;
+            if (!e)
+                return 0;
+            size_t n = (size_t)(e - q - 1);
+            while (n > 0 && q[n] == ' ')
+                n--;
+            if (n + 1 > strn)
+                n = strn - 1;
+            memcpy(str, q + 1, n);
+            str[n] = '\0';
+            return 1;
+        }
+        for (char *p = val; *p; p++)
+            if (*p == 'D' || *p == 'd')
+                *p = 'E';
+        char *end;
+        double x = strtod(val, &end);
+        while (*end == ' ')
+            end++;
+        if (end == val || (*end && *end != '/') || !isfinite(x))
+            return 0;
+        *v = x;
+        return 1;
+    }
+    return 0;
+}
+
+/* The observer and the Sun of a solar WCS as sunpy reads them (sunpy.map.GenericMap's
+ * observer_coordinate and rsun_meters; Thompson 2006 sec. 2 and Table 2 for the
+ * keywords): RSUN_REF (metres; else SOLAR_RSUN_IAU); the observer from HGLN_OBS,
+ * HGLT_OBS and DSUN_OBS, else from HEEQ_X/Y/Z (Stonyhurst Cartesian, metres; Thompson
+ * sec. 2.1); the Carrington offset CRLN_OBS minus the observer's Stonyhurst longitude
+ * when both are known; the date DATE-AVG, else DATE-OBS.  An observer given only in
+ * Carrington (CRLN_OBS) or HCI coordinates stays unknown: its Stonyhurst longitude
+ * needs an ephemeris of the Earth. */
+static void read_solar(const char *cards, int nkeys, solar_obs *o)
+{
+    memset(o, 0, sizeof *o);
+    double v, x, y, z;
+    o->rsun = card_value(cards, nkeys, "RSUN_REF", &v, NULL, 0) && v > 0.0 ? v
+                                                                           : SOLAR_RSUN_IAU;
+    double lon, lat, d, crln;
+    int has_lon = card_value(cards, nkeys, "HGLN_OBS", &lon, NULL, 0);
+    if (has_lon && card_value(cards, nkeys, "HGLT_OBS", &lat, NULL, 0) &&
+        card_value(cards, nkeys, "DSUN_OBS", &d, NULL, 0) && d > 0.0 &&
+        lat >= -90.0 && lat <= 90.0) {
+        o->known = 1;
+        o->lon = lon;
+        o->lat = lat;
+        o->dist = d;
+    } else if (card_value(cards, nkeys, "HEEQ_X", &x, NULL, 0) &&
+               card_value(cards, nkeys, "HEEQ_Y", &y, NULL, 0) &&
+               card_value(cards, nkeys, "HEEQ_Z", &z, NULL, 0) && (x != 0.0 || y != 0.0 ||
+                                                                   z != 0.0)) {
+        o->known = 1;
+        o->lon = atan2(y, x) * RAD2DEG;
+        o->lat = atan2(z, hypot(x, y)) * RAD2DEG;
+        o->dist = sqrt(x * x + y * y + z * z);
+        lon = o->lon;
+        has_lon = 1;
+    }
+    if (has_lon && card_value(cards, nkeys, "CRLN_OBS", &crln, NULL, 0)) {
+        o->has_carr = 1;
+        o->carr_off = crln - lon;
+    }
+    if (!card_value(cards, nkeys, "DATE-AVG", NULL, o->date, sizeof o->date))
+        (void)card_value(cards, nkeys, "DATE-OBS", NULL, o->date, sizeof o->date);
+}
+
 /* Parses the header as astropy.wcs.WCS(header) does (astropy/wcs/wcs.py, WCS.__init__ and
  * WCS.fix): wcspih at full relaxation, the primary alternate (' ') selected, then
  * wcsfix() with ctrl 0 ("translate_units=''") and no image size (so cylfix is skipped,
@@ -760,6 +873,8 @@ int skywcs_parse(const char *cards, int nkeys, skywcs **out, char *err, size_t e
         return TESS_EINVAL;
     }
     detect_frame(&w->wcs, &w->frame, &w->equinox);
+    if (sky_frame_is_solar(w->frame))
+        read_solar(cards, nkeys, &w->sol);
     *out = w;
     return 0;
 }
@@ -773,6 +888,8 @@ skywcs *skywcs_copy(const skywcs *w)
     if (c) {
         c->frame = w->frame;
         c->equinox = w->equinox;
+        c->sol = w->sol;
+        c->surface = w->surface;
     }
     return c;
 }
@@ -795,6 +912,8 @@ skywcs *skywcs_celestial(const skywcs *w)
     }
     c->frame = w->frame;
     c->equinox = w->equinox;
+    c->sol = w->sol;
+    c->surface = w->surface;
     return c;
 }
 
@@ -814,6 +933,17 @@ int skywcs_naxis(const skywcs *w)
 int skywcs_has_celestial(const skywcs *w)
 {
     return w && w->wcs.lng >= 0 && w->wcs.lat >= 0;
+}
+
+const solar_obs *skywcs_solar(const skywcs *w)
+{
+    return w && sky_frame_is_solar(w->frame) ? &w->sol : NULL;
+}
+
+void skywcs_set_solar_surface(skywcs *w, int surface)
+{
+    if (w)
+        w->surface = surface == SOLAR_SCREEN ? SOLAR_SCREEN : SOLAR_SPHERE;
 }
 
 sky_frame skywcs_frame(const skywcs *w, double *equinox)
@@ -1522,6 +1652,12 @@ void sky_convert(sky_frame from, double eq_from, sky_frame to, double eq_to,
 {
     if (from == SKY_FRAME_NONE || to == SKY_FRAME_NONE || n == 0)
         return;
+    if (sky_frame_is_solar(from) || sky_frame_is_solar(to)) {
+        /* Solar frames need their observers (skywcs_convert): only the identity here. */
+        for (size_t i = 0; from != to && i < n; i++)
+            lon[i] = lat[i] = NAN;
+        return;
+    }
     int eq_matters = from == SKY_FRAME_FK5 || from == SKY_FRAME_FK4 || from == SKY_FRAME_ECLIPTIC;
     if (from == to && (!eq_matters || eq_from == eq_to))
         return;
@@ -1564,9 +1700,9 @@ static int known_projection(const char *p)
  * 1950), galactic (GLON/GLAT) and ecliptic (ELON/ELAT, equinox J2000) are accepted.
  * The result is parsed back with skywcs_parse as a last check.  Errors: TESS_EINVAL
  * (`err` names the bad value), TESS_ENOMEM; *cards is NULL on error. */
-int skywcs_cutout_header(double lon, double lat, double fov, long w, long h, const char *proj,
-                         sky_frame frame, double rotation, char **cards, int *nkeys,
-                         char *err, size_t errlen)
+static int cutout_header(double lon, double lat, double fov, long w, long h, const char *proj,
+                         sky_frame frame, const solar_obs *sol, double rotation, char **cards,
+                         int *nkeys, char *err, size_t errlen)
 {
     if (cards)
         *cards = NULL;
@@ -1614,6 +1750,9 @@ int skywcs_cutout_header(double lon, double lat, double fov, long w, long h, con
     case SKY_FRAME_FK4: lonpre = "RA--"; latpre = "DEC-"; radesys = "FK4"; equinox = 1950.0; break;
     case SKY_FRAME_GALACTIC: lonpre = "GLON"; latpre = "GLAT"; break;
     case SKY_FRAME_ECLIPTIC: lonpre = "ELON"; latpre = "ELAT"; equinox = 2000.0; break;
+    case SKY_FRAME_HELIOPROJECTIVE: lonpre = "HPLN"; latpre = "HPLT"; break;
+    case SKY_FRAME_STONYHURST: lonpre = "HGLN"; latpre = "HGLT"; break;
+    case SKY_FRAME_CARRINGTON: lonpre = "CRLN"; latpre = "CRLT"; break;
     default:
         tess_seterr(err, errlen, "%s", "coordsys: unsupported frame");
         return TESS_EINVAL;
@@ -1623,7 +1762,7 @@ int skywcs_cutout_header(double lon, double lat, double fov, long w, long h, con
     double rad = rotation * DEG2RAD, c = cos(rad), s = sin(rad);
     char v[64];
     fitscard_list b;
-    fitscard_list_init(&b, 24);
+    fitscard_list_init(&b, 32);
     fitscard_list_int(&b, "NAXIS", 2, NULL);
     fitscard_list_int(&b, "NAXIS1", w, NULL);
     fitscard_list_int(&b, "NAXIS2", h, NULL);
@@ -1648,6 +1787,21 @@ int skywcs_cutout_header(double lon, double lat, double fov, long w, long h, con
         fitscard_list_string(&b, "RADESYS", radesys, 0, NULL);
     if (equinox > 0.0)
         fitscard_list_real(&b, "EQUINOX", equinox, FITSCARD_EXACT, NULL);
+    if (sol && sky_frame_is_solar(frame)) {
+        fitscard_list_real(&b, "RSUN_REF", sol->rsun, FITSCARD_EXACT, NULL);
+        if (sol->known) {
+            fitscard_list_real(&b, "HGLN_OBS", sol->lon, FITSCARD_EXACT, NULL);
+            fitscard_list_real(&b, "HGLT_OBS", sol->lat, FITSCARD_EXACT, NULL);
+            fitscard_list_real(&b, "DSUN_OBS", sol->dist, FITSCARD_EXACT, NULL);
+            if (sol->has_carr) {
+                fitscard_list_real(&b, "CRLN_OBS", sol->lon + sol->carr_off, FITSCARD_EXACT,
+                                   NULL);
+                fitscard_list_real(&b, "CRLT_OBS", sol->lat, FITSCARD_EXACT, NULL);
+            }
+        }
+        if (sol->date[0])
+            fitscard_list_string(&b, "DATE-OBS", sol->date, 0, NULL);
+    }
     char *buf = NULL;
     int nk = 0;
     if (fitscard_list_take(&b, &buf, &nk) != 0) {
@@ -1669,6 +1823,92 @@ int skywcs_cutout_header(double lon, double lat, double fov, long w, long h, con
     return 0;
 }
 
+int skywcs_cutout_header(double lon, double lat, double fov, long w, long h, const char *proj,
+                         sky_frame frame, double rotation, char **cards, int *nkeys,
+                         char *err, size_t errlen)
+{
+    if (sky_frame_is_solar(frame)) {
+        tess_seterr(err, errlen, "%s", "coordsys: a solar frame needs its observer");
+        if (cards)
+            *cards = NULL;
+        if (nkeys)
+            *nkeys = 0;
+        return TESS_EINVAL;
+    }
+    return cutout_header(lon, lat, fov, w, h, proj, frame, NULL, rotation, cards, nkeys, err,
+                         errlen);
+}
+
+int skywcs_cutout_header_solar(double lon, double lat, double fov, long w, long h,
+                               const char *proj, sky_frame frame, const solar_obs *sol,
+                               double rotation, char **cards, int *nkeys, char *err,
+                               size_t errlen)
+{
+    return cutout_header(lon, lat, fov, w, h, proj, frame, sol, rotation, cards, nkeys, err,
+                         errlen);
+}
+
+/* The Carrington offsets of a pair: a Carrington side whose header has none takes the
+ * other side's observer's (both are taken at one time, as solar_convert does). */
+static void pair_observers(const skywcs *from, const skywcs *to, solar_obs *of, solar_obs *ot)
+{
+    *of = from->sol;
+    *ot = to->sol;
+    if (!of->has_carr && ot->has_carr) {
+        of->has_carr = 1;
+        of->carr_off = ot->carr_off;
+    } else if (!ot->has_carr && of->has_carr) {
+        ot->has_carr = 1;
+        ot->carr_off = of->carr_off;
+    }
+}
+
+void skywcs_convert(const skywcs *from, const skywcs *to, size_t n, double *lon, double *lat)
+{
+    int sf = sky_frame_is_solar(from->frame), st = sky_frame_is_solar(to->frame);
+    if (!sf && !st) {
+        sky_convert(from->frame, from->equinox, to->frame, to->equinox, n, lon, lat);
+        return;
+    }
+    if (sf != st) {
+        for (size_t i = 0; i < n; i++)
+            lon[i] = lat[i] = NAN;
+        return;
+    }
+    solar_obs of, ot;
+    pair_observers(from, to, &of, &ot);
+    /* The screen is centred on the observer of the side marked for it. */
+    int screen = from->surface == SOLAR_SCREEN || to->surface == SOLAR_SCREEN;
+    const solar_obs *centre = from->surface == SOLAR_SCREEN ? &of : &ot;
+    solar_convert(from->frame, &of, to->frame, &ot, screen ? SOLAR_SCREEN : SOLAR_SPHERE,
+                  centre, n, lon, lat);
+}
+
+/* What converting between the solar frames of `a` and `b` lacks, or NULL. */
+static const char *solar_pair_gap(const skywcs *a, const skywcs *b)
+{
+    solar_obs oa, ob;
+    pair_observers(a, b, &oa, &ob);
+    if (a->frame == b->frame && a->frame == SKY_FRAME_HELIOPROJECTIVE &&
+        ((!oa.known && !ob.known) || (oa.known && ob.known && oa.lon == ob.lon &&
+                                      oa.lat == ob.lat && oa.dist == ob.dist)))
+        return NULL;
+    if (a->frame == SKY_FRAME_STONYHURST && b->frame == SKY_FRAME_STONYHURST)
+        return NULL;
+    if ((a->frame == SKY_FRAME_HELIOPROJECTIVE && !oa.known) ||
+        (b->frame == SKY_FRAME_HELIOPROJECTIVE && !ob.known))
+        return "a helioprojective WCS needs its observer (HGLN_OBS, HGLT_OBS and DSUN_OBS, "
+               "or HEEQ_X/Y/Z)";
+    if ((a->frame == SKY_FRAME_CARRINGTON || b->frame == SKY_FRAME_CARRINGTON) &&
+        !oa.has_carr)
+        return "a Carrington WCS needs the observer's Carrington and Stonyhurst longitudes "
+               "(CRLN_OBS and HGLN_OBS) on one side";
+    if ((a->surface == SOLAR_SCREEN || b->surface == SOLAR_SCREEN) &&
+        !(a->surface == SOLAR_SCREEN ? oa : ob).known)
+        return "the spherical screen needs the observer of the image reprojected";
+    return NULL;
+}
+
 int skywcs_check_pair(const skywcs *in, const skywcs *out, char *err, size_t errlen)
 {
     if (!skywcs_has_celestial(in) || !skywcs_has_celestial(out)) {
@@ -1679,6 +1919,20 @@ int skywcs_check_pair(const skywcs *in, const skywcs *out, char *err, size_t err
     if (skywcs_frame(in, NULL) == SKY_FRAME_NONE || skywcs_frame(out, NULL) == SKY_FRAME_NONE) {
         tess_seterr(err, errlen, "%s WCS has an unsupported celestial frame",
                     skywcs_frame(in, NULL) == SKY_FRAME_NONE ? "input" : "output");
+        return TESS_EINVAL;
+    }
+    int si = sky_frame_is_solar(in->frame), so = sky_frame_is_solar(out->frame);
+    if (si != so) {
+        tess_seterr(err, errlen, "input WCS is in the %s frame %s, output WCS in the %s "
+                    "frame %s: solar and sky frames do not mix", si ? "solar" : "sky",
+                    sky_frame_name(in->frame), so ? "solar" : "sky",
+                    sky_frame_name(out->frame));
+        return TESS_EINVAL;
+    }
+    const char *gap = si ? solar_pair_gap(in, out) : NULL;
+    if (gap) {
+        tess_seterr(err, errlen, "cannot convert %s to %s: %s", sky_frame_name(in->frame),
+                    sky_frame_name(out->frame), gap);
         return TESS_EINVAL;
     }
     return 0;

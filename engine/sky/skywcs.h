@@ -12,9 +12,40 @@ typedef enum {
     SKY_FRAME_FK5,       /* mean equator and equinox; equinox in Julian years */
     SKY_FRAME_FK4,       /* equinox in Besselian years */
     SKY_FRAME_GALACTIC,
-    SKY_FRAME_ECLIPTIC   /* mean ecliptic and equinox (Julian years, J2000 by default): astropy's
+    SKY_FRAME_ECLIPTIC,  /* mean ecliptic and equinox (Julian years, J2000 by default): astropy's
                             BarycentricMeanEcliptic, a rotation of ICRS (IAU 2006, SOFA ecm06) */
+    /* Solar frames (Thompson 2006, A&A 449, 791; sunpy.coordinates' names): they never mix
+     * with the sky frames above (see skywcs_check_pair). */
+    SKY_FRAME_HELIOPROJECTIVE, /* HPLN/HPLT: angles seen by an observer, Thompson sec. 3 */
+    SKY_FRAME_STONYHURST,      /* HGLN/HGLT: heliographic Stonyhurst, Thompson sec. 2.1 */
+    SKY_FRAME_CARRINGTON       /* CRLN/CRLT: heliographic Carrington, Thompson sec. 2.2 */
 } sky_frame;
+
+/* 1 for the solar frames (helioprojective, stonyhurst, carrington). */
+int sky_frame_is_solar(sky_frame f);
+
+/* The observer and the Sun of a solar WCS, from its header (see skywcs_parse). */
+typedef struct solar_obs {
+    int known;          /* 1 when the observer's position (lon, lat, dist) is known */
+    double lon, lat;    /* the observer's Stonyhurst longitude and latitude, degrees */
+    double dist;        /* the observer's distance from the Sun's centre, metres */
+    double rsun;        /* the solar radius: RSUN_REF, else the IAU 695700 km (metres) */
+    int has_carr;       /* 1 when carr_off is known */
+    double carr_off;    /* Carrington minus Stonyhurst longitude at the observer (degrees) */
+    char date[72];      /* DATE-AVG, else DATE-OBS, as written; "" when absent */
+} solar_obs;
+
+/* The default solar radius, IAU 2015 Resolution B3 (nominal R_sun), as sunpy's
+ * sunpy.sun.constants.radius: 695700 km. */
+#define SOLAR_RSUN_IAU 695700000.0
+
+/* How helioprojective directions become points in space (sunpy 4.1's conventions):
+ * SOLAR_SPHERE, the nearest intersection of the line of sight with the sphere of radius
+ * rsun (lines of sight that miss the Sun are NaN: off-disk pixels blank); SOLAR_SCREEN,
+ * the far intersection with the sphere centred on the observer of the WCS marked with
+ * skywcs_set_solar_surface (the image being reprojected) through the Sun's centre
+ * (sunpy.coordinates.SphericalScreen(observer) with its default radius). */
+enum { SOLAR_SPHERE = 0, SOLAR_SCREEN = 1 };
 
 /* A parsed WCS (one struct wcsprm, wcsset already done) and its celestial frame.
  * Not safe to use from several threads at once: give each thread its own copy. */
@@ -63,6 +94,11 @@ void skywcs_free(skywcs *w);
 
 int skywcs_naxis(const skywcs *w);
 int skywcs_has_celestial(const skywcs *w);   /* 1 when a longitude/latitude pair exists */
+/* The observer and Sun of a WCS in a solar frame (NULL for sky frames). */
+const solar_obs *skywcs_solar(const skywcs *w);
+/* Marks `w` (the image being reprojected) for SOLAR_SCREEN or SOLAR_SPHERE (the
+ * default); copies keep the mark. */
+void skywcs_set_solar_surface(skywcs *w, int surface);
 sky_frame skywcs_frame(const skywcs *w, double *equinox);  /* equinox may be NULL */
 
 /* A summary for the datasets API.  Axis i (0-based) is FITS axis i+1; crpix 1-based as
@@ -108,17 +144,46 @@ int skywcs_sky2pix(skywcs *w, size_t n, const double *lon, const double *lat, do
  * through astropy's FK4NoETerms with E-terms and the Standish B1950->J2000 matrix;
  * the paths and intermediate frames are astropy's, so results agree with
  * SkyCoord.transform_to to ~1e-13 degree.  Longitudes come back in [0, 360).  Cannot
- * fail; identical frames, or SKY_FRAME_NONE on either side, are a no-op. */
+ * fail; identical frames, or SKY_FRAME_NONE on either side, are a no-op.  A solar frame
+ * on either side (they need observers: skywcs_convert) leaves identical frames alone and
+ * makes every other conversion NaN. */
 void sky_convert(sky_frame from, double eq_from, sky_frame to, double eq_to,
                  size_t n, double *lon, double *lat);
 
+/* Converts n positions in place from the frame of `from` to the frame of `to` (degrees):
+ * sky_convert between sky frames, solar_convert between solar frames (with the
+ * observers and the surface model the two WCSs carry).  A sky and a solar frame do not
+ * mix: the positions become NaN (skywcs_check_pair refuses such pairs first). */
+void skywcs_convert(const skywcs *from, const skywcs *to, size_t n, double *lon, double *lat);
+
+/* Converts n positions between solar frames, in place (degrees), at one time (the
+ * observers' dates are not compared: the Sun is not rotated between them).  Through
+ * the heliographic Stonyhurst Cartesian frame of Thompson (2006): helioprojective
+ * (observer `of`) -> heliocentric Cartesian (Thompson eq. 15 for the line of sight,
+ * the distance from the surface model) -> Stonyhurst (Thompson eq. 11-12, the rotation
+ * by the observer's B0 and longitude); Carrington longitude = Stonyhurst longitude +
+ * carr_off; heliographic positions lie on the sphere of radius rsun (sunpy's rule for
+ * heliographic coordinates without a distance); to helioprojective by Thompson eq. 16.
+ * Identical frames with the same observer (helioprojective), the same carr_off
+ * (Carrington), or both Stonyhurst, are the identity, as in sunpy.  `screen` is the
+ * observer the screen is centred on (surface SOLAR_SCREEN; NULL means that of `of`).
+ * Points that do not convert (off the disk under SOLAR_SPHERE, an unknown observer)
+ * become NaN.  Longitudes come back in [0, 360). */
+void solar_convert(sky_frame from, const solar_obs *of, sky_frame to, const solar_obs *ot,
+                   int surface, const solar_obs *screen, size_t n, double *lon, double *lat);
+
 /* Checks that `in` and `out` can be reprojected one onto the other: both have a celestial
- * pair in a supported frame.  Returns 0, or TESS_EINVAL with `err` naming the side at
- * fault ("input WCS has no celestial axes", "output WCS has an unsupported celestial
- * frame").  Cannot fail otherwise. */
+ * pair in a supported frame, both sky frames or both solar frames, and a solar pair has
+ * what its conversion needs (the observer of a helioprojective side, the Carrington
+ * offset of a Carrington side, unless the conversion is the identity).  Returns 0, or
+ * TESS_EINVAL with `err` naming the side at fault ("input WCS has no celestial axes",
+ * "output WCS has an unsupported celestial frame", "input WCS is in the solar frame
+ * helioprojective, output WCS in the sky frame icrs: solar and sky frames do not mix").
+ * Cannot fail otherwise. */
 int skywcs_check_pair(const skywcs *in, const skywcs *out, char *err, size_t errlen);
 
 const char *sky_frame_name(sky_frame f);          /* "icrs", "fk5", ... "none" */
+const char *sky_frame_axes(sky_frame f);          /* the CTYPE prefixes: "HPLN/HPLT", ... */
 int sky_frame_parse(const char *s, sky_frame *f); /* 0 or TESS_EINVAL */
 
 /* Builds the header of a hips2fits-style cutout: w x h pixels centred on (lon, lat) of
@@ -133,5 +198,15 @@ int sky_frame_parse(const char *s, sky_frame *f); /* 0 or TESS_EINVAL */
 int skywcs_cutout_header(double lon, double lat, double fov, long w, long h, const char *proj,
                          sky_frame frame, double rotation, char **cards, int *nkeys,
                          char *err, size_t errlen);
+
+/* skywcs_cutout_header for every frame, the solar ones included: for those, `sol` (the
+ * observer and Sun of the image the cutout is taken from; may be NULL) is written as
+ * RSUN_REF, HGLN_OBS, HGLT_OBS, DSUN_OBS, CRLN_OBS, CRLT_OBS and DATE-OBS cards, and
+ * lon, lat and fov are in degrees (CUNIT 'deg').  skywcs_cutout_header itself refuses
+ * solar frames (TESS_EINVAL: they need their observer). */
+int skywcs_cutout_header_solar(double lon, double lat, double fov, long w, long h,
+                               const char *proj, sky_frame frame, const solar_obs *sol,
+                               double rotation, char **cards, int *nkeys, char *err,
+                               size_t errlen);
 
 #endif

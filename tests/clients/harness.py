@@ -230,6 +230,47 @@ class Postgres:
         self._run([self.pg_ctl, "-D", self.data, "-m", mode, "-w", "-t", "30", "stop"],
                   check=False)
 
+    def _pids(self):
+        """The postmaster's pid and those of its children (the backends, its helpers)."""
+        with open(os.path.join(self.data, "postmaster.pid")) as f:
+            pm = int(f.readline())
+        kids = []
+        for d in os.listdir("/proc"):
+            if not d.isdigit():
+                continue
+            try:
+                with open("/proc/%s/stat" % d) as f:
+                    st = f.read()
+                ppid = int(st[st.rindex(")") + 2:].split()[1])
+            except (OSError, ValueError, IndexError):
+                continue
+            if ppid == pm:
+                kids.append(int(d))
+        return pm, kids
+
+    def freeze(self):
+        """SIGSTOP of the postmaster, then of every backend it has (as a hung host or a
+        network partition): connections stay open, nothing answers.  thaw() undoes it;
+        close() does too."""
+        pm, _ = self._pids()
+        os.kill(pm, signal.SIGSTOP)
+        self.frozen = [pm]
+        _, kids = self._pids()   # the postmaster forks no more
+        for k in kids:
+            try:
+                os.kill(k, signal.SIGSTOP)
+                self.frozen.append(k)
+            except ProcessLookupError:
+                pass
+
+    def thaw(self):
+        for p in getattr(self, "frozen", []):
+            try:
+                os.kill(p, signal.SIGCONT)
+            except ProcessLookupError:
+                pass
+        self.frozen = []
+
     def uri(self, db):
         self._run([self.createdb, "-h", self.dir, "-U", "tessera", db])
         return "postgresql:///%s?host=%s&user=tessera" % (db, self.dir)
@@ -244,6 +285,7 @@ class Postgres:
         return [line.split("|") for line in r.stdout.decode().splitlines() if line]
 
     def close(self):
+        self.thaw()
         self.stop("immediate")
         shutil.rmtree(self.dir, ignore_errors=True)
 

@@ -465,6 +465,165 @@ class TestCluster(unittest.TestCase):
         self.assertEqual(json.loads(a.get("/healthz")[2]).get("status"), "ok")
         self.assert_clean()
 
+    def timed(self, server, path, method="GET", data=None):
+        """(status, headers, body, seconds) of one request (15 s at most)."""
+        t0 = time.monotonic()
+        req = urllib.request.Request(server.url(path), method=method, data=data,
+                                     headers={"Content-Type": "application/json"})
+        try:
+            with urllib.request.urlopen(req, timeout=15) as r:
+                out = (r.status, r.headers, r.read())
+        except urllib.error.HTTPError as e:
+            out = (e.code, e.headers, e.read())
+        return out + (time.monotonic() - t0,)
+
+    CUTOUT = "/api/v1/cutout?dataset=horsehead&ra=85.27&dec=-2.46&fov=0.1&width=64&height=64"
+
+    def assert_unreachable_503(self, answer, problem=True):
+        status, headers, body, _ = answer
+        self.assertEqual(status, 503, body[:300])
+        self.assertTrue(headers.get("Retry-After"), "503 without Retry-After")
+        if problem:
+            self.assertEqual(headers.get("Content-Type"), "application/problem+json")
+            self.assertIn("database", json.loads(body)["detail"])
+        else:
+            self.assertNotIn(b"NotFound", body)
+
+    def test_database_stalled(self):
+        """The postmaster and its backends held still (SIGSTOP: a hung host, a partition):
+        the first job call waits out jobs.database_timeout_s (1 s here), then the circuit
+        answers job routes 503 at once; /healthz says degraded, cutouts and /metrics go on;
+        all of it back within seconds of the database.  Before: the cutout and /metrics
+        took the whole 15 s, /healthz did not answer."""
+        extra = {"threads": 1, "jobs": {"dir": self.shared, "database": self.uri,
+                                        "lease_s": LEASE_S, "database_timeout_s": 1}}
+        a = Server(roots=[MOSAIC], extra=extra)
+        self.servers.append(a)
+        jid = post(a, mosaic_body("st"))
+        self.assertEqual(wait_state(a, jid, ("succeeded", "failed"))["state"], "succeeded")
+        self.assertEqual(self.timed(a, self.CUTOUT)[0], 200)
+        self.pg.freeze()
+        try:
+            first = self.timed(a, "/api/v1/jobs/" + jid)
+            self.assert_unreachable_503(first)
+            self.assertLess(first[3], 3.0, "the first job call outlived its bound")
+            health = self.timed(a, "/healthz")
+            cut = self.timed(a, self.CUTOUT.replace("85.27", "85.26"))   # not cached
+            met = self.timed(a, "/metrics")
+            again = self.timed(a, "/api/v1/jobs/" + jid)
+            listed = self.timed(a, "/api/v1/jobs")
+            uws = self.timed(a, "/vo/uws/jobs/" + jid)
+            posted = self.timed(a, "/api/v1/jobs", "POST",
+                                json.dumps(mosaic_body("st2")).encode())
+            self.assertEqual(health[0], 200)
+            self.assertEqual(json.loads(health[2]),
+                             {"status": "degraded", "database": "unreachable"})
+            self.assertEqual(cut[0], 200, "cutouts stop with the database")
+            self.assertEqual(met[0], 200)
+            self.assertIn(b"tessera_job_database_up 0", met[2])
+            for answer in (again, listed, posted):
+                self.assert_unreachable_503(answer)
+            self.assert_unreachable_503(uws, problem=False)
+            for name, answer in (("healthz", health), ("cutout", cut), ("metrics", met),
+                                 ("job", again), ("list", listed), ("uws job", uws),
+                                 ("submit", posted)):
+                self.assertLess(answer[3], 2.0, name + " waited on the stalled database")
+            print("\nstalled database (timeout 1 s): first job GET %.3f s, then healthz "
+                  "%.3f, cutout %.3f, metrics %.3f, job GET %.3f, list %.3f, UWS job %.3f, "
+                  "submit %.3f s" % (first[3], health[3], cut[3], met[3], again[3],
+                                     listed[3], uws[3], posted[3]))
+        finally:
+            self.pg.thaw()
+        t0 = time.monotonic()
+        while json.loads(a.get("/healthz")[2]).get("status") != "ok":
+            self.assertLess(time.monotonic() - t0, 10.0, "the database did not come back")
+            time.sleep(0.1)
+        back = time.monotonic() - t0
+        self.assertEqual(job(a, jid)["state"], "succeeded")
+        print("back %.2f s after SIGCONT" % back)
+        jid2 = post(a, mosaic_body("st3"))
+        self.assertEqual(wait_state(a, jid2, ("succeeded", "failed"))["state"], "succeeded")
+
+    def test_database_stopped_answers_503(self):
+        """With the database stopped, job lists and jobs answer 503, never an empty list or
+        NotFoundFault (clients would conclude the jobs were deleted)."""
+        (a,) = self.start(1)
+        jid = post(a, mosaic_body("sp"))
+        self.assertEqual(wait_state(a, jid, ("succeeded", "failed"))["state"], "succeeded")
+        self.pg.stop("fast")
+        try:
+            took = []
+            for path in ("/api/v1/jobs", "/api/v1/jobs/" + jid,
+                         "/api/v1/jobs/%s/result" % jid):
+                took.append(self.timed(a, path))
+                self.assert_unreachable_503(took[-1])
+            for path in ("/vo/uws/jobs", "/vo/uws/jobs/" + jid):
+                took.append(self.timed(a, path))
+                self.assert_unreachable_503(took[-1], problem=False)
+            took.append(self.timed(a, "/api/v1/jobs/" + jid, "DELETE"))
+            self.assert_unreachable_503(took[-1])
+            cut = self.timed(a, self.CUTOUT.replace("85.27", "85.25"))
+            self.assertEqual(cut[0], 200)
+            health = self.timed(a, "/healthz")
+            self.assertEqual(json.loads(health[2]).get("database"), "unreachable")
+            for answer in took + [cut, health]:
+                self.assertLess(answer[3], 2.0)
+            print("\nstopped database: list, job, result, UWS list, UWS job, DELETE 503 in "
+                  "%s s; cutout %.3f s, healthz %.3f s"
+                  % (", ".join("%.3f" % t[3] for t in took), cut[3], health[3]))
+        finally:
+            self.pg.start()
+        t0 = time.monotonic()
+        while a.get("/api/v1/jobs/" + jid)[0] != 200:
+            self.assertLess(time.monotonic() - t0, 10.0, "the database did not come back")
+            time.sleep(0.05)
+        print("back %.2f s after pg_ctl start returned" % (time.monotonic() - t0))
+        status, _, body = a.get("/vo/uws/jobs")
+        self.assertEqual(status, 200)
+        self.assertIn(jid.encode(), body)
+
+    def test_malformed_job_id_in_the_database(self):
+        """A row of the shared jobs table whose id is not one of the server's (written by a
+        mistake or an intruder) is left out with a line in the log: never a path."""
+        (a,) = self.start(1)
+        jid = post(a, mosaic_body("ok"))
+        self.assertEqual(wait_state(a, jid, ("succeeded", "failed"))["state"], "succeeded")
+        outside = os.path.join(self.shared, "..", "outside.fits")
+        product_path = os.path.join(self.shared, "results", jid + ".fits")
+        shutil.copy(product_path, outside)
+        try:
+            self.pg.query(self.db, "INSERT INTO jobs (id, type, state, body, created, finished, "
+                          "product_dataset, content_type) VALUES ('../../outside', 'mosaic', "
+                          "'succeeded', '{}', 1, extract(epoch from now()) + 5, 'stolen', "
+                          "'application/fits')")
+            (b,) = self.start(1)   # registers the products it finds at its start
+            end = time.monotonic() + 5
+            while "ignored the job row with id '../../outside'" not in b.log():
+                self.assertLess(time.monotonic(), end, b.log()[-2000:])
+                time.sleep(0.1)
+            for s in (a, b):
+                status, _, body = s.get("/api/v1/jobs")
+                self.assertEqual(status, 200)
+                self.assertEqual([d["id"] for d in json.loads(body)], [jid])
+                self.assertEqual(s.get("/api/v1/datasets/stolen")[0], 404)
+            self.assertTrue(os.path.exists(product_path))
+        finally:
+            os.unlink(outside)
+
+    def test_blocks_table_dropped_fails_the_job(self):
+        """The blocks table dropped under a running job: the job fails, its error naming
+        the table, instead of staying running."""
+        (a,) = self.start(1)
+        jid = post(a, mosaic_body("bd"))
+        self.catch_running([a], jid, lambda done: done >= 5, "5 blocks done")
+        try:
+            self.pg.query(self.db, "DROP TABLE blocks")
+        finally:
+            self.thaw([a])
+        d = wait_state(a, jid, ("succeeded", "failed", "cancelled"), limit=20)
+        self.assertEqual(d["state"], "failed", d)
+        self.assertIn('relation "blocks" does not exist', d["error"]["detail"])
+
     def test_worker_takes_blocks_and_leaves_on_sigterm(self):
         (a,) = self.start(1)
         tessera = os.path.join(os.path.dirname(a.proc.args[0]), "tessera")

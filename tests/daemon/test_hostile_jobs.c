@@ -659,6 +659,11 @@ START_TEST(test_weak_token_refused)
         {"\"memory_mb\": 8", "jobs.memory_mb must be between 16"},
         {"\"max_product_mb\": 0", "jobs.max_product_mb must be between 1"},
         {"\"disk_mb\": -1", "jobs.disk_mb must be between 0"},
+        /* "" would be libpq's default socket and user: never what was meant */
+        {"\"database\": \"\"", "jobs.database must not be empty"},
+        {"\"database\": \" \\t\"", "jobs.database must not be empty"},
+        {"\"database_timeout_s\": 0", "jobs.database_timeout_s must be between 1 and 600"},
+        {"\"database_timeout_s\": 1.5", "jobs.database_timeout_s must be an integer"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         err[0] = '\0';
@@ -669,6 +674,8 @@ START_TEST(test_weak_token_refused)
     }
     ck_assert_int_eq(load_jobs("\"token\": \"0123456789abcdef\"", err, sizeof err), 0);
     ck_assert_int_eq(load_jobs("\"token\": null", err, sizeof err), 0);
+    ck_assert_int_eq(load_jobs("\"database\": null, \"database_timeout_s\": 600", err,
+                               sizeof err), 0);
     ck_assert_int_eq(load_jobs("\"memory_mb\": 16, \"max_product_mb\": 1, \"disk_mb\": 0", err,
                                sizeof err), 0);
 }

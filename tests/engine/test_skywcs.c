@@ -170,16 +170,16 @@ END_TEST
 
 START_TEST(test_frame_names)
 {
+    static const struct { const char *name; sky_frame f; } names[] = {
+        { "icrs", SKY_FRAME_ICRS }, { "Galactic", SKY_FRAME_GALACTIC },
+        { "fk5", SKY_FRAME_FK5 }, { "fk4", SKY_FRAME_FK4 }, { "ecliptic", SKY_FRAME_ECLIPTIC },
+        { "Helioprojective", SKY_FRAME_HELIOPROJECTIVE },
+        { "stonyhurst", SKY_FRAME_STONYHURST }, { "carrington", SKY_FRAME_CARRINGTON } };
     sky_frame f;
-    ck_assert_int_eq(sky_frame_parse("icrs", &f), 0);
-    ck_assert_int_eq(f, SKY_FRAME_ICRS);
-    ck_assert_int_eq(sky_frame_parse("Galactic", &f), 0);
-    ck_assert_int_eq(f, SKY_FRAME_GALACTIC);
-    ck_assert_int_eq(sky_frame_parse("fk5", &f), 0);
-    ck_assert_int_eq(f, SKY_FRAME_FK5);
-    ck_assert_int_eq(sky_frame_parse("fk4", &f), 0);
-    ck_assert_int_eq(sky_frame_parse("ecliptic", &f), 0);
-    ck_assert_int_eq(f, SKY_FRAME_ECLIPTIC);
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+        ck_assert_int_eq(sky_frame_parse(names[i].name, &f), 0);
+        ck_assert_int_eq(f, names[i].f);
+    }
     ck_assert_int_eq(sky_frame_parse("none", &f), TESS_EINVAL);
     ck_assert_int_eq(sky_frame_parse("supergalactic", &f), TESS_EINVAL);
     ck_assert_str_eq(sky_frame_name(SKY_FRAME_ICRS), "icrs");
@@ -228,7 +228,9 @@ START_TEST(test_frame_rules)
     check_frame(NULL, NULL, "GLON-CAR", "GLAT-CAR", SKY_FRAME_GALACTIC, 0.0);
     check_frame("EQUINOX = 2000.0", NULL, "GLON-CAR", "GLAT-CAR", SKY_FRAME_GALACTIC, 0.0);
     check_frame(NULL, NULL, "ELON-CAR", "ELAT-CAR", SKY_FRAME_ECLIPTIC, 2000.0);
-    check_frame(NULL, NULL, "HPLN-TAN", "HPLT-TAN", SKY_FRAME_NONE, 0.0);
+    check_frame(NULL, NULL, "HPLN-TAN", "HPLT-TAN", SKY_FRAME_HELIOPROJECTIVE, 0.0);
+    check_frame(NULL, NULL, "HGLN-CAR", "HGLT-CAR", SKY_FRAME_STONYHURST, 0.0);
+    check_frame(NULL, NULL, "CRLN-CEA", "CRLT-CEA", SKY_FRAME_CARRINGTON, 0.0);
 }
 END_TEST
 
@@ -567,6 +569,214 @@ START_TEST(test_cutout_header_errors)
 }
 END_TEST
 
+/* ---- solar frames -------------------------------------------------------------------- */
+
+/* The observers of SDO/AIA and STEREO-A on 2011-02-15 (the headers of the real AIA and
+ * SECCHI files under tests/data; STEREO-A's observer taken at AIA's time). */
+static const char *const aia_lines[] = {
+    "CTYPE1  = 'HPLN-TAN'", "CTYPE2  = 'HPLT-TAN'", "CUNIT1  = 'arcsec'",
+    "CUNIT2  = 'arcsec'", "CRPIX1  = 64.5", "CRPIX2  = 64.5", "CRVAL1  = 0.0",
+    "CRVAL2  = 0.0", "CDELT1  = 19.183648", "CDELT2  = 19.183648",
+    "DATE-OBS= '2011-02-15T00:00:00.34'", "HGLN_OBS= 0.0", "HGLT_OBS= -6.820544",
+    "DSUN_OBS= 147724815128.0", "CRLN_OBS= 22.814522", "RSUN_REF= 696000000.0", NULL };
+static const char *const sta_lines[] = {
+    "CTYPE1  = 'HPLN-TAN'", "CTYPE2  = 'HPLT-TAN'", "CUNIT1  = 'arcsec'",
+    "CUNIT2  = 'arcsec'", "CRPIX1  = 64.5", "CRPIX2  = 64.5", "CRVAL1  = 0.0",
+    "CRVAL2  = 0.0", "CDELT1  = 25.4", "CDELT2  = 25.4",
+    "DATE-OBS= '2011-02-15T00:00:00.34'", "HGLN_OBS= 87.0595795624",
+    "HGLT_OBS= -2.81251143039", "DSUN_OBS= 143667689819.0", "RSUN_REF= 695700000.0", NULL };
+
+START_TEST(test_solar_headers)
+{
+    skywcs *a = parse_lines(aia_lines);
+    ck_assert_int_eq(skywcs_frame(a, NULL), SKY_FRAME_HELIOPROJECTIVE);
+    const solar_obs *o = skywcs_solar(a);
+    ck_assert_ptr_nonnull(o);
+    ck_assert_int_eq(o->known, 1);
+    ck_assert_double_eq(o->lon, 0.0);
+    ck_assert_double_eq(o->lat, -6.820544);
+    ck_assert_double_eq(o->dist, 147724815128.0);
+    ck_assert_double_eq(o->rsun, 696000000.0);
+    ck_assert_int_eq(o->has_carr, 1);
+    ck_assert_double_eq_tol(o->carr_off, 22.814522, 1e-12);
+    ck_assert_str_eq(o->date, "2011-02-15T00:00:00.34");
+    skywcs_free(a);
+
+    /* Heliographic frames; the IAU radius by default; the observer from HEEQ. */
+    const char *hg[] = { "CTYPE1  = 'HGLN-CAR'", "CTYPE2  = 'HGLT-CAR'", "CRPIX1  = 180.5",
+                         "CRPIX2  = 90.5", "CDELT1  = 1.0", "CDELT2  = 1.0",
+                         "HEEQ_X  = 1.0E11", "HEEQ_Y  = 1.0E11", "HEEQ_Z  = 0.0", NULL };
+    skywcs *h = parse_lines(hg);
+    ck_assert_int_eq(skywcs_frame(h, NULL), SKY_FRAME_STONYHURST);
+    o = skywcs_solar(h);
+    ck_assert_double_eq(o->rsun, SOLAR_RSUN_IAU);
+    ck_assert_int_eq(o->known, 1);
+    ck_assert_double_eq_tol(o->lon, 45.0, 1e-12);
+    ck_assert_double_eq_tol(o->dist, sqrt(2.0) * 1e11, 1e-3);
+    ck_assert_int_eq(o->has_carr, 0);
+    ck_assert_str_eq(o->date, "");
+    skywcs_free(h);
+    const char *cr[] = { "CTYPE1  = 'CRLN-CEA'", "CTYPE2  = 'CRLT-CEA'", "CRPIX1  = 180.5",
+                         "CRPIX2  = 90.5", "CDELT1  = 1.0", "CDELT2  = 1.0",
+                         "DATE-AVG= '2011-02-15T00:14:08.010'", "DATE-OBS= '2011-02-15'", NULL };
+    skywcs *c = parse_lines(cr);
+    ck_assert_int_eq(skywcs_frame(c, NULL), SKY_FRAME_CARRINGTON);
+    ck_assert_int_eq(skywcs_solar(c)->known, 0);
+    ck_assert_str_eq(skywcs_solar(c)->date, "2011-02-15T00:14:08.010");
+    /* A sky WCS has no solar description. */
+    skywcs *sky = parse_demo("HorseHead.fits");
+    ck_assert_ptr_null(skywcs_solar(sky));
+    skywcs_free(sky);
+    skywcs_free(c);
+
+    ck_assert_str_eq(sky_frame_axes(SKY_FRAME_CARRINGTON), "CRLN/CRLT");
+    ck_assert_int_eq(sky_frame_is_solar(SKY_FRAME_ICRS), 0);
+    /* sky_convert does not cross between sky and Sun. */
+    double lon = 10.0, lat = 20.0;
+    sky_convert(SKY_FRAME_HELIOPROJECTIVE, 0, SKY_FRAME_ICRS, 0, 1, &lon, &lat);
+    ck_assert(isnan(lon) && isnan(lat));
+}
+END_TEST
+
+/* Expected values computed with sunpy 4.1.2 and astropy 5.2.1 (Debian 12): SkyCoord(Tx,
+ * Ty, frame=Helioprojective(observer=..., obstime=2011-02-15T00:00:00.340, rsun=...))
+ * .transform_to(...) with the observers of aia_lines and sta_lines as
+ * HeliographicStonyhurst coordinates at that obstime; the screen values within
+ * Helioprojective.assume_spherical_screen(AIA's observer).  Tolerance 1e-7 arcsec
+ * (0.0001 mas) for helioprojective, 1e-8 degree (0.036 mas) on the sphere for
+ * heliographic (the points 20-70" inside the limb differ by up to 3e-9 degree: the line of sight meets the
+ * sphere at a grazing angle there, and the two computations round differently). */
+START_TEST(test_solar_points)
+{
+    skywcs *a = parse_lines(aia_lines), *b = parse_lines(sta_lines);
+    const solar_obs *oa = skywcs_solar(a), *ob = skywcs_solar(b);
+    static const struct {
+        double tx, ty, hlon, hlat, btx, bty, stx, sty;
+    } pts[] = {
+        { 0, 0, 0.0, -6.820544, -991.139164269, -116.061436623, 0.0, 0.0 },
+        { -500, 300, -31.619098595038, 12.131321934208, -855.102825375, 186.304644727,
+          -63.636971966, 280.005954389 },
+        { 700, -650, 81.488701116826, -43.307435362907, -70.848417866, -651.450778636,
+          114.349851782, -630.297806335 },
+        { 900, 100, 67.833774620862, 3.348334260218, -329.984301140, 104.987094971,
+          33.398096132, 147.773182127 },
+        { -100, -950, -55.345908588805, -82.820328029931, -76.171680418, -994.828945161,
+          108.293075088, -974.043233172 },
+    };
+    solar_obs hgs = *oa;     /* Stonyhurst with AIA's rsun, as sunpy's frame had */
+    for (size_t i = 0; i < sizeof pts / sizeof pts[0]; i++) {
+        double lon = pts[i].tx / 3600.0, lat = pts[i].ty / 3600.0;
+        solar_convert(SKY_FRAME_HELIOPROJECTIVE, oa, SKY_FRAME_STONYHURST, &hgs, SOLAR_SPHERE,
+                      NULL, 1, &lon, &lat);
+        double want = pts[i].hlon < 0 ? pts[i].hlon + 360.0 : pts[i].hlon;
+        ck_assert_msg(fabs(lon - want) * cos(lat * M_PI / 180.0) < 1e-8 &&
+                      fabs(lat - pts[i].hlat) < 1e-8,
+                      "point %zu: HGS (%.12f, %.12f)", i, lon, lat);
+        /* And back onto AIA's view. */
+        solar_convert(SKY_FRAME_STONYHURST, &hgs, SKY_FRAME_HELIOPROJECTIVE, oa, SOLAR_SPHERE,
+                      NULL, 1, &lon, &lat);
+        double tx = (lon > 180 ? lon - 360 : lon) * 3600.0;
+        ck_assert_msg(fabs(tx - pts[i].tx) < 1e-7 && fabs(lat * 3600.0 - pts[i].ty) < 1e-7,
+                      "point %zu: back %.9f %.9f", i, tx, lat * 3600.0);
+        for (int screen = 0; screen < 2; screen++) {
+            lon = pts[i].tx / 3600.0;
+            lat = pts[i].ty / 3600.0;
+            solar_convert(SKY_FRAME_HELIOPROJECTIVE, oa, SKY_FRAME_HELIOPROJECTIVE, ob,
+                          screen ? SOLAR_SCREEN : SOLAR_SPHERE, oa, 1, &lon, &lat);
+            tx = (lon > 180 ? lon - 360 : lon) * 3600.0;
+            double wx = screen ? pts[i].stx : pts[i].btx, wy = screen ? pts[i].sty : pts[i].bty;
+            ck_assert_msg(fabs(tx - wx) < 1e-7 && fabs(lat * 3600.0 - wy) < 1e-7,
+                          "point %zu screen %d: STEREO-A (%.9f, %.9f)", i, screen, tx,
+                          lat * 3600.0);
+        }
+    }
+    /* Stonyhurst points seen by AIA. */
+    static const double hg[][4] = { { 10, 20, 159.234675165, 438.644472170 },
+                                    { -40, -15, -605.563926277, -164.938507281 },
+                                    { 80, 5, 954.121993648, 104.142225697 } };
+    for (size_t i = 0; i < 3; i++) {
+        double lon = hg[i][0], lat = hg[i][1];
+        solar_convert(SKY_FRAME_STONYHURST, &hgs, SKY_FRAME_HELIOPROJECTIVE, oa, SOLAR_SPHERE,
+                      NULL, 1, &lon, &lat);
+        double tx = (lon > 180 ? lon - 360 : lon) * 3600.0;
+        ck_assert_msg(fabs(tx - hg[i][2]) < 1e-7 && fabs(lat * 3600.0 - hg[i][3]) < 1e-7,
+                      "HGS point %zu: (%.9f, %.9f)", i, tx, lat * 3600.0);
+    }
+    /* Off the disk (1100" from the centre; the limb is at 971.8"): NaN, as in sunpy. */
+    double lon = 1100.0 / 3600.0, lat = 0.0;
+    solar_convert(SKY_FRAME_HELIOPROJECTIVE, oa, SKY_FRAME_STONYHURST, &hgs, SOLAR_SPHERE, NULL,
+                  1, &lon, &lat);
+    ck_assert(isnan(lon) && isnan(lat));
+    /* Carrington = Stonyhurst + CRLN_OBS - HGLN_OBS of the header. */
+    lon = 10.0;
+    lat = 20.0;
+    solar_convert(SKY_FRAME_STONYHURST, &hgs, SKY_FRAME_CARRINGTON, oa, SOLAR_SPHERE, NULL, 1,
+                  &lon, &lat);
+    ck_assert_double_eq_tol(lon, 32.814522, 1e-9);
+    ck_assert_double_eq_tol(lat, 20.0, 1e-12);
+    /* One observer: helioprojective to itself is the identity, off the disk too. */
+    lon = 1100.0 / 3600.0;
+    lat = 0.0;
+    solar_convert(SKY_FRAME_HELIOPROJECTIVE, oa, SKY_FRAME_HELIOPROJECTIVE, oa, SOLAR_SPHERE,
+                  NULL, 1, &lon, &lat);
+    ck_assert_double_eq_tol(lon, 1100.0 / 3600.0, 1e-15);
+    skywcs_free(a);
+    skywcs_free(b);
+}
+END_TEST
+
+START_TEST(test_solar_pairs)
+{
+    skywcs *a = parse_lines(aia_lines), *b = parse_lines(sta_lines);
+    skywcs *sky = parse_demo("HorseHead.fits");
+    char err[300] = "";
+    ck_assert_int_eq(skywcs_check_pair(a, b, err, sizeof err), 0);
+    ck_assert_int_eq(skywcs_check_pair(a, sky, err, sizeof err), TESS_EINVAL);
+    ck_assert_msg(strstr(err, "solar frame helioprojective") && strstr(err, "sky frame") &&
+                  strstr(err, "do not mix"), "err: %s", err);
+    ck_assert_int_eq(skywcs_check_pair(sky, b, err, sizeof err), TESS_EINVAL);
+    ck_assert_msg(strstr(err, "input WCS is in the sky frame") && strstr(err, "solar frame helioprojective"),
+                  "err: %s", err);
+    /* A helioprojective WCS without its observer reaches no other observer. */
+    const char *bare[] = { "CTYPE1  = 'HPLN-TAN'", "CTYPE2  = 'HPLT-TAN'", "CRPIX1  = 1.0",
+                           "CRPIX2  = 1.0", "CDELT1  = 0.001", "CDELT2  = 0.001", NULL };
+    skywcs *n = parse_lines(bare);
+    ck_assert_int_eq(skywcs_check_pair(n, n, err, sizeof err), 0);
+    ck_assert_int_eq(skywcs_check_pair(n, b, err, sizeof err), TESS_EINVAL);
+    ck_assert_msg(strstr(err, "HGLN_OBS") != NULL, "err: %s", err);
+    /* A cutout header in a solar frame carries the observer; mapped pixel to pixel. */
+    char *cards = NULL;
+    int nk = 0;
+    ck_assert_int_eq(skywcs_cutout_header(0, 0, 1, 10, 10, "TAN", SKY_FRAME_HELIOPROJECTIVE,
+                                          0, &cards, &nk, err, sizeof err), TESS_EINVAL);
+    ck_assert_int_eq(skywcs_cutout_header_solar(0, 0, 0.6, 64, 64, "TAN",
+                                                SKY_FRAME_HELIOPROJECTIVE, skywcs_solar(b), 0,
+                                                &cards, &nk, err, sizeof err), 0);
+    ck_assert_ptr_nonnull(strstr(cards, "HGLN_OBS= "));
+    skywcs *t = NULL;
+    ck_assert_int_eq(skywcs_parse(cards, nk, &t, err, sizeof err), 0);
+    free(cards);
+    ck_assert_int_eq(skywcs_solar(t)->known, 1);
+    ck_assert_double_eq(skywcs_solar(t)->dist, 143667689819.0);
+    ck_assert_double_eq(skywcs_solar(t)->lon, 87.0595795624);
+    /* AIA's disk centre seen from STEREO-A: at the pixel of sunpy's value of
+     * test_solar_points in the 64 x 64 header. */
+    double lon = 0.0, lat = 0.0, x, y, wl = 360.0 - 991.139164269 / 3600.0,
+           wb = -116.061436623 / 3600.0, wx, wy;
+    skywcs_convert(a, t, 1, &lon, &lat);
+    ck_assert_int_eq(skywcs_sky2pix(t, 1, &lon, &lat, &x, &y), 0);
+    ck_assert_int_eq(skywcs_sky2pix(t, 1, &wl, &wb, &wx, &wy), 0);
+    ck_assert_double_eq_tol(x, wx, 1e-7);
+    ck_assert_double_eq_tol(y, wy, 1e-7);
+    ck_assert(x > 40.0 && x < 63.0);
+    skywcs_free(t);
+    skywcs_free(n);
+    skywcs_free(sky);
+    skywcs_free(a);
+    skywcs_free(b);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("skywcs");
@@ -585,6 +795,9 @@ int main(void)
     tcase_add_test(tc, test_cutout_header_rotation);
     tcase_add_test(tc, test_cutout_header_galactic);
     tcase_add_test(tc, test_cutout_header_errors);
+    tcase_add_test(tc, test_solar_headers);
+    tcase_add_test(tc, test_solar_points);
+    tcase_add_test(tc, test_solar_pairs);
     suite_add_tcase(s, tc);
     return tt_run_suite(s);
 }

@@ -214,7 +214,8 @@ int js_wait(jobs *J, const char *id, double limit_s, char *state, char *detail, 
 int js_ids(jobs *J, char (*ids)[17], int max)
 {
     fi_hold(1);
-    char *s = jobs_list_json(J, 1000);
+    int unavailable = 0;
+    char *s = jobs_list_json(J, 1000, &unavailable);
     json_t *a = s ? json_loads(s, 0, NULL) : NULL;
     free(s);
     int n = 0;

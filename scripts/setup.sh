@@ -4,9 +4,9 @@
 # Debian's python3 with numpy, astropy and scikit-image computes reference values in
 # tests (test_zreduce reads PNG frames with skimage, FITS with astropy); the client tests
 # (tests/clients) use astroquery, pyvo, dask, zarr, fitsverify, promtool and STILTS
-# (votlint, xsdvalidate with its own copies of the IVOA schemas), and sunpy with astropy
-# reproject for the solar references of test_solar; the cluster tests a throwaway
-# PostgreSQL and nginx.
+# (datalinklint, votlint, xsdvalidate with its own copies of the IVOA schemas), and
+# sunpy with astropy reproject for the solar references of test_solar; the cluster tests
+# a throwaway PostgreSQL and nginx.
 set -eu
 PKGS="build-essential autoconf automake pkg-config curl ca-certificates
 libmicrohttpd-dev libcfitsio-dev wcslib-dev libpng-dev libjansson-dev

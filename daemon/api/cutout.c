@@ -9,6 +9,7 @@
 #include "engine/base/hash.h"
 
 #include <ctype.h>
+#include <float.h>
 #include <jansson.h>
 #include <math.h>
 #include <stdio.h>
@@ -84,9 +85,18 @@ static int common_cutout(param_lookup get, void *cls, cutout_params *p, param_er
 static const char *const by_wcs[] = {"ra", "dec", "fov", "width", "height", "projection",
     "coordsys", "rotation_angle", NULL};
 
+/* The query names of the projection parameters PV2_0 .. PV2_29. */
+#define PV_NAMES "pv2_0", "pv2_1", "pv2_2", "pv2_3", "pv2_4", "pv2_5", "pv2_6", "pv2_7", \
+    "pv2_8", "pv2_9", "pv2_10", "pv2_11", "pv2_12", "pv2_13", "pv2_14", "pv2_15", "pv2_16", \
+    "pv2_17", "pv2_18", "pv2_19", "pv2_20", "pv2_21", "pv2_22", "pv2_23", "pv2_24", \
+    "pv2_25", "pv2_26", "pv2_27", "pv2_28", "pv2_29"
+static const char *const pv_names[SKYWCS_CUTOUT_PVN] = {PV_NAMES};
+
 int cutout_parse_get(param_lookup get, void *cls, cutout_params *p, param_error *e)
 {
     memset(p, 0, sizeof(*p));
+    for (int m = 0; m < SKYWCS_CUTOUT_PVN; m++)
+        p->pv[m] = NAN;
     if (common_cutout(get, cls, p, e))
         return TESS_EINVAL;
     if (get(cls, "wcs")) {
@@ -94,6 +104,10 @@ int cutout_parse_get(param_lookup get, void *cls, cutout_params *p, param_error 
             if (get(cls, by_wcs[i]))
                 return param_fail(e, by_wcs[i], "%s cannot go with wcs: the wcs header sets "
                                   "the target (NAXIS1, NAXIS2 and its WCS)", by_wcs[i]);
+        for (int m = 0; m < SKYWCS_CUTOUT_PVN; m++)
+            if (get(cls, pv_names[m]))
+                return param_fail(e, pv_names[m], "%s cannot go with wcs: give PV2_%d as a "
+                                  "card of the wcs header", pv_names[m], m);
         p->has_wcs = 1;
         return 0;
     }
@@ -126,6 +140,9 @@ int cutout_parse_get(param_lookup get, void *cls, cutout_params *p, param_error 
     p->rotation = 0;
     if (param_opt_double(get, cls, "rotation_angle", -360, 360, &p->rotation, e))
         return TESS_EINVAL;
+    for (int m = 0; m < SKYWCS_CUTOUT_PVN; m++)
+        if (param_opt_double(get, cls, pv_names[m], -DBL_MAX, DBL_MAX, &p->pv[m], e))
+            return TESS_EINVAL;
     return 0;
 }
 
@@ -437,7 +454,8 @@ void handle_cutout_get(hreq *r, const route_match *m)
 {
     static const char *const known[] = {"dataset", "hips", "ra", "dec", "fov", "width",
         "height", "projection", "coordsys", "rotation_angle", "wcs", "method",
-        "max_coord_error", "solar_surface", "format", "stretch", "min_cut", "max_cut", "cmap", "plane", NULL};
+        "max_coord_error", "solar_surface", "format", "stretch", "min_cut", "max_cut", "cmap",
+        "plane", PV_NAMES, NULL};
     cutout_job *j = new_job(r, known, cutout_parse_get);
     if (!j)
         return;
@@ -463,7 +481,8 @@ void handle_cutout_get(hreq *r, const route_match *m)
     char err[256] = "";
     if (skywcs_cutout_header_solar(j->p.lon, j->p.lat, j->p.fov, j->p.width, j->p.height,
                                    j->p.projection, j->p.coordsys, skywcs_solar(j->ds->cel),
-                                   j->p.rotation, &j->cards, &j->nkeys, err, sizeof(err))) {
+                                   j->p.rotation, j->p.pv, &j->cards, &j->nkeys, err,
+                                   sizeof(err))) {
         problem_reply(r, 400, "projection", "cannot build the cutout WCS: %s", err);
         goto fail;
     }
@@ -477,10 +496,13 @@ void handle_cutout_get(hreq *r, const route_match *m)
     skywcs_free(full);
     j->width = j->p.width;
     j->height = j->p.height;
-    char tk[256];
-    snprintf(tk, sizeof(tk), "%.17g,%.17g,%.17g,%ld,%ld,%s,%s,%.17g", j->p.lon, j->p.lat,
-             j->p.fov, j->p.width, j->p.height, j->p.projection, sky_frame_name(j->p.coordsys),
-             j->p.rotation);
+    char tk[256 + SKYWCS_CUTOUT_PVN * 32];
+    int tl = snprintf(tk, 256, "%.17g,%.17g,%.17g,%ld,%ld,%s,%s,%.17g", j->p.lon, j->p.lat,
+                      j->p.fov, j->p.width, j->p.height, j->p.projection,
+                      sky_frame_name(j->p.coordsys), j->p.rotation);
+    for (int k = 0; k < SKYWCS_CUTOUT_PVN && tl > 0; k++)
+        if (isfinite(j->p.pv[k]))   /* 32 a value: ",pv29=" and 24 characters of %.17g */
+            tl += snprintf(tk + tl, sizeof tk - (size_t)tl, ",pv%d=%.17g", k, j->p.pv[k]);
     start(r, j, tk, "coordsys");
     return;
 fail:

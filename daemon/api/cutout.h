@@ -15,6 +15,7 @@ typedef struct cutout_params {
     char projection[4];        /* three-letter wcslib code, upper case */
     sky_frame coordsys;        /* icrs, fk5 (J2000), fk4 (B1950), galactic, ecliptic (J2000) */
     double rotation;           /* degrees */
+    double pv[SKYWCS_CUTOUT_PVN];  /* pv2_0 .. pv2_29: PV2_m of the projection, NaN absent */
     rp_method method;
     double max_coord_error;    /* output pixels, >= 0 */
     out_format format;         /* png, jpg or fits */
@@ -31,7 +32,8 @@ typedef struct cutout_params {
 /* GET /api/v1/cutout and /hips-image-services/hips2fits (hips2fits' parameter set):
  * dataset (or hips: the dataset name, or the creator_did ivo://tessera/NAME of its HiPS),
  * then either ra, dec, fov, width, height (required), projection, coordsys,
- * rotation_angle, or wcs alone (p->has_wcs; its text is for cutout_wcs_cards); method,
+ * rotation_angle, pv2_0 .. pv2_29 (the projection's PV2_m cards), or wcs alone
+ * (p->has_wcs; its text is for cutout_wcs_cards); method,
  * max_coord_error, solar_surface, format, plane and the rendering parameters (cmap is
  * not looked at for format=fits).  For coordsys=helioprojective, ra, dec and fov are in
  * arcseconds (Tx, Ty; fov up to 1296000) and come back in degrees in `p`; for

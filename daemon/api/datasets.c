@@ -68,7 +68,7 @@ static json_t *wcs_json(const dataset *d)
 /* The solar description of a WCS in a solar frame: the frame, the solar radius
  * (RSUN_REF, metres), the observer (Stonyhurst longitude and latitude in degrees,
  * distance in metres, Carrington longitude when the header gives it; null when the
- * header does not place it) and the date (DATE-AVG or DATE-OBS; null when absent). */
+ * header does not place it) and the date (DATE-OBS, else DATE-AVG; null when absent). */
 static json_t *solar_json(const skywcs *w)
 {
     const solar_obs *so = skywcs_solar(w);

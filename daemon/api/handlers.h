@@ -117,6 +117,10 @@ void handle_fits(hreq *r, const route_match *m);
 /* The length in bytes of what handle_fits sends of dataset d straight from its file (the
  * primary HDU of an uncompressed FITS file), or -1 when it writes a copy instead. */
 long long dataset_fits_stored_length(const dataset *d);
+/* The length in bytes of handle_fits' answer for d, stored or written anew (the copy's
+ * header written as handle_fits writes it, without the data), or -1 when it answers
+ * 413 (more than max_output_pixels) or the length cannot be found. */
+long long dataset_fits_length(const dataset *d, long long max_output_pixels);
 
 /* The z axis of a dataset (series.c), for series and per-plane results: values[k] is the
  * world coordinate of plane k (0-based) — axis 3 of the header's WCS at pixel (x, y) as

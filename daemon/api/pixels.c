@@ -15,6 +15,7 @@
 
 #include <fcntl.h>
 #include <jansson.h>
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -654,6 +655,37 @@ static int copy_cards(const char *cards, int n, char **out, int *nout)
     return 0;
 }
 
+/* The image HDU fits_work writes of d with the header cards of copy_cards: BITPIX -64
+ * for data read in double (-64, 32- and 64-bit integers), else -32; a stack or cube is
+ * a cube. */
+static fitswrite_image written_image(const dataset *d, const char *cards, int ncards)
+{
+    int wide = d->bitpix == -64 || d->bitpix == 32 || d->bitpix == 64;
+    fitswrite_image im = {
+        .bitpix = wide ? -64 : -32, .naxis = d->nz > 1 || d->kind != DS_IMAGE ? 3 : 2,
+        .naxes = {d->nx, d->ny, d->nz, 1}, .cards = cards, .ncards = ncards,
+    };
+    return im;
+}
+
+long long dataset_fits_length(const dataset *d, long long max_output_pixels)
+{
+    long long stored = dataset_fits_stored_length(d);
+    if (stored >= 0)
+        return stored;
+    if ((long long)d->nx * d->ny * d->nz > max_output_pixels)
+        return -1;   /* handle_fits answers 413 */
+    char *cards = NULL, err[256];
+    int ncards = 0;
+    if (copy_cards(d->header, d->nkeys, &cards, &ncards))
+        return -1;
+    fitswrite_image im = written_image(d, cards, ncards);
+    size_t len = 0;
+    int rc = fitswrite_image_length(&im, &len, err, sizeof(err));
+    free(cards);
+    return rc || len > (size_t)LLONG_MAX ? -1 : (long long)len;
+}
+
 /* Any other dataset (an extension, a tile-compressed image, a stack of frames) written
  * anew as one primary HDU of physical values: BITPIX -64 for data read in double (-64,
  * 32- and 64-bit integers), else -32; a stack becomes a cube of its frames in order. */
@@ -690,12 +722,9 @@ static void fits_work(hreq *r)
         problem_reply(r, 500, NULL, "out of memory");
         return;
     }
-    int wide = d->bitpix == -64 || d->bitpix == 32 || d->bitpix == 64;
-    fitswrite_image im = {
-        .bitpix = wide ? -64 : -32, .naxis = d->nz > 1 || d->kind != DS_IMAGE ? 3 : 2,
-        .naxes = {d->nx, d->ny, d->nz, 1}, .cards = cards, .ncards = ncards,
-    };
-    size_t hint = plane * (size_t)d->nz * (wide ? 8 : 4) + fitscard_header_size(ncards + 16);
+    fitswrite_image im = written_image(d, cards, ncards);
+    size_t hint = plane * (size_t)d->nz * (size_t)(-im.bitpix / 8) +
+                  fitscard_header_size(ncards + 16);
     fitswrite *w = NULL;
     unsigned char *out = NULL;
     size_t len = 0;

@@ -260,7 +260,35 @@ static void link_row(voxml *x, const char *id, const char *url, const char *serv
     voxml_end(x);
 }
 
-static void dataset_links(voxml *x, const char *base, const char *id, const dataset *d)
+static int band_planes(const dataset *d, double lo, double hi, long *z0, long *z1, char *why,
+                       size_t len);
+
+/* Whether d has a celestial WCS on the sky: a solar frame is not the sky (no ICRS
+ * regions, no HiPS). */
+static int on_sky(const dataset *d)
+{
+    return d->cel && !sky_frame_is_solar(skywcs_frame(d->cel, NULL));
+}
+
+/* What SODA can cut of d: 0 nothing, else SODA_REGION (a celestial image or cube) and/or
+ * SODA_BAND (a cube whose axis 3 gives wavelengths: every BAND would be refused
+ * otherwise). */
+enum { SODA_REGION = 1, SODA_BAND = 2 };
+static int soda_cuts(const dataset *d)
+{
+    if (!has_fits(d))
+        return 0;
+    long z0, z1;
+    char why[256];
+    int cuts = on_sky(d) ? SODA_REGION : 0;
+    if (d->kind == DS_CUBE && band_planes(d, -INFINITY, INFINITY, &z0, &z1, why,
+                                          sizeof(why)) == 0)
+        cuts |= SODA_BAND;
+    return cuts;
+}
+
+static void dataset_links(voxml *x, const char *base, const char *id, const dataset *d,
+                          int cuts, long long max_output_pixels)
 {
     char url[512], text[256];
     long long stored = dataset_fits_stored_length(d);
@@ -268,13 +296,14 @@ static void dataset_links(voxml *x, const char *base, const char *id, const data
     snprintf(text, sizeof(text), "%s as a FITS file: %s", d->name,
              d->kind == DS_STACK ? "a cube of its frames"
              : stored >= 0 ? "its primary HDU as stored" : "the HDU's image");
-    link_row(x, id, url, NULL, NULL, "#this", text, "application/fits", stored);
-    /* A solar frame is not the sky: no ICRS regions, no HiPS. */
-    int sky = d->cel && !sky_frame_is_solar(skywcs_frame(d->cel, NULL));
-    if (has_fits(d) && (sky || d->kind == DS_CUBE)) {
-        snprintf(text, sizeof(text), "cutouts of %s (SODA sync: CIRCLE, POLYGON, POS%s): "
-                 "native pixels, the WCS kept", d->name, d->kind == DS_CUBE ? ", BAND" : "");
-        link_row(x, id, NULL, "soda", NULL, "#cutout", text, "application/fits", -1);
+    link_row(x, id, url, NULL, NULL, "#this", text, "application/fits",
+             dataset_fits_length(d, max_output_pixels));
+    if (cuts) {
+        snprintf(text, sizeof(text), "cutouts of %s (SODA sync: %s): native pixels, the WCS "
+                 "kept", d->name, cuts == SODA_BAND ? "BAND"
+                 : cuts & SODA_BAND ? "CIRCLE, POLYGON, POS, BAND" : "CIRCLE, POLYGON, POS");
+        link_row(x, id, NULL, cuts & SODA_BAND ? "soda-band" : "soda", NULL, "#cutout", text,
+                 "application/fits", -1);
     }
     long side = d->nx > d->ny ? d->nx : d->ny;
     snprintf(url, sizeof(url), "%s/iiif/3/%s/full/%s/0/default.png", base, d->name,
@@ -283,9 +312,11 @@ static void dataset_links(voxml *x, const char *base, const char *id, const data
              d->nz > 1 ? " (its first plane)" : "");
     link_row(x, id, url, NULL, NULL, "#preview", text, "image/png", -1);
     snprintf(url, sizeof(url), "%s/iiif/3/%s/info.json", base, d->name);
+    /* application/json: what a GET without Accept: application/ld+json is answered (IIIF
+     * Image API 3.0, section 5.1; reply_info in iiif.c). */
     snprintf(text, sizeof(text), "IIIF Image API 3.0 view of %s (info.json)", d->name);
-    link_row(x, id, url, NULL, NULL, "#auxiliary", text, "application/ld+json", -1);
-    if (sky) {
+    link_row(x, id, url, NULL, NULL, "#auxiliary", text, "application/json", -1);
+    if (on_sky(d)) {
         snprintf(url, sizeof(url), "%s/hips/%s/", base, d->name);
         snprintf(text, sizeof(text), "HiPS 1.0 survey of %s%s (give this URL to a HiPS "
                  "client)", d->name, d->nz > 1 ? ", a HiPS cube" : "");
@@ -293,15 +324,18 @@ static void dataset_links(voxml *x, const char *base, const char *id, const data
     }
 }
 
-static void soda_descriptor(voxml *x, const char *base)
+/* The SODA service descriptor: ID "soda" with the region parameters, or "soda-band"
+ * with BAND as well (for cubes whose axis 3 gives wavelengths). */
+static void soda_descriptor(voxml *x, const char *base, int band)
 {
     char url[512];
     voxml_start(x, "RESOURCE");
     voxml_attr(x, "type", "meta");
     voxml_attr(x, "utype", "adhoc:service");
-    voxml_attr(x, "ID", "soda");
+    voxml_attr(x, "ID", band ? "soda-band" : "soda");
     voxml_start(x, "DESCRIPTION");
-    voxml_text(x, "SODA 1.0 sync cutouts of Tessera's datasets");
+    voxml_text(x, band ? "SODA 1.0 sync cutouts of Tessera's spectral cubes (regions and "
+               "wavelength bands)" : "SODA 1.0 sync cutouts of Tessera's datasets (regions)");
     voxml_end(x);
     static const struct { const char *name, *value; } meta[] = {
         {"standardID", "ivo://ivoa.net/std/SODA#sync-1.0"}, {"accessURL", NULL}};
@@ -329,7 +363,7 @@ static void soda_descriptor(voxml *x, const char *base)
         {"BAND", "em.wl;stat.interval", "m", "double", "2", "interval",
          "wavelengths (vacuum), metres, on the spectral axis of a cube"},
     };
-    for (size_t i = 0; i < sizeof(in) / sizeof(in[0]); i++) {
+    for (size_t i = 0; i < sizeof(in) / sizeof(in[0]) - (band ? 0 : 1); i++) {
         voxml_start(x, "PARAM");
         voxml_attr(x, "name", in[i].name);
         voxml_attr(x, "ucd", in[i].ucd);
@@ -404,7 +438,7 @@ void handle_vo_datalink(hreq *r, const route_match *m)
         field(x, "content_length", NULL, "long", "phys.size;meta.file", "byte");
         voxml_start(x, "DATA");
         voxml_start(x, "TABLEDATA");
-        int any_soda = 0;
+        int any_soda = 0, any_band = 0;
         for (int i = 0; i < p.n; i++) {
             if (strcasecmp(p.key[i], "ID") != 0)
                 continue;
@@ -416,15 +450,19 @@ void handle_vo_datalink(hreq *r, const route_match *m)
                 link_row(x, p.value[i], NULL, NULL, msg, "#this", NULL, NULL, -1);
                 continue;
             }
-            dataset_links(x, base, p.value[i], d);
-            any_soda |= has_fits(d) && (d->cel || d->kind == DS_CUBE);
+            int cuts = soda_cuts(d);
+            dataset_links(x, base, p.value[i], d, cuts, r->srv->cfg->max_output_pixels);
+            any_soda |= cuts && !(cuts & SODA_BAND);
+            any_band |= cuts & SODA_BAND;
         }
         voxml_end(x);   /* TABLEDATA */
         voxml_end(x);   /* DATA */
         voxml_end(x);   /* TABLE */
         voxml_end(x);   /* RESOURCE */
         if (any_soda)
-            soda_descriptor(x, base);
+            soda_descriptor(x, base, 0);
+        if (any_band)
+            soda_descriptor(x, base, 1);
     }
     vo_params_release(&p);
     vo_reply_xml(r, 200, x, "application/x-votable+xml;content=datalink");

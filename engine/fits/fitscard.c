@@ -587,6 +587,42 @@ static int is_blank(const char *s, size_t n)
     return 1;
 }
 
+/* One card of header text: the cl <= 80 characters at s, of line `line`.  Blank
+ * cards are skipped; an END card sets *end.  Returns 0 or TESS_EINVAL/TESS_ENOMEM with
+ * err set. */
+static int parse_card(const char *s, size_t cl, int line, fitscard_list *out, int max_cards,
+                      int *end, char *err, size_t errlen)
+{
+    for (size_t i = 0; i < cl; i++) {
+        unsigned char ch = (unsigned char)s[i];
+        if (ch < 32 || ch > 126) {
+            tess_seterr(err, errlen, "header line %d has a non-printable character "
+                        "(byte %u)", line, ch);
+            return TESS_EINVAL;
+        }
+    }
+    if (cl >= 3 && memcmp(s, "END", 3) == 0 && is_blank(s + 3, cl - 3)) {
+        *end = 1;
+        return 0;
+    }
+    if (is_blank(s, cl))
+        return 0;
+    if (out->n >= max_cards) {
+        tess_seterr(err, errlen, "header has more than %d cards", max_cards);
+        return TESS_EINVAL;
+    }
+    char card[FITSCARD_LEN];
+    fitscard_from_text(card, s, cl);
+    int rc = check_axis_card(card, line, err, errlen);
+    if (rc)
+        return rc;
+    if (fitscard_list_cards(out, card, 1) != 0) {
+        tess_seterr(err, errlen, "out of memory");
+        return TESS_ENOMEM;
+    }
+    return 0;
+}
+
 int fitscard_parse(const char *text, size_t len, int max_cards, char **cards, int *n,
                    char *err, size_t errlen)
 {
@@ -624,40 +660,29 @@ int fitscard_parse(const char *text, size_t len, int max_cards, char **cards, in
         if (!raw && cl > 0 && s[cl - 1] == '\r')
             cl--;
         pos += l + (raw ? 0 : 1);
+        /* astropy's Header.tostring(sep='\n') pads the last line (END, or the last card
+         * with endcard=False) with blanks to a 2880-byte block, and editors leave trailing
+         * blanks: past 80 characters a line may hold blanks only; and a line of whole
+         * cards is tostring()'s 80-character cards run together (ended by a newline). */
+        size_t step = cl;
         if (cl > FITSCARD_LEN) {
-            tess_seterr(err, errlen, "header line %d is %zu characters long; FITS cards are 80",
-                        line, cl);
-            rc = TESS_EINVAL;
-            break;
-        }
-        for (size_t i = 0; i < cl && !rc; i++) {
-            unsigned char ch = (unsigned char)s[i];
-            if (ch < 32 || ch > 126) {
-                tess_seterr(err, errlen, "header line %d has a non-printable character "
-                            "(byte %u)", line, ch);
+            if (is_blank(s + FITSCARD_LEN, cl - FITSCARD_LEN))
+                cl = step = FITSCARD_LEN;
+            else if (cl % FITSCARD_LEN == 0)
+                step = FITSCARD_LEN;
+            else {
+                tess_seterr(err, errlen, "header line %d is %zu characters long; FITS cards "
+                            "are 80 (a longer line may only add blanks, or hold whole "
+                            "80-character cards)", line, cl);
                 rc = TESS_EINVAL;
+                break;
             }
         }
-        if (rc)
+        int end = 0;
+        for (size_t at = 0; at < cl && !rc && !end; at += step)
+            rc = parse_card(s + at, step, line, &out, max_cards, &end, err, errlen);
+        if (rc || end)
             break;
-        if (cl >= 3 && memcmp(s, "END", 3) == 0 && is_blank(s + 3, cl - 3))
-            break;
-        if (is_blank(s, cl))
-            continue;
-        if (out.n >= max_cards) {
-            tess_seterr(err, errlen, "header has more than %d cards", max_cards);
-            rc = TESS_EINVAL;
-            break;
-        }
-        char card[FITSCARD_LEN];
-        fitscard_from_text(card, s, cl);
-        if ((rc = check_axis_card(card, line, err, errlen)) != 0)
-            break;
-        if (fitscard_list_cards(&out, card, 1) != 0) {
-            tess_seterr(err, errlen, "out of memory");
-            rc = TESS_ENOMEM;
-            break;
-        }
     }
     if (rc == 0 && out.n == 0) {
         tess_seterr(err, errlen, "header has no cards");

@@ -240,6 +240,183 @@ static int read_opt_double(fitsfile *f, const char *key, double *val)
     return status;
 }
 
+/* The keyword of an 80-character card, without its trailing blanks, into key. */
+static void card_keyword(const char *card, char key[9])
+{
+    int n = 8;
+    memcpy(key, card, 8);
+    while (n > 0 && key[n - 1] == ' ')
+        n--;
+    key[n] = '\0';
+}
+
+/* Whether key is root followed by digits only (TFORM12 for TFORM). */
+static int indexed_keyword(const char *key, const char *root)
+{
+    size_t n = strlen(root);
+    if (strncmp(key, root, n) != 0 || !key[n])
+        return 0;
+    for (const char *p = key + n; *p; p++)
+        if (*p < '0' || *p > '9')
+            return 0;
+    return 1;
+}
+
+/* Whether a card of a tile-compressed HDU's table belongs to the table or to the
+ * compression rather than to the image (FITS 4.0, section 10: the structural cards of
+ * the table, the Z keywords of the convention, the table's own checksums and the
+ * EXTNAME cfitsio gives by default). */
+static int compression_card(const char *key, const char *card)
+{
+    static const char *const plain[] = {
+        "XTENSION", "BITPIX", "NAXIS", "PCOUNT", "GCOUNT", "TFIELDS", "THEAP", "ZIMAGE",
+        "ZCMPTYPE", "ZBITPIX", "ZNAXIS", "ZSIMPLE", "ZTENSION", "ZEXTEND", "ZPCOUNT",
+        "ZGCOUNT", "ZBLOCKED", "ZQUANTIZ", "ZDITHER0", "ZBLANK", "ZMASKCMP", "ZHECKSUM",
+        "ZDATASUM", "CHECKSUM", "DATASUM", "END"};
+    static const char *const indexed[] = {
+        "NAXIS", "TTYPE", "TFORM", "TUNIT", "TSCAL", "TZERO", "TNULL", "TDIM", "TDISP",
+        "ZNAXIS", "ZTILE", "ZNAME", "ZVAL"};
+    for (size_t i = 0; i < sizeof plain / sizeof plain[0]; i++)
+        if (strcmp(key, plain[i]) == 0)
+            return 1;
+    for (size_t i = 0; i < sizeof indexed / sizeof indexed[0]; i++)
+        if (indexed_keyword(key, indexed[i]))
+            return 1;
+    return strcmp(key, "EXTNAME") == 0 && strncmp(card + 10, "'COMPRESSED_IMAGE'", 18) == 0;
+}
+
+/* The card of keyword key among the n cards of tab (80 characters each), or NULL. */
+static const char *find_card(const char *tab, int n, const char *key)
+{
+    char k[9];
+    for (int i = 0; i < n; i++) {
+        card_keyword(tab + (size_t)i * 80, k);
+        if (strcmp(k, key) == 0)
+            return tab + (size_t)i * 80;
+    }
+    return NULL;
+}
+
+/* Appends to out the card zcard of the table (a Z keyword) under the image's keyword
+ * key, value and comment kept; or the card text dflt when zcard is NULL (padded with
+ * blanks to 80 characters). */
+static void put_image_card(char *out, int *n, const char *zcard, const char *key,
+                           const char *dflt)
+{
+    char *c = out + (size_t)*n * 80;
+    memset(c, ' ', 80);
+    if (zcard) {
+        memcpy(c + 8, zcard + 8, 72);
+        memcpy(c, key, strlen(key));
+    } else {
+        memcpy(c, dflt, strlen(dflt));
+    }
+    (*n)++;
+}
+
+/* The image header of a tile-compressed HDU, built from its table's cards one by one
+ * (fits_read_record) by the convention's mapping (FITS 4.0, section 10.1).
+ * fits_convert_hdr2str copies the cards in the order the file has them, making the
+ * primary header it writes when ZTENSION and ZSIMPLE are absent (both are optional), so
+ * it refuses a file whose ZTENSION (or ZSIMPLE) card comes after ZBITPIX or the image's
+ * cards - astropy's own test file comp.fits has it last - although fits_read_pix reads
+ * its pixels and fitsverify and astropy accept it.  Here the structural cards come
+ * first: ZTENSION, or ZSIMPLE (SIMPLE = T when neither is there, as cfitsio writes),
+ * ZBITPIX, ZNAXIS, ZNAXISn, then ZPCOUNT and ZGCOUNT (PCOUNT = 0, GCOUNT = 1 when
+ * absent) or ZEXTEND, each under the image's keyword with its value and comment; then
+ * the image's other cards in file order, less those of the table and of the
+ * compression; ZHECKSUM and ZDATASUM become CHECKSUM and DATASUM, as cfitsio renames
+ * them.  Sets info->header (malloc'd, no END) and info->nkeys.  Returns 0 or a cfitsio
+ * status. */
+static int compressed_header_cards(fitsfile *f, fitsimg_info *info)
+{
+    int status = 0, nkeys = 0;
+    if (fits_get_hdrspace(f, &nkeys, NULL, &status))
+        return status;
+    size_t tabsize;
+    if (nkeys < 0 || tess_size_mul((size_t)nkeys + 1, 80, &tabsize))
+        return MEMORY_ALLOCATION;
+    char *tab = malloc(tabsize);
+    char *out = malloc(tabsize + 8 * 80 + 1);   /* at most 7 cards are made up */
+    if (!tab || !out) {
+        free(tab);
+        free(out);
+        return MEMORY_ALLOCATION;
+    }
+    char rec[FLEN_CARD];
+    for (int i = 0; i < nkeys && !status; i++) {
+        if (fits_read_record(f, i + 1, rec, &status) == 0) {
+            size_t len = strlen(rec);
+            memset(tab + (size_t)i * 80, ' ', 80);
+            memcpy(tab + (size_t)i * 80, rec, len < 80 ? len : 80);
+        }
+    }
+    int n = 0;
+    const char *xtension = find_card(tab, nkeys, "ZTENSION");
+    const char *simple = xtension ? NULL : find_card(tab, nkeys, "ZSIMPLE");
+    const char *znaxis = find_card(tab, nkeys, "ZNAXIS");
+    long naxis = 0;
+    char zval[71] = "";
+    if (znaxis)
+        memcpy(zval, znaxis + 10, 70);   /* the value field: cards are not NUL-ended */
+    if (!status && znaxis && sscanf(zval, "%ld", &naxis) == 1 && naxis >= 0 &&
+        naxis <= 999 && find_card(tab, nkeys, "ZBITPIX")) {
+        if (xtension)
+            put_image_card(out, &n, xtension, "XTENSION", NULL);
+        else
+            put_image_card(out, &n, simple, "SIMPLE",
+                           "SIMPLE  =                    T / file does conform to FITS "
+                           "standard");
+        put_image_card(out, &n, find_card(tab, nkeys, "ZBITPIX"), "BITPIX", NULL);
+        put_image_card(out, &n, znaxis, "NAXIS", NULL);
+        for (long k = 1; k <= naxis && !status; k++) {
+            char key[32];
+            snprintf(key, sizeof key, "ZNAXIS%ld", k);
+            const char *c = find_card(tab, nkeys, key);
+            if (!c || n >= nkeys + 8)
+                status = NOT_IMAGE;
+            else
+                put_image_card(out, &n, c, key + 1, NULL);
+        }
+    } else if (!status) {
+        status = NOT_IMAGE;
+    }
+    if (!status) {
+        const char *c;
+        if (!xtension) {
+            if ((c = find_card(tab, nkeys, "ZEXTEND")) != NULL)
+                put_image_card(out, &n, c, "EXTEND", NULL);
+        } else {
+            put_image_card(out, &n, find_card(tab, nkeys, "ZPCOUNT"), "PCOUNT",
+                           "PCOUNT  =                    0");
+            put_image_card(out, &n, find_card(tab, nkeys, "ZGCOUNT"), "GCOUNT",
+                           "GCOUNT  =                    1");
+        }
+        for (int i = 0; i < nkeys; i++) {
+            const char *card = tab + (size_t)i * 80;
+            char key[9];
+            card_keyword(card, key);
+            if (strcmp(key, "ZHECKSUM") == 0)
+                put_image_card(out, &n, card, "CHECKSUM", NULL);
+            else if (strcmp(key, "ZDATASUM") == 0)
+                put_image_card(out, &n, card, "DATASUM", NULL);
+            else if (!compression_card(key, card)) {
+                memcpy(out + (size_t)n * 80, card, 80);
+                n++;
+            }
+        }
+    }
+    free(tab);
+    if (status) {
+        free(out);
+        return status;
+    }
+    out[(size_t)n * 80] = '\0';
+    info->header = out;
+    info->nkeys = n;
+    return 0;
+}
+
 /* Copies the header of the current HDU, minus its END card, into info->header and
  * info->nkeys.  Returns 0, TESS_ENOMEM, or TESS_EIO with err set. */
 static int read_header_cards(fitsfile *f, const char *path, fitsimg_info *info,
@@ -259,6 +436,13 @@ static int read_header_cards(fitsfile *f, const char *path, fitsimg_info *info,
             int st2 = 0;
             fits_free_memory(str, &st2);
         }
+        /* cfitsio refuses compressed headers whose ZTENSION is not first: read them
+         * card by card. */
+        if (compressed && status != MEMORY_ALLOCATION) {
+            status = compressed_header_cards(f, info);
+        }
+        if (status == 0)
+            return 0;
         set_cfitsio_err(err, errlen, "cannot read the header of", path, status);
         return status == MEMORY_ALLOCATION ? TESS_ENOMEM : TESS_EIO;
     }

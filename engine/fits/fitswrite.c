@@ -13,6 +13,7 @@
 
 #include <fitsio.h>
 
+#include "engine/base/checked.h"
 #include "engine/base/error.h"
 #include "engine/base/fileio.h"
 #include "engine/fits/fitscard.h"
@@ -228,6 +229,55 @@ int fitswrite_image_hdu(fitswrite *w, const fitswrite_image *im, const double *d
     if (data && fits_write_img(w->f, TDOUBLE, 1, (LONGLONG)npix, (void *)data, &status)) {
         set_err(err, errlen, "cannot write the pixels of", w, status);
         return fits_rc(status);
+    }
+    return 0;
+}
+
+int fitswrite_image_length(const fitswrite_image *im, size_t *len, char *err, size_t errlen)
+{
+    *len = 0;
+    if (err && errlen)
+        err[0] = '\0';
+    char why[256] = "";
+    size_t bytes = 0;
+    if (im->naxis < 1 || fitscard_check_image(im->bitpix, im->naxis, im->naxes,
+                                              FITSIMG_MAXDIM, -1, 0, &bytes, why,
+                                              sizeof why) != 0) {
+        tess_seterr(err, errlen, "not an image shape: BITPIX %d, NAXIS %d%s%s", im->bitpix,
+                    im->naxis, why[0] ? ": " : "", why);
+        return TESS_EINVAL;
+    }
+    /* The header does not depend on the axes' lengths: write it for one pixel. */
+    fitswrite_image one = *im;
+    for (int i = 0; i < one.naxis; i++)
+        one.naxes[i] = 1;
+    const double zero = 0.0;
+    fitswrite *w = NULL;
+    unsigned char *out = NULL;
+    size_t small = 0;
+    int rc = fitswrite_new_mem(4 * FITSCARD_BLOCK, &w);
+    if (rc == 0) {
+        rc = fitswrite_image_hdu(w, &one, &zero, err, errlen);
+        if (rc == 0)
+            rc = fitswrite_take(w, &out, &small);
+        else
+            fitswrite_close(w, NULL, 0);
+    }
+    free(out);
+    if (rc == 0 && small < FITSCARD_BLOCK)
+        rc = TESS_EIO;
+    if (rc) {
+        if (err && errlen && !err[0])
+            tess_seterr(err, errlen, "cannot write the header in memory%s",
+                        rc == TESS_ENOMEM ? ": out of memory" : "");
+        return rc;
+    }
+    size_t blocks = bytes / FITSCARD_BLOCK + (bytes % FITSCARD_BLOCK != 0);
+    size_t data;
+    if (tess_size_mul(blocks, FITSCARD_BLOCK, &data) ||
+        tess_size_add(small - FITSCARD_BLOCK, data, len)) {
+        tess_seterr(err, errlen, "the file's size overflows");
+        return TESS_EINVAL;
     }
     return 0;
 }

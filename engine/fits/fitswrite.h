@@ -91,6 +91,12 @@ int fitswrite_take(fitswrite *w, unsigned char **out, size_t *outlen);
  * then be incomplete). */
 int fitswrite_close(fitswrite *w, char *err, size_t errlen);
 
+/* *len: the bytes of the file in memory fitswrite_image_hdu and fitswrite_take make of
+ * the one image HDU `im`, found without its data: its header, written the same way for
+ * an image of one pixel, and its data unit in whole blocks.  Returns 0, TESS_EINVAL
+ * (`im` is not an image shape) or TESS_ENOMEM with `err`. */
+int fitswrite_image_length(const fitswrite_image *im, size_t *len, char *err, size_t errlen);
+
 /* Creates `path` (replacing it) holding the one image HDU `im` with a data unit of
  * zeros, sized to whole blocks without being written (a sparse file where the file
  * system allows), and returns in *datastart the byte offset of that data unit, where

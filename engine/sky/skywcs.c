@@ -670,7 +670,8 @@ static int card_value(const char *cards, int nkeys, const char *key, double *v, 
  * keywords): RSUN_REF (metres; else SOLAR_RSUN_IAU); the observer from HGLN_OBS,
  * HGLT_OBS and DSUN_OBS, else from HEEQ_X/Y/Z (Stonyhurst Cartesian, metres; Thompson
  * sec. 2.1); the Carrington offset CRLN_OBS minus the observer's Stonyhurst longitude
- * when both are known; the date DATE-AVG, else DATE-OBS.  An observer given only in
+ * when both are known; the date DATE-OBS, else DATE-AVG (sunpy 4.1's
+ * GenericMap.date and its WCS frames take DATE-OBS first).  An observer given only in
  * Carrington (CRLN_OBS) or HCI coordinates stays unknown: its Stonyhurst longitude
  * needs an ephemeris of the Earth. */
 static void read_solar(const char *cards, int nkeys, solar_obs *o)
@@ -703,8 +704,10 @@ static void read_solar(const char *cards, int nkeys, solar_obs *o)
         o->has_carr = 1;
         o->carr_off = crln - lon;
     }
-    if (!card_value(cards, nkeys, "DATE-AVG", NULL, o->date, sizeof o->date))
-        (void)card_value(cards, nkeys, "DATE-OBS", NULL, o->date, sizeof o->date);
+    if (!card_value(cards, nkeys, "DATE-OBS", NULL, o->date, sizeof o->date))
+        (void)card_value(cards, nkeys, "DATE-AVG", NULL, o->date, sizeof o->date);
+    if (o->date[0] && solar_parse_date(o->date, &o->jd) != 0)
+        o->jd = 0.0;
 }
 
 /* Parses the header as astropy.wcs.WCS(header) does (astropy/wcs/wcs.py, WCS.__init__ and
@@ -1683,15 +1686,25 @@ void sky_convert(sky_frame from, double eq_from, sky_frame to, double eq_to,
 /* ------------------------------------------------------------------------------------ */
 /* Cutout headers                                                                         */
 
-/* Projection codes wcslib knows that need no PVi_m to be defined. */
-static int known_projection(const char *p)
+/* The projection codes wcslib knows (prj.h): 0 for none of them; else 1, or the default
+ * of PV2_1 for those whose definition needs it (skywcs.h): *pv1 is set then. */
+static int known_projection(const char *p, double *pv1)
 {
     static const char *const codes[] = {
         "AZP", "SZP", "TAN", "STG", "SIN", "ARC", "ZEA", "AIR", "CYP", "CEA", "CAR", "MER",
         "SFL", "PAR", "MOL", "AIT", "PCO", "TSC", "CSC", "QSC", "HPX", "XPH" };
+    static const struct { const char *code; double pv1; } needs_pv[] = {
+        {"ZPN", 1.0}, {"COE", 45.0}, {"COD", 45.0}, {"COO", 45.0}, {"COP", 45.0},
+        {"BON", 45.0} };
+    *pv1 = NAN;
     for (size_t i = 0; i < sizeof codes / sizeof codes[0]; i++)
         if (strcmp(p, codes[i]) == 0)
             return 1;
+    for (size_t i = 0; i < sizeof needs_pv / sizeof needs_pv[0]; i++)
+        if (strcmp(p, needs_pv[i].code) == 0) {
+            *pv1 = needs_pv[i].pv1;
+            return 1;
+        }
     return 0;
 }
 
@@ -1701,8 +1714,8 @@ static int known_projection(const char *p)
  * The result is parsed back with skywcs_parse as a last check.  Errors: TESS_EINVAL
  * (`err` names the bad value), TESS_ENOMEM; *cards is NULL on error. */
 static int cutout_header(double lon, double lat, double fov, long w, long h, const char *proj,
-                         sky_frame frame, const solar_obs *sol, double rotation, char **cards,
-                         int *nkeys, char *err, size_t errlen)
+                         sky_frame frame, const solar_obs *sol, double rotation,
+                         const double *pv, char **cards, int *nkeys, char *err, size_t errlen)
 {
     if (cards)
         *cards = NULL;
@@ -1718,7 +1731,8 @@ static int cutout_header(double lon, double lat, double fov, long w, long h, con
         return TESS_EINVAL;
     }
     trim_upper(proj, pj, sizeof pj);
-    if (!known_projection(pj)) {
+    double pv1_default;
+    if (!known_projection(pj, &pv1_default)) {
         tess_seterr(err, errlen, "projection: unknown code '%s'", proj);
         return TESS_EINVAL;
     }
@@ -1762,7 +1776,7 @@ static int cutout_header(double lon, double lat, double fov, long w, long h, con
     double rad = rotation * DEG2RAD, c = cos(rad), s = sin(rad);
     char v[64];
     fitscard_list b;
-    fitscard_list_init(&b, 32);
+    fitscard_list_init(&b, 32 + SKYWCS_CUTOUT_PVN);
     fitscard_list_int(&b, "NAXIS", 2, NULL);
     fitscard_list_int(&b, "NAXIS1", w, NULL);
     fitscard_list_int(&b, "NAXIS2", h, NULL);
@@ -1783,6 +1797,16 @@ static int cutout_header(double lon, double lat, double fov, long w, long h, con
     fitscard_list_real(&b, "PC1_2", -s, FITSCARD_EXACT, NULL);
     fitscard_list_real(&b, "PC2_1", s, FITSCARD_EXACT, NULL);
     fitscard_list_real(&b, "PC2_2", c, FITSCARD_EXACT, NULL);
+    for (int m = 0; m < SKYWCS_CUTOUT_PVN; m++) {
+        double v2 = pv ? pv[m] : NAN;
+        if (m == 1 && !isfinite(v2))
+            v2 = pv1_default;
+        if (isfinite(v2)) {
+            char key[16];
+            snprintf(key, sizeof key, "PV2_%d", m);
+            fitscard_list_real(&b, key, v2, FITSCARD_EXACT, NULL);
+        }
+    }
     if (radesys)
         fitscard_list_string(&b, "RADESYS", radesys, 0, NULL);
     if (equinox > 0.0)
@@ -1814,7 +1838,13 @@ static int cutout_header(double lon, double lat, double fov, long w, long h, con
     int rc = skywcs_parse(buf, nk, &check, werr, sizeof werr);
     if (rc != 0) {
         free(buf);
-        tess_seterr(err, errlen, "projection: %s", werr);
+        char pvs[160] = "";
+        size_t pl = 0;
+        for (int m = 0; m < SKYWCS_CUTOUT_PVN && pv && pl < sizeof pvs - 40; m++)
+            if (isfinite(pv[m]))
+                pl += (size_t)snprintf(pvs + pl, sizeof pvs - pl, "%sPV2_%d = %.10g",
+                                       pl ? ", " : " with ", m, pv[m]);
+        tess_seterr(err, errlen, "projection %s%s: %s", pj, pvs, werr);
         return rc;
     }
     skywcs_free(check);
@@ -1824,8 +1854,8 @@ static int cutout_header(double lon, double lat, double fov, long w, long h, con
 }
 
 int skywcs_cutout_header(double lon, double lat, double fov, long w, long h, const char *proj,
-                         sky_frame frame, double rotation, char **cards, int *nkeys,
-                         char *err, size_t errlen)
+                         sky_frame frame, double rotation, const double *pv, char **cards,
+                         int *nkeys, char *err, size_t errlen)
 {
     if (sky_frame_is_solar(frame)) {
         tess_seterr(err, errlen, "%s", "coordsys: a solar frame needs its observer");
@@ -1835,25 +1865,28 @@ int skywcs_cutout_header(double lon, double lat, double fov, long w, long h, con
             *nkeys = 0;
         return TESS_EINVAL;
     }
-    return cutout_header(lon, lat, fov, w, h, proj, frame, NULL, rotation, cards, nkeys, err,
-                         errlen);
+    return cutout_header(lon, lat, fov, w, h, proj, frame, NULL, rotation, pv, cards, nkeys,
+                         err, errlen);
 }
 
 int skywcs_cutout_header_solar(double lon, double lat, double fov, long w, long h,
                                const char *proj, sky_frame frame, const solar_obs *sol,
-                               double rotation, char **cards, int *nkeys, char *err,
-                               size_t errlen)
+                               double rotation, const double *pv, char **cards, int *nkeys,
+                               char *err, size_t errlen)
 {
-    return cutout_header(lon, lat, fov, w, h, proj, frame, sol, rotation, cards, nkeys, err,
-                         errlen);
+    return cutout_header(lon, lat, fov, w, h, proj, frame, sol, rotation, pv, cards, nkeys,
+                         err, errlen);
 }
 
 /* The Carrington offsets of a pair: a Carrington side whose header has none takes the
- * other side's observer's (both are taken at one time, as solar_convert does). */
+ * other side's observer's when both are at one time (the offset changes by about 13
+ * degrees a day). */
 static void pair_observers(const skywcs *from, const skywcs *to, solar_obs *of, solar_obs *ot)
 {
     *of = from->sol;
     *ot = to->sol;
+    if (of->jd > 0.0 && ot->jd > 0.0 && of->jd != ot->jd)
+        return;
     if (!of->has_carr && ot->has_carr) {
         of->has_carr = 1;
         of->carr_off = ot->carr_off;
@@ -1902,7 +1935,7 @@ static const char *solar_pair_gap(const skywcs *a, const skywcs *b)
     if ((a->frame == SKY_FRAME_CARRINGTON || b->frame == SKY_FRAME_CARRINGTON) &&
         !oa.has_carr)
         return "a Carrington WCS needs the observer's Carrington and Stonyhurst longitudes "
-               "(CRLN_OBS and HGLN_OBS) on one side";
+               "(CRLN_OBS and HGLN_OBS) on one side, or on its own side when the dates differ";
     if ((a->surface == SOLAR_SCREEN || b->surface == SOLAR_SCREEN) &&
         !(a->surface == SOLAR_SCREEN ? oa : ob).known)
         return "the spherical screen needs the observer of the image reprojected";

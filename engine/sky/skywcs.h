@@ -32,7 +32,8 @@ typedef struct solar_obs {
     double rsun;        /* the solar radius: RSUN_REF, else the IAU 695700 km (metres) */
     int has_carr;       /* 1 when carr_off is known */
     double carr_off;    /* Carrington minus Stonyhurst longitude at the observer (degrees) */
-    char date[72];      /* DATE-AVG, else DATE-OBS, as written; "" when absent */
+    char date[72];      /* DATE-OBS, else DATE-AVG, as written; "" when absent */
+    double jd;          /* that date as a Julian date (UTC), 0 when absent or unreadable */
 } solar_obs;
 
 /* The default solar radius, IAU 2015 Resolution B3 (nominal R_sun), as sunpy's
@@ -156,8 +157,7 @@ void sky_convert(sky_frame from, double eq_from, sky_frame to, double eq_to,
  * mix: the positions become NaN (skywcs_check_pair refuses such pairs first). */
 void skywcs_convert(const skywcs *from, const skywcs *to, size_t n, double *lon, double *lat);
 
-/* Converts n positions between solar frames, in place (degrees), at one time (the
- * observers' dates are not compared: the Sun is not rotated between them).  Through
+/* Converts n positions between solar frames, in place (degrees).  Through
  * the heliographic Stonyhurst Cartesian frame of Thompson (2006): helioprojective
  * (observer `of`) -> heliocentric Cartesian (Thompson eq. 15 for the line of sight,
  * the distance from the surface model) -> Stonyhurst (Thompson eq. 11-12, the rotation
@@ -165,12 +165,33 @@ void skywcs_convert(const skywcs *from, const skywcs *to, size_t n, double *lon,
  * carr_off; heliographic positions lie on the sphere of radius rsun (sunpy's rule for
  * heliographic coordinates without a distance); to helioprojective by Thompson eq. 16.
  * Identical frames with the same observer (helioprojective), the same carr_off
- * (Carrington), or both Stonyhurst, are the identity, as in sunpy.  `screen` is the
+ * (Carrington), or both Stonyhurst, at one time are the identity, as in sunpy.  When
+ * both observers have dates (jd) and they differ, the point found at `of`'s time is
+ * carried to `ot`'s by solar_hgs_motion (fixed in inertial space, as sunpy 4.1 does
+ * without differential rotation); a side without a date is taken at the other's.  `screen` is the
  * observer the screen is centred on (surface SOLAR_SCREEN; NULL means that of `of`).
  * Points that do not convert (off the disk under SOLAR_SPHERE, an unknown observer)
  * become NaN.  Longitudes come back in [0, 360). */
 void solar_convert(sky_frame from, const solar_obs *of, sky_frame to, const solar_obs *ot,
                    int surface, const solar_obs *screen, size_t n, double *lon, double *lat);
+
+/* The Julian date (UTC) of an ISO 8601 date as FITS writes DATE-OBS: "YYYY-MM-DD", or
+ * with "Thh:mm:ss[.sss]" and an optional "Z".  0, or -1 when `s` is not such a date. */
+int solar_parse_date(const char *s, double *jd);
+
+/* How the heliographic Stonyhurst frame moves between two times (Julian dates, UTC), as
+ * sunpy 4.1 transforms HGS(t1) to HGS(t2) (through HCRS at t2: a point fixed in the
+ * barycentric inertial frame): Stonyhurst Cartesian coordinates at jd2 (metres) are
+ * r p + t for those p at jd1.  r turns about the solar rotation axis by minus the change
+ * of the Earth's longitude in the solar equator frame (about 0.99 degree a day); t is the
+ * Sun's barycentric displacement (about 13 m/s).  From a low-precision Earth orbit
+ * (Standish's Keplerian elements for the Earth-Moon barycentre, Kepler's equation) and
+ * the IAU solar rotation axis (RA 286.13, Dec 63.87 degrees; Archinal et al. 2011); the
+ * Sun's displacement from the same elements of the eight planets.
+ * Against sunpy 4.1 (astropy's ERFA epv00 ephemeris) the rotation angle agrees to
+ * 4e-7 degree over 14 minutes, 5e-5 over a day (tests/engine/test_skywcs.c,
+ * test_solar_motion). */
+void solar_hgs_motion(double jd1, double jd2, double r[3][3], double t[3]);
 
 /* Checks that `in` and `out` can be reprojected one onto the other: both have a celestial
  * pair in a supported frame, both sky frames or both solar frames, and a solar pair has
@@ -186,18 +207,28 @@ const char *sky_frame_name(sky_frame f);          /* "icrs", "fk5", ... "none" *
 const char *sky_frame_axes(sky_frame f);          /* the CTYPE prefixes: "HPLN/HPLT", ... */
 int sky_frame_parse(const char *s, sky_frame *f); /* 0 or TESS_EINVAL */
 
+/* PV2_0 .. PV2_29: the projection parameters a cutout header may carry (wcslib's ZPN
+ * takes up to 30 coefficients). */
+#define SKYWCS_CUTOUT_PVN 30
+
 /* Builds the header of a hips2fits-style cutout: w x h pixels centred on (lon, lat) of
  * `frame` (icrs, galactic; also fk5 J2000, fk4 B1950, ecliptic J2000), `fov` degrees
  * along the larger side (square pixels of
  * fov/max(w,h)), projection code `proj` (three letters: TAN, SIN, CAR, AIT, ...),
  * rotated by `rotation` degrees (east of north, i.e. PC = [[cos, -sin], [sin, cos]] with
- * CDELT1 < 0), CRPIX at the image centre (w/2 + 0.5, h/2 + 0.5).  *cards is malloc'd
+ * CDELT1 < 0), CRPIX at the image centre (w/2 + 0.5, h/2 + 0.5).  `pv` (NULL: none) holds
+ * SKYWCS_CUTOUT_PVN values of PV2_0 .. PV2_29, NaN where not given: each other one is
+ * written as its card.  Projections whose definition needs a parameter get a default
+ * when PV2_1 is not given: the conics COE, COD, COO, COP take theta_a = 45 degrees
+ * (their cone meets the sphere at native latitude 45, through the centre), BON takes
+ * theta_1 = 45, ZPN takes PV2_1 = 1 (with the other coefficients 0, the zenithal
+ * equidistant projection ARC).  *cards is malloc'd
  * (80-character cards, concatenated, NUL-terminated) and *nkeys set.  Returns 0 or
  * TESS_EINVAL (unknown projection, non-finite or out-of-range values: `err` names which)
  * / TESS_ENOMEM. */
 int skywcs_cutout_header(double lon, double lat, double fov, long w, long h, const char *proj,
-                         sky_frame frame, double rotation, char **cards, int *nkeys,
-                         char *err, size_t errlen);
+                         sky_frame frame, double rotation, const double *pv, char **cards,
+                         int *nkeys, char *err, size_t errlen);
 
 /* skywcs_cutout_header for every frame, the solar ones included: for those, `sol` (the
  * observer and Sun of the image the cutout is taken from; may be NULL) is written as
@@ -206,7 +237,7 @@ int skywcs_cutout_header(double lon, double lat, double fov, long w, long h, con
  * solar frames (TESS_EINVAL: they need their observer). */
 int skywcs_cutout_header_solar(double lon, double lat, double fov, long w, long h,
                                const char *proj, sky_frame frame, const solar_obs *sol,
-                               double rotation, char **cards, int *nkeys, char *err,
-                               size_t errlen);
+                               double rotation, const double *pv, char **cards, int *nkeys,
+                               char *err, size_t errlen);
 
 #endif

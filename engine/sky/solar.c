@@ -2,6 +2,7 @@
  * conversions between them through points in space (Thompson 2006, A&A 449, 791). */
 #include <math.h>
 #include <stddef.h>
+#include <stdio.h>
 
 #include "engine/sky/skywcs.h"
 
@@ -61,12 +62,30 @@ static int same_observer(const solar_obs *a, const solar_obs *b)
     return a->known && b->known && a->lon == b->lon && a->lat == b->lat && a->dist == b->dist;
 }
 
+/* Whether the Stonyhurst frames of `a` and `b` differ: both dates known and unequal
+ * (sunpy's obstimes; a side without a date is taken at the other's time). */
+static int solar_moves(const solar_obs *a, const solar_obs *b)
+{
+    return a->jd > 0.0 && b->jd > 0.0 && a->jd != b->jd;
+}
+
+/* p <- r p + t. */
+static void move3(const double r[3][3], const double *t, double *p)
+{
+    double q[3];
+    for (int k = 0; k < 3; k++)
+        q[k] = r[k][0] * p[0] + r[k][1] * p[1] + r[k][2] * p[2] + t[k];
+    p[0] = q[0];
+    p[1] = q[1];
+    p[2] = q[2];
+}
+
 /* Whether converting `from` to `to` is the identity (sunpy's self-transforms at one
  * obstime: helioprojective with the same observer, Stonyhurst, Carrington with the same
  * Carrington offset). */
 static int identity(sky_frame from, const solar_obs *of, sky_frame to, const solar_obs *ot)
 {
-    if (from != to)
+    if (from != to || solar_moves(of, ot))
         return 0;
     if (from == SKY_FRAME_HELIOPROJECTIVE)
         return same_observer(of, ot);
@@ -107,6 +126,12 @@ void solar_convert(sky_frame from, const solar_obs *of, sky_frame to, const sola
     if (surface == SOLAR_SCREEN && from == SKY_FRAME_HELIOPROJECTIVE) {
         hcc_axes sa;
         observer_axes(screen, &sa);
+        if (solar_moves(screen, of)) {
+            /* The screen's centre, given at its observer's time, at that of `of`. */
+            double sr[3][3], st[3];
+            solar_hgs_motion(screen->jd, of->jd, sr, st);
+            move3(sr, st, sa.o);
+        }
         for (int k = 0; k < 3; k++) {
             c[k] = sa.o[k];
             w[k] = fa.o[k] - c[k];
@@ -114,6 +139,11 @@ void solar_convert(sky_frame from, const solar_obs *of, sky_frame to, const sola
         rs2 = dot3(c, c);
     }
     double r2 = of->rsun * of->rsun;
+    /* Between two times: Stonyhurst coordinates at `of`'s date to those at `ot`'s. */
+    int moving = solar_moves(of, ot);
+    double mr[3][3], mt[3];
+    if (moving)
+        solar_hgs_motion(of->jd, ot->jd, mr, mt);
     for (size_t i = 0; i < n; i++) {
         double p[3];
         if (!isfinite(lon[i]) || !isfinite(lat[i])) {
@@ -150,6 +180,8 @@ void solar_convert(sky_frame from, const solar_obs *of, sky_frame to, const sola
             p[1] = of->rsun * cb * sin(l * DEG2RAD);
             p[2] = of->rsun * sin(lat[i] * DEG2RAD);
         }
+        if (moving)
+            move3(mr, mt, p);
         if (to == SKY_FRAME_HELIOPROJECTIVE) {
             /* Thompson eq. 16: theta_x = arg(D - z, x), theta_y = arcsin(y / d). */
             double v[3] = { p[0] - ta.o[0], p[1] - ta.o[1], p[2] - ta.o[2] };
@@ -164,5 +196,196 @@ void solar_convert(sky_frame from, const solar_obs *of, sky_frame to, const sola
             lon[i] = wrap360(l);
             lat[i] = atan2(p[2], hypot(p[0], p[1])) * RAD2DEG;
         }
+    }
+}
+
+/* ---- the motion of the Stonyhurst frame between two times ---------------------------- */
+
+int solar_parse_date(const char *s, double *jd)
+{
+    int y, mo, d, h = 0, mi = 0, n = 0;
+    double sec = 0.0;
+    if (!s || sscanf(s, "%4d-%2d-%2d%n", &y, &mo, &d, &n) != 3 || n != 10)
+        return -1;
+    s += n;
+    if (*s == 'T' || *s == ' ') {
+        int m = 0;
+        if (sscanf(s + 1, "%2d:%2d:%lf%n", &h, &mi, &sec, &m) != 3)
+            return -1;
+        s += 1 + m;
+    }
+    if (*s == 'Z')
+        s++;
+    if (*s || mo < 1 || mo > 12 || d < 1 || d > 31 || h < 0 || h > 23 || mi < 0 || mi > 59 ||
+        !(sec >= 0.0 && sec < 61.0))
+        return -1;
+    /* The Julian day number of a Gregorian date (Fliegel & Van Flandern 1968, CACM 11, 657). */
+    long a = (14 - mo) / 12, yy = y + 4800 - a, mm = mo + 12 * a - 3;
+    long jdn = d + (153 * mm + 2) / 5 + 365 * yy + yy / 4 - yy / 100 + yy / 400 - 32045;
+    *jd = (double)jdn - 0.5 + (h + (mi + sec / 60.0) / 60.0) / 24.0;
+    return 0;
+}
+
+/* Keplerian elements at J2000 and their rates per Julian century (a in au, angles in
+ * degrees: a, e, I, L, longitude of perihelion, longitude of the ascending node), mean
+ * ecliptic and equinox of J2000: E. M. Standish, "Keplerian Elements for Approximate
+ * Positions of the Major Planets" (JPL Solar System Dynamics), Table 1 (1800-2050 AD). */
+typedef struct kepler_el {
+    double a, da, e, de, i, di, l, dl, w, dw, o, dO;
+} kepler_el;
+
+/* Mercury, Venus, the Earth-Moon barycentre, Mars, Jupiter, Saturn, Uranus, Neptune, and
+ * their masses over the Sun's (IAU 2009 system of astronomical constants, Sun/planet:
+ * 6023597.4, 408523.72, 328900.56, 3098703.59, 1047.348644, 3497.9018, 22902.98,
+ * 19412.26). */
+#define NPLANETS 8
+static const kepler_el PLANETS[NPLANETS] = {
+    { 0.38709927, 0.00000037, 0.20563593, 0.00001906, 7.00497902, -0.00594749, 252.25032350,
+      149472.67411175, 77.45779628, 0.16047689, 48.33076593, -0.12534081 },
+    { 0.72333566, 0.00000390, 0.00677672, -0.00004107, 3.39467605, -0.00078890, 181.97909950,
+      58517.81538729, 131.60246718, 0.00268329, 76.67984255, -0.27769418 },
+    { 1.00000261, 0.00000562, 0.01671123, -0.00004392, -0.00001531, -0.01294668, 100.46457166,
+      35999.37244981, 102.93768193, 0.32327364, 0.0, 0.0 },
+    { 1.52371034, 0.00001847, 0.09339410, 0.00007882, 1.84969142, -0.00813131, -4.55343205,
+      19140.30268499, -23.94362959, 0.44441088, 49.55953891, -0.29257343 },
+    { 5.20288700, -0.00011607, 0.04838624, -0.00013253, 1.30439695, -0.00183714, 34.39644051,
+      3034.74612775, 14.72847983, 0.21252668, 100.47390909, 0.20469106 },
+    { 9.53667594, -0.00125060, 0.05386179, -0.00050991, 2.48599187, 0.00193609, 49.95424423,
+      1222.49362201, 92.59887831, -0.41897216, 113.66242448, -0.28867794 },
+    { 19.18916464, -0.00196176, 0.04725744, -0.00004397, 0.77263783, -0.00242939,
+      313.23810451, 428.48202785, 170.95427630, 0.40805281, 74.01692503, 0.04240589 },
+    { 30.06992276, 0.00026291, 0.00859048, 0.00005105, 1.77004347, 0.00035372, -55.12002969,
+      218.45945325, 44.96476227, -0.32241464, 131.78422574, -0.00508664 },
+};
+static const double PLANET_MASS[NPLANETS] = { 1.0 / 6023597.4,  1.0 / 408523.72,
+                                              1.0 / 328900.56,  1.0 / 3098703.59,
+                                              1.0 / 1047.348644, 1.0 / 3497.9018,
+                                              1.0 / 22902.98,   1.0 / 19412.26 };
+
+#define SOLAR_AU 149597870700.0
+
+/* The heliocentric position (au, mean ecliptic of J2000) of a body on the orbit `k` at T
+ * Julian centuries (TT) from J2000: Standish's recipe (sec. 2): the mean anomaly
+ * M = L - longitude of perihelion, Kepler's equation E - e sin E = M by Newton's method,
+ * the position in the orbital plane, then the rotations by the argument of perihelion,
+ * the inclination and the node. */
+static void kepler_position(const kepler_el *k, double T, double *x)
+{
+    double a = k->a + k->da * T, e = k->e + k->de * T;
+    double in = (k->i + k->di * T) * DEG2RAD, l = k->l + k->dl * T;
+    double w = k->w + k->dw * T, o = k->o + k->dO * T;
+    double om = (w - o) * DEG2RAD, m = fmod(l - w, 360.0) * DEG2RAD;
+    double E = m + e * sin(m);
+    for (int it = 0; it < 30; it++) {
+        double dE = (E - e * sin(E) - m) / (1.0 - e * cos(E));
+        E -= dE;
+        if (fabs(dE) < 1e-15)
+            break;
+    }
+    double xp = a * (cos(E) - e), yp = a * sqrt(1.0 - e * e) * sin(E);
+    double co = cos(om), so = sin(om), cO = cos(o * DEG2RAD), sO = sin(o * DEG2RAD);
+    double ci = cos(in), si = sin(in);
+    x[0] = (co * cO - so * sO * ci) * xp + (-so * cO - co * sO * ci) * yp;
+    x[1] = (co * sO + so * cO * ci) * xp + (-so * sO + co * cO * ci) * yp;
+    x[2] = (so * si) * xp + (co * si) * yp;
+}
+
+/* The geocentric Moon (au, ecliptic of J2000 within 0.3 degree) at T Julian centuries
+ * from J2000: the Astronomical Almanac's low-precision formulae (sec. D, "Low-precision
+ * formulae for geocentric coordinates of the Moon": ecliptic longitude, latitude and
+ * horizontal parallax of date, 0.3 degree), the longitude brought back to the equinox
+ * of J2000 by the general precession 1.397 degree a century. */
+static void moon_position(double T, double *x)
+{
+#define SD(a, b) sin(((a) + (b) * T) * DEG2RAD)
+#define CD(a, b) cos(((a) + (b) * T) * DEG2RAD)
+    double lam = 218.32 + 481267.881 * T + 6.29 * SD(135.0, 477198.87) -
+                 1.27 * SD(259.3, -413335.36) + 0.66 * SD(235.7, 890534.22) +
+                 0.21 * SD(269.9, 954397.74) - 0.19 * SD(357.5, 35999.05) -
+                 0.11 * SD(186.5, 966404.03) - 1.397 * T;
+    double bet = 5.13 * SD(93.3, 483202.02) + 0.28 * SD(228.2, 960400.89) -
+                 0.28 * SD(318.3, 6003.15) - 0.17 * SD(217.6, -407332.21);
+    double par = 0.9508 + 0.0518 * CD(135.0, 477198.87) + 0.0095 * CD(259.3, -413335.36) +
+                 0.0078 * CD(235.7, 890534.22) + 0.0028 * CD(269.9, 954397.74);
+#undef SD
+#undef CD
+    double r = 6378140.0 / sin(par * DEG2RAD) / SOLAR_AU;
+    double cb = cos(bet * DEG2RAD);
+    x[0] = r * cb * cos(lam * DEG2RAD);
+    x[1] = r * cb * sin(lam * DEG2RAD);
+    x[2] = r * sin(bet * DEG2RAD);
+}
+
+/* Ecliptic of J2000 to the equator of J2000 (ICRS within 0.02 arcsec), about X by the
+ * obliquity 84381.406 arcsec (IAU 2006). */
+static void ecl_to_equ(const double *e, double *q)
+{
+    double eps = 84381.406 / 3600.0 * DEG2RAD, c = cos(eps), s = sin(eps);
+    q[0] = e[0];
+    q[1] = c * e[1] - s * e[2];
+    q[2] = s * e[1] + c * e[2];
+}
+
+/* The rotation from ICRS to the Stonyhurst frame at T (rows: the Stonyhurst axes in ICRS)
+ * and the Sun's barycentric position (metres, ICRS): the Z axis the solar rotation axis
+ * of the IAU (RA 286.13, Dec 63.87 degrees: Archinal et al. 2011, Celest. Mech. Dyn.
+ * Astr. 109, 101, Table 1, the values sunpy.sun.constants alpha_0 and delta_0 hold), the
+ * X axis the projection of the Sun-Earth vector on the solar equator (Thompson 2006
+ * sec. 2.1; the Earth-Moon barycentre of the orbit above stands for the Earth), the Sun
+ * displaced from the barycentre by the planets' pull (S = -sum m_i r_i / M). */
+static void hgs_basis(double jd_utc, double m[3][3], double *sun)
+{
+    /* TT - UTC: 32.184 s + 37 leap seconds (2017 on); the constant part cancels in the
+     * differences used here. */
+    double T = (jd_utc + 69.184 / 86400.0 - 2451545.0) / 36525.0;
+    double ecl[3], earth[3];
+    kepler_position(&PLANETS[2], T, ecl);
+    /* The Earth from the Earth-Moon barycentre: minus the geocentric Moon over 1 + the
+     * Earth/Moon mass ratio 81.300568 (IAU 2009). */
+    double moon[3];
+    moon_position(T, moon);
+    for (int k = 0; k < 3; k++)
+        ecl[k] -= moon[k] / (1.0 + 81.300568);
+    ecl_to_equ(ecl, earth);
+    double ra = 286.13 * DEG2RAD, de = 63.87 * DEG2RAD;
+    double z[3] = { cos(de) * cos(ra), cos(de) * sin(ra), sin(de) };
+    double ez = dot3(earth, z), x[3];
+    for (int k = 0; k < 3; k++)
+        x[k] = earth[k] - ez * z[k];
+    double nx = sqrt(dot3(x, x));
+    for (int k = 0; k < 3; k++)
+        x[k] /= nx;
+    double y[3] = { z[1] * x[2] - z[2] * x[1], z[2] * x[0] - z[0] * x[2],
+                    z[0] * x[1] - z[1] * x[0] };
+    for (int k = 0; k < 3; k++) {
+        m[0][k] = x[k];
+        m[1][k] = y[k];
+        m[2][k] = z[k];
+    }
+    double mt = 1.0;
+    for (int p = 0; p < NPLANETS; p++)
+        mt += PLANET_MASS[p];
+    sun[0] = sun[1] = sun[2] = 0.0;
+    for (int p = 0; p < NPLANETS; p++) {
+        double r[3], q[3];
+        kepler_position(&PLANETS[p], T, r);
+        ecl_to_equ(r, q);
+        for (int k = 0; k < 3; k++)
+            sun[k] -= PLANET_MASS[p] / mt * q[k] * SOLAR_AU;
+    }
+}
+
+void solar_hgs_motion(double jd1, double jd2, double r[3][3], double t[3])
+{
+    double m1[3][3], m2[3][3], s1[3], s2[3];
+    hgs_basis(jd1, m1, s1);
+    hgs_basis(jd2, m2, s2);
+    /* p2 = M2 (M1^T p1 - (S2 - S1)): the point stays where it is in the barycentric
+     * inertial frame (sunpy 4.1's HGS(t1) -> HCRS(t2) -> HGS(t2)). */
+    for (int i = 0; i < 3; i++) {
+        for (int j = 0; j < 3; j++)
+            r[i][j] = m2[i][0] * m1[j][0] + m2[i][1] * m1[j][1] + m2[i][2] * m1[j][2];
+        t[i] = -(m2[i][0] * (s2[0] - s1[0]) + m2[i][1] * (s2[1] - s1[1]) +
+                 m2[i][2] * (s2[2] - s1[2]));
     }
 }

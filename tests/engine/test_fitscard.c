@@ -421,6 +421,51 @@ START_TEST(test_parse_raw_and_fits)
 }
 END_TEST
 
+/* The forms of header text astropy writes (Header.tostring, totextfile): a last line
+ * padded with blanks to a 2880-byte block, trailing blanks, CRLF, and tostring()'s cards
+ * run together on one line ended by a newline. */
+START_TEST(test_parse_astropy_forms)
+{
+    char *cards = NULL, err[256];
+    int n = 0;
+    static const char *const c3[3] = {
+        "NAXIS   =                    2", "NAXIS1  =                   10",
+        "CTYPE1  = 'RA---TAN'"};
+    char text[3 * 2880 + 16];
+    for (int form = 0; form < 5; form++) {
+        size_t len = 0;
+        for (int i = 0; i < 3; i++) {
+            if (form == 4) {   /* cards run together, then a newline */
+                len += (size_t)snprintf(text + len, sizeof text - len, "%-80s", c3[i]);
+                continue;
+            }
+            const char *eol = form == 2 ? "\r\n" : "\n";
+            if (form == 1)   /* trailing blanks past column 80 */
+                len += (size_t)snprintf(text + len, sizeof text - len, "%-95s%s", c3[i], eol);
+            else
+                len += (size_t)snprintf(text + len, sizeof text - len, "%-80s%s", c3[i], eol);
+        }
+        /* END padded to the block (forms 0, 4), or the last card padded (form 3) */
+        if (form == 3)
+            text[--len] = '\0';
+        else
+            len += (size_t)snprintf(text + len, sizeof text - len, "END");
+        if (form == 0 || form == 3 || form == 4)
+            while (len % 2880 != 0)
+                text[len++] = ' ';
+        if (form == 4)
+            text[len++] = '\n';
+        ck_assert_msg(parse(text, len, 100, &cards, &n, err) == 0, "form %d: %s", form, err);
+        ck_assert_int_eq(n, 3);
+        CARD_EQ(cards, c3[0]);
+        CARD_EQ(cards + 80, c3[1]);
+        CARD_EQ(cards + 160, c3[2]);
+        free(cards);
+        cards = NULL;
+    }
+}
+END_TEST
+
 START_TEST(test_parse_refusals)
 {
     char *cards = (char *)1, err[256];
@@ -450,9 +495,9 @@ START_TEST(test_parse_refusals)
     ck_assert_int_eq(parse(nan, strlen(nan), 100, &cards, &n, err), 0);
     ck_assert_int_eq(n, 2);
     free(cards);
-    /* A line of 81 characters; raw cards of 79. */
+    /* A line of 81 characters, the last not a blank; raw cards of 79. */
     char wide[90];
-    snprintf(wide, sizeof wide, "%-81s\n", "COMMENT");
+    snprintf(wide, sizeof wide, "%-80sX\n", "COMMENT");
     ck_assert_int_eq(parse(wide, strlen(wide), 100, &cards, &n, err), TESS_EINVAL);
     ck_assert_ptr_nonnull(strstr(err, "line 1 is 81 characters long"));
     char raw79[79 * 3];
@@ -671,6 +716,54 @@ START_TEST(test_memory_file_with_table)
 }
 END_TEST
 
+/* fitswrite_image_length is the length fitswrite_take gives with the data written: for
+ * headers of 0 to 60 cards (structural cards and cfitsio's standard comment among them,
+ * which are not copied), two and three axes, 16-bit to 64-bit values, data units that
+ * fill their last block exactly or not; a bad shape is refused. */
+START_TEST(test_image_length)
+{
+    static const struct { int bitpix, naxis; long nx, ny, nz; int ncards; } c[] = {
+        { -32, 2, 3, 2, 1, 0 }, { -64, 3, 17, 9, 5, 33 }, { 16, 2, 1440, 1, 1, 34 },
+        { -32, 3, 60, 12, 4, 60 }, { 32, 2, 720, 1, 1, 5 } };
+    char cards[60 * 80];
+    for (int i = 0; i < 60; i++) {
+        char key[16];
+        snprintf(key, sizeof key, "KEY%d", i);
+        if (i == 3)
+            fitscard_int(cards + 80 * i, "NAXIS", 2, NULL);   /* structural: left out */
+        else if (i == 4)
+            fitscard_commentary(cards + 80 * i, "COMMENT", "FITS (Flexible Image Transport "
+                                "System) format is");
+        else
+            fitscard_real(cards + 80 * i, key, i * 0.5, FITSCARD_EXACT, NULL);
+    }
+    for (size_t k = 0; k < sizeof c / sizeof c[0]; k++) {
+        fitswrite_image im = { .bitpix = c[k].bitpix, .naxis = c[k].naxis,
+                               .naxes = { c[k].nx, c[k].ny, c[k].nz }, .cards = cards,
+                               .ncards = c[k].ncards };
+        size_t n = (size_t)(c[k].nx * c[k].ny * c[k].nz), want = 0, got = 0;
+        double *px = calloc(n, sizeof(double));
+        ck_assert_ptr_nonnull(px);
+        fitswrite *w = NULL;
+        unsigned char *out = NULL;
+        char err[256] = "";
+        ck_assert_int_eq(fitswrite_new_mem(0, &w), 0);
+        ck_assert_msg(fitswrite_image_hdu(w, &im, px, err, sizeof err) == 0, "%s", err);
+        ck_assert_int_eq(fitswrite_take(w, &out, &want), 0);
+        free(out);
+        free(px);
+        ck_assert_msg(fitswrite_image_length(&im, &got, err, sizeof err) == 0, "%s", err);
+        ck_assert_msg(got == want, "case %zu: %zu bytes, the file %zu", k, got, want);
+    }
+    fitswrite_image bad = { .bitpix = -32, .naxis = 2, .naxes = { 0, 5 } };
+    size_t len = 1;
+    char err[256];
+    ck_assert_int_eq(fitswrite_image_length(&bad, &len, err, sizeof err), TESS_EINVAL);
+    ck_assert_uint_eq(len, 0);
+    ck_assert_ptr_nonnull(strstr(err, "not an image shape"));
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("fitscard");
@@ -687,11 +780,13 @@ int main(void)
     tcase_add_test(tc, test_structural);
     tcase_add_test(tc, test_parse_text);
     tcase_add_test(tc, test_parse_raw_and_fits);
+    tcase_add_test(tc, test_parse_astropy_forms);
     tcase_add_test(tc, test_parse_refusals);
     tcase_add_test(tc, test_encode);
     tcase_add_test(tc, test_file_round_trip);
     tcase_add_test(tc, test_file_large_data_unit_unwritten);
     tcase_add_test(tc, test_memory_file_with_table);
+    tcase_add_test(tc, test_image_length);
     suite_add_tcase(s, tc);
     return tt_run_suite(s);
 }

@@ -274,7 +274,7 @@ START_TEST(test_no_overlap)
     skywcs *win = tt_parse_wcs(scards, snk);
     char *cards = NULL;
     ck_assert_int_eq(skywcs_cutout_header(0.0, 60.0, 1.0, 64, 48, "TAN", SKY_FRAME_ICRS, 0.0,
-                                          &cards, &nk, NULL, 0), 0);
+                                          NULL, &cards, &nk, NULL, 0), 0);
     skywcs *wout = tt_parse_wcs(cards, nk);
     double *dst = malloc(sizeof(double) * 64 * 48);
     for (int m = 0; m < 2; m++) {
@@ -307,7 +307,7 @@ START_TEST(test_cutout_header_matches_reference)
     snprintf(path, sizeof path, "%s/reference/horsehead_rot30_bilinear.fits", TESSERA_TESTDATA_DIR);
     double *ref = read_fits(path, 0, &rnx, &rny, &rcards, &rnk);
     ck_assert_int_eq(skywcs_cutout_header(85.25, -2.45, 0.2, 400, 300, "TAN", SKY_FRAME_ICRS,
-                                          30.0, &cards, &nk, NULL, 0), 0);
+                                          30.0, NULL, &cards, &nk, NULL, 0), 0);
     skywcs *win = tt_parse_wcs(scards, snk);
     skywcs *wout = tt_parse_wcs(cards, nk);
     double *dst = malloc(sizeof(double) * 400 * 300);
@@ -670,7 +670,7 @@ START_TEST(test_no_overlap_error)
     char *cards = NULL;
     int nk;
     ck_assert_int_eq(skywcs_cutout_header(0.0, 60.0, 1.0, 64, 48, "TAN", SKY_FRAME_ICRS, 0.0,
-                                          &cards, &nk, NULL, 0), 0);
+                                          NULL, &cards, &nk, NULL, 0), 0);
     skywcs_free(sc.out);
     sc.out = tt_parse_wcs(cards, nk);
     free(cards);

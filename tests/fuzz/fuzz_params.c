@@ -25,7 +25,7 @@ static void check_cutout(const cutout_params *p)
     if (p->width > 4096 || p->height > 4096)
         return;
     if (skywcs_cutout_header(p->lon, p->lat, p->fov, p->width, p->height, p->projection,
-                             p->coordsys, p->rotation, &cards, &nkeys, err, sizeof err) == 0) {
+                             p->coordsys, p->rotation, p->pv, &cards, &nkeys, err, sizeof err) == 0) {
         skywcs *w = NULL;
         if (skywcs_parse(cards, nkeys, &w, err, sizeof err) == 0) {
             skywcs *cel = skywcs_celestial(w);

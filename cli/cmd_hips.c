@@ -59,7 +59,8 @@ static const char hips_usage[] =
     "  --max-cut C            PNG/JPEG: upper cut (default 99.5%); percentiles are those\n"
     "                         of the whole plane, so that neighbouring tiles match\n"
     "  --cmap NAME            PNG/JPEG: grey (default), viridis, inferno, magma, plasma,\n"
-    "                         cubehelix\n"
+    "                         cubehelix, Greys, coolwarm, RdBu, twilight, turbo, jet;\n"
+    "                         NAME_r reversed\n"
     "  --max-coord-error PX   bound on the coordinate grid's error, tile pixels\n"
     "                         (default 0.001; 0 = exact transform at every pixel)\n"
     "  --threads N            threads (default 0 = one per core)\n"
@@ -187,7 +188,8 @@ static int parse_hips(int argc, char **argv, hips_args *a)
             break;
         case 10:
             bad = render_cmap_parse(val, &a->render.cmap) != 0;
-            want = "grey, viridis, inferno, magma, plasma or cubehelix";
+            want = "grey, viridis, inferno, magma, plasma, cubehelix, Greys, coolwarm, "
+                   "RdBu, twilight, turbo or jet, or one of them with _r";
             break;
         case 11:
             bad = cli_parse_double(val, &a->max_coord_error) || !isfinite(a->max_coord_error)
@@ -499,6 +501,7 @@ typedef struct hips_run {
     double lo, hi;                     /* cut levels of PNG and JPEG tiles */
     int deepest, split;
     tile_set ord[HIPS_DEEPEST + 1];
+    unsigned char *made;               /* made[i]: tile ord[deepest].npix[i] was written */
     int pass;                          /* the order being made */
     atomic_size_t next;                /* the next task of the pass */
     atomic_int *cancel;
@@ -606,6 +609,9 @@ static int tile_make(hips_run *r, scratch *sc, int k, int64_t t, float **out)
             run_step(r);
             return 0;
         }
+        long at = tile_index(&r->ord[k], t);
+        if (at >= 0)
+            r->made[at] = 1;
     } else {
         float *own[4] = { NULL, NULL, NULL, NULL };
         const float *child[4] = { NULL, NULL, NULL, NULL };
@@ -686,6 +692,10 @@ static int plan_tree(hips_run *r, const hips_input *in, int threads)
     if (rc) {
         cli_msg("cannot list the tiles of order %d: %s", K,
                 rc == TESS_ENOMEM ? "out of memory" : "bad WCS");
+        return CLI_EXIT_FAIL;
+    }
+    if (!(r->made = calloc(r->ord[K].n ? r->ord[K].n : 1, 1))) {
+        cli_msg("out of memory");
         return CLI_EXIT_FAIL;
     }
     for (int k = K - 1; k >= 0; k--) {
@@ -811,10 +821,17 @@ static int write_survey_files(hips_run *r, const hips_input *in, double pixscale
 
     unsigned char *moc = NULL;
     size_t len = 0;
-    int rc = hips_moc_fits(in->cel, in->plane.nx, in->plane.ny, r->deepest, 0, &moc, &len, NULL);
+    /* The coverage: the tiles of the deepest order that were written, so that every cell
+     * has its file. */
+    const tile_set *deep = &r->ord[r->deepest];
+    size_t nmade = 0;
+    for (size_t i = 0; i < deep->n; i++)
+        if (r->made[i])
+            deep->npix[nmade++] = deep->npix[i];
+    int rc = hips_moc_fits_cells(deep->npix, nmade, r->deepest, a->galactic, &moc, &len, NULL);
     if (rc) {
-        cli_msg("cannot compute the coverage (Moc.fits): %s",
-                rc == TESS_ENOMEM ? "out of memory" : "bad WCS");
+        cli_msg("cannot write the coverage (Moc.fits): %s",
+                rc == TESS_ENOMEM ? "out of memory" : "bad tile list");
         return CLI_EXIT_FAIL;
     }
     snprintf(path, sizeof path, "%s/Moc.fits", r->dir);
@@ -999,6 +1016,7 @@ done:
         tile_set_drop_data(&r.ord[k]);
         free(r.ord[k].npix);
     }
+    free(r.made);
     pthread_mutex_destroy(&r.bar_lock);
     hips_level_release(&tl);
     hips_input_release(&in);

@@ -14,9 +14,11 @@ static const char worker_usage[] =
     "Runs blocks of the jobs of a shared job store (jobs.database and jobs.dir of FILE)\n"
     "without serving HTTP, as one more node of a cluster (e.g. srun tessera worker ...).\n"
     "It is tesserad --worker: the tesserad next to this tessera, else $TESSERA_TESSERAD,\n"
-    "else tesserad on PATH.  SIGTERM lets its blocks in flight finish, then it exits.\n";
+    "else " TESSERA_SBINDIR "/tesserad, else tesserad on PATH.  SIGTERM lets its blocks\n"
+    "in flight finish, then it exits.\n";
 
-/* The tesserad to run: beside this program's file when there is one. */
+/* The tesserad to run: beside this program's file when there is one (the build tree),
+ * else $TESSERA_TESSERAD, else the installed one. */
 static void find_tesserad(char *out, size_t len)
 {
     const char *env = getenv("TESSERA_TESSERAD");
@@ -32,7 +34,15 @@ static void find_tesserad(char *out, size_t len)
                 return;
         }
     }
-    snprintf(out, len, "%s", env && *env ? env : "tesserad");
+    if (env && *env) {
+        snprintf(out, len, "%s", env);
+        return;
+    }
+    /* Installed: tessera in $(bindir), tesserad in $(sbindir). */
+    snprintf(out, len, "%s/tesserad", TESSERA_SBINDIR);
+    if (access(out, X_OK) == 0)
+        return;
+    snprintf(out, len, "tesserad");
 }
 
 int cmd_worker(int argc, char **argv)

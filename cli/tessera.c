@@ -8,7 +8,8 @@
 
 /* What `tessera`, `tessera --help` print: the commands; each has its own --help. */
 static const char overview_usage[] =
-    "usage: tessera COMMAND [ARGS]   (tessera COMMAND --help: its options and exit statuses)\n"
+    "usage: tessera COMMAND [ARGS]   (tessera COMMAND --help: its options and exit statuses;\n"
+    "       tessera --version; tessera(1))\n"
     "\n"
     "The engine of tesserad, offline:\n"
     "  reproject   a FITS image or cube onto a target WCS (nearest, bilinear, bicubic,\n"
@@ -28,6 +29,10 @@ int main(int argc, char **argv)
     if (argc < 2 || strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "--help") == 0) {
         fputs(overview_usage, argc < 2 ? stderr : stdout);
         return argc < 2 ? CLI_EXIT_USAGE : CLI_EXIT_OK;
+    }
+    if (strcmp(argv[1], "--version") == 0) {
+        printf("tessera %s\n", PACKAGE_VERSION);
+        return CLI_EXIT_OK;
     }
     /* A file size limit (ulimit -f) then fails a write with EFBIG, reported like any
      * other write error, instead of killing the process. */

@@ -276,6 +276,7 @@ static int open_one(const tess_config *cfg, const ds_config *dc, int trusted, da
         return no_memory(dc->name, err, errlen);
     d->hdu = dc->hdu;
     d->hips_galactic = dc->hips_galactic;
+    d->rest_frequency = dc->rest_frequency;
     if (dc->frames) {
         if ((rc = stack_paths(cfg, dc, d, err, errlen)))
             return rc;

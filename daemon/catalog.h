@@ -30,6 +30,7 @@ typedef struct dataset {
                             validity rule), or "" when it has none or it was accepted; a
                             refused WCS leaves wcs and cel NULL (pixels only) */
     int hips_galactic;   /* HiPS frame: 1 galactic, 0 equatorial */
+    double rest_frequency; /* Hz, from the configuration (ds_config); 0 = none */
     uint64_t *header_hash; /* per path, frame_header_hash (engine/image/stack.h) when
                             opened: the header every path must keep (0: a PNG or TIFF
                             frame) */

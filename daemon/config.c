@@ -7,6 +7,7 @@
 #include <errno.h>
 #include <jansson.h>
 #include <limits.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -58,6 +59,8 @@ void config_release(tess_config *c)
     free(c->jobs_token);
     free(c->access_log);
     free(c->error_log);
+    free(c->viewer_dir);
+    free(c->viewer_node_modules);
     for (int i = 0; i < c->n_datasets; i++) {
         free(c->datasets[i].name);
         free(c->datasets[i].path);
@@ -193,6 +196,9 @@ static int get_str(json_t *obj, const char *key, const char *where, char **out, 
  * (0x21-0x7e: what an Authorization header carries unchanged).  An empty one would read as
  * "no authentication"; a short one is guessed.  null or absent: no token, the job
  * endpoints are open (as documented). */
+/* The rest frequency of the 13CO J=1-0 line (CDMS: 110201.3543 MHz). */
+#define REST_13CO_1_0_HZ 110201354300.0
+
 #define JOBS_TOKEN_MIN 16
 static int check_jobs_token(const json_t *v, char *err, size_t errlen)
 {
@@ -243,11 +249,28 @@ static int check_keys(json_t *obj, const char *where, const char *const *known, 
     return 0;
 }
 
+/* Makes a relative path *p relative to the configuration file's directory `base`. */
+static int relative_to(const char *base, char **p)
+{
+    if (!*p || (*p)[0] == '/' || !base)
+        return 0;
+    size_t n = strlen(base) + strlen(*p) + 2;
+    char *joined = malloc(n);
+    if (!joined)
+        return TESS_ENOMEM;
+    snprintf(joined, n, "%s/%s", base, *p);
+    free(*p);
+    *p = joined;
+    return 0;
+}
+
 static int load_json(json_t *root, tess_config *c, const char *base, char *err, size_t errlen)
 {
     static const char *const top_keys[] = {"listen", "threads", "data_roots", "cache", "limits",
-                                           "jobs", "datasets", "access_log", "error_log", NULL};
-    static const char *const cache_keys[] = {"memory_mb", "planes_mb", "disk_dir", "disk_mb", "database", "lease_s", NULL};
+                                           "jobs", "datasets", "access_log", "error_log",
+                                           "viewer", NULL};
+    static const char *const cache_keys[] = {"memory_mb", "planes_mb", "disk_dir", "disk_mb",
+                                             NULL};
     static const char *const limit_keys[] = {"max_output_pixels", "max_body_mb", "max_bodies_mb",
                                              "max_queued_jobs", "max_queue", "max_connections",
                                              "max_connections_per_address",
@@ -257,7 +280,9 @@ static int load_json(json_t *root, tess_config *c, const char *base, char *err, 
     static const char *const job_keys[] = {"dir", "token", "memory_mb", "max_product_mb",
                                            "disk_mb", "database", "lease_s",
                                            "database_timeout_s", NULL};
-    static const char *const ds_keys[] = {"name", "path", "hdu", "frames", "hips_frame", NULL};
+    static const char *const ds_keys[] = {"name", "path", "hdu", "frames", "hips_frame",
+                                          "rest_frequency", NULL};
+    static const char *const viewer_keys[] = {"dir", "node_modules", NULL};
     int rc;
     long long v;
 
@@ -456,6 +481,21 @@ static int load_json(json_t *root, tess_config *c, const char *base, char *err, 
         }
     }
 
+    json_t *viewer = json_object_get(root, "viewer");
+    if (viewer) {
+        if (!json_is_object(viewer)) {
+            tess_seterr(err, errlen, "viewer must be an object");
+            return TESS_EINVAL;
+        }
+        if ((rc = check_keys(viewer, "viewer.", viewer_keys, err, errlen)) ||
+            (rc = get_str(viewer, "dir", "viewer.", &c->viewer_dir, err, errlen)) ||
+            (rc = get_str(viewer, "node_modules", "viewer.", &c->viewer_node_modules, err,
+                          errlen)) ||
+            (rc = relative_to(base, &c->viewer_dir)) ||
+            (rc = relative_to(base, &c->viewer_node_modules)))
+            return rc;
+    }
+
     json_t *ds = json_object_get(root, "datasets");
     if (ds) {
         if (!json_is_array(ds)) {
@@ -505,11 +545,22 @@ static int load_json(json_t *root, tess_config *c, const char *base, char *err, 
                     return TESS_EINVAL;
                 }
             }
+            json_t *rf = json_object_get(d, "rest_frequency");
+            double rest = 0.0;
+            if (rf && (!json_is_number(rf) || !(json_number_value(rf) > 0.0) ||
+                       !isfinite(json_number_value(rf)))) {
+                tess_seterr(err, errlen, "%srest_frequency must be a frequency in Hz above 0",
+                            where);
+                return TESS_EINVAL;
+            }
+            if (rf)
+                rest = json_number_value(rf);
             if ((rc = add_dataset(c, json_string_value(name),
                                   path ? json_string_value(path) : NULL, (int)hdu,
                                   frames ? json_string_value(frames) : NULL, err, errlen)))
                 return rc;
             c->datasets[c->n_datasets - 1].hips_galactic = galactic;
+            c->datasets[c->n_datasets - 1].rest_frequency = rest;
         }
     }
     return 0;
@@ -574,22 +625,24 @@ int config_load_demo(tess_config *c, const char *demo_dir, char *err, size_t err
     if (!demo_dir)
         demo_dir = getenv("TESSERA_DEMO_DIR");
     if (!demo_dir || !*demo_dir)
-        demo_dir = TESSERA_DEMO_DIR;
+        demo_dir = TESSERA_PKGDATADIR "/demo";
     int rc = add_root(c, demo_dir, NULL, err, errlen);
     if (rc)
         return rc;
-    static const struct { const char *name, *path, *frames; int galactic; } demo[] = {
-        {"horsehead", "HorseHead.fits", NULL, 0},
-        {"gc_2mass_k", "gc_2mass_k.fits", NULL, 0},
-        {"gc_msx_e", "gc_msx_e.fits", NULL, 1},
-        {"allsky_rosat", "allsky_rosat.fits", NULL, 1},
-        {"l1448_13co", "l1448_13co.fits", NULL, 0},
-        {"m13", NULL, "M13_blue_*.fits", 0},
+    /* l1448_13co is the 13CO J=1-0 line, whose rest frequency its header does not give. */
+    static const struct { const char *name, *path, *frames; int galactic; double rest; } demo[] = {
+        {"horsehead", "HorseHead.fits", NULL, 0, 0.0},
+        {"gc_2mass_k", "gc_2mass_k.fits", NULL, 0, 0.0},
+        {"gc_msx_e", "gc_msx_e.fits", NULL, 1, 0.0},
+        {"allsky_rosat", "allsky_rosat.fits", NULL, 1, 0.0},
+        {"l1448_13co", "l1448_13co.fits", NULL, 0, REST_13CO_1_0_HZ},
+        {"m13", NULL, "M13_blue_*.fits", 0, 0.0},
     };
     for (size_t i = 0; i < sizeof(demo) / sizeof(demo[0]); i++) {
         if ((rc = add_dataset(c, demo[i].name, demo[i].path, 0, demo[i].frames, err, errlen)))
             return rc;
         c->datasets[c->n_datasets - 1].hips_galactic = demo[i].galactic;
+        c->datasets[c->n_datasets - 1].rest_frequency = demo[i].rest;
     }
     return 0;
 }

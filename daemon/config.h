@@ -13,6 +13,8 @@ typedef struct ds_config {
     int hdu;         /* 0-based HDU index, default 0 */
     char *frames;    /* glob pattern, NULL for single files */
     int hips_galactic; /* "hips_frame": "galactic" (1) or "equatorial" (0, the default) */
+    double rest_frequency; /* "rest_frequency": Hz, for a cube whose header gives none
+                              (RESTFRQ, RESTFREQ, RESTWAV); 0 = none */
 } ds_config;
 
 typedef struct tess_config {
@@ -59,6 +61,10 @@ typedef struct tess_config {
     size_t jobs_max_product_mb;  /* jobs.max_product_mb: the largest product, default 8192 */
     size_t jobs_disk_mb;         /* jobs.disk_mb: work files and products in jobs.dir with
                                     what accepted jobs will write, default 65536; 0 = no total */
+    char *viewer_dir;            /* viewer.dir: the web viewer's files, NULL = $TESSERA_VIEWER_DIR,
+                                    else the installed PKGDATADIR/viewer */
+    char *viewer_node_modules;   /* viewer.node_modules: the npm packages it loads, NULL =
+                                    $TESSERA_NODE_MODULES, else PKGDATADIR/node_modules */
     ds_config *datasets;
     int n_datasets;
 } tess_config;
@@ -76,8 +82,8 @@ int config_load_file(const char *path, tess_config *c, char *err, size_t errlen)
 /* The same from JSON text. */
 int config_load_text(const char *text, tess_config *c, char *err, size_t errlen);
 
-/* The bundled demo: data root `demo_dir` (NULL: $TESSERA_DEMO_DIR, else the build's
- * data/demo) and the datasets horsehead, gc_2mass_k, gc_msx_e, allsky_rosat, l1448_13co
+/* The bundled demo: data root `demo_dir` (NULL: $TESSERA_DEMO_DIR, else the installed
+ * PKGDATADIR/demo) and the datasets horsehead, gc_2mass_k, gc_msx_e, allsky_rosat, l1448_13co
  * and the stack m13.  Returns 0, TESS_EIO (directory missing) or TESS_ENOMEM. */
 int config_load_demo(tess_config *c, const char *demo_dir, char *err, size_t errlen);
 

@@ -23,10 +23,11 @@ static void usage(FILE *f)
     fprintf(f,
             "usage: tesserad [--config FILE] [--listen ADDR:PORT] [--threads N]\n"
             "                [--demo-dir DIR] [--jobs-dir DIR] [--access-log FILE]\n"
-            "                [--shutdown-grace S] [--worker]\n"
-            "Serves FITS datasets over HTTP (see README.md).  Without --config it serves the\n"
-            "bundled demo datasets, with jobs under $TESSERA_JOBS_DIR or the build's jobs/\n"
-            "directory.  --jobs-dir overrides jobs.dir, --access-log (\"-\" = stderr) access_log,\n"
+            "                [--shutdown-grace S] [--worker] [--version]\n"
+            "Serves FITS datasets over HTTP (tesserad(8), tesserad.json(5)).  Without --config\n"
+            "it serves the demo datasets of --demo-dir, $TESSERA_DEMO_DIR or " TESSERA_PKGDATADIR "/demo,\n"
+            "with jobs under $TESSERA_JOBS_DIR or " TESSERA_DEMO_JOBS_DIR ".\n"
+            "--jobs-dir overrides jobs.dir, --access-log (\"-\" = stderr) access_log,\n"
             "--shutdown-grace limits.shutdown_grace_s.  --worker (with jobs.database set):\n"
             "no HTTP, only the blocks of the shared job store's jobs (`tessera worker`).\n"
             "SIGTERM or SIGINT stop it: requests in flight get limits.shutdown_grace_s\n"
@@ -186,6 +187,7 @@ int main(int argc, char **argv)
         {"shutdown-grace", required_argument, NULL, 'g'},
         {"worker", no_argument, NULL, 'w'},
         {"help", no_argument, NULL, 'h'},
+        {"version", no_argument, NULL, 'V'},
         {NULL, 0, NULL, 0},
     };
     const char *config_path = NULL, *listen = NULL, *demo_dir = NULL, *jobs_dir = NULL;
@@ -222,6 +224,13 @@ int main(int argc, char **argv)
         }
         case 'w': worker = 1; break;
         case 'h': usage(stdout); return 0;
+        case 'V':
+            /* The version, then where the programs look for what `make install` put. */
+            printf("tesserad %s\nviewer: %s\nnode_modules: %s\ndemo: %s\ndemo jobs: %s\n",
+                   PACKAGE_VERSION, TESSERA_PKGDATADIR "/viewer",
+                   TESSERA_PKGDATADIR "/node_modules", TESSERA_PKGDATADIR "/demo",
+                   TESSERA_DEMO_JOBS_DIR);
+            return 0;
         default: usage(stderr); return 2;
         }
     }

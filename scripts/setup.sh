@@ -6,7 +6,8 @@
 # (tests/clients) use astroquery, pyvo, dask, zarr, fitsverify, promtool and STILTS
 # (datalinklint, votlint, xsdvalidate with its own copies of the IVOA schemas), and
 # sunpy with astropy reproject for the solar references of test_solar; the cluster tests
-# a throwaway PostgreSQL and nginx.
+# a throwaway PostgreSQL and nginx; bench/kernels compares the resampling kernels with
+# OpenCV's remap (python3-opencv).
 set -eu
 PKGS="build-essential autoconf automake pkg-config curl ca-certificates
 libmicrohttpd-dev libcfitsio-dev wcslib-dev libpng-dev libjansson-dev
@@ -15,8 +16,13 @@ python3-numpy python3-astropy python3-skimage
 libspng-dev libdeflate-dev libtiff-dev libblosc-dev liblz4-dev libzstd-dev libxml2-dev
 libpq-dev postgresql nginx
 python3-astroquery python3-pyvo python3-dask python3-zarr python3-fsspec python3-aiohttp
-python3-requests python3-tifffile python3-astropy-healpix fitsverify prometheus linux-perf wrk
-stilts python3-sunpy python3-reproject"
+python3-requests python3-tifffile python3-astropy-healpix python3-matplotlib fitsverify prometheus
+linux-perf wrk stilts python3-sunpy python3-reproject python3-opencv mandoc"
+# The release checks of CI (scripts/release-check.sh: make distcheck, the Debian package
+# built, linted, installed and purged); TESSERA_RELEASE_CHECKS=1 elsewhere.
+if [ -n "${CI:-}" ] || [ "${TESSERA_RELEASE_CHECKS:-0}" = 1 ]; then
+    PKGS="$PKGS debhelper dpkg-dev fakeroot lintian man-db procps"
+fi
 SUDO=""
 if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
 missing=""

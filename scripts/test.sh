@@ -24,6 +24,16 @@ if [ -n "${CI:-}" ] || [ "${TESSERA_HARDENING:-0}" = 1 ]; then
     "$top/scripts/sanitize.sh" valgrind ${TESSERA_VALGRIND_TESTS-all} >valgrind.out 2>&1
     "$top/scripts/faults.sh" >faults.out 2>&1
 fi
+# Release checks (CI, or TESSERA_RELEASE_CHECKS=1): make distcheck (the tarball built,
+# tested and installed out of tree) and the Debian package built from it, linted,
+# installed, run with the checkout moved away and purged (scripts/release-check.sh; needs
+# root or sudo).  Their summaries land in tests/release.  Adds about 21 min on 2 cores
+# shared with other work (measured: distcheck 946 s, as it runs the whole make check
+# again; the package 291 s, of which dpkg-buildpackage 217 s and lintian 17 s).
+rm -rf tests/release
+if [ -n "${CI:-}" ] || [ "${TESSERA_RELEASE_CHECKS:-0}" = 1 ]; then
+    "$top/scripts/release-check.sh" >release.out 2>&1
+fi
 passed=0
 failed=0
 # Browser tests of the viewer (tests/e2e/run.mjs: headless Chromium via playwright-core,
@@ -48,7 +58,7 @@ else
     echo "test: browser tests skipped (need node, chromium and npm ci: scripts/setup.sh)"
 fi
 for log in tests/engine/*.log tests/daemon/*.log tests/cli/*.log scripts/*.log tests/clients/*.log tests/e2e/*.log tests/fuzz/*.log tests/asan/*.log \
-    tests/valgrind/*.log tests/faults/*.log; do
+    tests/valgrind/*.log tests/faults/*.log tests/release/*.log; do
     [ -f "$log" ] || continue
     case "$log" in *test-suite.log) continue ;; esac
     # Check's summary line: "100%: Checks: N, Failures: F, Errors: E"
@@ -63,7 +73,7 @@ for log in tests/engine/*.log tests/daemon/*.log tests/cli/*.log scripts/*.log t
     passed=$((passed + n - f - e))
     failed=$((failed + f + e))
     case "$log" in
-    tests/fuzz/* | tests/asan/* | tests/valgrind/* | tests/faults/*)
+    tests/fuzz/* | tests/asan/* | tests/valgrind/* | tests/faults/* | tests/release/*)
         name=$(basename "$(dirname "$log")")/$(basename "$log" .log) ;;
     *) name=$(basename "$log" .log) ;;
     esac

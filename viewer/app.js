@@ -33,25 +33,17 @@ const T = (window.tessera = {
 
 // ---- HiPS requests of Aladin Lite ------------------------------------------------------------
 // Aladin Lite fetches a survey's properties, Moc.fits and tiles with window.fetch; this
-// wrapper (installed before Aladin loads) does three things to them:
-//  - Aladin Lite 3.8 reads Moc.fits in the survey's own frame, while a MOC is ICRS (as
-//    the server writes it): for a galactic survey it then culls every tile of a small
-//    image and the view stays blank.  Moc.fits of galactic surveys is answered 404 here,
-//    so that Aladin draws the tiles the view needs.
+// wrapper (installed before Aladin loads) does two things to them:
 //  - A survey URL /hips/{name}/@{tag} (tag "z{plane}" and/or "g{n}") is the plane of a
 //    cube (tiles Npix{N}_{plane}, properties turned into an image survey of its own
 //    creator_did, so that Aladin keeps the planes apart) or a fresh copy after a failure.
 //  - Every tile's request and answer time is recorded in tessera.hipsTiles.
-const galacticSurveys = new Set();
 const realFetch = window.fetch.bind(window);
 window.fetch = function hipsFetch(input, init) {
   const url = typeof input === 'string' ? input : input instanceof URL ? input.href : input && input.url;
   const m = typeof url === 'string' ? url.match(/\/hips\/([^/?#]+)\/(?:@([a-z0-9]+)\/)?([^?#]*)$/) : null;
   if (!m) return realFetch(input, init);
   const name = decodeURIComponent(m[1]), tag = m[2] || '', rest = m[3];
-  if (rest === 'Moc.fits' && galacticSurveys.has(name)) {
-    return Promise.resolve(new Response('', { status: 404, statusText: 'not used for a galactic survey' }));
-  }
   const zm = tag.match(/z(\d+)/);
   let real = url;
   if (tag) {
@@ -520,7 +512,6 @@ async function showSky(name, params) {
     return;
   }
   clearMessage('sky-open');
-  if (props.hips_frame === 'galactic') galacticSurveys.add(name);
   sky.props = props;
   await loadAladin();
   // Cubes: one survey per plane (HiPS cube tiles), chosen with the plane slider.
@@ -683,7 +674,6 @@ async function setLayer(name, opacity) {
   }
   if (sky.layer !== cur) {
     const props = parseProperties(await getText(`/hips/${enc(cur)}/properties`));
-    if (props.hips_frame === 'galactic') galacticSurveys.add(cur);
     T.aladin.setOverlayImageLayer(A.imageHiPS(`${location.origin}/hips/${enc(cur)}`,
       { name: cur, imgFormat: 'png', opacity: parseFloat($('#sky-opacity').value) }), 'layer');
     sky.layer = cur;

@@ -184,11 +184,12 @@ void handle_uws_job_part_post(hreq *r, const route_match *m);
  * /vendor/{package}/{path} (files of the npm packages aladin-lite, openseadragon, uplot and
  * neuroglancer, the prebuilt bundle of @janelia-flyem/neuroglancer, under node_modules) (viewer.c), by the whole URL path r->url.  Only files inside those
  * directories (after resolving links) with a known extension are served; anything else is
- * 404.  The directories: $TESSERA_VIEWER_DIR / $TESSERA_NODE_MODULES when set, else the
- * build's viewer/ and node_modules/ of the source tree. */
+ * 404.  The directories: viewer.dir / viewer.node_modules of the configuration `cfg` (NULL:
+ * none), else $TESSERA_VIEWER_DIR / $TESSERA_NODE_MODULES when set, else the installed
+ * PKGDATADIR/viewer and PKGDATADIR/node_modules. */
 void handle_viewer(hreq *r, const route_match *m);
-const char *viewer_dir(void);
-const char *viewer_node_modules_dir(void);
+const char *viewer_dir(const tess_config *cfg);
+const char *viewer_node_modules_dir(const tess_config *cfg);
 /* The Content-Type served for a file name by its extension, or NULL (not served). */
 const char *viewer_content_type(const char *path);
 /* 1 when `rel` is a safe relative path: segments of [A-Za-z0-9_.-] not starting with '.',

@@ -5,6 +5,8 @@
 #include "daemon/cache/planes.h"
 #include "daemon/problem.h"
 #include "engine/base/error.h"
+#include "engine/fits/fitscard.h"
+#include "engine/sky/skywcs.h"
 
 #include <ctype.h>
 #include <math.h>
@@ -345,6 +347,84 @@ static void base_release(void *cls, int64_t npix)
     b->held = NULL;
 }
 
+/* Tiles the coverage walk tests at most (hips_footprint_cells): some 0.3 ms each, so that
+ * the coverage of any shape is found in about a second, at a coarser order than the
+ * survey's when its cells are too many to test (a huge image, a tiny pixel scale). */
+#define HIPS_MOC_MAX_TESTS 2048
+
+/* The coverage of dataset d (hips_footprint_cells at the survey's order), from the cache
+ * or computed and put there: *held the cache entry (release it), *cells its *n cells of
+ * order *order.  On failure the problem reply is set and -1 returned. */
+static int coverage_get(hreq *r, const dataset *d, double pixscale, tile **held,
+                        const int64_t **cells, size_t *n, int *order)
+{
+    char version[64], key[256];
+    dataset_version(d, version, sizeof(version));
+    snprintf(key, sizeof(key), "hips|cells|%s|%s", d->name, version);
+    tile *t = tilecache_get(r->srv->cache, key);
+    if (!t) {
+        int64_t *list = NULL;
+        size_t nl = 0;
+        int reached = 0;
+        int rc = hips_footprint_cells(d->cel, d->nx, d->ny, d->hips_galactic, pixscale,
+                                      hips_survey_order(pixscale), HIPS_MOC_MAX_TESTS, &list,
+                                      &nl, &reached);
+        if (rc) {
+            problem_reply(r, rc == TESS_ENOMEM ? 500 : 422, NULL, "cannot compute the "
+                          "coverage of dataset '%s'", d->name);
+            return -1;
+        }
+        unsigned char *body = malloc(sizeof(int64_t) * (nl + 1));
+        if (!body) {
+            free(list);
+            problem_reply(r, 500, NULL, "out of memory");
+            return -1;
+        }
+        int64_t head = reached;
+        memcpy(body, &head, sizeof(head));
+        if (nl)
+            memcpy(body + sizeof(int64_t), list, sizeof(int64_t) * nl);
+        free(list);
+        if (!(t = tile_new_internal(body, sizeof(int64_t) * (nl + 1),
+                                    "application/octet-stream"))) {
+            problem_reply(r, 500, NULL, "out of memory");
+            return -1;
+        }
+        tilecache_put(r->srv->cache, key, t);
+    }
+    int64_t head;
+    memcpy(&head, t->data, sizeof(head));
+    *held = t;
+    *order = (int)head;
+    *n = t->len / sizeof(int64_t) - 1;
+    *cells = (const int64_t *)(void *)(t->data + sizeof(int64_t));
+    return 0;
+}
+
+/* The one rule of the survey's tiles (healpix.h, hips_cells_hold): 1 when tile (order,
+ * npix) of dataset d exists, 0 when it does not (404), -1 with the problem reply set. */
+static int tile_exists(hreq *r, const dataset *d, double pixscale, int order, int64_t npix)
+{
+    tile *held = NULL;
+    const int64_t *cells;
+    size_t n;
+    int M;
+    if (coverage_get(r, d, pixscale, &held, &cells, &n, &M))
+        return -1;
+    int in = hips_cells_hold(cells, n, M, order, npix);
+    tile_release(held);
+    if (in && order > M) {
+        in = hips_tile_in_footprint(d->cel, d->nx, d->ny, d->hips_galactic,
+                                    hips_source_level(order, HIPS_TILE_SHIFT, pixscale), order,
+                                    npix);
+        if (in < 0) {
+            problem_reply(r, 500, NULL, "out of memory");
+            return -1;
+        }
+    }
+    return in;
+}
+
 static void tile_work(hreq *r)
 {
     hips_job *j = r->work_arg;
@@ -353,14 +433,12 @@ static void tile_work(hreq *r)
     double pixscale, lo = 0.0, hi = 0.0;
     if (pixel_scale(r, d, &pixscale))
         return;
-    int ov = hips_tile_overlaps(d->cel, d->nx, d->ny, d->hips_galactic, p->order, p->npix);
-    if (ov < 0) {
-        problem_reply(r, 500, NULL, "out of memory");
+    int ov = tile_exists(r, d, pixscale, p->order, p->npix);
+    if (ov < 0)
         return;
-    }
     if (ov == 0) {
         problem_reply(r, 404, "Npix", "tile Norder%d/Npix%lld lies outside the footprint of "
-                      "dataset '%s'", p->order, (long long)p->npix, d->name);
+                      "dataset '%s' (Moc.fits)", p->order, (long long)p->npix, d->name);
         return;
     }
     if (p->format != HIPS_FMT_FITS && cut_levels(r, j, &lo, &hi))
@@ -381,7 +459,7 @@ static void tile_work(hreq *r)
         const double *data = NULL;
         base_init(&b, r, j, &h);
         rc = base_get(&b, p->npix, &data, err, sizeof(err));
-        if (rc > 0)
+        if (rc >= 0)
             rc = hips_tile_encode_data(data, rc, p->order, p->npix, d->hips_galactic,
                                        p->format, &j->q.render, lo, hi, &out, &len, err,
                                        sizeof(err));
@@ -391,11 +469,7 @@ static void tile_work(hreq *r)
                               &j->q.render, lo, hi, &out, &len, err, sizeof(err));
     }
     source_release(r, &h);
-    if (rc == 0)
-        problem_reply(r, 404, "Npix", "tile Norder%d/Npix%lld holds no pixel of dataset '%s'",
-                      p->order, (long long)p->npix, d->name);
-    else
-        reply_bytes(r, rc, out, len, hips_format_mime(p->format), err);
+    reply_bytes(r, rc, out, len, hips_format_mime(p->format), err);
 }
 
 static void allsky_work(hreq *r)
@@ -456,11 +530,6 @@ static time_t release_time(const dataset *d)
     return newest ? newest : time(NULL);
 }
 
-/* Tiles one Moc.fits tests at most (hips_moc_fits): some 0.3 ms each, so that the
- * coverage of any shape is answered in about a second, at a coarser MOCORDER than the
- * survey's when its cells are too many to test (a huge image, a tiny pixel scale). */
-#define HIPS_MOC_MAX_TESTS 2048
-
 static void moc_work(hreq *r)
 {
     hips_job *j = r->work_arg;
@@ -468,15 +537,107 @@ static void moc_work(hreq *r)
     double pixscale;
     if (pixel_scale(r, d, &pixscale))
         return;
+    tile *held = NULL;
+    const int64_t *cells;
+    size_t n;
+    int order;
+    if (coverage_get(r, d, pixscale, &held, &cells, &n, &order))
+        return;
     unsigned char *out = NULL;
     size_t len = 0;
-    int rc = hips_moc_fits(d->cel, d->nx, d->ny, hips_survey_order(pixscale),
-                           HIPS_MOC_MAX_TESTS, &out, &len, NULL);
+    int rc = hips_moc_fits_cells(cells, n, order, d->hips_galactic, &out, &len, NULL);
+    tile_release(held);
     if (rc)
-        problem_reply(r, rc == TESS_ENOMEM ? 500 : 422, NULL, "cannot compute the coverage of "
-                      "dataset '%s'", d->name);
+        problem_reply(r, 500, NULL, "cannot write the coverage of dataset '%s'", d->name);
     else
         hreq_reply_tile(r, 200, tile_new_take(out, len, "application/fits"));
+}
+
+/* The vacuum wavelength (m) of value v of a spectral axis of type `ctype` (FITS WCS
+ * Paper III: FREQ Hz, WAVE m, WAVN 1/m, ENER J; the velocities VOPT/VELO m/s and ZOPT with
+ * the rest wavelength, VRAD m/s with the rest frequency), NaN when the axis is not one of
+ * these or needs a rest value it lacks (rest_hz <= 0). */
+static double wavelength_of(const char *ctype, double v, double rest_hz)
+{
+    const double c = 299792458.0;
+    static const char *const velocities[] = {"VOPT", "VELO", "ZOPT", "VRAD"};
+    if (strncmp(ctype, "FREQ", 4) == 0)
+        return v > 0.0 ? c / v : NAN;
+    if (strncmp(ctype, "WAVE", 4) == 0)
+        return v > 0.0 ? v : NAN;
+    if (strncmp(ctype, "WAVN", 4) == 0)
+        return v > 0.0 ? 1.0 / v : NAN;
+    if (strncmp(ctype, "ENER", 4) == 0)
+        return v > 0.0 ? 6.62607015e-34 * c / v : NAN;
+    int k = 0;
+    while (k < 4 && strncmp(ctype, velocities[k], 4) != 0)
+        k++;
+    if (k == 4 || !(rest_hz > 0.0))
+        return NAN;
+    double lam0 = c / rest_hz;
+    switch (k) {
+    case 0:
+    case 1:
+        return lam0 * (1.0 + v / c);          /* optical convention */
+    case 2:
+        return lam0 * (1.0 + v);              /* redshift */
+    default:
+        return c / (rest_hz * (1.0 - v / c)); /* radio convention */
+    }
+}
+
+/* The spectral axis of cube d for its properties: data_cube_* from the world values of
+ * its planes (axis 3 at the image centre, wcslib), em_min/em_max from their wavelengths
+ * with the header's rest frequency (RESTFRQ, RESTFREQ) or wavelength (RESTWAV), else the
+ * configured one.  Leaves p as it is where the axis gives nothing; returns 0 or -1 (out
+ * of memory). */
+static int cube_axis(const dataset *d, hips_properties *p, char *unit, size_t unitlen)
+{
+    if (d->nz < 2 || !d->wcs)
+        return 0;
+    skywcs *w = skywcs_copy(d->wcs);
+    double *world = malloc(sizeof(double) * (size_t)d->nz);
+    if (!w || !world) {
+        skywcs_free(w);
+        free(world);
+        return -1;
+    }
+    char ctype[72] = "";
+    int rc = skywcs_zaxis(w, (double)(d->nx / 2), (double)(d->ny / 2), d->nz, world, ctype,
+                          sizeof(ctype), unit, unitlen);
+    skywcs_free(w);
+    if (rc == TESS_ENOMEM) {
+        free(world);
+        return -1;
+    }
+    if (rc == 0 && isfinite(world[0]) && isfinite(world[1])) {
+        p->cube_crval3 = world[0];
+        p->cube_cdelt3 = world[1] - world[0];
+        p->cube_bunit3 = unit;
+        char v[72];
+        double rest = d->rest_frequency;
+        if (fitscard_get(d->header, d->nkeys, "RESTFRQ", v, sizeof(v)) ||
+            fitscard_get(d->header, d->nkeys, "RESTFREQ", v, sizeof(v)))
+            rest = atof(v);
+        else if (fitscard_get(d->header, d->nkeys, "RESTWAV", v, sizeof(v)) && atof(v) > 0.0)
+            rest = 299792458.0 / atof(v);
+        double lo = INFINITY, hi = -INFINITY;
+        for (long k = 0; k < d->nz; k++) {
+            double lam = wavelength_of(ctype, world[k], rest);
+            if (!isfinite(lam)) {
+                lo = hi = NAN;
+                break;
+            }
+            lo = lam < lo ? lam : lo;
+            hi = lam > hi ? lam : hi;
+        }
+        if (isfinite(lo) && isfinite(hi) && hi > lo) {
+            p->em_min = lo;
+            p->em_max = hi;
+        }
+    }
+    free(world);
+    return 0;
 }
 
 static void properties_work(hreq *r)
@@ -508,6 +669,11 @@ static void properties_work(hreq *r)
         .dec = dec, .fov = fov, .cut_lo = lo, .cut_hi = hi, .data_min = dmin, .data_max = dmax,
         .cube_depth = d->nz, .cube_firstframe = j->q.plane,
     };
+    char unit3[72] = "";
+    if (d->kind == DS_CUBE && cube_axis(d, &p, unit3, sizeof(unit3))) {
+        problem_reply(r, 500, NULL, "out of memory");
+        return;
+    }
     char *text = NULL;
     size_t len = 0;
     if (hips_properties_text(&p, &text, &len)) {

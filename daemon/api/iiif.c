@@ -389,6 +389,8 @@ int iiif_path_split(const char *path, iiif_path *p)
         p->kind = IIIF_PATH_BASE;
     else if (p->nseg == 2 && strcmp(p->seg[1], "info.json") == 0)
         p->kind = IIIF_PATH_INFO;
+    else if (p->nseg == 2 && strcmp(p->seg[1], "manifest.json") == 0)
+        p->kind = IIIF_PATH_MANIFEST;
     else
         p->kind = IIIF_PATH_IMAGE;
     return 0;
@@ -568,6 +570,27 @@ static long level_len(long n, int k)
     return (long)(((unsigned long long)n + (1ULL << k) - 1) >> k);
 }
 
+/* Answers JSON-LD document o (taken; NULL: out of memory) of IIIF API `api` ("image",
+ * "presentation"): application/ld+json with the API's context as profile when the client
+ * asks for it in Accept (Image API §5.1, Presentation API §6.1), application/json
+ * otherwise. */
+static void reply_ld(hreq *r, json_t *o, const char *api)
+{
+    char *text = o ? json_dumps(o, JSON_COMPACT) : NULL;
+    json_decref(o);
+    char type[128] = "application/json";
+    const char *accept = hreq_header(r, "Accept");
+    if (accept && strstr(accept, "application/ld+json"))
+        snprintf(type, sizeof type, "application/ld+json;profile=\"http://iiif.io/api/%s/3/"
+                 "context.json\"", api);
+    if (!text) {
+        problem_reply(r, 500, NULL, "out of memory");
+        return;
+    }
+    r->rep.cache_control = "no-cache";
+    hreq_reply_tile(r, 200, tile_new_take((unsigned char *)text, strlen(text), type));
+}
+
 /* Image API §5 Image Information (technical properties §5.2, sizes §5.3, tiles §5.4,
  * extra functionality §5.7).  Profile level2 (Compliance §3: regionByPx,
  * regionByPct, regionSquare, every size form, rotationBy90s, png and jpg, baseUriRedirect,
@@ -635,23 +658,89 @@ static void reply_info(hreq *r, const dataset *d, const char *id)
     json_array_append_new(ef, json_string("mirroring"));
     json_array_append_new(ef, json_string("sizeUpscaling"));
     json_object_set_new(o, "extraFeatures", ef);
-    char *text = json_dumps(o, JSON_COMPACT);
-    json_decref(o);
+    /* §5.7 partOf: the dataset's Presentation manifest (every plane's canvas). */
+    char *man = base_uri(r, d->name);
+    char *mid = NULL;
+    if (man && asprintf(&mid, "%s/manifest.json", man) < 0)
+        mid = NULL;
+    free(man);
+    if (mid)
+        json_object_set_new(o, "partOf", json_pack("[{s:s, s:s}]", "id", mid, "type",
+                                                   "Manifest"));
+    free(mid);
     free(uri);
-    if (!text) {
-        problem_reply(r, 500, NULL, "out of memory");
-        return;
-    }
-    /* Image API §5.1: application/ld+json with the profile when the client asks for it
-     * in Accept, application/json otherwise. */
-    const char *accept = hreq_header(r, "Accept");
-    const char *type = accept && strstr(accept, "application/ld+json")
-        ? "application/ld+json;profile=\"http://iiif.io/api/image/3/context.json\""
-        : "application/json";
-    r->rep.cache_control = "no-cache";
     free(r->rep.link);
     r->rep.link = strdup(IIIF_PROFILE_LINK);
-    hreq_reply_tile(r, 200, tile_new_take((unsigned char *)text, strlen(text), type));
+    reply_ld(r, o, "image");
+}
+
+/* A IIIF Presentation API 3.0 manifest of dataset d: one canvas a plane (planes of a cube,
+ * frames of a stack), each painted by the plane's full image with its Image API service
+ * ({name}~{z} for planes after the first of a cube or stack, as info.json names them).
+ * Returns the document or NULL (out of memory). */
+static json_t *manifest_json(hreq *r, const dataset *d)
+{
+    char *self = base_uri(r, d->name);
+    if (!self)
+        return NULL;
+    json_t *items = json_array();
+    int bad = !items;
+    for (long z = 0; !bad && z < d->nz; z++) {
+        char id[300], label[64], *canvas = NULL, *svc = NULL;
+        if (d->nz > 1)
+            snprintf(id, sizeof id, "%s~%ld", d->name, z);
+        else
+            snprintf(id, sizeof id, "%s", d->name);
+        snprintf(label, sizeof label, d->nz > 1 ? "%s %ld of %ld" : "%s", d->nz > 1
+                 ? (d->kind == DS_STACK ? "frame" : "plane") : d->name, z + 1, d->nz);
+        svc = base_uri(r, id);
+        if (!svc || asprintf(&canvas, "%s/canvas/%ld", self, z) < 0) {
+            free(svc);
+            bad = 1;
+            break;
+        }
+        char *img = NULL, *page = NULL, *anno = NULL;
+        if (asprintf(&img, "%s/full/max/0/default.png", svc) < 0)
+            img = NULL;
+        if (asprintf(&page, "%s/page", canvas) < 0)
+            page = NULL;
+        if (asprintf(&anno, "%s/page/image", canvas) < 0)
+            anno = NULL;
+        json_t *c = img && page && anno ? json_pack(
+            "{s:s, s:s, s:{s:[s]}, s:I, s:I, s:[{s:s, s:s, s:[{s:s, s:s, s:s, s:s, "
+            "s:{s:s, s:s, s:s, s:I, s:I, s:[{s:s, s:s, s:s}]}}]}]}",
+            "id", canvas, "type", "Canvas", "label", "none", label,
+            "width", (json_int_t)d->nx, "height", (json_int_t)d->ny,
+            "items", "id", page, "type", "AnnotationPage", "items",
+            "id", anno, "type", "Annotation", "motivation", "painting", "target", canvas,
+            "body", "id", img, "type", "Image", "format", "image/png",
+            "width", (json_int_t)d->nx, "height", (json_int_t)d->ny,
+            "service", "id", svc, "type", "ImageService3", "profile", "level2") : NULL;
+        free(img);
+        free(page);
+        free(anno);
+        free(canvas);
+        free(svc);
+        if (!c || json_array_append_new(items, c))
+            bad = 1;
+    }
+    char *mid = NULL;
+    if (!bad && asprintf(&mid, "%s/manifest.json", self) < 0)
+        mid = NULL;
+    free(self);
+    json_t *m = !bad && mid ? json_pack("{s:s, s:s, s:s, s:{s:[s]}, s:o}", "@context",
+                                        "http://iiif.io/api/presentation/3/context.json",
+                                        "id", mid, "type", "Manifest", "label", "none",
+                                        d->name, "items", items) : NULL;
+    if (!m)
+        json_decref(items);
+    free(mid);
+    return m;
+}
+
+static void reply_manifest(hreq *r, const dataset *d)
+{
+    reply_ld(r, manifest_json(r, d), "presentation");
 }
 
 /* ---- pixels ------------------------------------------------------------------------- */
@@ -1002,6 +1091,15 @@ void handle_iiif(hreq *r, const route_match *m)
     }
     if (p.kind == IIIF_PATH_INFO) {
         reply_info(r, d, p.seg[0]);
+        iiif_path_release(&p);
+        return;
+    }
+    if (p.kind == IIIF_PATH_MANIFEST) {
+        if (strcmp(p.seg[0], d->name) != 0)
+            problem_reply(r, 404, NULL, "the manifest is the dataset's: /iiif/3/%s/manifest.json",
+                          d->name);
+        else
+            reply_manifest(r, d);
         iiif_path_release(&p);
         return;
     }

@@ -8,7 +8,7 @@
  * "{identifier}/" (the base URI), "{identifier}/info.json", or an image request
  * "{identifier}/{region}/{size}/{rotation}/{quality}.{format}". */
 #define IIIF_MAX_SEGMENTS 6
-typedef enum { IIIF_PATH_BASE, IIIF_PATH_INFO, IIIF_PATH_IMAGE } iiif_path_kind;
+typedef enum { IIIF_PATH_BASE, IIIF_PATH_INFO, IIIF_PATH_IMAGE, IIIF_PATH_MANIFEST } iiif_path_kind;
 typedef struct iiif_path {
     const char *path;         /* the path as given (the caller's; must outlive this) */
     char *copy;               /* malloc'd storage of the segments */

@@ -15,12 +15,9 @@
 #include <unistd.h>
 #include <zlib.h>
 
-#ifndef TESSERA_VIEWER_DIR
-#define TESSERA_VIEWER_DIR "viewer"
-#endif
-#ifndef TESSERA_NODE_MODULES_DIR
-#define TESSERA_NODE_MODULES_DIR "node_modules"
-#endif
+/* Where `make install` puts them (Makefile.am). */
+#define TESSERA_VIEWER_DIR TESSERA_PKGDATADIR "/viewer"
+#define TESSERA_NODE_MODULES_DIR TESSERA_PKGDATADIR "/node_modules"
 
 /* Largest static file served (aladin.js is about 2.4 MB). */
 #define VIEWER_MAX_FILE ((off_t)32 * 1024 * 1024)
@@ -56,14 +53,18 @@ static const struct ext_type {
     {".txt", "text/plain; charset=utf-8"},
 };
 
-const char *viewer_dir(void)
+const char *viewer_dir(const tess_config *cfg)
 {
+    if (cfg && cfg->viewer_dir)
+        return cfg->viewer_dir;
     const char *d = getenv("TESSERA_VIEWER_DIR");
     return d && *d ? d : TESSERA_VIEWER_DIR;
 }
 
-const char *viewer_node_modules_dir(void)
+const char *viewer_node_modules_dir(const tess_config *cfg)
 {
+    if (cfg && cfg->viewer_node_modules)
+        return cfg->viewer_node_modules;
     const char *d = getenv("TESSERA_NODE_MODULES");
     return d && *d ? d : TESSERA_NODE_MODULES_DIR;
 }
@@ -242,11 +243,11 @@ void handle_viewer(hreq *r, const route_match *m)
     const char *root, *rel, *cache_control;
     char vendor_root[PATH_MAX];
     if (strcmp(path, "/") == 0 || strcmp(path, "/viewer/") == 0) {
-        root = viewer_dir();
+        root = viewer_dir(r->srv->cfg);
         rel = "index.html";
         cache_control = "no-cache";
     } else if (strncmp(path, "/viewer/", 8) == 0) {
-        root = viewer_dir();
+        root = viewer_dir(r->srv->cfg);
         rel = path + 8;
         cache_control = "no-cache";
     } else if (strncmp(path, "/vendor/", 8) == 0) {
@@ -261,7 +262,7 @@ void handle_viewer(hreq *r, const route_match *m)
             problem_reply(r, 404, NULL, "no such resource: %.200s", path);
             return;
         }
-        int n = snprintf(vendor_root, sizeof(vendor_root), "%s/%s", viewer_node_modules_dir(),
+        int n = snprintf(vendor_root, sizeof(vendor_root), "%s/%s", viewer_node_modules_dir(r->srv->cfg),
                          vp->subdir);
         if (n < 0 || (size_t)n >= sizeof(vendor_root)) {
             problem_reply(r, 404, NULL, "no such resource: %.200s", path);
@@ -283,7 +284,7 @@ void handle_viewer(hreq *r, const route_match *m)
         else if (strcmp(rel, "index.html") == 0 && strncmp(path, "/vendor/", 8) != 0)
             problem_reply(r, 404, NULL,
                           "the viewer is not installed: no index.html in '%.200s' (set "
-                          "TESSERA_VIEWER_DIR)", root);
+                          "viewer.dir in the configuration, or TESSERA_VIEWER_DIR)", root);
         else
             problem_reply(r, 404, NULL, "no such resource: %.200s", path);
         return;

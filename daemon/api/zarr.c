@@ -339,17 +339,41 @@ static json_t *tessera_json(const dataset *d, int has_profile)
     return t;
 }
 
-static json_t *group_attrs_json(const dataset *d, int has_profile)
+/* How to show the data [OME-NGFF 0.4, "omero"]: one grey channel whose window is the
+ * server's default cut levels of plane `z` (start, end) within its range of values (min,
+ * max, the 0 and 100 percentiles of its finite pixels), z the default plane (rdefs), so
+ * that viewers such as ome-zarr.js do not guess a window from the dtype (0..65535 for
+ * float data). */
+typedef struct zarr_window {
+    long z;
+    double start, end, min, max;
+} zarr_window;
+
+static json_t *omero_json(const dataset *d, const zarr_window *w, int v05)
 {
-    return json_pack("{s:[o], s:o}", "multiscales", multiscale_json(d, 0), "tessera",
-                     tessera_json(d, has_profile));
+    json_t *ch = json_pack("{s:b, s:f, s:s, s:s, s:b, s:s, s:{s:f, s:f, s:f, s:f}}", "active", 1,
+                           "coefficient", 1.0, "color", "FFFFFF", "family", "linear",
+                           "inverted", 0, "label", d->bunit[0] ? d->bunit : d->name, "window",
+                           "start", w->start, "end", w->end, "min", w->min, "max", w->max);
+    json_t *o = json_pack("{s:s, s:[o], s:{s:s, s:I}}", "name", d->name, "channels", ch,
+                          "rdefs", "model", "greyscale", "defaultZ", (json_int_t)w->z);
+    if (o && !v05)
+        json_object_set_new(o, "version", json_string("0.4"));
+    return o;
 }
 
-static json_t *group_v3_json(const dataset *d, int has_profile)
+static json_t *group_attrs_json(const dataset *d, int has_profile, const zarr_window *w)
 {
-    return json_pack("{s:i, s:s, s:{s:{s:s, s:[o]}, s:o}}", "zarr_format", 3, "node_type",
+    return json_pack("{s:[o], s:o, s:o}", "multiscales", multiscale_json(d, 0), "omero",
+                     omero_json(d, w, 0), "tessera", tessera_json(d, has_profile));
+}
+
+static json_t *group_v3_json(const dataset *d, int has_profile, const zarr_window *w)
+{
+    return json_pack("{s:i, s:s, s:{s:{s:s, s:[o], s:o}, s:o}}", "zarr_format", 3, "node_type",
                      "group", "attributes", "ome", "version", "0.5", "multiscales",
-                     multiscale_json(d, 1), "tessera", tessera_json(d, has_profile));
+                     multiscale_json(d, 1), "omero", omero_json(d, w, 1), "tessera",
+                     tessera_json(d, has_profile));
 }
 
 static json_t *array_attrs_json(int ndim)
@@ -358,10 +382,10 @@ static json_t *array_attrs_json(int ndim)
 }
 
 /* .zmetadata: every v2 document of the store in one (zarr's consolidated format 1). */
-static json_t *consolidated_json(const dataset *d, const zarr_geom *gp)
+static json_t *consolidated_json(const dataset *d, const zarr_geom *gp, const zarr_window *w)
 {
     json_t *md = json_pack("{s:{s:i}, s:o}", ".zgroup", "zarr_format", 2, ".zattrs",
-                           group_attrs_json(d, gp != NULL));
+                           group_attrs_json(d, gp != NULL, w));
     for (int k = 0; md && k < zarr_nlevels(d); k++) {
         zarr_geom g;
         char key[16];
@@ -497,6 +521,59 @@ static void zarr_chunk_work(hreq *r)
     free(packed);
 }
 
+/* The group documents (.zattrs, .zmetadata, zarr.json), on the pool: their window reads
+ * the default plane (the middle one) for its cut levels and range (planestore_cuts, cached
+ * per plane). */
+typedef struct zarr_doc_job {
+    const dataset *ds;
+    int kind;                 /* ZARR_KEY_ZATTRS, _ZMETADATA or _GROUP_V3 */
+    int has_profile;
+    zarr_geom gp;
+} zarr_doc_job;
+
+static void reply_doc(hreq *r, json_t *doc);
+
+static void zarr_doc_work(hreq *r)
+{
+    zarr_doc_job *j = r->work_arg;
+    const dataset *d = j->ds;
+    zarr_window w = {d->nz / 2, 0, 0, 0, 0};
+    render_params rp, range;
+    render_params_default(&rp);
+    render_params_default(&range);
+    range.min_cut = (render_cut){0.0, 1};
+    range.max_cut = (render_cut){100.0, 1};
+    char err[256] = "";
+    int rc = planestore_cuts(r->srv->planes, d, w.z, &rp, &w.start, &w.end, err, sizeof err);
+    if (rc == 0)
+        rc = planestore_cuts(r->srv->planes, d, w.z, &range, &w.min, &w.max, err, sizeof err);
+    if (rc) {
+        problem_reply(r, problem_read_status(rc, 500), NULL, "cannot read plane %ld of '%s' "
+                      "for its display window: %s", w.z, d->name, err);
+        return;
+    }
+    json_t *doc = j->kind == ZARR_KEY_ZATTRS ? group_attrs_json(d, j->has_profile, &w)
+                  : j->kind == ZARR_KEY_GROUP_V3 ? group_v3_json(d, j->has_profile, &w)
+                  : consolidated_json(d, j->has_profile ? &j->gp : NULL, &w);
+    reply_doc(r, doc);
+}
+
+static void doc_request(hreq *r, const dataset *d, int kind, int has_profile,
+                        const zarr_geom *gp)
+{
+    zarr_doc_job *j = calloc(1, sizeof(*j));
+    if (!j) {
+        problem_reply(r, 500, NULL, "out of memory");
+        return;
+    }
+    j->ds = d;
+    j->kind = kind;
+    j->has_profile = has_profile;
+    if (has_profile)
+        j->gp = *gp;
+    hreq_run_async(r, zarr_doc_work, j, free);
+}
+
 /* ---- the handler --------------------------------------------------------------------- */
 
 static void reply_doc(hreq *r, json_t *doc)
@@ -571,11 +648,9 @@ void handle_zarr(hreq *r, const route_match *m)
     }
     switch (k.kind) {
     case ZARR_KEY_ZGROUP: reply_doc(r, json_pack("{s:i}", "zarr_format", 2)); break;
-    case ZARR_KEY_ZATTRS: reply_doc(r, group_attrs_json(d, has_profile)); break;
+    case ZARR_KEY_ZATTRS:
     case ZARR_KEY_ZMETADATA:
-        reply_doc(r, consolidated_json(d, has_profile ? &gp : NULL));
-        break;
-    case ZARR_KEY_GROUP_V3: reply_doc(r, group_v3_json(d, has_profile)); break;
+    case ZARR_KEY_GROUP_V3: doc_request(r, d, k.kind, has_profile, &gp); break;
     case ZARR_KEY_ZARRAY: reply_doc(r, zarray_json(g)); break;
     case ZARR_KEY_ARRAY_ZATTRS: reply_doc(r, array_attrs_json(g->ndim)); break;
     case ZARR_KEY_ARRAY_V3: reply_doc(r, array_v3_json(g)); break;

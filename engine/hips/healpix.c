@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "engine/image/encode.h"
+#include "engine/image/pyramid.h"
 #include "engine/sky/coordmap.h"
 #include "engine/base/buf.h"
 #include "engine/base/error.h"
@@ -639,6 +640,64 @@ static int map_rect(rp_coordmap *m, const hips_source *src, long x0, long y0, lo
     return rc ? TESS_ENOMEM : 0;
 }
 
+/* The pixels of tile (order, npix) that may hold data: the bounding box of the blocks
+ * plan_tile marks, as a rectangle of tile pixels *x0, *y0, *w, *h (FITS rows: block row
+ * a covers face rows [a c, (a + 1) c), i.e. FITS rows W - (a + 1) c ..).  Returns 0 when
+ * no block is marked, 1 when one is, or TESS_ENOMEM. */
+static int plan_rect(image_ref *ir, int order, int64_t npix, int shift, tile_plan *plan,
+                     long *x0, long *y0, long *w, long *h)
+{
+    int rc = plan_tile(ir, order, npix, plan);
+    if (rc)
+        return rc;
+    if (!plan->any)
+        return 0;
+    long W = 1L << shift, c = W / PLAN_N;
+    int a0 = PLAN_N, a1 = -1, b0 = PLAN_N, b1 = -1;
+    for (int a = 0; a < PLAN_N; a++)
+        for (int b = 0; b < PLAN_N; b++)
+            if (plan->mask[a][b]) {
+                a0 = a < a0 ? a : a0;
+                a1 = a > a1 ? a : a1;
+                b0 = b < b0 ? b : b0;
+                b1 = b > b1 ? b : b1;
+            }
+    *x0 = b0 * c;
+    *w = (b1 - b0 + 1) * c;
+    *y0 = W - (a1 + 1) * c;
+    *h = (a1 - a0 + 1) * c;
+    return 1;
+}
+
+/* The coordinate map from the pixels of tile (order, npix) to the level-0 input pixels
+ * of `src`, with the grid of src; NULL with `err` on failure. */
+static rp_coordmap *tile_map(const hips_source *src, int order, int64_t npix, int shift,
+                             int galactic, char *err, size_t errlen)
+{
+    skywcs *tw = hips_tile_wcs(order, npix, shift, galactic);
+    if (!tw) {
+        put_err(err, errlen, "cannot build the tile's WCS");
+        return NULL;
+    }
+    rp_coordmap *m = rp_coordmap_new(tw, src->cel, err, errlen);
+    skywcs_free(tw);
+    if (m && src->grid_margin > 0.0 &&
+        rp_coordmap_set_grid(m, src->grid_margin, src->grid_cell_min) != 0) {
+        rp_coordmap_free(m);
+        put_err(err, errlen, "invalid coordinate grid (margin, finest cell)");
+        return NULL;
+    }
+    return m;
+}
+
+/* 1 when level-k position (x, y) lies on the level-k plane of src, [-0.5, n - 0.5] on
+ * both axes: where every kernel samples (kernels.c). */
+static inline int on_plane(const hips_source *src, double x, double y)
+{
+    return x >= -0.5 && x <= (double)src->knx - 0.5 && y >= -0.5 &&
+           y <= (double)src->kny - 0.5;
+}
+
 long hips_render_tile(const hips_source *src, int order, int64_t npix, int shift,
                       int galactic, hips_rows rows, double *out, char *err, size_t errlen)
 {
@@ -647,53 +706,28 @@ long hips_render_tile(const hips_source *src, int order, int64_t npix, int shift
         put_err(err, errlen, "invalid tile, depth or source");
         return TESS_EINVAL;
     }
-    long w = 1L << shift, c = w / PLAN_N;
+    long w = 1L << shift;
     size_t n = (size_t)w * (size_t)w;
     for (size_t i = 0; i < n; i++)
         out[i] = NAN;
     image_ref ir;
     tile_plan plan;
+    long rx0 = 0, ry0 = 0, rw = 0, rh = 0;
     int prc = image_ref_init(&ir, src->cel, src->nx, src->ny, galactic);
     if (prc == 0) {
-        prc = plan_tile(&ir, order, npix, &plan);
+        prc = plan_rect(&ir, order, npix, shift, &plan, &rx0, &ry0, &rw, &rh);
         image_ref_release(&ir);
     }
-    if (prc) {
+    if (prc < 0) {
         put_err(err, errlen, prc == TESS_ENOMEM ? "out of memory" : "invalid source WCS");
         return prc;
     }
-    if (!plan.any)
+    if (prc == 0)
         return 0;
-    /* The bounding box of the marked blocks, as a rectangle of tile pixels (FITS rows:
-     * block row a covers face rows [a c, (a + 1) c), i.e. FITS rows w - (a + 1) c ..). */
-    int a0 = PLAN_N, a1 = -1, b0 = PLAN_N, b1 = -1;
-    for (int a = 0; a < PLAN_N; a++)
-        for (int b = 0; b < PLAN_N; b++)
-            if (plan.mask[a][b]) {
-                a0 = a < a0 ? a : a0;
-                a1 = a > a1 ? a : a1;
-                b0 = b < b0 ? b : b0;
-                b1 = b > b1 ? b : b1;
-            }
-    long rx0 = b0 * c, rw = (b1 - b0 + 1) * c;
-    long ry0 = w - (a1 + 1) * c, rh = (a1 - a0 + 1) * c;
     size_t nr = (size_t)rw * (size_t)rh;
-
-    skywcs *tw = hips_tile_wcs(order, npix, shift, galactic);
-    if (!tw) {
-        put_err(err, errlen, "cannot build the tile's WCS");
-        return TESS_ENOMEM;
-    }
-    rp_coordmap *m = rp_coordmap_new(tw, src->cel, err, errlen);
-    skywcs_free(tw);
+    rp_coordmap *m = tile_map(src, order, npix, shift, galactic, err, errlen);
     if (!m)
         return TESS_EINVAL;
-    if (src->grid_margin > 0.0 &&
-        rp_coordmap_set_grid(m, src->grid_margin, src->grid_cell_min) != 0) {
-        rp_coordmap_free(m);
-        put_err(err, errlen, "invalid coordinate grid (margin, finest cell)");
-        return TESS_EINVAL;
-    }
     double *xo = malloc(sizeof(double) * nr * 3);
     float *eb = malloc(sizeof(float) * nr);
     long rc = 0;
@@ -721,6 +755,105 @@ done:
     free(eb);
     free(xo);
     rp_coordmap_free(m);
+    return rc;
+}
+
+/* ---- the footprint ------------------------------------------------------------------- */
+
+/* hips_tile_in_footprint over ir, the image and level of `src` (no kernel needed). */
+static int footprint_test(image_ref *ir, const hips_source *src, int order, int64_t npix)
+{
+    const int shift = HIPS_TILE_SHIFT;
+    tile_plan plan;
+    long rx0 = 0, ry0 = 0, rw = 0, rh = 0;
+    int rc = plan_rect(ir, order, npix, shift, &plan, &rx0, &ry0, &rw, &rh);
+    if (rc <= 0)
+        return rc;
+    char err[128];
+    rp_coordmap *m = tile_map(src, order, npix, shift, ir->hframe == SKY_FRAME_GALACTIC,
+                              err, sizeof(err));
+    if (!m)
+        return TESS_ENOMEM;
+    /* First the centre pixel of each marked block, transformed exactly: one on the plane
+     * by more than the grid's error is on it in the render too. */
+    long W = 1L << shift, c = W / PLAN_N;
+    double px[PLAN_N * PLAN_N], py[PLAN_N * PLAN_N], qx[PLAN_N * PLAN_N], qy[PLAN_N * PLAN_N];
+    size_t np = 0;
+    for (int a = 0; a < PLAN_N; a++)
+        for (int b = 0; b < PLAN_N; b++)
+            if (plan.mask[a][b]) {
+                px[np] = (double)(b * c + c / 2);
+                py[np] = (double)(W - a * c - c / 2);
+                np++;
+            }
+    double scale = ldexp(1.0, -src->level), off = 0.5 * (ldexp(1.0, src->level) - 1.0);
+    double *xo = NULL;
+    float *eb = NULL;
+    int found = 0;
+    if (rp_coordmap_points(m, np, px, py, qx, qy) != 0) {
+        rc = TESS_ENOMEM;
+        goto done;
+    }
+    double margin = src->max_coord_error * scale + 1e-9;
+    for (size_t k = 0; k < np && !found; k++) {
+        double x = (qx[k] - off) * scale, y = (qy[k] - off) * scale;
+        found = x >= -0.5 + margin && x <= (double)src->knx - 0.5 - margin &&
+                y >= -0.5 + margin && y <= (double)src->kny - 0.5 - margin;
+    }
+    if (!found) {
+        /* Else every pixel of the rectangle, as the render maps them. */
+        size_t nr = (size_t)rw * (size_t)rh;
+        xo = malloc(sizeof(double) * nr * 2);
+        eb = malloc(sizeof(float) * nr);
+        if (!xo || !eb || map_rect(m, src, rx0, ry0, rw, rh, xo, xo + nr, eb) != 0) {
+            rc = TESS_ENOMEM;
+            goto done;
+        }
+        for (size_t i = 0; i < nr && !found; i++)
+            found = on_plane(src, xo[i], xo[nr + i]);
+    }
+    rc = found;
+done:
+    free(eb);
+    free(xo);
+    rp_coordmap_free(m);
+    return rc;
+}
+
+/* The level-k geometry of an nx x ny image as the plane store holds it (level clamped to
+ * the top of the pyramid, each level (n + 1) / 2 of the one below), with the grid of the
+ * FITS tiles: a source for footprint_test. */
+static void footprint_source(hips_source *s, const skywcs *cel, long nx, long ny, int level)
+{
+    memset(s, 0, sizeof(*s));
+    int top = pyramid_top_level(nx, ny);
+    s->cel = cel;
+    s->nx = nx;
+    s->ny = ny;
+    s->level = level < 0 ? 0 : level > top ? top : level;
+    s->knx = nx;
+    s->kny = ny;
+    for (int k = 0; k < s->level; k++) {
+        s->knx = (s->knx + 1) / 2;
+        s->kny = (s->kny + 1) / 2;
+    }
+    s->method = RP_BILINEAR;
+    s->max_coord_error = HIPS_FOOTPRINT_MCE;
+}
+
+int hips_tile_in_footprint(const skywcs *cel, long nx, long ny, int galactic, int level,
+                           int order, int64_t npix)
+{
+    if (!hips_tile_valid(order, npix) || !cel || order + HIPS_TILE_SHIFT > HIPS_ORDER_MAX)
+        return TESS_EINVAL;
+    image_ref ir;
+    int rc = image_ref_init(&ir, cel, nx, ny, galactic);
+    if (rc)
+        return rc;
+    hips_source s;
+    footprint_source(&s, ir.w, nx, ny, level);
+    rc = footprint_test(&ir, &s, order, npix);
+    image_ref_release(&ir);
     return rc;
 }
 
@@ -888,7 +1021,7 @@ long hips_tile_encode_data(const double *data, long finite, int order, int64_t n
 {
     *out = NULL;
     *outlen = 0;
-    if (finite <= 0)
+    if (finite < 0)
         return finite;
     if (!rp && fmt != HIPS_FMT_FITS) {
         put_err(err, errlen, "no rendering parameters");
@@ -1112,8 +1245,65 @@ static int cmp_u64(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
-int hips_moc_fits(const skywcs *cel, long nx, long ny, int order, size_t max_tests,
-                  unsigned char **out, size_t *outlen, size_t *ncells)
+int hips_footprint_cells(const skywcs *cel, long nx, long ny, int galactic, double pixscale,
+                         int order, size_t max_tests, int64_t **list, size_t *n, int *reached)
+{
+    int rc = covering_walk(cel, nx, ny, galactic, order, max_tests, list, n, reached);
+    if (rc || *n == 0)
+        return rc;
+    image_ref ir;
+    if ((rc = image_ref_init(&ir, cel, nx, ny, galactic)) != 0) {
+        free(*list);
+        *list = NULL;
+        *n = 0;
+        return rc;
+    }
+    hips_source s;
+    footprint_source(&s, ir.w, nx, ny, hips_source_level(*reached, HIPS_TILE_SHIFT, pixscale));
+    size_t kept = 0;
+    for (size_t i = 0; i < *n; i++) {
+        rc = footprint_test(&ir, &s, *reached, (*list)[i]);
+        if (rc < 0)
+            break;
+        if (rc)
+            (*list)[kept++] = (*list)[i];
+        rc = 0;
+    }
+    image_ref_release(&ir);
+    *n = kept;
+    if (rc || kept == 0) {
+        free(*list);
+        *list = NULL;
+        *n = 0;
+    }
+    return rc;
+}
+
+int hips_cells_hold(const int64_t *cells, size_t n, int M, int order, int64_t npix)
+{
+    int64_t lo, hi;
+    if (order <= M) {
+        lo = npix << (2 * (M - order));
+        hi = (npix + 1) << (2 * (M - order));
+    } else {
+        lo = npix >> (2 * (order - M));
+        hi = lo + 1;
+    }
+    /* The first cell >= lo. */
+    size_t a = 0, b = n;
+    while (a < b) {
+        size_t mid = a + (b - a) / 2;
+        if (cells[mid] < lo)
+            a = mid + 1;
+        else
+            b = mid;
+    }
+    return a < n && cells[a] < hi;
+}
+
+int hips_moc_fits(const skywcs *cel, long nx, long ny, int galactic, double pixscale,
+                  int order, size_t max_tests, unsigned char **out, size_t *outlen,
+                  size_t *ncells)
 {
     *out = NULL;
     *outlen = 0;
@@ -1121,9 +1311,32 @@ int hips_moc_fits(const skywcs *cel, long nx, long ny, int order, size_t max_tes
         *ncells = 0;
     int64_t *tiles = NULL;
     size_t n = 0;
-    int rc = covering_walk(cel, nx, ny, 0, order, max_tests, &tiles, &n, &order);
+    int rc = hips_footprint_cells(cel, nx, ny, galactic, pixscale, order, max_tests, &tiles,
+                                  &n, &order);
     if (rc)
         return rc;
+    rc = hips_moc_fits_cells(tiles, n, order, galactic, out, outlen, ncells);
+    free(tiles);
+    return rc;
+}
+
+int hips_moc_fits_cells(const int64_t *cells, size_t n, int order, int galactic,
+                        unsigned char **out, size_t *outlen, size_t *ncells)
+{
+    *out = NULL;
+    *outlen = 0;
+    if (ncells)
+        *ncells = 0;
+    if (order < 0 || order > HIPS_ORDER_MAX)
+        return TESS_EINVAL;
+    for (size_t i = 0; i < n; i++)
+        if (!hips_tile_valid(order, cells[i]) || (i > 0 && cells[i] <= cells[i - 1]))
+            return TESS_EINVAL;
+    int64_t *tiles = malloc(sizeof(int64_t) * (n ? n : 1));
+    if (!tiles)
+        return TESS_ENOMEM;
+    if (n)
+        memcpy(tiles, cells, sizeof(int64_t) * n);
     /* NUNIQ = 4^(k+1) + npix, cells merged upwards while all four siblings are present
      * (the list is sorted, so siblings are consecutive). */
     uint64_t *uniq = malloc(sizeof(uint64_t) * (n ? n : 1));
@@ -1170,7 +1383,8 @@ int hips_moc_fits(const skywcs *cel, long nx, long ny, int order, size_t max_tes
     fitscard_string(card_at(cards, k++), "TFORM1", "1K", 8, NULL);
     fitscard_string(card_at(cards, k++), "PIXTYPE", "HEALPIX", 8, "HEALPix magic code");
     fitscard_string(card_at(cards, k++), "ORDERING", "NUNIQ", 8, "NUNIQ coding method");
-    fitscard_string(card_at(cards, k++), "COORDSYS", "C", 8, "ICRS reference frame");
+    fitscard_string(card_at(cards, k++), "COORDSYS", galactic ? "G" : "C",
+                    8, galactic ? "Galactic frame (the HiPS frame)" : "ICRS reference frame");
     fitscard_int(card_at(cards, k++), "MOCORDER", order, "MOC resolution (best order)");
     fitscard_string(card_at(cards, k++), "MOCTOOL", "Tessera", 8, NULL);
     checksum_cards(cards, &k);
@@ -1190,7 +1404,7 @@ int hips_moc_fits(const skywcs *cel, long nx, long ny, int order, size_t max_tes
             d[8 * i + (size_t)byte] = (unsigned char)(uniq[i] >> (56 - 8 * byte));
     memset(d + dlen, 0, plen - dlen);
     free(uniq);
-    rc = fitswrite_checksum_mem(b, h1 + h2 + plen, NULL, 0);
+    int rc = fitswrite_checksum_mem(b, h1 + h2 + plen, NULL, 0);
     if (rc) {
         free(b);
         return rc;
@@ -1226,8 +1440,19 @@ int hips_properties_text(const hips_properties *p, char **out, size_t *outlen)
         bad |= buf_printf(&b, "%-20s = %s\n", "dataproduct_type", "cube");
         bad |= buf_printf(&b, "%-20s = %ld\n", "hips_cube_depth", p->cube_depth);
         bad |= buf_printf(&b, "%-20s = %ld\n", "hips_cube_firstframe", p->cube_firstframe);
+        if (isfinite(p->cube_crval3) && isfinite(p->cube_cdelt3) && p->cube_cdelt3 != 0.0) {
+            bad |= buf_printf(&b, "%-20s = %d\n", "data_cube_crpix3", 1);
+            bad |= buf_printf(&b, "%-20s = %.17g\n", "data_cube_crval3", p->cube_crval3);
+            bad |= buf_printf(&b, "%-20s = %.17g\n", "data_cube_cdelt3", p->cube_cdelt3);
+            if (p->cube_bunit3 && p->cube_bunit3[0])
+                bad |= buf_printf(&b, "%-20s = %s\n", "data_cube_bunit3", p->cube_bunit3);
+        }
     } else {
         bad |= buf_printf(&b, "%-20s = %s\n", "dataproduct_type", "image");
+    }
+    if (isfinite(p->em_min) && isfinite(p->em_max) && p->em_min > 0.0 && p->em_max > 0.0) {
+        bad |= buf_printf(&b, "%-20s = %.17g\n", "em_min", p->em_min);
+        bad |= buf_printf(&b, "%-20s = %.17g\n", "em_max", p->em_max);
     }
     bad |= buf_printf(&b, "%-20s = %s\n", "hips_version", "1.4");
     bad |= buf_printf(&b, "%-20s = %s\n", "hips_builder", p->builder);

@@ -238,16 +238,17 @@ int hips_encode_picture(const double *data, long w, long h, hips_format fmt,
  * (hips_encode_fits) or, for PNG and JPEG, render_rgba_cuts with the cut levels lo and
  * hi (those of the whole plane, so that neighbouring tiles match) and the stretch and
  * colour map of `rp` (ignored for FITS), NaN transparent in PNG and black in JPEG.
- * Returns the number of finite tile pixels: > 0 with *out malloc'd (caller frees) and
- * *outlen set; 0 when the tile holds no data (*out NULL: a server answers 404, a static
- * tree writes no file); or TESS_EINVAL / TESS_ENOMEM with `err`. */
+ * Returns the number of finite tile pixels, >= 0, with *out malloc'd (caller frees) and
+ * *outlen set (0: a blank tile; a server asks hips_cells_hold first whether the tile
+ * exists); or TESS_EINVAL / TESS_ENOMEM with `err`. */
 long hips_tile_encode(const hips_source *src, int order, int64_t npix, int galactic,
                       hips_format fmt, const render_params *rp, double lo, double hi,
                       unsigned char **out, size_t *outlen, char *err, size_t errlen);
 
 /* The encoding half of hips_tile_encode: `data` a W x W tile (HIPS_TILE_WIDTH, row 0 =
  * FITS row 1) as hips_render_tile gave it, `finite` what it returned.  Returns `finite`
- * with *out malloc'd when it is > 0; `finite` itself (*out NULL) when it is 0 or
+ * with *out malloc'd when it is >= 0 (a tile of the footprint whose data is all NaN is
+ * encoded blank: transparent, or NaN in FITS); `finite` itself (*out NULL) when it is
  * negative; or TESS_EINVAL / TESS_ENOMEM with `err`. */
 long hips_tile_encode_data(const double *data, long finite, int order, int64_t npix,
                            int galactic, hips_format fmt, const render_params *rp, double lo,
@@ -308,18 +309,53 @@ long hips_allsky_encode_from(const hips_source *src, int galactic, const hips_ba
                              hips_format fmt, const render_params *rp, double lo, double hi,
                              unsigned char **out, size_t *outlen, char *err, size_t errlen);
 
-/* The Moc.fits of the survey [HiPS 4.4.2; IVOA MOC 1.1]: the cells of `order` that may
- * hold the image (hips_tiles_covering in ICRS: a MOC is always ICRS, whatever the HiPS
- * frame), every four siblings merged into their parent, as NUNIQ values (4^(k+1) + npix)
- * in ascending order, in a FITS binary table (one column UNIQ, 1K) with PIXTYPE HEALPIX,
- * ORDERING NUNIQ, COORDSYS C and MOCORDER the order of the cells.  With max_tests > 0 the
- * walk down the orders tests at most max_tests tiles (each one costs some 600 WCS
- * transforms) and stops at the deepest order it completes within them: a coarser MOC,
- * still covering the image, for an image of very many cells at `order` (a huge shape, a
- * tiny pixel scale); 0 tests every candidate down to `order`.  *out is malloc'd and
- * *ncells (may be NULL) gets the number of cells.  Returns 0, TESS_EINVAL, TESS_ENOMEM. */
-int hips_moc_fits(const skywcs *cel, long nx, long ny, int order, size_t max_tests,
-                  unsigned char **out, size_t *outlen, size_t *ncells);
+/* The footprint of the image on a HiPS: a tile of order K holds it when the centre of
+ * one of its pixels (a HEALPix cell of order K + HIPS_TILE_SHIFT) lies on the plane its
+ * tiles are rendered from, [-0.5, n - 0.5] on both axes at the reduction level `level`
+ * (hips_source_level; clamped to the top of the pyramid, engine/image/pyramid.h), among
+ * the pixels hips_render_tile computes: exactly the tiles whose render has a pixel where
+ * the kernel samples the plane (finite unless the data there is NaN), whatever the format,
+ * since the render transforms exactly every point near the plane's edges.  Positions are
+ * tested with the grid of HIPS_FOOTPRINT_MCE, after the exact transform of the centre of
+ * each block of the plan.  Returns 1, 0, TESS_EINVAL (invalid tile), TESS_ENOMEM. */
+#define HIPS_FOOTPRINT_MCE 0.001
+int hips_tile_in_footprint(const skywcs *cel, long nx, long ny, int galactic, int level,
+                           int order, int64_t npix);
+
+/* The cells of a HiPS's coverage: the tiles of `order` in the footprint
+ * (hips_tile_in_footprint at the level of `pixscale`, the image's pixel size in degrees),
+ * in the HiPS frame (`galactic` 1, else ICRS), in increasing npix order.  The candidates
+ * come down the orders through the children of hips_tile_overlaps tiles; with max_tests
+ * > 0 the walk tests at most max_tests tiles (each some 600 WCS transforms) and stops at
+ * the deepest order it completes within them (*reached; `order` when not cut short): a
+ * coarser list for an image of very many cells (a huge shape, a tiny pixel scale); 0
+ * tests every candidate.  *list is malloc'd (NULL when none).  Returns 0, TESS_EINVAL,
+ * TESS_ENOMEM. */
+int hips_footprint_cells(const skywcs *cel, long nx, long ny, int galactic, double pixscale,
+                         int order, size_t max_tests, int64_t **list, size_t *n, int *reached);
+
+/* Whether the coverage `cells` (sorted, of order M) holds tile (order, npix): for order
+ * <= M, one of its descendants of order M is a cell; deeper, its ancestor of order M is.
+ * The rule of the survey's tiles: those it holds exist (with hips_tile_in_footprint for
+ * tiles deeper than M), no other.  Returns 1 or 0.  Cannot fail. */
+int hips_cells_hold(const int64_t *cells, size_t n, int M, int order, int64_t npix);
+
+/* The Moc.fits of the survey [HiPS 4.4.2; IVOA MOC 2.0]: the cells of
+ * hips_footprint_cells, written by hips_moc_fits_cells.  *out is malloc'd and *ncells (may
+ * be NULL) gets the number of cells.  Returns 0, TESS_EINVAL, TESS_ENOMEM. */
+int hips_moc_fits(const skywcs *cel, long nx, long ny, int galactic, double pixscale,
+                  int order, size_t max_tests, unsigned char **out, size_t *outlen,
+                  size_t *ncells);
+
+/* A Moc.fits of `cells` (tiles of `order`, strictly increasing) in the HiPS frame, as
+ * HiPS 1.0 asks (section 4.4.2) and Hipsgen writes: every four siblings merged into their
+ * parent, as NUNIQ values (4^(k+1) + npix) in ascending order, in a FITS binary table (one
+ * column UNIQ, 1K) with PIXTYPE HEALPIX, ORDERING NUNIQ, COORDSYS G (galactic) or C
+ * (ICRS) and MOCORDER `order`.  *out is malloc'd and *ncells (may be NULL) gets the number
+ * of NUNIQ values.  Returns 0, TESS_EINVAL (a cell out of order or of range),
+ * TESS_ENOMEM. */
+int hips_moc_fits_cells(const int64_t *cells, size_t n, int order, int galactic,
+                        unsigned char **out, size_t *outlen, size_t *ncells);
 
 /* What the properties file of a survey says [HiPS 4.4.1], gathered by its maker (the
  * server for a survey made on demand, `tessera hips` for a static tree), so that both
@@ -340,12 +376,19 @@ typedef struct hips_properties {
     long cube_depth;           /* > 1: a HiPS cube [HiPS 4.2.3] of that many planes
                                   (hips_cube_depth); 0 or 1: an image */
     long cube_firstframe;      /* hips_cube_firstframe, 0-based (cubes only) */
+    double cube_crval3;        /* cubes: the world value of plane 0 and the step from one */
+    double cube_cdelt3;        /* plane to the next (data_cube_crval3, data_cube_cdelt3 with */
+    const char *cube_bunit3;   /* data_cube_crpix3 1, data_cube_bunit3 the unit); written
+                                  when cube_cdelt3 is finite and not 0 */
+    double em_min, em_max;     /* em_min, em_max: the wavelengths (m) the survey spans;
+                                  written when both are finite and > 0 (0: not known) */
 } hips_properties;
 
 /* The text of the properties file: one "keyword = value" line each (keywords padded to
  * 20 characters, as Hipsgen writes them), in the order creator_did, obs_title,
- * obs_description (when given), dataproduct_type (image, or cube with hips_cube_depth and
- * hips_cube_firstframe after it when cube_depth > 1), hips_version 1.4, hips_builder,
+ * obs_description (when given), dataproduct_type (image, or cube with hips_cube_depth,
+ * hips_cube_firstframe and, when the axis is known, data_cube_crpix3/crval3/cdelt3/bunit3
+ * after it when cube_depth > 1), em_min and em_max (when known), hips_version 1.4, hips_builder,
  * hips_release_date, hips_status "public master clonableOnce", hips_tile_format,
  * hips_tile_width, hips_order, hips_order_min 0, hips_frame, hips_pixel_bitpix -32,
  * hips_pixel_cut, hips_data_range, hips_pixel_scale (hips_cell_size of order + S),

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "engine/image/cmap_mpl.h"
 #include "engine/image/cmap_tables.h"
 #include "engine/base/error.h"
 
@@ -27,6 +28,16 @@ static const char *const stretch_names[] = {
 static const char *const cmap_names[] = {
     [CMAP_GREY] = "grey", [CMAP_VIRIDIS] = "viridis", [CMAP_INFERNO] = "inferno",
     [CMAP_MAGMA] = "magma", [CMAP_PLASMA] = "plasma", [CMAP_CUBEHELIX] = "cubehelix",
+    [CMAP_GREYS] = "Greys", [CMAP_COOLWARM] = "coolwarm", [CMAP_RDBU] = "RdBu",
+    [CMAP_TWILIGHT] = "twilight", [CMAP_TURBO] = "turbo", [CMAP_JET] = "jet",
+};
+
+/* The reversed maps' names, for render_cmap_name. */
+static const char *const cmap_names_r[] = {
+    [CMAP_GREY] = "grey_r", [CMAP_VIRIDIS] = "viridis_r", [CMAP_INFERNO] = "inferno_r",
+    [CMAP_MAGMA] = "magma_r", [CMAP_PLASMA] = "plasma_r", [CMAP_CUBEHELIX] = "cubehelix_r",
+    [CMAP_GREYS] = "Greys_r", [CMAP_COOLWARM] = "coolwarm_r", [CMAP_RDBU] = "RdBu_r",
+    [CMAP_TWILIGHT] = "twilight_r", [CMAP_TURBO] = "turbo_r", [CMAP_JET] = "jet_r",
 };
 
 #define NELEM(a) (sizeof(a) / sizeof((a)[0]))
@@ -44,12 +55,12 @@ int render_stretch_parse(const char *s, render_stretch *out)
     return TESS_EINVAL;
 }
 
-/* Matplotlib's names (as hips2fits' clients send them, astroquery's default being
- * "Greys_r") for the map of ours nearest to each: the black-to-white greys, and the
- * sequential maps closest in hue and lightness to the ones we have.  Reversed maps
- * (white to black, "viridis_r" ...) have no counterpart and are refused. */
+/* Matplotlib's names (as hips2fits' clients send them) for the map of ours nearest to
+ * each: the black-to-white linear greys, and the sequential maps closest in hue and
+ * lightness to the ones we have.  (astroquery's default, "Greys_r", is matplotlib's
+ * own, reversed Greys, as CDS's hips2fits renders it.) */
 static const struct { const char *name; render_cmap cmap; } cmap_aliases[] = {
-    {"gray", CMAP_GREY}, {"Greys_r", CMAP_GREY}, {"binary_r", CMAP_GREY},
+    {"gray", CMAP_GREY}, {"binary_r", CMAP_GREY},
     {"gist_gray", CMAP_GREY}, {"gist_yarg_r", CMAP_GREY}, {"bone", CMAP_GREY},
     {"cividis", CMAP_VIRIDIS}, {"hot", CMAP_INFERNO}, {"afmhot", CMAP_INFERNO},
     {"gist_heat", CMAP_INFERNO},
@@ -65,9 +76,17 @@ int render_cmap_parse(const char *s, render_cmap *out)
             return 0;
         }
     }
+    size_t len = strlen(s);
+    int rev = len > 2 && strcmp(s + len - 2, "_r") == 0;
+    size_t base = rev ? len - 2 : len;
     for (size_t i = 0; i < NELEM(cmap_names); i++) {
-        if (strcmp(s, cmap_names[i]) == 0) {
-            *out = (render_cmap)i;
+        if (strlen(cmap_names[i]) == base && strncmp(s, cmap_names[i], base) == 0) {
+            *out = (render_cmap)(i | (rev ? CMAP_REVERSED : 0));
+            return 0;
+        }
+        /* gray_r: matplotlib's spelling of the grey map, reversed. */
+        if (rev && i == CMAP_GREY && base == 4 && strncmp(s, "gray", 4) == 0) {
+            *out = (render_cmap)(CMAP_GREY | CMAP_REVERSED);
             return 0;
         }
     }
@@ -112,8 +131,9 @@ const char *render_stretch_name(render_stretch s)
 
 const char *render_cmap_name(render_cmap c)
 {
-    if ((unsigned)c < NELEM(cmap_names))
-        return cmap_names[c];
+    unsigned k = (unsigned)c & ~(unsigned)CMAP_REVERSED;
+    if (k < NELEM(cmap_names))
+        return ((unsigned)c & CMAP_REVERSED) ? cmap_names_r[k] : cmap_names[k];
     return "unknown";
 }
 
@@ -316,8 +336,43 @@ static void cubehelix(double t, double rgb[3])
     rgb[2] = lg + amp * (1.97294 * c);
 }
 
-/* Fills lut[i] with the colour of t = i/255 in map c.  Cannot fail. */
-static void build_lut(render_cmap c, uint8_t lut[256][3])
+static void build_anchored(render_cmap c, uint8_t lut[256][3]);
+
+/* Fills lut[i] with the colour of t = i/255 in map c (reversed: of 1 - t).  Cannot
+ * fail. */
+static void build_lut(render_cmap cr, uint8_t lut[256][3])
+{
+    render_cmap c = (render_cmap)((unsigned)cr & ~(unsigned)CMAP_REVERSED);
+    const uint8_t (*full)[3] = NULL;
+    switch (c) {
+    case CMAP_GREYS:    full = cmap_mpl_greys; break;
+    case CMAP_COOLWARM: full = cmap_mpl_coolwarm; break;
+    case CMAP_RDBU:     full = cmap_mpl_rdbu; break;
+    case CMAP_TWILIGHT: full = cmap_mpl_twilight; break;
+    case CMAP_TURBO:    full = cmap_mpl_turbo; break;
+    case CMAP_JET:      full = cmap_mpl_jet; break;
+    default: break;
+    }
+    int rev = ((unsigned)cr & CMAP_REVERSED) != 0;
+    if (rev && c == CMAP_TWILIGHT) {
+        full = cmap_mpl_twilight_r;   /* a table of its own (cmap_mpl.h) */
+        rev = 0;
+    }
+    if (full)
+        memcpy(lut, full, sizeof(uint8_t) * 256 * 3);
+    else
+        build_anchored(c, lut);
+    if (rev)
+        for (int i = 0; i < 128; i++)
+            for (int j = 0; j < 3; j++) {
+                uint8_t v = lut[i][j];
+                lut[i][j] = lut[255 - i][j];
+                lut[255 - i][j] = v;
+            }
+}
+
+/* build_lut for the maps of anchors (cmap_tables.h), cubehelix and grey. */
+static void build_anchored(render_cmap c, uint8_t lut[256][3])
 {
     const float (*tab)[3] = NULL;
     switch (c) {

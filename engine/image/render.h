@@ -6,7 +6,13 @@
 #include <stddef.h>
 
 typedef enum { STRETCH_LINEAR, STRETCH_SQRT, STRETCH_LOG, STRETCH_ASINH, STRETCH_POWER } render_stretch;
-typedef enum { CMAP_GREY, CMAP_VIRIDIS, CMAP_INFERNO, CMAP_MAGMA, CMAP_PLASMA, CMAP_CUBEHELIX } render_cmap;
+typedef enum {
+    CMAP_GREY, CMAP_VIRIDIS, CMAP_INFERNO, CMAP_MAGMA, CMAP_PLASMA, CMAP_CUBEHELIX,
+    CMAP_GREYS, CMAP_COOLWARM, CMAP_RDBU, CMAP_TWILIGHT, CMAP_TURBO, CMAP_JET,
+    CMAP_COUNT,
+    /* A map or'ed with CMAP_REVERSED runs the other way (matplotlib's "_r"). */
+    CMAP_REVERSED = 0x100
+} render_cmap;
 
 /* A cut level: an absolute value, or a percentile (0..100) of the finite pixels. */
 typedef struct render_cut {
@@ -25,10 +31,13 @@ typedef struct render_params {
 void render_params_default(render_params *p);
 
 /* Parsers for the query-parameter forms of docs/DESIGN.md, "Query forms" ("asinh",
- * "viridis", "12.5", "99.5%").  render_cmap_parse also takes "gray" and matplotlib's
- * names of the nearest maps: gray, Greys_r, binary_r, gist_gray, gist_yarg_r, bone
- * (grey), cividis (viridis), hot, afmhot, gist_heat (inferno).  Return 0, or TESS_EINVAL for an unknown name / malformed or non-finite
- * number / percentile outside 0..100. */
+ * "viridis", "12.5", "99.5%").  Colour maps: grey, viridis, inferno, magma, plasma,
+ * cubehelix, and matplotlib's Greys, coolwarm, RdBu, twilight, turbo and jet (tables of
+ * engine/image/cmap_mpl.h); any of them with "_r" reversed (gray_r, RdBu_r ...).
+ * render_cmap_parse also takes "gray" and matplotlib's names of the nearest maps: gray,
+ * binary_r, gist_gray, gist_yarg_r, bone (grey), cividis (viridis), hot, afmhot,
+ * gist_heat (inferno).  Return 0, or TESS_EINVAL for an unknown name / malformed or
+ * non-finite number / percentile outside 0..100. */
 int render_stretch_parse(const char *s, render_stretch *out);
 int render_cmap_parse(const char *s, render_cmap *out);
 int render_cut_parse(const char *s, render_cut *out);

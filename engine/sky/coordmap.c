@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "engine/base/error.h"
+#include "engine/sky/simd.h"
 
 /* Points transformed per batch of wcslib calls (bounds the scratch memory). */
 #define CM_CHUNK 4096
@@ -245,8 +246,9 @@ static int exact_rect(rp_coordmap *m, const lattice *L, long a0, long a1, long b
  * at cell corner minus one spacing on both axes) for x and `gy` for y, with error bound
  * `eps`.  Along each row the four column sums are formed once, then each point costs
  * two 4-term dot products.  Cannot fail. */
-static void interp_cell(lattice *L, long s, long cx, long cy, const double *gx,
-                        const double *gy, long stride, const double (*wt)[4], float eps)
+RP_HOT static void interp_cell(lattice *L, long s, long cx, long cy, const double *gx,
+                               const double *gy, long stride, const double (*wt)[4],
+                               const double *wtt, float eps)
 {
     long a0 = cx * s, a1 = a0 + s, b0 = cy * s, b1 = b0 + s;
     long la0 = a0 > L->ax ? a0 : L->ax, la1 = a1 < L->ax + L->w ? a1 : L->ax + L->w;
@@ -262,14 +264,29 @@ static void interp_cell(lattice *L, long s, long cx, long cy, const double *gx,
         }
         size_t o = (size_t)(b - L->by) * (size_t)L->w + (size_t)(la0 - L->ax);
         double *xo = L->xo + o, *yo = L->yo + o;
-        for (long a = la0; a < la1; a++) {
+        long a = la0;
+        /* Four points at a time, the weights from the transposed table (each lane the
+         * scalar sum, in its order). */
+        for (; a + 4 <= la1; a += 4, xo += 4, yo += 4) {
+            const size_t q = (size_t)(a - a0);
+            rp_v4d w0, w1, w2, w3;
+            RP_V4D_LOAD(w0, wtt + q);
+            RP_V4D_LOAD(w1, wtt + (size_t)s + q);
+            RP_V4D_LOAD(w2, wtt + 2 * (size_t)s + q);
+            RP_V4D_LOAD(w3, wtt + 3 * (size_t)s + q);
+            const rp_v4d vx = w0 * colx[0] + w1 * colx[1] + w2 * colx[2] + w3 * colx[3];
+            const rp_v4d vy = w0 * coly[0] + w1 * coly[1] + w2 * coly[2] + w3 * coly[3];
+            RP_V4D_STORE(xo, vx);
+            RP_V4D_STORE(yo, vy);
+        }
+        for (; a < la1; a++) {
             const double *wx = wt[a - a0];
             *xo++ = wx[0] * colx[0] + wx[1] * colx[1] + wx[2] * colx[2] + wx[3] * colx[3];
             *yo++ = wx[0] * coly[0] + wx[1] * coly[1] + wx[2] * coly[2] + wx[3] * coly[3];
         }
         if (L->eb) {
             float *e = L->eb + o;
-            for (long a = la0; a < la1; a++)
+            for (long c = la0; c < la1; c++)
                 *e++ = eps;
         }
     }
@@ -388,11 +405,12 @@ static int map_cells(rp_coordmap *m, lattice *L, long s, long cx0, long cx1, lon
      * midpoints of vertical edges ((ncx + 1) * ncy). */
     size_t nc = (size_t)ncx * ncy, nh = (size_t)ncx * (ncy + 1), nv = (size_t)(ncx + 1) * ncy;
     size_t nt = nc + nh + nv, np = nn + nt;
-    double *mem = malloc(sizeof(double) * np * 4 + sizeof(double) * (size_t)s * 4);
+    double *mem = malloc(sizeof(double) * np * 4 + sizeof(double) * (size_t)s * 8);
     if (!mem)
         return TESS_ENOMEM;
     double *px = mem, *py = mem + np, *qx = mem + 2 * np, *qy = mem + 3 * np;
     double (*wt)[4] = (double (*)[4])(mem + 4 * np);
+    double *wtt = mem + 4 * np + 4 * (size_t)s;   /* wtt[k * s + p] = wt[p][k] */
     size_t k = 0;
     for (long j = 0; j < nny; j++)
         for (long i = 0; i < nnx; i++, k++) {
@@ -419,8 +437,11 @@ static int map_cells(rp_coordmap *m, lattice *L, long s, long cx0, long cx1, lon
         free(mem);
         return rc;
     }
-    for (long p = 0; p < s; p++)
+    for (long p = 0; p < s; p++) {
         lagrange4((double)p / (double)s, wt[p]);
+        for (int q = 0; q < 4; q++)
+            wtt[(size_t)q * (size_t)s + (size_t)p] = wt[p][q];
+    }
     const double *gx = qx, *gy = qy, *ex = qx + nn, *ey = qy + nn;
     double w0[4], wh[4], w1[4];
     lagrange4(0.0, w0);
@@ -458,7 +479,7 @@ static int map_cells(rp_coordmap *m, lattice *L, long s, long cx0, long cx1, lon
                 good = good && worst / scale * L->margin <= L->bound;
             }
             if (good) {
-                interp_cell(L, s, cx, cy, gx + q0, gy + q0, nnx, (const double (*)[4])wt,
+                interp_cell(L, s, cx, cy, gx + q0, gy + q0, nnx, (const double (*)[4])wt, wtt,
                             (float)(CM_EPS_FACTOR * worst + CM_EPS_FLOOR));
                 continue;
             }

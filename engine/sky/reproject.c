@@ -1,6 +1,7 @@
 /* The reprojection engine: output blocks run in parallel, each mapping its coordinates once and sampling every plane. */
 #include "engine/sky/reproject.h"
 
+#include <float.h>
 #include <limits.h>
 #include <math.h>
 #include <pthread.h>
@@ -14,6 +15,7 @@
 #include "engine/sky/coordmap.h"
 #include "engine/sky/exact.h"
 #include "engine/sky/kernels.h"
+#include "engine/sky/simd.h"
 #include "engine/base/error.h"
 #include "engine/base/hugemem.h"
 
@@ -109,7 +111,8 @@ typedef struct run {
 /* The scratch of one thread working on interpolation blocks. */
 typedef struct worker {
     rp_coordmap *map;              /* output pixels -> input pixels */
-    double *xi, *yi, *val;         /* block * block each */
+    double *xi, *yi;               /* block * block each */
+    double *val;                   /* block: the values of one row of a block */
     double *fx, *fy, *gx, *gy;     /* RP_FIXCAP each */
     size_t *fidx;
     double *band, *fband;          /* exact: band * nx each */
@@ -152,8 +155,9 @@ static int worker_init(worker *w, const job *j, char *err, size_t errlen)
     if (!w->map)
         return TESS_ENOMEM;
     size_t n = (size_t)j->block * (size_t)j->block;
-    /* 1.5 MiB at the default block: on huge pages (engine/base/hugemem.h). */
-    w->xi = n <= SIZE_MAX / (3 * sizeof(double)) ? tess_alloc_huge(sizeof(double) * n * 3) : NULL;
+    /* 1 MiB at the default block: on huge pages (engine/base/hugemem.h). */
+    w->xi = n <= SIZE_MAX / (3 * sizeof(double))
+            ? tess_alloc_huge(sizeof(double) * (n * 2 + (size_t)j->block)) : NULL;
     w->fx = malloc(sizeof(double) * RP_FIXCAP * 4);
     w->fidx = malloc(sizeof(size_t) * RP_FIXCAP);
     if (!w->xi || !w->fx || !w->fidx) {
@@ -184,53 +188,82 @@ static int fix_flush(worker *w, size_t n)
     return 0;
 }
 
+/* What makes a position next to a sampling decision: within e of the edges -0.5 and
+ * hx = nx - 0.5, hy = ny - 0.5 of the valid range, and for nearest (round != 0) within e
+ * of a rounding boundary. */
+typedef struct near_test {
+    double e, hx, hy;
+    int round;
+} near_test;
+
+/* Whether (x, y) is next to a decision.  Branch-free (bitwise, not short-circuit; the
+ * fraction by truncation, not floor()).  Rounding is tested only for positions inside
+ * the valid range, where x + 0.5 >= 0 so that truncation is floor and the fraction is
+ * the one floor() gives; a position outside the range and farther than e from its edges
+ * samples NaN whatever its rounding, exact or interpolated, so leaving it as it is
+ * changes no output.  Cannot fail. */
+static inline int near_point(const near_test *t, double x, double y)
+{
+    const double e = t->e;
+    int near = (fabs(x + 0.5) <= e) | (fabs(x - t->hx) <= e) | (fabs(y + 0.5) <= e)
+               | (fabs(y - t->hy) <= e);
+    if (t->round) {
+        const int in = (x >= -0.5) & (x <= t->hx) & (y >= -0.5) & (y <= t->hy);
+        const double u = in ? x + 0.5 : 0.5, v = in ? y + 0.5 : 0.5;
+        const double fx = u - (double)(int32_t)u, fy = v - (double)(int32_t)v;
+        near |= in & ((fx <= e) | (fx >= 1.0 - e) | (fy <= e) | (fy >= 1.0 - e));
+    }
+    return near;
+}
+
+/* The first k' in [k, n) whose position (xi[k'], yi[k']) is next to a decision
+ * (near_point), or n: four positions at a time, each lane computing what near_point
+ * computes (|a| <= e as -e <= a <= e; truncation to int32 is exact in range, where
+ * x + 0.5 <= nx <= INT_MAX).  Cannot fail. */
+RP_HOT static size_t next_near(const near_test *t, const double *xi, const double *yi,
+                               size_t k, size_t n)
+{
+    const double e = t->e, hx = t->hx, hy = t->hy, e1 = 1.0 - e;
+    for (; k + 4 <= n; k += 4) {
+        rp_v4d x, y;
+        RP_V4D_LOAD(x, xi + k);
+        RP_V4D_LOAD(y, yi + k);
+        const rp_v4d a = x + 0.5, b = x - hx, c = y + 0.5, d = y - hy;
+        rp_v4q m = ((a <= e) & (a >= -e)) | ((b <= e) & (b >= -e)) | ((c <= e) & (c >= -e))
+                   | ((d <= e) & (d >= -e));
+        if (t->round) {
+            const rp_v4q in = (x >= -0.5) & (x <= hx) & (y >= -0.5) & (y <= hy);
+            const rp_v4d half = { 0.5, 0.5, 0.5, 0.5 };
+            const rp_v4d u = RP_V4D_SELECT(in, a, half), v = RP_V4D_SELECT(in, c, half);
+            const rp_v4d fx = u - __builtin_convertvector(__builtin_convertvector(u, rp_v4i),
+                                                          rp_v4d);
+            const rp_v4d fy = v - __builtin_convertvector(__builtin_convertvector(v, rp_v4i),
+                                                          rp_v4d);
+            m |= in & ((fx <= e) | (fx >= e1) | (fy <= e) | (fy >= e1));
+        }
+        if (RP_V4Q_ANY(m))
+            for (int q = 0; q < 4; q++)
+                if (m[q])
+                    return k + (size_t)q;
+    }
+    for (; k < n; k++)
+        if (near_point(t, xi[k], yi[k]))
+            return k;
+    return n;
+}
+
 /* Transforms exactly the interpolated positions of a bw x bh block at (x0, y0) that lie
  * within e (the block's coordinate error bound) of a sampling decision: the edges of
  * the valid range [-0.5, n - 0.5] on each axis, and for nearest the rounding boundaries
- * at half-integers.  A first, branch-free pass finds the distance of the block's
- * positions to the nearest edge (in most blocks no position comes near one).
- * Returns 0 or TESS_ENOMEM. */
+ * at half-integers (next_near finds them, four positions at a time; in most blocks no
+ * position comes near one).  Returns 0 or TESS_ENOMEM. */
 static int fix_decisions(worker *w, const job *j, long x0, long y0, long bw, long bh, double e)
 {
     size_t n = 0, npx = (size_t)bw * (size_t)bh;
-    const double hx = (double)j->src->nx - 0.5, hy = (double)j->src->ny - 0.5;
-    const int nearest = j->method == RP_NEAREST;
-    const double *xi = w->xi, *yi = w->yi;
-    if (!nearest) {
-        /* Four running minima, so that consecutive points do not wait on each other. */
-        double lo[4] = { INFINITY, INFINITY, INFINITY, INFINITY };
-        size_t q = 0;
-        for (; q + 4 <= npx; q += 4) {
-            for (int u = 0; u < 4; u++) {
-                double x = xi[q + (size_t)u], y = yi[q + (size_t)u];
-                double a = fabs(x + 0.5), b = fabs(x - hx), c = fabs(y + 0.5), d = fabs(y - hy);
-                double m = a < b ? a : b;
-                m = m < c ? m : c;
-                m = m < d ? m : d;
-                lo[u] = m < lo[u] ? m : lo[u];
-            }
-        }
-        for (; q < npx; q++) {
-            double x = xi[q], y = yi[q];
-            double a = fabs(x + 0.5), b = fabs(x - hx), c = fabs(y + 0.5), d = fabs(y - hy);
-            double m = a < b ? a : b;
-            m = m < c ? m : c;
-            m = m < d ? m : d;
-            lo[0] = m < lo[0] ? m : lo[0];
-        }
-        if (!(lo[0] <= e || lo[1] <= e || lo[2] <= e || lo[3] <= e))
-            return 0;
-    }
-    for (size_t k = 0; k < npx; k++) {
-        double x = xi[k], y = yi[k];
-        int near = fabs(x + 0.5) <= e || fabs(x - hx) <= e || fabs(y + 0.5) <= e
-                   || fabs(y - hy) <= e;
-        if (!near && nearest) {
-            double fx = (x + 0.5) - floor(x + 0.5), fy = (y + 0.5) - floor(y + 0.5);
-            near = fx <= e || fx >= 1.0 - e || fy <= e || fy >= 1.0 - e;
-        }
-        if (!near)
-            continue;
+    const near_test t = { e, (double)j->src->nx - 0.5, (double)j->src->ny - 0.5,
+                          j->method == RP_NEAREST };
+    for (size_t k = next_near(&t, w->xi, w->yi, 0, npx); k < npx;
+         k = next_near(&t, w->xi, w->yi, k + 1, npx)) {
         w->fx[n] = (double)(x0 + (long)(k % (size_t)bw));
         w->fy[n] = (double)(y0 + (long)(k / (size_t)bw));
         w->fidx[n++] = k;
@@ -248,6 +281,37 @@ static void *cube_plane(const rp_cube *c, long z)
 {
     size_t es = c->dtype == RP_F32 ? sizeof(float) : sizeof(double);
     return (char *)c->data + (size_t)z * (size_t)c->nx * (size_t)c->ny * es;
+}
+
+/* Narrows the n values v to float32 into d and, where fp is not NULL, writes their
+ * footprint there (1 finite, 0 not); four at a time in vector lanes (the same rounding
+ * as the scalar cast; finite as isfinite: |v| <= DBL_MAX).  Returns the number of
+ * finite values.  Cannot fail. */
+RP_HOT static long store_row_f32(float *restrict d, float *restrict fp, const double *restrict v,
+                                 long n)
+{
+    typedef float v4f __attribute__((vector_size(16)));
+    const rp_v4i one = RP_V4I_SPLAT(0x3f800000);   /* the bits of 1.0f */
+    long f = 0, c = 0;
+    for (; c + 4 <= n; c += 4) {
+        rp_v4d x;
+        RP_V4D_LOAD(x, v + c);
+        const v4f y = __builtin_convertvector(x, v4f);
+        memcpy(d + c, &y, sizeof y);
+        const rp_v4i fin = __builtin_convertvector((x <= DBL_MAX) & (x >= -DBL_MAX), rp_v4i);
+        f -= fin[0] + fin[1] + fin[2] + fin[3];
+        if (fp) {
+            const rp_v4i b = fin & one;
+            memcpy(fp + c, &b, sizeof b);
+        }
+    }
+    for (; c < n; c++) {
+        d[c] = (float)v[c];
+        f += isfinite(v[c]) != 0;
+        if (fp)
+            fp[c] = isfinite(v[c]) ? 1.0f : 0.0f;
+    }
+    return f;
 }
 
 /* Interpolation block u: coordinates once, then every plane of the group.  Adds to
@@ -270,25 +334,23 @@ static int interp_block(worker *w, const job *j, long u, long *finite, long *ins
     long fin = 0;
     for (long p = 0; p < j->nz; p++) {
         long z = j->z0 + p;
-        rp_kernel_sample(j->kern[p], npx, w->xi, w->yi, w->val);
         void *plane = cube_plane(j->dst, z);
         float *fp = j->footprint ? j->footprint + (size_t)z * (size_t)nx * (size_t)ny : NULL;
+        /* A row at a time: its values are stored while they are still in the L1 cache. */
         for (long r = 0; r < bh; r++) {
             size_t o = (size_t)(y0 + r) * (size_t)nx + (size_t)x0;
-            const double *v = w->val + (size_t)r * (size_t)bw;
-            long f = 0;
+            const double *v = w->val;
+            rp_kernel_sample(j->kern[p], (size_t)bw, w->xi + (size_t)r * (size_t)bw,
+                             w->yi + (size_t)r * (size_t)bw, w->val);
             if (j->dst->dtype == RP_F32) {
-                float *d = (float *)plane + o;
-                for (long c = 0; c < bw; c++) {
-                    d[c] = (float)v[c];
-                    f += isfinite(v[c]) != 0;
-                }
-            } else {
-                double *d = (double *)plane + o;
-                for (long c = 0; c < bw; c++) {
-                    d[c] = v[c];
-                    f += isfinite(v[c]) != 0;
-                }
+                fin += store_row_f32((float *)plane + o, fp ? fp + o : NULL, v, bw);
+                continue;
+            }
+            long f = 0;
+            double *d = (double *)plane + o;
+            for (long c = 0; c < bw; c++) {
+                d[c] = v[c];
+                f += isfinite(v[c]) != 0;
             }
             if (fp)
                 for (long c = 0; c < bw; c++)

@@ -91,7 +91,7 @@ void rp_options_init(rp_options *o);
  * `workers`, and helper tasks that start after the call has returned exit at once.
  * Results do not depend on the block size or on the number of threads (bit-identical).
  * Memory: the input is read in place (float32 stays float32); each thread holds
- * 3 x block^2 doubles of scratch; bicubic prepares (nx + 2) x (ny + 2) doubles of
+ * 2 x block^2 + block doubles of scratch; bicubic prepares (nx + 2) x (ny + 2) doubles of
  * coefficients per plane, cubes in groups of planes within 256 MiB.
  * `footprint` (may be NULL): dst->nx * dst->ny * nz floats, same layout: 1 where the
  * output value is finite and 0 elsewhere (reproject_interp), or the fraction of the

@@ -1038,7 +1038,7 @@ START_TEST(test_hips_failures)
     static const char *const bad[][3] = { { "--format", "gif" }, { "--format", "png," },
                                           { "--order", "2" }, { "--order", "21" },
                                           { "--frame", "ecliptic" }, { "--method", "exact" },
-                                          { "--stretch", "cubic" }, { "--cmap", "jet" },
+                                          { "--stretch", "cubic" }, { "--cmap", "rainbow" },
                                           { "--min-cut", "x" }, { "--plane", "-1" },
                                           { "--max-coord-error", "11" },
                                           { "--threads", "many" } };

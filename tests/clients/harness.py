@@ -68,6 +68,11 @@ class Server:
         conf["threads"] = 2
         conf["data_roots"] = [os.path.join(TOP, "data", "demo")] + list(roots)
         conf["jobs"] = {"dir": os.path.join(self.dir, "jobs"), "token": None}
+        # The source tree's viewer and npm libraries (the installed paths are tesserad's
+        # defaults; conf/demo.json's are relative to conf/).
+        conf["viewer"] = {"dir": os.path.join(TOP, "viewer"),
+                          "node_modules": os.environ.get("TESSERA_NODE_MODULES")
+                          or os.path.join(TOP, "node_modules")}
         conf["datasets"] = conf["datasets"] + list(datasets)
         for k, v in (extra or {}).items():
             if isinstance(v, dict) and isinstance(conf.get(k), dict):

@@ -64,7 +64,7 @@ class AstroqueryHips2fitsTest(unittest.TestCase):
         # Greys_r (astroquery's default cmap): grey and alpha, the values, not palette indices
         self.assertEqual(img.shape, (90, 120, 2))
         ours = Image.open(io.BytesIO(self.cutout(self.plain(
-            format="png", stretch="asinh", min_cut="1.0%", max_cut="99.0%"))))
+            format="png", stretch="asinh", min_cut="1.0%", max_cut="99.0%", cmap="Greys_r"))))
         self.assertEqual(ours.mode, "LA")
         self.assert_same_pixels(img, self.np.asarray(ours))
         self.assertGreater(len(self.np.unique(img[..., 0])), 50)

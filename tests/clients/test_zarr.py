@@ -183,6 +183,34 @@ class TestZarr(unittest.TestCase):
         self.assertEqual(cube["dtype"], "<f4")
         self.assertEqual(cube["fill_value"], "NaN")
 
+    def test_omero_window(self):
+        """The omero rendering metadata: a window from the server's cut levels of the
+        default plane (the middle one), min and max the range of that plane's values, as
+        zarr reads them from .zattrs, .zmetadata and zarr.json."""
+        cube = fits.getdata(os.path.join(DEMO, "l1448_13co.fits")).astype(np.float64)
+        props = self.srv.get("/hips/l1448_13co/properties?plane=26")[2].decode()
+        cut = [float(x) for x in next(l for l in props.splitlines()
+                                      if l.startswith("hips_pixel_cut")).split("=")[1].split()]
+        g = zarr.open_consolidated(f"{self.base}/zarr/l1448_13co", mode="r")
+        for attrs in (g.attrs, zarr.open(f"{self.base}/zarr/l1448_13co", mode="r").attrs):
+            om = attrs["omero"]
+            self.assertEqual(om["version"], "0.4")
+            self.assertEqual(om["rdefs"]["defaultZ"], 26)
+            (ch,) = om["channels"]
+            w = ch["window"]
+            self.assertAlmostEqual(w["min"], float(np.nanmin(cube[26])), places=6)
+            self.assertAlmostEqual(w["max"], float(np.nanmax(cube[26])), places=6)
+            self.assertAlmostEqual(w["start"], cut[0], places=5)
+            self.assertAlmostEqual(w["end"], cut[1], places=5)
+            self.assertTrue(w["min"] < w["start"] < w["end"] < w["max"], w)
+        # A uint16 stack: its own values, not the dtype's 0..65535.
+        m13 = self.m13_frames()
+        v3 = json.loads(self.srv.get("/zarr/m13/zarr.json")[2])["attributes"]["ome"]["omero"]
+        w = v3["channels"][0]["window"]
+        self.assertEqual(v3["rdefs"]["defaultZ"], 2)
+        self.assertEqual((w["min"], w["max"]), (float(m13[2].min()), float(m13[2].max())))
+        self.assertTrue(w["min"] <= w["start"] < w["end"] <= w["max"] < 65535, w)
+
     def test_absent_keys_and_etags(self):
         for key in ["/zarr/m13/0/5/0/0", "/zarr/m13/0/0/2/0", "/zarr/m13/0/0/0", "/zarr/m13/4/.zarray",
                     "/zarr/l1448_13co/1/.zarray", "/zarr/m13/4/0/0/0",

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "daemon/config.h"
 #include "daemon/api/cutout.h"
@@ -218,11 +219,42 @@ START_TEST(test_config_keys)
     ck_assert_int_eq(c.max_output_pixels, 1000);
     ck_assert_int_eq(c.n_datasets, 2);
     ck_assert_str_eq(c.datasets[1].frames, "M13_blue_*.fits");
+    ck_assert_ptr_null(c.viewer_dir);
+    ck_assert_ptr_null(c.viewer_node_modules);
     config_release(&c);
+
+    /* viewer.dir and viewer.node_modules; in a file, relative to the file's directory. */
+    config_init(&c);
+    ck_assert_msg(config_load_text("{\"viewer\": {\"dir\": \"/srv/v\", \"node_modules\": \"nm\"}}",
+                                   &c, err, sizeof(err)) == 0, "%s", err);
+    ck_assert_str_eq(c.viewer_dir, "/srv/v");
+    ck_assert_str_eq(c.viewer_node_modules, "nm");
+    config_release(&c);
+    char tmpl[] = "/tmp/tessera-conf-XXXXXX";
+    ck_assert_ptr_nonnull(mkdtemp(tmpl));
+    char path[128];
+    snprintf(path, sizeof path, "%s/t.json", tmpl);
+    FILE *f = fopen(path, "w");
+    ck_assert_ptr_nonnull(f);
+    fputs("{\"viewer\": {\"dir\": \"v\", \"node_modules\": \"/abs/nm\"}}", f);
+    fclose(f);
+    config_init(&c);
+    ck_assert_msg(config_load_file(path, &c, err, sizeof(err)) == 0, "%s", err);
+    char want[160];
+    snprintf(want, sizeof want, "%s/v", tmpl);
+    ck_assert_str_eq(c.viewer_dir, want);
+    ck_assert_str_eq(c.viewer_node_modules, "/abs/nm");
+    config_release(&c);
+    unlink(path);
+    rmdir(tmpl);
 
     static const struct { const char *json; const char *needle; } bad[] = {
         {"{\"listn\": \"1\"}", "listn"},
         {"{\"cache\": {\"memory\": 1}}", "cache.memory"},
+        {"{\"cache\": {\"database\": \"x\"}}", "cache.database"},
+        {"{\"viewer\": {\"dirs\": \"x\"}}", "viewer.dirs"},
+        {"{\"viewer\": \"x\"}", "viewer"},
+        {"{\"viewer\": {\"dir\": 1}}", "viewer.dir"},
         {"{\"threads\": \"4\"}", "threads"},
         {"{\"threads\": -1}", "threads"},
         {"{\"data_roots\": [\"/nonexistent/dir\"]}", "/nonexistent/dir"},
@@ -281,7 +313,7 @@ START_TEST(test_cutout_hips2fits)
                        "cmap", "Greys_r", "stretch", "linear", "format", "png", NULL};
     ck_assert_int_eq(cutout_parse_get(lookup, q, &p, &e), 0);
     ck_assert_str_eq(p.dataset, "horsehead");
-    ck_assert_int_eq(p.render.cmap, CMAP_GREY);
+    ck_assert_int_eq(p.render.cmap, CMAP_GREYS | CMAP_REVERSED);
     ck_assert_int_eq(p.has_wcs, 0);
     /* the creator_did of the dataset's HiPS names it too */
     const char *did[] = {"hips", "ivo://tessera/m13", "ra", "0", "dec", "0", "fov", "1",
@@ -299,9 +331,17 @@ START_TEST(test_cutout_hips2fits)
     ck_assert_int_eq(p.render.cmap, CMAP_INFERNO);
     const char *jet[] = {"hips", "m13", "ra", "0", "dec", "0", "fov", "1", "width", "1",
                          "height", "1", "cmap", "jet", NULL};
-    assert_refused(jet, "cmap");
+    ck_assert_int_eq(cutout_parse_get(lookup, jet, &p, &e), 0);
+    ck_assert_int_eq(p.render.cmap, CMAP_JET);
+    const char *rdbu[] = {"hips", "m13", "ra", "0", "dec", "0", "fov", "1", "width", "1",
+                          "height", "1", "cmap", "RdBu_r", NULL};
+    ck_assert_int_eq(cutout_parse_get(lookup, rdbu, &p, &e), 0);
+    ck_assert_int_eq(p.render.cmap, CMAP_RDBU | CMAP_REVERSED);
+    const char *rainbow[] = {"hips", "m13", "ra", "0", "dec", "0", "fov", "1", "width", "1",
+                             "height", "1", "cmap", "rainbow", NULL};
+    assert_refused(rainbow, "cmap");
     const char *jetfits[] = {"hips", "m13", "ra", "0", "dec", "0", "fov", "1", "width", "1",
-                             "height", "1", "cmap", "jet", "format", "fits", NULL};
+                             "height", "1", "cmap", "rainbow", "format", "fits", NULL};
     ck_assert_int_eq(cutout_parse_get(lookup, jetfits, &p, &e), 0);
     /* wcs= replaces the geometry, and goes alone */
     const char *wcs[] = {"hips", "m13", "wcs", "{\"NAXIS1\": 10}", "format", "fits",

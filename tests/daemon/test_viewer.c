@@ -335,6 +335,34 @@ START_TEST(missing_viewer_is_a_problem_not_a_blank_page)
 }
 END_TEST
 
+/* viewer.dir and viewer.node_modules of the configuration win over the environment (set
+ * by the fixture) and the installed paths. */
+START_TEST(config_viewer_dirs_win_over_the_environment)
+{
+    char p[1024], q[1024];
+    mkdir_in(top, "conf-viewer");
+    mkdir_in(top, "conf-nm");
+    mkdir_in(top, "conf-nm/aladin-lite");
+    mkdir_in(top, "conf-nm/aladin-lite/dist");
+    snprintf(p, sizeof(p), "%s/conf-viewer", top);
+    write_file(p, "index.html", "<!doctype html><title>from viewer.dir</title>\n");
+    snprintf(q, sizeof(q), "%s/conf-nm/aladin-lite/dist", top);
+    write_file(q, "aladin.js", "/* from viewer.node_modules */\n");
+    snprintf(q, sizeof(q), "%s/conf-nm", top);
+    ck_assert_ptr_nonnull(cfg.viewer_dir = strdup(p));
+    ck_assert_ptr_nonnull(cfg.viewer_node_modules = strdup(q));
+    tt_resp r = fetch("GET", "/", NULL, NULL);
+    ck_assert_int_eq(r.status, 200);
+    ck_assert_msg(r.body && strstr(r.body, "from viewer.dir"), "body: %s", r.body ? r.body : "");
+    tt_resp_free(&r);
+    r = fetch("GET", "/vendor/aladin-lite/aladin.js", NULL, NULL);
+    ck_assert_int_eq(r.status, 200);
+    ck_assert_msg(r.body && strstr(r.body, "from viewer.node_modules"), "body: %s",
+                  r.body ? r.body : "");
+    tt_resp_free(&r);
+}
+END_TEST
+
 int main(void)
 {
     curl_global_init(CURL_GLOBAL_DEFAULT);
@@ -343,6 +371,7 @@ int main(void)
     tcase_add_checked_fixture(tc, setup, teardown);
     tcase_set_timeout(tc, 30);
     tcase_add_test(tc, index_is_served_with_etag_and_revalidation);
+    tcase_add_test(tc, config_viewer_dirs_win_over_the_environment);
     tcase_add_test(tc, viewer_and_vendor_files_have_their_types);
     tcase_add_test(tc, edited_file_is_served_fresh);
     tcase_add_test(tc, nothing_outside_is_reachable);

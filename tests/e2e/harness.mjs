@@ -129,7 +129,8 @@ export async function pageMessages(page) {
 }
 
 /** Mean and standard deviation of the luminance of a PNG screenshot's pixels (decoded in
- * the page, so no image library is needed in node). */
+ * the page, so no image library is needed in node); `differ`: the fraction of the pixels
+ * whose colour differs from that of the top-left one by more than 3 levels in a channel. */
 export async function imageStats(page, png, { opaqueOnly = false } = {}) {
   const b64 = png.toString('base64');
   return page.evaluate(async ([data, opaque]) => {
@@ -142,16 +143,18 @@ export async function imageStats(page, png, { opaqueOnly = false } = {}) {
     const ctx = c.getContext('2d');
     ctx.drawImage(img, 0, 0);
     const d = ctx.getImageData(0, 0, c.width, c.height).data;
-    let s = 0, s2 = 0, n = 0;
+    let s = 0, s2 = 0, n = 0, differ = 0;
     const levels = new Set();
     for (let i = 0; i < d.length; i += 4) {
+      if (Math.abs(d[i] - d[0]) > 3 || Math.abs(d[i + 1] - d[1]) > 3 || Math.abs(d[i + 2] - d[2]) > 3) differ++;
       if (opaque && d[i + 3] === 0) continue; // transparent (blank) pixels left out
       const y = 0.299 * d[i] + 0.587 * d[i + 1] + 0.114 * d[i + 2];
       s += y; s2 += y * y; n++;
       if (levels.size < 256) levels.add(Math.round(y));
     }
     const mean = s / n;
-    return { mean, std: Math.sqrt(Math.max(0, s2 / n - mean * mean)), levels: levels.size, w: c.width, h: c.height, n };
+    return { mean, std: Math.sqrt(Math.max(0, s2 / n - mean * mean)), levels: levels.size, w: c.width, h: c.height, n,
+      differ: differ / (d.length / 4) };
   }, [b64, opaqueOnly]);
 }
 

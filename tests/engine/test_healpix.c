@@ -899,8 +899,10 @@ START_TEST(test_merge_children)
 }
 END_TEST
 
-/* Reads the UNIQ column of a Moc.fits in memory; *order gets MOCORDER. */
-static int64_t *read_moc(unsigned char *buf, size_t len, long *nrows, long *order)
+/* Reads the UNIQ column of a Moc.fits in memory, whose COORDSYS must be `sys`; *order
+ * gets MOCORDER. */
+static int64_t *read_moc_in(unsigned char *buf, size_t len, const char *sys, long *nrows,
+                            long *order)
 {
     fitsfile *f = NULL;
     int st = 0, hdutype = 0, anynul = 0;
@@ -914,7 +916,7 @@ static int64_t *read_moc(unsigned char *buf, size_t len, long *nrows, long *orde
     fits_read_key(f, TSTRING, "ORDERING", v, NULL, &st);
     ck_assert_str_eq(v, "NUNIQ");
     fits_read_key(f, TSTRING, "COORDSYS", v, NULL, &st);
-    ck_assert_str_eq(v, "C");
+    ck_assert_str_eq(v, sys);
     fits_read_key(f, TLONG, "MOCORDER", order, NULL, &st);
     fits_get_num_rows(f, nrows, &st);
     int64_t *u = malloc(sizeof(int64_t) * (size_t)(*nrows + 1));
@@ -922,6 +924,11 @@ static int64_t *read_moc(unsigned char *buf, size_t len, long *nrows, long *orde
     fits_close_file(f, &st);
     ck_assert_int_eq(st, 0);
     return u;
+}
+
+static int64_t *read_moc(unsigned char *buf, size_t len, long *nrows, long *order)
+{
+    return read_moc_in(buf, len, "C", nrows, order);
 }
 
 /* 1 when cell (order, npix) or one of its ancestors is in the NUNIQ list. */
@@ -940,7 +947,10 @@ START_TEST(test_moc)
     skywcs *cel = demo_wcs(DEMO("HorseHead.fits"), &nx, &ny);
     unsigned char *out;
     size_t len, ncells;
-    ck_assert_int_eq(hips_moc_fits(cel, nx, ny, 9, 0, &out, &len, &ncells), 0);
+    double pixscale;
+    ck_assert_int_eq(hips_dataset_geometry(cel, nx, ny, 0, NULL, NULL, NULL, NULL, &pixscale,
+                                           NULL), 0);
+    ck_assert_int_eq(hips_moc_fits(cel, nx, ny, 0, pixscale, 9, 0, &out, &len, &ncells), 0);
     ck_assert_uint_eq(len % 2880, 0);
     int64_t *u = read_moc(out, len, &nrows, &order);
     ck_assert_int_eq(order, 9);
@@ -957,11 +967,25 @@ START_TEST(test_moc)
     skywcs_free(cel);
     /* The whole sky: 768 order-3 cells merge into the 12 base cells, NUNIQ 4..15. */
     cel = demo_wcs(DEMO("allsky_rosat.fits"), &nx, &ny);
-    ck_assert_int_eq(hips_moc_fits(cel, nx, ny, 3, 0, &out, &len, &ncells), 0);
+    ck_assert_int_eq(hips_moc_fits(cel, nx, ny, 0, 0.675, 3, 0, &out, &len, &ncells), 0);
     u = read_moc(out, len, &nrows, &order);
     ck_assert_int_eq(nrows, 12);
     for (long i = 0; i < 12; i++)
         ck_assert_int_eq(u[i], 4 + i);
+    free(u);
+    free(out);
+    skywcs_free(cel);
+    /* A galactic survey: galactic cells, COORDSYS G (HiPS 1.0 4.4.2: the MOC is in the
+     * frame of the HiPS).  gc_msx_e is centred on l = b = 0, RA 266.40, Dec -28.94. */
+    cel = demo_wcs(DEMO("gc_msx_e.fits"), &nx, &ny);
+    ck_assert_int_eq(hips_dataset_geometry(cel, nx, ny, 1, NULL, NULL, NULL, NULL, &pixscale,
+                                           NULL), 0);
+    int mo = hips_survey_order(pixscale);
+    ck_assert_int_eq(hips_moc_fits(cel, nx, ny, 1, pixscale, mo, 0, &out, &len, &ncells), 0);
+    u = read_moc_in(out, len, "G", &nrows, &order);
+    ck_assert_int_eq(order, mo);
+    ck_assert(moc_covers(u, nrows, mo, hips_ang2pix(mo, 0.0, 0.0)));
+    ck_assert(!moc_covers(u, nrows, mo, hips_ang2pix(mo, 266.40, -28.94)));
     free(u);
     free(out);
     skywcs_free(cel);

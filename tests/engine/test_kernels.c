@@ -387,6 +387,19 @@ END_TEST
 
 /* ---- float32 and float64 planes ----------------------------------------------------- */
 
+/* Fills the n pixels of f (float32) and d (the same values as doubles) with values
+ * uniform in [lo, lo + span) from the generator s, then makes pixel `hole` NaN in both. */
+static void random_image(float *f, double *d, int n, int hole, double lo, double span,
+                         unsigned long long *s)
+{
+    for (int i = 0; i < n; i++) {
+        f[i] = (float)(span * rnd(s) + lo);
+        d[i] = f[i];
+    }
+    f[hole] = NAN;
+    d[hole] = NAN;
+}
+
 /* The same values as float32 and float64 planes give identical samples for every
  * kernel (all arithmetic is in double). */
 START_TEST(test_f32_f64_agree)
@@ -396,12 +409,7 @@ START_TEST(test_f32_f64_agree)
     static double d[NX * NY], x[N], y[N], o64[N], o32[N];
     static float f[NX * NY];
     unsigned long long s = 4242;
-    for (int i = 0; i < NX * NY; i++) {
-        f[i] = (float)(100.0 * rnd(&s) - 20.0);
-        d[i] = f[i];
-    }
-    f[5 * NX + 7] = NAN;
-    d[5 * NX + 7] = NAN;
+    random_image(f, d, NX * NY, 5 * NX + 7, -20.0, 100.0, &s);
     for (int i = 0; i < N; i++) {
         x[i] = -0.7 + rnd(&s) * (NX + 0.4);
         y[i] = -0.7 + rnd(&s) * (NY + 0.4);
@@ -417,6 +425,47 @@ START_TEST(test_f32_f64_agree)
                           o64[i], o32[i]);
         rp_kernel_free(k64);
         rp_kernel_free(k32);
+    }
+}
+END_TEST
+
+/* Nearest and bilinear sample groups of four positions in vector lanes (kernels.c
+ * RP_SAMPLER4) and single positions with the point functions: a batch and the same
+ * positions one at a time agree bit for bit, for both pixel types, with groups wholly
+ * inside the valid range, groups straddling its edges, positions on the edges and on
+ * nearest's rounding boundaries, NaN positions and a NaN pixel. */
+START_TEST(test_batch_matches_single)
+{
+    const rp_method ms[4] = { RP_NEAREST, RP_BILINEAR, RP_BICUBIC, RP_LANCZOS3 };
+    enum { NX = 41, NY = 29, N = 4003 };
+    static double d[NX * NY], x[N], y[N], ob[N];
+    static float f[NX * NY];
+    unsigned long long s = 777;
+    random_image(f, d, NX * NY, 7 * NX + 3, -10.0, 50.0, &s);
+    for (int i = 0; i < N; i++) {
+        double u = rnd(&s);
+        x[i] = -0.6 + rnd(&s) * (NX + 0.2);
+        y[i] = -0.6 + rnd(&s) * (NY + 0.2);
+        if (u < 0.1)   /* on a rounding boundary or an edge */
+            x[i] = floor(x[i]) + 0.5;
+        else if (u < 0.15)
+            y[i] = u < 0.125 ? -0.5 : NY - 0.5;
+        else if (u < 0.16)
+            x[i] = NAN;
+    }
+    rp_plane ps[2] = { plane_of(d, RP_F64, NX, NY), plane_of(f, RP_F32, NX, NY) };
+    for (int t = 0; t < 2; t++) {
+        for (int q = 0; q < 4; q++) {
+            rp_kernel *k = kernel_or_die(ms[q], &ps[t]);
+            rp_kernel_sample(k, N, x, y, ob);
+            for (int i = 0; i < N; i++) {
+                double v = sample1(k, x[i], y[i]);
+                ck_assert_msg(memcmp(&v, &ob[i], sizeof v) == 0 || (isnan(v) && isnan(ob[i])),
+                              "method %d, dtype %d at (%.17g, %.17g): batch %.17g, single %.17g",
+                              (int)ms[q], t, x[i], y[i], ob[i], v);
+            }
+            rp_kernel_free(k);
+        }
     }
 }
 END_TEST
@@ -711,6 +760,7 @@ int main(void)
     tcase_add_test(tc, test_ramp);
     tcase_add_test(tc, test_lanczos3_table_error);
     tcase_add_test(tc, test_f32_f64_agree);
+    tcase_add_test(tc, test_batch_matches_single);
     tcase_add_test(tc, test_nan_locality);
     tcase_add_test(tc, test_nan_region);
     tcase_add_test(tc, test_all_nan_and_inf);

@@ -27,14 +27,23 @@ START_TEST(test_parse)
     ck_assert_int_eq(render_stretch_parse("Linear", &s), TESS_EINVAL);
     ck_assert_int_eq(render_stretch_parse("", &s), TESS_EINVAL);
     ck_assert_int_eq(render_stretch_parse("sinh", &s), TESS_EINVAL);
-    const char *cmaps[] = {"grey", "viridis", "inferno", "magma", "plasma", "cubehelix"};
-    for (int i = 0; i < 6; i++) {
+    const char *cmaps[] = {"grey", "viridis", "inferno", "magma", "plasma", "cubehelix",
+                           "Greys", "coolwarm", "RdBu", "twilight", "turbo", "jet",
+                           "viridis_r", "RdBu_r", "jet_r", "cubehelix_r", "grey_r"};
+    for (int i = 0; i < 17; i++) {
         ck_assert_int_eq(render_cmap_parse(cmaps[i], &c), 0);
         ck_assert_str_eq(render_cmap_name(c), cmaps[i]);
     }
     ck_assert_int_eq(render_cmap_parse("gray", &c), 0);
     ck_assert_int_eq(c, CMAP_GREY);
-    ck_assert_int_eq(render_cmap_parse("jet", &c), TESS_EINVAL);
+    ck_assert_int_eq(render_cmap_parse("gray_r", &c), 0);
+    ck_assert_int_eq(c, CMAP_GREY | CMAP_REVERSED);
+    ck_assert_int_eq(render_cmap_parse("Greys_r", &c), 0);   /* astroquery's default */
+    ck_assert_int_eq(c, CMAP_GREYS | CMAP_REVERSED);
+    ck_assert_int_eq(render_cmap_parse("rainbow", &c), TESS_EINVAL);
+    ck_assert_int_eq(render_cmap_parse("jet_r_r", &c), TESS_EINVAL);
+    ck_assert_int_eq(render_cmap_parse("_r", &c), TESS_EINVAL);
+    ck_assert_int_eq(render_cmap_parse("hot_r", &c), TESS_EINVAL);
 
     ck_assert_int_eq(render_cut_parse("12.5", &k), 0);
     ck_assert_double_eq(k.value, 12.5);

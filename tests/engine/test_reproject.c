@@ -486,6 +486,41 @@ START_TEST(test_blocks_identical)
 }
 END_TEST
 
+/* Interpolated float32 output: the footprint is exactly 1 where the value is finite and 0
+ * elsewhere, and the count returned is the number of finite values, with block widths
+ * that are and are not multiples of four (reproject.c stores rows four values at a time
+ * and the rest one by one). */
+START_TEST(test_footprint_f32)
+{
+    static const rp_method ms[] = { RP_NEAREST, RP_BILINEAR, RP_BICUBIC, RP_LANCZOS3 };
+    static const long blocks[] = { 16, 37, 0 };
+    scene sc;
+    scene_load(&sc, "HorseHead.fits", "horsehead_rot30_bilinear");
+    size_t n = (size_t)(sc.onx * sc.ony);
+    for (int mi = 0; mi < 4; mi++) {
+        for (int b = 0; b < 3; b++) {
+            rp_options o;
+            rp_options_init(&o);
+            o.method = ms[mi];
+            o.threads = 1;
+            o.block = blocks[b];
+            float *d, *f;
+            long nfin = scene_run(&sc, &o, &d, &f), count = 0;
+            for (size_t k = 0; k < n; k++) {
+                ck_assert_msg(f[k] == (isfinite(d[k]) ? 1.0f : 0.0f),
+                              "%s block %ld: pixel %zu value %g footprint %g",
+                              rp_method_name(ms[mi]), blocks[b], k, (double)d[k], (double)f[k]);
+                count += isfinite(d[k]) != 0;
+            }
+            ck_assert_int_eq(nfin, count);
+            free(d);
+            free(f);
+        }
+    }
+    scene_release(&sc);
+}
+END_TEST
+
 /* 1, 2 and 4 threads of the engine's own, and helpers on a pool, give identical results. */
 START_TEST(test_threads_identical)
 {
@@ -853,6 +888,7 @@ int main(void)
     TCase *te = tcase_create("engine");
     tcase_set_timeout(te, 300);
     tcase_add_test(te, test_blocks_identical);
+    tcase_add_test(te, test_footprint_f32);
     tcase_add_test(te, test_threads_identical);
     tcase_add_test(te, test_progress);
     tcase_add_test(te, test_cancel);

@@ -413,7 +413,8 @@ START_TEST(test_moc_walk_bounded)
     unsigned char *out = NULL;
     size_t len = 0, cells = 0;
     double t0 = tt_now_s();
-    ck_assert_int_eq(hips_moc_fits(cel, 100000, 100000, order, 2048, &out, &len, &cells), 0);
+    ck_assert_int_eq(hips_moc_fits(cel, 100000, 100000, 0, 1e-4, order, 2048, &out, &len,
+                                   &cells), 0);
     double dt = tt_now_s() - t0;
     ck_assert_msg(dt < 3.0 * tt_time_scale(), "bounded MOC took %.2f s", dt);
     long got = moc_order(out, len);
@@ -425,8 +426,8 @@ START_TEST(test_moc_walk_bounded)
     /* The shape of the F1 file with a tiny pixel: order 20 asked for, bounded all the same. */
     cel = tan_wcs(2147483647L, 1e-7);
     t0 = tt_now_s();
-    ck_assert_int_eq(hips_moc_fits(cel, 2147483647L, 2147483647L, hips_survey_order(1e-7),
-                                   2048, &out, &len, &cells), 0);
+    ck_assert_int_eq(hips_moc_fits(cel, 2147483647L, 2147483647L, 0, 1e-7,
+                                   hips_survey_order(1e-7), 2048, &out, &len, &cells), 0);
     dt = tt_now_s() - t0;
     ck_assert_msg(dt < 3.0 * tt_time_scale(), "bounded MOC took %.2f s", dt);
     ck_assert_uint_gt(cells, 0);
@@ -438,8 +439,8 @@ START_TEST(test_moc_walk_bounded)
     unsigned char *all = NULL;
     size_t alen = 0;
     order = hips_survey_order(1e-4);
-    ck_assert_int_eq(hips_moc_fits(cel, 1000, 1000, order, 0, &all, &alen, NULL), 0);
-    ck_assert_int_eq(hips_moc_fits(cel, 1000, 1000, order, 2048, &out, &len, NULL), 0);
+    ck_assert_int_eq(hips_moc_fits(cel, 1000, 1000, 0, 1e-4, order, 0, &all, &alen, NULL), 0);
+    ck_assert_int_eq(hips_moc_fits(cel, 1000, 1000, 0, 1e-4, order, 2048, &out, &len, NULL), 0);
     ck_assert_uint_eq(len, alen);
     ck_assert_int_eq(memcmp(out, all, len), 0);
     ck_assert_int_eq(moc_order(out, len), order);

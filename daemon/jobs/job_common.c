@@ -11,6 +11,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -476,6 +477,36 @@ void jobc_plan_stages(const cube_transpose *t, job_plan *out)
     }
 }
 
+double jobc_frame_bytes(const dataset *d)
+{
+    if (d->kind != DS_STACK || d->npaths < 2)
+        return 0.0;
+    double npix = (double)d->nx * (double)d->ny;
+    if (d->header_hash && d->header_hash[0] == 0)   /* PNG or TIFF: decoded as stored */
+        return npix * (double)(abs(d->bitpix) > 8 ? abs(d->bitpix) / 8 : 1);
+    fitsimg_info info;
+    char e[256];
+    if (fitsimg_read_info(d->paths[0], d->hdu, &info, e, sizeof e) != 0)
+        return npix * 8.0;   /* unreadable now: counted as the larger case */
+    double bytes = info.data_offset < 0 ? npix * 8.0 : 0.0;
+    fitsimg_info_release(&info);
+    return bytes;
+}
+
+void jobc_frames_cost(const dataset *d, long held, job_cost *c)
+{
+    double frame = jobc_frame_bytes(d);
+    if (frame <= 0.0)
+        return;
+    c->state_bytes += stack_cache_bound(dataset_stack(d), frame);
+    c->block_bytes += (double)jobc_lmin(held, d->nz) * frame;
+}
+
+/* The planes a group block holds at once (cube_transpose_group: GROUP_HOLD_BYTES of
+ * stored values, at most ZGROUP). */
+#define GROUP_HOLD_BYTES (64.0 * 1048576.0)
+#define GROUP_HOLD_MAX 64
+
 void jobc_transpose_cost(const dataset *d, long out_bytes_per_value, int direct,
                          double band_extra, job_cost *c)
 {
@@ -489,13 +520,24 @@ void jobc_transpose_cost(const dataset *d, long out_bytes_per_value, int direct,
     c->block_bytes = band_px * nz * (es + band_extra);
     snprintf(c->what, sizeof c->what, "a band of %ld rows of %ld series of %ld values",
              jobc_lmin(rows, d->ny), d->nx, d->nz);
+    long held = 0;
+    double frame = jobc_frame_bytes(d);
     if (!direct) {
-        double group = npix * ((double)CUBE_TILE * es + 8.0);
+        /* the tile rows of the planes it holds and a tile row of doubles, at least the
+         * figure of one plane of CUBE_TILE values and doubles this estimate always gave;
+         * and the decoded frames it holds */
+        double zmax = fmax(1.0, fmin(GROUP_HOLD_MAX, floor(GROUP_HOLD_BYTES / (npix * es))));
+        long gheld = jobc_lmin(g, (long)zmax);
+        double group = fmax(npix * ((double)CUBE_TILE * es + 8.0),
+                            zmax * CUBE_TILE * (double)d->nx * es + CUBE_TILE * (double)d->nx
+                            * 8.0) + (double)gheld * frame;
         if (group > c->block_bytes) {
-            c->block_bytes = group;
+            c->block_bytes = group - (double)gheld * frame;   /* jobc_frames_cost adds them */
+            held = gheld;
             snprintf(c->what, sizeof c->what, "a group of %ld planes of %ld x %ld pixels", g,
                      d->nx, d->ny);
         }
         c->work_bytes = npix * nz * es;
     }
+    jobc_frames_cost(d, held, c);
 }

@@ -188,9 +188,22 @@ void jobc_source(const dataset *d, cube_source *src);
  * bands when it is direct. */
 void jobc_plan_stages(const cube_transpose *t, job_plan *out);
 
+/* The bytes a decoded frame of d takes in its reader (stack.h): a PNG or TIFF frame of a
+ * stack as stored (1, 2 or 4 bytes a pixel), a tile-compressed FITS frame of a stack as
+ * doubles; 0 for frames read through a mapping (their pages are the page cache's) and
+ * for cubes.  Reads the first frame's header at most. */
+double jobc_frame_bytes(const dataset *d);
+
+/* Adds to *c the decoded frames of d a job keeps in memory: to the state, what the
+ * dataset's reader keeps in its LRU once the job has read through it (stack_cache_bound),
+ * and to the block, `held` frames a block holds (they may have left the LRU meanwhile).
+ * Nothing for mapped frames.  Cannot fail. */
+void jobc_frames_cost(const dataset *d, long held, job_cost *c);
+
 /* What a transpose of d (cube_transpose_init with out_bytes_per_value) needs, into *c:
- * state = its permutation (4 bytes a pixel); block = the larger of a group's buffers
- * (unless `direct`: CUBE_TILE planes of the store's values and one plane of doubles; its
+ * state = its permutation (4 bytes a pixel) and the reader's decoded frames
+ * (jobc_frames_cost); block = the larger of a group's buffers (unless `direct`: the
+ * planes it holds and a tile row of each in the store's type, a tile row of doubles; its
  * values go straight into the mapped staging file) and a band's (its series) plus
  * `band_extra` bytes per value of the band; work = the staging file unless `direct`.
  * The caller adds its product.  Cannot fail. */

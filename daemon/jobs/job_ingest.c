@@ -146,6 +146,7 @@ static int ingest_estimate(const json_t *body, const job_env *env, job_cost *c,
     snprintf(c->what, sizeof c->what, "a frame of %ld x %ld pixels", d->nx, d->ny);
     c->product_bytes = npix * (double)d->nz * es + 2.0 * 2880.0;
     c->work_bytes = c->product_bytes;
+    jobc_frames_cost(d, 1, c);   /* the reader's decoded frames, the one read */
     return 0;
 }
 

@@ -10,6 +10,7 @@
 #include "engine/image/chunkstore.h"
 
 #include <limits.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -156,7 +157,9 @@ static int ps_finish(void *state, const char *tmp_path, job_product *prod, char 
 }
 
 /* The float32 cube (nx, ny, nz) and the staging file (none when a current rechunk copy
- * is attached: the bands read it); a band block also holds its spectra (4 bytes a value). */
+ * is attached: the bands read it); a band block also holds its spectra (4 bytes a value)
+ * and the FFT's buffers of FFT_BATCH series (spectrum.c: nz doubles, nz / 2 + 1 complex
+ * values and as many powers each); the plan keeps the FFT's plan (its twiddle factors). */
 static int ps_estimate(const json_t *body, const job_env *env, job_cost *c, job_problem *pb)
 {
     const dataset *d;
@@ -164,6 +167,19 @@ static int ps_estimate(const json_t *body, const job_env *env, job_cost *c, job_
         return -1;
     char src[PATH_MAX];
     jobc_transpose_cost(d, 4, usable_profile(d, src, sizeof src), 4.0, c);
+    double nz = (double)d->nz, nh = floor(nz / 2.0) + 1.0;
+    double fft = 32.0 * (8.0 * nz + 16.0 * nh + 4.0 * nh);
+    long g = 1, rows = CUBE_TILE;
+    cube_transpose_sizes(d->nx, d->ny, d->nz, chunkstore_esize(jobc_choose_dtype(d)), 4, &g,
+                         &rows);
+    double band = (double)jobc_lmin(rows, d->ny) * (double)d->nx * nz
+                  * ((double)chunkstore_esize(jobc_choose_dtype(d)) + 4.0) + fft;
+    if (band > c->block_bytes) {
+        c->block_bytes = band;
+        snprintf(c->what, sizeof c->what, "a band of %ld rows of %ld series of %ld values",
+                 jobc_lmin(rows, d->ny), d->nx, d->nz);
+    }
+    c->state_bytes += 32.0 * nz + 65536.0;
     double cube = (double)d->nx * (double)d->ny * (double)d->nz * 4.0 + 2.0 * 2880.0
                   + (double)d->nkeys * 80.0;
     c->work_bytes += cube;

@@ -253,6 +253,7 @@ static int recenter_estimate(const json_t *body, const job_env *env, job_cost *c
     c->state_bytes = nz * (sizeof(origin_rec) + 40.0);
     c->product_bytes = w * h * nz * oes + nz * 40.0 + 4.0 * 2880.0;
     c->work_bytes = c->product_bytes + nz * (double)sizeof(origin_rec);
+    jobc_frames_cost(d, 1, c);   /* the reader's decoded frames, the one read */
     return 0;
 }
 

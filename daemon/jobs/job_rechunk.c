@@ -188,6 +188,7 @@ static int rechunk_estimate(const json_t *body, const job_env *env, job_cost *c,
                          + CUBE_TILE * nx * 8.0;
         snprintf(c->what, sizeof c->what, "a band of %ld rows of %ld series of %ld values",
                  rows, d->nx, d->nz);
+        jobc_frames_cost(d, 64, c);   /* the 64 planes it holds (cube_transpose_rows) */
     }
     c->work_bytes += store;
     c->product_bytes = store;

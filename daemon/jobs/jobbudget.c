@@ -8,6 +8,11 @@
 #include <sys/stat.h>
 
 #define MB 1048576.0
+/* What a block in flight holds beyond its estimate: the allocator's free chunks in the
+ * arena of the worker that ran it (freed frames and buffers glibc keeps for reuse) and
+ * the libraries' buffers (libpng, zlib, cfitsio, FFTW).  Measured 2.7 MB with one block
+ * of a power_spectrum in flight and 7 MB with two (tests/daemon/test_jobmem). */
+#define BLOCK_SLACK (4.0 * MB)
 
 /* nftw has no user pointer: the walk in progress (one walk at a time per thread): the sum,
  * and the identities of the files with more than one link already counted. */
@@ -69,13 +74,14 @@ double jobbudget_disk_need(const job_cost *c)
 int jobbudget_admit(const tess_config *cfg, const job_cost *c, double used, double promised,
                     job_problem *pb)
 {
-    double mem = c->state_bytes + c->block_bytes, budget = (double)cfg->jobs_memory_mb * MB;
+    double mem = c->state_bytes + c->block_bytes + BLOCK_SLACK;
+    double budget = (double)cfg->jobs_memory_mb * MB;
     if (mem > budget) {
         jobkind_problem(pb, 413, NULL, "this job needs %.0f MB of memory at once (%.0f MB for "
-                        "one block%s%.240s, %.0f MB for its plan), more than jobs.memory_mb = "
-                        "%zu", ceil(mem / MB), ceil(c->block_bytes / MB),
-                        c->what[0] ? ": " : "", c->what, ceil(c->state_bytes / MB),
-                        cfg->jobs_memory_mb);
+                        "one block%s%.240s, %.0f MB for its plan, %.0f MB for the allocator), "
+                        "more than jobs.memory_mb = %zu", ceil(mem / MB),
+                        ceil(c->block_bytes / MB), c->what[0] ? ": " : "", c->what,
+                        ceil(c->state_bytes / MB), BLOCK_SLACK / MB, cfg->jobs_memory_mb);
         return -1;
     }
     if (c->product_bytes > (double)cfg->jobs_max_product_mb * MB) {
@@ -106,7 +112,7 @@ int jobbudget_blocks(const tess_config *cfg, const job_cost *c, int threads)
     if (!(c->block_bytes > 0.0))
         return threads;
     double room = (double)cfg->jobs_memory_mb * MB - c->state_bytes;
-    double n = floor(room / c->block_bytes);
+    double n = floor(room / (c->block_bytes + BLOCK_SLACK));
     return n >= (double)threads ? threads : n >= 1.0 ? (int)n : 1;
 }
 

@@ -16,6 +16,7 @@ double jobbudget_du(const char *const *paths, int n);
 double jobbudget_disk_need(const job_cost *c);
 
 /* Checks the cost of a new job against cfg's budgets, in this order: state + one block
+ * (with 4 MB for what the allocator and libraries keep for a block in flight, measured)
  * within jobs.memory_mb; the product within jobs.max_product_mb; when jobs.disk_mb > 0,
  * its disk need within jobs.disk_mb less `used` (bytes under jobs.dir now) and
  * `promised` (what accepted jobs will still write).  Returns 0, or -1 with *pb: 413
@@ -24,7 +25,7 @@ int jobbudget_admit(const tess_config *cfg, const job_cost *c, double used, doub
                     job_problem *pb);
 
 /* Blocks of a job of cost c that may be in flight at once on `threads` workers:
- * (jobs.memory_mb - state) / block, at least 1 and at most threads. */
+ * (jobs.memory_mb - state) / (block + 4 MB), at least 1 and at most threads. */
 int jobbudget_blocks(const tess_config *cfg, const job_cost *c, int threads);
 
 /* Writes into detail (len bytes) why jobs.dir's files are over jobs.disk_mb, when they

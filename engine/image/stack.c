@@ -268,3 +268,12 @@ int frame_header_hash(const char *path, int hdu, uint64_t *hash, char *err, size
         return 0;
     return fitshead_hash(path, hdu, hash, err, errlen);
 }
+
+double stack_cache_bound(const stack *s, double frame_bytes)
+{
+    if (!s || !(frame_bytes > 0.0))
+        return 0.0;
+    double n = (double)(s->max_open < s->npaths ? s->max_open : s->npaths);
+    double cap = (double)STACK_MAX_DECODED_BYTES + frame_bytes;
+    return n * frame_bytes < cap ? n * frame_bytes : cap;
+}

@@ -284,4 +284,11 @@ void stack_zpart_free(stack_zpart *p);   /* NULL is ignored */
  * 0 restores it), for the reductions started after the call. */
 void stack_set_zr_chunk_bytes(stack *s, size_t bytes);
 
+/* The most bytes the LRU of `s` keeps of decoded frames (PNG, TIFF, tile-compressed FITS
+ * frames of a stack: heap copies) when each takes frame_bytes: min(max_open, files)
+ * frames, at most the decoded bound (256 MB) plus one frame.  Frames a read holds
+ * (stack_plane_hold) may stay in memory beyond it, dropped from the LRU: they are the
+ * reader's.  For estimates of the memory a job adds; cannot fail. */
+double stack_cache_bound(const stack *s, double frame_bytes);
+
 #endif

@@ -229,9 +229,13 @@ void mos_estimate(const mosaic *m, mos_cost *c)
             continue;
         double bw = (double)s->box[2], bh = (double)s->box[3];
         c->work_bytes += bw * bh * 4.0 * (m->method == RP_EXACT ? 2.0 : 1.0);
-        /* reprojection: a band's input pixels and its output band (values, footprint) */
+        /* reprojection: a band's input pixels, its output band (values, footprint) and
+         * the kernel's scratch for that band (for exact about 64 bytes an output pixel of
+         * up to 128 rows and 1 KB an input column: 8192-pixel-wide bands held twice what
+         * the rest of the block did) */
         double rows = (double)s->rows;
-        est_block(c, s->crop_px * bpp + bw * rows * 8.0 + REPROJECT_OVERHEAD,
+        est_block(c, s->crop_px * bpp + bw * rows * 8.0 + REPROJECT_OVERHEAD
+                         + rp_scratch_bytes(m->method, s->nx, s->ny, s->box[2], s->rows),
                   "reprojection of input '%.80s': a band of %.0f x %.0f output pixels reads "
                   "up to %.0f input pixels", s->name, bw, rows, s->crop_px);
         /* overlap fit: the samples of the largest overlap, at most the box itself (see
@@ -772,7 +776,8 @@ static int run_reproject(mosaic *m, long block, char *err, size_t errlen)
         }
     }
     long n_ok = 0;
-    double need = (double)crop[2] * (double)crop[3] * mos_input_bpp(m->method) + (double)npix * 8.0;
+    double need = (double)crop[2] * (double)crop[3] * mos_input_bpp(m->method)
+                  + (double)npix * 8.0 + rp_scratch_bytes(m->method, crop[2], crop[3], bw, h);
     if (m->max_block > 0 && crop[2] > 0 && crop[3] > 0 && need > m->max_block) {
         rc = TESS_ETOOBIG;
         tess_seterr(err, errlen, "input '%s': a band of %ld x %ld output pixels reads %ld x "

@@ -33,7 +33,8 @@ enum { ST_REPROJECT, ST_OVERLAPS, ST_SOLVE, ST_COADD };
 /* Slabs one plan maps in all, beyond the first EST_SLABS_MIN of each input (about 2.3
  * million transformed points), so that many large inputs cannot make planning slow. */
 #define EST_SLABS_TOTAL 65536
-/* Memory of a reprojection block besides its pixels (coordinate maps, kernel tables). */
+/* Memory of a reprojection block besides its pixels and the kernel's scratch
+ * (rp_scratch_bytes): WCS copies, cfitsio's buffers. */
 #define REPROJECT_OVERHEAD ((double)((size_t)8 << 20))
 
 /* One input as planned. */

@@ -705,6 +705,22 @@ static void *ctx_grow(void **buf, size_t *cap, size_t n, size_t es)
     return *buf;
 }
 
+double rp_exact_scratch_bytes(long in_nx, long in_ny, long out_nx, long rows)
+{
+    if (in_nx < 1 || in_ny < 1 || out_nx < 1 || rows < 1)
+        return 0.0;
+    long cell = EX_CELL;   /* as rp_exact_rows_ctx chooses it */
+    while (((in_nx + cell - 1) / cell + 1) * ((in_ny + cell - 1) / cell + 1) > EX_MAX_NODES)
+        cell *= 2;
+    double ncx = (double)((in_nx + cell - 1) / cell), ncy = (double)((in_ny + cell - 1) / cell);
+    double nn = (ncx + 1.0) * (ncy + 1.0);
+    double nodes = 2.0 * nn * 2.0 * sizeof(double) + ncx * ncy;   /* kept, mapped, include */
+    double lat = ((double)(in_nx + 3) * (EX_CELL + 3) * 2.0 + (double)in_nx * EX_CELL * 2.0)
+                 * sizeof(double);
+    double cells = (double)rows * (double)out_nx * EX_NALL * sizeof(double);
+    return nodes + lat + cells;
+}
+
 /* See exact.h: a prepared pair for one call. */
 long rp_exact_rows(const skywcs *in, const rp_plane *src, const skywcs *out, long out_nx,
                    long out_ny, long out_y0, long out_y1, double max_coord_error,

@@ -46,4 +46,11 @@ long rp_exact_rows_ctx(rp_exact_ctx *ctx, const rp_plane *src, long out_nx, long
                        long out_y0, long out_y1, double max_coord_error, double *dst,
                        double *footprint, char *err, size_t errlen);
 
+/* The most bytes of scratch rp_exact_rows_ctx keeps and allocates for one call on an
+ * input of in_nx x in_ny pixels and `rows` output rows of out_nx pixels: the selection
+ * nodes and cells, the corner lattices, the accumulation cells (with the solid angle
+ * moments, the larger case).  For estimates of what a thread of an exact reprojection
+ * holds; computed alone, no allocation. */
+double rp_exact_scratch_bytes(long in_nx, long in_ny, long out_nx, long rows);
+
 #endif

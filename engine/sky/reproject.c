@@ -67,6 +67,22 @@ void rp_options_init(rp_options *o)
     o->priority = POOL_BATCH;
 }
 
+/* The coordinate map's chunks and lattices of one block, at most (coordmap.c). */
+#define RP_MAP_BYTES ((double)((size_t)1 << 20))
+
+double rp_scratch_bytes(rp_method method, long in_nx, long in_ny, long out_nx, long out_ny)
+{
+    if (in_nx < 1 || in_ny < 1 || out_nx < 1 || out_ny < 1)
+        return 0.0;
+    if (method == RP_EXACT) {   /* worker_init and rp_exact_rows_ctx of one band */
+        long band = RP_BLOCK / 2 < out_ny ? RP_BLOCK / 2 : out_ny;
+        return (double)band * (double)out_nx * 2.0 * sizeof(double)
+               + rp_exact_scratch_bytes(in_nx, in_ny, out_nx, band) + RP_MAP_BYTES;
+    }
+    return (double)RP_BLOCK * RP_BLOCK * 3.0 * sizeof(double)
+           + (double)RP_FIXCAP * (4.0 * sizeof(double) + sizeof(size_t)) + RP_MAP_BYTES;
+}
+
 /* ------------------------------------------------------------------------------------ */
 /* One run: the blocks of one group of planes, shared by the caller and its helpers      */
 

@@ -108,6 +108,15 @@ void rp_options_init(rp_options *o);
 long rp_reproject(const skywcs *in, const rp_cube *src, const skywcs *out, rp_cube *dst,
                   float *footprint, const rp_options *opt, char *err, size_t errlen);
 
+/* The most bytes of scratch one thread of rp_reproject holds besides src, dst and the
+ * footprint, for an input of in_nx x in_ny pixels onto out_nx x out_ny with `method`
+ * and the default block: for RP_EXACT a band of up to RP_BLOCK / 2 output rows (values,
+ * footprint and the kernel's accumulation cells, about 64 bytes an output pixel, plus
+ * its corner lattices: about 1 KB an input column), for the others one block of
+ * coordinates.  Bicubic's prepared coefficients are not included (see above).  For
+ * estimates; computed alone, no allocation. */
+double rp_scratch_bytes(rp_method method, long in_nx, long in_ny, long out_nx, long out_ny);
+
 /* One plane of doubles with a single thread (the calling one), no footprint: the
  * original form the server used, kept for callers that hold doubles.  `src` is
  * in_nx x in_ny doubles, `dst` out_nx x out_ny doubles (row-major, row 0 = FITS row 1,

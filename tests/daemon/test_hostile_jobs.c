@@ -834,7 +834,7 @@ START_TEST(test_budgets_counted)
     tt_resp_free(&r);
     r = post("{\"type\": \"test_cost\", \"block_mb\": 200, \"state_mb\": 100, \"output\": "
              "{\"name\": \"e\"}}");
-    static const char *const w3[] = {"needs 300 MB of memory", "jobs.memory_mb = 256",
+    static const char *const w3[] = {"needs 304 MB of memory", "jobs.memory_mb = 256",
                                      "a test block", NULL};
     assert_413(&r, w3);
     tt_resp_free(&r);

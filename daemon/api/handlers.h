@@ -53,6 +53,20 @@ void handle_job_result(hreq *r, const route_match *m);
 /* The jobs.token check of the calls that create or cancel jobs (here and UWS): 0 when
  * allowed, else -1 after a 401 or 403 problem reply. */
 int jobs_api_check_token(hreq *r);
+/* A job submission off the HTTP thread: validating and estimating a body reads every
+ * input's header (a 10,000-input mosaic takes seconds), so the handler checks only what
+ * costs nothing (token, a body at all) and hands jobs_submit of text[0..len) to the pool
+ * at bulk priority (one worker always stays free for tiles; a full queue answers 503).
+ * A submission still waiting after JOBS_SUBMIT_QUEUE_S seconds is answered 503 with
+ * Retry-After without being looked at; one whose client left before it started is
+ * dropped (no job is created).  On the worker, `answer` replies: rc is jobs_submit's,
+ * `doc` the new job's JSON (taken) when rc is 0, else *pb says why.  `text` is taken
+ * (freed after the reply; NULL with text_is_body: the request's own body is used).
+ * Always returns 0. */
+#define JOBS_SUBMIT_QUEUE_S 30.0
+struct job_problem;
+typedef void (*jobs_api_answer_fn)(hreq *r, int rc, char *doc, const struct job_problem *pb);
+int jobs_api_submit_async(hreq *r, char *text, size_t len, jobs_api_answer_fn answer);
 
 /* GET and POST /api/v1/cutout (cutout.c; parser in cutout.h). */
 void handle_cutout_get(hreq *r, const route_match *m);

@@ -2,6 +2,7 @@
 #include "daemon/api/handlers.h"
 #include "daemon/jobs/jobs.h"
 #include "daemon/problem.h"
+#include "engine/base/clock.h"
 #include "engine/base/error.h"
 #include "engine/base/hash.h"
 
@@ -72,20 +73,64 @@ int prepare_jobs(hreq *r, route_match *m)
     return 0;
 }
 
-void handle_jobs_submit(hreq *r, const route_match *m)
+/* What a queued submission carries to its worker (jobs_api_submit_async). */
+typedef struct submit_arg {
+    char *text;                 /* malloc'd, or NULL: the request's body */
+    size_t len;
+    double queued;              /* tess_mono_s() when it was handed to the pool */
+    jobs_api_answer_fn answer;
+} submit_arg;
+
+static void submit_arg_free(void *p)
 {
-    if (jobs_api_check_token(r))
-        return;
-    if (!r->body || r->body_len == 0) {
-        problem_reply(r, 400, "body", "POST a JSON job description, e.g. {\"type\": \"mosaic\", ...}");
+    submit_arg *a = p;
+    if (a)
+        free(a->text);
+    free(a);
+}
+
+/* On a pool worker: the submission's validation, estimate and insert, then its answer. */
+static void submit_work(hreq *r)
+{
+    submit_arg *a = r->work_arg;
+    job_problem pb = {0};
+    if (tess_mono_s() - a->queued > JOBS_SUBMIT_QUEUE_S) {
+        jobkind_problem(&pb, 503, NULL, "the server is busy: the submission waited more than "
+                        "%.0f s for a worker; retry shortly", JOBS_SUBMIT_QUEUE_S);
+        a->answer(r, -1, NULL, &pb);
         return;
     }
     char *doc = NULL;
-    job_problem pb = {0};
-    if (jobs_submit(r->srv->jobs, r->body, r->body_len, &doc, &pb)) {
-        problem_reply(r, pb.status ? pb.status : 400, pb.field[0] ? pb.field : NULL, "%s",
-                      pb.detail);
-        if (pb.status == 503)
+    int rc = jobs_submit(r->srv->jobs, a->text ? a->text : r->body, a->len, &doc, &pb);
+    a->answer(r, rc, rc ? NULL : doc, &pb);
+    if (rc)
+        free(doc);
+}
+
+int jobs_api_submit_async(hreq *r, char *text, size_t len, jobs_api_answer_fn answer)
+{
+    submit_arg *a = calloc(1, sizeof(*a));
+    if (!a) {
+        free(text);
+        job_problem pb = {0};
+        jobkind_problem(&pb, 500, NULL, "out of memory");
+        answer(r, -1, NULL, &pb);
+        return 0;
+    }
+    a->text = text;
+    a->len = len;
+    a->queued = tess_mono_s();
+    a->answer = answer;
+    r->bulk = 1;
+    return hreq_run_async(r, submit_work, a, submit_arg_free);
+}
+
+static void answer_submit(hreq *r, int rc, char *doc, const job_problem *pb)
+{
+    if (rc) {
+        problem_reply(r, pb->status ? pb->status : 400, pb->field[0] ? pb->field : NULL, "%s",
+                      pb->detail);
+        if (pb->status == 503)
             r->rep.retry_after = 5;
         return;
     }
@@ -97,6 +142,17 @@ void handle_jobs_submit(hreq *r, const route_match *m)
         r->rep.location = strdup(loc);
     }
     hreq_reply_json(r, 202, doc);
+}
+
+void handle_jobs_submit(hreq *r, const route_match *m)
+{
+    if (jobs_api_check_token(r))
+        return;
+    if (!r->body || r->body_len == 0) {
+        problem_reply(r, 400, "body", "POST a JSON job description, e.g. {\"type\": \"mosaic\", ...}");
+        return;
+    }
+    jobs_api_submit_async(r, NULL, r->body_len, answer_submit);
 }
 
 static void send_result(hreq *r, const char *id)

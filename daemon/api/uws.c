@@ -479,6 +479,25 @@ static void redirect(hreq *r, const char *path)
     r->rep.cache_control = "no-cache";
 }
 
+/* The answer of a creation, on the worker that ran its submission
+ * (jobs_api_submit_async): 303 to the new job, or the UsageError. */
+static void answer_create(hreq *r, int rc, char *doc, const job_problem *pb)
+{
+    if (rc) {
+        vo_reply_text(r, pb->status ? pb->status : 400, "UsageError: %s%s%s", pb->field,
+                      pb->field[0] ? ": " : "", pb->detail);
+        if (pb->status == 503)
+            r->rep.retry_after = 5;
+        return;
+    }
+    json_t *j = json_loads(doc, 0, NULL);
+    free(doc);
+    char path[80];
+    snprintf(path, sizeof(path), "/vo/uws/jobs/%.32s", j ? jstr(j, "id") : "");
+    json_decref(j);
+    redirect(r, path);
+}
+
 void handle_uws_create(hreq *r, const route_match *m)
 {
     if (jobs_api_check_token(r))
@@ -533,23 +552,7 @@ void handle_uws_create(hreq *r, const route_match *m)
                       "a JSON body");
         return;
     }
-    char *doc = NULL;
-    job_problem pb = {0};
-    int rc = jobs_submit(r->srv->jobs, text, strlen(text), &doc, &pb);
-    free(text);
-    if (rc) {
-        vo_reply_text(r, pb.status ? pb.status : 400, "UsageError: %s%s%s", pb.field,
-                      pb.field[0] ? ": " : "", pb.detail);
-        if (pb.status == 503)
-            r->rep.retry_after = 5;
-        return;
-    }
-    json_t *j = json_loads(doc, 0, NULL);
-    free(doc);
-    char path[80];
-    snprintf(path, sizeof(path), "/vo/uws/jobs/%.32s", j ? jstr(j, "id") : "");
-    json_decref(j);
-    redirect(r, path);
+    jobs_api_submit_async(r, text, strlen(text), answer_create);
 }
 
 /* PHASE=RUN (a no-op: jobs are queued when created) or ABORT (cancels a queued or running

@@ -9,6 +9,7 @@
 #include <check.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <jansson.h>
 #include <limits.h>
 #include <sqlite3.h>
@@ -34,6 +35,7 @@ static char jobsdir[300];          /* top/jobs */
 static tess_config cfg;
 static tserver *srv;
 static char base[64];
+static char g_datasets[256];       /* the configuration's "datasets" array ("" none) */
 
 /* ---- a job type whose estimate and writes the body sets ----------------------------
  * {"type": "test_cost", "block_mb": B, "state_mb": S, "work_mb": W, "product_mb": P,
@@ -241,8 +243,9 @@ static int load_config(tess_config *c, const char *jobs_extra, int threads, char
     char text[2048];
     snprintf(text, sizeof text,
              "{\"listen\": \"127.0.0.1:0\", \"threads\": %d, \"data_roots\": [\"%s\"], "
-             "\"jobs\": {\"dir\": \"%s\"%s%s}}",
-             threads, dataroot, jobsdir, jobs_extra[0] ? ", " : "", jobs_extra);
+             "\"jobs\": {\"dir\": \"%s\"%s%s}%s%s}",
+             threads, dataroot, jobsdir, jobs_extra[0] ? ", " : "", jobs_extra,
+             g_datasets[0] ? ", \"datasets\": " : "", g_datasets);
     ck_assert_int_eq(config_init(c), 0);
     return config_load_text(text, c, err, errlen);
 }
@@ -289,6 +292,7 @@ static void setup(void)
     free(real);
     g_hold = 0;
     g_inflight = g_max_inflight = 0;
+    g_datasets[0] = 0;
 }
 
 static void teardown(void)
@@ -733,6 +737,115 @@ START_TEST(test_huge_input_refused)
 }
 END_TEST
 
+/* ---- a large submission does not hold the HTTP threads --------------------------------
+ * A mosaic of 10,000 inputs (hard links to one small FITS file) is validated and
+ * estimated by reading every input's header: seconds of work, which once ran on one of the
+ * two HTTP threads (3.3 s), so that requests on that thread waited.  Now the handler hands
+ * it to the pool: while it is being submitted, slices keep answering fast, and the
+ * submission still answers 202 (or a 4xx naming the field). */
+typedef struct big_submit {
+    const char *body;
+    tt_resp r;
+    double seconds;
+    int done;                 /* set (atomic) once r and seconds are */
+} big_submit;
+
+static void *big_submit_main(void *arg)
+{
+    big_submit *b = arg;
+    double t0 = tt_now_s();
+    b->r = post(b->body);
+    b->seconds = tt_now_s() - t0;
+    __atomic_store_n(&b->done, 1, __ATOMIC_RELEASE);
+    return NULL;
+}
+
+/* Submits the body from another thread while this one asks for small slices of dataset
+ * "small"; returns the submission's answer and fails when a slice took longer than
+ * `bound` seconds or failed. */
+static tt_resp submit_while_slicing(const char *body, double bound, const char *what)
+{
+    big_submit b = { body, {0}, 0, 0 };
+    pthread_t th;
+    ck_assert_int_eq(pthread_create(&th, NULL, big_submit_main, &b), 0);
+    double worst = 0, total = 0;
+    int n = 0, done = 0;
+    while (!done || n < 5) {
+        char path[96];
+        snprintf(path, sizeof path, "/api/v1/datasets/small/slice/xy/%d_%d/0_0_0.raw",
+                 8 + n % 48, 8 + n % 48);
+        double t0 = tt_now_s();
+        tt_resp s = tt_fetch(base, "GET", path, NULL, 0, NULL);
+        double dt = tt_now_s() - t0;
+        ck_assert_msg(s.status == 200, "%s: %s: %ld %s", what, path, s.status,
+                      s.body ? s.body : "");
+        tt_resp_free(&s);
+        worst = dt > worst ? dt : worst;
+        total += dt;
+        n++;
+        done = __atomic_load_n(&b.done, __ATOMIC_ACQUIRE);
+        usleep(20000);
+    }
+    ck_assert_int_eq(pthread_join(th, NULL), 0);
+    printf("%s: submission %.3f s; %d slices meanwhile, mean %.1f ms, worst %.1f ms\n", what,
+           b.seconds, n, 1e3 * total / n, 1e3 * worst);
+    ck_assert_msg(worst < bound, "%s: a slice took %.3f s while the submission ran (%.3f s)",
+                  what, worst, b.seconds);
+    return b.r;
+}
+
+START_TEST(test_many_inputs_leave_http_free)
+{
+    char small[PATH_MAX], dir[PATH_MAX];
+    snprintf(small, sizeof small, "%s/small.fits", dataroot);
+    make_fits(small, 64, 64, 1e-3);
+    snprintf(dir, sizeof dir, "%s/in", dataroot);
+    ck_assert_int_eq(mkdir(dir, 0755), 0);
+    int n = tt_under_valgrind() ? 300 : 10000;
+    json_t *in = json_array();
+    for (int i = 0; i < n; i++) {
+        char p[PATH_MAX], rel[32];
+        snprintf(rel, sizeof rel, "in/f%05d.fits", i);
+        snprintf(p, sizeof p, "%s/%s", dataroot, rel);
+        ck_assert_int_eq(link(small, p), 0);
+        json_array_append_new(in, json_string(rel));
+    }
+    snprintf(g_datasets, sizeof g_datasets, "[{\"name\": \"small\", \"path\": \"small.fits\"}]");
+    start("", 2);
+    double bound = 1.0 * tt_time_scale();
+
+    /* A missing last input: 404 naming inputs[n-1], after the others were looked at. */
+    json_t *bad = json_deep_copy(in);
+    json_array_set_new(bad, (size_t)n - 1, json_string("in/missing.fits"));
+    json_t *b = json_pack("{s:s, s:o, s:{s:s}}", "type", "mosaic", "inputs", bad,
+                          "output", "name", "many_bad");
+    char *s = json_dumps(b, JSON_COMPACT);
+    tt_resp r = submit_while_slicing(s, bound, "a missing last input");
+    char field[32];
+    snprintf(field, sizeof field, "inputs[%d]", n - 1);
+    tt_assert_problem("POST /api/v1/jobs", &r, 404, field);
+    tt_resp_free(&r);
+    json_decref(b);
+    free(s);
+
+    /* The whole list: accepted (every header read for the automatic target and the
+     * estimate), then cancelled before it runs far. */
+    b = json_pack("{s:s, s:O, s:{s:s}}", "type", "mosaic", "inputs", in, "output", "name",
+                  "many");
+    s = json_dumps(b, JSON_COMPACT);
+    r = submit_while_slicing(s, bound, "10,000 inputs");
+    ck_assert_msg(r.status == 202, "%ld %s", r.status, r.body ? r.body : "");
+    ck_assert_msg(strncmp(r.location, "/api/v1/jobs/", 13) == 0, "Location %s", r.location);
+    tt_resp c = tt_fetch(base, "DELETE", r.location, NULL, 0, NULL);
+    ck_assert_int_eq(c.status, 200);
+    tt_resp_free(&c);
+    tt_resp_free(&r);
+    json_decref(b);
+    json_decref(in);
+    free(s);
+}
+END_TEST
+
 /* The peak resident memory of this process (VmHWM) after clearing it, in bytes. */
 static double peak_rss(int reset)
 {
@@ -903,6 +1016,7 @@ static Suite *suite(void)
     tcase_add_test(tc, test_weak_token_refused);
     tcase_add_test(tc, test_huge_target_refused);
     tcase_add_test(tc, test_huge_input_refused);
+    tcase_add_test(tc, test_many_inputs_leave_http_free);
     tcase_add_test(tc, test_large_input_blocks_bounded);
     tcase_add_test(tc, test_budgets_counted);
     tcase_add_test(tc, test_budgets_while_writing);

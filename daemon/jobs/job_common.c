@@ -317,10 +317,76 @@ int jobc_plan_dataset(const json_t *body, const job_env *env, const dataset **d,
                         size_t errlen)
 {
     job_problem pb;
-    if (jobc_check_dataset(body, env, d, &pb) != 0) {
-        tess_seterr(err, errlen, "%s: %s", pb.field, pb.detail);
-        return TESS_EINVAL;
+    if (jobc_check_dataset(body, env, d, &pb) != 0)
+        return jobc_problem_error(&pb, err, errlen);
+    return 0;
+}
+
+/* ---- the steps every job type takes --------------------------------------------------- */
+
+int jobc_problem_error(const job_problem *pb, char *err, size_t errlen)
+{
+    tess_seterr(err, errlen, "%s: %s", pb->field, pb->detail);
+    return TESS_EINVAL;
+}
+
+void *jobc_state_new(size_t size, char *err, size_t errlen)
+{
+    void *s = calloc(1, size);
+    if (!s)
+        tess_seterr(err, errlen, "out of memory");
+    return s;
+}
+
+void *jobc_plan_begin(const json_t *body, const job_env *env, jobc_plan_check check,
+                      size_t size, const dataset **d, int *rc, char *err, size_t errlen)
+{
+    job_problem pb;
+    if ((*rc = jobc_plan_dataset(body, env, d, err, errlen)) != 0)
+        return NULL;
+    if (check && check(body, *d, &pb) != 0) {
+        *rc = jobc_problem_error(&pb, err, errlen);
+        return NULL;
     }
+    void *s = jobc_state_new(size, err, errlen);
+    if (!s)
+        *rc = TESS_ENOMEM;
+    return s;
+}
+
+int jobc_plan_one_stage(job_plan *out, void *state, long nblocks, int rc)
+{
+    if (rc) {
+        free(state);
+        return rc;
+    }
+    out->nstages = 1;
+    out->nblocks[0] = nblocks;
+    out->state = state;
+    return 0;
+}
+
+int jobc_product_dataset(const char *from, const char *tmp_path, const char *name,
+                         job_product *prod, char *err, size_t errlen)
+{
+    int rc = from ? jobc_link_file(from, tmp_path, err, errlen) : 0;
+    if (rc)
+        return rc;
+    memset(prod, 0, sizeof *prod);
+    snprintf(prod->dataset, sizeof prod->dataset, "%s", name);
+    return 0;
+}
+
+int jobc_product_attach(const char *from, const char *tmp_path, const char *name,
+                        const char *content_type, job_product *prod, char *err,
+                        size_t errlen)
+{
+    int rc = from ? jobc_link_file(from, tmp_path, err, errlen) : 0;
+    if (rc)
+        return rc;
+    memset(prod, 0, sizeof *prod);
+    snprintf(prod->attach_to, sizeof prod->attach_to, "%s", name);
+    snprintf(prod->content_type, sizeof prod->content_type, "%s", content_type);
     return 0;
 }
 

@@ -35,6 +35,39 @@ const char *jobc_output_name(const json_t *body);
 int jobc_plan_dataset(const json_t *body, const job_env *env, const dataset **d, char *err,
                       size_t errlen);
 
+/* ---- the steps every job type takes ---- */
+
+/* The problem pb as a plan's error: err "field: reason".  Returns TESS_EINVAL. */
+int jobc_problem_error(const job_problem *pb, char *err, size_t errlen);
+
+/* A zeroed state of `size` bytes for a plan (free(3) it, or hand it to
+ * jobc_plan_one_stage).  NULL with err "out of memory" when it cannot be allocated. */
+void *jobc_state_new(size_t size, char *err, size_t errlen);
+
+/* A job type's own check of the body and its dataset d at plan: 0, or -1 with *pb set. */
+typedef int (*jobc_plan_check)(const json_t *body, const dataset *d, job_problem *pb);
+
+/* The start of a plan: the body's dataset (jobc_plan_dataset) into *d, then `check`
+ * (may be NULL; its problem becomes err as jobc_problem_error), then
+ * jobc_state_new(size).  Returns the state, or NULL with *rc (TESS_EINVAL, TESS_ENOMEM)
+ * and err. */
+void *jobc_plan_begin(const json_t *body, const job_env *env, jobc_plan_check check,
+                      size_t size, const dataset **d, int *rc, char *err, size_t errlen);
+
+/* The end of a plan of one stage of `nblocks` blocks: with rc 0 the plan takes `state`
+ * and 0 is returned; otherwise `state` is freed (free(3)) and rc returned. */
+int jobc_plan_one_stage(job_plan *out, void *state, long nblocks, int rc);
+
+/* The end of finish: the product built at `from` (NULL: already at tmp_path) linked to
+ * tmp_path (jobc_link_file), then *prod registering it as the dataset `name`
+ * (jobc_product_dataset) or attaching it to the dataset `name` with `content_type`
+ * (jobc_product_attach).  Return 0, or jobc_link_file's codes with err (prod untouched). */
+int jobc_product_dataset(const char *from, const char *tmp_path, const char *name,
+                         job_product *prod, char *err, size_t errlen);
+int jobc_product_attach(const char *from, const char *tmp_path, const char *name,
+                        const char *content_type, job_product *prod, char *err,
+                        size_t errlen);
+
 /* ---- work files ---- */
 
 /* Writes n bytes at `off` of the existing file `path`.  0 or TESS_EIO with err. */

@@ -28,8 +28,9 @@ typedef struct ingest_state {
 
 /* The stack d may be ingested: frames (not a cube), whose values a store type holds
  * exactly (integers, or BITPIX -32).  0 or -1 with *pb (422). */
-static int ingest_check(const dataset *d, job_problem *pb)
+static int ingest_check(const json_t *body, const dataset *d, job_problem *pb)
 {
+    (void)body;
     if (d->kind != DS_STACK) {
         jobkind_problem(pb, 422, "dataset", "dataset '%s' is not a stack of frames: its "
                         "planes are read in place already", d->name);
@@ -50,26 +51,17 @@ static int ingest_validate(const json_t *body, const job_env *env, job_problem *
     if (jobkind_only_fields(body, known, NULL, pb) != 0 ||
         jobc_check_dataset(body, env, &d, pb) != 0)
         return -1;
-    return ingest_check(d, pb);
+    return ingest_check(body, d, pb);
 }
 
 static int ingest_plan(const json_t *body, const job_env *env, const char *workdir,
                        job_plan *out, char *err, size_t errlen)
 {
     const dataset *d;
-    int rc = jobc_plan_dataset(body, env, &d, err, errlen);
-    if (rc)
+    int rc;
+    ingest_state *s = jobc_plan_begin(body, env, ingest_check, sizeof *s, &d, &rc, err, errlen);
+    if (!s)
         return rc;
-    job_problem pb;
-    if (ingest_check(d, &pb) != 0) {
-        tess_seterr(err, errlen, "%s: %s", pb.field, pb.detail);
-        return TESS_EINVAL;
-    }
-    ingest_state *s = calloc(1, sizeof *s);
-    if (!s) {
-        tess_seterr(err, errlen, "out of memory");
-        return TESS_ENOMEM;
-    }
     s->d = d;
     s->dt = jobc_choose_dtype(d);
     jobc_frame_blocks(d, &s->per_block, &s->nblocks);
@@ -84,14 +76,7 @@ static int ingest_plan(const json_t *body, const job_env *env, const char *workd
     long naxes[3] = {d->nx, d->ny, d->nz};
     rc = jobc_plane_product(workdir, s->out_path, s->dt, naxes, cards, NULL, 0, &s->datastart,
                             err, errlen);
-    if (rc) {
-        free(s);
-        return rc;
-    }
-    out->nstages = 1;
-    out->nblocks[0] = s->nblocks;
-    out->state = s;
-    return 0;
+    return jobc_plan_one_stage(out, s, s->nblocks, rc);
 }
 
 typedef struct ingest_block {
@@ -142,13 +127,8 @@ static int ingest_finish(void *state, const char *tmp_path, job_product *prod, c
                          size_t errlen)
 {
     ingest_state *s = state;
-    int rc = jobc_link_file(s->out_path, tmp_path, err, errlen);
-    if (rc)
-        return rc;
-    memset(prod, 0, sizeof *prod);
-    snprintf(prod->attach_to, sizeof prod->attach_to, "%s", s->name);
-    snprintf(prod->content_type, sizeof prod->content_type, "application/fits");
-    return 0;
+    return jobc_product_attach(s->out_path, tmp_path, s->name, "application/fits", prod, err,
+                               errlen);
 }
 
 /* The store (every plane in the store type, and its header); a block holds a plane of
@@ -157,7 +137,7 @@ static int ingest_estimate(const json_t *body, const job_env *env, job_cost *c,
                            job_problem *pb)
 {
     const dataset *d;
-    if (jobc_check_dataset(body, env, &d, pb) != 0 || ingest_check(d, pb) != 0)
+    if (jobc_check_dataset(body, env, &d, pb) != 0 || ingest_check(body, d, pb) != 0)
         return -1;
     double es = (double)chunkstore_esize(jobc_choose_dtype(d));
     double npix = (double)d->nx * (double)d->ny;

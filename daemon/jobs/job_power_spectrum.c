@@ -64,14 +64,10 @@ static int ps_plan(const json_t *body, const job_env *env, const char *workdir, 
                    char *err, size_t errlen)
 {
     const dataset *d;
-    int rc = jobc_plan_dataset(body, env, &d, err, errlen);
-    if (rc)
+    int rc;
+    ps_state *s = jobc_plan_begin(body, env, NULL, sizeof *s, &d, &rc, err, errlen);
+    if (!s)
         return rc;
-    ps_state *s = calloc(1, sizeof *s);
-    if (!s) {
-        tess_seterr(err, errlen, "out of memory");
-        return TESS_ENOMEM;
-    }
     snprintf(s->out_path, sizeof s->out_path, "%s/spectrum.fits", workdir);
     snprintf(s->name, sizeof s->name, "%s", jobc_output_name(body));
     s->d = d;
@@ -157,9 +153,7 @@ static int ps_finish(void *state, const char *tmp_path, job_product *prod, char 
         return rc;
     if (!s->t.direct)
         unlink(s->t.stage_path);
-    memset(prod, 0, sizeof *prod);
-    snprintf(prod->dataset, sizeof prod->dataset, "%s", s->name);
-    return 0;
+    return jobc_product_dataset(NULL, tmp_path, s->name, prod, err, errlen);
 }
 
 /* The float32 cube (nx, ny, nz) and the staging file (none when a current rechunk copy

@@ -69,14 +69,10 @@ static int recenter_plan(const json_t *body, const job_env *env, const char *wor
                          job_plan *out, char *err, size_t errlen)
 {
     const dataset *d;
-    int rc = jobc_plan_dataset(body, env, &d, err, errlen);
-    if (rc)
+    int rc;
+    recenter_state *s = jobc_plan_begin(body, env, NULL, sizeof *s, &d, &rc, err, errlen);
+    if (!s)
         return rc;
-    recenter_state *s = calloc(1, sizeof *s);
-    if (!s) {
-        tess_seterr(err, errlen, "out of memory");
-        return TESS_ENOMEM;
-    }
     json_t *sz = json_object_get(body, "size");
     s->d = d;
     s->w = (long)json_integer_value(json_array_get(sz, 0));
@@ -103,14 +99,7 @@ static int recenter_plan(const json_t *body, const job_env *env, const char *wor
     rc = jobc_plane_product(workdir, s->out_path, s->dt, naxes, cards, s->origins_path,
                             (off_t)(d->nz * (long)sizeof(origin_rec)), &s->datastart, err,
                             errlen);
-    if (rc) {
-        free(s);
-        return rc;
-    }
-    out->nstages = 1;
-    out->nblocks[0] = s->nblocks;
-    out->state = s;
-    return 0;
+    return jobc_plan_one_stage(out, s, s->nblocks, rc);
 }
 
 typedef struct recenter_block {
@@ -243,12 +232,7 @@ static int recenter_finish(void *state, const char *tmp_path, job_product *prod,
     free(rec);
     if (rc)
         return rc;
-    rc = jobc_link_file(s->out_path, tmp_path, err, errlen);
-    if (rc)
-        return rc;
-    memset(prod, 0, sizeof *prod);
-    snprintf(prod->dataset, sizeof prod->dataset, "%s", s->name);
-    return 0;
+    return jobc_product_dataset(s->out_path, tmp_path, s->name, prod, err, errlen);
 }
 
 /* The cube of crops (W, H, nz) and its ORIGINS table, the origins file; a block holds a

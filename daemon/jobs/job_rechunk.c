@@ -41,7 +41,7 @@ typedef struct rechunk_state {
     char name[128];
 } rechunk_state;
 
-/* What the stack's frame cache keeps: 256 MB of decoded frames (engine/image/stack.c)
+/* What the stack's frame cache keeps: 256 MB of decoded frames (engine/image/stack_int.h)
  * and 64 open frames (the catalog's bound for a dataset).  A stack of PNG frames past
  * either would be decoded again for every band of the one-stage plan (4 times at 300
  * frames of 500 x 500, 8 at 2000 of 1000 x 1000 on 2 threads), so it takes the plan of
@@ -93,14 +93,10 @@ static int rechunk_plan(const json_t *body, const job_env *env, const char *work
                         job_plan *out, char *err, size_t errlen)
 {
     const dataset *d;
-    int rc = jobc_plan_dataset(body, env, &d, err, errlen);
-    if (rc)
+    int rc;
+    rechunk_state *s = jobc_plan_begin(body, env, NULL, sizeof *s, &d, &rc, err, errlen);
+    if (!s)
         return rc;
-    rechunk_state *s = calloc(1, sizeof *s);
-    if (!s) {
-        tess_seterr(err, errlen, "out of memory");
-        return TESS_ENOMEM;
-    }
     cube_source src;
     jobc_source(d, &src);
     rc = cube_transpose_init(&s->t, &src, 0, 0, NULL, workdir, err, errlen);
@@ -124,10 +120,7 @@ static int rechunk_plan(const json_t *body, const job_env *env, const char *work
         rechunk_release(s);
         return rc;
     }
-    out->nstages = 1;
-    out->nblocks[0] = s->inmem ? s->nbands : s->t.ngroups;
-    out->state = s;
-    return 0;
+    return jobc_plan_one_stage(out, s, s->inmem ? s->nbands : s->t.ngroups, 0);
 }
 
 /* The window of the store that band rows [y0, y1) fill: their series, written in place
@@ -170,13 +163,8 @@ static int rechunk_finish(void *state, const char *tmp_path, job_product *prod, 
                           size_t errlen)
 {
     rechunk_state *s = state;
-    int rc = jobc_link_file(s->store_path, tmp_path, err, errlen);
-    if (rc)
-        return rc;
-    memset(prod, 0, sizeof *prod);
-    snprintf(prod->attach_to, sizeof prod->attach_to, "%s", s->name);
-    snprintf(prod->content_type, sizeof prod->content_type, "application/octet-stream");
-    return 0;
+    return jobc_product_attach(s->store_path, tmp_path, s->name, "application/octet-stream",
+                               prod, err, errlen);
 }
 
 /* The store (header and every series), no staging file; a band block holds a group of 64

@@ -78,29 +78,19 @@ static int reduce_plan(const json_t *body, const job_env *env, const char *workd
     job_problem pb;
     stack_zop op;
     zreduce_axis axis;
-    if (reduce_parse(body, &op, &axis, &pb) != 0) {
-        tess_seterr(err, errlen, "%s: %s", pb.field, pb.detail);
-        return TESS_EINVAL;
-    }
-    reduce_state *s = calloc(1, sizeof *s);
-    if (!s) {
-        tess_seterr(err, errlen, "out of memory");
+    if (reduce_parse(body, &op, &axis, &pb) != 0)
+        return jobc_problem_error(&pb, err, errlen);
+    reduce_state *s = jobc_state_new(sizeof *s, err, errlen);
+    if (!s)
         return TESS_ENOMEM;
-    }
     s->d = d;
     s->op = op;
     s->axis = axis;
     s->nblocks = zreduce_nranges(d->nz);
     snprintf(s->workdir, sizeof s->workdir, "%s", workdir);
     snprintf(s->name, sizeof s->name, "%s", jobc_output_name(body));
-    if ((rc = jobc_source_pin(d, workdir, s->source, sizeof s->source, err, errlen))) {
-        free(s);
-        return rc;
-    }
-    out->nstages = 1;
-    out->nblocks[0] = s->nblocks;
-    out->state = s;
-    return 0;
+    rc = jobc_source_pin(d, workdir, s->source, sizeof s->source, err, errlen);
+    return jobc_plan_one_stage(out, s, s->nblocks, rc);
 }
 
 /* Axis z: the partial of the block's planes (stack_zreduce: exact integers for 8/16-bit
@@ -273,9 +263,7 @@ static int reduce_finish(void *state, const char *tmp_path, job_product *prod, c
         part_path(s, k, p, sizeof p);
         unlink(p);
     }
-    memset(prod, 0, sizeof *prod);
-    snprintf(prod->dataset, sizeof prod->dataset, "%s", s->name);
-    return 0;
+    return jobc_product_dataset(NULL, tmp_path, s->name, prod, err, errlen);
 }
 
 /* Axis z: a float64 image and one partial per z-range (at most 20 bytes a pixel: counts,

@@ -10,7 +10,7 @@
 #define DECODELIMIT_DEFAULT_PIXELS (1ULL << 28)
 
 /* A decoder is code that turns a small stored form into a large one held whole in
- * memory: a PNG frame decoded into its samples (engine/image/stack.c), a compressed
+ * memory: a PNG frame decoded into its samples (engine/image/stack_frames.c), a compressed
  * stack frame converted to doubles, one tile of a tile-compressed (fpack) FITS image,
  * which cfitsio decompresses whole (engine/fits/fitsimg.c).  Such a form can be a
  * thousand times its file (a 900 KB PNG of 30000 x 30000 zeros), so each decoder asks

@@ -312,6 +312,30 @@ int fitscard_key_is(const char *card, const char *key)
     return 1;
 }
 
+int fitscard_number(const char *card, long long *iv, double *dv)
+{
+    char v[72];
+    memcpy(v, card + 10, 70);
+    v[70] = '\0';
+    char *slash = strchr(v, '/');
+    if (slash)
+        *slash = '\0';
+    for (char *c = v; *c; c++)
+        if (*c == 'D' || *c == 'd')
+            *c = 'E';   /* FITS allows a D exponent */
+    char *end;
+    errno = 0;
+    if (iv)
+        *iv = strtoll(v, &end, 10);
+    else
+        *dv = strtod(v, &end);
+    if (end == v || errno)
+        return 0;
+    while (*end == ' ')
+        end++;
+    return *end == '\0';
+}
+
 /* Copies s[0..n) into val (truncating, always NUL-terminated when vallen > 0). */
 static void copy_out(const char *s, size_t n, char *val, size_t vallen)
 {

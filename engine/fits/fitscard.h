@@ -105,6 +105,13 @@ void fitscard_header_write(char *dst, const char *cards, int n);
  * exactly, blank-padded), else 0. */
 int fitscard_key_is(const char *card, const char *key);
 
+/* The value of `card` (a value card: "= " in columns 9-10) as an integer (iv non-NULL)
+ * or else a real (*dv): 1 when columns 11-80 hold one - an optional sign and digits, for
+ * a real a fraction and an E or D exponent (section 4.2.4), then only blanks or a
+ * comment ('/') - else 0 (a string, a logical, a complex value, an overflow).  The
+ * caller checks the keyword and the "= ".  Cannot fail otherwise. */
+int fitscard_number(const char *card, long long *iv, double *dv);
+
 /* Looks up the first card whose keyword is `key` (exact, 8 characters or fewer) among
  * the n cards.  Copies its value text into `val` (truncated to vallen, NUL-terminated):
  * a string without its quotes, '' read as one quote, trailing blanks trimmed; any other

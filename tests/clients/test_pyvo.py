@@ -281,7 +281,8 @@ class TestPyvo(unittest.TestCase):
             ("ID=horsehead&CIRCLE=1+2", 400, "UsageError: "),
             ("ID=horsehead&CIRCLE=1+2+3&POLYGON=1+2+3+4+5+6", 400, "UsageError: "),
             ("ID=horsehead&CIRCLE=10+20+0.1", 400, "NoOverlap: "),
-            ("ID=l1448_13co&BAND=1e-3+2e-3", 400, "UsageError: "),
+            # VOPT with the configured rest frequency: its planes lie near 2.72 mm.
+            ("ID=l1448_13co&BAND=1e-3+2e-3", 400, "NoOverlap: "),
             ("ID=wavecube&BAND=1e-3+2e-3", 400, "NoOverlap: "),
             ("ID=horsehead&BAND=1e-3+2e-3", 400, "UsageError: "),
             ("ID=horsehead&TIME=1+2", 400, "UsageError: TIME is not served"),

@@ -828,10 +828,11 @@ static int wait_port(const char *logpath, double limit_s)
     }
 }
 
-/* Starts the built tesserad on the demo data (port 0, one worker thread, so that
- * requests queue; jobs under `dir`; a grace period of 30 s after SIGTERM, the bound the
- * tests allow, so that a loaded machine's slow drain is not cut short) with its stderr
- * in `logpath`; returns its pid and its port in *port. */
+/* Starts the built tesserad on the source tree's demo data (named, not taken from the
+ * environment make check sets, so that the program runs alone and under valgrind too;
+ * port 0, one worker thread, so that requests queue; jobs under `dir`; a grace period of
+ * 30 s after SIGTERM, the bound the tests allow, so that a loaded machine's slow drain is
+ * not cut short) with its stderr in `logpath`; returns its pid and its port in *port. */
 static pid_t spawn_tesserad(const char *dir, char *logpath, size_t loglen, int *port)
 {
     char jdir[PATH_MAX];
@@ -845,7 +846,8 @@ static pid_t spawn_tesserad(const char *dir, char *logpath, size_t loglen, int *
         dup2(fd, 2);
         close(fd);
         execl(TESSERAD_BIN, "tesserad", "--listen", "127.0.0.1:0", "--threads", "1",
-              "--jobs-dir", jdir, "--shutdown-grace", "30", (char *)NULL);
+              "--demo-dir", TESSERA_DEMO_DIR, "--jobs-dir", jdir, "--shutdown-grace", "30",
+              (char *)NULL);
         _exit(127);
     }
     *port = wait_port(logpath, 30);

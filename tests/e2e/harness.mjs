@@ -47,6 +47,8 @@ export async function startServer({ tesserad, token = null } = {}) {
   demo.listen = '127.0.0.1:0';
   demo.threads = 2;
   demo.data_roots = [path.join(TOP, 'data', 'demo')];
+  // conf/demo.json names the viewer relative to itself; this copy lives elsewhere.
+  demo.viewer = { dir: path.join(TOP, 'viewer'), node_modules: path.join(TOP, 'node_modules') };
   demo.jobs = { dir: path.join(dir, 'jobs'), token };
   const conf = path.join(dir, 'tessera.json');
   const env = { ...process.env, TESSERA_VIEWER_DIR: path.join(TOP, 'viewer'), TESSERA_NODE_MODULES: path.join(TOP, 'node_modules') };

@@ -38,6 +38,10 @@ for t in $targets; do progs="$progs tests/fuzz/$t"; done
 # shellcheck disable=SC2086
 make -j"$(nproc)" $progs >make.out 2>&1 || fail_all "build failed (see $bdir/make.out)"
 
+# The targets that open the demo catalog (fuzz_jobs) read the source tree's demo data, as
+# make check's programs do, not the installed paths compiled into the build.
+TESSERA_DEMO_DIR="$top/data/demo"
+export TESSERA_DEMO_DIR
 status=0
 for t in $targets; do
     mkdir -p "corpus/$t" artifacts

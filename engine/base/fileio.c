@@ -137,6 +137,16 @@ int tess_open_regular(const char *path, int flags, struct stat *st, char *err, s
     return fd;
 }
 
+int tess_read_prefix(const char *path, void *buf, size_t len)
+{
+    int fd = tess_open_regular(path, 0, NULL, NULL, 0);
+    if (fd < 0)
+        return 0;
+    ssize_t n = pread(fd, buf, len, 0);
+    close(fd);
+    return n >= 0 && (size_t)n == len;
+}
+
 const char *tess_fd_name(int fd, const char *path, char *buf, size_t len)
 {
     struct stat a, b;

@@ -52,6 +52,12 @@ const char *tess_file_kind(mode_t mode);
  * regular file" (a file that cannot be read, as a missing one is). */
 int tess_open_regular(const char *path, int flags, struct stat *st, char *err, size_t errlen);
 
+/* Reads the first `len` bytes of the regular file `path` into buf (opened as
+ * tess_open_regular does, with pread: no stdio, for checks run at every opening of a
+ * file, such as a format's signature).  Returns 1 when all `len` bytes were read, 0 when
+ * the file cannot be opened or is shorter.  Sets no error text. */
+int tess_read_prefix(const char *path, void *buf, size_t len);
+
 /* A name by which a library that opens files itself reaches the file open as `fd`
  * (from tess_open_regular): "/proc/self/fd/FD", which opens that very file even when
  * `path` has been renamed over or replaced by a FIFO since, or `path` itself when /proc

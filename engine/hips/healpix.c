@@ -493,13 +493,21 @@ static int plan_tile(image_ref *ir, int order, int64_t npix, tile_plan *p)
     return 0;
 }
 
+/* image_ref_init for a test of tile (order, npix), whose finest samples are at order
+ * `deepest`: TESS_EINVAL for an invalid tile, no image or too deep an order. */
+static int tile_ref_init(image_ref *ir, const skywcs *cel, long nx, long ny, int galactic,
+                         int order, int64_t npix, int deepest)
+{
+    if (!hips_tile_valid(order, npix) || !cel || deepest > HIPS_ORDER_MAX)
+        return TESS_EINVAL;
+    return image_ref_init(ir, cel, nx, ny, galactic);
+}
+
 int hips_tile_overlaps(const skywcs *cel, long nx, long ny, int galactic, int order,
                        int64_t npix)
 {
-    if (!hips_tile_valid(order, npix) || !cel)
-        return TESS_EINVAL;
     image_ref ir;
-    int rc = image_ref_init(&ir, cel, nx, ny, galactic);
+    int rc = tile_ref_init(&ir, cel, nx, ny, galactic, order, npix, order);
     if (rc)
         return rc;
     tile_plan p;
@@ -844,10 +852,8 @@ static void footprint_source(hips_source *s, const skywcs *cel, long nx, long ny
 int hips_tile_in_footprint(const skywcs *cel, long nx, long ny, int galactic, int level,
                            int order, int64_t npix)
 {
-    if (!hips_tile_valid(order, npix) || !cel || order + HIPS_TILE_SHIFT > HIPS_ORDER_MAX)
-        return TESS_EINVAL;
     image_ref ir;
-    int rc = image_ref_init(&ir, cel, nx, ny, galactic);
+    int rc = tile_ref_init(&ir, cel, nx, ny, galactic, order, npix, order + HIPS_TILE_SHIFT);
     if (rc)
         return rc;
     hips_source s;

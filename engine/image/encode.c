@@ -96,8 +96,43 @@ static int pack_grey(const uint8_t *rgba, size_t n, uint8_t *ga)
     return 1;
 }
 
-/* libpng reports errors by longjmp; everything that must survive it (the output
- * buffer, the index image) lives on the heap behind a pointer set before setjmp. */
+/* Writes an h-row PNG of `bits`-bit samples of PNG colour type `color` into m (rows of
+ * `stride` bytes from `rows`; 16-bit samples little-endian when swap16), at zlib level 1,
+ * with no row filter when no_filter.  libpng reports errors by longjmp: everything that
+ * must survive it (the output buffer, any packed image) lives on the heap behind m, set
+ * before setjmp, and nothing is changed here after setjmp.  Returns 0 (m->data, m->len:
+ * the PNG), TESS_ENOMEM or TESS_EINVAL (m->data freed). */
+static int png_write_mem(png_mem *m, long w, long h, int bits, int color, const uint8_t *rows,
+                         size_t stride, int swap16, int no_filter)
+{
+    png_structp png;
+    png_infop info;
+    if (png_start(&png, &info))
+        return TESS_ENOMEM;
+    if (setjmp(png_jmpbuf(png))) {
+        int rc = m->nomem ? TESS_ENOMEM : TESS_EINVAL;
+        png_destroy_write_struct(&png, &info);
+        free(m->data);
+        m->data = NULL;
+        m->len = 0;
+        return rc;
+    }
+    png_set_write_fn(png, m, png_mem_write, png_mem_flush);
+    png_set_IHDR(png, info, (png_uint_32)w, (png_uint_32)h, bits, color, PNG_INTERLACE_NONE,
+                 PNG_COMPRESSION_TYPE_DEFAULT, PNG_FILTER_TYPE_DEFAULT);
+    png_set_compression_level(png, 1);
+    if (no_filter)
+        png_set_filter(png, PNG_FILTER_TYPE_BASE, PNG_FILTER_NONE);
+    png_write_info(png, info);
+    if (swap16)
+        png_set_swap(png);        /* PNG samples are big-endian, ours little-endian */
+    for (long y = 0; y < h; y++)
+        png_write_row(png, (png_const_bytep)(rows + (size_t)y * stride));
+    png_write_end(png, info);
+    png_destroy_write_struct(&png, &info);
+    return 0;
+}
+
 int png_encode_rgba(const uint8_t *rgba, long w, long h, unsigned char **out, size_t *outlen)
 {
     *out = NULL;
@@ -118,49 +153,23 @@ int png_encode_rgba(const uint8_t *rgba, long w, long h, unsigned char **out, si
         free(m->scratch);
         m->scratch = NULL;
     }
-    png_structp png;
-    png_infop info;
-    if (png_start(&png, &info)) {
-        free(m->scratch);
-        free(m);
-        return TESS_ENOMEM;
-    }
-    if (setjmp(png_jmpbuf(png))) {
-        int rc = m->nomem ? TESS_ENOMEM : TESS_EINVAL;
-        png_destroy_write_struct(&png, &info);
-        free(m->data);
-        free(m->scratch);
-        free(m);
-        return rc;
-    }
-    png_set_write_fn(png, m, png_mem_write, png_mem_flush);
-    png_set_IHDR(png, info, (png_uint_32)w, (png_uint_32)h, 8,
-                 m->scratch ? PNG_COLOR_TYPE_GRAY_ALPHA : PNG_COLOR_TYPE_RGB_ALPHA,
-                 PNG_INTERLACE_NONE, PNG_COMPRESSION_TYPE_DEFAULT, PNG_FILTER_TYPE_DEFAULT);
     /* zlib level 1 and no row filter: on renderings of the demo data (M13 grey and
      * viridis, HorseHead grey, allsky magma) this encodes 5 to 8 times faster than
      * libpng's defaults (level 6, adaptive filters) and the output is smaller, except
      * HorseHead in grey (20% larger); colour-mapped pixels repeat exactly, which
      * filters hide from zlib. */
-    png_set_compression_level(png, 1);
-    png_set_filter(png, PNG_FILTER_TYPE_BASE, PNG_FILTER_NONE);
-    png_write_info(png, info);
-    if (m->scratch) {
-        for (long y = 0; y < h; y++)
-            png_write_row(png, (png_const_bytep)(m->scratch + (size_t)y * (size_t)w * 2));
-    } else {
-        size_t stride = (size_t)w * 4;
-        for (long y = 0; y < h; y++)
-            png_write_row(png, (png_const_bytep)(rgba + (size_t)y * stride));
+    int rc = m->scratch
+                 ? png_write_mem(m, w, h, 8, PNG_COLOR_TYPE_GRAY_ALPHA, m->scratch,
+                                 (size_t)w * 2, 0, 1)
+                 : png_write_mem(m, w, h, 8, PNG_COLOR_TYPE_RGB_ALPHA, rgba, (size_t)w * 4,
+                                 0, 1);
+    if (rc == 0) {
+        *out = m->data;
+        *outlen = m->len;
     }
-    png_write_end(png, info);
-    png_destroy_write_struct(&png, &info);
-
-    *out = m->data;
-    *outlen = m->len;
     free(m->scratch);
     free(m);
-    return 0;
+    return rc;
 }
 
 int png_encode_grey(const void *samples, long w, long h, int bits, unsigned char **out,
@@ -174,35 +183,14 @@ int png_encode_grey(const void *samples, long w, long h, int bits, unsigned char
     png_mem *m = calloc(1, sizeof *m);
     if (!m)
         return TESS_ENOMEM;
-    png_structp png;
-    png_infop info;
-    if (png_start(&png, &info)) {
-        free(m);
-        return TESS_ENOMEM;
+    int rc = png_write_mem(m, w, h, bits, PNG_COLOR_TYPE_GRAY, samples,
+                           (size_t)w * (size_t)(bits / 8), bits == 16, 0);
+    if (rc == 0) {
+        *out = m->data;
+        *outlen = m->len;
     }
-    if (setjmp(png_jmpbuf(png))) {
-        int rc = m->nomem ? TESS_ENOMEM : TESS_EINVAL;
-        png_destroy_write_struct(&png, &info);
-        free(m->data);
-        free(m);
-        return rc;
-    }
-    png_set_write_fn(png, m, png_mem_write, png_mem_flush);
-    png_set_IHDR(png, info, (png_uint_32)w, (png_uint_32)h, bits, PNG_COLOR_TYPE_GRAY,
-                 PNG_INTERLACE_NONE, PNG_COMPRESSION_TYPE_DEFAULT, PNG_FILTER_TYPE_DEFAULT);
-    png_set_compression_level(png, 1);
-    png_write_info(png, info);
-    if (bits == 16)
-        png_set_swap(png);        /* PNG samples are big-endian, ours little-endian */
-    size_t stride = (size_t)w * (size_t)(bits / 8);
-    for (long y = 0; y < h; y++)
-        png_write_row(png, (png_const_bytep)samples + (size_t)y * stride);
-    png_write_end(png, info);
-    png_destroy_write_struct(&png, &info);
-    *out = m->data;
-    *outlen = m->len;
     free(m);
-    return 0;
+    return rc;
 }
 
 /* ---- JPEG ------------------------------------------------------------------------- */

@@ -35,14 +35,8 @@
 
 int frame_is_png(const char *path)
 {
-    /* open/pread, not stdio: this runs at every opening of a frame */
     unsigned char sig[8];
-    int fd = tess_open_regular(path, 0, NULL, NULL, 0);
-    if (fd < 0)
-        return 0;
-    ssize_t n = pread(fd, sig, sizeof(sig), 0);
-    close(fd);
-    return n == (ssize_t)sizeof(sig) && png_sig_cmp(sig, 0, sizeof(sig)) == 0;
+    return tess_read_prefix(path, sig, sizeof(sig)) && png_sig_cmp(sig, 0, sizeof(sig)) == 0;
 }
 
 /* frame_set_canonical_only: refuse paths that do not resolve to themselves. */

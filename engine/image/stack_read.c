@@ -80,6 +80,16 @@ void stack_convert_run(const frame *f, size_t off, size_t n, size_t stride, doub
             }                                                                             \
         }                                                                                 \
     } while (0)
+/* IEEE floats: the bits in big-endian order, NaN kept as the blank value. */
+#define FLOAT_RUN(T, U, LOAD, SIZE)                                                       \
+    do {                                                                                  \
+        for (size_t k = 0; k < n; k++) {                                                  \
+            U u = LOAD(d + (SIZE) * (off + k * stride));                                  \
+            T v;                                                                          \
+            memcpy(&v, &u, sizeof(v));                                                    \
+            out[k] = scaled && !isnan(v) ? v * sc + zo : v;                               \
+        }                                                                                 \
+    } while (0)
 #define GET8(i) d[i]
 #define GET16(i) be16(d + 2 * (i))
 #define GET32(i) be32(d + 4 * (i))
@@ -98,26 +108,17 @@ void stack_convert_run(const frame *f, size_t off, size_t n, size_t stride, doub
         INT_RUN(int64_t, GET64);
         break;
     case -32:
-        for (size_t k = 0; k < n; k++) {
-            uint32_t u = be32(d + 4 * (off + k * stride));
-            float v;
-            memcpy(&v, &u, sizeof(v));
-            out[k] = scaled && !isnan(v) ? v * sc + zo : v;
-        }
+        FLOAT_RUN(float, uint32_t, be32, 4);
         break;
     case -64:
-        for (size_t k = 0; k < n; k++) {
-            uint64_t u = be64(d + 8 * (off + k * stride));
-            double v;
-            memcpy(&v, &u, sizeof(v));
-            out[k] = scaled && !isnan(v) ? v * sc + zo : v;
-        }
+        FLOAT_RUN(double, uint64_t, be64, 8);
         break;
     default:
         for (size_t k = 0; k < n; k++)
             out[k] = NAN;
     }
 #undef INT_RUN
+#undef FLOAT_RUN
 #undef GET8
 #undef GET16
 #undef GET32

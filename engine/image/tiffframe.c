@@ -468,12 +468,7 @@ static int tf_signature(const unsigned char *b)
 int tiffframe_is_tiff(const char *path)
 {
     unsigned char sig[4];
-    int fd = tess_open_regular(path, 0, NULL, NULL, 0);
-    if (fd < 0)
-        return 0;
-    ssize_t n = pread(fd, sig, sizeof(sig), 0);
-    close(fd);
-    return n == (ssize_t)sizeof(sig) && tf_signature(sig);
+    return tess_read_prefix(path, sig, sizeof(sig)) && tf_signature(sig);
 }
 
 /* Walks the directory chain of t's file once: the shape, the offsets of the pages.  The

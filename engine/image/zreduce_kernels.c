@@ -87,14 +87,23 @@ static int zop_minmax(int op)
 
 /* A new integer-mode partial of nothing yet.  Without `sums` the sums (s1, s2) are
  * left unallocated, for stack_zreduce to set (zr_flush) or zpart_settle to zero. */
-static stack_zpart *zpart_new_int(int op, long npix, long long bzero, int sums)
+/* A partial of nothing yet in `mode`, its arrays not allocated. */
+static stack_zpart *zpart_alloc(int op, int mode, long npix)
 {
     stack_zpart *p = calloc(1, sizeof(*p));
+    if (p) {
+        p->op = op;
+        p->mode = mode;
+        p->npix = npix;
+    }
+    return p;
+}
+
+static stack_zpart *zpart_new_int(int op, long npix, long long bzero, int sums)
+{
+    stack_zpart *p = zpart_alloc(op, ZM_INT, npix);
     if (!p)
         return NULL;
-    p->op = op;
-    p->mode = ZM_INT;
-    p->npix = npix;
     p->bzero = bzero;
     size_t n = (size_t)npix;
     int ok = 1;
@@ -116,12 +125,9 @@ static stack_zpart *zpart_new_int(int op, long npix, long long bzero, int sums)
 
 static stack_zpart *zpart_new_dbl(int op, long npix)
 {
-    stack_zpart *p = calloc(1, sizeof(*p));
+    stack_zpart *p = zpart_alloc(op, ZM_DBL, npix);
     if (!p)
         return NULL;
-    p->op = op;
-    p->mode = ZM_DBL;
-    p->npix = npix;
     size_t n = (size_t)npix;
     p->cnt = calloc(n, sizeof(uint32_t));
     p->a = calloc(n, sizeof(double));

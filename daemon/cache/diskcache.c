@@ -32,11 +32,10 @@ typedef struct dc_entry {
 struct diskcache {
     pthread_mutex_t lock;
     char *dir;
-    size_t max_bytes, bytes, entries;
+    diskcache_stats st;             /* the counters, the bytes and entries held, the bound */
     dc_entry **buckets;
     size_t nbuckets;                /* a power of two */
     lru_list lru;
-    uint64_t hits, misses, writes, evictions;
     unsigned long tmp_counter;
 };
 
@@ -67,15 +66,15 @@ static void drop(diskcache *c, dc_entry *e)
         pp = &(*pp)->chain;
     *pp = e->chain;
     lru_remove(&c->lru, &e->lru);
-    c->bytes -= e->bytes;
-    c->entries--;
+    c->st.bytes -= e->bytes;
+    c->st.entries--;
 }
 
 /* Doubles the bucket array when the table averages more than one entry a bucket; on
  * allocation failure the table keeps working with longer chains. */
 static void maybe_grow(diskcache *c)
 {
-    if (c->entries < c->nbuckets)
+    if (c->st.entries < c->nbuckets)
         return;
     size_t n = c->nbuckets * 2;
     dc_entry **b = calloc(n, sizeof(*b));
@@ -107,8 +106,8 @@ static dc_entry *add(diskcache *c, uint64_t h, size_t bytes, int front)
         lru_push_front(&c->lru, &e->lru);
     else
         lru_push_back(&c->lru, &e->lru);
-    c->bytes += bytes;
-    c->entries++;
+    c->st.bytes += bytes;
+    c->st.entries++;
     maybe_grow(c);
     return e;
 }
@@ -116,14 +115,14 @@ static dc_entry *add(diskcache *c, uint64_t h, size_t bytes, int front)
 /* Evicts least recently used entries until the total fits; deletes their files. */
 static void trim(diskcache *c)
 {
-    while (c->bytes > c->max_bytes && !lru_empty(&c->lru)) {
+    while (c->st.bytes > c->st.max_bytes && !lru_empty(&c->lru)) {
         dc_entry *e = LRU_ENTRY(c->lru.back, dc_entry, lru);
         char path[4096];
         entry_path(c, e->hash, path, sizeof(path));
         unlink(path);
         drop(c, e);
         free(e);
-        c->evictions++;
+        c->st.evictions++;
     }
 }
 
@@ -210,7 +209,7 @@ diskcache *diskcache_open(const char *dir, size_t max_bytes, char *err, size_t e
     c->dir = strdup(dir);
     c->nbuckets = 256;
     c->buckets = calloc(c->nbuckets, sizeof(*c->buckets));
-    c->max_bytes = max_bytes;
+    c->st.max_bytes = max_bytes;
     if (!c->dir || !c->buckets) {
         diskcache_close(c);
         tess_seterr(err, errlen, "out of memory");
@@ -299,9 +298,9 @@ tile *diskcache_get(diskcache *c, const char *key)
     tile *t = e ? read_tile(path, key) : NULL;
     pthread_mutex_lock(&c->lock);
     if (t) {
-        c->hits++;
+        c->st.hits++;
     } else {
-        c->misses++;
+        c->st.misses++;
         /* An entry whose file is gone is forgotten; a damaged file (or another key's
          * under the same hash) stays until it is overwritten or evicted. */
         e = find(c, h);
@@ -318,7 +317,7 @@ int diskcache_put(diskcache *c, const char *key, const tile *t)
 {
     size_t klen = strlen(key), clen = strlen(t->content_type);
     size_t total = DC_HEADER + klen + clen + t->len;
-    if (total > c->max_bytes || klen > DC_MAX_KEY)
+    if (total > c->st.max_bytes || klen > DC_MAX_KEY)
         return TESS_ERANGE;
     uint64_t h = key_hash(key);
     char path[4096], tmp[4200];
@@ -351,9 +350,9 @@ int diskcache_put(diskcache *c, const char *key, const tile *t)
     pthread_mutex_lock(&c->lock);
     dc_entry *e = find(c, h);
     if (e) {
-        c->bytes -= e->bytes;
+        c->st.bytes -= e->bytes;
         e->bytes = total;
-        c->bytes += total;
+        c->st.bytes += total;
         lru_move_front(&c->lru, &e->lru);
     } else if (!add(c, h, total, 1)) {
         /* Out of memory for the index entry: a file the index does not count would
@@ -362,7 +361,7 @@ int diskcache_put(diskcache *c, const char *key, const tile *t)
         pthread_mutex_unlock(&c->lock);
         return TESS_ENOMEM;
     }
-    c->writes++;
+    c->st.writes++;
     trim(c);
     pthread_mutex_unlock(&c->lock);
     return 0;
@@ -371,12 +370,6 @@ int diskcache_put(diskcache *c, const char *key, const tile *t)
 void diskcache_get_stats(diskcache *c, diskcache_stats *s)
 {
     pthread_mutex_lock(&c->lock);
-    s->hits = c->hits;
-    s->misses = c->misses;
-    s->writes = c->writes;
-    s->evictions = c->evictions;
-    s->bytes = c->bytes;
-    s->entries = c->entries;
-    s->max_bytes = c->max_bytes;
+    *s = c->st;
     pthread_mutex_unlock(&c->lock);
 }

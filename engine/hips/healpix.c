@@ -595,6 +595,16 @@ static inline int near_decision(double v, double e, double n, int nearest)
     return nearest && isfinite(v) && fabs(v - floor(v) - 0.5) <= e;
 }
 
+/* Frees what a tile's rectangle of samples used (the map, its coordinates and their
+ * error bounds; each may be NULL) and returns rc. */
+static int rect_scratch_free(rp_coordmap *m, double *xo, float *eb, int rc)
+{
+    free(eb);
+    free(xo);
+    rp_coordmap_free(m);
+    return rc;
+}
+
 /* Maps the tile pixels of the rectangle [x0, x0 + w) x [y0, y0 + h) (FITS row order) to
  * level-k input positions xo, yo (w h each, row-major). */
 static int map_rect(rp_coordmap *m, const hips_source *src, long x0, long y0, long w, long h,
@@ -760,10 +770,7 @@ long hips_render_tile(const hips_source *src, int order, int64_t npix, int shift
     }
     rc = finite;
 done:
-    free(eb);
-    free(xo);
-    rp_coordmap_free(m);
-    return rc;
+    return rect_scratch_free(m, xo, eb, rc);
 }
 
 /* ---- the footprint ------------------------------------------------------------------- */
@@ -822,10 +829,7 @@ static int footprint_test(image_ref *ir, const hips_source *src, int order, int6
     }
     rc = found;
 done:
-    free(eb);
-    free(xo);
-    rp_coordmap_free(m);
-    return rc;
+    return rect_scratch_free(m, xo, eb, rc);
 }
 
 /* The level-k geometry of an nx x ny image as the plane store holds it (level clamped to

@@ -1137,13 +1137,16 @@ static int zpart_narrow(const stack_zpart *p)
 
 #define ZP_PIECE 8192    /* sums converted a write / read at a time (32 KiB of stack) */
 
+/* One piece of narrowed sums, as written and read. */
+typedef union zp_piece {
+    uint16_t u16[ZP_PIECE];
+    int32_t i32[ZP_PIECE];
+} zp_piece;
+
 /* Writes the n sums s1 as uint16 or int32 (`narrow`), a piece at a time. */
 static int write_narrow(int fd, const int64_t *s1, long n, int narrow)
 {
-    union {
-        uint16_t u16[ZP_PIECE];
-        int32_t i32[ZP_PIECE];
-    } t;
+    zp_piece t;
     for (long i0 = 0; i0 < n; i0 += ZP_PIECE) {
         long m = n - i0 < ZP_PIECE ? n - i0 : ZP_PIECE;
         for (long j = 0; j < m; j++) {
@@ -1162,10 +1165,7 @@ static int write_narrow(int fd, const int64_t *s1, long n, int narrow)
 /* Reads n sums stored as uint16 or int32 (`narrow`) into s1, a piece at a time. */
 static int read_narrow(int fd, int64_t *s1, long n, int narrow)
 {
-    union {
-        uint16_t u16[ZP_PIECE];
-        int32_t i32[ZP_PIECE];
-    } t;
+    zp_piece t;
     for (long i0 = 0; i0 < n; i0 += ZP_PIECE) {
         long m = n - i0 < ZP_PIECE ? n - i0 : ZP_PIECE;
         size_t es = narrow == ZP_SUMS_U16 ? sizeof(uint16_t) : sizeof(int32_t);

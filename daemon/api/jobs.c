@@ -155,18 +155,25 @@ void handle_jobs_submit(hreq *r, const route_match *m)
     jobs_api_submit_async(r, NULL, r->body_len, answer_submit);
 }
 
+/* Answers for a job that cannot be reached (the database is away: 503) or does not
+ * exist (404) and returns 1; 0 for any other rc. */
+static int reply_job_missing(hreq *r, int rc, const char *id)
+{
+    if (rc == TESS_EIO)
+        reply_unreachable(r);
+    else if (rc == TESS_ENOTFOUND)
+        problem_reply(r, 404, "id", "no job '%.32s'", id);
+    else
+        return 0;
+    return 1;
+}
+
 static void send_result(hreq *r, const char *id)
 {
     char path[PATH_MAX], ctype[64], state[16] = "";
     int rc = jobs_result(r->srv->jobs, id, path, ctype, state);
-    if (rc == TESS_EIO) {
-        reply_unreachable(r);
+    if (reply_job_missing(r, rc, id))
         return;
-    }
-    if (rc == TESS_ENOTFOUND) {
-        problem_reply(r, 404, "id", "no job '%.32s'", id);
-        return;
-    }
     if (rc == TESS_EAGAIN) {
         problem_reply(r, 409, "id", "job %s has no product: it is %s", id, state);
         return;
@@ -254,14 +261,8 @@ void handle_job_cancel(hreq *r, const route_match *m)
     if (jobs_api_check_token(r))
         return;
     int rc = jobs_cancel(r->srv->jobs, id, 10.0);
-    if (rc == TESS_EIO) {
-        reply_unreachable(r);
+    if (reply_job_missing(r, rc, id))
         return;
-    }
-    if (rc == TESS_ENOTFOUND) {
-        problem_reply(r, 404, "id", "no job '%.32s'", id);
-        return;
-    }
     if (rc == TESS_EINVAL) {
         char path[PATH_MAX], ctype[64], state[16] = "finished";
         if (jobs_result(r->srv->jobs, id, path, ctype, state) == 0)

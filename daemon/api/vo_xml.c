@@ -125,26 +125,29 @@ void voxml_attr(voxml *x, const char *name, const char *value)
     write_clean(x, name, value);
 }
 
-/* Formats into v (len bytes); 0, or -1 with x failed when it does not fit. */
-static int vformat(voxml *x, char *v, size_t len, const char *fmt, va_list ap)
+/* Writes the formatted text as attribute `name`, or (element) as an element `name`
+ * holding it; x fails when it is over 511 bytes. */
+static void write_formatted(voxml *x, const char *name, int element, const char *fmt,
+                            va_list ap)
 {
-    int n = vsnprintf(v, len, fmt, ap);
-    if (n < 0 || (size_t)n >= len) {
+    char v[512];
+    int n = vsnprintf(v, sizeof(v), fmt, ap);
+    if (n < 0 || (size_t)n >= sizeof(v)) {
         x->failed = 1;
-        return -1;
+        return;
     }
-    return 0;
+    if (element)
+        voxml_element(x, name, v);
+    else
+        voxml_attr(x, name, v);
 }
 
 void voxml_attrf(voxml *x, const char *name, const char *fmt, ...)
 {
-    char v[512];
     va_list ap;
     va_start(ap, fmt);
-    int rc = vformat(x, v, sizeof(v), fmt, ap);
+    write_formatted(x, name, 0, fmt, ap);
     va_end(ap);
-    if (rc == 0)
-        voxml_attr(x, name, v);
 }
 
 void voxml_text(voxml *x, const char *text)
@@ -161,13 +164,10 @@ void voxml_element(voxml *x, const char *name, const char *text)
 
 void voxml_elementf(voxml *x, const char *name, const char *fmt, ...)
 {
-    char v[512];
     va_list ap;
     va_start(ap, fmt);
-    int rc = vformat(x, v, sizeof(v), fmt, ap);
+    write_formatted(x, name, 1, fmt, ap);
     va_end(ap);
-    if (rc == 0)
-        voxml_element(x, name, v);
 }
 
 char *voxml_finish(voxml *x, size_t *len)

@@ -1,5 +1,6 @@
 /* Mosaics as stages of blocks: per-input reprojection over its own box, overlap fits,
  * a global background solve, and a coadd by bands of output rows (see mosaic.h). */
+#include "engine/mosaic/coadd.h"
 #include "engine/mosaic/mosaic_int.h"
 #include "engine/fits/fitscard.h"
 #include "engine/fits/fitsimg.h"
@@ -903,10 +904,46 @@ int mos_read_rows(const mosaic *m, int k, long x0, long x1, long y0, long y1, lo
 /* ------------------------------------------------------------------------------------ */
 /* Stage: coadd                                                                           */
 
-static int cmp_float(const void *a, const void *b)
+/* The inputs whose boxes meet output rows y0 .. y1 - 1, into ks (m->n entries); their
+ * count, and in *rowbytes the bytes one row of the coadd needs for them. */
+static int band_inputs(const mosaic *m, long y0, long y1, int *ks, size_t *rowbytes)
 {
-    float x = *(const float *)a, y = *(const float *)b;
-    return (x > y) - (x < y);
+    int nk = 0;
+    *rowbytes = (size_t)m->nx * 16;
+    for (int k = 0; k < m->n; k++) {
+        const src *s = &m->in[k];
+        if (s->box[2] > 0 && s->box[1] < y1 && s->box[1] + s->box[3] > y0) {
+            ks[nk++] = k;
+            *rowbytes += (size_t)s->box[2] * 8;
+        }
+    }
+    return nk;
+}
+
+/* Adds the rows gy0 .. gy1 - 1 of the nk inputs ks to a (reset for those rows), each
+ * less its background correction; v and w hold a box width of rows each. */
+static int coadd_rows(mosaic *m, mos_accum *a, const int *ks, int nk, long gy0, long gy1,
+                      float *v, float *w, char *err, size_t errlen)
+{
+    mos_accum_reset(a, (size_t)(gy1 - gy0) * (size_t)m->nx);
+    for (int q = 0; q < nk; q++) {
+        const src *s = &m->in[ks[q]];
+        long ry0 = gy0 > s->box[1] ? gy0 : s->box[1];
+        long ry1 = gy1 < s->box[1] + s->box[3] ? gy1 : s->box[1] + s->box[3];
+        if (ry1 <= ry0)
+            continue;
+        long bw = s->box[2], bx = s->box[0];
+        int rc = mos_read_rows(m, ks[q], bx, bx + bw, ry0, ry1, 1, v, w, err, errlen);
+        if (rc)
+            return rc;
+        const double *c = m->corr + 3 * ks[q];
+        for (long y = ry0; y < ry1; y++) {
+            size_t r = (size_t)(y - ry0) * (size_t)bw;
+            mos_accum_add(a, (size_t)(y - gy0) * (size_t)m->nx + (size_t)bx, v + r, w + r, bw,
+                          c[0] + c[2] * (double)y, c[1], bx);
+        }
+    }
+    return 0;
 }
 
 static int run_coadd(mosaic *m, long band, const volatile int *cancel, char *err, size_t errlen)
@@ -922,17 +959,9 @@ static int run_coadd(mosaic *m, long band, const volatile int *cancel, char *err
         tess_seterr(err, errlen, "out of memory");
         return TESS_ENOMEM;
     }
-    int nk = 0;
-    size_t rowbytes = (size_t)nx * 16;
-    for (int k = 0; k < m->n; k++) {
-        const src *s = &m->in[k];
-        if (s->box[2] > 0 && s->box[1] < y1 && s->box[1] + s->box[3] > y0) {
-            ks[nk++] = k;
-            rowbytes += (size_t)s->box[2] * 8;
-        }
-    }
-    int median = m->combine == MOS_MEDIAN;
-    if (median)
+    size_t rowbytes;
+    int nk = band_inputs(m, y0, y1, ks, &rowbytes);
+    if (m->combine == MOS_MEDIAN)
         rowbytes += (size_t)nx * (size_t)(nk > 0 ? nk : 1) * sizeof(float) + (size_t)nx * 4;
     long g = (long)(COADD_BYTES / rowbytes);
     if (g < 1)
@@ -940,7 +969,8 @@ static int run_coadd(mosaic *m, long band, const volatile int *cancel, char *err
     if (g > y1 - y0)
         g = y1 - y0;
     size_t gp = (size_t)g * (size_t)nx;
-    double *acc = malloc(sizeof(double) * gp), *accw = malloc(sizeof(double) * gp);
+    mos_accum a;
+    int arc = mos_accum_init(&a, m->combine, gp, nk > 0 ? nk : 1);
     float *out = malloc(sizeof(float) * gp), *cov = malloc(sizeof(float) * gp);
     long maxw = 0;
     for (int q = 0; q < nk; q++)
@@ -948,12 +978,10 @@ static int run_coadd(mosaic *m, long band, const volatile int *cancel, char *err
             maxw = m->in[ks[q]].box[2];
     float *v = malloc(sizeof(float) * (size_t)g * (size_t)(maxw ? maxw : 1));
     float *w = malloc(sizeof(float) * (size_t)g * (size_t)(maxw ? maxw : 1));
-    float *list = median ? malloc(sizeof(float) * gp * (size_t)(nk ? nk : 1)) : NULL;
-    int *cnt = median ? malloc(sizeof(int) * gp) : NULL;
     int fd = -1;
     char path[PATH_MAX];
     snprintf(path, sizeof path, "%s/mosaic.fits", m->workdir);
-    if (!acc || !accw || !out || !cov || !v || !w || (median && (!list || !cnt))) {
+    if (arc || !out || !cov || !v || !w) {
         rc = TESS_ENOMEM;
         tess_seterr(err, errlen, "out of memory");
         goto done;
@@ -969,111 +997,12 @@ static int run_coadd(mosaic *m, long band, const volatile int *cancel, char *err
             rc = TESS_ECANCELED;
             break;
         }
-        long gy1 = gy0 + g < y1 ? gy0 + g : y1, nr = gy1 - gy0;
-        size_t np = (size_t)nr * (size_t)nx;
-        int first_set = m->combine == MOS_FIRST;
-        for (size_t i = 0; i < np; i++) {
-            acc[i] = NAN;
-            accw[i] = 0.0;
-        }
-        if (m->combine == MOS_MEAN || m->combine == MOS_SUM)
-            for (size_t i = 0; i < np; i++)
-                acc[i] = 0.0;
-        if (median)
-            memset(cnt, 0, sizeof(int) * np);
-        for (int q = 0; q < nk && rc == 0; q++) {
-            int k = ks[q];
-            const src *s = &m->in[k];
-            long ry0 = gy0 > s->box[1] ? gy0 : s->box[1];
-            long ry1 = gy1 < s->box[1] + s->box[3] ? gy1 : s->box[1] + s->box[3];
-            if (ry1 <= ry0)
-                continue;
-            long bw = s->box[2], bx = s->box[0];
-            rc = mos_read_rows(m, k, bx, bx + bw, ry0, ry1, 1, v, w, err, errlen);
-            if (rc)
-                break;
-            const double *c = m->corr + 3 * k;
-            for (long y = ry0; y < ry1; y++) {
-                const float *vr = v + (size_t)(y - ry0) * (size_t)bw;
-                const float *wr = w + (size_t)(y - ry0) * (size_t)bw;
-                size_t o = (size_t)(y - gy0) * (size_t)nx + (size_t)bx;
-                double base = c[0] + c[2] * (double)y;
-                if (m->combine == MOS_MEAN || m->combine == MOS_SUM) {
-                    /* the common case, without the switch */
-                    double *ar = acc + o, *wa = accw + o;
-                    for (long x = 0; x < bw; x++) {
-                        double wt = wr[x];
-                        if (wt > 0.0 && isfinite(vr[x])) {
-                            ar[x] += wt * ((double)vr[x] - (base + c[1] * (double)(bx + x)));
-                            wa[x] += wt;
-                        }
-                    }
-                    continue;
-                }
-                for (long x = 0; x < bw; x++) {
-                    double wt = wr[x];
-                    if (!(wt > 0.0) || !isfinite(vr[x]))
-                        continue;
-                    double val = (double)vr[x] - (base + c[1] * (double)(bx + x));
-                    size_t p = o + (size_t)x;
-                    switch (m->combine) {
-                    case MOS_MEAN:
-                    case MOS_SUM:
-                        acc[p] += wt * val;
-                        break;
-                    case MOS_MIN:
-                        if (!(acc[p] <= val))
-                            acc[p] = val;
-                        break;
-                    case MOS_MAX:
-                        if (!(acc[p] >= val))
-                            acc[p] = val;
-                        break;
-                    case MOS_FIRST:
-                        if (!(accw[p] > 0.0))
-                            acc[p] = val;
-                        break;
-                    case MOS_LAST:
-                        acc[p] = val;
-                        break;
-                    case MOS_MEDIAN:
-                        list[p * (size_t)nk + (size_t)cnt[p]++] = (float)val;
-                        break;
-                    }
-                    accw[p] += wt;
-                }
-            }
-        }
-        (void)first_set;
+        long gy1 = gy0 + g < y1 ? gy0 + g : y1;
+        size_t np = (size_t)(gy1 - gy0) * (size_t)nx;
+        rc = coadd_rows(m, &a, ks, nk, gy0, gy1, v, w, err, errlen);
         if (rc)
             break;
-        for (size_t p = 0; p < np; p++) {
-            double wt = accw[p];
-            double val = NAN;
-            if (wt > 0.0) {
-                switch (m->combine) {
-                case MOS_MEAN:
-                    val = acc[p] / wt;
-                    break;
-                case MOS_MEDIAN: {
-                    float *l = list + p * (size_t)nk;
-                    int c = cnt[p];
-                    if (c == 1) {
-                        val = l[0];
-                    } else {
-                        qsort(l, (size_t)c, sizeof(float), cmp_float);
-                        val = c % 2 ? l[c / 2] : 0.5 * ((double)l[c / 2 - 1] + (double)l[c / 2]);
-                    }
-                    break;
-                }
-                default:
-                    val = acc[p];
-                    break;
-                }
-            }
-            out[p] = (float)val;
-            cov[p] = (float)wt;
-        }
+        mos_accum_result(&a, out, cov);
         tess_be_swap(out, np, 4);
         tess_be_swap(cov, np, 4);
         off_t off0 = (off_t)m->h0 + (off_t)gy0 * nx * (off_t)sizeof(float);
@@ -1088,14 +1017,11 @@ done:
     if (fd >= 0)
         close(fd);
     free(ks);
-    free(acc);
-    free(accw);
+    mos_accum_free(&a);
     free(out);
     free(cov);
     free(v);
     free(w);
-    free(list);
-    free(cnt);
     return rc;
 }
 

@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "engine/fits/fitscard.h"
+#include "engine/mosaic/coadd.h"
 #include "engine/mosaic/mosaic.h"
 #include "engine/sky/skywcs.h"
 #include "tests/testutil.h"
@@ -718,11 +719,67 @@ START_TEST(test_errors)
 }
 END_TEST
 
+/* The accumulator alone: each combination on three images of a 4-pixel row, with
+ * weights, a NaN, a zero weight and a background plane, against values worked by hand. */
+START_TEST(test_accum_by_hand)
+{
+    const float v1[4] = { 1.0f, 2.0f, NAN, 4.0f }, w1[4] = { 1.0f, 0.5f, 1.0f, 1.0f };
+    const float v2[4] = { 3.0f, 6.0f, 5.0f, 0.0f }, w2[4] = { 1.0f, 0.5f, 0.0f, 1.0f };
+    const float v3[3] = { 11.0f, 12.0f, 13.0f };
+    /* image 3 covers pixels 1..3 with weight 1 and the correction 1 + 2 x (x = 1, 2, 3:
+     * 3, 5, 7), so its values there are 8, 7, 6. */
+    struct { mos_combine c; float want[4]; float cov[4]; } cases[] = {
+        { MOS_MEAN, { 2.0f, (0.5f * 2 + 0.5f * 6 + 8) / 2.0f, 7.0f, (4 + 0 + 6) / 3.0f },
+          { 2, 2, 1, 3 } },
+        { MOS_SUM, { 4.0f, 12.0f, 7.0f, 10.0f }, { 2, 2, 1, 3 } },
+        { MOS_MEDIAN, { 2.0f, 6.0f, 7.0f, 4.0f }, { 2, 2, 1, 3 } },
+        { MOS_MIN, { 1.0f, 2.0f, 7.0f, 0.0f }, { 2, 2, 1, 3 } },
+        { MOS_MAX, { 3.0f, 8.0f, 7.0f, 6.0f }, { 2, 2, 1, 3 } },
+        { MOS_FIRST, { 1.0f, 2.0f, 7.0f, 4.0f }, { 2, 2, 1, 3 } },
+        { MOS_LAST, { 3.0f, 8.0f, 7.0f, 6.0f }, { 2, 2, 1, 3 } },
+    };
+    for (size_t k = 0; k < sizeof(cases) / sizeof(cases[0]); k++) {
+        mos_accum a;
+        ck_assert_int_eq(mos_accum_init(&a, cases[k].c, 4, 3), 0);
+        for (int round = 0; round < 2; round++) {   /* a reset starts over */
+            mos_accum_reset(&a, 4);
+            mos_accum_add(&a, 0, v1, w1, 4, 0.0, 0.0, 0);
+            mos_accum_add(&a, 0, v2, w2, 4, 0.0, 0.0, 0);
+            mos_accum_add(&a, 1, v3, NULL, 3, 1.0, 2.0, 1);
+            float out[4], cov[4];
+            mos_accum_result(&a, out, cov);
+            for (int i = 0; i < 4; i++) {
+                ck_assert_msg(fabsf(out[i] - cases[k].want[i]) <= 1e-6f,
+                              "%s pixel %d: %g, want %g", mos_combine_name(cases[k].c), i,
+                              out[i], cases[k].want[i]);
+                ck_assert_float_eq(cov[i], cases[k].cov[i]);
+            }
+        }
+        /* a pixel nothing counted in is NaN with coverage 0 */
+        mos_accum_reset(&a, 2);
+        const float nan2[2] = { NAN, 1.0f }, zero2[2] = { 1.0f, 0.0f };
+        mos_accum_add(&a, 0, nan2, zero2, 2, 0.0, 0.0, 0);
+        float out[2], cov[2];
+        mos_accum_result(&a, out, cov);
+        ck_assert(isnan(out[0]) && isnan(out[1]));
+        ck_assert_float_eq(cov[0], 0.0f);
+        ck_assert_float_eq(cov[1], 0.0f);
+        mos_accum_free(&a);
+    }
+    mos_accum a;
+    ck_assert_int_eq(mos_accum_init(&a, MOS_MEAN, 0, 1), TESS_EINVAL);
+    ck_assert_int_eq(mos_accum_init(&a, MOS_MEDIAN, 4, 0), TESS_EINVAL);
+    ck_assert_double_eq(mos_accum_bytes(MOS_MEAN, 10, 5), 160.0);
+    ck_assert_double_eq(mos_accum_bytes(MOS_MEDIAN, 10, 5), 160.0 + 4.0 * 10 * 6);
+}
+END_TEST
+
 static Suite *mosaic_suite(void)
 {
     Suite *s = suite_create("mosaic");
     TCase *tc = tcase_create("core");
     tcase_set_timeout(tc, 60);
+    tcase_add_test(tc, test_accum_by_hand);
     tcase_add_test(tc, test_reference_mean);
     tcase_add_test(tc, test_background_matching);
     tcase_add_test(tc, test_single_input_matching);

@@ -1273,7 +1273,7 @@ static void fk4_b_matrix(double obstime_days, mat3 m)
 
 /* ICRS -> mean ecliptic and equinox (astropy BarycentricMeanEcliptic, through SOFA
  * iauEcm06): R1(eps_A) times the IAU 2006 bias-precession matrix. */
-static void icrs_to_ecliptic(double d_equinox, mat3 m)
+void sky_icrs_to_ecliptic(double d_equinox, double m[3][3])
 {
     double t = d_equinox / 36525.0, g, p, s, e;
     mat3 bp;
@@ -1375,10 +1375,10 @@ static void edge(const frame_state *a, const frame_state *b, path *p)
         mat_transpose(q, m);
         add_matrix(p, m);
     } else if (a->kind == SKY_FRAME_ICRS && b->kind == SKY_FRAME_ECLIPTIC) {
-        icrs_to_ecliptic(b->eq, m);
+        sky_icrs_to_ecliptic(b->eq, m);
         add_matrix(p, m);
     } else if (a->kind == SKY_FRAME_ECLIPTIC && b->kind == SKY_FRAME_ICRS) {
-        icrs_to_ecliptic(a->eq, m);
+        sky_icrs_to_ecliptic(a->eq, m);
         mat_transpose(m, n);
         add_matrix(p, n);
     } else if (a->kind == SKY_FRAME_FK4 && b->kind == FRAME_FK4NOE) {

@@ -160,6 +160,11 @@ int skywcs_sky2pix(skywcs *w, size_t n, const double *lon, const double *lat, do
 void sky_convert(sky_frame from, double eq_from, sky_frame to, double eq_to,
                  size_t n, double *lon, double *lat);
 
+/* The rotation from ICRS to the mean ecliptic and equinox `d_equinox` days (TT) from
+ * J2000 (astropy's BarycentricMeanEcliptic and HeliocentricMeanEcliptic, SOFA iauEcm06:
+ * R1(eps_A) times the IAU 2006 bias-precession matrix): ecliptic = m icrs. */
+void sky_icrs_to_ecliptic(double d_equinox, double m[3][3]);
+
 /* Converts n positions in place from the frame of `from` to the frame of `to` (degrees):
  * sky_convert between sky frames, solar_convert between solar frames (with the
  * observers and the surface model the two WCSs carry).  A sky and a solar frame do not

@@ -201,6 +201,15 @@ void solar_convert(sky_frame from, const solar_obs *of, sky_frame to, const sola
 
 /* ---- the motion of the Stonyhurst frame between two times ---------------------------- */
 
+/* The Julian date at 0h of a Gregorian date: the Julian day number (Fliegel & Van
+ * Flandern 1968, CACM 11, 657) less half a day. */
+static double julian_day(long y, long mo, long d)
+{
+    long a = (14 - mo) / 12, yy = y + 4800 - a, mm = mo + 12 * a - 3;
+    long jdn = d + (153 * mm + 2) / 5 + 365 * yy + yy / 4 - yy / 100 + yy / 400 - 32045;
+    return (double)jdn - 0.5;
+}
+
 int solar_parse_date(const char *s, double *jd)
 {
     int y, mo, d, h = 0, mi = 0, n = 0;
@@ -219,10 +228,7 @@ int solar_parse_date(const char *s, double *jd)
     if (*s || mo < 1 || mo > 12 || d < 1 || d > 31 || h < 0 || h > 23 || mi < 0 || mi > 59 ||
         !(sec >= 0.0 && sec < 61.0))
         return -1;
-    /* The Julian day number of a Gregorian date (Fliegel & Van Flandern 1968, CACM 11, 657). */
-    long a = (14 - mo) / 12, yy = y + 4800 - a, mm = mo + 12 * a - 3;
-    long jdn = d + (153 * mm + 2) / 5 + 365 * yy + yy / 4 - yy / 100 + yy / 400 - 32045;
-    *jd = (double)jdn - 0.5 + (h + (mi + sec / 60.0) / 60.0) / 24.0;
+    *jd = julian_day(y, mo, d) + (h + (mi + sec / 60.0) / 60.0) / 24.0;
     return 0;
 }
 
@@ -333,12 +339,11 @@ static void ecl_to_equ(const double *e, double *q)
  * X axis the projection of the Sun-Earth vector on the solar equator (Thompson 2006
  * sec. 2.1; the Earth-Moon barycentre of the orbit above stands for the Earth), the Sun
  * displaced from the barycentre by the planets' pull (S = -sum m_i r_i / M). */
-static void hgs_basis(double jd_utc, double m[3][3], double *sun)
+/* The heliocentric Earth (au, ICRS axes within the 0.02 arcsec of the frame bias) at T
+ * Julian centuries (TT) from J2000. */
+static void earth_icrs(double T, double *earth)
 {
-    /* TT - UTC: 32.184 s + 37 leap seconds (2017 on); the constant part cancels in the
-     * differences used here. */
-    double T = (jd_utc + 69.184 / 86400.0 - 2451545.0) / 36525.0;
-    double ecl[3], earth[3];
+    double ecl[3];
     kepler_position(&PLANETS[2], T, ecl);
     /* The Earth from the Earth-Moon barycentre: minus the geocentric Moon over 1 + the
      * Earth/Moon mass ratio 81.300568 (IAU 2009). */
@@ -347,6 +352,15 @@ static void hgs_basis(double jd_utc, double m[3][3], double *sun)
     for (int k = 0; k < 3; k++)
         ecl[k] -= moon[k] / (1.0 + 81.300568);
     ecl_to_equ(ecl, earth);
+}
+
+static void hgs_basis(double jd_utc, double m[3][3], double *sun)
+{
+    /* TT - UTC: 32.184 s + 37 leap seconds (2017 on); the constant part cancels in the
+     * differences used here. */
+    double T = (jd_utc + 69.184 / 86400.0 - 2451545.0) / 36525.0;
+    double earth[3];
+    earth_icrs(T, earth);
     double ra = 286.13 * DEG2RAD, de = 63.87 * DEG2RAD;
     double z[3] = { cos(de) * cos(ra), cos(de) * sin(ra), sin(de) };
     double ez = dot3(earth, z), x[3];
@@ -362,6 +376,8 @@ static void hgs_basis(double jd_utc, double m[3][3], double *sun)
         m[1][k] = y[k];
         m[2][k] = z[k];
     }
+    if (!sun)
+        return;
     double mt = 1.0;
     for (int p = 0; p < NPLANETS; p++)
         mt += PLANET_MASS[p];
@@ -388,4 +404,67 @@ void solar_hgs_motion(double jd1, double jd2, double r[3][3], double t[3])
         t[i] = -(m2[i][0] * (s2[0] - s1[0]) + m2[i][1] * (s2[1] - s1[1]) +
                  m2[i][2] * (s2[2] - s1[2]));
     }
+}
+
+/* ---- the Earth, the Stonyhurst axes and the Carrington longitude of a date ----------- */
+
+/* TAI - UTC (leap seconds) from the first day of the month of each step, 1972 on (IERS
+ * Bulletin C): {year, month, TAI - UTC}.  TT = TAI + 32.184 s. */
+static const short LEAP[][3] = {
+    { 1972, 1, 10 }, { 1972, 7, 11 }, { 1973, 1, 12 }, { 1974, 1, 13 }, { 1975, 1, 14 },
+    { 1976, 1, 15 }, { 1977, 1, 16 }, { 1978, 1, 17 }, { 1979, 1, 18 }, { 1980, 1, 19 },
+    { 1981, 7, 20 }, { 1982, 7, 21 }, { 1983, 7, 22 }, { 1985, 7, 23 }, { 1988, 1, 24 },
+    { 1990, 1, 25 }, { 1991, 1, 26 }, { 1992, 7, 27 }, { 1993, 7, 28 }, { 1994, 7, 29 },
+    { 1996, 1, 30 }, { 1997, 7, 31 }, { 1999, 1, 32 }, { 2006, 1, 33 }, { 2009, 1, 34 },
+    { 2012, 7, 35 }, { 2015, 7, 36 }, { 2017, 1, 37 },
+};
+
+double solar_tt(double jd_utc)
+{
+    double tai_utc = 10.0;  /* before 1972 UTC was not in whole seconds: the first step */
+    for (size_t i = 0; i < sizeof LEAP / sizeof LEAP[0]; i++)
+        if (jd_utc >= julian_day(LEAP[i][0], LEAP[i][1], 1))
+            tai_utc = LEAP[i][2];
+    return jd_utc + (tai_utc + 32.184) / 86400.0;
+}
+
+void solar_earth(double jd_utc, double e[3])
+{
+    earth_icrs((solar_tt(jd_utc) - 2451545.0) / 36525.0, e);
+    for (int k = 0; k < 3; k++)
+        e[k] *= SOLAR_AU;
+}
+
+void solar_hgs_axes(double jd_utc, double m[3][3])
+{
+    hgs_basis(jd_utc, m, NULL);
+}
+
+/* sunpy 4.1's sunpy.coordinates.sun.L0 (light_travel_time_correction and nearest_point
+ * on, aberration_correction off) and its HGS -> HGC rotation
+ * (transformations._rotation_matrix_hgs_to_hgc), after the IAU rotation elements of the
+ * Sun (Archinal et al. 2011; Seidelmann et al. 2007): the prime meridian is W_0 = 84.176
+ * degrees east of the ascending node of the solar equator on the ICRF equator (the node
+ * at RA alpha_0 + 90 degrees) at J2000.0 TT and turns at the sidereal rate 14.1844 degrees
+ * a day.  L0 is the longitude of the Earth, measured in the solar equator from the node,
+ * less the meridian's at the time the light now reaching the Earth left the Sun's nearest
+ * point (antedated by (|E| - R_sun) / c, R_sun the IAU 695700 km; Urban & Kaplan 2007).
+ * An observer at distance d sees the Sun as it was (d - |E|) / c later than the Earth
+ * does: the offset grows by that time at the sidereal rate. */
+double solar_carrington_offset(double jd_utc, double dist)
+{
+    const double c = 299792458.0, rate = 14.1844, w0 = 84.176;
+    double e[3];
+    solar_earth(jd_utc, e);
+    double ra = 286.13 * DEG2RAD, de = 63.87 * DEG2RAD;
+    double p[3] = { cos(de) * cos(ra), cos(de) * sin(ra), sin(de) };
+    double n[3] = { cos(ra + M_PI / 2.0), sin(ra + M_PI / 2.0), 0.0 };
+    double nxe[3] = { n[1] * e[2] - n[2] * e[1], n[2] * e[0] - n[0] * e[2],
+                      n[0] * e[1] - n[1] * e[0] };
+    double lon_earth = atan2(dot3(p, nxe), dot3(n, e)) * RAD2DEG;
+    double de_sun = sqrt(dot3(e, e));
+    double ante = solar_tt(jd_utc) - (de_sun - SOLAR_RSUN_IAU) / c / 86400.0;
+    double meridian = w0 + (ante - 2451545.0) * rate;
+    double dlon = (dist - de_sun) / c / 86400.0 * rate;
+    return wrap360(lon_earth - meridian + dlon);
 }

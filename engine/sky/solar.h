@@ -24,4 +24,20 @@ void solar_pair_observers(solar_obs *of, solar_obs *ot);
 const char *solar_pair_gap(sky_frame fa, const solar_obs *oa, int sa, sky_frame fb,
                            const solar_obs *ob, int sb);
 
+/* The Julian date (TT) of a Julian date (UTC), with the leap seconds from 1972 on. */
+double solar_tt(double jd_utc);
+
+/* The Sun-Earth vector (metres, ICRS axes) at a Julian date (UTC), from the ephemeris
+ * solar_hgs_motion uses (Standish's Keplerian Earth-Moon barycentre less the Moon). */
+void solar_earth(double jd_utc, double e[3]);
+
+/* The Stonyhurst axes at a Julian date (UTC) as the rows of m, in ICRS: m p turns an
+ * ICRS-oriented heliocentric vector p into Stonyhurst Cartesian coordinates. */
+void solar_hgs_axes(double jd_utc, double m[3][3]);
+
+/* The Carrington longitude minus the Stonyhurst longitude (degrees, [0, 360)) for an
+ * observer at `dist` metres from the Sun at a Julian date (UTC): sunpy 4.1's L0 with its
+ * light-travel corrections (solar.c). */
+double solar_carrington_offset(double jd_utc, double dist);
+
 #endif

@@ -28,7 +28,7 @@ const char *solar_pair_gap(sky_frame fa, const solar_obs *oa, int sa, sky_frame 
 double solar_tt(double jd_utc);
 
 /* The Sun-Earth vector (metres, ICRS axes) at a Julian date (UTC), from the ephemeris
- * solar_hgs_motion uses (Standish's Keplerian Earth-Moon barycentre less the Moon). */
+ * solar_hgs_motion uses (Meeus' truncated VSOP87D, about 0.1 arcsec from sunpy's). */
 void solar_earth(double jd_utc, double e[3]);
 
 /* The Stonyhurst axes at a Julian date (UTC) as the rows of m, in ICRS: m p turns an

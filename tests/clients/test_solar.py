@@ -479,12 +479,11 @@ class SolarTest(unittest.TestCase):
 
     def test_observer_forms(self):
         """The observer from each form the solar conventions give it in, against sunpy
-        4.1 reading the same header: Stonyhurst longitude within 3e-3 degree and latitude
-        within 1e-3 degree (Tessera's Earth is Standish's Keplerian Earth-Moon barycentre
-        less the Moon, about 8 arcsec from sunpy's ERFA epv00 Earth in longitude in 2011:
-        it places the Stonyhurst X axis, and the Carrington L0, the HCI, HAE and HEE axes
-        with it; measured 2.2e-3 and 2.5e-4 degree), the distance to 1e-12.  The
-        Carrington form keeps its CRLN_OBS as the Carrington offset."""
+        4.1 reading the same header: Stonyhurst longitude and latitude within 5e-5 degree
+        (Tessera's Earth is Meeus' truncated VSOP87D, about 0.04 arcsec from sunpy's ERFA
+        epv00 Earth in 2011: it places the Stonyhurst X axis, and the Carrington L0, the
+        HCI, HAE and HEE axes with it; measured 1.0e-5 and 1.9e-5 degree), the distance
+        to 1e-12.  The Carrington form keeps its CRLN_OBS as the Carrington offset."""
         np = self.np
         worst = [0.0, 0.0, 0.0]
         for f in REAL:
@@ -498,8 +497,8 @@ class SolarTest(unittest.TestCase):
                 dlat = abs(o["hglt_obs"] - ref.lat.to_value(self.u.deg))
                 drad = abs(o["dsun_obs"] / ref.radius.to_value(self.u.m) - 1.0)
                 label = f"{f} observer from {form}"
-                self.assertLessEqual(dlon, 3e-3, label)
-                self.assertLessEqual(dlat, 1e-3, label)
+                self.assertLessEqual(dlon, 5e-5, label)
+                self.assertLessEqual(dlat, 5e-5, label)
                 self.assertLessEqual(drad, 1e-12, label)
                 if form == "crln":
                     self.assertAlmostEqual((o["crln_obs"] - hdr["CRLN_OBS"]) % 360.0, 0.0,
@@ -528,6 +527,11 @@ class SolarTest(unittest.TestCase):
             ref = self.cutout(hgln, dataset="aia", method="bilinear", max_coord_error=0)
             self.assertTrue(np.any(np.isfinite(ours)))
             self.compare(ours, ref, 1e-5, f"real AIA -> SECCHI-A's view, observer from {form}")
+            # And against the header's own observer (HGLN_OBS, HGLT_OBS, DSUN_OBS), which
+            # the form restates through sunpy's ephemeris.
+            orig = self.cutout({**size, **self.real_header("secchi_l0_a.fits")},
+                               dataset="aia", method="bilinear", max_coord_error=0)
+            self.compare(ours, orig, 1e-5, f"  the same against the header's HGLN_OBS")
 
     def test_same_observer_identity(self):
         """A helioprojective nearest cutout by the dataset's own observer at its pixel

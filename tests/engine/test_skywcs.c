@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "engine/sky/skywcs.h"
+#include "engine/sky/solar.h"
 #include "tests/testutil.h"
 #include "engine/base/error.h"
 
@@ -772,6 +773,59 @@ END_TEST
  * rotation (and the Sun's barycentric motion, 4e-6 degree a day at 1 au).  Measured
  * here: within 3.5e-7 degree for 14 minutes, 1.5e-6 for an hour, 3.5e-5 for a day,
  * 1.1e-4 for three days, 3.1e-4 for ten days (latitude within 4e-8 degree). */
+/* The Carrington longitude of Stonyhurst longitude 0 for an observer at the Earth's
+ * distance, 0.3 au and 1.05 au (sunpy 4.1: SkyCoord(0, 0, d, HeliographicStonyhurst)
+ * to HeliographicCarrington(observer="self"), L0 with its light-travel corrections;
+ * the Earth's distance from sunpy.coordinates.sun.earth_distance), against
+ * solar_carrington_offset: within 6e-5 degree (the truncated VSOP87D Earth; 4.2e-5
+ * measured for 1995-2040), where Standish's Keplerian Earth was 3.9e-3 off. */
+START_TEST(test_solar_carrington_offset)
+{
+    static const struct {
+        const char *t;
+        double dist, off;
+    } ref[] = {
+        { "1995-03-01T00:00:00", 148214727750.4, 292.111858964 },
+        { "1995-03-01T00:00:00", 44879361210.0, 292.055270812 },
+        { "1995-03-01T00:00:00", 157077764235.0, 292.116712509 },
+        { "2003-10-28T00:00:00", 148664664138.0, 301.233136437 },
+        { "2003-10-28T00:00:00", 44879361210.0, 301.176301893 },
+        { "2003-10-28T00:00:00", 157077764235.0, 301.237743589 },
+        { "2011-02-15T00:00:00.340", 147740323428.2, 22.745792537 },
+        { "2011-02-15T00:00:00.340", 44879361210.0, 22.689464177 },
+        { "2011-02-15T00:00:00.340", 157077764235.0, 22.750905874 },
+        { "2020-07-01T12:00:00", 152093029874.7, 182.286304392 },
+        { "2020-07-01T12:00:00", 44879361210.0, 182.227592418 },
+        { "2020-07-01T12:00:00", 157077764235.0, 182.289034115 },
+        { "2024-10-01T06:30:00", 149770323935.1, 205.901343481 },
+        { "2024-10-01T06:30:00", 44879361210.0, 205.843903459 },
+        { "2024-10-01T06:30:00", 157077764235.0, 205.905345156 },
+    };
+    double worst = 0.0;
+    for (size_t i = 0; i < sizeof ref / sizeof ref[0]; i++) {
+        double jd;
+        ck_assert_int_eq(solar_parse_date(ref[i].t, &jd), 0);
+        double off = solar_carrington_offset(jd, ref[i].dist);
+        double d = fabs(fmod(off - ref[i].off + 540.0, 360.0) - 180.0);
+        ck_assert_msg(off >= 0.0 && off < 360.0 && d < 6e-5, "%s at %.4g m: %.9f", ref[i].t,
+                      ref[i].dist, off);
+        worst = fmax(worst, d);
+    }
+    printf("Carrington offset: worst %.2e degree against sunpy\n", worst);
+    /* The Earth's distance within 2e-6 of sunpy's (ERFA epv00) on those dates. */
+    double jd, e[3];
+    ck_assert_int_eq(solar_parse_date("2011-02-15T00:00:00.340", &jd), 0);
+    solar_earth(jd, e);
+    ck_assert_double_eq_tol(sqrt(e[0] * e[0] + e[1] * e[1] + e[2] * e[2]) / 147740323428.2,
+                            1.0, 2e-6);
+    /* UTC to TT across the leap second of 2012-07-01: 66.184 s, then 67.184 s. */
+    ck_assert_int_eq(solar_parse_date("2012-06-30T23:59:59", &jd), 0);
+    ck_assert_double_eq_tol((solar_tt(jd) - jd) * 86400.0, 66.184, 1e-4);
+    ck_assert_int_eq(solar_parse_date("2012-07-01T00:00:00", &jd), 0);
+    ck_assert_double_eq_tol((solar_tt(jd) - jd) * 86400.0, 67.184, 1e-4);
+}
+END_TEST
+
 START_TEST(test_solar_motion)
 {
     static const struct {
@@ -945,6 +999,7 @@ int main(void)
     tcase_add_test(tc, test_cutout_header_errors);
     tcase_add_test(tc, test_solar_headers);
     tcase_add_test(tc, test_solar_points);
+    tcase_add_test(tc, test_solar_carrington_offset);
     tcase_add_test(tc, test_solar_motion);
     tcase_add_test(tc, test_solar_two_times);
     tcase_add_test(tc, test_solar_pairs);

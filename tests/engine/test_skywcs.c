@@ -779,6 +779,73 @@ END_TEST
  * the Earth's distance from sunpy.coordinates.sun.earth_distance), against
  * solar_carrington_offset: within 6e-5 degree (the truncated VSOP87D Earth; 4.2e-5
  * measured for 1995-2040), where Standish's Keplerian Earth was 3.9e-3 off. */
+/* The observer from each form of the FITS solar conventions (solar_read_header): the
+ * AIA observer of aia_lines (Stonyhurst 0, -6.820544, 147724815128 m at its DATE-OBS)
+ * restated by sunpy 4.1 as Carrington (observer "self"), HCI, HAE (equinox J2000) and
+ * HEE coordinates; each gives it back within 5e-5 degree.  The forms need a date but
+ * HGLN_OBS's and HEEQ's; HGLN_OBS, HGLT_OBS, DSUN_OBS come first. */
+START_TEST(test_solar_observer_forms)
+{
+    static const char *const date = "DATE-OBS= '2011-02-15T00:00:00.34'";
+    static const char *const forms[][4] = {
+        { "CRLN_OBS= 22.745784044", "CRLT_OBS= -6.820544", "DSUN_OBS= 147724815128.0", NULL },
+        { "HCIX_OBS= 50463895110.169319", "HCIY_OBS= 137725202544.829956",
+          "HCIZ_OBS= -17543798873.025467", NULL },
+        { "HAEX_OBS= -122167165963.596420", "HAEY_OBS= 83053020540.040085",
+          "HAEZ_OBS= -18552642.227651", NULL },
+        { "HEEX_OBS= 147724814178.355225", "HEEY_OBS= 726999.245132",
+          "HEEZ_OBS= -16734504.911948", NULL },
+    };
+    for (size_t f = 0; f < sizeof forms / sizeof forms[0]; f++) {
+        for (int dated = 0; dated < 2; dated++) {
+            const char *lines[6] = { forms[f][0], forms[f][1], forms[f][2],
+                                     dated ? date : NULL, NULL, NULL };
+            int nk;
+            char *cards = tt_make_cards(lines, &nk);
+            solar_obs o;
+            solar_read_header(cards, nk, &o);
+            free(cards);
+            ck_assert_int_eq(o.known, dated);
+            if (!dated)
+                continue;
+            ck_assert_msg(fabs(o.lon) < 5e-5 && fabs(o.lat + 6.820544) < 5e-5 &&
+                          fabs(o.dist / 147724815128.0 - 1.0) < 1e-12, "%s: %.9f %.9f %.3f",
+                          forms[f][0], o.lon, o.lat, o.dist);
+            /* The Carrington form keeps its CRLN_OBS; the others state no offset. */
+            ck_assert_int_eq(o.has_carr, f == 0);
+            if (f == 0)
+                ck_assert_double_eq_tol(o.lon + o.carr_off, 22.745784044, 1e-12);
+        }
+    }
+    /* HGLN_OBS first: with HCI and CRLN_OBS too, the observer is HGLN_OBS's exactly. */
+    const char *both[] = { "HGLN_OBS= 0.5", "HGLT_OBS= -6.0", "DSUN_OBS= 1.5E11", date,
+                           forms[1][0], forms[1][1], forms[1][2], "CRLN_OBS= 23.0", NULL };
+    int nk;
+    char *cards = tt_make_cards(both, &nk);
+    solar_obs o;
+    solar_read_header(cards, nk, &o);
+    free(cards);
+    ck_assert(o.known && o.lon == 0.5 && o.lat == -6.0 && o.dist == 1.5e11);
+    ck_assert(o.has_carr && o.carr_off == 22.5);
+    /* A Cartesian position at the origin is no observer. */
+    const char *zero[] = { "HAEX_OBS= 0.0", "HAEY_OBS= 0.0", "HAEZ_OBS= 0.0", date, NULL };
+    cards = tt_make_cards(zero, &nk);
+    solar_read_header(cards, nk, &o);
+    free(cards);
+    ck_assert_int_eq(o.known, 0);
+    /* A helioprojective WCS without an observer names every form it could have used. */
+    const char *bare[] = { "CTYPE1  = 'HPLN-TAN'", "CTYPE2  = 'HPLT-TAN'", "CDELT1  = 0.001",
+                           "CDELT2  = 0.001", NULL };
+    skywcs *n = parse_lines(bare), *a = parse_lines(aia_lines);
+    char err[400] = "";
+    ck_assert_int_eq(skywcs_check_pair(n, a, err, sizeof err), TESS_EINVAL);
+    ck_assert_msg(strstr(err, "CRLN_OBS") && strstr(err, "HCIX/Y/Z_OBS") &&
+                  strstr(err, "HAEX/Y/Z_OBS") && strstr(err, "HEEX/Y/Z_OBS"), "err: %s", err);
+    skywcs_free(n);
+    skywcs_free(a);
+}
+END_TEST
+
 START_TEST(test_solar_carrington_offset)
 {
     static const struct {
@@ -999,6 +1066,7 @@ int main(void)
     tcase_add_test(tc, test_cutout_header_errors);
     tcase_add_test(tc, test_solar_headers);
     tcase_add_test(tc, test_solar_points);
+    tcase_add_test(tc, test_solar_observer_forms);
     tcase_add_test(tc, test_solar_carrington_offset);
     tcase_add_test(tc, test_solar_motion);
     tcase_add_test(tc, test_solar_two_times);

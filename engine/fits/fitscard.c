@@ -405,6 +405,93 @@ int fitscard_get(const char *cards, int n, const char *key, char *val, size_t va
     return 0;
 }
 
+/* The first value card ("= " in columns 9-10) whose keyword is `key`, or NULL. */
+static const char *value_card(const char *cards, int n, const char *key)
+{
+    if (!cards || !key)
+        return NULL;
+    for (int i = 0; i < n; i++) {
+        const char *card = cards + (size_t)i * FITSCARD_LEN;
+        if (fitscard_key_is(card, key) && card[8] == '=' && card[9] == ' ')
+            return card;
+    }
+    return NULL;
+}
+
+int fitscard_value_real(const char *cards, int n, const char *key, double *v)
+{
+    const char *card = value_card(cards, n, key);
+    double x;
+    if (!card || !fitscard_number(card, NULL, &x) || !isfinite(x))
+        return 0;
+    *v = x;
+    return 1;
+}
+
+int fitscard_value_string(const char *cards, int n, const char *key, char *str, size_t strn)
+{
+    const char *card = value_card(cards, n, key);
+    if (!card)
+        return 0;
+    size_t p = 10;
+    while (p < FITSCARD_LEN && card[p] == ' ')
+        p++;
+    if (p >= FITSCARD_LEN || card[p] != '\'')
+        return 0;
+    return fitscard_get(card, 1, key, str, strn);
+}
+
+int fitscard_unterminated_string(const char *card)
+{
+    if (card[8] != '=' || card[9] != ' ')
+        return 0;
+    int i = 10;
+    while (i < FITSCARD_LEN && card[i] == ' ')
+        i++;
+    if (i >= FITSCARD_LEN || card[i] != '\'')
+        return 0;
+    for (i++; i < FITSCARD_LEN; i++) {
+        if (card[i] == '\'') {
+            if (i + 1 < FITSCARD_LEN && card[i + 1] == '\'')
+                i++;
+            else
+                return 0;
+        }
+    }
+    return 1;
+}
+
+int fitscard_blank_value(const char *card)
+{
+    for (int i = 9; i < FITSCARD_LEN; i++)
+        if (card[i] != ' ')
+            return 0;
+    return 1;
+}
+
+int fitscard_is_number_text(const char *v)
+{
+    const char *p = v + (*v == '+' || *v == '-');
+    size_t a = strspn(p, "0123456789");
+    p += a;
+    size_t b = 0;
+    if (*p == '.') {
+        b = strspn(++p, "0123456789");
+        p += b;
+    }
+    if (a + b == 0)
+        return 0;
+    if (*p && strchr("EeDd", *p)) {
+        p++;
+        p += *p == '+' || *p == '-';
+        size_t e = strspn(p, "0123456789");
+        if (e == 0)
+            return 0;
+        p += e;
+    }
+    return *p == '\0';
+}
+
 int fitscard_is_structural(const char *card)
 {
     static const char *const keys[] = {

@@ -120,6 +120,29 @@ int fitscard_number(const char *card, long long *iv, double *dv);
  * found, 0 when not (or for an empty or over-long `key`). */
 int fitscard_get(const char *cards, int n, const char *key, char *val, size_t vallen);
 
+/* The value of the first value card ("= " in columns 9-10) whose keyword is `key` among
+ * the n cards (a card with the keyword but no "= " is passed over).
+ * fitscard_value_real: 1 when that value is a finite number (as fitscard_number reads
+ * it), stored in *v; else 0 (no such card, a string, a logical, NaN), *v untouched.
+ * fitscard_value_string: 1 when that value is a quoted string, copied into `str` as
+ * fitscard_get copies it; else 0.  Neither looks past the first value card of `key`. */
+int fitscard_value_real(const char *cards, int n, const char *key, double *v);
+int fitscard_value_string(const char *cards, int n, const char *key, char *str, size_t strn);
+
+/* 1 when the value of `card` (80 characters, "= " in columns 9-10) opens a string that
+ * the card does not close (section 4.2.1: '' inside a string is a quote), else 0. */
+int fitscard_unterminated_string(const char *card);
+
+/* 1 when the value field of `card` (columns 10-80) is blank: with a value indicator in
+ * columns 9-10, FITS's undefined value (section 4.1.2.3). */
+int fitscard_blank_value(const char *card);
+
+/* 1 when the NUL-terminated `v` is a number in the form FITS gives (sections 4.2.3 and
+ * 4.2.4) and wcslib's header lexer reads: [+-] digits [. [digits]] or [+-] . digits,
+ * then an optional exponent [EeDd] [+-] digits; nothing before or after (strtod also
+ * takes "inf", hexadecimal and similar forms that are not FITS numbers). */
+int fitscard_is_number_text(const char *v);
+
 /* 1 when `card` describes the HDU it stands in rather than the coordinates of its data,
  * so that a header copied into a new HDU must leave it out (the writer writes its own):
  *   SIMPLE, XTENSION, END            the HDU's framing (sections 4.4.1.1, 4.4.1.2, 4.4.1);

@@ -16,6 +16,7 @@
 
 #include "engine/base/error.h"
 #include "engine/fits/fitscard.h"
+#include "engine/sky/solar.h"
 
 /* One parsed WCS.  `wcs` is owned, wcsset() has been run on it. */
 struct skywcs {
@@ -180,37 +181,6 @@ static int is_default_wcs(const struct wcsprm *w)
     return 1;
 }
 
-/* 1 when the value of `card` (80 characters) opens a string that the card does not
- * close (FITS 4.0 section 4.2.1: '' inside a string is a quote). */
-static int unterminated_string(const char *card)
-{
-    if (card[8] != '=' || card[9] != ' ')
-        return 0;
-    int i = 10;
-    while (i < 80 && card[i] == ' ')
-        i++;
-    if (i >= 80 || card[i] != '\'')
-        return 0;
-    for (i++; i < 80; i++) {
-        if (card[i] == '\'') {
-            if (i + 1 < 80 && card[i + 1] == '\'')
-                i++;
-            else
-                return 0;
-        }
-    }
-    return 1;
-}
-
-/* A value indicator whose value field (columns 11-80) is blank: FITS's undefined value. */
-static int blank_value(const char *card)
-{
-    for (int i = 9; i < 80; i++)
-        if (card[i] != ' ')
-            return 0;
-    return 1;
-}
-
 /* ------------------------------------------------------------------------------------ */
 /* The validity rule                                                                      */
 
@@ -276,33 +246,6 @@ static int misplaced_equals(const char *card)
                                        && isdigit((unsigned char)kw[5]));
 }
 
-/* 1 when `v` is a number in the form FITS gives (4.0 sections 4.2.3-4.2.4) and wcspih's
- * lexer reads: [+-] digits [. [digits]] or [+-] . digits, then an optional exponent
- * [EeDd] [+-] digits.  (strtod also takes "inf", hexadecimal and "1 " forms wcspih
- * would reject, keeping its default.) */
-static int fits_number(const char *v)
-{
-    const char *p = v + (*v == '+' || *v == '-');
-    size_t a = strspn(p, "0123456789");
-    p += a;
-    size_t b = 0;
-    if (*p == '.') {
-        b = strspn(++p, "0123456789");
-        p += b;
-    }
-    if (a + b == 0)
-        return 0;
-    if (*p && strchr("EeDd", *p)) {
-        p++;
-        p += *p == '+' || *p == '-';
-        size_t e = strspn(p, "0123456789");
-        if (e == 0)
-            return 0;
-        p += e;
-    }
-    return *p == '\0';
-}
-
 /* The value of a numeric WCS card must be a finite number (a D exponent is allowed), and
  * a WCS card must be a value card: wcspih drops a card it cannot read and keeps the
  * default, so that "CDELT1 = NaN" would become CDELT1 = 1.  Returns 0 or TESS_EINVAL
@@ -328,7 +271,7 @@ static int check_number(const char *card, char *err, size_t errlen)
     while (n > 0 && v[n - 1] == ' ')
         n--;
     v[n] = '\0';
-    if (!fits_number(v) || !isfinite(strtod(v, NULL))) {
+    if (!fitscard_is_number_text(v) || !isfinite(strtod(v, NULL))) {
         const char *shown = v;  /* a string value quoted once, not in its own quotes too */
         if (n >= 2 && v[0] == '\'' && v[n - 1] == '\'') {
             v[n - 1] = '\0';
@@ -627,94 +570,6 @@ static int explain_axes(const struct wcsprm *w, char *err, size_t errlen)
     return 0;
 }
 
-/* The value of card `key` among the nkeys cards: a number (*v) or a quoted string
- * (copied into str, size strn, trailing blanks trimmed).  Returns 1 when found and
- * well formed, else 0. */
-static int card_value(const char *cards, int nkeys, const char *key, double *v, char *str,
-                      size_t strn)
-{
-    size_t kl = strlen(key);
-    for (int i = 0; i < nkeys; i++) {
-        const char *c = cards + (size_t)i * 80;
-        if (strncmp(c, key, kl) != 0 || (kl < 8 && c[kl] != ' ') || c[8] != '=' || c[9] != ' ')
-            continue;
-        char val[72];
-        memcpy(val, c + 10, 70);
-        val[70] = '\0';
-        if (str) {
-            char *q = strchr(val, '\'');
-            char *e = q ? strchr(q + 1, '\'') : NULL;
-            if (!e)
-                return 0;
-            size_t n = (size_t)(e - q - 1);
-            while (n > 0 && q[n] == ' ')
-                n--;
-            if (n + 1 > strn)
-                n = strn - 1;
-            memcpy(str, q + 1, n);
-            str[n] = '\0';
-            return 1;
-        }
-        for (char *p = val; *p; p++)
-            if (*p == 'D' || *p == 'd')
-                *p = 'E';
-        char *end;
-        double x = strtod(val, &end);
-        while (*end == ' ')
-            end++;
-        if (end == val || (*end && *end != '/') || !isfinite(x))
-            return 0;
-        *v = x;
-        return 1;
-    }
-    return 0;
-}
-
-/* The observer and the Sun of a solar WCS as sunpy reads them (sunpy.map.GenericMap's
- * observer_coordinate and rsun_meters; Thompson 2006 sec. 2 and Table 2 for the
- * keywords): RSUN_REF (metres; else SOLAR_RSUN_IAU); the observer from HGLN_OBS,
- * HGLT_OBS and DSUN_OBS, else from HEEQ_X/Y/Z (Stonyhurst Cartesian, metres; Thompson
- * sec. 2.1); the Carrington offset CRLN_OBS minus the observer's Stonyhurst longitude
- * when both are known; the date DATE-OBS, else DATE-AVG (sunpy 4.1's
- * GenericMap.date and its WCS frames take DATE-OBS first).  An observer given only in
- * Carrington (CRLN_OBS) or HCI coordinates stays unknown: its Stonyhurst longitude
- * needs an ephemeris of the Earth. */
-static void read_solar(const char *cards, int nkeys, solar_obs *o)
-{
-    memset(o, 0, sizeof *o);
-    double v, x, y, z;
-    o->rsun = card_value(cards, nkeys, "RSUN_REF", &v, NULL, 0) && v > 0.0 ? v
-                                                                           : SOLAR_RSUN_IAU;
-    double lon, lat, d, crln;
-    int has_lon = card_value(cards, nkeys, "HGLN_OBS", &lon, NULL, 0);
-    if (has_lon && card_value(cards, nkeys, "HGLT_OBS", &lat, NULL, 0) &&
-        card_value(cards, nkeys, "DSUN_OBS", &d, NULL, 0) && d > 0.0 &&
-        lat >= -90.0 && lat <= 90.0) {
-        o->known = 1;
-        o->lon = lon;
-        o->lat = lat;
-        o->dist = d;
-    } else if (card_value(cards, nkeys, "HEEQ_X", &x, NULL, 0) &&
-               card_value(cards, nkeys, "HEEQ_Y", &y, NULL, 0) &&
-               card_value(cards, nkeys, "HEEQ_Z", &z, NULL, 0) && (x != 0.0 || y != 0.0 ||
-                                                                   z != 0.0)) {
-        o->known = 1;
-        o->lon = atan2(y, x) * RAD2DEG;
-        o->lat = atan2(z, hypot(x, y)) * RAD2DEG;
-        o->dist = sqrt(x * x + y * y + z * z);
-        lon = o->lon;
-        has_lon = 1;
-    }
-    if (has_lon && card_value(cards, nkeys, "CRLN_OBS", &crln, NULL, 0)) {
-        o->has_carr = 1;
-        o->carr_off = crln - lon;
-    }
-    if (!card_value(cards, nkeys, "DATE-OBS", NULL, o->date, sizeof o->date))
-        (void)card_value(cards, nkeys, "DATE-AVG", NULL, o->date, sizeof o->date);
-    if (o->date[0] && solar_parse_date(o->date, &o->jd) != 0)
-        o->jd = 0.0;
-}
-
 /* Parses the header as astropy.wcs.WCS(header) does (astropy/wcs/wcs.py, WCS.__init__ and
  * WCS.fix): wcspih at full relaxation, the primary alternate (' ') selected, then
  * wcsfix() with ctrl 0 ("translate_units=''") and no image size (so cylfix is skipped,
@@ -770,7 +625,7 @@ int skywcs_parse(const char *cards, int nkeys, skywcs **out, char *err, size_t e
         }
         note_cd_card(card, cd_given);
         note_dss_card(card, &dss_have, &dss_any);
-        if (unterminated_string(card)) {
+        if (fitscard_unterminated_string(card)) {
             if (!ignored[0]) {
                 int kl = 8;
                 while (kl > 0 && card[kl - 1] == ' ')
@@ -785,7 +640,7 @@ int skywcs_parse(const char *cards, int nkeys, skywcs **out, char *err, size_t e
          * value at all ("CTYPE1  =", an undefined value in FITS terms) followed by cards
          * holding quotes (found by tests/fuzz/fuzz_header).  An undefined value defines
          * nothing: make such cards comments too. */
-        if (card[8] == '=' && blank_value(card))
+        if (card[8] == '=' && fitscard_blank_value(card))
             memcpy(card, "COMMENT ", 8);
         /* wcspih sizes its arrays by NAXIS and WCSAXESa: a huge count makes it crash or
          * allocate gigabytes (WCSAXES = 3333334, found by tests/fuzz/fuzz_header).  WCS
@@ -882,7 +737,7 @@ int skywcs_parse(const char *cards, int nkeys, skywcs **out, char *err, size_t e
     }
     detect_frame(&w->wcs, &w->frame, &w->equinox);
     if (sky_frame_is_solar(w->frame))
-        read_solar(cards, nkeys, &w->sol);
+        solar_read_header(cards, nkeys, &w->sol);
     *out = w;
     return 0;
 }
@@ -1418,7 +1273,7 @@ static void fk4_b_matrix(double obstime_days, mat3 m)
 
 /* ICRS -> mean ecliptic and equinox (astropy BarycentricMeanEcliptic, through SOFA
  * iauEcm06): R1(eps_A) times the IAU 2006 bias-precession matrix. */
-static void icrs_to_ecliptic(double d_equinox, mat3 m)
+void sky_icrs_to_ecliptic(double d_equinox, double m[3][3])
 {
     double t = d_equinox / 36525.0, g, p, s, e;
     mat3 bp;
@@ -1520,10 +1375,10 @@ static void edge(const frame_state *a, const frame_state *b, path *p)
         mat_transpose(q, m);
         add_matrix(p, m);
     } else if (a->kind == SKY_FRAME_ICRS && b->kind == SKY_FRAME_ECLIPTIC) {
-        icrs_to_ecliptic(b->eq, m);
+        sky_icrs_to_ecliptic(b->eq, m);
         add_matrix(p, m);
     } else if (a->kind == SKY_FRAME_ECLIPTIC && b->kind == SKY_FRAME_ICRS) {
-        icrs_to_ecliptic(a->eq, m);
+        sky_icrs_to_ecliptic(a->eq, m);
         mat_transpose(m, n);
         add_matrix(p, n);
     } else if (a->kind == SKY_FRAME_FK4 && b->kind == FRAME_FK4NOE) {
@@ -1862,21 +1717,8 @@ static int cutout_header(double lon, double lat, double fov, long w, long h, con
         fitscard_list_string(&b, "RADESYS", radesys, 0, NULL);
     if (equinox > 0.0)
         fitscard_list_real(&b, "EQUINOX", equinox, FITSCARD_EXACT, NULL);
-    if (sol && sky_frame_is_solar(frame)) {
-        fitscard_list_real(&b, "RSUN_REF", sol->rsun, FITSCARD_EXACT, NULL);
-        if (sol->known) {
-            fitscard_list_real(&b, "HGLN_OBS", sol->lon, FITSCARD_EXACT, NULL);
-            fitscard_list_real(&b, "HGLT_OBS", sol->lat, FITSCARD_EXACT, NULL);
-            fitscard_list_real(&b, "DSUN_OBS", sol->dist, FITSCARD_EXACT, NULL);
-            if (sol->has_carr) {
-                fitscard_list_real(&b, "CRLN_OBS", sol->lon + sol->carr_off, FITSCARD_EXACT,
-                                   NULL);
-                fitscard_list_real(&b, "CRLT_OBS", sol->lat, FITSCARD_EXACT, NULL);
-            }
-        }
-        if (sol->date[0])
-            fitscard_list_string(&b, "DATE-OBS", sol->date, 0, NULL);
-    }
+    if (sol && sky_frame_is_solar(frame))
+        solar_write_header(&b, sol);
     char *buf = NULL;
     int nk = 0;
     if (fitscard_list_take(&b, &buf, &nk) != 0) {
@@ -1929,24 +1771,6 @@ int skywcs_cutout_header_solar(double lon, double lat, double fov, long w, long 
                          err, errlen);
 }
 
-/* The Carrington offsets of a pair: a Carrington side whose header has none takes the
- * other side's observer's when both are at one time (the offset changes by about 13
- * degrees a day). */
-static void pair_observers(const skywcs *from, const skywcs *to, solar_obs *of, solar_obs *ot)
-{
-    *of = from->sol;
-    *ot = to->sol;
-    if (of->jd > 0.0 && ot->jd > 0.0 && of->jd != ot->jd)
-        return;
-    if (!of->has_carr && ot->has_carr) {
-        of->has_carr = 1;
-        of->carr_off = ot->carr_off;
-    } else if (!ot->has_carr && of->has_carr) {
-        ot->has_carr = 1;
-        ot->carr_off = of->carr_off;
-    }
-}
-
 void skywcs_convert(const skywcs *from, const skywcs *to, size_t n, double *lon, double *lat)
 {
     int sf = sky_frame_is_solar(from->frame), st = sky_frame_is_solar(to->frame);
@@ -1959,38 +1783,13 @@ void skywcs_convert(const skywcs *from, const skywcs *to, size_t n, double *lon,
             lon[i] = lat[i] = NAN;
         return;
     }
-    solar_obs of, ot;
-    pair_observers(from, to, &of, &ot);
+    solar_obs of = from->sol, ot = to->sol;
+    solar_pair_observers(&of, &ot);
     /* The screen is centred on the observer of the side marked for it. */
     int screen = from->surface == SOLAR_SCREEN || to->surface == SOLAR_SCREEN;
     const solar_obs *centre = from->surface == SOLAR_SCREEN ? &of : &ot;
     solar_convert(from->frame, &of, to->frame, &ot, screen ? SOLAR_SCREEN : SOLAR_SPHERE,
                   centre, n, lon, lat);
-}
-
-/* What converting between the solar frames of `a` and `b` lacks, or NULL. */
-static const char *solar_pair_gap(const skywcs *a, const skywcs *b)
-{
-    solar_obs oa, ob;
-    pair_observers(a, b, &oa, &ob);
-    if (a->frame == b->frame && a->frame == SKY_FRAME_HELIOPROJECTIVE &&
-        ((!oa.known && !ob.known) || (oa.known && ob.known && oa.lon == ob.lon &&
-                                      oa.lat == ob.lat && oa.dist == ob.dist)))
-        return NULL;
-    if (a->frame == SKY_FRAME_STONYHURST && b->frame == SKY_FRAME_STONYHURST)
-        return NULL;
-    if ((a->frame == SKY_FRAME_HELIOPROJECTIVE && !oa.known) ||
-        (b->frame == SKY_FRAME_HELIOPROJECTIVE && !ob.known))
-        return "a helioprojective WCS needs its observer (HGLN_OBS, HGLT_OBS and DSUN_OBS, "
-               "or HEEQ_X/Y/Z)";
-    if ((a->frame == SKY_FRAME_CARRINGTON || b->frame == SKY_FRAME_CARRINGTON) &&
-        !oa.has_carr)
-        return "a Carrington WCS needs the observer's Carrington and Stonyhurst longitudes "
-               "(CRLN_OBS and HGLN_OBS) on one side, or on its own side when the dates differ";
-    if ((a->surface == SOLAR_SCREEN || b->surface == SOLAR_SCREEN) &&
-        !(a->surface == SOLAR_SCREEN ? oa : ob).known)
-        return "the spherical screen needs the observer of the image reprojected";
-    return NULL;
 }
 
 int skywcs_check_pair(const skywcs *in, const skywcs *out, char *err, size_t errlen)
@@ -2013,7 +1812,9 @@ int skywcs_check_pair(const skywcs *in, const skywcs *out, char *err, size_t err
                     sky_frame_name(out->frame));
         return TESS_EINVAL;
     }
-    const char *gap = si ? solar_pair_gap(in, out) : NULL;
+    const char *gap = si ? solar_pair_gap(in->frame, &in->sol, in->surface, out->frame,
+                                          &out->sol, out->surface)
+                         : NULL;
     if (gap) {
         tess_seterr(err, errlen, "cannot convert %s to %s: %s", sky_frame_name(in->frame),
                     sky_frame_name(out->frame), gap);

@@ -4,7 +4,7 @@
 #include <stddef.h>
 #include <stdio.h>
 
-#include "engine/sky/skywcs.h"
+#include "engine/sky/solar.h"
 
 #define DEG2RAD (M_PI / 180.0)
 #define RAD2DEG (180.0 / M_PI)
@@ -201,6 +201,15 @@ void solar_convert(sky_frame from, const solar_obs *of, sky_frame to, const sola
 
 /* ---- the motion of the Stonyhurst frame between two times ---------------------------- */
 
+/* The Julian date at 0h of a Gregorian date: the Julian day number (Fliegel & Van
+ * Flandern 1968, CACM 11, 657) less half a day. */
+static double julian_day(long y, long mo, long d)
+{
+    long a = (14 - mo) / 12, yy = y + 4800 - a, mm = mo + 12 * a - 3;
+    long jdn = d + (153 * mm + 2) / 5 + 365 * yy + yy / 4 - yy / 100 + yy / 400 - 32045;
+    return (double)jdn - 0.5;
+}
+
 int solar_parse_date(const char *s, double *jd)
 {
     int y, mo, d, h = 0, mi = 0, n = 0;
@@ -219,10 +228,7 @@ int solar_parse_date(const char *s, double *jd)
     if (*s || mo < 1 || mo > 12 || d < 1 || d > 31 || h < 0 || h > 23 || mi < 0 || mi > 59 ||
         !(sec >= 0.0 && sec < 61.0))
         return -1;
-    /* The Julian day number of a Gregorian date (Fliegel & Van Flandern 1968, CACM 11, 657). */
-    long a = (14 - mo) / 12, yy = y + 4800 - a, mm = mo + 12 * a - 3;
-    long jdn = d + (153 * mm + 2) / 5 + 365 * yy + yy / 4 - yy / 100 + yy / 400 - 32045;
-    *jd = (double)jdn - 0.5 + (h + (mi + sec / 60.0) / 60.0) / 24.0;
+    *jd = julian_day(y, mo, d) + (h + (mi + sec / 60.0) / 60.0) / 24.0;
     return 0;
 }
 
@@ -290,32 +296,6 @@ static void kepler_position(const kepler_el *k, double T, double *x)
     x[2] = (so * si) * xp + (co * si) * yp;
 }
 
-/* The geocentric Moon (au, ecliptic of J2000 within 0.3 degree) at T Julian centuries
- * from J2000: the Astronomical Almanac's low-precision formulae (sec. D, "Low-precision
- * formulae for geocentric coordinates of the Moon": ecliptic longitude, latitude and
- * horizontal parallax of date, 0.3 degree), the longitude brought back to the equinox
- * of J2000 by the general precession 1.397 degree a century. */
-static void moon_position(double T, double *x)
-{
-#define SD(a, b) sin(((a) + (b) * T) * DEG2RAD)
-#define CD(a, b) cos(((a) + (b) * T) * DEG2RAD)
-    double lam = 218.32 + 481267.881 * T + 6.29 * SD(135.0, 477198.87) -
-                 1.27 * SD(259.3, -413335.36) + 0.66 * SD(235.7, 890534.22) +
-                 0.21 * SD(269.9, 954397.74) - 0.19 * SD(357.5, 35999.05) -
-                 0.11 * SD(186.5, 966404.03) - 1.397 * T;
-    double bet = 5.13 * SD(93.3, 483202.02) + 0.28 * SD(228.2, 960400.89) -
-                 0.28 * SD(318.3, 6003.15) - 0.17 * SD(217.6, -407332.21);
-    double par = 0.9508 + 0.0518 * CD(135.0, 477198.87) + 0.0095 * CD(259.3, -413335.36) +
-                 0.0078 * CD(235.7, 890534.22) + 0.0028 * CD(269.9, 954397.74);
-#undef SD
-#undef CD
-    double r = 6378140.0 / sin(par * DEG2RAD) / SOLAR_AU;
-    double cb = cos(bet * DEG2RAD);
-    x[0] = r * cb * cos(lam * DEG2RAD);
-    x[1] = r * cb * sin(lam * DEG2RAD);
-    x[2] = r * sin(bet * DEG2RAD);
-}
-
 /* Ecliptic of J2000 to the equator of J2000 (ICRS within 0.02 arcsec), about X by the
  * obliquity 84381.406 arcsec (IAU 2006). */
 static void ecl_to_equ(const double *e, double *q)
@@ -326,27 +306,159 @@ static void ecl_to_equ(const double *e, double *q)
     q[2] = s * e[1] + c * e[2];
 }
 
+/* The Earth's heliocentric ecliptic longitude L, latitude B (radians) and distance R
+ * (au), mean dynamical ecliptic and equinox of date, from the VSOP87D theory (Bretagnon &
+ * Francou 1988, A&A 202, 309) as Meeus truncates it ("Astronomical Algorithms", 2nd ed.,
+ * ch. 32 and Appendix III; the same series as Reda & Andreas 2004, Solar Energy 76, 577,
+ * Table A4.2): each of L, B, R is sum_k tau^k sum_i A_i cos(B_i + C_i tau), tau in Julian
+ * millennia (TT) from J2000, A_i in 1e-8 (radians or au); about 1 arcsec in longitude
+ * for 1900-2100.  {A, B, C} per term, the series of each power of tau in turn. */
+typedef struct vsop_term {
+    double a, b, c;
+} vsop_term;
+
+static const vsop_term EARTH_L0[] = {
+    { 175347046, 0, 0 }, { 3341656, 4.6692568, 6283.07585 }, { 34894, 4.6261, 12566.1517 },
+    { 3497, 2.7441, 5753.3849 }, { 3418, 2.8289, 3.5231 }, { 3136, 3.6277, 77713.7715 },
+    { 2676, 4.4181, 7860.4194 }, { 2343, 6.1352, 3930.2097 }, { 1324, 0.7425, 11506.7698 },
+    { 1273, 2.0371, 529.691 }, { 1199, 1.1096, 1577.3435 }, { 990, 5.233, 5884.927 },
+    { 902, 2.045, 26.298 }, { 857, 3.508, 398.149 }, { 780, 1.179, 5223.694 },
+    { 753, 2.533, 5507.553 }, { 505, 4.583, 18849.228 }, { 492, 4.205, 775.523 },
+    { 357, 2.92, 0.067 }, { 317, 5.849, 11790.629 }, { 284, 1.899, 796.298 },
+    { 271, 0.315, 10977.079 }, { 243, 0.345, 5486.778 }, { 206, 4.806, 2544.314 },
+    { 205, 1.869, 5573.143 }, { 202, 2.458, 6069.777 }, { 156, 0.833, 213.299 },
+    { 132, 3.411, 2942.463 }, { 126, 1.083, 20.775 }, { 115, 0.645, 0.98 },
+    { 103, 0.636, 4694.003 }, { 102, 0.976, 15720.839 }, { 102, 4.267, 7.114 },
+    { 99, 6.21, 2146.17 }, { 98, 0.68, 155.42 }, { 86, 5.98, 161000.69 },
+    { 85, 1.3, 6275.96 }, { 85, 3.67, 71430.7 }, { 80, 1.81, 17260.15 },
+    { 79, 3.04, 12036.46 }, { 75, 1.76, 5088.63 }, { 74, 3.5, 3154.69 },
+    { 74, 4.68, 801.82 }, { 70, 0.83, 9437.76 }, { 62, 3.98, 8827.39 },
+    { 61, 1.82, 7084.9 }, { 57, 2.78, 6286.6 }, { 56, 4.39, 14143.5 },
+    { 56, 3.47, 6279.55 }, { 52, 0.19, 12139.55 }, { 52, 1.33, 1748.02 },
+    { 51, 0.28, 5856.48 }, { 49, 0.49, 1194.45 }, { 41, 5.37, 8429.24 },
+    { 41, 2.4, 19651.05 }, { 39, 6.17, 10447.39 }, { 37, 6.04, 10213.29 },
+    { 37, 2.57, 1059.38 }, { 36, 1.71, 2352.87 }, { 36, 1.78, 6812.77 },
+    { 33, 0.59, 17789.85 }, { 30, 0.44, 83996.85 }, { 30, 2.74, 1349.87 },
+    { 25, 3.16, 4690.48 },
+};
+static const vsop_term EARTH_L1[] = {
+    { 628331966747.0, 0, 0 }, { 206059, 2.678235, 6283.07585 }, { 4303, 2.6351, 12566.1517 },
+    { 425, 1.59, 3.523 }, { 119, 5.796, 26.298 }, { 109, 2.966, 1577.344 },
+    { 93, 2.59, 18849.23 }, { 72, 1.14, 529.69 }, { 68, 1.87, 398.15 },
+    { 67, 4.41, 5507.55 }, { 59, 2.89, 5223.69 }, { 56, 2.17, 155.42 },
+    { 45, 0.4, 796.3 }, { 36, 0.47, 775.52 }, { 29, 2.65, 7.11 },
+    { 21, 5.34, 0.98 }, { 19, 1.85, 5486.78 }, { 19, 4.97, 213.3 },
+    { 17, 2.99, 6275.96 }, { 16, 0.03, 2544.31 }, { 16, 1.43, 2146.17 },
+    { 15, 1.21, 10977.08 }, { 12, 2.83, 1748.02 }, { 12, 3.26, 5088.63 },
+    { 12, 5.27, 1194.45 }, { 12, 2.08, 4694.0 }, { 11, 0.77, 553.57 },
+    { 10, 1.3, 6286.6 }, { 10, 4.24, 1349.87 }, { 9, 2.7, 242.73 },
+    { 9, 5.64, 951.72 }, { 8, 5.3, 2352.87 }, { 6, 2.65, 9437.76 },
+    { 6, 4.67, 4690.48 },
+};
+static const vsop_term EARTH_L2[] = {
+    { 52919, 0, 0 }, { 8720, 1.0721, 6283.0758 }, { 309, 0.867, 12566.152 },
+    { 27, 0.05, 3.52 }, { 16, 5.19, 26.3 }, { 16, 3.68, 155.42 },
+    { 10, 0.76, 18849.23 }, { 9, 2.06, 77713.77 }, { 7, 0.83, 775.52 },
+    { 5, 4.66, 1577.34 }, { 4, 1.03, 7.11 }, { 4, 3.44, 5573.14 },
+    { 3, 5.14, 796.3 }, { 3, 6.05, 5507.55 }, { 3, 1.19, 242.73 },
+    { 3, 6.12, 529.69 }, { 3, 0.31, 398.15 }, { 3, 2.28, 553.57 },
+    { 2, 4.38, 5223.69 }, { 2, 3.75, 0.98 },
+};
+static const vsop_term EARTH_L3[] = {
+    { 289, 5.844, 6283.076 }, { 35, 0, 0 }, { 17, 5.49, 12566.15 }, { 3, 5.2, 155.42 },
+    { 1, 4.72, 3.52 }, { 1, 5.3, 18849.23 }, { 1, 5.97, 242.73 },
+};
+static const vsop_term EARTH_L4[] = {
+    { 114, 3.142, 0 }, { 8, 4.13, 6283.08 }, { 1, 3.84, 12566.15 },
+};
+static const vsop_term EARTH_L5[] = { { 1, 3.14, 0 } };
+static const vsop_term EARTH_B0[] = {
+    { 280, 3.199, 84334.662 }, { 102, 5.422, 5507.553 }, { 80, 3.88, 5223.69 },
+    { 44, 3.7, 2352.87 }, { 32, 4.0, 1577.34 },
+};
+static const vsop_term EARTH_B1[] = { { 9, 3.9, 5507.55 }, { 6, 1.73, 5223.69 } };
+static const vsop_term EARTH_R0[] = {
+    { 100013989, 0, 0 }, { 1670700, 3.0984635, 6283.07585 }, { 13956, 3.05525, 12566.1517 },
+    { 3084, 5.1985, 77713.7715 }, { 1628, 1.1739, 5753.3849 }, { 1576, 2.8469, 7860.4194 },
+    { 925, 5.453, 11506.77 }, { 542, 4.564, 3930.21 }, { 472, 3.661, 5884.927 },
+    { 346, 0.964, 5507.553 }, { 329, 5.9, 5223.694 }, { 307, 0.299, 5573.143 },
+    { 243, 4.273, 11790.629 }, { 212, 5.847, 1577.344 }, { 186, 5.022, 10977.079 },
+    { 175, 3.012, 18849.228 }, { 110, 5.055, 5486.778 }, { 98, 0.89, 6069.78 },
+    { 86, 5.69, 15720.84 }, { 86, 1.27, 161000.69 }, { 65, 0.27, 17260.15 },
+    { 63, 0.92, 529.69 }, { 57, 2.01, 83996.85 }, { 56, 5.24, 71430.7 },
+    { 49, 3.25, 2544.31 }, { 47, 2.58, 775.52 }, { 45, 5.54, 9437.76 },
+    { 43, 6.01, 6275.96 }, { 39, 5.36, 4694.0 }, { 38, 2.39, 8827.39 },
+    { 37, 0.83, 19651.05 }, { 37, 4.9, 12139.55 }, { 36, 1.67, 12036.46 },
+    { 35, 1.84, 2942.46 }, { 33, 0.24, 7084.9 }, { 32, 0.18, 5088.63 },
+    { 32, 1.78, 398.15 }, { 28, 1.21, 6286.6 }, { 28, 1.9, 6279.55 },
+    { 26, 4.59, 10447.39 },
+};
+static const vsop_term EARTH_R1[] = {
+    { 103019, 1.10749, 6283.07585 }, { 1721, 1.0644, 12566.1517 }, { 702, 3.142, 0 },
+    { 32, 1.02, 18849.23 }, { 31, 2.84, 5507.55 }, { 25, 1.32, 5223.69 },
+    { 18, 1.42, 1577.34 }, { 10, 5.91, 10977.08 }, { 9, 1.42, 6275.96 },
+    { 9, 0.27, 5486.78 },
+};
+static const vsop_term EARTH_R2[] = {
+    { 4359, 5.7846, 6283.0758 }, { 124, 5.579, 12566.152 }, { 12, 3.14, 0 },
+    { 9, 3.63, 77713.77 }, { 6, 1.87, 5573.14 }, { 3, 5.47, 18849.23 },
+};
+static const vsop_term EARTH_R3[] = { { 145, 4.273, 6283.076 }, { 7, 3.92, 12566.15 } };
+static const vsop_term EARTH_R4[] = { { 4, 2.56, 6283.08 } };
+
+typedef struct vsop_series {
+    const vsop_term *t;
+    size_t n;
+} vsop_series;
+
+#define SERIES(a) { a, sizeof a / sizeof a[0] }
+static const vsop_series EARTH_L[] = { SERIES(EARTH_L0), SERIES(EARTH_L1), SERIES(EARTH_L2),
+                                       SERIES(EARTH_L3), SERIES(EARTH_L4), SERIES(EARTH_L5) };
+static const vsop_series EARTH_B[] = { SERIES(EARTH_B0), SERIES(EARTH_B1) };
+static const vsop_series EARTH_R[] = { SERIES(EARTH_R0), SERIES(EARTH_R1), SERIES(EARTH_R2),
+                                       SERIES(EARTH_R3), SERIES(EARTH_R4) };
+#undef SERIES
+
+static double vsop_sum(const vsop_series *s, size_t n, double tau)
+{
+    double sum = 0.0, tk = 1.0;
+    for (size_t k = 0; k < n; k++, tk *= tau) {
+        double v = 0.0;
+        for (size_t i = 0; i < s[k].n; i++)
+            v += s[k].t[i].a * cos(s[k].t[i].b + s[k].t[i].c * tau);
+        sum += v * tk;
+    }
+    return sum * 1e-8;
+}
+
+/* The heliocentric Earth (au, ICRS axes) at T Julian centuries (TT) from J2000: the
+ * VSOP87D position above, in the ecliptic and equinox of date, turned to ICRS by the
+ * transpose of the IAU 2006 ICRS -> ecliptic-of-date rotation (sky_icrs_to_ecliptic;
+ * the dynamical ecliptic of VSOP87 and that of IAU 2006 agree to a few mas). */
+static void earth_icrs(double T, double *earth)
+{
+    double tau = T / 10.0;
+    double l = vsop_sum(EARTH_L, sizeof EARTH_L / sizeof EARTH_L[0], tau);
+    double b = vsop_sum(EARTH_B, sizeof EARTH_B / sizeof EARTH_B[0], tau);
+    double r = vsop_sum(EARTH_R, sizeof EARTH_R / sizeof EARTH_R[0], tau);
+    double e[3] = { r * cos(b) * cos(l), r * cos(b) * sin(l), r * sin(b) }, m[3][3];
+    sky_icrs_to_ecliptic(T * 36525.0, m);
+    for (int k = 0; k < 3; k++)
+        earth[k] = m[0][k] * e[0] + m[1][k] * e[1] + m[2][k] * e[2];
+}
+
 /* The rotation from ICRS to the Stonyhurst frame at T (rows: the Stonyhurst axes in ICRS)
  * and the Sun's barycentric position (metres, ICRS): the Z axis the solar rotation axis
  * of the IAU (RA 286.13, Dec 63.87 degrees: Archinal et al. 2011, Celest. Mech. Dyn.
  * Astr. 109, 101, Table 1, the values sunpy.sun.constants alpha_0 and delta_0 hold), the
  * X axis the projection of the Sun-Earth vector on the solar equator (Thompson 2006
- * sec. 2.1; the Earth-Moon barycentre of the orbit above stands for the Earth), the Sun
- * displaced from the barycentre by the planets' pull (S = -sum m_i r_i / M). */
+ * sec. 2.1; the Earth of earth_icrs), the Sun displaced from the barycentre by the
+ * planets' pull (S = -sum m_i r_i / M, from the Keplerian orbits above). */
 static void hgs_basis(double jd_utc, double m[3][3], double *sun)
 {
-    /* TT - UTC: 32.184 s + 37 leap seconds (2017 on); the constant part cancels in the
-     * differences used here. */
-    double T = (jd_utc + 69.184 / 86400.0 - 2451545.0) / 36525.0;
-    double ecl[3], earth[3];
-    kepler_position(&PLANETS[2], T, ecl);
-    /* The Earth from the Earth-Moon barycentre: minus the geocentric Moon over 1 + the
-     * Earth/Moon mass ratio 81.300568 (IAU 2009). */
-    double moon[3];
-    moon_position(T, moon);
-    for (int k = 0; k < 3; k++)
-        ecl[k] -= moon[k] / (1.0 + 81.300568);
-    ecl_to_equ(ecl, earth);
+    double T = (solar_tt(jd_utc) - 2451545.0) / 36525.0;
+    double earth[3];
+    earth_icrs(T, earth);
     double ra = 286.13 * DEG2RAD, de = 63.87 * DEG2RAD;
     double z[3] = { cos(de) * cos(ra), cos(de) * sin(ra), sin(de) };
     double ez = dot3(earth, z), x[3];
@@ -362,6 +474,8 @@ static void hgs_basis(double jd_utc, double m[3][3], double *sun)
         m[1][k] = y[k];
         m[2][k] = z[k];
     }
+    if (!sun)
+        return;
     double mt = 1.0;
     for (int p = 0; p < NPLANETS; p++)
         mt += PLANET_MASS[p];
@@ -388,4 +502,67 @@ void solar_hgs_motion(double jd1, double jd2, double r[3][3], double t[3])
         t[i] = -(m2[i][0] * (s2[0] - s1[0]) + m2[i][1] * (s2[1] - s1[1]) +
                  m2[i][2] * (s2[2] - s1[2]));
     }
+}
+
+/* ---- the Earth, the Stonyhurst axes and the Carrington longitude of a date ----------- */
+
+/* TAI - UTC (leap seconds) from the first day of the month of each step, 1972 on (IERS
+ * Bulletin C): {year, month, TAI - UTC}.  TT = TAI + 32.184 s. */
+static const short LEAP[][3] = {
+    { 1972, 1, 10 }, { 1972, 7, 11 }, { 1973, 1, 12 }, { 1974, 1, 13 }, { 1975, 1, 14 },
+    { 1976, 1, 15 }, { 1977, 1, 16 }, { 1978, 1, 17 }, { 1979, 1, 18 }, { 1980, 1, 19 },
+    { 1981, 7, 20 }, { 1982, 7, 21 }, { 1983, 7, 22 }, { 1985, 7, 23 }, { 1988, 1, 24 },
+    { 1990, 1, 25 }, { 1991, 1, 26 }, { 1992, 7, 27 }, { 1993, 7, 28 }, { 1994, 7, 29 },
+    { 1996, 1, 30 }, { 1997, 7, 31 }, { 1999, 1, 32 }, { 2006, 1, 33 }, { 2009, 1, 34 },
+    { 2012, 7, 35 }, { 2015, 7, 36 }, { 2017, 1, 37 },
+};
+
+double solar_tt(double jd_utc)
+{
+    double tai_utc = 10.0;  /* before 1972 UTC was not in whole seconds: the first step */
+    for (size_t i = 0; i < sizeof LEAP / sizeof LEAP[0]; i++)
+        if (jd_utc >= julian_day(LEAP[i][0], LEAP[i][1], 1))
+            tai_utc = LEAP[i][2];
+    return jd_utc + (tai_utc + 32.184) / 86400.0;
+}
+
+void solar_earth(double jd_utc, double e[3])
+{
+    earth_icrs((solar_tt(jd_utc) - 2451545.0) / 36525.0, e);
+    for (int k = 0; k < 3; k++)
+        e[k] *= SOLAR_AU;
+}
+
+void solar_hgs_axes(double jd_utc, double m[3][3])
+{
+    hgs_basis(jd_utc, m, NULL);
+}
+
+/* sunpy 4.1's sunpy.coordinates.sun.L0 (light_travel_time_correction and nearest_point
+ * on, aberration_correction off) and its HGS -> HGC rotation
+ * (transformations._rotation_matrix_hgs_to_hgc), after the IAU rotation elements of the
+ * Sun (Archinal et al. 2011; Seidelmann et al. 2007): the prime meridian is W_0 = 84.176
+ * degrees east of the ascending node of the solar equator on the ICRF equator (the node
+ * at RA alpha_0 + 90 degrees) at J2000.0 TT and turns at the sidereal rate 14.1844 degrees
+ * a day.  L0 is the longitude of the Earth, measured in the solar equator from the node,
+ * less the meridian's at the time the light now reaching the Earth left the Sun's nearest
+ * point (antedated by (|E| - R_sun) / c, R_sun the IAU 695700 km; Urban & Kaplan 2007).
+ * An observer at distance d sees the Sun as it was (d - |E|) / c later than the Earth
+ * does: the offset grows by that time at the sidereal rate. */
+double solar_carrington_offset(double jd_utc, double dist)
+{
+    const double c = 299792458.0, rate = 14.1844, w0 = 84.176;
+    double e[3];
+    solar_earth(jd_utc, e);
+    double ra = 286.13 * DEG2RAD, de = 63.87 * DEG2RAD;
+    double p[3] = { cos(de) * cos(ra), cos(de) * sin(ra), sin(de) };
+    double n[3] = { cos(ra + M_PI / 2.0), sin(ra + M_PI / 2.0), 0.0 };
+    double nxe[3] = { n[1] * e[2] - n[2] * e[1], n[2] * e[0] - n[0] * e[2],
+                      n[0] * e[1] - n[1] * e[0] };
+    double lon_earth = atan2(dot3(p, nxe), dot3(n, e)) * RAD2DEG;
+    double de_sun = sqrt(dot3(e, e));
+    double ante = solar_tt(jd_utc) - (de_sun - SOLAR_RSUN_IAU) / c / 86400.0;
+    double meridian = w0 + (ante - 2451545.0) * rate;
+    double dlon = (dist - de_sun) / c / 86400.0 * rate;
+    return wrap360(lon_earth - meridian + dlon);
 }

@@ -31,6 +31,13 @@ DATE = "2011-02-15T00:00:00.340"
 AIA_OBS = dict(HGLN_OBS=0.0, HGLT_OBS=-6.820544, DSUN_OBS=147724815128.0)
 STA_OBS = dict(HGLN_OBS=87.0595795624, HGLT_OBS=-2.81251143039, DSUN_OBS=143667689819.0)
 MAS_DEG = 1.0 / 3.6e6
+REAL = ("aia_171_level1.fits", "secchi_l0_a.fits", "secchi_l0_b.fits")
+# The observer keywords of the FITS solar conventions (Thompson 2006 Table 2) and of the
+# Cartesian frames sunpy reads (sunpy.map.sources: AIAMap's HAE, EUIMap's HCI;
+# sunpy.coordinates' HeliocentricEarthEcliptic for HEE).
+OBS_KEYS = ("HGLN_OBS", "HGLT_OBS", "DSUN_OBS", "CRLN_OBS", "CRLT_OBS", "HEEQ_X", "HEEQ_Y",
+            "HEEQ_Z") + tuple(f"{f}{a}_OBS" for f in ("HCI", "HAE", "HEE") for a in "XYZ")
+FORMS = ("crln", "hci", "hae", "hee")
 
 
 def hpc_header(n, cdelt, obs, rsun, rot=0.0, crln=None):
@@ -93,13 +100,22 @@ class SolarTest(unittest.TestCase):
         for k, x0 in ((1, 0), (2, 48)):
             cls.write(f"tile{k}.fits", cls.aia_data[:, x0:x0 + 80],
                       {**cls.aia_hdr, "NAXIS1": 80, "CRPIX1": cls.aia_hdr["CRPIX1"] - x0})
+        # The real headers with their observer given in each other form (see
+        # test_observer_forms): small images, for the observer their datasets report.
+        cls.forms = {f: cls.observer_forms(f) for f in REAL}
+        for f in REAL:
+            for form in FORMS:
+                cls.write(f"obs_{f[:-5]}_{form}.fits", np.zeros((8, 8)), cls.forms[f][form])
         cls.srv = Server(roots=[cls.dir, SOLAR], datasets=[
             {"name": "syn_aia", "path": os.path.join(cls.dir, "syn_aia.fits")},
             {"name": "aia", "path": os.path.join(SOLAR, "aia_171_level1.fits")},
             {"name": "secchi_a", "path": os.path.join(SOLAR, "secchi_l0_a.fits")},
             {"name": "secchi_b", "path": os.path.join(SOLAR, "secchi_l0_b.fits")},
             {"name": "tile1", "path": os.path.join(cls.dir, "tile1.fits")},
-            {"name": "tile2", "path": os.path.join(cls.dir, "tile2.fits")}])
+            {"name": "tile2", "path": os.path.join(cls.dir, "tile2.fits")}] + [
+                {"name": f"obs_{f[:-5]}_{form}",
+                 "path": os.path.join(cls.dir, f"obs_{f[:-5]}_{form}.fits")}
+                for f in REAL for form in FORMS])
 
     @classmethod
     def tearDownClass(cls):
@@ -114,6 +130,53 @@ class SolarTest(unittest.TestCase):
     def write(cls, name, data, hdr):
         cls.fits.PrimaryHDU(data, header=cls.fits.Header(hdr)).writeto(
             os.path.join(cls.dir, name), overwrite=True)
+
+    @classmethod
+    def observer_forms(cls, name):
+        """The WCS, date and RSUN_REF cards of a real file with its observer (the
+        header's HGLN_OBS, HGLT_OBS, DSUN_OBS) given instead, by sunpy, as CRLN_OBS,
+        CRLT_OBS, DSUN_OBS (Carrington, the observer's own: sunpy's observer="self") or
+        as the Cartesian HCIX/Y/Z_OBS, HAEX/Y/Z_OBS (equinox J2000) or HEEX/Y/Z_OBS
+        (metres) at the header's DATE-OBS: {form: header}."""
+        from astropy.coordinates import HeliocentricMeanEcliptic
+        u, frames = cls.u, cls.frames
+        with cls.fits.open(os.path.join(SOLAR, name)) as f:
+            h = f[0].header
+            base = {k: h[k] for k in (
+                "CTYPE1", "CTYPE2", "CUNIT1", "CUNIT2", "CRPIX1", "CRPIX2", "CRVAL1", "CRVAL2",
+                "CDELT1", "CDELT2", "PC1_1", "PC1_2", "PC2_1", "PC2_2", "CROTA2", "RSUN_REF",
+                "DATE-OBS") if k in h}
+            obs = cls.SkyCoord(h["HGLN_OBS"] * u.deg, h["HGLT_OBS"] * u.deg,
+                               h["DSUN_OBS"] * u.m, frame=frames.HeliographicStonyhurst,
+                               obstime=h["DATE-OBS"])
+        date = base["DATE-OBS"]
+        c = obs.transform_to(frames.HeliographicCarrington(observer="self", obstime=date))
+        out = {"crln": {**base, "CRLN_OBS": c.lon.to_value(u.deg),
+                        "CRLT_OBS": c.lat.to_value(u.deg), "DSUN_OBS": c.radius.to_value(u.m)}}
+        for form, frame in (("hci", frames.HeliocentricInertial(obstime=date)),
+                            ("hae", HeliocentricMeanEcliptic(obstime=date)),
+                            ("hee", frames.HeliocentricEarthEcliptic(obstime=date))):
+            xyz = obs.transform_to(frame).cartesian.xyz.to_value(u.m)
+            out[form] = {**base, **{f"{form.upper()}{a}_OBS": float(v)
+                                    for a, v in zip("XYZ", xyz)}}
+        return out
+
+    def sunpy_observer(self, hdr, form):
+        """sunpy 4.1's Stonyhurst observer of `hdr`, read as its map sources read the
+        form: GenericMap.observer_coordinate for CRLN_OBS (its second choice, after
+        HGLN_OBS), a SkyCoord in the form's frame at DATE-OBS for the Cartesian forms
+        (as AIAMap does for HAE and EUIMap for HCI)."""
+        from astropy.coordinates import CartesianRepresentation, HeliocentricMeanEcliptic
+        u, frames = self.u, self.frames
+        if form == "crln":
+            return self.smap.Map(self.np.zeros((8, 8)),
+                                 self.fits.Header(hdr)).observer_coordinate
+        frame = {"hci": frames.HeliocentricInertial, "hae": HeliocentricMeanEcliptic,
+                 "hee": frames.HeliocentricEarthEcliptic}[form]
+        k = form.upper()
+        xyz = CartesianRepresentation(hdr[k + "X_OBS"], hdr[k + "Y_OBS"], hdr[k + "Z_OBS"],
+                                      unit=u.m)
+        return self.SkyCoord(frame(xyz, obstime=hdr["DATE-OBS"])).heliographic_stonyhurst
 
     @classmethod
     def header_text(cls, hdr):
@@ -413,6 +476,62 @@ class SolarTest(unittest.TestCase):
         self.assertEqual((h["CUNIT1"], h["CUNIT2"]), ("arcsec", "arcsec"))
         self.assertAlmostEqual(h["CDELT1"], 2400.0 / 64, places=9)
         self.assertAlmostEqual(h["CDELT2"], 2400.0 / 64, places=9)
+
+    def test_observer_forms(self):
+        """The observer from each form the solar conventions give it in, against sunpy
+        4.1 reading the same header: Stonyhurst longitude and latitude within 5e-5 degree
+        (Tessera's Earth is Meeus' truncated VSOP87D, about 0.04 arcsec from sunpy's ERFA
+        epv00 Earth in 2011: it places the Stonyhurst X axis, and the Carrington L0, the
+        HCI, HAE and HEE axes with it; measured 1.0e-5 and 1.9e-5 degree), the distance
+        to 1e-12.  The Carrington form keeps its CRLN_OBS as the Carrington offset."""
+        np = self.np
+        worst = [0.0, 0.0, 0.0]
+        for f in REAL:
+            for form in FORMS:
+                hdr = self.forms[f][form]
+                ref = self.sunpy_observer(hdr, form)
+                st, body = self.request(f"/api/v1/datasets/obs_{f[:-5]}_{form}")
+                self.assertEqual(st, 200, body[:300])
+                o = json.loads(body)["solar"]["observer"]
+                dlon = abs((o["hgln_obs"] - ref.lon.to_value(self.u.deg) + 180.0) % 360.0 - 180.0)
+                dlat = abs(o["hglt_obs"] - ref.lat.to_value(self.u.deg))
+                drad = abs(o["dsun_obs"] / ref.radius.to_value(self.u.m) - 1.0)
+                label = f"{f} observer from {form}"
+                self.assertLessEqual(dlon, 5e-5, label)
+                self.assertLessEqual(dlat, 5e-5, label)
+                self.assertLessEqual(drad, 1e-12, label)
+                if form == "crln":
+                    self.assertAlmostEqual((o["crln_obs"] - hdr["CRLN_OBS"]) % 360.0, 0.0,
+                                           places=9, msg=label)
+                    self.assertEqual(o["hglt_obs"], hdr["CRLT_OBS"])
+                worst = [max(worst[0], dlon), max(worst[1], dlat), max(worst[2], drad)]
+        print(f"\n  observer forms vs sunpy: |dlon| {worst[0]:.2e} deg, |dlat| {worst[1]:.2e} "
+              f"deg, |dr/r| {worst[2]:.1e}")
+        # HGLN_OBS, HGLT_OBS and DSUN_OBS come first (GenericMap's order): the AIA file
+        # also gives HAEX/Y/Z_OBS and CRLN_OBS, and its observer is HGLN_OBS's exactly.
+        o = json.loads(self.request("/api/v1/datasets/aia")[1])["solar"]["observer"]
+        self.assertEqual((o["hgln_obs"], o["hglt_obs"], o["dsun_obs"]),
+                         (0.0, -6.820544, 147724815128.0))
+        # A cutout onto a header in each form is the cutout onto that header with
+        # HGLN_OBS, HGLT_OBS and DSUN_OBS at the observer Tessera read from the form.
+        target = self.forms["secchi_l0_a.fits"]
+        plain = {k: v for k, v in target["crln"].items() if k not in OBS_KEYS}
+        for form in FORMS:
+            o = json.loads(self.request(f"/api/v1/datasets/obs_secchi_l0_a_{form}")[1])
+            o = o["solar"]["observer"]
+            size = {"NAXIS": 2, "NAXIS1": 128, "NAXIS2": 128}   # the SECCHI grid
+            hgln = {**size, **plain, "HGLN_OBS": o["hgln_obs"], "HGLT_OBS": o["hglt_obs"],
+                    "DSUN_OBS": o["dsun_obs"]}
+            alt = {**size, **target[form]}
+            ours = self.cutout(alt, dataset="aia", method="bilinear", max_coord_error=0)
+            ref = self.cutout(hgln, dataset="aia", method="bilinear", max_coord_error=0)
+            self.assertTrue(np.any(np.isfinite(ours)))
+            self.compare(ours, ref, 1e-5, f"real AIA -> SECCHI-A's view, observer from {form}")
+            # And against the header's own observer (HGLN_OBS, HGLT_OBS, DSUN_OBS), which
+            # the form restates through sunpy's ephemeris.
+            orig = self.cutout({**size, **self.real_header("secchi_l0_a.fits")},
+                               dataset="aia", method="bilinear", max_coord_error=0)
+            self.compare(ours, orig, 1e-5, f"  the same against the header's HGLN_OBS")
 
     def test_same_observer_identity(self):
         """A helioprojective nearest cutout by the dataset's own observer at its pixel

@@ -310,6 +310,66 @@ START_TEST(test_get)
 }
 END_TEST
 
+START_TEST(test_value)
+{
+    const char *lines[] = {
+        "DSUN_OBS=   1.47724815128D+11 / metres, a D exponent",
+        "HGLN_OBS= 'west'",
+        "HGLT_OBS   -6.8",
+        "HGLT_OBS= -6.820544",
+        "CRLN_OBS=                  NaN",
+        "DATE-OBS= '2011-02-15T00:00:00.34  ' / trailing blanks go",
+        "RSUN_REF=  696000000 junk",
+        "OBSERVER= 'O''Neil'",
+        NULL,
+    };
+    int n = 0;
+    char *cards = tt_make_cards(lines, &n);
+    double v = 42.0;
+    char s[32];
+    ck_assert_int_eq(fitscard_value_real(cards, n, "DSUN_OBS", &v), 1);
+    ck_assert(v == 147724815128.0);
+    /* A string is not a number; a card without "= " is passed over. */
+    ck_assert_int_eq(fitscard_value_real(cards, n, "HGLN_OBS", &v), 0);
+    ck_assert(v == 147724815128.0);
+    ck_assert_int_eq(fitscard_value_real(cards, n, "HGLT_OBS", &v), 1);
+    ck_assert(v == -6.820544);
+    ck_assert_int_eq(fitscard_value_real(cards, n, "CRLN_OBS", &v), 0);
+    ck_assert_int_eq(fitscard_value_real(cards, n, "RSUN_REF", &v), 0);
+    ck_assert_int_eq(fitscard_value_real(cards, n, "HEEQ_X", &v), 0);
+    ck_assert_int_eq(fitscard_value_string(cards, n, "DATE-OBS", s, sizeof s), 1);
+    ck_assert_str_eq(s, "2011-02-15T00:00:00.34");
+    ck_assert_int_eq(fitscard_value_string(cards, n, "OBSERVER", s, sizeof s), 1);
+    ck_assert_str_eq(s, "O'Neil");
+    ck_assert_int_eq(fitscard_value_string(cards, n, "DSUN_OBS", s, sizeof s), 0);
+    ck_assert_int_eq(fitscard_value_string(NULL, 0, "DATE-OBS", s, sizeof s), 0);
+    free(cards);
+}
+END_TEST
+
+START_TEST(test_value_forms)
+{
+    char card[81];
+    fitscard_from_text(card, "OBJECT  = 'open ended", 21);
+    ck_assert_int_eq(fitscard_unterminated_string(card), 1);
+    fitscard_from_text(card, "OBJECT  = 'it''s'", 17);
+    ck_assert_int_eq(fitscard_unterminated_string(card), 0);
+    fitscard_from_text(card, "OBJECT  = 'it''", 15);
+    ck_assert_int_eq(fitscard_unterminated_string(card), 1);
+    fitscard_from_text(card, "OBJECT  = 3", 11);
+    ck_assert_int_eq(fitscard_unterminated_string(card), 0);
+    ck_assert_int_eq(fitscard_blank_value(card), 0);
+    fitscard_from_text(card, "UNDEF   =", 9);
+    ck_assert_int_eq(fitscard_blank_value(card), 1);
+    static const char *const good[] = { "1", "-1.", "+.5", "1.5E-3", "2D+11", "0.0e0" };
+    static const char *const bad[] = { "", ".", "+", "1e", "inf", "nan", "0x10", "1 ", "1.5E+" };
+    for (size_t i = 0; i < sizeof good / sizeof good[0]; i++)
+        ck_assert_msg(fitscard_is_number_text(good[i]) == 1, "%s", good[i]);
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+        ck_assert_msg(fitscard_is_number_text(bad[i]) == 0, "%s", bad[i]);
+}
+END_TEST
+
 START_TEST(test_structural)
 {
     static const char *const yes[] = {
@@ -777,6 +837,8 @@ int main(void)
     tcase_add_test(tc, test_list);
     tcase_add_test(tc, test_header_blocks);
     tcase_add_test(tc, test_get);
+    tcase_add_test(tc, test_value);
+    tcase_add_test(tc, test_value_forms);
     tcase_add_test(tc, test_structural);
     tcase_add_test(tc, test_parse_text);
     tcase_add_test(tc, test_parse_raw_and_fits);

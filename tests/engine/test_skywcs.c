@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "engine/sky/skywcs.h"
+#include "engine/sky/solar.h"
 #include "tests/testutil.h"
 #include "engine/base/error.h"
 
@@ -772,6 +773,126 @@ END_TEST
  * rotation (and the Sun's barycentric motion, 4e-6 degree a day at 1 au).  Measured
  * here: within 3.5e-7 degree for 14 minutes, 1.5e-6 for an hour, 3.5e-5 for a day,
  * 1.1e-4 for three days, 3.1e-4 for ten days (latitude within 4e-8 degree). */
+/* The Carrington longitude of Stonyhurst longitude 0 for an observer at the Earth's
+ * distance, 0.3 au and 1.05 au (sunpy 4.1: SkyCoord(0, 0, d, HeliographicStonyhurst)
+ * to HeliographicCarrington(observer="self"), L0 with its light-travel corrections;
+ * the Earth's distance from sunpy.coordinates.sun.earth_distance), against
+ * solar_carrington_offset: within 6e-5 degree (the truncated VSOP87D Earth; 4.2e-5
+ * measured for 1995-2040), where Standish's Keplerian Earth was 3.9e-3 off. */
+/* The observer from each form of the FITS solar conventions (solar_read_header): the
+ * AIA observer of aia_lines (Stonyhurst 0, -6.820544, 147724815128 m at its DATE-OBS)
+ * restated by sunpy 4.1 as Carrington (observer "self"), HCI, HAE (equinox J2000) and
+ * HEE coordinates; each gives it back within 5e-5 degree.  The forms need a date but
+ * HGLN_OBS's and HEEQ's; HGLN_OBS, HGLT_OBS, DSUN_OBS come first. */
+START_TEST(test_solar_observer_forms)
+{
+    static const char *const date = "DATE-OBS= '2011-02-15T00:00:00.34'";
+    static const char *const forms[][4] = {
+        { "CRLN_OBS= 22.745784044", "CRLT_OBS= -6.820544", "DSUN_OBS= 147724815128.0", NULL },
+        { "HCIX_OBS= 50463895110.169319", "HCIY_OBS= 137725202544.829956",
+          "HCIZ_OBS= -17543798873.025467", NULL },
+        { "HAEX_OBS= -122167165963.596420", "HAEY_OBS= 83053020540.040085",
+          "HAEZ_OBS= -18552642.227651", NULL },
+        { "HEEX_OBS= 147724814178.355225", "HEEY_OBS= 726999.245132",
+          "HEEZ_OBS= -16734504.911948", NULL },
+    };
+    for (size_t f = 0; f < sizeof forms / sizeof forms[0]; f++) {
+        for (int dated = 0; dated < 2; dated++) {
+            const char *lines[6] = { forms[f][0], forms[f][1], forms[f][2],
+                                     dated ? date : NULL, NULL, NULL };
+            int nk;
+            char *cards = tt_make_cards(lines, &nk);
+            solar_obs o;
+            solar_read_header(cards, nk, &o);
+            free(cards);
+            ck_assert_int_eq(o.known, dated);
+            if (!dated)
+                continue;
+            ck_assert_msg(fabs(o.lon) < 5e-5 && fabs(o.lat + 6.820544) < 5e-5 &&
+                          fabs(o.dist / 147724815128.0 - 1.0) < 1e-12, "%s: %.9f %.9f %.3f",
+                          forms[f][0], o.lon, o.lat, o.dist);
+            /* The Carrington form keeps its CRLN_OBS; the others state no offset. */
+            ck_assert_int_eq(o.has_carr, f == 0);
+            if (f == 0)
+                ck_assert_double_eq_tol(o.lon + o.carr_off, 22.745784044, 1e-12);
+        }
+    }
+    /* HGLN_OBS first: with HCI and CRLN_OBS too, the observer is HGLN_OBS's exactly. */
+    const char *both[] = { "HGLN_OBS= 0.5", "HGLT_OBS= -6.0", "DSUN_OBS= 1.5E11", date,
+                           forms[1][0], forms[1][1], forms[1][2], "CRLN_OBS= 23.0", NULL };
+    int nk;
+    char *cards = tt_make_cards(both, &nk);
+    solar_obs o;
+    solar_read_header(cards, nk, &o);
+    free(cards);
+    ck_assert(o.known && o.lon == 0.5 && o.lat == -6.0 && o.dist == 1.5e11);
+    ck_assert(o.has_carr && o.carr_off == 22.5);
+    /* A Cartesian position at the origin is no observer. */
+    const char *zero[] = { "HAEX_OBS= 0.0", "HAEY_OBS= 0.0", "HAEZ_OBS= 0.0", date, NULL };
+    cards = tt_make_cards(zero, &nk);
+    solar_read_header(cards, nk, &o);
+    free(cards);
+    ck_assert_int_eq(o.known, 0);
+    /* A helioprojective WCS without an observer names every form it could have used. */
+    const char *bare[] = { "CTYPE1  = 'HPLN-TAN'", "CTYPE2  = 'HPLT-TAN'", "CDELT1  = 0.001",
+                           "CDELT2  = 0.001", NULL };
+    skywcs *n = parse_lines(bare), *a = parse_lines(aia_lines);
+    char err[400] = "";
+    ck_assert_int_eq(skywcs_check_pair(n, a, err, sizeof err), TESS_EINVAL);
+    ck_assert_msg(strstr(err, "CRLN_OBS") && strstr(err, "HCIX/Y/Z_OBS") &&
+                  strstr(err, "HAEX/Y/Z_OBS") && strstr(err, "HEEX/Y/Z_OBS"), "err: %s", err);
+    skywcs_free(n);
+    skywcs_free(a);
+}
+END_TEST
+
+START_TEST(test_solar_carrington_offset)
+{
+    static const struct {
+        const char *t;
+        double dist, off;
+    } ref[] = {
+        { "1995-03-01T00:00:00", 148214727750.4, 292.111858964 },
+        { "1995-03-01T00:00:00", 44879361210.0, 292.055270812 },
+        { "1995-03-01T00:00:00", 157077764235.0, 292.116712509 },
+        { "2003-10-28T00:00:00", 148664664138.0, 301.233136437 },
+        { "2003-10-28T00:00:00", 44879361210.0, 301.176301893 },
+        { "2003-10-28T00:00:00", 157077764235.0, 301.237743589 },
+        { "2011-02-15T00:00:00.340", 147740323428.2, 22.745792537 },
+        { "2011-02-15T00:00:00.340", 44879361210.0, 22.689464177 },
+        { "2011-02-15T00:00:00.340", 157077764235.0, 22.750905874 },
+        { "2020-07-01T12:00:00", 152093029874.7, 182.286304392 },
+        { "2020-07-01T12:00:00", 44879361210.0, 182.227592418 },
+        { "2020-07-01T12:00:00", 157077764235.0, 182.289034115 },
+        { "2024-10-01T06:30:00", 149770323935.1, 205.901343481 },
+        { "2024-10-01T06:30:00", 44879361210.0, 205.843903459 },
+        { "2024-10-01T06:30:00", 157077764235.0, 205.905345156 },
+    };
+    double worst = 0.0;
+    for (size_t i = 0; i < sizeof ref / sizeof ref[0]; i++) {
+        double jd;
+        ck_assert_int_eq(solar_parse_date(ref[i].t, &jd), 0);
+        double off = solar_carrington_offset(jd, ref[i].dist);
+        double d = fabs(fmod(off - ref[i].off + 540.0, 360.0) - 180.0);
+        ck_assert_msg(off >= 0.0 && off < 360.0 && d < 6e-5, "%s at %.4g m: %.9f", ref[i].t,
+                      ref[i].dist, off);
+        worst = fmax(worst, d);
+    }
+    printf("Carrington offset: worst %.2e degree against sunpy\n", worst);
+    /* The Earth's distance within 2e-6 of sunpy's (ERFA epv00) on those dates. */
+    double jd, e[3];
+    ck_assert_int_eq(solar_parse_date("2011-02-15T00:00:00.340", &jd), 0);
+    solar_earth(jd, e);
+    ck_assert_double_eq_tol(sqrt(e[0] * e[0] + e[1] * e[1] + e[2] * e[2]) / 147740323428.2,
+                            1.0, 2e-6);
+    /* UTC to TT across the leap second of 2012-07-01: 66.184 s, then 67.184 s. */
+    ck_assert_int_eq(solar_parse_date("2012-06-30T23:59:59", &jd), 0);
+    ck_assert_double_eq_tol((solar_tt(jd) - jd) * 86400.0, 66.184, 1e-4);
+    ck_assert_int_eq(solar_parse_date("2012-07-01T00:00:00", &jd), 0);
+    ck_assert_double_eq_tol((solar_tt(jd) - jd) * 86400.0, 67.184, 1e-4);
+}
+END_TEST
+
 START_TEST(test_solar_motion)
 {
     static const struct {
@@ -945,6 +1066,8 @@ int main(void)
     tcase_add_test(tc, test_cutout_header_errors);
     tcase_add_test(tc, test_solar_headers);
     tcase_add_test(tc, test_solar_points);
+    tcase_add_test(tc, test_solar_observer_forms);
+    tcase_add_test(tc, test_solar_carrington_offset);
     tcase_add_test(tc, test_solar_motion);
     tcase_add_test(tc, test_solar_two_times);
     tcase_add_test(tc, test_solar_pairs);

@@ -296,7 +296,9 @@ static int request_frame(hreq *r, const dataset *d, sky_frame *out)
         const char *gap = NULL;
         if ((f == SKY_FRAME_HELIOPROJECTIVE || native == SKY_FRAME_HELIOPROJECTIVE) &&
             !so->known)
-            gap = "its observer (HGLN_OBS, HGLT_OBS and DSUN_OBS, or HEEQ_X/Y/Z)";
+            gap = "its observer (HGLN_OBS, HGLT_OBS and DSUN_OBS; or CRLN_OBS, CRLT_OBS and "
+                  "DSUN_OBS with DATE-OBS; or HEEQ_X/Y/Z; or HCIX/Y/Z_OBS, HAEX/Y/Z_OBS or "
+                  "HEEX/Y/Z_OBS with DATE-OBS)";
         else if ((f == SKY_FRAME_CARRINGTON || native == SKY_FRAME_CARRINGTON) && !so->has_carr)
             gap = "the observer's Carrington longitude (CRLN_OBS with HGLN_OBS)";
         if (gap) {

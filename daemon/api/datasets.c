@@ -121,7 +121,7 @@ const dataset *handler_dataset(hreq *r, const char *name, size_t len)
     if (len > 0 && len < sizeof(dsname)) {
         memcpy(dsname, name, len);
         dsname[len] = '\0';
-        d = catalog_find(r->srv->cat, dsname);
+        d = catalog_find(r->srv->app->cat, dsname);
     }
     if (!d) {   /* a name too long to be one is shown cut to 64 bytes */
         problem_reply(r, 404, "dataset", "no dataset named '%.*s'",
@@ -177,9 +177,9 @@ void handle_datasets_list(hreq *r, const route_match *m)
     if (hreq_only_args(r, known))
         return;
     json_t *a = json_array();
-    int n = catalog_count(r->srv->cat);
+    int n = catalog_count(r->srv->app->cat);
     for (int i = 0; i < n; i++)
-        json_array_append_new(a, dataset_describe(catalog_at(r->srv->cat, i), 0));
+        json_array_append_new(a, dataset_describe(catalog_at(r->srv->app->cat, i), 0));
     hreq_reply_json(r, 200, json_dumps(a, JSON_COMPACT | JSON_REAL_PRECISION(17)));
     json_decref(a);
 }

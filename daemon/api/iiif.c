@@ -945,7 +945,7 @@ static void iiif_work(hreq *r)
     iiif_job *j = r->work_arg;
     const dataset *d = j->ds;
     const iiif_request *q = &j->q;
-    planestore *ps = r->srv->planes;
+    planestore *ps = r->srv->app->planes;
     char err[256];
     double lo = 0.0, hi = 0.0;
     int rc = j->cuts_picture ? 0 : planestore_cuts(ps, d, j->z, &j->render, &lo, &hi, err,
@@ -1058,7 +1058,7 @@ void handle_iiif(hreq *r, const route_match *m)
     iiif_error e;
     const dataset *d = NULL;
     long z = 0;
-    if (parse_identifier(r->srv->cat, p.seg[0], &d, &z, &e)) {
+    if (parse_identifier(r->srv->app->cat, p.seg[0], &d, &z, &e)) {
         error_reply(r, &e);
         iiif_path_release(&p);
         return;
@@ -1130,7 +1130,7 @@ void handle_iiif(hreq *r, const route_match *m)
         return;
     }
     char err[256];
-    int rc = planestore_version(r->srv->planes, d, z, j->version, sizeof j->version, err,
+    int rc = planestore_version(r->srv->app->planes, d, z, j->version, sizeof j->version, err,
                                 sizeof err);
     if (rc) {
         problem_reply(r, 500, NULL, "cannot read '%s': %s", d->name, err);

@@ -179,7 +179,7 @@ static int plane_percentiles(hreq *r, const pixels_job *j, double plo, double ph
     rp.min_cut = (render_cut){plo, 1};
     rp.max_cut = (render_cut){phi, 1};
     char err[256] = "";
-    int rc = planestore_cuts(r->srv->planes, j->ds, j->z, &rp, lo, hi, err, sizeof(err));
+    int rc = planestore_cuts(r->srv->app->planes, j->ds, j->z, &rp, lo, hi, err, sizeof(err));
     if (rc)
         problem_reply(r, problem_read_status(rc, 500), NULL,
                       "cannot compute the percentiles of '%s': %s", j->ds->name, err);
@@ -196,7 +196,7 @@ static void histogram_work(hreq *r)
         return;
     plane_view v;
     char err[256] = "";
-    int rc = planestore_get(r->srv->planes, d, j->z, 0, &v, err, sizeof(err));
+    int rc = planestore_get(r->srv->app->planes, d, j->z, 0, &v, err, sizeof(err));
     if (rc) {
         problem_reply(r, problem_read_status(rc, 500), NULL,
                       "cannot read plane %ld of dataset '%s': %s", j->z, d->name, err);
@@ -217,7 +217,7 @@ static void histogram_work(hreq *r)
     }
     long long *counts = calloc((size_t)j->bins, sizeof(long long));
     if (!counts) {
-        planestore_release(r->srv->planes, &v);
+        planestore_release(r->srv->app->planes, &v);
         problem_reply(r, 500, NULL, "out of memory");
         return;
     }
@@ -230,7 +230,7 @@ static void histogram_work(hreq *r)
         long b = width > 0 ? (long)((x - mn) / width) : 0;
         counts[b >= j->bins ? j->bins - 1 : b < 0 ? 0 : b]++;
     }
-    planestore_release(r->srv->planes, &v);
+    planestore_release(r->srv->app->planes, &v);
     json_t *doc = json_object(), *ca = json_array(), *pc = json_object();
     for (long b = 0; b < j->bins; b++)
         json_array_append_new(ca, json_integer(counts[b]));

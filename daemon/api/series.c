@@ -239,7 +239,7 @@ static void series_work(hreq *r)
     }
     int rc = 0;
     /* The frames of a stack are read on the request's pool. */
-    stack_cut_opts o = {r->srv->workers, hreq_priority(r), &r->cancel_v};
+    stack_cut_opts o = {r->srv->app->workers, hreq_priority(r), &r->cancel_v};
     if (!series_from_profile(d, j->x, j->y, v) &&
         (rc = stack_read_series_on(dataset_stack(d), &o, j->x, j->y, 0, d->nz, v, err,
                                    sizeof(err)))) {

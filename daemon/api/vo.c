@@ -203,7 +203,7 @@ static const dataset *vo_find(hreq *r, const char *id)
     static const char prefix[] = "ivo://tessera/";
     if (strncmp(id, prefix, sizeof(prefix) - 1) == 0)
         id += sizeof(prefix) - 1;
-    return catalog_find(r->srv->cat, id);
+    return catalog_find(r->srv->app->cat, id);
 }
 
 /* 1 when the dataset's pixels are in FITS files (not a TIFF file, not a stack of PNG or
@@ -775,7 +775,7 @@ void handle_vo_capabilities(hreq *r, const route_match *m)
         capability(x, base, "ivo://ivoa.net/std/VOSI#availability", "/vo/availability");
         capability(x, base, "ivo://ivoa.net/std/DataLink#links-1.1", "/vo/datalink");
         capability(x, base, "ivo://ivoa.net/std/SODA#sync-1.0", "/vo/soda/sync");
-        if (r->srv->jobs)
+        if (r->srv->app->jobs)
             capability(x, base, "ivo://ivoa.net/std/UWS", "/vo/uws/jobs");
     }
     vo_reply_xml(r, 200, x, "application/xml");
@@ -789,7 +789,7 @@ void handle_vo_availability(hreq *r, const route_match *m)
         voxml_attr(x, "xmlns:avl", "http://www.ivoa.net/xml/VOSIAvailability/v1.0");
         voxml_element(x, "avl:available", "true");
         voxml_elementf(x, "avl:note", "Tessera serves %d datasets; jobs (UWS) are %s",
-                       catalog_count(r->srv->cat), r->srv->jobs ? "enabled" : "disabled "
+                       catalog_count(r->srv->app->cat), r->srv->app->jobs ? "enabled" : "disabled "
                        "(jobs.dir is not set)");
     }
     vo_reply_xml(r, 200, x, "application/xml");

@@ -1,6 +1,7 @@
 /* GET /api/v1/datasets and /api/v1/datasets/{name}: kind, shape, BITPIX, BUNIT, WCS summary. */
 #include "daemon/api/handlers.h"
 #include "daemon/problem.h"
+#include "engine/base/error.h"
 
 #include <jansson.h>
 #include <string.h>
@@ -116,20 +117,15 @@ static json_t *dataset_json(const dataset *d)
 
 const dataset *handler_dataset(hreq *r, const char *name, size_t len)
 {
-    char dsname[72];
-    const dataset *d = NULL;
-    if (len > 0 && len < sizeof(dsname)) {
-        memcpy(dsname, name, len);
-        dsname[len] = '\0';
-        d = catalog_find(r->srv->app->cat, dsname);
-    }
-    if (!d) {   /* a name too long to be one is shown cut to 64 bytes */
+    const dataset *d;
+    char why[600];
+    int rc = catalog_lookup(r->srv->app->cat, name, len, &d, why, sizeof(why));
+    if (rc == TESS_ENOTFOUND) {   /* a name too long to be one is shown cut to 64 bytes */
         problem_reply(r, 404, "dataset", "no dataset named '%.*s'",
-                      (int)(len < sizeof(dsname) ? len : 64), name);
+                      (int)(len < 72 ? len : 64), name);
         return NULL;
     }
-    char why[600];
-    if (dataset_check(d, why, sizeof(why))) {   /* a header changed since the start */
+    if (rc) {   /* a header changed since the start */
         problem_reply(r, 500, NULL, "%s", why);
         return NULL;
     }

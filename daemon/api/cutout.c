@@ -73,7 +73,7 @@ static int common_cutout(param_lookup get, void *cls, cutout_params *p, param_er
             || (p->format != FMT_PNG && p->format != FMT_JPG && p->format != FMT_FITS)))
         return param_fail(e, "format", "format must be png, jpg or fits, got '%.40s'", s);
     p->plane = 0;
-    if (param_opt_long(get, cls, "plane", 0, 1L << 30, &p->plane, e))
+    if (param_plane(get, cls, &p->plane, e))
         return TESS_EINVAL;
     no_cmap nc = { get, cls };
     if (p->format == FMT_FITS)
@@ -329,12 +329,7 @@ static int check_dataset(hreq *r, cutout_job *j)
                       j->p.dataset);
         return -1;
     }
-    if (j->p.plane >= j->ds->nz) {
-        problem_reply(r, 400, "plane", "plane must be 0..%ld for dataset '%s'", j->ds->nz - 1,
-                      j->p.dataset);
-        return -1;
-    }
-    return 0;
+    return handler_plane(r, j->ds, j->p.plane, 400);
 }
 
 static int check_size(hreq *r, long w, long h)

@@ -161,6 +161,15 @@ int handler_need_sky(hreq *r, const dataset *d, const char *param, const char *a
     return 0;
 }
 
+int handler_plane(hreq *r, const dataset *d, long z, int status)
+{
+    if (z >= 0 && z < d->nz)
+        return 0;
+    problem_reply(r, status, "plane", "dataset '%s' has %ld plane%s: no plane %ld (planes 0..%ld)",
+                  d->name, d->nz, d->nz == 1 ? "" : "s", z, d->nz - 1);
+    return -1;
+}
+
 int prepare_dataset(hreq *r, route_match *m)
 {
     m->ds = handler_dataset(r, m->segment_at, m->segment_len);

@@ -26,6 +26,12 @@ int handler_need_celestial(hreq *r, const dataset *d, const char *without);
  * request needs: "icrs", "equatorial or galactic (HiPS)").  0 or -1 (reply set). */
 int handler_need_sky(hreq *r, const dataset *d, const char *param, const char *asked);
 
+/* The one check of the plane z a request names against dataset `d` (HiPS, cutouts,
+ * values, histogram): 0 when 0 <= z < d->nz; else a problem reply (parameter "plane",
+ * `status`: 400 for ?plane=, 404 for a plane named by the path) "dataset 'NAME' has N
+ * plane(s): no plane Z" and -1 (datasets.c). */
+int handler_plane(hreq *r, const dataset *d, long z, int status);
+
 /* route_prepare of the {dataset} routes: m->ds from m->segment, or 404 (datasets.c). */
 int prepare_dataset(hreq *r, route_match *m);
 

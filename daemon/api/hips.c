@@ -86,9 +86,9 @@ static int read_plane(const char **s, long *plane, param_error *e)
     if (leading_zero(q))
         return fail(e, TESS_ENOTFOUND, "plane", "no HiPS resource '_%.20s': planes are written without "
                     "leading zeros", q);
-    if (read_digits(&q, &z) || z > (1L << 30))
+    if (read_digits(&q, &z) || z > PARAM_PLANE_MAX)
         return fail(e, TESS_EINVAL, "plane", "the plane suffix _{z} must be an integer between 0 and "
-                    "%ld", 1L << 30);
+                    "%ld", PARAM_PLANE_MAX);
     *plane = (long)z;
     *s = q;
     return 0;
@@ -198,9 +198,8 @@ int hips_parse_query(param_lookup get, void *cls, hips_query *q, param_error *e)
         return fail(e, TESS_EINVAL, "max_coord_error", "max_coord_error must be a number of "
                     "tile pixels between 0 and 10, got '%.40s'", s);
     q->plane = 0;
-    if ((s = get(cls, "plane")) && param_long(s, 0, 1L << 30, &q->plane))
-        return fail(e, TESS_EINVAL, "plane", "plane must be an integer between 0 and %ld, got "
-                    "'%.40s'", 1L << 30, s);
+    if (param_plane(get, cls, &q->plane, e))
+        return TESS_EINVAL;
     if (params_render(get, cls, &q->render, e))
         return TESS_EINVAL;
     return 0;
@@ -720,25 +719,20 @@ void handle_hips(hreq *r, const route_match *m)
     }
     if (hp.format != HIPS_FMT_FITS && !hreq_arg(r, "max_coord_error"))
         j->q.max_coord_error = HIPS_PICTURE_MCE;
+    /* The plane, checked here once: a cube's tile or Allsky named by its plane (the
+     * name says which: a plane it lacks is a resource not found), else ?plane=. */
+    int plane_status = 400;
     if (hp.plane >= 0) {
-        /* A cube's tile or Allsky named by its plane: the name says which plane. */
         if (hreq_arg(r, "plane")) {
             problem_reply(r, 400, "plane", "the path names plane %ld: give no ?plane= with it",
                           hp.plane);
             free(j);
             return;
         }
-        if (hp.plane >= d->nz) {
-            problem_reply(r, 404, "plane", "dataset '%s' has %ld plane%s: no plane %ld",
-                          d->name, d->nz, d->nz == 1 ? "" : "s", hp.plane);
-            free(j);
-            return;
-        }
         j->q.plane = hp.plane;
+        plane_status = 404;
     }
-    if (j->q.plane >= d->nz) {
-        problem_reply(r, 400, "plane", "plane must be 0..%ld for dataset '%s'", d->nz - 1,
-                      d->name);
+    if (handler_plane(r, d, j->q.plane, plane_status)) {
         free(j);
         return;
     }

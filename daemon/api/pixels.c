@@ -70,7 +70,13 @@ static int int_arg(hreq *r, const char *key, long lo, long hi, long def, const c
 /* The plane argument (0..nz-1, default 0) of dataset `d`. */
 static int plane_arg(hreq *r, const dataset *d, long *z)
 {
-    return int_arg(r, "plane", 0, d->nz - 1, 0, "0-based plane", z);
+    param_error pe;
+    *z = 0;
+    if (param_plane(hreq_arg_lookup, r, z, &pe)) {
+        problem_reply(r, 400, pe.parameter, "%s", pe.detail);
+        return -1;
+    }
+    return handler_plane(r, d, *z, 400);
 }
 
 /* A cache key "KIND|NAME|VERSION|TAIL" in r->cache_key; 500 problem and -1 on failure. */

@@ -161,6 +161,33 @@ int handler_need_sky(hreq *r, const dataset *d, const char *param, const char *a
     return 0;
 }
 
+/* One pixel coordinate `key` in 0..n-1 (the 0-based pixel `axis`); 400 naming it otherwise. */
+static int pixel_coord(hreq *r, const char *key, long n, const char *axis, long *out)
+{
+    const char *s = hreq_arg(r, key);
+    if (!s) {
+        problem_reply(r, 400, key, "%s is required (0-based pixel %s)", key, axis);
+        return -1;
+    }
+    int rc = param_long(s, 0, n - 1, out);
+    if (rc == TESS_ERANGE) {
+        problem_reply(r, 400, key, "%s = %.40s is outside 0..%ld", key, s, n - 1);
+        return -1;
+    }
+    if (rc) {
+        problem_reply(r, 400, key, "%s must be an integer (0-based pixel %s), got '%.40s'", key,
+                      axis, s);
+        return -1;
+    }
+    return 0;
+}
+
+int handler_pixel_xy(hreq *r, const dataset *d, long *x, long *y)
+{
+    return pixel_coord(r, "x", d->nx, "column", x) || pixel_coord(r, "y", d->ny, "row", y)
+           ? -1 : 0;
+}
+
 int handler_plane(hreq *r, const dataset *d, long z, int status)
 {
     if (z >= 0 && z < d->nz)

@@ -32,6 +32,11 @@ int handler_need_sky(hreq *r, const dataset *d, const char *param, const char *a
  * plane(s): no plane Z" and -1 (datasets.c). */
 int handler_plane(hreq *r, const dataset *d, long z, int status);
 
+/* The pixel a request names by ?x= (0-based column, 0..nx-1) and ?y= (row, 0..ny-1) of
+ * dataset `d`, both required, read in one place for values and series: 0, or -1 after a
+ * 400 problem naming the parameter at fault (datasets.c). */
+int handler_pixel_xy(hreq *r, const dataset *d, long *x, long *y);
+
 /* route_prepare of the {dataset} routes: m->ds from m->segment, or 404 (datasets.c). */
 int prepare_dataset(hreq *r, route_match *m);
 

@@ -155,14 +155,7 @@ void handle_values(hreq *r, const route_match *m)
     if (hreq_only_args(r, known))
         return;
     pixels_job j = {.ds = d};
-    if (!hreq_arg(r, "x") || !hreq_arg(r, "y")) {
-        const char *key = hreq_arg(r, "x") ? "y" : "x";
-        problem_reply(r, 400, key, "%s is required (0-based pixel %s)", key,
-                      key[0] == 'x' ? "column" : "row");
-        return;
-    }
-    if (int_arg(r, "x", 0, d->nx - 1, 0, "0-based pixel column", &j.x) ||
-        int_arg(r, "y", 0, d->ny - 1, 0, "0-based pixel row", &j.y) || plane_arg(r, d, &j.z) ||
+    if (handler_pixel_xy(r, d, &j.x, &j.y) || plane_arg(r, d, &j.z) ||
         int_arg(r, "size", 1, VALUES_MAX_SIZE, 1, "pixels on a side", &j.size))
         return;
     char tail[96];

@@ -192,7 +192,8 @@ START_TEST(values_refuse_bad_input)
 END_TEST
 
 /* A plane the dataset lacks is told alike by every route that takes one (values,
- * histogram, cutouts, HiPS by ?plane= and, 404, by a tile's _{z}): one check, one text. */
+ * histogram, cutouts, HiPS by ?plane= and, 404, by a tile's _{z}): one check, one text;
+ * so is a bad pixel of values and series. */
 START_TEST(plane_checked_alike_everywhere)
 {
     static const struct { const char *path; long status; } cases[] = {
@@ -210,6 +211,25 @@ START_TEST(plane_checked_alike_everywhere)
                                        "53 (planes 0..52)"), "%s: %s", cases[k].path,
                       r.body ? r.body : "");
         tt_resp_free(&r);
+    }
+    /* The pixel of values and series, read in one place: the same detail from both. */
+    static const char *const xy[] = {"x=100000&y=0", "x=0", "y=0", "x=1.5&y=0", "x=0&y=-1"};
+    for (size_t k = 0; k < sizeof xy / sizeof xy[0]; k++) {
+        char pv[160], ps[160];
+        snprintf(pv, sizeof pv, "/api/v1/datasets/l1448_13co/values?%s", xy[k]);
+        snprintf(ps, sizeof ps, "/api/v1/datasets/l1448_13co/series?%s", xy[k]);
+        tt_resp a = get(pv), b = get(ps);
+        tt_assert_problem(pv, &a, 400, NULL);
+        tt_assert_problem(ps, &b, 400, NULL);
+        json_t *ja = json_loads(a.body, 0, NULL), *jb = json_loads(b.body, 0, NULL);
+        ck_assert_ptr_nonnull(ja);
+        ck_assert_ptr_nonnull(jb);
+        ck_assert_str_eq(json_string_value(json_object_get(ja, "detail")),
+                         json_string_value(json_object_get(jb, "detail")));
+        json_decref(ja);
+        json_decref(jb);
+        tt_resp_free(&a);
+        tt_resp_free(&b);
     }
     tt_resp r = get("/api/v1/datasets/horsehead/values?x=0&y=0&plane=1");
     ck_assert_msg(r.body && strstr(r.body, "dataset 'horsehead' has 1 plane: no plane 1 "

@@ -138,7 +138,7 @@ const char *dataset_version(const dataset *d, char *out, size_t len);
  * header" when a file's header (all its header blocks, frame_header_hash) is no longer
  * the one read at start, else 0.  Looked at with the version (dataset_version: at most
  * once a second, the headers only when the version changed).  Every route of a dataset
- * answers 500 with that reason meanwhile (daemon/api/datasets.c handler_dataset); the
+ * answers 500 with that reason meanwhile (catalog_lookup, used by every route); the
  * pixel readers refuse such a file at once (stack_expect_headers).  Thread-safe. */
 int dataset_check(const dataset *d, char *err, size_t errlen);
 

@@ -13,8 +13,10 @@
 #include "daemon/api/params.h"
 #include "engine/image/zchunk.h"
 
-/* The dataset named by name[0..len) (not terminated), or NULL after a 404 problem reply
- * (parameter "dataset") when the catalog has none of that name (datasets.c). */
+/* The dataset named by name[0..len) (not terminated), found by catalog_lookup (the look-up
+ * and checks of every route, VO and IIIF included), or NULL after a 404 problem reply
+ * (parameter "dataset") when the catalog has none of that name, or a 500 one when its
+ * header changed since the start (datasets.c). */
 const dataset *handler_dataset(hreq *r, const char *name, size_t len);
 
 /* 0 when `d` has a usable celestial WCS; otherwise a 422 problem reply (parameter

@@ -487,6 +487,22 @@ const dataset *catalog_find(catalog *c, const char *name)
     return d;
 }
 
+int catalog_lookup(catalog *c, const char *name, size_t len, const dataset **out, char *why,
+                   size_t whylen)
+{
+    char key[CATALOG_NAME_MAX];
+    *out = NULL;
+    if (len == 0 || len >= sizeof(key) || memchr(name, '\0', len))
+        return TESS_ENOTFOUND;
+    memcpy(key, name, len);
+    key[len] = '\0';
+    const dataset *d = catalog_find(c, key);
+    if (!d)
+        return TESS_ENOTFOUND;
+    *out = d;
+    return dataset_check(d, why, whylen) ? TESS_EIO : 0;
+}
+
 /* Attaches the plane store at `path` (a FITS cube of the dataset's shape whose INGVER card
  * is the version it was ingested at).  Returns 0 or TESS_EINVAL / TESS_EIO / TESS_ENOMEM. */
 static int attach_ingested(const dataset *d, const char *path)

@@ -72,6 +72,16 @@ const dataset *catalog_at(catalog *c, int i);
 /* The dataset called `name`, or NULL.  Thread-safe. */
 const dataset *catalog_find(catalog *c, const char *name);
 
+/* The one dataset look-up of the routes (daemon/api: handler_dataset, VO, IIIF): the
+ * dataset named name[0..len) (not terminated), with the checks every route makes.
+ * Returns 0 with *out set; TESS_ENOTFOUND (*out NULL) when the catalog has none of that
+ * name (an empty name, one of CATALOG_NAME_MAX bytes or more, or one holding a NUL names
+ * none); TESS_EIO with *out set and `why` saying so (dataset_check) when a file's header
+ * changed since the server started.  Thread-safe. */
+#define CATALOG_NAME_MAX 256
+int catalog_lookup(catalog *c, const char *name, size_t len, const dataset **out, char *why,
+                   size_t whylen);
+
 const char *ds_kind_name(ds_kind k);
 /* The rest frequency (Hz) of d's spectral axis: the header's RESTFRQ (or RESTFREQ), else
  * c / RESTWAV, else the configured rest_frequency; 0 when none. */
@@ -128,7 +138,7 @@ const char *dataset_version(const dataset *d, char *out, size_t len);
  * header" when a file's header (all its header blocks, frame_header_hash) is no longer
  * the one read at start, else 0.  Looked at with the version (dataset_version: at most
  * once a second, the headers only when the version changed).  Every route of a dataset
- * answers 500 with that reason meanwhile (daemon/api/datasets.c handler_dataset); the
+ * answers 500 with that reason meanwhile (catalog_lookup, used by every route); the
  * pixel readers refuse such a file at once (stack_expect_headers).  Thread-safe. */
 int dataset_check(const dataset *d, char *err, size_t errlen);
 

@@ -1,18 +1,12 @@
 /* HTTP front end: libmicrohttpd daemon, replies with ETag/304, async pool work; routes in routes.c. */
 #include "daemon/http.h"
 #include "daemon/connwatch.h"
-#include "engine/image/pngframe.h"
-#include "engine/image/stack.h"
-#include "engine/image/tiffframe.h"
 #include "daemon/problem.h"
 #include "daemon/ranges.h"
 #include "daemon/routes.h"
-#include "daemon/jobs/jobs.h"
-#include "daemon/jobs/jobtypes.h"
 #include "daemon/oplog.h"
 #include "engine/base/clock.h"
 #include "engine/base/buf.h"
-#include "engine/base/decodelimit.h"
 #include "engine/base/error.h"
 #include "engine/base/lru.h"
 
@@ -60,7 +54,6 @@ struct hreq_priv;
 /* Private server state beyond the public struct. */
 typedef struct tserver_priv {
     struct tserver pub;
-    pthread_mutex_t pool_lock;        /* guards pub.workers against tserver_stop */
     pthread_mutex_t stats_lock;
     pthread_mutex_t flight_lock;      /* guards flights */
     flight *flights;                  /* renders in progress, by cache key */
@@ -242,11 +235,11 @@ int hreq_try_cache(hreq *r)
 {
     if (!r->cache_key)
         return 0;
-    tile *t = tilecache_get(r->srv->cache, r->cache_key);
-    if (!t && r->srv->disk) {
-        t = diskcache_get(r->srv->disk, r->cache_key);
+    tile *t = tilecache_get(r->srv->app->cache, r->cache_key);
+    if (!t && r->srv->app->disk) {
+        t = diskcache_get(r->srv->app->disk, r->cache_key);
         if (t)
-            tilecache_put(r->srv->cache, r->cache_key, t);
+            tilecache_put(r->srv->app->cache, r->cache_key, t);
     }
     if (!t)
         return 0;
@@ -411,10 +404,11 @@ static void *susp_main(void *arg)
         int set = susp_round_locked(sp);
         pthread_mutex_unlock(&sp->susp_lock);
         if (set) {
-            pthread_mutex_lock(&sp->pool_lock);
-            if (sp->pub.workers)
-                pool_drop_cancelled(sp->pub.workers);
-            pthread_mutex_unlock(&sp->pool_lock);
+            tess_app *app = sp->pub.app;
+            pthread_mutex_lock(&app->pool_lock);
+            if (app->workers)
+                pool_drop_cancelled(app->workers);
+            pthread_mutex_unlock(&app->pool_lock);
         }
         struct timespec until = mono_after_ms(SUSP_LOOK_MS);
         pthread_mutex_lock(&sp->susp_lock);
@@ -496,9 +490,9 @@ static void run_task(void *arg)
     __atomic_add_fetch(&r->srv->renders, 1, __ATOMIC_RELAXED);
     susp_remove((tserver_priv *)r->srv, (hreq_priv *)r);
     if (r->rep.status == 200 && r->rep.body && r->cache_key) {
-        tilecache_put(r->srv->cache, r->cache_key, r->rep.body);
-        if (r->srv->disk)
-            diskcache_put(r->srv->disk, r->cache_key, r->rep.body);
+        tilecache_put(r->srv->app->cache, r->cache_key, r->rep.body);
+        if (r->srv->app->disk)
+            diskcache_put(r->srv->app->disk, r->cache_key, r->rep.body);
         r->rep.x_cache = 0;
         if (!r->rep.cache_control)
             r->rep.cache_control = "public, max-age=3600";
@@ -561,11 +555,12 @@ int hreq_run_async(hreq *r, void (*work)(hreq *r), void *arg, void (*arg_free)(v
         }
         pthread_mutex_unlock(&sp->flight_lock);
     }
-    pthread_mutex_lock(&sp->pool_lock);
-    int rc = sp->pub.workers ? pool_submit_cancellable(sp->pub.workers, hreq_priority(r),
-                                                       run_task, drop_task, r, &r->cancel)
-                             : TESS_EAGAIN;
-    pthread_mutex_unlock(&sp->pool_lock);
+    tess_app *app = sp->pub.app;
+    pthread_mutex_lock(&app->pool_lock);
+    int rc = app->workers ? pool_submit_cancellable(app->workers, hreq_priority(r), run_task,
+                                                    drop_task, r, &r->cancel)
+                          : TESS_EAGAIN;
+    pthread_mutex_unlock(&app->pool_lock);
     if (rc) {
         susp_remove(sp, (hreq_priv *)r);
         problem_reply(r, 503, NULL, "the server is busy; retry shortly");
@@ -678,7 +673,7 @@ static void park_stop(tserver_priv *sp)
 void tserver_handle_healthz(hreq *r, const route_match *m)
 {
     /* Tiles keep being served without the jobs database: still 200, saying so. */
-    if (r->srv->jobs && !jobs_database_reachable(r->srv->jobs))
+    if (!tess_app_jobs_reachable(r->srv->app))
         hreq_reply_json(r, 200, strdup("{\"status\":\"degraded\",\"database\":\"unreachable\"}"));
     else
         hreq_reply_json(r, 200, strdup("{\"status\":\"ok\"}"));
@@ -687,8 +682,6 @@ void tserver_handle_healthz(hreq *r, const route_match *m)
 void tserver_handle_metrics(hreq *r, const route_match *m)
 {
     tserver_priv *sp = (tserver_priv *)r->srv;
-    tilecache_stats cs;
-    tilecache_get_stats(r->srv->cache, &cs);
     buf b;
     buf_init(&b, 1 << 20);
     buf_adds(&b, "# HELP tessera_http_requests_total HTTP requests answered, by status code.\n"
@@ -711,31 +704,6 @@ void tserver_handle_metrics(hreq *r, const route_match *m)
     buf_printf(&b, "tessera_http_request_seconds_sum %.6f\n", sp->latency_sum);
     buf_printf(&b, "tessera_http_request_seconds_count %llu\n", sp->latency_count);
     pthread_mutex_unlock(&sp->stats_lock);
-    buf_printf(&b, "# HELP tessera_cache_hits_total Answers served from the memory cache.\n"
-                   "# TYPE tessera_cache_hits_total counter\ntessera_cache_hits_total %llu\n",
-               (unsigned long long)cs.hits);
-    buf_printf(&b, "# HELP tessera_cache_misses_total Cacheable requests not found in the memory cache.\n"
-                   "# TYPE tessera_cache_misses_total counter\ntessera_cache_misses_total %llu\n",
-               (unsigned long long)cs.misses);
-    buf_printf(&b, "# HELP tessera_cache_bytes Bytes held by the memory cache.\n"
-                   "# TYPE tessera_cache_bytes gauge\ntessera_cache_bytes %zu\n", cs.bytes);
-    if (r->srv->disk) {
-        diskcache_stats ds;
-        diskcache_get_stats(r->srv->disk, &ds);
-        buf_printf(&b, "# HELP tessera_disk_cache_hits_total Answers served from the disk cache.\n"
-                       "# TYPE tessera_disk_cache_hits_total counter\n"
-                       "tessera_disk_cache_hits_total %llu\n"
-                       "# HELP tessera_disk_cache_bytes Bytes held by the disk cache.\n"
-                       "# TYPE tessera_disk_cache_bytes gauge\ntessera_disk_cache_bytes %zu\n",
-                   (unsigned long long)ds.hits, ds.bytes);
-    }
-    buf_printf(&b, "# HELP tessera_frames_decoded_total Decodes of compressed frame files "
-                   "(a whole PNG, a region of a TIFF page), by format; an ingested stack "
-                   "(the ingest job) is read from its store and adds none.\n"
-                   "# TYPE tessera_frames_decoded_total counter\n"
-                   "tessera_frames_decoded_total{format=\"png\"} %llu\n"
-                   "tessera_frames_decoded_total{format=\"tiff\"} %llu\n",
-               pngframe_decodes(), tiffframe_reads());
     buf_printf(&b, "# HELP tessera_renders_total Pixel computations actually run.\n"
                    "# TYPE tessera_renders_total counter\ntessera_renders_total %llu\n",
                __atomic_load_n(&r->srv->renders, __ATOMIC_RELAXED));
@@ -771,23 +739,7 @@ void tserver_handle_metrics(hreq *r, const route_match *m)
                __atomic_load_n(&sp->cancelled[HREQ_DROPPED], __ATOMIC_RELAXED),
                __atomic_load_n(&sp->cancelled[HREQ_STOPPED], __ATOMIC_RELAXED),
                __atomic_load_n(&sp->cancelled[0], __ATOMIC_RELAXED));
-    pthread_mutex_lock(&sp->pool_lock);
-    size_t depth = sp->pub.workers ? pool_queue_depth(sp->pub.workers) : 0;
-    pthread_mutex_unlock(&sp->pool_lock);
-    buf_printf(&b, "# HELP tessera_pool_queue_depth Tasks waiting in the worker pool's queue.\n"
-                   "# TYPE tessera_pool_queue_depth gauge\ntessera_pool_queue_depth %zu\n", depth);
-    if (r->srv->jobs) {
-        static const char *const st[5] = {"queued", "running", "succeeded", "failed", "cancelled"};
-        long counts[5];
-        jobs_counts(r->srv->jobs, counts);
-        buf_adds(&b, "# HELP tessera_jobs Jobs by state.\n# TYPE tessera_jobs gauge\n");
-        for (int i = 0; i < 5; i++)
-            buf_printf(&b, "tessera_jobs{state=\"%s\"} %ld\n", st[i], counts[i]);
-        char *jm = jobs_metrics_text(r->srv->jobs);
-        if (jm)
-            buf_adds(&b, jm);
-        free(jm);
-    }
+    tess_app_metrics(r->srv->app, &b);
     hreq_reply_text(r, &b, "text/plain; version=0.0.4; charset=utf-8");
 }
 
@@ -1435,7 +1387,6 @@ int tserver_start(const tess_config *cfg, tserver **out, char *err, size_t errle
         return TESS_ENOMEM;
     tserver *s = &sp->pub;
     s->cfg = cfg;
-    pthread_mutex_init(&sp->pool_lock, NULL);
     pthread_mutex_init(&sp->stats_lock, NULL);
     pthread_mutex_init(&sp->flight_lock, NULL);
     pthread_mutex_init(&sp->susp_lock, NULL);
@@ -1446,40 +1397,19 @@ int tserver_start(const tess_config *cfg, tserver **out, char *err, size_t errle
     pthread_mutex_init(&sp->park_lock, NULL);
     pthread_cond_init(&sp->park_cond, &ca);
     pthread_condattr_destroy(&ca);
-    /* Dataset paths are resolved and checked against the data roots once, here; later
-     * reads refuse a path that has become a link (engine/image/stack.h). */
-    frame_set_canonical_only(1);
-    /* Every decoder (PNG frames, compression tiles) checks these before it allocates. */
-    decodelimit_set((unsigned long long)cfg->max_decoded_mb << 20,
-                    (unsigned long long)cfg->max_input_pixels, "limits.max_decoded_mb",
-                    "limits.max_input_pixels");
-    int rc = catalog_open(cfg, &s->cat, err, errlen);
+    /* What the server serves is composed where the worker's is (daemon/app.c). */
+    int rc = tess_app_open(cfg, &s->app, err, errlen);
     if (rc)
         goto fail;
-    s->cache = tilecache_new(cfg->cache_memory_mb * 1024 * 1024, 16);
-    s->workers = pool_new(cfg->threads, cfg->max_queue);
-    s->planes = planestore_new(cfg->planes_memory_mb * 1024 * 1024);
-    if (cfg->cache_disk_dir && cfg->cache_disk_mb > 0) {
-        s->disk = diskcache_open(cfg->cache_disk_dir, cfg->cache_disk_mb * 1024 * 1024, err, errlen);
-        if (!s->disk) {
-            rc = TESS_EIO;
-            goto fail;
-        }
-    }
     sp->watch = connwatch_new();
     sp->body_budget = cfg->max_bodies_mb * 1024 * 1024;
-    if (!s->cache || !s->workers || !s->planes || !sp->watch) {
-        snprintf(err, errlen, "cannot create the cache, the worker pool or the connection watcher");
+    if (!sp->watch) {
+        snprintf(err, errlen, "cannot create the connection watcher");
         rc = TESS_ENOMEM;
         goto fail;
     }
     if (cfg->access_log && (rc = oplog_open(cfg->access_log, &sp->access, err, errlen)))
         goto fail;
-    if (cfg->jobs_dir) {
-        jobtypes_register_all();
-        if ((rc = jobs_open(cfg->jobs_dir, cfg, s->cat, s->workers, &s->jobs, err, errlen)))
-            goto fail;
-    }
 
     struct sockaddr_storage ss;
     memset(&ss, 0, sizeof(ss));
@@ -1542,13 +1472,7 @@ int tserver_start(const tess_config *cfg, tserver **out, char *err, size_t errle
 fail:
     connwatch_free(sp->watch);
     oplog_close(sp->access);
-    jobs_close(s->jobs);
-    pool_free(s->workers);
-    planestore_free(s->planes);
-    diskcache_close(s->disk);
-    tilecache_free(s->cache);
-    catalog_free(s->cat);
-    pthread_mutex_destroy(&sp->pool_lock);
+    tess_app_close(s->app);
     pthread_mutex_destroy(&sp->stats_lock);
     pthread_mutex_destroy(&sp->flight_lock);
     pthread_mutex_destroy(&sp->susp_lock);
@@ -1585,14 +1509,8 @@ void tserver_stop(tserver *s, int grace_s)
      * last look and its answer.  Then jobs: blocks in flight finish and are recorded; a
      * running job resumes at the next start. */
     park_stop(sp);
-    jobs_close(s->jobs);
-    s->jobs = NULL;
-    /* Finish every queued and running computation: each resumes its connection. */
-    pthread_mutex_lock(&sp->pool_lock);
-    pool *p = s->workers;
-    s->workers = NULL;
-    pthread_mutex_unlock(&sp->pool_lock);
-    pool_free(p);
+    /* Then every queued and running computation finishes: each resumes its connection. */
+    tess_app_drain(s->app);
     /* Nothing is suspended any more: the suspension watcher's work is done. */
     pthread_mutex_lock(&sp->susp_lock);
     sp->susp_stop = 1;
@@ -1605,12 +1523,8 @@ void tserver_stop(tserver *s, int grace_s)
         usleep(10000);
     MHD_stop_daemon(s->daemon);
     connwatch_free(sp->watch);
-    tilecache_free(s->cache);
-    planestore_free(s->planes);
-    diskcache_close(s->disk);
-    catalog_free(s->cat);
+    tess_app_close(s->app);
     oplog_close(sp->access);
-    pthread_mutex_destroy(&sp->pool_lock);
     pthread_mutex_destroy(&sp->stats_lock);
     pthread_mutex_destroy(&sp->flight_lock);
     pthread_mutex_destroy(&sp->susp_lock);

@@ -4,11 +4,8 @@
 
 #include <stdatomic.h>
 #include <stddef.h>
-#include "daemon/cache/diskcache.h"
-#include "daemon/cache/tilecache.h"
-#include "daemon/catalog.h"
+#include "daemon/app.h"
 #include "daemon/config.h"
-#include "daemon/cache/planes.h"
 #include "engine/base/buf.h"
 #include "engine/base/pool.h"
 
@@ -78,15 +75,12 @@ typedef struct hreq {
     volatile int cancel_v;
 } hreq;
 
-/* Shared, read-only after start, except the cache and pool (thread-safe themselves). */
+/* Shared, read-only after start (the app's members are thread-safe themselves). */
 struct tserver {
     const tess_config *cfg;
-    catalog *cat;
-    tilecache *cache;
-    diskcache *disk;          /* optional disk tier (cache.disk_dir), or NULL */
-    pool *workers;
-    planestore *planes;       /* source planes in memory, shared by tiles and cutouts */
-    struct jobs *jobs;        /* the job runner (jobs.dir), or NULL when jobs are disabled */
+    tess_app *app;            /* what is served: catalog, caches, pool, plane store, jobs
+                                 (daemon/app.h); the server's own, composed by
+                                 tess_app_open as the worker's is */
     struct MHD_Daemon *daemon;
     int port;
     /* counter for /metrics, updated atomically */
@@ -95,7 +89,8 @@ struct tserver {
 };
 
 /* Starts a server on cfg->listen_addr:cfg->port (port 0 = any free port, read back with
- * tserver_port) serving the datasets of `cfg` (which must outlive the server).
+ * tserver_port) serving the datasets of `cfg` (which must outlive the server): the app
+ * of `cfg` (tess_app_open, as tesserad --worker builds it) and HTTP in front of it.
  * Returns 0, or TESS_EIO (cannot bind: err says why), TESS_EINVAL, TESS_ENOMEM. */
 int tserver_start(const tess_config *cfg, tserver **out, char *err, size_t errlen);
 

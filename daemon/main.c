@@ -1,11 +1,9 @@
 /* tesserad: the Tessera HTTP daemon (configuration, start, clean stop on SIGTERM/SIGINT). */
+#include "daemon/app.h"
 #include "daemon/catalog.h"
 #include "daemon/config.h"
 #include "daemon/http.h"
 #include "daemon/jobs/jobs.h"
-#include "daemon/jobs/jobtypes.h"
-#include "engine/base/decodelimit.h"
-#include "engine/base/error.h"
 #include "engine/base/pool.h"
 
 #include <errno.h>
@@ -136,29 +134,15 @@ static int run_worker(tess_config *cfg)
                 "configuration (a worker shares a cluster's job store)\n");
         return 2;
     }
-    decodelimit_set((unsigned long long)cfg->max_decoded_mb << 20,
-                    (unsigned long long)cfg->max_input_pixels, "limits.max_decoded_mb",
-                    "limits.max_input_pixels");
-    catalog *cat = NULL;
-    pool *workers = NULL;
-    jobs *J = NULL;
-    int rc = catalog_open(cfg, &cat, err, sizeof err);
-    if (!rc && !(workers = pool_new(cfg->threads, cfg->max_queue))) {
-        snprintf(err, sizeof err, "cannot create the worker pool");
-        rc = TESS_ENOMEM;
-    }
-    if (!rc) {
-        jobtypes_register_all();
-        rc = jobs_open(cfg->jobs_dir, cfg, cat, workers, &J, err, sizeof err);
-    }
-    if (rc) {
+    /* Composed as the server is (tserver_start), the same settings included; only the
+     * HTTP front end is left out. */
+    tess_app *app = NULL;
+    if (tess_app_open(cfg, &app, err, sizeof err)) {
         fprintf(stderr, "tesserad: %s\n", err);
-        pool_free(workers);
-        catalog_free(cat);
         return 1;
     }
     fprintf(stderr, "tesserad: worker running the jobs of the shared job store with %d "
-            "threads\n", pool_threads(workers));
+            "threads\n", pool_threads(app->workers));
     fflush(stderr);
     pthread_mutex_lock(&life_lock);
     life = SERVING;
@@ -167,10 +151,8 @@ static int run_worker(tess_config *cfg)
     int sig = stop_sig;
     pthread_mutex_unlock(&life_lock);
     fprintf(stderr, "tesserad: %s received after %llu job blocks, finishing the blocks in "
-            "flight\n", sig_name(sig), jobs_blocks_run(J));
-    jobs_close(J);
-    pool_free(workers);
-    catalog_free(cat);
+            "flight\n", sig_name(sig), jobs_blocks_run(app->jobs));
+    tess_app_close(app);
     fprintf(stderr, "tesserad: stopped\n");
     return 0;
 }
@@ -312,13 +294,13 @@ int main(int argc, char **argv)
         config_release(&cfg);
         return 1;
     }
-    for (int i = 0; i < catalog_count(srv->cat); i++) {
-        const dataset *d = catalog_at(srv->cat, i);
+    for (int i = 0; i < catalog_count(srv->app->cat); i++) {
+        const dataset *d = catalog_at(srv->app->cat, i);
         if (d->wcs_error[0])
             fprintf(stderr, "tesserad: dataset '%s' has no usable WCS (served without its sky "
                     "routes): %s\n", d->name, d->wcs_error);
     }
-    fprintf(stderr, "tesserad: serving %d datasets on http://%s%s%s:%d/\n", catalog_count(srv->cat),
+    fprintf(stderr, "tesserad: serving %d datasets on http://%s%s%s:%d/\n", catalog_count(srv->app->cat),
             strchr(cfg.listen_addr, ':') ? "[" : "", cfg.listen_addr,
             strchr(cfg.listen_addr, ':') ? "]" : "", tserver_port(srv));
     fflush(stderr);

@@ -77,6 +77,13 @@ below "daemon/jobs includes a handler" daemon/jobs 'engine/*' daemon daemon/cach
 rule "cfitsio outside its module" '<(fitsio|longnam|fitsio2)\.h>' \
     'engine/fits/*'
 rule "wcslib outside its module" '<wcs(lib/|\.h|hdr|fix|trig|math|util)' 'engine/sky/skywcs.c'
+# http.c is the HTTP front end only: what it serves (the job runner included) comes
+# composed by daemon/app.c, and the routes that need jobs are handlers of daemon/api.
+checks=$((checks + 1))
+if grep -qE '^[[:space:]]*#[[:space:]]*include[[:space:]]*"daemon/jobs/' daemon/http.c daemon/http.h; then
+    echo "checklayers: daemon/http.c or http.h includes a job runner header (daemon/jobs/)"
+    failures=$((failures + 1))
+fi
 rule "libmicrohttpd outside daemon/http.c" '<microhttpd\.h>' 'daemon/http.c'
 rule "SQLite outside the job store" '<sqlite3\.h>' 'daemon/jobs/jobstore_sqlite.c'
 rule "libpq outside the job store" '<libpq-fe\.h>' 'daemon/jobs/jobstore_pg.c'

@@ -73,7 +73,7 @@ static int common_cutout(param_lookup get, void *cls, cutout_params *p, param_er
             || (p->format != FMT_PNG && p->format != FMT_JPG && p->format != FMT_FITS)))
         return param_fail(e, "format", "format must be png, jpg or fits, got '%.40s'", s);
     p->plane = 0;
-    if (param_opt_long(get, cls, "plane", 0, 1L << 30, &p->plane, e))
+    if (param_plane(get, cls, &p->plane, e))
         return TESS_EINVAL;
     no_cmap nc = { get, cls };
     if (p->format == FMT_FITS)
@@ -258,7 +258,7 @@ static void cutout_work(hreq *r)
     char err[256] = "";
     size_t nout = (size_t)j->width * (size_t)j->height;
     plane_view v;
-    int rc = planestore_get(r->srv->planes, d, j->p.plane, 0, &v, err, sizeof(err));
+    int rc = planestore_get(r->srv->app->planes, d, j->p.plane, 0, &v, err, sizeof(err));
     if (rc) {
         problem_reply(r, problem_read_status(rc, 500), NULL, "cannot read dataset '%s': %s",
                       d->name, err);
@@ -266,7 +266,7 @@ static void cutout_work(hreq *r)
     }
     double *dst = malloc(nout * sizeof(double));
     if (!dst) {
-        planestore_release(r->srv->planes, &v);
+        planestore_release(r->srv->app->planes, &v);
         problem_reply(r, 500, NULL, "out of memory");
         return;
     }
@@ -276,13 +276,13 @@ static void cutout_work(hreq *r)
     rp_options_init(&o);
     o.method = j->p.method;
     o.max_coord_error = j->p.max_coord_error;
-    o.workers = r->srv->workers;
+    o.workers = r->srv->app->workers;
     o.priority = hreq_priority(r);
     o.cancel = &r->cancel;
     /* The spherical screen is centred on the dataset's observer: mark a copy of its WCS. */
     skywcs *src = j->p.solar_surface == SOLAR_SCREEN ? skywcs_copy(d->cel) : NULL;
     if (j->p.solar_surface == SOLAR_SCREEN && !src) {
-        planestore_release(r->srv->planes, &v);
+        planestore_release(r->srv->app->planes, &v);
         problem_reply(r, 500, NULL, "out of memory");
         goto done;
     }
@@ -290,7 +290,7 @@ static void cutout_work(hreq *r)
     long finite = rp_reproject(src ? src : d->cel, &in, j->target, &out, NULL, &o, err,
                                sizeof(err));
     skywcs_free(src);
-    planestore_release(r->srv->planes, &v);
+    planestore_release(r->srv->app->planes, &v);
     if (finite == TESS_ECANCELED || (finite > 0 && hreq_cancelled(r))) {
         /* Stopped, or its client went as the last rows were done: nothing to encode. */
         hreq_reply_cancelled(r);
@@ -329,12 +329,7 @@ static int check_dataset(hreq *r, cutout_job *j)
                       j->p.dataset);
         return -1;
     }
-    if (j->p.plane >= j->ds->nz) {
-        problem_reply(r, 400, "plane", "plane must be 0..%ld for dataset '%s'", j->ds->nz - 1,
-                      j->p.dataset);
-        return -1;
-    }
-    return 0;
+    return handler_plane(r, j->ds, j->p.plane, 400);
 }
 
 static int check_size(hreq *r, long w, long h)

@@ -1,6 +1,7 @@
 /* GET /api/v1/datasets and /api/v1/datasets/{name}: kind, shape, BITPIX, BUNIT, WCS summary. */
 #include "daemon/api/handlers.h"
 #include "daemon/problem.h"
+#include "engine/base/error.h"
 
 #include <jansson.h>
 #include <string.h>
@@ -116,20 +117,15 @@ static json_t *dataset_json(const dataset *d)
 
 const dataset *handler_dataset(hreq *r, const char *name, size_t len)
 {
-    char dsname[72];
-    const dataset *d = NULL;
-    if (len > 0 && len < sizeof(dsname)) {
-        memcpy(dsname, name, len);
-        dsname[len] = '\0';
-        d = catalog_find(r->srv->cat, dsname);
-    }
-    if (!d) {   /* a name too long to be one is shown cut to 64 bytes */
+    const dataset *d;
+    char why[600];
+    int rc = catalog_lookup(r->srv->app->cat, name, len, &d, why, sizeof(why));
+    if (rc == TESS_ENOTFOUND) {   /* a name too long to be one is shown cut to 64 bytes */
         problem_reply(r, 404, "dataset", "no dataset named '%.*s'",
-                      (int)(len < sizeof(dsname) ? len : 64), name);
+                      (int)(len < 72 ? len : 64), name);
         return NULL;
     }
-    char why[600];
-    if (dataset_check(d, why, sizeof(why))) {   /* a header changed since the start */
+    if (rc) {   /* a header changed since the start */
         problem_reply(r, 500, NULL, "%s", why);
         return NULL;
     }
@@ -165,6 +161,42 @@ int handler_need_sky(hreq *r, const dataset *d, const char *param, const char *a
     return 0;
 }
 
+/* One pixel coordinate `key` in 0..n-1 (the 0-based pixel `axis`); 400 naming it otherwise. */
+static int pixel_coord(hreq *r, const char *key, long n, const char *axis, long *out)
+{
+    const char *s = hreq_arg(r, key);
+    if (!s) {
+        problem_reply(r, 400, key, "%s is required (0-based pixel %s)", key, axis);
+        return -1;
+    }
+    int rc = param_long(s, 0, n - 1, out);
+    if (rc == TESS_ERANGE) {
+        problem_reply(r, 400, key, "%s = %.40s is outside 0..%ld", key, s, n - 1);
+        return -1;
+    }
+    if (rc) {
+        problem_reply(r, 400, key, "%s must be an integer (0-based pixel %s), got '%.40s'", key,
+                      axis, s);
+        return -1;
+    }
+    return 0;
+}
+
+int handler_pixel_xy(hreq *r, const dataset *d, long *x, long *y)
+{
+    return pixel_coord(r, "x", d->nx, "column", x) || pixel_coord(r, "y", d->ny, "row", y)
+           ? -1 : 0;
+}
+
+int handler_plane(hreq *r, const dataset *d, long z, int status)
+{
+    if (z >= 0 && z < d->nz)
+        return 0;
+    problem_reply(r, status, "plane", "dataset '%s' has %ld plane%s: no plane %ld (planes 0..%ld)",
+                  d->name, d->nz, d->nz == 1 ? "" : "s", z, d->nz - 1);
+    return -1;
+}
+
 int prepare_dataset(hreq *r, route_match *m)
 {
     m->ds = handler_dataset(r, m->segment_at, m->segment_len);
@@ -177,9 +209,9 @@ void handle_datasets_list(hreq *r, const route_match *m)
     if (hreq_only_args(r, known))
         return;
     json_t *a = json_array();
-    int n = catalog_count(r->srv->cat);
+    int n = catalog_count(r->srv->app->cat);
     for (int i = 0; i < n; i++)
-        json_array_append_new(a, dataset_describe(catalog_at(r->srv->cat, i), 0));
+        json_array_append_new(a, dataset_describe(catalog_at(r->srv->app->cat, i), 0));
     hreq_reply_json(r, 200, json_dumps(a, JSON_COMPACT | JSON_REAL_PRECISION(17)));
     json_decref(a);
 }

@@ -13,8 +13,10 @@
 #include "daemon/api/params.h"
 #include "engine/image/zchunk.h"
 
-/* The dataset named by name[0..len) (not terminated), or NULL after a 404 problem reply
- * (parameter "dataset") when the catalog has none of that name (datasets.c). */
+/* The dataset named by name[0..len) (not terminated), found by catalog_lookup (the look-up
+ * and checks of every route, VO and IIIF included), or NULL after a 404 problem reply
+ * (parameter "dataset") when the catalog has none of that name, or a 500 one when its
+ * header changed since the start (datasets.c). */
 const dataset *handler_dataset(hreq *r, const char *name, size_t len);
 
 /* 0 when `d` has a usable celestial WCS; otherwise a 422 problem reply (parameter
@@ -25,6 +27,17 @@ int handler_need_celestial(hreq *r, const dataset *d, const char *without);
  * 422 problem (parameter `param`) naming its frame and the sky frame `asked` (what the
  * request needs: "icrs", "equatorial or galactic (HiPS)").  0 or -1 (reply set). */
 int handler_need_sky(hreq *r, const dataset *d, const char *param, const char *asked);
+
+/* The one check of the plane z a request names against dataset `d` (HiPS, cutouts,
+ * values, histogram): 0 when 0 <= z < d->nz; else a problem reply (parameter "plane",
+ * `status`: 400 for ?plane=, 404 for a plane named by the path) "dataset 'NAME' has N
+ * plane(s): no plane Z" and -1 (datasets.c). */
+int handler_plane(hreq *r, const dataset *d, long z, int status);
+
+/* The pixel a request names by ?x= (0-based column, 0..nx-1) and ?y= (row, 0..ny-1) of
+ * dataset `d`, both required, read in one place for values and series: 0, or -1 after a
+ * 400 problem naming the parameter at fault (datasets.c). */
+int handler_pixel_xy(hreq *r, const dataset *d, long *x, long *y);
 
 /* route_prepare of the {dataset} routes: m->ds from m->segment, or 404 (datasets.c). */
 int prepare_dataset(hreq *r, route_match *m);

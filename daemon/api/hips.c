@@ -86,9 +86,9 @@ static int read_plane(const char **s, long *plane, param_error *e)
     if (leading_zero(q))
         return fail(e, TESS_ENOTFOUND, "plane", "no HiPS resource '_%.20s': planes are written without "
                     "leading zeros", q);
-    if (read_digits(&q, &z) || z > (1L << 30))
+    if (read_digits(&q, &z) || z > PARAM_PLANE_MAX)
         return fail(e, TESS_EINVAL, "plane", "the plane suffix _{z} must be an integer between 0 and "
-                    "%ld", 1L << 30);
+                    "%ld", PARAM_PLANE_MAX);
     *plane = (long)z;
     *s = q;
     return 0;
@@ -198,9 +198,8 @@ int hips_parse_query(param_lookup get, void *cls, hips_query *q, param_error *e)
         return fail(e, TESS_EINVAL, "max_coord_error", "max_coord_error must be a number of "
                     "tile pixels between 0 and 10, got '%.40s'", s);
     q->plane = 0;
-    if ((s = get(cls, "plane")) && param_long(s, 0, 1L << 30, &q->plane))
-        return fail(e, TESS_EINVAL, "plane", "plane must be an integer between 0 and %ld, got "
-                    "'%.40s'", 1L << 30, s);
+    if (param_plane(get, cls, &q->plane, e))
+        return TESS_EINVAL;
     if (params_render(get, cls, &q->render, e))
         return TESS_EINVAL;
     return 0;
@@ -229,7 +228,7 @@ static int source_acquire(hreq *r, const hips_job *j, int level, source_hold *h)
     const dataset *d = j->ds;
     char err[256] = "";
     memset(h, 0, sizeof(*h));
-    int rc = planestore_get(r->srv->planes, d, j->q.plane, level, &h->view, err, sizeof(err));
+    int rc = planestore_get(r->srv->app->planes, d, j->q.plane, level, &h->view, err, sizeof(err));
     if (rc) {
         problem_reply(r, problem_read_status(rc, rc == TESS_ERANGE ? 400 : 500),
                       rc == TESS_ERANGE ? "plane" : NULL,
@@ -238,7 +237,7 @@ static int source_acquire(hreq *r, const hips_job *j, int level, source_hold *h)
     }
     h->kernel = rp_kernel_new(j->q.method, h->view.plane, err, sizeof(err));
     if (!h->kernel) {
-        planestore_release(r->srv->planes, &h->view);
+        planestore_release(r->srv->app->planes, &h->view);
         problem_reply(r, 500, NULL, "cannot prepare the %s kernel: %s",
                       rp_method_name(j->q.method), err);
         return -1;
@@ -263,7 +262,7 @@ static int source_acquire(hreq *r, const hips_job *j, int level, source_hold *h)
 static void source_release(hreq *r, source_hold *h)
 {
     rp_kernel_free(h->kernel);
-    planestore_release(r->srv->planes, &h->view);
+    planestore_release(r->srv->app->planes, &h->view);
 }
 
 /* The image's pixel size in degrees; on failure the problem reply is set and -1
@@ -288,7 +287,7 @@ static int pixel_scale(hreq *r, const dataset *d, double *pixscale)
 static int cut_levels(hreq *r, const hips_job *j, double *lo, double *hi)
 {
     char err[256] = "";
-    int rc = planestore_cuts(r->srv->planes, j->ds, j->q.plane, &j->q.render, lo, hi, err,
+    int rc = planestore_cuts(r->srv->app->planes, j->ds, j->q.plane, &j->q.render, lo, hi, err,
                              sizeof(err));
     if (rc) {
         problem_reply(r, problem_read_status(rc, 500), NULL,
@@ -335,7 +334,7 @@ static void base_init(base_ctx *b, hreq *r, const hips_job *j, const source_hold
 static long base_get(void *cls, int64_t npix, const double **data, char *err, size_t errlen)
 {
     base_ctx *b = cls;
-    return hipsbase_get(b->r->srv->cache, b->key, &b->h->src, npix, b->j->ds->hips_galactic,
+    return hipsbase_get(b->r->srv->app->cache, b->key, &b->h->src, npix, b->j->ds->hips_galactic,
                         &b->held, data, err, errlen);
 }
 
@@ -361,7 +360,7 @@ static int coverage_get(hreq *r, const dataset *d, double pixscale, tile **held,
     char version[64], key[256];
     dataset_version(d, version, sizeof(version));
     snprintf(key, sizeof(key), "hips|cells|%s|%s", d->name, version);
-    tile *t = tilecache_get(r->srv->cache, key);
+    tile *t = tilecache_get(r->srv->app->cache, key);
     if (!t) {
         int64_t *list = NULL;
         size_t nl = 0;
@@ -390,7 +389,7 @@ static int coverage_get(hreq *r, const dataset *d, double pixscale, tile **held,
             problem_reply(r, 500, NULL, "out of memory");
             return -1;
         }
-        tilecache_put(r->srv->cache, key, t);
+        tilecache_put(r->srv->app->cache, key, t);
     }
     int64_t head;
     memcpy(&head, t->data, sizeof(head));
@@ -502,11 +501,11 @@ static void allsky_work(hreq *r)
     int64_t *faces = NULL;
     size_t nfaces = 0;
     tilecache_stats cs;
-    tilecache_get_stats(r->srv->cache, &cs);
+    tilecache_get_stats(r->srv->app->cache, &cs);
     if (shared && cs.max_bytes > 0 &&
         hips_tiles_covering(d->cel, d->nx, d->ny, d->hips_galactic, 0, &faces, &nfaces) == 0)
         for (size_t k = nfaces; k-- > 0 && !hreq_cancelled(r);)
-            hipsbase_prefetch(r->srv->cache, b.key, &h.src, faces[k], d->hips_galactic, err,
+            hipsbase_prefetch(r->srv->app->cache, b.key, &h.src, faces[k], d->hips_galactic, err,
                               sizeof(err));
     free(faces);
     hips_base_source bs = {base_get, base_release, &b};
@@ -720,25 +719,20 @@ void handle_hips(hreq *r, const route_match *m)
     }
     if (hp.format != HIPS_FMT_FITS && !hreq_arg(r, "max_coord_error"))
         j->q.max_coord_error = HIPS_PICTURE_MCE;
+    /* The plane, checked here once: a cube's tile or Allsky named by its plane (the
+     * name says which: a plane it lacks is a resource not found), else ?plane=. */
+    int plane_status = 400;
     if (hp.plane >= 0) {
-        /* A cube's tile or Allsky named by its plane: the name says which plane. */
         if (hreq_arg(r, "plane")) {
             problem_reply(r, 400, "plane", "the path names plane %ld: give no ?plane= with it",
                           hp.plane);
             free(j);
             return;
         }
-        if (hp.plane >= d->nz) {
-            problem_reply(r, 404, "plane", "dataset '%s' has %ld plane%s: no plane %ld",
-                          d->name, d->nz, d->nz == 1 ? "" : "s", hp.plane);
-            free(j);
-            return;
-        }
         j->q.plane = hp.plane;
+        plane_status = 404;
     }
-    if (j->q.plane >= d->nz) {
-        problem_reply(r, 400, "plane", "plane must be 0..%ld for dataset '%s'", d->nz - 1,
-                      d->name);
+    if (handler_plane(r, d, j->q.plane, plane_status)) {
         free(j);
         return;
     }

@@ -423,34 +423,34 @@ int iiif_parse_image(const iiif_path *p, long W, long H, long long max_pixels,
     return 0;
 }
 
-/* The dataset and plane named by an identifier (see the top of the file), or a 404. */
+/* The dataset and plane named by an identifier (see the top of the file), found by
+ * catalog_lookup with the checks of every route: a 404, or a 500 when the dataset's
+ * header changed since the start. */
 static int parse_identifier(catalog *cat, const char *id, const dataset **d, long *z,
                             iiif_error *e)
 {
     *z = 0;
     if (!*id)
         return fail(e, 404, "identifier", "no image identifier in the path");
-    if ((*d = catalog_find(cat, id)) != NULL)
-        return 0;
+    char why[600];
+    int rc = catalog_lookup(cat, id, strlen(id), d, why, sizeof why);
     const char *tilde = strrchr(id, '~');
     long long zz;
-    if (tilde && tilde > id && parse_uint(tilde + 1, strlen(tilde + 1), &zz) == 0) {
-        char name[256];
-        size_t n = (size_t)(tilde - id);
-        if (n < sizeof name) {
-            memcpy(name, id, n);
-            name[n] = '\0';
-            if ((*d = catalog_find(cat, name)) != NULL) {
-                if (zz >= (*d)->nz)
-                    return fail(e, 404, "identifier", "'%s' has no plane %lld (planes 0..%ld)",
-                                name, zz, (*d)->nz - 1);
-                *z = (long)zz;
-                return 0;
-            }
-        }
+    if (rc == TESS_ENOTFOUND && tilde && tilde > id &&
+        parse_uint(tilde + 1, strlen(tilde + 1), &zz) == 0) {
+        rc = catalog_lookup(cat, id, (size_t)(tilde - id), d, why, sizeof why);
+        if (rc == 0 && zz >= (*d)->nz)
+            return fail(e, 404, "identifier", "'%.*s' has no plane %lld (planes 0..%ld)",
+                        (int)(tilde - id), id, zz, (*d)->nz - 1);
+        if (rc == 0)
+            *z = (long)zz;
     }
-    return fail(e, 404, "identifier", "no image '%.100s' (a dataset name, or name~Z for "
-                "plane Z)", id);
+    if (rc == TESS_EIO)
+        return fail(e, 500, NULL, "%s", why);
+    if (rc)
+        return fail(e, 404, "identifier", "no image '%.100s' (a dataset name, or name~Z for "
+                    "plane Z)", id);
+    return 0;
 }
 
 /* ---- info.json ---------------------------------------------------------------------- */
@@ -945,7 +945,7 @@ static void iiif_work(hreq *r)
     iiif_job *j = r->work_arg;
     const dataset *d = j->ds;
     const iiif_request *q = &j->q;
-    planestore *ps = r->srv->planes;
+    planestore *ps = r->srv->app->planes;
     char err[256];
     double lo = 0.0, hi = 0.0;
     int rc = j->cuts_picture ? 0 : planestore_cuts(ps, d, j->z, &j->render, &lo, &hi, err,
@@ -1058,14 +1058,8 @@ void handle_iiif(hreq *r, const route_match *m)
     iiif_error e;
     const dataset *d = NULL;
     long z = 0;
-    if (parse_identifier(r->srv->cat, p.seg[0], &d, &z, &e)) {
+    if (parse_identifier(r->srv->app->cat, p.seg[0], &d, &z, &e)) {
         error_reply(r, &e);
-        iiif_path_release(&p);
-        return;
-    }
-    char why[600];
-    if (dataset_check(d, why, sizeof(why))) {
-        problem_reply(r, 500, NULL, "%s", why);
         iiif_path_release(&p);
         return;
     }
@@ -1130,7 +1124,7 @@ void handle_iiif(hreq *r, const route_match *m)
         return;
     }
     char err[256];
-    int rc = planestore_version(r->srv->planes, d, z, j->version, sizeof j->version, err,
+    int rc = planestore_version(r->srv->app->planes, d, z, j->version, sizeof j->version, err,
                                 sizeof err);
     if (rc) {
         problem_reply(r, 500, NULL, "cannot read '%s': %s", d->name, err);

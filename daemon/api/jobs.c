@@ -60,7 +60,7 @@ static void reply_unreachable(hreq *r)
 
 int prepare_jobs(hreq *r, route_match *m)
 {
-    if (!r->srv->jobs) {
+    if (!r->srv->app->jobs) {
         /* 404, not 503: nothing will change by retrying; the fix is configuration. */
         problem_reply(r, 404, NULL,
                       "this server has no job endpoints: jobs.dir is not set in its configuration");
@@ -101,7 +101,7 @@ static void submit_work(hreq *r)
         return;
     }
     char *doc = NULL;
-    int rc = jobs_submit(r->srv->jobs, a->text ? a->text : r->body, a->len, &doc, &pb);
+    int rc = jobs_submit(r->srv->app->jobs, a->text ? a->text : r->body, a->len, &doc, &pb);
     a->answer(r, rc, rc ? NULL : doc, &pb);
     if (rc)
         free(doc);
@@ -171,7 +171,7 @@ static int reply_job_missing(hreq *r, int rc, const char *id)
 static void send_result(hreq *r, const char *id)
 {
     char path[PATH_MAX], ctype[64], state[16] = "";
-    int rc = jobs_result(r->srv->jobs, id, path, ctype, state);
+    int rc = jobs_result(r->srv->app->jobs, id, path, ctype, state);
     if (reply_job_missing(r, rc, id))
         return;
     if (rc == TESS_EAGAIN) {
@@ -221,7 +221,7 @@ void handle_jobs_list(hreq *r, const route_match *m)
         }
     }
     int unavailable = 0;
-    char *list = jobs_list_json(r->srv->jobs, (int)limit, &unavailable);
+    char *list = jobs_list_json(r->srv->app->jobs, (int)limit, &unavailable);
     if (!list) {
         if (unavailable)
             reply_unreachable(r);
@@ -237,7 +237,7 @@ void handle_job(hreq *r, const route_match *m)
 {
     const char *id = m->segment;
     int missing = 0;
-    char *doc = jobs_get_json(r->srv->jobs, id, &missing);
+    char *doc = jobs_get_json(r->srv->app->jobs, id, &missing);
     if (!doc) {
         if (missing == 2)
             reply_unreachable(r);
@@ -260,12 +260,12 @@ void handle_job_cancel(hreq *r, const route_match *m)
     const char *id = m->segment;
     if (jobs_api_check_token(r))
         return;
-    int rc = jobs_cancel(r->srv->jobs, id, 10.0);
+    int rc = jobs_cancel(r->srv->app->jobs, id, 10.0);
     if (reply_job_missing(r, rc, id))
         return;
     if (rc == TESS_EINVAL) {
         char path[PATH_MAX], ctype[64], state[16] = "finished";
-        if (jobs_result(r->srv->jobs, id, path, ctype, state) == 0)
+        if (jobs_result(r->srv->app->jobs, id, path, ctype, state) == 0)
             snprintf(state, sizeof(state), "succeeded");
         problem_reply(r, 409, "id", "job %s has already ended (%s); there is nothing to cancel", id,
                       state);

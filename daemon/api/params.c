@@ -155,6 +155,11 @@ int param_req_long(param_lookup get, void *cls, const char *key, long lo, long h
     return param_opt_long(get, cls, key, lo, hi, out, e);
 }
 
+int param_plane(param_lookup get, void *cls, long *z, param_error *e)
+{
+    return param_opt_long(get, cls, "plane", 0, PARAM_PLANE_MAX, z, e);
+}
+
 int params_render(param_lookup get, void *cls, render_params *rp, param_error *e)
 {
     render_params_default(rp);

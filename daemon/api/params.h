@@ -44,6 +44,13 @@ int param_opt_long(param_lookup get, void *cls, const char *key, long lo, long h
 int param_req_long(param_lookup get, void *cls, const char *key, long lo, long hi, long *out,
                    param_error *e);
 
+/* The plane a request names, as a query parameter (?plane=, default 0) or in a path
+ * (a HiPS tile's _{z}): an integer 0..PARAM_PLANE_MAX.  param_plane reads ?plane= into
+ * *z (kept when absent); 0 or TESS_EINVAL with `e` naming "plane".  Whether the dataset
+ * has that plane is told once, by handler_plane (handlers.h). */
+#define PARAM_PLANE_MAX (1L << 30)
+int param_plane(param_lookup get, void *cls, long *z, param_error *e);
+
 /* FMT_RAW: little-endian float32, row-major (row 0 = FITS row 1), no header: the shape
  * travels in the X-Shape response header. */
 typedef enum { FMT_PNG, FMT_FITS, FMT_NPY, FMT_JPG, FMT_RAW } out_format;

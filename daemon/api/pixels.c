@@ -70,7 +70,13 @@ static int int_arg(hreq *r, const char *key, long lo, long hi, long def, const c
 /* The plane argument (0..nz-1, default 0) of dataset `d`. */
 static int plane_arg(hreq *r, const dataset *d, long *z)
 {
-    return int_arg(r, "plane", 0, d->nz - 1, 0, "0-based plane", z);
+    param_error pe;
+    *z = 0;
+    if (param_plane(hreq_arg_lookup, r, z, &pe)) {
+        problem_reply(r, 400, pe.parameter, "%s", pe.detail);
+        return -1;
+    }
+    return handler_plane(r, d, *z, 400);
 }
 
 /* A cache key "KIND|NAME|VERSION|TAIL" in r->cache_key; 500 problem and -1 on failure. */
@@ -149,14 +155,7 @@ void handle_values(hreq *r, const route_match *m)
     if (hreq_only_args(r, known))
         return;
     pixels_job j = {.ds = d};
-    if (!hreq_arg(r, "x") || !hreq_arg(r, "y")) {
-        const char *key = hreq_arg(r, "x") ? "y" : "x";
-        problem_reply(r, 400, key, "%s is required (0-based pixel %s)", key,
-                      key[0] == 'x' ? "column" : "row");
-        return;
-    }
-    if (int_arg(r, "x", 0, d->nx - 1, 0, "0-based pixel column", &j.x) ||
-        int_arg(r, "y", 0, d->ny - 1, 0, "0-based pixel row", &j.y) || plane_arg(r, d, &j.z) ||
+    if (handler_pixel_xy(r, d, &j.x, &j.y) || plane_arg(r, d, &j.z) ||
         int_arg(r, "size", 1, VALUES_MAX_SIZE, 1, "pixels on a side", &j.size))
         return;
     char tail[96];
@@ -179,7 +178,7 @@ static int plane_percentiles(hreq *r, const pixels_job *j, double plo, double ph
     rp.min_cut = (render_cut){plo, 1};
     rp.max_cut = (render_cut){phi, 1};
     char err[256] = "";
-    int rc = planestore_cuts(r->srv->planes, j->ds, j->z, &rp, lo, hi, err, sizeof(err));
+    int rc = planestore_cuts(r->srv->app->planes, j->ds, j->z, &rp, lo, hi, err, sizeof(err));
     if (rc)
         problem_reply(r, problem_read_status(rc, 500), NULL,
                       "cannot compute the percentiles of '%s': %s", j->ds->name, err);
@@ -196,7 +195,7 @@ static void histogram_work(hreq *r)
         return;
     plane_view v;
     char err[256] = "";
-    int rc = planestore_get(r->srv->planes, d, j->z, 0, &v, err, sizeof(err));
+    int rc = planestore_get(r->srv->app->planes, d, j->z, 0, &v, err, sizeof(err));
     if (rc) {
         problem_reply(r, problem_read_status(rc, 500), NULL,
                       "cannot read plane %ld of dataset '%s': %s", j->z, d->name, err);
@@ -217,7 +216,7 @@ static void histogram_work(hreq *r)
     }
     long long *counts = calloc((size_t)j->bins, sizeof(long long));
     if (!counts) {
-        planestore_release(r->srv->planes, &v);
+        planestore_release(r->srv->app->planes, &v);
         problem_reply(r, 500, NULL, "out of memory");
         return;
     }
@@ -230,7 +229,7 @@ static void histogram_work(hreq *r)
         long b = width > 0 ? (long)((x - mn) / width) : 0;
         counts[b >= j->bins ? j->bins - 1 : b < 0 ? 0 : b]++;
     }
-    planestore_release(r->srv->planes, &v);
+    planestore_release(r->srv->app->planes, &v);
     json_t *doc = json_object(), *ca = json_array(), *pc = json_object();
     for (long b = 0; b < j->bins; b++)
         json_array_append_new(ca, json_integer(counts[b]));

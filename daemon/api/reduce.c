@@ -48,7 +48,7 @@ static void reduce_z(hreq *r, reduce_job *j)
         problem_reply(r, 500, NULL, "out of memory");
         return;
     }
-    int rc = zreduce_image(dataset_stack(d), d->nz, j->op, r->srv->workers, hreq_priority(r),
+    int rc = zreduce_image(dataset_stack(d), d->nz, j->op, r->srv->app->workers, hreq_priority(r),
                            &r->cancel_v, acc, err, sizeof err);
     if (!rc && j->format == FMT_FITS)
         rc = zreduce_header(d->header, d->nkeys, j->op, j->axis, d->name, &cards, &nkeys, err,

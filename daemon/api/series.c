@@ -239,7 +239,7 @@ static void series_work(hreq *r)
     }
     int rc = 0;
     /* The frames of a stack are read on the request's pool. */
-    stack_cut_opts o = {r->srv->workers, hreq_priority(r), &r->cancel_v};
+    stack_cut_opts o = {r->srv->app->workers, hreq_priority(r), &r->cancel_v};
     if (!series_from_profile(d, j->x, j->y, v) &&
         (rc = stack_read_series_on(dataset_stack(d), &o, j->x, j->y, 0, d->nz, v, err,
                                    sizeof(err)))) {
@@ -269,26 +269,6 @@ static void series_work(hreq *r)
     free(v);
 }
 
-/* Parses the required pixel coordinate `key` in 0..max-1; 400 naming it otherwise. */
-static int pixel_arg(hreq *r, const char *key, long max, const char *axis, long *out)
-{
-    const char *s = hreq_arg(r, key);
-    if (!s) {
-        problem_reply(r, 400, key, "%s is required (0-based pixel %s)", key, axis);
-        return -1;
-    }
-    int rc = param_long(s, 0, max - 1, out);
-    if (rc == TESS_ERANGE) {
-        problem_reply(r, 400, key, "%s = %.40s is outside 0..%ld", key, s, max - 1);
-        return -1;
-    }
-    if (rc) {
-        problem_reply(r, 400, key, "%s must be an integer pixel index, got '%.40s'", key, s);
-        return -1;
-    }
-    return 0;
-}
-
 void handle_series(hreq *r, const route_match *m)
 {
     const dataset *d = m->ds;
@@ -298,7 +278,7 @@ void handle_series(hreq *r, const route_match *m)
     series_job j0;
     memset(&j0, 0, sizeof(j0));
     j0.ds = d;
-    if (pixel_arg(r, "x", d->nx, "column", &j0.x) || pixel_arg(r, "y", d->ny, "row", &j0.y))
+    if (handler_pixel_xy(r, d, &j0.x, &j0.y))
         return;
     if (d->nz > r->srv->cfg->max_output_pixels) {
         problem_reply(r, 413, NULL, "the series of %ld values is more than "

@@ -195,7 +195,7 @@ static void slice_work(hreq *r)
     }
     int rc;
     /* The frames of a stack are read on the request's pool (one per frame for xz and yz). */
-    stack_cut_opts o = {r->srv->workers, hreq_priority(r), &r->cancel_v};
+    stack_cut_opts o = {r->srv->app->workers, hreq_priority(r), &r->cancel_v};
     if (strcmp(s->plane, "xz") == 0)
         rc = stack_read_xz_on(dataset_stack(d), &o, s->y, s->x, s->z, s->w, s->h, data, err,
                               sizeof(err));

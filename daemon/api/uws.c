@@ -38,7 +38,7 @@ static int phase_is_active(const char *phase)
 
 int prepare_uws(hreq *r, route_match *m)
 {
-    if (!r->srv->jobs) {
+    if (!r->srv->app->jobs) {
         vo_reply_text(r, 404, "NotFoundFault: this server runs no jobs (jobs.dir is not set)");
         return -1;
     }
@@ -62,7 +62,7 @@ static void uws_unreachable(hreq *r)
 static json_t *load_job(hreq *r, const char *id)
 {
     int missing = 0;
-    char *doc = jobs_get_json(r->srv->jobs, id, &missing);
+    char *doc = jobs_get_json(r->srv->app->jobs, id, &missing);
     json_t *j = doc ? json_loads(doc, 0, NULL) : NULL;
     free(doc);
     if (!j) {
@@ -400,7 +400,7 @@ static json_t *uws_filter(hreq *r, json_t *all)
 void handle_uws_jobs(hreq *r, const route_match *m)
 {
     int unavailable = 0;
-    char *list = jobs_list_json(r->srv->jobs, 1000, &unavailable);
+    char *list = jobs_list_json(r->srv->app->jobs, 1000, &unavailable);
     json_t *listed = list ? json_loads(list, 0, NULL) : NULL;
     free(list);
     if (unavailable) {
@@ -571,7 +571,7 @@ static void post_phase(hreq *r, const char *id, const char *phase)
     if (strcasecmp(phase, "ABORT") == 0) {
         if (jobs_api_check_token(r))
             return;
-        int rc = jobs_cancel(r->srv->jobs, id, 10.0);
+        int rc = jobs_cancel(r->srv->app->jobs, id, 10.0);
         if (rc == TESS_EIO) {
             uws_unreachable(r);
             return;
@@ -590,7 +590,7 @@ static void delete_job(hreq *r, const char *id)
 {
     if (jobs_api_check_token(r))
         return;
-    int rc = jobs_cancel(r->srv->jobs, id, 10.0);
+    int rc = jobs_cancel(r->srv->app->jobs, id, 10.0);
     if (rc == TESS_EIO) {
         uws_unreachable(r);
         return;

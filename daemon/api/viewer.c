@@ -135,7 +135,7 @@ static tile *read_static(hreq *r, const char *root, const char *rel, int *status
     /* Cached by path, size and mtime, so that an edited file is served fresh. */
     snprintf(key, keylen, "static:%s:%lld:%lld.%09ld", real, (long long)st.st_size,
              (long long)st.st_mtim.tv_sec, (long)st.st_mtim.tv_nsec);
-    tile *t = tilecache_get(r->srv->cache, key);
+    tile *t = tilecache_get(r->srv->app->cache, key);
     if (t) {
         close(fd);
         return t;
@@ -154,7 +154,7 @@ static tile *read_static(hreq *r, const char *root, const char *rel, int *status
         *status = 500;
         return NULL;
     }
-    tilecache_put(r->srv->cache, key, t);
+    tilecache_put(r->srv->app->cache, key, t);
     return t;
 }
 
@@ -202,7 +202,7 @@ static tile *gzip_tile(hreq *r, const char *key, const tile *t)
     if (!gzkey)
         return NULL;
     snprintf(gzkey, klen, "gz:%s", key);
-    tile *z = tilecache_get(r->srv->cache, gzkey);
+    tile *z = tilecache_get(r->srv->app->cache, gzkey);
     if (z) {
         free(gzkey);
         return z;
@@ -232,7 +232,7 @@ static tile *gzip_tile(hreq *r, const char *key, const tile *t)
     }
     z = tile_new_take(out, len, t->content_type);
     if (z)
-        tilecache_put(r->srv->cache, gzkey, z);
+        tilecache_put(r->srv->app->cache, gzkey, z);
     free(gzkey);
     return z;
 }

@@ -197,13 +197,16 @@ void vo_base_url(hreq *r, char *out, size_t len)
     snprintf(out, len, "%s://%s", proto && strcmp(proto, "https") == 0 ? "https" : "http", host);
 }
 
-/* The dataset an IVOA identifier names: the dataset name, or ivo://tessera/{name}. */
-static const dataset *vo_find(hreq *r, const char *id)
+/* The dataset an IVOA identifier names (the dataset name, or ivo://tessera/{name}), with
+ * the checks of every route (catalog_lookup): 0, TESS_ENOTFOUND, or TESS_EIO with `why`
+ * when its header changed since the start (the request then answers 500, as every other
+ * route of the dataset does). */
+static int vo_find(hreq *r, const char *id, const dataset **d, char *why, size_t whylen)
 {
     static const char prefix[] = "ivo://tessera/";
     if (strncmp(id, prefix, sizeof(prefix) - 1) == 0)
         id += sizeof(prefix) - 1;
-    return catalog_find(r->srv->cat, id);
+    return catalog_lookup(r->srv->app->cat, id, strlen(id), d, why, whylen);
 }
 
 /* 1 when the dataset's pixels are in FITS files (not a TIFF file, not a stack of PNG or
@@ -442,8 +445,17 @@ void handle_vo_datalink(hreq *r, const route_match *m)
         for (int i = 0; i < p.n; i++) {
             if (strcasecmp(p.key[i], "ID") != 0)
                 continue;
-            const dataset *d = vo_find(r, p.value[i]);
-            if (!d) {
+            const dataset *d;
+            char why[600];
+            int rc = vo_find(r, p.value[i], &d, why, sizeof(why));
+            if (rc == TESS_EIO) {   /* as every other route of the dataset answers */
+                size_t n;
+                free(voxml_finish(x, &n));
+                vo_params_release(&p);
+                vo_reply_text(r, 500, "FatalFault: %s", why);
+                return;
+            }
+            if (rc) {
                 char msg[200];
                 snprintf(msg, sizeof(msg), "NotFoundFault: no dataset '%.*s'",
                          utf8_prefix(p.value[i], 120), p.value[i]);
@@ -676,8 +688,14 @@ void handle_vo_soda(hreq *r, const route_match *m)
                  "are application/fits", fmt);
         goto fail;
     }
-    d = vo_find(r, id);
-    if (!d) {
+    char changed[600];
+    int found = vo_find(r, id, &d, changed, sizeof(changed));
+    if (found == TESS_EIO) {
+        status = 500;
+        snprintf(why, sizeof(why), "FatalFault: %.280s", changed);
+        goto fail;
+    }
+    if (found) {
         status = 404;
         snprintf(why, sizeof(why), "NotFoundFault: no dataset '%.120s'", id);
         goto fail;
@@ -775,7 +793,7 @@ void handle_vo_capabilities(hreq *r, const route_match *m)
         capability(x, base, "ivo://ivoa.net/std/VOSI#availability", "/vo/availability");
         capability(x, base, "ivo://ivoa.net/std/DataLink#links-1.1", "/vo/datalink");
         capability(x, base, "ivo://ivoa.net/std/SODA#sync-1.0", "/vo/soda/sync");
-        if (r->srv->jobs)
+        if (r->srv->app->jobs)
             capability(x, base, "ivo://ivoa.net/std/UWS", "/vo/uws/jobs");
     }
     vo_reply_xml(r, 200, x, "application/xml");
@@ -789,7 +807,7 @@ void handle_vo_availability(hreq *r, const route_match *m)
         voxml_attr(x, "xmlns:avl", "http://www.ivoa.net/xml/VOSIAvailability/v1.0");
         voxml_element(x, "avl:available", "true");
         voxml_elementf(x, "avl:note", "Tessera serves %d datasets; jobs (UWS) are %s",
-                       catalog_count(r->srv->cat), r->srv->jobs ? "enabled" : "disabled "
+                       catalog_count(r->srv->app->cat), r->srv->app->jobs ? "enabled" : "disabled "
                        "(jobs.dir is not set)");
     }
     vo_reply_xml(r, 200, x, "application/xml");

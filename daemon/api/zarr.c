@@ -419,7 +419,7 @@ static int read_reduced_chunk(const struct zarr_job *j, long z, long x0, long y0
                               long h, double *full, char *err, size_t errlen)
 {
     plane_view v;
-    int rc = planestore_get(j->srv->planes, j->ds, z, j->g.level, &v, err, errlen);
+    int rc = planestore_get(j->srv->app->planes, j->ds, z, j->g.level, &v, err, errlen);
     if (rc)
         return rc;
     long cx = j->g.chunks[j->g.ndim - 1];
@@ -429,7 +429,7 @@ static int read_reduced_chunk(const struct zarr_job *j, long z, long x0, long y0
             double val = rp_plane_get(v.plane, x0 + x, y0 + y);
             full[y * cx + x] = integer ? floor(val + 0.5) : val;
         }
-    planestore_release(j->srv->planes, &v);
+    planestore_release(j->srv->app->planes, &v);
     return 0;
 }
 
@@ -544,9 +544,9 @@ static void zarr_doc_work(hreq *r)
     range.min_cut = (render_cut){0.0, 1};
     range.max_cut = (render_cut){100.0, 1};
     char err[256] = "";
-    int rc = planestore_cuts(r->srv->planes, d, w.z, &rp, &w.start, &w.end, err, sizeof err);
+    int rc = planestore_cuts(r->srv->app->planes, d, w.z, &rp, &w.start, &w.end, err, sizeof err);
     if (rc == 0)
-        rc = planestore_cuts(r->srv->planes, d, w.z, &range, &w.min, &w.max, err, sizeof err);
+        rc = planestore_cuts(r->srv->app->planes, d, w.z, &range, &w.min, &w.max, err, sizeof err);
     if (rc) {
         problem_reply(r, problem_read_status(rc, 500), NULL, "cannot read plane %ld of '%s' "
                       "for its display window: %s", w.z, d->name, err);

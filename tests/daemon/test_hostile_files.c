@@ -315,6 +315,11 @@ START_TEST(test_header_changed_same_size_mtime)
         size_t n;
         free(body_of(&s, paths[k], &n));
     }
+    size_t vo_n;
+    char *vo_doc = body_of(&s, "/vo/datalink?ID=img", &vo_n);
+    ck_assert_msg(strstr(vo_doc, "/vo/soda/sync") != NULL, "DataLink of img: %s", vo_doc);
+    free(vo_doc);
+    free(body_of(&s, "/vo/soda/sync?ID=img&CIRCLE=30%20-10%200.1", &vo_n));
 
     next_tick();
     put_image(img, 3, IN_PLACE, &st0);
@@ -341,6 +346,22 @@ START_TEST(test_header_changed_same_size_mtime)
                       strstr(r.body, "img.fits changed since the server started (CRVAL1); "
                              "restart tesserad to serve the new header"),
                       "%s: %s", paths[k], r.body ? r.body : "");
+        tt_resp_free(&r);
+    }
+    /* DataLink and SODA find the dataset as every other route does: the same 500 and
+     * reason, in their own error form (DALI: text/plain, a fault code first). */
+    static const char *const vo_paths[] = {
+        "/vo/datalink?ID=img", "/vo/datalink?ID=ivo://tessera/img&ID=nosuch",
+        "/vo/soda/sync?ID=img&CIRCLE=30%20-10%200.1", "/vo/soda/sync?ID=ivo://tessera/img" };
+    for (size_t k = 0; k < sizeof vo_paths / sizeof vo_paths[0]; k++) {
+        tt_resp r = tt_fetch(s.base, "GET", vo_paths[k], NULL, 0, NULL);
+        ck_assert_msg(r.status == 500, "%s after the header changed: status %ld", vo_paths[k],
+                      r.status);
+        ck_assert_msg(r.body && strncmp(r.body, "FatalFault: dataset 'img': the header of ",
+                                        41) == 0 &&
+                      strstr(r.body, "img.fits changed since the server started (CRVAL1); "
+                             "restart tesserad to serve the new header\n"),
+                      "%s: %s", vo_paths[k], r.body ? r.body : "");
         tt_resp_free(&r);
     }
     /* The header put back (pixels of version 2): served again, as a pixels-only change. */

@@ -191,6 +191,53 @@ START_TEST(values_refuse_bad_input)
 }
 END_TEST
 
+/* A plane the dataset lacks is told alike by every route that takes one (values,
+ * histogram, cutouts, HiPS by ?plane= and, 404, by a tile's _{z}): one check, one text;
+ * so is a bad pixel of values and series. */
+START_TEST(plane_checked_alike_everywhere)
+{
+    static const struct { const char *path; long status; } cases[] = {
+        {"/api/v1/datasets/l1448_13co/values?x=0&y=0&plane=53", 400},
+        {"/api/v1/datasets/l1448_13co/histogram?plane=53", 400},
+        {"/api/v1/cutout?dataset=l1448_13co&ra=51.3&dec=30.8&fov=0.1&width=8&height=8"
+         "&plane=53", 400},
+        {"/hips/l1448_13co/Norder3/Dir0/Npix0.fits?plane=53", 400},
+        {"/hips/l1448_13co/Norder3/Dir0/Npix0_53.fits", 404},
+    };
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        tt_resp r = get(cases[k].path);
+        tt_assert_problem(cases[k].path, &r, cases[k].status, "plane");
+        ck_assert_msg(r.body && strstr(r.body, "dataset 'l1448_13co' has 53 planes: no plane "
+                                       "53 (planes 0..52)"), "%s: %s", cases[k].path,
+                      r.body ? r.body : "");
+        tt_resp_free(&r);
+    }
+    /* The pixel of values and series, read in one place: the same detail from both. */
+    static const char *const xy[] = {"x=100000&y=0", "x=0", "y=0", "x=1.5&y=0", "x=0&y=-1"};
+    for (size_t k = 0; k < sizeof xy / sizeof xy[0]; k++) {
+        char pv[160], ps[160];
+        snprintf(pv, sizeof pv, "/api/v1/datasets/l1448_13co/values?%s", xy[k]);
+        snprintf(ps, sizeof ps, "/api/v1/datasets/l1448_13co/series?%s", xy[k]);
+        tt_resp a = get(pv), b = get(ps);
+        tt_assert_problem(pv, &a, 400, NULL);
+        tt_assert_problem(ps, &b, 400, NULL);
+        json_t *ja = json_loads(a.body, 0, NULL), *jb = json_loads(b.body, 0, NULL);
+        ck_assert_ptr_nonnull(ja);
+        ck_assert_ptr_nonnull(jb);
+        ck_assert_str_eq(json_string_value(json_object_get(ja, "detail")),
+                         json_string_value(json_object_get(jb, "detail")));
+        json_decref(ja);
+        json_decref(jb);
+        tt_resp_free(&a);
+        tt_resp_free(&b);
+    }
+    tt_resp r = get("/api/v1/datasets/horsehead/values?x=0&y=0&plane=1");
+    ck_assert_msg(r.body && strstr(r.body, "dataset 'horsehead' has 1 plane: no plane 1 "
+                                   "(planes 0..0)"), "%s", r.body ? r.body : "");
+    tt_resp_free(&r);
+}
+END_TEST
+
 START_TEST(histogram_counts_every_finite_pixel)
 {
     char p[600];
@@ -514,6 +561,7 @@ int main(void)
     tcase_add_checked_fixture(tc, setup, teardown);
     tcase_set_timeout(tc, 60);
     tcase_add_test(tc, values_are_the_physical_pixels);
+    tcase_add_test(tc, plane_checked_alike_everywhere);
     tcase_add_test(tc, values_scale_and_blank);
     tcase_add_test(tc, values_refuse_bad_input);
     tcase_add_test(tc, histogram_counts_every_finite_pixel);

@@ -1,6 +1,7 @@
 /* The job runner through HTTP: submit, progress, cancel, failure, auth, limits, restart
  * after kill -9.  Uses a job type defined here ("test_squares") whose blocks write files,
  * so that what the runner does with blocks and files can be checked exactly. */
+#include "tests/daemon/test_jobkind_body.h"
 #include "daemon/config.h"
 #include "daemon/http.h"
 #include "daemon/jobs/jobs.h"
@@ -55,7 +56,7 @@ static int sq_validate(const json_t *b, const job_env *env, job_problem *pb)
     return jobkind_check_new_name(env, json_string_value(name), "output.name", pb);
 }
 
-static int sq_plan(const json_t *b, const job_env *env, const char *wd, job_plan *out, char *err,
+static int sq_plan(const void *b, const job_env *env, const char *wd, job_plan *out, char *err,
                    size_t errlen)
 {
     (void)env;
@@ -159,8 +160,22 @@ static void sq_release(void *state)
     free(state);
 }
 
-static const job_kind sq_kind = {"test_squares", sq_validate, sq_plan, sq_run, sq_finish,
-                                 sq_release, NULL};
+static int sq_parse(const json_t *b, const job_env *env, int accepted, void **req,
+                    job_problem *pb)
+{
+    (void)accepted;
+    return tt_body_request(b, env, req, pb, sq_validate);
+}
+
+static const job_kind sq_kind = {
+    .type = "test_squares",
+    .parse = sq_parse,
+    .req_free = tt_body_request_free,
+    .plan = sq_plan,
+    .run_block = sq_run,
+    .finish = sq_finish,
+    .release = sq_release,
+};
 
 /* ---- fixture ------------------------------------------------------------------------ */
 

@@ -1,12 +1,12 @@
 /* Faults: source files truncated, replaced or deleted while served;
  * disk full while a job writes its product; SIGTERM with requests in flight.
  * (kill -9 of mosaic jobs at random points is in test_jobs.c.) */
-#include "tests/daemon/test_jobkind_body.h"
 #include "engine/base/mapguard.h"
 #include "engine/image/stack.h"
 #include "daemon/config.h"
 #include "daemon/http.h"
 #include "daemon/jobs/jobs.h"
+#include "tests/daemon/test_jobkind_body.h"
 #include "tests/testutil.h"
 #include "engine/base/error.h"
 

@@ -20,12 +20,12 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "tests/daemon/test_jobkind_body.h"
 #include "daemon/config.h"
 #include "daemon/http.h"
 #include "daemon/jobs/jobs.h"
 #include "engine/base/error.h"
 #include "engine/mosaic/mosaic.h"
+#include "tests/daemon/test_jobkind_body.h"
 #include "tests/testutil.h"
 
 #define MB 1048576.0

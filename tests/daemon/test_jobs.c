@@ -1,18 +1,20 @@
 /* The job runner through HTTP: submit, progress, cancel, failure, auth, limits, restart
  * after kill -9.  Uses a job type defined here ("test_squares") whose blocks write files,
  * so that what the runner does with blocks and files can be checked exactly. */
-#include "tests/daemon/test_jobkind_body.h"
 #include "daemon/config.h"
 #include "daemon/http.h"
 #include "daemon/jobs/jobs.h"
+#include "tests/daemon/test_jobkind_body.h"
 #include "tests/testutil.h"
 #include "engine/base/error.h"
+#include "engine/mosaic/mosaic.h"
 
 #include <dirent.h>
 #include <fcntl.h>
 #include <fitsio.h>
 #include <jansson.h>
 #include <limits.h>
+#include <math.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -897,6 +899,69 @@ START_TEST(test_startup_sweep)
 }
 END_TEST
 
+/* A mosaic's body is parsed once at submit and once when it runs, and each run reads each
+ * input's header once (the estimate and the plan use the headers the parse read, and the
+ * automatic target it computed): 6 tiles, 6 reads at submit, 6 more for the run, none for
+ * the polls.  The product has the size of the automatic target of those headers. */
+START_TEST(test_mosaic_headers_read_once)
+{
+    enum { N = 6 };
+    char *root = realpath(MOSAIC_DIR, NULL);
+    ck_assert_ptr_nonnull(root);
+    char paths[N][PATH_MAX];
+    json_t *in = json_array();
+    for (int i = 0; i < N; i++) {
+        snprintf(paths[i], sizeof paths[i], "%s/tile_%d.fits", root, i + 1);
+        json_array_append_new(in, json_string(paths[i]));
+    }
+    free(root);
+    json_t *b = json_pack("{s:s, s:o, s:s, s:{s:s}}", "type", "mosaic", "inputs", in,
+                          "method", "nearest", "output", "name", "read_once");
+    char *body = json_dumps(b, JSON_COMPACT), id[32];
+    json_decref(b);
+    unsigned long r0 = mos_header_reads(), p0 = jobkind_parses();
+    submit(body, id, sizeof id);
+    free(body);
+    ck_assert_uint_eq(jobkind_parses() - p0, 1);
+    ck_assert_uint_eq(mos_header_reads() - r0, N);
+    json_t *j = wait_end(id, 60);
+    ck_assert_str_eq(json_string_value(json_object_get(j, "state")), "succeeded");
+    json_decref(j);
+    ck_assert_uint_eq(jobkind_parses() - p0, 2);
+    ck_assert_uint_eq(mos_header_reads() - r0, 2 * N);
+    /* the product's size is the automatic target's, computed here from the same headers */
+    mos_header h[N];
+    skywcs *ws[N];
+    long nx[N], ny[N];
+    for (int i = 0; i < N; i++) {
+        skywcs_image_check chk;
+        char e[256] = "";
+        ck_assert_msg(mos_read_header(paths[i], 0, &h[i], &chk, e, sizeof e) == 0, "%s", e);
+        ws[i] = h[i].cel;
+        nx[i] = h[i].nx;
+        ny[i] = h[i].ny;
+    }
+    char *cards = NULL, e[256] = "";
+    int nk = 0;
+    long ox = 0, oy = 0;
+    ck_assert_msg(mos_auto_target(N, ws, nx, ny, SKY_FRAME_NONE, "", &cards, &nk, &ox, &oy, e,
+                                  sizeof e) == 0, "%s", e);
+    free(cards);
+    for (int i = 0; i < N; i++)
+        mos_header_release(&h[i]);
+    long pnx = 0, pny = 0;
+    double *v = fetch_product(id, &pnx, &pny);
+    ck_assert_ptr_nonnull(v);
+    ck_assert_int_eq(pnx, ox);
+    ck_assert_int_eq(pny, oy);
+    long finite = 0;
+    for (long k = 0; k < pnx * pny; k++)
+        finite += isfinite(v[k]) ? 1 : 0;
+    ck_assert_int_gt(finite, pnx * pny / 4);
+    free(v);
+}
+END_TEST
+
 /* One server per jobs directory: a second one on it would run the same jobs twice. */
 START_TEST(test_one_server_per_jobs_dir)
 {
@@ -938,6 +1003,7 @@ int main(void)
     tcase_add_test(tc, test_startup_sweep);
     tcase_add_test(tc, test_one_server_per_jobs_dir);
     tcase_add_test(tc, test_mosaic_kill9_same_product);
+    tcase_add_test(tc, test_mosaic_headers_read_once);
     suite_add_tcase(s, tc);
     return tt_run_suite(s);
 }

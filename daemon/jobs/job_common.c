@@ -7,6 +7,7 @@
 #include "engine/fits/fitsimg.h"
 #include "engine/fits/fitswrite.h"
 #include "engine/image/stack.h"
+#include "engine/image/zreduce.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -326,6 +327,8 @@ int jobc_parse(const json_t *body, const job_env *env, int accepted,
         jobkind_problem(pb, 500, NULL, "out of memory");
         return -1;
     }
+    snprintf(r->type, sizeof r->type, "%s", json_string_value(json_object_get(body, "type")));
+    r->known = known;
     if (jobkind_only_fields(body, known, NULL, pb) != 0 ||
         jobc_check_dataset(body, env, &r->d, pb) != 0 || (check && check(body, r, pb) != 0) ||
         (output && jobc_check_output(body, env, accepted, r->output, sizeof r->output, pb))) {
@@ -334,6 +337,35 @@ int jobc_parse(const json_t *body, const job_env *env, int accepted,
     }
     *req = r;
     return 0;
+}
+
+json_t *jobc_req_json(const void *req)
+{
+    const jobc_req *r = req;
+    json_t *o = json_object();
+    int bad = !o;
+    for (int i = 0; !bad && r->known[i]; i++) {
+        const char *k = r->known[i];
+        json_t *v = NULL;
+        if (strcmp(k, "type") == 0)
+            v = json_string(r->type);
+        else if (strcmp(k, "dataset") == 0)
+            v = json_string(r->d->name);
+        else if (strcmp(k, "size") == 0)
+            v = json_pack("[I, I]", (json_int_t)r->size[0], (json_int_t)r->size[1]);
+        else if (strcmp(k, "op") == 0)
+            v = json_string(zreduce_op_name((stack_zop)r->op));
+        else if (strcmp(k, "axis") == 0)
+            v = json_string(zreduce_axis_name((zreduce_axis)r->axis));
+        else if (strcmp(k, "output") == 0)
+            v = json_pack("{s:s}", "name", r->output);
+        bad = json_object_set_new(o, k, v) != 0;
+    }
+    if (bad) {
+        json_decref(o);
+        return NULL;
+    }
+    return o;
 }
 
 /* ---- the steps every job type takes --------------------------------------------------- */

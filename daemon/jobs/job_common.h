@@ -20,6 +20,8 @@ static inline long jobc_lmax(long a, long b) { return a > b ? a : b; }
 
 /* What parse makes of a body of ingest, rechunk, recenter, reduce or power_spectrum. */
 typedef struct jobc_req {
+    char type[32];          /* body.type */
+    const char *const *known;   /* the fields the type takes, in their order */
     const dataset *d;       /* body.dataset */
     char output[72];        /* body.output.name; "" for a type without an output */
     long size[2];           /* recenter: body.size, W and H */
@@ -37,6 +39,10 @@ typedef int (*jobc_req_check)(const json_t *body, jobc_req *r, job_problem *pb);
 int jobc_parse(const json_t *body, const job_env *env, int accepted,
                const char *const *known, jobc_req_check check, int output, void **req,
                job_problem *pb);
+
+/* The req_json (jobkind.h) of a jobc_req: the fields of r->known in that order, from the
+ * request (dataset by its catalog name, op and axis by name). */
+json_t *jobc_req_json(const void *req);
 
 /* body.dataset names a cube or stack of env->cat with at least 2 planes and fewer than
  * 2^32 - 1 pixels a plane: *out = it.  Else -1 with *pb: 400 missing or not a string,

@@ -153,6 +153,7 @@ const job_kind job_kind_ingest = {
     .type = "ingest",
     .parse = ingest_parse,
     .req_free = free,
+    .req_json = jobc_req_json,
     .plan = ingest_plan,
     .run_block = ingest_run,
     .finish = ingest_finish,

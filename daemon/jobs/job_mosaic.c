@@ -24,7 +24,8 @@ typedef struct mreq {
     char **names;
     mos_header *hdrs;      /* each input's header (cards NULL: not read; mos_plan reads it
                               and says why) */
-    char *tcards;          /* target.header; NULL: automatic */
+    char *theader;         /* target.header as given; NULL: automatic */
+    char *tcards;          /* its cards */
     int tkeys;
     char *acards;          /* the automatic target (NULL: not computed; mos_plan does) */
     int akeys;
@@ -50,6 +51,7 @@ static void mreq_free(void *req)
     for (int i = 0; r->hdrs && i < r->n; i++)
         mos_header_release(&r->hdrs[i]);
     free(r->hdrs);
+    free(r->theader);
     free(r->tcards);
     free(r->acards);
     free(r);
@@ -197,6 +199,11 @@ static int parse_target_header(const json_t *h, mreq *r, job_problem *pb)
     if (!json_is_string(h)) {
         jobkind_problem(pb, 400, "target.header", "'target.header' must be a string of FITS "
                         "cards");
+        return -1;
+    }
+    r->theader = strdup(json_string_value(h));
+    if (!r->theader) {
+        jobkind_problem(pb, 500, "target.header", "out of memory");
         return -1;
     }
     char why[256] = "out of memory";
@@ -554,6 +561,52 @@ static void fill_spec(const mreq *r, mos_spec *sp)
     sp->bg = r->bg;
 }
 
+/* The target as the stored body gives it: the header as given, or "auto" with the frame
+ * and projection asked for (none: the defaults, decided from the headers at each parse). */
+static json_t *target_json(const mreq *r)
+{
+    if (r->theader)
+        return json_pack("{s:s}", "header", r->theader);
+    json_t *a = json_object();
+    if (a && r->frame != SKY_FRAME_NONE &&
+        json_object_set_new(a, "frame", json_string(sky_frame_name(r->frame))) != 0) {
+        json_decref(a);
+        return NULL;
+    }
+    if (a && r->proj[0] && json_object_set_new(a, "projection", json_string(r->proj)) != 0) {
+        json_decref(a);
+        return NULL;
+    }
+    return a ? json_pack("{s:o}", "auto", a) : NULL;
+}
+
+/* req_json: type, input(s) as given, target, method, combine and match_background (not for
+ * a reprojection, which has neither), output. */
+static json_t *mreq_json(const void *req)
+{
+    const mreq *r = req;
+    json_t *in = r->reproject ? json_string(r->names[0]) : json_array();
+    for (int i = 0; in && !r->reproject && i < r->n; i++)
+        if (json_array_append_new(in, json_string(r->names[i])) != 0) {
+            json_decref(in);
+            in = NULL;
+        }
+    json_t *bg = r->bg == MOS_BG_LEVEL ? json_string("level") : json_boolean(r->bg == MOS_BG_PLANE);
+    json_t *o = NULL;
+    if (r->reproject)
+        o = json_pack("{s:s, s:o, s:o, s:s, s:{s:s}}", "type", "reproject", "input", in,
+                      "target", target_json(r), "method", rp_method_name(r->method), "output",
+                      "name", r->output);
+    else
+        o = json_pack("{s:s, s:o, s:o, s:s, s:s, s:o, s:{s:s}}", "type", "mosaic", "inputs",
+                      in, "target", target_json(r), "method", rp_method_name(r->method),
+                      "combine", mos_combine_name(r->combine), "match_background", bg,
+                      "output", "name", r->output);
+    if (r->reproject)
+        json_decref(bg);
+    return o;
+}
+
 typedef struct mjob {
     mosaic *m;
     char output[128];
@@ -657,6 +710,7 @@ const job_kind job_kind_mosaic = {
     .type = "mosaic",
     .parse = mosaic_parse,
     .req_free = mreq_free,
+    .req_json = mreq_json,
     .plan = mosaic_plan,
     .run_block = mosaic_run_block,
     .finish = mosaic_finish,
@@ -668,6 +722,7 @@ const job_kind job_kind_reproject = {
     .type = "reproject",
     .parse = reproject_parse,
     .req_free = mreq_free,
+    .req_json = mreq_json,
     .plan = mosaic_plan,
     .run_block = mosaic_run_block,
     .finish = mosaic_finish,

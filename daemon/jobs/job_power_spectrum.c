@@ -190,6 +190,7 @@ const job_kind job_kind_power_spectrum = {
     .type = "power_spectrum",
     .parse = ps_parse,
     .req_free = free,
+    .req_json = jobc_req_json,
     .plan = ps_plan,
     .run_block = ps_run,
     .finish = ps_finish,

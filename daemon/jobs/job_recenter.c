@@ -266,6 +266,7 @@ const job_kind job_kind_recenter = {
     .type = "recenter",
     .parse = recenter_parse,
     .req_free = free,
+    .req_json = jobc_req_json,
     .plan = recenter_plan,
     .run_block = recenter_run,
     .finish = recenter_finish,

@@ -196,6 +196,7 @@ const job_kind job_kind_rechunk = {
     .type = "rechunk",
     .parse = rechunk_parse,
     .req_free = free,
+    .req_json = jobc_req_json,
     .plan = rechunk_plan,
     .run_block = rechunk_run,
     .finish = rechunk_finish,

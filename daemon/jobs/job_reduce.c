@@ -294,6 +294,7 @@ const job_kind job_kind_reduce = {
     .type = "reduce",
     .parse = reduce_parse,
     .req_free = free,
+    .req_json = jobc_req_json,
     .plan = reduce_plan,
     .run_block = reduce_run,
     .finish = reduce_finish,

@@ -93,6 +93,12 @@ typedef struct job_kind {
     /* Frees a request of parse (NULL is ignored). */
     void (*req_free)(void *req);
 
+    /* The request as the body the job is stored with: every field written out (defaults
+     * included) in one order, which parse turns into the same request again, so that a
+     * run, a restart and the job document read what was accepted.  NULL (the hook, or
+     * its answer when out of memory): the body is stored as it was given. */
+    json_t *(*req_json)(const void *req);
+
     /* Plans the job (see above) from its request.  `workdir` exists and is private to
      * this job; plan may create files in it (deterministically).  Returns 0 or a TESS_E*
      * code with err. */

@@ -449,10 +449,15 @@ int jobs_submit(jobs *J, const char *body, size_t len, char **json_out, job_prob
     void *req = NULL;
     int bad = jobkind_parse(k, b, &env, 0, &req, pb) ||
               (k->estimate && k->estimate(req, &env, &cost, pb));
+    json_t *norm = !bad && k->req_json ? k->req_json(req) : NULL;
     k->req_free(req);
     if (bad) {
         json_decref(b);
         return -1;
+    }
+    if (norm) {
+        json_decref(b);
+        b = norm;
     }
     char *canon = json_dumps(b, JSON_COMPACT | JSON_PRESERVE_ORDER);
     json_decref(b);

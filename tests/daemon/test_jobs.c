@@ -926,6 +926,17 @@ START_TEST(test_mosaic_headers_read_once)
     ck_assert_uint_eq(mos_header_reads() - r0, N);
     json_t *j = wait_end(id, 60);
     ck_assert_str_eq(json_string_value(json_object_get(j, "state")), "succeeded");
+    /* stored normalised: the defaults written out, the inputs as given */
+    json_t *rq = json_object_get(j, "request");
+    ck_assert_str_eq(json_string_value(json_object_get(rq, "combine")), "mean");
+    ck_assert_str_eq(json_string_value(json_object_get(rq, "method")), "nearest");
+    ck_assert(json_is_false(json_object_get(rq, "match_background")));
+    ck_assert_int_eq((int)json_object_size(json_object_get(json_object_get(rq, "target"),
+                                                           "auto")), 0);
+    ck_assert_ptr_nonnull(json_object_get(json_object_get(rq, "target"), "auto"));
+    ck_assert_int_eq((int)json_array_size(json_object_get(rq, "inputs")), N);
+    ck_assert_str_eq(json_string_value(json_array_get(json_object_get(rq, "inputs"), 5)),
+                     paths[5]);
     json_decref(j);
     ck_assert_uint_eq(jobkind_parses() - p0, 2);
     ck_assert_uint_eq(mos_header_reads() - r0, 2 * N);

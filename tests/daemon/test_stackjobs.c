@@ -248,6 +248,17 @@ static long run_job(const job_kind *k, const char *body_text, const char *produc
     void *req = NULL;
     ck_assert_msg(jobkind_parse(k, body, &env, 0, &req, &pb) == 0, "parse %s: %s: %s", body_text,
                   pb.field, pb.detail);
+    /* the stored (normalised) body parses into the same request */
+    json_t *norm = k->req_json(req);
+    ck_assert_ptr_nonnull(norm);
+    ck_assert_str_eq(json_string_value(json_object_get(norm, "dataset")),
+                     json_string_value(json_object_get(body, "dataset")));
+    void *again_req = accepted_req(k, norm);
+    json_t *norm2 = k->req_json(again_req);
+    ck_assert_msg(json_equal(norm, norm2), "%s: not stable", body_text);
+    json_decref(norm2);
+    json_decref(norm);
+    k->req_free(again_req);
     char wd[64], err[256] = "";
     tt_tmpdir_make(wd, sizeof wd, "sjwork");
     job_plan plan;

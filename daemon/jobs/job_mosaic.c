@@ -1,7 +1,7 @@
-/* The "mosaic" job type: body validation and the job_kind glue over engine/mosaic. */
+/* The "mosaic" and "reproject" job types: the body parsed into a typed request (each
+ * input's header read once) and the job_kind glue over engine/mosaic. */
 #include "daemon/jobs/job_mosaic.h"
 #include "engine/fits/fitscard.h"
-#include "engine/fits/fitsimg.h"
 #include "engine/mosaic/mosaic.h"
 #include "engine/base/error.h"
 

@@ -919,11 +919,29 @@ START_TEST(test_mosaic_headers_read_once)
                           "method", "nearest", "output", "name", "read_once");
     char *body = json_dumps(b, JSON_COMPACT), id[32];
     json_decref(b);
+    /* a job of squares holds the runner (one job at a time) while the mosaic is submitted,
+     * so that what the submit did is counted alone */
+    char sq[32];
+    submit("{\"type\": \"test_squares\", \"n\": 100, \"delay_ms\": 50, \"output\": "
+           "{\"name\": \"hold\"}}", sq, sizeof sq);
+    for (double t0 = tt_now_s();;) {
+        json_t *q = job_get(sq);
+        int running = strcmp(json_string_value(json_object_get(q, "state")), "running") == 0;
+        json_decref(q);
+        if (running)
+            break;
+        ck_assert_msg(tt_now_s() - t0 < 30, "the job of squares did not start");
+        usleep(5000);
+    }
     unsigned long r0 = mos_header_reads(), p0 = jobkind_parses();
     submit(body, id, sizeof id);
     free(body);
+    json_t *q = job_get(sq);
+    ck_assert_str_eq(json_string_value(json_object_get(q, "state")), "running");
+    json_decref(q);
     ck_assert_uint_eq(jobkind_parses() - p0, 1);
     ck_assert_uint_eq(mos_header_reads() - r0, N);
+    json_decref(wait_end(sq, 60));
     json_t *j = wait_end(id, 60);
     ck_assert_str_eq(json_string_value(json_object_get(j, "state")), "succeeded");
     /* stored normalised: the defaults written out, the inputs as given */

@@ -87,7 +87,8 @@ static double run_job(const job_kind *k, const job_env *env, const char *body_te
     json_error_t je;
     json_t *body = json_loads(body_text, 0, &je);
     job_problem pb;
-    if (!body || k->validate(body, env, &pb) != 0) {
+    void *req = NULL;
+    if (!body || jobkind_parse(k, body, env, 0, &req, &pb) != 0) {
         fprintf(stderr, "stackbench: %s refused: %s %s\n", body_text, pb.field, pb.detail);
         json_decref(body);
         return -1;
@@ -95,6 +96,7 @@ static double run_job(const job_kind *k, const job_env *env, const char *body_te
     char wd[4096];
     snprintf(wd, sizeof wd, "%s/work-%s-XXXXXX", workroot, k->type);
     if (!mkdtemp(wd)) {
+        k->req_free(req);
         json_decref(body);
         return -1;
     }
@@ -102,7 +104,9 @@ static double run_job(const job_kind *k, const job_env *env, const char *body_te
     unsigned long long dec0 = pngframe_decodes();
     job_plan plan;
     char err[256] = "";
-    if (k->plan(body, env, wd, &plan, err, sizeof err) != 0) {
+    int prc = k->plan(req, env, wd, &plan, err, sizeof err);
+    k->req_free(req);
+    if (prc != 0) {
         fprintf(stderr, "stackbench: plan: %s\n", err);
         json_decref(body);
         return -1;

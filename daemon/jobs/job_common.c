@@ -7,6 +7,7 @@
 #include "engine/fits/fitsimg.h"
 #include "engine/fits/fitswrite.h"
 #include "engine/image/stack.h"
+#include "engine/image/zreduce.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -286,7 +287,8 @@ int jobc_check_dataset(const json_t *body, const job_env *env, const dataset **o
     return 0;
 }
 
-int jobc_check_output(const json_t *body, const job_env *env, job_problem *pb)
+int jobc_check_output(const json_t *body, const job_env *env, int accepted, char *name,
+                      size_t len, job_problem *pb)
 {
     json_t *o = json_object_get(body, "output");
     if (!o) {
@@ -305,52 +307,74 @@ int jobc_check_output(const json_t *body, const job_env *env, job_problem *pb)
         jobkind_problem(pb, 400, "output.name", "'output.name' must be a string");
         return -1;
     }
-    return jobkind_check_new_name(env, json_string_value(n), "output.name", pb);
-}
-
-const char *jobc_output_name(const json_t *body)
-{
-    return json_string_value(json_object_get(json_object_get(body, "output"), "name"));
-}
-
-int jobc_plan_dataset(const json_t *body, const job_env *env, const dataset **d, char *err,
-                        size_t errlen)
-{
-    job_problem pb;
-    if (jobc_check_dataset(body, env, d, &pb) != 0)
-        return jobc_problem_error(&pb, err, errlen);
+    if (!accepted && jobkind_check_new_name(env, json_string_value(n), "output.name", pb))
+        return -1;
+    if (json_string_length(n) >= len) {
+        jobkind_problem(pb, 400, "output.name", "too long");
+        return -1;
+    }
+    snprintf(name, len, "%s", json_string_value(n));
     return 0;
 }
 
-/* ---- the steps every job type takes --------------------------------------------------- */
-
-int jobc_problem_error(const job_problem *pb, char *err, size_t errlen)
+int jobc_parse(const json_t *body, const job_env *env, int accepted,
+               const char *const *known, jobc_req_check check, int output, void **req,
+               job_problem *pb)
 {
-    tess_seterr(err, errlen, "%s: %s", pb->field, pb->detail);
-    return TESS_EINVAL;
+    *req = NULL;
+    jobc_req *r = calloc(1, sizeof *r);
+    if (!r) {
+        jobkind_problem(pb, 500, NULL, "out of memory");
+        return -1;
+    }
+    snprintf(r->type, sizeof r->type, "%s", json_string_value(json_object_get(body, "type")));
+    r->known = known;
+    if (jobkind_only_fields(body, known, NULL, pb) != 0 ||
+        jobc_check_dataset(body, env, &r->d, pb) != 0 || (check && check(body, r, pb) != 0) ||
+        (output && jobc_check_output(body, env, accepted, r->output, sizeof r->output, pb))) {
+        free(r);
+        return -1;
+    }
+    *req = r;
+    return 0;
 }
+
+json_t *jobc_req_json(const void *req)
+{
+    const jobc_req *r = req;
+    json_t *o = json_object();
+    int bad = !o;
+    for (int i = 0; !bad && r->known[i]; i++) {
+        const char *k = r->known[i];
+        json_t *v = NULL;
+        if (strcmp(k, "type") == 0)
+            v = json_string(r->type);
+        else if (strcmp(k, "dataset") == 0)
+            v = json_string(r->d->name);
+        else if (strcmp(k, "size") == 0)
+            v = json_pack("[I, I]", (json_int_t)r->size[0], (json_int_t)r->size[1]);
+        else if (strcmp(k, "op") == 0)
+            v = json_string(zreduce_op_name((stack_zop)r->op));
+        else if (strcmp(k, "axis") == 0)
+            v = json_string(zreduce_axis_name((zreduce_axis)r->axis));
+        else if (strcmp(k, "output") == 0)
+            v = json_pack("{s:s}", "name", r->output);
+        bad = json_object_set_new(o, k, v) != 0;
+    }
+    if (bad) {
+        json_decref(o);
+        return NULL;
+    }
+    return o;
+}
+
+/* ---- the steps every job type takes --------------------------------------------------- */
 
 void *jobc_state_new(size_t size, char *err, size_t errlen)
 {
     void *s = calloc(1, size);
     if (!s)
         tess_seterr(err, errlen, "out of memory");
-    return s;
-}
-
-void *jobc_plan_begin(const json_t *body, const job_env *env, jobc_plan_check check,
-                      size_t size, const dataset **d, int *rc, char *err, size_t errlen)
-{
-    job_problem pb;
-    if ((*rc = jobc_plan_dataset(body, env, d, err, errlen)) != 0)
-        return NULL;
-    if (check && check(body, *d, &pb) != 0) {
-        *rc = jobc_problem_error(&pb, err, errlen);
-        return NULL;
-    }
-    void *s = jobc_state_new(size, err, errlen);
-    if (!s)
-        *rc = TESS_ENOMEM;
     return s;
 }
 

@@ -16,7 +16,33 @@
 static inline long jobc_lmin(long a, long b) { return a < b ? a : b; }
 static inline long jobc_lmax(long a, long b) { return a > b ? a : b; }
 
-/* ---- body checks (for validate and plan) ---- */
+/* ---- the typed request of the job types on a cube or stack ---- */
+
+/* What parse makes of a body of ingest, rechunk, recenter, reduce or power_spectrum. */
+typedef struct jobc_req {
+    char type[32];          /* body.type */
+    const char *const *known;   /* the fields the type takes, in their order */
+    const dataset *d;       /* body.dataset */
+    char output[72];        /* body.output.name; "" for a type without an output */
+    long size[2];           /* recenter: body.size, W and H */
+    int op, axis;           /* reduce: body.op (stack_zop), body.axis (zreduce_axis) */
+} jobc_req;
+
+/* A job type's own checks of body (after body.dataset, in r->d), filling its fields of
+ * r: 0, or -1 with *pb. */
+typedef int (*jobc_req_check)(const json_t *body, jobc_req *r, job_problem *pb);
+
+/* The parse (jobkind.h) of these types: every key of body one of `known`
+ * (NULL-terminated), body.dataset (jobc_check_dataset), `check` (NULL: none), then, when
+ * `output`, body.output (jobc_check_output).  0 with *req (a jobc_req: free(3) it), or -1
+ * with *pb (500 when out of memory). */
+int jobc_parse(const json_t *body, const job_env *env, int accepted,
+               const char *const *known, jobc_req_check check, int output, void **req,
+               job_problem *pb);
+
+/* The req_json (jobkind.h) of a jobc_req: the fields of r->known in that order, from the
+ * request (dataset by its catalog name, op and axis by name). */
+json_t *jobc_req_json(const void *req);
 
 /* body.dataset names a cube or stack of env->cat with at least 2 planes and fewer than
  * 2^32 - 1 pixels a plane: *out = it.  Else -1 with *pb: 400 missing or not a string,
@@ -24,35 +50,16 @@ static inline long jobc_lmax(long a, long b) { return a > b ? a : b; }
 int jobc_check_dataset(const json_t *body, const job_env *env, const dataset **out,
                        job_problem *pb);
 
-/* body.output is {"name": NEW}, NEW a valid unused dataset name.  0, or -1 with *pb
- * (400, 409 when taken). */
-int jobc_check_output(const json_t *body, const job_env *env, job_problem *pb);
-
-/* body.output.name (after jobc_check_output), borrowed from body. */
-const char *jobc_output_name(const json_t *body);
-
-/* jobc_check_dataset for plan(): 0, or TESS_EINVAL with err "field: reason". */
-int jobc_plan_dataset(const json_t *body, const job_env *env, const dataset **d, char *err,
-                      size_t errlen);
+/* body.output is {"name": NAME}, NAME a valid dataset name, unused unless `accepted`:
+ * copied to name (len bytes).  0, or -1 with *pb (400, 409 when taken). */
+int jobc_check_output(const json_t *body, const job_env *env, int accepted, char *name,
+                      size_t len, job_problem *pb);
 
 /* ---- the steps every job type takes ---- */
-
-/* The problem pb as a plan's error: err "field: reason".  Returns TESS_EINVAL. */
-int jobc_problem_error(const job_problem *pb, char *err, size_t errlen);
 
 /* A zeroed state of `size` bytes for a plan (free(3) it, or hand it to
  * jobc_plan_one_stage).  NULL with err "out of memory" when it cannot be allocated. */
 void *jobc_state_new(size_t size, char *err, size_t errlen);
-
-/* A job type's own check of the body and its dataset d at plan: 0, or -1 with *pb set. */
-typedef int (*jobc_plan_check)(const json_t *body, const dataset *d, job_problem *pb);
-
-/* The start of a plan: the body's dataset (jobc_plan_dataset) into *d, then `check`
- * (may be NULL; its problem becomes err as jobc_problem_error), then
- * jobc_state_new(size).  Returns the state, or NULL with *rc (TESS_EINVAL, TESS_ENOMEM)
- * and err. */
-void *jobc_plan_begin(const json_t *body, const job_env *env, jobc_plan_check check,
-                      size_t size, const dataset **d, int *rc, char *err, size_t errlen);
 
 /* The end of a plan of one stage of `nblocks` blocks: with rc 0 the plan takes `state`
  * and 0 is returned; otherwise `state` is freed (free(3)) and rc returned. */

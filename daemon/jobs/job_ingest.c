@@ -28,9 +28,10 @@ typedef struct ingest_state {
 
 /* The stack d may be ingested: frames (not a cube), whose values a store type holds
  * exactly (integers, or BITPIX -32).  0 or -1 with *pb (422). */
-static int ingest_check(const json_t *body, const dataset *d, job_problem *pb)
+static int ingest_check(const json_t *body, jobc_req *r, job_problem *pb)
 {
     (void)body;
+    const dataset *d = r->d;
     if (d->kind != DS_STACK) {
         jobkind_problem(pb, 422, "dataset", "dataset '%s' is not a stack of frames: its "
                         "planes are read in place already", d->name);
@@ -44,24 +45,22 @@ static int ingest_check(const json_t *body, const dataset *d, job_problem *pb)
     return 0;
 }
 
-static int ingest_validate(const json_t *body, const job_env *env, job_problem *pb)
+static int ingest_parse(const json_t *body, const job_env *env, int accepted, void **req,
+                        job_problem *pb)
 {
     static const char *const known[] = {"type", "dataset", NULL};
-    const dataset *d;
-    if (jobkind_only_fields(body, known, NULL, pb) != 0 ||
-        jobc_check_dataset(body, env, &d, pb) != 0)
-        return -1;
-    return ingest_check(body, d, pb);
+    return jobc_parse(body, env, accepted, known, ingest_check, 0, req, pb);
 }
 
-static int ingest_plan(const json_t *body, const job_env *env, const char *workdir,
+static int ingest_plan(const void *req, const job_env *env, const char *workdir,
                        job_plan *out, char *err, size_t errlen)
 {
-    const dataset *d;
+    (void)env;
+    const dataset *d = ((const jobc_req *)req)->d;
     int rc;
-    ingest_state *s = jobc_plan_begin(body, env, ingest_check, sizeof *s, &d, &rc, err, errlen);
+    ingest_state *s = jobc_state_new(sizeof *s, err, errlen);
     if (!s)
-        return rc;
+        return TESS_ENOMEM;
     s->d = d;
     s->dt = jobc_choose_dtype(d);
     jobc_frame_blocks(d, &s->per_block, &s->nblocks);
@@ -133,12 +132,12 @@ static int ingest_finish(void *state, const char *tmp_path, job_product *prod, c
 
 /* The store (every plane in the store type, and its header); a block holds a plane of
  * doubles and one encoded. */
-static int ingest_estimate(const json_t *body, const job_env *env, job_cost *c,
+static int ingest_estimate(const void *req, const job_env *env, job_cost *c,
                            job_problem *pb)
 {
-    const dataset *d;
-    if (jobc_check_dataset(body, env, &d, pb) != 0 || ingest_check(body, d, pb) != 0)
-        return -1;
+    (void)env;
+    (void)pb;
+    const dataset *d = ((const jobc_req *)req)->d;
     double es = (double)chunkstore_esize(jobc_choose_dtype(d));
     double npix = (double)d->nx * (double)d->ny;
     memset(c, 0, sizeof *c);
@@ -150,5 +149,14 @@ static int ingest_estimate(const json_t *body, const job_env *env, job_cost *c,
     return 0;
 }
 
-const job_kind job_kind_ingest = {"ingest", ingest_validate, ingest_plan, ingest_run,
-                                  ingest_finish, jobc_free_state, ingest_estimate};
+const job_kind job_kind_ingest = {
+    .type = "ingest",
+    .parse = ingest_parse,
+    .req_free = free,
+    .req_json = jobc_req_json,
+    .plan = ingest_plan,
+    .run_block = ingest_run,
+    .finish = ingest_finish,
+    .release = jobc_free_state,
+    .estimate = ingest_estimate,
+};

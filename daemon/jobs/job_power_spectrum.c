@@ -26,14 +26,11 @@ typedef struct ps_state {
     char source[64];          /* the identity of the files the work files are of */
 } ps_state;
 
-static int ps_validate(const json_t *body, const job_env *env, job_problem *pb)
+static int ps_parse(const json_t *body, const job_env *env, int accepted, void **req,
+                    job_problem *pb)
 {
     static const char *const known[] = {"type", "dataset", "output", NULL};
-    const dataset *d;
-    if (jobkind_only_fields(body, known, NULL, pb) != 0 ||
-        jobc_check_dataset(body, env, &d, pb) != 0)
-        return -1;
-    return jobc_check_output(body, env, pb);
+    return jobc_parse(body, env, accepted, known, NULL, 1, req, pb);
 }
 
 static void ps_release(void *state)
@@ -60,16 +57,18 @@ static int usable_profile(const dataset *d, char *path, size_t len)
            dataset_copy_current(d, ci.source_version);
 }
 
-static int ps_plan(const json_t *body, const job_env *env, const char *workdir, job_plan *out,
+static int ps_plan(const void *req, const job_env *env, const char *workdir, job_plan *out,
                    char *err, size_t errlen)
 {
-    const dataset *d;
+    (void)env;
+    const jobc_req *r = req;
+    const dataset *d = r->d;
     int rc;
-    ps_state *s = jobc_plan_begin(body, env, NULL, sizeof *s, &d, &rc, err, errlen);
+    ps_state *s = jobc_state_new(sizeof *s, err, errlen);
     if (!s)
-        return rc;
+        return TESS_ENOMEM;
     snprintf(s->out_path, sizeof s->out_path, "%s/spectrum.fits", workdir);
-    snprintf(s->name, sizeof s->name, "%s", jobc_output_name(body));
+    snprintf(s->name, sizeof s->name, "%s", r->output);
     s->d = d;
     if ((rc = jobc_source_pin(d, workdir, s->source, sizeof s->source, err, errlen))) {
         free(s);
@@ -160,11 +159,11 @@ static int ps_finish(void *state, const char *tmp_path, job_product *prod, char 
  * is attached: the bands read it); a band block also holds its spectra (4 bytes a value)
  * and the FFT's buffers of FFT_BATCH series (spectrum.c: nz doubles, nz / 2 + 1 complex
  * values and as many powers each); the plan keeps the FFT's plan (its twiddle factors). */
-static int ps_estimate(const json_t *body, const job_env *env, job_cost *c, job_problem *pb)
+static int ps_estimate(const void *req, const job_env *env, job_cost *c, job_problem *pb)
 {
-    const dataset *d;
-    if (jobc_check_dataset(body, env, &d, pb) != 0)
-        return -1;
+    (void)env;
+    (void)pb;
+    const dataset *d = ((const jobc_req *)req)->d;
     char src[PATH_MAX];
     jobc_transpose_cost(d, 4, usable_profile(d, src, sizeof src), 4.0, c);
     double nz = (double)d->nz, nh = floor(nz / 2.0) + 1.0;
@@ -187,5 +186,14 @@ static int ps_estimate(const json_t *body, const job_env *env, job_cost *c, job_
     return 0;
 }
 
-const job_kind job_kind_power_spectrum = {"power_spectrum", ps_validate, ps_plan, ps_run,
-                                          ps_finish, ps_release, ps_estimate};
+const job_kind job_kind_power_spectrum = {
+    .type = "power_spectrum",
+    .parse = ps_parse,
+    .req_free = free,
+    .req_json = jobc_req_json,
+    .plan = ps_plan,
+    .run_block = ps_run,
+    .finish = ps_finish,
+    .release = ps_release,
+    .estimate = ps_estimate,
+};

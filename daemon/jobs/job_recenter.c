@@ -36,13 +36,9 @@ typedef struct origin_rec {
     int64_t x0, y0;
 } origin_rec;
 
-static int recenter_validate(const json_t *body, const job_env *env, job_problem *pb)
+static int recenter_size(const json_t *body, jobc_req *r, job_problem *pb)
 {
-    static const char *const known[] = {"type", "dataset", "size", "output", NULL};
-    const dataset *d;
-    if (jobkind_only_fields(body, known, NULL, pb) != 0 ||
-        jobc_check_dataset(body, env, &d, pb) != 0)
-        return -1;
+    const dataset *d = r->d;
     json_t *sz = json_object_get(body, "size");
     if (!sz) {
         jobkind_problem(pb, 400, "size", "'size' is required: [W, H] of the crops in pixels");
@@ -62,26 +58,36 @@ static int recenter_validate(const json_t *body, const job_env *env, job_problem
                         (long long)w, (long long)h, d->nx, d->ny);
         return -1;
     }
-    return jobc_check_output(body, env, pb);
+    r->size[0] = (long)w;
+    r->size[1] = (long)h;
+    return 0;
 }
 
-static int recenter_plan(const json_t *body, const job_env *env, const char *workdir,
+static int recenter_parse(const json_t *body, const job_env *env, int accepted, void **req,
+                          job_problem *pb)
+{
+    static const char *const known[] = {"type", "dataset", "size", "output", NULL};
+    return jobc_parse(body, env, accepted, known, recenter_size, 1, req, pb);
+}
+
+static int recenter_plan(const void *req, const job_env *env, const char *workdir,
                          job_plan *out, char *err, size_t errlen)
 {
-    const dataset *d;
-    int rc;
-    recenter_state *s = jobc_plan_begin(body, env, NULL, sizeof *s, &d, &rc, err, errlen);
+    (void)env;
+    const jobc_req *r = req;
+    const dataset *d = r->d;
+    recenter_state *s = jobc_state_new(sizeof *s, err, errlen);
     if (!s)
-        return rc;
-    json_t *sz = json_object_get(body, "size");
+        return TESS_ENOMEM;
+    int rc;
     s->d = d;
-    s->w = (long)json_integer_value(json_array_get(sz, 0));
-    s->h = (long)json_integer_value(json_array_get(sz, 1));
+    s->w = r->size[0];
+    s->h = r->size[1];
     s->dt = jobc_choose_dtype(d);
     jobc_frame_blocks(d, &s->per_block, &s->nblocks);
     snprintf(s->out_path, sizeof s->out_path, "%s/recentered.fits", workdir);
     snprintf(s->origins_path, sizeof s->origins_path, "%s/origins.bin", workdir);
-    snprintf(s->name, sizeof s->name, "%s", jobc_output_name(body));
+    snprintf(s->name, sizeof s->name, "%s", r->output);
     if (s->w < 1 || s->h < 1 || s->w > d->nx || s->h > d->ny) {
         tess_seterr(err, errlen, "size: crops do not fit in the frames");
         free(s);
@@ -237,15 +243,14 @@ static int recenter_finish(void *state, const char *tmp_path, job_product *prod,
 
 /* The cube of crops (W, H, nz) and its ORIGINS table, the origins file; a block holds a
  * frame twice in doubles (the frame and the centroid's scratch) and one crop. */
-static int recenter_estimate(const json_t *body, const job_env *env, job_cost *c,
+static int recenter_estimate(const void *req, const job_env *env, job_cost *c,
                              job_problem *pb)
 {
-    const dataset *d;
-    if (jobc_check_dataset(body, env, &d, pb) != 0)
-        return -1;
-    json_t *sz = json_object_get(body, "size");
-    double w = (double)json_integer_value(json_array_get(sz, 0));
-    double h = (double)json_integer_value(json_array_get(sz, 1));
+    (void)env;
+    (void)pb;
+    const jobc_req *r = req;
+    const dataset *d = r->d;
+    double w = (double)r->size[0], h = (double)r->size[1];
     double oes = (double)chunkstore_esize(jobc_choose_dtype(d)), nz = (double)d->nz;
     memset(c, 0, sizeof *c);
     c->block_bytes = 16.0 * (double)d->nx * (double)d->ny + w * h * (8.0 + oes);
@@ -257,5 +262,14 @@ static int recenter_estimate(const json_t *body, const job_env *env, job_cost *c
     return 0;
 }
 
-const job_kind job_kind_recenter = {"recenter", recenter_validate, recenter_plan, recenter_run,
-                                    recenter_finish, jobc_free_state, recenter_estimate};
+const job_kind job_kind_recenter = {
+    .type = "recenter",
+    .parse = recenter_parse,
+    .req_free = free,
+    .req_json = jobc_req_json,
+    .plan = recenter_plan,
+    .run_block = recenter_run,
+    .finish = recenter_finish,
+    .release = jobc_free_state,
+    .estimate = recenter_estimate,
+};

@@ -71,13 +71,11 @@ static int inmem_rows(const dataset *d, int threads, long *band_rows)
     return 1;
 }
 
-static int rechunk_validate(const json_t *body, const job_env *env, job_problem *pb)
+static int rechunk_parse(const json_t *body, const job_env *env, int accepted, void **req,
+                         job_problem *pb)
 {
     static const char *const known[] = {"type", "dataset", NULL};
-    const dataset *d;
-    if (jobkind_only_fields(body, known, NULL, pb) != 0)
-        return -1;
-    return jobc_check_dataset(body, env, &d, pb);
+    return jobc_parse(body, env, accepted, known, NULL, 0, req, pb);
 }
 
 static void rechunk_release(void *state)
@@ -89,14 +87,14 @@ static void rechunk_release(void *state)
     free(s);
 }
 
-static int rechunk_plan(const json_t *body, const job_env *env, const char *workdir,
+static int rechunk_plan(const void *req, const job_env *env, const char *workdir,
                         job_plan *out, char *err, size_t errlen)
 {
-    const dataset *d;
-    int rc;
-    rechunk_state *s = jobc_plan_begin(body, env, NULL, sizeof *s, &d, &rc, err, errlen);
+    const dataset *d = ((const jobc_req *)req)->d;
+    rechunk_state *s = jobc_state_new(sizeof *s, err, errlen);
     if (!s)
-        return rc;
+        return TESS_ENOMEM;
+    int rc;
     cube_source src;
     jobc_source(d, &src);
     rc = cube_transpose_init(&s->t, &src, 0, 0, NULL, workdir, err, errlen);
@@ -170,12 +168,11 @@ static int rechunk_finish(void *state, const char *tmp_path, job_product *prod, 
 /* The store (header and every series), no staging file; a band block holds a group of 64
  * planes' tile rows and a tile row of doubles (cube_transpose_rows; its series are in the
  * store's mapping, counted as memory all the same: page cache the block fills). */
-static int rechunk_estimate(const json_t *body, const job_env *env, job_cost *c,
+static int rechunk_estimate(const void *req, const job_env *env, job_cost *c,
                             job_problem *pb)
 {
-    const dataset *d;
-    if (jobc_check_dataset(body, env, &d, pb) != 0)
-        return -1;
+    (void)pb;
+    const dataset *d = ((const jobc_req *)req)->d;
     long rows = 0;
     int inmem = inmem_rows(d, env->threads, &rows);
     jobc_transpose_cost(d, 0, inmem, 0.0, c);
@@ -195,5 +192,14 @@ static int rechunk_estimate(const json_t *body, const job_env *env, job_cost *c,
     return 0;
 }
 
-const job_kind job_kind_rechunk = {"rechunk", rechunk_validate, rechunk_plan, rechunk_run,
-                                   rechunk_finish, rechunk_release, rechunk_estimate};
+const job_kind job_kind_rechunk = {
+    .type = "rechunk",
+    .parse = rechunk_parse,
+    .req_free = free,
+    .req_json = jobc_req_json,
+    .plan = rechunk_plan,
+    .run_block = rechunk_run,
+    .finish = rechunk_finish,
+    .release = rechunk_release,
+    .estimate = rechunk_estimate,
+};

@@ -28,8 +28,12 @@ typedef struct reduce_state {
     char source[64];         /* the identity of the files the partials are of */
 } reduce_state;
 
-static int reduce_parse(const json_t *body, stack_zop *op, zreduce_axis *axis, job_problem *pb)
+static int reduce_fields(const json_t *body, jobc_req *r, job_problem *pb)
 {
+    stack_zop opv;
+    zreduce_axis axv;
+    stack_zop *op = &opv;
+    zreduce_axis *axis = &axv;
     json_t *o = json_object_get(body, "op");
     if (!json_is_string(o) || zreduce_op_parse(json_string_value(o), op) != 0) {
         jobkind_problem(pb, 400, "op", "'op' must be one of mean, sum, min, max, std");
@@ -41,20 +45,16 @@ static int reduce_parse(const json_t *body, stack_zop *op, zreduce_axis *axis, j
         jobkind_problem(pb, 400, "axis", "'axis' must be \"z\" or \"xy\"");
         return -1;
     }
+    r->op = (int)opv;
+    r->axis = (int)axv;
     return 0;
 }
 
-static int reduce_validate(const json_t *body, const job_env *env, job_problem *pb)
+static int reduce_parse(const json_t *body, const job_env *env, int accepted, void **req,
+                        job_problem *pb)
 {
     static const char *const known[] = {"type", "dataset", "op", "axis", "output", NULL};
-    const dataset *d;
-    stack_zop op;
-    zreduce_axis axis;
-    if (jobkind_only_fields(body, known, NULL, pb) != 0 ||
-        jobc_check_dataset(body, env, &d, pb) != 0 ||
-        reduce_parse(body, &op, &axis, pb) != 0)
-        return -1;
-    return jobc_check_output(body, env, pb);
+    return jobc_parse(body, env, accepted, known, reduce_fields, 1, req, pb);
 }
 
 static void part_path_in(const char *dir, long block, char *out, size_t len)
@@ -68,28 +68,22 @@ static void part_path(const reduce_state *s, long block, char *out, size_t len)
     part_path_in(s->workdir, block, out, len);
 }
 
-static int reduce_plan(const json_t *body, const job_env *env, const char *workdir,
+static int reduce_plan(const void *req, const job_env *env, const char *workdir,
                        job_plan *out, char *err, size_t errlen)
 {
-    const dataset *d;
-    int rc = jobc_plan_dataset(body, env, &d, err, errlen);
-    if (rc)
-        return rc;
-    job_problem pb;
-    stack_zop op;
-    zreduce_axis axis;
-    if (reduce_parse(body, &op, &axis, &pb) != 0)
-        return jobc_problem_error(&pb, err, errlen);
+    (void)env;
+    const jobc_req *r = req;
+    const dataset *d = r->d;
     reduce_state *s = jobc_state_new(sizeof *s, err, errlen);
     if (!s)
         return TESS_ENOMEM;
     s->d = d;
-    s->op = op;
-    s->axis = axis;
+    s->op = (stack_zop)r->op;
+    s->axis = (zreduce_axis)r->axis;
     s->nblocks = zreduce_nranges(d->nz);
     snprintf(s->workdir, sizeof s->workdir, "%s", workdir);
-    snprintf(s->name, sizeof s->name, "%s", jobc_output_name(body));
-    rc = jobc_source_pin(d, workdir, s->source, sizeof s->source, err, errlen);
+    snprintf(s->name, sizeof s->name, "%s", r->output);
+    int rc = jobc_source_pin(d, workdir, s->source, sizeof s->source, err, errlen);
     return jobc_plan_one_stage(out, s, s->nblocks, rc);
 }
 
@@ -269,14 +263,14 @@ static int reduce_finish(void *state, const char *tmp_path, job_product *prod, c
 /* Axis z: a float64 image and one partial per z-range (at most 20 bytes a pixel: counts,
  * sums or moments); a block holds its partial and a plane of doubles, finish two partials,
  * the image and its encoding.  Axis xy: nz doubles, a plane per block. */
-static int reduce_estimate(const json_t *body, const job_env *env, job_cost *c,
+static int reduce_estimate(const void *req, const job_env *env, job_cost *c,
                            job_problem *pb)
 {
-    const dataset *d;
-    stack_zop op;
-    zreduce_axis axis;
-    if (jobc_check_dataset(body, env, &d, pb) != 0 || reduce_parse(body, &op, &axis, pb) != 0)
-        return -1;
+    (void)env;
+    (void)pb;
+    const jobc_req *r = req;
+    const dataset *d = r->d;
+    zreduce_axis axis = (zreduce_axis)r->axis;
     double npix = (double)d->nx * (double)d->ny, nz = (double)d->nz;
     double parts = (double)zreduce_nranges(d->nz);
     memset(c, 0, sizeof *c);
@@ -296,5 +290,14 @@ static int reduce_estimate(const json_t *body, const job_env *env, job_cost *c,
     return 0;
 }
 
-const job_kind job_kind_reduce = {"reduce", reduce_validate, reduce_plan, reduce_run,
-                                  reduce_finish, jobc_free_state, reduce_estimate};
+const job_kind job_kind_reduce = {
+    .type = "reduce",
+    .parse = reduce_parse,
+    .req_free = free,
+    .req_json = jobc_req_json,
+    .plan = reduce_plan,
+    .run_block = reduce_run,
+    .finish = reduce_finish,
+    .release = jobc_free_state,
+    .estimate = reduce_estimate,
+};

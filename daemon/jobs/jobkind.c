@@ -4,6 +4,7 @@
 
 #include <limits.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,6 +17,27 @@ void jobkind_problem(job_problem *pb, int status, const char *field, const char 
     va_start(ap, fmt);
     vsnprintf(pb->detail, sizeof(pb->detail), fmt, ap);
     va_end(ap);
+}
+
+static atomic_ulong parses;
+
+int jobkind_parse(const job_kind *k, const json_t *body, const job_env *env, int accepted,
+                  void **req, job_problem *pb)
+{
+    *req = NULL;
+    atomic_fetch_add(&parses, 1);
+    return k->parse(body, env, accepted, req, pb);
+}
+
+unsigned long jobkind_parses(void)
+{
+    return atomic_load(&parses);
+}
+
+int jobkind_problem_error(const job_problem *pb, char *err, size_t errlen)
+{
+    tess_seterr(err, errlen, "%s: %s", pb->field, pb->detail);
+    return pb->status == 500 ? TESS_ENOMEM : TESS_EINVAL;
 }
 
 int jobkind_only_fields(const json_t *o, const char *const *known, const char *prefix,

@@ -4,7 +4,7 @@
  * The runner runs the blocks of one stage on the worker pool (batch priority, several at
  * once), records every finished block in the jobs database, and starts the next stage
  * when all blocks of the current one are done.  Progress is (blocks done) / (blocks of
- * all stages).  After a restart the runner plans the job again from the same body and
+ * all stages).  After a restart the runner parses the same stored body again, plans the job from it and
  * the same work directory and skips the blocks recorded as done; a block that was
  * running when the process died is run again.  So:
  *   - plan() must give the same stages and blocks for the same body and catalog;
@@ -80,15 +80,29 @@ typedef struct job_product {
 typedef struct job_kind {
     const char *type;      /* the body's "type" */
 
-    /* Checks the whole body before the job is accepted: every field known, of the right
-     * type and range; every input a dataset of env->cat or a file under a data root;
-     * the output name a valid, unused dataset name ([A-Za-z0-9_.-]{1,64}, not taken).
-     * Cheap (no pixel reads; headers may be read).  Returns 0 or -1 with *pb filled. */
-    int (*validate)(const json_t *body, const job_env *env, job_problem *pb);
+    /* Turns the body into the type's typed request, checking all of it: every field known,
+     * of the right type and range; every input a dataset of env->cat or a file under a
+     * data root; the output name a valid dataset name ([A-Za-z0-9_.-]{1,64}), and, unless
+     * `accepted` (the job was accepted already: the name is its own), not taken.  Called
+     * once at submit and once each time the job runs; estimate and plan read the request.
+     * Cheap (no pixel reads; headers may be read, each at most once).  Returns 0 and *req
+     * (freed by req_free), or -1 with *pb filled and *req NULL. */
+    int (*parse)(const json_t *body, const job_env *env, int accepted, void **req,
+                 job_problem *pb);
 
-    /* Plans the job (see above).  `workdir` exists and is private to this job; plan may
-     * create files in it (deterministically).  Returns 0 or a TESS_E* code with err. */
-    int (*plan)(const json_t *body, const job_env *env, const char *workdir, job_plan *out,
+    /* Frees a request of parse (NULL is ignored). */
+    void (*req_free)(void *req);
+
+    /* The request as the body the job is stored with: every field written out (defaults
+     * included) in one order, which parse turns into the same request again, so that a
+     * run, a restart and the job document read what was accepted.  NULL (the hook, or
+     * its answer when out of memory): the body is stored as it was given. */
+    json_t *(*req_json)(const void *req);
+
+    /* Plans the job (see above) from its request.  `workdir` exists and is private to
+     * this job; plan may create files in it (deterministically).  Returns 0 or a TESS_E*
+     * code with err. */
+    int (*plan)(const void *req, const job_env *env, const char *workdir, job_plan *out,
                 char *err, size_t errlen);
 
     /* Runs block `block` (0-based) of stage `stage`.  Called concurrently for blocks of
@@ -105,15 +119,25 @@ typedef struct job_kind {
     /* Frees the state (NULL is ignored). */
     void (*release)(void *state);
 
-    /* What the job will need (job_cost), for a body validate() accepted: from the body,
+    /* What the job will need (job_cost), for a request of parse: from the request,
      * the catalog and the inputs' headers, with no pixel read and no allocation that grows
      * with the data.  Called before the job is accepted and again before it runs.  NULL:
      * the type declares nothing (the runner's checks of what is written still apply).
      * Returns 0 or -1 with *pb. */
-    int (*estimate)(const json_t *body, const job_env *env, job_cost *cost, job_problem *pb);
+    int (*estimate)(const void *req, const job_env *env, job_cost *cost, job_problem *pb);
 } job_kind;
 
-/* Helpers for validate(): each returns 0, or -1 with *pb filled (status 400 unless
+/* k->parse, counted (jobkind_parses): what the runner and the tests call. */
+int jobkind_parse(const job_kind *k, const json_t *body, const job_env *env, int accepted,
+                  void **req, job_problem *pb);
+/* How many bodies jobkind_parse has parsed in this process (for tests). */
+unsigned long jobkind_parses(void);
+
+/* The problem pb as an error text "field: reason" in err; returns TESS_ENOMEM for a 500,
+ * else TESS_EINVAL. */
+int jobkind_problem_error(const job_problem *pb, char *err, size_t errlen);
+
+/* Helpers for parse(): each returns 0, or -1 with *pb filled (status 400 unless
  * said otherwise), naming `field`. */
 /* Every key of object `o` is one of the NULL-terminated `known`. */
 int jobkind_only_fields(const json_t *o, const char *const *known, const char *prefix,

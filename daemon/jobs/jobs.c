@@ -446,9 +446,18 @@ int jobs_submit(jobs *J, const char *body, size_t len, char **json_out, job_prob
     }
     job_env env = {J->cfg, J->cat, J->threads};
     job_cost cost = {0};
-    if (k->validate(b, &env, pb) || (k->estimate && k->estimate(b, &env, &cost, pb))) {
+    void *req = NULL;
+    int bad = jobkind_parse(k, b, &env, 0, &req, pb) ||
+              (k->estimate && k->estimate(req, &env, &cost, pb));
+    json_t *norm = !bad && k->req_json ? k->req_json(req) : NULL;
+    k->req_free(req);
+    if (bad) {
         json_decref(b);
         return -1;
+    }
+    if (norm) {
+        json_decref(b);
+        b = norm;
     }
     char *canon = json_dumps(b, JSON_COMPACT | JSON_PRESERVE_ORDER);
     json_decref(b);
@@ -1098,10 +1107,15 @@ static void run_job_locked(jobs *J, const char *id)
     job_cost cost = {0};
     job_problem epb;
     char err[512] = "";
-    if (k->estimate && k->estimate(b, &env, &cost, &epb) != 0)
-        memset(&cost, 0, sizeof cost);
-    int rc = k->plan(b, &env, wd, &plan, err, sizeof(err));
+    void *req = NULL;
+    int rc = jobkind_parse(k, b, &env, 1, &req, &epb) ? jobkind_problem_error(&epb, err,
+                                                                              sizeof(err)) : 0;
     json_decref(b);
+    if (!rc && k->estimate && k->estimate(req, &env, &cost, &epb) != 0)
+        memset(&cost, 0, sizeof cost);
+    if (!rc)
+        rc = k->plan(req, &env, wd, &plan, err, sizeof(err));
+    k->req_free(req);
     pthread_mutex_lock(&J->lock);
     if (rc || plan.nstages < 1 || plan.nstages > JOB_MAX_STAGES) {
         if (!rc && k->release)

@@ -14,6 +14,7 @@
 #include <limits.h>
 #include <math.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -385,52 +386,95 @@ static size_t blocks2880(size_t n)
     return (n + 2879) / 2880 * 2880;
 }
 
-/* Reads an input's header; fills s (path, name, hdu given). */
-static int read_src(src *s, rp_method method, char *err, size_t errlen)
+static atomic_ulong header_reads;
+
+unsigned long mos_header_reads(void)
 {
+    return atomic_load(&header_reads);
+}
+
+void mos_header_release(mos_header *h)
+{
+    free(h->cards);
+    skywcs_free(h->cel);
+    memset(h, 0, sizeof *h);
+}
+
+int mos_read_header(const char *path, int hdu, mos_header *h, skywcs_image_check *chk,
+                    char *err, size_t errlen)
+{
+    memset(h, 0, sizeof *h);
+    memset(chk, 0, sizeof *chk);
+    atomic_fetch_add(&header_reads, 1);
     fitsimg_info info;
-    char e[256] = "";
-    int rc = fitsimg_read_info(s->path, s->hdu, &info, e, sizeof e);
-    if (rc) {
-        tess_seterr(err, errlen, "input '%s': %s", s->name, e);
+    int rc = fitsimg_read_info(path, hdu, &info, err, errlen);
+    if (rc)
         return rc;
-    }
-    for (int k = 2; k < info.naxis; k++)
-        if (info.naxes[k] != 1) {
-            tess_seterr(err, errlen, "input '%s' is not a 2-D image (NAXIS%d = %ld)", s->name,
-                        k + 1, info.naxes[k]);
-            fitsimg_info_release(&info);
-            return TESS_EINVAL;
-        }
-    if (info.naxis < 2) {
-        tess_seterr(err, errlen, "input '%s' is not an image (NAXIS = %d)", s->name, info.naxis);
+    tess_seterr(err, errlen, "%s", "");
+    h->cel = skywcs_celestial_image(info.header, info.nkeys, info.naxis, info.naxes, chk);
+    if (!h->cel) {
         fitsimg_info_release(&info);
-        return TESS_EINVAL;
+        return chk->why == SKYWCS_IMAGE_BAD_WCS ? chk->rc : TESS_EINVAL;
     }
-    s->nx = info.naxes[0];
-    s->ny = info.naxes[1];
-    snprintf(s->bunit, sizeof s->bunit, "%s", info.bunit);
-    s->cards = malloc((size_t)info.nkeys * 80 + 1);
-    if (!s->cards) {
-        fitsimg_info_release(&info);
+    h->nx = info.naxes[0];
+    h->ny = info.naxes[1];
+    snprintf(h->bunit, sizeof h->bunit, "%s", info.bunit);
+    h->cards = malloc((size_t)info.nkeys * 80 + 1);
+    if (h->cards) {
+        memcpy(h->cards, info.header, (size_t)info.nkeys * 80 + 1);
+        h->nkeys = info.nkeys;
+    }
+    fitsimg_info_release(&info);
+    if (!h->cards) {
+        mos_header_release(h);
         tess_seterr(err, errlen, "out of memory");
         return TESS_ENOMEM;
     }
-    memcpy(s->cards, info.header, (size_t)info.nkeys * 80 + 1);
-    s->nkeys = info.nkeys;
-    fitsimg_info_release(&info);
-    skywcs *w = NULL;
-    rc = skywcs_parse(s->cards, s->nkeys, &w, e, sizeof e);
-    if (rc) {
-        tess_seterr(err, errlen, "input '%s' has no usable WCS: %s", s->name, e);
-        return rc;
+    return 0;
+}
+
+/* The header of input s (path, name, hdu given): `given` when it was read already (its
+ * cards not NULL; copied), else read now.  Fills s. */
+static int read_src(src *s, const mos_header *given, rp_method method, char *err,
+                    size_t errlen)
+{
+    mos_header h = {0};
+    if (given && given->cards) {
+        h = *given;
+        h.cards = malloc((size_t)given->nkeys * 80 + 1);
+        h.cel = skywcs_copy(given->cel);
+        if (h.cards)
+            memcpy(h.cards, given->cards, (size_t)given->nkeys * 80 + 1);
+        if (!h.cards || !h.cel) {
+            mos_header_release(&h);
+            tess_seterr(err, errlen, "out of memory");
+            return TESS_ENOMEM;
+        }
+    } else {
+        skywcs_image_check chk;
+        char e[256] = "";
+        int rc = mos_read_header(s->path, s->hdu, &h, &chk, e, sizeof e);
+        if (rc && e[0])
+            tess_seterr(err, errlen, "input '%s': %s", s->name, e);
+        else if (rc && chk.why == SKYWCS_IMAGE_NOT_2D)
+            tess_seterr(err, errlen, "input '%s' is not a 2-D image (NAXIS%d = %ld)", s->name,
+                        chk.axis + 1, chk.axis_len);
+        else if (rc && chk.why == SKYWCS_IMAGE_NOT_IMAGE)
+            tess_seterr(err, errlen, "input '%s' is not an image (NAXIS = %d)", s->name,
+                        chk.naxis);
+        else if (rc && chk.why == SKYWCS_IMAGE_BAD_WCS)
+            tess_seterr(err, errlen, "input '%s' has no usable WCS: %s", s->name, chk.err);
+        else if (rc)
+            tess_seterr(err, errlen, "input '%s' has no celestial axes", s->name);
+        if (rc)
+            return rc;
     }
-    s->cel = skywcs_celestial(w);
-    skywcs_free(w);
-    if (!s->cel) {
-        tess_seterr(err, errlen, "input '%s' has no celestial axes", s->name);
-        return TESS_EINVAL;
-    }
+    s->nx = h.nx;
+    s->ny = h.ny;
+    snprintf(s->bunit, sizeof s->bunit, "%s", h.bunit);
+    s->cards = h.cards;
+    s->nkeys = h.nkeys;
+    s->cel = h.cel;
     /* Pixel-based distortion tables do not follow a shifted CRPIX; bicubic's spline
      * prefilter spans the whole image: read those inputs whole. */
     s->crop_ok = method != RP_BICUBIC;
@@ -483,7 +527,8 @@ int mos_plan(const mos_spec *spec, const char *workdir, int threads, mosaic **ou
             tess_seterr(err, errlen, "out of memory");
             goto fail;
         }
-        if ((rc = read_src(s, m->method, err, errlen)) != 0)
+        if ((rc = read_src(s, spec->headers ? &spec->headers[k] : NULL, m->method, err,
+                           errlen)) != 0)
             goto fail;
     }
     /* The target. */
@@ -532,8 +577,22 @@ int mos_plan(const mos_spec *spec, const char *workdir, int threads, mosaic **ou
             nxs[k] = m->in[k].nx;
             nys[k] = m->in[k].ny;
         }
-        rc = mos_auto_target(m->n, ws, nxs, nys, spec->auto_frame, spec->auto_proj, &tc, &tn,
-                             &m->nx, &m->ny, err, errlen);
+        if (spec->auto_cards) {
+            tc = malloc((size_t)spec->auto_nkeys * 80 + 1);
+            rc = tc ? 0 : TESS_ENOMEM;
+            if (tc) {
+                memcpy(tc, spec->auto_cards, (size_t)spec->auto_nkeys * 80);
+                tc[(size_t)spec->auto_nkeys * 80] = '\0';
+                tn = spec->auto_nkeys;
+                m->nx = spec->auto_nx;
+                m->ny = spec->auto_ny;
+            } else {
+                tess_seterr(err, errlen, "out of memory");
+            }
+        } else {
+            rc = mos_auto_target(m->n, ws, nxs, nys, spec->auto_frame, spec->auto_proj, &tc,
+                                 &tn, &m->nx, &m->ny, err, errlen);
+        }
         free(ws);
         free(nxs);
         free(nys);

@@ -35,6 +35,29 @@ typedef struct mos_input {
     int hdu;
 } mos_input;
 
+/* An input's header as a plan uses it, read once (mos_read_header) and handed to
+ * mos_plan through mos_spec.headers so that a plan and an estimate read no header again. */
+typedef struct mos_header {
+    long nx, ny;
+    char bunit[72];
+    char *cards;                /* the header cards (NULL: not read) */
+    int nkeys;
+    skywcs *cel;                /* celestial 2-D WCS (skywcs_celestial_image) */
+} mos_header;
+
+/* Reads HDU `hdu` of `path` and applies the celestial-image rule
+ * (skywcs_celestial_image).  Returns 0 with *h filled (mos_header_release it), or
+ * TESS_EIO / TESS_EINVAL / TESS_ENOMEM with *h empty and *chk saying what failed:
+ * chk->why SKYWCS_IMAGE_OK with `err` the reader's message when the file could not be
+ * read as a FITS image, else the rule's answer (and `err` empty).  Counts the read
+ * (mos_header_reads). */
+int mos_read_header(const char *path, int hdu, mos_header *h, skywcs_image_check *chk,
+                    char *err, size_t errlen);
+void mos_header_release(mos_header *h);
+
+/* How many headers mos_read_header has read in this process (for tests). */
+unsigned long mos_header_reads(void);
+
 /* What to mosaic.  The target is either `target_cards` (nkeys 80-character cards with
  * NAXIS1, NAXIS2 and a celestial WCS) or, when target_cards is NULL, automatic (see
  * mos_auto_target) in `auto_frame` (SKY_FRAME_NONE: the first input's frame) with the
@@ -49,6 +72,12 @@ typedef struct mos_spec {
     rp_method method;
     mos_combine combine;
     mos_bg bg;
+    const mos_header *headers;  /* NULL, or ninputs headers read already (mos_read_header;
+                                   those with cards NULL are read by mos_plan) */
+    const char *auto_cards;     /* the automatic target computed already from these
+                                   headers (mos_auto_target), or NULL */
+    int auto_nkeys;
+    long auto_nx, auto_ny;
     long max_pixels;            /* largest output (NAXIS1 x NAXIS2) allowed; 0 = 2^31 */
     double max_block_bytes;     /* memory one block may use (see mos_cost); a reprojection
                                    block whose input pixels would take more fails with

@@ -757,6 +757,35 @@ skywcs *skywcs_copy(const skywcs *w)
     return c;
 }
 
+skywcs *skywcs_celestial_image(const char *cards, int nkeys, int naxis, const long *naxes,
+                               skywcs_image_check *chk)
+{
+    memset(chk, 0, sizeof *chk);
+    chk->naxis = naxis;
+    for (int k = 2; k < naxis; k++)
+        if (naxes[k] != 1) {
+            chk->why = SKYWCS_IMAGE_NOT_2D;
+            chk->axis = k;
+            chk->axis_len = naxes[k];
+            return NULL;
+        }
+    if (naxis < 2) {
+        chk->why = SKYWCS_IMAGE_NOT_IMAGE;
+        return NULL;
+    }
+    skywcs *w = NULL;
+    chk->rc = skywcs_parse(cards, nkeys, &w, chk->err, sizeof chk->err);
+    if (chk->rc) {
+        chk->why = SKYWCS_IMAGE_BAD_WCS;
+        return NULL;
+    }
+    skywcs *c = skywcs_celestial(w);
+    skywcs_free(w);
+    if (!c)
+        chk->why = SKYWCS_IMAGE_NO_CELESTIAL;
+    return c;
+}
+
 /* The longitude and latitude axes (in that order) extracted with wcssub; NULL when the
  * WCS has no celestial pair, when they cannot be separated from the other axes, or on
  * allocation failure.  The frame is kept. */

@@ -93,6 +93,33 @@ skywcs *skywcs_celestial(const skywcs *w);
 
 void skywcs_free(skywcs *w);
 
+/* The celestial-image rule, the one place it is decided: an image of `naxis` axes
+ * naxes[] (NAXIS1 first) with header `cards` is "a 2-D image with celestial axes" when it
+ * has at least 2 axes, every axis past the second has length 1, and its WCS
+ * (skywcs_parse) has a celestial pair (skywcs_celestial).  The answer, for callers that
+ * word their own refusal: */
+typedef enum {
+    SKYWCS_IMAGE_OK,            /* *cel is the celestial 2-D WCS (skywcs_free it) */
+    SKYWCS_IMAGE_NOT_IMAGE,     /* fewer than 2 axes */
+    SKYWCS_IMAGE_NOT_2D,        /* axis `axis` (0-based, >= 2) is longer than 1 */
+    SKYWCS_IMAGE_BAD_WCS,       /* skywcs_parse failed with `rc`, `err` says why */
+    SKYWCS_IMAGE_NO_CELESTIAL   /* a WCS without a celestial pair (or no memory for it) */
+} skywcs_image_why;
+
+typedef struct skywcs_image_check {
+    skywcs_image_why why;
+    int rc;                     /* BAD_WCS: skywcs_parse's code */
+    int naxis;                  /* the image's number of axes */
+    int axis;                   /* NOT_2D: the first axis past the second longer than 1 */
+    long axis_len;              /* NOT_2D: its length */
+    char err[256];              /* BAD_WCS: skywcs_parse's reason */
+} skywcs_image_check;
+
+/* Applies the rule; returns the celestial 2-D WCS (caller frees) or NULL with *chk
+ * saying which part failed. */
+skywcs *skywcs_celestial_image(const char *cards, int nkeys, int naxis, const long *naxes,
+                               skywcs_image_check *chk);
+
 int skywcs_naxis(const skywcs *w);
 int skywcs_has_celestial(const skywcs *w);   /* 1 when a longitude/latitude pair exists */
 /* The observer and Sun of a WCS in a solar frame (NULL for sky frames). */

@@ -6,6 +6,7 @@
 #include "daemon/config.h"
 #include "daemon/http.h"
 #include "daemon/jobs/jobs.h"
+#include "tests/daemon/test_jobkind_body.h"
 #include "tests/testutil.h"
 #include "engine/base/error.h"
 
@@ -514,7 +515,7 @@ static int big_validate(const json_t *b, const job_env *env, job_problem *pb)
     return jobkind_check_new_name(env, json_string_value(name), "output.name", pb);
 }
 
-static int big_plan(const json_t *b, const job_env *env, const char *wd, job_plan *out,
+static int big_plan(const void *b, const job_env *env, const char *wd, job_plan *out,
                     char *err, size_t errlen)
 {
     (void)env;
@@ -573,8 +574,22 @@ static void big_release(void *state)
     free(state);
 }
 
-static const job_kind big_kind = {"test_big", big_validate, big_plan, big_run, big_finish,
-                                  big_release, NULL};
+static int big_parse(const json_t *b, const job_env *env, int accepted, void **req,
+                    job_problem *pb)
+{
+    (void)accepted;
+    return tt_body_request(b, env, req, pb, big_validate);
+}
+
+static const job_kind big_kind = {
+    .type = "test_big",
+    .parse = big_parse,
+    .req_free = tt_body_request_free,
+    .plan = big_plan,
+    .run_block = big_run,
+    .finish = big_finish,
+    .release = big_release,
+};
 
 static json_t *get_json(const char *method, const char *path, const char *body, long want)
 {

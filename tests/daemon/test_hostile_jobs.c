@@ -25,6 +25,7 @@
 #include "daemon/jobs/jobs.h"
 #include "engine/base/error.h"
 #include "engine/mosaic/mosaic.h"
+#include "tests/daemon/test_jobkind_body.h"
 #include "tests/testutil.h"
 
 #define MB 1048576.0
@@ -74,7 +75,7 @@ static int cost_validate(const json_t *b, const job_env *env, job_problem *pb)
     return jobkind_check_new_name(env, json_string_value(name), "output.name", pb);
 }
 
-static int cost_estimate(const json_t *b, const job_env *env, job_cost *c, job_problem *pb)
+static int cost_estimate(const void *b, const job_env *env, job_cost *c, job_problem *pb)
 {
     (void)env;
     (void)pb;
@@ -87,7 +88,7 @@ static int cost_estimate(const json_t *b, const job_env *env, job_cost *c, job_p
     return 0;
 }
 
-static int cost_plan(const json_t *b, const job_env *env, const char *wd, job_plan *out,
+static int cost_plan(const void *b, const job_env *env, const char *wd, job_plan *out,
                      char *err, size_t errlen)
 {
     (void)env;
@@ -173,8 +174,23 @@ static void cost_release(void *state)
     free(state);
 }
 
-static const job_kind cost_kind = {"test_cost", cost_validate, cost_plan, cost_run, cost_finish,
-                                   cost_release, cost_estimate};
+static int cost_parse(const json_t *b, const job_env *env, int accepted, void **req,
+                    job_problem *pb)
+{
+    (void)accepted;
+    return tt_body_request(b, env, req, pb, cost_validate);
+}
+
+static const job_kind cost_kind = {
+    .type = "test_cost",
+    .parse = cost_parse,
+    .req_free = tt_body_request_free,
+    .plan = cost_plan,
+    .run_block = cost_run,
+    .finish = cost_finish,
+    .release = cost_release,
+    .estimate = cost_estimate,
+};
 
 /* ---- FITS files ----------------------------------------------------------------------- */
 

@@ -170,13 +170,13 @@ static tess_config cfg;
 static catalog *cat;
 
 /* The body's cost under jobs.memory_mb = mb; 0 when admitted. */
-static int admitted(const job_kind *k, const json_t *body, size_t mb, job_cost *c)
+static int admitted(const job_kind *k, const void *req, size_t mb, job_cost *c)
 {
     cfg.jobs_memory_mb = mb;
     job_env env = {&cfg, cat, POOL_THREADS};
     job_problem pb;
     memset(&pb, 0, sizeof pb);
-    if (k->estimate(body, &env, c, &pb) != 0)
+    if (k->estimate(req, &env, c, &pb) != 0)
         return -1;
     return jobbudget_admit(&cfg, c, 0.0, 0.0, &pb);
 }
@@ -199,13 +199,15 @@ static void run_child(const char *text, const job_kind *k, const char *body_text
     job_env env = {&cfg, cat, POOL_THREADS};
     job_problem pb;
     memset(&pb, 0, sizeof pb);
-    if (!body || k->validate(body, &env, &pb) != 0) {
-        snprintf(r->err, sizeof r->err, "validate: %.200s", pb.detail);
+    void *req = NULL;
+    if (!body || jobkind_parse(k, body, &env, 0, &req, &pb) != 0) {
+        snprintf(r->err, sizeof r->err, "parse: %.200s", pb.detail);
+        json_decref(body);
         return;
     }
     job_cost c;
     size_t mb = 16;
-    while (mb < 4096 && (admitted(k, body, mb, &c) != 0 ||
+    while (mb < 4096 && (admitted(k, req, mb, &c) != 0 ||
                          jobbudget_blocks(&cfg, &c, POOL_THREADS) < want))
         mb++;
     r->budget_mb = (int)mb;
@@ -222,7 +224,7 @@ static void run_child(const char *text, const job_kind *k, const char *body_text
     tt_tmpdir_make(wd, sizeof wd, "jobmem");
     job_plan plan;
     memset(&plan, 0, sizeof plan);
-    int rc = k->plan(body, &env, wd, &plan, err, sizeof err);
+    int rc = k->plan(req, &env, wd, &plan, err, sizeof err);
     for (int s = 0; !rc && s < plan.nstages; s++) {
         stage_run sr = {k, plan.state, s, plan.nblocks[s], 0, 0, r->inflight,
                         PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, ""};
@@ -262,6 +264,7 @@ static void run_child(const char *text, const job_kind *k, const char *body_text
     else
         r->ok = 1;
     rm_tree(wd);
+    k->req_free(req);
     json_decref(body);
     catalog_free(cat);
     config_release(&cfg);

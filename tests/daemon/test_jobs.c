@@ -4,14 +4,17 @@
 #include "daemon/config.h"
 #include "daemon/http.h"
 #include "daemon/jobs/jobs.h"
+#include "tests/daemon/test_jobkind_body.h"
 #include "tests/testutil.h"
 #include "engine/base/error.h"
+#include "engine/mosaic/mosaic.h"
 
 #include <dirent.h>
 #include <fcntl.h>
 #include <fitsio.h>
 #include <jansson.h>
 #include <limits.h>
+#include <math.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -55,7 +58,7 @@ static int sq_validate(const json_t *b, const job_env *env, job_problem *pb)
     return jobkind_check_new_name(env, json_string_value(name), "output.name", pb);
 }
 
-static int sq_plan(const json_t *b, const job_env *env, const char *wd, job_plan *out, char *err,
+static int sq_plan(const void *b, const job_env *env, const char *wd, job_plan *out, char *err,
                    size_t errlen)
 {
     (void)env;
@@ -159,8 +162,22 @@ static void sq_release(void *state)
     free(state);
 }
 
-static const job_kind sq_kind = {"test_squares", sq_validate, sq_plan, sq_run, sq_finish,
-                                 sq_release, NULL};
+static int sq_parse(const json_t *b, const job_env *env, int accepted, void **req,
+                    job_problem *pb)
+{
+    (void)accepted;
+    return tt_body_request(b, env, req, pb, sq_validate);
+}
+
+static const job_kind sq_kind = {
+    .type = "test_squares",
+    .parse = sq_parse,
+    .req_free = tt_body_request_free,
+    .plan = sq_plan,
+    .run_block = sq_run,
+    .finish = sq_finish,
+    .release = sq_release,
+};
 
 /* ---- fixture ------------------------------------------------------------------------ */
 
@@ -882,6 +899,98 @@ START_TEST(test_startup_sweep)
 }
 END_TEST
 
+/* A mosaic's body is parsed once at submit and once when it runs, and each run reads each
+ * input's header once (the estimate and the plan use the headers the parse read, and the
+ * automatic target it computed): 6 tiles, 6 reads at submit, 6 more for the run, none for
+ * the polls.  The product has the size of the automatic target of those headers. */
+START_TEST(test_mosaic_headers_read_once)
+{
+    enum { N = 6 };
+    char *root = realpath(MOSAIC_DIR, NULL);
+    ck_assert_ptr_nonnull(root);
+    char paths[N][PATH_MAX];
+    json_t *in = json_array();
+    for (int i = 0; i < N; i++) {
+        snprintf(paths[i], sizeof paths[i], "%s/tile_%d.fits", root, i + 1);
+        json_array_append_new(in, json_string(paths[i]));
+    }
+    free(root);
+    json_t *b = json_pack("{s:s, s:o, s:s, s:{s:s}}", "type", "mosaic", "inputs", in,
+                          "method", "nearest", "output", "name", "read_once");
+    char *body = json_dumps(b, JSON_COMPACT), id[32];
+    json_decref(b);
+    /* a job of squares holds the runner (one job at a time) while the mosaic is submitted,
+     * so that what the submit did is counted alone */
+    char sq[32];
+    submit("{\"type\": \"test_squares\", \"n\": 100, \"delay_ms\": 50, \"output\": "
+           "{\"name\": \"hold\"}}", sq, sizeof sq);
+    for (double t0 = tt_now_s();;) {
+        json_t *q = job_get(sq);
+        int running = strcmp(json_string_value(json_object_get(q, "state")), "running") == 0;
+        json_decref(q);
+        if (running)
+            break;
+        ck_assert_msg(tt_now_s() - t0 < 30, "the job of squares did not start");
+        usleep(5000);
+    }
+    unsigned long r0 = mos_header_reads(), p0 = jobkind_parses();
+    submit(body, id, sizeof id);
+    free(body);
+    json_t *q = job_get(sq);
+    ck_assert_str_eq(json_string_value(json_object_get(q, "state")), "running");
+    json_decref(q);
+    ck_assert_uint_eq(jobkind_parses() - p0, 1);
+    ck_assert_uint_eq(mos_header_reads() - r0, N);
+    json_decref(wait_end(sq, 60));
+    json_t *j = wait_end(id, 60);
+    ck_assert_str_eq(json_string_value(json_object_get(j, "state")), "succeeded");
+    /* stored normalised: the defaults written out, the inputs as given */
+    json_t *rq = json_object_get(j, "request");
+    ck_assert_str_eq(json_string_value(json_object_get(rq, "combine")), "mean");
+    ck_assert_str_eq(json_string_value(json_object_get(rq, "method")), "nearest");
+    ck_assert(json_is_false(json_object_get(rq, "match_background")));
+    ck_assert_int_eq((int)json_object_size(json_object_get(json_object_get(rq, "target"),
+                                                           "auto")), 0);
+    ck_assert_ptr_nonnull(json_object_get(json_object_get(rq, "target"), "auto"));
+    ck_assert_int_eq((int)json_array_size(json_object_get(rq, "inputs")), N);
+    ck_assert_str_eq(json_string_value(json_array_get(json_object_get(rq, "inputs"), 5)),
+                     paths[5]);
+    json_decref(j);
+    ck_assert_uint_eq(jobkind_parses() - p0, 2);
+    ck_assert_uint_eq(mos_header_reads() - r0, 2 * N);
+    /* the product's size is the automatic target's, computed here from the same headers */
+    mos_header h[N];
+    skywcs *ws[N];
+    long nx[N], ny[N];
+    for (int i = 0; i < N; i++) {
+        skywcs_image_check chk;
+        char e[256] = "";
+        ck_assert_msg(mos_read_header(paths[i], 0, &h[i], &chk, e, sizeof e) == 0, "%s", e);
+        ws[i] = h[i].cel;
+        nx[i] = h[i].nx;
+        ny[i] = h[i].ny;
+    }
+    char *cards = NULL, e[256] = "";
+    int nk = 0;
+    long ox = 0, oy = 0;
+    ck_assert_msg(mos_auto_target(N, ws, nx, ny, SKY_FRAME_NONE, "", &cards, &nk, &ox, &oy, e,
+                                  sizeof e) == 0, "%s", e);
+    free(cards);
+    for (int i = 0; i < N; i++)
+        mos_header_release(&h[i]);
+    long pnx = 0, pny = 0;
+    double *v = fetch_product(id, &pnx, &pny);
+    ck_assert_ptr_nonnull(v);
+    ck_assert_int_eq(pnx, ox);
+    ck_assert_int_eq(pny, oy);
+    long finite = 0;
+    for (long k = 0; k < pnx * pny; k++)
+        finite += isfinite(v[k]) ? 1 : 0;
+    ck_assert_int_gt(finite, pnx * pny / 4);
+    free(v);
+}
+END_TEST
+
 /* One server per jobs directory: a second one on it would run the same jobs twice. */
 START_TEST(test_one_server_per_jobs_dir)
 {
@@ -923,6 +1032,7 @@ int main(void)
     tcase_add_test(tc, test_startup_sweep);
     tcase_add_test(tc, test_one_server_per_jobs_dir);
     tcase_add_test(tc, test_mosaic_kill9_same_product);
+    tcase_add_test(tc, test_mosaic_headers_read_once);
     suite_add_tcase(s, tc);
     return tt_run_suite(s);
 }

@@ -226,6 +226,17 @@ static void *stage_worker(void *arg)
  * every stage runs a second time; after stage 0 the state is released and the job
  * planned again on the same work directory, as after a restart.  Returns the total
  * number of blocks; *nstages = stages of the plan. */
+/* The request of an accepted job of kind k for body (asserted to parse). */
+static void *accepted_req(const job_kind *k, const json_t *body)
+{
+    void *req = NULL;
+    job_problem pb;
+    memset(&pb, 0, sizeof pb);
+    ck_assert_msg(jobkind_parse(k, body, &env, 1, &req, &pb) == 0, "parse: %s: %s", pb.field,
+                  pb.detail);
+    return req;
+}
+
 static long run_job(const job_kind *k, const char *body_text, const char *product,
                     job_product *prod, int *nstages)
 {
@@ -234,13 +245,25 @@ static long run_job(const job_kind *k, const char *body_text, const char *produc
     ck_assert_msg(body != NULL, "bad test body %s", body_text);
     job_problem pb;
     memset(&pb, 0, sizeof pb);
-    ck_assert_msg(k->validate(body, &env, &pb) == 0, "validate %s: %s: %s", body_text, pb.field,
-                  pb.detail);
+    void *req = NULL;
+    ck_assert_msg(jobkind_parse(k, body, &env, 0, &req, &pb) == 0, "parse %s: %s: %s", body_text,
+                  pb.field, pb.detail);
+    /* the stored (normalised) body parses into the same request */
+    json_t *norm = k->req_json(req);
+    ck_assert_ptr_nonnull(norm);
+    ck_assert_str_eq(json_string_value(json_object_get(norm, "dataset")),
+                     json_string_value(json_object_get(body, "dataset")));
+    void *again_req = accepted_req(k, norm);
+    json_t *norm2 = k->req_json(again_req);
+    ck_assert_msg(json_equal(norm, norm2), "%s: not stable", body_text);
+    json_decref(norm2);
+    json_decref(norm);
+    k->req_free(again_req);
     char wd[64], err[256] = "";
     tt_tmpdir_make(wd, sizeof wd, "sjwork");
     job_plan plan;
     memset(&plan, 0, sizeof plan);
-    int rc = k->plan(body, &env, wd, &plan, err, sizeof err);
+    int rc = k->plan(req, &env, wd, &plan, err, sizeof err);
     ck_assert_msg(rc == 0, "plan: %s", err);
     long total = 0;
     for (int s = 0; s < plan.nstages; s++)
@@ -260,7 +283,7 @@ static long run_job(const job_kind *k, const char *body_text, const char *produc
             job_plan again;
             memset(&again, 0, sizeof again);
             k->release(plan.state);
-            rc = k->plan(body, &env, wd, &again, err, sizeof err);
+            rc = k->plan(req, &env, wd, &again, err, sizeof err);
             ck_assert_msg(rc == 0, "plan again: %s", err);
             ck_assert_int_eq(again.nstages, plan.nstages);
             for (int i = 0; i < plan.nstages; i++)
@@ -272,6 +295,7 @@ static long run_job(const job_kind *k, const char *body_text, const char *produc
     rc = k->finish(plan.state, product, prod, err, sizeof err);
     ck_assert_msg(rc == 0, "finish: %s", err);
     k->release(plan.state);
+    k->req_free(req);
     rm_tree(wd);
     json_decref(body);
     if (nstages)
@@ -667,13 +691,14 @@ START_TEST(test_partials_of_changed_frames)
         tt_tmpdir_make(wd, sizeof wd, "sjmixed");
         snprintf(tmp, sizeof tmp, "%s/product.tmp", wd);
         job_plan plan;
-        ck_assert_int_eq(kinds[k]->plan(body, &env, wd, &plan, err, sizeof err), 0);
+        void *req = accepted_req(kinds[k], body);
+        ck_assert_int_eq(kinds[k]->plan(req, &env, wd, &plan, err, sizeof err), 0);
         static const volatile int go = 0;
         ck_assert_int_eq(kinds[k]->run_block(plan.state, 0, 0, &go, err, sizeof err), 0);
         kinds[k]->release(plan.state);
         replace_gen_frame(k == 0 ? GEN_NZ - 1 : 0);
         /* resumed (as after a restart): the identity the first plan saw is kept */
-        ck_assert_int_eq(kinds[k]->plan(body, &env, wd, &plan, err, sizeof err), 0);
+        ck_assert_int_eq(kinds[k]->plan(req, &env, wd, &plan, err, sizeof err), 0);
         for (int st = 0; st < plan.nstages; st++)
             for (long b = st == 0 ? 1 : 0; b < plan.nblocks[st]; b++)
                 ck_assert_int_eq(kinds[k]->run_block(plan.state, st, b, &go, err, sizeof err),
@@ -684,6 +709,7 @@ START_TEST(test_partials_of_changed_frames)
         ck_assert_msg(strstr(err, "the files of dataset 'gen' changed while the job ran"), "%s",
                       err);
         kinds[k]->release(plan.state);
+        kinds[k]->req_free(req);
         json_decref(body);
         rm_tree(wd);
     }
@@ -1120,7 +1146,9 @@ static void expect_problem(const job_kind *k, const char *body_text, int status,
     ck_assert(body != NULL);
     job_problem pb;
     memset(&pb, 0, sizeof pb);
-    ck_assert_msg(k->validate(body, &env, &pb) == -1, "accepted %s", body_text);
+    void *req = NULL;
+    ck_assert_msg(jobkind_parse(k, body, &env, 0, &req, &pb) == -1, "accepted %s", body_text);
+    ck_assert(req == NULL);
     ck_assert_msg(pb.status == status && strcmp(pb.field, field) == 0,
                   "%s: got %d '%s' (%s), expected %d '%s'", body_text, pb.status, pb.field,
                   pb.detail, status, field);
@@ -1255,11 +1283,13 @@ START_TEST(test_ingest)
     char wd[64], err[256];
     tt_tmpdir_make(wd, sizeof wd, "sjingest");
     job_plan plan;
-    ck_assert_int_eq(job_kind_ingest.plan(b, &env, wd, &plan, err, sizeof err), 0);
+    void *req = accepted_req(&job_kind_ingest, b);
+    ck_assert_int_eq(job_kind_ingest.plan(req, &env, wd, &plan, err, sizeof err), 0);
     static const volatile int cancel = 1;
     ck_assert_int_eq(job_kind_ingest.run_block(plan.state, 0, 0, &cancel, err, sizeof err),
                      TESS_ECANCELED);
     job_kind_ingest.release(plan.state);
+    job_kind_ingest.req_free(req);
     json_decref(b);
     rm_tree(wd);
 }
@@ -1272,18 +1302,22 @@ START_TEST(test_cancel)
     char wd[64], err[256];
     tt_tmpdir_make(wd, sizeof wd, "sjcancel");
     job_plan plan;
-    ck_assert_int_eq(job_kind_reduce.plan(body, &env, wd, &plan, err, sizeof err), 0);
+    void *req = accepted_req(&job_kind_reduce, body);
+    ck_assert_int_eq(job_kind_reduce.plan(req, &env, wd, &plan, err, sizeof err), 0);
     ck_assert_int_ge(plan.nblocks[0], 10);
     static const volatile int cancel = 1;
     ck_assert_int_eq(job_kind_reduce.run_block(plan.state, 0, 0, &cancel, err, sizeof err),
                      TESS_ECANCELED);
     job_kind_reduce.release(plan.state);
+    job_kind_reduce.req_free(req);
     json_decref(body);
     body = json_pack("{s:s, s:s}", "type", "rechunk", "dataset", "l1448_13co");
-    ck_assert_int_eq(job_kind_rechunk.plan(body, &env, wd, &plan, err, sizeof err), 0);
+    req = accepted_req(&job_kind_rechunk, body);
+    ck_assert_int_eq(job_kind_rechunk.plan(req, &env, wd, &plan, err, sizeof err), 0);
     ck_assert_int_eq(job_kind_rechunk.run_block(plan.state, 0, 1, &cancel, err, sizeof err),
                      TESS_ECANCELED);
     job_kind_rechunk.release(plan.state);
+    job_kind_rechunk.req_free(req);
     json_decref(body);
     rm_tree(wd);
 }

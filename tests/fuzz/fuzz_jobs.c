@@ -51,7 +51,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             job_env env = {&g_cfg, g_cat, 2};
             job_problem pb;
             memset(&pb, 0, sizeof pb);
-            if (k->validate(b, &env, &pb)) {
+            void *req = NULL;
+            int bad = jobkind_parse(k, b, &env, 0, &req, &pb);
+            k->req_free(req);
+            if (bad) {
                 if (pb.status < 400 || pb.status > 599 ||
                     strnlen(pb.detail, sizeof pb.detail) == sizeof pb.detail)
                     __builtin_trap();

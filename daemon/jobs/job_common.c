@@ -268,7 +268,9 @@ int jobc_check_dataset(const json_t *body, const job_env *env, const dataset **o
         jobkind_problem(pb, 400, "dataset", "'dataset' must be a string");
         return -1;
     }
-    const dataset *d = catalog_find(env->cat, json_string_value(v));
+    const dataset *d = NULL;
+    if (jobkind_lookup(env, json_string_value(v), "dataset", &d, pb) != 0)
+        return -1;
     if (!d) {
         jobkind_problem(pb, 404, "dataset", "no dataset named '%.64s'", json_string_value(v));
         return -1;

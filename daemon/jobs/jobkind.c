@@ -115,6 +115,21 @@ static void lexical_clean(const char *path, char *out)
     out[len] = '\0';
 }
 
+int jobkind_lookup(const job_env *env, const char *name, const char *field,
+                   const dataset **ds, job_problem *pb)
+{
+    char why[512];
+    int rc = catalog_lookup(env->cat, name, strlen(name), ds, why, sizeof why);
+    if (rc == TESS_EIO) {
+        *ds = NULL;
+        jobkind_problem(pb, 500, field, "%s", why);
+        return -1;
+    }
+    if (rc != 0)
+        *ds = NULL;
+    return 0;
+}
+
 /* The one answer for what is not an input (see jobkind.h). */
 static int no_input(job_problem *pb, const char *field, const char *s)
 {
@@ -125,7 +140,8 @@ static int no_input(job_problem *pb, const char *field, const char *s)
 int jobkind_resolve_input(const job_env *env, const char *s, const char *field,
                           const dataset **ds, char *path, job_problem *pb)
 {
-    *ds = catalog_find(env->cat, s);
+    if (jobkind_lookup(env, s, field, ds, pb) != 0)
+        return -1;
     if (*ds) {
         if ((*ds)->npaths < 1) {
             jobkind_problem(pb, 422, field, "dataset '%s' has no file", s);

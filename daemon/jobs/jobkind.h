@@ -154,6 +154,11 @@ int jobkind_check_new_name(const job_env *env, const char *name, const char *fie
  * without looking at the file system (so the time of the answer says nothing either);
  * one inside is then canonicalised (symbolic links followed) and must still be inside.
  * 403 when no data roots are configured, 400 for a path too long. */
+/* The dataset called `name` through the routes' look-up (catalog_lookup, with its
+ * checks): 0 with *ds the dataset or NULL when there is none; -1 with a 500 problem
+ * naming `field` when its file changed since the server started. */
+int jobkind_lookup(const job_env *env, const char *name, const char *field,
+                   const dataset **ds, job_problem *pb);
 int jobkind_resolve_input(const job_env *env, const char *s, const char *field,
                           const dataset **ds, char *path, job_problem *pb);
 void jobkind_problem(job_problem *pb, int status, const char *field, const char *fmt, ...)

@@ -305,7 +305,10 @@ START_TEST(test_header_changed_same_size_mtime)
     struct stat st0;
     ck_assert_int_eq(stat(img, &st0), 0);
     server s;
-    server_start(&s, root, IMG_DATASETS, NULL);
+    char with_jobs[PATH_MAX + 128];   /* the job runner too: its inputs are looked up alike */
+    snprintf(with_jobs, sizeof with_jobs, "%s, \"jobs\": {\"dir\": \"%s/jobs\"}", IMG_DATASETS,
+             root);
+    server_start(&s, root, with_jobs, NULL);
     static const char *const paths[] = {
         RAW_WHOLE, RAW_PART, IIIF_FULL, "/api/v1/datasets/img", "/api/v1/datasets/img/",
         "/api/v1/cutout?dataset=img&ra=30&dec=-10&fov=0.2&width=16&height=16&format=fits",
@@ -348,6 +351,16 @@ START_TEST(test_header_changed_same_size_mtime)
                       "%s: %s", paths[k], r.body ? r.body : "");
         tt_resp_free(&r);
     }
+    /* A job naming the dataset as its input is refused with the same reason. */
+    static const char job[] = "{\"type\": \"mosaic\", \"inputs\": [\"img\"], "
+                              "\"output\": {\"name\": \"m_img\"}}";
+    tt_resp jr = tt_fetch(s.base, "POST", "/api/v1/jobs", job, strlen(job), NULL);
+    tt_assert_problem("POST /api/v1/jobs", &jr, 500, NULL);
+    ck_assert_msg(jr.body && strstr(jr.body, "dataset 'img': the header of ") &&
+                  strstr(jr.body, "changed since the server started (CRVAL1)") &&
+                  strstr(jr.body, "\"parameter\":\"inputs[0]\""),
+                  "POST /api/v1/jobs: %s", jr.body ? jr.body : "");
+    tt_resp_free(&jr);
     /* DataLink and SODA find the dataset as every other route does: the same 500 and
      * reason, in their own error form (DALI: text/plain, a fault code first). */
     static const char *const vo_paths[] = {

@@ -12,7 +12,7 @@
 #include <string.h>
 #include <unistd.h>
 
-/* The held-lease list (shared): adds block (s, b) of job id; 0 or TESS_ENOMEM. */
+/* The held-lease list (the keeper renews it): adds block (s, b) of job id; 0 or TESS_ENOMEM. */
 static int held_add(jobs *J, const char *id, int s, long b)
 {
     if (strcmp(J->held_job, id) != 0) {
@@ -46,7 +46,7 @@ static void held_remove(jobs *J, int s, long b)
         }
 }
 
-/* Shared stores: whether the product at `path` can be registered here (lock not held):
+/* Whether the product at `path` can be registered here (lock not held):
  * its dataset name free or already this product, the dataset it attaches to present.
  * Returns 0 or a code with err. */
 static int product_registrable(jobs *J, const job_product *prod, const char *path, char *err,
@@ -64,16 +64,19 @@ static int product_registrable(jobs *J, const job_product *prod, const char *pat
     return 0;
 }
 
-/* Shared stores: ends the current job (lock held, released around the registration) once
- * its product is at `final`: the result and state succeeded in one statement that checks
- * the job is still running and its finish still this runner's (jobstore_finish_commit),
- * then the product registered here.  A job ended elsewhere first (a cancel, a failure)
- * gets no product: `final` is removed.  When the database cannot be reached, the job stays
- * as it is (running, claimed here until the claim expires) and is finished again later. */
-static void commit_product_locked(jobs *J, const char *id, const char *wd, const char *tmp,
-                                  const char *final, const char *result_json,
-                                  const job_product *prod)
+/* Ends the current job (lock held, released around the registration) once its product is
+ * at `final` (found registrable before: product_registrable).  The product is registered
+ * in the database first: the result and state succeeded in one statement that checks the
+ * job is still running and its finish still this runner's (jobstore_finish_commit), so a
+ * cancel elsewhere wins until then; then here.  A job ended elsewhere first (a cancel, a
+ * failure) gets no product: `final` is removed.  When the database cannot be reached, the
+ * job stays as it is (running, claimed here until the claim expires) and is finished again
+ * later. */
+static void shared_commit(blocksrc_job *sj, const char *tmp, const char *final,
+                          const char *result_json, const job_product *prod)
 {
+    jobs *J = sj->J;
+    const char *id = sj->id;
     int changed = 0;
     if (jobstore_finish_commit(J->st, id, J->owner, jobs_now(), result_json, prod->dataset,
                                prod->attach_to, prod->content_type, &changed) != 0) {
@@ -97,10 +100,10 @@ static void commit_product_locked(jobs *J, const char *id, const char *wd, const
             (strcmp(state, "cancelled") == 0 || strcmp(state, "failed") == 0))
             unlink(final);
     }
-    jobs_forget_locked(J, wd, tmp);
+    jobs_forget_locked(J, sj->wd, tmp);
 }
 
-/* Shared stores: the records go with the next lease; without one, at least this often. */
+/* The records go with the next lease; without one, at least this often. */
 #define SHARED_RECORD_S 1.0
 /* A lease asks for about this much work at once (seconds of the pool's blocks). */
 #define SHARED_BATCH_S 0.5
@@ -125,7 +128,7 @@ static int lease_want(const jobs *J, int max_inflight, const leased *ls)
     return want < max_inflight ? max_inflight : want > 64 ? 64 : want;
 }
 
-/* Shared stores: the runner's one statement with the store while stage s runs
+/* The runner's one statement with the store while stage s runs
  * (jobstore_record_lease).  Records the blocks of *ok (ok may be NULL: none) after
  * flushing the work directory's files (syncfs, lock released around it), and leases up to
  * `want` blocks, appended to those of ls not yet in the pool, when want > 0; *gone = 1
@@ -387,14 +390,6 @@ static int shared_claim_finish(blocksrc_job *sj)
         return -1;
     J->finish_expiries += (unsigned long long)took;   /* a dead finisher's claim */
     return 0;
-}
-
-/* The product is registered in the database first, in the statement that checks the job
- * is still running (a cancel elsewhere wins until then), then here. */
-static void shared_commit(blocksrc_job *sj, const char *tmp, const char *final,
-                          const char *result_json, const job_product *prod)
-{
-    commit_product_locked(sj->J, sj->id, sj->wd, tmp, final, result_json, prod);
 }
 
 /* A store that cannot be reached keeps the job running there: its files stay for the run

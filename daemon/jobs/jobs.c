@@ -53,6 +53,7 @@ const job_kind *jobs_find_kind(const char *type)
     return k;
 }
 
+/* ---- submit, cancel, result ------------------------------------------------------ */
 
 /* What accepted jobs will still write: the disk need of every queued job, and of the
  * running ones less what their work directories hold already.  Lock held. */
@@ -227,6 +228,8 @@ int jobs_result(jobs *J, const char *id, char *path, char *content_type, char *s
     jobs_http_read_end(J);
     return rc;
 }
+
+/* ---- open and close -------------------------------------------------------------- */
 
 /* This runner's name in leases: host name, pid and 4 random bytes. */
 static void make_owner(jobs *J)

@@ -108,7 +108,8 @@ int jobs_over_disk_locked(jobs *J, const char *wd, char *detail, size_t len)
     if (J->cfg->jobs_disk_mb == 0)
         return 0;
     const char *one[] = {wd};
-    return jobbudget_over_disk(J->cfg, jobs_disk_used_locked(J), jobbudget_du(one, 1), detail, len);
+    return jobbudget_over_disk(J->cfg, jobs_disk_used_locked(J), jobbudget_du(one, 1), detail,
+                               len);
 }
 
 int jobs_mkdir_p(const char *dir, char *err, size_t errlen)
@@ -162,7 +163,8 @@ void jobs_sweep(jobs *J)
             if (e->d_name[0] == '.')
                 continue;
             char state[16] = "";
-            int rc = jobs_valid_id(e->d_name) ? jobstore_state(J->st, e->d_name, state) : TESS_ENOTFOUND;
+            int rc = jobs_valid_id(e->d_name) ? jobstore_state(J->st, e->d_name, state)
+                                              : TESS_ENOTFOUND;
             int keep = (rc == 0 && strcmp(state, "running") == 0) || rc == TESS_EIO;
             if (!keep) {
                 char f[PATH_MAX + 260];

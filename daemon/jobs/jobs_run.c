@@ -125,7 +125,6 @@ static int status_of(int rc)
     }
 }
 
-
 /* This runner is done with the current job, which another server ended, or this one ended
  * in the database (blocksrc.h: commit) (lock held): its work directory wd and temporary
  * product tmp go, and the runner is free for the next job. */
@@ -196,7 +195,8 @@ static json_t *load_job_locked(jobs *J, const char *id, const job_kind **k)
     *k = jobs_find_kind(type);
     if (!*k || !b) {
         json_decref(b);
-        fail_job_locked(J, id, 500, !*k ? "unknown job type" : "the stored job body is unreadable");
+        fail_job_locked(J, id, 500,
+                        !*k ? "unknown job type" : "the stored job body is unreadable");
         return NULL;
     }
     return b;
@@ -329,7 +329,8 @@ static void run_stage_locked(jobs *J, blocksrc_job *sj, const job_kind *k, int s
             src->progress(sj, *done);
         }
         check_locked(J, sj, r, last_check);
-        int stage_end = J->inflight == 0 && !J->completed && (stopped(J, sj, r) || !src->rest(sj));
+        int stage_end =
+            J->inflight == 0 && !J->completed && (stopped(J, sj, r) || !src->rest(sj));
         if (src->record(sj, s, stage_end, why, sizeof why) && r->end != RUN_FAILED)
             run_fail(r, 500, why);
         if (stage_end)
@@ -538,6 +539,9 @@ static void run_job_locked(jobs *J, const char *id)
     conclude_locked(J, &sj, &r, tmp, final, &prod);
 }
 
+/* ---- the scheduler ---------------------------------------------------------------- */
+
+/* Takes the next job to run, one at a time, until the runner stops. */
 void *jobs_scheduler(void *arg)
 {
     jobs *J = arg;

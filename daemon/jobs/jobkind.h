@@ -1,4 +1,5 @@
-/* What a type of job ("mosaic", "power_spectrum", ...) gives the job runner (daemon/jobs/jobs.c).
+/* What a type of job ("mosaic", "power_spectrum", ...) gives the job runner
+ * (daemon/jobs/jobs_run.c).
  *
  * A job is planned as a sequence of stages; each stage is a number of independent blocks.
  * The runner runs the blocks of one stage on the worker pool (batch priority, several at

@@ -314,12 +314,15 @@ int colindex_overlap(colindex *x, const char *collection, int order, int64_t npi
         hi = (4LL << (2 * COL_MOC_ORDER)) + ((npix + 1) << s) - 1;
     }
     char sql[512];
+    /* Two range scans of the (collection, nuniq) key, no OR: SQLite plans each one on
+     * the primary key. */
     int len = snprintf(sql, sizeof(sql),
                        "SELECT relpath FROM col_image WHERE id IN (SELECT image FROM col_cell"
-                       " WHERE collection = ?1 AND (nuniq BETWEEN ?2 AND ?3 OR nuniq IN (");
+                       " WHERE collection = ?1 AND nuniq BETWEEN ?2 AND ?3 UNION SELECT image"
+                       " FROM col_cell WHERE collection = ?1 AND nuniq IN (");
     for (int i = 0; i < na; i++)
         len += snprintf(sql + len, sizeof(sql) - (size_t)len, "%s?%d", i ? "," : "", i + 4);
-    snprintf(sql + len, sizeof(sql) - (size_t)len, "))) ORDER BY relpath");
+    snprintf(sql + len, sizeof(sql) - (size_t)len, ")) ORDER BY relpath");
     pthread_mutex_lock(&x->lock);
     sqlite3_stmt *st;
     int count = TESS_EIO;

@@ -524,8 +524,10 @@ static int scan_collection(colset *s, collection *c)
                 rc = TESS_ENOMEM;
             continue;
         }
-        m->relpath = w.f[i].relpath;
-        w.f[i].relpath = NULL;
+        if (!(m->relpath = strdup(w.f[i].relpath))) {   /* w.f stays whole: bsearch below */
+            rc = TESS_ENOMEM;
+            continue;
+        }
         m->dev = (long long)st->st_dev;
         m->ino = (long long)st->st_ino;
         m->size = (long long)st->st_size;
@@ -556,7 +558,7 @@ static int scan_collection(colset *s, collection *c)
     }
     if (began && colindex_commit(s->index))
         rc = TESS_EIO;
-    if (changed) {
+    if (changed && rc != TESS_ENOMEM) {   /* a member without its path is never listed */
         pthread_rwlock_wrlock(&c->lock);
         col_member *old = c->m;
         int oldn = c->n;

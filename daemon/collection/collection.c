@@ -265,6 +265,74 @@ static char *fmt_error(const char *fmt, ...)
     return strdup(msg);
 }
 
+static int cmp_i64(const void *a, const void *b)
+{
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return (x > y) - (x < y);
+}
+
+/* The image's HEALPix coverage as NUNIQ cells: the cells of the points of a grid over the
+ * image and a margin of two steps around it, the step an eighth of a cell (at most
+ * COL_COVER_GRID points a side: a coarser order for images of very many cells), so that
+ * a cell the image reaches holds a grid point; much cheaper than testing each candidate
+ * tile (hips_footprint_cells), a few hundred transforms for a small image.  Nothing on
+ * failure (no memory): the image is then found by the in-memory geometry only. */
+#define COL_COVER_GRID 512
+static void coverage_cells(skywcs *cel, long nx, long ny, double pixscale, int64_t **cells,
+                           size_t *ncells)
+{
+    int order = COL_MOC_ORDER;
+    double step;
+    long gx, gy;
+    for (;; order--) {
+        step = hips_cell_size(order) / 8.0 / pixscale;   /* pixels */
+        gx = (long)ceil((nx + 4 * step) / step) + 1;
+        gy = (long)ceil((ny + 4 * step) / step) + 1;
+        if ((gx <= COL_COVER_GRID && gy <= COL_COVER_GRID) || order == 0)
+            break;
+    }
+    if (gx > COL_COVER_GRID)
+        gx = COL_COVER_GRID;
+    if (gy > COL_COVER_GRID)
+        gy = COL_COVER_GRID;
+    size_t n = (size_t)gx * (size_t)gy;
+    double *x = malloc(n * sizeof(double)), *y = malloc(n * sizeof(double));
+    double *lon = malloc(n * sizeof(double)), *lat = malloc(n * sizeof(double));
+    int64_t *list = malloc(n * sizeof(int64_t));
+    if (!x || !y || !lon || !lat || !list)
+        goto out;
+    double x0 = -0.5 - 2 * step, x1 = nx - 0.5 + 2 * step;
+    double y0 = -0.5 - 2 * step, y1 = ny - 0.5 + 2 * step;
+    for (long j = 0; j < gy; j++)
+        for (long i = 0; i < gx; i++) {
+            x[j * gx + i] = x0 + (x1 - x0) * (double)i / (double)(gx - 1);
+            y[j * gx + i] = y0 + (y1 - y0) * (double)j / (double)(gy - 1);
+        }
+    if (skywcs_pix2sky(cel, n, x, y, lon, lat))
+        goto out;
+    double eq = 0;
+    sky_frame f = skywcs_frame(cel, &eq);
+    sky_convert(f, eq, SKY_FRAME_ICRS, 0, n, lon, lat);
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++)
+        if (isfinite(lon[i]) && isfinite(lat[i]))
+            list[k++] = (4LL << (2 * order)) + hips_ang2pix(order, lon[i], lat[i]);
+    qsort(list, k, sizeof(*list), cmp_i64);
+    size_t u = 0;
+    for (size_t i = 0; i < k; i++)
+        if (u == 0 || list[u - 1] != list[i])
+            list[u++] = list[i];
+    *cells = list;
+    *ncells = u;
+    list = NULL;
+out:
+    free(x);
+    free(y);
+    free(lon);
+    free(lat);
+    free(list);
+}
+
 /* Reads the header of `abs` (the member relpath of c) into m, its header text into *wcs
  * and its coverage into *cells.  An unreadable image gets m->error. */
 static void read_member(const colset *s, const collection *c, const char *abs, col_member *m,
@@ -355,16 +423,7 @@ static void read_member(const colset *s, const collection *c, const char *abs, c
         if (dd > m->radius)
             m->radius = dd;
     }
-    int64_t *list = NULL;
-    size_t n = 0;
-    int reached = COL_MOC_ORDER;
-    if (hips_footprint_cells(cel, m->nx, m->ny, 0, m->pixscale, COL_MOC_ORDER, 256, &list, &n,
-                             &reached) == 0) {
-        for (size_t i = 0; i < n; i++)
-            list[i] += 4LL << (2 * reached);   /* NUNIQ */
-        *cells = list;
-        *ncells = n;
-    }
+    coverage_cells(cel, m->nx, m->ny, m->pixscale, cells, ncells);
 done:
     skywcs_free(cel);
     skywcs_free(w);

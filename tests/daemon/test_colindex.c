@@ -14,6 +14,7 @@
 #include "daemon/config.h"
 #include "engine/base/error.h"
 #include "engine/hips/healpix.h"
+#include "engine/sky/skywcs.h"
 #include "tests/testutil.h"
 
 static char dir[128];
@@ -35,8 +36,9 @@ static void teardown(void)
     ck_assert_int_eq(system(cmd), 0);
 }
 
-/* A 32 x 24 float image on a TAN WCS centred on (ra, dec), 1 arcsec pixels. */
-static void write_image(const char *rel, double ra, double dec, const char *filter)
+/* A 32 x 24 float image on a TAN WCS centred on (ra, dec), pixels of `arcsec`. */
+static void write_scaled(const char *rel, double ra, double dec, const char *filter,
+                         double arcsec)
 {
     char path[512], c[8][81];
     snprintf(path, sizeof(path), "%s/%s", data, rel);
@@ -52,8 +54,8 @@ static void write_image(const char *rel, double ra, double dec, const char *filt
     snprintf(c[3], 81, "CRVAL2  = %20.10f", dec);
     snprintf(c[4], 81, "CRPIX1  = %20.1f", 16.5);
     snprintf(c[5], 81, "CRPIX2  = %20.1f", 12.5);
-    snprintf(c[6], 81, "CDELT1  = %20.10f", -1.0 / 3600);
-    snprintf(c[7], 81, "CDELT2  = %20.10f", 1.0 / 3600);
+    snprintf(c[6], 81, "CDELT1  = %20.10f", -arcsec / 3600);
+    snprintf(c[7], 81, "CDELT2  = %20.10f", arcsec / 3600);
     char f[81], mjd[81];
     snprintf(f, sizeof(f), "FILTER  = '%s'", filter);
     snprintf(mjd, sizeof(mjd), "DATE-OBS= '2023-02-25T12:00:00'");
@@ -63,6 +65,11 @@ static void write_image(const char *rel, double ra, double dec, const char *filt
     snprintf(tmp, sizeof(tmp), "%s.tmp", path);
     tt_write_fits_image(tmp, -32, 2, axes, extra, 32 * 24 * 4);
     ck_assert_int_eq(rename(tmp, path), 0);   /* a new inode: a changed identity */
+}
+
+static void write_image(const char *rel, double ra, double dec, const char *filter)
+{
+    write_scaled(rel, ra, dec, filter, 1.0);
 }
 
 static void write_text(const char *rel, const char *text)
@@ -110,6 +117,45 @@ static void collect(void *cls, const char *relpath)
     if (h->n < 8)
         snprintf(h->names[h->n++], 64, "%s", relpath);
 }
+
+/* The coverage cells a scan stores hold every cell of order 8 that engine/hips finds in
+ * the image's footprint (hips_footprint_cells, tile by tile): the tile look-up misses no
+ * member. */
+START_TEST(test_coverage_holds_footprint)
+{
+    write_scaled("wide.fits", 83.8, -5.4, "r", 90.0);   /* 48' x 36': many cells */
+    write_scaled("rot/tiny.fits", 0.001, 89.99, "r", 1.0); /* at the pole */
+    tess_config cfg;
+    load_config(&cfg, "**/*.fits");
+    char err[256];
+    colset *s;
+    ck_assert_int_eq(colset_open(&cfg, &s, err, sizeof(err)), 0);
+    static const char *const names[] = {"wide.fits", "rot/tiny.fits"};
+    for (int k = 0; k < 2; k++) {
+        char *wcs = NULL;
+        ck_assert_int_eq(colindex_wcs(s->index, "c1", names[k], &wcs), 0);
+        ck_assert_ptr_nonnull(wcs);
+        skywcs *w = tt_parse_wcs(wcs, (int)(strlen(wcs) / 80));
+        int64_t *list = NULL;
+        size_t n = 0;
+        int reached = 0;
+        ck_assert_int_eq(hips_footprint_cells(w, 32, 24, 0, (k ? 1.0 : 90.0) / 3600, 8, 0,
+                                              &list, &n, &reached), 0);
+        ck_assert_int_eq(reached, 8);
+        ck_assert_uint_ge(n, k ? 1 : 6);
+        for (size_t i = 0; i < n; i++) {
+            hits h = {{{0}}, 0};
+            ck_assert_int_eq(colindex_overlap(s->index, "c1", 8, list[i], collect, &h), 1);
+            ck_assert_str_eq(h.names[0], names[k]);
+        }
+        free(list);
+        skywcs_free(w);
+        free(wcs);
+    }
+    colset_close(s);
+    config_release(&cfg);
+}
+END_TEST
 
 START_TEST(test_index_lifecycle)
 {
@@ -316,6 +362,7 @@ int main(void)
     tcase_add_checked_fixture(tc, setup, teardown);
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, test_index_lifecycle);
+    tcase_add_test(tc, test_coverage_holds_footprint);
     tcase_add_test(tc, test_config_refusals);
     tcase_add_test(tc, test_geometry);
     tcase_add_test(tc, test_overlap_scale);

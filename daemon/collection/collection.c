@@ -752,6 +752,13 @@ int colset_open(const tess_config *cfg, colset **out, char *err, size_t errlen)
         goto fail;
     }
     for (int i = 0; i < cfg->n_collections; i++) {
+        for (int j = 0; j < cfg->n_datasets; j++)
+            if (strcmp(cfg->datasets[j].name, cfg->collections[i].name) == 0) {
+                tess_seterr(err, errlen, "collection '%s' has the name of a dataset",
+                            cfg->collections[i].name);
+                rc = TESS_EINVAL;
+                goto fail;
+            }
         s->n++;
         if ((rc = collection_init(cfg, &cfg->collections[i], &s->c[i], err, errlen)))
             goto fail;

@@ -286,6 +286,16 @@ START_TEST(test_config_refusals)
     ck_assert_int_eq(colset_open(&cfg, &s, err, sizeof(err)), TESS_EINVAL);
     ck_assert_ptr_nonnull(strstr(err, "outside every data root"));
     config_release(&cfg);
+    /* A collection may not take a dataset's name. */
+    char text[600];
+    snprintf(text, sizeof(text), "{\"data_roots\": [\"%s\"], \"datasets\": ["
+             "{\"name\": \"c1\", \"path\": \"x.fits\"},"
+             "{\"name\": \"c1\", \"kind\": \"collection\", \"images\": \"*.fits\"}]}", data);
+    ck_assert_int_eq(config_init(&cfg), 0);
+    ck_assert_int_eq(config_load_text(text, &cfg, err, sizeof(err)), 0);
+    ck_assert_int_eq(colset_open(&cfg, &s, err, sizeof(err)), TESS_EINVAL);
+    ck_assert_str_eq(err, "collection 'c1' has the name of a dataset");
+    config_release(&cfg);
 }
 END_TEST
 
@@ -321,7 +331,7 @@ START_TEST(test_overlap_scale)
     snprintf(path, sizeof(path), "%s/scale.sqlite", jobs);
     ck_assert_int_eq(colindex_open(path, &x, err, sizeof(err)), 0);
     ck_assert_int_eq(colindex_begin(x), 0);
-    const int n = 100000;
+    const int n = tt_under_valgrind() ? 2000 : 100000;
     for (int i = 0; i < n; i++) {
         col_member m;
         memset(&m, 0, sizeof(m));

@@ -351,7 +351,7 @@ static void read_member(const colset *s, const collection *c, const char *abs, c
         return;
     }
     if (!catalog_path_allowed(s->cfg, real)) {
-        m->error = fmt_error("%s resolves to %s, outside the data roots", m->relpath, real);
+        m->error = fmt_error("%s resolves outside the data roots", m->relpath);
         free(real);
         return;
     }
@@ -359,7 +359,14 @@ static void read_member(const colset *s, const collection *c, const char *abs, c
     char err[512];
     atomic_fetch_add(&headers_read, 1);
     if (fitsimg_read_info(real, c->hdu, &info, err, sizeof(err))) {
-        m->error = strdup(err);
+        /* The reason names the file by its obs_id, not by the server's path. */
+        char *at = strstr(err, real);
+        if (at) {
+            size_t rl = strlen(real);
+            m->error = fmt_error("%.*s%s%s", (int)(at - err), err, m->relpath, at + rl);
+        } else {
+            m->error = strdup(err);
+        }
         free(real);
         return;
     }

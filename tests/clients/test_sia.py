@@ -304,7 +304,9 @@ class SiaTest(unittest.TestCase):
         self.assertEqual(doc["members"], 30)
         self.assertEqual(doc["unreadable_count"], 1)
         self.assertEqual(doc["unreadable"][0]["obs_id"], "night0/broken.fits")
-        self.assertTrue(doc["unreadable"][0]["reason"])
+        reason = doc["unreadable"][0]["reason"]
+        self.assertIn("night0/broken.fits", reason)
+        self.assertNotIn(self.root, reason)   # the obs_id, never the server's path
         try:
             self.get("/api/v1/collections/nope")
             self.fail("expected 404")

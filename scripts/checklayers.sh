@@ -88,7 +88,8 @@ fi
 rule "libmicrohttpd outside daemon/http.c" '<microhttpd\.h>' 'daemon/http.c'
 rule "SQLite outside the job store and the collection index" '<sqlite3\.h>' \
     'daemon/jobs/jobstore_sqlite.c' 'daemon/collection/colindex_sqlite.c'
-rule "libpq outside the job store" '<libpq-fe\.h>' 'daemon/jobs/jobstore_pg.c'
+rule "libpq outside the job store and the collection index" '<libpq-fe\.h>' \
+    'daemon/jobs/jobstore_pg.c' 'daemon/collection/colindex_pg.c'
 rule "libxml2 outside the IVOA XML writer" '<libxml/' 'daemon/api/vo_xml.c'
 rule "chealpix outside engine/hips" '<chealpix\.h>' 'engine/hips/*'
 rule "fftw3 outside engine/cube" '<fftw3\.h>' 'engine/cube/*'

@@ -1,5 +1,6 @@
 /* The collection index's store: one row per member image of a collection and its HEALPix
- * coverage cells, in SQLite (colindex_sqlite.c).  Schema in docs/collections.md. */
+ * coverage cells, in SQLite or PostgreSQL (colindex_impl.h).  Schema in
+ * docs/collections.md. */
 #ifndef TESSERA_DAEMON_COLLECTION_COLINDEX_H
 #define TESSERA_DAEMON_COLLECTION_COLINDEX_H
 
@@ -28,9 +29,13 @@ typedef struct col_member {
 
 typedef struct colindex colindex;
 
-/* Opens (creates, migrates) the index at `path` (NULL: an in-memory database).
- * Returns 0 or TESS_EIO with err. */
-int colindex_open(const char *path, colindex **out, char *err, size_t errlen);
+/* Opens (creates, migrates) the index: in PostgreSQL at `pg_uri` when it is not NULL
+ * (each statement bounded by timeout_s), else in SQLite at `path` (NULL: an in-memory
+ * database).  Returns 0 or TESS_EIO with err. */
+int colindex_open(const char *path, const char *pg_uri, double timeout_s, colindex **out,
+                  char *err, size_t errlen);
+/* 1 when the index is PostgreSQL's. */
+int colindex_is_pg(const colindex *x);
 void colindex_close(colindex *x);
 
 /* Every member of `collection`, sorted by relpath: *out malloc'd (col_members_free). */

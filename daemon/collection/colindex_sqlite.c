@@ -1,6 +1,6 @@
-/* The collection index in SQLite: a file of its own in jobs.dir (collections.sqlite),
- * or in memory when no jobs.dir is configured (then every start reads the headers). */
-#include "daemon/collection/colindex.h"
+/* The collection index in SQLite (colindex_impl.h): a file of its own in jobs.dir
+ * (collections.sqlite), or in memory without jobs.dir (every start reads the headers). */
+#include "daemon/collection/colindex_impl.h"
 #include "engine/base/error.h"
 
 #include <math.h>
@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-struct colindex {
+struct sq_index {
     sqlite3 *db;
     pthread_mutex_t lock;   /* one statement at a time on the connection */
 };
@@ -32,9 +32,9 @@ static const char schema[] =
     "CREATE INDEX IF NOT EXISTS col_cell_image ON col_cell(image);"
     "INSERT OR IGNORE INTO col_meta VALUES('schema', '1');";
 
-int colindex_open(const char *path, colindex **out, char *err, size_t errlen)
+int sq_open(const char *path, sq_index **out, char *err, size_t errlen)
 {
-    colindex *x = calloc(1, sizeof(*x));
+    sq_index *x = calloc(1, sizeof(*x));
     if (!x)
         return TESS_ENOMEM;
     int flags = SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_FULLMUTEX;
@@ -62,27 +62,13 @@ int colindex_open(const char *path, colindex **out, char *err, size_t errlen)
     return 0;
 }
 
-void colindex_close(colindex *x)
+void sq_close(sq_index *x)
 {
     if (!x)
         return;
     sqlite3_close(x->db);
     pthread_mutex_destroy(&x->lock);
     free(x);
-}
-
-void col_member_release(col_member *m)
-{
-    free(m->relpath);
-    free(m->error);
-    m->relpath = m->error = NULL;
-}
-
-void col_members_free(col_member *m, int n)
-{
-    for (int i = 0; i < n; i++)
-        col_member_release(&m[i]);
-    free(m);
 }
 
 static double col_double(sqlite3_stmt *st, int i)
@@ -96,7 +82,7 @@ static char *col_text(sqlite3_stmt *st, int i)
     return t ? strdup((const char *)t) : NULL;
 }
 
-int colindex_load(colindex *x, const char *collection, col_member **out, int *n)
+int sq_load(sq_index *x, const char *collection, col_member **out, int *n)
 {
     *out = NULL;
     *n = 0;
@@ -172,7 +158,7 @@ int colindex_load(colindex *x, const char *collection, col_member **out, int *n)
     return 0;
 }
 
-static int exec_locked(colindex *x, const char *sql)
+static int exec_locked(sq_index *x, const char *sql)
 {
     pthread_mutex_lock(&x->lock);
     int rc = sqlite3_exec(x->db, sql, NULL, NULL, NULL) == SQLITE_OK ? 0 : TESS_EIO;
@@ -180,12 +166,12 @@ static int exec_locked(colindex *x, const char *sql)
     return rc;
 }
 
-int colindex_begin(colindex *x)
+int sq_begin(sq_index *x)
 {
     return exec_locked(x, "BEGIN IMMEDIATE");
 }
 
-int colindex_commit(colindex *x)
+int sq_commit(sq_index *x)
 {
     return exec_locked(x, "COMMIT");
 }
@@ -198,10 +184,10 @@ static void bind_real(sqlite3_stmt *st, int i, double v)
         sqlite3_bind_null(st, i);
 }
 
-int colindex_put(colindex *x, const char *collection, const col_member *m, const char *wcs,
+int sq_put(sq_index *x, const char *collection, const col_member *m, const char *wcs,
                  const int64_t *nuniq, size_t ncells)
 {
-    if (colindex_remove(x, collection, m->relpath))
+    if (sq_remove(x, collection, m->relpath))
         return TESS_EIO;
     char fp[8 * 26 + 8] = "";
     if (!m->error)
@@ -271,7 +257,7 @@ out:
     return rc;
 }
 
-int colindex_remove(colindex *x, const char *collection, const char *relpath)
+int sq_remove(sq_index *x, const char *collection, const char *relpath)
 {
     pthread_mutex_lock(&x->lock);
     int rc = TESS_EIO;
@@ -296,23 +282,13 @@ out:
     return rc;
 }
 
-int colindex_overlap(colindex *x, const char *collection, int order, int64_t npix,
+int sq_overlap(sq_index *x, const char *collection, int order, int64_t npix,
                      void (*fn)(void *cls, const char *relpath), void *cls)
 {
-    if (order < 0 || order > 29 || npix < 0 || npix >= 12LL << (2 * order))
+    int64_t anc[COL_MOC_ORDER + 1], lo, hi;
+    int na;
+    if (colindex_tile_cells(order, npix, anc, &na, &lo, &hi))
         return TESS_EINVAL;
-    /* The tile's ancestors (itself included) down to order 0, as NUNIQ, and the range of
-     * its descendants at COL_MOC_ORDER when it is coarser. */
-    int64_t anc[COL_MOC_ORDER + 1];
-    int na = 0;
-    for (int k = order < COL_MOC_ORDER ? order : COL_MOC_ORDER; k >= 0; k--)
-        anc[na++] = (4LL << (2 * k)) + (npix >> (2 * (order - k)));
-    int64_t lo = 0, hi = -1;
-    if (order < COL_MOC_ORDER) {
-        int s = 2 * (COL_MOC_ORDER - order);
-        lo = (4LL << (2 * COL_MOC_ORDER)) + (npix << s);
-        hi = (4LL << (2 * COL_MOC_ORDER)) + ((npix + 1) << s) - 1;
-    }
     char sql[512];
     /* Two range scans of the (collection, nuniq) key, no OR: SQLite plans each one on
      * the primary key. */
@@ -344,7 +320,7 @@ int colindex_overlap(colindex *x, const char *collection, int order, int64_t npi
     return count;
 }
 
-int colindex_wcs(colindex *x, const char *collection, const char *relpath, char **out)
+int sq_wcs(sq_index *x, const char *collection, const char *relpath, char **out)
 {
     *out = NULL;
     pthread_mutex_lock(&x->lock);

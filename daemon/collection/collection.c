@@ -775,7 +775,8 @@ int colset_open(const tess_config *cfg, colset **out, char *err, size_t errlen)
         mkdir(cfg->jobs_dir, 0700);
         snprintf(path, sizeof(path), "%s/collections.sqlite", cfg->jobs_dir);
     }
-    if ((rc = colindex_open(cfg->jobs_dir ? path : NULL, &s->index, err, errlen)))
+    if ((rc = colindex_open(cfg->jobs_dir ? path : NULL, cfg->jobs_database,
+                            cfg->jobs_database_timeout_s, &s->index, err, errlen)))
         goto fail;
     for (int i = 0; i < s->n; i++)
         if ((rc = colindex_load(s->index, s->c[i].name, &s->c[i].m, &s->c[i].n))) {

@@ -16,7 +16,7 @@ import unittest
 import urllib.parse
 import urllib.request
 
-from harness import Server, need
+from harness import Postgres, Server, need
 
 try:
     import numpy as np
@@ -346,6 +346,65 @@ class SiaTest(unittest.TestCase):
                                            0.01 * u.deg)))
             time.sleep(0.3)
         self.assertEqual(got, [])
+
+
+class SiaPostgresTest(unittest.TestCase):
+    """The index in PostgreSQL (jobs.database): a second server with a jobs.dir of its own
+    finds the members there and reads no header: a file rewritten in place with its size
+    and mtime kept is still answered as first indexed."""
+
+    def test_index_in_postgres(self):
+        pg = Postgres()
+        tmp = tempfile.mkdtemp(prefix="tessera-siapg-")
+        try:
+            root = os.path.join(tmp, "survey")
+            for i in range(5):
+                _write_image(os.path.join(root, "a", "i%d.fits" % i),
+                             _make_wcs(RA0 + 0.01 * i, DEC0, 2.0, 0.0), {})
+            uri = pg.uri("tessera")
+            coll = [{"name": "pgc", "kind": "collection",
+                     "images": os.path.join(root, "**", "*.fits")}]
+
+            def server():
+                jobs = tempfile.mkdtemp(dir=tmp)
+                return Server(datasets=coll, roots=[root], demo=False,
+                              extra={"collections_rescan_s": 0,
+                                     "jobs": {"dir": jobs, "database": uri}})
+
+            def ras():
+                with urllib.request.urlopen(srv.base + "/vo/sia/query?COLLECTION=pgc",
+                                            timeout=30) as r:
+                    body = r.read().decode()
+                svc = sia2.SIAService(srv.base + "/vo")
+                return {str(r["obs_id"]): float(r["s_ra"]) for r in svc.search(
+                    collection="pgc")}, body
+
+            srv = server()
+            try:
+                first, _ = ras()
+            finally:
+                srv.stop()
+            self.assertEqual(sorted(first), ["a/i%d.fits" % i for i in range(5)])
+            self.assertEqual(int(pg.query("tessera", "SELECT count(*) FROM col_image")[0][0]),
+                             5)
+            self.assertGreaterEqual(
+                int(pg.query("tessera", "SELECT count(*) FROM col_cell")[0][0]), 5)
+            # Same inode, size and mtime, other CRVAL1: only a header read would see it.
+            path = os.path.join(root, "a", "i0.fits")
+            st = os.stat(path)
+            with fits.open(path, mode="update") as h:
+                h[0].header["CRVAL1"] = RA0 + 1.0
+            self.assertEqual(os.stat(path).st_size, st.st_size)
+            os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+            srv = server()
+            try:
+                again, _ = ras()
+            finally:
+                srv.stop()
+            self.assertEqual(again, first)
+        finally:
+            pg.close()
+            shutil.rmtree(tmp, ignore_errors=True)
 
 
 if __name__ == "__main__":

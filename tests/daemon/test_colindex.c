@@ -329,7 +329,7 @@ START_TEST(test_overlap_scale)
     colindex *x;
     char err[256], path[300];
     snprintf(path, sizeof(path), "%s/scale.sqlite", jobs);
-    ck_assert_int_eq(colindex_open(path, &x, err, sizeof(err)), 0);
+    ck_assert_int_eq(colindex_open(path, NULL, 5.0, &x, err, sizeof(err)), 0);
     ck_assert_int_eq(colindex_begin(x), 0);
     const int n = tt_under_valgrind() ? 2000 : 100000;
     for (int i = 0; i < n; i++) {

@@ -259,6 +259,39 @@ START_TEST(test_index_lifecycle)
 }
 END_TEST
 
+/* An image without a celestial WCS, and a link leading out of the data roots, are listed
+ * with their reasons; the others are served. */
+START_TEST(test_unusable_members)
+{
+    write_image("ok.fits", 30.0, 10.0, "r");
+    char p[512];
+    snprintf(p, sizeof(p), "%s/nowcs.fits", data);
+    long long axes[2] = {8, 8};
+    tt_write_fits_image(p, 16, 2, axes, NULL, 8 * 8 * 2);
+    char outside[300], link[300];
+    snprintf(outside, sizeof(outside), "%s/outside.fits", dir);
+    tt_write_fits_image(outside, 16, 2, axes, NULL, 8 * 8 * 2);
+    snprintf(link, sizeof(link), "%s/link.fits", data);
+    ck_assert_int_eq(symlink(outside, link), 0);
+    tess_config cfg;
+    load_config(&cfg, "*.fits");
+    char err[256];
+    colset *s;
+    ck_assert_int_eq(colset_open(&cfg, &s, err, sizeof(err)), 0);
+    collection *c = colset_find(s, "c1");
+    ck_assert_int_eq(c->n, 3);
+    ck_assert_ptr_null(member(c, "ok.fits")->error);
+    const char *why = member(c, "nowcs.fits")->error;
+    ck_assert_ptr_nonnull(why);
+    ck_assert_msg(strstr(why, "no usable celestial WCS") != NULL, "%s", why);
+    why = member(c, "link.fits")->error;
+    ck_assert_ptr_nonnull(why);
+    ck_assert_str_eq(why, "link.fits resolves outside the data roots");
+    colset_close(s);
+    config_release(&cfg);
+}
+END_TEST
+
 START_TEST(test_config_refusals)
 {
     static const char *const bad[] = {
@@ -373,6 +406,7 @@ int main(void)
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, test_index_lifecycle);
     tcase_add_test(tc, test_coverage_holds_footprint);
+    tcase_add_test(tc, test_unusable_members);
     tcase_add_test(tc, test_config_refusals);
     tcase_add_test(tc, test_geometry);
     tcase_add_test(tc, test_overlap_scale);

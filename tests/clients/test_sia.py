@@ -2,12 +2,14 @@
 different rotations and pixel scales, in nested folders, plus an unreadable file) served as
 one collection; pyvo 1.2.1's SIA 2.0 client (pyvo.dal.sia2.SIAService) and SIA 1.0
 SIAService find exactly the members that
-astropy's WCS says overlap each query region, STILTS votlint accepts the answers, the
+astropy's WCS says overlap each query region, STILTS votlint accepts the answers and
+datalinklint the members' DataLink, the
 s_region corners are astropy's calc_footprint, access_url and DataLink give the member's
 file, and a file added while serving is found by the rescan."""
 import math
 import os
 import random
+import re
 import shutil
 import subprocess
 import tempfile
@@ -276,6 +278,16 @@ class SiaTest(unittest.TestCase):
                                text=True, timeout=120)
             self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
             self.assertNotIn("ERROR", r.stdout + r.stderr, name)
+        # The DataLink answer of two members' obs_publisher_did: 0 errors.
+        rel = sorted(self.wcs)[:2]
+        url = self.base + "/vo/datalink?" + "&".join(
+            "ID=" + urllib.parse.quote("ivo://tessera/night1?" + r, safe="") for r in rel)
+        r = subprocess.run([stilts, "datalinklint", "votable=" + url], capture_output=True,
+                           text=True, timeout=300, stdin=subprocess.DEVNULL)
+        m = re.search(r"Totals: Errors: (\d+); Warnings: (\d+);.*Failures: (\d+)", r.stdout)
+        self.assertIsNotNone(m, r.stdout[-2000:] + r.stderr[-2000:])
+        self.assertEqual((m.group(1), m.group(3)), ("0", "0"), r.stdout[-3000:])
+        self.assertIn("Datalink table rows checked: 2\n", r.stdout)
 
     def test_sia1_matches_astropy(self):
         svc = pyvo.dal.SIAService(self.base + "/vo/sia1/query")

@@ -299,9 +299,8 @@ static void td_real(voxml *x, double v, int digits)
         voxml_element(x, "TD", "");
 }
 
-static voxml *votable_begin(const char *status_hint)
+static voxml *votable_begin(void)
 {
-    (void)status_hint;
     voxml *x = voxml_new();
     if (!x)
         return NULL;
@@ -414,13 +413,9 @@ static void datalink_descriptor(voxml *x, const char *base)
     voxml_end(x);
 }
 
-typedef struct sia_hit {
-    const collection *c;
-    const col_member *m;
-} sia_hit;
-
-/* Runs q over every collection, calling row() for each match up to maxrec; returns
- * whether more matched (an overflow).  The members' locks are held meanwhile. */
+/* Runs q over every collection, writing a row (SIA 2.0's, or SIA 1.0's with `sia1`) for
+ * each match up to maxrec; returns whether more matched (an overflow).  Each collection's
+ * read lock is held while its members are looked at. */
 static int run_query(colset *s, const sia_query *q, voxml *x, const char *base, int sia1)
 {
     long rows = 0;
@@ -486,7 +481,7 @@ void handle_vo_sia(hreq *r, const route_match *m)
     }
     char base[256];
     vo_base_url(r, base, sizeof(base));
-    voxml *x = votable_begin(NULL);
+    voxml *x = votable_begin();
     if (x) {
         info(x, "QUERY_STATUS", "OK");
         info(x, "standardID", "ivo://ivoa.net/std/SIA#query-2.0");
@@ -531,7 +526,7 @@ void handle_vo_sia1(hreq *r, const route_match *m)
         bad = "FORMAT must be ALL, image/fits, GRAPHIC or METADATA";
     if (bad) {
         vo_params_release(&p);
-        voxml *x = votable_begin(NULL);
+        voxml *x = votable_begin();
         if (x) {
             voxml_start(x, "INFO");
             voxml_attr(x, "name", "QUERY_STATUS");
@@ -569,7 +564,7 @@ void handle_vo_sia1(hreq *r, const route_match *m)
     }
     char base[256];
     vo_base_url(r, base, sizeof(base));
-    voxml *x = votable_begin(NULL);
+    voxml *x = votable_begin();
     if (x) {
         info(x, "QUERY_STATUS", "OK");
         voxml_start(x, "TABLE");

@@ -1,5 +1,6 @@
 /* Daemon configuration: JSON (jansson) with strict keys, demo defaults, listen address. */
 #include "daemon/config.h"
+#include "daemon/collection/collection.h"
 #include "engine/base/decodelimit.h"
 #include "engine/base/error.h"
 #include "engine/base/fileio.h"
@@ -41,6 +42,7 @@ int config_init(tess_config *c)
     c->max_connections_per_address = 64;
     c->header_timeout_s = 10;
     c->shutdown_grace_s = 10;
+    c->collections_rescan_s = 5.0;
     c->error_log = strdup("-");
     if (!c->error_log)
         return TESS_ENOMEM;
@@ -67,6 +69,7 @@ void config_release(tess_config *c)
         free(c->datasets[i].frames);
     }
     free(c->datasets);
+    colconfig_release(c);
     memset(c, 0, sizeof(*c));
 }
 
@@ -268,7 +271,7 @@ static int load_json(json_t *root, tess_config *c, const char *base, char *err, 
 {
     static const char *const top_keys[] = {"listen", "threads", "data_roots", "cache", "limits",
                                            "jobs", "datasets", "access_log", "error_log",
-                                           "viewer", NULL};
+                                           "viewer", "collections_rescan_s", NULL};
     static const char *const cache_keys[] = {"memory_mb", "planes_mb", "disk_dir", "disk_mb",
                                              NULL};
     static const char *const limit_keys[] = {"max_output_pixels", "max_body_mb", "max_bodies_mb",
@@ -305,6 +308,10 @@ static int load_json(json_t *root, tess_config *c, const char *base, char *err, 
     if ((rc = get_int(root, "threads", "", 0, 1024, &v, err, errlen)))
         return rc;
     c->threads = (int)v;
+    v = (long long)c->collections_rescan_s;
+    if ((rc = get_int(root, "collections_rescan_s", "", 0, 3600, &v, err, errlen)))
+        return rc;
+    c->collections_rescan_s = (double)v;
 
     json_t *roots = json_object_get(root, "data_roots");
     if (roots) {
@@ -514,6 +521,11 @@ static int load_json(json_t *root, tess_config *c, const char *base, char *err, 
             if (!json_is_object(d)) {
                 tess_seterr(err, errlen, "datasets[%zu] must be an object", i);
                 return TESS_EINVAL;
+            }
+            if (json_object_get(d, "kind")) {   /* a collection: daemon/collection/ */
+                if ((rc = colconfig_parse(d, where, c, err, errlen)))
+                    return rc;
+                continue;
             }
             if ((rc = check_keys(d, where, ds_keys, err, errlen)))
                 return rc;

@@ -17,6 +17,16 @@ typedef struct ds_config {
                               (RESTFRQ, RESTFREQ, RESTWAV); 0 = none */
 } ds_config;
 
+/* One collection (a dataset of "kind": "collection"): the FITS files that `images`, a
+ * glob under a data root ("**" any depth), names, indexed by daemon/collection/. */
+typedef struct col_config {
+    char *name;
+    char *images;    /* the glob as configured; relative to data_roots[0] */
+    int hdu;         /* 0-based HDU of every member */
+    int combine;     /* 0 mean, 1 median, 2 first */
+    int match_background;
+} col_config;
+
 typedef struct tess_config {
     char *listen_addr;           /* IPv4 or IPv6 literal, default "127.0.0.1" */
     int port;                    /* default 8080; 0 = any free port */
@@ -67,6 +77,9 @@ typedef struct tess_config {
                                     $TESSERA_NODE_MODULES, else PKGDATADIR/node_modules */
     ds_config *datasets;
     int n_datasets;
+    col_config *collections;     /* datasets of kind "collection" (colconfig_parse) */
+    int n_collections;
+    double collections_rescan_s; /* seconds between rescans of the collections, default 5 */
 } tess_config;
 
 /* Fills `c` with the defaults above and no datasets.  Returns 0 or TESS_ENOMEM. */

@@ -73,6 +73,7 @@ below "engine/cube includes a layer above it" engine/cube engine/base engine/fit
 # The daemon's folders: caches and job types never use a handler.
 below "daemon/cache includes a handler or a job type" daemon/cache 'engine/*' daemon
 below "daemon/jobs includes a handler" daemon/jobs 'engine/*' daemon daemon/cache
+below "daemon/collection includes a handler or a job type" daemon/collection 'engine/*' daemon
 
 rule "cfitsio outside its module" '<(fitsio|longnam|fitsio2)\.h>' \
     'engine/fits/*'
@@ -85,8 +86,10 @@ if grep -qE '^[[:space:]]*#[[:space:]]*include[[:space:]]*"daemon/jobs/' daemon/
     failures=$((failures + 1))
 fi
 rule "libmicrohttpd outside daemon/http.c" '<microhttpd\.h>' 'daemon/http.c'
-rule "SQLite outside the job store" '<sqlite3\.h>' 'daemon/jobs/jobstore_sqlite.c'
-rule "libpq outside the job store" '<libpq-fe\.h>' 'daemon/jobs/jobstore_pg.c'
+rule "SQLite outside the job store and the collection index" '<sqlite3\.h>' \
+    'daemon/jobs/jobstore_sqlite.c' 'daemon/collection/colindex_sqlite.c'
+rule "libpq outside the job store and the collection index" '<libpq-fe\.h>' \
+    'daemon/jobs/jobstore_pg.c' 'daemon/collection/colindex_pg.c'
 rule "libxml2 outside the IVOA XML writer" '<libxml/' 'daemon/api/vo_xml.c'
 rule "chealpix outside engine/hips" '<chealpix\.h>' 'engine/hips/*'
 rule "fftw3 outside engine/cube" '<fftw3\.h>' 'engine/cube/*'

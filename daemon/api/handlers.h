@@ -194,6 +194,20 @@ void handle_vo_soda(hreq *r, const route_match *m);
 void handle_vo_capabilities(hreq *r, const route_match *m);
 void handle_vo_availability(hreq *r, const route_match *m);
 
+/* Collections (sia.c; docs/collections.md): SIA 2.0 (GET|POST /vo/sia/query) and SIA 1.0
+ * (/vo/sia1/query) over the members of every collection; GET /api/v1/collections, GET
+ * /api/v1/collections/{name} (members, unreadable files with their reasons) and GET
+ * /api/v1/collections/{name}/fits/{obs_id} (a member's file). */
+void handle_vo_sia(hreq *r, const route_match *m);
+void handle_vo_sia1(hreq *r, const route_match *m);
+void handle_collections_list(hreq *r, const route_match *m);
+void handle_collection_info(hreq *r, const route_match *m);
+void handle_collection_fits(hreq *r, const route_match *m);
+/* The DataLink row (#this) of a member's identifier ivo://tessera/{collection}?{obs_id}:
+ * 1 when written, 0 when `id` names no member. */
+struct voxml;
+int sia_datalink_member(hreq *r, struct voxml *x, const char *base, const char *id);
+
 /* UWS 1.1 over the job runner (uws.c): /vo/uws/jobs (GET the list, POST creates a job),
  * /vo/uws/jobs/{id} (GET the job, POST PHASE=RUN|ABORT or ACTION=DELETE, DELETE) and
  * /vo/uws/jobs/{id}/{phase,results,error,parameters,...} (m->rest).  prepare_uws is their

@@ -455,6 +455,8 @@ void handle_vo_datalink(hreq *r, const route_match *m)
                 vo_reply_text(r, 500, "FatalFault: %s", why);
                 return;
             }
+            if (rc && sia_datalink_member(r, x, base, p.value[i]))
+                continue;   /* a collection's member image */
             if (rc) {
                 char msg[200];
                 snprintf(msg, sizeof(msg), "NotFoundFault: no dataset '%.*s'",
@@ -795,6 +797,8 @@ void handle_vo_capabilities(hreq *r, const route_match *m)
         capability(x, base, "ivo://ivoa.net/std/SODA#sync-1.0", "/vo/soda/sync");
         if (r->srv->app->jobs)
             capability(x, base, "ivo://ivoa.net/std/UWS", "/vo/uws/jobs");
+        capability(x, base, "ivo://ivoa.net/std/SIA#query-2.0", "/vo/sia/query");
+        capability(x, base, "ivo://ivoa.net/std/SIA", "/vo/sia1/query");
     }
     vo_reply_xml(r, 200, x, "application/xml");
 }

@@ -1,0 +1,41 @@
+/* The backends of the collection index (colindex.h): SQLite (colindex_sqlite.c) and
+ * PostgreSQL (colindex_pg.c), one schema; colindex.c picks one and forwards each call. */
+#ifndef TESSERA_DAEMON_COLLECTION_COLINDEX_IMPL_H
+#define TESSERA_DAEMON_COLLECTION_COLINDEX_IMPL_H
+
+#include "daemon/collection/colindex.h"
+
+/* The cells whose presence means a member may overlap tile (order, npix): its ancestors
+ * (itself included) down to order 0 as NUNIQ (anc, *na, at most COL_MOC_ORDER + 1), and,
+ * for a tile coarser than COL_MOC_ORDER, the NUNIQ range [*lo, *hi] of its descendants of
+ * that order (else *lo > *hi).  Returns 0 or TESS_EINVAL (no such tile). */
+int colindex_tile_cells(int order, int64_t npix, int64_t *anc, int *na, int64_t *lo,
+                        int64_t *hi);
+
+typedef struct sq_index sq_index;
+int sq_open(const char *path, sq_index **out, char *err, size_t errlen);
+void sq_close(sq_index *x);
+int sq_load(sq_index *x, const char *collection, col_member **out, int *n);
+int sq_begin(sq_index *x);
+int sq_commit(sq_index *x);
+int sq_put(sq_index *x, const char *collection, const col_member *m, const char *wcs,
+           const int64_t *nuniq, size_t ncells);
+int sq_remove(sq_index *x, const char *collection, const char *relpath);
+int sq_overlap(sq_index *x, const char *collection, int order, int64_t npix,
+               void (*fn)(void *cls, const char *relpath), void *cls);
+int sq_wcs(sq_index *x, const char *collection, const char *relpath, char **out);
+
+typedef struct pg_index pg_index;
+int pgx_open(const char *uri, double timeout_s, pg_index **out, char *err, size_t errlen);
+void pgx_close(pg_index *x);
+int pgx_load(pg_index *x, const char *collection, col_member **out, int *n);
+int pgx_begin(pg_index *x);
+int pgx_commit(pg_index *x);
+int pgx_put(pg_index *x, const char *collection, const col_member *m, const char *wcs,
+            const int64_t *nuniq, size_t ncells);
+int pgx_remove(pg_index *x, const char *collection, const char *relpath);
+int pgx_overlap(pg_index *x, const char *collection, int order, int64_t npix,
+                void (*fn)(void *cls, const char *relpath), void *cls);
+int pgx_wcs(pg_index *x, const char *collection, const char *relpath, char **out);
+
+#endif

@@ -1,5 +1,6 @@
 /* The composition root of tesserad (app.h): the server and the worker are built here. */
 #include "daemon/app.h"
+#include "daemon/collection/collection.h"
 #include "daemon/jobs/jobs.h"
 #include "daemon/jobs/jobtypes.h"
 #include "engine/base/decodelimit.h"
@@ -47,6 +48,8 @@ int tess_app_open(const tess_config *cfg, tess_app **out, char *err, size_t errl
             goto fail;
         }
     }
+    if ((rc = colset_open(cfg, &a->collections, err, errlen)))
+        goto fail;
     if (cfg->jobs_dir) {
         jobtypes_register_all();
         if ((rc = jobs_open(cfg->jobs_dir, cfg, a->cat, a->workers, &a->jobs, err, errlen)))
@@ -77,6 +80,7 @@ void tess_app_close(tess_app *a)
     if (!a)
         return;
     tess_app_drain(a);
+    colset_close(a->collections);
     planestore_free(a->planes);
     diskcache_close(a->disk);
     tilecache_free(a->cache);

@@ -14,6 +14,7 @@
 #include "engine/base/pool.h"
 
 struct jobs;
+struct colset;
 
 /* Everything a process of tesserad serves or runs with, whether it listens (the server)
  * or not (tesserad --worker).  Read-only after tess_app_open but for `workers`, which
@@ -26,12 +27,15 @@ typedef struct tess_app {
     pool *workers;            /* NULL once drained */
     pthread_mutex_t pool_lock;/* guards `workers` against tess_app_drain */
     planestore *planes;       /* source planes in memory, shared by tiles and cutouts */
+    struct colset *collections; /* the collections and their index (daemon/collection/), or
+                                   NULL for none */
     struct jobs *jobs;        /* the job runner (jobs.dir), or NULL when jobs are disabled */
 } tess_app;
 
 /* Builds the app of `cfg` (which must outlive it): turns on the process-wide settings
  * every reader obeys (only canonical dataset paths are read, the decoders' limits), opens
- * the catalog, the memory and disk caches, the worker pool, the plane store and, when
+ * the catalog, the memory and disk caches, the worker pool, the plane store, the
+ * collections (their index brought up to date, its rescan thread started) and, when
  * jobs.dir is set, the job runner.  Returns 0, or TESS_EIO / TESS_EINVAL / TESS_ENOMEM
  * with `err` saying why (nothing is left open). */
 int tess_app_open(const tess_config *cfg, tess_app **out, char *err, size_t errlen);

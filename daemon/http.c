@@ -1,7 +1,6 @@
 /* HTTP front end: libmicrohttpd daemon, replies with ETag/304, async pool work; routes in routes.c. */
 #include "daemon/http.h"
 #include "daemon/connwatch.h"
-#include "daemon/collection/collection.h"
 #include "daemon/problem.h"
 #include "daemon/ranges.h"
 #include "daemon/routes.h"
@@ -1411,8 +1410,6 @@ int tserver_start(const tess_config *cfg, tserver **out, char *err, size_t errle
     }
     if (cfg->access_log && (rc = oplog_open(cfg->access_log, &sp->access, err, errlen)))
         goto fail;
-    if ((rc = colset_open(cfg, &s->collections, err, errlen)))
-        goto fail;
 
     struct sockaddr_storage ss;
     memset(&ss, 0, sizeof(ss));
@@ -1475,7 +1472,6 @@ int tserver_start(const tess_config *cfg, tserver **out, char *err, size_t errle
 fail:
     connwatch_free(sp->watch);
     oplog_close(sp->access);
-    colset_close(s->collections);
     tess_app_close(s->app);
     pthread_mutex_destroy(&sp->stats_lock);
     pthread_mutex_destroy(&sp->flight_lock);
@@ -1528,7 +1524,6 @@ void tserver_stop(tserver *s, int grace_s)
     MHD_stop_daemon(s->daemon);
     connwatch_free(sp->watch);
     tess_app_close(s->app);
-    colset_close(s->collections);
     oplog_close(sp->access);
     pthread_mutex_destroy(&sp->stats_lock);
     pthread_mutex_destroy(&sp->flight_lock);

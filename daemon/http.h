@@ -81,7 +81,6 @@ struct tserver {
     tess_app *app;            /* what is served: catalog, caches, pool, plane store, jobs
                                  (daemon/app.h); the server's own, composed by
                                  tess_app_open as the worker's is */
-    struct colset *collections; /* the collections (daemon/collection/), or NULL for none */
     struct MHD_Daemon *daemon;
     int port;
     /* counter for /metrics, updated atomically */

@@ -489,7 +489,7 @@ void handle_vo_sia(hreq *r, const route_match *m)
         obscore_fields(x);
         voxml_start(x, "DATA");
         voxml_start(x, "TABLEDATA");
-        int overflow = run_query(r->srv->collections, &q, x, base, 0);
+        int overflow = run_query(r->srv->app->collections, &q, x, base, 0);
         finish_table(x, overflow);
         datalink_descriptor(x, base);
     }
@@ -590,7 +590,7 @@ void handle_vo_sia1(hreq *r, const route_match *m)
         }
         voxml_start(x, "DATA");
         voxml_start(x, "TABLEDATA");
-        int overflow = metadata || graphic ? 0 : run_query(r->srv->collections, &q, x, base, 1);
+        int overflow = metadata || graphic ? 0 : run_query(r->srv->app->collections, &q, x, base, 1);
         finish_table(x, overflow);
     }
     vo_params_release(&p);
@@ -607,9 +607,9 @@ int sia_datalink_member(hreq *r, voxml *x, const char *base, const char *id)
     if ((size_t)(q - name) >= sizeof(cname))
         return 0;
     snprintf(cname, sizeof(cname), "%.*s", (int)(q - name), name);
-    collection *c = colset_find(r->srv->collections, cname);
+    collection *c = colset_find(r->srv->app->collections, cname);
     char abs[PATH_MAX];
-    if (!c || collection_member_path(r->srv->collections, c, q + 1, abs, sizeof(abs)))
+    if (!c || collection_member_path(r->srv->app->collections, c, q + 1, abs, sizeof(abs)))
         return 0;
     char path[PATH_MAX * 3 / 2];
     url_path(q + 1, path, sizeof(path));
@@ -634,7 +634,7 @@ int sia_datalink_member(hreq *r, voxml *x, const char *base, const char *id)
 
 static collection *route_collection(hreq *r, const route_match *m)
 {
-    collection *c = m->segment[0] ? colset_find(r->srv->collections, m->segment) : NULL;
+    collection *c = m->segment[0] ? colset_find(r->srv->app->collections, m->segment) : NULL;
     if (!c)
         problem_reply(r, 404, "collection", "no collection '%.*s'", (int)(m->segment_len > 64 ? 64 : m->segment_len),
                       m->segment_at ? m->segment_at : "");
@@ -682,7 +682,7 @@ void handle_collections_list(hreq *r, const route_match *m)
 {
     (void)m;
     json_t *a = json_array();
-    colset *s = r->srv->collections;
+    colset *s = r->srv->app->collections;
     for (int i = 0; s && i < s->n; i++)
         json_array_append_new(a, collection_json(&s->c[i], 0));
     hreq_reply_json(r, 200, json_dumps(a, JSON_COMPACT | JSON_REAL_PRECISION(15)));
@@ -706,7 +706,7 @@ void handle_collection_fits(hreq *r, const route_match *m)
         return;
     char abs[PATH_MAX];
     if (!m->rest || !*m->rest ||
-        collection_member_path(r->srv->collections, c, m->rest, abs, sizeof(abs))) {
+        collection_member_path(r->srv->app->collections, c, m->rest, abs, sizeof(abs))) {
         problem_reply(r, 404, "obs_id", "collection '%s' has no readable image '%.200s'",
                       c->name, m->rest ? m->rest : "");
         return;

@@ -15,11 +15,8 @@ const route routes[] = {
     {"metrics", ROUTE_GET, "/metrics", NULL, tserver_handle_metrics, NULL},
     {"hips", ROUTE_GET, "/hips/*", NULL, handle_hips, NULL},
     {"iiif", ROUTE_GET, "/iiif/3/*", NULL, handle_iiif, NULL},
-    {"jobs.list", ROUTE_GET, "/api/v1/jobs", prepare_jobs, handle_jobs_list, "/api/v1/jobs"},
-    {"jobs.submit", ROUTE_POST, "/api/v1/jobs", prepare_jobs, handle_jobs_submit,
-     "/api/v1/jobs"},
-    {"jobs.list", ROUTE_GET, "/api/v1/jobs/", prepare_jobs, handle_jobs_list, "/api/v1/jobs"},
-    {"jobs.submit", ROUTE_POST, "/api/v1/jobs/", prepare_jobs, handle_jobs_submit,
+    {"jobs.list", ROUTE_GET, "/api/v1/jobs/?", prepare_jobs, handle_jobs_list, "/api/v1/jobs"},
+    {"jobs.submit", ROUTE_POST, "/api/v1/jobs/?", prepare_jobs, handle_jobs_submit,
      "/api/v1/jobs"},
     {"job.get", ROUTE_GET, "/api/v1/jobs/{id}", prepare_jobs, handle_job, "a job"},
     {"job.cancel", ROUTE_DELETE, "/api/v1/jobs/{id}", prepare_jobs, handle_job_cancel, "a job"},
@@ -28,11 +25,8 @@ const route routes[] = {
     {"cutout.get", ROUTE_GET, "/api/v1/cutout", NULL, handle_cutout_get, NULL},
     {"cutout.post", ROUTE_POST, "/api/v1/cutout", NULL, handle_cutout_post, NULL},
     {"hips2fits", ROUTE_GET, "/hips-image-services/hips2fits", NULL, handle_cutout_get, NULL},
-    {"datasets", ROUTE_GET, "/api/v1/datasets", NULL, handle_datasets_list, NULL},
-    {"datasets", ROUTE_GET, "/api/v1/datasets/", NULL, handle_datasets_list, NULL},
-    {"dataset", ROUTE_GET, "/api/v1/datasets/{dataset}", prepare_dataset, handle_dataset_info,
-     NULL},
-    {"dataset", ROUTE_GET, "/api/v1/datasets/{dataset}/", prepare_dataset, handle_dataset_info,
+    {"datasets", ROUTE_GET, "/api/v1/datasets/?", NULL, handle_datasets_list, NULL},
+    {"dataset", ROUTE_GET, "/api/v1/datasets/{dataset}/?", prepare_dataset, handle_dataset_info,
      NULL},
     {"dataset.slice", ROUTE_GET, "/api/v1/datasets/{dataset}/slice/*", prepare_dataset,
      handle_slice, NULL},
@@ -53,11 +47,8 @@ const route routes[] = {
      handle_collection_fits, NULL},
     {"vo.capabilities", ROUTE_GET, "/vo/capabilities", NULL, handle_vo_capabilities, NULL},
     {"vo.availability", ROUTE_GET, "/vo/availability", NULL, handle_vo_availability, NULL},
-    {"uws.jobs", ROUTE_GET, "/vo/uws/jobs", prepare_uws, handle_uws_jobs, "the UWS job list"},
-    {"uws.create", ROUTE_POST, "/vo/uws/jobs", prepare_uws, handle_uws_create,
-     "the UWS job list"},
-    {"uws.jobs", ROUTE_GET, "/vo/uws/jobs/", prepare_uws, handle_uws_jobs, "the UWS job list"},
-    {"uws.create", ROUTE_POST, "/vo/uws/jobs/", prepare_uws, handle_uws_create,
+    {"uws.jobs", ROUTE_GET, "/vo/uws/jobs/?", prepare_uws, handle_uws_jobs, "the UWS job list"},
+    {"uws.create", ROUTE_POST, "/vo/uws/jobs/?", prepare_uws, handle_uws_create,
      "the UWS job list"},
     {"uws.job", ROUTE_GET, "/vo/uws/jobs/{id}", prepare_uws, handle_uws_job, "a UWS job"},
     {"uws.job.post", ROUTE_POST, "/vo/uws/jobs/{id}", prepare_uws, handle_uws_job_post,
@@ -118,6 +109,8 @@ static int pattern_match(const char *pat, const char *path, route_match *m)
 {
     const char *p = path;
     for (const char *q = pat; *q;) {
+        if (q[0] == '/' && q[1] == '?' && q[2] == '\0')
+            return *p == '\0' || (p[0] == '/' && p[1] == '\0');
         if (q[0] == '*' && q[1] == '\0') {
             m->rest = p;
             return 1;

@@ -40,7 +40,8 @@ typedef void (*route_handler)(hreq *r, const route_match *m);
 typedef int (*route_prepare)(hreq *r, route_match *m);
 
 /* One route.  `pattern` is the path as literal bytes with at most one "{name}" segment
- * (any bytes but '/', possibly none) and an optional final "*" (the rest of the path).
+ * (any bytes but '/', possibly none) and an optional final "*" (the rest of the path) or
+ * "/?" (the path with or without a final slash).
  * Routes that share a pattern are one resource with handlers by method; a pattern with a
  * {segment} claims every path under its prefix (the part before the '{'), so that an
  * unknown dataset under /api/v1/datasets/ is told as such. */

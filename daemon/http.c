@@ -1380,6 +1380,26 @@ static void log_mhd(void *cls, const char *fmt, va_list ap)
     pthread_mutex_unlock(&lock);
 }
 
+/* Frees what tserver_start made, whether it got as far as starting the daemon or not
+ * (the daemon itself is stopped by then): the connection watcher, the app, the access log,
+ * the locks and the parked polls' arrays. */
+static void server_free(tserver_priv *sp)
+{
+    tserver *s = &sp->pub;
+    connwatch_free(sp->watch);
+    tess_app_close(s->app);
+    oplog_close(sp->access);
+    pthread_mutex_destroy(&sp->stats_lock);
+    pthread_mutex_destroy(&sp->flight_lock);
+    pthread_mutex_destroy(&sp->susp_lock);
+    pthread_cond_destroy(&sp->susp_cond);
+    pthread_mutex_destroy(&sp->park_lock);
+    pthread_cond_destroy(&sp->park_cond);
+    free(sp->pfd);
+    free(sp->pfd_req);
+    free(sp);
+}
+
 int tserver_start(const tess_config *cfg, tserver **out, char *err, size_t errlen)
 {
     tserver_priv *sp = calloc(1, sizeof(*sp));
@@ -1470,16 +1490,7 @@ int tserver_start(const tess_config *cfg, tserver **out, char *err, size_t errle
     *out = s;
     return 0;
 fail:
-    connwatch_free(sp->watch);
-    oplog_close(sp->access);
-    tess_app_close(s->app);
-    pthread_mutex_destroy(&sp->stats_lock);
-    pthread_mutex_destroy(&sp->flight_lock);
-    pthread_mutex_destroy(&sp->susp_lock);
-    pthread_cond_destroy(&sp->susp_cond);
-    pthread_mutex_destroy(&sp->park_lock);
-    pthread_cond_destroy(&sp->park_cond);
-    free(sp);
+    server_free(sp);
     return rc;
 }
 
@@ -1522,16 +1533,5 @@ void tserver_stop(tserver *s, int grace_s)
     for (int i = 0; i < grace_s * 100 && __atomic_load_n(&s->inflight, __ATOMIC_ACQUIRE) > 0; i++)
         usleep(10000);
     MHD_stop_daemon(s->daemon);
-    connwatch_free(sp->watch);
-    tess_app_close(s->app);
-    oplog_close(sp->access);
-    pthread_mutex_destroy(&sp->stats_lock);
-    pthread_mutex_destroy(&sp->flight_lock);
-    pthread_mutex_destroy(&sp->susp_lock);
-    pthread_cond_destroy(&sp->susp_cond);
-    pthread_mutex_destroy(&sp->park_lock);
-    pthread_cond_destroy(&sp->park_cond);
-    free(sp->pfd);
-    free(sp->pfd_req);
-    free(sp);
+    server_free(sp);
 }

@@ -52,7 +52,7 @@ int tess_app_open(const tess_config *cfg, tess_app **out, char *err, size_t errl
         goto fail;
     if (cfg->jobs_dir) {
         jobtypes_register_all();
-        if ((rc = jobs_open(cfg->jobs_dir, cfg, a->cat, a->workers, &a->jobs, err, errlen)))
+        if ((rc = jobs_open(cfg->jobs_dir, cfg, a->cat, a->collections, a->workers, &a->jobs, err, errlen)))
             goto fail;
     }
     *out = a;

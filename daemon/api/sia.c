@@ -5,6 +5,7 @@
 #include "daemon/api/vo.h"
 #include "daemon/api/vo_xml.h"
 #include "daemon/collection/collection.h"
+#include "daemon/collection/colregion.h"
 #include "daemon/problem.h"
 #include "engine/base/error.h"
 #include "engine/base/fileio.h"
@@ -22,18 +23,7 @@
 #define SIA_MAX_REGIONS 16
 #define SIA_MAXREC_DEFAULT 1000
 #define SIA_MAXREC_LIMIT 100000
-#define SIA_RANGE_STEPS 8
-
-/* One POS region: a circle, or a polygon (a RANGE is made one, its parallels cut in
- * SIA_RANGE_STEPS great-circle pieces; `range` keeps its bounds). */
-typedef struct region {
-    int circle;
-    double ra, dec, r;
-    double poly[2 * 4 * SIA_RANGE_STEPS];
-    int n;
-    int range, all;
-    double lo[2], hi[2];
-} region;
+typedef col_region region;
 
 typedef struct interval {
     double lo, hi;
@@ -87,83 +77,25 @@ static int valid_point(double ra, double dec)
 /* Parses a SIA 2.0 POS value into g; NULL, or why not. */
 static const char *parse_pos(const char *s, region *g)
 {
+    static const struct {
+        const char *word;
+        col_region_kind kind;
+    } kinds[] = { { "CIRCLE", COL_REGION_CIRCLE }, { "RANGE", COL_REGION_RANGE },
+                  { "POLYGON", COL_REGION_POLYGON } };
+    double v[2 * COL_POLY_MAX + 2];
     memset(g, 0, sizeof(*g));
-    double v[2 * 4 * SIA_RANGE_STEPS + 2];
     while (*s == ' ')
         s++;
-    if (strncasecmp(s, "CIRCLE", 6) == 0) {
-        if (parse_numbers(s + 6, v, 4) != 3 || !valid_point(v[0], v[1]) || !(v[2] > 0) ||
-            v[2] > 180)
-            return "CIRCLE takes ra dec radius (degrees, 0 <= ra <= 360, |dec| <= 90, "
-                   "0 < radius <= 180)";
-        g->circle = 1;
-        g->ra = v[0];
-        g->dec = v[1];
-        g->r = v[2];
-        return NULL;
-    }
-    if (strncasecmp(s, "RANGE", 5) == 0) {
-        if (parse_numbers(s + 5, v, 5) != 4 || !(v[0] <= v[1]) || !(v[2] <= v[3]))
-            return "RANGE takes ra1 ra2 dec1 dec2 with ra1 <= ra2 and dec1 <= dec2 (degrees; "
-                   "-Inf and +Inf allowed)";
-        g->range = 1;
-        g->lo[0] = fmax(v[0], 0);
-        g->hi[0] = fmin(v[1], 360);
-        g->lo[1] = fmax(v[2], -90);
-        g->hi[1] = fmin(v[3], 90);
-        if (g->lo[0] > 360 || g->hi[0] < 0 || g->lo[1] > 90 || g->hi[1] < -90)
-            return "RANGE lies off the sky";
-        g->all = g->hi[0] - g->lo[0] >= 180 || g->hi[1] - g->lo[1] >= 90;
-        int n = 0;
-        for (int side = 0; side < 4; side++)
-            for (int k = 0; k < SIA_RANGE_STEPS; k++) {
-                double f = (double)k / SIA_RANGE_STEPS;
-                double ra = side == 0 ? g->lo[0] + f * (g->hi[0] - g->lo[0])
-                          : side == 1 ? g->hi[0]
-                          : side == 2 ? g->hi[0] - f * (g->hi[0] - g->lo[0]) : g->lo[0];
-                double dec = side == 0 ? g->lo[1]
-                           : side == 1 ? g->lo[1] + f * (g->hi[1] - g->lo[1])
-                           : side == 2 ? g->hi[1] : g->hi[1] - f * (g->hi[1] - g->lo[1]);
-                g->poly[2 * n] = ra;
-                g->poly[2 * n + 1] = dec;
-                n++;
-            }
-        g->n = n;
-        return NULL;
-    }
-    if (strncasecmp(s, "POLYGON", 7) == 0) {
-        int n = parse_numbers(s + 7, v, 2 * 32);
-        if (n < 6 || n % 2)
-            return "POLYGON takes 3 to 32 vertices ra dec ... (degrees)";
-        for (int i = 0; i < n; i += 2)
-            if (!valid_point(v[i], v[i + 1]))
-                return "POLYGON vertices need 0 <= ra <= 360 and |dec| <= 90";
-        memcpy(g->poly, v, (size_t)n * sizeof(double));
-        g->n = n / 2;
-        return NULL;
+    for (size_t i = 0; i < sizeof kinds / sizeof kinds[0]; i++) {
+        size_t len = strlen(kinds[i].word);
+        if (strncasecmp(s, kinds[i].word, len) == 0) {
+            int n = parse_numbers(s + len, v, 2 * COL_POLY_MAX + 1);
+            if (n < 0)
+                n = 2 * COL_POLY_MAX + 2;   /* too many, or not numbers: refused below */
+            return col_region_make(g, kinds[i].kind, v, n);
+        }
     }
     return "POS must be CIRCLE ra dec radius, RANGE ra1 ra2 dec1 dec2 or POLYGON ra dec ...";
-}
-
-static int in_range(const region *g, double ra, double dec)
-{
-    return ra >= g->lo[0] && ra <= g->hi[0] && dec >= g->lo[1] && dec <= g->hi[1];
-}
-
-static int member_in_region(const col_member *m, const region *g)
-{
-    if (g->circle)
-        return col_distance(m->ra, m->dec, g->ra, g->dec) <= m->radius + g->r &&
-               col_overlaps_circle(m->poly, 4, g->ra, g->dec, g->r);
-    if (g->range) {
-        if (in_range(g, m->ra, m->dec))
-            return 1;
-        for (int k = 0; k < 4; k++)
-            if (in_range(g, m->poly[2 * k], m->poly[2 * k + 1]))
-                return 1;
-        return !g->all && col_overlaps_polygon(m->poly, 4, g->poly, g->n);
-    }
-    return col_overlaps_polygon(m->poly, 4, g->poly, g->n);
 }
 
 static int overlaps(double a0, double a1, const interval *iv)
@@ -177,7 +109,7 @@ static int member_matches(const sia_query *q, const col_member *m)
         return 0;
     int ok = q->npos == 0;
     for (int i = 0; i < q->npos && !ok; i++)
-        ok = member_in_region(m, &q->pos[i]);
+        ok = col_region_overlaps(&q->pos[i], m);
     if (!ok)
         return 0;
     ok = q->nband == 0;

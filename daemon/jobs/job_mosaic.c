@@ -4,6 +4,8 @@
 #include "engine/fits/fitscard.h"
 #include "engine/mosaic/mosaic.h"
 #include "engine/base/error.h"
+#include "daemon/collection/collection.h"
+#include "daemon/collection/colregion.h"
 
 #include <limits.h>
 #include <stdio.h>
@@ -13,6 +15,8 @@
 
 /* Cards a target header may have at most. */
 #define MAX_TARGET_CARDS 10000
+/* The most members a job over a collection may take (each header is read at parse). */
+#define COLJOB_MAX_MEMBERS 4096
 
 /* A mosaic's (or reprojection's) typed request: the body parsed, each input's header
  * read once, the automatic target computed once. */
@@ -36,6 +40,10 @@ typedef struct mreq {
     mos_combine combine;
     mos_bg bg;
     char output[128];
+    char *coll;            /* inputs from this collection (its members in names), or NULL */
+    json_t *region;        /* the region the members were selected by, as stored */
+    double minscale;       /* the finest pixel scale of the members (degrees) */
+    col_region reg;
 } mreq;
 
 static void mreq_free(void *req)
@@ -54,6 +62,8 @@ static void mreq_free(void *req)
     free(r->theader);
     free(r->tcards);
     free(r->acards);
+    free(r->coll);
+    json_decref(r->region);
     free(r);
 }
 
@@ -90,9 +100,33 @@ static int input_file_problem(int rc, const skywcs_image_check *chk, const char 
     return -1;
 }
 
+/* Input i, resolved to r->paths[i] (ds its dataset or NULL for a plain file): its header
+ * read once into r->hdrs[i], its name kept.  A dataset's header that cannot be read is
+ * left unread here (the automatic target or mos_plan says why, as they did before headers
+ * were read at parse). */
+static int read_input(mreq *r, int i, const dataset *ds, int hdu, const char *name,
+                      const char *field, job_problem *pb)
+{
+    skywcs_image_check chk;
+    char e[256] = "";
+    int rc = mos_read_header(r->paths[i], hdu, &r->hdrs[i], &chk, e, sizeof e);
+    if (rc == TESS_ENOMEM) {
+        jobkind_problem(pb, 500, field, "out of memory");
+        return -1;
+    }
+    if (rc && !ds)
+        return input_file_problem(rc, &chk, e, field, pb);
+    r->names[i] = strdup(name);
+    if (!r->names[i]) {
+        jobkind_problem(pb, 500, field, "out of memory");
+        return -1;
+    }
+    r->inputs[i] = (mos_input){ r->paths[i], r->names[i], hdu };
+    return 0;
+}
+
 /* Input i, the string v: resolved, its catalog entry or file checked, its header read
- * once into r->hdrs[i].  A dataset's header that cannot be read is left unread here (the
- * automatic target or mos_plan says why, as they did before headers were read at parse). */
+ * (read_input). */
 static int parse_input(const json_t *v, const job_env *env, mreq *r, int i, job_problem *pb)
 {
     char field[32];
@@ -123,21 +157,21 @@ static int parse_input(const json_t *v, const job_env *env, mreq *r, int i, job_
         }
         hdu = ds->hdu;
     }
-    skywcs_image_check chk;
-    char e[256] = "";
-    int rc = mos_read_header(r->paths[i], hdu, &r->hdrs[i], &chk, e, sizeof e);
-    if (rc == TESS_ENOMEM) {
-        jobkind_problem(pb, 500, field, "out of memory");
+    return read_input(r, i, ds, hdu, json_string_value(v), field, pb);
+}
+
+/* Room for n inputs in r. */
+static int alloc_inputs(mreq *r, int n, job_problem *pb)
+{
+    r->n = n;
+    r->inputs = calloc((size_t)n, sizeof(mos_input));
+    r->paths = calloc((size_t)n, PATH_MAX);
+    r->names = calloc((size_t)n, sizeof(char *));
+    r->hdrs = calloc((size_t)n, sizeof(mos_header));
+    if (!r->inputs || !r->paths || !r->names || !r->hdrs) {
+        jobkind_problem(pb, 500, "inputs", "out of memory");
         return -1;
     }
-    if (rc && !ds)
-        return input_file_problem(rc, &chk, e, field, pb);
-    r->names[i] = strdup(json_string_value(v));
-    if (!r->names[i]) {
-        jobkind_problem(pb, 500, field, "out of memory");
-        return -1;
-    }
-    r->inputs[i] = (mos_input){ r->paths[i], r->names[i], hdu };
     return 0;
 }
 
@@ -158,27 +192,229 @@ static int parse_inputs(const json_t *in, const job_env *env, mreq *r, job_probl
         jobkind_problem(pb, 413, "inputs", "at most %d inputs", MOS_MAX_INPUTS);
         return -1;
     }
-    r->n = (int)json_array_size(in);
-    r->inputs = calloc((size_t)r->n, sizeof(mos_input));
-    r->paths = calloc((size_t)r->n, PATH_MAX);
-    r->names = calloc((size_t)r->n, sizeof(char *));
-    r->hdrs = calloc((size_t)r->n, sizeof(mos_header));
-    if (!r->inputs || !r->paths || !r->names || !r->hdrs) {
-        jobkind_problem(pb, 500, "inputs", "out of memory");
+    if (alloc_inputs(r, (int)json_array_size(in), pb))
         return -1;
-    }
     for (int i = 0; i < r->n; i++)
         if (parse_input(json_array_get(in, (size_t)i), env, r, i, pb))
             return -1;
     return 0;
 }
 
-/* The inputs, from "inputs" or a reprojection's "input". */
-static int parse_input_list(const json_t *j, const job_env *env, mreq *r, job_problem *pb)
+/* "region": exactly one of {"circle": [ra, dec, radius]}, {"polygon": [ra1, dec1, ...]},
+ * {"range": [ra_min, ra_max, dec_min, dec_max]} (degrees, ICRS), into r->reg, and kept as
+ * given (numbers as reals) in r->region for the stored body. */
+static int parse_region(const json_t *g, const char *field, mreq *r, job_problem *pb)
 {
+    static const struct {
+        const char *key;
+        col_region_kind kind;
+    } kinds[] = { { "circle", COL_REGION_CIRCLE }, { "polygon", COL_REGION_POLYGON },
+                  { "range", COL_REGION_RANGE } };
+    const char *usage = "{\"circle\": [ra, dec, radius]}, {\"polygon\": [ra1, dec1, ...]} or "
+                        "{\"range\": [ra_min, ra_max, dec_min, dec_max]} (degrees)";
+    if (!g) {
+        jobkind_problem(pb, 400, field, "'%s' is required: %s", field, usage);
+        return -1;
+    }
+    const char *key = json_is_object(g) && json_object_size(g) == 1 ? json_object_iter_key(
+        json_object_iter((json_t *)g)) : NULL;
+    int k = -1;
+    for (int i = 0; key && i < 3; i++)
+        if (strcmp(key, kinds[i].key) == 0)
+            k = i;
+    json_t *a = k >= 0 ? json_object_get(g, key) : NULL;
+    if (k < 0 || !json_is_array(a) || json_array_size(a) > 2 * COL_POLY_MAX) {
+        jobkind_problem(pb, 400, field, "'%s' must be %s", field, usage);
+        return -1;
+    }
+    double v[2 * COL_POLY_MAX];
+    int n = (int)json_array_size(a);
+    for (int i = 0; i < n; i++) {
+        json_t *x = json_array_get(a, (size_t)i);
+        if (!json_is_number(x)) {
+            jobkind_problem(pb, 400, field, "'%s.%s' must be an array of numbers", field, key);
+            return -1;
+        }
+        v[i] = json_number_value(x);
+    }
+    const char *why = col_region_make(&r->reg, kinds[k].kind, v, n);
+    if (why) {
+        jobkind_problem(pb, 400, field, "'%s.%s': %s", field, key, why);
+        return -1;
+    }
+    json_t *nums = json_array();
+    for (int i = 0; nums && i < n; i++)
+        if (json_array_append_new(nums, json_real(v[i])) != 0) {
+            json_decref(nums);
+            nums = NULL;
+        }
+    r->region = nums ? json_pack("{s:o}", key, nums) : NULL;
+    if (!r->region) {
+        jobkind_problem(pb, 500, field, "out of memory");
+        return -1;
+    }
+    return 0;
+}
+
+/* The relpaths of c's usable members that overlap r->reg, in the index's order (by
+ * relpath), into *out (*n of them, malloc'd; NULL when there are none or more than
+ * `max`); the finest pixel scale into r->minscale.  Returns 0, or -1 out of memory. */
+static int select_members(collection *c, mreq *r, int max, char ***out, int *n)
+{
+    int count = 0, kept = 0, bad = 0;
+    char **rel = NULL;
+    r->minscale = INFINITY;
+    pthread_rwlock_rdlock(&c->lock);
+    for (int i = 0; i < c->n; i++) {
+        const col_member *m = &c->m[i];
+        if (m->error || !col_region_overlaps(&r->reg, m))
+            continue;
+        count++;
+        if (m->pixscale < r->minscale)
+            r->minscale = m->pixscale;
+    }
+    if (count <= max && count > 0) {
+        rel = calloc((size_t)count, sizeof(char *));
+        bad = !rel;
+        for (int i = 0; !bad && i < c->n; i++) {
+            const col_member *m = &c->m[i];
+            if (m->error || !col_region_overlaps(&r->reg, m))
+                continue;
+            if (kept < count && !(rel[kept++] = strdup(m->relpath)))
+                bad = 1;
+        }
+    }
+    pthread_rwlock_unlock(&c->lock);
+    for (int i = 0; bad && rel && i < kept; i++)
+        free(rel[i]);
+    if (bad) {
+        free(rel);
+        return -1;
+    }
+    *out = rel;
+    *n = count;
+    return 0;
+}
+
+static void free_names(char **v, int n)
+{
+    for (int i = 0; v && i < n; i++)
+        free(v[i]);
+    free(v);
+}
+
+/* "inputs" (a reprojection's "input") as {"collection": NAME, "region": {...}}: the members
+ * of the collection whose footprints overlap the region (members the index holds an error
+ * for are skipped), selected once at submit and kept in the stored body as "members"
+ * (relpaths), which an accepted job's parse reads instead of selecting again, so that a
+ * restart plans the same inputs. */
+static int parse_collection(const json_t *o, const job_env *env, int accepted, mreq *r,
+                            job_problem *pb)
+{
+    static const char *const known[] = { "collection", "region", "members", NULL };
+    const char *in = r->reproject ? "input" : "inputs";
+    char f[40], fr[40], fm[40];
+    snprintf(f, sizeof f, "%s.collection", in);
+    snprintf(fr, sizeof fr, "%s.region", in);
+    snprintf(fm, sizeof fm, "%s.members", in);
+    const char *name;
+    if (jobkind_only_fields(o, known, in, pb) || opt_string(o, "collection", f, &name, pb))
+        return -1;
+    if (!name) {
+        jobkind_problem(pb, 400, f, "'%s' is required: the name of a collection", f);
+        return -1;
+    }
+    collection *c = env->collections ? colset_find(env->collections, name) : NULL;
+    if (!c) {
+        jobkind_problem(pb, 404, f, "no collection named '%.64s'", name);
+        return -1;
+    }
+    r->coll = strdup(name);
+    if (!r->coll) {
+        jobkind_problem(pb, 500, f, "out of memory");
+        return -1;
+    }
+    if (parse_region(json_object_get(o, "region"), fr, r, pb))
+        return -1;
+    json_t *mem = json_object_get(o, "members");
+    if (mem && !accepted) {
+        jobkind_problem(pb, 400, fm, "'%s' is written by the server (the members the region "
+                        "selects); give the collection and the region", fm);
+        return -1;
+    }
+    char **rel = NULL;
+    int n = 0;
+    if (mem) {
+        if (!json_is_array(mem) || json_array_size(mem) < 1 ||
+            json_array_size(mem) > COLJOB_MAX_MEMBERS) {
+            jobkind_problem(pb, 400, fm, "'%s' must be a non-empty array of at most %d "
+                            "member paths", fm, COLJOB_MAX_MEMBERS);
+            return -1;
+        }
+        n = (int)json_array_size(mem);
+        rel = calloc((size_t)n, sizeof(char *));
+        for (int i = 0; rel && i < n; i++) {
+            const char *s = json_string_value(json_array_get(mem, (size_t)i));
+            if (!s) {
+                free_names(rel, n);
+                jobkind_problem(pb, 400, fm, "'%s' must be an array of strings", fm);
+                return -1;
+            }
+            if (!(rel[i] = strdup(s))) {
+                free_names(rel, n);
+                rel = NULL;
+            }
+        }
+        r->minscale = NAN;
+    } else {
+        int max = COLJOB_MAX_MEMBERS < MOS_MAX_INPUTS ? COLJOB_MAX_MEMBERS : MOS_MAX_INPUTS;
+        if (select_members(c, r, max, &rel, &n) != 0) {
+            jobkind_problem(pb, 500, in, "out of memory");
+            return -1;
+        }
+        if (n == 0) {
+            jobkind_problem(pb, 422, fr, "the region overlaps no usable member of collection "
+                            "'%.64s'", name);
+            return -1;
+        }
+        if (n > max) {
+            jobkind_problem(pb, 413, fr, "the region overlaps %d members of collection "
+                            "'%.64s': one job takes at most %d; give a smaller region", n,
+                            name, max);
+            return -1;
+        }
+    }
+    if (!rel || alloc_inputs(r, n, pb)) {
+        free_names(rel, n);
+        jobkind_problem(pb, 500, in, "out of memory");
+        return -1;
+    }
+    int bad = 0;
+    for (int i = 0; !bad && i < n; i++) {
+        char fi[64];
+        snprintf(fi, sizeof fi, "%s[%d]", fm, i);
+        if (collection_member_path(env->collections, c, rel[i], r->paths[i], PATH_MAX) != 0) {
+            jobkind_problem(pb, 422, fi, "'%.200s' is no longer a usable member of collection "
+                            "'%.64s'", rel[i], name);
+            bad = 1;
+        } else {
+            bad = read_input(r, i, NULL, c->hdu, rel[i], fi, pb) != 0;
+        }
+    }
+    free_names(rel, n);
+    return bad ? -1 : 0;
+}
+
+/* The inputs, from "inputs" or a reprojection's "input": a list, one input, or the members
+ * of a collection that overlap a region (parse_collection). */
+static int parse_input_list(const json_t *j, const job_env *env, int accepted, mreq *r,
+                            job_problem *pb)
+{
+    json_t *v = json_object_get(j, r->reproject ? "input" : "inputs");
+    if (json_is_object(v))
+        return parse_collection(v, env, accepted, r, pb);
     if (!r->reproject)
-        return parse_inputs(json_object_get(j, "inputs"), env, r, pb);
-    json_t *v = json_object_get(j, "input");
+        return parse_inputs(v, env, r, pb);
     if (!v) {
         jobkind_problem(pb, 400, "input", "'input' is required: a dataset name or a file path");
         return -1;
@@ -253,6 +489,63 @@ static int parse_target_header(const json_t *h, mreq *r, job_problem *pb)
     return 0;
 }
 
+/* target {"region": true}: a TAN grid centred on the region, north up, east left, at the
+ * finest pixel scale of the selected members, just covering the region (its circle, or
+ * the circle about its centre through its farthest vertex), written as a target header so
+ * that the stored body holds the grid itself. */
+static int region_target(mreq *r, job_problem *pb)
+{
+    const col_region *g = &r->reg;
+    double ra = g->ra, dec = g->dec, half = g->r;
+    if (!g->circle) {
+        double x = 0, y = 0, z = 0, d2r = M_PI / 180;
+        for (int i = 0; i < g->n; i++) {
+            double a = g->poly[2 * i] * d2r, d = g->poly[2 * i + 1] * d2r;
+            x += cos(d) * cos(a);
+            y += cos(d) * sin(a);
+            z += sin(d);
+        }
+        ra = fmod(atan2(y, x) / d2r + 360.0, 360.0);
+        dec = atan2(z, sqrt(x * x + y * y)) / d2r;
+        half = 0;
+        for (int i = 0; i < g->n; i++)
+            half = fmax(half, col_distance(ra, dec, g->poly[2 * i], g->poly[2 * i + 1]));
+    }
+    if (!(r->minscale > 0) || !isfinite(r->minscale)) {
+        jobkind_problem(pb, 422, "target.region", "the members selected have no pixel scale "
+                        "in the index: give target.header or target.auto");
+        return -1;
+    }
+    if (!(half < 80.0)) {
+        jobkind_problem(pb, 422, "target.region", "the region is too large for a TAN grid "
+                        "(more than 80 degrees from its centre): give target.header");
+        return -1;
+    }
+    /* the grid's half width on the tangent plane, in pixels of the finest member */
+    double w = tan(half * M_PI / 180) * 180 / M_PI / r->minscale;
+    double nx = 2.0 * ceil(w) + 1.0;
+    if (nx * nx > (double)(1L << 31)) {
+        jobkind_problem(pb, 413, "target.region", "the region at the members' finest pixel "
+                        "scale (%.3g arcsec) would be %.0f x %.0f pixels, more than 2^31",
+                        r->minscale * 3600, nx, nx);
+        return -1;
+    }
+    char h[800];
+    snprintf(h, sizeof h, "NAXIS   = 2\nNAXIS1  = %.0f\nNAXIS2  = %.0f\n"
+             "CTYPE1  = 'RA---TAN'\nCTYPE2  = 'DEC--TAN'\nCRVAL1  = %.12f\nCRVAL2  = %.12f\n"
+             "CRPIX1  = %.1f\nCRPIX2  = %.1f\nCDELT1  = %.15g\nCDELT2  = %.15g\n"
+             "CUNIT1  = 'deg'\nCUNIT2  = 'deg'\nRADESYS = 'ICRS'\n", nx, nx, ra, dec,
+             (nx + 1) / 2, (nx + 1) / 2, -r->minscale, r->minscale);
+    json_t *s = json_string(h);
+    if (!s) {
+        jobkind_problem(pb, 500, "target.region", "out of memory");
+        return -1;
+    }
+    int rc = parse_target_header(s, r, pb);
+    json_decref(s);
+    return rc;
+}
+
 /* target.auto: {"frame": ..., "projection": ...}, both optional. */
 static int parse_target_auto(const json_t *a, mreq *r, job_problem *pb)
 {
@@ -288,10 +581,11 @@ static int parse_target_auto(const json_t *a, mreq *r, job_problem *pb)
     return 0;
 }
 
-/* "target" (optional): exactly one of "header" and "auto". */
+/* "target" (optional): exactly one of "header", "auto" and, for inputs from a collection,
+ * "region": true. */
 static int parse_target(const json_t *t, mreq *r, job_problem *pb)
 {
-    static const char *const tk[] = { "header", "auto", NULL };
+    static const char *const tk[] = { "header", "auto", "region", NULL };
     if (!t)
         return 0;
     if (!json_is_object(t)) {
@@ -302,9 +596,23 @@ static int parse_target(const json_t *t, mreq *r, job_problem *pb)
     if (jobkind_only_fields(t, tk, "target", pb))
         return -1;
     json_t *h = json_object_get(t, "header"), *a = json_object_get(t, "auto");
-    if ((h != NULL) == (a != NULL)) {
-        jobkind_problem(pb, 400, "target", "'target' needs exactly one of 'header' and 'auto'");
+    json_t *g = json_object_get(t, "region");
+    if ((h != NULL) + (a != NULL) + (g != NULL) != 1) {
+        jobkind_problem(pb, 400, "target", "'target' needs exactly one of 'header', 'auto' "
+                        "and 'region'");
         return -1;
+    }
+    if (g) {
+        if (!json_is_true(g)) {
+            jobkind_problem(pb, 400, "target.region", "'target.region' must be true");
+            return -1;
+        }
+        if (!r->coll || isnan(r->minscale)) {
+            jobkind_problem(pb, 400, "target.region", "'target.region' takes the region of "
+                            "inputs from a collection: {\"collection\": ..., \"region\": ...}");
+            return -1;
+        }
+        return region_target(r, pb);
     }
     return h ? parse_target_header(h, r, pb) : parse_target_auto(a, r, pb);
 }
@@ -507,7 +815,7 @@ static int parse_body(const json_t *j, const job_env *env, int accepted, mreq *r
                         "{\"auto\": {\"frame\": ..., \"projection\": ...}}");
         return -1;
     }
-    if (parse_input_list(j, env, r, pb) || parse_target(json_object_get(j, "target"), r, pb) ||
+    if (parse_input_list(j, env, accepted, r, pb) || parse_target(json_object_get(j, "target"), r, pb) ||
         parse_options(j, r, pb) || parse_output(j, env, accepted, r, pb))
         return -1;
     return r->tcards ? 0 : auto_target(r, accepted, pb);
@@ -580,17 +888,21 @@ static json_t *target_json(const mreq *r)
     return a ? json_pack("{s:o}", "auto", a) : NULL;
 }
 
-/* req_json: type, input(s) as given, target, method, combine and match_background (not for
+/* req_json: type, input(s) as given (from a collection: its name, the region and the
+ * members selected), target (a region's as its header), method, combine and match_background (not for
  * a reprojection, which has neither), output. */
 static json_t *mreq_json(const void *req)
 {
     const mreq *r = req;
-    json_t *in = r->reproject ? json_string(r->names[0]) : json_array();
-    for (int i = 0; in && !r->reproject && i < r->n; i++)
+    json_t *in = r->reproject && !r->coll ? json_string(r->names[0]) : json_array();
+    for (int i = 0; in && (!r->reproject || r->coll) && i < r->n; i++)
         if (json_array_append_new(in, json_string(r->names[i])) != 0) {
             json_decref(in);
             in = NULL;
         }
+    if (in && r->coll)
+        in = json_pack("{s:s, s:O, s:o}", "collection", r->coll, "region", r->region,
+                       "members", in);
     json_t *bg = r->bg == MOS_BG_LEVEL ? json_string("level") : json_boolean(r->bg == MOS_BG_PLANE);
     json_t *o = NULL;
     if (r->reproject)

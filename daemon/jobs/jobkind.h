@@ -29,6 +29,8 @@
 #include "daemon/catalog.h"
 #include "daemon/config.h"
 
+struct colset;
+
 #define JOB_MAX_STAGES 8
 
 /* What the runner lends to a job type.  Read-only for the job type. */
@@ -36,6 +38,7 @@ typedef struct job_env {
     const tess_config *cfg;  /* data roots, limits */
     catalog *cat;            /* datasets by name (thread-safe) */
     int threads;             /* worker threads of the pool (for sizing blocks) */
+    struct colset *collections; /* the collections (daemon/collection/), or NULL: none */
 } job_env;
 
 /* A validation failure: HTTP status (400 malformed / wrong type / unknown field, 404

@@ -116,7 +116,7 @@ int jobs_submit(jobs *J, const char *body, size_t len, char **json_out, job_prob
         json_decref(b);
         return -1;
     }
-    job_env env = {J->cfg, J->cat, J->threads};
+    job_env env = {J->cfg, J->cat, J->threads, J->collections};
     job_cost cost = {0};
     void *req = NULL;
     int bad = jobkind_parse(k, b, &env, 0, &req, pb) ||
@@ -253,7 +253,8 @@ static void make_owner(jobs *J)
              rnd[0], rnd[1], rnd[2], rnd[3]);
 }
 
-int jobs_open(const char *dir, const tess_config *cfg, catalog *cat, pool *p, jobs **out,
+int jobs_open(const char *dir, const tess_config *cfg, catalog *cat,
+              struct colset *collections, pool *p, jobs **out,
               char *err, size_t errlen)
 {
     jobs *J = calloc(1, sizeof(*J));
@@ -263,6 +264,7 @@ int jobs_open(const char *dir, const tess_config *cfg, catalog *cat, pool *p, jo
     }
     J->cfg = cfg;
     J->cat = cat;
+    J->collections = collections;
     J->pool = p;
     J->threads = pool_threads(p);
     /* A shared store (jobs.database): blocks by lease, among the servers of a cluster. */

@@ -45,10 +45,11 @@ const job_kind *jobs_find_kind(const char *type);
  * whose identity is checked again when a job is taken, on submit and every second); the
  * store is checked before anything writes to it (PRAGMA integrity_check, the schema and
  * its version: a damaged or foreign file is refused and left unchanged; a store of version
- * 0 is upgraded).  `p` must outlive the runner.  Returns 0, or TESS_EIO (directory in use,
+ * 0 is upgraded).  `collections` (NULL: none) is lent to the job types (job_env) and, like
+ * `p`, must outlive the runner.  Returns 0, or TESS_EIO (directory in use,
  * database damaged, foreign or unusable: err says why), TESS_ENOMEM. */
-int jobs_open(const char *dir, const tess_config *cfg, catalog *cat, pool *p, jobs **out,
-              char *err, size_t errlen);
+int jobs_open(const char *dir, const tess_config *cfg, catalog *cat,
+              struct colset *collections, pool *p, jobs **out, char *err, size_t errlen);
 
 /* Stops the scheduler: no new blocks start; blocks in flight finish and are recorded; the
  * running job stays "running" in the database so the next jobs_open resumes it.  Must be

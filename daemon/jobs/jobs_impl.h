@@ -36,6 +36,7 @@ struct block_task {
 struct jobs {
     const tess_config *cfg;
     catalog *cat;
+    struct colset *collections; /* the app's collections, or NULL */
     pool *pool;
     int threads;
     jobstore *st;             /* the jobs database (jobstore.h) */

@@ -521,7 +521,7 @@ static void run_job_locked(jobs *J, const char *id)
     /* Plan outside the lock (it may read headers); the estimate again (the inputs may
      * have changed since the job was accepted) bounds the blocks in flight. */
     pthread_mutex_unlock(&J->lock);
-    job_env env = {J->cfg, J->cat, J->threads};
+    job_env env = {J->cfg, J->cat, J->threads, J->collections};
     job_plan plan = {0};
     job_cost cost = {0};
     job_problem epb;

@@ -124,7 +124,7 @@ static void child(const crash_job *cj, long k, int powerloss, int blocks_only, i
     pool *p = pool_new(2, 256);
     jobs *J = NULL;
     if (!p || catalog_open(&F.cfg, &cat, err, sizeof err) != 0 ||
-        jobs_open(F.jobs, &F.cfg, cat, p, &J, err, sizeof err) != 0) {
+        jobs_open(F.jobs, &F.cfg, cat, NULL, p, &J, err, sizeof err) != 0) {
         fprintf(stderr, "crash child: %s\n", err);
         _exit(11);
     }
@@ -197,7 +197,7 @@ static void resume(const crash_job *cj, const char *id, const unsigned char *wan
     jobs *J = NULL;
     ck_assert_ptr_nonnull(p);
     ck_assert_msg(catalog_open(&F.cfg, &cat, err, sizeof err) == 0, "%s", err);
-    ck_assert_msg(jobs_open(F.jobs, &F.cfg, cat, p, &J, err, sizeof err) == 0,
+    ck_assert_msg(jobs_open(F.jobs, &F.cfg, cat, NULL, p, &J, err, sizeof err) == 0,
                   "%s %s: the jobs directory does not reopen: %s", cj->name, when, err);
     char ids[4][17];
     int n = js_ids(J, ids, 4);
@@ -245,7 +245,7 @@ static void crash_all(const crash_job *cj)
         pool *p = pool_new(2, 256);
         jobs *J = NULL;
         ck_assert_msg(catalog_open(&F.cfg, &cat, err, sizeof err) == 0, "%s", err);
-        ck_assert_msg(jobs_open(F.jobs, &F.cfg, cat, p, &J, err, sizeof err) == 0, "%s", err);
+        ck_assert_msg(jobs_open(F.jobs, &F.cfg, cat, NULL, p, &J, err, sizeof err) == 0, "%s", err);
         ref = js_product(J, rep.id, &len);
         ck_assert_ptr_nonnull(ref);
         jobs_close(J);

@@ -70,7 +70,7 @@ static int jf_run(void *ctx, char *err, size_t errlen)
 {
     (void)ctx;
     jobs *J = NULL;
-    int rc = jobs_open(F.jobs, &F.cfg, cat, F.pool, &J, err, errlen);
+    int rc = jobs_open(F.jobs, &F.cfg, cat, NULL, F.pool, &J, err, errlen);
     if (rc)
         return rc;
     rc = submit(J, "fault_run", run_id, err, errlen);
@@ -121,7 +121,7 @@ static void jf_check(void *ctx, int rc, long faults)
     (void)faults;
     char err[512] = "";
     jobs *J = NULL;
-    ck_assert_msg(jobs_open(F.jobs, &F.cfg, cat, F.pool, &J, err, sizeof err) == 0,
+    ck_assert_msg(jobs_open(F.jobs, &F.cfg, cat, NULL, F.pool, &J, err, sizeof err) == 0,
                   "the jobs directory does not reopen: %s", err);
     char ids[4][17];
     int n = js_ids(J, ids, 4);
@@ -154,7 +154,7 @@ static void setup(void)
     jf_reset(NULL);
     char err[512] = "", id[17], state[16], detail[512];
     jobs *J = NULL;
-    ck_assert_msg(jobs_open(F.jobs, &F.cfg, cat, F.pool, &J, err, sizeof err) == 0, "%s", err);
+    ck_assert_msg(jobs_open(F.jobs, &F.cfg, cat, NULL, F.pool, &J, err, sizeof err) == 0, "%s", err);
     ck_assert_msg(submit(J, "fault_run", id, err, sizeof err) == 0, "%s", err);
     ck_assert(js_wait(J, id, 60, state, detail, sizeof detail));
     ck_assert_msg(strcmp(state, "succeeded") == 0, "the mosaic %s: %s", state, detail);

@@ -1,0 +1,93 @@
+/* Regions of the sky (colregion.h): made from numbers, tested against footprints. */
+#include "daemon/collection/colregion.h"
+#include "daemon/collection/collection.h"
+
+#include <math.h>
+#include <string.h>
+
+static int valid_point(double ra, double dec)
+{
+    return ra >= 0 && ra <= 360 && dec >= -90 && dec <= 90;
+}
+
+static const char *make_range(col_region *g, const double *v)
+{
+    if (!(v[0] <= v[1]) || !(v[2] <= v[3]))
+        return "a range takes ra_min ra_max dec_min dec_max with ra_min <= ra_max and "
+               "dec_min <= dec_max (degrees; -Inf and +Inf allowed)";
+    g->range = 1;
+    g->lo[0] = fmax(v[0], 0);
+    g->hi[0] = fmin(v[1], 360);
+    g->lo[1] = fmax(v[2], -90);
+    g->hi[1] = fmin(v[3], 90);
+    if (g->lo[0] > 360 || g->hi[0] < 0 || g->lo[1] > 90 || g->hi[1] < -90)
+        return "the range lies off the sky";
+    g->all = g->hi[0] - g->lo[0] >= 180 || g->hi[1] - g->lo[1] >= 90;
+    int n = 0;
+    for (int side = 0; side < 4; side++)
+        for (int k = 0; k < COL_RANGE_STEPS; k++) {
+            double f = (double)k / COL_RANGE_STEPS;
+            double ra = side == 0 ? g->lo[0] + f * (g->hi[0] - g->lo[0])
+                      : side == 1 ? g->hi[0]
+                      : side == 2 ? g->hi[0] - f * (g->hi[0] - g->lo[0]) : g->lo[0];
+            double dec = side == 0 ? g->lo[1]
+                       : side == 1 ? g->lo[1] + f * (g->hi[1] - g->lo[1])
+                       : side == 2 ? g->hi[1] : g->hi[1] - f * (g->hi[1] - g->lo[1]);
+            g->poly[2 * n] = ra;
+            g->poly[2 * n + 1] = dec;
+            n++;
+        }
+    g->n = n;
+    return NULL;
+}
+
+const char *col_region_make(col_region *g, col_region_kind k, const double *v, int n)
+{
+    memset(g, 0, sizeof(*g));
+    switch (k) {
+    case COL_REGION_CIRCLE:
+        if (n != 3 || !valid_point(v[0], v[1]) || !(v[2] > 0) || v[2] > 180)
+            return "a circle takes ra dec radius (degrees, 0 <= ra <= 360, |dec| <= 90, "
+                   "0 < radius <= 180)";
+        g->circle = 1;
+        g->ra = v[0];
+        g->dec = v[1];
+        g->r = v[2];
+        return NULL;
+    case COL_REGION_RANGE:
+        if (n != 4)
+            return "a range takes ra_min ra_max dec_min dec_max (degrees)";
+        return make_range(g, v);
+    case COL_REGION_POLYGON:
+        if (n < 6 || n > 2 * COL_POLY_MAX || n % 2)
+            return "a polygon takes 3 to 32 vertices ra dec ... (degrees)";
+        for (int i = 0; i < n; i += 2)
+            if (!valid_point(v[i], v[i + 1]))
+                return "polygon vertices need 0 <= ra <= 360 and |dec| <= 90";
+        memcpy(g->poly, v, (size_t)n * sizeof(double));
+        g->n = n / 2;
+        return NULL;
+    }
+    return "unknown region";
+}
+
+static int in_range(const col_region *g, double ra, double dec)
+{
+    return ra >= g->lo[0] && ra <= g->hi[0] && dec >= g->lo[1] && dec <= g->hi[1];
+}
+
+int col_region_overlaps(const col_region *g, const col_member *m)
+{
+    if (g->circle)
+        return col_distance(m->ra, m->dec, g->ra, g->dec) <= m->radius + g->r &&
+               col_overlaps_circle(m->poly, 4, g->ra, g->dec, g->r);
+    if (g->range) {
+        if (in_range(g, m->ra, m->dec))
+            return 1;
+        for (int k = 0; k < 4; k++)
+            if (in_range(g, m->poly[2 * k], m->poly[2 * k + 1]))
+                return 1;
+        return !g->all && col_overlaps_polygon(m->poly, 4, g->poly, g->n);
+    }
+    return col_overlaps_polygon(m->poly, 4, g->poly, g->n);
+}

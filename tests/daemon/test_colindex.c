@@ -390,9 +390,8 @@ START_TEST(test_overlap_scale)
         found += r;
     }
     double per = (tt_now_s() - t0) / rounds;
+    /* Printed, not asserted: speed is bench/collection's (the machines are shared). */
     printf("colindex_overlap at %d images: %.1f us per look-up (order 8 tile)\n", n, per * 1e6);
-    if (!tt_under_valgrind())
-        ck_assert_msg(per < 1e-3 * tt_time_scale(), "%.3f ms per look-up", per * 1e3);
     ck_assert_int_ge(found, rounds);
     colindex_close(x);
 }

@@ -791,8 +791,8 @@ static int colsky_cuts(hreq *r, const hips_job *j, int extremes, double *lo, dou
 
 /* Renders member `relpath` on tile (order, npix) into px (W x W, FITS rows) and adds it
  * to `a`.  Returns 0 or -1 with the problem reply set. */
-static int colsky_add_member(hreq *r, const hips_job *j, const char *relpath, double *px,
-                             mos_accum *a)
+static int colsky_add_member(hreq *r, const hips_job *j, const char *relpath, int order,
+                             int64_t npix, double *px, mos_accum *a)
 {
     colset *s = r->srv->app->collections;
     char err[256] = "";
@@ -813,12 +813,12 @@ static int colsky_add_member(hreq *r, const hips_job *j, const char *relpath, do
         return 0;
     }
     if (pixel_scale(r, d, &pixscale) ||
-        source_acquire(r, &mj, hips_source_level(j->path.order, HIPS_TILE_SHIFT, pixscale), &h)) {
+        source_acquire(r, &mj, hips_source_level(order, HIPS_TILE_SHIFT, pixscale), &h)) {
         colmembers_release(s, d);
         return -1;
     }
-    long n = hips_render_tile(&h.src, j->path.order, j->path.npix, HIPS_TILE_SHIFT, 0,
-                              HIPS_ROWS_FITS, px, err, sizeof(err));
+    long n = hips_render_tile(&h.src, order, npix, HIPS_TILE_SHIFT, 0, HIPS_ROWS_FITS, px, err,
+                              sizeof(err));
     source_release(r, &h);
     colmembers_release(s, d);
     if (n < 0) {
@@ -831,43 +831,37 @@ static int colsky_add_member(hreq *r, const hips_job *j, const char *relpath, do
     return 0;
 }
 
-/* A tile of a collection: each member the index says overlaps it rendered as its own
- * tile (hips_render_tile, the kernel asked for) and the renders combined pixel by pixel
- * with the collection's `combine` (mos_accum). */
-static void colsky_tile_work(hreq *r)
+/* Tile (order, npix) of a collection into out (W x W doubles, FITS rows): each member
+ * the index says overlaps it rendered as its own tile (hips_render_tile, the kernel
+ * asked for) and the renders combined pixel by pixel with the collection's `combine`
+ * (mos_accum).  Returns the number of finite pixels (*members the members found; 0 and
+ * out untouched when none), or -1 with the problem reply set. */
+static long colsky_render(hreq *r, const hips_job *j, int order, int64_t npix, double *out,
+                          int *members)
 {
-    hips_job *j = r->work_arg;
-    const hips_path *p = &j->path;
     collection *c = j->col;
     colsky_list l;
-    if (colsky_overlap(r, c, p->order, p->npix, COLSKY_TILE_MAX_MEMBERS, &l))
-        return;
+    *members = 0;
+    if (colsky_overlap(r, c, order, npix, COLSKY_TILE_MAX_MEMBERS, &l))
+        return -1;
+    *members = l.n;
     if (l.n == 0) {
         colsky_list_free(&l);
-        problem_reply(r, 404, "Npix", "tile Norder%d/Npix%lld lies outside the footprint of "
-                      "collection '%s' (Moc.fits)", p->order, (long long)p->npix, c->name);
-        return;
+        return 0;
     }
     if (l.n > l.max) {
         problem_reply(r, 422, "Norder", "tile Norder%d/Npix%lld of collection '%s' overlaps %d "
                       "member images, more than the %d a tile is made from: ask for a deeper "
-                      "tile", p->order, (long long)p->npix, c->name, l.n, l.max);
+                      "tile", order, (long long)npix, c->name, l.n, l.max);
         colsky_list_free(&l);
-        return;
-    }
-    double lo = 0.0, hi = 0.0;
-    if (p->format != HIPS_FMT_FITS && colsky_cuts(r, j, 0, &lo, &hi)) {
-        colsky_list_free(&l);
-        return;
+        return -1;
     }
     const size_t np = (size_t)HIPS_TILE_WIDTH * HIPS_TILE_WIDTH;
     mos_accum a;
-    double *px = malloc(sizeof(double) * np);
-    if (!px || mos_accum_init(&a, colsky_combine(c), np, l.kept)) {
-        free(px);
+    if (mos_accum_init(&a, colsky_combine(c), np, l.kept)) {
         colsky_list_free(&l);
         problem_reply(r, 500, NULL, "out of memory");
-        return;
+        return -1;
     }
     int failed = 0;
     for (int i = 0; i < l.kept && !failed; i++) {
@@ -875,20 +869,42 @@ static void colsky_tile_work(hreq *r)
             hreq_reply_cancelled(r);
             failed = 1;
         } else {
-            failed = colsky_add_member(r, j, l.p[i], px, &a);
+            failed = colsky_add_member(r, j, l.p[i], order, npix, out, &a);
         }
     }
     colsky_list_free(&l);
-    if (failed) {
-        mos_accum_free(&a);
+    if (!failed)
+        mos_accum_result_d(&a, out, NULL);
+    mos_accum_free(&a);
+    if (failed)
+        return -1;
+    long finite = 0;
+    for (size_t k = 0; k < np; k++)
+        finite += isfinite(out[k]) != 0;
+    return finite;
+}
+
+static void colsky_tile_work(hreq *r)
+{
+    hips_job *j = r->work_arg;
+    const hips_path *p = &j->path;
+    double *px = malloc(sizeof(double) * (size_t)HIPS_TILE_WIDTH * HIPS_TILE_WIDTH);
+    if (!px) {
+        problem_reply(r, 500, NULL, "out of memory");
+        return;
+    }
+    int members;
+    long finite = colsky_render(r, j, p->order, p->npix, px, &members);
+    if (finite >= 0 && members == 0)
+        problem_reply(r, 404, "Npix", "tile Norder%d/Npix%lld lies outside the footprint of "
+                      "collection '%s' (Moc.fits)", p->order, (long long)p->npix,
+                      j->col->name);
+    double lo = 0.0, hi = 0.0;
+    if (finite < 0 || members == 0 ||
+        (p->format != HIPS_FMT_FITS && colsky_cuts(r, j, 0, &lo, &hi))) {
         free(px);
         return;
     }
-    mos_accum_result_d(&a, px, NULL);
-    mos_accum_free(&a);
-    long finite = 0;
-    for (size_t k = 0; k < np; k++)
-        finite += isfinite(px[k]) != 0;
     char err[256] = "";
     unsigned char *out = NULL;
     size_t len = 0;
@@ -896,6 +912,56 @@ static void colsky_tile_work(hreq *r)
                                     &j->q.render, lo, hi, &out, &len, err, sizeof(err));
     free(px);
     reply_bytes(r, rc, out, len, hips_format_mime(p->format), err);
+}
+
+/* The order-0 tiles of a collection for its Allsky (hips_base_source). */
+typedef struct colsky_base {
+    hreq *r;
+    const hips_job *j;
+    double *px;
+    int replied;          /* a problem reply is set */
+} colsky_base;
+
+static long colsky_base_get(void *cls, int64_t npix, const double **data, char *err,
+                            size_t errlen)
+{
+    colsky_base *b = cls;
+    int members;
+    long finite = colsky_render(b->r, b->j, 0, npix, b->px, &members);
+    if (finite < 0) {
+        b->replied = 1;
+        tess_seterr(err, errlen, "order-0 tile %lld", (long long)npix);
+        return TESS_EINVAL;
+    }
+    *data = b->px;
+    return members ? finite : 0;
+}
+
+/* Norder3/Allsky of a collection: cut from its 12 order-0 tiles (colsky_render), those
+ * no member overlaps left blank. */
+static void colsky_allsky_work(hreq *r)
+{
+    hips_job *j = r->work_arg;
+    double lo = 0.0, hi = 0.0;
+    if (j->path.format != HIPS_FMT_FITS && colsky_cuts(r, j, 0, &lo, &hi))
+        return;
+    colsky_base b = {r, j, malloc(sizeof(double) * (size_t)HIPS_TILE_WIDTH * HIPS_TILE_WIDTH),
+                     0};
+    if (!b.px) {
+        problem_reply(r, 500, NULL, "out of memory");
+        return;
+    }
+    hips_base_source bs = {colsky_base_get, NULL, &b};
+    char err[256] = "";
+    unsigned char *out = NULL;
+    size_t len = 0;
+    long rc = hips_allsky_encode_from(NULL, 0, &bs, j->path.format, &j->q.render, lo, hi,
+                                      &out, &len, err, sizeof(err));
+    free(b.px);
+    if (!b.replied)
+        reply_bytes(r, rc, out, len, hips_format_mime(j->path.format), err);
+    else
+        free(out);
 }
 
 /* The Moc.fits of a collection: the union of its members' coverage cells (the index's,
@@ -1013,18 +1079,17 @@ static void colsky_properties_work(hreq *r)
                                           "text/plain; charset=utf-8"));
 }
 
-/* GET /hips/{collection}/...: properties, Moc.fits and tiles as for a dataset (Allsky
- * and the index page are not made for collections yet: 404). */
+/* GET /hips/{collection}/...: properties, Moc.fits, Allsky and tiles as for a dataset
+ * (the index page is not made for collections yet: 404). */
 static void hips_collection(hreq *r, const hips_path *hp, collection *c)
 {
     static const char *const none[] = {NULL};
     static const char *const props[] = {"min_cut", "max_cut", NULL};
     static const char *const images[] = {"method", "max_coord_error", "stretch", "min_cut",
                                          "max_cut", "cmap", NULL};
-    if (hp->kind == HIPS_REQ_INDEX || hp->kind == HIPS_REQ_ALLSKY) {
-        problem_reply(r, 404, NULL, "collection '%s' is served as a HiPS survey without %s: "
-                      "use its properties, Moc.fits and tiles", c->name,
-                      hp->kind == HIPS_REQ_INDEX ? "an index page" : "an Allsky picture");
+    if (hp->kind == HIPS_REQ_INDEX) {
+        problem_reply(r, 404, NULL, "collection '%s' is served as a HiPS survey without an "
+                      "index page: use its properties, Moc.fits, Allsky and tiles", c->name);
         return;
     }
     if (hp->plane > 0) {
@@ -1069,6 +1134,12 @@ static void hips_collection(hreq *r, const hips_path *hp, collection *c)
     } else if (hp->kind == HIPS_REQ_MOC) {
         work = colsky_moc_work;
         n = asprintf(&r->cache_key, "hips|cmoc|%s|%llx", c->name, version);
+    } else if (hp->kind == HIPS_REQ_ALLSKY) {
+        work = colsky_allsky_work;
+        n = asprintf(&r->cache_key, "hips|callsky|%s|%llx|%d|%s|%s|%.17g|%s", c->name,
+                     version, c->combine, hips_format_ext(hp->format),
+                     rp_method_name(j->q.method), j->q.max_coord_error,
+                     hp->format == HIPS_FMT_FITS ? "" : rk);
     } else {
         work = colsky_tile_work;
         n = asprintf(&r->cache_key, "hips|ctile|%s|%llx|%d|%d|%lld|%s|%s|%.17g|%s", c->name,

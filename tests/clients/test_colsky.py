@@ -4,7 +4,7 @@ rotations, pixel scales and an additive offset each) served as one collection
 reproject 0.10's reproject_and_coadd (reproject_interp, combine_function='mean',
 match_background=False) onto the same grid within the README's bilinear tolerance (2e-6
 of the peak), NaN where it is NaN; astroquery's hips2fits cuts the same pixels; Moc.fits
-covers every member; properties describe the union."""
+covers every member; properties describe the union; the Allsky holds the members' cells."""
 import io
 import math
 import os
@@ -18,7 +18,9 @@ import warnings
 from harness import Server, need_module
 
 N = 48                      # image side, pixels
-RA0, DEC0 = 150.0, 2.0
+# The centre of HEALPix cell 1744516 of order 9 (nested): a pixel of the Allsky (its
+# 64-pixel cells are cells of order 9) the members cover.
+RA0, DEC0 = 149.94140625, 2.014719913447979
 TOL = 2e-6                  # bilinear, of the reference's peak (README, Correctness)
 ORDER = 16                  # tile order whose cells (3.2") are finer than two member pixels
 
@@ -186,8 +188,25 @@ class ColskyTest(unittest.TestCase):
         status, _, body = self.srv.get("/api/v1/cutout?dataset=night1&ra=150&dec=2"
                                        "&fov=0.05&width=10&height=10&plane=1")
         self.assertEqual(status, 400, body)
-        status, _, body = self.srv.get("/hips/night1/Norder3/Allsky.png")
+        status, _, body = self.srv.get("/hips/night1/")
         self.assertEqual(status, 404, body)
+
+    def test_allsky(self):
+        np = self.np
+        with self.fits.open(io.BytesIO(self.get("/hips/night1/Norder3/Allsky.fits"))) as h:
+            pic = h[0].data.astype(np.float64)
+        self.assertEqual(pic.shape, (29 * 64, 27 * 64))
+        ok = np.isfinite(pic)
+        # the members span some 3 arcmin: a few cells of order 9 (6.9')
+        self.assertGreaterEqual(ok.sum(), 1)
+        self.assertLess(ok.sum(), 50)
+        # its pixels come from the members' top reductions (each member's mean)
+        lo = min(float(np.mean(d)) for d, _ in self.members)
+        hi = max(float(np.mean(d)) for d, _ in self.members)
+        self.assertTrue(np.all((pic[ok] >= lo) & (pic[ok] <= hi)))
+        status, headers, _ = self.srv.get("/hips/night1/Norder3/Allsky.png")
+        self.assertEqual(status, 200)
+        self.assertEqual(headers["Content-Type"], "image/png")
 
 
 if __name__ == "__main__":

@@ -349,34 +349,124 @@ static int target_circle(skywcs *t, long w, long h, double *ra, double *dec, dou
     return 0;
 }
 
-/* Reprojects member `relpath` onto the target (values and footprint as float32) and adds
- * it to `a` with the footprint as its weight.  Returns 0 or -1 with the problem reply
- * set. */
-static int colcut_add(hreq *r, cutout_job *j, const char *relpath, float *val, float *fp,
-                      mos_accum *a)
+/* The part of the target grid member polygon `poly` may reach, as reproject_and_coadd
+ * takes it (the box of its corners' target pixels) widened by COLCUT_BOX_MARGIN pixels
+ * for curved edges: columns [*x0, *x0 + *w), rows [*y0, *y0 + *h), clipped to the grid;
+ * the whole grid when a corner has no target pixel.  Returns 0, or 1 when the box misses
+ * the grid. */
+#define COLCUT_BOX_MARGIN 2
+static int member_box(const cutout_job *j, const double *poly, long *x0, long *y0, long *w,
+                      long *h)
 {
+    double lon[4], lat[4], x[4], y[4];
+    for (int k = 0; k < 4; k++) {
+        lon[k] = poly[2 * k];
+        lat[k] = poly[2 * k + 1];
+    }
+    *x0 = *y0 = 0;
+    *w = j->width;
+    *h = j->height;
+    if (skywcs_sky2pix(j->target, 4, lon, lat, x, y))
+        return 0;
+    double xl = INFINITY, xh = -INFINITY, yl = INFINITY, yh = -INFINITY;
+    for (int k = 0; k < 4; k++) {
+        if (!isfinite(x[k]) || !isfinite(y[k]))
+            return 0;
+        xl = x[k] < xl ? x[k] : xl;
+        xh = x[k] > xh ? x[k] : xh;
+        yl = y[k] < yl ? y[k] : yl;
+        yh = y[k] > yh ? y[k] : yh;
+    }
+    double m = COLCUT_BOX_MARGIN;
+    double bx0 = floor(xl + 0.5 - m), bx1 = ceil(xh + 0.5 + m);
+    double by0 = floor(yl + 0.5 - m), by1 = ceil(yh + 0.5 + m);
+    bx0 = bx0 > 0 ? bx0 : 0;
+    by0 = by0 > 0 ? by0 : 0;
+    bx1 = bx1 < (double)j->width ? bx1 : (double)j->width;
+    by1 = by1 < (double)j->height ? by1 : (double)j->height;
+    if (bx1 <= bx0 || by1 <= by0)
+        return 1;
+    *x0 = (long)bx0;
+    *y0 = (long)by0;
+    *w = (long)(bx1 - bx0);
+    *h = (long)(by1 - by0);
+    return 0;
+}
+
+/* The target's celestial WCS for its part at column x0, row y0 (CRPIX moved by them): a
+ * copy of the target's cards with CRPIX1 and CRPIX2 replaced (or added).  NULL when out
+ * of memory or refused. */
+static skywcs *sub_target(const cutout_job *j, long x0, long y0)
+{
+    char *cards = malloc((size_t)(j->nkeys + 2) * 80 + 1);
+    if (!cards)
+        return NULL;
+    memcpy(cards, j->cards, (size_t)j->nkeys * 80);
+    int n = j->nkeys;
+    for (int a = 0; a < 2; a++) {
+        const char *key = a ? "CRPIX2" : "CRPIX1";
+        double v = 0.0;   /* FITS: CRPIXj defaults to 0 */
+        fitscard_value_real(cards, n, key, &v);
+        int at = n;
+        for (int k = 0; k < n; k++)
+            if (strncmp(cards + (size_t)k * 80, key, 6) == 0 && cards[(size_t)k * 80 + 6] == ' ')
+                at = k;
+        if (fitscard_real(cards + (size_t)at * 80, key, v - (double)(a ? y0 : x0),
+                          FITSCARD_EXACT, NULL)) {
+            free(cards);
+            return NULL;
+        }
+        n += at == n;
+    }
+    cards[(size_t)n * 80] = '\0';
+    skywcs *full = NULL, *cel = NULL;
+    char err[256];
+    if (skywcs_parse(cards, n, &full, err, sizeof(err)) == 0)
+        cel = skywcs_celestial(full);
+    skywcs_free(full);
+    free(cards);
+    return cel;
+}
+
+/* Reprojects member `relpath` onto its part of the target (member_box; values and
+ * footprint as float32) and adds it to `a` with the footprint as its weight.  Returns 0
+ * or -1 with the problem reply set. */
+static int colcut_add(hreq *r, cutout_job *j, const char *relpath, const double *poly,
+                      float *val, float *fp, mos_accum *a)
+{
+    long bx, by, bw, bh;
+    if (member_box(j, poly, &bx, &by, &bw, &bh))
+        return 0;   /* its corners fall outside the grid */
+    skywcs *part = bx || by || bw != j->width || bh != j->height ? sub_target(j, bx, by) : NULL;
+    if ((bx || by || bw != j->width || bh != j->height) && !part) {
+        problem_reply(r, 500, NULL, "cannot make the target of member '%s'", relpath);
+        return -1;
+    }
     colset *s = r->srv->app->collections;
     char err[256] = "";
     const dataset *d;
     int rc = colmembers_get(s, j->col, relpath, &d, err, sizeof(err));
     if (rc) {
+        skywcs_free(part);
         problem_reply(r, problem_read_status(rc, 500), NULL, "collection '%s': %s",
                       j->col->name, err);
         return -1;
     }
     if (!d->cel) {
+        skywcs_free(part);
         colmembers_release(s, d);
         return 0;
     }
     plane_view v;
     if ((rc = planestore_get(r->srv->app->planes, d, 0, 0, &v, err, sizeof(err)))) {
+        skywcs_free(part);
         colmembers_release(s, d);
         problem_reply(r, problem_read_status(rc, 500), NULL, "cannot read member '%s' of "
                       "collection '%s': %s", relpath, j->col->name, err);
         return -1;
     }
     rp_cube in = { (void *)v.plane->data, v.plane->dtype, d->nx, d->ny, 1 };
-    rp_cube out = { val, RP_F32, j->width, j->height, 1 };
+    rp_cube out = { val, RP_F32, bw, bh, 1 };
     rp_options o;
     rp_options_init(&o);
     o.method = j->p.method;
@@ -384,7 +474,9 @@ static int colcut_add(hreq *r, cutout_job *j, const char *relpath, float *val, f
     o.workers = r->srv->app->workers;
     o.priority = hreq_priority(r);
     o.cancel = &r->cancel;
-    long finite = rp_reproject(d->cel, &in, j->target, &out, fp, &o, err, sizeof(err));
+    long finite = rp_reproject(d->cel, &in, part ? part : j->target, &out, fp, &o, err,
+                               sizeof(err));
+    skywcs_free(part);
     planestore_release(r->srv->app->planes, &v);
     colmembers_release(s, d);
     if (finite == TESS_ECANCELED) {
@@ -402,9 +494,10 @@ static int colcut_add(hreq *r, cutout_job *j, const char *relpath, float *val, f
                       "the target: %s", relpath, j->col->name, err);
         return -1;
     }
-    for (long y = 0; y < j->height; y++) {
-        size_t o0 = (size_t)y * (size_t)j->width;
-        mos_accum_add(a, o0, val + o0, fp + o0, j->width, 0.0, 0.0, 0);
+    for (long y = 0; y < bh; y++) {
+        size_t src = (size_t)y * (size_t)bw;
+        mos_accum_add(a, (size_t)(by + y) * (size_t)j->width + (size_t)bx, val + src, fp + src,
+                      bw, 0.0, 0.0, bx);
     }
     return 0;
 }
@@ -423,8 +516,10 @@ static void colcut_work(hreq *r)
         return;
     }
     char **rel = NULL;
+    double *polys = NULL;
     int n = 0, total = 0;
-    if (collection_overlapping_circle(c, ra, dec, rad, COLCUT_MAX_MEMBERS, &rel, &n, &total)) {
+    if (collection_overlapping_circle(c, ra, dec, rad, COLCUT_MAX_MEMBERS, &rel, &polys, &n,
+                                      &total)) {
         problem_reply(r, 500, NULL, "out of memory");
         return;
     }
@@ -432,6 +527,7 @@ static void colcut_work(hreq *r)
     size_t np = (size_t)j->width * (size_t)j->height;
     if (total > n || mos_accum_bytes(comb, np, n ? n : 1) > COLCUT_MAX_ACCUM_BYTES) {
         col_relpaths_free(rel, n);
+        free(polys);
         problem_reply(r, 413, "fov", "the cutout overlaps %d member images of collection '%s': "
                       "at most %d are combined, in at most %.0f MiB; ask for a smaller region "
                       "or fewer pixels", total, c->name, COLCUT_MAX_MEMBERS,
@@ -440,6 +536,7 @@ static void colcut_work(hreq *r)
     }
     if (n == 0) {
         col_relpaths_free(rel, n);
+        free(polys);
         problem_reply(r, 422, NULL, "the target overlaps no member image of collection '%s'",
                       c->name);
         return;
@@ -451,11 +548,12 @@ static void colcut_work(hreq *r)
     if (failed)
         problem_reply(r, 500, NULL, "out of memory");
     for (int i = 0; i < n && !failed; i++)
-        if (colcut_add(r, j, rel[i], val, fp, &a)) {
+        if (colcut_add(r, j, rel[i], polys + 8 * (size_t)i, val, fp, &a)) {
             failed = 1;
             mos_accum_free(&a);
         }
     col_relpaths_free(rel, n);
+    free(polys);
     if (!failed) {
         mos_accum_result(&a, val, NULL);
         mos_accum_free(&a);

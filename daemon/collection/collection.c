@@ -852,13 +852,20 @@ void colset_close(colset *s)
 }
 
 int collection_overlapping_circle(collection *c, double ra, double dec, double r, int max,
-                                  char ***out, int *n, int *total)
+                                  char ***out, double **polys, int *n, int *total)
 {
     *out = NULL;
     *n = *total = 0;
-    char **p = calloc((size_t)(max > 0 ? max : 1), sizeof(char *));
-    if (!p)
+    size_t cap = (size_t)(max > 0 ? max : 1);
+    char **p = calloc(cap, sizeof(char *));
+    double *pl = polys ? malloc(sizeof(double) * 8 * cap) : NULL;
+    if (polys)
+        *polys = NULL;
+    if (!p || (polys && !pl)) {
+        free(p);
+        free(pl);
         return TESS_ENOMEM;
+    }
     int rc = 0;
     pthread_rwlock_rdlock(&c->lock);
     for (int i = 0; i < c->n; i++) {
@@ -866,6 +873,8 @@ int collection_overlapping_circle(collection *c, double ra, double dec, double r
         if (m->error || !col_overlaps_circle(m->poly, 4, ra, dec, r))
             continue;
         if (*n < max && rc == 0) {
+            if (pl)
+                memcpy(pl + 8 * (size_t)*n, m->poly, sizeof(m->poly));
             if ((p[*n] = strdup(m->relpath)))
                 (*n)++;
             else
@@ -876,10 +885,13 @@ int collection_overlapping_circle(collection *c, double ra, double dec, double r
     pthread_rwlock_unlock(&c->lock);
     if (rc) {
         col_relpaths_free(p, *n);
+        free(pl);
         *n = *total = 0;
         return rc;
     }
     *out = p;
+    if (polys)
+        *polys = pl;
     return 0;
 }
 

@@ -68,9 +68,11 @@ collection *colset_find(colset *s, const char *name);
 
 /* The relpaths of the usable members of c whose footprint overlaps the circle (ra, dec,
  * r degrees), in path order: at most `max` into *out (malloc'd, each malloc'd:
- * col_relpaths_free), *total all of them.  Reads no file.  Returns 0 or TESS_ENOMEM. */
+ * col_relpaths_free), *n of them, *total all of them; when polys is not NULL, *polys
+ * (malloc'd) gets each kept member's footprint (col_member.poly, 8 doubles each).  Reads
+ * no file.  Returns 0 or TESS_ENOMEM. */
 int collection_overlapping_circle(collection *c, double ra, double dec, double r, int max,
-                                  char ***out, int *n, int *total);
+                                  char ***out, double **polys, int *n, int *total);
 void col_relpaths_free(char **p, int n);
 
 /* c->version read under its lock. */

@@ -103,16 +103,20 @@ class ColskyTest(unittest.TestCase):
         self.assertEqual(differ, 0, what)
 
     def test_cutout_across_borders(self):
-        body = self.get("/api/v1/cutout?" + urllib.parse.urlencode(dict(
-            dataset="night1", ra=RA0, dec=DEC0, fov=0.07, width=100, height=90,
-            format="fits")))
-        with self.fits.open(io.BytesIO(body)) as h:
-            got = h[0].data.astype(self.np.float64)
-            w = self.WCS(h[0].header)
-        self.assertEqual(got.shape, (90, 100))
-        ref, fp = self.coadd(w, got.shape)
-        self.assertGreater(fp.max(), 5)   # many members overlap
-        self.assert_like(got, ref, "cutout")
+        # one inside the survey, and a wider rotated one where each member covers a small
+        # part of the grid (each is reprojected onto its part only)
+        for fov, w, h, rot, what in ((0.07, 100, 90, 0, "cutout"),
+                                     (0.2, 160, 120, 30, "wide rotated cutout")):
+            body = self.get("/api/v1/cutout?" + urllib.parse.urlencode(dict(
+                dataset="night1", ra=RA0 + 0.01, dec=DEC0 - 0.01, fov=fov, width=w, height=h,
+                rotation_angle=rot, format="fits")))
+            with self.fits.open(io.BytesIO(body)) as hl:
+                got = hl[0].data.astype(self.np.float64)
+                wcs = self.WCS(hl[0].header)
+            self.assertEqual(got.shape, (h, w))
+            ref, fp = self.coadd(wcs, got.shape)
+            self.assertGreater(fp.max(), 5)   # many members overlap
+            self.assert_like(got, ref, what)
 
     def test_hips_tile(self):
         from astropy_healpix import HEALPix

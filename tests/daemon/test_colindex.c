@@ -189,13 +189,16 @@ START_TEST(test_sky_lookups)
     ck_assert_ptr_null(u);
     /* a circle at the wide image's centre meets it alone; one at the pole the tiny one */
     char **rel;
+    double *poly;
     int n, total;
-    ck_assert_int_eq(collection_overlapping_circle(c, 83.8, -5.4, 0.01, 4, &rel, &n, &total), 0);
+    ck_assert_int_eq(collection_overlapping_circle(c, 83.8, -5.4, 0.01, 4, &rel, &poly, &n, &total), 0);
     ck_assert_int_eq(n, 1);
     ck_assert_int_eq(total, 1);
     ck_assert_str_eq(rel[0], "wide.fits");
+    ck_assert(fabs(poly[0] - 83.8) < 0.6 && fabs(poly[1] + 5.4) < 0.4);   /* a corner */
+    free(poly);
     col_relpaths_free(rel, n);
-    ck_assert_int_eq(collection_overlapping_circle(c, 0.0, 89.99, 0.01, 0, &rel, &n, &total), 0);
+    ck_assert_int_eq(collection_overlapping_circle(c, 0.0, 89.99, 0.01, 0, &rel, NULL, &n, &total), 0);
     ck_assert_int_eq(n, 0);   /* none kept, one counted */
     ck_assert_int_eq(total, 1);
     col_relpaths_free(rel, n);

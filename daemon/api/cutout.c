@@ -523,7 +523,7 @@ static void colcut_work(hreq *r)
         problem_reply(r, 500, NULL, "out of memory");
         return;
     }
-    mos_combine comb = c->combine == 1 ? MOS_MEDIAN : c->combine == 2 ? MOS_FIRST : MOS_MEAN;
+    mos_combine comb = collection_combine(c);
     size_t np = (size_t)j->width * (size_t)j->height;
     if (total > n || mos_accum_bytes(comb, np, n ? n : 1) > COLCUT_MAX_ACCUM_BYTES) {
         col_relpaths_free(rel, n);

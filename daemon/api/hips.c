@@ -657,11 +657,6 @@ static void properties_work(hreq *r)
 /* Members whose cut levels the pictures of a collection share (colsky_cuts). */
 #define COLSKY_CUT_SAMPLE 5
 
-static mos_combine colsky_combine(const collection *c)
-{
-    return c->combine == 1 ? MOS_MEDIAN : c->combine == 2 ? MOS_FIRST : MOS_MEAN;
-}
-
 /* The relpaths colindex_overlap gives for a tile, at most `max` (n counts them all). */
 typedef struct colsky_list {
     char **p;
@@ -858,7 +853,7 @@ static long colsky_render(hreq *r, const hips_job *j, int order, int64_t npix, d
     }
     const size_t np = (size_t)HIPS_TILE_WIDTH * HIPS_TILE_WIDTH;
     mos_accum a;
-    if (mos_accum_init(&a, colsky_combine(c), np, l.kept)) {
+    if (mos_accum_init(&a, collection_combine(c), np, l.kept)) {
         colsky_list_free(&l);
         problem_reply(r, 500, NULL, "out of memory");
         return -1;

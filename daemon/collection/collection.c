@@ -902,6 +902,11 @@ void col_relpaths_free(char **p, int n)
     free(p);
 }
 
+mos_combine collection_combine(const collection *c)
+{
+    return c->combine == 1 ? MOS_MEDIAN : c->combine == 2 ? MOS_FIRST : MOS_MEAN;
+}
+
 unsigned long long collection_version(collection *c)
 {
     pthread_rwlock_rdlock(&c->lock);

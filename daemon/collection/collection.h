@@ -8,6 +8,7 @@
 #include <stddef.h>
 #include "daemon/collection/colindex.h"
 #include "daemon/config.h"
+#include "engine/mosaic/mosaic.h"
 
 struct json_t;
 
@@ -74,6 +75,10 @@ collection *colset_find(colset *s, const char *name);
 int collection_overlapping_circle(collection *c, double ra, double dec, double r, int max,
                                   char ***out, double **polys, int *n, int *total);
 void col_relpaths_free(char **p, int n);
+
+/* How c's members combine pixel by pixel (its `combine`): MOS_MEAN, MOS_MEDIAN or
+ * MOS_FIRST. */
+mos_combine collection_combine(const collection *c);
 
 /* c->version read under its lock. */
 unsigned long long collection_version(collection *c);

@@ -65,7 +65,10 @@ class ColskyTest(unittest.TestCase):
             cls.members.append((data, w))
         cls.srv = Server(datasets=[{"name": "night1", "kind": "collection",
                                     "images": os.path.join(cls.root, "**", "*.fits"),
-                                    "combine": "mean"}],
+                                    "combine": "mean"},
+                                   {"name": "night1med", "kind": "collection",
+                                    "images": os.path.join(cls.root, "**", "*.fits"),
+                                    "combine": "median"}],
                          roots=[cls.root], demo=False)
 
     @classmethod
@@ -117,6 +120,26 @@ class ColskyTest(unittest.TestCase):
             ref, fp = self.coadd(wcs, got.shape)
             self.assertGreater(fp.max(), 5)   # many members overlap
             self.assert_like(got, ref, what)
+
+    def test_median(self):
+        """combine median: the median of the members reprojected one by one
+        (reproject_interp) onto the grid, where they are finite."""
+        np = self.np
+        from reproject import reproject_interp
+        body = self.get("/api/v1/cutout?" + urllib.parse.urlencode(dict(
+            dataset="night1med", ra=RA0, dec=DEC0, fov=0.05, width=80, height=70,
+            format="fits")))
+        with self.fits.open(io.BytesIO(body)) as hl:
+            got = hl[0].data.astype(np.float64)
+            wcs = self.WCS(hl[0].header)
+        stack = []
+        for m in self.members:
+            arr, fp = reproject_interp(m, wcs, shape_out=got.shape)
+            stack.append(np.where(fp > 0, arr, np.nan))
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            ref = np.nanmedian(np.array(stack), axis=0)
+        self.assert_like(got, ref, "median cutout")
 
     def test_hips_tile(self):
         from astropy_healpix import HEALPix

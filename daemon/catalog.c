@@ -449,6 +449,26 @@ int catalog_add(catalog *c, const ds_config *dc, char *err, size_t errlen)
     return open_and_append(c, c->cfg, dc, 1, err, errlen);
 }
 
+int dataset_open_file(const tess_config *cfg, const ds_config *dc, dataset **out, char *err,
+                      size_t errlen)
+{
+    *out = NULL;
+    dataset *d = calloc(1, sizeof(*d));
+    if (!d)
+        return no_memory(dc->name, err, errlen);
+    int rc = open_one(cfg, dc, 1, d, err, errlen);
+    if (rc)
+        dataset_free(d);
+    else
+        *out = d;
+    return rc;
+}
+
+void dataset_close(dataset *d)
+{
+    dataset_free(d);
+}
+
 void catalog_free(catalog *c)
 {
     if (!c)

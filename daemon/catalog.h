@@ -65,6 +65,13 @@ void catalog_free(catalog *c);
  * the name is taken, or the errors of catalog_open.  Thread-safe. */
 int catalog_add(catalog *c, const ds_config *dc, char *err, size_t errlen);
 
+/* Opens one dataset outside the catalog (a member image of a collection,
+ * daemon/collection/colmembers.c): as catalog_add, the path absolute and vouched for by the
+ * caller, but the dataset is the caller's (dataset_close), never listed or found by name.
+ * Returns 0 with *out set, or the errors of catalog_open. */
+int dataset_open_file(const tess_config *cfg, const ds_config *dc, dataset **out, char *err,
+                      size_t errlen);
+void dataset_close(dataset *d);
 /* The number of datasets, and dataset i (0-based, NULL past the end).  Thread-safe. */
 int catalog_count(catalog *c);
 const dataset *catalog_at(catalog *c, int i);

@@ -2,6 +2,9 @@
 #include "daemon/api/cutout.h"
 #include "daemon/api/handlers.h"
 #include "daemon/cache/planes.h"
+#include "daemon/collection/collection.h"
+#include "daemon/collection/colmembers.h"
+#include "engine/mosaic/coadd.h"
 #include "engine/fits/fitscard.h"
 #include "engine/sky/reproject.h"
 #include "daemon/problem.h"
@@ -228,7 +231,8 @@ int cutout_parse_post(param_lookup get, void *cls, cutout_params *p, param_error
 
 /* Everything the work function needs, parsed and validated on the HTTP thread. */
 typedef struct cutout_job {
-    const dataset *ds;
+    const dataset *ds;    /* NULL for a collection */
+    collection *col;      /* the collection cut from (colcut_work), or NULL */
     cutout_params p;
     char *cards;          /* target header: 80-character cards */
     int nkeys;
@@ -313,9 +317,279 @@ done:
     free(dst);
 }
 
+/* ---- collections: a cutout across member images --------------------------------------- */
+
+/* The most member images one cutout of a collection is made from (a larger region
+ * answers 413: cut it in parts, or run a mosaic job). */
+#define COLCUT_MAX_MEMBERS 64
+/* The most bytes the combination of one cutout holds (mos_accum_bytes: MEDIAN keeps every
+ * member's value of every pixel). */
+#define COLCUT_MAX_ACCUM_BYTES (512.0 * 1024 * 1024)
+
+/* The circle around the target grid (its centre, and the largest distance from there to
+ * a corner or edge middle of the pixel edges), 180 degrees when a point has no sky
+ * position.  Returns 0 or -1 (no position at the centre). */
+static int target_circle(skywcs *t, long w, long h, double *ra, double *dec, double *rad)
+{
+    double x[9] = {(w - 1) / 2.0, -0.5, w - 0.5, w - 0.5, -0.5, (w - 1) / 2.0, w - 0.5,
+                   (w - 1) / 2.0, -0.5};
+    double y[9] = {(h - 1) / 2.0, -0.5, -0.5, h - 0.5, h - 0.5, -0.5, (h - 1) / 2.0,
+                   h - 0.5, (h - 1) / 2.0};
+    double lon[9], lat[9];
+    if (skywcs_pix2sky(t, 9, x, y, lon, lat) || !isfinite(lon[0]) || !isfinite(lat[0]))
+        return -1;
+    *ra = lon[0];
+    *dec = lat[0];
+    *rad = 0.0;
+    for (int k = 1; k < 9; k++) {
+        double d = isfinite(lon[k]) && isfinite(lat[k]) ? col_distance(lon[0], lat[0], lon[k],
+                                                                        lat[k]) : 180.0;
+        *rad = d > *rad ? d : *rad;
+    }
+    return 0;
+}
+
+/* The part of the target grid member polygon `poly` may reach, as reproject_and_coadd
+ * takes it (the box of its corners' target pixels) widened by COLCUT_BOX_MARGIN pixels
+ * for curved edges: columns [*x0, *x0 + *w), rows [*y0, *y0 + *h), clipped to the grid;
+ * the whole grid when a corner has no target pixel.  Returns 0, or 1 when the box misses
+ * the grid. */
+#define COLCUT_BOX_MARGIN 2
+static int member_box(const cutout_job *j, const double *poly, long *x0, long *y0, long *w,
+                      long *h)
+{
+    double lon[4], lat[4], x[4], y[4];
+    for (int k = 0; k < 4; k++) {
+        lon[k] = poly[2 * k];
+        lat[k] = poly[2 * k + 1];
+    }
+    *x0 = *y0 = 0;
+    *w = j->width;
+    *h = j->height;
+    if (skywcs_sky2pix(j->target, 4, lon, lat, x, y))
+        return 0;
+    double xl = INFINITY, xh = -INFINITY, yl = INFINITY, yh = -INFINITY;
+    for (int k = 0; k < 4; k++) {
+        if (!isfinite(x[k]) || !isfinite(y[k]))
+            return 0;
+        xl = x[k] < xl ? x[k] : xl;
+        xh = x[k] > xh ? x[k] : xh;
+        yl = y[k] < yl ? y[k] : yl;
+        yh = y[k] > yh ? y[k] : yh;
+    }
+    double m = COLCUT_BOX_MARGIN;
+    double bx0 = floor(xl + 0.5 - m), bx1 = ceil(xh + 0.5 + m);
+    double by0 = floor(yl + 0.5 - m), by1 = ceil(yh + 0.5 + m);
+    bx0 = bx0 > 0 ? bx0 : 0;
+    by0 = by0 > 0 ? by0 : 0;
+    bx1 = bx1 < (double)j->width ? bx1 : (double)j->width;
+    by1 = by1 < (double)j->height ? by1 : (double)j->height;
+    if (bx1 <= bx0 || by1 <= by0)
+        return 1;
+    *x0 = (long)bx0;
+    *y0 = (long)by0;
+    *w = (long)(bx1 - bx0);
+    *h = (long)(by1 - by0);
+    return 0;
+}
+
+/* The target's celestial WCS for its part at column x0, row y0 (CRPIX moved by them): a
+ * copy of the target's cards with CRPIX1 and CRPIX2 replaced (or added).  NULL when out
+ * of memory or refused. */
+static skywcs *sub_target(const cutout_job *j, long x0, long y0)
+{
+    char *cards = malloc((size_t)(j->nkeys + 2) * 80 + 1);
+    if (!cards)
+        return NULL;
+    memcpy(cards, j->cards, (size_t)j->nkeys * 80);
+    int n = j->nkeys;
+    for (int a = 0; a < 2; a++) {
+        const char *key = a ? "CRPIX2" : "CRPIX1";
+        double v = 0.0;   /* FITS: CRPIXj defaults to 0 */
+        fitscard_value_real(cards, n, key, &v);
+        int at = n;
+        for (int k = 0; k < n; k++)
+            if (strncmp(cards + (size_t)k * 80, key, 6) == 0 && cards[(size_t)k * 80 + 6] == ' ')
+                at = k;
+        if (fitscard_real(cards + (size_t)at * 80, key, v - (double)(a ? y0 : x0),
+                          FITSCARD_EXACT, NULL)) {
+            free(cards);
+            return NULL;
+        }
+        n += at == n;
+    }
+    cards[(size_t)n * 80] = '\0';
+    skywcs *full = NULL, *cel = NULL;
+    char err[256];
+    if (skywcs_parse(cards, n, &full, err, sizeof(err)) == 0)
+        cel = skywcs_celestial(full);
+    skywcs_free(full);
+    free(cards);
+    return cel;
+}
+
+/* Reprojects member `relpath` onto its part of the target (member_box; values and
+ * footprint as float32) and adds it to `a` with the footprint as its weight.  Returns 0
+ * or -1 with the problem reply set. */
+static int colcut_add(hreq *r, cutout_job *j, const char *relpath, const double *poly,
+                      float *val, float *fp, mos_accum *a)
+{
+    long bx, by, bw, bh;
+    if (member_box(j, poly, &bx, &by, &bw, &bh))
+        return 0;   /* its corners fall outside the grid */
+    skywcs *part = bx || by || bw != j->width || bh != j->height ? sub_target(j, bx, by) : NULL;
+    if ((bx || by || bw != j->width || bh != j->height) && !part) {
+        problem_reply(r, 500, NULL, "cannot make the target of member '%s'", relpath);
+        return -1;
+    }
+    colset *s = r->srv->app->collections;
+    char err[256] = "";
+    const dataset *d;
+    int rc = colmembers_get(s, j->col, relpath, &d, err, sizeof(err));
+    if (rc) {
+        skywcs_free(part);
+        problem_reply(r, problem_read_status(rc, 500), NULL, "collection '%s': %s",
+                      j->col->name, err);
+        return -1;
+    }
+    if (!d->cel) {
+        skywcs_free(part);
+        colmembers_release(s, d);
+        return 0;
+    }
+    plane_view v;
+    if ((rc = planestore_get(r->srv->app->planes, d, 0, 0, &v, err, sizeof(err)))) {
+        skywcs_free(part);
+        colmembers_release(s, d);
+        problem_reply(r, problem_read_status(rc, 500), NULL, "cannot read member '%s' of "
+                      "collection '%s': %s", relpath, j->col->name, err);
+        return -1;
+    }
+    rp_cube in = { (void *)v.plane->data, v.plane->dtype, d->nx, d->ny, 1 };
+    rp_cube out = { val, RP_F32, bw, bh, 1 };
+    rp_options o;
+    rp_options_init(&o);
+    o.method = j->p.method;
+    o.max_coord_error = j->p.max_coord_error;
+    o.workers = r->srv->app->workers;
+    o.priority = hreq_priority(r);
+    o.cancel = &r->cancel;
+    long finite = rp_reproject(d->cel, &in, part ? part : j->target, &out, fp, &o, err,
+                               sizeof(err));
+    skywcs_free(part);
+    planestore_release(r->srv->app->planes, &v);
+    colmembers_release(s, d);
+    if (finite == TESS_ECANCELED) {
+        hreq_reply_cancelled(r);
+        return -1;
+    }
+    if (finite == TESS_ENOMEM) {
+        problem_reply(r, 500, NULL, "out of memory");
+        return -1;
+    }
+    if (finite == TESS_ENOOVERLAP || finite == 0)
+        return 0;   /* the circle is wider than the grid: this one misses it */
+    if (finite < 0) {
+        problem_reply(r, 422, NULL, "cannot reproject member '%s' of collection '%s' onto "
+                      "the target: %s", relpath, j->col->name, err);
+        return -1;
+    }
+    for (long y = 0; y < bh; y++) {
+        size_t src = (size_t)y * (size_t)bw;
+        mos_accum_add(a, (size_t)(by + y) * (size_t)j->width + (size_t)bx, val + src, fp + src,
+                      bw, 0.0, 0.0, bx);
+    }
+    return 0;
+}
+
+/* A cutout of a collection: the members whose footprint (the index's polygon) overlaps
+ * the circle around the target, each reprojected onto it (rp_reproject, the method
+ * asked for; its footprint the weight) and combined pixel by pixel with the collection's
+ * `combine` (mos_accum, float32 rows), as reproject_and_coadd does. */
+static void colcut_work(hreq *r)
+{
+    cutout_job *j = r->work_arg;
+    collection *c = j->col;
+    double ra, dec, rad;
+    if (target_circle(j->target, j->width, j->height, &ra, &dec, &rad)) {
+        problem_reply(r, 422, NULL, "the target's centre has no sky position");
+        return;
+    }
+    char **rel = NULL;
+    double *polys = NULL;
+    int n = 0, total = 0;
+    if (collection_overlapping_circle(c, ra, dec, rad, COLCUT_MAX_MEMBERS, &rel, &polys, &n,
+                                      &total)) {
+        problem_reply(r, 500, NULL, "out of memory");
+        return;
+    }
+    mos_combine comb = collection_combine(c);
+    size_t np = (size_t)j->width * (size_t)j->height;
+    if (total > n || mos_accum_bytes(comb, np, n ? n : 1) > COLCUT_MAX_ACCUM_BYTES) {
+        col_relpaths_free(rel, n);
+        free(polys);
+        problem_reply(r, 413, "fov", "the cutout overlaps %d member images of collection '%s': "
+                      "at most %d are combined, in at most %.0f MiB; ask for a smaller region "
+                      "or fewer pixels", total, c->name, COLCUT_MAX_MEMBERS,
+                      COLCUT_MAX_ACCUM_BYTES / 1048576.0);
+        return;
+    }
+    if (n == 0) {
+        col_relpaths_free(rel, n);
+        free(polys);
+        problem_reply(r, 422, NULL, "the target overlaps no member image of collection '%s'",
+                      c->name);
+        return;
+    }
+    mos_accum a;
+    float *val = malloc(sizeof(float) * np), *fp = malloc(sizeof(float) * np);
+    double *dst = malloc(sizeof(double) * np);
+    int failed = !val || !fp || !dst || mos_accum_init(&a, comb, np, n);
+    if (failed)
+        problem_reply(r, 500, NULL, "out of memory");
+    for (int i = 0; i < n && !failed; i++)
+        if (colcut_add(r, j, rel[i], polys + 8 * (size_t)i, val, fp, &a)) {
+            failed = 1;
+            mos_accum_free(&a);
+        }
+    col_relpaths_free(rel, n);
+    free(polys);
+    if (!failed) {
+        mos_accum_result(&a, val, NULL);
+        mos_accum_free(&a);
+        long finite = 0;
+        for (size_t k = 0; k < np; k++) {
+            dst[k] = (double)val[k];
+            finite += isfinite(dst[k]) != 0;
+        }
+        if (finite == 0)
+            problem_reply(r, 422, NULL, "the target does not overlap collection '%s'",
+                          c->name);
+        else
+            reply_image(r, dst, j->width, j->height, j->p.format, &j->p.render, j->cards,
+                        j->nkeys);
+    }
+    free(val);
+    free(fp);
+    free(dst);
+}
+
 /* Checks shared by both forms; on failure the problem reply is set and -1 returned. */
 static int check_dataset(hreq *r, cutout_job *j)
 {
+    if ((j->col = colset_find(r->srv->app->collections, j->p.dataset))) {
+        if (j->p.plane != 0) {
+            problem_reply(r, 400, "plane", "collection '%s' has images of one plane",
+                          j->p.dataset);
+            return -1;
+        }
+        if (j->p.solar_surface == SOLAR_SCREEN) {
+            problem_reply(r, 400, "solar_surface", "collection '%s' is a sky collection: "
+                          "solar_surface does not apply", j->p.dataset);
+            return -1;
+        }
+        return 0;
+    }
     j->ds = handler_dataset(r, j->p.dataset, strlen(j->p.dataset));
     if (!j->ds)
         return -1;
@@ -350,7 +624,7 @@ static int check_size(hreq *r, long w, long h)
 static void start(hreq *r, cutout_job *j, const char *target_key, const char *what)
 {
     char ferr[300];
-    if (skywcs_check_pair(j->ds->cel, j->target, ferr, sizeof(ferr))) {
+    if (j->ds && skywcs_check_pair(j->ds->cel, j->target, ferr, sizeof(ferr))) {
         problem_reply(r, 422, what, "cannot cut dataset '%s' out onto this target: the "
                       "dataset's %s", j->ds->name, ferr);
         cutout_job_free(j);
@@ -358,7 +632,8 @@ static void start(hreq *r, cutout_job *j, const char *target_key, const char *wh
     }
     char rk[160];
     params_render_key(&j->p.render, rk, sizeof(rk));
-    size_t klen = strlen(target_key) + strlen(j->ds->name) + 400;
+    const char *name = j->ds ? j->ds->name : j->col->name;
+    size_t klen = strlen(target_key) + strlen(name) + 400;
     r->cache_key = malloc(klen);
     if (!r->cache_key) {
         cutout_job_free(j);
@@ -368,8 +643,12 @@ static void start(hreq *r, cutout_job *j, const char *target_key, const char *wh
     /* The current version of the files (not the one at start): a replaced file is never
      * answered from the cache. */
     char version[64];
-    dataset_version(j->ds, version, sizeof(version));
-    snprintf(r->cache_key, klen, "cutout|%s|%s|%ld|%s|%s|%.17g|%s|%s|%s", j->ds->name,
+    if (j->ds)
+        dataset_version(j->ds, version, sizeof(version));
+    else   /* the members and their files, and how they combine */
+        snprintf(version, sizeof(version), "col-%llx-%d", collection_version(j->col),
+                 j->col->combine);
+    snprintf(r->cache_key, klen, "cutout|%s|%s|%ld|%s|%s|%.17g|%s|%s|%s", name,
              version, j->p.plane, target_key, rp_method_name(j->p.method),
              j->p.max_coord_error,
              j->p.solar_surface == SOLAR_SCREEN ? "screen" : "sphere",
@@ -382,7 +661,7 @@ static void start(hreq *r, cutout_job *j, const char *target_key, const char *wh
     /* An exact (flux-conserving) output pixel costs about as much as ten interpolated
      * ones (bench/reproject). */
     hreq_mark_bulk(r, (long long)j->width * j->height * (j->p.method == RP_EXACT ? 10 : 1));
-    hreq_run_async(r, cutout_work, j, cutout_job_free);
+    hreq_run_async(r, j->col ? colcut_work : cutout_work, j, cutout_job_free);
 }
 
 /* The opening both cutout forms share: only `known` query parameters, a job parsed by
@@ -496,7 +775,8 @@ void handle_cutout_get(hreq *r, const route_match *m)
         goto fail;
     char err[256] = "";
     if (skywcs_cutout_header_solar(j->p.lon, j->p.lat, j->p.fov, j->p.width, j->p.height,
-                                   j->p.projection, j->p.coordsys, skywcs_solar(j->ds->cel),
+                                   j->p.projection, j->p.coordsys,
+                                   j->ds ? skywcs_solar(j->ds->cel) : NULL,
                                    j->p.rotation, j->p.pv, &j->cards, &j->nkeys, err,
                                    sizeof(err))) {
         problem_reply(r, 400, "projection", "cannot build the cutout WCS: %s", err);

@@ -3,9 +3,12 @@
 #include "daemon/api/handlers.h"
 #include "daemon/api/hipsbase.h"
 #include "daemon/cache/planes.h"
+#include "daemon/collection/collection.h"
+#include "daemon/collection/colmembers.h"
 #include "daemon/problem.h"
 #include "engine/base/error.h"
 #include "engine/fits/fitscard.h"
+#include "engine/mosaic/coadd.h"
 #include "engine/sky/skywcs.h"
 
 #include <ctype.h>
@@ -209,9 +212,10 @@ int hips_parse_query(param_lookup get, void *cls, hips_query *q, param_error *e)
 
 /* Everything a work function needs, checked on the HTTP thread. */
 typedef struct hips_job {
-    const dataset *ds;
+    const dataset *ds;         /* the dataset, or a member of `col` while one is rendered */
     hips_path path;
     hips_query q;
+    collection *col;           /* a collection's HiPS (hips_collection), else NULL */
 } hips_job;
 
 /* A plane of the dataset held for sampling. */
@@ -644,6 +648,513 @@ static void properties_work(hreq *r)
                                           "text/plain; charset=utf-8"));
 }
 
+/* ---- collections: the sky of many images ---------------------------------------------- */
+
+/* The most member images one tile of a collection is made from: a coarser tile over more
+ * of them answers 422 (ask for a deeper one).  With MEDIAN the accumulator holds 4 bytes
+ * a tile pixel for each (64 MiB at this bound). */
+#define COLSKY_TILE_MAX_MEMBERS 64
+/* Members whose cut levels the pictures of a collection share (colsky_cuts). */
+#define COLSKY_CUT_SAMPLE 5
+
+/* The relpaths colindex_overlap gives for a tile, at most `max` (n counts them all). */
+typedef struct colsky_list {
+    char **p;
+    int n, kept, max, failed;
+} colsky_list;
+
+static void colsky_list_add(void *cls, const char *relpath)
+{
+    colsky_list *l = cls;
+    l->n++;
+    if (l->kept >= l->max || l->failed)
+        return;
+    if (!(l->p[l->kept] = strdup(relpath)))
+        l->failed = 1;
+    else
+        l->kept++;
+}
+
+static void colsky_list_free(colsky_list *l)
+{
+    for (int i = 0; i < l->kept; i++)
+        free(l->p[i]);
+    free(l->p);
+    memset(l, 0, sizeof(*l));
+}
+
+/* The members the index says overlap tile (order, npix), at most max kept.  Returns 0, or
+ * -1 with the problem reply set. */
+static int colsky_overlap(hreq *r, collection *c, int order, int64_t npix, int max,
+                          colsky_list *l)
+{
+    memset(l, 0, sizeof(*l));
+    l->max = max;
+    if (!(l->p = calloc((size_t)max, sizeof(char *)))) {
+        problem_reply(r, 500, NULL, "out of memory");
+        return -1;
+    }
+    int rc = colindex_overlap(r->srv->app->collections->index, c->name, order, npix,
+                              colsky_list_add, l);
+    if (rc < 0 || l->failed) {
+        colsky_list_free(l);
+        problem_reply(r, 500, NULL, "cannot read the index of collection '%s'", c->name);
+        return -1;
+    }
+    return 0;
+}
+
+/* The relpaths of up to `max` usable members spread evenly over the sorted list. */
+static int colsky_sample(collection *c, int max, colsky_list *l)
+{
+    memset(l, 0, sizeof(*l));
+    l->max = max;
+    if (!(l->p = calloc((size_t)max, sizeof(char *))))
+        return -1;
+    pthread_rwlock_rdlock(&c->lock);
+    int usable = 0;
+    for (int i = 0; i < c->n; i++)
+        usable += !c->m[i].error;
+    for (int i = 0, k = 0; i < c->n && l->kept < max; i++) {
+        if (c->m[i].error)
+            continue;
+        /* usable member k is taken when it is the first of the next share of the list */
+        if (usable <= max || k == (int)((long long)l->kept * usable / max))
+            colsky_list_add(l, c->m[i].relpath);
+        k++;
+    }
+    pthread_rwlock_unlock(&c->lock);
+    return l->failed ? -1 : 0;
+}
+
+static int cmp_i64(const void *x, const void *y)
+{
+    int64_t p = *(const int64_t *)x, q = *(const int64_t *)y;
+    return (p > q) - (p < q);
+}
+
+static int cmp_double(const void *x, const void *y)
+{
+    double p = *(const double *)x, q = *(const double *)y;
+    return (p > q) - (p < q);
+}
+
+/* The cut levels of the pictures of collection j->col, the same for every tile: the
+ * median of the cut levels (j->q.render, as a dataset's) of up to COLSKY_CUT_SAMPLE
+ * members spread evenly over the list by path, or with `extremes` the smallest low and
+ * largest high cut (the data range).  Returns 0 or -1 with the problem reply set. */
+static int colsky_cuts(hreq *r, const hips_job *j, int extremes, double *lo, double *hi)
+{
+    colset *s = r->srv->app->collections;
+    colsky_list l;
+    if (colsky_sample(j->col, COLSKY_CUT_SAMPLE, &l)) {
+        colsky_list_free(&l);
+        problem_reply(r, 500, NULL, "out of memory");
+        return -1;
+    }
+    double los[COLSKY_CUT_SAMPLE], his[COLSKY_CUT_SAMPLE];
+    int n = 0;
+    char err[256] = "";
+    for (int i = 0; i < l.kept; i++) {
+        const dataset *d;
+        int rc = colmembers_get(s, j->col, l.p[i], &d, err, sizeof(err));
+        if (rc == 0) {
+            rc = planestore_cuts(r->srv->app->planes, d, 0, &j->q.render, &los[n], &his[n],
+                                 err, sizeof(err));
+            colmembers_release(s, d);
+        }
+        if (rc) {
+            colsky_list_free(&l);
+            problem_reply(r, problem_read_status(rc, 500), NULL, "cannot compute the cut "
+                          "levels of collection '%s': %s", j->col->name, err);
+            return -1;
+        }
+        n++;
+    }
+    colsky_list_free(&l);
+    if (n == 0) {
+        problem_reply(r, 404, "dataset", "collection '%s' has no usable member image",
+                      j->col->name);
+        return -1;
+    }
+    qsort(los, (size_t)n, sizeof(double), cmp_double);
+    qsort(his, (size_t)n, sizeof(double), cmp_double);
+    *lo = extremes ? los[0] : n % 2 ? los[n / 2] : 0.5 * (los[n / 2 - 1] + los[n / 2]);
+    *hi = extremes ? his[n - 1] : n % 2 ? his[n / 2] : 0.5 * (his[n / 2 - 1] + his[n / 2]);
+    return 0;
+}
+
+/* Renders member `relpath` on tile (order, npix) into px (W x W, FITS rows) and adds it
+ * to `a`.  Returns 0 or -1 with the problem reply set. */
+static int colsky_add_member(hreq *r, const hips_job *j, const char *relpath, int order,
+                             int64_t npix, double *px, mos_accum *a)
+{
+    colset *s = r->srv->app->collections;
+    char err[256] = "";
+    const dataset *d;
+    int rc = colmembers_get(s, j->col, relpath, &d, err, sizeof(err));
+    if (rc) {
+        problem_reply(r, problem_read_status(rc, 500), NULL, "collection '%s': %s",
+                      j->col->name, err);
+        return -1;
+    }
+    hips_job mj = *j;
+    mj.ds = d;
+    mj.q.plane = 0;
+    double pixscale;
+    source_hold h;
+    if (!d->cel) {   /* the index lists no coverage for it: nothing to add */
+        colmembers_release(s, d);
+        return 0;
+    }
+    if (pixel_scale(r, d, &pixscale) ||
+        source_acquire(r, &mj, hips_source_level(order, HIPS_TILE_SHIFT, pixscale), &h)) {
+        colmembers_release(s, d);
+        return -1;
+    }
+    long n = hips_render_tile(&h.src, order, npix, HIPS_TILE_SHIFT, 0, HIPS_ROWS_FITS, px, err,
+                              sizeof(err));
+    source_release(r, &h);
+    colmembers_release(s, d);
+    if (n < 0) {
+        problem_reply(r, n == TESS_ENOMEM ? 500 : 422, NULL, "cannot render member '%s' of "
+                      "collection '%s': %s", relpath, j->col->name, err);
+        return -1;
+    }
+    if (n > 0)
+        mos_accum_add_d(a, 0, px, NULL, (long)HIPS_TILE_WIDTH * HIPS_TILE_WIDTH, 0.0, 0.0, 0);
+    return 0;
+}
+
+/* Tile (order, npix) of a collection into out (W x W doubles, FITS rows): each member
+ * the index says overlaps it rendered as its own tile (hips_render_tile, the kernel
+ * asked for) and the renders combined pixel by pixel with the collection's `combine`
+ * (mos_accum).  Returns the number of finite pixels (*members the members found; 0 and
+ * out untouched when none), or -1 with the problem reply set. */
+static long colsky_render(hreq *r, const hips_job *j, int order, int64_t npix, double *out,
+                          int *members)
+{
+    collection *c = j->col;
+    colsky_list l;
+    *members = 0;
+    if (colsky_overlap(r, c, order, npix, COLSKY_TILE_MAX_MEMBERS, &l))
+        return -1;
+    *members = l.n;
+    if (l.n == 0) {
+        colsky_list_free(&l);
+        return 0;
+    }
+    if (l.n > l.max) {
+        problem_reply(r, 422, "Norder", "tile Norder%d/Npix%lld of collection '%s' overlaps %d "
+                      "member images, more than the %d a tile is made from: ask for a deeper "
+                      "tile", order, (long long)npix, c->name, l.n, l.max);
+        colsky_list_free(&l);
+        return -1;
+    }
+    const size_t np = (size_t)HIPS_TILE_WIDTH * HIPS_TILE_WIDTH;
+    mos_accum a;
+    if (mos_accum_init(&a, collection_combine(c), np, l.kept)) {
+        colsky_list_free(&l);
+        problem_reply(r, 500, NULL, "out of memory");
+        return -1;
+    }
+    int failed = 0;
+    for (int i = 0; i < l.kept && !failed; i++) {
+        if (hreq_cancelled(r)) {
+            hreq_reply_cancelled(r);
+            failed = 1;
+        } else {
+            failed = colsky_add_member(r, j, l.p[i], order, npix, out, &a);
+        }
+    }
+    colsky_list_free(&l);
+    if (!failed)
+        mos_accum_result_d(&a, out, NULL);
+    mos_accum_free(&a);
+    if (failed)
+        return -1;
+    long finite = 0;
+    for (size_t k = 0; k < np; k++)
+        finite += isfinite(out[k]) != 0;
+    return finite;
+}
+
+static void colsky_tile_work(hreq *r)
+{
+    hips_job *j = r->work_arg;
+    const hips_path *p = &j->path;
+    double *px = malloc(sizeof(double) * (size_t)HIPS_TILE_WIDTH * HIPS_TILE_WIDTH);
+    if (!px) {
+        problem_reply(r, 500, NULL, "out of memory");
+        return;
+    }
+    int members;
+    long finite = colsky_render(r, j, p->order, p->npix, px, &members);
+    if (finite >= 0 && members == 0)
+        problem_reply(r, 404, "Npix", "tile Norder%d/Npix%lld lies outside the footprint of "
+                      "collection '%s' (Moc.fits)", p->order, (long long)p->npix,
+                      j->col->name);
+    double lo = 0.0, hi = 0.0;
+    if (finite < 0 || members == 0 ||
+        (p->format != HIPS_FMT_FITS && colsky_cuts(r, j, 0, &lo, &hi))) {
+        free(px);
+        return;
+    }
+    char err[256] = "";
+    unsigned char *out = NULL;
+    size_t len = 0;
+    long rc = hips_tile_encode_data(px, finite, p->order, p->npix, 0, p->format,
+                                    &j->q.render, lo, hi, &out, &len, err, sizeof(err));
+    free(px);
+    reply_bytes(r, rc, out, len, hips_format_mime(p->format), err);
+}
+
+/* The order-0 tiles of a collection for its Allsky (hips_base_source). */
+typedef struct colsky_base {
+    hreq *r;
+    const hips_job *j;
+    double *px;
+    int replied;          /* a problem reply is set */
+} colsky_base;
+
+static long colsky_base_get(void *cls, int64_t npix, const double **data, char *err,
+                            size_t errlen)
+{
+    colsky_base *b = cls;
+    int members;
+    long finite = colsky_render(b->r, b->j, 0, npix, b->px, &members);
+    if (finite < 0) {
+        b->replied = 1;
+        tess_seterr(err, errlen, "order-0 tile %lld", (long long)npix);
+        return TESS_EINVAL;
+    }
+    *data = b->px;
+    return members ? finite : 0;
+}
+
+/* Norder3/Allsky of a collection: cut from its 12 order-0 tiles (colsky_render), those
+ * no member overlaps left blank. */
+static void colsky_allsky_work(hreq *r)
+{
+    hips_job *j = r->work_arg;
+    double lo = 0.0, hi = 0.0;
+    if (j->path.format != HIPS_FMT_FITS && colsky_cuts(r, j, 0, &lo, &hi))
+        return;
+    colsky_base b = {r, j, malloc(sizeof(double) * (size_t)HIPS_TILE_WIDTH * HIPS_TILE_WIDTH),
+                     0};
+    if (!b.px) {
+        problem_reply(r, 500, NULL, "out of memory");
+        return;
+    }
+    hips_base_source bs = {colsky_base_get, NULL, &b};
+    char err[256] = "";
+    unsigned char *out = NULL;
+    size_t len = 0;
+    long rc = hips_allsky_encode_from(NULL, 0, &bs, j->path.format, &j->q.render, lo, hi,
+                                      &out, &len, err, sizeof(err));
+    free(b.px);
+    if (!b.replied)
+        reply_bytes(r, rc, out, len, hips_format_mime(j->path.format), err);
+    else
+        free(out);
+}
+
+/* The Moc.fits of a collection: the union of its members' coverage cells (the index's,
+ * of order COL_MOC_ORDER or coarser), written at order COL_MOC_ORDER. */
+static void colsky_moc_work(hreq *r)
+{
+    hips_job *j = r->work_arg;
+    int64_t *uniq = NULL, *cells = NULL;
+    size_t nu = 0, n = 0, cap = 0;
+    int rc = colindex_cells(r->srv->app->collections->index, j->col->name, &uniq, &nu);
+    for (size_t i = 0; rc == 0 && i < nu; i++) {
+        int k = 0;   /* NUNIQ = 4^(k+1) + npix */
+        while (k < COL_MOC_ORDER && uniq[i] >= (int64_t)4 << (2 * (k + 1)))
+            k++;
+        int64_t npix = uniq[i] - ((int64_t)4 << (2 * k));
+        if (npix < 0 || npix >= hips_npix_count(k))
+            continue;
+        int shift = 2 * (COL_MOC_ORDER - k);
+        int64_t first = npix << shift, count = (int64_t)1 << shift;
+        if (n + (size_t)count > cap) {
+            size_t nc = cap ? cap : 1024;
+            while (nc < n + (size_t)count)
+                nc *= 2;
+            int64_t *g = realloc(cells, nc * sizeof(int64_t));
+            if (!g) {
+                rc = TESS_ENOMEM;
+                break;
+            }
+            cells = g;
+            cap = nc;
+        }
+        for (int64_t c = 0; c < count; c++)
+            cells[n++] = first + c;
+    }
+    free(uniq);
+    size_t m = 0;
+    if (rc == 0 && n) {   /* sorted, each cell once */
+        qsort(cells, n, sizeof(int64_t), cmp_i64);
+        for (size_t i = 0; i < n; i++)
+            if (m == 0 || cells[i] != cells[m - 1])
+                cells[m++] = cells[i];
+    }
+    unsigned char *out = NULL;
+    size_t len = 0;
+    if (rc == 0)
+        rc = hips_moc_fits_cells(cells, m, COL_MOC_ORDER, 0, &out, &len, NULL);
+    free(cells);
+    if (rc)
+        problem_reply(r, 500, NULL, "cannot write the coverage of collection '%s'",
+                      j->col->name);
+    else
+        hreq_reply_tile(r, 200, tile_new_take(out, len, "application/fits"));
+}
+
+/* The properties of a collection: hips_order from its finest member pixel scale, the
+ * initial view the smallest circle around the members' centres (their mean direction)
+ * that holds every member, cut levels from colsky_cuts. */
+static void colsky_properties_work(hreq *r)
+{
+    hips_job *j = r->work_arg;
+    collection *c = j->col;
+    double v[3] = {0.0, 0.0, 0.0}, finest = INFINITY;
+    long long newest = 0;
+    pthread_rwlock_rdlock(&c->lock);
+    for (int i = 0; i < c->n; i++) {
+        const col_member *m = &c->m[i];
+        if (m->error || !isfinite(m->ra) || !isfinite(m->dec))
+            continue;
+        double a = m->ra * M_PI / 180.0, b = m->dec * M_PI / 180.0;
+        v[0] += cos(b) * cos(a);
+        v[1] += cos(b) * sin(a);
+        v[2] += sin(b);
+        if (m->pixscale > 0.0 && m->pixscale < finest)
+            finest = m->pixscale;
+        newest = m->mtime_ns > newest ? m->mtime_ns : newest;
+    }
+    double ra = atan2(v[1], v[0]) * 180.0 / M_PI, fov = 0.0;
+    double dec = atan2(v[2], hypot(v[0], v[1])) * 180.0 / M_PI;
+    if (ra < 0.0)
+        ra += 360.0;
+    for (int i = 0; i < c->n; i++) {
+        const col_member *m = &c->m[i];
+        if (!m->error && isfinite(m->ra) && isfinite(m->dec)) {
+            double reach = 2.0 * (col_distance(ra, dec, m->ra, m->dec) + m->radius);
+            fov = reach > fov ? reach : fov;
+        }
+    }
+    pthread_rwlock_unlock(&c->lock);
+    if (!isfinite(finest)) {
+        problem_reply(r, 404, "dataset", "collection '%s' has no usable member image", c->name);
+        return;
+    }
+    double lo, hi, dmin, dmax;
+    hips_job range = *j;
+    range.q.render.min_cut = (render_cut){0.0, 1};
+    range.q.render.max_cut = (render_cut){100.0, 1};
+    if (colsky_cuts(r, j, 0, &lo, &hi) || colsky_cuts(r, &range, 1, &dmin, &dmax))
+        return;
+    char description[96];
+    snprintf(description, sizeof(description), "collection of %d images", c->n);
+    hips_properties p = {
+        .name = c->name, .description = description, .builder = "Tessera (on demand)",
+        .tile_formats = "png jpeg fits", .released = (time_t)(newest / 1000000000LL),
+        .order = hips_survey_order(finest), .galactic = 0, .ra = ra, .dec = dec,
+        .fov = fov < 180.0 ? fov : 180.0, .cut_lo = lo, .cut_hi = hi, .data_min = dmin,
+        .data_max = dmax,
+    };
+    char *text = NULL;
+    size_t len = 0;
+    if (hips_properties_text(&p, &text, &len)) {
+        problem_reply(r, 500, NULL, "out of memory");
+        return;
+    }
+    hreq_reply_tile(r, 200, tile_new_take((unsigned char *)text, len,
+                                          "text/plain; charset=utf-8"));
+}
+
+/* GET /hips/{collection}/...: properties, Moc.fits, Allsky and tiles as for a dataset
+ * (the index page is not made for collections yet: 404). */
+static void hips_collection(hreq *r, const hips_path *hp, collection *c)
+{
+    static const char *const none[] = {NULL};
+    static const char *const props[] = {"min_cut", "max_cut", NULL};
+    static const char *const images[] = {"method", "max_coord_error", "stretch", "min_cut",
+                                         "max_cut", "cmap", NULL};
+    if (hp->kind == HIPS_REQ_INDEX) {
+        problem_reply(r, 404, NULL, "collection '%s' is served as a HiPS survey without an "
+                      "index page: use its properties, Moc.fits, Allsky and tiles", c->name);
+        return;
+    }
+    if (hp->plane > 0) {
+        problem_reply(r, 404, "plane", "collection '%s' has images of one plane", c->name);
+        return;
+    }
+    const char *const *known = hp->kind == HIPS_REQ_MOC ? none
+                               : hp->kind == HIPS_REQ_PROPERTIES ? props : images;
+    if (hreq_only_args(r, known))
+        return;
+    if (hp->kind == HIPS_REQ_TILE && hp->order + HIPS_TILE_SHIFT > HIPS_ORDER_MAX) {
+        problem_reply(r, 404, "Norder", "tiles are served down to Norder%d (their pixels are "
+                      "HEALPix cells of order %d)", HIPS_ORDER_MAX - HIPS_TILE_SHIFT,
+                      HIPS_ORDER_MAX);
+        return;
+    }
+    hips_job *j = calloc(1, sizeof(*j));
+    if (!j) {
+        problem_reply(r, 500, NULL, "out of memory");
+        return;
+    }
+    j->col = c;
+    j->path = *hp;
+    param_error pe;
+    if (hips_parse_query(hreq_arg_lookup, r, &j->q, &pe)) {
+        problem_reply(r, 400, pe.parameter, "%s", pe.detail);
+        free(j);
+        return;
+    }
+    if (hp->format != HIPS_FMT_FITS && !hreq_arg(r, "max_coord_error"))
+        j->q.max_coord_error = HIPS_PICTURE_MCE;
+    unsigned long long version = collection_version(c);
+    char rk[160];
+    params_render_key(&j->q.render, rk, sizeof(rk));
+    void (*work)(hreq *) = NULL;
+    int n;
+    if (hp->kind == HIPS_REQ_PROPERTIES) {
+        work = colsky_properties_work;
+        n = asprintf(&r->cache_key, "hips|cprops|%s|%llx|%.17g%s|%.17g%s", c->name, version,
+                     j->q.render.min_cut.value, j->q.render.min_cut.is_percent ? "%" : "",
+                     j->q.render.max_cut.value, j->q.render.max_cut.is_percent ? "%" : "");
+    } else if (hp->kind == HIPS_REQ_MOC) {
+        work = colsky_moc_work;
+        n = asprintf(&r->cache_key, "hips|cmoc|%s|%llx", c->name, version);
+    } else if (hp->kind == HIPS_REQ_ALLSKY) {
+        work = colsky_allsky_work;
+        n = asprintf(&r->cache_key, "hips|callsky|%s|%llx|%d|%s|%s|%.17g|%s", c->name,
+                     version, c->combine, hips_format_ext(hp->format),
+                     rp_method_name(j->q.method), j->q.max_coord_error,
+                     hp->format == HIPS_FMT_FITS ? "" : rk);
+    } else {
+        work = colsky_tile_work;
+        n = asprintf(&r->cache_key, "hips|ctile|%s|%llx|%d|%d|%lld|%s|%s|%.17g|%s", c->name,
+                     version, c->combine, hp->order, (long long)hp->npix,
+                     hips_format_ext(hp->format), rp_method_name(j->q.method),
+                     j->q.max_coord_error, hp->format == HIPS_FMT_FITS ? "" : rk);
+    }
+    if (n < 0) {
+        r->cache_key = NULL;
+        free(j);
+        problem_reply(r, 500, NULL, "out of memory");
+        return;
+    }
+    if (hreq_try_cache(r)) {
+        free(j);
+        return;
+    }
+    hreq_run_async(r, work, j, free);
+}
+
 /* ---- the handler --------------------------------------------------------------------- */
 
 /* The HiPS index.html [HiPS 4.4.5]: what the survey is and where its parts are. */
@@ -688,6 +1199,11 @@ void handle_hips(hreq *r, const route_match *m)
     if (rc) {
         problem_reply(r, rc == TESS_ENOTFOUND ? 404 : 400, pe.parameter[0] ? pe.parameter : NULL,
                       "%s", pe.detail);
+        return;
+    }
+    collection *col = colset_find(r->srv->app->collections, hp.name);
+    if (col) {
+        hips_collection(r, &hp, col);
         return;
     }
     const dataset *d = handler_dataset(r, hp.name, strlen(hp.name));

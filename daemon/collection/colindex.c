@@ -114,3 +114,8 @@ void col_members_free(col_member *m, int n)
         col_member_release(&m[i]);
     free(m);
 }
+
+int colindex_cells(colindex *x, const char *collection, int64_t **out, size_t *n)
+{
+    return x->pg ? pgx_cells(x->pg, collection, out, n) : sq_cells(x->sq, collection, out, n);
+}

@@ -57,6 +57,11 @@ int colindex_remove(colindex *x, const char *collection, const char *relpath);
 int colindex_overlap(colindex *x, const char *collection, int order, int64_t npix,
                      void (*fn)(void *cls, const char *relpath), void *cls);
 
+/* The distinct coverage cells (NUNIQ) of every member of `collection`, ascending: *out
+ * malloc'd (NULL when none), *n set.  The union of the members' coverage (Moc.fits).
+ * Returns 0, TESS_EIO or TESS_ENOMEM. */
+int colindex_cells(colindex *x, const char *collection, int64_t **out, size_t *n);
+
 /* The WCS header text stored for a member into *out (malloc'd) or NULL. */
 int colindex_wcs(colindex *x, const char *collection, const char *relpath, char **out);
 

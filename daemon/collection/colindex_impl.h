@@ -23,6 +23,7 @@ int sq_put(sq_index *x, const char *collection, const col_member *m, const char 
 int sq_remove(sq_index *x, const char *collection, const char *relpath);
 int sq_overlap(sq_index *x, const char *collection, int order, int64_t npix,
                void (*fn)(void *cls, const char *relpath), void *cls);
+int sq_cells(sq_index *x, const char *collection, int64_t **out, size_t *n);
 int sq_wcs(sq_index *x, const char *collection, const char *relpath, char **out);
 
 typedef struct pg_index pg_index;
@@ -36,6 +37,7 @@ int pgx_put(pg_index *x, const char *collection, const col_member *m, const char
 int pgx_remove(pg_index *x, const char *collection, const char *relpath);
 int pgx_overlap(pg_index *x, const char *collection, int order, int64_t npix,
                 void (*fn)(void *cls, const char *relpath), void *cls);
+int pgx_cells(pg_index *x, const char *collection, int64_t **out, size_t *n);
 int pgx_wcs(pg_index *x, const char *collection, const char *relpath, char **out);
 
 #endif

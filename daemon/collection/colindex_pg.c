@@ -333,3 +333,25 @@ int pgx_wcs(pg_index *x, const char *collection, const char *relpath, char **out
     PQclear(r);
     return rc;
 }
+
+int pgx_cells(pg_index *x, const char *collection, int64_t **out, size_t *n)
+{
+    *out = NULL;
+    *n = 0;
+    const char *p[1] = {collection};
+    pthread_mutex_lock(&x->lock);
+    PGresult *r = run(x, PGRES_TUPLES_OK, "SELECT DISTINCT nuniq FROM col_cell WHERE"
+                      " collection = $1 ORDER BY nuniq", 1, p);
+    pthread_mutex_unlock(&x->lock);
+    if (!r)
+        return TESS_EIO;
+    int rc = 0, rows = PQntuples(r);
+    if (rows > 0 && !(*out = malloc(sizeof(int64_t) * (size_t)rows)))
+        rc = TESS_ENOMEM;
+    for (int i = 0; rc == 0 && i < rows; i++)
+        (*out)[i] = (int64_t)strtoll(PQgetvalue(r, i, 0), NULL, 10);
+    if (rc == 0)
+        *n = (size_t)(rows > 0 ? rows : 0);
+    PQclear(r);
+    return rc;
+}

@@ -339,3 +339,39 @@ int sq_wcs(sq_index *x, const char *collection, const char *relpath, char **out)
     pthread_mutex_unlock(&x->lock);
     return rc;
 }
+
+int sq_cells(sq_index *x, const char *collection, int64_t **out, size_t *n)
+{
+    *out = NULL;
+    *n = 0;
+    size_t cap = 0;
+    pthread_mutex_lock(&x->lock);
+    sqlite3_stmt *st;
+    int rc = TESS_EIO;
+    if (sqlite3_prepare_v2(x->db, "SELECT DISTINCT nuniq FROM col_cell WHERE collection = ?"
+                           " ORDER BY nuniq", -1, &st, NULL) == SQLITE_OK) {
+        sqlite3_bind_text(st, 1, collection, -1, SQLITE_STATIC);
+        rc = 0;
+        while (rc == 0 && sqlite3_step(st) == SQLITE_ROW) {
+            if (*n == cap) {
+                size_t nc = cap ? cap * 2 : 256;
+                int64_t *g = realloc(*out, nc * sizeof(int64_t));
+                if (!g) {
+                    rc = TESS_ENOMEM;
+                    break;
+                }
+                *out = g;
+                cap = nc;
+            }
+            (*out)[(*n)++] = (int64_t)sqlite3_column_int64(st, 0);
+        }
+        sqlite3_finalize(st);
+    }
+    pthread_mutex_unlock(&x->lock);
+    if (rc) {
+        free(*out);
+        *out = NULL;
+        *n = 0;
+    }
+    return rc;
+}

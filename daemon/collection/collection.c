@@ -2,6 +2,7 @@
  * member's header into the index, the rescan thread, and the spherical geometry of the
  * discovery queries. */
 #include "daemon/collection/collection.h"
+#include "daemon/collection/colmembers.h"
 #include "daemon/catalog.h"
 #include "engine/base/error.h"
 #include "engine/fits/fitscard.h"
@@ -552,6 +553,22 @@ static long long mtime_ns(const struct stat *st)
     return (long long)st->st_mtim.tv_sec * 1000000000LL + st->st_mtim.tv_nsec;
 }
 
+/* The version of a member list: FNV-1a over each relpath and file identity. */
+static unsigned long long members_hash(const col_member *m, int n)
+{
+    unsigned long long h = 1469598103934665603ULL;
+    for (int i = 0; i < n; i++) {
+        long long id[4] = {m[i].dev, m[i].ino, m[i].size, m[i].mtime_ns};
+        const unsigned char *p = (const unsigned char *)m[i].relpath;
+        for (size_t k = 0; p[k]; k++)
+            h = (h ^ p[k]) * 1099511628211ULL;
+        p = (const unsigned char *)id;
+        for (size_t k = 0; k < sizeof(id); k++)
+            h = (h ^ p[k]) * 1099511628211ULL;
+    }
+    return h;
+}
+
 /* One scan of c: new and changed files are read and put in the index, removed ones
  * taken out, unchanged ones only stat(2)ed.  The member list is swapped whole. */
 static int scan_collection(colset *s, collection *c)
@@ -630,6 +647,7 @@ static int scan_collection(colset *s, collection *c)
         int oldn = c->n;
         c->m = nm;
         c->n = w.n;
+        c->version = members_hash(nm, w.n);
         pthread_rwlock_unlock(&c->lock);
         col_members_free(old, oldn);
     } else {
@@ -707,6 +725,8 @@ static int collection_init(const tess_config *cfg, const col_config *cc, collect
     c->pattern = strdup(full + cut + 1);
     c->root = realpath(dir, NULL);
     c->hdu = cc->hdu;
+    c->combine = cc->combine;
+    c->match_background = cc->match_background;
     pthread_rwlock_init(&c->lock, NULL);
     if (!c->name || !c->pattern) {
         tess_seterr(err, errlen, "out of memory");
@@ -782,7 +802,13 @@ int colset_open(const tess_config *cfg, colset **out, char *err, size_t errlen)
         if ((rc = colindex_load(s->index, s->c[i].name, &s->c[i].m, &s->c[i].n))) {
             tess_seterr(err, errlen, "collection '%s': cannot load its index", s->c[i].name);
             goto fail;
+        } else {
+            s->c[i].version = members_hash(s->c[i].m, s->c[i].n);
         }
+    if (!(s->members = colmembers_new(cfg, COLMEMBERS_OPEN_MAX))) {
+        rc = TESS_ENOMEM;
+        goto fail;
+    }
     if ((rc = colset_rescan(s))) {
         tess_seterr(err, errlen, "collections: the first scan failed (error %d)", rc);
         goto fail;
@@ -816,12 +842,77 @@ void colset_close(colset *s)
         col_members_free(c->m, c->n);
         pthread_rwlock_destroy(&c->lock);
     }
+    colmembers_free(s->members);
     free(s->c);
     colindex_close(s->index);
     pthread_mutex_destroy(&s->scan_lock);
     pthread_mutex_destroy(&s->wake_lock);
     pthread_cond_destroy(&s->wake);
     free(s);
+}
+
+int collection_overlapping_circle(collection *c, double ra, double dec, double r, int max,
+                                  char ***out, double **polys, int *n, int *total)
+{
+    *out = NULL;
+    *n = *total = 0;
+    size_t cap = (size_t)(max > 0 ? max : 1);
+    char **p = calloc(cap, sizeof(char *));
+    double *pl = polys ? malloc(sizeof(double) * 8 * cap) : NULL;
+    if (polys)
+        *polys = NULL;
+    if (!p || (polys && !pl)) {
+        free(p);
+        free(pl);
+        return TESS_ENOMEM;
+    }
+    int rc = 0;
+    pthread_rwlock_rdlock(&c->lock);
+    for (int i = 0; i < c->n; i++) {
+        const col_member *m = &c->m[i];
+        if (m->error || !col_overlaps_circle(m->poly, 4, ra, dec, r))
+            continue;
+        if (*n < max && rc == 0) {
+            if (pl)
+                memcpy(pl + 8 * (size_t)*n, m->poly, sizeof(m->poly));
+            if ((p[*n] = strdup(m->relpath)))
+                (*n)++;
+            else
+                rc = TESS_ENOMEM;
+        }
+        (*total)++;
+    }
+    pthread_rwlock_unlock(&c->lock);
+    if (rc) {
+        col_relpaths_free(p, *n);
+        free(pl);
+        *n = *total = 0;
+        return rc;
+    }
+    *out = p;
+    if (polys)
+        *polys = pl;
+    return 0;
+}
+
+void col_relpaths_free(char **p, int n)
+{
+    for (int i = 0; i < n; i++)
+        free(p[i]);
+    free(p);
+}
+
+mos_combine collection_combine(const collection *c)
+{
+    return c->combine == 1 ? MOS_MEDIAN : c->combine == 2 ? MOS_FIRST : MOS_MEAN;
+}
+
+unsigned long long collection_version(collection *c)
+{
+    pthread_rwlock_rdlock(&c->lock);
+    unsigned long long v = c->version;
+    pthread_rwlock_unlock(&c->lock);
+    return v;
 }
 
 collection *colset_find(colset *s, const char *name)

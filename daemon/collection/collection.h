@@ -8,6 +8,7 @@
 #include <stddef.h>
 #include "daemon/collection/colindex.h"
 #include "daemon/config.h"
+#include "engine/mosaic/mosaic.h"
 
 struct json_t;
 
@@ -31,6 +32,11 @@ typedef struct collection {
     pthread_rwlock_t lock;   /* guards m and n (swapped whole by a rescan) */
     col_member *m;           /* sorted by relpath */
     int n;
+    unsigned long long version; /* under lock: a hash of every member's relpath and file
+                                   identity, set by each scan that changed a member (the
+                                   sky routes' cache keys, colsky) */
+    int combine;             /* col_config's: 0 mean, 1 median, 2 first */
+    int match_background;
 } collection;
 
 typedef struct colset {
@@ -38,6 +44,7 @@ typedef struct colset {
     collection *c;
     int n;
     colindex *index;
+    struct colmembers *members; /* member images opened as datasets (colmembers.h) */
     pthread_mutex_t scan_lock; /* one scan at a time */
     pthread_mutex_t wake_lock;
     pthread_cond_t wake;
@@ -59,6 +66,22 @@ void colset_close(colset *s);
 int colset_rescan(colset *s);
 
 collection *colset_find(colset *s, const char *name);
+
+/* The relpaths of the usable members of c whose footprint overlaps the circle (ra, dec,
+ * r degrees), in path order: at most `max` into *out (malloc'd, each malloc'd:
+ * col_relpaths_free), *n of them, *total all of them; when polys is not NULL, *polys
+ * (malloc'd) gets each kept member's footprint (col_member.poly, 8 doubles each).  Reads
+ * no file.  Returns 0 or TESS_ENOMEM. */
+int collection_overlapping_circle(collection *c, double ra, double dec, double r, int max,
+                                  char ***out, double **polys, int *n, int *total);
+void col_relpaths_free(char **p, int n);
+
+/* How c's members combine pixel by pixel (its `combine`): MOS_MEAN, MOS_MEDIAN or
+ * MOS_FIRST. */
+mos_combine collection_combine(const collection *c);
+
+/* c->version read under its lock. */
+unsigned long long collection_version(collection *c);
 
 /* FITS headers read by the scans of this process (the test of an unchanged restart). */
 unsigned long long colset_headers_read(void);

@@ -1127,17 +1127,26 @@ long hips_allsky_render_from(const hips_source *src, int galactic, const hips_ba
 {
     *out = NULL;
     hips_allsky_size(HIPS_ALLSKY_CELL, w, h);
-    if (!src || !src->cel || !bs || !bs->get) {
+    if ((src && !src->cel) || !bs || !bs->get) {
         put_err(err, errlen, "no source");
         return TESS_EINVAL;
     }
     /* The order-0 tiles that may hold data, and all their order-3 tiles: a cell that no
      * pixel of the image reaches is NaN in its base tile as it would be rendered alone
      * (both renders mark the blocks that may hold data conservatively), so the walk down
-     * to order 3 (some 900 000 WCS transforms for an all-sky map) is not needed. */
+     * to order 3 (some 900 000 WCS transforms for an all-sky map) is not needed.  Without
+     * a source (several images: bs knows which faces hold data) every face is asked. */
     int64_t *faces = NULL;
     size_t nfaces = 0;
-    int rc = hips_tiles_covering(src->cel, src->nx, src->ny, galactic, 0, &faces, &nfaces);
+    int rc = 0;
+    if (src) {
+        rc = hips_tiles_covering(src->cel, src->nx, src->ny, galactic, 0, &faces, &nfaces);
+    } else if ((faces = malloc(sizeof(int64_t) * 12))) {
+        for (nfaces = 0; nfaces < 12; nfaces++)
+            faces[nfaces] = (int64_t)nfaces;
+    } else {
+        rc = TESS_ENOMEM;
+    }
     if (rc != 0) {
         put_err(err, errlen, rc == TESS_ENOMEM ? "out of memory" : "cannot list the tiles");
         return rc;

@@ -291,7 +291,9 @@ typedef struct hips_base_source {
  * (every cell of each order-0 tile that may hold data is copied: a cell no image pixel
  * reaches is NaN there too).  It costs 12 order-0 renders whatever the image's size: the
  * cheaper path for an image covering much of the sky (whose order-0 tiles a viewer asks
- * for as well), the dearer for a small one.  Returns as hips_allsky_render. */
+ * for as well), the dearer for a small one.  `src` may be NULL (a sky of several images,
+ * daemon/api/hips.c's collections): every order-0 tile is then asked of bs, and one it
+ * gives with no finite pixel leaves its cells NaN.  Returns as hips_allsky_render. */
 long hips_allsky_render_from(const hips_source *src, int galactic, const hips_base_source *bs,
                              double **out, long *w, long *h, char *err, size_t errlen);
 

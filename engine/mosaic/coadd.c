@@ -50,66 +50,78 @@ void mos_accum_reset(mos_accum *a, size_t np)
         memset(a->cnt, 0, sizeof(int) * a->np);
 }
 
-/* The sums: the common case, without the switch of the others. */
-static void add_sums(mos_accum *a, size_t o, const float *v, const float *w, long n,
-                     double base, double slope, long x0)
-{
-    double *ar = a->acc + o, *wa = a->accw + o;
-    for (long x = 0; x < n; x++) {
-        double wt = w ? (double)w[x] : 1.0;
-        if (wt > 0.0 && isfinite(v[x])) {
-            ar[x] += wt * ((double)v[x] - (base + slope * (double)(x0 + x)));
-            wa[x] += wt;
-        }
+/* The adding of one row, for values and weights of type T (float: mos_accum_add, double:
+ * mos_accum_add_d).  One body for both, so that they cannot drift apart; the float
+ * instance is the code as it always was (each value and weight widened to double). */
+#define ACCUM_ADD_IMPL(NAME, T)                                                            \
+    /* The sums: the common case, without the switch of the others. */                    \
+    static void NAME##_sums(mos_accum *a, size_t o, const T *v, const T *w, long n,       \
+                            double base, double slope, long x0)                           \
+    {                                                                                     \
+        double *ar = a->acc + o, *wa = a->accw + o;                                       \
+        for (long x = 0; x < n; x++) {                                                    \
+            double wt = w ? (double)w[x] : 1.0;                                           \
+            if (wt > 0.0 && isfinite(v[x])) {                                             \
+                ar[x] += wt * ((double)v[x] - (base + slope * (double)(x0 + x)));         \
+                wa[x] += wt;                                                              \
+            }                                                                             \
+        }                                                                                 \
+    }                                                                                     \
+                                                                                          \
+    void NAME(mos_accum *a, size_t o, const T *v, const T *w, long n, double base,        \
+              double slope, long x0)                                                      \
+    {                                                                                     \
+        if (n <= 0 || o >= a->np)                                                         \
+            return;                                                                       \
+        if ((size_t)n > a->np - o)                                                        \
+            n = (long)(a->np - o);                                                        \
+        if (a->combine == MOS_MEAN || a->combine == MOS_SUM) {                            \
+            NAME##_sums(a, o, v, w, n, base, slope, x0);                                  \
+            return;                                                                       \
+        }                                                                                 \
+        for (long x = 0; x < n; x++) {                                                    \
+            double wt = w ? (double)w[x] : 1.0;                                           \
+            if (!(wt > 0.0) || !isfinite(v[x]))                                          \
+                continue;                                                                 \
+            accum_one(a, o + (size_t)x,                                                   \
+                      (double)v[x] - (base + slope * (double)(x0 + x)), wt);              \
+        }                                                                                 \
     }
+
+/* One value of the combines other than the sums at pixel p. */
+static inline void accum_one(mos_accum *a, size_t p, double val, double wt)
+{
+    size_t nk = (size_t)a->max_inputs;
+    switch (a->combine) {
+    case MOS_MIN:
+        if (!(a->acc[p] <= val))
+            a->acc[p] = val;
+        break;
+    case MOS_MAX:
+        if (!(a->acc[p] >= val))
+            a->acc[p] = val;
+        break;
+    case MOS_FIRST:
+        if (!(a->accw[p] > 0.0))
+            a->acc[p] = val;
+        break;
+    case MOS_LAST:
+        a->acc[p] = val;
+        break;
+    case MOS_MEDIAN:
+        if ((size_t)a->cnt[p] >= nk)
+            return;   /* more images than promised: the extra ones do not count */
+        a->list[p * nk + (size_t)a->cnt[p]++] = (float)val;
+        break;
+    case MOS_MEAN:
+    case MOS_SUM:
+        break;   /* the sums */
+    }
+    a->accw[p] += wt;
 }
 
-void mos_accum_add(mos_accum *a, size_t o, const float *v, const float *w, long n,
-                   double base, double slope, long x0)
-{
-    if (n <= 0 || o >= a->np)
-        return;
-    if ((size_t)n > a->np - o)
-        n = (long)(a->np - o);
-    if (a->combine == MOS_MEAN || a->combine == MOS_SUM) {
-        add_sums(a, o, v, w, n, base, slope, x0);
-        return;
-    }
-    size_t nk = (size_t)a->max_inputs;
-    for (long x = 0; x < n; x++) {
-        double wt = w ? (double)w[x] : 1.0;
-        if (!(wt > 0.0) || !isfinite(v[x]))
-            continue;
-        double val = (double)v[x] - (base + slope * (double)(x0 + x));
-        size_t p = o + (size_t)x;
-        switch (a->combine) {
-        case MOS_MIN:
-            if (!(a->acc[p] <= val))
-                a->acc[p] = val;
-            break;
-        case MOS_MAX:
-            if (!(a->acc[p] >= val))
-                a->acc[p] = val;
-            break;
-        case MOS_FIRST:
-            if (!(a->accw[p] > 0.0))
-                a->acc[p] = val;
-            break;
-        case MOS_LAST:
-            a->acc[p] = val;
-            break;
-        case MOS_MEDIAN:
-            if ((size_t)a->cnt[p] >= nk)
-                continue;   /* more images than promised: the extra ones do not count */
-            a->list[p * nk + (size_t)a->cnt[p]++] = (float)val;
-            break;
-        case MOS_MEAN:
-        case MOS_SUM:
-            break;   /* add_sums */
-        }
-        a->accw[p] += wt;
-    }
-}
+ACCUM_ADD_IMPL(mos_accum_add, float)
+ACCUM_ADD_IMPL(mos_accum_add_d, double)
 
 static int cmp_float(const void *x, const void *y)
 {
@@ -125,21 +137,34 @@ static double median_of(float *l, int c)
     return c % 2 ? l[c / 2] : 0.5 * ((double)l[c / 2 - 1] + (double)l[c / 2]);
 }
 
+/* The combined value at pixel p (NaN where nothing counted). */
+static double result_at(mos_accum *a, size_t p)
+{
+    double wt = a->accw[p];
+    if (!(wt > 0.0))
+        return NAN;
+    if (a->combine == MOS_MEAN)
+        return a->acc[p] / wt;
+    if (a->combine == MOS_MEDIAN)
+        return median_of(a->list + p * (size_t)a->max_inputs, a->cnt[p]);
+    return a->acc[p];
+}
+
 void mos_accum_result(mos_accum *a, float *out, float *cov)
 {
     for (size_t p = 0; p < a->np; p++) {
-        double wt = a->accw[p], val = NAN;
-        if (wt > 0.0) {
-            if (a->combine == MOS_MEAN)
-                val = a->acc[p] / wt;
-            else if (a->combine == MOS_MEDIAN)
-                val = median_of(a->list + p * (size_t)a->max_inputs, a->cnt[p]);
-            else
-                val = a->acc[p];
-        }
-        out[p] = (float)val;
+        out[p] = (float)result_at(a, p);
         if (cov)
-            cov[p] = (float)wt;
+            cov[p] = (float)a->accw[p];
+    }
+}
+
+void mos_accum_result_d(mos_accum *a, double *out, double *cov)
+{
+    for (size_t p = 0; p < a->np; p++) {
+        out[p] = result_at(a, p);
+        if (cov)
+            cov[p] = a->accw[p];
     }
 }
 

@@ -48,6 +48,14 @@ void mos_accum_reset(mos_accum *a, size_t np);
 void mos_accum_add(mos_accum *a, size_t o, const float *v, const float *w, long n,
                    double base, double slope, long x0);
 
+/* The same for a row of doubles (a HiPS tile rendered by hips_render_tile): the same
+ * arithmetic, in double from the start (one body with mos_accum_add, coadd.c). */
+void mos_accum_add_d(mos_accum *a, size_t o, const double *v, const double *w, long n,
+                     double base, double slope, long x0);
+
+/* The combined values as doubles (NaN where nothing counted); cov may be NULL. */
+void mos_accum_result_d(mos_accum *a, double *out, double *cov);
+
 /* The combined values (NaN where nothing counted) and the summed weights of the np
  * pixels in use, as float32; cov may be NULL.  Sorts MEDIAN's lists in place. */
 void mos_accum_result(mos_accum *a, float *out, float *cov);

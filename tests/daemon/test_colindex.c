@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "daemon/collection/collection.h"
+#include "daemon/collection/colmembers.h"
 #include "daemon/config.h"
 #include "engine/base/error.h"
 #include "engine/hips/healpix.h"
@@ -152,6 +153,75 @@ START_TEST(test_coverage_holds_footprint)
         skywcs_free(w);
         free(wcs);
     }
+    colset_close(s);
+    config_release(&cfg);
+}
+END_TEST
+
+/* What the sky routes ask of a collection: the union of its cells, the members a circle
+ * meets, members opened once as datasets, a version that follows the files. */
+START_TEST(test_sky_lookups)
+{
+    write_scaled("wide.fits", 83.8, -5.4, "r", 90.0);
+    write_scaled("rot/tiny.fits", 0.001, 89.99, "r", 1.0);
+    tess_config cfg;
+    load_config(&cfg, "**/*.fits");
+    char err[256];
+    colset *s;
+    ck_assert_int_eq(colset_open(&cfg, &s, err, sizeof(err)), 0);
+    collection *c = colset_find(s, "c1");
+    ck_assert_ptr_nonnull(c);
+    /* the union: strictly increasing NUNIQ, every cell of each member's own list in it */
+    int64_t *u = NULL;
+    size_t nu = 0;
+    ck_assert_int_eq(colindex_cells(s->index, "c1", &u, &nu), 0);
+    ck_assert_uint_ge(nu, 7);
+    for (size_t i = 1; i < nu; i++)
+        ck_assert(u[i] > u[i - 1]);
+    int64_t want = (4LL << (2 * COL_MOC_ORDER)) + hips_ang2pix(COL_MOC_ORDER, 83.8, -5.4);
+    int found = 0;
+    for (size_t i = 0; i < nu; i++)
+        found |= u[i] == want;
+    ck_assert(found);
+    free(u);
+    ck_assert_int_eq(colindex_cells(s->index, "nope", &u, &nu), 0);
+    ck_assert_uint_eq(nu, 0);
+    ck_assert_ptr_null(u);
+    /* a circle at the wide image's centre meets it alone; one at the pole the tiny one */
+    char **rel;
+    double *poly;
+    int n, total;
+    ck_assert_int_eq(collection_overlapping_circle(c, 83.8, -5.4, 0.01, 4, &rel, &poly, &n, &total), 0);
+    ck_assert_int_eq(n, 1);
+    ck_assert_int_eq(total, 1);
+    ck_assert_str_eq(rel[0], "wide.fits");
+    ck_assert(fabs(poly[0] - 83.8) < 0.6 && fabs(poly[1] + 5.4) < 0.4);   /* a corner */
+    free(poly);
+    col_relpaths_free(rel, n);
+    ck_assert_int_eq(collection_overlapping_circle(c, 0.0, 89.99, 0.01, 0, &rel, NULL, &n, &total), 0);
+    ck_assert_int_eq(n, 0);   /* none kept, one counted */
+    ck_assert_int_eq(total, 1);
+    col_relpaths_free(rel, n);
+    /* members as datasets: opened once, shared */
+    const dataset *d1, *d2;
+    ck_assert_int_eq(colmembers_get(s, c, "wide.fits", &d1, err, sizeof(err)), 0);
+    ck_assert_int_eq(colmembers_get(s, c, "wide.fits", &d2, err, sizeof(err)), 0);
+    ck_assert_ptr_eq(d1, d2);
+    ck_assert_int_eq(d1->nx, 32);
+    ck_assert_int_eq(d1->ny, 24);
+    ck_assert_ptr_nonnull(d1->cel);
+    ck_assert_str_eq(d1->name, "c1/wide.fits");
+    ck_assert_uint_eq(colmembers_opened(s->members), 1);
+    colmembers_release(s, d1);
+    colmembers_release(s, d2);
+    ck_assert_int_eq(colmembers_get(s, c, "missing.fits", &d1, err, sizeof(err)),
+                     TESS_ENOTFOUND);
+    /* the version follows the files */
+    unsigned long long v0 = collection_version(c);
+    ck_assert_uint_ne(v0, 0);
+    write_scaled("more.fits", 10.0, 20.0, "g", 2.0);
+    ck_assert_int_eq(colset_rescan(s), 0);
+    ck_assert_uint_ne(collection_version(c), v0);
     colset_close(s);
     config_release(&cfg);
 }
@@ -405,6 +475,7 @@ int main(void)
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, test_index_lifecycle);
     tcase_add_test(tc, test_coverage_holds_footprint);
+    tcase_add_test(tc, test_sky_lookups);
     tcase_add_test(tc, test_unusable_members);
     tcase_add_test(tc, test_config_refusals);
     tcase_add_test(tc, test_geometry);

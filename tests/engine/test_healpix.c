@@ -749,6 +749,14 @@ START_TEST(test_allsky_from_base_tiles)
     ck_assert_int_eq(hips_allsky_render(&src, 1, &pic2, &w, &h, err, sizeof err), f);
     ck_assert(memcmp(pic, pic2, sizeof(double) * (size_t)(w * h)) == 0);
     free(pic2);
+    /* Without a source (a sky of several images) every face is asked of the base source
+     * once: the same picture for an image that covers all 12. */
+    pic2 = NULL;
+    ck_assert_int_eq(hips_allsky_render_from(NULL, 1, &bs, &pic2, &w, &h, err, sizeof err), f);
+    for (int i = 0; i < 12; i++)
+        ck_assert_int_eq(b.calls[i], 2);
+    ck_assert(memcmp(pic, pic2, sizeof(double) * (size_t)(w * h)) == 0);
+    free(pic2);
     free(cell);
     free(pic);
     free(b.buf);

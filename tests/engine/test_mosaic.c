@@ -143,6 +143,49 @@ static char *reference_target(int *nkeys)
  * reproject_and_coadd (reference_mean.fits) to 1e-4 relative on the interior (pixels whose
  * 5 x 5 neighbourhood is covered; values near zero compared with 1e-4 absolute); the
  * coverage equals reproject's footprint sum everywhere; uncovered pixels are NaN. */
+/* The double path gives what the float path gives for values a float holds, and keeps
+ * the digits a float would lose. */
+START_TEST(test_accum_double)
+{
+    const float vf[4] = { 1.0f, 2.0f, NAN, 4.0f }, wf[4] = { 1.0f, 0.5f, 1.0f, 0.0f };
+    const double vd[4] = { 1.0, 2.0, NAN, 4.0 }, wd[4] = { 1.0, 0.5, 1.0, 0.0 };
+    const float v2f[4] = { 3.0f, 6.0f, 5.0f, 7.0f };
+    const double v2d[4] = { 3.0, 6.0, 5.0, 7.0 };
+    const mos_combine all[] = { MOS_MEAN, MOS_SUM, MOS_MEDIAN, MOS_MIN, MOS_MAX, MOS_FIRST,
+                                MOS_LAST };
+    for (size_t k = 0; k < sizeof(all) / sizeof(all[0]); k++) {
+        mos_accum a, b;
+        ck_assert_int_eq(mos_accum_init(&a, all[k], 4, 2), 0);
+        ck_assert_int_eq(mos_accum_init(&b, all[k], 4, 2), 0);
+        mos_accum_add(&a, 0, vf, wf, 4, 0.5, 0.25, 2);
+        mos_accum_add(&a, 0, v2f, NULL, 4, 0.0, 0.0, 0);
+        mos_accum_add_d(&b, 0, vd, wd, 4, 0.5, 0.25, 2);
+        mos_accum_add_d(&b, 0, v2d, NULL, 4, 0.0, 0.0, 0);
+        float fo[4], fc[4];
+        double dout[4], dc[4];
+        mos_accum_result(&a, fo, fc);
+        mos_accum_result_d(&b, dout, dc);
+        for (int i = 0; i < 4; i++) {
+            ck_assert_msg(fo[i] == (float)dout[i], "%s pixel %d: %g and %g",
+                          mos_combine_name(all[k]), i, fo[i], dout[i]);
+            ck_assert_float_eq(fc[i], (float)dc[i]);
+        }
+        mos_accum_free(&a);
+        mos_accum_free(&b);
+    }
+    /* the mean of 1 + 1e-12 and 1 + 3e-12 is 1 + 2e-12 in double */
+    mos_accum d;
+    ck_assert_int_eq(mos_accum_init(&d, MOS_MEAN, 1, 2), 0);
+    const double p1 = 1.0 + 1e-12, p2 = 1.0 + 3e-12;
+    mos_accum_add_d(&d, 0, &p1, NULL, 1, 0.0, 0.0, 0);
+    mos_accum_add_d(&d, 0, &p2, NULL, 1, 0.0, 0.0, 0);
+    double m;
+    mos_accum_result_d(&d, &m, NULL);
+    ck_assert_double_eq_tol(m, 1.0 + 2e-12, 1e-15);
+    mos_accum_free(&d);
+}
+END_TEST
+
 START_TEST(test_reference_mean)
 {
     setup_tiles();
@@ -780,6 +823,7 @@ static Suite *mosaic_suite(void)
     TCase *tc = tcase_create("core");
     tcase_set_timeout(tc, 60);
     tcase_add_test(tc, test_accum_by_hand);
+    tcase_add_test(tc, test_accum_double);
     tcase_add_test(tc, test_reference_mean);
     tcase_add_test(tc, test_background_matching);
     tcase_add_test(tc, test_single_input_matching);

@@ -1,0 +1,240 @@
+"""A collection's sky on demand: 20 small overlapping TAN images (astropy; different
+rotations, pixel scales and an additive offset each) served as one collection
+(combine mean).  A cutout across member borders and a FITS HiPS tile equal astropy
+reproject 0.10's reproject_and_coadd (reproject_interp, combine_function='mean',
+match_background=False) onto the same grid within the README's bilinear tolerance (2e-6
+of the peak), NaN where it is NaN; astroquery's hips2fits cuts the same pixels; Moc.fits
+covers every member; properties describe the union; the Allsky holds the members' cells."""
+import io
+import math
+import os
+import random
+import shutil
+import tempfile
+import unittest
+import urllib.parse
+import warnings
+
+from harness import Server, need_module
+
+N = 48                      # image side, pixels
+# The centre of HEALPix cell 1744516 of order 9 (nested): a pixel of the Allsky (its
+# 64-pixel cells are cells of order 9) the members cover.
+RA0, DEC0 = 149.94140625, 2.014719913447979
+TOL = 2e-6                  # bilinear, of the reference's peak (README, Correctness)
+ORDER = 16                  # tile order whose cells (3.2") are finer than two member pixels
+
+
+def sky(ra, dec):
+    """A smooth sky: the value at (ra, dec), degrees."""
+    x = (ra - RA0) * math.cos(math.radians(DEC0)) * 60.0
+    y = (dec - DEC0) * 60.0
+    return 100.0 + 20.0 * math.sin(0.9 * x + 0.3) * math.cos(0.7 * y) + 3.0 * x
+
+
+class ColskyTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.np = np = need_module("numpy")
+        need_module("reproject")
+        from astropy.io import fits
+        from astropy.wcs import WCS
+        cls.fits, cls.WCS = fits, WCS
+        cls.tmp = tempfile.mkdtemp(prefix="tessera-colsky-")
+        cls.root = os.path.join(cls.tmp, "survey")
+        rng = random.Random(3)
+        cls.members = []
+        vsky = np.vectorize(sky)
+        for i in range(20):
+            ra = RA0 + rng.uniform(-0.02, 0.02) / math.cos(math.radians(DEC0))
+            dec = DEC0 + rng.uniform(-0.02, 0.02)
+            scale = rng.uniform(2.0, 3.0) / 3600.0
+            rot = math.radians(rng.uniform(0.0, 360.0))
+            w = WCS(naxis=2)
+            w.wcs.ctype = ["RA---TAN", "DEC--TAN"]
+            w.wcs.crval = [ra, dec]
+            w.wcs.crpix = [(N + 1) / 2.0, (N + 1) / 2.0]
+            c, s = math.cos(rot), math.sin(rot)
+            w.wcs.cd = [[-scale * c, scale * s], [scale * s, scale * c]]
+            yy, xx = np.mgrid[0:N, 0:N]
+            wra, wdec = w.pixel_to_world_values(xx, yy)
+            data = (vsky(wra, wdec) + rng.uniform(-5.0, 5.0)).astype(np.float32)
+            path = os.path.join(cls.root, "d%d" % (i % 3), "img%02d.fits" % i)
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            fits.PrimaryHDU(data, w.to_header()).writeto(path)
+            cls.members.append((data, w))
+        cls.srv = Server(datasets=[{"name": "night1", "kind": "collection",
+                                    "images": os.path.join(cls.root, "**", "*.fits"),
+                                    "combine": "mean"},
+                                   {"name": "night1med", "kind": "collection",
+                                    "images": os.path.join(cls.root, "**", "*.fits"),
+                                    "combine": "median"}],
+                         roots=[cls.root], demo=False)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.srv.stop()
+        shutil.rmtree(cls.tmp, ignore_errors=True)
+
+    def get(self, path):
+        status, _, body = self.srv.get(path, timeout=120)
+        self.assertEqual(status, 200, body[:400])
+        return body
+
+    def coadd(self, wcs, shape):
+        from reproject import reproject_interp
+        from reproject.mosaicking import reproject_and_coadd
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            ref, fp = reproject_and_coadd(self.members, wcs, shape_out=shape,
+                                          reproject_function=reproject_interp,
+                                          combine_function="mean", match_background=False)
+        return ref, fp
+
+    def assert_like(self, got, ref, what):
+        np = self.np
+        got = np.asarray(got, dtype=np.float64)
+        nan_got, nan_ref = np.isnan(got), np.isnan(ref)
+        differ = int((nan_got != nan_ref).sum())
+        ok = ~nan_got & ~nan_ref
+        self.assertGreater(ok.sum(), 1000, what)
+        peak = np.nanmax(np.abs(ref))
+        err = np.abs(got[ok] - ref[ok]).max() / peak
+        print(f"\n{what}: {ok.sum()} pixels, max |diff| {err:.2e} of the peak, "
+              f"{differ} NaN differ")
+        self.assertLess(err, TOL, what)
+        self.assertEqual(differ, 0, what)
+
+    def test_cutout_across_borders(self):
+        # one inside the survey, and a wider rotated one where each member covers a small
+        # part of the grid (each is reprojected onto its part only)
+        for fov, w, h, rot, what in ((0.07, 100, 90, 0, "cutout"),
+                                     (0.2, 160, 120, 30, "wide rotated cutout")):
+            body = self.get("/api/v1/cutout?" + urllib.parse.urlencode(dict(
+                dataset="night1", ra=RA0 + 0.01, dec=DEC0 - 0.01, fov=fov, width=w, height=h,
+                rotation_angle=rot, format="fits")))
+            with self.fits.open(io.BytesIO(body)) as hl:
+                got = hl[0].data.astype(self.np.float64)
+                wcs = self.WCS(hl[0].header)
+            self.assertEqual(got.shape, (h, w))
+            ref, fp = self.coadd(wcs, got.shape)
+            self.assertGreater(fp.max(), 5)   # many members overlap
+            self.assert_like(got, ref, what)
+
+    def test_median(self):
+        """combine median: the median of the members reprojected one by one
+        (reproject_interp) onto the grid, where they are finite."""
+        np = self.np
+        from reproject import reproject_interp
+        body = self.get("/api/v1/cutout?" + urllib.parse.urlencode(dict(
+            dataset="night1med", ra=RA0, dec=DEC0, fov=0.05, width=80, height=70,
+            format="fits")))
+        with self.fits.open(io.BytesIO(body)) as hl:
+            got = hl[0].data.astype(np.float64)
+            wcs = self.WCS(hl[0].header)
+        stack = []
+        for m in self.members:
+            arr, fp = reproject_interp(m, wcs, shape_out=got.shape)
+            stack.append(np.where(fp > 0, arr, np.nan))
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            ref = np.nanmedian(np.array(stack), axis=0)
+        self.assert_like(got, ref, "median cutout")
+
+    def test_hips_tile(self):
+        from astropy_healpix import HEALPix
+        import astropy.units as u
+        npix = int(HEALPix(nside=2 ** ORDER, order="nested").lonlat_to_healpix(
+            RA0 * u.deg, DEC0 * u.deg))
+        body = self.get(f"/hips/night1/Norder{ORDER}/Dir{npix // 10000 * 10000}/Npix{npix}.fits")
+        with self.fits.open(io.BytesIO(body)) as h:
+            got = h[0].data.astype(self.np.float64)
+            w = self.WCS(h[0].header)
+        ref, _ = self.coadd(w, got.shape)
+        self.assert_like(got, ref, "tile")
+        # the same tile as PNG, and a tile outside every member: 404
+        status, headers, _ = self.srv.get(f"/hips/night1/Norder{ORDER}/Dir"
+                                          f"{npix // 10000 * 10000}/Npix{npix}.png")
+        self.assertEqual(status, 200)
+        self.assertEqual(headers["Content-Type"], "image/png")
+        status, _, body = self.srv.get("/hips/night1/Norder3/Dir0/Npix0.fits")
+        self.assertEqual(status, 404, body)
+        self.assertIn(b"outside the footprint", body)
+
+    def test_hips2fits(self):
+        need_module("astroquery")
+        from astroquery.hips2fits import hips2fitsClass
+        import astropy.units as u
+        from astropy.coordinates import Angle, Latitude, Longitude
+        h2f = hips2fitsClass()
+        h2f.server = self.srv.url("/hips-image-services/hips2fits")
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            hdul = h2f.query(hips="night1", width=100, height=90, projection="TAN",
+                             ra=Longitude(RA0 * u.deg), dec=Latitude(DEC0 * u.deg),
+                             fov=Angle(0.07 * u.deg), rotation_angle=Angle(0 * u.deg))
+        got = hdul[0].data.astype(self.np.float64)
+        ref, _ = self.coadd(self.WCS(hdul[0].header), got.shape)
+        self.assert_like(got, ref, "hips2fits")
+
+    def test_moc_and_properties(self):
+        np = self.np
+        from astropy_healpix import HEALPix
+        import astropy.units as u
+        with self.fits.open(io.BytesIO(self.get("/hips/night1/Moc.fits"))) as h:
+            uniq = np.asarray(h[1].data["UNIQ"], dtype=np.int64)
+            self.assertEqual(h[1].header["MOCORDER"], 8)
+        order = (np.floor(np.log2(uniq) / 2) - 1).astype(int)
+        cell = uniq - 4 ** (order + 1)
+        hp = HEALPix(nside=2 ** 8, order="nested")
+        for data, w in self.members:
+            ny, nx = data.shape
+            for x, y in ((0, 0), (nx - 1, 0), (0, ny - 1), (nx - 1, ny - 1), (nx / 2, ny / 2)):
+                ra, dec = w.pixel_to_world_values(x, y)
+                c = int(hp.lonlat_to_healpix(float(ra) * u.deg, float(dec) * u.deg))
+                self.assertTrue(np.any(c >> (2 * (8 - order)) == cell), (ra, dec))
+        text = self.get("/hips/night1/properties").decode()
+        props = {k.strip(): v.strip() for k, v in
+                 (line.split("=", 1) for line in text.splitlines() if "=" in line)}
+        self.assertAlmostEqual(float(props["hips_initial_ra"]), RA0, delta=0.03)
+        self.assertAlmostEqual(float(props["hips_initial_dec"]), DEC0, delta=0.03)
+        self.assertGreater(float(props["hips_initial_fov"]), 0.04)
+        self.assertLess(float(props["hips_initial_fov"]), 0.2)
+        # the finest member pixel is 2 arcsec or more: the pixels of order 8's tiles (cells
+        # of order 17, 1.6") are the first finer, as for a dataset of that pixel scale
+        self.assertEqual(int(props["hips_order"]), 8, text)
+        self.assertAlmostEqual(float(props["hips_pixel_scale"]) * 3600, 1.61, delta=0.01)
+        lo, hi = (float(v) for v in props["hips_pixel_cut"].split())
+        self.assertLess(lo, hi)
+
+    def test_problems(self):
+        status, headers, body = self.srv.get("/api/v1/cutout?dataset=night1&ra=10&dec=-40"
+                                             "&fov=0.05&width=10&height=10&format=fits")
+        self.assertEqual(status, 422, body)
+        self.assertEqual(headers["Content-Type"], "application/problem+json")
+        status, _, body = self.srv.get("/api/v1/cutout?dataset=night1&ra=150&dec=2"
+                                       "&fov=0.05&width=10&height=10&plane=1")
+        self.assertEqual(status, 400, body)
+        status, _, body = self.srv.get("/hips/night1/")
+        self.assertEqual(status, 404, body)
+
+    def test_allsky(self):
+        np = self.np
+        with self.fits.open(io.BytesIO(self.get("/hips/night1/Norder3/Allsky.fits"))) as h:
+            pic = h[0].data.astype(np.float64)
+        self.assertEqual(pic.shape, (29 * 64, 27 * 64))
+        ok = np.isfinite(pic)
+        # the members span some 3 arcmin: a few cells of order 9 (6.9')
+        self.assertGreaterEqual(ok.sum(), 1)
+        self.assertLess(ok.sum(), 50)
+        # its pixels come from the members' top reductions (each member's mean)
+        lo = min(float(np.mean(d)) for d, _ in self.members)
+        hi = max(float(np.mean(d)) for d, _ in self.members)
+        self.assertTrue(np.all((pic[ok] >= lo) & (pic[ok] <= hi)))
+        status, headers, _ = self.srv.get("/hips/night1/Norder3/Allsky.png")
+        self.assertEqual(status, 200)
+        self.assertEqual(headers["Content-Type"], "image/png")
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -72,7 +72,7 @@ below "engine/mosaic includes a layer above it" engine/mosaic engine/base engine
 below "engine/cube includes a layer above it" engine/cube engine/base engine/fits engine/sky engine/image
 # The daemon's folders: caches and job types never use a handler.
 below "daemon/cache includes a handler or a job type" daemon/cache 'engine/*' daemon
-below "daemon/jobs includes a handler" daemon/jobs 'engine/*' daemon daemon/cache
+below "daemon/jobs includes a handler" daemon/jobs 'engine/*' daemon daemon/cache daemon/collection
 below "daemon/collection includes a handler or a job type" daemon/collection 'engine/*' daemon
 
 rule "cfitsio outside its module" '<(fitsio|longnam|fitsio2)\.h>' \

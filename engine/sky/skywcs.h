@@ -201,8 +201,8 @@ void skywcs_convert(const skywcs *from, const skywcs *to, size_t n, double *lon,
 /* skywcs_convert, which for a pair of solar WCSs on the solar sphere (neither marked
  * SOLAR_SCREEN) also classes each point's round trip as solar_convert_trip does (cls,
  * with blon, blat the `from` positions on entry).  Returns 1, or 0 with every class 0
- * when the pair gives no classes (sky frames, a screen, no helioprojective side, an
- * identity). */
+ * when the pair gives no classes (sky frames, a screen, no helioprojective side, solar
+ * radii that differ, an identity). */
 int skywcs_convert_trip(const skywcs *from, const skywcs *to, double mu_min, size_t n,
                         double *lon, double *lat, double *blon, double *blat,
                         unsigned char *cls);

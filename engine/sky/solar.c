@@ -284,8 +284,11 @@ int solar_convert_trip(sky_frame from, const solar_obs *of, sky_frame to, const 
                        double mu_min, size_t n, double *lon, double *lat, double *blon,
                        double *blat, unsigned char *cls)
 {
+    /* The way back meets the sphere of `ot`'s radius: the classes need the same sphere
+     * on both sides. */
     int on = (from == SKY_FRAME_HELIOPROJECTIVE || to == SKY_FRAME_HELIOPROJECTIVE) &&
-             !identity(from, of, to, ot) && convertible(from, of, to, ot);
+             of->rsun == ot->rsun && !identity(from, of, to, ot) &&
+             convertible(from, of, to, ot);
     convert(from, of, to, ot, SOLAR_SPHERE, NULL, n, lon, lat, mu_min, blon, blat,
             on ? cls : NULL);
     if (!on)

@@ -34,7 +34,7 @@ const char *solar_pair_gap(sky_frame fa, const solar_obs *oa, int sa, sky_frame 
  * `from` position; 0 when only converting back tells (near the limb, off the disk).
  * blon, blat (the `from` positions on entry) are left alone for classes 0 and 1.
  * Returns 1, or 0 with every class 0 when the pair gives none (no helioprojective side,
- * an identity, a pair that does not convert). */
+ * solar radii that differ, an identity, a pair that does not convert). */
 int solar_convert_trip(sky_frame from, const solar_obs *of, sky_frame to, const solar_obs *ot,
                        double mu_min, size_t n, double *lon, double *lat, double *blon,
                        double *blat, unsigned char *cls);

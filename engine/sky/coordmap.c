@@ -135,37 +135,77 @@ void rp_coordmap_free(rp_coordmap *m)
     free(m);
 }
 
-/* The way back of map_points' round trip for a solar pair, into m->lon, m->lat (`from`
- * frame): the k points at `to` pixels (qx, qy) of class 0 (m->cls, from
- * skywcs_convert_trip) are taken back through `to`'s WCS and the frame conversion; the
- * others take the `from` positions the conversion gave them in m->lon0, m->lat0.
- * Returns 0 or TESS_ENOMEM. */
-static int round_trip_solar(rp_coordmap *m, size_t k, const double *qx, const double *qy)
+/* map_points' rule: whether a point whose round trip misses by (dx, dy) pixels is
+ * dropped. */
+static int trip_misses(double dx, double dy, int strict)
 {
+    return strict ? !(dx <= 1.0 && dy <= 1.0) : (dx > 1.0 || dy > 1.0);
+}
+
+/* map_points' transforms for a solar pair, for k points (px, py) of `from`: the `to`
+ * pixels into (qx, qy) and where the round trip ends into m->xr, m->yr.  The forward
+ * conversion classes the points (skywcs_convert_trip): those of classes 1 and 2 end
+ * where it says, and a class 2 point that thereby misses (most of the far side) is
+ * dropped before the costly `to` projection (cls 3, qx = qy = NaN); only the points
+ * of class 0 go back through `to`'s WCS and the frame conversion.  Returns 0 or
+ * TESS_ENOMEM. */
+static int map_solar(rp_coordmap *m, size_t k, const double *px, const double *py,
+                     double *qx, double *qy, int strict)
+{
+    if (skywcs_pix2sky(m->from, k, px, py, m->lon, m->lat) == TESS_ENOMEM)
+        return TESS_ENOMEM;
+    memcpy(m->lon0, m->lon, sizeof(double) * k);
+    memcpy(m->lat0, m->lat, sizeof(double) * k);
+    skywcs_convert_trip(m->from, m->to, CM_SOLAR_MU, k, m->lon, m->lat, m->lon0, m->lat0,
+                        m->cls);
+    /* The ends of the trips the classes give (class 0's are replaced below). */
+    if (skywcs_sky2pix(m->from, k, m->lon0, m->lat0, m->xr, m->yr) == TESS_ENOMEM)
+        return TESS_ENOMEM;
     size_t c = 0;
-    for (size_t i = 0; i < k; i++)
-        if (m->cls[i] == 0) {
-            m->xr[c] = qx[i];
-            m->yr[c] = qy[i];
-            c++;
+    for (size_t i = 0; i < k; i++) {
+        if (m->cls[i] == 2 &&
+            trip_misses(fabs(m->xr[i] - px[i]), fabs(m->yr[i] - py[i]), strict)) {
+            m->cls[i] = 3;
+            continue;
         }
-    if (c > 0) {
-        if (skywcs_pix2sky(m->to, c, m->xr, m->yr, m->lon, m->lat) == TESS_ENOMEM)
-            return TESS_ENOMEM;
-        skywcs_convert(m->to, m->from, c, m->lon, m->lat);
+        m->lon[c] = m->lon[i];   /* c <= i: in place */
+        m->lat[c] = m->lat[i];
+        c++;
     }
-    /* Back to the points' own places, from the last down: the j-th point of class 0,
-     * j <= i, moves from slot j to its slot i (slots below i not yet read). */
+    if (c > 0 && skywcs_sky2pix(m->to, c, m->lon, m->lat, qx, qy) == TESS_ENOMEM)
+        return TESS_ENOMEM;
+    /* Back to the points' own slots, from the last down: the j-th point kept, j <= i,
+     * moves from slot j to its slot i (slots below i not yet read). */
     for (size_t i = k, j = c; i-- > 0;) {
-        if (m->cls[i] != 0) {
-            m->lon[i] = m->lon0[i];
-            m->lat[i] = m->lat0[i];
+        if (m->cls[i] == 3) {
+            qx[i] = qy[i] = NAN;
         } else {
             j--;
-            m->lon[i] = m->lon[j];
-            m->lat[i] = m->lat[j];
+            qx[i] = qx[j];
+            qy[i] = qy[j];
         }
     }
+    /* Class 0: the whole way back, in m->lon0, m->lat0 (free now) as scratch. */
+    c = 0;
+    for (size_t i = 0; i < k; i++)
+        if (m->cls[i] == 0) {
+            m->lon0[c] = qx[i];
+            m->lat0[c] = qy[i];
+            c++;
+        }
+    if (c == 0)
+        return 0;
+    if (skywcs_pix2sky(m->to, c, m->lon0, m->lat0, m->lon, m->lat) == TESS_ENOMEM)
+        return TESS_ENOMEM;
+    skywcs_convert(m->to, m->from, c, m->lon, m->lat);
+    if (skywcs_sky2pix(m->from, c, m->lon, m->lat, m->lon0, m->lat0) == TESS_ENOMEM)
+        return TESS_ENOMEM;
+    for (size_t i = 0, j = 0; i < k; i++)
+        if (m->cls[i] == 0) {
+            m->xr[i] = m->lon0[j];
+            m->yr[i] = m->lat0[j];
+            j++;
+        }
     return 0;
 }
 
@@ -182,32 +222,24 @@ static int map_points(rp_coordmap *m, size_t n, const double *x, const double *y
         size_t k = n - off < CM_CHUNK ? n - off : CM_CHUNK;
         const double *px = x + off, *py = y + off;
         double *qx = xo + off, *qy = yo + off;
-        if (skywcs_pix2sky(m->from, k, px, py, m->lon, m->lat) == TESS_ENOMEM)
-            return TESS_ENOMEM;
         if (m->cls) {
-            memcpy(m->lon0, m->lon, sizeof(double) * k);
-            memcpy(m->lat0, m->lat, sizeof(double) * k);
-            skywcs_convert_trip(m->from, m->to, CM_SOLAR_MU, k, m->lon, m->lat, m->lon0,
-                                m->lat0, m->cls);
-        } else {
-            skywcs_convert(m->from, m->to, k, m->lon, m->lat);
-        }
-        if (skywcs_sky2pix(m->to, k, m->lon, m->lat, qx, qy) == TESS_ENOMEM)
-            return TESS_ENOMEM;
-        if (m->cls) {
-            if (round_trip_solar(m, k, qx, qy) == TESS_ENOMEM)
+            if (map_solar(m, k, px, py, qx, qy, strict) == TESS_ENOMEM)
                 return TESS_ENOMEM;
         } else {
+            if (skywcs_pix2sky(m->from, k, px, py, m->lon, m->lat) == TESS_ENOMEM)
+                return TESS_ENOMEM;
+            skywcs_convert(m->from, m->to, k, m->lon, m->lat);
+            if (skywcs_sky2pix(m->to, k, m->lon, m->lat, qx, qy) == TESS_ENOMEM)
+                return TESS_ENOMEM;
             if (skywcs_pix2sky(m->to, k, qx, qy, m->lon, m->lat) == TESS_ENOMEM)
                 return TESS_ENOMEM;
             skywcs_convert(m->to, m->from, k, m->lon, m->lat);
+            if (skywcs_sky2pix(m->from, k, m->lon, m->lat, m->xr, m->yr) == TESS_ENOMEM)
+                return TESS_ENOMEM;
         }
-        if (skywcs_sky2pix(m->from, k, m->lon, m->lat, m->xr, m->yr) == TESS_ENOMEM)
-            return TESS_ENOMEM;
         for (size_t i = 0; i < k; i++) {
             double dx = fabs(m->xr[i] - px[i]), dy = fabs(m->yr[i] - py[i]);
-            int reset = strict ? !(dx <= 1.0 && dy <= 1.0) : (dx > 1.0 || dy > 1.0);
-            if (reset)
+            if (trip_misses(dx, dy, strict))
                 qx[i] = qy[i] = NAN;
         }
     }

@@ -1061,7 +1061,8 @@ static void check_trip(const skywcs *f, const skywcs *t, size_t n, const double 
 
 /* Maps the w x h pixels of f onto t with rp_coordmap_points and checks them, to the bit,
  * against the whole round trip written out here (reproject's rule: NaN where the way
- * back misses by more than one pixel); counts the finite results into *fin. */
+ * back misses by more than one pixel), and the grid's lattice against them; counts the
+ * finite results into *fin. */
 static void check_points(const skywcs *f, const skywcs *t, long w, long h, long *fin)
 {
     size_t n = (size_t)(w * h);
@@ -1077,6 +1078,18 @@ static void check_points(const skywcs *f, const skywcs *t, long w, long h, long 
     rp_coordmap *cm = rp_coordmap_new(f, t, err, sizeof err);
     ck_assert_msg(cm != NULL, "rp_coordmap_new: %s", err);
     ck_assert_int_eq(rp_coordmap_points(cm, n, x, y, qx, qy), 0);
+    /* The grid's lattice (its nodes and test points take the strict rule) drops the same
+     * points and places the others within its bound. */
+    double *gx = malloc(sizeof(double) * n * 2);
+    ck_assert_ptr_nonnull(gx);
+    ck_assert_int_eq(rp_coordmap_lattice(cm, 0.0, 0.0, w, h, 1e-3, gx, gx + n, NULL), 0);
+    for (size_t i = 0; i < n; i++)
+        ck_assert_msg(isnan(gx[i]) == isnan(qx[i]) &&
+                      (isnan(qx[i]) || (fabs(gx[i] - qx[i]) <= 1e-3 &&
+                                        fabs(gx[n + i] - qy[i]) <= 1e-3)),
+                      "lattice point %zu: %.17g %.17g against %.17g %.17g", i, gx[i],
+                      gx[n + i], qx[i], qy[i]);
+    free(gx);
     rp_coordmap_free(cm);
     skywcs *fc = skywcs_copy(f), *tc = skywcs_copy(t);
     ck_assert_int_eq(skywcs_pix2sky(fc, n, x, y, lo, la), 0);

@@ -11,6 +11,14 @@
 /* Points transformed per batch of wcslib calls (bounds the scratch memory). */
 #define CM_CHUNK 4096
 
+/* Between solar frames on the solar sphere, a point whose view cosine from the
+ * helioprojective observers is at least CM_SOLAR_MU, or at most -CM_SOLAR_MU (about 0.6
+ * degree of heliographic arc from the limb), skips the costly way back of the round
+ * trip: it comes back to itself, or (hidden) to the near side of its line of sight, and
+ * the conversion finds that where it found the point (solar_convert_trip).  The points
+ * nearer the limb take the whole round trip. */
+#define CM_SOLAR_MU 0.01
+
 /* Node spacing of the coarsest grid level and of the finest, in `from` pixels (powers
  * of two).  A cell that fails its check is split in four (spacing halved) until the
  * spacing reaches CM_CELL_MIN; a failing cell at CM_CELL_MIN is transformed exactly. */
@@ -38,6 +46,8 @@ struct rp_coordmap {
     sky_frame ffrom, fto;
     double eqfrom, eqto;
     double *lon, *lat, *xr, *yr; /* CM_CHUNK each */
+    double *lon0, *lat0;         /* CM_CHUNK each, for a solar pair (NULL otherwise) */
+    unsigned char *cls;          /* CM_CHUNK, for a solar pair (NULL otherwise) */
 };
 
 /* A private 2-D celestial copy of w (its celestial axes when it has more), or NULL. */
@@ -90,6 +100,16 @@ rp_coordmap *rp_coordmap_new(const skywcs *from, const skywcs *to, char *err, si
     m->lat = m->lon + CM_CHUNK;
     m->xr = m->lon + 2 * CM_CHUNK;
     m->yr = m->lon + 3 * CM_CHUNK;
+    if (skywcs_convert_trip(m->from, m->to, CM_SOLAR_MU, 0, NULL, NULL, NULL, NULL, NULL)) {
+        m->lon0 = malloc(sizeof(double) * CM_CHUNK * 2);
+        m->cls = malloc(CM_CHUNK);
+        if (!m->lon0 || !m->cls) {
+            tess_seterr(err, errlen, "out of memory");
+            rp_coordmap_free(m);
+            return NULL;
+        }
+        m->lat0 = m->lon0 + CM_CHUNK;
+    }
     return m;
 }
 
@@ -110,7 +130,83 @@ void rp_coordmap_free(rp_coordmap *m)
     skywcs_free(m->from);
     skywcs_free(m->to);
     free(m->lon);
+    free(m->lon0);
+    free(m->cls);
     free(m);
+}
+
+/* map_points' rule: whether a point whose round trip misses by (dx, dy) pixels is
+ * dropped. */
+static int trip_misses(double dx, double dy, int strict)
+{
+    return strict ? !(dx <= 1.0 && dy <= 1.0) : (dx > 1.0 || dy > 1.0);
+}
+
+/* map_points' transforms for a solar pair, for k points (px, py) of `from`: the `to`
+ * pixels into (qx, qy) and where the round trip ends into m->xr, m->yr.  The forward
+ * conversion classes the points (skywcs_convert_trip): those of classes 1 and 2 end
+ * where it says, and a class 2 point that thereby misses (most of the far side) is
+ * dropped before the costly `to` projection (cls 3, qx = qy = NaN); only the points
+ * of class 0 go back through `to`'s WCS and the frame conversion.  Returns 0 or
+ * TESS_ENOMEM. */
+static int map_solar(rp_coordmap *m, size_t k, const double *px, const double *py,
+                     double *qx, double *qy, int strict)
+{
+    if (skywcs_pix2sky(m->from, k, px, py, m->lon, m->lat) == TESS_ENOMEM)
+        return TESS_ENOMEM;
+    memcpy(m->lon0, m->lon, sizeof(double) * k);
+    memcpy(m->lat0, m->lat, sizeof(double) * k);
+    skywcs_convert_trip(m->from, m->to, CM_SOLAR_MU, k, m->lon, m->lat, m->lon0, m->lat0,
+                        m->cls);
+    /* The ends of the trips the classes give (class 0's are replaced below). */
+    if (skywcs_sky2pix(m->from, k, m->lon0, m->lat0, m->xr, m->yr) == TESS_ENOMEM)
+        return TESS_ENOMEM;
+    size_t c = 0;
+    for (size_t i = 0; i < k; i++) {
+        if (m->cls[i] == 2 &&
+            trip_misses(fabs(m->xr[i] - px[i]), fabs(m->yr[i] - py[i]), strict)) {
+            m->cls[i] = 3;
+            continue;
+        }
+        m->lon[c] = m->lon[i];   /* c <= i: in place */
+        m->lat[c] = m->lat[i];
+        c++;
+    }
+    if (c > 0 && skywcs_sky2pix(m->to, c, m->lon, m->lat, qx, qy) == TESS_ENOMEM)
+        return TESS_ENOMEM;
+    /* Back to the points' own slots, from the last down: the j-th point kept, j <= i,
+     * moves from slot j to its slot i (slots below i not yet read). */
+    for (size_t i = k, j = c; i-- > 0;) {
+        if (m->cls[i] == 3) {
+            qx[i] = qy[i] = NAN;
+        } else {
+            j--;
+            qx[i] = qx[j];
+            qy[i] = qy[j];
+        }
+    }
+    /* Class 0: the whole way back, in m->lon0, m->lat0 (free now) as scratch. */
+    c = 0;
+    for (size_t i = 0; i < k; i++)
+        if (m->cls[i] == 0) {
+            m->lon0[c] = qx[i];
+            m->lat0[c] = qy[i];
+            c++;
+        }
+    if (c == 0)
+        return 0;
+    if (skywcs_pix2sky(m->to, c, m->lon0, m->lat0, m->lon, m->lat) == TESS_ENOMEM)
+        return TESS_ENOMEM;
+    skywcs_convert(m->to, m->from, c, m->lon, m->lat);
+    if (skywcs_sky2pix(m->from, c, m->lon, m->lat, m->lon0, m->lat0) == TESS_ENOMEM)
+        return TESS_ENOMEM;
+    for (size_t i = 0, j = 0; i < k; i++)
+        if (m->cls[i] == 0) {
+            m->xr[i] = m->lon0[j];
+            m->yr[i] = m->lat0[j];
+            j++;
+        }
+    return 0;
 }
 
 /* Maps n `from` pixels to `to` pixels as reproject's pixel_to_pixel_with_roundtrip does
@@ -126,20 +222,24 @@ static int map_points(rp_coordmap *m, size_t n, const double *x, const double *y
         size_t k = n - off < CM_CHUNK ? n - off : CM_CHUNK;
         const double *px = x + off, *py = y + off;
         double *qx = xo + off, *qy = yo + off;
-        if (skywcs_pix2sky(m->from, k, px, py, m->lon, m->lat) == TESS_ENOMEM)
-            return TESS_ENOMEM;
-        skywcs_convert(m->from, m->to, k, m->lon, m->lat);
-        if (skywcs_sky2pix(m->to, k, m->lon, m->lat, qx, qy) == TESS_ENOMEM)
-            return TESS_ENOMEM;
-        if (skywcs_pix2sky(m->to, k, qx, qy, m->lon, m->lat) == TESS_ENOMEM)
-            return TESS_ENOMEM;
-        skywcs_convert(m->to, m->from, k, m->lon, m->lat);
-        if (skywcs_sky2pix(m->from, k, m->lon, m->lat, m->xr, m->yr) == TESS_ENOMEM)
-            return TESS_ENOMEM;
+        if (m->cls) {
+            if (map_solar(m, k, px, py, qx, qy, strict) == TESS_ENOMEM)
+                return TESS_ENOMEM;
+        } else {
+            if (skywcs_pix2sky(m->from, k, px, py, m->lon, m->lat) == TESS_ENOMEM)
+                return TESS_ENOMEM;
+            skywcs_convert(m->from, m->to, k, m->lon, m->lat);
+            if (skywcs_sky2pix(m->to, k, m->lon, m->lat, qx, qy) == TESS_ENOMEM)
+                return TESS_ENOMEM;
+            if (skywcs_pix2sky(m->to, k, qx, qy, m->lon, m->lat) == TESS_ENOMEM)
+                return TESS_ENOMEM;
+            skywcs_convert(m->to, m->from, k, m->lon, m->lat);
+            if (skywcs_sky2pix(m->from, k, m->lon, m->lat, m->xr, m->yr) == TESS_ENOMEM)
+                return TESS_ENOMEM;
+        }
         for (size_t i = 0; i < k; i++) {
             double dx = fabs(m->xr[i] - px[i]), dy = fabs(m->yr[i] - py[i]);
-            int reset = strict ? !(dx <= 1.0 && dy <= 1.0) : (dx > 1.0 || dy > 1.0);
-            if (reset)
+            if (trip_misses(dx, dy, strict))
                 qx[i] = qy[i] = NAN;
         }
     }

@@ -1821,6 +1821,23 @@ void skywcs_convert(const skywcs *from, const skywcs *to, size_t n, double *lon,
                   centre, n, lon, lat);
 }
 
+int skywcs_convert_trip(const skywcs *from, const skywcs *to, double mu_min, size_t n,
+                        double *lon, double *lat, double *blon, double *blat,
+                        unsigned char *cls)
+{
+    if (!sky_frame_is_solar(from->frame) || !sky_frame_is_solar(to->frame) ||
+        from->surface == SOLAR_SCREEN || to->surface == SOLAR_SCREEN) {
+        skywcs_convert(from, to, n, lon, lat);
+        for (size_t i = 0; i < n; i++)
+            cls[i] = 0;
+        return 0;
+    }
+    solar_obs of = from->sol, ot = to->sol;
+    solar_pair_observers(&of, &ot);
+    return solar_convert_trip(from->frame, &of, to->frame, &ot, mu_min, n, lon, lat, blon,
+                              blat, cls);
+}
+
 int skywcs_check_pair(const skywcs *in, const skywcs *out, char *err, size_t errlen)
 {
     if (!skywcs_has_celestial(in) || !skywcs_has_celestial(out)) {

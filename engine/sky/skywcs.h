@@ -198,6 +198,15 @@ void sky_icrs_to_ecliptic(double d_equinox, double m[3][3]);
  * mix: the positions become NaN (skywcs_check_pair refuses such pairs first). */
 void skywcs_convert(const skywcs *from, const skywcs *to, size_t n, double *lon, double *lat);
 
+/* skywcs_convert, which for a pair of solar WCSs on the solar sphere (neither marked
+ * SOLAR_SCREEN) also classes each point's round trip as solar_convert_trip does (cls,
+ * with blon, blat the `from` positions on entry).  Returns 1, or 0 with every class 0
+ * when the pair gives no classes (sky frames, a screen, no helioprojective side, solar
+ * radii that differ, an identity). */
+int skywcs_convert_trip(const skywcs *from, const skywcs *to, double mu_min, size_t n,
+                        double *lon, double *lat, double *blon, double *blat,
+                        unsigned char *cls);
+
 /* Converts n positions between solar frames, in place (degrees).  Through
  * the heliographic Stonyhurst Cartesian frame of Thompson (2006): helioprojective
  * (observer `of`) -> heliocentric Cartesian (Thompson eq. 15 for the line of sight,

@@ -49,6 +49,8 @@ static double dot3(const double *a, const double *b)
 /* Longitude in [0, 360). */
 static double wrap360(double a)
 {
+    if (a >= 0.0 && a < 360.0)
+        return a;   /* what fmod gives, without its cost */
     a = fmod(a, 360.0);
     if (a < 0.0)
         a += 360.0;
@@ -94,19 +96,132 @@ static int identity(sky_frame from, const solar_obs *of, sky_frame to, const sol
     return 1;
 }
 
-void solar_convert(sky_frame from, const solar_obs *of, sky_frame to, const solar_obs *ot,
-                   int surface, const solar_obs *screen, size_t n, double *lon, double *lat)
+/* The point in space (Stonyhurst Cartesian, metres, at `of`'s time) of the position
+ * (lon, lat) in degrees of frame `from` (observer `of`): on the line of sight of a
+ * helioprojective direction (Thompson eq. 15 with unit distance) where it meets the
+ * surface model (`fa` the observer's axes; for SOLAR_SCREEN, w = o - c and rs2 = |c|^2
+ * of the screen centred on c), or on the sphere of radius rsun for a heliographic one.
+ * Returns 1, or 0 when there is no such point (not finite, off the disk). */
+static int space_point(sky_frame from, const solar_obs *of, int surface, const hcc_axes *fa,
+                       const double *w, double rs2, double lon, double lat, double p[3])
 {
+    if (!isfinite(lon) || !isfinite(lat))
+        return 0;
+    if (from == SKY_FRAME_HELIOPROJECTIVE) {
+        double tx = lon * DEG2RAD, ty = lat * DEG2RAD;
+        double hx = cos(ty) * sin(tx), hy = sin(ty), hz = -cos(ty) * cos(tx);
+        double u[3];
+        for (int k = 0; k < 3; k++)
+            u[k] = hx * fa->ex[k] + hy * fa->ey[k] + hz * fa->ez[k];
+        double d;
+        if (surface == SOLAR_SCREEN) {
+            /* |w + d u| = |c| with w = o - c; the far root. */
+            double b = dot3(w, u), disc = b * b - dot3(w, w) + rs2;
+            d = disc >= 0.0 ? -b + sqrt(disc) : NAN;
+        } else {
+            /* |o + d u| = rsun; the near root (the visible surface). */
+            double b = dot3(fa->o, u), disc = b * b - of->dist * of->dist + of->rsun * of->rsun;
+            d = disc >= 0.0 ? -b - sqrt(disc) : NAN;
+        }
+        if (!(d >= 0.0))
+            return 0;
+        for (int k = 0; k < 3; k++)
+            p[k] = fa->o[k] + d * u[k];
+    } else {
+        double l = lon - (from == SKY_FRAME_CARRINGTON ? of->carr_off : 0.0);
+        double cb = cos(lat * DEG2RAD);
+        p[0] = of->rsun * cb * cos(l * DEG2RAD);
+        p[1] = of->rsun * cb * sin(l * DEG2RAD);
+        p[2] = of->rsun * sin(lat * DEG2RAD);
+    }
+    return 1;
+}
+
+/* Whether both frames are solar and have what converting between them needs (the
+ * observer of a helioprojective side, the Carrington offset of a Carrington side). */
+static int convertible(sky_frame from, const solar_obs *of, sky_frame to, const solar_obs *ot)
+{
+    return sky_frame_is_solar(from) && sky_frame_is_solar(to) &&
+           (from != SKY_FRAME_HELIOPROJECTIVE || of->known) &&
+           (to != SKY_FRAME_HELIOPROJECTIVE || ot->known) &&
+           (from != SKY_FRAME_CARRINGTON || of->has_carr) &&
+           (to != SKY_FRAME_CARRINGTON || ot->has_carr);
+}
+
+/* The cosine of the angle between the outward normal at p (on the sphere) and the
+ * direction from p to the observer at o: positive where the observer sees p. */
+static double view_cosine(const double *p, const double *o)
+{
+    double v[3] = { o[0] - p[0], o[1] - p[1], o[2] - p[2] };
+    return dot3(v, p) / sqrt(dot3(v, v) * dot3(p, p));
+}
+
+/* The position (degrees) in frame f (observer o, its axes a when helioprojective) of the
+ * point p in space (Stonyhurst Cartesian, metres): Thompson eq. 16 for helioprojective,
+ * the direction from the Sun's centre for heliographic (Carrington: plus o's offset). */
+static void frame_angles(sky_frame f, const solar_obs *o, const hcc_axes *a, const double *p,
+                         double *lon, double *lat)
+{
+    if (f == SKY_FRAME_HELIOPROJECTIVE) {
+        /* Thompson eq. 16: theta_x = arg(D - z, x), theta_y = arcsin(y / d). */
+        double v[3] = { p[0] - a->o[0], p[1] - a->o[1], p[2] - a->o[2] };
+        double x = dot3(v, a->ex), y = dot3(v, a->ey), mz = -dot3(v, a->ez);
+        double dn = sqrt(dot3(v, v));
+        *lon = wrap360(atan2(x, mz) * RAD2DEG);
+        *lat = asin(y / dn) * RAD2DEG;
+    } else {
+        double l = atan2(p[1], p[0]) * RAD2DEG;
+        if (f == SKY_FRAME_CARRINGTON)
+            l += o->carr_off;
+        *lon = wrap360(l);
+        *lat = atan2(p[2], hypot(p[0], p[1])) * RAD2DEG;
+    }
+}
+
+/* What the round trip of point p (at `of`'s time, before the motion; pm after it) would
+ * give, for solar_convert_trip: 1 when every helioprojective side's observer sees it at
+ * a view cosine of at least mu_min (the trip brings it back to itself); 2 when, at one
+ * time, the observer of a helioprojective `to` sees it hidden at a view cosine of at
+ * most -mu_min, the trip then ending on the nearer intersection of the same line of
+ * sight, whose `from` position goes to (*blon, *blat); 0 otherwise. */
+static unsigned char trip_class(sky_frame from, const solar_obs *of, const hcc_axes *fa,
+                                sky_frame to, const hcc_axes *ta, int moving, double mu_min,
+                                const double *p, const double *pm, double *blon, double *blat)
+{
+    int hpf = from == SKY_FRAME_HELIOPROJECTIVE, hpt = to == SKY_FRAME_HELIOPROJECTIVE;
+    double muf = hpf ? view_cosine(p, fa->o) : 1.0, mut = hpt ? view_cosine(pm, ta->o) : 1.0;
+    if (muf >= mu_min && mut >= mu_min)
+        return 1;
+    if (moving || !hpt || !(mut <= -mu_min))
+        return 0;
+    /* The line o + d u through p meets the sphere where d^2 + 2 d (o.u) + |o|^2 - r^2 = 0:
+     * the two roots add up to -2 o.u. */
+    double u[3] = { p[0] - ta->o[0], p[1] - ta->o[1], p[2] - ta->o[2] };
+    double dp = sqrt(dot3(u, u));
+    for (int k = 0; k < 3; k++)
+        u[k] /= dp;
+    double dn = -2.0 * dot3(ta->o, u) - dp, q[3];
+    for (int k = 0; k < 3; k++)
+        q[k] = ta->o[k] + dn * u[k];
+    frame_angles(from, of, fa, q, blon, blat);
+    return 2;
+}
+
+/* solar_convert, and with `cls` set (surface SOLAR_SPHERE) the class of each point's
+ * round trip (trip_class; blon, blat in and out). */
+static void convert(sky_frame from, const solar_obs *of, sky_frame to, const solar_obs *ot,
+                    int surface, const solar_obs *screen, size_t n, double *lon, double *lat,
+                    double mu_min, double *blon, double *blat, unsigned char *cls)
+{
+    if (cls)
+        for (size_t i = 0; i < n; i++)
+            cls[i] = 0;
     if (identity(from, of, to, ot)) {
         for (size_t i = 0; i < n; i++)
             lon[i] = wrap360(lon[i]);
         return;
     }
-    int ok = sky_frame_is_solar(from) && sky_frame_is_solar(to) &&
-             (from != SKY_FRAME_HELIOPROJECTIVE || of->known) &&
-             (to != SKY_FRAME_HELIOPROJECTIVE || ot->known) &&
-             (from != SKY_FRAME_CARRINGTON || of->has_carr) &&
-             (to != SKY_FRAME_CARRINGTON || ot->has_carr);
+    int ok = convertible(from, of, to, ot);
     if (surface == SOLAR_SCREEN && !screen)
         screen = of;
     if (surface == SOLAR_SCREEN && from == SKY_FRAME_HELIOPROJECTIVE && !screen->known)
@@ -138,7 +253,6 @@ void solar_convert(sky_frame from, const solar_obs *of, sky_frame to, const sola
         }
         rs2 = dot3(c, c);
     }
-    double r2 = of->rsun * of->rsun;
     /* Between two times: Stonyhurst coordinates at `of`'s date to those at `ot`'s. */
     int moving = solar_moves(of, ot);
     double mr[3][3], mt[3];
@@ -146,57 +260,41 @@ void solar_convert(sky_frame from, const solar_obs *of, sky_frame to, const sola
         solar_hgs_motion(of->jd, ot->jd, mr, mt);
     for (size_t i = 0; i < n; i++) {
         double p[3];
-        if (!isfinite(lon[i]) || !isfinite(lat[i])) {
+        if (!space_point(from, of, surface, &fa, w, rs2, lon[i], lat[i], p)) {
             lon[i] = lat[i] = NAN;
             continue;
         }
-        if (from == SKY_FRAME_HELIOPROJECTIVE) {
-            /* The line of sight (Thompson eq. 15 with unit distance) in Stonyhurst axes. */
-            double tx = lon[i] * DEG2RAD, ty = lat[i] * DEG2RAD;
-            double hx = cos(ty) * sin(tx), hy = sin(ty), hz = -cos(ty) * cos(tx);
-            double u[3];
-            for (int k = 0; k < 3; k++)
-                u[k] = hx * fa.ex[k] + hy * fa.ey[k] + hz * fa.ez[k];
-            double d;
-            if (surface == SOLAR_SCREEN) {
-                /* |w + d u| = |c| with w = o - c; the far root. */
-                double b = dot3(w, u), disc = b * b - dot3(w, w) + rs2;
-                d = disc >= 0.0 ? -b + sqrt(disc) : NAN;
-            } else {
-                /* |o + d u| = rsun; the near root (the visible surface). */
-                double b = dot3(fa.o, u), disc = b * b - of->dist * of->dist + r2;
-                d = disc >= 0.0 ? -b - sqrt(disc) : NAN;
-            }
-            if (!(d >= 0.0)) {
-                lon[i] = lat[i] = NAN;
-                continue;
-            }
-            for (int k = 0; k < 3; k++)
-                p[k] = fa.o[k] + d * u[k];
-        } else {
-            double l = lon[i] - (from == SKY_FRAME_CARRINGTON ? of->carr_off : 0.0);
-            double cb = cos(lat[i] * DEG2RAD);
-            p[0] = of->rsun * cb * cos(l * DEG2RAD);
-            p[1] = of->rsun * cb * sin(l * DEG2RAD);
-            p[2] = of->rsun * sin(lat[i] * DEG2RAD);
-        }
+        double p0[3] = { p[0], p[1], p[2] };
         if (moving)
             move3(mr, mt, p);
-        if (to == SKY_FRAME_HELIOPROJECTIVE) {
-            /* Thompson eq. 16: theta_x = arg(D - z, x), theta_y = arcsin(y / d). */
-            double v[3] = { p[0] - ta.o[0], p[1] - ta.o[1], p[2] - ta.o[2] };
-            double x = dot3(v, ta.ex), y = dot3(v, ta.ey), mz = -dot3(v, ta.ez);
-            double dn = sqrt(dot3(v, v));
-            lon[i] = wrap360(atan2(x, mz) * RAD2DEG);
-            lat[i] = asin(y / dn) * RAD2DEG;
-        } else {
-            double l = atan2(p[1], p[0]) * RAD2DEG;
-            if (to == SKY_FRAME_CARRINGTON)
-                l += ot->carr_off;
-            lon[i] = wrap360(l);
-            lat[i] = atan2(p[2], hypot(p[0], p[1])) * RAD2DEG;
-        }
+        frame_angles(to, ot, &ta, p, &lon[i], &lat[i]);
+        if (cls)
+            cls[i] = trip_class(from, of, &fa, to, &ta, moving, mu_min, p0, p, &blon[i],
+                                &blat[i]);
     }
+}
+
+void solar_convert(sky_frame from, const solar_obs *of, sky_frame to, const solar_obs *ot,
+                   int surface, const solar_obs *screen, size_t n, double *lon, double *lat)
+{
+    convert(from, of, to, ot, surface, screen, n, lon, lat, 0.0, NULL, NULL, NULL);
+}
+
+int solar_convert_trip(sky_frame from, const solar_obs *of, sky_frame to, const solar_obs *ot,
+                       double mu_min, size_t n, double *lon, double *lat, double *blon,
+                       double *blat, unsigned char *cls)
+{
+    /* The way back meets the sphere of `ot`'s radius: the classes need the same sphere
+     * on both sides. */
+    int on = (from == SKY_FRAME_HELIOPROJECTIVE || to == SKY_FRAME_HELIOPROJECTIVE) &&
+             of->rsun == ot->rsun && !identity(from, of, to, ot) &&
+             convertible(from, of, to, ot);
+    convert(from, of, to, ot, SOLAR_SPHERE, NULL, n, lon, lat, mu_min, blon, blat,
+            on ? cls : NULL);
+    if (!on)
+        for (size_t i = 0; i < n; i++)
+            cls[i] = 0;
+    return on;
 }
 
 /* ---- the motion of the Stonyhurst frame between two times ---------------------------- */

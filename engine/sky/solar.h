@@ -24,6 +24,21 @@ void solar_pair_observers(solar_obs *of, solar_obs *ot);
 const char *solar_pair_gap(sky_frame fa, const solar_obs *oa, int sa, sky_frame fb,
                            const solar_obs *ob, int sb);
 
+/* solar_convert on the solar sphere (SOLAR_SPHERE) of n points, which also tells, in
+ * cls[i], what converting point i back (`to` to `from`, as a round trip does) would
+ * give: 1 when every helioprojective side's observer sees the point at a view cosine
+ * (surface normal against the line of sight) of at least mu_min: it comes back to its
+ * own position, up to rounding; 2 when the observers are at one time and that of a
+ * helioprojective `to` sees the point hidden, at a view cosine of at most -mu_min: the
+ * line of sight ends on the nearer side, and (blon[i], blat[i]) is given that point's
+ * `from` position; 0 when only converting back tells (near the limb, off the disk).
+ * blon, blat (the `from` positions on entry) are left alone for classes 0 and 1.
+ * Returns 1, or 0 with every class 0 when the pair gives none (no helioprojective side,
+ * solar radii that differ, an identity, a pair that does not convert). */
+int solar_convert_trip(sky_frame from, const solar_obs *of, sky_frame to, const solar_obs *ot,
+                       double mu_min, size_t n, double *lon, double *lat, double *blon,
+                       double *blat, unsigned char *cls);
+
 /* The Julian date (TT) of a Julian date (UTC), with the leap seconds from 1972 on. */
 double solar_tt(double jd_utc);
 

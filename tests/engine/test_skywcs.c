@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "engine/sky/coordmap.h"
 #include "engine/sky/skywcs.h"
 #include "engine/sky/solar.h"
 #include "tests/testutil.h"
@@ -992,6 +993,233 @@ START_TEST(test_solar_two_times)
 }
 END_TEST
 
+/* A Carrington CAR map, 2 degrees a pixel, of AIA's date and observer. */
+static const char *const carr_lines[] = {
+    "CTYPE1  = 'CRLN-CAR'", "CTYPE2  = 'CRLT-CAR'", "CUNIT1  = 'deg'", "CUNIT2  = 'deg'",
+    "CRPIX1  = 90.5", "CRPIX2  = 45.5", "CRVAL1  = 180.0", "CRVAL2  = 0.0",
+    "CDELT1  = 2.0", "CDELT2  = 2.0", "DATE-OBS= '2011-02-15T00:00:00.34'",
+    "HGLN_OBS= 0.0", "HGLT_OBS= -6.820544", "DSUN_OBS= 147724815128.0",
+    "CRLN_OBS= 22.814522", "CRLT_OBS= -6.820544", "RSUN_REF= 696000000.0", NULL };
+
+/* STEREO-A's observer with AIA's solar radius (the classes need one sphere). */
+static const char *const sta696_lines[] = {
+    "CTYPE1  = 'HPLN-TAN'", "CTYPE2  = 'HPLT-TAN'", "CUNIT1  = 'arcsec'",
+    "CUNIT2  = 'arcsec'", "CRPIX1  = 64.5", "CRPIX2  = 64.5", "CRVAL1  = 0.0",
+    "CRVAL2  = 0.0", "CDELT1  = 25.4", "CDELT2  = 25.4",
+    "DATE-OBS= '2011-02-15T00:00:00.34'", "HGLN_OBS= 87.0595795624",
+    "HGLT_OBS= -2.81251143039", "DSUN_OBS= 143667689819.0", "RSUN_REF= 696000000.0", NULL };
+
+/* Both values NaN, or equal to the bit. */
+static int same_or_nan(double a, double b)
+{
+    return (isnan(a) && isnan(b)) || a == b;
+}
+
+/* Checks skywcs_convert_trip from f to t on n points: the positions are skywcs_convert's
+ * to the bit; class 1 keeps (blon, blat) and comes back there through skywcs_convert,
+ * class 2 comes back to the (blon, blat) it gives, both within 1e-7 degree on the sphere
+ * (converting from helioprojective rounds to a few 1e-9 degree: the line of sight meets
+ * the sphere through a difference of squares of the distance).  Counts the classes into
+ * cnt[3]. */
+static void check_trip(const skywcs *f, const skywcs *t, size_t n, const double *lon,
+                       const double *lat, long cnt[3])
+{
+    double *m = malloc(sizeof(double) * n * 6);
+    unsigned char *cls = malloc(n);
+    ck_assert(m && cls);
+    double *al = m, *ab = m + n, *bl = m + 2 * n, *bb = m + 3 * n, *rl = m + 4 * n,
+           *rb = m + 5 * n;
+    for (size_t i = 0; i < n; i++) {
+        al[i] = rl[i] = bl[i] = lon[i];
+        ab[i] = rb[i] = bb[i] = lat[i];
+    }
+    ck_assert_int_eq(skywcs_convert_trip(f, t, 0.01, n, al, ab, bl, bb, cls), 1);
+    skywcs_convert(f, t, n, rl, rb);
+    for (size_t i = 0; i < n; i++) {
+        ck_assert_msg(same_or_nan(al[i], rl[i]) && same_or_nan(ab[i], rb[i]),
+                      "point %zu: %.17g %.17g against %.17g %.17g", i, al[i], ab[i], rl[i],
+                      rb[i]);
+        ck_assert_int_le(cls[i], 2);
+        cnt[cls[i]]++;
+        if (cls[i] == 1) {
+            ck_assert(bl[i] == lon[i] && bb[i] == lat[i]);
+        } else if (cls[i] == 0) {
+            ck_assert(bl[i] == lon[i] && bb[i] == lat[i]);
+            continue;
+        }
+        double x = rl[i], y = rb[i];
+        skywcs_convert(t, f, 1, &x, &y);
+        double dl = fabs(x - bl[i]);
+        dl = (dl > 180.0 ? 360.0 - dl : dl) * cos(y * M_PI / 180.0);
+        ck_assert_msg(hypot(dl, y - bb[i]) <= 1e-7,
+                      "class %d point %zu: back at %.12f %.12f, given %.12f %.12f", cls[i], i, x,
+                      y, bl[i], bb[i]);
+    }
+    free(m);
+    free(cls);
+}
+
+/* Maps the w x h pixels of f onto t with rp_coordmap_points and checks them, to the bit,
+ * against the whole round trip written out here (reproject's rule: NaN where the way
+ * back misses by more than one pixel), and the grid's lattice against them; counts the
+ * finite results into *fin. */
+static void check_points(const skywcs *f, const skywcs *t, long w, long h, long *fin)
+{
+    size_t n = (size_t)(w * h);
+    double *m = malloc(sizeof(double) * n * 8);
+    ck_assert_ptr_nonnull(m);
+    double *x = m, *y = m + n, *qx = m + 2 * n, *qy = m + 3 * n, *lo = m + 4 * n,
+           *la = m + 5 * n, *ex = m + 6 * n, *ey = m + 7 * n;
+    for (size_t i = 0; i < n; i++) {
+        x[i] = (double)(i % (size_t)w);
+        y[i] = (double)(i / (size_t)w);
+    }
+    char err[256] = "";
+    rp_coordmap *cm = rp_coordmap_new(f, t, err, sizeof err);
+    ck_assert_msg(cm != NULL, "rp_coordmap_new: %s", err);
+    ck_assert_int_eq(rp_coordmap_points(cm, n, x, y, qx, qy), 0);
+    /* The grid's lattice (its nodes and test points take the strict rule) drops the same
+     * points and places the others within its bound. */
+    double *gx = malloc(sizeof(double) * n * 2);
+    ck_assert_ptr_nonnull(gx);
+    ck_assert_int_eq(rp_coordmap_lattice(cm, 0.0, 0.0, w, h, 1e-3, gx, gx + n, NULL), 0);
+    for (size_t i = 0; i < n; i++)
+        ck_assert_msg(isnan(gx[i]) == isnan(qx[i]) &&
+                      (isnan(qx[i]) || (fabs(gx[i] - qx[i]) <= 1e-3 &&
+                                        fabs(gx[n + i] - qy[i]) <= 1e-3)),
+                      "lattice point %zu: %.17g %.17g against %.17g %.17g", i, gx[i],
+                      gx[n + i], qx[i], qy[i]);
+    free(gx);
+    rp_coordmap_free(cm);
+    skywcs *fc = skywcs_copy(f), *tc = skywcs_copy(t);
+    ck_assert_int_eq(skywcs_pix2sky(fc, n, x, y, lo, la), 0);
+    skywcs_convert(fc, tc, n, lo, la);
+    ck_assert_int_eq(skywcs_sky2pix(tc, n, lo, la, ex, ey), 0);
+    ck_assert_int_eq(skywcs_pix2sky(tc, n, ex, ey, lo, la), 0);
+    skywcs_convert(tc, fc, n, lo, la);
+    double *rx = m, *ry = m + n;   /* x, y are no longer needed after this loop's reads */
+    *fin = 0;
+    for (size_t i = 0; i < n; i++) {
+        double px = (double)(i % (size_t)w), py = (double)(i / (size_t)w), bx, by;
+        ck_assert_int_eq(skywcs_sky2pix(fc, 1, &lo[i], &la[i], &bx, &by), 0);
+        if (fabs(bx - px) > 1.0 || fabs(by - py) > 1.0)
+            ex[i] = ey[i] = NAN;
+        rx[i] = ex[i];
+        ry[i] = ey[i];
+        ck_assert_msg(same_or_nan(qx[i], rx[i]) && same_or_nan(qy[i], ry[i]),
+                      "pixel %zu: %.17g %.17g against %.17g %.17g", i, qx[i], qy[i], rx[i],
+                      ry[i]);
+        *fin += isfinite(qx[i]) ? 1 : 0;
+    }
+    skywcs_free(fc);
+    skywcs_free(tc);
+    free(m);
+}
+
+/* The solar round trip cut short (skywcs_convert_trip, and map_points through it): the
+ * classes where they must be, the positions those give as converting back would, and
+ * the pixel mapping the same to the bit as the whole round trip. */
+START_TEST(test_solar_trip)
+{
+    skywcs *a = parse_lines(aia_lines), *b = parse_lines(sta696_lines);
+    skywcs *c = parse_lines(carr_lines), *b2 = parse_lines(sta_lines);
+    double carr = skywcs_solar(c)->carr_off;
+    /* The centre of AIA's view, its far side, 90 degrees off (inside 0.6 degree of the
+     * limb as AIA, south of the equator, sees it). */
+    double lon[3] = { carr, carr + 180.0, carr + 90.0 }, lat[3] = { -6.820544, 0.0, 0.0 };
+    double al[3], ab[3], bl[3], bb[3];
+    unsigned char cls[3];
+    memcpy(al, lon, sizeof al);
+    memcpy(ab, lat, sizeof ab);
+    memcpy(bl, lon, sizeof bl);
+    memcpy(bb, lat, sizeof bb);
+    ck_assert_int_eq(skywcs_convert_trip(c, a, 0.01, 3, al, ab, bl, bb, cls), 1);
+    ck_assert_int_eq(cls[0], 1);
+    ck_assert_int_eq(cls[1], 2);
+    ck_assert_int_eq(cls[2], 0);
+    ck_assert_double_eq_tol(al[0], 0.0, 1e-12);
+    ck_assert_double_eq_tol(ab[0], 0.0, 1e-12);
+    /* The far side point comes back along AIA's line of sight to the near side: in the
+     * plane of AIA's meridian (Carrington longitude carr), at about twice AIA's southern
+     * latitude (the far point's line of sight passes close to the Sun's centre). */
+    double dl = fabs(fmod(bl[1] - carr + 540.0, 360.0) - 180.0);
+    ck_assert_msg(dl < 1e-9 && bb[1] > -14.0 && bb[1] < -13.0, "far side back at %.9f %.9f",
+                  bl[1], bb[1]);
+
+    long cnt[3] = { 0, 0, 0 };
+    size_t n = 180 * 90;
+    double *ll = malloc(sizeof(double) * n * 2);
+    ck_assert_ptr_nonnull(ll);
+    for (size_t i = 0; i < n; i++) {
+        ll[i] = 2.0 * (double)(i % 180) + 1.0;
+        ll[n + i] = 2.0 * (double)(i / 180) - 89.0;
+    }
+    check_trip(c, a, n, ll, ll + n, cnt);
+    ck_assert_msg(cnt[1] > 6000 && cnt[2] > 6000 && cnt[0] > 0 && cnt[0] < 800,
+                  "classes %ld %ld %ld", cnt[0], cnt[1], cnt[2]);
+    /* Helioprojective on both sides (AIA to STEREO-A, 87 degrees apart), and back. */
+    for (size_t i = 0; i < n; i++) {
+        ll[i] = -0.3 + 0.6 * (double)(i % 180) / 179.0;
+        ll[n + i] = -0.3 + 0.6 * (double)(i / 180) / 89.0;
+    }
+    long cab[3] = { 0, 0, 0 }, cba[3] = { 0, 0, 0 };
+    check_trip(a, b, n, ll, ll + n, cab);
+    check_trip(b, a, n, ll, ll + n, cba);
+    ck_assert_msg(cab[1] > 1000 && cab[2] > 1000 && cba[1] > 1000 && cba[2] > 1000,
+                  "classes %ld %ld %ld, %ld %ld %ld", cab[0], cab[1], cab[2], cba[0], cba[1],
+                  cba[2]);
+    /* From the map onto AIA: no helioprojective `from` side gives class 2 only through
+     * `to`; from AIA onto the map every point on the disk is seen. */
+    long cam[3] = { 0, 0, 0 };
+    check_trip(a, c, n, ll, ll + n, cam);
+    ck_assert_msg(cam[2] == 0 && cam[1] > 1000, "classes %ld %ld %ld", cam[0], cam[1], cam[2]);
+    free(ll);
+
+    /* Pixel to pixel, to the bit: the map onto AIA and back, AIA onto STEREO-A and back
+     * (over 4096 points: several batches). */
+    long fin = 0;
+    check_points(c, a, 180, 90, &fin);
+    ck_assert_msg(fin > 6000 && fin < 9000, "finite %ld", fin);
+    check_points(a, c, 128, 128, &fin);
+    ck_assert_msg(fin > 8000 && fin < 16384, "finite %ld", fin);
+    check_points(a, b, 128, 128, &fin);
+    ck_assert_msg(fin > 2000 && fin < 8000, "finite %ld", fin);
+    check_points(b, a, 128, 128, &fin);
+    ck_assert_msg(fin > 2000 && fin < 8000, "finite %ld", fin);
+
+    /* STEREO-A's own radius: no classes; the whole round trip, as before. */
+    double x = 0.0, y = 0.0, bx = 0.0, by = 0.0;
+    unsigned char k = 9;
+    ck_assert_int_eq(skywcs_convert_trip(a, b2, 0.01, 1, &x, &y, &bx, &by, &k), 0);
+    ck_assert_int_eq(k, 0);
+    ck_assert(isfinite(x) && isfinite(y));
+    check_points(a, b2, 128, 128, &fin);
+    ck_assert_msg(fin > 2000 && fin < 8000, "finite %ld", fin);
+    /* No classes for a screen, the identity, or sky frames. */
+    x = y = 0.0;
+    k = 9;
+    ck_assert_int_eq(skywcs_convert_trip(a, a, 0.01, 1, &x, &y, &bx, &by, &k), 0);
+    ck_assert_int_eq(k, 0);
+    skywcs *sky = parse_demo("HorseHead.fits");
+    k = 9;
+    x = 85.0, y = -2.0;
+    ck_assert_int_eq(skywcs_convert_trip(sky, sky, 0.01, 1, &x, &y, &bx, &by, &k), 0);
+    ck_assert_int_eq(k, 0);
+    ck_assert_double_eq_tol(x, 85.0, 1e-12);
+    skywcs_set_solar_surface(a, SOLAR_SCREEN);
+    k = 9;
+    x = 0.0, y = 0.0;
+    ck_assert_int_eq(skywcs_convert_trip(a, b, 0.01, 1, &x, &y, &bx, &by, &k), 0);
+    ck_assert_int_eq(k, 0);
+    ck_assert(isfinite(x) && isfinite(y));
+    skywcs_free(sky);
+    skywcs_free(a);
+    skywcs_free(b);
+    skywcs_free(b2);
+    skywcs_free(c);
+}
+END_TEST
+
 START_TEST(test_solar_pairs)
 {
     skywcs *a = parse_lines(aia_lines), *b = parse_lines(sta_lines);
@@ -1071,6 +1299,7 @@ int main(void)
     tcase_add_test(tc, test_solar_motion);
     tcase_add_test(tc, test_solar_two_times);
     tcase_add_test(tc, test_solar_pairs);
+    tcase_add_test(tc, test_solar_trip);
     suite_add_tcase(s, tc);
     return tt_run_suite(s);
 }

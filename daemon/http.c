@@ -249,6 +249,20 @@ int hreq_try_cache(hreq *r)
     return 1;
 }
 
+void hreq_serve(hreq *r, void (*work)(hreq *r), void *arg, void (*arg_free)(void *))
+{
+    if (!r->cache_key) {
+        arg_free(arg);
+        problem_reply(r, 500, NULL, "out of memory");
+        return;
+    }
+    if (hreq_try_cache(r)) {
+        arg_free(arg);
+        return;
+    }
+    hreq_run_async(r, work, arg, arg_free);
+}
+
 /* ---- the suspension watcher: clients that leave --------------------------------------- */
 
 /* Puts a request that has just been suspended on the list.  Without its socket

@@ -139,6 +139,11 @@ void hreq_reply_json(hreq *r, int status, char *json);
 /* For handlers: answer from the cache by r->cache_key if present (returns 1), else 0. */
 int hreq_try_cache(hreq *r);
 
+/* For handlers, once r->cache_key is set (NULL when making it ran out of memory: 500):
+ * the answer from the cache, else `work` run as hreq_run_async runs it.  `arg` is freed
+ * with arg_free when it is not handed on. */
+void hreq_serve(hreq *r, void (*work)(hreq *r), void *arg, void (*arg_free)(void *));
+
 /* GET /healthz ({"status":"ok"}) and GET /metrics (Prometheus text), served by the HTTP
  * layer itself; route handlers of daemon/routes.c. */
 void tserver_handle_healthz(hreq *r, const struct route_match *m);

@@ -1142,17 +1142,9 @@ static void hips_collection(hreq *r, const hips_path *hp, collection *c)
                      hips_format_ext(hp->format), rp_method_name(j->q.method),
                      j->q.max_coord_error, hp->format == HIPS_FMT_FITS ? "" : rk);
     }
-    if (n < 0) {
+    if (n < 0)
         r->cache_key = NULL;
-        free(j);
-        problem_reply(r, 500, NULL, "out of memory");
-        return;
-    }
-    if (hreq_try_cache(r)) {
-        free(j);
-        return;
-    }
-    hreq_run_async(r, work, j, free);
+    hreq_serve(r, work, j, free);
 }
 
 /* ---- the handler --------------------------------------------------------------------- */
@@ -1289,15 +1281,7 @@ void handle_hips(hreq *r, const route_match *m)
                      j->q.max_coord_error, hp.format == HIPS_FMT_FITS ? "" : rk);
         break;
     }
-    if (n < 0) {
+    if (n < 0)
         r->cache_key = NULL;
-        free(j);
-        problem_reply(r, 500, NULL, "out of memory");
-        return;
-    }
-    if (hreq_try_cache(r)) {
-        free(j);
-        return;
-    }
-    hreq_run_async(r, work, j, free);
+    hreq_serve(r, work, j, free);
 }

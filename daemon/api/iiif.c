@@ -1136,14 +1136,5 @@ void handle_iiif(hreq *r, const route_match *m)
         keyed.cmap = CMAP_GREY;
     params_render_key(&keyed, j->rkey, sizeof j->rkey);
     r->cache_key = cache_key(j, j->version);
-    if (!r->cache_key) {
-        problem_reply(r, 500, NULL, "out of memory");
-        free(j);
-        return;
-    }
-    if (hreq_try_cache(r)) {
-        free(j);
-        return;
-    }
-    hreq_run_async(r, iiif_work, j, free);
+    hreq_serve(r, iiif_work, j, free);
 }

@@ -601,25 +601,21 @@ static void chunk_request(hreq *r, const dataset *d, const zarr_geom *g, const z
         }
     }
     zarr_job *j = calloc(1, sizeof(*j));
-    char version[64];
-    dataset_version(d, version, sizeof version);
-    if (!j || asprintf(&r->cache_key, "zarr|%s|%s|%s|%d|%d|%ld|%ld|%ld", d->name, version,
-                       k->array == ZARR_ARRAY_PROFILE ? g->profile : "", k->array, k->v3,
-                       k->idx[0], k->idx[1], k->nidx == 3 ? k->idx[2] : -1L) < 0) {
-        r->cache_key = NULL;
-        free(j);
+    if (!j) {
         problem_reply(r, 500, NULL, "out of memory");
-        return;
-    }
-    if (hreq_try_cache(r)) {
-        free(j);
         return;
     }
     j->ds = d;
     j->srv = r->srv;
     j->g = *g;
     j->k = *k;
-    hreq_run_async(r, zarr_chunk_work, j, free);
+    char version[64];
+    dataset_version(d, version, sizeof version);
+    if (asprintf(&r->cache_key, "zarr|%s|%s|%s|%d|%d|%ld|%ld|%ld", d->name, version,
+                 k->array == ZARR_ARRAY_PROFILE ? g->profile : "", k->array, k->v3,
+                 k->idx[0], k->idx[1], k->nidx == 3 ? k->idx[2] : -1L) < 0)
+        r->cache_key = NULL;
+    hreq_serve(r, zarr_chunk_work, j, free);
 }
 
 void handle_zarr(hreq *r, const route_match *m)

@@ -1018,26 +1018,13 @@ static void mosaic_release(void *state)
     free(mj);
 }
 
-const job_kind job_kind_mosaic = {
-    .type = "mosaic",
-    .parse = mosaic_parse,
-    .req_free = mreq_free,
-    .req_json = mreq_json,
-    .plan = mosaic_plan,
-    .run_block = mosaic_run_block,
-    .finish = mosaic_finish,
-    .release = mosaic_release,
-    .estimate = mosaic_estimate,
-};
+/* The two types differ only in how their body is read. */
+#define MOSAIC_KIND(TYPE, PARSE)                                                          \
+    {                                                                                     \
+        .type = TYPE, .parse = PARSE, .req_free = mreq_free, .req_json = mreq_json,       \
+        .plan = mosaic_plan, .run_block = mosaic_run_block, .finish = mosaic_finish,      \
+        .release = mosaic_release, .estimate = mosaic_estimate,                           \
+    }
 
-const job_kind job_kind_reproject = {
-    .type = "reproject",
-    .parse = reproject_parse,
-    .req_free = mreq_free,
-    .req_json = mreq_json,
-    .plan = mosaic_plan,
-    .run_block = mosaic_run_block,
-    .finish = mosaic_finish,
-    .release = mosaic_release,
-    .estimate = mosaic_estimate,
-};
+const job_kind job_kind_mosaic = MOSAIC_KIND("mosaic", mosaic_parse);
+const job_kind job_kind_reproject = MOSAIC_KIND("reproject", reproject_parse);

@@ -250,6 +250,18 @@ static void cutout_job_free(void *arg)
     free(j);
 }
 
+/* The engine's options of a cutout's reprojection: the method and grid bound asked for,
+ * on the server's pool at the request's priority, stopped when its client leaves. */
+static void reproject_options(hreq *r, const cutout_job *j, rp_options *o)
+{
+    rp_options_init(o);
+    o->method = j->p.method;
+    o->max_coord_error = j->p.max_coord_error;
+    o->workers = r->srv->app->workers;
+    o->priority = hreq_priority(r);
+    o->cancel = &r->cancel;
+}
+
 /* Runs on a pool thread: take the source plane from the plane store (read once, shared
  * with tiles and other cutouts, float32 for 8/16-bit and float32 files), reproject (the
  * engine's other blocks go to the same pool as interactive helpers; this thread works on
@@ -277,12 +289,7 @@ static void cutout_work(hreq *r)
     rp_cube in = { (void *)v.plane->data, v.plane->dtype, d->nx, d->ny, 1 };
     rp_cube out = { dst, RP_F64, j->width, j->height, 1 };
     rp_options o;
-    rp_options_init(&o);
-    o.method = j->p.method;
-    o.max_coord_error = j->p.max_coord_error;
-    o.workers = r->srv->app->workers;
-    o.priority = hreq_priority(r);
-    o.cancel = &r->cancel;
+    reproject_options(r, j, &o);
     /* The spherical screen is centred on the dataset's observer: mark a copy of its WCS. */
     skywcs *src = j->p.solar_surface == SOLAR_SCREEN ? skywcs_copy(d->cel) : NULL;
     if (j->p.solar_surface == SOLAR_SCREEN && !src) {
@@ -468,12 +475,7 @@ static int colcut_add(hreq *r, cutout_job *j, const char *relpath, const double 
     rp_cube in = { (void *)v.plane->data, v.plane->dtype, d->nx, d->ny, 1 };
     rp_cube out = { val, RP_F32, bw, bh, 1 };
     rp_options o;
-    rp_options_init(&o);
-    o.method = j->p.method;
-    o.max_coord_error = j->p.max_coord_error;
-    o.workers = r->srv->app->workers;
-    o.priority = hreq_priority(r);
-    o.cancel = &r->cancel;
+    reproject_options(r, j, &o);
     long finite = rp_reproject(d->cel, &in, part ? part : j->target, &out, fp, &o, err,
                                sizeof(err));
     skywcs_free(part);

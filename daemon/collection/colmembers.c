@@ -48,6 +48,21 @@ void colmembers_free(colmembers *m)
     free(m);
 }
 
+/* The open member of `key`, taken (a reference more, used now) into *out: 1, with the
+ * lock released; 0 (lock still held) when none is open. */
+static int take_open_locked(colmembers *m, const char *key, const dataset **out)
+{
+    for (int i = 0; i < m->n; i++)
+        if (strcmp(m->e[i].key, key) == 0) {
+            m->e[i].refs++;
+            m->e[i].used = ++m->tick;
+            *out = m->e[i].d;
+            pthread_mutex_unlock(&m->lock);
+            return 1;
+        }
+    return 0;
+}
+
 /* Closes the least recently used entries no request holds while more than max_open are
  * open (under the lock). */
 static void trim_locked(colmembers *m)
@@ -103,15 +118,10 @@ int colmembers_get(colset *s, collection *c, const char *relpath, const dataset 
         return TESS_ENOMEM;
     }
     pthread_mutex_lock(&m->lock);
-    for (int i = 0; i < m->n; i++)
-        if (strcmp(m->e[i].key, key) == 0) {
-            m->e[i].refs++;
-            m->e[i].used = ++m->tick;
-            *out = m->e[i].d;
-            pthread_mutex_unlock(&m->lock);
-            free(key);
-            return 0;
-        }
+    if (take_open_locked(m, key, out)) {
+        free(key);
+        return 0;
+    }
     pthread_mutex_unlock(&m->lock);
     /* Opened outside the lock (it reads the header); two requests may race to open the
      * same member, the loser's copy is closed. */
@@ -124,16 +134,11 @@ int colmembers_get(colset *s, collection *c, const char *relpath, const dataset 
         return rc;
     }
     pthread_mutex_lock(&m->lock);
-    for (int i = 0; i < m->n; i++)
-        if (strcmp(m->e[i].key, key) == 0) {
-            m->e[i].refs++;
-            m->e[i].used = ++m->tick;
-            *out = m->e[i].d;
-            pthread_mutex_unlock(&m->lock);
-            free(key);
-            dataset_close(d);
-            return 0;
-        }
+    if (take_open_locked(m, key, out)) {
+        free(key);
+        dataset_close(d);
+        return 0;
+    }
     if (m->n == m->cap) {
         int cap = m->cap ? m->cap * 2 : 16;
         entry *g = realloc(m->e, sizeof(*g) * (size_t)cap);

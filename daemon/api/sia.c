@@ -233,13 +233,9 @@ static void td_real(voxml *x, double v, int digits)
 
 static voxml *votable_begin(void)
 {
-    voxml *x = voxml_new();
+    voxml *x = voxml_votable_new();
     if (!x)
         return NULL;
-    voxml_start(x, "VOTABLE");
-    voxml_attr(x, "version", "1.4");
-    voxml_attr(x, "xmlns", "http://www.ivoa.net/xml/VOTable/v1.3");
-    voxml_attr(x, "xmlns:xsi", "http://www.w3.org/2001/XMLSchema-instance");
     voxml_start(x, "RESOURCE");
     voxml_attr(x, "type", "results");
     return x;

@@ -384,18 +384,6 @@ static void soda_descriptor(voxml *x, const char *base, int band)
     voxml_end(x);   /* RESOURCE */
 }
 
-static voxml *votable_start(void)
-{
-    voxml *x = voxml_new();
-    if (!x)
-        return NULL;
-    voxml_start(x, "VOTABLE");
-    voxml_attr(x, "version", "1.4");
-    voxml_attr(x, "xmlns", "http://www.ivoa.net/xml/VOTable/v1.3");
-    voxml_attr(x, "xmlns:xsi", "http://www.w3.org/2001/XMLSchema-instance");
-    return x;
-}
-
 void handle_vo_datalink(hreq *r, const route_match *m)
 {
     vo_params p;
@@ -418,7 +406,7 @@ void handle_vo_datalink(hreq *r, const route_match *m)
     }
     char base[256];
     vo_base_url(r, base, sizeof(base));
-    voxml *x = votable_start();
+    voxml *x = voxml_votable_new();
     if (x) {
         voxml_start(x, "RESOURCE");
         voxml_attr(x, "type", "results");

@@ -191,3 +191,15 @@ char *voxml_finish(voxml *x, size_t *len)
     free(x);
     return text;
 }
+
+voxml *voxml_votable_new(void)
+{
+    voxml *x = voxml_new();
+    if (!x)
+        return NULL;
+    voxml_start(x, "VOTABLE");
+    voxml_attr(x, "version", "1.4");
+    voxml_attr(x, "xmlns", "http://www.ivoa.net/xml/VOTable/v1.3");
+    voxml_attr(x, "xmlns:xsi", "http://www.w3.org/2001/XMLSchema-instance");
+    return x;
+}

@@ -19,6 +19,10 @@ char *voxml_clean(const char *text);
 /* A new document (the XML declaration written, UTF-8, indented), or NULL (no memory). */
 voxml *voxml_new(void);
 
+/* A new document with the VOTABLE 1.4 root element open (the VOTable 1.3 namespace, as
+ * VOTable 1.4 keeps it), or NULL (no memory). */
+voxml *voxml_votable_new(void);
+
 void voxml_start(voxml *x, const char *name);          /* <name ... */
 void voxml_end(voxml *x);                              /* closes the innermost element */
 void voxml_attr(voxml *x, const char *name, const char *value);  /* NULL value: none */

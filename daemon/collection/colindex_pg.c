@@ -56,6 +56,16 @@ static PGresult *run(pg_index *x, ExecStatusType want, const char *sql, int n,
     return NULL;
 }
 
+/* run under the connection's lock. */
+static PGresult *run_locked(pg_index *x, ExecStatusType want, const char *sql, int n,
+                            const char *const *params)
+{
+    pthread_mutex_lock(&x->lock);
+    PGresult *r = run(x, want, sql, n, params);
+    pthread_mutex_unlock(&x->lock);
+    return r;
+}
+
 int pgx_open(const char *uri, double timeout_s, pg_index **out, char *err, size_t errlen)
 {
     pg_index *x = calloc(1, sizeof(*x));
@@ -129,13 +139,10 @@ int pgx_load(pg_index *x, const char *collection, col_member **out, int *n)
     *out = NULL;
     *n = 0;
     const char *p[1] = {collection};
-    pthread_mutex_lock(&x->lock);
-    PGresult *r = run(x, PGRES_TUPLES_OK,
-                      "SELECT relpath, dev, ino, size, mtime_ns, nx, ny, nz, bitpix, footprint,"
-                      " ra, dec, radius, pixscale, filter, em_min, em_max, t_min, t_max,"
-                      " exptime, error FROM col_image WHERE collection = $1"
-                      " ORDER BY relpath COLLATE \"C\"", 1, p);
-    pthread_mutex_unlock(&x->lock);
+    PGresult *r = run_locked(x, PGRES_TUPLES_OK,
+        "SELECT relpath, dev, ino, size, mtime_ns, nx, ny, nz, bitpix, footprint, ra, dec,"
+        " radius, pixscale, filter, em_min, em_max, t_min, t_max, exptime, error"
+        " FROM col_image WHERE collection = $1 ORDER BY relpath COLLATE \"C\"", 1, p);
     if (!r)
         return TESS_EIO;
     int rows = PQntuples(r);
@@ -185,9 +192,7 @@ int pgx_load(pg_index *x, const char *collection, col_member **out, int *n)
 
 static int simple(pg_index *x, const char *sql)
 {
-    pthread_mutex_lock(&x->lock);
-    PGresult *r = run(x, PGRES_COMMAND_OK, sql, 0, NULL);
-    pthread_mutex_unlock(&x->lock);
+    PGresult *r = run_locked(x, PGRES_COMMAND_OK, sql, 0, NULL);
     PQclear(r);
     return r ? 0 : TESS_EIO;
 }
@@ -301,13 +306,11 @@ int pgx_overlap(pg_index *x, const char *collection, int order, int64_t npix,
     snprintf(los, sizeof(los), "%lld", (long long)lo);
     snprintf(his, sizeof(his), "%lld", (long long)hi);
     const char *p[4] = {collection, los, his, arr};
-    pthread_mutex_lock(&x->lock);
-    PGresult *r = run(x, PGRES_TUPLES_OK,
-                      "SELECT relpath FROM col_image WHERE id IN (SELECT image FROM col_cell"
-                      " WHERE collection = $1 AND nuniq BETWEEN $2 AND $3 UNION SELECT image"
-                      " FROM col_cell WHERE collection = $1 AND nuniq = ANY($4::bigint[]))"
-                      " ORDER BY relpath COLLATE \"C\"", 4, p);
-    pthread_mutex_unlock(&x->lock);
+    PGresult *r = run_locked(x, PGRES_TUPLES_OK,
+        "SELECT relpath FROM col_image WHERE id IN (SELECT image FROM col_cell"
+        " WHERE collection = $1 AND nuniq BETWEEN $2 AND $3 UNION SELECT image"
+        " FROM col_cell WHERE collection = $1 AND nuniq = ANY($4::bigint[]))"
+        " ORDER BY relpath COLLATE \"C\"", 4, p);
     if (!r)
         return TESS_EIO;
     int n = PQntuples(r);
@@ -321,10 +324,8 @@ int pgx_wcs(pg_index *x, const char *collection, const char *relpath, char **out
 {
     *out = NULL;
     const char *p[2] = {collection, relpath};
-    pthread_mutex_lock(&x->lock);
-    PGresult *r = run(x, PGRES_TUPLES_OK, "SELECT wcs FROM col_image WHERE collection = $1"
-                      " AND relpath = $2", 2, p);
-    pthread_mutex_unlock(&x->lock);
+    PGresult *r = run_locked(x, PGRES_TUPLES_OK,
+        "SELECT wcs FROM col_image WHERE collection = $1 AND relpath = $2", 2, p);
     if (!r)
         return TESS_EIO;
     int rc = 0;
@@ -339,10 +340,8 @@ int pgx_cells(pg_index *x, const char *collection, int64_t **out, size_t *n)
     *out = NULL;
     *n = 0;
     const char *p[1] = {collection};
-    pthread_mutex_lock(&x->lock);
-    PGresult *r = run(x, PGRES_TUPLES_OK, "SELECT DISTINCT nuniq FROM col_cell WHERE"
-                      " collection = $1 ORDER BY nuniq", 1, p);
-    pthread_mutex_unlock(&x->lock);
+    PGresult *r = run_locked(x, PGRES_TUPLES_OK,
+        "SELECT DISTINCT nuniq FROM col_cell WHERE collection = $1 ORDER BY nuniq", 1, p);
     if (!r)
         return TESS_EIO;
     int rc = 0, rows = PQntuples(r);

@@ -604,6 +604,19 @@ static int cube_axis(const dataset *d, hips_properties *p, char *unit, size_t un
     return 0;
 }
 
+/* Answers a survey's properties file (HiPS 1.0 section 4.4), or 500 out of memory. */
+static void reply_properties(hreq *r, const hips_properties *p)
+{
+    char *text = NULL;
+    size_t len = 0;
+    if (hips_properties_text(p, &text, &len)) {
+        problem_reply(r, 500, NULL, "out of memory");
+        return;
+    }
+    hreq_reply_tile(r, 200, tile_new_take((unsigned char *)text, len,
+                                          "text/plain; charset=utf-8"));
+}
+
 static void properties_work(hreq *r)
 {
     hips_job *j = r->work_arg;
@@ -638,14 +651,7 @@ static void properties_work(hreq *r)
         problem_reply(r, 500, NULL, "out of memory");
         return;
     }
-    char *text = NULL;
-    size_t len = 0;
-    if (hips_properties_text(&p, &text, &len)) {
-        problem_reply(r, 500, NULL, "out of memory");
-        return;
-    }
-    hreq_reply_tile(r, 200, tile_new_take((unsigned char *)text, len,
-                                          "text/plain; charset=utf-8"));
+    reply_properties(r, &p);
 }
 
 /* ---- collections: the sky of many images ---------------------------------------------- */
@@ -1064,14 +1070,7 @@ static void colsky_properties_work(hreq *r)
         .fov = fov < 180.0 ? fov : 180.0, .cut_lo = lo, .cut_hi = hi, .data_min = dmin,
         .data_max = dmax,
     };
-    char *text = NULL;
-    size_t len = 0;
-    if (hips_properties_text(&p, &text, &len)) {
-        problem_reply(r, 500, NULL, "out of memory");
-        return;
-    }
-    hreq_reply_tile(r, 200, tile_new_take((unsigned char *)text, len,
-                                          "text/plain; charset=utf-8"));
+    reply_properties(r, &p);
 }
 
 /* GET /hips/{collection}/...: properties, Moc.fits, Allsky and tiles as for a dataset

@@ -606,6 +606,14 @@ static json_t *collection_json(collection *c, int with_members)
     return o;
 }
 
+/* Answers the JSON document `doc` (released): 200, or 500 when it cannot be written. */
+static void reply_json_doc(hreq *r, json_t *doc)
+{
+    char *text = doc ? json_dumps(doc, JSON_COMPACT | JSON_REAL_PRECISION(15)) : NULL;
+    json_decref(doc);
+    hreq_reply_json(r, 200, text);   /* NULL: 500 */
+}
+
 void handle_collections_list(hreq *r, const route_match *m)
 {
     (void)m;
@@ -613,8 +621,7 @@ void handle_collections_list(hreq *r, const route_match *m)
     colset *s = r->srv->app->collections;
     for (int i = 0; s && i < s->n; i++)
         json_array_append_new(a, collection_json(&s->c[i], 0));
-    hreq_reply_json(r, 200, json_dumps(a, JSON_COMPACT | JSON_REAL_PRECISION(15)));
-    json_decref(a);
+    reply_json_doc(r, a);
 }
 
 void handle_collection_info(hreq *r, const route_match *m)
@@ -623,8 +630,7 @@ void handle_collection_info(hreq *r, const route_match *m)
     if (!c)
         return;
     json_t *o = collection_json(c, 1);
-    hreq_reply_json(r, 200, json_dumps(o, JSON_COMPACT | JSON_REAL_PRECISION(15)));
-    json_decref(o);
+    reply_json_doc(r, o);
 }
 
 void handle_collection_fits(hreq *r, const route_match *m)

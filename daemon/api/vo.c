@@ -344,12 +344,7 @@ static void soda_descriptor(voxml *x, const char *base, int band)
         {"standardID", "ivo://ivoa.net/std/SODA#sync-1.0"}, {"accessURL", NULL}};
     snprintf(url, sizeof(url), "%s/vo/soda/sync", base);
     for (int i = 0; i < 2; i++) {
-        voxml_start(x, "PARAM");
-        voxml_attr(x, "name", meta[i].name);
-        voxml_attr(x, "datatype", "char");
-        voxml_attr(x, "arraysize", "*");
-        voxml_attr(x, "value", meta[i].value ? meta[i].value : url);
-        voxml_end(x);
+        voxml_char_param(x, meta[i].name, meta[i].value ? meta[i].value : url);
     }
     voxml_start(x, "GROUP");
     voxml_attr(x, "name", "inputParams");

@@ -203,3 +203,13 @@ voxml *voxml_votable_new(void)
     voxml_attr(x, "xmlns:xsi", "http://www.w3.org/2001/XMLSchema-instance");
     return x;
 }
+
+void voxml_char_param(voxml *x, const char *name, const char *value)
+{
+    voxml_start(x, "PARAM");
+    voxml_attr(x, "name", name);
+    voxml_attr(x, "datatype", "char");
+    voxml_attr(x, "arraysize", "*");
+    voxml_attr(x, "value", value);
+    voxml_end(x);
+}

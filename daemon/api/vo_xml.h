@@ -23,6 +23,10 @@ voxml *voxml_new(void);
  * VOTable 1.4 keeps it), or NULL (no memory). */
 voxml *voxml_votable_new(void);
 
+/* A VOTable PARAM of a character string: <PARAM name= datatype="char" arraysize="*"
+ * value=/>. */
+void voxml_char_param(voxml *x, const char *name, const char *value);
+
 void voxml_start(voxml *x, const char *name);          /* <name ... */
 void voxml_end(voxml *x);                              /* closes the innermost element */
 void voxml_attr(voxml *x, const char *name, const char *value);  /* NULL value: none */

@@ -666,6 +666,11 @@ static json_t *collection_json(collection *c, int with_members)
             json_object_set_new(e, "ra", json_real(m->ra));
             json_object_set_new(e, "dec", json_real(m->dec));
             json_object_set_new(e, "radius", json_real(m->radius));
+            /* The footprint as s_region has it: four (ra, dec) corners, ICRS, degrees. */
+            json_t *fp = json_array();
+            for (int k = 0; k < 4; k++)
+                json_array_append_new(fp, json_pack("[ff]", m->poly[2 * k], m->poly[2 * k + 1]));
+            json_object_set_new(e, "footprint", fp);
             json_array_append_new(members, e);
         }
     }

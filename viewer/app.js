@@ -755,7 +755,7 @@ function drawFootprint(d) {
 async function exportSkyPng() {
   if (!T.aladin) return;
   const url = await T.aladin.getViewDataURL({ format: 'image/png' });
-  download(url, `${sky.name}${sky.plane !== null ? `_plane${sky.plane}` : ''}_sky.png`);
+  download(url, `${sky.name || col.name}${sky.plane !== null ? `_plane${sky.plane}` : ''}_sky.png`);
 }
 function download(href, filename) {
   const a = document.createElement('a');
@@ -776,6 +776,7 @@ $('#sky-frame').addEventListener('change', (e) => {
   if (T.aladin) T.aladin.setFrame(frame === 'galactic' ? 'galactic' : 'ICRS');
   sky.frame = frame;
   if (sky.name) replaceHash('sky', sky.name, skyParams());
+  else if (col.name) replaceHash('collection', col.name, skyParams());
 });
 $('#sky-footprint').addEventListener('change', () => {
   if (col.name) { drawMembers(); return; }

@@ -191,4 +191,41 @@ export const tests = [
       }
     },
   },
+  {
+    // Until the server makes a collection's HiPS, the page's requests for /hips/night/ are
+    // answered with the demo's all-sky map: the view must then open on /hips/night/ itself.
+    name: 'collection_sky_on_its_hips',
+    timeout: 120000,
+    prepare,
+    async run({ browser, server }) {
+      const { page, rec, context } = await newPage(browser, server.base);
+      try {
+        const native = (await fetch(`${server.base}/hips/night/properties`)).status === 200;
+        if (!native) {
+          await page.route(`${server.base}/hips/night/**`, async (route) => {
+            const u = route.request().url().replace('/hips/night/', '/hips/allsky_rosat/');
+            const r = await fetch(u);
+            await route.fulfill({ status: r.status, headers: { 'Content-Type': r.headers.get('content-type') || 'application/octet-stream' },
+              body: Buffer.from(await r.arrayBuffer()) });
+          });
+        }
+        await page.goto(`${server.base}/#/collection/night`);
+        await until(30000, 'the collection sky view', () => page.evaluate(() =>
+          window.tessera.collection && window.tessera.collection.footprints), 100);
+        const col = await page.evaluate(() => window.tessera.collection);
+        check(col.hips === true && col.background === null, `hips ${col.hips}, background ${col.background}`);
+        const [ra0, dec0] = await page.evaluate(() => window.tessera.aladin.getRaDec());
+        const all = await footprintsAt(page, server, ra0, dec0, 'over the collection\'s HiPS');
+        check(all.length === MEMBERS.length, `${all.length} footprints over the collection's HiPS`);
+        const tile = /\/hips\/night\/Norder\d+\/Dir\d+\/Npix\d+\.png$/;
+        await until(30000, 'tiles of /hips/night/', () => rec.responses.some((r) => tile.test(r.url) && r.status === 200), 100);
+        check(!rec.responses.some((r) => /\/hips\/(?!night\/)[^/]+\/Norder/.test(r.url)),
+          'tiles of another survey were asked for');
+        const info = await page.textContent('#sky-info');
+        check(info.includes('HiPS /hips/night/'), `the status line says ${JSON.stringify(info)}`);
+      } finally {
+        await context.close();
+      }
+    },
+  },
 ];

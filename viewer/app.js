@@ -829,7 +829,7 @@ $('#sky-png').addEventListener('click', () => exportSkyPng().catch((e) => showMe
 const MEMBERS_MAX = 500;
 const UNDER_MAX = 100;
 const CLICK_PIXELS = 4;
-const col = { name: null, info: null, overlay: null, hilite: null, timer: null, gen: 0, clickGen: 0, hips: false };
+const col = { name: null, overlay: null, hilite: null, timer: null, gen: 0, clickGen: 0, hips: false };
 T.collections = null;
 T.collection = null;
 
@@ -885,34 +885,6 @@ function addCollectionOptions(current) {
   if (current) sel.value = `collection:${current}`;
 }
 
-/** Unit vector of (ra, dec) in degrees. */
-function unitVec(ra, dec) {
-  const a = (ra * Math.PI) / 180, d = (dec * Math.PI) / 180;
-  return [Math.cos(d) * Math.cos(a), Math.cos(d) * Math.sin(a), Math.sin(d)];
-}
-/** Angle in degrees between unit vectors. */
-function angleDeg(u, v) {
-  const dot = u[0] * v[0] + u[1] * v[1] + u[2] * v[2];
-  return (Math.acos(Math.max(-1, Math.min(1, dot))) * 180) / Math.PI;
-}
-/** The circle {ra, dec, radius} (degrees) that holds the members' footprints. */
-function membersExtent(images) {
-  const s = [0, 0, 0];
-  for (const m of images) { const u = unitVec(m.ra, m.dec); s[0] += u[0]; s[1] += u[1]; s[2] += u[2]; }
-  const n = Math.hypot(s[0], s[1], s[2]);
-  if (!images.length || n < 1e-9) return { ra: 0, dec: 0, radius: 180 };
-  const c = [s[0] / n, s[1] / n, s[2] / n];
-  let r = 0;
-  for (const m of images) {
-    const pts = Array.isArray(m.footprint) ? m.footprint : [[m.ra, m.dec]];
-    for (const p of pts) r = Math.max(r, angleDeg(c, unitVec(p[0], p[1])));
-    if (!Array.isArray(m.footprint)) r = Math.max(r, angleDeg(c, unitVec(m.ra, m.dec)) + (m.radius || 0));
-  }
-  let ra = (Math.atan2(c[1], c[0]) * 180) / Math.PI;
-  if (ra < 0) ra += 360;
-  return { ra, dec: (Math.asin(c[2]) * 180) / Math.PI, radius: r };
-}
-
 /** The background survey when the collection has no HiPS: the survey already shown, else
  * the server's widest celestial dataset (an all-sky map where it has one: a narrow image
  * elsewhere on the sky would only answer 404 for every tile), never a survey from elsewhere. */
@@ -925,30 +897,34 @@ function backgroundSurvey(list) {
 }
 
 async function showCollection(name, params) {
-  const list = await loadCollections();
+  // Fresh when another collection opens: its extent and number of members change as the
+  // server's index follows the folder.
+  let list;
+  try {
+    list = await loadCollections(!name || name !== col.name);
+  } catch (e) {
+    failure('sky-open', `cannot list the collections: ${e.message}`, isOutage(e));
+    return;
+  }
   if (!list.length) throw new Error('This server has no collections.');
   if (!name) name = col.name || list[0].name;
-  if (!list.some((c) => c.name === name)) throw new Error(`no collection named '${name}'`);
+  const info = list.find((c) => c.name === name);
+  if (!info) throw new Error(`no collection named '${name}'`);
   const datasets = await loadDatasets();
   fillSelect($('#sky-dataset'), datasets.filter((d) => d.celestial), '');
   addCollectionOptions(name);
   $('#sky-to-pixels').hidden = true;
   $('#sky-plane-row').hidden = true;
-  let info, hips = false;
-  try {
-    info = await getJSON(`/api/v1/collections/${enc(name)}`);
-    // The collection's own HiPS where the server makes one (its properties answer 200).
-    try { hips = (await realFetch(`/hips/${enc(name)}/properties`, { cache: 'no-store' })).ok; } catch (_) { hips = false; }
-  } catch (e) {
-    failure('sky-open', `cannot open the sky view of collection '${name}': ${e.message}`, isOutage(e));
-    return;
-  }
+  // The collection's own HiPS where the server makes one (its properties answer 200).
+  let hips = false;
+  try { hips = (await realFetch(`/hips/${enc(name)}/properties`, { cache: 'no-store' })).ok; } catch (_) { hips = false; }
   clearMessage('sky-open');
   await loadAladin();
   const frame = params.get('frame') === 'galactic' ? 'galactic' : 'icrs';
   $('#sky-frame').value = frame;
   const alFrame = frame === 'galactic' ? 'galactic' : 'ICRS';
-  const ext = membersExtent(info.images || []);
+  // The circle of the members' footprints (the server's; none without a member).
+  const ext = Number.isFinite(info.radius) ? info : { ra: 0, dec: 0, radius: 90 };
   const el = $('#aladin');
   const aspect = el.clientHeight > 0 ? Math.max(1, el.clientWidth / el.clientHeight) : 1;
   let fov = Math.min(180, Math.max(ext.radius * 2.3 * aspect, 1 / 60));
@@ -986,7 +962,6 @@ async function showCollection(name, params) {
   sky.frame = frame;
   if (newName) showUnder(null);
   col.name = name;
-  col.info = info;
   col.hips = hips;
   col.background = background;
   T.collection = { name, hips, background, members: info.members, footprints: null, under: null };

@@ -119,6 +119,19 @@ export const tests = [
         check(fa.some(([r, d]) => Math.abs((r - 150) * cosd - sx * h) < 1e-6 && Math.abs(d - 2 - sy * h) < 1e-6),
           `a's footprint ${JSON.stringify(fa)} lacks the corner (${sx}, ${sy})`);
       }
+      // The list gives the circle of the footprints: the mean direction of the members'
+      // centres, out to the farthest corner.
+      const entry = (await (await fetch(`${server.base}/api/v1/collections`)).json()).find((c) => c.name === 'night');
+      const vec = ([r, d]) => [r, d].map((x) => (x * Math.PI) / 180).reduce((ra, de) =>
+        [Math.cos(de) * Math.cos(ra), Math.cos(de) * Math.sin(ra), Math.sin(de)]);
+      const sum = info.images.map((m) => vec([m.ra, m.dec])).reduce((a, v) => a.map((x, i) => x + v[i]));
+      const len = Math.hypot(...sum);
+      const want = { ra: (Math.atan2(sum[1], sum[0]) * 180) / Math.PI, dec: (Math.asin(sum[2] / len) * 180) / Math.PI };
+      want.radius = Math.max(...info.images.flatMap((m) => m.footprint.map((p) =>
+        (Math.acos(Math.min(1, vec(p).reduce((a, x, i) => a + (x * sum[i]) / len, 0))) * 180) / Math.PI)));
+      check(entry.members === MEMBERS.length && ['ra', 'dec', 'radius'].every((k) => Math.abs(entry[k] - want[k]) < 1e-9),
+        `the collection's extent is ${JSON.stringify(entry)}, not ${JSON.stringify(want)}`);
+      check(want.radius > 0.3 && want.radius < 0.35, `the members reach ${want.radius} deg from their centre`);
       const hipsStatus = (await fetch(`${server.base}/hips/night/properties`)).status;
       const { page, rec, context } = await newPage(browser, server.base);
       try {

@@ -936,28 +936,34 @@ async function showCollection(name, params) {
   const newName = col.name !== name;
   let background = null;
   const survey = hips ? A.imageHiPS(surveyUrl(name, null), { name, imgFormat: 'png' }) : null;
+  // The view moves before its survey changes: the new survey's first tiles are those of
+  // the collection's sky (Aladin asks for them before it has the survey's coverage).
+  const move = () => {
+    if (T.aladin.getProjectionName() !== proj) T.aladin.setProjection(proj);
+    T.aladin.gotoRaDec(ra, dec);
+    T.aladin.setFoV(fov);
+  };
+  if (T.aladin && (newName || params.has('ra') || params.has('proj'))) move();
   if (!T.aladin) {
     const bg = survey ? null : backgroundSurvey(datasets);
     background = bg ? bg.name : null;
     createAladin(survey || (bg && bg.survey), alFrame, proj, fov, ra, dec);
-  } else if (survey && (newName || !col.hips)) {
-    T.aladin.setImageSurvey(survey);
-  } else if (!survey && col.hips) {
-    // The survey shown is another collection's HiPS: back to a dataset's.
+    move(); // the target string is read in cooFrame; the centre is ICRS
+  } else if (survey) {
+    if (newName || !col.hips) T.aladin.setImageSurvey(survey);
+  } else if (newName || col.hips) {
+    // A dataset's survey or another collection's HiPS is shown: the background instead.
     const bg = backgroundSurvey(datasets);
-    if (bg) { T.aladin.setImageSurvey(bg.survey); background = bg.name; }
+    if (bg) T.aladin.setImageSurvey(bg.survey);
+    background = bg ? bg.name : null;
+  } else {
+    background = col.background;
   }
-  if (!survey && !background) background = sky.name || col.background || null;
   if (sky.overlay) sky.overlay.removeAll();
   T.footprint = null;
   sky.name = null;
   sky.plane = null;
   sky.depth = 0;
-  if (newName || params.has('ra') || params.has('proj')) {
-    if (T.aladin.getProjectionName() !== proj) T.aladin.setProjection(proj);
-    T.aladin.gotoRaDec(ra, dec);
-    T.aladin.setFoV(fov);
-  }
   T.aladin.setFrame(alFrame);
   sky.frame = frame;
   if (newName) showUnder(null);

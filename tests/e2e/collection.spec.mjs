@@ -102,6 +102,17 @@ async function clickAt(page, ra, dec) {
   }, before), 100);
 }
 
+/** No message on the page, no page error, no request off the server or failed (but
+ * /hips/night/, which answers 404 until the server makes a collection's HiPS). */
+async function noTrouble(page, rec) {
+  const msgs = await pageMessages(page);
+  check(msgs.length === 0, `the page shows messages: ${JSON.stringify(msgs)}`);
+  check(rec.external.length === 0, `requests off the server: ${rec.external.slice(0, 3)}`);
+  check(rec.pageErrors.length === 0, `page errors: ${rec.pageErrors.slice(0, 3)}`);
+  const bad = rec.responses.filter((r) => r.status >= 400 && !r.url.includes('/hips/night/'));
+  check(bad.length === 0, `failed requests: ${JSON.stringify(bad.slice(0, 3))}`);
+}
+
 export const tests = [
   {
     name: 'collection_sky',
@@ -192,13 +203,36 @@ export const tests = [
         const underF = await clickAt(page, 150.3, 2.2);
         check(same(underF.ids, ['n2/far/f.fits']), `a click at f's centre lists ${JSON.stringify(underF.ids)}`);
         await shot(page, 'collection_click.png');
-
-        const msgs = await pageMessages(page);
-        check(msgs.length === 0, `the page shows messages: ${JSON.stringify(msgs)}`);
-        check(rec.external.length === 0, `requests off the server: ${rec.external.slice(0, 3)}`);
-        check(rec.pageErrors.length === 0, `page errors: ${rec.pageErrors.slice(0, 3)}`);
-        const bad = rec.responses.filter((r) => r.status >= 400 && !r.url.includes('/hips/night/'));
-        check(bad.length === 0, `failed requests: ${JSON.stringify(bad.slice(0, 3))}`);
+        await noTrouble(page, rec);
+      } finally {
+        await context.close();
+      }
+    },
+  },
+  {
+    name: 'collection_from_a_dataset_sky',
+    timeout: 120000,
+    prepare,
+    async run({ browser, server }) {
+      const { page, rec, context } = await newPage(browser, server.base);
+      try {
+        // From a dataset's sky to the collection through the view's list: the collection's
+        // HiPS, or the server's all-sky map, never the dataset's tiles far from it.
+        await page.goto(`${server.base}/#/sky/horsehead`);
+        await until(30000, 'the sky view of horsehead', () => page.evaluate(() =>
+          window.tessera.view === 'sky' && !window.tessera.collection && !!window.tessera.footprint), 100);
+        check(await page.$('#sky-dataset option[value="collection:night"]'), 'the sky view\'s list lacks the collection');
+        await page.selectOption('#sky-dataset', 'collection:night');
+        await until(30000, 'the collection from the list', () => page.evaluate(() =>
+          window.tessera.view === 'collection' && window.tessera.collection && window.tessera.collection.footprints), 100);
+        const back = await page.evaluate(() => window.tessera.collection);
+        check(back.hips || back.background === 'allsky_rosat', `from horsehead the collection shows ${back.background}`);
+        check(back.footprints.ids.length === MEMBERS.length && back.under === null,
+          `from horsehead: ${back.footprints.ids.length} footprints, list ${JSON.stringify(back.under)}`);
+        check(await page.$eval('#sky-members-table', (t) => t.hidden), 'a list of images is shown before any click');
+        const under = await clickAt(page, 150.3, 2.2);
+        check(same(under.ids, ['n2/far/f.fits']), `a click at f's centre lists ${JSON.stringify(under.ids)}`);
+        await noTrouble(page, rec);
       } finally {
         await context.close();
       }

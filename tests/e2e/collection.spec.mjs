@@ -103,13 +103,14 @@ async function clickAt(page, ra, dec) {
 }
 
 /** No message on the page, no page error, no request off the server or failed (but
- * /hips/night/, which answers 404 until the server makes a collection's HiPS). */
-async function noTrouble(page, rec) {
+ * /hips/night/, which answers 404 until the server makes a collection's HiPS, and those
+ * that `allow` allows). */
+async function noTrouble(page, rec, allow = () => false) {
   const msgs = await pageMessages(page);
   check(msgs.length === 0, `the page shows messages: ${JSON.stringify(msgs)}`);
   check(rec.external.length === 0, `requests off the server: ${rec.external.slice(0, 3)}`);
   check(rec.pageErrors.length === 0, `page errors: ${rec.pageErrors.slice(0, 3)}`);
-  const bad = rec.responses.filter((r) => r.status >= 400 && !r.url.includes('/hips/night/'));
+  const bad = rec.responses.filter((r) => r.status >= 400 && !r.url.includes('/hips/night/') && !allow(r));
   check(bad.length === 0, `failed requests: ${JSON.stringify(bad.slice(0, 3))}`);
 }
 
@@ -222,6 +223,19 @@ export const tests = [
         await until(30000, 'the sky view of horsehead', () => page.evaluate(() =>
           window.tessera.view === 'sky' && !window.tessera.collection && !!window.tessera.footprint), 100);
         check(await page.$('#sky-dataset option[value="collection:night"]'), 'the sky view\'s list lacks the collection');
+        // Aladin Lite asks for horsehead's first tiles before it has the survey's coverage
+        // (some answer 404, as viewer.spec.mjs allows); once they are all in, the switch
+        // must ask for none.
+        let last = -1, since = Date.now();
+        await until(30000, "horsehead's tiles to settle", () => {
+          const n = rec.responses.filter((r) => r.url.includes('/hips/horsehead/')).length;
+          if (n !== last) { last = n; since = Date.now(); }
+          return n > 0 && Date.now() - since > 1500;
+        }, 100);
+        let switched = false;
+        const later = [];
+        page.on('request', (r) => { if (switched && r.url().includes('/hips/horsehead/')) later.push(r.url()); });
+        switched = true;
         await page.selectOption('#sky-dataset', 'collection:night');
         await until(30000, 'the collection from the list', () => page.evaluate(() =>
           window.tessera.view === 'collection' && window.tessera.collection && window.tessera.collection.footprints), 100);
@@ -232,7 +246,8 @@ export const tests = [
         check(await page.$eval('#sky-members-table', (t) => t.hidden), 'a list of images is shown before any click');
         const under = await clickAt(page, 150.3, 2.2);
         check(same(under.ids, ['n2/far/f.fits']), `a click at f's centre lists ${JSON.stringify(under.ids)}`);
-        await noTrouble(page, rec);
+        check(later.length === 0, `horsehead's tiles asked for over the collection: ${later.slice(0, 3)}`);
+        await noTrouble(page, rec, (r) => r.status === 404 && /\/hips\/horsehead\/Norder\d+\//.test(r.url));
       } finally {
         await context.close();
       }

@@ -2,6 +2,7 @@
 // slices, uPlot for the values along z), jobs (mosaics).  The view lives in the URL hash:
 //   #/datasets
 //   #/sky/{name}?frame=icrs|galactic&ra=&dec=&fov=&proj=&plane=&min=&max=&layer=&opacity=
+//   #/collection/{name}?frame=&ra=&dec=&fov=&proj=   (a collection in the sky view)
 //   #/pixels/{name}?z=&axis=xy|xz|yz&stretch=&min=&max=&cmap=&fixed=1&x=&y=&zoom=&cx=&cy=
 //   #/jobs?job={id}
 // so that a copied link reopens the same view.  Every failure becomes one message on the
@@ -212,14 +213,17 @@ function replaceHash(view, name, params) {
 const VIEWS = ['datasets', 'sky', 'pixels', 'jobs'];
 async function route() {
   const { view, name, params } = parseHash();
-  const v = VIEWS.includes(view) ? view : 'datasets';
+  const v = VIEWS.includes(view) || view === 'collection' ? view : 'datasets';
   T.view = v;
-  for (const id of VIEWS) $(`#view-${id}`).hidden = id !== v;
-  for (const a of document.querySelectorAll('nav a')) a.classList.toggle('active', a.dataset.view === v);
+  // A collection is shown in the sky view's section.
+  const section = v === 'collection' ? 'sky' : v;
+  for (const id of VIEWS) $(`#view-${id}`).hidden = id !== section;
+  for (const a of document.querySelectorAll('nav a')) a.classList.toggle('active', a.dataset.view === section);
   if (v !== 'jobs') stopJobPolling();
   try {
     if (v === 'datasets') await showDatasets();
     else if (v === 'sky') await showSky(name, params);
+    else if (v === 'collection') await showCollection(name, params);
     else if (v === 'pixels') await showPixels(name, params);
     else await showJobs(params);
   } catch (e) {
@@ -235,6 +239,7 @@ function reloadView() {
   px.openKey = null;
   sky.gen += 1;
   sky.name = null;
+  col.name = null;
   route();
 }
 
@@ -326,6 +331,7 @@ async function showDatasets() {
     card.append(img, meta);
     box.append(card);
   }
+  showCollectionList();
 }
 
 /** A link that downloads dataset `name` as FITS (hidden when the server has no such route). */
@@ -483,7 +489,15 @@ function skyParams() {
 let skyHashTimer = null;
 function recordSky() {
   clearTimeout(skyHashTimer);
-  skyHashTimer = setTimeout(() => { if (T.view === 'sky' && sky.name) replaceHash('sky', sky.name, skyParams()); }, 200);
+  skyHashTimer = setTimeout(() => {
+    if (T.view === 'sky' && sky.name) replaceHash('sky', sky.name, skyParams());
+    else if (T.view === 'collection' && col.name) replaceHash('collection', col.name, skyParams());
+  }, 200);
+}
+/** The view moved or zoomed: the URL follows, and a collection's footprints are redrawn. */
+function skyMoved() {
+  recordSky();
+  scheduleMembers();
 }
 
 async function showSky(name, params) {
@@ -494,6 +508,7 @@ async function showSky(name, params) {
   const d = findDataset(name);
   if (!d) throw new Error(`no dataset named '${name}'`);
   fillSelect($('#sky-dataset'), celestial, d.celestial ? name : '');
+  loadCollections().then(() => addCollectionOptions(null), () => {});
   $('#sky-to-pixels').href = hashFor('pixels', name);
   if (d.wcs_error) {
     throw new Error(`'${name}' has no usable WCS: ${d.wcs_error}; open its pixel view instead.`);
@@ -555,29 +570,10 @@ async function showSky(name, params) {
   const alFrame = frame === 'galactic' ? 'galactic' : 'ICRS';
   const survey = () => A.imageHiPS(surveyUrl(name, sky.plane), { name, imgFormat: 'png' });
   const hadAladin = !!T.aladin;
+  leaveCollection();
+  $('#sky-to-pixels').hidden = false;
   if (!T.aladin) {
-    T.aladin = A.aladin('#aladin', {
-      survey: survey(),
-      hipsList: [],
-      log: false, // no start-up report to alasky.unistra.fr
-      cooFrame: alFrame,
-      projection: proj,
-      fov,
-      target: `${ra} ${dec}`,
-      showLayersControl: false,
-      showSettingsControl: false,
-      showShareControl: false,
-      showSimbadPointerControl: false,
-      showContextMenu: false,
-      showFrame: false,
-      showCooGridControl: true,
-      showProjectionControl: true,
-      showFullscreenControl: true,
-    });
-    T.aladin.on('mouseMove', skyMouseMove);
-    T.aladin.on('positionChanged', recordSky);
-    T.aladin.on('zoomChanged', recordSky);
-    T.aladin.on('projectionChanged', recordSky);
+    createAladin(survey(), alFrame, proj, fov, ra, dec);
   } else if (newName || params.has('plane') || sky.urlPlane !== sky.plane || sky.gen !== sky.urlGen) {
     T.aladin.setImageSurvey(survey());
   }
@@ -600,6 +596,34 @@ async function showSky(name, params) {
   replaceHash('sky', name, skyParams());
 }
 
+/** The sky view's Aladin Lite, opened on `survey`. */
+function createAladin(survey, alFrame, proj, fov, ra, dec) {
+  T.aladin = A.aladin('#aladin', {
+    survey,
+    hipsList: [],
+    log: false, // no start-up report to alasky.unistra.fr
+    cooFrame: alFrame,
+    projection: proj,
+    fov,
+    target: `${ra} ${dec}`,
+    showLayersControl: false,
+    showSettingsControl: false,
+    showShareControl: false,
+    showSimbadPointerControl: false,
+    showContextMenu: false,
+    showFrame: false,
+    showCooGridControl: true,
+    showProjectionControl: true,
+    showFullscreenControl: true,
+  });
+  // Aladin keeps one callback per event.
+  T.aladin.on('mouseMove', skyMouseMove);
+  T.aladin.on('positionChanged', skyMoved);
+  T.aladin.on('zoomChanged', skyMoved);
+  T.aladin.on('projectionChanged', recordSky);
+  T.aladin.on('click', skyClick);
+}
+
 function skyMouseMove(e) {
   let c = null;
   try { c = T.aladin.pix2world(e.x, e.y, 'icrs'); } catch (_) { c = null; }
@@ -607,9 +631,10 @@ function skyMouseMove(e) {
   const cur = c ? { ra: c[0], dec: c[1] } : null;
   T.cursor = cur;
   const box = $('#sky-cursor');
-  if (!c || !d) { box.textContent = 'cursor: outside the sky'; return; }
+  if (!c) { box.textContent = 'cursor: outside the sky'; return; }
   const text = cursorText(c[0], c[1], sky.frame);
   box.textContent = text;
+  if (!d) return; // a collection: the position only
   // The dataset's pixel under the cursor: through the server's full WCS (a plate
   // solution's polynomial moves horsehead's pixels by arcseconds), the linear WCS of the
   // summary only where the server has no transform route.
@@ -730,7 +755,7 @@ function drawFootprint(d) {
 async function exportSkyPng() {
   if (!T.aladin) return;
   const url = await T.aladin.getViewDataURL({ format: 'image/png' });
-  download(url, `${sky.name}${sky.plane !== null ? `_plane${sky.plane}` : ''}_sky.png`);
+  download(url, `${sky.name || col.name}${sky.plane !== null ? `_plane${sky.plane}` : ''}_sky.png`);
 }
 function download(href, filename) {
   const a = document.createElement('a');
@@ -742,15 +767,19 @@ function download(href, filename) {
 }
 
 $('#sky-dataset').addEventListener('change', (e) => {
-  location.hash = hashFor('sky', e.target.value, { frame: $('#sky-frame').value });
+  const v = e.target.value;
+  const c = v.startsWith('collection:') ? v.slice(11) : null;
+  location.hash = hashFor(c ? 'collection' : 'sky', c || v, { frame: $('#sky-frame').value });
 });
 $('#sky-frame').addEventListener('change', (e) => {
   const frame = e.target.value;
   if (T.aladin) T.aladin.setFrame(frame === 'galactic' ? 'galactic' : 'ICRS');
   sky.frame = frame;
   if (sky.name) replaceHash('sky', sky.name, skyParams());
+  else if (col.name) replaceHash('collection', col.name, skyParams());
 });
 $('#sky-footprint').addEventListener('change', () => {
+  if (col.name) { drawMembers(); return; }
   const d = findDataset(sky.name);
   if (d) drawFootprint(d);
 });
@@ -790,6 +819,342 @@ $('#sky-blink').addEventListener('click', () => {
   sky.blink = setInterval(() => { on = !on; layerOpacity(on ? 1 : 0); }, 700);
 });
 $('#sky-png').addEventListener('click', () => exportSkyPng().catch((e) => showMessage(`cannot export the picture: ${e.message}`)));
+
+// ---- collections in the sky view ---------------------------------------------------------------
+// A collection (a folder of images served as one sky) opens in the sky view on its own HiPS
+// (/hips/{name}/) when the server has one, else over a dataset of the server as background.
+// The footprints of the members in the view come from SIA 2.0 (a circle around the view,
+// at most MEMBERS_MAX rows) and are drawn again when the view moves; a click lists the
+// members under the cursor with links to their FITS and DataLink.
+const MEMBERS_MAX = 500;
+const UNDER_MAX = 100;
+const CLICK_PIXELS = 4;
+const col = { name: null, overlay: null, hilite: null, timer: null, gen: 0, clickGen: 0, hips: false };
+T.collections = null;
+T.collection = null;
+
+/** GET /api/v1/collections, or [] where the server has no collections. */
+async function loadCollections(force = false) {
+  if (T.collections && !force) return T.collections;
+  if (!(await feature('collections', '/api/v1/collections'))) return (T.collections = []);
+  T.collections = await getJSON('/api/v1/collections');
+  return T.collections;
+}
+
+/** The collections' cards under the datasets. */
+async function showCollectionList() {
+  let list;
+  try {
+    list = await loadCollections(true);
+  } catch (e) {
+    failure('collections', `cannot list the collections: ${e.message}`, isOutage(e));
+    return;
+  }
+  clearMessage('collections');
+  const box = $('#collection-list');
+  box.replaceChildren();
+  $('#collections').hidden = !list.length;
+  for (const c of list) {
+    const card = document.createElement('div');
+    card.className = 'card collection';
+    card.dataset.name = c.name;
+    const meta = document.createElement('div');
+    meta.className = 'meta';
+    meta.innerHTML = '<b></b><div class="kind"></div><div class="links"></div>';
+    meta.querySelector('b').textContent = c.name;
+    meta.querySelector('.kind').textContent = `collection · ${c.members} images` +
+      (c.unreadable_count ? ` · ${c.unreadable_count} unreadable` : '');
+    const a = document.createElement('a');
+    a.href = hashFor('collection', c.name);
+    a.textContent = 'sky';
+    meta.querySelector('.links').append(a);
+    card.append(meta);
+    box.append(card);
+  }
+}
+
+/** The collections as options of the sky view's dataset list (value "collection:NAME"). */
+function addCollectionOptions(current) {
+  const sel = $('#sky-dataset');
+  for (const g of sel.querySelectorAll('optgroup')) g.remove();
+  if (!T.collections || !T.collections.length) return;
+  const g = document.createElement('optgroup');
+  g.label = 'collections';
+  for (const c of T.collections) g.append(new Option(c.name, `collection:${c.name}`));
+  sel.append(g);
+  if (current) sel.value = `collection:${current}`;
+}
+
+/** The background survey when the collection has no HiPS: the survey already shown, else
+ * the server's widest celestial dataset (an all-sky map where it has one: a narrow image
+ * elsewhere on the sky would only answer 404 for every tile), never a survey from elsewhere. */
+function backgroundSurvey(list) {
+  const width = (x) => (pixelScaleArcsec(x.wcs) || 0) * Math.max(x.shape[0] || 0, x.shape[1] || 0) *
+    (x.kind === 'image' ? 1 : 0.999); // an image before a cube of the same width
+  let d = null;
+  for (const x of list) if (x.celestial && x.wcs && (!d || width(x) > width(d))) d = x;
+  return d ? { survey: A.imageHiPS(surveyUrl(d.name, d.kind === 'image' ? null : midPlane(d)), { name: d.name, imgFormat: 'png' }), name: d.name } : null;
+}
+
+async function showCollection(name, params) {
+  // Fresh when another collection opens: its extent and number of members change as the
+  // server's index follows the folder.
+  let list;
+  try {
+    list = await loadCollections(!name || name !== col.name);
+  } catch (e) {
+    failure('sky-open', `cannot list the collections: ${e.message}`, isOutage(e));
+    return;
+  }
+  if (!list.length) throw new Error('This server has no collections.');
+  if (!name) name = col.name || list[0].name;
+  const info = list.find((c) => c.name === name);
+  if (!info) throw new Error(`no collection named '${name}'`);
+  const datasets = await loadDatasets();
+  fillSelect($('#sky-dataset'), datasets.filter((d) => d.celestial), '');
+  addCollectionOptions(name);
+  $('#sky-to-pixels').hidden = true;
+  $('#sky-plane-row').hidden = true;
+  // The collection's own HiPS where the server makes one (its properties answer 200).
+  let hips = false;
+  try { hips = (await realFetch(`/hips/${enc(name)}/properties`, { cache: 'no-store' })).ok; } catch (_) { hips = false; }
+  clearMessage('sky-open');
+  await loadAladin();
+  const frame = params.get('frame') === 'galactic' ? 'galactic' : 'icrs';
+  $('#sky-frame').value = frame;
+  const alFrame = frame === 'galactic' ? 'galactic' : 'ICRS';
+  // The circle of the members' footprints (the server's; none without a member).
+  const ext = Number.isFinite(info.radius) ? info : { ra: 0, dec: 0, radius: 90 };
+  const el = $('#aladin');
+  const aspect = el.clientHeight > 0 ? Math.max(1, el.clientWidth / el.clientHeight) : 1;
+  let fov = Math.min(180, Math.max(ext.radius * 2.3 * aspect, 1 / 60));
+  let ra = ext.ra, dec = ext.dec, proj = 'SIN';
+  const pra = parseFloat(params.get('ra')), pdec = parseFloat(params.get('dec')), pfov = parseFloat(params.get('fov'));
+  if (Number.isFinite(pra) && Number.isFinite(pdec) && Math.abs(pdec) <= 90) { ra = pra; dec = pdec; }
+  if (Number.isFinite(pfov) && pfov > 0 && pfov <= 360) fov = pfov;
+  if (/^[A-Z]{3}$/.test(params.get('proj') || '')) proj = params.get('proj');
+  const newName = col.name !== name;
+  let background = null;
+  const survey = hips ? A.imageHiPS(surveyUrl(name, null), { name, imgFormat: 'png' }) : null;
+  // The view moves before its survey changes: the new survey's first tiles are those of
+  // the collection's sky (Aladin asks for them before it has the survey's coverage).
+  const move = () => {
+    if (T.aladin.getProjectionName() !== proj) T.aladin.setProjection(proj);
+    T.aladin.gotoRaDec(ra, dec);
+    T.aladin.setFoV(fov);
+  };
+  if (T.aladin && (newName || params.has('ra') || params.has('proj'))) move();
+  if (!T.aladin) {
+    const bg = survey ? null : backgroundSurvey(datasets);
+    background = bg ? bg.name : null;
+    createAladin(survey || (bg && bg.survey), alFrame, proj, fov, ra, dec);
+    move(); // the target string is read in cooFrame; the centre is ICRS
+  } else if (survey) {
+    if (newName || !col.hips) T.aladin.setImageSurvey(survey);
+  } else if (newName || col.hips) {
+    // A dataset's survey or another collection's HiPS is shown: the background instead.
+    const bg = backgroundSurvey(datasets);
+    if (bg) T.aladin.setImageSurvey(bg.survey);
+    background = bg ? bg.name : null;
+  } else {
+    background = col.background;
+  }
+  if (sky.overlay) sky.overlay.removeAll();
+  T.footprint = null;
+  sky.name = null;
+  sky.plane = null;
+  sky.depth = 0;
+  T.aladin.setFrame(alFrame);
+  sky.frame = frame;
+  if (newName) showUnder(null);
+  col.name = name;
+  col.hips = hips;
+  col.background = background;
+  T.collection = { name, hips, background, members: info.members, footprints: null, under: null };
+  $('#sky-members').hidden = false;
+  await setLayer(params.get('layer'), params.get('opacity'));
+  $('#sky-info').textContent = `${name}: collection of ${info.members} images, ` +
+    (hips ? `HiPS /hips/${name}/` : `no HiPS of its own yet: footprints over ${background || 'the current survey'}`);
+  drawMembers();
+  replaceHash('collection', name, skyParams());
+}
+
+/** Back to a dataset's sky: the collection's footprints, highlight and list go. */
+function leaveCollection() {
+  if (!col.name) return;
+  col.name = null;
+  col.hips = false;
+  col.gen += 1;
+  col.clickGen += 1;
+  clearTimeout(col.timer);
+  if (col.overlay) col.overlay.removeAll();
+  if (col.hilite) col.hilite.removeAll();
+  clearMessage('sky-members');
+  T.collection = null;
+  $('#sky-members').hidden = true;
+  showUnder(null);
+}
+
+/** The rows of an SIA 2.0 VOTable answer as {field: text} objects, and whether it overflowed. */
+async function siaQuery(params) {
+  const q = new URLSearchParams({ RESPONSEFORMAT: 'application/x-votable+xml', ...params });
+  const text = await getText(`/vo/sia/query?${q}`);
+  const doc = new DOMParser().parseFromString(text, 'application/xml');
+  const res = [...doc.getElementsByTagName('RESOURCE')].find((r) => r.getAttribute('type') === 'results');
+  if (!res) throw new Error('the SIA answer has no results');
+  const infos = [...res.children].filter((e) => e.localName === 'INFO' && e.getAttribute('name') === 'QUERY_STATUS');
+  if (infos.some((e) => e.getAttribute('value') === 'ERROR')) throw new Error(`SIA: ${infos[0].textContent}`);
+  const names = [...res.getElementsByTagName('FIELD')].map((f) => f.getAttribute('name'));
+  const rows = [...res.getElementsByTagName('TR')].map((tr) => {
+    const o = {};
+    [...tr.getElementsByTagName('TD')].forEach((td, i) => { o[names[i]] = td.textContent; });
+    return o;
+  });
+  return { rows, overflow: infos.some((e) => e.getAttribute('value') === 'OVERFLOW') };
+}
+/** The vertices [[ra, dec], ...] of an s_region "POLYGON [frame] ra dec ...", or null. */
+function regionPoints(s) {
+  const m = /^\s*POLYGON\s+(?:[A-Za-z]\w*\s+)?([-+0-9.eE\s]+)$/.exec(s || '');
+  if (!m) return null;
+  const v = m[1].trim().split(/\s+/).map(Number);
+  if (v.length < 6 || v.length % 2 || v.some((x) => !Number.isFinite(x))) return null;
+  const pts = [];
+  for (let i = 0; i < v.length; i += 2) pts.push([v[i], v[i + 1]]);
+  return pts;
+}
+
+function scheduleMembers() {
+  if (!col.name) return;
+  clearTimeout(col.timer);
+  col.timer = setTimeout(drawMembers, 300);
+}
+/** The footprints of the members in the view (a circle around it), drawn as polygons. */
+async function drawMembers() {
+  if (!col.name || !T.aladin) return;
+  const name = col.name;
+  const gen = ++col.gen;
+  if (!col.overlay) {
+    col.overlay = A.graphicOverlay({ name: 'members', color: '#3ee0a0', lineWidth: 1 });
+    T.aladin.addOverlay(col.overlay);
+  }
+  if (!$('#sky-footprint').checked) {
+    col.overlay.removeAll();
+    T.collection.footprints = null;
+    return;
+  }
+  const [ra, dec] = T.aladin.getRaDec();
+  const [w, h] = T.aladin.getFov();
+  const r = Math.min(90, 0.5 * Math.hypot(w, h));
+  const pos = `CIRCLE ${ra.toFixed(8)} ${dec.toFixed(8)} ${r.toPrecision(8)}`;
+  let ans;
+  try {
+    ans = await siaQuery({ POS: pos, COLLECTION: name, MAXREC: String(MEMBERS_MAX) });
+  } catch (e) {
+    if (gen === col.gen) failure('sky-members', `cannot find the members of '${name}' in the view: ${e.message}`, isOutage(e));
+    return;
+  }
+  if (gen !== col.gen || col.name !== name) return;
+  clearMessage('sky-members');
+  col.overlay.removeAll();
+  const ids = [];
+  for (const row of ans.rows) {
+    const pts = regionPoints(row.s_region);
+    if (!pts) continue;
+    col.overlay.add(A.polygon(pts, { name: row.obs_id }));
+    ids.push(row.obs_id);
+  }
+  if (ans.overflow) {
+    showMessage(`More than ${MEMBERS_MAX} images of '${name}' are in the view: ${MEMBERS_MAX} footprints are drawn; zoom in to see all of them.`, 'info', 'sky-members-many');
+  } else {
+    clearMessage('sky-members-many');
+  }
+  T.collection.footprints = { pos, ids, overflow: ans.overflow, drawn: col.overlay.overlayItems.length };
+}
+
+/** A click in a collection's sky lists the members under the cursor (a few pixels around it). */
+function skyClick(e) {
+  if (!col.name || !e || e.isDragging || !Number.isFinite(e.ra) || !Number.isFinite(e.dec)) return;
+  const [w] = T.aladin.getFov();
+  const [pw] = T.aladin.getSize();
+  const r = Math.max(1e-6, (w / Math.max(1, pw)) * CLICK_PIXELS);
+  listUnder(e.ra, e.dec, r);
+}
+async function listUnder(ra, dec, r) {
+  const name = col.name;
+  const gen = ++col.clickGen;
+  const pos = `CIRCLE ${ra.toFixed(8)} ${dec.toFixed(8)} ${r.toPrecision(6)}`;
+  let ans;
+  try {
+    ans = await siaQuery({ POS: pos, COLLECTION: name, MAXREC: String(UNDER_MAX) });
+  } catch (e) {
+    if (gen === col.clickGen) failure('sky-under', `cannot list the images under the cursor: ${e.message}`, isOutage(e));
+    return;
+  }
+  if (gen !== col.clickGen || col.name !== name) return;
+  clearMessage('sky-under');
+  showUnder({ ra, dec, r, pos, rows: ans.rows, overflow: ans.overflow });
+}
+
+/** MJD to "YYYY-MM-DD hh:mm:ss" (UTC), or '' when absent. */
+function mjdText(v) {
+  const x = parseFloat(v);
+  if (!Number.isFinite(x)) return '';
+  return new Date((x - 40587) * 86400000).toISOString().slice(0, 19).replace('T', ' ');
+}
+/** The band of a row: its FILTER, else its wavelengths in nm. */
+function bandText(row) {
+  if (row.filter) return row.filter;
+  const a = parseFloat(row.em_min), b = parseFloat(row.em_max);
+  if (!Number.isFinite(a)) return '';
+  return a === b || !Number.isFinite(b) ? `${(a * 1e9).toPrecision(4)} nm` : `${(a * 1e9).toPrecision(4)}–${(b * 1e9).toPrecision(4)} nm`;
+}
+/** The list of the images under a click (null: none yet), their footprints highlighted. */
+function showUnder(u) {
+  const body = $('#sky-members-table tbody');
+  body.replaceChildren();
+  if (col.hilite) col.hilite.removeAll();
+  if (T.collection) T.collection.under = u ? { pos: u.pos, ids: u.rows.map((r) => r.obs_id) } : null;
+  if (!u) {
+    $('#sky-members-title').textContent = 'Click the sky to list the images under the cursor.';
+    $('#sky-members-table').hidden = true;
+    return;
+  }
+  const where = worldText(u.ra, u.dec, sky.frame);
+  $('#sky-members-title').textContent = u.rows.length
+    ? `${u.rows.length}${u.overflow ? '+' : ''} image${u.rows.length === 1 ? '' : 's'} under ${where}`
+    : `No image of '${col.name}' under ${where}.`;
+  $('#sky-members-table').hidden = !u.rows.length;
+  if (!col.hilite && T.aladin) {
+    col.hilite = A.graphicOverlay({ name: 'under the cursor', color: '#ff5cf4', lineWidth: 3 });
+    T.aladin.addOverlay(col.hilite);
+  }
+  for (const row of u.rows) {
+    const tr = document.createElement('tr');
+    tr.dataset.obsId = row.obs_id;
+    const id = document.createElement('td');
+    id.textContent = row.obs_id;
+    const date = document.createElement('td');
+    date.textContent = mjdText(row.t_min);
+    const band = document.createElement('td');
+    band.textContent = bandText(row);
+    const links = document.createElement('td');
+    const fits = document.createElement('a');
+    fits.href = row.access_url;
+    fits.textContent = 'FITS';
+    fits.className = 'member-fits';
+    fits.download = row.obs_id.split('/').pop();
+    const dl = document.createElement('a');
+    dl.href = `/vo/datalink?ID=${enc(row.obs_publisher_did)}`;
+    dl.textContent = 'DataLink';
+    dl.className = 'member-datalink';
+    dl.target = '_blank';
+    links.append(fits, dl);
+    tr.append(id, date, band, links);
+    body.append(tr);
+    const pts = regionPoints(row.s_region);
+    if (pts && col.hilite) col.hilite.add(A.polygon(pts, { name: row.obs_id }));
+  }
+}
 
 // ---- pixel view (OpenSeadragon + uPlot) ------------------------------------------------------
 const px = {

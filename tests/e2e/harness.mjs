@@ -37,9 +37,12 @@ export async function until(ms, what, fn, step = 100) {
 }
 
 /** Starts tesserad on the demo datasets with jobs in a fresh directory.  Returns
- * {base, pid, stop(), restart(between), log()}: restart stops the server, awaits
- * between() (may be omitted) and starts it again on the same port. */
-export async function startServer({ tesserad, token = null } = {}) {
+ * {base, pid, dir, stop(), restart(between), log()}: restart stops the server, awaits
+ * between() (may be omitted) and starts it again on the same port.  `prepare(dir)`, where
+ * given, is awaited first with the server's scratch directory (removed by stop()) and may
+ * return {data_roots, datasets, settings}: more data roots and datasets (collections
+ * included) for the configuration, and top-level settings. */
+export async function startServer({ tesserad, token = null, prepare = null } = {}) {
   const bin = tesserad || process.env.TESSERAD || path.join(TOP, 'build', 'tesserad');
   check(fs.existsSync(bin), `no tesserad at ${bin} (build first, or set TESSERAD)`);
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'tessera-e2e-'));
@@ -50,6 +53,12 @@ export async function startServer({ tesserad, token = null } = {}) {
   // conf/demo.json names the viewer relative to itself; this copy lives elsewhere.
   demo.viewer = { dir: path.join(TOP, 'viewer'), node_modules: path.join(TOP, 'node_modules') };
   demo.jobs = { dir: path.join(dir, 'jobs'), token };
+  if (prepare) {
+    const more = (await prepare(dir)) || {};
+    demo.data_roots.push(...(more.data_roots || []));
+    demo.datasets.push(...(more.datasets || []));
+    Object.assign(demo, more.settings || {});
+  }
   const conf = path.join(dir, 'tessera.json');
   const env = { ...process.env, TESSERA_VIEWER_DIR: path.join(TOP, 'viewer'), TESSERA_NODE_MODULES: path.join(TOP, 'node_modules') };
   let stderr = '';
@@ -90,7 +99,7 @@ export async function startServer({ tesserad, token = null } = {}) {
     demo.listen = `127.0.0.1:${port}`;
     await launch();
   };
-  return { base, get pid() { return child.pid; }, stop, restart, log: () => stderr };
+  return { base, dir, get pid() { return child.pid; }, stop, restart, log: () => stderr };
 }
 
 /** Launches headless Chromium (Debian's /usr/bin/chromium unless $CHROMIUM). */

@@ -44,7 +44,8 @@ try {
     const start = Date.now();
     let server = null;
     try {
-      server = await startServer();
+      // A test may name data of its own for the server (harness.mjs: startServer's prepare).
+      server = await startServer({ prepare: t.prepare || null });
       const shot = async (page, name) => {
         await page.screenshot({ path: path.join(SHOTS, name), fullPage: false });
       };

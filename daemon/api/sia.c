@@ -152,6 +152,8 @@ static const char *parse_query(const vo_params *p, sia_query *q, char *why, size
         } else if (strcasecmp(k, "BAND") == 0) {
             bad = q->nband == SIA_MAX_REGIONS ? "at most 16 values"
                                                : parse_interval(v, &q->band[q->nband++]);
+            if (!bad && isfinite(q->band[q->nband - 1].lo) && q->band[q->nband - 1].lo < 0)
+                bad = "takes wavelengths in metres, 0 or more (-Inf and +Inf allowed)";
         } else if (strcasecmp(k, "TIME") == 0) {
             bad = q->ntime == SIA_MAX_REGIONS ? "at most 16 values"
                                                : parse_interval(v, &q->time[q->ntime++]);

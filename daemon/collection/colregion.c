@@ -15,6 +15,10 @@ static const char *make_range(col_region *g, const double *v)
     if (!(v[0] <= v[1]) || !(v[2] <= v[3]))
         return "a range takes ra_min ra_max dec_min dec_max with ra_min <= ra_max and "
                "dec_min <= dec_max (degrees; -Inf and +Inf allowed)";
+    for (int k = 0; k < 4; k++)   /* DALI: finite bounds lie on the sky */
+        if (isfinite(v[k]) && (k < 2 ? v[k] < 0 || v[k] > 360 : v[k] < -90 || v[k] > 90))
+            return "a range's ra bounds lie within 0..360 and its dec bounds within -90..90 "
+                   "(degrees; -Inf and +Inf allowed)";
     g->range = 1;
     g->lo[0] = fmax(v[0], 0);
     g->hi[0] = fmin(v[1], 360);

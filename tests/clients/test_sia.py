@@ -330,12 +330,23 @@ class SiaTest(unittest.TestCase):
             self.fail("expected 404")
         except urllib.error.HTTPError as e:
             self.assertEqual(e.code, 404)
-        try:
-            self.get("/vo/sia/query?POS=CIRCLE+400+0+1")
-            self.fail("expected 400")
-        except urllib.error.HTTPError as e:
-            self.assertEqual(e.code, 400)
-            self.assertIn(b"UsageError", e.read())
+        # Off the sky, a dec bound past the pole, a negative wavelength: each a
+        # UsageError naming the parameter (DALI), the service still up.
+        for query, name in (("POS=CIRCLE+400+0+1", b"POS"),
+                            ("POS=RANGE+149+151+-100+3", b"POS"),
+                            ("POS=RANGE+-10+400+1+3", b"POS"),
+                            ("BAND=-1", b"BAND")):
+            try:
+                self.get("/vo/sia/query?" + query)
+                self.fail(f"{query}: expected 400")
+            except urllib.error.HTTPError as e:
+                self.assertEqual(e.code, 400, query)
+                body = e.read()
+                self.assertTrue(body.startswith(b"UsageError"), (query, body))
+                self.assertIn(name, body, query)
+        # Open bounds stay allowed.
+        status, _, _ = self.get("/vo/sia/query?POS=RANGE+-Inf+%2BInf+-90+90&BAND=-Inf+1e-6")
+        self.assertEqual(status, 200)
 
     def test_zz_new_file_found_while_serving(self):
         w = _make_wcs(RA0 + 0.5, DEC0 + 0.5, 2.0, 10.0)

@@ -1,5 +1,6 @@
 /* tesserad: the Tessera HTTP daemon (configuration, start, clean stop on SIGTERM/SIGINT). */
 #include "daemon/app.h"
+#include "daemon/collection/collection.h"
 #include "daemon/catalog.h"
 #include "daemon/config.h"
 #include "daemon/http.h"
@@ -300,8 +301,13 @@ int main(int argc, char **argv)
             fprintf(stderr, "tesserad: dataset '%s' has no usable WCS (served without its sky "
                     "routes): %s\n", d->name, d->wcs_error);
     }
-    fprintf(stderr, "tesserad: serving %d datasets on http://%s%s%s:%d/\n", catalog_count(srv->app->cat),
-            strchr(cfg.listen_addr, ':') ? "[" : "", cfg.listen_addr,
+    int nds = catalog_count(srv->app->cat);
+    int ncol = srv->app->collections ? srv->app->collections->n : 0;
+    char cols[64] = "";
+    if (ncol > 0)
+        snprintf(cols, sizeof cols, " and %d collection%s", ncol, ncol == 1 ? "" : "s");
+    fprintf(stderr, "tesserad: serving %d dataset%s%s on http://%s%s%s:%d/\n", nds,
+            nds == 1 ? "" : "s", cols, strchr(cfg.listen_addr, ':') ? "[" : "", cfg.listen_addr,
             strchr(cfg.listen_addr, ':') ? "]" : "", tserver_port(srv));
     fflush(stderr);
 

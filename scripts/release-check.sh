@@ -195,7 +195,7 @@ served_checks() {
     i=0
     port=""
     while [ $i -lt 300 ] && [ -z "$port" ] && kill -0 "$srvpid" 2>/dev/null; do
-        port=$(sed -nE 's|.*serving [0-9]+ datasets on http://127\.0\.0\.1:([0-9]+)/.*|\1|p' "$tmp/tesserad.log")
+        port=$(sed -nE 's|.*serving [0-9]+ datasets? (and [0-9]+ collections? )?on http://127\.0\.0\.1:([0-9]+)/.*|\2|p' "$tmp/tesserad.log")
         sleep 0.1
         i=$((i + 1))
     done

@@ -95,7 +95,8 @@ class Server:
     def _wait_port(self, seconds):
         end = time.monotonic() + seconds
         while time.monotonic() < end:
-            m = re.search(r"serving \d+ datasets on http://127\.0\.0\.1:(\d+)/", self.log())
+            m = re.search(r"serving \d+ datasets?(?: and \d+ collections?)? on "
+                          r"http://127\.0\.0\.1:(\d+)/", self.log())
             if m:
                 return int(m.group(1))
             if self.proc.poll() is not None:

@@ -824,7 +824,8 @@ static void *client_main(void *arg)
     return NULL;
 }
 
-/* Reads the port from tesserad's "serving N datasets on http://127.0.0.1:PORT/" line. */
+/* Reads the port from tesserad's "serving N datasets [and M collections] on
+ * http://127.0.0.1:PORT/" line. */
 static int wait_port(const char *logpath, double limit_s)
 {
     double t0 = tt_now_s();

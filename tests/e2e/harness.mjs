@@ -73,7 +73,7 @@ export async function startServer({ tesserad, token = null, prepare = null } = {
     child.on('exit', (code, sig) => { if (child === me) exited = { code, sig }; });
     return until(15000, 'tesserad to listen', () => {
       if (exited) throw new Error(`tesserad exited (${exited.code ?? exited.sig}): ${stderr}`);
-      const m = stderr.slice(mark).match(/serving \d+ datasets on http:\/\/127\.0\.0\.1:(\d+)\//);
+      const m = stderr.slice(mark).match(/serving \d+ datasets?(?: and \d+ collections?)? on http:\/\/127\.0\.0\.1:(\d+)\//);
       return m ? Number(m[1]) : null;
     }, 50);
   };

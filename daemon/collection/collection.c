@@ -2,6 +2,7 @@
  * member's header into the index, the rescan thread, and the spherical geometry of the
  * discovery queries. */
 #include "daemon/collection/collection.h"
+#include "engine/base/fileio.h"
 #include "daemon/collection/colmembers.h"
 #include "daemon/catalog.h"
 #include "engine/base/error.h"
@@ -362,7 +363,12 @@ static void read_member(const colset *s, const collection *c, const char *abs, c
     if (fitsimg_read_info(real, c->hdu, &info, err, sizeof(err))) {
         /* The reason names the file by its obs_id, not by the server's path. */
         char *at = strstr(err, real);
-        if (at) {
+        unsigned char head[6];
+        if (tess_read_prefix(real, head, sizeof head) && memcmp(head, "SIMPLE", 6) != 0 &&
+            !(head[0] == 0x1f && head[1] == 0x8b)) {   /* gzip: cfitsio reads it */
+            m->error = fmt_error("%s is not a FITS file (it does not begin with SIMPLE)",
+                                 m->relpath);
+        } else if (at) {
             size_t rl = strlen(real);
             m->error = fmt_error("%.*s%s%s", (int)(at - err), err, m->relpath, at + rl);
         } else {
@@ -394,10 +400,13 @@ static void read_member(const colset *s, const collection *c, const char *abs, c
     if (isfinite(m->t_min))
         m->t_max = m->t_min + (isfinite(m->exptime) && m->exptime > 0 ? m->exptime / 86400.0 : 0);
     skywcs *w = NULL, *cel = NULL;
+    err[0] = '\0';
     if (skywcs_parse(info.header, info.nkeys, &w, err, sizeof(err)) || !w ||
         !skywcs_has_celestial(w) || !(cel = skywcs_celestial(w))) {
-        m->error = fmt_error("%s has no usable celestial WCS%s", m->relpath,
-                             w ? "" : ": the header's WCS was refused");
+        m->error = fmt_error("%s has no usable celestial WCS: %s", m->relpath,
+                             !w && err[0] ? err
+                             : "no celestial pair of axes (CTYPEi such as RA---TAN and "
+                               "DEC--TAN)");
         goto done;
     }
     *wcs = info.header;

@@ -329,11 +329,12 @@ START_TEST(test_index_lifecycle)
 }
 END_TEST
 
-/* An image without a celestial WCS, and a link leading out of the data roots, are listed
- * with their reasons; the others are served. */
+/* An image without a celestial WCS, a text file named like an image and a link leading
+ * out of the data roots are listed with their reasons; the others are served. */
 START_TEST(test_unusable_members)
 {
     write_image("ok.fits", 30.0, 10.0, "r");
+    write_text("readme.fits", "a text file named like an image");
     char p[512];
     snprintf(p, sizeof(p), "%s/nowcs.fits", data);
     long long axes[2] = {8, 8};
@@ -349,11 +350,14 @@ START_TEST(test_unusable_members)
     colset *s;
     ck_assert_int_eq(colset_open(&cfg, &s, err, sizeof(err)), 0);
     collection *c = colset_find(s, "c1");
-    ck_assert_int_eq(c->n, 3);
+    ck_assert_int_eq(c->n, 4);
     ck_assert_ptr_null(member(c, "ok.fits")->error);
     const char *why = member(c, "nowcs.fits")->error;
     ck_assert_ptr_nonnull(why);
-    ck_assert_msg(strstr(why, "no usable celestial WCS") != NULL, "%s", why);
+    ck_assert_msg(strstr(why, "nowcs.fits has no usable celestial WCS: ") != NULL, "%s", why);
+    why = member(c, "readme.fits")->error;
+    ck_assert_ptr_nonnull(why);
+    ck_assert_str_eq(why, "readme.fits is not a FITS file (it does not begin with SIMPLE)");
     why = member(c, "link.fits")->error;
     ck_assert_ptr_nonnull(why);
     ck_assert_str_eq(why, "link.fits resolves outside the data roots");

@@ -16,6 +16,7 @@ import urllib.error
 import urllib.request
 
 from harness import ServerCase, Server
+from skygeom import image_distance
 
 try:
     import numpy as np
@@ -52,15 +53,7 @@ def make_wcs(ra, dec, scale_arcsec, rot_deg):
 
 
 def circle_distance(w, ra, dec):
-    """Distance (deg) from (ra, dec) to the image of w: 0 inside, else to its sampled edges."""
-    c = SkyCoord(ra * u.deg, dec * u.deg)
-    px, py = w.world_to_pixel(c)
-    if -0.5 <= float(px) <= N - 0.5 and -0.5 <= float(py) <= N - 0.5:
-        return 0.0
-    t = np.linspace(-0.5, N - 0.5, 4 * N + 1)
-    lo, hi = np.full_like(t, -0.5), np.full_like(t, N - 0.5)
-    edge = w.pixel_to_world(np.concatenate([t, hi, t, lo]), np.concatenate([lo, t, hi, t]))
-    return float(c.separation(edge).deg.min())
+    return image_distance(w, N, ra, dec)
 
 
 class CollectionJobTest(ServerCase):

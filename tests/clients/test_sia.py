@@ -19,6 +19,7 @@ import urllib.parse
 import urllib.request
 
 from harness import Postgres, Server, need
+from skygeom import image_distance
 
 try:
     import numpy as np
@@ -96,17 +97,7 @@ def _polygon_overlaps(w, verts):
 
 
 def _circle_distance(w, ra, dec):
-    """Distance (deg) from (ra, dec) to the image: 0 inside, else to its sampled edges."""
-    c = SkyCoord(ra * u.deg, dec * u.deg)
-    px, py = w.world_to_pixel(c)
-    if _in_image(float(px), float(py)):
-        return 0.0
-    t = np.linspace(-0.5, N - 0.5, 4 * N + 1)
-    lo, hi = np.full_like(t, -0.5), np.full_like(t, N - 0.5)
-    xs = np.concatenate([t, hi, t, lo])
-    ys = np.concatenate([lo, t, hi, t])
-    edge = w.pixel_to_world(xs, ys)
-    return float(c.separation(edge).deg.min())
+    return image_distance(w, N, ra, dec)
 
 
 class SiaTest(unittest.TestCase):

@@ -1,0 +1,17 @@
+"""Sky geometry the client tests share: how far a position lies from an image."""
+import numpy as np
+from astropy import units as u
+from astropy.coordinates import SkyCoord
+
+
+def image_distance(w, n, ra, dec):
+    """Distance (deg) from (ra, dec) to the n x n image of WCS w: 0 inside (pixel edges
+    -0.5 .. n - 0.5), else to its edges sampled four times a pixel."""
+    c = SkyCoord(ra * u.deg, dec * u.deg)
+    px, py = w.world_to_pixel(c)
+    if -0.5 <= float(px) <= n - 0.5 and -0.5 <= float(py) <= n - 0.5:
+        return 0.0
+    t = np.linspace(-0.5, n - 0.5, 4 * n + 1)
+    lo, hi = np.full_like(t, -0.5), np.full_like(t, n - 0.5)
+    edge = w.pixel_to_world(np.concatenate([t, hi, t, lo]), np.concatenate([lo, t, hi, t]))
+    return float(c.separation(edge).deg.min())

@@ -136,7 +136,10 @@ static int run_worker(tess_config *cfg)
         return 2;
     }
     /* Composed as the server is (tserver_start), the same settings included; only the
-     * HTTP front end is left out. */
+     * HTTP front end is left out, and with it the disk tier of the response cache, which
+     * only answers requests (a worker given the servers' configuration would otherwise
+     * index and trim their cache.disk_dir as a second owner). */
+    cfg->cache_disk_mb = 0;
     tess_app *app = NULL;
     if (tess_app_open(cfg, &app, err, sizeof err)) {
         fprintf(stderr, "tesserad: %s\n", err);

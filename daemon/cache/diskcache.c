@@ -9,6 +9,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -142,7 +143,25 @@ static int newest_first(const void *a, const void *b)
     return 0;
 }
 
-/* Indexes the files an earlier run left, newest first, and removes temporary files. */
+/* Whether the temporary file `name` (HASH.PID.N.tmp, written by diskcache_put) may be
+ * removed: its writer, a process of this machine, is gone.  A writer still running (another
+ * server or a worker configured with the same cache.disk_dir) keeps its file, which it
+ * renames or unlinks itself; a name without a process id is an old or foreign leftover. */
+static int tmp_abandoned(const char *name)
+{
+    const char *dot = strchr(name, '.');
+    if (!dot)
+        return 1;
+    char *end;
+    errno = 0;
+    long pid = strtol(dot + 1, &end, 10);
+    if (errno || end == dot + 1 || *end != '.' || pid <= 0 || pid == (long)getpid())
+        return 1;
+    return kill((pid_t)pid, 0) != 0 && errno == ESRCH;
+}
+
+/* Indexes the files an earlier run left, newest first, and removes the temporary files of
+ * writes that were interrupted. */
 static int scan(diskcache *c)
 {
     DIR *d = opendir(c->dir);
@@ -157,7 +176,8 @@ static int scan(diskcache *c)
         size_t len = strlen(name);
         snprintf(path, sizeof(path), "%s/%s", c->dir, name);
         if (len > 4 && strcmp(name + len - 4, ".tmp") == 0) {
-            unlink(path);
+            if (tmp_abandoned(name))
+                unlink(path);
             continue;
         }
         if (len != 21 || strcmp(name + 16, ".tile") != 0)

@@ -1,9 +1,11 @@
 /* Unit tests of daemon/cache/diskcache: round trip, restart, byte budget, damaged files. */
 #include <check.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "daemon/cache/diskcache.h"
@@ -60,16 +62,36 @@ START_TEST(test_roundtrip_and_restart)
     tile_release(g);
     diskcache_close(c);
 
-    /* A temporary file of an interrupted write is swept at start-up. */
-    char tmp[256];
-    snprintf(tmp, sizeof(tmp), "%s/0123456789abcdef.1.1.tmp", dir);
-    FILE *f = fopen(tmp, "w");
-    fputs("partial", f);
-    fclose(f);
+    /* A temporary file of an interrupted write (its process gone) is swept at start-up;
+     * one of a writer still running (another process sharing the directory) is kept. */
+    pid_t gone = fork();
+    ck_assert_int_ge(gone, 0);
+    if (gone == 0)
+        _exit(0);
+    ck_assert_int_eq(waitpid(gone, NULL, 0), gone);
+    pid_t alive = fork();
+    ck_assert_int_ge(alive, 0);
+    if (alive == 0) {
+        pause();
+        _exit(0);
+    }
+    char tmp[256], live[256];
+    snprintf(tmp, sizeof(tmp), "%s/0123456789abcdef.%ld.1.tmp", dir, (long)gone);
+    snprintf(live, sizeof(live), "%s/0123456789abcdef.%ld.1.tmp", dir, (long)alive);
+    for (int i = 0; i < 2; i++) {
+        FILE *f = fopen(i ? live : tmp, "w");
+        ck_assert_ptr_nonnull(f);
+        fputs("partial", f);
+        fclose(f);
+    }
 
     c = diskcache_open(dir, 1 << 20, err, sizeof(err));
     ck_assert_ptr_nonnull(c);
     ck_assert_int_ne(access(tmp, F_OK), 0);
+    ck_assert_int_eq(access(live, F_OK), 0);
+    kill(alive, SIGKILL);
+    ck_assert_int_eq(waitpid(alive, NULL, 0), alive);
+    unlink(live);
     g = diskcache_get(c, "hips|horsehead|v1|5|123|png");
     ck_assert_ptr_nonnull(g);
     ck_assert_int_eq(memcmp(g->data, t->data, 1000), 0);

@@ -319,6 +319,13 @@ static void dataset_links(voxml *x, const char *base, const char *id, const data
      * Image API 3.0, section 5.1; reply_info in iiif.c). */
     snprintf(text, sizeof(text), "IIIF Image API 3.0 view of %s (info.json)", d->name);
     link_row(x, id, url, NULL, NULL, "#auxiliary", text, "application/json", -1);
+    /* The Presentation API 3.0 manifest (one canvas a plane or frame): what Mirador and
+     * other IIIF viewers open; typed as a GET without Accept is answered (reply_ld). */
+    snprintf(url, sizeof(url), "%s/iiif/3/%s/manifest.json", base, d->name);
+    snprintf(text, sizeof(text), "IIIF Presentation API 3.0 manifest of %s%s", d->name,
+             d->nz > 1 ? (d->kind == DS_STACK ? " (a canvas a frame)" : " (a canvas a plane)")
+                       : "");
+    link_row(x, id, url, NULL, NULL, "#auxiliary", text, "application/json", -1);
     if (on_sky(d)) {
         snprintf(url, sizeof(url), "%s/hips/%s/", base, d->name);
         snprintf(text, sizeof(text), "HiPS 1.0 survey of %s%s (give this URL to a HiPS "

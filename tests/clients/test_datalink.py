@@ -3,6 +3,7 @@ dataset (0 errors), the SODA descriptor offering BAND only where a BAND can be u
 #this row's content_length equal to the Content-Length of the download (stacks and
 written copies included), and the #auxiliary info.json typed as it is served."""
 import io
+import json
 import os
 import re
 import shutil
@@ -141,6 +142,21 @@ class DatalinkTest(ServerCase):
             self.assertEqual(len(aux), 1)
             headers, _ = self.get(urllib.parse.urlparse(str(aux[0]["access_url"])).path)
             self.assertEqual(str(aux[0]["content_type"]), headers["Content-Type"])
+
+    def test_iiif_manifest_linked(self):
+        """Each dataset links its IIIF Presentation manifest, typed as served, with one
+        canvas a plane (a cube's 53 planes: 53 canvases)."""
+        for name, canvases in (("horsehead", 1), ("l1448_13co", 53)):
+            aux = [r for r in self.rows(self.links(name), "#auxiliary")
+                   if str(r["access_url"]).endswith("/manifest.json")]
+            self.assertEqual(len(aux), 1, name)
+            path = urllib.parse.urlparse(str(aux[0]["access_url"])).path
+            self.assertEqual(path, f"/iiif/3/{name}/manifest.json")
+            headers, body = self.get(path)
+            self.assertEqual(str(aux[0]["content_type"]), headers["Content-Type"])
+            man = json.loads(body)
+            self.assertEqual(man["type"], "Manifest")
+            self.assertEqual(len(man["items"]), canvases, name)
 
     def test_datalinklint(self):
         """One answer holding every demo dataset's rows and both descriptors (a dataset's

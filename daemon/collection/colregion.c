@@ -45,6 +45,44 @@ static const char *make_range(col_region *g, const double *v)
     return NULL;
 }
 
+static void unit_vector(double ra, double dec, double u[3])
+{
+    double a = ra * (M_PI / 180), d = dec * (M_PI / 180);
+    u[0] = cos(d) * cos(a);
+    u[1] = cos(d) * sin(a);
+    u[2] = sin(d);
+}
+
+/* Whether the n vertices (ra, dec pairs, degrees) enclose no area: all of them on one
+ * great circle (coincident and antipodal points included), so the polygon has no inside
+ * (DALI 1.1 section 3.3.7: a polygon is the area its edges enclose).  The plane is the one
+ * through the origin and the two vertices furthest from parallel; a vertex more than
+ * 1e-9 rad (0.2 mas) from it gives the polygon an area. */
+static int polygon_degenerate(const double *v, int n)
+{
+    double u[COL_POLY_MAX][3], best = 0, nrm[3] = { 0, 0, 0 };
+    for (int i = 0; i < n; i++)
+        unit_vector(v[2 * i], v[2 * i + 1], u[i]);
+    for (int i = 0; i < n; i++)
+        for (int j = i + 1; j < n; j++) {
+            double c[3] = { u[i][1] * u[j][2] - u[i][2] * u[j][1],
+                            u[i][2] * u[j][0] - u[i][0] * u[j][2],
+                            u[i][0] * u[j][1] - u[i][1] * u[j][0] };
+            double len = sqrt(c[0] * c[0] + c[1] * c[1] + c[2] * c[2]);
+            if (len > best) {
+                best = len;
+                for (int k = 0; k < 3; k++)
+                    nrm[k] = c[k] / len;
+            }
+        }
+    if (best < 1e-9)
+        return 1;
+    for (int i = 0; i < n; i++)
+        if (fabs(nrm[0] * u[i][0] + nrm[1] * u[i][1] + nrm[2] * u[i][2]) > 1e-9)
+            return 0;
+    return 1;
+}
+
 const char *col_region_make(col_region *g, col_region_kind k, const double *v, int n)
 {
     memset(g, 0, sizeof(*g));
@@ -68,6 +106,8 @@ const char *col_region_make(col_region *g, col_region_kind k, const double *v, i
         for (int i = 0; i < n; i += 2)
             if (!valid_point(v[i], v[i + 1]))
                 return "polygon vertices need 0 <= ra <= 360 and |dec| <= 90";
+        if (polygon_degenerate(v, n / 2))
+            return "the polygon's vertices lie on one great circle: it encloses no area";
         memcpy(g->poly, v, (size_t)n * sizeof(double));
         g->n = n / 2;
         return NULL;

@@ -326,7 +326,11 @@ class SiaTest(unittest.TestCase):
         for query, name in (("POS=CIRCLE+400+0+1", b"POS"),
                             ("POS=RANGE+149+151+-100+3", b"POS"),
                             ("POS=RANGE+-10+400+1+3", b"POS"),
-                            ("BAND=-1", b"BAND")):
+                            ("BAND=-1", b"BAND"),
+                            # degenerate: three points of one meridian, and one point
+                            # repeated: no area (DALI's polygon encloses one)
+                            ("POS=POLYGON+150+1+150+2+150+3", b"great circle"),
+                            ("POS=POLYGON+150+2+150+2+150+2", b"great circle")):
             try:
                 self.get("/vo/sia/query?" + query)
                 self.fail(f"{query}: expected 400")

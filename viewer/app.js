@@ -573,19 +573,20 @@ async function showSky(name, params) {
   const hadAladin = !!T.aladin;
   leaveCollection();
   $('#sky-to-pixels').hidden = false;
-  if (!T.aladin) {
-    createAladin(survey(), alFrame, proj, fov, ra, dec);
-  } else if (newName || params.has('plane') || sky.urlPlane !== sky.plane || sky.gen !== sky.urlGen) {
-    T.aladin.setImageSurvey(survey());
-  }
-  sky.urlPlane = sky.plane;
-  sky.urlGen = sky.gen;
+  if (!T.aladin) createAladin(survey(), alFrame, proj, fov, ra, dec);
+  // Move first, then change the survey: the new survey's first tiles are then asked where
+  // it will be seen, not at the old dataset's position.
   if (!hadAladin || newName || params.has('ra') || params.has('proj')) {
     if (T.aladin.getProjectionName() !== proj) T.aladin.setProjection(proj);
     // The target string is read in cooFrame; the HiPS centre is ICRS: go there explicitly.
     T.aladin.gotoRaDec(ra, dec);
     T.aladin.setFoV(fov);
   }
+  if (hadAladin && (newName || params.has('plane') || sky.urlPlane !== sky.plane || sky.gen !== sky.urlGen)) {
+    T.aladin.setImageSurvey(survey());
+  }
+  sky.urlPlane = sky.plane;
+  sky.urlGen = sky.gen;
   T.aladin.setFrame(alFrame);
   sky.frame = frame;
   sky.name = name;

@@ -50,14 +50,12 @@ stack *stack_new(const char *const *paths, int npaths, int hdu, long nx, long ny
         free(s);
         return NULL;
     }
-    for (int i = 0; i < npaths; i++) {
-        if (!(s->paths[i] = strdup(paths[i]))) {
-            s->npaths = i;
+    for (; s->npaths < npaths; s->npaths++) {   /* npaths: the paths held, for stack_free */
+        if (!(s->paths[s->npaths] = strdup(paths[s->npaths]))) {
             stack_free(s);
             return NULL;
         }
     }
-    s->npaths = npaths;
     s->hdu = hdu;
     s->nx = nx;
     s->ny = ny;
@@ -401,40 +399,36 @@ static void close_chain(stack *s, frame *f)
     }
 }
 
+/* Whether file `idx` is no longer the one open frame f was opened from (gone, or another
+ * file at its path).  A stat(2) at every acquisition (about a microsecond), not once a
+ * second: what a request reads is then never older than the version it put in its cache
+ * key (taken before: daemon/catalog.h dataset_version), so a replaced file cannot leave
+ * its old pixels in the cache under the new version.  Under the stack's lock. */
+static int frame_replaced_locked(stack *s, frame *f, long idx)
+{
+    double t = tess_mono_s();
+    if (t - f->checked < 0.0)
+        return 0;
+    f->checked = t;
+    tess_file_id now;
+    return tess_file_id_of(s->paths[idx], 0, &now, NULL, 0) != 0 ||
+           !tess_file_id_same(&now, &f->id);
+}
+
 /* The open frame of file `idx` with a reference for the caller (stack_release it). */
 int stack_frame_acquire(stack *s, long idx, frame **out, char *err, size_t errlen)
 {
     frame *closeme = NULL;
     pthread_mutex_lock(&s->lock);
     frame *f = s->table[idx];
-    if (f && mapguard_faulted(f->guard)) {
-        /* The file was truncated under the map (engine/base/mapguard.h): open it again. */
+    /* A file truncated under the map (engine/base/mapguard.h) or replaced: open it again. */
+    if (f && (mapguard_faulted(f->guard) || frame_replaced_locked(s, f, idx))) {
         frame *c = evict_locked(s, f);
         if (c) {
             c->close_next = NULL;
             closeme = c;
         }
         f = NULL;
-    }
-    if (f) {
-        /* A stat(2) at every acquisition (about a microsecond), not once a second: what a
-         * request reads is then never older than the version it put in its cache key
-         * (taken before: daemon/catalog.h dataset_version), so a replaced file cannot
-         * leave its old pixels in the cache under the new version. */
-        double t = tess_mono_s();
-        if (t - f->checked >= 0.0) {
-            tess_file_id now;
-            f->checked = t;
-            if (tess_file_id_of(s->paths[idx], 0, &now, NULL, 0) != 0 ||
-                !tess_file_id_same(&now, &f->id)) {
-                frame *c = evict_locked(s, f);
-                if (c) {
-                    c->close_next = NULL;
-                    closeme = c;
-                }
-                f = NULL;
-            }
-        }
     }
     if (f) {
         f->refs++;

@@ -89,9 +89,8 @@ int sq_load(sq_index *x, const char *collection, col_member **out, int *n)
     sqlite3_stmt *st;
     pthread_mutex_lock(&x->lock);
     if (sqlite3_prepare_v2(x->db,
-            "SELECT relpath, dev, ino, size, mtime_ns, nx, ny, nz, bitpix, footprint, ra, dec,"
-            " radius, pixscale, filter, em_min, em_max, t_min, t_max, exptime, error"
-            " FROM col_image WHERE collection = ? ORDER BY relpath", -1, &st, NULL) != SQLITE_OK) {
+            "SELECT " COL_MEMBER_COLUMNS " FROM col_image WHERE collection = ?"
+            " ORDER BY relpath", -1, &st, NULL) != SQLITE_OK) {
         pthread_mutex_unlock(&x->lock);
         return TESS_EIO;
     }

@@ -169,26 +169,26 @@ int stack_expect_headers(stack *s, const uint64_t *hashes)
  * (stacks) or falls back to cfitsio per read (compressed cubes). */
 static int open_fits(stack *s, frame *f, const char *path, char *err, size_t errlen)
 {
-    int compressed = 0, bitpix = 0, naxis = 0;
+    /* The header's BITPIX, BSCALE, BZERO and BLANK are read straight into the frame. */
+    int compressed = 0, naxis = 0;
     long naxes[FITSIMG_MAXDIM] = {1, 1, 1, 1};
-    long long datastart = 0;
-    double bscale = 1, bzero = 0;
-    long long blank = 0, ds = 0;
-    int has_blank = 0;
+    long long datastart = 0, ds = 0;
     uint64_t hhash = 0;
-    if (s->hdu == 0 && fitshead_plain(path, &bitpix, &naxis, naxes, &ds, &bscale, &bzero,
-                                         &has_blank, &blank, &hhash)) {
-        datastart = (long long)ds;
+    f->bscale = 1;
+    if (s->hdu == 0 && fitshead_plain(path, &f->bitpix, &naxis, naxes, &ds, &f->bscale,
+                                      &f->bzero, &f->has_blank, &f->blank, &hhash)) {
+        datastart = ds;
     } else {
-        bitpix = naxis = 0;
+        f->bitpix = naxis = 0;
         for (int a = 0; a < FITSIMG_MAXDIM; a++)
             naxes[a] = 1;
-        bscale = 1;
-        bzero = 0;
-        has_blank = 0;
-        blank = 0;
-        int rc = fitshead_image_params(path, s->hdu, &compressed, &bitpix, &naxis, naxes, &datastart,
-                                   &bscale, &bzero, &has_blank, &blank, err, errlen);
+        f->bscale = 1;
+        f->bzero = 0;
+        f->has_blank = 0;
+        f->blank = 0;
+        int rc = fitshead_image_params(path, s->hdu, &compressed, &f->bitpix, &naxis, naxes,
+                                       &datastart, &f->bscale, &f->bzero, &f->has_blank,
+                                       &f->blank, err, errlen);
         if (!rc && s->header_hash && s->header_hash[f->idx])
             rc = fitshead_hash(path, s->hdu, &hhash, err, errlen);
         if (rc)
@@ -206,11 +206,6 @@ static int open_fits(stack *s, frame *f, const char *path, char *err, size_t err
                     "when opened", path, naxes[0], naxes[1], nplanes, s->nx, s->ny);
         return TESS_EIO;
     }
-    f->bitpix = bitpix;
-    f->bscale = bscale;
-    f->bzero = bzero;
-    f->has_blank = has_blank;
-    f->blank = blank;
     if (compressed) {
         if (s->npaths == 1) {
             f->kind = SRC_CFITSIO;
@@ -239,7 +234,7 @@ static int open_fits(stack *s, frame *f, const char *path, char *err, size_t err
     /* The data the volume reads must lie in the file: checked sizes, so that a header
      * whose product of NAXISn wraps around cannot pass for a small one. */
     size_t bytes, end = TESS_SIZE_MAX;
-    int sized = tess_size_dims((size_t)(bitpix < 0 ? -bitpix : bitpix) / 8,
+    int sized = tess_size_dims((size_t)(f->bitpix < 0 ? -f->bitpix : f->bitpix) / 8,
                                (const long[]){s->nx, s->ny, planes_in_file(s)}, 3, &bytes) == 0
                 && datastart >= 0 && tess_size_add(bytes, (size_t)datastart, &end) == 0;
     struct stat st;

@@ -14,6 +14,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "engine/base/buf.h"
 #include "engine/base/error.h"
 #include "engine/base/fileio.h"
 
@@ -43,8 +44,7 @@ static const char jobs_usage[] =
 
 typedef struct http_resp {
     long status;
-    char *body;               /* NUL-terminated; NULL when empty */
-    size_t len, cap;
+    buf body;                 /* the answer, at most ANSWER_MAX bytes (data NULL: empty) */
     int too_long;             /* the answer passed ANSWER_MAX: the transfer was ended */
 } http_resp;
 
@@ -52,27 +52,10 @@ typedef struct http_resp {
 static size_t on_body(char *p, size_t sz, size_t n, void *arg)
 {
     http_resp *r = arg;
-    size_t add = sz * n;
-    if (add > ANSWER_MAX - r->len) {
+    int rc = buf_add(&r->body, p, sz * n);
+    if (rc == TESS_ERANGE)
         r->too_long = 1;
-        return 0;
-    }
-    if (r->len + add + 1 > r->cap) {
-        size_t cap = r->cap ? r->cap : 4096;
-        while (cap < r->len + add + 1)
-            cap *= 2;
-        if (cap > ANSWER_MAX + 1)
-            cap = ANSWER_MAX + 1;
-        char *b = realloc(r->body, cap);
-        if (!b)
-            return 0;
-        r->body = b;
-        r->cap = cap;
-    }
-    memcpy(r->body + r->len, p, add);
-    r->len += add;
-    r->body[r->len] = '\0';
-    return add;
+    return rc ? 0 : sz * n;
 }
 
 /* --timeout: the seconds a call may take (in memory), or a download may stall. */
@@ -102,6 +85,7 @@ static int request(const char *method, const char *url, const char *token, const
                    size_t len, FILE *out, http_resp *r)
 {
     memset(r, 0, sizeof(*r));
+    buf_init(&r->body, ANSWER_MAX);
     CURL *c = curl_easy_init();
     if (!c)
         return -1;
@@ -148,11 +132,8 @@ static int request(const char *method, const char *url, const char *token, const
     } else {
         cli_msg("%s: %s", url, curl_easy_strerror(rc));
     }
-    if (rc != CURLE_OK) {
-        free(r->body);
-        r->body = NULL;
-        r->len = r->cap = 0;
-    }
+    if (rc != CURLE_OK)
+        buf_release(&r->body);
     curl_slist_free_all(h);
     curl_easy_cleanup(c);
     return rc == CURLE_OK ? 0 : -1;
@@ -162,14 +143,14 @@ static int request(const char *method, const char *url, const char *token, const
  * call, with what the server wrote escaped (cli_safe). */
 static void print_problem(const char *what, const http_resp *r)
 {
-    json_t *j = r->body ? json_loadb(r->body, r->len, 0, NULL) : NULL;
+    json_t *j = r->body.data ? json_loadb(r->body.data, r->body.len, 0, NULL) : NULL;
     const char *detail = j ? json_string_value(json_object_get(j, "detail")) : NULL;
     const char *param = j ? json_string_value(json_object_get(j, "parameter")) : NULL;
     char d[1024], pa[128];
     if (detail)
         cli_safe(detail, d, sizeof d);
     else
-        cli_safe_bytes(r->body ? r->body : "", r->body ? r->len : 0, d, 300);
+        cli_safe_bytes(r->body.data ? r->body.data : "", r->body.len, d, 300);
     cli_msg("%s: HTTP %ld: %s%s%s%s", what, r->status, d, param ? " (" : "",
             param ? cli_safe(param, pa, sizeof pa) : "", param ? ")" : "");
     json_decref(j);
@@ -180,13 +161,13 @@ static void print_problem(const char *what, const http_resp *r)
 static json_t *parse_answer(const char *what, const http_resp *r)
 {
     json_error_t je;
-    json_t *j = r->body ? json_loadb(r->body, r->len, 0, &je) : NULL;
+    json_t *j = r->body.data ? json_loadb(r->body.data, r->body.len, 0, &je) : NULL;
     if (!j) {
         char why[160], start[128];
-        if (r->body)
+        if (r->body.data)
             cli_msg("%s: the server's answer (HTTP %ld) is not JSON: %s at byte %d; it "
                     "starts \"%s\"", what, r->status, cli_safe(je.text, why, sizeof why),
-                    je.position, cli_safe_bytes(r->body, r->len, start, sizeof start));
+                    je.position, cli_safe_bytes(r->body.data, r->body.len, start, sizeof start));
         else
             cli_msg("%s: the server's answer (HTTP %ld) is empty, not JSON", what, r->status);
     }
@@ -195,9 +176,9 @@ static json_t *parse_answer(const char *what, const http_resp *r)
 
 /* The string member `key` of object o escaped for printing (cli_safe), "-" when absent
  * or not a string. */
-static const char *field(json_t *o, const char *key, char *buf, size_t len)
+static const char *field(json_t *o, const char *key, char *out, size_t len)
 {
-    return cli_safe(json_string_value(json_object_get(o, key)), buf, len);
+    return cli_safe(json_string_value(json_object_get(o, key)), out, len);
 }
 
 /* 1 when s can be a job id (what the server makes: hex; letters, digits, '-' and '_'
@@ -332,16 +313,16 @@ static int follow(const common *o, const char *id)
     for (;;) {
         http_resp r;
         if (request("GET", url, NULL, NULL, 0, NULL, &r)) {
-            free(r.body);
+            buf_release(&r.body);
             return CLI_EXIT_SERVER;
         }
         if (r.status != 200) {
             print_problem("job status", &r);
-            free(r.body);
+            buf_release(&r.body);
             return CLI_EXIT_SERVER;
         }
         json_t *j = parse_answer("job status", &r);
-        free(r.body);
+        buf_release(&r.body);
         if (!j)
             return CLI_EXIT_SERVER;
         const char *st = json_string_value(json_object_get(j, "state"));
@@ -448,12 +429,12 @@ int cmd_submit(int argc, char **argv)
     }
     if (r.status != 202) {
         print_problem("submit", &r);
-        free(r.body);
+        buf_release(&r.body);
         curl_global_cleanup();
         return CLI_EXIT_SERVER;
     }
     json_t *j = parse_answer("submit", &r);
-    free(r.body);
+    buf_release(&r.body);
     const char *id = j ? json_string_value(json_object_get(j, "id")) : NULL;
     if (!job_id_ok(id)) {
         char b[128];
@@ -500,7 +481,7 @@ static int call_api(const char *method, const char *url, const char *token, cons
     } else if (!(*j = parse_answer(what, &r))) {
         x = CLI_EXIT_SERVER;
     }
-    free(r.body);
+    buf_release(&r.body);
     return x;
 }
 

@@ -294,41 +294,48 @@ const midPlane = (d) => Math.floor((planeCount(d) - 1) / 2);
 const iiifId = (d, z) => (d.kind === 'image' ? d.name : `${d.name}~${z}`);
 
 // ---- datasets ----------------------------------------------------------------------------------
+/** A card of the datasets page for `name` (classes "card" and `cls`, data-name the name)
+ * and its meta block, not yet appended to it: the name in bold, then an empty div of each
+ * class in `rows` for the caller to fill. */
+function newCard(name, cls, rows) {
+  const card = document.createElement('div');
+  card.className = cls ? `card ${cls}` : 'card';
+  card.dataset.name = name;
+  const meta = document.createElement('div');
+  meta.className = 'meta';
+  meta.innerHTML = '<b></b>' + rows.map((r) => `<div class="${r}"></div>`).join('');
+  meta.querySelector('b').textContent = name;
+  return { card, meta };
+}
+
+/** A link to view `view` (sky, pixels, collection) of `name`, reading `text`. */
+function viewLink(view, name, text) {
+  const a = document.createElement('a');
+  a.href = hashFor(view, name);
+  a.textContent = text;
+  return a;
+}
+
 async function showDatasets() {
   const list = await loadDatasets(true);
   const box = $('#dataset-list');
   box.replaceChildren();
   if (!list.length) box.textContent = 'This server has no datasets.';
   for (const d of list) {
-    const card = document.createElement('div');
-    card.className = 'card';
-    card.dataset.name = d.name;
+    const { card, meta } = newCard(d.name, '', ['kind', 'wcs', 'links']);
     const img = document.createElement('img');
     img.className = 'thumb';
     img.alt = `${d.name} preview`;
     img.loading = 'lazy';
     img.src = `/iiif/3/${enc(iiifId(d, midPlane(d)))}/full/!128,128/0/default.png?stretch=asinh&cuts=picture`;
     img.onerror = () => { img.alt = 'no preview'; img.classList.add('broken'); };
-    const meta = document.createElement('div');
-    meta.className = 'meta';
     const shape = d.shape.join(' × ');
-    meta.innerHTML = '<b></b><div class="kind"></div><div class="wcs"></div><div class="links"></div>';
-    meta.querySelector('b').textContent = d.name;
     meta.querySelector('.kind').textContent =
       `${d.kind} · ${shape} · BITPIX ${d.bitpix}${d.bunit ? ` · ${d.bunit}` : ''}`;
     meta.querySelector('.wcs').textContent = wcsSummary(d);
     const links = meta.querySelector('.links');
-    if (d.celestial) {
-      const a = document.createElement('a');
-      a.href = hashFor('sky', d.name);
-      a.textContent = 'sky';
-      links.append(a);
-    }
-    const p = document.createElement('a');
-    p.href = hashFor('pixels', d.name);
-    p.textContent = 'pixels';
-    links.append(p);
-    links.append(fitsLink(d.name));
+    if (d.celestial) links.append(viewLink('sky', d.name, 'sky'));
+    links.append(viewLink('pixels', d.name, 'pixels'), fitsLink(d.name));
     card.append(img, meta);
     box.append(card);
   }
@@ -857,19 +864,10 @@ async function showCollectionList() {
   box.replaceChildren();
   $('#collections').hidden = !list.length;
   for (const c of list) {
-    const card = document.createElement('div');
-    card.className = 'card collection';
-    card.dataset.name = c.name;
-    const meta = document.createElement('div');
-    meta.className = 'meta';
-    meta.innerHTML = '<b></b><div class="kind"></div><div class="links"></div>';
-    meta.querySelector('b').textContent = c.name;
+    const { card, meta } = newCard(c.name, 'collection', ['kind', 'links']);
     meta.querySelector('.kind').textContent = `collection · ${c.members} images` +
       (c.unreadable_count ? ` · ${c.unreadable_count} unreadable` : '');
-    const a = document.createElement('a');
-    a.href = hashFor('collection', c.name);
-    a.textContent = 'sky';
-    meta.querySelector('.links').append(a);
+    meta.querySelector('.links').append(viewLink('collection', c.name, 'sky'));
     card.append(meta);
     box.append(card);
   }

@@ -111,18 +111,27 @@ const char *out_format_mime(out_format f)
          : f == FMT_JPG ? "image/jpeg" : "application/octet-stream";
 }
 
+/* The answer for number parameter `key` given as `s` (NULL: absent) once param_double or
+ * param_long returned rc: 0, or the problem naming `range` ("LO and HI") or what the value
+ * must be (`kind`). */
+static int number_result(param_error *e, const char *key, const char *s, int rc,
+                         const char *range, const char *kind)
+{
+    if (rc == TESS_ERANGE)
+        return fail(e, key, "%s must be between %s, got '%.40s'", key, range, s);
+    if (rc)
+        return fail(e, key, "%s must be %s, got '%.40s'", key, kind, s);
+    return 0;
+}
+
 int param_opt_double(param_lookup get, void *cls, const char *key, double lo, double hi,
                      double *out, param_error *e)
 {
     const char *s = get(cls, key);
-    if (!s)
-        return 0;
-    int rc = param_double(s, lo, hi, out);
-    if (rc == TESS_ERANGE)
-        return fail(e, key, "%s must be between %g and %g, got '%.40s'", key, lo, hi, s);
-    if (rc)
-        return fail(e, key, "%s must be a finite number, got '%.40s'", key, s);
-    return 0;
+    char range[64];
+    snprintf(range, sizeof(range), "%g and %g", lo, hi);
+    return number_result(e, key, s, s ? param_double(s, lo, hi, out) : 0, range,
+                         "a finite number");
 }
 
 int param_req_double(param_lookup get, void *cls, const char *key, double lo, double hi,
@@ -137,14 +146,9 @@ int param_opt_long(param_lookup get, void *cls, const char *key, long lo, long h
                    param_error *e)
 {
     const char *s = get(cls, key);
-    if (!s)
-        return 0;
-    int rc = param_long(s, lo, hi, out);
-    if (rc == TESS_ERANGE)
-        return fail(e, key, "%s must be between %ld and %ld, got '%.40s'", key, lo, hi, s);
-    if (rc)
-        return fail(e, key, "%s must be an integer, got '%.40s'", key, s);
-    return 0;
+    char range[64];
+    snprintf(range, sizeof(range), "%ld and %ld", lo, hi);
+    return number_result(e, key, s, s ? param_long(s, lo, hi, out) : 0, range, "an integer");
 }
 
 int param_req_long(param_lookup get, void *cls, const char *key, long lo, long hi, long *out,

@@ -233,24 +233,6 @@ static void td_real(voxml *x, double v, int digits)
         voxml_element(x, "TD", "");
 }
 
-static voxml *votable_begin(void)
-{
-    voxml *x = voxml_votable_new();
-    if (!x)
-        return NULL;
-    voxml_start(x, "RESOURCE");
-    voxml_attr(x, "type", "results");
-    return x;
-}
-
-static void info(voxml *x, const char *name, const char *value)
-{
-    voxml_start(x, "INFO");
-    voxml_attr(x, "name", name);
-    voxml_attr(x, "value", value);
-    voxml_end(x);
-}
-
 /* The ObsCore row of member m of collection c. */
 static void obscore_row(voxml *x, const char *base, const collection *c, const col_member *m)
 {
@@ -384,7 +366,7 @@ static void finish_table(voxml *x, int overflow)
     voxml_end(x);   /* DATA */
     voxml_end(x);   /* TABLE */
     if (overflow)
-        info(x, "QUERY_STATUS", "OVERFLOW");
+        voxml_info(x, "QUERY_STATUS", "OVERFLOW");
     voxml_end(x);   /* RESOURCE */
 }
 
@@ -403,10 +385,8 @@ void handle_vo_sia(hreq *r, const route_match *m)
     }
     char base[256];
     vo_base_url(r, base, sizeof(base));
-    voxml *x = votable_begin();
+    voxml *x = voxml_results_new("OK", "ivo://ivoa.net/std/SIA#query-2.0");
     if (x) {
-        info(x, "QUERY_STATUS", "OK");
-        info(x, "standardID", "ivo://ivoa.net/std/SIA#query-2.0");
         voxml_start(x, "TABLE");
         obscore_fields(x);
         voxml_start(x, "DATA");
@@ -448,7 +428,7 @@ void handle_vo_sia1(hreq *r, const route_match *m)
         bad = "FORMAT must be ALL, image/fits, GRAPHIC or METADATA";
     if (bad) {
         vo_params_release(&p);
-        voxml *x = votable_begin();
+        voxml *x = voxml_results_new(NULL, NULL);
         if (x) {
             voxml_start(x, "INFO");
             voxml_attr(x, "name", "QUERY_STATUS");
@@ -486,9 +466,8 @@ void handle_vo_sia1(hreq *r, const route_match *m)
     }
     char base[256];
     vo_base_url(r, base, sizeof(base));
-    voxml *x = votable_begin();
+    voxml *x = voxml_results_new("OK", NULL);
     if (x) {
-        info(x, "QUERY_STATUS", "OK");
         voxml_start(x, "TABLE");
         static const char *const f[8][4] = {
             {"title", "char", "VOX:Image_Title", NULL},

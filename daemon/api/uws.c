@@ -254,25 +254,35 @@ static int wait_look(hreq *r, int last)
     return !waits;
 }
 
+/* WAIT= of a job's GET (UWS 1.1 blocking; NULL: absent): *seconds the longest wait, 0
+ * when absent, UWS_WAIT_MAX_S for -1 or more than that.  Returns 0, or -1 after a 400. */
+static int wait_seconds(hreq *r, const char *wait, double *seconds)
+{
+    *seconds = 0;
+    if (!wait)
+        return 0;
+    char *end;
+    long w = strtol(wait, &end, 10);
+    if (*end || end == wait || w < -1) {
+        vo_reply_text(r, 400, "UsageError: WAIT must be a number of seconds (-1: as long "
+                      "as the server waits, %d s), got '%.30s'", UWS_WAIT_MAX_S, wait);
+        return -1;
+    }
+    *seconds = w < 0 || w > UWS_WAIT_MAX_S ? UWS_WAIT_MAX_S : (double)w;
+    return 0;
+}
+
 void handle_uws_job(hreq *r, const route_match *m)
 {
     vo_params p;
     if (vo_params_take(r, &p))
         return;
-    const char *wait = vo_params_get(&p, "WAIT", NULL);
-    const char *phase = vo_params_get(&p, "PHASE", NULL);
-    double seconds = 0;
-    if (wait) {
-        char *end;
-        long w = strtol(wait, &end, 10);
-        if (*end || end == wait || w < -1) {
-            vo_reply_text(r, 400, "UsageError: WAIT must be a number of seconds (-1: as long "
-                          "as the server waits, %d s), got '%.30s'", UWS_WAIT_MAX_S, wait);
-            vo_params_release(&p);
-            return;
-        }
-        seconds = w < 0 || w > UWS_WAIT_MAX_S ? UWS_WAIT_MAX_S : (double)w;
+    double seconds;
+    if (wait_seconds(r, vo_params_get(&p, "WAIT", NULL), &seconds)) {
+        vo_params_release(&p);
+        return;
     }
+    const char *phase = vo_params_get(&p, "PHASE", NULL);
     json_t *job = load_job(r, m->segment);
     if (!job) {
         vo_params_release(&p);
@@ -557,6 +567,25 @@ void handle_uws_create(hreq *r, const route_match *m)
 
 /* PHASE=RUN (a no-op: jobs are queued when created) or ABORT (cancels a queued or running
  * job; nothing for a finished one), then 303 to the job. */
+/* Cancels job `id` for PHASE=ABORT or ACTION=DELETE; a job that has already ended stays
+ * as it is.  Returns 0, or -1 after answering: the job token's refusal, uws_unreachable
+ * when the job store cannot be reached, 404 when there is no such job. */
+static int cancel_job(hreq *r, const char *id)
+{
+    if (jobs_api_check_token(r))
+        return -1;
+    int rc = jobs_cancel(r->srv->app->jobs, id, 10.0);
+    if (rc == TESS_EIO) {
+        uws_unreachable(r);
+        return -1;
+    }
+    if (rc == TESS_ENOTFOUND) {
+        vo_reply_text(r, 404, "NotFoundFault: no job '%.32s'", id);
+        return -1;
+    }
+    return 0;                          /* cancelled, cancelling, or already ended */
+}
+
 static void post_phase(hreq *r, const char *id, const char *phase)
 {
     if (!phase || (strcasecmp(phase, "RUN") != 0 && strcasecmp(phase, "ABORT") != 0)) {
@@ -568,19 +597,8 @@ static void post_phase(hreq *r, const char *id, const char *phase)
     if (!job)
         return;
     json_decref(job);
-    if (strcasecmp(phase, "ABORT") == 0) {
-        if (jobs_api_check_token(r))
-            return;
-        int rc = jobs_cancel(r->srv->app->jobs, id, 10.0);
-        if (rc == TESS_EIO) {
-            uws_unreachable(r);
-            return;
-        }
-        if (rc && rc != TESS_EINVAL) {
-            vo_reply_text(r, 404, "NotFoundFault: no job '%.32s'", id);
-            return;
-        }
-    }
+    if (strcasecmp(phase, "ABORT") == 0 && cancel_job(r, id))
+        return;
     char path[96];
     snprintf(path, sizeof(path), "/vo/uws/jobs/%.40s", id);
     redirect(r, path);
@@ -588,18 +606,8 @@ static void post_phase(hreq *r, const char *id, const char *phase)
 
 static void delete_job(hreq *r, const char *id)
 {
-    if (jobs_api_check_token(r))
-        return;
-    int rc = jobs_cancel(r->srv->app->jobs, id, 10.0);
-    if (rc == TESS_EIO) {
-        uws_unreachable(r);
-        return;
-    }
-    if (rc == TESS_ENOTFOUND) {
-        vo_reply_text(r, 404, "NotFoundFault: no job '%.32s'", id);
-        return;
-    }
-    redirect(r, "/vo/uws/jobs");
+    if (cancel_job(r, id) == 0)
+        redirect(r, "/vo/uws/jobs");
 }
 
 void handle_uws_job_post(hreq *r, const route_match *m)

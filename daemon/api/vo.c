@@ -408,18 +408,8 @@ void handle_vo_datalink(hreq *r, const route_match *m)
     }
     char base[256];
     vo_base_url(r, base, sizeof(base));
-    voxml *x = voxml_votable_new();
+    voxml *x = voxml_results_new("OK", "ivo://ivoa.net/std/DataLink#links-1.1");
     if (x) {
-        voxml_start(x, "RESOURCE");
-        voxml_attr(x, "type", "results");
-        voxml_start(x, "INFO");
-        voxml_attr(x, "name", "standardID");
-        voxml_attr(x, "value", "ivo://ivoa.net/std/DataLink#links-1.1");
-        voxml_end(x);
-        voxml_start(x, "INFO");
-        voxml_attr(x, "name", "QUERY_STATUS");
-        voxml_attr(x, "value", "OK");
-        voxml_end(x);
         voxml_start(x, "TABLE");
         field(x, "ID", "dl_id", "char", "meta.id;meta.main", NULL);
         field(x, "access_url", NULL, "char", "meta.ref.url", NULL);

@@ -204,6 +204,28 @@ voxml *voxml_votable_new(void)
     return x;
 }
 
+voxml *voxml_results_new(const char *status, const char *standard_id)
+{
+    voxml *x = voxml_votable_new();
+    if (!x)
+        return NULL;
+    voxml_start(x, "RESOURCE");
+    voxml_attr(x, "type", "results");
+    if (status)
+        voxml_info(x, "QUERY_STATUS", status);
+    if (standard_id)
+        voxml_info(x, "standardID", standard_id);
+    return x;
+}
+
+void voxml_info(voxml *x, const char *name, const char *value)
+{
+    voxml_start(x, "INFO");
+    voxml_attr(x, "name", name);
+    voxml_attr(x, "value", value);
+    voxml_end(x);
+}
+
 void voxml_char_param(voxml *x, const char *name, const char *value)
 {
     voxml_start(x, "PARAM");

@@ -23,6 +23,15 @@ voxml *voxml_new(void);
  * VOTable 1.4 keeps it), or NULL (no memory). */
 voxml *voxml_votable_new(void);
 
+/* The start of a DAL query's answer (DALI 1.1, section 4.4; DataLink, SIA): the document
+ * of voxml_votable_new with its RESOURCE type="results" open, holding first, each when not
+ * NULL, <INFO name="QUERY_STATUS" value=status/> and <INFO name="standardID"
+ * value=standard_id/>.  NULL when out of memory. */
+voxml *voxml_results_new(const char *status, const char *standard_id);
+
+/* A VOTable INFO: <INFO name= value=/>. */
+void voxml_info(voxml *x, const char *name, const char *value);
+
 /* A VOTable PARAM of a character string: <PARAM name= datatype="char" arraysize="*"
  * value=/>. */
 void voxml_char_param(voxml *x, const char *name, const char *value);

@@ -5,6 +5,12 @@
 
 #include "daemon/collection/colindex.h"
 
+/* The columns of col_image a member is loaded from, in the order both back ends decode a
+ * row (0 relpath ... 20 error; sq_load, pgx_load). */
+#define COL_MEMBER_COLUMNS                                                                  \
+    "relpath, dev, ino, size, mtime_ns, nx, ny, nz, bitpix, footprint, ra, dec, radius,"    \
+    " pixscale, filter, em_min, em_max, t_min, t_max, exptime, error"
+
 /* The cells whose presence means a member may overlap tile (order, npix): its ancestors
  * (itself included) down to order 0 as NUNIQ (anc, *na, at most COL_MOC_ORDER + 1), and,
  * for a tile coarser than COL_MOC_ORDER, the NUNIQ range [*lo, *hi] of its descendants of

@@ -140,9 +140,8 @@ int pgx_load(pg_index *x, const char *collection, col_member **out, int *n)
     *n = 0;
     const char *p[1] = {collection};
     PGresult *r = run_locked(x, PGRES_TUPLES_OK,
-        "SELECT relpath, dev, ino, size, mtime_ns, nx, ny, nz, bitpix, footprint, ra, dec,"
-        " radius, pixscale, filter, em_min, em_max, t_min, t_max, exptime, error"
-        " FROM col_image WHERE collection = $1 ORDER BY relpath COLLATE \"C\"", 1, p);
+        "SELECT " COL_MEMBER_COLUMNS " FROM col_image WHERE collection = $1"
+        " ORDER BY relpath COLLATE \"C\"", 1, p);
     if (!r)
         return TESS_EIO;
     int rows = PQntuples(r);

@@ -89,9 +89,8 @@ int sq_load(sq_index *x, const char *collection, col_member **out, int *n)
     sqlite3_stmt *st;
     pthread_mutex_lock(&x->lock);
     if (sqlite3_prepare_v2(x->db,
-            "SELECT relpath, dev, ino, size, mtime_ns, nx, ny, nz, bitpix, footprint, ra, dec,"
-            " radius, pixscale, filter, em_min, em_max, t_min, t_max, exptime, error"
-            " FROM col_image WHERE collection = ? ORDER BY relpath", -1, &st, NULL) != SQLITE_OK) {
+            "SELECT " COL_MEMBER_COLUMNS " FROM col_image WHERE collection = ?"
+            " ORDER BY relpath", -1, &st, NULL) != SQLITE_OK) {
         pthread_mutex_unlock(&x->lock);
         return TESS_EIO;
     }
@@ -176,12 +175,23 @@ int sq_commit(sq_index *x)
     return exec_locked(x, "COMMIT");
 }
 
-static void bind_real(sqlite3_stmt *st, int i, double v)
+/* Binds v[0..n-1] to the parameters first..first+n-1 (1-based), a value that is not
+ * finite as NULL. */
+static void bind_reals(sqlite3_stmt *st, int first, const double *v, int n)
 {
-    if (isfinite(v))
-        sqlite3_bind_double(st, i, v);
-    else
-        sqlite3_bind_null(st, i);
+    for (int i = 0; i < n; i++) {
+        if (isfinite(v[i]))
+            sqlite3_bind_double(st, first + i, v[i]);
+        else
+            sqlite3_bind_null(st, first + i);
+    }
+}
+
+/* Binds v[0..n-1] to the parameters first..first+n-1 (1-based). */
+static void bind_ints(sqlite3_stmt *st, int first, const sqlite3_int64 *v, int n)
+{
+    for (int i = 0; i < n; i++)
+        sqlite3_bind_int64(st, first + i, v[i]);
 }
 
 int sq_put(sq_index *x, const char *collection, const col_member *m, const char *wcs,
@@ -205,29 +215,17 @@ int sq_put(sq_index *x, const char *collection, const col_member *m, const char 
         goto out;
     sqlite3_bind_text(st, 1, collection, -1, SQLITE_STATIC);
     sqlite3_bind_text(st, 2, m->relpath, -1, SQLITE_STATIC);
-    sqlite3_bind_int64(st, 3, m->dev);
-    sqlite3_bind_int64(st, 4, m->ino);
-    sqlite3_bind_int64(st, 5, m->size);
-    sqlite3_bind_int64(st, 6, m->mtime_ns);
-    sqlite3_bind_int64(st, 7, m->nx);
-    sqlite3_bind_int64(st, 8, m->ny);
-    sqlite3_bind_int64(st, 9, m->nz);
-    sqlite3_bind_int(st, 10, m->bitpix);
+    bind_ints(st, 3, (const sqlite3_int64[]){m->dev, m->ino, m->size, m->mtime_ns, m->nx, m->ny,
+                                             m->nz, m->bitpix}, 8);
     if (wcs)
         sqlite3_bind_text(st, 11, wcs, -1, SQLITE_STATIC);
     if (fp[0])
         sqlite3_bind_text(st, 12, fp, -1, SQLITE_STATIC);
-    bind_real(st, 13, m->ra);
-    bind_real(st, 14, m->dec);
-    bind_real(st, 15, m->radius);
-    bind_real(st, 16, m->pixscale);
+    bind_reals(st, 13, (const double[]){m->ra, m->dec, m->radius, m->pixscale}, 4);
     if (m->filter[0])
         sqlite3_bind_text(st, 17, m->filter, -1, SQLITE_STATIC);
-    bind_real(st, 18, m->em_min);
-    bind_real(st, 19, m->em_max);
-    bind_real(st, 20, m->t_min);
-    bind_real(st, 21, m->t_max);
-    bind_real(st, 22, m->exptime);
+    bind_reals(st, 18, (const double[]){m->em_min, m->em_max, m->t_min, m->t_max, m->exptime},
+               5);
     if (m->error)
         sqlite3_bind_text(st, 23, m->error, -1, SQLITE_STATIC);
     int step = sqlite3_step(st);

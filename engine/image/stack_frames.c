@@ -50,14 +50,12 @@ stack *stack_new(const char *const *paths, int npaths, int hdu, long nx, long ny
         free(s);
         return NULL;
     }
-    for (int i = 0; i < npaths; i++) {
-        if (!(s->paths[i] = strdup(paths[i]))) {
-            s->npaths = i;
+    for (; s->npaths < npaths; s->npaths++) {   /* npaths: the paths held, for stack_free */
+        if (!(s->paths[s->npaths] = strdup(paths[s->npaths]))) {
             stack_free(s);
             return NULL;
         }
     }
-    s->npaths = npaths;
     s->hdu = hdu;
     s->nx = nx;
     s->ny = ny;
@@ -171,26 +169,26 @@ int stack_expect_headers(stack *s, const uint64_t *hashes)
  * (stacks) or falls back to cfitsio per read (compressed cubes). */
 static int open_fits(stack *s, frame *f, const char *path, char *err, size_t errlen)
 {
-    int compressed = 0, bitpix = 0, naxis = 0;
+    /* The header's BITPIX, BSCALE, BZERO and BLANK are read straight into the frame. */
+    int compressed = 0, naxis = 0;
     long naxes[FITSIMG_MAXDIM] = {1, 1, 1, 1};
-    long long datastart = 0;
-    double bscale = 1, bzero = 0;
-    long long blank = 0, ds = 0;
-    int has_blank = 0;
+    long long datastart = 0, ds = 0;
     uint64_t hhash = 0;
-    if (s->hdu == 0 && fitshead_plain(path, &bitpix, &naxis, naxes, &ds, &bscale, &bzero,
-                                         &has_blank, &blank, &hhash)) {
-        datastart = (long long)ds;
+    f->bscale = 1;
+    if (s->hdu == 0 && fitshead_plain(path, &f->bitpix, &naxis, naxes, &ds, &f->bscale,
+                                      &f->bzero, &f->has_blank, &f->blank, &hhash)) {
+        datastart = ds;
     } else {
-        bitpix = naxis = 0;
+        f->bitpix = naxis = 0;
         for (int a = 0; a < FITSIMG_MAXDIM; a++)
             naxes[a] = 1;
-        bscale = 1;
-        bzero = 0;
-        has_blank = 0;
-        blank = 0;
-        int rc = fitshead_image_params(path, s->hdu, &compressed, &bitpix, &naxis, naxes, &datastart,
-                                   &bscale, &bzero, &has_blank, &blank, err, errlen);
+        f->bscale = 1;
+        f->bzero = 0;
+        f->has_blank = 0;
+        f->blank = 0;
+        int rc = fitshead_image_params(path, s->hdu, &compressed, &f->bitpix, &naxis, naxes,
+                                       &datastart, &f->bscale, &f->bzero, &f->has_blank,
+                                       &f->blank, err, errlen);
         if (!rc && s->header_hash && s->header_hash[f->idx])
             rc = fitshead_hash(path, s->hdu, &hhash, err, errlen);
         if (rc)
@@ -208,11 +206,6 @@ static int open_fits(stack *s, frame *f, const char *path, char *err, size_t err
                     "when opened", path, naxes[0], naxes[1], nplanes, s->nx, s->ny);
         return TESS_EIO;
     }
-    f->bitpix = bitpix;
-    f->bscale = bscale;
-    f->bzero = bzero;
-    f->has_blank = has_blank;
-    f->blank = blank;
     if (compressed) {
         if (s->npaths == 1) {
             f->kind = SRC_CFITSIO;
@@ -241,7 +234,7 @@ static int open_fits(stack *s, frame *f, const char *path, char *err, size_t err
     /* The data the volume reads must lie in the file: checked sizes, so that a header
      * whose product of NAXISn wraps around cannot pass for a small one. */
     size_t bytes, end = TESS_SIZE_MAX;
-    int sized = tess_size_dims((size_t)(bitpix < 0 ? -bitpix : bitpix) / 8,
+    int sized = tess_size_dims((size_t)(f->bitpix < 0 ? -f->bitpix : f->bitpix) / 8,
                                (const long[]){s->nx, s->ny, planes_in_file(s)}, 3, &bytes) == 0
                 && datastart >= 0 && tess_size_add(bytes, (size_t)datastart, &end) == 0;
     struct stat st;
@@ -401,40 +394,36 @@ static void close_chain(stack *s, frame *f)
     }
 }
 
+/* Whether file `idx` is no longer the one open frame f was opened from (gone, or another
+ * file at its path).  A stat(2) at every acquisition (about a microsecond), not once a
+ * second: what a request reads is then never older than the version it put in its cache
+ * key (taken before: daemon/catalog.h dataset_version), so a replaced file cannot leave
+ * its old pixels in the cache under the new version.  Under the stack's lock. */
+static int frame_replaced_locked(stack *s, frame *f, long idx)
+{
+    double t = tess_mono_s();
+    if (t - f->checked < 0.0)
+        return 0;
+    f->checked = t;
+    tess_file_id now;
+    return tess_file_id_of(s->paths[idx], 0, &now, NULL, 0) != 0 ||
+           !tess_file_id_same(&now, &f->id);
+}
+
 /* The open frame of file `idx` with a reference for the caller (stack_release it). */
 int stack_frame_acquire(stack *s, long idx, frame **out, char *err, size_t errlen)
 {
     frame *closeme = NULL;
     pthread_mutex_lock(&s->lock);
     frame *f = s->table[idx];
-    if (f && mapguard_faulted(f->guard)) {
-        /* The file was truncated under the map (engine/base/mapguard.h): open it again. */
+    /* A file truncated under the map (engine/base/mapguard.h) or replaced: open it again. */
+    if (f && (mapguard_faulted(f->guard) || frame_replaced_locked(s, f, idx))) {
         frame *c = evict_locked(s, f);
         if (c) {
             c->close_next = NULL;
             closeme = c;
         }
         f = NULL;
-    }
-    if (f) {
-        /* A stat(2) at every acquisition (about a microsecond), not once a second: what a
-         * request reads is then never older than the version it put in its cache key
-         * (taken before: daemon/catalog.h dataset_version), so a replaced file cannot
-         * leave its old pixels in the cache under the new version. */
-        double t = tess_mono_s();
-        if (t - f->checked >= 0.0) {
-            tess_file_id now;
-            f->checked = t;
-            if (tess_file_id_of(s->paths[idx], 0, &now, NULL, 0) != 0 ||
-                !tess_file_id_same(&now, &f->id)) {
-                frame *c = evict_locked(s, f);
-                if (c) {
-                    c->close_next = NULL;
-                    closeme = c;
-                }
-                f = NULL;
-            }
-        }
     }
     if (f) {
         f->refs++;

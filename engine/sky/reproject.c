@@ -92,18 +92,12 @@ typedef struct job {
     const rp_cube *src;
     rp_cube *dst;
     float *footprint;
-    rp_method method;
-    double mce;
+    const rp_options *opt;         /* the caller's: method, coordinate error, callbacks */
     long block, nbx;               /* interpolation: block edge, blocks per row */
     long band, nbands;             /* exact: rows per band, bands per plane */
     long z0;                       /* first plane of the group */
     long nz;                       /* planes in the group */
     rp_kernel *const *kern;        /* kern[z - z0] (interpolation) */
-    const atomic_int *cancel;
-    rp_progress_fn progress;
-    void *progress_arg;
-    rp_block_fn block_done;
-    void *block_arg;
     long done_base, total;         /* progress: blocks of earlier groups, all blocks */
 } job;
 
@@ -151,7 +145,7 @@ static void worker_release(worker *w)
 static int worker_init(worker *w, const job *j, char *err, size_t errlen)
 {
     memset(w, 0, sizeof *w);
-    if (j->method == RP_EXACT) {
+    if (j->opt->method == RP_EXACT) {
         size_t n = (size_t)j->band * (size_t)j->dst->nx;
         w->band = malloc(sizeof(double) * n * 2);
         if (!w->band) {
@@ -277,7 +271,7 @@ static int fix_decisions(worker *w, const job *j, long x0, long y0, long bw, lon
 {
     size_t n = 0, npx = (size_t)bw * (size_t)bh;
     const near_test t = { e, (double)j->src->nx - 0.5, (double)j->src->ny - 0.5,
-                          j->method == RP_NEAREST };
+                          j->opt->method == RP_NEAREST };
     for (size_t k = next_near(&t, w->xi, w->yi, 0, npx); k < npx;
          k = next_near(&t, w->xi, w->yi, k + 1, npx)) {
         w->fx[n] = (double)(x0 + (long)(k % (size_t)bw));
@@ -341,8 +335,8 @@ static int interp_block(worker *w, const job *j, long u, long *finite, long *ins
     long bh = ny - y0 < j->block ? ny - y0 : j->block;
     size_t npx = (size_t)bw * (size_t)bh;
     double e = 0.0;
-    if (rp_coordmap_lattice_bound(w->map, (double)x0, (double)y0, bw, bh, j->mce, w->xi, w->yi,
-                                  &e) != 0
+    if (rp_coordmap_lattice_bound(w->map, (double)x0, (double)y0, bw, bh,
+                                  j->opt->max_coord_error, w->xi, w->yi, &e) != 0
         || (e > 0.0 && fix_decisions(w, j, x0, y0, bw, bh, e) != 0)) {
         tess_seterr(err, errlen, "out of memory");
         return TESS_ENOMEM;
@@ -409,7 +403,7 @@ static int exact_band(worker *w, const job *j, long u, long *finite, long *insid
     rp_plane sp = { cube_plane(j->src, z), j->src->dtype, j->src->nx, j->src->ny };
     int f64 = j->dst->dtype == RP_F64;
     double *dbase = f64 ? (double *)cube_plane(j->dst, z) : band_base(w->band, y0, nx);
-    long rc = rp_exact_rows_ctx(w->ex, &sp, nx, ny, y0, y1, j->mce, dbase,
+    long rc = rp_exact_rows_ctx(w->ex, &sp, nx, ny, y0, y1, j->opt->max_coord_error, dbase,
                                 band_base(w->fband, y0, nx), err, errlen);
     if (rc < 0)
         return (int)rc;
@@ -436,15 +430,15 @@ static int exact_band(worker *w, const job *j, long u, long *finite, long *insid
 static void block_report(const job *j, long u)
 {
     const long nx = j->dst->nx, ny = j->dst->ny;
-    if (j->method == RP_EXACT) {
+    if (j->opt->method == RP_EXACT) {
         long y0 = (u % j->nbands) * j->band, y1 = y0 + j->band < ny ? y0 + j->band : ny;
-        j->block_done(j->block_arg, j->z0 + u / j->nbands, 1, 0, y0, nx, y1 - y0);
+        j->opt->block_done(j->opt->block_arg, j->z0 + u / j->nbands, 1, 0, y0, nx, y1 - y0);
         return;
     }
     long x0 = (u % j->nbx) * j->block, y0 = (u / j->nbx) * j->block;
     long bw = nx - x0 < j->block ? nx - x0 : j->block;
     long bh = ny - y0 < j->block ? ny - y0 : j->block;
-    j->block_done(j->block_arg, j->z0, j->nz, x0, y0, bw, bh);
+    j->opt->block_done(j->opt->block_arg, j->z0, j->nz, x0, y0, bw, bh);
 }
 
 static void run_release(run *r)
@@ -474,7 +468,7 @@ static void work_loop(run *r)
             break;
         }
         const job *j = r->j;
-        if (j->cancel && atomic_load(j->cancel)) {
+        if (j->opt->cancel && atomic_load(j->opt->cancel)) {
             r->stop = 1;
             if (r->rc == 0) {
                 r->rc = TESS_ECANCELED;
@@ -495,9 +489,10 @@ static void work_loop(run *r)
             ready = rc == 0;
         }
         if (rc == 0)
-            rc = j->method == RP_EXACT ? exact_band(&w, j, u, &finite, &inside, err, sizeof err)
-                                       : interp_block(&w, j, u, &finite, &inside, err, sizeof err);
-        if (rc == 0 && j->block_done)
+            rc = j->opt->method == RP_EXACT
+                     ? exact_band(&w, j, u, &finite, &inside, err, sizeof err)
+                     : interp_block(&w, j, u, &finite, &inside, err, sizeof err);
+        if (rc == 0 && j->opt->block_done)
             block_report(j, u);
         pthread_mutex_lock(&r->lock);
         r->inflight--;
@@ -511,8 +506,8 @@ static void work_loop(run *r)
             r->finite += finite;
             r->inside += inside;
             r->done++;
-            if (j->progress)
-                j->progress(j->progress_arg, j->done_base + r->done, j->total);
+            if (j->opt->progress)
+                j->opt->progress(j->opt->progress_arg, j->done_base + r->done, j->total);
         }
         if (r->inflight == 0)
             pthread_cond_broadcast(&r->idle);
@@ -690,20 +685,7 @@ long rp_reproject(const skywcs *in, const rp_cube *src, const skywcs *out, rp_cu
     if (block > 8192)
         block = 8192;
 
-    job j;
-    memset(&j, 0, sizeof j);
-    j.in = in;
-    j.out = out;
-    j.src = src;
-    j.dst = dst;
-    j.footprint = footprint;
-    j.method = opt->method;
-    j.mce = opt->max_coord_error;
-    j.cancel = opt->cancel;
-    j.progress = opt->progress;
-    j.progress_arg = opt->progress_arg;
-    j.block_done = opt->block_done;
-    j.block_arg = opt->block_arg;
+    job j = {.in = in, .out = out, .src = src, .dst = dst, .footprint = footprint, .opt = opt};
     long finite = 0, inside = 0;
     skywcs *cin = NULL, *cout = NULL;
     rp_kernel **kern = NULL;

@@ -690,6 +690,7 @@ struct solar_fastmap {
     int moving;
     double mr[3][3], mt[3]; /* solar_hgs_motion from `from`'s time to `to`'s */
     double mu_min;
+    struct fm_col *cols;    /* FM_COLS, for a `from` side of CAR or CEA (else NULL) */
 };
 
 static void mat3_apply(const double m[3][3], const double *v, double *out)
@@ -739,7 +740,15 @@ typedef struct fm_row {
     double py, st, ct;      /* the last row's pixel and its sin, cos theta (NaN: none) */
 } fm_row;
 
-static int fm_native(const skywcs_plain *pp, double px, double py, double n[3], fm_row *row)
+/* The sin and cos of the native longitude of the columns met (when it depends on the
+ * column alone, piximg[0][1] = 0): FM_COLS slots, px's integer part modulo FM_COLS. */
+#define FM_COLS 4096
+typedef struct fm_col {
+    double px, sp, cp;      /* px NaN: empty */
+} fm_col;
+
+static int fm_native(const skywcs_plain *pp, double px, double py, double n[3], fm_row *row,
+                     fm_col *cols)
 {
     double dx = px + 1.0 - pp->crpix[0], dy = py + 1.0 - pp->crpix[1];
     double x = pp->piximg[0][0] * dx + pp->piximg[0][1] * dy;
@@ -780,7 +789,21 @@ static int fm_native(const skywcs_plain *pp, double px, double py, double n[3], 
         row->st = st;
         row->ct = ct;
     }
-    double sp = sin(x * DEG2RAD), cp = cos(x * DEG2RAD);
+    double sp, cp;
+    fm_col *c = cols && fabs(px) < 1e15 ? &cols[(size_t)(long long)floor(px) & (FM_COLS - 1)]
+                                        : NULL;
+    if (c && c->px == px) {
+        sp = c->sp;
+        cp = c->cp;
+    } else {
+        sp = sin(x * DEG2RAD);
+        cp = cos(x * DEG2RAD);
+        if (c) {
+            c->px = px;
+            c->sp = sp;
+            c->cp = cp;
+        }
+    }
     n[0] = ct * cp;
     n[1] = ct * sp;
     n[2] = st;
@@ -825,7 +848,7 @@ static double fm_check(skywcs *w, const skywcs_plain *pp)
         return INFINITY;
     for (int i = 0; i < 5; i++) {
         double n[3], c[3], s[3], x, y;
-        if (!isfinite(lon[i]) || !fm_native(pp, px[i], py[i], n, NULL))
+        if (!isfinite(lon[i]) || !fm_native(pp, px[i], py[i], n, NULL, NULL))
             return INFINITY;
         mat3_apply(pp->n2c, n, c);
         double cl = cos(lat[i] * DEG2RAD);
@@ -865,6 +888,16 @@ solar_fastmap *solar_fastmap_new(skywcs *from, skywcs *to, double mu_min)
     solar_fastmap *m = malloc(sizeof *m);
     if (!m)
         return NULL;
+    m->cols = NULL;
+    if (pf.proj != SKYWCS_PLAIN_TAN && pf.piximg[0][1] == 0.0) {
+        m->cols = malloc(sizeof(fm_col) * FM_COLS);
+        if (!m->cols) {
+            free(m);
+            return NULL;
+        }
+        for (size_t i = 0; i < FM_COLS; i++)
+            m->cols[i].px = NAN;
+    }
     fm_side_init(&m->f, ff, &of, &pf);
     fm_side_init(&m->t, ft, &ot, &pt);
     m->rsun = of.rsun;
@@ -878,6 +911,8 @@ solar_fastmap *solar_fastmap_new(skywcs *from, skywcs *to, double mu_min)
 
 void solar_fastmap_free(solar_fastmap *m)
 {
+    if (m)
+        free(m->cols);
     free(m);
 }
 
@@ -888,7 +923,7 @@ static int fm_misses(double dx, double dy, int strict)
     return strict ? !(dx <= 1.0 && dy <= 1.0) : (dx > 1.0 || dy > 1.0);
 }
 
-void solar_fastmap_points(const solar_fastmap *m, size_t k, const double *px,
+void solar_fastmap_points(solar_fastmap *m, size_t k, const double *px,
                           const double *py, int strict, double *qx, double *qy,
                           unsigned char *cls)
 {
@@ -909,7 +944,7 @@ void solar_fastmap_points(const solar_fastmap *m, size_t k, const double *px,
         double n[3], u[3], p[3], p0[3], v[3], nt[3];
         qx[i] = qy[i] = NAN;
         cls[i] = 1;
-        if (!fm_native(&F->pp, px[i], py[i], n, rowp))
+        if (!fm_native(&F->pp, px[i], py[i], n, rowp, m->cols))
             continue;
         mat3_apply(F->n2s, n, u);
         if (F->hp) {

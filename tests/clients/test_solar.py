@@ -468,6 +468,36 @@ class SolarTest(unittest.TestCase):
                            max_coord_error=0)
         self.compare(ours, ref, 1e-5, "Carrington map -> AIA's view, bilinear")
 
+    def test_carrington_map_frames(self):
+        """/footprint and /transform of a Carrington map in the other solar frames: the
+        Stonyhurst longitude is the Carrington one less the header's offset (CRLN_OBS -
+        HGLN_OBS), and AIA's sub-observer point is at Tx = Ty = 0 of its own view."""
+        np = self.np
+        fp = json.loads(self.request("/api/v1/datasets/syn_carr/footprint?n=2")[1])
+        self.assertEqual((fp["frame"], fp["unit"]), ("carrington", "deg"))
+        st, body = self.request("/api/v1/datasets/syn_carr/footprint?n=2&frame=stonyhurst")
+        self.assertEqual(st, 200, body[:300])
+        hg = json.loads(body)
+        self.assertEqual(hg["frame"], "stonyhurst")
+        a, b = np.array(fp["polygon"], dtype=float), np.array(hg["polygon"], dtype=float)
+        self.assertEqual(a.shape, b.shape)
+        dl = (a[:, 0] - b[:, 0] - self.crln + 540.0) % 360.0 - 180.0
+        ok = np.abs(a[:, 1]) < 89.0   # the longitude of a pole is anything
+        self.assertLess(np.max(np.abs(dl[ok])), 1e-9)
+        np.testing.assert_allclose(a[:, 1], b[:, 1], atol=1e-9)
+        # The pixel of AIA's sub-observer point (Carrington crln, latitude HGLT_OBS) seen
+        # from AIA: the centre of its helioprojective view.
+        x = 180.5 - 1 + 0.0
+        y = 90.5 - 1 + AIA_OBS["HGLT_OBS"]
+        st, body = self.request(f"/api/v1/datasets/syn_carr/transform?x={x}&y={y}"
+                                "&frame=helioprojective")
+        self.assertEqual(st, 200, body[:300])
+        d = json.loads(body)
+        self.assertEqual((d["frame"], d["unit"]), ("helioprojective", "arcsec"))
+        tx, ty = d["world"][0]
+        self.assertLess(abs((tx + 648000.0) % 1296000.0 - 648000.0), 1e-6)
+        self.assertLess(abs(ty), 1e-6)
+
     def test_every_kernel(self):
         """nearest, bicubic and lanczos3 onto the Carrington map, as bilinear and exact are
         tested above, with sunpy's blanks.  nearest picks reproject's input pixel (at most

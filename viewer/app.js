@@ -1343,12 +1343,14 @@ function pixelMouseMove(ev) {
     readTransform('px', d, `x=${p.x}&y=${p.y}&frame=${sf}`, (v) => {
       if (v === undefined) return;
       own = v ? solarText(v, sf) : '';
+      if (T.cursor === p) T.cursor.solar = v ? { frame: sf, lon: v[0], lat: v[1] } : null;
       solarShow();
     });
     if (sf === 'helioprojective' && d.solar.observer) {
       readTransform('px-hg', d, `x=${p.x}&y=${p.y}&frame=stonyhurst`, (v) => {
         if (v === undefined) return;
         hg = v ? solarText(v, 'stonyhurst') : '(stonyhurst) off the disk';
+        if (T.cursor === p) T.cursor.stonyhurst = v ? { lon: v[0], lat: v[1] } : null;
         solarShow();
       });
     }

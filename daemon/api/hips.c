@@ -1205,8 +1205,11 @@ void handle_hips(hreq *r, const route_match *m)
     if (hreq_only_args(r, known))
         return;
     if (handler_need_celestial(r, d, "it cannot be served as a HiPS survey") ||
-        handler_need_sky(r, d, "dataset", "equatorial or galactic of a HiPS survey (HiPS of "
-                         "solar images, hips_body, are not served)"))
+        handler_need_sky(r, d, "dataset", "equatorial or galactic of a HiPS survey (no HiPS of "
+                         "solar images, hips_body: a HiPS tiles one fixed sphere, an image "
+                         "of the Sun shows the half its observer saw at one time; for a "
+                         "Carrington map, /api/v1/cutout with coordsys=carrington or a "
+                         "reproject job)"))
         return;
     if (hp.kind == HIPS_REQ_INDEX) {
         reply_index(r, d);

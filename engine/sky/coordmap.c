@@ -7,6 +7,7 @@
 
 #include "engine/base/error.h"
 #include "engine/sky/simd.h"
+#include "engine/sky/solar.h"
 
 /* Points transformed per batch of wcslib calls (bounds the scratch memory). */
 #define CM_CHUNK 4096
@@ -48,6 +49,9 @@ struct rp_coordmap {
     double *lon, *lat, *xr, *yr; /* CM_CHUNK each */
     double *lon0, *lat0;         /* CM_CHUNK each, for a solar pair (NULL otherwise) */
     unsigned char *cls;          /* CM_CHUNK, for a solar pair (NULL otherwise) */
+    solar_fastmap *fast;         /* a solar pair of plain WCSs (NULL otherwise) */
+    double *gx;                  /* 4 CM_CHUNK, with `fast`: the points it leaves */
+    unsigned char *fcls;         /* CM_CHUNK, with `fast` */
 };
 
 /* A private 2-D celestial copy of w (its celestial axes when it has more), or NULL. */
@@ -109,6 +113,16 @@ rp_coordmap *rp_coordmap_new(const skywcs *from, const skywcs *to, char *err, si
             return NULL;
         }
         m->lat0 = m->lon0 + CM_CHUNK;
+        m->fast = solar_fastmap_new(m->from, m->to, CM_SOLAR_MU);
+        if (m->fast) {
+            m->gx = malloc(sizeof(double) * CM_CHUNK * 4);
+            m->fcls = malloc(CM_CHUNK);
+            if (!m->gx || !m->fcls) {
+                tess_seterr(err, errlen, "out of memory");
+                rp_coordmap_free(m);
+                return NULL;
+            }
+        }
     }
     return m;
 }
@@ -132,6 +146,9 @@ void rp_coordmap_free(rp_coordmap *m)
     free(m->lon);
     free(m->lon0);
     free(m->cls);
+    solar_fastmap_free(m->fast);
+    free(m->gx);
+    free(m->fcls);
     free(m);
 }
 
@@ -209,6 +226,38 @@ static int map_solar(rp_coordmap *m, size_t k, const double *px, const double *p
     return 0;
 }
 
+/* map_solar through the fused map (solar_fastmap_points): the points it leaves (near
+ * the limb) take map_solar; the trips of the others end where they began. */
+static int map_fast(rp_coordmap *m, size_t k, const double *px, const double *py,
+                    double *qx, double *qy, int strict)
+{
+    double *gx = m->gx, *gy = gx + CM_CHUNK, *gqx = gx + 2 * CM_CHUNK, *gqy = gx + 3 * CM_CHUNK;
+    solar_fastmap_points(m->fast, k, px, py, strict, qx, qy, m->fcls);
+    size_t c = 0;
+    for (size_t i = 0; i < k; i++)
+        if (m->fcls[i] == 0) {
+            gx[c] = px[i];
+            gy[c] = py[i];
+            c++;
+        }
+    if (c > 0 && map_solar(m, c, gx, gy, gqx, gqy, strict) == TESS_ENOMEM)
+        return TESS_ENOMEM;
+    /* Back to their slots from the last down, as map_solar does. */
+    for (size_t i = k, j = c; i-- > 0;) {
+        if (m->fcls[i] == 0) {
+            j--;
+            qx[i] = gqx[j];
+            qy[i] = gqy[j];
+            m->xr[i] = m->xr[j];
+            m->yr[i] = m->yr[j];
+        } else {
+            m->xr[i] = px[i];
+            m->yr[i] = py[i];
+        }
+    }
+    return 0;
+}
+
 /* Maps n `from` pixels to `to` pixels as reproject's pixel_to_pixel_with_roundtrip does
  * (reproject/wcs_utils.py): from -> sky -> frame conversion -> to, then back
  * to -> sky -> from; a point whose round trip misses by more than one pixel on either
@@ -222,7 +271,10 @@ static int map_points(rp_coordmap *m, size_t n, const double *x, const double *y
         size_t k = n - off < CM_CHUNK ? n - off : CM_CHUNK;
         const double *px = x + off, *py = y + off;
         double *qx = xo + off, *qy = yo + off;
-        if (m->cls) {
+        if (m->fast) {
+            if (map_fast(m, k, px, py, qx, qy, strict) == TESS_ENOMEM)
+                return TESS_ENOMEM;
+        } else if (m->cls) {
             if (map_solar(m, k, px, py, qx, qy, strict) == TESS_ENOMEM)
                 return TESS_ENOMEM;
         } else {

@@ -845,6 +845,57 @@ sky_frame skywcs_frame(const skywcs *w, double *equinox)
     return w ? w->frame : SKY_FRAME_NONE;
 }
 
+int skywcs_plain_get(const skywcs *w, skywcs_plain *p)
+{
+    if (!w || w->wcs.naxis != 2 || w->wcs.lng != 0 || w->wcs.lat != 1)
+        return 0;
+    const struct linprm *lin = &w->wcs.lin;
+    const struct prjprm *prj = &w->wcs.cel.prj;
+    if (lin->dispre || lin->disseq || prj->r0 != RAD2DEG || prj->x0 != 0.0 ||
+        prj->y0 != 0.0)
+        return 0;
+    if (strcmp(prj->code, "TAN") == 0) {
+        p->proj = SKYWCS_PLAIN_TAN;
+    } else if (strcmp(prj->code, "CAR") == 0) {
+        p->proj = SKYWCS_PLAIN_CAR;
+    } else if (strcmp(prj->code, "CEA") == 0) {
+        p->proj = SKYWCS_PLAIN_CEA;
+        p->lambda = prj->pv[1];
+        if (!(p->lambda > 0.0 && p->lambda <= 1.0))
+            return 0;
+    } else {
+        return 0;
+    }
+    for (int i = 0; i < 2; i++) {
+        p->crpix[i] = w->wcs.crpix[i];
+        for (int j = 0; j < 2; j++)
+            p->piximg[i][j] = lin->cdelt[i] * lin->pc[2 * i + j];
+    }
+    double det = p->piximg[0][0] * p->piximg[1][1] - p->piximg[0][1] * p->piximg[1][0];
+    if (!(det != 0.0) || !isfinite(det))
+        return 0;
+    p->imgpix[0][0] = p->piximg[1][1] / det;
+    p->imgpix[0][1] = -p->piximg[0][1] / det;
+    p->imgpix[1][0] = -p->piximg[1][0] / det;
+    p->imgpix[1][1] = p->piximg[0][0] / det;
+    /* Paper II eq. 2 with alpha_p = euler[0], delta_p = 90 - euler[1], phi_p = euler[2]:
+     * rotate the native vector by -phi_p about z, then (x', y', z') -> (z' cos delta_p -
+     * x' sin delta_p, -y', z' sin delta_p + x' cos delta_p), then by alpha_p about z. */
+    const double *eu = w->wcs.cel.euler;
+    double ca = cos(eu[0] * DEG2RAD), sa = sin(eu[0] * DEG2RAD);
+    double cf = cos(eu[2] * DEG2RAD), sf = sin(eu[2] * DEG2RAD);
+    double sd = eu[3], cdl = eu[4];
+    for (int j = 0; j < 3; j++) {
+        double n[3] = { j == 0, j == 1, j == 2 };
+        double nx = cf * n[0] + sf * n[1], ny = -sf * n[0] + cf * n[1], nz = n[2];
+        double cx = nz * cdl - nx * sd, cy = -ny, cz = nz * sd + nx * cdl;
+        p->n2c[0][j] = ca * cx - sa * cy;
+        p->n2c[1][j] = sa * cx + ca * cy;
+        p->n2c[2][j] = cz;
+    }
+    return 1;
+}
+
 /* Fills `s` from the wcsprm as wcslib holds it after wcsfix/wcsset (so a DSS plate
  * solution shows as the TAN WCS wcslib derived from it).  `cd` is always filled: the CD
  * matrix when the header gave one (wcsprm::altlin bit 2), else PC scaled by CDELT row by

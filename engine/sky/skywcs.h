@@ -243,6 +243,29 @@ int solar_parse_date(const char *s, double *jd);
  * test_solar_motion). */
 void solar_hgs_motion(double jd1, double jd2, double r[3][3], double t[3]);
 
+/* The projections skywcs_plain_get recognises (WCS Paper II, Calabretta & Greisen 2002,
+ * A&A 395, 1077: TAN sec. 5.1.3, CAR sec. 5.2.3, CEA sec. 5.2.2). */
+enum { SKYWCS_PLAIN_TAN = 1, SKYWCS_PLAIN_CAR = 2, SKYWCS_PLAIN_CEA = 3 };
+
+/* The pixel-to-world chain of a 2-D WCS whose longitude is FITS axis 1 and latitude
+ * axis 2, with no distortions, one of the projections above at its default fiducial
+ * point and r0 = 180/pi degrees (solar.c's fused map computes the chain from these):
+ * intermediate world (x, y) in degrees = piximg (p - crpix) for 1-based pixels p; the
+ * native unit vector from (x, y) by the projection; the celestial unit vector
+ * (cos lat cos lon, cos lat sin lon, sin lat) = n2c times the native one (Paper II
+ * eq. 2 as a rotation matrix, from wcslib's Euler angles). */
+typedef struct skywcs_plain {
+    int proj;               /* SKYWCS_PLAIN_* */
+    double crpix[2];        /* 1-based */
+    double piximg[2][2];    /* degrees per pixel: CDELT times PC (or CD), row-major */
+    double imgpix[2][2];    /* its inverse */
+    double lambda;          /* CEA: PV2_1, its lambda (0 < lambda <= 1) */
+    double n2c[3][3];       /* native to celestial unit vectors (orthogonal) */
+} skywcs_plain;
+
+/* Fills *p and returns 1 when `w` is such a plain WCS, else returns 0. */
+int skywcs_plain_get(const skywcs *w, skywcs_plain *p);
+
 /* Checks that `in` and `out` can be reprojected one onto the other: both have a celestial
  * pair in a supported frame, both sky frames or both solar frames, and a solar pair has
  * what its conversion needs (the observer of a helioprojective side, the Carrington

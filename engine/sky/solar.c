@@ -3,6 +3,7 @@
 #include <math.h>
 #include <stddef.h>
 #include <stdio.h>
+#include <stdlib.h>
 
 #include "engine/sky/solar.h"
 
@@ -663,4 +664,336 @@ double solar_carrington_offset(double jd_utc, double dist)
     double meridian = w0 + (ante - 2451545.0) * rate;
     double dlon = (dist - de_sun) / c / 86400.0 * rate;
     return wrap360(lon_earth - meridian + dlon);
+}
+
+/* ---- the fused map between plain solar WCSs ------------------------------------------ */
+
+/* One side of the fused map: its projection (skywcs_plain) and the rotation between its
+ * native unit vectors and Stonyhurst Cartesian space.  For a heliographic side, n2s
+ * takes a native unit vector to the point of the unit sphere at that position (the
+ * Carrington longitude less the offset); for a helioprojective one, to the direction of
+ * the line of sight, Thompson eq. 15 as space_point writes it: the frame's unit vector
+ * (cos Ty cos Tx, cos Ty sin Tx, sin Ty) becomes sin Tx cos Ty e_x + sin Ty e_y -
+ * cos Tx cos Ty e_z.  s2n, its transpose, takes a space vector (heliographic: the point;
+ * helioprojective: the point less the observer's position) to a native vector of the
+ * same direction (frame_angles' angles as a vector). */
+typedef struct fm_side {
+    skywcs_plain pp;
+    int hp;                 /* helioprojective */
+    hcc_axes ax;            /* helioprojective: the observer's axes and position */
+    double n2s[3][3], s2n[3][3];
+} fm_side;
+
+struct solar_fastmap {
+    fm_side f, t;
+    double rsun, dist2;     /* the solar radius; |o|^2 of the `from` observer */
+    int moving;
+    double mr[3][3], mt[3]; /* solar_hgs_motion from `from`'s time to `to`'s */
+    double mu_min;
+    struct fm_col *cols;    /* FM_COLS, for a `from` side of CAR or CEA (else NULL) */
+};
+
+static void mat3_apply(const double m[3][3], const double *v, double *out)
+{
+    for (int k = 0; k < 3; k++)
+        out[k] = m[k][0] * v[0] + m[k][1] * v[1] + m[k][2] * v[2];
+}
+
+static void fm_side_init(fm_side *s, sky_frame f, const solar_obs *o, const skywcs_plain *pp)
+{
+    double fr[3][3];   /* the frame's unit vector -> space (see fm_side) */
+    s->pp = *pp;
+    s->hp = f == SKY_FRAME_HELIOPROJECTIVE;
+    if (s->hp) {
+        observer_axes(o, &s->ax);
+        for (int k = 0; k < 3; k++) {
+            fr[k][0] = -s->ax.ez[k];
+            fr[k][1] = s->ax.ex[k];
+            fr[k][2] = s->ax.ey[k];
+        }
+    } else {
+        /* Stonyhurst longitude = Carrington longitude - carr_off: a turn about z. */
+        double a = f == SKY_FRAME_CARRINGTON ? -o->carr_off * DEG2RAD : 0.0;
+        double c = cos(a), sn = sin(a);
+        double r[3][3] = { { c, -sn, 0.0 }, { sn, c, 0.0 }, { 0.0, 0.0, 1.0 } };
+        for (int i = 0; i < 3; i++)
+            for (int j = 0; j < 3; j++)
+                fr[i][j] = r[i][j];
+    }
+    for (int i = 0; i < 3; i++)
+        for (int j = 0; j < 3; j++)
+            s->n2s[i][j] = fr[i][0] * pp->n2c[0][j] + fr[i][1] * pp->n2c[1][j] +
+                           fr[i][2] * pp->n2c[2][j];
+    for (int i = 0; i < 3; i++)
+        for (int j = 0; j < 3; j++)
+            s->s2n[i][j] = s->n2s[j][i];
+}
+
+/* The native unit vector of 0-based pixel (px, py) of a plain WCS: Paper II's
+ * deprojections, with wcslib's bounds (native longitude within 180 and latitude within
+ * 90 degrees, 1e-13 of slack, for CAR and CEA).  TAN (sec. 5.1.3): R = sqrt(x^2 + y^2),
+ * phi = arg(-y, x), theta = atan(r0 / R), so the vector is (-y, x, r0) / |(-y, x, r0)|.
+ * CAR (sec. 5.2.3): phi = x, theta = y.  CEA (sec. 5.2.2): phi = x,
+ * sin theta = lambda y / r0.  r0 = 180/pi, x and y in degrees.  Returns 0 off the
+ * projection. */
+typedef struct fm_row {
+    double py, st, ct;      /* the last row's pixel and its sin, cos theta (NaN: none) */
+} fm_row;
+
+/* The sin and cos of the native longitude of the columns met (when it depends on the
+ * column alone, piximg[0][1] = 0): FM_COLS slots, px's integer part modulo FM_COLS. */
+#define FM_COLS 4096
+typedef struct fm_col {
+    double px, sp, cp;      /* px NaN: empty */
+} fm_col;
+
+static int fm_native(const skywcs_plain *pp, double px, double py, double n[3], fm_row *row,
+                     fm_col *cols)
+{
+    double dx = px + 1.0 - pp->crpix[0], dy = py + 1.0 - pp->crpix[1];
+    double x = pp->piximg[0][0] * dx + pp->piximg[0][1] * dy;
+    double y = pp->piximg[1][0] * dx + pp->piximg[1][1] * dy;
+    if (!isfinite(x) || !isfinite(y))
+        return 0;
+    if (pp->proj == SKYWCS_PLAIN_TAN) {
+        double r = sqrt(x * x + y * y + RAD2DEG * RAD2DEG);
+        n[0] = -y / r;
+        n[1] = x / r;
+        n[2] = RAD2DEG / r;
+        return 1;
+    }
+    const double tol = 1e-13;
+    if (fabs(x) > 180.0 + tol)
+        return 0;
+    x = fmin(fmax(x, -180.0), 180.0);
+    double st, ct;
+    if (row && py == row->py) {
+        /* theta depends on the row alone (piximg[1][0] = 0): that of the last point. */
+        st = row->st;
+        ct = row->ct;
+    } else if (pp->proj == SKYWCS_PLAIN_CAR) {
+        if (fabs(y) > 90.0 + tol)
+            return 0;
+        y = fmin(fmax(y, -90.0), 90.0) * DEG2RAD;
+        st = sin(y);
+        ct = cos(y);
+    } else {
+        st = pp->lambda * y * DEG2RAD;
+        if (fabs(st) > 1.0 + tol)
+            return 0;
+        st = fmin(fmax(st, -1.0), 1.0);
+        ct = sqrt(1.0 - st * st);
+    }
+    if (row) {
+        row->py = py;
+        row->st = st;
+        row->ct = ct;
+    }
+    double sp, cp;
+    fm_col *c = cols && fabs(px) < 1e15 ? &cols[(size_t)(long long)floor(px) & (FM_COLS - 1)]
+                                        : NULL;
+    if (c && c->px == px) {
+        sp = c->sp;
+        cp = c->cp;
+    } else {
+        sp = sin(x * DEG2RAD);
+        cp = cos(x * DEG2RAD);
+        if (c) {
+            c->px = px;
+            c->sp = sp;
+            c->cp = cp;
+        }
+    }
+    n[0] = ct * cp;
+    n[1] = ct * sp;
+    n[2] = st;
+    return 1;
+}
+
+/* The 0-based pixel of a native vector n (any length > 0) of a plain WCS: Paper II's
+ * projections, TAN x = r0 n_y / n_z, y = -r0 n_x / n_z (theta > 0 only, as wcslib);
+ * CAR x = phi, y = theta; CEA x = phi, y = r0 sin(theta) / lambda; phi = arg(n_x, n_y)
+ * in [-180, 180].  Returns 0 off the projection. */
+static int fm_pixel(const skywcs_plain *pp, const double *n, double *px, double *py)
+{
+    double x, y;
+    if (pp->proj == SKYWCS_PLAIN_TAN) {
+        if (!(n[2] > 0.0))
+            return 0;
+        x = RAD2DEG * n[1] / n[2];
+        y = -RAD2DEG * n[0] / n[2];
+    } else {
+        x = atan2(n[1], n[0]) * RAD2DEG;
+        if (pp->proj == SKYWCS_PLAIN_CAR)
+            y = atan2(n[2], hypot(n[0], n[1])) * RAD2DEG;
+        else
+            y = RAD2DEG * n[2] / (sqrt(dot3(n, n)) * pp->lambda);
+    }
+    *px = pp->imgpix[0][0] * x + pp->imgpix[0][1] * y + pp->crpix[0] - 1.0;
+    *py = pp->imgpix[1][0] * x + pp->imgpix[1][1] * y + pp->crpix[1] - 1.0;
+    return isfinite(*px) && isfinite(*py);
+}
+
+/* The largest difference between fm_native / fm_pixel and wcslib on a few pixels of `w`
+ * (in pixels, through the celestial unit vector), or +inf when one side fails where
+ * the other does not: the guard that the plain chain reads wcslib's parameters right. */
+static double fm_check(skywcs *w, const skywcs_plain *pp)
+{
+    double px[5], py[5], lon[5], lat[5], worst = 0.0;
+    for (int i = 0; i < 5; i++) {
+        px[i] = pp->crpix[0] - 1.0 + (i % 2 ? 3.25 : -1.5) * (i > 0);
+        py[i] = pp->crpix[1] - 1.0 + (i / 2 % 2 ? 2.75 : -0.5) * (i > 0);
+    }
+    if (skywcs_pix2sky(w, 5, px, py, lon, lat) != 0)
+        return INFINITY;
+    for (int i = 0; i < 5; i++) {
+        double n[3], c[3], s[3], x, y;
+        if (!isfinite(lon[i]) || !fm_native(pp, px[i], py[i], n, NULL, NULL))
+            return INFINITY;
+        mat3_apply(pp->n2c, n, c);
+        double cl = cos(lat[i] * DEG2RAD);
+        s[0] = cl * cos(lon[i] * DEG2RAD);
+        s[1] = cl * sin(lon[i] * DEG2RAD);
+        s[2] = sin(lat[i] * DEG2RAD);
+        double d = sqrt((c[0] - s[0]) * (c[0] - s[0]) + (c[1] - s[1]) * (c[1] - s[1]) +
+                        (c[2] - s[2]) * (c[2] - s[2])) * RAD2DEG;
+        double scale = fmin(hypot(pp->piximg[0][0], pp->piximg[1][0]),
+                            hypot(pp->piximg[0][1], pp->piximg[1][1]));
+        /* Back: the celestial vector to native (n2c is orthogonal) to the pixel. */
+        for (int k = 0; k < 3; k++)
+            n[k] = pp->n2c[0][k] * s[0] + pp->n2c[1][k] * s[1] + pp->n2c[2][k] * s[2];
+        if (!fm_pixel(pp, n, &x, &y))
+            return INFINITY;
+        worst = fmax(worst, fmax(d / scale, fmax(fabs(x - px[i]), fabs(y - py[i]))));
+    }
+    return worst;
+}
+
+solar_fastmap *solar_fastmap_new(skywcs *from, skywcs *to, double mu_min)
+{
+    skywcs_plain pf, pt;
+    const solar_obs *sf = skywcs_solar(from), *st = skywcs_solar(to);
+    if (!sf || !st || !skywcs_plain_get(from, &pf) || !skywcs_plain_get(to, &pt))
+        return NULL;
+    sky_frame ff = skywcs_frame(from, NULL), ft = skywcs_frame(to, NULL);
+    solar_obs of = *sf, ot = *st;
+    solar_pair_observers(&of, &ot);
+    /* The pairs solar_convert_trip classes. */
+    if (!(ff == SKY_FRAME_HELIOPROJECTIVE || ft == SKY_FRAME_HELIOPROJECTIVE) ||
+        of.rsun != ot.rsun || identity(ff, &of, ft, &ot) || !convertible(ff, &of, ft, &ot))
+        return NULL;
+    /* 1e-9 pixel: far below the acceptance of the round trip and the kernels' needs. */
+    if (!(fm_check(from, &pf) <= 1e-9) || !(fm_check(to, &pt) <= 1e-9))
+        return NULL;
+    solar_fastmap *m = malloc(sizeof *m);
+    if (!m)
+        return NULL;
+    m->cols = NULL;
+    if (pf.proj != SKYWCS_PLAIN_TAN && pf.piximg[0][1] == 0.0) {
+        m->cols = malloc(sizeof(fm_col) * FM_COLS);
+        if (!m->cols) {
+            free(m);
+            return NULL;
+        }
+        for (size_t i = 0; i < FM_COLS; i++)
+            m->cols[i].px = NAN;
+    }
+    fm_side_init(&m->f, ff, &of, &pf);
+    fm_side_init(&m->t, ft, &ot, &pt);
+    m->rsun = of.rsun;
+    m->dist2 = of.dist * of.dist;
+    m->moving = solar_moves(&of, &ot);
+    if (m->moving)
+        solar_hgs_motion(of.jd, ot.jd, m->mr, m->mt);
+    m->mu_min = mu_min;
+    return m;
+}
+
+void solar_fastmap_free(solar_fastmap *m)
+{
+    if (m)
+        free(m->cols);
+    free(m);
+}
+
+/* Whether a round trip that misses by (dx, dy) pixels drops its point (coordmap.c's
+ * rule: strict drops NaN too). */
+static int fm_misses(double dx, double dy, int strict)
+{
+    return strict ? !(dx <= 1.0 && dy <= 1.0) : (dx > 1.0 || dy > 1.0);
+}
+
+void solar_fastmap_points(solar_fastmap *m, size_t k, const double *px,
+                          const double *py, int strict, double *qx, double *qy,
+                          unsigned char *cls)
+{
+    const fm_side *F = &m->f, *T = &m->t;
+    double mu = m->mu_min, r2 = m->rsun * m->rsun;
+    fm_row row = { NAN, 0.0, 0.0 };
+    fm_row *rowp = F->pp.proj != SKYWCS_PLAIN_TAN && F->pp.piximg[1][0] == 0.0 ? &row : NULL;
+    /* A hidden point whose trip ends farther than `reach` (radians of heliographic arc)
+     * from it misses by more than a pixel: in CAR, pixel offsets (dx, dy) within 1 are
+     * native offsets within |piximg| (dx, dy), |dphi| + |dtheta| <= reach, and the arc
+     * between two points is at most |dtheta| + |dphi| (along a meridian, then a
+     * parallel), at least their chord over the radius. */
+    double reach = F->pp.proj == SKYWCS_PLAIN_CAR
+                       ? (fabs(F->pp.piximg[0][0]) + fabs(F->pp.piximg[0][1]) +
+                          fabs(F->pp.piximg[1][0]) + fabs(F->pp.piximg[1][1])) * DEG2RAD
+                       : INFINITY;
+    for (size_t i = 0; i < k; i++) {
+        double n[3], u[3], p[3], p0[3], v[3], nt[3];
+        qx[i] = qy[i] = NAN;
+        cls[i] = 1;
+        if (!fm_native(&F->pp, px[i], py[i], n, rowp, m->cols))
+            continue;
+        mat3_apply(F->n2s, n, u);
+        if (F->hp) {
+            /* |o + d u| = rsun, the near root (space_point). */
+            double b = dot3(F->ax.o, u), disc = b * b - m->dist2 + r2;
+            double d = disc >= 0.0 ? -b - sqrt(disc) : NAN;
+            if (!(d >= 0.0))
+                continue;
+            for (int c = 0; c < 3; c++)
+                p[c] = F->ax.o[c] + d * u[c];
+        } else {
+            for (int c = 0; c < 3; c++)
+                p[c] = m->rsun * u[c];
+        }
+        p0[0] = p[0];
+        p0[1] = p[1];
+        p0[2] = p[2];
+        if (m->moving)
+            move3(m->mr, m->mt, p);
+        for (int c = 0; c < 3; c++)
+            v[c] = T->hp ? p[c] - T->ax.o[c] : p[c];
+        mat3_apply(T->s2n, v, nt);
+        /* trip_class, on the same view cosines. */
+        double muf = F->hp ? view_cosine(p0, F->ax.o) : 1.0;
+        double mut = T->hp ? view_cosine(p, T->ax.o) : 1.0;
+        if (!(muf >= mu && mut >= mu)) {
+            if (m->moving || !T->hp || !(mut <= -mu)) {
+                cls[i] = 0;
+                continue;
+            }
+            /* Hidden from `to`'s observer: the trip ends on the near side of the line of
+             * sight, at q; the point stays when q's `from` pixel is within one of it. */
+            double dp = sqrt(dot3(v, v)), w[3], q[3], nf[3], xr = NAN, yr = NAN;
+            for (int c = 0; c < 3; c++)
+                w[c] = v[c] / dp;
+            double dn = -2.0 * dot3(T->ax.o, w) - dp;
+            if (fabs(dp - dn) > reach * m->rsun)
+                continue;
+            for (int c = 0; c < 3; c++) {
+                q[c] = T->ax.o[c] + dn * w[c];
+                q[c] -= F->hp ? F->ax.o[c] : 0.0;
+            }
+            mat3_apply(F->s2n, q, nf);
+            if (!fm_pixel(&F->pp, nf, &xr, &yr))
+                xr = yr = NAN;
+            if (fm_misses(fabs(xr - px[i]), fabs(yr - py[i]), strict))
+                continue;
+        }
+        if (!fm_pixel(&T->pp, nt, &qx[i], &qy[i]))
+            qx[i] = qy[i] = NAN;
+    }
 }

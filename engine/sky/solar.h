@@ -55,4 +55,33 @@ void solar_hgs_axes(double jd_utc, double m[3][3]);
  * light-travel corrections (solar.c). */
 double solar_carrington_offset(double jd_utc, double dist);
 
+/* The fused map of coordmap.c between two solar WCSs that are plain (skywcs_plain_get:
+ * TAN, CAR or CEA, no distortions) and that solar_convert_trip classes: the whole chain
+ * pixel -> native vector -> point in space -> native vector -> pixel as rotation matrices
+ * and the projections' algebra (WCS Paper II; Thompson 2006 eq. 11-16 as solar_convert),
+ * without wcslib's per-point spherical trigonometry: at most two sines and cosines per
+ * point (CAR; one for CEA, none for TAN) on the way in, kept per row and column of an
+ * unrotated map, and two arctangents on the way out of CAR (one for CEA, none for
+ * TAN).  The same formulas as the general path, up to
+ * rounding: 1e-11 pixel for most points, up to 4e-8 near the limb and a pole where the
+ * conversion is ill-conditioned (tests/engine/test_skywcs.c, test_solar_fastmap and
+ * test_solar_trip, hold it to 1e-7 with the same NaN).  NULL when the pair is
+ * not such (then the general path is used), when wcslib's transform of a few pixels of
+ * either WCS disagrees with the plain chain by more than 1e-9 pixel, or without memory.
+ * It keeps the sines of the columns it met (a CAR or CEA `from` side): one thread at a
+ * time, as the rp_coordmap that holds it. */
+typedef struct solar_fastmap solar_fastmap;
+solar_fastmap *solar_fastmap_new(skywcs *from, skywcs *to, double mu_min);
+void solar_fastmap_free(solar_fastmap *m);
+
+/* For k 0-based pixels (px, py) of `from`: what coordmap.c's map_solar with the round
+ * trip gives, for the points it can decide.  cls[i] = 1: (qx[i], qy[i]) is the `to`
+ * pixel, or NaN (off the disk, off either projection, or a hidden point whose round
+ * trip misses by more than a pixel; `strict` as coordmap's rule); cls[i] = 0: the
+ * point is near the limb (view cosine within mu_min of 0) or otherwise needs the whole
+ * round trip, which the caller does (qx, qy NaN). */
+void solar_fastmap_points(solar_fastmap *m, size_t k, const double *px,
+                          const double *py, int strict, double *qx, double *qy,
+                          unsigned char *cls);
+
 #endif

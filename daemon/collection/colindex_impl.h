@@ -25,6 +25,12 @@ int sq_overlap(sq_index *x, const char *collection, int order, int64_t npix,
                void (*fn)(void *cls, const char *relpath), void *cls);
 int sq_cells(sq_index *x, const char *collection, int64_t **out, size_t *n);
 int sq_wcs(sq_index *x, const char *collection, const char *relpath, char **out);
+int sq_bg_pairs(sq_index *x, const char *collection,
+                void (*fn)(void *cls, const char *a, const char *b, double n, double diff),
+                void *cls);
+int sq_bg_put_pair(sq_index *x, const char *collection, const char *a, const char *b,
+                   double n, double diff);
+int sq_bg_set(sq_index *x, const char *collection, const char *relpath, double offset);
 
 typedef struct pg_index pg_index;
 int pgx_open(const char *uri, double timeout_s, pg_index **out, char *err, size_t errlen);
@@ -39,5 +45,11 @@ int pgx_overlap(pg_index *x, const char *collection, int order, int64_t npix,
                 void (*fn)(void *cls, const char *relpath), void *cls);
 int pgx_cells(pg_index *x, const char *collection, int64_t **out, size_t *n);
 int pgx_wcs(pg_index *x, const char *collection, const char *relpath, char **out);
+int pgx_bg_pairs(pg_index *x, const char *collection,
+                 void (*fn)(void *cls, const char *a, const char *b, double n, double diff),
+                 void *cls);
+int pgx_bg_put_pair(pg_index *x, const char *collection, const char *a, const char *b,
+                    double n, double diff);
+int pgx_bg_set(pg_index *x, const char *collection, const char *relpath, double offset);
 
 #endif

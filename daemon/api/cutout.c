@@ -2,6 +2,7 @@
 #include "daemon/api/cutout.h"
 #include "daemon/api/handlers.h"
 #include "daemon/cache/planes.h"
+#include "daemon/collection/colbackground.h"
 #include "daemon/collection/collection.h"
 #include "daemon/collection/colmembers.h"
 #include "engine/mosaic/coadd.h"
@@ -496,10 +497,11 @@ static int colcut_add(hreq *r, cutout_job *j, const char *relpath, const double 
                       "the target: %s", relpath, j->col->name, err);
         return -1;
     }
+    double bg = colbg_offset(j->col, relpath);   /* 0 without match_background */
     for (long y = 0; y < bh; y++) {
         size_t src = (size_t)y * (size_t)bw;
         mos_accum_add(a, (size_t)(by + y) * (size_t)j->width + (size_t)bx, val + src, fp + src,
-                      bw, 0.0, 0.0, bx);
+                      bw, bg, 0.0, bx);
     }
     return 0;
 }
@@ -588,6 +590,12 @@ static int check_dataset(hreq *r, cutout_job *j)
         if (j->p.solar_surface == SOLAR_SCREEN) {
             problem_reply(r, 400, "solar_surface", "collection '%s' is a sky collection: "
                           "solar_surface does not apply", j->p.dataset);
+            return -1;
+        }
+        if (colbg_pending(j->col)) {
+            problem_reply(r, 503, NULL, "collection '%s': its background offsets are being "
+                          "solved; retry later", j->p.dataset);
+            r->rep.retry_after = COLBG_RETRY_AFTER_S;
             return -1;
         }
         return 0;

@@ -3,6 +3,7 @@
 #include "daemon/api/handlers.h"
 #include "daemon/api/hipsbase.h"
 #include "daemon/cache/planes.h"
+#include "daemon/collection/colbackground.h"
 #include "daemon/collection/collection.h"
 #include "daemon/collection/colmembers.h"
 #include "daemon/problem.h"
@@ -828,7 +829,8 @@ static int colsky_add_member(hreq *r, const hips_job *j, const char *relpath, in
         return -1;
     }
     if (n > 0)
-        mos_accum_add_d(a, 0, px, NULL, (long)HIPS_TILE_WIDTH * HIPS_TILE_WIDTH, 0.0, 0.0, 0);
+        mos_accum_add_d(a, 0, px, NULL, (long)HIPS_TILE_WIDTH * HIPS_TILE_WIDTH,
+                        colbg_offset(j->col, relpath), 0.0, 0);
     return 0;
 }
 
@@ -1098,6 +1100,12 @@ static void hips_collection(hreq *r, const hips_path *hp, collection *c)
         problem_reply(r, 404, "Norder", "tiles are served down to Norder%d (their pixels are "
                       "HEALPix cells of order %d)", HIPS_ORDER_MAX - HIPS_TILE_SHIFT,
                       HIPS_ORDER_MAX);
+        return;
+    }
+    if ((hp->kind == HIPS_REQ_TILE || hp->kind == HIPS_REQ_ALLSKY) && colbg_pending(c)) {
+        problem_reply(r, 503, NULL, "collection '%s': its background offsets are being "
+                      "solved; retry later", c->name);
+        r->rep.retry_after = COLBG_RETRY_AFTER_S;
         return;
     }
     hips_job *j = calloc(1, sizeof(*j));

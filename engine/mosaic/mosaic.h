@@ -33,6 +33,10 @@ typedef struct mos_input {
     const char *path;
     const char *name;
     int hdu;
+    double offset;              /* a level taken off the input's values before they are
+                                   combined (and before overlaps are fitted), in its pixel
+                                   units; 0 = none (a collection's background offset,
+                                   daemon/collection/colbackground.h) */
 } mos_input;
 
 /* An input's header as a plan uses it, read once (mos_read_header) and handed to

@@ -260,7 +260,7 @@ int mos_run_overlaps(mosaic *m, long i, const volatile int *cancel, char *err, s
                     continue;
                 u[n] = ((double)(x0 + c) - cx) / sc;
                 v[n] = (y - cy) / sc;
-                d[n] = (double)va[q] - (double)vb[q];
+                d[n] = ((double)va[q] - a->offset) - ((double)vb[q] - b->offset);
                 keep[n] = 1;
                 n++;
             }

@@ -16,7 +16,9 @@ offset of -10..10 injected.  One folder served as two collections: "bgm"
     and the matched cutout is flat where the raw one is not: against the true sky less
     the mean injected offset it is within 0.05 where every image agrees;
 (c) SIA 2.0 answers for random circles equal the images astropy's WCS finds within each
-    circle (tests/clients/skygeom.py; cases within 2e-5 degree skipped);
+    circle (tests/clients/skygeom.py; cases within 2e-5 degree skipped); a mosaic job
+    over a circle of "bgm" equals reproject_and_coadd of its members less the offsets it
+    stored at submit;
 and a member rewritten with another offset is solved again (its new offset recovered)
 while the others keep theirs up to the gauge."""
 import io
@@ -218,7 +220,7 @@ class ColbgTest(unittest.TestCase):
         ref, _ = self.coadd(matched, w, got.shape)
         self.assert_like(got, ref, "tile (matched)")
 
-    def test_c_sia(self):
+    def test_c_sia_circles(self):
         from astropy.io.votable import parse_single_table
         from skygeom import image_distance
         rng = random.Random(7)
@@ -242,6 +244,43 @@ class ColbgTest(unittest.TestCase):
                     want.add(p)
             self.assertEqual(got - skip, want - skip, (ra, dec, r))
             self.assertTrue(want, (ra, dec, r))
+
+    def test_c_mosaic_job(self):
+        """A mosaic job over a circle of "bgm" takes the members' offsets at submit (kept
+        in its request as bg_offsets) and equals reproject_and_coadd of those members less
+        them."""
+        import json
+        import urllib.request
+        np = self.np
+        rec = dict(zip(self.paths, self.recovered(self.solved())))
+        body = {"type": "mosaic", "inputs": {"collection": "bgm",
+                                             "region": {"circle": [RA0, DEC0, 0.02]}},
+                "target": {"region": True}, "method": "bilinear", "combine": "mean",
+                "output": {"name": "bgm_job"}}
+        req = urllib.request.Request(self.srv.url("/api/v1/jobs"), data=json.dumps(body).encode(),
+                                     headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(req, timeout=30) as r:
+            jid = json.loads(r.read())["id"]
+        end = time.monotonic() + 60
+        while True:
+            doc = json.loads(self.get(f"/api/v1/jobs/{jid}"))
+            if doc["state"] not in ("queued", "running"):
+                break
+            self.assertLess(time.monotonic(), end)
+            time.sleep(0.1)
+        self.assertEqual(doc["state"], "succeeded", doc)
+        inputs = doc["request"]["inputs"]
+        members = inputs["members"]
+        self.assertGreater(len(members), 5)
+        np.testing.assert_allclose(inputs["bg_offsets"], [rec[m] for m in members],
+                                   rtol=0, atol=1e-9)
+        with self.fits.open(io.BytesIO(self.get(f"/api/v1/jobs/{jid}/result"))) as h:
+            got = h[0].data.astype(np.float64)
+            w = self.WCS(h[0].header)
+        by = dict(zip(self.paths, self.members))
+        ref, foot = self.coadd([(by[m][0].astype(np.float64) - rec[m], by[m][1])
+                                for m in members], w, got.shape)
+        self.assert_like(got, np.where(foot > 0, ref, np.nan), "mosaic job (matched)")
 
     def test_d_changed_member(self):
         """One member rewritten with a new offset: solved again, the new offset found."""

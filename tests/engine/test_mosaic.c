@@ -36,7 +36,7 @@ static void setup_tiles(void)
 {
     for (int i = 0; i < 6; i++) {
         snprintf(tile_paths[i], sizeof tile_paths[i], "%s/tile_%d.fits", MOSAIC_DIR, i + 1);
-        tiles[i] = (mos_input){ tile_paths[i], NULL, 0 };
+        tiles[i] = (mos_input){ tile_paths[i], NULL, 0, 0.0 };
     }
 }
 
@@ -503,7 +503,7 @@ START_TEST(test_ra_wrap)
     const long na = 60, ma = 50, nb = 55, mb = 45;
     skywcs *wa = write_tile(pa, 359.75, 10.0, na, ma, 0.0);
     skywcs *wb = write_tile(pb, 0.25, 10.1, nb, mb, 12.0);
-    mos_input in[2] = { { pa, "a", 0 }, { pb, "b", 0 } };
+    mos_input in[2] = { { pa, "a", 0, 0.0 }, { pb, "b", 0, 0.0 } };
     for (int variant = 0; variant < 2; variant++) {
         mos_spec s = base_spec(in, 2, NULL, 0);
         s.auto_frame = variant ? SKY_FRAME_GALACTIC : SKY_FRAME_ICRS;
@@ -733,7 +733,7 @@ START_TEST(test_errors)
     mosaic *m = NULL;
     ck_assert_int_eq(mos_plan(&s, dir, 1, &m, err, sizeof err), TESS_ENOOVERLAP);
     ck_assert_ptr_null(m);
-    mos_input bad = { "/nonexistent/x.fits", NULL, 0 };
+    mos_input bad = { "/nonexistent/x.fits", NULL, 0, 0.0 };
     s = base_spec(&bad, 1, NULL, 0);
     ck_assert_int_lt(mos_plan(&s, dir, 1, &m, err, sizeof err), 0);
     ck_assert_ptr_nonnull(strstr(err, "x.fits"));
@@ -748,7 +748,7 @@ START_TEST(test_errors)
      * comment and the command line's warning come from mos_input_overlaps). */
     int tk = 0;
     char *tc = reference_target(&tk);
-    mos_input two[2] = { tiles[0], { TESSERA_DEMO_DIR "/HorseHead.fits", NULL, 0 } };
+    mos_input two[2] = { tiles[0], { TESSERA_DEMO_DIR "/HorseHead.fits", NULL, 0, 0.0 } };
     s = base_spec(two, 2, tc, tk);
     ck_assert_msg(mos_plan(&s, dir, 1, &m, err, sizeof err) == 0, "%s", err);
     ck_assert_int_eq(mos_input_overlaps(m, 0), 1);

@@ -692,10 +692,13 @@ static void *rescan_main(void *arg)
     pthread_mutex_lock(&s->wake_lock);
     while (!s->stop) {
         pthread_mutex_unlock(&s->wake_lock);
-        for (int i = 0; i < s->n; i++)   /* background offsets of what the scan changed */
-            if (colbg_pending(&s->c[i]) && colbg_update(s, &s->c[i]) != 0)
+        for (int i = 0; i < s->n; i++) {   /* background offsets of what a scan changed */
+            int rc = colbg_pending(&s->c[i]) ? colbg_update(s, &s->c[i]) : 0;
+            if (rc != 0 && rc != TESS_ECANCELED)
                 fprintf(stderr, "tesserad: collection '%s': the background offsets could "
-                        "not be solved; retried after the next rescan\n", s->c[i].name);
+                        "not be solved (error %d); retried after the next rescan\n",
+                        s->c[i].name, rc);
+        }
         pthread_mutex_lock(&s->wake_lock);
         if (s->stop)
             break;

@@ -480,10 +480,11 @@ int mos_correction(mosaic *m, int k, double c[3])
 
 int mos_bg_solve_levels(int n, const mos_bg_pair *pairs, long npairs, double *x)
 {
-    double *diag = calloc((size_t)n + 1, sizeof(double)), *b = calloc((size_t)n + 1, sizeof(double));
-    double *r = malloc(sizeof(double) * ((size_t)n + 1)), *z = malloc(sizeof(double) * ((size_t)n + 1));
-    double *p = malloc(sizeof(double) * ((size_t)n + 1)), *q = malloc(sizeof(double) * ((size_t)n + 1));
-    int *parent = malloc(sizeof(int) * ((size_t)n + 1));
+    size_t len = (size_t)n + 1;
+    double *diag = calloc(len, sizeof(double)), *b = calloc(len, sizeof(double));
+    double *r = malloc(sizeof(double) * len), *z = malloc(sizeof(double) * len);
+    double *p = malloc(sizeof(double) * len), *q = malloc(sizeof(double) * len);
+    int *parent = malloc(sizeof(int) * len);
     int rc = 0;
     if (!diag || !b || !r || !z || !p || !q || !parent) {
         rc = TESS_ENOMEM;

@@ -168,7 +168,8 @@ class ColbgTest(unittest.TestCase):
     def cutout(self, name, **kw):
         q = dict(dataset=name, ra=RA0, dec=DEC0, fov=0.08, width=96, height=96, format="fits")
         q.update(kw)
-        with self.fits.open(io.BytesIO(self.get("/api/v1/cutout?" + urllib.parse.urlencode(q)))) as h:
+        body = self.get("/api/v1/cutout?" + urllib.parse.urlencode(q))
+        with self.fits.open(io.BytesIO(body)) as h:
             return h[0].data.astype(self.np.float64), self.WCS(h[0].header)
 
     def test_a_offsets(self):

@@ -837,7 +837,8 @@ START_TEST(test_bg_levels)
         if (k + 1 == G)
             continue;   /* two groups: 0..39 and 40..59; 60 alone */
         int lo = k < G ? 0 : G, hi = k < G ? G : N - 1;
-        pairs[np++] = (mos_bg_pair){k, k + 1, truth[k] - truth[k + 1], 1.0 + (double)(k % 7) * 150.0};
+        pairs[np++] = (mos_bg_pair){k, k + 1, truth[k] - truth[k + 1],
+                                    1.0 + (double)(k % 7) * 150.0};
         for (int e = 0; e < k % 4; e++) {
             seed = seed * 1103515245u + 12345u;
             int j = lo + (int)((seed >> 8) % (unsigned)(hi - lo));

@@ -48,6 +48,23 @@ double colbg_offset(collection *c, const char *relpath)
     return o;
 }
 
+int colbg_offsets(collection *c, char *const *rel, int n, double *out)
+{
+    if (!c->match_background) {
+        for (int i = 0; i < n; i++)
+            out[i] = 0.0;
+        return 0;
+    }
+    pthread_rwlock_rdlock(&c->lock);
+    int pending = c->bg_version != c->version;
+    for (int i = 0; !pending && i < n; i++) {
+        const col_member *m = col_member_find(c->m, c->n, rel[i]);
+        out[i] = m && isfinite(m->bg_offset) ? m->bg_offset : 0.0;
+    }
+    pthread_rwlock_unlock(&c->lock);
+    return pending;
+}
+
 void colbg_loaded(collection *c)
 {
     if (!c->match_background)

@@ -46,6 +46,11 @@ int colbg_pending(struct collection *c);
  * a member without one).  Read under c's lock. */
 double colbg_offset(struct collection *c, const char *relpath);
 
+/* The offsets of members rel[0..n) into out[0..n), all of one solution (read under one
+ * lock; 0 for a member without one, or all 0 without match_background).  Returns 0, or 1
+ * when c is pending (colbg_pending; out untouched). */
+int colbg_offsets(struct collection *c, char *const *rel, int n, double *out);
+
 /* After the members were loaded from the index: the offsets stored there are the
  * solution when every usable member has one (then colbg_pending is 0 at once). */
 void colbg_loaded(struct collection *c);

@@ -347,11 +347,6 @@ static int parse_collection(const json_t *o, const job_env *env, int accepted, m
                         "collection's background offsets of the members)", in);
         return -1;
     }
-    if (!mem && c->match_background && colbg_pending(c)) {
-        jobkind_problem(pb, 503, f, "collection '%.64s': its background offsets are being "
-                        "solved; retry later", name);
-        return -1;
-    }
     if (mem && !accepted) {
         jobkind_problem(pb, 400, fm, "'%s' is written by the server (the members the region "
                         "selects); give the collection and the region", fm);
@@ -418,9 +413,14 @@ static int parse_collection(const json_t *o, const job_env *env, int accepted, m
             jobkind_problem(pb, 500, in, "out of memory");
             return -1;
         }
-        for (int i = 0; i < n; i++)
-            r->bg_offsets[i] = bgo ? json_number_value(json_array_get(bgo, (size_t)i))
-                                   : colbg_offset(c, rel[i]);
+        for (int i = 0; bgo && i < n; i++)
+            r->bg_offsets[i] = json_number_value(json_array_get(bgo, (size_t)i));
+        if (!bgo && colbg_offsets(c, rel, n, r->bg_offsets) != 0) {
+            free_names(rel, n);
+            jobkind_problem(pb, 503, f, "collection '%.64s': its background offsets are "
+                            "being solved; retry later", name);
+            return -1;
+        }
     }
     int bad = 0;
     for (int i = 0; !bad && i < n; i++) {

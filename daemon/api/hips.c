@@ -748,8 +748,9 @@ static int cmp_double(const void *x, const void *y)
 
 /* The cut levels of the pictures of collection j->col, the same for every tile: the
  * median of the cut levels (j->q.render, as a dataset's) of up to COLSKY_CUT_SAMPLE
- * members spread evenly over the list by path, or with `extremes` the smallest low and
- * largest high cut (the data range).  Returns 0 or -1 with the problem reply set. */
+ * members spread evenly over the list by path (less each one's background offset), or
+ * with `extremes` the smallest low and largest high cut (the data range).  Returns 0 or
+ * -1 with the problem reply set. */
 static int colsky_cuts(hreq *r, const hips_job *j, int extremes, double *lo, double *hi)
 {
     colset *s = r->srv->app->collections;
@@ -769,6 +770,9 @@ static int colsky_cuts(hreq *r, const hips_job *j, int extremes, double *lo, dou
             rc = planestore_cuts(r->srv->app->planes, d, 0, &j->q.render, &los[n], &his[n],
                                  err, sizeof(err));
             colmembers_release(s, d);
+            double o = colbg_offset(j->col, l.p[i]);   /* the levels of its matched values */
+            los[n] -= o;
+            his[n] -= o;
         }
         if (rc) {
             colsky_list_free(&l);

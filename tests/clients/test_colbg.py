@@ -220,6 +220,10 @@ class ColbgTest(unittest.TestCase):
             w = self.WCS(h[0].header)
         ref, _ = self.coadd(matched, w, got.shape)
         self.assert_like(got, ref, "tile (matched)")
+        status, headers, _ = self.srv.get(f"/hips/bgm/Norder{ORDER}/Dir"
+                                          f"{npix // 10000 * 10000}/Npix{npix}.png")
+        self.assertEqual(status, 200)
+        self.assertEqual(headers["Content-Type"], "image/png")
 
     def test_c_sia_circles(self):
         from astropy.io.votable import parse_single_table

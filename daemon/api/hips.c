@@ -796,9 +796,9 @@ static int colsky_cuts(hreq *r, const hips_job *j, int extremes, double *lo, dou
 }
 
 /* Renders member `relpath` on tile (order, npix) into px (W x W, FITS rows) and adds it
- * to `a`.  Returns 0 or -1 with the problem reply set. */
-static int colsky_add_member(hreq *r, const hips_job *j, const char *relpath, int order,
-                             int64_t npix, double *px, mos_accum *a)
+ * to `a`, less its background offset `bg`.  Returns 0 or -1 with the problem reply set. */
+static int colsky_add_member(hreq *r, const hips_job *j, const char *relpath, double bg,
+                             int order, int64_t npix, double *px, mos_accum *a)
 {
     colset *s = r->srv->app->collections;
     char err[256] = "";
@@ -833,8 +833,7 @@ static int colsky_add_member(hreq *r, const hips_job *j, const char *relpath, in
         return -1;
     }
     if (n > 0)
-        mos_accum_add_d(a, 0, px, NULL, (long)HIPS_TILE_WIDTH * HIPS_TILE_WIDTH,
-                        colbg_offset(j->col, relpath), 0.0, 0);
+        mos_accum_add_d(a, 0, px, NULL, (long)HIPS_TILE_WIDTH * HIPS_TILE_WIDTH, bg, 0.0, 0);
     return 0;
 }
 
@@ -863,6 +862,14 @@ static long colsky_render(hreq *r, const hips_job *j, int order, int64_t npix, d
         colsky_list_free(&l);
         return -1;
     }
+    double bg[COLSKY_TILE_MAX_MEMBERS];   /* the members' offsets, of one solution */
+    if (colbg_offsets(c, l.p, l.kept, bg)) {
+        colsky_list_free(&l);
+        problem_reply(r, 503, NULL, "collection '%s': its background offsets are being "
+                      "solved; retry later", c->name);
+        r->rep.retry_after = COLBG_RETRY_AFTER_S;
+        return -1;
+    }
     const size_t np = (size_t)HIPS_TILE_WIDTH * HIPS_TILE_WIDTH;
     mos_accum a;
     if (mos_accum_init(&a, collection_combine(c), np, l.kept)) {
@@ -876,7 +883,7 @@ static long colsky_render(hreq *r, const hips_job *j, int order, int64_t npix, d
             hreq_reply_cancelled(r);
             failed = 1;
         } else {
-            failed = colsky_add_member(r, j, l.p[i], order, npix, out, &a);
+            failed = colsky_add_member(r, j, l.p[i], bg[i], order, npix, out, &a);
         }
     }
     colsky_list_free(&l);

@@ -34,8 +34,10 @@ struct collection;
 #define COLBG_RETRY_AFTER_S 2
 
 /* Members larger than this many pixels are not measured (their pairs count as no
- * constraint: offset 0 unless other pairs tie them); the two planes of a pair are read
- * whole as doubles, so this bounds an update's memory to about 3 x 8 x COLBG_MAX_PIXELS. */
+ * constraint: offset 0 unless other pairs tie them).  The two planes of a pair are read
+ * whole as doubles, with b reprojected onto a as doubles and its footprint as floats: an
+ * update holds at most 28 bytes x COLBG_MAX_PIXELS (about 450 MB) at once, one pair at a
+ * time, on one thread. */
 #define COLBG_MAX_PIXELS (16L * 1024 * 1024)
 
 /* 1 when c matches backgrounds and its offsets are not those of its current members

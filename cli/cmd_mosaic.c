@@ -330,7 +330,7 @@ int cmd_mosaic(int argc, char **argv)
                 cli_msg("mosaic: bad HDU number in '%s'", a);
                 goto done;
             }
-            ins[n] = (mos_input){ paths[n], a, hdu };
+            ins[n] = (mos_input){ paths[n], a, hdu, 0.0 };
             n++;
         }
 #undef OPT

@@ -2,6 +2,7 @@
 #include "daemon/api/cutout.h"
 #include "daemon/api/handlers.h"
 #include "daemon/cache/planes.h"
+#include "daemon/collection/colbackground.h"
 #include "daemon/collection/collection.h"
 #include "daemon/collection/colmembers.h"
 #include "engine/mosaic/coadd.h"
@@ -436,10 +437,10 @@ static skywcs *sub_target(const cutout_job *j, long x0, long y0)
 }
 
 /* Reprojects member `relpath` onto its part of the target (member_box; values and
- * footprint as float32) and adds it to `a` with the footprint as its weight.  Returns 0
- * or -1 with the problem reply set. */
-static int colcut_add(hreq *r, cutout_job *j, const char *relpath, const double *poly,
-                      float *val, float *fp, mos_accum *a)
+ * footprint as float32) and adds it to `a` with the footprint as its weight, less its
+ * background offset `bg`.  Returns 0 or -1 with the problem reply set. */
+static int colcut_add(hreq *r, cutout_job *j, const char *relpath, double bg,
+                      const double *poly, float *val, float *fp, mos_accum *a)
 {
     long bx, by, bw, bh;
     if (member_box(j, poly, &bx, &by, &bw, &bh))
@@ -499,7 +500,7 @@ static int colcut_add(hreq *r, cutout_job *j, const char *relpath, const double 
     for (long y = 0; y < bh; y++) {
         size_t src = (size_t)y * (size_t)bw;
         mos_accum_add(a, (size_t)(by + y) * (size_t)j->width + (size_t)bx, val + src, fp + src,
-                      bw, 0.0, 0.0, bx);
+                      bw, bg, 0.0, bx);
     }
     return 0;
 }
@@ -543,6 +544,15 @@ static void colcut_work(hreq *r)
                       c->name);
         return;
     }
+    double bg[COLCUT_MAX_MEMBERS];   /* the members' offsets, of one solution */
+    if (colbg_offsets(c, rel, n, bg)) {
+        col_relpaths_free(rel, n);
+        free(polys);
+        problem_reply(r, 503, NULL, "collection '%s': its background offsets are being "
+                      "solved; retry later", c->name);
+        r->rep.retry_after = COLBG_RETRY_AFTER_S;
+        return;
+    }
     mos_accum a;
     float *val = malloc(sizeof(float) * np), *fp = malloc(sizeof(float) * np);
     double *dst = malloc(sizeof(double) * np);
@@ -550,7 +560,7 @@ static void colcut_work(hreq *r)
     if (failed)
         problem_reply(r, 500, NULL, "out of memory");
     for (int i = 0; i < n && !failed; i++)
-        if (colcut_add(r, j, rel[i], polys + 8 * (size_t)i, val, fp, &a)) {
+        if (colcut_add(r, j, rel[i], bg[i], polys + 8 * (size_t)i, val, fp, &a)) {
             failed = 1;
             mos_accum_free(&a);
         }
@@ -588,6 +598,12 @@ static int check_dataset(hreq *r, cutout_job *j)
         if (j->p.solar_surface == SOLAR_SCREEN) {
             problem_reply(r, 400, "solar_surface", "collection '%s' is a sky collection: "
                           "solar_surface does not apply", j->p.dataset);
+            return -1;
+        }
+        if (colbg_pending(j->col)) {
+            problem_reply(r, 503, NULL, "collection '%s': its background offsets are being "
+                          "solved; retry later", j->p.dataset);
+            r->rep.retry_after = COLBG_RETRY_AFTER_S;
             return -1;
         }
         return 0;

@@ -3,6 +3,7 @@
 #include "daemon/api/handlers.h"
 #include "daemon/api/hipsbase.h"
 #include "daemon/cache/planes.h"
+#include "daemon/collection/colbackground.h"
 #include "daemon/collection/collection.h"
 #include "daemon/collection/colmembers.h"
 #include "daemon/problem.h"
@@ -747,8 +748,9 @@ static int cmp_double(const void *x, const void *y)
 
 /* The cut levels of the pictures of collection j->col, the same for every tile: the
  * median of the cut levels (j->q.render, as a dataset's) of up to COLSKY_CUT_SAMPLE
- * members spread evenly over the list by path, or with `extremes` the smallest low and
- * largest high cut (the data range).  Returns 0 or -1 with the problem reply set. */
+ * members spread evenly over the list by path (less each one's background offset), or
+ * with `extremes` the smallest low and largest high cut (the data range).  Returns 0 or
+ * -1 with the problem reply set. */
 static int colsky_cuts(hreq *r, const hips_job *j, int extremes, double *lo, double *hi)
 {
     colset *s = r->srv->app->collections;
@@ -768,6 +770,9 @@ static int colsky_cuts(hreq *r, const hips_job *j, int extremes, double *lo, dou
             rc = planestore_cuts(r->srv->app->planes, d, 0, &j->q.render, &los[n], &his[n],
                                  err, sizeof(err));
             colmembers_release(s, d);
+            double o = colbg_offset(j->col, l.p[i]);   /* the levels of its matched values */
+            los[n] -= o;
+            his[n] -= o;
         }
         if (rc) {
             colsky_list_free(&l);
@@ -791,9 +796,9 @@ static int colsky_cuts(hreq *r, const hips_job *j, int extremes, double *lo, dou
 }
 
 /* Renders member `relpath` on tile (order, npix) into px (W x W, FITS rows) and adds it
- * to `a`.  Returns 0 or -1 with the problem reply set. */
-static int colsky_add_member(hreq *r, const hips_job *j, const char *relpath, int order,
-                             int64_t npix, double *px, mos_accum *a)
+ * to `a`, less its background offset `bg`.  Returns 0 or -1 with the problem reply set. */
+static int colsky_add_member(hreq *r, const hips_job *j, const char *relpath, double bg,
+                             int order, int64_t npix, double *px, mos_accum *a)
 {
     colset *s = r->srv->app->collections;
     char err[256] = "";
@@ -828,7 +833,7 @@ static int colsky_add_member(hreq *r, const hips_job *j, const char *relpath, in
         return -1;
     }
     if (n > 0)
-        mos_accum_add_d(a, 0, px, NULL, (long)HIPS_TILE_WIDTH * HIPS_TILE_WIDTH, 0.0, 0.0, 0);
+        mos_accum_add_d(a, 0, px, NULL, (long)HIPS_TILE_WIDTH * HIPS_TILE_WIDTH, bg, 0.0, 0);
     return 0;
 }
 
@@ -857,6 +862,14 @@ static long colsky_render(hreq *r, const hips_job *j, int order, int64_t npix, d
         colsky_list_free(&l);
         return -1;
     }
+    double bg[COLSKY_TILE_MAX_MEMBERS];   /* the members' offsets, of one solution */
+    if (colbg_offsets(c, l.p, l.kept, bg)) {
+        colsky_list_free(&l);
+        problem_reply(r, 503, NULL, "collection '%s': its background offsets are being "
+                      "solved; retry later", c->name);
+        r->rep.retry_after = COLBG_RETRY_AFTER_S;
+        return -1;
+    }
     const size_t np = (size_t)HIPS_TILE_WIDTH * HIPS_TILE_WIDTH;
     mos_accum a;
     if (mos_accum_init(&a, collection_combine(c), np, l.kept)) {
@@ -870,7 +883,7 @@ static long colsky_render(hreq *r, const hips_job *j, int order, int64_t npix, d
             hreq_reply_cancelled(r);
             failed = 1;
         } else {
-            failed = colsky_add_member(r, j, l.p[i], order, npix, out, &a);
+            failed = colsky_add_member(r, j, l.p[i], bg[i], order, npix, out, &a);
         }
     }
     colsky_list_free(&l);
@@ -1098,6 +1111,12 @@ static void hips_collection(hreq *r, const hips_path *hp, collection *c)
         problem_reply(r, 404, "Norder", "tiles are served down to Norder%d (their pixels are "
                       "HEALPix cells of order %d)", HIPS_ORDER_MAX - HIPS_TILE_SHIFT,
                       HIPS_ORDER_MAX);
+        return;
+    }
+    if ((hp->kind == HIPS_REQ_TILE || hp->kind == HIPS_REQ_ALLSKY) && colbg_pending(c)) {
+        problem_reply(r, 503, NULL, "collection '%s': its background offsets are being "
+                      "solved; retry later", c->name);
+        r->rep.retry_after = COLBG_RETRY_AFTER_S;
         return;
     }
     hips_job *j = calloc(1, sizeof(*j));

@@ -616,6 +616,9 @@ static json_t *collection_json(collection *c, int with_members)
             for (int k = 0; k < 4; k++)
                 json_array_append_new(fp, json_pack("[ff]", m->poly[2 * k], m->poly[2 * k + 1]));
             json_object_set_new(e, "footprint", fp);
+            if (c->match_background)   /* null until solved (colbackground.h) */
+                json_object_set_new(e, "bg_offset", isfinite(m->bg_offset)
+                                                    ? json_real(m->bg_offset) : json_null());
             json_array_append_new(members, e);
         }
     }
@@ -623,6 +626,11 @@ static json_t *collection_json(collection *c, int with_members)
     extent_json(o, c);
     json_object_set_new(o, "unreadable_count", json_integer(bad));
     json_object_set_new(o, "unreadable", unreadable);
+    json_object_set_new(o, "match_background", json_boolean(c->match_background));
+    if (c->match_background)   /* "solved" when the offsets are the current members' */
+        json_object_set_new(o, "background", json_pack("{s:s,s:I}", "state",
+                            c->bg_version == c->version ? "solved" : "pending", "generation",
+                            (json_int_t)c->bg_generation));
     if (members)
         json_object_set_new(o, "images", members);
     pthread_rwlock_unlock(&c->lock);

@@ -119,3 +119,24 @@ int colindex_cells(colindex *x, const char *collection, int64_t **out, size_t *n
 {
     return x->pg ? pgx_cells(x->pg, collection, out, n) : sq_cells(x->sq, collection, out, n);
 }
+
+int colindex_bg_pairs(colindex *x, const char *collection,
+                      void (*fn)(void *cls, const char *a, const char *b, double n, double diff),
+                      void *cls)
+{
+    return x->pg ? pgx_bg_pairs(x->pg, collection, fn, cls)
+                 : sq_bg_pairs(x->sq, collection, fn, cls);
+}
+
+int colindex_bg_put_pair(colindex *x, const char *collection, const char *a, const char *b,
+                         double n, double diff)
+{
+    return x->pg ? pgx_bg_put_pair(x->pg, collection, a, b, n, diff)
+                 : sq_bg_put_pair(x->sq, collection, a, b, n, diff);
+}
+
+int colindex_bg_set(colindex *x, const char *collection, const char *relpath, double offset)
+{
+    return x->pg ? pgx_bg_set(x->pg, collection, relpath, offset)
+                 : sq_bg_set(x->sq, collection, relpath, offset);
+}

@@ -25,6 +25,9 @@ typedef struct col_member {
     char filter[72];
     double em_min, em_max, t_min, t_max, exptime;
     char *error;             /* why the image is not usable, or NULL */
+    double bg_offset;        /* the additive background offset solved for it (the image's
+                                units; subtracted when combined with match_background),
+                                NaN until solved (colbackground.h) */
 } col_member;
 
 typedef struct colindex colindex;
@@ -64,6 +67,20 @@ int colindex_cells(colindex *x, const char *collection, int64_t **out, size_t *n
 
 /* The WCS header text stored for a member into *out (malloc'd) or NULL. */
 int colindex_wcs(colindex *x, const char *collection, const char *relpath, char **out);
+
+/* Background matching (colbackground.h).  A pair (a, b), a < b by relpath, holds the
+ * difference a - b measured on their common pixels (diff, in the images' units) and the
+ * number of points it rests on (n; 0 when they share too few usable pixels: then it is
+ * no constraint, but measured).  Putting or removing a member deletes its pairs and its
+ * offset (NULL).  colindex_bg_pairs calls fn per pair and returns the count or TESS_EIO;
+ * the others return 0 or TESS_EIO.  colindex_bg_set stores one member's offset (NaN:
+ * NULL); call it between colindex_begin and colindex_commit for many. */
+int colindex_bg_pairs(colindex *x, const char *collection,
+                      void (*fn)(void *cls, const char *a, const char *b, double n, double diff),
+                      void *cls);
+int colindex_bg_put_pair(colindex *x, const char *collection, const char *a, const char *b,
+                         double n, double diff);
+int colindex_bg_set(colindex *x, const char *collection, const char *relpath, double offset);
 
 void col_member_release(col_member *m);
 void col_members_free(col_member *m, int n);

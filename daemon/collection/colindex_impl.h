@@ -6,10 +6,10 @@
 #include "daemon/collection/colindex.h"
 
 /* The columns of col_image a member is loaded from, in the order both back ends decode a
- * row (0 relpath ... 20 error; sq_load, pgx_load). */
+ * row (0 relpath ... 20 error, 21 bg_offset; sq_load, pgx_load). */
 #define COL_MEMBER_COLUMNS                                                                  \
     "relpath, dev, ino, size, mtime_ns, nx, ny, nz, bitpix, footprint, ra, dec, radius,"    \
-    " pixscale, filter, em_min, em_max, t_min, t_max, exptime, error"
+    " pixscale, filter, em_min, em_max, t_min, t_max, exptime, error, bg_offset"
 
 /* The cells whose presence means a member may overlap tile (order, npix): its ancestors
  * (itself included) down to order 0 as NUNIQ (anc, *na, at most COL_MOC_ORDER + 1), and,
@@ -31,6 +31,12 @@ int sq_overlap(sq_index *x, const char *collection, int order, int64_t npix,
                void (*fn)(void *cls, const char *relpath), void *cls);
 int sq_cells(sq_index *x, const char *collection, int64_t **out, size_t *n);
 int sq_wcs(sq_index *x, const char *collection, const char *relpath, char **out);
+int sq_bg_pairs(sq_index *x, const char *collection,
+                void (*fn)(void *cls, const char *a, const char *b, double n, double diff),
+                void *cls);
+int sq_bg_put_pair(sq_index *x, const char *collection, const char *a, const char *b,
+                   double n, double diff);
+int sq_bg_set(sq_index *x, const char *collection, const char *relpath, double offset);
 
 typedef struct pg_index pg_index;
 int pgx_open(const char *uri, double timeout_s, pg_index **out, char *err, size_t errlen);
@@ -45,5 +51,11 @@ int pgx_overlap(pg_index *x, const char *collection, int order, int64_t npix,
                 void (*fn)(void *cls, const char *relpath), void *cls);
 int pgx_cells(pg_index *x, const char *collection, int64_t **out, size_t *n);
 int pgx_wcs(pg_index *x, const char *collection, const char *relpath, char **out);
+int pgx_bg_pairs(pg_index *x, const char *collection,
+                 void (*fn)(void *cls, const char *a, const char *b, double n, double diff),
+                 void *cls);
+int pgx_bg_put_pair(pg_index *x, const char *collection, const char *a, const char *b,
+                    double n, double diff);
+int pgx_bg_set(pg_index *x, const char *collection, const char *relpath, double offset);
 
 #endif

@@ -31,7 +31,14 @@ static const char pg_schema[] =
     " collection TEXT NOT NULL, nuniq BIGINT NOT NULL, image BIGINT NOT NULL,"
     " PRIMARY KEY(collection, nuniq, image));"
     "CREATE INDEX IF NOT EXISTS col_cell_image ON col_cell(image);"
-    "INSERT INTO col_meta VALUES('schema', '1') ON CONFLICT DO NOTHING;";
+    "INSERT INTO col_meta VALUES('schema', '1') ON CONFLICT DO NOTHING;"
+    /* version 2: the background offsets (colbackground.h), added to a version 1 index */
+    "ALTER TABLE col_image ADD COLUMN IF NOT EXISTS bg_offset DOUBLE PRECISION;"
+    "CREATE TABLE IF NOT EXISTS col_bgpair("
+    " collection TEXT NOT NULL, a TEXT NOT NULL, b TEXT NOT NULL, n DOUBLE PRECISION,"
+    " diff DOUBLE PRECISION, PRIMARY KEY(collection, a, b));"
+    "CREATE INDEX IF NOT EXISTS col_bgpair_b ON col_bgpair(collection, b);"
+    "UPDATE col_meta SET value = '2' WHERE key = 'schema' AND value = '1';";
 
 /* Runs sql with text parameters; the result (the caller clears it) when its status is
  * `want`, else NULL (cleared).  A broken connection is reset once and the call retried. */
@@ -174,6 +181,7 @@ int pgx_load(pg_index *x, const char *collection, col_member **out, int *n)
         m->t_min = num(r, i, 17);
         m->t_max = num(r, i, 18);
         m->exptime = num(r, i, 19);
+        m->bg_offset = num(r, i, 21);
         if (!PQgetisnull(r, i, 20))
             m->error = strdup(PQgetvalue(r, i, 20));
         if (!m->relpath || (!PQgetisnull(r, i, 20) && !m->error))
@@ -249,7 +257,8 @@ int pgx_put(pg_index *x, const char *collection, const col_member *m, const char
         " ra = EXCLUDED.ra, dec = EXCLUDED.dec, radius = EXCLUDED.radius,"
         " pixscale = EXCLUDED.pixscale, filter = EXCLUDED.filter, em_min = EXCLUDED.em_min,"
         " em_max = EXCLUDED.em_max, t_min = EXCLUDED.t_min, t_max = EXCLUDED.t_max,"
-        " exptime = EXCLUDED.exptime, error = EXCLUDED.error RETURNING id", 23, p);
+        " exptime = EXCLUDED.exptime, error = EXCLUDED.error, bg_offset = NULL RETURNING id",
+        23, p);
     int rc = TESS_EIO;
     if (r && PQntuples(r) == 1) {
         char id[24];
@@ -258,6 +267,11 @@ int pgx_put(pg_index *x, const char *collection, const col_member *m, const char
         PGresult *d = run(x, PGRES_COMMAND_OK, "DELETE FROM col_cell WHERE image = $1", 1, pd);
         rc = d ? 0 : TESS_EIO;
         PQclear(d);
+        const char *pp[2] = {collection, m->relpath};
+        PGresult *e = rc ? NULL : run(x, PGRES_COMMAND_OK, "DELETE FROM col_bgpair WHERE"
+                                      " collection = $1 AND (a = $2 OR b = $2)", 2, pp);
+        rc = rc || !e ? TESS_EIO : 0;
+        PQclear(e);
         for (size_t i = 0; i < ncells && !rc; i++) {
             char cell[24];
             snprintf(cell, sizeof(cell), "%lld", (long long)nuniq[i]);
@@ -282,10 +296,13 @@ int pgx_remove(pg_index *x, const char *collection, const char *relpath)
                       " collection = $1 AND relpath = $2)", 2, p);
     PGresult *b = a ? run(x, PGRES_COMMAND_OK, "DELETE FROM col_image WHERE collection = $1"
                           " AND relpath = $2", 2, p) : NULL;
+    PGresult *c = b ? run(x, PGRES_COMMAND_OK, "DELETE FROM col_bgpair WHERE collection = $1"
+                          " AND (a = $2 OR b = $2)", 2, p) : NULL;
     pthread_mutex_unlock(&x->lock);
-    int rc = a && b ? 0 : TESS_EIO;
+    int rc = a && b && c ? 0 : TESS_EIO;
     PQclear(a);
     PQclear(b);
+    PQclear(c);
     return rc;
 }
 
@@ -352,4 +369,43 @@ int pgx_cells(pg_index *x, const char *collection, int64_t **out, size_t *n)
         *n = (size_t)(rows > 0 ? rows : 0);
     PQclear(r);
     return rc;
+}
+
+int pgx_bg_pairs(pg_index *x, const char *collection,
+                 void (*fn)(void *cls, const char *a, const char *b, double n, double diff),
+                 void *cls)
+{
+    const char *p[1] = {collection};
+    PGresult *r = run_locked(x, PGRES_TUPLES_OK, "SELECT a, b, n, diff FROM col_bgpair WHERE"
+                             " collection = $1", 1, p);
+    if (!r)
+        return TESS_EIO;
+    int rows = PQntuples(r);
+    for (int i = 0; i < rows; i++)
+        fn(cls, PQgetvalue(r, i, 0), PQgetvalue(r, i, 1), num(r, i, 2), num(r, i, 3));
+    PQclear(r);
+    return rows;
+}
+
+int pgx_bg_put_pair(pg_index *x, const char *collection, const char *a, const char *b,
+                    double n, double diff)
+{
+    char ns[32], ds[32];
+    const char *p[5] = {collection, a, b, real_text(ns, sizeof(ns), n),
+                        real_text(ds, sizeof(ds), diff)};
+    PGresult *r = run_locked(x, PGRES_COMMAND_OK, "INSERT INTO col_bgpair VALUES($1,$2,$3,$4,"
+                             "$5) ON CONFLICT (collection, a, b) DO UPDATE SET n = EXCLUDED.n,"
+                             " diff = EXCLUDED.diff", 5, p);
+    PQclear(r);
+    return r ? 0 : TESS_EIO;
+}
+
+int pgx_bg_set(pg_index *x, const char *collection, const char *relpath, double offset)
+{
+    char os[32];
+    const char *p[3] = {real_text(os, sizeof(os), offset), collection, relpath};
+    PGresult *r = run_locked(x, PGRES_COMMAND_OK, "UPDATE col_image SET bg_offset = $1 WHERE"
+                             " collection = $2 AND relpath = $3", 3, p);
+    PQclear(r);
+    return r ? 0 : TESS_EIO;
 }

@@ -16,7 +16,9 @@ struct sq_index {
 };
 
 /* Version 1 of the schema.  col_image holds one row per file; col_cell its coverage, so
- * that "which members overlap this tile" is one indexed look-up (colindex_overlap). */
+ * that "which members overlap this tile" is one indexed look-up (colindex_overlap).
+ * Version 2 (migrate_v2) adds the background offsets: col_image.bg_offset and the
+ * pairwise differences col_bgpair (colbackground.h). */
 static const char schema[] =
     "CREATE TABLE IF NOT EXISTS col_meta(key TEXT PRIMARY KEY, value TEXT);"
     "CREATE TABLE IF NOT EXISTS col_image("
@@ -31,6 +33,31 @@ static const char schema[] =
     " PRIMARY KEY(collection, nuniq, image)) WITHOUT ROWID;"
     "CREATE INDEX IF NOT EXISTS col_cell_image ON col_cell(image);"
     "INSERT OR IGNORE INTO col_meta VALUES('schema', '1');";
+
+/* Version 1 to 2, once (an index of version 1 keeps its rows; no offset is solved yet). */
+static const char migrate_v2[] =
+    "BEGIN IMMEDIATE;"
+    "ALTER TABLE col_image ADD COLUMN bg_offset REAL;"
+    "CREATE TABLE IF NOT EXISTS col_bgpair("
+    " collection TEXT NOT NULL, a TEXT NOT NULL, b TEXT NOT NULL, n REAL, diff REAL,"
+    " PRIMARY KEY(collection, a, b)) WITHOUT ROWID;"
+    "CREATE INDEX IF NOT EXISTS col_bgpair_b ON col_bgpair(collection, b);"
+    "UPDATE col_meta SET value = '2' WHERE key = 'schema';"
+    "COMMIT;";
+
+/* The schema version the index holds (0 when unreadable). */
+static int schema_version(sqlite3 *db)
+{
+    sqlite3_stmt *st;
+    int v = 0;
+    if (sqlite3_prepare_v2(db, "SELECT value FROM col_meta WHERE key = 'schema'", -1, &st,
+                           NULL) == SQLITE_OK) {
+        if (sqlite3_step(st) == SQLITE_ROW)
+            v = sqlite3_column_int(st, 0);
+        sqlite3_finalize(st);
+    }
+    return v;
+}
 
 int sq_open(const char *path, sq_index **out, char *err, size_t errlen)
 {
@@ -49,7 +76,10 @@ int sq_open(const char *path, sq_index **out, char *err, size_t errlen)
     char *msg = NULL;
     if (sqlite3_exec(x->db, "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;", NULL, NULL,
                      NULL) != SQLITE_OK ||
-        sqlite3_exec(x->db, schema, NULL, NULL, &msg) != SQLITE_OK) {
+        sqlite3_exec(x->db, schema, NULL, NULL, &msg) != SQLITE_OK ||
+        (schema_version(x->db) == 1 &&
+         sqlite3_exec(x->db, migrate_v2, NULL, NULL, &msg) != SQLITE_OK)) {
+        sqlite3_exec(x->db, "ROLLBACK", NULL, NULL, NULL);
         tess_seterr(err, errlen, "collection index %s: %s", path ? path : "(memory)",
                     msg ? msg : sqlite3_errmsg(x->db));
         sqlite3_free(msg);
@@ -141,6 +171,7 @@ int sq_load(sq_index *x, const char *collection, col_member **out, int *n)
         m->t_min = col_double(st, 17);
         m->t_max = col_double(st, 18);
         m->exptime = col_double(st, 19);
+        m->bg_offset = col_double(st, 21);
         if (sqlite3_column_type(st, 20) != SQLITE_NULL && !(m->error = col_text(st, 20))) {
             rc = TESS_ENOMEM;
             break;
@@ -260,11 +291,12 @@ int sq_remove(sq_index *x, const char *collection, const char *relpath)
     pthread_mutex_lock(&x->lock);
     int rc = TESS_EIO;
     sqlite3_stmt *st;
-    static const char *const sql[2] = {
+    static const char *const sql[3] = {
         "DELETE FROM col_cell WHERE image IN (SELECT id FROM col_image WHERE collection = ?1"
         " AND relpath = ?2)",
-        "DELETE FROM col_image WHERE collection = ?1 AND relpath = ?2"};
-    for (int k = 0; k < 2; k++) {
+        "DELETE FROM col_image WHERE collection = ?1 AND relpath = ?2",
+        "DELETE FROM col_bgpair WHERE collection = ?1 AND (a = ?2 OR b = ?2)"};
+    for (int k = 0; k < 3; k++) {
         if (sqlite3_prepare_v2(x->db, sql[k], -1, &st, NULL) != SQLITE_OK)
             goto out;
         sqlite3_bind_text(st, 1, collection, -1, SQLITE_STATIC);
@@ -371,5 +403,63 @@ int sq_cells(sq_index *x, const char *collection, int64_t **out, size_t *n)
         *out = NULL;
         *n = 0;
     }
+    return rc;
+}
+
+int sq_bg_pairs(sq_index *x, const char *collection,
+                void (*fn)(void *cls, const char *a, const char *b, double n, double diff),
+                void *cls)
+{
+    pthread_mutex_lock(&x->lock);
+    sqlite3_stmt *st;
+    int count = TESS_EIO;
+    if (sqlite3_prepare_v2(x->db, "SELECT a, b, n, diff FROM col_bgpair WHERE collection = ?",
+                           -1, &st, NULL) == SQLITE_OK) {
+        sqlite3_bind_text(st, 1, collection, -1, SQLITE_STATIC);
+        count = 0;
+        while (sqlite3_step(st) == SQLITE_ROW) {
+            fn(cls, (const char *)sqlite3_column_text(st, 0),
+               (const char *)sqlite3_column_text(st, 1), col_double(st, 2), col_double(st, 3));
+            count++;
+        }
+        sqlite3_finalize(st);
+    }
+    pthread_mutex_unlock(&x->lock);
+    return count;
+}
+
+int sq_bg_put_pair(sq_index *x, const char *collection, const char *a, const char *b,
+                   double n, double diff)
+{
+    pthread_mutex_lock(&x->lock);
+    sqlite3_stmt *st;
+    int rc = TESS_EIO;
+    if (sqlite3_prepare_v2(x->db, "INSERT OR REPLACE INTO col_bgpair VALUES(?,?,?,?,?)", -1,
+                           &st, NULL) == SQLITE_OK) {
+        sqlite3_bind_text(st, 1, collection, -1, SQLITE_STATIC);
+        sqlite3_bind_text(st, 2, a, -1, SQLITE_STATIC);
+        sqlite3_bind_text(st, 3, b, -1, SQLITE_STATIC);
+        bind_reals(st, 4, (const double[]){ n, diff }, 2);
+        rc = sqlite3_step(st) == SQLITE_DONE ? 0 : TESS_EIO;
+        sqlite3_finalize(st);
+    }
+    pthread_mutex_unlock(&x->lock);
+    return rc;
+}
+
+int sq_bg_set(sq_index *x, const char *collection, const char *relpath, double offset)
+{
+    pthread_mutex_lock(&x->lock);
+    sqlite3_stmt *st;
+    int rc = TESS_EIO;
+    if (sqlite3_prepare_v2(x->db, "UPDATE col_image SET bg_offset = ? WHERE collection = ?"
+                           " AND relpath = ?", -1, &st, NULL) == SQLITE_OK) {
+        bind_reals(st, 1, &offset, 1);
+        sqlite3_bind_text(st, 2, collection, -1, SQLITE_STATIC);
+        sqlite3_bind_text(st, 3, relpath, -1, SQLITE_STATIC);
+        rc = sqlite3_step(st) == SQLITE_DONE ? 0 : TESS_EIO;
+        sqlite3_finalize(st);
+    }
+    pthread_mutex_unlock(&x->lock);
     return rc;
 }

@@ -2,6 +2,7 @@
  * member's header into the index, the rescan thread, and the spherical geometry of the
  * discovery queries. */
 #include "daemon/collection/collection.h"
+#include "daemon/collection/colbackground.h"
 #include "engine/base/fileio.h"
 #include "daemon/collection/colmembers.h"
 #include "daemon/catalog.h"
@@ -541,7 +542,7 @@ static int found_cmp(const void *a, const void *b)
     return strcmp(((const found *)a)->relpath, ((const found *)b)->relpath);
 }
 
-static const col_member *find_member(const col_member *m, int n, const char *relpath)
+const col_member *col_member_find(const col_member *m, int n, const char *relpath)
 {
     int lo = 0, hi = n - 1;
     while (lo <= hi) {
@@ -605,7 +606,7 @@ static int scan_collection(colset *s, collection *c)
     int changed = 0, began = 0;
     for (int i = 0; i < w.n; i++) {
         const struct stat *st = &w.f[i].st;
-        const col_member *old = find_member(c->m, c->n, w.f[i].relpath);
+        const col_member *old = col_member_find(c->m, c->n, w.f[i].relpath);
         col_member *m = &nm[i];
         if (old && old->dev == (long long)st->st_dev && old->ino == (long long)st->st_ino &&
             old->size == (long long)st->st_size && old->mtime_ns == mtime_ns(st)) {
@@ -620,6 +621,7 @@ static int scan_collection(colset *s, collection *c)
             rc = TESS_ENOMEM;
             continue;
         }
+        m->bg_offset = NAN;   /* its pairs and offset are measured again (colbackground.h) */
         m->dev = (long long)st->st_dev;
         m->ino = (long long)st->st_ino;
         m->size = (long long)st->st_size;
@@ -689,12 +691,27 @@ static void *rescan_main(void *arg)
     colset *s = arg;
     pthread_mutex_lock(&s->wake_lock);
     while (!s->stop) {
-        struct timespec ts;
-        clock_gettime(CLOCK_MONOTONIC, &ts);
-        double at = ts.tv_sec + ts.tv_nsec * 1e-9 + s->cfg->collections_rescan_s;
-        ts.tv_sec = (time_t)at;
-        ts.tv_nsec = (long)((at - (double)ts.tv_sec) * 1e9);
-        pthread_cond_timedwait(&s->wake, &s->wake_lock, &ts);
+        pthread_mutex_unlock(&s->wake_lock);
+        for (int i = 0; i < s->n; i++) {   /* background offsets of what a scan changed */
+            int rc = colbg_pending(&s->c[i]) ? colbg_update(s, &s->c[i]) : 0;
+            if (rc != 0 && rc != TESS_ECANCELED)
+                fprintf(stderr, "tesserad: collection '%s': the background offsets could "
+                        "not be solved (error %d); retried after the next rescan\n",
+                        s->c[i].name, rc);
+        }
+        pthread_mutex_lock(&s->wake_lock);
+        if (s->stop)
+            break;
+        if (s->cfg->collections_rescan_s > 0) {
+            struct timespec ts;
+            clock_gettime(CLOCK_MONOTONIC, &ts);
+            double at = ts.tv_sec + ts.tv_nsec * 1e-9 + s->cfg->collections_rescan_s;
+            ts.tv_sec = (time_t)at;
+            ts.tv_nsec = (long)((at - (double)ts.tv_sec) * 1e9);
+            pthread_cond_timedwait(&s->wake, &s->wake_lock, &ts);
+        } else {
+            pthread_cond_wait(&s->wake, &s->wake_lock);   /* no rescans: only the stop */
+        }
         if (s->stop)
             break;
         pthread_mutex_unlock(&s->wake_lock);
@@ -813,6 +830,7 @@ int colset_open(const tess_config *cfg, colset **out, char *err, size_t errlen)
             goto fail;
         } else {
             s->c[i].version = members_hash(s->c[i].m, s->c[i].n);
+            colbg_loaded(&s->c[i]);   /* offsets kept in the index, before the scan */
         }
     if (!(s->members = colmembers_new(cfg, COLMEMBERS_OPEN_MAX))) {
         rc = TESS_ENOMEM;
@@ -822,7 +840,10 @@ int colset_open(const tess_config *cfg, colset **out, char *err, size_t errlen)
         tess_seterr(err, errlen, "collections: the first scan failed (error %d)", rc);
         goto fail;
     }
-    if (cfg->collections_rescan_s > 0 &&
+    int matching = 0;
+    for (int i = 0; i < s->n; i++)
+        matching |= s->c[i].match_background;
+    if ((cfg->collections_rescan_s > 0 || matching) &&
         pthread_create(&s->thread, NULL, rescan_main, s) == 0)
         s->thread_running = 1;
     *out = s;
@@ -919,7 +940,8 @@ mos_combine collection_combine(const collection *c)
 unsigned long long collection_version(collection *c)
 {
     pthread_rwlock_rdlock(&c->lock);
-    unsigned long long v = c->version;
+    /* with match_background, each solve of the offsets is a new version of the sky */
+    unsigned long long v = c->version ^ (c->bg_generation * 0x9e3779b97f4a7c15ULL);
     pthread_rwlock_unlock(&c->lock);
     return v;
 }
@@ -936,7 +958,7 @@ int collection_member_path(const colset *s, collection *c, const char *relpath, 
                            size_t len)
 {
     pthread_rwlock_rdlock(&c->lock);
-    const col_member *m = find_member(c->m, c->n, relpath);
+    const col_member *m = col_member_find(c->m, c->n, relpath);
     int ok = m && !m->error;
     pthread_rwlock_unlock(&c->lock);
     if (!ok)

@@ -37,6 +37,10 @@ typedef struct collection {
                                    sky routes' cache keys, colsky) */
     int combine;             /* col_config's: 0 mean, 1 median, 2 first */
     int match_background;
+    unsigned long long bg_version;    /* under lock: the `version` whose members the
+                                         offsets (col_member.bg_offset) were solved for,
+                                         0 = none (colbackground.h) */
+    unsigned long long bg_generation; /* under lock: solves so far (in collection_version) */
 } collection;
 
 typedef struct colset {
@@ -80,8 +84,12 @@ void col_relpaths_free(char **p, int n);
  * MOS_FIRST. */
 mos_combine collection_combine(const collection *c);
 
-/* c->version read under its lock. */
+/* c->version read under its lock, mixed with the generation of its background offsets
+ * (bg_generation, 0 until the first solve): the sky routes' cache key. */
 unsigned long long collection_version(collection *c);
+
+/* The member of m[0..n) (sorted by relpath) with that relpath, or NULL. */
+const col_member *col_member_find(const col_member *m, int n, const char *relpath);
 
 /* FITS headers read by the scans of this process (the test of an unchanged restart). */
 unsigned long long colset_headers_read(void);

@@ -4,6 +4,7 @@
 #include "engine/fits/fitscard.h"
 #include "engine/mosaic/mosaic.h"
 #include "engine/base/error.h"
+#include "daemon/collection/colbackground.h"
 #include "daemon/collection/collection.h"
 #include "daemon/collection/colregion.h"
 
@@ -44,6 +45,8 @@ typedef struct mreq {
     json_t *region;        /* the region the members were selected by, as stored */
     double minscale;       /* the finest pixel scale of the members (degrees) */
     col_region reg;
+    double *bg_offsets;    /* n: the members' background offsets when the collection
+                              matches backgrounds (chosen at submit, stored), or NULL */
 } mreq;
 
 static void mreq_free(void *req)
@@ -63,6 +66,7 @@ static void mreq_free(void *req)
     free(r->tcards);
     free(r->acards);
     free(r->coll);
+    free(r->bg_offsets);
     json_decref(r->region);
     free(r);
 }
@@ -121,7 +125,7 @@ static int read_input(mreq *r, int i, const dataset *ds, int hdu, const char *na
         jobkind_problem(pb, 500, field, "out of memory");
         return -1;
     }
-    r->inputs[i] = (mos_input){ r->paths[i], r->names[i], hdu };
+    r->inputs[i] = (mos_input){ r->paths[i], r->names[i], hdu, 0.0 };
     return 0;
 }
 
@@ -311,7 +315,8 @@ static void free_names(char **v, int n)
 static int parse_collection(const json_t *o, const job_env *env, int accepted, mreq *r,
                             job_problem *pb)
 {
-    static const char *const known[] = { "collection", "region", "members", NULL };
+    static const char *const known[] = { "collection", "region", "members", "bg_offsets",
+                                         NULL };
     const char *in = r->reproject ? "input" : "inputs";
     char f[40], fr[40], fm[40];
     snprintf(f, sizeof f, "%s.collection", in);
@@ -336,7 +341,12 @@ static int parse_collection(const json_t *o, const job_env *env, int accepted, m
     }
     if (parse_region(json_object_get(o, "region"), fr, r, pb))
         return -1;
-    json_t *mem = json_object_get(o, "members");
+    json_t *mem = json_object_get(o, "members"), *bgo = json_object_get(o, "bg_offsets");
+    if (bgo && !accepted) {
+        jobkind_problem(pb, 400, in, "'%s.bg_offsets' is written by the server (the "
+                        "collection's background offsets of the members)", in);
+        return -1;
+    }
     if (mem && !accepted) {
         jobkind_problem(pb, 400, fm, "'%s' is written by the server (the members the region "
                         "selects); give the collection and the region", fm);
@@ -389,6 +399,29 @@ static int parse_collection(const json_t *o, const job_env *env, int accepted, m
         jobkind_problem(pb, 500, in, "out of memory");
         return -1;
     }
+    /* The offsets: as stored for an accepted job, else the collection's now (the same
+     * members and offsets after a restart). */
+    if (bgo && (!json_is_array(bgo) || (int)json_array_size(bgo) != n)) {
+        free_names(rel, n);
+        jobkind_problem(pb, 400, in, "'%s.bg_offsets' must hold one number a member", in);
+        return -1;
+    }
+    if (c->match_background || bgo) {
+        r->bg_offsets = calloc((size_t)n, sizeof(double));
+        if (!r->bg_offsets) {
+            free_names(rel, n);
+            jobkind_problem(pb, 500, in, "out of memory");
+            return -1;
+        }
+        for (int i = 0; bgo && i < n; i++)
+            r->bg_offsets[i] = json_number_value(json_array_get(bgo, (size_t)i));
+        if (!bgo && colbg_offsets(c, rel, n, r->bg_offsets) != 0) {
+            free_names(rel, n);
+            jobkind_problem(pb, 503, f, "collection '%.64s': its background offsets are "
+                            "being solved; retry later", name);
+            return -1;
+        }
+    }
     int bad = 0;
     for (int i = 0; !bad && i < n; i++) {
         char fi[64];
@@ -399,6 +432,8 @@ static int parse_collection(const json_t *o, const job_env *env, int accepted, m
             bad = 1;
         } else {
             bad = read_input(r, i, NULL, c->hdu, rel[i], fi, pb) != 0;
+            if (!bad && r->bg_offsets)
+                r->inputs[i].offset = r->bg_offsets[i];
         }
     }
     free_names(rel, n);
@@ -903,6 +938,11 @@ static json_t *mreq_json(const void *req)
     if (in && r->coll)
         in = json_pack("{s:s, s:O, s:o}", "collection", r->coll, "region", r->region,
                        "members", in);
+    json_t *bgo = in && r->coll && r->bg_offsets ? json_array() : NULL;
+    for (int i = 0; bgo && i < r->n; i++)
+        json_array_append_new(bgo, json_real(r->bg_offsets[i]));
+    if (bgo)
+        json_object_set_new(in, "bg_offsets", bgo);
     json_t *bg = r->bg == MOS_BG_LEVEL ? json_string("level") : json_boolean(r->bg == MOS_BG_PLANE);
     json_t *o = NULL;
     if (r->reproject)

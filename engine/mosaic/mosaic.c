@@ -523,6 +523,7 @@ int mos_plan(const mos_spec *spec, const char *workdir, int threads, mosaic **ou
         s->path = strdup(mi->path);
         s->name = strdup(mi->name ? mi->name : mi->path);
         s->hdu = mi->hdu;
+        s->offset = isfinite(mi->offset) ? mi->offset : 0.0;
         if (!s->path || !s->name) {
             tess_seterr(err, errlen, "out of memory");
             goto fail;
@@ -999,7 +1000,7 @@ static int coadd_rows(mosaic *m, mos_accum *a, const int *ks, int nk, long gy0, 
         for (long y = ry0; y < ry1; y++) {
             size_t r = (size_t)(y - ry0) * (size_t)bw;
             mos_accum_add(a, (size_t)(y - gy0) * (size_t)m->nx + (size_t)bx, v + r, w + r, bw,
-                          c[0] + c[2] * (double)y, c[1], bx);
+                          c[0] + c[2] * (double)y + s->offset, c[1], bx);
         }
     }
     return 0;

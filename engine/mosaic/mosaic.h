@@ -33,6 +33,10 @@ typedef struct mos_input {
     const char *path;
     const char *name;
     int hdu;
+    double offset;              /* a level taken off the input's values before they are
+                                   combined (and before overlaps are fitted), in its pixel
+                                   units; 0 = none (a collection's background offset,
+                                   daemon/collection/colbackground.h) */
 } mos_input;
 
 /* An input's header as a plan uses it, read once (mos_read_header) and handed to
@@ -217,6 +221,33 @@ int mos_correction(mosaic *m, int k, double c[3]);
  * syncs; the command line does not need to).  Idempotent.  Returns 0 or TESS_EIO /
  * TESS_ENOMEM with `err`. */
 int mos_finish(mosaic *m, const char *out_path, char *err, size_t errlen);
+
+/* ---- background levels of many images (collections: daemon/collection/colbackground.h) --
+ *
+ * The "level" case of the overlaps and solve stages above, for callers that measure the
+ * pairs themselves. */
+
+/* The level of n differences d (an overlap's a - b, in the images' units) as the
+ * overlaps stage fits it: the mean, then three passes of 3-sigma clipping (sigma =
+ * 1.4826 MAD) refitting on the points kept.  *level gets it (NaN when n < 1), *kept the
+ * number of points it rests on.  Returns 0 or TESS_ENOMEM. */
+int mos_bg_fit_level(long n, const double *d, double *level, double *kept);
+
+/* One measured pair: images i and j (0-based, i != j), d the level of v_i - v_j on their
+ * common pixels, w its weight (the points it rests on; pairs with w <= 0 or d not finite
+ * are no constraint). */
+typedef struct mos_bg_pair {
+    int i, j;
+    double d, w;
+} mos_bg_pair;
+
+/* The levels x[0..n) minimising sum over pairs of w (x_i - x_j - d)^2 (Montage mBgModel's
+ * least squares, the solve stage's "level" case) with the mean of each connected group
+ * of images zero (the gauge; an image in no pair gets 0): conjugate gradients on the
+ * weighted graph Laplacian, diagonal preconditioner, O(pairs) memory and time per
+ * iteration, to a residual of 1e-15 of the right-hand side (exact data are recovered to
+ * about 1e-12 relative).  Returns 0 or TESS_ENOMEM. */
+int mos_bg_solve_levels(int n, const mos_bg_pair *pairs, long npairs, double *x);
 
 /* Frees the mosaic (NULL is ignored); the work directory is left as it is. */
 void mos_free(mosaic *m);

@@ -96,7 +96,8 @@ static int chol_solve(double *a, double *b, long np)
     return 0;
 }
 
-/* Fits d = p0 + p1 u + p2 v (np = 3) or d = p0 (np = 1) to the points with keep[i] set.
+/* Fits d = p0 + p1 u + p2 v (np = 3) or d = p0 (np = 1) to the points with keep[i] set
+ * (u and v may be NULL for np = 1: zeros).
  * Returns the number of parameters fitted (np, or 1 when the plane is degenerate), 0 when
  * no point is kept; p gets the fit; moments into rec. */
 static int fit_points(long n, const double *u, const double *v, const double *d,
@@ -106,15 +107,16 @@ static int fit_points(long n, const double *u, const double *v, const double *d,
     for (long i = 0; i < n; i++) {
         if (!keep[i])
             continue;
+        double ui = u ? u[i] : 0.0, vi = v ? v[i] : 0.0;
         mm[0] += 1.0;
-        mm[1] += u[i];
-        mm[2] += v[i];
-        mm[3] += u[i] * u[i];
-        mm[4] += u[i] * v[i];
-        mm[5] += v[i] * v[i];
+        mm[1] += ui;
+        mm[2] += vi;
+        mm[3] += ui * ui;
+        mm[4] += ui * vi;
+        mm[5] += vi * vi;
         r[0] += d[i];
-        r[1] += u[i] * d[i];
-        r[2] += v[i] * d[i];
+        r[1] += ui * d[i];
+        r[2] += vi * d[i];
     }
     p[0] = p[1] = p[2] = 0.0;
     if (mm[0] < 1.0)
@@ -144,6 +146,59 @@ static int fit_points(long n, const double *u, const double *v, const double *d,
         rec->r[1] = rec->r[2] = 0.0;
     }
     return used;
+}
+
+/* fit_points on the n points (keep[] set on entry), then three passes of 3-sigma clipping
+ * (sigma = 1.4826 times the median absolute residual) refitting on the points kept;
+ * res (n doubles) is scratch.  Returns fit_points's count, or -1 when out of memory. */
+static int fit_clipped(long n, const double *u, const double *v, const double *d,
+                       unsigned char *keep, double *res, int np, double p[3], ov_rec *rec)
+{
+    int used = fit_points(n, u, v, d, keep, np, p, rec);
+    double *tmp = malloc(sizeof(double) * (size_t)(n > 0 ? n : 1));
+    if (!tmp)
+        return -1;
+    for (int pass = 0; pass < 3 && used > 0; pass++) {
+        for (long q = 0; q < n; q++) {
+            double e = d[q] - p[0] - (u ? p[1] * u[q] : 0.0) - (v ? p[2] * v[q] : 0.0);
+            res[q] = fabs(e);
+        }
+        /* sigma from the median absolute residual */
+        memcpy(tmp, res, sizeof(double) * (size_t)n);
+        double mad = select_k(tmp, n, n / 2);
+        double lim = 3.0 * 1.4826 * mad;
+        for (long q = 0; q < n; q++)
+            keep[q] = res[q] <= lim;
+        used = fit_points(n, u, v, d, keep, np, p, rec);
+    }
+    free(tmp);
+    return used;
+}
+
+int mos_bg_fit_level(long n, const double *d, double *level, double *kept)
+{
+    *level = NAN;
+    *kept = 0.0;
+    if (n < 1)
+        return 0;
+    unsigned char *keep = malloc((size_t)n);
+    double *res = malloc(sizeof(double) * (size_t)n);
+    int rc = keep && res ? 0 : TESS_ENOMEM;
+    if (rc == 0) {
+        memset(keep, 1, (size_t)n);
+        double p[3];
+        ov_rec rec = { 0 };
+        int used = fit_clipped(n, NULL, NULL, d, keep, res, 1, p, &rec);
+        if (used < 0) {
+            rc = TESS_ENOMEM;
+        } else if (used > 0) {
+            *level = p[0];
+            *kept = rec.n;
+        }
+    }
+    free(keep);
+    free(res);
+    return rc;
 }
 
 int mos_run_overlaps(mosaic *m, long i, const volatile int *cancel, char *err, size_t errlen)
@@ -205,7 +260,7 @@ int mos_run_overlaps(mosaic *m, long i, const volatile int *cancel, char *err, s
                     continue;
                 u[n] = ((double)(x0 + c) - cx) / sc;
                 v[n] = (y - cy) / sc;
-                d[n] = (double)va[q] - (double)vb[q];
+                d[n] = ((double)va[q] - a->offset) - ((double)vb[q] - b->offset);
                 keep[n] = 1;
                 n++;
             }
@@ -213,26 +268,10 @@ int mos_run_overlaps(mosaic *m, long i, const volatile int *cancel, char *err, s
         if (rc == 0 && n >= 3) {
             double p[3];
             ov_rec rec = { 0 };
-            int used = fit_points(n, u, v, d, keep, np, p, &rec);
-            for (int pass = 0; pass < 3 && used > 0; pass++) {
-                for (long q = 0; q < n; q++) {
-                    double e = d[q] - p[0] - p[1] * u[q] - p[2] * v[q];
-                    res[q] = fabs(e);
-                }
-                /* sigma from the median absolute residual */
-                double *tmp = malloc(sizeof(double) * (size_t)n);
-                if (!tmp) {
-                    rc = TESS_ENOMEM;
-                    tess_seterr(err, errlen, "out of memory");
-                    break;
-                }
-                memcpy(tmp, res, sizeof(double) * (size_t)n);
-                double mad = select_k(tmp, n, n / 2);
-                free(tmp);
-                double lim = 3.0 * 1.4826 * mad;
-                for (long q = 0; q < n; q++)
-                    keep[q] = res[q] <= lim;
-                used = fit_points(n, u, v, d, keep, np, p, &rec);
+            int used = fit_clipped(n, u, v, d, keep, res, np, p, &rec);
+            if (used < 0) {
+                rc = TESS_ENOMEM;
+                tess_seterr(err, errlen, "out of memory");
             }
             if (rc == 0 && used > 0) {
                 rec.j = j;
@@ -433,5 +472,110 @@ int mos_correction(mosaic *m, int k, double c[3])
     int rc = mos_load_corr(m, err, sizeof err);
     if (rc == 0)
         memcpy(c, m->corr + 3 * k, 3 * sizeof(double));
+    return rc;
+}
+
+/* ------------------------------------------------------------------------------------ */
+/* Levels from many pairs (collections): a sparse solve of the same least squares        */
+
+int mos_bg_solve_levels(int n, const mos_bg_pair *pairs, long npairs, double *x)
+{
+    size_t len = (size_t)n + 1;
+    double *diag = calloc(len, sizeof(double)), *b = calloc(len, sizeof(double));
+    double *r = malloc(sizeof(double) * len), *z = malloc(sizeof(double) * len);
+    double *p = malloc(sizeof(double) * len), *q = malloc(sizeof(double) * len);
+    int *parent = malloc(sizeof(int) * len);
+    int rc = 0;
+    if (!diag || !b || !r || !z || !p || !q || !parent) {
+        rc = TESS_ENOMEM;
+        goto done;
+    }
+    for (int k = 0; k < n; k++) {
+        parent[k] = k;
+        x[k] = 0.0;
+    }
+    /* Normal equations of sum w (x_i - x_j - d)^2: the weighted graph Laplacian L x = b. */
+    for (long e = 0; e < npairs; e++) {
+        const mos_bg_pair *pr = &pairs[e];
+        if (pr->i < 0 || pr->j < 0 || pr->i >= n || pr->j >= n || pr->i == pr->j ||
+            !(pr->w > 0.0) || !isfinite(pr->d))
+            continue;
+        diag[pr->i] += pr->w;
+        diag[pr->j] += pr->w;
+        b[pr->i] += pr->w * pr->d;
+        b[pr->j] -= pr->w * pr->d;
+        int ri = find_root(parent, pr->i), rj = find_root(parent, pr->j);
+        if (ri != rj)
+            parent[ri < rj ? rj : ri] = ri < rj ? ri : rj;
+    }
+    /* Conjugate gradients with the diagonal as preconditioner, from x = 0: b sums to zero
+     * over each connected group, so the iterates stay in L's range and approach the
+     * solution of zero mean in each group (enforced exactly below). */
+    double bn = 0.0;
+    for (int k = 0; k < n; k++) {
+        r[k] = b[k];
+        z[k] = diag[k] > 0.0 ? r[k] / diag[k] : 0.0;
+        p[k] = z[k];
+        bn += b[k] * b[k];
+    }
+    double rz = 0.0;
+    for (int k = 0; k < n; k++)
+        rz += r[k] * z[k];
+    long maxit = 10L * n + 100;
+    for (long it = 0; it < maxit && bn > 0.0; it++) {
+        double rn = 0.0;
+        for (int k = 0; k < n; k++)
+            rn += r[k] * r[k];
+        if (rn <= 1e-30 * bn)
+            break;
+        for (int k = 0; k < n; k++)
+            q[k] = diag[k] * p[k];
+        for (long e = 0; e < npairs; e++) {
+            const mos_bg_pair *pr = &pairs[e];
+            if (pr->i < 0 || pr->j < 0 || pr->i >= n || pr->j >= n || pr->i == pr->j ||
+                !(pr->w > 0.0) || !isfinite(pr->d))
+                continue;
+            q[pr->i] -= pr->w * p[pr->j];
+            q[pr->j] -= pr->w * p[pr->i];
+        }
+        double pq = 0.0;
+        for (int k = 0; k < n; k++)
+            pq += p[k] * q[k];
+        if (!(pq > 0.0))
+            break;
+        double alpha = rz / pq, rz2 = 0.0;
+        for (int k = 0; k < n; k++) {
+            x[k] += alpha * p[k];
+            r[k] -= alpha * q[k];
+            z[k] = diag[k] > 0.0 ? r[k] / diag[k] : 0.0;
+            rz2 += r[k] * z[k];
+        }
+        double beta = rz2 / rz;
+        rz = rz2;
+        for (int k = 0; k < n; k++)
+            p[k] = z[k] + beta * p[k];
+    }
+    /* The gauge: zero mean over each connected group (r and z reused as sums and counts). */
+    for (int k = 0; k < n; k++)
+        r[k] = z[k] = 0.0;
+    for (int k = 0; k < n; k++) {
+        int g = find_root(parent, k);
+        r[g] += x[k];
+        z[g] += 1.0;
+    }
+    for (int k = 0; k < n; k++) {
+        int g = find_root(parent, k);
+        x[k] -= r[g] / z[g];
+        if (!isfinite(x[k]))
+            x[k] = 0.0;
+    }
+done:
+    free(diag);
+    free(b);
+    free(r);
+    free(z);
+    free(p);
+    free(q);
+    free(parent);
     return rc;
 }

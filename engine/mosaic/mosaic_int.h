@@ -41,6 +41,7 @@ enum { ST_REPROJECT, ST_OVERLAPS, ST_SOLVE, ST_COADD };
 typedef struct src {
     char *path, *name;
     int hdu;
+    double offset;         /* mos_input's */
     long nx, ny;
     char *cards;           /* the input's header cards */
     int nkeys;

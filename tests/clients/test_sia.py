@@ -6,6 +6,7 @@ astropy's WCS says overlap each query region, STILTS votlint accepts the answers
 datalinklint the members' DataLink, the
 s_region corners are astropy's calc_footprint, access_url and DataLink give the member's
 file, and a file added while serving is found by the rescan."""
+import json
 import math
 import os
 import random
@@ -369,7 +370,9 @@ class SiaTest(unittest.TestCase):
 class SiaPostgresTest(unittest.TestCase):
     """The index in PostgreSQL (jobs.database): a second server with a jobs.dir of its own
     finds the members there and reads no header: a file rewritten in place with its size
-    and mtime kept is still answered as first indexed."""
+    and mtime kept is still answered as first indexed.  The collection matches
+    backgrounds: the first server stores the pairs and offsets there, the second finds
+    them solved at once."""
 
     def test_index_in_postgres(self):
         pg = Postgres()
@@ -380,7 +383,7 @@ class SiaPostgresTest(unittest.TestCase):
                 _write_image(os.path.join(root, "a", "i%d.fits" % i),
                              _make_wcs(RA0 + 0.01 * i, DEC0, 2.0, 0.0), {})
             uri = pg.uri("tessera")
-            coll = [{"name": "pgc", "kind": "collection",
+            coll = [{"name": "pgc", "kind": "collection", "match_background": True,
                      "images": os.path.join(root, "**", "*.fits")}]
 
             def server():
@@ -397,11 +400,24 @@ class SiaPostgresTest(unittest.TestCase):
                 return {str(r["obs_id"]): float(r["s_ra"]) for r in svc.search(
                     collection="pgc")}, body
 
+            def background():
+                with urllib.request.urlopen(srv.base + "/api/v1/collections/pgc",
+                                            timeout=30) as r:
+                    return json.loads(r.read())["background"]["state"]
+
             srv = server()
             try:
                 first, _ = ras()
+                end = time.monotonic() + 30
+                while background() != "solved":
+                    self.assertLess(time.monotonic(), end)
+                    time.sleep(0.1)
             finally:
                 srv.stop()
+            self.assertGreaterEqual(
+                int(pg.query("tessera", "SELECT count(*) FROM col_bgpair")[0][0]), 4)
+            self.assertEqual(int(pg.query("tessera", "SELECT count(*) FROM col_image WHERE"
+                                          " bg_offset IS NOT NULL")[0][0]), 5)
             self.assertEqual(sorted(first), ["a/i%d.fits" % i for i in range(5)])
             self.assertEqual(int(pg.query("tessera", "SELECT count(*) FROM col_image")[0][0]),
                              5)
@@ -416,6 +432,7 @@ class SiaPostgresTest(unittest.TestCase):
             os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
             srv = server()
             try:
+                self.assertEqual(background(), "solved")
                 again, _ = ras()
             finally:
                 srv.stop()

@@ -3,6 +3,8 @@
  * overlap look-up by HEALPix tile, and the spherical tests of the discovery queries. */
 #include <check.h>
 #include <math.h>
+#include <sqlite3.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -10,6 +12,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "daemon/collection/colbackground.h"
 #include "daemon/collection/collection.h"
 #include "daemon/collection/colmembers.h"
 #include "daemon/config.h"
@@ -224,6 +227,130 @@ START_TEST(test_sky_lookups)
     ck_assert_uint_ne(collection_version(c), v0);
     colset_close(s);
     config_release(&cfg);
+}
+END_TEST
+
+/* write_image with every pixel `level` (float32, big-endian, in place of the zeros). */
+static void write_level(const char *rel, double ra, double dec, float level)
+{
+    write_image(rel, ra, dec, "r");
+    char path[512];
+    snprintf(path, sizeof(path), "%s/%s", data, rel);
+    FILE *fp = fopen(path, "r+b");
+    ck_assert_ptr_nonnull(fp);
+    ck_assert_int_eq(fseek(fp, 0, SEEK_END), 0);
+    long size = ftell(fp);
+    ck_assert_int_eq(fseek(fp, size - 2 * 2880, SEEK_SET), 0);   /* 3072 bytes, padded */
+    unsigned char be[4];
+    uint32_t u;
+    memcpy(&u, &level, 4);
+    for (int k = 0; k < 4; k++)
+        be[k] = (unsigned char)(u >> (24 - 8 * k));
+    for (int i = 0; i < 32 * 24; i++)
+        ck_assert_uint_eq(fwrite(be, 1, 4, fp), 4);
+    fclose(fp);
+}
+
+static void assert_offsets(collection *c, const double *want)
+{
+    static const char *const rel[3] = {"a.fits", "b.fits", "c.fits"};
+    for (int i = 0; i < 3; i++) {
+        const col_member *m = member(c, rel[i]);
+        ck_assert_ptr_nonnull(m);
+        ck_assert_msg(fabs(m->bg_offset - want[i]) < 1e-6, "%s: %.9g, not %.9g", rel[i],
+                      m->bg_offset, want[i]);
+        ck_assert_msg(fabs(colbg_offset(c, rel[i]) - want[i]) < 1e-6, "%s", rel[i]);
+    }
+}
+
+/* Background offsets (colbackground.h): three overlapping constant images (levels 103,
+ * 99, 105: offsets 3, -1, 5 over a sky of 100) give offsets of exactly those less their
+ * mean, each pair measured once; a rewritten member is pending until the update, which
+ * measures its two pairs only; a restart finds the offsets in the index (not pending, no
+ * pair measured).  An index of schema 1 is migrated to 2 keeping its rows. */
+START_TEST(test_background)
+{
+    write_level("a.fits", 10.0, 20.0, 103.0f);
+    write_level("b.fits", 10.004, 20.0, 99.0f);
+    write_level("c.fits", 10.008, 20.0, 105.0f);
+    tess_config cfg;
+    load_config(&cfg, "*.fits");
+    char err[256];
+    colset *s;
+    unsigned long long m0 = colbg_pairs_measured();
+    ck_assert_int_eq(colset_open(&cfg, &s, err, sizeof(err)), 0);
+    collection *c = colset_find(s, "c1");
+    ck_assert_int_eq(colbg_update(s, c), 0);   /* the thread may have run it first */
+    ck_assert_int_eq(colbg_pending(c), 0);
+    ck_assert_uint_eq(colbg_pairs_measured() - m0, 3);
+    double mean = (3.0 - 1.0 + 5.0) / 3.0;
+    double w1[3] = {3.0 - mean, -1.0 - mean, 5.0 - mean};
+    assert_offsets(c, w1);
+    unsigned long long v1 = collection_version(c);
+    /* c rewritten with level 110 */
+    write_level("c.fits", 10.008, 20.0, 110.0f);
+    ck_assert_int_eq(colset_rescan(s), 0);
+    ck_assert_int_eq(colbg_pending(c), 1);
+    ck_assert_int_eq(colbg_update(s, c), 0);
+    ck_assert_int_eq(colbg_pending(c), 0);
+    ck_assert_uint_eq(colbg_pairs_measured() - m0, 5);
+    ck_assert_uint_ne(collection_version(c), v1);
+    mean = (3.0 - 1.0 + 10.0) / 3.0;
+    double w2[3] = {3.0 - mean, -1.0 - mean, 10.0 - mean};
+    assert_offsets(c, w2);
+    colset_close(s);
+    /* a restart: solved from the index at once */
+    ck_assert_int_eq(colset_open(&cfg, &s, err, sizeof(err)), 0);
+    c = colset_find(s, "c1");
+    ck_assert_int_eq(colbg_pending(c), 0);
+    assert_offsets(c, w2);
+    ck_assert_uint_eq(colbg_pairs_measured() - m0, 5);
+    colset_close(s);
+    config_release(&cfg);
+
+    /* schema 1 (no bg_offset, no col_bgpair) migrated by opening it */
+    char path[512];
+    snprintf(path, sizeof(path), "%s/v1.sqlite", jobs);
+    sqlite3 *db;
+    ck_assert_int_eq(sqlite3_open(path, &db), SQLITE_OK);
+    ck_assert_int_eq(sqlite3_exec(db,
+        "CREATE TABLE col_meta(key TEXT PRIMARY KEY, value TEXT);"
+        "CREATE TABLE col_image(id INTEGER PRIMARY KEY, collection TEXT NOT NULL,"
+        " relpath TEXT NOT NULL, dev INTEGER, ino INTEGER, size INTEGER, mtime_ns INTEGER,"
+        " nx INTEGER, ny INTEGER, nz INTEGER, bitpix INTEGER, wcs TEXT, footprint TEXT,"
+        " ra REAL, dec REAL, radius REAL, pixscale REAL, filter TEXT, em_min REAL,"
+        " em_max REAL, t_min REAL, t_max REAL, exptime REAL, error TEXT,"
+        " UNIQUE(collection, relpath));"
+        "INSERT INTO col_meta VALUES('schema', '1');"
+        "INSERT INTO col_image(collection, relpath, nx, ny, nz, ra, dec)"
+        " VALUES('c1', 'old.fits', 4, 5, 1, 1.5, 2.5);", NULL, NULL, NULL), SQLITE_OK);
+    sqlite3_close(db);
+    colindex *x;
+    ck_assert_int_eq(colindex_open(path, NULL, 5.0, &x, err, sizeof(err)), 0);
+    col_member *m;
+    int n;
+    ck_assert_int_eq(colindex_load(x, "c1", &m, &n), 0);
+    ck_assert_int_eq(n, 1);
+    ck_assert_str_eq(m[0].relpath, "old.fits");
+    ck_assert(isnan(m[0].bg_offset));
+    col_members_free(m, n);
+    ck_assert_int_eq(colindex_bg_put_pair(x, "c1", "old.fits", "z.fits", 10.0, 1.5), 0);
+    ck_assert_int_eq(colindex_bg_set(x, "c1", "old.fits", 0.25), 0);
+    ck_assert_int_eq(colindex_load(x, "c1", &m, &n), 0);
+    ck_assert_double_eq(m[0].bg_offset, 0.25);
+    col_members_free(m, n);
+    colindex_close(x);
+    ck_assert_int_eq(sqlite3_open(path, &db), SQLITE_OK);
+    sqlite3_stmt *st;
+    ck_assert_int_eq(sqlite3_prepare_v2(db, "SELECT value FROM col_meta WHERE key = 'schema'",
+                                        -1, &st, NULL), SQLITE_OK);
+    ck_assert_int_eq(sqlite3_step(st), SQLITE_ROW);
+    ck_assert_str_eq((const char *)sqlite3_column_text(st, 0), "2");
+    sqlite3_finalize(st);
+    sqlite3_close(db);
+    /* opened again at version 2: nothing to migrate */
+    ck_assert_int_eq(colindex_open(path, NULL, 5.0, &x, err, sizeof(err)), 0);
+    colindex_close(x);
 }
 END_TEST
 
@@ -478,6 +605,7 @@ int main(void)
     tcase_add_checked_fixture(tc, setup, teardown);
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, test_index_lifecycle);
+    tcase_add_test(tc, test_background);
     tcase_add_test(tc, test_coverage_holds_footprint);
     tcase_add_test(tc, test_sky_lookups);
     tcase_add_test(tc, test_unusable_members);

@@ -2,6 +2,7 @@
  * the inputs, through HTTP.  The members selected, the product against the same job with
  * the members listed, the region's own target, the stored members a restart re-plans,
  * and the problems of bad bodies. */
+#include "daemon/collection/colbackground.h"
 #include "daemon/collection/collection.h"
 #include "daemon/config.h"
 #include "daemon/http.h"
@@ -317,6 +318,83 @@ START_TEST(test_stored_members_replanned)
 }
 END_TEST
 
+/* A collection that matches backgrounds: a job over it stores its members' offsets
+ * (bg_offsets, those the collection solved; the stored request parses back the same);
+ * while a changed member's offsets are being solved a submission is refused with 503,
+ * then accepted with the new solution; bg_offsets cannot be given at submit. */
+START_TEST(test_background_offsets)
+{
+    stop_server();
+    char text[1024], err[256];
+    snprintf(text, sizeof(text),
+             "{\"data_roots\": [\"%s\"], \"collections_rescan_s\": 0, \"datasets\": ["
+             "{\"name\": \"sky\", \"kind\": \"collection\", \"images\": \"sky/**/*.fits\","
+             " \"match_background\": true}]}", data);
+    ck_assert_int_eq(config_init(&cfg), 0);
+    ck_assert_msg(config_load_text(text, &cfg, err, sizeof(err)) == 0, "%s", err);
+    cfg.jobs_dir = strdup(jobsdir);
+    colset *s = NULL;
+    ck_assert_msg(colset_open(&cfg, &s, err, sizeof(err)) == 0, "%s", err);
+    collection *c = colset_find(s, "sky");
+    ck_assert_int_eq(colbg_update(s, c), 0);   /* (the thread may have solved it first) */
+    catalog *cat = NULL;   /* a submission checks the output name against it */
+    ck_assert_msg(catalog_open(&cfg, &cat, err, sizeof(err)) == 0, "%s", err);
+    job_env env = {&cfg, cat, 1, s};
+    char body[2048];
+    snprintf(body, sizeof(body), CIRCLE_BODY, "m_bg", "");
+    json_t *req = json_loads(body, 0, NULL);
+    job_problem pb;
+    void *r = NULL;
+    ck_assert_msg(job_kind_mosaic.parse(req, &env, 0, &r, &pb) == 0, "%d %s: %s", pb.status,
+                  pb.field, pb.detail);
+    json_t *stored = job_kind_mosaic.req_json(r);
+    job_kind_mosaic.req_free(r);
+    json_t *in = json_object_get(stored, "inputs"), *mem = json_object_get(in, "members");
+    json_t *bgo = json_object_get(in, "bg_offsets");
+    ck_assert_int_eq((int)json_array_size(mem), 3);
+    ck_assert_int_eq((int)json_array_size(bgo), 3);
+    double before[3];
+    for (int i = 0; i < 3; i++) {
+        const char *rel = json_string_value(json_array_get(mem, (size_t)i));
+        before[i] = json_real_value(json_array_get(bgo, (size_t)i));
+        ck_assert_double_eq(before[i], colbg_offset(c, rel));
+    }
+    ck_assert_str_eq(json_string_value(json_array_get(mem, 1)), "b.fits");
+    ck_assert(fabs(before[0] + before[1] + before[2]) < 1e-9);   /* the gauge */
+    ck_assert_msg(job_kind_mosaic.parse(stored, &env, 1, &r, &pb) == 0, "%s", pb.detail);
+    json_t *again = job_kind_mosaic.req_json(r);
+    ck_assert_msg(json_equal(again, stored), "%s", json_dumps(again, 0));
+    json_decref(again);
+    job_kind_mosaic.req_free(r);
+    ck_assert_int_ne(job_kind_mosaic.parse(stored, &env, 0, &r, &pb), 0);   /* at submit */
+    ck_assert_int_eq(pb.status, 400);
+    json_array_remove(bgo, 0);
+    ck_assert_int_ne(job_kind_mosaic.parse(stored, &env, 1, &r, &pb), 0);   /* one short */
+    ck_assert_int_eq(pb.status, 400);
+    json_decref(stored);
+    /* b rewritten 4 higher (same pixels, same pairs' points): pending until solved
+     * again, then b's offset is 4 x 2/3 higher and the others' 4 / 3 lower (the gauge) */
+    write_member("sky/b.fits", 150.008, 2.000, 1.0, 15.0, 40, 30, 9.0f);
+    ck_assert_int_eq(colset_rescan(s), 0);
+    ck_assert_int_eq(colbg_pending(c), 1);
+    ck_assert_int_ne(job_kind_mosaic.parse(req, &env, 0, &r, &pb), 0);
+    ck_assert_int_eq(pb.status, 503);
+    ck_assert_str_eq(pb.field, "inputs.collection");
+    ck_assert_int_eq(colbg_update(s, c), 0);
+    ck_assert_msg(job_kind_mosaic.parse(req, &env, 0, &r, &pb) == 0, "%s", pb.detail);
+    job_kind_mosaic.req_free(r);
+    static const char *const rel[3] = {"a.fits", "b.fits", "c.fits"};
+    for (int i = 0; i < 3; i++) {
+        double d = colbg_offset(c, rel[i]) - before[i], want = i == 1 ? 8.0 / 3.0 : -4.0 / 3.0;
+        ck_assert_msg(fabs(d - want) < 1e-4, "%s moved by %.9g, not %.9g", rel[i], d, want);
+    }
+    json_decref(req);
+    colset_close(s);
+    catalog_free(cat);
+    config_release(&cfg);
+}
+END_TEST
+
 /* Bad bodies: RFC 9457 problems naming the field, and nothing queued. */
 START_TEST(test_bad_bodies)
 {
@@ -419,6 +497,7 @@ int main(void)
     tcase_add_test(tc, test_region_target);
     tcase_add_test(tc, test_reproject_collection);
     tcase_add_test(tc, test_stored_members_replanned);
+    tcase_add_test(tc, test_background_offsets);
     tcase_add_test(tc, test_bad_bodies);
     tcase_add_test(tc, test_too_many_members);
     suite_add_tcase(s, tc);

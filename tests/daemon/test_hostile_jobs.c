@@ -895,7 +895,7 @@ START_TEST(test_large_input_blocks_bounded)
     char *cards = NULL;
     int nk = 0;
     ck_assert_int_eq(mos_cards_from_text(t, strlen(t), &cards, &nk, err, sizeof err), 0);
-    mos_input mi = {in, "large.fits", 0};
+    mos_input mi = {in, "large.fits", 0, 0.0};
     mos_spec sp;
     memset(&sp, 0, sizeof sp);
     sp.ninputs = 1;

@@ -36,7 +36,7 @@ static void setup_tiles(void)
 {
     for (int i = 0; i < 6; i++) {
         snprintf(tile_paths[i], sizeof tile_paths[i], "%s/tile_%d.fits", MOSAIC_DIR, i + 1);
-        tiles[i] = (mos_input){ tile_paths[i], NULL, 0 };
+        tiles[i] = (mos_input){ tile_paths[i], NULL, 0, 0.0 };
     }
 }
 
@@ -503,7 +503,7 @@ START_TEST(test_ra_wrap)
     const long na = 60, ma = 50, nb = 55, mb = 45;
     skywcs *wa = write_tile(pa, 359.75, 10.0, na, ma, 0.0);
     skywcs *wb = write_tile(pb, 0.25, 10.1, nb, mb, 12.0);
-    mos_input in[2] = { { pa, "a", 0 }, { pb, "b", 0 } };
+    mos_input in[2] = { { pa, "a", 0, 0.0 }, { pb, "b", 0, 0.0 } };
     for (int variant = 0; variant < 2; variant++) {
         mos_spec s = base_spec(in, 2, NULL, 0);
         s.auto_frame = variant ? SKY_FRAME_GALACTIC : SKY_FRAME_ICRS;
@@ -733,7 +733,7 @@ START_TEST(test_errors)
     mosaic *m = NULL;
     ck_assert_int_eq(mos_plan(&s, dir, 1, &m, err, sizeof err), TESS_ENOOVERLAP);
     ck_assert_ptr_null(m);
-    mos_input bad = { "/nonexistent/x.fits", NULL, 0 };
+    mos_input bad = { "/nonexistent/x.fits", NULL, 0, 0.0 };
     s = base_spec(&bad, 1, NULL, 0);
     ck_assert_int_lt(mos_plan(&s, dir, 1, &m, err, sizeof err), 0);
     ck_assert_ptr_nonnull(strstr(err, "x.fits"));
@@ -748,7 +748,7 @@ START_TEST(test_errors)
      * comment and the command line's warning come from mos_input_overlaps). */
     int tk = 0;
     char *tc = reference_target(&tk);
-    mos_input two[2] = { tiles[0], { TESSERA_DEMO_DIR "/HorseHead.fits", NULL, 0 } };
+    mos_input two[2] = { tiles[0], { TESSERA_DEMO_DIR "/HorseHead.fits", NULL, 0, 0.0 } };
     s = base_spec(two, 2, tc, tk);
     ck_assert_msg(mos_plan(&s, dir, 1, &m, err, sizeof err) == 0, "%s", err);
     ck_assert_int_eq(mos_input_overlaps(m, 0), 1);
@@ -817,6 +817,56 @@ START_TEST(test_accum_by_hand)
 }
 END_TEST
 
+/* The collections' levels (mos_bg_solve_levels): offsets of 61 images recovered exactly
+ * (to 1e-10 of their range) from exact pairwise differences on a graph of two connected
+ * groups (a chain and 0..3 extra edges per image, weights 1..1000) and one image in no
+ * pair: each group's mean is zero, the lone image gets 0.  And mos_bg_fit_level: a level
+ * of 2.5 with +-0.01 noise and 10% outliers at 1000 is the mean of the 300 inliers. */
+START_TEST(test_bg_levels)
+{
+    enum { N = 61, G = 40 };
+    double truth[N], x[N];
+    unsigned seed = 12345;
+    for (int k = 0; k < N; k++) {
+        seed = seed * 1103515245u + 12345u;
+        truth[k] = ((double)(seed >> 8 & 0xffff) / 65536.0 - 0.5) * 40.0;
+    }
+    mos_bg_pair pairs[4 * N];
+    long np = 0;
+    for (int k = 0; k + 1 < N - 1; k++) {
+        if (k + 1 == G)
+            continue;   /* two groups: 0..39 and 40..59; 60 alone */
+        int lo = k < G ? 0 : G, hi = k < G ? G : N - 1;
+        pairs[np++] = (mos_bg_pair){k, k + 1, truth[k] - truth[k + 1],
+                                    1.0 + (double)(k % 7) * 150.0};
+        for (int e = 0; e < k % 4; e++) {
+            seed = seed * 1103515245u + 12345u;
+            int j = lo + (int)((seed >> 8) % (unsigned)(hi - lo));
+            if (j != k)
+                pairs[np++] = (mos_bg_pair){j, k, truth[j] - truth[k], 1.0 + (double)(e * 333)};
+        }
+    }
+    pairs[np++] = (mos_bg_pair){3, 7, 1e9, 0.0};   /* no weight: no constraint */
+    ck_assert_int_eq(mos_bg_solve_levels(N, pairs, np, x), 0);
+    double mean[2] = {0, 0};
+    for (int k = 0; k < N - 1; k++)
+        mean[k >= G] += truth[k] / (k >= G ? (double)(N - 1 - G) : (double)G);
+    for (int k = 0; k < N - 1; k++)
+        ck_assert_msg(fabs(x[k] - (truth[k] - mean[k >= G])) <= 1e-10 * 40.0,
+                      "image %d: %.15g, not %.15g", k, x[k], truth[k] - mean[k >= G]);
+    ck_assert_double_eq(x[N - 1], 0.0);
+
+    double d[330], level, kept;
+    for (int k = 0; k < 330; k++)
+        d[k] = k < 300 ? 2.5 + 0.01 * (double)(k % 3 - 1) : 1000.0;
+    ck_assert_int_eq(mos_bg_fit_level(330, d, &level, &kept), 0);
+    ck_assert_msg(fabs(level - 2.5) <= 1e-12, "level %.15g", level);
+    ck_assert_double_eq(kept, 300.0);
+    ck_assert_int_eq(mos_bg_fit_level(0, d, &level, &kept), 0);
+    ck_assert(isnan(level) && kept == 0.0);
+}
+END_TEST
+
 static Suite *mosaic_suite(void)
 {
     Suite *s = suite_create("mosaic");
@@ -827,6 +877,7 @@ static Suite *mosaic_suite(void)
     tcase_add_test(tc, test_reference_mean);
     tcase_add_test(tc, test_background_matching);
     tcase_add_test(tc, test_single_input_matching);
+    tcase_add_test(tc, test_bg_levels);
     tcase_add_test(tc, test_auto_target);
     tcase_add_test(tc, test_ra_wrap);
     tcase_add_test(tc, test_combine_modes);

@@ -72,7 +72,7 @@ static int plan_mosaic(const char *input, const char *tcards, int tkeys, char *e
     char work[512];
     snprintf(work, sizeof work, "%s/work", dir);
     ck_assert_int_eq(mkdir(work, 0755), 0);
-    mos_input in = { input, NULL, 0 };
+    mos_input in = { input, NULL, 0, 0.0 };
     mos_spec s;
     memset(&s, 0, sizeof s);
     s.ninputs = 1;

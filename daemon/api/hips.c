@@ -832,15 +832,120 @@ static int colsky_add_member(hreq *r, const hips_job *j, const char *relpath, in
     return 0;
 }
 
-/* Tile (order, npix) of a collection into out (W x W doubles, FITS rows): each member
- * the index says overlaps it rendered as its own tile (hips_render_tile, the kernel
- * asked for) and the renders combined pixel by pixel with the collection's `combine`
- * (mos_accum).  Returns the number of finite pixels (*members the members found; 0 and
- * out untouched when none), or -1 with the problem reply set. */
-static long colsky_render(hreq *r, const hips_job *j, int order, int64_t npix, double *out,
-                          int *members)
+/* The members `l` rendered on tile (order, npix) into out (W x W doubles, FITS rows) and
+ * combined pixel by pixel with the collection's `combine` (mos_accum).  Returns the
+ * number of finite pixels, or -1 with the problem reply set. */
+static long colsky_direct(hreq *r, const hips_job *j, const colsky_list *l, int order,
+                          int64_t npix, double *out)
+{
+    const size_t np = (size_t)HIPS_TILE_WIDTH * HIPS_TILE_WIDTH;
+    mos_accum a;
+    if (mos_accum_init(&a, collection_combine(j->col), np, l->kept)) {
+        problem_reply(r, 500, NULL, "out of memory");
+        return -1;
+    }
+    int failed = 0;
+    for (int i = 0; i < l->kept && !failed; i++) {
+        if (hreq_cancelled(r)) {
+            hreq_reply_cancelled(r);
+            failed = 1;
+        } else {
+            failed = colsky_add_member(r, j, l->p[i], order, npix, out, &a);
+        }
+    }
+    if (!failed)
+        mos_accum_result_d(&a, out, NULL);
+    mos_accum_free(&a);
+    if (failed)
+        return -1;
+    long finite = 0;
+    for (size_t k = 0; k < np; k++)
+        finite += isfinite(out[k]) != 0;
+    return finite;
+}
+
+/* One request's making of collection tiles (colsky_make): the member renders made so
+ * far, at most COLSKY_BUILD_MAX_RENDERS, and the order below which a tile over more than
+ * COLSKY_TILE_MAX_MEMBERS members is made from its four children (the collection's
+ * hips_order: deeper tiles are not split). */
+#define COLSKY_BUILD_MAX_RENDERS 512
+typedef struct colsky_build {
+    int renders;
+    int max_order;
+} colsky_build;
+
+static void colsky_build_init(collection *c, colsky_build *b)
+{
+    double finest = INFINITY;
+    pthread_rwlock_rdlock(&c->lock);
+    for (int i = 0; i < c->n; i++)
+        if (!c->m[i].error && c->m[i].pixscale > 0.0 && c->m[i].pixscale < finest)
+            finest = c->m[i].pixscale;
+    pthread_rwlock_unlock(&c->lock);
+    b->renders = 0;
+    b->max_order = isfinite(finest) ? hips_survey_order(finest) : 0;
+}
+
+/* The cache key of the values of tile (order, npix) of j's collection (colsky_make). */
+static void colsky_data_key(const hips_job *j, int order, int64_t npix, char *key,
+                            size_t len)
+{
+    snprintf(key, len, "hips|cdata|%s|%llx|%d|%s|%.17g|%d|%d|%lld", j->col->name,
+             collection_version(j->col), j->col->combine, rp_method_name(j->q.method),
+             j->q.max_coord_error, j->path.format == HIPS_FMT_FITS, order, (long long)npix);
+}
+
+/* Puts the values of a tile (finite pixels, members, W x W doubles) in the memory cache;
+ * a failure only costs a later render. */
+static void colsky_data_put(hreq *r, const char *key, const double *out, long finite,
+                            int members)
+{
+    const size_t np = (size_t)HIPS_TILE_WIDTH * HIPS_TILE_WIDTH;
+    unsigned char *body = malloc(2 * sizeof(int64_t) + np * sizeof(double));
+    if (!body)
+        return;
+    int64_t head[2] = {finite, members};
+    memcpy(body, head, sizeof(head));
+    memcpy(body + sizeof(head), out, np * sizeof(double));
+    tile *t = tile_new_internal(body, sizeof(head) + np * sizeof(double),
+                                "application/octet-stream");
+    if (t) {
+        tilecache_put(r->srv->app->cache, key, t);
+        tile_release(t);
+    }
+}
+
+/* Tile (order, npix) of a collection into out (W x W doubles, FITS rows).  Over at most
+ * COLSKY_TILE_MAX_MEMBERS members (those the index says overlap it), each member is
+ * rendered as its own tile (hips_render_tile, the kernel asked for) and the renders are
+ * combined pixel by pixel with the collection's `combine` (mos_accum).  A tile over more
+ * is made from its four children of order + 1, each made the same way (recursively, down
+ * to b->max_order), as Hipsgen makes its coarser orders: each pixel the mean of the
+ * finite values of its 2 x 2 child pixels (hips_tile_merge_child).  The values of a tile
+ * made inside such a build (depth > 0) or from its children are kept in the memory cache
+ * and taken from there, so a build stopped by its bound goes on where it stopped.  Bounds
+ * of one request: COLSKY_BUILD_MAX_RENDERS member renders (then 503 with Retry-After: the
+ * tiles made are kept), one W x W buffer of doubles (2 MiB) a level below `order`, and
+ * the accumulator of at most COLSKY_TILE_MAX_MEMBERS members.  Returns the number of
+ * finite pixels (*members the members found; 0 and out untouched when none), or -1 with
+ * the problem reply set. */
+static long colsky_make(hreq *r, const hips_job *j, colsky_build *b, int order, int64_t npix,
+                        int depth, double *out, int *members)
 {
     collection *c = j->col;
+    const size_t np = (size_t)HIPS_TILE_WIDTH * HIPS_TILE_WIDTH;
+    char key[256];
+    colsky_data_key(j, order, npix, key, sizeof(key));
+    tile *t = tilecache_get(r->srv->app->cache, key);
+    if (t) {
+        int64_t head[2];
+        memcpy(head, t->data, sizeof(head));
+        if (head[1])
+            memcpy(out, t->data + sizeof(head), np * sizeof(double));
+        tile_release(t);
+        *members = (int)head[1];
+        return (long)head[0];
+    }
     colsky_list l;
     *members = 0;
     if (colsky_overlap(r, c, order, npix, COLSKY_TILE_MAX_MEMBERS, &l))
@@ -850,38 +955,50 @@ static long colsky_render(hreq *r, const hips_job *j, int order, int64_t npix, d
         colsky_list_free(&l);
         return 0;
     }
-    if (l.n > l.max) {
-        problem_reply(r, 422, "Norder", "tile Norder%d/Npix%lld of collection '%s' overlaps %d "
-                      "member images, more than the %d a tile is made from: ask for a deeper "
-                      "tile", order, (long long)npix, c->name, l.n, l.max);
+    if (l.n <= l.max) {
+        if (b->renders + l.kept > COLSKY_BUILD_MAX_RENDERS) {
+            colsky_list_free(&l);
+            r->rep.retry_after = 1;
+            problem_reply(r, 503, NULL, "tile Norder%d/Npix%lld of collection '%s' is being "
+                          "made from its children: %d member renders in this request, at "
+                          "most %d; the tiles made are kept, ask again", order,
+                          (long long)npix, c->name, b->renders, COLSKY_BUILD_MAX_RENDERS);
+            return -1;
+        }
+        b->renders += l.kept;
+        long finite = colsky_direct(r, j, &l, order, npix, out);
         colsky_list_free(&l);
+        if (finite >= 0 && depth > 0)
+            colsky_data_put(r, key, out, finite, *members);
+        return finite;
+    }
+    colsky_list_free(&l);
+    if (order >= b->max_order || order + 1 + HIPS_TILE_SHIFT > HIPS_ORDER_MAX) {
+        problem_reply(r, 422, "Norder", "tile Norder%d/Npix%lld of collection '%s' overlaps %d "
+                      "member images, more than the %d a tile of its deepest order (%d) is "
+                      "made from", order, (long long)npix, c->name, *members,
+                      COLSKY_TILE_MAX_MEMBERS, b->max_order);
         return -1;
     }
-    const size_t np = (size_t)HIPS_TILE_WIDTH * HIPS_TILE_WIDTH;
-    mos_accum a;
-    if (mos_accum_init(&a, collection_combine(c), np, l.kept)) {
-        colsky_list_free(&l);
+    double *child = malloc(np * sizeof(double));
+    if (!child) {
         problem_reply(r, 500, NULL, "out of memory");
         return -1;
     }
-    int failed = 0;
-    for (int i = 0; i < l.kept && !failed; i++) {
-        if (hreq_cancelled(r)) {
-            hreq_reply_cancelled(r);
-            failed = 1;
-        } else {
-            failed = colsky_add_member(r, j, l.p[i], order, npix, out, &a);
+    for (int k = 0; k < 4; k++) {
+        int cm;
+        long cf = colsky_make(r, j, b, order + 1, 4 * npix + k, depth + 1, child, &cm);
+        if (cf < 0) {
+            free(child);
+            return -1;
         }
+        hips_tile_merge_child(HIPS_TILE_SHIFT, k, cm ? child : NULL, HIPS_ROWS_FITS, out);
     }
-    colsky_list_free(&l);
-    if (!failed)
-        mos_accum_result_d(&a, out, NULL);
-    mos_accum_free(&a);
-    if (failed)
-        return -1;
+    free(child);
     long finite = 0;
     for (size_t k = 0; k < np; k++)
         finite += isfinite(out[k]) != 0;
+    colsky_data_put(r, key, out, finite, *members);
     return finite;
 }
 
@@ -895,7 +1012,9 @@ static void colsky_tile_work(hreq *r)
         return;
     }
     int members;
-    long finite = colsky_render(r, j, p->order, p->npix, px, &members);
+    colsky_build b;
+    colsky_build_init(j->col, &b);
+    long finite = colsky_make(r, j, &b, p->order, p->npix, 0, px, &members);
     if (finite >= 0 && members == 0)
         problem_reply(r, 404, "Npix", "tile Norder%d/Npix%lld lies outside the footprint of "
                       "collection '%s' (Moc.fits)", p->order, (long long)p->npix,
@@ -921,6 +1040,7 @@ typedef struct colsky_base {
     const hips_job *j;
     double *px;
     int replied;          /* a problem reply is set */
+    colsky_build build;   /* shared by the 12 faces */
 } colsky_base;
 
 static long colsky_base_get(void *cls, int64_t npix, const double **data, char *err,
@@ -928,7 +1048,7 @@ static long colsky_base_get(void *cls, int64_t npix, const double **data, char *
 {
     colsky_base *b = cls;
     int members;
-    long finite = colsky_render(b->r, b->j, 0, npix, b->px, &members);
+    long finite = colsky_make(b->r, b->j, &b->build, 0, npix, 0, b->px, &members);
     if (finite < 0) {
         b->replied = 1;
         tess_seterr(err, errlen, "order-0 tile %lld", (long long)npix);
@@ -938,7 +1058,7 @@ static long colsky_base_get(void *cls, int64_t npix, const double **data, char *
     return members ? finite : 0;
 }
 
-/* Norder3/Allsky of a collection: cut from its 12 order-0 tiles (colsky_render), those
+/* Norder3/Allsky of a collection: cut from its 12 order-0 tiles (colsky_make), those
  * no member overlaps left blank. */
 static void colsky_allsky_work(hreq *r)
 {
@@ -947,7 +1067,8 @@ static void colsky_allsky_work(hreq *r)
     if (j->path.format != HIPS_FMT_FITS && colsky_cuts(r, j, 0, &lo, &hi))
         return;
     colsky_base b = {r, j, malloc(sizeof(double) * (size_t)HIPS_TILE_WIDTH * HIPS_TILE_WIDTH),
-                     0};
+                     0, {0, 0}};
+    colsky_build_init(j->col, &b.build);
     if (!b.px) {
         problem_reply(r, 500, NULL, "out of memory");
         return;
@@ -1073,8 +1194,36 @@ static void colsky_properties_work(hreq *r)
     reply_properties(r, &p);
 }
 
-/* GET /hips/{collection}/...: properties, Moc.fits, Allsky and tiles as for a dataset
- * (the index page is not made for collections yet: 404). */
+/* The HiPS index.html [HiPS 4.4.5] of survey `name`: what it is (x, its name, base and
+ * formats set here) and where its parts are. */
+static void reply_index(hreq *r, const char *name, hips_index x)
+{
+    /* The base makes the relative links right for /hips/{name} and /hips/{name}/ alike. */
+    size_t blen = strlen(name) + 8;
+    char *base = malloc(blen);
+    char *text = NULL;
+    size_t len = 0;
+    if (base) {
+        snprintf(base, blen, "/hips/%s/", name);
+        x.name = name;
+        x.base_href = base;
+        x.how = "Open this URL in a HiPS client such as Aladin";
+        x.formats = HIPS_FMT_BIT(HIPS_FMT_PNG) | HIPS_FMT_BIT(HIPS_FMT_JPEG)
+                    | HIPS_FMT_BIT(HIPS_FMT_FITS);
+        if (hips_index_html(&x, &text, &len) != 0)
+            text = NULL;
+        free(base);
+    }
+    if (!text) {
+        problem_reply(r, 500, NULL, "out of memory");
+        return;
+    }
+    r->rep.cache_control = "no-cache";
+    hreq_reply_tile(r, 200, tile_new_take((unsigned char *)text, len, "text/html; charset=utf-8"));
+}
+
+/* GET /hips/{collection}/...: the index page, properties, Moc.fits, Allsky and tiles as
+ * for a dataset. */
 static void hips_collection(hreq *r, const hips_path *hp, collection *c)
 {
     static const char *const none[] = {NULL};
@@ -1082,8 +1231,18 @@ static void hips_collection(hreq *r, const hips_path *hp, collection *c)
     static const char *const images[] = {"method", "max_coord_error", "stretch", "min_cut",
                                          "max_cut", "cmap", NULL};
     if (hp->kind == HIPS_REQ_INDEX) {
-        problem_reply(r, 404, NULL, "collection '%s' is served as a HiPS survey without an "
-                      "index page: use its properties, Moc.fits, Allsky and tiles", c->name);
+        if (hreq_only_args(r, none))
+            return;
+        colsky_build b;
+        colsky_build_init(c, &b);
+        long n = 0;
+        pthread_rwlock_rdlock(&c->lock);
+        for (int i = 0; i < c->n; i++)
+            n += !c->m[i].error;
+        pthread_rwlock_unlock(&c->lock);
+        reply_index(r, c->name, (hips_index){.made_by = "made on demand by Tessera from "
+                                             "collection", .source = c->name,
+                                             .images = n > 0 ? n : 1, .order = b.max_order});
         return;
     }
     if (hp->plane > 0) {
@@ -1148,36 +1307,6 @@ static void hips_collection(hreq *r, const hips_path *hp, collection *c)
 
 /* ---- the handler --------------------------------------------------------------------- */
 
-/* The HiPS index.html [HiPS 4.4.5]: what the survey is and where its parts are. */
-static void reply_index(hreq *r, const dataset *d)
-{
-    /* The base makes the relative links right for /hips/{name} and /hips/{name}/ alike. */
-    size_t blen = strlen(d->name) + 8;
-    char *base = malloc(blen);
-    char *text = NULL;
-    size_t len = 0;
-    if (base) {
-        snprintf(base, blen, "/hips/%s/", d->name);
-        hips_index x = {
-            .name = d->name, .base_href = base,
-            .made_by = "made on demand by Tessera from dataset", .source = d->name,
-            .nx = d->nx, .ny = d->ny, .galactic = d->hips_galactic, .order = -1,
-            .how = "Open this URL in a HiPS client such as Aladin",
-            .formats = HIPS_FMT_BIT(HIPS_FMT_PNG) | HIPS_FMT_BIT(HIPS_FMT_JPEG)
-                       | HIPS_FMT_BIT(HIPS_FMT_FITS),
-        };
-        if (hips_index_html(&x, &text, &len) != 0)
-            text = NULL;
-        free(base);
-    }
-    if (!text) {
-        problem_reply(r, 500, NULL, "out of memory");
-        return;
-    }
-    r->rep.cache_control = "no-cache";
-    hreq_reply_tile(r, 200, tile_new_take((unsigned char *)text, len, "text/html; charset=utf-8"));
-}
-
 void handle_hips(hreq *r, const route_match *m)
 {
     static const char *const none[] = {NULL};
@@ -1209,7 +1338,10 @@ void handle_hips(hreq *r, const route_match *m)
                          "solar images, hips_body, are not served)"))
         return;
     if (hp.kind == HIPS_REQ_INDEX) {
-        reply_index(r, d);
+        reply_index(r, d->name, (hips_index){.made_by = "made on demand by Tessera from "
+                                             "dataset", .source = d->name, .nx = d->nx,
+                                             .ny = d->ny, .galactic = d->hips_galactic,
+                                             .order = -1});
         return;
     }
     hips_job *j = calloc(1, sizeof(*j));

@@ -667,11 +667,15 @@ static void properties_work(hreq *r)
 typedef struct colsky_list {
     char **p;
     int n, kept, max, failed;
+    collection *filter;        /* not NULL: only members of it whose footprint meets */
+    double poly[8];            /* this polygon (4 (ra, dec) vertices) are taken */
 } colsky_list;
 
 static void colsky_list_add(void *cls, const char *relpath)
 {
     colsky_list *l = cls;
+    if (l->filter && !collection_member_overlaps(l->filter, relpath, l->poly, 4))
+        return;
     l->n++;
     if (l->kept >= l->max || l->failed)
         return;
@@ -689,13 +693,47 @@ static void colsky_list_free(colsky_list *l)
     memset(l, 0, sizeof(*l));
 }
 
-/* The members the index says overlap tile (order, npix), at most max kept.  Returns 0, or
- * -1 with the problem reply set. */
+/* A quadrilateral holding tile (order, npix) of the equatorial HiPS frame, for a tile of
+ * a few degrees or less: the centres of its corner pixels at 8 x 8, pushed out from the
+ * tile's centre by 1.25 times (the corners themselves lie 8/7 times as far), in poly (4
+ * (ra, dec) vertices).  Returns 0 or -1. */
+static int colsky_tile_quad(int order, int64_t npix, double poly[8])
+{
+    double lon[64], lat[64], c[3], v[3];
+    double clon, clat;
+    if (hips_tile_centres(order, npix, 0, HIPS_ROWS_FITS, &clon, &clat) ||
+        hips_tile_centres(order, npix, 3, HIPS_ROWS_FITS, lon, lat))
+        return -1;
+    const int corner[4] = {0, 7, 63, 56};
+    double a = clon * M_PI / 180.0, b = clat * M_PI / 180.0;
+    c[0] = cos(b) * cos(a);
+    c[1] = cos(b) * sin(a);
+    c[2] = sin(b);
+    for (int k = 0; k < 4; k++) {
+        double pa = lon[corner[k]] * M_PI / 180.0, pb = lat[corner[k]] * M_PI / 180.0;
+        v[0] = cos(pb) * cos(pa);
+        v[1] = cos(pb) * sin(pa);
+        v[2] = sin(pb);
+        for (int i = 0; i < 3; i++)
+            v[i] = c[i] + 1.25 * (v[i] - c[i]);
+        double ra = atan2(v[1], v[0]) * 180.0 / M_PI;
+        poly[2 * k] = ra < 0.0 ? ra + 360.0 : ra;
+        poly[2 * k + 1] = atan2(v[2], hypot(v[0], v[1])) * 180.0 / M_PI;
+    }
+    return 0;
+}
+
+/* The members the index says overlap tile (order, npix), at most max kept.  The index
+ * knows cells of order COL_MOC_ORDER: for a deeper tile only the members whose footprint
+ * meets a quadrilateral holding the tile (colsky_tile_quad) are taken, so that a deeper
+ * tile has fewer.  Returns 0, or -1 with the problem reply set. */
 static int colsky_overlap(hreq *r, collection *c, int order, int64_t npix, int max,
                           colsky_list *l)
 {
     memset(l, 0, sizeof(*l));
     l->max = max;
+    if (order > COL_MOC_ORDER && colsky_tile_quad(order, npix, l->poly) == 0)
+        l->filter = c;
     if (!(l->p = calloc((size_t)max, sizeof(char *)))) {
         problem_reply(r, 500, NULL, "out of memory");
         return -1;
@@ -865,16 +903,15 @@ static long colsky_direct(hreq *r, const hips_job *j, const colsky_list *l, int 
 }
 
 /* One request's making of collection tiles (colsky_make): the member renders made so
- * far, at most COLSKY_BUILD_MAX_RENDERS, and the order below which a tile over more than
- * COLSKY_TILE_MAX_MEMBERS members is made from its four children (the collection's
- * hips_order: deeper tiles are not split). */
+ * far, at most COLSKY_BUILD_MAX_RENDERS. */
 #define COLSKY_BUILD_MAX_RENDERS 512
 typedef struct colsky_build {
     int renders;
-    int max_order;
 } colsky_build;
 
-static void colsky_build_init(collection *c, colsky_build *b)
+/* The collection's hips_order: the order a dataset of its finest member pixel would get
+ * (hips_survey_order), -1 without a usable member. */
+static int colsky_order(collection *c)
 {
     double finest = INFINITY;
     pthread_rwlock_rdlock(&c->lock);
@@ -882,8 +919,7 @@ static void colsky_build_init(collection *c, colsky_build *b)
         if (!c->m[i].error && c->m[i].pixscale > 0.0 && c->m[i].pixscale < finest)
             finest = c->m[i].pixscale;
     pthread_rwlock_unlock(&c->lock);
-    b->renders = 0;
-    b->max_order = isfinite(finest) ? hips_survey_order(finest) : 0;
+    return isfinite(finest) ? hips_survey_order(finest) : -1;
 }
 
 /* The cache key of the values of tile (order, npix) of j's collection (colsky_make). */
@@ -920,7 +956,7 @@ static void colsky_data_put(hreq *r, const char *key, const double *out, long fi
  * rendered as its own tile (hips_render_tile, the kernel asked for) and the renders are
  * combined pixel by pixel with the collection's `combine` (mos_accum).  A tile over more
  * is made from its four children of order + 1, each made the same way (recursively, down
- * to b->max_order), as Hipsgen makes its coarser orders: each pixel the mean of the
+ * to the deepest order served), as Hipsgen makes its coarser orders: each pixel the mean of the
  * finite values of its 2 x 2 child pixels (hips_tile_merge_child).  The values of a tile
  * made inside such a build (depth > 0) or from its children are kept in the memory cache
  * and taken from there, so a build stopped by its bound goes on where it stopped.  Bounds
@@ -973,11 +1009,11 @@ static long colsky_make(hreq *r, const hips_job *j, colsky_build *b, int order, 
         return finite;
     }
     colsky_list_free(&l);
-    if (order >= b->max_order || order + 1 + HIPS_TILE_SHIFT > HIPS_ORDER_MAX) {
+    if (order + 1 + HIPS_TILE_SHIFT > HIPS_ORDER_MAX) {
         problem_reply(r, 422, "Norder", "tile Norder%d/Npix%lld of collection '%s' overlaps %d "
-                      "member images, more than the %d a tile of its deepest order (%d) is "
-                      "made from", order, (long long)npix, c->name, *members,
-                      COLSKY_TILE_MAX_MEMBERS, b->max_order);
+                      "member images, more than the %d a tile of the deepest order is made "
+                      "from", order, (long long)npix, c->name, *members,
+                      COLSKY_TILE_MAX_MEMBERS);
         return -1;
     }
     double *child = malloc(np * sizeof(double));
@@ -1012,8 +1048,7 @@ static void colsky_tile_work(hreq *r)
         return;
     }
     int members;
-    colsky_build b;
-    colsky_build_init(j->col, &b);
+    colsky_build b = {0};
     long finite = colsky_make(r, j, &b, p->order, p->npix, 0, px, &members);
     if (finite >= 0 && members == 0)
         problem_reply(r, 404, "Npix", "tile Norder%d/Npix%lld lies outside the footprint of "
@@ -1067,8 +1102,7 @@ static void colsky_allsky_work(hreq *r)
     if (j->path.format != HIPS_FMT_FITS && colsky_cuts(r, j, 0, &lo, &hi))
         return;
     colsky_base b = {r, j, malloc(sizeof(double) * (size_t)HIPS_TILE_WIDTH * HIPS_TILE_WIDTH),
-                     0, {0, 0}};
-    colsky_build_init(j->col, &b.build);
+                     0, {0}};
     if (!b.px) {
         problem_reply(r, 500, NULL, "out of memory");
         return;
@@ -1233,8 +1267,6 @@ static void hips_collection(hreq *r, const hips_path *hp, collection *c)
     if (hp->kind == HIPS_REQ_INDEX) {
         if (hreq_only_args(r, none))
             return;
-        colsky_build b;
-        colsky_build_init(c, &b);
         long n = 0;
         pthread_rwlock_rdlock(&c->lock);
         for (int i = 0; i < c->n; i++)
@@ -1242,7 +1274,7 @@ static void hips_collection(hreq *r, const hips_path *hp, collection *c)
         pthread_rwlock_unlock(&c->lock);
         reply_index(r, c->name, (hips_index){.made_by = "made on demand by Tessera from "
                                              "collection", .source = c->name,
-                                             .images = n > 0 ? n : 1, .order = b.max_order});
+                                             .images = n > 0 ? n : 1, .order = colsky_order(c)});
         return;
     }
     if (hp->plane > 0) {

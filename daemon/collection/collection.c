@@ -952,3 +952,13 @@ int collection_member_path(const colset *s, collection *c, const char *relpath, 
     free(real);
     return allowed ? 0 : TESS_ENOTFOUND;
 }
+
+int collection_member_overlaps(collection *c, const char *relpath, const double *poly,
+                               int npts)
+{
+    pthread_rwlock_rdlock(&c->lock);
+    const col_member *m = find_member(c->m, c->n, relpath);
+    int in = m && !m->error && col_overlaps_polygon(m->poly, 4, poly, npts);
+    pthread_rwlock_unlock(&c->lock);
+    return in;
+}

@@ -76,6 +76,11 @@ int collection_overlapping_circle(collection *c, double ra, double dec, double r
                                   char ***out, double **polys, int *n, int *total);
 void col_relpaths_free(char **p, int n);
 
+/* 1 when `relpath` is a usable member of c whose footprint overlaps polygon `poly` (npts
+ * (ra, dec) vertices, degrees, less than a hemisphere), else 0.  Reads no file. */
+int collection_member_overlaps(collection *c, const char *relpath, const double *poly,
+                               int npts);
+
 /* How c's members combine pixel by pixel (its `combine`): MOS_MEAN, MOS_MEDIAN or
  * MOS_FIRST. */
 mos_combine collection_combine(const collection *c);

@@ -41,6 +41,9 @@ int handler_pixel_xy(hreq *r, const dataset *d, long *x, long *y);
 
 /* route_prepare of the {dataset} routes: m->ds from m->segment, or 404 (datasets.c). */
 int prepare_dataset(hreq *r, route_match *m);
+/* prepare_dataset, or m->ds NULL when the segment names a collection (the routes that
+ * serve a collection too: values, footprint). */
+int prepare_dataset_or_collection(hreq *r, route_match *m);
 
 /* GET /api/v1/datasets and GET /api/v1/datasets/{name} (datasets.c). */
 void handle_datasets_list(hreq *r, const route_match *m);

@@ -913,12 +913,7 @@ typedef struct colsky_build {
  * (hips_survey_order), -1 without a usable member. */
 static int colsky_order(collection *c)
 {
-    double finest = INFINITY;
-    pthread_rwlock_rdlock(&c->lock);
-    for (int i = 0; i < c->n; i++)
-        if (!c->m[i].error && c->m[i].pixscale > 0.0 && c->m[i].pixscale < finest)
-            finest = c->m[i].pixscale;
-    pthread_rwlock_unlock(&c->lock);
+    double finest = collection_finest_pixscale(c);
     return isfinite(finest) ? hips_survey_order(finest) : -1;
 }
 

@@ -962,3 +962,14 @@ int collection_member_overlaps(collection *c, const char *relpath, const double 
     pthread_rwlock_unlock(&c->lock);
     return in;
 }
+
+double collection_finest_pixscale(collection *c)
+{
+    double finest = INFINITY;
+    pthread_rwlock_rdlock(&c->lock);
+    for (int i = 0; i < c->n; i++)
+        if (!c->m[i].error && c->m[i].pixscale > 0.0 && c->m[i].pixscale < finest)
+            finest = c->m[i].pixscale;
+    pthread_rwlock_unlock(&c->lock);
+    return finest;
+}

@@ -85,6 +85,9 @@ int collection_member_overlaps(collection *c, const char *relpath, const double 
  * MOS_FIRST. */
 mos_combine collection_combine(const collection *c);
 
+/* The finest pixel scale (degrees) of c's usable members, INFINITY without one. */
+double collection_finest_pixscale(collection *c);
+
 /* c->version read under its lock. */
 unsigned long long collection_version(collection *c);
 

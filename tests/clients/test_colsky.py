@@ -217,6 +217,67 @@ class ColskyTest(unittest.TestCase):
                                        "&fov=0.05&width=10&height=10&plane=1")
         self.assertEqual(status, 400, body)
 
+    def test_values(self):
+        """/values of the collection at a position: the members combined on the 5 x 5 TAN
+        grid centred there (2" pixels), equal to reproject_and_coadd on that grid."""
+        np = self.np
+        import json
+        scale = 2.0 / 3600.0
+        body = self.get("/api/v1/datasets/night1/values?" + urllib.parse.urlencode(dict(
+            ra=RA0 + 0.003, dec=DEC0 - 0.002, size=5, scale=scale)))
+        doc = json.loads(body)
+        self.assertEqual(doc["size"], 5)
+        self.assertEqual(doc["frame"], "icrs")
+        got = np.array([[np.nan if v is None else v for v in row] for row in doc["values"]])
+        w = self.WCS(naxis=2)
+        w.wcs.ctype = ["RA---TAN", "DEC--TAN"]
+        w.wcs.crval = [RA0 + 0.003, DEC0 - 0.002]
+        w.wcs.crpix = [3.0, 3.0]
+        w.wcs.cdelt = [-scale, scale]
+        ref, _ = self.coadd(w, (5, 5))
+        peak = np.nanmax(np.abs(ref))
+        self.assertTrue(np.all(np.isfinite(ref)))
+        err = np.abs(got - ref).max() / peak
+        print(f"\nvalues 5x5: max |diff| {err:.2e} of the peak")
+        self.assertLess(err, TOL)
+        # one value (the default size) is the centre of that grid; outside every member
+        # the values are null; a bad parameter is a problem document naming it
+        one = json.loads(self.get("/api/v1/datasets/night1/values?" + urllib.parse.urlencode(
+            dict(ra=RA0 + 0.003, dec=DEC0 - 0.002))))
+        self.assertLess(abs(one["values"][0][0] - ref[2, 2]) / peak, TOL)
+        far = json.loads(self.get("/api/v1/datasets/night1/values?ra=10&dec=-40"))
+        self.assertEqual(far["values"], [[None]])
+        status, headers, body = self.srv.get("/api/v1/datasets/night1/values?ra=10&dec=95")
+        self.assertEqual(status, 400, body)
+        self.assertEqual(headers["Content-Type"], "application/problem+json")
+        self.assertEqual(json.loads(body)["parameter"], "dec")
+
+    def test_footprint(self):
+        """/footprint of the collection: each member's outline (its pixel-edge corners),
+        as astropy's calc_footprint gives them, in ICRS and galactic."""
+        np = self.np
+        import json
+        doc = json.loads(self.get("/api/v1/datasets/night1/footprint"))
+        self.assertEqual((doc["frame"], doc["unit"], doc["members"], doc["truncated"]),
+                         ("icrs", "deg", 20, False))
+        self.assertEqual(len(doc["polygons"]), 20)
+        refs = [w.calc_footprint(axes=(N, N), center=False) for _, w in self.members]
+        for poly in doc["polygons"]:
+            p = np.array(poly)
+            self.assertEqual(p.shape, (4, 2))
+            best = min(max(min(np.hypot((q[0] - c[0]) * math.cos(math.radians(c[1])),
+                                        q[1] - c[1]) for q in p) for c in ref)
+                       for ref in refs)
+            self.assertLess(best, 1e-7)
+        gal = json.loads(self.get("/api/v1/datasets/night1/footprint?frame=galactic"))
+        from astropy.coordinates import SkyCoord
+        p = np.array(doc["polygons"][0])
+        g = SkyCoord(p[:, 0], p[:, 1], unit="deg", frame="icrs").galactic
+        self.assertLess(np.abs(np.array(gal["polygons"][0]) -
+                               np.stack([g.l.deg, g.b.deg], axis=1)).max(), 1e-6)
+        status, _, body = self.srv.get("/api/v1/datasets/night1/footprint?frame=carrington")
+        self.assertEqual(status, 400, body)
+
     def test_index_page(self):
         status, headers, body = self.srv.get("/hips/night1/")
         self.assertEqual(status, 200, body)

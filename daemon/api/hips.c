@@ -7,6 +7,7 @@
 #include "daemon/collection/colmembers.h"
 #include "daemon/problem.h"
 #include "engine/base/error.h"
+#include "engine/base/pool.h"
 #include "engine/fits/fitscard.h"
 #include "engine/mosaic/coadd.h"
 #include "engine/sky/skywcs.h"
@@ -225,26 +226,28 @@ typedef struct source_hold {
     hips_source src;
 } source_hold;
 
-/* Gets plane q.plane at `level` and prepares its kernel.  On failure the problem reply is
- * set and -1 returned (nothing to release). */
-static int source_acquire(hreq *r, const hips_job *j, int level, source_hold *h)
+/* Gets plane q.plane at `level` and prepares its kernel, without replying (thread safe:
+ * member renders run on the pool).  Returns 0, or the HTTP status of the failure with
+ * *param (the parameter, or NULL) and err set (nothing to release). */
+static int source_open(hreq *r, const hips_job *j, int level, source_hold *h,
+                       const char **param, char *err, size_t errlen)
 {
     const dataset *d = j->ds;
-    char err[256] = "";
+    char e[256] = "";
     memset(h, 0, sizeof(*h));
-    int rc = planestore_get(r->srv->app->planes, d, j->q.plane, level, &h->view, err, sizeof(err));
+    *param = NULL;
+    int rc = planestore_get(r->srv->app->planes, d, j->q.plane, level, &h->view, e, sizeof(e));
     if (rc) {
-        problem_reply(r, problem_read_status(rc, rc == TESS_ERANGE ? 400 : 500),
-                      rc == TESS_ERANGE ? "plane" : NULL,
-                      "cannot read plane %ld of dataset '%s': %s", j->q.plane, d->name, err);
-        return -1;
+        *param = rc == TESS_ERANGE ? "plane" : NULL;
+        snprintf(err, errlen, "cannot read plane %ld of dataset '%s': %s", j->q.plane, d->name,
+                 e);
+        return problem_read_status(rc, rc == TESS_ERANGE ? 400 : 500);
     }
-    h->kernel = rp_kernel_new(j->q.method, h->view.plane, err, sizeof(err));
+    h->kernel = rp_kernel_new(j->q.method, h->view.plane, e, sizeof(e));
     if (!h->kernel) {
         planestore_release(r->srv->app->planes, &h->view);
-        problem_reply(r, 500, NULL, "cannot prepare the %s kernel: %s",
-                      rp_method_name(j->q.method), err);
-        return -1;
+        snprintf(err, errlen, "cannot prepare the %s kernel: %s", rp_method_name(j->q.method), e);
+        return 500;
     }
     h->src.cel = d->cel;
     h->src.nx = d->nx;
@@ -259,6 +262,19 @@ static int source_acquire(hreq *r, const hips_job *j, int level, source_hold *h)
         /* Pictures: the display grid (healpix.h), positions within max_coord_error. */
         h->src.grid_margin = HIPS_PICTURE_MARGIN;
         h->src.grid_cell_min = HIPS_PICTURE_CELL_MIN;
+    }
+    return 0;
+}
+
+/* source_open, the failure answered as a problem (then -1). */
+static int source_acquire(hreq *r, const hips_job *j, int level, source_hold *h)
+{
+    const char *param;
+    char err[600];
+    int status = source_open(r, j, level, h, &param, err, sizeof(err));
+    if (status) {
+        problem_reply(r, status, param, "%s", err);
+        return -1;
     }
     return 0;
 }
@@ -828,69 +844,133 @@ static int colsky_cuts(hreq *r, const hips_job *j, int extremes, double *lo, dou
     return 0;
 }
 
-/* Renders member `relpath` on tile (order, npix) into px (W x W, FITS rows) and adds it
- * to `a`.  Returns 0 or -1 with the problem reply set. */
-static int colsky_add_member(hreq *r, const hips_job *j, const char *relpath, int order,
-                             int64_t npix, double *px, mos_accum *a)
+/* One member's render on a tile, made on any thread of a batch (colsky_direct). */
+typedef struct colsky_part {
+    const char *relpath;
+    double *px;                /* W x W, FITS rows */
+    long finite;               /* finite pixels, or -1: failed (status, param, err) */
+    int status;
+    const char *param;
+    char err[600];
+} colsky_part;
+
+/* Renders member pt->relpath on tile (order, npix) into pt->px, as a dataset's tile is
+ * made (hips_render_tile, the reduced plane of the tile's level, the kernel asked for),
+ * without replying.  Returns the number of finite pixels, or -1 with pt's status, param
+ * and err set. */
+static long colsky_member_render(hreq *r, const hips_job *j, int order, int64_t npix,
+                                 colsky_part *pt)
 {
     colset *s = r->srv->app->collections;
-    char err[256] = "";
+    char e[256] = "";
     const dataset *d;
-    int rc = colmembers_get(s, j->col, relpath, &d, err, sizeof(err));
+    int rc = colmembers_get(s, j->col, pt->relpath, &d, e, sizeof(e));
+    pt->param = NULL;
     if (rc) {
-        problem_reply(r, problem_read_status(rc, 500), NULL, "collection '%s': %s",
-                      j->col->name, err);
+        pt->status = problem_read_status(rc, 500);
+        snprintf(pt->err, sizeof(pt->err), "collection '%s': %s", j->col->name, e);
+        return -1;
+    }
+    double pixscale;
+    if (!d->cel) {   /* the index lists no coverage for it: nothing to add */
+        colmembers_release(s, d);
+        return 0;
+    }
+    rc = hips_dataset_geometry(d->cel, d->nx, d->ny, d->hips_galactic, NULL, NULL, NULL,
+                               NULL, &pixscale, NULL);
+    if (rc) {
+        colmembers_release(s, d);
+        pt->status = rc == TESS_ENOMEM ? 500 : 422;
+        snprintf(pt->err, sizeof(pt->err), "the WCS of member '%s' of collection '%s' gives no "
+                 "sky position at the image centre", pt->relpath, j->col->name);
         return -1;
     }
     hips_job mj = *j;
     mj.ds = d;
     mj.q.plane = 0;
-    double pixscale;
     source_hold h;
-    if (!d->cel) {   /* the index lists no coverage for it: nothing to add */
-        colmembers_release(s, d);
-        return 0;
-    }
-    if (pixel_scale(r, d, &pixscale) ||
-        source_acquire(r, &mj, hips_source_level(order, HIPS_TILE_SHIFT, pixscale), &h)) {
+    pt->status = source_open(r, &mj, hips_source_level(order, HIPS_TILE_SHIFT, pixscale), &h,
+                             &pt->param, pt->err, sizeof(pt->err));
+    if (pt->status) {
         colmembers_release(s, d);
         return -1;
     }
-    long n = hips_render_tile(&h.src, order, npix, HIPS_TILE_SHIFT, 0, HIPS_ROWS_FITS, px, err,
-                              sizeof(err));
+    long n = hips_render_tile(&h.src, order, npix, HIPS_TILE_SHIFT, 0, HIPS_ROWS_FITS, pt->px,
+                              e, sizeof(e));
     source_release(r, &h);
     colmembers_release(s, d);
     if (n < 0) {
-        problem_reply(r, n == TESS_ENOMEM ? 500 : 422, NULL, "cannot render member '%s' of "
-                      "collection '%s': %s", relpath, j->col->name, err);
+        pt->status = n == TESS_ENOMEM ? 500 : 422;
+        snprintf(pt->err, sizeof(pt->err), "cannot render member '%s' of collection '%s': %s",
+                 pt->relpath, j->col->name, e);
         return -1;
     }
-    if (n > 0)
-        mos_accum_add_d(a, 0, px, NULL, (long)HIPS_TILE_WIDTH * HIPS_TILE_WIDTH, 0.0, 0.0, 0);
-    return 0;
+    return n;
+}
+
+/* The members of a batch rendered at once on the worker pool (pool_for). */
+#define COLSKY_BATCH_MAX 8
+typedef struct colsky_batch {
+    hreq *r;
+    const hips_job *j;
+    int order;
+    int64_t npix;
+    colsky_part *part;
+} colsky_batch;
+
+static void colsky_batch_slice(void *arg, size_t i0, size_t i1)
+{
+    colsky_batch *b = arg;
+    for (size_t i = i0; i < i1; i++)
+        b->part[i].finite = colsky_member_render(b->r, b->j, b->order, b->npix, &b->part[i]);
 }
 
 /* The members `l` rendered on tile (order, npix) into out (W x W doubles, FITS rows) and
- * combined pixel by pixel with the collection's `combine` (mos_accum).  Returns the
- * number of finite pixels, or -1 with the problem reply set. */
+ * combined pixel by pixel with the collection's `combine` (mos_accum).  The members are
+ * rendered in batches of one more than the pool's threads (at most COLSKY_BATCH_MAX, a
+ * W x W buffer of doubles each) at once on the pool and this thread, and added to the
+ * combination in path order, so the result does not depend on which thread ran which.
+ * Returns the number of finite pixels, or -1 with the problem reply set. */
 static long colsky_direct(hreq *r, const hips_job *j, const colsky_list *l, int order,
                           int64_t npix, double *out)
 {
     const size_t np = (size_t)HIPS_TILE_WIDTH * HIPS_TILE_WIDTH;
+    pool *workers = r->srv->app->workers;
+    int nb = workers ? pool_threads(workers) + 1 : 1;
+    nb = nb < COLSKY_BATCH_MAX ? nb : COLSKY_BATCH_MAX;
+    nb = nb < l->kept ? nb : l->kept;
+    colsky_part part[COLSKY_BATCH_MAX];
+    double *bufs = nb > 1 ? malloc((size_t)(nb - 1) * np * sizeof(double)) : NULL;
     mos_accum a;
-    if (mos_accum_init(&a, collection_combine(j->col), np, l->kept)) {
+    if ((nb > 1 && !bufs) || mos_accum_init(&a, collection_combine(j->col), np, l->kept)) {
+        free(bufs);
         problem_reply(r, 500, NULL, "out of memory");
         return -1;
     }
+    for (int t = 0; t < nb; t++)   /* the first renders into out itself */
+        part[t].px = t ? bufs + (size_t)(t - 1) * np : out;
+    colsky_batch b = {r, j, order, npix, part};
     int failed = 0;
-    for (int i = 0; i < l->kept && !failed; i++) {
+    for (int i0 = 0; i0 < l->kept && !failed; i0 += nb) {
         if (hreq_cancelled(r)) {
             hreq_reply_cancelled(r);
             failed = 1;
-        } else {
-            failed = colsky_add_member(r, j, l->p[i], order, npix, out, &a);
+            break;
+        }
+        int k = l->kept - i0 < nb ? l->kept - i0 : nb;
+        for (int t = 0; t < k; t++)
+            part[t].relpath = l->p[i0 + t];
+        pool_for(workers, hreq_priority(r), k, (size_t)k, 1, colsky_batch_slice, &b);
+        for (int t = 0; t < k && !failed; t++) {
+            if (part[t].finite < 0) {
+                problem_reply(r, part[t].status, part[t].param, "%s", part[t].err);
+                failed = 1;
+            } else if (part[t].finite > 0) {
+                mos_accum_add_d(&a, 0, part[t].px, NULL, (long)np, 0.0, 0.0, 0);
+            }
         }
     }
+    free(bufs);
     if (!failed)
         mos_accum_result_d(&a, out, NULL);
     mos_accum_free(&a);

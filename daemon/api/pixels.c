@@ -119,6 +119,19 @@ static int start_job(hreq *r, const pixels_job *j0, void (*work)(hreq *))
 
 /* ---- values ----------------------------------------------------------------------------- */
 
+/* w x h values (row by row) as a JSON array of rows, null for NaN. */
+static json_t *value_rows(const double *v, long w, long h)
+{
+    json_t *rows = json_array();
+    for (long y = 0; y < h; y++) {
+        json_t *row = json_array();
+        for (long x = 0; x < w; x++)
+            json_array_append_new(row, real_or_null(v[y * w + x]));
+        json_array_append_new(rows, row);
+    }
+    return rows;
+}
+
 static void values_work(hreq *r)
 {
     pixels_job *j = r->work_arg;
@@ -138,13 +151,7 @@ static void values_work(hreq *r)
         free(v);
         return;
     }
-    json_t *doc = json_object(), *rows = json_array();
-    for (long y = 0; y < h; y++) {
-        json_t *row = json_array();
-        for (long x = 0; x < w; x++)
-            json_array_append_new(row, real_or_null(v[y * w + x]));
-        json_array_append_new(rows, row);
-    }
+    json_t *doc = json_object(), *rows = value_rows(v, w, h);
     free(v);
     json_object_set_new(doc, "x", json_integer(j->x));
     json_object_set_new(doc, "y", json_integer(j->y));
@@ -477,6 +484,19 @@ void handle_footprint(hreq *r, const route_match *m)
 /* Most member outlines one footprint answer lists (then `truncated`). */
 #define COLFOOTPRINT_MAX 10000
 
+/* Serves r by its cache key (NULL: out of memory) from the cache, else by `work` on a
+ * malloc'd copy of the job (`size` bytes at `job`). */
+static void serve_copy(hreq *r, const void *job, size_t size, void (*work)(hreq *))
+{
+    void *copy = r->cache_key ? malloc(size) : NULL;
+    if (!copy) {
+        problem_reply(r, 500, NULL, "out of memory");
+        return;
+    }
+    memcpy(copy, job, size);
+    hreq_serve(r, work, copy, free);
+}
+
 typedef struct colvalues_job {
     collection *c;
     double ra, dec, scale;
@@ -518,15 +538,7 @@ static void colvalues_work(hreq *r)
     if (finite == 0)   /* no member reaches the grid: its values are all null */
         for (size_t k = 0; k < n; k++)
             v[k] = NAN;
-    json_t *doc = json_object(), *rows = json_array();
-    for (long y = 0; y < j->size; y++) {
-        json_t *row = json_array();
-        for (long x = 0; x < j->size; x++) {
-            double e = v[y * j->size + x];
-            json_array_append_new(row, isfinite(e) ? json_real(e) : json_null());
-        }
-        json_array_append_new(rows, row);
-    }
+    json_t *doc = json_object(), *rows = value_rows(v, j->size, j->size);
     free(v);
     json_object_set_new(doc, "ra", json_real(j->ra));
     json_object_set_new(doc, "dec", json_real(j->dec));
@@ -572,15 +584,7 @@ static void handle_collection_values(hreq *r, collection *c)
                  c->name, collection_version(c), c->combine, j.ra, j.dec, j.size, j.scale,
                  rp_method_name(j.method), j.max_coord_error) < 0)
         r->cache_key = NULL;
-    colvalues_job *jp = malloc(sizeof(*jp));
-    if (jp)
-        *jp = j;
-    if (!jp || !r->cache_key) {
-        free(jp);
-        problem_reply(r, 500, NULL, "out of memory");
-        return;
-    }
-    hreq_serve(r, colvalues_work, jp, free);
+    serve_copy(r, &j, sizeof(j), colvalues_work);
 }
 
 /* ---- the footprint of a collection ---------------------------------------------------- */
@@ -645,15 +649,7 @@ static void handle_collection_footprint(hreq *r, collection *c)
     if (asprintf(&r->cache_key, "footprint|col|%s|%llx|%s", c->name, collection_version(c),
                  sky_frame_name(j.frame)) < 0)
         r->cache_key = NULL;
-    colfoot_job *jp = malloc(sizeof(*jp));
-    if (jp)
-        *jp = j;
-    if (!jp || !r->cache_key) {
-        free(jp);
-        problem_reply(r, 500, NULL, "out of memory");
-        return;
-    }
-    hreq_serve(r, colfoot_work, jp, free);
+    serve_copy(r, &j, sizeof(j), colfoot_work);
 }
 
 /* ---- transform: pixel <-> sky through the full WCS -------------------------------------- */

@@ -928,27 +928,43 @@ static void colsky_batch_slice(void *arg, size_t i0, size_t i1)
 /* The members `l` rendered on tile (order, npix) into out (W x W doubles, FITS rows) and
  * combined pixel by pixel with the collection's `combine` (mos_accum).  The members are
  * rendered in batches of one more than the pool's threads (at most COLSKY_BATCH_MAX, a
- * W x W buffer of doubles each) at once on the pool and this thread, and added to the
+ * W x W buffer of doubles each, kept between requests: colmembers_scratch_take) at once
+ * on the pool and this thread, and added to the
  * combination in path order, so the result does not depend on which thread ran which.
  * Returns the number of finite pixels, or -1 with the problem reply set. */
 static long colsky_direct(hreq *r, const hips_job *j, const colsky_list *l, int order,
                           int64_t npix, double *out)
 {
     const size_t np = (size_t)HIPS_TILE_WIDTH * HIPS_TILE_WIDTH;
+    if (l->kept == 1) {
+        /* One member: the combination of one value is that value (the mean's sum over
+         * its weight 1, the median and the first alike), so its render is the tile. */
+        colsky_part one = {.relpath = l->p[0], .px = out};
+        long finite = colsky_member_render(r, j, order, npix, &one);
+        if (finite < 0)
+            problem_reply(r, one.status, one.param, "%s", one.err);
+        else if (finite == 0)
+            for (size_t k = 0; k < np; k++)
+                out[k] = NAN;
+        return finite;
+    }
     pool *workers = r->srv->app->workers;
+    colmembers *cm = r->srv->app->collections->members;
     int nb = workers ? pool_threads(workers) + 1 : 1;
     nb = nb < COLSKY_BATCH_MAX ? nb : COLSKY_BATCH_MAX;
     nb = nb < l->kept ? nb : l->kept;
     colsky_part part[COLSKY_BATCH_MAX];
-    double *bufs = nb > 1 ? malloc((size_t)(nb - 1) * np * sizeof(double)) : NULL;
+    int short_of = 0;
+    part[0].px = out;   /* the first renders into out itself */
+    for (int t = 1; t < nb; t++)
+        short_of |= !(part[t].px = colmembers_scratch_take(cm, np));
     mos_accum a;
-    if ((nb > 1 && !bufs) || mos_accum_init(&a, collection_combine(j->col), np, l->kept)) {
-        free(bufs);
+    if (short_of || mos_accum_init(&a, collection_combine(j->col), np, l->kept)) {
+        for (int t = 1; t < nb; t++)
+            colmembers_scratch_give(cm, part[t].px, np);
         problem_reply(r, 500, NULL, "out of memory");
         return -1;
     }
-    for (int t = 0; t < nb; t++)   /* the first renders into out itself */
-        part[t].px = t ? bufs + (size_t)(t - 1) * np : out;
     colsky_batch b = {r, j, order, npix, part};
     int failed = 0;
     for (int i0 = 0; i0 < l->kept && !failed; i0 += nb) {
@@ -970,7 +986,8 @@ static long colsky_direct(hreq *r, const hips_job *j, const colsky_list *l, int 
             }
         }
     }
-    free(bufs);
+    for (int t = 1; t < nb; t++)
+        colmembers_scratch_give(cm, part[t].px, np);
     if (!failed)
         mos_accum_result_d(&a, out, NULL);
     mos_accum_free(&a);

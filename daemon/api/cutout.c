@@ -505,18 +505,19 @@ static int colcut_add(hreq *r, cutout_job *j, const char *relpath, double bg,
     return 0;
 }
 
-/* A cutout of a collection: the members whose footprint (the index's polygon) overlaps
- * the circle around the target, each reprojected onto it (rp_reproject, the method
- * asked for; its footprint the weight) and combined pixel by pixel with the collection's
- * `combine` (mos_accum, float32 rows), as reproject_and_coadd does. */
-static void colcut_work(hreq *r)
+/* The values of a cutout of collection j->col into dst (j->width x j->height doubles,
+ * FITS rows): the members whose footprint (the index's polygon) overlaps the circle
+ * around the target, each reprojected onto it (rp_reproject, the method asked for; its
+ * footprint the weight) and combined pixel by pixel with the collection's `combine`
+ * (mos_accum, float32 rows), as reproject_and_coadd does.  Returns the number of finite
+ * pixels (0: no member reaches the grid), or -1 with the problem reply set. */
+static long colcut_values(hreq *r, cutout_job *j, double *dst)
 {
-    cutout_job *j = r->work_arg;
     collection *c = j->col;
     double ra, dec, rad;
     if (target_circle(j->target, j->width, j->height, &ra, &dec, &rad)) {
         problem_reply(r, 422, NULL, "the target's centre has no sky position");
-        return;
+        return -1;
     }
     char **rel = NULL;
     double *polys = NULL;
@@ -524,7 +525,7 @@ static void colcut_work(hreq *r)
     if (collection_overlapping_circle(c, ra, dec, rad, COLCUT_MAX_MEMBERS, &rel, &polys, &n,
                                       &total)) {
         problem_reply(r, 500, NULL, "out of memory");
-        return;
+        return -1;
     }
     mos_combine comb = collection_combine(c);
     size_t np = (size_t)j->width * (size_t)j->height;
@@ -535,14 +536,12 @@ static void colcut_work(hreq *r)
                       "at most %d are combined, in at most %.0f MiB; ask for a smaller region "
                       "or fewer pixels", total, c->name, COLCUT_MAX_MEMBERS,
                       COLCUT_MAX_ACCUM_BYTES / 1048576.0);
-        return;
+        return -1;
     }
     if (n == 0) {
         col_relpaths_free(rel, n);
         free(polys);
-        problem_reply(r, 422, NULL, "the target overlaps no member image of collection '%s'",
-                      c->name);
-        return;
+        return 0;
     }
     double bg[COLCUT_MAX_MEMBERS];   /* the members' offsets, of one solution */
     if (colbg_offsets(c, rel, n, bg)) {
@@ -551,12 +550,11 @@ static void colcut_work(hreq *r)
         problem_reply(r, 503, NULL, "collection '%s': its background offsets are being "
                       "solved; retry later", c->name);
         r->rep.retry_after = COLBG_RETRY_AFTER_S;
-        return;
+        return -1;
     }
     mos_accum a;
     float *val = malloc(sizeof(float) * np), *fp = malloc(sizeof(float) * np);
-    double *dst = malloc(sizeof(double) * np);
-    int failed = !val || !fp || !dst || mos_accum_init(&a, comb, np, n);
+    int failed = !val || !fp || mos_accum_init(&a, comb, np, n);
     if (failed)
         problem_reply(r, 500, NULL, "out of memory");
     for (int i = 0; i < n && !failed; i++)
@@ -566,24 +564,59 @@ static void colcut_work(hreq *r)
         }
     col_relpaths_free(rel, n);
     free(polys);
+    long finite = -1;
     if (!failed) {
         mos_accum_result(&a, val, NULL);
         mos_accum_free(&a);
-        long finite = 0;
+        finite = 0;
         for (size_t k = 0; k < np; k++) {
             dst[k] = (double)val[k];
             finite += isfinite(dst[k]) != 0;
         }
-        if (finite == 0)
-            problem_reply(r, 422, NULL, "the target does not overlap collection '%s'",
-                          c->name);
-        else
-            reply_image(r, dst, j->width, j->height, j->p.format, &j->p.render, j->cards,
-                        j->nkeys);
     }
     free(val);
     free(fp);
+    return finite;
+}
+
+/* A cutout of a collection (colcut_values), encoded as asked. */
+static void colcut_work(hreq *r)
+{
+    cutout_job *j = r->work_arg;
+    double *dst = malloc(sizeof(double) * (size_t)j->width * (size_t)j->height);
+    if (!dst) {
+        problem_reply(r, 500, NULL, "out of memory");
+        return;
+    }
+    long finite = colcut_values(r, j, dst);
+    if (finite == 0)
+        problem_reply(r, 422, NULL, "the target does not overlap collection '%s'",
+                      j->col->name);
+    else if (finite > 0)
+        reply_image(r, dst, j->width, j->height, j->p.format, &j->p.render, j->cards,
+                    j->nkeys);
     free(dst);
+}
+
+long cutout_collection_values(hreq *r, collection *c, const char *cards, int nkeys, long w,
+                              long h, rp_method method, double max_coord_error, double *dst)
+{
+    cutout_job j = {.col = c, .width = w, .height = h, .nkeys = nkeys};
+    j.p.method = method;
+    j.p.max_coord_error = max_coord_error;
+    j.cards = (char *)cards;
+    char err[256] = "";
+    skywcs *full = NULL;
+    if (skywcs_parse(cards, nkeys, &full, err, sizeof(err)) ||
+        !(j.target = skywcs_celestial(full))) {
+        skywcs_free(full);
+        problem_reply(r, 500, NULL, "cannot make the grid: %s", err);
+        return -1;
+    }
+    skywcs_free(full);
+    long finite = colcut_values(r, &j, dst);
+    skywcs_free(j.target);
+    return finite;
 }
 
 /* Checks shared by both forms; on failure the problem reply is set and -1 returned. */

@@ -54,4 +54,17 @@ int cutout_wcs_cards(const char *text, char **cards, int *nkeys, param_error *e)
  * max_coord_error, solar_surface, plane, rendering.  Returns 0, or TESS_EINVAL with `e`. */
 int cutout_parse_post(param_lookup get, void *cls, cutout_params *p, param_error *e);
 
+struct hreq;
+struct collection;
+
+/* The values of collection c on a grid as its cutouts make them (each member the index
+ * says overlaps the grid reprojected with `method` within max_coord_error output pixels,
+ * its footprint the weight, combined with the collection's `combine`): `cards` (nkeys
+ * 80-character cards) the grid's celestial WCS, w x h pixels, into dst (w h doubles, row
+ * 0 = FITS row 1, NaN where no member reaches).  Returns the number of finite pixels (0:
+ * none), or -1 with r's problem reply set (413: more than 64 members; 500). */
+long cutout_collection_values(struct hreq *r, struct collection *c, const char *cards,
+                              int nkeys, long w, long h, rp_method method,
+                              double max_coord_error, double *dst);
+
 #endif

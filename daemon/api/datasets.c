@@ -1,5 +1,6 @@
 /* GET /api/v1/datasets and /api/v1/datasets/{name}: kind, shape, BITPIX, BUNIT, WCS summary. */
 #include "daemon/api/handlers.h"
+#include "daemon/collection/collection.h"
 #include "daemon/problem.h"
 #include "engine/base/error.h"
 
@@ -201,6 +202,15 @@ int prepare_dataset(hreq *r, route_match *m)
 {
     m->ds = handler_dataset(r, m->segment_at, m->segment_len);
     return m->ds ? 0 : -1;
+}
+
+int prepare_dataset_or_collection(hreq *r, route_match *m)
+{
+    if (m->segment[0] && colset_find(r->srv->app->collections, m->segment)) {
+        m->ds = NULL;
+        return 0;
+    }
+    return prepare_dataset(r, m);
 }
 
 void handle_datasets_list(hreq *r, const route_match *m)

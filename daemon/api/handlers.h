@@ -41,6 +41,9 @@ int handler_pixel_xy(hreq *r, const dataset *d, long *x, long *y);
 
 /* route_prepare of the {dataset} routes: m->ds from m->segment, or 404 (datasets.c). */
 int prepare_dataset(hreq *r, route_match *m);
+/* prepare_dataset, or m->ds NULL when the segment names a collection (the routes that
+ * serve a collection too: values, footprint). */
+int prepare_dataset_or_collection(hreq *r, route_match *m);
 
 /* GET /api/v1/datasets and GET /api/v1/datasets/{name} (datasets.c). */
 void handle_datasets_list(hreq *r, const route_match *m);
@@ -203,10 +206,16 @@ void handle_vo_sia1(hreq *r, const route_match *m);
 void handle_collections_list(hreq *r, const route_match *m);
 void handle_collection_info(hreq *r, const route_match *m);
 void handle_collection_fits(hreq *r, const route_match *m);
-/* The DataLink row (#this) of a member's identifier ivo://tessera/{collection}?{obs_id}:
+/* The DataLink rows (#this, and #cutout by the "soda" descriptor) of a member's identifier
+ * ivo://tessera/{collection}?{obs_id}:
  * 1 when written, 0 when `id` names no member. */
 struct voxml;
 int sia_datalink_member(hreq *r, struct voxml *x, const char *base, const char *id);
+/* The member image of a collection that publisher DID `id` (ivo://tessera/{collection}?
+ * {obs_id}) names, opened as a dataset (colmembers_get) and held in *d until
+ * colmembers_release(r->srv->app->collections, *d).  Returns 0, or -1 when id names no
+ * usable member. */
+int sia_member_dataset(hreq *r, const char *id, const dataset **d);
 
 /* UWS 1.1 over the job runner (uws.c): /vo/uws/jobs (GET the list, POST creates a job),
  * /vo/uws/jobs/{id} (GET the job, POST PHASE=RUN|ABORT or ACTION=DELETE, DELETE) and

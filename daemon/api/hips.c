@@ -8,6 +8,7 @@
 #include "daemon/collection/colmembers.h"
 #include "daemon/problem.h"
 #include "engine/base/error.h"
+#include "engine/base/pool.h"
 #include "engine/fits/fitscard.h"
 #include "engine/mosaic/coadd.h"
 #include "engine/sky/skywcs.h"
@@ -226,26 +227,28 @@ typedef struct source_hold {
     hips_source src;
 } source_hold;
 
-/* Gets plane q.plane at `level` and prepares its kernel.  On failure the problem reply is
- * set and -1 returned (nothing to release). */
-static int source_acquire(hreq *r, const hips_job *j, int level, source_hold *h)
+/* Gets plane q.plane at `level` and prepares its kernel, without replying (thread safe:
+ * member renders run on the pool).  Returns 0, or the HTTP status of the failure with
+ * *param (the parameter, or NULL) and err set (nothing to release). */
+static int source_open(hreq *r, const hips_job *j, int level, source_hold *h,
+                       const char **param, char *err, size_t errlen)
 {
     const dataset *d = j->ds;
-    char err[256] = "";
+    char e[256] = "";
     memset(h, 0, sizeof(*h));
-    int rc = planestore_get(r->srv->app->planes, d, j->q.plane, level, &h->view, err, sizeof(err));
+    *param = NULL;
+    int rc = planestore_get(r->srv->app->planes, d, j->q.plane, level, &h->view, e, sizeof(e));
     if (rc) {
-        problem_reply(r, problem_read_status(rc, rc == TESS_ERANGE ? 400 : 500),
-                      rc == TESS_ERANGE ? "plane" : NULL,
-                      "cannot read plane %ld of dataset '%s': %s", j->q.plane, d->name, err);
-        return -1;
+        *param = rc == TESS_ERANGE ? "plane" : NULL;
+        snprintf(err, errlen, "cannot read plane %ld of dataset '%s': %s", j->q.plane, d->name,
+                 e);
+        return problem_read_status(rc, rc == TESS_ERANGE ? 400 : 500);
     }
-    h->kernel = rp_kernel_new(j->q.method, h->view.plane, err, sizeof(err));
+    h->kernel = rp_kernel_new(j->q.method, h->view.plane, e, sizeof(e));
     if (!h->kernel) {
         planestore_release(r->srv->app->planes, &h->view);
-        problem_reply(r, 500, NULL, "cannot prepare the %s kernel: %s",
-                      rp_method_name(j->q.method), err);
-        return -1;
+        snprintf(err, errlen, "cannot prepare the %s kernel: %s", rp_method_name(j->q.method), e);
+        return 500;
     }
     h->src.cel = d->cel;
     h->src.nx = d->nx;
@@ -260,6 +263,19 @@ static int source_acquire(hreq *r, const hips_job *j, int level, source_hold *h)
         /* Pictures: the display grid (healpix.h), positions within max_coord_error. */
         h->src.grid_margin = HIPS_PICTURE_MARGIN;
         h->src.grid_cell_min = HIPS_PICTURE_CELL_MIN;
+    }
+    return 0;
+}
+
+/* source_open, the failure answered as a problem (then -1). */
+static int source_acquire(hreq *r, const hips_job *j, int level, source_hold *h)
+{
+    const char *param;
+    char err[600];
+    int status = source_open(r, j, level, h, &param, err, sizeof(err));
+    if (status) {
+        problem_reply(r, status, param, "%s", err);
+        return -1;
     }
     return 0;
 }
@@ -668,11 +684,15 @@ static void properties_work(hreq *r)
 typedef struct colsky_list {
     char **p;
     int n, kept, max, failed;
+    collection *filter;        /* not NULL: only members of it whose footprint meets */
+    double poly[8];            /* this polygon (4 (ra, dec) vertices) are taken */
 } colsky_list;
 
 static void colsky_list_add(void *cls, const char *relpath)
 {
     colsky_list *l = cls;
+    if (l->filter && !collection_member_overlaps(l->filter, relpath, l->poly, 4))
+        return;
     l->n++;
     if (l->kept >= l->max || l->failed)
         return;
@@ -690,13 +710,47 @@ static void colsky_list_free(colsky_list *l)
     memset(l, 0, sizeof(*l));
 }
 
-/* The members the index says overlap tile (order, npix), at most max kept.  Returns 0, or
- * -1 with the problem reply set. */
+/* A quadrilateral holding tile (order, npix) of the equatorial HiPS frame, for a tile of
+ * a few degrees or less: the centres of its corner pixels at 8 x 8, pushed out from the
+ * tile's centre by 1.25 times (the corners themselves lie 8/7 times as far), in poly (4
+ * (ra, dec) vertices).  Returns 0 or -1. */
+static int colsky_tile_quad(int order, int64_t npix, double poly[8])
+{
+    double lon[64], lat[64], c[3], v[3];
+    double clon, clat;
+    if (hips_tile_centres(order, npix, 0, HIPS_ROWS_FITS, &clon, &clat) ||
+        hips_tile_centres(order, npix, 3, HIPS_ROWS_FITS, lon, lat))
+        return -1;
+    const int corner[4] = {0, 7, 63, 56};
+    double a = clon * M_PI / 180.0, b = clat * M_PI / 180.0;
+    c[0] = cos(b) * cos(a);
+    c[1] = cos(b) * sin(a);
+    c[2] = sin(b);
+    for (int k = 0; k < 4; k++) {
+        double pa = lon[corner[k]] * M_PI / 180.0, pb = lat[corner[k]] * M_PI / 180.0;
+        v[0] = cos(pb) * cos(pa);
+        v[1] = cos(pb) * sin(pa);
+        v[2] = sin(pb);
+        for (int i = 0; i < 3; i++)
+            v[i] = c[i] + 1.25 * (v[i] - c[i]);
+        double ra = atan2(v[1], v[0]) * 180.0 / M_PI;
+        poly[2 * k] = ra < 0.0 ? ra + 360.0 : ra;
+        poly[2 * k + 1] = atan2(v[2], hypot(v[0], v[1])) * 180.0 / M_PI;
+    }
+    return 0;
+}
+
+/* The members the index says overlap tile (order, npix), at most max kept.  The index
+ * knows cells of order COL_MOC_ORDER: for a deeper tile only the members whose footprint
+ * meets a quadrilateral holding the tile (colsky_tile_quad) are taken, so that a deeper
+ * tile has fewer.  Returns 0, or -1 with the problem reply set. */
 static int colsky_overlap(hreq *r, collection *c, int order, int64_t npix, int max,
                           colsky_list *l)
 {
     memset(l, 0, sizeof(*l));
     l->max = max;
+    if (order > COL_MOC_ORDER && colsky_tile_quad(order, npix, l->poly) == 0)
+        l->filter = c;
     if (!(l->p = calloc((size_t)max, sizeof(char *)))) {
         problem_reply(r, 500, NULL, "out of memory");
         return -1;
@@ -795,57 +849,247 @@ static int colsky_cuts(hreq *r, const hips_job *j, int extremes, double *lo, dou
     return 0;
 }
 
-/* Renders member `relpath` on tile (order, npix) into px (W x W, FITS rows) and adds it
- * to `a`, less its background offset `bg`.  Returns 0 or -1 with the problem reply set. */
-static int colsky_add_member(hreq *r, const hips_job *j, const char *relpath, double bg,
-                             int order, int64_t npix, double *px, mos_accum *a)
+/* One member's render on a tile, made on any thread of a batch (colsky_direct). */
+typedef struct colsky_part {
+    const char *relpath;
+    double *px;                /* W x W, FITS rows */
+    long finite;               /* finite pixels, or -1: failed (status, param, err) */
+    int status;
+    const char *param;
+    char err[600];
+} colsky_part;
+
+/* Renders member pt->relpath on tile (order, npix) into pt->px, as a dataset's tile is
+ * made (hips_render_tile, the reduced plane of the tile's level, the kernel asked for),
+ * without replying.  Returns the number of finite pixels, or -1 with pt's status, param
+ * and err set. */
+static long colsky_member_render(hreq *r, const hips_job *j, int order, int64_t npix,
+                                 colsky_part *pt)
 {
     colset *s = r->srv->app->collections;
-    char err[256] = "";
+    char e[256] = "";
     const dataset *d;
-    int rc = colmembers_get(s, j->col, relpath, &d, err, sizeof(err));
+    int rc = colmembers_get(s, j->col, pt->relpath, &d, e, sizeof(e));
+    pt->param = NULL;
     if (rc) {
-        problem_reply(r, problem_read_status(rc, 500), NULL, "collection '%s': %s",
-                      j->col->name, err);
+        pt->status = problem_read_status(rc, 500);
+        snprintf(pt->err, sizeof(pt->err), "collection '%s': %s", j->col->name, e);
+        return -1;
+    }
+    double pixscale;
+    if (!d->cel) {   /* the index lists no coverage for it: nothing to add */
+        colmembers_release(s, d);
+        return 0;
+    }
+    rc = hips_dataset_geometry(d->cel, d->nx, d->ny, d->hips_galactic, NULL, NULL, NULL,
+                               NULL, &pixscale, NULL);
+    if (rc) {
+        colmembers_release(s, d);
+        pt->status = rc == TESS_ENOMEM ? 500 : 422;
+        snprintf(pt->err, sizeof(pt->err), "the WCS of member '%s' of collection '%s' gives no "
+                 "sky position at the image centre", pt->relpath, j->col->name);
         return -1;
     }
     hips_job mj = *j;
     mj.ds = d;
     mj.q.plane = 0;
-    double pixscale;
     source_hold h;
-    if (!d->cel) {   /* the index lists no coverage for it: nothing to add */
-        colmembers_release(s, d);
-        return 0;
-    }
-    if (pixel_scale(r, d, &pixscale) ||
-        source_acquire(r, &mj, hips_source_level(order, HIPS_TILE_SHIFT, pixscale), &h)) {
+    pt->status = source_open(r, &mj, hips_source_level(order, HIPS_TILE_SHIFT, pixscale), &h,
+                             &pt->param, pt->err, sizeof(pt->err));
+    if (pt->status) {
         colmembers_release(s, d);
         return -1;
     }
-    long n = hips_render_tile(&h.src, order, npix, HIPS_TILE_SHIFT, 0, HIPS_ROWS_FITS, px, err,
-                              sizeof(err));
+    long n = hips_render_tile(&h.src, order, npix, HIPS_TILE_SHIFT, 0, HIPS_ROWS_FITS, pt->px,
+                              e, sizeof(e));
     source_release(r, &h);
     colmembers_release(s, d);
     if (n < 0) {
-        problem_reply(r, n == TESS_ENOMEM ? 500 : 422, NULL, "cannot render member '%s' of "
-                      "collection '%s': %s", relpath, j->col->name, err);
+        pt->status = n == TESS_ENOMEM ? 500 : 422;
+        snprintf(pt->err, sizeof(pt->err), "cannot render member '%s' of collection '%s': %s",
+                 pt->relpath, j->col->name, e);
         return -1;
     }
-    if (n > 0)
-        mos_accum_add_d(a, 0, px, NULL, (long)HIPS_TILE_WIDTH * HIPS_TILE_WIDTH, bg, 0.0, 0);
-    return 0;
+    return n;
 }
 
-/* Tile (order, npix) of a collection into out (W x W doubles, FITS rows): each member
- * the index says overlaps it rendered as its own tile (hips_render_tile, the kernel
- * asked for) and the renders combined pixel by pixel with the collection's `combine`
- * (mos_accum).  Returns the number of finite pixels (*members the members found; 0 and
- * out untouched when none), or -1 with the problem reply set. */
-static long colsky_render(hreq *r, const hips_job *j, int order, int64_t npix, double *out,
-                          int *members)
+/* The members of a batch rendered at once on the worker pool (pool_for). */
+#define COLSKY_BATCH_MAX 8
+typedef struct colsky_batch {
+    hreq *r;
+    const hips_job *j;
+    int order;
+    int64_t npix;
+    colsky_part *part;
+} colsky_batch;
+
+static void colsky_batch_slice(void *arg, size_t i0, size_t i1)
+{
+    colsky_batch *b = arg;
+    for (size_t i = i0; i < i1; i++)
+        b->part[i].finite = colsky_member_render(b->r, b->j, b->order, b->npix, &b->part[i]);
+}
+
+/* The members `l` rendered on tile (order, npix) into out (W x W doubles, FITS rows) and
+ * combined pixel by pixel with the collection's `combine` (mos_accum).  The members are
+ * rendered in batches of one more than the pool's threads (at most COLSKY_BATCH_MAX, a
+ * W x W buffer of doubles each, kept between requests: colmembers_scratch_take) at once
+ * on the pool and this thread, and added to the
+ * combination in path order, so the result does not depend on which thread ran which.
+ * Returns the number of finite pixels, or -1 with the problem reply set. */
+static long colsky_direct(hreq *r, const hips_job *j, const colsky_list *l, int order,
+                          int64_t npix, double *out)
+{
+    const size_t np = (size_t)HIPS_TILE_WIDTH * HIPS_TILE_WIDTH;
+    double bg[COLSKY_TILE_MAX_MEMBERS];   /* the members' offsets, of one solution */
+    if (colbg_offsets(j->col, l->p, l->kept, bg)) {
+        problem_reply(r, 503, NULL, "collection '%s': its background offsets are being "
+                      "solved; retry later", j->col->name);
+        r->rep.retry_after = COLBG_RETRY_AFTER_S;
+        return -1;
+    }
+    if (l->kept == 1) {
+        /* One member: the combination of one value is that value (the mean's sum over
+         * its weight 1, the median and the first alike), so its render less its offset
+         * is the tile. */
+        colsky_part one = {.relpath = l->p[0], .px = out};
+        long finite = colsky_member_render(r, j, order, npix, &one);
+        if (finite < 0)
+            problem_reply(r, one.status, one.param, "%s", one.err);
+        else if (finite == 0)
+            for (size_t k = 0; k < np; k++)
+                out[k] = NAN;
+        else if (bg[0] != 0)
+            for (size_t k = 0; k < np; k++)
+                out[k] -= bg[0];
+        return finite;
+    }
+    pool *workers = r->srv->app->workers;
+    colmembers *cm = r->srv->app->collections->members;
+    int nb = workers ? pool_threads(workers) + 1 : 1;
+    nb = nb < COLSKY_BATCH_MAX ? nb : COLSKY_BATCH_MAX;
+    nb = nb < l->kept ? nb : l->kept;
+    colsky_part part[COLSKY_BATCH_MAX];
+    int short_of = 0;
+    part[0].px = out;   /* the first renders into out itself */
+    for (int t = 1; t < nb; t++)
+        short_of |= !(part[t].px = colmembers_scratch_take(cm, np));
+    mos_accum a;
+    if (short_of || mos_accum_init(&a, collection_combine(j->col), np, l->kept)) {
+        for (int t = 1; t < nb; t++)
+            colmembers_scratch_give(cm, part[t].px, np);
+        problem_reply(r, 500, NULL, "out of memory");
+        return -1;
+    }
+    colsky_batch b = {r, j, order, npix, part};
+    int failed = 0;
+    for (int i0 = 0; i0 < l->kept && !failed; i0 += nb) {
+        if (hreq_cancelled(r)) {
+            hreq_reply_cancelled(r);
+            failed = 1;
+            break;
+        }
+        int k = l->kept - i0 < nb ? l->kept - i0 : nb;
+        for (int t = 0; t < k; t++)
+            part[t].relpath = l->p[i0 + t];
+        pool_for(workers, hreq_priority(r), k, (size_t)k, 1, colsky_batch_slice, &b);
+        for (int t = 0; t < k && !failed; t++) {
+            if (part[t].finite < 0) {
+                problem_reply(r, part[t].status, part[t].param, "%s", part[t].err);
+                failed = 1;
+            } else if (part[t].finite > 0) {
+                mos_accum_add_d(&a, 0, part[t].px, NULL, (long)np, bg[i0 + t], 0.0, 0);
+            }
+        }
+    }
+    for (int t = 1; t < nb; t++)
+        colmembers_scratch_give(cm, part[t].px, np);
+    if (!failed)
+        mos_accum_result_d(&a, out, NULL);
+    mos_accum_free(&a);
+    if (failed)
+        return -1;
+    long finite = 0;
+    for (size_t k = 0; k < np; k++)
+        finite += isfinite(out[k]) != 0;
+    return finite;
+}
+
+/* One request's making of collection tiles (colsky_make): the member renders made so
+ * far, at most COLSKY_BUILD_MAX_RENDERS. */
+#define COLSKY_BUILD_MAX_RENDERS 512
+typedef struct colsky_build {
+    int renders;
+} colsky_build;
+
+/* The collection's hips_order: the order a dataset of its finest member pixel would get
+ * (hips_survey_order), -1 without a usable member. */
+static int colsky_order(collection *c)
+{
+    double finest = collection_finest_pixscale(c);
+    return isfinite(finest) ? hips_survey_order(finest) : -1;
+}
+
+/* The cache key of the values of tile (order, npix) of j's collection (colsky_make). */
+static void colsky_data_key(const hips_job *j, int order, int64_t npix, char *key,
+                            size_t len)
+{
+    snprintf(key, len, "hips|cdata|%s|%llx|%d|%s|%.17g|%d|%d|%lld", j->col->name,
+             collection_version(j->col), j->col->combine, rp_method_name(j->q.method),
+             j->q.max_coord_error, j->path.format == HIPS_FMT_FITS, order, (long long)npix);
+}
+
+/* Puts the values of a tile (finite pixels, members, W x W doubles) in the memory cache;
+ * a failure only costs a later render. */
+static void colsky_data_put(hreq *r, const char *key, const double *out, long finite,
+                            int members)
+{
+    const size_t np = (size_t)HIPS_TILE_WIDTH * HIPS_TILE_WIDTH;
+    unsigned char *body = malloc(2 * sizeof(int64_t) + np * sizeof(double));
+    if (!body)
+        return;
+    int64_t head[2] = {finite, members};
+    memcpy(body, head, sizeof(head));
+    memcpy(body + sizeof(head), out, np * sizeof(double));
+    tile *t = tile_new_internal(body, sizeof(head) + np * sizeof(double),
+                                "application/octet-stream");
+    if (t) {
+        tilecache_put(r->srv->app->cache, key, t);
+        tile_release(t);
+    }
+}
+
+/* Tile (order, npix) of a collection into out (W x W doubles, FITS rows).  Over at most
+ * COLSKY_TILE_MAX_MEMBERS members (those the index says overlap it), each member is
+ * rendered as its own tile (hips_render_tile, the kernel asked for) and the renders are
+ * combined pixel by pixel with the collection's `combine` (mos_accum).  A tile over more
+ * is made from its four children of order + 1, each made the same way (recursively, down
+ * to the deepest order served), as Hipsgen makes its coarser orders: each pixel the mean of the
+ * finite values of its 2 x 2 child pixels (hips_tile_merge_child).  The values of a tile
+ * made inside such a build (depth > 0) or from its children are kept in the memory cache
+ * and taken from there, so a build stopped by its bound goes on where it stopped.  Bounds
+ * of one request: COLSKY_BUILD_MAX_RENDERS member renders (then 503 with Retry-After: the
+ * tiles made are kept), one W x W buffer of doubles (2 MiB) a level below `order`, and
+ * the accumulator of at most COLSKY_TILE_MAX_MEMBERS members.  Returns the number of
+ * finite pixels (*members the members found; 0 and out untouched when none), or -1 with
+ * the problem reply set. */
+static long colsky_make(hreq *r, const hips_job *j, colsky_build *b, int order, int64_t npix,
+                        int depth, double *out, int *members)
 {
     collection *c = j->col;
+    const size_t np = (size_t)HIPS_TILE_WIDTH * HIPS_TILE_WIDTH;
+    char key[256];
+    colsky_data_key(j, order, npix, key, sizeof(key));
+    tile *t = tilecache_get(r->srv->app->cache, key);
+    if (t) {
+        int64_t head[2];
+        memcpy(head, t->data, sizeof(head));
+        if (head[1])
+            memcpy(out, t->data + sizeof(head), np * sizeof(double));
+        tile_release(t);
+        *members = (int)head[1];
+        return (long)head[0];
+    }
     colsky_list l;
     *members = 0;
     if (colsky_overlap(r, c, order, npix, COLSKY_TILE_MAX_MEMBERS, &l))
@@ -855,46 +1099,50 @@ static long colsky_render(hreq *r, const hips_job *j, int order, int64_t npix, d
         colsky_list_free(&l);
         return 0;
     }
-    if (l.n > l.max) {
+    if (l.n <= l.max) {
+        if (b->renders + l.kept > COLSKY_BUILD_MAX_RENDERS) {
+            colsky_list_free(&l);
+            r->rep.retry_after = 1;
+            problem_reply(r, 503, NULL, "tile Norder%d/Npix%lld of collection '%s' is being "
+                          "made from its children: %d member renders in this request, at "
+                          "most %d; the tiles made are kept, ask again", order,
+                          (long long)npix, c->name, b->renders, COLSKY_BUILD_MAX_RENDERS);
+            return -1;
+        }
+        b->renders += l.kept;
+        long finite = colsky_direct(r, j, &l, order, npix, out);
+        colsky_list_free(&l);
+        if (finite >= 0 && depth > 0)
+            colsky_data_put(r, key, out, finite, *members);
+        return finite;
+    }
+    colsky_list_free(&l);
+    if (order + 1 + HIPS_TILE_SHIFT > HIPS_ORDER_MAX) {
         problem_reply(r, 422, "Norder", "tile Norder%d/Npix%lld of collection '%s' overlaps %d "
-                      "member images, more than the %d a tile is made from: ask for a deeper "
-                      "tile", order, (long long)npix, c->name, l.n, l.max);
-        colsky_list_free(&l);
+                      "member images, more than the %d a tile of the deepest order is made "
+                      "from", order, (long long)npix, c->name, *members,
+                      COLSKY_TILE_MAX_MEMBERS);
         return -1;
     }
-    double bg[COLSKY_TILE_MAX_MEMBERS];   /* the members' offsets, of one solution */
-    if (colbg_offsets(c, l.p, l.kept, bg)) {
-        colsky_list_free(&l);
-        problem_reply(r, 503, NULL, "collection '%s': its background offsets are being "
-                      "solved; retry later", c->name);
-        r->rep.retry_after = COLBG_RETRY_AFTER_S;
-        return -1;
-    }
-    const size_t np = (size_t)HIPS_TILE_WIDTH * HIPS_TILE_WIDTH;
-    mos_accum a;
-    if (mos_accum_init(&a, collection_combine(c), np, l.kept)) {
-        colsky_list_free(&l);
+    double *child = malloc(np * sizeof(double));
+    if (!child) {
         problem_reply(r, 500, NULL, "out of memory");
         return -1;
     }
-    int failed = 0;
-    for (int i = 0; i < l.kept && !failed; i++) {
-        if (hreq_cancelled(r)) {
-            hreq_reply_cancelled(r);
-            failed = 1;
-        } else {
-            failed = colsky_add_member(r, j, l.p[i], bg[i], order, npix, out, &a);
+    for (int k = 0; k < 4; k++) {
+        int cm;
+        long cf = colsky_make(r, j, b, order + 1, 4 * npix + k, depth + 1, child, &cm);
+        if (cf < 0) {
+            free(child);
+            return -1;
         }
+        hips_tile_merge_child(HIPS_TILE_SHIFT, k, cm ? child : NULL, HIPS_ROWS_FITS, out);
     }
-    colsky_list_free(&l);
-    if (!failed)
-        mos_accum_result_d(&a, out, NULL);
-    mos_accum_free(&a);
-    if (failed)
-        return -1;
+    free(child);
     long finite = 0;
     for (size_t k = 0; k < np; k++)
         finite += isfinite(out[k]) != 0;
+    colsky_data_put(r, key, out, finite, *members);
     return finite;
 }
 
@@ -908,7 +1156,8 @@ static void colsky_tile_work(hreq *r)
         return;
     }
     int members;
-    long finite = colsky_render(r, j, p->order, p->npix, px, &members);
+    colsky_build b = {0};
+    long finite = colsky_make(r, j, &b, p->order, p->npix, 0, px, &members);
     if (finite >= 0 && members == 0)
         problem_reply(r, 404, "Npix", "tile Norder%d/Npix%lld lies outside the footprint of "
                       "collection '%s' (Moc.fits)", p->order, (long long)p->npix,
@@ -934,6 +1183,7 @@ typedef struct colsky_base {
     const hips_job *j;
     double *px;
     int replied;          /* a problem reply is set */
+    colsky_build build;   /* shared by the 12 faces */
 } colsky_base;
 
 static long colsky_base_get(void *cls, int64_t npix, const double **data, char *err,
@@ -941,7 +1191,7 @@ static long colsky_base_get(void *cls, int64_t npix, const double **data, char *
 {
     colsky_base *b = cls;
     int members;
-    long finite = colsky_render(b->r, b->j, 0, npix, b->px, &members);
+    long finite = colsky_make(b->r, b->j, &b->build, 0, npix, 0, b->px, &members);
     if (finite < 0) {
         b->replied = 1;
         tess_seterr(err, errlen, "order-0 tile %lld", (long long)npix);
@@ -951,7 +1201,7 @@ static long colsky_base_get(void *cls, int64_t npix, const double **data, char *
     return members ? finite : 0;
 }
 
-/* Norder3/Allsky of a collection: cut from its 12 order-0 tiles (colsky_render), those
+/* Norder3/Allsky of a collection: cut from its 12 order-0 tiles (colsky_make), those
  * no member overlaps left blank. */
 static void colsky_allsky_work(hreq *r)
 {
@@ -960,7 +1210,7 @@ static void colsky_allsky_work(hreq *r)
     if (j->path.format != HIPS_FMT_FITS && colsky_cuts(r, j, 0, &lo, &hi))
         return;
     colsky_base b = {r, j, malloc(sizeof(double) * (size_t)HIPS_TILE_WIDTH * HIPS_TILE_WIDTH),
-                     0};
+                     0, {0}};
     if (!b.px) {
         problem_reply(r, 500, NULL, "out of memory");
         return;
@@ -1086,8 +1336,36 @@ static void colsky_properties_work(hreq *r)
     reply_properties(r, &p);
 }
 
-/* GET /hips/{collection}/...: properties, Moc.fits, Allsky and tiles as for a dataset
- * (the index page is not made for collections yet: 404). */
+/* The HiPS index.html [HiPS 4.4.5] of survey `name`: what it is (x, its name, base and
+ * formats set here) and where its parts are. */
+static void reply_index(hreq *r, const char *name, hips_index x)
+{
+    /* The base makes the relative links right for /hips/{name} and /hips/{name}/ alike. */
+    size_t blen = strlen(name) + 8;
+    char *base = malloc(blen);
+    char *text = NULL;
+    size_t len = 0;
+    if (base) {
+        snprintf(base, blen, "/hips/%s/", name);
+        x.name = name;
+        x.base_href = base;
+        x.how = "Open this URL in a HiPS client such as Aladin";
+        x.formats = HIPS_FMT_BIT(HIPS_FMT_PNG) | HIPS_FMT_BIT(HIPS_FMT_JPEG)
+                    | HIPS_FMT_BIT(HIPS_FMT_FITS);
+        if (hips_index_html(&x, &text, &len) != 0)
+            text = NULL;
+        free(base);
+    }
+    if (!text) {
+        problem_reply(r, 500, NULL, "out of memory");
+        return;
+    }
+    r->rep.cache_control = "no-cache";
+    hreq_reply_tile(r, 200, tile_new_take((unsigned char *)text, len, "text/html; charset=utf-8"));
+}
+
+/* GET /hips/{collection}/...: the index page, properties, Moc.fits, Allsky and tiles as
+ * for a dataset. */
 static void hips_collection(hreq *r, const hips_path *hp, collection *c)
 {
     static const char *const none[] = {NULL};
@@ -1095,8 +1373,16 @@ static void hips_collection(hreq *r, const hips_path *hp, collection *c)
     static const char *const images[] = {"method", "max_coord_error", "stretch", "min_cut",
                                          "max_cut", "cmap", NULL};
     if (hp->kind == HIPS_REQ_INDEX) {
-        problem_reply(r, 404, NULL, "collection '%s' is served as a HiPS survey without an "
-                      "index page: use its properties, Moc.fits, Allsky and tiles", c->name);
+        if (hreq_only_args(r, none))
+            return;
+        long n = 0;
+        pthread_rwlock_rdlock(&c->lock);
+        for (int i = 0; i < c->n; i++)
+            n += !c->m[i].error;
+        pthread_rwlock_unlock(&c->lock);
+        reply_index(r, c->name, (hips_index){.made_by = "made on demand by Tessera from "
+                                             "collection", .source = c->name,
+                                             .images = n > 0 ? n : 1, .order = colsky_order(c)});
         return;
     }
     if (hp->plane > 0) {
@@ -1167,36 +1453,6 @@ static void hips_collection(hreq *r, const hips_path *hp, collection *c)
 
 /* ---- the handler --------------------------------------------------------------------- */
 
-/* The HiPS index.html [HiPS 4.4.5]: what the survey is and where its parts are. */
-static void reply_index(hreq *r, const dataset *d)
-{
-    /* The base makes the relative links right for /hips/{name} and /hips/{name}/ alike. */
-    size_t blen = strlen(d->name) + 8;
-    char *base = malloc(blen);
-    char *text = NULL;
-    size_t len = 0;
-    if (base) {
-        snprintf(base, blen, "/hips/%s/", d->name);
-        hips_index x = {
-            .name = d->name, .base_href = base,
-            .made_by = "made on demand by Tessera from dataset", .source = d->name,
-            .nx = d->nx, .ny = d->ny, .galactic = d->hips_galactic, .order = -1,
-            .how = "Open this URL in a HiPS client such as Aladin",
-            .formats = HIPS_FMT_BIT(HIPS_FMT_PNG) | HIPS_FMT_BIT(HIPS_FMT_JPEG)
-                       | HIPS_FMT_BIT(HIPS_FMT_FITS),
-        };
-        if (hips_index_html(&x, &text, &len) != 0)
-            text = NULL;
-        free(base);
-    }
-    if (!text) {
-        problem_reply(r, 500, NULL, "out of memory");
-        return;
-    }
-    r->rep.cache_control = "no-cache";
-    hreq_reply_tile(r, 200, tile_new_take((unsigned char *)text, len, "text/html; charset=utf-8"));
-}
-
 void handle_hips(hreq *r, const route_match *m)
 {
     static const char *const none[] = {NULL};
@@ -1231,7 +1487,10 @@ void handle_hips(hreq *r, const route_match *m)
                          "reproject job)"))
         return;
     if (hp.kind == HIPS_REQ_INDEX) {
-        reply_index(r, d);
+        reply_index(r, d->name, (hips_index){.made_by = "made on demand by Tessera from "
+                                             "dataset", .source = d->name, .nx = d->nx,
+                                             .ny = d->ny, .galactic = d->hips_galactic,
+                                             .order = -1});
         return;
     }
     hips_job *j = calloc(1, sizeof(*j));

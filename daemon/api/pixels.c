@@ -1,6 +1,10 @@
 /* GET /api/v1/datasets/{name}/values, /histogram, /footprint, /transform and /fits: pixel values, their
- * distribution, the outline on the sky and the dataset as a FITS file. */
+ * distribution, the outline on the sky and the dataset as a FITS file; /values and
+ * /footprint of a collection: its members combined at a position (as its cutouts make
+ * them) and their outlines. */
+#include "daemon/api/cutout.h"
 #include "daemon/api/handlers.h"
+#include "daemon/collection/collection.h"
 #include "daemon/cache/planes.h"
 #include "daemon/problem.h"
 #include "engine/base/error.h"
@@ -92,6 +96,9 @@ static int set_key(hreq *r, const char *kind, const dataset *d, const char *tail
     return 0;
 }
 
+static void handle_collection_values(hreq *r, collection *c);
+static void handle_collection_footprint(hreq *r, collection *c);
+
 typedef struct pixels_job {
     const dataset *ds;
     long x, y, z, size, bins;
@@ -112,6 +119,19 @@ static int start_job(hreq *r, const pixels_job *j0, void (*work)(hreq *))
 
 /* ---- values ----------------------------------------------------------------------------- */
 
+/* w x h values (row by row) as a JSON array of rows, null for NaN. */
+static json_t *value_rows(const double *v, long w, long h)
+{
+    json_t *rows = json_array();
+    for (long y = 0; y < h; y++) {
+        json_t *row = json_array();
+        for (long x = 0; x < w; x++)
+            json_array_append_new(row, real_or_null(v[y * w + x]));
+        json_array_append_new(rows, row);
+    }
+    return rows;
+}
+
 static void values_work(hreq *r)
 {
     pixels_job *j = r->work_arg;
@@ -131,13 +151,7 @@ static void values_work(hreq *r)
         free(v);
         return;
     }
-    json_t *doc = json_object(), *rows = json_array();
-    for (long y = 0; y < h; y++) {
-        json_t *row = json_array();
-        for (long x = 0; x < w; x++)
-            json_array_append_new(row, real_or_null(v[y * w + x]));
-        json_array_append_new(rows, row);
-    }
+    json_t *doc = json_object(), *rows = value_rows(v, w, h);
     free(v);
     json_object_set_new(doc, "x", json_integer(j->x));
     json_object_set_new(doc, "y", json_integer(j->y));
@@ -151,6 +165,10 @@ static void values_work(hreq *r)
 void handle_values(hreq *r, const route_match *m)
 {
     const dataset *d = m->ds;
+    if (!d) {   /* a collection (prepare_dataset_or_collection) */
+        handle_collection_values(r, colset_find(r->srv->app->collections, m->segment));
+        return;
+    }
     static const char *const known[] = {"x", "y", "plane", "size", NULL};
     if (hreq_only_args(r, known))
         return;
@@ -439,6 +457,10 @@ static void footprint_work(hreq *r)
 void handle_footprint(hreq *r, const route_match *m)
 {
     const dataset *d = m->ds;
+    if (!d) {   /* a collection (prepare_dataset_or_collection) */
+        handle_collection_footprint(r, colset_find(r->srv->app->collections, m->segment));
+        return;
+    }
     static const char *const known[] = {"frame", "n", NULL};
     if (hreq_only_args(r, known))
         return;
@@ -453,6 +475,181 @@ void handle_footprint(hreq *r, const route_match *m)
     if (set_key(r, "footprint", d, tail) || hreq_try_cache(r))
         return;
     start_job(r, &j, footprint_work);
+}
+
+/* ---- the values of a collection: its members combined at a position ------------------ */
+
+/* Largest box of the values route, pixels on a side (as for a dataset). */
+#define COLVALUES_MAX_SIZE 64
+/* Most member outlines one footprint answer lists (then `truncated`). */
+#define COLFOOTPRINT_MAX 10000
+
+/* Serves r by its cache key (NULL: out of memory) from the cache, else by `work` on a
+ * malloc'd copy of the job (`size` bytes at `job`). */
+static void serve_copy(hreq *r, const void *job, size_t size, void (*work)(hreq *))
+{
+    void *copy = r->cache_key ? malloc(size) : NULL;
+    if (!copy) {
+        problem_reply(r, 500, NULL, "out of memory");
+        return;
+    }
+    memcpy(copy, job, size);
+    hreq_serve(r, work, copy, free);
+}
+
+typedef struct colvalues_job {
+    collection *c;
+    double ra, dec, scale;
+    long size;
+    rp_method method;
+    double max_coord_error;
+} colvalues_job;
+
+/* The size x size TAN grid (ICRS, north up, east left) centred on (ra, dec), `scale`
+ * degrees a pixel, and the collection's values on it (cutout_collection_values). */
+static void colvalues_work(hreq *r)
+{
+    colvalues_job *j = r->work_arg;
+    double pv[SKYWCS_CUTOUT_PVN];
+    for (int k = 0; k < SKYWCS_CUTOUT_PVN; k++)
+        pv[k] = NAN;
+    char *cards = NULL, err[256] = "";
+    int nkeys = 0;
+    if (skywcs_cutout_header(j->ra, j->dec, j->scale * (double)j->size, j->size, j->size,
+                             "TAN", SKY_FRAME_ICRS, 0.0, pv, &cards, &nkeys, err,
+                             sizeof(err))) {
+        problem_reply(r, 422, "scale", "cannot make the grid of the values: %s", err);
+        return;
+    }
+    size_t n = (size_t)j->size * (size_t)j->size;
+    double *v = malloc(n * sizeof(double));
+    if (!v) {
+        free(cards);
+        problem_reply(r, 500, NULL, "out of memory");
+        return;
+    }
+    long finite = cutout_collection_values(r, j->c, cards, nkeys, j->size, j->size, j->method,
+                                           j->max_coord_error, v);
+    free(cards);
+    if (finite < 0) {
+        free(v);
+        return;
+    }
+    if (finite == 0)   /* no member reaches the grid: its values are all null */
+        for (size_t k = 0; k < n; k++)
+            v[k] = NAN;
+    json_t *doc = json_object(), *rows = value_rows(v, j->size, j->size);
+    free(v);
+    json_object_set_new(doc, "ra", json_real(j->ra));
+    json_object_set_new(doc, "dec", json_real(j->dec));
+    json_object_set_new(doc, "size", json_integer(j->size));
+    json_object_set_new(doc, "scale", json_real(j->scale));
+    json_object_set_new(doc, "frame", json_string("icrs"));
+    json_object_set_new(doc, "values", rows);
+    json_object_set_new(doc, "unit", json_null());
+    reply_doc(r, doc);
+}
+
+static void handle_collection_values(hreq *r, collection *c)
+{
+    static const char *const known[] = {"ra", "dec", "size", "scale", "method",
+                                        "max_coord_error", NULL};
+    if (hreq_only_args(r, known))
+        return;
+    colvalues_job j = {.c = c, .method = RP_BILINEAR, .max_coord_error = 0.001, .size = 1,
+                       .scale = collection_finest_pixscale(c)};
+    param_error pe;
+    const char *s;
+    if (!isfinite(j.scale)) {
+        problem_reply(r, 404, "dataset", "collection '%s' has no usable member image", c->name);
+        return;
+    }
+    if (param_req_double(hreq_arg_lookup, r, "ra", -360.0, 360.0, &j.ra, &pe) ||
+        param_req_double(hreq_arg_lookup, r, "dec", -90.0, 90.0, &j.dec, &pe) ||
+        param_opt_long(hreq_arg_lookup, r, "size", 1, COLVALUES_MAX_SIZE, &j.size, &pe) ||
+        param_opt_double(hreq_arg_lookup, r, "scale", 1e-9, 1.0, &j.scale, &pe) ||
+        param_opt_double(hreq_arg_lookup, r, "max_coord_error", 0.0, 10.0,
+                         &j.max_coord_error, &pe)) {
+        problem_reply(r, 400, pe.parameter, "%s", pe.detail);
+        return;
+    }
+    if ((s = hreq_arg(r, "method")) && rp_method_parse(s, &j.method)) {
+        problem_reply(r, 400, "method", "method must be nearest, bilinear, bicubic, lanczos3 "
+                      "or exact, got '%.40s'", s);
+        return;
+    }
+    if (j.ra < 0.0)
+        j.ra += 360.0;
+    if (asprintf(&r->cache_key, "values|col|%s|%llx|%d|%.17g|%.17g|%ld|%.17g|%s|%.17g",
+                 c->name, collection_version(c), c->combine, j.ra, j.dec, j.size, j.scale,
+                 rp_method_name(j.method), j.max_coord_error) < 0)
+        r->cache_key = NULL;
+    serve_copy(r, &j, sizeof(j), colvalues_work);
+}
+
+/* ---- the footprint of a collection ---------------------------------------------------- */
+
+typedef struct colfoot_job {
+    collection *c;
+    sky_frame frame;
+} colfoot_job;
+
+/* Each usable member's outline from the index (its four pixel-edge corners, in pixel
+ * order from (-0.5, -0.5)), in path order, converted to the frame asked for. */
+static void colfoot_work(hreq *r)
+{
+    colfoot_job *j = r->work_arg;
+    collection *c = j->c;
+    json_t *doc = json_object(), *polys = json_array();
+    long usable = 0;
+    pthread_rwlock_rdlock(&c->lock);
+    for (int i = 0; i < c->n; i++) {
+        const col_member *m = &c->m[i];
+        if (m->error)
+            continue;
+        if (usable++ >= COLFOOTPRINT_MAX)
+            continue;
+        double lon[4], lat[4];
+        for (int k = 0; k < 4; k++) {
+            lon[k] = m->poly[2 * k];
+            lat[k] = m->poly[2 * k + 1];
+        }
+        sky_convert(SKY_FRAME_ICRS, 0.0, j->frame, 0.0, 4, lon, lat);
+        json_t *poly = json_array();
+        for (int k = 0; k < 4; k++) {
+            json_t *pt = json_array();
+            json_array_append_new(pt, json_real(lon[k]));
+            json_array_append_new(pt, json_real(lat[k]));
+            json_array_append_new(poly, pt);
+        }
+        json_array_append_new(polys, poly);
+    }
+    pthread_rwlock_unlock(&c->lock);
+    json_object_set_new(doc, "frame", json_string(sky_frame_name(j->frame)));
+    json_object_set_new(doc, "unit", json_string("deg"));
+    json_object_set_new(doc, "polygons", polys);
+    json_object_set_new(doc, "members", json_integer(usable));
+    json_object_set_new(doc, "truncated", json_boolean(usable > COLFOOTPRINT_MAX));
+    reply_doc(r, doc);
+}
+
+static void handle_collection_footprint(hreq *r, collection *c)
+{
+    static const char *const known[] = {"frame", NULL};
+    if (hreq_only_args(r, known))
+        return;
+    colfoot_job j = {.c = c, .frame = SKY_FRAME_ICRS};
+    const char *fs = hreq_arg(r, "frame");
+    if (fs && (sky_frame_parse(fs, &j.frame) ||
+               (j.frame != SKY_FRAME_ICRS && j.frame != SKY_FRAME_GALACTIC))) {
+        problem_reply(r, 400, "frame", "frame must be icrs or galactic for collection '%s', "
+                      "got '%.40s'", c->name, fs);
+        return;
+    }
+    if (asprintf(&r->cache_key, "footprint|col|%s|%llx|%s", c->name, collection_version(c),
+                 sky_frame_name(j.frame)) < 0)
+        r->cache_key = NULL;
+    serve_copy(r, &j, sizeof(j), colfoot_work);
 }
 
 /* ---- transform: pixel <-> sky through the full WCS -------------------------------------- */

@@ -5,6 +5,7 @@
 #include "daemon/api/vo.h"
 #include "daemon/api/vo_xml.h"
 #include "daemon/collection/collection.h"
+#include "daemon/collection/colmembers.h"
 #include "daemon/collection/colregion.h"
 #include "daemon/problem.h"
 #include "engine/base/error.h"
@@ -498,22 +499,31 @@ void handle_vo_sia1(hreq *r, const route_match *m)
     vo_reply_xml(r, 200, x, "text/xml");
 }
 
-int sia_datalink_member(hreq *r, voxml *x, const char *base, const char *id)
+/* The collection and relpath of publisher DID `id` (ivo://tessera/{collection}?{obs_id}):
+ * the collection, or NULL when id is not of that form or names no collection. */
+static collection *member_of(hreq *r, const char *id, const char **relpath)
 {
     static const char prefix[] = "ivo://tessera/";
     if (strncmp(id, prefix, sizeof(prefix) - 1) != 0 || !strchr(id, '?'))
-        return 0;
+        return NULL;
     const char *name = id + sizeof(prefix) - 1, *q = strchr(name, '?');
     char cname[72];
     if ((size_t)(q - name) >= sizeof(cname))
-        return 0;
+        return NULL;
     snprintf(cname, sizeof(cname), "%.*s", (int)(q - name), name);
-    collection *c = colset_find(r->srv->app->collections, cname);
+    *relpath = q + 1;
+    return colset_find(r->srv->app->collections, cname);
+}
+
+int sia_datalink_member(hreq *r, voxml *x, const char *base, const char *id)
+{
+    const char *rel = NULL;
+    collection *c = member_of(r, id, &rel);
     char abs[PATH_MAX];
-    if (!c || collection_member_path(r->srv->app->collections, c, q + 1, abs, sizeof(abs)))
+    if (!c || collection_member_path(r->srv->app->collections, c, rel, abs, sizeof(abs)))
         return 0;
     char path[PATH_MAX * 3 / 2];
-    url_path(q + 1, path, sizeof(path));
+    url_path(rel, path, sizeof(path));
     struct stat st;
     voxml_start(x, "TR");
     voxml_element(x, "TD", id);
@@ -528,7 +538,29 @@ int sia_datalink_member(hreq *r, voxml *x, const char *base, const char *id)
     else
         voxml_element(x, "TD", "");
     voxml_end(x);
+    /* its cutouts by SODA sync, the service descriptor "soda" (handle_vo_datalink) */
+    voxml_start(x, "TR");
+    voxml_element(x, "TD", id);
+    voxml_element(x, "TD", "");
+    voxml_element(x, "TD", "soda");
+    voxml_element(x, "TD", "");
+    voxml_element(x, "TD", "#cutout");
+    voxml_element(x, "TD", "cutouts of the member image (SODA sync: CIRCLE, POLYGON, POS): "
+                  "native pixels, the WCS kept");
+    voxml_element(x, "TD", "application/fits");
+    voxml_element(x, "TD", "");
+    voxml_end(x);
     return 1;
+}
+
+int sia_member_dataset(hreq *r, const char *id, const dataset **d)
+{
+    const char *rel = NULL;
+    collection *c = member_of(r, id, &rel);
+    char err[256];
+    if (!c || colmembers_get(r->srv->app->collections, c, rel, d, err, sizeof(err)))
+        return -1;
+    return 0;
 }
 
 /* ---- the collections' own routes ------------------------------------------------------ */

@@ -3,6 +3,7 @@
 #include "daemon/api/soda.h"
 #include "daemon/api/vo.h"
 #include "daemon/api/vo_xml.h"
+#include "daemon/collection/colmembers.h"
 #include "daemon/problem.h"
 #include "engine/base/error.h"
 #include "engine/base/hash.h"
@@ -435,8 +436,10 @@ void handle_vo_datalink(hreq *r, const route_match *m)
                 vo_reply_text(r, 500, "FatalFault: %s", why);
                 return;
             }
-            if (rc && sia_datalink_member(r, x, base, p.value[i]))
-                continue;   /* a collection's member image */
+            if (rc && sia_datalink_member(r, x, base, p.value[i])) {
+                any_soda = 1;   /* a collection's member image */
+                continue;
+            }
             if (rc) {
                 char msg[200];
                 snprintf(msg, sizeof(msg), "NotFoundFault: no dataset '%.*s'",
@@ -532,11 +535,14 @@ typedef struct fits_job {
     int band;                /* BAND given, [band_lo, band_hi] metres */
     double band_lo, band_hi;
     char band_text[64];
+    struct colset *held_by;  /* not NULL: ds is a collection's member held from it */
 } fits_job;
 
 static void fits_job_free(void *arg)
 {
     fits_job *j = arg;
+    if (j->held_by)
+        colmembers_release(j->held_by, j->ds);
     free(j->region);
     free(j);
 }
@@ -676,6 +682,12 @@ void handle_vo_soda(hreq *r, const route_match *m)
         status = 500;
         snprintf(why, sizeof(why), "FatalFault: %.280s", changed);
         goto fail;
+    }
+    if (found && sia_member_dataset(r, id, &d) == 0) {
+        /* a collection's member image (its publisher DID), held until the job ends */
+        found = 0;
+        j->ds = d;
+        j->held_by = r->srv->app->collections;
     }
     if (found) {
         status = 404;

@@ -974,3 +974,24 @@ int collection_member_path(const colset *s, collection *c, const char *relpath, 
     free(real);
     return allowed ? 0 : TESS_ENOTFOUND;
 }
+
+int collection_member_overlaps(collection *c, const char *relpath, const double *poly,
+                               int npts)
+{
+    pthread_rwlock_rdlock(&c->lock);
+    const col_member *m = col_member_find(c->m, c->n, relpath);
+    int in = m && !m->error && col_overlaps_polygon(m->poly, 4, poly, npts);
+    pthread_rwlock_unlock(&c->lock);
+    return in;
+}
+
+double collection_finest_pixscale(collection *c)
+{
+    double finest = INFINITY;
+    pthread_rwlock_rdlock(&c->lock);
+    for (int i = 0; i < c->n; i++)
+        if (!c->m[i].error && c->m[i].pixscale > 0.0 && c->m[i].pixscale < finest)
+            finest = c->m[i].pixscale;
+    pthread_rwlock_unlock(&c->lock);
+    return finest;
+}

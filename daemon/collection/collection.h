@@ -80,9 +80,17 @@ int collection_overlapping_circle(collection *c, double ra, double dec, double r
                                   char ***out, double **polys, int *n, int *total);
 void col_relpaths_free(char **p, int n);
 
+/* 1 when `relpath` is a usable member of c whose footprint overlaps polygon `poly` (npts
+ * (ra, dec) vertices, degrees, less than a hemisphere), else 0.  Reads no file. */
+int collection_member_overlaps(collection *c, const char *relpath, const double *poly,
+                               int npts);
+
 /* How c's members combine pixel by pixel (its `combine`): MOS_MEAN, MOS_MEDIAN or
  * MOS_FIRST. */
 mos_combine collection_combine(const collection *c);
+
+/* The finest pixel scale (degrees) of c's usable members, INFINITY without one. */
+double collection_finest_pixscale(collection *c);
 
 /* c->version read under its lock, mixed with the generation of its background offsets
  * (bg_generation, 0 until the first solve): the sky routes' cache key. */

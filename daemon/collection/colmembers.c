@@ -22,6 +22,9 @@ struct colmembers {
     entry *e;
     int n, cap, max_open;
     unsigned long long tick, opened;
+    double *spare[COLMEMBERS_SPARE_MAX]; /* scratch buffers given back, spare_len doubles */
+    int nspare;
+    size_t spare_len;
 };
 
 colmembers *colmembers_new(const tess_config *cfg, int max_open)
@@ -44,8 +47,35 @@ void colmembers_free(colmembers *m)
         free(m->e[i].key);
     }
     free(m->e);
+    for (int i = 0; i < m->nspare; i++)
+        free(m->spare[i]);
     pthread_mutex_destroy(&m->lock);
     free(m);
+}
+
+double *colmembers_scratch_take(colmembers *m, size_t n)
+{
+    double *p = NULL;
+    pthread_mutex_lock(&m->lock);
+    if (m->nspare > 0 && m->spare_len == n)
+        p = m->spare[--m->nspare];
+    pthread_mutex_unlock(&m->lock);
+    return p ? p : malloc(n * sizeof(double));
+}
+
+void colmembers_scratch_give(colmembers *m, double *p, size_t n)
+{
+    if (!p)
+        return;
+    pthread_mutex_lock(&m->lock);
+    if (m->nspare == 0)
+        m->spare_len = n;
+    if (m->nspare < COLMEMBERS_SPARE_MAX && m->spare_len == n) {
+        m->spare[m->nspare++] = p;
+        p = NULL;
+    }
+    pthread_mutex_unlock(&m->lock);
+    free(p);
 }
 
 /* The open member of `key`, taken (a reference more, used now) into *out: 1, with the

@@ -28,6 +28,15 @@ int colmembers_get(struct colset *s, struct collection *c, const char *relpath,
                    const dataset **out, char *err, size_t errlen);
 void colmembers_release(struct colset *s, const dataset *d);
 
+/* Scratch buffers of renders (the members of a tile rendered at once), kept between
+ * requests so that their pages are not faulted in again: at most COLMEMBERS_SPARE_MAX
+ * (of one length) are kept.  take: a buffer of n doubles (a kept one, else malloc'd;
+ * NULL when out of memory), its contents undefined; give: back (NULL is ignored), kept
+ * or freed. */
+#define COLMEMBERS_SPARE_MAX 8
+double *colmembers_scratch_take(colmembers *m, size_t n);
+void colmembers_scratch_give(colmembers *m, double *p, size_t n);
+
 /* Datasets opened since colmembers_new (a test that members are shared). */
 unsigned long long colmembers_opened(const colmembers *m);
 

@@ -869,32 +869,40 @@ int hips_tile_in_footprint(const skywcs *cel, long nx, long ny, int galactic, in
 
 /* ---- parents from children ----------------------------------------------------------- */
 
-void hips_tile_merge_children(int shift, const double *const child[4], hips_rows rows,
-                              double *parent)
+void hips_tile_merge_child(int shift, int c, const double *child, hips_rows rows,
+                           double *parent)
 {
     long w = 1L << shift, h = w / 2;
-    for (long y = 0; y < w; y++)
-        for (long x = 0; x < w; x++) {
-            /* Face row i (from the top) and column j of the parent pixel: its cell's four
-             * children are rows 2i', 2i' + 1 and columns 2j', 2j' + 1 of child tile
-             * (j >= h) << 1 | (i >= h), with i' = i mod h, j' = j mod h. */
-            long i = rows == HIPS_ROWS_TOPDOWN ? y : w - 1 - y, j = x;
-            const double *c = child[((j >= h) << 1) | (i >= h)];
+    /* Face row i (from the top) and column j of a parent pixel of quadrant c: its cell's
+     * four children are rows 2i', 2i' + 1 and columns 2j', 2j' + 1 of child tile c =
+     * (j >= h) << 1 | (i >= h), with i' = i mod h, j' = j mod h. */
+    long i0 = (c & 1) ? h : 0, j0 = (c & 2) ? h : 0;
+    for (long i = i0; i < i0 + h; i++) {
+        long y = rows == HIPS_ROWS_TOPDOWN ? i : w - 1 - i;
+        for (long j = j0; j < j0 + h; j++) {
             double sum = 0.0;
             int n = 0;
-            if (c)
+            if (child)
                 for (long di = 0; di < 2; di++)
                     for (long dj = 0; dj < 2; dj++) {
                         long ci = 2 * (i % h) + di, cj = 2 * (j % h) + dj;
                         long cy = rows == HIPS_ROWS_TOPDOWN ? ci : w - 1 - ci;
-                        double v = c[cy * w + cj];
+                        double v = child[cy * w + cj];
                         if (isfinite(v)) {
                             sum += v;
                             n++;
                         }
                     }
-            parent[y * w + x] = n ? sum / n : NAN;
+            parent[y * w + j] = n ? sum / n : NAN;
         }
+    }
+}
+
+void hips_tile_merge_children(int shift, const double *const child[4], hips_rows rows,
+                              double *parent)
+{
+    for (int c = 0; c < 4; c++)
+        hips_tile_merge_child(shift, c, child[c], rows, parent);
 }
 
 /* ---- FITS tiles ---------------------------------------------------------------------- */
@@ -1543,8 +1551,12 @@ int hips_index_html(const hips_index *x, char **out, size_t *outlen)
     bad |= html_escaped(&b, x->name);
     bad |= buf_printf(&b, "</h1>\n<p>An IVOA HiPS 1.0 survey %s <b>", x->made_by);
     bad |= html_escaped(&b, x->source);
-    bad |= buf_printf(&b, "</b> (%ld x %ld pixels, %s frame", x->nx, x->ny,
-                      x->galactic ? "galactic" : "equatorial");
+    if (x->images > 0)
+        bad |= buf_printf(&b, "</b> (%ld images, %s frame", x->images,
+                          x->galactic ? "galactic" : "equatorial");
+    else
+        bad |= buf_printf(&b, "</b> (%ld x %ld pixels, %s frame", x->nx, x->ny,
+                          x->galactic ? "galactic" : "equatorial");
     if (x->order >= 0)
         bad |= buf_printf(&b, ", orders 0 to %d", x->order);
     bad |= buf_printf(&b, "). %s, or read the <a href=\"properties\">properties</a>.</p>\n"

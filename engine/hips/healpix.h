@@ -205,6 +205,12 @@ long hips_render_tile(const hips_source *src, int order, int64_t npix, int shift
 void hips_tile_merge_children(int shift, const double *const child[4], hips_rows rows,
                               double *parent);
 
+/* The quadrant of that parent that child c (0..3, tile 4 npix + c; NULL: no data, NaN)
+ * makes, as hips_tile_merge_children writes it; the other pixels of `parent` are left as
+ * they are, so a parent can be made one child at a time.  Cannot fail. */
+void hips_tile_merge_child(int shift, int c, const double *child, hips_rows rows,
+                           double *parent);
+
 /* Encodes a W x W tile of doubles (row 0 = FITS row 1) as a FITS file with BITPIX -32
  * (NaN kept) and the tile's WCS (hips_tile_header) plus ORDER and NPIX cards.  *out is
  * malloc'd (caller frees).  Returns 0, TESS_EINVAL or TESS_ENOMEM. */
@@ -408,6 +414,8 @@ typedef struct hips_index {
                                   source: "made on demand by Tessera from dataset" */
     const char *source;        /* the image it was made from, in bold */
     long nx, ny;               /* the image's size, pixels */
+    long images;               /* > 0: a survey of that many images (a collection), said
+                                  in place of the size */
     int galactic;              /* frame: galactic (1) or equatorial (0) */
     int order;                 /* the deepest order, said as "orders 0 to K"; < 0: not said */
     const char *how;           /* HTML, how to use it, before ", or read the properties":

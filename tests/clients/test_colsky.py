@@ -11,6 +11,7 @@ import os
 import random
 import shutil
 import tempfile
+import time
 import unittest
 import urllib.parse
 import warnings
@@ -215,8 +216,77 @@ class ColskyTest(unittest.TestCase):
         status, _, body = self.srv.get("/api/v1/cutout?dataset=night1&ra=150&dec=2"
                                        "&fov=0.05&width=10&height=10&plane=1")
         self.assertEqual(status, 400, body)
-        status, _, body = self.srv.get("/hips/night1/")
-        self.assertEqual(status, 404, body)
+
+    def test_values(self):
+        """/values of the collection at a position: the members combined on the 5 x 5 TAN
+        grid centred there (2" pixels), equal to reproject_and_coadd on that grid."""
+        np = self.np
+        import json
+        scale = 2.0 / 3600.0
+        body = self.get("/api/v1/datasets/night1/values?" + urllib.parse.urlencode(dict(
+            ra=RA0 + 0.003, dec=DEC0 - 0.002, size=5, scale=scale)))
+        doc = json.loads(body)
+        self.assertEqual(doc["size"], 5)
+        self.assertEqual(doc["frame"], "icrs")
+        got = np.array([[np.nan if v is None else v for v in row] for row in doc["values"]])
+        w = self.WCS(naxis=2)
+        w.wcs.ctype = ["RA---TAN", "DEC--TAN"]
+        w.wcs.crval = [RA0 + 0.003, DEC0 - 0.002]
+        w.wcs.crpix = [3.0, 3.0]
+        w.wcs.cdelt = [-scale, scale]
+        ref, _ = self.coadd(w, (5, 5))
+        peak = np.nanmax(np.abs(ref))
+        self.assertTrue(np.all(np.isfinite(ref)))
+        err = np.abs(got - ref).max() / peak
+        print(f"\nvalues 5x5: max |diff| {err:.2e} of the peak")
+        self.assertLess(err, TOL)
+        # one value (the default size) is the centre of that grid; outside every member
+        # the values are null; a bad parameter is a problem document naming it
+        one = json.loads(self.get("/api/v1/datasets/night1/values?" + urllib.parse.urlencode(
+            dict(ra=RA0 + 0.003, dec=DEC0 - 0.002))))
+        self.assertLess(abs(one["values"][0][0] - ref[2, 2]) / peak, TOL)
+        far = json.loads(self.get("/api/v1/datasets/night1/values?ra=10&dec=-40"))
+        self.assertEqual(far["values"], [[None]])
+        status, headers, body = self.srv.get("/api/v1/datasets/night1/values?ra=10&dec=95")
+        self.assertEqual(status, 400, body)
+        self.assertEqual(headers["Content-Type"], "application/problem+json")
+        self.assertEqual(json.loads(body)["parameter"], "dec")
+
+    def test_footprint(self):
+        """/footprint of the collection: each member's outline (its pixel-edge corners),
+        as astropy's calc_footprint gives them, in ICRS and galactic."""
+        np = self.np
+        import json
+        doc = json.loads(self.get("/api/v1/datasets/night1/footprint"))
+        self.assertEqual((doc["frame"], doc["unit"], doc["members"], doc["truncated"]),
+                         ("icrs", "deg", 20, False))
+        self.assertEqual(len(doc["polygons"]), 20)
+        refs = [w.calc_footprint(axes=(N, N), center=False) for _, w in self.members]
+        for poly in doc["polygons"]:
+            p = np.array(poly)
+            self.assertEqual(p.shape, (4, 2))
+            best = min(max(min(np.hypot((q[0] - c[0]) * math.cos(math.radians(c[1])),
+                                        q[1] - c[1]) for q in p) for c in ref)
+                       for ref in refs)
+            self.assertLess(best, 1e-7)
+        gal = json.loads(self.get("/api/v1/datasets/night1/footprint?frame=galactic"))
+        from astropy.coordinates import SkyCoord
+        p = np.array(doc["polygons"][0])
+        g = SkyCoord(p[:, 0], p[:, 1], unit="deg", frame="icrs").galactic
+        self.assertLess(np.abs(np.array(gal["polygons"][0]) -
+                               np.stack([g.l.deg, g.b.deg], axis=1)).max(), 1e-6)
+        status, _, body = self.srv.get("/api/v1/datasets/night1/footprint?frame=carrington")
+        self.assertEqual(status, 400, body)
+
+    def test_index_page(self):
+        status, headers, body = self.srv.get("/hips/night1/")
+        self.assertEqual(status, 200, body)
+        self.assertTrue(headers["Content-Type"].startswith("text/html"))
+        text = body.decode()
+        self.assertIn("collection <b>night1</b> (20 images, equatorial frame, orders 0 to 8)",
+                      text)
+        self.assertIn('<base href="/hips/night1/">', text)
+        self.assertIn('href="Norder3/Allsky.png"', text)
 
     def test_allsky(self):
         np = self.np
@@ -234,6 +304,115 @@ class ColskyTest(unittest.TestCase):
         status, headers, _ = self.srv.get("/hips/night1/Norder3/Allsky.png")
         self.assertEqual(status, 200)
         self.assertEqual(headers["Content-Type"], "image/png")
+
+
+LN = 32                     # side of the members of the large collection, pixels
+LRA, LDEC = 210.0, -30.0    # its centre
+
+
+def large_sky(ra, dec):
+    x = (ra - LRA) * math.cos(math.radians(LDEC)) * 60.0
+    y = (dec - LDEC) * 60.0
+    return 50.0 + 10.0 * math.sin(0.8 * x) * math.cos(0.5 * y) + 2.0 * y
+
+
+class ColskyLargeTest(unittest.TestCase):
+    """A collection of 80 members (10 x 8 generated 32x32 TAN images, 2" pixels, each
+    overlapping its neighbours): its coarse tiles cover more than the 64 members a tile is
+    rendered from, so they are made from their children; each pixel of such a tile is the
+    mean of the finite values of its 2 x 2 child pixels (as Hipsgen makes coarser orders),
+    equal to float32 rounding to the children served at order + 1."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.np = np = need_module("numpy")
+        need_module("astropy_healpix")
+        from astropy.io import fits
+        from astropy.wcs import WCS
+        cls.fits = fits
+        cls.tmp = tempfile.mkdtemp(prefix="tessera-colsky-large-")
+        cls.root = os.path.join(cls.tmp, "large")
+        os.makedirs(cls.root)
+        vsky = np.vectorize(large_sky)
+        scale = 2.0 / 3600.0
+        step = 50.0 / 3600.0        # 25 pixels: neighbours overlap by 7 pixels
+        k = 0
+        for iy in range(8):
+            for ix in range(10):
+                w = WCS(naxis=2)
+                w.wcs.ctype = ["RA---TAN", "DEC--TAN"]
+                w.wcs.crval = [LRA + (ix - 4.5) * step / math.cos(math.radians(LDEC)),
+                               LDEC + (iy - 3.5) * step]
+                w.wcs.crpix = [(LN + 1) / 2.0, (LN + 1) / 2.0]
+                w.wcs.cdelt = [-scale, scale]
+                yy, xx = np.mgrid[0:LN, 0:LN]
+                wra, wdec = w.pixel_to_world_values(xx, yy)
+                data = vsky(wra, wdec).astype(np.float32)
+                fits.PrimaryHDU(data, w.to_header()).writeto(
+                    os.path.join(cls.root, "m%03d.fits" % k))
+                k += 1
+        cls.srv = Server(datasets=[{"name": "big", "kind": "collection",
+                                    "images": os.path.join(cls.root, "*.fits")}],
+                         roots=[cls.root], demo=False)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.srv.stop()
+        shutil.rmtree(cls.tmp, ignore_errors=True)
+
+    def tile(self, order, npix):
+        status, _, body = self.srv.get(f"/hips/big/Norder{order}/Dir{npix // 10000 * 10000}/"
+                                       f"Npix{npix}.fits", timeout=300)
+        if status == 404:
+            return None
+        self.assertEqual(status, 200, body[:400])
+        with self.fits.open(io.BytesIO(body)) as h:
+            return h[0].data.astype(self.np.float64)
+
+    def test_coarse_tiles_from_children(self):
+        np = self.np
+        from astropy_healpix import HEALPix
+        import astropy.units as u
+        t0 = time.monotonic()
+        checked = 0
+        for order in (7, 8):
+            npix = int(HEALPix(nside=2 ** order, order="nested").lonlat_to_healpix(
+                LRA * u.deg, LDEC * u.deg))
+            got = self.tile(order, npix)
+            self.assertIsNotNone(got)
+            w = got.shape[0]
+            h = w // 2
+            ref = np.full((w, w), np.nan)
+            top = ref[::-1]                 # rows from the top of the picture
+            for c in range(4):
+                child = self.tile(order + 1, 4 * npix + c)
+                if child is None:
+                    continue
+                ct = child[::-1].reshape(h, 2, h, 2)
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")
+                    mean = np.nanmean(ct, axis=(1, 3))
+                qi, qj = c & 1, c >> 1      # face row and column halves of child c
+                top[qi * h:(qi + 1) * h, qj * h:(qj + 1) * h] = mean
+            self.assertTrue(np.array_equal(np.isnan(got), np.isnan(ref)), order)
+            ok = np.isfinite(ref)
+            self.assertGreater(ok.sum(), 1000, order)
+            err = np.abs(got[ok] - ref[ok]) / np.abs(ref[ok])
+            print(f"\nNorder{order}: {ok.sum()} pixels, max relative |diff| {err.max():.1e} "
+                  "to the children's mean")
+            self.assertLess(err.max(), 2.5e-7, order)   # two float32 roundings
+            checked += 1
+        self.assertEqual(checked, 2)
+        # the lowest orders and the Allsky open (Aladin's first requests)
+        npix = int(HEALPix(nside=8, order="nested").lonlat_to_healpix(LRA * u.deg,
+                                                                         LDEC * u.deg))
+        got = self.tile(3, npix)
+        self.assertGreater(int(np.isfinite(got).sum()), 0)
+        lo, hi = 50.0 - 10.0 - 2.0 * 4.0, 50.0 + 10.0 + 2.0 * 4.0
+        self.assertTrue(np.all((got[np.isfinite(got)] > lo) & (got[np.isfinite(got)] < hi)))
+        status, _, body = self.srv.get("/hips/big/Norder3/Allsky.fits", timeout=300)
+        self.assertEqual(status, 200, body[:400])
+        print(f"coarse tiles of 80 members: {time.monotonic() - t0:.1f} s")
 
 
 if __name__ == "__main__":

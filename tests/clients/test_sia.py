@@ -16,6 +16,7 @@ import subprocess
 import tempfile
 import time
 import unittest
+import urllib.error
 import urllib.parse
 import urllib.request
 
@@ -256,6 +257,47 @@ class SiaTest(unittest.TestCase):
         self.assertEqual(len(this), 1)
         self.assertEqual(this[0].access_url, str(row["access_url"]))
 
+    def test_soda_member(self):
+        """SODA for a member image: its DataLink gives a #cutout link to the "soda"
+        descriptor, and pyvo's SodaQuery with a circle cuts the member's own pixels (the
+        box of the circle, the WCS moved with it), as SODA cuts a dataset."""
+        from pyvo.dal.adhoc import SODA_SYNC_IVOID, SodaQuery
+        res = self.sia2().search(pos=(RA0 * u.deg, DEC0 * u.deg, 1 * u.deg))
+        row = sorted(res, key=lambda r: str(r["obs_id"]))[0]
+        rel = str(row["obs_id"])
+        links = row.getdatalink()
+        svc = links.get_adhocservice_by_ivoid(SODA_SYNC_IVOID)
+        self.assertEqual(svc.ID, "soda")
+        cut = next(links.bysemantics("#cutout", include_narrower=False))
+        self.assertEqual(cut.service_def, "soda")
+        w = self.wcs[rel]
+        ra, dec = (float(v) for v in w.pixel_to_world_values((N - 1) / 2, (N - 1) / 2))
+        q = SodaQuery.from_resource(cut, svc, circle=[ra, dec, 0.005] * u.deg)
+        self.assertEqual(q["ID"], "ivo://tessera/night1?" + rel)
+        stream = q.execute_stream()
+        q.raise_if_error()
+        import io
+        with fits.open(io.BytesIO(stream.read())) as hl:
+            got = hl[0].data
+            hdr = hl[0].header
+        with fits.open(os.path.join(self.root, rel)) as hl:
+            full = hl[0].data
+            orig = hl[0].header
+        ny, nx = got.shape
+        self.assertTrue(nx < N and ny < N and nx > 4 and ny > 4, got.shape)
+        x0 = int(round(orig["CRPIX1"] - hdr["CRPIX1"]))
+        y0 = int(round(orig["CRPIX2"] - hdr["CRPIX2"]))
+        self.assertTrue(np.array_equal(got, full[y0:y0 + ny, x0:x0 + nx]))
+        # the circle's centre lies at the centre of the box
+        cx, cy = WCS(hdr).world_to_pixel_values(ra, dec)
+        self.assertLess(abs(cx - (nx - 1) / 2), 1.5)
+        self.assertLess(abs(cy - (ny - 1) / 2), 1.5)
+        # a member that is not there: 404 NotFoundFault
+        with self.assertRaises(urllib.error.HTTPError) as e:
+            self.get("/vo/soda/sync?ID=" + urllib.parse.quote(
+                "ivo://tessera/night1?nothere.fits", safe="") + "&CIRCLE=150+2+0.01")
+        self.assertEqual(e.exception.code, 404)
+
     def test_votlint(self):
         stilts = need("stilts")
         out = os.path.join(self.tmp, "answers")
@@ -279,7 +321,8 @@ class SiaTest(unittest.TestCase):
         m = re.search(r"Totals: Errors: (\d+); Warnings: (\d+);.*Failures: (\d+)", r.stdout)
         self.assertIsNotNone(m, r.stdout[-2000:] + r.stderr[-2000:])
         self.assertEqual((m.group(1), m.group(3)), ("0", "0"), r.stdout[-3000:])
-        self.assertIn("Datalink table rows checked: 2\n", r.stdout)
+        # two rows a member: #this and #cutout (SODA)
+        self.assertIn("Datalink table rows checked: 4\n", r.stdout)
 
     def test_sia1_matches_astropy(self):
         svc = pyvo.dal.SIAService(self.base + "/vo/sia1/query")

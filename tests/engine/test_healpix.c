@@ -895,6 +895,21 @@ START_TEST(test_merge_children)
                 bad += fabs(parent[y * w + x] - e) > 1e-9 * e;
             }
         ck_assert_int_eq(bad, 0);
+        /* Child by child (hips_tile_merge_child): the same parent, bit for bit; one call
+         * writes its quadrant only (a quarter of the pixels), the others kept. */
+        double *part = malloc(sizeof(double) * w * w);
+        for (long i = 0; i < w * w; i++)
+            part[i] = -1.0;
+        hips_tile_merge_child(shift, 2, c[2], ro, part);
+        long kept = 0;
+        for (long i = 0; i < w * w; i++)
+            kept += part[i] == -1.0;
+        ck_assert_int_eq(kept, 3 * w * w / 4);
+        for (int k = 0; k < 4; k++)
+            if (k != 2)
+                hips_tile_merge_child(shift, k, c[k], ro, part);
+        ck_assert_int_eq(memcmp(part, parent, sizeof(double) * w * w), 0);
+        free(part);
         const double *const one[4] = {c[0], NULL, NULL, NULL};
         hips_tile_merge_children(shift, one, ro, parent);
         long finite = 0;

@@ -465,6 +465,13 @@ RP_LANCZOS4(float, f32)
 RP_LANCZOS4(double, f64)
 /* ---- bicubic, four positions at a time ----------------------------------------------- */
 
+/* Lanes (i0, i1, i2, i3) of the eight lanes of a then b (0-3 a, 4-7 b), as an rp_v4d. */
+#if defined(__clang__)
+#define RP_V4D_SHUF(a, b, i0, i1, i2, i3) __builtin_shufflevector((a), (b), i0, i1, i2, i3)
+#else
+#define RP_V4D_SHUF(a, b, i0, i1, i2, i3) __builtin_shuffle((a), (b), (rp_v4q){ i0, i1, i2, i3 })
+#endif
+
 /* bspline3_weights for the fractions t of four lanes, the same arithmetic in each lane. */
 #define RP_BSPLINE_WEIGHTS4(t, w)                                                         \
     do {                                                                                  \
@@ -572,12 +579,52 @@ static void bspline_line(double *c, long n, long s, const double *w, long m)
         c[k * s] = z * (c[(k + 1) * s] - c[k * s]);
 }
 
-/* The same filter along the columns of a W x H row-major array, run on whole rows at a
- * time so that memory is read in order, four columns at a time in vector lanes (each
- * lane the scalar arithmetic).  Cannot fail. */
-RP_HOT static void bspline_columns(double *c, long W, long H, const double *w, long m)
+/* Four lines of n samples at stride 1 filtered as bspline_line filters each, their
+ * operations interleaved so that the four recursions (each bound by the latency of a
+ * multiply and an add) overlap; each line gets exactly bspline_line's arithmetic.
+ * Cannot fail. */
+static void bspline_lines4(double *restrict a, double *restrict b, double *restrict c,
+                           double *restrict d, long n, const double *w, long m)
 {
     const double z = BSPLINE_Z, za = z / (z * z - 1.0);
+    double a0 = 0.0, b0 = 0.0, c0 = 0.0, d0 = 0.0;
+    for (long k = 0; k < m; k++) {
+        a0 += w[k] * a[k];
+        b0 += w[k] * b[k];
+        c0 += w[k] * c[k];
+        d0 += w[k] * d[k];
+    }
+    a[0] = a0;
+    b[0] = b0;
+    c[0] = c0;
+    d[0] = d0;
+    for (long k = 1; k < n; k++) {
+        a0 = a[k] += z * a0;
+        b0 = b[k] += z * b0;
+        c0 = c[k] += z * c0;
+        d0 = d[k] += z * d0;
+    }
+    const long l = n - 1;
+    a0 = a[l] = za * (a[l] + z * a[l - 1]);
+    b0 = b[l] = za * (b[l] + z * b[l - 1]);
+    c0 = c[l] = za * (c[l] + z * c[l - 1]);
+    d0 = d[l] = za * (d[l] + z * d[l - 1]);
+    for (long k = n - 2; k >= 0; k--) {
+        a0 = a[k] = z * (a0 - a[k]);
+        b0 = b[k] = z * (b0 - b[k]);
+        c0 = c[k] = z * (c0 - c[k]);
+        d0 = d[k] = z * (d0 - d[k]);
+    }
+}
+
+/* The same filter along the columns of a W x H row-major array, run on whole rows at a
+ * time so that memory is read in order, four columns at a time in vector lanes (each
+ * lane the scalar arithmetic), in three steps: bspline_cols_init the causal initial
+ * values into row 0 (rows 0 .. m - 1 read), bspline_cols_causal the causal pass over rows
+ * k0 .. k1 - 1 (k0 >= 1, rows before k0 done), bspline_cols_anticausal the rest.
+ * Cannot fail. */
+RP_HOT static void bspline_cols_init(double *c, long W, const double *w, long m)
+{
     const long W4 = W - W % 4;
     double *r0 = c;
     for (long i = 0; i < W; i++)
@@ -595,7 +642,13 @@ RP_HOT static void bspline_columns(double *c, long W, long H, const double *w, l
         for (; i < W; i++)
             r0[i] += w[k] * rk[i];
     }
-    for (long k = 1; k < H; k++) {
+}
+
+RP_HOT static void bspline_cols_causal(double *c, long W, long k0, long k1)
+{
+    const double z = BSPLINE_Z;
+    const long W4 = W - W % 4;
+    for (long k = k0; k < k1; k++) {
         double *r = c + k * W;
         const double *p = r - W;
         long i = 0;
@@ -609,6 +662,12 @@ RP_HOT static void bspline_columns(double *c, long W, long H, const double *w, l
         for (; i < W; i++)
             r[i] += z * p[i];
     }
+}
+
+RP_HOT static void bspline_cols_anticausal(double *c, long W, long H)
+{
+    const double z = BSPLINE_Z, za = z / (z * z - 1.0);
+    const long W4 = W - W % 4;
     double *rl = c + (H - 1) * W;
     const double *rp = rl - W;
     for (long i = 0; i < W; i++)
@@ -791,12 +850,79 @@ static int bicubic_mask(rp_kernel *k, const size_t *miss, size_t nmiss)
     return 0;
 }
 
+/* One padded row of the coefficient array (row j of H = ny + 2: image row j - 1 clamped
+ * into [0, ny - 1], the edge pixels repeated at both ends) times the gain g2.  Returns 0,
+ * or 1 when a pixel is not finite (the row is then incomplete).  Cannot fail. */
+static int bicubic_padded_row(const rp_plane *p, long j, double g2, double *restrict r)
+{
+    const long nx = p->nx, sj = clampl(j - 1, p->ny);
+    int bad = 0;
+    if (p->dtype == RP_F32) {
+        const float *s = (const float *)p->data + (size_t)sj * (size_t)nx;
+        for (long i = 0; i < nx; i++) {
+            const double v = (double)s[i];
+            bad |= !(fabs(v) <= DBL_MAX);
+            r[i + 1] = v * g2;
+        }
+    } else {
+        const double *s = (const double *)p->data + (size_t)sj * (size_t)nx;
+        for (long i = 0; i < nx; i++) {
+            const double v = s[i];
+            bad |= !(fabs(v) <= DBL_MAX);
+            r[i + 1] = v * g2;
+        }
+    }
+    r[0] = r[1];
+    r[nx + 1] = r[nx];
+    return bad;
+}
+
+/* bicubic_prepare's prefilter for a plane whose pixels are all finite, in two passes over
+ * the coefficient array instead of five: each group of four padded rows is copied with
+ * the gain, filtered along the rows (bspline_lines4) and taken through the causal pass of
+ * the columns while it is in cache; the anticausal pass of the columns is the second
+ * pass.  Every coefficient gets the arithmetic of the general path in the same order, so
+ * the two agree bit for bit.  Returns 0, or 1 as soon as a pixel is not finite (the
+ * general path must then run).  Cannot fail. */
+static int bicubic_prefilter_finite(const rp_plane *p, double *c, double g2)
+{
+    const long W = p->nx + 2, H = p->ny + 2;
+    double wr[BSPLINE_HORIZON], wc[BSPLINE_HORIZON];
+    long mr, mc, causal = 0;   /* causal: rows through which the column pass has run */
+    bspline_causal_weights(W, wr, &mr);
+    bspline_causal_weights(H, wc, &mc);
+    for (long j0 = 0; j0 < H; j0 += 4) {
+        const long nr = H - j0 < 4 ? H - j0 : 4;
+        double *r = c + j0 * W;
+        for (long q = 0; q < nr; q++)
+            if (bicubic_padded_row(p, j0 + q, g2, r + q * W) != 0)
+                return 1;
+        if (nr == 4) {
+            bspline_lines4(r, r + W, r + 2 * W, r + 3 * W, W, wr, mr);
+        } else {
+            for (long q = 0; q < nr; q++)
+                bspline_line(r + q * W, W, 1, wr, mr);
+        }
+        const long done = j0 + nr;
+        if (causal == 0 && done >= mc) {
+            bspline_cols_init(c, W, wc, mc);
+            causal = 1;
+        }
+        if (causal > 0) {
+            bspline_cols_causal(c, W, causal, done);
+            causal = done;
+        }
+    }
+    bspline_cols_anticausal(c, W, H);
+    return 0;
+}
+
 /* Prepares bicubic sampling: copies the plane, edge-padded by one pixel, into k->coef
  * (non-finite pixels filled, see fill_missing, and flagged in k->bad), then applies the
  * cubic B-spline prefilter with mirror boundaries along rows and columns (scipy
  * spline_filter(padded, order=3, mode='mirror'), which docs/DESIGN.md's "Kernel definitions"
  * name as the reference), gain (1 - z)(1 - 1/z) = 6 per axis.  Returns 0 or -1 (out of
- * memory). */
+ * memory).  A plane with no missing pixel takes bicubic_prefilter_finite. */
 static int bicubic_prepare(rp_kernel *k)
 {
     const rp_plane *p = &k->src;
@@ -807,6 +933,8 @@ static int bicubic_prepare(rp_kernel *k)
     k->coef = c;
     const double gain = (1.0 - BSPLINE_Z) * (1.0 - 1.0 / BSPLINE_Z);
     const double g2 = gain * gain;
+    if (bicubic_prefilter_finite(p, c, g2) == 0)
+        return 0;
 
     /* Interior, counting the missing pixels and summing the finite ones. */
     size_t nmiss = 0;
@@ -863,7 +991,9 @@ static int bicubic_prepare(rp_kernel *k)
     for (long j = 0; j < H; j++)
         bspline_line(c + j * W, W, 1, w, m);
     bspline_causal_weights(H, w, &m);
-    bspline_columns(c, W, H, w, m);
+    bspline_cols_init(c, W, w, m);
+    bspline_cols_causal(c, W, 1, H);
+    bspline_cols_anticausal(c, W, H);
     return 0;
 }
 

@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 /* ---- constants ---------------------------------------------------------------------- */
 
@@ -917,6 +918,27 @@ static int bicubic_prefilter_finite(const rp_plane *p, double *c, double g2)
     return 0;
 }
 
+/* Allocates the coefficient array of `bytes` bytes; where the system has transparent huge
+ * pages, asks for them over the array (madvise MADV_HUGEPAGE on the 2 MiB-aligned part):
+ * with 4 KiB pages a 4096^2 plane's 134 MB cost 33,000 page faults on first touch (about
+ * half of the preparation's time here), and the sampler, reading rows far apart when
+ * the grids are rotated, misses the TLB.  The advice is a hint: its failure changes
+ * nothing.  Returns NULL when out of memory. */
+static double *coef_alloc(size_t bytes)
+{
+    double *c = malloc(bytes);
+#if defined(MADV_HUGEPAGE)
+    const uintptr_t huge = (uintptr_t)2 << 20;
+    if (c && bytes >= 4 * huge) {
+        uintptr_t lo = ((uintptr_t)c + huge - 1) & ~(huge - 1);
+        uintptr_t hi = ((uintptr_t)c + bytes) & ~(huge - 1);
+        if (hi > lo)
+            (void)madvise((void *)lo, hi - lo, MADV_HUGEPAGE);
+    }
+#endif
+    return c;
+}
+
 /* Prepares bicubic sampling: copies the plane, edge-padded by one pixel, into k->coef
  * (non-finite pixels filled, see fill_missing, and flagged in k->bad), then applies the
  * cubic B-spline prefilter with mirror boundaries along rows and columns (scipy
@@ -927,7 +949,7 @@ static int bicubic_prepare(rp_kernel *k)
 {
     const rp_plane *p = &k->src;
     const long nx = p->nx, ny = p->ny, W = nx + 2, H = ny + 2;
-    double *c = malloc(sizeof(double) * (size_t)W * (size_t)H);
+    double *c = coef_alloc(sizeof(double) * (size_t)W * (size_t)H);
     if (!c)
         return -1;
     k->coef = c;

@@ -57,6 +57,9 @@ struct rp_kernel {
                               (sx, sy) touches a non-finite pixel, at (sy + 1) * (nx + 2)
                               + sx + 1; NULL when every pixel is finite */
     double *lz;            /* lanczos3: L(k / LZ_RES), k = 0 .. LZ_TABLEN - 1 */
+    double *lzp;           /* lanczos3: for k = 0 .. LZ_RES, at lzp + 8 k (64-byte aligned),
+                              L(k'), L(k' + 1) - L(k') for k' = k, k + LZ_RES, k + 2 LZ_RES
+                              (in table units; lz values), then two zeros */
 };
 
 /* ---- shared pieces of the samplers -------------------------------------------------- */
@@ -379,29 +382,104 @@ RP_SAMPLER4(float, f32)
 RP_SAMPLER4(double, f64)
 /* ---- lanczos3, four positions at a time ---------------------------------------------- */
 
-/* lanczos3_weights for the fractions t of four lanes: the same table reads and the same
+/* Lanes (i0, i1, i2, i3) of the eight lanes of a then b (0-3 a, 4-7 b), as an rp_v4d. */
+#if defined(__clang__)
+#define RP_V4D_SHUF(a, b, i0, i1, i2, i3) __builtin_shufflevector((a), (b), i0, i1, i2, i3)
+#else
+#define RP_V4D_SHUF(a, b, i0, i1, i2, i3) __builtin_shuffle((a), (b), (rp_v4q){ i0, i1, i2, i3 })
+#endif
+
+/* The six fields L(k), D(k), L(k + R), D(k + R), L(k + 2R), D(k + 2R) of the entries
+ * k = idx[0 .. 3] of the paired table lzp (R = LZ_RES, D(k) = L(k + 1) - L(k)) as six
+ * rp_v4d f[0..5], lane q of f[i] being field i of entry idx[q]: per lane two aligned
+ * 32-byte loads (the entry is one cache line), then a 4x4 and a 4x2 transpose. */
+#define RP_LZ_FIELDS4(lzp, idx, f)                                                        \
+    do {                                                                                  \
+        rp_v4d a0_, a1_, a2_, a3_, b0_, b1_, b2_, b3_;                                    \
+        const double *e0_ = (lzp) + 8 * (size_t)(idx)[0], *e1_ = (lzp) + 8 * (size_t)(idx)[1]; \
+        const double *e2_ = (lzp) + 8 * (size_t)(idx)[2], *e3_ = (lzp) + 8 * (size_t)(idx)[3]; \
+        RP_V4D_LOAD(a0_, e0_);                                                            \
+        RP_V4D_LOAD(a1_, e1_);                                                            \
+        RP_V4D_LOAD(a2_, e2_);                                                            \
+        RP_V4D_LOAD(a3_, e3_);                                                            \
+        RP_V4D_LOAD(b0_, e0_ + 4);                                                        \
+        RP_V4D_LOAD(b1_, e1_ + 4);                                                        \
+        RP_V4D_LOAD(b2_, e2_ + 4);                                                        \
+        RP_V4D_LOAD(b3_, e3_ + 4);                                                        \
+        const rp_v4d p01_ = RP_V4D_SHUF(a0_, a1_, 0, 4, 2, 6);                            \
+        const rp_v4d q01_ = RP_V4D_SHUF(a0_, a1_, 1, 5, 3, 7);                            \
+        const rp_v4d p23_ = RP_V4D_SHUF(a2_, a3_, 0, 4, 2, 6);                            \
+        const rp_v4d q23_ = RP_V4D_SHUF(a2_, a3_, 1, 5, 3, 7);                            \
+        const rp_v4d s01_ = RP_V4D_SHUF(b0_, b1_, 0, 4, 1, 5);                            \
+        const rp_v4d s23_ = RP_V4D_SHUF(b2_, b3_, 0, 4, 1, 5);                            \
+        (f)[0] = RP_V4D_SHUF(p01_, p23_, 0, 1, 4, 5);                                     \
+        (f)[1] = RP_V4D_SHUF(q01_, q23_, 0, 1, 4, 5);                                     \
+        (f)[2] = RP_V4D_SHUF(p01_, p23_, 2, 3, 6, 7);                                     \
+        (f)[3] = RP_V4D_SHUF(q01_, q23_, 2, 3, 6, 7);                                     \
+        (f)[4] = RP_V4D_SHUF(s01_, s23_, 0, 1, 4, 5);                                     \
+        (f)[5] = RP_V4D_SHUF(s01_, s23_, 2, 3, 6, 7);                                     \
+    } while (0)
+
+/* lanczos3_weights for the fractions t of four lanes: the same table values and the same
  * arithmetic in each lane (u = t * LZ_RES, v = LZ_RES - u, truncated to int32: u and v
- * are within [0, LZ_RES]).  Writes w[0..5] and returns nothing; *s receives the sums,
- * added left to right as lanczos3_weights adds them. */
-#define RP_LZ_WEIGHTS4(tab, t, w, s)                                                      \
+ * are within [0, LZ_RES]; a[1] - a[0] read from the paired table, where it was computed
+ * by the same subtraction), so bit for bit the same weights.  Writes w[0..5]; s receives
+ * the sums, added left to right as lanczos3_weights adds them. */
+#define RP_LZ_WEIGHTS4(lzp, t, w, s)                                                      \
     do {                                                                                  \
         const rp_v4d u_ = (t) * (double)LZ_RES, v_ = (double)LZ_RES - u_;                 \
         const rp_v4i iu_ = __builtin_convertvector(u_, rp_v4i);                           \
         const rp_v4i iv_ = __builtin_convertvector(v_, rp_v4i);                           \
         const rp_v4d fu_ = u_ - __builtin_convertvector(iu_, rp_v4d);                     \
         const rp_v4d fv_ = v_ - __builtin_convertvector(iv_, rp_v4d);                     \
-        for (int o_ = 0; o_ < 3; o_++) {                                                  \
-            const double *a_ = (tab) + (2 - o_) * LZ_RES, *b_ = (tab) + o_ * LZ_RES;      \
-            const rp_v4d a0_ = { a_[iu_[0]], a_[iu_[1]], a_[iu_[2]], a_[iu_[3]] };        \
-            const rp_v4d a1_ = { a_[iu_[0] + 1], a_[iu_[1] + 1], a_[iu_[2] + 1],          \
-                                 a_[iu_[3] + 1] };                                        \
-            const rp_v4d b0_ = { b_[iv_[0]], b_[iv_[1]], b_[iv_[2]], b_[iv_[3]] };        \
-            const rp_v4d b1_ = { b_[iv_[0] + 1], b_[iv_[1] + 1], b_[iv_[2] + 1],          \
-                                 b_[iv_[3] + 1] };                                        \
-            (w)[o_] = a0_ + fu_ * (a1_ - a0_);                                            \
-            (w)[3 + o_] = b0_ + fv_ * (b1_ - b0_);                                        \
-        }                                                                                 \
+        rp_v4d fa_[6], fb_[6];                                                            \
+        RP_LZ_FIELDS4(lzp, iu_, fa_);                                                     \
+        RP_LZ_FIELDS4(lzp, iv_, fb_);                                                     \
+        (w)[0] = fa_[4] + fu_ * fa_[5];                                                   \
+        (w)[1] = fa_[2] + fu_ * fa_[3];                                                   \
+        (w)[2] = fa_[0] + fu_ * fa_[1];                                                   \
+        (w)[3] = fb_[0] + fv_ * fb_[1];                                                   \
+        (w)[4] = fb_[2] + fv_ * fb_[3];                                                   \
+        (w)[5] = fb_[4] + fv_ * fb_[5];                                                   \
         (s) = (w)[0] + (w)[1] + (w)[2] + (w)[3] + (w)[4] + (w)[5];                        \
+    } while (0)
+
+/* Four float lanes, and lanes (i0, i1, i2, i3) of the eight lanes of a then b (0-3 a,
+ * 4-7 b) as such a vector. */
+typedef float rp_v4f __attribute__((vector_size(16)));
+#if defined(__clang__)
+#define RP_V4F_SHUF(a, b, i0, i1, i2, i3) __builtin_shufflevector((a), (b), i0, i1, i2, i3)
+#else
+#define RP_V4F_SHUF(a, b, i0, i1, i2, i3) __builtin_shuffle((a), (b), (rp_v4i){ i0, i1, i2, i3 })
+#endif
+
+/* The six float pixels at r0 .. r3 (one row of the supports of four lanes, const void
+ * pointers to floats) as six rp_v4d v[0..5], v[i] holding pixel i of each lane: per lane
+ * two overlapping 16-byte loads (pixels 0-3 and 2-5), then a 4x4 and a 4x2 transpose in
+ * float lanes, then the widening (exact) to double.  The same values as four scalar loads per v[i]. */
+#define RP_LZ_ROW_F32(r0, r1, r2, r3, v)                                                  \
+    do {                                                                                  \
+        rp_v4f q0_, q1_, q2_, q3_, h0_, h1_, h2_, h3_;                                    \
+        memcpy(&q0_, (r0), 16);                                                           \
+        memcpy(&q1_, (r1), 16);                                                           \
+        memcpy(&q2_, (r2), 16);                                                           \
+        memcpy(&q3_, (r3), 16);                                                           \
+        memcpy(&h0_, (const char *)(r0) + 8, 16);                                         \
+        memcpy(&h1_, (const char *)(r1) + 8, 16);                                         \
+        memcpy(&h2_, (const char *)(r2) + 8, 16);                                         \
+        memcpy(&h3_, (const char *)(r3) + 8, 16);                                         \
+        const rp_v4f t0_ = RP_V4F_SHUF(q0_, q1_, 0, 4, 1, 5);                             \
+        const rp_v4f t1_ = RP_V4F_SHUF(q0_, q1_, 2, 6, 3, 7);                             \
+        const rp_v4f t2_ = RP_V4F_SHUF(q2_, q3_, 0, 4, 1, 5);                             \
+        const rp_v4f t3_ = RP_V4F_SHUF(q2_, q3_, 2, 6, 3, 7);                             \
+        const rp_v4f u0_ = RP_V4F_SHUF(h0_, h1_, 2, 6, 3, 7);                             \
+        const rp_v4f u1_ = RP_V4F_SHUF(h2_, h3_, 2, 6, 3, 7);                             \
+        (v)[0] = __builtin_convertvector(RP_V4F_SHUF(t0_, t2_, 0, 1, 4, 5), rp_v4d);      \
+        (v)[1] = __builtin_convertvector(RP_V4F_SHUF(t0_, t2_, 2, 3, 6, 7), rp_v4d);      \
+        (v)[2] = __builtin_convertvector(RP_V4F_SHUF(t1_, t3_, 0, 1, 4, 5), rp_v4d);      \
+        (v)[3] = __builtin_convertvector(RP_V4F_SHUF(t1_, t3_, 2, 3, 6, 7), rp_v4d);      \
+        (v)[4] = __builtin_convertvector(RP_V4F_SHUF(u0_, u1_, 0, 1, 4, 5), rp_v4d);      \
+        (v)[5] = __builtin_convertvector(RP_V4F_SHUF(u0_, u1_, 2, 3, 6, 7), rp_v4d);      \
     } while (0)
 
 /* The same definition as lanczos3_SFX, four positions at a time: groups whose four 6x6
@@ -414,7 +492,7 @@ RP_SAMPLER4(double, f64)
                                              const double *restrict y, double *restrict out) \
     {                                                                                     \
         RP_SAMPLER_VARS(T, k->src.data);                                                  \
-        const double *tab = k->lz;                                                        \
+        const double *lzp = k->lzp;                                                       \
         /* Interior: the support floor(c) - 3 .. floor(c) + 2 within the image on both    \
          * axes, 3 <= floor(c) <= n - 3. */                                               \
         const rp_v4i three = RP_V4I_SPLAT(3);                                             \
@@ -428,8 +506,8 @@ RP_SAMPLER4(double, f64)
                 if (!(ok[0] & ok[1] & ok[2] & ok[3]))                                     \
                     goto point_##SFX;                                                     \
                 rp_v4d wx[6], wy[6], sx, sy;                                              \
-                RP_LZ_WEIGHTS4(tab, cx - __builtin_convertvector(fx, rp_v4d), wx, sx);    \
-                RP_LZ_WEIGHTS4(tab, cy - __builtin_convertvector(fy, rp_v4d), wy, sy);    \
+                RP_LZ_WEIGHTS4(lzp, cx - __builtin_convertvector(fx, rp_v4d), wx, sx);    \
+                RP_LZ_WEIGHTS4(lzp, cy - __builtin_convertvector(fy, rp_v4d), wy, sy);    \
                 const T *base[4];                                                         \
                 for (int q = 0; q < 4; q++)                                               \
                     base[q] = src + (size_t)(fy[q] - 3) * (size_t)nx + (size_t)(fx[q] - 3); \
@@ -438,15 +516,15 @@ RP_SAMPLER4(double, f64)
                     const size_t o = (size_t)jj * (size_t)nx;                             \
                     const T *r0 = base[0] + o, *r1 = base[1] + o, *r2 = base[2] + o,      \
                             *r3 = base[3] + o;                                            \
-                    rp_v4d acc = { 0.0, 0.0, 0.0, 0.0 }, pair[3];                         \
-                    for (int ii = 0; ii < 6; ii += 2) {                                   \
-                        const rp_v4d va = { (double)r0[ii], (double)r1[ii], (double)r2[ii], \
-                                            (double)r3[ii] };                             \
-                        const rp_v4d vb = { (double)r0[ii + 1], (double)r1[ii + 1],       \
-                                            (double)r2[ii + 1], (double)r3[ii + 1] };     \
-                        pair[ii / 2] = wx[ii] * va + wx[ii + 1] * vb;                     \
-                    }                                                                     \
-                    acc = (pair[0] + pair[1]) + pair[2];                                  \
+                    rp_v4d v[6], acc;                                                     \
+                    if (sizeof(T) == sizeof(float))                                       \
+                        RP_LZ_ROW_F32(r0, r1, r2, r3, v);                                 \
+                    else                                                                  \
+                        for (int ii = 0; ii < 6; ii++)                                    \
+                            v[ii] = (rp_v4d){ (double)r0[ii], (double)r1[ii],             \
+                                              (double)r2[ii], (double)r3[ii] };           \
+                    acc = ((wx[0] * v[0] + wx[1] * v[1]) + (wx[2] * v[2] + wx[3] * v[3])) \
+                          + (wx[4] * v[4] + wx[5] * v[5]);                                \
                     sum += wy[jj] * acc;                                                  \
                 }                                                                         \
                 const rp_v4d r = sum / (sx * sy);                                         \
@@ -465,13 +543,6 @@ RP_SAMPLER4(double, f64)
 RP_LANCZOS4(float, f32)
 RP_LANCZOS4(double, f64)
 /* ---- bicubic, four positions at a time ----------------------------------------------- */
-
-/* Lanes (i0, i1, i2, i3) of the eight lanes of a then b (0-3 a, 4-7 b), as an rp_v4d. */
-#if defined(__clang__)
-#define RP_V4D_SHUF(a, b, i0, i1, i2, i3) __builtin_shufflevector((a), (b), i0, i1, i2, i3)
-#else
-#define RP_V4D_SHUF(a, b, i0, i1, i2, i3) __builtin_shuffle((a), (b), (rp_v4q){ i0, i1, i2, i3 })
-#endif
 
 /* bspline3_weights for the fractions t of four lanes, the same arithmetic in each lane. */
 #define RP_BSPLINE_WEIGHTS4(t, w)                                                         \
@@ -1044,6 +1115,26 @@ static double *lanczos3_table(void)
     return t;
 }
 
+/* The paired table k->lzp (struct rp_kernel) from the table lz: every value copied, every
+ * difference L(k + 1) - L(k) computed once here, as lanczos3_weights computes it.
+ * Returns the table (aligned_alloc, 64-byte entries) or NULL (out of memory). */
+static double *lanczos3_pairs(const double *lz)
+{
+    double *p = aligned_alloc(64, sizeof(double) * 8 * (LZ_RES + 1));
+    if (!p)
+        return NULL;
+    for (long q = 0; q <= LZ_RES; q++) {
+        double *e = p + 8 * q;
+        for (int o = 0; o < 3; o++) {
+            const double *a = lz + q + o * LZ_RES;   /* q + 2 LZ_RES + 1 < LZ_TABLEN */
+            e[2 * o] = a[0];
+            e[2 * o + 1] = a[1] - a[0];
+        }
+        e[6] = e[7] = 0.0;
+    }
+    return p;
+}
+
 /* ---- public API --------------------------------------------------------------------- */
 
 /* See kernels.h.  Errors (NULL returned, `err` set): NULL or malformed plane (no data,
@@ -1092,7 +1183,7 @@ rp_kernel *rp_kernel_new(rp_method method, const rp_plane *src, char *err, size_
     if (method == RP_BICUBIC)
         rc = bicubic_prepare(k);
     else if (method == RP_LANCZOS3)
-        rc = (k->lz = lanczos3_table()) ? 0 : -1;
+        rc = (k->lz = lanczos3_table()) && (k->lzp = lanczos3_pairs(k->lz)) ? 0 : -1;
     if (rc != 0) {
         tess_seterr(err, errlen, "kernel: out of memory (%ldx%ld plane)", src->nx, src->ny);
         rp_kernel_free(k);
@@ -1108,6 +1199,7 @@ void rp_kernel_free(rp_kernel *k)
     free(k->coef);
     free(k->bad);
     free(k->lz);
+    free(k->lzp);
     free(k);
 }
 

@@ -6,6 +6,7 @@
 #include <float.h>
 #include <limits.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -56,10 +57,10 @@ struct rp_kernel {
     unsigned char *bad;    /* bicubic: 1 where the 4x4 support starting at padded
                               (sx, sy) touches a non-finite pixel, at (sy + 1) * (nx + 2)
                               + sx + 1; NULL when every pixel is finite */
-    double *lz;            /* lanczos3: L(k / LZ_RES), k = 0 .. LZ_TABLEN - 1 */
-    double *lzp;           /* lanczos3: for k = 0 .. LZ_RES, at lzp + 8 k (64-byte aligned),
-                              L(k'), L(k' + 1) - L(k') for k' = k, k + LZ_RES, k + 2 LZ_RES
-                              (in table units; lz values), then two zeros */
+    const double *lz;      /* lanczos3: L(k / LZ_RES), k = 0 .. LZ_TABLEN - 1 (shared) */
+    const double *lzp;     /* lanczos3 (shared): for k = 0 .. LZ_RES, at lzp + 8 k (64-byte
+                              aligned), L(k'), L(k' + 1) - L(k') for k' = k, k + LZ_RES,
+                              k + 2 LZ_RES (in table units; lz values), then two zeros */
 };
 
 /* ---- shared pieces of the samplers -------------------------------------------------- */
@@ -1092,16 +1093,24 @@ static int bicubic_prepare(rp_kernel *k)
 
 /* ---- lanczos3 ----------------------------------------------------------------------- */
 
-/* The Lanczos-3 kernel L(u) = sinc(u) sinc(u / 3) for |u| < 3, 0 beyond, sinc(v) =
- * sin(pi v) / (pi v) (Duchon, "Lanczos filtering in one and two dimensions", J. Applied
- * Meteorology 18, 1979; Turkowski, "Filters for common resampling tasks", Graphics Gems,
- * 1990), tabulated at u = k / LZ_RES; exactly 1 at 0 and 0 at the other integers.
- * Returns the table or NULL (out of memory). */
-static double *lanczos3_table(void)
+/* The Lanczos-3 tables, made once per process (lanczos3_tables, under pthread_once) and
+ * shared read-only by every kernel, so that a cube's planes, each with its own kernel,
+ * do not each hold (and compute) a copy.  lz_table: L(k / LZ_RES), k = 0 .. LZ_TABLEN - 1;
+ * lz_pairs: see struct rp_kernel, field lzp. */
+static double lz_table[LZ_TABLEN];
+static _Alignas(64) double lz_pairs[8 * (LZ_RES + 1)];
+static pthread_once_t lz_once = PTHREAD_ONCE_INIT;
+
+/* Fills lz_table with the Lanczos-3 kernel L(u) = sinc(u) sinc(u / 3) for |u| < 3, 0
+ * beyond, sinc(v) = sin(pi v) / (pi v) (Duchon, "Lanczos filtering in one and two
+ * dimensions", J. Applied Meteorology 18, 1979; Turkowski, "Filters for common
+ * resampling tasks", Graphics Gems, 1990), tabulated at u = k / LZ_RES (exactly 1 at 0
+ * and 0 at the other integers), then lz_pairs from it: every value copied, every
+ * difference L(k + 1) - L(k) computed once here, as lanczos3_weights computes it.
+ * Cannot fail. */
+static void lanczos3_tables(void)
 {
-    double *t = malloc(sizeof(double) * LZ_TABLEN);
-    if (!t)
-        return NULL;
+    double *t = lz_table;
     t[0] = 1.0;
     for (long q = 1; q < LZ_TABLEN; q++) {
         double u = (double)q / LZ_RES;
@@ -1112,27 +1121,15 @@ static double *lanczos3_table(void)
         double a = M_PI * u, b = a / LZ_A;
         t[q] = sin(a) * sin(b) / (a * b);
     }
-    return t;
-}
-
-/* The paired table k->lzp (struct rp_kernel) from the table lz: every value copied, every
- * difference L(k + 1) - L(k) computed once here, as lanczos3_weights computes it.
- * Returns the table (aligned_alloc, 64-byte entries) or NULL (out of memory). */
-static double *lanczos3_pairs(const double *lz)
-{
-    double *p = aligned_alloc(64, sizeof(double) * 8 * (LZ_RES + 1));
-    if (!p)
-        return NULL;
     for (long q = 0; q <= LZ_RES; q++) {
-        double *e = p + 8 * q;
+        double *e = lz_pairs + 8 * q;
         for (int o = 0; o < 3; o++) {
-            const double *a = lz + q + o * LZ_RES;   /* q + 2 LZ_RES + 1 < LZ_TABLEN */
-            e[2 * o] = a[0];
-            e[2 * o + 1] = a[1] - a[0];
+            const double *v = t + q + o * LZ_RES;   /* q + 2 LZ_RES + 1 < LZ_TABLEN */
+            e[2 * o] = v[0];
+            e[2 * o + 1] = v[1] - v[0];
         }
         e[6] = e[7] = 0.0;
     }
-    return p;
 }
 
 /* ---- public API --------------------------------------------------------------------- */
@@ -1182,8 +1179,11 @@ rp_kernel *rp_kernel_new(rp_method method, const rp_plane *src, char *err, size_
     int rc = 0;
     if (method == RP_BICUBIC)
         rc = bicubic_prepare(k);
-    else if (method == RP_LANCZOS3)
-        rc = (k->lz = lanczos3_table()) && (k->lzp = lanczos3_pairs(k->lz)) ? 0 : -1;
+    else if (method == RP_LANCZOS3) {
+        rc = pthread_once(&lz_once, lanczos3_tables) == 0 ? 0 : -1;
+        k->lz = lz_table;
+        k->lzp = lz_pairs;
+    }
     if (rc != 0) {
         tess_seterr(err, errlen, "kernel: out of memory (%ldx%ld plane)", src->nx, src->ny);
         rp_kernel_free(k);
@@ -1198,8 +1198,6 @@ void rp_kernel_free(rp_kernel *k)
         return;
     free(k->coef);
     free(k->bad);
-    free(k->lz);
-    free(k->lzp);
     free(k);
 }
 

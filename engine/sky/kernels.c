@@ -6,10 +6,12 @@
 #include <float.h>
 #include <limits.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 /* ---- constants ---------------------------------------------------------------------- */
 
@@ -55,7 +57,10 @@ struct rp_kernel {
     unsigned char *bad;    /* bicubic: 1 where the 4x4 support starting at padded
                               (sx, sy) touches a non-finite pixel, at (sy + 1) * (nx + 2)
                               + sx + 1; NULL when every pixel is finite */
-    double *lz;            /* lanczos3: L(k / LZ_RES), k = 0 .. LZ_TABLEN - 1 */
+    const double *lz;      /* lanczos3: L(k / LZ_RES), k = 0 .. LZ_TABLEN - 1 (shared) */
+    const double *lzp;     /* lanczos3 (shared): for k = 0 .. LZ_RES, at lzp + 8 k (64-byte
+                              aligned), L(k'), L(k' + 1) - L(k') for k' = k, k + LZ_RES,
+                              k + 2 LZ_RES (in table units; lz values), then two zeros */
 };
 
 /* ---- shared pieces of the samplers -------------------------------------------------- */
@@ -378,29 +383,104 @@ RP_SAMPLER4(float, f32)
 RP_SAMPLER4(double, f64)
 /* ---- lanczos3, four positions at a time ---------------------------------------------- */
 
-/* lanczos3_weights for the fractions t of four lanes: the same table reads and the same
+/* Lanes (i0, i1, i2, i3) of the eight lanes of a then b (0-3 a, 4-7 b), as an rp_v4d. */
+#if defined(__clang__)
+#define RP_V4D_SHUF(a, b, i0, i1, i2, i3) __builtin_shufflevector((a), (b), i0, i1, i2, i3)
+#else
+#define RP_V4D_SHUF(a, b, i0, i1, i2, i3) __builtin_shuffle((a), (b), (rp_v4q){ i0, i1, i2, i3 })
+#endif
+
+/* The six fields L(k), D(k), L(k + R), D(k + R), L(k + 2R), D(k + 2R) of the entries
+ * k = idx[0 .. 3] of the paired table lzp (R = LZ_RES, D(k) = L(k + 1) - L(k)) as six
+ * rp_v4d f[0..5], lane q of f[i] being field i of entry idx[q]: per lane two aligned
+ * 32-byte loads (the entry is one cache line), then a 4x4 and a 4x2 transpose. */
+#define RP_LZ_FIELDS4(lzp, idx, f)                                                        \
+    do {                                                                                  \
+        rp_v4d a0_, a1_, a2_, a3_, b0_, b1_, b2_, b3_;                                    \
+        const double *e0_ = (lzp) + 8 * (size_t)(idx)[0], *e1_ = (lzp) + 8 * (size_t)(idx)[1]; \
+        const double *e2_ = (lzp) + 8 * (size_t)(idx)[2], *e3_ = (lzp) + 8 * (size_t)(idx)[3]; \
+        RP_V4D_LOAD(a0_, e0_);                                                            \
+        RP_V4D_LOAD(a1_, e1_);                                                            \
+        RP_V4D_LOAD(a2_, e2_);                                                            \
+        RP_V4D_LOAD(a3_, e3_);                                                            \
+        RP_V4D_LOAD(b0_, e0_ + 4);                                                        \
+        RP_V4D_LOAD(b1_, e1_ + 4);                                                        \
+        RP_V4D_LOAD(b2_, e2_ + 4);                                                        \
+        RP_V4D_LOAD(b3_, e3_ + 4);                                                        \
+        const rp_v4d p01_ = RP_V4D_SHUF(a0_, a1_, 0, 4, 2, 6);                            \
+        const rp_v4d q01_ = RP_V4D_SHUF(a0_, a1_, 1, 5, 3, 7);                            \
+        const rp_v4d p23_ = RP_V4D_SHUF(a2_, a3_, 0, 4, 2, 6);                            \
+        const rp_v4d q23_ = RP_V4D_SHUF(a2_, a3_, 1, 5, 3, 7);                            \
+        const rp_v4d s01_ = RP_V4D_SHUF(b0_, b1_, 0, 4, 1, 5);                            \
+        const rp_v4d s23_ = RP_V4D_SHUF(b2_, b3_, 0, 4, 1, 5);                            \
+        (f)[0] = RP_V4D_SHUF(p01_, p23_, 0, 1, 4, 5);                                     \
+        (f)[1] = RP_V4D_SHUF(q01_, q23_, 0, 1, 4, 5);                                     \
+        (f)[2] = RP_V4D_SHUF(p01_, p23_, 2, 3, 6, 7);                                     \
+        (f)[3] = RP_V4D_SHUF(q01_, q23_, 2, 3, 6, 7);                                     \
+        (f)[4] = RP_V4D_SHUF(s01_, s23_, 0, 1, 4, 5);                                     \
+        (f)[5] = RP_V4D_SHUF(s01_, s23_, 2, 3, 6, 7);                                     \
+    } while (0)
+
+/* lanczos3_weights for the fractions t of four lanes: the same table values and the same
  * arithmetic in each lane (u = t * LZ_RES, v = LZ_RES - u, truncated to int32: u and v
- * are within [0, LZ_RES]).  Writes w[0..5] and returns nothing; *s receives the sums,
- * added left to right as lanczos3_weights adds them. */
-#define RP_LZ_WEIGHTS4(tab, t, w, s)                                                      \
+ * are within [0, LZ_RES]; a[1] - a[0] read from the paired table, where it was computed
+ * by the same subtraction), so bit for bit the same weights.  Writes w[0..5]; s receives
+ * the sums, added left to right as lanczos3_weights adds them. */
+#define RP_LZ_WEIGHTS4(lzp, t, w, s)                                                      \
     do {                                                                                  \
         const rp_v4d u_ = (t) * (double)LZ_RES, v_ = (double)LZ_RES - u_;                 \
         const rp_v4i iu_ = __builtin_convertvector(u_, rp_v4i);                           \
         const rp_v4i iv_ = __builtin_convertvector(v_, rp_v4i);                           \
         const rp_v4d fu_ = u_ - __builtin_convertvector(iu_, rp_v4d);                     \
         const rp_v4d fv_ = v_ - __builtin_convertvector(iv_, rp_v4d);                     \
-        for (int o_ = 0; o_ < 3; o_++) {                                                  \
-            const double *a_ = (tab) + (2 - o_) * LZ_RES, *b_ = (tab) + o_ * LZ_RES;      \
-            const rp_v4d a0_ = { a_[iu_[0]], a_[iu_[1]], a_[iu_[2]], a_[iu_[3]] };        \
-            const rp_v4d a1_ = { a_[iu_[0] + 1], a_[iu_[1] + 1], a_[iu_[2] + 1],          \
-                                 a_[iu_[3] + 1] };                                        \
-            const rp_v4d b0_ = { b_[iv_[0]], b_[iv_[1]], b_[iv_[2]], b_[iv_[3]] };        \
-            const rp_v4d b1_ = { b_[iv_[0] + 1], b_[iv_[1] + 1], b_[iv_[2] + 1],          \
-                                 b_[iv_[3] + 1] };                                        \
-            (w)[o_] = a0_ + fu_ * (a1_ - a0_);                                            \
-            (w)[3 + o_] = b0_ + fv_ * (b1_ - b0_);                                        \
-        }                                                                                 \
+        rp_v4d fa_[6], fb_[6];                                                            \
+        RP_LZ_FIELDS4(lzp, iu_, fa_);                                                     \
+        RP_LZ_FIELDS4(lzp, iv_, fb_);                                                     \
+        (w)[0] = fa_[4] + fu_ * fa_[5];                                                   \
+        (w)[1] = fa_[2] + fu_ * fa_[3];                                                   \
+        (w)[2] = fa_[0] + fu_ * fa_[1];                                                   \
+        (w)[3] = fb_[0] + fv_ * fb_[1];                                                   \
+        (w)[4] = fb_[2] + fv_ * fb_[3];                                                   \
+        (w)[5] = fb_[4] + fv_ * fb_[5];                                                   \
         (s) = (w)[0] + (w)[1] + (w)[2] + (w)[3] + (w)[4] + (w)[5];                        \
+    } while (0)
+
+/* Four float lanes, and lanes (i0, i1, i2, i3) of the eight lanes of a then b (0-3 a,
+ * 4-7 b) as such a vector. */
+typedef float rp_v4f __attribute__((vector_size(16)));
+#if defined(__clang__)
+#define RP_V4F_SHUF(a, b, i0, i1, i2, i3) __builtin_shufflevector((a), (b), i0, i1, i2, i3)
+#else
+#define RP_V4F_SHUF(a, b, i0, i1, i2, i3) __builtin_shuffle((a), (b), (rp_v4i){ i0, i1, i2, i3 })
+#endif
+
+/* The six float pixels at r0 .. r3 (one row of the supports of four lanes, const void
+ * pointers to floats) as six rp_v4d v[0..5], v[i] holding pixel i of each lane: per lane
+ * two overlapping 16-byte loads (pixels 0-3 and 2-5), then a 4x4 and a 4x2 transpose in
+ * float lanes, then the widening (exact) to double.  The same values as four scalar loads per v[i]. */
+#define RP_LZ_ROW_F32(r0, r1, r2, r3, v)                                                  \
+    do {                                                                                  \
+        rp_v4f q0_, q1_, q2_, q3_, h0_, h1_, h2_, h3_;                                    \
+        memcpy(&q0_, (r0), 16);                                                           \
+        memcpy(&q1_, (r1), 16);                                                           \
+        memcpy(&q2_, (r2), 16);                                                           \
+        memcpy(&q3_, (r3), 16);                                                           \
+        memcpy(&h0_, (const char *)(r0) + 8, 16);                                         \
+        memcpy(&h1_, (const char *)(r1) + 8, 16);                                         \
+        memcpy(&h2_, (const char *)(r2) + 8, 16);                                         \
+        memcpy(&h3_, (const char *)(r3) + 8, 16);                                         \
+        const rp_v4f t0_ = RP_V4F_SHUF(q0_, q1_, 0, 4, 1, 5);                             \
+        const rp_v4f t1_ = RP_V4F_SHUF(q0_, q1_, 2, 6, 3, 7);                             \
+        const rp_v4f t2_ = RP_V4F_SHUF(q2_, q3_, 0, 4, 1, 5);                             \
+        const rp_v4f t3_ = RP_V4F_SHUF(q2_, q3_, 2, 6, 3, 7);                             \
+        const rp_v4f u0_ = RP_V4F_SHUF(h0_, h1_, 2, 6, 3, 7);                             \
+        const rp_v4f u1_ = RP_V4F_SHUF(h2_, h3_, 2, 6, 3, 7);                             \
+        (v)[0] = __builtin_convertvector(RP_V4F_SHUF(t0_, t2_, 0, 1, 4, 5), rp_v4d);      \
+        (v)[1] = __builtin_convertvector(RP_V4F_SHUF(t0_, t2_, 2, 3, 6, 7), rp_v4d);      \
+        (v)[2] = __builtin_convertvector(RP_V4F_SHUF(t1_, t3_, 0, 1, 4, 5), rp_v4d);      \
+        (v)[3] = __builtin_convertvector(RP_V4F_SHUF(t1_, t3_, 2, 3, 6, 7), rp_v4d);      \
+        (v)[4] = __builtin_convertvector(RP_V4F_SHUF(u0_, u1_, 0, 1, 4, 5), rp_v4d);      \
+        (v)[5] = __builtin_convertvector(RP_V4F_SHUF(u0_, u1_, 2, 3, 6, 7), rp_v4d);      \
     } while (0)
 
 /* The same definition as lanczos3_SFX, four positions at a time: groups whose four 6x6
@@ -413,7 +493,7 @@ RP_SAMPLER4(double, f64)
                                              const double *restrict y, double *restrict out) \
     {                                                                                     \
         RP_SAMPLER_VARS(T, k->src.data);                                                  \
-        const double *tab = k->lz;                                                        \
+        const double *lzp = k->lzp;                                                       \
         /* Interior: the support floor(c) - 3 .. floor(c) + 2 within the image on both    \
          * axes, 3 <= floor(c) <= n - 3. */                                               \
         const rp_v4i three = RP_V4I_SPLAT(3);                                             \
@@ -427,8 +507,8 @@ RP_SAMPLER4(double, f64)
                 if (!(ok[0] & ok[1] & ok[2] & ok[3]))                                     \
                     goto point_##SFX;                                                     \
                 rp_v4d wx[6], wy[6], sx, sy;                                              \
-                RP_LZ_WEIGHTS4(tab, cx - __builtin_convertvector(fx, rp_v4d), wx, sx);    \
-                RP_LZ_WEIGHTS4(tab, cy - __builtin_convertvector(fy, rp_v4d), wy, sy);    \
+                RP_LZ_WEIGHTS4(lzp, cx - __builtin_convertvector(fx, rp_v4d), wx, sx);    \
+                RP_LZ_WEIGHTS4(lzp, cy - __builtin_convertvector(fy, rp_v4d), wy, sy);    \
                 const T *base[4];                                                         \
                 for (int q = 0; q < 4; q++)                                               \
                     base[q] = src + (size_t)(fy[q] - 3) * (size_t)nx + (size_t)(fx[q] - 3); \
@@ -437,15 +517,15 @@ RP_SAMPLER4(double, f64)
                     const size_t o = (size_t)jj * (size_t)nx;                             \
                     const T *r0 = base[0] + o, *r1 = base[1] + o, *r2 = base[2] + o,      \
                             *r3 = base[3] + o;                                            \
-                    rp_v4d acc = { 0.0, 0.0, 0.0, 0.0 }, pair[3];                         \
-                    for (int ii = 0; ii < 6; ii += 2) {                                   \
-                        const rp_v4d va = { (double)r0[ii], (double)r1[ii], (double)r2[ii], \
-                                            (double)r3[ii] };                             \
-                        const rp_v4d vb = { (double)r0[ii + 1], (double)r1[ii + 1],       \
-                                            (double)r2[ii + 1], (double)r3[ii + 1] };     \
-                        pair[ii / 2] = wx[ii] * va + wx[ii + 1] * vb;                     \
-                    }                                                                     \
-                    acc = (pair[0] + pair[1]) + pair[2];                                  \
+                    rp_v4d v[6], acc;                                                     \
+                    if (sizeof(T) == sizeof(float))                                       \
+                        RP_LZ_ROW_F32(r0, r1, r2, r3, v);                                 \
+                    else                                                                  \
+                        for (int ii = 0; ii < 6; ii++)                                    \
+                            v[ii] = (rp_v4d){ (double)r0[ii], (double)r1[ii],             \
+                                              (double)r2[ii], (double)r3[ii] };           \
+                    acc = ((wx[0] * v[0] + wx[1] * v[1]) + (wx[2] * v[2] + wx[3] * v[3])) \
+                          + (wx[4] * v[4] + wx[5] * v[5]);                                \
                     sum += wy[jj] * acc;                                                  \
                 }                                                                         \
                 const rp_v4d r = sum / (sx * sy);                                         \
@@ -572,12 +652,52 @@ static void bspline_line(double *c, long n, long s, const double *w, long m)
         c[k * s] = z * (c[(k + 1) * s] - c[k * s]);
 }
 
-/* The same filter along the columns of a W x H row-major array, run on whole rows at a
- * time so that memory is read in order, four columns at a time in vector lanes (each
- * lane the scalar arithmetic).  Cannot fail. */
-RP_HOT static void bspline_columns(double *c, long W, long H, const double *w, long m)
+/* Four lines of n samples at stride 1 filtered as bspline_line filters each, their
+ * operations interleaved so that the four recursions (each bound by the latency of a
+ * multiply and an add) overlap; each line gets exactly bspline_line's arithmetic.
+ * Cannot fail. */
+static void bspline_lines4(double *restrict a, double *restrict b, double *restrict c,
+                           double *restrict d, long n, const double *w, long m)
 {
     const double z = BSPLINE_Z, za = z / (z * z - 1.0);
+    double a0 = 0.0, b0 = 0.0, c0 = 0.0, d0 = 0.0;
+    for (long k = 0; k < m; k++) {
+        a0 += w[k] * a[k];
+        b0 += w[k] * b[k];
+        c0 += w[k] * c[k];
+        d0 += w[k] * d[k];
+    }
+    a[0] = a0;
+    b[0] = b0;
+    c[0] = c0;
+    d[0] = d0;
+    for (long k = 1; k < n; k++) {
+        a0 = a[k] += z * a0;
+        b0 = b[k] += z * b0;
+        c0 = c[k] += z * c0;
+        d0 = d[k] += z * d0;
+    }
+    const long l = n - 1;
+    a0 = a[l] = za * (a[l] + z * a[l - 1]);
+    b0 = b[l] = za * (b[l] + z * b[l - 1]);
+    c0 = c[l] = za * (c[l] + z * c[l - 1]);
+    d0 = d[l] = za * (d[l] + z * d[l - 1]);
+    for (long k = n - 2; k >= 0; k--) {
+        a0 = a[k] = z * (a0 - a[k]);
+        b0 = b[k] = z * (b0 - b[k]);
+        c0 = c[k] = z * (c0 - c[k]);
+        d0 = d[k] = z * (d0 - d[k]);
+    }
+}
+
+/* The same filter along the columns of a W x H row-major array, run on whole rows at a
+ * time so that memory is read in order, four columns at a time in vector lanes (each
+ * lane the scalar arithmetic), in three steps: bspline_cols_init the causal initial
+ * values into row 0 (rows 0 .. m - 1 read), bspline_cols_causal the causal pass over rows
+ * k0 .. k1 - 1 (k0 >= 1, rows before k0 done), bspline_cols_anticausal the rest.
+ * Cannot fail. */
+RP_HOT static void bspline_cols_init(double *c, long W, const double *w, long m)
+{
     const long W4 = W - W % 4;
     double *r0 = c;
     for (long i = 0; i < W; i++)
@@ -595,7 +715,13 @@ RP_HOT static void bspline_columns(double *c, long W, long H, const double *w, l
         for (; i < W; i++)
             r0[i] += w[k] * rk[i];
     }
-    for (long k = 1; k < H; k++) {
+}
+
+RP_HOT static void bspline_cols_causal(double *c, long W, long k0, long k1)
+{
+    const double z = BSPLINE_Z;
+    const long W4 = W - W % 4;
+    for (long k = k0; k < k1; k++) {
         double *r = c + k * W;
         const double *p = r - W;
         long i = 0;
@@ -609,6 +735,12 @@ RP_HOT static void bspline_columns(double *c, long W, long H, const double *w, l
         for (; i < W; i++)
             r[i] += z * p[i];
     }
+}
+
+RP_HOT static void bspline_cols_anticausal(double *c, long W, long H)
+{
+    const double z = BSPLINE_Z, za = z / (z * z - 1.0);
+    const long W4 = W - W % 4;
     double *rl = c + (H - 1) * W;
     const double *rp = rl - W;
     for (long i = 0; i < W; i++)
@@ -791,22 +923,112 @@ static int bicubic_mask(rp_kernel *k, const size_t *miss, size_t nmiss)
     return 0;
 }
 
+/* One padded row of the coefficient array (row j of H = ny + 2: image row j - 1 clamped
+ * into [0, ny - 1], the edge pixels repeated at both ends) times the gain g2.  Returns 0,
+ * or 1 when a pixel is not finite (the row is then incomplete).  Cannot fail. */
+static int bicubic_padded_row(const rp_plane *p, long j, double g2, double *restrict r)
+{
+    const long nx = p->nx, sj = clampl(j - 1, p->ny);
+    int bad = 0;
+    if (p->dtype == RP_F32) {
+        const float *s = (const float *)p->data + (size_t)sj * (size_t)nx;
+        for (long i = 0; i < nx; i++) {
+            const double v = (double)s[i];
+            bad |= !(fabs(v) <= DBL_MAX);
+            r[i + 1] = v * g2;
+        }
+    } else {
+        const double *s = (const double *)p->data + (size_t)sj * (size_t)nx;
+        for (long i = 0; i < nx; i++) {
+            const double v = s[i];
+            bad |= !(fabs(v) <= DBL_MAX);
+            r[i + 1] = v * g2;
+        }
+    }
+    r[0] = r[1];
+    r[nx + 1] = r[nx];
+    return bad;
+}
+
+/* bicubic_prepare's prefilter for a plane whose pixels are all finite, in two passes over
+ * the coefficient array instead of five: each group of four padded rows is copied with
+ * the gain, filtered along the rows (bspline_lines4) and taken through the causal pass of
+ * the columns while it is in cache; the anticausal pass of the columns is the second
+ * pass.  Every coefficient gets the arithmetic of the general path in the same order, so
+ * the two agree bit for bit.  Returns 0, or 1 as soon as a pixel is not finite (the
+ * general path must then run).  Cannot fail. */
+static int bicubic_prefilter_finite(const rp_plane *p, double *c, double g2)
+{
+    const long W = p->nx + 2, H = p->ny + 2;
+    double wr[BSPLINE_HORIZON], wc[BSPLINE_HORIZON];
+    long mr, mc, causal = 0;   /* causal: rows through which the column pass has run */
+    bspline_causal_weights(W, wr, &mr);
+    bspline_causal_weights(H, wc, &mc);
+    for (long j0 = 0; j0 < H; j0 += 4) {
+        const long nr = H - j0 < 4 ? H - j0 : 4;
+        double *r = c + j0 * W;
+        for (long q = 0; q < nr; q++)
+            if (bicubic_padded_row(p, j0 + q, g2, r + q * W) != 0)
+                return 1;
+        if (nr == 4) {
+            bspline_lines4(r, r + W, r + 2 * W, r + 3 * W, W, wr, mr);
+        } else {
+            for (long q = 0; q < nr; q++)
+                bspline_line(r + q * W, W, 1, wr, mr);
+        }
+        const long done = j0 + nr;
+        if (causal == 0 && done >= mc) {
+            bspline_cols_init(c, W, wc, mc);
+            causal = 1;
+        }
+        if (causal > 0) {
+            bspline_cols_causal(c, W, causal, done);
+            causal = done;
+        }
+    }
+    bspline_cols_anticausal(c, W, H);
+    return 0;
+}
+
+/* Allocates the coefficient array of `bytes` bytes; where the system has transparent huge
+ * pages, asks for them over the array (madvise MADV_HUGEPAGE on the 2 MiB-aligned part):
+ * with 4 KiB pages a 4096^2 plane's 134 MB cost 33,000 page faults on first touch (about
+ * half of the preparation's time here), and the sampler, reading rows far apart when
+ * the grids are rotated, misses the TLB.  The advice is a hint: its failure changes
+ * nothing.  Returns NULL when out of memory. */
+static double *coef_alloc(size_t bytes)
+{
+    double *c = malloc(bytes);
+#if defined(MADV_HUGEPAGE)
+    const uintptr_t huge = (uintptr_t)2 << 20;
+    if (c && bytes >= 4 * huge) {
+        uintptr_t lo = ((uintptr_t)c + huge - 1) & ~(huge - 1);
+        uintptr_t hi = ((uintptr_t)c + bytes) & ~(huge - 1);
+        if (hi > lo)
+            (void)madvise((void *)lo, hi - lo, MADV_HUGEPAGE);
+    }
+#endif
+    return c;
+}
+
 /* Prepares bicubic sampling: copies the plane, edge-padded by one pixel, into k->coef
  * (non-finite pixels filled, see fill_missing, and flagged in k->bad), then applies the
  * cubic B-spline prefilter with mirror boundaries along rows and columns (scipy
  * spline_filter(padded, order=3, mode='mirror'), which docs/DESIGN.md's "Kernel definitions"
  * name as the reference), gain (1 - z)(1 - 1/z) = 6 per axis.  Returns 0 or -1 (out of
- * memory). */
+ * memory).  A plane with no missing pixel takes bicubic_prefilter_finite. */
 static int bicubic_prepare(rp_kernel *k)
 {
     const rp_plane *p = &k->src;
     const long nx = p->nx, ny = p->ny, W = nx + 2, H = ny + 2;
-    double *c = malloc(sizeof(double) * (size_t)W * (size_t)H);
+    double *c = coef_alloc(sizeof(double) * (size_t)W * (size_t)H);
     if (!c)
         return -1;
     k->coef = c;
     const double gain = (1.0 - BSPLINE_Z) * (1.0 - 1.0 / BSPLINE_Z);
     const double g2 = gain * gain;
+    if (bicubic_prefilter_finite(p, c, g2) == 0)
+        return 0;
 
     /* Interior, counting the missing pixels and summing the finite ones. */
     size_t nmiss = 0;
@@ -863,22 +1085,32 @@ static int bicubic_prepare(rp_kernel *k)
     for (long j = 0; j < H; j++)
         bspline_line(c + j * W, W, 1, w, m);
     bspline_causal_weights(H, w, &m);
-    bspline_columns(c, W, H, w, m);
+    bspline_cols_init(c, W, w, m);
+    bspline_cols_causal(c, W, 1, H);
+    bspline_cols_anticausal(c, W, H);
     return 0;
 }
 
 /* ---- lanczos3 ----------------------------------------------------------------------- */
 
-/* The Lanczos-3 kernel L(u) = sinc(u) sinc(u / 3) for |u| < 3, 0 beyond, sinc(v) =
- * sin(pi v) / (pi v) (Duchon, "Lanczos filtering in one and two dimensions", J. Applied
- * Meteorology 18, 1979; Turkowski, "Filters for common resampling tasks", Graphics Gems,
- * 1990), tabulated at u = k / LZ_RES; exactly 1 at 0 and 0 at the other integers.
- * Returns the table or NULL (out of memory). */
-static double *lanczos3_table(void)
+/* The Lanczos-3 tables, made once per process (lanczos3_tables, under pthread_once) and
+ * shared read-only by every kernel, so that a cube's planes, each with its own kernel,
+ * do not each hold (and compute) a copy.  lz_table: L(k / LZ_RES), k = 0 .. LZ_TABLEN - 1;
+ * lz_pairs: see struct rp_kernel, field lzp. */
+static double lz_table[LZ_TABLEN];
+static _Alignas(64) double lz_pairs[8 * (LZ_RES + 1)];
+static pthread_once_t lz_once = PTHREAD_ONCE_INIT;
+
+/* Fills lz_table with the Lanczos-3 kernel L(u) = sinc(u) sinc(u / 3) for |u| < 3, 0
+ * beyond, sinc(v) = sin(pi v) / (pi v) (Duchon, "Lanczos filtering in one and two
+ * dimensions", J. Applied Meteorology 18, 1979; Turkowski, "Filters for common
+ * resampling tasks", Graphics Gems, 1990), tabulated at u = k / LZ_RES (exactly 1 at 0
+ * and 0 at the other integers), then lz_pairs from it: every value copied, every
+ * difference L(k + 1) - L(k) computed once here, as lanczos3_weights computes it.
+ * Cannot fail. */
+static void lanczos3_tables(void)
 {
-    double *t = malloc(sizeof(double) * LZ_TABLEN);
-    if (!t)
-        return NULL;
+    double *t = lz_table;
     t[0] = 1.0;
     for (long q = 1; q < LZ_TABLEN; q++) {
         double u = (double)q / LZ_RES;
@@ -889,7 +1121,15 @@ static double *lanczos3_table(void)
         double a = M_PI * u, b = a / LZ_A;
         t[q] = sin(a) * sin(b) / (a * b);
     }
-    return t;
+    for (long q = 0; q <= LZ_RES; q++) {
+        double *e = lz_pairs + 8 * q;
+        for (int o = 0; o < 3; o++) {
+            const double *v = t + q + o * LZ_RES;   /* q + 2 LZ_RES + 1 < LZ_TABLEN */
+            e[2 * o] = v[0];
+            e[2 * o + 1] = v[1] - v[0];
+        }
+        e[6] = e[7] = 0.0;
+    }
 }
 
 /* ---- public API --------------------------------------------------------------------- */
@@ -939,8 +1179,11 @@ rp_kernel *rp_kernel_new(rp_method method, const rp_plane *src, char *err, size_
     int rc = 0;
     if (method == RP_BICUBIC)
         rc = bicubic_prepare(k);
-    else if (method == RP_LANCZOS3)
-        rc = (k->lz = lanczos3_table()) ? 0 : -1;
+    else if (method == RP_LANCZOS3) {
+        rc = pthread_once(&lz_once, lanczos3_tables) == 0 ? 0 : -1;
+        k->lz = lz_table;
+        k->lzp = lz_pairs;
+    }
     if (rc != 0) {
         tess_seterr(err, errlen, "kernel: out of memory (%ldx%ld plane)", src->nx, src->ny);
         rp_kernel_free(k);
@@ -955,7 +1198,6 @@ void rp_kernel_free(rp_kernel *k)
         return;
     free(k->coef);
     free(k->bad);
-    free(k->lz);
     free(k);
 }
 

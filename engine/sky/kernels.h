@@ -12,8 +12,9 @@ typedef struct rp_kernel rp_kernel;
 
 /* Prepares `src` for sampling with `method`.  `src` must outlive the kernel (nearest,
  * bilinear and lanczos3 read it in place; bicubic keeps its own coefficient array of
- * (nx+2) x (ny+2) doubles).  Returns NULL on allocation failure or an unknown method
- * (`err` says which). */
+ * (nx+2) x (ny+2) doubles; lanczos3 reads static tables of 360 KB, filled at its first
+ * use in the process and shared by every kernel).  Returns NULL on allocation failure or
+ * an unknown method (`err` says which). */
 rp_kernel *rp_kernel_new(rp_method method, const rp_plane *src, char *err, size_t errlen);
 
 void rp_kernel_free(rp_kernel *k);

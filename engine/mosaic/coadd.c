@@ -13,9 +13,9 @@
  * without FMA, so no product and sum are fused: the results are those of the plain
  * code). */
 #if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__)
-#define ACCUM_HOT __attribute__((optimize("O3"), target_clones("avx2", "default")))
+#define ACCUM_HOT __attribute__((optimize("O3", "no-trapping-math"), target_clones("avx2", "default")))
 #elif defined(__GNUC__) && !defined(__clang__)
-#define ACCUM_HOT __attribute__((optimize("O3")))
+#define ACCUM_HOT __attribute__((optimize("O3", "no-trapping-math")))
 #else
 #define ACCUM_HOT
 #endif

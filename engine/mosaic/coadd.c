@@ -54,11 +54,13 @@ int mos_accum_init(mos_accum *a, mos_combine combine, size_t capacity, int max_i
 void mos_accum_reset(mos_accum *a, size_t np)
 {
     a->np = np <= a->capacity ? np : a->capacity;
-    double start = a->combine == MOS_MEAN || a->combine == MOS_SUM ? 0.0 : NAN;
-    for (size_t i = 0; i < a->np; i++) {
-        a->acc[i] = start;
-        a->accw[i] = 0.0;
-    }
+    /* 0.0 is all zero bits (IEEE 754): the sums and the weights start by memset. */
+    if (a->combine == MOS_MEAN || a->combine == MOS_SUM)
+        memset(a->acc, 0, sizeof(double) * a->np);
+    else
+        for (size_t i = 0; i < a->np; i++)
+            a->acc[i] = NAN;
+    memset(a->accw, 0, sizeof(double) * a->np);
     if (a->cnt)
         memset(a->cnt, 0, sizeof(int) * a->np);
 }

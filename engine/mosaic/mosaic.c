@@ -1122,6 +1122,13 @@ static int run_coadd(mosaic *m, long band, const volatile int *cancel, char *err
         tess_seterr(err, errlen, "cannot open '%s': %s", path, strerror(errno));
         goto done;
     }
+    {
+        off_t b0 = (off_t)m->h0 + (off_t)y0 * nx * (off_t)sizeof(float);
+        off_t b1 = (off_t)(m->h0 + m->d0 + m->h1) + (off_t)y0 * nx * (off_t)sizeof(float);
+        off_t bl = (off_t)(y1 - y0) * nx * (off_t)sizeof(float);
+        (void)fallocate(fd, FALLOC_FL_KEEP_SIZE, b0, bl);
+        (void)fallocate(fd, FALLOC_FL_KEEP_SIZE, b1, bl);
+    }
     for (long gy0 = y0; gy0 < y1 && rc == 0; gy0 += g) {
         if (mos_canceled(cancel)) {
             rc = TESS_ECANCELED;

@@ -990,6 +990,7 @@ typedef struct plane_map {
     void *base;
     size_t len;
     const float *rows;   /* row y0, column box[0] */
+    long y0;             /* the first row mapped */
     int slot;            /* mapguard slot or -1 */
 } plane_map;
 
@@ -1026,6 +1027,7 @@ static int plane_map_open(const mosaic *m, int k, int f, long y0, long y1, plane
     pm->base = p;
     pm->slot = mapguard_add(p, pm->len);
     pm->rows = (const float *)(void *)((char *)p + (off - base));
+    pm->y0 = y0;
     return 0;
 }
 
@@ -1044,28 +1046,54 @@ static void plane_map_close(plane_map *pm)
     pm->base = NULL;
 }
 
-/* Adds the rows gy0 .. gy1 - 1 of the nk inputs ks, whose planes are mapped from output
- * row y0 on (pv values, pw weights for exact), to a (reset for those rows), each less its
- * background correction.  Returns 0, or TESS_EIO when a mapped file was truncated. */
-static int coadd_rows(mosaic *m, mos_accum *a, const int *ks, int nk, long y0, long gy0,
-                      long gy1, const plane_map *pv, const plane_map *pw, char *err,
-                      size_t errlen)
+/* Maps rows [y0, y1) of input k's values (and for exact its weights) into pv, pw (pw NULL
+ * but for exact); on error nothing is left mapped. */
+static int planes_open(const mosaic *m, int k, long y0, long y1, plane_map *pv, plane_map *pw,
+                       char *err, size_t errlen)
+{
+    int rc = plane_map_open(m, k, 0, y0, y1, pv, err, errlen);
+    if (rc == 0 && pw && (rc = plane_map_open(m, k, 1, y0, y1, pw, err, errlen)) != 0)
+        plane_map_close(pv);
+    return rc;
+}
+
+/* Adds the rows gy0 .. gy1 - 1 of the nk inputs ks to a (reset for those rows), each less
+ * its background correction.  Their planes are mapped in pv (and pw for exact) for the
+ * whole band; pv NULL: each input's rows are mapped here for the group alone (a band met
+ * by more than COADD_MAPS inputs).  Returns 0, or TESS_EIO / TESS_ENOMEM with err (a file
+ * missing or truncated, a mapping refused). */
+static int coadd_rows(mosaic *m, mos_accum *a, const int *ks, int nk, long gy0, long gy1,
+                      const plane_map *pv, const plane_map *pw, char *err, size_t errlen)
 {
     mos_accum_reset(a, (size_t)(gy1 - gy0) * (size_t)m->nx);
+    int exact = m->method == RP_EXACT;
     for (int q = 0; q < nk; q++) {
         const src *s = &m->in[ks[q]];
         long ry0 = gy0 > s->box[1] ? gy0 : s->box[1];
         long ry1 = gy1 < s->box[1] + s->box[3] ? gy1 : s->box[1] + s->box[3];
         if (ry1 <= ry0)
             continue;
-        long bw = s->box[2], bx = s->box[0], m0 = y0 > s->box[1] ? y0 : s->box[1];
+        plane_map lv, lw;
+        const plane_map *v = pv ? &pv[q] : &lv, *w = exact ? (pw ? &pw[q] : &lw) : NULL;
+        if (!pv) {
+            int rc = planes_open(m, ks[q], ry0, ry1, &lv, exact ? &lw : NULL, err, errlen);
+            if (rc)
+                return rc;
+        }
+        long bw = s->box[2], bx = s->box[0];
         const double *c = m->corr + 3 * ks[q];
         for (long y = ry0; y < ry1; y++) {
-            size_t r = (size_t)(y - m0) * (size_t)bw;
-            mos_accum_add(a, (size_t)(y - gy0) * (size_t)m->nx + (size_t)bx, pv[q].rows + r,
-                          pw ? pw[q].rows + r : NULL, bw, c[0] + c[2] * (double)y, c[1], bx);
+            size_t r = (size_t)(y - v->y0) * (size_t)bw;
+            mos_accum_add(a, (size_t)(y - gy0) * (size_t)m->nx + (size_t)bx, v->rows + r,
+                          w ? w->rows + r : NULL, bw, c[0] + c[2] * (double)y, c[1], bx);
         }
-        if (plane_map_faulted(&pv[q]) || (pw && plane_map_faulted(&pw[q]))) {
+        int faulted = plane_map_faulted(v) || (w && plane_map_faulted(w));
+        if (!pv) {
+            plane_map_close(&lv);
+            if (exact)
+                plane_map_close(&lw);
+        }
+        if (faulted) {
             tess_seterr(err, errlen, "the reprojection of input '%s' was truncated while "
                         "it was read", s->name);
             return TESS_EIO;
@@ -1074,9 +1102,11 @@ static int coadd_rows(mosaic *m, mos_accum *a, const int *ks, int nk, long y0, l
     return 0;
 }
 
-/* A band of output rows: the inputs' staged planes mapped once, then added, combined and
- * written a group of rows at a time from buffers of COADD_GROUP_BYTES, reused (they stay
- * in the cache; nothing is faulted in per group), into mosaic.fits with pwrite. */
+/* A band of output rows: the inputs' staged planes mapped once (up to COADD_MAPS inputs;
+ * beyond, each for one group at a time), then added, combined and written a group of rows
+ * at a time from buffers of COADD_GROUP_BYTES, reused (they stay in the cache; nothing is
+ * faulted in per group), into mosaic.fits with pwrite, the band's blocks of the file
+ * allocated first (fallocate, where the file system has it). */
 static int run_coadd(mosaic *m, long band, const volatile int *cancel, char *err, size_t errlen)
 {
     int rc = mos_load_corr(m, err, errlen);
@@ -1096,23 +1126,23 @@ static int run_coadd(mosaic *m, long band, const volatile int *cancel, char *err
     mos_accum a;
     int arc = mos_accum_init(&a, m->combine, gp, nk > 0 ? nk : 1);
     float *out = malloc(sizeof(float) * gp), *cov = malloc(sizeof(float) * gp);
-    plane_map *pv = calloc((size_t)(nk > 0 ? nk : 1), sizeof(plane_map));
-    plane_map *pw = exact ? calloc((size_t)(nk > 0 ? nk : 1), sizeof(plane_map)) : NULL;
+    int band_maps = nk <= COADD_MAPS;
+    plane_map *pv = band_maps ? calloc((size_t)(nk > 0 ? nk : 1), sizeof(plane_map)) : NULL;
+    plane_map *pw = band_maps && exact ? calloc((size_t)(nk > 0 ? nk : 1), sizeof(plane_map))
+                                       : NULL;
     int fd = -1;
     char path[PATH_MAX];
     snprintf(path, sizeof path, "%s/mosaic.fits", m->workdir);
-    if (arc || !out || !cov || !pv || (exact && !pw)) {
+    if (arc || !out || !cov || (band_maps && (!pv || (exact && !pw)))) {
         rc = TESS_ENOMEM;
         tess_seterr(err, errlen, "out of memory");
         goto done;
     }
-    for (int q = 0; q < nk && rc == 0; q++) {
+    for (int q = 0; band_maps && q < nk && rc == 0; q++) {
         const src *s = &m->in[ks[q]];
         long my0 = y0 > s->box[1] ? y0 : s->box[1];
         long my1 = y1 < s->box[1] + s->box[3] ? y1 : s->box[1] + s->box[3];
-        rc = plane_map_open(m, ks[q], 0, my0, my1, &pv[q], err, errlen);
-        if (rc == 0 && exact)
-            rc = plane_map_open(m, ks[q], 1, my0, my1, &pw[q], err, errlen);
+        rc = planes_open(m, ks[q], my0, my1, &pv[q], pw ? &pw[q] : NULL, err, errlen);
     }
     if (rc)
         goto done;
@@ -1136,7 +1166,7 @@ static int run_coadd(mosaic *m, long band, const volatile int *cancel, char *err
         }
         long gy1 = gy0 + g < y1 ? gy0 + g : y1;
         size_t np = (size_t)(gy1 - gy0) * (size_t)nx;
-        rc = coadd_rows(m, &a, ks, nk, y0, gy0, gy1, pv, pw, err, errlen);
+        rc = coadd_rows(m, &a, ks, nk, gy0, gy1, pv, pw, err, errlen);
         if (rc)
             break;
         mos_accum_result(&a, out, cov);
@@ -1153,7 +1183,7 @@ static int run_coadd(mosaic *m, long band, const volatile int *cancel, char *err
 done:
     if (fd >= 0)
         close(fd);
-    for (int q = 0; q < nk; q++) {
+    for (int q = 0; band_maps && q < nk; q++) {
         if (pv)
             plane_map_close(&pv[q]);
         if (pw)

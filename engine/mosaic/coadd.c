@@ -6,6 +6,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include "engine/base/byteswap.h"
 #include "engine/base/error.h"
 
 /* The loops every pixel of a mosaic passes through: at -O3 (vectorised), with an AVX2
@@ -207,6 +208,50 @@ ACCUM_HOT static void result_sums(const mos_accum *a, float *restrict out, float
     if (cov)
         for (size_t p = 0; p < np; p++)
             cov[p] = (float)accw[p];
+}
+
+/* f as 4 bytes of big-endian IEEE float32 (FITS BITPIX = -32), read as a native word. */
+static inline uint32_t f32_be(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
+    return u;
+#else
+    return __builtin_bswap32(u);
+#endif
+}
+
+/* result_sums with the values stored big-endian in the same pass. */
+ACCUM_HOT static void result_sums_be(const mos_accum *a, uint32_t *restrict out,
+                                     uint32_t *restrict cov)
+{
+    const double *restrict acc = a->acc, *restrict accw = a->accw;
+    size_t np = a->np;
+    if (a->combine == MOS_MEAN) {
+        for (size_t p = 0; p < np; p++) {
+            double wt = accw[p];
+            out[p] = f32_be(wt > 0.0 ? (float)(acc[p] / wt) : NAN);
+        }
+    } else {
+        for (size_t p = 0; p < np; p++)
+            out[p] = f32_be(accw[p] > 0.0 ? (float)acc[p] : NAN);
+    }
+    if (cov)
+        for (size_t p = 0; p < np; p++)
+            cov[p] = f32_be((float)accw[p]);
+}
+
+void mos_accum_result_be(mos_accum *a, void *out, void *cov)
+{
+    if (a->combine == MOS_MEAN || a->combine == MOS_SUM) {
+        result_sums_be(a, out, cov);
+        return;
+    }
+    mos_accum_result(a, out, cov);
+    tess_be_swap(out, a->np, 4);
+    if (cov)
+        tess_be_swap(cov, a->np, 4);
 }
 
 void mos_accum_result(mos_accum *a, float *out, float *cov)

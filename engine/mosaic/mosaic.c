@@ -5,7 +5,6 @@
 #include "engine/fits/fitscard.h"
 #include "engine/fits/fitsimg.h"
 #include "engine/fits/fitswrite.h"
-#include "engine/base/byteswap.h"
 #include "engine/base/error.h"
 #include "engine/base/fileio.h"
 #include "engine/base/mapguard.h"
@@ -1169,9 +1168,7 @@ static int run_coadd(mosaic *m, long band, const volatile int *cancel, char *err
         rc = coadd_rows(m, &a, ks, nk, gy0, gy1, pv, pw, err, errlen);
         if (rc)
             break;
-        mos_accum_result(&a, out, cov);
-        tess_be_swap(out, np, 4);
-        tess_be_swap(cov, np, 4);
+        mos_accum_result_be(&a, out, cov);
         off_t off0 = (off_t)m->h0 + (off_t)gy0 * nx * (off_t)sizeof(float);
         off_t off1 = (off_t)(m->h0 + m->d0 + m->h1) + (off_t)gy0 * nx * (off_t)sizeof(float);
         if (tess_pwrite_all(fd, out, sizeof(float) * np, off0) != 0

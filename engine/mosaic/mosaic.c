@@ -292,7 +292,7 @@ void mos_estimate(const mosaic *m, mos_cost *c)
         }
         long g = coadd_group_rows(m, nk, y1 - y0);
         est_block(c, (double)g * coadd_rowbytes(m, nk) + (double)m->n * 4.0
-                  + 2.0 * (double)(nk > 0 ? nk : 1) * 32.0,
+                  + 2.0 * (double)(nk > 0 ? nk : 1) * 48.0,   /* the maps' records */
                   "coadd of %ld rows of %ld pixels from %ld inputs", g, m->nx, nk);
     }
 }
@@ -989,7 +989,7 @@ static int band_inputs(const mosaic *m, long y0, long y1, int *ks)
 /* A read-only window on rows [y0, y1) (output rows, within the input's box) of input k's
  * staged plane: f = 0 the values (r_k.val), 1 the weights (r_k.wgt), float32 in host
  * order at stride box[2].  Mapped from the page cache, not copied; guarded by mapguard
- * (a file truncated meanwhile makes plane_unmap fail). */
+ * (a file truncated meanwhile reads as zeros there, which plane_map_faulted reports). */
 typedef struct plane_map {
     void *base;
     size_t len;

@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -46,7 +47,7 @@ static const char mosaic_usage[] =
     "                         zero); =level fits constant offsets only\n"
     "  --threads N            threads (default 0 = one per core)\n"
     "  --quiet                no progress bar (it is drawn only on a terminal anyway)\n"
-    "  --timing               print the time of each stage\n"
+    "  --timing               print the time of each stage (wall, and CPU: user + system)\n"
     "OUT.fits: HDU 0 the mosaic (float32; NaN where no input covers a pixel) with the\n"
     "target's WCS and provenance cards (NINPUTS, INPn, METHOD, COMBINE, BGMATCH and the\n"
     "fitted planes BGAn, BGBn, BGCn); HDU 1 COVERAGE, the summed weight of the inputs.\n"
@@ -217,6 +218,16 @@ static void stage_slice(void *p, size_t i0, size_t i1)
         }
         pthread_mutex_unlock(&r->lock);
     }
+}
+
+/* CPU time of the process so far, user and system (s). */
+static double cpu_s(void)
+{
+    struct rusage ru;
+    if (getrusage(RUSAGE_SELF, &ru) != 0)
+        return 0.0;
+    return (double)ru.ru_utime.tv_sec + 1e-6 * (double)ru.ru_utime.tv_usec
+           + (double)ru.ru_stime.tv_sec + 1e-6 * (double)ru.ru_stime.tv_usec;
 }
 
 /* Raises the cancel flag that mos_run_block polls (cli_signals_start). */
@@ -411,7 +422,7 @@ int cmd_mosaic(int argc, char **argv)
         if (!mos_input_overlaps(m, k))
             cli_msg("warning: input %d, '%s', does not overlap the target: it adds nothing",
                     k + 1, paths[k]);
-    double t_plan = cli_now_s(), t_stage[4] = { 0 };
+    double t_plan = cli_now_s(), t_stage[4] = { 0 }, c_plan = cpu_s(), c_stage[4] = { 0 };
     runner r;
     memset(&r, 0, sizeof r);
     pthread_mutex_init(&r.lock, NULL);
@@ -430,6 +441,7 @@ int cmd_mosaic(int argc, char **argv)
         int nt = threads < r.nblocks ? threads : (int)r.nblocks;
         pool_for(workers, POOL_BATCH, nt, (size_t)nt, 1, stage_slice, &r);
         t_stage[s] = cli_now_s();
+        c_stage[s] = cpu_s();
         stopped = atomic_load(&r.failed) || cancel;
     }
     if (r.b && pb.last >= 0 && r.done != r.total)
@@ -459,14 +471,15 @@ int cmd_mosaic(int argc, char **argv)
     mos_target_size(m, &onx, &ony);
     if (timing) {
         fprintf(stderr, "tessera: plan %.3f s", t_plan - t0);
-        double prev = t_plan;
+        double prev = t_plan, cprev = c_plan;
         for (int s = 0; s < ns; s++) {
-            fprintf(stderr, ", %s %.3f s (%ld blocks)", mos_stage_name(m, s), t_stage[s] - prev,
-                    mos_nblocks(m, s));
+            fprintf(stderr, ", %s %.3f s (%ld blocks, cpu %.3f s)", mos_stage_name(m, s),
+                    t_stage[s] - prev, mos_nblocks(m, s), c_stage[s] - cprev);
             prev = t_stage[s];
+            cprev = c_stage[s];
         }
-        fprintf(stderr, ", finish %.3f s, total %.3f s (%d threads)\n", cli_now_s() - prev,
-                cli_now_s() - t0, threads);
+        fprintf(stderr, ", finish %.3f s (cpu %.3f s), total %.3f s (%d threads)\n",
+                cli_now_s() - prev, cpu_s() - cprev, cli_now_s() - t0, threads);
     }
     if (r.b)
         fprintf(stderr, "tessera: wrote %s (%ldx%ld, %d inputs, %s, %s, background %s) in "

@@ -60,6 +60,11 @@ void mos_accum_result_d(mos_accum *a, double *out, double *cov);
  * pixels in use, as float32; cov may be NULL.  Sorts MEDIAN's lists in place. */
 void mos_accum_result(mos_accum *a, float *out, float *cov);
 
+/* mos_accum_result written as FITS stores it: out and cov (cov may be NULL) get np
+ * 4-byte big-endian IEEE float32 values each (BITPIX = -32), the same values in one pass
+ * for MEAN and SUM.  Sorts MEDIAN's lists in place.  out and cov need 4-byte alignment. */
+void mos_accum_result_be(mos_accum *a, void *out, void *cov);
+
 /* Frees the buffers (a zeroed or freed accumulator is fine). */
 void mos_accum_free(mos_accum *a);
 

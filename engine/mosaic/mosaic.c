@@ -5,9 +5,9 @@
 #include "engine/fits/fitscard.h"
 #include "engine/fits/fitsimg.h"
 #include "engine/fits/fitswrite.h"
-#include "engine/base/byteswap.h"
 #include "engine/base/error.h"
 #include "engine/base/fileio.h"
+#include "engine/base/mapguard.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -21,6 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -215,10 +216,25 @@ static void est_block(mos_cost *c, double bytes, const char *fmt, ...)
     va_end(ap);
 }
 
+/* Bytes one output row of a coadd group holds: the accumulator (coadd.h: 16 a pixel, for
+ * MEDIAN 4 more and 4 for each of the nk inputs) and the float32 value and coverage. */
+static double coadd_rowbytes(const mosaic *m, long nk)
+{
+    return (double)m->nx * 8.0 + mos_accum_bytes(m->combine, (size_t)m->nx,
+                                                 nk > 0 ? (int)(nk < INT_MAX ? nk : INT_MAX) : 1);
+}
+
+/* Output rows of a coadd group: COADD_GROUP_BYTES of buffers, at least 1, at most rows. */
+static long coadd_group_rows(const mosaic *m, long nk, long rows)
+{
+    double g = floor((double)COADD_GROUP_BYTES / coadd_rowbytes(m, nk));
+    return g < 1.0 ? 1 : g > (double)rows ? rows : (long)g;
+}
+
 void mos_estimate(const mosaic *m, mos_cost *c)
 {
     memset(c, 0, sizeof *c);
-    double bpp = mos_input_bpp(m->method), nxo = (double)m->nx;
+    double bpp = mos_input_bpp(m->method);
     int np = m->bg == MOS_BG_PLANE ? 3 : 1;
     c->product_bytes = (double)(m->h0 + m->d0 + m->h1 + m->d1);
     c->work_bytes = c->product_bytes + (double)m->tkeys * 81.0 + 256.0;
@@ -265,30 +281,19 @@ void mos_estimate(const mosaic *m, mos_cost *c)
         }
         c->work_bytes += pairs * (double)sizeof(ov_rec) + (double)m->n * 32.0;
     }
-    /* coadd: the buffers of run_coadd for each band */
+    /* coadd: the buffers of run_coadd for each band (a group of rows, the maps) */
     for (long band = 0; band < m->coadd_bands; band++) {
         long y0 = band * m->coadd_rows, y1 = y0 + m->coadd_rows < m->ny ? y0 + m->coadd_rows
                                                                         : m->ny;
-        double rowbytes = nxo * 16.0, maxw = 1.0;
         long nk = 0;
         for (int k = 0; k < m->n; k++) {
             const src *s = &m->in[k];
-            if (s->box[2] > 0 && s->box[1] < y1 && s->box[1] + s->box[3] > y0) {
-                nk++;
-                rowbytes += (double)s->box[2] * 8.0;
-                maxw = fmax(maxw, (double)s->box[2]);
-            }
+            nk += s->box[2] > 0 && s->box[1] < y1 && s->box[1] + s->box[3] > y0;
         }
-        int median = m->combine == MOS_MEDIAN;
-        if (median)
-            rowbytes += nxo * (double)(nk > 0 ? nk : 1) * 4.0 + nxo * 4.0;
-        double g = floor((double)COADD_BYTES / rowbytes);
-        g = fmin(fmax(g, 1.0), (double)(y1 - y0));
-        double gp = g * nxo;
-        est_block(c, gp * 24.0 + 8.0 * g * maxw
-                  + (median ? gp * (double)(nk > 0 ? nk : 1) * 4.0 + gp * 4.0 : 0.0)
-                  + (double)m->n * 4.0,
-                  "coadd of %.0f rows of %.0f pixels from %ld inputs", g, nxo, nk);
+        long g = coadd_group_rows(m, nk, y1 - y0);
+        est_block(c, (double)g * coadd_rowbytes(m, nk) + (double)m->n * 4.0
+                  + 2.0 * (double)(nk > 0 ? nk : 1) * 48.0,   /* the maps' records */
+                  "coadd of %ld rows of %ld pixels from %ld inputs", g, m->nx, nk);
     }
 }
 
@@ -894,6 +899,11 @@ static int run_reproject(mosaic *m, long block, char *err, size_t errlen)
     for (int f = 0; f < (m->method == RP_EXACT ? 2 : 1); f++) {
         mos_wpath(m, path, sizeof path, "r_", k, f ? ".wgt" : ".val");
         int fd = open(path, O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
+        /* The blocks of the band allocated first (best effort): ext4 then does not
+         * reserve delayed blocks page by page in the pwrite. */
+        if (fd >= 0)
+            (void)fallocate(fd, FALLOC_FL_KEEP_SIZE, (off_t)r0 * (off_t)bw * (off_t)sizeof(float),
+                            (off_t)(sizeof(float) * npix));
         if (fd < 0 || tess_pwrite_all(fd, f ? fp : val, sizeof(float) * npix,
                                       (off_t)r0 * (off_t)bw * (off_t)sizeof(float)) != 0) {
             tess_seterr(err, errlen, "cannot write '%s': %s", path, strerror(errno));
@@ -965,47 +975,143 @@ int mos_read_rows(const mosaic *m, int k, long x0, long x1, long y0, long y1, lo
 /* Stage: coadd                                                                           */
 
 /* The inputs whose boxes meet output rows y0 .. y1 - 1, into ks (m->n entries); their
- * count, and in *rowbytes the bytes one row of the coadd needs for them. */
-static int band_inputs(const mosaic *m, long y0, long y1, int *ks, size_t *rowbytes)
+ * count. */
+static int band_inputs(const mosaic *m, long y0, long y1, int *ks)
 {
     int nk = 0;
-    *rowbytes = (size_t)m->nx * 16;
     for (int k = 0; k < m->n; k++) {
         const src *s = &m->in[k];
-        if (s->box[2] > 0 && s->box[1] < y1 && s->box[1] + s->box[3] > y0) {
+        if (s->box[2] > 0 && s->box[1] < y1 && s->box[1] + s->box[3] > y0)
             ks[nk++] = k;
-            *rowbytes += (size_t)s->box[2] * 8;
-        }
     }
     return nk;
 }
 
-/* Adds the rows gy0 .. gy1 - 1 of the nk inputs ks to a (reset for those rows), each
- * less its background correction; v and w hold a box width of rows each. */
+/* A read-only window on rows [y0, y1) (output rows, within the input's box) of input k's
+ * staged plane: f = 0 the values (r_k.val), 1 the weights (r_k.wgt), float32 in host
+ * order at stride box[2].  Mapped from the page cache, not copied; guarded by mapguard
+ * (a file truncated meanwhile reads as zeros there, which plane_map_faulted reports). */
+typedef struct plane_map {
+    void *base;
+    size_t len;
+    const float *rows;   /* row y0, column box[0] */
+    long y0;             /* the first row mapped */
+    int slot;            /* mapguard slot or -1 */
+} plane_map;
+
+static int plane_map_open(const mosaic *m, int k, int f, long y0, long y1, plane_map *pm,
+                          char *err, size_t errlen)
+{
+    const src *s = &m->in[k];
+    char path[PATH_MAX];
+    mos_wpath(m, path, sizeof path, "r_", k, f ? ".wgt" : ".val");
+    pm->base = NULL;
+    pm->slot = -1;
+    off_t row = (off_t)s->box[2] * (off_t)sizeof(float);
+    off_t off = (off_t)(y0 - s->box[1]) * row, end = (off_t)(y1 - s->box[1]) * row;
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+        tess_seterr(err, errlen, "cannot open '%s': %s", path, strerror(errno));
+        return TESS_EIO;
+    }
+    struct stat st;
+    if (fstat(fd, &st) != 0 || st.st_size < end) {
+        tess_seterr(err, errlen, "cannot read '%s': shorter than its reprojection", path);
+        close(fd);
+        return TESS_EIO;
+    }
+    off_t page = (off_t)sysconf(_SC_PAGESIZE), base = off - off % page;
+    pm->len = (size_t)(end - base);
+    void *p = mmap(NULL, pm->len, PROT_READ, MAP_SHARED | MAP_POPULATE, fd, base);
+    int e = errno;
+    close(fd);
+    if (p == MAP_FAILED) {
+        tess_seterr(err, errlen, "cannot map '%s': %s", path, strerror(e));
+        return e == ENOMEM ? TESS_ENOMEM : TESS_EIO;
+    }
+    pm->base = p;
+    pm->slot = mapguard_add(p, pm->len);
+    pm->rows = (const float *)(void *)((char *)p + (off - base));
+    pm->y0 = y0;
+    return 0;
+}
+
+/* 1 when a read of the window hit a truncated file (its values are then zeros). */
+static int plane_map_faulted(const plane_map *pm)
+{
+    return pm->base && mapguard_faulted(pm->slot);
+}
+
+static void plane_map_close(plane_map *pm)
+{
+    if (!pm->base)
+        return;
+    mapguard_remove(pm->slot);
+    munmap(pm->base, pm->len);
+    pm->base = NULL;
+}
+
+/* Maps rows [y0, y1) of input k's values (and for exact its weights) into pv, pw (pw NULL
+ * but for exact); on error nothing is left mapped. */
+static int planes_open(const mosaic *m, int k, long y0, long y1, plane_map *pv, plane_map *pw,
+                       char *err, size_t errlen)
+{
+    int rc = plane_map_open(m, k, 0, y0, y1, pv, err, errlen);
+    if (rc == 0 && pw && (rc = plane_map_open(m, k, 1, y0, y1, pw, err, errlen)) != 0)
+        plane_map_close(pv);
+    return rc;
+}
+
+/* Adds the rows gy0 .. gy1 - 1 of the nk inputs ks to a (reset for those rows), each less
+ * its background correction.  Their planes are mapped in pv (and pw for exact) for the
+ * whole band; pv NULL: each input's rows are mapped here for the group alone (a band met
+ * by more than COADD_MAPS inputs).  Returns 0, or TESS_EIO / TESS_ENOMEM with err (a file
+ * missing or truncated, a mapping refused). */
 static int coadd_rows(mosaic *m, mos_accum *a, const int *ks, int nk, long gy0, long gy1,
-                      float *v, float *w, char *err, size_t errlen)
+                      const plane_map *pv, const plane_map *pw, char *err, size_t errlen)
 {
     mos_accum_reset(a, (size_t)(gy1 - gy0) * (size_t)m->nx);
+    int exact = m->method == RP_EXACT;
     for (int q = 0; q < nk; q++) {
         const src *s = &m->in[ks[q]];
         long ry0 = gy0 > s->box[1] ? gy0 : s->box[1];
         long ry1 = gy1 < s->box[1] + s->box[3] ? gy1 : s->box[1] + s->box[3];
         if (ry1 <= ry0)
             continue;
+        plane_map lv, lw;
+        const plane_map *v = pv ? &pv[q] : &lv, *w = exact ? (pw ? &pw[q] : &lw) : NULL;
+        if (!pv) {
+            int rc = planes_open(m, ks[q], ry0, ry1, &lv, exact ? &lw : NULL, err, errlen);
+            if (rc)
+                return rc;
+        }
         long bw = s->box[2], bx = s->box[0];
-        int rc = mos_read_rows(m, ks[q], bx, bx + bw, ry0, ry1, 1, v, w, err, errlen);
-        if (rc)
-            return rc;
         const double *c = m->corr + 3 * ks[q];
         for (long y = ry0; y < ry1; y++) {
-            size_t r = (size_t)(y - ry0) * (size_t)bw;
-            mos_accum_add(a, (size_t)(y - gy0) * (size_t)m->nx + (size_t)bx, v + r, w + r, bw,
-                          c[0] + c[2] * (double)y + s->offset, c[1], bx);
+            size_t r = (size_t)(y - v->y0) * (size_t)bw;
+            mos_accum_add(a, (size_t)(y - gy0) * (size_t)m->nx + (size_t)bx, v->rows + r,
+                          w ? w->rows + r : NULL, bw, c[0] + c[2] * (double)y + s->offset, c[1], bx);
+        }
+        int faulted = plane_map_faulted(v) || (w && plane_map_faulted(w));
+        if (!pv) {
+            plane_map_close(&lv);
+            if (exact)
+                plane_map_close(&lw);
+        }
+        if (faulted) {
+            tess_seterr(err, errlen, "the reprojection of input '%s' was truncated while "
+                        "it was read", s->name);
+            return TESS_EIO;
         }
     }
     return 0;
 }
 
+/* A band of output rows: the inputs' staged planes mapped once (up to COADD_MAPS inputs;
+ * beyond, each for one group at a time), then added, combined and written a group of rows
+ * at a time from buffers of COADD_GROUP_BYTES, reused (they stay in the cache; nothing is
+ * faulted in per group), into mosaic.fits with pwrite, the band's blocks of the file
+ * allocated first (fallocate, where the file system has it). */
 static int run_coadd(mosaic *m, long band, const volatile int *cancel, char *err, size_t errlen)
 {
     int rc = mos_load_corr(m, err, errlen);
@@ -1013,44 +1119,50 @@ static int run_coadd(mosaic *m, long band, const volatile int *cancel, char *err
         return rc;
     long y0 = band * m->coadd_rows, y1 = y0 + m->coadd_rows < m->ny ? y0 + m->coadd_rows : m->ny;
     long nx = m->nx;
-    /* Inputs meeting the band, and the bytes one row of them needs. */
+    int exact = m->method == RP_EXACT;
     int *ks = malloc(sizeof(int) * (size_t)m->n);
     if (!ks) {
         tess_seterr(err, errlen, "out of memory");
         return TESS_ENOMEM;
     }
-    size_t rowbytes;
-    int nk = band_inputs(m, y0, y1, ks, &rowbytes);
-    if (m->combine == MOS_MEDIAN)
-        rowbytes += (size_t)nx * (size_t)(nk > 0 ? nk : 1) * sizeof(float) + (size_t)nx * 4;
-    long g = (long)(COADD_BYTES / rowbytes);
-    if (g < 1)
-        g = 1;
-    if (g > y1 - y0)
-        g = y1 - y0;
+    int nk = band_inputs(m, y0, y1, ks);
+    long g = coadd_group_rows(m, nk, y1 - y0);
     size_t gp = (size_t)g * (size_t)nx;
     mos_accum a;
     int arc = mos_accum_init(&a, m->combine, gp, nk > 0 ? nk : 1);
     float *out = malloc(sizeof(float) * gp), *cov = malloc(sizeof(float) * gp);
-    long maxw = 0;
-    for (int q = 0; q < nk; q++)
-        if (m->in[ks[q]].box[2] > maxw)
-            maxw = m->in[ks[q]].box[2];
-    float *v = malloc(sizeof(float) * (size_t)g * (size_t)(maxw ? maxw : 1));
-    float *w = malloc(sizeof(float) * (size_t)g * (size_t)(maxw ? maxw : 1));
+    int band_maps = nk <= COADD_MAPS;
+    plane_map *pv = band_maps ? calloc((size_t)(nk > 0 ? nk : 1), sizeof(plane_map)) : NULL;
+    plane_map *pw = band_maps && exact ? calloc((size_t)(nk > 0 ? nk : 1), sizeof(plane_map))
+                                       : NULL;
     int fd = -1;
     char path[PATH_MAX];
     snprintf(path, sizeof path, "%s/mosaic.fits", m->workdir);
-    if (arc || !out || !cov || !v || !w) {
+    if (arc || !out || !cov || (band_maps && (!pv || (exact && !pw)))) {
         rc = TESS_ENOMEM;
         tess_seterr(err, errlen, "out of memory");
         goto done;
     }
+    for (int q = 0; band_maps && q < nk && rc == 0; q++) {
+        const src *s = &m->in[ks[q]];
+        long my0 = y0 > s->box[1] ? y0 : s->box[1];
+        long my1 = y1 < s->box[1] + s->box[3] ? y1 : s->box[1] + s->box[3];
+        rc = planes_open(m, ks[q], my0, my1, &pv[q], pw ? &pw[q] : NULL, err, errlen);
+    }
+    if (rc)
+        goto done;
     fd = open(path, O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
     if (fd < 0) {
         rc = TESS_EIO;
         tess_seterr(err, errlen, "cannot open '%s': %s", path, strerror(errno));
         goto done;
+    }
+    {
+        off_t b0 = (off_t)m->h0 + (off_t)y0 * nx * (off_t)sizeof(float);
+        off_t b1 = (off_t)(m->h0 + m->d0 + m->h1) + (off_t)y0 * nx * (off_t)sizeof(float);
+        off_t bl = (off_t)(y1 - y0) * nx * (off_t)sizeof(float);
+        (void)fallocate(fd, FALLOC_FL_KEEP_SIZE, b0, bl);
+        (void)fallocate(fd, FALLOC_FL_KEEP_SIZE, b1, bl);
     }
     for (long gy0 = y0; gy0 < y1 && rc == 0; gy0 += g) {
         if (mos_canceled(cancel)) {
@@ -1059,12 +1171,10 @@ static int run_coadd(mosaic *m, long band, const volatile int *cancel, char *err
         }
         long gy1 = gy0 + g < y1 ? gy0 + g : y1;
         size_t np = (size_t)(gy1 - gy0) * (size_t)nx;
-        rc = coadd_rows(m, &a, ks, nk, gy0, gy1, v, w, err, errlen);
+        rc = coadd_rows(m, &a, ks, nk, gy0, gy1, pv, pw, err, errlen);
         if (rc)
             break;
-        mos_accum_result(&a, out, cov);
-        tess_be_swap(out, np, 4);
-        tess_be_swap(cov, np, 4);
+        mos_accum_result_be(&a, out, cov);
         off_t off0 = (off_t)m->h0 + (off_t)gy0 * nx * (off_t)sizeof(float);
         off_t off1 = (off_t)(m->h0 + m->d0 + m->h1) + (off_t)gy0 * nx * (off_t)sizeof(float);
         if (tess_pwrite_all(fd, out, sizeof(float) * np, off0) != 0
@@ -1076,12 +1186,18 @@ static int run_coadd(mosaic *m, long band, const volatile int *cancel, char *err
 done:
     if (fd >= 0)
         close(fd);
+    for (int q = 0; band_maps && q < nk; q++) {
+        if (pv)
+            plane_map_close(&pv[q]);
+        if (pw)
+            plane_map_close(&pw[q]);
+    }
+    free(pv);
+    free(pw);
     free(ks);
     mos_accum_free(&a);
     free(out);
     free(cov);
-    free(v);
-    free(w);
     return rc;
 }
 

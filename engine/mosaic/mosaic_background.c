@@ -150,14 +150,12 @@ static int fit_points(long n, const double *u, const double *v, const double *d,
 
 /* fit_points on the n points (keep[] set on entry), then three passes of 3-sigma clipping
  * (sigma = 1.4826 times the median absolute residual) refitting on the points kept;
- * res (n doubles) is scratch.  Returns fit_points's count, or -1 when out of memory. */
+ * res and tmp (n doubles each) are scratch.  Returns fit_points's count. */
 static int fit_clipped(long n, const double *u, const double *v, const double *d,
-                       unsigned char *keep, double *res, int np, double p[3], ov_rec *rec)
+                       unsigned char *keep, double *res, double *tmp, int np, double p[3],
+                       ov_rec *rec)
 {
     int used = fit_points(n, u, v, d, keep, np, p, rec);
-    double *tmp = malloc(sizeof(double) * (size_t)(n > 0 ? n : 1));
-    if (!tmp)
-        return -1;
     for (int pass = 0; pass < 3 && used > 0; pass++) {
         for (long q = 0; q < n; q++) {
             double e = d[q] - p[0] - (u ? p[1] * u[q] : 0.0) - (v ? p[2] * v[q] : 0.0);
@@ -171,7 +169,6 @@ static int fit_clipped(long n, const double *u, const double *v, const double *d
             keep[q] = res[q] <= lim;
         used = fit_points(n, u, v, d, keep, np, p, rec);
     }
-    free(tmp);
     return used;
 }
 
@@ -182,23 +179,43 @@ int mos_bg_fit_level(long n, const double *d, double *level, double *kept)
     if (n < 1)
         return 0;
     unsigned char *keep = malloc((size_t)n);
-    double *res = malloc(sizeof(double) * (size_t)n);
-    int rc = keep && res ? 0 : TESS_ENOMEM;
+    double *res = malloc(sizeof(double) * (size_t)n), *tmp = malloc(sizeof(double) * (size_t)n);
+    int rc = keep && res && tmp ? 0 : TESS_ENOMEM;
     if (rc == 0) {
         memset(keep, 1, (size_t)n);
         double p[3];
         ov_rec rec = { 0 };
-        int used = fit_clipped(n, NULL, NULL, d, keep, res, 1, p, &rec);
-        if (used < 0) {
-            rc = TESS_ENOMEM;
-        } else if (used > 0) {
+        if (fit_clipped(n, NULL, NULL, d, keep, res, tmp, 1, p, &rec) > 0) {
             *level = p[0];
             *kept = rec.n;
         }
     }
     free(keep);
     free(res);
+    free(tmp);
     return rc;
+}
+
+/* The overlap of the boxes of inputs a and b: [x0, x1) x [y0, y1) in output pixels, and
+ * the sampling step that keeps it to about FIT_POINTS samples; 0 when they do not meet. */
+static int overlap_of(const src *a, const src *b, long *x0, long *x1, long *y0, long *y1,
+                      long *step)
+{
+    if (a->box[2] == 0 || b->box[2] == 0)
+        return 0;
+    *x0 = a->box[0] > b->box[0] ? a->box[0] : b->box[0];
+    *y0 = a->box[1] > b->box[1] ? a->box[1] : b->box[1];
+    *x1 = a->box[0] + a->box[2] < b->box[0] + b->box[2] ? a->box[0] + a->box[2]
+                                                         : b->box[0] + b->box[2];
+    *y1 = a->box[1] + a->box[3] < b->box[1] + b->box[3] ? a->box[1] + a->box[3]
+                                                         : b->box[1] + b->box[3];
+    if (*x1 <= *x0 || *y1 <= *y0)
+        return 0;
+    double area = (double)(*x1 - *x0) * (double)(*y1 - *y0);
+    *step = (long)ceil(sqrt(area / (double)FIT_POINTS));
+    if (*step < 1)
+        *step = 1;
+    return 1;
 }
 
 int mos_run_overlaps(mosaic *m, long i, const volatile int *cancel, char *err, size_t errlen)
@@ -213,39 +230,47 @@ int mos_run_overlaps(mosaic *m, long i, const volatile int *cancel, char *err, s
         return TESS_ENOMEM;
     }
     const src *a = &m->in[i];
+    /* The buffers, for the largest overlap of this input, made once and reused for every
+     * pair (fresh ones for each pair were faulted in and zeroed each time). */
+    size_t cap_in = 0, cap_p = 0;
+    for (int j = (int)i + 1; j < m->n; j++) {
+        long x0, x1, y0, y1, step;
+        if (!overlap_of(a, &m->in[j], &x0, &x1, &y0, &y1, &step))
+            continue;
+        long cw = x1 - x0, nr = (y1 - y0 + step - 1) / step, ncol = (cw + step - 1) / step;
+        if ((size_t)cw * (size_t)nr > cap_in)
+            cap_in = (size_t)cw * (size_t)nr;
+        if ((size_t)ncol * (size_t)nr > cap_p)
+            cap_p = (size_t)ncol * (size_t)nr;
+    }
+    float *va = NULL, *wa = NULL, *vb = NULL, *wb = NULL;
+    double *u = NULL, *v = NULL, *d = NULL, *res = NULL, *tmp = NULL;
+    unsigned char *keep = NULL;
+    if (cap_in > 0) {
+        va = malloc(sizeof(float) * cap_in);
+        wa = malloc(sizeof(float) * cap_in);
+        vb = malloc(sizeof(float) * cap_in);
+        wb = malloc(sizeof(float) * cap_in);
+        u = malloc(sizeof(double) * cap_p);
+        v = malloc(sizeof(double) * cap_p);
+        d = malloc(sizeof(double) * cap_p);
+        res = malloc(sizeof(double) * cap_p);
+        tmp = malloc(sizeof(double) * cap_p);
+        keep = malloc(cap_p);
+        if (!va || !wa || !vb || !wb || !u || !v || !d || !res || !tmp || !keep) {
+            rc = TESS_ENOMEM;
+            tess_seterr(err, errlen, "out of memory");
+        }
+    }
     for (int j = (int)i + 1; j < m->n && rc == 0; j++) {
         if (mos_canceled(cancel)) {
             rc = TESS_ECANCELED;
             break;
         }
-        const src *b = &m->in[j];
-        if (a->box[2] == 0 || b->box[2] == 0)
+        long x0, x1, y0, y1, step;
+        if (!overlap_of(a, &m->in[j], &x0, &x1, &y0, &y1, &step))
             continue;
-        long x0 = a->box[0] > b->box[0] ? a->box[0] : b->box[0];
-        long y0 = a->box[1] > b->box[1] ? a->box[1] : b->box[1];
-        long x1 = a->box[0] + a->box[2] < b->box[0] + b->box[2] ? a->box[0] + a->box[2]
-                                                                 : b->box[0] + b->box[2];
-        long y1 = a->box[1] + a->box[3] < b->box[1] + b->box[3] ? a->box[1] + a->box[3]
-                                                                 : b->box[1] + b->box[3];
-        if (x1 <= x0 || y1 <= y0)
-            continue;
-        double area = (double)(x1 - x0) * (double)(y1 - y0);
-        long step = (long)ceil(sqrt(area / (double)FIT_POINTS));
-        if (step < 1)
-            step = 1;
         long cw = x1 - x0, nr = (y1 - y0 + step - 1) / step;
-        size_t nin = (size_t)cw * (size_t)nr;
-        float *va = malloc(sizeof(float) * nin), *wa = malloc(sizeof(float) * nin);
-        float *vb = malloc(sizeof(float) * nin), *wb = malloc(sizeof(float) * nin);
-        long ncol = (cw + step - 1) / step;
-        size_t maxp = (size_t)ncol * (size_t)nr;
-        double *u = malloc(sizeof(double) * maxp), *v = malloc(sizeof(double) * maxp);
-        double *d = malloc(sizeof(double) * maxp), *res = malloc(sizeof(double) * maxp);
-        unsigned char *keep = malloc(maxp);
-        if (!va || !wa || !vb || !wb || !u || !v || !d || !res || !keep) {
-            rc = TESS_ENOMEM;
-            tess_seterr(err, errlen, "out of memory");
-        }
         if (rc == 0)
             rc = mos_read_rows(m, (int)i, x0, x1, y0, y1, step, va, wa, err, errlen);
         if (rc == 0)
@@ -260,7 +285,7 @@ int mos_run_overlaps(mosaic *m, long i, const volatile int *cancel, char *err, s
                     continue;
                 u[n] = ((double)(x0 + c) - cx) / sc;
                 v[n] = (y - cy) / sc;
-                d[n] = ((double)va[q] - a->offset) - ((double)vb[q] - b->offset);
+                d[n] = ((double)va[q] - a->offset) - ((double)vb[q] - m->in[j].offset);
                 keep[n] = 1;
                 n++;
             }
@@ -268,26 +293,23 @@ int mos_run_overlaps(mosaic *m, long i, const volatile int *cancel, char *err, s
         if (rc == 0 && n >= 3) {
             double p[3];
             ov_rec rec = { 0 };
-            int used = fit_clipped(n, u, v, d, keep, res, np, p, &rec);
-            if (used < 0) {
-                rc = TESS_ENOMEM;
-                tess_seterr(err, errlen, "out of memory");
-            }
-            if (rc == 0 && used > 0) {
+            int used = fit_clipped(n, u, v, d, keep, res, tmp, np, p, &rec);
+            if (used > 0) {
                 rec.j = j;
                 recs[nrec++] = rec;
             }
         }
-        free(va);
-        free(wa);
-        free(vb);
-        free(wb);
-        free(u);
-        free(v);
-        free(d);
-        free(res);
-        free(keep);
     }
+    free(va);
+    free(wa);
+    free(vb);
+    free(wb);
+    free(u);
+    free(v);
+    free(d);
+    free(res);
+    free(tmp);
+    free(keep);
     if (rc == 0) {
         char path[PATH_MAX];
         mos_wpath(m, path, sizeof path, "ov_", i, ".bin");

@@ -18,8 +18,14 @@ enum { ST_REPROJECT, ST_OVERLAPS, ST_SOLVE, ST_COADD };
 #define FIT_POINTS ((long)1 << 20)
 /* Weight a pixel needs to count in an overlap fit. */
 #define FIT_MIN_WEIGHT 0.999
-/* Bytes a coadd row group may hold in its buffers. */
-#define COADD_BYTES ((size_t)64 << 20)
+/* Bytes a coadd row group may hold in its buffers (the accumulator, the float32 values
+ * and coverage): small enough to stay in a core's cache while the group's inputs are
+ * added, combined and written, since they are reused from group to group. */
+#define COADD_GROUP_BYTES ((size_t)1 << 20)
+/* Inputs of a coadd band whose planes are mapped for the whole band (two mappings each
+ * for exact); a band met by more maps each input's rows a group at a time, so that the
+ * mappings stay far below the kernel's vm.max_map_count (65530 by default). */
+#define COADD_MAPS 1024
 /* Bytes of input pixels (as float32) a reprojection band may read before bands are made
  * shorter. */
 #define BAND_INPUT_BYTES ((double)((size_t)64 << 20))

@@ -867,6 +867,87 @@ START_TEST(test_bg_levels)
 }
 END_TEST
 
+/* The vectorised rows of the sums against the formula of coadd.h worked pixel by pixel
+ * in double (bit for bit: the same operations in the same order), over rows whose lengths
+ * leave vector tails, with NaN, infinite, zero and negative weights, a background plane,
+ * and a column origin past INT_MAX (the path that converts columns from long); and
+ * mos_accum_result_be against mos_accum_result swapped to big-endian, for every combine. */
+START_TEST(test_accum_rows_and_be)
+{
+    enum { N = 37, IMGS = 3 };
+    float v[IMGS][N], w[IMGS][N];
+    for (int k = 0; k < IMGS; k++)
+        for (int x = 0; x < N; x++) {
+            v[k][x] = (float)((x * 7 + k * 13) % 11) * 0.37f - 1.5f + (float)k;
+            w[k][x] = (float)((x + 2 * k) % 5) * 0.25f - 0.25f;   /* -0.25 .. 0.75 */
+        }
+    v[0][3] = NAN;
+    v[1][4] = INFINITY;
+    v[2][5] = -INFINITY;
+    const long x0s[2] = { 5, 3000000000L };
+    for (int xi = 0; xi < 2; xi++) {
+        for (int weighted = 0; weighted < 2; weighted++) {
+            for (int c = 0; c < 2; c++) {
+                mos_combine comb = c ? MOS_SUM : MOS_MEAN;
+                mos_accum a;
+                ck_assert_int_eq(mos_accum_init(&a, comb, N + 3, IMGS), 0);
+                double ra[N], rw[N];
+                for (int x = 0; x < N; x++)
+                    ra[x] = rw[x] = 0.0;
+                for (int k = 0; k < IMGS; k++) {
+                    double base = 0.5 * k - 0.125, slope = 1e-9 * (k + 1);
+                    mos_accum_add(&a, 2, v[k], weighted ? w[k] : NULL, N, base, slope, x0s[xi]);
+                    for (int x = 0; x < N; x++) {
+                        double wt = weighted ? (double)w[k][x] : 1.0;
+                        if (wt > 0.0 && isfinite(v[k][x])) {
+                            ra[x] += wt * ((double)v[k][x]
+                                           - (base + slope * (double)(x0s[xi] + x)));
+                            rw[x] += wt;
+                        }
+                    }
+                }
+                float out[N + 3], cov[N + 3];
+                mos_accum_result(&a, out, cov);
+                for (int x = 0; x < N; x++) {
+                    float want = rw[x] > 0.0 ? (float)(c ? ra[x] : ra[x] / rw[x]) : NAN;
+                    ck_assert_msg(memcmp(&out[2 + x], &want, 4) == 0 || (isnan(want)
+                                  && isnan(out[2 + x])), "x0 %ld %s%s pixel %d: %.9g, want "
+                                  "%.9g", x0s[xi], mos_combine_name(comb),
+                                  weighted ? " weighted" : "", x, out[2 + x], want);
+                    ck_assert_float_eq(cov[2 + x], (float)rw[x]);
+                }
+                ck_assert(isnan(out[0]) && isnan(out[N + 2]) && cov[0] == 0.0f);
+                mos_accum_free(&a);
+            }
+        }
+    }
+    /* the result in FITS byte order, for every combine */
+    for (int c = 0; c < 7; c++) {
+        mos_accum a;
+        ck_assert_int_eq(mos_accum_init(&a, (mos_combine)c, N, IMGS), 0);
+        for (int k = 0; k < IMGS; k++)
+            mos_accum_add(&a, 0, v[k], w[k], N, 0.25, 0.0, 0);
+        float out[N], cov[N];
+        unsigned char be[N][4], bc[N][4];
+        mos_accum_result_be(&a, be, bc);
+        mos_accum_result(&a, out, cov);
+        for (int x = 0; x < N; x++) {
+            unsigned char o[4], q[4];
+            memcpy(o, &out[x], 4);
+            memcpy(q, &cov[x], 4);
+            for (int b = 0; b < 4; b++) {
+                int nb = 1;
+                int idx = *(unsigned char *)&nb ? 3 - b : b;   /* little-endian host: reversed */
+                ck_assert_msg(be[x][b] == o[idx] && bc[x][b] == q[idx],
+                              "%s pixel %d byte %d", mos_combine_name((mos_combine)c), x, b);
+            }
+        }
+        mos_accum_result_be(&a, be, NULL);   /* cov may be NULL */
+        mos_accum_free(&a);
+    }
+}
+END_TEST
+
 static Suite *mosaic_suite(void)
 {
     Suite *s = suite_create("mosaic");
@@ -874,6 +955,7 @@ static Suite *mosaic_suite(void)
     tcase_set_timeout(tc, 60);
     tcase_add_test(tc, test_accum_by_hand);
     tcase_add_test(tc, test_accum_double);
+    tcase_add_test(tc, test_accum_rows_and_be);
     tcase_add_test(tc, test_reference_mean);
     tcase_add_test(tc, test_background_matching);
     tcase_add_test(tc, test_single_input_matching);

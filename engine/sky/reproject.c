@@ -22,6 +22,13 @@
 /* Default block edge, output pixels. */
 #define RP_BLOCK 256
 
+/* Sampling a block row by row, the source pixels of the row RP_PREFETCH_ROWS ahead are
+ * prefetched at every RP_PREFETCH_STEP-th position (rp_kernel_prefetch).  Measured on
+ * 4096^2 rotated by 20 deg (AMD EPYC Zen 4, 1 thread), nearest's sampling time per pixel:
+ * 4.2 ns without, 2.4 (4 rows, step 2), 2.25 (8, 4), 2.4 (16, 4), 2.4 (8, 8). */
+#define RP_PREFETCH_ROWS 8
+#define RP_PREFETCH_STEP 4
+
 /* Exact (default block): bands per thread at least, unless bands would get shorter
  * than RP_EXACT_MIN_BAND rows.  8 rather than 4: on 1000 x 1000 pixels with 2 threads,
  * 63-row bands took 0.060-0.062 s where 125-row bands took 0.066-0.069 s (the last band
@@ -356,6 +363,11 @@ static int interp_block(worker *w, const job *j, long u, long *finite, long *ins
         for (long r = 0; r < bh; r++) {
             size_t o = (size_t)(y0 + r) * (size_t)nx + (size_t)x0;
             const double *v = w->val;
+            if (r + RP_PREFETCH_ROWS < bh) {
+                const size_t q = (size_t)(r + RP_PREFETCH_ROWS) * (size_t)bw;
+                rp_kernel_prefetch(j->kern[p], (size_t)bw, w->xi + q, w->yi + q,
+                                   RP_PREFETCH_STEP);
+            }
             rp_kernel_sample(j->kern[p], (size_t)bw, w->xi + (size_t)r * (size_t)bw,
                              w->yi + (size_t)r * (size_t)bw, w->val);
             if (j->dst->dtype == RP_F32) {

@@ -380,18 +380,21 @@ static inline double bicubic_point(const rp_kernel *k, const double *restrict c,
 RP_SAMPLER4(float, f32)
 RP_SAMPLER4(double, f64)
 
-/* ---- nearest and bilinear with AVX2 gathers (x86-64, chosen at run time) ----------- */
+/* ---- bilinear with AVX2 gathers (x86-64, chosen at run time) ----------------------- */
 
-/* The same definitions as nearest_SFX and bilinear_SFX again, four positions a vector,
- * written with AVX2 intrinsics so that the pixel loads are gathers (vgatherqps /
- * vgatherqpd) and the range test is a lane mask rather than a branch: a lane outside
- * [-0.5, n - 0.5] (NaN included) samples pixel (0, 0), a safe address, and its result
- * is replaced by NaN with a blend.  Lane arithmetic is the scalar arithmetic in the
- * scalar order (the intrinsics name every add and multiply: no FMA contraction), so the
- * values are bit for bit those of the point functions and of RP_SAMPLER4.  Indices into
- * the plane are 64-bit (j * nx + i, j and nx below 2^31: rp_kernel_new).  rp_kernel_new
- * picks these where __builtin_cpu_supports("avx2") says the CPU has AVX2; other CPUs and
- * targets (NEON included) keep RP_SAMPLER4. */
+/* The same definition as bilinear_SFX again, four positions a vector, written with AVX2
+ * intrinsics so that the pixel loads are gathers (vgatherqps / vgatherqpd) and the range
+ * test is a lane mask rather than a branch: a lane outside [-0.5, n - 0.5] (NaN
+ * included) samples pixel (0, 0), a safe address, and its result is replaced by NaN with
+ * a blend.  Lane arithmetic is the scalar arithmetic in the scalar order (the intrinsics
+ * name every add and multiply: no FMA contraction), so the values are bit for bit those
+ * of the point functions and of RP_SAMPLER4.  Indices into the plane are 64-bit
+ * (j * nx + i, j and nx below 2^31: rp_kernel_new).  rp_kernel_new picks these where
+ * __builtin_cpu_supports("avx2") says the CPU has AVX2; other CPUs and targets (NEON
+ * included) keep RP_SAMPLER4.  Nearest keeps RP_SAMPLER4 everywhere: the same masked
+ * form with its four loads (gathered or scalar) measured slower on 4096^2 rotated by
+ * 20 deg (AMD EPYC Zen 4, 1 thread: 106-120 against 170-176 Mpix/s on whole rows
+ * without prefetching, level within the noise inside rp_reproject). */
 #if defined(__GNUC__) && defined(__x86_64__)
 #define RP_AVX2_SAMPLERS 1
 #define RP_AVX2 __attribute__((target("avx2")))
@@ -430,36 +433,44 @@ RP_SAMPLER4(double, f64)
 #define RP_AVX2_GATHER_f32(src, idx) _mm256_cvtps_pd(_mm256_i64gather_ps((src), (idx), 4))
 #define RP_AVX2_GATHER_f64(src, idx) _mm256_i64gather_pd((src), (idx), 8)
 
-#define RP_SAMPLER_AVX2(T, SFX)                                                           \
-    RP_AVX2 static void sample_nearest_##SFX##_avx2(const rp_kernel *k, size_t n,         \
-                                                    const double *restrict x,             \
-                                                    const double *restrict y,             \
-                                                    double *restrict out)                 \
-    {                                                                                     \
-        RP_SAMPLER_VARS(T, k->src.data);                                                  \
-        RP_AVX2_CONSTS;                                                                   \
-        const __m256d half = _mm256_set1_pd(0.5);                                         \
-        size_t m = 0;                                                                     \
-        for (; m + 4 <= n; m += 4) {                                                      \
-            RP_AVX2_GROUP;                                                                \
-            /* nearest_SFX: (long)((px + 1.0) + 0.5) - 1, clamped to n - 1 */            \
-            __m128i i = _mm256_cvttpd_epi32(_mm256_add_pd(_mm256_add_pd(px, one_), half)); \
-            __m128i j = _mm256_cvttpd_epi32(_mm256_add_pd(_mm256_add_pd(py, one_), half)); \
-            i = _mm_min_epi32(_mm_sub_epi32(i, c1_), nx1_);                               \
-            j = _mm_min_epi32(_mm_sub_epi32(j, c1_), ny1_);                               \
-            /* Four scalar loads, not a gather: with the source pixel not yet in the      \
-             * cache, vgatherqps waited for all four lanes and ran slower than the scalar \
-             * loads (4096^2 rotated 20 deg, AMD EPYC Zen 4: 7.3 against 4.2 ns a pixel  \
-             * without rp_kernel_prefetch, equal with it). */                            \
-            int64_t ix[4];                                                                \
-            _mm256_storeu_si256((__m256i *)ix, RP_AVX2_INDEX(i, j));                      \
-            const __m256d v = _mm256_set_pd((double)src[ix[3]], (double)src[ix[2]],       \
-                                            (double)src[ix[1]], (double)src[ix[0]]);      \
-            _mm256_storeu_pd(out + m, _mm256_blendv_pd(nan_, v, in));                     \
+/* Bilinear's four taps (ia, ja), (ib, ja), (ia, jb), (ib, jb) into aa, ab, ba, bb.
+ * float: where every lane has ib = ia + 1 (1 <= fx <= nx - 1: no clamping along x), one
+ * 64-bit gather a row fetches both horizontal neighbours (vgatherqpd at 4-byte scale;
+ * a gather needs no alignment), the pairs then split by a permutation; elsewhere four
+ * gathers.  double: four gathers. */
+#define RP_AVX2_TAPS_f32(src, ia, ib, ja, jb, fx, aa, ab, ba, bb)                          \
+    do {                                                                                  \
+        const __m128i edge_ = _mm_or_si128(_mm_cmpgt_epi32(c1_, (fx)),                    \
+                                           _mm_cmpgt_epi32((fx), nx1_));                  \
+        if (_mm_testz_si128(edge_, edge_)) {                                              \
+            const __m256i split_ = _mm256_setr_epi32(0, 2, 4, 6, 1, 3, 5, 7);             \
+            const __m256 ra_ = _mm256_permutevar8x32_ps(_mm256_castpd_ps(                 \
+                _mm256_i64gather_pd((const double *)(const void *)(src),                  \
+                                    RP_AVX2_INDEX(ia, ja), 4)), split_);                  \
+            const __m256 rb_ = _mm256_permutevar8x32_ps(_mm256_castpd_ps(                 \
+                _mm256_i64gather_pd((const double *)(const void *)(src),                  \
+                                    RP_AVX2_INDEX(ia, jb), 4)), split_);                  \
+            (aa) = _mm256_cvtps_pd(_mm256_castps256_ps128(ra_));                          \
+            (ab) = _mm256_cvtps_pd(_mm256_extractf128_ps(ra_, 1));                        \
+            (ba) = _mm256_cvtps_pd(_mm256_castps256_ps128(rb_));                          \
+            (bb) = _mm256_cvtps_pd(_mm256_extractf128_ps(rb_, 1));                        \
+        } else {                                                                          \
+            (aa) = RP_AVX2_GATHER_f32(src, RP_AVX2_INDEX(ia, ja));                        \
+            (ab) = RP_AVX2_GATHER_f32(src, RP_AVX2_INDEX(ib, ja));                        \
+            (ba) = RP_AVX2_GATHER_f32(src, RP_AVX2_INDEX(ia, jb));                        \
+            (bb) = RP_AVX2_GATHER_f32(src, RP_AVX2_INDEX(ib, jb));                        \
         }                                                                                 \
-        RP_POINTS(nearest_##SFX, m, n)                                                    \
-    }                                                                                     \
-                                                                                          \
+    } while (0)
+#define RP_AVX2_TAPS_f64(src, ia, ib, ja, jb, fx, aa, ab, ba, bb)                          \
+    do {                                                                                  \
+        (void)(fx);                                                                       \
+        (aa) = RP_AVX2_GATHER_f64(src, RP_AVX2_INDEX(ia, ja));                            \
+        (ab) = RP_AVX2_GATHER_f64(src, RP_AVX2_INDEX(ib, ja));                            \
+        (ba) = RP_AVX2_GATHER_f64(src, RP_AVX2_INDEX(ia, jb));                            \
+        (bb) = RP_AVX2_GATHER_f64(src, RP_AVX2_INDEX(ib, jb));                            \
+    } while (0)
+
+#define RP_SAMPLER_AVX2(T, SFX)                                                           \
     RP_AVX2 static void sample_bilinear_##SFX##_avx2(const rp_kernel *k, size_t n,        \
                                                      const double *restrict x,            \
                                                      const double *restrict y,            \
@@ -479,10 +490,8 @@ RP_SAMPLER4(double, f64)
             const __m128i ia = _mm_max_epi32(_mm_sub_epi32(fx, c1_), c0_);                \
             const __m128i ja = _mm_max_epi32(_mm_sub_epi32(fy, c1_), c0_);                \
             const __m128i ib = _mm_min_epi32(fx, nx1_), jb = _mm_min_epi32(fy, ny1_);     \
-            const __m256d aa = RP_AVX2_GATHER_##SFX(src, RP_AVX2_INDEX(ia, ja));          \
-            const __m256d ab = RP_AVX2_GATHER_##SFX(src, RP_AVX2_INDEX(ib, ja));          \
-            const __m256d ba = RP_AVX2_GATHER_##SFX(src, RP_AVX2_INDEX(ia, jb));          \
-            const __m256d bb = RP_AVX2_GATHER_##SFX(src, RP_AVX2_INDEX(ib, jb));          \
+            __m256d aa, ab, ba, bb;                                                       \
+            RP_AVX2_TAPS_##SFX(src, ia, ib, ja, jb, fx, aa, ab, ba, bb);                  \
             __m256d t = _mm256_setzero_pd();                                              \
             t = _mm256_add_pd(t, _mm256_mul_pd(_mm256_mul_pd(aa, wy0), wx0));             \
             t = _mm256_add_pd(t, _mm256_mul_pd(_mm256_mul_pd(ab, wy0), wx1));             \
@@ -1034,10 +1043,6 @@ rp_kernel *rp_kernel_new(rp_method method, const rp_plane *src, char *err, size_
     switch (method) {
     case RP_NEAREST:
         fn = f32 ? sample_nearest_f32 : sample_nearest_f64;
-#ifdef RP_AVX2_SAMPLERS
-        if (__builtin_cpu_supports("avx2"))
-            fn = f32 ? sample_nearest_f32_avx2 : sample_nearest_f64_avx2;
-#endif
         break;
     case RP_BILINEAR:
         fn = f32 ? sample_bilinear_f32 : sample_bilinear_f64;

@@ -38,4 +38,13 @@ void rp_kernel_free(rp_kernel *k);
 void rp_kernel_sample(const rp_kernel *k, size_t n, const double *x, const double *y,
                       double *out);
 
+/* A hint, no effect on results: asks the CPU to bring into its caches the source pixels
+ * that rp_kernel_sample will read for every step-th of the n positions (x, y) (same
+ * conventions; step 0 is taken as 1).  Callers sampling a block row by row call it for
+ * a row several rows ahead (engine/sky/reproject.c: 8 rows, step 4), which hides the
+ * memory latency of a source read along a rotated or distorted path.  Nearest and
+ * bilinear only (a no-op for the other methods).  Cannot fail. */
+void rp_kernel_prefetch(const rp_kernel *k, size_t n, const double *x, const double *y,
+                        size_t step);
+
 #endif

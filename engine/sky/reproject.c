@@ -11,6 +11,9 @@
 #include <string.h>
 #include <strings.h>
 #include <unistd.h>
+#if defined(__GNUC__) && defined(__x86_64__)
+#include <immintrin.h>
+#endif
 
 #include "engine/sky/coordmap.h"
 #include "engine/sky/exact.h"
@@ -21,6 +24,13 @@
 
 /* Default block edge, output pixels. */
 #define RP_BLOCK 256
+
+/* Sampling a block row by row, the source pixels of the row RP_PREFETCH_ROWS ahead are
+ * prefetched at every RP_PREFETCH_STEP-th position (rp_kernel_prefetch).  Measured on
+ * 4096^2 rotated by 20 deg (AMD EPYC Zen 4, 1 thread), nearest's sampling time per pixel:
+ * 4.2 ns without, 2.4 (4 rows, step 2), 2.25 (8, 4), 2.4 (16, 4), 2.4 (8, 8). */
+#define RP_PREFETCH_ROWS 8
+#define RP_PREFETCH_STEP 4
 
 /* Exact (default block): bands per thread at least, unless bands would get shorter
  * than RP_EXACT_MIN_BAND rows.  8 rather than 4: on 1000 x 1000 pixels with 2 threads,
@@ -262,6 +272,48 @@ RP_HOT static size_t next_near(const near_test *t, const double *xi, const doubl
     return n;
 }
 
+#if defined(__GNUC__) && defined(__x86_64__)
+/* next_near for nearest (t->round) with AVX2, eight positions an iteration: with
+ * u = x + 0.5, v = y + 0.5, a position is next to a decision when both lie within
+ * [-e, n + e] and the fraction u - floor(u) or v - floor(v) is within e of 0 or 1.
+ * Inside the valid range that is near_point's test (there u >= 0: floor is truncation;
+ * the edges -0.5 and n - 0.5 are the rounding boundaries u = 0 and u = n); within e
+ * outside an edge the fraction is within e of 1 (below 0) or of 0 (above n), so those
+ * positions are caught too.  Positions farther than e outside the range on either axis
+ * are not reported, where near_point reports those within e of the other axis's edges:
+ * they sample NaN whether recomputed or not, so outputs are the same.  Branch-free but
+ * for the loop exit; floor by vroundpd.  Cannot fail. */
+__attribute__((target("avx2"))) static size_t next_near_round_avx2(const near_test *t,
+                                                                   const double *xi,
+                                                                   const double *yi,
+                                                                   size_t k, size_t n)
+{
+    const __m256d e = _mm256_set1_pd(t->e), e1 = _mm256_set1_pd(1.0 - t->e);
+    const __m256d lo = _mm256_set1_pd(-t->e), half = _mm256_set1_pd(0.5);
+    const __m256d ux = _mm256_set1_pd(t->hx + 0.5 + t->e), uy = _mm256_set1_pd(t->hy + 0.5 + t->e);
+    for (; k + 8 <= n; k += 8) {
+        int bits = 0;
+        for (int h = 0; h < 2; h++) {
+            const __m256d u = _mm256_add_pd(_mm256_loadu_pd(xi + k + 4 * h), half);
+            const __m256d v = _mm256_add_pd(_mm256_loadu_pd(yi + k + 4 * h), half);
+            const __m256d in = _mm256_and_pd(
+                _mm256_and_pd(_mm256_cmp_pd(u, lo, _CMP_GE_OQ), _mm256_cmp_pd(u, ux, _CMP_LE_OQ)),
+                _mm256_and_pd(_mm256_cmp_pd(v, lo, _CMP_GE_OQ), _mm256_cmp_pd(v, uy, _CMP_LE_OQ)));
+            const __m256d fu = _mm256_sub_pd(u, _mm256_floor_pd(u));
+            const __m256d fv = _mm256_sub_pd(v, _mm256_floor_pd(v));
+            const __m256d nr = _mm256_or_pd(
+                _mm256_or_pd(_mm256_cmp_pd(fu, e, _CMP_LE_OQ), _mm256_cmp_pd(fu, e1, _CMP_GE_OQ)),
+                _mm256_or_pd(_mm256_cmp_pd(fv, e, _CMP_LE_OQ), _mm256_cmp_pd(fv, e1, _CMP_GE_OQ)));
+            bits |= _mm256_movemask_pd(_mm256_and_pd(in, nr)) << (4 * h);
+        }
+        if (bits)
+            return k + (size_t)__builtin_ctz((unsigned)bits);
+    }
+    return next_near(t, xi, yi, k, n);
+}
+#define RP_NEAR_AVX2 1
+#endif
+
 /* Transforms exactly the interpolated positions of a bw x bh block at (x0, y0) that lie
  * within e (the block's coordinate error bound) of a sampling decision: the edges of
  * the valid range [-0.5, n - 0.5] on each axis, and for nearest the rounding boundaries
@@ -272,8 +324,14 @@ static int fix_decisions(worker *w, const job *j, long x0, long y0, long bw, lon
     size_t n = 0, npx = (size_t)bw * (size_t)bh;
     const near_test t = { e, (double)j->src->nx - 0.5, (double)j->src->ny - 0.5,
                           j->opt->method == RP_NEAREST };
-    for (size_t k = next_near(&t, w->xi, w->yi, 0, npx); k < npx;
-         k = next_near(&t, w->xi, w->yi, k + 1, npx)) {
+    size_t (*next)(const near_test *, const double *, const double *, size_t, size_t) =
+        next_near;
+#ifdef RP_NEAR_AVX2
+    if (t.round && __builtin_cpu_supports("avx2"))
+        next = next_near_round_avx2;
+#endif
+    for (size_t k = next(&t, w->xi, w->yi, 0, npx); k < npx;
+         k = next(&t, w->xi, w->yi, k + 1, npx)) {
         w->fx[n] = (double)(x0 + (long)(k % (size_t)bw));
         w->fy[n] = (double)(y0 + (long)(k / (size_t)bw));
         w->fidx[n++] = k;
@@ -350,6 +408,11 @@ static int interp_block(worker *w, const job *j, long u, long *finite, long *ins
         for (long r = 0; r < bh; r++) {
             size_t o = (size_t)(y0 + r) * (size_t)nx + (size_t)x0;
             const double *v = w->val;
+            if (r + RP_PREFETCH_ROWS < bh) {
+                const size_t q = (size_t)(r + RP_PREFETCH_ROWS) * (size_t)bw;
+                rp_kernel_prefetch(j->kern[p], (size_t)bw, w->xi + q, w->yi + q,
+                                   RP_PREFETCH_STEP);
+            }
             rp_kernel_sample(j->kern[p], (size_t)bw, w->xi + (size_t)r * (size_t)bw,
                              w->yi + (size_t)r * (size_t)bw, w->val);
             if (j->dst->dtype == RP_F32) {

@@ -115,6 +115,69 @@ START_TEST(test_half_pixel_shift)
 }
 END_TEST
 
+/* Every output pixel on a rounding boundary: a 320x320 output on the input's exactly
+ * linear CAR grid (power-of-two CDELT) shifted by 10.5 pixels on both axes, so output
+ * pixel (i, j) sits at input (i - 10.5, j - 10.5), the edges -0.5 and n - 0.5 included.
+ * Nearest takes pixel floor(x + 0.5) (scipy order 0, clamped to n - 1 at x = n - 0.5)
+ * and NaN outside: with the approximate grid too (max_coord_error 0.001), whose
+ * interpolated positions miss the half-integers by rounding, since positions within
+ * the grid's error bound of a decision are recomputed exactly (reproject.c
+ * fix_decisions, next_near_round_avx2 on AVX2 CPUs).  On TAN the grid's result must
+ * equal the exact transform's bit for bit. */
+START_TEST(test_nearest_grid_decisions)
+{
+    enum { N = 300, M = 320 };
+    const double d = 10.5;
+    skywcs *in = eq_wcs("CAR", 0.0, 0.0, 1.0 / 1024.0, 150.0, 150.0, "ICRS");
+    skywcs *out = eq_wcs("CAR", 0.0, 0.0, 1.0 / 1024.0, 150.0 + d, 150.0 + d, "ICRS");
+    double *src = malloc(sizeof(double) * N * N), *dst = malloc(sizeof(double) * M * M);
+    ck_assert_ptr_nonnull(src);
+    ck_assert_ptr_nonnull(dst);
+    for (int k = 0; k < N * N; k++)
+        src[k] = (double)k;
+    for (int g = 0; g < 2; g++) {
+        long n = reproject_plane(in, src, N, N, out, M, M, RP_NEAREST, g ? 0.001 : 0.0, dst,
+                                 NULL, 0);
+        long want = 0;
+        for (int j = 0; j < M; j++)
+            for (int i = 0; i < M; i++) {
+                const double x = i - d, y = j - d, v = dst[j * M + i];
+                if (x < -0.5 || x > N - 0.5 || y < -0.5 || y > N - 0.5) {
+                    ck_assert_msg(isnan(v), "grid %d (%d, %d): %g, want NaN", g, i, j, v);
+                    continue;
+                }
+                long pi = (long)floor(x + 0.5), pj = (long)floor(y + 0.5);
+                pi = pi < N ? pi : N - 1;
+                pj = pj < N ? pj : N - 1;
+                ck_assert_msg(v == src[pj * N + pi], "grid %d (%d, %d): %g, want %g", g, i, j,
+                              v, src[pj * N + pi]);
+                want++;
+            }
+        ck_assert_int_eq(n, want);
+    }
+    skywcs_free(in);
+    skywcs_free(out);
+    /* The same on TAN away from the origin: exact positions now carry rounding noise
+     * around the half-integers, so the reference is the exact transform of every point:
+     * the grid must round each position the same way. */
+    in = eq_wcs("TAN", 83.8, -5.4, 1.0 / 1024.0, 150.0, 150.0, "ICRS");
+    out = eq_wcs("TAN", 83.8, -5.4, 1.0 / 1024.0, 150.0 + d, 150.0 + d, "ICRS");
+    double *ref = malloc(sizeof(double) * M * M);
+    ck_assert_ptr_nonnull(ref);
+    long n0 = reproject_plane(in, src, N, N, out, M, M, RP_NEAREST, 0.0, ref, NULL, 0);
+    long n1 = reproject_plane(in, src, N, N, out, M, M, RP_NEAREST, 0.001, dst, NULL, 0);
+    ck_assert_int_eq(n1, n0);
+    for (int k = 0; k < M * M; k++)
+        ck_assert_msg(memcmp(&dst[k], &ref[k], sizeof(double)) == 0,
+                      "TAN (%d, %d): grid %g, exact %g", k % M, k / M, dst[k], ref[k]);
+    free(ref);
+    free(src);
+    free(dst);
+    skywcs_free(in);
+    skywcs_free(out);
+}
+END_TEST
+
 /* A NaN input pixel only spoils the bilinear samples that touch it. */
 START_TEST(test_nan_input)
 {
@@ -875,6 +938,7 @@ int main(void)
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, test_identity);
     tcase_add_test(tc, test_half_pixel_shift);
+    tcase_add_test(tc, test_nearest_grid_decisions);
     tcase_add_test(tc, test_nan_input);
     tcase_add_test(tc, test_method_names);
     tcase_add_test(tc, test_bad_arguments);

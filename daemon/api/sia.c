@@ -574,48 +574,16 @@ static collection *route_collection(hreq *r, const route_match *m)
     return c;
 }
 
-static void unit_vector(double ra, double dec, double v[3])
-{
-    double a = ra * M_PI / 180.0, d = dec * M_PI / 180.0;
-    v[0] = cos(d) * cos(a);
-    v[1] = cos(d) * sin(a);
-    v[2] = sin(d);
-}
-
-/* The sky the readable members of c cover, as a circle: the centre is the mean direction
- * of their centres, the radius reaches their farthest footprint corner (degrees).  Sets
- * "ra", "dec" and "radius" of o (nothing without a member).  Called under c's lock. */
+/* The sky the readable members of c cover, as a circle (collection.extent, computed
+ * once per member list by the scan): "ra", "dec" and "radius" of o (nothing without a
+ * member).  Called under c's lock. */
 static void extent_json(json_t *o, const collection *c)
 {
-    double s[3] = {0, 0, 0}, v[3];
-    int n = 0;
-    for (int i = 0; i < c->n; i++) {
-        if (c->m[i].error)
-            continue;
-        unit_vector(c->m[i].ra, c->m[i].dec, v);
-        s[0] += v[0];
-        s[1] += v[1];
-        s[2] += v[2];
-        n++;
-    }
-    double len = sqrt(s[0] * s[0] + s[1] * s[1] + s[2] * s[2]);
-    if (!n || !(len > 1e-12 * n))
+    if (!isfinite(c->extent[2]))
         return;
-    double mindot = 1.0;
-    for (int i = 0; i < c->n; i++) {
-        if (c->m[i].error)
-            continue;
-        for (int k = 0; k < 4; k++) {
-            unit_vector(c->m[i].poly[2 * k], c->m[i].poly[2 * k + 1], v);
-            double dot = (s[0] * v[0] + s[1] * v[1] + s[2] * v[2]) / len;
-            if (dot < mindot)
-                mindot = dot;
-        }
-    }
-    double ra = atan2(s[1], s[0]) * 180.0 / M_PI;
-    json_object_set_new(o, "ra", json_real(ra < 0 ? ra + 360.0 : ra));
-    json_object_set_new(o, "dec", json_real(asin(s[2] / len) * 180.0 / M_PI));
-    json_object_set_new(o, "radius", json_real(acos(mindot < -1.0 ? -1.0 : mindot) * 180.0 / M_PI));
+    json_object_set_new(o, "ra", json_real(c->extent[0]));
+    json_object_set_new(o, "dec", json_real(c->extent[1]));
+    json_object_set_new(o, "radius", json_real(c->extent[2]));
 }
 
 static json_t *collection_json(collection *c, int with_members)

@@ -563,6 +563,51 @@ static long long mtime_ns(const struct stat *st)
     return (long long)st->st_mtim.tv_sec * 1000000000LL + st->st_mtim.tv_nsec;
 }
 
+static void unit_vector(double ra, double dec, double v[3])
+{
+    double a = ra * M_PI / 180.0, d = dec * M_PI / 180.0;
+    v[0] = cos(d) * cos(a);
+    v[1] = cos(d) * sin(a);
+    v[2] = sin(d);
+}
+
+/* The extent of a member list (collection.extent): the mean direction of the readable
+ * members' centres and the distance to their farthest footprint corner, degrees; all NaN
+ * without a readable member (or when the centres cancel out). */
+static void members_extent(const col_member *m, int n, double ext[3])
+{
+    double s[3] = {0, 0, 0}, v[3];
+    int k = 0;
+    ext[0] = ext[1] = ext[2] = NAN;
+    for (int i = 0; i < n; i++) {
+        if (m[i].error)
+            continue;
+        unit_vector(m[i].ra, m[i].dec, v);
+        s[0] += v[0];
+        s[1] += v[1];
+        s[2] += v[2];
+        k++;
+    }
+    double len = sqrt(s[0] * s[0] + s[1] * s[1] + s[2] * s[2]);
+    if (!k || !(len > 1e-12 * k))
+        return;
+    double mindot = 1.0;
+    for (int i = 0; i < n; i++) {
+        if (m[i].error)
+            continue;
+        for (int j = 0; j < 4; j++) {
+            unit_vector(m[i].poly[2 * j], m[i].poly[2 * j + 1], v);
+            double dot = (s[0] * v[0] + s[1] * v[1] + s[2] * v[2]) / len;
+            if (dot < mindot)
+                mindot = dot;
+        }
+    }
+    double ra = atan2(s[1], s[0]) * 180.0 / M_PI;
+    ext[0] = ra < 0 ? ra + 360.0 : ra;
+    ext[1] = asin(s[2] / len) * 180.0 / M_PI;
+    ext[2] = acos(mindot < -1.0 ? -1.0 : mindot) * 180.0 / M_PI;
+}
+
 /* The version of a member list: FNV-1a over each relpath and file identity. */
 static unsigned long long members_hash(const col_member *m, int n)
 {
@@ -653,12 +698,15 @@ static int scan_collection(colset *s, collection *c)
     if (began && colindex_commit(s->index))
         rc = TESS_EIO;
     if (changed && rc != TESS_ENOMEM) {   /* a member without its path is never listed */
+        double ext[3];
+        members_extent(nm, w.n, ext);
         pthread_rwlock_wrlock(&c->lock);
         col_member *old = c->m;
         int oldn = c->n;
         c->m = nm;
         c->n = w.n;
         c->version = members_hash(nm, w.n);
+        memcpy(c->extent, ext, sizeof(ext));
         pthread_rwlock_unlock(&c->lock);
         col_members_free(old, oldn);
     } else {
@@ -830,6 +878,7 @@ int colset_open(const tess_config *cfg, colset **out, char *err, size_t errlen)
             goto fail;
         } else {
             s->c[i].version = members_hash(s->c[i].m, s->c[i].n);
+            members_extent(s->c[i].m, s->c[i].n, s->c[i].extent);
             colbg_loaded(&s->c[i]);   /* offsets kept in the index, before the scan */
         }
     if (!(s->members = colmembers_new(cfg, COLMEMBERS_OPEN_MAX))) {
@@ -937,11 +986,16 @@ mos_combine collection_combine(const collection *c)
     return c->combine == 1 ? MOS_MEDIAN : c->combine == 2 ? MOS_FIRST : MOS_MEAN;
 }
 
+unsigned long long collection_version_locked(const collection *c)
+{
+    /* with match_background, each solve of the offsets is a new version of the sky */
+    return c->version ^ (c->bg_generation * 0x9e3779b97f4a7c15ULL);
+}
+
 unsigned long long collection_version(collection *c)
 {
     pthread_rwlock_rdlock(&c->lock);
-    /* with match_background, each solve of the offsets is a new version of the sky */
-    unsigned long long v = c->version ^ (c->bg_generation * 0x9e3779b97f4a7c15ULL);
+    unsigned long long v = collection_version_locked(c);
     pthread_rwlock_unlock(&c->lock);
     return v;
 }

@@ -35,6 +35,10 @@ typedef struct collection {
     unsigned long long version; /* under lock: a hash of every member's relpath and file
                                    identity, set by each scan that changed a member (the
                                    sky routes' cache keys, colsky) */
+    double extent[3];        /* under lock, set with `version`: the sky the readable
+                                members cover as a circle (ra, dec of the mean direction
+                                of their centres, radius to their farthest footprint
+                                corner; ICRS degrees), all NaN without one */
     int combine;             /* col_config's: 0 mean, 1 median, 2 first */
     int match_background;
     unsigned long long bg_version;    /* under lock: the `version` whose members the
@@ -95,6 +99,8 @@ double collection_finest_pixscale(collection *c);
 /* c->version read under its lock, mixed with the generation of its background offsets
  * (bg_generation, 0 until the first solve): the sky routes' cache key. */
 unsigned long long collection_version(collection *c);
+/* The same, with c's lock held by the caller. */
+unsigned long long collection_version_locked(const collection *c);
 
 /* The member of m[0..n) (sorted by relpath) with that relpath, or NULL. */
 const col_member *col_member_find(const col_member *m, int n, const char *relpath);

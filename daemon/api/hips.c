@@ -218,6 +218,9 @@ typedef struct hips_job {
     hips_path path;
     hips_query q;
     collection *col;           /* a collection's HiPS (hips_collection), else NULL */
+    unsigned long long sky;    /* col's collection_version when the request came (its cache
+                                  key): every tile of the answer is of that sky, with
+                                  that solution's offsets (colbg_offsets_at) */
 } hips_job;
 
 /* A plane of the dataset held for sampling. */
@@ -942,9 +945,10 @@ static long colsky_direct(hreq *r, const hips_job *j, const colsky_list *l, int 
 {
     const size_t np = (size_t)HIPS_TILE_WIDTH * HIPS_TILE_WIDTH;
     double bg[COLSKY_TILE_MAX_MEMBERS];   /* the members' offsets, of one solution */
-    if (colbg_offsets(j->col, l->p, l->kept, bg)) {
+    if (colbg_offsets_at(j->col, l->p, l->kept, bg, j->sky)) {
         problem_reply(r, 503, NULL, "collection '%s': its background offsets are being "
-                      "solved; retry later", j->col->name);
+                      "solved (or were solved again during this request); retry later",
+                      j->col->name);
         r->rep.retry_after = COLBG_RETRY_AFTER_S;
         return -1;
     }
@@ -1035,7 +1039,7 @@ static void colsky_data_key(const hips_job *j, int order, int64_t npix, char *ke
                             size_t len)
 {
     snprintf(key, len, "hips|cdata|%s|%llx|%d|%s|%.17g|%d|%d|%lld", j->col->name,
-             collection_version(j->col), j->col->combine, rp_method_name(j->q.method),
+             j->sky, j->col->combine, rp_method_name(j->q.method),
              j->q.max_coord_error, j->path.format == HIPS_FMT_FITS, order, (long long)npix);
 }
 
@@ -1421,6 +1425,7 @@ static void hips_collection(hreq *r, const hips_path *hp, collection *c)
     if (hp->format != HIPS_FMT_FITS && !hreq_arg(r, "max_coord_error"))
         j->q.max_coord_error = HIPS_PICTURE_MCE;
     unsigned long long version = collection_version(c);
+    j->sky = version;
     char rk[160];
     params_render_key(&j->q.render, rk, sizeof(rk));
     void (*work)(hreq *) = NULL;

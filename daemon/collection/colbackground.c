@@ -48,7 +48,8 @@ double colbg_offset(collection *c, const char *relpath)
     return o;
 }
 
-int colbg_offsets(collection *c, char *const *rel, int n, double *out)
+int colbg_offsets_at(collection *c, char *const *rel, int n, double *out,
+                     unsigned long long sky)
 {
     if (!c->match_background) {
         for (int i = 0; i < n; i++)
@@ -56,13 +57,19 @@ int colbg_offsets(collection *c, char *const *rel, int n, double *out)
         return 0;
     }
     pthread_rwlock_rdlock(&c->lock);
-    int pending = c->bg_version != c->version;
+    int pending = c->bg_version != c->version ||
+                  (sky && sky != collection_version_locked(c));
     for (int i = 0; !pending && i < n; i++) {
         const col_member *m = col_member_find(c->m, c->n, rel[i]);
         out[i] = m && isfinite(m->bg_offset) ? m->bg_offset : 0.0;
     }
     pthread_rwlock_unlock(&c->lock);
     return pending;
+}
+
+int colbg_offsets(collection *c, char *const *rel, int n, double *out)
+{
+    return colbg_offsets_at(c, rel, n, out, 0);
 }
 
 void colbg_loaded(collection *c)

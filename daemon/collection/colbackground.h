@@ -53,6 +53,13 @@ double colbg_offset(struct collection *c, const char *relpath);
  * when c is pending (colbg_pending; out untouched). */
 int colbg_offsets(struct collection *c, char *const *rel, int n, double *out);
 
+/* As colbg_offsets, of one given solution: with `sky` not 0, 1 (out untouched) also when
+ * c's collection_version is no longer `sky` (a solve or a scan since), so that every
+ * tile of one answer (an Allsky's 12 faces, a tile made from its children) subtracts the
+ * offsets of the solution its cache key names. */
+int colbg_offsets_at(struct collection *c, char *const *rel, int n, double *out,
+                     unsigned long long sky);
+
 /* After the members were loaded from the index: the offsets stored there are the
  * solution when every usable member has one (then colbg_pending is 0 at once). */
 void colbg_loaded(struct collection *c);

@@ -50,6 +50,14 @@ def rotated_wcs(WCS, ra, dec, n, scale, rot):
     return w
 
 
+def angdist(ra1, dec1, ra2, dec2):
+    """Great-circle distance in degrees (haversine)."""
+    p1, p2 = math.radians(dec1), math.radians(dec2)
+    h = (math.sin((p2 - p1) / 2) ** 2 +
+         math.cos(p1) * math.cos(p2) * math.sin(math.radians(ra2 - ra1) / 2) ** 2)
+    return math.degrees(2 * math.asin(math.sqrt(min(1.0, h))))
+
+
 class ColbgTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
@@ -286,6 +294,98 @@ class ColbgTest(unittest.TestCase):
         ref, foot = self.coadd([(by[m][0].astype(np.float64) - rec[m], by[m][1])
                                 for m in members], w, got.shape)
         self.assert_like(got, np.where(foot > 0, ref, np.nan), "mosaic job (matched)")
+
+    def job(self, body):
+        """Submits a job, waits for it, returns its document and its product."""
+        import json
+        import urllib.request
+        req = urllib.request.Request(self.srv.url("/api/v1/jobs"), data=json.dumps(body).encode(),
+                                     headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(req, timeout=30) as r:
+            jid = json.loads(r.read())["id"]
+        end = time.monotonic() + 60
+        while True:
+            doc = json.loads(self.get(f"/api/v1/jobs/{jid}"))
+            if doc["state"] not in ("queued", "running"):
+                break
+            self.assertLess(time.monotonic(), end)
+            time.sleep(0.1)
+        self.assertEqual(doc["state"], "succeeded", doc)
+        with self.fits.open(io.BytesIO(self.get(f"/api/v1/jobs/{jid}/result"))) as h:
+            return doc, h[0].data.astype(self.np.float64)
+
+    def assert_same(self, got, ref, what):
+        """Equal within float32 rounding (4 ulp of the peak), the same NaN pattern."""
+        np = self.np
+        nan_got, nan_ref = np.isnan(got), np.isnan(ref)
+        ok = ~nan_got & ~nan_ref
+        self.assertGreater(ok.sum(), 1000, what)
+        peak = np.nanmax(np.abs(ref))
+        err = np.abs(got[ok] - ref[ok]).max() / peak
+        print(f"\n{what}: {ok.sum()} pixels, max |diff| {err:.2e} of the peak {peak:.1f}, "
+              f"{int((nan_got != nan_ref).sum())} NaN differ")
+        np.testing.assert_array_equal(nan_got, nan_ref, what)
+        self.assertLessEqual(err, 4 * 2.0 ** -24, what)
+
+    def test_c_job_equals_tile_and_cutout(self):
+        """Issue 33 item 4: the product of a job over a collection equals the on-demand
+        tiles it contains.  A mosaic job whose target is an order-16 FITS tile's own header
+        (HPX) equals the tile, raw and background-matched (the same stored offsets); a job
+        onto a TAN grid covering 4 tiles equals POST /api/v1/cutout onto that header."""
+        np = self.np
+        from astropy_healpix import HEALPix
+        import astropy.units as u
+        self.solved()
+        npix = int(HEALPix(nside=2 ** ORDER, order="nested").lonlat_to_healpix(
+            RA0 * u.deg, DEC0 * u.deg))
+        for name in ("raw", "bgm"):
+            path = f"/hips/{name}/Norder{ORDER}/Dir{npix // 10000 * 10000}/Npix{npix}.fits"
+            with self.fits.open(io.BytesIO(self.get(path))) as h:
+                tile = h[0].data.astype(np.float64)
+                hdr = h[0].header
+            # the region: a circle about the tile's centre through its corners
+            w = self.WCS(hdr)
+            ny, nx = tile.shape
+            cra, cdec = (float(v) for v in w.pixel_to_world_values((nx - 1) / 2, (ny - 1) / 2))
+            cx, cy = w.pixel_to_world_values([-0.5, nx - 0.5, -0.5, nx - 0.5],
+                                             [-0.5, -0.5, ny - 0.5, ny - 0.5])
+            r = 1.01 * max(angdist(cra, cdec, float(a), float(b)) for a, b in zip(cx, cy))
+            doc, got = self.job({"type": "mosaic",
+                                 "inputs": {"collection": name,
+                                            "region": {"circle": [cra, cdec, r]}},
+                                 "target": {"header": hdr.tostring(sep="\n")},
+                                 "method": "bilinear", "combine": "mean",
+                                 "output": {"name": f"tilejob_{name}"}})
+            self.assert_same(got, tile, f"job onto the tile's header ({name})")
+        # 4 tiles' worth: a TAN grid twice the tile's side, of pixels twice the tile's,
+        # rotated
+        g = self.WCS(naxis=2)
+        g.wcs.ctype = ["RA---TAN", "DEC--TAN"]
+        g.wcs.crval = [cra, cdec]
+        g.wcs.crpix = [(nx + 1) / 2, (ny + 1) / 2]
+        d = 2 * float(np.sqrt(abs(np.linalg.det(w.pixel_scale_matrix))))
+        c, sn = math.cos(math.radians(20.0)), math.sin(math.radians(20.0))
+        g.wcs.cd = [[-d * c, d * sn], [d * sn, d * c]]
+        h = g.to_header()
+        h.insert(0, ("NAXIS2", ny))
+        h.insert(0, ("NAXIS1", nx))
+        h.insert(0, ("NAXIS", 2))
+        text = h.tostring(sep="\n")
+        for name in ("raw", "bgm"):
+            import urllib.request
+            req = urllib.request.Request(self.srv.url("/api/v1/cutout?" + urllib.parse.urlencode(
+                dict(dataset=name, format="fits", method="bilinear"))), data=text.encode())
+            with urllib.request.urlopen(req, timeout=60) as resp:
+                body = resp.read()
+            with self.fits.open(io.BytesIO(body)) as f:
+                cut = f[0].data.astype(np.float64)
+            _, got = self.job({"type": "mosaic",
+                               "inputs": {"collection": name,
+                                          "region": {"circle": [cra, cdec, 2 * r]}},
+                               "target": {"header": text},
+                               "method": "bilinear", "combine": "mean",
+                               "output": {"name": f"tanjob_{name}"}})
+            self.assert_same(got, cut, f"job onto a TAN grid = its cutout ({name})")
 
     def test_d_changed_member(self):
         """One member rewritten with a new offset: solved again, the new offset found."""

@@ -315,7 +315,7 @@ class ColbgTest(unittest.TestCase):
             return doc, h[0].data.astype(self.np.float64)
 
     def assert_same(self, got, ref, what):
-        """Equal within float32 rounding (4 ulp of the peak), the same NaN pattern."""
+        """Equal within float32 rounding (2 x 2^-24 of the peak), the same NaN pattern."""
         np = self.np
         nan_got, nan_ref = np.isnan(got), np.isnan(ref)
         ok = ~nan_got & ~nan_ref
@@ -325,7 +325,7 @@ class ColbgTest(unittest.TestCase):
         print(f"\n{what}: {ok.sum()} pixels, max |diff| {err:.2e} of the peak {peak:.1f}, "
               f"{int((nan_got != nan_ref).sum())} NaN differ")
         np.testing.assert_array_equal(nan_got, nan_ref, what)
-        self.assertLessEqual(err, 4 * 2.0 ** -24, what)
+        self.assertLessEqual(err, 2 * 2.0 ** -24, what)
 
     def test_c_job_equals_tile_and_cutout(self):
         """Issue 33 item 4: the product of a job over a collection equals the on-demand

@@ -4,11 +4,13 @@
  * and the problems of bad bodies. */
 #include "daemon/collection/colbackground.h"
 #include "daemon/collection/collection.h"
+#include "daemon/app.h"
 #include "daemon/config.h"
 #include "daemon/http.h"
 #include "daemon/jobs/job_mosaic.h"
 #include "tests/testutil.h"
 #include "engine/base/error.h"
+#include "engine/hips/healpix.h"
 
 #include <fitsio.h>
 #include <jansson.h>
@@ -395,6 +397,73 @@ START_TEST(test_background_offsets)
 }
 END_TEST
 
+/* The 503 of the sky routes while a collection's background offsets are being solved,
+ * through HTTP and held deterministically: with "collections_rescan_s": 0 the rescan
+ * thread solves once at the start and then only waits for the stop, so after the test's
+ * own rescan of a rewritten member the collection stays pending until the test calls
+ * colbg_update.  Meanwhile a tile, the Allsky, a cutout and a job over the collection
+ * answer 503 problem+json (RFC 9457) with Retry-After; after the update, 200. */
+START_TEST(test_background_pending_http)
+{
+    stop_server();
+    char text[1024], err[512];
+    snprintf(text, sizeof(text),
+             "{\"data_roots\": [\"%s\"], \"collections_rescan_s\": 0, \"datasets\": ["
+             "{\"name\": \"sky\", \"kind\": \"collection\", \"images\": \"sky/**/*.fits\","
+             " \"match_background\": true}]}", data);
+    ck_assert_int_eq(config_init(&cfg), 0);
+    ck_assert_msg(config_load_text(text, &cfg, err, sizeof(err)) == 0, "%s", err);
+    ck_assert_int_eq(config_set_listen(&cfg, "127.0.0.1:0", err, sizeof(err)), 0);
+    cfg.threads = 2;
+    cfg.jobs_dir = strdup(jobsdir);
+    ck_assert_msg(tserver_start(&cfg, &srv, err, sizeof(err)) == 0, "%s", err);
+    snprintf(base, sizeof(base), "http://127.0.0.1:%d", tserver_port(srv));
+    colset *s = srv->app->collections;
+    collection *c = colset_find(s, "sky");
+    ck_assert_ptr_nonnull(c);
+    ck_assert_int_eq(colbg_update(s, c), 0);   /* (the thread may have solved it first) */
+    ck_assert_int_eq(colbg_pending(c), 0);
+    const int order = 10;
+    char tpath[128], body[2048];
+    long long npix = (long long)hips_ang2pix(order + HIPS_TILE_SHIFT, 150.004, 2.002) >>
+                     (2 * HIPS_TILE_SHIFT);
+    snprintf(tpath, sizeof(tpath), "/hips/sky/Norder%d/Dir%lld/Npix%lld.fits", order,
+             (long long)hips_dir(npix), npix);
+    static const char cut[] = "/api/v1/cutout?dataset=sky&ra=150.004&dec=2.002&fov=0.01"
+                              "&width=24&height=24&format=fits";
+    static const char allsky[] = "/hips/sky/Norder3/Allsky.fits";
+    const char *const paths[3] = {tpath, allsky, cut};
+    snprintf(body, sizeof(body), CIRCLE_BODY, "m_pending", "");
+    /* b rewritten 4 higher: pending from the rescan on, held until colbg_update */
+    write_member("sky/b.fits", 150.008, 2.000, 1.0, 15.0, 40, 30, 9.0f);
+    ck_assert_int_eq(colset_rescan(s), 0);
+    ck_assert_int_eq(colbg_pending(c), 1);
+    for (int round = 0; round < 2; round++) {   /* twice: a 503 is never cached */
+        for (int i = 0; i < 3; i++) {
+            tt_resp r = tt_fetch(base, "GET", paths[i], NULL, 0, NULL);
+            tt_assert_problem(paths[i], &r, 503, NULL);
+            ck_assert_msg(strstr(r.body, "background offsets"), "%s: %s", paths[i], r.body);
+            ck_assert_str_eq(r.retry_after, "2");   /* COLBG_RETRY_AFTER_S */
+            tt_resp_free(&r);
+        }
+        tt_resp r = tt_fetch(base, "POST", "/api/v1/jobs", body, strlen(body),
+                             "Content-Type: application/json");
+        tt_assert_problem("POST /api/v1/jobs", &r, 503, "inputs.collection");
+        tt_resp_free(&r);
+    }
+    ck_assert_int_eq(colbg_pending(c), 1);
+    ck_assert_int_eq(colbg_update(s, c), 0);
+    ck_assert_int_eq(colbg_pending(c), 0);
+    for (int i = 0; i < 3; i++) {
+        tt_resp r = tt_fetch(base, "GET", paths[i], NULL, 0, NULL);
+        ck_assert_msg(r.status == 200, "%s: %ld %s", paths[i], r.status, r.body ? r.body : "");
+        ck_assert_str_eq(r.content_type, "application/fits");
+        tt_resp_free(&r);
+    }
+    json_decref(run_job(body));
+}
+END_TEST
+
 /* Bad bodies: RFC 9457 problems naming the field, and nothing queued. */
 START_TEST(test_bad_bodies)
 {
@@ -498,6 +567,7 @@ int main(void)
     tcase_add_test(tc, test_reproject_collection);
     tcase_add_test(tc, test_stored_members_replanned);
     tcase_add_test(tc, test_background_offsets);
+    tcase_add_test(tc, test_background_pending_http);
     tcase_add_test(tc, test_bad_bodies);
     tcase_add_test(tc, test_too_many_members);
     suite_add_tcase(s, tc);

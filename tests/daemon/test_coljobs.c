@@ -402,7 +402,8 @@ END_TEST
  * thread solves once at the start and then only waits for the stop, so after the test's
  * own rescan of a rewritten member the collection stays pending until the test calls
  * colbg_update.  Meanwhile a tile, the Allsky, a cutout and a job over the collection
- * answer 503 problem+json (RFC 9457) with Retry-After; after the update, 200. */
+ * answer 503 problem+json (RFC 9457) with Retry-After (2 for the sky routes, 5 for the
+ * job, as every job route's); after the update, 200. */
 START_TEST(test_background_pending_http)
 {
     stop_server();
@@ -449,6 +450,7 @@ START_TEST(test_background_pending_http)
         tt_resp r = tt_fetch(base, "POST", "/api/v1/jobs", body, strlen(body),
                              "Content-Type: application/json");
         tt_assert_problem("POST /api/v1/jobs", &r, 503, "inputs.collection");
+        ck_assert_str_eq(r.retry_after, "5");   /* as every job route's 503 */
         tt_resp_free(&r);
     }
     ck_assert_int_eq(colbg_pending(c), 1);

@@ -248,12 +248,12 @@ static int gradient_matters(skywcs *out, long nx, long ny)
 }
 
 /* Fills fields gx and gy (grad ln J per output pixel) of the accumulation cells of rows
- * [y0, y1) of the nx x ny output (`stride` doubles per cell, nx cells per row),
+ * [y0, y1) of the nx x ny output (`stride` doubles per cell, rows rowlen doubles apart),
  * from node_gradients at nodes every EX_GSTEP pixels of the whole grid (and on its last
  * row and column, so that every block of rows sees the same nodes), bilinearly
  * interpolated.  Returns 0 or TESS_ENOMEM. */
 static int area_gradient(skywcs *out, long nx, long ny, long y0, long y1, double *cells,
-                         size_t stride, int fgx, int fgy)
+                         size_t stride, size_t rowlen, int fgx, int fgy)
 {
     const long rows = y1 - y0;
     const long nu = (nx - 1 + EX_GSTEP - 1) / EX_GSTEP + 1;
@@ -290,7 +290,7 @@ static int area_gradient(skywcs *out, long nx, long ny, long y0, long y1, double
             rg[2 * k] = (1 - t) * ngx[l * nu + k] + t * ngx[lh * nu + k];
             rg[2 * k + 1] = (1 - t) * ngy[l * nu + k] + t * ngy[lh * nu + k];
         }
-        double *row = cells + (size_t)r * (size_t)nx * stride;
+        double *row = cells + (size_t)r * rowlen;
         if (nu == 1) {
             row[fgx] = rg[0];
             row[fgy] = rg[1];
@@ -316,7 +316,7 @@ static int area_gradient(skywcs *out, long nx, long ny, long y0, long y1, double
 /* Accumulation along the outlines                                                         */
 
 /* The fields of an accumulation cell (doubles).  Row r holds nx cells, from
- * acc->cells + (r - y0) * nx * stride.
+ * acc->cells + (r - y0) * rowlen.
  * "Running" fields are summed along the row at the end (a deposit there counts for its
  * pixel and every pixel right of it); "local" ones belong to their pixel alone. */
 enum {
@@ -334,8 +334,20 @@ enum {
 typedef struct ex_acc {
     double *cells;
     size_t stride;          /* EX_NAREA, or EX_NALL with the moments */
+    size_t rowlen;          /* doubles from row to row: ex_rowlen */
     long nx, y0, y1;
 } ex_acc;
+
+/* Doubles from one row of accumulation cells to the next: nx cells of `stride` doubles
+ * rounded up to an odd number of 64-byte lines, so that rows do not alias in the caches.
+ * Unpadded, a row of 4096 cells is 128 KiB, a power of two: the ~40 rows one tile of
+ * input pixels reaches all fall in the same sets of L1 and L2 and evict each other (the
+ * deposits then missed the caches).  Cannot fail (nx * stride must fit size_t, less 16). */
+static size_t ex_rowlen(long nx, size_t stride)
+{
+    size_t lines = ((size_t)nx * stride + 7) / 8;
+    return (lines | 1) * 8;
+}
 
 /* floor(v + 0.5) as a long, for |v| well inside the range of long: the column (row) of
  * the output pixel whose cell [k - 1/2, k + 1/2) holds v.  Cannot fail. */
@@ -506,7 +518,7 @@ EX_INLINE void add_edge(const ex_acc *acc, double xa, double ya, double xb, doub
     const double lo = (double)acc->y0 - 0.5, hi = (double)acc->y1 - 0.5;
     if (yb <= lo || ya >= hi)
         return;
-    const size_t rowlen = (size_t)acc->nx * (mom ? EX_NALL : EX_NAREA);
+    const size_t rowlen = acc->rowlen;
     if (ya >= lo) {
         /* The common case: the edge starts and ends in the same row (no slope needed). */
         const long r0 = cell_of(ya);
@@ -808,7 +820,7 @@ double rp_exact_scratch_bytes(long in_nx, long in_ny, long out_nx, long rows)
     double nodes = 2.0 * nn * 2.0 * sizeof(double) + ncx * ncy;   /* kept, mapped, include */
     double lat = ((double)(in_nx + 3) * (EX_CELL + 3) * 2.0 + (double)in_nx * EX_CELL * 2.0)
                  * sizeof(double);
-    double cells = (double)rows * (double)out_nx * EX_NALL * sizeof(double);
+    double cells = (double)rows * ((double)out_nx * EX_NALL + 16.0) * sizeof(double);
     return nodes + lat + cells;
 }
 
@@ -910,7 +922,7 @@ long rp_exact_rows_ctx(rp_exact_ctx *ctx, const rp_plane *src, long out_nx, long
     }
     const long cell = ctx->cell, ncx = ctx->ncx, ncy = ctx->ncy;
     const int cshift = ctx->cshift, moments = ctx->moments;
-    ex_acc acc = { NULL, EX_NAREA, out_nx, out_y0, out_y1 };
+    ex_acc acc = { NULL, EX_NAREA, 0, out_nx, out_y0, out_y1 };
     unsigned char *include = ctx_grow((void **)&ctx->include, &ctx->ninclude,
                                       (size_t)ncx * (size_t)ncy, 1);
     const size_t latn = (size_t)(in_nx + 3) * (size_t)(EX_CELL + 3);
@@ -921,7 +933,8 @@ long rp_exact_rows_ctx(rp_exact_ctx *ctx, const rp_plane *src, long out_nx, long
         goto done;
     }
     acc.stride = moments ? EX_NALL : EX_NAREA;
-    const size_t rowlen = (size_t)out_nx * acc.stride;
+    const size_t rowlen = ex_rowlen(out_nx, acc.stride);
+    acc.rowlen = rowlen;
     acc.cells = (size_t)rows <= SIZE_MAX / sizeof(double) / rowlen
                     ? ctx_grow((void **)&ctx->cells, &ctx->ncells, (size_t)rows * rowlen,
                                sizeof(double))
@@ -930,7 +943,7 @@ long rp_exact_rows_ctx(rp_exact_ctx *ctx, const rp_plane *src, long out_nx, long
         memset(acc.cells, 0, sizeof(double) * (size_t)rows * rowlen);
     if (!acc.cells
         || (moments && area_gradient(wout, out_nx, out_ny, out_y0, out_y1, acc.cells, acc.stride,
-                                     EX_GX, EX_GY) != 0)) {
+                                     rowlen, EX_GX, EX_GY) != 0)) {
         rc = TESS_ENOMEM;
         goto done;
     }

@@ -248,12 +248,12 @@ static int gradient_matters(skywcs *out, long nx, long ny)
 }
 
 /* Fills fields gx and gy (grad ln J per output pixel) of the accumulation cells of rows
- * [y0, y1) of the nx x ny output (`stride` doubles per cell, nx cells per row),
+ * [y0, y1) of the nx x ny output (`stride` doubles per cell, rows rowlen doubles apart),
  * from node_gradients at nodes every EX_GSTEP pixels of the whole grid (and on its last
  * row and column, so that every block of rows sees the same nodes), bilinearly
  * interpolated.  Returns 0 or TESS_ENOMEM. */
 static int area_gradient(skywcs *out, long nx, long ny, long y0, long y1, double *cells,
-                         size_t stride, int fgx, int fgy)
+                         size_t stride, size_t rowlen, int fgx, int fgy)
 {
     const long rows = y1 - y0;
     const long nu = (nx - 1 + EX_GSTEP - 1) / EX_GSTEP + 1;
@@ -290,7 +290,7 @@ static int area_gradient(skywcs *out, long nx, long ny, long y0, long y1, double
             rg[2 * k] = (1 - t) * ngx[l * nu + k] + t * ngx[lh * nu + k];
             rg[2 * k + 1] = (1 - t) * ngy[l * nu + k] + t * ngy[lh * nu + k];
         }
-        double *row = cells + (size_t)r * (size_t)nx * stride;
+        double *row = cells + (size_t)r * rowlen;
         if (nu == 1) {
             row[fgx] = rg[0];
             row[fgy] = rg[1];
@@ -316,7 +316,7 @@ static int area_gradient(skywcs *out, long nx, long ny, long y0, long y1, double
 /* Accumulation along the outlines                                                         */
 
 /* The fields of an accumulation cell (doubles).  Row r holds nx cells, from
- * acc->cells + (r - y0) * nx * stride.
+ * acc->cells + (r - y0) * rowlen.
  * "Running" fields are summed along the row at the end (a deposit there counts for its
  * pixel and every pixel right of it); "local" ones belong to their pixel alone. */
 enum {
@@ -334,8 +334,20 @@ enum {
 typedef struct ex_acc {
     double *cells;
     size_t stride;          /* EX_NAREA, or EX_NALL with the moments */
+    size_t rowlen;          /* doubles from row to row: ex_rowlen */
     long nx, y0, y1;
 } ex_acc;
+
+/* Doubles from one row of accumulation cells to the next: nx cells of `stride` doubles
+ * rounded up to an odd number of 64-byte lines, so that rows do not alias in the caches.
+ * Unpadded, a row of 4096 cells is 128 KiB, a power of two: the ~40 rows one tile of
+ * input pixels reaches all fall in the same sets of L1 and L2 and evict each other (the
+ * deposits then missed the caches).  Cannot fail (nx * stride must fit size_t, less 16). */
+static size_t ex_rowlen(long nx, size_t stride)
+{
+    size_t lines = ((size_t)nx * stride + 7) / 8;
+    return (lines | 1) * 8;
+}
 
 /* floor(v + 0.5) as a long, for |v| well inside the range of long: the column (row) of
  * the output pixel whose cell [k - 1/2, k + 1/2) holds v.  Cannot fail. */
@@ -352,24 +364,32 @@ static inline double quantize(double t)
     return (t + EX_QUANT) - EX_QUANT;
 }
 
+/* Inlined into the callers that pass `mom` (the moments on or off) as a constant, so that
+ * the common path has no test of it. */
+#if defined(__GNUC__)
+#define EX_INLINE static inline __attribute__((always_inline))
+#else
+#define EX_INLINE static inline
+#endif
+
 /* Deposits in `cell` the outline piece from (ua, ta) to (ub, tb), coordinates relative
  * to the pixel centre (|u|, |t| <= 1/2, ta != tb, t quantised), with weights wv (value
  * sum) and ww (weight sum).  The region right of the piece has, with dy = tb - ta, the
  * area a = dy (1/2 - (ua + ub) / 2) in this pixel and dy in each pixel further right
- * (the cover, in running fields; a - dy goes to the local ones).  With the moments, the
- * piece also adds g . m to the local fields, the first moments about the pixel centre
- * taken from Green's theorem with integrands that vanish on the pixel's sides, so that
- * only pieces inside the pixel contribute: mx = -integral (u^2 - 1/4) / 2 dt =
- * dy (1/4 - (ua^2 + ua ub + ub^2) / 3) / 2 and my = integral (t^2 - 1/4) / 2 du =
- * (ub - ua) ((ta^2 + ta tb + tb^2) / 3 - 1/4) / 2 (signs as for the area right of the
- * piece: a counterclockwise outline sums to minus its area and moments).  Cannot
- * fail. */
-static inline void deposit(const ex_acc *acc, double *cell, double ua, double ta, double ub,
-                           double tb, double wv, double ww)
+ * (the cover, in running fields; a - dy goes to the local ones).  With the moments
+ * (mom != 0, cells of EX_NALL), the piece also adds g . m to the local fields, the first
+ * moments about the pixel centre taken from Green's theorem with integrands that vanish
+ * on the pixel's sides, so that only pieces inside the pixel contribute: mx = -integral
+ * (u^2 - 1/4) / 2 dt = dy (1/4 - (ua^2 + ua ub + ub^2) / 3) / 2 and my = integral
+ * (t^2 - 1/4) / 2 du = (ub - ua) ((ta^2 + ta tb + tb^2) / 3 - 1/4) / 2 (signs as for the
+ * area right of the piece: a counterclockwise outline sums to minus its area and
+ * moments).  Cannot fail. */
+EX_INLINE void deposit(double *cell, double ua, double ta, double ub, double tb, double wv,
+                       double ww, const int mom)
 {
     const double dy = tb - ta;
     double p = dy * (0.5 - 0.5 * (ua + ub)) - dy;
-    if (acc->stride == EX_NALL) {
+    if (mom) {
         const double mx = 0.5 * dy * (0.25 - (ua * ua + ua * ub + ub * ub) * (1.0 / 3.0));
         const double my = 0.5 * (ub - ua) * ((ta * ta + ta * tb + tb * tb) * (1.0 / 3.0) - 0.25);
         p += cell[EX_GX] * mx + cell[EX_GY] * my;
@@ -384,19 +404,12 @@ static inline void deposit(const ex_acc *acc, double *cell, double ua, double ta
 
 /* Deposits the piece from (xa, ta) to (xb, tb) of a row (x in output pixels, within
  * [-1/2, nx - 1/2]; t relative to the row centre, quantised) column by column, cut at
- * the column boundaries.  Cannot fail. */
-static void walk_columns(const ex_acc *acc, double *row, double xa, double ta, double xb,
-                         double tb, double wv, double ww)
+ * the column boundaries, given its first and last columns ca != cb (cell_of of xa and xb
+ * clamped to the grid).  Cannot fail. */
+EX_INLINE void walk_cut(const ex_acc *acc, double *row, long ca, long cb, double xa,
+                        double ta, double xb, double tb, double wv, double ww, const int mom)
 {
-    const long last = acc->nx - 1;
-    long ca = cell_of(xa), cb = cell_of(xb);
-    ca = ca < 0 ? 0 : ca > last ? last : ca;
-    cb = cb < 0 ? 0 : cb > last ? last : cb;
-    if (ca == cb) {
-        deposit(acc, row + (size_t)ca * acc->stride, xa - (double)ca, ta, xb - (double)ca,
-                tb, wv, ww);
-        return;
-    }
+    const size_t stride = mom ? EX_NALL : EX_NAREA;
     const long step = cb > ca ? 1 : -1;
     const double dtdx = (tb - ta) / (xb - xa);
     double x0 = xa, t0 = ta;
@@ -404,33 +417,38 @@ static void walk_columns(const ex_acc *acc, double *row, double xa, double ta, d
         const double x1 = (double)c + 0.5 * (double)step;
         const double t1 = quantize(ta + (x1 - xa) * dtdx);
         if (t1 != t0)
-            deposit(acc, row + (size_t)c * acc->stride, x0 - (double)c, t0, x1 - (double)c,
-                    t1, wv, ww);
+            deposit(row + (size_t)c * stride, x0 - (double)c, t0, x1 - (double)c, t1, wv, ww,
+                    mom);
         x0 = x1;
         t0 = t1;
     }
     if (tb != t0)
-        deposit(acc, row + (size_t)cb * acc->stride, x0 - (double)cb, t0, xb - (double)cb,
-                tb, wv, ww);
+        deposit(row + (size_t)cb * stride, x0 - (double)cb, t0, xb - (double)cb, tb, wv, ww,
+                mom);
 }
 
-/* Deposits the piece from (xs, ts) to (xe, te) of output row `row` (ts != te): the parts
- * left of the grid become vertical pieces on its left edge (their area lies outside it,
- * their cover does not), the parts right of it are dropped, the rest is walked column
- * by column.  Cannot fail. */
-static void row_piece(const ex_acc *acc, double *row, double xs, double ts, double xe,
-                      double te, double wv, double ww)
+/* walk_cut from the clamped columns of xa and xb (one deposit when they are the same).
+ * Cannot fail. */
+EX_INLINE void walk_columns(const ex_acc *acc, double *row, double xa, double ta, double xb,
+                            double tb, double wv, double ww, const int mom)
 {
-    const long cs = cell_of(xs), ce = cell_of(xe);
-    if (cs == ce && cs >= 0 && cs < acc->nx) {      /* the common case */
-        deposit(acc, row + (size_t)cs * acc->stride, xs - (double)cs, ts, xe - (double)cs,
-                te, wv, ww);
-        return;
-    }
-    if (cs >= 0 && cs < acc->nx && ce >= 0 && ce < acc->nx) {
-        walk_columns(acc, row, xs, ts, xe, te, wv, ww);
-        return;
-    }
+    const size_t stride = mom ? EX_NALL : EX_NAREA;
+    const long last = acc->nx - 1;
+    long ca = cell_of(xa), cb = cell_of(xb);
+    ca = ca < 0 ? 0 : ca > last ? last : ca;
+    cb = cb < 0 ? 0 : cb > last ? last : cb;
+    if (ca == cb)
+        deposit(row + (size_t)ca * stride, xa - (double)ca, ta, xb - (double)ca, tb, wv, ww,
+                mom);
+    else
+        walk_cut(acc, row, ca, cb, xa, ta, xb, tb, wv, ww, mom);
+}
+
+/* The rare cases of row_piece: a piece that leaves the grid on the left or right.
+ * Cannot fail. */
+static void row_piece_clip(const ex_acc *acc, double *row, double xs, double ts, double xe,
+                           double te, double wv, double ww, const int mom)
+{
     const double xl = -0.5, xr = (double)acc->nx - 0.5;
     double px[4] = { xs, 0, 0, 0 }, pt[4] = { ts, 0, 0, 0 };
     int n = 1;
@@ -446,18 +464,44 @@ static void row_piece(const ex_acc *acc, double *row, double xs, double ts, doub
         if (pt[k] == pt[k + 1])
             continue;
         const double xm = 0.5 * (px[k] + px[k + 1]);
-        if (xm < xl)
-            deposit(acc, row, -0.5, pt[k], -0.5, pt[k + 1], wv, ww);
-        else if (xm < xr)
-            walk_columns(acc, row, px[k], pt[k], px[k + 1], pt[k + 1], wv, ww);
+        if (xm < xl) {
+            if (mom)
+                deposit(row, -0.5, pt[k], -0.5, pt[k + 1], wv, ww, 1);
+            else
+                deposit(row, -0.5, pt[k], -0.5, pt[k + 1], wv, ww, 0);
+        } else if (xm < xr) {
+            if (mom)
+                walk_columns(acc, row, px[k], pt[k], px[k + 1], pt[k + 1], wv, ww, 1);
+            else
+                walk_columns(acc, row, px[k], pt[k], px[k + 1], pt[k + 1], wv, ww, 0);
+        }
     }
+}
+
+/* Deposits the piece from (xs, ts) to (xe, te) of output row `row` (ts != te): the parts
+ * left of the grid become vertical pieces on its left edge (their area lies outside it,
+ * their cover does not), the parts right of it are dropped, the rest is walked column
+ * by column.  Cannot fail. */
+EX_INLINE void row_piece(const ex_acc *acc, double *row, double xs, double ts, double xe,
+                         double te, double wv, double ww, const int mom)
+{
+    const size_t stride = mom ? EX_NALL : EX_NAREA;
+    const long cs = cell_of(xs), ce = cell_of(xe);
+    const int in = cs >= 0 && cs < acc->nx && ce >= 0 && ce < acc->nx;
+    if (cs == ce && in)                              /* the common case */
+        deposit(row + (size_t)cs * stride, xs - (double)cs, ts, xe - (double)cs, te, wv, ww,
+                mom);
+    else if (in)
+        walk_cut(acc, row, cs, ce, xs, ts, xe, te, wv, ww, mom);
+    else
+        row_piece_clip(acc, row, xs, ts, xe, te, wv, ww, mom);
 }
 
 /* Adds wv (value sum) and ww (weight sum) times the signed area right of the segment
  * from (xa, ya) to (xb, yb) (output pixel coordinates; positive for an upward segment),
  * pixel by pixel over the rows of the call.  Cannot fail. */
-static void add_edge(const ex_acc *acc, double xa, double ya, double xb, double yb, double wv,
-                     double ww)
+EX_INLINE void add_edge(const ex_acc *acc, double xa, double ya, double xb, double yb,
+                        double wv, double ww, const int mom)
 {
     if (ya == yb)
         return;
@@ -474,9 +518,20 @@ static void add_edge(const ex_acc *acc, double xa, double ya, double xb, double 
     const double lo = (double)acc->y0 - 0.5, hi = (double)acc->y1 - 0.5;
     if (yb <= lo || ya >= hi)
         return;
+    const size_t rowlen = acc->rowlen;
+    if (ya >= lo) {
+        /* The common case: the edge starts and ends in the same row (no slope needed). */
+        const long r0 = cell_of(ya);
+        if (yb <= (double)r0 + 0.5) {
+            const double ts = quantize(ya - (double)r0), te = quantize(yb - (double)r0);
+            if (te != ts)
+                row_piece(acc, acc->cells + (size_t)(r0 - acc->y0) * rowlen, xa, ts, xb, te,
+                          wv, ww, mom);
+            return;
+        }
+    }
     const double dxdy = (xb - xa) / (yb - ya);
     const long r0 = ya < lo ? acc->y0 : cell_of(ya);
-    const size_t rowlen = (size_t)acc->nx * acc->stride;
     double xs = ya < lo ? xa + (lo - ya) * dxdy : xa;
     double ts = ya < lo ? -0.5 : quantize(ya - (double)r0);
     double *row = acc->cells + (size_t)(r0 - acc->y0) * rowlen;
@@ -491,11 +546,59 @@ static void add_edge(const ex_acc *acc, double xa, double ya, double xb, double 
             te = 0.5;
         }
         if (te != ts)
-            row_piece(acc, row, xs, ts, xe, te, wv, ww);
+            row_piece(acc, row, xs, ts, xe, te, wv, ww, mom);
         if (end)
             break;
         xs = xe;
         ts = -0.5;
+    }
+}
+
+/* Walks each lattice edge of the band of input pixels [i0, i1) x [j0, j1) once, weighted
+ * by (pixel on its left) - (pixel on its right) along the lattice direction, from the
+ * signed values qv and weights qw of its pixels (rows of i1 - i0) and the lattice lx, ly
+ * of its corners (rows of i1 - i0 + 3 points, one more all round); pixels outside the
+ * band count as 0, so the band's outline is closed by itself.  The sign makes
+ * counterclockwise outlines count positive (add_edge measures the area right of the
+ * edge).  Tiles of cell x cell input pixels, for the locality of the output cells they
+ * reach.  Cannot fail. */
+EX_INLINE void band_edges(const ex_acc *acc, const double *qv, const double *qw,
+                          const double *lx, const double *ly, long i0, long i1, long j0,
+                          long j1, long cell, const int mom)
+{
+    const long bw = i1 - i0, w = bw + 3;
+    for (long t0 = i0; t0 < i1; t0 += cell) {
+        const long t1 = t0 + cell < i1 ? t0 + cell : i1;
+        for (long jl = j0; jl <= j1; jl++) {
+            /* Pixel rows above and below lattice row jl (NULL outside the band). */
+            const double *av = jl < j1 ? qv + (jl - j0) * bw : NULL;
+            const double *aw = jl < j1 ? qw + (jl - j0) * bw : NULL;
+            const double *bv = jl > j0 ? qv + (jl - j0 - 1) * bw : NULL;
+            const double *bwt = jl > j0 ? qw + (jl - j0 - 1) * bw : NULL;
+            for (long i = t0; i < t1; i++) {
+                const long q = i - i0;
+                const double wv = (av ? av[q] : 0.0) - (bv ? bv[q] : 0.0);
+                const double ww = (aw ? aw[q] : 0.0) - (bwt ? bwt[q] : 0.0);
+                if (wv == 0.0 && ww == 0.0)
+                    continue;
+                const long p = (jl - j0 + 1) * w + q + 1;    /* lattice point (i, jl) */
+                add_edge(acc, lx[p], ly[p], lx[p + 1], ly[p + 1], -wv, -ww, mom);
+            }
+        }
+        const long il1 = t1 == i1 ? i1 + 1 : t1;
+        for (long j = j0; j < j1; j++) {
+            const double *rv = qv + (j - j0) * bw, *rw = qw + (j - j0) * bw;
+            for (long il = t0; il < il1; il++) {
+                /* Pixels left (il - 1) and right (il) of lattice column il. */
+                const long q = il - i0;
+                const double wv = (il > i0 ? rv[q - 1] : 0.0) - (il < i1 ? rv[q] : 0.0);
+                const double ww = (il > i0 ? rw[q - 1] : 0.0) - (il < i1 ? rw[q] : 0.0);
+                if (wv == 0.0 && ww == 0.0)
+                    continue;
+                const long p = (j - j0 + 1) * w + q + 1;     /* lattice point (il, j) */
+                add_edge(acc, lx[p], ly[p], lx[p + w], ly[p + w], -wv, -ww, mom);
+            }
+        }
     }
 }
 
@@ -717,7 +820,7 @@ double rp_exact_scratch_bytes(long in_nx, long in_ny, long out_nx, long rows)
     double nodes = 2.0 * nn * 2.0 * sizeof(double) + ncx * ncy;   /* kept, mapped, include */
     double lat = ((double)(in_nx + 3) * (EX_CELL + 3) * 2.0 + (double)in_nx * EX_CELL * 2.0)
                  * sizeof(double);
-    double cells = (double)rows * (double)out_nx * EX_NALL * sizeof(double);
+    double cells = (double)rows * ((double)out_nx * EX_NALL + 16.0) * sizeof(double);
     return nodes + lat + cells;
 }
 
@@ -819,7 +922,7 @@ long rp_exact_rows_ctx(rp_exact_ctx *ctx, const rp_plane *src, long out_nx, long
     }
     const long cell = ctx->cell, ncx = ctx->ncx, ncy = ctx->ncy;
     const int cshift = ctx->cshift, moments = ctx->moments;
-    ex_acc acc = { NULL, EX_NAREA, out_nx, out_y0, out_y1 };
+    ex_acc acc = { NULL, EX_NAREA, 0, out_nx, out_y0, out_y1 };
     unsigned char *include = ctx_grow((void **)&ctx->include, &ctx->ninclude,
                                       (size_t)ncx * (size_t)ncy, 1);
     const size_t latn = (size_t)(in_nx + 3) * (size_t)(EX_CELL + 3);
@@ -830,7 +933,8 @@ long rp_exact_rows_ctx(rp_exact_ctx *ctx, const rp_plane *src, long out_nx, long
         goto done;
     }
     acc.stride = moments ? EX_NALL : EX_NAREA;
-    const size_t rowlen = (size_t)out_nx * acc.stride;
+    const size_t rowlen = ex_rowlen(out_nx, acc.stride);
+    acc.rowlen = rowlen;
     acc.cells = (size_t)rows <= SIZE_MAX / sizeof(double) / rowlen
                     ? ctx_grow((void **)&ctx->cells, &ctx->ncells, (size_t)rows * rowlen,
                                sizeof(double))
@@ -839,7 +943,7 @@ long rp_exact_rows_ctx(rp_exact_ctx *ctx, const rp_plane *src, long out_nx, long
         memset(acc.cells, 0, sizeof(double) * (size_t)rows * rowlen);
     if (!acc.cells
         || (moments && area_gradient(wout, out_nx, out_ny, out_y0, out_y1, acc.cells, acc.stride,
-                                     EX_GX, EX_GY) != 0)) {
+                                     rowlen, EX_GX, EX_GY) != 0)) {
         rc = TESS_ENOMEM;
         goto done;
     }
@@ -922,44 +1026,11 @@ long rp_exact_rows_ctx(rp_exact_ctx *ctx, const rp_plane *src, long out_nx, long
                     rw[i - i0] = o;
                 }
             }
-            /* Each lattice edge once, weighted by (pixel on its left) - (pixel on its right)
-             * along the lattice direction; pixels outside the band count as 0, so the band's
-             * outline is closed by itself.  The sign makes counterclockwise outlines count
-             * positive (add_edge measures the area right of the edge).  Tiles of cell x cell
-             * input pixels, for the locality of the output cells they reach. */
-            for (long t0 = i0; t0 < i1; t0 += cell) {
-                const long t1 = t0 + cell < i1 ? t0 + cell : i1;
-                for (long jl = j0; jl <= j1; jl++) {
-                    /* Pixel rows above and below lattice row jl (NULL outside the band). */
-                    const double *av = jl < j1 ? qv + (jl - j0) * bw : NULL;
-                    const double *aw = jl < j1 ? qw + (jl - j0) * bw : NULL;
-                    const double *bv = jl > j0 ? qv + (jl - j0 - 1) * bw : NULL;
-                    const double *bwt = jl > j0 ? qw + (jl - j0 - 1) * bw : NULL;
-                    for (long i = t0; i < t1; i++) {
-                        const long q = i - i0;
-                        const double wv = (av ? av[q] : 0.0) - (bv ? bv[q] : 0.0);
-                        const double ww = (aw ? aw[q] : 0.0) - (bwt ? bwt[q] : 0.0);
-                        if (wv == 0.0 && ww == 0.0)
-                            continue;
-                        const long p = (jl - j0 + 1) * w + q + 1;    /* lattice point (i, jl) */
-                        add_edge(&acc, lx[p], ly[p], lx[p + 1], ly[p + 1], -wv, -ww);
-                    }
-                }
-                const long il1 = t1 == i1 ? i1 + 1 : t1;
-                for (long j = j0; j < j1; j++) {
-                    const double *rv = qv + (j - j0) * bw, *rw = qw + (j - j0) * bw;
-                    for (long il = t0; il < il1; il++) {
-                        /* Pixels left (il - 1) and right (il) of lattice column il. */
-                        const long q = il - i0;
-                        const double wv = (il > i0 ? rv[q - 1] : 0.0) - (il < i1 ? rv[q] : 0.0);
-                        const double ww = (il > i0 ? rw[q - 1] : 0.0) - (il < i1 ? rw[q] : 0.0);
-                        if (wv == 0.0 && ww == 0.0)
-                            continue;
-                        const long p = (j - j0 + 1) * w + q + 1;     /* lattice point (il, j) */
-                        add_edge(&acc, lx[p], ly[p], lx[p + w], ly[p + w], -wv, -ww);
-                    }
-                }
-            }
+            /* Each lattice edge once (band_edges). */
+            if (moments)
+                band_edges(&acc, qv, qw, lx, ly, i0, i1, j0, j1, cell, 1);
+            else
+                band_edges(&acc, qv, qw, lx, ly, i0, i1, j0, j1, cell, 0);
         }
     }
 

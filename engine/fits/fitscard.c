@@ -731,9 +731,9 @@ int fitscard_parse(const char *text, size_t len, int max_cards, char **cards, in
     }
     fitscard_list out;
     fitscard_list_init(&out, max_cards);
-    int line = 0, rc = 0;
+    int line = 0, rc = 0, end = 0;
     size_t pos = 0;
-    while (pos < len) {
+    while (pos < len && !end) {
         size_t l;
         if (raw) {
             l = FITSCARD_LEN;
@@ -765,11 +765,15 @@ int fitscard_parse(const char *text, size_t len, int max_cards, char **cards, in
                 break;
             }
         }
-        int end = 0;
         for (size_t at = 0; at < cl && !rc && !end; at += step)
             rc = parse_card(s + at, step, line, &out, max_cards, &end, err, errlen);
-        if (rc || end)
+        if (rc)
             break;
+    }
+    if (rc == 0 && fits_file && !end) {
+        tess_seterr(err, errlen, "the FITS header has no END card in its %zu bytes (%d "
+                    "cards): the file looks truncated", len, out.n);
+        rc = TESS_EINVAL;
     }
     if (rc == 0 && out.n == 0) {
         tess_seterr(err, errlen, "header has no cards");

@@ -212,7 +212,7 @@ int fitscard_text_is_fits(const char *text, size_t len);
  *   raw cards: no newline at all, a whole number of 80-character cards;
  *   a whole FITS file (fitscard_text_is_fits): its primary header, cards up to END, the
  *     bytes after it (data, which may hold any byte) not read; its length must be a
- *     whole number of cards.
+ *     whole number of cards, and it must hold END (else the file was cut short).
  * Reading stops at END (END then blanks only); blank cards are dropped; every
  * character of a card read must be printable ASCII (32..126); NAXISn must hold a whole
  * number from 1 (as fitscard_check_image).  The other values are not looked at: the
@@ -223,5 +223,6 @@ int fitscard_text_is_fits(const char *text, size_t len);
  * broken), TESS_ENOMEM; on error *cards is NULL and *n 0. */
 int fitscard_parse(const char *text, size_t len, int max_cards, char **cards, int *n,
                    char *err, size_t errlen);
+
 
 #endif

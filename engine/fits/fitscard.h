@@ -224,5 +224,13 @@ int fitscard_text_is_fits(const char *text, size_t len);
 int fitscard_parse(const char *text, size_t len, int max_cards, char **cards, int *n,
                    char *err, size_t errlen);
 
+/* Checks that header text of the text form (fitscard_parse: it has a newline and is not
+ * a whole FITS file) was not cut short: when no END line comes first, a last line
+ * without its line end must be a whole card, i.e. END (then blanks), blanks only, or at
+ * least 80 columns (a CR before the end not counted).  The text form needs no END, so a
+ * cut there is otherwise silent (a value losing its last digits).  Raw cards and FITS
+ * files are not looked at (fitscard_parse checks those).  Returns 0, or TESS_EINVAL with
+ * err quoting the start of the cut line (at most 40 characters, printable ASCII only). */
+int fitscard_text_check_cut(const char *text, size_t len, char *err, size_t errlen);
 
 #endif

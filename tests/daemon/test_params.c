@@ -13,6 +13,7 @@
 #include "daemon/api/dvid.h"
 #include "daemon/api/params.h"
 #include "daemon/api/slices.h"
+#include "daemon/api/soda.h"
 #include "daemon/ranges.h"
 #include "daemon/api/zarr.h"
 #include "tests/testutil.h"
@@ -277,6 +278,28 @@ START_TEST(test_header_truncated)
     ck_assert_int_eq(params_header_cards(raw, sizeof raw, 100, &cards, &n, &e), 0);
     ck_assert_int_eq(n, 2);
     free(cards);
+}
+END_TEST
+
+/* SODA regions out of range: the problem states the ranges the parser enforces. */
+START_TEST(test_soda_ranges)
+{
+    soda_region g;
+    char why[256];
+    ck_assert_int_eq(soda_region_parse("85 -4 1e300", NULL, NULL, &g, why, sizeof why), -1);
+    ck_assert_str_eq(why, "CIRCLE must be three numbers: ra dec radius in degrees, ra finite, "
+                          "dec from -90 to 90, radius above 0 and at most 180; got "
+                          "'85 -4 1e300'");
+    ck_assert_int_eq(soda_region_parse(NULL, NULL, "CIRCLE 85 -91 1", &g, why, sizeof why), -1);
+    ck_assert_ptr_nonnull(strstr(why, "dec from -90 to 90, radius above 0 and at most 180; "
+                                      "got '85 -91 1'"));
+    ck_assert_int_eq(soda_region_parse("85 -4 180", NULL, NULL, &g, why, sizeof why), 0);
+    ck_assert_int_eq(soda_region_parse(NULL, "85 -4 86 -4 86 -95", NULL, &g, why, sizeof why),
+                     -1);
+    ck_assert_str_eq(why, "POLYGON vertices must be finite ra dec pairs in degrees, dec from "
+                          "-90 to 90; got '85 -4 86 -4 86 -95'");
+    ck_assert_int_eq(soda_region_parse(NULL, NULL, "RANGE 1 2 -95 3", &g, why, sizeof why), -1);
+    ck_assert_ptr_nonnull(strstr(why, "outside -90..90 degrees"));
 }
 END_TEST
 
@@ -597,6 +620,7 @@ int main(void)
     tcase_add_test(tc, test_slice_path);
     tcase_add_test(tc, test_header_cards);
     tcase_add_test(tc, test_header_truncated);
+    tcase_add_test(tc, test_soda_ranges);
     tcase_add_test(tc, test_config_keys);
     tcase_add_test(tc, test_listen);
     tcase_add_test(tc, test_zarr_keys);

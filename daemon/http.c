@@ -1331,6 +1331,7 @@ static void *on_uri_log(void *cls, const char *uri, struct MHD_Connection *conn)
         rp->arrival = (long)time(NULL);
         rp->raw_uri = strndup(uri, HTTP_MAX_URL);
         rp->raw_len = strlen(uri);
+        rp->pub.target = rp->raw_uri;
     }
     return rp;
 }

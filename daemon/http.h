@@ -51,6 +51,8 @@ typedef struct hreq {
     struct MHD_Connection *conn;
     char method[8];
     char *url;                /* decoded path, malloc'd */
+    const char *target;       /* the request target as sent (path and query, not decoded,
+                                 cut at 4096 bytes), or NULL; owned by the server */
     char *body;               /* uploaded body (NUL-terminated), malloc'd, or NULL */
     size_t body_len;
     int body_too_big;         /* the upload passed limits.max_body_mb */

@@ -198,8 +198,50 @@ int handler_plane(hreq *r, const dataset *d, long z, int status)
     return -1;
 }
 
+/* The value of hex digit c, or -1. */
+static int hex_digit(char c)
+{
+    return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10
+         : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+}
+
+int handler_slashed_name(hreq *r, const char *prefix, size_t plen, const char *parameter)
+{
+    if (!r->target || strncmp(r->target, prefix, plen) != 0)
+        return 0;
+    const char *s = r->target + plen;
+    size_t n = strcspn(s, "/?");
+    int slash = 0;
+    for (size_t i = 0; i + 2 < n; i++)
+        slash |= s[i] == '%' && s[i + 1] == '2' && (s[i + 2] | 0x20) == 'f';
+    if (!slash)
+        return 0;
+    char asked[72];   /* shown cut to 64 bytes, as handler_dataset shows a long name */
+    size_t k = 0;
+    for (size_t i = 0; i < n && k < 64; i++) {
+        int hi, lo;
+        if (s[i] == '%' && i + 2 < n && (hi = hex_digit(s[i + 1])) >= 0 &&
+            (lo = hex_digit(s[i + 2])) >= 0) {
+            asked[k] = (char)(hi * 16 + lo);
+            i += 2;
+        } else {
+            asked[k] = s[i];
+        }
+        if ((unsigned char)asked[k] < 32 || (unsigned char)asked[k] > 126)
+            asked[k] = '?';   /* shown as printable ASCII: the problem is JSON text */
+        k++;
+    }
+    problem_reply(r, 404, parameter, "no dataset named '%.*s' (dataset names hold no '/')",
+                  (int)k, asked);
+    return 1;
+}
+
 int prepare_dataset(hreq *r, route_match *m)
 {
+    const char *pat = m->route ? m->route->pattern : NULL;
+    const char *brace = pat ? strchr(pat, '{') : NULL;
+    if (brace && handler_slashed_name(r, pat, (size_t)(brace - pat), "dataset"))
+        return -1;
     m->ds = handler_dataset(r, m->segment_at, m->segment_len);
     return m->ds ? 0 : -1;
 }

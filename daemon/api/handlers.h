@@ -39,7 +39,16 @@ int handler_plane(hreq *r, const dataset *d, long z, int status);
  * 400 problem naming the parameter at fault (datasets.c). */
 int handler_pixel_xy(hreq *r, const dataset *d, long *x, long *y);
 
-/* route_prepare of the {dataset} routes: m->ds from m->segment, or 404 (datasets.c). */
+/* When the request target (as sent, before decoding) starts with prefix[0..plen) and the
+ * path component after it holds an encoded slash (%2F), which no dataset name holds
+ * (config: [A-Za-z0-9_.-]): sets a 404 problem naming `parameter` that quotes the name
+ * as asked, decoded, cut to 64 bytes, bytes outside printable ASCII shown as '?' (e.g.
+ * "no dataset named '/etc/passwd'"; the decoded path split it, so the routes would
+ * otherwise see another name), and returns 1.  Else returns 0 (datasets.c). */
+int handler_slashed_name(hreq *r, const char *prefix, size_t plen, const char *parameter);
+
+/* route_prepare of the {dataset} routes: m->ds from m->segment, or 404 (datasets.c);
+ * a segment sent with %2F is told by handler_slashed_name. */
 int prepare_dataset(hreq *r, route_match *m);
 /* prepare_dataset, or m->ds NULL when the segment names a collection (the routes that
  * serve a collection too: values, footprint). */

@@ -1466,6 +1466,8 @@ void handle_hips(hreq *r, const route_match *m)
                                          "min_cut", "max_cut", "cmap", NULL};
     hips_path hp;
     param_error pe;
+    if (handler_slashed_name(r, "/hips/", 6, "dataset"))
+        return;
     int rc = hips_parse_path(m->rest, &hp, &pe);
     if (rc) {
         problem_reply(r, rc == TESS_ENOTFOUND ? 404 : 400, pe.parameter[0] ? pe.parameter : NULL,

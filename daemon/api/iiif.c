@@ -1050,6 +1050,8 @@ void handle_iiif(hreq *r, const route_match *m)
                       cuts);
         return;
     }
+    if (handler_slashed_name(r, "/iiif/3/", 8, "identifier"))
+        return;
     iiif_path p;
     if (iiif_path_split(m->rest, &p)) {
         problem_reply(r, 500, NULL, "out of memory");

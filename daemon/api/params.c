@@ -197,6 +197,10 @@ int params_header_cards(const char *text, size_t len, int max_cards, char **card
                         param_error *e)
 {
     char why[256];
+    *cards = NULL;
+    *nkeys = 0;
+    if (fitscard_text_check_cut(text, len, why, sizeof why))
+        return fail(e, "body", "%s", why);
     int rc = fitscard_parse(text, len, max_cards, cards, nkeys, why, sizeof why);
     if (rc == TESS_EINVAL)
         return fail(e, "body", "%s", why);

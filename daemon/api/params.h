@@ -67,7 +67,9 @@ void params_render_key(const render_params *rp, char *out, size_t len);
 
 /* Turns the body of a POST cutout into FITS cards: fitscard_parse (engine/fits/fitscard.h:
  * text with one card a line, raw 80-character cards, or a whole FITS file; up to END;
- * printable ASCII only; numeric WCS cards finite), at most `max_cards` cards.  *cards is
+ * printable ASCII only; numeric WCS cards finite), at most `max_cards` cards.  Text whose
+ * last line lacks its line end and is not a whole card is refused as a truncated upload
+ * (fitscard_text_check_cut), as is a FITS file without END.  *cards is
  * malloc'd (80-character cards, NUL-terminated).  Returns 0, TESS_EINVAL with `e`
  * (parameter "body"), or TESS_ENOMEM. */
 int params_header_cards(const char *text, size_t len, int max_cards, char **cards, int *nkeys,

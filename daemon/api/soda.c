@@ -186,8 +186,9 @@ int soda_region_parse(const char *circle, const char *polygon, const char *pos,
     if (strcasecmp(shape, "CIRCLE") == 0) {
         if (n != 3 || !isfinite(v[0]) || !isfinite(v[1]) || !(v[2] > 0) || v[2] > 180
             || fabs(v[1]) > 90) {
-            snprintf(why, len, "CIRCLE must be three numbers: ra dec radius (degrees, radius "
-                     "above 0), got '%.60s'", nums);
+            snprintf(why, len, "CIRCLE must be three numbers: ra dec radius in degrees, ra "
+                     "finite, dec from -90 to 90, radius above 0 and at most 180; got "
+                     "'%.60s'", nums);
             return -1;
         }
         g->kind = SODA_CIRCLE;
@@ -201,7 +202,8 @@ int soda_region_parse(const char *circle, const char *polygon, const char *pos,
         }
         for (int i = 0; i < n; i++)
             if (!isfinite(v[i]) || (i % 2 && fabs(v[i]) > 90)) {
-                snprintf(why, len, "POLYGON vertices must be finite, latitudes within 90");
+                snprintf(why, len, "POLYGON vertices must be finite ra dec pairs in degrees, "
+                         "dec from -90 to 90; got '%.60s'", nums);
                 return -1;
             }
         g->kind = SODA_POLYGON;

@@ -667,8 +667,17 @@ void handle_vo_soda(hreq *r, const route_match *m)
                  unserved, strcmp(unserved, "TIME") == 0 ? "time" : "polarization");
         goto fail;
     }
-    if (nid != 1) {
-        snprintf(why, sizeof(why), "UsageError: give one dataset as ID= (got %d)", nid);
+    /* One dataset, which may be named more than once: pyvo's SodaQuery.from_resource
+     * given a whole DataLink table (not one row) sends the ID of every row, and a
+     * dataset's rows (#this, #cutout ...) all hold its ID. */
+    int ndiff = 0;
+    for (int i = 0; i < p.n; i++)
+        if (strcasecmp(p.key[i], "ID") == 0 && strcmp(p.value[i], id) != 0)
+            ndiff++;
+    if (nid == 0 || ndiff) {
+        snprintf(why, sizeof(why), "UsageError: give one dataset as ID= (got %s)",
+                 nid == 0 ? "none" : "IDs of more than one dataset; with pyvo, give "
+                 "SodaQuery.from_resource one row of the DataLink table");
         goto fail;
     }
     if (fmt && *fmt && strcmp(fmt, "application/fits") != 0 && strcmp(fmt, "fits") != 0) {

@@ -731,9 +731,9 @@ int fitscard_parse(const char *text, size_t len, int max_cards, char **cards, in
     }
     fitscard_list out;
     fitscard_list_init(&out, max_cards);
-    int line = 0, rc = 0;
+    int line = 0, rc = 0, end = 0;
     size_t pos = 0;
-    while (pos < len) {
+    while (pos < len && !end) {
         size_t l;
         if (raw) {
             l = FITSCARD_LEN;
@@ -765,11 +765,15 @@ int fitscard_parse(const char *text, size_t len, int max_cards, char **cards, in
                 break;
             }
         }
-        int end = 0;
         for (size_t at = 0; at < cl && !rc && !end; at += step)
             rc = parse_card(s + at, step, line, &out, max_cards, &end, err, errlen);
-        if (rc || end)
+        if (rc)
             break;
+    }
+    if (rc == 0 && fits_file && !end) {
+        tess_seterr(err, errlen, "the FITS header has no END card in its %zu bytes (%d "
+                    "cards): the file looks truncated", len, out.n);
+        rc = TESS_EINVAL;
     }
     if (rc == 0 && out.n == 0) {
         tess_seterr(err, errlen, "header has no cards");
@@ -780,4 +784,41 @@ int fitscard_parse(const char *text, size_t len, int max_cards, char **cards, in
         return rc;
     }
     return fitscard_list_take(&out, cards, n);
+}
+
+int fitscard_text_check_cut(const char *text, size_t len, char *err, size_t errlen)
+{
+    if (!text || len == 0 || fitscard_text_is_fits(text, len) || !memchr(text, '\n', len))
+        return 0;
+    size_t pos = 0;
+    for (;;) {
+        const char *s = text + pos;
+        const char *nl = memchr(s, '\n', len - pos);
+        size_t cl = nl ? (size_t)(nl - s) : len - pos;
+        size_t l = cl;
+        if (cl > 0 && s[cl - 1] == '\r')
+            cl--;
+        int is_end = cl >= 3 && memcmp(s, "END", 3) == 0 && is_blank(s + 3, cl - 3);
+        if (is_end)
+            return 0;   /* the parser stops here: what follows is not read */
+        if (nl) {
+            pos += l + 1;
+            if (pos >= len)
+                return 0;
+            continue;
+        }
+        if (cl >= FITSCARD_LEN || is_blank(s, cl))
+            return 0;
+        char shown[41];
+        size_t k = 0;
+        for (size_t i = 0; i < cl && k < 40; i++)
+            shown[k++] = s[i];   /* printable: fitscard_parse's rule comes after */
+        while (k > 0 && shown[k - 1] == ' ')
+            k--;
+        shown[k] = '\0';
+        tess_seterr(err, errlen, "the header ends in the middle of a card: '%s%s' (%zu "
+                    "of 80 columns) has no line end; the upload looks truncated", shown,
+                    cl > 40 ? "..." : "", cl);
+        return TESS_EINVAL;
+    }
 }

@@ -212,7 +212,7 @@ int fitscard_text_is_fits(const char *text, size_t len);
  *   raw cards: no newline at all, a whole number of 80-character cards;
  *   a whole FITS file (fitscard_text_is_fits): its primary header, cards up to END, the
  *     bytes after it (data, which may hold any byte) not read; its length must be a
- *     whole number of cards.
+ *     whole number of cards, and it must hold END (else the file was cut short).
  * Reading stops at END (END then blanks only); blank cards are dropped; every
  * character of a card read must be printable ASCII (32..126); NAXISn must hold a whole
  * number from 1 (as fitscard_check_image).  The other values are not looked at: the
@@ -223,5 +223,14 @@ int fitscard_text_is_fits(const char *text, size_t len);
  * broken), TESS_ENOMEM; on error *cards is NULL and *n 0. */
 int fitscard_parse(const char *text, size_t len, int max_cards, char **cards, int *n,
                    char *err, size_t errlen);
+
+/* Checks that header text of the text form (fitscard_parse: it has a newline and is not
+ * a whole FITS file) was not cut short: when no END line comes first, a last line
+ * without its line end must be a whole card, i.e. END (then blanks), blanks only, or at
+ * least 80 columns (a CR before the end not counted).  The text form needs no END, so a
+ * cut there is otherwise silent (a value losing its last digits).  Raw cards and FITS
+ * files are not looked at (fitscard_parse checks those).  Returns 0, or TESS_EINVAL with
+ * err quoting the start of the cut line (at most 40 characters, printable ASCII only). */
+int fitscard_text_check_cut(const char *text, size_t len, char *err, size_t errlen);
 
 #endif

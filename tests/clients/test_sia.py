@@ -276,8 +276,14 @@ class SiaTest(unittest.TestCase):
         self.assertEqual(q["ID"], "ivo://tessera/night1?" + rel)
         stream = q.execute_stream()
         q.raise_if_error()
+        body = stream.read()
+        # Given the whole DataLink table instead of one row, pyvo sends the ID of every
+        # row (#this and #cutout: the same ID twice); one dataset named twice is one.
+        qt = SodaQuery.from_resource(links, svc, circle=[ra, dec, 0.005] * u.deg)
+        self.assertEqual(list(qt["ID"]), ["ivo://tessera/night1?" + rel] * 2)
+        self.assertEqual(qt.execute_stream().read(), body)
         import io
-        with fits.open(io.BytesIO(stream.read())) as hl:
+        with fits.open(io.BytesIO(body)) as hl:
             got = hl[0].data
             hdr = hl[0].header
         with fits.open(os.path.join(self.root, rel)) as hl:
@@ -292,6 +298,15 @@ class SiaTest(unittest.TestCase):
         cx, cy = WCS(hdr).world_to_pixel_values(ra, dec)
         self.assertLess(abs(cx - (nx - 1) / 2), 1.5)
         self.assertLess(abs(cy - (ny - 1) / 2), 1.5)
+        # IDs of two datasets: a UsageError that says to give one row
+        two = self.sia2().search(pos=(RA0 * u.deg, DEC0 * u.deg, 1 * u.deg))
+        ids = sorted({str(r["obs_publisher_did"]) for r in two})[:2]
+        with self.assertRaises(urllib.error.HTTPError) as e:
+            self.get("/vo/soda/sync?" + urllib.parse.urlencode(
+                [("ID", ids[0]), ("ID", ids[1]), ("CIRCLE", "150 2 0.01")]))
+        self.assertEqual(e.exception.code, 400)
+        self.assertIn(b"give SodaQuery.from_resource one row of the DataLink table",
+                      e.exception.read())
         # a member that is not there: 404 NotFoundFault
         with self.assertRaises(urllib.error.HTTPError) as e:
             self.get("/vo/soda/sync?ID=" + urllib.parse.quote(

@@ -13,6 +13,7 @@
 #include "daemon/api/dvid.h"
 #include "daemon/api/params.h"
 #include "daemon/api/slices.h"
+#include "daemon/api/soda.h"
 #include "daemon/ranges.h"
 #include "daemon/api/zarr.h"
 #include "tests/testutil.h"
@@ -200,6 +201,105 @@ START_TEST(test_header_cards)
     ck_assert_int_eq(n, 39);
     ck_assert_int_eq(strncmp(cards, "SIMPLE  =                    T", 30), 0);
     free(cards);
+}
+END_TEST
+
+/* A POST body cut short: text whose last line has no line end and is not a whole card
+ * (the text form needs no END, so the cut would be silent), a FITS file without END.
+ * The whole forms stay accepted: a last line of 80 columns, END alone or padded to a
+ * block (astropy's Header.tostring(sep='\n')), a blank tail, anything after END. */
+START_TEST(test_header_truncated)
+{
+    char *cards;
+    int n;
+    param_error e;
+    static const struct { const char *text, *shown; } cut[] = {
+        {"NAXIS   =                    2\nCD2_2   =   0.00027777777777",
+         "'CD2_2   =   0.00027777777777' (28 of 80 columns)"},       /* mid-value */
+        {"NAXIS   =                    2\r\nCTY", "'CTY' (3 of 80 columns)"},   /* mid-key */
+        {"NAXIS   =                    2\nEN", "'EN' (2 of 80 columns)"},
+    };
+    for (size_t i = 0; i < sizeof cut / sizeof cut[0]; i++) {
+        ck_assert_int_eq(params_header_cards(cut[i].text, strlen(cut[i].text), 100, &cards, &n,
+                                             &e), TESS_EINVAL);
+        ck_assert_ptr_null(cards);
+        ck_assert_str_eq(e.parameter, "body");
+        ck_assert_msg(strstr(e.detail, "the header ends in the middle of a card: ") &&
+                      strstr(e.detail, cut[i].shown) &&
+                      strstr(e.detail, "has no line end; the upload looks truncated"),
+                      "%s", e.detail);
+    }
+    /* A long cut line is quoted by its first 40 characters. */
+    const char *longcut = "NAXIS   =                    2\n"
+                          "DQ2     = 'TPD.FWD.10: -8.5875701263674E-10' / TPD coeff";
+    ck_assert_int_eq(params_header_cards(longcut, strlen(longcut), 100, &cards, &n, &e),
+                     TESS_EINVAL);
+    ck_assert_ptr_nonnull(strstr(e.detail, "'DQ2     = 'TPD.FWD.10: -8.5875701263674E...' "
+                                           "(56 of 80 columns)"));
+
+    char whole[3 * 2880 + 1];
+    size_t wl = (size_t)snprintf(whole, sizeof whole, "%-80s\n%-80s",
+                                 "NAXIS   =                    2", "CRVAL1  =                 10.5");
+    ck_assert_int_eq(params_header_cards(whole, wl, 100, &cards, &n, &e), 0);   /* 80 cols */
+    ck_assert_int_eq(n, 2);
+    free(cards);
+    wl = (size_t)snprintf(whole, sizeof whole, "%-80s\r\n%-80s\r",
+                          "NAXIS   =                    2", "CRVAL1  =                 10.5");
+    ck_assert_int_eq(params_header_cards(whole, wl, 100, &cards, &n, &e), 0);   /* CR LF */
+    free(cards);
+    wl = (size_t)snprintf(whole, sizeof whole, "NAXIS = 2\nCRVAL1 = 10.5\n%-2880s", "END");
+    ck_assert_int_eq(params_header_cards(whole, wl, 100, &cards, &n, &e), 0);   /* padded */
+    ck_assert_int_eq(n, 2);
+    free(cards);
+    static const char *const fine[] = {
+        "NAXIS = 2\nCRVAL1 = 10.5\nEND",          /* END without its line end */
+        "NAXIS = 2\nCRVAL1 = 10.5\n",             /* the last line ended */
+        "NAXIS = 2\nCRVAL1 = 10.5\n    ",         /* a blank tail */
+        "NAXIS = 2\nEND\nIGNORED = 1\nCUT",       /* nothing after END is read */
+    };
+    for (size_t i = 0; i < sizeof fine / sizeof fine[0]; i++) {
+        ck_assert_msg(params_header_cards(fine[i], strlen(fine[i]), 100, &cards, &n, &e) == 0,
+                      "%zu: %s", i, e.detail);
+        free(cards);
+    }
+    /* Raw cards (no newline) without END stay accepted: WCS.to_header().tostring(
+     * endcard=False) writes them; a FITS file (SIMPLE, 2880-byte blocks) must hold END. */
+    char raw[2 * 2880];
+    memset(raw, ' ', sizeof raw);
+    memcpy(raw, "NAXIS   =                    2", 30);
+    ck_assert_int_eq(params_header_cards(raw, 160, 100, &cards, &n, &e), 0);
+    free(cards);
+    memcpy(raw, "SIMPLE  =                    T", 30);
+    memcpy(raw + 80, "NAXIS   =                    0", 30);
+    ck_assert_int_eq(params_header_cards(raw, sizeof raw, 100, &cards, &n, &e), TESS_EINVAL);
+    ck_assert_str_eq(e.detail, "the FITS header has no END card in its 5760 bytes (2 cards): "
+                               "the file looks truncated");
+    memcpy(raw + 160, "END", 3);
+    ck_assert_int_eq(params_header_cards(raw, sizeof raw, 100, &cards, &n, &e), 0);
+    ck_assert_int_eq(n, 2);
+    free(cards);
+}
+END_TEST
+
+/* SODA regions out of range: the problem states the ranges the parser enforces. */
+START_TEST(test_soda_ranges)
+{
+    soda_region g;
+    char why[256];
+    ck_assert_int_eq(soda_region_parse("85 -4 1e300", NULL, NULL, &g, why, sizeof why), -1);
+    ck_assert_str_eq(why, "CIRCLE must be three numbers: ra dec radius in degrees, ra finite, "
+                          "dec from -90 to 90, radius above 0 and at most 180; got "
+                          "'85 -4 1e300'");
+    ck_assert_int_eq(soda_region_parse(NULL, NULL, "CIRCLE 85 -91 1", &g, why, sizeof why), -1);
+    ck_assert_ptr_nonnull(strstr(why, "dec from -90 to 90, radius above 0 and at most 180; "
+                                      "got '85 -91 1'"));
+    ck_assert_int_eq(soda_region_parse("85 -4 180", NULL, NULL, &g, why, sizeof why), 0);
+    ck_assert_int_eq(soda_region_parse(NULL, "85 -4 86 -4 86 -95", NULL, &g, why, sizeof why),
+                     -1);
+    ck_assert_str_eq(why, "POLYGON vertices must be finite ra dec pairs in degrees, dec from "
+                          "-90 to 90; got '85 -4 86 -4 86 -95'");
+    ck_assert_int_eq(soda_region_parse(NULL, NULL, "RANGE 1 2 -95 3", &g, why, sizeof why), -1);
+    ck_assert_ptr_nonnull(strstr(why, "outside -90..90 degrees"));
 }
 END_TEST
 
@@ -519,6 +619,8 @@ int main(void)
     tcase_add_test(tc, test_ranges);
     tcase_add_test(tc, test_slice_path);
     tcase_add_test(tc, test_header_cards);
+    tcase_add_test(tc, test_header_truncated);
+    tcase_add_test(tc, test_soda_ranges);
     tcase_add_test(tc, test_config_keys);
     tcase_add_test(tc, test_listen);
     tcase_add_test(tc, test_zarr_keys);

@@ -291,6 +291,18 @@ START_TEST(test_served_answers)
          "no dataset named 'nosuch'"},
         {"GET", "/api/v1/datasets//slice/xy/1_1/0_0_0.png", 404, "dataset", "",
          "no dataset named ''"},
+        /* A name sent with an encoded '/' is quoted as asked, not as the decoded path
+         * splits it (that made "no dataset named ''"). */
+        {"GET", "/api/v1/datasets/%2Fetc%2Fpasswd/fits", 404, "dataset", "",
+         "no dataset named '/etc/passwd' (dataset names hold no '/')"},
+        {"GET", "/api/v1/datasets/..%2f%FF", 404, "dataset", "",
+         "no dataset named '../?' (dataset names hold no '/')"},
+        {"GET", "/zarr/horse%2Fhead/.zattrs", 404, "dataset", "",
+         "no dataset named 'horse/head' (dataset names hold no '/')"},
+        {"GET", "/hips/%2Fetc%2Fpasswd/properties", 404, "dataset", "",
+         "no dataset named '/etc/passwd' (dataset names hold no '/')"},
+        {"GET", "/iiif/3/%2Fetc%2Fpasswd/info.json", 404, "identifier", "",
+         "no dataset named '/etc/passwd' (dataset names hold no '/')"},
         {"GET", "/api/v1/datasets/horsehead/anything", 404, NULL, "",
          "no such resource: /api/v1/datasets/horsehead/anything"},
         /* Without jobs.dir every job path is 404, whatever the method. */

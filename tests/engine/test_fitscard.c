@@ -473,6 +473,16 @@ START_TEST(test_parse_raw_and_fits)
     ck_assert_int_eq(n, 4);
     CARD_EQ(cards + 240, "NAXIS1  =                 2880");
     free(cards);
+    /* A FITS file cut before its END (head -c 4000 of a file): its END is missing, which
+     * is told rather than the WCS the missing cards would have given. */
+    char *cut = malloc(len);
+    memcpy(cut, file, len);
+    memset(cut + 320, ' ', 80);   /* END blanked */
+    ck_assert_int_eq(parse(cut, 2880, 100, &cards, &n, err), TESS_EINVAL);
+    ck_assert_str_eq(err, "the FITS header has no END card in its 2880 bytes (4 cards): the "
+                          "file looks truncated");
+    ck_assert_ptr_null(cards);
+    free(cut);
     /* Not a whole number of cards. */
     ck_assert_int_eq(parse(file, len - 7, 100, &cards, &n, err), TESS_EINVAL);
     ck_assert_ptr_nonnull(strstr(err, "not a whole number of cards"));

@@ -116,7 +116,14 @@ class SolarTest(unittest.TestCase):
         for f in REAL:
             for form in FORMS:
                 cls.write(f"obs_{f[:-5]}_{form}.fits", np.zeros((8, 8)), cls.forms[f][form])
+        # A sky collection of one small TAN image (ICRS), for the refusals of solar frames.
+        os.makedirs(os.path.join(cls.dir, "sky"))
+        cls.write(os.path.join("sky", "m1.fits"), np.ones((16, 16)), {
+            "CTYPE1": "RA---TAN", "CTYPE2": "DEC--TAN", "CRPIX1": 8.5, "CRPIX2": 8.5,
+            "CRVAL1": 10.0, "CRVAL2": 10.0, "CDELT1": -0.01, "CDELT2": 0.01})
         cls.srv = Server(roots=[cls.dir, SOLAR], datasets=[
+            {"name": "skycol", "kind": "collection",
+             "images": os.path.join(cls.dir, "sky", "*.fits")},
             {"name": "syn_aia", "path": os.path.join(cls.dir, "syn_aia.fits")},
             {"name": "syn_carr", "path": os.path.join(cls.dir, "syn_carr.fits")},
             {"name": "aia", "path": os.path.join(SOLAR, "aia_171_level1.fits")},
@@ -289,6 +296,17 @@ class SolarTest(unittest.TestCase):
             text = body.decode(errors="replace")
             for w in words:
                 self.assertIn(w, text, path)
+        # A solar frame asked of a sky collection: the GET form and a POST onto AIA's
+        # header name both frames, as for a dataset.
+        for st, body in (
+                self.request("/api/v1/cutout?dataset=skycol&ra=0&dec=0&fov=2000&width=8"
+                             "&height=8&coordsys=helioprojective"),
+                self.request("/api/v1/cutout?dataset=skycol&format=fits",
+                             self.header_text(self.aia_hdr))):
+            self.assertEqual(st, 422, body[:300])
+            doc = json.loads(body)
+            self.assertIn("sky frame icrs", doc["detail"])
+            self.assertIn("solar frame helioprojective", doc["detail"])
         # And the other way: a solar frame asked of a sky image.
         st, body = self.request("/api/v1/cutout?dataset=horsehead&ra=0&dec=0&fov=2000&width=8"
                                 "&height=8&coordsys=helioprojective")

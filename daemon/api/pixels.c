@@ -438,6 +438,21 @@ static void footprint_work(hreq *r)
                       "cannot trace the outline of dataset '%s'", d->name);
         return;
     }
+    /* A helioprojective image traced in a heliographic frame: its edge points beyond the
+     * limb have no position on the sphere (NaN, as sunpy's pixel_to_world gives them), and
+     * the points left would be no outline: refused, naming the frame that has one. */
+    size_t off = 0;
+    for (size_t k = 0; k < n; k++)
+        off += !isfinite(lon[k]) || !isfinite(lat[k]);
+    sky_frame native = skywcs_frame(d->cel, NULL);
+    if (off && native == SKY_FRAME_HELIOPROJECTIVE && j->frame != native) {
+        free(lon);
+        problem_reply(r, 422, "frame", "the edge of dataset '%s' lies off the solar disk at "
+                      "%zu of its %zu points: no %s outline (beyond the limb a line of sight "
+                      "meets no point of the Sun); ask frame=helioprojective", d->name, off, n,
+                      sky_frame_name(j->frame));
+        return;
+    }
     json_t *doc = json_object(), *poly = json_array();
     for (size_t k = 0; k < n; k++) {
         if (!isfinite(lon[k]) || !isfinite(lat[k]))

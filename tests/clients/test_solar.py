@@ -374,6 +374,18 @@ class SolarTest(unittest.TestCase):
         self.assertEqual((fp["frame"], fp["unit"]), ("helioprojective", "arcsec"))
         corner = m.pixel_to_world(-0.5 * u.pix, -0.5 * u.pix)
         self.assertAlmostEqual(fp["polygon"][0][0], corner.Tx.to_value(u.arcsec), places=6)
+        # In a heliographic frame AIA's edge lies beyond the limb (sunpy: NaN at every
+        # edge point): no outline, a 422 naming the frame that has one.
+        edge = np.concatenate([np.arange(-0.5, 128, 8.0), np.full(17, 127.5)])
+        hg = m.pixel_to_world(edge * u.pix, edge[::-1] * u.pix).heliographic_stonyhurst
+        self.assertTrue(np.all(np.isnan(hg.lon.to_value(u.deg))))
+        for frame in ("stonyhurst", "carrington"):
+            st, body = self.request(f"/api/v1/datasets/aia/footprint?frame={frame}")
+            self.assertEqual(st, 422, body[:300])
+            doc = json.loads(body)
+            self.assertEqual(doc["parameter"], "frame")
+            self.assertIn("off the solar disk at 64 of its 64 points", doc["detail"])
+            self.assertIn("ask frame=helioprojective", doc["detail"])
 
     # ---- reprojection ------------------------------------------------------------------
 

@@ -317,7 +317,8 @@ static int request_frame(hreq *r, const dataset *d, sky_frame *out)
                   "DSUN_OBS with DATE-OBS; or HEEQ_X/Y/Z; or HCIX/Y/Z_OBS, HAEX/Y/Z_OBS or "
                   "HEEX/Y/Z_OBS with DATE-OBS)";
         else if ((f == SKY_FRAME_CARRINGTON || native == SKY_FRAME_CARRINGTON) && !so->has_carr)
-            gap = "the observer's Carrington longitude (CRLN_OBS with HGLN_OBS)";
+            gap = "the observer's Carrington offset (its observer with DATE-OBS, or "
+                  "CRLN_OBS with HGLN_OBS)";
         if (gap) {
             problem_reply(r, 422, "frame", "dataset '%s' (frame %s) cannot give %s "
                           "coordinates: its header lacks %s", d->name, sky_frame_name(native),

@@ -245,8 +245,8 @@ const char *solar_pair_gap(sky_frame fa, const solar_obs *a, int sa, sky_frame f
                "or CRLN_OBS, CRLT_OBS and DSUN_OBS with DATE-OBS; or HEEQ_X/Y/Z; or "
                "HCIX/Y/Z_OBS, HAEX/Y/Z_OBS or HEEX/Y/Z_OBS with DATE-OBS)";
     if ((fa == SKY_FRAME_CARRINGTON || fb == SKY_FRAME_CARRINGTON) && !oa.has_carr)
-        return "a Carrington WCS needs the observer's Carrington longitude (CRLN_OBS) and "
-               "its observer (HGLN_OBS or another form) on one side, or on its own side when "
+        return "a Carrington WCS needs the observer's Carrington offset (its observer with "
+               "DATE-OBS, or CRLN_OBS with HGLN_OBS) on one side, or on its own side when "
                "the dates differ";
     if ((sa == SOLAR_SCREEN || sb == SOLAR_SCREEN) && !(sa == SOLAR_SCREEN ? oa : ob).known)
         return "the spherical screen needs the observer of the image reprojected";

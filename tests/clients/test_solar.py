@@ -9,7 +9,8 @@ Tolerances (issue 38): bilinear on-disk values within 1e-5 of the peak, exact (f
 conserving) within 1e-4 of the peak, the same blank pixels except along the limb, where a
 pixel whose centre lies within one pixel of the limb may be blank in one and not the other
 (the line of sight grazes the sphere there; counted and bounded), point transforms within
-1 mas.  The synthetic headers share one DATE-OBS; the real files keep their own dates
+1 mas (Stonyhurst longitudes of an observer given in an inertial frame, AIA's HAE,
+within 5e-5 degree: Tessera's Earth against sunpy's).  The synthetic headers share one DATE-OBS; the real files keep their own dates
 (AIA 00:00:00.34, SECCHI-A 00:14:00.006, SECCHI-B 00:14:33.645), and both sides move the
 Stonyhurst frame between them as sunpy does (a point fixed in inertial space).
 """
@@ -71,8 +72,9 @@ class SolarTest(unittest.TestCase):
         cls.u, cls.fits, cls.SkyCoord, cls.frames = u, fits, SkyCoord, frames
         cls.smap = sunpy.map
         cls.dir = tempfile.mkdtemp(prefix="tessera-solar-")
-        # sunpy's Carrington longitude of AIA's observer at DATE: the synthetic header
-        # states it as CRLN_OBS, so both sides use the same Carrington offset.
+        # sunpy's Carrington longitude of AIA's observer at DATE, the synthetic header's
+        # CRLN_OBS (Tessera computes the same offset from the observer and the date, its
+        # L0 within 5e-5 degree of sunpy's).
         obs = SkyCoord(AIA_OBS["HGLN_OBS"] * u.deg, AIA_OBS["HGLT_OBS"] * u.deg,
                        AIA_OBS["DSUN_OBS"] * u.m, frame=frames.HeliographicStonyhurst,
                        obstime=DATE)

@@ -681,6 +681,14 @@ static void start(hreq *r, cutout_job *j, const char *target_key, const char *wh
         cutout_job_free(j);
         return;
     }
+    sky_frame tf = skywcs_frame(j->target, NULL);
+    if (j->col && sky_frame_is_solar(tf)) {
+        problem_reply(r, 422, what, "collection '%s' is on the sky (sky frame icrs, the frame "
+                      "of its index): the solar frame %s (%s) of the target does not apply "
+                      "to it", j->col->name, sky_frame_name(tf), sky_frame_axes(tf));
+        cutout_job_free(j);
+        return;
+    }
     char rk[160];
     params_render_key(&j->p.render, rk, sizeof(rk));
     const char *name = j->ds ? j->ds->name : j->col->name;

@@ -317,7 +317,8 @@ static int request_frame(hreq *r, const dataset *d, sky_frame *out)
                   "DSUN_OBS with DATE-OBS; or HEEQ_X/Y/Z; or HCIX/Y/Z_OBS, HAEX/Y/Z_OBS or "
                   "HEEX/Y/Z_OBS with DATE-OBS)";
         else if ((f == SKY_FRAME_CARRINGTON || native == SKY_FRAME_CARRINGTON) && !so->has_carr)
-            gap = "the observer's Carrington longitude (CRLN_OBS with HGLN_OBS)";
+            gap = "the observer's Carrington offset (its observer with DATE-OBS, or "
+                  "CRLN_OBS with HGLN_OBS)";
         if (gap) {
             problem_reply(r, 422, "frame", "dataset '%s' (frame %s) cannot give %s "
                           "coordinates: its header lacks %s", d->name, sky_frame_name(native),
@@ -436,6 +437,21 @@ static void footprint_work(hreq *r)
         free(lon);
         problem_reply(r, rc == TESS_ENOMEM ? 500 : 422, rc == TESS_ENOMEM ? NULL : "dataset",
                       "cannot trace the outline of dataset '%s'", d->name);
+        return;
+    }
+    /* A helioprojective image traced in a heliographic frame: its edge points beyond the
+     * limb have no position on the sphere (NaN, as sunpy's pixel_to_world gives them), and
+     * the points left would be no outline: refused, naming the frame that has one. */
+    size_t off = 0;
+    for (size_t k = 0; k < n; k++)
+        off += !isfinite(lon[k]) || !isfinite(lat[k]);
+    sky_frame native = skywcs_frame(d->cel, NULL);
+    if (off && native == SKY_FRAME_HELIOPROJECTIVE && j->frame != native) {
+        free(lon);
+        problem_reply(r, 422, "frame", "the edge of dataset '%s' lies off the solar disk at "
+                      "%zu of its %zu points: no %s outline (beyond the limb a line of sight "
+                      "meets no point of the Sun); ask frame=helioprojective", d->name, off, n,
+                      sky_frame_name(j->frame));
         return;
     }
     json_t *doc = json_object(), *poly = json_array();

@@ -31,7 +31,9 @@ typedef struct solar_obs {
     double dist;        /* the observer's distance from the Sun's centre, metres */
     double rsun;        /* the solar radius: RSUN_REF, else the IAU 695700 km (metres) */
     int has_carr;       /* 1 when carr_off is known */
-    double carr_off;    /* Carrington minus Stonyhurst longitude at the observer (degrees) */
+    double carr_off;    /* Carrington minus Stonyhurst longitude at the observer (degrees):
+                         * sunpy 4.1's (solar_carrington_offset(jd, dist)) when the observer
+                         * and the date are known, else the header's CRLN_OBS - HGLN_OBS */
     char date[72];      /* DATE-OBS, else DATE-AVG, as written; "" when absent */
     double jd;          /* that date as a Julian date (UTC), 0 when absent or unreadable */
 } solar_obs;

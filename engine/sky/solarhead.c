@@ -1,5 +1,6 @@
 /* The observer of a solar WCS in its header: read from every form the FITS solar
  * conventions give it in, and written back for a cutout (solar.h). */
+#include <ctype.h>
 #include <math.h>
 #include <string.h>
 
@@ -94,6 +95,24 @@ static void cart_to_hgs(int kind, double jd, const double v[3], double p[3])
         p[k] = m[k][0] * q[0] + m[k][1] * q[1] + m[k][2] * q[2];
 }
 
+/* The Cartesian form an instrument's sunpy 4.1 map source reads before the generic ones
+ * (CART_HAE, CART_HCI), or -1: sunpy.map.sources.AIAMap (INSTRUME beginning "AIA")
+ * takes HAEX/Y/Z_OBS first, EUIMap (INSTRUME beginning "EUI", OBSRVTRY containing
+ * "Solar Orbiter", any case) HCIX/Y/Z_OBS; EUVIMap and the others the generic order. */
+static int instrument_first(const char *cards, int nkeys)
+{
+    char ins[72] = "", obs[72] = "";
+    (void)fitscard_value_string(cards, nkeys, "INSTRUME", ins, sizeof ins);
+    (void)fitscard_value_string(cards, nkeys, "OBSRVTRY", obs, sizeof obs);
+    if (strncmp(ins, "AIA", 3) == 0)
+        return CART_HAE;
+    for (char *c = obs; *c; c++)
+        *c = (char)tolower((unsigned char)*c);
+    if (strncmp(ins, "EUI", 3) == 0 && strstr(obs, "solar orbiter"))
+        return CART_HCI;
+    return -1;
+}
+
 /* The observer and the Sun of a solar WCS as sunpy reads them (sunpy.map.GenericMap's
  * observer_coordinate and rsun_meters; Thompson 2006 sec. 2 and Table 2 for the
  * keywords): RSUN_REF (metres; else SOLAR_RSUN_IAU); the date DATE-OBS, else DATE-AVG
@@ -113,10 +132,15 @@ static void cart_to_hgs(int kind, double jd, const double v[3], double p[3])
  *      4.1 map source reads them; its HeliocentricEarthEcliptic frame defines them).
  * The generic order is GenericMap's: the spherical forms, which state the Stonyhurst or
  * Carrington coordinates directly, first; the Cartesian ones, which also need the Earth's
- * position at the date, after.  An instrument's own keywords agree with its HGLN_OBS
- * set to its ephemeris' precision (0.013 degree on the AIA file of tests/data/solar).
- * The Carrington offset (Carrington minus Stonyhurst longitude) is CRLN_OBS minus the
- * Stonyhurst longitude when the header gives CRLN_OBS and one of the above. */
+ * position at the date, after.  An instrument whose sunpy map source reads a Cartesian
+ * form first (instrument_first: AIA's HAE, EUI's HCI) has it read first here too: its
+ * keywords agree with its HGLN_OBS set only to its ephemeris' precision (0.013 degree on
+ * the AIA file of tests/data/solar), and sunpy's maps of the file are the reference.
+ * The Carrington offset (Carrington minus Stonyhurst longitude) of an observer with a
+ * date is sunpy's (solar_carrington_offset at the observer's distance: L0 with the light
+ * travel time, the HeliographicCarrington frame of sunpy 4.1 with that observer), not the
+ * header's CRLN_OBS; without a date or an observer, CRLN_OBS minus the Stonyhurst
+ * longitude when the header gives both. */
 void solar_read_header(const char *cards, int nkeys, solar_obs *o)
 {
     memset(o, 0, sizeof *o);
@@ -134,7 +158,12 @@ void solar_read_header(const char *cards, int nkeys, solar_obs *o)
                                             { "HAEX_OBS", "HAEY_OBS", "HAEZ_OBS" },
                                             { "HEEX_OBS", "HEEY_OBS", "HEEZ_OBS" } };
     int has_lon = fitscard_value_real(cards, nkeys, "HGLN_OBS", &lon);
-    if (read3(cards, nkeys, hgs, v) && v[2] > 0.0 && fabs(v[1]) <= 90.0) {
+    int first = instrument_first(cards, nkeys);
+    if (first >= 0 && o->jd > 0.0 && read3(cards, nkeys, cart[first], v) &&
+        (v[0] != 0.0 || v[1] != 0.0 || v[2] != 0.0)) {
+        cart_to_hgs(first, o->jd, v, p);
+        set_observer(o, p);
+    } else if (read3(cards, nkeys, hgs, v) && v[2] > 0.0 && fabs(v[1]) <= 90.0) {
         o->known = 1;
         o->lon = v[0];
         o->lat = v[1];
@@ -154,6 +183,11 @@ void solar_read_header(const char *cards, int nkeys, solar_obs *o)
                 cart_to_hgs(k, o->jd, v, p);
                 set_observer(o, p);
             }
+    }
+    if (o->known && o->jd > 0.0) {
+        o->has_carr = 1;
+        o->carr_off = solar_carrington_offset(o->jd, o->dist);
+        return;
     }
     if (o->known && !has_lon) {
         lon = o->lon;
@@ -211,8 +245,8 @@ const char *solar_pair_gap(sky_frame fa, const solar_obs *a, int sa, sky_frame f
                "or CRLN_OBS, CRLT_OBS and DSUN_OBS with DATE-OBS; or HEEQ_X/Y/Z; or "
                "HCIX/Y/Z_OBS, HAEX/Y/Z_OBS or HEEX/Y/Z_OBS with DATE-OBS)";
     if ((fa == SKY_FRAME_CARRINGTON || fb == SKY_FRAME_CARRINGTON) && !oa.has_carr)
-        return "a Carrington WCS needs the observer's Carrington longitude (CRLN_OBS) and "
-               "its observer (HGLN_OBS or another form) on one side, or on its own side when "
+        return "a Carrington WCS needs the observer's Carrington offset (its observer with "
+               "DATE-OBS, or CRLN_OBS with HGLN_OBS) on one side, or on its own side when "
                "the dates differ";
     if ((sa == SOLAR_SCREEN || sb == SOLAR_SCREEN) && !(sa == SOLAR_SCREEN ? oa : ob).known)
         return "the spherical screen needs the observer of the image reprojected";

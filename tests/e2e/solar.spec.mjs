@@ -10,9 +10,8 @@ const SOLAR = path.join(TOP, 'tests', 'data', 'solar');
 const AIA = path.join(SOLAR, 'aia_171_level1.fits');
 
 /** sunpy's helioprojective (arcsec) and Stonyhurst (degrees, NaN off the disk) positions
- * of 0-based pixels of the AIA file.  As tests/clients/test_solar.py does, the header goes
- * to sunpy without HAEX/Y/Z_OBS, so that its observer is HGLN_OBS/HGLT_OBS/DSUN_OBS, as
- * Tessera's is. */
+ * of 0-based pixels of the AIA file as it is: sunpy's AIAMap, and Tessera for an AIA
+ * header, take the observer from HAEX/Y/Z_OBS. */
 function sunpyPositions(pix) {
   const script = [
     'import sys, json, warnings', 'warnings.simplefilter("ignore")',
@@ -20,8 +19,6 @@ function sunpyPositions(pix) {
     'from sunpy.coordinates import frames',
     'with fits.open(sys.argv[1]) as f:',
     '    d, h = f[0].data, f[0].header.copy()',
-    'for k in ("HAEX_OBS", "HAEY_OBS", "HAEZ_OBS"):',
-    '    h.remove(k, ignore_missing=True)',
     'm = sunpy.map.Map(d, h)', 'x, y = zip(*json.loads(sys.argv[2]))',
     'c = m.pixel_to_world(x * u.pix, y * u.pix)',
     'g = c.transform_to(frames.HeliographicStonyhurst(obstime=c.obstime))',

@@ -641,7 +641,11 @@ START_TEST(test_solar_headers)
     ck_assert_double_eq(o->dist, 147724815128.0);
     ck_assert_double_eq(o->rsun, 696000000.0);
     ck_assert_int_eq(o->has_carr, 1);
-    ck_assert_double_eq_tol(o->carr_off, 22.814522, 1e-12);
+    /* sunpy's offset (L0 with the light travel time to the observer: 22.745784044, the
+     * Carrington longitude sunpy 4.1 gives this observer), not the header's CRLN_OBS;
+     * Tessera's L0 (Meeus' Earth) within 5e-5 degree of sunpy's. */
+    ck_assert_double_eq_tol(o->carr_off, 22.745784044, 5e-5);
+    ck_assert_double_eq(o->carr_off, solar_carrington_offset(o->jd, o->dist));
     ck_assert_str_eq(o->date, "2011-02-15T00:00:00.34");
     skywcs_free(a);
 
@@ -750,12 +754,12 @@ START_TEST(test_solar_points)
     solar_convert(SKY_FRAME_HELIOPROJECTIVE, oa, SKY_FRAME_STONYHURST, &hgs, SOLAR_SPHERE, NULL,
                   1, &lon, &lat);
     ck_assert(isnan(lon) && isnan(lat));
-    /* Carrington = Stonyhurst + CRLN_OBS - HGLN_OBS of the header. */
+    /* Carrington = Stonyhurst + sunpy's L0 with the light travel time to the observer. */
     lon = 10.0;
     lat = 20.0;
     solar_convert(SKY_FRAME_STONYHURST, &hgs, SKY_FRAME_CARRINGTON, oa, SOLAR_SPHERE, NULL, 1,
                   &lon, &lat);
-    ck_assert_double_eq_tol(lon, 32.814522, 1e-9);
+    ck_assert_double_eq_tol(lon, 32.745784044, 5e-5);
     ck_assert_double_eq_tol(lat, 20.0, 1e-12);
     /* One observer: helioprojective to itself is the identity, off the disk too. */
     lon = 1100.0 / 3600.0;
@@ -812,8 +816,10 @@ START_TEST(test_solar_observer_forms)
             ck_assert_msg(fabs(o.lon) < 5e-5 && fabs(o.lat + 6.820544) < 5e-5 &&
                           fabs(o.dist / 147724815128.0 - 1.0) < 1e-12, "%s: %.9f %.9f %.3f",
                           forms[f][0], o.lon, o.lat, o.dist);
-            /* The Carrington form keeps its CRLN_OBS; the others state no offset. */
-            ck_assert_int_eq(o.has_carr, f == 0);
+            /* Every dated observer has sunpy's offset; the Carrington form keeps its
+             * CRLN_OBS as the observer's Carrington longitude. */
+            ck_assert_int_eq(o.has_carr, 1);
+            ck_assert_double_eq(o.carr_off, solar_carrington_offset(o.jd, o.dist));
             if (f == 0)
                 ck_assert_double_eq_tol(o.lon + o.carr_off, 22.745784044, 1e-12);
         }
@@ -827,7 +833,25 @@ START_TEST(test_solar_observer_forms)
     solar_read_header(cards, nk, &o);
     free(cards);
     ck_assert(o.known && o.lon == 0.5 && o.lat == -6.0 && o.dist == 1.5e11);
-    ck_assert(o.has_carr && o.carr_off == 22.5);
+    ck_assert(o.has_carr && o.carr_off == solar_carrington_offset(o.jd, o.dist));
+    /* sunpy's AIAMap reads HAEX/Y/Z_OBS first, EUIMap (Solar Orbiter) HCIX/Y/Z_OBS:
+     * with INSTRUME AIA or EUI the Cartesian form wins over HGLN_OBS (0.5 degree off),
+     * and the observer is HGLN_OBS = 0 within 5e-5 degree; SECCHI keeps HGLN_OBS. */
+    static const char *const inst[][2] = { { "INSTRUME= 'AIA_3'", NULL },
+                                           { "INSTRUME= 'EUI'", "OBSRVTRY= 'Solar Orbiter'" },
+                                           { "INSTRUME= 'SECCHI'", NULL },
+                                           { "INSTRUME= 'EUI'", NULL } };
+    for (size_t i = 0; i < 4; i++) {
+        const char *const *cart = forms[i == 0 ? 2 : 1];
+        const char *l[] = { "HGLN_OBS= 0.5", "HGLT_OBS= -6.820544", "DSUN_OBS= 147724815128.0",
+                            date, cart[0], cart[1], cart[2], inst[i][0],
+                            inst[i][1], NULL };
+        cards = tt_make_cards(l, &nk);
+        solar_read_header(cards, nk, &o);
+        free(cards);
+        ck_assert_msg(o.known && fabs(o.lon - (i < 2 ? 0.0 : 0.5)) < 5e-5, "%zu: %.9f", i,
+                      o.lon);
+    }
     /* A Cartesian position at the origin is no observer. */
     const char *zero[] = { "HAEX_OBS= 0.0", "HAEY_OBS= 0.0", "HAEZ_OBS= 0.0", date, NULL };
     cards = tt_make_cards(zero, &nk);

@@ -173,7 +173,7 @@ static int ps_estimate(const void *req, const job_env *env, job_cost *c, job_pro
     double fft = 32.0 * (8.0 * nz + 16.0 * nh + 4.0 * nh);
     double es = (double)chunkstore_esize(jobc_choose_dtype(d));
     double tile = (double)CUBE_TILE * CUBE_TILE * nz * (es + 4.0);
-    double block = fmax(16.0 * 1048576.0, tile) + fft;
+    double block = fmax((double)cube_spectrum_block_bytes(), tile) + fft;
     if (strncmp(c->what, "a band", 6) == 0 || block > c->block_bytes) {
         /* jobc_transpose_cost counted a band of whole tile rows: the spectra's blocks
          * are bounded instead (a group of stage A stays when larger) */

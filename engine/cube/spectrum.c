@@ -168,6 +168,11 @@ void cube_spectrum_set_block_bytes(long bytes)
     block_bytes = bytes > 0 ? bytes : BLOCK_BYTES_DEFAULT;
 }
 
+long cube_spectrum_block_bytes(void)
+{
+    return block_bytes;
+}
+
 /* The shape of a transpose's blocks (see cube_spectrum_nblocks): rows per block (a multiple
  * of CUBE_TILE: whole tile rows; else fewer rows of one tile row), blocks per tile row
  * down (nsub) and across (ncol), columns per block (nx, or a multiple of CUBE_TILE when

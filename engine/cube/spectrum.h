@@ -35,6 +35,9 @@ long cube_spectrum_nblocks(const cube_transpose *t);
  * benchmarks, before any job plans its blocks.  Not thread-safe. */
 void cube_spectrum_set_block_bytes(long bytes);
 
+/* The byte budget of one block now in force (for the jobs' estimates). */
+long cube_spectrum_block_bytes(void);
+
 /* Block `block` of transpose t: its series read from the staging file of stage A or the
  * chunk store t->src_path when t->direct (transpose.h), their spectra written into the
  * float32 FITS cube (nx, ny, nz) at `out_path`, whose data unit starts at byte

@@ -9,6 +9,7 @@
  *   THREADS  worker threads for the jobs
  *   WORKDIR  scratch directory (job work directories and products go there)
  *   SERIES_BEFORE  pixels whose series is read plane by plane before rechunk (default 5)
+ * STACKBENCH_PS_BLOCK_MB: the power spectrum's block budget (cube_spectrum_set_block_bytes).
  * Prints "RESULT name value unit" lines. */
 #include <jansson.h>
 #include <math.h>
@@ -25,6 +26,7 @@
 
 #include "engine/image/chunkstore.h"
 #include "engine/image/pngframe.h"
+#include "engine/cube/spectrum.h"
 #include "engine/image/stack.h"
 #include "daemon/catalog.h"
 #include "daemon/config.h"
@@ -449,6 +451,9 @@ int main(int argc, char **argv)
     }
 
     char body[1024], product[4200], store[4200];
+    const char *psb = getenv("STACKBENCH_PS_BLOCK_MB");
+    if (psb && atol(psb) > 0)
+        cube_spectrum_set_block_bytes(atol(psb) << 20);
     if (want("readmodes"))
         readmodes(d, threads);
     if (want("decode_floor"))

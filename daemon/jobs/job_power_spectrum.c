@@ -127,6 +127,7 @@ static int ps_plan(const void *req, const job_env *env, const char *workdir, job
         return rc;
     }
     jobc_plan_stages(&s->t, out);
+    out->nblocks[out->nstages - 1] = cube_spectrum_nblocks(&s->t);   /* the spectra */
     out->state = s;
     return 0;
 }
@@ -137,8 +138,8 @@ static int ps_run(void *state, int stage, long block, const volatile int *cancel
     ps_state *s = state;
     if (stage == 0 && !s->t.direct)
         return cube_transpose_group(&s->t, block, cancel, err, errlen);
-    return cube_spectrum_band(s->plan, &s->t, block, s->out_path, s->datastart, cancel, err,
-                              errlen);
+    return cube_spectrum_block(s->plan, &s->t, block, s->out_path, s->datastart, cancel, err,
+                               errlen);
 }
 
 static int ps_finish(void *state, const char *tmp_path, job_product *prod, char *err,
@@ -156,9 +157,11 @@ static int ps_finish(void *state, const char *tmp_path, job_product *prod, char 
 }
 
 /* The float32 cube (nx, ny, nz) and the staging file (none when a current rechunk copy
- * is attached: the bands read it); a band block also holds its spectra (4 bytes a value)
- * and the FFT's buffers of FFT_BATCH series (spectrum.c: nz doubles, nz / 2 + 1 complex
- * values and as many powers each); the plan keeps the FFT's plan (its twiddle factors). */
+ * is attached: the blocks read it); a spectrum block holds its series and spectra, at most
+ * the block budget of spectrum.h (16 MB; one tile's series when they pass it) whatever
+ * nz is, and the FFT's buffers of FFT_BATCH series (spectrum.c: nz doubles, nz / 2 + 1
+ * complex values and as many powers each); the plan keeps the FFT's plan (its twiddle
+ * factors). */
 static int ps_estimate(const void *req, const job_env *env, job_cost *c, job_problem *pb)
 {
     (void)env;
@@ -168,15 +171,15 @@ static int ps_estimate(const void *req, const job_env *env, job_cost *c, job_pro
     jobc_transpose_cost(d, 4, usable_profile(d, src, sizeof src), 4.0, c);
     double nz = (double)d->nz, nh = floor(nz / 2.0) + 1.0;
     double fft = 32.0 * (8.0 * nz + 16.0 * nh + 4.0 * nh);
-    long g = 1, rows = CUBE_TILE;
-    cube_transpose_sizes(d->nx, d->ny, d->nz, chunkstore_esize(jobc_choose_dtype(d)), 4, &g,
-                         &rows);
-    double band = (double)jobc_lmin(rows, d->ny) * (double)d->nx * nz
-                  * ((double)chunkstore_esize(jobc_choose_dtype(d)) + 4.0) + fft;
-    if (band > c->block_bytes) {
-        c->block_bytes = band;
-        snprintf(c->what, sizeof c->what, "a band of %ld rows of %ld series of %ld values",
-                 jobc_lmin(rows, d->ny), d->nx, d->nz);
+    double es = (double)chunkstore_esize(jobc_choose_dtype(d));
+    double tile = (double)CUBE_TILE * CUBE_TILE * nz * (es + 4.0);
+    double block = fmax((double)cube_spectrum_block_bytes(), tile) + fft;
+    if (strncmp(c->what, "a band", 6) == 0 || block > c->block_bytes) {
+        /* jobc_transpose_cost counted a band of whole tile rows: the spectra's blocks
+         * are bounded instead (a group of stage A stays when larger) */
+        c->block_bytes = block;
+        snprintf(c->what, sizeof c->what, "a block of at most %.0f MB of series of %ld "
+                 "values and their spectra", block / 1048576.0, d->nz);
     }
     c->state_bytes += 32.0 * nz + 65536.0;
     double cube = (double)d->nx * (double)d->ny * (double)d->nz * 4.0 + 2.0 * 2880.0

@@ -24,6 +24,12 @@ typedef struct band_mem {
     unsigned char *series;
     unsigned char *spectra;
     size_t series_len, spectra_len;
+    /* the FFT's scratch of FFT_BATCH series, kept with them: made and freed per block,
+     * glibc's rising mmap threshold left them in the arenas, 9 MB more a worker at 4000
+     * frames than these buffers hold */
+    double *in;           /* nz values a series */
+    fftw_complex *spec;   /* nz / 2 + 1 a series */
+    uint32_t *pw;         /* as many powers */
 } band_mem;
 
 struct cube_spectrum {
@@ -45,6 +51,7 @@ struct cube_spectrum {
 static pthread_mutex_t fftw_plan_lock = PTHREAD_MUTEX_INITIALIZER;
 
 static long lmin(long a, long b) { return a < b ? a : b; }
+static long lmax(long a, long b) { return a > b ? a : b; }
 
 /* A band's buffers of at least the sizes given, from the pool or new; 0 or TESS_ENOMEM. */
 static int band_mem_get(cube_spectrum *sp, size_t series_len, size_t spectra_len, band_mem *b)
@@ -64,7 +71,23 @@ static int band_mem_get(cube_spectrum *sp, size_t series_len, size_t spectra_len
         b->spectra = malloc(spectra_len);
         b->spectra_len = b->spectra ? spectra_len : 0;
     }
-    return b->series && b->spectra ? 0 : TESS_ENOMEM;
+    size_t nh = (size_t)sp->nz / 2 + 1;
+    if (!b->in)
+        b->in = fftw_malloc(sizeof(double) * (size_t)sp->nz * FFT_BATCH);
+    if (!b->spec)
+        b->spec = fftw_malloc(sizeof(fftw_complex) * nh * FFT_BATCH);
+    if (!b->pw)
+        b->pw = malloc(sizeof *b->pw * nh * FFT_BATCH);
+    return b->series && b->spectra && b->in && b->spec && b->pw ? 0 : TESS_ENOMEM;
+}
+
+static void band_mem_free(band_mem *b)
+{
+    free(b->series);
+    free(b->spectra);
+    fftw_free(b->in);
+    fftw_free(b->spec);
+    free(b->pw);
 }
 
 static void band_mem_put(cube_spectrum *sp, band_mem *b)
@@ -75,10 +98,8 @@ static void band_mem_put(cube_spectrum *sp, band_mem *b)
         b = NULL;
     }
     pthread_mutex_unlock(&sp->lock);
-    if (b) {
-        free(b->series);
-        free(b->spectra);
-    }
+    if (b)
+        band_mem_free(b);
 }
 
 int cube_spectrum_new(long nz, cube_spectrum **out, char *err, size_t errlen)
@@ -120,10 +141,8 @@ void cube_spectrum_free(cube_spectrum *sp)
     pthread_mutex_lock(&fftw_plan_lock);
     fftw_destroy_plan(sp->plan);
     pthread_mutex_unlock(&fftw_plan_lock);
-    for (int i = 0; i < sp->npool; i++) {
-        free(sp->pool[i].series);
-        free(sp->pool[i].spectra);
-    }
+    for (int i = 0; i < sp->npool; i++)
+        band_mem_free(&sp->pool[i]);
     pthread_mutex_destroy(&sp->lock);
     pthread_mutex_destroy(&sp->write_lock);
     free(sp);
@@ -139,52 +158,170 @@ static uint32_t be_bits(float f)
     memcpy(&u, b, 4);
     return u;
 }
-int cube_spectrum_band(cube_spectrum *sp, const cube_transpose *t, long band,
-                       const char *out_path, long long datastart, const volatile int *cancel,
-                       char *err, size_t errlen)
+/* The bytes one block may hold: its series as stored and their spectra (es + 4 bytes a
+ * value), whatever nz is (cube_spectrum_set_block_bytes). */
+#define BLOCK_BYTES_DEFAULT (16L << 20)
+static long block_bytes = BLOCK_BYTES_DEFAULT;
+
+void cube_spectrum_set_block_bytes(long bytes)
+{
+    block_bytes = bytes > 0 ? bytes : BLOCK_BYTES_DEFAULT;
+}
+
+long cube_spectrum_block_bytes(void)
+{
+    return block_bytes;
+}
+
+/* The shape of a transpose's blocks (see cube_spectrum_nblocks): rows per block (a multiple
+ * of CUBE_TILE: whole tile rows; else fewer rows of one tile row), blocks per tile row
+ * down (nsub) and across (ncol), columns per block (nx, or a multiple of CUBE_TILE when
+ * a single row passes the budget). */
+typedef struct geom {
+    long rows, cols, nsub, ncol;
+} geom;
+
+static void block_geom(const cube_transpose *t, geom *g)
+{
+    double per_px = (double)t->nz * (double)(t->es + 4);
+    long fit_rows = (long)((double)block_bytes / (per_px * (double)t->nx));
+    g->cols = t->nx;
+    g->nsub = g->ncol = 1;
+    if (fit_rows >= CUBE_TILE) {
+        /* whole tile rows, at most band_rows (at least two blocks a worker then) */
+        g->rows = lmin(t->band_rows, fit_rows / CUBE_TILE * CUBE_TILE);
+        return;
+    }
+    if (fit_rows >= 1) {
+        g->nsub = (CUBE_TILE + fit_rows - 1) / fit_rows;
+        g->rows = (CUBE_TILE + g->nsub - 1) / g->nsub;
+        return;
+    }
+    g->rows = 1;
+    g->nsub = CUBE_TILE;
+    long fit_cols = (long)((double)block_bytes / per_px) / CUBE_TILE * CUBE_TILE;
+    g->cols = lmin(t->nx, lmax(CUBE_TILE, fit_cols));
+    g->ncol = (t->nx + g->cols - 1) / g->cols;
+}
+
+long cube_spectrum_nblocks(const cube_transpose *t)
+{
+    geom g;
+    block_geom(t, &g);
+    if (g.rows >= CUBE_TILE)
+        return (t->ny + g.rows - 1) / g.rows;
+    return (t->ny + CUBE_TILE - 1) / CUBE_TILE * g.nsub * g.ncol;
+}
+
+/* Reads the series of block b's pixels, rows [y0, y1) and columns [x0, x1) of the
+ * image, into buf: store order when whole tile rows (one read); else tile by tile, the
+ * rows of the block in each (one read a tile: within a tile the pixels are row-major). */
+static int read_block(const cube_transpose *t, const geom *g, long y0, long y1, long x0,
+                      long x1, unsigned char *buf, char *err, size_t errlen)
+{
+    const char *path = t->direct ? t->src_path : t->dest_path;
+    size_t es = (size_t)t->es, nz = (size_t)t->nz;
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    int bad = fd < 0;
+    if (!bad && g->rows >= CUBE_TILE) {
+        bad = tess_pread_all(fd, buf, (size_t)(y1 - y0) * t->nx * nz * es,
+                             (off_t)(CHUNKSTORE_HEADER + (long long)y0 * t->nx * nz * es)) != 0;
+    } else if (!bad) {
+        long ty0 = y0 / CUBE_TILE * CUBE_TILE, h = lmin(CUBE_TILE, t->ny - ty0);
+        for (long tx0 = x0; tx0 < x1 && !bad; tx0 += CUBE_TILE) {
+            long w = lmin(CUBE_TILE, t->nx - tx0);
+            long long first = (long long)ty0 * t->nx + (long long)tx0 * h + (y0 - ty0) * w;
+            size_t n = (size_t)((y1 - y0) * w);
+            bad = tess_pread_all(fd, buf, n * nz * es,
+                                 (off_t)(CHUNKSTORE_HEADER + first * (long long)(nz * es))) != 0;
+            buf += n * nz * es;
+        }
+    }
+    if (fd >= 0)
+        close(fd);
+    if (bad) {
+        tess_seterr(err, errlen, "cannot read %s", path);
+        return TESS_EIO;
+    }
+    return 0;
+}
+
+/* The place of the block's series i (in read_block's order) in its part of a plane
+ * ([row - y0][x - x0]), in values. */
+static size_t block_offset(const cube_transpose *t, const geom *g, long y0, long y1, long x0,
+                           long x1, long i)
+{
+    if (g->rows >= CUBE_TILE) {
+        uint32_t pix = t->perm[y0 * t->nx + i];
+        return (size_t)(pix / t->nx - y0) * (size_t)t->nx + pix % t->nx;
+    }
+    long per_tile = (y1 - y0) * CUBE_TILE, k = i / per_tile;
+    long w = lmin(CUBE_TILE, x1 - (x0 + k * CUBE_TILE)), q = i - k * per_tile;
+    return (size_t)(q / w) * (size_t)(x1 - x0) + (size_t)(k * CUBE_TILE + q % w);
+}
+
+int cube_spectrum_block(cube_spectrum *sp, const cube_transpose *t, long block,
+                        const char *out_path, long long datastart, const volatile int *cancel,
+                        char *err, size_t errlen)
 {
     long nz = t->nz, nh = nz / 2 + 1;
-    long rows = lmin(t->band_rows, t->ny - band * t->band_rows);
-    /* The band's part of plane k of the cube is one run of rows * nx values, at k * ny * nx
-     * values from its part of plane 0: the spectra are made in that order in memory, then
-     * written a run at a time.  Written with pwrite, the pages of the product are made
-     * by the copy; through a mapping, each was first made and zeroed by a fault, and on
-     * this VM (fresh memory faulted in on the host) that cost up to twice as much:
+    geom g;
+    block_geom(t, &g);
+    long y0, y1, x0 = 0, x1 = t->nx;
+    if (g.rows >= CUBE_TILE) {
+        y0 = block * g.rows;
+        y1 = lmin(t->ny, y0 + g.rows);
+    } else {
+        long per_trow = g.nsub * g.ncol, ty = block / per_trow, r = block % per_trow;
+        long top = ty * CUBE_TILE, bottom = lmin(t->ny, top + CUBE_TILE);
+        y0 = top + r / g.ncol * g.rows;
+        y1 = lmin(bottom, y0 + g.rows);
+        x0 = r % g.ncol * g.cols;
+        x1 = lmin(t->nx, x0 + g.cols);
+        if (y0 >= bottom)
+            return 0;   /* the last tile row is shorter: nothing left for this block */
+    }
+    if (*cancel)
+        return TESS_ECANCELED;
+    /* The block's part of plane k of the cube is rows y1 - y0 of columns [x0, x1), at k *
+     * ny * nx values from its part of plane 0: the spectra are made in that order in
+     * memory, then written a plane at a time (a row at a time when the block is narrower
+     * than the image).  Written with pwrite, the pages of the product are made by the
+     * copy; through a mapping, each was first made and zeroed by a fault, and on this VM
+     * (fresh memory faulted in on the host) that cost up to twice as much:
      * bench/cubewrite, 8 GB of 64000-byte runs from cold memory, one thread, 46.3 and
      * 26.4 s through a mapping against 20.5 and 15.9 s with pwrite. */
-    const size_t run = (size_t)rows * t->nx * 4, plane_stride = (size_t)t->ny * t->nx * 4;
-    long y0 = band * t->band_rows;
+    const long wx = x1 - x0, np = (y1 - y0) * wx;
+    const size_t run = (size_t)np * 4, plane_stride = (size_t)t->ny * t->nx * 4;
+    /* Every block asks for the buffers of the largest, so that the plan's kept buffers
+     * always serve the next block (asked as large as each block, the smaller ones left
+     * behind as others were made: 61 MB anonymous against 31 at 4000 frames). */
+    const size_t most = (size_t)g.rows * (size_t)g.cols;
     band_mem bm;
-    int rc = band_mem_get(sp, (size_t)rows * t->nx * nz * t->es, (size_t)nz * run, &bm);
+    int rc = band_mem_get(sp, most * nz * t->es, most * nz * 4, &bm);
     if (rc) {
         band_mem_put(sp, &bm);
         tess_seterr(err, errlen, "out of memory");
         return rc;
     }
     unsigned char *buf = bm.series, *out = bm.spectra;   /* out: [k][row][x], run bytes a k */
-    double *in = fftw_malloc(sizeof(double) * (size_t)nz * FFT_BATCH);
-    fftw_complex *spec = fftw_malloc(sizeof(fftw_complex) * (size_t)nh * FFT_BATCH);
-    uint32_t *pw = malloc(sizeof *pw * (size_t)nh * FFT_BATCH);
-    long p0 = 0, p1 = 0;
-    if (!in || !spec || !pw) {
-        tess_seterr(err, errlen, "out of memory");
-        rc = TESS_ENOMEM;
-    }
-    if (!rc)
-        rc = cube_transpose_band(t, band, buf, &p0, &p1, cancel, err, errlen);
-    for (long i0 = p0; i0 < p1 && !rc; i0 += FFT_BATCH) {
+    double *in = bm.in;
+    fftw_complex *spec = bm.spec;
+    uint32_t *pw = bm.pw;
+    rc = read_block(t, &g, y0, y1, x0, x1, buf, err, errlen);
+    for (long i0 = 0; i0 < np && !rc; i0 += FFT_BATCH) {
         if (*cancel) {
             rc = TESS_ECANCELED;
             break;
         }
-        long nb = lmin(FFT_BATCH, p1 - i0);
+        long nb = lmin(FFT_BATCH, np - i0);
         for (long j = 0; j < FFT_BATCH; j++) {
             double *dst = in + j * nz;
             if (j >= nb) {
                 memset(dst, 0, sizeof(double) * (size_t)nz);
                 continue;
             }
-            chunkstore_decode(t->dt, buf + (size_t)(i0 - p0 + j) * nz * t->es, dst, nz);
+            chunkstore_decode(t->dt, buf + (size_t)(i0 + j) * nz * t->es, dst, nz);
             for (long z = 0; t->dt == CS_F32 && z < nz; z++)   /* integers are finite */
                 dst[z] = isfinite(dst[z]) ? dst[z] : 0.0;
         }
@@ -197,16 +334,15 @@ int cube_spectrum_band(cube_spectrum *sp, const cube_transpose *t, long band,
             for (long h = 0; h < nh; h++)
                 pw[h * FFT_BATCH + j] = be_bits((float)(c[h][0] * c[h][0] + c[h][1] * c[h][1]));
         }
-        /* The batch is whole rows of one 16x16 store tile (perm), so its pixels make a few
-         * runs of adjacent values in every plane of the band: each plane gets them as a few
+        /* The batch is whole rows of 16x16 store tiles, so its pixels make a few runs of
+         * adjacent values in every plane of the block: each plane gets them as a few
          * copies, not one scattered store per pixel (a pixel-major scatter over nz planes
          * was 70% of this function; a value-by-value one over the batch, 9% of the CPU of
          * rechunk and both spectra on 2000 frames of 1000 x 1000, `perf`). */
         long run0[FFT_BATCH], runn[FFT_BATCH], nrun = 0;
         size_t off[FFT_BATCH];
         for (long j = 0; j < nb; j++) {
-            uint32_t pix = t->perm[i0 + j];
-            off[j] = ((size_t)(pix / t->nx - y0) * (size_t)t->nx + pix % t->nx) * 4;
+            off[j] = block_offset(t, &g, y0, y1, x0, x1, i0 + j) * 4;
             if (j > 0 && off[j] == off[j - 1] + 4) {
                 runn[nrun - 1]++;
             } else {
@@ -226,22 +362,23 @@ int cube_spectrum_band(cube_spectrum *sp, const cube_transpose *t, long band,
         tess_seterr(err, errlen, "cannot open %s: %s", out_path, strerror(errno));
         rc = TESS_EIO;
     }
-    off_t at = (off_t)(datastart + (long long)y0 * t->nx * 4);
+    /* whole rows: one run a plane; narrower blocks: one a row of each plane */
+    const long wrows = wx == t->nx ? 1 : y1 - y0;
+    const size_t wlen = wx == t->nx ? run : (size_t)wx * 4;
+    off_t at = (off_t)(datastart + ((long long)y0 * t->nx + x0) * 4);
     pthread_mutex_lock(&sp->write_lock);
-    for (long k = 0; k < nz && !rc; k++) {
-        if (tess_pwrite_all(fd, out + (size_t)k * run, run, at + (off_t)(k * plane_stride))) {
-            tess_seterr(err, errlen, "cannot write %s: %s", out_path, strerror(errno));
-            rc = TESS_EIO;
-        }
-    }
+    for (long k = 0; k < nz && !rc; k++)
+        for (long r = 0; r < wrows && !rc; r++)
+            if (tess_pwrite_all(fd, out + (size_t)k * run + (size_t)r * wlen, wlen,
+                                at + (off_t)(k * plane_stride + (size_t)r * t->nx * 4))) {
+                tess_seterr(err, errlen, "cannot write %s: %s", out_path, strerror(errno));
+                rc = TESS_EIO;
+            }
     pthread_mutex_unlock(&sp->write_lock);
     if (fd >= 0 && close(fd) != 0 && !rc) {
         tess_seterr(err, errlen, "cannot write %s: %s", out_path, strerror(errno));
         rc = TESS_EIO;
     }
     band_mem_put(sp, &bm);
-    free(pw);
-    fftw_free(in);
-    fftw_free(spec);
     return rc;
 }

@@ -1,4 +1,4 @@
-/* Power spectra along z of every pixel's series: |FFT|^2 with fftw3, band by band. */
+/* Power spectra along z of every pixel's series: |FFT|^2 with fftw3, block by block, in bounded memory. */
 #ifndef TESSERA_ENGINE_CUBE_SPECTRUM_H
 #define TESSERA_ENGINE_CUBE_SPECTRUM_H
 
@@ -21,16 +21,36 @@ int cube_spectrum_new(long nz, cube_spectrum **out, char *err, size_t errlen);
 /* Frees a plan (NULL is ignored).  Thread-safe. */
 void cube_spectrum_free(cube_spectrum *sp);
 
-/* Band `band` of transpose t (t->nz = the plan's nz): its series gathered by
- * cube_transpose_band, their spectra written into the float32 FITS cube (nx, ny, nz) at
- * `out_path`, whose data unit starts at byte `datastart`: plane k (frequency index k, in
- * cycles per nz samples) of rows [band * band_rows, ...) of the band, big-endian IEEE
- * float32 (FITS 4.0 section 5.2), one pwrite per plane.  Idempotent.  Polls *cancel
- * between batches.  Concurrent calls with one plan are allowed (fftw's new-array execute
- * is thread-safe; the plan keeps the band buffers for reuse under a lock of its own).  Returns 0, TESS_ECANCELED, TESS_ENOMEM, or TESS_EIO (reading the
- * series, writing out_path). */
-int cube_spectrum_band(cube_spectrum *sp, const cube_transpose *t, long band,
-                       const char *out_path, long long datastart, const volatile int *cancel,
-                       char *err, size_t errlen);
+/* The blocks of transpose t's spectra (t->nz = the plan's nz), each holding at most
+ * cube_spectrum_set_block_bytes bytes (16 MB by default) of series and spectra (t->es + 4
+ * bytes a value, so nz * (t->es + 4) a pixel) whatever nz is, and at least one 16x16 tile's
+ * series (when nz is large enough that one tile passes the budget):
+ *   whole tile rows when CUBE_TILE rows of nx pixels fit (at most t->band_rows rows);
+ *   else part of the rows of one tile row, every column;
+ *   else one row of part of the columns (a multiple of CUBE_TILE).
+ * Block b is 0-based, < cube_spectrum_nblocks(t). */
+long cube_spectrum_nblocks(const cube_transpose *t);
+
+/* Sets the byte budget of one block (0 or less: the default, 16 MB); for tests and
+ * benchmarks, before any job plans its blocks.  Not thread-safe. */
+void cube_spectrum_set_block_bytes(long bytes);
+
+/* The byte budget of one block now in force (for the jobs' estimates). */
+long cube_spectrum_block_bytes(void);
+
+/* Block `block` of transpose t: its series read from the staging file of stage A or the
+ * chunk store t->src_path when t->direct (transpose.h), their spectra written into the
+ * float32 FITS cube (nx, ny, nz) at `out_path`, whose data unit starts at byte
+ * `datastart`: plane k (frequency index k, in cycles per nz samples) of the block's
+ * pixels, big-endian IEEE float32 (FITS 4.0 section 5.2), by pwrite, one run a plane (a
+ * run a row of each plane when the block is narrower than a row).  Memory: the block's
+ * buffers (kept by the plan for reuse) and the FFT's of 32 series (about 18 nz doubles'
+ * worth).  Idempotent.  Polls *cancel between batches.  Concurrent calls with one plan
+ * are allowed (fftw's new-array execute is thread-safe; the plan keeps the block buffers
+ * for reuse under a lock of its own).  Returns 0, TESS_ECANCELED, TESS_ENOMEM, or
+ * TESS_EIO (reading the series, writing out_path). */
+int cube_spectrum_block(cube_spectrum *sp, const cube_transpose *t, long block,
+                        const char *out_path, long long datastart, const volatile int *cancel,
+                        char *err, size_t errlen);
 
 #endif

@@ -12,7 +12,9 @@
  * Scenarios: power_spectrum of 96 16-bit PNG frames of 512 x 512 (decoded frames are heap
  * copies kept by the dataset's reader), and an exact mosaic of two 8192 x 288 strips onto
  * 0.9-arcsecond pixels (wide output bands: the exact kernel's scratch grows with their
- * width).  Before the estimates counted those, the peaks were 2.85x and 1.78x the budget. */
+ * width).  Before the estimates counted those, the peaks were 2.85x and 1.78x the budget.
+ * And the stack jobs (power_spectrum, rechunk, reduce along z) on 200 and 800 frames: the
+ * anonymous peak must not grow with the frame count (test_stack_jobs_flat). */
 #include <check.h>
 #include <fitsio.h>
 #include <ftw.h>
@@ -24,6 +26,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -33,6 +36,7 @@
 #include "daemon/jobs/jobbudget.h"
 #include "daemon/jobs/job_mosaic.h"
 #include "daemon/jobs/job_stack.h"
+#include "engine/cube/spectrum.h"
 #include "engine/base/error.h"
 #include "engine/image/stack.h"
 #include "tests/testutil.h"
@@ -404,6 +408,69 @@ START_TEST(test_mosaic_exact)
 }
 END_TEST
 
+/* Flat in the frame count: each stack job on FLAT_N and on 4 x FLAT_N 8-bit PNG frames of
+ * FLAT_NX x FLAT_NY, its anonymous peak at the larger count within FLAT_MARGIN_MB of the
+ * smaller's (plus 10%).  Before the spectrum's blocks were bounded in bytes, a block held
+ * 16 rows of every series: 4 x the frames, 4 x its memory (4 MB to 16 MB here); with a
+ * block budget of 1 MB both counts hold about 1 MB a block.  The other jobs hold frames in
+ * groups of bounded bytes (rechunk, stage A: 64 MB; reduce: ZR_CHUNK_BYTES) and a plane of
+ * partials. */
+static long FLAT_NX = 256, FLAT_NY = 32, FLAT_N = 200;
+#define FLAT_MARGIN_MB 3.0
+
+static void write_flat_frames(const char *dir, long n)
+{
+    unsigned short *pv = malloc(sizeof *pv * (size_t)(FLAT_NX * FLAT_NY));
+    for (long z = 0; z < n; z++) {
+        for (long i = 0; i < FLAT_NX * FLAT_NY; i++)
+            pv[i] = (unsigned short)((i * 7 + z * 131) % 251);
+        char p[300], e[256];
+        snprintf(p, sizeof p, "%.128s/f_%04ld.png", dir, z);
+        ck_assert_msg(frame_write_png(p, pv, FLAT_NX, FLAT_NY, 8, 1, e, sizeof e) == 0, "%s", e);
+    }
+    free(pv);
+}
+
+START_TEST(test_stack_jobs_flat)
+{
+    static const struct {
+        const char *what;
+        const job_kind *k;
+        const char *body;
+    } jobs[] = {
+        {"power_spectrum", &job_kind_power_spectrum,
+         "{\"type\": \"power_spectrum\", \"dataset\": \"s\", \"output\": {\"name\": \"sps\"}}"},
+        {"rechunk", &job_kind_rechunk, "{\"type\": \"rechunk\", \"dataset\": \"s\"}"},
+        {"reduce mean z", &job_kind_reduce,
+         "{\"type\": \"reduce\", \"dataset\": \"s\", \"op\": \"mean\", \"axis\": \"z\", "
+         "\"output\": {\"name\": \"smean\"}}"},
+    };
+    cube_spectrum_set_block_bytes(1L << 20);
+    char dirs[2][128], text[2][1024];
+    for (int c = 0; c < 2; c++) {
+        snprintf(dirs[c], sizeof dirs[c], "%s/n%d", gendir, c);
+        ck_assert_int_eq(mkdir(dirs[c], 0755), 0);
+        write_flat_frames(dirs[c], c ? 4 * FLAT_N : FLAT_N);
+        snprintf(text[c], sizeof text[c], "{\"data_roots\": [\"%s\"], \"datasets\": ["
+                 "{\"name\": \"s\", \"frames\": \"%s/f_*.png\"}]}", dirs[c], dirs[c]);
+    }
+    for (size_t j = 0; j < sizeof jobs / sizeof jobs[0]; j++) {
+        double peak[2];
+        for (int c = 0; c < 2; c++) {
+            char what[96];
+            snprintf(what, sizeof what, "%s, %ld frames", jobs[j].what,
+                     c ? 4 * FLAT_N : FLAT_N);
+            jobmem r = measure(what, text[c], jobs[j].k, jobs[j].body, 2, "s");
+            peak[c] = r.peak_anon_mb;
+        }
+        ck_assert_msg(measured_only || peak[1] <= 1.1 * peak[0] + FLAT_MARGIN_MB,
+                      "%s: %.1f MB anonymous at %ld frames against %.1f MB at %ld",
+                      jobs[j].what, peak[1], 4 * FLAT_N, peak[0], FLAT_N);
+    }
+    cube_spectrum_set_block_bytes(0);
+}
+END_TEST
+
 static void setup(void)
 {
     tt_tmpdir_make(gendir, sizeof gendir, "jobmemgen");
@@ -422,6 +489,7 @@ int main(void)
         PS_NZ = 24;
         MOS_W = 512;
         MOS_H = 64;
+        FLAT_N = 24;
         printf("under a memory checker: small inputs, peaks printed, not checked\n");
     }
     Suite *s = suite_create("jobmem");
@@ -430,6 +498,7 @@ int main(void)
     tcase_set_timeout(tc, 300);
     tcase_add_test(tc, test_power_spectrum_png16);
     tcase_add_test(tc, test_mosaic_exact);
+    tcase_add_test(tc, test_stack_jobs_flat);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);

@@ -148,42 +148,52 @@ START_TEST(test_spectrum)
     transpose_staged(&t, st, nz, 4, dir);
     fitswrite_image im = {.bitpix = -32, .naxis = 3, .naxes = {NX, NY, nz}};
     long long ds = 0;
-    ck_assert_msg(fitswrite_file(out, &im, &ds, err, sizeof err) == 0, "%s", err);
     cube_spectrum *sp = NULL;
     ck_assert_msg(cube_spectrum_new(nz, &sp, err, sizeof err) == 0, "%s", err);
-    for (long b = 0; b < t.nbands; b++)
-        ck_assert_msg(cube_spectrum_band(sp, &t, b, out, ds, &no_cancel, err, sizeof err) == 0,
-                      "%s", err);
-    for (long k = 0; k < nz; k++) {
-        long nx = 0, ny = 0;
-        double *p = tt_fits_plane(out, k, &nx, &ny);
-        ck_assert_ptr_nonnull(p);
-        ck_assert_int_eq(nx, NX);
-        ck_assert_int_eq(ny, NY);
-        for (long i = 0; i < NX * NY; i++) {
-            double a = 1 + (double)(i % 7), c = (double)(i % 3), want = 0;
-            if (k == 0)
-                want = (c * nz) * (c * nz);
-            else if (k == f || k == nz - f)
-                want = (a * nz / 2) * (a * nz / 2);
-            if (i == 3) {
-                /* the series minus its sample 5, s5 = c + a sin(2 pi 25 / 32):
-                 * X'[k] = X[k] - s5 exp(-2 pi i 5 k / 32) */
-                double s5 = c + a * sin(2 * M_PI * (double)(f * 5) / (double)nz);
-                double re = k == 0 ? c * nz : 0, imag = 0;
-                if (k == f)
-                    imag = -a * nz / 2;
-                else if (k == nz - f)
-                    imag = a * nz / 2;
-                re -= s5 * cos(2 * M_PI * 5.0 * (double)k / (double)nz);
-                imag += s5 * sin(2 * M_PI * 5.0 * (double)k / (double)nz);
-                want = re * re + imag * imag;
+    /* Block budgets (a float32 series and its spectra: 32 * 8 bytes a pixel): whole tile
+     * rows (the default); 4 of the 16 rows of a tile row (5 rows of 20 fit, 25600 bytes);
+     * one row of 16 columns and one of the 4 left (4096 bytes: no row of 20 fits). */
+    static const long budgets[] = {0, 25600, 4096};
+    static const long nblocks[] = {2, 8, 64};   /* 64: 16 rows of 2 blocks a tile row */
+    for (int bi = 0; bi < 3; bi++) {
+        cube_spectrum_set_block_bytes(budgets[bi]);
+        ck_assert_int_eq(cube_spectrum_nblocks(&t), nblocks[bi]);
+        ck_assert_msg(fitswrite_file(out, &im, &ds, err, sizeof err) == 0, "%s", err);
+        for (long b = 0; b < cube_spectrum_nblocks(&t); b++)
+            ck_assert_msg(cube_spectrum_block(sp, &t, b, out, ds, &no_cancel, err, sizeof err) == 0,
+                          "%s", err);
+        for (long k = 0; k < nz; k++) {
+            long nx = 0, ny = 0;
+            double *p = tt_fits_plane(out, k, &nx, &ny);
+            ck_assert_ptr_nonnull(p);
+            ck_assert_int_eq(nx, NX);
+            ck_assert_int_eq(ny, NY);
+            for (long i = 0; i < NX * NY; i++) {
+                double a = 1 + (double)(i % 7), c = (double)(i % 3), want = 0;
+                if (k == 0)
+                    want = (c * nz) * (c * nz);
+                else if (k == f || k == nz - f)
+                    want = (a * nz / 2) * (a * nz / 2);
+                if (i == 3) {
+                    /* the series minus its sample 5, s5 = c + a sin(2 pi 25 / 32):
+                     * X'[k] = X[k] - s5 exp(-2 pi i 5 k / 32) */
+                    double s5 = c + a * sin(2 * M_PI * (double)(f * 5) / (double)nz);
+                    double re = k == 0 ? c * nz : 0, imag = 0;
+                    if (k == f)
+                        imag = -a * nz / 2;
+                    else if (k == nz - f)
+                        imag = a * nz / 2;
+                    re -= s5 * cos(2 * M_PI * 5.0 * (double)k / (double)nz);
+                    imag += s5 * sin(2 * M_PI * 5.0 * (double)k / (double)nz);
+                    want = re * re + imag * imag;
+                }
+                ck_assert_msg(fabs(p[i] - want) <= 1e-5 * (want + 1) + 1e-3,
+                              "k %ld pixel %ld: %.9g, want %.9g", k, i, p[i], want);
             }
-            ck_assert_msg(fabs(p[i] - want) <= 1e-5 * (want + 1) + 1e-3,
-                          "k %ld pixel %ld: %.9g, want %.9g", k, i, p[i], want);
+            free(p);
         }
-        free(p);
     }
+    cube_spectrum_set_block_bytes(0);
     cube_spectrum_free(sp);
     cube_spectrum_free(NULL);
     cube_transpose_release(&t);

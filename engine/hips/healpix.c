@@ -761,6 +761,25 @@ static inline int on_plane(const hips_source *src, double x, double y)
            y <= (double)src->kny - 0.5;
 }
 
+/* The number of finite values among v[0 .. n): isfinite's test, an exponent field not
+ * all ones, on four lanes at once. */
+RP_HOT static long count_finite(const double *v, size_t n)
+{
+    const int64_t ex = INT64_C(0x7ff0000000000000);
+    const rp_v4q expm = {ex, ex, ex, ex};
+    rp_v4q acc = {0, 0, 0, 0};
+    size_t i = 0;
+    for (; i + 4 <= n; i += 4) {
+        rp_v4q b;
+        memcpy(&b, v + i, sizeof(b));
+        acc -= (b & expm) != expm;   /* a true lane is -1 */
+    }
+    long c = (long)(acc[0] + acc[1] + acc[2] + acc[3]);
+    for (; i < n; i++)
+        c += isfinite(v[i]) != 0;
+    return c;
+}
+
 /* NaN in every pixel of the w x w tile out that lies outside the rectangle of tile pixels
  * [x0, x0 + rw) x [y0, y0 + rh) (FITS rows, placed as `rows` asks): what
  * hips_render_tile writes no value to. */
@@ -864,17 +883,15 @@ long hips_render_tile_with(const hips_source *src, int order, int64_t npix, int 
     }
     double *val = direct ? out + (size_t)ry0 * (size_t)w : xo + 2 * nr;
     rp_kernel_sample(src->kernel, nr, xo, xo + nr, val);
-    long finite = 0;
-    for (long r = 0; r < rh; r++) {
+    long finite = direct ? count_finite(val, nr) : 0;
+    for (long r = 0; r < rh && !direct; r++) {
         long row = ry0 + r;
         if (rows == HIPS_ROWS_TOPDOWN)
             row = w - 1 - row;
         const double *v = val + (size_t)r * (size_t)rw;
         double *o = out + (size_t)row * (size_t)w + (size_t)rx0;
-        if (!direct)
-            memcpy(o, v, sizeof(double) * (size_t)rw);
-        for (long i = 0; i < rw; i++)
-            finite += isfinite(o[i]) != 0;
+        memcpy(o, v, sizeof(double) * (size_t)rw);
+        finite += count_finite(o, (size_t)rw);
     }
     rc = finite;
 done:

@@ -594,74 +594,6 @@ START_TEST(test_render_linear_field)
 }
 END_TEST
 
-/* hips_render_tile_with reusing one scratch across tiles, row orders and sizes (as a
- * collection tile's members do): every pixel written (out starts as garbage), the values
- * those of the linear field (check_tile) and bit for bit those of hips_render_tile. */
-START_TEST(test_render_with_scratch)
-{
-    skywcs *cel = linear_wcs();
-    double *data = malloc(sizeof(double) * LX * LY);
-    for (long j = 0; j < LY; j++)
-        for (long i = 0; i < LX; i++)
-            data[j * LX + i] = linear_value((double)i, (double)j);
-    rp_plane plane = {data, RP_F64, LX, LY};
-    char err[256] = "";
-    rp_kernel *k = rp_kernel_new(RP_BILINEAR, &plane, err, sizeof err);
-    ck_assert_ptr_nonnull(k);
-    hips_source src = {cel, LX, LY, k, LX, LY, 0, RP_BILINEAR, 0.001, 0.0, 0};
-    const int order = 6;
-    double cx = (LX - 1) / 2.0, cy = (LY - 1) / 2.0, cl, cb, kx = -0.5, ky = -0.5, kl, kb;
-    skywcs_pix2sky(cel, 1, &cx, &cy, &cl, &cb);
-    skywcs_pix2sky(cel, 1, &kx, &ky, &kl, &kb);
-    sky_convert(SKY_FRAME_FK5, 2000.0, SKY_FRAME_ICRS, 0.0, 1, &cl, &cb);
-    sky_convert(SKY_FRAME_FK5, 2000.0, SKY_FRAME_ICRS, 0.0, 1, &kl, &kb);
-    int64_t tiles[3] = {hips_ang2pix(order, kl, kb), hips_ang2pix(order, cl, cb),
-                        hips_ang2pix(order, cl + 180.0, -cb)};
-    const size_t n = 512 * 512;
-    double *ref = malloc(sizeof(double) * n), *got = malloc(sizeof(double) * n);
-    hips_render_scratch sc = {0};
-    for (int q = 0; q < 3; q++)
-        for (int rows = 0; rows < 2; rows++) {
-            hips_rows ro = rows ? HIPS_ROWS_TOPDOWN : HIPS_ROWS_FITS;
-            for (size_t i = 0; i < n; i++)
-                got[i] = 12345.0;
-            long f = hips_render_tile(&src, order, tiles[q], 9, 0, ro, ref, err, sizeof err);
-            long g = hips_render_tile_with(&src, order, tiles[q], 9, 0, ro, got, &sc, err,
-                                           sizeof err);
-            ck_assert_int_eq(g, f);
-            ck_assert_int_eq(memcmp(got, ref, sizeof(double) * n), 0);
-            if (q < 2 && ro == HIPS_ROWS_FITS)
-                ck_assert_int_ge(f, check_tile(got, order, tiles[q], cel, 0.0, LX - 1.0,
-                                               LY - 1.0));
-            if (q == 2) {
-                ck_assert_int_eq(f, 0);
-                for (size_t i = 0; i < n; i++)
-                    ck_assert(isnan(got[i]));
-            }
-        }
-    /* A smaller tile with the grown scratch, and one with a NULL scratch. */
-    long f6 = hips_render_tile(&src, order + 3, hips_ang2pix(order + 3, cl, cb), 6, 0,
-                               HIPS_ROWS_FITS, ref, err, sizeof err);
-    ck_assert_int_eq(f6, 64 * 64);
-    ck_assert_int_eq(hips_render_tile_with(&src, order + 3, hips_ang2pix(order + 3, cl, cb), 6,
-                                           0, HIPS_ROWS_FITS, got, &sc, err, sizeof err), f6);
-    ck_assert_int_eq(memcmp(got, ref, sizeof(double) * 64 * 64), 0);
-    ck_assert_int_eq(hips_render_tile_with(&src, order, tiles[1], 9, 0, HIPS_ROWS_FITS, got,
-                                           NULL, err, sizeof err),
-                     hips_render_tile(&src, order, tiles[1], 9, 0, HIPS_ROWS_FITS, ref, err,
-                                      sizeof err));
-    ck_assert_int_eq(memcmp(got, ref, sizeof(double) * n), 0);
-    hips_render_scratch_free(&sc);
-    ck_assert_ptr_null(sc.xy);
-    hips_render_scratch_free(&sc);   /* a zeroed scratch is fine */
-    rp_kernel_free(k);
-    free(ref);
-    free(got);
-    free(data);
-    skywcs_free(cel);
-}
-END_TEST
-
 START_TEST(test_encode_fits)
 {
     double *tile = malloc(sizeof(double) * 512 * 512);
@@ -1139,7 +1071,6 @@ int main(void)
     tcase_add_test(tc, test_tile_header);
     tcase_add_test(tc, test_footprints);
     tcase_add_test(tc, test_render_linear_field);
-    tcase_add_test(tc, test_render_with_scratch);
     tcase_add_test(tc, test_encode_fits);
     tcase_add_test(tc, test_allsky);
     tcase_add_test(tc, test_allsky_from_base_tiles);

@@ -857,7 +857,6 @@ typedef struct colsky_part {
     const char *relpath;
     double *px;                /* W x W, FITS rows */
     long finite;               /* finite pixels, or -1: failed (status, param, err) */
-    hips_render_scratch sc;    /* the render's working memory, kept for the batch's next */
     int status;
     const char *param;
     char err[600];
@@ -904,8 +903,8 @@ static long colsky_member_render(hreq *r, const hips_job *j, int order, int64_t 
         colmembers_release(s, d);
         return -1;
     }
-    long n = hips_render_tile_with(&h.src, order, npix, HIPS_TILE_SHIFT, 0, HIPS_ROWS_FITS,
-                                   pt->px, &pt->sc, e, sizeof(e));
+    long n = hips_render_tile(&h.src, order, npix, HIPS_TILE_SHIFT, 0, HIPS_ROWS_FITS, pt->px,
+                              e, sizeof(e));
     source_release(r, &h);
     colmembers_release(s, d);
     if (n < 0) {
@@ -938,8 +937,7 @@ static void colsky_batch_slice(void *arg, size_t i0, size_t i1)
  * combined pixel by pixel with the collection's `combine` (mos_accum).  The members are
  * rendered in batches of one more than the pool's threads (at most COLSKY_BATCH_MAX, a
  * W x W buffer of doubles each, kept between requests: colmembers_scratch_take) at once
- * on the pool and this thread (each slot's render scratch, hips_render_scratch, reused by
- * the slot's later members and freed at the end), and added to the
+ * on the pool and this thread, and added to the
  * combination in path order, so the result does not depend on which thread ran which.
  * Returns the number of finite pixels, or -1 with the problem reply set. */
 static long colsky_direct(hreq *r, const hips_job *j, const colsky_list *l, int order,
@@ -960,7 +958,6 @@ static long colsky_direct(hreq *r, const hips_job *j, const colsky_list *l, int 
          * is the tile. */
         colsky_part one = {.relpath = l->p[0], .px = out};
         long finite = colsky_member_render(r, j, order, npix, &one);
-        hips_render_scratch_free(&one.sc);
         if (finite < 0)
             problem_reply(r, one.status, one.param, "%s", one.err);
         else if (finite == 0)
@@ -977,7 +974,6 @@ static long colsky_direct(hreq *r, const hips_job *j, const colsky_list *l, int 
     nb = nb < COLSKY_BATCH_MAX ? nb : COLSKY_BATCH_MAX;
     nb = nb < l->kept ? nb : l->kept;
     colsky_part part[COLSKY_BATCH_MAX];
-    memset(part, 0, sizeof(part));
     int short_of = 0;
     part[0].px = out;   /* the first renders into out itself */
     for (int t = 1; t < nb; t++)
@@ -1010,8 +1006,6 @@ static long colsky_direct(hreq *r, const hips_job *j, const colsky_list *l, int 
             }
         }
     }
-    for (int t = 0; t < nb; t++)
-        hips_render_scratch_free(&part[t].sc);
     for (int t = 1; t < nb; t++)
         colmembers_scratch_give(cm, part[t].px, np);
     if (!failed)

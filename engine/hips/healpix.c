@@ -801,48 +801,8 @@ static void fill_outside(double *out, long w, hips_rows rows, long x0, long y0, 
     }
 }
 
-void hips_render_scratch_free(hips_render_scratch *s)
-{
-    if (!s)
-        return;
-    free(s->xy);
-    free(s->eb);
-    memset(s, 0, sizeof(*s));
-}
-
-/* Makes s hold at least nxy doubles and neb floats (contents not kept): 0 or TESS_ENOMEM
- * (s unchanged). */
-static int scratch_grow(hips_render_scratch *s, size_t nxy, size_t neb)
-{
-    if (s->cap_xy < nxy) {
-        double *p = malloc(sizeof(double) * nxy);
-        if (!p)
-            return TESS_ENOMEM;
-        free(s->xy);
-        s->xy = p;
-        s->cap_xy = nxy;
-    }
-    if (s->cap_eb < neb) {
-        float *p = malloc(sizeof(float) * neb);
-        if (!p)
-            return TESS_ENOMEM;
-        free(s->eb);
-        s->eb = p;
-        s->cap_eb = neb;
-    }
-    return 0;
-}
-
 long hips_render_tile(const hips_source *src, int order, int64_t npix, int shift,
                       int galactic, hips_rows rows, double *out, char *err, size_t errlen)
-{
-    return hips_render_tile_with(src, order, npix, shift, galactic, rows, out, NULL, err,
-                                 errlen);
-}
-
-long hips_render_tile_with(const hips_source *src, int order, int64_t npix, int shift,
-                           int galactic, hips_rows rows, double *out,
-                           hips_render_scratch *scratch, char *err, size_t errlen)
 {
     if (!src || !src->cel || !src->kernel || !out || shift < PLAN_SHIFT || shift > 16 ||
         !hips_tile_valid(order, npix) || order + shift > HIPS_ORDER_MAX) {
@@ -872,11 +832,10 @@ long hips_render_tile_with(const hips_source *src, int order, int64_t npix, int 
     rp_coordmap *m = tile_map(src, order, npix, shift, galactic, err, errlen);
     if (!m)
         return TESS_EINVAL;
-    hips_render_scratch own = {0}, *sc = scratch ? scratch : &own;
-    long rc = scratch_grow(sc, nr * (direct ? 2 : 3), nr);
-    double *xo = sc->xy;
-    float *eb = sc->eb;
-    if (rc || map_rect(m, src, rx0, ry0, rw, rh, xo, xo + nr, eb) != 0) {
+    double *xo = malloc(sizeof(double) * nr * (direct ? 2 : 3));
+    float *eb = malloc(sizeof(float) * nr);
+    long rc = 0;
+    if (!xo || !eb || map_rect(m, src, rx0, ry0, rw, rh, xo, xo + nr, eb) != 0) {
         put_err(err, errlen, "out of memory");
         rc = TESS_ENOMEM;
         goto done;
@@ -895,9 +854,7 @@ long hips_render_tile_with(const hips_source *src, int order, int64_t npix, int 
     }
     rc = finite;
 done:
-    hips_render_scratch_free(&own);
-    rp_coordmap_free(m);
-    return rc;
+    return rect_scratch_free(m, xo, eb, rc);
 }
 
 /* ---- the footprint ------------------------------------------------------------------- */

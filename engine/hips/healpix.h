@@ -199,26 +199,6 @@ typedef struct hips_source {
 long hips_render_tile(const hips_source *src, int order, int64_t npix, int shift,
                       int galactic, hips_rows rows, double *out, char *err, size_t errlen);
 
-/* Working memory of hips_render_tile_with, kept by a caller that renders many tiles in a
- * row (a collection tile's members) so that each render reuses it instead of allocating
- * and faulting in its own: start it zeroed, free it with hips_render_scratch_free.  One
- * render at a time uses one scratch.  At most 3 W^2 doubles and W^2 floats (W = 2^shift
- * of the largest tile rendered with it). */
-typedef struct hips_render_scratch {
-    double *xy;     /* positions and samples, cap_xy doubles; owned */
-    float *eb;      /* the grid's error bounds, cap_eb floats; owned */
-    size_t cap_xy, cap_eb;
-} hips_render_scratch;
-
-/* hips_render_tile with its working memory from s (grown as needed; s NULL: allocated
- * and freed in the call).  The same pixels and return values. */
-long hips_render_tile_with(const hips_source *src, int order, int64_t npix, int shift,
-                           int galactic, hips_rows rows, double *out,
-                           hips_render_scratch *s, char *err, size_t errlen);
-
-/* Frees s's buffers and zeroes it (a zeroed scratch is fine). */
-void hips_render_scratch_free(hips_render_scratch *s);
-
 /* A tile of order K from its four children of order K + 1 (child[c] is tile 4 npix + c,
  * or NULL for a child with no data), W = 2^shift: each pixel the mean of the finite
  * values of the 2 x 2 child pixels of its cell, NaN when none [HiPS 4.2.1, "other HiPS

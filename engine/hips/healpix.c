@@ -10,6 +10,7 @@
 #include "engine/image/encode.h"
 #include "engine/image/pyramid.h"
 #include "engine/sky/coordmap.h"
+#include "engine/sky/simd.h"
 #include "engine/base/buf.h"
 #include "engine/base/error.h"
 #include "engine/fits/fitscard.h"
@@ -605,6 +606,47 @@ static int rect_scratch_free(rp_coordmap *m, double *xo, float *eb, int rc)
     return rc;
 }
 
+/* map_rect's pass over whole groups of four positions when no decision lies inside the
+ * plane (every kernel but nearest): xo, yo become level-k positions (x - off) scale, and
+ * the index of each position within its error bound e = eb scale of an edge (-0.5 or
+ * n - 0.5) on either axis is appended to *redo (allocated for n indices at the first,
+ * the caller frees it).  Four lanes at once and no branch but the rare append: the same
+ * arithmetic and comparisons as near_decision's, lane by lane, so the same flags and
+ * positions.  Returns the first index left to the caller (n rounded down to a multiple
+ * of four), or (size_t)-1 when out of memory. */
+RP_HOT static size_t level_k_edges(size_t n, double *xo, double *yo, const float *eb,
+                                   double scale, double off, double knx, double kny,
+                                   size_t **redo, size_t *nredo)
+{
+    const rp_v4q absm = {INT64_MAX, INT64_MAX, INT64_MAX, INT64_MAX};
+    const rp_v4d zero = {0.0, 0.0, 0.0, 0.0};
+    const double hx = knx - 0.5, hy = kny - 0.5;
+    size_t i = 0;
+    for (; i + 4 <= n; i += 4) {
+        rp_v4d x, y;
+        RP_V4D_LOAD(x, xo + i);
+        RP_V4D_LOAD(y, yo + i);
+        rp_v4d e = {(double)eb[i], (double)eb[i + 1], (double)eb[i + 2], (double)eb[i + 3]};
+        e = e * scale;
+        rp_v4d xk = (x - off) * scale, yk = (y - off) * scale;
+        rp_v4d ax0 = (rp_v4d)((rp_v4q)(xk + 0.5) & absm);
+        rp_v4d ax1 = (rp_v4d)((rp_v4q)(xk - hx) & absm);
+        rp_v4d ay0 = (rp_v4d)((rp_v4q)(yk + 0.5) & absm);
+        rp_v4d ay1 = (rp_v4d)((rp_v4q)(yk - hy) & absm);
+        rp_v4q m = (e > zero) & ((ax0 <= e) | (ax1 <= e) | (ay0 <= e) | (ay1 <= e));
+        RP_V4D_STORE(xo + i, xk);
+        RP_V4D_STORE(yo + i, yk);
+        if (RP_V4Q_ANY(m)) {
+            if (!*redo && !(*redo = malloc(sizeof(size_t) * n)))
+                return (size_t)-1;
+            for (int l = 0; l < 4; l++)
+                if (m[l])
+                    (*redo)[(*nredo)++] = i + (size_t)l;
+        }
+    }
+    return i;
+}
+
 /* Maps the tile pixels of the rectangle [x0, x0 + w) x [y0, y0 + h) (FITS row order) to
  * level-k input positions xo, yo (w h each, row-major). */
 static int map_rect(rp_coordmap *m, const hips_source *src, long x0, long y0, long w, long h,
@@ -622,7 +664,10 @@ static int map_rect(rp_coordmap *m, const hips_source *src, long x0, long y0, lo
     int nearest = src->method == RP_NEAREST;
     double knx = (double)src->knx, kny = (double)src->kny;
     size_t nredo = 0, *redo = NULL;
-    for (size_t i = 0; i < n; i++) {
+    size_t i = nearest ? 0 : level_k_edges(n, xo, yo, eb, scale, off, knx, kny, &redo, &nredo);
+    if (i == (size_t)-1)
+        return TESS_ENOMEM;
+    for (; i < n; i++) {
         double e = (double)eb[i] * scale;
         double xk = (xo[i] - off) * scale, yk = (yo[i] - off) * scale;
         if (e > 0.0 && (near_decision(xk, e, knx, nearest) ||
@@ -716,6 +761,46 @@ static inline int on_plane(const hips_source *src, double x, double y)
            y <= (double)src->kny - 0.5;
 }
 
+/* The number of finite values among v[0 .. n): isfinite's test, an exponent field not
+ * all ones, on four lanes at once. */
+RP_HOT static long count_finite(const double *v, size_t n)
+{
+    const int64_t ex = INT64_C(0x7ff0000000000000);
+    const rp_v4q expm = {ex, ex, ex, ex};
+    rp_v4q acc = {0, 0, 0, 0};
+    size_t i = 0;
+    for (; i + 4 <= n; i += 4) {
+        rp_v4q b;
+        memcpy(&b, v + i, sizeof(b));
+        acc -= (b & expm) != expm;   /* a true lane is -1 */
+    }
+    long c = (long)(acc[0] + acc[1] + acc[2] + acc[3]);
+    for (; i < n; i++)
+        c += isfinite(v[i]) != 0;
+    return c;
+}
+
+/* NaN in every pixel of the w x w tile out that lies outside the rectangle of tile pixels
+ * [x0, x0 + rw) x [y0, y0 + rh) (FITS rows, placed as `rows` asks): what
+ * hips_render_tile writes no value to. */
+static void fill_outside(double *out, long w, hips_rows rows, long x0, long y0, long rw,
+                         long rh)
+{
+    for (long row = 0; row < w; row++) {
+        long fr = rows == HIPS_ROWS_TOPDOWN ? w - 1 - row : row;
+        double *o = out + (size_t)row * (size_t)w;
+        long a = w, b = w;   /* the columns left unwritten: [0, a) and [b, w) */
+        if (fr >= y0 && fr < y0 + rh) {
+            a = x0;
+            b = x0 + rw;
+        }
+        for (long i = 0; i < a; i++)
+            o[i] = NAN;
+        for (long i = b; i < w; i++)
+            o[i] = NAN;
+    }
+}
+
 long hips_render_tile(const hips_source *src, int order, int64_t npix, int shift,
                       int galactic, hips_rows rows, double *out, char *err, size_t errlen)
 {
@@ -725,9 +810,6 @@ long hips_render_tile(const hips_source *src, int order, int64_t npix, int shift
         return TESS_EINVAL;
     }
     long w = 1L << shift;
-    size_t n = (size_t)w * (size_t)w;
-    for (size_t i = 0; i < n; i++)
-        out[i] = NAN;
     image_ref ir;
     tile_plan plan;
     long rx0 = 0, ry0 = 0, rw = 0, rh = 0;
@@ -736,16 +818,23 @@ long hips_render_tile(const hips_source *src, int order, int64_t npix, int shift
         prc = plan_rect(&ir, order, npix, shift, &plan, &rx0, &ry0, &rw, &rh);
         image_ref_release(&ir);
     }
-    if (prc < 0) {
-        put_err(err, errlen, prc == TESS_ENOMEM ? "out of memory" : "invalid source WCS");
+    if (prc <= 0) {
+        fill_outside(out, w, rows, 0, 0, 0, 0);
+        if (prc < 0)
+            put_err(err, errlen, prc == TESS_ENOMEM ? "out of memory" : "invalid source WCS");
         return prc;
     }
-    if (prc == 0)
-        return 0;
+    /* Only the pixels outside the rectangle get NaN; those inside get the samples, straight
+     * into out where the rectangle's rows are whole FITS rows (one run of memory). */
+    fill_outside(out, w, rows, rx0, ry0, rw, rh);
     size_t nr = (size_t)rw * (size_t)rh;
+    int direct = rw == w && rows == HIPS_ROWS_FITS;
     rp_coordmap *m = tile_map(src, order, npix, shift, galactic, err, errlen);
     if (!m)
         return TESS_EINVAL;
+    /* Room for the samples too even when they go into out: one size for every render of
+     * a tile size, so that glibc hands the same chunk back each time (measured: a 2 nr
+     * buffer here got trimmed and faulted in again on every render, ~5% of the time). */
     double *xo = malloc(sizeof(double) * nr * 3);
     float *eb = malloc(sizeof(float) * nr);
     long rc = 0;
@@ -754,19 +843,17 @@ long hips_render_tile(const hips_source *src, int order, int64_t npix, int shift
         rc = TESS_ENOMEM;
         goto done;
     }
-    double *val = xo + 2 * nr;
+    double *val = direct ? out + (size_t)ry0 * (size_t)w : xo + 2 * nr;
     rp_kernel_sample(src->kernel, nr, xo, xo + nr, val);
-    long finite = 0;
-    for (long r = 0; r < rh; r++) {
+    long finite = direct ? count_finite(val, nr) : 0;
+    for (long r = 0; r < rh && !direct; r++) {
         long row = ry0 + r;
         if (rows == HIPS_ROWS_TOPDOWN)
             row = w - 1 - row;
         const double *v = val + (size_t)r * (size_t)rw;
         double *o = out + (size_t)row * (size_t)w + (size_t)rx0;
-        for (long i = 0; i < rw; i++) {
-            o[i] = v[i];
-            finite += isfinite(v[i]) != 0;
-        }
+        memcpy(o, v, sizeof(double) * (size_t)rw);
+        finite += count_finite(o, (size_t)rw);
     }
     rc = finite;
 done:

@@ -192,8 +192,10 @@ typedef struct hips_source {
  * plane, as reproject_interp).  `out` receives W x W doubles in
  * `rows` order (HIPS_ROWS_FITS for a FITS tile and for render_rgba, which flips).
  * Returns the number of finite pixels (0: the tile holds no data), or TESS_EINVAL
- * (invalid tile, WCS without a supported frame; `err` says why) / TESS_ENOMEM.  Thread
- * safe: several threads may render from one source at once. */
+ * (invalid tile, WCS without a supported frame; `err` says why) / TESS_ENOMEM (then
+ * out's contents are unspecified).  Each pixel of out is written once (NaN outside the
+ * box, the sample inside), so out needs no clearing before.  Thread safe: several
+ * threads may render from one source at once. */
 long hips_render_tile(const hips_source *src, int order, int64_t npix, int shift,
                       int galactic, hips_rows rows, double *out, char *err, size_t errlen);
 

@@ -343,7 +343,8 @@ int colbg_update(colset *s, collection *c)
     if (!rc && l.failed)
         rc = TESS_ENOMEM;
     if (!rc) {
-        qsort(l.v, (size_t)l.n, sizeof(*l.v), cmp_pair);
+        if (l.n > 1)   /* qsort(NULL, 0, ...) is undefined behaviour (UBSan) */
+            qsort(l.v, (size_t)l.n, sizeof(*l.v), cmp_pair);
         rc = measure_missing(s, c, &p, &l);
     }
     if (!rc)

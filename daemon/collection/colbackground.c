@@ -304,7 +304,7 @@ static int measure_missing(colset *s, collection *c, const snap *p, pairs *l)
                 !col_overlaps_polygon(p->poly + 8 * (size_t)a, 4, p->poly + 8 * (size_t)b, 4))
                 continue;
             mos_bg_pair key = {a < b ? a : b, a < b ? b : a, 0, 0};
-            if (bsearch(&key, l->v, (size_t)known, sizeof(*l->v), cmp_pair))
+            if (known > 0 && bsearch(&key, l->v, (size_t)known, sizeof(*l->v), cmp_pair))
                 continue;
             if (stopping(s)) {
                 rc = TESS_ECANCELED;

@@ -228,7 +228,8 @@ void solar_convert(sky_frame from, const solar_obs *of, sky_frame to, const sola
                    int surface, const solar_obs *screen, size_t n, double *lon, double *lat);
 
 /* The Julian date (UTC) of an ISO 8601 date as FITS writes DATE-OBS: "YYYY-MM-DD", or
- * with "Thh:mm:ss[.sss]" and an optional "Z".  0, or -1 when `s` is not such a date. */
+ * with "Thh:mm:ss[.sss]" and an optional "Z".  0, or -1 when `s` is not such a date (a day
+ * past its month's end included: ERFA's eraCal2jd). */
 int solar_parse_date(const char *s, double *jd);
 
 /* How the heliographic Stonyhurst frame moves between two times (Julian dates, UTC), as

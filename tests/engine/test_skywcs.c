@@ -977,6 +977,10 @@ START_TEST(test_solar_motion)
     ck_assert_int_eq(solar_parse_date("15/02/11", &jd), -1);
     ck_assert_int_eq(solar_parse_date("2011-02-15T00:14", &jd), -1);
     ck_assert_int_eq(solar_parse_date("2011-13-15", &jd), -1);
+    /* ERFA's Gregorian calendar (eraCal2jd): no 30 February; 29 February in a leap year. */
+    ck_assert_int_eq(solar_parse_date("2011-02-30", &jd), -1);
+    ck_assert_int_eq(solar_parse_date("2012-02-29T12:00:00", &jd), 0);
+    ck_assert_double_eq_tol(jd, 2455987.0, 1e-9);
     ck_assert_int_eq(solar_parse_date("2011-02-15Tx", &jd), -1);
 }
 END_TEST

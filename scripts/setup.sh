@@ -10,7 +10,7 @@
 # OpenCV's remap (python3-opencv).
 set -eu
 PKGS="build-essential autoconf automake pkg-config curl ca-certificates
-libmicrohttpd-dev libcfitsio-dev wcslib-dev libpng-dev libjansson-dev
+libmicrohttpd-dev libcfitsio-dev wcslib-dev liberfa-dev libpng-dev libjansson-dev
 libcurl4-openssl-dev check clang valgrind libjpeg62-turbo-dev libchealpix-dev libfftw3-dev libsqlite3-dev
 python3-numpy python3-astropy python3-skimage
 libspng-dev libdeflate-dev libtiff-dev libblosc-dev liblz4-dev libzstd-dev libxml2-dev

@@ -14,6 +14,9 @@
 #include <wcslib/wcsmath.h>
 #include <wcslib/prj.h>
 
+#include <erfa.h>
+#include <erfam.h>
+
 #include "engine/base/error.h"
 #include "engine/fits/fitscard.h"
 #include "engine/sky/solar.h"
@@ -1178,54 +1181,13 @@ static void mat_transpose(const mat3 a, mat3 out)
             out[i][j] = a[j][i];
 }
 
-/* Arcseconds to radians (SOFA/ERFA DAS2R). */
-#define DAS2R 4.848136811095359935899141e-6
-
-/* Fukushima-Williams angles of the IAU 2006 precession (Hilton et al. 2006, Celest. Mech.
- * Dyn. Astron. 94, 351, Table 1; the polynomials of SOFA iauPfw06) and the IAU 2006 mean
- * obliquity (iauObl06), t in Julian centuries (TT) from J2000.0.  Radians. */
-static void pfw06(double t, double *gamb, double *phib, double *psib, double *epsa)
-{
-    *gamb = (-0.052928 + (10.556378 + (0.4932044 + (-0.00031238 + (-0.000002788
-             + (0.0000000260) * t) * t) * t) * t) * t) * DAS2R;
-    *phib = (84381.412819 + (-46.811016 + (0.0511268 + (0.00053289 + (-0.000000440
-             + (-0.0000000176) * t) * t) * t) * t) * t) * DAS2R;
-    *psib = (-0.041775 + (5038.481484 + (1.5584175 + (-0.00018522 + (-0.000026452
-             + (-0.0000000148) * t) * t) * t) * t) * t) * DAS2R;
-    *epsa = (84381.406 + (-46.836769 + (-0.0001831 + (0.00200340 + (-0.000000576
-             + (-0.0000000434) * t) * t) * t) * t) * t) * DAS2R;
-}
-
-/* The rotation from Fukushima-Williams angles (SOFA iauFw2m):
- * R = R1(-eps) R3(-psi) R1(phib) R3(gamb). */
-static void fw2m(double gamb, double phib, double psi, double eps, mat3 r)
-{
-    mat3 a;
-    rot(0, -eps, r);
-    rot(2, -psi, a);
-    mat_mul_right(r, a);
-    rot(0, phib, a);
-    mat_mul_right(r, a);
-    rot(2, gamb, a);
-    mat_mul_right(r, a);
-}
-
-/* IAU 2006 bias-precession matrix at t (SOFA iauPmat06). */
-static void pmat06(double t, mat3 r)
-{
-    double g, p, s, e;
-    pfw06(t, &g, &p, &s, &e);
-    fw2m(g, p, s, e, r);
-}
-
-/* The precession part alone, P = (bias-precession)(bias)^T (SOFA iauBp06 "rp"). */
+/* The IAU 2006 precession alone at t Julian centuries (TT) from J2000.0, without the
+ * frame bias: ERFA's eraBp06 "rp" (SOFA iauBp06; Hilton et al. 2006, Celest. Mech. Dyn.
+ * Astron. 94, 351). */
 static void bp06_rp(double t, mat3 rp)
 {
-    mat3 rb, rbt, rbp;
-    pmat06(0.0, rb);
-    pmat06(t, rbp);
-    mat_transpose(rb, rbt);
-    mat_mul(rbp, rbt, rp);
+    mat3 rb, rbp;
+    eraBp06(ERFA_DJ00, t * ERFA_DJC, rb, rp, rbp);
 }
 
 /* Days (TT) from J2000.0 of an equinox, per the Time formats astropy uses
@@ -1351,16 +1313,11 @@ static void fk4_b_matrix(double obstime_days, mat3 m)
             m[i][j] = b1950_to_j2000[i][j] + corr[i][j] * 1.0e-6 * t;
 }
 
-/* ICRS -> mean ecliptic and equinox (astropy BarycentricMeanEcliptic, through SOFA
- * iauEcm06): R1(eps_A) times the IAU 2006 bias-precession matrix. */
+/* ICRS -> mean ecliptic and equinox (astropy BarycentricMeanEcliptic): ERFA's eraEcm06,
+ * R1(eps_A) times the IAU 2006 bias-precession matrix. */
 void sky_icrs_to_ecliptic(double d_equinox, double m[3][3])
 {
-    double t = d_equinox / 36525.0, g, p, s, e;
-    mat3 bp;
-    pfw06(t, &g, &p, &s, &e);
-    fw2m(g, p, s, e, bp);
-    rot(0, e, m);
-    mat_mul_right(m, bp);
+    eraEcm06(ERFA_DJ00, d_equinox, m);
 }
 
 /* E-terms of aberration of an FK4 equinox (astropy builtin_frames/fk4.py fk4_e_terms:
@@ -1374,7 +1331,7 @@ static void fk4_e_terms(double d_equinox, double a[3])
     double e = (-0.000000126 * T + -0.00004193) * T + 0.01673011;
     double g = (((0.012 * T + 1.65) * T + 6190.67) * T + 1015489.951) / 3600.0 * DEG2RAD;
     double t80 = (jd - 2451545.0) / 36525.0;
-    double o = DAS2R * (84381.448 + (-46.8150 + (-0.00059 + 0.001813 * t80) * t80) * t80);
+    double o = eraObl80(ERFA_DJ00, t80 * ERFA_DJC);
     double k = 0.0056932 * DEG2RAD;
     a[0] = e * k * sin(g);
     a[1] = -e * k * cos(g) * cos(o);

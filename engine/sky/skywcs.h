@@ -190,7 +190,7 @@ void sky_convert(sky_frame from, double eq_from, sky_frame to, double eq_to,
                  size_t n, double *lon, double *lat);
 
 /* The rotation from ICRS to the mean ecliptic and equinox `d_equinox` days (TT) from
- * J2000 (astropy's BarycentricMeanEcliptic and HeliocentricMeanEcliptic, SOFA iauEcm06:
+ * J2000 (astropy's BarycentricMeanEcliptic and HeliocentricMeanEcliptic, ERFA eraEcm06:
  * R1(eps_A) times the IAU 2006 bias-precession matrix): ecliptic = m icrs. */
 void sky_icrs_to_ecliptic(double d_equinox, double m[3][3]);
 
@@ -228,7 +228,8 @@ void solar_convert(sky_frame from, const solar_obs *of, sky_frame to, const sola
                    int surface, const solar_obs *screen, size_t n, double *lon, double *lat);
 
 /* The Julian date (UTC) of an ISO 8601 date as FITS writes DATE-OBS: "YYYY-MM-DD", or
- * with "Thh:mm:ss[.sss]" and an optional "Z".  0, or -1 when `s` is not such a date. */
+ * with "Thh:mm:ss[.sss]" and an optional "Z".  0, or -1 when `s` is not such a date (a day
+ * past its month's end included: ERFA's eraCal2jd). */
 int solar_parse_date(const char *s, double *jd);
 
 /* How the heliographic Stonyhurst frame moves between two times (Julian dates, UTC), as
@@ -236,12 +237,11 @@ int solar_parse_date(const char *s, double *jd);
  * barycentric inertial frame): Stonyhurst Cartesian coordinates at jd2 (metres) are
  * r p + t for those p at jd1.  r turns about the solar rotation axis by minus the change
  * of the Earth's longitude in the solar equator frame (about 0.99 degree a day); t is the
- * Sun's barycentric displacement (about 13 m/s).  From the Earth of Meeus' truncated
- * VSOP87D (solar.c, earth_icrs; 0.15 arcsec or better from sunpy's for 1995-2040) and
- * the IAU solar rotation axis (RA 286.13, Dec 63.87 degrees; Archinal et al. 2011); the
- * Sun's displacement from Standish's Keplerian elements of the eight planets.
- * Against sunpy 4.1 (astropy's ERFA epv00 ephemeris) the rotation angle agrees to
- * 4e-7 degree over 14 minutes, 5e-5 over a day (tests/engine/test_skywcs.c,
+ * Sun's barycentric displacement (about 13 m/s).  The Earth's heliocentric and the
+ * Sun's barycentric positions from ERFA's eraEpv00 at the dates in TDB, as astropy's
+ * get_body_barycentric (solar.c, epv_at), and the IAU solar rotation axis (RA 286.13,
+ * Dec 63.87 degrees; Archinal et al. 2011).  Against sunpy 4.1 the rotation angle agrees
+ * to 1.2e-10 degree over 14 minutes to 10 days (tests/engine/test_skywcs.c,
  * test_solar_motion). */
 void solar_hgs_motion(double jd1, double jd2, double r[3][3], double t[3]);
 

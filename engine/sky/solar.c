@@ -5,6 +5,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include <erfa.h>
+
 #include "engine/sky/solar.h"
 
 #define DEG2RAD (M_PI / 180.0)
@@ -300,15 +302,6 @@ int solar_convert_trip(sky_frame from, const solar_obs *of, sky_frame to, const 
 
 /* ---- the motion of the Stonyhurst frame between two times ---------------------------- */
 
-/* The Julian date at 0h of a Gregorian date: the Julian day number (Fliegel & Van
- * Flandern 1968, CACM 11, 657) less half a day. */
-static double julian_day(long y, long mo, long d)
-{
-    long a = (14 - mo) / 12, yy = y + 4800 - a, mm = mo + 12 * a - 3;
-    long jdn = d + (153 * mm + 2) / 5 + 365 * yy + yy / 4 - yy / 100 + yy / 400 - 32045;
-    return (double)jdn - 0.5;
-}
-
 int solar_parse_date(const char *s, double *jd)
 {
     int y, mo, d, h = 0, mi = 0, n = 0;
@@ -327,237 +320,45 @@ int solar_parse_date(const char *s, double *jd)
     if (*s || mo < 1 || mo > 12 || d < 1 || d > 31 || h < 0 || h > 23 || mi < 0 || mi > 59 ||
         !(sec >= 0.0 && sec < 61.0))
         return -1;
-    *jd = julian_day(y, mo, d) + (h + (mi + sec / 60.0) / 60.0) / 24.0;
+    double djm0, djm;
+    if (eraCal2jd(y, mo, d, &djm0, &djm) != 0)
+        return -1;   /* ERFA's Gregorian calendar: also a day past the month's end */
+    *jd = djm0 + djm + (h + (mi + sec / 60.0) / 60.0) / 24.0;
     return 0;
 }
 
-/* Keplerian elements at J2000 and their rates per Julian century (a in au, angles in
- * degrees: a, e, I, L, longitude of perihelion, longitude of the ascending node), mean
- * ecliptic and equinox of J2000: E. M. Standish, "Keplerian Elements for Approximate
- * Positions of the Major Planets" (JPL Solar System Dynamics), Table 1 (1800-2050 AD). */
-typedef struct kepler_el {
-    double a, da, e, de, i, di, l, dl, w, dw, o, dO;
-} kepler_el;
-
-/* Mercury, Venus, the Earth-Moon barycentre, Mars, Jupiter, Saturn, Uranus, Neptune, and
- * their masses over the Sun's (IAU 2009 system of astronomical constants, Sun/planet:
- * 6023597.4, 408523.72, 328900.56, 3098703.59, 1047.348644, 3497.9018, 22902.98,
- * 19412.26). */
-#define NPLANETS 8
-static const kepler_el PLANETS[NPLANETS] = {
-    { 0.38709927, 0.00000037, 0.20563593, 0.00001906, 7.00497902, -0.00594749, 252.25032350,
-      149472.67411175, 77.45779628, 0.16047689, 48.33076593, -0.12534081 },
-    { 0.72333566, 0.00000390, 0.00677672, -0.00004107, 3.39467605, -0.00078890, 181.97909950,
-      58517.81538729, 131.60246718, 0.00268329, 76.67984255, -0.27769418 },
-    { 1.00000261, 0.00000562, 0.01671123, -0.00004392, -0.00001531, -0.01294668, 100.46457166,
-      35999.37244981, 102.93768193, 0.32327364, 0.0, 0.0 },
-    { 1.52371034, 0.00001847, 0.09339410, 0.00007882, 1.84969142, -0.00813131, -4.55343205,
-      19140.30268499, -23.94362959, 0.44441088, 49.55953891, -0.29257343 },
-    { 5.20288700, -0.00011607, 0.04838624, -0.00013253, 1.30439695, -0.00183714, 34.39644051,
-      3034.74612775, 14.72847983, 0.21252668, 100.47390909, 0.20469106 },
-    { 9.53667594, -0.00125060, 0.05386179, -0.00050991, 2.48599187, 0.00193609, 49.95424423,
-      1222.49362201, 92.59887831, -0.41897216, 113.66242448, -0.28867794 },
-    { 19.18916464, -0.00196176, 0.04725744, -0.00004397, 0.77263783, -0.00242939,
-      313.23810451, 428.48202785, 170.95427630, 0.40805281, 74.01692503, 0.04240589 },
-    { 30.06992276, 0.00026291, 0.00859048, 0.00005105, 1.77004347, 0.00035372, -55.12002969,
-      218.45945325, 44.96476227, -0.32241464, 131.78422574, -0.00508664 },
-};
-static const double PLANET_MASS[NPLANETS] = { 1.0 / 6023597.4,  1.0 / 408523.72,
-                                              1.0 / 328900.56,  1.0 / 3098703.59,
-                                              1.0 / 1047.348644, 1.0 / 3497.9018,
-                                              1.0 / 22902.98,   1.0 / 19412.26 };
-
 #define SOLAR_AU 149597870700.0
 
-/* The heliocentric position (au, mean ecliptic of J2000) of a body on the orbit `k` at T
- * Julian centuries (TT) from J2000: Standish's recipe (sec. 2): the mean anomaly
- * M = L - longitude of perihelion, Kepler's equation E - e sin E = M by Newton's method,
- * the position in the orbital plane, then the rotations by the argument of perihelion,
- * the inclination and the node. */
-static void kepler_position(const kepler_el *k, double T, double *x)
+/* The Earth's heliocentric position and the Sun's barycentric one (au, ICRS axes) at a
+ * Julian date (UTC), as astropy 5.2's get_body_barycentric with its builtin ephemeris
+ * (what sunpy 4.1 uses): ERFA's eraEpv00 (the Earth's series of SOFA iauEpv00, fitted to
+ * DE405; a few km for 1900-2100) at the date in TDB, eraEpv00's barycentric Earth less
+ * its heliocentric one for the Sun.  TDB = TT + eraDtdb at the geocentre, as astropy's
+ * Time without a location. */
+static void epv_at(double jd_utc, double earth[3], double sun[3])
 {
-    double a = k->a + k->da * T, e = k->e + k->de * T;
-    double in = (k->i + k->di * T) * DEG2RAD, l = k->l + k->dl * T;
-    double w = k->w + k->dw * T, o = k->o + k->dO * T;
-    double om = (w - o) * DEG2RAD, m = fmod(l - w, 360.0) * DEG2RAD;
-    double E = m + e * sin(m);
-    for (int it = 0; it < 30; it++) {
-        double dE = (E - e * sin(E) - m) / (1.0 - e * cos(E));
-        E -= dE;
-        if (fabs(dE) < 1e-15)
-            break;
+    double tt = solar_tt(jd_utc), frac = jd_utc - floor(jd_utc);
+    double tdb_tt = eraDtdb(tt, 0.0, frac, 0.0, 0.0, 0.0);
+    double pvh[2][3], pvb[2][3];
+    (void)eraEpv00(jd_utc, (tt - jd_utc) + tdb_tt / 86400.0, pvh, pvb);
+    for (int k = 0; k < 3; k++) {
+        earth[k] = pvh[0][k];
+        if (sun)
+            sun[k] = pvb[0][k] - pvh[0][k];
     }
-    double xp = a * (cos(E) - e), yp = a * sqrt(1.0 - e * e) * sin(E);
-    double co = cos(om), so = sin(om), cO = cos(o * DEG2RAD), sO = sin(o * DEG2RAD);
-    double ci = cos(in), si = sin(in);
-    x[0] = (co * cO - so * sO * ci) * xp + (-so * cO - co * sO * ci) * yp;
-    x[1] = (co * sO + so * cO * ci) * xp + (-so * sO + co * cO * ci) * yp;
-    x[2] = (so * si) * xp + (co * si) * yp;
 }
 
-/* Ecliptic of J2000 to the equator of J2000 (ICRS within 0.02 arcsec), about X by the
- * obliquity 84381.406 arcsec (IAU 2006). */
-static void ecl_to_equ(const double *e, double *q)
-{
-    double eps = 84381.406 / 3600.0 * DEG2RAD, c = cos(eps), s = sin(eps);
-    q[0] = e[0];
-    q[1] = c * e[1] - s * e[2];
-    q[2] = s * e[1] + c * e[2];
-}
-
-/* The Earth's heliocentric ecliptic longitude L, latitude B (radians) and distance R
- * (au), mean dynamical ecliptic and equinox of date, from the VSOP87D theory (Bretagnon &
- * Francou 1988, A&A 202, 309) as Meeus truncates it ("Astronomical Algorithms", 2nd ed.,
- * ch. 32 and Appendix III; the same series as Reda & Andreas 2004, Solar Energy 76, 577,
- * Table A4.2): each of L, B, R is sum_k tau^k sum_i A_i cos(B_i + C_i tau), tau in Julian
- * millennia (TT) from J2000, A_i in 1e-8 (radians or au); about 1 arcsec in longitude
- * for 1900-2100.  {A, B, C} per term, the series of each power of tau in turn. */
-typedef struct vsop_term {
-    double a, b, c;
-} vsop_term;
-
-static const vsop_term EARTH_L0[] = {
-    { 175347046, 0, 0 }, { 3341656, 4.6692568, 6283.07585 }, { 34894, 4.6261, 12566.1517 },
-    { 3497, 2.7441, 5753.3849 }, { 3418, 2.8289, 3.5231 }, { 3136, 3.6277, 77713.7715 },
-    { 2676, 4.4181, 7860.4194 }, { 2343, 6.1352, 3930.2097 }, { 1324, 0.7425, 11506.7698 },
-    { 1273, 2.0371, 529.691 }, { 1199, 1.1096, 1577.3435 }, { 990, 5.233, 5884.927 },
-    { 902, 2.045, 26.298 }, { 857, 3.508, 398.149 }, { 780, 1.179, 5223.694 },
-    { 753, 2.533, 5507.553 }, { 505, 4.583, 18849.228 }, { 492, 4.205, 775.523 },
-    { 357, 2.92, 0.067 }, { 317, 5.849, 11790.629 }, { 284, 1.899, 796.298 },
-    { 271, 0.315, 10977.079 }, { 243, 0.345, 5486.778 }, { 206, 4.806, 2544.314 },
-    { 205, 1.869, 5573.143 }, { 202, 2.458, 6069.777 }, { 156, 0.833, 213.299 },
-    { 132, 3.411, 2942.463 }, { 126, 1.083, 20.775 }, { 115, 0.645, 0.98 },
-    { 103, 0.636, 4694.003 }, { 102, 0.976, 15720.839 }, { 102, 4.267, 7.114 },
-    { 99, 6.21, 2146.17 }, { 98, 0.68, 155.42 }, { 86, 5.98, 161000.69 },
-    { 85, 1.3, 6275.96 }, { 85, 3.67, 71430.7 }, { 80, 1.81, 17260.15 },
-    { 79, 3.04, 12036.46 }, { 75, 1.76, 5088.63 }, { 74, 3.5, 3154.69 },
-    { 74, 4.68, 801.82 }, { 70, 0.83, 9437.76 }, { 62, 3.98, 8827.39 },
-    { 61, 1.82, 7084.9 }, { 57, 2.78, 6286.6 }, { 56, 4.39, 14143.5 },
-    { 56, 3.47, 6279.55 }, { 52, 0.19, 12139.55 }, { 52, 1.33, 1748.02 },
-    { 51, 0.28, 5856.48 }, { 49, 0.49, 1194.45 }, { 41, 5.37, 8429.24 },
-    { 41, 2.4, 19651.05 }, { 39, 6.17, 10447.39 }, { 37, 6.04, 10213.29 },
-    { 37, 2.57, 1059.38 }, { 36, 1.71, 2352.87 }, { 36, 1.78, 6812.77 },
-    { 33, 0.59, 17789.85 }, { 30, 0.44, 83996.85 }, { 30, 2.74, 1349.87 },
-    { 25, 3.16, 4690.48 },
-};
-static const vsop_term EARTH_L1[] = {
-    { 628331966747.0, 0, 0 }, { 206059, 2.678235, 6283.07585 }, { 4303, 2.6351, 12566.1517 },
-    { 425, 1.59, 3.523 }, { 119, 5.796, 26.298 }, { 109, 2.966, 1577.344 },
-    { 93, 2.59, 18849.23 }, { 72, 1.14, 529.69 }, { 68, 1.87, 398.15 },
-    { 67, 4.41, 5507.55 }, { 59, 2.89, 5223.69 }, { 56, 2.17, 155.42 },
-    { 45, 0.4, 796.3 }, { 36, 0.47, 775.52 }, { 29, 2.65, 7.11 },
-    { 21, 5.34, 0.98 }, { 19, 1.85, 5486.78 }, { 19, 4.97, 213.3 },
-    { 17, 2.99, 6275.96 }, { 16, 0.03, 2544.31 }, { 16, 1.43, 2146.17 },
-    { 15, 1.21, 10977.08 }, { 12, 2.83, 1748.02 }, { 12, 3.26, 5088.63 },
-    { 12, 5.27, 1194.45 }, { 12, 2.08, 4694.0 }, { 11, 0.77, 553.57 },
-    { 10, 1.3, 6286.6 }, { 10, 4.24, 1349.87 }, { 9, 2.7, 242.73 },
-    { 9, 5.64, 951.72 }, { 8, 5.3, 2352.87 }, { 6, 2.65, 9437.76 },
-    { 6, 4.67, 4690.48 },
-};
-static const vsop_term EARTH_L2[] = {
-    { 52919, 0, 0 }, { 8720, 1.0721, 6283.0758 }, { 309, 0.867, 12566.152 },
-    { 27, 0.05, 3.52 }, { 16, 5.19, 26.3 }, { 16, 3.68, 155.42 },
-    { 10, 0.76, 18849.23 }, { 9, 2.06, 77713.77 }, { 7, 0.83, 775.52 },
-    { 5, 4.66, 1577.34 }, { 4, 1.03, 7.11 }, { 4, 3.44, 5573.14 },
-    { 3, 5.14, 796.3 }, { 3, 6.05, 5507.55 }, { 3, 1.19, 242.73 },
-    { 3, 6.12, 529.69 }, { 3, 0.31, 398.15 }, { 3, 2.28, 553.57 },
-    { 2, 4.38, 5223.69 }, { 2, 3.75, 0.98 },
-};
-static const vsop_term EARTH_L3[] = {
-    { 289, 5.844, 6283.076 }, { 35, 0, 0 }, { 17, 5.49, 12566.15 }, { 3, 5.2, 155.42 },
-    { 1, 4.72, 3.52 }, { 1, 5.3, 18849.23 }, { 1, 5.97, 242.73 },
-};
-static const vsop_term EARTH_L4[] = {
-    { 114, 3.142, 0 }, { 8, 4.13, 6283.08 }, { 1, 3.84, 12566.15 },
-};
-static const vsop_term EARTH_L5[] = { { 1, 3.14, 0 } };
-static const vsop_term EARTH_B0[] = {
-    { 280, 3.199, 84334.662 }, { 102, 5.422, 5507.553 }, { 80, 3.88, 5223.69 },
-    { 44, 3.7, 2352.87 }, { 32, 4.0, 1577.34 },
-};
-static const vsop_term EARTH_B1[] = { { 9, 3.9, 5507.55 }, { 6, 1.73, 5223.69 } };
-static const vsop_term EARTH_R0[] = {
-    { 100013989, 0, 0 }, { 1670700, 3.0984635, 6283.07585 }, { 13956, 3.05525, 12566.1517 },
-    { 3084, 5.1985, 77713.7715 }, { 1628, 1.1739, 5753.3849 }, { 1576, 2.8469, 7860.4194 },
-    { 925, 5.453, 11506.77 }, { 542, 4.564, 3930.21 }, { 472, 3.661, 5884.927 },
-    { 346, 0.964, 5507.553 }, { 329, 5.9, 5223.694 }, { 307, 0.299, 5573.143 },
-    { 243, 4.273, 11790.629 }, { 212, 5.847, 1577.344 }, { 186, 5.022, 10977.079 },
-    { 175, 3.012, 18849.228 }, { 110, 5.055, 5486.778 }, { 98, 0.89, 6069.78 },
-    { 86, 5.69, 15720.84 }, { 86, 1.27, 161000.69 }, { 65, 0.27, 17260.15 },
-    { 63, 0.92, 529.69 }, { 57, 2.01, 83996.85 }, { 56, 5.24, 71430.7 },
-    { 49, 3.25, 2544.31 }, { 47, 2.58, 775.52 }, { 45, 5.54, 9437.76 },
-    { 43, 6.01, 6275.96 }, { 39, 5.36, 4694.0 }, { 38, 2.39, 8827.39 },
-    { 37, 0.83, 19651.05 }, { 37, 4.9, 12139.55 }, { 36, 1.67, 12036.46 },
-    { 35, 1.84, 2942.46 }, { 33, 0.24, 7084.9 }, { 32, 0.18, 5088.63 },
-    { 32, 1.78, 398.15 }, { 28, 1.21, 6286.6 }, { 28, 1.9, 6279.55 },
-    { 26, 4.59, 10447.39 },
-};
-static const vsop_term EARTH_R1[] = {
-    { 103019, 1.10749, 6283.07585 }, { 1721, 1.0644, 12566.1517 }, { 702, 3.142, 0 },
-    { 32, 1.02, 18849.23 }, { 31, 2.84, 5507.55 }, { 25, 1.32, 5223.69 },
-    { 18, 1.42, 1577.34 }, { 10, 5.91, 10977.08 }, { 9, 1.42, 6275.96 },
-    { 9, 0.27, 5486.78 },
-};
-static const vsop_term EARTH_R2[] = {
-    { 4359, 5.7846, 6283.0758 }, { 124, 5.579, 12566.152 }, { 12, 3.14, 0 },
-    { 9, 3.63, 77713.77 }, { 6, 1.87, 5573.14 }, { 3, 5.47, 18849.23 },
-};
-static const vsop_term EARTH_R3[] = { { 145, 4.273, 6283.076 }, { 7, 3.92, 12566.15 } };
-static const vsop_term EARTH_R4[] = { { 4, 2.56, 6283.08 } };
-
-typedef struct vsop_series {
-    const vsop_term *t;
-    size_t n;
-} vsop_series;
-
-#define SERIES(a) { a, sizeof a / sizeof a[0] }
-static const vsop_series EARTH_L[] = { SERIES(EARTH_L0), SERIES(EARTH_L1), SERIES(EARTH_L2),
-                                       SERIES(EARTH_L3), SERIES(EARTH_L4), SERIES(EARTH_L5) };
-static const vsop_series EARTH_B[] = { SERIES(EARTH_B0), SERIES(EARTH_B1) };
-static const vsop_series EARTH_R[] = { SERIES(EARTH_R0), SERIES(EARTH_R1), SERIES(EARTH_R2),
-                                       SERIES(EARTH_R3), SERIES(EARTH_R4) };
-#undef SERIES
-
-static double vsop_sum(const vsop_series *s, size_t n, double tau)
-{
-    double sum = 0.0, tk = 1.0;
-    for (size_t k = 0; k < n; k++, tk *= tau) {
-        double v = 0.0;
-        for (size_t i = 0; i < s[k].n; i++)
-            v += s[k].t[i].a * cos(s[k].t[i].b + s[k].t[i].c * tau);
-        sum += v * tk;
-    }
-    return sum * 1e-8;
-}
-
-/* The heliocentric Earth (au, ICRS axes) at T Julian centuries (TT) from J2000: the
- * VSOP87D position above, in the ecliptic and equinox of date, turned to ICRS by the
- * transpose of the IAU 2006 ICRS -> ecliptic-of-date rotation (sky_icrs_to_ecliptic;
- * the dynamical ecliptic of VSOP87 and that of IAU 2006 agree to a few mas). */
-static void earth_icrs(double T, double *earth)
-{
-    double tau = T / 10.0;
-    double l = vsop_sum(EARTH_L, sizeof EARTH_L / sizeof EARTH_L[0], tau);
-    double b = vsop_sum(EARTH_B, sizeof EARTH_B / sizeof EARTH_B[0], tau);
-    double r = vsop_sum(EARTH_R, sizeof EARTH_R / sizeof EARTH_R[0], tau);
-    double e[3] = { r * cos(b) * cos(l), r * cos(b) * sin(l), r * sin(b) }, m[3][3];
-    sky_icrs_to_ecliptic(T * 36525.0, m);
-    for (int k = 0; k < 3; k++)
-        earth[k] = m[0][k] * e[0] + m[1][k] * e[1] + m[2][k] * e[2];
-}
-
-/* The rotation from ICRS to the Stonyhurst frame at T (rows: the Stonyhurst axes in ICRS)
- * and the Sun's barycentric position (metres, ICRS): the Z axis the solar rotation axis
- * of the IAU (RA 286.13, Dec 63.87 degrees: Archinal et al. 2011, Celest. Mech. Dyn.
- * Astr. 109, 101, Table 1, the values sunpy.sun.constants alpha_0 and delta_0 hold), the
- * X axis the projection of the Sun-Earth vector on the solar equator (Thompson 2006
- * sec. 2.1; the Earth of earth_icrs), the Sun displaced from the barycentre by the
- * planets' pull (S = -sum m_i r_i / M, from the Keplerian orbits above). */
+/* The rotation from ICRS to the Stonyhurst frame at a Julian date (UTC) (rows: the
+ * Stonyhurst axes in ICRS) and the Sun's barycentric position (metres, ICRS), as sunpy
+ * 4.1's _affine_params_hcrs_to_hgs: the Z axis the solar rotation axis of the IAU (RA
+ * 286.13, Dec 63.87 degrees: Archinal et al. 2011, Celest. Mech. Dyn. Astr. 109, 101,
+ * Table 1, the values sunpy.sun.constants alpha_0 and delta_0 hold), the X axis the
+ * projection of the Sun-Earth vector on the solar equator (Thompson 2006 sec. 2.1), the
+ * Earth and the Sun of epv_at. */
 static void hgs_basis(double jd_utc, double m[3][3], double *sun)
 {
-    double T = (solar_tt(jd_utc) - 2451545.0) / 36525.0;
     double earth[3];
-    earth_icrs(T, earth);
+    epv_at(jd_utc, earth, sun);
     double ra = 286.13 * DEG2RAD, de = 63.87 * DEG2RAD;
     double z[3] = { cos(de) * cos(ra), cos(de) * sin(ra), sin(de) };
     double ez = dot3(earth, z), x[3];
@@ -573,19 +374,9 @@ static void hgs_basis(double jd_utc, double m[3][3], double *sun)
         m[1][k] = y[k];
         m[2][k] = z[k];
     }
-    if (!sun)
-        return;
-    double mt = 1.0;
-    for (int p = 0; p < NPLANETS; p++)
-        mt += PLANET_MASS[p];
-    sun[0] = sun[1] = sun[2] = 0.0;
-    for (int p = 0; p < NPLANETS; p++) {
-        double r[3], q[3];
-        kepler_position(&PLANETS[p], T, r);
-        ecl_to_equ(r, q);
+    if (sun)
         for (int k = 0; k < 3; k++)
-            sun[k] -= PLANET_MASS[p] / mt * q[k] * SOLAR_AU;
-    }
+            sun[k] *= SOLAR_AU;
 }
 
 void solar_hgs_motion(double jd1, double jd2, double r[3][3], double t[3])
@@ -605,29 +396,22 @@ void solar_hgs_motion(double jd1, double jd2, double r[3][3], double t[3])
 
 /* ---- the Earth, the Stonyhurst axes and the Carrington longitude of a date ----------- */
 
-/* TAI - UTC (leap seconds) from the first day of the month of each step, 1972 on (IERS
- * Bulletin C): {year, month, TAI - UTC}.  TT = TAI + 32.184 s. */
-static const short LEAP[][3] = {
-    { 1972, 1, 10 }, { 1972, 7, 11 }, { 1973, 1, 12 }, { 1974, 1, 13 }, { 1975, 1, 14 },
-    { 1976, 1, 15 }, { 1977, 1, 16 }, { 1978, 1, 17 }, { 1979, 1, 18 }, { 1980, 1, 19 },
-    { 1981, 7, 20 }, { 1982, 7, 21 }, { 1983, 7, 22 }, { 1985, 7, 23 }, { 1988, 1, 24 },
-    { 1990, 1, 25 }, { 1991, 1, 26 }, { 1992, 7, 27 }, { 1993, 7, 28 }, { 1994, 7, 29 },
-    { 1996, 1, 30 }, { 1997, 7, 31 }, { 1999, 1, 32 }, { 2006, 1, 33 }, { 2009, 1, 34 },
-    { 2012, 7, 35 }, { 2015, 7, 36 }, { 2017, 1, 37 },
-};
-
+/* TT = UTC + (TAI - UTC) + 32.184 s, TAI - UTC from ERFA's eraDat (the leap seconds of
+ * IERS Bulletin C from 1972, the drifting offsets of 1960-1971) on the calendar date of
+ * jd_utc, as astropy's Time.tt.  Before 1960, where UTC is not defined, the 1972 step
+ * (10 s). */
 double solar_tt(double jd_utc)
 {
-    double tai_utc = 10.0;  /* before 1972 UTC was not in whole seconds: the first step */
-    for (size_t i = 0; i < sizeof LEAP / sizeof LEAP[0]; i++)
-        if (jd_utc >= julian_day(LEAP[i][0], LEAP[i][1], 1))
-            tai_utc = LEAP[i][2];
-    return jd_utc + (tai_utc + 32.184) / 86400.0;
+    int y, mo, d;
+    double fd, dat;
+    if (eraJd2cal(jd_utc, 0.0, &y, &mo, &d, &fd) != 0 || eraDat(y, mo, d, fd, &dat) < 0)
+        dat = 10.0;
+    return jd_utc + (dat + 32.184) / 86400.0;
 }
 
 void solar_earth(double jd_utc, double e[3])
 {
-    earth_icrs((solar_tt(jd_utc) - 2451545.0) / 36525.0, e);
+    epv_at(jd_utc, e, NULL);
     for (int k = 0; k < 3; k++)
         e[k] *= SOLAR_AU;
 }

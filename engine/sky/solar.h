@@ -39,11 +39,13 @@ int solar_convert_trip(sky_frame from, const solar_obs *of, sky_frame to, const 
                        double mu_min, size_t n, double *lon, double *lat, double *blon,
                        double *blat, unsigned char *cls);
 
-/* The Julian date (TT) of a Julian date (UTC), with the leap seconds from 1972 on. */
+/* The Julian date (TT) of a Julian date (UTC): TAI - UTC from ERFA's eraDat (leap seconds
+ * from 1972 on, the drifting offsets of 1960-1971; 10 s before 1960), as astropy. */
 double solar_tt(double jd_utc);
 
 /* The Sun-Earth vector (metres, ICRS axes) at a Julian date (UTC), from the ephemeris
- * solar_hgs_motion uses (Meeus' truncated VSOP87D, about 0.1 arcsec from sunpy's). */
+ * solar_hgs_motion uses: ERFA's eraEpv00 at the date in TDB, astropy 5.2's builtin
+ * ephemeris and so sunpy 4.1's (the same numbers up to rounding). */
 void solar_earth(double jd_utc, double e[3]);
 
 /* The Stonyhurst axes at a Julian date (UTC) as the rows of m, in ICRS: m p turns an

@@ -6,6 +6,8 @@ astropy's WCS says overlap each query region, STILTS votlint accepts the answers
 datalinklint the members' DataLink, the
 s_region corners are astropy's calc_footprint, access_url and DataLink give the member's
 file, and a file added while serving is found by the rescan."""
+import csv
+import io
 import json
 import math
 import os
@@ -358,6 +360,32 @@ class SiaTest(unittest.TestCase):
         for r in res:
             self.assertEqual(r.format, "image/fits")
         self.assertEqual(len(svc.search(pos=(ra, dec), size=size, format="metadata")), 0)
+
+    def test_stilts_cone_finds_members(self):
+        """STILTS discovers the members as pyvo does: `stilts cone` with servicetype=sia2
+        (serviceurl the query endpoint) equals the images astropy finds in the circle, and
+        servicetype=sia1 equals pyvo's SIA 1.0 answer for the same position and size."""
+        stilts = need("stilts")
+        ra, dec, r = RA0 + 0.01, DEC0 + 0.02, 0.02
+
+        def cone(kind, url):
+            out = subprocess.run([stilts, "cone", "servicetype=" + kind, "serviceurl=" + url,
+                                  "lon=%r" % ra, "lat=%r" % dec, "radius=%r" % r, "ofmt=csv"],
+                                 capture_output=True, text=True, timeout=300,
+                                 stdin=subprocess.DEVNULL)
+            self.assertEqual(out.returncode, 0, out.stderr[-2000:])
+            return list(csv.DictReader(io.StringIO(out.stdout)))
+
+        rows = cone("sia2", self.base + "/vo/sia/query")
+        got = sorted(row["obs_id"] for row in rows)
+        want = sorted(rel for rel, w in self.wcs.items() if _circle_distance(w, ra, dec) <= r)
+        self.assertTrue(want)
+        self.assertEqual(got, want)
+        rows = cone("sia1", self.base + "/vo/sia1/query")
+        svc = pyvo.dal.SIAService(self.base + "/vo/sia1/query")
+        pyvo_titles = sorted(str(x.title) for x in svc.search(pos=(ra, dec), size=2 * r))
+        self.assertTrue(pyvo_titles)
+        self.assertEqual(sorted(row["title"] for row in rows), pyvo_titles)
 
     def test_unreadable_is_listed(self):
         import json

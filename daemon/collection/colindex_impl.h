@@ -5,11 +5,29 @@
 
 #include "daemon/collection/colindex.h"
 
+#include <stddef.h>
+
 /* The columns of col_image a member is loaded from, in the order both back ends decode a
  * row (0 relpath ... 20 error, 21 bg_offset; sq_load, pgx_load). */
 #define COL_MEMBER_COLUMNS                                                                  \
     "relpath, dev, ino, size, mtime_ns, nx, ny, nz, bitpix, footprint, ra, dec, radius,"    \
     " pixscale, filter, em_min, em_max, t_min, t_max, exptime, error, bg_offset"
+
+/* The real-valued members of col_member and their column in COL_MEMBER_COLUMNS, decoded
+ * alike by both back ends (NULL -> NaN). */
+#define COL_MEMBER_REALS                                                                    \
+    { offsetof(col_member, ra), 10 }, { offsetof(col_member, dec), 11 },                   \
+    { offsetof(col_member, radius), 12 }, { offsetof(col_member, pixscale), 13 },          \
+    { offsetof(col_member, em_min), 15 }, { offsetof(col_member, em_max), 16 },            \
+    { offsetof(col_member, t_min), 17 }, { offsetof(col_member, t_max), 18 },              \
+    { offsetof(col_member, exptime), 19 }, { offsetof(col_member, bg_offset), 21 }
+
+typedef struct col_real_column {
+    size_t offset;   /* of a double in col_member */
+    int column;      /* 0-based, in COL_MEMBER_COLUMNS */
+} col_real_column;
+
+static const col_real_column col_member_reals[] = { COL_MEMBER_REALS };
 
 /* The cells whose presence means a member may overlap tile (order, npix): its ancestors
  * (itself included) down to order 0 as NUNIQ (anc, *na, at most COL_MOC_ORDER + 1), and,

@@ -171,17 +171,10 @@ int pgx_load(pg_index *x, const char *collection, col_member **out, int *n)
             sscanf(PQgetvalue(r, i, 9), "%lf %lf %lf %lf %lf %lf %lf %lf", &m->poly[0],
                    &m->poly[1], &m->poly[2], &m->poly[3], &m->poly[4], &m->poly[5],
                    &m->poly[6], &m->poly[7]);
-        m->ra = num(r, i, 10);
-        m->dec = num(r, i, 11);
-        m->radius = num(r, i, 12);
-        m->pixscale = num(r, i, 13);
+        for (size_t k = 0; k < sizeof col_member_reals / sizeof col_member_reals[0]; k++)
+            *(double *)((char *)m + col_member_reals[k].offset) =
+                num(r, i, col_member_reals[k].column);
         snprintf(m->filter, sizeof(m->filter), "%s", PQgetvalue(r, i, 14));
-        m->em_min = num(r, i, 15);
-        m->em_max = num(r, i, 16);
-        m->t_min = num(r, i, 17);
-        m->t_max = num(r, i, 18);
-        m->exptime = num(r, i, 19);
-        m->bg_offset = num(r, i, 21);
         if (!PQgetisnull(r, i, 20))
             m->error = strdup(PQgetvalue(r, i, 20));
         if (!m->relpath || (!PQgetisnull(r, i, 20) && !m->error))

@@ -160,18 +160,11 @@ int sq_load(sq_index *x, const char *collection, col_member **out, int *n)
         if (fp)
             sscanf(fp, "%lf %lf %lf %lf %lf %lf %lf %lf", &m->poly[0], &m->poly[1], &m->poly[2],
                    &m->poly[3], &m->poly[4], &m->poly[5], &m->poly[6], &m->poly[7]);
-        m->ra = col_double(st, 10);
-        m->dec = col_double(st, 11);
-        m->radius = col_double(st, 12);
-        m->pixscale = col_double(st, 13);
+        for (size_t k = 0; k < sizeof col_member_reals / sizeof col_member_reals[0]; k++)
+            *(double *)((char *)m + col_member_reals[k].offset) =
+                col_double(st, col_member_reals[k].column);
         const unsigned char *f = sqlite3_column_text(st, 14);
         snprintf(m->filter, sizeof(m->filter), "%s", f ? (const char *)f : "");
-        m->em_min = col_double(st, 15);
-        m->em_max = col_double(st, 16);
-        m->t_min = col_double(st, 17);
-        m->t_max = col_double(st, 18);
-        m->exptime = col_double(st, 19);
-        m->bg_offset = col_double(st, 21);
         if (sqlite3_column_type(st, 20) != SQLITE_NULL && !(m->error = col_text(st, 20))) {
             rc = TESS_ENOMEM;
             break;

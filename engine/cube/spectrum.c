@@ -219,9 +219,8 @@ long cube_spectrum_nblocks(const cube_transpose *t)
 static int read_block(const cube_transpose *t, const geom *g, long y0, long y1, long x0,
                       long x1, unsigned char *buf, char *err, size_t errlen)
 {
-    const char *path = t->direct ? t->src_path : t->dest_path;
     size_t es = (size_t)t->es, nz = (size_t)t->nz;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    int fd = cube_transpose_series_open(t);
     int bad = fd < 0;
     if (!bad && g->rows >= CUBE_TILE) {
         bad = tess_pread_all(fd, buf, (size_t)(y1 - y0) * t->nx * nz * es,
@@ -237,13 +236,7 @@ static int read_block(const cube_transpose *t, const geom *g, long y0, long y1, 
             buf += n * nz * es;
         }
     }
-    if (fd >= 0)
-        close(fd);
-    if (bad) {
-        tess_seterr(err, errlen, "cannot read %s", path);
-        return TESS_EIO;
-    }
-    return 0;
+    return cube_transpose_series_close(t, fd, bad, err, errlen);
 }
 
 /* The place of the block's series i (in read_block's order) in its part of a plane

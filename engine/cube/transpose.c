@@ -271,15 +271,25 @@ int cube_transpose_band(const cube_transpose *t, long b, unsigned char *buf, lon
     *p1_out = p1;
     if (*cancel)
         return TESS_ECANCELED;
-    const char *path = t->direct ? t->src_path : t->dest_path;
     size_t es = (size_t)t->es;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    int fd = cube_transpose_series_open(t);
     off_t off = (off_t)(CHUNKSTORE_HEADER + (long long)p0 * t->nz * es);
     int bad = fd < 0 || tess_pread_all(fd, buf, (size_t)np * t->nz * es, off) != 0;
+    return cube_transpose_series_close(t, fd, bad, err, errlen);
+}
+
+int cube_transpose_series_open(const cube_transpose *t)
+{
+    return open(t->direct ? t->src_path : t->dest_path, O_RDONLY | O_CLOEXEC);
+}
+
+int cube_transpose_series_close(const cube_transpose *t, int fd, int bad, char *err,
+                                size_t errlen)
+{
     if (fd >= 0)
         close(fd);
-    if (bad) {
-        tess_seterr(err, errlen, "cannot read %s", path);
+    if (bad || fd < 0) {
+        tess_seterr(err, errlen, "cannot read %s", t->direct ? t->src_path : t->dest_path);
         return TESS_EIO;
     }
     return 0;

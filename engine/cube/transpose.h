@@ -105,6 +105,15 @@ int cube_transpose_group(const cube_transpose *t, long k, const volatile int *ca
 int cube_transpose_band(const cube_transpose *t, long b, unsigned char *buf, long *p0,
                         long *p1, const volatile int *cancel, char *err, size_t errlen);
 
+/* The file band reads take their series from (the staging file, or the chunk store at
+ * src_path when direct), opened read-only: a descriptor, or -1.  Readers of stage B's
+ * series (cube_transpose_band, engine/cube/spectrum.c) pair it with
+ * cube_transpose_series_close, which closes fd (when >= 0) and returns 0, or TESS_EIO
+ * with err naming the file when fd < 0 or `bad` (a read failed). */
+int cube_transpose_series_open(const cube_transpose *t);
+int cube_transpose_series_close(const cube_transpose *t, int fd, int bad, char *err,
+                                size_t errlen);
+
 /* The series of rows [y0, y1) (y0 a multiple of CUBE_TILE, y1 one too or ny) into `out`
  * ((y1 - y0) * nx * nz * es bytes) in store order from index y0 * nx, read from the
  * planes directly: planes held in groups of 64 (stack_plane_hold; 8-bit frames read in

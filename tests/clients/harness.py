@@ -122,6 +122,22 @@ class Server:
         except urllib.error.HTTPError as e:
             return e.code, e.headers, e.read()
 
+    def job(self, body, seconds=60):
+        """POSTs job `body` (202 expected), waits at most `seconds` for it to leave queued
+        and running; its final document (AssertionError on another answer or the time)."""
+        req = urllib.request.Request(self.url("/api/v1/jobs"), data=json.dumps(body).encode(),
+                                     headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(req, timeout=30) as r:
+            assert r.status == 202, r.status
+            jid = json.loads(r.read())["id"]
+        end = time.monotonic() + seconds
+        while True:
+            doc = json.loads(self.get(f"/api/v1/jobs/{jid}")[2])
+            if doc["state"] not in ("queued", "running"):
+                return doc
+            assert time.monotonic() < end, f"job {body} did not end in {seconds} s"
+            time.sleep(0.05)
+
     def stop(self):
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
@@ -167,19 +183,9 @@ class ServerCase(unittest.TestCase):
 
     def job(self, body, seconds=60):
         """POSTs job `body`, waits (at most `seconds`) for it to succeed; its final document."""
-        req = urllib.request.Request(self.srv.url("/api/v1/jobs"), data=json.dumps(body).encode(),
-                                     headers={"Content-Type": "application/json"})
-        with urllib.request.urlopen(req, timeout=30) as r:
-            self.assertEqual(r.status, 202)
-            jid = json.loads(r.read())["id"]
-        end = time.monotonic() + seconds
-        while True:
-            doc = json.loads(self.get(f"/api/v1/jobs/{jid}")[1])
-            if doc["state"] not in ("queued", "running"):
-                self.assertEqual(doc["state"], "succeeded", doc)
-                return doc
-            self.assertLess(time.monotonic(), end, f"job {body} did not end")
-            time.sleep(0.05)
+        doc = self.srv.job(body, seconds)
+        self.assertEqual(doc["state"], "succeeded", doc)
+        return doc
 
 
 def _pg_program(name):

@@ -30,6 +30,7 @@ import tempfile
 import time
 import unittest
 import urllib.parse
+import urllib.request
 import warnings
 
 from harness import Server, need_module
@@ -262,57 +263,30 @@ class ColbgTest(unittest.TestCase):
         """A mosaic job over a circle of "bgm" takes the members' offsets at submit (kept
         in its request as bg_offsets) and equals reproject_and_coadd of those members less
         them."""
-        import json
-        import urllib.request
         np = self.np
         rec = dict(zip(self.paths, self.recovered(self.solved())))
-        body = {"type": "mosaic", "inputs": {"collection": "bgm",
+        doc, got, hdr = self.job({"type": "mosaic",
+                                  "inputs": {"collection": "bgm",
                                              "region": {"circle": [RA0, DEC0, 0.02]}},
-                "target": {"region": True}, "method": "bilinear", "combine": "mean",
-                "output": {"name": "bgm_job"}}
-        req = urllib.request.Request(self.srv.url("/api/v1/jobs"), data=json.dumps(body).encode(),
-                                     headers={"Content-Type": "application/json"})
-        with urllib.request.urlopen(req, timeout=30) as r:
-            jid = json.loads(r.read())["id"]
-        end = time.monotonic() + 60
-        while True:
-            doc = json.loads(self.get(f"/api/v1/jobs/{jid}"))
-            if doc["state"] not in ("queued", "running"):
-                break
-            self.assertLess(time.monotonic(), end)
-            time.sleep(0.1)
-        self.assertEqual(doc["state"], "succeeded", doc)
+                                  "target": {"region": True}, "method": "bilinear",
+                                  "combine": "mean", "output": {"name": "bgm_job"}})
         inputs = doc["request"]["inputs"]
         members = inputs["members"]
         self.assertGreater(len(members), 5)
         np.testing.assert_allclose(inputs["bg_offsets"], [rec[m] for m in members],
                                    rtol=0, atol=1e-9)
-        with self.fits.open(io.BytesIO(self.get(f"/api/v1/jobs/{jid}/result"))) as h:
-            got = h[0].data.astype(np.float64)
-            w = self.WCS(h[0].header)
+        w = self.WCS(hdr)
         by = dict(zip(self.paths, self.members))
         ref, foot = self.coadd([(by[m][0].astype(np.float64) - rec[m], by[m][1])
                                 for m in members], w, got.shape)
         self.assert_like(got, np.where(foot > 0, ref, np.nan), "mosaic job (matched)")
 
     def job(self, body):
-        """Submits a job, waits for it, returns its document and its product."""
-        import json
-        import urllib.request
-        req = urllib.request.Request(self.srv.url("/api/v1/jobs"), data=json.dumps(body).encode(),
-                                     headers={"Content-Type": "application/json"})
-        with urllib.request.urlopen(req, timeout=30) as r:
-            jid = json.loads(r.read())["id"]
-        end = time.monotonic() + 60
-        while True:
-            doc = json.loads(self.get(f"/api/v1/jobs/{jid}"))
-            if doc["state"] not in ("queued", "running"):
-                break
-            self.assertLess(time.monotonic(), end)
-            time.sleep(0.1)
+        """Runs a job to success; its document, its product's values and header."""
+        doc = self.srv.job(body)
         self.assertEqual(doc["state"], "succeeded", doc)
-        with self.fits.open(io.BytesIO(self.get(f"/api/v1/jobs/{jid}/result"))) as h:
-            return doc, h[0].data.astype(self.np.float64)
+        with self.fits.open(io.BytesIO(self.get(f"/api/v1/jobs/{doc['id']}/result"))) as h:
+            return doc, h[0].data.astype(self.np.float64), h[0].header
 
     def assert_same(self, got, ref, what):
         """Equal within float32 rounding (2 x 2^-24 of the peak), the same NaN pattern."""
@@ -350,7 +324,7 @@ class ColbgTest(unittest.TestCase):
             cx, cy = w.pixel_to_world_values([-0.5, nx - 0.5, -0.5, nx - 0.5],
                                              [-0.5, -0.5, ny - 0.5, ny - 0.5])
             r = 1.01 * max(angdist(cra, cdec, float(a), float(b)) for a, b in zip(cx, cy))
-            doc, got = self.job({"type": "mosaic",
+            doc, got, _ = self.job({"type": "mosaic",
                                  "inputs": {"collection": name,
                                             "region": {"circle": [cra, cdec, r]}},
                                  "target": {"header": hdr.tostring(sep="\n")},
@@ -372,14 +346,13 @@ class ColbgTest(unittest.TestCase):
         h.insert(0, ("NAXIS", 2))
         text = h.tostring(sep="\n")
         for name in ("raw", "bgm"):
-            import urllib.request
             req = urllib.request.Request(self.srv.url("/api/v1/cutout?" + urllib.parse.urlencode(
                 dict(dataset=name, format="fits", method="bilinear"))), data=text.encode())
             with urllib.request.urlopen(req, timeout=60) as resp:
                 body = resp.read()
             with self.fits.open(io.BytesIO(body)) as f:
                 cut = f[0].data.astype(np.float64)
-            _, got = self.job({"type": "mosaic",
+            _, got, _ = self.job({"type": "mosaic",
                                "inputs": {"collection": name,
                                           "region": {"circle": [cra, cdec, 2 * r]}},
                                "target": {"header": text},

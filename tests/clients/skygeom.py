@@ -1,7 +1,24 @@
-"""Sky geometry the client tests share: how far a position lies from an image."""
+"""Sky geometry the client tests share: the WCS of a rotated TAN image, and how far a
+position lies from an image."""
+import math
+
 import numpy as np
 from astropy import units as u
 from astropy.coordinates import SkyCoord
+from astropy.wcs import WCS
+
+
+def rotated_tan(ra, dec, n, scale_arcsec, rot_deg):
+    """The WCS of an n x n TAN image centred on (ra, dec) degrees, `scale_arcsec` a pixel,
+    rotated by `rot_deg` (a CD matrix; east left at rot_deg = 0)."""
+    w = WCS(naxis=2)
+    w.wcs.ctype = ["RA---TAN", "DEC--TAN"]
+    w.wcs.crval = [ra, dec]
+    w.wcs.crpix = [(n + 1) / 2.0, (n + 1) / 2.0]
+    c, s = math.cos(math.radians(rot_deg)), math.sin(math.radians(rot_deg))
+    d = scale_arcsec / 3600.0
+    w.wcs.cd = [[-d * c, d * s], [d * s, d * c]]
+    return w
 
 
 def image_distance(w, n, ra, dec):

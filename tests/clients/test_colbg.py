@@ -34,21 +34,12 @@ import urllib.request
 import warnings
 
 from harness import Server, need_module
+from skygeom import rotated_tan
 
 RA0, DEC0 = 210.0, -12.0
 NIMG = 56
 TOL = 2e-6            # bilinear, of the reference's peak (README, Correctness)
 ORDER = 16
-
-
-def rotated_wcs(WCS, ra, dec, n, scale, rot):
-    w = WCS(naxis=2)
-    w.wcs.ctype = ["RA---TAN", "DEC--TAN"]
-    w.wcs.crval = [ra, dec]
-    w.wcs.crpix = [(n + 1) / 2.0, (n + 1) / 2.0]
-    c, s = math.cos(rot), math.sin(rot)
-    w.wcs.cd = [[-scale * c, scale * s], [scale * s, scale * c]]
-    return w
 
 
 def angdist(ra1, dec1, ra2, dec2):
@@ -77,10 +68,10 @@ class ColbgTest(unittest.TestCase):
         cls.members, cls.offsets, cls.paths = [], [], []
         for i in range(NIMG):
             n = rng.choice((64, 72, 80, 88))
-            scale = rng.uniform(2.0, 3.5) / 3600.0
-            w = rotated_wcs(WCS, RA0 + rng.uniform(-0.06, 0.06) / cosd,
+            scale = rng.uniform(2.0, 3.5)
+            w = rotated_tan(RA0 + rng.uniform(-0.06, 0.06) / cosd,
                             DEC0 + rng.uniform(-0.06, 0.06), n, scale,
-                            math.radians(rng.uniform(0.0, 360.0)))
+                            rng.uniform(0.0, 360.0))
             off = rng.uniform(-10.0, 10.0)
             path = os.path.join(cls.root, "f%d" % (i % 4), "img%02d.fits" % i)
             os.makedirs(os.path.dirname(path), exist_ok=True)

@@ -16,7 +16,7 @@ import urllib.error
 import urllib.request
 
 from harness import ServerCase, Server
-from skygeom import image_distance
+from skygeom import image_distance, rotated_tan
 
 try:
     import numpy as np
@@ -41,17 +41,6 @@ def sky(ra, dec):
     return 100.0 + 20.0 * np.sin(0.9 * x) * np.cos(0.7 * y) + 3.0 * x - 2.0 * y
 
 
-def make_wcs(ra, dec, scale_arcsec, rot_deg):
-    w = WCS(naxis=2)
-    w.wcs.ctype = ["RA---TAN", "DEC--TAN"]
-    w.wcs.crval = [ra, dec]
-    w.wcs.crpix = [(N + 1) / 2.0, (N + 1) / 2.0]
-    c, s = math.cos(math.radians(rot_deg)), math.sin(math.radians(rot_deg))
-    d = scale_arcsec / 3600.0
-    w.wcs.cd = [[-d * c, d * s], [d * s, d * c]]
-    return w
-
-
 def circle_distance(w, ra, dec):
     return image_distance(w, N, ra, dec)
 
@@ -66,7 +55,7 @@ class CollectionJobTest(ServerCase):
         for i in range(12):
             ra = RA0 + rng.uniform(-0.03, 0.03) / math.cos(math.radians(DEC0))
             dec = DEC0 + rng.uniform(-0.03, 0.03)
-            w = make_wcs(ra, dec, rng.uniform(1.5, 2.5), rng.uniform(0, 90))
+            w = rotated_tan(ra, dec, N, rng.uniform(1.5, 2.5), rng.uniform(0, 90))
             yy, xx = np.mgrid[0:N, 0:N]
             pra, pdec = w.pixel_to_world_values(xx, yy)
             data = sky(pra, pdec).astype(np.float32)

@@ -23,7 +23,7 @@ import urllib.parse
 import urllib.request
 
 from harness import Postgres, Server, need
-from skygeom import image_distance
+from skygeom import image_distance, rotated_tan
 
 try:
     import numpy as np
@@ -43,17 +43,6 @@ N = 64            # image side, pixels
 RA0, DEC0 = 150.0, 2.0
 # Some regions' answers are decided by less than this (degrees): not asserted either way.
 AMBIGUOUS = 2e-5
-
-
-def _make_wcs(ra, dec, scale_arcsec, rot_deg):
-    w = WCS(naxis=2)
-    w.wcs.ctype = ["RA---TAN", "DEC--TAN"]
-    w.wcs.crval = [ra, dec]
-    w.wcs.crpix = [(N + 1) / 2.0, (N + 1) / 2.0]
-    c, s = math.cos(math.radians(rot_deg)), math.sin(math.radians(rot_deg))
-    d = scale_arcsec / 3600.0
-    w.wcs.cd = [[-d * c, d * s], [d * s, d * c]]
-    return w
 
 
 def _write_image(path, w, header_extra):
@@ -117,7 +106,7 @@ class SiaTest(unittest.TestCase):
             scale = rng.uniform(1.5, 3.0)
             rot = rng.uniform(0, 90)
             rel = "night%d/chip%02d/img%02d.fits" % (i % 2, i % 5, i)
-            w = _make_wcs(ra, dec, scale, rot)
+            w = rotated_tan(ra, dec, N, scale, rot)
             extra = {"MJD-OBS": 60000.0 + i, "EXPTIME": 300.0, "FILTER": "r" if i % 2 else "g",
                      "WAVELENG": 6.2e-7 if i % 2 else 4.8e-7}
             _write_image(os.path.join(cls.root, rel), w, extra)
@@ -431,7 +420,7 @@ class SiaTest(unittest.TestCase):
         self.assertEqual(status, 200)
 
     def test_zz_new_file_found_while_serving(self):
-        w = _make_wcs(RA0 + 0.5, DEC0 + 0.5, 2.0, 10.0)
+        w = rotated_tan(RA0 + 0.5, DEC0 + 0.5, N, 2.0, 10.0)
         rel = "night2/late.fits"
         _write_image(os.path.join(self.root, rel), w, {})
         svc = self.sia2()
@@ -467,7 +456,7 @@ class SiaPostgresTest(unittest.TestCase):
             root = os.path.join(tmp, "survey")
             for i in range(5):
                 _write_image(os.path.join(root, "a", "i%d.fits" % i),
-                             _make_wcs(RA0 + 0.01 * i, DEC0, 2.0, 0.0), {})
+                             rotated_tan(RA0 + 0.01 * i, DEC0, N, 2.0, 0.0), {})
             uri = pg.uri("tessera")
             coll = [{"name": "pgc", "kind": "collection", "match_background": True,
                      "images": os.path.join(root, "**", "*.fits")}]

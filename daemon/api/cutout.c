@@ -547,9 +547,7 @@ static long colcut_values(hreq *r, cutout_job *j, double *dst)
     if (colbg_offsets(c, rel, n, bg)) {
         col_relpaths_free(rel, n);
         free(polys);
-        problem_reply(r, 503, NULL, "collection '%s': its background offsets are being "
-                      "solved; retry later", c->name);
-        r->rep.retry_after = COLBG_RETRY_AFTER_S;
+        handler_reply_unsolved(r, c);
         return -1;
     }
     mos_accum a;
@@ -634,9 +632,7 @@ static int check_dataset(hreq *r, cutout_job *j)
             return -1;
         }
         if (colbg_pending(j->col)) {
-            problem_reply(r, 503, NULL, "collection '%s': its background offsets are being "
-                          "solved; retry later", j->p.dataset);
-            r->rep.retry_after = COLBG_RETRY_AFTER_S;
+            handler_reply_unsolved(r, j->col);
             return -1;
         }
         return 0;

@@ -1,5 +1,6 @@
 /* GET /api/v1/datasets and /api/v1/datasets/{name}: kind, shape, BITPIX, BUNIT, WCS summary. */
 #include "daemon/api/handlers.h"
+#include "daemon/collection/colbackground.h"
 #include "daemon/collection/collection.h"
 #include "daemon/problem.h"
 #include "engine/base/error.h"
@@ -114,6 +115,13 @@ static json_t *dataset_json(const dataset *d)
     json_object_set_new(o, "wcs_error",
                         d->wcs_error[0] ? json_string(d->wcs_error) : json_null());
     return o;
+}
+
+void handler_reply_unsolved(hreq *r, const struct collection *c)
+{
+    problem_reply(r, 503, NULL, "collection '%s': its background offsets are being solved "
+                  "(or were solved again during this request); retry later", c->name);
+    r->rep.retry_after = COLBG_RETRY_AFTER_S;
 }
 
 const dataset *handler_dataset(hreq *r, const char *name, size_t len)

@@ -47,6 +47,11 @@ int handler_pixel_xy(hreq *r, const dataset *d, long *x, long *y);
  * otherwise see another name), and returns 1.  Else returns 0 (datasets.c). */
 int handler_slashed_name(hreq *r, const char *prefix, size_t plen, const char *parameter);
 
+struct collection;
+/* The answer of a collection's sky route while its background offsets are being solved
+ * (colbg_pending, colbg_offsets*): 503 with Retry-After COLBG_RETRY_AFTER_S (datasets.c). */
+void handler_reply_unsolved(hreq *r, const struct collection *c);
+
 /* route_prepare of the {dataset} routes: m->ds from m->segment, or 404 (datasets.c);
  * a segment sent with %2F is told by handler_slashed_name. */
 int prepare_dataset(hreq *r, route_match *m);

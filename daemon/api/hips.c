@@ -946,10 +946,7 @@ static long colsky_direct(hreq *r, const hips_job *j, const colsky_list *l, int 
     const size_t np = (size_t)HIPS_TILE_WIDTH * HIPS_TILE_WIDTH;
     double bg[COLSKY_TILE_MAX_MEMBERS];   /* the members' offsets, of one solution */
     if (colbg_offsets_at(j->col, l->p, l->kept, bg, j->sky)) {
-        problem_reply(r, 503, NULL, "collection '%s': its background offsets are being "
-                      "solved (or were solved again during this request); retry later",
-                      j->col->name);
-        r->rep.retry_after = COLBG_RETRY_AFTER_S;
+        handler_reply_unsolved(r, j->col);
         return -1;
     }
     if (l->kept == 1) {
@@ -1404,9 +1401,7 @@ static void hips_collection(hreq *r, const hips_path *hp, collection *c)
         return;
     }
     if ((hp->kind == HIPS_REQ_TILE || hp->kind == HIPS_REQ_ALLSKY) && colbg_pending(c)) {
-        problem_reply(r, 503, NULL, "collection '%s': its background offsets are being "
-                      "solved; retry later", c->name);
-        r->rep.retry_after = COLBG_RETRY_AFTER_S;
+        handler_reply_unsolved(r, c);
         return;
     }
     hips_job *j = calloc(1, sizeof(*j));

@@ -178,3 +178,16 @@ export function hasChromium() {
     return false;
   }
 }
+
+/** The picture-pixel centre of FITS pixel (x, y) of an xy view, in page coordinates. */
+export async function pagePointOf(page, x, y) {
+  return page.evaluate(([fx, fy]) => {
+    const osd = window.tessera.osd;
+    const item = osd.world.getItemAt(0);
+    const ny = item.getContentSize().y;
+    const vp = item.imageToViewportCoordinates(fx + 0.5, ny - 1 - fy + 0.5);
+    const p = osd.viewport.pixelFromPoint(vp, true);
+    const r = osd.element.getBoundingClientRect();
+    return { x: r.left + p.x, y: r.top + p.y };
+  }, [x, y]);
+}

@@ -4,7 +4,7 @@
 import { execFileSync } from 'node:child_process';
 import path from 'node:path';
 
-import { TOP, Skip, check, newPage, until } from './harness.mjs';
+import { TOP, Skip, check, newPage, pagePointOf, until } from './harness.mjs';
 
 const SOLAR = path.join(TOP, 'tests', 'data', 'solar');
 const AIA = path.join(SOLAR, 'aia_171_level1.fits');
@@ -26,19 +26,6 @@ function sunpyPositions(pix) {
     'print(json.dumps(out).replace("NaN", "null"))',
   ].join('\n');
   return JSON.parse(execFileSync('/usr/bin/python3', ['-c', script, AIA, JSON.stringify(pix)], { timeout: 120000 }).toString());
-}
-
-/** The picture-pixel centre of FITS pixel (x, y) of the xy view, in page coordinates. */
-async function pagePointOf(page, x, y) {
-  return page.evaluate(([fx, fy]) => {
-    const osd = window.tessera.osd;
-    const item = osd.world.getItemAt(0);
-    const ny = item.getContentSize().y;
-    const vp = item.imageToViewportCoordinates(fx + 0.5, ny - 1 - fy + 0.5);
-    const p = osd.viewport.pixelFromPoint(vp, true);
-    const r = osd.element.getBoundingClientRect();
-    return { x: r.left + p.x, y: r.top + p.y };
-  }, [x, y]);
 }
 
 export const tests = [

@@ -3,7 +3,7 @@
 import { execFileSync } from 'node:child_process';
 import fs from 'node:fs';
 import path from 'node:path';
-import { check, Skip, until, imageStats, newPage, pageMessages, TOP } from './harness.mjs';
+import { check, Skip, until, imageStats, newPage, pageMessages, pagePointOf, TOP } from './harness.mjs';
 
 const hipsTile = /\/hips\/([^/]+)\/Norder\d+\/Dir\d+\/Npix\d+(?:_\d+)?\.(png|jpg|fits)/;
 
@@ -86,19 +86,6 @@ async function openSky(browser, server, hash, { stats: wantStats = true, viewpor
     stats, first: t.length ? Math.min(...t.map((x) => x[1])) : null, all: t.length ? Math.max(...t.map((x) => x[1])) : null,
     asked, tiles: t.length, page, rec, context,
   };
-}
-
-/** The picture-pixel centre of FITS pixel (x, y) of an xy view, in page coordinates. */
-async function pagePointOf(page, x, y) {
-  return page.evaluate(([fx, fy]) => {
-    const osd = window.tessera.osd;
-    const item = osd.world.getItemAt(0);
-    const ny = item.getContentSize().y;
-    const vp = item.imageToViewportCoordinates(fx + 0.5, ny - 1 - fy + 0.5);
-    const p = osd.viewport.pixelFromPoint(vp, true);
-    const r = osd.element.getBoundingClientRect();
-    return { x: r.left + p.x, y: r.top + p.y };
-  }, [x, y]);
 }
 
 const tileOf = (rec, re) => rec.responses.some((r) => re.test(r.url) && !r.url.endsWith('info.json') && r.status === 200);

@@ -408,13 +408,23 @@ static int interp_block(worker *w, const job *j, long u, long *finite, long *ins
         for (long r = 0; r < bh; r++) {
             size_t o = (size_t)(y0 + r) * (size_t)nx + (size_t)x0;
             const double *v = w->val;
-            if (r + RP_PREFETCH_ROWS < bh) {
-                const size_t q = (size_t)(r + RP_PREFETCH_ROWS) * (size_t)bw;
-                rp_kernel_prefetch(j->kern[p], (size_t)bw, w->xi + q, w->yi + q,
-                                   RP_PREFETCH_STEP);
+            const double *rx = w->xi + (size_t)r * (size_t)bw, *ry = w->yi + (size_t)r * (size_t)bw;
+            const size_t q = (size_t)(r + RP_PREFETCH_ROWS) * (size_t)bw;
+            const size_t pn = r + RP_PREFETCH_ROWS < bh ? (size_t)bw : 0;
+            if (j->dst->dtype == RP_F32) {
+                /* Nearest and bilinear of float planes: sampled straight into the output. */
+                const long f = rp_kernel_sample_f32(j->kern[p], (size_t)bw, rx, ry,
+                                                    (float *)plane + o, fp ? fp + o : NULL,
+                                                    pn ? w->xi + q : NULL,
+                                                    pn ? w->yi + q : NULL, pn);
+                if (f >= 0) {
+                    fin += f;
+                    continue;
+                }
             }
-            rp_kernel_sample(j->kern[p], (size_t)bw, w->xi + (size_t)r * (size_t)bw,
-                             w->yi + (size_t)r * (size_t)bw, w->val);
+            if (pn)
+                rp_kernel_prefetch(j->kern[p], pn, w->xi + q, w->yi + q, RP_PREFETCH_STEP);
+            rp_kernel_sample(j->kern[p], (size_t)bw, rx, ry, w->val);
             if (j->dst->dtype == RP_F32) {
                 fin += store_row_f32((float *)plane + o, fp ? fp + o : NULL, v, bw);
                 continue;

@@ -2,6 +2,7 @@
 #include <check.h>
 #include <fitsio.h>
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -215,6 +216,67 @@ START_TEST(test_bilinear_matches_reproject)
             ck_assert_msg((isnan(r) && isnan(o[i])) || r == o[i],
                           "%s at (%.17g, %.17g): %.17g, want %.17g",
                           nearest ? "nearest" : "bilinear", x[i], y[i], o[i], r);
+        }
+        rp_kernel_free(k);
+    }
+}
+END_TEST
+
+/* rp_kernel_sample_f32 (the path rp_reproject takes for float output) gives the float32
+ * bits of rp_kernel_sample's values narrowed, NaNs quiet as the narrowing leaves them, a
+ * footprint of 1 where finite, and the count of finite values: nearest and bilinear of
+ * a float plane with a quiet NaN, a signalling NaN (0x7fa00000: the double round trip
+ * sets its quiet bit) and both infinities, at random positions over and around it (NaN
+ * and far-off positions, half-integers, a count not a multiple of 4, groups of four
+ * straddling the edges), with prefetch positions that include NaN and far-off ones. */
+START_TEST(test_sample_f32_matches)
+{
+    enum { NX = 29, NY = 19, N = 20003 };
+    static float img[NX * NY], out[N], fp[N];
+    static double x[N], y[N], v[N];
+    unsigned long long s = 7;
+    for (int i = 0; i < NX * NY; i++)
+        img[i] = (float)(1e3 * rnd(&s) - 300.0);
+    const uint32_t snan = 0x7fa00000u;
+    memcpy(&img[5 * NX + 7], &snan, sizeof snan);
+    img[11 * NX + 20] = NAN;
+    img[0] = INFINITY;
+    img[NX * NY - 1] = -INFINITY;
+    for (int i = 0; i < N; i++) {
+        x[i] = -1.0 + rnd(&s) * (NX + 1.0);
+        y[i] = -1.0 + rnd(&s) * (NY + 1.0);
+        if (i % 5 == 0)
+            x[i] = floor(x[i] * 2.0) / 2.0;   /* half-integers: nearest's rounding edges */
+        if (i % 97 == 0)
+            y[i] = NAN;
+        if (i % 89 == 0)
+            x[i] = -1e30;
+    }
+    rp_plane p = plane_of(img, RP_F32, NX, NY);
+    for (int nearest = 0; nearest < 2; nearest++) {
+        rp_kernel *k = kernel_or_die(nearest ? RP_NEAREST : RP_BILINEAR, &p);
+        rp_kernel_sample(k, N, x, y, v);
+        for (int withfp = 0; withfp < 2; withfp++) {
+            memset(out, 0, sizeof out);
+            memset(fp, 0xff, sizeof fp);
+            long fin = rp_kernel_sample_f32(k, N, x, y, out, withfp ? fp : NULL, y, x, N);
+            if (fin < 0) {   /* bilinear on a CPU without AVX2: no fused path */
+                ck_assert(!nearest);
+                continue;
+            }
+            long want = 0;
+            for (int i = 0; i < N; i++) {
+                const float r = (float)v[i];
+                uint32_t a, b;
+                memcpy(&a, &out[i], sizeof a);
+                memcpy(&b, &r, sizeof b);
+                ck_assert_msg(a == b, "%s at (%.17g, %.17g): %08x, want %08x",
+                              nearest ? "nearest" : "bilinear", x[i], y[i], a, b);
+                want += isfinite(v[i]) != 0;
+                if (withfp)
+                    ck_assert(fp[i] == (isfinite(v[i]) ? 1.0f : 0.0f));
+            }
+            ck_assert_int_eq(fin, want);
         }
         rp_kernel_free(k);
     }
@@ -797,6 +859,7 @@ int main(void)
     tcase_add_test(tc, test_bicubic_5x5);
     tcase_add_test(tc, test_lanczos3_5x5);
     tcase_add_test(tc, test_bilinear_matches_reproject);
+    tcase_add_test(tc, test_sample_f32_matches);
     tcase_add_test(tc, test_valid_range);
     tcase_add_test(tc, test_bad_arguments);
     tcase_add_test(tc, test_single_pixel);

@@ -26,7 +26,9 @@
 #define RP_BLOCK 256
 
 /* Sampling a block row by row, the source pixels of the row RP_PREFETCH_ROWS ahead are
- * prefetched at every RP_PREFETCH_STEP-th position (rp_kernel_prefetch).  Measured on
+ * prefetched at every RP_PREFETCH_STEP-th position (rp_kernel_prefetch before the row
+ * is sampled; for float output of nearest and bilinear, rp_kernel_sample_f32 issues the
+ * same hints inside its loop, one a group of four positions).  Measured on
  * 4096^2 rotated by 20 deg (AMD EPYC Zen 4, 1 thread), nearest's sampling time per pixel:
  * 4.2 ns without, 2.4 (4 rows, step 2), 2.25 (8, 4), 2.4 (16, 4), 2.4 (8, 8). */
 #define RP_PREFETCH_ROWS 8

@@ -178,6 +178,75 @@ START_TEST(test_nearest_grid_decisions)
 }
 END_TEST
 
+/* The decisions of test_nearest_grid_decisions with float32 planes, where nearest and
+ * bilinear sample straight into the output (kernels.h rp_kernel_sample_f32): on the
+ * half-pixel-shifted CAR and TAN pairs (every position on a rounding boundary, the
+ * edges -0.5 and n - 0.5 among them), a 2-plane cube with the approximate grid
+ * (max_coord_error 0.001) gives, bit for bit, the float32 narrowing of what the double
+ * output path gives (rp_kernel_sample, then narrowing), the same footprint and finite
+ * count, on both planes; and for nearest also the exact transform's values. */
+START_TEST(test_grid_decisions_f32)
+{
+    enum { N = 300, M = 320, P = M * M * 2 };
+    const double d = 10.5;
+    static const rp_method ms[] = { RP_NEAREST, RP_BILINEAR };
+    static const char *const proj[] = { "CAR", "TAN" };
+    float *src = malloc(sizeof(float) * N * N * 2), *out = malloc(sizeof(float) * P * 5);
+    double *ref = malloc(sizeof(double) * P);
+    ck_assert_ptr_nonnull(src);
+    ck_assert_ptr_nonnull(out);
+    ck_assert_ptr_nonnull(ref);
+    for (int k = 0; k < N * N; k++) {
+        src[k] = (float)k;
+        src[N * N + k] = (float)(3 * k % 1009) - 500.0f;
+    }
+    src[N * N + 7 * N + 11] = NAN;
+    float *grid = out, *exact = out + P, *gfp = out + 2 * P, *efp = out + 3 * P;
+    float *rfp = out + 4 * P;
+    for (int pj = 0; pj < 2; pj++) {
+        double lon = pj ? 83.8 : 0.0, lat = pj ? -5.4 : 0.0;
+        skywcs *in = eq_wcs(proj[pj], lon, lat, 1.0 / 1024.0, 150.0, 150.0, "ICRS");
+        skywcs *ow = eq_wcs(proj[pj], lon, lat, 1.0 / 1024.0, 150.0 + d, 150.0 + d, "ICRS");
+        for (int mi = 0; mi < 2; mi++) {
+            const char *name = rp_method_name(ms[mi]);
+            rp_cube s = { src, RP_F32, N, N, 2 };
+            rp_cube dg = { grid, RP_F32, M, M, 2 }, de = { exact, RP_F32, M, M, 2 };
+            rp_cube dr = { ref, RP_F64, M, M, 2 };
+            rp_options o;
+            rp_options_init(&o);
+            o.method = ms[mi];
+            o.threads = 1;
+            char err[256] = "";
+            o.max_coord_error = 0.001;
+            long ng = rp_reproject(in, &s, ow, &dg, gfp, &o, err, sizeof err);
+            long nr = rp_reproject(in, &s, ow, &dr, rfp, &o, err, sizeof err);
+            ck_assert_msg(ng > 0 && ng == nr, "%s %s: %ld finite, %ld with double output (%s)",
+                          proj[pj], name, ng, nr, err);
+            for (int k = 0; k < P; k++) {
+                const float r = (float)ref[k];
+                ck_assert_msg(memcmp(&grid[k], &r, sizeof r) == 0 && gfp[k] == rfp[k],
+                              "%s %s: pixel %d: %.9g (footprint %g), double path %.9g (%g)",
+                              proj[pj], name, k, (double)grid[k], (double)gfp[k], ref[k],
+                              (double)rfp[k]);
+            }
+            if (ms[mi] != RP_NEAREST)
+                continue;
+            o.max_coord_error = 0.0;
+            long ne = rp_reproject(in, &s, ow, &de, efp, &o, err, sizeof err);
+            ck_assert_int_eq(ne, ng);
+            ck_assert_msg(memcmp(grid, exact, sizeof(float) * P) == 0
+                          && memcmp(gfp, efp, sizeof(float) * P) == 0,
+                          "%s nearest: grid and exact transform differ", proj[pj]);
+        }
+        skywcs_free(in);
+        skywcs_free(ow);
+    }
+    free(src);
+    free(out);
+    free(ref);
+}
+END_TEST
+
 /* A NaN input pixel only spoils the bilinear samples that touch it. */
 START_TEST(test_nan_input)
 {
@@ -939,6 +1008,7 @@ int main(void)
     tcase_add_test(tc, test_identity);
     tcase_add_test(tc, test_half_pixel_shift);
     tcase_add_test(tc, test_nearest_grid_decisions);
+    tcase_add_test(tc, test_grid_decisions_f32);
     tcase_add_test(tc, test_nan_input);
     tcase_add_test(tc, test_method_names);
     tcase_add_test(tc, test_bad_arguments);

@@ -672,8 +672,8 @@ RP_HOT static long fused_nearest_f32(const rp_kernel *k, size_t n, const double 
  * lane, in half the instructions (about 10 a pixel): 64-bit plane indices by one
  * vpmuldq, the four pixels loaded straight into a vector (vpinsrd) and finished there
  * (the quiet bit of NaNs, finite count, footprint) without the second pass.  A group
- * with a lane outside the valid range (rare: the edges of the footprint) takes the
- * scalar path of the tail. */
+ * wholly outside the valid range stores four NaNs; one partly outside (the edges of the
+ * footprint) takes the scalar path of the tail. */
 RP_AVX2 static long fused_nearest_f32_avx2(const rp_kernel *k, size_t n,
                                            const double *restrict x, const double *restrict y,
                                            float *restrict d, float *restrict fp,
@@ -695,7 +695,14 @@ RP_AVX2 static long fused_nearest_f32_avx2(const rp_kernel *k, size_t n,
         const __m256d in = _mm256_and_pd(
             _mm256_and_pd(_mm256_cmp_pd(px, lo_, _CMP_GE_OQ), _mm256_cmp_pd(px, hx_, _CMP_LE_OQ)),
             _mm256_and_pd(_mm256_cmp_pd(py, lo_, _CMP_GE_OQ), _mm256_cmp_pd(py, hy_, _CMP_LE_OQ)));
-        if (_mm256_movemask_pd(in) != 0xf) {
+        const int inmask = _mm256_movemask_pd(in);
+        if (inmask == 0) {   /* the whole group outside: NaN, (float)NAN */
+            _mm_storeu_si128((__m128i *)(void *)(d + m), _mm_set1_epi32(0x7fc00000));
+            if (fp)
+                _mm_storeu_si128((__m128i *)(void *)(fp + m), _mm_setzero_si128());
+            continue;
+        }
+        if (inmask != 0xf) {
             for (size_t e = m + 4; m < e; m++) {
                 const double qx = x[m], qy = y[m];
                 const float v = (float)(qx >= -0.5 && qx <= xmax && qy >= -0.5 && qy <= ymax
@@ -763,6 +770,12 @@ RP_AVX2 static long fused_bilinear_f32_avx2(const rp_kernel *k, size_t n,
         const __m256d in = _mm256_and_pd(
             _mm256_and_pd(_mm256_cmp_pd(px, lo_, _CMP_GE_OQ), _mm256_cmp_pd(px, hx_, _CMP_LE_OQ)),
             _mm256_and_pd(_mm256_cmp_pd(py, lo_, _CMP_GE_OQ), _mm256_cmp_pd(py, hy_, _CMP_LE_OQ)));
+        if (_mm256_testz_pd(in, in)) {   /* the whole group outside: NaN, (float)NAN */
+            _mm_storeu_si128((__m128i *)(void *)(d + m), _mm_set1_epi32(0x7fc00000));
+            if (fp)
+                _mm_storeu_si128((__m128i *)(void *)(fp + m), _mm_setzero_si128());
+            continue;
+        }
         px = _mm256_and_pd(px, in);
         py = _mm256_and_pd(py, in);
         const __m256d cx = _mm256_add_pd(px, one_), cy = _mm256_add_pd(py, one_);

@@ -228,7 +228,8 @@ END_TEST
  * a float plane with a quiet NaN, a signalling NaN (0x7fa00000: the double round trip
  * sets its quiet bit) and both infinities, at random positions over and around it (NaN
  * and far-off positions, half-integers, a count not a multiple of 4, groups of four
- * straddling the edges), with prefetch positions that include NaN and far-off ones. */
+ * straddling the edges or wholly outside), with prefetch positions that include NaN and
+ * far-off ones. */
 START_TEST(test_sample_f32_matches)
 {
     enum { NX = 29, NY = 19, N = 20003 };
@@ -251,6 +252,8 @@ START_TEST(test_sample_f32_matches)
             y[i] = NAN;
         if (i % 89 == 0)
             x[i] = -1e30;
+        if (i >= 400 && i < 448)
+            x[i] = -5.0;   /* whole groups of four outside */
     }
     rp_plane p = plane_of(img, RP_F32, NX, NY);
     for (int nearest = 0; nearest < 2; nearest++) {

@@ -1139,6 +1139,25 @@ static void check_points(const skywcs *f, const skywcs *t, long w, long h, long 
                                         fabs(gx[n + i] - qy[i]) <= 1e-3)),
                       "lattice point %zu: %.17g %.17g against %.17g %.17g", i, gx[i],
                       gx[n + i], qx[i], qy[i]);
+    /* The same map again, its grid levels' scratch reused as the last call left it: the
+     * whole lattice, and a window of it at an offset, bit for bit. */
+    double *g2 = malloc(sizeof(double) * n * 2);
+    ck_assert_ptr_nonnull(g2);
+    ck_assert_int_eq(rp_coordmap_lattice(cm, 0.0, 0.0, w, h, 1e-3, g2, g2 + n, NULL), 0);
+    ck_assert_int_eq(memcmp(g2, gx, sizeof(double) * n * 2), 0);
+    const long ox = w / 4, oy = h / 3, ww = w / 2, wh = h / 2;
+    const size_t wn = (size_t)(ww * wh);
+    ck_assert_int_eq(rp_coordmap_lattice(cm, (double)ox, (double)oy, ww, wh, 1e-3, g2, g2 + wn,
+                                         NULL), 0);
+    for (size_t i = 0; i < wn; i++) {
+        const size_t o = (size_t)(oy + (long)(i / (size_t)ww)) * (size_t)w
+                         + (size_t)(ox + (long)(i % (size_t)ww));
+        ck_assert_msg(memcmp(&g2[i], &gx[o], sizeof(double)) == 0
+                      && memcmp(&g2[wn + i], &gx[n + o], sizeof(double)) == 0,
+                      "window point %zu: %.17g %.17g against %.17g %.17g", i, g2[i],
+                      g2[wn + i], gx[o], gx[n + o]);
+    }
+    free(g2);
     free(gx);
     rp_coordmap_free(cm);
     skywcs *fc = skywcs_copy(f), *tc = skywcs_copy(t);

@@ -134,6 +134,7 @@ typedef struct run {
 typedef struct worker {
     rp_coordmap *map;              /* output pixels -> input pixels */
     double *xi, *yi;               /* block * block each */
+    size_t xi_bytes;               /* the buffer at xi (xi, yi and val), in bytes */
     double *val;                   /* block: the values of one row of a block */
     double *fx, *fy, *gx, *gy;     /* RP_FIXCAP each */
     size_t *fidx;
@@ -141,10 +142,80 @@ typedef struct worker {
     rp_exact_ctx *ex;              /* exact: scratch kept from band to band */
 } worker;
 
+/* The block scratch (xi, yi, val) of the calling thread's last worker, kept for its next
+ * one: a mosaic runs rp_reproject once per input and output block on the same pool
+ * thread, and a fresh buffer each time is a 2 MiB huge page faulted in and zero-filled.
+ * One buffer a thread, at most RP_KEEP_MAX bytes, freed when the thread exits (the key's
+ * destructor; the main thread's stays reachable until the process ends). */
+#define RP_KEEP_MAX ((size_t)16 << 20)
+
+typedef struct kept_scratch {
+    double *buf;
+    size_t bytes;
+} kept_scratch;
+
+static pthread_key_t kept_key;
+static pthread_once_t kept_once = PTHREAD_ONCE_INIT;
+static int kept_ok;
+
+static void kept_destroy(void *p)
+{
+    kept_scratch *k = p;
+    free(k->buf);
+    free(k);
+}
+
+static void kept_init(void)
+{
+    kept_ok = pthread_key_create(&kept_key, kept_destroy) == 0;
+}
+
+/* A block scratch of at least `bytes` (contents undefined), its size in *got: the
+ * thread's kept one when large enough, else a fresh tess_alloc_huge (NULL when out of
+ * memory).  Freed with scratch_put or free(). */
+static double *scratch_get(size_t bytes, size_t *got)
+{
+    pthread_once(&kept_once, kept_init);
+    kept_scratch *k = kept_ok ? pthread_getspecific(kept_key) : NULL;
+    *got = bytes;
+    if (k && k->buf && k->bytes >= bytes) {
+        double *b = k->buf;
+        *got = k->bytes;
+        k->buf = NULL;
+        return b;
+    }
+    return tess_alloc_huge(bytes);
+}
+
+/* Keeps buf (`bytes` long, from scratch_get; may be NULL) for the thread's next worker,
+ * freeing the one kept before, or frees it when it is over RP_KEEP_MAX or cannot be
+ * kept.  Cannot fail. */
+static void scratch_put(double *buf, size_t bytes)
+{
+    if (!buf)
+        return;
+    pthread_once(&kept_once, kept_init);
+    kept_scratch *k = kept_ok && bytes <= RP_KEEP_MAX ? pthread_getspecific(kept_key) : NULL;
+    if (kept_ok && bytes <= RP_KEEP_MAX && !k) {
+        k = calloc(1, sizeof *k);
+        if (k && pthread_setspecific(kept_key, k) != 0) {
+            free(k);
+            k = NULL;
+        }
+    }
+    if (!k) {
+        free(buf);
+        return;
+    }
+    free(k->buf);
+    k->buf = buf;
+    k->bytes = bytes;
+}
+
 static void worker_release(worker *w)
 {
     rp_coordmap_free(w->map);
-    free(w->xi);
+    scratch_put(w->xi, w->xi_bytes);
     free(w->fx);
     free(w->fidx);
     free(w->band);
@@ -177,9 +248,10 @@ static int worker_init(worker *w, const job *j, char *err, size_t errlen)
     if (!w->map)
         return TESS_ENOMEM;
     size_t n = (size_t)j->block * (size_t)j->block;
-    /* 1 MiB at the default block: on huge pages (engine/base/hugemem.h). */
+    /* 1 MiB at the default block: on huge pages (engine/base/hugemem.h), the thread's
+     * kept buffer when it has one (scratch_get). */
     w->xi = n <= SIZE_MAX / (3 * sizeof(double))
-            ? tess_alloc_huge(sizeof(double) * (n * 2 + (size_t)j->block)) : NULL;
+            ? scratch_get(sizeof(double) * (n * 2 + (size_t)j->block), &w->xi_bytes) : NULL;
     w->fx = malloc(sizeof(double) * RP_FIXCAP * 4);
     w->fidx = malloc(sizeof(size_t) * RP_FIXCAP);
     if (!w->xi || !w->fx || !w->fidx) {

@@ -40,15 +40,6 @@
 #define CM_EPS_FACTOR 8.0
 #define CM_EPS_FLOOR 1e-10
 
-/* Grid levels, coarsest (spacing CM_CELL_TOP) to finest (spacing 2): one reusable
- * scratch buffer each for map_cells, kept with the map across lattice calls (a worker
- * maps block after block with one map), so that a block costs no fresh allocation, page
- * faults and zero-filling of its node grid.  A buffer over CM_SCRATCH_KEEP bytes is
- * freed after the call that needed it, which bounds what a map holds between calls to
- * CM_LEVELS * CM_SCRATCH_KEEP. */
-#define CM_LEVELS 7
-#define CM_SCRATCH_KEEP ((size_t)8 << 20)
-
 struct rp_coordmap {
     skywcs *from, *to;           /* private 2-D celestial copies */
     double margin;               /* acceptance margin of a cell (CM_SAFETY by default) */
@@ -61,8 +52,6 @@ struct rp_coordmap {
     solar_fastmap *fast;         /* a solar pair of plain WCSs (NULL otherwise) */
     double *gx;                  /* 4 CM_CHUNK, with `fast`: the points it leaves */
     unsigned char *fcls;         /* CM_CHUNK, with `fast` */
-    double *scratch[CM_LEVELS];  /* map_cells' buffer of each grid level (or NULL) */
-    size_t scratch_cap[CM_LEVELS]; /* its size, in doubles */
 };
 
 /* A private 2-D celestial copy of w (its celestial axes when it has more), or NULL. */
@@ -160,8 +149,6 @@ void rp_coordmap_free(rp_coordmap *m)
     solar_fastmap_free(m->fast);
     free(m->gx);
     free(m->fcls);
-    for (int l = 0; l < CM_LEVELS; l++)
-        free(m->scratch[l]);
     free(m);
 }
 
@@ -550,29 +537,6 @@ static void interp_bilinear(lattice *L, long s, long cx, long cy, const double *
         L->maxeb = eps;
 }
 
-/* map_cells' buffer for grid level lvl (0..CM_LEVELS-1), at least n doubles, its
- * contents undefined; NULL when out of memory.  Owned by the map. */
-static double *level_scratch(rp_coordmap *m, int lvl, size_t n)
-{
-    if (m->scratch_cap[lvl] >= n)
-        return m->scratch[lvl];
-    free(m->scratch[lvl]);
-    m->scratch[lvl] = malloc(sizeof(double) * n);
-    m->scratch_cap[lvl] = m->scratch[lvl] ? n : 0;
-    return m->scratch[lvl];
-}
-
-/* Ends a map_cells call's use of level lvl's buffer: keeps it for the next call unless
- * it is larger than CM_SCRATCH_KEEP bytes.  Cannot fail. */
-static void level_release(rp_coordmap *m, int lvl)
-{
-    if (m->scratch_cap[lvl] > CM_SCRATCH_KEEP / sizeof(double)) {
-        free(m->scratch[lvl]);
-        m->scratch[lvl] = NULL;
-        m->scratch_cap[lvl] = 0;
-    }
-}
-
 /* Maps the lattice points of cells [cx0, cx1] x [cy0, cy1] (inclusive, spacing s):
  * exact transforms at the cells' nodes and test points; a cell is interpolated when its
  * 16 nodes are valid and, at its centre and edge midpoints (where the interpolation
@@ -581,10 +545,9 @@ static void level_release(rp_coordmap *m, int lvl)
  * (the `to` error divided by the smallest singular value of the local Jacobian),
  * whichever is larger; test points failing the strict round trip fail the cell.  A
  * failing cell is split in four (recursively) down to CM_CELL_MIN, then transformed
- * exactly.  lvl is the grid level of spacing s (0 for CM_CELL_TOP), naming the map's
- * scratch buffer this call uses.  Returns 0 or TESS_ENOMEM. */
-static int map_cells(rp_coordmap *m, lattice *L, int lvl, long s, long cx0, long cx1,
-                     long cy0, long cy1)
+ * exactly.  Returns 0 or TESS_ENOMEM. */
+static int map_cells(rp_coordmap *m, lattice *L, long s, long cx0, long cx1, long cy0,
+                     long cy1)
 {
     const long ncx = cx1 - cx0 + 1, ncy = cy1 - cy0 + 1;
     const long nnx = ncx + 3, nny = ncy + 3;
@@ -594,7 +557,7 @@ static int map_cells(rp_coordmap *m, lattice *L, int lvl, long s, long cx0, long
      * midpoints of vertical edges ((ncx + 1) * ncy). */
     size_t nc = (size_t)ncx * ncy, nh = (size_t)ncx * (ncy + 1), nv = (size_t)(ncx + 1) * ncy;
     size_t nt = nc + nh + nv, np = nn + nt;
-    double *mem = level_scratch(m, lvl, np * 4 + (size_t)s * 8);
+    double *mem = malloc(sizeof(double) * np * 4 + sizeof(double) * (size_t)s * 8);
     if (!mem)
         return TESS_ENOMEM;
     double *px = mem, *py = mem + np, *qx = mem + 2 * np, *qy = mem + 3 * np;
@@ -623,7 +586,7 @@ static int map_cells(rp_coordmap *m, lattice *L, int lvl, long s, long cx0, long
         }
     int rc = map_points(m, np, px, py, qx, qy, 1);
     if (rc != 0) {
-        level_release(m, lvl);
+        free(mem);
         return rc;
     }
     for (long p = 0; p < s; p++) {
@@ -677,7 +640,7 @@ static int map_cells(rp_coordmap *m, lattice *L, int lvl, long s, long cx0, long
             long lb0 = b0 > L->by ? b0 : L->by, lb1 = b1 < L->by + L->h ? b1 : L->by + L->h;
             if (s / 2 >= L->cell_min) {
                 long t = s / 2;
-                rc = map_cells(m, L, lvl + 1, t, floordiv(la0, t), floordiv(la1 - 1, t),
+                rc = map_cells(m, L, t, floordiv(la0, t), floordiv(la1 - 1, t),
                                floordiv(lb0, t), floordiv(lb1 - 1, t));
             } else if (L->margin < CM_SAFETY &&
                        (worst = bilinear_check(L, s, gx, gy, q0 + nnx + 1, nnx, ex, ey,
@@ -689,7 +652,7 @@ static int map_cells(rp_coordmap *m, lattice *L, int lvl, long s, long cx0, long
             }
         }
     }
-    level_release(m, lvl);
+    free(mem);
     return rc;
 }
 
@@ -722,8 +685,8 @@ static int lattice_run(rp_coordmap *m, double x0, double y0, long w, long h, dou
     if (!(max_err > 0.0))
         return exact_rect(m, &L, L.ax, L.ax + w, L.by, L.by + h);
     const long s = CM_CELL_TOP;
-    int rc = map_cells(m, &L, 0, s, floordiv(L.ax, s), floordiv(L.ax + w - 1, s),
-                       floordiv(L.by, s), floordiv(L.by + h - 1, s));
+    int rc = map_cells(m, &L, s, floordiv(L.ax, s), floordiv(L.ax + w - 1, s), floordiv(L.by, s),
+                       floordiv(L.by + h - 1, s));
     if (max_bound)
         *max_bound = (double)L.maxeb;
     return rc;

@@ -1139,8 +1139,8 @@ static void check_points(const skywcs *f, const skywcs *t, long w, long h, long 
                                         fabs(gx[n + i] - qy[i]) <= 1e-3)),
                       "lattice point %zu: %.17g %.17g against %.17g %.17g", i, gx[i],
                       gx[n + i], qx[i], qy[i]);
-    /* The same map again, its grid levels' scratch reused as the last call left it: the
-     * whole lattice, and a window of it at an offset, bit for bit. */
+    /* The same map again (its scratch as the last call left it): the whole lattice, and a
+     * window of it at an offset, bit for bit (positions depend on the cells only). */
     double *g2 = malloc(sizeof(double) * n * 2);
     ck_assert_ptr_nonnull(g2);
     ck_assert_int_eq(rp_coordmap_lattice(cm, 0.0, 0.0, w, h, 1e-3, g2, g2 + n, NULL), 0);

@@ -740,6 +740,85 @@ RP_HOT static void sample_bicubic(const rp_kernel *k, size_t n, const double *re
     RP_POINTS(bicubic_point, m, n)
 }
 
+
+#ifdef RP_AVX2_SAMPLERS
+/* Positions ahead of the current group whose four coefficient rows sample_bicubic_avx2
+ * prefetches: the rows of a rotated target's support are a padded row (8 (nx + 2)
+ * bytes) apart, which the hardware's stream prefetchers do not follow (Intel 64 and
+ * IA-32 Architectures Optimization Reference Manual, "Software prefetch"). */
+#define RP_BICUBIC_AHEAD 32
+
+/* sample_bicubic again for CPUs with AVX2 (rp_kernel_new checks at run time): the same
+ * groups, weights and lane arithmetic in the same order (bit for bit the same values),
+ * but each row of a lane's 4x4 support comes in one 32-byte load and the four lanes' rows
+ * are transposed into tap vectors by two unpacks and two lane permutations, 16 loads and
+ * 32 shuffles a group instead of 64 scalar loads and their inserts; and the four rows
+ * of the support RP_BICUBIC_AHEAD positions ahead are prefetched.  The prefetch is what
+ * makes the wide loads pay: without it this sampler ran at 100-103 Mpix/s against the
+ * scalar loads' 138-140, with it at 143-150 (2048^2 rotated by 20 deg, kernel only,
+ * AMD EPYC, 1 thread); a distance of 8 to 96 positions, or a second line per row,
+ * measured the same. */
+RP_AVX2 static void sample_bicubic_avx2(const rp_kernel *k, size_t n,
+                                        const double *restrict x, const double *restrict y,
+                                        double *restrict out)
+{
+    RP_SAMPLER_VARS(double, k->coef);
+    const unsigned char *bad = k->bad;
+    const long W = nx + 2, H = ny + 2;
+    const rp_v4i one = RP_V4I_SPLAT(1);
+    const rp_v4i nx1 = RP_V4I_SPLAT((int32_t)nx - 1), ny1 = RP_V4I_SPLAT((int32_t)ny - 1);
+    size_t m = 0;
+    for (; m + 4 <= n; m += 4) {
+        if (m + RP_BICUBIC_AHEAD < n) {
+            const double qx = x[m + RP_BICUBIC_AHEAD], qy = y[m + RP_BICUBIC_AHEAD];
+            if (qx >= -0.5 && qx <= xmax && qy >= -0.5 && qy <= ymax) {
+                /* padded support start (fx - 1, fy - 1), fx, fy in [0, n] */
+                const long sx = (long)(qx + 1.0) - 1, sy = (long)(qy + 1.0) - 1;
+                const double *p = src + (sx < 0 ? 0 : sx);
+                for (long q = 0; q < 4; q++)
+                    _mm_prefetch((const char *)(p + clampl(sy + q, H) * W), _MM_HINT_T0);
+            }
+        }
+        RP_GROUP(bicubic_point);
+        {
+            const rp_v4i ok = (fx >= one) & (fx <= nx1) & (fy >= one) & (fy <= ny1);
+            const double *base[4];
+            int good = ok[0] & ok[1] & ok[2] & ok[3];
+            for (int q = 0; q < 4 && good; q++) {
+                const size_t o = (size_t)(fy[q] - 1) * (size_t)W + (size_t)(fx[q] - 1);
+                good = !(bad && bad[o + (size_t)W + 1]);
+                base[q] = src + o;
+            }
+            if (good) {
+                rp_v4d wx[4], wy[4];
+                const rp_v4d tx = cx - __builtin_convertvector(fx, rp_v4d);
+                const rp_v4d ty = cy - __builtin_convertvector(fy, rp_v4d);
+                RP_BSPLINE_WEIGHTS4(tx, wx);
+                RP_BSPLINE_WEIGHTS4(ty, wy);
+                rp_v4d t = { 0.0, 0.0, 0.0, 0.0 };
+                for (int jj = 0; jj < 4; jj++) {
+                    const size_t o = (size_t)jj * (size_t)W;
+                    const __m256d a = _mm256_loadu_pd(base[0] + o);
+                    const __m256d b = _mm256_loadu_pd(base[1] + o);
+                    const __m256d c = _mm256_loadu_pd(base[2] + o);
+                    const __m256d d = _mm256_loadu_pd(base[3] + o);
+                    const __m256d ab02 = _mm256_unpacklo_pd(a, b), ab13 = _mm256_unpackhi_pd(a, b);
+                    const __m256d cd02 = _mm256_unpacklo_pd(c, d), cd13 = _mm256_unpackhi_pd(c, d);
+                    const rp_v4d v0 = (rp_v4d)_mm256_permute2f128_pd(ab02, cd02, 0x20);
+                    const rp_v4d v1 = (rp_v4d)_mm256_permute2f128_pd(ab13, cd13, 0x20);
+                    const rp_v4d v2 = (rp_v4d)_mm256_permute2f128_pd(ab02, cd02, 0x31);
+                    const rp_v4d v3 = (rp_v4d)_mm256_permute2f128_pd(ab13, cd13, 0x31);
+                    t += wy[jj] * (wx[0] * v0 + wx[1] * v1 + wx[2] * v2 + wx[3] * v3);
+                }
+                RP_V4D_STORE(out + m, t);
+                continue;
+            }
+        }
+        RP_POINTS(bicubic_point, m, m + 4)
+    }
+    RP_POINTS(bicubic_point, m, n)
+}
+#endif
 /* Weights w[0 .. *m - 1] of the causal initial value c+(0) = sum w[k] s(k) of a line of
  * n >= 2 samples with mirror boundaries (s(-k) = s(k), s(n - 1 + k) = s(n - 1 - k)):
  * for n <= BSPLINE_HORIZON the exact sum over one period 2n - 2 folded onto the line,
@@ -1297,6 +1376,10 @@ rp_kernel *rp_kernel_new(rp_method method, const rp_plane *src, char *err, size_
         break;
     case RP_BICUBIC:
         fn = sample_bicubic;
+#ifdef RP_AVX2_SAMPLERS
+        if (__builtin_cpu_supports("avx2"))
+            fn = sample_bicubic_avx2;
+#endif
         break;
     case RP_LANCZOS3:
         fn = f32 ? sample_lanczos3_f32 : sample_lanczos3_f64;

@@ -1162,11 +1162,160 @@ static int bicubic_padded_row(const rp_plane *p, long j, double g2, double *rest
     return bad;
 }
 
+
+/* Lanes (i0, i1, i2, i3) of the eight lanes of a then b (0-3 a, 4-7 b), as an rp_v4d. */
+#if defined(__clang__)
+#define RP_V4D_SHUF(a, b, i0, i1, i2, i3) __builtin_shufflevector((a), (b), i0, i1, i2, i3)
+#else
+#define RP_V4D_SHUF(a, b, i0, i1, i2, i3) __builtin_shuffle((a), (b), (rp_v4q){ i0, i1, i2, i3 })
+#endif
+
+/* Transposes the 4x4 block of doubles whose rows are a, b, c, d into its columns v0 .. v3
+ * (v0 = { a[0], b[0], c[0], d[0] }, ...); exact (values are only moved). */
+#define RP_T4X4(a, b, c, d, v0, v1, v2, v3)                                               \
+    do {                                                                                  \
+        const rp_v4d t0_ = RP_V4D_SHUF(a, b, 0, 4, 2, 6), t1_ = RP_V4D_SHUF(a, b, 1, 5, 3, 7); \
+        const rp_v4d t2_ = RP_V4D_SHUF(c, d, 0, 4, 2, 6), t3_ = RP_V4D_SHUF(c, d, 1, 5, 3, 7); \
+        (v0) = RP_V4D_SHUF(t0_, t2_, 0, 1, 4, 5);                                         \
+        (v1) = RP_V4D_SHUF(t1_, t3_, 0, 1, 4, 5);                                         \
+        (v2) = RP_V4D_SHUF(t0_, t2_, 2, 3, 6, 7);                                         \
+        (v3) = RP_V4D_SHUF(t1_, t3_, 2, 3, 6, 7);                                         \
+    } while (0)
+
+/* Four consecutive pixels of row r (float or double, f32 says which) from index i, as
+ * doubles (widening a float is exact). */
+#define RP_LOAD4_PIX(v, r, i, f32)                                                        \
+    do {                                                                                  \
+        if (f32) {                                                                        \
+            rp_v4f f_;                                                                    \
+            memcpy(&f_, (const float *)(r) + (i), sizeof f_);                             \
+            (v) = __builtin_convertvector(f_, rp_v4d);                                    \
+        } else {                                                                          \
+            memcpy(&(v), (const double *)(r) + (i), sizeof(v));                           \
+        }                                                                                 \
+    } while (0)
+
+/* Rows of a band of bspline_band: four lanes times BAND_G vectors. */
+#define BAND_G 2
+#define BAND_ROWS (4 * BAND_G)
+
+/* bicubic_prefilter_finite's work on the BAND_ROWS padded rows j0 .. j0 + BAND_ROWS - 1
+ * of W = nx + 2 (rows of c from c + j0 W): bicubic_padded_row's values (pixel times g2,
+ * edges repeated) filtered along the rows as bspline_line filters each, with the lines
+ * in vector lanes: the pixels go into s (W x BAND_ROWS doubles: padded column k at
+ * s + BAND_ROWS k, rows 0-3, then rows 4-7, ...) in 4x4 transposed blocks, the BAND_G
+ * four-lane recursions run side by side over s, and s is transposed back into c.  Every
+ * lane does bicubic_padded_row's and bspline_line's arithmetic in their order, so the
+ * values are bit for bit theirs, and no row of c is written twice; the recursions, each
+ * bound by the latency of a multiply and an add on one line (bspline_lines4 interleaves
+ * four), advance BAND_ROWS lines a step.  Returns 0, or 1 when a pixel is not finite (c
+ * is then incomplete).  Cannot fail. */
+RP_HOT static int bspline_band(const rp_plane *p, long j0, double g2, double *restrict c,
+                               const double *w, long m, double *restrict s)
+{
+    const double z = BSPLINE_Z, za = z / (z * z - 1.0);
+    const long nx = p->nx, n = nx + 2, n4 = nx - nx % 4;
+    const int f32 = p->dtype == RP_F32;
+    const size_t es = f32 ? sizeof(float) : sizeof(double);
+    enum { R = BAND_ROWS };
+    rp_v4q fin = { -1, -1, -1, -1 };
+    for (int g = 0; g < BAND_G; g++) {
+        const char *r[4];
+        for (int q = 0; q < 4; q++)
+            r[q] = (const char *)p->data
+                   + (size_t)clampl(j0 + 4 * g + q - 1, p->ny) * (size_t)nx * es;
+        long i = 0;
+        for (; i < n4; i += 4) {
+            rp_v4d a, b, cc, d, v0, v1, v2, v3;
+            RP_LOAD4_PIX(a, r[0], i, f32);
+            RP_LOAD4_PIX(b, r[1], i, f32);
+            RP_LOAD4_PIX(cc, r[2], i, f32);
+            RP_LOAD4_PIX(d, r[3], i, f32);
+            RP_T4X4(a, b, cc, d, v0, v1, v2, v3);
+            fin &= (v0 <= DBL_MAX) & (v0 >= -DBL_MAX) & (v1 <= DBL_MAX) & (v1 >= -DBL_MAX);
+            fin &= (v2 <= DBL_MAX) & (v2 >= -DBL_MAX) & (v3 <= DBL_MAX) & (v3 >= -DBL_MAX);
+            v0 = v0 * g2;
+            v1 = v1 * g2;
+            v2 = v2 * g2;
+            v3 = v3 * g2;
+            double *o = s + R * (i + 1) + 4 * g;
+            RP_V4D_STORE(o, v0);
+            RP_V4D_STORE(o + R, v1);
+            RP_V4D_STORE(o + 2 * R, v2);
+            RP_V4D_STORE(o + 3 * R, v3);
+        }
+        for (; i < nx; i++)
+            for (int q = 0; q < 4; q++) {
+                const double v = f32 ? (double)((const float *)r[q])[i]
+                                     : ((const double *)r[q])[i];
+                if (!(fabs(v) <= DBL_MAX))
+                    fin[0] = 0;
+                s[R * (i + 1) + 4 * g + q] = v * g2;
+            }
+    }
+    if (!(fin[0] & fin[1] & fin[2] & fin[3]))
+        return 1;
+    memcpy(s, s + R, R * sizeof(double));                         /* r[0] = r[1] */
+    memcpy(s + R * (n - 1), s + R * (n - 2), R * sizeof(double)); /* r[nx + 1] = r[nx] */
+    rp_v4d pv[BAND_G], v;
+    for (int g = 0; g < BAND_G; g++)
+        pv[g] = (rp_v4d){ 0.0, 0.0, 0.0, 0.0 };
+    for (long k = 0; k < m; k++)
+        for (int g = 0; g < BAND_G; g++) {
+            RP_V4D_LOAD(v, s + R * k + 4 * g);
+            pv[g] += w[k] * v;
+        }
+    for (int g = 0; g < BAND_G; g++)
+        RP_V4D_STORE(s + 4 * g, pv[g]);
+    for (long k = 1; k < n; k++)
+        for (int g = 0; g < BAND_G; g++) {
+            RP_V4D_LOAD(v, s + R * k + 4 * g);
+            pv[g] = v + z * pv[g];
+            RP_V4D_STORE(s + R * k + 4 * g, pv[g]);
+        }
+    const long l = n - 1;
+    for (int g = 0; g < BAND_G; g++) {
+        rp_v4d u;
+        RP_V4D_LOAD(v, s + R * l + 4 * g);
+        RP_V4D_LOAD(u, s + R * (l - 1) + 4 * g);
+        pv[g] = za * (v + z * u);
+        RP_V4D_STORE(s + R * l + 4 * g, pv[g]);
+    }
+    for (long k = n - 2; k >= 0; k--)
+        for (int g = 0; g < BAND_G; g++) {
+            RP_V4D_LOAD(v, s + R * k + 4 * g);
+            pv[g] = z * (pv[g] - v);
+            RP_V4D_STORE(s + R * k + 4 * g, pv[g]);
+        }
+    const long w4 = n - n % 4;
+    for (int g = 0; g < BAND_G; g++) {
+        double *a = c + 4 * g * n;
+        long k = 0;
+        for (; k < w4; k += 4) {
+            rp_v4d ca, cb, cc, cd, r0, r1, r2, r3;
+            RP_V4D_LOAD(ca, s + R * k + 4 * g);
+            RP_V4D_LOAD(cb, s + R * (k + 1) + 4 * g);
+            RP_V4D_LOAD(cc, s + R * (k + 2) + 4 * g);
+            RP_V4D_LOAD(cd, s + R * (k + 3) + 4 * g);
+            RP_T4X4(ca, cb, cc, cd, r0, r1, r2, r3);
+            RP_V4D_STORE(a + k, r0);
+            RP_V4D_STORE(a + n + k, r1);
+            RP_V4D_STORE(a + 2 * n + k, r2);
+            RP_V4D_STORE(a + 3 * n + k, r3);
+        }
+        for (; k < n; k++)
+            for (int q = 0; q < 4; q++)
+                a[q * n + k] = s[R * k + 4 * g + q];
+    }
+    return 0;
+}
+
 /* bicubic_prepare's prefilter for a plane whose pixels are all finite, in two passes over
- * the coefficient array instead of five: each group of four padded rows is copied with
- * the gain, filtered along the rows (bspline_lines4) and taken through the causal pass of
- * the columns while it is in cache; the anticausal pass of the columns is the second
- * pass.  Every coefficient gets the arithmetic of the general path in the same order, so
+ * the coefficient array instead of five: each group of BAND_ROWS padded rows is copied
+ * with the gain and filtered along the rows (bspline_band; bicubic_padded_row and
+ * bspline_lines4 for the last rows, or when the scratch cannot be had) and taken through
+ * the causal pass of the columns while it is in cache; the anticausal pass of the
+ * columns is the second pass.  Every coefficient gets the arithmetic of the general path in the same order, so
  * the two agree bit for bit.  Returns 0, or 1 as soon as a pixel is not finite (the
  * general path must then run).  Cannot fail. */
 static int bicubic_prefilter_finite(const rp_plane *p, double *c, double g2)
@@ -1176,18 +1325,28 @@ static int bicubic_prefilter_finite(const rp_plane *p, double *c, double g2)
     long mr, mc, causal = 0;   /* causal: rows through which the column pass has run */
     bspline_causal_weights(W, wr, &mr);
     bspline_causal_weights(H, wc, &mc);
-    for (long j0 = 0; j0 < H; j0 += 4) {
-        const long nr = H - j0 < 4 ? H - j0 : 4;
+    double *s = malloc(sizeof(double) * BAND_ROWS * (size_t)W);   /* bspline_band's */
+    for (long j0 = 0; j0 < H; j0 += BAND_ROWS) {
+        const long nr = H - j0 < BAND_ROWS ? H - j0 : BAND_ROWS;
         double *r = c + j0 * W;
-        for (long q = 0; q < nr; q++)
-            if (bicubic_padded_row(p, j0 + q, g2, r + q * W) != 0)
+        long q = 0;
+        if (nr == BAND_ROWS && s) {
+            if (bspline_band(p, j0, g2, r, wr, mr, s) != 0) {
+                free(s);
                 return 1;
-        if (nr == 4) {
-            bspline_lines4(r, r + W, r + 2 * W, r + 3 * W, W, wr, mr);
-        } else {
-            for (long q = 0; q < nr; q++)
-                bspline_line(r + q * W, W, 1, wr, mr);
+            }
+            q = BAND_ROWS;
         }
+        for (long i = q; i < nr; i++)
+            if (bicubic_padded_row(p, j0 + i, g2, r + i * W) != 0) {
+                free(s);
+                return 1;
+            }
+        for (; q + 4 <= nr; q += 4)
+            bspline_lines4(r + q * W, r + (q + 1) * W, r + (q + 2) * W, r + (q + 3) * W, W,
+                           wr, mr);
+        for (; q < nr; q++)
+            bspline_line(r + q * W, W, 1, wr, mr);
         const long done = j0 + nr;
         if (causal == 0 && done >= mc) {
             bspline_cols_init(c, W, wc, mc);
@@ -1198,6 +1357,7 @@ static int bicubic_prefilter_finite(const rp_plane *p, double *c, double g2)
             causal = done;
         }
     }
+    free(s);
     bspline_cols_anticausal(c, W, H);
     return 0;
 }

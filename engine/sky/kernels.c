@@ -1315,9 +1315,9 @@ RP_HOT static int bspline_band(const rp_plane *p, long j0, double g2, double *re
  * with the gain and filtered along the rows (bspline_band; bicubic_padded_row and
  * bspline_lines4 for the last rows, or when the scratch cannot be had) and taken through
  * the causal pass of the columns while it is in cache; the anticausal pass of the
- * columns is the second pass.  Every coefficient gets the arithmetic of the general path in the same order, so
- * the two agree bit for bit.  Returns 0, or 1 as soon as a pixel is not finite (the
- * general path must then run).  Cannot fail. */
+ * columns is the second pass.  Every coefficient gets the arithmetic of the general
+ * path in the same order, so the two agree bit for bit.  Returns 0, or 1 as soon as a
+ * pixel is not finite (the general path must then run).  Cannot fail. */
 static int bicubic_prefilter_finite(const rp_plane *p, double *c, double g2)
 {
     const long W = p->nx + 2, H = p->ny + 2;

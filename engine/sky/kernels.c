@@ -1163,13 +1163,6 @@ static int bicubic_padded_row(const rp_plane *p, long j, double g2, double *rest
 }
 
 
-/* Lanes (i0, i1, i2, i3) of the eight lanes of a then b (0-3 a, 4-7 b), as an rp_v4d. */
-#if defined(__clang__)
-#define RP_V4D_SHUF(a, b, i0, i1, i2, i3) __builtin_shufflevector((a), (b), i0, i1, i2, i3)
-#else
-#define RP_V4D_SHUF(a, b, i0, i1, i2, i3) __builtin_shuffle((a), (b), (rp_v4q){ i0, i1, i2, i3 })
-#endif
-
 /* Transposes the 4x4 block of doubles whose rows are a, b, c, d into its columns v0 .. v3
  * (v0 = { a[0], b[0], c[0], d[0] }, ...); exact (values are only moved). */
 #define RP_T4X4(a, b, c, d, v0, v1, v2, v3)                                               \

@@ -973,6 +973,66 @@ RP_HOT static void bspline_cols_anticausal(double *c, long W, long H)
     }
 }
 
+
+/* Rows of the column prefilter's anticausal pass finished together (bspline_cols_finish),
+ * and the rows beyond a block its recursion starts from.  The anticausal coefficient
+ * c-(k) = -sum_{i >= 0} z^(i+1) c+(k + i) (Unser 1999, Box 2) is started BSPLINE_BLOCK_LEAD
+ * rows below a block from c-(e + 1) = 0 instead of from the end of the column: the terms
+ * left out weigh at most |z|^33 = 1.4e-19 of the column's values, below half an ulp
+ * (1.1e-16), the truncation BSPLINE_HORIZON makes of the causal initial sum. */
+#define BSPLINE_BLOCK 64
+#define BSPLINE_BLOCK_LEAD (BSPLINE_HORIZON + 1)
+
+/* The anticausal pass of the columns over rows a .. b - 1 of a W-wide row-major array
+ * whose rows a .. e hold causal coefficients (b <= e): started at row e from
+ * c-(e + 1) = 0 in the scratch row t (W doubles; rows b .. e are read, not written),
+ * then written in place over rows b - 1 .. a.  Each step is bspline_cols_anticausal's
+ * c-(k) = z (c-(k + 1) - c+(k)).  Cannot fail. */
+RP_HOT static void bspline_cols_anticausal_block(double *c, long W, long a, long b, long e,
+                                                 double *restrict t)
+{
+    const double z = BSPLINE_Z;
+    const long W4 = W - W % 4;
+    const double *re = c + e * W;
+    for (long i = 0; i < W; i++)
+        t[i] = z * (0.0 - re[i]);
+    for (long k = e - 1; k >= a; k--) {
+        double *r = c + k * W;
+        const double *q = k >= b - 1 ? t : r + W;   /* c-(k + 1) */
+        double *o = k >= b ? t : r;
+        long i = 0;
+        for (; i < W4; i += 4) {
+            rp_v4d u, v;
+            RP_V4D_LOAD(u, r + i);
+            RP_V4D_LOAD(v, q + i);
+            u = z * (v - u);
+            RP_V4D_STORE(o + i, u);
+        }
+        for (; i < W; i++)
+            o[i] = z * (q[i] - r[i]);
+    }
+}
+
+/* Finishes the columns' anticausal pass as far as the causal pass allows: *fin is the
+ * first row not yet final, `done` the rows through which the causal pass has run.
+ * Rows go in blocks of BSPLINE_BLOCK from row 0, each started BSPLINE_BLOCK_LEAD rows
+ * below it (bspline_cols_anticausal_block) while that start lies above the last row;
+ * the rows after the last such block are finished from the end of the columns
+ * (bspline_cols_anticausal) once done = H.  The blocks depend only on H, so any order of
+ * calls gives the same values.  t: a scratch row of W doubles.  Cannot fail. */
+static void bspline_cols_finish(double *c, long W, long H, long *fin, long done, double *t)
+{
+    while (*fin + BSPLINE_BLOCK + BSPLINE_BLOCK_LEAD <= H - 1
+           && *fin + BSPLINE_BLOCK + BSPLINE_BLOCK_LEAD <= done) {
+        const long b = *fin + BSPLINE_BLOCK;
+        bspline_cols_anticausal_block(c, W, *fin, b, b + BSPLINE_BLOCK_LEAD - 1, t);
+        *fin = b;
+    }
+    if (done == H && *fin < H) {
+        bspline_cols_anticausal(c + *fin * W, W, H - *fin);
+        *fin = H;
+    }
+}
 /* Linear interpolation between (a, va) and (b, vb) at i, a < i < b.  Cannot fail. */
 static inline double lerp_at(long a, double va, long b, double vb, long i)
 {
@@ -1303,27 +1363,32 @@ RP_HOT static int bspline_band(const rp_plane *p, long j0, double g2, double *re
     return 0;
 }
 
-/* bicubic_prepare's prefilter for a plane whose pixels are all finite, in two passes over
+/* bicubic_prepare's prefilter for a plane whose pixels are all finite, in one pass over
  * the coefficient array instead of five: each group of BAND_ROWS padded rows is copied
  * with the gain and filtered along the rows (bspline_band; bicubic_padded_row and
- * bspline_lines4 for the last rows, or when the scratch cannot be had) and taken through
- * the causal pass of the columns while it is in cache; the anticausal pass of the
- * columns is the second pass.  Every coefficient gets the arithmetic of the general
- * path in the same order, so the two agree bit for bit.  Returns 0, or 1 as soon as a
- * pixel is not finite (the general path must then run).  Cannot fail. */
+ * bspline_lines4 for the last rows) and taken through the causal pass of the columns
+ * while it is in cache, and the anticausal pass of the columns follows BSPLINE_BLOCK +
+ * BSPLINE_BLOCK_LEAD rows behind (bspline_cols_finish), over rows still in the cache.
+ * Every coefficient gets the arithmetic of the general path in the same order, so the
+ * two agree bit for bit.  Returns 0, 1 as soon as a pixel is not finite (the general
+ * path must then run), or -1 (out of memory). */
 static int bicubic_prefilter_finite(const rp_plane *p, double *c, double g2)
 {
     const long W = p->nx + 2, H = p->ny + 2;
     double wr[BSPLINE_HORIZON], wc[BSPLINE_HORIZON];
     long mr, mc, causal = 0;   /* causal: rows through which the column pass has run */
+    long fin = 0;              /* rows final (bspline_cols_finish) */
     bspline_causal_weights(W, wr, &mr);
     bspline_causal_weights(H, wc, &mc);
-    double *s = malloc(sizeof(double) * BAND_ROWS * (size_t)W);   /* bspline_band's */
+    /* bspline_band's scratch, and bspline_cols_finish's row */
+    double *s = malloc(sizeof(double) * BAND_ROWS * (size_t)W);
+    if (!s)
+        return -1;
     for (long j0 = 0; j0 < H; j0 += BAND_ROWS) {
         const long nr = H - j0 < BAND_ROWS ? H - j0 : BAND_ROWS;
         double *r = c + j0 * W;
         long q = 0;
-        if (nr == BAND_ROWS && s) {
+        if (nr == BAND_ROWS) {
             if (bspline_band(p, j0, g2, r, wr, mr, s) != 0) {
                 free(s);
                 return 1;
@@ -1348,10 +1413,10 @@ static int bicubic_prefilter_finite(const rp_plane *p, double *c, double g2)
         if (causal > 0) {
             bspline_cols_causal(c, W, causal, done);
             causal = done;
+            bspline_cols_finish(c, W, H, &fin, done, s);
         }
     }
     free(s);
-    bspline_cols_anticausal(c, W, H);
     return 0;
 }
 
@@ -1392,8 +1457,9 @@ static int bicubic_prepare(rp_kernel *k)
     k->coef = c;
     const double gain = (1.0 - BSPLINE_Z) * (1.0 - 1.0 / BSPLINE_Z);
     const double g2 = gain * gain;
-    if (bicubic_prefilter_finite(p, c, g2) == 0)
-        return 0;
+    const int fr = bicubic_prefilter_finite(p, c, g2);
+    if (fr <= 0)
+        return fr;
 
     /* Interior, counting the missing pixels and summing the finite ones. */
     size_t nmiss = 0;
@@ -1452,7 +1518,12 @@ static int bicubic_prepare(rp_kernel *k)
     bspline_causal_weights(H, w, &m);
     bspline_cols_init(c, W, w, m);
     bspline_cols_causal(c, W, 1, H);
-    bspline_cols_anticausal(c, W, H);
+    double *t = malloc(sizeof(double) * (size_t)W);
+    if (!t)
+        return -1;
+    long fin = 0;
+    bspline_cols_finish(c, W, H, &fin, H, t);
+    free(t);
     return 0;
 }
 

@@ -53,6 +53,9 @@ struct rp_kernel {
     const double *lzp;     /* lanczos3 (shared): for k = 0 .. LZ_RES, at lzp + 8 k (64-byte
                               aligned), L(k'), L(k' + 1) - L(k') for k' = k, k + LZ_RES,
                               k + 2 LZ_RES (in table units; lz values), then two zeros */
+    const double *lzt;     /* lanczos3 (shared): for k = 0 .. LZ_RES, at lzt + 8 k (64-byte
+                              aligned), L(k'), then L(k' + 1) - L(k'), for k' = k, k + LZ_RES,
+                              k + 2 LZ_RES, each group of three followed by a zero */
 };
 
 /* ---- shared pieces of the samplers -------------------------------------------------- */
@@ -74,7 +77,8 @@ static inline void bspline3_weights(double t, double w[4])
 
 /* Lanczos-3 weights of input pixels floor(c) - 3 .. floor(c) + 2 (0-based) for padded
  * coordinate c with t = c - floor(c) in [0, 1): L(t + 2), L(t + 1), L(t), L(1 - t),
- * L(2 - t), L(3 - t), each interpolated linearly in the table `tab`.  Returns their sum.
+ * L(2 - t), L(3 - t), each interpolated linearly in the table `tab`.  Returns their sum,
+ * added as ((w2 + w3) + (w1 + w4)) + (w0 + w5) (the order of the AVX2 sampler's lanes).
  * Cannot fail. */
 static inline double lanczos3_weights(const double *tab, double t, double w[6])
 {
@@ -88,8 +92,22 @@ static inline double lanczos3_weights(const double *tab, double t, double w[6])
     w[3] = b[0] + fv * (b[1] - b[0]);
     w[4] = b[LZ_RES] + fv * (b[LZ_RES + 1] - b[LZ_RES]);
     w[5] = b[2 * LZ_RES] + fv * (b[2 * LZ_RES + 1] - b[2 * LZ_RES]);
-    return w[0] + w[1] + w[2] + w[3] + w[4] + w[5];
+    return ((w[2] + w[3]) + (w[1] + w[4])) + (w[0] + w[5]);
 }
+
+/* Lanczos-3's plain sum over the 6x6 support, columns first: with v(j, i) the pixel of
+ * row j, column i of the support (widened exactly to double), the column sums
+ * c(i) = RP_LZ_SUM6(wy, v(., i)), then the sum RP_LZ_SUM6(wx, c), where
+ * RP_LZ_SUM6(w, a) = ((w0 a0 + w2 a2) + w4 a4) + ((w1 a1 + w3 a3) + w5 a5), every
+ * product and sum one IEEE double operation in exactly this order (no FMA contraction
+ * in ISO C mode).  The point functions compute it one position at a time, the samplers
+ * in vector lanes (the lanes of four positions, or of the columns of one: the AVX2
+ * sampler), all bit for bit alike, for float32 and float64 planes alike.  (Before, the
+ * sum went row by row; either order rounds 42 times in double: the two differ by a few
+ * 2^-53 of sum |w v|.) */
+#define RP_LZ_SUM6(w, a)                                                                  \
+    ((((w)[0] * (a)[0] + (w)[2] * (a)[2]) + (w)[4] * (a)[4])                              \
+     + (((w)[1] * (a)[1] + (w)[3] * (a)[3]) + (w)[5] * (a)[5]))
 
 /* ---- points of the samplers that read the plane in place, one per pixel type ------- */
 
@@ -157,7 +175,6 @@ static inline double lanczos3_weights(const double *tab, double t, double w[6])
         const long i0 = fx - 3, j0 = fy - 3;                                              \
         long ix[6];                                                                       \
         const T *row[6];                                                                  \
-        const int xin = i0 >= 0 && i0 + 5 < nx;   /* no clamping along x */              \
         for (int q = 0; q < 6; q++)                                                       \
             ix[q] = clampl(i0 + q, nx);                                                   \
         if (j0 >= 0 && j0 + 5 < ny) {                                                     \
@@ -167,22 +184,14 @@ static inline double lanczos3_weights(const double *tab, double t, double w[6])
             for (int q = 0; q < 6; q++)                                                   \
                 row[q] = src + clampl(j0 + q, ny) * nx;                                   \
         }                                                                                 \
-        double sum = 0.0;                                                                 \
-        if (xin) {                                                                        \
-            for (int jj = 0; jj < 6; jj++) {                                              \
-                const T *r = row[jj] + i0;                                                \
-                sum += wy[jj] * ((wx[0] * (double)r[0] + wx[1] * (double)r[1])            \
-                                 + (wx[2] * (double)r[2] + wx[3] * (double)r[3])          \
-                                 + (wx[4] * (double)r[4] + wx[5] * (double)r[5]));        \
-            }                                                                             \
-        } else {                                                                          \
-            for (int jj = 0; jj < 6; jj++) {                                              \
-                const T *r = row[jj];                                                     \
-                sum += wy[jj] * ((wx[0] * (double)r[ix[0]] + wx[1] * (double)r[ix[1]])    \
-                                 + (wx[2] * (double)r[ix[2]] + wx[3] * (double)r[ix[3]])  \
-                                 + (wx[4] * (double)r[ix[4]] + wx[5] * (double)r[ix[5]])); \
-            }                                                                             \
+        double c[6];                                                                      \
+        for (int ii = 0; ii < 6; ii++) {                                                  \
+            double v[6];                                                                  \
+            for (int jj = 0; jj < 6; jj++)                                                \
+                v[jj] = (double)row[jj][ix[ii]];                                          \
+            c[ii] = RP_LZ_SUM6(wy, v);                                                    \
         }                                                                                 \
+        double sum = RP_LZ_SUM6(wx, c);                                                   \
         if (fabs(sum) <= DBL_MAX)                                                         \
             return sum / (sx * sy);                                                       \
         double wsum = 0.0;                                                                \
@@ -527,7 +536,7 @@ RP_SAMPLER_AVX2(float, f32)
  * arithmetic in each lane (u = t * LZ_RES, v = LZ_RES - u, truncated to int32: u and v
  * are within [0, LZ_RES]; a[1] - a[0] read from the paired table, where it was computed
  * by the same subtraction), so bit for bit the same weights.  Writes w[0..5]; s receives
- * the sums, added left to right as lanczos3_weights adds them. */
+ * the sums, added in the order lanczos3_weights adds them. */
 #define RP_LZ_WEIGHTS4(lzp, t, w, s)                                                      \
     do {                                                                                  \
         const rp_v4d u_ = (t) * (double)LZ_RES, v_ = (double)LZ_RES - u_;                 \
@@ -544,7 +553,7 @@ RP_SAMPLER_AVX2(float, f32)
         (w)[3] = fb_[0] + fv_ * fb_[1];                                                   \
         (w)[4] = fb_[2] + fv_ * fb_[3];                                                   \
         (w)[5] = fb_[4] + fv_ * fb_[5];                                                   \
-        (s) = (w)[0] + (w)[1] + (w)[2] + (w)[3] + (w)[4] + (w)[5];                        \
+        (s) = (((w)[2] + (w)[3]) + ((w)[1] + (w)[4])) + ((w)[0] + (w)[5]);                \
     } while (0)
 
 /* Lanes (i0, i1, i2, i3) of the eight lanes of the rp_v4f a then b (0-3 a, 4-7 b) as
@@ -587,7 +596,7 @@ RP_SAMPLER_AVX2(float, f32)
 /* The same definition as lanczos3_SFX, four positions at a time: groups whose four 6x6
  * supports lie inside the image (no clamping) and whose plain sums are finite are
  * computed in vector lanes, each lane with the scalar arithmetic in the scalar order
- * (bit-identical); any other lane takes the point function. */
+ * (RP_LZ_SUM6; bit-identical); any other lane takes the point function. */
 #define RP_LANCZOS4(T, SFX)                                                               \
     RP_HOT static void sample_lanczos3_##SFX(const rp_kernel *k, size_t n,                \
                                              const double *restrict x,                    \
@@ -613,22 +622,24 @@ RP_SAMPLER_AVX2(float, f32)
                 const T *base[4];                                                         \
                 for (int q = 0; q < 4; q++)                                               \
                     base[q] = src + (size_t)(fy[q] - 3) * (size_t)nx + (size_t)(fx[q] - 3); \
-                rp_v4d sum = { 0.0, 0.0, 0.0, 0.0 };                                      \
+                rp_v4d v[6][6], c[6];                                                     \
                 for (int jj = 0; jj < 6; jj++) {                                          \
                     const size_t o = (size_t)jj * (size_t)nx;                             \
                     const T *r0 = base[0] + o, *r1 = base[1] + o, *r2 = base[2] + o,      \
                             *r3 = base[3] + o;                                            \
-                    rp_v4d v[6], acc;                                                     \
                     if (sizeof(T) == sizeof(float))                                       \
-                        RP_LZ_ROW_F32(r0, r1, r2, r3, v);                                 \
+                        RP_LZ_ROW_F32(r0, r1, r2, r3, v[jj]);                             \
                     else                                                                  \
                         for (int ii = 0; ii < 6; ii++)                                    \
-                            v[ii] = (rp_v4d){ (double)r0[ii], (double)r1[ii],             \
-                                              (double)r2[ii], (double)r3[ii] };           \
-                    acc = ((wx[0] * v[0] + wx[1] * v[1]) + (wx[2] * v[2] + wx[3] * v[3])) \
-                          + (wx[4] * v[4] + wx[5] * v[5]);                                \
-                    sum += wy[jj] * acc;                                                  \
+                            v[jj][ii] = (rp_v4d){ (double)r0[ii], (double)r1[ii],         \
+                                                  (double)r2[ii], (double)r3[ii] };       \
                 }                                                                         \
+                for (int ii = 0; ii < 6; ii++) {                                          \
+                    const rp_v4d col[6] = { v[0][ii], v[1][ii], v[2][ii],                 \
+                                            v[3][ii], v[4][ii], v[5][ii] };               \
+                    c[ii] = RP_LZ_SUM6(wy, col);                                          \
+                }                                                                         \
+                const rp_v4d sum = RP_LZ_SUM6(wx, c);                                     \
                 const rp_v4d r = sum / (sx * sy);                                         \
                 const rp_v4q fin = (sum <= DBL_MAX) & (sum >= -DBL_MAX);                  \
                 if (fin[0] & fin[1] & fin[2] & fin[3]) {                                  \
@@ -644,6 +655,134 @@ RP_SAMPLER_AVX2(float, f32)
 
 RP_LANCZOS4(float, f32)
 RP_LANCZOS4(double, f64)
+
+#ifdef RP_AVX2_SAMPLERS
+/* The Lanczos-3 weights of one position along one axis from the fraction t's u = t LZ_RES
+ * split as lanczos3_weights splits it (iu, fu; iv, fv for v = LZ_RES - u), in two
+ * vectors: wr = (w2, w1, w0, 0) from entry iu of lz_taps, wf = (w3, w4, w5, 0) from
+ * entry iv, each lane L + f D as lanczos3_weights computes it (bit for bit). */
+#define RP_LZ_TAPS(lzt, iu, fu, iv, fv, wr, wf)                                          \
+    do {                                                                                  \
+        const double *ea_ = (lzt) + 8 * (size_t)(iu), *eb_ = (lzt) + 8 * (size_t)(iv);    \
+        (wr) = _mm256_add_pd(_mm256_load_pd(ea_),                                         \
+                             _mm256_mul_pd(_mm256_set1_pd(fu), _mm256_load_pd(ea_ + 4))); \
+        (wf) = _mm256_add_pd(_mm256_load_pd(eb_),                                         \
+                             _mm256_mul_pd(_mm256_set1_pd(fv), _mm256_load_pd(eb_ + 4))); \
+    } while (0)
+
+/* The sum of the weights (wr, wf) of RP_LZ_TAPS as lanczos3_weights adds them,
+ * ((w2 + w3) + (w1 + w4)) + (w0 + w5), in the low lane of an __m128d. */
+#define RP_LZ_TAPSUM(wr, wf)                                                              \
+    __extension__({                                                                       \
+        const __m256d t_ = _mm256_add_pd((wr), (wf));                                     \
+        const __m128d l_ = _mm256_castpd256_pd128(t_);                                    \
+        _mm_add_sd(_mm_add_sd(l_, _mm_unpackhi_pd(l_, l_)), _mm256_extractf128_pd(t_, 1)); \
+    })
+
+/* lanczos3 of a float plane with AVX2 intrinsics: what sample_lanczos3_f32 computes, bit
+ * for bit (the weights as lanczos3_weights makes them, the plain sum RP_LZ_SUM6 in the
+ * same order), with the lanes holding taps of one position rather than four positions:
+ * per position, its weights along each axis in two vectors (RP_LZ_TAPS, one 64-byte table
+ * entry each), each row's pixels 0-3 widened into one vector, pixels 4-5 of two rows into
+ * another, the even and the odd rows summed apart (the two halves of RP_LZ_SUM6), then
+ * the weights wx across.  No transposes, about half the instructions of the
+ * four-position layout.  Groups of four positions not wholly inside the interior, or
+ * with a sum that is not finite, take the point function. */
+RP_AVX2 static void sample_lanczos3_f32_avx2(const rp_kernel *k, size_t n,
+                                             const double *restrict x,
+                                             const double *restrict y, double *restrict out)
+{
+    RP_SAMPLER_VARS(float, k->src.data);
+    const double *lzt = k->lzt;
+    const rp_v4i three = RP_V4I_SPLAT(3);
+    const rp_v4i nx3 = RP_V4I_SPLAT((int32_t)nx - 3);
+    const rp_v4i ny3 = RP_V4I_SPLAT((int32_t)ny - 3);
+    const size_t st = (size_t)nx;
+    size_t m = 0;
+    for (; m + 4 <= n; m += 4) {
+        RP_GROUP(lanczos3_f32);
+        {
+            const rp_v4i ok = (fx >= three) & (fx <= nx3) & (fy >= three) & (fy <= ny3);
+            if (!(ok[0] & ok[1] & ok[2] & ok[3]))
+                goto point;
+            /* u = t LZ_RES, v = LZ_RES - u and their parts, as lanczos3_weights. */
+            const rp_v4d ux = (cx - __builtin_convertvector(fx, rp_v4d)) * (double)LZ_RES;
+            const rp_v4d uy = (cy - __builtin_convertvector(fy, rp_v4d)) * (double)LZ_RES;
+            const rp_v4d vx = (double)LZ_RES - ux, vy = (double)LZ_RES - uy;
+            const rp_v4i iux = __builtin_convertvector(ux, rp_v4i);
+            const rp_v4i ivx = __builtin_convertvector(vx, rp_v4i);
+            const rp_v4i iuy = __builtin_convertvector(uy, rp_v4i);
+            const rp_v4i ivy = __builtin_convertvector(vy, rp_v4i);
+            const rp_v4d fux = ux - __builtin_convertvector(iux, rp_v4d);
+            const rp_v4d fvx = vx - __builtin_convertvector(ivx, rp_v4d);
+            const rp_v4d fuy = uy - __builtin_convertvector(iuy, rp_v4d);
+            const rp_v4d fvy = vy - __builtin_convertvector(ivy, rp_v4d);
+            double sums[4], dens[4];
+            for (int q = 0; q < 4; q++) {
+                __m256d xr, xf, yr, yf;
+                RP_LZ_TAPS(lzt, iux[q], fux[q], ivx[q], fvx[q], xr, xf);
+                RP_LZ_TAPS(lzt, iuy[q], fuy[q], ivy[q], fvy[q], yr, yf);
+                _mm_store_sd(dens + q, _mm_mul_sd(RP_LZ_TAPSUM(xr, xf), RP_LZ_TAPSUM(yr, yf)));
+                const float *r = src + (size_t)(fy[q] - 3) * st + (size_t)(fx[q] - 3);
+                const float *r1 = r + st, *r2 = r1 + st, *r3 = r2 + st, *r4 = r3 + st,
+                            *r5 = r4 + st;
+                /* wy_j in every lane, and in pairs of lanes for rows j, j + 1. */
+                const __m256d b0 = _mm256_permute4x64_pd(yr, 0xAA);
+                const __m256d b1 = _mm256_permute4x64_pd(yr, 0x55);
+                const __m256d b2 = _mm256_permute4x64_pd(yr, 0x00);
+                const __m256d b3 = _mm256_permute4x64_pd(yf, 0x00);
+                const __m256d b4 = _mm256_permute4x64_pd(yf, 0x55);
+                const __m256d b5 = _mm256_permute4x64_pd(yf, 0xAA);
+                const __m256d b01 = _mm256_permute4x64_pd(yr, _MM_SHUFFLE(1, 1, 2, 2));
+                const __m256d b23 = _mm256_blend_pd(b2, b3, 0xC);
+                const __m256d b45 = _mm256_permute4x64_pd(yf, _MM_SHUFFLE(2, 2, 1, 1));
+                /* c(0..3): ((p0 + p2) + p4) + ((p1 + p3) + p5), p_j = wy_j v(j, .) */
+#define RP_LZ_P(bj, rj) _mm256_mul_pd((bj), _mm256_cvtps_pd(_mm_loadu_ps(rj)))
+                const __m256d ce = _mm256_add_pd(
+                    _mm256_add_pd(RP_LZ_P(b0, r), RP_LZ_P(b2, r2)), RP_LZ_P(b4, r4));
+                const __m256d co = _mm256_add_pd(
+                    _mm256_add_pd(RP_LZ_P(b1, r1), RP_LZ_P(b3, r3)), RP_LZ_P(b5, r5));
+#undef RP_LZ_P
+                const __m256d c03 = _mm256_add_pd(ce, co);
+                /* c(4), c(5): rows j (lanes 0, 1) and j + 1 (lanes 2, 3) in one vector. */
+#define RP_LZ_P2(bp, ra, rb)                                                              \
+    _mm256_mul_pd((bp), _mm256_cvtps_pd(_mm_castsi128_ps(_mm_unpacklo_epi64(              \
+                            _mm_loadl_epi64((const __m128i *)(const void *)((ra) + 4)),   \
+                            _mm_loadl_epi64((const __m128i *)(const void *)((rb) + 4))))))
+                const __m256d eo = _mm256_add_pd(
+                    _mm256_add_pd(RP_LZ_P2(b01, r, r1), RP_LZ_P2(b23, r2, r3)),
+                    RP_LZ_P2(b45, r4, r5));
+#undef RP_LZ_P2
+                const __m128d c45 = _mm_add_pd(_mm256_castpd256_pd128(eo),
+                                               _mm256_extractf128_pd(eo, 1));
+                /* RP_LZ_SUM6(wx, c): ((q0 + q2) + q4) + ((q1 + q3) + q5), q_i = wx_i c(i),
+                 * with (wx0 .. wx3) and (wx4, wx5) gathered from xr, xf. */
+                const __m256d wxa = _mm256_blend_pd(
+                    _mm256_permute4x64_pd(xr, _MM_SHUFFLE(3, 0, 1, 2)),
+                    _mm256_permute4x64_pd(xf, 0x00), 0x8);
+                const __m128d wxb =
+                    _mm256_castpd256_pd128(_mm256_permute4x64_pd(xf, _MM_SHUFFLE(3, 3, 2, 1)));
+                const __m256d pq = _mm256_mul_pd(wxa, c03);
+                const __m128d u = _mm_add_pd(
+                    _mm_add_pd(_mm256_castpd256_pd128(pq), _mm256_extractf128_pd(pq, 1)),
+                    _mm_mul_pd(wxb, c45));
+                _mm_store_sd(sums + q, _mm_add_sd(u, _mm_unpackhi_pd(u, u)));
+            }
+            const __m256d sum = _mm256_loadu_pd(sums);
+            const __m256d fin = _mm256_and_pd(
+                _mm256_cmp_pd(sum, _mm256_set1_pd(DBL_MAX), _CMP_LE_OQ),
+                _mm256_cmp_pd(sum, _mm256_set1_pd(-DBL_MAX), _CMP_GE_OQ));
+            if (_mm256_movemask_pd(fin) == 0xF) {
+                _mm256_storeu_pd(out + m, _mm256_div_pd(sum, _mm256_loadu_pd(dens)));
+                continue;
+            }
+        }
+    point:
+        RP_POINTS(lanczos3_f32, m, m + 4)
+    }
+    RP_POINTS(lanczos3_f32, m, n)
+}
+#endif
 /* ---- bicubic, four positions at a time ----------------------------------------------- */
 
 /* bspline3_weights for the fractions t of four lanes, the same arithmetic in each lane. */
@@ -795,13 +934,14 @@ RP_AVX2 static void sample_bicubic_avx2(const rp_kernel *k, size_t n,
  * lz_pairs: see struct rp_kernel, field lzp. */
 static double lz_table[LZ_TABLEN];
 static _Alignas(64) double lz_pairs[8 * (LZ_RES + 1)];
+static _Alignas(64) double lz_taps[8 * (LZ_RES + 1)];
 static pthread_once_t lz_once = PTHREAD_ONCE_INIT;
 
 /* Fills lz_table with the Lanczos-3 kernel L(u) = sinc(u) sinc(u / 3) for |u| < 3, 0
  * beyond, sinc(v) = sin(pi v) / (pi v) (Duchon, "Lanczos filtering in one and two
  * dimensions", J. Applied Meteorology 18, 1979; Turkowski, "Filters for common
  * resampling tasks", Graphics Gems, 1990), tabulated at u = k / LZ_RES (exactly 1 at 0
- * and 0 at the other integers), then lz_pairs from it: every value copied, every
+ * and 0 at the other integers), then lz_pairs and lz_taps from it: every value copied, every
  * difference L(k + 1) - L(k) computed once here, as lanczos3_weights computes it.
  * Cannot fail. */
 static void lanczos3_tables(void)
@@ -825,6 +965,12 @@ static void lanczos3_tables(void)
             e[2 * o + 1] = v[1] - v[0];
         }
         e[6] = e[7] = 0.0;
+        double *f = lz_taps + 8 * q;
+        for (int o = 0; o < 3; o++) {
+            f[o] = e[2 * o];
+            f[4 + o] = e[2 * o + 1];
+        }
+        f[3] = f[7] = 0.0;
     }
 }
 
@@ -867,6 +1013,10 @@ rp_kernel *rp_kernel_new(rp_method method, const rp_plane *src, char *err, size_
         break;
     case RP_LANCZOS3:
         fn = f32 ? sample_lanczos3_f32 : sample_lanczos3_f64;
+#ifdef RP_AVX2_SAMPLERS
+        if (f32 && __builtin_cpu_supports("avx2"))
+            fn = sample_lanczos3_f32_avx2;
+#endif
         break;
     default:
         tess_seterr(err, errlen, "kernel: method %d is not an interpolation kernel", (int)method);
@@ -887,6 +1037,7 @@ rp_kernel *rp_kernel_new(rp_method method, const rp_plane *src, char *err, size_
         rc = pthread_once(&lz_once, lanczos3_tables) == 0 ? 0 : -1;
         k->lz = lz_table;
         k->lzp = lz_pairs;
+        k->lzt = lz_taps;
     }
     if (rc != 0) {
         tess_seterr(err, errlen, "kernel: out of memory (%ldx%ld plane)", src->nx, src->ny);

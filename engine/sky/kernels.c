@@ -50,12 +50,10 @@ struct rp_kernel {
                               (sx, sy) touches a non-finite pixel, at (sy + 1) * (nx + 2)
                               + sx + 1; NULL when every pixel is finite */
     const double *lz;      /* lanczos3: L(k / LZ_RES), k = 0 .. LZ_TABLEN - 1 (shared) */
-    const double *lzp;     /* lanczos3 (shared): for k = 0 .. LZ_RES, at lzp + 8 k (64-byte
-                              aligned), L(k'), L(k' + 1) - L(k') for k' = k, k + LZ_RES,
-                              k + 2 LZ_RES (in table units; lz values), then two zeros */
     const double *lzt;     /* lanczos3 (shared): for k = 0 .. LZ_RES, at lzt + 8 k (64-byte
                               aligned), L(k'), then L(k' + 1) - L(k'), for k' = k, k + LZ_RES,
-                              k + 2 LZ_RES, each group of three followed by a zero */
+                              k + 2 LZ_RES (in table units; lz values), each group of three
+                              followed by a zero */
 };
 
 /* ---- shared pieces of the samplers -------------------------------------------------- */
@@ -502,34 +500,29 @@ RP_SAMPLER_AVX2(float, f32)
 /* ---- lanczos3, four positions at a time ---------------------------------------------- */
 
 /* The six fields L(k), D(k), L(k + R), D(k + R), L(k + 2R), D(k + 2R) of the entries
- * k = idx[0 .. 3] of the paired table lzp (R = LZ_RES, D(k) = L(k + 1) - L(k)) as six
- * rp_v4d f[0..5], lane q of f[i] being field i of entry idx[q]: per lane two aligned
- * 32-byte loads (the entry is one cache line), then a 4x4 and a 4x2 transpose. */
-#define RP_LZ_FIELDS4(lzp, idx, f)                                                        \
+ * k = idx[0 .. 3] of the table lzt (R = LZ_RES, D(k) = L(k + 1) - L(k); an entry holds
+ * the three L, a zero, the three D, a zero) as six rp_v4d f[0..5], lane q of f[i] being
+ * field i of entry idx[q]: per lane two aligned 32-byte loads (the entry is one cache
+ * line), then two 4x4 transposes (their fourth rows, the zeros, unused). */
+#define RP_LZ_FIELDS4(lzt, idx, f)                                                        \
     do {                                                                                  \
-        rp_v4d a0_, a1_, a2_, a3_, b0_, b1_, b2_, b3_;                                    \
-        const double *e0_ = (lzp) + 8 * (size_t)(idx)[0], *e1_ = (lzp) + 8 * (size_t)(idx)[1]; \
-        const double *e2_ = (lzp) + 8 * (size_t)(idx)[2], *e3_ = (lzp) + 8 * (size_t)(idx)[3]; \
-        RP_V4D_LOAD(a0_, e0_);                                                            \
-        RP_V4D_LOAD(a1_, e1_);                                                            \
-        RP_V4D_LOAD(a2_, e2_);                                                            \
-        RP_V4D_LOAD(a3_, e3_);                                                            \
-        RP_V4D_LOAD(b0_, e0_ + 4);                                                        \
-        RP_V4D_LOAD(b1_, e1_ + 4);                                                        \
-        RP_V4D_LOAD(b2_, e2_ + 4);                                                        \
-        RP_V4D_LOAD(b3_, e3_ + 4);                                                        \
-        const rp_v4d p01_ = RP_V4D_SHUF(a0_, a1_, 0, 4, 2, 6);                            \
-        const rp_v4d q01_ = RP_V4D_SHUF(a0_, a1_, 1, 5, 3, 7);                            \
-        const rp_v4d p23_ = RP_V4D_SHUF(a2_, a3_, 0, 4, 2, 6);                            \
-        const rp_v4d q23_ = RP_V4D_SHUF(a2_, a3_, 1, 5, 3, 7);                            \
-        const rp_v4d s01_ = RP_V4D_SHUF(b0_, b1_, 0, 4, 1, 5);                            \
-        const rp_v4d s23_ = RP_V4D_SHUF(b2_, b3_, 0, 4, 1, 5);                            \
-        (f)[0] = RP_V4D_SHUF(p01_, p23_, 0, 1, 4, 5);                                     \
-        (f)[1] = RP_V4D_SHUF(q01_, q23_, 0, 1, 4, 5);                                     \
-        (f)[2] = RP_V4D_SHUF(p01_, p23_, 2, 3, 6, 7);                                     \
-        (f)[3] = RP_V4D_SHUF(q01_, q23_, 2, 3, 6, 7);                                     \
-        (f)[4] = RP_V4D_SHUF(s01_, s23_, 0, 1, 4, 5);                                     \
-        (f)[5] = RP_V4D_SHUF(s01_, s23_, 2, 3, 6, 7);                                     \
+        const double *e_[4];                                                              \
+        for (int q_ = 0; q_ < 4; q_++)                                                    \
+            e_[q_] = (lzt) + 8 * (size_t)(idx)[q_];                                       \
+        for (int h_ = 0; h_ < 2; h_++) {                                                  \
+            rp_v4d a0_, a1_, a2_, a3_;                                                    \
+            RP_V4D_LOAD(a0_, e_[0] + 4 * h_);                                             \
+            RP_V4D_LOAD(a1_, e_[1] + 4 * h_);                                             \
+            RP_V4D_LOAD(a2_, e_[2] + 4 * h_);                                             \
+            RP_V4D_LOAD(a3_, e_[3] + 4 * h_);                                             \
+            const rp_v4d p01_ = RP_V4D_SHUF(a0_, a1_, 0, 4, 2, 6);                        \
+            const rp_v4d q01_ = RP_V4D_SHUF(a0_, a1_, 1, 5, 3, 7);                        \
+            const rp_v4d p23_ = RP_V4D_SHUF(a2_, a3_, 0, 4, 2, 6);                        \
+            const rp_v4d q23_ = RP_V4D_SHUF(a2_, a3_, 1, 5, 3, 7);                        \
+            (f)[h_] = RP_V4D_SHUF(p01_, p23_, 0, 1, 4, 5);                                \
+            (f)[2 + h_] = RP_V4D_SHUF(q01_, q23_, 0, 1, 4, 5);                            \
+            (f)[4 + h_] = RP_V4D_SHUF(p01_, p23_, 2, 3, 6, 7);                            \
+        }                                                                                 \
     } while (0)
 
 /* lanczos3_weights for the fractions t of four lanes: the same table values and the same
@@ -537,7 +530,7 @@ RP_SAMPLER_AVX2(float, f32)
  * are within [0, LZ_RES]; a[1] - a[0] read from the paired table, where it was computed
  * by the same subtraction), so bit for bit the same weights.  Writes w[0..5]; s receives
  * the sums, added in the order lanczos3_weights adds them. */
-#define RP_LZ_WEIGHTS4(lzp, t, w, s)                                                      \
+#define RP_LZ_WEIGHTS4(lzt, t, w, s)                                                      \
     do {                                                                                  \
         const rp_v4d u_ = (t) * (double)LZ_RES, v_ = (double)LZ_RES - u_;                 \
         const rp_v4i iu_ = __builtin_convertvector(u_, rp_v4i);                           \
@@ -545,8 +538,8 @@ RP_SAMPLER_AVX2(float, f32)
         const rp_v4d fu_ = u_ - __builtin_convertvector(iu_, rp_v4d);                     \
         const rp_v4d fv_ = v_ - __builtin_convertvector(iv_, rp_v4d);                     \
         rp_v4d fa_[6], fb_[6];                                                            \
-        RP_LZ_FIELDS4(lzp, iu_, fa_);                                                     \
-        RP_LZ_FIELDS4(lzp, iv_, fb_);                                                     \
+        RP_LZ_FIELDS4(lzt, iu_, fa_);                                                     \
+        RP_LZ_FIELDS4(lzt, iv_, fb_);                                                     \
         (w)[0] = fa_[4] + fu_ * fa_[5];                                                   \
         (w)[1] = fa_[2] + fu_ * fa_[3];                                                   \
         (w)[2] = fa_[0] + fu_ * fa_[1];                                                   \
@@ -603,7 +596,7 @@ RP_SAMPLER_AVX2(float, f32)
                                              const double *restrict y, double *restrict out) \
     {                                                                                     \
         RP_SAMPLER_VARS(T, k->src.data);                                                  \
-        const double *lzp = k->lzp;                                                       \
+        const double *lzt = k->lzt;                                                       \
         /* Interior: the support floor(c) - 3 .. floor(c) + 2 within the image on both    \
          * axes, 3 <= floor(c) <= n - 3. */                                               \
         const rp_v4i three = RP_V4I_SPLAT(3);                                             \
@@ -617,8 +610,8 @@ RP_SAMPLER_AVX2(float, f32)
                 if (!(ok[0] & ok[1] & ok[2] & ok[3]))                                     \
                     goto point_##SFX;                                                     \
                 rp_v4d wx[6], wy[6], sx, sy;                                              \
-                RP_LZ_WEIGHTS4(lzp, cx - __builtin_convertvector(fx, rp_v4d), wx, sx);    \
-                RP_LZ_WEIGHTS4(lzp, cy - __builtin_convertvector(fy, rp_v4d), wy, sy);    \
+                RP_LZ_WEIGHTS4(lzt, cx - __builtin_convertvector(fx, rp_v4d), wx, sx);    \
+                RP_LZ_WEIGHTS4(lzt, cy - __builtin_convertvector(fy, rp_v4d), wy, sy);    \
                 const T *base[4];                                                         \
                 for (int q = 0; q < 4; q++)                                               \
                     base[q] = src + (size_t)(fy[q] - 3) * (size_t)nx + (size_t)(fx[q] - 3); \
@@ -931,9 +924,8 @@ RP_AVX2 static void sample_bicubic_avx2(const rp_kernel *k, size_t n,
 /* The Lanczos-3 tables, made once per process (lanczos3_tables, under pthread_once) and
  * shared read-only by every kernel, so that a cube's planes, each with its own kernel,
  * do not each hold (and compute) a copy.  lz_table: L(k / LZ_RES), k = 0 .. LZ_TABLEN - 1;
- * lz_pairs: see struct rp_kernel, field lzp. */
+ * lz_taps: see struct rp_kernel, field lzt. */
 static double lz_table[LZ_TABLEN];
-static _Alignas(64) double lz_pairs[8 * (LZ_RES + 1)];
 static _Alignas(64) double lz_taps[8 * (LZ_RES + 1)];
 static pthread_once_t lz_once = PTHREAD_ONCE_INIT;
 
@@ -941,7 +933,7 @@ static pthread_once_t lz_once = PTHREAD_ONCE_INIT;
  * beyond, sinc(v) = sin(pi v) / (pi v) (Duchon, "Lanczos filtering in one and two
  * dimensions", J. Applied Meteorology 18, 1979; Turkowski, "Filters for common
  * resampling tasks", Graphics Gems, 1990), tabulated at u = k / LZ_RES (exactly 1 at 0
- * and 0 at the other integers), then lz_pairs and lz_taps from it: every value copied, every
+ * and 0 at the other integers), then lz_taps from it: every value copied, every
  * difference L(k + 1) - L(k) computed once here, as lanczos3_weights computes it.
  * Cannot fail. */
 static void lanczos3_tables(void)
@@ -958,19 +950,13 @@ static void lanczos3_tables(void)
         t[q] = sin(a) * sin(b) / (a * b);
     }
     for (long q = 0; q <= LZ_RES; q++) {
-        double *e = lz_pairs + 8 * q;
+        double *e = lz_taps + 8 * q;
         for (int o = 0; o < 3; o++) {
             const double *v = t + q + o * LZ_RES;   /* q + 2 LZ_RES + 1 < LZ_TABLEN */
-            e[2 * o] = v[0];
-            e[2 * o + 1] = v[1] - v[0];
+            e[o] = v[0];
+            e[4 + o] = v[1] - v[0];
         }
-        e[6] = e[7] = 0.0;
-        double *f = lz_taps + 8 * q;
-        for (int o = 0; o < 3; o++) {
-            f[o] = e[2 * o];
-            f[4 + o] = e[2 * o + 1];
-        }
-        f[3] = f[7] = 0.0;
+        e[3] = e[7] = 0.0;
     }
 }
 
@@ -1036,7 +1022,6 @@ rp_kernel *rp_kernel_new(rp_method method, const rp_plane *src, char *err, size_
     else if (method == RP_LANCZOS3) {
         rc = pthread_once(&lz_once, lanczos3_tables) == 0 ? 0 : -1;
         k->lz = lz_table;
-        k->lzp = lz_pairs;
         k->lzt = lz_taps;
     }
     if (rc != 0) {

@@ -527,7 +527,7 @@ RP_SAMPLER_AVX2(float, f32)
 
 /* lanczos3_weights for the fractions t of four lanes: the same table values and the same
  * arithmetic in each lane (u = t * LZ_RES, v = LZ_RES - u, truncated to int32: u and v
- * are within [0, LZ_RES]; a[1] - a[0] read from the paired table, where it was computed
+ * are within [0, LZ_RES]; a[1] - a[0] read from the table lzt, where it was computed
  * by the same subtraction), so bit for bit the same weights.  Writes w[0..5]; s receives
  * the sums, added in the order lanczos3_weights adds them. */
 #define RP_LZ_WEIGHTS4(lzt, t, w, s)                                                      \

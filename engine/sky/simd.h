@@ -14,6 +14,9 @@ typedef double rp_v4d __attribute__((vector_size(32)));
 typedef int64_t rp_v4q __attribute__((vector_size(32)));
 typedef int32_t rp_v4i __attribute__((vector_size(16)));
 
+/* Four floats (the pixels of float planes, widened with __builtin_convertvector). */
+typedef float rp_v4f __attribute__((vector_size(16)));
+
 /* Helpers as macros, not inline functions: a function that takes or returns a 32-byte
  * vector has a different psABI with and without AVX (GCC warns at every call). */
 
@@ -23,6 +26,14 @@ typedef int32_t rp_v4i __attribute__((vector_size(16)));
 
 /* Lanes of a where the mask m is true, of b elsewhere. */
 #define RP_V4D_SELECT(m, a, b) ((rp_v4d)(((rp_v4q)(a) & (m)) | ((rp_v4q)(b) & ~(m))))
+
+/* Lanes (i0, i1, i2, i3) of the eight lanes of the rp_v4d a then b (0-3 a, 4-7 b), as
+ * an rp_v4d. */
+#if defined(__clang__)
+#define RP_V4D_SHUF(a, b, i0, i1, i2, i3) __builtin_shufflevector((a), (b), i0, i1, i2, i3)
+#else
+#define RP_V4D_SHUF(a, b, i0, i1, i2, i3) __builtin_shuffle((a), (b), (rp_v4q){ i0, i1, i2, i3 })
+#endif
 
 /* An rp_v4i with v in every lane. */
 #define RP_V4I_SPLAT(v) ((rp_v4i){ (v), (v), (v), (v) })

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "engine/sky/coordmap.h"
+#include "engine/sky/simd.h"
 #include "engine/base/error.h"
 
 /*
@@ -554,6 +555,176 @@ EX_INLINE void add_edge(const ex_acc *acc, double xa, double ya, double xb, doub
     }
 }
 
+/* ------------------------------------------------------------------------------------ */
+/* Short edges, four at a time                                                             */
+
+/* Edges gathered by band_edges before ex_short_flush (a multiple of 4). */
+#define EX_EBUF 64
+
+/* A batch of lattice edges for ex_short_flush, in the order add_edge would take them:
+ * (xa, ya) to (xb, yb) in output pixels, weights wv and ww as add_edge takes them. */
+typedef struct ex_edges {
+    int n;
+    double xa[EX_EBUF], ya[EX_EBUF], xb[EX_EBUF], yb[EX_EBUF], wv[EX_EBUF], ww[EX_EBUF];
+} ex_edges;
+
+/* What ex_short_classify finds for a batch.  An edge is short when it lies within the
+ * rows of the call and the columns of the grid and crosses at most one row boundary and,
+ * in each row, at most one column boundary: it then makes at most four deposits, piece k
+ * = 2 * (row 0 or 1) + (column part 0 or 1), each with the cell offset off[k] (doubles
+ * from acc->cells; the sink cell past the last row for a piece that does not exist) and
+ * the amounts dy[k] (cover) and p[k] (local) that deposit() adds, times the weights sv,
+ * sw (those of the edge, negated when it was turned upwards).  Non-short edges (fast 0)
+ * go through add_edge. */
+typedef struct ex_short {
+    int64_t fast[EX_EBUF];
+    double off[4][EX_EBUF], dy[4][EX_EBUF], p[4][EX_EBUF], sv[EX_EBUF], sw[EX_EBUF];
+} ex_short;
+
+/* floor(v) for |v| < 2^51 (round to the nearest integer by adding and removing 1.5 *
+ * 2^52, then step down where that went up); larger |v| give values as large, which the
+ * range tests reject.  Lane-wise, no conversion to integers. */
+#define EX_V4_FLOOR(v)                                                                    \
+    __extension__({                                                                       \
+        const rp_v4d f_ = ((v) + 6755399441055744.0) - 6755399441055744.0;               \
+        RP_V4D_SELECT(f_ > (v), f_ - 1.0, f_);                                            \
+    })
+
+/* The pieces of one row piece (xs, ts) to (xe, te) of an edge (vld: it exists and
+ * te != ts), for lanes of rp_v4d: walk_cut's one column crossing, or row_piece's single
+ * deposit, with the same arithmetic in the same order (so the same bits).  rowoff: the
+ * offset of the row's first cell; sink: the sink cell's offset.  Sets ok to 0 in lanes
+ * where the piece leaves the grid's columns or crosses more than one column boundary,
+ * and writes pieces k0 and k0 + 1 of lanes e..e+3 of S. */
+#define EX_V4_ROW_PIECE(S, e, k0, xs, ts, xe, te, vld, rowoff, sink, nxd, strided, ok)    \
+    do {                                                                                  \
+        const rp_v4d cs_ = EX_V4_FLOOR((xs) + 0.5), ce_ = EX_V4_FLOOR((xe) + 0.5);      \
+        const rp_v4d dc_ = ce_ - cs_;                                                     \
+        (ok) &= ~(vld) | ((cs_ >= 0.0) & (cs_ < (nxd)) & (ce_ >= 0.0) & (ce_ < (nxd))     \
+                          & (dc_ <= 1.0) & (dc_ >= -1.0));                                \
+        const rp_v4q split_ = cs_ != ce_;                                                 \
+        const rp_v4d x1_ = cs_ + RP_V4D_SELECT(ce_ > cs_, half, -half);                  \
+        const rp_v4d dtdx_ = ((te) - (ts)) / ((xe) - (xs));                               \
+        const rp_v4d t1_ = (((ts) + (x1_ - (xs)) * dtdx_) + EX_QUANT) - EX_QUANT;         \
+        /* Part 0: in column cs up to the crossing (or the whole piece); part 1: in ce. */ \
+        const rp_v4d ua_ = (xs) - cs_, ub_ = RP_V4D_SELECT(split_, x1_, (xe)) - cs_;      \
+        const rp_v4d tb_ = RP_V4D_SELECT(split_, t1_, (te));                              \
+        const rp_v4d dy0_ = tb_ - (ts), dy1_ = (te) - t1_;                                \
+        const rp_v4d ua1_ = x1_ - ce_, ub1_ = (xe) - ce_;                                 \
+        const rp_v4d p0_ = dy0_ * (half - half * (ua_ + ub_)) - dy0_;                     \
+        const rp_v4d p1_ = dy1_ * (half - half * (ua1_ + ub1_)) - dy1_;                   \
+        const rp_v4q v0_ = (vld) & (tb_ != (ts));                                         \
+        const rp_v4q v1_ = (vld) & split_ & ((te) != t1_);                                \
+        const rp_v4d o0_ = RP_V4D_SELECT(v0_, (rowoff) + cs_ * (strided), (sink));        \
+        const rp_v4d o1_ = RP_V4D_SELECT(v1_, (rowoff) + ce_ * (strided), (sink));        \
+        RP_V4D_STORE(&(S)->off[(k0)][(e)], o0_);                                          \
+        RP_V4D_STORE(&(S)->off[(k0) + 1][(e)], o1_);                                      \
+        RP_V4D_STORE(&(S)->dy[(k0)][(e)], dy0_);                                          \
+        RP_V4D_STORE(&(S)->dy[(k0) + 1][(e)], dy1_);                                      \
+        RP_V4D_STORE(&(S)->p[(k0)][(e)], p0_);                                            \
+        RP_V4D_STORE(&(S)->p[(k0) + 1][(e)], p1_);                                        \
+    } while (0)
+
+/* Classifies edges [0, E->n) of a batch (n rounded up to 4; the lanes past n are computed
+ * and ignored) and computes the pieces of the short ones: add_edge, row_piece, walk_cut
+ * and deposit for edges that span at most two rows and two columns per row, four lanes
+ * at a time, with their arithmetic unchanged (the same values bit for bit; no moments).
+ * Cannot fail. */
+RP_HOT static void ex_short_classify(const ex_acc *acc, const ex_edges *E, ex_short *S)
+{
+    const rp_v4d half = { 0.5, 0.5, 0.5, 0.5 };
+    const double lo = (double)acc->y0 - 0.5, hi = (double)acc->y1 - 0.5;
+    const double nxd = (double)acc->nx, y0d = (double)acc->y0;
+    const double rowlend = (double)acc->rowlen, strided = (double)acc->stride;
+    const double sk = (double)(acc->y1 - acc->y0) * rowlend;
+    const rp_v4d sink = { sk, sk, sk, sk };
+    for (int e = 0; e < E->n; e += 4) {
+        rp_v4d xa, ya, xb, yb, wv, ww;
+        RP_V4D_LOAD(xa, E->xa + e);
+        RP_V4D_LOAD(ya, E->ya + e);
+        RP_V4D_LOAD(xb, E->xb + e);
+        RP_V4D_LOAD(yb, E->yb + e);
+        RP_V4D_LOAD(wv, E->wv + e);
+        RP_V4D_LOAD(ww, E->ww + e);
+        /* add_edge: upwards, weights negated when turned. */
+        const rp_v4q sw = ya > yb;
+        const rp_v4d Xa = RP_V4D_SELECT(sw, xb, xa), Ya = RP_V4D_SELECT(sw, yb, ya);
+        const rp_v4d Xb = RP_V4D_SELECT(sw, xa, xb), Yb = RP_V4D_SELECT(sw, ya, yb);
+        const rp_v4d sv = RP_V4D_SELECT(sw, -wv, wv), sww = RP_V4D_SELECT(sw, -ww, ww);
+        RP_V4D_STORE(S->sv + e, sv);
+        RP_V4D_STORE(S->sw + e, sww);
+        const rp_v4d r0 = EX_V4_FLOOR(Ya + 0.5);
+        const rp_v4q two = Yb > r0 + 0.5;
+        rp_v4q ok = (Ya != Yb) & (Ya >= lo) & (Yb <= hi) & (Yb <= r0 + 1.5);
+        const rp_v4d ts = ((Ya - r0) + EX_QUANT) - EX_QUANT;
+        const rp_v4d dxdy = (Xb - Xa) / (Yb - Ya);
+        const rp_v4d xm = Xa + ((r0 + 0.5) - Ya) * dxdy;     /* where row r0 is left */
+        const rp_v4d te0 = RP_V4D_SELECT(two, half, ((Yb - r0) + EX_QUANT) - EX_QUANT);
+        const rp_v4d xe0 = RP_V4D_SELECT(two, xm, Xb);
+        const rp_v4d te1 = ((Yb - (r0 + 1.0)) + EX_QUANT) - EX_QUANT, ts1 = -half;
+        const rp_v4d row0 = (r0 - y0d) * rowlend, row1 = row0 + rowlend;
+        EX_V4_ROW_PIECE(S, e, 0, Xa, ts, xe0, te0, te0 != ts, row0, sink, nxd, strided, ok);
+        EX_V4_ROW_PIECE(S, e, 2, xm, ts1, Xb, te1, two & (te1 != ts1), row1, sink, nxd,
+                        strided, ok);
+        RP_V4D_STORE(S->fast + e, ok);
+    }
+}
+
+/* Deposits a batch and empties it: ex_short_classify, then edge by edge, in order, the
+ * pieces of the short edges and add_edge for the others, so that every cell receives the
+ * same terms in the same order as from add_edge alone (a piece that does not exist adds
+ * its terms to the sink cell, which nothing reads).  No moments.  Cannot fail. */
+static void ex_short_flush(const ex_acc *acc, ex_edges *E, ex_short *S)
+{
+    const int n = E->n;
+    if (n == 0)
+        return;
+    for (int e = n; e & 3; e++)
+        E->xa[e] = E->ya[e] = E->xb[e] = E->yb[e] = E->wv[e] = E->ww[e] = 0.0;
+    ex_short_classify(acc, E, S);
+    double *cells = acc->cells;
+    for (int e = 0; e < n; e++) {
+        if (!S->fast[e]) {
+            add_edge(acc, E->xa[e], E->ya[e], E->xb[e], E->yb[e], E->wv[e], E->ww[e], 0);
+            continue;
+        }
+        const double sv = S->sv[e], sw = S->sw[e];
+        double *c[4];
+        for (int k = 0; k < 4; k++) {
+            c[k] = cells + (size_t)S->off[k][e];
+            c[k][EX_CV] += sv * S->dy[k][e];
+            c[k][EX_PV] += sv * S->p[k][e];
+        }
+        if (sw != 0.0)
+            for (int k = 0; k < 4; k++) {
+                c[k][EX_CW] += sw * S->dy[k][e];
+                c[k][EX_PW] += sw * S->p[k][e];
+            }
+    }
+    E->n = 0;
+}
+
+/* add_edge through the batch E (flushed when full; the caller flushes the rest), or at
+ * once with the moments.  Cannot fail. */
+EX_INLINE void push_edge(const ex_acc *acc, ex_edges *E, ex_short *S, double xa, double ya,
+                         double xb, double yb, double wv, double ww, const int mom)
+{
+    if (mom) {
+        add_edge(acc, xa, ya, xb, yb, wv, ww, 1);
+        return;
+    }
+    const int n = E->n;
+    E->xa[n] = xa;
+    E->ya[n] = ya;
+    E->xb[n] = xb;
+    E->yb[n] = yb;
+    E->wv[n] = wv;
+    E->ww[n] = ww;
+    E->n = n + 1;
+    if (n + 1 == EX_EBUF)
+        ex_short_flush(acc, E, S);
+}
+
 /* Walks each lattice edge of the band of input pixels [i0, i1) x [j0, j1) once, weighted
  * by (pixel on its left) - (pixel on its right) along the lattice direction, from the
  * signed values qv and weights qw of its pixels (rows of i1 - i0) and the lattice lx, ly
@@ -567,6 +738,9 @@ EX_INLINE void band_edges(const ex_acc *acc, const double *qv, const double *qw,
                           long j1, long cell, const int mom)
 {
     const long bw = i1 - i0, w = bw + 3;
+    ex_edges E;
+    ex_short S;
+    E.n = 0;
     for (long t0 = i0; t0 < i1; t0 += cell) {
         const long t1 = t0 + cell < i1 ? t0 + cell : i1;
         for (long jl = j0; jl <= j1; jl++) {
@@ -582,7 +756,7 @@ EX_INLINE void band_edges(const ex_acc *acc, const double *qv, const double *qw,
                 if (wv == 0.0 && ww == 0.0)
                     continue;
                 const long p = (jl - j0 + 1) * w + q + 1;    /* lattice point (i, jl) */
-                add_edge(acc, lx[p], ly[p], lx[p + 1], ly[p + 1], -wv, -ww, mom);
+                push_edge(acc, &E, &S, lx[p], ly[p], lx[p + 1], ly[p + 1], -wv, -ww, mom);
             }
         }
         const long il1 = t1 == i1 ? i1 + 1 : t1;
@@ -596,10 +770,12 @@ EX_INLINE void band_edges(const ex_acc *acc, const double *qv, const double *qw,
                 if (wv == 0.0 && ww == 0.0)
                     continue;
                 const long p = (j - j0 + 1) * w + q + 1;     /* lattice point (il, j) */
-                add_edge(acc, lx[p], ly[p], lx[p + w], ly[p + w], -wv, -ww, mom);
+                push_edge(acc, &E, &S, lx[p], ly[p], lx[p + w], ly[p + w], -wv, -ww, mom);
             }
         }
     }
+    if (!mom)
+        ex_short_flush(acc, &E, &S);
 }
 
 /* The orientation of the quadrilateral (x[k], y[k]), k = 0..3: +1 counterclockwise, -1
@@ -935,12 +1111,13 @@ long rp_exact_rows_ctx(rp_exact_ctx *ctx, const rp_plane *src, long out_nx, long
     acc.stride = moments ? EX_NALL : EX_NAREA;
     const size_t rowlen = ex_rowlen(out_nx, acc.stride);
     acc.rowlen = rowlen;
-    acc.cells = (size_t)rows <= SIZE_MAX / sizeof(double) / rowlen
-                    ? ctx_grow((void **)&ctx->cells, &ctx->ncells, (size_t)rows * rowlen,
-                               sizeof(double))
+    /* The rows, then the sink cell of ex_short_flush (EX_NALL doubles). */
+    acc.cells = (size_t)rows < SIZE_MAX / sizeof(double) / rowlen
+                    ? ctx_grow((void **)&ctx->cells, &ctx->ncells,
+                               (size_t)rows * rowlen + EX_NALL, sizeof(double))
                     : NULL;
     if (acc.cells)
-        memset(acc.cells, 0, sizeof(double) * (size_t)rows * rowlen);
+        memset(acc.cells, 0, sizeof(double) * ((size_t)rows * rowlen + EX_NALL));
     if (!acc.cells
         || (moments && area_gradient(wout, out_nx, out_ny, out_y0, out_y1, acc.cells, acc.stride,
                                      rowlen, EX_GX, EX_GY) != 0)) {

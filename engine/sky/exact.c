@@ -568,18 +568,25 @@ typedef struct ex_edges {
     double xa[EX_EBUF], ya[EX_EBUF], xb[EX_EBUF], yb[EX_EBUF], wv[EX_EBUF], ww[EX_EBUF];
 } ex_edges;
 
+/* Sink cells after the last row: one for each lane and piece of ex_short_classify, so
+ * that the deposits of pieces that do not exist do not queue on one cell's additions. */
+#define EX_NSINK 16
+
 /* What ex_short_classify finds for a batch.  An edge is short when it lies within the
  * rows of the call and the columns of the grid and crosses at most one row boundary and,
  * in each row, at most one column boundary: it then makes at most four deposits, piece k
  * = 2 * (row 0 or 1) + (column part 0 or 1), each with the cell offset off[k] (doubles
- * from acc->cells; the sink cell past the last row for a piece that does not exist) and
- * the amounts dy[k] (cover) and p[k] (local) that deposit() adds, times the weights sv,
+ * from acc->cells; a sink cell for a piece that does not exist) and the amounts
+ * dp[k][e][0] (cover) and dp[k][e][1] (local) that deposit() adds, times the weights sv,
  * sw (those of the edge, negated when it was turned upwards).  Non-short edges (fast 0)
  * go through add_edge. */
 typedef struct ex_short {
     int64_t fast[EX_EBUF];
-    double off[4][EX_EBUF], dy[4][EX_EBUF], p[4][EX_EBUF], sv[EX_EBUF], sw[EX_EBUF];
+    double off[4][EX_EBUF], dp[4][EX_EBUF][2], sv[EX_EBUF], sw[EX_EBUF];
 } ex_short;
+
+/* Two doubles: a cell's (cover, local) pair, fields EX_CV, EX_PV or EX_CW, EX_PW. */
+typedef double ex_v2d __attribute__((vector_size(16)));
 
 /* floor(v) for |v| < 2^51 (round to the nearest integer by adding and removing 1.5 *
  * 2^52, then step down where that went up); larger |v| give values as large, which the
@@ -593,10 +600,11 @@ typedef struct ex_short {
 /* The pieces of one row piece (xs, ts) to (xe, te) of an edge (vld: it exists and
  * te != ts), for lanes of rp_v4d: walk_cut's one column crossing, or row_piece's single
  * deposit, with the same arithmetic in the same order (so the same bits).  rowoff: the
- * offset of the row's first cell; sink: the sink cell's offset.  Sets ok to 0 in lanes
+ * offset of the row's first cell; sink0, sink1: the sink cells' offsets for the parts.  Sets ok to 0 in lanes
  * where the piece leaves the grid's columns or crosses more than one column boundary,
  * and writes pieces k0 and k0 + 1 of lanes e..e+3 of S. */
-#define EX_V4_ROW_PIECE(S, e, k0, xs, ts, xe, te, vld, rowoff, sink, nxd, strided, ok)    \
+#define EX_V4_ROW_PIECE(S, e, k0, xs, ts, xe, te, vld, rowoff, sink0, sink1, nxd, strided, \
+                        ok)                                                               \
     do {                                                                                  \
         const rp_v4d cs_ = EX_V4_FLOOR((xs) + 0.5), ce_ = EX_V4_FLOOR((xe) + 0.5);      \
         const rp_v4d dc_ = ce_ - cs_;                                                     \
@@ -615,14 +623,20 @@ typedef struct ex_short {
         const rp_v4d p1_ = dy1_ * (half - half * (ua1_ + ub1_)) - dy1_;                   \
         const rp_v4q v0_ = (vld) & (tb_ != (ts));                                         \
         const rp_v4q v1_ = (vld) & split_ & ((te) != t1_);                                \
-        const rp_v4d o0_ = RP_V4D_SELECT(v0_, (rowoff) + cs_ * (strided), (sink));        \
-        const rp_v4d o1_ = RP_V4D_SELECT(v1_, (rowoff) + ce_ * (strided), (sink));        \
+        const rp_v4d o0_ = RP_V4D_SELECT(v0_, (rowoff) + cs_ * (strided), (sink0));       \
+        const rp_v4d o1_ = RP_V4D_SELECT(v1_, (rowoff) + ce_ * (strided), (sink1));       \
         RP_V4D_STORE(&(S)->off[(k0)][(e)], o0_);                                          \
         RP_V4D_STORE(&(S)->off[(k0) + 1][(e)], o1_);                                      \
-        RP_V4D_STORE(&(S)->dy[(k0)][(e)], dy0_);                                          \
-        RP_V4D_STORE(&(S)->dy[(k0) + 1][(e)], dy1_);                                      \
-        RP_V4D_STORE(&(S)->p[(k0)][(e)], p0_);                                            \
-        RP_V4D_STORE(&(S)->p[(k0) + 1][(e)], p1_);                                        \
+        /* (dy, p) pairs of lanes 0, 1, then 2, 3. */                                     \
+        const rp_v4q il_ = { 0, 4, 1, 5 }, ih_ = { 2, 6, 3, 7 };                         \
+        const rp_v4d q0l_ = __builtin_shuffle(dy0_, p0_, il_);                            \
+        const rp_v4d q0h_ = __builtin_shuffle(dy0_, p0_, ih_);                            \
+        const rp_v4d q1l_ = __builtin_shuffle(dy1_, p1_, il_);                            \
+        const rp_v4d q1h_ = __builtin_shuffle(dy1_, p1_, ih_);                            \
+        RP_V4D_STORE((S)->dp[(k0)][(e)], q0l_);                                           \
+        RP_V4D_STORE((S)->dp[(k0)][(e) + 2], q0h_);                                       \
+        RP_V4D_STORE((S)->dp[(k0) + 1][(e)], q1l_);                                       \
+        RP_V4D_STORE((S)->dp[(k0) + 1][(e) + 2], q1h_);                                   \
     } while (0)
 
 /* Classifies edges [0, E->n) of a batch (n rounded up to 4; the lanes past n are computed
@@ -636,8 +650,12 @@ RP_HOT static void ex_short_classify(const ex_acc *acc, const ex_edges *E, ex_sh
     const double lo = (double)acc->y0 - 0.5, hi = (double)acc->y1 - 0.5;
     const double nxd = (double)acc->nx, y0d = (double)acc->y0;
     const double rowlend = (double)acc->rowlen, strided = (double)acc->stride;
+    /* Sink cell 4 * lane + piece. */
     const double sk = (double)(acc->y1 - acc->y0) * rowlend;
-    const rp_v4d sink = { sk, sk, sk, sk };
+    rp_v4d sink[4];
+    for (int k = 0; k < 4; k++)
+        for (int j = 0; j < 4; j++)
+            sink[k][j] = sk + (double)(4 * j + k) * strided;
     for (int e = 0; e < E->n; e += 4) {
         rp_v4d xa, ya, xb, yb, wv, ww;
         RP_V4D_LOAD(xa, E->xa + e);
@@ -663,9 +681,10 @@ RP_HOT static void ex_short_classify(const ex_acc *acc, const ex_edges *E, ex_sh
         const rp_v4d xe0 = RP_V4D_SELECT(two, xm, Xb);
         const rp_v4d te1 = ((Yb - (r0 + 1.0)) + EX_QUANT) - EX_QUANT, ts1 = -half;
         const rp_v4d row0 = (r0 - y0d) * rowlend, row1 = row0 + rowlend;
-        EX_V4_ROW_PIECE(S, e, 0, Xa, ts, xe0, te0, te0 != ts, row0, sink, nxd, strided, ok);
-        EX_V4_ROW_PIECE(S, e, 2, xm, ts1, Xb, te1, two & (te1 != ts1), row1, sink, nxd,
+        EX_V4_ROW_PIECE(S, e, 0, Xa, ts, xe0, te0, te0 != ts, row0, sink[0], sink[1], nxd,
                         strided, ok);
+        EX_V4_ROW_PIECE(S, e, 2, xm, ts1, Xb, te1, two & (te1 != ts1), row1, sink[2], sink[3],
+                        nxd, strided, ok);
         RP_V4D_STORE(S->fast + e, ok);
     }
 }
@@ -688,17 +707,25 @@ static void ex_short_flush(const ex_acc *acc, ex_edges *E, ex_short *S)
             add_edge(acc, E->xa[e], E->ya[e], E->xb[e], E->yb[e], E->wv[e], E->ww[e], 0);
             continue;
         }
-        const double sv = S->sv[e], sw = S->sw[e];
+        /* deposit(): cell[EX_CV] += wv dy, cell[EX_PV] += wv p as one pair (and the
+         * weights likewise). */
+        const ex_v2d sv = { S->sv[e], S->sv[e] }, sw = { S->sw[e], S->sw[e] };
         double *c[4];
+        ex_v2d dp[4];
         for (int k = 0; k < 4; k++) {
+            ex_v2d a;
             c[k] = cells + (size_t)S->off[k][e];
-            c[k][EX_CV] += sv * S->dy[k][e];
-            c[k][EX_PV] += sv * S->p[k][e];
+            memcpy(&dp[k], S->dp[k][e], sizeof dp[k]);
+            memcpy(&a, c[k] + EX_CV, sizeof a);
+            a += sv * dp[k];
+            memcpy(c[k] + EX_CV, &a, sizeof a);
         }
-        if (sw != 0.0)
+        if (S->sw[e] != 0.0)
             for (int k = 0; k < 4; k++) {
-                c[k][EX_CW] += sw * S->dy[k][e];
-                c[k][EX_PW] += sw * S->p[k][e];
+                ex_v2d a;
+                memcpy(&a, c[k] + EX_CW, sizeof a);
+                a += sw * dp[k];
+                memcpy(c[k] + EX_CW, &a, sizeof a);
             }
     }
     E->n = 0;
@@ -1111,13 +1138,14 @@ long rp_exact_rows_ctx(rp_exact_ctx *ctx, const rp_plane *src, long out_nx, long
     acc.stride = moments ? EX_NALL : EX_NAREA;
     const size_t rowlen = ex_rowlen(out_nx, acc.stride);
     acc.rowlen = rowlen;
-    /* The rows, then the sink cell of ex_short_flush (EX_NALL doubles). */
-    acc.cells = (size_t)rows < SIZE_MAX / sizeof(double) / rowlen
-                    ? ctx_grow((void **)&ctx->cells, &ctx->ncells,
-                               (size_t)rows * rowlen + EX_NALL, sizeof(double))
+    /* The rows, then the sink cells of ex_short_flush. */
+    const size_t sinks = (size_t)EX_NSINK * EX_NALL;
+    acc.cells = (size_t)rows < SIZE_MAX / sizeof(double) / rowlen - EX_NSINK
+                    ? ctx_grow((void **)&ctx->cells, &ctx->ncells, (size_t)rows * rowlen + sinks,
+                               sizeof(double))
                     : NULL;
     if (acc.cells)
-        memset(acc.cells, 0, sizeof(double) * ((size_t)rows * rowlen + EX_NALL));
+        memset(acc.cells, 0, sizeof(double) * ((size_t)rows * rowlen + sinks));
     if (!acc.cells
         || (moments && area_gradient(wout, out_nx, out_ny, out_y0, out_y1, acc.cells, acc.stride,
                                      rowlen, EX_GX, EX_GY) != 0)) {

@@ -652,10 +652,9 @@ RP_HOT static void ex_short_classify(const ex_acc *acc, const ex_edges *E, ex_sh
     const double rowlend = (double)acc->rowlen, strided = (double)acc->stride;
     /* Sink cell 4 * lane + piece. */
     const double sk = (double)(acc->y1 - acc->y0) * rowlend;
-    rp_v4d sink[4];
-    for (int k = 0; k < 4; k++)
-        for (int j = 0; j < 4; j++)
-            sink[k][j] = sk + (double)(4 * j + k) * strided;
+    const rp_v4d lane4 = { 0.0, 4.0, 8.0, 12.0 };
+    const rp_v4d sink[4] = { sk + lane4 * strided, sk + (lane4 + 1.0) * strided,
+                             sk + (lane4 + 2.0) * strided, sk + (lane4 + 3.0) * strided };
     for (int e = 0; e < E->n; e += 4) {
         rp_v4d xa, ya, xb, yb, wv, ww;
         RP_V4D_LOAD(xa, E->xa + e);
@@ -844,6 +843,127 @@ static int edge_breaks(const double *lx, const double *ly, size_t p, size_t step
     if (isnan(nbr))
         nbr = isnan(a) ? b : a;
     return !isnan(nbr) && e > EX_SEAM_RATIO * nbr;
+}
+
+/* The orientation (+1, -1) of input pixel i of a band row, or 0 when it is left out:
+ * value v not finite, wholly above or below the rows (ylo, yhi), a corner off the map,
+ * degenerate or folded, or across a seam.  Its corners are lattice points p00, p00 + 1
+ * (lower) and p00 + w, p00 + w + 1 (upper) of lx, ly.  Cannot fail. */
+static int pixel_sign(const double *lx, const double *ly, size_t w, size_t p00, double v,
+                      double ylo, double yhi)
+{
+    if (!isfinite(v))
+        return 0;
+    const size_t p01 = p00 + w;
+    const double qx[4] = { lx[p00], lx[p00 + 1], lx[p01 + 1], lx[p01] };
+    const double qy[4] = { ly[p00], ly[p00 + 1], ly[p01 + 1], ly[p01] };
+    /* Wholly above or below the rows: none of its edges deposits here (add_edge drops
+     * them), nor do the edges it shares with neighbours, so leaving it out changes
+     * nothing. */
+    if ((qy[0] <= ylo && qy[1] <= ylo && qy[2] <= ylo && qy[3] <= ylo)
+        || (qy[0] >= yhi && qy[1] >= yhi && qy[2] >= yhi && qy[3] >= yhi))
+        return 0;
+    if (!(fabs(qx[0]) < EX_COORD_MAX && fabs(qx[1]) < EX_COORD_MAX
+          && fabs(qx[2]) < EX_COORD_MAX && fabs(qx[3]) < EX_COORD_MAX
+          && fabs(qy[0]) < EX_COORD_MAX && fabs(qy[1]) < EX_COORD_MAX
+          && fabs(qy[2]) < EX_COORD_MAX && fabs(qy[3]) < EX_COORD_MAX))
+        return 0;                                   /* NaN, or off towards infinity */
+    const int o = quad_orientation(qx, qy);
+    if (!o)
+        return 0;
+    /* Seam test for large quadrilaterals (their diagonals span their extent unless they
+     * are self-intersecting, which were left out above). */
+    if ((fabs(qx[2] - qx[0]) > EX_SEAM_MIN || fabs(qx[3] - qx[1]) > EX_SEAM_MIN
+         || fabs(qy[2] - qy[0]) > EX_SEAM_MIN || fabs(qy[3] - qy[1]) > EX_SEAM_MIN)
+        && (edge_breaks(lx, ly, p00, 1) || edge_breaks(lx, ly, p01, 1)
+            || edge_breaks(lx, ly, p00, w) || edge_breaks(lx, ly, p00 + 1, w)))
+        return 0;
+    return o;
+}
+
+/* The signed value rv and weight rw (orientation times (v, 1), or 0 when left out:
+ * pixel_sign) of input pixels [i0, i1) of a band row: values vf (float32) or vd (double)
+ * indexed by i, lattice points from p0 (pixel i0's lower left corner at p0 + 1, rows w
+ * apart), rv and rw indexed by i - i0; pixels of selection cells not included are 0.
+ * Four pixels at a time with pixel_sign's tests as lane masks (the same values), the
+ * rare quadrilateral large enough for the seam test by pixel_sign.  Cannot fail. */
+RP_HOT static void band_row_signs(const double *lx, const double *ly, size_t w, size_t p0,
+                                  long i0, long i1, const unsigned char *inc, int cshift,
+                                  const float *vf, const double *vd, double ylo, double yhi,
+                                  double *rv, double *rw)
+{
+    const rp_v4d one = { 1.0, 1.0, 1.0, 1.0 }, zero = { 0.0, 0.0, 0.0, 0.0 };
+    long i = i0;
+    while (i < i1) {
+        /* Selection cells are a multiple of 4 wide and start at multiples of their
+         * width, as i0 does: a group of 4 from i lies in one. */
+        if (!inc[i >> cshift]) {
+            long e = ((i >> cshift) + 1) << cshift;
+            e = e < i1 ? e : i1;
+            for (; i < e; i++)
+                rv[i - i0] = rw[i - i0] = 0.0;
+            continue;
+        }
+        const size_t p00 = p0 + (size_t)(i - i0 + 1), p01 = p00 + w;
+        if (i + 4 > i1) {
+            const double v = vf ? (double)vf[i] : vd[i];
+            const int o = pixel_sign(lx, ly, w, p00, v, ylo, yhi);
+            rv[i - i0] = o ? o * v : 0.0;
+            rw[i - i0] = o;
+            i++;
+            continue;
+        }
+        rp_v4d v, x0, x1, x2, x3, y0, y1, y2, y3;
+        if (vf) {
+            typedef float ex_v4f __attribute__((vector_size(16)));
+            ex_v4f t;
+            memcpy(&t, vf + i, sizeof t);
+            v = __builtin_convertvector(t, rp_v4d);
+        } else {
+            RP_V4D_LOAD(v, vd + i);
+        }
+        RP_V4D_LOAD(x0, lx + p00);
+        RP_V4D_LOAD(x1, lx + p00 + 1);
+        RP_V4D_LOAD(x2, lx + p01 + 1);
+        RP_V4D_LOAD(x3, lx + p01);
+        RP_V4D_LOAD(y0, ly + p00);
+        RP_V4D_LOAD(y1, ly + p00 + 1);
+        RP_V4D_LOAD(y2, ly + p01 + 1);
+        RP_V4D_LOAD(y3, ly + p01);
+        const rp_v4q fin = (v - v) == 0.0;
+        const rp_v4q above = (y0 <= ylo) & (y1 <= ylo) & (y2 <= ylo) & (y3 <= ylo);
+        const rp_v4q below = (y0 >= yhi) & (y1 >= yhi) & (y2 >= yhi) & (y3 >= yhi);
+        const double M = EX_COORD_MAX;
+        const rp_v4q inr = (x0 < M) & (x0 > -M) & (x1 < M) & (x1 > -M) & (x2 < M) & (x2 > -M)
+                           & (x3 < M) & (x3 > -M) & (y0 < M) & (y0 > -M) & (y1 < M) & (y1 > -M)
+                           & (y2 < M) & (y2 > -M) & (y3 < M) & (y3 > -M);
+        /* quad_orientation, lane-wise. */
+        const rp_v4d a2 = (x2 - x0) * (y3 - y1) - (x3 - x1) * (y2 - y0);
+        const rp_v4d s = RP_V4D_SELECT(a2 > 0.0, one, -one);
+        const rp_v4d ex0 = x1 - x0, ex1 = x2 - x1, ex2 = x3 - x2, ex3 = x0 - x3;
+        const rp_v4d ey0 = y1 - y0, ey1 = y2 - y1, ey2 = y3 - y2, ey3 = y0 - y3;
+        const rp_v4q against = -((s * (ex3 * ey0 - ey3 * ex0) < 0.0)
+                                 + (s * (ex0 * ey1 - ey0 * ex1) < 0.0)
+                                 + (s * (ex1 * ey2 - ey1 * ex2) < 0.0)
+                                 + (s * (ex2 * ey3 - ey2 * ex3) < 0.0));
+        const rp_v4q ok = fin & ~above & ~below & inr & (a2 != 0.0) & (against <= 1);
+        const rp_v4d dx0 = x2 - x0, dx1 = x3 - x1, dy0 = y2 - y0, dy1 = y3 - y1;
+        const double S = EX_SEAM_MIN;
+        const rp_v4q big = ok & ((dx0 > S) | (dx0 < -S) | (dx1 > S) | (dx1 < -S) | (dy0 > S)
+                                 | (dy0 < -S) | (dy1 > S) | (dy1 < -S));
+        if (RP_V4Q_ANY(big)) {
+            for (int k = 0; k < 4; k++) {
+                const int o = pixel_sign(lx, ly, w, p00 + (size_t)k, v[k], ylo, yhi);
+                rv[i - i0 + k] = o ? o * v[k] : 0.0;
+                rw[i - i0 + k] = o;
+            }
+        } else {
+            const rp_v4d sv = RP_V4D_SELECT(ok, s * v, zero), sw = RP_V4D_SELECT(ok, s, zero);
+            RP_V4D_STORE(rv + (i - i0), sv);
+            RP_V4D_STORE(rw + (i - i0), sw);
+        }
+        i += 4;
+    }
 }
 
 /* ------------------------------------------------------------------------------------ */
@@ -1187,49 +1307,9 @@ long rp_exact_rows_ctx(rp_exact_ctx *ctx, const rp_plane *src, long out_nx, long
                 const size_t row = (size_t)j * (size_t)in_nx;
                 const float *vf = src->dtype == RP_F32 ? (const float *)src->data + row : NULL;
                 const double *vd = src->dtype == RP_F64 ? (const double *)src->data + row : NULL;
-                double *rv = qv + (j - j0) * bw, *rw = qw + (j - j0) * bw;
-                for (long i = i0; i < i1; i++) {
-                    rv[i - i0] = rw[i - i0] = 0.0;
-                    if (!inc[i >> cshift]) {
-                        /* Skip to the next selection cell. */
-                        long e = ((i >> cshift) + 1) << cshift;
-                        e = e < i1 ? e : i1;
-                        for (; i + 1 < e; i++)
-                            rv[i + 1 - i0] = rw[i + 1 - i0] = 0.0;
-                        continue;
-                    }
-                    const double v = vf ? (double)vf[i] : vd[i];
-                    if (!isfinite(v))
-                        continue;
-                    const size_t p00 = (size_t)(j - j0 + 1) * (size_t)w + (size_t)(i - i0 + 1);
-                    const size_t p01 = p00 + (size_t)w;
-                    const double qx[4] = { lx[p00], lx[p00 + 1], lx[p01 + 1], lx[p01] };
-                    const double qy[4] = { ly[p00], ly[p00 + 1], ly[p01 + 1], ly[p01] };
-                    /* Wholly above or below the rows: none of its edges deposits here
-                     * (add_edge drops them), nor do the edges it shares with neighbours,
-                     * so leaving it out changes nothing. */
-                    if ((qy[0] <= ylo && qy[1] <= ylo && qy[2] <= ylo && qy[3] <= ylo)
-                        || (qy[0] >= yhi && qy[1] >= yhi && qy[2] >= yhi && qy[3] >= yhi))
-                        continue;
-                    if (!(fabs(qx[0]) < EX_COORD_MAX && fabs(qx[1]) < EX_COORD_MAX
-                          && fabs(qx[2]) < EX_COORD_MAX && fabs(qx[3]) < EX_COORD_MAX
-                          && fabs(qy[0]) < EX_COORD_MAX && fabs(qy[1]) < EX_COORD_MAX
-                          && fabs(qy[2]) < EX_COORD_MAX && fabs(qy[3]) < EX_COORD_MAX))
-                        continue;                           /* NaN, or off towards infinity */
-                    const int o = quad_orientation(qx, qy);
-                    if (!o)
-                        continue;
-                    /* Seam test for large quadrilaterals (their diagonals span their extent
-                     * unless they are self-intersecting, which were left out above). */
-                    if ((fabs(qx[2] - qx[0]) > EX_SEAM_MIN || fabs(qx[3] - qx[1]) > EX_SEAM_MIN
-                         || fabs(qy[2] - qy[0]) > EX_SEAM_MIN || fabs(qy[3] - qy[1]) > EX_SEAM_MIN)
-                        && (edge_breaks(lx, ly, p00, 1) || edge_breaks(lx, ly, p01, 1)
-                            || edge_breaks(lx, ly, p00, (size_t)w)
-                            || edge_breaks(lx, ly, p00 + 1, (size_t)w)))
-                        continue;
-                    rv[i - i0] = o * v;
-                    rw[i - i0] = o;
-                }
+                band_row_signs(lx, ly, (size_t)w, (size_t)(j - j0 + 1) * (size_t)w, i0, i1,
+                               inc, cshift, vf, vd, ylo, yhi, qv + (j - j0) * bw,
+                               qw + (j - j0) * bw);
             }
             /* Each lattice edge once (band_edges). */
             if (moments)

@@ -577,12 +577,12 @@ typedef struct ex_edges {
  * in each row, at most one column boundary: it then makes at most four deposits, piece k
  * = 2 * (row 0 or 1) + (column part 0 or 1), each with the cell offset off[k] (doubles
  * from acc->cells; a sink cell for a piece that does not exist) and the amounts
- * dp[k][e][0] (cover) and dp[k][e][1] (local) that deposit() adds, times the weights sv,
+ * dy[k][e] (cover) and p[k][e] (local) that deposit() adds, times the weights sv,
  * sw (those of the edge, negated when it was turned upwards).  Non-short edges (fast 0)
  * go through add_edge. */
 typedef struct ex_short {
     int64_t fast[EX_EBUF];
-    double off[4][EX_EBUF], dp[4][EX_EBUF][2], sv[EX_EBUF], sw[EX_EBUF];
+    double off[4][EX_EBUF], dy[4][EX_EBUF], p[4][EX_EBUF], sv[EX_EBUF], sw[EX_EBUF];
 } ex_short;
 
 /* Two doubles: a cell's (cover, local) pair, fields EX_CV, EX_PV or EX_CW, EX_PW. */
@@ -627,16 +627,10 @@ typedef double ex_v2d __attribute__((vector_size(16)));
         const rp_v4d o1_ = RP_V4D_SELECT(v1_, (rowoff) + ce_ * (strided), (sink1));       \
         RP_V4D_STORE(&(S)->off[(k0)][(e)], o0_);                                          \
         RP_V4D_STORE(&(S)->off[(k0) + 1][(e)], o1_);                                      \
-        /* (dy, p) pairs of lanes 0, 1, then 2, 3. */                                     \
-        const rp_v4q il_ = { 0, 4, 1, 5 }, ih_ = { 2, 6, 3, 7 };                         \
-        const rp_v4d q0l_ = __builtin_shuffle(dy0_, p0_, il_);                            \
-        const rp_v4d q0h_ = __builtin_shuffle(dy0_, p0_, ih_);                            \
-        const rp_v4d q1l_ = __builtin_shuffle(dy1_, p1_, il_);                            \
-        const rp_v4d q1h_ = __builtin_shuffle(dy1_, p1_, ih_);                            \
-        RP_V4D_STORE((S)->dp[(k0)][(e)], q0l_);                                           \
-        RP_V4D_STORE((S)->dp[(k0)][(e) + 2], q0h_);                                       \
-        RP_V4D_STORE((S)->dp[(k0) + 1][(e)], q1l_);                                       \
-        RP_V4D_STORE((S)->dp[(k0) + 1][(e) + 2], q1h_);                                   \
+        RP_V4D_STORE(&(S)->dy[(k0)][(e)], dy0_);                                          \
+        RP_V4D_STORE(&(S)->dy[(k0) + 1][(e)], dy1_);                                      \
+        RP_V4D_STORE(&(S)->p[(k0)][(e)], p0_);                                            \
+        RP_V4D_STORE(&(S)->p[(k0) + 1][(e)], p1_);                                        \
     } while (0)
 
 /* Classifies edges [0, E->n) of a batch (n rounded up to 4; the lanes past n are computed
@@ -714,7 +708,7 @@ static void ex_short_flush(const ex_acc *acc, ex_edges *E, ex_short *S)
         for (int k = 0; k < 4; k++) {
             ex_v2d a;
             c[k] = cells + (size_t)S->off[k][e];
-            memcpy(&dp[k], S->dp[k][e], sizeof dp[k]);
+            dp[k] = (ex_v2d){ S->dy[k][e], S->p[k][e] };
             memcpy(&a, c[k] + EX_CV, sizeof a);
             a += sv * dp[k];
             memcpy(c[k] + EX_CV, &a, sizeof a);

@@ -46,6 +46,15 @@
  *     pixels, bilinearly interpolated; where it is below EX_G_MIN everywhere (small
  *     fields near the tangent point of TAN, or the equator of CAR) the moments are
  *     skipped.
+ * How it runs: the per-pixel tests of step 1 four input pixels at a time
+ * (band_row_signs), and the edges of step 2 in batches (ex_short_flush): a vector step
+ * computes, four edges at a time, the pieces of every edge short enough to cross at most
+ * one row and, in each row, one column boundary (nearly all of them where input pixels
+ * are no larger than output pixels), with the scalar code's arithmetic in the same order;
+ * a scalar pass then adds them to the cells edge by edge, in the order of the edges, and
+ * walks the others with the general code.  Every cell receives the same terms in the same
+ * order as from the scalar walk alone, so the results do not depend on the path (nor on
+ * the CPU's vector width: simd.h).
  * For a gnomonic (TAN) output, the output pixel plane is a linear image of the tangent
  * plane, where great circles are straight lines: steps 1-2 are then exact, and only the
  * linearisation of step 3 approximates.  For other output projections great circles are
@@ -1137,7 +1146,8 @@ double rp_exact_scratch_bytes(long in_nx, long in_ny, long out_nx, long rows)
     double nodes = 2.0 * nn * 2.0 * sizeof(double) + ncx * ncy;   /* kept, mapped, include */
     double lat = ((double)(in_nx + 3) * (EX_CELL + 3) * 2.0 + (double)in_nx * EX_CELL * 2.0)
                  * sizeof(double);
-    double cells = (double)rows * ((double)out_nx * EX_NALL + 16.0) * sizeof(double);
+    double cells = ((double)rows * ((double)out_nx * EX_NALL + 16.0) + EX_NSINK * EX_NALL)
+                   * sizeof(double);
     return nodes + lat + cells;
 }
 

@@ -585,13 +585,15 @@ typedef struct ex_edges {
  * rows of the call and the columns of the grid and crosses at most one row boundary and,
  * in each row, at most one column boundary: it then makes at most four deposits, piece k
  * = 2 * (row 0 or 1) + (column part 0 or 1), each with the cell offset off[k] (doubles
- * from acc->cells; a sink cell for a piece that does not exist) and the amounts
- * dy[k][e] (cover) and p[k][e] (local) that deposit() adds, times the weights sv,
- * sw (those of the edge, negated when it was turned upwards).  Non-short edges (fast 0)
+ * from acc->cells; a sink cell for a piece that does not exist) and the terms that
+ * deposit() adds: vdy[k][e], vp[k][e] to the value fields (the edge's weight sv, negated
+ * when it was turned upwards, times the cover dy and the local part p) and, where the
+ * edge's weight sw[e] is not 0, wdy[k][e], wp[k][e] to the weight fields (sw times dy and
+ * p; not written in a group of four edges whose sw are all 0).  Non-short edges (fast 0)
  * go through add_edge. */
 typedef struct ex_short {
-    int64_t fast[EX_EBUF];
-    double off[4][EX_EBUF], dy[4][EX_EBUF], p[4][EX_EBUF], sv[EX_EBUF], sw[EX_EBUF];
+    int64_t fast[EX_EBUF], off[4][EX_EBUF];
+    double vdy[4][EX_EBUF], vp[4][EX_EBUF], wdy[4][EX_EBUF], wp[4][EX_EBUF], sw[EX_EBUF];
 } ex_short;
 
 /* Two doubles: a cell's (cover, local) pair, fields EX_CV, EX_PV or EX_CW, EX_PW. */
@@ -606,14 +608,20 @@ typedef double ex_v2d __attribute__((vector_size(16)));
         RP_V4D_SELECT(f_ > (v), f_ - 1.0, f_);                                            \
     })
 
+/* 2^52: an integer-valued double n, 0 <= n < 2^52, plus EX_I52 has the bits of EX_I52
+ * plus n (its conversion to int64_t without a conversion instruction). */
+#define EX_I52 4503599627370496.0
+#define EX_V4_I52 ((rp_v4d){ EX_I52, EX_I52, EX_I52, EX_I52 })
+
 /* The pieces of one row piece (xs, ts) to (xe, te) of an edge (vld: it exists and
  * te != ts), for lanes of rp_v4d: walk_cut's one column crossing, or row_piece's single
- * deposit, with the same arithmetic in the same order (so the same bits).  rowoff: the
- * offset of the row's first cell; sink0, sink1: the sink cells' offsets for the parts.  Sets ok to 0 in lanes
- * where the piece leaves the grid's columns or crosses more than one column boundary,
- * and writes pieces k0 and k0 + 1 of lanes e..e+3 of S. */
+ * deposit, with the same arithmetic in the same order (so the same bits; deposit()'s
+ * products by the weights sv, sww included, the latter only when anyw).  rowoff: the
+ * offset of the row's first cell; sink0, sink1: the sink cells' offsets for the parts.
+ * Sets ok to 0 in lanes where the piece leaves the grid's columns or crosses more than one
+ * column boundary, and writes pieces k0 and k0 + 1 of lanes e..e+3 of S. */
 #define EX_V4_ROW_PIECE(S, e, k0, xs, ts, xe, te, vld, rowoff, sink0, sink1, nxd, strided, \
-                        ok)                                                               \
+                        ok, sv, sww, anyw)                                                \
     do {                                                                                  \
         const rp_v4d cs_ = EX_V4_FLOOR((xs) + 0.5), ce_ = EX_V4_FLOOR((xe) + 0.5);      \
         const rp_v4d dc_ = ce_ - cs_;                                                     \
@@ -634,12 +642,24 @@ typedef double ex_v2d __attribute__((vector_size(16)));
         const rp_v4q v1_ = (vld) & split_ & ((te) != t1_);                                \
         const rp_v4d o0_ = RP_V4D_SELECT(v0_, (rowoff) + cs_ * (strided), (sink0));       \
         const rp_v4d o1_ = RP_V4D_SELECT(v1_, (rowoff) + ce_ * (strided), (sink1));       \
-        RP_V4D_STORE(&(S)->off[(k0)][(e)], o0_);                                          \
-        RP_V4D_STORE(&(S)->off[(k0) + 1][(e)], o1_);                                      \
-        RP_V4D_STORE(&(S)->dy[(k0)][(e)], dy0_);                                          \
-        RP_V4D_STORE(&(S)->dy[(k0) + 1][(e)], dy1_);                                      \
-        RP_V4D_STORE(&(S)->p[(k0)][(e)], p0_);                                            \
-        RP_V4D_STORE(&(S)->p[(k0) + 1][(e)], p1_);                                        \
+        const rp_v4q i0_ = (rp_v4q)(o0_ + EX_I52) - (rp_v4q)EX_V4_I52;                     \
+        const rp_v4q i1_ = (rp_v4q)(o1_ + EX_I52) - (rp_v4q)EX_V4_I52;                     \
+        memcpy(&(S)->off[(k0)][(e)], &i0_, sizeof i0_);                                   \
+        memcpy(&(S)->off[(k0) + 1][(e)], &i1_, sizeof i1_);                               \
+        const rp_v4d vdy0_ = (sv) * dy0_, vdy1_ = (sv) * dy1_;                            \
+        const rp_v4d vp0_ = (sv) * p0_, vp1_ = (sv) * p1_;                                \
+        RP_V4D_STORE(&(S)->vdy[(k0)][(e)], vdy0_);                                        \
+        RP_V4D_STORE(&(S)->vdy[(k0) + 1][(e)], vdy1_);                                    \
+        RP_V4D_STORE(&(S)->vp[(k0)][(e)], vp0_);                                          \
+        RP_V4D_STORE(&(S)->vp[(k0) + 1][(e)], vp1_);                                      \
+        if (anyw) {                                                                       \
+            const rp_v4d wdy0_ = (sww) * dy0_, wdy1_ = (sww) * dy1_;                      \
+            const rp_v4d wp0_ = (sww) * p0_, wp1_ = (sww) * p1_;                          \
+            RP_V4D_STORE(&(S)->wdy[(k0)][(e)], wdy0_);                                    \
+            RP_V4D_STORE(&(S)->wdy[(k0) + 1][(e)], wdy1_);                                \
+            RP_V4D_STORE(&(S)->wp[(k0)][(e)], wp0_);                                      \
+            RP_V4D_STORE(&(S)->wp[(k0) + 1][(e)], wp1_);                                  \
+        }                                                                                 \
     } while (0)
 
 /* Classifies edges [0, E->n) of a batch (n rounded up to 4; the lanes past n are computed
@@ -671,8 +691,8 @@ RP_HOT static void ex_short_classify(const ex_acc *acc, const ex_edges *E, ex_sh
         const rp_v4d Xa = RP_V4D_SELECT(sw, xb, xa), Ya = RP_V4D_SELECT(sw, yb, ya);
         const rp_v4d Xb = RP_V4D_SELECT(sw, xa, xb), Yb = RP_V4D_SELECT(sw, ya, yb);
         const rp_v4d sv = RP_V4D_SELECT(sw, -wv, wv), sww = RP_V4D_SELECT(sw, -ww, ww);
-        RP_V4D_STORE(S->sv + e, sv);
         RP_V4D_STORE(S->sw + e, sww);
+        const int anyw = RP_V4Q_ANY(sww != 0.0);
         const rp_v4d r0 = EX_V4_FLOOR(Ya + 0.5);
         const rp_v4q two = Yb > r0 + 0.5;
         rp_v4q ok = (Ya != Yb) & (Ya >= lo) & (Yb <= hi) & (Yb <= r0 + 1.5);
@@ -684,9 +704,9 @@ RP_HOT static void ex_short_classify(const ex_acc *acc, const ex_edges *E, ex_sh
         const rp_v4d te1 = ((Yb - (r0 + 1.0)) + EX_QUANT) - EX_QUANT, ts1 = -half;
         const rp_v4d row0 = (r0 - y0d) * rowlend, row1 = row0 + rowlend;
         EX_V4_ROW_PIECE(S, e, 0, Xa, ts, xe0, te0, te0 != ts, row0, sink[0], sink[1], nxd,
-                        strided, ok);
+                        strided, ok, sv, sww, anyw);
         EX_V4_ROW_PIECE(S, e, 2, xm, ts1, Xb, te1, two & (te1 != ts1), row1, sink[2], sink[3],
-                        nxd, strided, ok);
+                        nxd, strided, ok, sv, sww, anyw);
         RP_V4D_STORE(S->fast + e, ok);
     }
 }
@@ -710,24 +730,21 @@ static void ex_short_flush(const ex_acc *acc, ex_edges *E, ex_short *S)
             continue;
         }
         /* deposit(): cell[EX_CV] += wv dy, cell[EX_PV] += wv p as one pair (and the
-         * weights likewise). */
-        const ex_v2d sv = { S->sv[e], S->sv[e] }, sw = { S->sw[e], S->sw[e] };
-        double *c[4];
-        ex_v2d dp[4];
+         * weights likewise), the products made by ex_short_classify. */
         for (int k = 0; k < 4; k++) {
+            double *c = cells + S->off[k][e];
             ex_v2d a;
-            c[k] = cells + (size_t)S->off[k][e];
-            dp[k] = (ex_v2d){ S->dy[k][e], S->p[k][e] };
-            memcpy(&a, c[k] + EX_CV, sizeof a);
-            a += sv * dp[k];
-            memcpy(c[k] + EX_CV, &a, sizeof a);
+            memcpy(&a, c + EX_CV, sizeof a);
+            a += (ex_v2d){ S->vdy[k][e], S->vp[k][e] };
+            memcpy(c + EX_CV, &a, sizeof a);
         }
         if (S->sw[e] != 0.0)
             for (int k = 0; k < 4; k++) {
+                double *c = cells + S->off[k][e];
                 ex_v2d a;
-                memcpy(&a, c[k] + EX_CW, sizeof a);
-                a += sw * dp[k];
-                memcpy(c[k] + EX_CW, &a, sizeof a);
+                memcpy(&a, c + EX_CW, sizeof a);
+                a += (ex_v2d){ S->wdy[k][e], S->wp[k][e] };
+                memcpy(c + EX_CW, &a, sizeof a);
             }
     }
     E->n = 0;

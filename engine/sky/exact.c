@@ -581,19 +581,26 @@ typedef struct ex_edges {
  * that the deposits of pieces that do not exist do not queue on one cell's additions. */
 #define EX_NSINK 16
 
+/* Deposits of a short edge (see ex_short). */
+#define EX_NSLOT 3
+
 /* What ex_short_classify finds for a batch.  An edge is short when it lies within the
- * rows of the call and the columns of the grid and crosses at most one row boundary and,
- * in each row, at most one column boundary: it then makes at most four deposits, piece k
- * = 2 * (row 0 or 1) + (column part 0 or 1), each with the cell offset off[k] (doubles
- * from acc->cells; a sink cell for a piece that does not exist) and the terms that
- * deposit() adds: vdy[k][e], vp[k][e] to the value fields (the edge's weight sv, negated
- * when it was turned upwards, times the cover dy and the local part p) and, where the
- * edge's weight sw[e] is not 0, wdy[k][e], wp[k][e] to the weight fields (sw times dy and
- * p; not written in a group of four edges whose sw are all 0).  Non-short edges (fast 0)
- * go through add_edge. */
+ * rows of the call and the columns of the grid, crosses at most one row boundary and,
+ * in each row, at most one column boundary, and not one column boundary in both rows: it
+ * then makes at most three deposits (EX_NSLOT), slot 0 the part of row 0 in its first
+ * column, slot 1 that of row 1, slot 2 the part in a second column of either row (the
+ * parts lie in different cells, so their order does not matter), each with the cell
+ * offset off[k] (doubles from acc->cells; a sink cell for a piece that does not exist)
+ * and the terms that deposit() adds: vdy[k][e], vp[k][e] to the value fields (the edge's
+ * weight sv, negated when it was turned upwards, times the cover dy and the local part p)
+ * and, where the edge's weight sw[e] is not 0, wdy[k][e], wp[k][e] to the weight fields
+ * (sw times dy and p; not written in a group of four edges whose sw are all 0).  An edge
+ * shorter than an output pixel side in x is short unless it leaves the rows or columns
+ * (rounding aside); non-short edges (fast 0) go through add_edge. */
 typedef struct ex_short {
-    int64_t fast[EX_EBUF], off[4][EX_EBUF];
-    double vdy[4][EX_EBUF], vp[4][EX_EBUF], wdy[4][EX_EBUF], wp[4][EX_EBUF], sw[EX_EBUF];
+    int64_t fast[EX_EBUF], off[EX_NSLOT][EX_EBUF];
+    double vdy[EX_NSLOT][EX_EBUF], vp[EX_NSLOT][EX_EBUF], wdy[EX_NSLOT][EX_EBUF];
+    double wp[EX_NSLOT][EX_EBUF], sw[EX_EBUF];
 } ex_short;
 
 /* Two doubles: a cell's (cover, local) pair, fields EX_CV, EX_PV or EX_CW, EX_PW. */
@@ -628,12 +635,14 @@ typedef double ex_v2d __attribute__((vector_size(16)));
 /* The pieces of one row piece (xs, ts) to (xe, te) of an edge (vld: it exists and
  * te != ts), for lanes of rp_v4d: walk_cut's one column crossing, or row_piece's single
  * deposit, with the same arithmetic in the same order (so the same bits; deposit()'s
- * products by the weights sv, sww included, the latter only when anyw).  rowoff: the
- * offset of the row's first cell; sink0, sink1: the sink cells' offsets for the parts.
- * Sets ok to 0 in lanes where the piece leaves the grid's columns or crosses more than one
- * column boundary, and writes pieces k0 and k0 + 1 of lanes e..e+3 of S. */
+ * products by the weights sv, sww included, the latter stored only when anyw).  rowoff:
+ * the offset of the row's first cell; sink0, sink1: the sink cells' offsets for the
+ * parts.  Sets ok to 0 in lanes where the piece leaves the grid's columns or crosses more
+ * than one column boundary, writes part 0 of lanes e..e+3 to slot k0 of S and leaves
+ * part 1 in the rp_v4d lvalues o1, vdy1, vp1, wdy1, wp1 (offset, products) and its
+ * existence in the rp_v4q lvalue v1. */
 #define EX_V4_ROW_PIECE(S, e, k0, xs, ts, xe, te, vld, rowoff, sink0, sink1, nxd, strided, \
-                        ok, sv, sww, anyw)                                                \
+                        ok, sv, sww, anyw, o1, vdy1, vp1, wdy1, wp1, v1)                  \
     do {                                                                                  \
         const rp_v4d cs_ = EX_V4_FLOOR((xs) + 0.5), ce_ = EX_V4_FLOOR((xe) + 0.5);      \
         const rp_v4d dc_ = ce_ - cs_;                                                     \
@@ -651,26 +660,22 @@ typedef double ex_v2d __attribute__((vector_size(16)));
         const rp_v4d p0_ = dy0_ * (half - half * (ua_ + ub_)) - dy0_;                     \
         const rp_v4d p1_ = dy1_ * (half - half * (ua1_ + ub1_)) - dy1_;                   \
         const rp_v4q v0_ = (vld) & (tb_ != (ts));                                         \
-        const rp_v4q v1_ = (vld) & split_ & ((te) != t1_);                                \
+        (v1) = (vld) & split_ & ((te) != t1_);                                            \
         const rp_v4d o0_ = RP_V4D_SELECT(v0_, (rowoff) + cs_ * (strided), (sink0));       \
-        const rp_v4d o1_ = RP_V4D_SELECT(v1_, (rowoff) + ce_ * (strided), (sink1));       \
+        (o1) = RP_V4D_SELECT((v1), (rowoff) + ce_ * (strided), (sink1));                  \
         const rp_v4q i0_ = (rp_v4q)(o0_ + EX_I52) - (rp_v4q)EX_V4_I52;                     \
-        const rp_v4q i1_ = (rp_v4q)(o1_ + EX_I52) - (rp_v4q)EX_V4_I52;                     \
         memcpy(&(S)->off[(k0)][(e)], &i0_, sizeof i0_);                                   \
-        memcpy(&(S)->off[(k0) + 1][(e)], &i1_, sizeof i1_);                               \
-        const rp_v4d vdy0_ = (sv) * dy0_, vdy1_ = (sv) * dy1_;                            \
-        const rp_v4d vp0_ = (sv) * p0_, vp1_ = (sv) * p1_;                                \
+        const rp_v4d vdy0_ = (sv) * dy0_, vp0_ = (sv) * p0_;                              \
+        (vdy1) = (sv) * dy1_;                                                             \
+        (vp1) = (sv) * p1_;                                                               \
         RP_V4D_STORE(&(S)->vdy[(k0)][(e)], vdy0_);                                        \
-        RP_V4D_STORE(&(S)->vdy[(k0) + 1][(e)], vdy1_);                                    \
         RP_V4D_STORE(&(S)->vp[(k0)][(e)], vp0_);                                          \
-        RP_V4D_STORE(&(S)->vp[(k0) + 1][(e)], vp1_);                                      \
+        (wdy1) = (sww) * dy1_;                                                            \
+        (wp1) = (sww) * p1_;                                                              \
         if (anyw) {                                                                       \
-            const rp_v4d wdy0_ = (sww) * dy0_, wdy1_ = (sww) * dy1_;                      \
-            const rp_v4d wp0_ = (sww) * p0_, wp1_ = (sww) * p1_;                          \
+            const rp_v4d wdy0_ = (sww) * dy0_, wp0_ = (sww) * p0_;                        \
             RP_V4D_STORE(&(S)->wdy[(k0)][(e)], wdy0_);                                    \
-            RP_V4D_STORE(&(S)->wdy[(k0) + 1][(e)], wdy1_);                                \
             RP_V4D_STORE(&(S)->wp[(k0)][(e)], wp0_);                                      \
-            RP_V4D_STORE(&(S)->wp[(k0) + 1][(e)], wp1_);                                  \
         }                                                                                 \
     } while (0)
 
@@ -685,7 +690,7 @@ EX_HOT static void ex_short_classify(const ex_acc *acc, const ex_edges *E, ex_sh
     const double lo = (double)acc->y0 - 0.5, hi = (double)acc->y1 - 0.5;
     const double nxd = (double)acc->nx, y0d = (double)acc->y0;
     const double rowlend = (double)acc->rowlen, strided = (double)acc->stride;
-    /* Sink cell 4 * lane + piece. */
+    /* Sink cell 4 * lane + slot (4 * lane + 3 unused). */
     const double sk = (double)(acc->y1 - acc->y0) * rowlend;
     const rp_v4d lane4 = { 0.0, 4.0, 8.0, 12.0 };
     const rp_v4d sink[4] = { sk + lane4 * strided, sk + (lane4 + 1.0) * strided,
@@ -715,10 +720,27 @@ EX_HOT static void ex_short_classify(const ex_acc *acc, const ex_edges *E, ex_sh
         const rp_v4d xe0 = RP_V4D_SELECT(two, xm, Xb);
         const rp_v4d te1 = ((Yb - (r0 + 1.0)) + EX_QUANT) - EX_QUANT, ts1 = -half;
         const rp_v4d row0 = (r0 - y0d) * rowlend, row1 = row0 + rowlend;
-        EX_V4_ROW_PIECE(S, e, 0, Xa, ts, xe0, te0, te0 != ts, row0, sink[0], sink[1], nxd,
-                        strided, ok, sv, sww, anyw);
-        EX_V4_ROW_PIECE(S, e, 2, xm, ts1, Xb, te1, two & (te1 != ts1), row1, sink[2], sink[3],
-                        nxd, strided, ok, sv, sww, anyw);
+        rp_v4d o1a, vdy1a, vp1a, wdy1a, wp1a, o1b, vdy1b, vp1b, wdy1b, wp1b;
+        rp_v4q v1a, v1b;
+        EX_V4_ROW_PIECE(S, e, 0, Xa, ts, xe0, te0, te0 != ts, row0, sink[0], sink[2], nxd,
+                        strided, ok, sv, sww, anyw, o1a, vdy1a, vp1a, wdy1a, wp1a, v1a);
+        EX_V4_ROW_PIECE(S, e, 1, xm, ts1, Xb, te1, two & (te1 != ts1), row1, sink[1], sink[2],
+                        nxd, strided, ok, sv, sww, anyw, o1b, vdy1b, vp1b, wdy1b, wp1b, v1b);
+        /* Slot 2: the one second column part, of row 0 or of row 1 (an edge with both
+         * goes through add_edge). */
+        ok &= ~(v1a & v1b);
+        const rp_v4d o2 = RP_V4D_SELECT(v1a, o1a, o1b);
+        const rp_v4q i2 = (rp_v4q)(o2 + EX_I52) - (rp_v4q)EX_V4_I52;
+        memcpy(&S->off[2][e], &i2, sizeof i2);
+        const rp_v4d vdy2 = RP_V4D_SELECT(v1a, vdy1a, vdy1b), vp2 = RP_V4D_SELECT(v1a, vp1a, vp1b);
+        RP_V4D_STORE(&S->vdy[2][e], vdy2);
+        RP_V4D_STORE(&S->vp[2][e], vp2);
+        if (anyw) {
+            const rp_v4d wdy2 = RP_V4D_SELECT(v1a, wdy1a, wdy1b);
+            const rp_v4d wp2 = RP_V4D_SELECT(v1a, wp1a, wp1b);
+            RP_V4D_STORE(&S->wdy[2][e], wdy2);
+            RP_V4D_STORE(&S->wp[2][e], wp2);
+        }
         RP_V4D_STORE(S->fast + e, ok);
     }
 }
@@ -743,7 +765,7 @@ static void ex_short_flush(const ex_acc *acc, ex_edges *E, ex_short *S)
         }
         /* deposit(): cell[EX_CV] += wv dy, cell[EX_PV] += wv p as one pair (and the
          * weights likewise), the products made by ex_short_classify. */
-        for (int k = 0; k < 4; k++) {
+        for (int k = 0; k < EX_NSLOT; k++) {
             double *c = cells + S->off[k][e];
             ex_v2d a;
             memcpy(&a, c + EX_CV, sizeof a);
@@ -751,7 +773,7 @@ static void ex_short_flush(const ex_acc *acc, ex_edges *E, ex_short *S)
             memcpy(c + EX_CV, &a, sizeof a);
         }
         if (S->sw[e] != 0.0)
-            for (int k = 0; k < 4; k++) {
+            for (int k = 0; k < EX_NSLOT; k++) {
                 double *c = cells + S->off[k][e];
                 ex_v2d a;
                 memcpy(&a, c + EX_CW, sizeof a);

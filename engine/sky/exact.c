@@ -812,10 +812,12 @@ EX_INLINE void push_edge(const ex_acc *acc, ex_edges *E, ex_short *S, double xa,
  * band count as 0, so the band's outline is closed by itself.  The sign makes
  * counterclockwise outlines count positive (add_edge measures the area right of the
  * edge).  Tiles of cell x cell input pixels, for the locality of the output cells they
- * reach.  Cannot fail. */
+ * reach.  nz[2 (j - j0)], nz[2 (j - j0) + 1]: the first and last q = i - i0 of row j
+ * whose qv or qw is not 0 (bw and -1 when none), so that the edges of two pixels that are
+ * both 0, which add nothing, are not even looked at.  Cannot fail. */
 EX_INLINE void band_edges(const ex_acc *acc, const double *qv, const double *qw,
-                          const double *lx, const double *ly, long i0, long i1, long j0,
-                          long j1, long cell, const int mom)
+                          const double *lx, const double *ly, const long *nz, long i0,
+                          long i1, long j0, long j1, long cell, const int mom)
 {
     const long bw = i1 - i0, w = bw + 3;
     ex_edges E;
@@ -829,7 +831,18 @@ EX_INLINE void band_edges(const ex_acc *acc, const double *qv, const double *qw,
             const double *aw = jl < j1 ? qw + (jl - j0) * bw : NULL;
             const double *bv = jl > j0 ? qv + (jl - j0 - 1) * bw : NULL;
             const double *bwt = jl > j0 ? qw + (jl - j0 - 1) * bw : NULL;
-            for (long i = t0; i < t1; i++) {
+            /* Pixels not 0 in either row: q in [qa, qb]. */
+            long qa = bw, qb = -1;
+            if (av) {
+                qa = nz[2 * (jl - j0)];
+                qb = nz[2 * (jl - j0) + 1];
+            }
+            if (bv) {
+                qa = nz[2 * (jl - j0 - 1)] < qa ? nz[2 * (jl - j0 - 1)] : qa;
+                qb = nz[2 * (jl - j0 - 1) + 1] > qb ? nz[2 * (jl - j0 - 1) + 1] : qb;
+            }
+            const long ha = i0 + qa > t0 ? i0 + qa : t0, hb = i0 + qb + 1 < t1 ? i0 + qb + 1 : t1;
+            for (long i = ha; i < hb; i++) {
                 const long q = i - i0;
                 const double wv = (av ? av[q] : 0.0) - (bv ? bv[q] : 0.0);
                 const double ww = (aw ? aw[q] : 0.0) - (bwt ? bwt[q] : 0.0);
@@ -842,7 +855,11 @@ EX_INLINE void band_edges(const ex_acc *acc, const double *qv, const double *qw,
         const long il1 = t1 == i1 ? i1 + 1 : t1;
         for (long j = j0; j < j1; j++) {
             const double *rv = qv + (j - j0) * bw, *rw = qw + (j - j0) * bw;
-            for (long il = t0; il < il1; il++) {
+            /* Lattice columns next to a pixel that is not 0: q in [qa, qb + 1]. */
+            const long qa = nz[2 * (j - j0)], qb = nz[2 * (j - j0) + 1];
+            const long va = i0 + qa > t0 ? i0 + qa : t0;
+            const long vb = i0 + qb + 2 < il1 ? i0 + qb + 2 : il1;
+            for (long il = va; il < vb; il++) {
                 /* Pixels left (il - 1) and right (il) of lattice column il. */
                 const long q = il - i0;
                 const double wv = (il > i0 ? rv[q - 1] : 0.0) - (il < i1 ? rv[q] : 0.0);
@@ -1345,6 +1362,7 @@ long rp_exact_rows_ctx(rp_exact_ctx *ctx, const rp_plane *src, long out_nx, long
         const long jend = (l + 1) * cell < in_ny ? (l + 1) * cell : in_ny;
         const long bw = i1 - i0;
         /* Bands of EX_CELL input rows (cells grow on huge inputs; bands do not). */
+        long nz[2 * EX_CELL];   /* band_edges' first and last pixels not 0, row by row */
         for (long j0 = l * cell; j0 < jend; j0 += EX_CELL) {
             const long j1 = j0 + EX_CELL < jend ? j0 + EX_CELL : jend;
             /* The corners of pixels [i0, i1) x [j0, j1) and one more all round, for the seam
@@ -1362,15 +1380,25 @@ long rp_exact_rows_ctx(rp_exact_ctx *ctx, const rp_plane *src, long out_nx, long
                 const size_t row = (size_t)j * (size_t)in_nx;
                 const float *vf = src->dtype == RP_F32 ? (const float *)src->data + row : NULL;
                 const double *vd = src->dtype == RP_F64 ? (const double *)src->data + row : NULL;
+                const double *rv = qv + (j - j0) * bw, *rw = qw + (j - j0) * bw;
                 band_row_signs(lx, ly, (size_t)w, (size_t)(j - j0 + 1) * (size_t)w, i0, i1,
                                inc, cshift, vf, vd, ylo, yhi, qv + (j - j0) * bw,
                                qw + (j - j0) * bw);
+                long qa = 0, qb = bw - 1;
+                while (qa < bw && rv[qa] == 0.0 && rw[qa] == 0.0)
+                    qa++;
+                while (qb >= qa && rv[qb] == 0.0 && rw[qb] == 0.0)
+                    qb--;
+                if (qa == bw)
+                    qb = -1;
+                nz[2 * (j - j0)] = qa;
+                nz[2 * (j - j0) + 1] = qb;
             }
             /* Each lattice edge once (band_edges). */
             if (moments)
-                band_edges(&acc, qv, qw, lx, ly, i0, i1, j0, j1, cell, 1);
+                band_edges(&acc, qv, qw, lx, ly, nz, i0, i1, j0, j1, cell, 1);
             else
-                band_edges(&acc, qv, qw, lx, ly, i0, i1, j0, j1, cell, 0);
+                band_edges(&acc, qv, qw, lx, ly, nz, i0, i1, j0, j1, cell, 0);
         }
     }
 

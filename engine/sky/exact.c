@@ -1115,6 +1115,7 @@ struct rp_exact_ctx {
     double *nodes;             /* mapped nodes: x then y, (ncx + 1) x (ncy + 1) each */
     double *cells;             /* accumulation cells of the requested rows */
     size_t ncells;             /* doubles allocated */
+    size_t zeroed;             /* the first `zeroed` of them are 0 (the last call's rows) */
     double *lat;               /* lattice corners and the signed values of one band */
     size_t nlat;
     unsigned char *include;    /* selection cells */
@@ -1332,12 +1333,21 @@ long rp_exact_rows_ctx(rp_exact_ctx *ctx, const rp_plane *src, long out_nx, long
     acc.rowlen = rowlen;
     /* The rows, then the sink cells of ex_short_flush. */
     const size_t sinks = (size_t)EX_NSINK * EX_NALL;
+    const size_t nrows = (size_t)rows * rowlen;
+    if (ctx->ncells < nrows + sinks)
+        ctx->zeroed = 0;   /* ctx_grow allocates anew */
     acc.cells = (size_t)rows < SIZE_MAX / sizeof(double) / rowlen - EX_NSINK
-                    ? ctx_grow((void **)&ctx->cells, &ctx->ncells, (size_t)rows * rowlen + sinks,
-                               sizeof(double))
+                    ? ctx_grow((void **)&ctx->cells, &ctx->ncells, nrows + sinks, sizeof(double))
                     : NULL;
-    if (acc.cells)
-        memset(acc.cells, 0, sizeof(double) * ((size_t)rows * rowlen + sinks));
+    /* The rows must start at 0: the final pass leaves those it read at 0 for the next call
+     * (while they are in the caches), so only rows past the last call's are cleared here,
+     * and the sink cells. */
+    if (acc.cells) {
+        if (ctx->zeroed < nrows)
+            memset(acc.cells + ctx->zeroed, 0, sizeof(double) * (nrows - ctx->zeroed));
+        memset(acc.cells + nrows, 0, sizeof(double) * sinks);
+    }
+    ctx->zeroed = 0;   /* until the final pass has cleared the rows again */
     if (!acc.cells
         || (moments && area_gradient(wout, out_nx, out_ny, out_y0, out_y1, acc.cells, acc.stride,
                                      rowlen, EX_GX, EX_GY) != 0)) {
@@ -1408,7 +1418,8 @@ long rp_exact_rows_ctx(rp_exact_ctx *ctx, const rp_plane *src, long out_nx, long
     double *fp = footprint ? footprint + (size_t)out_y0 * (size_t)out_nx : NULL;
     double *dv = dst + (size_t)out_y0 * (size_t)out_nx;
     for (long r = 0; r < rows; r++) {
-        const double *cellp = acc.cells + (size_t)r * rowlen;
+        double *row = acc.cells + (size_t)r * rowlen;
+        const double *cellp = row;
         double cw = 0.0, cv = 0.0;
         for (long c = 0; c < out_nx; c++, cellp += acc.stride) {
             const size_t k = (size_t)r * (size_t)out_nx + (size_t)c;
@@ -1426,7 +1437,9 @@ long rp_exact_rows_ctx(rp_exact_ctx *ctx, const rp_plane *src, long out_nx, long
                     fp[k] = 0.0;
             }
         }
+        memset(row, 0, sizeof(double) * rowlen);
     }
+    ctx->zeroed = nrows;
 
 done:
     if (rc < 0)

@@ -584,10 +584,11 @@ typedef struct ex_edges {
 /* Deposits of a short edge (see ex_short). */
 #define EX_NSLOT 3
 
-/* What ex_short_classify finds for a batch.  An edge is short when it lies within the
- * rows of the call and the columns of the grid, crosses at most one row boundary and,
- * in each row, at most one column boundary, and not one column boundary in both rows: it
- * then makes at most three deposits (EX_NSLOT), slot 0 the part of row 0 in its first
+/* What ex_short_classify finds for a batch.  An edge is short when it crosses at most
+ * one row boundary and, in each row, at most one column boundary, and not one column
+ * boundary in both rows, and its parts in the rows of the call lie within the columns of
+ * the grid (its parts outside those rows are dropped, as add_edge drops them): it then
+ * makes at most three deposits (EX_NSLOT), slot 0 the part of row 0 in its first
  * column, slot 1 that of row 1, slot 2 the part in a second column of either row (the
  * parts lie in different cells, so their order does not matter), each with the cell
  * offset off[k] (doubles from acc->cells; a sink cell for a piece that does not exist)
@@ -595,7 +596,7 @@ typedef struct ex_edges {
  * weight sv, negated when it was turned upwards, times the cover dy and the local part p)
  * and, where the edge's weight sw[e] is not 0, wdy[k][e], wp[k][e] to the weight fields
  * (sw times dy and p; not written in a group of four edges whose sw are all 0).  An edge
- * shorter than an output pixel side in x is short unless it leaves the rows or columns
+ * shorter than an output pixel side in x and y is short unless it leaves the columns
  * (rounding aside); non-short edges (fast 0) go through add_edge. */
 typedef struct ex_short {
     int64_t fast[EX_EBUF], off[EX_NSLOT][EX_EBUF];
@@ -681,14 +682,12 @@ typedef double ex_v2d __attribute__((vector_size(16)));
 
 /* Classifies edges [0, E->n) of a batch (n rounded up to 4; the lanes past n are computed
  * and ignored) and computes the pieces of the short ones: add_edge, row_piece, walk_cut
- * and deposit for edges that span at most two rows and two columns per row, four lanes
- * at a time, with their arithmetic unchanged (the same values bit for bit; no moments).
- * Cannot fail. */
+ * and deposit for the edges that ex_short describes, four lanes at a time, with their
+ * arithmetic unchanged (the same values bit for bit; no moments).  Cannot fail. */
 EX_HOT static void ex_short_classify(const ex_acc *acc, const ex_edges *E, ex_short *S)
 {
     const rp_v4d half = { 0.5, 0.5, 0.5, 0.5 };
-    const double lo = (double)acc->y0 - 0.5, hi = (double)acc->y1 - 0.5;
-    const double nxd = (double)acc->nx, y0d = (double)acc->y0;
+    const double nxd = (double)acc->nx, y0d = (double)acc->y0, y1d = (double)acc->y1;
     const double rowlend = (double)acc->rowlen, strided = (double)acc->stride;
     /* Sink cell 4 * lane + slot (4 * lane + 3 unused). */
     const double sk = (double)(acc->y1 - acc->y0) * rowlend;
@@ -712,7 +711,11 @@ EX_HOT static void ex_short_classify(const ex_acc *acc, const ex_edges *E, ex_sh
         const int anyw = RP_V4Q_ANY(sww != 0.0);
         const rp_v4d r0 = EX_V4_FLOOR(Ya + 0.5);
         const rp_v4q two = Yb > r0 + 0.5;
-        rp_v4q ok = (Ya != Yb) & (Ya >= lo) & (Yb <= hi) & (Yb <= r0 + 1.5);
+        rp_v4q ok = (Ya != Yb) & (Yb <= r0 + 1.5);
+        /* Rows r0 and r0 + 1 within the call's rows: add_edge drops the parts outside
+         * them, and cuts an edge that starts below row y0 at y0 - 1/2 = (r0 + 1) - 1/2,
+         * the crossing xm computed below for r0 = y0 - 1, with the same operations. */
+        const rp_v4q in0 = (r0 >= y0d) & (r0 < y1d), in1 = (r0 + 1.0 >= y0d) & (r0 + 1.0 < y1d);
         const rp_v4d ts = ((Ya - r0) + EX_QUANT) - EX_QUANT;
         const rp_v4d dxdy = (Xb - Xa) / (Yb - Ya);
         const rp_v4d xm = Xa + ((r0 + 0.5) - Ya) * dxdy;     /* where row r0 is left */
@@ -722,17 +725,19 @@ EX_HOT static void ex_short_classify(const ex_acc *acc, const ex_edges *E, ex_sh
         const rp_v4d row0 = (r0 - y0d) * rowlend, row1 = row0 + rowlend;
         rp_v4d o1a, vdy1a, vp1a, wdy1a, wp1a, o1b, vdy1b, vp1b, wdy1b, wp1b;
         rp_v4q v1a, v1b;
-        EX_V4_ROW_PIECE(S, e, 0, Xa, ts, xe0, te0, te0 != ts, row0, sink[0], sink[2], nxd,
-                        strided, ok, sv, sww, anyw, o1a, vdy1a, vp1a, wdy1a, wp1a, v1a);
-        EX_V4_ROW_PIECE(S, e, 1, xm, ts1, Xb, te1, two & (te1 != ts1), row1, sink[1], sink[2],
-                        nxd, strided, ok, sv, sww, anyw, o1b, vdy1b, vp1b, wdy1b, wp1b, v1b);
+        const rp_v4q vld0 = in0 & (te0 != ts), vld1 = in1 & two & (te1 != ts1);
+        EX_V4_ROW_PIECE(S, e, 0, Xa, ts, xe0, te0, vld0, row0, sink[0], sink[2], nxd, strided,
+                        ok, sv, sww, anyw, o1a, vdy1a, vp1a, wdy1a, wp1a, v1a);
+        EX_V4_ROW_PIECE(S, e, 1, xm, ts1, Xb, te1, vld1, row1, sink[1], sink[2], nxd, strided,
+                        ok, sv, sww, anyw, o1b, vdy1b, vp1b, wdy1b, wp1b, v1b);
         /* Slot 2: the one second column part, of row 0 or of row 1 (an edge with both
          * goes through add_edge). */
         ok &= ~(v1a & v1b);
         const rp_v4d o2 = RP_V4D_SELECT(v1a, o1a, o1b);
         const rp_v4q i2 = (rp_v4q)(o2 + EX_I52) - (rp_v4q)EX_V4_I52;
         memcpy(&S->off[2][e], &i2, sizeof i2);
-        const rp_v4d vdy2 = RP_V4D_SELECT(v1a, vdy1a, vdy1b), vp2 = RP_V4D_SELECT(v1a, vp1a, vp1b);
+        const rp_v4d vdy2 = RP_V4D_SELECT(v1a, vdy1a, vdy1b);
+        const rp_v4d vp2 = RP_V4D_SELECT(v1a, vp1a, vp1b);
         RP_V4D_STORE(&S->vdy[2][e], vdy2);
         RP_V4D_STORE(&S->vp[2][e], vp2);
         if (anyw) {

@@ -49,12 +49,14 @@
  * How it runs: the per-pixel tests of step 1 four input pixels at a time
  * (band_row_signs), and the edges of step 2 in batches (ex_short_flush): a vector step
  * computes, four edges at a time, the pieces of every edge short enough to cross at most
- * one row and, in each row, one column boundary (nearly all of them where input pixels
- * are no larger than output pixels), with the scalar code's arithmetic in the same order;
- * a scalar pass then adds them to the cells edge by edge, in the order of the edges, and
- * walks the others with the general code.  Every cell receives the same terms in the same
- * order as from the scalar walk alone, so the results do not depend on the path (nor on
- * the CPU's vector width: simd.h).
+ * one row and one column boundary in all (nearly all of them where input pixels are no
+ * larger than output pixels), with the scalar code's arithmetic in the same order, and
+ * the products that the deposits add; a scalar pass then adds them to the cells edge by
+ * edge, in the order of the edges, and walks the others with the general code.  Every
+ * cell receives the same terms in the same order as from the scalar walk alone, so the
+ * results do not depend on the path (nor on the CPU's vector width: simd.h).  Edges of
+ * two input pixels that are both left out are not looked at; the final pass of a band
+ * leaves its cells at 0 for the next.
  * For a gnomonic (TAN) output, the output pixel plane is a linear image of the tangent
  * plane, where great circles are straight lines: steps 1-2 are then exact, and only the
  * linearisation of step 3 approximates.  For other output projections great circles are

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "engine/sky/coordmap.h"
+#include "engine/sky/simd.h"
 #include "engine/base/error.h"
 
 /*
@@ -45,6 +46,17 @@
  *     pixels, bilinearly interpolated; where it is below EX_G_MIN everywhere (small
  *     fields near the tangent point of TAN, or the equator of CAR) the moments are
  *     skipped.
+ * How it runs: the per-pixel tests of step 1 four input pixels at a time
+ * (band_row_signs), and the edges of step 2 in batches (ex_short_flush): a vector step
+ * computes, four edges at a time, the pieces of every edge short enough to cross at most
+ * one row and one column boundary in all (nearly all of them where input pixels are no
+ * larger than output pixels), with the scalar code's arithmetic in the same order, and
+ * the products that the deposits add; a scalar pass then adds them to the cells edge by
+ * edge, in the order of the edges, and walks the others with the general code.  Every
+ * cell receives the same terms in the same order as from the scalar walk alone, so the
+ * results do not depend on the path (nor on the CPU's vector width: simd.h).  Edges of
+ * two input pixels that are both left out are not looked at; the final pass of a band
+ * leaves its cells at 0 for the next.
  * For a gnomonic (TAN) output, the output pixel plane is a linear image of the tangent
  * plane, where great circles are straight lines: steps 1-2 are then exact, and only the
  * linearisation of step 3 approximates.  For other output projections great circles are
@@ -554,6 +566,252 @@ EX_INLINE void add_edge(const ex_acc *acc, double xa, double ya, double xb, doub
     }
 }
 
+/* ------------------------------------------------------------------------------------ */
+/* Short edges, four at a time                                                             */
+
+/* Edges gathered by band_edges before ex_short_flush (a multiple of 4). */
+#define EX_EBUF 64
+
+/* A batch of lattice edges for ex_short_flush, in the order add_edge would take them:
+ * (xa, ya) to (xb, yb) in output pixels, weights wv and ww as add_edge takes them. */
+typedef struct ex_edges {
+    int n;
+    double xa[EX_EBUF], ya[EX_EBUF], xb[EX_EBUF], yb[EX_EBUF], wv[EX_EBUF], ww[EX_EBUF];
+} ex_edges;
+
+/* Sink cells after the last row: one for each lane and piece of ex_short_classify, so
+ * that the deposits of pieces that do not exist do not queue on one cell's additions. */
+#define EX_NSINK 16
+
+/* Deposits of a short edge (see ex_short). */
+#define EX_NSLOT 3
+
+/* What ex_short_classify finds for a batch.  An edge is short when it crosses at most
+ * one row boundary and, in each row, at most one column boundary, and not one column
+ * boundary in both rows, and its parts in the rows of the call lie within the columns of
+ * the grid (its parts outside those rows are dropped, as add_edge drops them): it then
+ * makes at most three deposits (EX_NSLOT), slot 0 the part of row 0 in its first
+ * column, slot 1 that of row 1, slot 2 the part in a second column of either row (the
+ * parts lie in different cells, so their order does not matter), each with the cell
+ * offset off[k] (doubles from acc->cells; a sink cell for a piece that does not exist)
+ * and the terms that deposit() adds: vdy[k][e], vp[k][e] to the value fields (the edge's
+ * weight sv, negated when it was turned upwards, times the cover dy and the local part p)
+ * and, where the edge's weight sw[e] is not 0, wdy[k][e], wp[k][e] to the weight fields
+ * (sw times dy and p; not written in a group of four edges whose sw are all 0).  An edge
+ * shorter than an output pixel side in x and y is short unless it leaves the columns
+ * (rounding aside); non-short edges (fast 0) go through add_edge. */
+typedef struct ex_short {
+    int64_t fast[EX_EBUF], off[EX_NSLOT][EX_EBUF];
+    double vdy[EX_NSLOT][EX_EBUF], vp[EX_NSLOT][EX_EBUF], wdy[EX_NSLOT][EX_EBUF];
+    double wp[EX_NSLOT][EX_EBUF], sw[EX_EBUF];
+} ex_short;
+
+/* Two doubles: a cell's (cover, local) pair, fields EX_CV, EX_PV or EX_CW, EX_PW. */
+typedef double ex_v2d __attribute__((vector_size(16)));
+
+/* floor(v) for |v| < 2^51 (round to the nearest integer by adding and removing 1.5 *
+ * 2^52, then step down where that went up); larger |v| give values as large, which the
+ * range tests reject.  Lane-wise, no conversion to integers. */
+#define EX_V4_FLOOR(v)                                                                    \
+    __extension__({                                                                       \
+        const rp_v4d f_ = ((v) + 6755399441055744.0) - 6755399441055744.0;               \
+        RP_V4D_SELECT(f_ > (v), f_ - 1.0, f_);                                            \
+    })
+
+/* RP_HOT with one more clone, for CPUs with AVX-512 (x86-64-v4): the four-lane vectors
+ * stay four lanes, but the 32 vector registers keep ex_short_classify's and
+ * band_row_signs' working values out of the stack, and the masks are mask registers
+ * (about 5% of the exact kernel's time on the bench/kernels case, AMD Zen 4).  The same
+ * IEEE operations lane by lane (no contraction into FMAs in ISO C mode), so the same
+ * values as the other clones. */
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__)
+#define EX_HOT __attribute__((target_clones("arch=x86-64-v4", "avx2", "default")))
+#else
+#define EX_HOT RP_HOT
+#endif
+
+/* 2^52: an integer-valued double n, 0 <= n < 2^52, plus EX_I52 has the bits of EX_I52
+ * plus n (its conversion to int64_t without a conversion instruction). */
+#define EX_I52 4503599627370496.0
+#define EX_V4_I52 ((rp_v4d){ EX_I52, EX_I52, EX_I52, EX_I52 })
+
+/* The pieces of one row piece (xs, ts) to (xe, te) of an edge (vld: it exists and
+ * te != ts), for lanes of rp_v4d: walk_cut's one column crossing, or row_piece's single
+ * deposit, with the same arithmetic in the same order (so the same bits; deposit()'s
+ * products by the weights sv, sww included, the latter stored only when anyw).  rowoff:
+ * the offset of the row's first cell; sink0, sink1: the sink cells' offsets for the
+ * parts.  Sets ok to 0 in lanes where the piece leaves the grid's columns or crosses more
+ * than one column boundary, writes part 0 of lanes e..e+3 to slot k0 of S and leaves
+ * part 1 in the rp_v4d lvalues o1, vdy1, vp1, wdy1, wp1 (offset, products) and its
+ * existence in the rp_v4q lvalue v1. */
+#define EX_V4_ROW_PIECE(S, e, k0, xs, ts, xe, te, vld, rowoff, sink0, sink1, nxd, strided, \
+                        ok, sv, sww, anyw, o1, vdy1, vp1, wdy1, wp1, v1)                  \
+    do {                                                                                  \
+        const rp_v4d cs_ = EX_V4_FLOOR((xs) + 0.5), ce_ = EX_V4_FLOOR((xe) + 0.5);      \
+        const rp_v4d dc_ = ce_ - cs_;                                                     \
+        (ok) &= ~(vld) | ((cs_ >= 0.0) & (cs_ < (nxd)) & (ce_ >= 0.0) & (ce_ < (nxd))     \
+                          & (dc_ <= 1.0) & (dc_ >= -1.0));                                \
+        const rp_v4q split_ = cs_ != ce_;                                                 \
+        const rp_v4d x1_ = cs_ + RP_V4D_SELECT(ce_ > cs_, half, -half);                  \
+        const rp_v4d dtdx_ = ((te) - (ts)) / ((xe) - (xs));                               \
+        const rp_v4d t1_ = (((ts) + (x1_ - (xs)) * dtdx_) + EX_QUANT) - EX_QUANT;         \
+        /* Part 0: in column cs up to the crossing (or the whole piece); part 1: in ce. */ \
+        const rp_v4d ua_ = (xs) - cs_, ub_ = RP_V4D_SELECT(split_, x1_, (xe)) - cs_;      \
+        const rp_v4d tb_ = RP_V4D_SELECT(split_, t1_, (te));                              \
+        const rp_v4d dy0_ = tb_ - (ts), dy1_ = (te) - t1_;                                \
+        const rp_v4d ua1_ = x1_ - ce_, ub1_ = (xe) - ce_;                                 \
+        const rp_v4d p0_ = dy0_ * (half - half * (ua_ + ub_)) - dy0_;                     \
+        const rp_v4d p1_ = dy1_ * (half - half * (ua1_ + ub1_)) - dy1_;                   \
+        const rp_v4q v0_ = (vld) & (tb_ != (ts));                                         \
+        (v1) = (vld) & split_ & ((te) != t1_);                                            \
+        const rp_v4d o0_ = RP_V4D_SELECT(v0_, (rowoff) + cs_ * (strided), (sink0));       \
+        (o1) = RP_V4D_SELECT((v1), (rowoff) + ce_ * (strided), (sink1));                  \
+        const rp_v4q i0_ = (rp_v4q)(o0_ + EX_I52) - (rp_v4q)EX_V4_I52;                     \
+        memcpy(&(S)->off[(k0)][(e)], &i0_, sizeof i0_);                                   \
+        const rp_v4d vdy0_ = (sv) * dy0_, vp0_ = (sv) * p0_;                              \
+        (vdy1) = (sv) * dy1_;                                                             \
+        (vp1) = (sv) * p1_;                                                               \
+        RP_V4D_STORE(&(S)->vdy[(k0)][(e)], vdy0_);                                        \
+        RP_V4D_STORE(&(S)->vp[(k0)][(e)], vp0_);                                          \
+        (wdy1) = (sww) * dy1_;                                                            \
+        (wp1) = (sww) * p1_;                                                              \
+        if (anyw) {                                                                       \
+            const rp_v4d wdy0_ = (sww) * dy0_, wp0_ = (sww) * p0_;                        \
+            RP_V4D_STORE(&(S)->wdy[(k0)][(e)], wdy0_);                                    \
+            RP_V4D_STORE(&(S)->wp[(k0)][(e)], wp0_);                                      \
+        }                                                                                 \
+    } while (0)
+
+/* Classifies edges [0, E->n) of a batch (n rounded up to 4; the lanes past n are computed
+ * and ignored) and computes the pieces of the short ones: add_edge, row_piece, walk_cut
+ * and deposit for the edges that ex_short describes, four lanes at a time, with their
+ * arithmetic unchanged (the same values bit for bit; no moments).  Cannot fail. */
+EX_HOT static void ex_short_classify(const ex_acc *acc, const ex_edges *E, ex_short *S)
+{
+    const rp_v4d half = { 0.5, 0.5, 0.5, 0.5 };
+    const double nxd = (double)acc->nx, y0d = (double)acc->y0, y1d = (double)acc->y1;
+    const double rowlend = (double)acc->rowlen, strided = (double)acc->stride;
+    /* Sink cell 4 * lane + slot (4 * lane + 3 unused). */
+    const double sk = (double)(acc->y1 - acc->y0) * rowlend;
+    const rp_v4d lane4 = { 0.0, 4.0, 8.0, 12.0 };
+    const rp_v4d sink[4] = { sk + lane4 * strided, sk + (lane4 + 1.0) * strided,
+                             sk + (lane4 + 2.0) * strided, sk + (lane4 + 3.0) * strided };
+    for (int e = 0; e < E->n; e += 4) {
+        rp_v4d xa, ya, xb, yb, wv, ww;
+        RP_V4D_LOAD(xa, E->xa + e);
+        RP_V4D_LOAD(ya, E->ya + e);
+        RP_V4D_LOAD(xb, E->xb + e);
+        RP_V4D_LOAD(yb, E->yb + e);
+        RP_V4D_LOAD(wv, E->wv + e);
+        RP_V4D_LOAD(ww, E->ww + e);
+        /* add_edge: upwards, weights negated when turned. */
+        const rp_v4q sw = ya > yb;
+        const rp_v4d Xa = RP_V4D_SELECT(sw, xb, xa), Ya = RP_V4D_SELECT(sw, yb, ya);
+        const rp_v4d Xb = RP_V4D_SELECT(sw, xa, xb), Yb = RP_V4D_SELECT(sw, ya, yb);
+        const rp_v4d sv = RP_V4D_SELECT(sw, -wv, wv), sww = RP_V4D_SELECT(sw, -ww, ww);
+        RP_V4D_STORE(S->sw + e, sww);
+        const int anyw = RP_V4Q_ANY(sww != 0.0);
+        const rp_v4d r0 = EX_V4_FLOOR(Ya + 0.5);
+        const rp_v4q two = Yb > r0 + 0.5;
+        rp_v4q ok = (Ya != Yb) & (Yb <= r0 + 1.5);
+        /* Rows r0 and r0 + 1 within the call's rows: add_edge drops the parts outside
+         * them, and cuts an edge that starts below row y0 at y0 - 1/2 = (r0 + 1) - 1/2,
+         * the crossing xm computed below for r0 = y0 - 1, with the same operations. */
+        const rp_v4q in0 = (r0 >= y0d) & (r0 < y1d), in1 = (r0 + 1.0 >= y0d) & (r0 + 1.0 < y1d);
+        const rp_v4d ts = ((Ya - r0) + EX_QUANT) - EX_QUANT;
+        const rp_v4d dxdy = (Xb - Xa) / (Yb - Ya);
+        const rp_v4d xm = Xa + ((r0 + 0.5) - Ya) * dxdy;     /* where row r0 is left */
+        const rp_v4d te0 = RP_V4D_SELECT(two, half, ((Yb - r0) + EX_QUANT) - EX_QUANT);
+        const rp_v4d xe0 = RP_V4D_SELECT(two, xm, Xb);
+        const rp_v4d te1 = ((Yb - (r0 + 1.0)) + EX_QUANT) - EX_QUANT, ts1 = -half;
+        const rp_v4d row0 = (r0 - y0d) * rowlend, row1 = row0 + rowlend;
+        rp_v4d o1a, vdy1a, vp1a, wdy1a, wp1a, o1b, vdy1b, vp1b, wdy1b, wp1b;
+        rp_v4q v1a, v1b;
+        const rp_v4q vld0 = in0 & (te0 != ts), vld1 = in1 & two & (te1 != ts1);
+        EX_V4_ROW_PIECE(S, e, 0, Xa, ts, xe0, te0, vld0, row0, sink[0], sink[2], nxd, strided,
+                        ok, sv, sww, anyw, o1a, vdy1a, vp1a, wdy1a, wp1a, v1a);
+        EX_V4_ROW_PIECE(S, e, 1, xm, ts1, Xb, te1, vld1, row1, sink[1], sink[2], nxd, strided,
+                        ok, sv, sww, anyw, o1b, vdy1b, vp1b, wdy1b, wp1b, v1b);
+        /* Slot 2: the one second column part, of row 0 or of row 1 (an edge with both
+         * goes through add_edge). */
+        ok &= ~(v1a & v1b);
+        const rp_v4d o2 = RP_V4D_SELECT(v1a, o1a, o1b);
+        const rp_v4q i2 = (rp_v4q)(o2 + EX_I52) - (rp_v4q)EX_V4_I52;
+        memcpy(&S->off[2][e], &i2, sizeof i2);
+        const rp_v4d vdy2 = RP_V4D_SELECT(v1a, vdy1a, vdy1b);
+        const rp_v4d vp2 = RP_V4D_SELECT(v1a, vp1a, vp1b);
+        RP_V4D_STORE(&S->vdy[2][e], vdy2);
+        RP_V4D_STORE(&S->vp[2][e], vp2);
+        if (anyw) {
+            const rp_v4d wdy2 = RP_V4D_SELECT(v1a, wdy1a, wdy1b);
+            const rp_v4d wp2 = RP_V4D_SELECT(v1a, wp1a, wp1b);
+            RP_V4D_STORE(&S->wdy[2][e], wdy2);
+            RP_V4D_STORE(&S->wp[2][e], wp2);
+        }
+        RP_V4D_STORE(S->fast + e, ok);
+    }
+}
+
+/* Deposits a batch and empties it: ex_short_classify, then edge by edge, in order, the
+ * pieces of the short edges and add_edge for the others, so that every cell receives the
+ * same terms in the same order as from add_edge alone (a piece that does not exist adds
+ * its terms to the sink cell, which nothing reads).  No moments.  Cannot fail. */
+static void ex_short_flush(const ex_acc *acc, ex_edges *E, ex_short *S)
+{
+    const int n = E->n;
+    if (n == 0)
+        return;
+    for (int e = n; e & 3; e++)
+        E->xa[e] = E->ya[e] = E->xb[e] = E->yb[e] = E->wv[e] = E->ww[e] = 0.0;
+    ex_short_classify(acc, E, S);
+    double *cells = acc->cells;
+    for (int e = 0; e < n; e++) {
+        if (!S->fast[e]) {
+            add_edge(acc, E->xa[e], E->ya[e], E->xb[e], E->yb[e], E->wv[e], E->ww[e], 0);
+            continue;
+        }
+        /* deposit(): cell[EX_CV] += wv dy, cell[EX_PV] += wv p as one pair (and the
+         * weights likewise), the products made by ex_short_classify. */
+        for (int k = 0; k < EX_NSLOT; k++) {
+            double *c = cells + S->off[k][e];
+            ex_v2d a;
+            memcpy(&a, c + EX_CV, sizeof a);
+            a += (ex_v2d){ S->vdy[k][e], S->vp[k][e] };
+            memcpy(c + EX_CV, &a, sizeof a);
+        }
+        if (S->sw[e] != 0.0)
+            for (int k = 0; k < EX_NSLOT; k++) {
+                double *c = cells + S->off[k][e];
+                ex_v2d a;
+                memcpy(&a, c + EX_CW, sizeof a);
+                a += (ex_v2d){ S->wdy[k][e], S->wp[k][e] };
+                memcpy(c + EX_CW, &a, sizeof a);
+            }
+    }
+    E->n = 0;
+}
+
+/* add_edge through the batch E (flushed when full; the caller flushes the rest), or at
+ * once with the moments.  Cannot fail. */
+EX_INLINE void push_edge(const ex_acc *acc, ex_edges *E, ex_short *S, double xa, double ya,
+                         double xb, double yb, double wv, double ww, const int mom)
+{
+    if (mom) {
+        add_edge(acc, xa, ya, xb, yb, wv, ww, 1);
+        return;
+    }
+    const int n = E->n;
+    E->xa[n] = xa;
+    E->ya[n] = ya;
+    E->xb[n] = xb;
+    E->yb[n] = yb;
+    E->wv[n] = wv;
+    E->ww[n] = ww;
+    E->n = n + 1;
+    if (n + 1 == EX_EBUF)
+        ex_short_flush(acc, E, S);
+}
+
 /* Walks each lattice edge of the band of input pixels [i0, i1) x [j0, j1) once, weighted
  * by (pixel on its left) - (pixel on its right) along the lattice direction, from the
  * signed values qv and weights qw of its pixels (rows of i1 - i0) and the lattice lx, ly
@@ -561,12 +819,17 @@ EX_INLINE void add_edge(const ex_acc *acc, double xa, double ya, double xb, doub
  * band count as 0, so the band's outline is closed by itself.  The sign makes
  * counterclockwise outlines count positive (add_edge measures the area right of the
  * edge).  Tiles of cell x cell input pixels, for the locality of the output cells they
- * reach.  Cannot fail. */
+ * reach.  nz[2 (j - j0)], nz[2 (j - j0) + 1]: the first and last q = i - i0 of row j
+ * whose qv or qw is not 0 (bw and -1 when none), so that the edges of two pixels that are
+ * both 0, which add nothing, are not even looked at.  Cannot fail. */
 EX_INLINE void band_edges(const ex_acc *acc, const double *qv, const double *qw,
-                          const double *lx, const double *ly, long i0, long i1, long j0,
-                          long j1, long cell, const int mom)
+                          const double *lx, const double *ly, const long *nz, long i0,
+                          long i1, long j0, long j1, long cell, const int mom)
 {
     const long bw = i1 - i0, w = bw + 3;
+    ex_edges E;
+    ex_short S;
+    E.n = 0;
     for (long t0 = i0; t0 < i1; t0 += cell) {
         const long t1 = t0 + cell < i1 ? t0 + cell : i1;
         for (long jl = j0; jl <= j1; jl++) {
@@ -575,20 +838,35 @@ EX_INLINE void band_edges(const ex_acc *acc, const double *qv, const double *qw,
             const double *aw = jl < j1 ? qw + (jl - j0) * bw : NULL;
             const double *bv = jl > j0 ? qv + (jl - j0 - 1) * bw : NULL;
             const double *bwt = jl > j0 ? qw + (jl - j0 - 1) * bw : NULL;
-            for (long i = t0; i < t1; i++) {
+            /* Pixels not 0 in either row: q in [qa, qb]. */
+            long qa = bw, qb = -1;
+            if (av) {
+                qa = nz[2 * (jl - j0)];
+                qb = nz[2 * (jl - j0) + 1];
+            }
+            if (bv) {
+                qa = nz[2 * (jl - j0 - 1)] < qa ? nz[2 * (jl - j0 - 1)] : qa;
+                qb = nz[2 * (jl - j0 - 1) + 1] > qb ? nz[2 * (jl - j0 - 1) + 1] : qb;
+            }
+            const long ha = i0 + qa > t0 ? i0 + qa : t0, hb = i0 + qb + 1 < t1 ? i0 + qb + 1 : t1;
+            for (long i = ha; i < hb; i++) {
                 const long q = i - i0;
                 const double wv = (av ? av[q] : 0.0) - (bv ? bv[q] : 0.0);
                 const double ww = (aw ? aw[q] : 0.0) - (bwt ? bwt[q] : 0.0);
                 if (wv == 0.0 && ww == 0.0)
                     continue;
                 const long p = (jl - j0 + 1) * w + q + 1;    /* lattice point (i, jl) */
-                add_edge(acc, lx[p], ly[p], lx[p + 1], ly[p + 1], -wv, -ww, mom);
+                push_edge(acc, &E, &S, lx[p], ly[p], lx[p + 1], ly[p + 1], -wv, -ww, mom);
             }
         }
         const long il1 = t1 == i1 ? i1 + 1 : t1;
         for (long j = j0; j < j1; j++) {
             const double *rv = qv + (j - j0) * bw, *rw = qw + (j - j0) * bw;
-            for (long il = t0; il < il1; il++) {
+            /* Lattice columns next to a pixel that is not 0: q in [qa, qb + 1]. */
+            const long qa = nz[2 * (j - j0)], qb = nz[2 * (j - j0) + 1];
+            const long va = i0 + qa > t0 ? i0 + qa : t0;
+            const long vb = i0 + qb + 2 < il1 ? i0 + qb + 2 : il1;
+            for (long il = va; il < vb; il++) {
                 /* Pixels left (il - 1) and right (il) of lattice column il. */
                 const long q = il - i0;
                 const double wv = (il > i0 ? rv[q - 1] : 0.0) - (il < i1 ? rv[q] : 0.0);
@@ -596,10 +874,12 @@ EX_INLINE void band_edges(const ex_acc *acc, const double *qv, const double *qw,
                 if (wv == 0.0 && ww == 0.0)
                     continue;
                 const long p = (j - j0 + 1) * w + q + 1;     /* lattice point (il, j) */
-                add_edge(acc, lx[p], ly[p], lx[p + w], ly[p + w], -wv, -ww, mom);
+                push_edge(acc, &E, &S, lx[p], ly[p], lx[p + w], ly[p + w], -wv, -ww, mom);
             }
         }
     }
+    if (!mom)
+        ex_short_flush(acc, &E, &S);
 }
 
 /* The orientation of the quadrilateral (x[k], y[k]), k = 0..3: +1 counterclockwise, -1
@@ -641,6 +921,127 @@ static int edge_breaks(const double *lx, const double *ly, size_t p, size_t step
     if (isnan(nbr))
         nbr = isnan(a) ? b : a;
     return !isnan(nbr) && e > EX_SEAM_RATIO * nbr;
+}
+
+/* The orientation (+1, -1) of input pixel i of a band row, or 0 when it is left out:
+ * value v not finite, wholly above or below the rows (ylo, yhi), a corner off the map,
+ * degenerate or folded, or across a seam.  Its corners are lattice points p00, p00 + 1
+ * (lower) and p00 + w, p00 + w + 1 (upper) of lx, ly.  Cannot fail. */
+static int pixel_sign(const double *lx, const double *ly, size_t w, size_t p00, double v,
+                      double ylo, double yhi)
+{
+    if (!isfinite(v))
+        return 0;
+    const size_t p01 = p00 + w;
+    const double qx[4] = { lx[p00], lx[p00 + 1], lx[p01 + 1], lx[p01] };
+    const double qy[4] = { ly[p00], ly[p00 + 1], ly[p01 + 1], ly[p01] };
+    /* Wholly above or below the rows: none of its edges deposits here (add_edge drops
+     * them), nor do the edges it shares with neighbours, so leaving it out changes
+     * nothing. */
+    if ((qy[0] <= ylo && qy[1] <= ylo && qy[2] <= ylo && qy[3] <= ylo)
+        || (qy[0] >= yhi && qy[1] >= yhi && qy[2] >= yhi && qy[3] >= yhi))
+        return 0;
+    if (!(fabs(qx[0]) < EX_COORD_MAX && fabs(qx[1]) < EX_COORD_MAX
+          && fabs(qx[2]) < EX_COORD_MAX && fabs(qx[3]) < EX_COORD_MAX
+          && fabs(qy[0]) < EX_COORD_MAX && fabs(qy[1]) < EX_COORD_MAX
+          && fabs(qy[2]) < EX_COORD_MAX && fabs(qy[3]) < EX_COORD_MAX))
+        return 0;                                   /* NaN, or off towards infinity */
+    const int o = quad_orientation(qx, qy);
+    if (!o)
+        return 0;
+    /* Seam test for large quadrilaterals (their diagonals span their extent unless they
+     * are self-intersecting, which were left out above). */
+    if ((fabs(qx[2] - qx[0]) > EX_SEAM_MIN || fabs(qx[3] - qx[1]) > EX_SEAM_MIN
+         || fabs(qy[2] - qy[0]) > EX_SEAM_MIN || fabs(qy[3] - qy[1]) > EX_SEAM_MIN)
+        && (edge_breaks(lx, ly, p00, 1) || edge_breaks(lx, ly, p01, 1)
+            || edge_breaks(lx, ly, p00, w) || edge_breaks(lx, ly, p00 + 1, w)))
+        return 0;
+    return o;
+}
+
+/* The signed value rv and weight rw (orientation times (v, 1), or 0 when left out:
+ * pixel_sign) of input pixels [i0, i1) of a band row: values vf (float32) or vd (double)
+ * indexed by i, lattice points from p0 (pixel i0's lower left corner at p0 + 1, rows w
+ * apart), rv and rw indexed by i - i0; pixels of selection cells not included are 0.
+ * Four pixels at a time with pixel_sign's tests as lane masks (the same values), the
+ * rare quadrilateral large enough for the seam test by pixel_sign.  Cannot fail. */
+EX_HOT static void band_row_signs(const double *lx, const double *ly, size_t w, size_t p0,
+                                  long i0, long i1, const unsigned char *inc, int cshift,
+                                  const float *vf, const double *vd, double ylo, double yhi,
+                                  double *rv, double *rw)
+{
+    const rp_v4d one = { 1.0, 1.0, 1.0, 1.0 }, zero = { 0.0, 0.0, 0.0, 0.0 };
+    long i = i0;
+    while (i < i1) {
+        /* Selection cells are a multiple of 4 wide and start at multiples of their
+         * width, as i0 does: a group of 4 from i lies in one. */
+        if (!inc[i >> cshift]) {
+            long e = ((i >> cshift) + 1) << cshift;
+            e = e < i1 ? e : i1;
+            for (; i < e; i++)
+                rv[i - i0] = rw[i - i0] = 0.0;
+            continue;
+        }
+        const size_t p00 = p0 + (size_t)(i - i0 + 1), p01 = p00 + w;
+        if (i + 4 > i1) {
+            const double v = vf ? (double)vf[i] : vd[i];
+            const int o = pixel_sign(lx, ly, w, p00, v, ylo, yhi);
+            rv[i - i0] = o ? o * v : 0.0;
+            rw[i - i0] = o;
+            i++;
+            continue;
+        }
+        rp_v4d v, x0, x1, x2, x3, y0, y1, y2, y3;
+        if (vf) {
+            typedef float ex_v4f __attribute__((vector_size(16)));
+            ex_v4f t;
+            memcpy(&t, vf + i, sizeof t);
+            v = __builtin_convertvector(t, rp_v4d);
+        } else {
+            RP_V4D_LOAD(v, vd + i);
+        }
+        RP_V4D_LOAD(x0, lx + p00);
+        RP_V4D_LOAD(x1, lx + p00 + 1);
+        RP_V4D_LOAD(x2, lx + p01 + 1);
+        RP_V4D_LOAD(x3, lx + p01);
+        RP_V4D_LOAD(y0, ly + p00);
+        RP_V4D_LOAD(y1, ly + p00 + 1);
+        RP_V4D_LOAD(y2, ly + p01 + 1);
+        RP_V4D_LOAD(y3, ly + p01);
+        const rp_v4q fin = (v - v) == 0.0;
+        const rp_v4q above = (y0 <= ylo) & (y1 <= ylo) & (y2 <= ylo) & (y3 <= ylo);
+        const rp_v4q below = (y0 >= yhi) & (y1 >= yhi) & (y2 >= yhi) & (y3 >= yhi);
+        const double M = EX_COORD_MAX;
+        const rp_v4q inr = (x0 < M) & (x0 > -M) & (x1 < M) & (x1 > -M) & (x2 < M) & (x2 > -M)
+                           & (x3 < M) & (x3 > -M) & (y0 < M) & (y0 > -M) & (y1 < M) & (y1 > -M)
+                           & (y2 < M) & (y2 > -M) & (y3 < M) & (y3 > -M);
+        /* quad_orientation, lane-wise. */
+        const rp_v4d a2 = (x2 - x0) * (y3 - y1) - (x3 - x1) * (y2 - y0);
+        const rp_v4d s = RP_V4D_SELECT(a2 > 0.0, one, -one);
+        const rp_v4d ex0 = x1 - x0, ex1 = x2 - x1, ex2 = x3 - x2, ex3 = x0 - x3;
+        const rp_v4d ey0 = y1 - y0, ey1 = y2 - y1, ey2 = y3 - y2, ey3 = y0 - y3;
+        const rp_v4q against = -((s * (ex3 * ey0 - ey3 * ex0) < 0.0)
+                                 + (s * (ex0 * ey1 - ey0 * ex1) < 0.0)
+                                 + (s * (ex1 * ey2 - ey1 * ex2) < 0.0)
+                                 + (s * (ex2 * ey3 - ey2 * ex3) < 0.0));
+        const rp_v4q ok = fin & ~above & ~below & inr & (a2 != 0.0) & (against <= 1);
+        const rp_v4d dx0 = x2 - x0, dx1 = x3 - x1, dy0 = y2 - y0, dy1 = y3 - y1;
+        const double S = EX_SEAM_MIN;
+        const rp_v4q big = ok & ((dx0 > S) | (dx0 < -S) | (dx1 > S) | (dx1 < -S) | (dy0 > S)
+                                 | (dy0 < -S) | (dy1 > S) | (dy1 < -S));
+        if (RP_V4Q_ANY(big)) {
+            for (int k = 0; k < 4; k++) {
+                const int o = pixel_sign(lx, ly, w, p00 + (size_t)k, v[k], ylo, yhi);
+                rv[i - i0 + k] = o ? o * v[k] : 0.0;
+                rw[i - i0 + k] = o;
+            }
+        } else {
+            const rp_v4d sv = RP_V4D_SELECT(ok, s * v, zero), sw = RP_V4D_SELECT(ok, s, zero);
+            RP_V4D_STORE(rv + (i - i0), sv);
+            RP_V4D_STORE(rw + (i - i0), sw);
+        }
+        i += 4;
+    }
 }
 
 /* ------------------------------------------------------------------------------------ */
@@ -721,6 +1122,7 @@ struct rp_exact_ctx {
     double *nodes;             /* mapped nodes: x then y, (ncx + 1) x (ncy + 1) each */
     double *cells;             /* accumulation cells of the requested rows */
     size_t ncells;             /* doubles allocated */
+    size_t zeroed;             /* the first `zeroed` of them are 0 (the last call's rows) */
     double *lat;               /* lattice corners and the signed values of one band */
     size_t nlat;
     unsigned char *include;    /* selection cells */
@@ -820,7 +1222,8 @@ double rp_exact_scratch_bytes(long in_nx, long in_ny, long out_nx, long rows)
     double nodes = 2.0 * nn * 2.0 * sizeof(double) + ncx * ncy;   /* kept, mapped, include */
     double lat = ((double)(in_nx + 3) * (EX_CELL + 3) * 2.0 + (double)in_nx * EX_CELL * 2.0)
                  * sizeof(double);
-    double cells = (double)rows * ((double)out_nx * EX_NALL + 16.0) * sizeof(double);
+    double cells = ((double)rows * ((double)out_nx * EX_NALL + 16.0) + EX_NSINK * EX_NALL)
+                   * sizeof(double);
     return nodes + lat + cells;
 }
 
@@ -935,12 +1338,23 @@ long rp_exact_rows_ctx(rp_exact_ctx *ctx, const rp_plane *src, long out_nx, long
     acc.stride = moments ? EX_NALL : EX_NAREA;
     const size_t rowlen = ex_rowlen(out_nx, acc.stride);
     acc.rowlen = rowlen;
-    acc.cells = (size_t)rows <= SIZE_MAX / sizeof(double) / rowlen
-                    ? ctx_grow((void **)&ctx->cells, &ctx->ncells, (size_t)rows * rowlen,
-                               sizeof(double))
+    /* The rows, then the sink cells of ex_short_flush. */
+    const size_t sinks = (size_t)EX_NSINK * EX_NALL;
+    const size_t nrows = (size_t)rows * rowlen;
+    if (ctx->ncells < nrows + sinks)
+        ctx->zeroed = 0;   /* ctx_grow allocates anew */
+    acc.cells = (size_t)rows < SIZE_MAX / sizeof(double) / rowlen - EX_NSINK
+                    ? ctx_grow((void **)&ctx->cells, &ctx->ncells, nrows + sinks, sizeof(double))
                     : NULL;
-    if (acc.cells)
-        memset(acc.cells, 0, sizeof(double) * (size_t)rows * rowlen);
+    /* The rows must start at 0: the final pass leaves those it read at 0 for the next call
+     * (while they are in the caches), so only rows past the last call's are cleared here,
+     * and the sink cells. */
+    if (acc.cells) {
+        if (ctx->zeroed < nrows)
+            memset(acc.cells + ctx->zeroed, 0, sizeof(double) * (nrows - ctx->zeroed));
+        memset(acc.cells + nrows, 0, sizeof(double) * sinks);
+    }
+    ctx->zeroed = 0;   /* until the final pass has cleared the rows again */
     if (!acc.cells
         || (moments && area_gradient(wout, out_nx, out_ny, out_y0, out_y1, acc.cells, acc.stride,
                                      rowlen, EX_GX, EX_GY) != 0)) {
@@ -965,6 +1379,7 @@ long rp_exact_rows_ctx(rp_exact_ctx *ctx, const rp_plane *src, long out_nx, long
         const long jend = (l + 1) * cell < in_ny ? (l + 1) * cell : in_ny;
         const long bw = i1 - i0;
         /* Bands of EX_CELL input rows (cells grow on huge inputs; bands do not). */
+        long nz[2 * EX_CELL];   /* band_edges' first and last pixels not 0, row by row */
         for (long j0 = l * cell; j0 < jend; j0 += EX_CELL) {
             const long j1 = j0 + EX_CELL < jend ? j0 + EX_CELL : jend;
             /* The corners of pixels [i0, i1) x [j0, j1) and one more all round, for the seam
@@ -982,55 +1397,25 @@ long rp_exact_rows_ctx(rp_exact_ctx *ctx, const rp_plane *src, long out_nx, long
                 const size_t row = (size_t)j * (size_t)in_nx;
                 const float *vf = src->dtype == RP_F32 ? (const float *)src->data + row : NULL;
                 const double *vd = src->dtype == RP_F64 ? (const double *)src->data + row : NULL;
-                double *rv = qv + (j - j0) * bw, *rw = qw + (j - j0) * bw;
-                for (long i = i0; i < i1; i++) {
-                    rv[i - i0] = rw[i - i0] = 0.0;
-                    if (!inc[i >> cshift]) {
-                        /* Skip to the next selection cell. */
-                        long e = ((i >> cshift) + 1) << cshift;
-                        e = e < i1 ? e : i1;
-                        for (; i + 1 < e; i++)
-                            rv[i + 1 - i0] = rw[i + 1 - i0] = 0.0;
-                        continue;
-                    }
-                    const double v = vf ? (double)vf[i] : vd[i];
-                    if (!isfinite(v))
-                        continue;
-                    const size_t p00 = (size_t)(j - j0 + 1) * (size_t)w + (size_t)(i - i0 + 1);
-                    const size_t p01 = p00 + (size_t)w;
-                    const double qx[4] = { lx[p00], lx[p00 + 1], lx[p01 + 1], lx[p01] };
-                    const double qy[4] = { ly[p00], ly[p00 + 1], ly[p01 + 1], ly[p01] };
-                    /* Wholly above or below the rows: none of its edges deposits here
-                     * (add_edge drops them), nor do the edges it shares with neighbours,
-                     * so leaving it out changes nothing. */
-                    if ((qy[0] <= ylo && qy[1] <= ylo && qy[2] <= ylo && qy[3] <= ylo)
-                        || (qy[0] >= yhi && qy[1] >= yhi && qy[2] >= yhi && qy[3] >= yhi))
-                        continue;
-                    if (!(fabs(qx[0]) < EX_COORD_MAX && fabs(qx[1]) < EX_COORD_MAX
-                          && fabs(qx[2]) < EX_COORD_MAX && fabs(qx[3]) < EX_COORD_MAX
-                          && fabs(qy[0]) < EX_COORD_MAX && fabs(qy[1]) < EX_COORD_MAX
-                          && fabs(qy[2]) < EX_COORD_MAX && fabs(qy[3]) < EX_COORD_MAX))
-                        continue;                           /* NaN, or off towards infinity */
-                    const int o = quad_orientation(qx, qy);
-                    if (!o)
-                        continue;
-                    /* Seam test for large quadrilaterals (their diagonals span their extent
-                     * unless they are self-intersecting, which were left out above). */
-                    if ((fabs(qx[2] - qx[0]) > EX_SEAM_MIN || fabs(qx[3] - qx[1]) > EX_SEAM_MIN
-                         || fabs(qy[2] - qy[0]) > EX_SEAM_MIN || fabs(qy[3] - qy[1]) > EX_SEAM_MIN)
-                        && (edge_breaks(lx, ly, p00, 1) || edge_breaks(lx, ly, p01, 1)
-                            || edge_breaks(lx, ly, p00, (size_t)w)
-                            || edge_breaks(lx, ly, p00 + 1, (size_t)w)))
-                        continue;
-                    rv[i - i0] = o * v;
-                    rw[i - i0] = o;
-                }
+                const double *rv = qv + (j - j0) * bw, *rw = qw + (j - j0) * bw;
+                band_row_signs(lx, ly, (size_t)w, (size_t)(j - j0 + 1) * (size_t)w, i0, i1,
+                               inc, cshift, vf, vd, ylo, yhi, qv + (j - j0) * bw,
+                               qw + (j - j0) * bw);
+                long qa = 0, qb = bw - 1;
+                while (qa < bw && rv[qa] == 0.0 && rw[qa] == 0.0)
+                    qa++;
+                while (qb >= qa && rv[qb] == 0.0 && rw[qb] == 0.0)
+                    qb--;
+                if (qa == bw)
+                    qb = -1;
+                nz[2 * (j - j0)] = qa;
+                nz[2 * (j - j0) + 1] = qb;
             }
             /* Each lattice edge once (band_edges). */
             if (moments)
-                band_edges(&acc, qv, qw, lx, ly, i0, i1, j0, j1, cell, 1);
+                band_edges(&acc, qv, qw, lx, ly, nz, i0, i1, j0, j1, cell, 1);
             else
-                band_edges(&acc, qv, qw, lx, ly, i0, i1, j0, j1, cell, 0);
+                band_edges(&acc, qv, qw, lx, ly, nz, i0, i1, j0, j1, cell, 0);
         }
     }
 
@@ -1040,7 +1425,8 @@ long rp_exact_rows_ctx(rp_exact_ctx *ctx, const rp_plane *src, long out_nx, long
     double *fp = footprint ? footprint + (size_t)out_y0 * (size_t)out_nx : NULL;
     double *dv = dst + (size_t)out_y0 * (size_t)out_nx;
     for (long r = 0; r < rows; r++) {
-        const double *cellp = acc.cells + (size_t)r * rowlen;
+        double *row = acc.cells + (size_t)r * rowlen;
+        const double *cellp = row;
         double cw = 0.0, cv = 0.0;
         for (long c = 0; c < out_nx; c++, cellp += acc.stride) {
             const size_t k = (size_t)r * (size_t)out_nx + (size_t)c;
@@ -1058,7 +1444,9 @@ long rp_exact_rows_ctx(rp_exact_ctx *ctx, const rp_plane *src, long out_nx, long
                     fp[k] = 0.0;
             }
         }
+        memset(row, 0, sizeof(double) * rowlen);
     }
+    ctx->zeroed = nrows;
 
 done:
     if (rc < 0)

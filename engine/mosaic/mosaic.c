@@ -237,7 +237,9 @@ void mos_estimate(const mosaic *m, mos_cost *c)
     double bpp = mos_input_bpp(m->method);
     int np = m->bg == MOS_BG_PLANE ? 3 : 1;
     c->product_bytes = (double)(m->h0 + m->d0 + m->h1 + m->d1);
-    c->work_bytes = c->product_bytes + (double)m->tkeys * 81.0 + 256.0;
+    c->work_bytes = c->product_bytes + (double)m->tkeys * 81.0 + 256.0
+                    + 32.0 * (double)m->coadd_bands;       /* the bands' sums */
+    c->coadd_traffic = (double)m->nx * (double)m->ny * 8.0;
     c->state_bytes = (double)sizeof *m + (double)m->tkeys * 80.0;
     for (int k = 0; k < m->n; k++) {
         const src *s = &m->in[k];
@@ -247,6 +249,7 @@ void mos_estimate(const mosaic *m, mos_cost *c)
             continue;
         double bw = (double)s->box[2], bh = (double)s->box[3];
         c->work_bytes += bw * bh * 4.0 * (m->method == RP_EXACT ? 2.0 : 1.0);
+        c->coadd_traffic += bw * bh * 4.0 * (m->method == RP_EXACT ? 2.0 : 1.0);
         /* reprojection: a band's input pixels, its output band (values, footprint) and
          * the kernel's scratch for that band (for exact about 64 bytes an output pixel of
          * up to 128 rows and 1 KB an input column: 8192-pixel-wide bands held twice what
@@ -1164,6 +1167,7 @@ static int run_coadd(mosaic *m, long band, const volatile int *cancel, char *err
         (void)fallocate(fd, FALLOC_FL_KEEP_SIZE, b0, bl);
         (void)fallocate(fd, FALLOC_FL_KEEP_SIZE, b1, bl);
     }
+    uint32_t sum0 = 0, sum1 = 0;     /* the band's parts of the two DATASUMs */
     for (long gy0 = y0; gy0 < y1 && rc == 0; gy0 += g) {
         if (mos_canceled(cancel)) {
             rc = TESS_ECANCELED;
@@ -1175,6 +1179,8 @@ static int run_coadd(mosaic *m, long band, const volatile int *cancel, char *err
         if (rc)
             break;
         mos_accum_result_be(&a, out, cov);
+        sum0 = fitswrite_sum32(out, sizeof(float) * np, sum0);
+        sum1 = fitswrite_sum32(cov, sizeof(float) * np, sum1);
         off_t off0 = (off_t)m->h0 + (off_t)gy0 * nx * (off_t)sizeof(float);
         off_t off1 = (off_t)(m->h0 + m->d0 + m->h1) + (off_t)gy0 * nx * (off_t)sizeof(float);
         if (tess_pwrite_all(fd, out, sizeof(float) * np, off0) != 0
@@ -1182,6 +1188,15 @@ static int run_coadd(mosaic *m, long band, const volatile int *cancel, char *err
             rc = TESS_EIO;
             tess_seterr(err, errlen, "cannot write '%s': %s", path, strerror(errno));
         }
+    }
+    if (rc == 0) {
+        /* Kept for mos_finish, which then sets the checksums without reading the data
+         * back: the band's rows start at multiples of 4 bytes in their data units. */
+        char text[32];
+        int len = snprintf(text, sizeof text, "%lu %lu\n", (unsigned long)sum0,
+                           (unsigned long)sum1);
+        mos_wpath(m, path, sizeof path, "cs_", band, ".sum");
+        rc = mos_write_small(path, text, (size_t)len, err, errlen);
     }
 done:
     if (fd >= 0)
@@ -1282,6 +1297,28 @@ static int copy_file(const char *from, const char *to)
     return rc;
 }
 
+/* The DATASUMs of mosaic.fits's two data units combined from the coadd bands' parts
+ * (cs_<band>.sum, written by run_coadd) into sums[0] and sums[1]: returns 2, or 0 when
+ * some band's part is missing or unreadable (the data are then summed from the file). */
+static int band_sums(const mosaic *m, uint32_t sums[2])
+{
+    sums[0] = sums[1] = 0;
+    for (long band = 0; band < m->coadd_bands; band++) {
+        char path[PATH_MAX], *text = NULL;
+        size_t n = 0;
+        unsigned long a, b;
+        mos_wpath(m, path, sizeof path, "cs_", band, ".sum");
+        int ok = mos_read_small(path, &text, &n) == 0
+                 && sscanf(text, "%lu %lu", &a, &b) == 2 && a <= UINT32_MAX && b <= UINT32_MAX;
+        free(text);
+        if (!ok)
+            return 0;
+        sums[0] = fitswrite_sum_add(sums[0], (uint32_t)a);
+        sums[1] = fitswrite_sum_add(sums[1], (uint32_t)b);
+    }
+    return 2;
+}
+
 int mos_finish(mosaic *m, const char *out_path, char *err, size_t errlen)
 {
     if (!m->workdir) {
@@ -1321,9 +1358,12 @@ int mos_finish(mosaic *m, const char *out_path, char *err, size_t errlen)
     fitscard_list_release(&h0);
     fitscard_list_release(&h1);
     /* The zero padding after each data unit comes from ftruncate only when the file
-     * was shorter; data pads are never written otherwise, so they are zeros.  The
-     * checksums come last, over the finished file. */
-    if ((rc = fitswrite_checksum_file(path, err, errlen)) != 0)
+     * was shorter; data pads are never written otherwise, so they are zeros and add
+     * nothing to the sums.  The checksums come last: from the coadd bands' sums, or
+     * where one of those is missing, over the finished file. */
+    uint32_t sums[2];
+    int nsums = band_sums(m, sums);
+    if ((rc = fitswrite_checksum_file_sums(path, sums, nsums, err, errlen)) != 0)
         return rc;
     if (unlink(out_path) != 0 && errno != ENOENT) {
         tess_seterr(err, errlen, "cannot replace '%s': %s", out_path, strerror(errno));

@@ -1,6 +1,6 @@
 /* Unit tests of engine/mosaic: the six-tile problem of tests/data/mosaic (reference
  * coadd, background matching against the truth, automatic target), RA wrap, NaN for
- * uncovered pixels, combine modes and idempotent blocks. */
+ * uncovered pixels, combine modes, idempotent blocks and checksums from the bands. */
 #include <check.h>
 #include <dirent.h>
 #include <fitsio.h>
@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "engine/fits/fitscard.h"
+#include "engine/fits/fitswrite.h"
 #include "engine/mosaic/coadd.h"
 #include "engine/mosaic/mosaic.h"
 #include "engine/sky/skywcs.h"
@@ -715,6 +716,112 @@ START_TEST(test_idempotent_blocks)
 }
 END_TEST
 
+/* HDU `hdu` (0-based) of `path`: cfitsio's verdict on its CHECKSUM and DATASUM (both 1
+ * when they verify), and the DATASUM card's value. */
+static void verify_hdu(const char *path, int hdu, unsigned long *datasum)
+{
+    fitsfile *f = NULL;
+    int st = 0, dataok = 0, hduok = 0;
+    char v[FLEN_VALUE];
+    fits_open_file(&f, path, READONLY, &st);
+    fits_movabs_hdu(f, hdu + 1, NULL, &st);
+    fits_verify_chksum(f, &dataok, &hduok, &st);
+    fits_read_key(f, TSTRING, "DATASUM", v, NULL, &st);
+    fits_close_file(f, &st);
+    ck_assert_int_eq(st, 0);
+    ck_assert_msg(dataok == 1 && hduok == 1, "%s HDU %d: data %d, hdu %d", path, hdu, dataok,
+                  hduok);
+    *datasum = strtoul(v, NULL, 10);
+}
+
+/* The checksums mos_finish sets from the coadd bands' sums verify with cfitsio, equal
+ * those summed from the file (a band's sum missing or unreadable: the same bytes), are
+ * made of the bands' sums (a wrong one gives a DATASUM that fails), and fitswrite_sum32
+ * of a data unit cut into pieces at multiples of 4 bytes, combined, gives its DATASUM.
+ * (The product is a hard link to the work directory's mosaic.fits, which each
+ * mos_finish rewrites: every product is read before the next.) */
+START_TEST(test_checksums_from_bands)
+{
+    setup_tiles();
+    char dir[256], err[512] = "", work[512], out[512], p[600];
+    tt_tmpdir_make(dir, sizeof dir, "mosaic");
+    snprintf(out, sizeof out, "%s/sums.fits", dir);
+    int tk = 0;
+    char *tc = reference_target(&tk);
+    mos_combine cm[2] = { MOS_MEAN, MOS_MEDIAN };
+    for (int c = 0; c < 2; c++) {
+        mos_spec s = base_spec(tiles, 6, tc, tk);
+        s.combine = cm[c];
+        snprintf(work, sizeof work, "%s/work-%d", dir, c);
+        ck_assert_int_eq(mkdir(work, 0755), 0);
+        mosaic *m = NULL;
+        ck_assert_int_eq(mos_plan(&s, work, 1, &m, err, sizeof err), 0);
+        long nb = mos_nblocks(m, mos_nstages(m) - 1), nx = 0, ny = 0;
+        ck_assert_int_ge(nb, 2);
+        mos_target_size(m, &nx, &ny);
+        for (int st = 0; st < mos_nstages(m); st++)
+            for (long b = 0; b < mos_nblocks(m, st); b++)
+                ck_assert_int_eq(mos_run_block(m, st, b, NULL, err, sizeof err), 0);
+        size_t n[3];
+        char *d[3];
+        unsigned long ds[2];
+        ck_assert_msg(mos_finish(m, out, err, sizeof err) == 0, "%s", err);
+        verify_hdu(out, 0, &ds[0]);
+        verify_hdu(out, 1, &ds[1]);
+        ck_assert(ds[0] != 0 && ds[1] != 0);
+        d[0] = slurp(out, &n[0]);
+        /* one band's sum unreadable, then missing: summed from the file instead */
+        snprintf(p, sizeof p, "%s/cs_%ld.sum", work, nb - 1);
+        FILE *f = fopen(p, "w");
+        ck_assert_ptr_nonnull(f);
+        fputs("not a sum\n", f);
+        fclose(f);
+        ck_assert_msg(mos_finish(m, out, err, sizeof err) == 0, "%s", err);
+        d[1] = slurp(out, &n[1]);
+        ck_assert_int_eq(unlink(p), 0);
+        ck_assert_msg(mos_finish(m, out, err, sizeof err) == 0, "%s", err);
+        d[2] = slurp(out, &n[2]);
+        ck_assert(n[1] == n[0] && n[2] == n[0]);
+        ck_assert_int_eq(memcmp(d[0], d[1], n[0]), 0);
+        ck_assert_int_eq(memcmp(d[0], d[2], n[0]), 0);
+        /* the bands' sums are what DATASUM is made of: a wrong one is not caught there */
+        f = fopen(p, "w");
+        ck_assert_ptr_nonnull(f);
+        fputs("1 2\n", f);
+        fclose(f);
+        ck_assert_msg(mos_finish(m, out, err, sizeof err) == 0, "%s", err);
+        fitsfile *ff = NULL;
+        int st = 0, dataok = 0, hduok = 0;
+        fits_open_file(&ff, out, READONLY, &st);
+        fits_verify_chksum(ff, &dataok, &hduok, &st);
+        fits_close_file(ff, &st);
+        ck_assert(st == 0 && dataok == -1);
+        mos_free(m);
+        rm_dir(work);
+        /* HDU 0's data unit in pieces of 4, 4 x 7 and 4 x 331 bytes, summed in reverse */
+        size_t hl = 0;
+        while (hl + 80 <= n[0] && strncmp(d[0] + hl, "END     ", 8) != 0)
+            hl += 80;
+        hl = (hl / 2880 + 1) * 2880;
+        size_t dl = ((size_t)nx * (size_t)ny * 4 + 2879) / 2880 * 2880;
+        ck_assert_uint_le(hl + dl, n[0]);
+        uint32_t sum = 0;
+        size_t end = dl, step[3] = { 4, 28, 1324 };
+        for (int q = 0; end > 0; q = (q + 1) % 3) {
+            size_t len = step[q] < end ? step[q] : end;
+            sum = fitswrite_sum_add(sum, fitswrite_sum32(d[0] + hl + end - len, len, 0));
+            end -= len;
+        }
+        ck_assert_uint_eq(sum, ds[0]);
+        ck_assert_uint_eq(fitswrite_sum32(d[0] + hl, dl, 0), ds[0]);
+        for (int k = 0; k < 3; k++)
+            free(d[k]);
+    }
+    free(tc);
+    rm_dir(dir);
+}
+END_TEST
+
 /* Errors: no overlap, unreadable input, bad target. */
 START_TEST(test_errors)
 {
@@ -964,6 +1071,7 @@ static Suite *mosaic_suite(void)
     tcase_add_test(tc, test_ra_wrap);
     tcase_add_test(tc, test_combine_modes);
     tcase_add_test(tc, test_idempotent_blocks);
+    tcase_add_test(tc, test_checksums_from_bands);
     tcase_add_test(tc, test_errors);
     suite_add_tcase(s, tc);
     return s;

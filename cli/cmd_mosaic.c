@@ -47,7 +47,8 @@ static const char mosaic_usage[] =
     "                         zero); =level fits constant offsets only\n"
     "  --threads N            threads (default 0 = one per core)\n"
     "  --quiet                no progress bar (it is drawn only on a terminal anyway)\n"
-    "  --timing               print the time of each stage (wall, and CPU: user + system)\n"
+    "  --timing               print the time of each stage (wall, and CPU: user + system;\n"
+    "                         for the coadd also the bytes it reads and writes at the least)\n"
     "OUT.fits: HDU 0 the mosaic (float32; NaN where no input covers a pixel) with the\n"
     "target's WCS and provenance cards (NINPUTS, INPn, METHOD, COMBINE, BGMATCH and the\n"
     "fitted planes BGAn, BGBn, BGCn); HDU 1 COVERAGE, the summed weight of the inputs.\n"
@@ -472,9 +473,14 @@ int cmd_mosaic(int argc, char **argv)
     if (timing) {
         fprintf(stderr, "tessera: plan %.3f s", t_plan - t0);
         double prev = t_plan, cprev = c_plan;
+        mos_cost cost;
+        mos_estimate(m, &cost);
         for (int s = 0; s < ns; s++) {
-            fprintf(stderr, ", %s %.3f s (%ld blocks, cpu %.3f s)", mos_stage_name(m, s),
+            fprintf(stderr, ", %s %.3f s (%ld blocks, cpu %.3f s", mos_stage_name(m, s),
                     t_stage[s] - prev, mos_nblocks(m, s), c_stage[s] - cprev);
+            if (s == ns - 1)     /* the coadd: the bytes it moves at the least */
+                fprintf(stderr, ", traffic %.1f MB", cost.coadd_traffic / 1e6);
+            fputc(')', stderr);
             prev = t_stage[s];
             cprev = c_stage[s];
         }

@@ -1167,7 +1167,7 @@ static int run_coadd(mosaic *m, long band, const volatile int *cancel, char *err
         (void)fallocate(fd, FALLOC_FL_KEEP_SIZE, b0, bl);
         (void)fallocate(fd, FALLOC_FL_KEEP_SIZE, b1, bl);
     }
-    uint32_t sum0 = 0, sum1 = 0;     /* the band's parts of the two DATASUMs */
+    uint32_t sums[2] = { 0, 0 };     /* the band's parts of the two DATASUMs */
     for (long gy0 = y0; gy0 < y1 && rc == 0; gy0 += g) {
         if (mos_canceled(cancel)) {
             rc = TESS_ECANCELED;
@@ -1178,9 +1178,7 @@ static int run_coadd(mosaic *m, long band, const volatile int *cancel, char *err
         rc = coadd_rows(m, &a, ks, nk, gy0, gy1, pv, pw, err, errlen);
         if (rc)
             break;
-        mos_accum_result_be(&a, out, cov);
-        sum0 = fitswrite_sum32(out, sizeof(float) * np, sum0);
-        sum1 = fitswrite_sum32(cov, sizeof(float) * np, sum1);
+        mos_accum_result_be(&a, out, cov, sums);
         off_t off0 = (off_t)m->h0 + (off_t)gy0 * nx * (off_t)sizeof(float);
         off_t off1 = (off_t)(m->h0 + m->d0 + m->h1) + (off_t)gy0 * nx * (off_t)sizeof(float);
         if (tess_pwrite_all(fd, out, sizeof(float) * np, off0) != 0
@@ -1193,8 +1191,8 @@ static int run_coadd(mosaic *m, long band, const volatile int *cancel, char *err
         /* Kept for mos_finish, which then sets the checksums without reading the data
          * back: the band's rows start at multiples of 4 bytes in their data units. */
         char text[32];
-        int len = snprintf(text, sizeof text, "%lu %lu\n", (unsigned long)sum0,
-                           (unsigned long)sum1);
+        int len = snprintf(text, sizeof text, "%lu %lu\n", (unsigned long)sums[0],
+                           (unsigned long)sums[1]);
         mos_wpath(m, path, sizeof path, "cs_", band, ".sum");
         rc = mos_write_small(path, text, (size_t)len, err, errlen);
     }

@@ -978,7 +978,8 @@ END_TEST
  * in double (bit for bit: the same operations in the same order), over rows whose lengths
  * leave vector tails, with NaN, infinite, zero and negative weights, a background plane,
  * and a column origin past INT_MAX (the path that converts columns from long); and
- * mos_accum_result_be against mos_accum_result swapped to big-endian, for every combine. */
+ * mos_accum_result_be against mos_accum_result swapped to big-endian, for every combine,
+ * with the DATASUM parts it adds. */
 START_TEST(test_accum_rows_and_be)
 {
     enum { N = 37, IMGS = 3 };
@@ -1036,7 +1037,11 @@ START_TEST(test_accum_rows_and_be)
             mos_accum_add(&a, 0, v[k], w[k], N, 0.25, 0.0, 0);
         float out[N], cov[N];
         unsigned char be[N][4], bc[N][4];
-        mos_accum_result_be(&a, be, bc);
+        uint32_t sums[2] = { 5, 0xfffffff0u };
+        mos_accum_result_be(&a, be, bc, sums);
+        /* the DATASUM parts added: those of the bytes as stored */
+        ck_assert_uint_eq(sums[0], fitswrite_sum32(be, sizeof be, 5));
+        ck_assert_uint_eq(sums[1], fitswrite_sum32(bc, sizeof bc, 0xfffffff0u));
         mos_accum_result(&a, out, cov);
         for (int x = 0; x < N; x++) {
             unsigned char o[4], q[4];
@@ -1049,7 +1054,7 @@ START_TEST(test_accum_rows_and_be)
                               "%s pixel %d byte %d", mos_combine_name((mos_combine)c), x, b);
             }
         }
-        mos_accum_result_be(&a, be, NULL);   /* cov may be NULL */
+        mos_accum_result_be(&a, be, NULL, NULL);   /* cov and sums may be NULL */
         mos_accum_free(&a);
     }
 }

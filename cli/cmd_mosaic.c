@@ -2,6 +2,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <limits.h>
+#include <malloc.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -222,6 +223,22 @@ static void stage_slice(void *p, size_t i0, size_t i1)
 }
 
 /* CPU time of the process so far, user and system (s). */
+/* Blocks allocate and free the same few megabytes (a band's pixels, the reprojection's
+ * tables) hundreds of times.  glibc's default thresholds hand such buffers back to the
+ * system at each free (munmap, or an arena trimmed), so that the next block faults in
+ * and zeroes fresh pages (transparent huge pages, for a large table): about a fifth of
+ * the reprojection's CPU time on 64 inputs of 512^2.  Here buffers under 32 MiB come
+ * from the arenas and each arena keeps up to 64 MiB freed at its top for the next block
+ * (at most that much more memory per arena; larger buffers are mapped and unmapped as
+ * before).  glibc only (mallopt); elsewhere nothing changes. */
+static void keep_freed_memory(void)
+{
+#if defined(M_MMAP_THRESHOLD) && defined(M_TRIM_THRESHOLD)
+    (void)mallopt(M_MMAP_THRESHOLD, 32 << 20);
+    (void)mallopt(M_TRIM_THRESHOLD, 64 << 20);
+#endif
+}
+
 static double cpu_s(void)
 {
     struct rusage ru;
@@ -394,6 +411,7 @@ int cmd_mosaic(int argc, char **argv)
     sp.inputs = ins;
     sp.target_cards = tcards;
     threads = cli_threads(threads);
+    keep_freed_memory();
     have_sig = cli_signals_start(on_signal, (void *)&cancel, &sigth);
     workers = cli_workers_new(threads);
     double t0 = cli_now_s();

@@ -238,7 +238,7 @@ void mos_estimate(const mosaic *m, mos_cost *c)
     int np = m->bg == MOS_BG_PLANE ? 3 : 1;
     c->product_bytes = (double)(m->h0 + m->d0 + m->h1 + m->d1);
     c->work_bytes = c->product_bytes + (double)m->tkeys * 81.0 + 256.0
-                    + 32.0 * (double)m->coadd_bands;       /* the bands' sums */
+                    + 16.0 * (double)m->coadd_bands;       /* sums.bin */
     c->coadd_traffic = (double)m->nx * (double)m->ny * 8.0;
     c->state_bytes = (double)sizeof *m + (double)m->tkeys * 80.0;
     for (int k = 0; k < m->n; k++) {
@@ -1110,6 +1110,17 @@ static int coadd_rows(mosaic *m, mos_accum *a, const int *ks, int nk, long gy0, 
     return 0;
 }
 
+/* The record of a coadd band's DATASUM parts in WORKDIR/sums.bin (16 bytes, native
+ * order, at band x 16): the two sums, the band's number and a check word, so that a
+ * record never written (zeros) or left from another band is not taken for one. */
+static void sum_record(long band, const uint32_t sums[2], uint32_t rec[4])
+{
+    rec[0] = sums[0];
+    rec[1] = sums[1];
+    rec[2] = (uint32_t)band;
+    rec[3] = 0x53554d53u ^ sums[0] ^ (sums[1] * 3u) ^ ((uint32_t)band * 7u);
+}
+
 /* A band of output rows: the inputs' staged planes mapped once (up to COADD_MAPS inputs;
  * beyond, each for one group at a time), then added, combined and written a group of rows
  * at a time from buffers of COADD_GROUP_BYTES, reused (they stay in the cache; nothing is
@@ -1189,12 +1200,19 @@ static int run_coadd(mosaic *m, long band, const volatile int *cancel, char *err
     }
     if (rc == 0) {
         /* Kept for mos_finish, which then sets the checksums without reading the data
-         * back: the band's rows start at multiples of 4 bytes in their data units. */
-        char text[32];
-        int len = snprintf(text, sizeof text, "%lu %lu\n", (unsigned long)sums[0],
-                           (unsigned long)sums[1]);
-        mos_wpath(m, path, sizeof path, "cs_", band, ".sum");
-        rc = mos_write_small(path, text, (size_t)len, err, errlen);
+         * back (the band's rows start at multiples of 4 bytes in their data units): the
+         * band's record of WORKDIR/sums.bin, one file for every band. */
+        uint32_t rec[4];
+        sum_record(band, sums, rec);
+        snprintf(path, sizeof path, "%s/sums.bin", m->workdir);
+        int sfd = open(path, O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
+        if (sfd < 0
+            || tess_pwrite_all(sfd, rec, sizeof rec, (off_t)band * (off_t)sizeof rec) != 0) {
+            rc = TESS_EIO;
+            tess_seterr(err, errlen, "cannot write '%s': %s", path, strerror(errno));
+        }
+        if (sfd >= 0)
+            close(sfd);
     }
 done:
     if (fd >= 0)
@@ -1295,26 +1313,29 @@ static int copy_file(const char *from, const char *to)
     return rc;
 }
 
-/* The DATASUMs of mosaic.fits's two data units combined from the coadd bands' parts
- * (cs_<band>.sum, written by run_coadd) into sums[0] and sums[1]: returns 2, or 0 when
- * some band's part is missing or unreadable (the data are then summed from the file). */
+/* The DATASUMs of mosaic.fits's two data units combined from the coadd bands' records
+ * in WORKDIR/sums.bin (written by run_coadd) into sums[0] and sums[1]: returns 2, or 0
+ * when some band's record is missing or not valid (the data are then summed from the
+ * file). */
 static int band_sums(const mosaic *m, uint32_t sums[2])
 {
+    char path[PATH_MAX], *data = NULL;
+    size_t n = 0;
+    snprintf(path, sizeof path, "%s/sums.bin", m->workdir);
     sums[0] = sums[1] = 0;
-    for (long band = 0; band < m->coadd_bands; band++) {
-        char path[PATH_MAX], *text = NULL;
-        size_t n = 0;
-        unsigned long a, b;
-        mos_wpath(m, path, sizeof path, "cs_", band, ".sum");
-        int ok = mos_read_small(path, &text, &n) == 0
-                 && sscanf(text, "%lu %lu", &a, &b) == 2 && a <= UINT32_MAX && b <= UINT32_MAX;
-        free(text);
-        if (!ok)
-            return 0;
-        sums[0] = fitswrite_sum_add(sums[0], (uint32_t)a);
-        sums[1] = fitswrite_sum_add(sums[1], (uint32_t)b);
+    if (mos_read_small(path, &data, &n) != 0)
+        return 0;
+    int ok = n >= (size_t)m->coadd_bands * 16;
+    for (long band = 0; ok && band < m->coadd_bands; band++) {
+        uint32_t rec[4], want[4];
+        memcpy(rec, data + (size_t)band * sizeof rec, sizeof rec);
+        sum_record(band, rec, want);
+        ok = memcmp(rec, want, sizeof rec) == 0;
+        sums[0] = fitswrite_sum_add(sums[0], rec[0]);
+        sums[1] = fitswrite_sum_add(sums[1], rec[1]);
     }
-    return 2;
+    free(data);
+    return ok ? 2 : 0;
 }
 
 int mos_finish(mosaic *m, const char *out_path, char *err, size_t errlen)

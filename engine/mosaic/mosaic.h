@@ -145,7 +145,7 @@ int mos_cards_from_text(const char *text, size_t len, char **cards, int *nkeys, 
  *                correction, combined, written as big-endian rows into
  *                WORKDIR/mosaic.fits (HDU 0 the coadd, HDU 1 COVERAGE, the summed
  *                weight), and the band's parts of the two DATASUMs (fitswrite_sum32 of
- *                its rows as written) to WORKDIR/cs_BAND.sum ("S0 S1\n", decimal).
+ *                its rows as written) to its 16 bytes of WORKDIR/sums.bin.
  *                Pixels no input covers are NaN (coverage 0).
  * Blocks only write their own byte ranges of files in the work directory and are
  * idempotent; a block of one stage reads only what earlier stages wrote, so after a
@@ -224,7 +224,7 @@ int mos_correction(mosaic *m, int k, double c[3]);
 /* After every block: writes the headers into WORKDIR/mosaic.fits (the target's WCS cards,
  * provenance: NINPUTS, INPn = name, METHOD, COMBINE, BGMATCH, and BGAn/BGBn/BGCn the
  * plane of each input), sets CHECKSUM and DATASUM of both HDUs (the data units' sums
- * combined from those each coadd block kept in WORKDIR/cs_<band>.sum, so that the data
+ * combined from those each coadd block kept in WORKDIR/sums.bin, so that the data
  * are not read again; summed from the file when one is missing) and puts the file at
  * `out_path` (a hard link, or a copy where links fail; an existing out_path is
  * replaced).  Nothing is fsync'ed (the job runner

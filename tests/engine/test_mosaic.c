@@ -734,16 +734,31 @@ static void verify_hdu(const char *path, int hdu, unsigned long *datasum)
     *datasum = strtoul(v, NULL, 10);
 }
 
+/* Writes n bytes at `off` of `path` (created if need be); n = 0: truncates it there. */
+static void poke(const char *path, long off, const void *data, size_t n)
+{
+    FILE *f = fopen(path, "r+b");
+    ck_assert_ptr_nonnull(f);
+    if (n == 0) {
+        ck_assert_int_eq(ftruncate(fileno(f), off), 0);
+    } else {
+        ck_assert_int_eq(fseek(f, off, SEEK_SET), 0);
+        ck_assert_int_eq(fwrite(data, 1, n, f), n);
+    }
+    fclose(f);
+}
+
 /* The checksums mos_finish sets from the coadd bands' sums verify with cfitsio, equal
- * those summed from the file (a band's sum missing or unreadable: the same bytes), are
- * made of the bands' sums (a wrong one gives a DATASUM that fails), and fitswrite_sum32
- * of a data unit cut into pieces at multiples of 4 bytes, combined, gives its DATASUM.
- * (The product is a hard link to the work directory's mosaic.fits, which each
- * mos_finish rewrites: every product is read before the next.) */
+ * those summed from the file (a band's record garbled or missing: the same bytes), are
+ * what DATASUM is made of (the data changed after the coadd: the band sums no longer
+ * verify, while without them the file's sum does), and fitswrite_sum32 of a data unit
+ * cut into pieces at multiples of 4 bytes, combined, gives its DATASUM.  (The product
+ * is a hard link to the work directory's mosaic.fits, which each mos_finish rewrites:
+ * every product is read before the next.) */
 START_TEST(test_checksums_from_bands)
 {
     setup_tiles();
-    char dir[256], err[512] = "", work[512], out[512], p[600];
+    char dir[256], err[512] = "", work[512], out[512], sums[600], wfits[600];
     tt_tmpdir_make(dir, sizeof dir, "mosaic");
     snprintf(out, sizeof out, "%s/sums.fits", dir);
     int tk = 0;
@@ -753,6 +768,8 @@ START_TEST(test_checksums_from_bands)
         mos_spec s = base_spec(tiles, 6, tc, tk);
         s.combine = cm[c];
         snprintf(work, sizeof work, "%s/work-%d", dir, c);
+        snprintf(sums, sizeof sums, "%s/sums.bin", work);
+        snprintf(wfits, sizeof wfits, "%s/mosaic.fits", work);
         ck_assert_int_eq(mkdir(work, 0755), 0);
         mosaic *m = NULL;
         ck_assert_int_eq(mos_plan(&s, work, 1, &m, err, sizeof err), 0);
@@ -762,33 +779,33 @@ START_TEST(test_checksums_from_bands)
         for (int st = 0; st < mos_nstages(m); st++)
             for (long b = 0; b < mos_nblocks(m, st); b++)
                 ck_assert_int_eq(mos_run_block(m, st, b, NULL, err, sizeof err), 0);
-        size_t n[3];
-        char *d[3];
+        size_t n[3], sn = 0;
+        char *d[3], *saved = slurp(sums, &sn);
+        ck_assert_uint_eq(sn, (size_t)nb * 16);
         unsigned long ds[2];
         ck_assert_msg(mos_finish(m, out, err, sizeof err) == 0, "%s", err);
         verify_hdu(out, 0, &ds[0]);
         verify_hdu(out, 1, &ds[1]);
         ck_assert(ds[0] != 0 && ds[1] != 0);
         d[0] = slurp(out, &n[0]);
-        /* one band's sum unreadable, then missing: summed from the file instead */
-        snprintf(p, sizeof p, "%s/cs_%ld.sum", work, nb - 1);
-        FILE *f = fopen(p, "w");
-        ck_assert_ptr_nonnull(f);
-        fputs("not a sum\n", f);
-        fclose(f);
+        /* the last band's record garbled, then missing: summed from the file instead */
+        poke(sums, (nb - 1) * 16 + 4, "garbage", 7);
         ck_assert_msg(mos_finish(m, out, err, sizeof err) == 0, "%s", err);
         d[1] = slurp(out, &n[1]);
-        ck_assert_int_eq(unlink(p), 0);
+        poke(sums, (nb - 1) * 16, NULL, 0);
         ck_assert_msg(mos_finish(m, out, err, sizeof err) == 0, "%s", err);
         d[2] = slurp(out, &n[2]);
         ck_assert(n[1] == n[0] && n[2] == n[0]);
         ck_assert_int_eq(memcmp(d[0], d[1], n[0]), 0);
         ck_assert_int_eq(memcmp(d[0], d[2], n[0]), 0);
-        /* the bands' sums are what DATASUM is made of: a wrong one is not caught there */
-        f = fopen(p, "w");
-        ck_assert_ptr_nonnull(f);
-        fputs("1 2\n", f);
-        fclose(f);
+        /* a data byte changed after the coadd: the bands' sums say what was written */
+        size_t hl = 0;
+        while (hl + 80 <= n[0] && strncmp(d[0] + hl, "END     ", 8) != 0)
+            hl += 80;
+        hl = (hl / 2880 + 1) * 2880;
+        unsigned char flip = (unsigned char)(d[0][hl + 101] ^ 0x10);
+        poke(wfits, (long)hl + 101, &flip, 1);
+        poke(sums, 0, saved, sn);
         ck_assert_msg(mos_finish(m, out, err, sizeof err) == 0, "%s", err);
         fitsfile *ff = NULL;
         int st = 0, dataok = 0, hduok = 0;
@@ -796,13 +813,15 @@ START_TEST(test_checksums_from_bands)
         fits_verify_chksum(ff, &dataok, &hduok, &st);
         fits_close_file(ff, &st);
         ck_assert(st == 0 && dataok == -1);
+        ck_assert_int_eq(unlink(sums), 0);
+        ck_assert_msg(mos_finish(m, out, err, sizeof err) == 0, "%s", err);
+        unsigned long dflip;
+        verify_hdu(out, 0, &dflip);
+        ck_assert_uint_ne(dflip, ds[0]);
         mos_free(m);
         rm_dir(work);
+        free(saved);
         /* HDU 0's data unit in pieces of 4, 4 x 7 and 4 x 331 bytes, summed in reverse */
-        size_t hl = 0;
-        while (hl + 80 <= n[0] && strncmp(d[0] + hl, "END     ", 8) != 0)
-            hl += 80;
-        hl = (hl / 2880 + 1) * 2880;
         size_t dl = ((size_t)nx * (size_t)ny * 4 + 2879) / 2880 * 2880;
         ck_assert_uint_le(hl + dl, n[0]);
         uint32_t sum = 0;

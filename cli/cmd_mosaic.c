@@ -157,20 +157,60 @@ static int read_target_cards(const char *arg, char **cards, int *nkeys)
     return rc;
 }
 
-/* Removes the files of the flat directory `dir`, then the directory. */
-static void remove_workdir(const char *dir)
+/* The files of a work directory being removed (remove_workdir). */
+typedef struct unlinks {
+    const char *dir;
+    char **names;
+} unlinks;
+
+static void unlink_slice(void *p, size_t i0, size_t i1)
+{
+    const unlinks *u = p;
+    for (size_t i = i0; i < i1; i++) {
+        char path[PATH_MAX];
+        snprintf(path, sizeof path, "%s/%s", u->dir, u->names[i]);
+        unlink(path);
+    }
+}
+
+/* Removes the files of the flat directory `dir`, then the directory.  The files are
+ * unlinked on the workers (p, may be NULL) as well as here: freeing a large file's
+ * cached pages is most of the time, and files apart do not wait for each other. */
+static void remove_workdir(const char *dir, pool *p, int threads)
 {
     DIR *d = opendir(dir);
     if (d) {
+        char **names = NULL;
+        size_t n = 0, cap = 0;
         struct dirent *e;
         while ((e = readdir(d)) != NULL) {
             if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
                 continue;
-            char p[PATH_MAX];
-            snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
-            unlink(p);
+            char *name = strdup(e->d_name);
+            if (name && n == cap) {
+                size_t nc = cap ? 2 * cap : 64;
+                char **nn = realloc(names, nc * sizeof *nn);
+                if (nn) {
+                    names = nn;
+                    cap = nc;
+                }
+            }
+            if (!name || n == cap) {       /* out of memory: this one now */
+                char path[PATH_MAX];
+                snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+                unlink(path);
+                free(name);
+                continue;
+            }
+            names[n++] = name;
         }
         closedir(d);
+        unlinks u = { dir, names };
+        int ns = threads < 1 ? 1 : (size_t)threads < n ? threads : (int)(n > 0 ? n : 1);
+        pool_for(p, POOL_BATCH, ns, n, 1, unlink_slice, &u);
+        for (size_t i = 0; i < n; i++)
+            free(names[i]);
+        free(names);
     }
     rmdir(dir);
 }
@@ -511,7 +551,7 @@ int cmd_mosaic(int argc, char **argv)
                 mos_combine_name(sp.combine), mos_bg_name(sp.bg), cli_now_s() - t0);
 done:
     if (workdir)
-        remove_workdir(workdir);
+        remove_workdir(workdir, workers, threads);
     pool_free(workers);
     if (have_sig)
         cli_signals_stop(sigth);

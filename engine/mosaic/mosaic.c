@@ -73,12 +73,66 @@ int mos_cards_from_text(const char *text, size_t len, char **cards, int *nkeys, 
     return fitscard_parse(text, len, MOS_MAX_CARDS, cards, nkeys, err, errlen);
 }
 
-/* A copy of `cards` whose pixel origin is moved to (dx, dy) (fitsimg_header_shift; a
- * CRPIXn the header leaves at its default 0 is added): a WCS for the sub-grid whose pixel
- * (0, 0) is (dx, dy) of the original.  Returns the parsed WCS or NULL with `err`. */
-static skywcs *shifted_wcs(const char *cards, int nkeys, long dx, long dy, char *err,
-                           size_t errlen)
+/* Fills `o` for the grid whose header is `cards`: its WCS parsed, its CRPIX1/2 cards
+ * kept.  o->full stays NULL (shifted_wcs then parses each time) when either card is given
+ * more than once or the parse fails (shifted_wcs reports why). */
+static void origin_init(mos_origin *o, const char *cards, int nkeys)
 {
+    memset(o, 0, sizeof *o);
+    int has[2] = { 0, 0 };
+    for (int i = 0; i < nkeys; i++) {
+        const char *c = cards + (size_t)i * 80;
+        for (int k = 0; k < 2; k++)
+            if (fitscard_key_is(c, k ? "CRPIX2" : "CRPIX1") && has[k]++ == 0)
+                memcpy(o->card[k], c, 80);
+    }
+    for (int k = 0; k < 2; k++) {
+        if (has[k] > 1)
+            return;
+        if (!has[k])
+            (void)fitscard_real(o->card[k], k ? "CRPIX2" : "CRPIX1", 0.0, 14, NULL);
+    }
+    char e[256];
+    if (skywcs_parse(cards, nkeys, &o->full, e, sizeof e) != 0)
+        o->full = NULL;
+}
+
+static void origin_release(mos_origin *o)
+{
+    skywcs_free(o->full);
+    o->full = NULL;
+}
+
+/* The celestial WCS of the sub-grid whose pixel (0, 0) is (dx, dy) of the grid of
+ * `cards`: the cards with their pixel origin moved (fitsimg_header_shift; a CRPIXn they
+ * leave at its default 0 is added), parsed.  With o->full the parse is skipped: CRPIX1/2
+ * are shifted as cards alone and read back as wcslib reads them (a value rewritten with
+ * 15 significant digits rounds), then set into the parsed WCS (skywcs_celestial_crpix),
+ * the same numbers bit for bit.  Returns the WCS or NULL with `err`. */
+static skywcs *shifted_wcs(const mos_origin *o, const char *cards, int nkeys, long dx,
+                           long dy, char *err, size_t errlen)
+{
+    const double shift[2] = { (double)dx, (double)dy };
+    if (o && o->full) {
+        double crpix[2];
+        int ok = 1;
+        for (int k = 0; k < 2; k++) {
+            char c[81], val[80];
+            memcpy(c, o->card[k], 80);
+            c[80] = '\0';
+            fitsimg_header_shift(c, 1, shift, 2);
+            crpix[k] = NAN;                 /* unchanged: the value already parsed */
+            if (memcmp(c, o->card[k], 80) == 0)
+                continue;
+            char *end = val;
+            if (fitscard_get(c, 1, k ? "CRPIX2" : "CRPIX1", val, sizeof val))
+                crpix[k] = strtod(val, &end);
+            ok &= !isnan(crpix[k]) && end != val && *end == '\0';
+        }
+        skywcs *cel = ok ? skywcs_celestial_crpix(o->full, crpix) : NULL;
+        if (cel)
+            return cel;
+    }
     fitscard_list b;
     fitscard_list_init(&b, nkeys + 2);
     int has[2] = { 0, 0 };
@@ -88,7 +142,6 @@ static skywcs *shifted_wcs(const char *cards, int nkeys, long dx, long dy, char 
         has[1] |= fitscard_key_is(c, "CRPIX2");
     }
     fitscard_list_cards(&b, cards, nkeys);
-    const double shift[2] = { (double)dx, (double)dy };
     for (int k = 0; k < 2; k++)
         if (!has[k])
             fitscard_list_real(&b, k ? "CRPIX2" : "CRPIX1", 0.0, 14, NULL);
@@ -309,10 +362,12 @@ void mos_free(mosaic *m)
         free(m->in[k].name);
         free(m->in[k].cards);
         skywcs_free(m->in[k].cel);
+        origin_release(&m->in[k].origin);
     }
     free(m->in);
     free(m->tcards);
     skywcs_free(m->tcel);
+    origin_release(&m->torigin);
     free(m->workdir);
     free(m->corr);
     pthread_mutex_destroy(&m->lock);
@@ -483,6 +538,7 @@ static int read_src(src *s, const mos_header *given, rp_method method, char *err
     s->cards = h.cards;
     s->nkeys = h.nkeys;
     s->cel = h.cel;
+    origin_init(&s->origin, s->cards, s->nkeys);
     /* Pixel-based distortion tables do not follow a shifted CRPIX; bicubic's spline
      * prefilter spans the whole image: read those inputs whole. */
     s->crop_ok = method != RP_BICUBIC;
@@ -642,6 +698,7 @@ int mos_plan(const mos_spec *spec, const char *workdir, int threads, mosaic **ou
         }
         m->tcel = skywcs_celestial(w);
         skywcs_free(w);
+        origin_init(&m->torigin, m->tcards, m->tkeys);
         if (!m->tcel) {
             rc = TESS_EINVAL;
             tess_seterr(err, errlen, "the target WCS has no celestial axes");
@@ -812,7 +869,7 @@ static int run_reproject(mosaic *m, long block, char *err, size_t errlen)
         tess_seterr(err, errlen, "out of memory");
         goto done;
     }
-    ow = shifted_wcs(m->tcards, m->tkeys, ox, oy, err, errlen);
+    ow = shifted_wcs(&m->torigin, m->tcards, m->tkeys, ox, oy, err, errlen);
     if (!ow) {
         rc = TESS_EINVAL;
         goto done;
@@ -872,7 +929,7 @@ static int run_reproject(mosaic *m, long block, char *err, size_t errlen)
         if (crop[0] == 0 && crop[1] == 0 && crop[2] == s->nx && crop[3] == s->ny) {
             iw = skywcs_copy(s->cel);
         } else {
-            iw = shifted_wcs(s->cards, s->nkeys, crop[0], crop[1], err, errlen);
+            iw = shifted_wcs(&s->origin, s->cards, s->nkeys, crop[0], crop[1], err, errlen);
         }
         if (!iw) {
             rc = TESS_EINVAL;

@@ -558,6 +558,104 @@ START_TEST(test_read_values)
 }
 END_TEST
 
+/* Writes an nx x ny x nz image of BITPIX `bitpix` (-32 or -64) from `v` (float or double
+ * as bitpix says) to `path`, tile-compressed (GZIP_1, lossless) when `gz`. */
+static void write_ieee(const char *path, int bitpix, long nx, long ny, long nz, const void *v,
+                       int gz)
+{
+    fitsfile *f;
+    int st = 0;
+    long n[3] = { nx, ny, nz };
+    fits_create_diskfile(&f, path, &st);
+    if (gz)
+        fits_set_compression_type(f, GZIP_1, &st);
+    fits_create_img(f, bitpix, 3, n, &st);
+    fits_write_img(f, bitpix == FLOAT_IMG ? TFLOAT : TDOUBLE, 1, nx * ny * nz, (void *)v, &st);
+    fits_close_file(f, &st);
+    ck_assert_int_eq(st, 0);
+}
+
+/* fitsimg_read_region_f32 and fitsimg_read_region of unscaled IEEE images, read without
+ * cfitsio past the header: the values as written (NaN, infinities, -0, subnormals kept)
+ * and as cfitsio reads them from a tile-compressed copy, for whole rows, a narrow
+ * column range over several row groups of the 1 MB scratch, a single row, the second
+ * plane, rows wider than the scratch; a file cut short is an error. */
+START_TEST(test_region_direct)
+{
+    make_tmpdir();
+    char p[4][256];
+    const char *names[] = { "f.fits", "fz.fits", "d.fits", "cut.fits" };
+    for (int i = 0; i < 4; i++)
+        snprintf(p[i], sizeof p[i], "%s/%s", tmpdir, names[i]);
+    enum { NX = 4100, NY = 70, NZ = 2, N = NX * NY * NZ, WX = 300000, WY = 3 };
+    float *fv = malloc(sizeof(float) * WX * WY), *a = malloc(sizeof(float) * N),
+          *b = malloc(sizeof(float) * N);
+    double *dv = malloc(sizeof(double) * N), *da = malloc(sizeof(double) * N);
+    ck_assert(fv && a && b && dv && da);
+    for (int i = 0; i < N; i++) {
+        fv[i] = (float)(i % 9973) * 0.125f - 600.0f;
+        dv[i] = (double)i * 1e-3 - 17.0;
+    }
+    fv[NX * 3 + 20] = NAN;
+    fv[NX * 65 + 21] = INFINITY;
+    fv[NX * NY + NX * 40 + 5] = -0.0f;
+    fv[NX * NY + NX * 41 + 6] = 1e-41f;
+    write_ieee(p[0], FLOAT_IMG, NX, NY, NZ, fv, 0);
+    write_ieee(p[1], FLOAT_IMG, NX, NY, NZ, fv, 1);
+    write_ieee(p[2], DOUBLE_IMG, NX, NY, NZ, dv, 0);
+    char err[256];
+    const long reg[][5] = {    /* z, x0, y0, w, h */
+        { 0, 0, 0, NX, NY }, { 1, 0, 5, NX, 60 }, { 0, 3, 2, 17, 68 },
+        { 1, 4000, 0, 100, NY }, { 1, 5, 41, 2, 1 }, { 0, 1, 0, NX - 1, NY } };
+    for (size_t r = 0; r < sizeof reg / sizeof reg[0]; r++) {
+        long z = reg[r][0], x0 = reg[r][1], y0 = reg[r][2], w = reg[r][3], h = reg[r][4];
+        memset(a, 0x55, sizeof(float) * N);
+        memset(b, 0x66, sizeof(float) * N);
+        ck_assert_int_eq(fitsimg_read_region_f32(p[0], 0, z, x0, y0, w, h, a, err,
+                                                 sizeof err), 0);
+        ck_assert_int_eq(fitsimg_read_region_f32(p[1], 1, z, x0, y0, w, h, b, err,
+                                                 sizeof err), 0);
+        ck_assert_int_eq(memcmp(a, b, sizeof(float) * (size_t)(w * h)), 0);
+        for (long y = 0; y < h; y++)
+            ck_assert_int_eq(memcmp(a + y * w, fv + (z * NY + y0 + y) * NX + x0,
+                                    sizeof(float) * (size_t)w), 0);
+        ck_assert_int_eq(fitsimg_read_region(p[2], 0, z, x0, y0, w, h, da, err, sizeof err),
+                         0);
+        for (long y = 0; y < h; y++)
+            ck_assert_int_eq(memcmp(da + y * w, dv + (z * NY + y0 + y) * NX + x0,
+                                    sizeof(double) * (size_t)w), 0);
+    }
+    /* Rows of 300,000 values (1.2 MB, over the scratch) read one by one. */
+    for (int i = 0; i < WX * WY; i++)
+        fv[i] = (float)(i % 65536) - 0.5f;
+    fitsfile *f;
+    int st = 0;
+    long wn[2] = { WX, WY };
+    remove(p[0]);
+    fits_create_diskfile(&f, p[0], &st);
+    fits_create_img(f, FLOAT_IMG, 2, wn, &st);
+    fits_write_img(f, TFLOAT, 1, WX * WY, fv, &st);
+    fits_close_file(f, &st);
+    ck_assert_int_eq(st, 0);
+    ck_assert_int_eq(fitsimg_read_region_f32(p[0], 0, 0, 7, 1, 1000, 2, a, err, sizeof err), 0);
+    ck_assert_int_eq(memcmp(a, fv + WX + 7, sizeof(float) * 1000), 0);
+    ck_assert_int_eq(memcmp(a + 1000, fv + 2 * WX + 7, sizeof(float) * 1000), 0);
+    /* Cut inside its second row. */
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "head -c %d %s > %s", 2880 + 4 * (WX + 10), p[0], p[3]);
+    ck_assert_int_eq(system(cmd), 0);
+    ck_assert_int_eq(fitsimg_read_region_f32(p[3], 0, 0, 7, 1, 1000, 2, a, err, sizeof err),
+                     TESS_EIO);
+    ck_assert_msg(strstr(err, "shorter than its header says") != NULL, "%s", err);
+    free(fv);
+    free(a);
+    free(b);
+    free(dv);
+    free(da);
+    rm_tmpdir(names, 4);
+}
+END_TEST
+
 START_TEST(test_bounds_and_errors)
 {
     char err[256];
@@ -993,6 +1091,7 @@ int main(void)
     tcase_add_test(tc, test_tile_compressed_ztension_last);
     tcase_add_test(tc, test_bounds_and_errors);
     tcase_add_test(tc, test_read_values);
+    tcase_add_test(tc, test_region_direct);
     tcase_add_test(tc, test_literal_brackets_in_path);
     tcase_add_test(tc, test_copy_section);
     tcase_add_test(tc, test_threads);

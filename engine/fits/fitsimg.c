@@ -680,7 +680,7 @@ void fitsimg_info_release(fitsimg_info *info)
 }
 
 /* pread of `len` bytes at `off` of `fd` into dst, byte-swapped from big-endian as
- * `es`-byte values.  Returns 0, or TESS_EIO with err (a read error, or the file ending
+ * `es`-byte values (es 1, 2, 4 or 8).  Returns 0, or TESS_EIO with err (a read error, or the file ending
  * first). */
 static int pread_values(int fd, const char *path, off_t off, unsigned char *dst, size_t len,
                         size_t es, char *err, size_t errlen)
@@ -698,7 +698,15 @@ static int pread_values(int fd, const char *path, off_t off, unsigned char *dst,
                             "its header says", path);
             return TESS_EIO;
         }
-        tess_be_swap(dst, (size_t)got / es, es);
+        if (es == 2) {              /* tess_be_swap swaps 4- and 8-byte values */
+            for (size_t k = 0; k < (size_t)got; k += 2) {
+                unsigned char t = dst[k];
+                dst[k] = dst[k + 1];
+                dst[k + 1] = t;
+            }
+        } else if (es > 2) {
+            tess_be_swap(dst, (size_t)got / es, es);
+        }
         dst += got;
         off += got;
         len -= (size_t)got;
@@ -738,9 +746,89 @@ static int plain_ieee(fitsfile *f, int bitpix, int want, LONGLONG *data0)
     return fits_get_hduaddrll(f, &head, data0, &end, &status) == 0;
 }
 
+/* The scaling of an integer image as cfitsio applies it when reading into float or
+ * double (convert.c/getcol*.c: fffi1r4, fffi2r4, fffi4r4 and their r8 forms): a stored
+ * value equal to BLANK (when BLANK is given and fits the type: cfitsio passes over an
+ * impossible one) becomes NaN, any other v becomes v as a double times BSCALE plus BZERO
+ * in double precision, rounded once to the output type (unscaled: v converted). */
+typedef struct int_scaling {
+    int bitpix;             /* 8 (unsigned), 16, 32 */
+    double scale, zero;
+    int check;              /* 1: BLANK applies */
+    long long blank;
+} int_scaling;
+
+/* 1 when the HDU open in `f` is an integer image of BITPIX 8, 16 or 32, not compressed,
+ * whose BSCALE, BZERO and BLANK cfitsio reads as numbers: `sc` and *data0 filled.  Else
+ * 0 (BITPIX 64, whose BZERO 2^63 cfitsio treats apart, is left to cfitsio). */
+static int plain_int(fitsfile *f, int bitpix, int_scaling *sc, LONGLONG *data0)
+{
+    if (bitpix != BYTE_IMG && bitpix != SHORT_IMG && bitpix != LONG_IMG)
+        return 0;
+    memset(sc, 0, sizeof *sc);
+    sc->bitpix = bitpix;
+    sc->scale = 1.0;
+    if (read_opt_double(f, "BSCALE", &sc->scale) || read_opt_double(f, "BZERO", &sc->zero))
+        return 0;
+    int status = 0;
+    LONGLONG blank;
+    if (fits_read_key(f, TLONGLONG, "BLANK", &blank, NULL, &status) == 0) {
+        long long lo = bitpix == 8 ? 0 : bitpix == 16 ? -32768 : -2147483648LL;
+        long long hi = bitpix == 8 ? 255 : bitpix == 16 ? 32767 : 2147483647LL;
+        sc->check = blank >= lo && blank <= hi;
+        sc->blank = (long long)blank;
+    } else if (status != KEY_NO_EXIST) {
+        return 0;
+    }
+    status = 0;
+    if (fits_is_compressed_image(f, &status) || status)
+        return 0;
+    LONGLONG head = 0, end = 0;
+    return fits_get_hduaddrll(f, &head, data0, &end, &status) == 0;
+}
+
+/* The stored integer i of an int_scaling as a double, NaN for BLANK.  The product and the
+ * sum are rounded apart, as in cfitsio: never fused into one FMA (clang fuses only within
+ * an expression; GCC across statements unless told not to). */
+#if defined(__GNUC__) && !defined(__clang__)
+#define NO_FMA __attribute__((optimize("fp-contract=off")))
+#else
+#define NO_FMA
+#endif
+NO_FMA static inline double int_value(const int_scaling *sc, long long i)
+{
+    if (sc->check && i == sc->blank)
+        return NAN;
+    if (sc->scale == 1.0 && sc->zero == 0.0)
+        return (double)i;
+    double p = (double)i * sc->scale;
+    return p + sc->zero;
+}
+
+/* Turns the n stored integers packed at the start of `buf` (BITPIX/8 bytes each,
+ * byte-swapped already) into n floats (f32) or doubles in place, by int_value: from the
+ * last value down, as each output value is at least as wide as its stored one. */
+NO_FMA static void widen_ints(void *buf, size_t n, int f32, const int_scaling *sc)
+{
+    const unsigned char *u8 = buf;
+    const int16_t *i16 = buf;
+    const int32_t *i32 = buf;
+    float *fo = buf;
+    double *dout = buf;
+    for (size_t k = n; k-- > 0;) {
+        long long i = sc->bitpix == 8 ? (long long)u8[k]
+                    : sc->bitpix == 16 ? (long long)i16[k] : (long long)i32[k];
+        double v = int_value(sc, i);
+        if (f32)
+            fo[k] = (float)v;
+        else
+            dout[k] = v;
+    }
+}
+
 /* Rows y0 .. y0 + h - 1, columns x0 .. x0 + w - 1 of plane z of an nx x ny image of
- * IEEE `es`-byte values stored at byte `data0` of `path`, into out (w x h, rows
- * contiguous), without cfitsio: one pread for a run of whole rows, or per row group
+ * big-endian `es`-byte values stored at byte `data0` of `path`, into out (w x h, rows
+ * contiguous, swapped to this machine's order), without cfitsio: one pread for a run of whole rows, or per row group
  * through a scratch buffer of at most ROWS_SCRATCH bytes when the region is narrower
  * than the image (rows wider than that are read one by one, cut to the region). */
 #define ROWS_SCRATCH ((size_t)1 << 20)
@@ -841,6 +929,16 @@ static int read_region(const char *path, int hdu, long z, long x0, long y0, long
         return read_rows_direct(path, (long long)data0, naxes[0], naxes[1], z, x0, y0, w, h,
                                 datatype == TFLOAT ? sizeof(float) : sizeof(double), out,
                                 err, errlen);
+    }
+    int_scaling sc;
+    if (plain_int(f, bitpix, &sc, &data0)) {
+        close_unlock(f);
+        size_t n = (size_t)w * (size_t)h;
+        rc = read_rows_direct(path, (long long)data0, naxes[0], naxes[1], z, x0, y0, w, h,
+                              (size_t)(bitpix / 8), out, err, errlen);
+        if (rc == 0)
+            widen_ints(out, n, datatype == TFLOAT, &sc);
+        return rc;
     }
     double dnul = bitpix > 0 ? NAN : 0.0;
     float fnul = bitpix > 0 ? NAN : 0.0f;

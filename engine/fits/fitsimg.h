@@ -86,7 +86,10 @@ int fitsimg_data_offset(const char *path, int hdu, long long *offset, char *err,
  * output's width (BITPIX -64 here, -32 for fitsimg_read_region_f32; no BSCALE or BZERO
  * card, not tile-compressed), which cfitsio would hand over as stored, are read with
  * pread in row groups (through at most 1 MB of scratch) and byte-swapped, outside the
- * cfitsio lock; a file shorter than its header says is TESS_EIO.  Safe to call from
+ * cfitsio lock; so are integer images of BITPIX 8, 16 and 32 (not tile-compressed),
+ * converted as cfitsio converts them (BLANK, when the type can hold it, to NaN; else
+ * stored * BSCALE + BZERO in double precision, rounded once to the output type).  A
+ * file shorter than its header says is TESS_EIO.  Safe to call from
  * several threads at once (each call opens its own handle).  Returns 0 or a TESS_E* code:
  * TESS_ELIMIT when the image is tile-compressed with tiles larger than the decode
  * budgets (engine/base/decodelimit.h; nothing decompressed). */

@@ -679,6 +679,195 @@ void fitsimg_info_release(fitsimg_info *info)
     info->nkeys = 0;
 }
 
+/* pread of `len` bytes at `off` of `fd` into dst, byte-swapped from big-endian as
+ * `es`-byte values (es 1, 2, 4 or 8).  Returns 0, or TESS_EIO with err (a read error, or the file ending
+ * first). */
+static int pread_values(int fd, const char *path, off_t off, unsigned char *dst, size_t len,
+                        size_t es, char *err, size_t errlen)
+{
+    while (len > 0) {
+        size_t chunk = len < ((size_t)1 << 26) ? len : ((size_t)1 << 26);
+        ssize_t got = pread(fd, dst, chunk, off);
+        if (got < 0 && errno == EINTR)
+            continue;
+        if (got <= 0 || (size_t)got % es != 0) {
+            if (got < 0)
+                tess_seterr(err, errlen, "cannot read pixels of %s: %s", path, strerror(errno));
+            else
+                tess_seterr(err, errlen, "cannot read pixels of %s: the file is shorter than "
+                            "its header says", path);
+            return TESS_EIO;
+        }
+        if (es == 2) {              /* tess_be_swap swaps 4- and 8-byte values */
+            for (size_t k = 0; k < (size_t)got; k += 2) {
+                unsigned char t = dst[k];
+                dst[k] = dst[k + 1];
+                dst[k + 1] = t;
+            }
+        } else if (es > 2) {
+            tess_be_swap(dst, (size_t)got / es, es);
+        }
+        dst += got;
+        off += got;
+        len -= (size_t)got;
+    }
+    return 0;
+}
+
+/* pread_values on `path` opened for the read. */
+static int read_direct(const char *path, off_t off, unsigned char *dst, size_t len, size_t es,
+                       char *err, size_t errlen)
+{
+    int fd = tess_open_regular(path, 0, NULL, err, errlen);
+    if (fd < 0)
+        return fd;
+    int rc = pread_values(fd, path, off, dst, len, es, err, errlen);
+    close(fd);
+    return rc;
+}
+
+/* 1 when the image HDU open in `f` (BITPIX `bitpix`) stores IEEE values of BITPIX `want`
+ * that are read as they are stored: no BSCALE or BZERO card, not a compressed image;
+ * *data0 is then the data's byte offset.  Else 0 (cfitsio must read it). */
+static int plain_ieee(fitsfile *f, int bitpix, int want, LONGLONG *data0)
+{
+    if (bitpix != want)
+        return 0;
+    char card[FLEN_CARD];
+    for (int k = 0; k < 2; k++) {
+        int ks = 0;
+        if (fits_read_card(f, k ? "BZERO" : "BSCALE", card, &ks) == 0)
+            return 0;
+    }
+    int status = 0;
+    if (fits_is_compressed_image(f, &status) || status)
+        return 0;
+    LONGLONG head = 0, end = 0;
+    return fits_get_hduaddrll(f, &head, data0, &end, &status) == 0;
+}
+
+/* The scaling of an integer image as cfitsio applies it when reading into float or
+ * double (convert.c/getcol*.c: fffi1r4, fffi2r4, fffi4r4 and their r8 forms): a stored
+ * value equal to BLANK (when BLANK is given and fits the type: cfitsio passes over an
+ * impossible one) becomes NaN, any other v becomes v as a double times BSCALE plus BZERO
+ * in double precision, rounded once to the output type (unscaled: v converted). */
+typedef struct int_scaling {
+    int bitpix;             /* 8 (unsigned), 16, 32 */
+    double scale, zero;
+    int check;              /* 1: BLANK applies */
+    long long blank;
+} int_scaling;
+
+/* 1 when the HDU open in `f` is an integer image of BITPIX 8, 16 or 32, not compressed,
+ * whose BSCALE, BZERO and BLANK cfitsio reads as numbers: `sc` and *data0 filled.  Else
+ * 0 (BITPIX 64, whose BZERO 2^63 cfitsio treats apart, is left to cfitsio). */
+static int plain_int(fitsfile *f, int bitpix, int_scaling *sc, LONGLONG *data0)
+{
+    if (bitpix != BYTE_IMG && bitpix != SHORT_IMG && bitpix != LONG_IMG)
+        return 0;
+    memset(sc, 0, sizeof *sc);
+    sc->bitpix = bitpix;
+    sc->scale = 1.0;
+    if (read_opt_double(f, "BSCALE", &sc->scale) || read_opt_double(f, "BZERO", &sc->zero))
+        return 0;
+    int status = 0;
+    LONGLONG blank;
+    if (fits_read_key(f, TLONGLONG, "BLANK", &blank, NULL, &status) == 0) {
+        long long lo = bitpix == 8 ? 0 : bitpix == 16 ? -32768 : -2147483648LL;
+        long long hi = bitpix == 8 ? 255 : bitpix == 16 ? 32767 : 2147483647LL;
+        sc->check = blank >= lo && blank <= hi;
+        sc->blank = (long long)blank;
+    } else if (status != KEY_NO_EXIST) {
+        return 0;
+    }
+    status = 0;
+    if (fits_is_compressed_image(f, &status) || status)
+        return 0;
+    LONGLONG head = 0, end = 0;
+    return fits_get_hduaddrll(f, &head, data0, &end, &status) == 0;
+}
+
+/* The stored integer i of an int_scaling as a double, NaN for BLANK.  The product and the
+ * sum are rounded apart, as in cfitsio: never fused into one FMA (clang fuses only within
+ * an expression; GCC across statements unless told not to). */
+#if defined(__GNUC__) && !defined(__clang__)
+#define NO_FMA __attribute__((optimize("fp-contract=off")))
+#else
+#define NO_FMA
+#endif
+NO_FMA static inline double int_value(const int_scaling *sc, long long i)
+{
+    if (sc->check && i == sc->blank)
+        return NAN;
+    if (sc->scale == 1.0 && sc->zero == 0.0)
+        return (double)i;
+    double p = (double)i * sc->scale;
+    return p + sc->zero;
+}
+
+/* Turns the n stored integers packed at the start of `buf` (BITPIX/8 bytes each,
+ * byte-swapped already) into n floats (f32) or doubles in place, by int_value: from the
+ * last value down, as each output value is at least as wide as its stored one. */
+NO_FMA static void widen_ints(void *buf, size_t n, int f32, const int_scaling *sc)
+{
+    const unsigned char *u8 = buf;
+    const int16_t *i16 = buf;
+    const int32_t *i32 = buf;
+    float *fo = buf;
+    double *dout = buf;
+    for (size_t k = n; k-- > 0;) {
+        long long i = sc->bitpix == 8 ? (long long)u8[k]
+                    : sc->bitpix == 16 ? (long long)i16[k] : (long long)i32[k];
+        double v = int_value(sc, i);
+        if (f32)
+            fo[k] = (float)v;
+        else
+            dout[k] = v;
+    }
+}
+
+/* Rows y0 .. y0 + h - 1, columns x0 .. x0 + w - 1 of plane z of an nx x ny image of
+ * big-endian `es`-byte values stored at byte `data0` of `path`, into out (w x h, rows
+ * contiguous, swapped to this machine's order), without cfitsio: one pread for a run of whole rows, or per row group
+ * through a scratch buffer of at most ROWS_SCRATCH bytes when the region is narrower
+ * than the image (rows wider than that are read one by one, cut to the region). */
+#define ROWS_SCRATCH ((size_t)1 << 20)
+static int read_rows_direct(const char *path, long long data0, long nx, long ny, long z,
+                            long x0, long y0, long w, long h, size_t es, void *out,
+                            char *err, size_t errlen)
+{
+    size_t row = (size_t)nx * es, cut = (size_t)w * es;
+    off_t off0 = (off_t)data0 + (off_t)(((size_t)z * (size_t)ny + (size_t)y0) * row);
+    if (w == nx)
+        return read_direct(path, off0, out, row * (size_t)h, es, err, errlen);
+    int fd = tess_open_regular(path, 0, NULL, err, errlen);
+    if (fd < 0)
+        return fd;
+    unsigned char *dst = out, *buf = NULL;
+    long per = row <= ROWS_SCRATCH ? (long)(ROWS_SCRATCH / row) : 1;
+    if (per > h)
+        per = h;
+    if (per > 1 && !(buf = malloc(row * (size_t)per)))
+        per = 1;
+    int rc = 0;
+    for (long r = 0; r < h && rc == 0; r += per) {
+        long k = h - r < per ? h - r : per;
+        off_t off = off0 + (off_t)((size_t)r * row);
+        if (k == 1) {
+            rc = pread_values(fd, path, off + (off_t)((size_t)x0 * es), dst, cut, es, err,
+                              errlen);
+            dst += cut;
+            continue;
+        }
+        rc = pread_values(fd, path, off, buf, row * (size_t)k, es, err, errlen);
+        for (long q = 0; q < k && rc == 0; q++, dst += cut)
+            memcpy(dst, buf + (size_t)q * row + (size_t)x0 * es, cut);
+    }
+    free(buf);
+    close(fd);
+    return rc;
+}
+
 /* Reads the region into `out` as cfitsio `datatype` (TDOUBLE: double, TFLOAT: float).
  * The region is checked against the HDU's own NAXISn before cfitsio sees it.  Planes
  * beyond NAXIS3 (NAXIS = 4) are counted on: z = i3 + NAXIS3 * i4 (0-based indices). */
@@ -732,6 +921,25 @@ static int read_region(const char *path, int hdu, long z, long x0, long y0, long
         rc = TESS_EIO;
         goto out;
     }
+    LONGLONG data0 = 0;
+    if (plain_ieee(f, bitpix, datatype == TFLOAT ? FLOAT_IMG : DOUBLE_IMG, &data0)) {
+        /* What cfitsio would deliver (values as stored, no null check), read in row
+         * groups rather than cfitsio's row by row, and outside its lock. */
+        close_unlock(f);
+        return read_rows_direct(path, (long long)data0, naxes[0], naxes[1], z, x0, y0, w, h,
+                                datatype == TFLOAT ? sizeof(float) : sizeof(double), out,
+                                err, errlen);
+    }
+    int_scaling sc;
+    if (plain_int(f, bitpix, &sc, &data0)) {
+        close_unlock(f);
+        size_t n = (size_t)w * (size_t)h;
+        rc = read_rows_direct(path, (long long)data0, naxes[0], naxes[1], z, x0, y0, w, h,
+                              (size_t)(bitpix / 8), out, err, errlen);
+        if (rc == 0)
+            widen_ints(out, n, datatype == TFLOAT, &sc);
+        return rc;
+    }
     double dnul = bitpix > 0 ? NAN : 0.0;
     float fnul = bitpix > 0 ? NAN : 0.0f;
     void *nulval = datatype == TFLOAT ? (void *)&fnul : (void *)&dnul;
@@ -758,38 +966,6 @@ int fitsimg_read_region_f32(const char *path, int hdu, long z, long x0, long y0,
                             float *out, char *err, size_t errlen)
 {
     return read_region(path, hdu, z, x0, y0, w, h, TFLOAT, out, err, errlen);
-}
-
-/* pread of `len` bytes at `off` into dst, byte-swapped from big-endian as `es`-byte
- * values.  Returns 0, or TESS_EIO with err (a read error, or the file ending first). */
-static int read_direct(const char *path, off_t off, unsigned char *dst, size_t len, size_t es,
-                       char *err, size_t errlen)
-{
-    int fd = tess_open_regular(path, 0, NULL, err, errlen);
-    if (fd < 0)
-        return fd;
-    int rc = 0;
-    while (len > 0) {
-        size_t chunk = len < ((size_t)1 << 26) ? len : ((size_t)1 << 26);
-        ssize_t got = pread(fd, dst, chunk, off);
-        if (got < 0 && errno == EINTR)
-            continue;
-        if (got <= 0 || (size_t)got % es != 0) {
-            if (got < 0)
-                tess_seterr(err, errlen, "cannot read pixels of %s: %s", path, strerror(errno));
-            else
-                tess_seterr(err, errlen, "cannot read pixels of %s: the file is shorter than "
-                            "its header says", path);
-            rc = TESS_EIO;
-            break;
-        }
-        tess_be_swap(dst, (size_t)got / es, es);
-        dst += got;
-        off += got;
-        len -= (size_t)got;
-    }
-    close(fd);
-    return rc;
 }
 
 int fitsimg_read_values(const char *path, int hdu, fitsimg_values kind, size_t first,
@@ -826,17 +1002,8 @@ int fitsimg_read_values(const char *path, int hdu, fitsimg_values kind, size_t f
         goto out;
     }
     int f32 = kind != FITSIMG_F64, astropy = kind == FITSIMG_F32_ASTROPY;
-    char card[FLEN_CARD];
-    int ks = 0, scaled = 0;
-    for (int k = 0; k < 2; k++) {
-        ks = 0;
-        scaled |= fits_read_card(f, k ? "BZERO" : "BSCALE", card, &ks) == 0;
-    }
-    int compressed = fits_is_compressed_image(f, &status);
-    status = 0;
-    LONGLONG head0 = 0, data0 = 0, dend = 0;
-    if (bitpix == (f32 ? FLOAT_IMG : DOUBLE_IMG) && !scaled && !compressed
-        && fits_get_hduaddrll(f, &head0, &data0, &dend, &status) == 0) {
+    LONGLONG data0 = 0;
+    if (plain_ieee(f, bitpix, f32 ? FLOAT_IMG : DOUBLE_IMG, &data0)) {
         /* IEEE values as stored, NaN staying NaN: no cfitsio needed past the header. */
         fits_close_file(f, &status);
         f = NULL;

@@ -82,8 +82,15 @@ int fitsimg_data_offset(const char *path, int hdu, long long *offset, char *err,
  * of HDU `hdu` as physical values (BSCALE*stored+BZERO) in double precision.  Integer
  * pixels equal to BLANK and float NaNs become NaN.  `out` receives w*h values, row-major,
  * out[0] = pixel (x0, y0): row 0 of `out` is the lowest FITS row of the region.  The
- * region must lie inside the image (TESS_ERANGE otherwise).  Safe to call from several
- * threads at once (each call opens its own handle).  Returns 0 or a TESS_E* code:
+ * region must lie inside the image (TESS_ERANGE otherwise).  Unscaled IEEE data of the
+ * output's width (BITPIX -64 here, -32 for fitsimg_read_region_f32; no BSCALE or BZERO
+ * card, not tile-compressed), which cfitsio would hand over as stored, are read with
+ * pread in row groups (through at most 1 MB of scratch) and byte-swapped, outside the
+ * cfitsio lock; so are integer images of BITPIX 8, 16 and 32 (not tile-compressed),
+ * converted as cfitsio converts them (BLANK, when the type can hold it, to NaN; else
+ * stored * BSCALE + BZERO in double precision, rounded once to the output type).  A
+ * file shorter than its header says is TESS_EIO.  Safe to call from
+ * several threads at once (each call opens its own handle).  Returns 0 or a TESS_E* code:
  * TESS_ELIMIT when the image is tile-compressed with tiles larger than the decode
  * budgets (engine/base/decodelimit.h; nothing decompressed). */
 int fitsimg_read_region(const char *path, int hdu, long z, long x0, long y0, long w, long h,

@@ -538,6 +538,8 @@ typedef struct sum_src {
     size_t memlen;
     int fd;                 /* else the file */
     unsigned long long filelen;
+    const uint32_t *known;  /* DATASUMs of the first nknown HDUs, given (not read) */
+    int nknown;
 } sum_src;
 
 static int src_read(sum_src *s, unsigned long long off, void *buf, size_t n)
@@ -580,6 +582,35 @@ static uint32_t fold32(uint64_t s)
     while (s >> 32)
         s = (s & 0xffffffffu) + (s >> 32);
     return (uint32_t)s;
+}
+
+uint32_t fitswrite_sum32(const void *p, size_t n, uint32_t sum)
+{
+    const unsigned char *b = p;
+    uint64_t acc = sum;
+    size_t nw = n / 4;
+    /* Whole words loaded and swapped to their stored (big-endian) value: at most 2^31
+     * of them are added between folds, so the 64-bit accumulator cannot overflow. */
+    while (nw > 0) {
+        size_t m = nw < ((size_t)1 << 31) ? nw : ((size_t)1 << 31);
+        for (size_t i = 0; i < m; i++) {
+            uint32_t w;
+            memcpy(&w, b + 4 * i, 4);
+#if __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+            w = __builtin_bswap32(w);
+#endif
+            acc += w;
+        }
+        acc = fold32(acc);
+        b += 4 * m;
+        nw -= m;
+    }
+    return fold32(acc);
+}
+
+uint32_t fitswrite_sum_add(uint32_t a, uint32_t b)
+{
+    return fold32((uint64_t)a + b);
 }
 
 /* The bytes of the data unit the header `cards` (n cards) describes, padding included
@@ -635,7 +666,7 @@ static int checksum_all(sum_src *s, char *err, size_t errlen)
     unsigned char *buf = malloc(chunk);
     char *head = NULL;
     size_t hcap = 0;
-    int rc = buf ? 0 : TESS_ENOMEM;
+    int rc = buf ? 0 : TESS_ENOMEM, hdu = 0;
     while (rc == 0 && off < total) {
         /* the header, block by block up to the one holding END */
         size_t hlen = 0;
@@ -690,8 +721,9 @@ static int checksum_all(sum_src *s, char *err, size_t errlen)
             rc = TESS_EINVAL;
             break;
         }
-        uint64_t dsum = 0;
-        for (unsigned long long at = 0; rc == 0 && at < dlen; at += chunk) {
+        int given = hdu < s->nknown;
+        uint64_t dsum = given ? s->known[hdu] : 0;
+        for (unsigned long long at = 0; !given && rc == 0 && at < dlen; at += chunk) {
             size_t n = dlen - at < chunk ? (size_t)(dlen - at) : chunk;
             if ((rc = src_read(s, off + hlen + at, buf, n)) == 0)
                 dsum = sum_words(buf, n, dsum);
@@ -711,6 +743,7 @@ static int checksum_all(sum_src *s, char *err, size_t errlen)
         if ((rc = src_write(s, off, head, hlen)) != 0)
             break;
         off += hlen + dlen;
+        hdu++;
     }
     if (rc)
         tess_seterr(err, errlen, rc == TESS_ENOMEM ? "out of memory while summing FITS HDUs"
@@ -730,6 +763,12 @@ int fitswrite_checksum_mem(unsigned char *fits, size_t len, char *err, size_t er
 
 int fitswrite_checksum_file(const char *path, char *err, size_t errlen)
 {
+    return fitswrite_checksum_file_sums(path, NULL, 0, err, errlen);
+}
+
+int fitswrite_checksum_file_sums(const char *path, const uint32_t *datasum, int nknown,
+                                 char *err, size_t errlen)
+{
     int fd = open(path, O_RDWR | O_CLOEXEC | O_NOFOLLOW);
     struct stat st;
     if (fd < 0 || fstat(fd, &st) != 0) {
@@ -738,7 +777,8 @@ int fitswrite_checksum_file(const char *path, char *err, size_t errlen)
             close(fd);
         return TESS_EIO;
     }
-    sum_src s = { .fd = fd, .filelen = (unsigned long long)st.st_size };
+    sum_src s = { .fd = fd, .filelen = (unsigned long long)st.st_size, .known = datasum,
+                  .nknown = datasum && nknown > 0 ? nknown : 0 };
     char why[256] = "";
     int rc = checksum_all(&s, why, sizeof why);
     if (close(fd) != 0 && rc == 0) {

@@ -3,6 +3,7 @@
 #define TESSERA_ENGINE_FITS_FITSWRITE_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "engine/fits/fitsimg.h"
 
@@ -122,5 +123,25 @@ void fitswrite_encode(int bitpix, double bzero, const double *v, unsigned char *
  * (file), with `err` (may be NULL). */
 int fitswrite_checksum_mem(unsigned char *fits, size_t len, char *err, size_t errlen);
 int fitswrite_checksum_file(const char *path, char *err, size_t errlen);
+
+/* The 32-bit ones' complement sum (FITS 4.0 appendix J; Seaman, Pence & Rots, "FITS
+ * Checksum Proposal", 2002) of n bytes at p as stored in a file (big-endian 32-bit
+ * words; n a multiple of 4, a trailing remainder is ignored), added to `sum` (0 to
+ * start): the DATASUM of a data unit summed piece by piece.  Pieces that start at
+ * multiples of 4 bytes from the data unit's start may be summed apart (on several
+ * threads, in any order) and combined with fitswrite_sum_add; zero padding adds nothing.
+ * Cannot fail. */
+uint32_t fitswrite_sum32(const void *p, size_t n, uint32_t sum);
+/* The ones' complement sum of two such partial sums. */
+uint32_t fitswrite_sum_add(uint32_t a, uint32_t b);
+
+/* fitswrite_checksum_file for a file whose first `nknown` HDUs have data units already
+ * summed by the caller: datasum[i] (fitswrite_sum32 over HDU i's whole data unit, its
+ * padding included) is taken as that HDU's DATASUM and its data unit is not read; the
+ * headers are read and updated as there, and HDUs after the first nknown are summed
+ * from the file.  The result is the same file fitswrite_checksum_file makes when the
+ * sums are right.  Returns as fitswrite_checksum_file. */
+int fitswrite_checksum_file_sums(const char *path, const uint32_t *datasum, int nknown,
+                                 char *err, size_t errlen);
 
 #endif

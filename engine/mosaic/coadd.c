@@ -8,6 +8,7 @@
 #include <string.h>
 #include "engine/base/byteswap.h"
 #include "engine/base/error.h"
+#include "engine/fits/fitswrite.h"
 
 /* The loops every pixel of a mosaic passes through: at -O3 (vectorised), with an AVX2
  * clone chosen at load time on x86-64 with GCC (as engine/sky/simd.h's RP_HOT; AVX2
@@ -210,6 +211,14 @@ ACCUM_HOT static void result_sums(const mos_accum *a, float *restrict out, float
             cov[p] = (float)accw[p];
 }
 
+/* s folded to 32 bits with end-around carries (ones' complement addition). */
+static inline uint64_t fold_sum(uint64_t s)
+{
+    while (s >> 32)
+        s = (s & 0xffffffffu) + (s >> 32);
+    return s;
+}
+
 /* f as 4 bytes of big-endian IEEE float32 (FITS BITPIX = -32), read as a native word. */
 static inline uint32_t f32_be(float f)
 {
@@ -222,36 +231,75 @@ static inline uint32_t f32_be(float f)
 #endif
 }
 
-/* result_sums with the values stored big-endian in the same pass. */
-ACCUM_HOT static void result_sums_be(const mos_accum *a, uint32_t *restrict out,
-                                     uint32_t *restrict cov)
+/* f's IEEE bits as a number: the value of the 4 bytes f32_be stores, read big-endian. */
+static inline uint32_t f32_bits(float f)
 {
-    const double *restrict acc = a->acc, *restrict accw = a->accw;
-    size_t np = a->np;
-    if (a->combine == MOS_MEAN) {
-        for (size_t p = 0; p < np; p++) {
-            double wt = accw[p];
-            out[p] = f32_be(wt > 0.0 ? (float)(acc[p] / wt) : NAN);
-        }
-    } else {
-        for (size_t p = 0; p < np; p++)
-            out[p] = f32_be(accw[p] > 0.0 ? (float)acc[p] : NAN);
-    }
-    if (cov)
-        for (size_t p = 0; p < np; p++)
-            cov[p] = f32_be((float)accw[p]);
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    return u;
 }
 
-void mos_accum_result_be(mos_accum *a, void *out, void *cov)
+/* Pixels summed into a 64-bit accumulator between folds: less than 2^32 words of at most
+ * 2^32 - 1 cannot overflow it. */
+#define SUM_CHUNK ((size_t)1 << 30)
+
+/* result_sums with the values stored big-endian in the same pass, and the stored words'
+ * (unfolded) sums added to s[0] (out) and s[1] (cov). */
+ACCUM_HOT static void result_sums_be(const mos_accum *a, uint32_t *restrict out,
+                                     uint32_t *restrict cov, uint64_t s[2])
 {
-    if (a->combine == MOS_MEAN || a->combine == MOS_SUM) {
-        result_sums_be(a, out, cov);
-        return;
+    const double *restrict acc = a->acc, *restrict accw = a->accw;
+    for (size_t p0 = 0; p0 < a->np; p0 += SUM_CHUNK) {
+        size_t np = a->np - p0 < SUM_CHUNK ? a->np - p0 : SUM_CHUNK;
+        const double *restrict ac = acc + p0, *restrict aw = accw + p0;
+        uint32_t *restrict o = out + p0;
+        uint64_t t0 = 0, t1 = 0;
+        if (a->combine == MOS_MEAN) {
+            for (size_t p = 0; p < np; p++) {
+                double wt = aw[p];
+                float f = wt > 0.0 ? (float)(ac[p] / wt) : NAN;
+                t0 += f32_bits(f);
+                o[p] = f32_be(f);
+            }
+        } else {
+            for (size_t p = 0; p < np; p++) {
+                float f = aw[p] > 0.0 ? (float)ac[p] : NAN;
+                t0 += f32_bits(f);
+                o[p] = f32_be(f);
+            }
+        }
+        if (cov) {
+            uint32_t *restrict c = cov + p0;
+            for (size_t p = 0; p < np; p++) {
+                float f = (float)aw[p];
+                t1 += f32_bits(f);
+                c[p] = f32_be(f);
+            }
+        }
+        s[0] = fold_sum(s[0] + fold_sum(t0));
+        s[1] = fold_sum(s[1] + fold_sum(t1));
     }
-    mos_accum_result(a, out, cov);
-    tess_be_swap(out, a->np, 4);
-    if (cov)
-        tess_be_swap(cov, a->np, 4);
+}
+
+void mos_accum_result_be(mos_accum *a, void *out, void *cov, uint32_t sums[2])
+{
+    uint64_t s[2] = { sums ? sums[0] : 0, sums ? sums[1] : 0 };
+    if (a->combine == MOS_MEAN || a->combine == MOS_SUM) {
+        result_sums_be(a, out, cov, s);
+    } else {
+        mos_accum_result(a, out, cov);
+        tess_be_swap(out, a->np, 4);
+        if (cov)
+            tess_be_swap(cov, a->np, 4);
+        if (sums) {
+            s[0] = fitswrite_sum32(out, 4 * a->np, (uint32_t)s[0]);
+            s[1] = cov ? fitswrite_sum32(cov, 4 * a->np, (uint32_t)s[1]) : s[1];
+        }
+    }
+    if (sums) {
+        sums[0] = (uint32_t)fold_sum(s[0]);
+        sums[1] = (uint32_t)fold_sum(s[1]);
+    }
 }
 
 void mos_accum_result(mos_accum *a, float *out, float *cov)

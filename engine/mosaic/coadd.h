@@ -18,6 +18,7 @@
 #define TESSERA_ENGINE_MOSAIC_COADD_H
 
 #include <stddef.h>
+#include <stdint.h>
 #include "engine/mosaic/mosaic.h"
 
 typedef struct mos_accum {
@@ -62,8 +63,11 @@ void mos_accum_result(mos_accum *a, float *out, float *cov);
 
 /* mos_accum_result written as FITS stores it: out and cov (cov may be NULL) get np
  * 4-byte big-endian IEEE float32 values each (BITPIX = -32), the same values in one pass
- * for MEAN and SUM.  Sorts MEDIAN's lists in place.  out and cov need 4-byte alignment. */
-void mos_accum_result_be(mos_accum *a, void *out, void *cov);
+ * for MEAN and SUM.  Sorts MEDIAN's lists in place.  out and cov need 4-byte alignment.
+ * sums (may be NULL): sums[0] and sums[1] get the ones' complement sums of the words
+ * written to out and cov added (fitswrite_sum32, FITS 4.0 appendix J: parts of the
+ * DATASUMs, computed in the same pass for MEAN and SUM). */
+void mos_accum_result_be(mos_accum *a, void *out, void *cov, uint32_t sums[2]);
 
 /* Frees the buffers (a zeroed or freed accumulator is fine). */
 void mos_accum_free(mos_accum *a);

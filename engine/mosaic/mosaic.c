@@ -73,12 +73,66 @@ int mos_cards_from_text(const char *text, size_t len, char **cards, int *nkeys, 
     return fitscard_parse(text, len, MOS_MAX_CARDS, cards, nkeys, err, errlen);
 }
 
-/* A copy of `cards` whose pixel origin is moved to (dx, dy) (fitsimg_header_shift; a
- * CRPIXn the header leaves at its default 0 is added): a WCS for the sub-grid whose pixel
- * (0, 0) is (dx, dy) of the original.  Returns the parsed WCS or NULL with `err`. */
-static skywcs *shifted_wcs(const char *cards, int nkeys, long dx, long dy, char *err,
-                           size_t errlen)
+/* Fills `o` for the grid whose header is `cards`: its WCS parsed, its CRPIX1/2 cards
+ * kept.  o->full stays NULL (shifted_wcs then parses each time) when either card is given
+ * more than once or the parse fails (shifted_wcs reports why). */
+static void origin_init(mos_origin *o, const char *cards, int nkeys)
 {
+    memset(o, 0, sizeof *o);
+    int has[2] = { 0, 0 };
+    for (int i = 0; i < nkeys; i++) {
+        const char *c = cards + (size_t)i * 80;
+        for (int k = 0; k < 2; k++)
+            if (fitscard_key_is(c, k ? "CRPIX2" : "CRPIX1") && has[k]++ == 0)
+                memcpy(o->card[k], c, 80);
+    }
+    for (int k = 0; k < 2; k++) {
+        if (has[k] > 1)
+            return;
+        if (!has[k])
+            (void)fitscard_real(o->card[k], k ? "CRPIX2" : "CRPIX1", 0.0, 14, NULL);
+    }
+    char e[256];
+    if (skywcs_parse(cards, nkeys, &o->full, e, sizeof e) != 0)
+        o->full = NULL;
+}
+
+static void origin_release(mos_origin *o)
+{
+    skywcs_free(o->full);
+    o->full = NULL;
+}
+
+/* The celestial WCS of the sub-grid whose pixel (0, 0) is (dx, dy) of the grid of
+ * `cards`: the cards with their pixel origin moved (fitsimg_header_shift; a CRPIXn they
+ * leave at its default 0 is added), parsed.  With o->full the parse is skipped: CRPIX1/2
+ * are shifted as cards alone and read back as wcslib reads them (a value rewritten with
+ * 15 significant digits rounds), then set into the parsed WCS (skywcs_celestial_crpix),
+ * the same numbers bit for bit.  Returns the WCS or NULL with `err`. */
+static skywcs *shifted_wcs(const mos_origin *o, const char *cards, int nkeys, long dx,
+                           long dy, char *err, size_t errlen)
+{
+    const double shift[2] = { (double)dx, (double)dy };
+    if (o && o->full) {
+        double crpix[2];
+        int ok = 1;
+        for (int k = 0; k < 2; k++) {
+            char c[81], val[80];
+            memcpy(c, o->card[k], 80);
+            c[80] = '\0';
+            fitsimg_header_shift(c, 1, shift, 2);
+            crpix[k] = NAN;                 /* unchanged: the value already parsed */
+            if (memcmp(c, o->card[k], 80) == 0)
+                continue;
+            char *end = val;
+            if (fitscard_get(c, 1, k ? "CRPIX2" : "CRPIX1", val, sizeof val))
+                crpix[k] = strtod(val, &end);
+            ok &= !isnan(crpix[k]) && end != val && *end == '\0';
+        }
+        skywcs *cel = ok ? skywcs_celestial_crpix(o->full, crpix) : NULL;
+        if (cel)
+            return cel;
+    }
     fitscard_list b;
     fitscard_list_init(&b, nkeys + 2);
     int has[2] = { 0, 0 };
@@ -88,7 +142,6 @@ static skywcs *shifted_wcs(const char *cards, int nkeys, long dx, long dy, char 
         has[1] |= fitscard_key_is(c, "CRPIX2");
     }
     fitscard_list_cards(&b, cards, nkeys);
-    const double shift[2] = { (double)dx, (double)dy };
     for (int k = 0; k < 2; k++)
         if (!has[k])
             fitscard_list_real(&b, k ? "CRPIX2" : "CRPIX1", 0.0, 14, NULL);
@@ -237,7 +290,9 @@ void mos_estimate(const mosaic *m, mos_cost *c)
     double bpp = mos_input_bpp(m->method);
     int np = m->bg == MOS_BG_PLANE ? 3 : 1;
     c->product_bytes = (double)(m->h0 + m->d0 + m->h1 + m->d1);
-    c->work_bytes = c->product_bytes + (double)m->tkeys * 81.0 + 256.0;
+    c->work_bytes = c->product_bytes + (double)m->tkeys * 81.0 + 256.0
+                    + 16.0 * (double)m->coadd_bands;       /* sums.bin */
+    c->coadd_traffic = (double)m->nx * (double)m->ny * 8.0;
     c->state_bytes = (double)sizeof *m + (double)m->tkeys * 80.0;
     for (int k = 0; k < m->n; k++) {
         const src *s = &m->in[k];
@@ -247,6 +302,7 @@ void mos_estimate(const mosaic *m, mos_cost *c)
             continue;
         double bw = (double)s->box[2], bh = (double)s->box[3];
         c->work_bytes += bw * bh * 4.0 * (m->method == RP_EXACT ? 2.0 : 1.0);
+        c->coadd_traffic += bw * bh * 4.0 * (m->method == RP_EXACT ? 2.0 : 1.0);
         /* reprojection: a band's input pixels, its output band (values, footprint) and
          * the kernel's scratch for that band (for exact about 64 bytes an output pixel of
          * up to 128 rows and 1 KB an input column: 8192-pixel-wide bands held twice what
@@ -306,10 +362,12 @@ void mos_free(mosaic *m)
         free(m->in[k].name);
         free(m->in[k].cards);
         skywcs_free(m->in[k].cel);
+        origin_release(&m->in[k].origin);
     }
     free(m->in);
     free(m->tcards);
     skywcs_free(m->tcel);
+    origin_release(&m->torigin);
     free(m->workdir);
     free(m->corr);
     pthread_mutex_destroy(&m->lock);
@@ -480,6 +538,7 @@ static int read_src(src *s, const mos_header *given, rp_method method, char *err
     s->cards = h.cards;
     s->nkeys = h.nkeys;
     s->cel = h.cel;
+    origin_init(&s->origin, s->cards, s->nkeys);
     /* Pixel-based distortion tables do not follow a shifted CRPIX; bicubic's spline
      * prefilter spans the whole image: read those inputs whole. */
     s->crop_ok = method != RP_BICUBIC;
@@ -639,6 +698,7 @@ int mos_plan(const mos_spec *spec, const char *workdir, int threads, mosaic **ou
         }
         m->tcel = skywcs_celestial(w);
         skywcs_free(w);
+        origin_init(&m->torigin, m->tcards, m->tkeys);
         if (!m->tcel) {
             rc = TESS_EINVAL;
             tess_seterr(err, errlen, "the target WCS has no celestial axes");
@@ -809,7 +869,7 @@ static int run_reproject(mosaic *m, long block, char *err, size_t errlen)
         tess_seterr(err, errlen, "out of memory");
         goto done;
     }
-    ow = shifted_wcs(m->tcards, m->tkeys, ox, oy, err, errlen);
+    ow = shifted_wcs(&m->torigin, m->tcards, m->tkeys, ox, oy, err, errlen);
     if (!ow) {
         rc = TESS_EINVAL;
         goto done;
@@ -869,7 +929,7 @@ static int run_reproject(mosaic *m, long block, char *err, size_t errlen)
         if (crop[0] == 0 && crop[1] == 0 && crop[2] == s->nx && crop[3] == s->ny) {
             iw = skywcs_copy(s->cel);
         } else {
-            iw = shifted_wcs(s->cards, s->nkeys, crop[0], crop[1], err, errlen);
+            iw = shifted_wcs(&s->origin, s->cards, s->nkeys, crop[0], crop[1], err, errlen);
         }
         if (!iw) {
             rc = TESS_EINVAL;
@@ -1107,6 +1167,17 @@ static int coadd_rows(mosaic *m, mos_accum *a, const int *ks, int nk, long gy0, 
     return 0;
 }
 
+/* The record of a coadd band's DATASUM parts in WORKDIR/sums.bin (16 bytes, native
+ * order, at band x 16): the two sums, the band's number and a check word, so that a
+ * record never written (zeros) or left from another band is not taken for one. */
+static void sum_record(long band, const uint32_t sums[2], uint32_t rec[4])
+{
+    rec[0] = sums[0];
+    rec[1] = sums[1];
+    rec[2] = (uint32_t)band;
+    rec[3] = 0x53554d53u ^ sums[0] ^ (sums[1] * 3u) ^ ((uint32_t)band * 7u);
+}
+
 /* A band of output rows: the inputs' staged planes mapped once (up to COADD_MAPS inputs;
  * beyond, each for one group at a time), then added, combined and written a group of rows
  * at a time from buffers of COADD_GROUP_BYTES, reused (they stay in the cache; nothing is
@@ -1164,6 +1235,7 @@ static int run_coadd(mosaic *m, long band, const volatile int *cancel, char *err
         (void)fallocate(fd, FALLOC_FL_KEEP_SIZE, b0, bl);
         (void)fallocate(fd, FALLOC_FL_KEEP_SIZE, b1, bl);
     }
+    uint32_t sums[2] = { 0, 0 };     /* the band's parts of the two DATASUMs */
     for (long gy0 = y0; gy0 < y1 && rc == 0; gy0 += g) {
         if (mos_canceled(cancel)) {
             rc = TESS_ECANCELED;
@@ -1174,7 +1246,7 @@ static int run_coadd(mosaic *m, long band, const volatile int *cancel, char *err
         rc = coadd_rows(m, &a, ks, nk, gy0, gy1, pv, pw, err, errlen);
         if (rc)
             break;
-        mos_accum_result_be(&a, out, cov);
+        mos_accum_result_be(&a, out, cov, sums);
         off_t off0 = (off_t)m->h0 + (off_t)gy0 * nx * (off_t)sizeof(float);
         off_t off1 = (off_t)(m->h0 + m->d0 + m->h1) + (off_t)gy0 * nx * (off_t)sizeof(float);
         if (tess_pwrite_all(fd, out, sizeof(float) * np, off0) != 0
@@ -1182,6 +1254,22 @@ static int run_coadd(mosaic *m, long band, const volatile int *cancel, char *err
             rc = TESS_EIO;
             tess_seterr(err, errlen, "cannot write '%s': %s", path, strerror(errno));
         }
+    }
+    if (rc == 0) {
+        /* Kept for mos_finish, which then sets the checksums without reading the data
+         * back (the band's rows start at multiples of 4 bytes in their data units): the
+         * band's record of WORKDIR/sums.bin, one file for every band. */
+        uint32_t rec[4];
+        sum_record(band, sums, rec);
+        snprintf(path, sizeof path, "%s/sums.bin", m->workdir);
+        int sfd = open(path, O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
+        if (sfd < 0
+            || tess_pwrite_all(sfd, rec, sizeof rec, (off_t)band * (off_t)sizeof rec) != 0) {
+            rc = TESS_EIO;
+            tess_seterr(err, errlen, "cannot write '%s': %s", path, strerror(errno));
+        }
+        if (sfd >= 0)
+            close(sfd);
     }
 done:
     if (fd >= 0)
@@ -1282,6 +1370,31 @@ static int copy_file(const char *from, const char *to)
     return rc;
 }
 
+/* The DATASUMs of mosaic.fits's two data units combined from the coadd bands' records
+ * in WORKDIR/sums.bin (written by run_coadd) into sums[0] and sums[1]: returns 2, or 0
+ * when some band's record is missing or not valid (the data are then summed from the
+ * file). */
+static int band_sums(const mosaic *m, uint32_t sums[2])
+{
+    char path[PATH_MAX], *data = NULL;
+    size_t n = 0;
+    snprintf(path, sizeof path, "%s/sums.bin", m->workdir);
+    sums[0] = sums[1] = 0;
+    if (mos_read_small(path, &data, &n) != 0)
+        return 0;
+    int ok = n >= (size_t)m->coadd_bands * 16;
+    for (long band = 0; ok && band < m->coadd_bands; band++) {
+        uint32_t rec[4], want[4];
+        memcpy(rec, data + (size_t)band * sizeof rec, sizeof rec);
+        sum_record(band, rec, want);
+        ok = memcmp(rec, want, sizeof rec) == 0;
+        sums[0] = fitswrite_sum_add(sums[0], rec[0]);
+        sums[1] = fitswrite_sum_add(sums[1], rec[1]);
+    }
+    free(data);
+    return ok ? 2 : 0;
+}
+
 int mos_finish(mosaic *m, const char *out_path, char *err, size_t errlen)
 {
     if (!m->workdir) {
@@ -1321,9 +1434,12 @@ int mos_finish(mosaic *m, const char *out_path, char *err, size_t errlen)
     fitscard_list_release(&h0);
     fitscard_list_release(&h1);
     /* The zero padding after each data unit comes from ftruncate only when the file
-     * was shorter; data pads are never written otherwise, so they are zeros.  The
-     * checksums come last, over the finished file. */
-    if ((rc = fitswrite_checksum_file(path, err, errlen)) != 0)
+     * was shorter; data pads are never written otherwise, so they are zeros and add
+     * nothing to the sums.  The checksums come last: from the coadd bands' sums, or
+     * where one of those is missing, over the finished file. */
+    uint32_t sums[2];
+    int nsums = band_sums(m, sums);
+    if ((rc = fitswrite_checksum_file_sums(path, sums, nsums, err, errlen)) != 0)
         return rc;
     if (unlink(out_path) != 0 && errno != ENOENT) {
         tess_seterr(err, errlen, "cannot replace '%s': %s", out_path, strerror(errno));

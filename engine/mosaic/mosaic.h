@@ -144,7 +144,9 @@ int mos_cards_from_text(const char *text, size_t len, char **cards, int *nkeys, 
  *   "coadd"      one block per band of output rows: each input's band minus its
  *                correction, combined, written as big-endian rows into
  *                WORKDIR/mosaic.fits (HDU 0 the coadd, HDU 1 COVERAGE, the summed
- *                weight).  Pixels no input covers are NaN (coverage 0).
+ *                weight), and the band's parts of the two DATASUMs (fitswrite_sum32 of
+ *                its rows as written) to its 16 bytes of WORKDIR/sums.bin.
+ *                Pixels no input covers are NaN (coverage 0).
  * Blocks only write their own byte ranges of files in the work directory and are
  * idempotent; a block of one stage reads only what earlier stages wrote, so after a
  * restart mos_plan on the same spec and directory continues where the work stopped.
@@ -178,7 +180,11 @@ int mos_plan(const mos_spec *spec, const char *workdir, int threads, mosaic **ou
  *   work_bytes    the files of the work directory once every block has run (the
  *                 reprojected inputs, the overlap fits, mosaic.fits);
  *   product_bytes the product mosaic_finish links (mosaic.fits, both HDUs);
- *   state_bytes   memory the plan itself holds (headers, WCS, boxes).
+ *   state_bytes   memory the plan itself holds (headers, WCS, boxes);
+ *   coadd_traffic bytes the coadd stage moves through memory at the least: every staged
+ *                 plane read once (values, and weights for exact: 4 bytes a pixel of
+ *                 each input's box) and both data units of mosaic.fits written once
+ *                 (4 bytes a pixel each), the bound bench/mosaic compares its time with.
  * The input pixels of a band are estimated from its outline sampled 64 times along its
  * longer side, mapped onto the input and padded by twice how far the mapped edges bend
  * between samples: a bound on the pixels run_block reads (a larger input-to-output scale
@@ -189,6 +195,7 @@ typedef struct mos_cost {
     double work_bytes;
     double product_bytes;
     double state_bytes;
+    double coadd_traffic;
 } mos_cost;
 void mos_estimate(const mosaic *m, mos_cost *c);
 
@@ -216,8 +223,11 @@ int mos_correction(mosaic *m, int k, double c[3]);
 
 /* After every block: writes the headers into WORKDIR/mosaic.fits (the target's WCS cards,
  * provenance: NINPUTS, INPn = name, METHOD, COMBINE, BGMATCH, and BGAn/BGBn/BGCn the
- * plane of each input) and puts the file at `out_path` (a hard link, or a copy where
- * links fail; an existing out_path is replaced).  Nothing is fsync'ed (the job runner
+ * plane of each input), sets CHECKSUM and DATASUM of both HDUs (the data units' sums
+ * combined from those each coadd block kept in WORKDIR/sums.bin, so that the data
+ * are not read again; summed from the file when one is missing) and puts the file at
+ * `out_path` (a hard link, or a copy where links fail; an existing out_path is
+ * replaced).  Nothing is fsync'ed (the job runner
  * syncs; the command line does not need to).  Idempotent.  Returns 0 or TESS_EIO /
  * TESS_ENOMEM with `err`. */
 int mos_finish(mosaic *m, const char *out_path, char *err, size_t errlen);

@@ -43,6 +43,15 @@ enum { ST_REPROJECT, ST_OVERLAPS, ST_SOLVE, ST_COADD };
  * (rp_scratch_bytes): WCS copies, cfitsio's buffers. */
 #define REPROJECT_OVERHEAD ((double)((size_t)8 << 20))
 
+/* A grid's WCS parsed once, for the WCS of its sub-grids (shifted_wcs in mosaic.c):
+ * `full` is NULL when each sub-grid's cards must be parsed instead (a CRPIX1 or CRPIX2
+ * card given twice, a parse that failed); card[k] is CRPIXk as the cards hold it (or as
+ * shifted_wcs adds it when they lack it). */
+typedef struct mos_origin {
+    skywcs *full;
+    char card[2][80];
+} mos_origin;
+
 /* One input as planned. */
 typedef struct src {
     char *path, *name;
@@ -54,6 +63,7 @@ typedef struct src {
     int crop_ok;           /* 1 when a crop may carry a shifted CRPIX (no pixel-based
                               distortion tables) and the method is local */
     skywcs *cel;           /* celestial 2-D WCS of the whole input */
+    mos_origin origin;     /* for the WCS of a crop */
     char bunit[72];
     long box[4];           /* x0, y0, w, h in output pixels; w = 0: no overlap */
     long rows;             /* rows per reprojection band */
@@ -82,6 +92,7 @@ struct mosaic {
     char *tcards;          /* the target's WCS cards (structural keywords removed) */
     int tkeys;
     skywcs *tcel;          /* celestial WCS of the full target grid */
+    mos_origin torigin;    /* for the WCS of an output band */
     long nx, ny;
     long coadd_rows, coadd_bands;
     double max_block;      /* spec->max_block_bytes */

@@ -812,6 +812,46 @@ skywcs *skywcs_celestial(const skywcs *w)
     return c;
 }
 
+/* skywcs_celestial with the reference pixel of pixel axes 1 and 2 replaced first.  The
+ * sub-image is extracted as skywcs_celestial does (wcssub, which reports the original
+ * axis of each extracted one), its CRPIX set, then wcsset run once, as on the sub-image a
+ * parse of the edited header gives: wcsset derives nothing from CRPIX that it writes back
+ * into the parameters wcssub copies, and wcsfix's steps do not read CRPIX. */
+skywcs *skywcs_celestial_crpix(const skywcs *w, const double crpix[2])
+{
+    if (!w || w->wcs.lng < 0 || w->wcs.lat < 0 || w->wcs.naxis < 2 || w->wcs.lin.dispre
+        || w->wcs.lin.disseq)
+        return NULL;
+    for (int k = 0; k < 2; k++)
+        if (!isfinite(crpix[k]) && !isnan(crpix[k]))
+            return NULL;
+    skywcs *c = calloc(1, sizeof *c);
+    if (!c)
+        return NULL;
+    c->wcs.flag = -1;
+    int nsub = 2;
+    int axes[2] = { WCSSUB_LONGITUDE, WCSSUB_LATITUDE };
+    if (wcssub(1, &w->wcs, &nsub, axes, &c->wcs) != 0 || nsub != 2) {
+        wcsfree(&c->wcs);
+        free(c);
+        return NULL;
+    }
+    for (int i = 0; i < 2; i++) {
+        int from = axes[i] - 1;
+        if ((from == 0 || from == 1) && !isnan(crpix[from]))
+            c->wcs.crpix[i] = crpix[from];
+    }
+    if (wcsset(&c->wcs) != 0 || c->wcs.lng != 0 || c->wcs.lat != 1) {
+        skywcs_free(c);
+        return NULL;
+    }
+    c->frame = w->frame;
+    c->equinox = w->equinox;
+    c->sol = w->sol;
+    c->surface = w->surface;
+    return c;
+}
+
 void skywcs_free(skywcs *w)
 {
     if (!w)

@@ -93,6 +93,18 @@ skywcs *skywcs_copy(const skywcs *w);
  * has no celestial pair (or on allocation failure). */
 skywcs *skywcs_celestial(const skywcs *w);
 
+/* skywcs_celestial(w) as it would be had the header that `w` was parsed from (the full
+ * WCS of skywcs_parse, not a celestial copy) held CRPIX1 = crpix[0] and CRPIX2 =
+ * crpix[1] (1-based FITS reference pixel of pixel axes 1 and 2, whichever world axes they
+ * carry; a NaN keeps the parsed value of that axis): the same numbers bit for bit as
+ * parsing the edited cards, without the parse (a mosaic band's WCS is its input's with
+ * the pixel origin moved).  The caller computes the values as the edited cards hold them
+ * (a CRPIX written with 15 significant digits reads back rounded).  NULL when the WCS
+ * has no celestial pair, carries a distortion (wcspih ties SIP, TPV and DSS offsets to
+ * the header as written: parse the edited cards instead), a value is infinite, wcslib
+ * refuses, or memory runs out.  The caller skywcs_frees the result. */
+skywcs *skywcs_celestial_crpix(const skywcs *w, const double crpix[2]);
+
 void skywcs_free(skywcs *w);
 
 /* The celestial-image rule, the one place it is decided: an image of `naxis` axes

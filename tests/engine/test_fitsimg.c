@@ -558,6 +558,187 @@ START_TEST(test_read_values)
 }
 END_TEST
 
+/* Writes an nx x ny x nz image of BITPIX `bitpix` (-32 or -64) from `v` (float or double
+ * as bitpix says) to `path`, tile-compressed (GZIP_1, lossless) when `gz`. */
+static void write_ieee(const char *path, int bitpix, long nx, long ny, long nz, const void *v,
+                       int gz)
+{
+    fitsfile *f;
+    int st = 0;
+    long n[3] = { nx, ny, nz };
+    fits_create_diskfile(&f, path, &st);
+    if (gz)
+        fits_set_compression_type(f, GZIP_1, &st);
+    fits_create_img(f, bitpix, 3, n, &st);
+    fits_write_img(f, bitpix == FLOAT_IMG ? TFLOAT : TDOUBLE, 1, nx * ny * nz, (void *)v, &st);
+    fits_close_file(f, &st);
+    ck_assert_int_eq(st, 0);
+}
+
+/* fitsimg_read_region_f32 and fitsimg_read_region of unscaled IEEE images, read without
+ * cfitsio past the header: the values as written (NaN, infinities, -0, subnormals kept)
+ * and as cfitsio reads them from a tile-compressed copy, for whole rows, a narrow
+ * column range over several row groups of the 1 MB scratch, a single row, the second
+ * plane, rows wider than the scratch; a file cut short is an error. */
+START_TEST(test_region_direct)
+{
+    make_tmpdir();
+    char p[4][256];
+    const char *names[] = { "f.fits", "fz.fits", "d.fits", "cut.fits" };
+    for (int i = 0; i < 4; i++)
+        snprintf(p[i], sizeof p[i], "%s/%s", tmpdir, names[i]);
+    enum { NX = 4100, NY = 70, NZ = 2, N = NX * NY * NZ, WX = 300000, WY = 3 };
+    float *fv = malloc(sizeof(float) * WX * WY), *a = malloc(sizeof(float) * N),
+          *b = malloc(sizeof(float) * N);
+    double *dv = malloc(sizeof(double) * N), *da = malloc(sizeof(double) * N);
+    ck_assert(fv && a && b && dv && da);
+    for (int i = 0; i < N; i++) {
+        fv[i] = (float)(i % 9973) * 0.125f - 600.0f;
+        dv[i] = (double)i * 1e-3 - 17.0;
+    }
+    fv[NX * 3 + 20] = NAN;
+    fv[NX * 65 + 21] = INFINITY;
+    fv[NX * NY + NX * 40 + 5] = -0.0f;
+    fv[NX * NY + NX * 41 + 6] = 1e-41f;
+    write_ieee(p[0], FLOAT_IMG, NX, NY, NZ, fv, 0);
+    write_ieee(p[1], FLOAT_IMG, NX, NY, NZ, fv, 1);
+    write_ieee(p[2], DOUBLE_IMG, NX, NY, NZ, dv, 0);
+    char err[256];
+    const long reg[][5] = {    /* z, x0, y0, w, h */
+        { 0, 0, 0, NX, NY }, { 1, 0, 5, NX, 60 }, { 0, 3, 2, 17, 68 },
+        { 1, 4000, 0, 100, NY }, { 1, 5, 41, 2, 1 }, { 0, 1, 0, NX - 1, NY } };
+    for (size_t r = 0; r < sizeof reg / sizeof reg[0]; r++) {
+        long z = reg[r][0], x0 = reg[r][1], y0 = reg[r][2], w = reg[r][3], h = reg[r][4];
+        memset(a, 0x55, sizeof(float) * N);
+        memset(b, 0x66, sizeof(float) * N);
+        ck_assert_int_eq(fitsimg_read_region_f32(p[0], 0, z, x0, y0, w, h, a, err,
+                                                 sizeof err), 0);
+        ck_assert_int_eq(fitsimg_read_region_f32(p[1], 1, z, x0, y0, w, h, b, err,
+                                                 sizeof err), 0);
+        ck_assert_int_eq(memcmp(a, b, sizeof(float) * (size_t)(w * h)), 0);
+        for (long y = 0; y < h; y++)
+            ck_assert_int_eq(memcmp(a + y * w, fv + (z * NY + y0 + y) * NX + x0,
+                                    sizeof(float) * (size_t)w), 0);
+        ck_assert_int_eq(fitsimg_read_region(p[2], 0, z, x0, y0, w, h, da, err, sizeof err),
+                         0);
+        for (long y = 0; y < h; y++)
+            ck_assert_int_eq(memcmp(da + y * w, dv + (z * NY + y0 + y) * NX + x0,
+                                    sizeof(double) * (size_t)w), 0);
+    }
+    /* Rows of 300,000 values (1.2 MB, over the scratch) read one by one. */
+    for (int i = 0; i < WX * WY; i++)
+        fv[i] = (float)(i % 65536) - 0.5f;
+    fitsfile *f;
+    int st = 0;
+    long wn[2] = { WX, WY };
+    remove(p[0]);
+    fits_create_diskfile(&f, p[0], &st);
+    fits_create_img(f, FLOAT_IMG, 2, wn, &st);
+    fits_write_img(f, TFLOAT, 1, WX * WY, fv, &st);
+    fits_close_file(f, &st);
+    ck_assert_int_eq(st, 0);
+    ck_assert_int_eq(fitsimg_read_region_f32(p[0], 0, 0, 7, 1, 1000, 2, a, err, sizeof err), 0);
+    ck_assert_int_eq(memcmp(a, fv + WX + 7, sizeof(float) * 1000), 0);
+    ck_assert_int_eq(memcmp(a + 1000, fv + 2 * WX + 7, sizeof(float) * 1000), 0);
+    /* Cut inside its second row. */
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "head -c %d %s > %s", 2880 + 4 * (WX + 10), p[0], p[3]);
+    ck_assert_int_eq(system(cmd), 0);
+    ck_assert_int_eq(fitsimg_read_region_f32(p[3], 0, 0, 7, 1, 1000, 2, a, err, sizeof err),
+                     TESS_EIO);
+    ck_assert_msg(strstr(err, "shorter than its header says") != NULL, "%s", err);
+    free(fv);
+    free(a);
+    free(b);
+    free(dv);
+    free(da);
+    rm_tmpdir(names, 4);
+}
+END_TEST
+
+/* fitsimg_read_region(_f32) of integer images (BITPIX 8, 16, 32; BSCALE/BZERO absent,
+ * or awkward; BLANK absent, in range (planted every 97th value), or outside the type's
+ * range), read without cfitsio past the header: the same values, bit for bit, as cfitsio gives for the whole data
+ * unit (fitsimg_read_values F32/F64 read through fits_read_img), for several regions. */
+START_TEST(test_region_direct_ints)
+{
+    make_tmpdir();
+    char path[256];
+    snprintf(path, sizeof path, "%s/int.fits", tmpdir);
+    enum { NX = 1500, NY = 40, NZ = 2, N = NX * NY * NZ };
+    static const struct { int bitpix; double bs, bz; int has_blank; long long blank; } c[] = {
+        { 8, 1.0, 0.0, 0, 0 }, { 8, 0.3, -12.5, 1, 7 }, { 8, 1.0, -128.0, 1, 300 },
+        { 16, 1.0, 0.0, 0, 0 }, { 16, 0.045777764213996, 1500.0, 1, -999 },
+        { 16, 1.0, 32768.0, 1, 40000 }, { 32, 1.0, 0.0, 1, -7 },
+        { 32, 2.9999999999999e-05, 2.5, 1, 123456 }, { 32, 1.0, 2147483648.0, 0, 0 } };
+    int32_t *raw = malloc(sizeof(int32_t) * N);
+    float *a = malloc(sizeof(float) * N), *ref = malloc(sizeof(float) * N);
+    double *da = malloc(sizeof(double) * N), *dref = malloc(sizeof(double) * N);
+    ck_assert(raw && a && ref && da && dref);
+    char err[256];
+    for (size_t t = 0; t < sizeof c / sizeof c[0]; t++) {
+        long long lo = c[t].bitpix == 8 ? 0 : c[t].bitpix == 16 ? -32768 : INT32_MIN;
+        long long hi = c[t].bitpix == 8 ? 255 : c[t].bitpix == 16 ? 32767 : INT32_MAX;
+        int fits = c[t].has_blank && c[t].blank >= lo && c[t].blank <= hi;
+        for (int i = 0; i < N; i++) {
+            long long v = (long long)((i * 2654435761u) % 4000000007u);
+            raw[i] = c[t].bitpix == 8 ? (int32_t)(v % 256)
+                   : c[t].bitpix == 16 ? (int32_t)(v % 65536 - 32768) : (int32_t)(v - 2000000000);
+            if (fits && i % 97 == 3)
+                raw[i] = (int32_t)c[t].blank;
+        }
+        fitsfile *f;
+        int st = 0;
+        long n[3] = { NX, NY, NZ };
+        remove(path);
+        fits_create_diskfile(&f, path, &st);
+        fits_create_img(f, c[t].bitpix, 3, n, &st);
+        if (c[t].bs != 1.0)
+            fits_write_key(f, TDOUBLE, "BSCALE", (void *)&c[t].bs, NULL, &st);
+        if (c[t].bz != 0.0)
+            fits_write_key(f, TDOUBLE, "BZERO", (void *)&c[t].bz, NULL, &st);
+        if (c[t].has_blank)
+            fits_write_key(f, TLONGLONG, "BLANK", (void *)&c[t].blank, NULL, &st);
+        fits_set_bscale(f, 1.0, 0.0, &st);          /* write the stored integers */
+        fits_write_img(f, TINT, 1, N, raw, &st);
+        fits_close_file(f, &st);
+        ck_assert_msg(st == 0, "case %zu: cfitsio status %d", t, st);
+        ck_assert_int_eq(fitsimg_read_values(path, 0, FITSIMG_F32, 0, N, ref, err, sizeof err),
+                         0);
+        ck_assert_int_eq(fitsimg_read_values(path, 0, FITSIMG_F64, 0, N, dref, err,
+                                             sizeof err), 0);
+        const long reg[][5] = { { 0, 0, 0, NX, NY }, { 1, 2, 3, 31, 30 }, { 1, 0, 39, NX, 1 } };
+        for (size_t r = 0; r < sizeof reg / sizeof reg[0]; r++) {
+            long z = reg[r][0], x0 = reg[r][1], y0 = reg[r][2], w = reg[r][3], h = reg[r][4];
+            ck_assert_int_eq(fitsimg_read_region_f32(path, 0, z, x0, y0, w, h, a, err,
+                                                     sizeof err), 0);
+            ck_assert_int_eq(fitsimg_read_region(path, 0, z, x0, y0, w, h, da, err,
+                                                 sizeof err), 0);
+            for (long y = 0; y < h; y++) {
+                long at = (z * NY + y0 + y) * NX + x0;
+                ck_assert_msg(memcmp(a + y * w, ref + at, sizeof(float) * (size_t)w) == 0,
+                              "case %zu region %zu row %ld (float)", t, r, y);
+                ck_assert_msg(memcmp(da + y * w, dref + at, sizeof(double) * (size_t)w) == 0,
+                              "case %zu region %zu row %ld (double)", t, r, y);
+            }
+        }
+        /* BLANK pixels are NaN; a BLANK the type cannot hold marks none. */
+        ck_assert_int_eq(isnan(dref[3]) != 0, fits);
+        ck_assert_int_eq(isnan(da[0]) != 0, 0);
+        ck_assert_double_eq(dref[4], (double)(c[t].bitpix == 8 ? (uint8_t)raw[4]
+                                              : c[t].bitpix == 16 ? (int16_t)raw[4] : raw[4])
+                                     * c[t].bs + c[t].bz);
+    }
+    free(raw);
+    free(a);
+    free(ref);
+    free(da);
+    free(dref);
+    const char *names[] = { "int.fits" };
+    rm_tmpdir(names, 1);
+}
+END_TEST
+
 START_TEST(test_bounds_and_errors)
 {
     char err[256];
@@ -993,6 +1174,8 @@ int main(void)
     tcase_add_test(tc, test_tile_compressed_ztension_last);
     tcase_add_test(tc, test_bounds_and_errors);
     tcase_add_test(tc, test_read_values);
+    tcase_add_test(tc, test_region_direct);
+    tcase_add_test(tc, test_region_direct_ints);
     tcase_add_test(tc, test_literal_brackets_in_path);
     tcase_add_test(tc, test_copy_section);
     tcase_add_test(tc, test_threads);

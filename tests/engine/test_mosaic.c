@@ -1,6 +1,6 @@
 /* Unit tests of engine/mosaic: the six-tile problem of tests/data/mosaic (reference
  * coadd, background matching against the truth, automatic target), RA wrap, NaN for
- * uncovered pixels, combine modes and idempotent blocks. */
+ * uncovered pixels, combine modes, idempotent blocks and checksums from the bands. */
 #include <check.h>
 #include <dirent.h>
 #include <fitsio.h>
@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "engine/fits/fitscard.h"
+#include "engine/fits/fitswrite.h"
 #include "engine/mosaic/coadd.h"
 #include "engine/mosaic/mosaic.h"
 #include "engine/sky/skywcs.h"
@@ -715,6 +716,131 @@ START_TEST(test_idempotent_blocks)
 }
 END_TEST
 
+/* HDU `hdu` (0-based) of `path`: cfitsio's verdict on its CHECKSUM and DATASUM (both 1
+ * when they verify), and the DATASUM card's value. */
+static void verify_hdu(const char *path, int hdu, unsigned long *datasum)
+{
+    fitsfile *f = NULL;
+    int st = 0, dataok = 0, hduok = 0;
+    char v[FLEN_VALUE];
+    fits_open_file(&f, path, READONLY, &st);
+    fits_movabs_hdu(f, hdu + 1, NULL, &st);
+    fits_verify_chksum(f, &dataok, &hduok, &st);
+    fits_read_key(f, TSTRING, "DATASUM", v, NULL, &st);
+    fits_close_file(f, &st);
+    ck_assert_int_eq(st, 0);
+    ck_assert_msg(dataok == 1 && hduok == 1, "%s HDU %d: data %d, hdu %d", path, hdu, dataok,
+                  hduok);
+    *datasum = strtoul(v, NULL, 10);
+}
+
+/* Writes n bytes at `off` of `path` (created if need be); n = 0: truncates it there. */
+static void poke(const char *path, long off, const void *data, size_t n)
+{
+    FILE *f = fopen(path, "r+b");
+    ck_assert_ptr_nonnull(f);
+    if (n == 0) {
+        ck_assert_int_eq(ftruncate(fileno(f), off), 0);
+    } else {
+        ck_assert_int_eq(fseek(f, off, SEEK_SET), 0);
+        ck_assert_int_eq(fwrite(data, 1, n, f), n);
+    }
+    fclose(f);
+}
+
+/* The checksums mos_finish sets from the coadd bands' sums verify with cfitsio, equal
+ * those summed from the file (a band's record garbled or missing: the same bytes), are
+ * what DATASUM is made of (the data changed after the coadd: the band sums no longer
+ * verify, while without them the file's sum does), and fitswrite_sum32 of a data unit
+ * cut into pieces at multiples of 4 bytes, combined, gives its DATASUM.  (The product
+ * is a hard link to the work directory's mosaic.fits, which each mos_finish rewrites:
+ * every product is read before the next.) */
+START_TEST(test_checksums_from_bands)
+{
+    setup_tiles();
+    char dir[256], err[512] = "", work[512], out[512], sums[600], wfits[600];
+    tt_tmpdir_make(dir, sizeof dir, "mosaic");
+    snprintf(out, sizeof out, "%s/sums.fits", dir);
+    int tk = 0;
+    char *tc = reference_target(&tk);
+    mos_combine cm[2] = { MOS_MEAN, MOS_MEDIAN };
+    for (int c = 0; c < 2; c++) {
+        mos_spec s = base_spec(tiles, 6, tc, tk);
+        s.combine = cm[c];
+        snprintf(work, sizeof work, "%s/work-%d", dir, c);
+        snprintf(sums, sizeof sums, "%s/sums.bin", work);
+        snprintf(wfits, sizeof wfits, "%s/mosaic.fits", work);
+        ck_assert_int_eq(mkdir(work, 0755), 0);
+        mosaic *m = NULL;
+        ck_assert_int_eq(mos_plan(&s, work, 1, &m, err, sizeof err), 0);
+        long nb = mos_nblocks(m, mos_nstages(m) - 1), nx = 0, ny = 0;
+        ck_assert_int_ge(nb, 2);
+        mos_target_size(m, &nx, &ny);
+        for (int st = 0; st < mos_nstages(m); st++)
+            for (long b = 0; b < mos_nblocks(m, st); b++)
+                ck_assert_int_eq(mos_run_block(m, st, b, NULL, err, sizeof err), 0);
+        size_t n[3], sn = 0;
+        char *d[3], *saved = slurp(sums, &sn);
+        ck_assert_uint_eq(sn, (size_t)nb * 16);
+        unsigned long ds[2];
+        ck_assert_msg(mos_finish(m, out, err, sizeof err) == 0, "%s", err);
+        verify_hdu(out, 0, &ds[0]);
+        verify_hdu(out, 1, &ds[1]);
+        ck_assert(ds[0] != 0 && ds[1] != 0);
+        d[0] = slurp(out, &n[0]);
+        /* the last band's record garbled, then missing: summed from the file instead */
+        poke(sums, (nb - 1) * 16 + 4, "garbage", 7);
+        ck_assert_msg(mos_finish(m, out, err, sizeof err) == 0, "%s", err);
+        d[1] = slurp(out, &n[1]);
+        poke(sums, (nb - 1) * 16, NULL, 0);
+        ck_assert_msg(mos_finish(m, out, err, sizeof err) == 0, "%s", err);
+        d[2] = slurp(out, &n[2]);
+        ck_assert(n[1] == n[0] && n[2] == n[0]);
+        ck_assert_int_eq(memcmp(d[0], d[1], n[0]), 0);
+        ck_assert_int_eq(memcmp(d[0], d[2], n[0]), 0);
+        /* a data byte changed after the coadd: the bands' sums say what was written */
+        size_t hl = 0;
+        while (hl + 80 <= n[0] && strncmp(d[0] + hl, "END     ", 8) != 0)
+            hl += 80;
+        hl = (hl / 2880 + 1) * 2880;
+        unsigned char flip = (unsigned char)(d[0][hl + 101] ^ 0x10);
+        poke(wfits, (long)hl + 101, &flip, 1);
+        poke(sums, 0, saved, sn);
+        ck_assert_msg(mos_finish(m, out, err, sizeof err) == 0, "%s", err);
+        fitsfile *ff = NULL;
+        int st = 0, dataok = 0, hduok = 0;
+        fits_open_file(&ff, out, READONLY, &st);
+        fits_verify_chksum(ff, &dataok, &hduok, &st);
+        fits_close_file(ff, &st);
+        ck_assert(st == 0 && dataok == -1);
+        ck_assert_int_eq(unlink(sums), 0);
+        ck_assert_msg(mos_finish(m, out, err, sizeof err) == 0, "%s", err);
+        unsigned long dflip;
+        verify_hdu(out, 0, &dflip);
+        ck_assert_uint_ne(dflip, ds[0]);
+        mos_free(m);
+        rm_dir(work);
+        free(saved);
+        /* HDU 0's data unit in pieces of 4, 4 x 7 and 4 x 331 bytes, summed in reverse */
+        size_t dl = ((size_t)nx * (size_t)ny * 4 + 2879) / 2880 * 2880;
+        ck_assert_uint_le(hl + dl, n[0]);
+        uint32_t sum = 0;
+        size_t end = dl, step[3] = { 4, 28, 1324 };
+        for (int q = 0; end > 0; q = (q + 1) % 3) {
+            size_t len = step[q] < end ? step[q] : end;
+            sum = fitswrite_sum_add(sum, fitswrite_sum32(d[0] + hl + end - len, len, 0));
+            end -= len;
+        }
+        ck_assert_uint_eq(sum, ds[0]);
+        ck_assert_uint_eq(fitswrite_sum32(d[0] + hl, dl, 0), ds[0]);
+        for (int k = 0; k < 3; k++)
+            free(d[k]);
+    }
+    free(tc);
+    rm_dir(dir);
+}
+END_TEST
+
 /* Errors: no overlap, unreadable input, bad target. */
 START_TEST(test_errors)
 {
@@ -871,7 +997,8 @@ END_TEST
  * in double (bit for bit: the same operations in the same order), over rows whose lengths
  * leave vector tails, with NaN, infinite, zero and negative weights, a background plane,
  * and a column origin past INT_MAX (the path that converts columns from long); and
- * mos_accum_result_be against mos_accum_result swapped to big-endian, for every combine. */
+ * mos_accum_result_be against mos_accum_result swapped to big-endian, for every combine,
+ * with the DATASUM parts it adds. */
 START_TEST(test_accum_rows_and_be)
 {
     enum { N = 37, IMGS = 3 };
@@ -929,7 +1056,11 @@ START_TEST(test_accum_rows_and_be)
             mos_accum_add(&a, 0, v[k], w[k], N, 0.25, 0.0, 0);
         float out[N], cov[N];
         unsigned char be[N][4], bc[N][4];
-        mos_accum_result_be(&a, be, bc);
+        uint32_t sums[2] = { 5, 0xfffffff0u };
+        mos_accum_result_be(&a, be, bc, sums);
+        /* the DATASUM parts added: those of the bytes as stored */
+        ck_assert_uint_eq(sums[0], fitswrite_sum32(be, sizeof be, 5));
+        ck_assert_uint_eq(sums[1], fitswrite_sum32(bc, sizeof bc, 0xfffffff0u));
         mos_accum_result(&a, out, cov);
         for (int x = 0; x < N; x++) {
             unsigned char o[4], q[4];
@@ -942,7 +1073,7 @@ START_TEST(test_accum_rows_and_be)
                               "%s pixel %d byte %d", mos_combine_name((mos_combine)c), x, b);
             }
         }
-        mos_accum_result_be(&a, be, NULL);   /* cov may be NULL */
+        mos_accum_result_be(&a, be, NULL, NULL);   /* cov and sums may be NULL */
         mos_accum_free(&a);
     }
 }
@@ -964,6 +1095,7 @@ static Suite *mosaic_suite(void)
     tcase_add_test(tc, test_ra_wrap);
     tcase_add_test(tc, test_combine_modes);
     tcase_add_test(tc, test_idempotent_blocks);
+    tcase_add_test(tc, test_checksums_from_bands);
     tcase_add_test(tc, test_errors);
     suite_add_tcase(s, tc);
     return s;

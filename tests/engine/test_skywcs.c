@@ -1425,6 +1425,115 @@ START_TEST(test_solar_pairs)
 }
 END_TEST
 
+/* ---- skywcs_celestial_crpix ----------------------------------------------------------- */
+
+/* `lines` with "CRPIX1  = " and "CRPIX2  = " replaced by the values crpix[] (%.17g: read
+ * back exactly), parsed, celestial. */
+static skywcs *celestial_with_crpix(const char *const *lines, const double crpix[2])
+{
+    const char *l2[32];
+    char c[2][40];
+    int n = 0;
+    for (; lines[n]; n++) {
+        l2[n] = lines[n];
+        for (int k = 0; k < 2; k++)
+            if (strncmp(lines[n], k ? "CRPIX2  = " : "CRPIX1  = ", 10) == 0
+                && !isnan(crpix[k])) {
+                snprintf(c[k], sizeof c[k], "CRPIX%d  = %.17g", k + 1, crpix[k]);
+                l2[n] = c[k];
+            }
+    }
+    l2[n] = NULL;
+    skywcs *w = parse_lines(l2);
+    skywcs *cel = skywcs_celestial(w);
+    skywcs_free(w);
+    ck_assert_ptr_nonnull(cel);
+    return cel;
+}
+
+/* a and b give the same bits for pix2sky and sky2pix over a grid of pixels. */
+static void check_same_bits(skywcs *a, skywcs *b)
+{
+    enum { N = 49 };
+    double x[N], y[N], la[N], ba[N], lb[N], bb[N], xa[N], ya[N], xb[N], yb[N];
+    for (int i = 0; i < N; i++) {
+        x[i] = -300.25 + 97.5 * (i % 7);
+        y[i] = -200.75 + 113.0 * (i / 7);
+    }
+    ck_assert_int_eq(skywcs_pix2sky(a, N, x, y, la, ba), 0);
+    ck_assert_int_eq(skywcs_pix2sky(b, N, x, y, lb, bb), 0);
+    ck_assert(memcmp(la, lb, sizeof la) == 0 && memcmp(ba, bb, sizeof ba) == 0);
+    ck_assert_int_eq(skywcs_sky2pix(a, N, la, ba, xa, ya), 0);
+    ck_assert_int_eq(skywcs_sky2pix(b, N, la, ba, xb, yb), 0);
+    ck_assert(memcmp(xa, xb, sizeof xa) == 0 && memcmp(ya, yb, sizeof ya) == 0);
+}
+
+/* A parsed WCS with CRPIX1/2 replaced gives bit for bit what parsing the edited cards
+ * gives, the pixel axes followed through the celestial extraction (a cube whose axis 1 is
+ * spectral and whose celestial axes come latitude first); a NaN keeps the parsed value;
+ * distortions are refused.  Reference values: astropy 5.2.1,
+ * WCS(header).celestial.wcs_pix2world(..., 0) of the edited headers. */
+START_TEST(test_celestial_crpix)
+{
+    static const char *const tan[] = {
+        "CTYPE1  = 'RA---TAN'", "CTYPE2  = 'DEC--TAN'", "CRVAL1  = 150.11",
+        "CRVAL2  = 2.2", "CD1_1   = -5.4E-05", "CD1_2   = 1.9E-05", "CD2_1   = 1.9E-05",
+        "CD2_2   = 5.4E-05", "CRPIX1  = 1781.8889140794", "CRPIX2  = 2066.5439603688", NULL };
+    skywcs *w = parse_lines(tan);
+    const double cp[2] = { 1781.8889140794 - 37.0, 2066.5439603688 - 1024.0 };
+    skywcs *fast = skywcs_celestial_crpix(w, cp), *ref = celestial_with_crpix(tan, cp);
+    ck_assert_ptr_nonnull(fast);
+    check_same_bits(fast, ref);
+    double x = 10.25, y = -3.5, lon, lat;
+    ck_assert_int_eq(skywcs_pix2sky(fast, 1, &x, &y, &lon, &lat), 0);
+    ck_assert_double_eq_tol(lon, 150.183810610242, 1e-11);
+    ck_assert_double_eq_tol(lat, 2.110626809484, 1e-11);
+    ck_assert_int_eq(skywcs_frame(fast, NULL), skywcs_frame(ref, NULL));
+    skywcs_free(fast);
+    skywcs_free(ref);
+    const double keep[2] = { NAN, 17.0 };
+    fast = skywcs_celestial_crpix(w, keep);
+    ref = celestial_with_crpix(tan, keep);
+    ck_assert_ptr_nonnull(fast);
+    check_same_bits(fast, ref);
+    skywcs_free(fast);
+    skywcs_free(ref);
+    const double inf[2] = { INFINITY, 1.0 };
+    ck_assert_ptr_null(skywcs_celestial_crpix(w, inf));
+    skywcs_free(w);
+
+    static const char *const cube[] = {
+        "NAXIS   = 3", "CTYPE1  = 'FREQ'", "CTYPE2  = 'DEC--SIN'", "CTYPE3  = 'RA---SIN'",
+        "CRVAL1  = 1.4E9", "CRVAL2  = -30.5", "CRVAL3  = 201.25", "CDELT1  = 1E6",
+        "CDELT2  = 0.002", "CDELT3  = -0.002", "CRPIX1  = 1.0", "CRPIX2  = 40.5",
+        "CRPIX3  = 60.25", NULL };
+    w = parse_lines(cube);
+    const double cq[2] = { -99.0, 23.5 };     /* CRPIX1 is the spectral axis's */
+    fast = skywcs_celestial_crpix(w, cq);
+    ref = celestial_with_crpix(cube, cq);
+    ck_assert_ptr_nonnull(fast);
+    check_same_bits(fast, ref);
+    /* Longitude first: pixel x runs along CTYPE3 (RA), y along CTYPE2 (DEC). */
+    x = -3.5;
+    y = 10.25;
+    ck_assert_int_eq(skywcs_pix2sky(fast, 1, &x, &y, &lon, &lat), 0);
+    ck_assert_double_eq_tol(lon, 201.395691054436, 1e-11);
+    ck_assert_double_eq_tol(lat, -30.524419017883, 1e-11);
+    skywcs_free(fast);
+    skywcs_free(ref);
+    skywcs_free(w);
+
+    static const char *const sip[] = {
+        "CTYPE1  = 'RA---TAN-SIP'", "CTYPE2  = 'DEC--TAN-SIP'", "CRVAL1  = 150.11",
+        "CRVAL2  = 2.2", "CDELT1  = -5.4E-05", "CDELT2  = 5.4E-05", "CRPIX1  = 100.0",
+        "CRPIX2  = 100.0", "A_ORDER = 2", "B_ORDER = 2", "A_2_0   = 1E-06",
+        "B_0_2   = -1E-06", NULL };
+    w = parse_lines(sip);
+    ck_assert_ptr_null(skywcs_celestial_crpix(w, cp));
+    skywcs_free(w);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("skywcs");
@@ -1438,6 +1547,7 @@ int main(void)
     tcase_add_test(tc, test_parse_errors);
     tcase_add_test(tc, test_demo_headers);
     tcase_add_test(tc, test_celestial_subset);
+    tcase_add_test(tc, test_celestial_crpix);
     tcase_add_test(tc, test_describe);
     tcase_add_test(tc, test_zaxis);
     tcase_add_test(tc, test_cutout_header_rotation);

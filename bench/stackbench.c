@@ -107,7 +107,7 @@ static long rss_anon_kb(void)
     return kb;
 }
 
-/* Samples RssAnon every 2 ms while a job runs and keeps the highest: the job's peak
+/* Samples RssAnon every 5 ms while a job runs and keeps the highest: the job's peak
  * anonymous memory (its buffers, decoded frames, the frame cache's share), without the
  * page cache of the files it maps or writes. */
 typedef struct mem_watch {
@@ -128,7 +128,7 @@ static void *mem_watcher(void *arg)
             w->peak_kb = kb;
         struct timespec ts;
         clock_gettime(CLOCK_REALTIME, &ts);
-        ts.tv_nsec += 2000000;
+        ts.tv_nsec += 5000000;
         if (ts.tv_nsec >= 1000000000) {
             ts.tv_sec++;
             ts.tv_nsec -= 1000000000;

@@ -10,6 +10,7 @@
  *   WORKDIR  scratch directory (job work directories and products go there)
  *   SERIES_BEFORE  pixels whose series is read plane by plane before rechunk (default 5)
  * STACKBENCH_PS_BLOCK_MB: the power spectrum's block budget (cube_spectrum_set_block_bytes).
+ * STACKBENCH_ZR_CHUNK_MB: the decoded bytes a z-reduction chunk holds (stack_set_zr_chunk_bytes).
  * STACKBENCH_JOBS_ONLY=1: no check or series timings after rechunk (profiles of the jobs).
  * STACKBENCH_KEEP=1: the products are left in WORKDIR (to compare two builds' bytes).
  * Prints "RESULT name value unit" lines. */
@@ -536,6 +537,9 @@ int main(int argc, char **argv)
     const char *psb = getenv("STACKBENCH_PS_BLOCK_MB");
     if (psb && atol(psb) > 0)
         cube_spectrum_set_block_bytes(atol(psb) << 20);
+    const char *zrc = getenv("STACKBENCH_ZR_CHUNK_MB");
+    if (zrc && atol(zrc) > 0)
+        stack_set_zr_chunk_bytes(dataset_stack(d), (size_t)atol(zrc) << 20);
     if (want("readmodes"))
         readmodes(d, threads);
     if (want("decode_floor"))
@@ -555,6 +559,10 @@ int main(int argc, char **argv)
         snprintf(product, sizeof product, "%s/mean_z.fits", workroot);
         printf("RESULT mean_z %.6f s\n", run_job("mean_z", &job_kind_reduce, &env, body, workroot, product,
                                                  threads));
+        stack_stats ss;
+        stack_get_stats(dataset_stack(d), &ss);
+        printf("RESULT mean_z_decoded_peak %.1f MB (one chunk at most %.1f MB)\n",
+               ss.decoded_peak / 1048576.0, ss.zr_held_peak / 1048576.0);
     }
 
     if (want("mean_xy")) {

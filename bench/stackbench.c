@@ -10,6 +10,9 @@
  *   WORKDIR  scratch directory (job work directories and products go there)
  *   SERIES_BEFORE  pixels whose series is read plane by plane before rechunk (default 5)
  * STACKBENCH_PS_BLOCK_MB: the power spectrum's block budget (cube_spectrum_set_block_bytes).
+ * STACKBENCH_ZR_CHUNK_MB: the decoded bytes a z-reduction chunk holds (stack_set_zr_chunk_bytes).
+ * STACKBENCH_JOBS_ONLY=1: no check or series timings after rechunk (profiles of the jobs).
+ * STACKBENCH_KEEP=1: the products are left in WORKDIR (to compare two builds' bytes).
  * Prints "RESULT name value unit" lines. */
 #include <jansson.h>
 #include <math.h>
@@ -43,6 +46,15 @@ static double cpu_s(void)
     getrusage(RUSAGE_SELF, &ru);
     return (double)ru.ru_utime.tv_sec + ru.ru_utime.tv_usec * 1e-6 +
            (double)ru.ru_stime.tv_sec + ru.ru_stime.tv_usec * 1e-6;
+}
+
+/* Removes a product once timed, unless STACKBENCH_KEEP=1 (products left in WORKDIR, to
+ * compare two builds' bytes). */
+static void drop(const char *path)
+{
+    const char *k = getenv("STACKBENCH_KEEP");
+    if (!k || *k != '1')
+        unlink(path);
 }
 
 static int cmp_double(const void *a, const void *b)
@@ -82,9 +94,58 @@ static void *worker(void *arg)
     }
 }
 
-/* Runs a job to its product `product`; returns seconds, or -1 on failure. */
-static double run_job(const job_kind *k, const job_env *env, const char *body_text,
-                      const char *workroot, const char *product, int threads)
+/* Anonymous memory of the process (RssAnon of /proc/self/status), kB; -1 unreadable. */
+static long rss_anon_kb(void)
+{
+    FILE *f = fopen("/proc/self/status", "r");
+    char line[256];
+    long kb = -1;
+    while (f && fgets(line, sizeof line, f))
+        if (sscanf(line, "RssAnon: %ld", &kb) == 1)
+            break;
+    if (f)
+        fclose(f);
+    return kb;
+}
+
+/* Samples RssAnon every 5 ms while a job runs and keeps the highest: the job's peak
+ * anonymous memory (its buffers, decoded frames, the frame cache's share), without the
+ * page cache of the files it maps or writes. */
+typedef struct mem_watch {
+    pthread_t th;
+    pthread_mutex_t lock;
+    pthread_cond_t cond;
+    int stop;
+    long peak_kb;
+} mem_watch;
+
+static void *mem_watcher(void *arg)
+{
+    mem_watch *w = arg;
+    pthread_mutex_lock(&w->lock);
+    while (!w->stop) {
+        long kb = rss_anon_kb();
+        if (kb > w->peak_kb)
+            w->peak_kb = kb;
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_nsec += 5000000;
+        if (ts.tv_nsec >= 1000000000) {
+            ts.tv_sec++;
+            ts.tv_nsec -= 1000000000;
+        }
+        pthread_cond_timedwait(&w->cond, &w->lock, &ts);
+    }
+    pthread_mutex_unlock(&w->lock);
+    return NULL;
+}
+
+/* Runs a job to its product `product`; returns seconds, or -1 on failure.  Prints
+ * "RESULT cpu_LABEL s" (user + system of the process while it ran) and "RESULT
+ * anon_LABEL peak MB (before MB)". */
+static double run_job(const char *label, const job_kind *k, const job_env *env,
+                      const char *body_text, const char *workroot, const char *product,
+                      int threads)
 {
     json_error_t je;
     json_t *body = json_loads(body_text, 0, &je);
@@ -102,6 +163,10 @@ static double run_job(const job_kind *k, const job_env *env, const char *body_te
         json_decref(body);
         return -1;
     }
+    mem_watch mw = {.lock = PTHREAD_MUTEX_INITIALIZER, .cond = PTHREAD_COND_INITIALIZER,
+                    .peak_kb = rss_anon_kb()};
+    long base_kb = mw.peak_kb;
+    int watching = pthread_create(&mw.th, NULL, mem_watcher, &mw) == 0;
     double t0 = tess_mono_s(), c0 = cpu_s();
     unsigned long long dec0 = pngframe_decodes();
     job_plan plan;
@@ -111,6 +176,13 @@ static double run_job(const job_kind *k, const job_env *env, const char *body_te
     if (prc != 0) {
         fprintf(stderr, "stackbench: plan: %s\n", err);
         json_decref(body);
+        if (watching) {
+            pthread_mutex_lock(&mw.lock);
+            mw.stop = 1;
+            pthread_cond_signal(&mw.cond);
+            pthread_mutex_unlock(&mw.lock);
+            pthread_join(mw.th, NULL);
+        }
         return -1;
     }
     long total = 0;
@@ -139,15 +211,25 @@ static double run_job(const job_kind *k, const job_env *env, const char *body_te
         rc = -1;
     }
     k->release(plan.state);
-    double t = tess_mono_s() - t0;
+    double t = tess_mono_s() - t0, cpu = cpu_s() - c0;
+    if (watching) {
+        pthread_mutex_lock(&mw.lock);
+        mw.stop = 1;
+        pthread_cond_signal(&mw.cond);
+        pthread_mutex_unlock(&mw.lock);
+        pthread_join(mw.th, NULL);
+    }
+    printf("RESULT cpu_%s %.6f s\n", label, cpu);
+    printf("RESULT anon_%s %.1f MB (before %.1f MB)\n", label, mw.peak_kb / 1024.0,
+           base_kb / 1024.0);
     char cmd[4200];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", wd);
     if (system(cmd) != 0)
         fprintf(stderr, "stackbench: cannot remove %s\n", wd);
     json_decref(body);
     fprintf(stderr, "stackbench: %s: %d stage(s), %ld blocks, %.3f s (%.3f s of CPU), %llu PNG "
-            "decodes\n", k->type, plan.nstages, total, t, cpu_s() - c0,
-            pngframe_decodes() - dec0);
+            "decodes, peak anonymous %.1f MB\n", k->type, plan.nstages, total, t, cpu,
+            pngframe_decodes() - dec0, mw.peak_kb / 1024.0);
     return rc ? -1 : t;
 }
 
@@ -254,6 +336,7 @@ static void decode_floor(const dataset *d, int threads)
     for (int i = 0; i < nt; i++)
         pthread_join(th[i], NULL);
     printf("RESULT decode_floor %.6f s\n", tess_mono_s() - t0);
+    printf("RESULT cpu_decode_floor %.6f s\n", cpu_s() - c0);
     fprintf(stderr, "stackbench: decode_floor: %.3f s of CPU\n", cpu_s() - c0);
 }
 
@@ -454,6 +537,9 @@ int main(int argc, char **argv)
     const char *psb = getenv("STACKBENCH_PS_BLOCK_MB");
     if (psb && atol(psb) > 0)
         cube_spectrum_set_block_bytes(atol(psb) << 20);
+    const char *zrc = getenv("STACKBENCH_ZR_CHUNK_MB");
+    if (zrc && atol(zrc) > 0)
+        stack_set_zr_chunk_bytes(dataset_stack(d), (size_t)atol(zrc) << 20);
     if (want("readmodes"))
         readmodes(d, threads);
     if (want("decode_floor"))
@@ -471,8 +557,12 @@ int main(int argc, char **argv)
                  "{\"type\":\"reduce\",\"dataset\":\"bench\",\"op\":\"mean\",\"axis\":\"z\","
                  "\"output\":{\"name\":\"mean_z\"}}");
         snprintf(product, sizeof product, "%s/mean_z.fits", workroot);
-        printf("RESULT mean_z %.6f s\n", run_job(&job_kind_reduce, &env, body, workroot, product,
+        printf("RESULT mean_z %.6f s\n", run_job("mean_z", &job_kind_reduce, &env, body, workroot, product,
                                                  threads));
+        stack_stats ss;
+        stack_get_stats(dataset_stack(d), &ss);
+        printf("RESULT mean_z_decoded_peak %.1f MB (one chunk at most %.1f MB)\n",
+               ss.decoded_peak / 1048576.0, ss.zr_held_peak / 1048576.0);
     }
 
     if (want("mean_xy")) {
@@ -480,7 +570,7 @@ int main(int argc, char **argv)
                  "{\"type\":\"reduce\",\"dataset\":\"bench\",\"op\":\"mean\",\"axis\":\"xy\","
                  "\"output\":{\"name\":\"mean_xy\"}}");
         snprintf(product, sizeof product, "%s/mean_xy.fits", workroot);
-        printf("RESULT mean_xy %.6f s\n", run_job(&job_kind_reduce, &env, body, workroot, product,
+        printf("RESULT mean_xy %.6f s\n", run_job("mean_xy", &job_kind_reduce, &env, body, workroot, product,
                                                   threads));
     }
 
@@ -490,19 +580,23 @@ int main(int argc, char **argv)
                  "{\"type\":\"power_spectrum\",\"dataset\":\"bench\",\"output\":{\"name\":\"ps\"}}");
         snprintf(product, sizeof product, "%s/ps.fits", workroot);
         printf("RESULT power_spectrum_from_frames %.6f s\n",
-               run_job(&job_kind_power_spectrum, &env, body, workroot, product, threads));
-        unlink(product);
+               run_job("power_spectrum_from_frames", &job_kind_power_spectrum, &env, body, workroot, product, threads));
+        drop(product);
     }
 
     if (want("rechunk")) {
         /* Rechunk, then series from the copy. */
         snprintf(body, sizeof body, "{\"type\":\"rechunk\",\"dataset\":\"bench\"}");
         snprintf(store, sizeof store, "%s/bench.tcs", workroot);
-        printf("RESULT rechunk %.6f s\n", run_job(&job_kind_rechunk, &env, body, workroot, store,
+        printf("RESULT rechunk %.6f s\n", run_job("rechunk", &job_kind_rechunk, &env, body, workroot, store,
                                                   threads));
-        /* the copy against the frames: 20 random series, value by value */
+        /* the copy against the frames: 20 random series, value by value
+         * (STACKBENCH_JOBS_ONLY=1: left out, as the series timings, for profiles of the
+         * job alone) */
+        const char *jo = getenv("STACKBENCH_JOBS_ONLY");
+        int jobs_only = jo && *jo == '1';
         long bad = 0;
-        for (int i = 0; i < 20; i++) {
+        for (int i = 0; i < 20 && !jobs_only; i++) {
             long x = rand() % nx, y = rand() % ny;
             if (chunkstore_read_series(store, x, y, series, nz, err, sizeof err) != 0) {
                 fprintf(stderr, "stackbench: %s\n", err);
@@ -515,8 +609,9 @@ int main(int argc, char **argv)
                 bad += !(v == series[z] || (isnan(v) && isnan(series[z])));
             }
         }
-        printf("RESULT rechunk_check_mismatches %ld of %ld\n", bad, 20 * nz);
-        long nafter = 1000;
+        if (!jobs_only)
+            printf("RESULT rechunk_check_mismatches %ld of %ld\n", bad, 20 * nz);
+        long nafter = jobs_only ? 0 : 1000;
         for (long i = 0; i < nafter; i++) {
             long x = rand() % nx, y = rand() % ny;
             t0 = tess_mono_s();
@@ -526,9 +621,11 @@ int main(int argc, char **argv)
             }
             times[i] = tess_mono_s() - t0;
         }
-        qsort(times, (size_t)nafter, sizeof *times, cmp_double);
-        printf("RESULT series_after_p50 %.6f s\n", times[nafter / 2]);
-        printf("RESULT series_after_p99 %.6f s\n", times[nafter * 99 / 100]);
+        if (nafter) {
+            qsort(times, (size_t)nafter, sizeof *times, cmp_double);
+            printf("RESULT series_after_p50 %.6f s\n", times[nafter / 2]);
+            printf("RESULT series_after_p99 %.6f s\n", times[nafter * 99 / 100]);
+        }
 
         if (want("ps") || want("ps_copy")) {
             /* Power spectrum from the rechunked copy (attached as the runner would). */
@@ -537,10 +634,10 @@ int main(int argc, char **argv)
                      "{\"type\":\"power_spectrum\",\"dataset\":\"bench\",\"output\":{\"name\":\"ps2\"}}");
             snprintf(product, sizeof product, "%s/ps2.fits", workroot);
             printf("RESULT power_spectrum_from_copy %.6f s\n",
-                   run_job(&job_kind_power_spectrum, &env, body, workroot, product, threads));
-            unlink(product);
+                   run_job("power_spectrum_from_copy", &job_kind_power_spectrum, &env, body, workroot, product, threads));
+            drop(product);
         }
-        unlink(store);
+        drop(store);
     }
 
     if (want("recenter")) {
@@ -549,9 +646,9 @@ int main(int argc, char **argv)
                  "{\"type\":\"recenter\",\"dataset\":\"bench\",\"size\":[%ld,%ld],"
                  "\"output\":{\"name\":\"rc\"}}", nx / 2, ny / 2);
         snprintf(product, sizeof product, "%s/rc.fits", workroot);
-        printf("RESULT recenter %.6f s\n", run_job(&job_kind_recenter, &env, body, workroot, product,
+        printf("RESULT recenter %.6f s\n", run_job("recenter", &job_kind_recenter, &env, body, workroot, product,
                                                    threads));
-        unlink(product);
+        drop(product);
     }
 
     if (want("ingest")) {
@@ -560,7 +657,7 @@ int main(int argc, char **argv)
          * written: from the page cache), mean along z and the xz plane from it. */
         snprintf(body, sizeof body, "{\"type\":\"ingest\",\"dataset\":\"bench\"}");
         snprintf(store, sizeof store, "%s/ingest.fits", workroot);
-        double ti = run_job(&job_kind_ingest, &env, body, workroot, store, threads);
+        double ti = run_job("ingest", &job_kind_ingest, &env, body, workroot, store, threads);
         printf("RESULT ingest %.6f s\n", ti);
         if (ti < 0 || dataset_attach_profile(d, store) != 0) {
             fprintf(stderr, "stackbench: ingest failed\n");
@@ -588,8 +685,8 @@ int main(int argc, char **argv)
                  "\"output\":{\"name\":\"mean_z2\"}}");
         snprintf(product, sizeof product, "%s/mean_z2.fits", workroot);
         printf("RESULT mean_z_after_ingest %.6f s\n",
-               run_job(&job_kind_reduce, &env, body, workroot, product, threads));
-        unlink(product);
+               run_job("mean_z_after_ingest", &job_kind_reduce, &env, body, workroot, product, threads));
+        drop(product);
         for (int i = 0; i < 5; i++) {
             t0 = tess_mono_s();
             for (long z = 0; z < nz; z++)
@@ -609,7 +706,7 @@ int main(int argc, char **argv)
         }
         qsort(times, 5, sizeof *times, cmp_double);
         printf("RESULT xy_plane_after_ingest %.6f s\n", times[2]);
-        unlink(store);
+        drop(store);
     }
 
     free(plane);

@@ -157,11 +157,11 @@ static int ps_finish(void *state, const char *tmp_path, job_product *prod, char 
 }
 
 /* The float32 cube (nx, ny, nz) and the staging file (none when a current rechunk copy
- * is attached: the blocks read it); a spectrum block holds its series and spectra, at most
- * the block budget of spectrum.h (16 MB; one tile's series when they pass it) whatever
- * nz is, and the FFT's buffers of FFT_BATCH series (spectrum.c: nz doubles, nz / 2 + 1
- * complex values and as many powers each); the plan keeps the FFT's plan (its twiddle
- * factors). */
+ * is attached: the blocks read it); a spectrum block holds its spectra (planes k <= nz /
+ * 2), at most the block budget of spectrum.h (16 MB; one tile's when they pass it)
+ * whatever nz is, one batch of FFT_BATCH series as stored, and the FFT's buffers of
+ * FFT_BATCH series (spectrum.c: nz doubles, nz / 2 + 1 complex values and as many powers
+ * each); the plan keeps the FFT's plan (its twiddle factors). */
 static int ps_estimate(const void *req, const job_env *env, job_cost *c, job_problem *pb)
 {
     (void)env;
@@ -172,8 +172,8 @@ static int ps_estimate(const void *req, const job_env *env, job_cost *c, job_pro
     double nz = (double)d->nz, nh = floor(nz / 2.0) + 1.0;
     double fft = 32.0 * (8.0 * nz + 16.0 * nh + 4.0 * nh);
     double es = (double)chunkstore_esize(jobc_choose_dtype(d));
-    double tile = (double)CUBE_TILE * CUBE_TILE * nz * (es + 4.0);
-    double block = fmax((double)cube_spectrum_block_bytes(), tile) + fft;
+    double tile = (double)CUBE_TILE * CUBE_TILE * nh * 4.0;   /* spectra k <= nz / 2 */
+    double block = fmax((double)cube_spectrum_block_bytes(), tile) + fft + 32.0 * nz * es;
     if (strncmp(c->what, "a band", 6) == 0 || block > c->block_bytes) {
         /* jobc_transpose_cost counted a band of whole tile rows: the spectra's blocks
          * are bounded instead (a group of stage A stays when larger) */

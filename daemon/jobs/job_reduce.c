@@ -284,9 +284,9 @@ static int reduce_estimate(const void *req, const job_env *env, job_cost *c,
         c->work_bytes = 8.0 * nz + parts * 4096.0 + c->product_bytes;
     }
     snprintf(c->what, sizeof c->what, "planes of %ld x %ld pixels", d->nx, d->ny);
-    /* decoded frames: a z-reduction chunk holds 64 MB of them and one more (stack.h) */
+    /* decoded frames: a z-reduction chunk holds 16 MB of them and one more (stack.h) */
     double frame = jobc_frame_bytes(d);
-    jobc_frames_cost(d, frame > 0.0 ? (long)floor(64.0 * 1048576.0 / frame) + 1 : 0, c);
+    jobc_frames_cost(d, frame > 0.0 ? (long)floor(16.0 * 1048576.0 / frame) + 1 : 0, c);
     return 0;
 }
 

@@ -22,9 +22,11 @@ int cube_spectrum_new(long nz, cube_spectrum **out, char *err, size_t errlen);
 void cube_spectrum_free(cube_spectrum *sp);
 
 /* The blocks of transpose t's spectra (t->nz = the plan's nz), each holding at most
- * cube_spectrum_set_block_bytes bytes (16 MB by default) of series and spectra (t->es + 4
- * bytes a value, so nz * (t->es + 4) a pixel) whatever nz is, and at least one 16x16 tile's
- * series (when nz is large enough that one tile passes the budget):
+ * cube_spectrum_set_block_bytes bytes (16 MB by default) of spectra (the planes k = 0 ..
+ * nz / 2 of float32, so (nz / 2 + 1) * 4 bytes a pixel: plane nz - k is written from plane
+ * k's) whatever nz is, and at least one 16x16 tile's (when nz is large enough that one
+ * tile passes the budget); the series are read FFT_BATCH (32) at a time, 32 * nz * t->es
+ * bytes beside them.  Shapes:
  *   whole tile rows when CUBE_TILE rows of nx pixels fit (at most t->band_rows rows);
  *   else part of the rows of one tile row, every column;
  *   else one row of part of the columns (a multiple of CUBE_TILE).
@@ -44,10 +46,12 @@ long cube_spectrum_block_bytes(void);
  * `datastart`: plane k (frequency index k, in cycles per nz samples) of the block's
  * pixels, big-endian IEEE float32 (FITS 4.0 section 5.2), by pwrite, one run a plane (a
  * run a row of each plane when the block is narrower than a row).  Memory: the block's
- * buffers (kept by the plan for reuse) and the FFT's of 32 series (about 18 nz doubles'
- * worth).  Idempotent.  Polls *cancel between batches.  Concurrent calls with one plan
- * are allowed (fftw's new-array execute is thread-safe; the plan keeps the block buffers
- * for reuse under a lock of its own).  Returns 0, TESS_ECANCELED, TESS_ENOMEM, or
+ * spectra and one batch of 32 series as stored (kept by the plan for reuse, one set a
+ * worker) and the FFT's of 32 series (about 18 nz doubles' worth): at most the budget plus
+ * about 32 * nz * (t->es + 28) bytes a worker, whatever the number of pixels.
+ * Idempotent.  Polls *cancel between batches.  Concurrent calls with one plan are
+ * allowed (fftw's new-array execute is thread-safe; the plan keeps the block buffers for
+ * reuse under a lock of its own).  Returns 0, TESS_ECANCELED, TESS_ENOMEM, or
  * TESS_EIO (reading the series, writing out_path). */
 int cube_spectrum_block(cube_spectrum *sp, const cube_transpose *t, long block,
                         const char *out_path, long long datastart, const volatile int *cancel,

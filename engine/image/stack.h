@@ -235,11 +235,12 @@ int stack_plane_release(stack *s, stack_plane *p);
  * far are converted exactly).  The integer mode reads uncompressed FITS frames with
  * pread(2) of 64 Ki pixels into a small buffer (not through the map: no page-table work
  * per page), folds chunks of 256 frames into narrow sums (uint16 for 8-bit frames) and
- * widens them once a chunk; a range of at most 256 8-bit frames read in one chunk keeps
+ * widens them once 256 frames are in them; a range of at most 256 8-bit frames keeps
  * them narrow, also in the saved partial.  A chunk holds its frames while folding them,
  * so it ends early (at least one frame) once its decoded frames (PNG, compressed FITS:
- * heap copies, unlike maps) pass 64 MB: a thread then holds at most 64 MB plus a frame
- * of them beyond the LRU's own bounds, not 256 frames (2 GB of 2000x2000 16-bit PNG).
+ * heap copies, unlike maps) pass 16 MB, the next chunk going on in the same narrow sums:
+ * a thread then holds at most 16 MB plus a frame of them beyond the LRU's own bounds,
+ * whatever the number of frames (not 256 frames: 2 GB of 2000x2000 16-bit PNG).
  * Data missing from the page cache is queued 64 frames ahead (MADV_WILLNEED).  The
  * double mode folds 64 mapped frames at a time over blocks of pixels, the frames given
  * madvise(MADV_WILLNEED) first.  A file replaced while its frame is open is read through
@@ -280,7 +281,7 @@ int stack_reduce_plane(stack *s, long z, stack_zop op, double *out, char *err, s
 
 void stack_zpart_free(stack_zpart *p);   /* NULL is ignored */
 
-/* Tests and benchmarks: the bound of decoded bytes a stack_zreduce chunk holds (64 MB;
+/* Tests and benchmarks: the bound of decoded bytes a stack_zreduce chunk holds (16 MB;
  * 0 restores it), for the reductions started after the call. */
 void stack_set_zr_chunk_bytes(stack *s, size_t bytes);
 

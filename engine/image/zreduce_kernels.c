@@ -719,13 +719,15 @@ static const unsigned char *zr_piece(const stack *s, frame *const *fr, const lon
  * (zr_fold4_u8), the fold's cost being the traffic of those sums.  Returns 0 or
  * TESS_EIO (a file shorter than when mapped, or unreadable: err says which). */
 static int zr_fold_chunk(stack *s, stack_zpart *p, int rk, frame *const *fr, const long *zf,
-                         int k, zr_acc *acc, char *err, size_t errlen)
+                         int k, int fresh, zr_acc *acc, char *err, size_t errlen)
 {
     size_t np = (size_t)s->nx * (size_t)s->ny;
     size_t es = rk == RAW_U8 ? 1 : 2, tsz = rk == RAW_U8 ? sizeof(uint16_t) : sizeof(uint32_t);
     size_t qsz = rk == RAW_U8 ? sizeof(uint32_t) : sizeof(uint64_t);
     const int batch = rk == RAW_U8 && (p->op == STACK_ZOP_SUM || p->op == STACK_ZOP_MEAN);
-    if (rk == RAW_U8)
+    if (!fresh)
+        ;   /* the sums go on from the previous chunk's */
+    else if (rk == RAW_U8)
         zr_start_u8(p->op, acc->t1, acc->t2, np);
     else if (rk == RAW_I16BE)
         zr_start_i16(p->op, acc->t1, acc->t2, np);
@@ -816,6 +818,10 @@ int stack_zreduce(stack *s, stack_zop op, long z0, long z1, int flags,
     double *whole = NULL;     /* double mode, cfitsio frames: one plane */
     zr_acc acc = {NULL, NULL, NULL};     /* integer mode: read buffer, narrow sums */
     int rc = 0;
+    /* The narrow sums of acc hold the last `nrun` frames folded (of layout run_rk), not
+     * yet moved into the partial: chunks cut short by `bound` go on in them up to
+     * ZR_CHUNK frames, so that a shorter bound costs no extra flush. */
+    int nrun = 0, run_rk = RAW_NONE;
     pthread_mutex_lock(&s->lock);
     size_t bound = s->zr_chunk_bytes;
     pthread_mutex_unlock(&s->lock);
@@ -860,31 +866,30 @@ int stack_zreduce(stack *s, stack_zop op, long z0, long z1, int flags,
             if (raw_kind(fr[j], &bz) != rk || bz != bz0)
                 rk = RAW_NONE;
         }
-        if (!p)
+        /* the narrow sums so far go into the partial first when this chunk is of another
+         * layout or BZERO, or would pass ZR_CHUNK frames with them */
+        if (nrun && (rk != run_rk || bz0 != p->bzero || nrun + k > ZR_CHUNK)) {
+            rc = zr_flush(p, run_rk, &acc, np);
+            if (!rc)
+                p->n += nrun;
+            nrun = 0;
+        }
+        if (!rc && !p) {
             p = rk != RAW_NONE ? zpart_new_int(op, (long)np, bz0, 0) : zpart_new_dbl(op, (long)np);
-        if (!p)
-            rc = TESS_ENOMEM;
-        else if (p->mode == ZM_INT && (rk == RAW_NONE || bz0 != p->bzero))
+            if (!p)
+                rc = TESS_ENOMEM;
+        }
+        if (!rc && p->mode == ZM_INT && (rk == RAW_NONE || bz0 != p->bzero))
             rc = zpart_to_dbl(p);
         if (!rc && p->mode == ZM_INT) {
             if (!acc.buf && zr_acc_alloc(&acc, op, np) != 0)
                 rc = TESS_ENOMEM;
             if (!rc)
-                rc = zr_fold_chunk(s, p, rk, fr, zf, k, &acc, err, errlen);
-            if (!rc && p->n == 0 && zc == z0 && zc + k == z1 && rk == RAW_U8 &&
-                (op == STACK_ZOP_SUM || op == STACK_ZOP_MEAN)) {
-                /* The range's one chunk (a job block), only when this chunk took every
-                 * frame of the range (not when ZR_CHUNK_BYTES cut it short): its uint16
-                 * sums become the partial's as they are, saved as they are
-                 * (stack_zpart_save); widened only when merged.  This spares an
-                 * 8-byte-a-pixel array written, scanned and narrowed again per block. */
-                p->s16 = acc.t1;
-                acc.t1 = NULL;
-            } else if (!rc) {
-                rc = zr_flush(p, rk, &acc, np);
+                rc = zr_fold_chunk(s, p, rk, fr, zf, k, nrun == 0, &acc, err, errlen);
+            if (!rc) {
+                nrun += k;
+                run_rk = rk;
             }
-            if (!rc)
-                p->n += k;
         } else if (!rc) {
             /* ZR_DBL_CHUNK frames at a time, mapped and folded over blocks of pixels */
             for (int j0 = 0; j0 < k && !rc; j0 += ZR_DBL_CHUNK) {
@@ -920,6 +925,21 @@ int stack_zreduce(stack *s, stack_zop op, long z0, long z1, int flags,
                 rc = stack_frame_fault_error(s, fi, err, errlen);
         }
         zc += k;
+    }
+    if (!rc && nrun) {
+        if (p->n == 0 && nrun == z1 - z0 && run_rk == RAW_U8 &&
+            (op == STACK_ZOP_SUM || op == STACK_ZOP_MEAN)) {
+            /* The range folded in one run of narrow sums (a job block of at most ZR_CHUNK
+             * 8-bit frames): its uint16 sums become the partial's as they are, saved as
+             * they are (stack_zpart_save); widened only when merged.  This spares an
+             * 8-byte-a-pixel array written, scanned and narrowed again per block. */
+            p->s16 = acc.t1;
+            acc.t1 = NULL;
+        } else {
+            rc = zr_flush(p, run_rk, &acc, np);
+        }
+        if (!rc)
+            p->n += nrun;
     }
     free(tmp);
     free(whole);

@@ -150,10 +150,11 @@ START_TEST(test_spectrum)
     long long ds = 0;
     cube_spectrum *sp = NULL;
     ck_assert_msg(cube_spectrum_new(nz, &sp, err, sizeof err) == 0, "%s", err);
-    /* Block budgets (a float32 series and its spectra: 32 * 8 bytes a pixel): whole tile
-     * rows (the default); 4 of the 16 rows of a tile row (5 rows of 20 fit, 25600 bytes);
-     * one row of 16 columns and one of the 4 left (4096 bytes: no row of 20 fits). */
-    static const long budgets[] = {0, 25600, 4096};
+    /* Block budgets (the spectra a block holds: planes 0 .. 16 of float32, 68 bytes a
+     * pixel): whole tile rows (the default); 4 of the 16 rows of a tile row (5 rows of 20
+     * fit, 6800 bytes); one row of 16 columns and one of the 4 left (1088 bytes: no row
+     * of 20 fits). */
+    static const long budgets[] = {0, 6800, 1088};
     static const long nblocks[] = {2, 8, 64};   /* 64: 16 rows of 2 blocks a tile row */
     for (int bi = 0; bi < 3; bi++) {
         cube_spectrum_set_block_bytes(budgets[bi]);

@@ -392,7 +392,7 @@ END_TEST
  * A chunk of up to 256 frames holds them all while folding; decoded frames (PNG,
  * compressed FITS) are heap copies, so the chunk ends early once those it holds pass the
  * bound.  Small frames and a bound of 5.5 frames (stack_set_zr_chunk_bytes) stand for
- * 2000x2000 frames and 64 MB: a default chunk would hold 256 frames, 46 times the bound. */
+ * large frames and the 16 MB bound: a default chunk would hold 256 frames, 46 times it. */
 #define CX 64
 #define CY 48
 #define CPIX (CX * CY)
@@ -538,7 +538,7 @@ static void check_bound(int kind, long nz, int flags)
     ck_assert_uint_eq(st.decoded_now, (size_t)st.open_now * fb);
 
     if (nz > 256) {
-        /* the default bound (64 MB) lets a chunk take its 256 frames here: 46 times the
+        /* the default bound (16 MB) lets a chunk take its 256 frames here: 46 times the
          * small bound, which the bound was keeping it from */
         stack_set_zr_chunk_bytes(c.s, 0);
         const long all[][2] = {{0, nz}, {0, 256}};
@@ -561,17 +561,20 @@ START_TEST(test_bound_fits_compressed) { check_bound(C_FITSZ, 40, 0); }
 END_TEST
 
 /* Partials of ranges cut into bounded chunks, saved, loaded and merged (the reduce job's
- * blocks): the uint16 sums of a one-chunk block and the 64-bit sums of a longer one merge
- * into the whole range's sums. */
+ * blocks): the chunks of a block go on in one run of uint16 sums up to 256 8-bit frames
+ * (47 chunks of a 256-frame block), a 257th frame moves them into 64-bit sums first; all
+ * merge into the whole range's sums, equal to plain loops' (std within 1e-12). */
 START_TEST(test_bound_blocks_merge)
 {
     cvol c;
-    cvol_make(&c, C_PNG8, 40);
+    const long nz = 550;
+    cvol_make(&c, C_PNG8, nz);
     stack_set_zr_chunk_bytes(c.s, 5 * CPIX + CPIX / 2);
     char err[256], path[300];
     snprintf(path, sizeof path, "%s/part.bin", c.dir);
     double *got = malloc(sizeof(double) * CPIX), *ref = malloc(sizeof(double) * CPIX);
-    const long cut[] = {0, 6, 19, 25, 40};   /* one chunk, three chunks, one chunk, ... */
+    /* one chunk, three chunks, 256 frames in 47 chunks, three chunks, 257 frames, one */
+    const long cut[] = {0, 6, 19, 275, 290, 547, 550};
     for (int op = 0; op < 5; op++) {
         stack_zpart *all = NULL, *p = NULL;
         for (int b = 0; b + 1 < (int)(sizeof cut / sizeof cut[0]); b++) {
@@ -590,7 +593,7 @@ START_TEST(test_bound_blocks_merge)
         }
         ck_assert_int_eq(stack_zpart_result(all, got), 1);
         stack_zpart_free(all);
-        plain_reduce(&c, op, 0, 40, ref);
+        plain_reduce(&c, op, 0, nz, ref);
         for (long i = 0; i < CPIX; i++) {
             double m = fabs(ref[i]) > 1 ? fabs(ref[i]) : 1;
             if (op == 4 ? !(fabs(got[i] - ref[i]) <= 1e-12 * m) : !(got[i] == ref[i]))

@@ -363,16 +363,20 @@ RP_HOT static size_t next_near(const near_test *t, const double *xi, const doubl
  * lo = min(e1 - 1, -e) selects every position the test reports (and a few more: within
  * an ulp of 1 of a bound, outside the range; every position when e >= 0.5); each
  * selected lane is then tested exactly as before, in scalar (rare: a position is
- * selected with probability about 4e).  About 16 instructions for four positions where
- * the range and fraction tests took 24.  Cannot fail. */
+ * selected with probability about 4e).  The two-sided test lo <= d <= e is widened to
+ * |d| <= max(e, -lo) (a superset), the two axes joined by vminpd of |du|, |dv| (when dv
+ * is NaN it returns NaN and the lane is not selected: such a position fails the exact
+ * test, v being NaN; when du is NaN, |dv| decides: a superset again).  About 13
+ * instructions for four positions where the range and fraction tests took 24.  Cannot
+ * fail. */
 __attribute__((target("avx2"))) static size_t next_near_round_avx2(const near_test *t,
                                                                    const double *xi,
                                                                    const double *yi,
                                                                    size_t k, size_t n)
 {
     const double ux = t->hx + 0.5 + t->e, uy = t->hy + 0.5 + t->e, e1 = 1.0 - t->e;
-    const __m256d e = _mm256_set1_pd(t->e), lo = _mm256_set1_pd(fmin(e1 - 1.0, -t->e));
-    const __m256d half = _mm256_set1_pd(0.5);
+    const __m256d big = _mm256_set1_pd(fmax(t->e, -fmin(e1 - 1.0, -t->e)));
+    const __m256d half = _mm256_set1_pd(0.5), sign = _mm256_set1_pd(-0.0);
     for (; k + 8 <= n; k += 8) {
         int bits = 0;
         for (int h = 0; h < 2; h++) {
@@ -382,10 +386,8 @@ __attribute__((target("avx2"))) static size_t next_near_round_avx2(const near_te
                                                                       | _MM_FROUND_NO_EXC));
             const __m256d dv = _mm256_sub_pd(v, _mm256_round_pd(v, _MM_FROUND_TO_NEAREST_INT
                                                                       | _MM_FROUND_NO_EXC));
-            const __m256d nr = _mm256_or_pd(
-                _mm256_and_pd(_mm256_cmp_pd(du, lo, _CMP_GE_OQ), _mm256_cmp_pd(du, e, _CMP_LE_OQ)),
-                _mm256_and_pd(_mm256_cmp_pd(dv, lo, _CMP_GE_OQ), _mm256_cmp_pd(dv, e, _CMP_LE_OQ)));
-            bits |= _mm256_movemask_pd(nr) << (4 * h);
+            const __m256d d = _mm256_min_pd(_mm256_andnot_pd(sign, du), _mm256_andnot_pd(sign, dv));
+            bits |= _mm256_movemask_pd(_mm256_cmp_pd(d, big, _CMP_LE_OQ)) << (4 * h);
         }
         while (bits) {
             const size_t c = k + (size_t)__builtin_ctz((unsigned)bits);

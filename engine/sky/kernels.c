@@ -63,13 +63,18 @@ struct rp_kernel {
  * beta3(2 - t), with beta3(u) = 2/3 - u^2 + |u|^3 / 2 for |u| < 1 and (2 - |u|)^3 / 6
  * for 1 <= |u| < 2 (Unser 1999, eq. (3)); written as scipy's
  * get_spline_interpolation_weights (ni_splines.c) does, the last weight being 1 minus
- * the others.  Cannot fail. */
+ * the others, except that scipy's (u^2 (u - 2) 3 + 4) / 6 and u^3 / 6 are computed as
+ * u^2 (u - 2) / 2 + 2/3 and u^3 (1/6): multiplications instead of three divisions (the
+ * vector sampler's divisions were a fifth of its time), each weight within an ulp or
+ * two of scipy's.  Cannot fail. */
+#define BSPLINE3_TWO_THIRDS (2.0 / 3.0)
+#define BSPLINE3_SIXTH (1.0 / 6.0)
 static inline void bspline3_weights(double t, double w[4])
 {
     double s = 1.0 - t;
-    w[1] = (t * t * (t - 2.0) * 3.0 + 4.0) / 6.0;
-    w[2] = (s * s * (s - 2.0) * 3.0 + 4.0) / 6.0;
-    w[0] = s * s * s / 6.0;
+    w[1] = t * t * (t - 2.0) * 0.5 + BSPLINE3_TWO_THIRDS;
+    w[2] = s * s * (s - 2.0) * 0.5 + BSPLINE3_TWO_THIRDS;
+    w[0] = s * s * s * BSPLINE3_SIXTH;
     w[3] = 1.0 - w[0] - w[1] - w[2];
 }
 
@@ -1093,9 +1098,9 @@ RP_AVX2 static void sample_lanczos3_f32_avx2(const rp_kernel *k, size_t n,
 #define RP_BSPLINE_WEIGHTS4(t, w)                                                         \
     do {                                                                                  \
         const rp_v4d s_ = 1.0 - (t);                                                      \
-        (w)[1] = ((t) * (t) * ((t) - 2.0) * 3.0 + 4.0) / 6.0;                             \
-        (w)[2] = (s_ * s_ * (s_ - 2.0) * 3.0 + 4.0) / 6.0;                                \
-        (w)[0] = s_ * s_ * s_ / 6.0;                                                      \
+        (w)[1] = (t) * (t) * ((t) - 2.0) * 0.5 + BSPLINE3_TWO_THIRDS;                     \
+        (w)[2] = s_ * s_ * (s_ - 2.0) * 0.5 + BSPLINE3_TWO_THIRDS;                        \
+        (w)[0] = s_ * s_ * s_ * BSPLINE3_SIXTH;                                           \
         (w)[3] = 1.0 - (w)[0] - (w)[1] - (w)[2];                                          \
     } while (0)
 

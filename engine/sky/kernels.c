@@ -1168,12 +1168,12 @@ RP_HOT static void sample_bicubic(const rp_kernel *k, size_t n, const double *re
  * each row of a lane's 4x4 support comes in one 32-byte load and is worked on whole: the
  * lane's four rows weighted by its vertical weights (each broadcast by a lane
  * permutation; a broadcast from memory after storing the weights stalled on store
- * forwarding, 113 Mpix/s) and summed down the columns, times its four horizontal weights
- * (the four lanes' weights transposed once), and the four lanes' sums across taken
- * pairwise by two horizontal adds: 16 loads and 28 shuffles a group, against the
- * transposition of every row's taps before (32 shuffles, 150 Mpix/s against 155 now,
- * same machine and bench); and the four rows of the support RP_BICUBIC_AHEAD positions
- * ahead are prefetched.  The prefetch is what
+ * forwarding, 113 Mpix/s) and summed down the columns; the four lanes' column sums are
+ * then transposed once (8 shuffles) and weighted across in the lanes, as sample_bicubic
+ * does: 16 loads and 24 shuffles a group, against a transposition of every row's taps
+ * before (32 shuffles; kernel only 145 Mpix/s before, 155-160 now, same machine and
+ * bench); and the four rows of the support RP_BICUBIC_AHEAD positions ahead are
+ * prefetched.  The prefetch is what
  * makes the wide loads pay: without it this sampler ran at 100-103 Mpix/s against the
  * scalar loads' 138-140, with it at 143-150 (2048^2 rotated by 20 deg, kernel only,
  * AMD EPYC, 1 thread); a distance of 8 to 96 positions, or a second line per row,
@@ -1215,16 +1215,7 @@ RP_AVX2 static void sample_bicubic_avx2(const rp_kernel *k, size_t n,
                 const rp_v4d ty = cy - __builtin_convertvector(fy, rp_v4d);
                 RP_BSPLINE_WEIGHTS4(tx, wx);
                 RP_BSPLINE_WEIGHTS4(ty, wy);
-                /* the horizontal weights of lane q in one vector, wxl[q] */
-                const __m256d x01l = _mm256_unpacklo_pd((__m256d)wx[0], (__m256d)wx[1]);
-                const __m256d x01h = _mm256_unpackhi_pd((__m256d)wx[0], (__m256d)wx[1]);
-                const __m256d x23l = _mm256_unpacklo_pd((__m256d)wx[2], (__m256d)wx[3]);
-                const __m256d x23h = _mm256_unpackhi_pd((__m256d)wx[2], (__m256d)wx[3]);
-                const __m256d wxl[4] = { _mm256_permute2f128_pd(x01l, x23l, 0x20),
-                                         _mm256_permute2f128_pd(x01h, x23h, 0x20),
-                                         _mm256_permute2f128_pd(x01l, x23l, 0x31),
-                                         _mm256_permute2f128_pd(x01h, x23h, 0x31) };
-                __m256d b[4];
+                __m256d a[4];
 #define RP_BC_LANE(q)                                                                     \
     do {                                                                                  \
         const double *r_ = base[q];                                                       \
@@ -1237,18 +1228,22 @@ RP_AVX2 static void sample_bicubic_avx2(const rp_kernel *k, size_t n,
                                              _mm256_loadu_pd(r_ + 2 * W)));               \
         a_ = _mm256_add_pd(a_, _mm256_mul_pd(_mm256_permute4x64_pd((__m256d)wy[3], sel_), \
                                              _mm256_loadu_pd(r_ + 3 * W)));               \
-        b[q] = _mm256_mul_pd(a_, wxl[q]);                                                 \
+        a[q] = a_;                                                                        \
     } while (0)
                 RP_BC_LANE(0);
                 RP_BC_LANE(1);
                 RP_BC_LANE(2);
                 RP_BC_LANE(3);
 #undef RP_BC_LANE
-                /* lane q: (b[q][0] + b[q][1]) + (b[q][2] + b[q][3]) */
-                const __m256d h01 = _mm256_hadd_pd(b[0], b[1]), h23 = _mm256_hadd_pd(b[2], b[3]);
-                const __m256d t = _mm256_add_pd(_mm256_permute2f128_pd(h01, h23, 0x20),
-                                                _mm256_permute2f128_pd(h01, h23, 0x31));
-                _mm256_storeu_pd(out + m, t);
+                /* the column sums transposed: c[i] = { a[0][i], a[1][i], a[2][i], a[3][i] } */
+                const __m256d a01l = _mm256_unpacklo_pd(a[0], a[1]), a01h = _mm256_unpackhi_pd(a[0], a[1]);
+                const __m256d a23l = _mm256_unpacklo_pd(a[2], a[3]), a23h = _mm256_unpackhi_pd(a[2], a[3]);
+                const rp_v4d c0 = (rp_v4d)_mm256_permute2f128_pd(a01l, a23l, 0x20);
+                const rp_v4d c1 = (rp_v4d)_mm256_permute2f128_pd(a01h, a23h, 0x20);
+                const rp_v4d c2 = (rp_v4d)_mm256_permute2f128_pd(a01l, a23l, 0x31);
+                const rp_v4d c3 = (rp_v4d)_mm256_permute2f128_pd(a01h, a23h, 0x31);
+                const rp_v4d t = (wx[0] * c0 + wx[1] * c1) + (wx[2] * c2 + wx[3] * c3);
+                RP_V4D_STORE(out + m, t);
                 continue;
             }
         }

@@ -9,6 +9,7 @@
 #include "engine/fits/fitsimg.h"
 #include "engine/image/chunkstore.h"
 
+#include <fcntl.h>
 #include <limits.h>
 #include <math.h>
 #include <stdio.h>
@@ -55,6 +56,24 @@ static int usable_profile(const dataset *d, char *path, size_t len)
     return ci.nx == d->nx && ci.ny == d->ny && ci.nz == d->nz && ci.tx == CUBE_TILE &&
            ci.ty == CUBE_TILE && ci.dtype == jobc_choose_dtype(d) &&
            dataset_copy_current(d, ci.source_version);
+}
+
+/* The disk blocks of the cube's data allocated at once, as unwritten extents (where the
+ * file system has fallocate; elsewhere nothing changes), so that the spectra's pwrite
+ * calls find their blocks mapped instead of reserving each 4 KB block for delayed
+ * allocation (ext4_da_get_block_prep, ext4_block_write_begin: a third of the write's
+ * kernel time).  bench/stackbench ps, 2000 frames of 256 x 256, 1 worker, 4 runs
+ * alternated with the build before: system time 0.71 -> 0.61 s, the job's CPU 1.48 ->
+ * 1.32 s.  The staging file gained nothing from the same (it is written through a
+ * mapping), so it is left sparse.  A restart finds the blocks already allocated. */
+static void prealloc_cube(const char *path, long long datastart, const dataset *d)
+{
+    int fd = open(path, O_WRONLY | O_CLOEXEC);
+    if (fd < 0)
+        return;
+    (void)fallocate(fd, FALLOC_FL_KEEP_SIZE, (off_t)datastart,
+                    (off_t)d->nx * (off_t)d->ny * (off_t)d->nz * 4);
+    close(fd);
 }
 
 static int ps_plan(const void *req, const job_env *env, const char *workdir, job_plan *out,
@@ -106,6 +125,8 @@ static int ps_plan(const void *req, const job_env *env, const char *workdir, job
         long naxes[3] = {d->nx, d->ny, d->nz};
         rc = jobc_fits_create(s->out_path, CS_F32, -32, 3, naxes, d, cards, &s->datastart, err,
                              errlen);
+        if (!rc)
+            prealloc_cube(s->out_path, s->datastart, d);
         if (!rc)
             rc = cube_transpose_create_files(&s->t, err, errlen);
         if (!rc && direct) {

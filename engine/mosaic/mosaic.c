@@ -284,6 +284,16 @@ static long coadd_group_rows(const mosaic *m, long nk, long rows)
     return g < 1.0 ? 1 : g > (double)rows ? rows : (long)g;
 }
 
+/* Output rows a coadd band gathers before it writes them (run_coadd): whole groups of g
+ * rows, as many as COADD_WRITE_BYTES of one float32 plane hold (at least one group), at
+ * most the band's rows. */
+static long coadd_write_rows(const mosaic *m, long g, long rows)
+{
+    double k = floor((double)COADD_WRITE_BYTES / ((double)g * (double)m->nx * 4.0));
+    long w = k < 1.0 ? g : k * (double)g > (double)rows ? rows : (long)k * g;
+    return w < g ? g : w;
+}
+
 void mos_estimate(const mosaic *m, mos_cost *c)
 {
     memset(c, 0, sizeof *c);
@@ -347,7 +357,9 @@ void mos_estimate(const mosaic *m, mos_cost *c)
             nk += s->box[2] > 0 && s->box[1] < y1 && s->box[1] + s->box[3] > y0;
         }
         long g = coadd_group_rows(m, nk, y1 - y0);
-        est_block(c, (double)g * coadd_rowbytes(m, nk) + (double)m->n * 4.0
+        long wr = coadd_write_rows(m, g, y1 - y0);   /* the planes gathered for a write */
+        est_block(c, (double)g * coadd_rowbytes(m, nk) + (double)(wr - g) * (double)m->nx * 8.0
+                  + (double)m->n * 4.0
                   + 2.0 * (double)(nk > 0 ? nk : 1) * 48.0,   /* the maps' records */
                   "coadd of %ld rows of %ld pixels from %ld inputs", g, m->nx, nk);
     }
@@ -1179,10 +1191,11 @@ static void sum_record(long band, const uint32_t sums[2], uint32_t rec[4])
 }
 
 /* A band of output rows: the inputs' staged planes mapped once (up to COADD_MAPS inputs;
- * beyond, each for one group at a time), then added, combined and written a group of rows
- * at a time from buffers of COADD_GROUP_BYTES, reused (they stay in the cache; nothing is
- * faulted in per group), into mosaic.fits with pwrite, the band's blocks of the file
- * allocated first (fallocate, where the file system has it). */
+ * beyond, each for one group at a time), then added and combined a group of rows at a
+ * time in an accumulator of COADD_GROUP_BYTES, reused (it stays in the cache; nothing is
+ * faulted in per group), the groups' values and coverage gathered in two buffers of up
+ * to COADD_WRITE_BYTES and written from there into mosaic.fits with pwrite, the band's
+ * blocks of the file allocated first (fallocate, where the file system has it). */
 static int run_coadd(mosaic *m, long band, const volatile int *cancel, char *err, size_t errlen)
 {
     int rc = mos_load_corr(m, err, errlen);
@@ -1197,11 +1210,11 @@ static int run_coadd(mosaic *m, long band, const volatile int *cancel, char *err
         return TESS_ENOMEM;
     }
     int nk = band_inputs(m, y0, y1, ks);
-    long g = coadd_group_rows(m, nk, y1 - y0);
-    size_t gp = (size_t)g * (size_t)nx;
+    long g = coadd_group_rows(m, nk, y1 - y0), wr = coadd_write_rows(m, g, y1 - y0);
+    size_t gp = (size_t)g * (size_t)nx, wp = (size_t)wr * (size_t)nx;
     mos_accum a;
     int arc = mos_accum_init(&a, m->combine, gp, nk > 0 ? nk : 1);
-    float *out = malloc(sizeof(float) * gp), *cov = malloc(sizeof(float) * gp);
+    float *out = malloc(sizeof(float) * wp), *cov = malloc(sizeof(float) * wp);
     int band_maps = nk <= COADD_MAPS;
     plane_map *pv = band_maps ? calloc((size_t)(nk > 0 ? nk : 1), sizeof(plane_map)) : NULL;
     plane_map *pw = band_maps && exact ? calloc((size_t)(nk > 0 ? nk : 1), sizeof(plane_map))
@@ -1236,24 +1249,30 @@ static int run_coadd(mosaic *m, long band, const volatile int *cancel, char *err
         (void)fallocate(fd, FALLOC_FL_KEEP_SIZE, b1, bl);
     }
     uint32_t sums[2] = { 0, 0 };     /* the band's parts of the two DATASUMs */
+    long wy0 = y0;                   /* the first row gathered in out and cov */
     for (long gy0 = y0; gy0 < y1 && rc == 0; gy0 += g) {
         if (mos_canceled(cancel)) {
             rc = TESS_ECANCELED;
             break;
         }
         long gy1 = gy0 + g < y1 ? gy0 + g : y1;
-        size_t np = (size_t)(gy1 - gy0) * (size_t)nx;
         rc = coadd_rows(m, &a, ks, nk, gy0, gy1, pv, pw, err, errlen);
         if (rc)
             break;
-        mos_accum_result_be(&a, out, cov, sums);
-        off_t off0 = (off_t)m->h0 + (off_t)gy0 * nx * (off_t)sizeof(float);
-        off_t off1 = (off_t)(m->h0 + m->d0 + m->h1) + (off_t)gy0 * nx * (off_t)sizeof(float);
+        size_t at = (size_t)(gy0 - wy0) * (size_t)nx;
+        mos_accum_result_be(&a, out + at, cov + at, sums);
+        long ny1 = gy1 + g < y1 ? gy1 + g : y1;
+        if (gy1 < y1 && ny1 - wy0 <= wr)
+            continue;                /* room for the next group */
+        size_t np = (size_t)(gy1 - wy0) * (size_t)nx;
+        off_t off0 = (off_t)m->h0 + (off_t)wy0 * nx * (off_t)sizeof(float);
+        off_t off1 = (off_t)(m->h0 + m->d0 + m->h1) + (off_t)wy0 * nx * (off_t)sizeof(float);
         if (tess_pwrite_all(fd, out, sizeof(float) * np, off0) != 0
             || tess_pwrite_all(fd, cov, sizeof(float) * np, off1) != 0) {
             rc = TESS_EIO;
             tess_seterr(err, errlen, "cannot write '%s': %s", path, strerror(errno));
         }
+        wy0 = gy1;
     }
     if (rc == 0) {
         /* Kept for mos_finish, which then sets the checksums without reading the data

@@ -8,6 +8,7 @@
 #include "engine/base/error.h"
 #include "engine/base/fileio.h"
 #include "engine/base/mapguard.h"
+#include "engine/base/pool.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -564,10 +565,105 @@ static int read_src(src *s, const mos_header *given, rp_method method, char *err
     return 0;
 }
 
+/* The per-input work of mos_plan run in slices of the inputs (plan_slice): stage 0 reads
+ * each input's header (read_src), stage 1 places it on the target (its box).  An input
+ * that fails keeps its error only if no earlier input failed, so that the message is the
+ * one a loop in input order gives; a slice stops at its first failure or once an earlier
+ * input has failed. */
+typedef struct plan_par {
+    mosaic *m;
+    const mos_spec *spec;
+    int stage;
+    int copy_target;         /* 1: each slice maps with its own copy of m->tcel */
+    pthread_mutex_t lock;
+    atomic_int first;        /* the first input that failed, or INT_MAX */
+    int rc;
+    char err[512];
+} plan_par;
+
+static int plan_header(mosaic *m, const mos_spec *spec, int k, char *err, size_t errlen)
+{
+    const mos_input *mi = &spec->inputs[k];
+    src *s = &m->in[k];
+    s->path = strdup(mi->path);
+    s->name = strdup(mi->name ? mi->name : mi->path);
+    s->hdu = mi->hdu;
+    s->offset = isfinite(mi->offset) ? mi->offset : 0.0;
+    if (!s->path || !s->name) {
+        tess_seterr(err, errlen, "out of memory");
+        return TESS_ENOMEM;
+    }
+    return read_src(s, spec->headers ? &spec->headers[k] : NULL, m->method, err, errlen);
+}
+
+static int plan_box(mosaic *m, skywcs *tcel, int k, char *err, size_t errlen)
+{
+    src *s = &m->in[k];
+    char e[256];
+    int rc = skywcs_check_pair(s->cel, tcel, e, sizeof e);
+    if (rc) {
+        tess_seterr(err, errlen, "input '%s': %s", s->name, e);
+        return rc;
+    }
+    if ((rc = mos_bbox(s->cel, s->nx, s->ny, tcel, m->nx, m->ny, s->box)) != 0)
+        tess_seterr(err, errlen, "input '%s': cannot place it on the target", s->name);
+    return rc;
+}
+
+static void plan_slice(void *arg, size_t i0, size_t i1)
+{
+    plan_par *pp = arg;
+    char e[512];
+    skywcs *tcel = pp->stage == 1 ? pp->m->tcel : NULL;
+    int rc = 0, at = -1;     /* at: the input that failed */
+    if (pp->stage == 1 && pp->copy_target && (tcel = skywcs_copy(pp->m->tcel)) == NULL) {
+        rc = TESS_ENOMEM;
+        at = (int)i0;
+        tess_seterr(e, sizeof e, "out of memory");
+    }
+    for (size_t k = i0; at < 0 && k < i1 && (int)k < atomic_load(&pp->first); k++) {
+        rc = pp->stage == 0 ? plan_header(pp->m, pp->spec, (int)k, e, sizeof e)
+                            : plan_box(pp->m, tcel, (int)k, e, sizeof e);
+        if (rc)
+            at = (int)k;
+    }
+    if (at >= 0) {
+        pthread_mutex_lock(&pp->lock);
+        if (at < atomic_load(&pp->first)) {
+            atomic_store(&pp->first, at);
+            pp->rc = rc;
+            snprintf(pp->err, sizeof pp->err, "%s", e);
+        }
+        pthread_mutex_unlock(&pp->lock);
+    }
+    if (pp->copy_target)
+        skywcs_free(tcel);
+}
+
+/* Runs a stage of plan_par over the m->n inputs in `threads` slices on spec->pool (one
+ * slice on this thread without a pool).  Returns 0, or the first failed input's error. */
+static int plan_inputs(mosaic *m, const mos_spec *spec, int threads, int stage, char *err,
+                       size_t errlen)
+{
+    plan_par pp;
+    memset(&pp, 0, sizeof pp);
+    pp.m = m;
+    pp.spec = spec;
+    pp.stage = stage;
+    int ns = spec->pool && threads > 1 ? (threads < m->n ? threads : m->n) : 1;
+    pp.copy_target = ns > 1;
+    atomic_init(&pp.first, INT_MAX);
+    pthread_mutex_init(&pp.lock, NULL);
+    pool_for(ns > 1 ? spec->pool : NULL, POOL_BATCH, ns, (size_t)m->n, 1, plan_slice, &pp);
+    pthread_mutex_destroy(&pp.lock);
+    if (pp.rc)
+        tess_seterr(err, errlen, "%s", pp.err);
+    return pp.rc;
+}
+
 int mos_plan(const mos_spec *spec, const char *workdir, int threads, mosaic **out, char *err,
              size_t errlen)
 {
-    (void)threads;
     *out = NULL;
     if (!spec || spec->ninputs < 1 || spec->ninputs > MOS_MAX_INPUTS || !spec->inputs) {
         tess_seterr(err, errlen, "between 1 and %d inputs are needed", MOS_MAX_INPUTS);
@@ -593,21 +689,8 @@ int mos_plan(const mos_spec *spec, const char *workdir, int threads, mosaic **ou
         tess_seterr(err, errlen, "out of memory");
         goto fail;
     }
-    for (int k = 0; k < m->n; k++) {
-        const mos_input *mi = &spec->inputs[k];
-        src *s = &m->in[k];
-        s->path = strdup(mi->path);
-        s->name = strdup(mi->name ? mi->name : mi->path);
-        s->hdu = mi->hdu;
-        s->offset = isfinite(mi->offset) ? mi->offset : 0.0;
-        if (!s->path || !s->name) {
-            tess_seterr(err, errlen, "out of memory");
-            goto fail;
-        }
-        if ((rc = read_src(s, spec->headers ? &spec->headers[k] : NULL, m->method, err,
-                           errlen)) != 0)
-            goto fail;
-    }
+    if ((rc = plan_inputs(m, spec, threads, 0, err, errlen)) != 0)
+        goto fail;
     /* The target. */
     int tn = 0;
     if (spec->target_cards) {
@@ -718,19 +801,12 @@ int mos_plan(const mos_spec *spec, const char *workdir, int threads, mosaic **ou
         }
     }
     /* Boxes and blocks. */
+    if ((rc = plan_inputs(m, spec, threads, 1, err, errlen)) != 0)
+        goto fail;
     long nb = 0;
     int any = 0;
     for (int k = 0; k < m->n; k++) {
         src *s = &m->in[k];
-        char e[256];
-        if ((rc = skywcs_check_pair(s->cel, m->tcel, e, sizeof e)) != 0) {
-            tess_seterr(err, errlen, "input '%s': %s", s->name, e);
-            goto fail;
-        }
-        if ((rc = mos_bbox(s->cel, s->nx, s->ny, m->tcel, m->nx, m->ny, s->box)) != 0) {
-            tess_seterr(err, errlen, "input '%s': cannot place it on the target", s->name);
-            goto fail;
-        }
         s->block0 = nb;
         if (s->box[2] > 0 && s->box[3] > 0) {
             long bw = s->box[2], bh = s->box[3];

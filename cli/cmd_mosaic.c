@@ -454,6 +454,7 @@ int cmd_mosaic(int argc, char **argv)
     keep_freed_memory();
     have_sig = cli_signals_start(on_signal, (void *)&cancel, &sigth);
     workers = cli_workers_new(threads);
+    sp.pool = workers;   /* the plan reads the headers and places the inputs on them too */
     double t0 = cli_now_s();
     size_t ol = strlen(out) + 40;
     workdir = malloc(ol);

@@ -8,6 +8,7 @@
 #include "engine/base/error.h"
 #include "engine/base/fileio.h"
 #include "engine/base/mapguard.h"
+#include "engine/base/pool.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -284,6 +285,16 @@ static long coadd_group_rows(const mosaic *m, long nk, long rows)
     return g < 1.0 ? 1 : g > (double)rows ? rows : (long)g;
 }
 
+/* Output rows a coadd band gathers before it writes them (run_coadd): whole groups of g
+ * rows, as many as COADD_WRITE_BYTES of one float32 plane hold (at least one group), at
+ * most the band's rows. */
+static long coadd_write_rows(const mosaic *m, long g, long rows)
+{
+    double k = floor((double)COADD_WRITE_BYTES / ((double)g * (double)m->nx * 4.0));
+    long w = k < 1.0 ? g : k * (double)g > (double)rows ? rows : (long)k * g;
+    return w < g ? g : w;
+}
+
 void mos_estimate(const mosaic *m, mos_cost *c)
 {
     memset(c, 0, sizeof *c);
@@ -347,7 +358,9 @@ void mos_estimate(const mosaic *m, mos_cost *c)
             nk += s->box[2] > 0 && s->box[1] < y1 && s->box[1] + s->box[3] > y0;
         }
         long g = coadd_group_rows(m, nk, y1 - y0);
-        est_block(c, (double)g * coadd_rowbytes(m, nk) + (double)m->n * 4.0
+        long wr = coadd_write_rows(m, g, y1 - y0);   /* the planes gathered for a write */
+        est_block(c, (double)g * coadd_rowbytes(m, nk) + (double)(wr - g) * (double)m->nx * 8.0
+                  + (double)m->n * 4.0
                   + 2.0 * (double)(nk > 0 ? nk : 1) * 48.0,   /* the maps' records */
                   "coadd of %ld rows of %ld pixels from %ld inputs", g, m->nx, nk);
     }
@@ -552,10 +565,105 @@ static int read_src(src *s, const mos_header *given, rp_method method, char *err
     return 0;
 }
 
+/* The per-input work of mos_plan run in slices of the inputs (plan_slice): stage 0 reads
+ * each input's header (read_src), stage 1 places it on the target (its box).  An input
+ * that fails keeps its error only if no earlier input failed, so that the message is the
+ * one a loop in input order gives; a slice stops at its first failure or once an earlier
+ * input has failed. */
+typedef struct plan_par {
+    mosaic *m;
+    const mos_spec *spec;
+    int stage;
+    int copy_target;         /* 1: each slice maps with its own copy of m->tcel */
+    pthread_mutex_t lock;
+    atomic_int first;        /* the first input that failed, or INT_MAX */
+    int rc;
+    char err[512];
+} plan_par;
+
+static int plan_header(mosaic *m, const mos_spec *spec, int k, char *err, size_t errlen)
+{
+    const mos_input *mi = &spec->inputs[k];
+    src *s = &m->in[k];
+    s->path = strdup(mi->path);
+    s->name = strdup(mi->name ? mi->name : mi->path);
+    s->hdu = mi->hdu;
+    s->offset = isfinite(mi->offset) ? mi->offset : 0.0;
+    if (!s->path || !s->name) {
+        tess_seterr(err, errlen, "out of memory");
+        return TESS_ENOMEM;
+    }
+    return read_src(s, spec->headers ? &spec->headers[k] : NULL, m->method, err, errlen);
+}
+
+static int plan_box(mosaic *m, skywcs *tcel, int k, char *err, size_t errlen)
+{
+    src *s = &m->in[k];
+    char e[256];
+    int rc = skywcs_check_pair(s->cel, tcel, e, sizeof e);
+    if (rc) {
+        tess_seterr(err, errlen, "input '%s': %s", s->name, e);
+        return rc;
+    }
+    if ((rc = mos_bbox(s->cel, s->nx, s->ny, tcel, m->nx, m->ny, s->box)) != 0)
+        tess_seterr(err, errlen, "input '%s': cannot place it on the target", s->name);
+    return rc;
+}
+
+static void plan_slice(void *arg, size_t i0, size_t i1)
+{
+    plan_par *pp = arg;
+    char e[512];
+    skywcs *tcel = pp->stage == 1 ? pp->m->tcel : NULL;
+    int rc = 0, at = -1;     /* at: the input that failed */
+    if (pp->stage == 1 && pp->copy_target && (tcel = skywcs_copy(pp->m->tcel)) == NULL) {
+        rc = TESS_ENOMEM;
+        at = (int)i0;
+        tess_seterr(e, sizeof e, "out of memory");
+    }
+    for (size_t k = i0; at < 0 && k < i1 && (int)k < atomic_load(&pp->first); k++) {
+        rc = pp->stage == 0 ? plan_header(pp->m, pp->spec, (int)k, e, sizeof e)
+                            : plan_box(pp->m, tcel, (int)k, e, sizeof e);
+        if (rc)
+            at = (int)k;
+    }
+    if (at >= 0) {
+        pthread_mutex_lock(&pp->lock);
+        if (at < atomic_load(&pp->first)) {
+            atomic_store(&pp->first, at);
+            pp->rc = rc;
+            snprintf(pp->err, sizeof pp->err, "%s", e);
+        }
+        pthread_mutex_unlock(&pp->lock);
+    }
+    if (pp->copy_target)
+        skywcs_free(tcel);
+}
+
+/* Runs a stage of plan_par over the m->n inputs in `threads` slices on spec->pool (one
+ * slice on this thread without a pool).  Returns 0, or the first failed input's error. */
+static int plan_inputs(mosaic *m, const mos_spec *spec, int threads, int stage, char *err,
+                       size_t errlen)
+{
+    plan_par pp;
+    memset(&pp, 0, sizeof pp);
+    pp.m = m;
+    pp.spec = spec;
+    pp.stage = stage;
+    int ns = spec->pool && threads > 1 ? (threads < m->n ? threads : m->n) : 1;
+    pp.copy_target = ns > 1;
+    atomic_init(&pp.first, INT_MAX);
+    pthread_mutex_init(&pp.lock, NULL);
+    pool_for(ns > 1 ? spec->pool : NULL, POOL_BATCH, ns, (size_t)m->n, 1, plan_slice, &pp);
+    pthread_mutex_destroy(&pp.lock);
+    if (pp.rc)
+        tess_seterr(err, errlen, "%s", pp.err);
+    return pp.rc;
+}
+
 int mos_plan(const mos_spec *spec, const char *workdir, int threads, mosaic **out, char *err,
              size_t errlen)
 {
-    (void)threads;
     *out = NULL;
     if (!spec || spec->ninputs < 1 || spec->ninputs > MOS_MAX_INPUTS || !spec->inputs) {
         tess_seterr(err, errlen, "between 1 and %d inputs are needed", MOS_MAX_INPUTS);
@@ -581,21 +689,8 @@ int mos_plan(const mos_spec *spec, const char *workdir, int threads, mosaic **ou
         tess_seterr(err, errlen, "out of memory");
         goto fail;
     }
-    for (int k = 0; k < m->n; k++) {
-        const mos_input *mi = &spec->inputs[k];
-        src *s = &m->in[k];
-        s->path = strdup(mi->path);
-        s->name = strdup(mi->name ? mi->name : mi->path);
-        s->hdu = mi->hdu;
-        s->offset = isfinite(mi->offset) ? mi->offset : 0.0;
-        if (!s->path || !s->name) {
-            tess_seterr(err, errlen, "out of memory");
-            goto fail;
-        }
-        if ((rc = read_src(s, spec->headers ? &spec->headers[k] : NULL, m->method, err,
-                           errlen)) != 0)
-            goto fail;
-    }
+    if ((rc = plan_inputs(m, spec, threads, 0, err, errlen)) != 0)
+        goto fail;
     /* The target. */
     int tn = 0;
     if (spec->target_cards) {
@@ -706,19 +801,12 @@ int mos_plan(const mos_spec *spec, const char *workdir, int threads, mosaic **ou
         }
     }
     /* Boxes and blocks. */
+    if ((rc = plan_inputs(m, spec, threads, 1, err, errlen)) != 0)
+        goto fail;
     long nb = 0;
     int any = 0;
     for (int k = 0; k < m->n; k++) {
         src *s = &m->in[k];
-        char e[256];
-        if ((rc = skywcs_check_pair(s->cel, m->tcel, e, sizeof e)) != 0) {
-            tess_seterr(err, errlen, "input '%s': %s", s->name, e);
-            goto fail;
-        }
-        if ((rc = mos_bbox(s->cel, s->nx, s->ny, m->tcel, m->nx, m->ny, s->box)) != 0) {
-            tess_seterr(err, errlen, "input '%s': cannot place it on the target", s->name);
-            goto fail;
-        }
         s->block0 = nb;
         if (s->box[2] > 0 && s->box[3] > 0) {
             long bw = s->box[2], bh = s->box[3];
@@ -1179,10 +1267,11 @@ static void sum_record(long band, const uint32_t sums[2], uint32_t rec[4])
 }
 
 /* A band of output rows: the inputs' staged planes mapped once (up to COADD_MAPS inputs;
- * beyond, each for one group at a time), then added, combined and written a group of rows
- * at a time from buffers of COADD_GROUP_BYTES, reused (they stay in the cache; nothing is
- * faulted in per group), into mosaic.fits with pwrite, the band's blocks of the file
- * allocated first (fallocate, where the file system has it). */
+ * beyond, each for one group at a time), then added and combined a group of rows at a
+ * time in an accumulator of COADD_GROUP_BYTES, reused (it stays in the cache; nothing is
+ * faulted in per group), the groups' values and coverage gathered in two buffers of up
+ * to COADD_WRITE_BYTES and written from there into mosaic.fits with pwrite, the band's
+ * blocks of the file allocated first (fallocate, where the file system has it). */
 static int run_coadd(mosaic *m, long band, const volatile int *cancel, char *err, size_t errlen)
 {
     int rc = mos_load_corr(m, err, errlen);
@@ -1197,11 +1286,11 @@ static int run_coadd(mosaic *m, long band, const volatile int *cancel, char *err
         return TESS_ENOMEM;
     }
     int nk = band_inputs(m, y0, y1, ks);
-    long g = coadd_group_rows(m, nk, y1 - y0);
-    size_t gp = (size_t)g * (size_t)nx;
+    long g = coadd_group_rows(m, nk, y1 - y0), wr = coadd_write_rows(m, g, y1 - y0);
+    size_t gp = (size_t)g * (size_t)nx, wp = (size_t)wr * (size_t)nx;
     mos_accum a;
     int arc = mos_accum_init(&a, m->combine, gp, nk > 0 ? nk : 1);
-    float *out = malloc(sizeof(float) * gp), *cov = malloc(sizeof(float) * gp);
+    float *out = malloc(sizeof(float) * wp), *cov = malloc(sizeof(float) * wp);
     int band_maps = nk <= COADD_MAPS;
     plane_map *pv = band_maps ? calloc((size_t)(nk > 0 ? nk : 1), sizeof(plane_map)) : NULL;
     plane_map *pw = band_maps && exact ? calloc((size_t)(nk > 0 ? nk : 1), sizeof(plane_map))
@@ -1236,24 +1325,30 @@ static int run_coadd(mosaic *m, long band, const volatile int *cancel, char *err
         (void)fallocate(fd, FALLOC_FL_KEEP_SIZE, b1, bl);
     }
     uint32_t sums[2] = { 0, 0 };     /* the band's parts of the two DATASUMs */
+    long wy0 = y0;                   /* the first row gathered in out and cov */
     for (long gy0 = y0; gy0 < y1 && rc == 0; gy0 += g) {
         if (mos_canceled(cancel)) {
             rc = TESS_ECANCELED;
             break;
         }
         long gy1 = gy0 + g < y1 ? gy0 + g : y1;
-        size_t np = (size_t)(gy1 - gy0) * (size_t)nx;
         rc = coadd_rows(m, &a, ks, nk, gy0, gy1, pv, pw, err, errlen);
         if (rc)
             break;
-        mos_accum_result_be(&a, out, cov, sums);
-        off_t off0 = (off_t)m->h0 + (off_t)gy0 * nx * (off_t)sizeof(float);
-        off_t off1 = (off_t)(m->h0 + m->d0 + m->h1) + (off_t)gy0 * nx * (off_t)sizeof(float);
+        size_t at = (size_t)(gy0 - wy0) * (size_t)nx;
+        mos_accum_result_be(&a, out + at, cov + at, sums);
+        long ny1 = gy1 + g < y1 ? gy1 + g : y1;
+        if (gy1 < y1 && ny1 - wy0 <= wr)
+            continue;                /* room for the next group */
+        size_t np = (size_t)(gy1 - wy0) * (size_t)nx;
+        off_t off0 = (off_t)m->h0 + (off_t)wy0 * nx * (off_t)sizeof(float);
+        off_t off1 = (off_t)(m->h0 + m->d0 + m->h1) + (off_t)wy0 * nx * (off_t)sizeof(float);
         if (tess_pwrite_all(fd, out, sizeof(float) * np, off0) != 0
             || tess_pwrite_all(fd, cov, sizeof(float) * np, off1) != 0) {
             rc = TESS_EIO;
             tess_seterr(err, errlen, "cannot write '%s': %s", path, strerror(errno));
         }
+        wy0 = gy1;
     }
     if (rc == 0) {
         /* Kept for mos_finish, which then sets the checksums without reading the data

@@ -86,6 +86,10 @@ typedef struct mos_spec {
     double max_block_bytes;     /* memory one block may use (see mos_cost); a reprojection
                                    block whose input pixels would take more fails with
                                    TESS_ETOOBIG before it allocates them; 0 = no limit */
+    struct pool *pool;          /* NULL, or workers (engine/base/pool.h) on which mos_plan
+                                   reads the inputs' headers and places them on the target
+                                   in `threads` slices (the caller's thread takes part);
+                                   the plan and its messages are the same either way */
 } mos_spec;
 
 #define MOS_MAX_INPUTS 99999

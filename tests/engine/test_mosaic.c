@@ -18,6 +18,7 @@
 #include "engine/sky/skywcs.h"
 #include "tests/testutil.h"
 #include "engine/base/error.h"
+#include "engine/base/pool.h"
 
 /* The mosaic problem of tests/data/mosaic (copied from the project's shared data). */
 #define MOSAIC_DIR TESSERA_TESTDATA_DIR "/mosaic"
@@ -888,6 +889,52 @@ START_TEST(test_errors)
 }
 END_TEST
 
+/* A plan made on a pool of workers (the headers read and the inputs placed in slices)
+ * equals the plan made on one thread: the same target, the same box for every input;
+ * and with unreadable inputs among them, the error names the first of them in input
+ * order, as the serial plan does. */
+START_TEST(test_plan_on_pool)
+{
+    setup_tiles();
+    char err1[512] = "", err2[512] = "";
+    pool *p = pool_new(2, 16);
+    ck_assert_ptr_nonnull(p);
+    mos_spec s = base_spec(tiles, 6, NULL, 0);
+    mosaic *m1 = NULL, *m2 = NULL;
+    ck_assert_msg(mos_plan(&s, NULL, 1, &m1, err1, sizeof err1) == 0, "%s", err1);
+    s.pool = p;
+    ck_assert_msg(mos_plan(&s, NULL, 3, &m2, err2, sizeof err2) == 0, "%s", err2);
+    long nx1, ny1, nx2, ny2;
+    mos_target_size(m1, &nx1, &ny1);
+    mos_target_size(m2, &nx2, &ny2);
+    ck_assert(nx1 == nx2 && ny1 == ny2);
+    for (int k = 0; k < 6; k++) {
+        long b1[4], b2[4];
+        mos_input_box(m1, k, b1);
+        mos_input_box(m2, k, b2);
+        ck_assert_msg(memcmp(b1, b2, sizeof b1) == 0, "input %d: box %ld %ld %ld %ld, "
+                      "not %ld %ld %ld %ld", k, b2[0], b2[1], b2[2], b2[3], b1[0], b1[1],
+                      b1[2], b1[3]);
+    }
+    ck_assert_int_eq(mos_nblocks(m1, 0), mos_nblocks(m2, 0));
+    mos_free(m1);
+    mos_free(m2);
+    mos_input mixed[7] = { tiles[0], tiles[1], { "/nonexistent/first.fits", NULL, 0, 0.0 },
+                           tiles[2], tiles[3], { "/nonexistent/second.fits", NULL, 0, 0.0 },
+                           tiles[4] };
+    for (int t = 1; t <= 4; t++) {
+        s = base_spec(mixed, 7, NULL, 0);
+        s.pool = t > 1 ? p : NULL;
+        m1 = NULL;
+        ck_assert_int_lt(mos_plan(&s, NULL, t, &m1, err1, sizeof err1), 0);
+        ck_assert_ptr_null(m1);
+        ck_assert_msg(strstr(err1, "first.fits") && !strstr(err1, "second.fits"),
+                      "%d threads: %s", t, err1);
+    }
+    pool_free(p);
+}
+END_TEST
+
 /* The accumulator alone: each combination on three images of a 4-pixel row, with
  * weights, a NaN, a zero weight and a background plane, against values worked by hand. */
 START_TEST(test_accum_by_hand)
@@ -1097,6 +1144,7 @@ static Suite *mosaic_suite(void)
     tcase_add_test(tc, test_idempotent_blocks);
     tcase_add_test(tc, test_checksums_from_bands);
     tcase_add_test(tc, test_errors);
+    tcase_add_test(tc, test_plan_on_pool);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -1219,14 +1219,13 @@ RP_AVX2 static void sample_bicubic_avx2(const rp_kernel *k, size_t n,
 #define RP_BC_LANE(q)                                                                     \
     do {                                                                                  \
         const double *r_ = base[q];                                                       \
-        const int sel_ = (q) * 0x55;                                                      \
-        __m256d a_ = _mm256_mul_pd(_mm256_permute4x64_pd((__m256d)wy[0], sel_),           \
+        __m256d a_ = _mm256_mul_pd(_mm256_permute4x64_pd((__m256d)wy[0], (q) * 0x55),           \
                                    _mm256_loadu_pd(r_));                                  \
-        a_ = _mm256_add_pd(a_, _mm256_mul_pd(_mm256_permute4x64_pd((__m256d)wy[1], sel_), \
+        a_ = _mm256_add_pd(a_, _mm256_mul_pd(_mm256_permute4x64_pd((__m256d)wy[1], (q) * 0x55), \
                                              _mm256_loadu_pd(r_ + W)));                   \
-        a_ = _mm256_add_pd(a_, _mm256_mul_pd(_mm256_permute4x64_pd((__m256d)wy[2], sel_), \
+        a_ = _mm256_add_pd(a_, _mm256_mul_pd(_mm256_permute4x64_pd((__m256d)wy[2], (q) * 0x55), \
                                              _mm256_loadu_pd(r_ + 2 * W)));               \
-        a_ = _mm256_add_pd(a_, _mm256_mul_pd(_mm256_permute4x64_pd((__m256d)wy[3], sel_), \
+        a_ = _mm256_add_pd(a_, _mm256_mul_pd(_mm256_permute4x64_pd((__m256d)wy[3], (q) * 0x55), \
                                              _mm256_loadu_pd(r_ + 3 * W)));               \
         a[q] = a_;                                                                        \
     } while (0)

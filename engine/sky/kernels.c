@@ -1103,6 +1103,29 @@ RP_AVX2 static void sample_lanczos3_f32_avx2(const rp_kernel *k, size_t n,
         (w)[3] = 1.0 - (w)[0] - (w)[1] - (w)[2];                                          \
     } while (0)
 
+/* After RP_GROUP in the bicubic samplers: good = 1 when the group's four 4x4 supports
+ * need no mirroring and touch no flagged pixel, base[q] then lane q's support start in
+ * the padded plane (padded (sx, sy) = (fx - 1, fy - 1)). */
+#define RP_BICUBIC_SUPPORTS(good, base)                                                   \
+    do {                                                                                  \
+        const rp_v4i ok_ = (fx >= one) & (fx <= nx1) & (fy >= one) & (fy <= ny1);         \
+        (good) = ok_[0] & ok_[1] & ok_[2] & ok_[3];                                       \
+        for (int q_ = 0; q_ < 4 && (good); q_++) {                                        \
+            const size_t o_ = (size_t)(fy[q_] - 1) * (size_t)W + (size_t)(fx[q_] - 1);   \
+            (good) = !(bad && bad[o_ + (size_t)W + 1]);                                   \
+            (base)[q_] = src + o_;                                                        \
+        }                                                                                 \
+    } while (0)
+
+/* The group's horizontal and vertical weights (RP_BSPLINE_WEIGHTS4 of the fractions). */
+#define RP_BICUBIC_GROUP_WEIGHTS(wx, wy)                                                  \
+    do {                                                                                  \
+        const rp_v4d tx_ = cx - __builtin_convertvector(fx, rp_v4d);                      \
+        const rp_v4d ty_ = cy - __builtin_convertvector(fy, rp_v4d);                      \
+        RP_BSPLINE_WEIGHTS4(tx_, wx);                                                     \
+        RP_BSPLINE_WEIGHTS4(ty_, wy);                                                     \
+    } while (0)
+
 /* The same definition as bicubic_point, four positions at a time: groups whose four 4x4
  * supports need no mirroring and touch no flagged pixel are computed in vector lanes,
  * each lane with the scalar arithmetic in the scalar order (bit-identical: down the
@@ -1121,21 +1144,12 @@ RP_HOT static void sample_bicubic(const rp_kernel *k, size_t n, const double *re
     for (; m + 4 <= n; m += 4) {
         RP_GROUP(bicubic_point);
         {
-            const rp_v4i ok = (fx >= one) & (fx <= nx1) & (fy >= one) & (fy <= ny1);
             const double *base[4];
-            int good = ok[0] & ok[1] & ok[2] & ok[3];
-            for (int q = 0; q < 4 && good; q++) {
-                /* padded (sx, sy) = (fx - 1, fy - 1) */
-                const size_t o = (size_t)(fy[q] - 1) * (size_t)W + (size_t)(fx[q] - 1);
-                good = !(bad && bad[o + (size_t)W + 1]);
-                base[q] = src + o;
-            }
+            int good;
+            RP_BICUBIC_SUPPORTS(good, base);
             if (good) {
                 rp_v4d wx[4], wy[4];
-                const rp_v4d tx = cx - __builtin_convertvector(fx, rp_v4d);
-                const rp_v4d ty = cy - __builtin_convertvector(fy, rp_v4d);
-                RP_BSPLINE_WEIGHTS4(tx, wx);
-                RP_BSPLINE_WEIGHTS4(ty, wy);
+                RP_BICUBIC_GROUP_WEIGHTS(wx, wy);
                 rp_v4d a[4];
                 for (int i = 0; i < 4; i++) {
                     rp_v4d v[4];
@@ -1201,20 +1215,12 @@ RP_AVX2 static void sample_bicubic_avx2(const rp_kernel *k, size_t n,
         }
         RP_GROUP(bicubic_point);
         {
-            const rp_v4i ok = (fx >= one) & (fx <= nx1) & (fy >= one) & (fy <= ny1);
             const double *base[4];
-            int good = ok[0] & ok[1] & ok[2] & ok[3];
-            for (int q = 0; q < 4 && good; q++) {
-                const size_t o = (size_t)(fy[q] - 1) * (size_t)W + (size_t)(fx[q] - 1);
-                good = !(bad && bad[o + (size_t)W + 1]);
-                base[q] = src + o;
-            }
+            int good;
+            RP_BICUBIC_SUPPORTS(good, base);
             if (good) {
                 rp_v4d wx[4], wy[4];
-                const rp_v4d tx = cx - __builtin_convertvector(fx, rp_v4d);
-                const rp_v4d ty = cy - __builtin_convertvector(fy, rp_v4d);
-                RP_BSPLINE_WEIGHTS4(tx, wx);
-                RP_BSPLINE_WEIGHTS4(ty, wy);
+                RP_BICUBIC_GROUP_WEIGHTS(wx, wy);
                 __m256d a[4];
 #define RP_BC_LANE(q)                                                                     \
     do {                                                                                  \

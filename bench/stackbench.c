@@ -140,6 +140,16 @@ static void *mem_watcher(void *arg)
     return NULL;
 }
 
+/* Stops mem_watcher's thread and waits for it (peak_kb is then final). */
+static void mem_watch_stop(mem_watch *mw)
+{
+    pthread_mutex_lock(&mw->lock);
+    mw->stop = 1;
+    pthread_cond_signal(&mw->cond);
+    pthread_mutex_unlock(&mw->lock);
+    pthread_join(mw->th, NULL);
+}
+
 /* Runs a job to its product `product`; returns seconds, or -1 on failure.  Prints
  * "RESULT cpu_LABEL s" (user + system of the process while it ran) and "RESULT
  * anon_LABEL peak MB (before MB)". */
@@ -176,13 +186,8 @@ static double run_job(const char *label, const job_kind *k, const job_env *env,
     if (prc != 0) {
         fprintf(stderr, "stackbench: plan: %s\n", err);
         json_decref(body);
-        if (watching) {
-            pthread_mutex_lock(&mw.lock);
-            mw.stop = 1;
-            pthread_cond_signal(&mw.cond);
-            pthread_mutex_unlock(&mw.lock);
-            pthread_join(mw.th, NULL);
-        }
+        if (watching)
+            mem_watch_stop(&mw);
         return -1;
     }
     long total = 0;
@@ -212,13 +217,8 @@ static double run_job(const char *label, const job_kind *k, const job_env *env,
     }
     k->release(plan.state);
     double t = tess_mono_s() - t0, cpu = cpu_s() - c0;
-    if (watching) {
-        pthread_mutex_lock(&mw.lock);
-        mw.stop = 1;
-        pthread_cond_signal(&mw.cond);
-        pthread_mutex_unlock(&mw.lock);
-        pthread_join(mw.th, NULL);
-    }
+    if (watching)
+        mem_watch_stop(&mw);
     printf("RESULT cpu_%s %.6f s\n", label, cpu);
     printf("RESULT anon_%s %.1f MB (before %.1f MB)\n", label, mw.peak_kb / 1024.0,
            base_kb / 1024.0);

@@ -91,6 +91,29 @@ void mos_accum_reset(mos_accum *a, size_t np)
             return;                                                                       \
         }                                                                                 \
         int xi0 = (int)x0, ni = (int)n;                                                   \
+        if (slope == 0.0 && x0 >= 0) {                                                    \
+            /* A flat correction: slope * (x0 + x) is the same zero (slope's sign) at     \
+             * every column x0 + x >= 0, so base + slope * (x0 + x) is this one value.   \
+             * Without the background matched, the common case. */                        \
+            const double p = base + slope * (double)xi0;                                  \
+            if (w) {                                                                      \
+                for (int x = 0; x < ni; x++) {                                            \
+                    double wt = (double)w[x], val = (double)v[x];                         \
+                    int ok = wt > 0.0 && isfinite(val);                                   \
+                    double t = wt * (val - p);                                            \
+                    ar[x] += ok ? t : 0.0;                                                \
+                    wa[x] += ok ? wt : 0.0;                                               \
+                }                                                                         \
+            } else {                                                                      \
+                for (int x = 0; x < ni; x++) {                                            \
+                    double val = (double)v[x];                                            \
+                    int ok = isfinite(val);                                               \
+                    ar[x] += ok ? val - p : 0.0;                                          \
+                    wa[x] += ok ? 1.0 : 0.0;                                              \
+                }                                                                         \
+            }                                                                             \
+            return;                                                                       \
+        }                                                                                 \
         if (w) {                                                                          \
             for (int x = 0; x < ni; x++) {                                                \
                 double wt = (double)w[x], val = (double)v[x];                             \

@@ -57,11 +57,14 @@ void mos_accum_reset(mos_accum *a, size_t np)
 {
     a->np = np <= a->capacity ? np : a->capacity;
     /* 0.0 is all zero bits (IEEE 754): the sums and the weights start by memset. */
-    if (a->combine == MOS_MEAN || a->combine == MOS_SUM)
+    if (a->combine == MOS_MEAN || a->combine == MOS_SUM) {
+        if (a->clean >= a->np)
+            return;   /* cleared by mos_accum_take_be, nothing added since */
         memset(a->acc, 0, sizeof(double) * a->np);
-    else
+    } else {
         for (size_t i = 0; i < a->np; i++)
             a->acc[i] = NAN;
+    }
     memset(a->accw, 0, sizeof(double) * a->np);
     if (a->cnt)
         memset(a->cnt, 0, sizeof(int) * a->np);
@@ -138,6 +141,7 @@ void mos_accum_reset(mos_accum *a, size_t np)
     {                                                                                     \
         if (n <= 0 || o >= a->np)                                                         \
             return;                                                                       \
+        a->clean = 0;                                                                     \
         if ((size_t)n > a->np - o)                                                        \
             n = (long)(a->np - o);                                                        \
         if (a->combine == MOS_MEAN || a->combine == MOS_SUM) {                            \
@@ -269,34 +273,41 @@ static inline uint32_t f32_bits(float f)
 /* result_sums with the values stored big-endian in the same pass, and the stored words'
  * (unfolded) sums added to s[0] (out) and s[1] (cov). */
 ACCUM_HOT static void result_sums_be(const mos_accum *a, uint32_t *restrict out,
-                                     uint32_t *restrict cov, uint64_t s[2])
+                                     uint32_t *restrict cov, uint64_t s[2], int clear)
 {
-    const double *restrict acc = a->acc, *restrict accw = a->accw;
+    double *restrict acc = a->acc, *restrict accw = a->accw;
+    const int mean = a->combine == MOS_MEAN;
     for (size_t p0 = 0; p0 < a->np; p0 += SUM_CHUNK) {
         size_t np = a->np - p0 < SUM_CHUNK ? a->np - p0 : SUM_CHUNK;
-        const double *restrict ac = acc + p0, *restrict aw = accw + p0;
+        double *restrict ac = acc + p0, *restrict aw = accw + p0;
         uint32_t *restrict o = out + p0;
         uint64_t t0 = 0, t1 = 0;
-        if (a->combine == MOS_MEAN) {
+        if (cov) {
+            /* Both planes in one pass, each sum and weight read once and, for
+             * mos_accum_take_be, cleared while in the cache. */
+            uint32_t *restrict c = cov + p0;
             for (size_t p = 0; p < np; p++) {
-                double wt = aw[p];
-                float f = wt > 0.0 ? (float)(ac[p] / wt) : NAN;
+                double wt = aw[p], v = ac[p];
+                float f = wt > 0.0 ? (float)(mean ? v / wt : v) : NAN, fc = (float)wt;
                 t0 += f32_bits(f);
                 o[p] = f32_be(f);
+                t1 += f32_bits(fc);
+                c[p] = f32_be(fc);
+                if (clear) {
+                    ac[p] = 0.0;
+                    aw[p] = 0.0;
+                }
             }
         } else {
             for (size_t p = 0; p < np; p++) {
-                float f = aw[p] > 0.0 ? (float)ac[p] : NAN;
+                double wt = aw[p], v = ac[p];
+                float f = wt > 0.0 ? (float)(mean ? v / wt : v) : NAN;
                 t0 += f32_bits(f);
                 o[p] = f32_be(f);
-            }
-        }
-        if (cov) {
-            uint32_t *restrict c = cov + p0;
-            for (size_t p = 0; p < np; p++) {
-                float f = (float)aw[p];
-                t1 += f32_bits(f);
-                c[p] = f32_be(f);
+                if (clear) {
+                    ac[p] = 0.0;
+                    aw[p] = 0.0;
+                }
             }
         }
         s[0] = fold_sum(s[0] + fold_sum(t0));
@@ -304,11 +315,13 @@ ACCUM_HOT static void result_sums_be(const mos_accum *a, uint32_t *restrict out,
     }
 }
 
-void mos_accum_result_be(mos_accum *a, void *out, void *cov, uint32_t sums[2])
+static void result_be(mos_accum *a, void *out, void *cov, uint32_t sums[2], int clear)
 {
     uint64_t s[2] = { sums ? sums[0] : 0, sums ? sums[1] : 0 };
     if (a->combine == MOS_MEAN || a->combine == MOS_SUM) {
-        result_sums_be(a, out, cov, s);
+        result_sums_be(a, out, cov, s, clear);
+        if (clear)
+            a->clean = a->np;
     } else {
         mos_accum_result(a, out, cov);
         tess_be_swap(out, a->np, 4);
@@ -323,6 +336,18 @@ void mos_accum_result_be(mos_accum *a, void *out, void *cov, uint32_t sums[2])
         sums[0] = (uint32_t)fold_sum(s[0]);
         sums[1] = (uint32_t)fold_sum(s[1]);
     }
+}
+
+void mos_accum_result_be(mos_accum *a, void *out, void *cov, uint32_t sums[2])
+{
+    result_be(a, out, cov, sums, 0);
+}
+
+void mos_accum_take_be(mos_accum *a, void *out, void *cov, uint32_t sums[2])
+{
+    result_be(a, out, cov, sums, 1);
+    if (a->combine != MOS_MEAN && a->combine != MOS_SUM)
+        mos_accum_reset(a, a->np);
 }
 
 void mos_accum_result(mos_accum *a, float *out, float *cov)

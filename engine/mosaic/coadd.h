@@ -30,6 +30,8 @@ typedef struct mos_accum {
     double *accw;         /* sum(w) */
     float *list;          /* MEDIAN: max_inputs values a pixel */
     int *cnt;             /* MEDIAN: values in each pixel's list */
+    size_t clean;         /* MEAN, SUM: pixels 0 .. clean - 1 hold +0.0 sums (nothing
+                           * added since mos_accum_take_be cleared them) */
 } mos_accum;
 
 /* Bytes an accumulator of `pixels` pixels takes (see above). */
@@ -68,6 +70,12 @@ void mos_accum_result(mos_accum *a, float *out, float *cov);
  * written to out and cov added (fitswrite_sum32, FITS 4.0 appendix J: parts of the
  * DATASUMs, computed in the same pass for MEAN and SUM). */
 void mos_accum_result_be(mos_accum *a, void *out, void *cov, uint32_t sums[2]);
+
+/* mos_accum_result_be, leaving the accumulator as mos_accum_reset(a, a->np) does: for
+ * MEAN and SUM the sums are cleared in the same pass, so that a following
+ * mos_accum_reset to at most as many pixels has nothing left to clear (a coadd's row
+ * groups: one pass over the accumulator a group less). */
+void mos_accum_take_be(mos_accum *a, void *out, void *cov, uint32_t sums[2]);
 
 /* Frees the buffers (a zeroed or freed accumulator is fine). */
 void mos_accum_free(mos_accum *a);

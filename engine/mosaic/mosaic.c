@@ -1355,7 +1355,7 @@ static int run_coadd(mosaic *m, long band, const volatile int *cancel, char *err
         if (rc)
             break;
         /* Each buffer holds less than COADD_WRITE_BYTES before a group (gather_write). */
-        mos_accum_result_be(&a, pl[0].buf + pl[0].n, pl[1].buf + pl[1].n, sums);
+        mos_accum_take_be(&a, pl[0].buf + pl[0].n, pl[1].buf + pl[1].n, sums);
         pl[0].n += a.np;
         pl[1].n += a.np;
         if (gather_write(&pl[0], fd, gy1 == y1) != 0 || gather_write(&pl[1], fd, gy1 == y1) != 0) {

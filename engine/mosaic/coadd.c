@@ -10,14 +10,19 @@
 #include "engine/base/error.h"
 #include "engine/fits/fitswrite.h"
 
-/* The loops every pixel of a mosaic passes through: at -O3 (vectorised), with an AVX2
- * clone chosen at load time on x86-64 with GCC (as engine/sky/simd.h's RP_HOT; AVX2
- * without FMA, so no product and sum are fused: the results are those of the plain
- * code). */
+/* The loops every pixel of a mosaic passes through: at -O3 (vectorised), with AVX-512
+ * (x86-64-v4) and AVX2 clones chosen at load time on x86-64 with GCC (as
+ * engine/sky/simd.h's RP_HOT).  No product and sum are fused (fp-contract=off, though
+ * x86-64-v4 has FMA): every clone gives the results of the plain code.  The AVX-512
+ * clone adds 8 values a vector with mask registers where AVX2 adds 4 and blends: the
+ * 64-input mosaic's coadd took 0.044 s of CPU against 0.050 s with the AVX2 clone
+ * (1 thread, median of 9 alternated, AMD EPYC with AVX-512). */
 #if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__)
-#define ACCUM_HOT __attribute__((optimize("O3", "no-trapping-math"), target_clones("avx2", "default")))
+#define ACCUM_HOT                                                                          \
+    __attribute__((optimize("O3", "no-trapping-math", "fp-contract=off"),                 \
+                   target_clones("arch=x86-64-v4", "avx2", "default")))
 #elif defined(__GNUC__) && !defined(__clang__)
-#define ACCUM_HOT __attribute__((optimize("O3", "no-trapping-math")))
+#define ACCUM_HOT __attribute__((optimize("O3", "no-trapping-math", "fp-contract=off")))
 #else
 #define ACCUM_HOT
 #endif

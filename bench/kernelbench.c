@@ -28,6 +28,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "engine/base/hugemem.h"
 #include "engine/sky/kernels.h"
 #include "engine/sky/reproject.h"
 #include "engine/sky/skywcs.h"
@@ -42,7 +43,8 @@ static double cpu_s(void)
     return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
 }
 
-/* Reads a float32 C-order .npy file of 2 dimensions: returns its values (malloc) and
+/* Reads a float32 C-order .npy file of 2 dimensions: returns its values (tess_alloc_huge,
+ * as the plane store and the command line hold a source plane) and
  * *rows, *cols, or NULL with a message on stderr. */
 static float *read_npy(const char *path, long *rows, long *cols)
 {
@@ -71,7 +73,7 @@ static float *read_npy(const char *path, long *rows, long *cols)
         goto out;
     }
     size_t n = (size_t)*rows * (size_t)*cols;
-    v = malloc(n * sizeof(float));
+    v = tess_alloc_huge(n * sizeof(float));
     if (!v || fread(v, sizeof(float), n, f) != n) {
         fprintf(stderr, "%s: short data\n", path);
         free(v);
@@ -177,7 +179,8 @@ int main(int argc, char **argv)
         return 1;
     }
     size_t npx = (size_t)w * (size_t)h;
-    float *outk = malloc(npx * sizeof(float)), *outc = malloc(npx * sizeof(float));
+    float *outk = tess_alloc_huge(npx * sizeof(float));
+    float *outc = tess_alloc_huge(npx * sizeof(float));
     double *xr = malloc(sizeof(double) * (size_t)w * 3), *yr = xr + w, *vr = xr + 2 * w;
     skywcs *win = tan_wcs(nx, ny, 0.0), *wout = tan_wcs(w, h, rot);
     if (!outk || !outc || !xr || !win || !wout)

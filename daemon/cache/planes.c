@@ -18,6 +18,7 @@
 #include "engine/base/error.h"
 #include "engine/base/fileio.h"
 #include "engine/base/hash.h"
+#include "engine/base/hugemem.h"
 #include "engine/base/clock.h"
 #include "engine/base/lru.h"
 
@@ -253,7 +254,8 @@ static void entry_fill(const dataset *d, pentry *e, void *data, rp_dtype dt, siz
     e->plane.nx = d->nx;
     e->plane.ny = d->ny;
     e->nonfinite = nonfinite;
-    e->bytes = n * (dt == RP_F64 ? sizeof(double) : sizeof(float)) + sizeof(*e);
+    e->bytes = tess_huge_bytes(n * (dt == RP_F64 ? sizeof(double) : sizeof(float))) +
+               sizeof(*e);
     format_version(e->version, sizeof e->version, &e->id);
 }
 
@@ -273,7 +275,7 @@ static int load_ingested(const dataset *d, stack *ing, long z, pentry *e, char *
         return rc;
     size_t n = bytes / (dt == RP_F64 ? sizeof(double) : sizeof(float));
     long rows = dt == RP_F64 ? d->ny : (d->ny < PS_STAGE_ROWS ? d->ny : PS_STAGE_ROWS);
-    void *data = malloc(bytes);
+    void *data = tess_alloc_huge(bytes);
     double *stage = dt == RP_F64 ? data : malloc(sizeof(double) * (size_t)d->nx * (size_t)rows);
     if (!data || !stage) {
         free(data);
@@ -356,7 +358,7 @@ static int load_level0(const dataset *d, long z, pentry *e, char *err, size_t er
         return rc;
     size_t esz = dt == RP_F64 ? sizeof(double) : sizeof(float);
     size_t n = bytes / esz;
-    void *data = malloc(bytes);
+    void *data = tess_alloc_huge(bytes);
     if (!data) {
         tess_seterr(err, errlen, "out of memory for a %ld x %ld plane of %s", d->nx, d->ny,
                 e->path);

@@ -13,4 +13,10 @@
  * reprojection from 0.180 s to 0.169 s (means of 10 runs). */
 void *tess_alloc_huge(size_t bytes);
 
+/* The bytes tess_alloc_huge(bytes) reserves: `bytes` below 1 MiB, else `bytes` rounded
+ * up to whole 2 MiB (a huge page is backed whole once any byte of it is touched), so
+ * that memory budgets count what the buffer can hold resident.  0 when the rounding
+ * overflows. */
+size_t tess_huge_bytes(size_t bytes);
+
 #endif

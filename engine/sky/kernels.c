@@ -106,8 +106,10 @@ static inline double lanczos3_weights(const double *tab, double t, double w[6])
  * rp_kernel, lzf): u, v and their integer parts as lanczos3_weights splits them (in
  * double, exact), the fractions fu, fv rounded to float, then each weight L + f D in
  * float (one multiplication, one addition: L + fu * D with fu, L, D floats) and their
- * sum in the same order.  Within 3 2^-24 + 2.7e-8 of L(u) (the float roundings of L, of
- * fu D and of the sum; the table's interpolation error).  Cannot fail. */
+ * sum in the same order.  Each weight within 4 2^-24 of lanczos3_weights' (L rounded
+ * to float, the difference of two rounded values, the product and the sum: see
+ * tests/engine/test_kernels.c, lanczos3_f32_bound), which is within 2.7e-8 of L(u).
+ * Cannot fail. */
 static inline float lanczos3_weights_f32(const float *tabf, double t, float w[6])
 {
     const double u = t * LZ_RES, v = LZ_RES - u;

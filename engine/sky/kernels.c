@@ -54,6 +54,10 @@ struct rp_kernel {
                               aligned), L(k'), then L(k' + 1) - L(k'), for k' = k, k + LZ_RES,
                               k + 2 LZ_RES (in table units; lz values), each group of three
                               followed by a zero */
+    const float *lzf;      /* lanczos3 of float planes (shared): the same fields as lzt in
+                              float, 8 floats (32 bytes, 32-byte aligned) an entry: the
+                              three L rounded to float, a zero, the three differences of
+                              those floats (one float subtraction each), a zero */
 };
 
 /* ---- shared pieces of the samplers -------------------------------------------------- */
@@ -98,6 +102,29 @@ static inline double lanczos3_weights(const double *tab, double t, double w[6])
     return ((w[2] + w[3]) + (w[1] + w[4])) + (w[0] + w[5]);
 }
 
+/* lanczos3_weights in float for float planes, from the float table tabf (struct
+ * rp_kernel, lzf): u, v and their integer parts as lanczos3_weights splits them (in
+ * double, exact), the fractions fu, fv rounded to float, then each weight L + f D in
+ * float (one multiplication, one addition: L + fu * D with fu, L, D floats) and their
+ * sum in the same order.  Each weight within 4 2^-24 of lanczos3_weights' (L rounded
+ * to float, the difference of two rounded values, the product and the sum: see
+ * tests/engine/test_kernels.c, lanczos3_f32_bound), which is within 2.7e-8 of L(u).
+ * Cannot fail. */
+static inline float lanczos3_weights_f32(const float *tabf, double t, float w[6])
+{
+    const double u = t * LZ_RES, v = LZ_RES - u;
+    const long iu = (long)u, iv = (long)v;
+    const float fu = (float)(u - (double)iu), fv = (float)(v - (double)iv);
+    const float *a = tabf + 8 * iu, *b = tabf + 8 * iv;
+    w[2] = a[0] + fu * a[4];
+    w[1] = a[1] + fu * a[5];
+    w[0] = a[2] + fu * a[6];
+    w[3] = b[0] + fv * b[4];
+    w[4] = b[1] + fv * b[5];
+    w[5] = b[2] + fv * b[6];
+    return ((w[2] + w[3]) + (w[1] + w[4])) + (w[0] + w[5]);
+}
+
 /* Lanczos-3's plain sum over the 6x6 support, columns first: with v(j, i) the pixel of
  * row j, column i of the support (widened exactly to double), the column sums
  * c(i) = RP_LZ_SUM6(wy, v(., i)), then the sum RP_LZ_SUM6(wx, c), where
@@ -111,6 +138,15 @@ static inline double lanczos3_weights(const double *tab, double t, double w[6])
 #define RP_LZ_SUM6(w, a)                                                                  \
     ((((w)[0] * (a)[0] + (w)[2] * (a)[2]) + (w)[4] * (a)[4])                              \
      + (((w)[1] * (a)[1] + (w)[3] * (a)[3]) + (w)[5] * (a)[5]))
+
+/* Float planes: the plain sum in float (every product and sum one IEEE float operation),
+ * the columns c(i) = RP_LZ_SUM6(wy, v(., i)) of float weights and pixels, then across
+ * them RP_LZ_ACROSS(wx, c) = ((q0 + q4) + q2) + ((q1 + q5) + q3), q_i = wx_i c(i): the
+ * order in which the AVX2 sampler reduces the eight lanes of one position (columns in
+ * lanes 0-5).  The point function and every sampler of float planes use exactly this. */
+#define RP_LZ_ACROSS(w, c)                                                                \
+    ((((w)[0] * (c)[0] + (w)[4] * (c)[4]) + (w)[2] * (c)[2])                              \
+     + (((w)[1] * (c)[1] + (w)[5] * (c)[5]) + (w)[3] * (c)[3]))
 
 /* ---- points of the samplers that read the plane in place, one per pixel type ------- */
 
@@ -131,7 +167,9 @@ static inline double lanczos3_weights(const double *tab, double t, double w[6])
  *           extension), divided by the sum of the same weights (NaN below
  *           LZ_MIN_WEIGHT); with all 36 finite, computed as the plain sum divided by
  *           (sum wx)(sum wy), which in the interior is SWarp's LANCZOS3 (interpolate.c
- *           make_kernel: the 6 weights of each axis scaled to unit sum). */
+ *           make_kernel: the 6 weights of each axis scaled to unit sum).  Double planes
+ *           in double (lanczos3_f64), float planes in float (lanczos3_f32: weights and
+ *           plain sum in float, the division in double). */
 #define RP_DEFINE_POINTS(T, SFX)                                                          \
     static inline double nearest_##SFX(const rp_kernel *k, const T *restrict src, long nx, \
                                        long ny, double px, double py)                    \
@@ -162,22 +200,15 @@ static inline double lanczos3_weights(const double *tab, double t, double w[6])
         t += (double)rb[ia] * wy1 * wx0;                                                  \
         t += (double)rb[ib] * wy1 * wx1;                                                  \
         return t;                                                                         \
-    }                                                                                     \
-                                                                                          \
-    static inline double lanczos3_##SFX(const rp_kernel *k, const T *restrict src, long nx, \
-                                        long ny, double px, double py)                   \
+    }
+
+/* The 6x6 support of padded position (fx, fy) in the image: columns ix[0..5], rows
+ * row[0..5] (image pixels fx - 3 .. fx + 2, fy - 3 .. fy + 2 clamped into it). */
+#define RP_LZ_SUPPORT(T, SFX)                                                             \
+    static inline void lanczos3_support_##SFX(const T *src, long nx, long ny, long fx,   \
+                                              long fy, long ix[6], const T *row[6])      \
     {                                                                                     \
-        const double *tab = k->lz;                                                        \
-        const double cx = px + 1.0, cy = py + 1.0;                                        \
-        const long fx = (long)cx, fy = (long)cy;                                          \
-        double wx[6], wy[6];                                                              \
-        const double sx = lanczos3_weights(tab, cx - (double)fx, wx);                     \
-        const double sy = lanczos3_weights(tab, cy - (double)fy, wy);                     \
-        /* Support in the image: plain sum first, the NaN-aware one only when that is    \
-         * not finite (a non-finite pixel, whatever its weight, makes it so). */         \
         const long i0 = fx - 3, j0 = fy - 3;                                              \
-        long ix[6];                                                                       \
-        const T *row[6];                                                                  \
         for (int q = 0; q < 6; q++)                                                       \
             ix[q] = clampl(i0 + q, nx);                                                   \
         if (j0 >= 0 && j0 + 5 < ny) {                                                     \
@@ -187,18 +218,15 @@ static inline double lanczos3_weights(const double *tab, double t, double w[6])
             for (int q = 0; q < 6; q++)                                                   \
                 row[q] = src + clampl(j0 + q, ny) * nx;                                   \
         }                                                                                 \
-        double c[6];                                                                      \
-        for (int ii = 0; ii < 6; ii++) {                                                  \
-            double v[6];                                                                  \
-            for (int jj = 0; jj < 6; jj++)                                                \
-                v[jj] = (double)row[jj][ix[ii]];                                          \
-            c[ii] = RP_LZ_SUM6(wy, v);                                                    \
-        }                                                                                 \
-        double sum = RP_LZ_SUM6(wx, c);                                                   \
-        if (fabs(sum) <= DBL_MAX)                                                         \
-            return sum / (sx * sy);                                                       \
-        double wsum = 0.0;                                                                \
-        sum = 0.0;                                                                        \
+    }                                                                                     \
+                                                                                          \
+    /* The NaN-aware sum over the finite pixels of the support (row, ix) with weights    \
+     * wx, wy (double), whose 36 products sum to `den`: sum / (sum of the finite         \
+     * pixels' weights), NaN when those carry less than LZ_MIN_WEIGHT of den. */         \
+    static double lanczos3_masked_##SFX(const T *const row[6], const long ix[6],          \
+                                        const double wx[6], const double wy[6], double den) \
+    {                                                                                     \
+        double sum = 0.0, wsum = 0.0;                                                     \
         for (int jj = 0; jj < 6; jj++) {                                                  \
             double rs = 0.0, rw = 0.0;                                                    \
             for (int ii = 0; ii < 6; ii++) {                                              \
@@ -211,11 +239,53 @@ static inline double lanczos3_weights(const double *tab, double t, double w[6])
             sum += wy[jj] * rs;                                                           \
             wsum += wy[jj] * rw;                                                          \
         }                                                                                 \
-        return wsum >= LZ_MIN_WEIGHT * (sx * sy) ? sum / wsum : NAN;                      \
+        return wsum >= LZ_MIN_WEIGHT * den ? sum / wsum : NAN;                            \
     }
 
 RP_DEFINE_POINTS(float, f32)
 RP_DEFINE_POINTS(double, f64)
+RP_LZ_SUPPORT(float, f32)
+RP_LZ_SUPPORT(double, f64)
+
+/* lanczos3 of a plane of T (see above) with weights and sums in W: weights WEIGHTS from
+ * the table k->TAB, columns RP_LZ_SUM6, across them ACROSS, divided in double by
+ * (double)sx (double)sy; the NaN-aware sum (in double, from the weights widened) only
+ * when the plain sum exceeds WMAX in magnitude or is NaN (a non-finite pixel, whatever its
+ * weight, makes it so).  lanczos3_f64: double planes in double, RP_LZ_SUM6 across;
+ * lanczos3_f32: float planes in float (an AVX2 vector holds 8 floats), RP_LZ_ACROSS
+ * across, which every sampler of float planes follows bit for bit (its distance from
+ * lanczos3_f64 of the same values: tests/engine/test_kernels.c, lanczos3_f32_bound). */
+#define RP_LZ_POINT(T, W, SFX, WEIGHTS, TAB, ACROSS, WMAX)                                \
+    static inline double lanczos3_##SFX(const rp_kernel *k, const T *restrict src, long nx, \
+                                        long ny, double px, double py)                   \
+    {                                                                                     \
+        const double cx = px + 1.0, cy = py + 1.0;                                        \
+        const long fx = (long)cx, fy = (long)cy;                                          \
+        W wx[6], wy[6], c[6];                                                             \
+        const W sx = WEIGHTS(k->TAB, cx - (double)fx, wx);                                \
+        const W sy = WEIGHTS(k->TAB, cy - (double)fy, wy);                                \
+        long ix[6];                                                                       \
+        const T *row[6];                                                                  \
+        lanczos3_support_##SFX(src, nx, ny, fx, fy, ix, row);                             \
+        for (int ii = 0; ii < 6; ii++) {                                                  \
+            const T v[6] = { row[0][ix[ii]], row[1][ix[ii]], row[2][ix[ii]],              \
+                             row[3][ix[ii]], row[4][ix[ii]], row[5][ix[ii]] };            \
+            c[ii] = RP_LZ_SUM6(wy, v);                                                    \
+        }                                                                                 \
+        const W sum = ACROSS(wx, c);                                                      \
+        const double den = (double)sx * (double)sy;                                       \
+        if (fabs((double)sum) <= (WMAX))                                                  \
+            return (double)sum / den;                                                     \
+        double dx[6], dy[6];                                                              \
+        for (int q = 0; q < 6; q++) {                                                     \
+            dx[q] = wx[q];                                                                \
+            dy[q] = wy[q];                                                                \
+        }                                                                                 \
+        return lanczos3_masked_##SFX(row, ix, dx, dy, den);                               \
+    }
+
+RP_LZ_POINT(double, double, f64, lanczos3_weights, lz, RP_LZ_SUM6, DBL_MAX)
+RP_LZ_POINT(float, float, f32, lanczos3_weights_f32, lzf, RP_LZ_ACROSS, FLT_MAX)
 
 /* ---- bicubic ------------------------------------------------------------------------ */
 
@@ -864,156 +934,127 @@ long rp_kernel_sample_f32(const rp_kernel *k, size_t n, const double *x, const d
         (s) = (((w)[2] + (w)[3]) + ((w)[1] + (w)[4])) + ((w)[0] + (w)[5]);                \
     } while (0)
 
-/* Lanes (i0, i1, i2, i3) of the eight lanes of the rp_v4f a then b (0-3 a, 4-7 b) as
- * such a vector. */
-#if defined(__clang__)
-#define RP_V4F_SHUF(a, b, i0, i1, i2, i3) __builtin_shufflevector((a), (b), i0, i1, i2, i3)
-#else
-#define RP_V4F_SHUF(a, b, i0, i1, i2, i3) __builtin_shuffle((a), (b), (rp_v4i){ i0, i1, i2, i3 })
-#endif
-
-/* The six float pixels at r0 .. r3 (one row of the supports of four lanes, const void
- * pointers to floats) as six rp_v4d v[0..5], v[i] holding pixel i of each lane: per lane
- * two overlapping 16-byte loads (pixels 0-3 and 2-5), then a 4x4 and a 4x2 transpose in
- * float lanes, then the widening (exact) to double.  The same values as four scalar loads per v[i]. */
-#define RP_LZ_ROW_F32(r0, r1, r2, r3, v)                                                  \
-    do {                                                                                  \
-        rp_v4f q0_, q1_, q2_, q3_, h0_, h1_, h2_, h3_;                                    \
-        memcpy(&q0_, (r0), 16);                                                           \
-        memcpy(&q1_, (r1), 16);                                                           \
-        memcpy(&q2_, (r2), 16);                                                           \
-        memcpy(&q3_, (r3), 16);                                                           \
-        memcpy(&h0_, (const char *)(r0) + 8, 16);                                         \
-        memcpy(&h1_, (const char *)(r1) + 8, 16);                                         \
-        memcpy(&h2_, (const char *)(r2) + 8, 16);                                         \
-        memcpy(&h3_, (const char *)(r3) + 8, 16);                                         \
-        const rp_v4f t0_ = RP_V4F_SHUF(q0_, q1_, 0, 4, 1, 5);                             \
-        const rp_v4f t1_ = RP_V4F_SHUF(q0_, q1_, 2, 6, 3, 7);                             \
-        const rp_v4f t2_ = RP_V4F_SHUF(q2_, q3_, 0, 4, 1, 5);                             \
-        const rp_v4f t3_ = RP_V4F_SHUF(q2_, q3_, 2, 6, 3, 7);                             \
-        const rp_v4f u0_ = RP_V4F_SHUF(h0_, h1_, 2, 6, 3, 7);                             \
-        const rp_v4f u1_ = RP_V4F_SHUF(h2_, h3_, 2, 6, 3, 7);                             \
-        (v)[0] = __builtin_convertvector(RP_V4F_SHUF(t0_, t2_, 0, 1, 4, 5), rp_v4d);      \
-        (v)[1] = __builtin_convertvector(RP_V4F_SHUF(t0_, t2_, 2, 3, 6, 7), rp_v4d);      \
-        (v)[2] = __builtin_convertvector(RP_V4F_SHUF(t1_, t3_, 0, 1, 4, 5), rp_v4d);      \
-        (v)[3] = __builtin_convertvector(RP_V4F_SHUF(t1_, t3_, 2, 3, 6, 7), rp_v4d);      \
-        (v)[4] = __builtin_convertvector(RP_V4F_SHUF(u0_, u1_, 0, 1, 4, 5), rp_v4d);      \
-        (v)[5] = __builtin_convertvector(RP_V4F_SHUF(u0_, u1_, 2, 3, 6, 7), rp_v4d);      \
-    } while (0)
-
-/* The same definition as lanczos3_SFX, four positions at a time: groups whose four 6x6
- * supports lie inside the image (no clamping) and whose plain sums are finite are
- * computed in vector lanes, each lane with the scalar arithmetic in the scalar order
- * (RP_LZ_SUM6; bit-identical); any other lane takes the point function. */
-#define RP_LANCZOS4(T, SFX)                                                               \
-    RP_HOT static void sample_lanczos3_##SFX(const rp_kernel *k, size_t n,                \
-                                             const double *restrict x,                    \
-                                             const double *restrict y, double *restrict out) \
-    {                                                                                     \
-        RP_SAMPLER_VARS(T, k->src.data);                                                  \
-        const double *lzt = k->lzt;                                                       \
-        /* Interior: the support floor(c) - 3 .. floor(c) + 2 within the image on both    \
-         * axes, 3 <= floor(c) <= n - 3. */                                               \
-        const rp_v4i three = RP_V4I_SPLAT(3);                                             \
-        const rp_v4i nx3 = RP_V4I_SPLAT((int32_t)nx - 3);                                 \
-        const rp_v4i ny3 = RP_V4I_SPLAT((int32_t)ny - 3);                                 \
-        size_t m = 0;                                                                     \
-        for (; m + 4 <= n; m += 4) {                                                      \
-            RP_GROUP(lanczos3_##SFX);                                                     \
-            {                                                                             \
-                const rp_v4i ok = (fx >= three) & (fx <= nx3) & (fy >= three) & (fy <= ny3); \
-                if (!(ok[0] & ok[1] & ok[2] & ok[3]))                                     \
-                    goto point_##SFX;                                                     \
-                rp_v4d wx[6], wy[6], sx, sy;                                              \
-                RP_LZ_WEIGHTS4(lzt, cx - __builtin_convertvector(fx, rp_v4d), wx, sx);    \
-                RP_LZ_WEIGHTS4(lzt, cy - __builtin_convertvector(fy, rp_v4d), wy, sy);    \
-                const T *base[4];                                                         \
-                for (int q = 0; q < 4; q++)                                               \
-                    base[q] = src + (size_t)(fy[q] - 3) * (size_t)nx + (size_t)(fx[q] - 3); \
-                rp_v4d v[6][6], c[6];                                                     \
-                for (int jj = 0; jj < 6; jj++) {                                          \
-                    const size_t o = (size_t)jj * (size_t)nx;                             \
-                    const T *r0 = base[0] + o, *r1 = base[1] + o, *r2 = base[2] + o,      \
-                            *r3 = base[3] + o;                                            \
-                    if (sizeof(T) == sizeof(float))                                       \
-                        RP_LZ_ROW_F32(r0, r1, r2, r3, v[jj]);                             \
-                    else                                                                  \
-                        for (int ii = 0; ii < 6; ii++)                                    \
-                            v[jj][ii] = (rp_v4d){ (double)r0[ii], (double)r1[ii],         \
-                                                  (double)r2[ii], (double)r3[ii] };       \
-                }                                                                         \
-                for (int ii = 0; ii < 6; ii++) {                                          \
-                    const rp_v4d col[6] = { v[0][ii], v[1][ii], v[2][ii],                 \
-                                            v[3][ii], v[4][ii], v[5][ii] };               \
-                    c[ii] = RP_LZ_SUM6(wy, col);                                          \
-                }                                                                         \
-                const rp_v4d sum = RP_LZ_SUM6(wx, c);                                     \
-                const rp_v4d r = sum / (sx * sy);                                         \
-                const rp_v4q fin = (sum <= DBL_MAX) & (sum >= -DBL_MAX);                  \
-                if (fin[0] & fin[1] & fin[2] & fin[3]) {                                  \
-                    RP_V4D_STORE(out + m, r);                                             \
-                    continue;                                                             \
-                }                                                                         \
-            }                                                                             \
-        point_##SFX:                                                                      \
-            RP_POINTS(lanczos3_##SFX, m, m + 4)                                           \
-        }                                                                                 \
-        RP_POINTS(lanczos3_##SFX, m, n)                                                   \
+/* lanczos3_f64, four positions at a time: groups whose four 6x6 supports lie inside the
+ * image (no clamping) and whose plain sums are finite are computed in vector lanes, each
+ * lane with the scalar arithmetic in the scalar order (RP_LZ_SUM6; bit-identical); any
+ * other lane takes the point function. */
+RP_HOT static void sample_lanczos3_f64(const rp_kernel *k, size_t n, const double *restrict x,
+                                       const double *restrict y, double *restrict out)
+{
+    RP_SAMPLER_VARS(double, k->src.data);
+    const double *lzt = k->lzt;
+    /* Interior: the support floor(c) - 3 .. floor(c) + 2 within the image on both axes,
+     * 3 <= floor(c) <= n - 3. */
+    const rp_v4i three = RP_V4I_SPLAT(3);
+    const rp_v4i nx3 = RP_V4I_SPLAT((int32_t)nx - 3);
+    const rp_v4i ny3 = RP_V4I_SPLAT((int32_t)ny - 3);
+    size_t m = 0;
+    for (; m + 4 <= n; m += 4) {
+        RP_GROUP(lanczos3_f64);
+        {
+            const rp_v4i ok = (fx >= three) & (fx <= nx3) & (fy >= three) & (fy <= ny3);
+            if (!(ok[0] & ok[1] & ok[2] & ok[3]))
+                goto point;
+            rp_v4d wx[6], wy[6], sx, sy;
+            RP_LZ_WEIGHTS4(lzt, cx - __builtin_convertvector(fx, rp_v4d), wx, sx);
+            RP_LZ_WEIGHTS4(lzt, cy - __builtin_convertvector(fy, rp_v4d), wy, sy);
+            const double *base[4];
+            for (int q = 0; q < 4; q++)
+                base[q] = src + (size_t)(fy[q] - 3) * (size_t)nx + (size_t)(fx[q] - 3);
+            rp_v4d v[6][6], c[6];
+            for (int jj = 0; jj < 6; jj++) {
+                const size_t o = (size_t)jj * (size_t)nx;
+                for (int ii = 0; ii < 6; ii++)
+                    v[jj][ii] = (rp_v4d){ base[0][o + ii], base[1][o + ii], base[2][o + ii],
+                                          base[3][o + ii] };
+            }
+            for (int ii = 0; ii < 6; ii++) {
+                const rp_v4d col[6] = { v[0][ii], v[1][ii], v[2][ii],
+                                        v[3][ii], v[4][ii], v[5][ii] };
+                c[ii] = RP_LZ_SUM6(wy, col);
+            }
+            const rp_v4d sum = RP_LZ_SUM6(wx, c);
+            const rp_v4d r = sum / (sx * sy);
+            const rp_v4q fin = (sum <= DBL_MAX) & (sum >= -DBL_MAX);
+            if (fin[0] & fin[1] & fin[2] & fin[3]) {
+                RP_V4D_STORE(out + m, r);
+                continue;
+            }
+        }
+    point:
+        RP_POINTS(lanczos3_f64, m, m + 4)
     }
+    RP_POINTS(lanczos3_f64, m, n)
+}
 
-RP_LANCZOS4(float, f32)
-RP_LANCZOS4(double, f64)
+/* lanczos3_f32 at every position (the sampler of float planes where the CPU lacks AVX2:
+ * the float arithmetic in the one order that sample_lanczos3_f32_avx2 computes). */
+RP_HOT static void sample_lanczos3_f32(const rp_kernel *k, size_t n, const double *restrict x,
+                                       const double *restrict y, double *restrict out)
+{
+    RP_SAMPLER_VARS(float, k->src.data);
+    RP_POINTS(lanczos3_f32, 0, n)
+}
 
 #ifdef RP_AVX2_SAMPLERS
-/* The Lanczos-3 weights of one position along one axis from the fraction t's u = t LZ_RES
- * split as lanczos3_weights splits it (iu, fu; iv, fv for v = LZ_RES - u), in two
- * vectors: wr = (w2, w1, w0, 0) from entry iu of lz_taps, wf = (w3, w4, w5, 0) from
- * entry iv, each lane L + f D as lanczos3_weights computes it (bit for bit). */
-#define RP_LZ_TAPS(lzt, iu, fu, iv, fv, wr, wf)                                          \
+/* The float weights of one position along one axis (lanczos3_weights_f32) from the
+ * table entries ea = lzf + 8 iu, eb = lzf + 8 iv and the float fractions fu, fv: wr =
+ * (w2, w1, w0, 0), wf = (w3, w4, w5, 0), each lane L + f D. */
+#define RP_LZ_TAPS_F32(ea, eb, fu, fv, wr, wf)                                            \
     do {                                                                                  \
-        const double *ea_ = (lzt) + 8 * (size_t)(iu), *eb_ = (lzt) + 8 * (size_t)(iv);    \
-        (wr) = _mm256_add_pd(_mm256_load_pd(ea_),                                         \
-                             _mm256_mul_pd(_mm256_set1_pd(fu), _mm256_load_pd(ea_ + 4))); \
-        (wf) = _mm256_add_pd(_mm256_load_pd(eb_),                                         \
-                             _mm256_mul_pd(_mm256_set1_pd(fv), _mm256_load_pd(eb_ + 4))); \
+        (wr) = _mm_add_ps(_mm_load_ps(ea), _mm_mul_ps((fu), _mm_load_ps((ea) + 4)));      \
+        (wf) = _mm_add_ps(_mm_load_ps(eb), _mm_mul_ps((fv), _mm_load_ps((eb) + 4)));      \
     } while (0)
 
-/* The sum of the weights (wr, wf) of RP_LZ_TAPS as lanczos3_weights adds them,
- * ((w2 + w3) + (w1 + w4)) + (w0 + w5), in the low lane of an __m128d. */
-#define RP_LZ_TAPSUM(wr, wf)                                                              \
+/* The sum of the weights (wr, wf) as lanczos3_weights_f32 adds them,
+ * ((w2 + w3) + (w1 + w4)) + (w0 + w5), in the low lane of an __m128. */
+#define RP_LZ_TAPSUM_F32(wr, wf)                                                          \
     __extension__({                                                                       \
-        const __m256d t_ = _mm256_add_pd((wr), (wf));                                     \
-        const __m128d l_ = _mm256_castpd256_pd128(t_);                                    \
-        _mm_add_sd(_mm_add_sd(l_, _mm_unpackhi_pd(l_, l_)), _mm256_extractf128_pd(t_, 1)); \
+        const __m128 t_ = _mm_add_ps((wr), (wf));                                         \
+        _mm_add_ss(_mm_add_ss(t_, _mm_shuffle_ps(t_, t_, 1)), _mm_movehl_ps(t_, t_));     \
     })
 
-/* lanczos3 of a float plane with AVX2 intrinsics: what sample_lanczos3_f32 computes, bit
- * for bit (the weights as lanczos3_weights makes them, the plain sum RP_LZ_SUM6 in the
- * same order), with the lanes holding taps of one position rather than four positions:
- * per position, its weights along each axis in two vectors (RP_LZ_TAPS, one 64-byte table
- * entry each), each row's pixels 0-3 widened into one vector, pixels 4-5 of two rows into
- * another, the even and the odd rows summed apart (the two halves of RP_LZ_SUM6), then
- * the weights wx across.  No transposes, about half the instructions of the
- * four-position layout.  Groups of four positions not wholly inside the interior, or
- * with a sum that is not finite, take the point function. */
+/* lanczos3 of a float plane with AVX2 intrinsics: what lanczos3_f32 computes, bit for
+ * bit, one position at a time in 8 float lanes: the six rows of its support loaded 8
+ * pixels each (pixels 0-5 of the support and two beyond, which only reach lanes 6 and 7),
+ * summed down the columns with wy_j broadcast (RP_LZ_SUM6 in every lane), then the lanes
+ * multiplied by wx (lanes 0-5: w0 .. w5) and reduced as RP_LZ_ACROSS adds them (lanes 6
+ * and 7 never enter).  A group of four positions is taken here when every support lies
+ * inside the image and its last 8-pixel load ends inside the plane (fx + 4 < nx or a row
+ * below remains); other groups, and groups with a sum that is not finite, take the point
+ * function. */
 RP_AVX2 static void sample_lanczos3_f32_avx2(const rp_kernel *k, size_t n,
                                              const double *restrict x,
                                              const double *restrict y, double *restrict out)
 {
     RP_SAMPLER_VARS(float, k->src.data);
-    const double *lzt = k->lzt;
-    const rp_v4i three = RP_V4I_SPLAT(3);
-    const rp_v4i nx3 = RP_V4I_SPLAT((int32_t)nx - 3);
-    const rp_v4i ny3 = RP_V4I_SPLAT((int32_t)ny - 3);
+    const float *lzf = k->lzf;
+    const __m256d one = _mm256_set1_pd(1.0);
+    const __m128i three = _mm_set1_epi32(3);
+    const __m128i nx3 = _mm_set1_epi32((int32_t)nx - 3), nx5 = _mm_set1_epi32((int32_t)nx - 5);
+    const __m128i ny3 = _mm_set1_epi32((int32_t)ny - 3), ny4 = _mm_set1_epi32((int32_t)ny - 4);
+    /* lanes 0-5 of the wx vector: w0, w1, w2 from wr (reversed), w3, w4, w5 from wf */
+    const __m256i wxidx = _mm256_setr_epi32(2, 1, 0, 4, 5, 6, 3, 7);
     const size_t st = (size_t)nx;
     size_t m = 0;
     for (; m + 4 <= n; m += 4) {
-        RP_GROUP(lanczos3_f32);
+        /* c = x + 1 truncated: in the interior when 3 <= fx <= nx - 3 (and so for fy),
+         * which also puts x inside [-0.5, nx - 0.5] (a NaN or huge x truncates to
+         * INT_MIN: outside); the last row's 8-pixel load ends inside the plane when
+         * fx <= nx - 5 or fy <= ny - 4. */
+        const __m256d cxv = _mm256_add_pd(_mm256_loadu_pd(x + m), one);
+        const __m256d cyv = _mm256_add_pd(_mm256_loadu_pd(y + m), one);
+        const __m128i fxv = _mm256_cvttpd_epi32(cxv), fyv = _mm256_cvttpd_epi32(cyv);
+        const __m128i bad = _mm_or_si128(
+            _mm_or_si128(_mm_or_si128(_mm_cmpgt_epi32(fxv, nx3), _mm_cmpgt_epi32(fyv, ny3)),
+                         _mm_or_si128(_mm_cmpgt_epi32(three, fxv), _mm_cmpgt_epi32(three, fyv))),
+            _mm_and_si128(_mm_cmpgt_epi32(fxv, nx5), _mm_cmpgt_epi32(fyv, ny4)));
+        if (!_mm_testz_si128(bad, bad))
+            goto point;
         {
-            const rp_v4i ok = (fx >= three) & (fx <= nx3) & (fy >= three) & (fy <= ny3);
-            if (!(ok[0] & ok[1] & ok[2] & ok[3]))
-                goto point;
-            /* u = t LZ_RES, v = LZ_RES - u and their parts, as lanczos3_weights. */
+            const rp_v4d cx = (rp_v4d)cxv, cy = (rp_v4d)cyv;
+            const rp_v4i fx = (rp_v4i)fxv, fy = (rp_v4i)fyv;
+            /* u = t LZ_RES, v = LZ_RES - u and their parts, as lanczos3_weights_f32. */
             const rp_v4d ux = (cx - __builtin_convertvector(fx, rp_v4d)) * (double)LZ_RES;
             const rp_v4d uy = (cy - __builtin_convertvector(fy, rp_v4d)) * (double)LZ_RES;
             const rp_v4d vx = (double)LZ_RES - ux, vy = (double)LZ_RES - uy;
@@ -1021,67 +1062,45 @@ RP_AVX2 static void sample_lanczos3_f32_avx2(const rp_kernel *k, size_t n,
             const rp_v4i ivx = __builtin_convertvector(vx, rp_v4i);
             const rp_v4i iuy = __builtin_convertvector(uy, rp_v4i);
             const rp_v4i ivy = __builtin_convertvector(vy, rp_v4i);
-            const rp_v4d fux = ux - __builtin_convertvector(iux, rp_v4d);
-            const rp_v4d fvx = vx - __builtin_convertvector(ivx, rp_v4d);
-            const rp_v4d fuy = uy - __builtin_convertvector(iuy, rp_v4d);
-            const rp_v4d fvy = vy - __builtin_convertvector(ivy, rp_v4d);
-            double sums[4], dens[4];
+            const rp_v4f fux = __builtin_convertvector(ux - __builtin_convertvector(iux, rp_v4d), rp_v4f);
+            const rp_v4f fvx = __builtin_convertvector(vx - __builtin_convertvector(ivx, rp_v4d), rp_v4f);
+            const rp_v4f fuy = __builtin_convertvector(uy - __builtin_convertvector(iuy, rp_v4d), rp_v4f);
+            const rp_v4f fvy = __builtin_convertvector(vy - __builtin_convertvector(ivy, rp_v4d), rp_v4f);
+            _Alignas(16) float sums[4], sxs[4], sys[4];
             for (int q = 0; q < 4; q++) {
-                __m256d xr, xf, yr, yf;
-                RP_LZ_TAPS(lzt, iux[q], fux[q], ivx[q], fvx[q], xr, xf);
-                RP_LZ_TAPS(lzt, iuy[q], fuy[q], ivy[q], fvy[q], yr, yf);
-                _mm_store_sd(dens + q, _mm_mul_sd(RP_LZ_TAPSUM(xr, xf), RP_LZ_TAPSUM(yr, yf)));
+                __m128 xr, xf, yr, yf;
+                RP_LZ_TAPS_F32(lzf + 8 * (size_t)iux[q], lzf + 8 * (size_t)ivx[q],
+                               _mm_set1_ps(fux[q]), _mm_set1_ps(fvx[q]), xr, xf);
+                RP_LZ_TAPS_F32(lzf + 8 * (size_t)iuy[q], lzf + 8 * (size_t)ivy[q],
+                               _mm_set1_ps(fuy[q]), _mm_set1_ps(fvy[q]), yr, yf);
+                _mm_store_ss(sxs + q, RP_LZ_TAPSUM_F32(xr, xf));
+                _mm_store_ss(sys + q, RP_LZ_TAPSUM_F32(yr, yf));
+                /* wy as (w2, w1, w0, 0, w3, w4, w5, 0) in memory, broadcast from there */
+                _Alignas(32) float wy[8];
+                _mm_store_ps(wy, yr);
+                _mm_store_ps(wy + 4, yf);
                 const float *r = src + (size_t)(fy[q] - 3) * st + (size_t)(fx[q] - 3);
-                const float *r1 = r + st, *r2 = r1 + st, *r3 = r2 + st, *r4 = r3 + st,
-                            *r5 = r4 + st;
-                /* wy_j in every lane, and in pairs of lanes for rows j, j + 1. */
-                const __m256d b0 = _mm256_permute4x64_pd(yr, 0xAA);
-                const __m256d b1 = _mm256_permute4x64_pd(yr, 0x55);
-                const __m256d b2 = _mm256_permute4x64_pd(yr, 0x00);
-                const __m256d b3 = _mm256_permute4x64_pd(yf, 0x00);
-                const __m256d b4 = _mm256_permute4x64_pd(yf, 0x55);
-                const __m256d b5 = _mm256_permute4x64_pd(yf, 0xAA);
-                const __m256d b01 = _mm256_permute4x64_pd(yr, _MM_SHUFFLE(1, 1, 2, 2));
-                const __m256d b23 = _mm256_blend_pd(b2, b3, 0xC);
-                const __m256d b45 = _mm256_permute4x64_pd(yf, _MM_SHUFFLE(2, 2, 1, 1));
-                /* c(0..3): ((p0 + p2) + p4) + ((p1 + p3) + p5), p_j = wy_j v(j, .) */
-#define RP_LZ_P(bj, rj) _mm256_mul_pd((bj), _mm256_cvtps_pd(_mm_loadu_ps(rj)))
-                const __m256d ce = _mm256_add_pd(
-                    _mm256_add_pd(RP_LZ_P(b0, r), RP_LZ_P(b2, r2)), RP_LZ_P(b4, r4));
-                const __m256d co = _mm256_add_pd(
-                    _mm256_add_pd(RP_LZ_P(b1, r1), RP_LZ_P(b3, r3)), RP_LZ_P(b5, r5));
+#define RP_LZ_P(j, wi) _mm256_mul_ps(_mm256_broadcast_ss(wy + (wi)), _mm256_loadu_ps(r + (j) * st))
+                const __m256 c = _mm256_add_ps(
+                    _mm256_add_ps(_mm256_add_ps(RP_LZ_P(0, 2), RP_LZ_P(2, 0)), RP_LZ_P(4, 5)),
+                    _mm256_add_ps(_mm256_add_ps(RP_LZ_P(1, 1), RP_LZ_P(3, 4)), RP_LZ_P(5, 6)));
 #undef RP_LZ_P
-                const __m256d c03 = _mm256_add_pd(ce, co);
-                /* c(4), c(5): rows j (lanes 0, 1) and j + 1 (lanes 2, 3) in one vector. */
-#define RP_LZ_P2(bp, ra, rb)                                                              \
-    _mm256_mul_pd((bp), _mm256_cvtps_pd(_mm_castsi128_ps(_mm_unpacklo_epi64(              \
-                            _mm_loadl_epi64((const __m128i *)(const void *)((ra) + 4)),   \
-                            _mm_loadl_epi64((const __m128i *)(const void *)((rb) + 4))))))
-                const __m256d eo = _mm256_add_pd(
-                    _mm256_add_pd(RP_LZ_P2(b01, r, r1), RP_LZ_P2(b23, r2, r3)),
-                    RP_LZ_P2(b45, r4, r5));
-#undef RP_LZ_P2
-                const __m128d c45 = _mm_add_pd(_mm256_castpd256_pd128(eo),
-                                               _mm256_extractf128_pd(eo, 1));
-                /* RP_LZ_SUM6(wx, c): ((q0 + q2) + q4) + ((q1 + q3) + q5), q_i = wx_i c(i),
-                 * with (wx0 .. wx3) and (wx4, wx5) gathered from xr, xf. */
-                const __m256d wxa = _mm256_blend_pd(
-                    _mm256_permute4x64_pd(xr, _MM_SHUFFLE(3, 0, 1, 2)),
-                    _mm256_permute4x64_pd(xf, 0x00), 0x8);
-                const __m128d wxb =
-                    _mm256_castpd256_pd128(_mm256_permute4x64_pd(xf, _MM_SHUFFLE(3, 3, 2, 1)));
-                const __m256d pq = _mm256_mul_pd(wxa, c03);
-                const __m128d u = _mm_add_pd(
-                    _mm_add_pd(_mm256_castpd256_pd128(pq), _mm256_extractf128_pd(pq, 1)),
-                    _mm_mul_pd(wxb, c45));
-                _mm_store_sd(sums + q, _mm_add_sd(u, _mm_unpackhi_pd(u, u)));
+                const __m256 wx = _mm256_permutevar8x32_ps(
+                    _mm256_insertf128_ps(_mm256_castps128_ps256(xr), xf, 1), wxidx);
+                const __m256 p = _mm256_mul_ps(wx, c);
+                /* ((q0 + q4) + q2) + ((q1 + q5) + q3) */
+                const __m128 lo = _mm256_castps256_ps128(p);
+                const __m128 h = _mm_add_ps(_mm_add_ps(lo, _mm256_extractf128_ps(p, 1)),
+                                            _mm_movehl_ps(lo, lo));
+                _mm_store_ss(sums + q, _mm_add_ss(h, _mm_movehdup_ps(h)));
             }
-            const __m256d sum = _mm256_loadu_pd(sums);
-            const __m256d fin = _mm256_and_pd(
-                _mm256_cmp_pd(sum, _mm256_set1_pd(DBL_MAX), _CMP_LE_OQ),
-                _mm256_cmp_pd(sum, _mm256_set1_pd(-DBL_MAX), _CMP_GE_OQ));
-            if (_mm256_movemask_pd(fin) == 0xF) {
-                _mm256_storeu_pd(out + m, _mm256_div_pd(sum, _mm256_loadu_pd(dens)));
+            const __m128 sum = _mm_load_ps(sums);
+            const __m128 fin = _mm_and_ps(_mm_cmp_ps(sum, _mm_set1_ps(FLT_MAX), _CMP_LE_OQ),
+                                          _mm_cmp_ps(sum, _mm_set1_ps(-FLT_MAX), _CMP_GE_OQ));
+            if (_mm_movemask_ps(fin) == 0xF) {
+                const __m256d den = _mm256_mul_pd(_mm256_cvtps_pd(_mm_load_ps(sxs)),
+                                                  _mm256_cvtps_pd(_mm_load_ps(sys)));
+                _mm256_storeu_pd(out + m, _mm256_div_pd(_mm256_cvtps_pd(sum), den));
                 continue;
             }
         }
@@ -1262,9 +1281,10 @@ RP_AVX2 static void sample_bicubic_avx2(const rp_kernel *k, size_t n,
 /* The Lanczos-3 tables, made once per process (lanczos3_tables, under pthread_once) and
  * shared read-only by every kernel, so that a cube's planes, each with its own kernel,
  * do not each hold (and compute) a copy.  lz_table: L(k / LZ_RES), k = 0 .. LZ_TABLEN - 1;
- * lz_taps: see struct rp_kernel, field lzt. */
+ * lz_taps, lz_tapsf: see struct rp_kernel, fields lzt and lzf. */
 static double lz_table[LZ_TABLEN];
 static _Alignas(64) double lz_taps[8 * (LZ_RES + 1)];
+static _Alignas(32) float lz_tapsf[8 * (LZ_RES + 1)];
 static pthread_once_t lz_once = PTHREAD_ONCE_INIT;
 
 /* Fills lz_table with the Lanczos-3 kernel L(u) = sinc(u) sinc(u / 3) for |u| < 3, 0
@@ -1272,7 +1292,8 @@ static pthread_once_t lz_once = PTHREAD_ONCE_INIT;
  * dimensions", J. Applied Meteorology 18, 1979; Turkowski, "Filters for common
  * resampling tasks", Graphics Gems, 1990), tabulated at u = k / LZ_RES (exactly 1 at 0
  * and 0 at the other integers), then lz_taps from it: every value copied, every
- * difference L(k + 1) - L(k) computed once here, as lanczos3_weights computes it.
+ * difference L(k + 1) - L(k) computed once here, as lanczos3_weights computes it, and
+ * lz_tapsf: the values rounded to float, the differences of those floats in float.
  * Cannot fail. */
 static void lanczos3_tables(void)
 {
@@ -1295,6 +1316,13 @@ static void lanczos3_tables(void)
             e[4 + o] = v[1] - v[0];
         }
         e[3] = e[7] = 0.0;
+        float *g = lz_tapsf + 8 * q;
+        for (int o = 0; o < 3; o++) {
+            const double *v = t + q + o * LZ_RES;
+            g[o] = (float)v[0];
+            g[4 + o] = (float)v[1] - (float)v[0];
+        }
+        g[3] = g[7] = 0.0f;
     }
 }
 
@@ -1361,6 +1389,7 @@ rp_kernel *rp_kernel_new(rp_method method, const rp_plane *src, char *err, size_
         rc = pthread_once(&lz_once, lanczos3_tables) == 0 ? 0 : -1;
         k->lz = lz_table;
         k->lzt = lz_taps;
+        k->lzf = lz_tapsf;
     }
     if (rc != 0) {
         tess_seterr(err, errlen, "kernel: out of memory (%ldx%ld plane)", src->nx, src->ny);

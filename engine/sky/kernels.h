@@ -12,7 +12,7 @@ typedef struct rp_kernel rp_kernel;
 
 /* Prepares `src` for sampling with `method`.  `src` must outlive the kernel (nearest,
  * bilinear and lanczos3 read it in place; bicubic keeps its own coefficient array of
- * (nx+2) x (ny+2) doubles; lanczos3 reads static tables of 360 KB, filled at its first
+ * (nx+2) x (ny+2) doubles; lanczos3 reads static tables of 490 KB, filled at its first
  * use in the process and shared by every kernel).  Returns NULL on allocation failure or
  * an unknown method (`err` says which). */
 rp_kernel *rp_kernel_new(rp_method method, const rp_plane *src, char *err, size_t errlen);
@@ -28,7 +28,10 @@ void rp_kernel_free(rp_kernel *k);
  *  bicubic:  scipy order 3: cubic B-spline of the padded array prefiltered with mirror
  *            boundaries (spline_filter(mode='mirror')), reproducing the reference to ~1e-11;
  *  lanczos3: separable Lanczos-3 (a = 3) weights, tabulated, renormalised over the
- *            finite input pixels of the 6x6 support.
+ *            finite input pixels of the 6x6 support; float64 planes in double
+ *            arithmetic, float32 planes in float arithmetic (the weights and the sum;
+ *            within about 2^-20 of sum |w v| / sum w of the float64 result: bound
+ *            derived in tests/engine/test_kernels.c, lanczos3_f32_bound).
  * NaN input pixels: nearest and bilinear propagate them as scipy does; bicubic and
  * lanczos3 make NaN only those outputs whose kernel support touches a NaN pixel (bicubic)
  * or whose finite pixels carry less than half of the kernel's weight (lanczos3; a lower

@@ -1,5 +1,6 @@
 /* Bicubic sampling's cubic B-spline prefilter: a plane's coefficients, in bands kept in cache. */
 #include "engine/sky/bspline.h"
+#include "engine/base/hugemem.h"
 #include "engine/sky/simd.h"
 
 #include <float.h>
@@ -7,7 +8,6 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 
 /* The pole of the cubic B-spline prefilter, z = sqrt(3) - 2 (Unser, "Splines: a perfect
  * fit for signal and image processing", IEEE Signal Processing Magazine 16(6), 1999,
@@ -616,27 +616,6 @@ static int bicubic_prefilter_finite(const rp_plane *p, double *c, double g2)
     return 0;
 }
 
-/* Allocates the coefficient array of `bytes` bytes; where the system has transparent huge
- * pages, asks for them over the array (madvise MADV_HUGEPAGE on the 2 MiB-aligned part):
- * with 4 KiB pages a 4096^2 plane's 134 MB cost 33,000 page faults on first touch (about
- * half of the preparation's time here), and the sampler, reading rows far apart when
- * the grids are rotated, misses the TLB.  The advice is a hint: its failure changes
- * nothing.  Returns NULL when out of memory. */
-static double *coef_alloc(size_t bytes)
-{
-    double *c = malloc(bytes);
-#if defined(MADV_HUGEPAGE)
-    const uintptr_t huge = (uintptr_t)2 << 20;
-    if (c && bytes >= 4 * huge) {
-        uintptr_t lo = ((uintptr_t)c + huge - 1) & ~(huge - 1);
-        uintptr_t hi = ((uintptr_t)c + bytes) & ~(huge - 1);
-        if (hi > lo)
-            (void)madvise((void *)lo, hi - lo, MADV_HUGEPAGE);
-    }
-#endif
-    return c;
-}
-
 /* See bspline.h.  Copies the plane, edge-padded by one pixel, into *coef (non-finite
  * pixels filled, see fill_missing, and flagged in *bad), then applies the cubic B-spline
  * prefilter with mirror boundaries along rows and columns (scipy
@@ -661,7 +640,10 @@ int rp_bspline_prepare(const rp_plane *p, double **coef, unsigned char **bad)
 static int bspline_prepare(const rp_plane *p, double **coef, unsigned char **bad)
 {
     const long nx = p->nx, ny = p->ny, W = nx + 2, H = ny + 2;
-    double *c = coef_alloc(sizeof(double) * (size_t)W * (size_t)H);
+    /* on transparent huge pages where the system has them: with 4 KiB pages a 4096^2
+     * plane's 134 MB cost 33,000 page faults on first touch, and the sampler, reading
+     * rows far apart when the grids are rotated, misses the TLB */
+    double *c = tess_alloc_huge(sizeof(double) * (size_t)W * (size_t)H);
     if (!c)
         return -1;
     *coef = c;

@@ -457,10 +457,13 @@ static int bicubic_padded_row(const rp_plane *p, long j, double g2, double *rest
  * lane does bicubic_padded_row's and bspline_line's arithmetic in their order, so the
  * values are bit for bit theirs, and no row of c is written twice; the recursions, each
  * bound by the latency of a multiply and an add on one line (bspline_lines4 interleaves
- * four), advance BAND_ROWS lines a step.  Returns 0, or 1 when a pixel is not finite (c
+ * four), advance BAND_ROWS lines a step.  With `causal` set, the rows above (c - W
+ * onwards up) hold the causal pass of the columns, and the band's rows get it too on the
+ * way back into c (bspline_cols_causal's c(k) + z c(k - 1), row after row), so that they
+ * are not read and written once more.  Returns 0, or 1 when a pixel is not finite (c
  * is then incomplete).  Cannot fail. */
 RP_HOT static int bspline_band(const rp_plane *p, long j0, double g2, double *restrict c,
-                               const double *w, long m, double *restrict s)
+                               const double *w, long m, double *restrict s, int causal)
 {
     const double z = BSPLINE_Z, za = z / (z * z - 1.0);
     const long nx = p->nx, n = nx + 2, n4 = nx - nx % 4;
@@ -547,14 +550,26 @@ RP_HOT static int bspline_band(const rp_plane *p, long j0, double g2, double *re
             RP_V4D_LOAD(cc, s + R * (k + 2) + 4 * g);
             RP_V4D_LOAD(cd, s + R * (k + 3) + 4 * g);
             RP_T4X4(ca, cb, cc, cd, r0, r1, r2, r3);
+            if (causal) {
+                rp_v4d pr;
+                RP_V4D_LOAD(pr, a - n + k);
+                r0 += z * pr;
+                r1 += z * r0;
+                r2 += z * r1;
+                r3 += z * r2;
+            }
             RP_V4D_STORE(a + k, r0);
             RP_V4D_STORE(a + n + k, r1);
             RP_V4D_STORE(a + 2 * n + k, r2);
             RP_V4D_STORE(a + 3 * n + k, r3);
         }
         for (; k < n; k++)
-            for (int q = 0; q < 4; q++)
-                a[q * n + k] = s[R * k + 4 * g + q];
+            for (int q = 0; q < 4; q++) {
+                double e = s[R * k + 4 * g + q];
+                if (causal)
+                    e += z * a[(q - 1) * n + k];
+                a[q * n + k] = e;
+            }
     }
     return 0;
 }
@@ -584,8 +599,10 @@ static int bicubic_prefilter_finite(const rp_plane *p, double *c, double g2)
         const long nr = H - j0 < BAND_ROWS ? H - j0 : BAND_ROWS;
         double *r = c + j0 * W;
         long q = 0;
+        /* the column pass done through row j0 - 1: the band takes its rows through it */
+        const int fused = causal > 0 && causal == j0 && nr == BAND_ROWS;
         if (nr == BAND_ROWS) {
-            if (bspline_band(p, j0, g2, r, wr, mr, s) != 0) {
+            if (bspline_band(p, j0, g2, r, wr, mr, s, fused) != 0) {
                 free(s);
                 return 1;
             }
@@ -607,7 +624,8 @@ static int bicubic_prefilter_finite(const rp_plane *p, double *c, double g2)
             causal = 1;
         }
         if (causal > 0) {
-            bspline_cols_causal(c, W, causal, done);
+            if (!fused)
+                bspline_cols_causal(c, W, causal, done);
             causal = done;
             bspline_cols_finish(c, W, H, &fin, done, s);
         }

@@ -444,9 +444,13 @@ static int bicubic_padded_row(const rp_plane *p, long j, double g2, double *rest
         }                                                                                 \
     } while (0)
 
-/* Rows of a band of bspline_band: four lanes times BAND_G vectors. */
-#define BAND_G 2
+/* Rows of a band of bspline_band: four lanes times BAND_G vectors.  Four recursions side
+ * by side (16 lines) rather than two: 2 ms less on a 4096^2 plane (35 to 33 ms), once
+ * BAND_UNROLL (the literal of BAND_G) makes the compiler keep them in registers
+ * (without it four ran 7 ms slower than two). */
+#define BAND_G 4
 #define BAND_ROWS (4 * BAND_G)
+#define BAND_UNROLL _Pragma("GCC unroll 4")
 
 /* bicubic_prefilter_finite's work on the BAND_ROWS padded rows j0 .. j0 + BAND_ROWS - 1
  * of W = nx + 2 (rows of c from c + j0 W): bicubic_padded_row's values (pixel times g2,
@@ -510,22 +514,29 @@ RP_HOT static int bspline_band(const rp_plane *p, long j0, double g2, double *re
     memcpy(s, s + R, R * sizeof(double));                         /* r[0] = r[1] */
     memcpy(s + R * (n - 1), s + R * (n - 2), R * sizeof(double)); /* r[nx + 1] = r[nx] */
     rp_v4d pv[BAND_G], v;
+    BAND_UNROLL
     for (int g = 0; g < BAND_G; g++)
         pv[g] = (rp_v4d){ 0.0, 0.0, 0.0, 0.0 };
-    for (long k = 0; k < m; k++)
+    for (long k = 0; k < m; k++) {
+        BAND_UNROLL
         for (int g = 0; g < BAND_G; g++) {
             RP_V4D_LOAD(v, s + R * k + 4 * g);
             pv[g] += w[k] * v;
         }
+    }
+    BAND_UNROLL
     for (int g = 0; g < BAND_G; g++)
         RP_V4D_STORE(s + 4 * g, pv[g]);
-    for (long k = 1; k < n; k++)
+    for (long k = 1; k < n; k++) {
+        BAND_UNROLL
         for (int g = 0; g < BAND_G; g++) {
             RP_V4D_LOAD(v, s + R * k + 4 * g);
             pv[g] = v + z * pv[g];
             RP_V4D_STORE(s + R * k + 4 * g, pv[g]);
         }
+    }
     const long l = n - 1;
+    BAND_UNROLL
     for (int g = 0; g < BAND_G; g++) {
         rp_v4d u;
         RP_V4D_LOAD(v, s + R * l + 4 * g);
@@ -533,12 +544,14 @@ RP_HOT static int bspline_band(const rp_plane *p, long j0, double g2, double *re
         pv[g] = za * (v + z * u);
         RP_V4D_STORE(s + R * l + 4 * g, pv[g]);
     }
-    for (long k = n - 2; k >= 0; k--)
+    for (long k = n - 2; k >= 0; k--) {
+        BAND_UNROLL
         for (int g = 0; g < BAND_G; g++) {
             RP_V4D_LOAD(v, s + R * k + 4 * g);
             pv[g] = z * (pv[g] - v);
             RP_V4D_STORE(s + R * k + 4 * g, pv[g]);
         }
+    }
     const long w4 = n - n % 4;
     for (int g = 0; g < BAND_G; g++) {
         double *a = c + 4 * g * n;

@@ -432,13 +432,15 @@ static int bicubic_padded_row(const rp_plane *p, long j, double g2, double *rest
     } while (0)
 
 /* Four consecutive pixels of row r (float or double, f32 says which) from index i, as
- * doubles (widening a float is exact). */
+ * doubles (widening a float is exact).  The floats are widened one by one in a vector
+ * literal, which the compiler turns into one widening load (vcvtps2pd ymm, m128 with
+ * AVX2); through a memcpy into an rp_v4f and __builtin_convertvector it widened the two
+ * halves apart, the upper ones stored to the stack and reloaded. */
 #define RP_LOAD4_PIX(v, r, i, f32)                                                        \
     do {                                                                                  \
         if (f32) {                                                                        \
-            rp_v4f f_;                                                                    \
-            memcpy(&f_, (const float *)(r) + (i), sizeof f_);                             \
-            (v) = __builtin_convertvector(f_, rp_v4d);                                    \
+            const float *p_ = (const float *)(r) + (i);                                   \
+            (v) = (rp_v4d){ (double)p_[0], (double)p_[1], (double)p_[2], (double)p_[3] }; \
         } else {                                                                          \
             memcpy(&(v), (const double *)(r) + (i), sizeof(v));                           \
         }                                                                                 \

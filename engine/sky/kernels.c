@@ -1275,6 +1275,145 @@ RP_AVX2 static void sample_bicubic_avx2(const rp_kernel *k, size_t n,
     }
     RP_POINTS(bicubic_point, m, n)
 }
+
+/* sample_bicubic_avx2 eight positions at a time for CPUs with AVX-512F (rp_kernel_new
+ * checks at run time): the same supports, weights and arithmetic in the same order (bit
+ * for bit the same values; every product and sum an intrinsic, so no compiler contracts
+ * them into FMAs), the rows of two lanes' supports in the two halves of one 512-bit
+ * register: 16 row loads, 16 weight broadcasts (permutations), 28 multiplies and adds
+ * and 8 shuffles (the transposition of the column sums) for eight positions.  A group
+ * of eight with a position outside the valid range, or a support that needs mirroring
+ * or touches a flagged pixel, takes bicubic_point.  Offsets are multiplied in 32 x 32
+ * -> 64 bits: W = nx + 2 <= INT32_MAX (rp_kernel_new).  The four rows of the support of
+ * the position RP_BICUBIC_AHEAD ahead are prefetched, once per eight positions (once per
+ * four, as sample_bicubic_avx2 does, ran at 73-74 ms against 66; none at 70-89 ms; 64
+ * ahead as 32).  Sampler alone on 4096^2 rotated by 20 deg, 1 thread, AMD EPYC (Zen 4),
+ * A B alternated: 84.0-84.5 ms with sample_bicubic_avx2, 65.8-66.8 ms with this; its
+ * loops unrolled by hand (RP_BC_PAIR, RP_BC_WEIGHTS8): left as loops, GCC kept the
+ * weights and sums on the stack and it ran slower than the AVX2 one.
+ * Valgrind, whose CPU has no AVX-512, gets sample_bicubic_avx2. */
+#define RP_AVX512 __attribute__((target("avx512f")))
+RP_AVX512 static void sample_bicubic_avx512(const rp_kernel *k, size_t n,
+                                            const double *restrict x,
+                                            const double *restrict y, double *restrict out)
+{
+    RP_SAMPLER_VARS(double, k->coef);
+    const unsigned char *bad = k->bad;
+    const long W = nx + 2, H = ny + 2;
+    const __m512d lo = _mm512_set1_pd(-0.5), hx = _mm512_set1_pd(xmax);
+    const __m512d hy = _mm512_set1_pd(ymax), one = _mm512_set1_pd(1.0);
+    const __m512d two = _mm512_set1_pd(2.0), half = _mm512_set1_pd(0.5);
+    const __m512d twothirds = _mm512_set1_pd(BSPLINE3_TWO_THIRDS);
+    const __m512d sixth = _mm512_set1_pd(BSPLINE3_SIXTH);
+    const __m256i ione = _mm256_set1_epi32(1), nx1 = _mm256_set1_epi32((int32_t)nx - 1);
+    const __m256i ny1 = _mm256_set1_epi32((int32_t)ny - 1);
+    const __m512i w64 = _mm512_set1_epi64((long long)W);
+    /* lane q of the pair p's weights in the lower half, lane q + 1 in the upper */
+    static const int64_t pair_idx[4][8] = { { 0, 0, 0, 0, 1, 1, 1, 1 },
+                                            { 2, 2, 2, 2, 3, 3, 3, 3 },
+                                            { 4, 4, 4, 4, 5, 5, 5, 5 },
+                                            { 6, 6, 6, 6, 7, 7, 7, 7 } };
+    /* tap i of the four positions of (A, B) in the lower half, tap i' in the upper */
+    static const int64_t tap_idx[2][8] = { { 0, 4, 8, 12, 1, 5, 9, 13 },
+                                           { 2, 6, 10, 14, 3, 7, 11, 15 } };
+    const __m512i t01 = _mm512_loadu_si512(tap_idx[0]), t23 = _mm512_loadu_si512(tap_idx[1]);
+    size_t m = 0;
+    for (; m + 8 <= n; m += 8) {
+        if (m + RP_BICUBIC_AHEAD < n) {
+            const double qx = x[m + RP_BICUBIC_AHEAD], qy = y[m + RP_BICUBIC_AHEAD];
+            if (qx >= -0.5 && qx <= xmax && qy >= -0.5 && qy <= ymax) {
+                const long sx = (long)(qx + 1.0) - 1, sy = (long)(qy + 1.0) - 1;
+                const double *p = src + (sx < 0 ? 0 : sx);
+                for (long q = 0; q < 4; q++)
+                    _mm_prefetch((const char *)(p + clampl(sy + q, H) * W), _MM_HINT_T0);
+            }
+        }
+        const __m512d px = _mm512_loadu_pd(x + m), py = _mm512_loadu_pd(y + m);
+        const __mmask8 in = _mm512_cmp_pd_mask(px, lo, _CMP_GE_OQ)
+                            & _mm512_cmp_pd_mask(px, hx, _CMP_LE_OQ)
+                            & _mm512_cmp_pd_mask(py, lo, _CMP_GE_OQ)
+                            & _mm512_cmp_pd_mask(py, hy, _CMP_LE_OQ);
+        if (in != 0xff) {
+            RP_POINTS(bicubic_point, m, m + 8)
+            continue;
+        }
+        const __m512d cx = _mm512_add_pd(px, one), cy = _mm512_add_pd(py, one);
+        const __m256i fx = _mm512_cvttpd_epi32(cx), fy = _mm512_cvttpd_epi32(cy);
+        const __m256i out_ = _mm256_or_si256(
+            _mm256_or_si256(_mm256_cmpgt_epi32(ione, fx), _mm256_cmpgt_epi32(fx, nx1)),
+            _mm256_or_si256(_mm256_cmpgt_epi32(ione, fy), _mm256_cmpgt_epi32(fy, ny1)));
+        if (!_mm256_testz_si256(out_, out_)) {
+            RP_POINTS(bicubic_point, m, m + 8)
+            continue;
+        }
+        int64_t off[8];
+        const __m512i sy = _mm512_cvtepi32_epi64(_mm256_sub_epi32(fy, ione));
+        const __m512i sx = _mm512_cvtepi32_epi64(_mm256_sub_epi32(fx, ione));
+        _mm512_storeu_si512(off, _mm512_add_epi64(_mm512_mul_epi32(sy, w64), sx));
+        if (bad) {
+            int hit = 0;
+            for (int q = 0; q < 8; q++)
+                hit |= bad[off[q] + W + 1];
+            if (hit) {
+                RP_POINTS(bicubic_point, m, m + 8)
+                continue;
+            }
+        }
+        /* RP_BSPLINE_WEIGHTS4's arithmetic, eight lanes */
+#define RP_BC_WEIGHTS8(t, w)                                                              \
+    do {                                                                                  \
+        const __m512d u_ = _mm512_sub_pd(one, (t));                                       \
+        (w)[1] = _mm512_add_pd(_mm512_mul_pd(_mm512_mul_pd(_mm512_mul_pd((t), (t)),       \
+                                                           _mm512_sub_pd((t), two)), half), \
+                               twothirds);                                                \
+        (w)[2] = _mm512_add_pd(_mm512_mul_pd(_mm512_mul_pd(_mm512_mul_pd(u_, u_),         \
+                                                           _mm512_sub_pd(u_, two)), half), \
+                               twothirds);                                                \
+        (w)[0] = _mm512_mul_pd(_mm512_mul_pd(_mm512_mul_pd(u_, u_), u_), sixth);          \
+        (w)[3] = _mm512_sub_pd(_mm512_sub_pd(_mm512_sub_pd(one, (w)[0]), (w)[1]), (w)[2]); \
+    } while (0)
+        __m512d wx[4], wy[4];
+        RP_BC_WEIGHTS8(_mm512_sub_pd(cx, _mm512_cvtepi32_pd(fx)), wx);
+        RP_BC_WEIGHTS8(_mm512_sub_pd(cy, _mm512_cvtepi32_pd(fy)), wy);
+#undef RP_BC_WEIGHTS8
+        /* pair p: lane 2p's column sums in the lower half, lane 2p + 1's in the upper */
+#define RP_BC_ROW(p, j)                                                                   \
+    _mm512_mul_pd(_mm512_permutexvar_pd(pi_, wy[j]),                                      \
+                  _mm512_insertf64x4(_mm512_castpd256_pd512(_mm256_loadu_pd(b0_ + (j) * W)), \
+                                     _mm256_loadu_pd(b1_ + (j) * W), 1))
+#define RP_BC_PAIR(p, acc)                                                                \
+    do {                                                                                  \
+        const double *b0_ = src + off[2 * (p)], *b1_ = src + off[2 * (p) + 1];            \
+        const __m512i pi_ = _mm512_loadu_si512(pair_idx[p]);                              \
+        __m512d s_ = RP_BC_ROW(p, 0);                                                     \
+        s_ = _mm512_add_pd(s_, RP_BC_ROW(p, 1));                                          \
+        s_ = _mm512_add_pd(s_, RP_BC_ROW(p, 2));                                          \
+        (acc) = _mm512_add_pd(s_, RP_BC_ROW(p, 3));                                       \
+    } while (0)
+        __m512d acc0, acc1, acc2, acc3;
+        RP_BC_PAIR(0, acc0);
+        RP_BC_PAIR(1, acc1);
+        RP_BC_PAIR(2, acc2);
+        RP_BC_PAIR(3, acc3);
+#undef RP_BC_PAIR
+#undef RP_BC_ROW
+        /* the column sums transposed: c[i] = tap i of the eight lanes */
+        const __m512d p01 = _mm512_permutex2var_pd(acc0, t01, acc1);
+        const __m512d q01 = _mm512_permutex2var_pd(acc2, t01, acc3);
+        const __m512d p23 = _mm512_permutex2var_pd(acc0, t23, acc1);
+        const __m512d q23 = _mm512_permutex2var_pd(acc2, t23, acc3);
+        const __m512d c0 = _mm512_shuffle_f64x2(p01, q01, 0x44);
+        const __m512d c1 = _mm512_shuffle_f64x2(p01, q01, 0xee);
+        const __m512d c2 = _mm512_shuffle_f64x2(p23, q23, 0x44);
+        const __m512d c3 = _mm512_shuffle_f64x2(p23, q23, 0xee);
+        const __m512d t = _mm512_add_pd(_mm512_add_pd(_mm512_mul_pd(wx[0], c0),
+                                                      _mm512_mul_pd(wx[1], c1)),
+                                        _mm512_add_pd(_mm512_mul_pd(wx[2], c2),
+                                                      _mm512_mul_pd(wx[3], c3)));
+        _mm512_storeu_pd(out + m, t);
+    }
+    RP_POINTS(bicubic_point, m, n)
+}
 #endif
 /* ---- lanczos3 ----------------------------------------------------------------------- */
 
@@ -1361,6 +1500,8 @@ rp_kernel *rp_kernel_new(rp_method method, const rp_plane *src, char *err, size_
 #ifdef RP_AVX2_SAMPLERS
         if (__builtin_cpu_supports("avx2"))
             fn = sample_bicubic_avx2;
+        if (__builtin_cpu_supports("avx512f") && src->nx <= INT32_MAX - 2)
+            fn = sample_bicubic_avx512;
 #endif
         break;
     case RP_LANCZOS3:

@@ -654,6 +654,19 @@ RP_HOT static long fused_nearest_f32(const rp_kernel *k, size_t n, const double 
     return finish_f32(d, fp, n);
 }
 
+/* Positions m .. e - 1 of a fused AVX2 sampler one at a time: POINT's value (NaN
+ * outside the valid range) narrowed to float32 and finished by finish_f32 (a NaN quiet,
+ * the footprint), counted in fin; m is left as it was.  Uses the sampler's k, src, nx,
+ * ny, xmax, ymax, x, y, d, fp and fin. */
+#define RP_FUSED_POINTS(POINT, e)                                                         \
+    for (size_t q_ = m; q_ < (e); q_++) {                                                 \
+        const double qx_ = x[q_], qy_ = y[q_];                                            \
+        const float v_ = (float)(qx_ >= -0.5 && qx_ <= xmax && qy_ >= -0.5 && qy_ <= ymax \
+                                 ? POINT(k, src, nx, ny, qx_, qy_) : NAN);                \
+        memcpy(d + q_, &v_, sizeof v_);                                                   \
+        fin += finish_f32(d + q_, fp ? fp + q_ : NULL, 1);                                \
+    }
+
 #ifdef RP_AVX2_SAMPLERS
 /* fused_nearest_f32 with AVX2: the same positions, truncations and clamps, lane for
  * lane, in half the instructions (about 10 a pixel): 64-bit plane indices by one
@@ -690,14 +703,7 @@ RP_AVX2 static long fused_nearest_f32_avx2(const rp_kernel *k, size_t n,
             continue;
         }
         if (inmask != 0xf) {
-            for (size_t e = m + 4; m < e; m++) {
-                const double qx = x[m], qy = y[m];
-                const float v = (float)(qx >= -0.5 && qx <= xmax && qy >= -0.5 && qy <= ymax
-                                        ? nearest_f32(k, src, nx, ny, qx, qy) : NAN);
-                memcpy(d + m, &v, sizeof v);
-                fin += finish_f32(d + m, fp ? fp + m : NULL, 1);
-            }
-            m -= 4;
+            RP_FUSED_POINTS(nearest_f32, m + 4);
             continue;
         }
         __m128i i = _mm_sub_epi32(_mm256_cvttpd_epi32(_mm256_add_pd(_mm256_add_pd(px, one_), half_)), c1_);
@@ -722,22 +728,59 @@ RP_AVX2 static long fused_nearest_f32_avx2(const rp_kernel *k, size_t n,
         if (fp)
             _mm_storeu_si128((__m128i *)(void *)(fp + m), _mm_and_si128(f, onef_));
     }
-    for (; m < n; m++) {
-        const double qx = x[m], qy = y[m];
-        const float v = (float)(qx >= -0.5 && qx <= xmax && qy >= -0.5 && qy <= ymax
-                                ? nearest_f32(k, src, nx, ny, qx, qy) : NAN);
-        memcpy(d + m, &v, sizeof v);
-        fin += finish_f32(d + m, fp ? fp + m : NULL, 1);
-    }
+    RP_FUSED_POINTS(nearest_f32, n);
     return fin;
 }
 #endif
 
 #ifdef RP_AVX2_SAMPLERS
-/* rp_kernel_sample_f32 for bilinear on a float plane with AVX2: sample_bilinear_f32_avx2
- * (the same lane arithmetic, so the same doubles), each group's four values narrowed to
- * float32 with one conversion (the rounding of the scalar cast) and counted finite on the
- * doubles, as the store of rp_kernel_sample's values would count them. */
+/* Bilinear of a float plane in float32 arithmetic, the point of fused_bilinear_f32_avx2
+ * (its tail and its groups at an edge): the fractions c - floor(c) of the padded
+ * coordinates taken exactly in double, as bilinear_f32 takes them, then rounded to
+ * float32 (gx, gy); weights wx1 = gx, wx0 = 1 - gx (the same along y); the four
+ * products value * wy * wx summed in bilinear_f32's order, in float32.  Against
+ * bilinear_f32 (double arithmetic) the value differs by at most 7 u (|v00| + |v01| +
+ * |v10| + |v11|) + O(u^2), u = 2^-24: each weight within u of its double (one rounding
+ * of gx, one of 1 - gx), each product two roundings, the sum three (the first addition,
+ * to 0, is exact); tests/engine/test_kernels.c checks 8 u.  Returns the float32 value
+ * widened (exactly) to double.  Cannot fail. */
+static inline double bilinear_f32f(const rp_kernel *k, const float *restrict src, long nx,
+                                   long ny, double px, double py)
+{
+    (void)k;
+    const double cx = px + 1.0, cy = py + 1.0;
+    const long fx = (long)cx, fy = (long)cy;
+    const float gx = (float)(cx - (double)fx), gy = (float)(cy - (double)fy);
+    const float wx1 = gx, wy1 = gy, wx0 = 1.0f - gx, wy0 = 1.0f - gy;
+    long ia = fx - 1, ib = fx, ja = fy - 1, jb = fy;
+    ia = ia < 0 ? 0 : ia;
+    ja = ja < 0 ? 0 : ja;
+    ib = ib < nx ? ib : nx - 1;
+    jb = jb < ny ? jb : ny - 1;
+    const float *ra = src + ja * nx, *rb = src + jb * nx;
+    float t = 0.0f;
+    t += ra[ia] * wy0 * wx0;
+    t += ra[ib] * wy0 * wx1;
+    t += rb[ia] * wy1 * wx0;
+    t += rb[ib] * wy1 * wx1;
+    return (double)t;
+}
+
+/* Four 64-bit plane indices j * nx + i of int32 lanes i, j (non-negative). */
+#define RP_AVX2_INDEX_V(i, j, nx64)                                                       \
+    _mm256_add_epi64(_mm256_mul_epi32(_mm256_cvtepi32_epi64(j), (nx64)),                  \
+                     _mm256_cvtepi32_epi64(i))
+
+/* rp_kernel_sample_f32 for bilinear on a float plane with AVX2: bilinear_f32f's
+ * arithmetic eight positions at a time in float32 lanes (one vector where the double
+ * form took two).  A group whose eight positions are inside the valid range and away
+ * from the left and right edges (1 <= floor(c) <= nx - 1, so that ib = ia + 1) loads
+ * both horizontal taps of a row with one 64-bit load a lane (rp_avx2_pairs), the lanes
+ * taken in the order 0, 1, 4, 5 and 2, 3, 6, 7 so that one vshufps splits the pairs
+ * into natural order; a group wholly outside stores NaN; the other groups (edges of the
+ * footprint and of the image) and the last n % 8 positions take bilinear_f32f.  Values
+ * are bilinear_f32f's bit for bit (lane arithmetic in its order; the intrinsics name
+ * every operation: no FMA contraction); a NaN result is quiet (x86 arithmetic). */
 RP_AVX2 static long fused_bilinear_f32_avx2(const rp_kernel *k, size_t n,
                                             const double *restrict x, const double *restrict y,
                                             float *restrict d, float *restrict fp,
@@ -745,49 +788,77 @@ RP_AVX2 static long fused_bilinear_f32_avx2(const rp_kernel *k, size_t n,
                                             const double *restrict pfy, size_t pn)
 {
     RP_SAMPLER_VARS(float, k->src.data);
-    RP_AVX2_CONSTS;
-    const __m256d dmax_ = _mm256_set1_pd(DBL_MAX);
-    const __m256d abs_ = _mm256_castsi256_pd(_mm256_set1_epi64x(INT64_MAX));
+    const __m256d lo = _mm256_set1_pd(-0.5), hx = _mm256_set1_pd(xmax);
+    const __m256d hy = _mm256_set1_pd(ymax), one = _mm256_set1_pd(1.0);
+    const __m256 onef = _mm256_set1_ps(1.0f), fmax_ = _mm256_set1_ps(FLT_MAX);
+    const __m256 absf = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+    const __m256i c1 = _mm256_set1_epi32(1), nx1 = _mm256_set1_epi32((int32_t)nx - 1);
+    const __m256i nx64 = _mm256_set1_epi64x(nx);
     long fin = 0;
     size_t m = 0;
-    for (; m + 4 <= n; m += 4) {
+    for (; m + 8 <= n; m += 8) {
         if (m < pn)
             RP_PREFETCH_FAST(src, nx, pfx[m], pfy[m]);
-        __m256d px = _mm256_loadu_pd(x + m), py = _mm256_loadu_pd(y + m);
-        const __m256d in = _mm256_and_pd(
-            _mm256_and_pd(_mm256_cmp_pd(px, lo_, _CMP_GE_OQ), _mm256_cmp_pd(px, hx_, _CMP_LE_OQ)),
-            _mm256_and_pd(_mm256_cmp_pd(py, lo_, _CMP_GE_OQ), _mm256_cmp_pd(py, hy_, _CMP_LE_OQ)));
-        if (_mm256_testz_pd(in, in)) {   /* the whole group outside: NaN, (float)NAN */
-            _mm_storeu_si128((__m128i *)(void *)(d + m), _mm_set1_epi32(0x7fc00000));
+        if (m + 4 < pn)
+            RP_PREFETCH_FAST(src, nx, pfx[m + 4], pfy[m + 4]);
+        const __m256d x0 = _mm256_loadu_pd(x + m), x1 = _mm256_loadu_pd(x + m + 4);
+        const __m256d y0 = _mm256_loadu_pd(y + m), y1 = _mm256_loadu_pd(y + m + 4);
+        const __m256d in0 = _mm256_and_pd(
+            _mm256_and_pd(_mm256_cmp_pd(x0, lo, _CMP_GE_OQ), _mm256_cmp_pd(x0, hx, _CMP_LE_OQ)),
+            _mm256_and_pd(_mm256_cmp_pd(y0, lo, _CMP_GE_OQ), _mm256_cmp_pd(y0, hy, _CMP_LE_OQ)));
+        const __m256d in1 = _mm256_and_pd(
+            _mm256_and_pd(_mm256_cmp_pd(x1, lo, _CMP_GE_OQ), _mm256_cmp_pd(x1, hx, _CMP_LE_OQ)),
+            _mm256_and_pd(_mm256_cmp_pd(y1, lo, _CMP_GE_OQ), _mm256_cmp_pd(y1, hy, _CMP_LE_OQ)));
+        const int inm = _mm256_movemask_pd(in0) | _mm256_movemask_pd(in1) << 4;
+        if (inm == 0) {   /* the whole group outside: NaN, (float)NAN */
+            _mm256_storeu_si256((__m256i *)(void *)(d + m), _mm256_set1_epi32(0x7fc00000));
             if (fp)
-                _mm_storeu_si128((__m128i *)(void *)(fp + m), _mm_setzero_si128());
+                _mm256_storeu_si256((__m256i *)(void *)(fp + m), _mm256_setzero_si256());
             continue;
         }
-        px = _mm256_and_pd(px, in);
-        py = _mm256_and_pd(py, in);
-        const __m256d cx = _mm256_add_pd(px, one_), cy = _mm256_add_pd(py, one_);
-        const __m128i fx = _mm256_cvttpd_epi32(cx), fy = _mm256_cvttpd_epi32(cy);
-        const __m256d wx0 = _mm256_sub_pd(one_, _mm256_sub_pd(cx, _mm256_cvtepi32_pd(fx)));
-        const __m256d wy0 = _mm256_sub_pd(one_, _mm256_sub_pd(cy, _mm256_cvtepi32_pd(fy)));
-        const __m256d wx1 = _mm256_sub_pd(one_, wx0), wy1 = _mm256_sub_pd(one_, wy0);
-        const __m128i ia = _mm_max_epi32(_mm_sub_epi32(fx, c1_), c0_);
-        const __m128i ja = _mm_max_epi32(_mm_sub_epi32(fy, c1_), c0_);
-        const __m128i ib = _mm_min_epi32(fx, nx1_), jb = _mm_min_epi32(fy, ny1_);
-        __m256d aa, ab, ba, bb;
-        RP_AVX2_TAPS_f32(src, ia, ib, ja, jb, fx, aa, ab, ba, bb);
-        __m256d t = _mm256_setzero_pd();
-        t = _mm256_add_pd(t, _mm256_mul_pd(_mm256_mul_pd(aa, wy0), wx0));
-        t = _mm256_add_pd(t, _mm256_mul_pd(_mm256_mul_pd(ab, wy0), wx1));
-        t = _mm256_add_pd(t, _mm256_mul_pd(_mm256_mul_pd(ba, wy1), wx0));
-        t = _mm256_add_pd(t, _mm256_mul_pd(_mm256_mul_pd(bb, wy1), wx1));
-        t = _mm256_blendv_pd(nan_, t, in);
-        _mm_storeu_ps(d + m, _mm256_cvtpd_ps(t));
-        const __m256d f = _mm256_cmp_pd(_mm256_and_pd(t, abs_), dmax_, _CMP_LE_OQ);
-        fin += __builtin_popcount((unsigned)_mm256_movemask_pd(f));
+        const __m256d cx0 = _mm256_add_pd(x0, one), cx1 = _mm256_add_pd(x1, one);
+        const __m256d cy0 = _mm256_add_pd(y0, one), cy1 = _mm256_add_pd(y1, one);
+        const __m128i fx0 = _mm256_cvttpd_epi32(cx0), fx1 = _mm256_cvttpd_epi32(cx1);
+        const __m128i fy0 = _mm256_cvttpd_epi32(cy0), fy1 = _mm256_cvttpd_epi32(cy1);
+        const __m256i fx = _mm256_setr_m128i(fx0, fx1);
+        const __m256i edge = _mm256_or_si256(_mm256_cmpgt_epi32(c1, fx), _mm256_cmpgt_epi32(fx, nx1));
+        if (inm != 0xff || !_mm256_testz_si256(edge, edge)) {
+            RP_FUSED_POINTS(bilinear_f32f, m + 8);
+            continue;
+        }
+        /* Fractions exactly in double, then rounded to float32: lanes 0..7. */
+        const __m256 gx = _mm256_setr_m128(_mm256_cvtpd_ps(_mm256_sub_pd(cx0, _mm256_cvtepi32_pd(fx0))),
+                                           _mm256_cvtpd_ps(_mm256_sub_pd(cx1, _mm256_cvtepi32_pd(fx1))));
+        const __m256 gy = _mm256_setr_m128(_mm256_cvtpd_ps(_mm256_sub_pd(cy0, _mm256_cvtepi32_pd(fy0))),
+                                           _mm256_cvtpd_ps(_mm256_sub_pd(cy1, _mm256_cvtepi32_pd(fy1))));
+        const __m256 wx1 = gx, wy1 = gy;
+        const __m256 wx0 = _mm256_sub_ps(onef, gx), wy0 = _mm256_sub_ps(onef, gy);
+        /* Rows ja = max(fy - 1, 0), jb = min(fy, ny - 1); columns ia = fx - 1, ib = fx. */
+        const __m128i ny1 = _mm_set1_epi32((int32_t)ny - 1), one4 = _mm_set1_epi32(1);
+        const __m128i ja0 = _mm_max_epi32(_mm_sub_epi32(fy0, one4), _mm_setzero_si128());
+        const __m128i ja1 = _mm_max_epi32(_mm_sub_epi32(fy1, one4), _mm_setzero_si128());
+        const __m128i jb0 = _mm_min_epi32(fy0, ny1), jb1 = _mm_min_epi32(fy1, ny1);
+        const __m128i ia0 = _mm_sub_epi32(fx0, one4), ia1 = _mm_sub_epi32(fx1, one4);
+        /* Lanes 0, 1, 4, 5 (A) and 2, 3, 6, 7 (B). */
+        const __m128i iaA = _mm_unpacklo_epi64(ia0, ia1), iaB = _mm_unpackhi_epi64(ia0, ia1);
+        const __m256 pa = rp_avx2_pairs(src, RP_AVX2_INDEX_V(iaA, _mm_unpacklo_epi64(ja0, ja1), nx64));
+        const __m256 qa = rp_avx2_pairs(src, RP_AVX2_INDEX_V(iaB, _mm_unpackhi_epi64(ja0, ja1), nx64));
+        const __m256 pb = rp_avx2_pairs(src, RP_AVX2_INDEX_V(iaA, _mm_unpacklo_epi64(jb0, jb1), nx64));
+        const __m256 qb = rp_avx2_pairs(src, RP_AVX2_INDEX_V(iaB, _mm_unpackhi_epi64(jb0, jb1), nx64));
+        const __m256 aa = _mm256_shuffle_ps(pa, qa, 0x88), ab = _mm256_shuffle_ps(pa, qa, 0xdd);
+        const __m256 ba = _mm256_shuffle_ps(pb, qb, 0x88), bb = _mm256_shuffle_ps(pb, qb, 0xdd);
+        __m256 t = _mm256_setzero_ps();
+        t = _mm256_add_ps(t, _mm256_mul_ps(_mm256_mul_ps(aa, wy0), wx0));
+        t = _mm256_add_ps(t, _mm256_mul_ps(_mm256_mul_ps(ab, wy0), wx1));
+        t = _mm256_add_ps(t, _mm256_mul_ps(_mm256_mul_ps(ba, wy1), wx0));
+        t = _mm256_add_ps(t, _mm256_mul_ps(_mm256_mul_ps(bb, wy1), wx1));
+        _mm256_storeu_ps(d + m, t);
+        const __m256 f = _mm256_cmp_ps(_mm256_and_ps(t, absf), fmax_, _CMP_LE_OQ);
+        fin += __builtin_popcount((unsigned)_mm256_movemask_ps(f));
         if (fp)
-            _mm_storeu_ps(fp + m, _mm256_cvtpd_ps(_mm256_and_pd(f, one_)));
+            _mm256_storeu_ps(fp + m, _mm256_and_ps(f, onef));
     }
-    RP_FUSED_TAIL(bilinear_f32);
+    RP_FUSED_TAIL(bilinear_f32f);
     return fin;
 }
 #endif

@@ -431,16 +431,28 @@ RP_SAMPLER4(double, f64)
  * the pairs then split by a permutation; elsewhere four gathers.  Scalar 64-bit loads
  * rather than vgatherqpd: on whole 4096-pixel rows without prefetching (source pixels
  * not in the cache) the gathers ran at 80-91 Mpix/s, these at 87-102, the
- * vector-extension sampler at 94-107 (AMD EPYC Zen 4). */
+ * vector-extension sampler at 94-107 (AMD EPYC Zen 4).  rp_avx2_addr4: the four
+ * addresses src + idx[q] of 64-bit lane indices idx. */
+static inline __attribute__((target("avx2"), always_inline)) void
+rp_avx2_addr4(const float *src, __m256i idx, const float *p[4])
+{
+    const __m128i il = _mm256_castsi256_si128(idx), ih = _mm256_extracti128_si256(idx, 1);
+    p[0] = src + _mm_cvtsi128_si64(il);
+    p[1] = src + _mm_extract_epi64(il, 1);
+    p[2] = src + _mm_cvtsi128_si64(ih);
+    p[3] = src + _mm_extract_epi64(ih, 1);
+}
+
 static inline __attribute__((target("avx2"), always_inline)) __m256
 rp_avx2_pairs(const float *src, __m256i idx)
 {
-    const __m128i il = _mm256_castsi256_si128(idx), ih = _mm256_extracti128_si256(idx, 1);
+    const float *p[4];
+    rp_avx2_addr4(src, idx, p);
     int64_t a, b, c, d;
-    memcpy(&a, src + _mm_cvtsi128_si64(il), 8);
-    memcpy(&b, src + _mm_extract_epi64(il, 1), 8);
-    memcpy(&c, src + _mm_cvtsi128_si64(ih), 8);
-    memcpy(&d, src + _mm_extract_epi64(ih, 1), 8);
+    memcpy(&a, p[0], 8);
+    memcpy(&b, p[1], 8);
+    memcpy(&c, p[2], 8);
+    memcpy(&d, p[3], 8);
     return _mm256_castsi256_ps(_mm256_setr_epi64x(a, b, c, d));
 }
 #define RP_AVX2_PAIRS(src, idx) rp_avx2_pairs((src), (idx))
@@ -668,12 +680,57 @@ RP_HOT static long fused_nearest_f32(const rp_kernel *k, size_t n, const double 
     }
 
 #ifdef RP_AVX2_SAMPLERS
+/* The head of an iteration of the 8-position fused AVX2 samplers (m .. m + 7): the
+ * prefetch hints for positions m and m + 4 of (pfx, pfy) (those below pn); the positions
+ * into x0, x1 (lanes 0-3, 4-7) and y0, y1; inm, bit q set when position m + q is inside
+ * the valid range (NaN is not); a group wholly outside stores eight NaNs (and footprint
+ * zeros) and the loop goes on.  Uses the sampler's constants lo, hx, hy (-0.5, xmax,
+ * ymax as vectors) and its src, nx, x, y, d, fp, pfx, pfy, pn and m. */
+#define RP_AVX2_GROUP8                                                                    \
+    if (m < pn)                                                                           \
+        RP_PREFETCH_FAST(src, nx, pfx[m], pfy[m]);                                        \
+    if (m + 4 < pn)                                                                       \
+        RP_PREFETCH_FAST(src, nx, pfx[m + 4], pfy[m + 4]);                                \
+    const __m256d x0 = _mm256_loadu_pd(x + m), x1 = _mm256_loadu_pd(x + m + 4);          \
+    const __m256d y0 = _mm256_loadu_pd(y + m), y1 = _mm256_loadu_pd(y + m + 4);          \
+    const int inm = _mm256_movemask_pd(_mm256_and_pd(                                     \
+                        _mm256_and_pd(_mm256_cmp_pd(x0, lo, _CMP_GE_OQ),                  \
+                                      _mm256_cmp_pd(x0, hx, _CMP_LE_OQ)),                 \
+                        _mm256_and_pd(_mm256_cmp_pd(y0, lo, _CMP_GE_OQ),                  \
+                                      _mm256_cmp_pd(y0, hy, _CMP_LE_OQ))))                \
+                    | _mm256_movemask_pd(_mm256_and_pd(                                   \
+                          _mm256_and_pd(_mm256_cmp_pd(x1, lo, _CMP_GE_OQ),                \
+                                        _mm256_cmp_pd(x1, hx, _CMP_LE_OQ)),               \
+                          _mm256_and_pd(_mm256_cmp_pd(y1, lo, _CMP_GE_OQ),                \
+                                        _mm256_cmp_pd(y1, hy, _CMP_LE_OQ)))) << 4;        \
+    if (inm == 0) {   /* the whole group outside: NaN, (float)NAN */                     \
+        _mm256_storeu_si256((__m256i *)(void *)(d + m), _mm256_set1_epi32(0x7fc00000));   \
+        if (fp)                                                                           \
+            _mm256_storeu_si256((__m256i *)(void *)(fp + m), _mm256_setzero_si256());     \
+        continue;                                                                         \
+    }
+
+/* The float32 bits of the four pixels at 64-bit indices idx of the plane src, loaded
+ * one by one straight into the lanes (vpinsrd).  Cannot fail. */
+static inline __attribute__((target("avx2"), always_inline)) __m128i
+rp_avx2_load4(const float *src, __m256i idx)
+{
+    const float *p[4];
+    rp_avx2_addr4(src, idx, p);
+    int32_t t[4];
+    for (int q = 0; q < 4; q++)
+        memcpy(&t[q], p[q], 4);
+    const __m128i b = _mm_insert_epi32(_mm_cvtsi32_si128(t[0]), t[1], 1);
+    return _mm_insert_epi32(_mm_insert_epi32(b, t[2], 2), t[3], 3);
+}
+
 /* fused_nearest_f32 with AVX2: the same positions, truncations and clamps, lane for
- * lane, in half the instructions (about 10 a pixel): 64-bit plane indices by one
- * vpmuldq, the four pixels loaded straight into a vector (vpinsrd) and finished there
- * (the quiet bit of NaNs, finite count, footprint) without the second pass.  A group
- * wholly outside the valid range stores four NaNs; one partly outside (the edges of the
- * footprint) takes the scalar path of the tail. */
+ * lane, eight positions an iteration: the range test and the rounding in double, four
+ * lanes at a time; the clamps, the quiet bit of NaNs, the finite count and the footprint
+ * in eight int32 lanes; 64-bit plane indices by vpmuldq; the pixels loaded straight into
+ * the lanes (rp_avx2_load4), without a second pass.  A group wholly outside the valid
+ * range stores eight NaNs; one partly outside (the edges of the footprint) and the last
+ * n % 8 positions take nearest_f32 one at a time. */
 RP_AVX2 static long fused_nearest_f32_avx2(const rp_kernel *k, size_t n,
                                            const double *restrict x, const double *restrict y,
                                            float *restrict d, float *restrict fp,
@@ -681,52 +738,44 @@ RP_AVX2 static long fused_nearest_f32_avx2(const rp_kernel *k, size_t n,
                                            const double *restrict pfy, size_t pn)
 {
     RP_SAMPLER_VARS(float, k->src.data);
-    RP_AVX2_CONSTS;
-    const __m256d half_ = _mm256_set1_pd(0.5);
-    (void)nan_;
-    const __m128i mag_ = _mm_set1_epi32(0x7fffffff), inf_ = _mm_set1_epi32(0x7f800000);
-    const __m128i quiet_ = _mm_set1_epi32(0x00400000), onef_ = _mm_set1_epi32(0x3f800000);
+    const __m256d lo = _mm256_set1_pd(-0.5), hx = _mm256_set1_pd(xmax);
+    const __m256d hy = _mm256_set1_pd(ymax), one = _mm256_set1_pd(1.0);
+    const __m256d half = _mm256_set1_pd(0.5);
+    const __m256i nx1 = _mm256_set1_epi32((int32_t)nx - 1), ny1 = _mm256_set1_epi32((int32_t)ny - 1);
+    const __m256i c1 = _mm256_set1_epi32(1), nx64 = _mm256_set1_epi64x(nx);
+    const __m256i mag = _mm256_set1_epi32(0x7fffffff), inf = _mm256_set1_epi32(0x7f800000);
+    const __m256i quiet = _mm256_set1_epi32(0x00400000), onef = _mm256_set1_epi32(0x3f800000);
     long fin = 0;
     size_t m = 0;
-    for (; m + 4 <= n; m += 4) {
-        if (m < pn)
-            RP_PREFETCH_FAST(src, nx, pfx[m], pfy[m]);
-        const __m256d px = _mm256_loadu_pd(x + m), py = _mm256_loadu_pd(y + m);
-        const __m256d in = _mm256_and_pd(
-            _mm256_and_pd(_mm256_cmp_pd(px, lo_, _CMP_GE_OQ), _mm256_cmp_pd(px, hx_, _CMP_LE_OQ)),
-            _mm256_and_pd(_mm256_cmp_pd(py, lo_, _CMP_GE_OQ), _mm256_cmp_pd(py, hy_, _CMP_LE_OQ)));
-        const int inmask = _mm256_movemask_pd(in);
-        if (inmask == 0) {   /* the whole group outside: NaN, (float)NAN */
-            _mm_storeu_si128((__m128i *)(void *)(d + m), _mm_set1_epi32(0x7fc00000));
-            if (fp)
-                _mm_storeu_si128((__m128i *)(void *)(fp + m), _mm_setzero_si128());
+    for (; m + 8 <= n; m += 8) {
+        RP_AVX2_GROUP8;
+        if (inm != 0xff) {
+            RP_FUSED_POINTS(nearest_f32, m + 8);
             continue;
         }
-        if (inmask != 0xf) {
-            RP_FUSED_POINTS(nearest_f32, m + 4);
-            continue;
-        }
-        __m128i i = _mm_sub_epi32(_mm256_cvttpd_epi32(_mm256_add_pd(_mm256_add_pd(px, one_), half_)), c1_);
-        __m128i j = _mm_sub_epi32(_mm256_cvttpd_epi32(_mm256_add_pd(_mm256_add_pd(py, one_), half_)), c1_);
-        i = _mm_min_epi32(i, nx1_);
-        j = _mm_min_epi32(j, ny1_);
-        const __m256i idx = _mm256_add_epi64(_mm256_mul_epi32(_mm256_cvtepu32_epi64(j), nx64_),
-                                             _mm256_cvtepu32_epi64(i));
-        const __m128i il = _mm256_castsi256_si128(idx), ih = _mm256_extracti128_si256(idx, 1);
-        int32_t t0, t1, t2, t3;
-        memcpy(&t0, src + _mm_cvtsi128_si64(il), 4);
-        memcpy(&t1, src + _mm_extract_epi64(il, 1), 4);
-        memcpy(&t2, src + _mm_cvtsi128_si64(ih), 4);
-        memcpy(&t3, src + _mm_extract_epi64(ih, 1), 4);
-        __m128i b = _mm_insert_epi32(_mm_cvtsi32_si128(t0), t1, 1);
-        b = _mm_insert_epi32(_mm_insert_epi32(b, t2, 2), t3, 3);
-        const __m128i mg = _mm_and_si128(b, mag_);
-        b = _mm_or_si128(b, _mm_and_si128(_mm_cmpgt_epi32(mg, inf_), quiet_));
-        _mm_storeu_si128((__m128i *)(void *)(d + m), b);
-        const __m128i f = _mm_cmpgt_epi32(inf_, mg);   /* finite lanes */
-        fin += __builtin_popcount((unsigned)_mm_movemask_ps(_mm_castsi128_ps(f)));
+        /* floor((x + 1) + 0.5) - 1 by truncation (x + 1 + 0.5 >= 1), clamped above. */
+        __m256i i = _mm256_setr_m128i(
+            _mm256_cvttpd_epi32(_mm256_add_pd(_mm256_add_pd(x0, one), half)),
+            _mm256_cvttpd_epi32(_mm256_add_pd(_mm256_add_pd(x1, one), half)));
+        __m256i j = _mm256_setr_m128i(
+            _mm256_cvttpd_epi32(_mm256_add_pd(_mm256_add_pd(y0, one), half)),
+            _mm256_cvttpd_epi32(_mm256_add_pd(_mm256_add_pd(y1, one), half)));
+        i = _mm256_min_epi32(_mm256_sub_epi32(i, c1), nx1);
+        j = _mm256_min_epi32(_mm256_sub_epi32(j, c1), ny1);
+        const __m128i il = _mm256_castsi256_si128(i), ih = _mm256_extracti128_si256(i, 1);
+        const __m128i jl = _mm256_castsi256_si128(j), jh = _mm256_extracti128_si256(j, 1);
+        const __m128i b0 = rp_avx2_load4(src, _mm256_add_epi64(
+            _mm256_mul_epi32(_mm256_cvtepu32_epi64(jl), nx64), _mm256_cvtepu32_epi64(il)));
+        const __m128i b1 = rp_avx2_load4(src, _mm256_add_epi64(
+            _mm256_mul_epi32(_mm256_cvtepu32_epi64(jh), nx64), _mm256_cvtepu32_epi64(ih)));
+        __m256i b = _mm256_setr_m128i(b0, b1);
+        const __m256i mg = _mm256_and_si256(b, mag);
+        b = _mm256_or_si256(b, _mm256_and_si256(_mm256_cmpgt_epi32(mg, inf), quiet));
+        _mm256_storeu_si256((__m256i *)(void *)(d + m), b);
+        const __m256i f = _mm256_cmpgt_epi32(inf, mg);   /* finite lanes */
+        fin += __builtin_popcount((unsigned)_mm256_movemask_ps(_mm256_castsi256_ps(f)));
         if (fp)
-            _mm_storeu_si128((__m128i *)(void *)(fp + m), _mm_and_si128(f, onef_));
+            _mm256_storeu_si256((__m256i *)(void *)(fp + m), _mm256_and_si256(f, onef));
     }
     RP_FUSED_POINTS(nearest_f32, n);
     return fin;
@@ -797,25 +846,7 @@ RP_AVX2 static long fused_bilinear_f32_avx2(const rp_kernel *k, size_t n,
     long fin = 0;
     size_t m = 0;
     for (; m + 8 <= n; m += 8) {
-        if (m < pn)
-            RP_PREFETCH_FAST(src, nx, pfx[m], pfy[m]);
-        if (m + 4 < pn)
-            RP_PREFETCH_FAST(src, nx, pfx[m + 4], pfy[m + 4]);
-        const __m256d x0 = _mm256_loadu_pd(x + m), x1 = _mm256_loadu_pd(x + m + 4);
-        const __m256d y0 = _mm256_loadu_pd(y + m), y1 = _mm256_loadu_pd(y + m + 4);
-        const __m256d in0 = _mm256_and_pd(
-            _mm256_and_pd(_mm256_cmp_pd(x0, lo, _CMP_GE_OQ), _mm256_cmp_pd(x0, hx, _CMP_LE_OQ)),
-            _mm256_and_pd(_mm256_cmp_pd(y0, lo, _CMP_GE_OQ), _mm256_cmp_pd(y0, hy, _CMP_LE_OQ)));
-        const __m256d in1 = _mm256_and_pd(
-            _mm256_and_pd(_mm256_cmp_pd(x1, lo, _CMP_GE_OQ), _mm256_cmp_pd(x1, hx, _CMP_LE_OQ)),
-            _mm256_and_pd(_mm256_cmp_pd(y1, lo, _CMP_GE_OQ), _mm256_cmp_pd(y1, hy, _CMP_LE_OQ)));
-        const int inm = _mm256_movemask_pd(in0) | _mm256_movemask_pd(in1) << 4;
-        if (inm == 0) {   /* the whole group outside: NaN, (float)NAN */
-            _mm256_storeu_si256((__m256i *)(void *)(d + m), _mm256_set1_epi32(0x7fc00000));
-            if (fp)
-                _mm256_storeu_si256((__m256i *)(void *)(fp + m), _mm256_setzero_si256());
-            continue;
-        }
+        RP_AVX2_GROUP8;
         const __m256d cx0 = _mm256_add_pd(x0, one), cx1 = _mm256_add_pd(x1, one);
         const __m256d cy0 = _mm256_add_pd(y0, one), cy1 = _mm256_add_pd(y1, one);
         const __m128i fx0 = _mm256_cvttpd_epi32(cx0), fx1 = _mm256_cvttpd_epi32(cx1);

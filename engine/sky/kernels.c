@@ -815,6 +815,23 @@ static inline double bilinear_f32f(const rp_kernel *k, const float *restrict src
     return (double)t;
 }
 
+/* The 2 x 2 taps at the four 64-bit plane indices idx of the float plane src (nx wide):
+ * into *ra the pairs (v[idx], v[idx + 1]) of each lane, into *rb those one row below
+ * (idx + nx), one 64-bit load each (rp_avx2_pairs' layout).  Cannot fail. */
+static inline __attribute__((target("avx2"), always_inline)) void
+rp_avx2_quads(const float *src, __m256i idx, long nx, __m256 *ra, __m256 *rb)
+{
+    const float *p[4];
+    rp_avx2_addr4(src, idx, p);
+    int64_t a[4], b[4];
+    for (int q = 0; q < 4; q++) {
+        memcpy(&a[q], p[q], 8);
+        memcpy(&b[q], p[q] + nx, 8);
+    }
+    *ra = _mm256_castsi256_ps(_mm256_setr_epi64x(a[0], a[1], a[2], a[3]));
+    *rb = _mm256_castsi256_ps(_mm256_setr_epi64x(b[0], b[1], b[2], b[3]));
+}
+
 /* Four 64-bit plane indices j * nx + i of int32 lanes i, j (non-negative). */
 #define RP_AVX2_INDEX_V(i, j, nx64)                                                       \
     _mm256_add_epi64(_mm256_mul_epi32(_mm256_cvtepi32_epi64(j), (nx64)),                  \
@@ -823,8 +840,9 @@ static inline double bilinear_f32f(const rp_kernel *k, const float *restrict src
 /* rp_kernel_sample_f32 for bilinear on a float plane with AVX2: bilinear_f32f's
  * arithmetic eight positions at a time in float32 lanes (one vector where the double
  * form took two).  A group whose eight positions are inside the valid range and away
- * from the left and right edges (1 <= floor(c) <= nx - 1, so that ib = ia + 1) loads
- * both horizontal taps of a row with one 64-bit load a lane (rp_avx2_pairs), the lanes
+ * from the edges (1 <= floor(c) <= n - 1 on both axes, so that ib = ia + 1 and jb = ja + 1)
+ * loads both horizontal taps of a row with one 64-bit load a lane, both rows from one
+ * address (rp_avx2_quads), the lanes
  * taken in the order 0, 1, 4, 5 and 2, 3, 6, 7 so that one vshufps splits the pairs
  * into natural order; a group wholly outside stores NaN; the other groups (edges of the
  * footprint and of the image) and the last n % 8 positions take bilinear_f32f.  Values
@@ -842,7 +860,7 @@ RP_AVX2 static long fused_bilinear_f32_avx2(const rp_kernel *k, size_t n,
     const __m256 onef = _mm256_set1_ps(1.0f), fmax_ = _mm256_set1_ps(FLT_MAX);
     const __m256 absf = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
     const __m256i c1 = _mm256_set1_epi32(1), nx1 = _mm256_set1_epi32((int32_t)nx - 1);
-    const __m256i nx64 = _mm256_set1_epi64x(nx);
+    const __m256i ny1 = _mm256_set1_epi32((int32_t)ny - 1), nx64 = _mm256_set1_epi64x(nx);
     long fin = 0;
     size_t m = 0;
     for (; m + 8 <= n; m += 8) {
@@ -851,8 +869,10 @@ RP_AVX2 static long fused_bilinear_f32_avx2(const rp_kernel *k, size_t n,
         const __m256d cy0 = _mm256_add_pd(y0, one), cy1 = _mm256_add_pd(y1, one);
         const __m128i fx0 = _mm256_cvttpd_epi32(cx0), fx1 = _mm256_cvttpd_epi32(cx1);
         const __m128i fy0 = _mm256_cvttpd_epi32(cy0), fy1 = _mm256_cvttpd_epi32(cy1);
-        const __m256i fx = _mm256_setr_m128i(fx0, fx1);
-        const __m256i edge = _mm256_or_si256(_mm256_cmpgt_epi32(c1, fx), _mm256_cmpgt_epi32(fx, nx1));
+        const __m256i fx = _mm256_setr_m128i(fx0, fx1), fy = _mm256_setr_m128i(fy0, fy1);
+        const __m256i edge = _mm256_or_si256(
+            _mm256_or_si256(_mm256_cmpgt_epi32(c1, fx), _mm256_cmpgt_epi32(fx, nx1)),
+            _mm256_or_si256(_mm256_cmpgt_epi32(c1, fy), _mm256_cmpgt_epi32(fy, ny1)));
         if (inm != 0xff || !_mm256_testz_si256(edge, edge)) {
             RP_FUSED_POINTS(bilinear_f32f, m + 8);
             continue;
@@ -864,18 +884,17 @@ RP_AVX2 static long fused_bilinear_f32_avx2(const rp_kernel *k, size_t n,
                                            _mm256_cvtpd_ps(_mm256_sub_pd(cy1, _mm256_cvtepi32_pd(fy1))));
         const __m256 wx1 = gx, wy1 = gy;
         const __m256 wx0 = _mm256_sub_ps(onef, gx), wy0 = _mm256_sub_ps(onef, gy);
-        /* Rows ja = max(fy - 1, 0), jb = min(fy, ny - 1); columns ia = fx - 1, ib = fx. */
-        const __m128i ny1 = _mm_set1_epi32((int32_t)ny - 1), one4 = _mm_set1_epi32(1);
-        const __m128i ja0 = _mm_max_epi32(_mm_sub_epi32(fy0, one4), _mm_setzero_si128());
-        const __m128i ja1 = _mm_max_epi32(_mm_sub_epi32(fy1, one4), _mm_setzero_si128());
-        const __m128i jb0 = _mm_min_epi32(fy0, ny1), jb1 = _mm_min_epi32(fy1, ny1);
+        /* Away from the edges, rows ja = fy - 1, jb = fy and columns ia = fx - 1, ib = fx:
+         * both taps of both rows from the address of (ia, ja).  Lanes 0, 1, 4, 5 (A) and
+         * 2, 3, 6, 7 (B). */
+        const __m128i one4 = _mm_set1_epi32(1);
         const __m128i ia0 = _mm_sub_epi32(fx0, one4), ia1 = _mm_sub_epi32(fx1, one4);
-        /* Lanes 0, 1, 4, 5 (A) and 2, 3, 6, 7 (B). */
-        const __m128i iaA = _mm_unpacklo_epi64(ia0, ia1), iaB = _mm_unpackhi_epi64(ia0, ia1);
-        const __m256 pa = rp_avx2_pairs(src, RP_AVX2_INDEX_V(iaA, _mm_unpacklo_epi64(ja0, ja1), nx64));
-        const __m256 qa = rp_avx2_pairs(src, RP_AVX2_INDEX_V(iaB, _mm_unpackhi_epi64(ja0, ja1), nx64));
-        const __m256 pb = rp_avx2_pairs(src, RP_AVX2_INDEX_V(iaA, _mm_unpacklo_epi64(jb0, jb1), nx64));
-        const __m256 qb = rp_avx2_pairs(src, RP_AVX2_INDEX_V(iaB, _mm_unpackhi_epi64(jb0, jb1), nx64));
+        const __m128i ja0 = _mm_sub_epi32(fy0, one4), ja1 = _mm_sub_epi32(fy1, one4);
+        __m256 pa, pb, qa, qb;
+        rp_avx2_quads(src, RP_AVX2_INDEX_V(_mm_unpacklo_epi64(ia0, ia1),
+                                           _mm_unpacklo_epi64(ja0, ja1), nx64), nx, &pa, &pb);
+        rp_avx2_quads(src, RP_AVX2_INDEX_V(_mm_unpackhi_epi64(ia0, ia1),
+                                           _mm_unpackhi_epi64(ja0, ja1), nx64), nx, &qa, &qb);
         const __m256 aa = _mm256_shuffle_ps(pa, qa, 0x88), ab = _mm256_shuffle_ps(pa, qa, 0xdd);
         const __m256 ba = _mm256_shuffle_ps(pb, qb, 0x88), bb = _mm256_shuffle_ps(pb, qb, 0xdd);
         __m256 t = _mm256_setzero_ps();

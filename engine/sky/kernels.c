@@ -443,17 +443,28 @@ rp_avx2_addr4(const float *src, __m256i idx, const float *p[4])
     p[3] = src + _mm_extract_epi64(ih, 1);
 }
 
+/* The 32 and 64 bits at p, as integers (unaligned loads). */
+static inline int32_t rp_ld32(const float *p)
+{
+    int32_t v;
+    memcpy(&v, p, sizeof v);
+    return v;
+}
+
+static inline int64_t rp_ld64(const float *p)
+{
+    int64_t v;
+    memcpy(&v, p, sizeof v);
+    return v;
+}
+
 static inline __attribute__((target("avx2"), always_inline)) __m256
 rp_avx2_pairs(const float *src, __m256i idx)
 {
     const float *p[4];
     rp_avx2_addr4(src, idx, p);
-    int64_t a, b, c, d;
-    memcpy(&a, p[0], 8);
-    memcpy(&b, p[1], 8);
-    memcpy(&c, p[2], 8);
-    memcpy(&d, p[3], 8);
-    return _mm256_castsi256_ps(_mm256_setr_epi64x(a, b, c, d));
+    return _mm256_castsi256_ps(_mm256_setr_epi64x(rp_ld64(p[0]), rp_ld64(p[1]), rp_ld64(p[2]),
+                                                  rp_ld64(p[3])));
 }
 #define RP_AVX2_PAIRS(src, idx) rp_avx2_pairs((src), (idx))
 
@@ -717,11 +728,8 @@ rp_avx2_load4(const float *src, __m256i idx)
 {
     const float *p[4];
     rp_avx2_addr4(src, idx, p);
-    int32_t t[4];
-    for (int q = 0; q < 4; q++)
-        memcpy(&t[q], p[q], 4);
-    const __m128i b = _mm_insert_epi32(_mm_cvtsi32_si128(t[0]), t[1], 1);
-    return _mm_insert_epi32(_mm_insert_epi32(b, t[2], 2), t[3], 3);
+    const __m128i b = _mm_insert_epi32(_mm_cvtsi32_si128(rp_ld32(p[0])), rp_ld32(p[1]), 1);
+    return _mm_insert_epi32(_mm_insert_epi32(b, rp_ld32(p[2]), 2), rp_ld32(p[3]), 3);
 }
 
 /* fused_nearest_f32 with AVX2: the same positions, truncations and clamps, lane for
@@ -823,13 +831,10 @@ rp_avx2_quads(const float *src, __m256i idx, long nx, __m256 *ra, __m256 *rb)
 {
     const float *p[4];
     rp_avx2_addr4(src, idx, p);
-    int64_t a[4], b[4];
-    for (int q = 0; q < 4; q++) {
-        memcpy(&a[q], p[q], 8);
-        memcpy(&b[q], p[q] + nx, 8);
-    }
-    *ra = _mm256_castsi256_ps(_mm256_setr_epi64x(a[0], a[1], a[2], a[3]));
-    *rb = _mm256_castsi256_ps(_mm256_setr_epi64x(b[0], b[1], b[2], b[3]));
+    *ra = _mm256_castsi256_ps(_mm256_setr_epi64x(rp_ld64(p[0]), rp_ld64(p[1]), rp_ld64(p[2]),
+                                                 rp_ld64(p[3])));
+    *rb = _mm256_castsi256_ps(_mm256_setr_epi64x(rp_ld64(p[0] + nx), rp_ld64(p[1] + nx),
+                                                 rp_ld64(p[2] + nx), rp_ld64(p[3] + nx)));
 }
 
 /* Four 64-bit plane indices j * nx + i of int32 lanes i, j (non-negative). */

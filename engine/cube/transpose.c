@@ -289,8 +289,15 @@ static int gather_rows(const cube_transpose *t, long y0, long y1, long z0, long 
     return rc;
 }
 
-/* Planes held at once by a group: up to ZGROUP, fewer when they would pass this many bytes
- * of stored values (large frames), so a group block holds about as much as a band does. */
+/* Planes held at once by a group: up to GROUP_HOLD_FRAMES, fewer when they would pass
+ * this many bytes of stored values (large frames).  Held by number, not only by bytes:
+ * at up to ZGROUP (64) small frames a group held 4 times the planes at 4000 frames of
+ * 256 x 256 (groups of 250) as at 250 (groups of 16), and the peak grew with the frame
+ * count (bench/stackbench rechunk, 2 workers: 11.7-11.8 MB anonymous at 4000 frames
+ * against 8.2 at 250); 16 planes: 9.2 MB at 4000, for 3-4% more CPU (1.085-1.095 s
+ * against 1.044-1.059 s, alternated) as a group makes 4 times the passes over the
+ * store. */
+#define GROUP_HOLD_FRAMES 16
 #define GROUP_HOLD_BYTES (64L << 20)
 
 /* Stage A, group k: frames z0 .. z0+gk-1 into the series of the destination, values
@@ -320,7 +327,7 @@ int cube_transpose_group(const cube_transpose *t, long k, const volatile int *ca
     pthread_mutex_unlock(&d->lock);
     if (rc)
         return rc;
-    long zmax = lmax(1, GROUP_HOLD_BYTES / lmax(1, (long)(npix * es)));
+    long zmax = lmax(1, lmin(GROUP_HOLD_FRAMES, GROUP_HOLD_BYTES / lmax(1, (long)(npix * es))));
     rc = gather_rows(t, 0, t->ny, z0, z0 + gk, zmax, d->m.p, 0, cancel, err, errlen);
     return rc ? rc : tess_wmap_check(&d->m, err, errlen);
 }

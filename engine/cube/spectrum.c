@@ -363,8 +363,12 @@ int cube_spectrum_block(cube_spectrum *sp, const cube_transpose *t, long block,
         for (long k = 0; k < nh; k++) {
             const uint32_t *src = pw + k * FFT_BATCH;
             unsigned char *plane = out + (size_t)k * run;
-            for (long r = 0; r < nrun; r++)
-                memcpy(plane + off[run0[r]], src + run0[r], (size_t)runn[r] * 4);
+            for (long r = 0; r < nrun; r++) {
+                if (runn[r] == CUBE_TILE)   /* a whole tile's row: a copy of known size */
+                    memcpy(plane + off[run0[r]], src + run0[r], CUBE_TILE * 4);
+                else
+                    memcpy(plane + off[run0[r]], src + run0[r], (size_t)runn[r] * 4);
+            }
         }
     }
     int src_rc = cube_transpose_series_close(t, sfd, bad, err, errlen);

@@ -529,9 +529,9 @@ void jobc_frames_cost(const dataset *d, long held, job_cost *c)
 }
 
 /* The planes a group block holds at once (cube_transpose_group: GROUP_HOLD_BYTES of
- * stored values, at most ZGROUP). */
+ * stored values, at most GROUP_HOLD_FRAMES). */
 #define GROUP_HOLD_BYTES (64.0 * 1048576.0)
-#define GROUP_HOLD_MAX 64
+#define GROUP_HOLD_MAX 16   /* transpose.c's GROUP_HOLD_FRAMES */
 
 void jobc_transpose_cost(const dataset *d, long out_bytes_per_value, int direct,
                          double band_extra, job_cost *c)

@@ -15,6 +15,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
 
 #define BLOCK_BYTES (64L << 20)   /* memory of one block's main buffer */
 #define MIN_BLOCKS 16             /* aim for at least this many blocks per stage */
@@ -156,6 +159,77 @@ static void encode1(cs_dtype t, double v, unsigned char *dst)
     }
 }
 
+/* Pixels 0..15 of rows 0..15 (16 bytes at src[j] + q each) transposed: dst + p * stride
+ * gets pixel p's 16 values of rows 0..15 (SSE2: four rounds of interleaving, bytes, then
+ * 16-, 32- and 64-bit pairs; scalar elsewhere). */
+static void transpose16(const unsigned char *const src[16], size_t q, unsigned char *dst,
+                        size_t stride)
+{
+#if defined(__SSE2__)
+    __m128i a[16], b[16];
+    for (int k = 0; k < 8; k++) {   /* a[k]: rows 2k, 2k+1 interleaved, pixels 0-7; a[k+8]: 8-15 */
+        __m128i r0 = _mm_loadu_si128((const __m128i *)(const void *)(src[2 * k] + q));
+        __m128i r1 = _mm_loadu_si128((const __m128i *)(const void *)(src[2 * k + 1] + q));
+        a[k] = _mm_unpacklo_epi8(r0, r1);
+        a[k + 8] = _mm_unpackhi_epi8(r0, r1);
+    }
+    for (int h = 0; h < 2; h++)     /* b[4g + m]: rows 4m..4m+3 of pixels 4g..4g+3 */
+        for (int m = 0; m < 4; m++) {
+            b[8 * h + m] = _mm_unpacklo_epi16(a[8 * h + 2 * m], a[8 * h + 2 * m + 1]);
+            b[8 * h + 4 + m] = _mm_unpackhi_epi16(a[8 * h + 2 * m], a[8 * h + 2 * m + 1]);
+        }
+    for (int g = 0; g < 4; g++)     /* a[2e + m]: rows 8m..8m+7 of pixels 2e, 2e+1 */
+        for (int m = 0; m < 2; m++) {
+            a[4 * g + m] = _mm_unpacklo_epi32(b[4 * g + 2 * m], b[4 * g + 2 * m + 1]);
+            a[4 * g + 2 + m] = _mm_unpackhi_epi32(b[4 * g + 2 * m], b[4 * g + 2 * m + 1]);
+        }
+    for (int e = 0; e < 8; e++) {
+        _mm_storeu_si128((__m128i *)(void *)(dst + (size_t)(2 * e) * stride),
+                         _mm_unpacklo_epi64(a[2 * e], a[2 * e + 1]));
+        _mm_storeu_si128((__m128i *)(void *)(dst + (size_t)(2 * e + 1) * stride),
+                         _mm_unpackhi_epi64(a[2 * e], a[2 * e + 1]));
+    }
+#else
+    for (size_t p = 0; p < 16; p++)
+        for (int j = 0; j < 16; j++)
+            dst[p * stride + (size_t)j] = src[j][q + p];
+#endif
+}
+
+/* One tile row (th rows) of gk planes (src[j]: the tile row's first
+ * value in plane j, es bytes a value, rows nx values apart) into the series of its store
+ * indices: `dst` is the value of plane 0 in the series of the tile row's first index, a
+ * series nz values long.  In store order a tile's row of w pixels is w adjacent series,
+ * so 8-bit values go 16 pixels by 16 planes at a time (transpose16); the rest value by
+ * value. */
+static void scatter_tile_row(const cube_transpose *t, long th,
+                             const unsigned char *const *src, long gk, unsigned char *dst)
+{
+    const long nx = t->nx;
+    const size_t es = (size_t)t->es, nz = (size_t)t->nz;
+    size_t i = 0;   /* store index from the tile row's first */
+    for (long x0 = 0; x0 < nx; x0 += CUBE_TILE) {
+        long w = lmin(CUBE_TILE, nx - x0);
+        /* th rows of gk planes are as many streams, too many for the hardware's
+         * prefetcher: the cache lines of the tiles 8 ahead are asked for here */
+        if (x0 % 64 == 0 && x0 + 128 < nx)
+            for (long yy = 0; yy < th; yy++)
+                for (long j = 0; j < gk; j++)
+                    __builtin_prefetch(src[j] + (size_t)(yy * nx + x0 + 128) * es);
+        for (long yy = 0; yy < th; yy++, i += (size_t)w) {
+            size_t q = (size_t)(yy * nx + x0);
+            unsigned char *d = dst + i * nz * es;
+            long j0 = 0;
+            if (es == 1 && w == 16)
+                for (; j0 + 16 <= gk; j0 += 16)
+                    transpose16(src + j0, q, d + j0, nz);
+            for (long p = 0; p < w; p++)
+                for (long j = j0; j < gk; j++)
+                    memcpy(d + ((size_t)p * nz + (size_t)j) * es, src[j] + (q + (size_t)p) * es, es);
+        }
+    }
+}
+
 /* Gathers values z0 .. z1-1 of the series of rows [y0, y1) (whole tile rows) into `out`,
  * whose first series is store index p0 (value z of index i at ((i - p0) * nz + z) * es):
  * the planes are held zmax at a time (each plane of a hold opened or decoded once, 8-bit
@@ -199,17 +273,9 @@ static int gather_rows(const cube_transpose *t, long y0, long y1, long z0, long 
                     encode1(t->dt, dbl[i], e + (size_t)i * es);
                 src[j] = e;
             }
-            /* the tile row's store indices are [ty0*nx, (ty0+th)*nx) */
-            for (long i = ty0 * nx; i < (ty0 + th) * nx && !rc; i++) {
-                size_t q = t->perm[i] - (size_t)ty0 * nx;
-                unsigned char *dst = out + ((size_t)(i - p0) * nz + zg) * es;
-                if (es == 1)
-                    for (long j = 0; j < gk; j++)
-                        dst[j] = src[j][q];
-                else
-                    for (long j = 0; j < gk; j++)
-                        memcpy(dst + j * es, src[j] + q * es, es);
-            }
+            if (!rc)
+                scatter_tile_row(t, th, src, gk,
+                                 out + ((size_t)(ty0 * nx - p0) * (size_t)nz + (size_t)zg) * es);
         }
         for (long j = 0; j < held; j++)
             if (stack_plane_release(st, &hp[j]) && !rc) {
@@ -223,8 +289,15 @@ static int gather_rows(const cube_transpose *t, long y0, long y1, long z0, long 
     return rc;
 }
 
-/* Planes held at once by a group: up to ZGROUP, fewer when they would pass this many bytes
- * of stored values (large frames), so a group block holds about as much as a band does. */
+/* Planes held at once by a group: up to GROUP_HOLD_FRAMES, fewer when they would pass
+ * this many bytes of stored values (large frames).  Held by number, not only by bytes:
+ * at up to ZGROUP (64) small frames a group held 4 times the planes at 4000 frames of
+ * 256 x 256 (groups of 250) as at 250 (groups of 16), and the peak grew with the frame
+ * count (bench/stackbench rechunk, 2 workers: 11.7-11.8 MB anonymous at 4000 frames
+ * against 8.2 at 250); 16 planes: 9.2 MB at 4000, for 3-4% more CPU (1.085-1.095 s
+ * against 1.044-1.059 s, alternated) as a group makes 4 times the passes over the
+ * store. */
+#define GROUP_HOLD_FRAMES 16
 #define GROUP_HOLD_BYTES (64L << 20)
 
 /* Stage A, group k: frames z0 .. z0+gk-1 into the series of the destination, values
@@ -254,7 +327,7 @@ int cube_transpose_group(const cube_transpose *t, long k, const volatile int *ca
     pthread_mutex_unlock(&d->lock);
     if (rc)
         return rc;
-    long zmax = lmax(1, GROUP_HOLD_BYTES / lmax(1, (long)(npix * es)));
+    long zmax = lmax(1, lmin(GROUP_HOLD_FRAMES, GROUP_HOLD_BYTES / lmax(1, (long)(npix * es))));
     rc = gather_rows(t, 0, t->ny, z0, z0 + gk, zmax, d->m.p, 0, cancel, err, errlen);
     return rc ? rc : tess_wmap_check(&d->m, err, errlen);
 }

@@ -88,7 +88,8 @@ int cube_transpose_set_dest(cube_transpose *t, const char *path);
 
 /* Stage A, group k (0-based, < ngroups): reads the group's planes and writes their values
  * at their place in every series of the destination (its other values untouched: groups
- * may run concurrently).  Every group writes into every page of the destination, so the
+ * may run concurrently), holding at most 16 planes (and 64 MB of their values, or one
+ * plane) at once, whatever nz is.  Every group writes into every page of the destination, so the
  * first group to run maps all of it once, its pages made then, and the others write into
  * that mapping (held until cube_transpose_release): a mapping per group would make and
  * unmake every page table entry of the file once per group.  Idempotent.  Polls *cancel

@@ -282,7 +282,9 @@ int stack_reduce_plane(stack *s, long z, stack_zop op, double *out, char *err, s
 void stack_zpart_free(stack_zpart *p);   /* NULL is ignored */
 
 /* Tests and benchmarks: the bound of decoded bytes a stack_zreduce chunk holds (16 MB;
- * 0 restores it), for the reductions started after the call. */
+ * 0 restores it), for the reductions started after the call.  A chunk also stops at 16
+ * decoded frames whatever their size, so a reduction's frames take at most
+ * min(16 frames, bound + one frame) a thread, independent of the frame count. */
 void stack_set_zr_chunk_bytes(stack *s, size_t bytes);
 
 /* The most bytes the LRU of `s` keeps of decoded frames (PNG, TIFF, tile-compressed FITS

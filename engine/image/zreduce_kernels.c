@@ -831,20 +831,23 @@ int stack_zreduce(stack *s, stack_zop op, long z0, long z1, int flags,
             break;
         }
         /* Up to ZR_CHUNK frames, ending early once the decoded frames held pass `bound`
-         * (ZR_CHUNK_BYTES): at least one frame, so at most bound + one frame held.  k is
+         * (ZR_CHUNK_BYTES) or number ZR_HOLD_FRAMES: at least one frame, so at most
+         * min(bound + one frame, ZR_HOLD_FRAMES frames) held.  k is
          * the frames taken; the next chunk starts after them. */
-        int kmax = (int)(z1 - zc < ZR_CHUNK ? z1 - zc : ZR_CHUNK), k = 0;
+        int kmax = (int)(z1 - zc < ZR_CHUNK ? z1 - zc : ZR_CHUNK), k = 0, nheld = 0;
         size_t held = 0;
         frame *fr[ZR_CHUNK] = {NULL};
         long zf[ZR_CHUNK];
-        while (k < kmax && (k == 0 || held < bound)) {
+        while (k < kmax && (k == 0 || (held < bound && nheld < ZR_HOLD_FRAMES))) {
             long idx;
             stack_locate(s, zc + k, &idx, &zf[k]);
             rc = stack_frame_acquire(s, idx, &fr[k], err, errlen);
             if (rc)
                 break;
-            if (k == 0 || fr[k] != fr[k - 1])   /* a cube's planes share one frame */
+            if (k == 0 || fr[k] != fr[k - 1]) {   /* a cube's planes share one frame */
                 held += fr[k]->pixbytes;
+                nheld += fr[k]->pixbytes > 0;
+            }
             k++;
         }
         if (rc) {

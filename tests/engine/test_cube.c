@@ -123,6 +123,62 @@ START_TEST(test_transpose)
 }
 END_TEST
 
+/* 8-bit values (dtype u8), 300 planes: groups of 19 planes and holds of 64 go through
+ * the 16 x 16 byte transpose and the values left over one by one, on both edge tiles;
+ * every series of the staging file and of cube_transpose_rows is the formula's. */
+static unsigned char u8_value(long x, long y, long z)
+{
+    return (unsigned char)((x * 7 + y * 13 + z * 29 + x * y * z) % 256);
+}
+
+START_TEST(test_transpose_u8)
+{
+    const long nz = 300;
+    char dir[256], path[300], err[256];
+    tt_tmpdir_make(dir, sizeof dir, "cube8");
+    snprintf(path, sizeof path, "%s/cube.fits", dir);
+    double *v = malloc(sizeof(double) * NX * NY * nz);
+    ck_assert_ptr_nonnull(v);
+    for (long z = 0; z < nz; z++)
+        for (long i = 0; i < NX * NY; i++)
+            v[z * NX * NY + i] = u8_value(i % NX, i / NX, z);
+    write_cube(path, v, nz);
+    stack *st = open_cube(path, nz);
+    cube_source src = {.st = st, .nx = NX, .ny = NY, .nz = nz, .dtype = CS_U8, .name = "t"};
+    cube_transpose t;
+    ck_assert_msg(cube_transpose_init(&t, &src, 0, 0, NULL, dir, err, sizeof err) == 0, "%s", err);
+    ck_assert_msg(cube_transpose_create_files(&t, err, sizeof err) == 0, "%s", err);
+    ck_assert_int_eq(t.es, 1);
+    ck_assert_int_gt(t.g, 16);
+    for (long k = 0; k < t.ngroups; k++)
+        ck_assert_msg(cube_transpose_group(&t, k, &no_cancel, err, sizeof err) == 0, "%s", err);
+    size_t bytes = (size_t)NX * NY * nz;
+    unsigned char *staged = malloc(bytes), *rows = malloc(bytes);
+    ck_assert_ptr_nonnull(staged);
+    ck_assert_ptr_nonnull(rows);
+    int fd = cube_transpose_series_open(&t);
+    ck_assert_int_ge(fd, 0);
+    ck_assert_int_eq(tess_pread_all(fd, staged, bytes, CHUNKSTORE_HEADER), 0);
+    ck_assert_int_eq(cube_transpose_series_close(&t, fd, 0, err, sizeof err), 0);
+    ck_assert_msg(cube_transpose_rows(&t, 0, NY, rows, &no_cancel, err, sizeof err) == 0, "%s",
+                  err);
+    for (long i = 0; i < NX * NY; i++) {
+        long x = t.perm[i] % NX, y = t.perm[i] / NX;
+        for (long z = 0; z < nz; z++) {
+            ck_assert_uint_eq(staged[i * nz + z], u8_value(x, y, z));
+            ck_assert_uint_eq(rows[i * nz + z], u8_value(x, y, z));
+        }
+    }
+    free(staged);
+    free(rows);
+    cube_transpose_release(&t);
+    stack_free(st);
+    free(v);
+    const char *names[] = {"cube.fits", "staging.bin"};
+    ck_assert_int_eq(tt_tmpdir_remove(dir, names, 2), 0);
+}
+END_TEST
+
 /* s[n] = c + A sin(2 pi f n / N), N = 32, f = 5: numpy.fft.fft(s) is c N at k = 0,
  * -i A N / 2 at k = f and +i A N / 2 at k = N - f, 0 elsewhere, so |FFT|^2 is (c N)^2
  * at 0, (A N / 2)^2 at f and N - f (for A = 3: 48^2 = 2304; c = 2: 64^2 = 4096), 0
@@ -373,6 +429,7 @@ int main(void)
     TCase *tc = tcase_create("cube");
     tcase_set_timeout(tc, 60);
     tcase_add_test(tc, test_transpose);
+    tcase_add_test(tc, test_transpose_u8);
     tcase_add_test(tc, test_spectrum);
     tcase_add_test(tc, test_median);
     tcase_add_test(tc, test_centroid);

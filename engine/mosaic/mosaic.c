@@ -1035,12 +1035,13 @@ static int run_reproject(mosaic *m, long block, char *err, size_t errlen)
     char path[PATH_MAX];
     for (int f = 0; f < (m->method == RP_EXACT ? 2 : 1); f++) {
         mos_wpath(m, path, sizeof path, "r_", k, f ? ".wgt" : ".val");
+        /* Not fallocated, unlike the coadd's output: these files are removed soon
+         * after, and blocks allocated for them are freed again, which on a file system
+         * mounted with `discard` waits for the device in the unlink (ext4, 64 inputs of
+         * 512^2: 0.19-0.29 s in the CLI's removal of its work directory, against
+         * 0.03-0.05 s with delayed allocation, whose pages are dropped unwritten; the
+         * pwrite's page-by-page reservation costs 5-10 ms of CPU more). */
         int fd = open(path, O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
-        /* The blocks of the band allocated first (best effort): ext4 then does not
-         * reserve delayed blocks page by page in the pwrite. */
-        if (fd >= 0)
-            (void)fallocate(fd, FALLOC_FL_KEEP_SIZE, (off_t)r0 * (off_t)bw * (off_t)sizeof(float),
-                            (off_t)(sizeof(float) * npix));
         if (fd < 0 || tess_pwrite_all(fd, f ? fp : val, sizeof(float) * npix,
                                       (off_t)r0 * (off_t)bw * (off_t)sizeof(float)) != 0) {
             tess_seterr(err, errlen, "cannot write '%s': %s", path, strerror(errno));

@@ -484,6 +484,7 @@ int mos_read_header(const char *path, int hdu, mos_header *h, skywcs_image_check
     h->nx = info.naxes[0];
     h->ny = info.naxes[1];
     snprintf(h->bunit, sizeof h->bunit, "%s", info.bunit);
+    fitsimg_layout_of(&info, &h->lay);
     h->cards = malloc((size_t)info.nkeys * 80 + 1);
     if (h->cards) {
         memcpy(h->cards, info.header, (size_t)info.nkeys * 80 + 1);
@@ -540,6 +541,7 @@ static int read_src(src *s, const mos_header *given, rp_method method, char *err
     s->cards = h.cards;
     s->nkeys = h.nkeys;
     s->cel = h.cel;
+    s->lay = h.lay;
     origin_init(&s->origin, s->cards, s->nkeys);
     /* Pixel-based distortion tables do not follow a shifted CRPIX; bicubic's spline
      * prefilter spans the whole image: read those inputs whole. */
@@ -997,8 +999,9 @@ static int run_reproject(mosaic *m, long block, char *err, size_t errlen)
             goto done;
         }
         char e[256] = "";
-        rc = fitsimg_read_region_f32(s->path, s->hdu, 0, crop[0], crop[1], crop[2], crop[3], pix,
-                                     e, sizeof e);
+        /* By the layout the plan read: one open of the input, no header parse. */
+        rc = fitsimg_read_region_f32_at(s->path, s->hdu, &s->lay, 0, crop[0], crop[1], crop[2],
+                                        crop[3], pix, e, sizeof e);
         if (rc) {
             tess_seterr(err, errlen, "input '%s': %s", s->name, e);
             goto done;

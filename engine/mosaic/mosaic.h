@@ -4,6 +4,7 @@
 #define TESSERA_ENGINE_MOSAIC_MOSAIC_H
 
 #include <stddef.h>
+#include "engine/fits/fitsimg.h"
 #include "engine/sky/reproject.h"
 #include "engine/sky/skywcs.h"
 
@@ -47,6 +48,8 @@ typedef struct mos_header {
     char *cards;                /* the header cards (NULL: not read) */
     int nkeys;
     skywcs *cel;                /* celestial 2-D WCS (skywcs_celestial_image) */
+    fitsimg_layout lay;         /* where its pixels are (zeroed: not known; the blocks
+                                   then read the header again) */
 } mos_header;
 
 /* Reads HDU `hdu` of `path` and applies the celestial-image rule

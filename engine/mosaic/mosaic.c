@@ -1408,6 +1408,26 @@ done:
     return rc;
 }
 
+void mos_block_order(const mosaic *m, int stage, int spread, long *order)
+{
+    long nb = m->nblocks[stage], i = 0;
+    if (m->kind[stage] != ST_REPROJECT || spread < 2) {
+        for (long b = 0; b < nb; b++)
+            order[b] = b;
+        return;
+    }
+    for (int k0 = 0; k0 < m->n; k0 += spread) {
+        int k1 = m->n - k0 > spread ? k0 + spread : m->n;
+        long most = 0;
+        for (int k = k0; k < k1; k++)
+            most = m->in[k].nbands > most ? m->in[k].nbands : most;
+        for (long j = 0; j < most; j++)
+            for (int k = k0; k < k1; k++)
+                if (j < m->in[k].nbands)
+                    order[i++] = m->in[k].block0 + j;
+    }
+}
+
 int mos_run_block(mosaic *m, int stage, long block, const volatile int *cancel, char *err,
                   size_t errlen)
 {

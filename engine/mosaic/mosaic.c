@@ -631,8 +631,12 @@ static void plan_slice(void *arg, size_t i0, size_t i1)
         skywcs_free(tcel);
 }
 
-/* Runs a stage of plan_par over the m->n inputs in `threads` slices on spec->pool (one
- * slice on this thread without a pool).  Returns 0, or the first failed input's error. */
+/* Runs a stage of plan_par over the m->n inputs on spec->pool (one slice on this thread
+ * without a pool), in up to 8 slices a thread: the threads take slices as they come
+ * free, so that a worker that starts late (a loaded machine) or a slow header leaves no
+ * thread waiting long for another's share (2 slices of 32 inputs: the calling thread
+ * waited 10 ms for the worker in a 64-input plan).  Returns 0, or the first failed
+ * input's error. */
 static int plan_inputs(mosaic *m, const mos_spec *spec, int threads, int stage, char *err,
                        size_t errlen)
 {
@@ -641,7 +645,7 @@ static int plan_inputs(mosaic *m, const mos_spec *spec, int threads, int stage, 
     pp.m = m;
     pp.spec = spec;
     pp.stage = stage;
-    int ns = spec->pool && threads > 1 ? (threads < m->n ? threads : m->n) : 1;
+    int ns = spec->pool && threads > 1 ? (8L * threads < m->n ? 8 * threads : m->n) : 1;
     pp.copy_target = ns > 1;
     atomic_init(&pp.first, INT_MAX);
     pthread_mutex_init(&pp.lock, NULL);

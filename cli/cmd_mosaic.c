@@ -220,6 +220,7 @@ typedef struct runner {
     mosaic *m;
     int stage;
     long nblocks;
+    long *order;             /* the order to take blocks in (mos_block_order), or NULL */
     atomic_long next;
     atomic_int failed;
     volatile int *cancel;
@@ -244,6 +245,8 @@ static void stage_slice(void *p, size_t i0, size_t i1)
         long b = atomic_fetch_add(&r->next, 1);
         if (b >= r->nblocks)
             break;
+        if (r->order)
+            b = r->order[b];
         err[0] = '\0';
         int rc = mos_run_block(r->m, r->stage, b, r->cancel, err, sizeof err);
         pthread_mutex_lock(&r->lock);
@@ -499,7 +502,12 @@ int cmd_mosaic(int argc, char **argv)
         r.nblocks = mos_nblocks(m, s);
         atomic_store(&r.next, 0);
         int nt = threads < r.nblocks ? threads : (int)r.nblocks;
+        /* Threads at work on different inputs (out of memory: in block order). */
+        if ((r.order = malloc(sizeof(long) * (size_t)r.nblocks)) != NULL)
+            mos_block_order(m, s, nt, r.order);
         pool_for(workers, POOL_BATCH, nt, (size_t)nt, 1, stage_slice, &r);
+        free(r.order);
+        r.order = NULL;
         t_stage[s] = cli_now_s();
         c_stage[s] = cpu_s();
         stopped = atomic_load(&r.failed) || cancel;

@@ -830,19 +830,17 @@ NO_FMA static void widen_ints(void *buf, size_t n, int f32, const int_scaling *s
  * big-endian `es`-byte values stored at byte `data0` of `path`, into out (w x h, rows
  * contiguous, swapped to this machine's order), without cfitsio: one pread for a run of whole rows, or per row group
  * through a scratch buffer of at most ROWS_SCRATCH bytes when the region is narrower
- * than the image (rows wider than that are read one by one, cut to the region). */
+ * than the image (rows wider than that are read one by one, cut to the region), from the
+ * open descriptor fd. */
 #define ROWS_SCRATCH ((size_t)1 << 20)
-static int read_rows_direct(const char *path, long long data0, long nx, long ny, long z,
-                            long x0, long y0, long w, long h, size_t es, void *out,
-                            char *err, size_t errlen)
+static int read_rows_fd(int fd, const char *path, long long data0, long nx, long ny, long z,
+                        long x0, long y0, long w, long h, size_t es, void *out, char *err,
+                        size_t errlen)
 {
     size_t row = (size_t)nx * es, cut = (size_t)w * es;
     off_t off0 = (off_t)data0 + (off_t)(((size_t)z * (size_t)ny + (size_t)y0) * row);
     if (w == nx)
-        return read_direct(path, off0, out, row * (size_t)h, es, err, errlen);
-    int fd = tess_open_regular(path, 0, NULL, err, errlen);
-    if (fd < 0)
-        return fd;
+        return pread_values(fd, path, off0, out, row * (size_t)h, es, err, errlen);
     unsigned char *dst = out, *buf = NULL;
     long per = row <= ROWS_SCRATCH ? (long)(ROWS_SCRATCH / row) : 1;
     if (per > h)
@@ -864,6 +862,18 @@ static int read_rows_direct(const char *path, long long data0, long nx, long ny,
             memcpy(dst, buf + (size_t)q * row + (size_t)x0 * es, cut);
     }
     free(buf);
+    return rc;
+}
+
+/* read_rows_fd on `path` opened for the read. */
+static int read_rows_direct(const char *path, long long data0, long nx, long ny, long z,
+                            long x0, long y0, long w, long h, size_t es, void *out,
+                            char *err, size_t errlen)
+{
+    int fd = tess_open_regular(path, 0, NULL, err, errlen);
+    if (fd < 0)
+        return fd;
+    int rc = read_rows_fd(fd, path, data0, nx, ny, z, x0, y0, w, h, es, out, err, errlen);
     close(fd);
     return rc;
 }
@@ -966,6 +976,80 @@ int fitsimg_read_region_f32(const char *path, int hdu, long z, long x0, long y0,
                             float *out, char *err, size_t errlen)
 {
     return read_region(path, hdu, z, x0, y0, w, h, TFLOAT, out, err, errlen);
+}
+
+void fitsimg_layout_of(const fitsimg_info *info, fitsimg_layout *lay)
+{
+    memset(lay, 0, sizeof *lay);
+    lay->bitpix = info->bitpix;
+    lay->naxis = info->naxis;
+    for (int i = 0; i < FITSIMG_MAXDIM; i++)
+        lay->naxes[i] = info->naxes[i];
+    lay->bscale = info->bscale;
+    lay->bzero = info->bzero;
+    lay->has_blank = info->has_blank;
+    lay->blank = info->blank;
+    lay->data_offset = info->data_offset;
+    lay->mtime_ns = info->mtime_ns;
+    lay->file_size = info->file_size;
+}
+
+/* 1 when read_region reads an HDU of layout `lay` as float without cfitsio, and then
+ * *sc (for an integer image) set as plain_int sets it. */
+static int layout_direct_f32(const fitsimg_layout *lay, int_scaling *sc)
+{
+    if (!lay || lay->data_offset < 0 || lay->bitpix == 0 || lay->naxis < 1)
+        return 0;
+    if (lay->bitpix == FLOAT_IMG)   /* cfitsio copies unscaled floats as they are */
+        return lay->bscale == 1.0 && lay->bzero == 0.0;
+    if (lay->bitpix != BYTE_IMG && lay->bitpix != SHORT_IMG && lay->bitpix != LONG_IMG)
+        return 0;
+    memset(sc, 0, sizeof *sc);
+    sc->bitpix = lay->bitpix;
+    sc->scale = lay->bscale;
+    sc->zero = lay->bzero;
+    if (lay->has_blank) {
+        long long lo = lay->bitpix == 8 ? 0 : lay->bitpix == 16 ? -32768 : -2147483648LL;
+        long long hi = lay->bitpix == 8 ? 255 : lay->bitpix == 16 ? 32767 : 2147483647LL;
+        sc->check = lay->blank >= lo && lay->blank <= hi;
+        sc->blank = lay->blank;
+    }
+    return 1;
+}
+
+int fitsimg_read_region_f32_at(const char *path, int hdu, const fitsimg_layout *lay, long z,
+                               long x0, long y0, long w, long h, float *out, char *err,
+                               size_t errlen)
+{
+    int_scaling sc;
+    if (!out || w <= 0 || h <= 0 || w > LONG_MAX / h || !layout_direct_f32(lay, &sc))
+        return fitsimg_read_region_f32(path, hdu, z, x0, y0, w, h, out, err, errlen);
+    struct stat st;
+    int fd = tess_open_regular(path, 0, &st, err, errlen);
+    if (fd < 0)
+        return fd;
+    long long mt = (long long)st.st_mtim.tv_sec * 1000000000LL + st.st_mtim.tv_nsec;
+    if ((long long)st.st_size != lay->file_size || mt != lay->mtime_ns) {
+        close(fd);       /* changed since its header was read: read it anew */
+        return fitsimg_read_region_f32(path, hdu, z, x0, y0, w, h, out, err, errlen);
+    }
+    const long *nx = lay->naxes;
+    long nplanes;
+    if (tess_long_mul(nx[2], nx[3], &nplanes) || x0 < 0 || y0 < 0 || z < 0
+        || x0 > nx[0] - w || y0 > nx[1] - h || z >= nplanes) {
+        close(fd);
+        tess_seterr(err, errlen,
+                "region x %ld..%ld, y %ld..%ld, plane %ld outside the %ld x %ld x %ld image %s",
+                x0, x0 + w - 1, y0, y0 + h - 1, z, nx[0], nx[1], nplanes, path);
+        return TESS_ERANGE;
+    }
+    size_t es = (size_t)(lay->bitpix < 0 ? -lay->bitpix : lay->bitpix) / 8;
+    int rc = read_rows_fd(fd, path, lay->data_offset, nx[0], nx[1], z, x0, y0, w, h, es, out,
+                          err, errlen);
+    close(fd);
+    if (rc == 0 && lay->bitpix > 0)
+        widen_ints(out, (size_t)w * (size_t)h, 1, &sc);
+    return rc;
 }
 
 int fitsimg_read_values(const char *path, int hdu, fitsimg_values kind, size_t first,

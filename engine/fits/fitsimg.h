@@ -103,6 +103,37 @@ int fitsimg_read_region(const char *path, int hdu, long z, long x0, long y0, lon
 int fitsimg_read_region_f32(const char *path, int hdu, long z, long x0, long y0, long w, long h,
                             float *out, char *err, size_t errlen);
 
+/* Where and how an image HDU stores its pixels, as fitsimg_read_info found them: what a
+ * caller that read the header once keeps to read regions later without cfitsio opening
+ * and parsing the file again (fitsimg_read_region_f32_at).  Plain values, no pointers:
+ * copy it freely.  Zeroed (bitpix 0) it means "not known". */
+typedef struct fitsimg_layout {
+    int bitpix;                    /* BITPIX as stored; 0: unknown */
+    int naxis;                     /* NAXIS */
+    long naxes[FITSIMG_MAXDIM];    /* NAXISn, FITS order; unused entries 1 */
+    double bscale, bzero;          /* as fitsimg_info */
+    int has_blank;
+    long long blank;
+    long long data_offset;         /* byte offset of the data unit; -1: tile-compressed */
+    long long mtime_ns, file_size; /* the file as it was read (stat) */
+} fitsimg_layout;
+
+/* The layout part of `info` (from fitsimg_read_info).  Cannot fail. */
+void fitsimg_layout_of(const fitsimg_info *info, fitsimg_layout *lay);
+
+/* fitsimg_read_region_f32 of HDU `hdu` of `path`, whose header gave `lay` (NULL or
+ * unknown: exactly fitsimg_read_region_f32).  When the layout is one that
+ * fitsimg_read_region_f32 reads without cfitsio (BITPIX -32 with BSCALE 1 and BZERO 0,
+ * or BITPIX 8, 16, 32; not tile-compressed) and the file opened has the size and
+ * modification time the layout was read with, the region is read with pread from that
+ * descriptor, one open and no header parse, with the same values (bit for bit) and the
+ * same region check (TESS_ERANGE outside NAXISn) and errors; otherwise (another layout,
+ * or the file changed since) it is read as fitsimg_read_region_f32 reads it.  Thread-safe
+ * as that function.  Returns 0 or a TESS_E* code, with err. */
+int fitsimg_read_region_f32_at(const char *path, int hdu, const fitsimg_layout *lay, long z,
+                               long x0, long y0, long w, long h, float *out, char *err,
+                               size_t errlen);
+
 /* How fitsimg_read_values gives values. */
 typedef enum fitsimg_values {
     FITSIMG_F64 = 0,          /* double: BSCALE * stored + BZERO computed by cfitsio in

@@ -4,6 +4,7 @@
 #define TESSERA_ENGINE_MOSAIC_MOSAIC_H
 
 #include <stddef.h>
+#include "engine/fits/fitsimg.h"
 #include "engine/sky/reproject.h"
 #include "engine/sky/skywcs.h"
 
@@ -47,6 +48,8 @@ typedef struct mos_header {
     char *cards;                /* the header cards (NULL: not read) */
     int nkeys;
     skywcs *cel;                /* celestial 2-D WCS (skywcs_celestial_image) */
+    fitsimg_layout lay;         /* where its pixels are (zeroed: not known; the blocks
+                                   then read the header again) */
 } mos_header;
 
 /* Reads HDU `hdu` of `path` and applies the celestial-image rule
@@ -212,6 +215,15 @@ const char *mos_stage_name(const mosaic *m, int stage);
 void mos_target_size(const mosaic *m, long *nx, long *ny);
 /* The box of input k (see mos_bbox), in output pixels. */
 void mos_input_box(const mosaic *m, int k, long box[4]);
+
+/* An order in which to run the mos_nblocks(m, stage) blocks of `stage` on `spread`
+ * threads (order[i] = the block to start i-th; the caller's array of that many longs):
+ * for the reproject stage, inputs taken `spread` at a time and their bands in turn (the
+ * first band of each, then the second, ...), so that blocks running at once mostly
+ * belong to different inputs and write different staging files (ext4 holds a file's
+ * lock through each buffered write) and read different input files; any other stage,
+ * or spread < 2: 0, 1, 2, ...  Any order gives the same product.  Cannot fail. */
+void mos_block_order(const mosaic *m, int stage, int spread, long *order);
 
 /* Runs block `block` of stage `stage` (both 0-based).  Thread-safe for blocks of one
  * stage.  Polls *cancel (may be NULL) and returns TESS_ECANCELED when it is set.

@@ -72,6 +72,7 @@ typedef struct src {
                               distortion tables) and the method is local */
     skywcs *cel;           /* celestial 2-D WCS of the whole input */
     mos_origin origin;     /* for the WCS of a crop */
+    fitsimg_layout lay;    /* its pixels' layout as the plan read it (reads by it) */
     char bunit[72];
     long box[4];           /* x0, y0, w, h in output pixels; w = 0: no overlap */
     long rows;             /* rows per reprojection band */

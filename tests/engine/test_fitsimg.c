@@ -707,9 +707,21 @@ START_TEST(test_region_direct_ints)
                          0);
         ck_assert_int_eq(fitsimg_read_values(path, 0, FITSIMG_F64, 0, N, dref, err,
                                              sizeof err), 0);
+        fitsimg_info info;
+        fitsimg_layout lay;
+        ck_assert_int_eq(fitsimg_read_info(path, 0, &info, err, sizeof err), 0);
+        fitsimg_layout_of(&info, &lay);
+        fitsimg_info_release(&info);
         const long reg[][5] = { { 0, 0, 0, NX, NY }, { 1, 2, 3, 31, 30 }, { 1, 0, 39, NX, 1 } };
         for (size_t r = 0; r < sizeof reg / sizeof reg[0]; r++) {
             long z = reg[r][0], x0 = reg[r][1], y0 = reg[r][2], w = reg[r][3], h = reg[r][4];
+            /* By the layout (no cfitsio): the same floats as by the header. */
+            ck_assert_int_eq(fitsimg_read_region_f32_at(path, 0, &lay, z, x0, y0, w, h, a, err,
+                                                        sizeof err), 0);
+            for (long y = 0; y < h; y++)
+                ck_assert_msg(memcmp(a + y * w, ref + (z * NY + y0 + y) * NX + x0,
+                                     sizeof(float) * (size_t)w) == 0,
+                              "case %zu region %zu row %ld (layout)", t, r, y);
             ck_assert_int_eq(fitsimg_read_region_f32(path, 0, z, x0, y0, w, h, a, err,
                                                      sizeof err), 0);
             ck_assert_int_eq(fitsimg_read_region(path, 0, z, x0, y0, w, h, da, err,
@@ -735,6 +747,104 @@ START_TEST(test_region_direct_ints)
     free(da);
     free(dref);
     const char *names[] = { "int.fits" };
+    rm_tmpdir(names, 1);
+}
+END_TEST
+
+/* fitsimg_read_region_f32_at: by the layout of fitsimg_read_info, bit for bit what
+ * fitsimg_read_region_f32 reads, for BITPIX -32 without and with a BSCALE = 1 card (read
+ * without cfitsio), BITPIX -32 scaled by 2 and -64 (read by cfitsio: values x * 2 + 1,
+ * and x rounded to float); a region outside NAXISn is TESS_ERANGE; a file rewritten with
+ * another size since its layout was taken is read as it is now; a NULL layout reads by
+ * the header. */
+START_TEST(test_region_at_layout)
+{
+    make_tmpdir();
+    char path[256], err[256];
+    snprintf(path, sizeof path, "%s/lay.fits", tmpdir);
+    enum { NX = 37, NY = 11, N = NX * NY };
+    double dv[N];
+    float fv[N], a[N], b[N];
+    for (int i = 0; i < N; i++) {
+        dv[i] = (double)i * 0.1 - 3.3;
+        fv[i] = (float)dv[i];
+    }
+    fv[5] = NAN;
+    fv[6] = -0.0f;
+    static const struct { int bitpix; double bs, bz; } c[] = {
+        { FLOAT_IMG, 1.0, 0.0 }, { FLOAT_IMG, -1.0, 0.0 }, { FLOAT_IMG, 2.0, 1.0 },
+        { DOUBLE_IMG, 1.0, 0.0 } };
+    for (size_t t = 0; t < sizeof c / sizeof c[0]; t++) {
+        fitsfile *f;
+        int st = 0;
+        long n[2] = { NX, NY };
+        remove(path);
+        fits_create_diskfile(&f, path, &st);
+        fits_create_img(f, c[t].bitpix, 2, n, &st);
+        double one = 1.0;           /* bs -1: a BSCALE = 1 card */
+        if (c[t].bs < 0)
+            fits_write_key(f, TDOUBLE, "BSCALE", &one, NULL, &st);
+        if (c[t].bs > 1.0) {
+            fits_write_key(f, TDOUBLE, "BSCALE", (void *)&c[t].bs, NULL, &st);
+            fits_write_key(f, TDOUBLE, "BZERO", (void *)&c[t].bz, NULL, &st);
+        }
+        fits_set_bscale(f, 1.0, 0.0, &st);
+        fits_write_img(f, c[t].bitpix == FLOAT_IMG ? TFLOAT : TDOUBLE, 1, N,
+                       c[t].bitpix == FLOAT_IMG ? (void *)fv : (void *)dv, &st);
+        fits_close_file(f, &st);
+        ck_assert_int_eq(st, 0);
+        fitsimg_info info;
+        fitsimg_layout lay;
+        ck_assert_int_eq(fitsimg_read_info(path, 0, &info, err, sizeof err), 0);
+        fitsimg_layout_of(&info, &lay);
+        fitsimg_info_release(&info);
+        const long reg[][4] = { { 0, 0, NX, NY }, { 3, 2, 5, 7 }, { 36, 10, 1, 1 } };
+        for (size_t r = 0; r < 3; r++) {
+            long x0 = reg[r][0], y0 = reg[r][1], w = reg[r][2], h = reg[r][3];
+            memset(a, 0x55, sizeof a);
+            memset(b, 0x66, sizeof b);
+            ck_assert_int_eq(fitsimg_read_region_f32_at(path, 0, &lay, 0, x0, y0, w, h, a, err,
+                                                        sizeof err), 0);
+            ck_assert_int_eq(fitsimg_read_region_f32(path, 0, 0, x0, y0, w, h, b, err,
+                                                     sizeof err), 0);
+            ck_assert_msg(memcmp(a, b, sizeof(float) * (size_t)(w * h)) == 0, "case %zu", t);
+            for (long i = 0; i < w * h; i++) {
+                long at = (y0 + i / w) * NX + x0 + i % w;
+                float want = c[t].bitpix == DOUBLE_IMG ? (float)dv[at]
+                           : c[t].bs > 1.0 ? (float)((double)fv[at] * 2.0 + 1.0) : fv[at];
+                ck_assert_msg(memcmp(&a[i], &want, sizeof want) == 0 || (isnan(a[i]) &&
+                              isnan(want)), "case %zu pixel %ld: %g, not %g", t, at,
+                              (double)a[i], (double)want);
+            }
+        }
+        ck_assert_int_eq(fitsimg_read_region_f32_at(path, 0, &lay, 0, 30, 0, 8, 1, a, err,
+                                                    sizeof err), TESS_ERANGE);
+        ck_assert_int_eq(fitsimg_read_region_f32_at(path, 0, &lay, 1, 0, 0, 1, 1, a, err,
+                                                    sizeof err), TESS_ERANGE);
+        ck_assert_int_eq(fitsimg_read_region_f32_at(path, 0, NULL, 0, 0, 0, NX, NY, a, err,
+                                                    sizeof err), 0);
+        ck_assert_int_eq(fitsimg_read_region_f32(path, 0, 0, 0, 0, NX, NY, b, err,
+                                                 sizeof err), 0);
+        ck_assert_int_eq(memcmp(a, b, sizeof(float) * N), 0);
+        if (t == 0) {
+            /* Rewritten 2 x 2 (another size): read as it is now, not by the old layout. */
+            float nv[4] = { 7.0f, 8.0f, 9.0f, 10.0f };
+            long n2[2] = { 2, 2 };
+            remove(path);
+            st = 0;
+            fits_create_diskfile(&f, path, &st);
+            fits_create_img(f, FLOAT_IMG, 2, n2, &st);
+            fits_write_img(f, TFLOAT, 1, 4, nv, &st);
+            fits_close_file(f, &st);
+            ck_assert_int_eq(st, 0);
+            ck_assert_int_eq(fitsimg_read_region_f32_at(path, 0, &lay, 0, 0, 0, 2, 2, a, err,
+                                                        sizeof err), 0);
+            ck_assert_int_eq(memcmp(a, nv, sizeof nv), 0);
+            ck_assert_int_eq(fitsimg_read_region_f32_at(path, 0, &lay, 0, 0, 0, 3, 1, a, err,
+                                                        sizeof err), TESS_ERANGE);
+        }
+    }
+    const char *names[] = { "lay.fits" };
     rm_tmpdir(names, 1);
 }
 END_TEST
@@ -1176,6 +1286,7 @@ int main(void)
     tcase_add_test(tc, test_read_values);
     tcase_add_test(tc, test_region_direct);
     tcase_add_test(tc, test_region_direct_ints);
+    tcase_add_test(tc, test_region_at_layout);
     tcase_add_test(tc, test_literal_brackets_in_path);
     tcase_add_test(tc, test_copy_section);
     tcase_add_test(tc, test_threads);

@@ -674,6 +674,29 @@ START_TEST(test_idempotent_blocks)
     ck_assert_int_eq(ns, 4);
     /* stage 0 backwards, with a few blocks twice */
     long n0 = mos_nblocks(m, 0);
+    /* mos_block_order: a permutation; the reprojection's blocks of two inputs in turn
+     * (input 0's first band, then input 1's: block 0 of input 1 is past input 0's
+     * eight bands); in block order for another stage or one thread. */
+    long *ord = malloc(sizeof(long) * (size_t)n0);
+    char *seen = calloc((size_t)n0, 1);
+    ck_assert(ord && seen);
+    mos_block_order(m, 0, 2, ord);
+    for (long i = 0; i < n0; i++) {
+        ck_assert(ord[i] >= 0 && ord[i] < n0 && !seen[ord[i]]);
+        seen[ord[i]] = 1;
+    }
+    ck_assert_int_eq(ord[0], 0);
+    ck_assert_int_gt(ord[1], 1);
+    ck_assert_int_eq(ord[2], 1);
+    mos_block_order(m, 0, 1, ord);
+    for (long i = 0; i < n0; i++)
+        ck_assert_int_eq(ord[i], i);
+    ck_assert_int_le(mos_nblocks(m, 1), n0);
+    mos_block_order(m, 1, 2, ord);
+    for (long i = 0; i < mos_nblocks(m, 1); i++)
+        ck_assert_int_eq(ord[i], i);
+    free(ord);
+    free(seen);
     for (long b = n0 - 1; b >= 0; b--)
         ck_assert_int_eq(mos_run_block(m, 0, b, NULL, err, sizeof err), 0);
     for (long b = 0; b < n0; b += 7)

@@ -458,7 +458,7 @@ RP_SAMPLER4(double, f64)
  * form (its four loads gathered or scalar) measured slower on 4096^2 rotated by 20 deg
  * (AMD EPYC Zen 4, 1 thread: 106-120 against 170-176 Mpix/s on whole rows without
  * prefetching, level within the noise inside rp_reproject). */
-#if defined(__GNUC__) && defined(__x86_64__)
+#if defined(__GNUC__) && defined(__x86_64__) && !defined(RP_NO_AVX2)
 #define RP_AVX2_SAMPLERS 1
 #define RP_AVX2 __attribute__((target("avx2")))
 
@@ -987,13 +987,84 @@ RP_HOT static void sample_lanczos3_f64(const rp_kernel *k, size_t n, const doubl
     RP_POINTS(lanczos3_f64, m, n)
 }
 
-/* lanczos3_f32 at every position (the sampler of float planes where the CPU lacks AVX2:
- * the float arithmetic in the one order that sample_lanczos3_f32_avx2 computes). */
-RP_HOT static void sample_lanczos3_f32(const rp_kernel *k, size_t n, const double *restrict x,
-                                       const double *restrict y, double *restrict out)
+/* Lanes (i0, i1, i2, i3) of the eight lanes of the rp_v4f a then b (0-3 a, 4-7 b). */
+#if defined(__clang__)
+#define RP_V4F_SHUF(a, b, i0, i1, i2, i3) __builtin_shufflevector((a), (b), i0, i1, i2, i3)
+#else
+#define RP_V4F_SHUF(a, b, i0, i1, i2, i3) __builtin_shuffle((a), (b), (rp_v4i){ i0, i1, i2, i3 })
+#endif
+
+/* lanczos3 of a float plane in four float lanes (GCC vector extensions: SSE2 on any
+ * x86-64, NEON on AArch64, scalar code elsewhere), the sampler where the CPU lacks AVX2:
+ * what lanczos3_f32 computes, bit for bit, one position at a time.  Weights as
+ * lanczos3_weights_f32 (a table entry's four L and four D in two vectors: wr = (w2, w1,
+ * w0, 0), wf = (w3, w4, w5, 0)); the six rows of the support loaded as columns 0-3 and
+ * 2-5 (two overlapping 4-pixel loads, never past column 5), each summed down the
+ * columns as RP_LZ_SUM6 with wy_j in every lane (columns 2 and 3 twice, alike), then
+ * across as RP_LZ_ACROSS.  As in the other samplers, a group of four positions is taken
+ * here when every support lies inside the image (3 <= floor(c) <= n - 3 on both axes:
+ * NaN fails it, and it implies the valid range); other groups, the last n % 4
+ * positions and positions whose plain sum is not finite take the point function (so
+ * that a batch and its positions one at a time compare the two: test_kernels). */
+static void sample_lanczos3_f32(const rp_kernel *k, size_t n, const double *restrict x,
+                                const double *restrict y, double *restrict out)
 {
     RP_SAMPLER_VARS(float, k->src.data);
-    RP_POINTS(lanczos3_f32, 0, n)
+    const float *lzf = k->lzf;
+    const size_t st = (size_t)nx;
+    const double cxe = (double)(nx - 2), cye = (double)(ny - 2);
+    size_t m = 0;
+    for (; m + 4 <= n; m += 4) {
+        int inside = 1;
+        for (int q = 0; q < 4; q++) {
+            const double cx = x[m + q] + 1.0, cy = y[m + q] + 1.0;
+            inside &= cx >= 3.0 && cx < cxe && cy >= 3.0 && cy < cye;
+        }
+        if (!inside) {
+            RP_POINTS(lanczos3_f32, m, m + 4)
+            continue;
+        }
+        for (size_t p = m; p < m + 4; p++) {
+            const double cx = x[p] + 1.0, cy = y[p] + 1.0;
+            const long fx = (long)cx, fy = (long)cy;
+            const double ux = (cx - (double)fx) * LZ_RES, vx = LZ_RES - ux;
+            const double uy = (cy - (double)fy) * LZ_RES, vy = LZ_RES - uy;
+            const long iux = (long)ux, ivx = (long)vx, iuy = (long)uy, ivy = (long)vy;
+            const float fux = (float)(ux - (double)iux), fvx = (float)(vx - (double)ivx);
+            const float fuy = (float)(uy - (double)iuy), fvy = (float)(vy - (double)ivy);
+            rp_v4f la, da, lb, db;
+            memcpy(&la, lzf + 8 * iux, sizeof la);
+            memcpy(&da, lzf + 8 * iux + 4, sizeof da);
+            memcpy(&lb, lzf + 8 * ivx, sizeof lb);
+            memcpy(&db, lzf + 8 * ivx + 4, sizeof db);
+            const rp_v4f xr = la + fux * da, xf = lb + fvx * db;
+            memcpy(&la, lzf + 8 * iuy, sizeof la);
+            memcpy(&da, lzf + 8 * iuy + 4, sizeof da);
+            memcpy(&lb, lzf + 8 * ivy, sizeof lb);
+            memcpy(&db, lzf + 8 * ivy + 4, sizeof db);
+            const rp_v4f yr = la + fuy * da, yf = lb + fvy * db;
+            const rp_v4f tx = xr + xf, ty = yr + yf;
+            const float sx = (tx[0] + tx[1]) + tx[2], sy = (ty[0] + ty[1]) + ty[2];
+            const float wy[6] = { yr[2], yr[1], yr[0], yf[0], yf[1], yf[2] };
+            const float *r = src + (size_t)(fy - 3) * st + (size_t)(fx - 3);
+            rp_v4f v[6][2];
+            for (int j = 0; j < 6; j++) {
+                memcpy(&v[j][0], r + (size_t)j * st, sizeof(rp_v4f));
+                memcpy(&v[j][1], r + (size_t)j * st + 2, sizeof(rp_v4f));
+            }
+            rp_v4f c[2];
+            for (int h = 0; h < 2; h++)
+                c[h] = ((wy[0] * v[0][h] + wy[2] * v[2][h]) + wy[4] * v[4][h])
+                       + ((wy[1] * v[1][h] + wy[3] * v[3][h]) + wy[5] * v[5][h]);
+            /* (q0, q1, q2, q3) and (q2, q3, q4, q5), q_i = wx_i c(i) */
+            const rp_v4f ql = RP_V4F_SHUF(xr, xf, 2, 1, 0, 4) * c[0];
+            const rp_v4f qh = RP_V4F_SHUF(xr, xf, 0, 4, 5, 6) * c[1];
+            const float sum = ((ql[0] + qh[2]) + ql[2]) + ((ql[1] + qh[3]) + ql[3]);
+            out[p] = fabsf(sum) <= FLT_MAX ? (double)sum / ((double)sx * (double)sy)
+                                           : lanczos3_f32(k, src, nx, ny, x[p], y[p]);
+        }
+    }
+    RP_POINTS(lanczos3_f32, m, n)
 }
 
 #ifdef RP_AVX2_SAMPLERS

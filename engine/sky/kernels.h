@@ -52,14 +52,21 @@ void rp_kernel_prefetch(const rp_kernel *k, size_t n, const double *x, const dou
 
 /* rp_kernel_sample with the values narrowed to float32 on the way: out[i] receives
  * (float)v[i] for the values v that rp_kernel_sample would give (the same bits, a NaN
- * quiet as the double round trip makes it) and, where footprint is not NULL,
- * footprint[i] 1.0f where v[i] is finite, 0.0f elsewhere (out and footprint: n floats
- * each, caller-owned); while sampling, the rp_kernel_prefetch hint, step 4, for the
- * pn <= n positions (pfx, pfy) (typically the positions of a row several rows ahead; pn
- * may be 0, then pfx and pfy may be NULL).  Returns the number of finite values, or -1 when the kernel
- * has no such path (other methods, double planes, bilinear on CPUs without AVX2): then
- * nothing is written and the caller uses rp_kernel_sample.  Nearest on float planes,
- * and bilinear on float planes with AVX2, only. */
+ * quiet as the double round trip makes it) for nearest; for bilinear, the same
+ * interpolation computed in float32 arithmetic (weights from the double positions,
+ * rounded to float32; kernels.c bilinear_f32f), within 7 u (|v00| + |v01| + |v10| +
+ * |v11|) + O(u^2), u = 2^-24, of rp_kernel_sample's value over the four taps v, NaN
+ * where that is NaN, the same bits whether positions come one a call or in a batch
+ * (values within a few ulp of FLT_MAX may round to infinity); and, where footprint is
+ * not NULL, footprint[i] 1.0f where out[i] is finite, 0.0f elsewhere (out and
+ * footprint: n floats each, caller-owned); while sampling, the rp_kernel_prefetch hint,
+ * step 4, for the pn <= n positions (pfx, pfy) (typically the positions of a row several
+ * rows ahead; pn may be 0, then pfx and pfy may be NULL).  Returns the number of finite
+ * values, or -1 when the kernel has no such path (other methods, double planes, bilinear
+ * on CPUs without AVX2): then nothing is written and the caller uses rp_kernel_sample
+ * (so that bilinear's float output on such CPUs is the double arithmetic narrowed,
+ * within the bound above).  Nearest on float planes, and bilinear on float planes with
+ * AVX2, only. */
 long rp_kernel_sample_f32(const rp_kernel *k, size_t n, const double *x, const double *y,
                           float *out, float *footprint, const double *pfx, const double *pfy,
                           size_t pn);

@@ -1211,6 +1211,9 @@ static void sample_lanczos3_f32(const rp_kernel *k, size_t n, const double *rest
         _mm_add_ss(_mm_add_ss(t_, _mm_shuffle_ps(t_, t_, 1)), _mm_movehl_ps(t_, t_));     \
     })
 
+/* The low lane of the __m128 v in every lane (lane q of it is then the value). */
+#define RP_LZ_LANE(v) _mm_shuffle_ps((v), (v), 0)
+
 /* lanczos3 of a float plane with AVX2 intrinsics: what lanczos3_f32 computes, bit for
  * bit, one position at a time in 8 float lanes: the six rows of its support loaded 8
  * pixels each (pixels 0-5 of the support and two beyond, which only reach lanes 6 and 7),
@@ -1219,7 +1222,13 @@ static void sample_lanczos3_f32(const rp_kernel *k, size_t n, const double *rest
  * and 7 never enter).  A group of four positions is taken here when every support lies
  * inside the image and its last 8-pixel load ends inside the plane (fx + 4 < nx or a row
  * below remains); other groups, and groups with a sum that is not finite, take the point
- * function. */
+ * function.  The weights wy_j are broadcast from registers (an in-lane permutation of
+ * (w2, w1, w0, 0) or (w3, w4, w5, 0) held in both halves) and each position's sums are
+ * blended into lane q of the group's vectors: stored to the stack and read back (wy
+ * as eight floats, the sums as four narrow stores under one 16-byte load, which cannot
+ * be forwarded), it ran at 73.4-75.4 Mpix/s against 81.7-83.2 (4096^2 float32 onto a
+ * grid rotated by 20 deg, coordinates included, 1 thread, AMD EPYC Zen 4, A B
+ * alternated). */
 RP_AVX2 static void sample_lanczos3_f32_avx2(const rp_kernel *k, size_t n,
                                              const double *restrict x,
                                              const double *restrict y, double *restrict out)
@@ -1263,24 +1272,29 @@ RP_AVX2 static void sample_lanczos3_f32_avx2(const rp_kernel *k, size_t n,
             const rp_v4f fvx = __builtin_convertvector(vx - __builtin_convertvector(ivx, rp_v4d), rp_v4f);
             const rp_v4f fuy = __builtin_convertvector(uy - __builtin_convertvector(iuy, rp_v4d), rp_v4f);
             const rp_v4f fvy = __builtin_convertvector(vy - __builtin_convertvector(ivy, rp_v4d), rp_v4f);
-            _Alignas(16) float sums[4], sxs[4], sys[4];
+            __m128 sum = _mm_setzero_ps(), sxv = sum, syv = sum;
             for (int q = 0; q < 4; q++) {
                 __m128 xr, xf, yr, yf;
                 RP_LZ_TAPS_F32(lzf + 8 * (size_t)iux[q], lzf + 8 * (size_t)ivx[q],
                                _mm_set1_ps(fux[q]), _mm_set1_ps(fvx[q]), xr, xf);
                 RP_LZ_TAPS_F32(lzf + 8 * (size_t)iuy[q], lzf + 8 * (size_t)ivy[q],
                                _mm_set1_ps(fuy[q]), _mm_set1_ps(fvy[q]), yr, yf);
-                _mm_store_ss(sxs + q, RP_LZ_TAPSUM_F32(xr, xf));
-                _mm_store_ss(sys + q, RP_LZ_TAPSUM_F32(yr, yf));
-                /* wy as (w2, w1, w0, 0, w3, w4, w5, 0) in memory, broadcast from there */
-                _Alignas(32) float wy[8];
-                _mm_store_ps(wy, yr);
-                _mm_store_ps(wy + 4, yf);
+                /* lane q of sxv, syv, sum: no narrow stores reloaded as a vector */
+                const __m128 lq = _mm_castsi128_ps(
+                    _mm_cmpeq_epi32(_mm_set1_epi32(q), _mm_setr_epi32(0, 1, 2, 3)));
+                sxv = _mm_blendv_ps(sxv, RP_LZ_LANE(RP_LZ_TAPSUM_F32(xr, xf)), lq);
+                syv = _mm_blendv_ps(syv, RP_LZ_LANE(RP_LZ_TAPSUM_F32(yr, yf)), lq);
+                /* wy_j broadcast from registers: (w2, w1, w0, 0) and (w3, w4, w5, 0) in
+                 * both halves, then one in-lane permutation a weight */
+                const __m256 yr2 = _mm256_insertf128_ps(_mm256_castps128_ps256(yr), yr, 1);
+                const __m256 yf2 = _mm256_insertf128_ps(_mm256_castps128_ps256(yf), yf, 1);
                 const float *r = src + (size_t)(fy[q] - 3) * st + (size_t)(fx[q] - 3);
-#define RP_LZ_P(j, wi) _mm256_mul_ps(_mm256_broadcast_ss(wy + (wi)), _mm256_loadu_ps(r + (j) * st))
+#define RP_LZ_P(j, w2, l) _mm256_mul_ps(_mm256_permute_ps((w2), (l) * 0x55), _mm256_loadu_ps(r + (j) * st))
                 const __m256 c = _mm256_add_ps(
-                    _mm256_add_ps(_mm256_add_ps(RP_LZ_P(0, 2), RP_LZ_P(2, 0)), RP_LZ_P(4, 5)),
-                    _mm256_add_ps(_mm256_add_ps(RP_LZ_P(1, 1), RP_LZ_P(3, 4)), RP_LZ_P(5, 6)));
+                    _mm256_add_ps(_mm256_add_ps(RP_LZ_P(0, yr2, 2), RP_LZ_P(2, yr2, 0)),
+                                  RP_LZ_P(4, yf2, 1)),
+                    _mm256_add_ps(_mm256_add_ps(RP_LZ_P(1, yr2, 1), RP_LZ_P(3, yf2, 0)),
+                                  RP_LZ_P(5, yf2, 2)));
 #undef RP_LZ_P
                 const __m256 wx = _mm256_permutevar8x32_ps(
                     _mm256_insertf128_ps(_mm256_castps128_ps256(xr), xf, 1), wxidx);
@@ -1289,14 +1303,12 @@ RP_AVX2 static void sample_lanczos3_f32_avx2(const rp_kernel *k, size_t n,
                 const __m128 lo = _mm256_castps256_ps128(p);
                 const __m128 h = _mm_add_ps(_mm_add_ps(lo, _mm256_extractf128_ps(p, 1)),
                                             _mm_movehl_ps(lo, lo));
-                _mm_store_ss(sums + q, _mm_add_ss(h, _mm_movehdup_ps(h)));
+                sum = _mm_blendv_ps(sum, RP_LZ_LANE(_mm_add_ss(h, _mm_movehdup_ps(h))), lq);
             }
-            const __m128 sum = _mm_load_ps(sums);
             const __m128 fin = _mm_and_ps(_mm_cmp_ps(sum, _mm_set1_ps(FLT_MAX), _CMP_LE_OQ),
                                           _mm_cmp_ps(sum, _mm_set1_ps(-FLT_MAX), _CMP_GE_OQ));
             if (_mm_movemask_ps(fin) == 0xF) {
-                const __m256d den = _mm256_mul_pd(_mm256_cvtps_pd(_mm_load_ps(sxs)),
-                                                  _mm256_cvtps_pd(_mm_load_ps(sys)));
+                const __m256d den = _mm256_mul_pd(_mm256_cvtps_pd(sxv), _mm256_cvtps_pd(syv));
                 _mm256_storeu_pd(out + m, _mm256_div_pd(_mm256_cvtps_pd(sum), den));
                 continue;
             }

@@ -1226,9 +1226,12 @@ static void sample_lanczos3_f32(const rp_kernel *k, size_t n, const double *rest
  * (w2, w1, w0, 0) or (w3, w4, w5, 0) held in both halves) and each position's sums are
  * blended into lane q of the group's vectors: stored to the stack and read back (wy
  * as eight floats, the sums as four narrow stores under one 16-byte load, which cannot
- * be forwarded), it ran at 73.4-75.4 Mpix/s against 81.7-83.2 (4096^2 float32 onto a
+ * be forwarded), it ran at 73.4-75.4 Mpix/s against 79.1-83.2 (4096^2 float32 onto a
  * grid rotated by 20 deg, coordinates included, 1 thread, AMD EPYC Zen 4, A B
- * alternated). */
+ * alternated in two sessions).  Slower, on the same case: the loop over the group's
+ * four positions unrolled (#pragma GCC unroll 4: 56-58), two positions in the halves
+ * of AVX-512 vectors (49-54), y's weights computed in both halves from broadcast
+ * table loads (level). */
 RP_AVX2 static void sample_lanczos3_f32_avx2(const rp_kernel *k, size_t n,
                                              const double *restrict x,
                                              const double *restrict y, double *restrict out)

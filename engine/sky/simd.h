@@ -47,8 +47,10 @@ typedef float rp_v4f __attribute__((vector_size(16)));
 
 /* Hot loops: with GCC on x86-64, an AVX2 clone picked at load time (ifunc) where the CPU
  * has AVX2, and the baseline (SSE2) one elsewhere; other targets (NEON included) build
- * the plain function.  No -march in the build: the clone carries its own target. */
-#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__)
+ * the plain function.  No -march in the build: the clone carries its own target.
+ * Built with -DRP_NO_AVX2 (CPPFLAGS), these clones and the AVX2 samplers of kernels.c
+ * are left out: the paths of CPUs without AVX2, to test and time on one that has it. */
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && !defined(RP_NO_AVX2)
 #define RP_HOT __attribute__((target_clones("avx2", "default")))
 #else
 #define RP_HOT

@@ -436,6 +436,73 @@ __attribute__((target("avx2"))) static size_t next_near_edge_avx2(const near_tes
     }
     return next_near(t, xi, yi, k, n);
 }
+
+/* next_near_round_avx2 sixteen positions an iteration for CPUs with AVX-512F
+ * (fix_decisions checks at run time): the same pre-selection (|u - rint(u)| or
+ * |v - rint(v)| within max(e, -lo), joined by vminpd, NaN handled as there), the lanes
+ * selected in a mask register, each then tested exactly in scalar as there, so that it
+ * reports the same positions.  Valgrind, whose CPU has no AVX-512, gets the AVX2 scan.
+ * Cannot fail. */
+__attribute__((target("avx512f"))) static size_t next_near_round_avx512(const near_test *t,
+                                                                       const double *xi,
+                                                                       const double *yi,
+                                                                       size_t k, size_t n)
+{
+    const double ux = t->hx + 0.5 + t->e, uy = t->hy + 0.5 + t->e, e1 = 1.0 - t->e;
+    const __m512d big = _mm512_set1_pd(fmax(t->e, -fmin(e1 - 1.0, -t->e)));
+    const __m512d half = _mm512_set1_pd(0.5);
+    for (; k + 16 <= n; k += 16) {
+        unsigned bits = 0;
+        for (int h = 0; h < 2; h++) {
+            const __m512d u = _mm512_add_pd(_mm512_loadu_pd(xi + k + 8 * h), half);
+            const __m512d v = _mm512_add_pd(_mm512_loadu_pd(yi + k + 8 * h), half);
+            const __m512d du = _mm512_sub_pd(u, _mm512_roundscale_pd(u, _MM_FROUND_TO_NEAREST_INT
+                                                                          | _MM_FROUND_NO_EXC));
+            const __m512d dv = _mm512_sub_pd(v, _mm512_roundscale_pd(v, _MM_FROUND_TO_NEAREST_INT
+                                                                          | _MM_FROUND_NO_EXC));
+            const __m512d d = _mm512_min_pd(_mm512_abs_pd(du), _mm512_abs_pd(dv));
+            bits |= (unsigned)_mm512_cmp_pd_mask(d, big, _CMP_LE_OQ) << (8 * h);
+        }
+        while (bits) {
+            const size_t c = k + (size_t)__builtin_ctz(bits);
+            const double u = xi[c] + 0.5, v = yi[c] + 0.5;
+            const double fu = u - floor(u), fv = v - floor(v);
+            if (u >= -t->e && u <= ux && v >= -t->e && v <= uy
+                && (fu <= t->e || fu >= e1 || fv <= t->e || fv >= e1))
+                return c;
+            bits &= bits - 1;
+        }
+    }
+    return next_near_round_avx2(t, xi, yi, k, n);
+}
+
+/* next_near_edge_avx2 sixteen positions an iteration for CPUs with AVX-512F
+ * (fix_decisions checks at run time): the same per-axis distances and ordered compares,
+ * into mask registers.  Cannot fail. */
+__attribute__((target("avx512f"))) static size_t next_near_edge_avx512(const near_test *t,
+                                                                      const double *xi,
+                                                                      const double *yi,
+                                                                      size_t k, size_t n)
+{
+    const __m512d e = _mm512_set1_pd(t->e), half = _mm512_set1_pd(0.5);
+    const __m512d hx = _mm512_set1_pd(t->hx), hy = _mm512_set1_pd(t->hy);
+    for (; k + 16 <= n; k += 16) {
+        unsigned bits = 0;
+        for (int h = 0; h < 2; h++) {
+            const __m512d x = _mm512_loadu_pd(xi + k + 8 * h);
+            const __m512d y = _mm512_loadu_pd(yi + k + 8 * h);
+            const __m512d dx = _mm512_min_pd(_mm512_abs_pd(_mm512_add_pd(x, half)),
+                                             _mm512_abs_pd(_mm512_sub_pd(x, hx)));
+            const __m512d dy = _mm512_min_pd(_mm512_abs_pd(_mm512_add_pd(y, half)),
+                                             _mm512_abs_pd(_mm512_sub_pd(y, hy)));
+            bits |= (unsigned)(_mm512_cmp_pd_mask(dx, e, _CMP_LE_OQ)
+                               | _mm512_cmp_pd_mask(dy, e, _CMP_LE_OQ)) << (8 * h);
+        }
+        if (bits)
+            return k + (size_t)__builtin_ctz(bits);
+    }
+    return next_near_edge_avx2(t, xi, yi, k, n);
+}
 #endif
 
 /* Transforms exactly the interpolated positions of a bw x bh block at (x0, y0) that lie
@@ -453,6 +520,8 @@ static int fix_decisions(worker *w, const job *j, long x0, long y0, long bw, lon
 #ifdef RP_NEAR_AVX2
     if (__builtin_cpu_supports("avx2"))
         next = t.round ? next_near_round_avx2 : next_near_edge_avx2;
+    if (__builtin_cpu_supports("avx512f"))
+        next = t.round ? next_near_round_avx512 : next_near_edge_avx512;
 #endif
     for (size_t k = next(&t, w->xi, w->yi, 0, npx); k < npx;
          k = next(&t, w->xi, w->yi, k + 1, npx)) {

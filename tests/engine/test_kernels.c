@@ -391,6 +391,79 @@ START_TEST(test_sample_f32_matches)
 }
 END_TEST
 
+/* The same on whole rows of a grid rotated by 20 deg over a 97 x 71 float plane (the
+ * layout rp_reproject hands the fused samplers: most groups of 8 or 16 positions wholly
+ * inside and away from the edges, where the vector paths run; rows of 101 positions, not
+ * a multiple of 16), with a quiet NaN, a signalling NaN and an infinity inside: for
+ * nearest the float32 bits of rp_kernel_sample's values narrowed, for bilinear the bits
+ * of the point function (one position a call) and values within bilinear_f32_bound of
+ * rp_kernel_sample's; the footprint and the count of finite values. */
+START_TEST(test_sample_f32_rows)
+{
+    enum { NX = 97, NY = 71, W = 101, H = 80, N = W * H };
+    static float img[NX * NY], out[N], fp[N];
+    static double x[N], y[N], v[N];
+    unsigned long long s = 11;
+    for (int i = 0; i < NX * NY; i++)
+        img[i] = (float)(2e3 * rnd(&s) - 700.0);
+    const uint32_t snan = 0x7fa00000u;
+    memcpy(&img[30 * NX + 41], &snan, sizeof snan);
+    img[52 * NX + 17] = NAN;
+    img[20 * NX + 60] = -INFINITY;
+    const double c = cos(20.0 * M_PI / 180.0), sn = sin(20.0 * M_PI / 180.0);
+    for (int r = 0; r < H; r++)
+        for (int q = 0; q < W; q++) {
+            const double u = 0.93 * q - 46.0, w = 0.93 * r - 37.0;
+            x[r * W + q] = 48.0 + c * u - sn * w;
+            y[r * W + q] = 35.0 + sn * u + c * w;
+        }
+    rp_plane p = plane_of(img, RP_F32, NX, NY);
+    for (int nearest = 0; nearest < 2; nearest++) {
+        rp_kernel *k = kernel_or_die(nearest ? RP_NEAREST : RP_BILINEAR, &p);
+        rp_kernel_sample(k, N, x, y, v);
+        long fin = 0, want = 0;
+        for (int r = 0; r < H; r++) {
+            const long f = rp_kernel_sample_f32(k, W, x + r * W, y + r * W, out + r * W,
+                                                fp + r * W, x + r * W, y + r * W, W);
+            if (f < 0) {   /* bilinear on a CPU without AVX2: no fused path */
+                ck_assert(!nearest);
+                break;
+            }
+            fin += f;
+        }
+        if (fin == 0 && !nearest) {
+            rp_kernel_free(k);
+            continue;
+        }
+        for (int i = 0; i < N; i++) {
+            const float r = (float)v[i];
+            float o1 = -1.0f;
+            rp_kernel_sample_f32(k, 1, x + i, y + i, &o1, NULL, NULL, NULL, 0);
+            ck_assert_msg(memcmp(&o1, &out[i], sizeof o1) == 0,
+                          "%s at (%.17g, %.17g): alone %.9g, in the row %.9g",
+                          nearest ? "nearest" : "bilinear", x[i], y[i], (double)o1,
+                          (double)out[i]);
+            if (nearest || !isfinite(v[i]))
+                ck_assert_msg(memcmp(&r, &out[i], sizeof r) == 0
+                              || (!nearest && isnan(v[i]) && isnan(out[i])),
+                              "%s at (%.17g, %.17g): %.9g, want %.9g",
+                              nearest ? "nearest" : "bilinear", x[i], y[i], (double)out[i],
+                              v[i]);
+            else
+                ck_assert_msg(fabs((double)out[i] - v[i])
+                                  <= bilinear_f32_bound(img, NX, NY, x[i], y[i]),
+                              "bilinear at (%.17g, %.17g): %.9g, double arithmetic %.17g",
+                              x[i], y[i], (double)out[i], v[i]);
+            want += isfinite(v[i]) != 0;
+            ck_assert(fp[i] == (isfinite(v[i]) ? 1.0f : 0.0f));
+        }
+        ck_assert_int_eq(fin, want);
+        ck_assert(want > N / 2 && want < N);
+        rp_kernel_free(k);
+    }
+}
+END_TEST
+
 /* ---- edges, arguments --------------------------------------------------------------- */
 
 /* Every kernel is defined on [-0.5, n - 0.5] of each axis and NaN beyond or for a NaN
@@ -1025,6 +1098,7 @@ int main(void)
     tcase_add_test(tc, test_lanczos3_5x5);
     tcase_add_test(tc, test_bilinear_matches_reproject);
     tcase_add_test(tc, test_sample_f32_matches);
+    tcase_add_test(tc, test_sample_f32_rows);
     tcase_add_test(tc, test_valid_range);
     tcase_add_test(tc, test_bad_arguments);
     tcase_add_test(tc, test_single_pixel);

@@ -122,7 +122,7 @@ END_TEST
  * and NaN outside: with the approximate grid too (max_coord_error 0.001), whose
  * interpolated positions miss the half-integers by rounding, since positions within
  * the grid's error bound of a decision are recomputed exactly (reproject.c
- * fix_decisions, next_near_round_avx2 on AVX2 CPUs).  On TAN the grid's result must
+ * fix_decisions; next_near_round_avx2 or _avx512 by CPU).  On TAN the grid's result must
  * equal the exact transform's bit for bit. */
 START_TEST(test_nearest_grid_decisions)
 {
@@ -246,7 +246,7 @@ START_TEST(test_grid_decisions_f32)
             ck_assert_int_eq(ne, ng);
             if (ms[mi] != RP_NEAREST) {
                 /* Bilinear: the edges are decisions too (reproject.c next_near_edge_avx2
-                 * on AVX2 CPUs), so the footprint is the exact transform's. */
+                 * or _avx512 by CPU), so the footprint is the exact transform's. */
                 ck_assert_msg(memcmp(gfp, efp, sizeof(float) * P) == 0,
                               "%s bilinear: grid and exact footprints differ", proj[pj]);
                 continue;

@@ -338,11 +338,14 @@ int cube_spectrum_block(cube_spectrum *sp, const cube_transpose *t, long block,
         fftw_execute_dft_r2c(sp->plan, in, spec);
         /* |X[h]|^2 of the batch's series once per h < nh, as big-endian floats, bin-major
          * (pw[h][j]): plane k takes bin min(k, nz - k), |X[nz-k]| = |X[k]| for a real
-         * series. */
-        for (long j = 0; j < nb; j++) {
-            const fftw_complex *c = spec + j * nh;
-            for (long h = 0; h < nh; h++)
-                pw[h * FFT_BATCH + j] = be_bits((float)(c[h][0] * c[h][0] + c[h][1] * c[h][1]));
+         * series.  Bin by bin, so that pw is written in order; the reads stride by a
+         * series, nb cache lines that serve four bins each (written series by series, a
+         * store every 128 bytes was a fifth of this function's time). */
+        for (long h = 0; h < nh; h++) {
+            const fftw_complex *c = spec + h;
+            uint32_t *p = pw + h * FFT_BATCH;
+            for (long j = 0; j < nb; j++, c += nh)
+                p[j] = be_bits((float)((*c)[0] * (*c)[0] + (*c)[1] * (*c)[1]));
         }
         /* The batch is whole rows of 16x16 store tiles, so its pixels make a few runs of
          * adjacent values in every plane of the block: each plane gets them as a few

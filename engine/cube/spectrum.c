@@ -3,6 +3,7 @@
 
 #include "engine/base/error.h"
 #include "engine/base/fileio.h"
+#include "engine/base/hugemem.h"
 #include "engine/image/chunkstore.h"
 
 #include <errno.h>
@@ -68,8 +69,13 @@ static int band_mem_get(cube_spectrum *sp, size_t series_len, size_t spectra_len
         b->series_len = b->series ? series_len : 0;
     }
     if (b->spectra_len < spectra_len) {
+        /* Every batch stores a few bytes into each of the block's nz / 2 + 1 planes:
+         * thousands of 4 KB pages a batch at large nz, a TLB miss each; on 2 MB pages
+         * the spectrum from the copy took 1.36-1.41 s of CPU against 1.45-1.49 s
+         * (4000 frames of 256 x 256, 2 workers, alternated), for at most 2 MB more a
+         * worker (peak anonymous memory 44.7-46.0 MB before, 46.6-49.5 MB after). */
         free(b->spectra);
-        b->spectra = malloc(spectra_len);
+        b->spectra = tess_alloc_huge(spectra_len);
         b->spectra_len = b->spectra ? spectra_len : 0;
     }
     size_t nh = (size_t)sp->nz / 2 + 1;

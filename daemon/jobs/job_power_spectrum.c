@@ -3,6 +3,7 @@
 #include "daemon/jobs/job_common.h"
 
 #include "engine/base/error.h"
+#include "engine/base/hugemem.h"
 #include "engine/cube/spectrum.h"
 #include "engine/cube/transpose.h"
 #include "engine/fits/fitscard.h"
@@ -194,7 +195,9 @@ static int ps_estimate(const void *req, const job_env *env, job_cost *c, job_pro
     double fft = 32.0 * (8.0 * nz + 16.0 * nh + 4.0 * nh);
     double es = (double)chunkstore_esize(jobc_choose_dtype(d));
     double tile = (double)CUBE_TILE * CUBE_TILE * nh * 4.0;   /* spectra k <= nz / 2 */
-    double block = fmax((double)cube_spectrum_block_bytes(), tile) + fft + 32.0 * nz * es;
+    /* the spectra's buffer is on huge pages: whole 2 MB of them (hugemem.h) */
+    double spectra = fmax((double)cube_spectrum_block_bytes(), tile);
+    double block = (double)tess_huge_bytes((size_t)spectra) + fft + 32.0 * nz * es;
     if (strncmp(c->what, "a band", 6) == 0 || block > c->block_bytes) {
         /* jobc_transpose_cost counted a band of whole tile rows: the spectra's blocks
          * are bounded instead (a group of stage A stays when larger) */

@@ -46,9 +46,11 @@ long cube_spectrum_block_bytes(void);
  * `datastart`: plane k (frequency index k, in cycles per nz samples) of the block's
  * pixels, big-endian IEEE float32 (FITS 4.0 section 5.2), by pwrite, one run a plane (a
  * run a row of each plane when the block is narrower than a row).  Memory: the block's
- * spectra and one batch of 32 series as stored (kept by the plan for reuse, one set a
- * worker) and the FFT's of 32 series (about 18 nz doubles' worth): at most the budget plus
- * about 32 * nz * (t->es + 28) bytes a worker, whatever the number of pixels.
+ * spectra (on transparent huge pages, engine/base/hugemem.h: the budget rounded up to
+ * whole 2 MB) and one batch of 32 series as stored (kept by the plan for reuse, one set a
+ * worker) and the FFT's of 32 series (about 18 nz doubles' worth): at most
+ * tess_huge_bytes(budget) plus about 32 * nz * (t->es + 28) bytes a worker, whatever the
+ * number of pixels.
  * Idempotent.  Polls *cancel between batches.  Concurrent calls with one plan are
  * allowed (fftw's new-array execute is thread-safe; the plan keeps the block buffers for
  * reuse under a lock of its own).  Returns 0, TESS_ECANCELED, TESS_ENOMEM, or

@@ -423,6 +423,49 @@ START_TEST(test_centroid_u8_small)
 }
 END_TEST
 
+/* chunkstore_decode's vector path (16 or 8 values at a time) and its scalar tail: every
+ * u8 value, and u16/i16 words over their whole range (extremes and sign boundary
+ * included) from little-endian bytes at every misalignment and every length 0 .. 40,
+ * each against the integer the bytes spell (exact in double: the reference needs no
+ * tolerance). */
+START_TEST(test_decode_integers)
+{
+    enum { N = 300 };
+    unsigned char raw[2 * N + 16];
+    double got[N + 1];
+    for (int k = 0; k < (int)sizeof raw; k++)
+        raw[k] = (unsigned char)(k * 151 + 7);
+    static const int words[] = {0, 1, 255, 256, 32767, 32768, 32769, 65534, 65535};
+    for (int k = 0; k < 9; k++) {   /* extremes at the start, the middle and a tail */
+        raw[2 * k + 1] = (unsigned char)words[k];
+        raw[2 * k + 2] = (unsigned char)(words[k] >> 8);
+        raw[2 * (k + 150) + 1] = (unsigned char)words[k];
+        raw[2 * (k + 150) + 2] = (unsigned char)(words[k] >> 8);
+    }
+    for (int a = 0; a < 16; a++)
+        for (long n = 0; n <= N; n += n < 40 ? 1 : 37) {
+            const unsigned char *b = raw + a;
+            got[n] = -7.0;   /* the sentinel past the end stays */
+            chunkstore_decode(CS_U8, b, got, n);
+            for (long i = 0; i < n; i++)
+                ck_assert_msg(got[i] == (double)b[i], "u8 a=%d n=%ld i=%ld", a, n, i);
+            ck_assert(got[n] == -7.0);
+            chunkstore_decode(CS_U16, b, got, n);
+            for (long i = 0; i < n; i++)
+                ck_assert_msg(got[i] == (double)(b[2 * i] | b[2 * i + 1] << 8), "u16 a=%d "
+                              "n=%ld i=%ld: %g", a, n, i, got[i]);
+            ck_assert(got[n] == -7.0);
+            chunkstore_decode(CS_I16, b, got, n);
+            for (long i = 0; i < n; i++) {
+                long u = b[2 * i] | b[2 * i + 1] << 8;
+                ck_assert_msg(got[i] == (double)(u >= 32768 ? u - 65536 : u), "i16 a=%d "
+                              "n=%ld i=%ld: %g", a, n, i, got[i]);
+            }
+            ck_assert(got[n] == -7.0);
+        }
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("cube");
@@ -435,6 +478,7 @@ int main(void)
     tcase_add_test(tc, test_centroid);
     tcase_add_test(tc, test_centroid_integers);
     tcase_add_test(tc, test_centroid_u8_small);
+    tcase_add_test(tc, test_decode_integers);
     suite_add_tcase(s, tc);
     return tt_run_suite(s);
 }

@@ -19,6 +19,10 @@
 
 /* ---- the kernel object -------------------------------------------------------------- */
 
+/* A sampler: out[i] (n doubles, caller's) the value of k's plane at 0-based pixel
+ * position (x[i], y[i]), NaN outside [-0.5, nx - 0.5] x [-0.5, ny - 0.5] (NaN positions
+ * included); the arrays do not overlap.  Cannot fail.  One per method and pixel type
+ * (and instruction set), picked by rp_kernel_new. */
 typedef void sample_fn(const rp_kernel *k, size_t n, const double *restrict x,
                        const double *restrict y, double *restrict out);
 
@@ -30,6 +34,7 @@ struct rp_kernel {
     unsigned char *bad;    /* bicubic: 1 where the 4x4 support starting at padded
                               (sx, sy) touches a non-finite pixel, at (sy + 1) * (nx + 2)
                               + sx + 1; NULL when every pixel is finite */
+    /* lanczos3's shared tables, filled once per process (LZ_RES, LZ_TABLEN: kernels.c) */
     const double *lz;      /* lanczos3: L(k / LZ_RES), k = 0 .. LZ_TABLEN - 1 (shared) */
     const double *lzt;     /* lanczos3 (shared): for k = 0 .. LZ_RES, at lzt + 8 k (64-byte
                               aligned), L(k'), then L(k' + 1) - L(k'), for k' = k, k + LZ_RES,
@@ -43,8 +48,9 @@ struct rp_kernel {
 
 /* ---- points of nearest and bilinear, one per pixel type ---------------------------- */
 
-/* Every sampler first rejects positions outside [-0.5, n - 0.5] (NaN included; the loop
- * is RP_POINTS, below), then its point function works in the coordinates c = x + 1 of the array padded by one edge pixel, where
+/* Every sampler first rejects positions outside [-0.5, n - 0.5] (NaN included; the loops
+ * RP_POINTS of kernels.c and RP_FUSED_TAIL of kernels_f32.c), then its point function
+ * works in the coordinates c = x + 1 of the array padded by one edge pixel, where
  * c >= 0.5, so that (long)c == floor(c) and padded index p is image index p - 1
  * (clamped: the padding repeats the edge pixels).
  *

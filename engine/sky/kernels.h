@@ -54,7 +54,7 @@ void rp_kernel_prefetch(const rp_kernel *k, size_t n, const double *x, const dou
  * (float)v[i] for the values v that rp_kernel_sample would give (the same bits, a NaN
  * quiet as the double round trip makes it) for nearest; for bilinear, the same
  * interpolation computed in float32 arithmetic (weights from the double positions,
- * rounded to float32; kernels.c bilinear_f32f), within 7 u (|v00| + |v01| + |v10| +
+ * rounded to float32; kernels_f32.c bilinear_f32f), within 7 u (|v00| + |v01| + |v10| +
  * |v11|) + O(u^2), u = 2^-24, of rp_kernel_sample's value over the four taps v, NaN
  * where that is NaN, the same bits whether positions come one a call or in a batch
  * (values within a few ulp of FLT_MAX may round to infinity); and, where footprint is

@@ -287,10 +287,10 @@ START_TEST(test_bilinear_matches_reproject)
 }
 END_TEST
 
-/* The bound of bilinear in float32 arithmetic (kernels.c bilinear_f32f) against double
+/* The bound of bilinear in float32 arithmetic (kernels_f32.c bilinear_f32f) against double
  * arithmetic at (x, y) inside the valid range of the nx x ny float plane img:
  * 8 u (|v00| + |v01| + |v10| + |v11|), u = 2^-24, over the four taps as the kernel
- * clamps them.  The derivation (kernels.c): each weight within u(1 + u) of its double
+ * clamps them.  The derivation (kernels_f32.c): each weight within u(1 + u) of its double
  * value (gx = fl(frac) and fl(1 - gx)), two roundings a product, three in the sum: 7 u
  * and terms in u^2; 8 leaves room for those. */
 static double bilinear_f32_bound(const float *img, long nx, long ny, double x, double y)
@@ -305,7 +305,7 @@ static double bilinear_f32_bound(const float *img, long nx, long ny, double x, d
 
 /* rp_kernel_sample_f32 (the path rp_reproject takes for float output) gives: for
  * nearest, the float32 bits of rp_kernel_sample's values narrowed, NaNs quiet as the
- * narrowing leaves them; for bilinear (float32 arithmetic, kernels.c bilinear_f32f)
+ * narrowing leaves them; for bilinear (float32 arithmetic, kernels_f32.c bilinear_f32f)
  * values within bilinear_f32_bound of rp_kernel_sample's (double arithmetic), NaN and
  * infinite where those are; for both, the same bits one position a call as in a batch,
  * a footprint of 1 where finite, and the count of finite values: nearest and bilinear of

@@ -184,7 +184,7 @@ END_TEST
  * edges -0.5 and n - 0.5 among them), a 2-plane cube with the approximate grid
  * (max_coord_error 0.001) gives the float32 narrowing of what the double output path
  * gives (rp_kernel_sample, then narrowing), bit for bit for nearest and within the
- * bound of float32 arithmetic for bilinear (kernels.c bilinear_f32f), the same
+ * bound of float32 arithmetic for bilinear (kernels_f32.c bilinear_f32f), the same
  * footprint and finite count, on both planes; the exact transform's footprint and finite count (the edges
  * -0.5 and n - 0.5 are decisions for both kernels); and for nearest also the exact
  * transform's values. */
@@ -226,7 +226,7 @@ START_TEST(test_grid_decisions_f32)
             ck_assert_msg(ng > 0 && ng == nr, "%s %s: %ld finite, %ld with double output (%s)",
                           proj[pj], name, ng, nr, err);
             /* Bilinear of float planes into float output interpolates in float32
-             * (kernels.c bilinear_f32f): within 8 u (|v00| + |v01| + |v10| + |v11|) of
+             * (kernels_f32.c bilinear_f32f): within 8 u (|v00| + |v01| + |v10| + |v11|) of
              * the double path, u = 2^-24, here bounded by 32 u times the plane's
              * largest |value| (N * N - 1 on plane 0, 508 on plane 1). */
             for (int k = 0; k < P; k++) {

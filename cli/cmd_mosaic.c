@@ -27,7 +27,7 @@ static const char mosaic_usage[] =
     "usage: tessera mosaic IN.fits[HDU]... -o OUT.fits\n"
     "                      [--target HDR_OR_FITS[HDU] | --auto [--frame F] [--projection P]]\n"
     "                      [--method M] [--combine C] [--match-background[=plane|level]]\n"
-    "                      [--threads N] [--quiet] [--timing]\n"
+    "                      [--threads N] [--stage-memory MB] [--quiet] [--timing]\n"
     "\n"
     "Reprojects every input image (HDU number HDU, 0-based, default 0) onto one grid, each\n"
     "only over its own box of the output, optionally matches their backgrounds, and\n"
@@ -47,6 +47,10 @@ static const char mosaic_usage[] =
     "                         overlap and solve for one plane per input (mean correction\n"
     "                         zero); =level fits constant offsets only\n"
     "  --threads N            threads (default 0 = one per core)\n"
+    "  --stage-memory MB      memory (MB, 10^6 bytes) the reprojected inputs may take\n"
+    "                         instead of files in the work directory (default: a quarter\n"
+    "                         of the machine's memory; 0: always files); more than that\n"
+    "                         and they go to files\n"
     "  --quiet                no progress bar (it is drawn only on a terminal anyway)\n"
     "  --timing               print the time of each stage (wall, and CPU: user + system;\n"
     "                         for the coadd also the bytes it reads and writes at the least)\n"
@@ -300,6 +304,7 @@ static void on_signal(void *cancel, int sig)
 int cmd_mosaic(int argc, char **argv)
 {
     int n = 0, rc = CLI_EXIT_USAGE, quiet = 0, timing = 0, threads = 0, want_auto = 0;
+    double stage_mb = -1;   /* --stage-memory; < 0: a quarter of the physical memory */
     const char *out = NULL, *target = NULL, *frame = NULL, *proj = NULL;
     mos_spec sp;
     memset(&sp, 0, sizeof sp);
@@ -392,6 +397,15 @@ int cmd_mosaic(int argc, char **argv)
                 goto done;
             }
             threads = (int)t;
+        } else if (OPT("--stage-memory")) {
+            NEED();
+            char *end;
+            stage_mb = strtod(val, &end);
+            if (*end || end == val || !(stage_mb >= 0 && stage_mb <= 1e12)) {
+                cli_msg("mosaic: --stage-memory must be a number of MB from 0 to 1e12, not '%s'",
+                        val);
+                goto done;
+            }
         } else if (a[0] == '-' && a[1] != '\0') {
             cli_msg("mosaic: unknown option '%s' (see tessera mosaic --help)", a);
             goto done;
@@ -481,6 +495,13 @@ int cmd_mosaic(int argc, char **argv)
         rc = prc == TESS_ENOOVERLAP ? CLI_EXIT_NOOVERLAP : CLI_EXIT_FAIL;
         goto done;
     }
+    /* The staged planes in memory within the bound (the work directory is this run's
+     * alone: no block ran before). */
+    if (stage_mb < 0) {
+        long pages = sysconf(_SC_PHYS_PAGES), psz = sysconf(_SC_PAGESIZE);
+        stage_mb = pages > 0 && psz > 0 ? (double)pages * (double)psz / 4e6 : 0;
+    }
+    (void)mos_stage_in_memory(m, stage_mb * 1e6);
     for (int k = 0; k < n; k++)
         if (!mos_input_overlaps(m, k))
             cli_msg("warning: input %d, '%s', does not overlap the target: it adds nothing",

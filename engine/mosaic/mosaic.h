@@ -206,6 +206,21 @@ typedef struct mos_cost {
 } mos_cost;
 void mos_estimate(const mosaic *m, mos_cost *c);
 
+/* Bytes the staged planes of the reprojection stage take (4 bytes a pixel of each
+ * input's box, values and for exact weights, each plane rounded up to 64 bytes, plus 2 MB
+ * to align the whole on a huge page): what mos_stage_in_memory holds. */
+double mos_stage_bytes(const mosaic *m);
+
+/* Holds the staged planes in one anonymous mapping of mos_stage_bytes(m) (transparent
+ * huge pages asked for) instead of the work directory's files, when that is at most
+ * max_bytes: the reprojection blocks then write their bands straight into it and the
+ * overlap fits and the coadd read it there (no file written, copied or mapped).  Only
+ * for a mosaic whose blocks all run in this process from the start, after mos_plan with
+ * a work directory and before any block (a job resumed after a restart needs the files:
+ * the daemon keeps them).  Returns 1 when held in memory, 0 when the files stay (over
+ * max_bytes, no work directory, the mapping refused). */
+int mos_stage_in_memory(mosaic *m, double max_bytes);
+
 int mos_nstages(const mosaic *m);
 long mos_nblocks(const mosaic *m, int stage);        /* >= 1 */
 /* 1 when input k (0-based) covers some output pixel, 0 when it does not overlap the

@@ -331,6 +331,10 @@ START_TEST(test_usage)
     const char *thr[] = { "reproject", HH, "--target", HH_TARGET, "-o", out, "--threads", "x",
                           NULL };
     ck_assert_int_eq(run_tessera(&t, err, sizeof err, thr), 2);
+    const char *stm[] = { "mosaic", HH, "--target", HH_TARGET, "-o", out, "--stage-memory",
+                          "-1", NULL };
+    ck_assert_int_eq(run_tessera(&t, err, sizeof err, stm), 2);
+    ck_assert_msg(strstr(err, "--stage-memory") != NULL, "%s", err);
     const char *opt[] = { "reproject", HH, "--target", HH_TARGET, "-o", out, "--bogus", NULL };
     ck_assert_int_eq(run_tessera(&t, err, sizeof err, opt), 2);
     ck_assert_msg(strstr(err, "--bogus") != NULL, "%s", err);

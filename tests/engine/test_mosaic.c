@@ -75,8 +75,12 @@ static mos_spec base_spec(const mos_input *in, int n, const char *tcards, int tk
 }
 
 /* Plans in a fresh work directory under `scratch`, runs every block in order and writes
- * the product to scratch/<name>.  Returns the total number of blocks. */
-static long run_mosaic(const mos_spec *s, const char *scratch, const char *name)
+ * the product to scratch/<name>.  stage_bound >= 0: the staged planes are offered
+ * mos_stage_in_memory(m, stage_bound) first, which must answer `staged`, and the first
+ * input's staged file must then be missing (staged) or there (files) after the
+ * reprojection stage.  Returns the total number of blocks. */
+static long run_mosaic_staged(const mos_spec *s, const char *scratch, const char *name,
+                              double stage_bound, int staged)
 {
     char work[512], out[512], err[512] = "";
     snprintf(work, sizeof work, "%s/work-%s", scratch, name);
@@ -85,18 +89,31 @@ static long run_mosaic(const mos_spec *s, const char *scratch, const char *name)
     mosaic *m = NULL;
     int rc = mos_plan(s, work, 1, &m, err, sizeof err);
     ck_assert_msg(rc == 0, "mos_plan: %s", err);
+    if (stage_bound >= 0)
+        ck_assert_int_eq(mos_stage_in_memory(m, stage_bound), staged);
     long total = 0;
-    for (int st = 0; st < mos_nstages(m); st++)
+    for (int st = 0; st < mos_nstages(m); st++) {
         for (long b = 0; b < mos_nblocks(m, st); b++) {
             rc = mos_run_block(m, st, b, NULL, err, sizeof err);
             ck_assert_msg(rc == 0, "stage %d block %ld: %s", st, b, err);
             total++;
         }
+        if (st == 0 && stage_bound >= 0) {
+            char path[600];
+            snprintf(path, sizeof path, "%s/r_0.val", work);
+            ck_assert_int_eq(access(path, F_OK) == 0, !staged);
+        }
+    }
     rc = mos_finish(m, out, err, sizeof err);
     ck_assert_msg(rc == 0, "mos_finish: %s", err);
     mos_free(m);
     rm_dir(work);
     return total;
+}
+
+static long run_mosaic(const mos_spec *s, const char *scratch, const char *name)
+{
+    return run_mosaic_staged(s, scratch, name, -1, 0);
 }
 
 static float *read_f32(const char *path, int hdu, long *nx, long *ny, char **cards, int *nkeys)
@@ -866,6 +883,55 @@ START_TEST(test_checksums_from_bands)
 END_TEST
 
 /* Errors: no overlap, unreadable input, bad target. */
+/* The staged planes held in memory (mos_stage_in_memory) give the product of the files
+ * byte for byte (test_reference_mean checks the files' against reproject's), with and
+ * without weights (exact) and background matching (the overlap fits read them); a bound
+ * one byte short of mos_stage_bytes keeps the files. */
+START_TEST(test_staged_in_memory)
+{
+    setup_tiles();
+    char dir[256];
+    tt_tmpdir_make(dir, sizeof dir, "mosaic");
+    int tk = 0;
+    char *tc = reference_target(&tk);
+    mos_spec s = base_spec(tiles, 6, tc, tk);
+    for (int c = 0; c < 2; c++) {
+        s.method = c ? RP_EXACT : RP_BILINEAR;
+        s.bg = c ? MOS_BG_PLANE : MOS_BG_NONE;
+        mosaic *m = NULL;
+        char err[512] = "";
+        ck_assert_msg(mos_plan(&s, NULL, 1, &m, err, sizeof err) == 0, "%s", err);
+        double need = mos_stage_bytes(m);
+        ck_assert_int_eq(mos_stage_in_memory(m, 1e18), 0);   /* no work directory */
+        mos_free(m);
+        /* 6 inputs of about 300 x 300 output pixels, 4 bytes each, a plane or two */
+        ck_assert(need > (c ? 2.0 : 1.0) * 6 * 4 * 250 * 250 && need < 1e8);
+        run_mosaic(&s, dir, "files.fits");
+        run_mosaic_staged(&s, dir, "mem.fits", need, 1);
+        run_mosaic_staged(&s, dir, "short.fits", need - 1, 0);
+        char pf[512], pm[512], ps[512];
+        snprintf(pf, sizeof pf, "%s/files.fits", dir);
+        snprintf(pm, sizeof pm, "%s/mem.fits", dir);
+        snprintf(ps, sizeof ps, "%s/short.fits", dir);
+        size_t nf = 0, nm = 0, ns = 0;
+        char *f = slurp(pf, &nf), *mm = slurp(pm, &nm), *sh = slurp(ps, &ns);
+        ck_assert(f && mm && sh);
+        ck_assert_uint_gt(nf, 2 * 4 * 700 * 700);
+        ck_assert_uint_eq(nm, nf);
+        ck_assert_uint_eq(ns, nf);
+        ck_assert(memcmp(f, mm, nf) == 0 && memcmp(f, sh, nf) == 0);
+        free(f);
+        free(mm);
+        free(sh);
+        unlink(pf);
+        unlink(pm);
+        unlink(ps);
+    }
+    free(tc);
+    rm_dir(dir);
+}
+END_TEST
+
 START_TEST(test_errors)
 {
     setup_tiles();
@@ -1166,6 +1232,7 @@ static Suite *mosaic_suite(void)
     tcase_add_test(tc, test_combine_modes);
     tcase_add_test(tc, test_idempotent_blocks);
     tcase_add_test(tc, test_checksums_from_bands);
+    tcase_add_test(tc, test_staged_in_memory);
     tcase_add_test(tc, test_errors);
     tcase_add_test(tc, test_plan_on_pool);
     suite_add_tcase(s, tc);

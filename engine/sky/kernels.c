@@ -718,7 +718,17 @@ static void sample_lanczos3_f32(const rp_kernel *k, size_t n, const double *rest
  * alternated in two sessions).  Slower, on the same case: the loop over the group's
  * four positions unrolled (#pragma GCC unroll 4: 56-58), two positions in the halves
  * of AVX-512 vectors (49-54), y's weights computed in both halves from broadcast
- * table loads (level). */
+ * table loads (level).  Slower too (medians of 5 rounds A B against 84-86; each
+ * bit-identical to this): the group's sums reduced once, its four 8-lane products
+ * transposed and the weight sums added as four columns, no per-position reduction or
+ * blend (about 7 shuffles a position fewer: 77); the set-up of a block of 64 positions
+ * (table entries, fractions, support starts) done ahead in a pass of its own (69);
+ * prefetching the support rows of the position 16 ahead (81).  Level: the
+ * int-to-double conversions as _mm256_cvtepi32_pd (GCC splits __builtin_convertvector's
+ * into halves).  Taking parts away (results no longer right) gives: the six rows read
+ * from a fixed 8x8 window +7%, two row products instead of six +8%, constant table
+ * entries +6%, constant fractions and entries +10%, no division by the weight sums 0%,
+ * no interior work at all 470 Mpix/s: the time is spread over the position's work. */
 RP_AVX2 static void sample_lanczos3_f32_avx2(const rp_kernel *k, size_t n,
                                              const double *restrict x,
                                              const double *restrict y, double *restrict out)

@@ -298,7 +298,15 @@ int cube_spectrum_block(cube_spectrum *sp, const cube_transpose *t, long block,
      * copy; through a mapping, each was first made and zeroed by a fault, and on this VM
      * (fresh memory faulted in on the host) that cost up to twice as much:
      * bench/cubewrite, 8 GB of 64000-byte runs from cold memory, one thread, 46.3 and
-     * 26.4 s through a mapping against 20.5 and 15.9 s with pwrite. */
+     * 26.4 s through a mapping against 20.5 and 15.9 s with pwrite.  Tried again with no
+     * spectra buffer at all (each batch's powers stored straight into a shared mapping of
+     * the fallocated product over the block's span of the nz planes): the anonymous
+     * memory went flat (13-15 MB at 250 and 4000 frames of 256 x 256 against 13-15 and
+     * 45-49 MB), but the spectrum from the copy took 0.090-0.094 s of CPU at 250 frames
+     * against 0.068-0.073 s and 2.7-3.7 s at 4000 against 1.36-1.50 s (2 workers, A B A B);
+     * prefaulting each plane's band (MADV_POPULATE_WRITE) and 128 MB blocks, 1.9-2.3 s.
+     * `perf`: zeroing the file's fresh folios, ext4's write_begin and block_dirty_folio,
+     * a third of the CPU, which pwrite over whole runs does not pay. */
     const long wx = x1 - x0, np = (y1 - y0) * wx;
     const size_t run = (size_t)np * 4, plane_stride = (size_t)t->ny * t->nx * 4;
     /* Every block asks for the buffers of the largest, so that the plan's kept buffers

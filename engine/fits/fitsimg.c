@@ -758,6 +758,15 @@ typedef struct int_scaling {
     long long blank;
 } int_scaling;
 
+/* 1 when BLANK `blank` fits the stored type of integer BITPIX `bitpix` (8 unsigned, 16,
+ * 32): only then does cfitsio apply it. */
+static int blank_fits(int bitpix, long long blank)
+{
+    long long lo = bitpix == 8 ? 0 : bitpix == 16 ? -32768 : -2147483648LL;
+    long long hi = bitpix == 8 ? 255 : bitpix == 16 ? 32767 : 2147483647LL;
+    return blank >= lo && blank <= hi;
+}
+
 /* 1 when the HDU open in `f` is an integer image of BITPIX 8, 16 or 32, not compressed,
  * whose BSCALE, BZERO and BLANK cfitsio reads as numbers: `sc` and *data0 filled.  Else
  * 0 (BITPIX 64, whose BZERO 2^63 cfitsio treats apart, is left to cfitsio). */
@@ -773,9 +782,7 @@ static int plain_int(fitsfile *f, int bitpix, int_scaling *sc, LONGLONG *data0)
     int status = 0;
     LONGLONG blank;
     if (fits_read_key(f, TLONGLONG, "BLANK", &blank, NULL, &status) == 0) {
-        long long lo = bitpix == 8 ? 0 : bitpix == 16 ? -32768 : -2147483648LL;
-        long long hi = bitpix == 8 ? 255 : bitpix == 16 ? 32767 : 2147483647LL;
-        sc->check = blank >= lo && blank <= hi;
+        sc->check = blank_fits(bitpix, (long long)blank);
         sc->blank = (long long)blank;
     } else if (status != KEY_NO_EXIST) {
         return 0;
@@ -878,6 +885,22 @@ static int read_rows_direct(const char *path, long long data0, long nx, long ny,
     return rc;
 }
 
+/* 0 when the w x h region at (x0, y0) of plane z lies inside an image of NAXIS `naxis`
+ * and axes `naxes` (planes beyond NAXIS3 counted on), else TESS_ERANGE with err. */
+static int check_region(int naxis, const long naxes[FITSIMG_MAXDIM], long z, long x0, long y0,
+                        long w, long h, const char *path, char *err, size_t errlen)
+{
+    long nplanes;
+    if (tess_long_mul(naxes[2], naxes[3], &nplanes) || naxis == 0 || x0 < 0 || y0 < 0 ||
+        z < 0 || x0 > naxes[0] - w || y0 > naxes[1] - h || z >= nplanes) {
+        tess_seterr(err, errlen,
+                "region x %ld..%ld, y %ld..%ld, plane %ld outside the %ld x %ld x %ld image %s",
+                x0, x0 + w - 1, y0, y0 + h - 1, z, naxes[0], naxes[1], nplanes, path);
+        return TESS_ERANGE;
+    }
+    return 0;
+}
+
 /* Reads the region into `out` as cfitsio `datatype` (TDOUBLE: double, TFLOAT: float).
  * The region is checked against the HDU's own NAXISn before cfitsio sees it.  Planes
  * beyond NAXIS3 (NAXIS = 4) are counted on: z = i3 + NAXIS3 * i4 (0-based indices). */
@@ -901,15 +924,9 @@ static int read_region(const char *path, int hdu, long z, long x0, long y0, long
     if (rc)
         goto out;
 
-    long nplanes;
-    if (tess_long_mul(naxes[2], naxes[3], &nplanes) || naxis == 0 || x0 < 0 || y0 < 0 ||
-        z < 0 || x0 > naxes[0] - w || y0 > naxes[1] - h || z >= nplanes) {
-        tess_seterr(err, errlen,
-                "region x %ld..%ld, y %ld..%ld, plane %ld outside the %ld x %ld x %ld image %s",
-                x0, x0 + w - 1, y0, y0 + h - 1, z, naxes[0], naxes[1], nplanes, path);
-        rc = TESS_ERANGE;
+    rc = check_region(naxis, naxes, z, x0, y0, w, h, path, err, errlen);
+    if (rc)
         goto out;
-    }
 
     long fpixel[FITSIMG_MAXDIM], lpixel[FITSIMG_MAXDIM], inc[FITSIMG_MAXDIM];
     fpixel[0] = x0 + 1;
@@ -1009,9 +1026,7 @@ static int layout_direct_f32(const fitsimg_layout *lay, int_scaling *sc)
     sc->scale = lay->bscale;
     sc->zero = lay->bzero;
     if (lay->has_blank) {
-        long long lo = lay->bitpix == 8 ? 0 : lay->bitpix == 16 ? -32768 : -2147483648LL;
-        long long hi = lay->bitpix == 8 ? 255 : lay->bitpix == 16 ? 32767 : 2147483647LL;
-        sc->check = lay->blank >= lo && lay->blank <= hi;
+        sc->check = blank_fits(lay->bitpix, lay->blank);
         sc->blank = lay->blank;
     }
     return 1;
@@ -1034,18 +1049,14 @@ int fitsimg_read_region_f32_at(const char *path, int hdu, const fitsimg_layout *
         return fitsimg_read_region_f32(path, hdu, z, x0, y0, w, h, out, err, errlen);
     }
     const long *nx = lay->naxes;
-    long nplanes;
-    if (tess_long_mul(nx[2], nx[3], &nplanes) || x0 < 0 || y0 < 0 || z < 0
-        || x0 > nx[0] - w || y0 > nx[1] - h || z >= nplanes) {
+    int rc = check_region(lay->naxis, nx, z, x0, y0, w, h, path, err, errlen);
+    if (rc) {
         close(fd);
-        tess_seterr(err, errlen,
-                "region x %ld..%ld, y %ld..%ld, plane %ld outside the %ld x %ld x %ld image %s",
-                x0, x0 + w - 1, y0, y0 + h - 1, z, nx[0], nx[1], nplanes, path);
-        return TESS_ERANGE;
+        return rc;
     }
     size_t es = (size_t)(lay->bitpix < 0 ? -lay->bitpix : lay->bitpix) / 8;
-    int rc = read_rows_fd(fd, path, lay->data_offset, nx[0], nx[1], z, x0, y0, w, h, es, out,
-                          err, errlen);
+    rc = read_rows_fd(fd, path, lay->data_offset, nx[0], nx[1], z, x0, y0, w, h, es, out, err,
+                      errlen);
     close(fd);
     if (rc == 0 && lay->bitpix > 0)
         widen_ints(out, (size_t)w * (size_t)h, 1, &sc);

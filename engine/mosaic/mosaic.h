@@ -207,18 +207,18 @@ typedef struct mos_cost {
 void mos_estimate(const mosaic *m, mos_cost *c);
 
 /* Bytes the staged planes of the reprojection stage take (4 bytes a pixel of each
- * input's box, values and for exact weights, each plane rounded up to 64 bytes, plus 2 MB
- * to align the whole on a huge page): what mos_stage_in_memory holds. */
+ * input's box, values and for exact weights, each plane rounded up to 64 bytes, the whole
+ * to whole 2 MB huge pages: tess_huge_bytes): what mos_stage_in_memory holds. */
 double mos_stage_bytes(const mosaic *m);
 
-/* Holds the staged planes in one anonymous mapping of mos_stage_bytes(m) (transparent
- * huge pages asked for) instead of the work directory's files, when that is at most
- * max_bytes: the reprojection blocks then write their bands straight into it and the
- * overlap fits and the coadd read it there (no file written, copied or mapped).  Only
+/* Holds the staged planes in one buffer of mos_stage_bytes(m) (tess_alloc_huge:
+ * transparent huge pages asked for) instead of the work directory's files, when that is
+ * at most max_bytes: the reprojection blocks then write their bands straight into it and
+ * the overlap fits and the coadd read it there (no file written, copied or mapped).  Only
  * for a mosaic whose blocks all run in this process from the start, after mos_plan with
  * a work directory and before any block (a job resumed after a restart needs the files:
  * the daemon keeps them).  Returns 1 when held in memory, 0 when the files stay (over
- * max_bytes, no work directory, the mapping refused). */
+ * max_bytes, no work directory, out of memory). */
 int mos_stage_in_memory(mosaic *m, double max_bytes);
 
 int mos_nstages(const mosaic *m);

@@ -117,11 +117,10 @@ struct mosaic {
     double *corr;
     /* The staged planes held in anonymous memory (mos_stage_in_memory), or NULL: in the
      * work directory's r_K.val / r_K.wgt.  staged[f * n + k]: plane f (0 values, 1
-     * weights for exact) of input k, box[2] x box[3] float32 row-major, in one mapping
-     * (stage_base, stage_len) that mos_free unmaps. */
+     * weights for exact) of input k, box[2] x box[3] float32 row-major, in one
+     * tess_alloc_huge buffer (stage_base) that mos_free frees. */
     float **staged;
     void *stage_base;
-    size_t stage_len;
 };
 
 /* The mosaic's headers are fitscard lists (engine/fits/fitscard.h) of at most this many

@@ -223,9 +223,15 @@ static void scatter_tile_row(const cube_transpose *t, long th,
             if (es == 1 && w == 16)
                 for (; j0 + 16 <= gk; j0 += 16)
                     transpose16(src + j0, q, d + j0, nz);
-            for (long p = 0; p < w; p++)
-                for (long j = j0; j < gk; j++)
-                    memcpy(d + ((size_t)p * nz + (size_t)j) * es, src[j] + (q + (size_t)p) * es, es);
+            if (es == 1)   /* a byte each: no memcpy call of a size unknown here */
+                for (long p = 0; p < w; p++)
+                    for (long j = j0; j < gk; j++)
+                        d[(size_t)p * nz + (size_t)j] = src[j][q + (size_t)p];
+            else
+                for (long p = 0; p < w; p++)
+                    for (long j = j0; j < gk; j++)
+                        memcpy(d + ((size_t)p * nz + (size_t)j) * es, src[j] + (q + (size_t)p) * es,
+                               es);
         }
     }
 }

@@ -528,11 +528,6 @@ void jobc_frames_cost(const dataset *d, long held, job_cost *c)
     c->block_bytes += (double)jobc_lmin(held, d->nz) * frame;
 }
 
-/* The planes a group block holds at once (cube_transpose_group: GROUP_HOLD_BYTES of
- * stored values, at most GROUP_HOLD_FRAMES). */
-#define GROUP_HOLD_BYTES (64.0 * 1048576.0)
-#define GROUP_HOLD_MAX 16   /* transpose.c's GROUP_HOLD_FRAMES */
-
 void jobc_transpose_cost(const dataset *d, long out_bytes_per_value, int direct,
                          double band_extra, job_cost *c)
 {
@@ -552,7 +547,7 @@ void jobc_transpose_cost(const dataset *d, long out_bytes_per_value, int direct,
         /* the tile rows of the planes it holds and a tile row of doubles, at least the
          * figure of one plane of CUBE_TILE values and doubles this estimate always gave;
          * and the decoded frames it holds */
-        double zmax = fmax(1.0, fmin(GROUP_HOLD_MAX, floor(GROUP_HOLD_BYTES / (npix * es))));
+        double zmax = (double)cube_transpose_group_hold(d->nx, d->ny, (int)es);
         long gheld = jobc_lmin(g, (long)zmax);
         double group = fmax(npix * ((double)CUBE_TILE * es + 8.0),
                             zmax * CUBE_TILE * (double)d->nx * es + CUBE_TILE * (double)d->nx

@@ -284,11 +284,11 @@ static int reduce_estimate(const void *req, const job_env *env, job_cost *c,
         c->work_bytes = 8.0 * nz + parts * 4096.0 + c->product_bytes;
     }
     snprintf(c->what, sizeof c->what, "planes of %ld x %ld pixels", d->nx, d->ny);
-    /* decoded frames: a z-reduction chunk holds 16 MB of them and one more, 16 at most
-     * (stack.h) */
+    /* decoded frames: a z-reduction chunk holds 16 MB of them and one more,
+     * STACK_ZR_HOLD_FRAMES at most (stack.h) */
     double frame = jobc_frame_bytes(d);
     long held = frame > 0.0 ? (long)floor(16.0 * 1048576.0 / frame) + 1 : 0;
-    jobc_frames_cost(d, held < 16 ? held : 16, c);
+    jobc_frames_cost(d, held < STACK_ZR_HOLD_FRAMES ? held : STACK_ZR_HOLD_FRAMES, c);
     return 0;
 }
 

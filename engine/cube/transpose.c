@@ -223,9 +223,15 @@ static void scatter_tile_row(const cube_transpose *t, long th,
             if (es == 1 && w == 16)
                 for (; j0 + 16 <= gk; j0 += 16)
                     transpose16(src + j0, q, d + j0, nz);
-            for (long p = 0; p < w; p++)
-                for (long j = j0; j < gk; j++)
-                    memcpy(d + ((size_t)p * nz + (size_t)j) * es, src[j] + (q + (size_t)p) * es, es);
+            if (es == 1)   /* a byte each: no memcpy call of a size unknown here */
+                for (long p = 0; p < w; p++)
+                    for (long j = j0; j < gk; j++)
+                        d[(size_t)p * nz + (size_t)j] = src[j][q + (size_t)p];
+            else
+                for (long p = 0; p < w; p++)
+                    for (long j = j0; j < gk; j++)
+                        memcpy(d + ((size_t)p * nz + (size_t)j) * es, src[j] + (q + (size_t)p) * es,
+                               es);
         }
     }
 }
@@ -300,6 +306,11 @@ static int gather_rows(const cube_transpose *t, long y0, long y1, long z0, long 
 #define GROUP_HOLD_FRAMES 16
 #define GROUP_HOLD_BYTES (64L << 20)
 
+long cube_transpose_group_hold(long nx, long ny, int es)
+{
+    return lmax(1, lmin(GROUP_HOLD_FRAMES, GROUP_HOLD_BYTES / lmax(1, nx * ny * es)));
+}
+
 /* Stage A, group k: frames z0 .. z0+gk-1 into the series of the destination, values
  * z0 .. z0+gk-1 of store index i at out[i * nz + z], gathered a tile row at a time from the
  * held planes (gather_rows) straight into a mapping of the file (engine/base/wmap.h): no
@@ -327,8 +338,8 @@ int cube_transpose_group(const cube_transpose *t, long k, const volatile int *ca
     pthread_mutex_unlock(&d->lock);
     if (rc)
         return rc;
-    long zmax = lmax(1, lmin(GROUP_HOLD_FRAMES, GROUP_HOLD_BYTES / lmax(1, (long)(npix * es))));
-    rc = gather_rows(t, 0, t->ny, z0, z0 + gk, zmax, d->m.p, 0, cancel, err, errlen);
+    rc = gather_rows(t, 0, t->ny, z0, z0 + gk, cube_transpose_group_hold(t->nx, t->ny, t->es),
+                     d->m.p, 0, cancel, err, errlen);
     return rc ? rc : tess_wmap_check(&d->m, err, errlen);
 }
 

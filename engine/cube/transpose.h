@@ -74,6 +74,9 @@ int cube_transpose_init(cube_transpose *t, const cube_source *src, long out_byte
  * one plane), a band band_rows rows (a multiple of CUBE_TILE) of series. */
 void cube_transpose_sizes(long nx, long ny, long nz, int es, long out_bytes_per_value,
                           long *g, long *band_rows);
+/* The planes cube_transpose_group holds at once for nx x ny planes of es-byte values:
+ * at most 16, fewer when they would pass 64 MB of values, at least one.  For estimates. */
+long cube_transpose_group_hold(long nx, long ny, int es);
 /* Frees the permutation and unmaps the destination.  Safe on a zeroed or failed
  * transpose. */
 void cube_transpose_release(cube_transpose *t);

@@ -286,6 +286,7 @@ void stack_zpart_free(stack_zpart *p);   /* NULL is ignored */
  * decoded frames whatever their size, so a reduction's frames take at most
  * min(16 frames, bound + one frame) a thread, independent of the frame count. */
 void stack_set_zr_chunk_bytes(stack *s, size_t bytes);
+#define STACK_ZR_HOLD_FRAMES 16   /* that bound in frames (engine/image/stack_int.h) */
 
 /* The most bytes the LRU of `s` keeps of decoded frames (PNG, TIFF, tile-compressed FITS
  * frames of a stack: heap copies) when each takes frame_bytes: min(max_open, files)

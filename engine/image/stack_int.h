@@ -37,7 +37,7 @@
  * pass: RssAnon of the mean along z 7.3 MB at 250 frames, 34.7-36.1 MB at 4000), and
  * folding 16 frames at a time costs no more (4000 frames of 256 x 256, 2 threads,
  * alternated: 0.82-0.86 s of CPU at 256 frames a chunk, 0.74-0.79 s at 16). */
-#define ZR_HOLD_FRAMES 16
+#define ZR_HOLD_FRAMES STACK_ZR_HOLD_FRAMES
 
 typedef enum { SRC_MMAP, SRC_MEM8, SRC_MEM16, SRC_MEMF64, SRC_CFITSIO, SRC_TIFF } src_kind;
 

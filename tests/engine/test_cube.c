@@ -48,10 +48,10 @@ static stack *open_cube(const char *path, long nz)
     return st;
 }
 
-static void transpose_staged(cube_transpose *t, stack *st, long nz, long out_bytes,
-                             const char *dir)
+static void transpose_staged(cube_transpose *t, stack *st, long nz, cs_dtype dtype,
+                             long out_bytes, const char *dir)
 {
-    cube_source src = {.st = st, .nx = NX, .ny = NY, .nz = nz, .dtype = CS_F32, .name = "t"};
+    cube_source src = {.st = st, .nx = NX, .ny = NY, .nz = nz, .dtype = dtype, .name = "t"};
     char err[256];
     ck_assert_msg(cube_transpose_init(t, &src, out_bytes, 0, NULL, dir, err, sizeof err) == 0,
                   "%s", err);
@@ -76,7 +76,7 @@ START_TEST(test_transpose)
     write_cube(path, v, nz);
     stack *st = open_cube(path, nz);
     cube_transpose t;
-    transpose_staged(&t, st, nz, 0, dir);
+    transpose_staged(&t, st, nz, CS_F32, 0, dir);
     ck_assert_int_eq(t.es, 4);
     ck_assert_int_gt(t.ngroups, 1);   /* several groups are gathered into a band */
     size_t bytes = (size_t)t.band_rows * NX * nz * 4;
@@ -144,14 +144,10 @@ START_TEST(test_transpose_u8)
             v[z * NX * NY + i] = u8_value(i % NX, i / NX, z);
     write_cube(path, v, nz);
     stack *st = open_cube(path, nz);
-    cube_source src = {.st = st, .nx = NX, .ny = NY, .nz = nz, .dtype = CS_U8, .name = "t"};
     cube_transpose t;
-    ck_assert_msg(cube_transpose_init(&t, &src, 0, 0, NULL, dir, err, sizeof err) == 0, "%s", err);
-    ck_assert_msg(cube_transpose_create_files(&t, err, sizeof err) == 0, "%s", err);
+    transpose_staged(&t, st, nz, CS_U8, 0, dir);
     ck_assert_int_eq(t.es, 1);
     ck_assert_int_gt(t.g, 16);
-    for (long k = 0; k < t.ngroups; k++)
-        ck_assert_msg(cube_transpose_group(&t, k, &no_cancel, err, sizeof err) == 0, "%s", err);
     size_t bytes = (size_t)NX * NY * nz;
     unsigned char *staged = malloc(bytes), *rows = malloc(bytes);
     ck_assert_ptr_nonnull(staged);
@@ -201,7 +197,7 @@ START_TEST(test_spectrum)
     write_cube(path, v, nz);
     stack *st = open_cube(path, nz);
     cube_transpose t;
-    transpose_staged(&t, st, nz, 4, dir);
+    transpose_staged(&t, st, nz, CS_F32, 4, dir);
     fitswrite_image im = {.bitpix = -32, .naxis = 3, .naxes = {NX, NY, nz}};
     long long ds = 0;
     cube_spectrum *sp = NULL;

@@ -1157,18 +1157,15 @@ static void lanczos3_tables(void)
     }
     for (long q = 0; q <= LZ_RES; q++) {
         double *e = lz_taps + 8 * q;
+        float *g = lz_tapsf + 8 * q;
         for (int o = 0; o < 3; o++) {
             const double *v = t + q + o * LZ_RES;   /* q + 2 LZ_RES + 1 < LZ_TABLEN */
             e[o] = v[0];
             e[4 + o] = v[1] - v[0];
-        }
-        e[3] = e[7] = 0.0;
-        float *g = lz_tapsf + 8 * q;
-        for (int o = 0; o < 3; o++) {
-            const double *v = t + q + o * LZ_RES;
             g[o] = (float)v[0];
             g[4 + o] = (float)v[1] - (float)v[0];
         }
+        e[3] = e[7] = 0.0;
         g[3] = g[7] = 0.0f;
     }
 }

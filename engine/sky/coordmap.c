@@ -398,8 +398,9 @@ typedef double cm_v8d __attribute__((vector_size(64)));
 
 /* RP_HOT with one more clone, for CPUs with AVX-512 (x86-64-v4), where interp_cell's
  * eight-point steps take one register; the same IEEE operations lane by lane in every
- * clone (no contraction into FMAs in ISO C mode), so the same values. */
-#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__)
+ * clone (no contraction into FMAs in ISO C mode), so the same values.  Left out with
+ * -DRP_NO_AVX2, as RP_HOT's clones are (simd.h). */
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && !defined(RP_NO_AVX2)
 #define CM_HOT __attribute__((target_clones("arch=x86-64-v4", "avx2", "default")))
 #else
 #define CM_HOT RP_HOT

@@ -905,6 +905,23 @@ RP_HOT static void sample_bicubic(const rp_kernel *k, size_t n, const double *re
  * IA-32 Architectures Optimization Reference Manual, "Software prefetch"). */
 #define RP_BICUBIC_AHEAD 32
 
+/* The bicubic samplers' prefetch: the four coefficient rows of the support of position
+ * m + RP_BICUBIC_AHEAD, where that lies in the valid range (uses the sampler's x, y, n,
+ * xmax, ymax, src, W and H).  A macro, as RP_PREFETCH_POINT (kernels_impl.h). */
+#define RP_BICUBIC_PREFETCH(m)                                                            \
+    do {                                                                                  \
+        if ((m) + RP_BICUBIC_AHEAD < n) {                                                 \
+            const double qx_ = x[(m) + RP_BICUBIC_AHEAD], qy_ = y[(m) + RP_BICUBIC_AHEAD]; \
+            if (qx_ >= -0.5 && qx_ <= xmax && qy_ >= -0.5 && qy_ <= ymax) {               \
+                /* padded support start (fx - 1, fy - 1), fx, fy in [0, n] */             \
+                const long sx_ = (long)(qx_ + 1.0) - 1, sy_ = (long)(qy_ + 1.0) - 1;      \
+                const double *p_ = src + (sx_ < 0 ? 0 : sx_);                             \
+                for (long q_ = 0; q_ < 4; q_++)                                           \
+                    _mm_prefetch((const char *)(p_ + clampl(sy_ + q_, H) * W), _MM_HINT_T0); \
+            }                                                                             \
+        }                                                                                 \
+    } while (0)
+
 /* sample_bicubic again for CPUs with AVX2 (rp_kernel_new checks at run time): the same
  * groups, weights and arithmetic in the same order (bit for bit the same values), but
  * each row of a lane's 4x4 support comes in one 32-byte load and is worked on whole: the
@@ -931,16 +948,7 @@ RP_AVX2 static void sample_bicubic_avx2(const rp_kernel *k, size_t n,
     const rp_v4i nx1 = RP_V4I_SPLAT((int32_t)nx - 1), ny1 = RP_V4I_SPLAT((int32_t)ny - 1);
     size_t m = 0;
     for (; m + 4 <= n; m += 4) {
-        if (m + RP_BICUBIC_AHEAD < n) {
-            const double qx = x[m + RP_BICUBIC_AHEAD], qy = y[m + RP_BICUBIC_AHEAD];
-            if (qx >= -0.5 && qx <= xmax && qy >= -0.5 && qy <= ymax) {
-                /* padded support start (fx - 1, fy - 1), fx, fy in [0, n] */
-                const long sx = (long)(qx + 1.0) - 1, sy = (long)(qy + 1.0) - 1;
-                const double *p = src + (sx < 0 ? 0 : sx);
-                for (long q = 0; q < 4; q++)
-                    _mm_prefetch((const char *)(p + clampl(sy + q, H) * W), _MM_HINT_T0);
-            }
-        }
+        RP_BICUBIC_PREFETCH(m);
         RP_GROUP(bicubic_point);
         {
             const double *base[4];
@@ -1027,15 +1035,7 @@ RP_AVX512 static void sample_bicubic_avx512(const rp_kernel *k, size_t n,
     const __m512i t01 = _mm512_loadu_si512(tap_idx[0]), t23 = _mm512_loadu_si512(tap_idx[1]);
     size_t m = 0;
     for (; m + 8 <= n; m += 8) {
-        if (m + RP_BICUBIC_AHEAD < n) {
-            const double qx = x[m + RP_BICUBIC_AHEAD], qy = y[m + RP_BICUBIC_AHEAD];
-            if (qx >= -0.5 && qx <= xmax && qy >= -0.5 && qy <= ymax) {
-                const long sx = (long)(qx + 1.0) - 1, sy = (long)(qy + 1.0) - 1;
-                const double *p = src + (sx < 0 ? 0 : sx);
-                for (long q = 0; q < 4; q++)
-                    _mm_prefetch((const char *)(p + clampl(sy + q, H) * W), _MM_HINT_T0);
-            }
-        }
+        RP_BICUBIC_PREFETCH(m);
         const __m512d px = _mm512_loadu_pd(x + m), py = _mm512_loadu_pd(y + m);
         const __mmask8 in = _mm512_cmp_pd_mask(px, lo, _CMP_GE_OQ)
                             & _mm512_cmp_pd_mask(px, hx, _CMP_LE_OQ)
@@ -1157,18 +1157,15 @@ static void lanczos3_tables(void)
     }
     for (long q = 0; q <= LZ_RES; q++) {
         double *e = lz_taps + 8 * q;
+        float *g = lz_tapsf + 8 * q;
         for (int o = 0; o < 3; o++) {
             const double *v = t + q + o * LZ_RES;   /* q + 2 LZ_RES + 1 < LZ_TABLEN */
             e[o] = v[0];
             e[4 + o] = v[1] - v[0];
-        }
-        e[3] = e[7] = 0.0;
-        float *g = lz_tapsf + 8 * q;
-        for (int o = 0; o < 3; o++) {
-            const double *v = t + q + o * LZ_RES;
             g[o] = (float)v[0];
             g[4 + o] = (float)v[1] - (float)v[0];
         }
+        e[3] = e[7] = 0.0;
         g[3] = g[7] = 0.0f;
     }
 }

@@ -37,24 +37,6 @@
  * within the noise.  RP_PREFETCH_FAST (AVX2 samplers) against RP_PREFETCH_POINT,
  * alternated: bilinear 180-187 against 179-181 Mpix/s, nearest level within the noise. */
 
-/* The last n % 4 positions of a fused sampler (from m): POINT's value narrowed to
- * float32 as rp_kernel_sample's caller narrows it (a NaN quietened explicitly: the
- * compiler may drop a float-double-float round trip), counted in fin when finite. */
-#define RP_FUSED_TAIL(POINT)                                                              \
-    for (; m < n; m++) {                                                                  \
-        const double qx_ = x[m], qy_ = y[m];                                              \
-        const double v_ = qx_ >= -0.5 && qx_ <= xmax && qy_ >= -0.5 && qy_ <= ymax        \
-                          ? POINT(k, src, nx, ny, qx_, qy_) : NAN;                        \
-        const float f_ = (float)v_;                                                       \
-        uint32_t b_;                                                                      \
-        memcpy(&b_, &f_, sizeof b_);                                                      \
-        b_ |= (b_ & 0x7fffffffu) > 0x7f800000u ? 0x00400000u : 0u;                        \
-        memcpy(d + m, &b_, sizeof b_);                                                    \
-        fin += isfinite(v_) != 0;                                                         \
-        if (fp)                                                                           \
-            fp[m] = isfinite(v_) ? 1.0f : 0.0f;                                           \
-    }
-
 /* The value of lanes outside the valid range: (float)NAN. */
 static const float rp_nan_f32 = NAN;
 
@@ -148,7 +130,7 @@ RP_HOT static long fused_nearest_f32(const rp_kernel *k, size_t n, const double 
     return finish_f32(d, fp, n);
 }
 
-/* Positions m .. e - 1 of a fused AVX2 sampler one at a time: POINT's value (NaN
+/* Positions m .. e - 1 of a fused sampler one at a time: POINT's value (NaN
  * outside the valid range) narrowed to float32 and finished by finish_f32 (a NaN quiet,
  * the footprint), counted in fin; m is left as it was.  Uses the sampler's k, src, nx,
  * ny, xmax, ymax, x, y, d, fp and fin. */
@@ -392,7 +374,7 @@ RP_AVX2 static long fused_bilinear_f32_avx2(const rp_kernel *k, size_t n,
         if (fp)
             _mm256_storeu_ps(fp + m, _mm256_and_ps(f, onef));
     }
-    RP_FUSED_TAIL(bilinear_f32f);
+    RP_FUSED_POINTS(bilinear_f32f, n);
     return fin;
 }
 #endif
@@ -601,7 +583,7 @@ RP_AVX512 static long fused_bilinear_f32_avx512(const rp_kernel *k, size_t n,
         if (fp)
             _mm512_storeu_ps(fp + m, _mm512_maskz_mov_ps(f, onef));
     }
-    RP_FUSED_TAIL(bilinear_f32f);
+    RP_FUSED_POINTS(bilinear_f32f, n);
     return fin;
 }
 #endif

@@ -49,7 +49,7 @@ struct rp_kernel {
 /* ---- points of nearest and bilinear, one per pixel type ---------------------------- */
 
 /* Every sampler first rejects positions outside [-0.5, n - 0.5] (NaN included; the loops
- * RP_POINTS of kernels.c and RP_FUSED_TAIL of kernels_f32.c), then its point function
+ * RP_POINTS of kernels.c and RP_FUSED_POINTS of kernels_f32.c), then its point function
  * works in the coordinates c = x + 1 of the array padded by one edge pixel, where
  * c >= 0.5, so that (long)c == floor(c) and padded index p is image index p - 1
  * (clamped: the padding repeats the edge pixels).

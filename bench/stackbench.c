@@ -34,6 +34,7 @@
 #include "daemon/catalog.h"
 #include "daemon/config.h"
 #include "daemon/jobs/job_stack.h"
+#include "daemon/jobs/jobbudget.h"
 #include "engine/base/clock.h"
 #include "engine/base/pool.h"
 #include "engine/base/error.h"
@@ -173,6 +174,12 @@ static double run_job(const char *label, const job_kind *k, const job_env *env,
         json_decref(body);
         return -1;
     }
+    /* the runner's bound on the job's anonymous memory (jobbudget_peak of its estimate),
+     * over what the process held before */
+    job_cost jc;
+    double bound = -1.0;
+    if (k->estimate && k->estimate(req, env, &jc, &pb) == 0)
+        bound = jobbudget_peak(env->cfg, &jc, threads);
     mem_watch mw = {.lock = PTHREAD_MUTEX_INITIALIZER, .cond = PTHREAD_COND_INITIALIZER,
                     .peak_kb = rss_anon_kb()};
     long base_kb = mw.peak_kb;
@@ -222,6 +229,12 @@ static double run_job(const char *label, const job_kind *k, const job_env *env,
     printf("RESULT cpu_%s %.6f s\n", label, cpu);
     printf("RESULT anon_%s %.1f MB (before %.1f MB)\n", label, mw.peak_kb / 1024.0,
            base_kb / 1024.0);
+    if (bound >= 0.0)
+        printf("RESULT bound_%s %.1f MB (the estimate's %.1f MB over the %.1f MB before: "
+               "state %.1f MB, %d x block %.1f MB + 4 MB, the block %s)\n", label,
+               base_kb / 1024.0 + bound / 1048576.0, bound / 1048576.0, base_kb / 1024.0,
+               jc.state_bytes / 1048576.0, jobbudget_blocks(env->cfg, &jc, threads),
+               jc.block_bytes / 1048576.0, jc.what);
     char cmd[4200];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", wd);
     if (system(cmd) != 0)

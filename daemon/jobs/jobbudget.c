@@ -116,6 +116,12 @@ int jobbudget_blocks(const tess_config *cfg, const job_cost *c, int threads)
     return n >= (double)threads ? threads : n >= 1.0 ? (int)n : 1;
 }
 
+double jobbudget_peak(const tess_config *cfg, const job_cost *c, int threads)
+{
+    return c->state_bytes + (double)jobbudget_blocks(cfg, c, threads) *
+                                (c->block_bytes + BLOCK_SLACK);
+}
+
 int jobbudget_over_disk(const tess_config *cfg, double used, double job, char *detail,
                         size_t len)
 {

@@ -28,6 +28,11 @@ int jobbudget_admit(const tess_config *cfg, const job_cost *c, double used, doub
  * (jobs.memory_mb - state) / (block + 4 MB), at least 1 and at most threads. */
 int jobbudget_blocks(const tess_config *cfg, const job_cost *c, int threads);
 
+/* The anonymous memory a job of cost c may take at once on `threads` workers, in bytes:
+ * state + jobbudget_blocks(cfg, c, threads) * (block + 4 MB), the bound the runner keeps
+ * it to (what bench/stack checks a job's measured peak against). */
+double jobbudget_peak(const tess_config *cfg, const job_cost *c, int threads);
+
 /* Writes into detail (len bytes) why jobs.dir's files are over jobs.disk_mb, when they
  * are: `used` bytes under jobs.dir, `job` bytes of them the running job's.  Returns 1
  * when over (the job should fail with 413), else 0; always 0 when jobs.disk_mb is 0. */

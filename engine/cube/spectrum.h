@@ -40,17 +40,30 @@ void cube_spectrum_set_block_bytes(long bytes);
 /* The byte budget of one block now in force (for the jobs' estimates). */
 long cube_spectrum_block_bytes(void);
 
+/* The bytes of spectra cube_spectrum_block holds for the largest block of an nx x ny x nz
+ * volume of es-byte values transposed for a spectrum (cube_transpose_init with
+ * out_bytes_per_value 4), before its rounding to huge pages: rows x columns of the block
+ * x (nz / 2 + 1) x 4, at most max(budget, 64 (nz / 2 + 1)) (one row of 16 pixels, the
+ * smallest block) under the budget now in force.  For the jobs' estimates; cannot
+ * fail. */
+size_t cube_spectrum_spectra_bytes(long nx, long ny, long nz, int es);
+
 /* Block `block` of transpose t: its series read from the staging file of stage A or the
  * chunk store t->src_path when t->direct (transpose.h), their spectra written into the
  * float32 FITS cube (nx, ny, nz) at `out_path`, whose data unit starts at byte
  * `datastart`: plane k (frequency index k, in cycles per nz samples) of the block's
  * pixels, big-endian IEEE float32 (FITS 4.0 section 5.2), by pwrite, one run a plane (a
- * run a row of each plane when the block is narrower than a row).  Memory: the block's
- * spectra (on transparent huge pages, engine/base/hugemem.h: the budget rounded up to
- * whole 2 MB) and one batch of 32 series as stored (kept by the plan for reuse, one set a
- * worker) and the FFT's of 32 series (about 18 nz doubles' worth): at most
- * tess_huge_bytes(budget) plus about 32 * nz * (t->es + 28) bytes a worker, whatever the
- * number of pixels.
+ * run a row of each plane when the block is narrower than a row).  When stage A ran in
+ * this process its mapping is read in place (cube_transpose_staged), else the series are
+ * read by pread.  Memory, kept by the plan for reuse, one set a worker: the spectra of
+ * the largest block (on transparent huge pages, engine/base/hugemem.h), S =
+ * tess_huge_bytes(cube_spectrum_spectra_bytes(nx, ny, nz, es)) <= tess_huge_bytes(
+ * max(budget, 64 (nz / 2 + 1))); a batch of 32 series as stored, 32 nz es; the FFT's 32
+ * series of nz doubles, their nz / 2 + 1 complex coefficients and as many float32
+ * powers, 32 (8 nz + 20 (nz / 2 + 1)).  So at most S + 32 (nz (es + 8) + 20 (nz / 2 + 1))
+ * bytes a worker (S + 608 nz for 8-bit values) whatever the number of pixels, and the
+ * plan's fftw plan (O(nz) twiddle factors).  S grows with nz until the block holds the
+ * budget (16 rows of nx pixels cannot: nz >= 2 budget / (64 nx)), then stays.
  * Idempotent.  Polls *cancel between batches.  Concurrent calls with one plan are
  * allowed (fftw's new-array execute is thread-safe; the plan keeps the block buffers for
  * reuse under a lock of its own).  Returns 0, TESS_ECANCELED, TESS_ENOMEM, or

@@ -367,6 +367,16 @@ int cube_transpose_series_open(const cube_transpose *t)
     return open(t->direct ? t->src_path : t->dest_path, O_RDONLY | O_CLOEXEC);
 }
 
+const unsigned char *cube_transpose_staged(const cube_transpose *t)
+{
+    if (t->direct || !t->dest || strcmp(t->dest_path, t->stage_path) != 0)
+        return NULL;
+    pthread_mutex_lock(&t->dest->lock);
+    const unsigned char *p = t->dest->tried && !t->dest->rc ? t->dest->m.p : NULL;
+    pthread_mutex_unlock(&t->dest->lock);
+    return p;
+}
+
 int cube_transpose_series_close(const cube_transpose *t, int fd, int bad, char *err,
                                 size_t errlen)
 {

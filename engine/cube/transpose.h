@@ -115,6 +115,14 @@ int cube_transpose_band(const cube_transpose *t, long b, unsigned char *buf, lon
  * cube_transpose_series_close, which closes fd (when >= 0) and returns 0, or TESS_EIO
  * with err naming the file when fd < 0 or `bad` (a read failed). */
 int cube_transpose_series_open(const cube_transpose *t);
+
+/* Stage A's mapping of the staging file, for stage B's readers in the same process: the
+ * series of store index i at p + i * nz * es (borrowed; valid until
+ * cube_transpose_release), or NULL when no such mapping is held (direct, a destination
+ * set elsewhere, a job resumed after its stage A ran in another process, a mapping that
+ * failed): the reader then opens the file (cube_transpose_series_open).  Call once
+ * stage A is done. */
+const unsigned char *cube_transpose_staged(const cube_transpose *t);
 int cube_transpose_series_close(const cube_transpose *t, int fd, int bad, char *err,
                                 size_t errlen);
 

@@ -206,14 +206,27 @@ START_TEST(test_spectrum)
      * pixel): whole tile rows (the default); 4 of the 16 rows of a tile row (5 rows of 20
      * fit, 6800 bytes); one row of 16 columns and one of the 4 left (1088 bytes: no row
      * of 20 fits). */
-    static const long budgets[] = {0, 6800, 1088};
-    static const long nblocks[] = {2, 8, 64};   /* 64: 16 rows of 2 blocks a tile row */
-    for (int bi = 0; bi < 3; bi++) {
+    static const long budgets[] = {0, 6800, 1088, 6800};
+    static const long nblocks[] = {2, 8, 64, 8};   /* 64: 16 rows of 2 blocks a tile row */
+    /* the largest block's spectra: 16 rows (the band) of 20, 4 rows of 20, 16 pixels, at
+     * 68 bytes a pixel */
+    static const size_t spectra[] = {16 * 20 * 68, 4 * 20 * 68, 16 * 68, 4 * 20 * 68};
+    /* The blocks read the series in place from stage A's mapping; the last round, on a
+     * transpose whose stage A ran before it was set up (a resumed job), by pread. */
+    cube_transpose t2;
+    cube_source src2 = {.st = st, .nx = NX, .ny = NY, .nz = nz, .dtype = CS_F32, .name = "t"};
+    ck_assert_msg(cube_transpose_init(&t2, &src2, 4, 0, NULL, dir, err, sizeof err) == 0, "%s",
+                  err);
+    ck_assert_ptr_nonnull(cube_transpose_staged(&t));
+    ck_assert_ptr_null(cube_transpose_staged(&t2));
+    for (int bi = 0; bi < 4; bi++) {
+        const cube_transpose *tb = bi < 3 ? &t : &t2;
         cube_spectrum_set_block_bytes(budgets[bi]);
-        ck_assert_int_eq(cube_spectrum_nblocks(&t), nblocks[bi]);
+        ck_assert_int_eq(cube_spectrum_nblocks(tb), nblocks[bi]);
+        ck_assert_uint_eq(cube_spectrum_spectra_bytes(NX, NY, nz, 4), spectra[bi]);
         ck_assert_msg(fitswrite_file(out, &im, &ds, err, sizeof err) == 0, "%s", err);
-        for (long b = 0; b < cube_spectrum_nblocks(&t); b++)
-            ck_assert_msg(cube_spectrum_block(sp, &t, b, out, ds, &no_cancel, err, sizeof err) == 0,
+        for (long b = 0; b < cube_spectrum_nblocks(tb); b++)
+            ck_assert_msg(cube_spectrum_block(sp, tb, b, out, ds, &no_cancel, err, sizeof err) == 0,
                           "%s", err);
         for (long k = 0; k < nz; k++) {
             long nx = 0, ny = 0;
@@ -249,6 +262,7 @@ START_TEST(test_spectrum)
     cube_spectrum_set_block_bytes(0);
     cube_spectrum_free(sp);
     cube_spectrum_free(NULL);
+    cube_transpose_release(&t2);
     cube_transpose_release(&t);
     stack_free(st);
     free(v);

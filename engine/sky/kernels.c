@@ -843,7 +843,13 @@ RP_AVX2 static void sample_lanczos3_f32_avx2(const rp_kernel *k, size_t n,
  * (two 128-bit entries an axis: level), wy broadcast by in-lane permutations of the
  * halves or by vpermps (level), the y weights as six fmas of table broadcasts (-8%),
  * table offsets and support starts for the group stored ahead as integers (-3%), the
- * group's four sums reduced at once with hadd (-2%), fv as float(1 - fu) blended (-4%). */
+ * group's four sums reduced at once with hadd (-2%), fv as float(1 - fu) blended (-4%),
+ * the columns in one fma chain (-5%) or three (level), the reduction as a 128-bit
+ * product and an fma with lanes 6 and 7 of wx zeroed (-3%), the weights of the group's
+ * four positions computed ahead of its rows (-15% on the kernel alone), the loop over
+ * them unrolled (#pragma GCC unroll 2: -4%, 4: -35%), the next group's table lines
+ * prefetched (-7%): the time goes with the length of each position's chain of
+ * dependent operations and with its instruction count, not with the table's L2 reads. */
 RP_AVX2_FMA static void sample_lanczos3_f32_fma(const rp_kernel *k, size_t n,
                                                 const double *restrict x,
                                                 const double *restrict y, double *restrict out)

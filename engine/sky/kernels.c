@@ -840,8 +840,8 @@ RP_AVX2 static void sample_lanczos3_f32_avx2(const rp_kernel *k, size_t n,
  * int32 and back takes four with GCC; the same values, +2%).  The same groups as in
  * sample_lanczos3_f32_avx2 take the point function, as do groups whose sum is not
  * finite.  On 4096^2 float32 onto a grid rotated by 20 deg, coordinates included, 1
- * thread, AMD EPYC Zen 4, A B alternated: 93-98 Mpix/s against 80-85 for
- * sample_lanczos3_f32_avx2.  Level or slower, same case: the fma alone in the old layout
+ * thread, AMD EPYC Zen 4, 5 rounds A B alternated: 96-100 Mpix/s against 83-84 for
+ * sample_lanczos3_f32_avx2 (user CPU of the whole run 1.10 s against 1.27).  Level or slower, same case: the fma alone in the old layout
  * (two 128-bit entries an axis: level), wy broadcast by in-lane permutations of the
  * halves or by vpermps (level), the y weights as six fmas of table broadcasts (-8%),
  * table offsets and support starts for the group stored ahead as integers (-3%), the
@@ -850,7 +850,10 @@ RP_AVX2 static void sample_lanczos3_f32_avx2(const rp_kernel *k, size_t n,
  * product and an fma with lanes 6 and 7 of wx zeroed (-3%), the weights of the group's
  * four positions computed ahead of its rows (-15% on the kernel alone), the loop over
  * them unrolled (#pragma GCC unroll 2: -4%, 4: -35%), the next group's table lines
- * prefetched (-7%): the time goes with the length of each position's chain of
+ * prefetched (-7%), the supports' starts stored ahead as int64 (-3%), the position's
+ * indices and fractions taken from lane 0 of vectors shifted down each time instead of
+ * the stack (level, -4% on the kernel alone), the b side stored as L(k' + 1) and -D(k')
+ * so that a weight is fmaf(fu, D, L) without the fraction vector (-4%): the time goes with the length of each position's chain of
  * dependent operations and with its instruction count, not with the table's L2 reads. */
 RP_AVX2_FMA static void sample_lanczos3_f32_fma(const rp_kernel *k, size_t n,
                                                 const double *restrict x,

@@ -12,7 +12,7 @@ typedef struct rp_kernel rp_kernel;
 
 /* Prepares `src` for sampling with `method`.  `src` must outlive the kernel (nearest,
  * bilinear and lanczos3 read it in place; bicubic keeps its own coefficient array of
- * (nx+2) x (ny+2) doubles; lanczos3 reads static tables of 490 KB, filled at its first
+ * (nx+2) x (ny+2) doubles; lanczos3 reads static tables of 754 KB, filled at its first
  * use in the process and shared by every kernel).  Returns NULL on allocation failure or
  * an unknown method (`err` says which). */
 rp_kernel *rp_kernel_new(rp_method method, const rp_plane *src, char *err, size_t errlen);
@@ -31,7 +31,8 @@ void rp_kernel_free(rp_kernel *k);
  *            finite input pixels of the 6x6 support; float64 planes in double
  *            arithmetic, float32 planes in float arithmetic (the weights and the sum;
  *            within about 2^-20 of sum |w v| / sum w of the float64 result: bound
- *            derived in tests/engine/test_kernels.c, lanczos3_f32_bound).
+ *            derived in tests/engine/test_kernels.c, lanczos3_f32_bound; the FMA
+ *            sampler, rp_kernel_fma, within that bound too).
  * NaN input pixels: nearest and bilinear propagate them as scipy does; bicubic and
  * lanczos3 make NaN only those outputs whose kernel support touches a NaN pixel (bicubic)
  * or whose finite pixels carry less than half of the kernel's weight (lanczos3; a lower
@@ -40,6 +41,23 @@ void rp_kernel_free(rp_kernel *k);
  * bicubic also keeps a (nx+2) x (ny+2) byte mask.  Cannot fail. */
 void rp_kernel_sample(const rp_kernel *k, size_t n, const double *x, const double *y,
                       double *out);
+
+/* Whether k samples with fused multiply-adds: lanczos3 of a float32 plane on an x86-64
+ * CPU with AVX2 and FMA (__builtin_cpu_supports; never with -DRP_NO_AVX2 or on other
+ * targets).  Every other kernel gives the same bits for a position whether it comes
+ * alone or in a batch (groups of four go through vector lanes with the point
+ * function's arithmetic in its order).  This one computes groups of four positions
+ * whose supports lie inside the image with fmas in another order, and so differs from
+ * the same position alone (the point function, also what edges, NaN pixels and the
+ * last n % 4 positions get) by at most RP_LZ_FMA_BOUND:
+ *   |batch - alone| <= 1.25 ((20 u S + 2^-9 u T) / |W| + |r| (Ex + Ey)),
+ *   u = 2^-24, wx_i, wy_j the six Lanczos-3 weights of each axis, v_ij the 36 pixels,
+ *   S = sum |wx_i wy_j v_ij|, T = sum (|wx_i| + |wy_j|) |v_ij|, W = (sum wx)(sum wy),
+ *   r the value alone, Ex = (9 u sum |wx| + 2^-5 u) / |sum wx| (Ey alike);
+ * that is a few units of 2^-24 of sum |w v| / |sum w|, derived (first-order rounding
+ * analysis, 1.25 for the tabulated weights and second-order terms) and checked in
+ * tests/engine/test_kernels.c, lanczos3_fma_bound.  Returns 1 or 0; cannot fail. */
+int rp_kernel_fma(const rp_kernel *k);
 
 /* A hint, no effect on results: asks the CPU to bring into its caches the source pixels
  * that rp_kernel_sample will read for every step-th of the n positions (x, y) (same

@@ -44,6 +44,11 @@ struct rp_kernel {
                               float, 8 floats (32 bytes, 32-byte aligned) an entry: the
                               three L rounded to float, a zero, the three differences of
                               those floats (one float subtraction each), a zero */
+    const float *lzw;      /* lanczos3 of float planes with FMA (shared): for k = 0 .. LZ_RES - 1,
+                              at lzw + 16 k (64-byte aligned), with k' = LZ_RES - 1 - k and
+                              L, D the fields of lzf: L(k + 2R), L(k + R), L(k), L(k'),
+                              L(k' + R), L(k' + 2R), the sum of the first three, the sum of
+                              the next three (R = LZ_RES), then the same eight of D */
 };
 
 /* ---- points of nearest and bilinear, one per pixel type ---------------------------- */
@@ -126,6 +131,7 @@ RP_DEFINE_POINTS(double, f64)
 #define RP_AVX2_SAMPLERS 1
 #define RP_AVX2 __attribute__((target("avx2")))
 #define RP_AVX512 __attribute__((target("avx512f")))
+#define RP_AVX2_FMA __attribute__((target("avx2,fma")))
 
 /* The four addresses src + idx[q] of 64-bit lane indices idx. */
 static inline __attribute__((target("avx2"), always_inline)) void

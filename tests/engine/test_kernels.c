@@ -141,6 +141,57 @@ static double lanczos3_f32_bound(const double *img, long nx, long ny, double x, 
     return 1.25 * b;
 }
 
+/* How far the FMA sampler of float32 planes (kernels.c sample_lanczos3_f32_fma, where
+ * rp_kernel_fma says so) may lie from the point function lanczos3_f32 at the same
+ * position (kernels.h, RP_LZ_FMA_BOUND), r being the point function's value, from a
+ * first-order rounding analysis with u = 2^-24 (the two read the same float table
+ * values L and D, so the table's own rounding cancels):
+ *  - a weight: alone fl(L + fl(f D)), within u |f D| + u |w| of L + f D; fused
+ *    fl(f' D + L), within u |w| of f' D + L, where f' is the same fraction (a side) or
+ *    fl(1 - fu) against fv = fl(1 - fu in double) (b side: |f' - fv| <= 3u; where fu = 0
+ *    the fused b side reads the entry one below with f' = 1, L + D within u |D| of the
+ *    next L); |D| < 2^-11 (max |L'| / LZ_RES), so the two weights differ by at most
+ *    2u |w| + 2^-9 u and the 36 products wx wy v by 4u S + 2^-9 u T;
+ *  - the sums: each product w_y v passes at most 8 roundings in either order (alone:
+ *    the product, 3 additions down a column, the product with wx, 3 across; fused: the
+ *    product or an fma and 2 fmas down a chain, the addition of the chains, the product
+ *    with wx, 3 additions across): 8u S each, 16u S apart;
+ *  - the weight sum of an axis: alone the six weights (each within u |w| + 2^-11 u of
+ *    L + f D) added in 3 levels, 4u sum |w| + 6 2^-11 u; fused the two sides' sums of L
+ *    and D (two additions each, from the table), an fma each and one addition, 4u sum |w|
+ *    + 33 2^-11 u: apart by at most 9u sum |w| + 2^-5 u, E = that / |sum w|;
+ * so |fused - alone| <= (20u S + 2^-9 u T) / |W| + |r| (Ex + Ey), S, T, W as in
+ * lanczos3_f32_bound.  The weights here are the untabulated ones; 1.25 covers that and the
+ * second-order terms.  0 (the same bits required) where a support pixel is not finite:
+ * both then take the point function. */
+static double lanczos3_fma_bound(const double *img, long nx, long ny, double x, double y,
+                                 double r)
+{
+    const double u = 0x1.0p-24;
+    const long fx = (long)floor(x + 1.0), fy = (long)floor(y + 1.0);
+    double wxs[6], wys[6], S = 0.0, T = 0.0, sx = 0.0, sy = 0.0, ax = 0.0, ay = 0.0;
+    for (long q = 0; q < 6; q++) {
+        wxs[q] = lanczos3_direct(x - (double)(fx - 3 + q));
+        wys[q] = lanczos3_direct(y - (double)(fy - 3 + q));
+        sx += wxs[q];
+        sy += wys[q];
+        ax += fabs(wxs[q]);
+        ay += fabs(wys[q]);
+    }
+    for (int q = 0; q < 36; q++) {
+        const long i = fx - 3 + q % 6, j = fy - 3 + q / 6;
+        const double v = img[(j < 0 ? 0 : j >= ny ? ny - 1 : j) * nx
+                             + (i < 0 ? 0 : i >= nx ? nx - 1 : i)];
+        if (!isfinite(v))
+            return 0.0;
+        S += fabs(wxs[q % 6] * wys[q / 6] * v);
+        T += (fabs(wxs[q % 6]) + fabs(wys[q / 6])) * fabs(v);
+    }
+    const double e = 0x1.0p-5 * u;
+    return 1.25 * ((20.0 * u * S + 0x1.0p-9 * u * T) / fabs(sx * sy)
+                   + fabs(r) * ((9.0 * u * ax + e) / fabs(sx) + (9.0 * u * ay + e) / fabs(sy)));
+}
+
 /* ---- the 5x5 image sampled at known points (values from scipy) ---------------------- */
 
 /* The image, row 0 first. */
@@ -687,7 +738,10 @@ END_TEST
  * RP_SAMPLER4) and single positions with the point functions: a batch and the same
  * positions one at a time agree bit for bit, for both pixel types, with groups wholly
  * inside the valid range, groups straddling its edges, positions on the edges and on
- * nearest's rounding boundaries, NaN positions and a NaN pixel. */
+ * nearest's rounding boundaries, NaN positions and a NaN pixel; so do bicubic and
+ * lanczos3, except lanczos3 of the float plane where rp_kernel_fma says the kernel
+ * uses fused multiply-adds: there within lanczos3_fma_bound (the same bits where the
+ * support holds the NaN pixel). */
 START_TEST(test_batch_matches_single)
 {
     const rp_method ms[4] = { RP_NEAREST, RP_BILINEAR, RP_BICUBIC, RP_LANCZOS3 };
@@ -712,8 +766,17 @@ START_TEST(test_batch_matches_single)
         for (int q = 0; q < 4; q++) {
             rp_kernel *k = kernel_or_die(ms[q], &ps[t]);
             rp_kernel_sample(k, N, x, y, ob);
+            const int fused = rp_kernel_fma(k);
+            ck_assert(!fused || (t == 1 && ms[q] == RP_LANCZOS3));
             for (int i = 0; i < N; i++) {
                 double v = sample1(k, x[i], y[i]);
+                if (fused && !isnan(v) && !isnan(ob[i])) {
+                    const double tol = lanczos3_fma_bound(d, NX, NY, x[i], y[i], v);
+                    ck_assert_msg(v == ob[i] || fabs(v - ob[i]) <= tol,
+                                  "fused lanczos3 at (%.17g, %.17g): batch %.17g, single %.17g,"
+                                  " bound %.3g", x[i], y[i], ob[i], v, tol);
+                    continue;
+                }
                 ck_assert_msg(memcmp(&v, &ob[i], sizeof v) == 0 || (isnan(v) && isnan(ob[i])),
                               "method %d, dtype %d at (%.17g, %.17g): batch %.17g, single %.17g",
                               (int)ms[q], t, x[i], y[i], ob[i], v);
@@ -721,6 +784,65 @@ START_TEST(test_batch_matches_single)
             rp_kernel_free(k);
         }
     }
+}
+END_TEST
+
+/* The FMA sampler of float32 planes against the point function, position by position,
+ * on planes chosen to strain lanczos3_fma_bound: uniform noise about an offset (results
+ * far from zero), zero-mean noise of +-1e3 (results near zero out of large terms), a
+ * step of 1e4 along a slanted line (the ringing beside a steep edge), a checkerboard of
+ * +-1e6 and a ramp to 3e7; positions random over the interior and on a grid rotated by
+ * 20 deg.  Each difference within the bound; the worst ratio is printed.  Where the
+ * kernel does not fuse (rp_kernel_fma 0: a CPU without AVX2 and FMA, -DRP_NO_AVX2),
+ * the same bits. */
+START_TEST(test_lanczos3_fma_bound)
+{
+    enum { NX = 67, NY = 53, N = 8003, PLANES = 5 };
+    static float f[NX * NY];
+    static double d[NX * NY], x[N], y[N], ob[N];
+    unsigned long long s = 99;
+    double worst = 0.0;
+    for (int pl = 0; pl < PLANES; pl++) {
+        for (int j = 0; j < NY; j++)
+            for (int i = 0; i < NX; i++) {
+                double v;
+                switch (pl) {
+                case 0: v = 500.0 + 10.0 * rnd(&s); break;
+                case 1: v = 2e3 * rnd(&s) - 1e3; break;
+                case 2: v = (double)i * 0.36 - (double)j + 7.0 > 0.0 ? 1e4 : 0.0; break;
+                case 3: v = ((i + j) % 2 ? 1e6 : -1e6) * (1.0 + 1e-3 * rnd(&s)); break;
+                default: v = 1e4 * (double)(i + NX * j) + rnd(&s); break;
+                }
+                f[j * NX + i] = (float)v;
+                d[j * NX + i] = f[j * NX + i];
+            }
+        for (int i = 0; i < N; i++) {
+            if (i % 2) {
+                x[i] = 2.0 + rnd(&s) * (NX - 5.0);
+                y[i] = 2.0 + rnd(&s) * (NY - 5.0);
+            } else {   /* a 20 deg rotated grid, rows of 61 */
+                const double a = 20.0 * M_PI / 180.0, gi = (double)((i / 2) % 61) * 0.83;
+                const double gj = (double)((i / 2) / 61) * 0.3;
+                x[i] = 12.0 + gi * cos(a) - gj * sin(a) + 0.01 * (double)pl;
+                y[i] = 4.0 + gi * sin(a) + gj * cos(a);
+            }
+        }
+        rp_plane p = plane_of(f, RP_F32, NX, NY);
+        rp_kernel *k = kernel_or_die(RP_LANCZOS3, &p);
+        const int fused = rp_kernel_fma(k);
+        rp_kernel_sample(k, N, x, y, ob);
+        for (int i = 0; i < N; i++) {
+            const double v = sample1(k, x[i], y[i]);
+            const double tol = fused ? lanczos3_fma_bound(d, NX, NY, x[i], y[i], v) : 0.0;
+            ck_assert_msg(isfinite(v) && (v == ob[i] || fabs(v - ob[i]) <= tol),
+                          "plane %d at (%.17g, %.17g): batch %.17g, single %.17g, bound %.3g",
+                          pl, x[i], y[i], ob[i], v, tol);
+            if (tol > 0.0 && fabs(v - ob[i]) / tol > worst)
+                worst = fabs(v - ob[i]) / tol;
+        }
+        rp_kernel_free(k);
+    }
+    fprintf(stderr, "lanczos3 fused vs point: worst |difference| / bound = %.3f\n", worst);
 }
 END_TEST
 
@@ -1107,6 +1229,7 @@ int main(void)
     tcase_add_test(tc, test_lanczos3_table_error);
     tcase_add_test(tc, test_f32_f64_agree);
     tcase_add_test(tc, test_batch_matches_single);
+    tcase_add_test(tc, test_lanczos3_fma_bound);
     tcase_add_test(tc, test_bicubic_finite_path);
     tcase_add_test(tc, test_bicubic_column_blocks);
     tcase_add_test(tc, test_nan_locality);

@@ -841,16 +841,16 @@ RP_AVX2 static void sample_lanczos3_f32_avx2(const rp_kernel *k, size_t n,
  * of float32 planes): kernels_bicubic.h. */
 #define BC_T double
 #define BC_SFX f64
-#define BC_LOAD4(p) _mm256_loadu_pd(p)
+#define BC_F32 0
 #include "engine/sky/kernels_bicubic.h"
-#undef BC_LOAD4
+#undef BC_F32
 #undef BC_SFX
 #undef BC_T
 #define BC_T float
 #define BC_SFX f32
-#define BC_LOAD4(p) _mm256_cvtps_pd(_mm_loadu_ps(p))
+#define BC_F32 1
 #include "engine/sky/kernels_bicubic.h"
-#undef BC_LOAD4
+#undef BC_F32
 #undef BC_SFX
 #undef BC_T
 

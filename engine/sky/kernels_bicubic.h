@@ -1,14 +1,14 @@
 /* The bicubic samplers of one coefficient type: a template, internal to kernels.c, which
- * includes it twice, with BC_T double and BC_SFX f64 (rp_bspline_prepare's coefficients,
- * rp_kernel_new) and with BC_T float and BC_SFX f32 (rp_bspline_prepare_f32's, of float32
- * planes from rp_kernel_new_f32), BC_LOAD4(p) loading the four coefficients from p as an
- * __m256d (AVX2 samplers only).  The coefficients are read as BC_T and widened to double
- * (exact), and every sum is the double arithmetic of the f64 samplers in their order: the
- * f32 samplers compute bit for bit what the f64 ones give for the rounded coefficients,
- * each path (plain, AVX2, AVX-512, one position at a time) the same bits.  It defines
- * bicubic_point_SFX, sample_bicubic_SFX, and, with RP_AVX2_SAMPLERS,
- * sample_bicubic_avx2_SFX and sample_bicubic_avx512_SFX.  No include guard, on
- * purpose. */
+ * includes it twice: with BC_T double, BC_SFX f64 and BC_F32 0 (rp_bspline_prepare's
+ * coefficients, kernels from rp_kernel_new), and with BC_T float, BC_SFX f32 and BC_F32 1
+ * (rp_bspline_prepare_f32's, of float32 planes from rp_kernel_new_f32).  For double
+ * coefficients everything is double arithmetic; for float ones each column of the 4x4
+ * support is summed in float (the vertical weights rounded to float: kernels.h
+ * rp_kernel_new_f32 states the bound), widened, and the four column sums weighted across
+ * in double.  Each path (plain, AVX2, AVX-512, one position at a time) does the same
+ * arithmetic in the same order, so all give the same bits.  Defines bicubic_point_SFX,
+ * sample_bicubic_SFX, and, with RP_AVX2_SAMPLERS, sample_bicubic_avx2_SFX and
+ * sample_bicubic_avx512_SFX.  No include guard, on purpose. */
 #define BC_CAT_(a, b) a##_##b
 #define BC_CAT(a, b) BC_CAT_(a, b)
 #define BC_NAME(n) BC_CAT(n, BC_SFX)
@@ -48,9 +48,17 @@ static inline double BC_NAME(bicubic_point)(const rp_kernel *k, const BC_T *rest
     }
     /* down the columns first, then across (the AVX2 sampler's order: see there) */
     double a[4];
+#if BC_F32
+    /* float coefficients: the column sums in float, the weights rounded to float */
+    const float wf[4] = { (float)wy[0], (float)wy[1], (float)wy[2], (float)wy[3] };
+    for (int i = 0; i < 4; i++)
+        a[i] = (double)(wf[0] * row[0][ix[i]] + wf[1] * row[1][ix[i]] + wf[2] * row[2][ix[i]]
+                        + wf[3] * row[3][ix[i]]);
+#else
     for (int i = 0; i < 4; i++)
         a[i] = wy[0] * row[0][ix[i]] + wy[1] * row[1][ix[i]] + wy[2] * row[2][ix[i]]
                + wy[3] * row[3][ix[i]];
+#endif
     return (wx[0] * a[0] + wx[1] * a[1]) + (wx[2] * a[2] + wx[3] * a[3]);
 }
 
@@ -79,6 +87,20 @@ RP_HOT static void BC_NAME(sample_bicubic)(const rp_kernel *k, size_t n, const d
                 rp_v4d wx[4], wy[4];
                 RP_BICUBIC_GROUP_WEIGHTS(wx, wy);
                 rp_v4d a[4];
+#if BC_F32
+                rp_v4f wf[4];
+                for (int jj = 0; jj < 4; jj++)
+                    wf[jj] = __builtin_convertvector(wy[jj], rp_v4f);
+                for (int i = 0; i < 4; i++) {
+                    rp_v4f v[4];
+                    for (int jj = 0; jj < 4; jj++) {
+                        const size_t o = (size_t)jj * (size_t)W + (size_t)i;
+                        v[jj] = (rp_v4f){ base[0][o], base[1][o], base[2][o], base[3][o] };
+                    }
+                    const rp_v4f af = wf[0] * v[0] + wf[1] * v[1] + wf[2] * v[2] + wf[3] * v[3];
+                    a[i] = __builtin_convertvector(af, rp_v4d);
+                }
+#else
                 for (int i = 0; i < 4; i++) {
                     rp_v4d v[4];
                     for (int jj = 0; jj < 4; jj++) {
@@ -87,6 +109,7 @@ RP_HOT static void BC_NAME(sample_bicubic)(const rp_kernel *k, size_t n, const d
                     }
                     a[i] = wy[0] * v[0] + wy[1] * v[1] + wy[2] * v[2] + wy[3] * v[3];
                 }
+#endif
                 const rp_v4d t = (wx[0] * a[0] + wx[1] * a[1]) + (wx[2] * a[2] + wx[3] * a[3]);
                 RP_V4D_STORE(out + m, t);
                 continue;
@@ -134,19 +157,36 @@ RP_AVX2 static void BC_NAME(sample_bicubic_avx2)(const rp_kernel *k, size_t n,
                 rp_v4d wx[4], wy[4];
                 RP_BICUBIC_GROUP_WEIGHTS(wx, wy);
                 __m256d a[4];
+#if BC_F32
+                /* float coefficients: each lane's column sums in float (bicubic_point_f32) */
+                const __m128 wf0 = _mm256_cvtpd_ps((__m256d)wy[0]), wf1 = _mm256_cvtpd_ps((__m256d)wy[1]);
+                const __m128 wf2 = _mm256_cvtpd_ps((__m256d)wy[2]), wf3 = _mm256_cvtpd_ps((__m256d)wy[3]);
+#define RP_BC_LANE(q)                                                                     \
+    do {                                                                                  \
+        const BC_T *r_ = base[q];                                                         \
+        __m128 s_ = _mm_mul_ps(_mm_permute_ps(wf0, (q) * 0x55), _mm_loadu_ps(r_));        \
+        s_ = _mm_add_ps(s_, _mm_mul_ps(_mm_permute_ps(wf1, (q) * 0x55), _mm_loadu_ps(r_ + W))); \
+        s_ = _mm_add_ps(s_, _mm_mul_ps(_mm_permute_ps(wf2, (q) * 0x55),                   \
+                                       _mm_loadu_ps(r_ + 2 * W)));                        \
+        s_ = _mm_add_ps(s_, _mm_mul_ps(_mm_permute_ps(wf3, (q) * 0x55),                   \
+                                       _mm_loadu_ps(r_ + 3 * W)));                        \
+        a[q] = _mm256_cvtps_pd(s_);                                                       \
+    } while (0)
+#else
 #define RP_BC_LANE(q)                                                                     \
     do {                                                                                  \
         const BC_T *r_ = base[q];                                                       \
         __m256d a_ = _mm256_mul_pd(_mm256_permute4x64_pd((__m256d)wy[0], (q) * 0x55),           \
-                                   BC_LOAD4(r_));                                  \
+                                   _mm256_loadu_pd(r_));                                  \
         a_ = _mm256_add_pd(a_, _mm256_mul_pd(_mm256_permute4x64_pd((__m256d)wy[1], (q) * 0x55), \
-                                             BC_LOAD4(r_ + W)));                   \
+                                             _mm256_loadu_pd(r_ + W)));                   \
         a_ = _mm256_add_pd(a_, _mm256_mul_pd(_mm256_permute4x64_pd((__m256d)wy[2], (q) * 0x55), \
-                                             BC_LOAD4(r_ + 2 * W)));               \
+                                             _mm256_loadu_pd(r_ + 2 * W)));               \
         a_ = _mm256_add_pd(a_, _mm256_mul_pd(_mm256_permute4x64_pd((__m256d)wy[3], (q) * 0x55), \
-                                             BC_LOAD4(r_ + 3 * W)));               \
+                                             _mm256_loadu_pd(r_ + 3 * W)));               \
         a[q] = a_;                                                                        \
     } while (0)
+#endif
                 RP_BC_LANE(0);
                 RP_BC_LANE(1);
                 RP_BC_LANE(2);
@@ -201,7 +241,11 @@ RP_AVX512 static void BC_NAME(sample_bicubic_avx512)(const rp_kernel *k, size_t 
     const __m256i ny1 = _mm256_set1_epi32((int32_t)ny - 1);
     const __m512i w64 = _mm512_set1_epi64((long long)W);
     /* lane q of the pair p's weights in the lower half, lane q + 1 in the upper */
+#if BC_F32
+    static const int32_t pair_idx[4][8] = { { 0, 0, 0, 0, 1, 1, 1, 1 },
+#else
     static const int64_t pair_idx[4][8] = { { 0, 0, 0, 0, 1, 1, 1, 1 },
+#endif
                                             { 2, 2, 2, 2, 3, 3, 3, 3 },
                                             { 4, 4, 4, 4, 5, 5, 5, 5 },
                                             { 6, 6, 6, 6, 7, 7, 7, 7 } };
@@ -261,10 +305,29 @@ RP_AVX512 static void BC_NAME(sample_bicubic_avx512)(const rp_kernel *k, size_t 
         RP_BC_WEIGHTS8(_mm512_sub_pd(cy, _mm512_cvtepi32_pd(fy)), wy);
 #undef RP_BC_WEIGHTS8
         /* pair p: lane 2p's column sums in the lower half, lane 2p + 1's in the upper */
+#if BC_F32
+        /* float coefficients: each pair's column sums in float (bicubic_point_f32), lane
+         * 2p's four in the lower half of a __m256, lane 2p + 1's in the upper, widened */
+        const __m256 wf[4] = { _mm512_cvtpd_ps(wy[0]), _mm512_cvtpd_ps(wy[1]),
+                               _mm512_cvtpd_ps(wy[2]), _mm512_cvtpd_ps(wy[3]) };
+#define RP_BC_ROW(p, j)                                                                   \
+    _mm256_mul_ps(_mm256_permutevar8x32_ps(wf[j], pi_),                                   \
+                  _mm256_insertf128_ps(_mm256_castps128_ps256(_mm_loadu_ps(b0_ + (j) * W)), \
+                                       _mm_loadu_ps(b1_ + (j) * W), 1))
+#define RP_BC_PAIR(p, acc)                                                                \
+    do {                                                                                  \
+        const BC_T *b0_ = src + off[2 * (p)], *b1_ = src + off[2 * (p) + 1];              \
+        const __m256i pi_ = _mm256_loadu_si256((const __m256i *)pair_idx[p]);          \
+        __m256 s_ = RP_BC_ROW(p, 0);                                                      \
+        s_ = _mm256_add_ps(s_, RP_BC_ROW(p, 1));                                          \
+        s_ = _mm256_add_ps(s_, RP_BC_ROW(p, 2));                                          \
+        (acc) = _mm512_cvtps_pd(_mm256_add_ps(s_, RP_BC_ROW(p, 3)));                      \
+    } while (0)
+#else
 #define RP_BC_ROW(p, j)                                                                   \
     _mm512_mul_pd(_mm512_permutexvar_pd(pi_, wy[j]),                                      \
-                  _mm512_insertf64x4(_mm512_castpd256_pd512(BC_LOAD4(b0_ + (j) * W)), \
-                                     BC_LOAD4(b1_ + (j) * W), 1))
+                  _mm512_insertf64x4(_mm512_castpd256_pd512(_mm256_loadu_pd(b0_ + (j) * W)), \
+                                     _mm256_loadu_pd(b1_ + (j) * W), 1))
 #define RP_BC_PAIR(p, acc)                                                                \
     do {                                                                                  \
         const BC_T *b0_ = src + off[2 * (p)], *b1_ = src + off[2 * (p) + 1];            \
@@ -274,6 +337,7 @@ RP_AVX512 static void BC_NAME(sample_bicubic_avx512)(const rp_kernel *k, size_t 
         s_ = _mm512_add_pd(s_, RP_BC_ROW(p, 2));                                          \
         (acc) = _mm512_add_pd(s_, RP_BC_ROW(p, 3));                                       \
     } while (0)
+#endif
         __m512d acc0, acc1, acc2, acc3;
         RP_BC_PAIR(0, acc0);
         RP_BC_PAIR(1, acc1);

@@ -23,7 +23,7 @@
 /* Where the column passes find padded row k of a W-wide array: at base + (k % R) W.  The
  * general path and the prefilter into doubles keep every row (R = H, so row k is at
  * base + k W); the prefilter into floats keeps only the rows still in work in a ring of
- * R doubles rows (R a multiple of BAND_ROWS, so that a band's rows lie side by side) and
+ * R rows of doubles (R a multiple of BAND_ROWS, so that a band's rows lie side by side) and
  * narrows each row once it is final (bicubic_prefilter_finite). */
 typedef struct bs_rows {
     double *base;
@@ -469,6 +469,7 @@ static int bicubic_padded_row(const rp_plane *p, long j, double g2, double *rest
  * (without it four ran 7 ms slower than two). */
 #define BAND_G 4
 #define BAND_ROWS (4 * BAND_G)
+#define BAND_UNROLL _Pragma("GCC unroll 4")
 
 /* Rows of doubles the prefilter into floats keeps (rp_bspline_prepare_f32; a multiple
  * of BAND_ROWS).  bicubic_prefilter_finite works on rows fin .. j0 + BAND_ROWS - 1
@@ -482,7 +483,6 @@ _Static_assert(BSPLINE_RING % BAND_ROWS == 0
                && BSPLINE_RING >= BSPLINE_BLOCK + BSPLINE_BLOCK_LEAD - 1 + BAND_ROWS
                && BSPLINE_RING >= BSPLINE_HORIZON + BAND_ROWS,
                "the ring holds every row in work");
-#define BAND_UNROLL _Pragma("GCC unroll 4")
 
 /* bicubic_prefilter_finite's work on the BAND_ROWS padded rows j0 .. j0 + BAND_ROWS - 1
  * of W = nx + 2 (rows of c from c + j0 W): bicubic_padded_row's values (pixel times g2,
@@ -699,14 +699,18 @@ static int bicubic_prefilter_finite(const rp_plane *p, const bs_rows *c, float *
  * prefilter with mirror boundaries along rows and columns (scipy
  * spline_filter(padded, order=3, mode='mirror'), which docs/DESIGN.md's "Kernel
  * definitions" name as the reference), gain (1 - z)(1 - 1/z) = 6 per axis.  A plane with
- * no missing pixel takes bicubic_prefilter_finite. */
-static int bspline_prepare(const rp_plane *p, double **coef, unsigned char **bad);
+ * no missing pixel takes bicubic_prefilter_finite (unless finite_first is 0: the caller
+ * knows one is missing). */
+static int bspline_prepare(const rp_plane *p, double **coef, unsigned char **bad,
+                           int finite_first);
 
-int rp_bspline_prepare(const rp_plane *p, double **coef, unsigned char **bad)
+/* rp_bspline_prepare, trying bicubic_prefilter_finite first where finite_first is set. */
+static int bspline_prepare_double(const rp_plane *p, double **coef, unsigned char **bad,
+                                  int finite_first)
 {
     *coef = NULL;
     *bad = NULL;
-    if (bspline_prepare(p, coef, bad) == 0)
+    if (bspline_prepare(p, coef, bad, finite_first) == 0)
         return 0;
     free(*coef);
     free(*bad);
@@ -715,7 +719,13 @@ int rp_bspline_prepare(const rp_plane *p, double **coef, unsigned char **bad)
     return -1;
 }
 
-static int bspline_prepare(const rp_plane *p, double **coef, unsigned char **bad)
+int rp_bspline_prepare(const rp_plane *p, double **coef, unsigned char **bad)
+{
+    return bspline_prepare_double(p, coef, bad, 1);
+}
+
+static int bspline_prepare(const rp_plane *p, double **coef, unsigned char **bad,
+                           int finite_first)
 {
     const long nx = p->nx, ny = p->ny, W = nx + 2, H = ny + 2;
     /* on transparent huge pages where the system has them: with 4 KiB pages a 4096^2
@@ -728,7 +738,7 @@ static int bspline_prepare(const rp_plane *p, double **coef, unsigned char **bad
     const double gain = (1.0 - BSPLINE_Z) * (1.0 - 1.0 / BSPLINE_Z);
     const double g2 = gain * gain;
     const bs_rows rows = { c, W, H };
-    const int fr = bicubic_prefilter_finite(p, &rows, NULL, g2);
+    const int fr = finite_first ? bicubic_prefilter_finite(p, &rows, NULL, g2) : 1;
     if (fr <= 0)
         return fr;
 
@@ -819,7 +829,7 @@ int rp_bspline_prepare_f32(const rp_plane *p, float **coef, unsigned char **bad)
     free(ring);
     if (rc == 1) {   /* a missing pixel: the general path, then rounded */
         double *d = NULL;
-        rc = rp_bspline_prepare(p, &d, bad);
+        rc = bspline_prepare_double(p, &d, bad, 0);
         if (rc == 0) {
             const size_t n = (size_t)W * (size_t)H;
             for (size_t i = 0; i < n; i++)

@@ -130,7 +130,7 @@ RP_HOT static void BC_NAME(sample_bicubic)(const rp_kernel *k, size_t n, const d
  * then transposed once (8 shuffles) and weighted across in the lanes, as sample_bicubic
  * does: 16 loads and 24 shuffles a group, against a transposition of every row's taps
  * before (32 shuffles; kernel only 145 Mpix/s before, 155-160 now, same machine and
- * bench); and the four rows of the support RP_BICUBIC_AHEAD positions ahead are
+ * bench); and the four rows of the support BC_AHEAD positions ahead (kernels.c) are
  * prefetched.  The prefetch is what
  * makes the wide loads pay: without it this sampler ran at 100-103 Mpix/s against the
  * scalar loads' 138-140, with it at 143-150 (2048^2 rotated by 20 deg, kernel only,
@@ -147,7 +147,7 @@ RP_AVX2 static void BC_NAME(sample_bicubic_avx2)(const rp_kernel *k, size_t n,
     const rp_v4i nx1 = RP_V4I_SPLAT((int32_t)nx - 1), ny1 = RP_V4I_SPLAT((int32_t)ny - 1);
     size_t m = 0;
     for (; m + 4 <= n; m += 4) {
-        RP_BICUBIC_PREFETCH(m);
+        RP_BICUBIC_PREFETCH(m, BC_AHEAD);
         RP_GROUP(BC_NAME(bicubic_point));
         {
             const BC_T *base[4];
@@ -218,7 +218,7 @@ RP_AVX2 static void BC_NAME(sample_bicubic_avx2)(const rp_kernel *k, size_t n,
  * of eight with a position outside the valid range, or a support that needs mirroring
  * or touches a flagged pixel, takes bicubic_point.  Offsets are multiplied in 32 x 32
  * -> 64 bits: W = nx + 2 <= INT32_MAX (rp_kernel_new).  The four rows of the support of
- * the position RP_BICUBIC_AHEAD ahead are prefetched, once per eight positions (once per
+ * the position BC_AHEAD ahead are prefetched, once per eight positions (once per
  * four, as sample_bicubic_avx2 does, ran at 73-74 ms against 66; none at 70-89 ms; 64
  * ahead as 32).  Sampler alone on 4096^2 rotated by 20 deg, 1 thread, AMD EPYC (Zen 4),
  * A B alternated: 84.0-84.5 ms with sample_bicubic_avx2, 65.8-66.8 ms with this; its
@@ -255,7 +255,7 @@ RP_AVX512 static void BC_NAME(sample_bicubic_avx512)(const rp_kernel *k, size_t 
     const __m512i t01 = _mm512_loadu_si512(tap_idx[0]), t23 = _mm512_loadu_si512(tap_idx[1]);
     size_t m = 0;
     for (; m + 8 <= n; m += 8) {
-        RP_BICUBIC_PREFETCH(m);
+        RP_BICUBIC_PREFETCH(m, BC_AHEAD);
         const __m512d px = _mm512_loadu_pd(x + m), py = _mm512_loadu_pd(y + m);
         const __mmask8 in = _mm512_cmp_pd_mask(px, lo, _CMP_GE_OQ)
                             & _mm512_cmp_pd_mask(px, hx, _CMP_LE_OQ)

@@ -20,6 +20,21 @@
  * also keeps z^k clear of denormals. */
 #define BSPLINE_HORIZON 32
 
+/* Where the column passes find padded row k of a W-wide array: at base + (k % R) W.  The
+ * general path and the prefilter into doubles keep every row (R = H, so row k is at
+ * base + k W); the prefilter into floats keeps only the rows still in work in a ring of
+ * R rows of doubles (R a multiple of BAND_ROWS, so that a band's rows lie side by side) and
+ * narrows each row once it is final (bicubic_prefilter_finite). */
+typedef struct bs_rows {
+    double *base;
+    long W, R;
+} bs_rows;
+
+static inline double *bs_row(const bs_rows *c, long k)
+{
+    return c->base + (k % c->R) * c->W;
+}
+
 /* Weights w[0 .. *m - 1] of the causal initial value c+(0) = sum w[k] s(k) of a line of
  * n >= 2 samples with mirror boundaries (s(-k) = s(k), s(n - 1 + k) = s(n - 1 - k)):
  * for n <= BSPLINE_HORIZON the exact sum over one period 2n - 2 folded onto the line,
@@ -109,14 +124,14 @@ static void bspline_lines4(double *restrict a, double *restrict b, double *restr
  * values into row 0 (rows 0 .. m - 1 read), bspline_cols_causal the causal pass over rows
  * k0 .. k1 - 1 (k0 >= 1, rows before k0 done), bspline_cols_anticausal the rest.
  * Cannot fail. */
-RP_HOT static void bspline_cols_init(double *c, long W, const double *w, long m)
+RP_HOT static void bspline_cols_init(const bs_rows *c, const double *w, long m)
 {
-    const long W4 = W - W % 4;
-    double *r0 = c;
+    const long W = c->W, W4 = W - W % 4;
+    double *r0 = bs_row(c, 0);
     for (long i = 0; i < W; i++)
         r0[i] *= w[0];
     for (long k = 1; k < m; k++) {
-        const double *rk = c + k * W;
+        const double *rk = bs_row(c, k);
         long i = 0;
         for (; i < W4; i += 4) {
             rp_v4d a, b;
@@ -130,13 +145,13 @@ RP_HOT static void bspline_cols_init(double *c, long W, const double *w, long m)
     }
 }
 
-RP_HOT static void bspline_cols_causal(double *c, long W, long k0, long k1)
+RP_HOT static void bspline_cols_causal(const bs_rows *c, long k0, long k1)
 {
     const double z = BSPLINE_Z;
-    const long W4 = W - W % 4;
+    const long W = c->W, W4 = W - W % 4;
     for (long k = k0; k < k1; k++) {
-        double *r = c + k * W;
-        const double *p = r - W;
+        double *r = bs_row(c, k);
+        const double *p = bs_row(c, k - 1);
         long i = 0;
         for (; i < W4; i += 4) {
             rp_v4d a, b;
@@ -169,15 +184,16 @@ static inline void bspline_anticausal_row(double *o, const double *r, const doub
         o[i] = z * (q[i] - r[i]);
 }
 
-RP_HOT static void bspline_cols_anticausal(double *c, long W, long H)
+RP_HOT static void bspline_cols_anticausal(const bs_rows *c, long a, long H)
 {
     const double z = BSPLINE_Z, za = z / (z * z - 1.0);
-    double *rl = c + (H - 1) * W;
-    const double *rp = rl - W;
+    const long W = c->W;
+    double *rl = bs_row(c, H - 1);
+    const double *rp = bs_row(c, H - 2);
     for (long i = 0; i < W; i++)
         rl[i] = za * (rl[i] + z * rp[i]);
-    for (long k = H - 2; k >= 0; k--)
-        bspline_anticausal_row(c + k * W, c + k * W, c + (k + 1) * W, W);
+    for (long k = H - 2; k >= a; k--)
+        bspline_anticausal_row(bs_row(c, k), bs_row(c, k), bs_row(c, k + 1), W);
 }
 
 /* Rows of the column prefilter's anticausal pass finished together (bspline_cols_finish),
@@ -194,17 +210,18 @@ RP_HOT static void bspline_cols_anticausal(double *c, long W, long H)
  * c-(e + 1) = 0 in the scratch row t (W doubles; rows b .. e are read, not written),
  * then written in place over rows b - 1 .. a.  Each step is bspline_cols_anticausal's
  * c-(k) = z (c-(k + 1) - c+(k)).  Cannot fail. */
-RP_HOT static void bspline_cols_anticausal_block(double *c, long W, long a, long b, long e,
+RP_HOT static void bspline_cols_anticausal_block(const bs_rows *c, long a, long b, long e,
                                                  double *restrict t)
 {
     const double z = BSPLINE_Z;
-    const double *re = c + e * W;
+    const long W = c->W;
+    const double *re = bs_row(c, e);
     for (long i = 0; i < W; i++)
         t[i] = z * (0.0 - re[i]);
     for (long k = e - 1; k >= a; k--) {
-        double *r = c + k * W;
+        double *r = bs_row(c, k);
         /* c-(k + 1) in t down to row b, in place above */
-        bspline_anticausal_row(k >= b ? t : r, r, k >= b - 1 ? t : r + W, W);
+        bspline_anticausal_row(k >= b ? t : r, r, k >= b - 1 ? t : bs_row(c, k + 1), W);
     }
 }
 
@@ -215,16 +232,16 @@ RP_HOT static void bspline_cols_anticausal_block(double *c, long W, long a, long
  * the rows after the last such block are finished from the end of the columns
  * (bspline_cols_anticausal) once done = H.  The blocks depend only on H, so any order of
  * calls gives the same values.  t: a scratch row of W doubles.  Cannot fail. */
-static void bspline_cols_finish(double *c, long W, long H, long *fin, long done, double *t)
+static void bspline_cols_finish(const bs_rows *c, long H, long *fin, long done, double *t)
 {
     while (*fin + BSPLINE_BLOCK + BSPLINE_BLOCK_LEAD <= H - 1
            && *fin + BSPLINE_BLOCK + BSPLINE_BLOCK_LEAD <= done) {
         const long b = *fin + BSPLINE_BLOCK;
-        bspline_cols_anticausal_block(c, W, *fin, b, b + BSPLINE_BLOCK_LEAD - 1, t);
+        bspline_cols_anticausal_block(c, *fin, b, b + BSPLINE_BLOCK_LEAD - 1, t);
         *fin = b;
     }
     if (done == H && *fin < H) {
-        bspline_cols_anticausal(c + *fin * W, W, H - *fin);
+        bspline_cols_anticausal(c, *fin, H);
         *fin = H;
     }
 }
@@ -454,6 +471,19 @@ static int bicubic_padded_row(const rp_plane *p, long j, double g2, double *rest
 #define BAND_ROWS (4 * BAND_G)
 #define BAND_UNROLL _Pragma("GCC unroll 4")
 
+/* Rows of doubles the prefilter into floats keeps (rp_bspline_prepare_f32; a multiple
+ * of BAND_ROWS).  bicubic_prefilter_finite works on rows fin .. j0 + BAND_ROWS - 1
+ * while filtering band j0: bspline_cols_finish left fin > j0 - BSPLINE_BLOCK -
+ * BSPLINE_BLOCK_LEAD (or fin >= H - BSPLINE_BLOCK - BSPLINE_BLOCK_LEAD near the end), so
+ * at most BSPLINE_BLOCK + BSPLINE_BLOCK_LEAD - 1 + BAND_ROWS = 112 rows, and the first
+ * band's column pass (bspline_cols_init) reads rows 0 .. BSPLINE_HORIZON - 1.  128 rows
+ * of a 4096-pixel plane are 4.2 MB. */
+#define BSPLINE_RING 128
+_Static_assert(BSPLINE_RING % BAND_ROWS == 0
+               && BSPLINE_RING >= BSPLINE_BLOCK + BSPLINE_BLOCK_LEAD - 1 + BAND_ROWS
+               && BSPLINE_RING >= BSPLINE_HORIZON + BAND_ROWS,
+               "the ring holds every row in work");
+
 /* bicubic_prefilter_finite's work on the BAND_ROWS padded rows j0 .. j0 + BAND_ROWS - 1
  * of W = nx + 2 (rows of c from c + j0 W): bicubic_padded_row's values (pixel times g2,
  * edges repeated) filtered along the rows as bspline_line filters each, with the lines
@@ -463,14 +493,17 @@ static int bicubic_padded_row(const rp_plane *p, long j, double g2, double *rest
  * lane does bicubic_padded_row's and bspline_line's arithmetic in their order, so the
  * values are bit for bit theirs, and no row of c is written twice; the recursions, each
  * bound by the latency of a multiply and an add on one line (bspline_lines4 interleaves
- * four), advance BAND_ROWS lines a step.  With `causal` set, the rows above (c - W
- * onwards up) hold the causal pass of the columns, and the band's rows get it too on the
+ * four), advance BAND_ROWS lines a step.  With `prev` (the row above the band, W
+ * doubles) not NULL, the rows above hold the causal pass of the columns, and the band's
+ * rows get it too on the
  * way back into c (bspline_cols_causal's c(k) + z c(k - 1), row after row), so that they
  * are not read and written once more.  Returns 0, or 1 when a pixel is not finite (c
  * is then incomplete).  Cannot fail. */
 RP_HOT static int bspline_band(const rp_plane *p, long j0, double g2, double *restrict c,
-                               const double *w, long m, double *restrict s, int causal)
+                               const double *w, long m, double *restrict s,
+                               const double *prev)
 {
+    const int causal = prev != NULL;
     const double z = BSPLINE_Z, za = z / (z * z - 1.0);
     const long nx = p->nx, n = nx + 2, n4 = nx - nx % 4;
     const int f32 = p->dtype == RP_F32;
@@ -557,6 +590,7 @@ RP_HOT static int bspline_band(const rp_plane *p, long j0, double g2, double *re
     const long w4 = n - n % 4;
     for (int g = 0; g < BAND_G; g++) {
         double *a = c + 4 * g * n;
+        const double *pa = g == 0 ? prev : a - n;   /* the row above a (causal only) */
         long k = 0;
         for (; k < w4; k += 4) {
             rp_v4d ca, cb, cc, cd, r0, r1, r2, r3;
@@ -567,7 +601,7 @@ RP_HOT static int bspline_band(const rp_plane *p, long j0, double g2, double *re
             RP_T4X4(ca, cb, cc, cd, r0, r1, r2, r3);
             if (causal) {
                 rp_v4d pr;
-                RP_V4D_LOAD(pr, a - n + k);
+                RP_V4D_LOAD(pr, pa + k);
                 r0 += z * pr;
                 r1 += z * r0;
                 r2 += z * r1;
@@ -582,7 +616,7 @@ RP_HOT static int bspline_band(const rp_plane *p, long j0, double g2, double *re
             for (int q = 0; q < 4; q++) {
                 double e = s[R * k + 4 * g + q];
                 if (causal)
-                    e += z * a[(q - 1) * n + k];
+                    e += z * (q == 0 ? pa[k] : a[(q - 1) * n + k]);
                 a[q * n + k] = e;
             }
     }
@@ -596,14 +630,19 @@ RP_HOT static int bspline_band(const rp_plane *p, long j0, double g2, double *re
  * while it is in cache, and the anticausal pass of the columns follows BSPLINE_BLOCK +
  * BSPLINE_BLOCK_LEAD rows behind (bspline_cols_finish), over rows still in the cache.
  * Every coefficient gets the arithmetic of the general path in the same order, so the
- * two agree bit for bit.  Returns 0, 1 as soon as a pixel is not finite (the general
- * path must then run), or -1 (out of memory). */
-static int bicubic_prefilter_finite(const rp_plane *p, double *c, double g2)
+ * two agree bit for bit.  The rows live in c (bs_rows): the whole array, or, with `out`
+ * (W x H floats) not NULL, a ring of BSPLINE_RING rows from which each row, once final,
+ * is rounded into out (so out holds the double coefficients rounded once; the rows in
+ * work span fewer than BSPLINE_RING: see there).  Returns 0, 1 as soon as a pixel is not
+ * finite (the general path must then run), or -1 (out of memory). */
+static int bicubic_prefilter_finite(const rp_plane *p, const bs_rows *c, float *out,
+                                    double g2)
 {
     const long W = p->nx + 2, H = p->ny + 2;
     double wr[BSPLINE_HORIZON], wc[BSPLINE_HORIZON];
     long mr, mc, causal = 0;   /* causal: rows through which the column pass has run */
     long fin = 0;              /* rows final (bspline_cols_finish) */
+    long nar = 0;              /* rows narrowed into out */
     bspline_causal_weights(W, wr, &mr);
     bspline_causal_weights(H, wc, &mc);
     /* bspline_band's scratch, and bspline_cols_finish's row */
@@ -612,12 +651,12 @@ static int bicubic_prefilter_finite(const rp_plane *p, double *c, double g2)
         return -1;
     for (long j0 = 0; j0 < H; j0 += BAND_ROWS) {
         const long nr = H - j0 < BAND_ROWS ? H - j0 : BAND_ROWS;
-        double *r = c + j0 * W;
+        double *r = bs_row(c, j0);
         long q = 0;
         /* the column pass done through row j0 - 1: the band takes its rows through it */
         const int fused = causal > 0 && causal == j0 && nr == BAND_ROWS;
         if (nr == BAND_ROWS) {
-            if (bspline_band(p, j0, g2, r, wr, mr, s, fused) != 0) {
+            if (bspline_band(p, j0, g2, r, wr, mr, s, fused ? bs_row(c, j0 - 1) : NULL) != 0) {
                 free(s);
                 return 1;
             }
@@ -635,14 +674,20 @@ static int bicubic_prefilter_finite(const rp_plane *p, double *c, double g2)
             bspline_line(r + q * W, W, 1, wr, mr);
         const long done = j0 + nr;
         if (causal == 0 && done >= mc) {
-            bspline_cols_init(c, W, wc, mc);
+            bspline_cols_init(c, wc, mc);
             causal = 1;
         }
         if (causal > 0) {
             if (!fused)
-                bspline_cols_causal(c, W, causal, done);
+                bspline_cols_causal(c, causal, done);
             causal = done;
-            bspline_cols_finish(c, W, H, &fin, done, s);
+            bspline_cols_finish(c, H, &fin, done, s);
+        }
+        for (; out && nar < fin; nar++) {   /* final rows, each value rounded once */
+            const double *f = bs_row(c, nar);
+            float *o = out + nar * W;
+            for (long i = 0; i < W; i++)
+                o[i] = (float)f[i];
         }
     }
     free(s);
@@ -654,14 +699,18 @@ static int bicubic_prefilter_finite(const rp_plane *p, double *c, double g2)
  * prefilter with mirror boundaries along rows and columns (scipy
  * spline_filter(padded, order=3, mode='mirror'), which docs/DESIGN.md's "Kernel
  * definitions" name as the reference), gain (1 - z)(1 - 1/z) = 6 per axis.  A plane with
- * no missing pixel takes bicubic_prefilter_finite. */
-static int bspline_prepare(const rp_plane *p, double **coef, unsigned char **bad);
+ * no missing pixel takes bicubic_prefilter_finite (unless finite_first is 0: the caller
+ * knows one is missing). */
+static int bspline_prepare(const rp_plane *p, double **coef, unsigned char **bad,
+                           int finite_first);
 
-int rp_bspline_prepare(const rp_plane *p, double **coef, unsigned char **bad)
+/* rp_bspline_prepare, trying bicubic_prefilter_finite first where finite_first is set. */
+static int bspline_prepare_double(const rp_plane *p, double **coef, unsigned char **bad,
+                                  int finite_first)
 {
     *coef = NULL;
     *bad = NULL;
-    if (bspline_prepare(p, coef, bad) == 0)
+    if (bspline_prepare(p, coef, bad, finite_first) == 0)
         return 0;
     free(*coef);
     free(*bad);
@@ -670,7 +719,13 @@ int rp_bspline_prepare(const rp_plane *p, double **coef, unsigned char **bad)
     return -1;
 }
 
-static int bspline_prepare(const rp_plane *p, double **coef, unsigned char **bad)
+int rp_bspline_prepare(const rp_plane *p, double **coef, unsigned char **bad)
+{
+    return bspline_prepare_double(p, coef, bad, 1);
+}
+
+static int bspline_prepare(const rp_plane *p, double **coef, unsigned char **bad,
+                           int finite_first)
 {
     const long nx = p->nx, ny = p->ny, W = nx + 2, H = ny + 2;
     /* on transparent huge pages where the system has them: with 4 KiB pages a 4096^2
@@ -682,7 +737,8 @@ static int bspline_prepare(const rp_plane *p, double **coef, unsigned char **bad
     *coef = c;
     const double gain = (1.0 - BSPLINE_Z) * (1.0 - 1.0 / BSPLINE_Z);
     const double g2 = gain * gain;
-    const int fr = bicubic_prefilter_finite(p, c, g2);
+    const bs_rows rows = { c, W, H };
+    const int fr = finite_first ? bicubic_prefilter_finite(p, &rows, NULL, g2) : 1;
     if (fr <= 0)
         return fr;
 
@@ -741,14 +797,50 @@ static int bspline_prepare(const rp_plane *p, double **coef, unsigned char **bad
     for (long j = 0; j < H; j++)
         bspline_line(c + j * W, W, 1, w, m);
     bspline_causal_weights(H, w, &m);
-    bspline_cols_init(c, W, w, m);
-    bspline_cols_causal(c, W, 1, H);
+    bspline_cols_init(&rows, w, m);
+    bspline_cols_causal(&rows, 1, H);
     double *t = malloc(sizeof(double) * (size_t)W);
     if (!t)
         return -1;
     long fin = 0;
-    bspline_cols_finish(c, W, H, &fin, H, t);
+    bspline_cols_finish(&rows, H, &fin, H, t);
     free(t);
     return 0;
 }
 
+/* See bspline.h.  A plane with no missing pixel takes bicubic_prefilter_finite through a
+ * ring of BSPLINE_RING rows of doubles (or all of them, for fewer rows), each final row
+ * rounded into the float array; any other takes bspline_prepare into doubles, rounded
+ * afterwards (the same values: the two paths agree bit for bit in double). */
+int rp_bspline_prepare_f32(const rp_plane *p, float **coef, unsigned char **bad)
+{
+    const long W = p->nx + 2, H = p->ny + 2;
+    const long R = H <= BSPLINE_RING ? H : BSPLINE_RING;
+    *coef = NULL;
+    *bad = NULL;
+    float *c = tess_alloc_huge(sizeof(float) * (size_t)W * (size_t)H);
+    double *ring = malloc(sizeof(double) * (size_t)W * (size_t)R);
+    int rc = c && ring ? 0 : -1;
+    if (rc == 0) {
+        const bs_rows rows = { ring, W, R };
+        const double gain = (1.0 - BSPLINE_Z) * (1.0 - 1.0 / BSPLINE_Z);
+        rc = bicubic_prefilter_finite(p, &rows, c, gain * gain);
+    }
+    free(ring);
+    if (rc == 1) {   /* a missing pixel: the general path, then rounded */
+        double *d = NULL;
+        rc = bspline_prepare_double(p, &d, bad, 0);
+        if (rc == 0) {
+            const size_t n = (size_t)W * (size_t)H;
+            for (size_t i = 0; i < n; i++)
+                c[i] = (float)d[i];
+        }
+        free(d);
+    }
+    if (rc != 0) {
+        free(c);
+        return -1;
+    }
+    *coef = c;
+    return 0;
+}

@@ -219,49 +219,6 @@ RP_LZ_SUPPORT(double, f64)
 RP_LZ_POINT(double, double, f64, lanczos3_weights, lz, RP_LZ_SUM6, DBL_MAX)
 RP_LZ_POINT(float, float, f32, lanczos3_weights_f32, lzf, RP_LZ_ACROSS, FLT_MAX)
 
-/* ---- bicubic ------------------------------------------------------------------------ */
-
-/* bicubic: scipy order 3 on the padded array: the cubic B-spline of coefficients c,
- * sum over the 4x4 coefficients at padded floor(c) - 1 .. floor(c) + 2 (mirrored at the
- * ends, scipy's rule) of c * wy * wx (bspline3_weights); NaN where the support touches a
- * non-finite input pixel (k->bad).  Reads only k->coef, so it serves both pixel types. */
-static inline double bicubic_point(const rp_kernel *k, const double *restrict c, long nx,
-                                   long ny, double px, double py)
-{
-    const unsigned char *bad = k->bad;
-    const long W = nx + 2, H = ny + 2;
-    const double cx = px + 1.0, cy = py + 1.0;
-    const long fx = (long)cx, fy = (long)cy;
-    const long sx = fx - 1, sy = fy - 1;   /* in [-1, nx] and [-1, ny] */
-    if (bad && bad[(sy + 1) * W + sx + 1])
-        return NAN;
-    double wx[4], wy[4];
-    bspline3_weights(cx - (double)fx, wx);
-    bspline3_weights(cy - (double)fy, wy);
-    long ix[4];
-    const double *row[4];
-    if (sx >= 0 && sx + 3 < W) {
-        for (int q = 0; q < 4; q++)
-            ix[q] = sx + q;
-    } else {
-        for (int q = 0; q < 4; q++)
-            ix[q] = mirror1(sx + q, W);
-    }
-    if (sy >= 0 && sy + 3 < H) {
-        for (int q = 0; q < 4; q++)
-            row[q] = c + (sy + q) * W;
-    } else {
-        for (int q = 0; q < 4; q++)
-            row[q] = c + mirror1(sy + q, H) * W;
-    }
-    /* down the columns first, then across (the AVX2 sampler's order: see there) */
-    double a[4];
-    for (int i = 0; i < 4; i++)
-        a[i] = wy[0] * row[0][ix[i]] + wy[1] * row[1][ix[i]] + wy[2] * row[2][ix[i]]
-               + wy[3] * row[3][ix[i]];
-    return (wx[0] * a[0] + wx[1] * a[1]) + (wx[2] * a[2] + wx[3] * a[3]);
-}
-
 /* ---- the samplers: four positions at a time, the point functions above for the rest -- */
 
 /* The scalar path of every sampler, positions m0 .. m1 - 1: NaN outside [-0.5, n - 0.5]
@@ -973,275 +930,57 @@ RP_AVX2_FMA static void sample_lanczos3_f32_fma(const rp_kernel *k, size_t n,
         RP_BSPLINE_WEIGHTS4(ty_, wy);                                                     \
     } while (0)
 
-/* The same definition as bicubic_point, four positions at a time: groups whose four 4x4
- * supports need no mirroring and touch no flagged pixel are computed in vector lanes,
- * each lane with the scalar arithmetic in the scalar order (bit-identical: down the
- * columns, then across, the four column sums added pairwise); any other
- * lane takes bicubic_point.  The support starts at padded sx = floor(c) - 1, c = x + 1:
- * no mirroring for 1 <= floor(c) <= n - 1. */
-RP_HOT static void sample_bicubic(const rp_kernel *k, size_t n, const double *restrict x,
-                                  const double *restrict y, double *restrict out)
-{
-    RP_SAMPLER_VARS(double, k->coef);
-    const unsigned char *bad = k->bad;
-    const long W = nx + 2;
-    const rp_v4i one = RP_V4I_SPLAT(1);
-    const rp_v4i nx1 = RP_V4I_SPLAT((int32_t)nx - 1), ny1 = RP_V4I_SPLAT((int32_t)ny - 1);
-    size_t m = 0;
-    for (; m + 4 <= n; m += 4) {
-        RP_GROUP(bicubic_point);
-        {
-            const double *base[4];
-            int good;
-            RP_BICUBIC_SUPPORTS(good, base);
-            if (good) {
-                rp_v4d wx[4], wy[4];
-                RP_BICUBIC_GROUP_WEIGHTS(wx, wy);
-                rp_v4d a[4];
-                for (int i = 0; i < 4; i++) {
-                    rp_v4d v[4];
-                    for (int jj = 0; jj < 4; jj++) {
-                        const size_t o = (size_t)jj * (size_t)W + (size_t)i;
-                        v[jj] = (rp_v4d){ base[0][o], base[1][o], base[2][o], base[3][o] };
-                    }
-                    a[i] = wy[0] * v[0] + wy[1] * v[1] + wy[2] * v[2] + wy[3] * v[3];
-                }
-                const rp_v4d t = (wx[0] * a[0] + wx[1] * a[1]) + (wx[2] * a[2] + wx[3] * a[3]);
-                RP_V4D_STORE(out + m, t);
-                continue;
-            }
-        }
-        RP_POINTS(bicubic_point, m, m + 4)
-    }
-    RP_POINTS(bicubic_point, m, n)
-}
-
-
 #ifdef RP_AVX2_SAMPLERS
 /* Positions ahead of the current group whose four coefficient rows sample_bicubic_avx2
  * prefetches: the rows of a rotated target's support are a padded row (8 (nx + 2)
- * bytes) apart, which the hardware's stream prefetchers do not follow (Intel 64 and
- * IA-32 Architectures Optimization Reference Manual, "Software prefetch"). */
+ * bytes, 4 (nx + 2) for float coefficients) apart, which the hardware's stream
+ * prefetchers do not follow (Intel 64 and IA-32 Architectures Optimization Reference
+ * Manual, "Software prefetch").  For float coefficients 16: bench/kernels bicubic coords,
+ * 5 rounds alternated, medians 139.4, 137.8, 136.2 Mpix/s at 12, 16, 32 ahead, and
+ * 122-126 at 64. */
 #define RP_BICUBIC_AHEAD 32
+#define RP_BICUBIC_AHEAD_F32 16
 
 /* The bicubic samplers' prefetch: the four coefficient rows of the support of position
- * m + RP_BICUBIC_AHEAD, where that lies in the valid range (uses the sampler's x, y, n,
+ * m + ahead, where that lies in the valid range (uses the sampler's x, y, n,
  * xmax, ymax, src, W and H).  A macro, as RP_PREFETCH_POINT (kernels_impl.h). */
-#define RP_BICUBIC_PREFETCH(m)                                                            \
+#define RP_BICUBIC_PREFETCH(m, ahead)                                                     \
     do {                                                                                  \
-        if ((m) + RP_BICUBIC_AHEAD < n) {                                                 \
-            const double qx_ = x[(m) + RP_BICUBIC_AHEAD], qy_ = y[(m) + RP_BICUBIC_AHEAD]; \
+        if ((m) + (ahead) < n) {                                                          \
+            const double qx_ = x[(m) + (ahead)], qy_ = y[(m) + (ahead)];                  \
             if (qx_ >= -0.5 && qx_ <= xmax && qy_ >= -0.5 && qy_ <= ymax) {               \
                 /* padded support start (fx - 1, fy - 1), fx, fy in [0, n] */             \
                 const long sx_ = (long)(qx_ + 1.0) - 1, sy_ = (long)(qy_ + 1.0) - 1;      \
-                const double *p_ = src + (sx_ < 0 ? 0 : sx_);                             \
+                const char *p_ = (const char *)(src + (sx_ < 0 ? 0 : sx_));               \
+                const long rb_ = W * (long)sizeof *src;   /* bytes a padded row */        \
                 for (long q_ = 0; q_ < 4; q_++)                                           \
-                    _mm_prefetch((const char *)(p_ + clampl(sy_ + q_, H) * W), _MM_HINT_T0); \
+                    _mm_prefetch(p_ + clampl(sy_ + q_, H) * rb_, _MM_HINT_T0);            \
             }                                                                             \
         }                                                                                 \
     } while (0)
-
-/* sample_bicubic again for CPUs with AVX2 (rp_kernel_new checks at run time): the same
- * groups, weights and arithmetic in the same order (bit for bit the same values), but
- * each row of a lane's 4x4 support comes in one 32-byte load and is worked on whole: the
- * lane's four rows weighted by its vertical weights (each broadcast by a lane
- * permutation; a broadcast from memory after storing the weights stalled on store
- * forwarding, 113 Mpix/s) and summed down the columns; the four lanes' column sums are
- * then transposed once (8 shuffles) and weighted across in the lanes, as sample_bicubic
- * does: 16 loads and 24 shuffles a group, against a transposition of every row's taps
- * before (32 shuffles; kernel only 145 Mpix/s before, 155-160 now, same machine and
- * bench); and the four rows of the support RP_BICUBIC_AHEAD positions ahead are
- * prefetched.  The prefetch is what
- * makes the wide loads pay: without it this sampler ran at 100-103 Mpix/s against the
- * scalar loads' 138-140, with it at 143-150 (2048^2 rotated by 20 deg, kernel only,
- * AMD EPYC, 1 thread); a distance of 8 to 96 positions, or a second line per row,
- * measured the same. */
-RP_AVX2 static void sample_bicubic_avx2(const rp_kernel *k, size_t n,
-                                        const double *restrict x, const double *restrict y,
-                                        double *restrict out)
-{
-    RP_SAMPLER_VARS(double, k->coef);
-    const unsigned char *bad = k->bad;
-    const long W = nx + 2, H = ny + 2;
-    const rp_v4i one = RP_V4I_SPLAT(1);
-    const rp_v4i nx1 = RP_V4I_SPLAT((int32_t)nx - 1), ny1 = RP_V4I_SPLAT((int32_t)ny - 1);
-    size_t m = 0;
-    for (; m + 4 <= n; m += 4) {
-        RP_BICUBIC_PREFETCH(m);
-        RP_GROUP(bicubic_point);
-        {
-            const double *base[4];
-            int good;
-            RP_BICUBIC_SUPPORTS(good, base);
-            if (good) {
-                rp_v4d wx[4], wy[4];
-                RP_BICUBIC_GROUP_WEIGHTS(wx, wy);
-                __m256d a[4];
-#define RP_BC_LANE(q)                                                                     \
-    do {                                                                                  \
-        const double *r_ = base[q];                                                       \
-        __m256d a_ = _mm256_mul_pd(_mm256_permute4x64_pd((__m256d)wy[0], (q) * 0x55),           \
-                                   _mm256_loadu_pd(r_));                                  \
-        a_ = _mm256_add_pd(a_, _mm256_mul_pd(_mm256_permute4x64_pd((__m256d)wy[1], (q) * 0x55), \
-                                             _mm256_loadu_pd(r_ + W)));                   \
-        a_ = _mm256_add_pd(a_, _mm256_mul_pd(_mm256_permute4x64_pd((__m256d)wy[2], (q) * 0x55), \
-                                             _mm256_loadu_pd(r_ + 2 * W)));               \
-        a_ = _mm256_add_pd(a_, _mm256_mul_pd(_mm256_permute4x64_pd((__m256d)wy[3], (q) * 0x55), \
-                                             _mm256_loadu_pd(r_ + 3 * W)));               \
-        a[q] = a_;                                                                        \
-    } while (0)
-                RP_BC_LANE(0);
-                RP_BC_LANE(1);
-                RP_BC_LANE(2);
-                RP_BC_LANE(3);
-#undef RP_BC_LANE
-                /* the column sums transposed: c[i] = { a[0][i], a[1][i], a[2][i], a[3][i] } */
-                const __m256d a01l = _mm256_unpacklo_pd(a[0], a[1]), a01h = _mm256_unpackhi_pd(a[0], a[1]);
-                const __m256d a23l = _mm256_unpacklo_pd(a[2], a[3]), a23h = _mm256_unpackhi_pd(a[2], a[3]);
-                const rp_v4d c0 = (rp_v4d)_mm256_permute2f128_pd(a01l, a23l, 0x20);
-                const rp_v4d c1 = (rp_v4d)_mm256_permute2f128_pd(a01h, a23h, 0x20);
-                const rp_v4d c2 = (rp_v4d)_mm256_permute2f128_pd(a01l, a23l, 0x31);
-                const rp_v4d c3 = (rp_v4d)_mm256_permute2f128_pd(a01h, a23h, 0x31);
-                const rp_v4d t = (wx[0] * c0 + wx[1] * c1) + (wx[2] * c2 + wx[3] * c3);
-                RP_V4D_STORE(out + m, t);
-                continue;
-            }
-        }
-        RP_POINTS(bicubic_point, m, m + 4)
-    }
-    RP_POINTS(bicubic_point, m, n)
-}
-
-/* sample_bicubic_avx2 eight positions at a time for CPUs with AVX-512F (rp_kernel_new
- * checks at run time): the same supports, weights and arithmetic in the same order (bit
- * for bit the same values; every product and sum an intrinsic, so no compiler contracts
- * them into FMAs), the rows of two lanes' supports in the two halves of one 512-bit
- * register: 16 row loads, 16 weight broadcasts (permutations), 28 multiplies and adds
- * and 8 shuffles (the transposition of the column sums) for eight positions.  A group
- * of eight with a position outside the valid range, or a support that needs mirroring
- * or touches a flagged pixel, takes bicubic_point.  Offsets are multiplied in 32 x 32
- * -> 64 bits: W = nx + 2 <= INT32_MAX (rp_kernel_new).  The four rows of the support of
- * the position RP_BICUBIC_AHEAD ahead are prefetched, once per eight positions (once per
- * four, as sample_bicubic_avx2 does, ran at 73-74 ms against 66; none at 70-89 ms; 64
- * ahead as 32).  Sampler alone on 4096^2 rotated by 20 deg, 1 thread, AMD EPYC (Zen 4),
- * A B alternated: 84.0-84.5 ms with sample_bicubic_avx2, 65.8-66.8 ms with this; its
- * loops unrolled by hand (RP_BC_PAIR, RP_BC_WEIGHTS8): left as loops, GCC kept the
- * weights and sums on the stack and it ran slower than the AVX2 one.
- * Valgrind, whose CPU has no AVX-512, gets sample_bicubic_avx2. */
-RP_AVX512 static void sample_bicubic_avx512(const rp_kernel *k, size_t n,
-                                            const double *restrict x,
-                                            const double *restrict y, double *restrict out)
-{
-    RP_SAMPLER_VARS(double, k->coef);
-    const unsigned char *bad = k->bad;
-    const long W = nx + 2, H = ny + 2;
-    const __m512d lo = _mm512_set1_pd(-0.5), hx = _mm512_set1_pd(xmax);
-    const __m512d hy = _mm512_set1_pd(ymax), one = _mm512_set1_pd(1.0);
-    const __m512d two = _mm512_set1_pd(2.0), half = _mm512_set1_pd(0.5);
-    const __m512d twothirds = _mm512_set1_pd(BSPLINE3_TWO_THIRDS);
-    const __m512d sixth = _mm512_set1_pd(BSPLINE3_SIXTH);
-    const __m256i ione = _mm256_set1_epi32(1), nx1 = _mm256_set1_epi32((int32_t)nx - 1);
-    const __m256i ny1 = _mm256_set1_epi32((int32_t)ny - 1);
-    const __m512i w64 = _mm512_set1_epi64((long long)W);
-    /* lane q of the pair p's weights in the lower half, lane q + 1 in the upper */
-    static const int64_t pair_idx[4][8] = { { 0, 0, 0, 0, 1, 1, 1, 1 },
-                                            { 2, 2, 2, 2, 3, 3, 3, 3 },
-                                            { 4, 4, 4, 4, 5, 5, 5, 5 },
-                                            { 6, 6, 6, 6, 7, 7, 7, 7 } };
-    /* tap i of the four positions of (A, B) in the lower half, tap i' in the upper */
-    static const int64_t tap_idx[2][8] = { { 0, 4, 8, 12, 1, 5, 9, 13 },
-                                           { 2, 6, 10, 14, 3, 7, 11, 15 } };
-    const __m512i t01 = _mm512_loadu_si512(tap_idx[0]), t23 = _mm512_loadu_si512(tap_idx[1]);
-    size_t m = 0;
-    for (; m + 8 <= n; m += 8) {
-        RP_BICUBIC_PREFETCH(m);
-        const __m512d px = _mm512_loadu_pd(x + m), py = _mm512_loadu_pd(y + m);
-        const __mmask8 in = _mm512_cmp_pd_mask(px, lo, _CMP_GE_OQ)
-                            & _mm512_cmp_pd_mask(px, hx, _CMP_LE_OQ)
-                            & _mm512_cmp_pd_mask(py, lo, _CMP_GE_OQ)
-                            & _mm512_cmp_pd_mask(py, hy, _CMP_LE_OQ);
-        if (in != 0xff) {
-            RP_POINTS(bicubic_point, m, m + 8)
-            continue;
-        }
-        const __m512d cx = _mm512_add_pd(px, one), cy = _mm512_add_pd(py, one);
-        const __m256i fx = _mm512_cvttpd_epi32(cx), fy = _mm512_cvttpd_epi32(cy);
-        const __m256i out_ = _mm256_or_si256(
-            _mm256_or_si256(_mm256_cmpgt_epi32(ione, fx), _mm256_cmpgt_epi32(fx, nx1)),
-            _mm256_or_si256(_mm256_cmpgt_epi32(ione, fy), _mm256_cmpgt_epi32(fy, ny1)));
-        if (!_mm256_testz_si256(out_, out_)) {
-            RP_POINTS(bicubic_point, m, m + 8)
-            continue;
-        }
-        int64_t off[8];
-        const __m512i sy = _mm512_cvtepi32_epi64(_mm256_sub_epi32(fy, ione));
-        const __m512i sx = _mm512_cvtepi32_epi64(_mm256_sub_epi32(fx, ione));
-        _mm512_storeu_si512(off, _mm512_add_epi64(_mm512_mul_epi32(sy, w64), sx));
-        if (bad) {
-            int hit = 0;
-            for (int q = 0; q < 8; q++)
-                hit |= bad[off[q] + W + 1];
-            if (hit) {
-                RP_POINTS(bicubic_point, m, m + 8)
-                continue;
-            }
-        }
-        /* RP_BSPLINE_WEIGHTS4's arithmetic, eight lanes */
-#define RP_BC_WEIGHTS8(t, w)                                                              \
-    do {                                                                                  \
-        const __m512d u_ = _mm512_sub_pd(one, (t));                                       \
-        (w)[1] = _mm512_add_pd(_mm512_mul_pd(_mm512_mul_pd(_mm512_mul_pd((t), (t)),       \
-                                                           _mm512_sub_pd((t), two)), half), \
-                               twothirds);                                                \
-        (w)[2] = _mm512_add_pd(_mm512_mul_pd(_mm512_mul_pd(_mm512_mul_pd(u_, u_),         \
-                                                           _mm512_sub_pd(u_, two)), half), \
-                               twothirds);                                                \
-        (w)[0] = _mm512_mul_pd(_mm512_mul_pd(_mm512_mul_pd(u_, u_), u_), sixth);          \
-        (w)[3] = _mm512_sub_pd(_mm512_sub_pd(_mm512_sub_pd(one, (w)[0]), (w)[1]), (w)[2]); \
-    } while (0)
-        __m512d wx[4], wy[4];
-        RP_BC_WEIGHTS8(_mm512_sub_pd(cx, _mm512_cvtepi32_pd(fx)), wx);
-        RP_BC_WEIGHTS8(_mm512_sub_pd(cy, _mm512_cvtepi32_pd(fy)), wy);
-#undef RP_BC_WEIGHTS8
-        /* pair p: lane 2p's column sums in the lower half, lane 2p + 1's in the upper */
-#define RP_BC_ROW(p, j)                                                                   \
-    _mm512_mul_pd(_mm512_permutexvar_pd(pi_, wy[j]),                                      \
-                  _mm512_insertf64x4(_mm512_castpd256_pd512(_mm256_loadu_pd(b0_ + (j) * W)), \
-                                     _mm256_loadu_pd(b1_ + (j) * W), 1))
-#define RP_BC_PAIR(p, acc)                                                                \
-    do {                                                                                  \
-        const double *b0_ = src + off[2 * (p)], *b1_ = src + off[2 * (p) + 1];            \
-        const __m512i pi_ = _mm512_loadu_si512(pair_idx[p]);                              \
-        __m512d s_ = RP_BC_ROW(p, 0);                                                     \
-        s_ = _mm512_add_pd(s_, RP_BC_ROW(p, 1));                                          \
-        s_ = _mm512_add_pd(s_, RP_BC_ROW(p, 2));                                          \
-        (acc) = _mm512_add_pd(s_, RP_BC_ROW(p, 3));                                       \
-    } while (0)
-        __m512d acc0, acc1, acc2, acc3;
-        RP_BC_PAIR(0, acc0);
-        RP_BC_PAIR(1, acc1);
-        RP_BC_PAIR(2, acc2);
-        RP_BC_PAIR(3, acc3);
-#undef RP_BC_PAIR
-#undef RP_BC_ROW
-        /* the column sums transposed: c[i] = tap i of the eight lanes */
-        const __m512d p01 = _mm512_permutex2var_pd(acc0, t01, acc1);
-        const __m512d q01 = _mm512_permutex2var_pd(acc2, t01, acc3);
-        const __m512d p23 = _mm512_permutex2var_pd(acc0, t23, acc1);
-        const __m512d q23 = _mm512_permutex2var_pd(acc2, t23, acc3);
-        const __m512d c0 = _mm512_shuffle_f64x2(p01, q01, 0x44);
-        const __m512d c1 = _mm512_shuffle_f64x2(p01, q01, 0xee);
-        const __m512d c2 = _mm512_shuffle_f64x2(p23, q23, 0x44);
-        const __m512d c3 = _mm512_shuffle_f64x2(p23, q23, 0xee);
-        const __m512d t = _mm512_add_pd(_mm512_add_pd(_mm512_mul_pd(wx[0], c0),
-                                                      _mm512_mul_pd(wx[1], c1)),
-                                        _mm512_add_pd(_mm512_mul_pd(wx[2], c2),
-                                                      _mm512_mul_pd(wx[3], c3)));
-        _mm512_storeu_pd(out + m, t);
-    }
-    RP_POINTS(bicubic_point, m, n)
-}
 #endif
+
+/* The samplers of double coefficients (rp_kernel_new) and of float ones (rp_kernel_new_f32
+ * of float32 planes): kernels_bicubic.h. */
+#define BC_T double
+#define BC_SFX f64
+#define BC_F32 0
+#define BC_AHEAD RP_BICUBIC_AHEAD
+#include "engine/sky/kernels_bicubic.h"
+#undef BC_AHEAD
+#undef BC_F32
+#undef BC_SFX
+#undef BC_T
+#define BC_T float
+#define BC_SFX f32
+#define BC_F32 1
+#define BC_AHEAD RP_BICUBIC_AHEAD_F32
+#include "engine/sky/kernels_bicubic.h"
+#undef BC_AHEAD
+#undef BC_F32
+#undef BC_SFX
+#undef BC_T
+
 /* ---- lanczos3 ----------------------------------------------------------------------- */
 
 /* The Lanczos-3 tables, made once per process (lanczos3_tables, under pthread_once) and
@@ -1312,7 +1051,41 @@ static void lanczos3_tables(void)
 /* See kernels.h.  Errors (NULL returned, `err` set): NULL or malformed plane (no data,
  * sizes < 1, unknown dtype, too large to pad), unknown method (RP_EXACT is not a point
  * kernel: see exact.h), out of memory. */
+static rp_kernel *kernel_new(rp_method method, const rp_plane *src, int f32coef, char *err,
+                             size_t errlen);
+
 rp_kernel *rp_kernel_new(rp_method method, const rp_plane *src, char *err, size_t errlen)
+{
+    return kernel_new(method, src, 0, err, errlen);
+}
+
+/* See kernels.h.  Float coefficients for bicubic of float32 planes only. */
+rp_kernel *rp_kernel_new_f32(rp_method method, const rp_plane *src, char *err, size_t errlen)
+{
+    return kernel_new(method, src, src && src->dtype == RP_F32 && method == RP_BICUBIC, err,
+                      errlen);
+}
+
+/* k->coef and k->bad of a bicubic kernel: doubles, or floats where f32coef is set.
+ * Returns 0 or -1 (out of memory). */
+static int bicubic_prepare(rp_kernel *k, int f32coef)
+{
+    int rc;
+    if (f32coef) {
+        float *c = NULL;
+        rc = rp_bspline_prepare_f32(&k->src, &c, &k->bad);
+        k->coef = c;
+    } else {
+        double *c = NULL;
+        rc = rp_bspline_prepare(&k->src, &c, &k->bad);
+        k->coef = c;
+    }
+    return rc;
+}
+
+/* rp_kernel_new, with bicubic's coefficients in float where f32coef is set. */
+static rp_kernel *kernel_new(rp_method method, const rp_plane *src, int f32coef, char *err,
+                             size_t errlen)
 {
     if (!src || !src->data || src->nx < 1 || src->ny < 1
         || (src->dtype != RP_F32 && src->dtype != RP_F64)) {
@@ -1338,12 +1111,12 @@ rp_kernel *rp_kernel_new(rp_method method, const rp_plane *src, char *err, size_
 #endif
         break;
     case RP_BICUBIC:
-        fn = sample_bicubic;
+        fn = f32coef ? sample_bicubic_f32 : sample_bicubic_f64;
 #ifdef RP_AVX2_SAMPLERS
         if (__builtin_cpu_supports("avx2"))
-            fn = sample_bicubic_avx2;
+            fn = f32coef ? sample_bicubic_avx2_f32 : sample_bicubic_avx2_f64;
         if (__builtin_cpu_supports("avx512f") && src->nx <= INT32_MAX - 2)
-            fn = sample_bicubic_avx512;
+            fn = f32coef ? sample_bicubic_avx512_f32 : sample_bicubic_avx512_f64;
 #endif
         break;
     case RP_LANCZOS3:
@@ -1368,7 +1141,7 @@ rp_kernel *rp_kernel_new(rp_method method, const rp_plane *src, char *err, size_
     k->fn = fn;
     int rc = 0;
     if (method == RP_BICUBIC)
-        rc = rp_bspline_prepare(&k->src, &k->coef, &k->bad);
+        rc = bicubic_prepare(k, f32coef);
     else if (method == RP_LANCZOS3) {
         rc = pthread_once(&lz_once, lanczos3_tables) == 0 ? 0 : -1;
         k->lz = lz_table;

@@ -17,6 +17,30 @@ typedef struct rp_kernel rp_kernel;
  * an unknown method (`err` says which). */
 rp_kernel *rp_kernel_new(rp_method method, const rp_plane *src, char *err, size_t errlen);
 
+/* rp_kernel_new for a caller that keeps its samples as float32 (engine/sky/reproject.c for
+ * float32 output): the same kernel, except that bicubic of a float32 plane keeps its
+ * coefficients as floats, (nx+2) x (ny+2) of them (half the memory and half the memory
+ * traffic of the samplers), each of rp_kernel_new's double coefficients c rounded once
+ * (engine/sky/bspline.h rp_bspline_prepare_f32), and sums each column of the 4x4 support
+ * in float arithmetic (the vertical weights rounded to float; twice the lanes a vector),
+ * then the four column sums across in double as rp_kernel_new's kernel does.  A sample
+ * v' lies within
+ *     |v' - v| <= 6 u sum_ij wx_i wy_j |c_ij| + O(u^2) <= 6 u max_ij |c_ij| <= 54 u max |pixel|
+ * of rp_kernel_new's v at the same position, u = 2^-24.  Derivation (first order): the
+ * 16 B-spline weights wx_i wy_j are >= 0 and sum to 1 (Unser 1999, partition of unity),
+ * so each error below, relative to a nonnegative weight times |c|, adds up to at most
+ * that multiple of sum w|c|: the coefficient rounded, u; a vertical weight rounded to
+ * float, u; its product with the coefficient, u; the three float additions down a column
+ * (left to right), at most 3u for the first two terms, less for the others; widening and
+ * the double sum across: under 2^-50, below the O(u^2) terms.  |c| <= 9 max |pixel|
+ * (bspline.h).  On smooth data c is close to the pixel values and the bound about 6u |v|
+ * (the rounding of v to float32 itself is u |v|).  NaN exactly where rp_kernel_new's
+ * kernel gives NaN (the same mask); the same bits from every sampler (plain, AVX2,
+ * AVX-512, a batch or one position a call).  Tested in tests/engine/test_kernels.c
+ * (bicubic_f32_bound).  Other methods, and float64 planes: rp_kernel_new's kernel.
+ * Returns NULL as rp_kernel_new does. */
+rp_kernel *rp_kernel_new_f32(rp_method method, const rp_plane *src, char *err, size_t errlen);
+
 void rp_kernel_free(rp_kernel *k);
 
 /* Samples the plane at n input-pixel positions (x[i], y[i]), 0-based, pixel centres at

@@ -30,7 +30,9 @@ struct rp_kernel {
     rp_method method;
     rp_plane src;          /* the caller's plane (its pixels are not copied) */
     sample_fn *fn;         /* the sampler for method and dtype */
-    double *coef;          /* bicubic: B-spline coefficients, (nx + 2) x (ny + 2) */
+    void *coef;            /* bicubic: B-spline coefficients, (nx + 2) x (ny + 2) doubles
+                              (rp_bspline_prepare), or floats for a float32 plane from
+                              rp_kernel_new_f32 (rp_bspline_prepare_f32) */
     unsigned char *bad;    /* bicubic: 1 where the 4x4 support starting at padded
                               (sx, sy) touches a non-finite pixel, at (sy + 1) * (nx + 2)
                               + sx + 1; NULL when every pixel is finite */

@@ -996,7 +996,10 @@ long rp_reproject(const skywcs *in, const rp_cube *src, const skywcs *out, rp_cu
      * arrays) would pass RP_KERNEL_BUDGET. */
     long group = src->nz;
     if (opt->method == RP_BICUBIC) {
-        size_t per = (size_t)(src->nx + 2) * (size_t)(src->ny + 2) * sizeof(double);
+        /* floats for float32 planes onto float32 output (rp_kernel_new_f32) */
+        const size_t es = src->dtype == RP_F32 && dst->dtype == RP_F32 ? sizeof(float)
+                                                                       : sizeof(double);
+        size_t per = (size_t)(src->nx + 2) * (size_t)(src->ny + 2) * es;
         size_t g = RP_KERNEL_BUDGET / per;
         group = g < 1 ? 1 : g < (size_t)src->nz ? (long)g : src->nz;
     }
@@ -1013,7 +1016,10 @@ long rp_reproject(const skywcs *in, const rp_cube *src, const skywcs *out, rp_cu
         j.nz = src->nz - j.z0 < group ? src->nz - j.z0 : group;
         for (long p = 0; p < j.nz && rc == 0; p++) {
             rp_plane sp = { cube_plane(src, j.z0 + p), src->dtype, src->nx, src->ny };
-            kern[p] = rp_kernel_new(opt->method, &sp, err, errlen);
+            /* float32 output: bicubic of float32 planes from float coefficients, within
+             * about the output's own rounding (kernels.h rp_kernel_new_f32) */
+            kern[p] = dst->dtype == RP_F32 ? rp_kernel_new_f32(opt->method, &sp, err, errlen)
+                                           : rp_kernel_new(opt->method, &sp, err, errlen);
             if (!kern[p])
                 rc = TESS_ENOMEM;
         }

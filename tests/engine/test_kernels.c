@@ -29,6 +29,15 @@ static rp_kernel *kernel_or_die(rp_method m, const rp_plane *p)
     return k;
 }
 
+/* A kernel from rp_kernel_new_f32 for `m` on `p`, or a test failure. */
+static rp_kernel *kernel_f32_or_die(rp_method m, const rp_plane *p)
+{
+    char err[256] = "";
+    rp_kernel *k = rp_kernel_new_f32(m, p, err, sizeof err);
+    ck_assert_msg(k != NULL, "rp_kernel_new_f32(%d): %s", (int)m, err);
+    return k;
+}
+
 /* Samples one position. */
 static double sample1(const rp_kernel *k, double x, double y)
 {
@@ -761,13 +770,15 @@ START_TEST(test_batch_matches_single)
         else if (u < 0.16)
             x[i] = NAN;
     }
-    rp_plane ps[2] = { plane_of(d, RP_F64, NX, NY), plane_of(f, RP_F32, NX, NY) };
-    for (int t = 0; t < 2; t++) {
+    /* the third: the float plane through rp_kernel_new_f32 (bicubic: float coefficients) */
+    rp_plane ps[3] = { plane_of(d, RP_F64, NX, NY), plane_of(f, RP_F32, NX, NY),
+                       plane_of(f, RP_F32, NX, NY) };
+    for (int t = 0; t < 3; t++) {
         for (int q = 0; q < 4; q++) {
-            rp_kernel *k = kernel_or_die(ms[q], &ps[t]);
+            rp_kernel *k = t < 2 ? kernel_or_die(ms[q], &ps[t]) : kernel_f32_or_die(ms[q], &ps[t]);
             rp_kernel_sample(k, N, x, y, ob);
             const int fused = rp_kernel_fma(k);
-            ck_assert(!fused || (t == 1 && ms[q] == RP_LANCZOS3));
+            ck_assert(!fused || (t >= 1 && ms[q] == RP_LANCZOS3));
             for (int i = 0; i < N; i++) {
                 double v = sample1(k, x[i], y[i]);
                 if (fused && !isnan(v) && !isnan(ob[i])) {
@@ -1092,6 +1103,212 @@ START_TEST(test_all_nan_and_inf)
 }
 END_TEST
 
+/* ---- bicubic from float coefficients (rp_kernel_new_f32) ----------------------------- */
+
+/* Index p of an axis of length len mirrored with period 2 len - 2 (scipy's mirror rule,
+ * any distance from the line). */
+static long mirror_any(long p, long len)
+{
+    const long per = 2 * len - 2;
+    p %= per;
+    p = p < 0 ? p + per : p;
+    return p < len ? p : per - p;
+}
+
+/* The bicubic coefficients of the nx x ny image `img`, computed directly rather than
+ * recursively: the image edge-padded by one pixel (W = nx + 2, H = ny + 2), extended by
+ * mirroring, convolved along each axis with the prefilter's impulse response
+ * h(k) = sqrt(3) z^|k|, z = sqrt(3) - 2 (6 / (z^-1 + 4 + z) expanded), |k| <= 40
+ * (|z|^41 < 1e-23); coef: W x H doubles, row-major. */
+static void bspline_coef_direct(const double *img, long nx, long ny, double *coef)
+{
+    const long W = nx + 2, H = ny + 2, K = 40;
+    const double z = sqrt(3.0) - 2.0;
+    double h[41];
+    for (long k = 0; k <= K; k++)
+        h[k] = sqrt(3.0) * pow(fabs(z), (double)k) * (k % 2 ? -1.0 : 1.0);
+    double *pad = malloc(sizeof(double) * (size_t)(W * H)), *rows = malloc(sizeof(double) * (size_t)(W * H));
+    for (long j = 0; j < H; j++)
+        for (long i = 0; i < W; i++) {
+            const long si = i - 1 < 0 ? 0 : i - 1 >= nx ? nx - 1 : i - 1;
+            const long sj = j - 1 < 0 ? 0 : j - 1 >= ny ? ny - 1 : j - 1;
+            pad[j * W + i] = img[sj * nx + si];
+        }
+    for (long j = 0; j < H; j++)
+        for (long i = 0; i < W; i++) {
+            double s = 0.0;
+            for (long k = -K; k <= K; k++)
+                s += h[labs(k)] * pad[j * W + mirror_any(i + k, W)];
+            rows[j * W + i] = s;
+        }
+    for (long j = 0; j < H; j++)
+        for (long i = 0; i < W; i++) {
+            double s = 0.0;
+            for (long k = -K; k <= K; k++)
+                s += h[labs(k)] * rows[mirror_any(j + k, H) * W + i];
+            coef[j * W + i] = s;
+        }
+    free(pad);
+    free(rows);
+}
+
+/* The cubic B-spline beta3(u) (Unser 1999, eq. (3)). */
+static double beta3(double u)
+{
+    u = fabs(u);
+    return u < 1.0 ? 2.0 / 3.0 - u * u + u * u * u / 2.0 : u < 2.0 ? (2.0 - u) * (2.0 - u) * (2.0 - u) / 6.0 : 0.0;
+}
+
+/* How far bicubic from float coefficients may lie from bicubic from the double ones at
+ * (x, y) (kernels.h rp_kernel_new_f32: the coefficients rounded to float, u, and the
+ * column sums in float, 5u): 6 u sum wx_i wy_j |c_ij| over the 4x4 support at padded
+ * floor(x + 1) - 1 .. floor(x + 1) + 2 (mirrored at the ends), u = 2^-24, with c the
+ * directly computed coefficients (bspline_coef_direct) and weights beta3; the factor
+ * 1.25 covers the second-order terms, the double roundings and the reference's own. */
+static double bicubic_f32_bound(const double *coef, long nx, long ny, double x, double y)
+{
+    const long W = nx + 2, H = ny + 2;
+    const long fx = (long)floor(x + 1.0), fy = (long)floor(y + 1.0);
+    double s = 0.0;
+    for (long q = 0; q < 4; q++)
+        for (long r = 0; r < 4; r++) {
+            const long i = fx - 1 + r, j = fy - 1 + q;
+            s += beta3(x + 1.0 - (double)i) * beta3(y + 1.0 - (double)j)
+                 * fabs(coef[mirror_any(j, H) * W + mirror_any(i, W)]);
+        }
+    return 1.25 * 6.0 * 0x1.0p-24 * s;
+}
+
+/* Bicubic of float32 planes from rp_kernel_new_f32 (float coefficients) against
+ * rp_kernel_new of the same values as a float64 plane (double coefficients): within
+ * bicubic_f32_bound everywhere in the valid range (edges included), on random planes, a
+ * checkerboard of +-1000 (the largest coefficients, 9 times the pixels), steps of 1e4
+ * over noise, and a 40 x 300 plane (more rows than the prefilter's ring of 128); a plane
+ * with a NaN gives NaN at the same positions and elsewhere stays within
+ * 54 u max |pixel| (kernels.h).  Other methods, and float64 planes, give rp_kernel_new's
+ * kernel bit for bit. */
+START_TEST(test_bicubic_f32_coefficients)
+{
+    enum { MAXPX = 40 * 300, N = 6000, CASES = 5 };
+    static const int sizes[CASES][2] = { { 37, 23 }, { 33, 31 }, { 45, 40 }, { 40, 300 }, { 37, 23 } };
+    static double d[MAXPX], coef[(40 + 2) * (300 + 2)], x[N], y[N], o64[N], o32[N];
+    static float f[MAXPX];
+    unsigned long long s = 2718;
+    double worst = 0.0;
+    for (int t = 0; t < CASES; t++) {
+        const int NX = sizes[t][0], NY = sizes[t][1];
+        double peak = 0.0;
+        for (int j = 0; j < NY; j++)
+            for (int i = 0; i < NX; i++) {
+                double v;
+                if (t == 1)
+                    v = (i + j) % 2 ? 1000.0 : -1000.0;
+                else if (t == 2)
+                    v = ((i / 7 + j / 5) % 2 ? 1e4 : 0.0) + 50.0 * rnd(&s) - 25.0;
+                else if (t == 3)
+                    v = 300.0 * sin(0.21 * i) * cos(0.05 * j) + (j % 37 < 3 ? 2e3 : 0.0) + rnd(&s);
+                else
+                    v = 100.0 * rnd(&s) - 20.0;
+                f[j * NX + i] = (float)v;
+                d[j * NX + i] = f[j * NX + i];
+                peak = fmax(peak, fabs(d[j * NX + i]));
+            }
+        if (t == 4)
+            f[9 * NX + 11] = (float)(d[9 * NX + 11] = NAN);
+        for (int i = 0; i < N; i++) {
+            x[i] = -0.5 + rnd(&s) * (NX - 1.0);
+            y[i] = -0.5 + rnd(&s) * (NY - 1.0);
+        }
+        bspline_coef_direct(d, NX, NY, coef);
+        rp_plane p64 = plane_of(d, RP_F64, NX, NY), p32 = plane_of(f, RP_F32, NX, NY);
+        rp_kernel *k64 = kernel_or_die(RP_BICUBIC, &p64), *k32 = kernel_f32_or_die(RP_BICUBIC, &p32);
+        rp_kernel_sample(k64, N, x, y, o64);
+        rp_kernel_sample(k32, N, x, y, o32);
+        long differ = 0;
+        for (int i = 0; i < N; i++) {
+            if (isnan(o64[i]) || isnan(o32[i])) {
+                ck_assert_msg(isnan(o64[i]) && isnan(o32[i]), "%dx%d at (%g, %g): %g vs %g", NX,
+                              NY, x[i], y[i], o64[i], o32[i]);
+                continue;
+            }
+            const double b = t == 4 ? 54.0 * 0x1.0p-24 * peak : bicubic_f32_bound(coef, NX, NY, x[i], y[i]);
+            const double e = fabs(o32[i] - o64[i]);
+            if (t < 4)
+                worst = fmax(worst, e / b);
+            differ += e > 0.0;
+            ck_assert_msg(e <= b, "%dx%d at (%.17g, %.17g): float coefficients %.17g, double %.17g (bound %.3g)",
+                          NX, NY, x[i], y[i], o32[i], o64[i], b);
+        }
+        ck_assert_int_gt(differ, N / 4);   /* the float path did run */
+        rp_kernel_free(k64);
+        rp_kernel_free(k32);
+    }
+    fprintf(stderr, "bicubic float coefficients: worst |difference| / bound = %.3f\n", worst);
+    /* float64 planes, and the other methods: rp_kernel_new's kernel */
+    const rp_method ms[4] = { RP_NEAREST, RP_BILINEAR, RP_BICUBIC, RP_LANCZOS3 };
+    for (int q = 0; q < 4; q++)
+        for (int t = 0; t < 2; t++) {
+            if (ms[q] == RP_BICUBIC && t == 1)
+                continue;
+            rp_plane p = t ? plane_of(f, RP_F32, 37, 23) : plane_of(d, RP_F64, 37, 23);
+            rp_kernel *ka = kernel_or_die(ms[q], &p), *kb = kernel_f32_or_die(ms[q], &p);
+            rp_kernel_sample(ka, N, x, y, o64);
+            rp_kernel_sample(kb, N, x, y, o32);
+            ck_assert(memcmp(o64, o32, sizeof(double) * N) == 0);
+            rp_kernel_free(ka);
+            rp_kernel_free(kb);
+        }
+}
+END_TEST
+
+/* test_bicubic_finite_path for float coefficients: the finite path of
+ * rp_bspline_prepare_f32 (the rows in a ring of 128, each final row rounded) and its
+ * general path (double coefficients, rounded afterwards) agree bit for bit wherever the
+ * support misses the filled pixel, on planes shorter and taller than the ring (230 and
+ * 300 rows: rows pass through the ring twice).  Integer pixels make the filled value
+ * (a quarter-integer) exact in float. */
+START_TEST(test_bicubic_f32_finite_path)
+{
+    enum { MAXPX = 33 * 300, I0 = 20, J0 = 7, N = 3001 };
+    static const int sizes[4][2] = { { 45, 39 }, { 47, 14 }, { 40, 230 }, { 33, 300 } };
+    static float a[MAXPX], b[MAXPX];
+    static double x[N], y[N], oa[N], ob[N];
+    unsigned long long s = 31337;
+    for (int t = 0; t < 4; t++) {
+        const int NX = sizes[t][0], NY = sizes[t][1];
+        for (int i = 0; i < NX * NY; i++)
+            a[i] = (float)floor(1000.0 * rnd(&s) - 200.0);
+        const int c = J0 * NX + I0;
+        const double rv = a[c - 1] + (a[c + 1] - a[c - 1]) * 1.0 / 2.0;
+        const double cv = a[c - NX] + (a[c + NX] - a[c - NX]) * 1.0 / 2.0;
+        a[c] = (float)(0.5 * (rv + cv));
+        ck_assert((double)a[c] == 0.5 * (rv + cv));
+        memcpy(b, a, sizeof(float) * (size_t)(NX * NY));
+        b[c] = NAN;
+        for (int i = 0; i < N; i++) {
+            x[i] = -0.5 + rnd(&s) * (NX - 1.0);
+            y[i] = -0.5 + rnd(&s) * (NY - 1.0);
+        }
+        rp_plane pa = plane_of(a, RP_F32, NX, NY), pb = plane_of(b, RP_F32, NX, NY);
+        rp_kernel *ka = kernel_f32_or_die(RP_BICUBIC, &pa), *kb = kernel_f32_or_die(RP_BICUBIC, &pb);
+        rp_kernel_sample(ka, N, x, y, oa);
+        rp_kernel_sample(kb, N, x, y, ob);
+        int compared = 0;
+        for (int i = 0; i < N; i++) {
+            if (fabs(x[i] - I0) <= 3.0 && fabs(y[i] - J0) <= 3.0)
+                continue;
+            ck_assert_msg(memcmp(&oa[i], &ob[i], sizeof oa[i]) == 0,
+                          "%dx%d at (%.17g, %.17g): finite plane %.17g, general path %.17g",
+                          NX, NY, x[i], y[i], oa[i], ob[i]);
+            compared++;
+        }
+        ck_assert_int_gt(compared, N * 8 / 10);
+        rp_kernel_free(ka);
+        rp_kernel_free(kb);
+    }
+}
+END_TEST
+
 /* ---- golden reference (astropy reproject 0.10) -------------------------------------- */
 
 /* Input pixel positions of the n output pixels (ox, oy), as reproject's
@@ -1232,6 +1449,8 @@ int main(void)
     tcase_add_test(tc, test_lanczos3_fma_bound);
     tcase_add_test(tc, test_bicubic_finite_path);
     tcase_add_test(tc, test_bicubic_column_blocks);
+    tcase_add_test(tc, test_bicubic_f32_coefficients);
+    tcase_add_test(tc, test_bicubic_f32_finite_path);
     tcase_add_test(tc, test_nan_locality);
     tcase_add_test(tc, test_nan_region);
     tcase_add_test(tc, test_all_nan_and_inf);

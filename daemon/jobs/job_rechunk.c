@@ -9,6 +9,7 @@
 #include "engine/image/stack.h"
 
 #include <limits.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -71,6 +72,24 @@ static int inmem_rows(const dataset *d, int threads, long *band_rows)
     return 1;
 }
 
+/* Planes a group holds (the plan of groups): every pass over the store writes that many
+ * values side by side into each series, so fewer, larger groups write each cache line of
+ * the store fewer times (16 planes: 16 passes over a 250 MB store at 250 frames of
+ * 1000 x 1000, each line read for ownership and written back once per pass).  At most
+ * RECHUNK_GROUP_PLANES planes and RECHUNK_GROUP_BYTES of their values (one plane at
+ * least), fewer when the stack has fewer than two groups' worth a worker: the frames a
+ * block holds stay the same from RECHUNK_GROUP_PLANES * 2 * threads frames up. */
+#define RECHUNK_GROUP_PLANES 64
+#define RECHUNK_GROUP_BYTES (64L << 20)
+
+long job_rechunk_group_planes(const dataset *d, int threads)
+{
+    long plane = d->nx * d->ny * chunkstore_esize(jobc_choose_dtype(d));
+    long want = 2L * jobc_lmax(1, threads);
+    long cap = jobc_lmin(RECHUNK_GROUP_PLANES, RECHUNK_GROUP_BYTES / jobc_lmax(1, plane));
+    return jobc_lmax(1, jobc_lmin(cap, (d->nz + want - 1) / want));
+}
+
 static int rechunk_parse(const json_t *body, const job_env *env, int accepted, void **req,
                          job_problem *pb)
 {
@@ -103,6 +122,10 @@ static int rechunk_plan(const void *req, const job_env *env, const char *workdir
     if (!rc && inmem_rows(d, env->threads, &s->band_rows)) {
         s->inmem = 1;
         s->nbands = (d->ny + s->band_rows - 1) / s->band_rows;
+    }
+    if (!rc && !s->inmem) {
+        s->t.hold = s->t.g = job_rechunk_group_planes(d, env->threads);
+        s->t.ngroups = (s->t.nz + s->t.g - 1) / s->t.g;
     }
     if (!rc && !s->inmem && cube_transpose_set_dest(&s->t, s->store_path) != 0) {
         tess_seterr(err, errlen, "the work directory's name is too long");
@@ -179,6 +202,17 @@ static int rechunk_estimate(const void *req, const job_env *env, job_cost *c,
     c->work_bytes = 0;   /* groups write straight into the store */
     double es = (double)chunkstore_esize(jobc_choose_dtype(d)), nx = (double)d->nx;
     double store = (double)CHUNKSTORE_HEADER + nx * (double)d->ny * (double)d->nz * es;
+    if (!inmem) {
+        /* a group: the tile rows of its planes, a tile row of doubles, its frames (as
+         * jobc_transpose_cost counts them, for this job's own group size) */
+        long hold = job_rechunk_group_planes(d, env->threads);
+        double npix = nx * (double)d->ny, frame = jobc_frame_bytes(d);
+        c->block_bytes = fmax(npix * ((double)CUBE_TILE * es + 8.0),
+                              (double)hold * CUBE_TILE * nx * es + CUBE_TILE * nx * 8.0) +
+                         (frame > 0.0 ? (double)hold * frame : 0.0);
+        snprintf(c->what, sizeof c->what, "a group of %ld planes of %ld x %ld pixels", hold,
+                 d->nx, d->ny);
+    }
     if (inmem) {
         rows = jobc_lmin(rows, d->ny);
         c->block_bytes = (double)rows * nx * (double)d->nz * es + 64.0 * CUBE_TILE * nx * es

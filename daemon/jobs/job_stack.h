@@ -10,12 +10,12 @@
  *       One stage when a band of 16 rows across all planes fits in 256 MB (the band
  *       limit, job_stack_set_band_bytes): bands of rows (whole tile rows), each gathered
  *       from the planes in memory and written at its fixed offset of the store.  Larger
- *       volumes: 1) groups of planes, each written transposed into a staging file in the
- *       work directory; 2) bands gathered from the staging file.  (Every frame is read
- *       once in the two-stage plan; a PNG frame, decoded whole, is decoded once per band
- *       in the one-stage plan and kept by the stack's frame cache, so a stack of PNG
- *       frames of more than 256 MB of samples or more than 64 frames, more than that
- *       cache holds, takes the two-stage plan.)
+ *       volumes: groups of planes (job_rechunk_group_planes), each writing its values
+ *       into every series of the store.  (Every frame is read once in the plan of
+ *       groups; a PNG frame, decoded whole, is decoded once per band in the plan of
+ *       bands and kept by the stack's frame cache, so a stack of PNG frames of more than
+ *       256 MB of samples or more than 64 frames, more than that cache holds, takes the
+ *       plan of groups.)
  *   {"type": "power_spectrum", "dataset": NAME, "output": {"name": NEW}}
  *       P[k](x, y) = |sum_n s[n] exp(-2 pi i k n / nz)|^2 for k = 0..nz-1, s = the raw
  *       series of pixel (x, y) (physical values; no mean removal, no window; blank
@@ -104,5 +104,10 @@ extern const job_kind job_kind_rechunk, job_kind_power_spectrum, job_kind_recent
  * default, 256 MB.  For tests of the two-stage plan on small volumes; set it before
  * plan() (it is read there).  Not thread-safe with running plans. */
 void job_stack_set_band_bytes(long bytes);
+
+/* The planes a group of rechunk's plan of groups holds for dataset d on `threads`
+ * workers (the group's size): at most 64 and 64 MB of stored values (at least one
+ * plane), at most ceil(nz / (2 * threads)).  Its blocks are ceil(nz / that) groups. */
+long job_rechunk_group_planes(const dataset *d, int threads);
 
 #endif

@@ -48,6 +48,7 @@ typedef struct cube_transpose {
     chunkstore_info ci;        /* the store of this tiling (source = name; version unset) */
     uint32_t *perm;            /* perm[idx] = y*nx + x of store index idx (owned) */
     long g, ngroups;           /* planes per group, groups */
+    long hold;                 /* planes a group holds at once (0: cube_transpose_group_hold) */
     long band_rows, nbands;    /* rows per band (multiple of CUBE_TILE), bands */
     int direct;                /* 1: no stage A; bands read the chunk store src_path */
     char stage_path[PATH_MAX]; /* <workdir>/staging.bin */
@@ -91,8 +92,8 @@ int cube_transpose_set_dest(cube_transpose *t, const char *path);
 
 /* Stage A, group k (0-based, < ngroups): reads the group's planes and writes their values
  * at their place in every series of the destination (its other values untouched: groups
- * may run concurrently), holding at most 16 planes (and 64 MB of their values, or one
- * plane) at once, whatever nz is.  Every group writes into every page of the destination, so the
+ * may run concurrently), holding t->hold planes at once when set (at most 64), else at
+ * most 16 planes (and 64 MB of their values, or one plane), whatever nz is.  Every group writes into every page of the destination, so the
  * first group to run maps all of it once, its pages made then, and the others write into
  * that mapping (held until cube_transpose_release): a mapping per group would make and
  * unmake every page table entry of the file once per group.  Idempotent.  Polls *cancel
@@ -128,8 +129,8 @@ int cube_transpose_series_close(const cube_transpose *t, int fd, int bad, char *
 
 /* The series of rows [y0, y1) (y0 a multiple of CUBE_TILE, y1 one too or ny) into `out`
  * ((y1 - y0) * nx * nz * es bytes) in store order from index y0 * nx, read from the
- * planes directly: planes held in groups of 64 (stack_plane_hold; 8-bit frames read in
- * place), a tile row at a time.  Polls *cancel between groups.  Returns 0,
+ * planes directly: planes held in groups of 64 (stack_plane_hold; 8-bit frames not
+ * converted), a tile row at a time.  Polls *cancel between groups.  Returns 0,
  * TESS_ECANCELED, TESS_ENOMEM, TESS_EIO (a frame truncated while read) or a read error
  * of the stack. */
 int cube_transpose_rows(const cube_transpose *t, long y0, long y1, unsigned char *out,

@@ -33,6 +33,16 @@ int pngframe_budget(const char *path, long w, long h, int bits, char *err, size_
 int pngframe_decode(const char *path, void **pix, long *nx, long *ny, int *bits, char *err,
                     size_t errlen);
 
+/* Gives back the pixels of a decode (`bytes`: nx * ny * bits / 8, what the decode made;
+ * NULL is ignored) for a later pngframe_decode of the same size to reuse instead of
+ * memory the system must fault in and zero again: a stack job holding dozens of decoded
+ * frames and freeing them in turn had its decodes write into fresh pages (at 250 frames
+ * of 1000 x 1000, every page fault of rechunk).  Up to PNGFRAME_KEEP_BYTES (64 MB) of
+ * such buffers are kept, process-wide, the rest freed; freeing the pixels with free()
+ * instead is always allowed.  Thread-safe. */
+#define PNGFRAME_KEEP_BYTES ((size_t)64 << 20)
+void pngframe_release(void *pix, size_t bytes);
+
 /* How many times pngframe_decode was called in this process (a frame decoded, or an
  * attempt that failed): the frames-decoded metric (/metrics), which lets tests see that
  * a route read an ingest store instead of the frames.  Thread-safe. */

@@ -93,7 +93,10 @@ static void frame_close(stack *s, frame *f)
         munmap(f->map, f->maplen);
     }
     tiffframe_close(f->tif);
-    free(f->pix);
+    if (f->png)
+        pngframe_release(f->pix, f->pixbytes);
+    else
+        free(f->pix);
     free(f);
 }
 
@@ -338,6 +341,7 @@ static int frame_open(stack *s, long idx, frame **out, char *err, size_t errlen)
             rc = frame_alike(s, path, nx, ny, bits, err, errlen);
         if (rc == 0) {
             f->kind = bits == 16 ? SRC_MEM16 : SRC_MEM8;
+            f->png = 1;
             f->bitpix = bits;
             f->pixbytes = (size_t)nx * (size_t)ny * (bits == 16 ? 2 : 1);
         }

@@ -61,6 +61,7 @@ typedef struct frame {
     long long blank;
     void *pix;                /* SRC_MEM*: nx*ny values, row 0 = y 0 */
     size_t pixbytes;
+    int png;                  /* pix is a pngframe_decode's (given back by pngframe_release) */
     tess_file_id id;          /* of the file when opened (stat(2) before reading it) */
     long long datastart;      /* SRC_MMAP: file offset of `data` */
     double checked;           /* monotonic seconds of the last staleness check */

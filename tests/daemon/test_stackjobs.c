@@ -417,8 +417,7 @@ static void check_rechunk(const char *name, long step, cs_dtype want, char *stor
      * every volume here), else groups of planes (transpose.h's stage A into the store) */
     ck_assert_int_eq(nst, 1);
     if (want_groups) {
-        long g = 0, rows = 0;
-        cube_transpose_sizes(d->nx, d->ny, d->nz, chunkstore_esize(want), 0, &g, &rows);
+        long g = job_rechunk_group_planes(d, 2);   /* run_job's two workers */
         ck_assert_int_eq(nb, (d->nz + g - 1) / g);
         ck_assert_int_gt(nb, 1);
     }

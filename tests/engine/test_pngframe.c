@@ -95,6 +95,43 @@ static void assert_same(const char *path, int want_rc)
     free(b);
 }
 
+/* pngframe_release: a buffer given back is the next decode's of its size, and that decode
+ * overwrites every sample of it (libpng's samples of the second frame); a buffer of
+ * another size is not handed out; a buffer past PNGFRAME_KEEP_BYTES is freed at once. */
+START_TEST(test_release_reuse)
+{
+    char p1[512], p2[512], p3[512], e[256];
+    snprintf(p1, sizeof p1, "%s/r1.png", dir);
+    snprintf(p2, sizeof p2, "%s/r2.png", dir);
+    snprintf(p3, sizeof p3, "%s/r3.png", dir);
+    write_png(p1, 301, 17, 8, PNG_ALL_FILTERS, 8192, 0);
+    write_png(p2, 301, 17, 16, PNG_FILTER_PAETH, 8192, 0);   /* 2 x the bytes of p1 */
+    write_png(p3, 602, 17, 8, PNG_FILTER_SUB, 64, 0);        /* p2's bytes, other samples */
+    void *a = NULL, *b = NULL, *ref = NULL;
+    long x, y;
+    int bits;
+    ck_assert_int_eq(pngframe_decode(p2, &a, &x, &y, &bits, e, sizeof e), 0);
+    ck_assert_int_eq(bits, 16);
+    size_t n = (size_t)x * (size_t)y * 2;
+    memset(a, 0xa5, n);   /* stale content the next decode must overwrite */
+    pngframe_release(a, n);
+    ck_assert_int_eq(pngframe_decode(p1, &b, &x, &y, &bits, e, sizeof e), 0);
+    ck_assert_ptr_ne(b, a);   /* half the size: not the kept buffer */
+    free(b);
+    ck_assert_int_eq(pngframe_decode(p3, &b, &x, &y, &bits, e, sizeof e), 0);
+    ck_assert_ptr_eq(b, a);   /* the same size: the kept buffer */
+    ck_assert_int_eq(pngframe_decode_libpng(p3, &ref, &x, &y, &bits, e, sizeof e), 0);
+    ck_assert_int_eq(x * y, (long)n);
+    ck_assert_mem_eq(b, ref, n);
+    free(ref);
+    pngframe_release(b, n);
+    pngframe_release(NULL, 0);
+    void *big = malloc(PNGFRAME_KEEP_BYTES + 1);   /* over the bound: freed (valgrind) */
+    ck_assert_ptr_nonnull(big);
+    pngframe_release(big, PNGFRAME_KEEP_BYTES + 1);
+}
+END_TEST
+
 START_TEST(test_filters)
 {
     static const int filters[] = {PNG_FILTER_NONE, PNG_FILTER_SUB, PNG_FILTER_UP,
@@ -200,6 +237,7 @@ static Suite *suite(void)
     tcase_add_checked_fixture(tc, setup, teardown);
     tcase_set_timeout(tc, 60);
     tcase_add_test(tc, test_filters);
+    tcase_add_test(tc, test_release_reuse);
     tcase_add_test(tc, test_libpng_forms);
     tcase_add_test(tc, test_damaged);
     suite_add_tcase(s, tc);

@@ -10,6 +10,8 @@
 #include "engine/sky/kernels.h"
 #include "engine/sky/simd.h"
 
+#include <float.h>
+#include <math.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
@@ -26,10 +28,21 @@
 typedef void sample_fn(const rp_kernel *k, size_t n, const double *restrict x,
                        const double *restrict y, double *restrict out);
 
+/* A fused sampler of rp_kernel_sample_f32 (kernels.h): k's values at the n positions
+ * (x, y) narrowed to float32 into d, the footprint into fp (may be NULL), the number of
+ * finite values returned; pfx, pfy, pn: the prefetch positions of rp_kernel_sample_f32.
+ * Cannot fail. */
+typedef long fused_fn(const rp_kernel *k, size_t n, const double *restrict x,
+                      const double *restrict y, float *restrict d, float *restrict fp,
+                      const double *restrict pfx, const double *restrict pfy, size_t pn);
+
 struct rp_kernel {
     rp_method method;
     rp_plane src;          /* the caller's plane (its pixels are not copied) */
     sample_fn *fn;         /* the sampler for method and dtype */
+    fused_fn *ffn;         /* lanczos3 of float planes with FMA: fn's twin that writes
+                              float32 output (kernels.c; rp_kernel_sample_f32), the same
+                              groups and arithmetic, so (float) of fn's values; or NULL */
     void *coef;            /* bicubic: B-spline coefficients, (nx + 2) x (ny + 2) doubles
                               (rp_bspline_prepare), or floats for a float32 plane from
                               rp_kernel_new_f32 (rp_bspline_prepare_f32) */
@@ -105,6 +118,29 @@ RP_DEFINE_POINTS(double, f64)
 
 /* ---- shared pieces of the samplers -------------------------------------------------- */
 
+/* The output side of a sampler that serves both rp_kernel_sample (double values into
+ * out) and rp_kernel_sample_f32 (float32 into d, footprint fp): value v of position p
+ * stored as store_row_f32 (engine/sky/reproject.c) stores a value of rp_kernel_sample,
+ * (float)v, its footprint 1.0f where v is finite (|v| <= DBL_MAX, tested on the double:
+ * a finite v beyond FLT_MAX narrows to an infinity and still counts), counted in *fin;
+ * when d is NULL, out[p] = v.  Inlined into samplers where d is a constant, so that each
+ * keeps one path. */
+static inline __attribute__((always_inline)) void rp_put1(double *restrict out,
+                                                          float *restrict d,
+                                                          float *restrict fp, long *fin,
+                                                          size_t p, double v)
+{
+    if (!d) {
+        out[p] = v;
+        return;
+    }
+    const int f = fabs(v) <= DBL_MAX;
+    d[p] = (float)v;
+    *fin += f;
+    if (fp)
+        fp[p] = f ? 1.0f : 0.0f;
+}
+
 /* What every sampler reads: src (the array SRC of element type T), nx, ny and the ends
  * xmax, ymax of the valid range. */
 #define RP_SAMPLER_VARS(T, SRC)                                                           \
@@ -153,6 +189,20 @@ static inline int64_t rp_ld64(const float *p)
     memcpy(&v, p, sizeof v);
     return v;
 }
+
+/* The prefetch hint of the AVX2 fused samplers (kernels_f32.c, and
+ * fused_lanczos3_f32_fma in kernels.c) for position (x, y): the cache line of pixel
+ * (trunc x, trunc y) (the pixel or its left or lower neighbour: a hint), without
+ * clamping: truncated by cvttsd2si (defined for every input: NaN and out-of-range give
+ * INT64_MIN), the address formed in uintptr_t arithmetic (implementation-defined, never
+ * dereferenced).  A prefetch never faults; one of a far-off or NaN position is a wasted
+ * hint.  Half the instructions of RP_PREFETCH_POINT. */
+#define RP_PREFETCH_FAST(base, nx, x, y)                                                  \
+    __builtin_prefetch((const void *)((uintptr_t)(base)                                   \
+                                      + ((uintptr_t)_mm_cvttsd_si64(_mm_set_sd(y))        \
+                                         * (uintptr_t)(nx)                                \
+                                         + (uintptr_t)_mm_cvttsd_si64(_mm_set_sd(x)))     \
+                                        * sizeof(float)))
 
 /* kernels.c's AVX2 bilinear sampler of float planes, which rp_kernel_new picks where the
  * CPU has AVX2: rp_kernel_sample_f32 runs its fused bilinear samplers only for kernels

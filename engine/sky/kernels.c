@@ -246,19 +246,21 @@ RP_LZ_POINT(float, float, f32, lanczos3_weights_f32, lzf, RP_LZ_ACROSS, FLT_MAX)
  * their padded coordinates c = x + 1 into cx, cy, truncated into fx, fy; a group with a
  * position outside the valid range (or NaN) is sampled by POINT one position at a time
  * and the loop goes on.  Truncating to int32 is exact in range: c <= n + 0.5 and
- * n <= INT_MAX (rp_kernel_new). */
-#define RP_GROUP(POINT)                                                                   \
+ * n <= INT_MAX (rp_kernel_new).  RP_GROUP_WITH: the same, the positions outside
+ * stored by POINTS (RP_POINTS or RP_POINTS_TO). */
+#define RP_GROUP_WITH(POINTS, POINT)                                                      \
     rp_v4d px, py;                                                                        \
     RP_V4D_LOAD(px, x + m);                                                               \
     RP_V4D_LOAD(py, y + m);                                                               \
     const rp_v4q in_ = (px >= -0.5) & (px <= xmax) & (py >= -0.5) & (py <= ymax);         \
     if (!(in_[0] & in_[1] & in_[2] & in_[3])) {                                           \
-        RP_POINTS(POINT, m, m + 4)                                                        \
+        POINTS(POINT, m, m + 4)                                                           \
         continue;                                                                         \
     }                                                                                     \
     const rp_v4d cx = px + 1.0, cy = py + 1.0;                                            \
     const rp_v4i fx = __builtin_convertvector(cx, rp_v4i);                                \
     const rp_v4i fy = __builtin_convertvector(cy, rp_v4i)
+#define RP_GROUP(POINT) RP_GROUP_WITH(RP_POINTS, POINT)
 
 /* ---- nearest and bilinear, four positions at a time --------------------------------- */
 
@@ -1171,10 +1173,14 @@ static rp_kernel *kernel_new(rp_method method, const rp_plane *src, int f32coef,
     case RP_BICUBIC:
         fn = f32coef ? sample_bicubic_f32 : sample_bicubic_f64;
 #ifdef RP_AVX2_SAMPLERS
-        if (__builtin_cpu_supports("avx2"))
+        if (__builtin_cpu_supports("avx2")) {
             fn = f32coef ? sample_bicubic_avx2_f32 : sample_bicubic_avx2_f64;
-        if (__builtin_cpu_supports("avx512f") && src->nx <= INT32_MAX - 2)
+            ffn = f32coef ? fused_bicubic_avx2_f32 : NULL;
+        }
+        if (__builtin_cpu_supports("avx512f") && src->nx <= INT32_MAX - 2) {
             fn = f32coef ? sample_bicubic_avx512_f32 : sample_bicubic_avx512_f64;
+            ffn = f32coef ? fused_bicubic_avx512_f32 : NULL;
+        }
 #endif
         break;
     case RP_LANCZOS3:

@@ -40,9 +40,10 @@ struct rp_kernel {
     rp_method method;
     rp_plane src;          /* the caller's plane (its pixels are not copied) */
     sample_fn *fn;         /* the sampler for method and dtype */
-    fused_fn *ffn;         /* lanczos3 of float planes with FMA: fn's twin that writes
-                              float32 output (kernels.c; rp_kernel_sample_f32), the same
-                              groups and arithmetic, so (float) of fn's values; or NULL */
+    fused_fn *ffn;         /* lanczos3 of float planes with FMA, bicubic of float
+                              coefficients with AVX2: fn's twin that writes float32 output
+                              (kernels.c, kernels_bicubic.h; rp_kernel_sample_f32), the
+                              same groups and arithmetic, so (float) of fn's values; or NULL */
     void *coef;            /* bicubic: B-spline coefficients, (nx + 2) x (ny + 2) doubles
                               (rp_bspline_prepare), or floats for a float32 plane from
                               rp_kernel_new_f32 (rp_bspline_prepare_f32) */
@@ -190,8 +191,8 @@ static inline int64_t rp_ld64(const float *p)
     return v;
 }
 
-/* The prefetch hint of the AVX2 fused samplers (kernels_f32.c, and
- * fused_lanczos3_f32_fma in kernels.c) for position (x, y): the cache line of pixel
+/* The prefetch hint of the AVX2 fused samplers (kernels_f32.c, and kernels.c's of
+ * lanczos3 and bicubic) for position (x, y): the cache line of pixel
  * (trunc x, trunc y) (the pixel or its left or lower neighbour: a hint), without
  * clamping: truncated by cvttsd2si (defined for every input: NaN and out-of-range give
  * INT64_MIN), the address formed in uintptr_t arithmetic (implementation-defined, never
@@ -203,6 +204,46 @@ static inline int64_t rp_ld64(const float *p)
                                          * (uintptr_t)(nx)                                \
                                          + (uintptr_t)_mm_cvttsd_si64(_mm_set_sd(x)))     \
                                         * sizeof(float)))
+
+/* rp_put1 for the four values r of positions m .. m + 3, vector stores (the same
+ * conversions: vcvtpd2ps rounds and quietens as the scalar cast does). */
+static inline __attribute__((target("avx2"), always_inline)) void
+rp_put4(double *restrict out, float *restrict d, float *restrict fp, long *fin, size_t m,
+        __m256d r)
+{
+    if (!d) {
+        _mm256_storeu_pd(out + m, r);
+        return;
+    }
+    _mm_storeu_ps(d + m, _mm256_cvtpd_ps(r));
+    const __m256d f = _mm256_cmp_pd(_mm256_andnot_pd(_mm256_set1_pd(-0.0), r),
+                                    _mm256_set1_pd(DBL_MAX), _CMP_LE_OQ);
+    *fin += __builtin_popcount((unsigned)_mm256_movemask_pd(f));
+    if (fp) {
+        const __m128 lo = _mm_castpd_ps(_mm256_castpd256_pd128(f));
+        const __m128 hi = _mm_castpd_ps(_mm256_extractf128_pd(f, 1));
+        _mm_storeu_ps(fp + m, _mm_and_ps(_mm_shuffle_ps(lo, hi, 0x88), _mm_set1_ps(1.0f)));
+    }
+}
+
+/* rp_put1 for the eight values r of positions m .. m + 7, in AVX-512F code: one
+ * vcvtpd2ps and the finite lanes in a mask register. */
+static inline __attribute__((target("avx512f"), always_inline)) void
+rp_put8(double *restrict out, float *restrict d, float *restrict fp, long *fin, size_t m,
+        __m512d r)
+{
+    if (d) {
+        _mm256_storeu_ps(d + m, _mm512_cvtpd_ps(r));
+        const __mmask8 f = _mm512_cmp_pd_mask(_mm512_abs_pd(r), _mm512_set1_pd(DBL_MAX),
+                                              _CMP_LE_OQ);
+        *fin += __builtin_popcount((unsigned)f);
+        if (fp)
+            _mm256_storeu_ps(fp + m,
+                             _mm512_cvtpd_ps(_mm512_maskz_mov_pd(f, _mm512_set1_pd(1.0))));
+    } else {
+        _mm512_storeu_pd(out + m, r);
+    }
+}
 
 /* kernels.c's AVX2 bilinear sampler of float planes, which rp_kernel_new picks where the
  * CPU has AVX2: rp_kernel_sample_f32 runs its fused bilinear samplers only for kernels

@@ -232,23 +232,35 @@ RP_LZ_POINT(float, float, f32, lanczos3_weights_f32, lzf, RP_LZ_ACROSS, FLT_MAX)
                   ? POINT(k, src, nx, ny, qx_, qy_) : NAN;                                \
     }
 
+/* RP_POINTS for the samplers that also serve rp_kernel_sample_f32: each value stored by
+ * rp_put1 (kernels_impl.h; uses the sampler's out, d, fp and fin as well). */
+#define RP_POINTS_TO(POINT, m0, m1)                                                       \
+    for (size_t p_ = (m0); p_ < (m1); p_++) {                                             \
+        const double qx_ = x[p_], qy_ = y[p_];                                            \
+        rp_put1(out, d, fp, &fin, p_,                                                     \
+                qx_ >= -0.5 && qx_ <= xmax && qy_ >= -0.5 && qy_ <= ymax                  \
+                    ? POINT(k, src, nx, ny, qx_, qy_) : NAN);                             \
+    }
+
 /* In a sampler's loop over groups of four (m), loads positions m .. m + 3 into px, py and
  * their padded coordinates c = x + 1 into cx, cy, truncated into fx, fy; a group with a
  * position outside the valid range (or NaN) is sampled by POINT one position at a time
  * and the loop goes on.  Truncating to int32 is exact in range: c <= n + 0.5 and
- * n <= INT_MAX (rp_kernel_new). */
-#define RP_GROUP(POINT)                                                                   \
+ * n <= INT_MAX (rp_kernel_new).  RP_GROUP_WITH: the same, the positions outside
+ * stored by POINTS (RP_POINTS or RP_POINTS_TO). */
+#define RP_GROUP_WITH(POINTS, POINT)                                                      \
     rp_v4d px, py;                                                                        \
     RP_V4D_LOAD(px, x + m);                                                               \
     RP_V4D_LOAD(py, y + m);                                                               \
     const rp_v4q in_ = (px >= -0.5) & (px <= xmax) & (py >= -0.5) & (py <= ymax);         \
     if (!(in_[0] & in_[1] & in_[2] & in_[3])) {                                           \
-        RP_POINTS(POINT, m, m + 4)                                                        \
+        POINTS(POINT, m, m + 4)                                                           \
         continue;                                                                         \
     }                                                                                     \
     const rp_v4d cx = px + 1.0, cy = py + 1.0;                                            \
     const rp_v4i fx = __builtin_convertvector(cx, rp_v4i);                                \
     const rp_v4i fy = __builtin_convertvector(cy, rp_v4i)
+#define RP_GROUP(POINT) RP_GROUP_WITH(RP_POINTS, POINT)
 
 /* ---- nearest and bilinear, four positions at a time --------------------------------- */
 
@@ -812,11 +824,14 @@ RP_AVX2 static void sample_lanczos3_f32_avx2(const rp_kernel *k, size_t n,
  * the stack (level, -4% on the kernel alone), the b side stored as L(k' + 1) and -D(k')
  * so that a weight is fmaf(fu, D, L) without the fraction vector (-4%): the time goes with the length of each position's chain of
  * dependent operations and with its instruction count, not with the table's L2 reads. */
-RP_AVX2_FMA static void sample_lanczos3_f32_fma(const rp_kernel *k, size_t n,
-                                                const double *restrict x,
-                                                const double *restrict y, double *restrict out)
+static inline __attribute__((target("avx2,fma"), always_inline)) long
+lanczos3_fma_run(const rp_kernel *k, size_t n, const double *restrict x,
+                 const double *restrict y, double *restrict out, float *restrict d,
+                 float *restrict fp, const double *restrict pfx, const double *restrict pfy,
+                 size_t pn)
 {
     RP_SAMPLER_VARS(float, k->src.data);
+    long fin = 0;
     const __m256d one = _mm256_set1_pd(1.0);
     const __m128i three = _mm_set1_epi32(3);
     const __m128i nx3 = _mm_set1_epi32((int32_t)nx - 3), nx5 = _mm_set1_epi32((int32_t)nx - 5);
@@ -829,6 +844,8 @@ RP_AVX2_FMA static void sample_lanczos3_f32_fma(const rp_kernel *k, size_t n,
     const size_t st = (size_t)nx;
     size_t m = 0;
     for (; m + 4 <= n; m += 4) {
+        if (m < pn)   /* the group's pixel RP_PREFETCH_ROWS rows ahead (kernels_f32.c) */
+            RP_PREFETCH_FAST(src, nx, pfx[m], pfy[m]);
         const __m256d cxv = _mm256_add_pd(_mm256_loadu_pd(x + m), one);
         const __m256d cyv = _mm256_add_pd(_mm256_loadu_pd(y + m), one);
         const __m128i fxv = _mm256_cvttpd_epi32(cxv), fyv = _mm256_cvttpd_epi32(cyv);
@@ -882,17 +899,59 @@ RP_AVX2_FMA static void sample_lanczos3_f32_fma(const rp_kernel *k, size_t n,
             const __m128 s01 = _mm_hadd_ps(sw[0], sw[1]), s23 = _mm_hadd_ps(sw[2], sw[3]);
             const __m256d den = _mm256_mul_pd(_mm256_cvtps_pd(_mm_shuffle_ps(s01, s23, 0x88)),
                                               _mm256_cvtps_pd(_mm_shuffle_ps(s01, s23, 0xDD)));
-            const __m128 fin = _mm_and_ps(_mm_cmp_ps(sum, _mm_set1_ps(FLT_MAX), _CMP_LE_OQ),
-                                          _mm_cmp_ps(sum, _mm_set1_ps(-FLT_MAX), _CMP_GE_OQ));
-            if (_mm_movemask_ps(fin) == 0xF) {
-                _mm256_storeu_pd(out + m, _mm256_div_pd(_mm256_cvtps_pd(sum), den));
+            const __m128 ok = _mm_and_ps(_mm_cmp_ps(sum, _mm_set1_ps(FLT_MAX), _CMP_LE_OQ),
+                                         _mm_cmp_ps(sum, _mm_set1_ps(-FLT_MAX), _CMP_GE_OQ));
+            if (_mm_movemask_ps(ok) == 0xF) {
+                /* finite: |sum| <= FLT_MAX and den >= 0.98 (each axis' weight sum lies
+                 * within [0.994, 1] of L's, the table within 2^-20 of that) */
+                const __m256d r = _mm256_div_pd(_mm256_cvtps_pd(sum), den);
+                if (!d) {
+                    _mm256_storeu_pd(out + m, r);
+                } else {
+                    _mm_storeu_ps(d + m, _mm256_cvtpd_ps(r));
+                    fin += 4;
+                    if (fp)
+                        _mm_storeu_ps(fp + m, _mm_set1_ps(1.0f));
+                }
                 continue;
             }
         }
     point:
-        RP_POINTS(lanczos3_f32, m, m + 4)
+        RP_POINTS_TO(lanczos3_f32, m, m + 4)
     }
-    RP_POINTS(lanczos3_f32, m, n)
+    RP_POINTS_TO(lanczos3_f32, m, n)
+    return fin;
+}
+
+RP_AVX2_FMA static void sample_lanczos3_f32_fma(const rp_kernel *k, size_t n,
+                                                const double *restrict x,
+                                                const double *restrict y, double *restrict out)
+{
+    lanczos3_fma_run(k, n, x, y, out, NULL, NULL, NULL, NULL, 0);
+}
+
+/* The fused twin of sample_lanczos3_f32_fma (struct rp_kernel, ffn): the same groups
+ * and arithmetic, each value narrowed to float32 as it is stored (a group's four by
+ * vcvtpd2ps, the point function's by rp_put1), so the bits that store_row_f32
+ * (engine/sky/reproject.c) makes of sample_lanczos3_f32_fma's row of doubles, without
+ * that row and its second pass; a group's four values are finite (their sums are, and
+ * each axis' weight sum is at least 0.99), so footprint 1.0f and four counted.  One
+ * prefetch hint a group (RP_PREFETCH_FAST, kernels_impl.h) for its first position among
+ * the pn positions (pfx, pfy), the pixel under the row RP_PREFETCH_ROWS ahead
+ * (engine/sky/reproject.c): every source line is first read as the lowest row of a
+ * support, a few output rows after the hint for the row 8 ahead brought it in.  On
+ * 4096^2 float32 onto a grid rotated by 20 deg, coordinates included, 1 thread, AMD
+ * EPYC Zen 4, 5 rounds alternated (bench/kernels lanczos3 coords, medians): 99.0 Mpix/s
+ * through sample_lanczos3_f32_fma and store_row_f32, 100.5-100.8 fused without the hint,
+ * 102.5-102.6 with it; two hints a group (positions m and m + 2: 101.2; the support's
+ * first and last columns: 100.7) measured slower. */
+RP_AVX2_FMA static long fused_lanczos3_f32_fma(const rp_kernel *k, size_t n,
+                                               const double *restrict x,
+                                               const double *restrict y, float *restrict d,
+                                               float *restrict fp, const double *restrict pfx,
+                                               const double *restrict pfy, size_t pn)
+{
+    return lanczos3_fma_run(k, n, x, y, NULL, d, fp, pfx, pfy, pn);
 }
 #endif
 /* ---- bicubic, four positions at a time ----------------------------------------------- */
@@ -1099,6 +1158,7 @@ static rp_kernel *kernel_new(rp_method method, const rp_plane *src, int f32coef,
     }
     int f32 = src->dtype == RP_F32;
     sample_fn *fn;
+    fused_fn *ffn = NULL;
     switch (method) {
     case RP_NEAREST:
         fn = f32 ? sample_nearest_f32 : sample_nearest_f64;
@@ -1113,18 +1173,25 @@ static rp_kernel *kernel_new(rp_method method, const rp_plane *src, int f32coef,
     case RP_BICUBIC:
         fn = f32coef ? sample_bicubic_f32 : sample_bicubic_f64;
 #ifdef RP_AVX2_SAMPLERS
-        if (__builtin_cpu_supports("avx2"))
+        if (__builtin_cpu_supports("avx2")) {
             fn = f32coef ? sample_bicubic_avx2_f32 : sample_bicubic_avx2_f64;
-        if (__builtin_cpu_supports("avx512f") && src->nx <= INT32_MAX - 2)
+            ffn = f32coef ? fused_bicubic_avx2_f32 : NULL;
+        }
+        if (__builtin_cpu_supports("avx512f") && src->nx <= INT32_MAX - 2) {
             fn = f32coef ? sample_bicubic_avx512_f32 : sample_bicubic_avx512_f64;
+            ffn = f32coef ? fused_bicubic_avx512_f32 : NULL;
+        }
 #endif
         break;
     case RP_LANCZOS3:
         fn = f32 ? sample_lanczos3_f32 : sample_lanczos3_f64;
 #ifdef RP_AVX2_SAMPLERS
         if (f32 && __builtin_cpu_supports("avx2"))
+        {
             fn = __builtin_cpu_supports("fma") ? sample_lanczos3_f32_fma
                                                : sample_lanczos3_f32_avx2;
+            ffn = fn == sample_lanczos3_f32_fma ? fused_lanczos3_f32_fma : NULL;
+        }
 #endif
         break;
     default:
@@ -1139,6 +1206,7 @@ static rp_kernel *kernel_new(rp_method method, const rp_plane *src, int f32coef,
     k->method = method;
     k->src = *src;
     k->fn = fn;
+    k->ffn = ffn;
     int rc = 0;
     if (method == RP_BICUBIC)
         rc = bicubic_prepare(k, f32coef);

@@ -99,16 +99,24 @@ void rp_kernel_prefetch(const rp_kernel *k, size_t n, const double *x, const dou
  * rounded to float32; kernels_f32.c bilinear_f32f), within 7 u (|v00| + |v01| + |v10| +
  * |v11|) + O(u^2), u = 2^-24, of rp_kernel_sample's value over the four taps v, NaN
  * where that is NaN, the same bits whether positions come one a call or in a batch
- * (values within a few ulp of FLT_MAX may round to infinity); and, where footprint is
- * not NULL, footprint[i] 1.0f where out[i] is finite, 0.0f elsewhere (out and
- * footprint: n floats each, caller-owned); while sampling, the rp_kernel_prefetch hint,
- * step 4, for the pn <= n positions (pfx, pfy) (typically the positions of a row several
- * rows ahead; pn may be 0, then pfx and pfy may be NULL).  Returns the number of finite
- * values, or -1 when the kernel has no such path (other methods, double planes, bilinear
- * on CPUs without AVX2): then nothing is written and the caller uses rp_kernel_sample
- * (so that bilinear's float output on such CPUs is the double arithmetic narrowed,
- * within the bound above).  Nearest on float planes, and bilinear on float planes with
- * AVX2, only. */
+ * (values within a few ulp of FLT_MAX may round to infinity); for lanczos3 where
+ * rp_kernel_fma(k) is 1, and for bicubic from float coefficients (rp_kernel_new_f32 of a
+ * float32 plane) on CPUs with AVX2, (float)v[i] of the values v that rp_kernel_sample
+ * gives for the same call (the same groups, so the bits of its batch of n narrowed, NaN
+ * quiet), footprint 1.0f and counted where v[i] is finite in double (a finite v beyond
+ * FLT_MAX narrows to an infinity and counts, as the narrowing of rp_kernel_sample's
+ * values in engine/sky/reproject.c does); and, where footprint is not NULL, footprint[i]
+ * 1.0f where out[i] is finite (lanczos3, bicubic: v[i]), 0.0f elsewhere (out and
+ * footprint: n floats each, caller-owned); while sampling, prefetch hints for the
+ * pn <= n positions (pfx, pfy) (typically the positions of a row several rows ahead; pn
+ * may be 0, then pfx and pfy may be NULL): nearest and bilinear the rp_kernel_prefetch
+ * hint, step 4; lanczos3 the source pixel, bicubic the coefficient, under every 4th.  Returns the number of finite values, or -1
+ * when the kernel has no such path (other methods, double planes, bilinear and bicubic
+ * on CPUs without AVX2, lanczos3 without FMA, bicubic from double coefficients): then
+ * nothing is written and the caller uses rp_kernel_sample (so that bilinear's float
+ * output on such CPUs is the double arithmetic narrowed, within the bound above).
+ * Nearest, bilinear (AVX2), lanczos3 (AVX2 and FMA) and bicubic (float coefficients,
+ * AVX2) of float planes only. */
 long rp_kernel_sample_f32(const rp_kernel *k, size_t n, const double *x, const double *y,
                           float *out, float *footprint, const double *pfx, const double *pfy,
                           size_t pn);

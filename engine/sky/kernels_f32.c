@@ -12,20 +12,6 @@
 
 /* ---- nearest and bilinear straight into float32 output ------------------------------ */
 
-#ifdef RP_AVX2_SAMPLERS
-/* The prefetch hint of the AVX2 fused samplers for position (x, y): the cache line of
- * pixel (trunc x, trunc y) (the pixel or its left or lower neighbour: a hint), without
- * clamping: truncated by cvttsd2si (defined for every input: NaN and out-of-range give
- * INT64_MIN), the address formed in uintptr_t arithmetic (implementation-defined, never
- * dereferenced).  A prefetch never faults; one of a far-off or NaN position is a wasted
- * hint.  Half the instructions of RP_PREFETCH_POINT. */
-#define RP_PREFETCH_FAST(base, nx, x, y)                                                  \
-    __builtin_prefetch((const void *)((uintptr_t)(base)                                   \
-                                      + ((uintptr_t)_mm_cvttsd_si64(_mm_set_sd(y))        \
-                                         * (uintptr_t)(nx)                                \
-                                         + (uintptr_t)_mm_cvttsd_si64(_mm_set_sd(x)))     \
-                                        * sizeof(float)))
-#endif
 
 /* The prefetch of rp_kernel_sample_f32: one hint for each group of four positions
  * sampled, at the group's first index among the pn positions (pfx, pfy) (every 4th),
@@ -610,5 +596,7 @@ long rp_kernel_sample_f32(const rp_kernel *k, size_t n, const double *x, const d
     if (k->method == RP_BILINEAR && k->fn == rp_sample_bilinear_f32_avx2)
         return fused_bilinear_f32_avx2(k, n, x, y, out, footprint, pfx, pfy, pn);
 #endif
+    if (k->ffn)   /* lanczos3 and bicubic: kernels.c */
+        return k->ffn(k, n, x, y, out, footprint, pfx, pfy, pn);
     return -1;
 }

@@ -10,6 +10,8 @@
 #include "engine/sky/kernels.h"
 #include "engine/sky/simd.h"
 
+#include <float.h>
+#include <math.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
@@ -26,10 +28,22 @@
 typedef void sample_fn(const rp_kernel *k, size_t n, const double *restrict x,
                        const double *restrict y, double *restrict out);
 
+/* A fused sampler of rp_kernel_sample_f32 (kernels.h): k's values at the n positions
+ * (x, y) narrowed to float32 into d, the footprint into fp (may be NULL), the number of
+ * finite values returned; pfx, pfy, pn: the prefetch positions of rp_kernel_sample_f32.
+ * Cannot fail. */
+typedef long fused_fn(const rp_kernel *k, size_t n, const double *restrict x,
+                      const double *restrict y, float *restrict d, float *restrict fp,
+                      const double *restrict pfx, const double *restrict pfy, size_t pn);
+
 struct rp_kernel {
     rp_method method;
     rp_plane src;          /* the caller's plane (its pixels are not copied) */
     sample_fn *fn;         /* the sampler for method and dtype */
+    fused_fn *ffn;         /* lanczos3 of float planes with FMA, bicubic of float
+                              coefficients with AVX2: fn's twin that writes float32 output
+                              (kernels.c, kernels_bicubic.h; rp_kernel_sample_f32), the
+                              same groups and arithmetic, so (float) of fn's values; or NULL */
     void *coef;            /* bicubic: B-spline coefficients, (nx + 2) x (ny + 2) doubles
                               (rp_bspline_prepare), or floats for a float32 plane from
                               rp_kernel_new_f32 (rp_bspline_prepare_f32) */
@@ -105,6 +119,29 @@ RP_DEFINE_POINTS(double, f64)
 
 /* ---- shared pieces of the samplers -------------------------------------------------- */
 
+/* The output side of a sampler that serves both rp_kernel_sample (double values into
+ * out) and rp_kernel_sample_f32 (float32 into d, footprint fp): value v of position p
+ * stored as store_row_f32 (engine/sky/reproject.c) stores a value of rp_kernel_sample,
+ * (float)v, its footprint 1.0f where v is finite (|v| <= DBL_MAX, tested on the double:
+ * a finite v beyond FLT_MAX narrows to an infinity and still counts), counted in *fin;
+ * when d is NULL, out[p] = v.  Inlined into samplers where d is a constant, so that each
+ * keeps one path. */
+static inline __attribute__((always_inline)) void rp_put1(double *restrict out,
+                                                          float *restrict d,
+                                                          float *restrict fp, long *fin,
+                                                          size_t p, double v)
+{
+    if (!d) {
+        out[p] = v;
+        return;
+    }
+    const int f = fabs(v) <= DBL_MAX;
+    d[p] = (float)v;
+    *fin += f;
+    if (fp)
+        fp[p] = f ? 1.0f : 0.0f;
+}
+
 /* What every sampler reads: src (the array SRC of element type T), nx, ny and the ends
  * xmax, ymax of the valid range. */
 #define RP_SAMPLER_VARS(T, SRC)                                                           \
@@ -152,6 +189,60 @@ static inline int64_t rp_ld64(const float *p)
     int64_t v;
     memcpy(&v, p, sizeof v);
     return v;
+}
+
+/* The prefetch hint of the AVX2 fused samplers (kernels_f32.c, and kernels.c's of
+ * lanczos3 and bicubic) for position (x, y): the cache line of pixel
+ * (trunc x, trunc y) (the pixel or its left or lower neighbour: a hint), without
+ * clamping: truncated by cvttsd2si (defined for every input: NaN and out-of-range give
+ * INT64_MIN), the address formed in uintptr_t arithmetic (implementation-defined, never
+ * dereferenced).  A prefetch never faults; one of a far-off or NaN position is a wasted
+ * hint.  Half the instructions of RP_PREFETCH_POINT. */
+#define RP_PREFETCH_FAST(base, nx, x, y)                                                  \
+    __builtin_prefetch((const void *)((uintptr_t)(base)                                   \
+                                      + ((uintptr_t)_mm_cvttsd_si64(_mm_set_sd(y))        \
+                                         * (uintptr_t)(nx)                                \
+                                         + (uintptr_t)_mm_cvttsd_si64(_mm_set_sd(x)))     \
+                                        * sizeof(float)))
+
+/* rp_put1 for the four values r of positions m .. m + 3, vector stores (the same
+ * conversions: vcvtpd2ps rounds and quietens as the scalar cast does). */
+static inline __attribute__((target("avx2"), always_inline)) void
+rp_put4(double *restrict out, float *restrict d, float *restrict fp, long *fin, size_t m,
+        __m256d r)
+{
+    if (!d) {
+        _mm256_storeu_pd(out + m, r);
+        return;
+    }
+    _mm_storeu_ps(d + m, _mm256_cvtpd_ps(r));
+    const __m256d f = _mm256_cmp_pd(_mm256_andnot_pd(_mm256_set1_pd(-0.0), r),
+                                    _mm256_set1_pd(DBL_MAX), _CMP_LE_OQ);
+    *fin += __builtin_popcount((unsigned)_mm256_movemask_pd(f));
+    if (fp) {
+        const __m128 lo = _mm_castpd_ps(_mm256_castpd256_pd128(f));
+        const __m128 hi = _mm_castpd_ps(_mm256_extractf128_pd(f, 1));
+        _mm_storeu_ps(fp + m, _mm_and_ps(_mm_shuffle_ps(lo, hi, 0x88), _mm_set1_ps(1.0f)));
+    }
+}
+
+/* rp_put1 for the eight values r of positions m .. m + 7, in AVX-512F code: one
+ * vcvtpd2ps and the finite lanes in a mask register. */
+static inline __attribute__((target("avx512f"), always_inline)) void
+rp_put8(double *restrict out, float *restrict d, float *restrict fp, long *fin, size_t m,
+        __m512d r)
+{
+    if (d) {
+        _mm256_storeu_ps(d + m, _mm512_cvtpd_ps(r));
+        const __mmask8 f = _mm512_cmp_pd_mask(_mm512_abs_pd(r), _mm512_set1_pd(DBL_MAX),
+                                              _CMP_LE_OQ);
+        *fin += __builtin_popcount((unsigned)f);
+        if (fp)
+            _mm256_storeu_ps(fp + m,
+                             _mm512_cvtpd_ps(_mm512_maskz_mov_pd(f, _mm512_set1_pd(1.0))));
+    } else {
+        _mm512_storeu_pd(out + m, r);
+    }
 }
 
 /* kernels.c's AVX2 bilinear sampler of float planes, which rp_kernel_new picks where the

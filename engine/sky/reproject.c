@@ -605,7 +605,8 @@ static int interp_block(worker *w, const job *j, long u, long *finite, long *ins
             const size_t q = (size_t)(r + RP_PREFETCH_ROWS) * (size_t)bw;
             const size_t pn = r + RP_PREFETCH_ROWS < bh ? (size_t)bw : 0;
             if (j->dst->dtype == RP_F32) {
-                /* Nearest and bilinear of float planes: sampled straight into the output. */
+                /* Float planes (nearest, bilinear, lanczos3, bicubic; kernels.h): sampled
+                 * straight into the output. */
                 const long f = rp_kernel_sample_f32(j->kern[p], (size_t)bw, rx, ry,
                                                     (float *)plane + o, fp ? fp + o : NULL,
                                                     pn ? w->xi + q : NULL,

@@ -1,6 +1,7 @@
 /* Unit tests of engine/sky/kernels: scipy values, bicubic golden, NaN locality, Lanczos table. */
 #include <check.h>
 #include <fitsio.h>
+#include <float.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -519,6 +520,117 @@ START_TEST(test_sample_f32_rows)
         }
         ck_assert_int_eq(fin, want);
         ck_assert(want > N / 2 && want < N);
+        rp_kernel_free(k);
+    }
+}
+END_TEST
+
+/* rp_kernel_sample_f32 for lanczos3 (the fused path of sample_lanczos3_f32_fma, where
+ * rp_kernel_fma says the kernel has it) and for bicubic from float coefficients
+ * (rp_kernel_new_f32; the fused paths of the AVX2 and AVX-512 samplers, valgrind taking
+ * the AVX2 one) gives the float32 bits of rp_kernel_sample's values for the same batch
+ * narrowed as engine/sky/reproject.c narrows them, (float)v, NaN quiet; footprint 1.0f
+ * where v is finite in double and the count of those, a finite v beyond FLT_MAX
+ * included (it narrows to an infinity): on a 97 x 71 float plane with a quiet NaN, a
+ * signalling NaN (0x7fa00000), an infinity, a 4 x 3 NaN hole (lanczos3 renormalised
+ * around it, NaN inside) and a patch of FLT_MAX (lanczos3's sums beyond FLT_MAX: the
+ * point function in double), along the rows of a grid rotated by 20 deg that runs over
+ * the edges (rows of 101 positions: groups inside, at the edges and outside, a tail of
+ * 1), with the prefetch hints of the row 8 ahead, and at random positions (NaN, far-off
+ * and half-integer ones, whole groups outside, n not a multiple of 4, prefetch positions
+ * NaN and far-off), with and without a footprint.  Where the kernel has no fused path
+ * (lanczos3 without FMA, -DRP_NO_AVX2), -1 and nothing written. */
+START_TEST(test_sample_f32_fused)
+{
+    enum { NX = 97, NY = 71, W = 101, H = 80, N = W * H };
+    static float img[NX * NY], out[N], fp[N];
+    static double x[N], y[N], v[N];
+    unsigned long long s = 23;
+    for (int i = 0; i < NX * NY; i++)
+        img[i] = (float)(2e3 * rnd(&s) - 700.0);
+    const uint32_t snan = 0x7fa00000u;
+    memcpy(&img[30 * NX + 41], &snan, sizeof snan);
+    img[52 * NX + 17] = NAN;
+    img[20 * NX + 60] = INFINITY;
+    for (int j = 40; j < 43; j++)
+        for (int i = 70; i < 74; i++)
+            img[j * NX + i] = NAN;
+    for (int j = 10; j < 18; j++)
+        for (int i = 15; i < 27; i++)
+            img[j * NX + i] = FLT_MAX;
+    rp_plane p = plane_of(img, RP_F32, NX, NY);
+    const double c = cos(20.0 * M_PI / 180.0), sn = sin(20.0 * M_PI / 180.0);
+    for (int bicubic = 0; bicubic < 2; bicubic++)
+    for (int layout = 0; layout < 2; layout++) {
+        for (int r = 0; r < H; r++)
+            for (int q = 0; q < W; q++) {
+                const int i = r * W + q;
+                if (layout == 0) {
+                    const double u = 1.03 * q - 52.0, w = 1.03 * r - 41.0;
+                    x[i] = 48.0 + c * u - sn * w;
+                    y[i] = 35.0 + sn * u + c * w;
+                    continue;
+                }
+                x[i] = -2.0 + rnd(&s) * (NX + 3.0);
+                y[i] = -2.0 + rnd(&s) * (NY + 3.0);
+                if (i % 5 == 0)
+                    x[i] = floor(x[i] * 2.0) / 2.0;
+                if (i % 97 == 0)
+                    y[i] = NAN;
+                if (i % 89 == 0)
+                    x[i] = -1e30;
+                if (i >= 400 && i < 448)
+                    x[i] = -5.0;
+            }
+        /* layout 1: one batch of N - 3 positions; layout 0: rows, as rp_reproject */
+        const int rows = layout == 0 ? H : 1, rw = layout == 0 ? W : N - 3;
+        rp_kernel *k = bicubic ? rp_kernel_new_f32(RP_BICUBIC, &p, NULL, 0)
+                               : kernel_or_die(RP_LANCZOS3, &p);
+        ck_assert_ptr_nonnull(k);
+        /* lanczos3: whether it has the path; bicubic: whether the first call took one */
+        int has = bicubic ? -1 : rp_kernel_fma(k);
+        for (int r = 0; r < rows; r++)
+            rp_kernel_sample(k, (size_t)rw, x + r * rw, y + r * rw, v + r * rw);
+        for (int withfp = 0; withfp < 2; withfp++) {
+            memset(out, 0, sizeof out);
+            memset(fp, 0xff, sizeof fp);
+            long fin = 0, want = 0, big = 0;
+            for (int r = 0; r < rows; r++) {
+                const size_t pn = r + 8 < rows ? (size_t)rw : layout == 1 ? (size_t)rw : 0;
+                const double *pfx = layout == 0 ? x + (r + 8) * rw : y;
+                const double *pfy = layout == 0 ? y + (r + 8) * rw : x;
+                const long f = rp_kernel_sample_f32(k, (size_t)rw, x + r * rw, y + r * rw,
+                                                    out + r * rw, withfp ? fp + r * rw : NULL,
+                                                    pn ? pfx : NULL, pn ? pfy : NULL, pn);
+                if (has < 0)
+                    has = f >= 0;
+                if (!has) {
+                    ck_assert_int_eq(f, -1);
+                    ck_assert(out[r * rw] == 0.0f && out[(r + 1) * rw - 1] == 0.0f);
+                    continue;
+                }
+                ck_assert(f >= 0);
+                fin += f;
+            }
+            if (!has)
+                break;
+            for (int i = 0; i < rows * rw; i++) {
+                const float r = (float)v[i];
+                ck_assert_msg(memcmp(&r, &out[i], sizeof r) == 0,
+                              "%s at (%.17g, %.17g): %.9g, want %.9g",
+                              bicubic ? "bicubic" : "lanczos3", x[i], y[i], (double)out[i],
+                              v[i]);
+                const int f = isfinite(v[i]) != 0;
+                want += f;
+                big += f && isinf(out[i]);
+                if (withfp)
+                    ck_assert(fp[i] == (f ? 1.0f : 0.0f));
+            }
+            ck_assert_int_eq(fin, want);
+            ck_assert(want > rows * rw / 2 && want < rows * rw);
+            if (layout == 0 && !bicubic)
+                ck_assert(big > 0);   /* the FLT_MAX patch: finite, narrowed to infinity */
+        }
         rp_kernel_free(k);
     }
 }
@@ -1438,6 +1550,7 @@ int main(void)
     tcase_add_test(tc, test_bilinear_matches_reproject);
     tcase_add_test(tc, test_sample_f32_matches);
     tcase_add_test(tc, test_sample_f32_rows);
+    tcase_add_test(tc, test_sample_f32_fused);
     tcase_add_test(tc, test_valid_range);
     tcase_add_test(tc, test_bad_arguments);
     tcase_add_test(tc, test_single_pixel);

@@ -63,7 +63,11 @@ static void set_cfitsio_err(char *err, size_t errlen, const char *what, const ch
 {
     char text[FLEN_STATUS];
     fits_get_errstatus(status, text);
-    tess_seterr(err, errlen, "%s %s: %s (cfitsio status %d)", what, path, text, status);
+    /* END_OF_FILE and READ_ERROR: what a file cut short inside its header gives */
+    const char *hint = status == END_OF_FILE || status == READ_ERROR
+                           ? "; the file ends early: truncated?" : "";
+    tess_seterr(err, errlen, "%s %s: %s%s (cfitsio status %d)", what, path, text, hint,
+                status);
 }
 
 /* The whole-file compressions that cfitsio's file driver recognises by their first

@@ -888,6 +888,31 @@ START_TEST(test_bounds_and_errors)
                      TESS_EINVAL);
     /* not a FITS file at all */
     ck_assert_int_eq(fitsimg_read_info(TESSERA_DEMO_DIR, 0, &info, err, sizeof err), TESS_EIO);
+    /* a file cut inside its header (HorseHead.fits's first 2000 bytes of 5 blocks) and
+     * an empty one: the message says the file ends early */
+    char dir[256], cut[300], empty[300];
+    tt_tmpdir_make(dir, sizeof dir, "fitsimg");
+    snprintf(cut, sizeof cut, "%s/cut.fits", dir);
+    snprintf(empty, sizeof empty, "%s/empty.fits", dir);
+    {
+        unsigned char head[2000];
+        FILE *in = fopen(DEMO("HorseHead.fits"), "rb"), *out = fopen(cut, "wb");
+        ck_assert(in && out && fread(head, 1, sizeof head, in) == sizeof head);
+        ck_assert(fwrite(head, 1, sizeof head, out) == sizeof head);
+        fclose(in);
+        ck_assert_int_eq(fclose(out), 0);
+        out = fopen(empty, "wb");
+        ck_assert(out && fclose(out) == 0);
+    }
+    const char *cuts[2] = { cut, empty };
+    for (int q = 0; q < 2; q++) {
+        err[0] = '\0';
+        ck_assert_int_eq(fitsimg_read_info(cuts[q], 0, &info, err, sizeof err), TESS_EIO);
+        ck_assert_msg(strstr(err, "ends early") != NULL && strstr(err, cuts[q]) != NULL,
+                      "err: %s", err);
+    }
+    const char *names[2] = { "cut.fits", "empty.fits" };
+    ck_assert_int_eq(tt_tmpdir_remove(dir, names, 2), 0);
     /* HorseHead.fits HDU 0: astropy says 161 cards, BITPIX 16, data[0, 0] == 7201 */
     ck_assert_int_eq(fitsimg_read_info(DEMO("HorseHead.fits"), 0, &info, err, sizeof err), 0);
     ck_assert_int_eq(info.nkeys, 161);

@@ -971,6 +971,59 @@ END_TEST
 
 /* ---- NaN locality ------------------------------------------------------------------- */
 
+/* The check of test_bicubic_finite_path and test_bicubic_f32_finite_path on the plane a,
+ * NX x NY pixels of type t (RP_F64 or RP_F32) filled by the caller, b a plane as large:
+ * sets a's pixel (I0, J0) = (20, 7) to fill_missing's value for a lone NaN there
+ * (lerp_at at the midpoint, both axes) and checks that the pixel type holds it exactly,
+ * copies a into b with a NaN at that pixel, samples the kernels `make` builds on both at
+ * N = 3001 positions drawn from s and checks that they agree bit for bit wherever the
+ * 4x4 support misses the pixel, on more than 80% of the positions. */
+static void bicubic_finite_path_check(void *a, void *b, rp_dtype t, int NX, int NY,
+                                      rp_kernel *(*make)(rp_method, const rp_plane *),
+                                      unsigned long long *s)
+{
+    enum { I0 = 20, J0 = 7, N = 3001 };
+    static double x[N], y[N], oa[N], ob[N];
+    double *ad = a, *bd = b;
+    float *af = a, *bf = b;
+#define PX(i) (t == RP_F64 ? ad[i] : (double)af[i])
+    const int c = J0 * NX + I0;
+    const double rv = PX(c - 1) + (PX(c + 1) - PX(c - 1)) * 1.0 / 2.0;
+    const double cv = PX(c - NX) + (PX(c + NX) - PX(c - NX)) * 1.0 / 2.0;
+    const double fill = 0.5 * (rv + cv);
+    if (t == RP_F64)
+        ad[c] = fill;
+    else
+        af[c] = (float)fill;
+    ck_assert(PX(c) == fill);
+#undef PX
+    memcpy(b, a, (t == RP_F64 ? sizeof(double) : sizeof(float)) * (size_t)(NX * NY));
+    if (t == RP_F64)
+        bd[c] = NAN;
+    else
+        bf[c] = NAN;
+    for (int i = 0; i < N; i++) {
+        x[i] = -0.5 + rnd(s) * (NX - 1.0);
+        y[i] = -0.5 + rnd(s) * (NY - 1.0);
+    }
+    rp_plane pa = plane_of(a, t, NX, NY), pb = plane_of(b, t, NX, NY);
+    rp_kernel *ka = make(RP_BICUBIC, &pa), *kb = make(RP_BICUBIC, &pb);
+    rp_kernel_sample(ka, N, x, y, oa);
+    rp_kernel_sample(kb, N, x, y, ob);
+    int compared = 0;
+    for (int i = 0; i < N; i++) {
+        if (fabs(x[i] - I0) <= 3.0 && fabs(y[i] - J0) <= 3.0)
+            continue;   /* the support may hold the pixel */
+        ck_assert_msg(memcmp(&oa[i], &ob[i], sizeof oa[i]) == 0,
+                      "%dx%d at (%.17g, %.17g): finite plane %.17g, general path %.17g",
+                      NX, NY, x[i], y[i], oa[i], ob[i]);
+        compared++;
+    }
+    ck_assert_int_gt(compared, N * 8 / 10);
+    rp_kernel_free(ka);
+    rp_kernel_free(kb);
+}
+
 /* Bicubic prepares a plane with no missing pixel in two passes (kernels.c
  * bicubic_prefilter_finite) and one with a NaN by the general path, which first fills
  * the NaN with the mean of the linear interpolations along its row and its column
@@ -983,41 +1036,14 @@ END_TEST
  * and columns long enough for the anticausal pass in blocks (bspline_cols_finish). */
 START_TEST(test_bicubic_finite_path)
 {
-    enum { MAXPX = 40 * 230, I0 = 20, J0 = 7, N = 3001 };
     static const int sizes[5][2] = { { 45, 39 }, { 44, 17 }, { 46, 30 }, { 47, 14 }, { 40, 230 } };
-    static double a[MAXPX], b[MAXPX], x[N], y[N], oa[N], ob[N];
+    static double a[40 * 230], b[40 * 230];
     unsigned long long s = 4242;
     for (int t = 0; t < 5; t++) {
         const int NX = sizes[t][0], NY = sizes[t][1];
         for (int i = 0; i < NX * NY; i++)
             a[i] = 100.0 * rnd(&s) - 20.0;
-        const int c = J0 * NX + I0;
-        /* fill_missing's arithmetic for a lone NaN: lerp_at at the midpoint, both axes. */
-        const double rv = a[c - 1] + (a[c + 1] - a[c - 1]) * 1.0 / 2.0;
-        const double cv = a[c - NX] + (a[c + NX] - a[c - NX]) * 1.0 / 2.0;
-        a[c] = 0.5 * (rv + cv);
-        memcpy(b, a, sizeof(double) * (size_t)(NX * NY));
-        b[c] = NAN;
-        for (int i = 0; i < N; i++) {
-            x[i] = -0.5 + rnd(&s) * (NX - 1.0);
-            y[i] = -0.5 + rnd(&s) * (NY - 1.0);
-        }
-        rp_plane pa = plane_of(a, RP_F64, NX, NY), pb = plane_of(b, RP_F64, NX, NY);
-        rp_kernel *ka = kernel_or_die(RP_BICUBIC, &pa), *kb = kernel_or_die(RP_BICUBIC, &pb);
-        rp_kernel_sample(ka, N, x, y, oa);
-        rp_kernel_sample(kb, N, x, y, ob);
-        int compared = 0;
-        for (int i = 0; i < N; i++) {
-            if (fabs(x[i] - I0) <= 3.0 && fabs(y[i] - J0) <= 3.0)
-                continue;   /* the support may hold the pixel */
-            ck_assert_msg(memcmp(&oa[i], &ob[i], sizeof oa[i]) == 0,
-                          "%dx%d at (%.17g, %.17g): finite plane %.17g, general path %.17g",
-                          NX, NY, x[i], y[i], oa[i], ob[i]);
-            compared++;
-        }
-        ck_assert_int_gt(compared, N * 8 / 10);
-        rp_kernel_free(ka);
-        rp_kernel_free(kb);
+        bicubic_finite_path_check(a, b, RP_F64, NX, NY, kernel_or_die, &s);
     }
 }
 END_TEST
@@ -1381,42 +1407,14 @@ END_TEST
  * (a quarter-integer) exact in float. */
 START_TEST(test_bicubic_f32_finite_path)
 {
-    enum { MAXPX = 33 * 300, I0 = 20, J0 = 7, N = 3001 };
     static const int sizes[4][2] = { { 45, 39 }, { 47, 14 }, { 40, 230 }, { 33, 300 } };
-    static float a[MAXPX], b[MAXPX];
-    static double x[N], y[N], oa[N], ob[N];
+    static float a[33 * 300], b[33 * 300];
     unsigned long long s = 31337;
     for (int t = 0; t < 4; t++) {
         const int NX = sizes[t][0], NY = sizes[t][1];
         for (int i = 0; i < NX * NY; i++)
             a[i] = (float)floor(1000.0 * rnd(&s) - 200.0);
-        const int c = J0 * NX + I0;
-        const double rv = a[c - 1] + (a[c + 1] - a[c - 1]) * 1.0 / 2.0;
-        const double cv = a[c - NX] + (a[c + NX] - a[c - NX]) * 1.0 / 2.0;
-        a[c] = (float)(0.5 * (rv + cv));
-        ck_assert((double)a[c] == 0.5 * (rv + cv));
-        memcpy(b, a, sizeof(float) * (size_t)(NX * NY));
-        b[c] = NAN;
-        for (int i = 0; i < N; i++) {
-            x[i] = -0.5 + rnd(&s) * (NX - 1.0);
-            y[i] = -0.5 + rnd(&s) * (NY - 1.0);
-        }
-        rp_plane pa = plane_of(a, RP_F32, NX, NY), pb = plane_of(b, RP_F32, NX, NY);
-        rp_kernel *ka = kernel_f32_or_die(RP_BICUBIC, &pa), *kb = kernel_f32_or_die(RP_BICUBIC, &pb);
-        rp_kernel_sample(ka, N, x, y, oa);
-        rp_kernel_sample(kb, N, x, y, ob);
-        int compared = 0;
-        for (int i = 0; i < N; i++) {
-            if (fabs(x[i] - I0) <= 3.0 && fabs(y[i] - J0) <= 3.0)
-                continue;
-            ck_assert_msg(memcmp(&oa[i], &ob[i], sizeof oa[i]) == 0,
-                          "%dx%d at (%.17g, %.17g): finite plane %.17g, general path %.17g",
-                          NX, NY, x[i], y[i], oa[i], ob[i]);
-            compared++;
-        }
-        ck_assert_int_gt(compared, N * 8 / 10);
-        rp_kernel_free(ka);
-        rp_kernel_free(kb);
+        bicubic_finite_path_check(a, b, RP_F32, NX, NY, kernel_f32_or_die, &s);
     }
 }
 END_TEST

@@ -1007,6 +1007,17 @@ RP_AVX2_FMA static long fused_lanczos3_f32_fma(const rp_kernel *k, size_t n,
         RP_BSPLINE_WEIGHTS4(ty_, wy);                                                     \
     } while (0)
 
+/* RP_BICUBIC_SUPPORTS, then, for a good group, RP_BICUBIC_GROUP_WEIGHTS: nonzero (the
+ * group takes the vector path, base, wx and wy set) or 0 (the point function). */
+#define RP_BICUBIC_GROUP_IN(base, wx, wy)                                                 \
+    __extension__({                                                                       \
+        int good_;                                                                        \
+        RP_BICUBIC_SUPPORTS(good_, base);                                                 \
+        if (good_)                                                                        \
+            RP_BICUBIC_GROUP_WEIGHTS(wx, wy);                                             \
+        good_;                                                                            \
+    })
+
 #ifdef RP_AVX2_SAMPLERS
 /* Positions ahead of the current group whose four coefficient rows sample_bicubic_avx2
  * prefetches: the rows of a rotated target's support are a padded row (8 (nx + 2)

@@ -56,6 +56,16 @@ static double rnd(unsigned long long *s)
     return (double)((*s * 2685821657736338717ULL) >> 11) * 0x1.0p-53;
 }
 
+/* n positions (x[i], y[i]) = (-0.5 + w rnd, -0.5 + h rnd), x drawn before y each time. */
+static void random_positions(double *x, double *y, int n, double w, double h,
+                             unsigned long long *s)
+{
+    for (int i = 0; i < n; i++) {
+        x[i] = -0.5 + rnd(s) * w;
+        y[i] = -0.5 + rnd(s) * h;
+    }
+}
+
 /* The Lanczos-3 kernel computed directly (no table): sinc(u) sinc(u / 3), |u| < 3. */
 static double lanczos3_direct(double u)
 {
@@ -452,6 +462,27 @@ START_TEST(test_sample_f32_matches)
 }
 END_TEST
 
+/* The nx x ny float plane of test_sample_f32_rows and test_sample_f32_fused: pixels
+ * 2e3 rnd - 700 drawn from s, a signalling NaN (0x7fa00000) at (41, 30), a quiet NaN at
+ * (17, 52) and the infinity inf at (60, 20) (0-based column, row). */
+static void special_plane_f32(float *img, int nx, int ny, float inf, unsigned long long *s)
+{
+    for (int i = 0; i < nx * ny; i++)
+        img[i] = (float)(2e3 * rnd(s) - 700.0);
+    const uint32_t snan = 0x7fa00000u;
+    memcpy(&img[30 * nx + 41], &snan, sizeof snan);
+    img[52 * nx + 17] = NAN;
+    img[20 * nx + 60] = inf;
+}
+
+/* The offset (u, w) from pixel (48, 35) rotated by 20 deg: the position (x, y). */
+static void rotated20(double u, double w, double *x, double *y)
+{
+    const double c = cos(20.0 * M_PI / 180.0), sn = sin(20.0 * M_PI / 180.0);
+    *x = 48.0 + c * u - sn * w;
+    *y = 35.0 + sn * u + c * w;
+}
+
 /* The same on whole rows of a grid rotated by 20 deg over a 97 x 71 float plane (the
  * layout rp_reproject hands the fused samplers: most groups of 8 or 16 positions wholly
  * inside and away from the edges, where the vector paths run; rows of 101 positions, not
@@ -465,19 +496,10 @@ START_TEST(test_sample_f32_rows)
     static float img[NX * NY], out[N], fp[N];
     static double x[N], y[N], v[N];
     unsigned long long s = 11;
-    for (int i = 0; i < NX * NY; i++)
-        img[i] = (float)(2e3 * rnd(&s) - 700.0);
-    const uint32_t snan = 0x7fa00000u;
-    memcpy(&img[30 * NX + 41], &snan, sizeof snan);
-    img[52 * NX + 17] = NAN;
-    img[20 * NX + 60] = -INFINITY;
-    const double c = cos(20.0 * M_PI / 180.0), sn = sin(20.0 * M_PI / 180.0);
+    special_plane_f32(img, NX, NY, -INFINITY, &s);
     for (int r = 0; r < H; r++)
-        for (int q = 0; q < W; q++) {
-            const double u = 0.93 * q - 46.0, w = 0.93 * r - 37.0;
-            x[r * W + q] = 48.0 + c * u - sn * w;
-            y[r * W + q] = 35.0 + sn * u + c * w;
-        }
+        for (int q = 0; q < W; q++)
+            rotated20(0.93 * q - 46.0, 0.93 * r - 37.0, &x[r * W + q], &y[r * W + q]);
     rp_plane p = plane_of(img, RP_F32, NX, NY);
     for (int nearest = 0; nearest < 2; nearest++) {
         rp_kernel *k = kernel_or_die(nearest ? RP_NEAREST : RP_BILINEAR, &p);
@@ -546,12 +568,7 @@ START_TEST(test_sample_f32_fused)
     static float img[NX * NY], out[N], fp[N];
     static double x[N], y[N], v[N];
     unsigned long long s = 23;
-    for (int i = 0; i < NX * NY; i++)
-        img[i] = (float)(2e3 * rnd(&s) - 700.0);
-    const uint32_t snan = 0x7fa00000u;
-    memcpy(&img[30 * NX + 41], &snan, sizeof snan);
-    img[52 * NX + 17] = NAN;
-    img[20 * NX + 60] = INFINITY;
+    special_plane_f32(img, NX, NY, INFINITY, &s);
     for (int j = 40; j < 43; j++)
         for (int i = 70; i < 74; i++)
             img[j * NX + i] = NAN;
@@ -559,16 +576,13 @@ START_TEST(test_sample_f32_fused)
         for (int i = 15; i < 27; i++)
             img[j * NX + i] = FLT_MAX;
     rp_plane p = plane_of(img, RP_F32, NX, NY);
-    const double c = cos(20.0 * M_PI / 180.0), sn = sin(20.0 * M_PI / 180.0);
     for (int bicubic = 0; bicubic < 2; bicubic++)
     for (int layout = 0; layout < 2; layout++) {
         for (int r = 0; r < H; r++)
             for (int q = 0; q < W; q++) {
                 const int i = r * W + q;
                 if (layout == 0) {
-                    const double u = 1.03 * q - 52.0, w = 1.03 * r - 41.0;
-                    x[i] = 48.0 + c * u - sn * w;
-                    y[i] = 35.0 + sn * u + c * w;
+                    rotated20(1.03 * q - 52.0, 1.03 * r - 41.0, &x[i], &y[i]);
                     continue;
                 }
                 x[i] = -2.0 + rnd(&s) * (NX + 3.0);
@@ -703,10 +717,7 @@ START_TEST(test_constant_image)
     for (int i = 0; i < NX * NY; i++)
         img[i] = -3.5;
     unsigned long long s = 12345;
-    for (int i = 0; i < N; i++) {
-        x[i] = -0.5 + rnd(&s) * NX;
-        y[i] = -0.5 + rnd(&s) * NY;
-    }
+    random_positions(x, y, N, NX, NY, &s);
     rp_plane p = plane_of(img, RP_F64, NX, NY);
     for (int q = 0; q < 4; q++) {
         rp_kernel *k = kernel_or_die(ms[q], &p);
@@ -780,10 +791,7 @@ START_TEST(test_lanczos3_table_error)
     unsigned long long s = 99;
     for (int i = 0; i < NX * NY; i++)
         img[i] = 2.0 * rnd(&s) - 1.0;
-    for (int i = 0; i < N; i++) {
-        x[i] = -0.5 + rnd(&s) * NX;
-        y[i] = -0.5 + rnd(&s) * NY;
-    }
+    random_positions(x, y, N, NX, NY, &s);
     rp_plane p = plane_of(img, RP_F64, NX, NY);
     rp_kernel *k = kernel_or_die(RP_LANCZOS3, &p);
     rp_kernel_sample(k, N, x, y, out);
@@ -1002,10 +1010,7 @@ static void bicubic_finite_path_check(void *a, void *b, rp_dtype t, int NX, int 
         bd[c] = NAN;
     else
         bf[c] = NAN;
-    for (int i = 0; i < N; i++) {
-        x[i] = -0.5 + rnd(s) * (NX - 1.0);
-        y[i] = -0.5 + rnd(s) * (NY - 1.0);
-    }
+    random_positions(x, y, N, NX - 1.0, NY - 1.0, s);
     rp_plane pa = plane_of(a, t, NX, NY), pb = plane_of(b, t, NX, NY);
     rp_kernel *ka = make(RP_BICUBIC, &pa), *kb = make(RP_BICUBIC, &pb);
     rp_kernel_sample(ka, N, x, y, oa);
@@ -1068,10 +1073,7 @@ START_TEST(test_bicubic_column_blocks)
             b[i * NY + j] = v;
             peak = fabs(v) > peak ? fabs(v) : peak;
         }
-    for (int q = 0; q < N; q++) {
-        x[q] = -0.5 + rnd(&s) * (NX - 1.0);
-        y[q] = -0.5 + rnd(&s) * (NY - 1.0);
-    }
+    random_positions(x, y, N, NX - 1.0, NY - 1.0, &s);
     rp_plane pa = plane_of(a, RP_F64, NX, NY), pb = plane_of(b, RP_F64, NY, NX);
     rp_kernel *ka = kernel_or_die(RP_BICUBIC, &pa), *kb = kernel_or_die(RP_BICUBIC, &pb);
     rp_kernel_sample(ka, N, x, y, oa);
@@ -1353,10 +1355,7 @@ START_TEST(test_bicubic_f32_coefficients)
             }
         if (t == 4)
             f[9 * NX + 11] = (float)(d[9 * NX + 11] = NAN);
-        for (int i = 0; i < N; i++) {
-            x[i] = -0.5 + rnd(&s) * (NX - 1.0);
-            y[i] = -0.5 + rnd(&s) * (NY - 1.0);
-        }
+        random_positions(x, y, N, NX - 1.0, NY - 1.0, &s);
         bspline_coef_direct(d, NX, NY, coef);
         rp_plane p64 = plane_of(d, RP_F64, NX, NY), p32 = plane_of(f, RP_F32, NX, NY);
         rp_kernel *k64 = kernel_or_die(RP_BICUBIC, &p64), *k32 = kernel_f32_or_die(RP_BICUBIC, &p32);

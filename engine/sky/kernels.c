@@ -670,6 +670,44 @@ static void sample_lanczos3_f32(const rp_kernel *k, size_t n, const double *rest
 /* The low lane of the __m128 v in every lane (lane q of it is then the value). */
 #define RP_LZ_LANE(v) _mm_shuffle_ps((v), (v), 0)
 
+/* The constants of the interior test of lanczos3_group_inside for a plane nx x ny. */
+typedef struct {
+    __m256d one;
+    __m128i three, nx3, nx5, ny3, ny4;
+} rp_lz_bounds;
+
+static inline __attribute__((target("avx2"), always_inline)) rp_lz_bounds
+lanczos3_bounds(long nx, long ny)
+{
+    return (rp_lz_bounds){ .one = _mm256_set1_pd(1.0), .three = _mm_set1_epi32(3),
+                           .nx3 = _mm_set1_epi32((int32_t)nx - 3),
+                           .nx5 = _mm_set1_epi32((int32_t)nx - 5),
+                           .ny3 = _mm_set1_epi32((int32_t)ny - 3),
+                           .ny4 = _mm_set1_epi32((int32_t)ny - 4) };
+}
+
+/* The interior test of a group of four positions (x[0..3], y[0..3]) of the AVX2
+ * lanczos3 samplers of float planes, b from lanczos3_bounds: c = x + 1 (cx, cy)
+ * truncated (fx, fy) is in the interior when 3 <= fx <= nx - 3 (and so for fy), which
+ * also puts x inside [-0.5, nx - 0.5] (a NaN or huge x truncates to INT_MIN: outside);
+ * the last row's 8-pixel load ends inside the plane when fx <= nx - 5 or fy <= ny - 4.
+ * Returns nonzero when all four positions are in; cx, cy, fx, fy are set either way. */
+static inline __attribute__((target("avx2"), always_inline)) int
+lanczos3_group_inside(const rp_lz_bounds *b, const double *x, const double *y,
+                      __m256d *cx, __m256d *cy, __m128i *fx, __m128i *fy)
+{
+    *cx = _mm256_add_pd(_mm256_loadu_pd(x), b->one);
+    *cy = _mm256_add_pd(_mm256_loadu_pd(y), b->one);
+    const __m128i ix = _mm256_cvttpd_epi32(*cx), iy = _mm256_cvttpd_epi32(*cy);
+    *fx = ix;
+    *fy = iy;
+    const __m128i bad = _mm_or_si128(
+        _mm_or_si128(_mm_or_si128(_mm_cmpgt_epi32(ix, b->nx3), _mm_cmpgt_epi32(iy, b->ny3)),
+                     _mm_or_si128(_mm_cmpgt_epi32(b->three, ix), _mm_cmpgt_epi32(b->three, iy))),
+        _mm_and_si128(_mm_cmpgt_epi32(ix, b->nx5), _mm_cmpgt_epi32(iy, b->ny4)));
+    return _mm_testz_si128(bad, bad);
+}
+
 /* lanczos3 of a float plane with AVX2 intrinsics, the sampler of CPUs with AVX2 but no
  * FMA (with FMA: sample_lanczos3_f32_fma below): what lanczos3_f32 computes, bit for
  * bit, one position at a time in 8 float lanes: the six rows of its support loaded 8
@@ -705,27 +743,15 @@ RP_AVX2 static void sample_lanczos3_f32_avx2(const rp_kernel *k, size_t n,
 {
     RP_SAMPLER_VARS(float, k->src.data);
     const float *lzf = k->lzf;
-    const __m256d one = _mm256_set1_pd(1.0);
-    const __m128i three = _mm_set1_epi32(3);
-    const __m128i nx3 = _mm_set1_epi32((int32_t)nx - 3), nx5 = _mm_set1_epi32((int32_t)nx - 5);
-    const __m128i ny3 = _mm_set1_epi32((int32_t)ny - 3), ny4 = _mm_set1_epi32((int32_t)ny - 4);
+    const rp_lz_bounds bd = lanczos3_bounds(nx, ny);
     /* lanes 0-5 of the wx vector: w0, w1, w2 from wr (reversed), w3, w4, w5 from wf */
     const __m256i wxidx = _mm256_setr_epi32(2, 1, 0, 4, 5, 6, 3, 7);
     const size_t st = (size_t)nx;
     size_t m = 0;
     for (; m + 4 <= n; m += 4) {
-        /* c = x + 1 truncated: in the interior when 3 <= fx <= nx - 3 (and so for fy),
-         * which also puts x inside [-0.5, nx - 0.5] (a NaN or huge x truncates to
-         * INT_MIN: outside); the last row's 8-pixel load ends inside the plane when
-         * fx <= nx - 5 or fy <= ny - 4. */
-        const __m256d cxv = _mm256_add_pd(_mm256_loadu_pd(x + m), one);
-        const __m256d cyv = _mm256_add_pd(_mm256_loadu_pd(y + m), one);
-        const __m128i fxv = _mm256_cvttpd_epi32(cxv), fyv = _mm256_cvttpd_epi32(cyv);
-        const __m128i bad = _mm_or_si128(
-            _mm_or_si128(_mm_or_si128(_mm_cmpgt_epi32(fxv, nx3), _mm_cmpgt_epi32(fyv, ny3)),
-                         _mm_or_si128(_mm_cmpgt_epi32(three, fxv), _mm_cmpgt_epi32(three, fyv))),
-            _mm_and_si128(_mm_cmpgt_epi32(fxv, nx5), _mm_cmpgt_epi32(fyv, ny4)));
-        if (!_mm_testz_si128(bad, bad))
+        __m256d cxv, cyv;
+        __m128i fxv, fyv;
+        if (!lanczos3_group_inside(&bd, x + m, y + m, &cxv, &cyv, &fxv, &fyv))
             goto point;
         {
             const rp_v4d cx = (rp_v4d)cxv, cy = (rp_v4d)cyv;
@@ -832,10 +858,7 @@ lanczos3_fma_run(const rp_kernel *k, size_t n, const double *restrict x,
 {
     RP_SAMPLER_VARS(float, k->src.data);
     long fin = 0;
-    const __m256d one = _mm256_set1_pd(1.0);
-    const __m128i three = _mm_set1_epi32(3);
-    const __m128i nx3 = _mm_set1_epi32((int32_t)nx - 3), nx5 = _mm_set1_epi32((int32_t)nx - 5);
-    const __m128i ny3 = _mm_set1_epi32((int32_t)ny - 3), ny4 = _mm_set1_epi32((int32_t)ny - 4);
+    const rp_lz_bounds bd = lanczos3_bounds(nx, ny);
     const __m256d res = _mm256_set1_pd((double)LZ_RES);
     const float *lzw = k->lzw;
     /* (fu, fu, fu, fv, fv, fv, fu, fv) = sgn fu + off, fv = 1 - fu */
@@ -846,14 +869,9 @@ lanczos3_fma_run(const rp_kernel *k, size_t n, const double *restrict x,
     for (; m + 4 <= n; m += 4) {
         if (m < pn)   /* the group's pixel RP_PREFETCH_ROWS rows ahead (kernels_f32.c) */
             RP_PREFETCH_FAST(src, nx, pfx[m], pfy[m]);
-        const __m256d cxv = _mm256_add_pd(_mm256_loadu_pd(x + m), one);
-        const __m256d cyv = _mm256_add_pd(_mm256_loadu_pd(y + m), one);
-        const __m128i fxv = _mm256_cvttpd_epi32(cxv), fyv = _mm256_cvttpd_epi32(cyv);
-        const __m128i bad = _mm_or_si128(
-            _mm_or_si128(_mm_or_si128(_mm_cmpgt_epi32(fxv, nx3), _mm_cmpgt_epi32(fyv, ny3)),
-                         _mm_or_si128(_mm_cmpgt_epi32(three, fxv), _mm_cmpgt_epi32(three, fyv))),
-            _mm_and_si128(_mm_cmpgt_epi32(fxv, nx5), _mm_cmpgt_epi32(fyv, ny4)));
-        if (!_mm_testz_si128(bad, bad))
+        __m256d cxv, cyv;
+        __m128i fxv, fyv;
+        if (!lanczos3_group_inside(&bd, x + m, y + m, &cxv, &cyv, &fxv, &fyv))
             goto point;
         {
             const rp_v4i fx = (rp_v4i)fxv, fy = (rp_v4i)fyv;
@@ -988,6 +1006,17 @@ RP_AVX2_FMA static long fused_lanczos3_f32_fma(const rp_kernel *k, size_t n,
         RP_BSPLINE_WEIGHTS4(tx_, wx);                                                     \
         RP_BSPLINE_WEIGHTS4(ty_, wy);                                                     \
     } while (0)
+
+/* RP_BICUBIC_SUPPORTS, then, for a good group, RP_BICUBIC_GROUP_WEIGHTS: nonzero (the
+ * group takes the vector path, base, wx and wy set) or 0 (the point function). */
+#define RP_BICUBIC_GROUP_IN(base, wx, wy)                                                 \
+    __extension__({                                                                       \
+        int good_;                                                                        \
+        RP_BICUBIC_SUPPORTS(good_, base);                                                 \
+        if (good_)                                                                        \
+            RP_BICUBIC_GROUP_WEIGHTS(wx, wy);                                             \
+        good_;                                                                            \
+    })
 
 #ifdef RP_AVX2_SAMPLERS
 /* Positions ahead of the current group whose four coefficient rows sample_bicubic_avx2

@@ -83,11 +83,8 @@ RP_HOT static void BC_NAME(sample_bicubic)(const rp_kernel *k, size_t n, const d
         RP_GROUP(BC_NAME(bicubic_point));
         {
             const BC_T *base[4];
-            int good;
-            RP_BICUBIC_SUPPORTS(good, base);
-            if (good) {
-                rp_v4d wx[4], wy[4];
-                RP_BICUBIC_GROUP_WEIGHTS(wx, wy);
+            rp_v4d wx[4], wy[4];
+            if (RP_BICUBIC_GROUP_IN(base, wx, wy)) {
                 rp_v4d a[4];
 #if BC_F32
                 rp_v4f wf[4];
@@ -162,11 +159,8 @@ BC_NAME(bicubic_avx2_run)(const rp_kernel *k, size_t n, const double *restrict x
         RP_GROUP_WITH(RP_POINTS_TO, BC_NAME(bicubic_point));
         {
             const BC_T *base[4];
-            int good;
-            RP_BICUBIC_SUPPORTS(good, base);
-            if (good) {
-                rp_v4d wx[4], wy[4];
-                RP_BICUBIC_GROUP_WEIGHTS(wx, wy);
+            rp_v4d wx[4], wy[4];
+            if (RP_BICUBIC_GROUP_IN(base, wx, wy)) {
                 __m256d a[4];
 #if BC_F32
                 /* float coefficients: each lane's column sums in float (bicubic_point_f32) */

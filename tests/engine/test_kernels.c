@@ -56,6 +56,16 @@ static double rnd(unsigned long long *s)
     return (double)((*s * 2685821657736338717ULL) >> 11) * 0x1.0p-53;
 }
 
+/* n positions (x[i], y[i]) = (-0.5 + w rnd, -0.5 + h rnd), x drawn before y each time. */
+static void random_positions(double *x, double *y, int n, double w, double h,
+                             unsigned long long *s)
+{
+    for (int i = 0; i < n; i++) {
+        x[i] = -0.5 + rnd(s) * w;
+        y[i] = -0.5 + rnd(s) * h;
+    }
+}
+
 /* The Lanczos-3 kernel computed directly (no table): sinc(u) sinc(u / 3), |u| < 3. */
 static double lanczos3_direct(double u)
 {
@@ -452,6 +462,27 @@ START_TEST(test_sample_f32_matches)
 }
 END_TEST
 
+/* The nx x ny float plane of test_sample_f32_rows and test_sample_f32_fused: pixels
+ * 2e3 rnd - 700 drawn from s, a signalling NaN (0x7fa00000) at (41, 30), a quiet NaN at
+ * (17, 52) and the infinity inf at (60, 20) (0-based column, row). */
+static void special_plane_f32(float *img, int nx, int ny, float inf, unsigned long long *s)
+{
+    for (int i = 0; i < nx * ny; i++)
+        img[i] = (float)(2e3 * rnd(s) - 700.0);
+    const uint32_t snan = 0x7fa00000u;
+    memcpy(&img[30 * nx + 41], &snan, sizeof snan);
+    img[52 * nx + 17] = NAN;
+    img[20 * nx + 60] = inf;
+}
+
+/* The offset (u, w) from pixel (48, 35) rotated by 20 deg: the position (x, y). */
+static void rotated20(double u, double w, double *x, double *y)
+{
+    const double c = cos(20.0 * M_PI / 180.0), sn = sin(20.0 * M_PI / 180.0);
+    *x = 48.0 + c * u - sn * w;
+    *y = 35.0 + sn * u + c * w;
+}
+
 /* The same on whole rows of a grid rotated by 20 deg over a 97 x 71 float plane (the
  * layout rp_reproject hands the fused samplers: most groups of 8 or 16 positions wholly
  * inside and away from the edges, where the vector paths run; rows of 101 positions, not
@@ -465,19 +496,10 @@ START_TEST(test_sample_f32_rows)
     static float img[NX * NY], out[N], fp[N];
     static double x[N], y[N], v[N];
     unsigned long long s = 11;
-    for (int i = 0; i < NX * NY; i++)
-        img[i] = (float)(2e3 * rnd(&s) - 700.0);
-    const uint32_t snan = 0x7fa00000u;
-    memcpy(&img[30 * NX + 41], &snan, sizeof snan);
-    img[52 * NX + 17] = NAN;
-    img[20 * NX + 60] = -INFINITY;
-    const double c = cos(20.0 * M_PI / 180.0), sn = sin(20.0 * M_PI / 180.0);
+    special_plane_f32(img, NX, NY, -INFINITY, &s);
     for (int r = 0; r < H; r++)
-        for (int q = 0; q < W; q++) {
-            const double u = 0.93 * q - 46.0, w = 0.93 * r - 37.0;
-            x[r * W + q] = 48.0 + c * u - sn * w;
-            y[r * W + q] = 35.0 + sn * u + c * w;
-        }
+        for (int q = 0; q < W; q++)
+            rotated20(0.93 * q - 46.0, 0.93 * r - 37.0, &x[r * W + q], &y[r * W + q]);
     rp_plane p = plane_of(img, RP_F32, NX, NY);
     for (int nearest = 0; nearest < 2; nearest++) {
         rp_kernel *k = kernel_or_die(nearest ? RP_NEAREST : RP_BILINEAR, &p);
@@ -546,12 +568,7 @@ START_TEST(test_sample_f32_fused)
     static float img[NX * NY], out[N], fp[N];
     static double x[N], y[N], v[N];
     unsigned long long s = 23;
-    for (int i = 0; i < NX * NY; i++)
-        img[i] = (float)(2e3 * rnd(&s) - 700.0);
-    const uint32_t snan = 0x7fa00000u;
-    memcpy(&img[30 * NX + 41], &snan, sizeof snan);
-    img[52 * NX + 17] = NAN;
-    img[20 * NX + 60] = INFINITY;
+    special_plane_f32(img, NX, NY, INFINITY, &s);
     for (int j = 40; j < 43; j++)
         for (int i = 70; i < 74; i++)
             img[j * NX + i] = NAN;
@@ -559,16 +576,13 @@ START_TEST(test_sample_f32_fused)
         for (int i = 15; i < 27; i++)
             img[j * NX + i] = FLT_MAX;
     rp_plane p = plane_of(img, RP_F32, NX, NY);
-    const double c = cos(20.0 * M_PI / 180.0), sn = sin(20.0 * M_PI / 180.0);
     for (int bicubic = 0; bicubic < 2; bicubic++)
     for (int layout = 0; layout < 2; layout++) {
         for (int r = 0; r < H; r++)
             for (int q = 0; q < W; q++) {
                 const int i = r * W + q;
                 if (layout == 0) {
-                    const double u = 1.03 * q - 52.0, w = 1.03 * r - 41.0;
-                    x[i] = 48.0 + c * u - sn * w;
-                    y[i] = 35.0 + sn * u + c * w;
+                    rotated20(1.03 * q - 52.0, 1.03 * r - 41.0, &x[i], &y[i]);
                     continue;
                 }
                 x[i] = -2.0 + rnd(&s) * (NX + 3.0);
@@ -703,10 +717,7 @@ START_TEST(test_constant_image)
     for (int i = 0; i < NX * NY; i++)
         img[i] = -3.5;
     unsigned long long s = 12345;
-    for (int i = 0; i < N; i++) {
-        x[i] = -0.5 + rnd(&s) * NX;
-        y[i] = -0.5 + rnd(&s) * NY;
-    }
+    random_positions(x, y, N, NX, NY, &s);
     rp_plane p = plane_of(img, RP_F64, NX, NY);
     for (int q = 0; q < 4; q++) {
         rp_kernel *k = kernel_or_die(ms[q], &p);
@@ -780,10 +791,7 @@ START_TEST(test_lanczos3_table_error)
     unsigned long long s = 99;
     for (int i = 0; i < NX * NY; i++)
         img[i] = 2.0 * rnd(&s) - 1.0;
-    for (int i = 0; i < N; i++) {
-        x[i] = -0.5 + rnd(&s) * NX;
-        y[i] = -0.5 + rnd(&s) * NY;
-    }
+    random_positions(x, y, N, NX, NY, &s);
     rp_plane p = plane_of(img, RP_F64, NX, NY);
     rp_kernel *k = kernel_or_die(RP_LANCZOS3, &p);
     rp_kernel_sample(k, N, x, y, out);
@@ -971,6 +979,56 @@ END_TEST
 
 /* ---- NaN locality ------------------------------------------------------------------- */
 
+/* The check of test_bicubic_finite_path and test_bicubic_f32_finite_path on the plane a,
+ * NX x NY pixels of type t (RP_F64 or RP_F32) filled by the caller, b a plane as large:
+ * sets a's pixel (I0, J0) = (20, 7) to fill_missing's value for a lone NaN there
+ * (lerp_at at the midpoint, both axes) and checks that the pixel type holds it exactly,
+ * copies a into b with a NaN at that pixel, samples the kernels `make` builds on both at
+ * N = 3001 positions drawn from s and checks that they agree bit for bit wherever the
+ * 4x4 support misses the pixel, on more than 80% of the positions. */
+static void bicubic_finite_path_check(void *a, void *b, rp_dtype t, int NX, int NY,
+                                      rp_kernel *(*make)(rp_method, const rp_plane *),
+                                      unsigned long long *s)
+{
+    enum { I0 = 20, J0 = 7, N = 3001 };
+    static double x[N], y[N], oa[N], ob[N];
+    double *ad = a, *bd = b;
+    float *af = a, *bf = b;
+#define PX(i) (t == RP_F64 ? ad[i] : (double)af[i])
+    const int c = J0 * NX + I0;
+    const double rv = PX(c - 1) + (PX(c + 1) - PX(c - 1)) * 1.0 / 2.0;
+    const double cv = PX(c - NX) + (PX(c + NX) - PX(c - NX)) * 1.0 / 2.0;
+    const double fill = 0.5 * (rv + cv);
+    if (t == RP_F64)
+        ad[c] = fill;
+    else
+        af[c] = (float)fill;
+    ck_assert(PX(c) == fill);
+#undef PX
+    memcpy(b, a, (t == RP_F64 ? sizeof(double) : sizeof(float)) * (size_t)(NX * NY));
+    if (t == RP_F64)
+        bd[c] = NAN;
+    else
+        bf[c] = NAN;
+    random_positions(x, y, N, NX - 1.0, NY - 1.0, s);
+    rp_plane pa = plane_of(a, t, NX, NY), pb = plane_of(b, t, NX, NY);
+    rp_kernel *ka = make(RP_BICUBIC, &pa), *kb = make(RP_BICUBIC, &pb);
+    rp_kernel_sample(ka, N, x, y, oa);
+    rp_kernel_sample(kb, N, x, y, ob);
+    int compared = 0;
+    for (int i = 0; i < N; i++) {
+        if (fabs(x[i] - I0) <= 3.0 && fabs(y[i] - J0) <= 3.0)
+            continue;   /* the support may hold the pixel */
+        ck_assert_msg(memcmp(&oa[i], &ob[i], sizeof oa[i]) == 0,
+                      "%dx%d at (%.17g, %.17g): finite plane %.17g, general path %.17g",
+                      NX, NY, x[i], y[i], oa[i], ob[i]);
+        compared++;
+    }
+    ck_assert_int_gt(compared, N * 8 / 10);
+    rp_kernel_free(ka);
+    rp_kernel_free(kb);
+}
+
 /* Bicubic prepares a plane with no missing pixel in two passes (kernels.c
  * bicubic_prefilter_finite) and one with a NaN by the general path, which first fills
  * the NaN with the mean of the linear interpolations along its row and its column
@@ -983,41 +1041,14 @@ END_TEST
  * and columns long enough for the anticausal pass in blocks (bspline_cols_finish). */
 START_TEST(test_bicubic_finite_path)
 {
-    enum { MAXPX = 40 * 230, I0 = 20, J0 = 7, N = 3001 };
     static const int sizes[5][2] = { { 45, 39 }, { 44, 17 }, { 46, 30 }, { 47, 14 }, { 40, 230 } };
-    static double a[MAXPX], b[MAXPX], x[N], y[N], oa[N], ob[N];
+    static double a[40 * 230], b[40 * 230];
     unsigned long long s = 4242;
     for (int t = 0; t < 5; t++) {
         const int NX = sizes[t][0], NY = sizes[t][1];
         for (int i = 0; i < NX * NY; i++)
             a[i] = 100.0 * rnd(&s) - 20.0;
-        const int c = J0 * NX + I0;
-        /* fill_missing's arithmetic for a lone NaN: lerp_at at the midpoint, both axes. */
-        const double rv = a[c - 1] + (a[c + 1] - a[c - 1]) * 1.0 / 2.0;
-        const double cv = a[c - NX] + (a[c + NX] - a[c - NX]) * 1.0 / 2.0;
-        a[c] = 0.5 * (rv + cv);
-        memcpy(b, a, sizeof(double) * (size_t)(NX * NY));
-        b[c] = NAN;
-        for (int i = 0; i < N; i++) {
-            x[i] = -0.5 + rnd(&s) * (NX - 1.0);
-            y[i] = -0.5 + rnd(&s) * (NY - 1.0);
-        }
-        rp_plane pa = plane_of(a, RP_F64, NX, NY), pb = plane_of(b, RP_F64, NX, NY);
-        rp_kernel *ka = kernel_or_die(RP_BICUBIC, &pa), *kb = kernel_or_die(RP_BICUBIC, &pb);
-        rp_kernel_sample(ka, N, x, y, oa);
-        rp_kernel_sample(kb, N, x, y, ob);
-        int compared = 0;
-        for (int i = 0; i < N; i++) {
-            if (fabs(x[i] - I0) <= 3.0 && fabs(y[i] - J0) <= 3.0)
-                continue;   /* the support may hold the pixel */
-            ck_assert_msg(memcmp(&oa[i], &ob[i], sizeof oa[i]) == 0,
-                          "%dx%d at (%.17g, %.17g): finite plane %.17g, general path %.17g",
-                          NX, NY, x[i], y[i], oa[i], ob[i]);
-            compared++;
-        }
-        ck_assert_int_gt(compared, N * 8 / 10);
-        rp_kernel_free(ka);
-        rp_kernel_free(kb);
+        bicubic_finite_path_check(a, b, RP_F64, NX, NY, kernel_or_die, &s);
     }
 }
 END_TEST
@@ -1042,10 +1073,7 @@ START_TEST(test_bicubic_column_blocks)
             b[i * NY + j] = v;
             peak = fabs(v) > peak ? fabs(v) : peak;
         }
-    for (int q = 0; q < N; q++) {
-        x[q] = -0.5 + rnd(&s) * (NX - 1.0);
-        y[q] = -0.5 + rnd(&s) * (NY - 1.0);
-    }
+    random_positions(x, y, N, NX - 1.0, NY - 1.0, &s);
     rp_plane pa = plane_of(a, RP_F64, NX, NY), pb = plane_of(b, RP_F64, NY, NX);
     rp_kernel *ka = kernel_or_die(RP_BICUBIC, &pa), *kb = kernel_or_die(RP_BICUBIC, &pb);
     rp_kernel_sample(ka, N, x, y, oa);
@@ -1327,10 +1355,7 @@ START_TEST(test_bicubic_f32_coefficients)
             }
         if (t == 4)
             f[9 * NX + 11] = (float)(d[9 * NX + 11] = NAN);
-        for (int i = 0; i < N; i++) {
-            x[i] = -0.5 + rnd(&s) * (NX - 1.0);
-            y[i] = -0.5 + rnd(&s) * (NY - 1.0);
-        }
+        random_positions(x, y, N, NX - 1.0, NY - 1.0, &s);
         bspline_coef_direct(d, NX, NY, coef);
         rp_plane p64 = plane_of(d, RP_F64, NX, NY), p32 = plane_of(f, RP_F32, NX, NY);
         rp_kernel *k64 = kernel_or_die(RP_BICUBIC, &p64), *k32 = kernel_f32_or_die(RP_BICUBIC, &p32);
@@ -1381,42 +1406,14 @@ END_TEST
  * (a quarter-integer) exact in float. */
 START_TEST(test_bicubic_f32_finite_path)
 {
-    enum { MAXPX = 33 * 300, I0 = 20, J0 = 7, N = 3001 };
     static const int sizes[4][2] = { { 45, 39 }, { 47, 14 }, { 40, 230 }, { 33, 300 } };
-    static float a[MAXPX], b[MAXPX];
-    static double x[N], y[N], oa[N], ob[N];
+    static float a[33 * 300], b[33 * 300];
     unsigned long long s = 31337;
     for (int t = 0; t < 4; t++) {
         const int NX = sizes[t][0], NY = sizes[t][1];
         for (int i = 0; i < NX * NY; i++)
             a[i] = (float)floor(1000.0 * rnd(&s) - 200.0);
-        const int c = J0 * NX + I0;
-        const double rv = a[c - 1] + (a[c + 1] - a[c - 1]) * 1.0 / 2.0;
-        const double cv = a[c - NX] + (a[c + NX] - a[c - NX]) * 1.0 / 2.0;
-        a[c] = (float)(0.5 * (rv + cv));
-        ck_assert((double)a[c] == 0.5 * (rv + cv));
-        memcpy(b, a, sizeof(float) * (size_t)(NX * NY));
-        b[c] = NAN;
-        for (int i = 0; i < N; i++) {
-            x[i] = -0.5 + rnd(&s) * (NX - 1.0);
-            y[i] = -0.5 + rnd(&s) * (NY - 1.0);
-        }
-        rp_plane pa = plane_of(a, RP_F32, NX, NY), pb = plane_of(b, RP_F32, NX, NY);
-        rp_kernel *ka = kernel_f32_or_die(RP_BICUBIC, &pa), *kb = kernel_f32_or_die(RP_BICUBIC, &pb);
-        rp_kernel_sample(ka, N, x, y, oa);
-        rp_kernel_sample(kb, N, x, y, ob);
-        int compared = 0;
-        for (int i = 0; i < N; i++) {
-            if (fabs(x[i] - I0) <= 3.0 && fabs(y[i] - J0) <= 3.0)
-                continue;
-            ck_assert_msg(memcmp(&oa[i], &ob[i], sizeof oa[i]) == 0,
-                          "%dx%d at (%.17g, %.17g): finite plane %.17g, general path %.17g",
-                          NX, NY, x[i], y[i], oa[i], ob[i]);
-            compared++;
-        }
-        ck_assert_int_gt(compared, N * 8 / 10);
-        rp_kernel_free(ka);
-        rp_kernel_free(kb);
+        bicubic_finite_path_check(a, b, RP_F32, NX, NY, kernel_f32_or_die, &s);
     }
 }
 END_TEST

@@ -204,24 +204,60 @@ static void transpose16(const unsigned char *const src[16], size_t q, unsigned c
 #endif
 }
 
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__)) && !defined(RP_NO_AVX2)
+#include <immintrin.h>
+#define HAVE_WIDE 1
+/* 16 pixels' values of planes 0 .. gk-1 (16 < gk <= 64; as transpose16 reads them)
+ * into their series, gk bytes at dst + p * stride: transposed 16 planes at a time into a
+ * 16 x 64 block that stays in L1 (the last 16 planes ending at gk, as in
+ * scatter_tile_row), then written with one 64-byte store a pixel masked to its gk bytes
+ * (AVX-512BW; the bytes masked off are neither written nor faulted), a quarter of the
+ * stores of transpose16's rows at 64 planes (none fewer at 16: those go by transpose16).  Only where the CPU has AVX-512BW
+ * (__builtin_cpu_supports), never with -DRP_NO_AVX2 (the plain paths' build). */
+__attribute__((target("avx512f,avx512bw"))) static void
+transpose_wide(const unsigned char *const *src, size_t q, long gk, unsigned char *dst,
+               size_t stride)
+{
+    _Alignas(64) unsigned char blk[16 * 64];
+    long j0 = 0;
+    for (; j0 + 16 <= gk; j0 += 16)
+        transpose16(src + j0, q, blk + j0, 64);
+    if (j0 < gk)
+        transpose16(src + gk - 16, q, blk + gk - 16, 64);
+    __mmask64 m = gk >= 64 ? ~(__mmask64)0 : (((__mmask64)1 << gk) - 1);
+    for (int p = 0; p < 16; p++)
+        _mm512_mask_storeu_epi8(dst + (size_t)p * stride, m,
+                                _mm512_load_si512((const void *)(blk + p * 64)));
+}
+#endif
+
 /* One tile row (th rows) of gk planes (src[j]: the tile row's first
  * value in plane j, es bytes a value, rows nx values apart) into the series of its store
  * indices: `dst` is the value of plane 0 in the series of the tile row's first index, a
  * series nz values long.  In store order a tile's row of w pixels is w adjacent series,
- * so 8-bit values go 16 pixels by 16 planes at a time (transpose16); the rest value by
- * value. */
+ * so 8-bit values go 16 pixels by 16 planes at a time (transpose16), or 16 pixels by up
+ * to 64 planes (transpose_wide, with AVX-512BW); the rest value by value. */
 static void scatter_tile_row(const cube_transpose *t, long th,
                              const unsigned char *const *src, long gk, unsigned char *dst)
 {
     const long nx = t->nx;
     const size_t es = (size_t)t->es, nz = (size_t)t->nz;
     size_t i = 0;   /* store index from the tile row's first */
+#ifdef HAVE_WIDE
+    const int wide = __builtin_cpu_supports("avx512bw");
+#endif
     for (long x0 = 0; x0 < nx; x0 += CUBE_TILE) {
         long w = lmin(CUBE_TILE, nx - x0);
         for (long yy = 0; yy < th; yy++, i += (size_t)w) {
             size_t q = (size_t)(yy * nx + x0);
             unsigned char *d = dst + i * nz * es;
             long j0 = 0;
+#ifdef HAVE_WIDE
+            if (es == 1 && w == 16 && gk > 16 && gk <= 64 && wide) {
+                transpose_wide(src, q, gk, d, nz);
+                continue;
+            }
+#endif
             if (es == 1 && w == 16 && gk >= 16) {
                 for (; j0 + 16 <= gk; j0 += 16)
                     transpose16(src + j0, q, d + j0, nz);

@@ -125,6 +125,7 @@ static int rechunk_plan(const void *req, const job_env *env, const char *workdir
     }
     if (!rc && !s->inmem) {
         s->t.hold = s->t.g = job_rechunk_group_planes(d, env->threads);
+        s->t.rowwise = 1;
         s->t.ngroups = (s->t.nz + s->t.g - 1) / s->t.g;
     }
     if (!rc && !s->inmem && cube_transpose_set_dest(&s->t, s->store_path) != 0) {

@@ -49,6 +49,9 @@ typedef struct cube_transpose {
     uint32_t *perm;            /* perm[idx] = y*nx + x of store index idx (owned) */
     long g, ngroups;           /* planes per group, groups */
     long hold;                 /* planes a group holds at once (0: cube_transpose_group_hold) */
+    int rowwise;               /* 1: stage A makes the destination's pages a tile row at a
+                                * time, just before the first group writes there (0: all
+                                * of them when the first group maps it) */
     long band_rows, nbands;    /* rows per band (multiple of CUBE_TILE), bands */
     int direct;                /* 1: no stage A; bands read the chunk store src_path */
     char stage_path[PATH_MAX]; /* <workdir>/staging.bin */

@@ -2,6 +2,7 @@
 #include <check.h>
 #include <fcntl.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -48,16 +49,40 @@ static stack *open_cube(const char *path, long nz)
     return st;
 }
 
+/* Groups k, k + 2, ... of the transpose in `arg` (rowwise: two threads side by side). */
+static void *odd_groups(void *arg)
+{
+    cube_transpose *t = arg;
+    char err[256];
+    for (long k = 1; k < t->ngroups; k += 2)
+        if (cube_transpose_group(t, k, &no_cancel, err, sizeof err) != 0)
+            return t;
+    return NULL;
+}
+
+/* rowwise 1: the destination's pages made a tile row at a time, as rechunk does, each
+ * group holding all its planes at once, the odd groups on a second thread. */
 static void transpose_staged(cube_transpose *t, stack *st, long nz, cs_dtype dtype,
-                             long out_bytes, const char *dir)
+                             long out_bytes, const char *dir, int rowwise)
 {
     cube_source src = {.st = st, .nx = NX, .ny = NY, .nz = nz, .dtype = dtype, .name = "t"};
     char err[256];
     ck_assert_msg(cube_transpose_init(t, &src, out_bytes, 0, NULL, dir, err, sizeof err) == 0,
                   "%s", err);
     ck_assert_msg(cube_transpose_create_files(t, err, sizeof err) == 0, "%s", err);
-    for (long k = 0; k < t->ngroups; k++)
+    pthread_t th;
+    if (rowwise) {
+        t->rowwise = 1;
+        t->hold = t->g;
+        ck_assert_int_eq(pthread_create(&th, NULL, odd_groups, t), 0);
+    }
+    for (long k = 0; k < t->ngroups; k += 1 + rowwise)
         ck_assert_msg(cube_transpose_group(t, k, &no_cancel, err, sizeof err) == 0, "%s", err);
+    if (rowwise) {
+        void *bad = t;
+        ck_assert_int_eq(pthread_join(th, &bad), 0);
+        ck_assert_ptr_null(bad);
+    }
 }
 
 /* Every band's series, from the staging file and from the planes directly, equals the
@@ -76,7 +101,7 @@ START_TEST(test_transpose)
     write_cube(path, v, nz);
     stack *st = open_cube(path, nz);
     cube_transpose t;
-    transpose_staged(&t, st, nz, CS_F32, 0, dir);
+    transpose_staged(&t, st, nz, CS_F32, 0, dir, 0);
     ck_assert_int_eq(t.es, 4);
     ck_assert_int_gt(t.ngroups, 1);   /* several groups are gathered into a band */
     size_t bytes = (size_t)t.band_rows * NX * nz * 4;
@@ -124,8 +149,10 @@ START_TEST(test_transpose)
 END_TEST
 
 /* 8-bit values (dtype u8), 300 planes: groups of 19 planes and holds of 64 go through
- * the 16 x 16 byte transpose and the values left over one by one, on both edge tiles;
- * every series of the staging file and of cube_transpose_rows is the formula's. */
+ * the 16 x 16 byte transpose and the values left over (one by one below 16 planes, else
+ * by a last transpose of the 16 planes ending the hold), on both edge tiles; every series
+ * of the staging file and of cube_transpose_rows is the formula's, with the staging
+ * file's pages made all at once and a tile row at a time (rowwise, two threads). */
 static unsigned char u8_value(long x, long y, long z)
 {
     return (unsigned char)((x * 7 + y * 13 + z * 29 + x * y * z) % 256);
@@ -144,30 +171,32 @@ START_TEST(test_transpose_u8)
             v[z * NX * NY + i] = u8_value(i % NX, i / NX, z);
     write_cube(path, v, nz);
     stack *st = open_cube(path, nz);
-    cube_transpose t;
-    transpose_staged(&t, st, nz, CS_U8, 0, dir);
-    ck_assert_int_eq(t.es, 1);
-    ck_assert_int_gt(t.g, 16);
-    size_t bytes = (size_t)NX * NY * nz;
-    unsigned char *staged = malloc(bytes), *rows = malloc(bytes);
-    ck_assert_ptr_nonnull(staged);
-    ck_assert_ptr_nonnull(rows);
-    int fd = cube_transpose_series_open(&t);
-    ck_assert_int_ge(fd, 0);
-    ck_assert_int_eq(tess_pread_all(fd, staged, bytes, CHUNKSTORE_HEADER), 0);
-    ck_assert_int_eq(cube_transpose_series_close(&t, fd, 0, err, sizeof err), 0);
-    ck_assert_msg(cube_transpose_rows(&t, 0, NY, rows, &no_cancel, err, sizeof err) == 0, "%s",
-                  err);
-    for (long i = 0; i < NX * NY; i++) {
-        long x = t.perm[i] % NX, y = t.perm[i] / NX;
-        for (long z = 0; z < nz; z++) {
-            ck_assert_uint_eq(staged[i * nz + z], u8_value(x, y, z));
-            ck_assert_uint_eq(rows[i * nz + z], u8_value(x, y, z));
+    for (int rowwise = 0; rowwise < 2; rowwise++) {
+        cube_transpose t;
+        transpose_staged(&t, st, nz, CS_U8, 0, dir, rowwise);
+        ck_assert_int_eq(t.es, 1);
+        ck_assert_int_gt(t.g, 16);
+        size_t bytes = (size_t)NX * NY * nz;
+        unsigned char *staged = malloc(bytes), *rows = malloc(bytes);
+        ck_assert_ptr_nonnull(staged);
+        ck_assert_ptr_nonnull(rows);
+        int fd = cube_transpose_series_open(&t);
+        ck_assert_int_ge(fd, 0);
+        ck_assert_int_eq(tess_pread_all(fd, staged, bytes, CHUNKSTORE_HEADER), 0);
+        ck_assert_int_eq(cube_transpose_series_close(&t, fd, 0, err, sizeof err), 0);
+        ck_assert_msg(cube_transpose_rows(&t, 0, NY, rows, &no_cancel, err, sizeof err) == 0, "%s",
+                      err);
+        for (long i = 0; i < NX * NY; i++) {
+            long x = t.perm[i] % NX, y = t.perm[i] / NX;
+            for (long z = 0; z < nz; z++) {
+                ck_assert_uint_eq(staged[i * nz + z], u8_value(x, y, z));
+                ck_assert_uint_eq(rows[i * nz + z], u8_value(x, y, z));
+            }
         }
+        free(staged);
+        free(rows);
+        cube_transpose_release(&t);
     }
-    free(staged);
-    free(rows);
-    cube_transpose_release(&t);
     stack_free(st);
     free(v);
     const char *names[] = {"cube.fits", "staging.bin"};
@@ -197,7 +226,7 @@ START_TEST(test_spectrum)
     write_cube(path, v, nz);
     stack *st = open_cube(path, nz);
     cube_transpose t;
-    transpose_staged(&t, st, nz, CS_F32, 4, dir);
+    transpose_staged(&t, st, nz, CS_F32, 4, dir, 0);
     fitswrite_image im = {.bitpix = -32, .naxis = 3, .naxes = {NX, NY, nz}};
     long long ds = 0;
     cube_spectrum *sp = NULL;

@@ -1049,12 +1049,12 @@ RP_AVX2_FMA static long fused_lanczos3_f32_fma(const rp_kernel *k, size_t n,
 #endif
 
 /* The samplers of double coefficients (rp_kernel_new) and of float ones (rp_kernel_new_f32
- * of float32 planes): kernels_bicubic.h. */
+ * of float32 planes): kernels_bicubic.inc. */
 #define BC_T double
 #define BC_SFX f64
 #define BC_F32 0
 #define BC_AHEAD RP_BICUBIC_AHEAD
-#include "engine/sky/kernels_bicubic.h"
+#include "engine/sky/kernels_bicubic.inc"
 #undef BC_AHEAD
 #undef BC_F32
 #undef BC_SFX
@@ -1063,7 +1063,7 @@ RP_AVX2_FMA static long fused_lanczos3_f32_fma(const rp_kernel *k, size_t n,
 #define BC_SFX f32
 #define BC_F32 1
 #define BC_AHEAD RP_BICUBIC_AHEAD_F32
-#include "engine/sky/kernels_bicubic.h"
+#include "engine/sky/kernels_bicubic.inc"
 #undef BC_AHEAD
 #undef BC_F32
 #undef BC_SFX

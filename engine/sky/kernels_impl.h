@@ -42,7 +42,7 @@ struct rp_kernel {
     sample_fn *fn;         /* the sampler for method and dtype */
     fused_fn *ffn;         /* lanczos3 of float planes with FMA, bicubic of float
                               coefficients with AVX2: fn's twin that writes float32 output
-                              (kernels.c, kernels_bicubic.h; rp_kernel_sample_f32), the
+                              (kernels.c, kernels_bicubic.inc; rp_kernel_sample_f32), the
                               same groups and arithmetic, so (float) of fn's values; or NULL */
     void *coef;            /* bicubic: B-spline coefficients, (nx + 2) x (ny + 2) doubles
                               (rp_bspline_prepare), or floats for a float32 plane from

@@ -528,6 +528,14 @@ void jobc_frames_cost(const dataset *d, long held, job_cost *c)
     c->block_bytes += (double)jobc_lmin(held, d->nz) * frame;
 }
 
+double jobc_transpose_group_bytes(const dataset *d, long zmax)
+{
+    double es = (double)chunkstore_esize(jobc_choose_dtype(d));
+    double nx = (double)d->nx, npix = nx * (double)d->ny;
+    return fmax(npix * ((double)CUBE_TILE * es + 8.0),
+                (double)zmax * CUBE_TILE * nx * es + CUBE_TILE * nx * 8.0);
+}
+
 void jobc_transpose_cost(const dataset *d, long out_bytes_per_value, int direct,
                          double band_extra, job_cost *c)
 {
@@ -547,11 +555,9 @@ void jobc_transpose_cost(const dataset *d, long out_bytes_per_value, int direct,
         /* the tile rows of the planes it holds and a tile row of doubles, at least the
          * figure of one plane of CUBE_TILE values and doubles this estimate always gave;
          * and the decoded frames it holds */
-        double zmax = (double)cube_transpose_group_hold(d->nx, d->ny, (int)es);
-        long gheld = jobc_lmin(g, (long)zmax);
-        double group = fmax(npix * ((double)CUBE_TILE * es + 8.0),
-                            zmax * CUBE_TILE * (double)d->nx * es + CUBE_TILE * (double)d->nx
-                            * 8.0) + (double)gheld * frame;
+        long zmax = cube_transpose_group_hold(d->nx, d->ny, (int)es);
+        long gheld = jobc_lmin(g, zmax);
+        double group = jobc_transpose_group_bytes(d, zmax) + (double)gheld * frame;
         if (group > c->block_bytes) {
             c->block_bytes = group - (double)gheld * frame;   /* jobc_frames_cost adds them */
             held = gheld;

@@ -217,4 +217,10 @@ void jobc_frames_cost(const dataset *d, long held, job_cost *c);
 void jobc_transpose_cost(const dataset *d, long out_bytes_per_value, int direct,
                          double band_extra, job_cost *c);
 
+/* The buffers of a stage A group of d holding zmax planes at once, in bytes: a tile row
+ * of each held plane in the store's type and a tile row of doubles, at least one plane of
+ * CUBE_TILE values and doubles a pixel; the decoded frames it holds not included.
+ * Cannot fail. */
+double jobc_transpose_group_bytes(const dataset *d, long zmax);
+
 #endif

@@ -9,7 +9,6 @@
 #include "engine/image/stack.h"
 
 #include <limits.h>
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -204,12 +203,10 @@ static int rechunk_estimate(const void *req, const job_env *env, job_cost *c,
     double es = (double)chunkstore_esize(jobc_choose_dtype(d)), nx = (double)d->nx;
     double store = (double)CHUNKSTORE_HEADER + nx * (double)d->ny * (double)d->nz * es;
     if (!inmem) {
-        /* a group: the tile rows of its planes, a tile row of doubles, its frames (as
-         * jobc_transpose_cost counts them, for this job's own group size) */
+        /* a group of this job's own size: its buffers and the frames it holds */
         long hold = job_rechunk_group_planes(d, env->threads);
-        double npix = nx * (double)d->ny, frame = jobc_frame_bytes(d);
-        c->block_bytes = fmax(npix * ((double)CUBE_TILE * es + 8.0),
-                              (double)hold * CUBE_TILE * nx * es + CUBE_TILE * nx * 8.0) +
+        double frame = jobc_frame_bytes(d);
+        c->block_bytes = jobc_transpose_group_bytes(d, hold) +
                          (frame > 0.0 ? (double)hold * frame : 0.0);
         snprintf(c->what, sizeof c->what, "a group of %ld planes of %ld x %ld pixels", hold,
                  d->nx, d->ny);

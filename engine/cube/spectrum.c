@@ -240,34 +240,6 @@ long cube_spectrum_nblocks(const cube_transpose *t)
     return (t->ny + CUBE_TILE - 1) / CUBE_TILE * g.nsub * g.ncol;
 }
 
-/* Reads the series i0 .. i0 + n - 1 of block b's pixels (rows [y0, y1), columns [x0, x1)
- * of the image), in the block's order, from fd into buf: store order when whole tile rows
- * (one read); else tile by tile, the rows of the block in each (within a tile the pixels
- * are row-major, so a tile's part is one read).  0, or -1 when a read fails. */
-static int read_series(const cube_transpose *t, const geom *g, int fd, long y0, long y1,
-                       long x0, long i0, long n, unsigned char *buf)
-{
-    size_t sz = (size_t)t->nz * (size_t)t->es;
-    if (g->rows >= CUBE_TILE)
-        return tess_pread_all(fd, buf, (size_t)n * sz,
-                              (off_t)(CHUNKSTORE_HEADER + ((long long)y0 * t->nx + i0) *
-                                                              (long long)sz));
-    long ty0 = y0 / CUBE_TILE * CUBE_TILE, h = lmin(CUBE_TILE, t->ny - ty0);
-    long per_tile = (y1 - y0) * CUBE_TILE;   /* block_offset's numbering */
-    while (n > 0) {
-        long k = i0 / per_tile, q = i0 - k * per_tile, tx0 = x0 + k * CUBE_TILE;
-        long w = lmin(CUBE_TILE, t->nx - tx0), m = lmin(n, (y1 - y0) * w - q);
-        long long first = (long long)ty0 * t->nx + (long long)tx0 * h + (y0 - ty0) * w + q;
-        if (tess_pread_all(fd, buf, (size_t)m * sz,
-                           (off_t)(CHUNKSTORE_HEADER + first * (long long)sz)) != 0)
-            return -1;
-        buf += (size_t)m * sz;
-        i0 += m;
-        n -= m;
-    }
-    return 0;
-}
-
 /* The store index of the block's series i (read_series's order): the first of a run of
  * *n adjacent in the store (at most `left`). */
 static long long series_index(const cube_transpose *t, const geom *g, long y0, long y1,
@@ -282,6 +254,28 @@ static long long series_index(const cube_transpose *t, const geom *g, long y0, l
     long tx0 = x0 + k * CUBE_TILE, w = lmin(CUBE_TILE, t->nx - tx0);
     *n = lmin(left, (y1 - y0) * w - q);
     return (long long)ty0 * t->nx + (long long)tx0 * h + (y0 - ty0) * w + q;
+}
+
+/* Reads the series i0 .. i0 + n - 1 of block b's pixels (rows [y0, y1), columns [x0, x1)
+ * of the image), in the block's order, from fd into buf: store order when whole tile rows
+ * (one read); else tile by tile, the rows of the block in each (within a tile the pixels
+ * are row-major, so a tile's part is one read: series_index's runs).  0, or -1 when a
+ * read fails. */
+static int read_series(const cube_transpose *t, const geom *g, int fd, long y0, long y1,
+                       long x0, long i0, long n, unsigned char *buf)
+{
+    size_t sz = (size_t)t->nz * (size_t)t->es;
+    while (n > 0) {
+        long m;
+        long long first = series_index(t, g, y0, y1, x0, i0, n, &m);
+        if (tess_pread_all(fd, buf, (size_t)m * sz,
+                           (off_t)(CHUNKSTORE_HEADER + first * (long long)sz)) != 0)
+            return -1;
+        buf += (size_t)m * sz;
+        i0 += m;
+        n -= m;
+    }
+    return 0;
 }
 
 /* The place of the block's series i (in read_block's order) in its part of a plane

@@ -384,11 +384,59 @@ static int slurp(int fd, unsigned char *p, size_t size)
     return 0;
 }
 
+/* Buffers given back by pngframe_release: at most KEEP_SLOTS, PNGFRAME_KEEP_BYTES in all,
+ * freed when the process ends. */
+#define KEEP_SLOTS 128
+static pthread_mutex_t keep_lock = PTHREAD_MUTEX_INITIALIZER;
+static void *keep_buf[KEEP_SLOTS];
+static size_t keep_len[KEEP_SLOTS], keep_bytes;
+static int keep_n;
+
+void pngframe_release(void *pix, size_t bytes)
+{
+    if (!pix)
+        return;
+    pthread_mutex_lock(&keep_lock);
+    int kept = keep_n < KEEP_SLOTS && bytes <= PNGFRAME_KEEP_BYTES - keep_bytes;
+    if (kept) {
+        keep_buf[keep_n] = pix;
+        keep_len[keep_n++] = bytes;
+        keep_bytes += bytes;
+    }
+    pthread_mutex_unlock(&keep_lock);
+    if (!kept)
+        free(pix);
+}
+
+/* A kept buffer of exactly `bytes`, else a new one (NULL when out of memory). */
+static void *take_buffer(size_t bytes)
+{
+    void *p = NULL;
+    pthread_mutex_lock(&keep_lock);
+    for (int i = keep_n - 1; i >= 0; i--)
+        if (keep_len[i] == bytes) {
+            p = keep_buf[i];
+            keep_buf[i] = keep_buf[--keep_n];
+            keep_len[i] = keep_len[keep_n];
+            keep_bytes -= bytes;
+            break;
+        }
+    pthread_mutex_unlock(&keep_lock);
+    return p ? p : malloc(bytes);
+}
+
+__attribute__((destructor)) static void keep_free_all(void)
+{
+    pthread_mutex_lock(&keep_lock);
+    while (keep_n > 0)
+        free(keep_buf[--keep_n]);
+    keep_bytes = 0;
+    pthread_mutex_unlock(&keep_lock);
+}
+
 /* The direct decode.  1 decoded into *pix, 0 when libpng must decode the file (anything
  * but a well-formed non-interlaced 8/16-bit grey frame), or a negative TESS_E* code (the
  * open, the budget, memory) with err. */
-static void *take_buffer(size_t bytes);
-
 static int direct_decode(const char *path, void **pix, long *nx, long *ny, int *bits,
                          char *err, size_t errlen)
 {
@@ -501,56 +549,6 @@ static int direct_decode(const char *path, void **pix, long *nx, long *ny, int *
     *ny = h;
     *bits = bt;
     return 1;
-}
-
-/* Buffers given back by pngframe_release: at most KEEP_SLOTS, PNGFRAME_KEEP_BYTES in all,
- * freed when the process ends. */
-#define KEEP_SLOTS 128
-static pthread_mutex_t keep_lock = PTHREAD_MUTEX_INITIALIZER;
-static void *keep_buf[KEEP_SLOTS];
-static size_t keep_len[KEEP_SLOTS], keep_bytes;
-static int keep_n;
-
-void pngframe_release(void *pix, size_t bytes)
-{
-    if (!pix)
-        return;
-    pthread_mutex_lock(&keep_lock);
-    int kept = keep_n < KEEP_SLOTS && bytes <= PNGFRAME_KEEP_BYTES - keep_bytes;
-    if (kept) {
-        keep_buf[keep_n] = pix;
-        keep_len[keep_n++] = bytes;
-        keep_bytes += bytes;
-    }
-    pthread_mutex_unlock(&keep_lock);
-    if (!kept)
-        free(pix);
-}
-
-/* A kept buffer of exactly `bytes`, else a new one (NULL when out of memory). */
-static void *take_buffer(size_t bytes)
-{
-    void *p = NULL;
-    pthread_mutex_lock(&keep_lock);
-    for (int i = keep_n - 1; i >= 0; i--)
-        if (keep_len[i] == bytes) {
-            p = keep_buf[i];
-            keep_buf[i] = keep_buf[--keep_n];
-            keep_len[i] = keep_len[keep_n];
-            keep_bytes -= bytes;
-            break;
-        }
-    pthread_mutex_unlock(&keep_lock);
-    return p ? p : malloc(bytes);
-}
-
-__attribute__((destructor)) static void keep_free_all(void)
-{
-    pthread_mutex_lock(&keep_lock);
-    while (keep_n > 0)
-        free(keep_buf[--keep_n]);
-    keep_bytes = 0;
-    pthread_mutex_unlock(&keep_lock);
 }
 
 static unsigned long long ndecodes;   /* pngframe_decode calls that decoded pixels */

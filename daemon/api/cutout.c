@@ -653,12 +653,16 @@ static int check_dataset(hreq *r, cutout_job *j)
     return handler_plane(r, j->ds, j->p.plane, 400);
 }
 
-static int check_size(hreq *r, long w, long h)
+/* Refuses (413) an output of w x h pixels over limits.max_output_pixels, naming what the
+ * client sent: `param` the problem's parameter ("width", or "body"/"wcs" for a header)
+ * and `sizes` the two fields in the detail ("width x height", "NAXIS1 x NAXIS2"). */
+static int check_size(hreq *r, long w, long h, const char *param, const char *sizes)
 {
     long long n = (long long)w * (long long)h;
     if (n > r->srv->cfg->max_output_pixels) {
-        problem_reply(r, 413, "width", "%ldx%ld = %lld output pixels is more than "
-                      "limits.max_output_pixels = %lld", w, h, n, r->srv->cfg->max_output_pixels);
+        problem_reply(r, 413, param, "%s = %ld x %ld = %lld output pixels is more than "
+                      "limits.max_output_pixels = %lld", sizes, w, h, n,
+                      r->srv->cfg->max_output_pixels);
         return -1;
     }
     return 0;
@@ -775,7 +779,7 @@ static int start_header(hreq *r, cutout_job *j, const char *what)
         }
     }
     long n1 = n[0], n2 = n[1];
-    if (check_size(r, n1, n2))
+    if (check_size(r, n1, n2, what, "NAXIS1 x NAXIS2"))
         return -1;
     char err[256] = "";
     skywcs *full = NULL;
@@ -826,7 +830,7 @@ void handle_cutout_get(hreq *r, const route_match *m)
             return;
         goto fail;
     }
-    if (check_size(r, j->p.width, j->p.height))
+    if (check_size(r, j->p.width, j->p.height, "width", "width x height"))
         goto fail;
     char err[256] = "";
     if (skywcs_cutout_header_solar(j->p.lon, j->p.lat, j->p.fov, j->p.width, j->p.height,

@@ -46,6 +46,11 @@ class TestZarr(unittest.TestCase):
                         "-o", cls.em, "--format", "png", "--bitpix", "8"], check=True,
                        stdout=subprocess.DEVNULL, timeout=60)
         cls.em_frames = sorted(glob.glob(os.path.join(cls.em, "frame_*.png")))
+        # Wider than one plane chunk (1024) and no multiple of its chunk (551): edge chunks
+        cls.wide = os.path.join(cls.tmp, "wide")
+        subprocess.run([tessera_path(), "mkstack", "--frames", "2", "--size", "1101x20",
+                        "-o", cls.wide, "--format", "png", "--bitpix", "8"], check=True,
+                       stdout=subprocess.DEVNULL, timeout=60)
         # TIFF: 16-bit frames (one file each) and a multi-page float32 cube, by tifffile
         rng = np.random.default_rng(5)
         cls.tif_frames = rng.integers(0, 65536, size=(4, 70, 90), dtype=np.uint16)
@@ -58,9 +63,11 @@ class TestZarr(unittest.TestCase):
                          photometric="minisblack")
         cls.srv = Server(datasets=[{"name": "em", "frames": os.path.join(cls.em,
                                                                        "frame_*.png")},
+                                   {"name": "wide", "frames": os.path.join(cls.wide,
+                                                                         "frame_*.png")},
                                    {"name": "tframes", "frames": os.path.join(tif, "t*.tif")},
                                    {"name": "tcube", "path": os.path.join(tif, "cube.tif")}],
-                         roots=[cls.em, tif])
+                         roots=[cls.em, cls.wide, tif])
         cls.base = cls.srv.base
 
     @classmethod
@@ -119,6 +126,21 @@ class TestZarr(unittest.TestCase):
         np.testing.assert_allclose(s.mean(axis=0).compute(), mean_z, rtol=1e-12)
         mean_xy = self.npy("/api/v1/datasets/m13/reduce?op=mean&axis=xy&format=npy")
         np.testing.assert_allclose(s.mean(axis=(1, 2)).compute(), mean_xy, rtol=1e-12)
+
+    def test_edge_chunks_padded(self):
+        # The Zarr spec's chunks are all of the array's chunk shape: the last one along x
+        # holds 550 columns of the image and one of fill_value (0), and zarr-python reads
+        # the whole array as the frames are.
+        z = zarr.open(f"{self.base}/zarr/wide/0", mode="r")
+        self.assertEqual((z.shape, z.chunks), ((2, 20, 1101), (1, 20, 551)))
+        files = np.stack([skimage.io.imread(f) for f in
+                          sorted(glob.glob(os.path.join(self.wide, "frame_*.png")))])
+        np.testing.assert_array_equal(z[:], files[:, ::-1, :])
+        status, _, body = self.srv.get("/zarr/wide/0/1/0/1")
+        self.assertEqual(status, 200)
+        chunk = np.frombuffer(numcodecs.Blosc().decode(body), np.uint8).reshape(20, 551)
+        np.testing.assert_array_equal(chunk[:, :550], files[1, ::-1, 551:])
+        np.testing.assert_array_equal(chunk[:, 550], 0)
 
     def test_png_stack(self):
         s = da.from_zarr(f"{self.base}/zarr/em/0")
@@ -251,10 +273,23 @@ class TestZarr(unittest.TestCase):
                 break
             time.sleep(0.1)
         self.assertEqual(state, "succeeded")
+        # The copy is attached to em, not a new dataset; the chunk store's edge tiles are
+        # clipped (4 KiB header, then exactly nx * ny * nz values of u1).
+        result = json.loads(self.srv.get(f"/api/v1/jobs/{job['id']}")[2])["result"]
+        self.assertEqual(sorted(result), ["attached_to", "bytes", "url"])
+        self.assertEqual(result["attached_to"], "em")
+        self.assertEqual(result["bytes"], 4096 + 300 * 200 * 6)
         p = da.from_zarr(f"{self.base}/zarr/em/profile")
         self.assertEqual(p.shape, (6, 200, 300))
-        self.assertEqual(p.chunksize[0], 6)           # a series is one chunk
+        self.assertEqual(p.chunksize, (6, 16, 16))    # a series is one chunk
+        # Its edge chunks are whole (6, 16, 16) too, filled with 0 past the image:
+        # chunk (12, 18) holds rows 192..199 and columns 288..299.
+        status, _, body = self.srv.get("/zarr/em/profile/0/12/18")
+        self.assertEqual(status, 200)
+        edge = np.frombuffer(numcodecs.Blosc().decode(body), np.uint8).reshape(6, 16, 16)
         files = self.em_files()[:, ::-1, :]
+        np.testing.assert_array_equal(edge[:, :8, :12], files[:, 192:, 288:])
+        self.assertFalse(edge[:, 8:, :].any() or edge[:, :, 12:].any())
         np.testing.assert_array_equal(p.compute(), files)
         series = json.loads(self.srv.get("/api/v1/datasets/em/series?x=123&y=45")[2])["values"]
         np.testing.assert_array_equal(p[:, 45, 123].compute(), series)

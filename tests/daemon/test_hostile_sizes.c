@@ -298,6 +298,27 @@ START_TEST(test_f5_zero_axis)
                          "'NAXIS1  = value', got 'NAXIS1 = abc'"),
                   "%s", r.body);
     tt_resp_free(&r);
+    /* A header too large for limits.max_output_pixels: 413 naming the cards the client
+     * sent, NAXIS1 and NAXIS2 (not the query form's width), for the POST body and for
+     * the `wcs` of the GET form. */
+    const char *big = "NAXIS   = 2\nNAXIS1  = 65536\nNAXIS2  = 65536\nCTYPE1  = 'RA---TAN'\n"
+                      "CTYPE2  = 'DEC--TAN'\nCRVAL1  = 10\nCRVAL2  = 20\nCRPIX1  = 1\n"
+                      "CRPIX2  = 8\nCDELT1  = -0.001\nCDELT2  = 0.001\n";
+    r = tt_fetch(base, "POST", "/api/v1/cutout?dataset=ok", big, strlen(big), NULL);
+    tt_assert_problem("cutout NAXIS1 = NAXIS2 = 65536", &r, 413, "body");
+    ck_assert_msg(strstr(r.body, "NAXIS1 x NAXIS2 = 65536 x 65536 = 4294967296 output pixels "
+                         "is more than limits.max_output_pixels = 16777216") &&
+                  !strstr(r.body, "width"), "%s", r.body);
+    tt_resp_free(&r);
+    r = tt_fetch(base, "GET", "/api/v1/cutout?dataset=ok&wcs=%7B%22NAXIS1%22%3A65536%2C"
+                 "%22NAXIS2%22%3A300%2C%22CTYPE1%22%3A%22RA---TAN%22%2C%22CTYPE2%22%3A"
+                 "%22DEC--TAN%22%2C%22CRVAL1%22%3A10%2C%22CRVAL2%22%3A20%2C%22CRPIX1%22%3A1"
+                 "%2C%22CRPIX2%22%3A8%2C%22CDELT1%22%3A-0.001%2C%22CDELT2%22%3A0.001%7D",
+                 NULL, 0, NULL);
+    tt_assert_problem("cutout wcs NAXIS1 = 65536, NAXIS2 = 300", &r, 413, "wcs");
+    ck_assert_msg(strstr(r.body, "NAXIS1 x NAXIS2 = 65536 x 300 = 19660800 output pixels") &&
+                  !strstr(r.body, "width"), "%s", r.body);
+    tt_resp_free(&r);
     json_t *b = json_pack("{s:s, s:[s], s:{s:s}, s:{s:s}}", "type", "mosaic", "inputs", "ok",
                           "target", "header", hdr, "output", "name", "m2");
     char *body = json_dumps(b, JSON_COMPACT);

@@ -56,7 +56,8 @@ class TestZarrConnections(unittest.TestCase):
                 self.assertEqual(int(np.count_nonzero(a != self.ref)), 0)
                 np.testing.assert_array_equal(a, self.ref)
             # Nothing was refused.
-            self.assertNotIn("limits.max_connections_per_address", srv.log())
+            self.assertIn("\ntessera_http_per_address_refused_total 0\n",
+                          srv.get("/metrics")[2].decode())
 
     def test_low_limit_raises(self):
         with Server(datasets=self.datasets, roots=[self.tmp], demo=False,

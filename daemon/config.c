@@ -39,7 +39,7 @@ int config_init(tess_config *c)
     c->max_queue = 256;
     c->max_connections = 256;
     c->connection_timeout_s = 30;
-    c->max_connections_per_address = 64;
+    c->max_connections_per_address = 128;
     c->header_timeout_s = 10;
     c->shutdown_grace_s = 10;
     c->collections_rescan_s = 5.0;

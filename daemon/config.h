@@ -50,7 +50,8 @@ typedef struct tess_config {
     int max_connections;         /* simultaneous connections, default 256 */
     int connection_timeout_s;    /* limits.connection_timeout_s: idle connection closed, default 30 */
     int max_connections_per_address; /* limits.max_connections_per_address: connections from
-                                    one client address, more are closed at once; default 64 */
+                                    one client address; the requests of more are answered
+                                    503 (Retry-After 1, Connection: close); default 128 */
     int header_timeout_s;        /* limits.header_timeout_s: a request line and its headers
                                     must arrive within this, default 10 */
     int shutdown_grace_s;        /* limits.shutdown_grace_s: seconds requests in flight get after

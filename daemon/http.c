@@ -1,6 +1,7 @@
 /* HTTP front end: libmicrohttpd daemon, replies with ETag/304, async pool work; routes in routes.c. */
 #include "daemon/http.h"
 #include "daemon/connwatch.h"
+#include "daemon/peercount.h"
 #include "daemon/problem.h"
 #include "daemon/ranges.h"
 #include "daemon/routes.h"
@@ -39,6 +40,11 @@ static const double latency_buckets[] = {0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0
 /* How often the suspension watcher looks at the sockets of suspended requests, ms. */
 #define SUSP_LOOK_MS 50
 
+/* The header deadline, s, of a connection accepted past
+ * limits.max_connections_per_address: a client that means to send a request sends it at
+ * once, and gets its 503; one that does not loses the slot soon. */
+#define OVER_ADDRESS_HEAD_S 1.0
+
 /* The interim response that tells a client that closed from one that half-closed. */
 static const char probe_continue[] = "HTTP/1.1 100 Continue\r\n\r\n";
 
@@ -65,6 +71,14 @@ typedef struct tserver_priv {
     unsigned long long latency_count;
     oplog *access;                    /* access_log, or NULL */
     int nconn;                        /* open connections (atomic) */
+    int nover;                        /* of them, accepted past the per-address limit,
+                                         waiting for their 503 (atomic) */
+    peercount *peers;                 /* open connections by client address */
+    unsigned per_address_cap;         /* connections from one address past which more are
+                                         closed at accept (limits.max_connections_per_address
+                                         and headroom for their 503s) */
+    unsigned long long per_address_refused; /* 503s past max_connections_per_address
+                                         (atomic) */
     connwatch *watch;                 /* header deadlines (limits.header_timeout_s) */
     size_t body_budget;               /* limits.max_bodies_mb in bytes */
     size_t body_held;                 /* bytes of it reserved by requests (atomic) */
@@ -733,13 +747,23 @@ void tserver_handle_metrics(hreq *r, const route_match *m)
     buf_printf(&b, "# HELP tessera_http_open_connections Connections open now.\n"
                    "# TYPE tessera_http_open_connections gauge\n"
                    "tessera_http_open_connections %d\n"
+                   "# HELP tessera_http_client_addresses Client addresses with open "
+                   "connections now.\n"
+                   "# TYPE tessera_http_client_addresses gauge\n"
+                   "tessera_http_client_addresses %zu\n"
+                   "# HELP tessera_http_per_address_refused_total Requests answered 503 "
+                   "past limits.max_connections_per_address.\n"
+                   "# TYPE tessera_http_per_address_refused_total counter\n"
+                   "tessera_http_per_address_refused_total %llu\n"
                    "# HELP tessera_http_header_timeouts_total Connections closed at "
                    "limits.header_timeout_s.\n"
                    "# TYPE tessera_http_header_timeouts_total counter\n"
                    "tessera_http_header_timeouts_total %llu\n"
                    "# HELP tessera_http_body_bytes Request-body bytes held (limits.max_bodies_mb).\n"
                    "# TYPE tessera_http_body_bytes gauge\ntessera_http_body_bytes %zu\n",
-               __atomic_load_n(&sp->nconn, __ATOMIC_ACQUIRE), connwatch_cut_count(sp->watch),
+               __atomic_load_n(&sp->nconn, __ATOMIC_ACQUIRE), peercount_addresses(sp->peers),
+               __atomic_load_n(&sp->per_address_refused, __ATOMIC_RELAXED),
+               connwatch_cut_count(sp->watch),
                __atomic_load_n(&sp->body_held, __ATOMIC_ACQUIRE));
     buf_printf(&b, "# HELP tessera_requests_cancelled_total Requests whose client closed the "
                    "connection while their work waited or ran (no answer; status 499 in the "
@@ -964,11 +988,24 @@ static enum MHD_Result send_reply(hreq *r)
 /* ---- reading requests: framing, target length, body budget, header deadline -------- */
 
 /* The connection's entry in the header-deadline watcher, or NULL. */
-static connwatch_entry *watch_entry(struct MHD_Connection *conn)
+/* What on_connection keeps of each connection (its socket context). */
+typedef struct conn_ctx {
+    connwatch_entry *watch;           /* its header deadline */
+    peer_key peer;                    /* its client address in tserver_priv.peers */
+    int over_address;                 /* accepted past limits.max_connections_per_address */
+} conn_ctx;
+
+static conn_ctx *conn_context(struct MHD_Connection *conn)
 {
     const union MHD_ConnectionInfo *ci =
         MHD_get_connection_info(conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
     return ci ? ci->socket_context : NULL;
+}
+
+static connwatch_entry *watch_entry(struct MHD_Connection *conn)
+{
+    conn_ctx *cc = conn_context(conn);
+    return cc ? cc->watch : NULL;
 }
 
 /* What the Transfer-Encoding fields of a request say (RFC 9112, section 6.1). */
@@ -1176,11 +1213,26 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         /* The request line and headers are in: no header deadline until the answer. */
         connwatch_set(sp0->watch, watch_entry(conn), 0);
         /* Over limits.max_connections (the daemon itself admits some more, so that
-         * they can be told): 503 with Retry-After, and the connection is closed. */
-        if (__atomic_load_n(&sp0->nconn, __ATOMIC_ACQUIRE) > s->cfg->max_connections) {
+         * they can be told): 503 with Retry-After, and the connection is closed.  The
+         * connections past a per-address limit, refused below, are not counted. */
+        if (__atomic_load_n(&sp0->nconn, __ATOMIC_ACQUIRE) -
+            __atomic_load_n(&sp0->nover, __ATOMIC_ACQUIRE) > s->cfg->max_connections) {
             rp->close_conn = 1;
             problem_reply(r, 503, NULL, "too many connections (limits.max_connections = %d); "
                           "retry shortly", s->cfg->max_connections);
+            r->rep.retry_after = 1;
+            return send_reply(r);
+        }
+        /* Accepted past limits.max_connections_per_address: the same answer, so that the
+         * client sees an error (a closed connection reads as a missing object to some:
+         * zarr-python 2 over fsspec), naming that limit. */
+        conn_ctx *cc = conn_context(conn);
+        if (cc && cc->over_address) {
+            rp->close_conn = 1;
+            __atomic_add_fetch(&sp0->per_address_refused, 1, __ATOMIC_RELAXED);
+            problem_reply(r, 503, NULL, "too many connections from this client address "
+                          "(limits.max_connections_per_address = %d); retry shortly",
+                          s->cfg->max_connections_per_address);
             r->rep.retry_after = 1;
             return send_reply(r);
         }
@@ -1336,25 +1388,64 @@ static void *on_uri_log(void *cls, const char *uri, struct MHD_Connection *conn)
     return rp;
 }
 
-/* Counts open connections and registers each socket with the header-deadline watcher:
- * its first request line and headers are due within header_timeout_s of the accept.
- * libmicrohttpd notifies the close before it closes the socket. */
+/* The length of the socket address `sa` as libmicrohttpd keeps it (it gives no length). */
+static socklen_t sockaddr_len(const struct sockaddr *sa)
+{
+    return sa && sa->sa_family == AF_INET6 ? (socklen_t)sizeof(struct sockaddr_in6)
+                                           : (socklen_t)sizeof(struct sockaddr_in);
+}
+
+/* Counts open connections, in all and by client address, and registers each socket with
+ * the header-deadline watcher: its first request line and headers are due within
+ * header_timeout_s of the accept (OVER_ADDRESS_HEAD_S past the per-address limit, whose
+ * request on_request answers 503).  libmicrohttpd notifies the close before it closes
+ * the socket. */
 static void on_connection(void *cls, struct MHD_Connection *conn, void **socket_ctx,
                           enum MHD_ConnectionNotificationCode toe)
 {
     tserver_priv *sp = cls;
     if (toe == MHD_CONNECTION_NOTIFY_STARTED) {
         __atomic_add_fetch(&sp->nconn, 1, __ATOMIC_ACQ_REL);
+        conn_ctx *cc = calloc(1, sizeof *cc);
+        *socket_ctx = cc;
+        if (!cc)
+            return;   /* neither counted by address nor watched */
+        const union MHD_ConnectionInfo *ai =
+            MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+        const struct sockaddr *sa = ai ? ai->client_addr : NULL;
+        unsigned n = peercount_add(sp->peers, sa, sockaddr_len(sa), &cc->peer);
+        cc->over_address = n > (unsigned)sp->pub.cfg->max_connections_per_address;
+        if (cc->over_address)
+            __atomic_add_fetch(&sp->nover, 1, __ATOMIC_ACQ_REL);
+        double head_s = sp->pub.cfg->header_timeout_s;
+        if (cc->over_address && head_s > OVER_ADDRESS_HEAD_S)
+            head_s = OVER_ADDRESS_HEAD_S;
         const union MHD_ConnectionInfo *ci =
             MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
-        *socket_ctx = ci ? connwatch_add(sp->watch, ci->connect_fd,
-                                         tess_mono_s() + sp->pub.cfg->header_timeout_s)
-                         : NULL;
+        cc->watch = ci ? connwatch_add(sp->watch, ci->connect_fd, tess_mono_s() + head_s)
+                       : NULL;
     } else if (toe == MHD_CONNECTION_NOTIFY_CLOSED) {
-        connwatch_remove(sp->watch, *socket_ctx);
+        conn_ctx *cc = *socket_ctx;
+        if (cc) {
+            connwatch_remove(sp->watch, cc->watch);
+            peercount_remove(sp->peers, &cc->peer);
+            if (cc->over_address)
+                __atomic_sub_fetch(&sp->nover, 1, __ATOMIC_ACQ_REL);
+            free(cc);
+        }
         *socket_ctx = NULL;
         __atomic_sub_fetch(&sp->nconn, 1, __ATOMIC_ACQ_REL);
     }
+}
+
+/* Closes a connection at its accept, unanswered, while its address already holds
+ * per_address_cap connections: the answers of limits.max_connections_per_address are
+ * 503s (on_request), but those wait for requests, and a flood of connections that send
+ * none would hold the slots meanwhile. */
+static enum MHD_Result on_accept(void *cls, const struct sockaddr *addr, socklen_t addrlen)
+{
+    tserver_priv *sp = cls;
+    return peercount_get(sp->peers, addr, addrlen) >= sp->per_address_cap ? MHD_NO : MHD_YES;
 }
 
 int tserver_reopen_logs(tserver *s)
@@ -1402,6 +1493,7 @@ static void server_free(tserver_priv *sp)
 {
     tserver *s = &sp->pub;
     connwatch_free(sp->watch);
+    peercount_free(sp->peers);
     tess_app_close(s->app);
     oplog_close(sp->access);
     pthread_mutex_destroy(&sp->stats_lock);
@@ -1438,7 +1530,12 @@ int tserver_start(const tess_config *cfg, tserver **out, char *err, size_t errle
         goto fail;
     sp->watch = connwatch_new();
     sp->body_budget = cfg->max_bodies_mb * 1024 * 1024;
-    if (!sp->watch) {
+    /* Every address in the table holds one of libmicrohttpd's connections. */
+    unsigned conn_limit = (unsigned)(cfg->max_connections + 16 + cfg->max_connections / 4);
+    unsigned per = (unsigned)cfg->max_connections_per_address;
+    sp->per_address_cap = per + 16 + per / 4;
+    sp->peers = peercount_new(conn_limit);
+    if (!sp->watch || !sp->peers) {
         snprintf(err, errlen, "cannot create the connection watcher");
         rc = TESS_ENOMEM;
         goto fail;
@@ -1468,18 +1565,18 @@ int tserver_start(const tess_config *cfg, tserver **out, char *err, size_t errle
         rc = TESS_EINVAL;
         goto fail;
     }
+    /* limits.max_connections_per_address is counted here (on_connection, on_accept) and
+     * answered with 503 (on_request), not by libmicrohttpd's per-IP limit, which closes
+     * the connection unanswered. */
     s->daemon = MHD_start_daemon(
-        flags, (uint16_t)cfg->port, NULL, NULL, on_request, s,
+        flags, (uint16_t)cfg->port, on_accept, sp, on_request, s,
         MHD_OPTION_EXTERNAL_LOGGER, log_mhd, NULL,
         MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&ss,
         MHD_OPTION_NOTIFY_COMPLETED, on_completed, sp,
         MHD_OPTION_THREAD_POOL_SIZE, (unsigned int)2,
         /* Headroom over max_connections: those get a 503 from on_request rather than
          * waiting unanswered in the listen backlog. */
-        MHD_OPTION_CONNECTION_LIMIT,
-        (unsigned int)(cfg->max_connections + 16 + cfg->max_connections / 4),
-        /* Past it a connection is closed at once, before it can hold a slot. */
-        MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned int)cfg->max_connections_per_address,
+        MHD_OPTION_CONNECTION_LIMIT, conn_limit,
         MHD_OPTION_CONNECTION_TIMEOUT, (unsigned int)cfg->connection_timeout_s,
         MHD_OPTION_URI_LOG_CALLBACK, on_uri_log, sp,
         MHD_OPTION_NOTIFY_CONNECTION, on_connection, sp,

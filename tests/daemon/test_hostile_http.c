@@ -15,6 +15,9 @@
 
 #include "daemon/config.h"
 #include "daemon/http.h"
+#include "daemon/peercount.h"
+
+#include <netinet/in.h>
 #include "tests/testutil.h"
 
 static tess_config cfg;
@@ -54,7 +57,7 @@ static void start_server(const limits *l)
 }
 
 /* The defaults of config_init, shorter timeouts. */
-static const limits plain = {256, 64, 10, 10, 64, 256};
+static const limits plain = {256, 128, 10, 10, 64, 256};
 
 static void setup(void)
 {
@@ -390,7 +393,8 @@ START_TEST(test_per_address_limit)
     int fds[FLOOD];
     flood_then_healthz("GET /healthz HTTP/1.1\r\nHost: x\r\nX-Slow: a", 0, fds);
     /* Of the flood, limits.max_connections_per_address are kept; the others were closed
-     * at once, without an answer. */
+     * at the accept (past 8 + 16 + 8/4 from the address) or, sending no whole request
+     * head, after OVER_ADDRESS_HEAD_S (1 s). */
     int open_count = FLOOD;
     int closed[FLOOD] = {0};
     for (double t0 = tt_now_s(); open_count > 8 && tt_now_s() - t0 < 2 * tt_time_scale();) {
@@ -403,12 +407,13 @@ START_TEST(test_per_address_limit)
     }
     ck_assert_int_eq(open_count, 8);
     ck_assert_double_eq(wait_metric("tessera_http_open_connections", 8 + 1, 2), 8 + 1);
-    /* One more from 127.0.0.1 is closed unanswered (the send may fail already). */
+    /* One more from 127.0.0.1 is answered 503, naming the limit. */
     int extra = tt_raw_connect(port, "127.0.0.1", 5);
     static const char req[] = "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n";
     tt_send_all(extra, req, sizeof req - 1);
     tt_resp r = tt_raw_read(extra);
-    ck_assert_int_eq(r.status, 0);
+    tt_assert_problem("past max_connections_per_address", &r, 503, NULL);
+    ck_assert_ptr_nonnull(strstr(r.body, "limits.max_connections_per_address = 8"));
     tt_resp_free(&r);
     close(extra);
     for (int i = 0; i < FLOOD; i++)
@@ -419,6 +424,116 @@ START_TEST(test_per_address_limit)
     r = healthz_from("127.0.0.1", &dt);
     ck_assert_int_eq(r.status, 200);
     tt_resp_free(&r);
+}
+END_TEST
+
+/* GET /healthz on a new connection from `src`, kept open: the answer, the socket in *fd. */
+static tt_resp healthz_kept(const char *src, int *fd)
+{
+    static const char req[] = "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n";
+    *fd = tt_raw_connect(port, src, 5);
+    ck_assert_int_eq(tt_send_all(*fd, req, sizeof req - 1), 0);
+    return tt_raw_read(*fd);
+}
+
+START_TEST(test_per_address_503)
+{
+    enum { LIMIT = 4, MORE = 6 };
+    const limits l = {64, LIMIT, 10, 10, 64, 256};
+    start_server(&l);
+    /* LIMIT connections from 127.0.0.1, each answered 200 and kept alive. */
+    int held[LIMIT], over[MORE];
+    for (int i = 0; i < LIMIT; i++) {
+        tt_resp r = healthz_kept("127.0.0.1", &held[i]);
+        ck_assert_msg(r.status == 200, "connection %d of %d: %ld", i + 1, LIMIT, r.status);
+        tt_resp_free(&r);
+    }
+    /* MORE beyond them: each request gets a 503 problem document naming the limit,
+     * Retry-After and Connection: close, and the connection is closed after it. */
+    for (int i = 0; i < MORE; i++) {
+        tt_resp r = healthz_kept("127.0.0.1", &over[i]);
+        tt_assert_problem("past max_connections_per_address", &r, 503, NULL);
+        ck_assert_ptr_nonnull(strstr(r.body, "limits.max_connections_per_address = 4"));
+        ck_assert_str_eq(r.retry_after, "1");
+        ck_assert_str_eq(r.connection, "close");
+        tt_resp_free(&r);
+    }
+    /* Another address is served meanwhile. */
+    int other;
+    tt_resp r = healthz_kept("127.0.0.2", &other);
+    ck_assert_int_eq(r.status, 200);
+    tt_resp_free(&r);
+    close(other);
+    ck_assert_double_eq(metric("tessera_http_per_address_refused_total"), MORE);
+    /* The connections within the limit still answer. */
+    static const char req[] = "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n";
+    ck_assert_int_eq(tt_send_all(held[0], req, sizeof req - 1), 0);
+    r = tt_raw_read(held[0]);
+    ck_assert_int_eq(r.status, 200);
+    tt_resp_free(&r);
+    /* Once all close, the counts return to zero: the only address left is that of the
+     * /metrics request itself, and 127.0.0.1 gets LIMIT connections again. */
+    for (int i = 0; i < MORE; i++)
+        close(over[i]);
+    for (int i = 0; i < LIMIT; i++)
+        close(held[i]);
+    ck_assert_double_eq(wait_metric("tessera_http_open_connections", 1, 3), 1);
+    ck_assert_double_eq(metric("tessera_http_client_addresses"), 1);
+    for (int i = 0; i < LIMIT; i++) {
+        r = healthz_kept("127.0.0.1", &held[i]);
+        ck_assert_int_eq(r.status, 200);
+        tt_resp_free(&r);
+    }
+    for (int i = 0; i < LIMIT; i++)
+        close(held[i]);
+}
+END_TEST
+
+/* The address table against a plain count, through insertions and removals in a
+ * shuffled order that make long probe runs in a small table (backward-shift deletion). */
+START_TEST(test_peercount_table)
+{
+    enum { N = 24, ROUNDS = 6 };
+    peercount *pc = peercount_new(N);
+    ck_assert_ptr_nonnull(pc);
+    struct sockaddr_in a[N];
+    unsigned want[N] = {0};
+    peer_key keys[N][ROUNDS];
+    for (int i = 0; i < N; i++) {
+        memset(&a[i], 0, sizeof a[i]);
+        a[i].sin_family = AF_INET;
+        a[i].sin_addr.s_addr = htonl(0x0a000000u + (unsigned)i * 7919u);
+    }
+    unsigned seed = 12345;
+    for (int k = 0; k < ROUNDS; k++)
+        for (int i = 0; i < N; i++) {
+            unsigned n = peercount_add(pc, (struct sockaddr *)&a[i], sizeof a[i], &keys[i][k]);
+            ck_assert_uint_eq(n, ++want[i]);
+        }
+    ck_assert_uint_eq(peercount_addresses(pc), N);
+    /* An IPv4-mapped IPv6 address is its IPv4 address. */
+    struct sockaddr_in6 m;
+    memset(&m, 0, sizeof m);
+    m.sin6_family = AF_INET6;
+    m.sin6_addr.s6_addr[10] = m.sin6_addr.s6_addr[11] = 0xff;
+    memcpy(&m.sin6_addr.s6_addr[12], &a[3].sin_addr, 4);
+    ck_assert_uint_eq(peercount_get(pc, (struct sockaddr *)&m, sizeof m), ROUNDS);
+    int left[N];
+    for (int i = 0; i < N; i++)
+        left[i] = ROUNDS;
+    for (int removed = 0; removed < N * ROUNDS;) {
+        seed = seed * 1103515245u + 12345u;
+        int i = (int)((seed >> 16) % N);
+        if (!left[i])
+            continue;
+        peercount_remove(pc, &keys[i][--left[i]]);
+        want[i]--;
+        removed++;
+        for (int j = 0; j < N; j++)
+            ck_assert_uint_eq(peercount_get(pc, (struct sockaddr *)&a[j], sizeof a[j]), want[j]);
+    }
+    ck_assert_uint_eq(peercount_addresses(pc), 0);
+    peercount_free(pc);
 }
 END_TEST
 
@@ -520,7 +635,7 @@ START_TEST(test_config_limits)
     tess_config c;
     char err[256];
     ck_assert_int_eq(config_init(&c), 0);
-    ck_assert_int_eq(c.max_connections_per_address, 64);
+    ck_assert_int_eq(c.max_connections_per_address, 128);
     ck_assert_int_eq(c.header_timeout_s, 10);
     ck_assert_uint_eq(c.max_bodies_mb, 256);
     ck_assert_msg(config_load_text("{\"limits\": {\"max_connections_per_address\": 4, "
@@ -566,6 +681,8 @@ static Suite *suite(void)
     tcase_add_test(tc, test_target_length);
     tcase_add_test(tc, test_header_deadline);
     tcase_add_test(tc, test_per_address_limit);
+    tcase_add_test(tc, test_per_address_503);
+    tcase_add_test(tc, test_peercount_table);
     tcase_add_test(tc, test_throwaway_connections);
     tcase_add_test(tc, test_body_budget);
     tcase_add_test(tc, test_config_limits);

@@ -80,6 +80,7 @@ static int inmem_rows(const dataset *d, int threads, long *band_rows)
  * block holds stay the same from RECHUNK_GROUP_PLANES * 2 * threads frames up. */
 #define RECHUNK_GROUP_PLANES 64
 #define RECHUNK_GROUP_BYTES (64L << 20)
+#define RECHUNK_SPLIT_MAX 16   /* parts of a group (cube_transpose.split) at most */
 
 long job_rechunk_group_planes(const dataset *d, int threads)
 {
@@ -126,6 +127,8 @@ static int rechunk_plan(const void *req, const job_env *env, const char *workdir
         s->t.hold = s->t.g = job_rechunk_group_planes(d, env->threads);
         s->t.rowwise = 1;
         s->t.ngroups = (s->t.nz + s->t.g - 1) / s->t.g;
+        s->t.split = jobc_lmin(RECHUNK_SPLIT_MAX,
+                               jobc_lmin(env->threads, (d->ny + CUBE_TILE - 1) / CUBE_TILE));
     }
     if (!rc && !s->inmem && cube_transpose_set_dest(&s->t, s->store_path) != 0) {
         tess_seterr(err, errlen, "the work directory's name is too long");
@@ -141,7 +144,8 @@ static int rechunk_plan(const void *req, const job_env *env, const char *workdir
         rechunk_release(s);
         return rc;
     }
-    return jobc_plan_one_stage(out, s, s->inmem ? s->nbands : s->t.ngroups, 0);
+    return jobc_plan_one_stage(out, s, s->inmem ? s->nbands
+                                          : s->t.ngroups * jobc_lmax(1, s->t.split), 0);
 }
 
 /* The window of the store that band rows [y0, y1) fill: their series, written in place

@@ -13,6 +13,7 @@
  * STACKBENCH_ZR_CHUNK_MB: the decoded bytes a z-reduction chunk holds (stack_set_zr_chunk_bytes).
  * STACKBENCH_JOBS_ONLY=1: no check or series timings after rechunk (profiles of the jobs).
  * STACKBENCH_KEEP=1: the products are left in WORKDIR (to compare two builds' bytes).
+ * STACKBENCH_VMSTAT=pgfault,...: those /proc/vmstat counters' change over each job.
  * Prints "RESULT name value unit" lines. */
 #include <jansson.h>
 #include <math.h>

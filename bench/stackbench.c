@@ -13,6 +13,7 @@
  * STACKBENCH_ZR_CHUNK_MB: the decoded bytes a z-reduction chunk holds (stack_set_zr_chunk_bytes).
  * STACKBENCH_JOBS_ONLY=1: no check or series timings after rechunk (profiles of the jobs).
  * STACKBENCH_KEEP=1: the products are left in WORKDIR (to compare two builds' bytes).
+ * STACKBENCH_VMSTAT=pgfault,...: those /proc/vmstat counters' change over each job.
  * Prints "RESULT name value unit" lines. */
 #include <jansson.h>
 #include <math.h>
@@ -41,12 +42,25 @@
 
 /* CPU seconds (user + system) of the process so far: on a loaded machine a step's CPU
  * time against the floor's is steadier than their wall times. */
+static double sys_s(void)
+{
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    return (double)ru.ru_stime.tv_sec + ru.ru_stime.tv_usec * 1e-6;
+}
+
+static long minflt(void)
+{
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    return ru.ru_minflt;
+}
+
 static double cpu_s(void)
 {
     struct rusage ru;
     getrusage(RUSAGE_SELF, &ru);
-    return (double)ru.ru_utime.tv_sec + ru.ru_utime.tv_usec * 1e-6 +
-           (double)ru.ru_stime.tv_sec + ru.ru_stime.tv_usec * 1e-6;
+    return (double)ru.ru_utime.tv_sec + ru.ru_utime.tv_usec * 1e-6 + sys_s();
 }
 
 /* Removes a product once timed, unless STACKBENCH_KEEP=1 (products left in WORKDIR, to
@@ -93,6 +107,32 @@ static void settle(const char *label)
     if (tess_mono_s() - t0 >= 0.1)
         fprintf(stderr, "stackbench: %s: waited %.1f s for dirty pages (%ld MB now)\n", label,
                 tess_mono_s() - t0, kb / 1024);
+}
+
+/* STACKBENCH_VMSTAT="pgfault,thp_fault_alloc,...": the machine's /proc/vmstat counters
+ * of those names, read before and after each job, their change printed with the job's
+ * line (the whole machine's: a quiet one tells what the job made the kernel do). */
+#define VM_MAX 16
+static int vm_read(const char *names, long long *v)
+{
+    int n = 0;
+    char want[512], *save = NULL;
+    snprintf(want, sizeof want, "%s", names);
+    for (char *w = strtok_r(want, ",", &save); w && n < VM_MAX; w = strtok_r(NULL, ",", &save)) {
+        FILE *f = fopen("/proc/vmstat", "r");
+        char key[128];
+        long long x;
+        v[n] = -1;
+        while (f && fscanf(f, "%127s %lld", key, &x) == 2)
+            if (strcmp(key, w) == 0) {
+                v[n] = x;
+                break;
+            }
+        if (f)
+            fclose(f);
+        n++;
+    }
+    return n;
 }
 
 static int cmp_double(const void *a, const void *b)
@@ -222,7 +262,11 @@ static double run_job(const char *label, const job_kind *k, const job_env *env,
                     .peak_kb = rss_anon_kb()};
     long base_kb = mw.peak_kb;
     int watching = pthread_create(&mw.th, NULL, mem_watcher, &mw) == 0;
-    double t0 = tess_mono_s(), c0 = cpu_s();
+    const char *vmn = getenv("STACKBENCH_VMSTAT");
+    long long vm0[VM_MAX], vm1[VM_MAX];
+    int nvm = vmn ? vm_read(vmn, vm0) : 0;
+    double t0 = tess_mono_s(), c0 = cpu_s(), s0 = sys_s();
+    long f0 = minflt();
     unsigned long long dec0 = pngframe_decodes();
     job_plan plan;
     char err[256] = "";
@@ -261,10 +305,22 @@ static double run_job(const char *label, const job_kind *k, const job_env *env,
         rc = -1;
     }
     k->release(plan.state);
-    double t = tess_mono_s() - t0, cpu = cpu_s() - c0;
+    double t = tess_mono_s() - t0, cpu = cpu_s() - c0, sys = sys_s() - s0;
+    if (nvm) {
+        vm_read(vmn, vm1);
+        char want[512], *save = NULL;
+        snprintf(want, sizeof want, "%s", vmn);
+        printf("RESULT vmstat_%s", label);
+        char *w = strtok_r(want, ",", &save);
+        for (int i = 0; i < nvm && w; i++, w = strtok_r(NULL, ",", &save))
+            printf(" %s=%lld", w, vm1[i] - vm0[i]);
+        printf("\n");
+    }
     if (watching)
         mem_watch_stop(&mw);
     printf("RESULT cpu_%s %.6f s\n", label, cpu);
+    printf("RESULT user_%s %.6f s\nRESULT sys_%s %.6f s\nRESULT minflt_%s %ld\n", label,
+           cpu - sys, label, sys, label, minflt() - f0);
     printf("RESULT anon_%s %.1f MB (before %.1f MB)\n", label, mw.peak_kb / 1024.0,
            base_kb / 1024.0);
     if (bound >= 0.0)
@@ -379,7 +435,7 @@ static void decode_floor(const dataset *d, int threads)
     rm_arg a[64];
     pthread_t th[64];
     int nt = threads < 64 ? threads : 64;
-    double t0 = tess_mono_s(), c0 = cpu_s();
+    double t0 = tess_mono_s(), c0 = cpu_s(), s0 = sys_s();
     for (int i = 0; i < nt; i++) {
         a[i] = (rm_arg){d->paths, d->npaths, i, nt, 0, 0, 0};
         pthread_create(&th[i], NULL, df_worker, &a[i]);
@@ -388,6 +444,7 @@ static void decode_floor(const dataset *d, int threads)
         pthread_join(th[i], NULL);
     printf("RESULT decode_floor %.6f s\n", tess_mono_s() - t0);
     printf("RESULT cpu_decode_floor %.6f s\n", cpu_s() - c0);
+    printf("RESULT sys_decode_floor %.6f s\n", sys_s() - s0);
     fprintf(stderr, "stackbench: decode_floor: %.3f s of CPU\n", cpu_s() - c0);
 }
 

@@ -33,7 +33,25 @@ struct cube_dest {
     tess_wmap m;
     char err[256];
     unsigned char *made;   /* rowwise: per tile row, ROW_* */
+    struct group_share *share;   /* split: per group (t->ngroups), made with the mapping */
 };
+
+/* The planes of one group, held once for all its parts (t->split): every part claims the
+ * next planes not yet claimed and holds them into hp[], then waits until all gk are held
+ * (or one failed), gathers its own tile rows from them, and the last part to finish
+ * releases them (cube_transpose_release releases what a cancelled group left held).
+ * Under cube_dest.lock; waits on made_cv. */
+struct group_share {
+    long claimed, held;    /* planes claimed / held so far (of gk) */
+    int rc;                /* the first failure to hold one of them */
+    unsigned done;         /* bit p: part p finished with these planes */
+    int released;          /* the planes were released (by the last part) */
+    char err[256];
+    unsigned char ok[ZGROUP];   /* hp[j] is held */
+    stack_plane hp[ZGROUP];
+};
+
+#define SPLIT_MAX 16   /* parts of a group at most (bits of group_share.done) */
 
 enum { ROW_NONE, ROW_MAKING, ROW_MADE, ROW_FAILED };
 
@@ -123,6 +141,11 @@ void cube_transpose_release(cube_transpose *t)
         pthread_mutex_destroy(&t->dest->lock);
         pthread_cond_destroy(&t->dest->made_cv);
         free(t->dest->made);
+        for (long gi = 0; t->dest->share && gi < t->ngroups; gi++)   /* cancelled groups */
+            for (int j = 0; j < ZGROUP; j++)
+                if (t->dest->share[gi].ok[j])
+                    stack_plane_release(t->st, &t->dest->share[gi].hp[j]);
+        free(t->dest->share);
         free(t->dest);
         t->dest = NULL;
     }
@@ -326,16 +349,73 @@ static int make_tile_row(const cube_transpose *t, struct cube_dest *d, long ty0,
  * at a time: read from the planes themselves, those reads were zmax * th streams, more
  * than the hardware prefetcher follows, and half of this function's time at 250 frames
  * of 1000 x 1000 waited on them.  Returns 0 or a TESS_E* code with err. */
+/* The tile rows of [y0, y1) of held planes zg .. zg+gk-1 (hp[j]: plane zg + j) into
+ * `out` as gather_rows describes; tmp and dbl as gather_rows makes them. */
+static int scatter_held(const cube_transpose *t, long y0, long y1, long zg, long gk,
+                        const stack_plane *hp, unsigned char *tmp, double *dbl,
+                        unsigned char *out, long p0, struct cube_dest *rows_of, char *err,
+                        size_t errlen)
+{
+    long nx = t->nx, ny = t->ny, nz = t->nz;
+    size_t es = (size_t)t->es;
+    int rc = 0;
+    for (long ty0 = y0; ty0 < y1 && !rc; ty0 += CUBE_TILE) {
+        long th = lmin(CUBE_TILE, ny - ty0);
+        const unsigned char *src[ZGROUP];
+        for (long j = 0; j < gk && !rc; j++) {
+            unsigned char *e = tmp + (size_t)j * CUBE_TILE * nx * es;
+            src[j] = e;
+            if (t->dt == CS_U8 && hp[j].u8) {
+                /* the tile row's th rows are th * nx adjacent bytes of the plane: one
+                 * sequential copy into the cache-sized buffer (see scatter_tile_row) */
+                memcpy(e, hp[j].u8 + (size_t)ty0 * nx, (size_t)(th * nx));
+                continue;
+            }
+            rc = stack_read_region(t->st, zg + j, 0, ty0, nx, th, dbl, err, errlen);
+            for (long i = 0; i < th * nx && !rc; i++)
+                encode1(t->dt, dbl[i], e + (size_t)i * es);
+        }
+        if (!rc && rows_of)
+            rc = make_tile_row(t, rows_of, ty0, err, errlen);
+        if (!rc)
+            scatter_tile_row(t, th, src, gk,
+                             out + ((size_t)(ty0 * nx - p0) * (size_t)nz + (size_t)zg) * es);
+    }
+    return rc;
+}
+
+/* Releases held planes zg .. zg+n-1; TESS_EIO with err when one was truncated while
+ * read, else rc. */
+static int release_held(const cube_transpose *t, long zg, long n, stack_plane *hp, int rc,
+                        char *err, size_t errlen)
+{
+    for (long j = 0; j < n; j++)
+        if (stack_plane_release(t->st, &hp[j]) && !rc) {
+            rc = TESS_EIO;
+            tess_seterr(err, errlen, "frame %ld of '%s' was truncated while being read",
+                        zg + j, t->name);
+        }
+    return rc;
+}
+
+/* Gathers values z0 .. z1-1 of the series of rows [y0, y1) (whole tile rows) into `out`,
+ * whose first series is store index p0 (value z of index i at ((i - p0) * nz + z) * es):
+ * the planes are held zmax at a time (each plane of a hold opened or decoded once, 8-bit
+ * frames not converted) and gathered a tile row at a time, so that a pixel gets up to
+ * zmax values side by side.  A tile row of each held plane is first copied (8-bit: one
+ * sequential copy of its th * nx bytes) or converted into `tmp`, zmax * CUBE_TILE * nx
+ * values, which stays in the cache while scatter_tile_row reads it 16 bytes of 16 planes
+ * at a time: read from the planes themselves, those reads were zmax * th streams, more
+ * than the hardware prefetcher follows, and half of this function's time at 250 frames
+ * of 1000 x 1000 waited on them.  Returns 0 or a TESS_E* code with err. */
 static int gather_rows(const cube_transpose *t, long y0, long y1, long z0, long z1, long zmax,
                        unsigned char *out, long p0, struct cube_dest *rows_of,
                        const volatile int *cancel, char *err, size_t errlen)
 {
-    long nx = t->nx, ny = t->ny, nz = t->nz;
     size_t es = (size_t)t->es;
-    stack *st = t->st;
     zmax = lmax(1, lmin(zmax, ZGROUP));
-    unsigned char *tmp = malloc((size_t)zmax * CUBE_TILE * nx * es);
-    double *dbl = malloc(sizeof(double) * (size_t)CUBE_TILE * nx);
+    unsigned char *tmp = malloc((size_t)zmax * CUBE_TILE * t->nx * es);
+    double *dbl = malloc(sizeof(double) * (size_t)CUBE_TILE * t->nx);
     stack_plane hp[ZGROUP];
     int rc = tmp && dbl ? 0 : TESS_ENOMEM;
     if (rc)
@@ -347,37 +427,12 @@ static int gather_rows(const cube_transpose *t, long y0, long y1, long z0, long 
         }
         long gk = lmin(zmax, z1 - zg), held = 0;
         for (; held < gk && !rc; held++)
-            rc = stack_plane_hold(st, zg + held, &hp[held], err, errlen);
+            rc = stack_plane_hold(t->st, zg + held, &hp[held], err, errlen);
         if (rc)
             held--;
-        for (long ty0 = y0; ty0 < y1 && !rc; ty0 += CUBE_TILE) {
-            long th = lmin(CUBE_TILE, ny - ty0);
-            const unsigned char *src[ZGROUP];
-            for (long j = 0; j < gk && !rc; j++) {
-                unsigned char *e = tmp + (size_t)j * CUBE_TILE * nx * es;
-                src[j] = e;
-                if (t->dt == CS_U8 && hp[j].u8) {
-                    /* the tile row's th rows are th * nx adjacent bytes of the plane: one
-                     * sequential copy into the cache-sized buffer (see scatter_tile_row) */
-                    memcpy(e, hp[j].u8 + (size_t)ty0 * nx, (size_t)(th * nx));
-                    continue;
-                }
-                rc = stack_read_region(t->st, zg + j, 0, ty0, nx, th, dbl, err, errlen);
-                for (long i = 0; i < th * nx && !rc; i++)
-                    encode1(t->dt, dbl[i], e + (size_t)i * es);
-            }
-            if (!rc && rows_of)
-                rc = make_tile_row(t, rows_of, ty0, err, errlen);
-            if (!rc)
-                scatter_tile_row(t, th, src, gk,
-                                 out + ((size_t)(ty0 * nx - p0) * (size_t)nz + (size_t)zg) * es);
-        }
-        for (long j = 0; j < held; j++)
-            if (stack_plane_release(st, &hp[j]) && !rc) {
-                rc = TESS_EIO;
-                tess_seterr(err, errlen, "frame %ld of '%s' was truncated while being read",
-                            zg + j, t->name);
-            }
+        if (!rc)
+            rc = scatter_held(t, y0, y1, zg, gk, hp, tmp, dbl, out, p0, rows_of, err, errlen);
+        rc = release_held(t, zg, held, hp, rc, err, errlen);
     }
     free(tmp);
     free(dbl);
@@ -410,10 +465,97 @@ long cube_transpose_group_hold(long nx, long ny, int es)
  * cube_transpose_release.  With a mapping per group, as before, each group made and
  * unmade the page table entries of the whole file: bench/mapwrite, a 2 GB store written
  * in 33 groups, took 2.7-7.2 s that way against 1.3 s through one mapping. */
+/* Releases the planes a group share holds (none when already released); rc, or TESS_EIO
+ * with err when one was truncated while read.  Call with the share's part of the work
+ * done, outside the lock. */
+static int share_release(const cube_transpose *t, struct group_share *g, long z0, int rc,
+                         char *err, size_t errlen)
+{
+    for (long j = 0; j < ZGROUP; j++)
+        if (g->ok[j]) {
+            g->ok[j] = 0;
+            rc = release_held(t, z0 + j, 1, &g->hp[j], rc, err, errlen);
+        }
+    return rc;
+}
+
+/* Part `part` of group gi (t->split parts): holds its share of the group's planes (those
+ * it claims first), waits for the other parts' holds, gathers the series of its tile
+ * rows (the part-th of split even shares) from all of them, and releases the planes when
+ * it is the last part done.  A part run again once they were released gathers its rows
+ * from planes it holds itself (gather_rows). */
+static int group_part(const cube_transpose *t, struct cube_dest *d, long gi, long part,
+                      long z0, long gk, const volatile int *cancel, char *err,
+                      size_t errlen)
+{
+    long split = t->split, trows = (t->ny + CUBE_TILE - 1) / CUBE_TILE;
+    long y0 = part * trows / split * CUBE_TILE;
+    long y1 = lmin(t->ny, (part + 1) * trows / split * CUBE_TILE);
+    struct group_share *g = &d->share[gi];
+    int rc = 0;
+    pthread_mutex_lock(&d->lock);
+    if (g->released) {
+        pthread_mutex_unlock(&d->lock);
+        return gather_rows(t, y0, y1, z0, z0 + gk, gk, d->m.p, 0, t->rowwise ? d : NULL,
+                           cancel, err, errlen);
+    }
+    while (!g->rc && g->claimed < gk) {
+        if (*cancel) {
+            rc = TESS_ECANCELED;
+            break;
+        }
+        long j = g->claimed++;
+        pthread_mutex_unlock(&d->lock);
+        stack_plane p;
+        char e[256];
+        int hrc = stack_plane_hold(t->st, z0 + j, &p, e, sizeof e);
+        pthread_mutex_lock(&d->lock);
+        if (hrc && !g->rc) {
+            g->rc = hrc;
+            snprintf(g->err, sizeof g->err, "%s", e);
+        }
+        if (!hrc) {
+            g->hp[j] = p;
+            g->ok[j] = 1;
+        }
+        g->held++;
+        pthread_cond_broadcast(&d->made_cv);
+    }
+    while (!rc && !g->rc && g->held < gk)
+        pthread_cond_wait(&d->made_cv, &d->lock);
+    if (!rc && g->rc) {
+        rc = g->rc;
+        tess_seterr(err, errlen, "%s", g->err);
+    }
+    pthread_mutex_unlock(&d->lock);
+    if (!rc) {
+        unsigned char *tmp = malloc((size_t)gk * CUBE_TILE * t->nx * (size_t)t->es);
+        double *dbl = malloc(sizeof(double) * (size_t)CUBE_TILE * t->nx);
+        if (tmp && dbl)
+            rc = scatter_held(t, y0, y1, z0, gk, g->hp, tmp, dbl, d->m.p, 0,
+                              t->rowwise ? d : NULL, err, errlen);
+        else {
+            rc = TESS_ENOMEM;
+            tess_seterr(err, errlen, "out of memory");
+        }
+        free(tmp);
+        free(dbl);
+    }
+    pthread_mutex_lock(&d->lock);
+    g->done |= 1u << part;
+    /* the last part: no other reads the planes now, and every claim was held */
+    int last = g->done == (1u << split) - 1 && g->held == g->claimed;
+    if (last)
+        g->released = 1;
+    pthread_mutex_unlock(&d->lock);
+    return last ? share_release(t, g, z0, rc, err, errlen) : rc;
+}
+
 int cube_transpose_group(const cube_transpose *t, long k, const volatile int *cancel,
                          char *err, size_t errlen)
 {
-    long z0 = k * t->g, gk = lmin(t->g, t->nz - z0);
+    long split = t->split > 1 ? t->split : 1, gi = k / split;
+    long z0 = gi * t->g, gk = lmin(t->g, t->nz - z0);
     const size_t es = (size_t)t->es, npix = (size_t)t->npix;
     struct cube_dest *d = t->dest;
     pthread_mutex_lock(&d->lock);
@@ -427,6 +569,10 @@ int cube_transpose_group(const cube_transpose *t, long k, const volatile int *ca
             d->rc = TESS_ENOMEM;
             snprintf(d->err, sizeof d->err, "out of memory");
         }
+        if (!d->rc && split > 1 && !(d->share = calloc((size_t)t->ngroups, sizeof *d->share))) {
+            d->rc = TESS_ENOMEM;
+            snprintf(d->err, sizeof d->err, "out of memory");
+        }
     }
     int rc = d->rc;
     if (rc)
@@ -434,9 +580,12 @@ int cube_transpose_group(const cube_transpose *t, long k, const volatile int *ca
     pthread_mutex_unlock(&d->lock);
     if (rc)
         return rc;
-    rc = gather_rows(t, 0, t->ny, z0, z0 + gk,
-                     t->hold > 0 ? t->hold : cube_transpose_group_hold(t->nx, t->ny, t->es),
-                     d->m.p, 0, t->rowwise ? d : NULL, cancel, err, errlen);
+    if (split > 1)
+        rc = group_part(t, d, gi, k % split, z0, gk, cancel, err, errlen);
+    else
+        rc = gather_rows(t, 0, t->ny, z0, z0 + gk,
+                         t->hold > 0 ? t->hold : cube_transpose_group_hold(t->nx, t->ny, t->es),
+                         d->m.p, 0, t->rowwise ? d : NULL, cancel, err, errlen);
     return rc ? rc : tess_wmap_check(&d->m, err, errlen);
 }
 

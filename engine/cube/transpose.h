@@ -52,6 +52,12 @@ typedef struct cube_transpose {
     int rowwise;               /* 1: stage A makes the destination's pages a tile row at a
                                 * time, just before the first group writes there (0: all
                                 * of them when the first group maps it) */
+    long split;                /* stage A in parts (0 or 1: none): block k of
+                                * ngroups * split is part k % split of group k / split, the
+                                * part-th of split even shares of its tile rows; the parts
+                                * hold the group's planes once between them (each decodes
+                                * some) and each writes only its own rows.  Needs g <= 64
+                                * and split <= 16. */
     long band_rows, nbands;    /* rows per band (multiple of CUBE_TILE), bands */
     int direct;                /* 1: no stage A; bands read the chunk store src_path */
     char stage_path[PATH_MAX]; /* <workdir>/staging.bin */
@@ -93,7 +99,8 @@ int cube_transpose_create_files(const cube_transpose *t, char *err, size_t errle
  * instead of the staging file: copied.  Returns 0 or TESS_ERANGE (path too long). */
 int cube_transpose_set_dest(cube_transpose *t, const char *path);
 
-/* Stage A, group k (0-based, < ngroups): reads the group's planes and writes their values
+/* Stage A, group k (0-based, < ngroups; with t->split, block k < ngroups * split: that
+ * part of group k / split, see split): reads the group's planes and writes their values
  * at their place in every series of the destination (its other values untouched: groups
  * may run concurrently), holding t->hold planes at once when set (at most 64), else at
  * most 16 planes (and 64 MB of their values, or one plane), whatever nz is.  Every group writes into every page of the destination, so the

@@ -49,19 +49,28 @@ static stack *open_cube(const char *path, long nz)
     return st;
 }
 
-/* Groups k, k + 2, ... of the transpose in `arg` (rowwise: two threads side by side). */
+/* Blocks k, k + 2, ... of stage A of the transpose in `arg` (rowwise: two threads side
+ * by side): groups, or parts of groups with t->split. */
+static long stage_a_blocks(const cube_transpose *t)
+{
+    return t->ngroups * (t->split > 1 ? t->split : 1);
+}
+
 static void *odd_groups(void *arg)
 {
     cube_transpose *t = arg;
     char err[256];
-    for (long k = 1; k < t->ngroups; k += 2)
+    for (long k = 1; k < stage_a_blocks(t); k += 2)
         if (cube_transpose_group(t, k, &no_cancel, err, sizeof err) != 0)
             return t;
     return NULL;
 }
 
 /* rowwise 1: the destination's pages made a tile row at a time, as rechunk does, each
- * group holding all its planes at once, the odd groups on a second thread. */
+ * group holding all its planes at once, the odd groups on a second thread; rowwise > 1:
+ * that too, each group in `rowwise` parts (cube_transpose.split) whose blocks alternate
+ * between the two threads, so that the parts of a group run side by side or one after
+ * the other. */
 static void transpose_staged(cube_transpose *t, stack *st, long nz, cs_dtype dtype,
                              long out_bytes, const char *dir, int rowwise)
 {
@@ -74,9 +83,10 @@ static void transpose_staged(cube_transpose *t, stack *st, long nz, cs_dtype dty
     if (rowwise) {
         t->rowwise = 1;
         t->hold = t->g;
+        t->split = rowwise;
         ck_assert_int_eq(pthread_create(&th, NULL, odd_groups, t), 0);
     }
-    for (long k = 0; k < t->ngroups; k += 1 + rowwise)
+    for (long k = 0; k < stage_a_blocks(t); k += 1 + (rowwise > 0))
         ck_assert_msg(cube_transpose_group(t, k, &no_cancel, err, sizeof err) == 0, "%s", err);
     if (rowwise) {
         void *bad = t;
@@ -152,7 +162,8 @@ END_TEST
  * the 16 x 16 byte transpose and the values left over (one by one below 16 planes, else
  * by a last transpose of the 16 planes ending the hold), on both edge tiles; every series
  * of the staging file and of cube_transpose_rows is the formula's, with the staging
- * file's pages made all at once and a tile row at a time (rowwise, two threads). */
+ * file's pages made all at once and a tile row at a time (rowwise, two threads), and
+ * with groups in 2 and 3 parts that share their planes (rechunk's plan of groups). */
 static unsigned char u8_value(long x, long y, long z)
 {
     return (unsigned char)((x * 7 + y * 13 + z * 29 + x * y * z) % 256);
@@ -171,7 +182,7 @@ START_TEST(test_transpose_u8)
             v[z * NX * NY + i] = u8_value(i % NX, i / NX, z);
     write_cube(path, v, nz);
     stack *st = open_cube(path, nz);
-    for (int rowwise = 0; rowwise < 2; rowwise++) {
+    for (int rowwise = 0; rowwise < 4; rowwise++) {   /* 2, 3: groups in parts */
         cube_transpose t;
         transpose_staged(&t, st, nz, CS_U8, 0, dir, rowwise);
         ck_assert_int_eq(t.es, 1);

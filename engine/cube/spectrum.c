@@ -15,6 +15,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
 
 #define FFT_BATCH 32   /* series per fftw execution */
 #define POOL_MAX 16    /* band buffers kept for reuse (one a worker) */
@@ -292,6 +295,41 @@ static size_t block_offset(const cube_transpose *t, const geom *g, long y0, long
     return (size_t)(q / w) * (size_t)(x1 - x0) + (size_t)(k * CUBE_TILE + q % w);
 }
 
+/* The block's spectra buffer from which the scatter below stores with non-temporal
+ * stores (put_tile_row): at least this many bytes.  A block of 16 MB (250 frames of
+ * 1000 x 1000, 4000 of 256 x 256) outlives the caches between its stores and the pwrite
+ * that reads it back, and every 64-byte store missed and first read its line
+ * (read-for-ownership): streamed, cube_spectrum_block's samples in `perf` fell 35% at 4000
+ * frames of 256 x 256 (897-1068 against 1361-1557, the spectrum from the copy, 3 rounds
+ * alternated) and about 20% at 250 frames of 1000 x 1000 (637-789 against 783-1061, 4
+ * rounds, where only even rows' tile rows are line-aligned).  Blocks of 2 MB (250 frames
+ * of 256 x 256) stay in the caches until written: streaming them gained nothing there
+ * (0.073-0.075 s of CPU against 0.070-0.075). */
+#define STREAM_BYTES (8L << 20)
+
+_Static_assert(CUBE_TILE * 4 == 64, "a tile row of float32 is one 64-byte cache line");
+
+/* Stores a tile row of CUBE_TILE powers (64 bytes) at dst: with non-temporal stores when
+ * `stream` and dst starts a cache line (the line is then written whole, never read), else
+ * by a copy. */
+static void put_tile_row(unsigned char *dst, const uint32_t *src, int stream)
+{
+#if defined(__SSE2__)
+    if (stream && ((uintptr_t)dst & 63) == 0) {
+        const __m128i *a = (const __m128i *)(const void *)src;
+        __m128i *d = (__m128i *)(void *)dst;
+        _mm_stream_si128(d, _mm_loadu_si128(a));
+        _mm_stream_si128(d + 1, _mm_loadu_si128(a + 1));
+        _mm_stream_si128(d + 2, _mm_loadu_si128(a + 2));
+        _mm_stream_si128(d + 3, _mm_loadu_si128(a + 3));
+        return;
+    }
+#else
+    (void)stream;
+#endif
+    memcpy(dst, src, CUBE_TILE * 4);
+}
+
 int cube_spectrum_block(cube_spectrum *sp, const cube_transpose *t, long block,
                         const char *out_path, long long datastart, const volatile int *cancel,
                         char *err, size_t errlen)
@@ -356,6 +394,9 @@ int cube_spectrum_block(cube_spectrum *sp, const cube_transpose *t, long block,
      * each series once more (5% of the job's CPU at 250 frames of 1000 x 1000). */
     const unsigned char *staged = cube_transpose_staged(t);
     const size_t sz = (size_t)nz * (size_t)t->es;
+    /* (a smaller budget streams from half of it: blocks of the tests' budgets take the
+     * streamed path too) */
+    const int stream = most * (size_t)nh * 4 >= (size_t)lmin(STREAM_BYTES, block_bytes / 2);
     int sfd = staged ? -1 : cube_transpose_series_open(t), bad = !staged && sfd < 0;
     for (long i0 = 0; i0 < np && !rc && !bad; i0 += FFT_BATCH) {
         if (*cancel) {
@@ -420,13 +461,18 @@ int cube_spectrum_block(cube_spectrum *sp, const cube_transpose *t, long block,
             const uint32_t *src = pw + k * FFT_BATCH;
             unsigned char *plane = out + (size_t)k * run;
             for (long r = 0; r < nrun; r++) {
+                unsigned char *dst = plane + off[run0[r]];
                 if (runn[r] == CUBE_TILE)   /* a whole tile's row: a copy of known size */
-                    memcpy(plane + off[run0[r]], src + run0[r], CUBE_TILE * 4);
+                    put_tile_row(dst, src + run0[r], stream);
                 else
-                    memcpy(plane + off[run0[r]], src + run0[r], (size_t)runn[r] * 4);
+                    memcpy(dst, src + run0[r], (size_t)runn[r] * 4);
             }
         }
     }
+#if defined(__SSE2__)
+    if (stream)
+        _mm_sfence();   /* the streamed stores ordered before the writes read them */
+#endif
     int src_rc = staged ? 0 : cube_transpose_series_close(t, sfd, bad, err, errlen);
     if (!rc)
         rc = src_rc;

@@ -485,15 +485,22 @@ int cube_spectrum_block(cube_spectrum *sp, const cube_transpose *t, long block,
     const long wrows = wx == t->nx ? 1 : y1 - y0;
     const size_t wlen = wx == t->nx ? run : (size_t)wx * 4;
     off_t at = (off_t)(datastart + ((long long)y0 * t->nx + x0) * 4);
+    /* Plane k and its mirror nz - k (k = 1 .. nz - nh) one after the other: the mirror's
+     * copy reads the run while it is still in the caches (in plane order it was read
+     * again nz - 2k planes later, from memory). */
     pthread_mutex_lock(&sp->write_lock);
-    for (long k = 0; k < nz && !rc; k++)
-        for (long r = 0; r < wrows && !rc; r++)
-            if (tess_pwrite_all(fd, out + (size_t)(k < nh ? k : nz - k) * run + (size_t)r * wlen,
-                                wlen,
-                                at + (off_t)(k * plane_stride + (size_t)r * t->nx * 4))) {
-                tess_seterr(err, errlen, "cannot write %s: %s", out_path, strerror(errno));
-                rc = TESS_EIO;
-            }
+    for (long k = 0; k < nh && !rc; k++)
+        for (int mirror = 0; mirror < 2 && !rc; mirror++) {
+            long kk = mirror ? nz - k : k;
+            if (mirror && (k == 0 || kk < nh))
+                break;
+            for (long r = 0; r < wrows && !rc; r++)
+                if (tess_pwrite_all(fd, out + (size_t)k * run + (size_t)r * wlen, wlen,
+                                    at + (off_t)(kk * plane_stride + (size_t)r * t->nx * 4))) {
+                    tess_seterr(err, errlen, "cannot write %s: %s", out_path, strerror(errno));
+                    rc = TESS_EIO;
+                }
+        }
     pthread_mutex_unlock(&sp->write_lock);
     if (fd >= 0 && close(fd) != 0 && !rc) {
         tess_seterr(err, errlen, "cannot write %s: %s", out_path, strerror(errno));

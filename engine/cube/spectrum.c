@@ -126,6 +126,11 @@ int cube_spectrum_new(long nz, cube_spectrum **out, char *err, size_t errlen)
     pthread_mutex_init(&sp->write_lock, NULL);
     double *in = fftw_malloc(sizeof(double) * (size_t)n * FFT_BATCH);
     fftw_complex *o = fftw_malloc(sizeof(fftw_complex) * (size_t)(n / 2 + 1) * FFT_BATCH);
+    /* Series contiguous (idist = nz): fftw 3.3.10 runs each 250-value transform with its
+     * AVX codelets (hc2cfdftv_10_avx, n1fv_25_avx), 298 ns a series here.  Interleaved
+     * (istride = FFT_BATCH, idist = 1, the powers then read bin-major) it took 595 ns
+     * under FFTW_ESTIMATE and 561 under FFTW_MEASURE (15.9 against 5.4 us at nz = 4000);
+     * 64 series a batch, 298 ns; FFTW_R2HC (r2r), 610 ns. */
     pthread_mutex_lock(&fftw_plan_lock);
     if (in && o)
         sp->plan = fftw_plan_many_dft_r2c(1, &n, FFT_BATCH, in, NULL, 1, n, o, NULL, 1,

@@ -15,6 +15,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
 
 #define FFT_BATCH 32   /* series per fftw execution */
 #define POOL_MAX 16    /* band buffers kept for reuse (one a worker) */
@@ -123,6 +126,11 @@ int cube_spectrum_new(long nz, cube_spectrum **out, char *err, size_t errlen)
     pthread_mutex_init(&sp->write_lock, NULL);
     double *in = fftw_malloc(sizeof(double) * (size_t)n * FFT_BATCH);
     fftw_complex *o = fftw_malloc(sizeof(fftw_complex) * (size_t)(n / 2 + 1) * FFT_BATCH);
+    /* Series contiguous (idist = nz): fftw 3.3.10 runs each 250-value transform with its
+     * AVX codelets (hc2cfdftv_10_avx, n1fv_25_avx), 298 ns a series here.  Interleaved
+     * (istride = FFT_BATCH, idist = 1, the powers then read bin-major) it took 595 ns
+     * under FFTW_ESTIMATE and 561 under FFTW_MEASURE (15.9 against 5.4 us at nz = 4000);
+     * 64 series a batch, 298 ns; FFTW_R2HC (r2r), 610 ns. */
     pthread_mutex_lock(&fftw_plan_lock);
     if (in && o)
         sp->plan = fftw_plan_many_dft_r2c(1, &n, FFT_BATCH, in, NULL, 1, n, o, NULL, 1,
@@ -292,6 +300,41 @@ static size_t block_offset(const cube_transpose *t, const geom *g, long y0, long
     return (size_t)(q / w) * (size_t)(x1 - x0) + (size_t)(k * CUBE_TILE + q % w);
 }
 
+/* The block's spectra buffer from which the scatter below stores with non-temporal
+ * stores (put_tile_row): at least this many bytes.  A block of 16 MB (250 frames of
+ * 1000 x 1000, 4000 of 256 x 256) outlives the caches between its stores and the pwrite
+ * that reads it back, and every 64-byte store missed and first read its line
+ * (read-for-ownership): streamed, cube_spectrum_block's samples in `perf` fell 35% at 4000
+ * frames of 256 x 256 (897-1068 against 1361-1557, the spectrum from the copy, 3 rounds
+ * alternated) and about 20% at 250 frames of 1000 x 1000 (637-789 against 783-1061, 4
+ * rounds, where only even rows' tile rows are line-aligned).  Blocks of 2 MB (250 frames
+ * of 256 x 256) stay in the caches until written: streaming them gained nothing there
+ * (0.073-0.075 s of CPU against 0.070-0.075). */
+#define STREAM_BYTES (8L << 20)
+
+_Static_assert(CUBE_TILE * 4 == 64, "a tile row of float32 is one 64-byte cache line");
+
+/* Stores a tile row of CUBE_TILE powers (64 bytes) at dst: with non-temporal stores when
+ * `stream` and dst starts a cache line (the line is then written whole, never read), else
+ * by a copy. */
+static void put_tile_row(unsigned char *dst, const uint32_t *src, int stream)
+{
+#if defined(__SSE2__)
+    if (stream && ((uintptr_t)dst & 63) == 0) {
+        const __m128i *a = (const __m128i *)(const void *)src;
+        __m128i *d = (__m128i *)(void *)dst;
+        _mm_stream_si128(d, _mm_loadu_si128(a));
+        _mm_stream_si128(d + 1, _mm_loadu_si128(a + 1));
+        _mm_stream_si128(d + 2, _mm_loadu_si128(a + 2));
+        _mm_stream_si128(d + 3, _mm_loadu_si128(a + 3));
+        return;
+    }
+#else
+    (void)stream;
+#endif
+    memcpy(dst, src, CUBE_TILE * 4);
+}
+
 int cube_spectrum_block(cube_spectrum *sp, const cube_transpose *t, long block,
                         const char *out_path, long long datastart, const volatile int *cancel,
                         char *err, size_t errlen)
@@ -356,6 +399,9 @@ int cube_spectrum_block(cube_spectrum *sp, const cube_transpose *t, long block,
      * each series once more (5% of the job's CPU at 250 frames of 1000 x 1000). */
     const unsigned char *staged = cube_transpose_staged(t);
     const size_t sz = (size_t)nz * (size_t)t->es;
+    /* (a smaller budget streams from half of it: blocks of the tests' budgets take the
+     * streamed path too) */
+    const int stream = most * (size_t)nh * 4 >= (size_t)lmin(STREAM_BYTES, block_bytes / 2);
     int sfd = staged ? -1 : cube_transpose_series_open(t), bad = !staged && sfd < 0;
     for (long i0 = 0; i0 < np && !rc && !bad; i0 += FFT_BATCH) {
         if (*cancel) {
@@ -420,13 +466,18 @@ int cube_spectrum_block(cube_spectrum *sp, const cube_transpose *t, long block,
             const uint32_t *src = pw + k * FFT_BATCH;
             unsigned char *plane = out + (size_t)k * run;
             for (long r = 0; r < nrun; r++) {
+                unsigned char *dst = plane + off[run0[r]];
                 if (runn[r] == CUBE_TILE)   /* a whole tile's row: a copy of known size */
-                    memcpy(plane + off[run0[r]], src + run0[r], CUBE_TILE * 4);
+                    put_tile_row(dst, src + run0[r], stream);
                 else
-                    memcpy(plane + off[run0[r]], src + run0[r], (size_t)runn[r] * 4);
+                    memcpy(dst, src + run0[r], (size_t)runn[r] * 4);
             }
         }
     }
+#if defined(__SSE2__)
+    if (stream)
+        _mm_sfence();   /* the streamed stores ordered before the writes read them */
+#endif
     int src_rc = staged ? 0 : cube_transpose_series_close(t, sfd, bad, err, errlen);
     if (!rc)
         rc = src_rc;
@@ -439,15 +490,22 @@ int cube_spectrum_block(cube_spectrum *sp, const cube_transpose *t, long block,
     const long wrows = wx == t->nx ? 1 : y1 - y0;
     const size_t wlen = wx == t->nx ? run : (size_t)wx * 4;
     off_t at = (off_t)(datastart + ((long long)y0 * t->nx + x0) * 4);
+    /* Plane k and its mirror nz - k (k = 1 .. nz - nh) one after the other: the mirror's
+     * copy reads the run while it is still in the caches (in plane order it was read
+     * again nz - 2k planes later, from memory). */
     pthread_mutex_lock(&sp->write_lock);
-    for (long k = 0; k < nz && !rc; k++)
-        for (long r = 0; r < wrows && !rc; r++)
-            if (tess_pwrite_all(fd, out + (size_t)(k < nh ? k : nz - k) * run + (size_t)r * wlen,
-                                wlen,
-                                at + (off_t)(k * plane_stride + (size_t)r * t->nx * 4))) {
-                tess_seterr(err, errlen, "cannot write %s: %s", out_path, strerror(errno));
-                rc = TESS_EIO;
-            }
+    for (long k = 0; k < nh && !rc; k++)
+        for (int mirror = 0; mirror < 2 && !rc; mirror++) {
+            long kk = mirror ? nz - k : k;
+            if (mirror && (k == 0 || kk < nh))
+                break;
+            for (long r = 0; r < wrows && !rc; r++)
+                if (tess_pwrite_all(fd, out + (size_t)k * run + (size_t)r * wlen, wlen,
+                                    at + (off_t)(kk * plane_stride + (size_t)r * t->nx * 4))) {
+                    tess_seterr(err, errlen, "cannot write %s: %s", out_path, strerror(errno));
+                    rc = TESS_EIO;
+                }
+        }
     pthread_mutex_unlock(&sp->write_lock);
     if (fd >= 0 && close(fd) != 0 && !rc) {
         tess_seterr(err, errlen, "cannot write %s: %s", out_path, strerror(errno));

@@ -250,6 +250,8 @@ typedef struct outfile {
     size_t n, es, fes;    /* values per HDU, bytes per HDU 0 and HDU 1 value */
     atomic_int werr;      /* errno of the first failed write, 0 if none */
     atomic_size_t wrote;  /* values written to the file so far */
+    atomic_ullong dsum;   /* ones' complement sums (fitswrite_sum32) of the data units */
+    atomic_ullong fsum;   /* of HDU 0 and 1 as finished so far, unfolded */
 } outfile;
 
 /* Bytes rounded up to whole 2880-byte FITS blocks. */
@@ -403,6 +405,8 @@ static int out_create(outfile *f, const char *path, const outspec *o)
     f->size = f->d1 + fits_blocks(f->n * f->fes);
     atomic_init(&f->werr, 0);
     atomic_init(&f->wrote, 0);
+    atomic_init(&f->dsum, 0);
+    atomic_init(&f->fsum, 0);
     /* A new file only: O_EXCL fails on anything already there, a symbolic link included
      * (the name is predictable). */
     f->fd = open(f->tmp, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
@@ -441,7 +445,8 @@ static int out_create(outfile *f, const char *path, const outspec *o)
 
 /* Finishes the output block by block as the engine hands blocks over (rp_block_fn):
  * the footprint (isfinite of the data, as bytes, unless the engine wrote it) and both
- * arrays to big-endian while the block is still in cache; once every block of a band of
+ * arrays to big-endian, and their checksums (DATASUM) summed, row by row while the
+ * block is still in cache; once every block of a band of
  * rows is done, the band is written to the file and its memory released, so that the
  * work runs on every thread alongside the reprojection and the peak memory stays near
  * input + output. */
@@ -465,6 +470,7 @@ static void finish_block(void *arg, long z0, long nz, long x0, long y0, long w, 
 {
     finisher *fi = arg;
     outfile *f = fi->f;
+    uint32_t ds = 0, fs = 0;
     for (long z = z0; z < z0 + nz; z++) {
         for (long y = y0; y < y0 + h; y++) {
             size_t k = ((size_t)z * (size_t)fi->ny + (size_t)y) * (size_t)fi->nx + (size_t)x0;
@@ -480,6 +486,8 @@ static void finish_block(void *arg, long z0, long nz, long x0, long y0, long w, 
                     fp[i] = isfinite(((double *)d)[i]) != 0;
                 tess_be_swap(d, (size_t)w, 8);
             }
+            ds = fitswrite_sum32_at(d, (size_t)w * f->es, k * f->es, ds);
+            fs = fitswrite_sum32_at(fp, (size_t)w * f->fes, k * f->fes, fs);
         }
         long full = atomic_fetch_add(&fi->done[(size_t)z * (size_t)fi->ny + (size_t)y0], w) + w;
         if (full == fi->nx) {
@@ -498,6 +506,16 @@ static void finish_block(void *arg, long z0, long nz, long x0, long y0, long w, 
             release_pages(f->fp + k * f->fes, n * f->fes, fi->page);
         }
     }
+    atomic_fetch_add(&f->dsum, ds);
+    atomic_fetch_add(&f->fsum, fs);
+}
+
+/* A ones' complement sum kept unfolded in 64 bits, folded to 32. */
+static uint32_t fold_sum(unsigned long long s)
+{
+    while (s >> 32)
+        s = (s & 0xffffffffu) + (s >> 32);
+    return (uint32_t)s;
 }
 
 /* Closes the finished file and renames it to its final name.  Returns 0 or CLI_EXIT_FAIL
@@ -517,7 +535,9 @@ static int out_commit(outfile *f)
         close(f->fd);
     f->fd = -1;
     char why[512];
-    if (e == 0 && fitswrite_checksum_file(f->tmp, why, sizeof why) != 0) {
+    /* Every value was summed as its block was finished: only the headers are read. */
+    const uint32_t sums[2] = { fold_sum(atomic_load(&f->dsum)), fold_sum(atomic_load(&f->fsum)) };
+    if (e == 0 && fitswrite_checksum_file_sums(f->tmp, sums, 2, why, sizeof why) != 0) {
         cli_msg("cannot set the checksums of '%s': %s", f->path, why);
         out_abort(f);
         return CLI_EXIT_FAIL;

@@ -608,6 +608,31 @@ uint32_t fitswrite_sum32(const void *p, size_t n, uint32_t sum)
     return fold32(acc);
 }
 
+uint32_t fitswrite_sum32_at(const void *p, size_t n, unsigned long long offset, uint32_t sum)
+{
+    const unsigned char *b = p;
+    uint64_t acc = sum;
+    unsigned r = (unsigned)(offset % 4);
+    if (r != 0 && n > 0) {          /* the bytes before the first whole word */
+        uint32_t w = 0;
+        size_t k = 0;
+        for (; r + k < 4 && k < n; k++)
+            w |= (uint32_t)b[k] << (8 * (3 - r - k));
+        acc += w;
+        b += k;
+        n -= k;
+    }
+    size_t whole = n / 4 * 4;
+    acc += fitswrite_sum32(b, whole, 0);
+    if (whole < n) {                /* the bytes after the last whole word */
+        uint32_t w = 0;
+        for (size_t k = 0; whole + k < n; k++)
+            w |= (uint32_t)b[whole + k] << (8 * (3 - k));
+        acc += w;
+    }
+    return fold32(acc);
+}
+
 uint32_t fitswrite_sum_add(uint32_t a, uint32_t b)
 {
     return fold32((uint64_t)a + b);

@@ -370,6 +370,22 @@ static char *header_bytes(const fitscard_list *l, size_t *len)
     return h;
 }
 
+/* Reserves the file's blocks in one call where the file system can (Linux fallocate):
+ * the bands written afterwards then land in allocated, unwritten extents instead of
+ * reserving delayed-allocation space page by page (ext4), which cost about a quarter of
+ * the time of writing 80 MB.  An optimisation only: a refusal (EOPNOTSUPP, or ENOSPC,
+ * which the writes will report) is ignored, and nothing is written (no fallback that
+ * writes zeros, as posix_fallocate has).  Cannot fail. */
+static void out_reserve(int fd, size_t size)
+{
+#if defined(__linux__)
+    (void)fallocate(fd, 0, 0, (off_t)size);
+#else
+    (void)fd;
+    (void)size;
+#endif
+}
+
 /* Creates the temporary file for `path`, sized, with both headers written, and the
  * memory for the pixels.  Returns 0 or CLI_EXIT_FAIL after printing why. */
 static int out_create(outfile *f, const char *path, const outspec *o)
@@ -413,7 +429,7 @@ static int out_create(outfile *f, const char *path, const outspec *o)
     const char *what = "create";
     if (f->fd >= 0) {
         what = "write";
-        if (ftruncate(f->fd, (off_t)f->size) == 0
+        if (ftruncate(f->fd, (off_t)f->size) == 0 && (out_reserve(f->fd, f->size), 1)
             && tess_pwrite_all(f->fd, (const unsigned char *)h0, n0, 0) == 0
             && tess_pwrite_all(f->fd, (const unsigned char *)h1, n1, (off_t)(f->d1 - n1)) == 0) {
             what = NULL;

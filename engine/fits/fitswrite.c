@@ -564,19 +564,6 @@ static int src_write(sum_src *s, unsigned long long off, const void *buf, size_t
     return tess_pwrite_all(s->fd, buf, n, (off_t)off) == 0 ? 0 : TESS_EIO;
 }
 
-/* Adds the big-endian 32-bit words of p (n bytes, a multiple of 4) to the ones'
- * complement sum `sum` (kept unfolded in 64 bits); fold with fold32. */
-static uint64_t sum_words(const unsigned char *p, size_t n, uint64_t sum)
-{
-    for (size_t i = 0; i + 4 <= n; i += 4) {
-        sum += (uint64_t)p[i] << 24 | (uint64_t)p[i + 1] << 16 | (uint64_t)p[i + 2] << 8 |
-               p[i + 3];
-        if (sum >> 62)
-            sum = (sum & 0xffffffffu) + (sum >> 32);
-    }
-    return sum;
-}
-
 static uint32_t fold32(uint64_t s)
 {
     while (s >> 32)
@@ -584,26 +571,106 @@ static uint32_t fold32(uint64_t s)
     return (uint32_t)s;
 }
 
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+/* Four 32-bit lanes (GCC vector extensions: SSE2 on x86-64, NEON on arm64, scalar
+ * elsewhere). */
+typedef uint32_t sum_v4u __attribute__((vector_size(16)));
+
+/* The sum of the big-endian words, without swapping them.  A word stored as bytes
+ * c0 c1 c2 c3 loads on a little-endian host as u = c0 + c1 2^8 + c2 2^16 + c3 2^24; its
+ * stored value is c0 2^24 + c1 2^16 + c2 2^8 + c3.  With a = u & 0x00ff00ff = c0 + c2 2^16
+ * and b = (u >> 8) & 0x00ff00ff = c1 + c3 2^16, and 2^32 = 1 modulo 2^32 - 1 (the modulus
+ * of the ones' complement sum), 2^24 a + 2^16 b = c0 2^24 + c2 2^8 + c1 2^16 + c3: the
+ * stored value.  So the sum is 2^24 A + 2^16 B for A, B the sums of a and b, which add
+ * four words at a time in 32-bit lanes (each a or b below 2^24 + 2^8: 255 of them fit a
+ * lane) and are widened to 64 bits every 255 vectors.  Returns the unfolded sum. */
+static uint64_t sum_be_words(const unsigned char *p, size_t nw)
+{
+    const sum_v4u mask = { 0x00ff00ffu, 0x00ff00ffu, 0x00ff00ffu, 0x00ff00ffu };
+    uint64_t a = 0, b = 0;
+    size_t nv = nw / 4;
+    while (nv > 0) {
+        size_t m = nv < 255 ? nv : 255;
+        sum_v4u va = { 0, 0, 0, 0 }, vb = { 0, 0, 0, 0 };
+        for (size_t i = 0; i < m; i++) {
+            sum_v4u u;
+            memcpy(&u, p + 16 * i, 16);
+            va += u & mask;
+            vb += (u >> 8) & mask;
+        }
+        a += (uint64_t)va[0] + va[1] + va[2] + va[3];
+        b += (uint64_t)vb[0] + vb[1] + vb[2] + vb[3];
+        p += 16 * m;
+        nv -= m;
+    }
+    uint64_t acc = ((uint64_t)fold32(a) << 24) + ((uint64_t)fold32(b) << 16);
+    for (size_t i = 0; i < nw % 4; i++) {     /* the last words, one at a time */
+        uint32_t w;
+        memcpy(&w, p + 4 * i, 4);
+        acc += __builtin_bswap32(w);
+    }
+    return acc;
+}
+#else
+/* Big-endian hosts load the stored values as they are.  Returns the unfolded sum. */
+static uint64_t sum_be_words(const unsigned char *p, size_t nw)
+{
+    uint64_t acc = 0;
+    for (size_t i = 0; i < nw; i++) {
+        uint32_t w;
+        memcpy(&w, p + 4 * i, 4);
+        acc += w;
+        if (acc >> 62)
+            acc = fold32(acc);
+    }
+    return acc;
+}
+#endif
+
+/* Adds the big-endian 32-bit words of p (n bytes, a multiple of 4) to the ones'
+ * complement sum `sum` (kept unfolded in 64 bits); fold with fold32. */
+static uint64_t sum_words(const unsigned char *p, size_t n, uint64_t sum)
+{
+    return (uint64_t)fold32(sum) + fitswrite_sum32(p, n, 0);
+}
+
 uint32_t fitswrite_sum32(const void *p, size_t n, uint32_t sum)
 {
     const unsigned char *b = p;
     uint64_t acc = sum;
     size_t nw = n / 4;
-    /* Whole words loaded and swapped to their stored (big-endian) value: at most 2^31
-     * of them are added between folds, so the 64-bit accumulator cannot overflow. */
+    /* In pieces of at most 2^30 words, so that neither the lanes' 64-bit totals nor acc
+     * can overflow. */
     while (nw > 0) {
-        size_t m = nw < ((size_t)1 << 31) ? nw : ((size_t)1 << 31);
-        for (size_t i = 0; i < m; i++) {
-            uint32_t w;
-            memcpy(&w, b + 4 * i, 4);
-#if __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
-            w = __builtin_bswap32(w);
-#endif
-            acc += w;
-        }
-        acc = fold32(acc);
+        size_t m = nw < ((size_t)1 << 30) ? nw : ((size_t)1 << 30);
+        acc = (uint64_t)fold32(acc) + fold32(sum_be_words(b, m));
         b += 4 * m;
         nw -= m;
+    }
+    return fold32(acc);
+}
+
+uint32_t fitswrite_sum32_at(const void *p, size_t n, unsigned long long offset, uint32_t sum)
+{
+    const unsigned char *b = p;
+    uint64_t acc = sum;
+    unsigned r = (unsigned)(offset % 4);
+    if (r != 0 && n > 0) {          /* the bytes before the first whole word */
+        uint32_t w = 0;
+        size_t k = 0;
+        for (; r + k < 4 && k < n; k++)
+            w |= (uint32_t)b[k] << (8 * (3 - r - k));
+        acc += w;
+        b += k;
+        n -= k;
+    }
+    size_t whole = n / 4 * 4;
+    acc += fitswrite_sum32(b, whole, 0);
+    if (whole < n) {                /* the bytes after the last whole word */
+        uint32_t w = 0;
+        for (size_t k = 0; whole + k < n; k++)
+            w |= (uint32_t)b[whole + k] << (8 * (3 - k));
+        acc += w;
     }
     return fold32(acc);
 }

@@ -132,6 +132,12 @@ int fitswrite_checksum_file(const char *path, char *err, size_t errlen);
  * threads, in any order) and combined with fitswrite_sum_add; zero padding adds nothing.
  * Cannot fail. */
 uint32_t fitswrite_sum32(const void *p, size_t n, uint32_t sum);
+/* fitswrite_sum32 of n bytes at p that lie at byte `offset` of a data unit, whatever
+ * the offset and length: the sum of the data unit's 32-bit words with every byte outside
+ * [offset, offset + n) taken as zero, added to `sum`.  Pieces summed this way combine
+ * with fitswrite_sum_add into the DATASUM of the whole (each byte in one piece), in any
+ * order: e.g. rows of a BITPIX 8 image finished by different threads.  Cannot fail. */
+uint32_t fitswrite_sum32_at(const void *p, size_t n, unsigned long long offset, uint32_t sum);
 /* The ones' complement sum of two such partial sums. */
 uint32_t fitswrite_sum_add(uint32_t a, uint32_t b);
 

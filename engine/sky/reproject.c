@@ -106,6 +106,7 @@ typedef struct job {
     float *footprint;
     const rp_options *opt;         /* the caller's: method, coordinate error, callbacks */
     long block, nbx;               /* interpolation: block edge, blocks per row */
+    long ring;                     /* opt->ring_rows (rows of dst held), 0: every row */
     long band, nbands;             /* exact: rows per band, bands per plane */
     long z0;                       /* first plane of the group */
     long nz;                       /* planes in the group */
@@ -118,6 +119,9 @@ typedef struct job {
 typedef struct run {
     pthread_mutex_t lock;
     pthread_cond_t idle;           /* signalled when inflight drops to 0 */
+    pthread_cond_t freed;          /* with a ring: a row of blocks released, or stop */
+    long *released;                /* with a ring: per row of blocks, blocks whose
+                                      block_done has returned */
     long next, nunits;             /* next block to take, blocks in the run */
     long inflight;                 /* blocks being worked on */
     long done;
@@ -593,13 +597,16 @@ static int interp_block(worker *w, const job *j, long u, long *finite, long *ins
         return TESS_ENOMEM;
     }
     long fin = 0;
+    /* Rows of a plane held in dst: all, or the ring's. */
+    const size_t held = (size_t)(j->ring ? j->ring : ny);
+    const size_t es = j->dst->dtype == RP_F32 ? sizeof(float) : sizeof(double);
     for (long p = 0; p < j->nz; p++) {
         long z = j->z0 + p;
-        void *plane = cube_plane(j->dst, z);
-        float *fp = j->footprint ? j->footprint + (size_t)z * (size_t)nx * (size_t)ny : NULL;
+        void *plane = (char *)j->dst->data + (size_t)z * held * (size_t)nx * es;
+        float *fp = j->footprint ? j->footprint + (size_t)z * held * (size_t)nx : NULL;
         /* A row at a time: its values are stored while they are still in the L1 cache. */
         for (long r = 0; r < bh; r++) {
-            size_t o = (size_t)(y0 + r) * (size_t)nx + (size_t)x0;
+            size_t o = ((size_t)(y0 + r) % held) * (size_t)nx + (size_t)x0;
             const double *v = w->val;
             const double *rx = w->xi + (size_t)r * (size_t)bw, *ry = w->yi + (size_t)r * (size_t)bw;
             const size_t q = (size_t)(r + RP_PREFETCH_ROWS) * (size_t)bw;
@@ -714,6 +721,8 @@ static void run_release(run *r)
     int last = --r->refs == 0;
     pthread_mutex_unlock(&r->lock);
     if (last) {
+        free(r->released);
+        pthread_cond_destroy(&r->freed);
         pthread_cond_destroy(&r->idle);
         pthread_mutex_destroy(&r->lock);
         free(r);
@@ -741,11 +750,22 @@ static void work_loop(run *r)
                 r->rc = TESS_ECANCELED;
                 snprintf(r->err, sizeof r->err, "cancelled");
             }
+            pthread_cond_broadcast(&r->freed);
             pthread_mutex_unlock(&r->lock);
             break;
         }
         long u = r->next++;
         r->inflight++;
+        /* With a ring, the rows this block overwrites must have been handed over. */
+        long back = j->ring ? u / j->nbx - j->ring / j->block : -1;
+        while (back >= 0 && !r->stop && r->released[back] < j->nbx)
+            pthread_cond_wait(&r->freed, &r->lock);
+        if (r->stop) {
+            if (--r->inflight == 0)
+                pthread_cond_broadcast(&r->idle);
+            pthread_mutex_unlock(&r->lock);
+            break;
+        }
         pthread_mutex_unlock(&r->lock);
 
         long finite = 0, inside = 0;
@@ -769,7 +789,10 @@ static void work_loop(run *r)
                 snprintf(r->err, sizeof r->err, "%s", err);
             }
             r->stop = 1;
+            pthread_cond_broadcast(&r->freed);
         } else {
+            if (j->ring && ++r->released[u / j->nbx] == j->nbx)
+                pthread_cond_broadcast(&r->freed);
             r->finite += finite;
             r->inside += inside;
             r->done++;
@@ -820,8 +843,20 @@ static int run_blocks(const job *j, long nunits, pool *workers, pool_priority pr
         tess_seterr(err, errlen, "cannot create a condition variable");
         return TESS_ENOMEM;
     }
-    r->nunits = nunits;
+    if (pthread_cond_init(&r->freed, NULL) != 0) {
+        pthread_cond_destroy(&r->idle);
+        pthread_mutex_destroy(&r->lock);
+        free(r);
+        tess_seterr(err, errlen, "cannot create a condition variable");
+        return TESS_ENOMEM;
+    }
     r->refs = 1;
+    if (j->ring && !(r->released = calloc((size_t)(nunits / j->nbx + 1), sizeof(long)))) {
+        run_release(r);
+        tess_seterr(err, errlen, "out of memory");
+        return TESS_ENOMEM;
+    }
+    r->nunits = nunits;
     r->j = j;
     long nhelp = (long)threads - 1;
     if (nhelp > nunits - 1)
@@ -896,10 +931,11 @@ static int check_cubes(const rp_cube *src, const rp_cube *dst, char *err, size_t
     return 0;
 }
 
-/* Fills every plane of dst with NaN and the footprint with 0.  Cannot fail. */
-static void fill_nan(rp_cube *dst, float *footprint)
+/* Fills every plane of dst (the rows it holds: `held` a plane) with NaN and the footprint
+ * with 0.  Cannot fail. */
+static void fill_nan(rp_cube *dst, long held, float *footprint)
 {
-    size_t n = (size_t)dst->nx * (size_t)dst->ny * (size_t)dst->nz;
+    size_t n = (size_t)dst->nx * (size_t)held * (size_t)dst->nz;
     if (dst->dtype == RP_F32)
         for (size_t k = 0; k < n; k++)
             ((float *)dst->data)[k] = NAN;
@@ -951,6 +987,13 @@ long rp_reproject(const skywcs *in, const rp_cube *src, const skywcs *out, rp_cu
     long block = opt->block > 0 ? opt->block : RP_BLOCK;
     if (block > 8192)
         block = 8192;
+    if (opt->ring_rows < 0 || (opt->ring_rows > 0 && (opt->method == RP_EXACT || opt->block == 0
+                                                      || opt->ring_rows % block != 0
+                                                      || opt->ring_rows < 2 * block))) {
+        tess_seterr(err, errlen, "ring_rows: must be 0, or for interpolation a multiple of "
+                    "the block edge given in block, at least twice it");
+        return TESS_EINVAL;
+    }
 
     job j = {.in = in, .out = out, .src = src, .dst = dst, .footprint = footprint, .opt = opt};
     long finite = 0, inside = 0;
@@ -991,6 +1034,7 @@ long rp_reproject(const skywcs *in, const rp_cube *src, const skywcs *out, rp_cu
     }
 
     j.block = block;
+    j.ring = opt->ring_rows;
     j.nbx = (dst->nx + block - 1) / block;
     long nblocks = j.nbx * ((dst->ny + block - 1) / block);
     /* Planes per group: all of them, unless the prepared kernels (bicubic's coefficient
@@ -1041,7 +1085,7 @@ done:
     if (rc != 0)
         return rc;
     if (inside == 0) {
-        fill_nan(dst, footprint);
+        fill_nan(dst, opt->ring_rows > 0 ? opt->ring_rows : dst->ny, footprint);
         tess_seterr(err, errlen, "the target does not overlap the input image");
         return TESS_ENOOVERLAP;
     }

@@ -61,6 +61,18 @@ typedef struct rp_options {
     void *progress_arg;
     rp_block_fn block_done;     /* may be NULL */
     void *block_arg;
+    long ring_rows;             /* 0 (default): dst and the footprint hold every row.
+                                   > 0, interpolation methods only: they hold ring_rows
+                                   rows of each plane, row y of plane z at element
+                                   (z * ring_rows + y % ring_rows) * nx + x (a multiple of
+                                   the block edge, at least twice it; not 0 for `block`).
+                                   No block starts before block_done has returned for
+                                   every block of the rows it reuses (those ring_rows
+                                   above), so block_done must take a band's values away
+                                   once its last block is done: the output streams
+                                   through ring_rows x nx x nz values of memory, which
+                                   are reused instead of fresh (zero-filled) pages.  The
+                                   values are those of the full array. */
     const atomic_int *cancel;   /* may be NULL; when it becomes nonzero no new block starts
                                    and the call returns TESS_ECANCELED */
 } rp_options;
@@ -69,7 +81,8 @@ typedef struct rp_options {
 void rp_options_init(rp_options *o);
 
 /* Reprojects `src` (nz planes on the WCS `in`) onto `dst` (nz planes on the WCS `out`,
- * dst->nx x dst->ny pixels).  Only the celestial pair of each WCS is used (a WCS with
+ * dst->nx x dst->ny pixels; with opt->ring_rows, dst->data holds only that many rows of
+ * each plane).  Only the celestial pair of each WCS is used (a WCS with
  * more axes is reduced with skywcs_celestial); plane k of dst is plane k of src
  * reprojected — the other axis (spectral, time) is passed through — and one coordinate
  * map serves every plane.  Frames are converted (sky_convert) when `in` and `out`
@@ -100,7 +113,7 @@ void rp_options_init(rp_options *o);
  * may be shared by concurrent calls.
  * Returns the number of finite output values over all planes (>= 0), or TESS_EINVAL
  * (NULL arguments, bad sizes or dtype, nz differing, unknown method, max_coord_error < 0
- * or not finite, a WCS without a separable celestial pair or with an unsupported frame),
+ * or not finite, ring_rows not as above, a WCS without a separable celestial pair or with an unsupported frame),
  * TESS_ENOOVERLAP (no output pixel maps inside the input image — for exact, none is
  * covered by a finite input pixel: dst is then all NaN),
  * TESS_ECANCELED, TESS_ENOMEM; `err` says why.  dst is unspecified after an error other

@@ -14,15 +14,15 @@ static void be_bytes(uint64_t v, size_t size, unsigned char *out)
         out[b] = (unsigned char)(v >> (8 * (size - 1 - b)));
 }
 
-/* Every length from 0 to 40 at every offset 0..3 into the buffer (the SIMD body, the
- * scalar tail, unaligned starts), for both sizes; twice is the identity. */
+/* Every length from 0 to 80 at every offset 0..3 into the buffer (the AVX2 and SSE2
+ * bodies, the scalar tail, unaligned starts), for both sizes; twice is the identity. */
 START_TEST(test_swap_is_big_endian)
 {
     for (size_t size = 4; size <= 8; size += 4) {
         for (size_t off = 0; off < 4; off++) {
-            for (size_t n = 0; n <= 40; n++) {
-                unsigned char raw[8 * 41 + 4], want[8 * 41];
-                uint64_t vals[41];
+            for (size_t n = 0; n <= 80; n++) {
+                unsigned char raw[8 * 81 + 4], want[8 * 81];
+                uint64_t vals[81];
                 for (size_t i = 0; i < n; i++) {
                     vals[i] = 0x0102030405060708ULL * (i + 1) + 0x1111111111ULL * i;
                     if (size == 4)
@@ -52,9 +52,9 @@ END_TEST
 
 START_TEST(test_footprint_and_swap)
 {
-    for (size_t n = 0; n <= 50; n++) {
-        float d[50], orig[50];
-        unsigned char fp[50];
+    for (size_t n = 0; n <= 100; n++) {
+        float d[100], orig[100];
+        unsigned char fp[100];
         for (size_t i = 0; i < n; i++) {
             d[i] = i % 5 == 1 ? NAN : i % 7 == 2 ? INFINITY : i % 11 == 3 ? -INFINITY
                  : i % 13 == 4 ? 1e-41f : (float)i - 20.5f;
@@ -70,7 +70,7 @@ START_TEST(test_footprint_and_swap)
             be_bytes(u, 4, want);
             ck_assert(memcmp((unsigned char *)d + 4 * i, want, 4) == 0);
         }
-        if (n < 50)
+        if (n < 100)
             ck_assert_int_eq(fp[n], 7);
     }
 }

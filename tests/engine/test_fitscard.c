@@ -834,6 +834,50 @@ START_TEST(test_image_length)
 }
 END_TEST
 
+/* fitswrite_sum32_at: pieces of a data unit at any offset and of any length, summed
+ * apart and combined in any order, give the DATASUM of the whole (each 32-bit word the
+ * big-endian value of its four bytes, ones' complement addition with end-around carry,
+ * FITS 4.0 appendix J), as computed here word by word. */
+START_TEST(test_sum32_pieces)
+{
+    static const unsigned char five[5] = { 1, 2, 3, 4, 5 };
+    ck_assert_uint_eq(fitswrite_sum32_at(five, 5, 0, 0), 0x06020304u);
+    ck_assert_uint_eq(fitswrite_sum32_at(five, 1, 1, 0), 0x00010000u);
+    ck_assert_uint_eq(fitswrite_sum32_at(five, 3, 2, 0), 0x03000102u);   /* 0102 + 03000000 */
+    enum { N = 1003 };
+    unsigned char b[N + 3] = { 0 };
+    unsigned long long seed = 12345;
+    for (int i = 0; i < N; i++) {
+        seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+        b[i] = (unsigned char)(seed >> 56);
+    }
+    b[17] = b[18] = b[19] = b[20] = 0xff;            /* words that carry */
+    unsigned long long ref = 0;
+    for (int i = 0; i < N; i += 4) {
+        ref += (unsigned long long)b[i] << 24 | (unsigned long long)b[i + 1] << 16 |
+               (unsigned long long)b[i + 2] << 8 | b[i + 3];
+        while (ref >> 32)
+            ref = (ref & 0xffffffffu) + (ref >> 32);
+    }
+    ck_assert_uint_eq(fitswrite_sum32(b, N + 1, 0), (uint32_t)ref);
+    for (int cut = 1; cut < 40; cut++) {           /* pieces of 1 to 39 bytes, any offset */
+        uint32_t whole = 0, back = 0;
+        for (int at = 0; at < N; at += cut) {
+            int len = N - at < cut ? N - at : cut;
+            whole = fitswrite_sum_add(whole, fitswrite_sum32_at(b + at, (size_t)len,
+                                                                (unsigned long long)at, 0));
+        }
+        for (int at = (N - 1) / cut * cut; at >= 0; at -= cut) {   /* in reverse order */
+            int len = N - at < cut ? N - at : cut;
+            back = fitswrite_sum32_at(b + at, (size_t)len, (unsigned long long)at, back);
+        }
+        ck_assert_uint_eq(whole, (uint32_t)ref);
+        ck_assert_uint_eq(back, (uint32_t)ref);
+    }
+    ck_assert_uint_eq(fitswrite_sum32_at(b, 0, 3, 7), 7);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("fitscard");
@@ -859,6 +903,7 @@ int main(void)
     tcase_add_test(tc, test_file_large_data_unit_unwritten);
     tcase_add_test(tc, test_memory_file_with_table);
     tcase_add_test(tc, test_image_length);
+    tcase_add_test(tc, test_sum32_pieces);
     suite_add_tcase(s, tc);
     return tt_run_suite(s);
 }

@@ -790,6 +790,122 @@ START_TEST(test_cancel)
 }
 END_TEST
 
+/* A caller of the ring (rp_options.ring_rows): each block, as block_done hands it over,
+ * copied from the ring into full planes. */
+typedef struct ring_copy {
+    const float *ring, *ringfp;
+    float *full, *fullfp;
+    long nx, ny, rows;
+} ring_copy;
+
+static void ring_block(void *arg, long z0, long nz, long x0, long y0, long w, long h)
+{
+    ring_copy *c = arg;
+    for (long z = z0; z < z0 + nz; z++)
+        for (long y = y0; y < y0 + h; y++) {
+            size_t from = ((size_t)z * (size_t)c->rows + (size_t)(y % c->rows)) * (size_t)c->nx
+                          + (size_t)x0;
+            size_t to = ((size_t)z * (size_t)c->ny + (size_t)y) * (size_t)c->nx + (size_t)x0;
+            memcpy(c->full + to, c->ring + from, sizeof(float) * (size_t)w);
+            memcpy(c->fullfp + to, c->ringfp + from, sizeof(float) * (size_t)w);
+        }
+}
+
+/* The output streamed through a ring of rows (2 and 3 rows of blocks, of a two-plane
+ * cube whose second plane is the first times -2) equals the full output bit for bit, with
+ * 1, 2 and 4 threads of the engine's own and with helpers on a pool; a cancelled ring run
+ * returns; ring_rows that are not whole rows of blocks, or given for exact, are refused. */
+START_TEST(test_ring_identical)
+{
+    static const rp_method ms[] = { RP_NEAREST, RP_BILINEAR, RP_LANCZOS3 };
+    scene sc;
+    scene_load(&sc, "HorseHead.fits", "horsehead_rot30_bilinear");
+    const long nx = sc.onx, ny = sc.ony, block = 32;
+    const size_t plane = (size_t)sc.snx * (size_t)sc.sny, n = (size_t)(nx * ny);
+    float *src = malloc(2 * plane * sizeof(float));
+    ck_assert_ptr_nonnull(src);
+    for (size_t k = 0; k < plane; k++) {
+        src[k] = sc.src[k];
+        src[plane + k] = -2.0f * sc.src[k];
+    }
+    rp_cube in = { src, RP_F32, sc.snx, sc.sny, 2 };
+    float *d0 = malloc(2 * n * sizeof(float)), *f0 = malloc(2 * n * sizeof(float));
+    float *d1 = malloc(2 * n * sizeof(float)), *f1 = malloc(2 * n * sizeof(float));
+    float *rd = malloc(2 * 3 * (size_t)block * (size_t)nx * sizeof(float));
+    float *rf = malloc(2 * 3 * (size_t)block * (size_t)nx * sizeof(float));
+    pool *p = pool_new(3, 64);
+    ck_assert(d0 && f0 && d1 && f1 && rd && rf && p);
+    char err[256];
+    for (int mi = 0; mi < 3; mi++) {
+        rp_options o;
+        rp_options_init(&o);
+        o.method = ms[mi];
+        o.block = block;
+        o.threads = 1;
+        rp_cube full = { d0, RP_F32, nx, ny, 2 };
+        long n0 = rp_reproject(sc.in, &in, sc.out, &full, f0, &o, err, sizeof err);
+        ck_assert_msg(n0 > 100000, "%ld %s", n0, err);
+        for (int run = 0; run < 8; run++) {
+            long rows = block * (2 + run % 2);
+            ring_copy c = { rd, rf, d1, f1, nx, ny, rows };
+            memset(d1, 0, 2 * n * sizeof(float));
+            memset(f1, 0, 2 * n * sizeof(float));
+            o.threads = run / 2 == 0 ? 1 : run / 2 == 1 ? 2 : 4;
+            o.workers = run / 2 == 3 ? p : NULL;
+            o.ring_rows = rows;
+            o.block_done = ring_block;
+            o.block_arg = &c;
+            rp_cube ring = { rd, RP_F32, nx, ny, 2 };
+            long n1 = rp_reproject(sc.in, &in, sc.out, &ring, rf, &o, err, sizeof err);
+            ck_assert_msg(n1 == n0, "%s run %d: %ld of %ld (%s)", rp_method_name(ms[mi]), run, n1,
+                          n0, err);
+            ck_assert_msg(memcmp(d0, d1, 2 * n * sizeof(float)) == 0, "%s run %d: data differ",
+                          rp_method_name(ms[mi]), run);
+            ck_assert(memcmp(f0, f1, 2 * n * sizeof(float)) == 0);
+        }
+    }
+    /* Cancelled at the first block done: each thread returns, none waits forever. */
+    for (int t = 1; t <= 2; t++) {
+        atomic_int cancel = 0;
+        rp_options o;
+        rp_options_init(&o);
+        o.block = block;
+        o.threads = t;
+        o.ring_rows = 2 * block;
+        o.cancel = &cancel;
+        progress_log l = { 0, 0, 0, 0, &cancel };
+        o.progress = progress_cb;
+        o.progress_arg = &l;
+        rp_cube ring = { rd, RP_F32, nx, ny, 2 };
+        ck_assert_int_eq(rp_reproject(sc.in, &in, sc.out, &ring, rf, &o, err, sizeof err),
+                         TESS_ECANCELED);
+    }
+    static const struct { rp_method m; long block, rows; } bad[] = {
+        { RP_BILINEAR, 32, 48 }, { RP_BILINEAR, 32, 32 }, { RP_BILINEAR, 0, 512 },
+        { RP_EXACT, 32, 64 }, { RP_BILINEAR, 32, -64 } };
+    for (int b = 0; b < 5; b++) {
+        rp_options o;
+        rp_options_init(&o);
+        o.method = bad[b].m;
+        o.block = bad[b].block;
+        o.ring_rows = bad[b].rows;
+        rp_cube ring = { rd, RP_F32, nx, ny, 2 };
+        ck_assert_int_eq(rp_reproject(sc.in, &in, sc.out, &ring, rf, &o, err, sizeof err),
+                         TESS_EINVAL);
+        ck_assert_msg(strstr(err, "ring_rows") != NULL, "%s", err);
+    }
+    pool_free(p);
+    free(src);
+    free(d0);
+    free(f0);
+    free(d1);
+    free(f1);
+    free(rd);
+    free(rf);
+    scene_release(&sc);
+}
+END_TEST
+
 /* A task on a one-thread pool runs the engine with that pool: its helpers can only run
  * once it is over, so the calling thread must do every block itself (and the helpers,
  * starting after the call has returned, must leave without touching anything). */
@@ -1041,6 +1157,7 @@ int main(void)
     tcase_add_test(te, test_blocks_identical);
     tcase_add_test(te, test_footprint_f32);
     tcase_add_test(te, test_threads_identical);
+    tcase_add_test(te, test_ring_identical);
     tcase_add_test(te, test_progress);
     tcase_add_test(te, test_cancel);
     tcase_add_test(te, test_pool_no_deadlock);

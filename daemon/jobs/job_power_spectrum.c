@@ -80,7 +80,6 @@ static void prealloc_cube(const char *path, long long datastart, const dataset *
 static int ps_plan(const void *req, const job_env *env, const char *workdir, job_plan *out,
                    char *err, size_t errlen)
 {
-    (void)env;
     const jobc_req *r = req;
     const dataset *d = r->d;
     int rc;
@@ -112,6 +111,12 @@ static int ps_plan(const void *req, const job_env *env, const char *workdir, job
     cube_source cs;
     jobc_source(d, &cs);
     rc = cube_transpose_init(&s->t, &cs, 4, direct, src, workdir, err, errlen);
+    /* Stage A as rechunk's plan of groups (the staging file is a store of the same
+     * layout): groups of up to 64 planes held at once, each in a part per worker holding
+     * them once, the file's pages made a tile row at a time.  250 PNG frames of
+     * 1000 x 1000 on 2 workers: see ps_estimate and job_stack.h for the memory. */
+    if (!rc && !direct)
+        job_stack_group_plan(&s->t, d, env->threads);
     if (!rc && fresh) {
         char c_src[81] = "", c_unit[81] = "", unit[48];
         fitscard_string(c_src, "PSSOURCE", d->name, 0, NULL);
@@ -187,21 +192,27 @@ static int ps_finish(void *state, const char *tmp_path, job_product *prod, char 
  * twiddle factors).  The bound this gives (jobbudget_peak) is job_stack.h's. */
 static int ps_estimate(const void *req, const job_env *env, job_cost *c, job_problem *pb)
 {
-    (void)env;
     (void)pb;
     const dataset *d = ((const jobc_req *)req)->d;
     char src[PATH_MAX];
     int direct = usable_profile(d, src, sizeof src);
     double es = (double)chunkstore_esize(jobc_choose_dtype(d));
-    jobc_transpose_cost(d, 4, direct, 4.0, c);
-    /* jobc_transpose_cost counted a band of whole tile rows, which this job never holds
-     * (its blocks of spectra are bounded instead), and then left out stage 1's group as
-     * smaller: asked again with bands of no bytes, it counts the group (nothing when
-     * direct).  Before, a group of 16 frames of 1000 x 1000 (38 MB with its held frames)
-     * was not counted at all: 250 such frames, 2 workers, peak 106.8-107.4 MB of RssAnon
-     * against a bound of 106.8. */
-    if (strncmp(c->what, "a band", 6) == 0)
-        jobc_transpose_cost(d, 4, direct, -es, c);
+    /* the permutation and the reader's decoded frames; no band (this job never holds
+     * one: its blocks of spectra are bounded instead) and no group (asked as direct) */
+    jobc_transpose_cost(d, 4, 1, -es, c);
+    c->block_bytes = 0.0;
+    if (!direct) {
+        /* stage A's group as rechunk's (job_stack_group_plan): its buffers and the frames
+         * it holds, counted for every block although the parts of a group share them (a
+         * worker done with its part may hold the next group's meanwhile) */
+        long hold = job_rechunk_group_planes(d, env->threads);
+        double frame = jobc_frame_bytes(d);
+        c->block_bytes = jobc_transpose_group_bytes(d, hold) +
+                         (frame > 0.0 ? (double)hold * frame : 0.0);
+        snprintf(c->what, sizeof c->what, "a group of %ld planes of %ld x %ld pixels", hold,
+                 d->nx, d->ny);
+        c->work_bytes = (double)d->nx * (double)d->ny * (double)d->nz * es;
+    }
     double nz = (double)d->nz, nh = floor(nz / 2.0) + 1.0;
     double fft = 32.0 * (8.0 * nz + 16.0 * nh + 4.0 * nh);
     /* the spectra of the largest block (k <= nz / 2), on huge pages: whole 2 MB of them

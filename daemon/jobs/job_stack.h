@@ -110,4 +110,13 @@ void job_stack_set_band_bytes(long bytes);
  * plane), at most ceil(nz / (2 * threads)).  Its blocks are ceil(nz / that) groups. */
 long job_rechunk_group_planes(const dataset *d, int threads);
 
+/* Stage A of transpose t (cube_transpose_init of dataset d) set up as rechunk's plan of
+ * groups on `threads` workers: groups of job_rechunk_group_planes planes, all held at
+ * once (t->hold), the destination's pages made a tile row at a time (t->rowwise), each
+ * group in min(threads, 16, tile rows) parts (t->split) holding its planes once between
+ * them.  Stage A's blocks are then t->ngroups * t->split.  Used by rechunk (plan of
+ * groups) and power_spectrum (its staging file, the same store layout). */
+struct cube_transpose;
+void job_stack_group_plan(struct cube_transpose *t, const dataset *d, int threads);
+
 #endif

@@ -184,7 +184,8 @@ static int ps_finish(void *state, const char *tmp_path, job_product *prod, char 
 }
 
 /* The float32 cube (nx, ny, nz) and the staging file (none when a current rechunk copy
- * is attached: the blocks read it); a spectrum block holds the spectra of the largest
+ * is attached: the blocks read it); a stage A block holds its group (rechunk's); a
+ * spectrum block holds the spectra of the largest
  * block (planes k <= nz / 2: cube_spectrum_spectra_bytes, at most the block budget of
  * spectrum.h, 16 MB, or a row of 16 pixels' when that passes it), one batch of FFT_BATCH
  * series as stored, and the FFT's buffers of FFT_BATCH series (spectrum.c: nz doubles,
@@ -201,14 +202,15 @@ static int ps_estimate(const void *req, const job_env *env, job_cost *c, job_pro
      * one: its blocks of spectra are bounded instead) and no group (asked as direct) */
     jobc_transpose_cost(d, 4, 1, -es, c);
     c->block_bytes = 0.0;
+    double held = 0.0;   /* the decoded frames of a stage A block */
     if (!direct) {
         /* stage A's group as rechunk's (job_stack_group_plan): its buffers and the frames
          * it holds, counted for every block although the parts of a group share them (a
          * worker done with its part may hold the next group's meanwhile) */
         long hold = job_rechunk_group_planes(d, env->threads);
         double frame = jobc_frame_bytes(d);
-        c->block_bytes = jobc_transpose_group_bytes(d, hold) +
-                         (frame > 0.0 ? (double)hold * frame : 0.0);
+        held = frame > 0.0 ? (double)hold * frame : 0.0;
+        c->block_bytes = jobc_transpose_group_bytes(d, hold) + held;
         snprintf(c->what, sizeof c->what, "a group of %ld planes of %ld x %ld pixels", hold,
                  d->nx, d->ny);
         c->work_bytes = (double)d->nx * (double)d->ny * (double)d->nz * es;
@@ -218,7 +220,11 @@ static int ps_estimate(const void *req, const job_env *env, job_cost *c, job_pro
     /* the spectra of the largest block (k <= nz / 2), on huge pages: whole 2 MB of them
      * (hugemem.h) */
     size_t spectra = cube_spectrum_spectra_bytes(d->nx, d->ny, d->nz, (int)es);
-    double block = (double)tess_huge_bytes(spectra) + fft + 32.0 * nz * es;
+    /* and the frames stage A's blocks held, which the PNG decoder's pool of buffers
+     * (pngframe_release: up to 64 MB, process-wide) may keep through the spectra: 256 x
+     * 256 frames, 8000 of them, 2 workers, peak 53.2-54.9 MB against 50.9-51.3 MB with
+     * groups of 16 frames (a bound of 57.0 MB without them) */
+    double block = (double)tess_huge_bytes(spectra) + fft + 32.0 * nz * es + held;
     if (strncmp(c->what, "a band", 6) == 0 || block > c->block_bytes) {
         /* the spectra's block (a group of stage A stays when larger) */
         c->block_bytes = block;

@@ -295,9 +295,9 @@ static double run_job(const char *label, const job_kind *k, const job_env *env,
         long peak_kb = mw.peak_kb;
         pthread_mutex_unlock(&mw.lock);
         fprintf(stderr, "stackbench: %s stage %d: %ld blocks done at %.3f s (%.3f s of CPU, "
-                "%.3f of it system; peak anonymous so far %.1f MB)\n", k->type, s,
-                plan.nblocks[s], tess_mono_s() - t0, cpu_s() - c0, sys_s() - s0,
-                peak_kb / 1024.0);
+                "%.3f of it system; %ld minor faults; peak anonymous so far %.1f MB)\n",
+                k->type, s, plan.nblocks[s], tess_mono_s() - t0, cpu_s() - c0, sys_s() - s0,
+                minflt() - f0, peak_kb / 1024.0);
         if (sr.rc) {
             fprintf(stderr, "stackbench: %s stage %d: %s\n", k->type, s, sr.err);
             rc = sr.rc;

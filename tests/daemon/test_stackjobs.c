@@ -48,8 +48,9 @@ static job_env env;
 #define NAN_NX 19
 #define NAN_NY 13
 #define NAN_NZ 5
-/* A long int16 stack: 300 frames make power_spectrum's staging groups 19 frames long
- * (more than one sub-group of interleaving, TG_SUB = 16) and its last group shorter. */
+/* A long int16 stack: 300 frames make power_spectrum's staging groups 64 frames long on
+ * 2 threads (job_rechunk_group_planes; more than one sub-group of interleaving, TG_SUB =
+ * 16) and its last group shorter (44). */
 #define LONG_NX 9
 #define LONG_NY 7
 #define LONG_NZ 300

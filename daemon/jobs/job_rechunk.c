@@ -94,13 +94,19 @@ long job_rechunk_group_planes(const dataset *d, int threads)
     return jobc_lmax(1, jobc_lmin(cap, (d->nz + want - 1) / want));
 }
 
-void job_stack_group_plan(cube_transpose *t, const dataset *d, int threads)
+void job_stack_group_set(cube_transpose *t, long g, long split)
 {
-    t->hold = t->g = job_rechunk_group_planes(d, threads);
+    t->hold = t->g = g;
     t->rowwise = 1;
     t->ngroups = (t->nz + t->g - 1) / t->g;
-    t->split = jobc_lmin(RECHUNK_SPLIT_MAX,
-                         jobc_lmin(threads, (d->ny + CUBE_TILE - 1) / CUBE_TILE));
+    t->split = split;
+}
+
+void job_stack_group_plan(cube_transpose *t, const dataset *d, int threads)
+{
+    job_stack_group_set(t, job_rechunk_group_planes(d, threads),
+                        jobc_lmin(RECHUNK_SPLIT_MAX,
+                                  jobc_lmin(threads, (d->ny + CUBE_TILE - 1) / CUBE_TILE)));
 }
 
 static int rechunk_parse(const json_t *body, const job_env *env, int accepted, void **req,

@@ -30,10 +30,11 @@
  *       Stages: 1) groups of planes into a staging file (a store of rechunk's layout),
  *       as rechunk's plan of groups (job_stack_group_plan: groups of
  *       job_rechunk_group_planes frames, at most 64 and 64 MB, each in a part per
- *       worker holding its frames once); 2) bands, each writing its spectra into the
- *       cube.  (Bands gathered from the
- *       planes in memory, as rechunk's one-stage plan, cost more: each band of 16 rows
- *       would open every frame again.)  When the dataset has a current rechunk copy
+ *       worker holding its frames once, recorded in the work directory so that a
+ *       restart under another thread count keeps the blocks); 2) bands, each writing
+ *       its spectra into the cube.  (Bands gathered from the planes in memory, as
+ *       rechunk's one-stage plan, cost more: each band of 16 rows would open every
+ *       frame again.)  When the dataset has a current rechunk copy
  *       attached at planning time, one stage of bands reads the series from it.
  *       Anonymous memory, whatever the frame count beyond what it names: at most
  *       state + W * (block + 4 MB) bytes on W workers (jobbudget_peak of the estimate),
@@ -123,5 +124,8 @@ long job_rechunk_group_planes(const dataset *d, int threads);
  * groups) and power_spectrum (its staging file, the same store layout). */
 struct cube_transpose;
 void job_stack_group_plan(struct cube_transpose *t, const dataset *d, int threads);
+/* The same with groups of g planes (1..64) in `split` parts (1..16) given, as a job
+ * planned again finds them recorded in its work directory. */
+void job_stack_group_set(struct cube_transpose *t, long g, long split);
 
 #endif

@@ -291,8 +291,13 @@ static double run_job(const char *label, const job_kind *k, const job_env *env,
             pthread_create(&th[i], NULL, worker, &sr);
         for (int i = 0; i < n; i++)
             pthread_join(th[i], NULL);
-        fprintf(stderr, "stackbench: %s stage %d: %ld blocks done at %.3f s\n", k->type, s,
-                plan.nblocks[s], tess_mono_s() - t0);
+        pthread_mutex_lock(&mw.lock);
+        long peak_kb = mw.peak_kb;
+        pthread_mutex_unlock(&mw.lock);
+        fprintf(stderr, "stackbench: %s stage %d: %ld blocks done at %.3f s (%.3f s of CPU, "
+                "%.3f of it system; %ld minor faults; peak anonymous so far %.1f MB)\n",
+                k->type, s, plan.nblocks[s], tess_mono_s() - t0, cpu_s() - c0, sys_s() - s0,
+                minflt() - f0, peak_kb / 1024.0);
         if (sr.rc) {
             fprintf(stderr, "stackbench: %s stage %d: %s\n", k->type, s, sr.err);
             rc = sr.rc;
@@ -300,12 +305,17 @@ static double run_job(const char *label, const job_kind *k, const job_env *env,
     }
     job_product prod;
     unlink(product);
+    double cpu_st = cpu_s() - c0, sys_st = sys_s() - s0;
     if (!rc && k->finish(plan.state, product, &prod, err, sizeof err) != 0) {
         fprintf(stderr, "stackbench: finish: %s\n", err);
         rc = -1;
     }
+    double cpu_fin = cpu_s() - c0, sys_fin = sys_s() - s0;
     k->release(plan.state);
     double t = tess_mono_s() - t0, cpu = cpu_s() - c0, sys = sys_s() - s0;
+    fprintf(stderr, "stackbench: %s: finish %.3f s of CPU (%.3f system), release %.3f "
+            "(%.3f system)\n", k->type, cpu_fin - cpu_st, sys_fin - sys_st, cpu - cpu_fin,
+            sys - sys_fin);
     if (nvm) {
         vm_read(vmn, vm1);
         char want[512], *save = NULL;

@@ -498,7 +498,7 @@ void jobc_plan_stages(const cube_transpose *t, job_plan *out)
         out->nblocks[0] = t->nbands;
     } else {
         out->nstages = 2;
-        out->nblocks[0] = t->ngroups;
+        out->nblocks[0] = t->ngroups * (t->split > 1 ? t->split : 1);
         out->nblocks[1] = t->nbands;
     }
 }

@@ -191,8 +191,8 @@ void jobc_fits_encode(cs_dtype t, const double *v, unsigned char *dst, long n);
  * (borrowed from d). */
 void jobc_source(const dataset *d, cube_source *src);
 
-/* The stages of a transpose: stage 0 the groups and stage 1 the bands, or one stage of
- * bands when it is direct. */
+/* The stages of a transpose: stage 0 the groups (ngroups * split blocks when the groups
+ * are split in parts) and stage 1 the bands, or one stage of bands when it is direct. */
 void jobc_plan_stages(const cube_transpose *t, job_plan *out);
 
 /* The bytes a decoded frame of d takes in its reader (stack.h): a PNG or TIFF frame of a

@@ -77,10 +77,42 @@ static void prealloc_cube(const char *path, long long datastart, const dataset *
     close(fd);
 }
 
+/* Stage A's groups: planned for `threads` workers when the work files are made, and
+ * recorded in <workdir>/groups.plan ("G SPLIT"), since block k of stage A names a
+ * different part of a different group under another G or SPLIT (a runner restarted with
+ * another thread count would leave groups unwritten).  A work directory without that
+ * file was made by a build that kept cube_transpose_init's groups: they stay. */
+static int stage_a_plan(ps_state *s, const dataset *d, int threads, int fresh,
+                        const char *workdir, char *err, size_t errlen)
+{
+    char path[PATH_MAX];
+    snprintf(path, sizeof path, "%s/groups.plan", workdir);
+    if (fresh) {
+        job_stack_group_plan(&s->t, d, threads);
+        FILE *f = fopen(path, "w");
+        if (!f || fprintf(f, "%ld %ld\n", s->t.g, s->t.split) < 0 || fclose(f) != 0) {
+            tess_seterr(err, errlen, "cannot write %s", path);
+            return TESS_EIO;
+        }
+        return 0;
+    }
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return 0;
+    long g = 0, split = 0;
+    int n = fscanf(f, "%ld %ld", &g, &split);
+    fclose(f);
+    if (n != 2 || g < 1 || g > 64 || split < 1 || split > 16) {
+        tess_seterr(err, errlen, "%s does not hold a plan of groups", path);
+        return TESS_EIO;
+    }
+    job_stack_group_set(&s->t, g, split);
+    return 0;
+}
+
 static int ps_plan(const void *req, const job_env *env, const char *workdir, job_plan *out,
                    char *err, size_t errlen)
 {
-    (void)env;
     const jobc_req *r = req;
     const dataset *d = r->d;
     int rc;
@@ -112,6 +144,14 @@ static int ps_plan(const void *req, const job_env *env, const char *workdir, job
     cube_source cs;
     jobc_source(d, &cs);
     rc = cube_transpose_init(&s->t, &cs, 4, direct, src, workdir, err, errlen);
+    /* Stage A as rechunk's plan of groups (the staging file is a store of the same
+     * layout): groups of up to 64 planes held at once, each in a part per worker holding
+     * them once, the file's pages made a tile row at a time.  bench/stackbench ps, 250
+     * PNG frames of 1000 x 1000, 2 workers, 8 runs alternated with groups of 16 held
+     * whole: CPU 1.658 -> 1.589 s (3.18 -> 3.00 x the decode floor), stage A's wall
+     * 0.547 -> 0.411 s; memory: ps_estimate and job_stack.h. */
+    if (!rc && !direct)
+        rc = stage_a_plan(s, d, env->threads, fresh, workdir, err, errlen);
     if (!rc && fresh) {
         char c_src[81] = "", c_unit[81] = "", unit[48];
         fitscard_string(c_src, "PSSOURCE", d->name, 0, NULL);
@@ -179,7 +219,8 @@ static int ps_finish(void *state, const char *tmp_path, job_product *prod, char 
 }
 
 /* The float32 cube (nx, ny, nz) and the staging file (none when a current rechunk copy
- * is attached: the blocks read it); a spectrum block holds the spectra of the largest
+ * is attached: the blocks read it); a stage A block holds its group (rechunk's); a
+ * spectrum block holds the spectra of the largest
  * block (planes k <= nz / 2: cube_spectrum_spectra_bytes, at most the block budget of
  * spectrum.h, 16 MB, or a row of 16 pixels' when that passes it), one batch of FFT_BATCH
  * series as stored, and the FFT's buffers of FFT_BATCH series (spectrum.c: nz doubles,
@@ -187,27 +228,38 @@ static int ps_finish(void *state, const char *tmp_path, job_product *prod, char 
  * twiddle factors).  The bound this gives (jobbudget_peak) is job_stack.h's. */
 static int ps_estimate(const void *req, const job_env *env, job_cost *c, job_problem *pb)
 {
-    (void)env;
     (void)pb;
     const dataset *d = ((const jobc_req *)req)->d;
     char src[PATH_MAX];
     int direct = usable_profile(d, src, sizeof src);
     double es = (double)chunkstore_esize(jobc_choose_dtype(d));
-    jobc_transpose_cost(d, 4, direct, 4.0, c);
-    /* jobc_transpose_cost counted a band of whole tile rows, which this job never holds
-     * (its blocks of spectra are bounded instead), and then left out stage 1's group as
-     * smaller: asked again with bands of no bytes, it counts the group (nothing when
-     * direct).  Before, a group of 16 frames of 1000 x 1000 (38 MB with its held frames)
-     * was not counted at all: 250 such frames, 2 workers, peak 106.8-107.4 MB of RssAnon
-     * against a bound of 106.8. */
-    if (strncmp(c->what, "a band", 6) == 0)
-        jobc_transpose_cost(d, 4, direct, -es, c);
+    /* the permutation and the reader's decoded frames; no band (this job never holds
+     * one: its blocks of spectra are bounded instead) and no group (asked as direct) */
+    jobc_transpose_cost(d, 4, 1, -es, c);
+    c->block_bytes = 0.0;
+    double held = 0.0;   /* the decoded frames of a stage A block */
+    if (!direct) {
+        /* stage A's group as rechunk's (job_stack_group_plan): its buffers and the frames
+         * it holds, counted for every block although the parts of a group share them (a
+         * worker done with its part may hold the next group's meanwhile) */
+        long hold = job_rechunk_group_planes(d, env->threads);
+        double frame = jobc_frame_bytes(d);
+        held = frame > 0.0 ? (double)hold * frame : 0.0;
+        c->block_bytes = jobc_transpose_group_bytes(d, hold) + held;
+        snprintf(c->what, sizeof c->what, "a group of %ld planes of %ld x %ld pixels", hold,
+                 d->nx, d->ny);
+        c->work_bytes = (double)d->nx * (double)d->ny * (double)d->nz * es;
+    }
     double nz = (double)d->nz, nh = floor(nz / 2.0) + 1.0;
     double fft = 32.0 * (8.0 * nz + 16.0 * nh + 4.0 * nh);
     /* the spectra of the largest block (k <= nz / 2), on huge pages: whole 2 MB of them
      * (hugemem.h) */
     size_t spectra = cube_spectrum_spectra_bytes(d->nx, d->ny, d->nz, (int)es);
-    double block = (double)tess_huge_bytes(spectra) + fft + 32.0 * nz * es;
+    /* and the frames stage A's blocks held, which the PNG decoder's pool of buffers
+     * (pngframe_release: up to 64 MB, process-wide) may keep through the spectra: 256 x
+     * 256 frames, 8000 of them, 2 workers, peak 53.2-54.9 MB against 50.9-51.3 MB with
+     * groups of 16 frames (a bound of 57.0 MB without them) */
+    double block = (double)tess_huge_bytes(spectra) + fft + 32.0 * nz * es + held;
     if (strncmp(c->what, "a band", 6) == 0 || block > c->block_bytes) {
         /* the spectra's block (a group of stage A stays when larger) */
         c->block_bytes = block;

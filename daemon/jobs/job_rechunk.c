@@ -94,6 +94,21 @@ long job_rechunk_group_planes(const dataset *d, int threads)
     return jobc_lmax(1, jobc_lmin(cap, (d->nz + want - 1) / want));
 }
 
+void job_stack_group_set(cube_transpose *t, long g, long split)
+{
+    t->hold = t->g = g;
+    t->rowwise = 1;
+    t->ngroups = (t->nz + t->g - 1) / t->g;
+    t->split = split;
+}
+
+void job_stack_group_plan(cube_transpose *t, const dataset *d, int threads)
+{
+    job_stack_group_set(t, job_rechunk_group_planes(d, threads),
+                        jobc_lmin(RECHUNK_SPLIT_MAX,
+                                  jobc_lmin(threads, (d->ny + CUBE_TILE - 1) / CUBE_TILE)));
+}
+
 static int rechunk_parse(const json_t *body, const job_env *env, int accepted, void **req,
                          job_problem *pb)
 {
@@ -127,13 +142,8 @@ static int rechunk_plan(const void *req, const job_env *env, const char *workdir
         s->inmem = 1;
         s->nbands = (d->ny + s->band_rows - 1) / s->band_rows;
     }
-    if (!rc && !s->inmem) {
-        s->t.hold = s->t.g = job_rechunk_group_planes(d, env->threads);
-        s->t.rowwise = 1;
-        s->t.ngroups = (s->t.nz + s->t.g - 1) / s->t.g;
-        s->t.split = jobc_lmin(RECHUNK_SPLIT_MAX,
-                               jobc_lmin(env->threads, (d->ny + CUBE_TILE - 1) / CUBE_TILE));
-    }
+    if (!rc && !s->inmem)
+        job_stack_group_plan(&s->t, d, env->threads);
     if (!rc && !s->inmem && cube_transpose_set_dest(&s->t, s->store_path) != 0) {
         tess_seterr(err, errlen, "the work directory's name is too long");
         rc = TESS_ERANGE;

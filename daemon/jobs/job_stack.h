@@ -27,26 +27,32 @@
  *       coefficients of l1448_13co: 1.7e-4), written as a float32 FITS cube (nx, ny, nz): plane k =
  *       frequency index k in cycles per nz samples; the source's celestial WCS cards are
  *       copied, the third axis has no WCS.  Registered as dataset NEW (a cube).
- *       Stages: 1) groups of planes into a staging file, as rechunk's two-stage plan;
- *       2) bands, each writing its spectra into the cube.  (Bands gathered from the
- *       planes in memory, as rechunk's one-stage plan, cost more: each band of 16 rows
- *       would open every frame again.)  When the dataset has a current rechunk copy
+ *       Stages: 1) groups of planes into a staging file (a store of rechunk's layout),
+ *       as rechunk's plan of groups (job_stack_group_plan: groups of
+ *       job_rechunk_group_planes frames, at most 64 and 64 MB, each in a part per
+ *       worker holding its frames once, recorded in the work directory so that a
+ *       restart under another thread count keeps the blocks); 2) bands, each writing
+ *       its spectra into the cube.  (Bands gathered from the planes in memory, as
+ *       rechunk's one-stage plan, cost more: each band of 16 rows would open every
+ *       frame again.)  When the dataset has a current rechunk copy
  *       attached at planning time, one stage of bands reads the series from it.
  *       Anonymous memory, whatever the frame count beyond what it names: at most
  *       state + W * (block + 4 MB) bytes on W workers (jobbudget_peak of the estimate),
  *       state = 4 nx ny (the pixel order) + the reader's decoded frames (PNG, TIFF:
  *       min(64, nz) frames, at most 256 MB and one frame) + 32 nz + 64 KB (the FFT's
- *       plan), block = the larger of stage 1's group as jobc_transpose_cost counts it
- *       (its 16 held frames, or 64 MB of them, and its buffers) and a block of spectra
- *       (engine/cube/spectrum.h: the block budget B = 16 MB rounded up to 2 MB pages,
- *       or 16 x 16 pixels' nz / 2 + 1 float32 when larger, and 32 (nz (es + 8) + 20
- *       (nz / 2 + 1)) bytes of FFT buffers, es the bytes of a stored value).  So it
- *       rises with nz until a block holds B (near nz = 2 B / (64 nx) for nx of 256 or
- *       more), then by the FFT's 32 (es + 18) bytes a frame a worker only:
- *       bench/stackbench, 256 x 256 8-bit PNG, 2 workers, peak RssAnon 12.5-13.4,
- *       25.2-26.8, 45.0-46.6 and 50.1 MB at 250, 1000, 4000 and 8000 frames against
- *       bounds of 18.9, 31.2, 51.4 and 56.8 MB (1.6 MB before the job included); 250
- *       frames of 1000 x 1000: 106.8-108.4 MB against 150.8 (stage 1's groups).
+ *       plan), block = the larger of stage 1's group (its G = job_rechunk_group_planes
+ *       held frames and a tile row of each, jobc_transpose_group_bytes) and a block of
+ *       spectra (engine/cube/spectrum.h: the block budget B = 16 MB rounded up to 2 MB
+ *       pages, or 16 x 16 pixels' nz / 2 + 1 float32 when larger, and 32 (nz (es + 8) +
+ *       20 (nz / 2 + 1)) bytes of FFT buffers, es the bytes of a stored value) plus G
+ *       frames (stage 1's, which the PNG decoder's pool of buffers may keep through
+ *       stage 2).  So it rises with nz until a block holds B (near nz = 2 B / (64 nx)
+ *       for nx of 256 or more) and G reaches 64, then by the FFT's 32 (es + 18) bytes a
+ *       frame a worker only: bench/stackbench, 256 x 256 8-bit PNG, 2 workers, peak
+ *       RssAnon 15.3, 46.4 and 53.1-54.9 MB at 250, 4000 and 8000 frames against bounds
+ *       of 26.1, 59.4 and 65.0 MB (1.6-3.2 MB before the job included; stage 1 alone
+ *       10.3-14.2 MB); 250 frames of 1000 x 1000: 110.5-118.8 MB against 240.8 (stage
+ *       1's groups of 63 frames).
  *   {"type": "recenter", "dataset": NAME, "size": [W, H], "output": {"name": NEW}}
  *       Per frame z: the centroid of the object, cx = sum(w x) / sum(w), cy likewise,
  *       with w = I - b over the pixels brighter than b + 3 s, b the median of the finite
@@ -109,5 +115,17 @@ void job_stack_set_band_bytes(long bytes);
  * workers (the group's size): at most 64 and 64 MB of stored values (at least one
  * plane), at most ceil(nz / (2 * threads)).  Its blocks are ceil(nz / that) groups. */
 long job_rechunk_group_planes(const dataset *d, int threads);
+
+/* Stage A of transpose t (cube_transpose_init of dataset d) set up as rechunk's plan of
+ * groups on `threads` workers: groups of job_rechunk_group_planes planes, all held at
+ * once (t->hold), the destination's pages made a tile row at a time (t->rowwise), each
+ * group in min(threads, 16, tile rows) parts (t->split) holding its planes once between
+ * them.  Stage A's blocks are then t->ngroups * t->split.  Used by rechunk (plan of
+ * groups) and power_spectrum (its staging file, the same store layout). */
+struct cube_transpose;
+void job_stack_group_plan(struct cube_transpose *t, const dataset *d, int threads);
+/* The same with groups of g planes (1..64) in `split` parts (1..16) given, as a job
+ * planned again finds them recorded in its work directory. */
+void job_stack_group_set(struct cube_transpose *t, long g, long split);
 
 #endif

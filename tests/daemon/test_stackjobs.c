@@ -725,6 +725,58 @@ START_TEST(test_resumed_on_other_threads)
 }
 END_TEST
 
+/* The record of rechunk's plan (<workdir>/rechunk.plan): without it (a work directory of
+ * a build before it) a later plan takes this process's thread count, as that build did;
+ * a record that is not four integers of a plan of the dataset fails the plan (TESS_EIO). */
+START_TEST(test_plan_record_missing_or_bad)
+{
+    static const char *body = "{\"type\": \"rechunk\", \"dataset\": \"l1448_13co\"}";
+    json_t *b = json_loads(body, 0, NULL);
+    void *req = accepted_req(&job_kind_rechunk, b);
+    char wd[64], rec[128], err[256] = "";
+    tt_tmpdir_make(wd, sizeof wd, "sjrecord");
+    snprintf(rec, sizeof rec, "%s/rechunk.plan", wd);
+    job_plan plan;
+    memset(&plan, 0, sizeof plan);
+    ck_assert_int_eq(job_kind_rechunk.plan(req, &env, wd, &plan, err, sizeof err), 0);
+    job_kind_rechunk.release(plan.state);
+    ck_assert_int_eq(plan.nblocks[0], 4);   /* 7 tile rows in bands of 2 on 2 threads */
+    static const struct { const char *text; int rc; long nblocks; } cases[] = {
+        {NULL, 0, 2},                /* no record: bands of 4 tile rows on 1 thread */
+        {"1 32 0 0\n", 0, 4},        /* the record of 2 threads */
+        {"1 32 0\n", TESS_EIO, 0},   /* three values */
+        {"1 32 0 0 5\n", TESS_EIO, 0},
+        {"1 24 0 0\n", TESS_EIO, 0}, /* not whole tile rows */
+        {"0 0 54 1\n", TESS_EIO, 0}, /* a group of more planes than the cube's 53 */
+        {"0 0 27 8\n", TESS_EIO, 0}, /* more parts than tile rows */
+        {"x\n", TESS_EIO, 0},
+    };
+    env.threads = 1;
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        unlink(rec);
+        if (cases[i].text) {
+            FILE *f = fopen(rec, "w");
+            fputs(cases[i].text, f);
+            fclose(f);
+        }
+        memset(&plan, 0, sizeof plan);
+        err[0] = '\0';
+        int rc = job_kind_rechunk.plan(req, &env, wd, &plan, err, sizeof err);
+        ck_assert_msg(rc == cases[i].rc, "record %s: rc %d (%s)", cases[i].text, rc, err);
+        if (rc == 0) {
+            ck_assert_int_eq(plan.nblocks[0], cases[i].nblocks);
+            job_kind_rechunk.release(plan.state);
+        } else {
+            ck_assert_msg(strstr(err, "rechunk.plan") != NULL, "%s", err);
+        }
+    }
+    env.threads = 2;
+    job_kind_rechunk.req_free(req);
+    json_decref(b);
+    rm_tree(wd);
+}
+END_TEST
+
 /* ---- copies of frames that changed ---------------------------------------------------- */
 
 static double other_value(long x, long y, long z)
@@ -1456,6 +1508,7 @@ int main(void)
         {"power_m13_gen", test_power_m13_gen},
         {"power_from_profile", test_power_from_profile},
         {"resumed_on_other_threads", test_resumed_on_other_threads},
+        {"plan_record_missing_or_bad", test_plan_record_missing_or_bad},
         {"rechunk_copy_stale", test_rechunk_copy_stale},
         {"partials_of_changed_frames", test_partials_of_changed_frames},
         {"recenter", test_recenter},

@@ -58,6 +58,80 @@ int jobc_marker_exists(const char *workdir)
     return file_exists(p);
 }
 
+/* Writes `text` to `path` whole: a unique temporary name beside it, fsync, rename over
+ * `path`, fsync of the directory.  0 or TESS_EIO with err. */
+static int write_whole(const char *dir, const char *path, const char *text, char *err,
+                       size_t errlen)
+{
+    char tmp[PATH_MAX];
+    if (snprintf(tmp, sizeof tmp, "%s.XXXXXX", path) >= (int)sizeof tmp) {
+        tess_seterr(err, errlen, "the work directory's name is too long");
+        return TESS_EIO;
+    }
+    int fd = mkstemp(tmp);
+    if (fd < 0) {
+        tess_seterr(err, errlen, "cannot write %s: %s", path, strerror(errno));
+        return TESS_EIO;
+    }
+    int bad = tess_pwrite_all(fd, text, strlen(text), 0) != 0 || fsync(fd) != 0;
+    bad |= close(fd) != 0;
+    if (bad || rename(tmp, path) != 0) {
+        tess_seterr(err, errlen, "cannot write %s: %s", path, strerror(errno));
+        unlink(tmp);
+        return TESS_EIO;
+    }
+    int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dfd < 0 || fsync(dfd) != 0) {
+        tess_seterr(err, errlen, "cannot sync %s: %s", dir, strerror(errno));
+        if (dfd >= 0)
+            close(dfd);
+        return TESS_EIO;
+    }
+    close(dfd);
+    return 0;
+}
+
+int jobc_plan_record(const char *workdir, int fresh, const char *name, long *vals, int n,
+                     char *err, size_t errlen)
+{
+    char path[PATH_MAX];
+    if (n < 1 || n > JOBC_PLAN_MAX_VALUES ||
+        snprintf(path, sizeof path, "%s/%s.plan", workdir, name) >= (int)sizeof path) {
+        tess_seterr(err, errlen, "no plan record '%s' of %d values in the work directory",
+                    name, n);
+        return TESS_EINVAL;
+    }
+    if (fresh) {
+        char text[JOBC_PLAN_MAX_VALUES * 24 + 2];
+        size_t len = 0;
+        for (int i = 0; i < n; i++)
+            len += (size_t)snprintf(text + len, sizeof text - len, "%s%ld", i ? " " : "",
+                                    vals[i]);
+        snprintf(text + len, sizeof text - len, "\n");
+        return write_whole(workdir, path, text, err, errlen);
+    }
+    FILE *f = fopen(path, "r");
+    if (!f) {
+        if (errno == ENOENT)
+            return 1;
+        tess_seterr(err, errlen, "cannot read %s: %s", path, strerror(errno));
+        return TESS_EIO;
+    }
+    long got[JOBC_PLAN_MAX_VALUES];
+    int k = 0, c;
+    while (k < n && fscanf(f, "%ld", &got[k]) == 1)
+        k++;
+    while ((c = fgetc(f)) == ' ' || c == '\n')
+        ;
+    fclose(f);
+    if (k != n || c != EOF) {
+        tess_seterr(err, errlen, "%s does not hold the plan's %d values", path, n);
+        return TESS_EIO;
+    }
+    memcpy(vals, got, sizeof(long) * (size_t)n);
+    return 0;
+}
+
 int jobc_source_pin(const dataset *d, const char *workdir, char *ver, size_t len, char *err,
                     size_t errlen)
 {

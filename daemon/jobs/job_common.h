@@ -87,6 +87,21 @@ int jobc_write_at(const char *path, const void *buf, size_t n, off_t off, char *
 int jobc_touch_marker(const char *workdir, char *err, size_t errlen);
 int jobc_marker_exists(const char *workdir);
 
+/* A plan's parameters that are not a pure function of the request and the dataset (the
+ * thread count, a memory bound, whether a copy is attached) decided once: block k of a
+ * stage must name the same work on every planning of the job (jobkind.h), by whichever
+ * server or worker plans it, whatever its settings.  fresh (the job's first plan, before
+ * jobc_touch_marker): writes vals[0 .. n-1] (1 <= n <= JOBC_PLAN_MAX_VALUES) as decimal
+ * text, one line, to <workdir>/<name>.plan atomically (a temporary file, fsync, rename,
+ * fsync of the directory) and returns 0.  Otherwise reads them back into vals: 0; 1 when
+ * the file does not exist (a work directory of a build before the record: vals are left
+ * as the caller computed them, from its own settings, as that build did); TESS_EIO with
+ * err when it cannot be read or does not hold exactly n integers.  The caller checks the
+ * values' ranges.  TESS_EINVAL for a bad n or a name too long. */
+#define JOBC_PLAN_MAX_VALUES 16
+int jobc_plan_record(const char *workdir, int fresh, const char *name, long *vals, int n,
+                     char *err, size_t errlen);
+
 /* The identity (dataset_version) of the files of d that the job's work files in
  * `workdir` are derived from, in `ver` (at least 64 bytes): recorded in
  * <workdir>/source.version by the job's first plan, read back by a plan that resumes it,

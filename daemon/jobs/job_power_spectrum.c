@@ -78,35 +78,28 @@ static void prealloc_cube(const char *path, long long datastart, const dataset *
 }
 
 /* Stage A's groups: planned for `threads` workers when the work files are made, and
- * recorded in <workdir>/groups.plan ("G SPLIT"), since block k of stage A names a
- * different part of a different group under another G or SPLIT (a runner restarted with
- * another thread count would leave groups unwritten).  A work directory without that
- * file was made by a build that kept cube_transpose_init's groups: they stay. */
+ * recorded in <workdir>/groups.plan ("G SPLIT", jobc_plan_record), since block k of
+ * stage A names a different part of a different group under another G or SPLIT (a runner
+ * restarted with another thread count would leave groups unwritten).  A work directory
+ * without that file was made by a build that kept cube_transpose_init's groups: they
+ * stay. */
 static int stage_a_plan(ps_state *s, const dataset *d, int threads, int fresh,
                         const char *workdir, char *err, size_t errlen)
 {
-    char path[PATH_MAX];
-    snprintf(path, sizeof path, "%s/groups.plan", workdir);
+    long v[2] = {0, 0};
     if (fresh) {
         job_stack_group_plan(&s->t, d, threads);
-        FILE *f = fopen(path, "w");
-        if (!f || fprintf(f, "%ld %ld\n", s->t.g, s->t.split) < 0 || fclose(f) != 0) {
-            tess_seterr(err, errlen, "cannot write %s", path);
-            return TESS_EIO;
-        }
-        return 0;
+        v[0] = s->t.g;
+        v[1] = s->t.split;
     }
-    FILE *f = fopen(path, "r");
-    if (!f)
-        return 0;
-    long g = 0, split = 0;
-    int n = fscanf(f, "%ld %ld", &g, &split);
-    fclose(f);
-    if (n != 2 || g < 1 || g > 64 || split < 1 || split > 16) {
-        tess_seterr(err, errlen, "%s does not hold a plan of groups", path);
+    int rc = jobc_plan_record(workdir, fresh, "groups", v, 2, err, errlen);
+    if (rc != 0 || fresh)
+        return rc < 0 ? rc : 0;
+    if (v[0] < 1 || v[0] > 64 || v[1] < 1 || v[1] > 16) {
+        tess_seterr(err, errlen, "%s/groups.plan does not hold a plan of groups", workdir);
         return TESS_EIO;
     }
-    job_stack_group_set(&s->t, g, split);
+    job_stack_group_set(&s->t, v[0], v[1]);
     return 0;
 }
 

@@ -125,6 +125,48 @@ static void rechunk_release(void *state)
     free(s);
 }
 
+/* The plan's shape (bands of rows, or groups of planes in parts), decided for `threads`
+ * workers, the band limit and whether d was ingested when the job's work files are made
+ * (fresh), and recorded in <workdir>/rechunk.plan ("INMEM BAND_ROWS G SPLIT",
+ * jobc_plan_record): block k names another band, or another part of another group, under
+ * another shape, so a runner of another thread count (a restart, a worker of a cluster)
+ * takes the recorded one.  A work directory without the record (made by a build before
+ * it) is planned from this process's settings, as that build did. */
+static int rechunk_shape(rechunk_state *s, const dataset *d, int threads, int fresh,
+                         const char *workdir, char *err, size_t errlen)
+{
+    long v[4] = {0, 0, 0, 0};
+    long tile_rows = (d->ny + CUBE_TILE - 1) / CUBE_TILE;
+    if (inmem_rows(d, threads, &v[1])) {
+        v[0] = 1;
+    } else {
+        job_stack_group_plan(&s->t, d, threads);
+        v[2] = s->t.g;
+        v[3] = s->t.split;
+    }
+    int rc = jobc_plan_record(workdir, fresh, "rechunk", v, 4, err, errlen);
+    if (rc < 0)
+        return rc;
+    int ok = v[0] == 1 ? v[1] >= CUBE_TILE && v[1] % CUBE_TILE == 0 &&
+                             v[1] <= tile_rows * CUBE_TILE
+                       : v[0] == 0 && v[2] >= 1 && v[2] <= RECHUNK_GROUP_PLANES &&
+                             v[2] <= d->nz && v[3] >= 1 && v[3] <= RECHUNK_SPLIT_MAX &&
+                             v[3] <= tile_rows;
+    if (!ok) {
+        tess_seterr(err, errlen, "%s/rechunk.plan does not hold a plan of this dataset",
+                    workdir);
+        return TESS_EIO;
+    }
+    s->inmem = (int)v[0];
+    if (s->inmem) {
+        s->band_rows = v[1];
+        s->nbands = (d->ny + s->band_rows - 1) / s->band_rows;
+    } else {
+        job_stack_group_set(&s->t, v[2], v[3]);
+    }
+    return 0;
+}
+
 static int rechunk_plan(const void *req, const job_env *env, const char *workdir,
                         job_plan *out, char *err, size_t errlen)
 {
@@ -138,17 +180,14 @@ static int rechunk_plan(const void *req, const job_env *env, const char *workdir
     rc = cube_transpose_init(&s->t, &src, 0, 0, NULL, workdir, err, errlen);
     snprintf(s->store_path, sizeof s->store_path, "%s/profile.tcs", workdir);
     snprintf(s->name, sizeof s->name, "%s", d->name);
-    if (!rc && inmem_rows(d, env->threads, &s->band_rows)) {
-        s->inmem = 1;
-        s->nbands = (d->ny + s->band_rows - 1) / s->band_rows;
-    }
-    if (!rc && !s->inmem)
-        job_stack_group_plan(&s->t, d, env->threads);
+    int fresh = !jobc_marker_exists(workdir);
+    if (!rc)
+        rc = rechunk_shape(s, d, env->threads, fresh, workdir, err, errlen);
     if (!rc && !s->inmem && cube_transpose_set_dest(&s->t, s->store_path) != 0) {
         tess_seterr(err, errlen, "the work directory's name is too long");
         rc = TESS_ERANGE;
     }
-    if (!rc && !jobc_marker_exists(workdir)) {
+    if (!rc && fresh) {
         dataset_version(d, s->t.ci.source_version, sizeof s->t.ci.source_version);
         rc = chunkstore_create(s->store_path, &s->t.ci, err, errlen);
         if (!rc)

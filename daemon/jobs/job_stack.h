@@ -15,7 +15,10 @@
  *       groups; a PNG frame, decoded whole, is decoded once per band in the plan of
  *       bands and kept by the stack's frame cache, so a stack of PNG frames of more than
  *       256 MB of samples or more than 64 frames, more than that cache holds, takes the
- *       plan of groups.)
+ *       plan of groups.)  Which plan, and its bands' rows or its groups' planes and
+ *       parts (both sized for the planning process's threads), are decided by the job's
+ *       first plan and recorded in <workdir>/rechunk.plan, so that a restart or another
+ *       node of other settings runs the same blocks.
  *   {"type": "power_spectrum", "dataset": NAME, "output": {"name": NEW}}
  *       P[k](x, y) = |sum_n s[n] exp(-2 pi i k n / nz)|^2 for k = 0..nz-1, s = the raw
  *       series of pixel (x, y) (physical values; no mean removal, no window; blank

@@ -8,7 +8,14 @@
  * all stages).  After a restart the runner parses the same stored body again, plans the job from it and
  * the same work directory and skips the blocks recorded as done; a block that was
  * running when the process died is run again.  So:
- *   - plan() must give the same stages and blocks for the same body and catalog;
+ *   - plan() must give the same stages and blocks for the same body and catalog,
+ *     whatever the planning process's settings (env->threads, jobs.memory_mb): a
+ *     parameter taken from them is decided by the job's first plan and recorded in the
+ *     work directory (job_common.h, jobc_plan_record), and read back by every later plan
+ *     (a restart, another server or worker of a cluster).  The runner keeps the first
+ *     plan's block counts in <workdir>/blocks.plan and fails the job ("the job's plan
+ *     changed between runs: ...") when a later plan counts otherwise.  A work directory
+ *     made by a build before these records is planned from local settings, as then;
  *   - a block writes its results only into the work directory (or files it created
  *     there), and must be idempotent: running it twice gives the same files;
  *   - when run_block returns 0 its results are on disk (written with write(2) or

@@ -7,6 +7,7 @@
  * server and for a cluster: what differs is the source's. */
 #include "daemon/jobs/jobs_impl.h"
 #include "daemon/jobs/jobbudget.h"
+#include "daemon/jobs/job_common.h"
 #include "daemon/oplog.h"
 #include "daemon/problem.h"
 #include "engine/base/clock.h"
@@ -503,6 +504,42 @@ static void conclude_locked(jobs *J, blocksrc_job *sj, const run_result *r, cons
     }
 }
 
+/* Block k of a stage must name the same work on every planning of a job (jobkind.h):
+ * blocks are recorded done, and leased in a cluster, by their index.  The stages and
+ * block counts of the job's first plan are kept in <workdir>/blocks.plan ("NSTAGES
+ * NBLOCKS[0] .. NBLOCKS[JOB_MAX_STAGES - 1]", jobc_plan_record); a later plan (a
+ * restart, another server or worker) that counts otherwise is refused: 1 with err "the
+ * job's plan changed between runs: ...", rather than run with indices that name other
+ * work.  A work directory without the file (a build before it) gets it from this plan.
+ * 0 when the counts agree (or were recorded now), TESS_EIO with err when the file cannot
+ * be read or written. */
+static int plan_unchanged(const char *wd, const job_plan *plan, char *err, size_t errlen)
+{
+    long now[1 + JOB_MAX_STAGES] = {0}, had[1 + JOB_MAX_STAGES];
+    const int n = 1 + JOB_MAX_STAGES;
+    now[0] = plan->nstages;
+    for (int s = 0; s < plan->nstages; s++)
+        now[1 + s] = plan->nblocks[s];
+    memcpy(had, now, sizeof had);
+    int rc = jobc_plan_record(wd, 0, "blocks", had, n, err, errlen);
+    if (rc == 1)
+        return jobc_plan_record(wd, 1, "blocks", now, n, err, errlen);
+    if (rc)
+        return rc;
+    if (had[0] != now[0]) {
+        tess_seterr(err, errlen, "the job's plan changed between runs: it had %ld stages, "
+                    "now %ld", had[0], now[0]);
+        return 1;
+    }
+    for (int s = 0; s < plan->nstages; s++)
+        if (had[1 + s] != now[1 + s]) {
+            tess_seterr(err, errlen, "the job's plan changed between runs: stage %d had %ld "
+                        "blocks, now %ld", s, had[1 + s], now[1 + s]);
+            return 1;
+        }
+    return 0;
+}
+
 /* Runs job `id` to its end, or until the runner stops.  Lock held on entry and exit. */
 static void run_job_locked(jobs *J, const char *id)
 {
@@ -535,11 +572,15 @@ static void run_job_locked(jobs *J, const char *id)
     if (!rc)
         rc = k->plan(req, &env, wd, &plan, err, sizeof(err));
     k->req_free(req);
+    int changed = !rc && plan.nstages >= 1 && plan.nstages <= JOB_MAX_STAGES ?
+                  plan_unchanged(wd, &plan, err, sizeof err) : 0;
     pthread_mutex_lock(&J->lock);
     run_result r = {RUN_DONE, 500, ""};
     job_product prod = {0};
     if (rc || plan.nstages < 1 || plan.nstages > JOB_MAX_STAGES)
         run_fail(&r, status_of(rc), err[0] ? err : "the job could not be planned");
+    else if (changed)
+        run_fail(&r, 500, err);
     else
         run_planned_locked(J, &sj, k, &plan, &cost, tmp, final, &prod, &r);
     if (!rc && k->release)

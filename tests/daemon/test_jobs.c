@@ -27,7 +27,10 @@
 
 /* ---- the test job type ------------------------------------------------------------
  * {"type": "test_squares", "n": N, "delay_ms": D, "fail_at": K, "log": PATH,
- *  "output": {"name": NAME}}
+ *  "per_thread": B, "output": {"name": NAME}}
+ * (per_thread true: N blocks a worker thread of the runner, N x threads in all: a plan
+ * that depends on the runner's settings, which the runner must refuse to resume under
+ * other settings; N below stands for that count)
  * stage 0: block i writes workdir/b<i> = i*i (after D ms, polling cancel) and appends a
  *          line to PATH (outside the workdir) so the test can count block runs;
  * stage 1: one block sums the files into workdir/sum;
@@ -41,7 +44,8 @@ typedef struct sq_state {
 
 static int sq_validate(const json_t *b, const job_env *env, job_problem *pb)
 {
-    static const char *const known[] = {"type", "n", "delay_ms", "fail_at", "log", "output", NULL};
+    static const char *const known[] = {"type", "n", "delay_ms", "fail_at", "log", "per_thread",
+                                        "output", NULL};
     if (jobkind_only_fields(b, known, "", pb))
         return -1;
     json_t *n = json_object_get(b, "n");
@@ -61,9 +65,10 @@ static int sq_validate(const json_t *b, const job_env *env, job_problem *pb)
 static int sq_plan(const void *b, const job_env *env, const char *wd, job_plan *out, char *err,
                    size_t errlen)
 {
-    (void)env;
     sq_state *s = calloc(1, sizeof(*s));
     s->n = (long)json_integer_value(json_object_get(b, "n"));
+    if (json_is_true(json_object_get(b, "per_thread")))
+        s->n *= env->threads;
     s->delay_ms = (long)json_integer_value(json_object_get(b, "delay_ms"));
     json_t *f = json_object_get(b, "fail_at");
     s->fail_at = f ? (long)json_integer_value(f) : -1;
@@ -185,6 +190,7 @@ static tess_config cfg;
 static tserver *srv;
 static char base[64];
 static char jobsdir[256];
+static int server_threads = 2;   /* worker threads of the next server started */
 
 /* The mosaic problem of tests/data/mosaic (copied from the project's shared data). */
 #define MOSAIC_DIR TESSERA_TESTDATA_DIR "/mosaic"
@@ -200,7 +206,7 @@ static void start_server(const char *token, int max_jobs)
     cfg.data_roots = realloc(cfg.data_roots, (size_t)(cfg.n_roots + 1) * sizeof(char *));
     cfg.data_roots[cfg.n_roots++] = mroot;
     ck_assert_int_eq(config_set_listen(&cfg, "127.0.0.1:0", err, sizeof(err)), 0);
-    cfg.threads = 2;
+    cfg.threads = server_threads;
     cfg.jobs_dir = strdup(jobsdir);
     if (token)
         cfg.jobs_token = strdup(token);
@@ -722,6 +728,50 @@ START_TEST(test_kill9_then_resume)
 }
 END_TEST
 
+/* A job whose plan depends on the runner's thread count (test_squares with per_thread),
+ * killed part-way on 2 threads and resumed by a server of 1 thread: its blocks are
+ * recorded by index, which the new plan's would not match, so the job fails with the
+ * runner's problem (the block counts of both plans) instead of running on; its files go. */
+START_TEST(test_plan_changed_fails)
+{
+    stop_server();
+    pid_t pid = fork_server();
+    char id[32];
+    submit("{\"type\": \"test_squares\", \"n\": 20, \"delay_ms\": 100, \"per_thread\": true, "
+           "\"output\": {\"name\": \"pc\"}}", id, sizeof(id));
+    long done = 0;
+    double t0 = tt_now_s();
+    while (done < 4) {
+        json_t *j = job_get(id);
+        done = (long)json_integer_value(json_object_get(json_object_get(j, "progress"), "done"));
+        json_decref(j);
+        ck_assert_msg(tt_now_s() - t0 < 60, "no progress before the kill");
+        usleep(10000);
+    }
+    kill(pid, SIGKILL);
+    int ws;
+    waitpid(pid, &ws, 0);
+    ck_assert(WIFSIGNALED(ws));
+    server_threads = 1;
+    start_server(NULL, 0);
+    server_threads = 2;
+    json_t *j = wait_end(id, 60);
+    ck_assert_str_eq(json_string_value(json_object_get(j, "state")), "failed");
+    json_t *e = json_object_get(j, "error");
+    ck_assert_int_eq(json_integer_value(json_object_get(e, "status")), 500);
+    const char *detail = json_string_value(json_object_get(e, "detail"));
+    ck_assert_msg(detail && strstr(detail, "the job's plan changed between runs: stage 0 had "
+                                           "40 blocks, now 20"), "detail: %s", detail);
+    json_decref(j);
+    char dir[PATH_MAX];
+    snprintf(dir, sizeof(dir), "%s/work", jobsdir);
+    ck_assert_int_eq(tt_count_entries(dir), 0);
+    tt_resp r = tt_fetch(base, "GET", "/api/v1/datasets/pc", NULL, 0, NULL);
+    ck_assert_int_eq(r.status, 404);
+    tt_resp_free(&r);
+}
+END_TEST
+
 /* Builds a mosaic job body for the six shared tiles onto reference_target.hdr. */
 static char *mosaic_body(const char *name, const char *method)
 {
@@ -1029,6 +1079,7 @@ int main(void)
     tcase_add_test(tc, test_reproject_job_equals_cutout);
     tcase_add_test(tc, test_token_and_queue_limit);
     tcase_add_test(tc, test_kill9_then_resume);
+    tcase_add_test(tc, test_plan_changed_fails);
     tcase_add_test(tc, test_startup_sweep);
     tcase_add_test(tc, test_one_server_per_jobs_dir);
     tcase_add_test(tc, test_mosaic_kill9_same_product);

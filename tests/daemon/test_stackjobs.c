@@ -614,6 +614,169 @@ START_TEST(test_power_from_profile)
 }
 END_TEST
 
+/* ---- a job resumed by a runner of another thread count -------------------------------- */
+
+/* Job body of kind k as the job runner resumes it after a restart on other settings, or
+ * as a cluster's servers and workers share it: planned on 2 threads, blocks [0, n / 2)
+ * of stage 0 (n of its blocks) run and recorded done by their index only, the state
+ * released; planned again on `threads2` threads on the same work directory, the blocks of
+ * stage 0 from n / 2 on by the new plan's indices and every block of the later stages
+ * run; finished into `product`.  Returns 1 when the new plan had the first one's stages
+ * and blocks, else 0. */
+static int run_resumed(const job_kind *k, const char *body_text, int threads2,
+                       const char *product)
+{
+    static const volatile int no_cancel = 0;
+    json_t *body = json_loads(body_text, 0, NULL);
+    ck_assert_ptr_nonnull(body);
+    void *req = accepted_req(k, body);
+    char wd[64], err[256] = "";
+    tt_tmpdir_make(wd, sizeof wd, "sjresume");
+    job_plan plan, again;
+    memset(&plan, 0, sizeof plan);
+    memset(&again, 0, sizeof again);
+    env.threads = 2;
+    int rc = k->plan(req, &env, wd, &plan, err, sizeof err);
+    ck_assert_msg(rc == 0, "plan: %s", err);
+    long half = plan.nblocks[0] / 2;
+    ck_assert_int_ge(half, 1);
+    for (long b = 0; b < half; b++) {
+        rc = k->run_block(plan.state, 0, b, &no_cancel, err, sizeof err);
+        ck_assert_msg(rc == 0, "block %ld: %s", b, err);
+    }
+    k->release(plan.state);
+    env.threads = threads2;
+    rc = k->plan(req, &env, wd, &again, err, sizeof err);
+    env.threads = 2;
+    ck_assert_msg(rc == 0, "plan again: %s", err);
+    for (int st = 0; st < again.nstages; st++)
+        for (long b = st == 0 ? half : 0; b < again.nblocks[st]; b++) {
+            rc = k->run_block(again.state, st, b, &no_cancel, err, sizeof err);
+            ck_assert_msg(rc == 0, "stage %d block %ld: %s", st, b, err);
+        }
+    unlink(product);
+    job_product prod;
+    rc = k->finish(again.state, product, &prod, err, sizeof err);
+    ck_assert_msg(rc == 0, "finish: %s", err);
+    k->release(again.state);
+    int same = again.nstages == plan.nstages;
+    for (int st = 0; same && st < plan.nstages; st++)
+        same = again.nblocks[st] == plan.nblocks[st];
+    if (!same)
+        fprintf(stderr, "%s: %ld blocks in stage 0 on 2 threads, %ld on %d\n", body_text,
+                plan.nblocks[0], again.nblocks[0], threads2);
+    k->req_free(req);
+    rm_tree(wd);
+    json_decref(body);
+    return same;
+}
+
+/* 1 when files a and b hold the same bytes. */
+static int same_bytes(const char *a, const char *b)
+{
+    FILE *fa = fopen(a, "rb"), *fb = fopen(b, "rb");
+    ck_assert_msg(fa && fb, "cannot open %s or %s", a, b);
+    int ca, cb;
+    do {
+        ca = fgetc(fa);
+        cb = fgetc(fb);
+    } while (ca == cb && ca != EOF);
+    fclose(fa);
+    fclose(fb);
+    return ca == cb;
+}
+
+/* Rechunk (bands of rows, and groups of planes in parts under a band limit of 1 byte) and
+ * the power spectrum (stage A's groups) of l1448_13co (105 x 105 x 53: 7 tile rows), each
+ * stopped half-way through its first stage on 2 threads and resumed on 1 and on 3: the
+ * plan stays the first one's (recorded in the work directory) and the product has the
+ * bytes of an uninterrupted run (itself checked against cfitsio's values and a DFT
+ * above).  On other thread counts the bands (4 on 2 threads, 2 on 1) and the groups
+ * (14 planes in 2 parts on 2 threads, 27 in 1 on 1, 9 in 3 on 3) are other blocks. */
+START_TEST(test_resumed_on_other_threads)
+{
+    static const struct { const char *type, *body; long band_bytes; } jobs[] = {
+        {"rechunk", "{\"type\": \"rechunk\", \"dataset\": \"l1448_13co\"}", 0},
+        {"rechunk", "{\"type\": \"rechunk\", \"dataset\": \"l1448_13co\"}", 1},
+        {"power_spectrum", "{\"type\": \"power_spectrum\", \"dataset\": \"l1448_13co\", "
+                           "\"output\": {\"name\": \"ps_resumed\"}}", 0},
+    };
+    char ref[256], got[256];
+    product_path(ref, sizeof ref, "resumed_ref");
+    product_path(got, sizeof got, "resumed_got");
+    for (size_t i = 0; i < sizeof jobs / sizeof jobs[0]; i++) {
+        const job_kind *k = strcmp(jobs[i].type, "rechunk") == 0 ? &job_kind_rechunk
+                                                                : &job_kind_power_spectrum;
+        job_stack_set_band_bytes(jobs[i].band_bytes);
+        job_product prod;
+        run_job(k, jobs[i].body, ref, &prod, NULL);
+        for (int threads2 = 1; threads2 <= 3; threads2 += 2) {
+            int same = run_resumed(k, jobs[i].body, threads2, got);
+            ck_assert_msg(same_bytes(ref, got), "%s (band limit %ld) resumed on %d threads: "
+                          "not the product of an uninterrupted run", jobs[i].type,
+                          jobs[i].band_bytes, threads2);
+            ck_assert_msg(same, "%s (band limit %ld) resumed on %d threads: another plan",
+                          jobs[i].type, jobs[i].band_bytes, threads2);
+            unlink(got);
+        }
+        unlink(ref);
+    }
+    job_stack_set_band_bytes(0);
+}
+END_TEST
+
+/* The record of rechunk's plan (<workdir>/rechunk.plan): without it (a work directory of
+ * a build before it) a later plan takes this process's thread count, as that build did;
+ * a record that is not four integers of a plan of the dataset fails the plan (TESS_EIO). */
+START_TEST(test_plan_record_missing_or_bad)
+{
+    static const char *body = "{\"type\": \"rechunk\", \"dataset\": \"l1448_13co\"}";
+    json_t *b = json_loads(body, 0, NULL);
+    void *req = accepted_req(&job_kind_rechunk, b);
+    char wd[64], rec[128], err[256] = "";
+    tt_tmpdir_make(wd, sizeof wd, "sjrecord");
+    snprintf(rec, sizeof rec, "%s/rechunk.plan", wd);
+    job_plan plan;
+    memset(&plan, 0, sizeof plan);
+    ck_assert_int_eq(job_kind_rechunk.plan(req, &env, wd, &plan, err, sizeof err), 0);
+    job_kind_rechunk.release(plan.state);
+    ck_assert_int_eq(plan.nblocks[0], 4);   /* 7 tile rows in bands of 2 on 2 threads */
+    static const struct { const char *text; int rc; long nblocks; } cases[] = {
+        {NULL, 0, 2},                /* no record: bands of 4 tile rows on 1 thread */
+        {"1 32 0 0\n", 0, 4},        /* the record of 2 threads */
+        {"1 32 0\n", TESS_EIO, 0},   /* three values */
+        {"1 32 0 0 5\n", TESS_EIO, 0},
+        {"1 24 0 0\n", TESS_EIO, 0}, /* not whole tile rows */
+        {"0 0 54 1\n", TESS_EIO, 0}, /* a group of more planes than the cube's 53 */
+        {"0 0 27 8\n", TESS_EIO, 0}, /* more parts than tile rows */
+        {"x\n", TESS_EIO, 0},
+    };
+    env.threads = 1;
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        unlink(rec);
+        if (cases[i].text) {
+            FILE *f = fopen(rec, "w");
+            fputs(cases[i].text, f);
+            fclose(f);
+        }
+        memset(&plan, 0, sizeof plan);
+        err[0] = '\0';
+        int rc = job_kind_rechunk.plan(req, &env, wd, &plan, err, sizeof err);
+        ck_assert_msg(rc == cases[i].rc, "record %s: rc %d (%s)", cases[i].text, rc, err);
+        if (rc == 0) {
+            ck_assert_int_eq(plan.nblocks[0], cases[i].nblocks);
+            job_kind_rechunk.release(plan.state);
+        } else {
+            ck_assert_msg(strstr(err, "rechunk.plan") != NULL, "%s", err);
+        }
+    }
+    env.threads = 2;
+    job_kind_rechunk.req_free(req);
+    json_decref(b);
+    rm_tree(wd);
+}
+END_TEST
+
 /* ---- copies of frames that changed ---------------------------------------------------- */
 
 static double other_value(long x, long y, long z)
@@ -1344,6 +1507,8 @@ int main(void)
         {"power_l1448", test_power_l1448},
         {"power_m13_gen", test_power_m13_gen},
         {"power_from_profile", test_power_from_profile},
+        {"resumed_on_other_threads", test_resumed_on_other_threads},
+        {"plan_record_missing_or_bad", test_plan_record_missing_or_bad},
         {"rechunk_copy_stale", test_rechunk_copy_stale},
         {"partials_of_changed_frames", test_partials_of_changed_frames},
         {"recenter", test_recenter},

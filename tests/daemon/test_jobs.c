@@ -658,6 +658,26 @@ static pid_t fork_server(void)
     return tt_fork_server(child_server, NULL, base, sizeof(base));
 }
 
+/* Waits (at most 60 s) until job `id` on the forked server `pid` has `n` blocks done, then
+ * kills that server with SIGKILL and reaps it; returns the blocks done at the kill. */
+static long kill9_after(pid_t pid, const char *id, long n)
+{
+    long done = 0;
+    double t0 = tt_now_s();
+    while (done < n) {
+        json_t *j = job_get(id);
+        done = (long)json_integer_value(json_object_get(json_object_get(j, "progress"), "done"));
+        json_decref(j);
+        ck_assert_msg(tt_now_s() - t0 < 60, "no progress before the kill");
+        usleep(10000);
+    }
+    kill(pid, SIGKILL);
+    int ws;
+    waitpid(pid, &ws, 0);
+    ck_assert(WIFSIGNALED(ws));
+    return done;
+}
+
 /* kill -9 in the middle of a job, then a new server on the same directory: the job
  * resumes, blocks recorded as done are not run again, and the product is the same. */
 START_TEST(test_kill9_then_resume)
@@ -673,19 +693,7 @@ START_TEST(test_kill9_then_resume)
              "\"output\": {\"name\": \"k9\"}}", logpath);
     submit(body, id, sizeof(id));
     submit("{\"type\": \"test_squares\", \"n\": 3, \"output\": {\"name\": \"k9b\"}}", qid, sizeof(qid));
-    long before = 0;
-    double t0 = tt_now_s();
-    while (before < 20) {
-        json_t *j = job_get(id);
-        before = (long)json_integer_value(json_object_get(json_object_get(j, "progress"), "done"));
-        json_decref(j);
-        ck_assert_msg(tt_now_s() - t0 < 60, "no progress before the kill");
-        usleep(10000);
-    }
-    kill(pid, SIGKILL);
-    int ws;
-    waitpid(pid, &ws, 0);
-    ck_assert(WIFSIGNALED(ws));
+    long before = kill9_after(pid, id, 20);
     long runs_before = count_lines(logpath);
 
     start_server(NULL, 0);
@@ -739,19 +747,7 @@ START_TEST(test_plan_changed_fails)
     char id[32];
     submit("{\"type\": \"test_squares\", \"n\": 20, \"delay_ms\": 100, \"per_thread\": true, "
            "\"output\": {\"name\": \"pc\"}}", id, sizeof(id));
-    long done = 0;
-    double t0 = tt_now_s();
-    while (done < 4) {
-        json_t *j = job_get(id);
-        done = (long)json_integer_value(json_object_get(json_object_get(j, "progress"), "done"));
-        json_decref(j);
-        ck_assert_msg(tt_now_s() - t0 < 60, "no progress before the kill");
-        usleep(10000);
-    }
-    kill(pid, SIGKILL);
-    int ws;
-    waitpid(pid, &ws, 0);
-    ck_assert(WIFSIGNALED(ws));
+    kill9_after(pid, id, 4);
     server_threads = 1;
     start_server(NULL, 0);
     server_threads = 2;

@@ -95,7 +95,7 @@ static int stage_a_plan(ps_state *s, const dataset *d, int threads, int fresh,
     int rc = jobc_plan_record(workdir, fresh, "groups", v, 2, err, errlen);
     if (rc != 0 || fresh)
         return rc < 0 ? rc : 0;
-    if (v[0] < 1 || v[0] > 64 || v[1] < 1 || v[1] > 16) {
+    if (!job_stack_group_valid(d, v[0], v[1])) {
         tess_seterr(err, errlen, "%s/groups.plan does not hold a plan of groups", workdir);
         return TESS_EIO;
     }

@@ -102,6 +102,13 @@ void job_stack_group_set(cube_transpose *t, long g, long split)
     t->split = split;
 }
 
+int job_stack_group_valid(const dataset *d, long g, long split)
+{
+    long tile_rows = (d->ny + CUBE_TILE - 1) / CUBE_TILE;
+    return g >= 1 && g <= RECHUNK_GROUP_PLANES && g <= d->nz && split >= 1 &&
+           split <= RECHUNK_SPLIT_MAX && split <= tile_rows;
+}
+
 void job_stack_group_plan(cube_transpose *t, const dataset *d, int threads)
 {
     job_stack_group_set(t, job_rechunk_group_planes(d, threads),
@@ -149,9 +156,7 @@ static int rechunk_shape(rechunk_state *s, const dataset *d, int threads, int fr
         return rc;
     int ok = v[0] == 1 ? v[1] >= CUBE_TILE && v[1] % CUBE_TILE == 0 &&
                              v[1] <= tile_rows * CUBE_TILE
-                       : v[0] == 0 && v[2] >= 1 && v[2] <= RECHUNK_GROUP_PLANES &&
-                             v[2] <= d->nz && v[3] >= 1 && v[3] <= RECHUNK_SPLIT_MAX &&
-                             v[3] <= tile_rows;
+                       : v[0] == 0 && job_stack_group_valid(d, v[2], v[3]);
     if (!ok) {
         tess_seterr(err, errlen, "%s/rechunk.plan does not hold a plan of this dataset",
                     workdir);

@@ -130,5 +130,9 @@ void job_stack_group_plan(struct cube_transpose *t, const dataset *d, int thread
 /* The same with groups of g planes (1..64) in `split` parts (1..16) given, as a job
  * planned again finds them recorded in its work directory. */
 void job_stack_group_set(struct cube_transpose *t, long g, long split);
+/* Whether g planes a group in `split` parts is a plan of groups job_stack_group_plan could
+ * have made for dataset d on some thread count (1 <= g <= min(64, nz), 1 <= split <=
+ * min(16, tile rows)): the check of a plan read back from a work directory. */
+int job_stack_group_valid(const dataset *d, long g, long split);
 
 #endif

@@ -599,7 +599,7 @@ int main(int argc, char **argv)
     const dataset *d = catalog_find(cat, "bench");
     long nx = d->nx, ny = d->ny, nz = d->nz;
     printf("RESULT shape %ldx%ldx%ld frames\n", nx, ny, nz);
-    job_env env = {&cfg, cat, threads, NULL};
+    job_env env = {&cfg, cat, threads, NULL, NULL};
     double *plane = malloc(sizeof(double) * (size_t)(nx * ny));
     double *series = malloc(sizeof(double) * (size_t)nz);
     double *times = malloc(sizeof(double) * 2000);

@@ -49,6 +49,29 @@ int config_init(tess_config *c)
     return 0;
 }
 
+int config_warnings(const tess_config *c, char (*warn)[CONFIG_WARN_LEN], int max)
+{
+    int n = 0;
+    int per = c->max_connections_per_address;
+    if (per < CONFIG_CLIENT_CONNECTIONS) {
+        if (n < max)
+            snprintf(warn[n], CONFIG_WARN_LEN, "limits.max_connections_per_address = %d is "
+                     "under %d: fsspec's HTTP store (aiohttp, so zarr and dask) opens up to "
+                     "%d connections at once, and zarr-python 2 reads a chunk refused with "
+                     "503 as its fill_value, without an error", per, CONFIG_CLIENT_CONNECTIONS,
+                     CONFIG_CLIENT_CONNECTIONS);
+        n++;
+    }
+    if (per > c->max_connections) {
+        if (n < max)
+            snprintf(warn[n], CONFIG_WARN_LEN, "limits.max_connections_per_address = %d is "
+                     "over limits.max_connections = %d: it can never be reached (the server "
+                     "refuses past limits.max_connections first)", per, c->max_connections);
+        n++;
+    }
+    return n;
+}
+
 void config_release(tess_config *c)
 {
     free(c->listen_addr);

@@ -108,4 +108,16 @@ int config_set_listen(tess_config *c, const char *s, char *err, size_t errlen);
 /* Frees everything `c` owns.  Cannot fail. */
 void config_release(tess_config *c);
 
+/* Values accepted but doubtful, which tesserad logs at start (one line each, after
+ * "tesserad: warning: "), never errors:
+ *   limits.max_connections_per_address under CONFIG_CLIENT_CONNECTIONS (100: aiohttp's
+ *     connector limit, so fsspec's HTTP store, zarr and dask, open that many at once,
+ *     and zarr-python 2 reads a chunk refused with 503 as its fill_value, silently);
+ *   limits.max_connections_per_address over limits.max_connections (never reached).
+ * Writes at most `max` NUL-terminated lines (no newline) into warn; returns how many
+ * there are (which may be more than max).  Cannot fail. */
+#define CONFIG_CLIENT_CONNECTIONS 100
+#define CONFIG_WARN_LEN 320
+int config_warnings(const tess_config *c, char (*warn)[CONFIG_WARN_LEN], int max);
+
 #endif

@@ -298,6 +298,10 @@ int main(int argc, char **argv)
         config_release(&cfg);
         return 1;
     }
+    char warn[2][CONFIG_WARN_LEN];
+    int nwarn = config_warnings(&cfg, warn, 2);
+    for (int i = 0; i < nwarn && i < 2; i++)
+        fprintf(stderr, "tesserad: warning: %s\n", warn[i]);
     for (int i = 0; i < catalog_count(srv->app->cat); i++) {
         const dataset *d = catalog_at(srv->app->cat, i);
         if (d->wcs_error[0])

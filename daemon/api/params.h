@@ -69,7 +69,8 @@ void params_render_key(const render_params *rp, char *out, size_t len);
  * text with one card a line, raw 80-character cards, or a whole FITS file; up to END;
  * printable ASCII only; numeric WCS cards finite), at most `max_cards` cards.  Text whose
  * last line lacks its line end and is not a whole card is refused as a truncated upload
- * (fitscard_text_check_cut), as is a FITS file without END.  *cards is
+ * (fitscard_text_check_cut), as are raw cards or a FITS file opening with SIMPLE (or
+ * XTENSION) without END, whatever their length.  *cards is
  * malloc'd (80-character cards, NUL-terminated).  Returns 0, TESS_EINVAL with `e`
  * (parameter "body"), or TESS_ENOMEM. */
 int params_header_cards(const char *text, size_t len, int max_cards, char **cards, int *nkeys,

@@ -103,6 +103,20 @@ static int stage_a_plan(ps_state *s, const dataset *d, int threads, int fresh,
     return 0;
 }
 
+/* Whether the job planned in `workdir` (its marker made) reads the rechunk copy named in
+ * <workdir>/direct.path (into src, PATH_MAX) rather than running stage A. */
+static int recorded_direct(const char *workdir, char *src, size_t len)
+{
+    char flag[PATH_MAX];
+    snprintf(flag, sizeof flag, "%s/direct.path", workdir);
+    FILE *f = fopen(flag, "r");
+    if (!f)
+        return 0;
+    int direct = fgets(src, (int)len, f) != NULL && src[0] != 0;
+    fclose(f);
+    return direct;
+}
+
 static int ps_plan(const void *req, const job_env *env, const char *workdir, job_plan *out,
                    char *err, size_t errlen)
 {
@@ -125,15 +139,10 @@ static int ps_plan(const void *req, const job_env *env, const char *workdir, job
     snprintf(direct_flag, sizeof direct_flag, "%s/direct.path", workdir);
     int fresh = !jobc_marker_exists(workdir);
     int direct = 0;
-    if (fresh) {
+    if (fresh)
         direct = usable_profile(d, src, sizeof src);
-    } else {
-        FILE *f = fopen(direct_flag, "r");
-        if (f) {
-            direct = fgets(src, sizeof src, f) != NULL && src[0] != 0;
-            fclose(f);
-        }
-    }
+    else
+        direct = recorded_direct(workdir, src, sizeof src);
     cube_source cs;
     jobc_source(d, &cs);
     rc = cube_transpose_init(&s->t, &cs, 4, direct, src, workdir, err, errlen);
@@ -218,13 +227,19 @@ static int ps_finish(void *state, const char *tmp_path, job_product *prod, char 
  * spectrum.h, 16 MB, or a row of 16 pixels' when that passes it), one batch of FFT_BATCH
  * series as stored, and the FFT's buffers of FFT_BATCH series (spectrum.c: nz doubles,
  * nz / 2 + 1 complex values and as many powers each); the plan keeps the FFT's plan (its
- * twiddle factors).  The bound this gives (jobbudget_peak) is job_stack.h's. */
+ * twiddle factors).  The bound this gives (jobbudget_peak) is job_stack.h's.  Whether
+ * stage A runs and its groups are the plan's: for a job resumed in env->workdir (its
+ * marker made) those its first plan recorded (direct.path, groups.plan: read only, as
+ * ps_plan reads them; a runner of fewer threads recorded larger groups), else those of
+ * this process. */
 static int ps_estimate(const void *req, const job_env *env, job_cost *c, job_problem *pb)
 {
     (void)pb;
     const dataset *d = ((const jobc_req *)req)->d;
-    char src[PATH_MAX];
-    int direct = usable_profile(d, src, sizeof src);
+    char src[PATH_MAX], why[256];
+    int resumed = env->workdir && jobc_marker_exists(env->workdir);
+    int direct = resumed ? recorded_direct(env->workdir, src, sizeof src)
+                         : usable_profile(d, src, sizeof src);
     double es = (double)chunkstore_esize(jobc_choose_dtype(d));
     /* the permutation and the reader's decoded frames; no band (this job never holds
      * one: its blocks of spectra are bounded instead) and no group (asked as direct) */
@@ -235,7 +250,10 @@ static int ps_estimate(const void *req, const job_env *env, job_cost *c, job_pro
         /* stage A's group as rechunk's (job_stack_group_plan): its buffers and the frames
          * it holds, counted for every block although the parts of a group share them (a
          * worker done with its part may hold the next group's meanwhile) */
-        long hold = job_rechunk_group_planes(d, env->threads);
+        long hold = job_rechunk_group_planes(d, env->threads), v[2];
+        if (resumed && jobc_plan_record(env->workdir, 0, "groups", v, 2, why, sizeof why) == 0
+            && job_stack_group_valid(d, v[0], v[1]))
+            hold = v[0];
         double frame = jobc_frame_bytes(d);
         held = frame > 0.0 ? (double)hold * frame : 0.0;
         c->block_bytes = jobc_transpose_group_bytes(d, hold) + held;

@@ -132,6 +132,16 @@ static void rechunk_release(void *state)
     free(s);
 }
 
+/* Whether v (rechunk.plan's "INMEM BAND_ROWS G SPLIT") is a plan of d: bands of whole
+ * tile rows within the cube, or a plan of groups job_stack_group_valid allows. */
+static int rechunk_record_valid(const dataset *d, const long *v)
+{
+    long tile_rows = (d->ny + CUBE_TILE - 1) / CUBE_TILE;
+    return v[0] == 1 ? v[1] >= CUBE_TILE && v[1] % CUBE_TILE == 0 &&
+                           v[1] <= tile_rows * CUBE_TILE
+                     : v[0] == 0 && job_stack_group_valid(d, v[2], v[3]);
+}
+
 /* The plan's shape (bands of rows, or groups of planes in parts), decided for `threads`
  * workers, the band limit and whether d was ingested when the job's work files are made
  * (fresh), and recorded in <workdir>/rechunk.plan ("INMEM BAND_ROWS G SPLIT",
@@ -143,7 +153,6 @@ static int rechunk_shape(rechunk_state *s, const dataset *d, int threads, int fr
                          const char *workdir, char *err, size_t errlen)
 {
     long v[4] = {0, 0, 0, 0};
-    long tile_rows = (d->ny + CUBE_TILE - 1) / CUBE_TILE;
     if (inmem_rows(d, threads, &v[1])) {
         v[0] = 1;
     } else {
@@ -154,10 +163,7 @@ static int rechunk_shape(rechunk_state *s, const dataset *d, int threads, int fr
     int rc = jobc_plan_record(workdir, fresh, "rechunk", v, 4, err, errlen);
     if (rc < 0)
         return rc;
-    int ok = v[0] == 1 ? v[1] >= CUBE_TILE && v[1] % CUBE_TILE == 0 &&
-                             v[1] <= tile_rows * CUBE_TILE
-                       : v[0] == 0 && job_stack_group_valid(d, v[2], v[3]);
-    if (!ok) {
+    if (!rechunk_record_valid(d, v)) {
         tess_seterr(err, errlen, "%s/rechunk.plan does not hold a plan of this dataset",
                     workdir);
         return TESS_EIO;
@@ -252,14 +258,29 @@ static int rechunk_finish(void *state, const char *tmp_path, job_product *prod, 
 
 /* The store (header and every series), no staging file; a band block holds a group of 64
  * planes' tile rows and a tile row of doubles (cube_transpose_rows; its series are in the
- * store's mapping, counted as memory all the same: page cache the block fills). */
+ * store's mapping, counted as memory all the same: page cache the block fills).  The
+ * bands or groups are the plan's: those recorded in env->workdir by the job's first plan
+ * when it resumes (its marker made: read only, as rechunk_shape reads them; a runner of
+ * fewer threads recorded larger ones: l1448_13co, groups of 27 planes on 1 thread, 9 on
+ * 3), else those this process's threads give. */
 static int rechunk_estimate(const void *req, const job_env *env, job_cost *c,
                             job_problem *pb)
 {
     (void)pb;
     const dataset *d = ((const jobc_req *)req)->d;
-    long rows = 0;
-    int inmem = inmem_rows(d, env->threads, &rows);
+    long rows = 0, hold = 0, v[4];
+    char why[256];
+    int inmem;
+    if (env->workdir && jobc_marker_exists(env->workdir) &&
+        jobc_plan_record(env->workdir, 0, "rechunk", v, 4, why, sizeof why) == 0 &&
+        rechunk_record_valid(d, v)) {
+        inmem = (int)v[0];
+        rows = v[1];
+        hold = v[2];
+    } else {
+        inmem = inmem_rows(d, env->threads, &rows);
+        hold = job_rechunk_group_planes(d, env->threads);
+    }
     jobc_transpose_cost(d, 0, inmem, 0.0, c);
     c->work_bytes = 0;   /* groups write straight into the store */
     double es = (double)chunkstore_esize(jobc_choose_dtype(d)), nx = (double)d->nx;
@@ -268,7 +289,6 @@ static int rechunk_estimate(const void *req, const job_env *env, job_cost *c,
         /* a group of this job's own size: its buffers and the frames it holds (counted
          * for every block although the parts of a group share them: a worker done with
          * its part may hold the next group's while another still reads this one's) */
-        long hold = job_rechunk_group_planes(d, env->threads);
         double frame = jobc_frame_bytes(d);
         c->block_bytes = jobc_transpose_group_bytes(d, hold) +
                          (frame > 0.0 ? (double)hold * frame : 0.0);

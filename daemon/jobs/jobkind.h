@@ -46,6 +46,10 @@ typedef struct job_env {
     catalog *cat;            /* datasets by name (thread-safe) */
     int threads;             /* worker threads of the pool (for sizing blocks) */
     struct colset *collections; /* the collections (daemon/collection/), or NULL: none */
+    const char *workdir;     /* the job's work directory when the runner estimates a job
+                                it is about to run (a resumed one's holds the plan its
+                                first plan recorded: estimate reads it, never writes);
+                                NULL at submit */
 } job_env;
 
 /* A validation failure: HTTP status (400 malformed / wrong type / unknown field, 404
@@ -132,7 +136,9 @@ typedef struct job_kind {
 
     /* What the job will need (job_cost), for a request of parse: from the request,
      * the catalog and the inputs' headers, with no pixel read and no allocation that grows
-     * with the data.  Called before the job is accepted and again before it runs.  NULL:
+     * with the data.  Called before the job is accepted and again before it runs (then
+     * with env->workdir: a plan recorded there by the job's first plan, which a resumed
+     * job keeps, is what it will hold, not the plan local settings would give).  NULL:
      * the type declares nothing (the runner's checks of what is written still apply).
      * Returns 0 or -1 with *pb. */
     int (*estimate)(const void *req, const job_env *env, job_cost *cost, job_problem *pb);

@@ -116,7 +116,7 @@ int jobs_submit(jobs *J, const char *body, size_t len, char **json_out, job_prob
         json_decref(b);
         return -1;
     }
-    job_env env = {J->cfg, J->cat, J->threads, J->collections};
+    job_env env = {J->cfg, J->cat, J->threads, J->collections, NULL};
     job_cost cost = {0};
     void *req = NULL;
     int bad = jobkind_parse(k, b, &env, 0, &req, pb) ||

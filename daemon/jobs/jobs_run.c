@@ -556,9 +556,10 @@ static void run_job_locked(jobs *J, const char *id)
         return;
     }
     /* Plan outside the lock (it may read headers); the estimate again (the inputs may
-     * have changed since the job was accepted) bounds the blocks in flight. */
+     * have changed since the job was accepted, and a resumed job keeps the plan recorded
+     * in wd, env.workdir) bounds the blocks in flight. */
     pthread_mutex_unlock(&J->lock);
-    job_env env = {J->cfg, J->cat, J->threads, J->collections};
+    job_env env = {J->cfg, J->cat, J->threads, J->collections, wd};
     job_plan plan = {0};
     job_cost cost = {0};
     job_problem epb;

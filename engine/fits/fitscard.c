@@ -710,6 +710,16 @@ static int parse_card(const char *s, size_t cl, int line, fitscard_list *out, in
     return 0;
 }
 
+/* 1 when one of the first n raw cards at text is END (then blanks). */
+static int raw_has_end(const char *text, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (memcmp(text + i * FITSCARD_LEN, "END", 3) == 0 &&
+            is_blank(text + i * FITSCARD_LEN + 3, FITSCARD_LEN - 3))
+            return 1;
+    return 0;
+}
+
 int fitscard_parse(const char *text, size_t len, int max_cards, char **cards, int *n,
                    char *err, size_t errlen)
 {
@@ -723,10 +733,22 @@ int fitscard_parse(const char *text, size_t len, int max_cards, char **cards, in
      * may hold any byte and are not read. */
     int fits_file = fitscard_text_is_fits(text, len);
     int raw = fits_file || memchr(text, '\n', len) == NULL;
+    /* Raw cards that open with SIMPLE or XTENSION are a FITS header (head -c of a file,
+     * whatever its length: a cut inside the first block too), which always ends with END;
+     * raw cards without END stay accepted otherwise (WCS.to_header().tostring(
+     * endcard=False) writes them, never opening with SIMPLE). */
+    int fits_header = raw && len >= 9 && (strncmp(text, "SIMPLE  =", 9) == 0 ||
+                                          strncmp(text, "XTENSION=", 9) == 0);
     if (raw && len % FITSCARD_LEN != 0) {
-        tess_seterr(err, errlen, "header must be text with one 80-character card a line, or a "
-                    "FITS header of whole 80-character cards (got %zu bytes, %s)", len,
-                    fits_file ? "not a whole number of cards" : "without newlines");
+        if (fits_header && !raw_has_end(text, len / FITSCARD_LEN))
+            tess_seterr(err, errlen, "the FITS header ends in the middle of a card (%zu "
+                        "bytes, not a whole number of 80-character cards) before any END "
+                        "card: the file looks truncated", len);
+        else
+            tess_seterr(err, errlen, "header must be text with one 80-character card a "
+                        "line, or a FITS header of whole 80-character cards (got %zu bytes, "
+                        "%s)", len, fits_header ? "not a whole number of cards"
+                                                : "without newlines");
         return TESS_EINVAL;
     }
     fitscard_list out;
@@ -770,7 +792,7 @@ int fitscard_parse(const char *text, size_t len, int max_cards, char **cards, in
         if (rc)
             break;
     }
-    if (rc == 0 && fits_file && !end) {
+    if (rc == 0 && fits_header && !end) {
         tess_seterr(err, errlen, "the FITS header has no END card in its %zu bytes (%d "
                     "cards): the file looks truncated", len, out.n);
         rc = TESS_EINVAL;

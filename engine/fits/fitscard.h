@@ -211,8 +211,10 @@ int fitscard_text_is_fits(const char *text, size_t len);
  *     a shorter one is blank-padded; the last line may lack its newline;
  *   raw cards: no newline at all, a whole number of 80-character cards;
  *   a whole FITS file (fitscard_text_is_fits): its primary header, cards up to END, the
- *     bytes after it (data, which may hold any byte) not read; its length must be a
- *     whole number of cards, and it must hold END (else the file was cut short).
+ *     bytes after it (data, which may hold any byte) not read;
+ *   raw cards, or a whole FITS file, opening with SIMPLE or XTENSION are a FITS header:
+ *     its length must be a whole number of cards and it must hold END, else it was cut
+ *     short (head -c of a file, at any length: the error says the file looks truncated).
  * Reading stops at END (END then blanks only); blank cards are dropped; every
  * character of a card read must be printable ASCII (32..126); NAXISn must hold a whole
  * number from 1 (as fitscard_check_image).  The other values are not looked at: the

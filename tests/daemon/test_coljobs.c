@@ -297,7 +297,7 @@ START_TEST(test_stored_members_replanned)
     char err[256];
     colset *s = NULL;
     ck_assert_msg(colset_open(&cfg, &s, err, sizeof(err)) == 0, "%s", err);
-    job_env env = {&cfg, NULL, 1, s};
+    job_env env = {&cfg, NULL, 1, s, NULL};
     job_problem pb;
     void *r = NULL;
     ck_assert_msg(job_kind_mosaic.parse(req, &env, 1, &r, &pb) == 0, "%d %s: %s", pb.status,
@@ -341,7 +341,7 @@ START_TEST(test_background_offsets)
     ck_assert_int_eq(colbg_update(s, c), 0);   /* (the thread may have solved it first) */
     catalog *cat = NULL;   /* a submission checks the output name against it */
     ck_assert_msg(catalog_open(&cfg, &cat, err, sizeof(err)) == 0, "%s", err);
-    job_env env = {&cfg, cat, 1, s};
+    job_env env = {&cfg, cat, 1, s, NULL};
     char body[2048];
     snprintf(body, sizeof(body), CIRCLE_BODY, "m_bg", "");
     json_t *req = json_loads(body, 0, NULL);

@@ -264,6 +264,24 @@ END_TEST
 
 /* ---- F5: axes of length 0 ------------------------------------------------------------ */
 
+/* A POST cutout's target header as text, one card a line: TAN at (10, 20), NAXIS1 and
+ * NAXIS2 the value texts n1 and n2; keywords padded to 8 columns ("NAXIS1  = 0"), or
+ * `loose`, one blank before the '=' ("NAXIS1 = abc"). */
+static void tan_text(char *out, size_t len, const char *n1, const char *n2, int loose)
+{
+    static const char *const cards[][2] = {
+        {"NAXIS", "2"}, {"NAXIS1", NULL}, {"NAXIS2", NULL}, {"CTYPE1", "'RA---TAN'"},
+        {"CTYPE2", "'DEC--TAN'"}, {"CRVAL1", "10"}, {"CRVAL2", "20"}, {"CRPIX1", "1"},
+        {"CRPIX2", "8"}, {"CDELT1", "-0.001"}, {"CDELT2", "0.001"}};
+    size_t n = 0;
+    for (size_t i = 0; i < sizeof cards / sizeof cards[0]; i++) {
+        int w = loose ? (int)strlen(cards[i][0]) + 1 : 8;
+        n += (size_t)snprintf(out + n, len - n, "%-*s= %s\n", w, cards[i][0],
+                              i == 1 ? n1 : i == 2 ? n2 : cards[i][1]);
+        ck_assert_uint_lt(n, len);
+    }
+}
+
 START_TEST(test_f5_zero_axis)
 {
     write_image("zero.fits", -32, 2, (const long long[]){0, 10}, 0, NULL, 0);
@@ -281,17 +299,14 @@ START_TEST(test_f5_zero_axis)
     char err[512] = "";
     ck_assert_msg(start("{\"name\": \"ok\", \"path\": \"ok.fits\"}", 0, err, sizeof err) == 0,
                   "%s", err);
-    const char *hdr = "NAXIS   = 2\nNAXIS1  = 0\nNAXIS2  = 16\nCTYPE1  = 'RA---TAN'\n"
-                      "CTYPE2  = 'DEC--TAN'\nCRVAL1  = 10\nCRVAL2  = 20\nCRPIX1  = 1\n"
-                      "CRPIX2  = 8\nCDELT1  = -0.001\nCDELT2  = 0.001\n";
+    char hdr[512], loose[512], big[512];
+    tan_text(hdr, sizeof hdr, "0", "16", 0);
     tt_resp r = tt_fetch(base, "POST", "/api/v1/cutout?dataset=ok", hdr, strlen(hdr), NULL);
     tt_assert_problem("cutout NAXIS1 = 0", &r, 400, "body");
     ck_assert_msg(strstr(r.body, "NAXIS1 = 0"), "%s", r.body);
     tt_resp_free(&r);
     /* Loosely formatted, a value that is no number is named too. */
-    const char *loose = "NAXIS = 2\nNAXIS1 = abc\nNAXIS2  = 16\nCTYPE1 = 'RA---TAN'\n"
-                        "CTYPE2 = 'DEC--TAN'\nCRVAL1 = 10\nCRVAL2 = 20\nCRPIX1 = 1\n"
-                        "CRPIX2 = 8\nCDELT1 = -0.001\nCDELT2 = 0.001\n";
+    tan_text(loose, sizeof loose, "abc", "16", 1);
     r = tt_fetch(base, "POST", "/api/v1/cutout?dataset=ok", loose, strlen(loose), NULL);
     tt_assert_problem("cutout NAXIS1 = abc", &r, 400, "body");
     ck_assert_msg(strstr(r.body, "NAXIS1 must be an integer between 1 and 65536 in a card "
@@ -301,9 +316,7 @@ START_TEST(test_f5_zero_axis)
     /* A header too large for limits.max_output_pixels: 413 naming the cards the client
      * sent, NAXIS1 and NAXIS2 (not the query form's width), for the POST body and for
      * the `wcs` of the GET form. */
-    const char *big = "NAXIS   = 2\nNAXIS1  = 65536\nNAXIS2  = 65536\nCTYPE1  = 'RA---TAN'\n"
-                      "CTYPE2  = 'DEC--TAN'\nCRVAL1  = 10\nCRVAL2  = 20\nCRPIX1  = 1\n"
-                      "CRPIX2  = 8\nCDELT1  = -0.001\nCDELT2  = 0.001\n";
+    tan_text(big, sizeof big, "65536", "65536", 0);
     r = tt_fetch(base, "POST", "/api/v1/cutout?dataset=ok", big, strlen(big), NULL);
     tt_assert_problem("cutout NAXIS1 = NAXIS2 = 65536", &r, 413, "body");
     ck_assert_msg(strstr(r.body, "NAXIS1 x NAXIS2 = 65536 x 65536 = 4294967296 output pixels "

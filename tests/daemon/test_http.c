@@ -470,6 +470,70 @@ START_TEST(test_post_whole_fits_target)
 }
 END_TEST
 
+/* POSTs the first `len` bytes of `body` and checks the 400 problem document naming
+ * `body` whose detail is `detail`. */
+static void assert_cut_refused(const char *body, size_t len, const char *detail)
+{
+    resp r = fetch("POST", "/api/v1/cutout?dataset=horsehead", body, len, NULL);
+    tt_assert_problem(NULL, &r, 400, "body");
+    json_error_t je;
+    json_t *doc = json_loadb(r.body, r.len, 0, &je);
+    ck_assert_msg(doc != NULL, "%zu bytes: not JSON: %s", len, r.body);
+    ck_assert_str_eq(json_string_value(json_object_get(doc, "detail")), detail);
+    json_decref(doc);
+    tt_resp_free(&r);
+}
+
+/* A FITS file cut before its END card (head -c of a file, at any length: inside the
+ * first block too, where the body is shorter than a block) is refused as truncated,
+ * not read as a header of the cards that came (which would be a cutout onto the wrong
+ * geometry, or a misleading "no WCS"). */
+START_TEST(test_post_fits_cut_before_end)
+{
+    resp g = get("/api/v1/cutout?dataset=horsehead&ra=85.25&dec=-2.45&fov=0.1&width=64"
+                 "&height=48&format=fits");
+    ck_assert_msg(g.status == 200, "%ld %s", g.status, g.body);
+    size_t end = 0;
+    while (end < 2880 && strncmp(g.body + end, "END     ", 8) != 0)
+        end += 80;
+    ck_assert_uint_gt(end, 400);   /* the WCS cards come before */
+    ck_assert_uint_lt(end, 2880);
+    char want[256];
+    /* At a card boundary before END: every WCS card there, no END. */
+    snprintf(want, sizeof want, "the FITS header has no END card in its %zu bytes (%zu "
+             "cards): the file looks truncated", end, end / 80);
+    assert_cut_refused(g.body, end, want);
+    assert_cut_refused(g.body, 400, "the FITS header has no END card in its 400 bytes "
+                                    "(5 cards): the file looks truncated");
+    /* Inside a card, in the first block and past it. */
+    assert_cut_refused(g.body, 417, "the FITS header ends in the middle of a card (417 bytes, "
+                                    "not a whole number of 80-character cards) before any "
+                                    "END card: the file looks truncated");
+    snprintf(want, sizeof want, "the FITS header ends in the middle of a card (%zu bytes, "
+             "not a whole number of 80-character cards) before any END card: the file looks "
+             "truncated", end + 79);
+    assert_cut_refused(g.body, end + 79, want);   /* inside END itself */
+    /* At a block boundary before END: a header of two blocks, cut after the first. */
+    char *two = malloc(3 * 2880);
+    memset(two, ' ', 3 * 2880);
+    memcpy(two, g.body, end);
+    for (size_t at = end; at < 50 * 80; at += 80)
+        memcpy(two + at, "COMMENT   filler", 16);
+    memcpy(two + 50 * 80, "END", 3);
+    assert_cut_refused(two, 2880, "the FITS header has no END card in its 2880 bytes (36 "
+                                  "cards): the file looks truncated");
+    assert_cut_refused(two, 2880 + 7, "the FITS header ends in the middle of a card (2887 "
+                                      "bytes, not a whole number of 80-character cards) "
+                                      "before any END card: the file looks truncated");
+    resp whole = fetch("POST", "/api/v1/cutout?dataset=horsehead&format=fits", two, 2 * 2880,
+                       NULL);
+    ck_assert_msg(whole.status == 200, "%ld %s", whole.status, whole.body);
+    tt_resp_free(&whole);
+    free(two);
+    tt_resp_free(&g);
+}
+END_TEST
+
 START_TEST(test_post_cutout_bad_bodies)
 {
     resp r = fetch("POST", "/api/v1/cutout?dataset=horsehead&format=fits", "", 0, NULL);
@@ -1002,6 +1066,7 @@ int main(void)
     tcase_add_test(tc, test_golden_grid);
     tcase_add_test(tc, test_cutout_methods);
     tcase_add_test(tc, test_post_cutout_bad_bodies);
+    tcase_add_test(tc, test_post_fits_cut_before_end);
     tcase_add_test(tc, test_post_whole_fits_target);
     tcase_add_test(tc, test_declared_body_too_big_refused_early);
     tcase_add_test(tc, test_slice_fits_equals_source);

@@ -177,7 +177,7 @@ static catalog *cat;
 static int admitted(const job_kind *k, const void *req, size_t mb, job_cost *c)
 {
     cfg.jobs_memory_mb = mb;
-    job_env env = {&cfg, cat, POOL_THREADS, NULL};
+    job_env env = {&cfg, cat, POOL_THREADS, NULL, NULL};
     job_problem pb;
     memset(&pb, 0, sizeof pb);
     if (k->estimate(req, &env, c, &pb) != 0)
@@ -200,7 +200,7 @@ static void run_child(const char *text, const job_kind *k, const char *body_text
     }
     json_error_t je;
     json_t *body = json_loads(body_text, 0, &je);
-    job_env env = {&cfg, cat, POOL_THREADS, NULL};
+    job_env env = {&cfg, cat, POOL_THREADS, NULL, NULL};
     job_problem pb;
     memset(&pb, 0, sizeof pb);
     void *req = NULL;

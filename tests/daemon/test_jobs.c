@@ -284,6 +284,43 @@ static json_t *wait_end(const char *id, double limit_s)
     }
 }
 
+/* No job's work directory is left in jobs.dir/work. */
+static void assert_no_work_left(void)
+{
+    char dir[PATH_MAX];
+    snprintf(dir, sizeof(dir), "%s/work", jobsdir);
+    ck_assert_int_eq(tt_count_entries(dir), 0);
+}
+
+/* A job that did not succeed left nothing: no work directory, nothing in results (no
+ * product, no temporary one), no dataset `name`. */
+static void assert_nothing_left(const char *name)
+{
+    char dir[PATH_MAX], path[160];
+    assert_no_work_left();
+    snprintf(dir, sizeof(dir), "%s/results", jobsdir);
+    ck_assert_int_eq(tt_count_entries(dir), 0);
+    snprintf(path, sizeof path, "/api/v1/datasets/%s", name);
+    tt_resp r = tt_fetch(base, "GET", path, NULL, 0, NULL);
+    ck_assert_int_eq(r.status, 404);
+    tt_resp_free(&r);
+}
+
+/* Job `id` ends (within limit_s) failed with a 500 whose detail holds `detail`, and leaves
+ * nothing (assert_nothing_left). */
+static void assert_failed_clean(const char *id, double limit_s, const char *detail,
+                                const char *name)
+{
+    json_t *j = wait_end(id, limit_s);
+    ck_assert_str_eq(json_string_value(json_object_get(j, "state")), "failed");
+    json_t *e = json_object_get(j, "error");
+    ck_assert_int_eq(json_integer_value(json_object_get(e, "status")), 500);
+    const char *got = json_string_value(json_object_get(e, "detail"));
+    ck_assert_msg(got && strstr(got, detail), "job %s: detail '%s' lacks '%s'", id, got, detail);
+    json_decref(j);
+    assert_nothing_left(name);
+}
+
 /* Plane 0 of HDU 1 of job id's product. */
 static double *fetch_product(const char *id, long *nx, long *ny)
 {
@@ -389,8 +426,7 @@ START_TEST(test_job_runs_with_smooth_progress)
     json_decref(j);
     /* Nothing temporary is left: no work directory, no *.tmp. */
     char dir[PATH_MAX];
-    snprintf(dir, sizeof(dir), "%s/work", jobsdir);
-    ck_assert_int_eq(tt_count_entries(dir), 0);
+    assert_no_work_left();
     snprintf(dir, sizeof(dir), "%s/results", jobsdir);
     ck_assert_int_eq(tt_count_entries(dir), 1);
     /* The list has it; metrics count it. */
@@ -436,15 +472,9 @@ START_TEST(test_cancel_leaves_no_files)
     json_t *j = fetch_json("DELETE", path, NULL, NULL, 200);
     ck_assert_str_eq(json_string_value(json_object_get(j, "state")), "cancelled");
     json_decref(j);
-    snprintf(dir, sizeof(dir), "%s/work", jobsdir);
-    ck_assert_int_eq(tt_count_entries(dir), 0);
-    snprintf(dir, sizeof(dir), "%s/results", jobsdir);
-    ck_assert_int_eq(tt_count_entries(dir), 0);
-    tt_resp r = tt_fetch(base, "GET", "/api/v1/datasets/c1", NULL, 0, NULL);
-    ck_assert_int_eq(r.status, 404);
-    tt_resp_free(&r);
+    assert_nothing_left("c1");
     snprintf(path, sizeof(path), "/api/v1/jobs/%s/result", id);
-    r = tt_fetch(base, "GET", path, NULL, 0, NULL);
+    tt_resp r = tt_fetch(base, "GET", path, NULL, 0, NULL);
     tt_assert_problem(path, &r, 409, "id");
     tt_resp_free(&r);
     /* A queued job is cancelled at once. */
@@ -468,21 +498,7 @@ START_TEST(test_failure_is_reported)
     char id[32];
     submit("{\"type\": \"test_squares\", \"n\": 20, \"delay_ms\": 5, \"fail_at\": 7, "
            "\"output\": {\"name\": \"f1\"}}", id, sizeof(id));
-    json_t *j = wait_end(id, 30);
-    ck_assert_str_eq(json_string_value(json_object_get(j, "state")), "failed");
-    json_t *e = json_object_get(j, "error");
-    ck_assert_int_eq(json_integer_value(json_object_get(e, "status")), 500);
-    ck_assert_ptr_nonnull(strstr(json_string_value(json_object_get(e, "detail")),
-                                 "block 7 failed on purpose"));
-    json_decref(j);
-    char dir[PATH_MAX];
-    snprintf(dir, sizeof(dir), "%s/work", jobsdir);
-    ck_assert_int_eq(tt_count_entries(dir), 0);
-    snprintf(dir, sizeof(dir), "%s/results", jobsdir);
-    ck_assert_int_eq(tt_count_entries(dir), 0);
-    tt_resp r = tt_fetch(base, "GET", "/api/v1/datasets/f1", NULL, 0, NULL);
-    ck_assert_int_eq(r.status, 404);
-    tt_resp_free(&r);
+    assert_failed_clean(id, 30, "block 7 failed on purpose", "f1");
 }
 END_TEST
 
@@ -729,9 +745,7 @@ START_TEST(test_kill9_then_resume)
     start_server(NULL, 0);
     j = fetch_json("GET", "/api/v1/datasets/k9", NULL, NULL, 200);
     json_decref(j);
-    char dir[PATH_MAX];
-    snprintf(dir, sizeof(dir), "%s/work", jobsdir);
-    ck_assert_int_eq(tt_count_entries(dir), 0);
+    assert_no_work_left();
     unlink(logpath);
 }
 END_TEST
@@ -751,20 +765,8 @@ START_TEST(test_plan_changed_fails)
     server_threads = 1;
     start_server(NULL, 0);
     server_threads = 2;
-    json_t *j = wait_end(id, 60);
-    ck_assert_str_eq(json_string_value(json_object_get(j, "state")), "failed");
-    json_t *e = json_object_get(j, "error");
-    ck_assert_int_eq(json_integer_value(json_object_get(e, "status")), 500);
-    const char *detail = json_string_value(json_object_get(e, "detail"));
-    ck_assert_msg(detail && strstr(detail, "the job's plan changed between runs: stage 0 had "
-                                           "40 blocks, now 20"), "detail: %s", detail);
-    json_decref(j);
-    char dir[PATH_MAX];
-    snprintf(dir, sizeof(dir), "%s/work", jobsdir);
-    ck_assert_int_eq(tt_count_entries(dir), 0);
-    tt_resp r = tt_fetch(base, "GET", "/api/v1/datasets/pc", NULL, 0, NULL);
-    ck_assert_int_eq(r.status, 404);
-    tt_resp_free(&r);
+    assert_failed_clean(id, 60, "the job's plan changed between runs: stage 0 had 40 "
+                                "blocks, now 20", "pc");
 }
 END_TEST
 
@@ -914,9 +916,7 @@ START_TEST(test_mosaic_kill9_same_product)
                total);
         fflush(stdout);
         /* Nothing of the killed run is left in the work directory. */
-        char dir[PATH_MAX];
-        snprintf(dir, sizeof(dir), "%s/work", jobsdir);
-        ck_assert_int_eq(tt_count_entries(dir), 0);
+        assert_no_work_left();
     }
     free(ref);
 }
@@ -938,8 +938,7 @@ START_TEST(test_startup_sweep)
     f = fopen(p, "w");
     fclose(f);
     start_server(NULL, 0);
-    snprintf(p, sizeof(p), "%s/work", jobsdir);
-    ck_assert_int_eq(tt_count_entries(p), 0);
+    assert_no_work_left();
     snprintf(p, sizeof(p), "%s/results", jobsdir);
     ck_assert_int_eq(tt_count_entries(p), 0);
 }

@@ -375,6 +375,53 @@ START_TEST(test_config_keys)
 }
 END_TEST
 
+/* limits.max_connections_per_address accepted but doubtful: under 100 (what fsspec's
+ * HTTP store opens) and over limits.max_connections give the lines tesserad logs at
+ * start; the defaults (128 of 256) give none. */
+START_TEST(test_config_warnings)
+{
+    tess_config c;
+    char err[256], warn[2][CONFIG_WARN_LEN];
+    config_init(&c);
+    ck_assert_int_eq(config_warnings(&c, warn, 2), 0);
+    config_release(&c);
+    config_init(&c);
+    ck_assert_msg(config_load_text("{\"limits\": {\"max_connections_per_address\": 8}}", &c,
+                                   err, sizeof err) == 0, "%s", err);
+    ck_assert_int_eq(config_warnings(&c, warn, 2), 1);
+    ck_assert_str_eq(warn[0], "limits.max_connections_per_address = 8 is under 100: fsspec's "
+                              "HTTP store (aiohttp, so zarr and dask) opens up to 100 "
+                              "connections at once, and zarr-python 2 reads a chunk refused "
+                              "with 503 as its fill_value, without an error");
+    config_release(&c);
+    config_init(&c);
+    ck_assert_msg(config_load_text("{\"limits\": {\"max_connections\": 300, "
+                                   "\"max_connections_per_address\": 400}}", &c, err,
+                                   sizeof err) == 0, "%s", err);
+    ck_assert_int_eq(config_warnings(&c, warn, 2), 1);
+    ck_assert_str_eq(warn[0], "limits.max_connections_per_address = 400 is over "
+                              "limits.max_connections = 300: it can never be reached (the "
+                              "server refuses past limits.max_connections first)");
+    config_release(&c);
+    /* Both; 100 itself and a value equal to max_connections are fine. */
+    config_init(&c);
+    ck_assert_int_eq(config_load_text("{\"limits\": {\"max_connections\": 20, "
+                                      "\"max_connections_per_address\": 50}}", &c, err,
+                                      sizeof err), 0);
+    ck_assert_int_eq(config_warnings(&c, warn, 2), 2);
+    ck_assert_ptr_nonnull(strstr(warn[0], "= 50 is under 100"));
+    ck_assert_ptr_nonnull(strstr(warn[1], "= 50 is over limits.max_connections = 20"));
+    ck_assert_int_eq(config_warnings(&c, warn, 1), 2);   /* counted past max */
+    config_release(&c);
+    config_init(&c);
+    ck_assert_int_eq(config_load_text("{\"limits\": {\"max_connections\": 100, "
+                                      "\"max_connections_per_address\": 100}}", &c, err,
+                                      sizeof err), 0);
+    ck_assert_int_eq(config_warnings(&c, warn, 2), 0);
+    config_release(&c);
+}
+END_TEST
+
 START_TEST(test_listen)
 {
     tess_config c;
@@ -622,6 +669,7 @@ int main(void)
     tcase_add_test(tc, test_header_truncated);
     tcase_add_test(tc, test_soda_ranges);
     tcase_add_test(tc, test_config_keys);
+    tcase_add_test(tc, test_config_warnings);
     tcase_add_test(tc, test_listen);
     tcase_add_test(tc, test_zarr_keys);
     tcase_add_test(tc, test_dvid_path);

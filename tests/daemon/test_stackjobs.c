@@ -777,6 +777,86 @@ START_TEST(test_plan_record_missing_or_bad)
 }
 END_TEST
 
+/* The estimate of a job resumed on another thread count (the runner estimates it again
+ * with env.workdir set before planning it) counts the blocks its first plan recorded
+ * there, not those this process's threads would give: planned on 1 thread, estimated on
+ * 3.  l1448_13co's rechunk bands (64 rows on 1 thread, 32 on 3) and its groups under a
+ * band limit of 1 byte (27 planes on 1 thread, 9 on 3: the same bytes, a FITS cube's
+ * planes are read through its map, not held); the PNG stack genpng's groups of decoded
+ * frames (3 on 1 thread, 1 on 3), for rechunk and for the spectrum's stage A.  Without the marker (no plan made yet)
+ * or without a workdir (at submit) the local plan is counted, and the estimate writes
+ * nothing there. */
+START_TEST(test_estimate_of_resumed_plan)
+{
+    static const struct {
+        const char *body, *what1, *what3;
+        long band_bytes;
+        int smaller;   /* 3 threads' block is smaller than 1 thread's */
+    } jobs[] = {
+        {"{\"type\": \"rechunk\", \"dataset\": \"l1448_13co\"}",
+         "a band of 64 rows of 105 series of 53 values",
+         "a band of 32 rows of 105 series of 53 values", 0, 1},
+        {"{\"type\": \"rechunk\", \"dataset\": \"l1448_13co\"}",
+         "a group of 27 planes of 105 x 105 pixels", "a group of 9 planes of 105 x 105 pixels",
+         1, 0},
+        {"{\"type\": \"rechunk\", \"dataset\": \"genpng\"}",
+         "a group of 3 planes of 37 x 23 pixels", "a group of 1 planes of 37 x 23 pixels", 1,
+         1},
+        {"{\"type\": \"power_spectrum\", \"dataset\": \"genpng\", \"output\": "
+         "{\"name\": \"ps_estimated\"}}", "a group of 3 planes of 37 x 23 pixels",
+         "a group of 1 planes of 37 x 23 pixels", 0, 1},
+    };
+    for (size_t i = 0; i < sizeof jobs / sizeof jobs[0]; i++) {
+        const job_kind *k = strstr(jobs[i].body, "rechunk") ? &job_kind_rechunk
+                                                            : &job_kind_power_spectrum;
+        job_stack_set_band_bytes(jobs[i].band_bytes);
+        json_t *b = json_loads(jobs[i].body, 0, NULL);
+        void *req = accepted_req(k, b);
+        char wd[64], err[256] = "", rec[128];
+        tt_tmpdir_make(wd, sizeof wd, "sjestimate");
+        job_cost one, three, resumed, early;
+        job_problem pb;
+        env.threads = 1;
+        ck_assert_int_eq(k->estimate(req, &env, &one, &pb), 0);
+        ck_assert_str_eq(one.what, jobs[i].what1);
+        env.threads = 3;
+        ck_assert_int_eq(k->estimate(req, &env, &three, &pb), 0);
+        ck_assert_str_eq(three.what, jobs[i].what3);
+        ck_assert_msg(jobs[i].smaller ? three.block_bytes < one.block_bytes
+                                      : three.block_bytes == one.block_bytes,
+                      "%zu: %.0f vs %.0f", i, three.block_bytes, one.block_bytes);
+        /* Estimated in the work directory before any plan: the local plan, nothing written. */
+        env.workdir = wd;
+        ck_assert_int_eq(k->estimate(req, &env, &early, &pb), 0);
+        ck_assert_str_eq(early.what, jobs[i].what3);
+        snprintf(rec, sizeof rec, "%s/%s.plan", wd, k == &job_kind_rechunk ? "rechunk"
+                                                                          : "groups");
+        ck_assert_int_ne(access(rec, F_OK), 0);
+        /* Planned on 1 thread, then estimated on 3 in its work directory: the record's. */
+        env.threads = 1;
+        job_plan plan;
+        memset(&plan, 0, sizeof plan);
+        ck_assert_msg(k->plan(req, &env, wd, &plan, err, sizeof err) == 0, "%s", err);
+        k->release(plan.state);
+        ck_assert_int_eq(access(rec, F_OK), 0);
+        env.threads = 3;
+        ck_assert_int_eq(k->estimate(req, &env, &resumed, &pb), 0);
+        ck_assert_str_eq(resumed.what, jobs[i].what1);
+        ck_assert(resumed.block_bytes == one.block_bytes);
+        ck_assert(resumed.state_bytes == one.state_bytes);
+        /* At submit (no work directory): the local plan again. */
+        env.workdir = NULL;
+        ck_assert_int_eq(k->estimate(req, &env, &resumed, &pb), 0);
+        ck_assert_str_eq(resumed.what, jobs[i].what3);
+        env.threads = 2;
+        k->req_free(req);
+        json_decref(b);
+        rm_tree(wd);
+    }
+    job_stack_set_band_bytes(0);
+}
+END_TEST
+
 /* ---- copies of frames that changed ---------------------------------------------------- */
 
 static double other_value(long x, long y, long z)
@@ -1509,6 +1589,7 @@ int main(void)
         {"power_from_profile", test_power_from_profile},
         {"resumed_on_other_threads", test_resumed_on_other_threads},
         {"plan_record_missing_or_bad", test_plan_record_missing_or_bad},
+        {"estimate_of_resumed_plan", test_estimate_of_resumed_plan},
         {"rechunk_copy_stale", test_rechunk_copy_stale},
         {"partials_of_changed_frames", test_partials_of_changed_frames},
         {"recenter", test_recenter},

@@ -482,6 +482,19 @@ START_TEST(test_parse_raw_and_fits)
     ck_assert_str_eq(err, "the FITS header has no END card in its 2880 bytes (4 cards): the "
                           "file looks truncated");
     ck_assert_ptr_null(cards);
+    /* Cut inside the first block: shorter than a block, still a FITS header (SIMPLE or
+     * XTENSION first), still without END; other raw cards need no END. */
+    ck_assert_int_eq(parse(cut, 320, 100, &cards, &n, err), TESS_EINVAL);
+    ck_assert_str_eq(err, "the FITS header has no END card in its 320 bytes (4 cards): the "
+                          "file looks truncated");
+    memcpy(cut, "XTENSION= 'IMAGE   '", 20);
+    ck_assert_int_eq(parse(cut, 250, 100, &cards, &n, err), TESS_EINVAL);
+    ck_assert_str_eq(err, "the FITS header ends in the middle of a card (250 bytes, not a "
+                          "whole number of 80-character cards) before any END card: the "
+                          "file looks truncated");
+    ck_assert_int_eq(parse(cut + 80, 240, 100, &cards, &n, err), 0);   /* BITPIX first */
+    ck_assert_int_eq(n, 3);
+    free(cards);
     free(cut);
     /* Not a whole number of cards. */
     ck_assert_int_eq(parse(file, len - 7, 100, &cards, &n, err), TESS_EINVAL);

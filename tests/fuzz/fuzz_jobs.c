@@ -60,7 +60,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (json_is_object(b) && json_is_string(t)) {
         const job_kind *k = jobs_find_kind(json_string_value(t));
         if (k) {
-            job_env env = {&g_cfg, g_cat, 2, g_set};
+            job_env env = {&g_cfg, g_cat, 2, g_set, NULL};
             job_problem pb;
             memset(&pb, 0, sizeof pb);
             void *req = NULL;

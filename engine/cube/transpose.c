@@ -254,6 +254,23 @@ transpose_wide(const unsigned char *const *src, size_t q, long gk, unsigned char
 }
 #endif
 
+/* The series of the 16-pixel run PREFETCH_AHEAD store indices on (two runs ahead, in
+ * the same tile row), asked for with intent to write: both cache lines that a run's gk
+ * values (gk <= 64) touch in each of its 16 series.  A group's pass writes gk bytes into
+ * every series of the store, lines that the earlier passes left in memory, and the
+ * hardware prefetcher alone left the writes waiting on them: bench/stackbench rechunk,
+ * 250 PNG frames of 1000 x 1000, 2 workers, user CPU median 0.77 s without, 0.69 s with
+ * (AVX-512 path; the plain build's transpose16 path 0.77 and 0.69 s too).  A prefetch
+ * never faults, and none reaches past the tile row. */
+#define PREFETCH_AHEAD 32
+static inline void prefetch_series(const unsigned char *pf, long gk, size_t nz)
+{
+    for (size_t p = 0; p < 16; p++) {
+        __builtin_prefetch(pf + p * nz, 1, 3);
+        __builtin_prefetch(pf + p * nz + (size_t)gk - 1, 1, 3);
+    }
+}
+
 /* One tile row (th rows) of gk planes (src[j]: the tile row's first
  * value in plane j, es bytes a value, rows nx values apart) into the series of its store
  * indices: `dst` is the value of plane 0 in the series of the tile row's first index, a
@@ -266,6 +283,7 @@ static void scatter_tile_row(const cube_transpose *t, long th,
     const long nx = t->nx;
     const size_t es = (size_t)t->es, nz = (size_t)t->nz;
     size_t i = 0;   /* store index from the tile row's first */
+    const long last_pf = th * nx - PREFETCH_AHEAD - CUBE_TILE;   /* last run to prefetch for */
 #ifdef HAVE_WIDE
     const int wide = __builtin_cpu_supports("avx512bw");
 #endif
@@ -277,11 +295,15 @@ static void scatter_tile_row(const cube_transpose *t, long th,
             long j0 = 0;
 #ifdef HAVE_WIDE
             if (es == 1 && w == 16 && gk > 16 && gk <= 64 && wide) {
+                if ((long)i <= last_pf)
+                    prefetch_series(d + PREFETCH_AHEAD * nz, gk, nz);
                 transpose_wide(src, q, gk, d, nz);
                 continue;
             }
 #endif
             if (es == 1 && w == 16 && gk >= 16) {
+                if (gk > 16 && gk <= 64 && (long)i <= last_pf)
+                    prefetch_series(d + PREFETCH_AHEAD * nz, gk, nz);
                 for (; j0 + 16 <= gk; j0 += 16)
                     transpose16(src + j0, q, d + j0, nz);
                 /* the last gk % 16 planes: the 16 ending at gk again, so that the planes

@@ -19,7 +19,17 @@
 #include <emmintrin.h>
 #endif
 
-#define FFT_BATCH 32   /* series per fftw execution */
+#define FFT_BATCH 32   /* series gathered and scattered together (whole tile rows) */
+/* The bytes of one fftw execution's series (nz doubles each) and coefficients (nz / 2 + 1
+ * complex each): a batch of FFT_BATCH series is transformed cube_spectrum_fft_batch(nz)
+ * at a time, so that these stay in L2 (2 MB a core here).  fftw alone at nz = 4000 took
+ * 5.4-6.5 us a series 32 at a time, 4.7-4.9 us 1 to 8 at a time; decoded, transformed
+ * and squared, 2.54-2.70 ns a value 32 at a time, 2.36-2.49 16, 2.38-2.43 8 (flat at
+ * nz = 2000, 2.29-2.38 for 1 to 32).  4000 frames of 256 x 256, 2 workers, the spectrum
+ * from the copy, five rounds in rotated order: 32 a time 1.39-1.55 s of CPU (median
+ * 1.46), 1 MB (16) 1.31-1.46 (1.37), 512 KB (8) 1.20-1.35 (1.31); from the frames,
+ * medians 2.53, 2.71 and 2.28 s.  The products are byte-identical. */
+#define FFT_CACHE_BYTES (1L << 19)
 #define POOL_MAX 16    /* band buffers kept for reuse (one a worker) */
 
 /* The memory of one block: the series of one FFT batch as stored, and the block's spectra
@@ -29,17 +39,18 @@ typedef struct band_mem {
     unsigned char *series;
     unsigned char *spectra;
     size_t series_len, spectra_len;
-    /* the FFT's scratch of FFT_BATCH series, kept with them: made and freed per block,
-     * glibc's rising mmap threshold left them in the arenas, 9 MB more a worker at 4000
-     * frames than these buffers hold */
-    double *in;           /* nz values a series */
-    fftw_complex *spec;   /* nz / 2 + 1 a series */
-    uint32_t *pw;         /* as many powers */
+    /* the FFT's scratch, kept with them: made and freed per block, glibc's rising mmap
+     * threshold left them in the arenas, 9 MB more a worker at 4000 frames than these
+     * buffers hold */
+    double *in;           /* nz values a series, fft_batch series */
+    fftw_complex *spec;   /* nz / 2 + 1 a series, fft_batch series */
+    uint32_t *pw;         /* as many powers a series, FFT_BATCH series */
 } band_mem;
 
 struct cube_spectrum {
-    fftw_plan plan;    /* r2c of FFT_BATCH series of nz values */
+    fftw_plan plan;    /* r2c of fft_batch series of nz values */
     long nz;
+    long fft_batch;    /* series per fftw execution: a power of two <= FFT_BATCH */
     /* Band buffers are tens of MB (beyond glibc's mmap threshold): freed after each band,
      * every band would take fresh pages from the kernel, zeroed (and on a VM, faulted in
      * on the host too).  Kept here between bands, until cube_spectrum_free. */
@@ -83,9 +94,9 @@ static int band_mem_get(cube_spectrum *sp, size_t series_len, size_t spectra_len
     }
     size_t nh = (size_t)sp->nz / 2 + 1;
     if (!b->in)
-        b->in = fftw_malloc(sizeof(double) * (size_t)sp->nz * FFT_BATCH);
+        b->in = fftw_malloc(sizeof(double) * (size_t)sp->nz * (size_t)sp->fft_batch);
     if (!b->spec)
-        b->spec = fftw_malloc(sizeof(fftw_complex) * nh * FFT_BATCH);
+        b->spec = fftw_malloc(sizeof(fftw_complex) * nh * (size_t)sp->fft_batch);
     if (!b->pw)
         b->pw = malloc(sizeof *b->pw * nh * FFT_BATCH);
     return b->series && b->spectra && b->in && b->spec && b->pw ? 0 : TESS_ENOMEM;
@@ -112,6 +123,16 @@ static void band_mem_put(cube_spectrum *sp, band_mem *b)
         band_mem_free(b);
 }
 
+long cube_spectrum_fft_batch(long nz)
+{
+    size_t per = (size_t)(nz > 0 ? nz : 1) * sizeof(double)
+                 + (size_t)(nz / 2 + 1) * sizeof(fftw_complex);
+    long b = FFT_BATCH;
+    while (b > 1 && (size_t)b * per > (size_t)FFT_CACHE_BYTES)
+        b /= 2;
+    return b;
+}
+
 int cube_spectrum_new(long nz, cube_spectrum **out, char *err, size_t errlen)
 {
     *out = NULL;
@@ -122,18 +143,25 @@ int cube_spectrum_new(long nz, cube_spectrum **out, char *err, size_t errlen)
     }
     int n = (int)nz;
     sp->nz = nz;
+    sp->fft_batch = cube_spectrum_fft_batch(nz);
+    const int howmany = (int)sp->fft_batch;
     pthread_mutex_init(&sp->lock, NULL);
     pthread_mutex_init(&sp->write_lock, NULL);
-    double *in = fftw_malloc(sizeof(double) * (size_t)n * FFT_BATCH);
-    fftw_complex *o = fftw_malloc(sizeof(fftw_complex) * (size_t)(n / 2 + 1) * FFT_BATCH);
+    double *in = fftw_malloc(sizeof(double) * (size_t)n * (size_t)howmany);
+    fftw_complex *o = fftw_malloc(sizeof(fftw_complex) * (size_t)(n / 2 + 1) * (size_t)howmany);
     /* Series contiguous (idist = nz): fftw 3.3.10 runs each 250-value transform with its
      * AVX codelets (hc2cfdftv_10_avx, n1fv_25_avx), 298 ns a series here.  Interleaved
      * (istride = FFT_BATCH, idist = 1, the powers then read bin-major) it took 595 ns
      * under FFTW_ESTIMATE and 561 under FFTW_MEASURE (15.9 against 5.4 us at nz = 4000);
-     * 64 series a batch, 298 ns; FFTW_R2HC (r2r), 610 ns. */
+     * 64 series a batch, 298 ns; FFTW_R2HC (r2r), 610 ns.  fft_batch series an execution
+     * (FFT_CACHE_BYTES): at nz = 4000, 8 (512 KB) against 32 (2 MB) took the CPU per
+     * frame of the spectrum from the copy from 1.20 to 1.07 times that at 250 frames
+     * (4.7-4.9 against 5.4-6.5 us a series in fftw alone).  FFTW_MEASURE: 5.3 us a series
+     * at nz = 4000, but 0.33 s to plan, as much as all the transforms of 256 x 256 x
+     * 4000. */
     pthread_mutex_lock(&fftw_plan_lock);
     if (in && o)
-        sp->plan = fftw_plan_many_dft_r2c(1, &n, FFT_BATCH, in, NULL, 1, n, o, NULL, 1,
+        sp->plan = fftw_plan_many_dft_r2c(1, &n, howmany, in, NULL, 1, n, o, NULL, 1,
                                            n / 2 + 1, FFTW_ESTIMATE);
     pthread_mutex_unlock(&fftw_plan_lock);
     fftw_free(in);
@@ -395,6 +423,7 @@ int cube_spectrum_block(cube_spectrum *sp, const cube_transpose *t, long block,
     double *in = bm.in;
     fftw_complex *spec = bm.spec;
     uint32_t *pw = bm.pw;
+    const long fb = sp->fft_batch;
     /* Stage A's mapping, when this process made it, is read in place: pread would copy
      * each series once more (5% of the job's CPU at 250 frames of 1000 x 1000). */
     const unsigned char *staged = cube_transpose_staged(t);
@@ -424,27 +453,32 @@ int cube_spectrum_block(cube_spectrum *sp, const cube_transpose *t, long block,
             for (long j = 0; j < nb; j++)
                 ser[j] = buf + (size_t)j * sz;
         }
-        for (long j = 0; j < FFT_BATCH; j++) {
-            double *dst = in + j * nz;
-            if (j >= nb) {
-                memset(dst, 0, sizeof(double) * (size_t)nz);
-                continue;
+        /* fftw runs fb of the batch's series at a time (fb = FFT_BATCH unless nz is
+         * large, cube_spectrum_fft_batch), decoded just before into the same buffers */
+        for (long j0 = 0; j0 < nb; j0 += fb) {
+            const long m = lmin(fb, nb - j0);
+            for (long j = 0; j < fb; j++) {
+                double *dst = in + j * nz;
+                if (j >= m) {   /* past the block's last series: transformed, unused */
+                    memset(dst, 0, sizeof(double) * (size_t)nz);
+                    continue;
+                }
+                chunkstore_decode(t->dt, ser[j0 + j], dst, nz);
+                for (long z = 0; t->dt == CS_F32 && z < nz; z++)   /* integers are finite */
+                    dst[z] = isfinite(dst[z]) ? dst[z] : 0.0;
             }
-            chunkstore_decode(t->dt, ser[j], dst, nz);
-            for (long z = 0; t->dt == CS_F32 && z < nz; z++)   /* integers are finite */
-                dst[z] = isfinite(dst[z]) ? dst[z] : 0.0;
-        }
-        fftw_execute_dft_r2c(sp->plan, in, spec);
-        /* |X[h]|^2 of the batch's series once per h < nh, as big-endian floats, bin-major
-         * (pw[h][j]): plane k takes bin min(k, nz - k), |X[nz-k]| = |X[k]| for a real
-         * series.  Bin by bin, so that pw is written in order; the reads stride by a
-         * series, nb cache lines that serve four bins each (written series by series, a
-         * store every 128 bytes was a fifth of this function's time). */
-        for (long h = 0; h < nh; h++) {
-            const fftw_complex *c = spec + h;
-            uint32_t *p = pw + h * FFT_BATCH;
-            for (long j = 0; j < nb; j++, c += nh)
-                p[j] = be_bits((float)((*c)[0] * (*c)[0] + (*c)[1] * (*c)[1]));
+            fftw_execute_dft_r2c(sp->plan, in, spec);
+            /* |X[h]|^2 of these series once per h < nh, as big-endian floats, bin-major
+             * (pw[h][j]): plane k takes bin min(k, nz - k), |X[nz-k]| = |X[k]| for a real
+             * series.  Bin by bin, so that pw's rows are written in order; the reads
+             * stride by a series, m cache lines that serve four bins each (written series
+             * by series, a store every 128 bytes was a fifth of this function's time). */
+            for (long h = 0; h < nh; h++) {
+                const fftw_complex *c = spec + h;
+                uint32_t *p = pw + h * FFT_BATCH + j0;
+                for (long j = 0; j < m; j++, c += nh)
+                    p[j] = be_bits((float)((*c)[0] * (*c)[0] + (*c)[1] * (*c)[1]));
+            }
         }
         /* The batch is whole rows of 16x16 store tiles, so its pixels make a few runs of
          * adjacent values in every plane of the block: each plane gets them as a few

@@ -158,6 +158,110 @@ START_TEST(test_transpose)
 }
 END_TEST
 
+/* fftw transforms cube_spectrum_fft_batch(nz) series at a time, 32 (the batch read and
+ * scattered) halved until the doubles and coefficients of those series fit 512 KB:
+ * 16 nz + 16 bytes a series for even nz, 16 nz + 8 for odd. */
+START_TEST(test_spectrum_fft_batch)
+{
+    static const long nz[] = {1, 2, 250, 1023, 1024, 2047, 2048, 4000, 4095, 4096, 16383,
+                              16384, 1L << 20};
+    static const long want[] = {32, 32, 32, 32, 16, 16, 8, 8, 8, 4, 2, 1, 1};
+    for (size_t i = 0; i < sizeof nz / sizeof nz[0]; i++)
+        ck_assert_msg(cube_spectrum_fft_batch(nz[i]) == want[i], "nz %ld: %ld, want %ld", nz[i],
+                      cube_spectrum_fft_batch(nz[i]), want[i]);
+}
+END_TEST
+
+/* A value of pixel i at z whose spectrum has no zero bin, and differs from pixel to pixel
+ * (a and the chirp's phase vary with i), so that a series transformed in another's place
+ * shows in every plane. */
+static double chirp_value(long i, long z)
+{
+    double a = 1.0 + (double)(i % 37) * 0.25;
+    return (double)(i % 3) + a * sin(0.37 * (double)i + 0.011 * (double)z * (double)z);
+}
+
+/* The spectra of series of nz = 2 and 3 (32 series an fftw execution), 1025 (16), 2049
+ * (8) and 4097 (4), against a direct DFT of the float32 samples in double precision, at
+ * planes 0, 1, 2, nz / 3, nz / 2 - 1, nz / 2, nz / 2 + 1 (a mirror) and nz - 1, under
+ * three block budgets: whole tile rows (blocks of 320 and 40 pixels: a last batch of 8
+ * series, half of fftw's 16 at nz = 1025), 5 rows (100 pixels: 32, 32, 32 and 4 series,
+ * the 4 short of fftw's 8 at 2049) and one row of 16 columns (16 and 4 pixels).
+ * Tolerance 1e-6 relative (the float32 rounding of the power, 6e-8, and fftw's double
+ * rounding) plus 1e-6 absolute. */
+START_TEST(test_spectrum_batches)
+{
+    static const long nzs[] = {2, 3, 1025, 2049, 4097};
+    static const long fb[] = {32, 32, 16, 8, 4};
+    for (size_t ni = 0; ni < sizeof nzs / sizeof nzs[0]; ni++) {
+        const long nz = nzs[ni], nh = nz / 2 + 1;
+        ck_assert_int_eq(cube_spectrum_fft_batch(nz), fb[ni]);
+        char dir[256], path[300], out[300], err[256];
+        tt_tmpdir_make(dir, sizeof dir, "cubepsb");
+        snprintf(path, sizeof path, "%s/cube.fits", dir);
+        snprintf(out, sizeof out, "%s/ps.fits", dir);
+        double *v = malloc(sizeof(double) * NX * NY * (size_t)nz);
+        double *cs = malloc(sizeof(double) * 2 * (size_t)nz);   /* cos, sin of 2 pi m / nz */
+        ck_assert_ptr_nonnull(v);
+        ck_assert_ptr_nonnull(cs);
+        for (long z = 0; z < nz; z++) {
+            for (long i = 0; i < NX * NY; i++)
+                v[z * NX * NY + i] = (double)(float)chirp_value(i, z);
+            cs[2 * z] = cos(2 * M_PI * (double)z / (double)nz);
+            cs[2 * z + 1] = sin(2 * M_PI * (double)z / (double)nz);
+        }
+        write_cube(path, v, nz);
+        stack *st = open_cube(path, nz);
+        cube_transpose t;
+        transpose_staged(&t, st, nz, CS_F32, 4, dir, 0);
+        cube_spectrum *sp = NULL;
+        ck_assert_msg(cube_spectrum_new(nz, &sp, err, sizeof err) == 0, "%s", err);
+        fitswrite_image im = {.bitpix = -32, .naxis = 3, .naxes = {NX, NY, nz}};
+        long long ds = 0;
+        const long budgets[] = {0, 5 * NX * nh * 4, 16 * nh * 4};
+        const long planes[] = {0, 1, 2, nz / 3, nz / 2 - 1, nz / 2, nz / 2 + 1, nz - 1};
+        for (int bi = 0; bi < 3; bi++) {
+            cube_spectrum_set_block_bytes(budgets[bi]);
+            ck_assert_msg(fitswrite_file(out, &im, &ds, err, sizeof err) == 0, "%s", err);
+            for (long b = 0; b < cube_spectrum_nblocks(&t); b++)
+                ck_assert_msg(cube_spectrum_block(sp, &t, b, out, ds, &no_cancel, err,
+                                                  sizeof err) == 0, "%s", err);
+            for (size_t pi = 0; pi < sizeof planes / sizeof planes[0]; pi++) {
+                const long k = planes[pi];
+                if (k < 0 || k >= nz)
+                    continue;
+                long nx = 0, ny = 0;
+                double *p = tt_fits_plane(out, k, &nx, &ny);
+                ck_assert_ptr_nonnull(p);
+                ck_assert_int_eq(nx, NX);
+                ck_assert_int_eq(ny, NY);
+                for (long i = 0; i < NX * NY; i++) {
+                    double re = 0, im_ = 0;
+                    for (long z = 0; z < nz; z++) {
+                        long m = (long)((long long)k * z % nz);
+                        re += v[z * NX * NY + i] * cs[2 * m];
+                        im_ -= v[z * NX * NY + i] * cs[2 * m + 1];
+                    }
+                    double want = re * re + im_ * im_;
+                    ck_assert_msg(fabs(p[i] - want) <= 1e-6 * want + 1e-6,
+                                  "nz %ld budget %d k %ld pixel %ld: %.9g, want %.9g", nz, bi,
+                                  k, i, p[i], want);
+                }
+                free(p);
+            }
+        }
+        cube_spectrum_set_block_bytes(0);
+        cube_spectrum_free(sp);
+        cube_transpose_release(&t);
+        stack_free(st);
+        free(v);
+        free(cs);
+        const char *names[] = {"cube.fits", "ps.fits", "staging.bin"};
+        ck_assert_int_eq(tt_tmpdir_remove(dir, names, 3), 0);
+    }
+}
+END_TEST
+
 /* 8-bit values (dtype u8), 300 planes: groups of 19 planes and holds of 64 go through
  * the 16 x 16 byte transpose and the values left over (one by one below 16 planes, else
  * by a last transpose of the 16 planes ending the hold), on both edge tiles; every series
@@ -524,6 +628,8 @@ int main(void)
     tcase_add_test(tc, test_transpose);
     tcase_add_test(tc, test_transpose_u8);
     tcase_add_test(tc, test_spectrum);
+    tcase_add_test(tc, test_spectrum_fft_batch);
+    tcase_add_test(tc, test_spectrum_batches);
     tcase_add_test(tc, test_median);
     tcase_add_test(tc, test_centroid);
     tcase_add_test(tc, test_centroid_integers);

@@ -44,6 +44,9 @@ struct cube_dest {
 struct group_share {
     long claimed, held;    /* planes claimed / held so far (of gk) */
     int rc;                /* the first failure to hold one of them */
+    long next_row, rows_done;   /* tile rows of the group claimed / finished by its parts */
+    int wrc;               /* the first failure to write one of them (werr) */
+    char werr[256];
     unsigned done;         /* bit p: part p finished with these planes */
     int released;          /* the planes were released (by the last part) */
     char err[256];
@@ -502,10 +505,18 @@ static int share_release(const cube_transpose *t, struct group_share *g, long z0
 }
 
 /* Part `part` of group gi (t->split parts): holds its share of the group's planes (those
- * it claims first), waits for the other parts' holds, gathers the series of its tile
- * rows (the part-th of split even shares) from all of them, and releases the planes when
- * it is the last part done.  A part run again once they were released gathers its rows
- * from planes it holds itself (gather_rows). */
+ * it claims first), waits for the other parts' holds, then gathers the series of the
+ * group's tile rows from all of them, claiming one tile row at a time from those no part
+ * has claimed yet, waits until every claimed row is written, and releases the planes
+ * when it is the last part done.  So a part returns 0 only when all of the group's rows,
+ * its own share (the part-th of split even shares) among them, are written.  Rows are
+ * claimed, not split in fixed shares, so that the parts finish together: with fixed
+ * halves the part done first went on to hold the next group's planes while the other
+ * still held this group's, and the frames held at once (and their fresh pages) doubled
+ * in about half of the runs (bench/stackbench rechunk, 250 PNG frames of 1000 x 1000,
+ * 2 workers: peak anonymous 77-79 or 134-136 MB, 25k or 39k minor faults, system time
+ * 0.15-0.2 or 0.36-0.47 s).  A part run again once the planes were released gathers its
+ * own share from planes it holds itself (gather_rows). */
 static int group_part(const cube_transpose *t, struct cube_dest *d, long gi, long part,
                       long z0, long gk, const volatile int *cancel, char *err,
                       size_t errlen)
@@ -553,13 +564,38 @@ static int group_part(const cube_transpose *t, struct cube_dest *d, long gi, lon
     if (!rc) {
         unsigned char *tmp = malloc((size_t)gk * CUBE_TILE * t->nx * (size_t)t->es);
         double *dbl = malloc(sizeof(double) * (size_t)CUBE_TILE * t->nx);
-        if (tmp && dbl)
-            rc = scatter_held(t, y0, y1, z0, gk, g->hp, tmp, dbl, d->m.p, 0,
-                              t->rowwise ? d : NULL, err, errlen);
-        else {
+        if (!tmp || !dbl) {
             rc = TESS_ENOMEM;
             tess_seterr(err, errlen, "out of memory");
         }
+        pthread_mutex_lock(&d->lock);
+        while (!rc && !g->wrc && g->next_row < trows) {
+            if (*cancel) {
+                rc = TESS_ECANCELED;
+                break;
+            }
+            long r = g->next_row++;
+            pthread_mutex_unlock(&d->lock);
+            char e[256];
+            int wrc = scatter_held(t, r * CUBE_TILE, lmin(t->ny, (r + 1) * CUBE_TILE), z0, gk,
+                                   g->hp, tmp, dbl, d->m.p, 0, t->rowwise ? d : NULL, e,
+                                   sizeof e);
+            pthread_mutex_lock(&d->lock);
+            if (wrc && !g->wrc) {
+                g->wrc = wrc;
+                snprintf(g->werr, sizeof g->werr, "%s", e);
+            }
+            g->rows_done++;
+            pthread_cond_broadcast(&d->made_cv);
+        }
+        /* the rows other parts claimed, of this part's share perhaps, written or failed */
+        while (!rc && g->rows_done < g->next_row)
+            pthread_cond_wait(&d->made_cv, &d->lock);
+        if (!rc && g->wrc) {
+            rc = g->wrc;
+            tess_seterr(err, errlen, "%s", g->werr);
+        }
+        pthread_mutex_unlock(&d->lock);
         free(tmp);
         free(dbl);
     }

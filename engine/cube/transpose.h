@@ -56,8 +56,9 @@ typedef struct cube_transpose {
                                 * ngroups * split is part k % split of group k / split, the
                                 * part-th of split even shares of its tile rows; the parts
                                 * hold the group's planes once between them (each decodes
-                                * some) and each writes only its own rows.  Needs g <= 64
-                                * and split <= 16. */
+                                * some), then claim the group's tile rows one at a time,
+                                * and a part returns 0 once all of them are written (its
+                                * share among them).  Needs g <= 64 and split <= 16. */
     long band_rows, nbands;    /* rows per band (multiple of CUBE_TILE), bands */
     int direct;                /* 1: no stage A; bands read the chunk store src_path */
     char stage_path[PATH_MAX]; /* <workdir>/staging.bin */

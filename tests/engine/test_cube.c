@@ -319,6 +319,61 @@ START_TEST(test_transpose_u8)
 }
 END_TEST
 
+/* Groups in parts (cube_transpose.split 2, rechunk's plan of groups) claim tile rows
+ * from each other: part 0 of a group run alone (a worker that came first, or the only
+ * one) writes every tile row of its group, the other part's share too, and leaves the
+ * other groups' values untouched (zero in the sparse file); the other part, run after,
+ * succeeds, and with the second group's parts the staging file holds every series. */
+START_TEST(test_transpose_parts_claim_rows)
+{
+    const long nz = 40, g = 20;
+    char dir[256], path[300], err[256];
+    tt_tmpdir_make(dir, sizeof dir, "cubepart");
+    snprintf(path, sizeof path, "%s/cube.fits", dir);
+    double *v = malloc(sizeof(double) * NX * NY * nz);
+    ck_assert_ptr_nonnull(v);
+    for (long z = 0; z < nz; z++)
+        for (long i = 0; i < NX * NY; i++)
+            v[z * NX * NY + i] = u8_value(i % NX, i / NX, z);
+    write_cube(path, v, nz);
+    stack *st = open_cube(path, nz);
+    cube_source src = {.st = st, .nx = NX, .ny = NY, .nz = nz, .dtype = CS_U8, .name = "t"};
+    cube_transpose t;
+    ck_assert_msg(cube_transpose_init(&t, &src, 0, 0, NULL, dir, err, sizeof err) == 0, "%s",
+                  err);
+    ck_assert_msg(cube_transpose_create_files(&t, err, sizeof err) == 0, "%s", err);
+    t.g = t.hold = g;
+    t.ngroups = nz / g;
+    t.rowwise = 1;
+    t.split = 2;   /* NY = 18: tile rows 0 (part 0's share) and 1 (part 1's) */
+    size_t bytes = (size_t)NX * NY * nz;
+    unsigned char *staged = malloc(bytes);
+    ck_assert_ptr_nonnull(staged);
+    for (long k = 0; k < 4; k++) {   /* group 0 part 0, part 1, group 1 part 0, part 1 */
+        ck_assert_msg(cube_transpose_group(&t, k, &no_cancel, err, sizeof err) == 0, "%s",
+                      err);
+        if (k != 0 && k != 3)
+            continue;
+        int fd = cube_transpose_series_open(&t);
+        ck_assert_int_ge(fd, 0);
+        ck_assert_int_eq(tess_pread_all(fd, staged, bytes, CHUNKSTORE_HEADER), 0);
+        ck_assert_int_eq(cube_transpose_series_close(&t, fd, 0, err, sizeof err), 0);
+        for (long i = 0; i < NX * NY; i++) {
+            long x = t.perm[i] % NX, y = t.perm[i] / NX;
+            for (long z = 0; z < nz; z++)
+                ck_assert_uint_eq(staged[i * nz + z],
+                                  (k == 0 && z >= g) ? 0 : u8_value(x, y, z));
+        }
+    }
+    free(staged);
+    cube_transpose_release(&t);
+    stack_free(st);
+    free(v);
+    const char *names[] = {"cube.fits", "staging.bin"};
+    ck_assert_int_eq(tt_tmpdir_remove(dir, names, 2), 0);
+}
+END_TEST
+
 /* s[n] = c + A sin(2 pi f n / N), N = 32, f = 5: numpy.fft.fft(s) is c N at k = 0,
  * -i A N / 2 at k = f and +i A N / 2 at k = N - f, 0 elsewhere, so |FFT|^2 is (c N)^2
  * at 0, (A N / 2)^2 at f and N - f (for A = 3: 48^2 = 2304; c = 2: 64^2 = 4096), 0
@@ -627,6 +682,7 @@ int main(void)
     tcase_set_timeout(tc, 60);
     tcase_add_test(tc, test_transpose);
     tcase_add_test(tc, test_transpose_u8);
+    tcase_add_test(tc, test_transpose_parts_claim_rows);
     tcase_add_test(tc, test_spectrum);
     tcase_add_test(tc, test_spectrum_fft_batch);
     tcase_add_test(tc, test_spectrum_batches);

@@ -40,6 +40,18 @@ static void write_cube(const char *path, const double *v, long nz)
     free(be);
 }
 
+/* Plane k (0-based) of the FITS cube at path as doubles (tt_fits_plane; the caller frees),
+ * checked to be NX x NY. */
+static double *nxny_plane(const char *path, long k)
+{
+    long nx = 0, ny = 0;
+    double *p = tt_fits_plane(path, k, &nx, &ny);
+    ck_assert_ptr_nonnull(p);
+    ck_assert_int_eq(nx, NX);
+    ck_assert_int_eq(ny, NY);
+    return p;
+}
+
 /* A transpose of the cube at `path` through the staging file (both stages run). */
 static stack *open_cube(const char *path, long nz)
 {
@@ -230,11 +242,7 @@ START_TEST(test_spectrum_batches)
                 const long k = planes[pi];
                 if (k < 0 || k >= nz)
                     continue;
-                long nx = 0, ny = 0;
-                double *p = tt_fits_plane(out, k, &nx, &ny);
-                ck_assert_ptr_nonnull(p);
-                ck_assert_int_eq(nx, NX);
-                ck_assert_int_eq(ny, NY);
+                double *p = nxny_plane(out, k);
                 for (long i = 0; i < NX * NY; i++) {
                     double re = 0, im_ = 0;
                     for (long z = 0; z < nz; z++) {
@@ -273,19 +281,26 @@ static unsigned char u8_value(long x, long y, long z)
     return (unsigned char)((x * 7 + y * 13 + z * 29 + x * y * z) % 256);
 }
 
-START_TEST(test_transpose_u8)
+/* A cube of nz planes of u8_value written to path (FITS, through write_cube) and opened. */
+static stack *u8_cube(const char *path, long nz)
 {
-    const long nz = 300;
-    char dir[256], path[300], err[256];
-    tt_tmpdir_make(dir, sizeof dir, "cube8");
-    snprintf(path, sizeof path, "%s/cube.fits", dir);
     double *v = malloc(sizeof(double) * NX * NY * nz);
     ck_assert_ptr_nonnull(v);
     for (long z = 0; z < nz; z++)
         for (long i = 0; i < NX * NY; i++)
             v[z * NX * NY + i] = u8_value(i % NX, i / NX, z);
     write_cube(path, v, nz);
-    stack *st = open_cube(path, nz);
+    free(v);
+    return open_cube(path, nz);
+}
+
+START_TEST(test_transpose_u8)
+{
+    const long nz = 300;
+    char dir[256], path[300], err[256];
+    tt_tmpdir_make(dir, sizeof dir, "cube8");
+    snprintf(path, sizeof path, "%s/cube.fits", dir);
+    stack *st = u8_cube(path, nz);
     for (int rowwise = 0; rowwise < 4; rowwise++) {   /* 2, 3: groups in parts */
         cube_transpose t;
         transpose_staged(&t, st, nz, CS_U8, 0, dir, rowwise);
@@ -313,7 +328,6 @@ START_TEST(test_transpose_u8)
         cube_transpose_release(&t);
     }
     stack_free(st);
-    free(v);
     const char *names[] = {"cube.fits", "staging.bin"};
     ck_assert_int_eq(tt_tmpdir_remove(dir, names, 2), 0);
 }
@@ -330,13 +344,7 @@ START_TEST(test_transpose_parts_claim_rows)
     char dir[256], path[300], err[256];
     tt_tmpdir_make(dir, sizeof dir, "cubepart");
     snprintf(path, sizeof path, "%s/cube.fits", dir);
-    double *v = malloc(sizeof(double) * NX * NY * nz);
-    ck_assert_ptr_nonnull(v);
-    for (long z = 0; z < nz; z++)
-        for (long i = 0; i < NX * NY; i++)
-            v[z * NX * NY + i] = u8_value(i % NX, i / NX, z);
-    write_cube(path, v, nz);
-    stack *st = open_cube(path, nz);
+    stack *st = u8_cube(path, nz);
     cube_source src = {.st = st, .nx = NX, .ny = NY, .nz = nz, .dtype = CS_U8, .name = "t"};
     cube_transpose t;
     ck_assert_msg(cube_transpose_init(&t, &src, 0, 0, NULL, dir, err, sizeof err) == 0, "%s",
@@ -368,7 +376,6 @@ START_TEST(test_transpose_parts_claim_rows)
     free(staged);
     cube_transpose_release(&t);
     stack_free(st);
-    free(v);
     const char *names[] = {"cube.fits", "staging.bin"};
     ck_assert_int_eq(tt_tmpdir_remove(dir, names, 2), 0);
 }
@@ -428,11 +435,7 @@ START_TEST(test_spectrum)
             ck_assert_msg(cube_spectrum_block(sp, tb, b, out, ds, &no_cancel, err, sizeof err) == 0,
                           "%s", err);
         for (long k = 0; k < nz; k++) {
-            long nx = 0, ny = 0;
-            double *p = tt_fits_plane(out, k, &nx, &ny);
-            ck_assert_ptr_nonnull(p);
-            ck_assert_int_eq(nx, NX);
-            ck_assert_int_eq(ny, NY);
+            double *p = nxny_plane(out, k);
             for (long i = 0; i < NX * NY; i++) {
                 double a = 1 + (double)(i % 7), c = (double)(i % 3), want = 0;
                 if (k == 0)

@@ -4,18 +4,23 @@ run on all of them; a server killed with SIGKILL loses only its leases; a cancel
 stops the blocks on the others; nginx sends a dead server's tile requests elsewhere; a
 stopped database pauses the job until it is back.  Inputs: the six small tiles of
 tests/data/mosaic (a 71-block mosaic, under a second on an idle machine: the tests that
-act in the middle of a job hold the servers still with SIGSTOP while they do)."""
+act in the middle of a job hold the servers still with SIGSTOP while they do).  A rechunk
+and a power spectrum of a PNG stack (written by the test) begun by a server of one
+thread count and finished by one of another follow the first one's plan (the records of
+daemon/jobs/job_common.c jobc_plan_record): every value checked against the frames."""
 import json
 import os
 import re
 import shutil
 import signal
+import struct
 import subprocess
 import tempfile
 import threading
 import time
 import unittest
 import urllib.request
+import zlib
 
 from harness import TOP, Nginx, Postgres, Server
 
@@ -29,6 +34,39 @@ except ImportError:  # scripts/setup.sh installs python3-astropy; CI must have i
 
 MOSAIC = os.path.join(TOP, "tests", "data", "mosaic")
 LEASE_S = 2
+
+
+# A stack of random 8-bit PNG frames (written by the test, seeded) for the jobs planned
+# by thread count: 200 frames of 256 x 160 are more than the rechunk's 64 cached frames, so
+# both rechunk and the power spectrum's first stage run groups of planes in parts
+# (daemon/jobs/job_rechunk.c): on 1 thread 4 groups of 64 planes, 1 part each (4
+# blocks), on 2 threads 4 of 50 in 2 parts (8), on 3 threads 6 of 34 in 3 parts (18).
+STACK_FRAMES, STACK_W, STACK_H = 200, 256, 160
+
+
+def write_png8(path, rows):
+    """A greyscale 8-bit PNG of the 2-D uint8 array rows (first row first)."""
+    def chunk(kind, data):
+        c = kind + data
+        return struct.pack(">I", len(data)) + c + struct.pack(">I", zlib.crc32(c))
+
+    h, w = rows.shape
+    raw = b"".join(b"\0" + rows[y].tobytes() for y in range(h))
+    with open(path, "wb") as f:
+        f.write(b"\x89PNG\r\n\x1a\n" +
+                chunk(b"IHDR", struct.pack(">IIBBBBB", w, h, 8, 0, 0, 0, 0)) +
+                chunk(b"IDAT", zlib.compress(raw, 1)) + chunk(b"IEND", b""))
+
+
+def make_stack(top):
+    """Writes the stack under top/frames; its (nz, ny, nx) values in the servers' order:
+    [z, y, x] with y = 0 the last row of a PNG frame (README, /zarr)."""
+    rng = np.random.default_rng(20261207)
+    cube = rng.integers(0, 256, size=(STACK_FRAMES, STACK_H, STACK_W), dtype=np.uint8)
+    os.mkdir(os.path.join(top, "frames"))
+    for k in range(STACK_FRAMES):
+        write_png8(os.path.join(top, "frames", "f%03d.png" % k), cube[k])
+    return cube[:, ::-1, :]
 
 
 def target_header(scale=1.5):
@@ -90,6 +128,26 @@ def metric(server, name):
     return None
 
 
+def read_chunkstore(raw):
+    """The (nz, ny, nx) values of a chunk store (engine/image/chunkstore.h: the JSON
+    header, then every pixel's series in tile rows, tiles left to right, rows)."""
+    head = json.loads(raw[:4096].decode().strip())
+    nx, ny, nz = head["nx"], head["ny"], head["nz"]
+    tx, ty = head["tile"]
+    vals = np.frombuffer(raw, dtype=np.dtype(head["dtype"]).newbyteorder("<"),
+                         offset=head["data_offset"])
+    assert vals.size == nx * ny * nz, (vals.size, nx, ny, nz)
+    out = np.empty((nz, ny, nx), dtype=vals.dtype)
+    for y0 in range(0, ny, ty):
+        h = min(ty, ny - y0)
+        for x0 in range(0, nx, tx):
+            w = min(tx, nx - x0)
+            i = (y0 * nx + x0 * h) * nz
+            out[:, y0:y0 + h, x0:x0 + w] = vals[i:i + h * w * nz].reshape(h, w, nz) \
+                .transpose(2, 0, 1)
+    return head, out
+
+
 def product_data(server, jid):
     status, _, body = server.get("/api/v1/jobs/%s/result" % jid)
     assert status == 200, status
@@ -120,6 +178,8 @@ class TestCluster(unittest.TestCase):
     @classmethod
     def tearDownClass(cls):
         cls.pg.close()
+        if getattr(cls, "stack_dir", None):
+            shutil.rmtree(cls.stack_dir, ignore_errors=True)
 
     def setUp(self):
         TestCluster.ndb += 1
@@ -157,6 +217,96 @@ class TestCluster(unittest.TestCase):
         self.assertEqual(data.shape, self.reference.shape)
         self.assertTrue(np.array_equal(data, self.reference, equal_nan=True),
                         "cluster product differs from the one-server product")
+
+    def stack_server(self, threads):
+        """A server of `threads` threads on the shared jobs, serving the random PNG stack
+        (written once for the class) as dataset "stk"."""
+        if not getattr(TestCluster, "stack_dir", None):
+            TestCluster.stack_dir = tempfile.mkdtemp(prefix="tessera-stack-")
+            TestCluster.stack = make_stack(TestCluster.stack_dir)
+        extra = {"threads": threads,
+                 "jobs": {"dir": self.shared, "database": self.uri, "lease_s": LEASE_S}}
+        s = Server(roots=[self.stack_dir], demo=False, extra=extra,
+                   datasets=[{"name": "stk",
+                              "frames": os.path.join(self.stack_dir, "frames", "f*.png")}])
+        self.servers.append(s)
+        return s
+
+    def shared_by_thread_counts(self, body, first, second):
+        """Job `body` planned and begun by a server of `first` threads (alone, so its plan
+        is the job's), that server killed (SIGKILL) once a block is done, the job then
+        finished by a server of `second` threads.  Returns (the second server, the job's
+        id, blocks done at the kill, the block counts of blocks.plan)."""
+        a = self.stack_server(first)
+        jid = post(a, body)
+        # The job takes some 30 ms of CPU, and a server records its blocks done when it
+        # has no more to run or a second after it last did (blocksrc_shared.c): held still
+        # 250 ms for each 1 ms it runs, the first server records some blocks done at 1 s
+        # and has others left (at 100 ms, a power spectrum's first stage on 3 threads
+        # could be done by then).
+        self.catch_running([a], jid, lambda done: done >= 1, "a block done", step=0.001,
+                           hold=0.25)
+        _, done = self.db_job(jid)
+        wd = os.path.join(self.shared, "work", jid)
+        with open(os.path.join(wd, "blocks.plan")) as f:
+            counts = [int(v) for v in f.read().split()]
+        a.proc.send_signal(signal.SIGKILL)
+        a.proc.wait(timeout=10)
+        b = self.stack_server(second)
+        d = wait_state(b, jid, ("succeeded", "failed", "cancelled"), limit=60)
+        self.assertEqual(d["state"], "succeeded", d)
+        self.assertEqual(d["progress"]["done"], d["progress"]["total"])
+        ran = metric(b, "tessera_job_blocks_total")
+        print(f"\n{body['type']}: {first} threads ran {done} of {d['progress']['total']} "
+              f"blocks (plan {counts}), killed; {second} threads ran {ran:.0f}")
+        self.assertLess(done, d["progress"]["total"])
+        self.assertGreater(ran, 0)
+        return b, jid, done, counts
+
+    def test_rechunk_shared_by_servers_of_1_and_3_threads(self):
+        """A rechunk begun on 1 thread (4 blocks: groups of 64 planes, whole) and finished
+        on 3 (whose own plan would be 18: groups of 34 planes in 3 parts): every value of
+        the store is the frames'.  Before the plan records (daemon/jobs/job_common.c
+        jobc_plan_record), the second server planned for its own threads and block k
+        named other work: parts of the store were never written."""
+        b, jid, _, counts = self.shared_by_thread_counts(
+            {"type": "rechunk", "dataset": "stk"}, 1, 3)
+        self.assertEqual(counts[:2], [1, 4])
+        status, _, raw = b.get("/api/v1/jobs/%s/result" % jid)
+        self.assertEqual(status, 200)
+        self.assertEqual(len(raw), 4096 + STACK_FRAMES * STACK_H * STACK_W)
+        head, store = read_chunkstore(raw)
+        self.assertEqual((head["nz"], head["ny"], head["nx"], head["dtype"]),
+                         (STACK_FRAMES, STACK_H, STACK_W, "u1"))
+        bad = np.argwhere(store != self.stack)
+        self.assertEqual(len(bad), 0, "%d values of the store differ from the frames, "
+                         "first [z, y, x] %s" % (len(bad), bad[:5].tolist()))
+        # The copy is attached: the series read from it are the frames' too.
+        for x, y in ((0, 0), (STACK_W - 1, STACK_H - 1), (77, 41), (250, 150)):
+            status, _, body = b.get("/api/v1/datasets/stk/series?x=%d&y=%d&format=json"
+                                    % (x, y))
+            self.assertEqual(status, 200, body[:300])
+            self.assertEqual(json.loads(body)["values"], self.stack[:, y, x].tolist())
+        self.assert_clean()
+
+    def test_power_spectrum_shared_by_servers_of_3_and_2_threads(self):
+        """A power spectrum whose first stage (the store-order staging file, in groups of
+        planes recorded in groups.plan) is begun on 3 threads (18 blocks: groups of 34
+        planes in 3 parts) and finished on 2 (whose own plan would be 8: groups of 50 in
+        2 parts): every pixel's spectrum is numpy's abs(fft(series))**2, within float32
+        rounding (rtol 1e-6, and 1e-9 of the pixel's largest term for the terms near 0)."""
+        b, jid, done, counts = self.shared_by_thread_counts(
+            {"type": "power_spectrum", "dataset": "stk", "output": {"name": "ps"}}, 3, 2)
+        self.assertEqual(counts[:2], [2, 18])
+        self.assertLess(done, counts[1], "the first server ended stage A before its kill")
+        got = product_data(b, jid)
+        self.assertEqual(got.shape, (STACK_FRAMES, STACK_H, STACK_W))
+        want = np.abs(np.fft.fft(self.stack.astype(np.float64), axis=0)) ** 2
+        tol = 1e-6 * want + 1e-9 * want.max(axis=0)
+        bad = np.argwhere(~(np.abs(got - want) <= tol))
+        self.assertEqual(len(bad), 0, "%d terms differ from numpy's, first [k, y, x] %s"
+                         % (len(bad), bad[:5].tolist()))
+        self.assert_clean()
 
     def test_posted_on_a_followed_on_b_downloaded_from_c(self):
         a, b, c = self.start(3)
@@ -206,18 +356,20 @@ class TestCluster(unittest.TestCase):
         rows = self.pg.query(self.db, "SELECT state, done FROM jobs WHERE id = '%s'" % jid)
         return (rows[0][0], int(rows[0][1])) if rows else ("?", 0)
 
-    def catch_running(self, servers, jid, ready, what, limit=60.0, may_end=False):
+    def catch_running(self, servers, jid, ready, what, limit=60.0, may_end=False,
+                      step=0.005, hold=0.02):
         """Stops (SIGSTOP) every server of `servers` at the first moment the database
         shows job jid running and ready() is true, and returns with them stopped; between
-        looks they run for 5 ms.  On an idle machine the test jobs take well under a
-        second, so a test that must act in the middle of one (kill a lease holder, stop
-        the database, cancel) holds the servers still while it does, whatever the
-        machine's speed.  When the job ends first: False if may_end, else a failure."""
+        looks they run for `step` seconds (5 ms), each look `hold` s (20 ms) after the
+        stop.  On an idle machine the test jobs take well under a second, so a test that
+        must act in the middle of one (kill a lease holder, stop the database, cancel)
+        holds the servers still while it does, whatever the machine's speed.  When the
+        job ends first: False if may_end, else a failure."""
         end = time.monotonic() + limit
         while time.monotonic() < end:
             for s in servers:
                 s.proc.send_signal(signal.SIGSTOP)
-            time.sleep(0.02)   # statements sent before the stop are through
+            time.sleep(hold)   # statements sent before the stop are through
             state, done = self.db_job(jid)
             if state == "running" and ready(done):
                 return True
@@ -227,7 +379,7 @@ class TestCluster(unittest.TestCase):
                 if may_end:
                     return False
                 self.fail(f"job {jid} {state} before {what}")
-            time.sleep(0.005)
+            time.sleep(step)
         if may_end:
             return False
         self.fail(f"job {jid}: not {what} within {limit} s")

@@ -739,8 +739,10 @@ int fitscard_parse(const char *text, size_t len, int max_cards, char **cards, in
      * endcard=False) writes them, never opening with SIMPLE). */
     int fits_header = raw && len >= 9 && (strncmp(text, "SIMPLE  =", 9) == 0 ||
                                           strncmp(text, "XTENSION=", 9) == 0);
-    if (raw && len % FITSCARD_LEN != 0) {
-        if (fits_header && !raw_has_end(text, len / FITSCARD_LEN))
+    /* A FITS header whose END came is read to END whatever follows: a file cut in its
+     * data (or in the blanks after END) has its whole header, and its data are not read. */
+    if (raw && len % FITSCARD_LEN != 0 && !(fits_header && raw_has_end(text, len / FITSCARD_LEN))) {
+        if (fits_header)
             tess_seterr(err, errlen, "the FITS header ends in the middle of a card (%zu "
                         "bytes, not a whole number of 80-character cards) before any END "
                         "card: the file looks truncated", len);

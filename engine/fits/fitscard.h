@@ -213,8 +213,9 @@ int fitscard_text_is_fits(const char *text, size_t len);
  *   a whole FITS file (fitscard_text_is_fits): its primary header, cards up to END, the
  *     bytes after it (data, which may hold any byte) not read;
  *   raw cards, or a whole FITS file, opening with SIMPLE or XTENSION are a FITS header:
- *     its length must be a whole number of cards and it must hold END, else it was cut
- *     short (head -c of a file, at any length: the error says the file looks truncated).
+ *     it must hold END among its whole cards, else it was cut short (head -c of a file,
+ *     at any length: the error says the file looks truncated); what follows END is not
+ *     read, so a file cut in its data, at any length, is read as its whole header.
  * Reading stops at END (END then blanks only); blank cards are dropped; every
  * character of a card read must be printable ASCII (32..126); NAXISn must hold a whole
  * number from 1 (as fitscard_check_image).  The other values are not looked at: the

@@ -496,9 +496,21 @@ START_TEST(test_parse_raw_and_fits)
     ck_assert_int_eq(n, 3);
     free(cards);
     free(cut);
-    /* Not a whole number of cards. */
-    ck_assert_int_eq(parse(file, len - 7, 100, &cards, &n, err), TESS_EINVAL);
-    ck_assert_ptr_nonnull(strstr(err, "not a whole number of cards"));
+    /* A file cut in its data, or in the blanks after END (not a whole number of cards):
+     * its header is whole and is read to END, the rest is not read. */
+    for (size_t cut_at = 0; cut_at < 3; cut_at++) {
+        const size_t lens[3] = {len - 7, 2880 + 1001, 400 + 13};
+        ck_assert_int_eq(parse(file, lens[cut_at], 100, &cards, &n, err), 0);
+        ck_assert_int_eq(n, 4);
+        CARD_EQ(cards + 240, "NAXIS1  =                 2880");
+        free(cards);
+    }
+    /* Raw cards that are not a FITS header (no SIMPLE first) and not a whole number of
+     * cards are refused. */
+    ck_assert_int_eq(parse(file + 80, 2880 - 80 - 7, 100, &cards, &n, err), TESS_EINVAL);
+    ck_assert_str_eq(err, "header must be text with one 80-character card a line, or a FITS "
+                          "header of whole 80-character cards (got 2793 bytes, without "
+                          "newlines)");
     ck_assert_ptr_null(cards);
     free(file);
 }

@@ -710,16 +710,6 @@ static int parse_card(const char *s, size_t cl, int line, fitscard_list *out, in
     return 0;
 }
 
-/* 1 when one of the first n raw cards at text is END (then blanks). */
-static int raw_has_end(const char *text, size_t n)
-{
-    for (size_t i = 0; i < n; i++)
-        if (memcmp(text + i * FITSCARD_LEN, "END", 3) == 0 &&
-            is_blank(text + i * FITSCARD_LEN + 3, FITSCARD_LEN - 3))
-            return 1;
-    return 0;
-}
-
 int fitscard_parse(const char *text, size_t len, int max_cards, char **cards, int *n,
                    char *err, size_t errlen)
 {
@@ -739,18 +729,13 @@ int fitscard_parse(const char *text, size_t len, int max_cards, char **cards, in
      * endcard=False) writes them, never opening with SIMPLE). */
     int fits_header = raw && len >= 9 && (strncmp(text, "SIMPLE  =", 9) == 0 ||
                                           strncmp(text, "XTENSION=", 9) == 0);
-    /* A FITS header whose END came is read to END whatever follows: a file cut in its
-     * data (or in the blanks after END) has its whole header, and its data are not read. */
-    if (raw && len % FITSCARD_LEN != 0 && !(fits_header && raw_has_end(text, len / FITSCARD_LEN))) {
-        if (fits_header)
-            tess_seterr(err, errlen, "the FITS header ends in the middle of a card (%zu "
-                        "bytes, not a whole number of 80-character cards) before any END "
-                        "card: the file looks truncated", len);
-        else
-            tess_seterr(err, errlen, "header must be text with one 80-character card a "
-                        "line, or a FITS header of whole 80-character cards (got %zu bytes, "
-                        "%s)", len, fits_header ? "not a whole number of cards"
-                                                : "without newlines");
+    /* A FITS header is read to its END whatever follows (a file cut in its data, or in
+     * the blanks after END, has its whole header; its data are not read): the loop below
+     * tells a cut inside a card before END.  Other raw cards must be whole. */
+    if (raw && !fits_header && len % FITSCARD_LEN != 0) {
+        tess_seterr(err, errlen, "header must be text with one 80-character card a line, or "
+                    "a FITS header of whole 80-character cards (got %zu bytes, without "
+                    "newlines)", len);
         return TESS_EINVAL;
     }
     fitscard_list out;
@@ -760,6 +745,13 @@ int fitscard_parse(const char *text, size_t len, int max_cards, char **cards, in
     while (pos < len && !end) {
         size_t l;
         if (raw) {
+            if (len - pos < FITSCARD_LEN) {   /* a FITS header (above) cut inside a card */
+                tess_seterr(err, errlen, "the FITS header ends in the middle of a card (%zu "
+                            "bytes, not a whole number of 80-character cards) before any "
+                            "END card: the file looks truncated", len);
+                rc = TESS_EINVAL;
+                break;
+            }
             l = FITSCARD_LEN;
         } else {
             const char *nl = memchr(text + pos, '\n', len - pos);

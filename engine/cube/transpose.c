@@ -46,8 +46,8 @@ struct cube_dest {
 struct group_share {
     long claimed, held;    /* planes claimed / held so far (of gk) */
     int rc;                /* the first failure to hold one of them */
-    long lo[SPLIT_MAX], hi[SPLIT_MAX];   /* part p's share: rows lo[p] .. hi[p]-1 unclaimed */
-    int rows_set;          /* lo, hi set (by the first part to claim a row) */
+    long lo[SPLIT_MAX], hi[SPLIT_MAX];   /* part p's share: rows lo[p] .. hi[p]-1 unclaimed
+                                            (the part-th of split even shares at first) */
     long claimed_rows, rows_done;   /* tile rows claimed / finished by the group's parts */
     int wrc;               /* the first failure to write one of them (werr) */
     char werr[256];
@@ -510,15 +510,8 @@ static int share_release(const cube_transpose *t, struct group_share *g, long z0
  * the first unclaimed row of its own share (the part-th of split even shares, so that
  * each part sweeps its own region of the destination, as with fixed shares), else the
  * last unclaimed row of the share with the most left.  Under cube_dest.lock. */
-static long claim_row(struct group_share *g, long split, long trows, long part)
+static long claim_row(struct group_share *g, long split, long part)
 {
-    if (!g->rows_set) {
-        for (long p = 0; p < split; p++) {
-            g->lo[p] = p * trows / split;
-            g->hi[p] = (p + 1) * trows / split;
-        }
-        g->rows_set = 1;
-    }
     long q = part;
     if (g->lo[q] >= g->hi[q])
         for (long p = 0; p < split; p++)
@@ -603,7 +596,7 @@ static int group_part(const cube_transpose *t, struct cube_dest *d, long gi, lon
                 rc = TESS_ECANCELED;
                 break;
             }
-            long r = claim_row(g, split, trows, part);
+            long r = claim_row(g, split, part);
             if (r < 0)
                 break;
             pthread_mutex_unlock(&d->lock);
@@ -662,6 +655,13 @@ int cube_transpose_group(const cube_transpose *t, long k, const volatile int *ca
             d->rc = TESS_ENOMEM;
             snprintf(d->err, sizeof d->err, "out of memory");
         }
+        /* every part's share of every group's tile rows, all unclaimed */
+        const long trows = (t->ny + CUBE_TILE - 1) / CUBE_TILE;
+        for (long gj = 0; !d->rc && split > 1 && gj < t->ngroups; gj++)
+            for (long p = 0; p < split; p++) {
+                d->share[gj].lo[p] = p * trows / split;
+                d->share[gj].hi[p] = (p + 1) * trows / split;
+            }
     }
     int rc = d->rc;
     if (rc)

@@ -121,4 +121,19 @@ long rp_kernel_sample_f32(const rp_kernel *k, size_t n, const double *x, const d
                           float *out, float *footprint, const double *pfx, const double *pfy,
                           size_t pn);
 
+/* The width, in positions, of the column strips in which a caller sampling a block of
+ * rows (rp_reproject) should hand k's rows to rp_kernel_sample_f32: every row of the
+ * block for the first strip, then every row for the next (the values do not depend on
+ * the order), or 0 for whole rows.  Nonzero (128) where rp_kernel_sample_f32 gathers:
+ * nearest and bilinear of float planes of fewer than 2^31 pixels on Intel CPUs with
+ * AVX-512F (kernels_f32.c has the measurements); 0 elsewhere.  Cannot fail. */
+size_t rp_kernel_f32_strip(const rp_kernel *k);
+
+/* Whether rp_kernel_sample_f32 may take its gathering samplers where they serve (on,
+ * nonzero: the default) or never (0: the samplers tuned on AMD Zen 4 then run on every
+ * CPU with AVX-512F; the values are the same bits either way), process-wide: for tests
+ * and benchmarks that compare the two.  Returns the previous setting.  Not thread-safe:
+ * change it while nothing samples. */
+int rp_kernel_f32_gathers(int on);
+
 #endif

@@ -374,11 +374,14 @@ RP_AVX2 static long fused_bilinear_f32_avx2(const rp_kernel *k, size_t n,
  * and y0, y1; inm, bit q set when position m + q is inside the valid range (NaN is not:
  * ordered compares into mask registers); a group wholly outside stores sixteen NaNs (and
  * footprint zeros) and the loop goes on.  Uses the sampler's constants lo, hx, hy and
- * its src, nx, x, y, d, fp, pfx, pfy, pn and m. */
+ * its src, nx, x, y, d, fp, pfx, pfy, pn and m.  RP_AVX512_GROUP16_BODY is the part
+ * after the hints. */
 #define RP_AVX512_GROUP16                                                                 \
     for (size_t h_ = 0; h_ < 16; h_ += 4)                                                 \
         if (m + h_ < pn)                                                                  \
             RP_PREFETCH_FAST(src, nx, pfx[m + h_], pfy[m + h_]);                          \
+    RP_AVX512_GROUP16_BODY
+#define RP_AVX512_GROUP16_BODY                                                            \
     const __m512d x0 = _mm512_loadu_pd(x + m), x1 = _mm512_loadu_pd(x + m + 8);           \
     const __m512d y0 = _mm512_loadu_pd(y + m), y1 = _mm512_loadu_pd(y + m + 8);           \
     const unsigned inm =                                                                  \
@@ -572,7 +575,225 @@ RP_AVX512 static long fused_bilinear_f32_avx512(const rp_kernel *k, size_t n,
     RP_FUSED_POINTS(bilinear_f32f, n);
     return fin;
 }
+
+/* ---- nearest and bilinear with AVX-512 hardware gathers (Intel, chosen at run time) -- */
+
+/* Measured on an Intel Xeon with AVX-512 (Sapphire/Granite Rapids class, 2 MB L2 a
+ * core, KVM, gather_data_sampling "Not affected"), 4096^2 rotated by 20 deg through
+ * rp_reproject, 1 thread, bench/kernelbench "coords" (CPU time), six rounds each
+ * alternated with the build before (medians, ranges):
+ *   nearest:  339 (329-343) Mpix/s with fused_nearest_f32_avx512; 387 (382-394) with
+ *             one vpgatherdd instead of the sixteen scalar loads; 429 (412-444) with the
+ *             prefetch hints to L2 (_MM_HINT_T1) and the block sampled in strips of 128
+ *             columns (rp_kernel_f32_strip).
+ *   bilinear: 272 (258-279) with fused_bilinear_f32_avx512; 329 (323-334) with four
+ *             vpgatherdq of tap pairs; 362 (350-375) with the hints to L2 and the strips.
+ * Four vgatherdps of single taps instead of the pairs: 276 (270-290) against 322
+ * (317-326).  On this CPU the scalar loads compile to a chain of vpinsrd/vpinsrq (port
+ * 5) behind a store and reload of the addresses, where a gather issues its loads from
+ * one instruction; on AMD Zen 4, where fused_*_avx512 were tuned, the gathers measured
+ * slower (their comments): so these run on Intel CPUs only (rp_gather_ok), and the Zen 4
+ * path is unchanged.  Prefetch hints, one a four positions as there (nearest, five
+ * rounds each): with whole rows T1 387 and T0 373, NTA 209 (the lines are reused from
+ * L2); one a eight positions 385, a sixteen 366, none 277 against 380; with strips of
+ * 128, T1 419 against T0 393 (six rounds). */
+
+/* The prefetch hint of the gathering samplers: RP_PREFETCH_FAST's address, into L2
+ * (and L3) rather than L1 (__builtin_prefetch locality 2: prefetcht1). */
+#define RP_PREFETCH_L2(base, nx, x, y)                                                    \
+    __builtin_prefetch((const void *)((uintptr_t)(base)                                   \
+                                      + ((uintptr_t)_mm_cvttsd_si64(_mm_set_sd(y))        \
+                                         * (uintptr_t)(nx)                                \
+                                         + (uintptr_t)_mm_cvttsd_si64(_mm_set_sd(x)))     \
+                                        * sizeof(float)),                                 \
+                       0, 2)
+
+/* RP_AVX512_GROUP16 with RP_PREFETCH_L2's hints. */
+#define RP_AVX512_GROUP16_L2                                                              \
+    for (size_t h_ = 0; h_ < 16; h_ += 4)                                                 \
+        if (m + h_ < pn)                                                                  \
+            RP_PREFETCH_L2(src, nx, pfx[m + h_], pfy[m + h_]);                            \
+    RP_AVX512_GROUP16_BODY
+
+/* fused_nearest_f32_avx512 with one vpgatherdd of the sixteen pixels at 32-bit plane
+ * indices j * nx + i (rp_gather_ok: planes of fewer than 2^31 pixels, so that every
+ * index of a lane inside the valid range fits), the lanes outside the valid range masked
+ * off the gather and given the bits of rp_nan_f32.  The range test, truncations, clamps,
+ * quiet bit, count and footprint are fused_nearest_f32_avx512's lane for lane, so the
+ * bits are the same.  The last n % 16 positions take nearest_f32 one at a time. */
+RP_AVX512 static long fused_nearest_f32_avx512g(const rp_kernel *k, size_t n,
+                                                const double *restrict x,
+                                                const double *restrict y, float *restrict d,
+                                                float *restrict fp, const double *restrict pfx,
+                                                const double *restrict pfy, size_t pn)
+{
+    RP_SAMPLER_VARS(float, k->src.data);
+    const __m512d lo = _mm512_set1_pd(-0.5), hx = _mm512_set1_pd(xmax);
+    const __m512d hy = _mm512_set1_pd(ymax), one = _mm512_set1_pd(1.0);
+    const __m512d half = _mm512_set1_pd(0.5);
+    const __m512i nx1 = _mm512_set1_epi32((int32_t)nx - 1);
+    const __m512i ny1 = _mm512_set1_epi32((int32_t)ny - 1);
+    const __m512i c1 = _mm512_set1_epi32(1), nx32 = _mm512_set1_epi32((int32_t)nx);
+    const __m512i mag = _mm512_set1_epi32(0x7fffffff), inf = _mm512_set1_epi32(0x7f800000);
+    const __m512i quiet = _mm512_set1_epi32(0x00400000), onef = _mm512_set1_epi32(0x3f800000);
+    const __m512i nanv = _mm512_castps_si512(_mm512_set1_ps(rp_nan_f32));
+    long fin = 0;
+    size_t m = 0;
+    for (; m + 16 <= n; m += 16) {
+        RP_AVX512_GROUP16_L2;
+        /* As fused_nearest_f32_avx512; lanes outside are masked off the gather (their
+         * indices, whatever they are, unused). */
+        __m512i i = RP_AVX512_JOIN_I(
+            _mm512_cvttpd_epi32(_mm512_add_pd(_mm512_add_pd(x0, one), half)),
+            _mm512_cvttpd_epi32(_mm512_add_pd(_mm512_add_pd(x1, one), half)));
+        __m512i j = RP_AVX512_JOIN_I(
+            _mm512_cvttpd_epi32(_mm512_add_pd(_mm512_add_pd(y0, one), half)),
+            _mm512_cvttpd_epi32(_mm512_add_pd(_mm512_add_pd(y1, one), half)));
+        i = _mm512_min_epi32(_mm512_sub_epi32(i, c1), nx1);
+        j = _mm512_min_epi32(_mm512_sub_epi32(j, c1), ny1);
+        const __m512i idx = _mm512_add_epi32(_mm512_mullo_epi32(j, nx32), i);
+        __m512i b = _mm512_mask_i32gather_epi32(nanv, (__mmask16)inm, idx, src, 4);
+        const __m512i mg = _mm512_and_si512(b, mag);
+        b = _mm512_mask_or_epi32(b, _mm512_cmpgt_epi32_mask(mg, inf), b, quiet);
+        _mm512_storeu_si512(d + m, b);
+        const __mmask16 f = _mm512_cmplt_epi32_mask(mg, inf);   /* finite lanes */
+        fin += __builtin_popcount((unsigned)f);
+        if (fp)
+            _mm512_storeu_si512(fp + m, _mm512_maskz_mov_epi32(f, onef));
+    }
+    RP_FUSED_POINTS(nearest_f32, n);
+    return fin;
+}
+
+/* fused_bilinear_f32_avx512 with hardware gathers: the same groups, edge tests,
+ * fractions, weights and sums lane for lane (so the bits are the same), the two taps of
+ * row ja of each lane fetched by one 64-bit load of vpgatherdq at the 32-bit plane index
+ * ja * nx + ia (eight lanes a gather; rp_gather_ok: planes of fewer than 2^31 pixels,
+ * and away from the edges ja * nx + ia + nx + 1 < nx * ny), those of row ja + 1 by
+ * another, then split by the two-source permutations of fused_bilinear_f32_avx512.
+ * Groups at an edge of the footprint or of the image and the last n % 16 positions take
+ * bilinear_f32f one at a time. */
+RP_AVX512 static long fused_bilinear_f32_avx512g(const rp_kernel *k, size_t n,
+                                                 const double *restrict x,
+                                                 const double *restrict y, float *restrict d,
+                                                 float *restrict fp,
+                                                 const double *restrict pfx,
+                                                 const double *restrict pfy, size_t pn)
+{
+    RP_SAMPLER_VARS(float, k->src.data);
+    const __m512d lo = _mm512_set1_pd(-0.5), hx = _mm512_set1_pd(xmax);
+    const __m512d hy = _mm512_set1_pd(ymax), one = _mm512_set1_pd(1.0);
+    const __m512 onef = _mm512_set1_ps(1.0f), fmax_ = _mm512_set1_ps(FLT_MAX);
+    const __m512i absf = _mm512_set1_epi32(0x7fffffff);
+    const __m512i c1 = _mm512_set1_epi32(1), nx1 = _mm512_set1_epi32((int32_t)nx - 1);
+    const __m512i ny1 = _mm512_set1_epi32((int32_t)ny - 1);
+    const __m512i nx32 = _mm512_set1_epi32((int32_t)nx);
+    const __m512i nxp1 = _mm512_set1_epi32((int32_t)nx + 1);
+    const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24,
+                                           26, 28, 30);
+    const __m512i odd = _mm512_add_epi32(even, _mm512_set1_epi32(1));
+    const float *srcb = src + nx;   /* row ja + 1 */
+    long fin = 0;
+    size_t m = 0;
+    for (; m + 16 <= n; m += 16) {
+        RP_AVX512_GROUP16_L2;
+        const __m512d cx0 = _mm512_add_pd(x0, one), cx1 = _mm512_add_pd(x1, one);
+        const __m512d cy0 = _mm512_add_pd(y0, one), cy1 = _mm512_add_pd(y1, one);
+        const __m256i fx0 = _mm512_cvttpd_epi32(cx0), fx1 = _mm512_cvttpd_epi32(cx1);
+        const __m256i fy0 = _mm512_cvttpd_epi32(cy0), fy1 = _mm512_cvttpd_epi32(cy1);
+        const __m512i fx = RP_AVX512_JOIN_I(fx0, fx1), fy = RP_AVX512_JOIN_I(fy0, fy1);
+        const __mmask16 edge = _mm512_cmplt_epi32_mask(fx, c1) | _mm512_cmpgt_epi32_mask(fx, nx1)
+                               | _mm512_cmplt_epi32_mask(fy, c1)
+                               | _mm512_cmpgt_epi32_mask(fy, ny1);
+        if (inm != 0xffff || edge != 0) {
+            RP_FUSED_POINTS(bilinear_f32f, m + 16);
+            continue;
+        }
+        /* Fractions exactly in double, then rounded to float32: lanes 0..15. */
+        const __m256 gx0 = _mm512_cvtpd_ps(_mm512_sub_pd(cx0, _mm512_cvtepi32_pd(fx0)));
+        const __m256 gx1 = _mm512_cvtpd_ps(_mm512_sub_pd(cx1, _mm512_cvtepi32_pd(fx1)));
+        const __m256 gy0 = _mm512_cvtpd_ps(_mm512_sub_pd(cy0, _mm512_cvtepi32_pd(fy0)));
+        const __m256 gy1 = _mm512_cvtpd_ps(_mm512_sub_pd(cy1, _mm512_cvtepi32_pd(fy1)));
+        const __m512 gx = _mm512_castsi512_ps(
+            RP_AVX512_JOIN_I(_mm256_castps_si256(gx0), _mm256_castps_si256(gx1)));
+        const __m512 gy = _mm512_castsi512_ps(
+            RP_AVX512_JOIN_I(_mm256_castps_si256(gy0), _mm256_castps_si256(gy1)));
+        const __m512 wx1 = gx, wy1 = gy;
+        const __m512 wx0 = _mm512_sub_ps(onef, gx), wy0 = _mm512_sub_ps(onef, gy);
+        /* Away from the edges ia = fx - 1, ja = fy - 1: the index ja * nx + ia is
+         * fy * nx + fx - (nx + 1). */
+        const __m512i o = _mm512_sub_epi32(_mm512_add_epi32(_mm512_mullo_epi32(fy, nx32), fx),
+                                           nxp1);
+        const __m256i ol = _mm512_castsi512_si256(o), oh = _mm512_extracti64x4_epi64(o, 1);
+        const __m512 pa = _mm512_castsi512_ps(_mm512_i32gather_epi64(ol, src, 4));
+        const __m512 qa = _mm512_castsi512_ps(_mm512_i32gather_epi64(oh, src, 4));
+        const __m512 pb = _mm512_castsi512_ps(_mm512_i32gather_epi64(ol, srcb, 4));
+        const __m512 qb = _mm512_castsi512_ps(_mm512_i32gather_epi64(oh, srcb, 4));
+        const __m512 aa = _mm512_permutex2var_ps(pa, even, qa);
+        const __m512 ab = _mm512_permutex2var_ps(pa, odd, qa);
+        const __m512 ba = _mm512_permutex2var_ps(pb, even, qb);
+        const __m512 bb = _mm512_permutex2var_ps(pb, odd, qb);
+        __m512 t = _mm512_setzero_ps();
+        t = _mm512_add_ps(t, _mm512_mul_ps(_mm512_mul_ps(aa, wy0), wx0));
+        t = _mm512_add_ps(t, _mm512_mul_ps(_mm512_mul_ps(ab, wy0), wx1));
+        t = _mm512_add_ps(t, _mm512_mul_ps(_mm512_mul_ps(ba, wy1), wx0));
+        t = _mm512_add_ps(t, _mm512_mul_ps(_mm512_mul_ps(bb, wy1), wx1));
+        _mm512_storeu_ps(d + m, t);
+        const __mmask16 f = _mm512_cmp_ps_mask(
+            _mm512_castsi512_ps(_mm512_and_si512(_mm512_castps_si512(t), absf)), fmax_,
+            _CMP_LE_OQ);
+        fin += __builtin_popcount((unsigned)f);
+        if (fp)
+            _mm512_storeu_ps(fp + m, _mm512_maskz_mov_ps(f, onef));
+    }
+    RP_FUSED_POINTS(bilinear_f32f, n);
+    return fin;
+}
 #endif
+
+/* rp_kernel_f32_gathers' setting: 1, the gathering samplers where rp_gather_ok. */
+static int rp_f32_gathers = 1;
+
+/* See kernels.h. */
+int rp_kernel_f32_gathers(int on)
+{
+    const int was = rp_f32_gathers;
+    rp_f32_gathers = on != 0;
+    return was;
+}
+
+/* Whether k is sampled by fused_nearest_f32_avx512g or fused_bilinear_f32_avx512g:
+ * nearest, or bilinear where rp_kernel_new picked the AVX2 sampler, of a float plane of
+ * fewer than 2^31 pixels (32-bit indices), on an Intel CPU with AVX-512F (measured
+ * faster there, slower on AMD Zen 4: see above), gathers allowed. */
+static int rp_gather_ok(const rp_kernel *k)
+{
+#ifdef RP_AVX2_SAMPLERS
+    return rp_f32_gathers && k->src.dtype == RP_F32
+           && (k->method == RP_NEAREST
+               || (k->method == RP_BILINEAR && k->fn == rp_sample_bilinear_f32_avx2))
+           && (uint64_t)k->src.nx * (uint64_t)k->src.ny < ((uint64_t)1 << 31)
+           && __builtin_cpu_supports("avx512f") && __builtin_cpu_is("intel");
+#else
+    (void)k;
+    return 0;
+#endif
+}
+
+/* The strip width of rp_kernel_f32_strip.  Measured with the gathering samplers (see
+ * above; nearest, medians of five or six alternated rounds): T0 hints one a eight
+ * positions, strips of 32, 64 and 128 columns 285, 336 and 394 Mpix/s against 379 with
+ * whole rows of 256; T0 hints one a four, 128: 393 against 375; T1 hints, 96: 431
+ * against 449 with 128.  Narrower strips, less of the source's region between two uses
+ * of a cache line (each line serves about six consecutive rows of a 20 deg rotation);
+ * narrower still, rows of the output and of the positions cut short. */
+#define RP_F32_STRIP 128
+
+/* See kernels.h. */
+size_t rp_kernel_f32_strip(const rp_kernel *k)
+{
+    return rp_gather_ok(k) ? RP_F32_STRIP : 0;
+}
 
 /* See kernels.h. */
 long rp_kernel_sample_f32(const rp_kernel *k, size_t n, const double *x, const double *y,
@@ -582,6 +803,8 @@ long rp_kernel_sample_f32(const rp_kernel *k, size_t n, const double *x, const d
     if (k->src.dtype != RP_F32)
         return -1;
 #ifdef RP_AVX2_SAMPLERS
+    if (k->method == RP_NEAREST && rp_gather_ok(k))
+        return fused_nearest_f32_avx512g(k, n, x, y, out, footprint, pfx, pfy, pn);
     if (k->method == RP_NEAREST && __builtin_cpu_supports("avx512f"))
         return fused_nearest_f32_avx512(k, n, x, y, out, footprint, pfx, pfy, pn);
     if (k->method == RP_NEAREST && __builtin_cpu_supports("avx2"))
@@ -590,6 +813,8 @@ long rp_kernel_sample_f32(const rp_kernel *k, size_t n, const double *x, const d
     if (k->method == RP_NEAREST)
         return fused_nearest_f32(k, n, x, y, out, footprint, pfx, pfy, pn);
 #ifdef RP_AVX2_SAMPLERS
+    if (k->method == RP_BILINEAR && rp_gather_ok(k))
+        return fused_bilinear_f32_avx512g(k, n, x, y, out, footprint, pfx, pfy, pn);
     if (k->method == RP_BILINEAR && k->fn == rp_sample_bilinear_f32_avx2
         && __builtin_cpu_supports("avx512f"))
         return fused_bilinear_f32_avx512(k, n, x, y, out, footprint, pfx, pfy, pn);

@@ -604,6 +604,34 @@ static int interp_block(worker *w, const job *j, long u, long *finite, long *ins
         long z = j->z0 + p;
         void *plane = (char *)j->dst->data + (size_t)z * held * (size_t)nx * es;
         float *fp = j->footprint ? j->footprint + (size_t)z * held * (size_t)nx : NULL;
+        /* Float planes (nearest, bilinear, lanczos3, bicubic; kernels.h): sampled
+         * straight into the output, a row at a time or, where the kernel asks for them,
+         * in strips of columns down the block's rows (rp_kernel_f32_strip); a row's
+         * prefetch hints are for the same columns RP_PREFETCH_ROWS rows below. */
+        const size_t strip = rp_kernel_f32_strip(j->kern[p]);
+        const long sw = strip > 0 && strip < (size_t)bw ? (long)strip : bw;
+        int fused = j->dst->dtype == RP_F32;
+        for (long s0 = 0; fused && s0 < bw; s0 += sw) {
+            const long cw = bw - s0 < sw ? bw - s0 : sw;
+            for (long r = 0; r < bh; r++) {
+                const size_t o = ((size_t)(y0 + r) % held) * (size_t)nx + (size_t)(x0 + s0);
+                const size_t c = (size_t)r * (size_t)bw + (size_t)s0;
+                const size_t q = (size_t)(r + RP_PREFETCH_ROWS) * (size_t)bw + (size_t)s0;
+                const size_t pn = r + RP_PREFETCH_ROWS < bh ? (size_t)cw : 0;
+                const long f = rp_kernel_sample_f32(j->kern[p], (size_t)cw, w->xi + c,
+                                                    w->yi + c, (float *)plane + o,
+                                                    fp ? fp + o : NULL,
+                                                    pn ? w->xi + q : NULL,
+                                                    pn ? w->yi + q : NULL, pn);
+                if (f < 0) {
+                    fused = 0;
+                    break;
+                }
+                fin += f;
+            }
+        }
+        if (fused)
+            continue;
         /* A row at a time: its values are stored while they are still in the L1 cache. */
         for (long r = 0; r < bh; r++) {
             size_t o = ((size_t)(y0 + r) % held) * (size_t)nx + (size_t)x0;
@@ -611,18 +639,6 @@ static int interp_block(worker *w, const job *j, long u, long *finite, long *ins
             const double *rx = w->xi + (size_t)r * (size_t)bw, *ry = w->yi + (size_t)r * (size_t)bw;
             const size_t q = (size_t)(r + RP_PREFETCH_ROWS) * (size_t)bw;
             const size_t pn = r + RP_PREFETCH_ROWS < bh ? (size_t)bw : 0;
-            if (j->dst->dtype == RP_F32) {
-                /* Float planes (nearest, bilinear, lanczos3, bicubic; kernels.h): sampled
-                 * straight into the output. */
-                const long f = rp_kernel_sample_f32(j->kern[p], (size_t)bw, rx, ry,
-                                                    (float *)plane + o, fp ? fp + o : NULL,
-                                                    pn ? w->xi + q : NULL,
-                                                    pn ? w->yi + q : NULL, pn);
-                if (f >= 0) {
-                    fin += f;
-                    continue;
-                }
-            }
             if (pn)
                 rp_kernel_prefetch(j->kern[p], pn, w->xi + q, w->yi + q, RP_PREFETCH_STEP);
             rp_kernel_sample(j->kern[p], (size_t)bw, rx, ry, w->val);

@@ -547,6 +547,104 @@ START_TEST(test_sample_f32_rows)
 }
 END_TEST
 
+/* rp_kernel_sample_f32 with and without its gathering samplers (rp_kernel_f32_gathers;
+ * on Intel CPUs with AVX-512F the two runs take fused_*_avx512g and fused_*_avx512,
+ * elsewhere the same path twice) gives the same bits, footprints and counts, for nearest
+ * and bilinear: on the 97 x 71 float plane of test_sample_f32_rows (quiet and
+ * signalling NaNs, an infinity) and one with a patch of FLT_MAX (bilinear's sums
+ * overflowing), along the rows of a grid rotated by 20 deg running over the image's
+ * edges (the footprint's edges inside groups of 16, groups on the image's first and last
+ * rows and columns, groups wholly outside) in calls of 1 to 40 positions (every n % 16),
+ * and at random positions (NaN, far-off, half-integers).  rp_kernel_f32_strip is 0 with
+ * the gathers off, and 0 or 128 with them on: 128 exactly where the CPU is an Intel one
+ * with AVX-512F (kernels.h). */
+START_TEST(test_sample_f32_gathers)
+{
+    enum { NX = 97, NY = 71, W = 131, H = 90, N = W * H };
+    static float img[NX * NY], on[N], off[N], fpon[N], fpoff[N];
+    static double x[N], y[N];
+    unsigned long long s = 31;
+    special_plane_f32(img, NX, NY, INFINITY, &s);
+    for (int plane = 0; plane < 2; plane++) {
+        if (plane == 1)
+            for (int j = 0; j < 9; j++)
+                for (int i = 80; i < NX; i++)
+                    img[j * NX + i] = FLT_MAX;
+        rp_plane p = plane_of(img, RP_F32, NX, NY);
+        for (int layout = 0; layout < 2; layout++) {
+            for (int i = 0; i < N; i++) {
+                if (layout == 0) {
+                    rotated20(0.83 * (i % W) - 56.0, 0.83 * (i / W) - 40.0, &x[i], &y[i]);
+                    continue;
+                }
+                x[i] = -2.0 + rnd(&s) * (NX + 3.0);
+                y[i] = -2.0 + rnd(&s) * (NY + 3.0);
+                if (i % 7 == 0)
+                    y[i] = floor(y[i] * 2.0) / 2.0;
+                if (i % 61 == 0)
+                    x[i] = NAN;
+                if (i % 83 == 0)
+                    y[i] = 1e300;
+            }
+            for (int nearest = 0; nearest < 2; nearest++) {
+                rp_kernel *k = kernel_or_die(nearest ? RP_NEAREST : RP_BILINEAR, &p);
+                long fon = 0, foff = 0;
+                int had = 1;
+                for (int g = 0; g < 2; g++) {
+                    const int was = rp_kernel_f32_gathers(g);
+                    ck_assert_int_eq(was, g == 0);   /* the default is on, restored below */
+                    const size_t strip = rp_kernel_f32_strip(k);
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(RP_NO_AVX2)
+                    const int want = g && (nearest || __builtin_cpu_supports("avx2"))
+                                     && __builtin_cpu_supports("avx512f")
+                                     && __builtin_cpu_is("intel");
+#else
+                    const int want = 0;
+#endif
+                    ck_assert_uint_eq(strip, want ? 128u : 0u);
+                    float *o = g ? on : off, *f = g ? fpon : fpoff;
+                    long *fin = g ? &fon : &foff;
+                    memset(o, 0, sizeof on);
+                    memset(f, 0xff, sizeof fpon);
+                    /* calls of 1, 2, ... 40 positions, the prefetch positions those of
+                     * the next call (NaN and far-off ones in layout 1) */
+                    size_t m = 0, c = 1;
+                    while (m < N) {
+                        const size_t len = c < N - m ? c : N - m;
+                        const size_t pn = m + 2 * len <= N ? len : 0;
+                        const long r = rp_kernel_sample_f32(k, len, x + m, y + m, o + m, f + m,
+                                                            pn ? x + m + len : NULL,
+                                                            pn ? y + m + len : NULL, pn);
+                        if (r < 0) {   /* bilinear on a CPU without AVX2: no fused path */
+                            ck_assert(!nearest);
+                            had = 0;
+                            break;
+                        }
+                        *fin += r;
+                        m += len;
+                        c = c % 40 + 1;
+                    }
+                }
+                rp_kernel_f32_gathers(1);
+                if (had) {
+                    for (int i = 0; i < N; i++) {
+                        ck_assert_msg(memcmp(&on[i], &off[i], sizeof on[i]) == 0,
+                                      "%s at (%.17g, %.17g): %.9g with gathers, %.9g without",
+                                      nearest ? "nearest" : "bilinear", x[i], y[i],
+                                      (double)on[i], (double)off[i]);
+                        ck_assert(fpon[i] == fpoff[i]);
+                        ck_assert(fpon[i] == (isfinite(on[i]) ? 1.0f : 0.0f));
+                    }
+                    ck_assert_int_eq(fon, foff);
+                    ck_assert(fon > N / 4 && fon < N);
+                }
+                rp_kernel_free(k);
+            }
+        }
+    }
+}
+END_TEST
+
 /* rp_kernel_sample_f32 for lanczos3 (the fused path of sample_lanczos3_f32_fma, where
  * rp_kernel_fma says the kernel has it) and for bicubic from float coefficients
  * (rp_kernel_new_f32; the fused paths of the AVX2 and AVX-512 samplers, valgrind taking
@@ -1547,6 +1645,7 @@ int main(void)
     tcase_add_test(tc, test_bilinear_matches_reproject);
     tcase_add_test(tc, test_sample_f32_matches);
     tcase_add_test(tc, test_sample_f32_rows);
+    tcase_add_test(tc, test_sample_f32_gathers);
     tcase_add_test(tc, test_sample_f32_fused);
     tcase_add_test(tc, test_valid_range);
     tcase_add_test(tc, test_bad_arguments);

@@ -10,6 +10,7 @@
 #include <time.h>
 
 #include "engine/fits/fitscard.h"
+#include "engine/sky/kernels.h"
 #include "engine/sky/reproject.h"
 #include "engine/sky/skywcs.h"
 #include "engine/base/pool.h"
@@ -635,6 +636,49 @@ START_TEST(test_blocks_identical)
 }
 END_TEST
 
+/* Nearest and bilinear into float32 give the same bits, footprints and counts with the
+ * gathering samplers and the strips of columns they bring (rp_kernel_f32_gathers,
+ * rp_kernel_f32_strip: on Intel CPUs with AVX-512F) and without them, with blocks of
+ * 256 (two strips of 128), 300 (128, 128 and 44, the last block columns narrower) and
+ * 100 (narrower than a strip: whole rows), with and without the coordinate grid. */
+START_TEST(test_gathers_identical)
+{
+    static const rp_method ms[] = { RP_NEAREST, RP_BILINEAR };
+    static const long blocks[] = { 0, 300, 100 };
+    scene sc;
+    scene_load(&sc, "HorseHead.fits", "horsehead_rot30_bilinear");
+    size_t n = (size_t)(sc.onx * sc.ony);
+    for (int mi = 0; mi < 2; mi++)
+        for (int b = 0; b < 3; b++)
+            for (int g = 0; g < 2; g++) {
+                rp_options o;
+                rp_options_init(&o);
+                o.method = ms[mi];
+                o.threads = 1;
+                o.block = blocks[b];
+                o.max_coord_error = g ? 0.001 : 0.0;
+                float *d0, *f0, *d1, *f1;
+                ck_assert_int_eq(rp_kernel_f32_gathers(0), 1);
+                long n0 = scene_run(&sc, &o, &d0, &f0);
+                ck_assert_int_eq(rp_kernel_f32_gathers(1), 0);
+                long n1 = scene_run(&sc, &o, &d1, &f1);
+                ck_assert_int_gt(n0, 100000);
+                ck_assert_int_eq(n1, n0);
+                ck_assert_msg(memcmp(d0, d1, n * sizeof(float)) == 0,
+                              "%s block %ld mce %g: data differ", rp_method_name(ms[mi]),
+                              blocks[b], o.max_coord_error);
+                ck_assert_msg(memcmp(f0, f1, n * sizeof(float)) == 0,
+                              "%s block %ld: footprints differ", rp_method_name(ms[mi]),
+                              blocks[b]);
+                free(d0);
+                free(f0);
+                free(d1);
+                free(f1);
+            }
+    scene_release(&sc);
+}
+END_TEST
+
 /* Interpolated float32 output: the footprint is exactly 1 where the value is finite and 0
  * elsewhere, and the count returned is the number of finite values, with block widths
  * that are and are not multiples of four (reproject.c stores rows four values at a time
@@ -1155,6 +1199,7 @@ int main(void)
     TCase *te = tcase_create("engine");
     tcase_set_timeout(te, 300);
     tcase_add_test(te, test_blocks_identical);
+    tcase_add_test(te, test_gathers_identical);
     tcase_add_test(te, test_footprint_f32);
     tcase_add_test(te, test_threads_identical);
     tcase_add_test(te, test_ring_identical);

@@ -411,7 +411,7 @@ static size_t block_offset(const cube_transpose *t, const geom *g, long y0, long
  * (read-for-ownership): streamed, cube_spectrum_block's samples in `perf` fell 35% at 4000
  * frames of 256 x 256 (897-1068 against 1361-1557, the spectrum from the copy, 3 rounds
  * alternated) and about 20% at 250 frames of 1000 x 1000 (637-789 against 783-1061, 4
- * rounds, where only even rows' tile rows were streamed then: put_tile_row).  Blocks of 2 MB (250 frames
+ * rounds, where only even rows' tile rows are line-aligned).  Blocks of 2 MB (250 frames
  * of 256 x 256) stay in the caches until written: streaming them gained nothing there
  * (0.073-0.075 s of CPU against 0.070-0.075). */
 #define STREAM_BYTES (8L << 20)
@@ -419,18 +419,12 @@ static size_t block_offset(const cube_transpose *t, const geom *g, long y0, long
 _Static_assert(CUBE_TILE * 4 == 64, "a tile row of float32 is one 64-byte cache line");
 
 /* Stores a tile row of CUBE_TILE powers (64 bytes) at dst: with non-temporal stores when
- * `stream` and dst is 16-byte aligned (the line is then never read), else by a copy.
- * Rows of 1000 float32 put every other tile row half a line off the lines (32 bytes):
- * streamed only from line starts, as before, those went through the caches and read
- * their lines first; streamed too (the other half of each such line comes with the
- * neighbouring tile, a few batches later), bench/stackbench at 250 PNG frames of
- * 1000 x 1000, 2 workers, 5 rounds alternated, user CPU of the spectrum from the frames
- * 1.32-1.42 s (median 1.36) against 1.19-1.26 s (1.23), from the copy 0.63-0.70 s (0.65)
- * against 0.56-0.59 s (0.59). */
+ * `stream` and dst starts a cache line (the line is then written whole, never read), else
+ * by a copy. */
 static void put_tile_row(unsigned char *dst, const uint32_t *src, int stream)
 {
 #if defined(__SSE2__)
-    if (stream && ((uintptr_t)dst & 15) == 0) {
+    if (stream && ((uintptr_t)dst & 63) == 0) {
         const __m128i *a = (const __m128i *)(const void *)src;
         __m128i *d = (__m128i *)(void *)dst;
         _mm_stream_si128(d, _mm_loadu_si128(a));

@@ -270,6 +270,86 @@ START_TEST(test_spectrum_batches)
 }
 END_TEST
 
+/* Widths whose batches are no multiple of four series and spectra of no multiple of four
+ * bins (spectrum.c computes the powers four series by four bins where the CPU has AVX2,
+ * the rest the plain way): a 21 x 3 cube, so 63 pixels (batches of 32 and 31 series), and
+ * under a budget of one row of 16 columns blocks of 16 and 5 pixels; nz = 9 (5 bins) and
+ * 10 (6), every plane against a direct DFT of the float32 samples (tolerance as in
+ * test_spectrum_batches). */
+START_TEST(test_spectrum_odd_widths)
+{
+    enum { W = 21, H = 3 };
+    static const long nzs[] = {9, 10};
+    for (size_t ni = 0; ni < sizeof nzs / sizeof nzs[0]; ni++) {
+        const long nz = nzs[ni], nh = nz / 2 + 1;
+        char dir[256], path[300], out[300], err[256];
+        tt_tmpdir_make(dir, sizeof dir, "cubepso");
+        snprintf(path, sizeof path, "%s/cube.fits", dir);
+        snprintf(out, sizeof out, "%s/ps.fits", dir);
+        double v[W * H * 10];
+        for (long z = 0; z < nz; z++)
+            for (long i = 0; i < W * H; i++)
+                v[z * W * H + i] = (double)(float)chirp_value(i, z);
+        fitswrite_image im = {.bitpix = -32, .naxis = 3, .naxes = {W, H, nz}};
+        long long ds = 0;
+        ck_assert_msg(fitswrite_file(path, &im, &ds, err, sizeof err) == 0, "%s", err);
+        unsigned char be[W * H * 10 * 4];
+        fitswrite_encode(-32, 0, v, be, W * H * nz);
+        ck_assert_int_eq(tess_pwrite_file(path, be, (size_t)(W * H * nz) * 4, (off_t)ds), 0);
+        const char *paths[] = {path};
+        stack *st = stack_new(paths, 1, 0, W, H, nz, 2);
+        ck_assert_ptr_nonnull(st);
+        cube_source src = {.st = st, .nx = W, .ny = H, .nz = nz, .dtype = CS_F32, .name = "t"};
+        cube_transpose t;
+        ck_assert_msg(cube_transpose_init(&t, &src, 4, 0, NULL, dir, err, sizeof err) == 0,
+                      "%s", err);
+        ck_assert_msg(cube_transpose_create_files(&t, err, sizeof err) == 0, "%s", err);
+        for (long k = 0; k < t.ngroups * (t.split > 1 ? t.split : 1); k++)
+            ck_assert_msg(cube_transpose_group(&t, k, &no_cancel, err, sizeof err) == 0, "%s",
+                          err);
+        cube_spectrum *sp = NULL;
+        ck_assert_msg(cube_spectrum_new(nz, &sp, err, sizeof err) == 0, "%s", err);
+        im.naxes[2] = nz;
+        const long budgets[] = {0, 16 * nh * 4};
+        const long nblocks[] = {1, 32};   /* one tile row; 16 rows x 2 column blocks */
+        for (int bi = 0; bi < 2; bi++) {
+            cube_spectrum_set_block_bytes(budgets[bi]);
+            ck_assert_int_eq(cube_spectrum_nblocks(&t), nblocks[bi]);
+            ck_assert_msg(fitswrite_file(out, &im, &ds, err, sizeof err) == 0, "%s", err);
+            for (long b = 0; b < cube_spectrum_nblocks(&t); b++)
+                ck_assert_msg(cube_spectrum_block(sp, &t, b, out, ds, &no_cancel, err,
+                                                  sizeof err) == 0, "%s", err);
+            for (long k = 0; k < nz; k++) {
+                long nx = 0, ny = 0;
+                double *p = tt_fits_plane(out, k, &nx, &ny);
+                ck_assert_ptr_nonnull(p);
+                ck_assert_int_eq(nx, W);
+                ck_assert_int_eq(ny, H);
+                for (long i = 0; i < W * H; i++) {
+                    double re = 0, im_ = 0;
+                    for (long z = 0; z < nz; z++) {
+                        double a = 2 * M_PI * (double)(k * z % nz) / (double)nz;
+                        re += v[z * W * H + i] * cos(a);
+                        im_ -= v[z * W * H + i] * sin(a);
+                    }
+                    double want = re * re + im_ * im_;
+                    ck_assert_msg(fabs(p[i] - want) <= 1e-6 * want + 1e-6,
+                                  "nz %ld budget %d k %ld pixel %ld: %.9g, want %.9g", nz, bi,
+                                  k, i, p[i], want);
+                }
+                free(p);
+            }
+        }
+        cube_spectrum_set_block_bytes(0);
+        cube_spectrum_free(sp);
+        cube_transpose_release(&t);
+        stack_free(st);
+        const char *names[] = {"cube.fits", "ps.fits", "staging.bin"};
+        ck_assert_int_eq(tt_tmpdir_remove(dir, names, 3), 0);
+    }
+}
+END_TEST
+
 /* 8-bit values (dtype u8), 300 planes: groups of 19 planes and holds of 64 go through
  * the 16 x 16 byte transpose and the values left over (one by one below 16 planes, else
  * by a last transpose of the 16 planes ending the hold), on both edge tiles; every series
@@ -689,6 +769,7 @@ int main(void)
     tcase_add_test(tc, test_spectrum);
     tcase_add_test(tc, test_spectrum_fft_batch);
     tcase_add_test(tc, test_spectrum_batches);
+    tcase_add_test(tc, test_spectrum_odd_widths);
     tcase_add_test(tc, test_median);
     tcase_add_test(tc, test_centroid);
     tcase_add_test(tc, test_centroid_integers);

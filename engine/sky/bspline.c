@@ -858,7 +858,11 @@ int rp_bspline_prepare_f32(const rp_plane *p, float **coef, unsigned char **bad)
     *coef = NULL;
     *bad = NULL;
     float *c = tess_alloc_huge(sizeof(float) * (size_t)W * (size_t)H);
-    double *ring = malloc(sizeof(double) * (size_t)W * (size_t)R);
+    /* the ring on huge pages as well: 4.2 MB of a 4096-pixel plane span 1,025 small
+     * pages, and the band and column passes sweep it row after row (prefilter alone,
+     * 4096^2, Intel Xeon, best of 6, 5 runs alternated: 42.7-44.1 ms from malloc,
+     * 38.2-42.0 ms) */
+    double *ring = tess_alloc_huge(sizeof(double) * (size_t)W * (size_t)R);
     int rc = c && ring ? 0 : -1;
     if (rc == 0) {
         const bs_rows rows = { ring, W, R };

@@ -1369,13 +1369,13 @@ static int gather_write(gather *g, int fd, int all)
  * beyond, each for one group at a time), then added and combined a group of rows at a
  * time in an accumulator of COADD_GROUP_BYTES, reused (it stays in the cache; nothing is
  * faulted in per group), the groups' values and coverage gathered in two buffers and
- * written into mosaic.fits with pwrite a MB at a time, the band's blocks of the file
- * allocated first (fallocate, where the file system has it).  Each plane's pieces end at
- * multiples of COADD_WRITE_BYTES in the file (but for the band's last), and all but the
- * band's first start at one, the part of a group past the multiple moved to the buffer's
- * start for the next piece: the page cache then makes its folios a MB at a time where
- * pieces that start and end anywhere (rows begin 2,880 x k bytes into the file) are cut
- * into smaller folios at both ends: 115 MB written as 1 MB pieces took 15.5-16.2 ms of
+ * written into mosaic.fits with pwrite COADD_WRITE_BYTES at a time, the band's blocks
+ * of the file allocated first (fallocate, where the file system has it).  Each plane's
+ * pieces end at multiples of COADD_WRITE_BYTES in the file (but for the band's last),
+ * and all but the band's first start at one, the part of a group past the multiple moved
+ * to the buffer's start for the next piece: the page cache then makes its folios of
+ * whole pieces, where pieces that start and end anywhere (rows begin 2,880 x k bytes
+ * into the file) are cut into smaller folios at both ends: 115 MB written as 1 MB pieces took 15.5-16.2 ms of
  * CPU aligned to a MB, 17.7-19.7 ms at 2,880 bytes past one (ext4, Linux 6.18, fallocated
  * first, 3 runs each).  A band's buffers: COADD_WRITE_BYTES and a group's rows each.
  * Written through a shared mapping of the file instead (the band's blocks fallocated,

@@ -1283,6 +1283,36 @@ static int planes_open(const mosaic *m, int k, long y0, long y1, plane_map *pv, 
     return rc;
 }
 
+/* Asks the cache for the `len` bytes at p.  An input's rows in a coadd group are a few
+ * tens of KB at one place, read from memory: the load of the value was half of
+ * mos_accum_add's samples.  Each row's add asks for the next row first (the last row
+ * for the next input's first): the 64-input mosaic's coadd took 0.045 s of CPU
+ * (0.043-0.046) against 0.048 s (0.046-0.056) (1 thread, median of 9 alternated, Intel
+ * Xeon).  Asking for the next input's whole rows at once instead only moved the wait. */
+static void prefetch_span(const void *p, size_t len)
+{
+    for (size_t b = 0; b < len; b += 64)
+        __builtin_prefetch((const char *)p + b, 0, 3);
+}
+
+/* The first of the rows gy0 .. gy1 - 1 of the first input after ks[q] that has some
+ * (mapped in pv), and in *len the bytes of its values there; NULL when none of the next
+ * 8 has (a bound on the search, for bands met by many inputs in few rows each). */
+static const float *next_rows(const mosaic *m, const int *ks, int nk, int q,
+                              const plane_map *pv, long gy0, long gy1, size_t *len)
+{
+    for (int j = q + 1; j < nk && j <= q + 8; j++) {
+        const src *s = &m->in[ks[j]];
+        long ry0 = gy0 > s->box[1] ? gy0 : s->box[1];
+        long ry1 = gy1 < s->box[1] + s->box[3] ? gy1 : s->box[1] + s->box[3];
+        if (ry1 > ry0) {
+            *len = (size_t)(ry1 - ry0) * (size_t)s->box[2] * sizeof(float);
+            return pv[j].rows + (size_t)(ry0 - pv[j].y0) * (size_t)s->box[2];
+        }
+    }
+    return NULL;
+}
+
 /* Adds the rows gy0 .. gy1 - 1 of the nk inputs ks to a (reset for those rows), each less
  * its background correction.  Their planes are mapped in pv (and pw for exact) for the
  * whole band; pv NULL: each input's rows are mapped here for the group alone (a band met
@@ -1308,8 +1338,17 @@ static int coadd_rows(mosaic *m, mos_accum *a, const int *ks, int nk, long gy0, 
         }
         long bw = s->box[2], bx = s->box[0];
         const double *c = m->corr + 3 * ks[q];
+        size_t rowb = (size_t)bw * sizeof(float), nlen = 0;
+        const float *next = pv ? next_rows(m, ks, nk, q, pv, gy0, gy1, &nlen) : NULL;
         for (long y = ry0; y < ry1; y++) {
             size_t r = (size_t)(y - v->y0) * (size_t)bw;
+            if (y + 1 < ry1) {
+                prefetch_span(v->rows + r + bw, rowb);
+                if (w)
+                    prefetch_span(w->rows + r + bw, rowb);
+            } else if (next) {
+                prefetch_span(next, nlen < rowb ? nlen : rowb);
+            }
             mos_accum_add(a, (size_t)(y - gy0) * (size_t)m->nx + (size_t)bx, v->rows + r,
                           w ? w->rows + r : NULL, bw, c[0] + c[2] * (double)y + s->offset, c[1], bx);
         }

@@ -97,6 +97,14 @@ typedef struct ov_rec {
     double r[3];
 } ov_rec;
 
+/* An input read whole for its reprojection bands (band_input in mosaic.c). */
+typedef struct mos_whole {
+    float *pix;        /* nx x ny float32, row-major, or NULL */
+    int state;         /* WHOLE_NONE, WHOLE_READING, WHOLE_READY, WHOLE_DONE */
+    int users;         /* bands reading pix now */
+    long done;         /* bands of the input done */
+} mos_whole;
+
 struct mosaic {
     char *workdir;
     int n;
@@ -127,6 +135,11 @@ struct mosaic {
      * tess_alloc_huge buffer (stage_base) that mos_free frees. */
     float **staged;
     void *stage_base;
+    /* With the staged planes in memory, the inputs read whole for their bands
+     * (band_input): whole[k] (n entries; NULL: each band reads its crop), the bytes they
+     * hold now in whole_bytes; both under lock. */
+    mos_whole *whole;
+    size_t whole_bytes;
 };
 
 /* The mosaic's headers are fitscard lists (engine/fits/fitscard.h) of at most this many

@@ -1186,7 +1186,8 @@ static int run_reproject(mosaic *m, long block, char *err, size_t errlen)
             rc = TESS_EINVAL;
             goto done;
         }
-        rp_cube sc = { (void *)(uintptr_t)in, RP_F32, crop[2], crop[3], 1 };   /* read only */
+        /* read only (rp_reproject reads its input in place) */
+        rp_cube sc = { (void *)(uintptr_t)in, RP_F32, crop[2], crop[3], 1 };
         rp_cube dc = { val, RP_F32, bw, h, 1 };
         rp_options o;
         rp_options_init(&o);
@@ -1524,9 +1525,10 @@ static int gather_write(gather *g, int fd, int all)
  * and all but the band's first start at one, the part of a group past the multiple moved
  * to the buffer's start for the next piece: the page cache then makes its folios of
  * whole pieces, where pieces that start and end anywhere (rows begin 2,880 x k bytes
- * into the file) are cut into smaller folios at both ends: 115 MB written as 1 MB pieces took 15.5-16.2 ms of
- * CPU aligned to a MB, 17.7-19.7 ms at 2,880 bytes past one (ext4, Linux 6.18, fallocated
- * first, 3 runs each).  A band's buffers: COADD_WRITE_BYTES and a group's rows each.
+ * into the file) are cut into smaller folios at both ends: 115 MB written as 1 MB pieces
+ * took 15.5-16.2 ms of CPU aligned to a MB, 17.7-19.7 ms at 2,880 bytes past one (ext4,
+ * Linux 6.18, fallocated first, 3 runs each).  A band's buffers: COADD_WRITE_BYTES and a
+ * group's rows each.
  * Written through a shared mapping of the file instead (the band's blocks fallocated,
  * each group's pages made with MADV_POPULATE_WRITE just before its values were converted
  * into them: engine/base/wmap.h), the 64-input mosaic's coadd took 0.111-0.121 s of CPU

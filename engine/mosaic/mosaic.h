@@ -217,8 +217,10 @@ double mos_stage_bytes(const mosaic *m);
  * the overlap fits and the coadd read it there (no file written, copied or mapped).  Only
  * for a mosaic whose blocks all run in this process from the start, after mos_plan with
  * a work directory and before any block (a job resumed after a restart needs the files:
- * the daemon keeps them).  Returns 1 when held in memory, 0 when the files stay (over
- * max_bytes, no work directory, out of memory). */
+ * the daemon keeps them).  Held in memory, the reprojection blocks also read each input
+ * of at most 16 MB (as float32) whole, once for all its bands, holding at most 128 MB of
+ * inputs at a time besides max_bytes (mosaic.c, band_input).  Returns 1 when held in
+ * memory, 0 when the files stay (over max_bytes, no work directory, out of memory). */
 int mos_stage_in_memory(mosaic *m, double max_bytes);
 
 int mos_nstages(const mosaic *m);

@@ -20,16 +20,22 @@ enum { ST_REPROJECT, ST_OVERLAPS, ST_SOLVE, ST_COADD };
 #define FIT_MIN_WEIGHT 0.999
 /* Bytes a coadd row group may hold in its buffers (the accumulator, the float32 values
  * and coverage): small enough to stay in a core's cache while the group's inputs are
- * added, combined and written, since they are reused from group to group. */
-#define COADD_GROUP_BYTES ((size_t)1 << 20)
+ * added, combined and written, since they are reused from group to group, together with
+ * the band's gathered output (COADD_WRITE_BYTES a plane) and the page cache's pages the
+ * write fills.  With 1 MB groups and 1 MB writes that came to 3-4 MB, past a 2 MB L2:
+ * the 64-input mosaic's coadd (512^2 tiles, 1 thread, median of 9 alternated, Intel
+ * Xeon, 2 MB L2) took 0.048 s of CPU (0.046-0.056) with 512 KB groups and 256 KB writes
+ * against 0.051 s (0.050-0.082); in a first sweep 512 KB writes and 1 MB groups were
+ * each slower than 256 KB, and 256 KB groups no faster than 512 KB. */
+#define COADD_GROUP_BYTES ((size_t)1 << 19)
 /* Bytes of each output plane (values, coverage) a coadd band gathers from its groups
- * before it writes them: a pwrite(2) of about a MB lets the page cache take the data in
- * larger folios, where a write of a group's rows (about 170 KB for a 3,501-pixel row)
- * pays more per 4 KB page: 115 MB written as 168,000-byte pieces took 25.6 ms of CPU
- * here, as 1 MB pieces 19.0 ms, as 3.6 MB 15.5 ms (ext4, Linux 6.18, best of 5).  Larger
- * buffers leave the cache, so that the coadd stage as a whole was slower with 2 and 4 MB
- * than with 1 MB (64-input mosaic, 1 thread, alternated). */
-#define COADD_WRITE_BYTES ((size_t)1 << 20)
+ * before it writes them: a pwrite(2) of a few hundred KB lets the page cache take the
+ * data in larger folios, where a write of a group's rows pays more per 4 KB page: 115 MB
+ * written as 168,000-byte pieces took 25.6 ms of CPU, as 1 MB pieces 19.0 ms, as 3.6 MB
+ * 15.5 ms (ext4, Linux 6.18, best of 5, AMD EPYC).  Larger buffers leave the cache, so
+ * that the coadd stage as a whole was slower with 2 and 4 MB than with 1 MB on the EPYC
+ * (1 MB L2), and with 1 MB than with 256 KB on the Xeon (above). */
+#define COADD_WRITE_BYTES ((size_t)1 << 18)
 /* Inputs of a coadd band whose planes are mapped for the whole band (two mappings each
  * for exact); a band met by more maps each input's rows a group at a time, so that the
  * mappings stay far below the kernel's vm.max_map_count (65530 by default). */
@@ -91,6 +97,14 @@ typedef struct ov_rec {
     double r[3];
 } ov_rec;
 
+/* An input read whole for its reprojection bands (band_input in mosaic.c). */
+typedef struct mos_whole {
+    float *pix;        /* nx x ny float32, row-major, or NULL */
+    int state;         /* WHOLE_NONE, WHOLE_READING, WHOLE_READY, WHOLE_DONE */
+    int users;         /* bands reading pix now */
+    long done;         /* bands of the input done */
+} mos_whole;
+
 struct mosaic {
     char *workdir;
     int n;
@@ -121,6 +135,11 @@ struct mosaic {
      * tess_alloc_huge buffer (stage_base) that mos_free frees. */
     float **staged;
     void *stage_base;
+    /* With the staged planes in memory, the inputs read whole for their bands
+     * (band_input): whole[k] (n entries; NULL: each band reads its crop), the bytes they
+     * hold now in whole_bytes; both under lock. */
+    mos_whole *whole;
+    size_t whole_bytes;
 };
 
 /* The mosaic's headers are fitscard lists (engine/fits/fitscard.h) of at most this many

@@ -368,216 +368,6 @@ RP_AVX2 static long fused_bilinear_f32_avx2(const rp_kernel *k, size_t n,
 #ifdef RP_AVX2_SAMPLERS
 /* ---- nearest and bilinear into float32 with AVX-512 (chosen at run time) ------------ */
 
-/* The head of an iteration of the 16-position fused AVX-512 samplers (m .. m + 15): the
- * prefetch hints of RP_AVX2_GROUP8 for positions m, m + 4, m + 8 and m + 12 (those below
- * pn: one hint a four positions, as there); the positions into x0, x1 (lanes 0-7, 8-15)
- * and y0, y1; inm, bit q set when position m + q is inside the valid range (NaN is not:
- * ordered compares into mask registers); a group wholly outside stores sixteen NaNs (and
- * footprint zeros) and the loop goes on.  Uses the sampler's constants lo, hx, hy and
- * its src, nx, x, y, d, fp, pfx, pfy, pn and m.  RP_AVX512_GROUP16_BODY is the part
- * after the hints. */
-#define RP_AVX512_GROUP16                                                                 \
-    for (size_t h_ = 0; h_ < 16; h_ += 4)                                                 \
-        if (m + h_ < pn)                                                                  \
-            RP_PREFETCH_FAST(src, nx, pfx[m + h_], pfy[m + h_]);                          \
-    RP_AVX512_GROUP16_BODY
-#define RP_AVX512_GROUP16_BODY                                                            \
-    const __m512d x0 = _mm512_loadu_pd(x + m), x1 = _mm512_loadu_pd(x + m + 8);           \
-    const __m512d y0 = _mm512_loadu_pd(y + m), y1 = _mm512_loadu_pd(y + m + 8);           \
-    const unsigned inm =                                                                  \
-        (unsigned)(__mmask8)(_mm512_cmp_pd_mask(x0, lo, _CMP_GE_OQ)                       \
-                             & _mm512_cmp_pd_mask(x0, hx, _CMP_LE_OQ)                     \
-                             & _mm512_cmp_pd_mask(y0, lo, _CMP_GE_OQ)                     \
-                             & _mm512_cmp_pd_mask(y0, hy, _CMP_LE_OQ))                    \
-        | (unsigned)(__mmask8)(_mm512_cmp_pd_mask(x1, lo, _CMP_GE_OQ)                     \
-                               & _mm512_cmp_pd_mask(x1, hx, _CMP_LE_OQ)                   \
-                               & _mm512_cmp_pd_mask(y1, lo, _CMP_GE_OQ)                   \
-                               & _mm512_cmp_pd_mask(y1, hy, _CMP_LE_OQ)) << 8;            \
-    if (inm == 0) {   /* the whole group outside: NaN, (float)NAN */                     \
-        _mm512_storeu_si512(d + m, _mm512_set1_epi32(0x7fc00000));                        \
-        if (fp)                                                                           \
-            _mm512_storeu_si512(fp + m, _mm512_setzero_si512());                          \
-        continue;                                                                         \
-    }
-
-/* Sixteen int32 lanes from two vectors of eight (lo in lanes 0-7, hi in 8-15). */
-#define RP_AVX512_JOIN_I(lo_, hi_)                                                        \
-    _mm512_inserti64x4(_mm512_castsi256_si512(lo_), (hi_), 1)
-
-/* fused_nearest_f32_avx2 sixteen positions an iteration for CPUs with AVX-512F
- * (rp_kernel_sample_f32 checks at run time): the same range test, truncations and
- * clamps lane for lane, the range test in mask registers; each lane's address (64-bit
- * index j * nx + i by vpmuldq) blended with that of rp_nan_f32 for a lane outside, so
- * that a group at an edge of the footprint needs no scalar pass, and the sixteen pixels
- * loaded one by one into the lanes; NaNs quietened, counted and the footprint written in
- * sixteen int32 lanes.  The bits are fused_nearest_f32's and fused_nearest_f32_avx2's: a
- * copy of the pixel's bits, a NaN with its quiet bit set.  The last n % 16 positions
- * take nearest_f32 one at a time.  4096^2 rotated by 20 deg through rp_reproject, 1
- * thread, AMD EPYC (Zen 4), A B alternated (bench/kernelbench "coords"): 374-376 Mpix/s
- * with fused_nearest_f32_avx2, 382-388 with two masked vgatherqps instead of the scalar
- * loads, 402-404 with these.  Valgrind, whose CPU has no AVX-512, gets
- * fused_nearest_f32_avx2. */
-RP_AVX512 static long fused_nearest_f32_avx512(const rp_kernel *k, size_t n,
-                                               const double *restrict x,
-                                               const double *restrict y, float *restrict d,
-                                               float *restrict fp, const double *restrict pfx,
-                                               const double *restrict pfy, size_t pn)
-{
-    RP_SAMPLER_VARS(float, k->src.data);
-    const __m512d lo = _mm512_set1_pd(-0.5), hx = _mm512_set1_pd(xmax);
-    const __m512d hy = _mm512_set1_pd(ymax), one = _mm512_set1_pd(1.0);
-    const __m512d half = _mm512_set1_pd(0.5);
-    const __m512i nx1 = _mm512_set1_epi32((int32_t)nx - 1), ny1 = _mm512_set1_epi32((int32_t)ny - 1);
-    const __m512i c1 = _mm512_set1_epi32(1), nx64 = _mm512_set1_epi64(nx);
-    const __m512i mag = _mm512_set1_epi32(0x7fffffff), inf = _mm512_set1_epi32(0x7f800000);
-    const __m512i quiet = _mm512_set1_epi32(0x00400000), onef = _mm512_set1_epi32(0x3f800000);
-    long fin = 0;
-    size_t m = 0;
-    for (; m + 16 <= n; m += 16) {
-        RP_AVX512_GROUP16;
-        /* floor((x + 1) + 0.5) - 1 by truncation (x + 1 + 0.5 >= 1), clamped above;
-         * lanes outside are not loaded, their indices unused. */
-        __m512i i = RP_AVX512_JOIN_I(
-            _mm512_cvttpd_epi32(_mm512_add_pd(_mm512_add_pd(x0, one), half)),
-            _mm512_cvttpd_epi32(_mm512_add_pd(_mm512_add_pd(x1, one), half)));
-        __m512i j = RP_AVX512_JOIN_I(
-            _mm512_cvttpd_epi32(_mm512_add_pd(_mm512_add_pd(y0, one), half)),
-            _mm512_cvttpd_epi32(_mm512_add_pd(_mm512_add_pd(y1, one), half)));
-        i = _mm512_min_epi32(_mm512_sub_epi32(i, c1), nx1);
-        j = _mm512_min_epi32(_mm512_sub_epi32(j, c1), ny1);
-        const __m512i o0 = _mm512_add_epi64(
-            _mm512_mul_epi32(_mm512_cvtepi32_epi64(_mm512_castsi512_si256(j)), nx64),
-            _mm512_cvtepi32_epi64(_mm512_castsi512_si256(i)));
-        const __m512i o1 = _mm512_add_epi64(
-            _mm512_mul_epi32(_mm512_cvtepi32_epi64(_mm512_extracti64x4_epi64(j, 1)), nx64),
-            _mm512_cvtepi32_epi64(_mm512_extracti64x4_epi64(i, 1)));
-        const __m512i base = _mm512_set1_epi64((long long)(uintptr_t)src);
-        const __m512i nanp = _mm512_set1_epi64((long long)(uintptr_t)&rp_nan_f32);
-        uint64_t a[16];
-        _mm512_storeu_si512(a, _mm512_mask_blend_epi64((__mmask8)inm, nanp,
-                                                       _mm512_add_epi64(base, _mm512_slli_epi64(o0, 2))));
-        _mm512_storeu_si512(a + 8, _mm512_mask_blend_epi64((__mmask8)(inm >> 8), nanp,
-                                                           _mm512_add_epi64(base, _mm512_slli_epi64(o1, 2))));
-#define RP_LDA(q) rp_ld32((const float *)(uintptr_t)a[q])
-        __m512i b = _mm512_setr_epi32(RP_LDA(0), RP_LDA(1), RP_LDA(2), RP_LDA(3), RP_LDA(4),
-                                      RP_LDA(5), RP_LDA(6), RP_LDA(7), RP_LDA(8), RP_LDA(9),
-                                      RP_LDA(10), RP_LDA(11), RP_LDA(12), RP_LDA(13),
-                                      RP_LDA(14), RP_LDA(15));
-#undef RP_LDA
-        const __m512i mg = _mm512_and_si512(b, mag);
-        b = _mm512_mask_or_epi32(b, _mm512_cmpgt_epi32_mask(mg, inf), b, quiet);
-        _mm512_storeu_si512(d + m, b);
-        const __mmask16 f = _mm512_cmplt_epi32_mask(mg, inf);   /* finite lanes */
-        fin += __builtin_popcount((unsigned)f);
-        if (fp)
-            _mm512_storeu_si512(fp + m, _mm512_maskz_mov_epi32(f, onef));
-    }
-    RP_FUSED_POINTS(nearest_f32, n);
-    return fin;
-}
-
-/* fused_bilinear_f32_avx2 sixteen positions an iteration for CPUs with AVX-512F
- * (rp_kernel_sample_f32 checks at run time): bilinear_f32f's arithmetic in sixteen
- * float32 lanes, in its order (every operation an intrinsic: no FMA contraction), so
- * that the values are bilinear_f32f's and fused_bilinear_f32_avx2's bit for bit.  A
- * group whose sixteen positions are inside the valid range and away from the edges
- * (1 <= floor(c) <= n - 1 on both axes) fetches, per lane, the two horizontal taps of
- * row ja with one 64-bit load and those of row ja + 1 with another (the offsets
- * j * nx + i through the stack), then splits the pairs with two-source permutations;
- * other groups (edges of the footprint and of the image) and the last n % 16 positions
- * take bilinear_f32f.  Measured as fused_nearest_f32_avx512 (bench/kernelbench
- * "coords"): 291-294 Mpix/s with fused_bilinear_f32_avx2, 274-279 with four vgatherqpd
- * of eight pairs instead of the scalar loads, 301-302 with these.  Valgrind, whose CPU
- * has no AVX-512, gets fused_bilinear_f32_avx2. */
-RP_AVX512 static long fused_bilinear_f32_avx512(const rp_kernel *k, size_t n,
-                                                const double *restrict x,
-                                                const double *restrict y, float *restrict d,
-                                                float *restrict fp,
-                                                const double *restrict pfx,
-                                                const double *restrict pfy, size_t pn)
-{
-    RP_SAMPLER_VARS(float, k->src.data);
-    const __m512d lo = _mm512_set1_pd(-0.5), hx = _mm512_set1_pd(xmax);
-    const __m512d hy = _mm512_set1_pd(ymax), one = _mm512_set1_pd(1.0);
-    const __m512 onef = _mm512_set1_ps(1.0f), fmax_ = _mm512_set1_ps(FLT_MAX);
-    const __m512i absf = _mm512_set1_epi32(0x7fffffff);
-    const __m512i c1 = _mm512_set1_epi32(1), nx1 = _mm512_set1_epi32((int32_t)nx - 1);
-    const __m512i ny1 = _mm512_set1_epi32((int32_t)ny - 1), nx64 = _mm512_set1_epi64(nx);
-    /* float q of the pair vectors P (lanes 0-7) and Q (lanes 8-15): the first taps at
-     * the even floats of P then of Q, the second at the odd ones */
-    const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24,
-                                           26, 28, 30);
-    const __m512i odd = _mm512_add_epi32(even, _mm512_set1_epi32(1));
-    const float *srcb = src + nx;   /* row ja + 1 */
-    long fin = 0;
-    size_t m = 0;
-    for (; m + 16 <= n; m += 16) {
-        RP_AVX512_GROUP16;
-        const __m512d cx0 = _mm512_add_pd(x0, one), cx1 = _mm512_add_pd(x1, one);
-        const __m512d cy0 = _mm512_add_pd(y0, one), cy1 = _mm512_add_pd(y1, one);
-        const __m256i fx0 = _mm512_cvttpd_epi32(cx0), fx1 = _mm512_cvttpd_epi32(cx1);
-        const __m256i fy0 = _mm512_cvttpd_epi32(cy0), fy1 = _mm512_cvttpd_epi32(cy1);
-        const __m512i fx = RP_AVX512_JOIN_I(fx0, fx1), fy = RP_AVX512_JOIN_I(fy0, fy1);
-        const __mmask16 edge = _mm512_cmplt_epi32_mask(fx, c1) | _mm512_cmpgt_epi32_mask(fx, nx1)
-                               | _mm512_cmplt_epi32_mask(fy, c1)
-                               | _mm512_cmpgt_epi32_mask(fy, ny1);
-        if (inm != 0xffff || edge != 0) {
-            RP_FUSED_POINTS(bilinear_f32f, m + 16);
-            continue;
-        }
-        /* Fractions exactly in double, then rounded to float32: lanes 0..15. */
-        const __m256 gx0 = _mm512_cvtpd_ps(_mm512_sub_pd(cx0, _mm512_cvtepi32_pd(fx0)));
-        const __m256 gx1 = _mm512_cvtpd_ps(_mm512_sub_pd(cx1, _mm512_cvtepi32_pd(fx1)));
-        const __m256 gy0 = _mm512_cvtpd_ps(_mm512_sub_pd(cy0, _mm512_cvtepi32_pd(fy0)));
-        const __m256 gy1 = _mm512_cvtpd_ps(_mm512_sub_pd(cy1, _mm512_cvtepi32_pd(fy1)));
-        const __m512 gx = _mm512_castsi512_ps(
-            RP_AVX512_JOIN_I(_mm256_castps_si256(gx0), _mm256_castps_si256(gx1)));
-        const __m512 gy = _mm512_castsi512_ps(
-            RP_AVX512_JOIN_I(_mm256_castps_si256(gy0), _mm256_castps_si256(gy1)));
-        const __m512 wx1 = gx, wy1 = gy;
-        const __m512 wx0 = _mm512_sub_ps(onef, gx), wy0 = _mm512_sub_ps(onef, gy);
-        /* Away from the edges ia = fx - 1, ja = fy - 1, ib = ia + 1, jb = ja + 1. */
-        const __m512i ia = _mm512_sub_epi32(fx, c1), ja = _mm512_sub_epi32(fy, c1);
-        const __m512i o0 = _mm512_add_epi64(
-            _mm512_mul_epi32(_mm512_cvtepi32_epi64(_mm512_castsi512_si256(ja)), nx64),
-            _mm512_cvtepi32_epi64(_mm512_castsi512_si256(ia)));
-        const __m512i o1 = _mm512_add_epi64(
-            _mm512_mul_epi32(_mm512_cvtepi32_epi64(_mm512_extracti64x4_epi64(ja, 1)), nx64),
-            _mm512_cvtepi32_epi64(_mm512_extracti64x4_epi64(ia, 1)));
-        int64_t off[16];
-        _mm512_storeu_si512(off, o0);
-        _mm512_storeu_si512(off + 8, o1);
-#define RP_BL_LD8(b_, o_)                                                                 \
-    _mm512_castsi512_ps(_mm512_setr_epi64(rp_ld64((b_) + (o_)[0]), rp_ld64((b_) + (o_)[1]), \
-                                          rp_ld64((b_) + (o_)[2]), rp_ld64((b_) + (o_)[3]), \
-                                          rp_ld64((b_) + (o_)[4]), rp_ld64((b_) + (o_)[5]), \
-                                          rp_ld64((b_) + (o_)[6]), rp_ld64((b_) + (o_)[7])))
-        const __m512 pa = RP_BL_LD8(src, off), qa = RP_BL_LD8(src, off + 8);
-        const __m512 pb = RP_BL_LD8(srcb, off), qb = RP_BL_LD8(srcb, off + 8);
-#undef RP_BL_LD8
-        const __m512 aa = _mm512_permutex2var_ps(pa, even, qa);
-        const __m512 ab = _mm512_permutex2var_ps(pa, odd, qa);
-        const __m512 ba = _mm512_permutex2var_ps(pb, even, qb);
-        const __m512 bb = _mm512_permutex2var_ps(pb, odd, qb);
-        __m512 t = _mm512_setzero_ps();
-        t = _mm512_add_ps(t, _mm512_mul_ps(_mm512_mul_ps(aa, wy0), wx0));
-        t = _mm512_add_ps(t, _mm512_mul_ps(_mm512_mul_ps(ab, wy0), wx1));
-        t = _mm512_add_ps(t, _mm512_mul_ps(_mm512_mul_ps(ba, wy1), wx0));
-        t = _mm512_add_ps(t, _mm512_mul_ps(_mm512_mul_ps(bb, wy1), wx1));
-        _mm512_storeu_ps(d + m, t);
-        const __mmask16 f = _mm512_cmp_ps_mask(
-            _mm512_castsi512_ps(_mm512_and_si512(_mm512_castps_si512(t), absf)), fmax_,
-            _CMP_LE_OQ);
-        fin += __builtin_popcount((unsigned)f);
-        if (fp)
-            _mm512_storeu_ps(fp + m, _mm512_maskz_mov_ps(f, onef));
-    }
-    RP_FUSED_POINTS(bilinear_f32f, n);
-    return fin;
-}
-
-/* ---- nearest and bilinear with AVX-512 hardware gathers (Intel, chosen at run time) -- */
-
 /* Measured on an Intel Xeon with AVX-512 (Sapphire/Granite Rapids class, 2 MB L2 a
  * core, KVM, gather_data_sampling "Not affected"), 4096^2 rotated by 20 deg through
  * rp_reproject, 1 thread, bench/kernelbench "coords" (CPU time), six rounds each
@@ -608,41 +398,93 @@ RP_AVX512 static long fused_bilinear_f32_avx512(const rp_kernel *k, size_t n,
                                         * sizeof(float)),                                 \
                        0, 2)
 
-/* RP_AVX512_GROUP16 with RP_PREFETCH_L2's hints. */
-#define RP_AVX512_GROUP16_L2                                                              \
+/* The head of an iteration of the 16-position fused AVX-512 samplers (m .. m + 15): the
+ * prefetch hints of RP_AVX2_GROUP8 for positions m, m + 4, m + 8 and m + 12 (those below
+ * pn: one hint a four positions, as there; into L2 with RP_PREFETCH_L2 for the gathering
+ * samplers, gather_ nonzero); the positions into x0, x1 (lanes 0-7, 8-15)
+ * and y0, y1; inm, bit q set when position m + q is inside the valid range (NaN is not:
+ * ordered compares into mask registers); a group wholly outside stores sixteen NaNs (and
+ * footprint zeros) and the loop goes on.  Uses the sampler's constants lo, hx, hy and
+ * its src, nx, x, y, d, fp, pfx, pfy, pn and m.  RP_AVX512_GROUP16_BODY is the part
+ * after the hints. */
+#define RP_AVX512_GROUP16(gather_)                                                        \
     for (size_t h_ = 0; h_ < 16; h_ += 4)                                                 \
-        if (m + h_ < pn)                                                                  \
-            RP_PREFETCH_L2(src, nx, pfx[m + h_], pfy[m + h_]);                            \
+        if (m + h_ < pn) {                                                                \
+            if (gather_)                                                                  \
+                RP_PREFETCH_L2(src, nx, pfx[m + h_], pfy[m + h_]);                        \
+            else                                                                          \
+                RP_PREFETCH_FAST(src, nx, pfx[m + h_], pfy[m + h_]);                      \
+        }                                                                                 \
     RP_AVX512_GROUP16_BODY
+#define RP_AVX512_GROUP16_BODY                                                            \
+    const __m512d x0 = _mm512_loadu_pd(x + m), x1 = _mm512_loadu_pd(x + m + 8);           \
+    const __m512d y0 = _mm512_loadu_pd(y + m), y1 = _mm512_loadu_pd(y + m + 8);           \
+    const unsigned inm =                                                                  \
+        (unsigned)(__mmask8)(_mm512_cmp_pd_mask(x0, lo, _CMP_GE_OQ)                       \
+                             & _mm512_cmp_pd_mask(x0, hx, _CMP_LE_OQ)                     \
+                             & _mm512_cmp_pd_mask(y0, lo, _CMP_GE_OQ)                     \
+                             & _mm512_cmp_pd_mask(y0, hy, _CMP_LE_OQ))                    \
+        | (unsigned)(__mmask8)(_mm512_cmp_pd_mask(x1, lo, _CMP_GE_OQ)                     \
+                               & _mm512_cmp_pd_mask(x1, hx, _CMP_LE_OQ)                   \
+                               & _mm512_cmp_pd_mask(y1, lo, _CMP_GE_OQ)                   \
+                               & _mm512_cmp_pd_mask(y1, hy, _CMP_LE_OQ)) << 8;            \
+    if (inm == 0) {   /* the whole group outside: NaN, (float)NAN */                     \
+        _mm512_storeu_si512(d + m, _mm512_set1_epi32(0x7fc00000));                        \
+        if (fp)                                                                           \
+            _mm512_storeu_si512(fp + m, _mm512_setzero_si512());                          \
+        continue;                                                                         \
+    }
 
-/* fused_nearest_f32_avx512 with one vpgatherdd of the sixteen pixels at 32-bit plane
- * indices j * nx + i (rp_gather_ok: planes of fewer than 2^31 pixels, so that every
- * index of a lane inside the valid range fits), the lanes outside the valid range masked
- * off the gather and given the bits of rp_nan_f32.  The range test, truncations, clamps,
- * quiet bit, count and footprint are fused_nearest_f32_avx512's lane for lane, so the
- * bits are the same.  The last n % 16 positions take nearest_f32 one at a time. */
-RP_AVX512 static long fused_nearest_f32_avx512g(const rp_kernel *k, size_t n,
-                                                const double *restrict x,
-                                                const double *restrict y, float *restrict d,
-                                                float *restrict fp, const double *restrict pfx,
-                                                const double *restrict pfy, size_t pn)
+/* Sixteen int32 lanes from two vectors of eight (lo in lanes 0-7, hi in 8-15). */
+#define RP_AVX512_JOIN_I(lo_, hi_)                                                        \
+    _mm512_inserti64x4(_mm512_castsi256_si512(lo_), (hi_), 1)
+
+/* The fused samplers of nearest and bilinear with AVX-512 are one body each, in two
+ * instances: gather = 0 fetches the pixels by scalar loads (every CPU with AVX-512F but
+ * those of rp_gather_ok; tuned on AMD Zen 4), gather = 1 by hardware gathers at 32-bit
+ * plane indices, with hints into L2 (Intel, rp_gather_ok: planes of fewer than 2^31
+ * pixels, so that every index of a lane inside the valid range fits).  Everything else
+ * is the same lane for lane, so the two give the same bits. */
+#define RP_AVX512_SAMPLER_ARGS                                                            \
+    const rp_kernel *k, size_t n, const double *restrict x, const double *restrict y,     \
+        float *restrict d, float *restrict fp, const double *restrict pfx,                \
+        const double *restrict pfy, size_t pn
+
+/* fused_nearest_f32_avx2 sixteen positions an iteration for CPUs with AVX-512F
+ * (rp_kernel_sample_f32 checks at run time): the same range test, truncations and
+ * clamps lane for lane, the range test in mask registers; NaNs quietened, counted and
+ * the footprint written in sixteen int32 lanes.  The bits are fused_nearest_f32's and
+ * fused_nearest_f32_avx2's: a copy of the pixel's bits, a NaN with its quiet bit set.
+ * The last n % 16 positions take nearest_f32 one at a time.  The pixels:
+ *   gather = 0: each lane's address (64-bit index j * nx + i by vpmuldq) blended with
+ *     that of rp_nan_f32 for a lane outside, so that a group at an edge of the footprint
+ *     needs no scalar pass, and the sixteen pixels loaded one by one into the lanes.
+ *     4096^2 rotated by 20 deg through rp_reproject, 1 thread, AMD EPYC (Zen 4), A B
+ *     alternated (bench/kernelbench "coords"): 374-376 Mpix/s with
+ *     fused_nearest_f32_avx2, 382-388 with two masked vgatherqps instead of the scalar
+ *     loads, 402-404 with these;
+ *   gather = 1: one vpgatherdd of the sixteen pixels at j * nx + i, the lanes outside
+ *     masked off the gather and given the bits of rp_nan_f32.
+ * Valgrind, whose CPU has no AVX-512, gets fused_nearest_f32_avx2. */
+static inline __attribute__((target("avx512f"), always_inline)) long
+nearest_f32_avx512_run(RP_AVX512_SAMPLER_ARGS, const int gather)
 {
     RP_SAMPLER_VARS(float, k->src.data);
     const __m512d lo = _mm512_set1_pd(-0.5), hx = _mm512_set1_pd(xmax);
     const __m512d hy = _mm512_set1_pd(ymax), one = _mm512_set1_pd(1.0);
     const __m512d half = _mm512_set1_pd(0.5);
-    const __m512i nx1 = _mm512_set1_epi32((int32_t)nx - 1);
-    const __m512i ny1 = _mm512_set1_epi32((int32_t)ny - 1);
-    const __m512i c1 = _mm512_set1_epi32(1), nx32 = _mm512_set1_epi32((int32_t)nx);
+    const __m512i nx1 = _mm512_set1_epi32((int32_t)nx - 1), ny1 = _mm512_set1_epi32((int32_t)ny - 1);
+    const __m512i c1 = _mm512_set1_epi32(1), nx64 = _mm512_set1_epi64(nx);
+    const __m512i nx32 = _mm512_set1_epi32((int32_t)nx);
     const __m512i mag = _mm512_set1_epi32(0x7fffffff), inf = _mm512_set1_epi32(0x7f800000);
     const __m512i quiet = _mm512_set1_epi32(0x00400000), onef = _mm512_set1_epi32(0x3f800000);
     const __m512i nanv = _mm512_castps_si512(_mm512_set1_ps(rp_nan_f32));
     long fin = 0;
     size_t m = 0;
     for (; m + 16 <= n; m += 16) {
-        RP_AVX512_GROUP16_L2;
-        /* As fused_nearest_f32_avx512; lanes outside are masked off the gather (their
-         * indices, whatever they are, unused). */
+        RP_AVX512_GROUP16(gather);
+        /* floor((x + 1) + 0.5) - 1 by truncation (x + 1 + 0.5 >= 1), clamped above;
+         * lanes outside are not loaded, their indices unused. */
         __m512i i = RP_AVX512_JOIN_I(
             _mm512_cvttpd_epi32(_mm512_add_pd(_mm512_add_pd(x0, one), half)),
             _mm512_cvttpd_epi32(_mm512_add_pd(_mm512_add_pd(x1, one), half)));
@@ -651,8 +493,31 @@ RP_AVX512 static long fused_nearest_f32_avx512g(const rp_kernel *k, size_t n,
             _mm512_cvttpd_epi32(_mm512_add_pd(_mm512_add_pd(y1, one), half)));
         i = _mm512_min_epi32(_mm512_sub_epi32(i, c1), nx1);
         j = _mm512_min_epi32(_mm512_sub_epi32(j, c1), ny1);
-        const __m512i idx = _mm512_add_epi32(_mm512_mullo_epi32(j, nx32), i);
-        __m512i b = _mm512_mask_i32gather_epi32(nanv, (__mmask16)inm, idx, src, 4);
+        __m512i b;
+        if (gather) {
+            const __m512i idx = _mm512_add_epi32(_mm512_mullo_epi32(j, nx32), i);
+            b = _mm512_mask_i32gather_epi32(nanv, (__mmask16)inm, idx, src, 4);
+        } else {
+            const __m512i o0 = _mm512_add_epi64(
+                _mm512_mul_epi32(_mm512_cvtepi32_epi64(_mm512_castsi512_si256(j)), nx64),
+                _mm512_cvtepi32_epi64(_mm512_castsi512_si256(i)));
+            const __m512i o1 = _mm512_add_epi64(
+                _mm512_mul_epi32(_mm512_cvtepi32_epi64(_mm512_extracti64x4_epi64(j, 1)), nx64),
+                _mm512_cvtepi32_epi64(_mm512_extracti64x4_epi64(i, 1)));
+            const __m512i base = _mm512_set1_epi64((long long)(uintptr_t)src);
+            const __m512i nanp = _mm512_set1_epi64((long long)(uintptr_t)&rp_nan_f32);
+            uint64_t a[16];
+            _mm512_storeu_si512(a, _mm512_mask_blend_epi64((__mmask8)inm, nanp,
+                                                           _mm512_add_epi64(base, _mm512_slli_epi64(o0, 2))));
+            _mm512_storeu_si512(a + 8, _mm512_mask_blend_epi64((__mmask8)(inm >> 8), nanp,
+                                                               _mm512_add_epi64(base, _mm512_slli_epi64(o1, 2))));
+#define RP_LDA(q) rp_ld32((const float *)(uintptr_t)a[q])
+            b = _mm512_setr_epi32(RP_LDA(0), RP_LDA(1), RP_LDA(2), RP_LDA(3), RP_LDA(4),
+                                  RP_LDA(5), RP_LDA(6), RP_LDA(7), RP_LDA(8), RP_LDA(9),
+                                  RP_LDA(10), RP_LDA(11), RP_LDA(12), RP_LDA(13),
+                                  RP_LDA(14), RP_LDA(15));
+#undef RP_LDA
+        }
         const __m512i mg = _mm512_and_si512(b, mag);
         b = _mm512_mask_or_epi32(b, _mm512_cmpgt_epi32_mask(mg, inf), b, quiet);
         _mm512_storeu_si512(d + m, b);
@@ -665,20 +530,34 @@ RP_AVX512 static long fused_nearest_f32_avx512g(const rp_kernel *k, size_t n,
     return fin;
 }
 
-/* fused_bilinear_f32_avx512 with hardware gathers: the same groups, edge tests,
- * fractions, weights and sums lane for lane (so the bits are the same), the two taps of
- * row ja of each lane fetched by one 64-bit load of vpgatherdq at the 32-bit plane index
- * ja * nx + ia (eight lanes a gather; rp_gather_ok: planes of fewer than 2^31 pixels,
- * and away from the edges ja * nx + ia + nx + 1 < nx * ny), those of row ja + 1 by
- * another, then split by the two-source permutations of fused_bilinear_f32_avx512.
- * Groups at an edge of the footprint or of the image and the last n % 16 positions take
- * bilinear_f32f one at a time. */
-RP_AVX512 static long fused_bilinear_f32_avx512g(const rp_kernel *k, size_t n,
-                                                 const double *restrict x,
-                                                 const double *restrict y, float *restrict d,
-                                                 float *restrict fp,
-                                                 const double *restrict pfx,
-                                                 const double *restrict pfy, size_t pn)
+RP_AVX512 static long fused_nearest_f32_avx512(RP_AVX512_SAMPLER_ARGS)
+{
+    return nearest_f32_avx512_run(k, n, x, y, d, fp, pfx, pfy, pn, 0);
+}
+
+RP_AVX512 static long fused_nearest_f32_avx512g(RP_AVX512_SAMPLER_ARGS)
+{
+    return nearest_f32_avx512_run(k, n, x, y, d, fp, pfx, pfy, pn, 1);
+}
+
+/* fused_bilinear_f32_avx2 sixteen positions an iteration for CPUs with AVX-512F
+ * (rp_kernel_sample_f32 checks at run time): bilinear_f32f's arithmetic in sixteen
+ * float32 lanes, in its order (every operation an intrinsic: no FMA contraction), so
+ * that the values are bilinear_f32f's and fused_bilinear_f32_avx2's bit for bit.  A
+ * group whose sixteen positions are inside the valid range and away from the edges
+ * (1 <= floor(c) <= n - 1 on both axes) fetches, per lane, the two horizontal taps of
+ * row ja and those of row ja + 1, then splits the pairs with two-source permutations;
+ * other groups (edges of the footprint and of the image) and the last n % 16 positions
+ * take bilinear_f32f.  The pairs:
+ *   gather = 0: one 64-bit load each (the offsets j * nx + i through the stack).
+ *     Measured as nearest (bench/kernelbench "coords", AMD Zen 4): 291-294 Mpix/s with
+ *     fused_bilinear_f32_avx2, 274-279 with four vgatherqpd of eight pairs instead of
+ *     the scalar loads, 301-302 with these;
+ *   gather = 1: four vpgatherdq of eight pairs at the 32-bit plane index ja * nx + ia
+ *     (away from the edges ja * nx + ia + nx + 1 < nx * ny).
+ * Valgrind, whose CPU has no AVX-512, gets fused_bilinear_f32_avx2. */
+static inline __attribute__((target("avx512f"), always_inline)) long
+bilinear_f32_avx512_run(RP_AVX512_SAMPLER_ARGS, const int gather)
 {
     RP_SAMPLER_VARS(float, k->src.data);
     const __m512d lo = _mm512_set1_pd(-0.5), hx = _mm512_set1_pd(xmax);
@@ -686,9 +565,11 @@ RP_AVX512 static long fused_bilinear_f32_avx512g(const rp_kernel *k, size_t n,
     const __m512 onef = _mm512_set1_ps(1.0f), fmax_ = _mm512_set1_ps(FLT_MAX);
     const __m512i absf = _mm512_set1_epi32(0x7fffffff);
     const __m512i c1 = _mm512_set1_epi32(1), nx1 = _mm512_set1_epi32((int32_t)nx - 1);
-    const __m512i ny1 = _mm512_set1_epi32((int32_t)ny - 1);
+    const __m512i ny1 = _mm512_set1_epi32((int32_t)ny - 1), nx64 = _mm512_set1_epi64(nx);
     const __m512i nx32 = _mm512_set1_epi32((int32_t)nx);
     const __m512i nxp1 = _mm512_set1_epi32((int32_t)nx + 1);
+    /* float q of the pair vectors P (lanes 0-7) and Q (lanes 8-15): the first taps at
+     * the even floats of P then of Q, the second at the odd ones */
     const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24,
                                            26, 28, 30);
     const __m512i odd = _mm512_add_epi32(even, _mm512_set1_epi32(1));
@@ -696,7 +577,7 @@ RP_AVX512 static long fused_bilinear_f32_avx512g(const rp_kernel *k, size_t n,
     long fin = 0;
     size_t m = 0;
     for (; m + 16 <= n; m += 16) {
-        RP_AVX512_GROUP16_L2;
+        RP_AVX512_GROUP16(gather);
         const __m512d cx0 = _mm512_add_pd(x0, one), cx1 = _mm512_add_pd(x1, one);
         const __m512d cy0 = _mm512_add_pd(y0, one), cy1 = _mm512_add_pd(y1, one);
         const __m256i fx0 = _mm512_cvttpd_epi32(cx0), fx1 = _mm512_cvttpd_epi32(cx1);
@@ -720,15 +601,40 @@ RP_AVX512 static long fused_bilinear_f32_avx512g(const rp_kernel *k, size_t n,
             RP_AVX512_JOIN_I(_mm256_castps_si256(gy0), _mm256_castps_si256(gy1)));
         const __m512 wx1 = gx, wy1 = gy;
         const __m512 wx0 = _mm512_sub_ps(onef, gx), wy0 = _mm512_sub_ps(onef, gy);
-        /* Away from the edges ia = fx - 1, ja = fy - 1: the index ja * nx + ia is
-         * fy * nx + fx - (nx + 1). */
-        const __m512i o = _mm512_sub_epi32(_mm512_add_epi32(_mm512_mullo_epi32(fy, nx32), fx),
-                                           nxp1);
-        const __m256i ol = _mm512_castsi512_si256(o), oh = _mm512_extracti64x4_epi64(o, 1);
-        const __m512 pa = _mm512_castsi512_ps(_mm512_i32gather_epi64(ol, src, 4));
-        const __m512 qa = _mm512_castsi512_ps(_mm512_i32gather_epi64(oh, src, 4));
-        const __m512 pb = _mm512_castsi512_ps(_mm512_i32gather_epi64(ol, srcb, 4));
-        const __m512 qb = _mm512_castsi512_ps(_mm512_i32gather_epi64(oh, srcb, 4));
+        __m512 pa, qa, pb, qb;
+        if (gather) {
+            /* Away from the edges ia = fx - 1, ja = fy - 1: the index ja * nx + ia is
+             * fy * nx + fx - (nx + 1). */
+            const __m512i o = _mm512_sub_epi32(
+                _mm512_add_epi32(_mm512_mullo_epi32(fy, nx32), fx), nxp1);
+            const __m256i ol = _mm512_castsi512_si256(o), oh = _mm512_extracti64x4_epi64(o, 1);
+            pa = _mm512_castsi512_ps(_mm512_i32gather_epi64(ol, src, 4));
+            qa = _mm512_castsi512_ps(_mm512_i32gather_epi64(oh, src, 4));
+            pb = _mm512_castsi512_ps(_mm512_i32gather_epi64(ol, srcb, 4));
+            qb = _mm512_castsi512_ps(_mm512_i32gather_epi64(oh, srcb, 4));
+        } else {
+            /* Away from the edges ia = fx - 1, ja = fy - 1, ib = ia + 1, jb = ja + 1. */
+            const __m512i ia = _mm512_sub_epi32(fx, c1), ja = _mm512_sub_epi32(fy, c1);
+            const __m512i o0 = _mm512_add_epi64(
+                _mm512_mul_epi32(_mm512_cvtepi32_epi64(_mm512_castsi512_si256(ja)), nx64),
+                _mm512_cvtepi32_epi64(_mm512_castsi512_si256(ia)));
+            const __m512i o1 = _mm512_add_epi64(
+                _mm512_mul_epi32(_mm512_cvtepi32_epi64(_mm512_extracti64x4_epi64(ja, 1)), nx64),
+                _mm512_cvtepi32_epi64(_mm512_extracti64x4_epi64(ia, 1)));
+            int64_t off[16];
+            _mm512_storeu_si512(off, o0);
+            _mm512_storeu_si512(off + 8, o1);
+#define RP_BL_LD8(b_, o_)                                                                 \
+    _mm512_castsi512_ps(_mm512_setr_epi64(rp_ld64((b_) + (o_)[0]), rp_ld64((b_) + (o_)[1]), \
+                                          rp_ld64((b_) + (o_)[2]), rp_ld64((b_) + (o_)[3]), \
+                                          rp_ld64((b_) + (o_)[4]), rp_ld64((b_) + (o_)[5]), \
+                                          rp_ld64((b_) + (o_)[6]), rp_ld64((b_) + (o_)[7])))
+            pa = RP_BL_LD8(src, off);
+            qa = RP_BL_LD8(src, off + 8);
+            pb = RP_BL_LD8(srcb, off);
+            qb = RP_BL_LD8(srcb, off + 8);
+#undef RP_BL_LD8
+        }
         const __m512 aa = _mm512_permutex2var_ps(pa, even, qa);
         const __m512 ab = _mm512_permutex2var_ps(pa, odd, qa);
         const __m512 ba = _mm512_permutex2var_ps(pb, even, qb);
@@ -749,6 +655,17 @@ RP_AVX512 static long fused_bilinear_f32_avx512g(const rp_kernel *k, size_t n,
     RP_FUSED_POINTS(bilinear_f32f, n);
     return fin;
 }
+
+RP_AVX512 static long fused_bilinear_f32_avx512(RP_AVX512_SAMPLER_ARGS)
+{
+    return bilinear_f32_avx512_run(k, n, x, y, d, fp, pfx, pfy, pn, 0);
+}
+
+RP_AVX512 static long fused_bilinear_f32_avx512g(RP_AVX512_SAMPLER_ARGS)
+{
+    return bilinear_f32_avx512_run(k, n, x, y, d, fp, pfx, pfy, pn, 1);
+}
+#undef RP_AVX512_SAMPLER_ARGS
 #endif
 
 /* rp_kernel_f32_gathers' setting: 1, the gathering samplers where rp_gather_ok. */

@@ -167,8 +167,12 @@ RP_HOT static void bspline_cols_causal(const bs_rows *c, long k0, long k1)
 
 /* One step of the anticausal recursion of the columns over a row of W:
  * o = z (q - r), q the row below's anticausal values, r the row's causal ones (o may be
- * r or q).  Cannot fail. */
-static inline void bspline_anticausal_row(double *o, const double *r, const double *q, long W)
+ * r or q).  For a final row f (W floats, or NULL) also takes each value rounded once
+ * while it is in the registers, so that the row is not read again to be narrowed: the
+ * same doubles, and the same floats as (float) of them.  Always inlined, so that a NULL
+ * f costs no test in the loop.  Cannot fail. */
+static inline __attribute__((always_inline)) void
+bspline_anticausal_row(double *o, const double *r, const double *q, long W, float *restrict f)
 {
     const double z = BSPLINE_Z;
     const long W4 = W - W % 4;
@@ -179,33 +183,15 @@ static inline void bspline_anticausal_row(double *o, const double *r, const doub
         RP_V4D_LOAD(v, q + i);
         u = z * (v - u);
         RP_V4D_STORE(o + i, u);
-    }
-    for (; i < W; i++)
-        o[i] = z * (q[i] - r[i]);
-}
-
-/* bspline_anticausal_row in place (o = r) for a final row, each value also rounded
- * once into f (W floats) while it is in the registers, so that the row is not read
- * again to be narrowed: the same doubles, and the same floats as (float) of them.
- * Cannot fail. */
-static inline void bspline_anticausal_row_f32(double *r, const double *q, long W,
-                                              float *restrict f)
-{
-    const double z = BSPLINE_Z;
-    const long W4 = W - W % 4;
-    long i = 0;
-    for (; i < W4; i += 4) {
-        rp_v4d u, v;
-        RP_V4D_LOAD(u, r + i);
-        RP_V4D_LOAD(v, q + i);
-        u = z * (v - u);
-        RP_V4D_STORE(r + i, u);
-        const rp_v4f uf = __builtin_convertvector(u, rp_v4f);
-        memcpy(f + i, &uf, sizeof uf);
+        if (f) {
+            const rp_v4f uf = __builtin_convertvector(u, rp_v4f);
+            memcpy(f + i, &uf, sizeof uf);
+        }
     }
     for (; i < W; i++) {
-        r[i] = z * (q[i] - r[i]);
-        f[i] = (float)r[i];
+        o[i] = z * (q[i] - r[i]);
+        if (f)
+            f[i] = (float)o[i];
     }
 }
 
@@ -218,7 +204,7 @@ RP_HOT static void bspline_cols_anticausal(const bs_rows *c, long a, long H)
     for (long i = 0; i < W; i++)
         rl[i] = za * (rl[i] + z * rp[i]);
     for (long k = H - 2; k >= a; k--)
-        bspline_anticausal_row(bs_row(c, k), bs_row(c, k), bs_row(c, k + 1), W);
+        bspline_anticausal_row(bs_row(c, k), bs_row(c, k), bs_row(c, k + 1), W, NULL);
 }
 
 /* Rows of the column prefilter's anticausal pass finished together (bspline_cols_finish),
@@ -235,7 +221,7 @@ RP_HOT static void bspline_cols_anticausal(const bs_rows *c, long a, long H)
  * c-(e + 1) = 0 in the scratch row t (W doubles; rows b .. e are read, not written),
  * then written in place over rows b - 1 .. a.  Each step is bspline_cols_anticausal's
  * c-(k) = z (c-(k + 1) - c+(k)).  With `out` (W x H floats) not NULL, rows a .. b - 1
- * are also rounded into out as they are written (bspline_anticausal_row_f32).
+ * are also rounded into out as they are written (bspline_anticausal_row with f).
  * Cannot fail. */
 RP_HOT static void bspline_cols_anticausal_block(const bs_rows *c, long a, long b, long e,
                                                  double *restrict t, float *out)
@@ -250,9 +236,9 @@ RP_HOT static void bspline_cols_anticausal_block(const bs_rows *c, long a, long 
         /* c-(k + 1) in t down to row b, in place above */
         const double *q = k >= b - 1 ? t : bs_row(c, k + 1);
         if (k >= b || !out)
-            bspline_anticausal_row(k >= b ? t : r, r, q, W);
+            bspline_anticausal_row(k >= b ? t : r, r, q, W, NULL);
         else
-            bspline_anticausal_row_f32(r, q, W, out + k * W);
+            bspline_anticausal_row(r, r, q, W, out + k * W);
     }
 }
 

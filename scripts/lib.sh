@@ -36,7 +36,8 @@ tess_check_counts() {
 }
 
 # tess_summarise MODE NAME LOG RC OUTDIR: writes OUTDIR/NAME.log for scripts/test.sh: the
-# sanitizer reports found in LOG (20 lines at most) and LOG's Check line, with one error
+# sanitizer reports found in LOG (20 lines at most), Check's lines for the failed checks
+# (file:line:F: or :E:, 10 at most; test.sh prints them) and LOG's Check line, with one error
 # more when RC != 0 but Check counted no failure (a leak report at exit, a sanitizer
 # abort, a crash); prints "MODE: NAME: <the line>".
 tess_summarise() {
@@ -51,6 +52,7 @@ tess_summarise() {
     [ "$n" -gt 0 ] && pct=$(( (n - f - e) * 100 / n ))
     {
         grep -E 'ERROR: (Address|Leak)Sanitizer|runtime error:|definitely lost|Invalid (read|write)|uninitialised|SUMMARY:' "$log" | head -n 20
+        grep -E '^[^ ]+:[0-9]+:[EF]:' "$log" | head -n 10
         echo "$pct%: Checks: $n, Failures: $f, Errors: $e"
     } >"$out/$name.log"
     echo "$mode: $name: $pct%: Checks: $n, Failures: $f, Errors: $e"

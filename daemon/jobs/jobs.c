@@ -194,24 +194,26 @@ int jobs_cancel(jobs *J, const char *id, double wait_s)
     if (!jobstore_available(J->st) || jobs_http_lock(J))
         return TESS_EIO;
     int rc = jobstore_state(J->st, id, state);
-    if (rc == 0) {
+    int active = rc == 0 && (strcmp(state, "queued") == 0 || strcmp(state, "running") == 0);
+    if (active && strcmp(J->cur, id) == 0) {
+        /* The runner's job, stored as queued while it is planned outside the lock: ending it
+         * in the store here would be undone when the run begins (it would then run to its
+         * end).  The runner stops it and ends it as cancelled. */
+        J->cur_cancel = 1;
+        pthread_cond_broadcast(&J->cond);
+        double until = tess_mono_s() + wait_s;
+        while (strcmp(J->cur, id) == 0 && tess_mono_s() < until)
+            jobs_wait_locked(J, 50);
+    } else if (rc == 0) {
         if (strcmp(state, "queued") == 0) {
             rc = jobstore_end(J->st, id, "cancelled", jobs_now(), NULL, NULL);
         } else if (strcmp(state, "running") == 0) {
-            if (strcmp(J->cur, id) == 0) {
-                J->cur_cancel = 1;
-                pthread_cond_broadcast(&J->cond);
-                double until = tess_mono_s() + wait_s;
-                while (strcmp(J->cur, id) == 0 && tess_mono_s() < until)
-                    jobs_wait_locked(J, 50);
-            } else {
-                /* Marked running by an earlier process and not yet taken up again. */
-                char wd[PATH_MAX];
-                jobs_workdir(J, id, wd);
-                rc = jobstore_end(J->st, id, "cancelled", jobs_now(), NULL, NULL);
-                if (rc == 0)
-                    jobs_rm_tree(wd);
-            }
+            /* Marked running by an earlier process and not yet taken up again. */
+            char wd[PATH_MAX];
+            jobs_workdir(J, id, wd);
+            rc = jobstore_end(J->st, id, "cancelled", jobs_now(), NULL, NULL);
+            if (rc == 0)
+                jobs_rm_tree(wd);
         } else {
             rc = TESS_EINVAL;
         }

@@ -80,8 +80,9 @@ char *jobs_get_json(jobs *J, const char *id, int *missing);
  * (never an empty list for a database that did not answer). */
 char *jobs_list_json(jobs *J, int limit, int *unavailable);
 
-/* Cancels a queued or running job: a queued job is cancelled at once; a running one stops
- * after its blocks in flight (this call waits up to `wait_s` seconds for that).  Returns
+/* Cancels a queued or running job: a queued job is cancelled at once; a running one, or
+ * one the runner has taken up and is planning, stops after its blocks in flight (this
+ * call waits up to `wait_s` seconds for that).  Returns
  * 0 (cancelled or cancelling), TESS_ENOTFOUND, TESS_EINVAL when the job has already
  * finished, or TESS_EIO when the database cannot be reached. */
 int jobs_cancel(jobs *J, const char *id, double wait_s);

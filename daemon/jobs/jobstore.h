@@ -120,7 +120,7 @@ int jobstore_content_type(jobstore *S, const char *id, char *ctype);
 /* Type (64 bytes) and body (malloc'd) of a job. */
 int jobstore_type_body(jobstore *S, const char *id, char *type, char **body);
 /* Marks a queued or running job running from `now` with `total` blocks, `done` of them
- * done (the start of this run, for the ETA). */
+ * done (the start of this run, for the ETA); a job that has ended stays as it is. */
 int jobstore_set_running(jobstore *S, const char *id, double now, long long total, long long done);
 /* Progress: `done` blocks (the PostgreSQL store counts its done blocks itself). */
 int jobstore_set_done(jobstore *S, const char *id, long long done);

@@ -296,7 +296,8 @@ static int sq_set_running(jobstore *S, const char *id, double now, long long tot
 {
     return done_or_eio(sql_run(DB(S),
             "UPDATE jobs SET state = 'running', started = COALESCE(started, ?2), total = ?3, "
-            "done = ?4, run_done0 = ?4, run_t0 = ?2 WHERE id = ?1",
+            "done = ?4, run_done0 = ?4, run_t0 = ?2 WHERE id = ?1 AND state IN ('queued', "
+            "'running')",
             "tdii", id, now, total, done));
 }
 

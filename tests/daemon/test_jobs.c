@@ -27,10 +27,12 @@
 
 /* ---- the test job type ------------------------------------------------------------
  * {"type": "test_squares", "n": N, "delay_ms": D, "fail_at": K, "log": PATH,
- *  "per_thread": B, "output": {"name": NAME}}
+ *  "per_thread": B, "plan_delay_ms": P, "output": {"name": NAME}}
  * (per_thread true: N blocks a worker thread of the runner, N x threads in all: a plan
  * that depends on the runner's settings, which the runner must refuse to resume under
  * other settings; N below stands for that count)
+ * plan:    takes P ms (0 by default), counted in sq_slow_plans when P > 0 (the runner
+ *          plans outside its lock, with the job still stored as queued);
  * stage 0: block i writes workdir/b<i> = i*i (after D ms, polling cancel) and appends a
  *          line to PATH (outside the workdir) so the test can count block runs;
  * stage 1: one block sums the files into workdir/sum;
@@ -42,10 +44,13 @@ typedef struct sq_state {
     char name[128];
 } sq_state;
 
+/* Plans with plan_delay_ms > 0 begun so far (the runner's thread increments it). */
+static volatile int sq_slow_plans;
+
 static int sq_validate(const json_t *b, const job_env *env, job_problem *pb)
 {
     static const char *const known[] = {"type", "n", "delay_ms", "fail_at", "log", "per_thread",
-                                        "output", NULL};
+                                        "plan_delay_ms", "output", NULL};
     if (jobkind_only_fields(b, known, "", pb))
         return -1;
     json_t *n = json_object_get(b, "n");
@@ -77,6 +82,11 @@ static int sq_plan(const void *b, const job_env *env, const char *wd, job_plan *
     snprintf(s->wd, sizeof(s->wd), "%s", wd);
     snprintf(s->name, sizeof(s->name), "%s",
              json_string_value(json_object_get(json_object_get(b, "output"), "name")));
+    long plan_ms = (long)json_integer_value(json_object_get(b, "plan_delay_ms"));
+    if (plan_ms > 0) {
+        __atomic_add_fetch(&sq_slow_plans, 1, __ATOMIC_SEQ_CST);
+        usleep((useconds_t)plan_ms * 1000);
+    }
     out->nstages = 2;
     out->nblocks[0] = s->n;
     out->nblocks[1] = 1;
@@ -490,6 +500,43 @@ START_TEST(test_cancel_leaves_no_files)
     j = fetch_json("DELETE", path, NULL, NULL, 200);
     ck_assert_str_eq(json_string_value(json_object_get(j, "state")), "cancelled");
     json_decref(j);
+}
+END_TEST
+
+/* A job cancelled while the runner plans it (taken up, still stored as queued) ends
+ * cancelled and stays so: no block runs and nothing is left.  Until jobs_cancel stopped
+ * the runner's job in that state, the cancel was written to the store and the run then
+ * began over it, marked the job running and took it to its end (a CI run of 564800b saw
+ * a DELETE answer "running"). */
+START_TEST(test_cancel_while_planned)
+{
+    char logpath[PATH_MAX], body[PATH_MAX + 256], id[32], path[64];
+    snprintf(logpath, sizeof logpath, "%s.plan.log", jobsdir);
+    unlink(logpath);
+    int plans0 = __atomic_load_n(&sq_slow_plans, __ATOMIC_SEQ_CST);
+    snprintf(body, sizeof body,
+             "{\"type\": \"test_squares\", \"n\": 4, \"delay_ms\": 20, \"plan_delay_ms\": 800, "
+             "\"log\": \"%s\", \"output\": {\"name\": \"cp\"}}", logpath);
+    submit(body, id, sizeof id);
+    for (double t0 = tt_now_s(); __atomic_load_n(&sq_slow_plans, __ATOMIC_SEQ_CST) == plans0;) {
+        ck_assert_msg(tt_now_s() - t0 < 30, "the runner did not take the job up");
+        usleep(2000);
+    }
+    json_t *j = job_get(id);
+    ck_assert_str_eq(json_string_value(json_object_get(j, "state")), "queued");
+    json_decref(j);
+    snprintf(path, sizeof path, "/api/v1/jobs/%s", id);
+    j = fetch_json("DELETE", path, NULL, NULL, 200);
+    ck_assert_str_eq(json_string_value(json_object_get(j, "state")), "cancelled");
+    json_decref(j);
+    /* Past the plan's end and the four blocks' time: still cancelled, no block ran. */
+    usleep(1200 * 1000);
+    j = job_get(id);
+    ck_assert_str_eq(json_string_value(json_object_get(j, "state")), "cancelled");
+    json_decref(j);
+    ck_assert_int_eq(count_lines(logpath), 0);
+    assert_nothing_left("cp");
+    unlink(logpath);
 }
 END_TEST
 
@@ -1069,6 +1116,7 @@ int main(void)
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, test_job_runs_with_smooth_progress);
     tcase_add_test(tc, test_cancel_leaves_no_files);
+    tcase_add_test(tc, test_cancel_while_planned);
     tcase_add_test(tc, test_failure_is_reported);
     tcase_add_test(tc, test_bad_bodies);
     tcase_add_test(tc, test_reproject_job_equals_cutout);

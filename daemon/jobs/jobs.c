@@ -186,6 +186,18 @@ int jobs_submit(jobs *J, const char *body, size_t len, char **json_out, job_prob
     return rc;
 }
 
+/* Ends job id as cancelled in the store and removes its work directory, for a job that no
+ * runner of this process holds (lock held).  0, or the store's error. */
+static int cancel_idle_locked(jobs *J, const char *id)
+{
+    char wd[PATH_MAX];
+    jobs_workdir(J, id, wd);
+    int rc = jobstore_end(J->st, id, "cancelled", jobs_now(), NULL, NULL);
+    if (rc == 0)
+        jobs_rm_tree(wd);
+    return rc;
+}
+
 int jobs_cancel(jobs *J, const char *id, double wait_s)
 {
     if (!jobs_valid_id(id))
@@ -204,16 +216,21 @@ int jobs_cancel(jobs *J, const char *id, double wait_s)
         double until = tess_mono_s() + wait_s;
         while (strcmp(J->cur, id) == 0 && tess_mono_s() < until)
             jobs_wait_locked(J, 50);
+        /* The run over: it may have ended before it saw the cancel (succeeded or failed:
+         * nothing was cancelled), or left the job running (the server stopping, another
+         * job's turn): then the cancel is written here, as for a job no runner holds. */
+        if (strcmp(J->cur, id) != 0 && jobstore_state(J->st, id, state) == 0) {
+            if (strcmp(state, "queued") == 0 || strcmp(state, "running") == 0)
+                cancel_idle_locked(J, id);
+            else if (strcmp(state, "cancelled") != 0)
+                rc = TESS_EINVAL;
+        }
     } else if (rc == 0) {
         if (strcmp(state, "queued") == 0) {
             rc = jobstore_end(J->st, id, "cancelled", jobs_now(), NULL, NULL);
         } else if (strcmp(state, "running") == 0) {
             /* Marked running by an earlier process and not yet taken up again. */
-            char wd[PATH_MAX];
-            jobs_workdir(J, id, wd);
-            rc = jobstore_end(J->st, id, "cancelled", jobs_now(), NULL, NULL);
-            if (rc == 0)
-                jobs_rm_tree(wd);
+            rc = cancel_idle_locked(J, id);
         } else {
             rc = TESS_EINVAL;
         }

@@ -27,7 +27,7 @@
 
 /* ---- the test job type ------------------------------------------------------------
  * {"type": "test_squares", "n": N, "delay_ms": D, "fail_at": K, "log": PATH,
- *  "per_thread": B, "plan_delay_ms": P, "output": {"name": NAME}}
+ *  "per_thread": B, "plan_delay_ms": P, "finish_delay_ms": Q, "output": {"name": NAME}}
  * (per_thread true: N blocks a worker thread of the runner, N x threads in all: a plan
  * that depends on the runner's settings, which the runner must refuse to resume under
  * other settings; N below stands for that count)
@@ -36,21 +36,41 @@
  * stage 0: block i writes workdir/b<i> = i*i (after D ms, polling cancel) and appends a
  *          line to PATH (outside the workdir) so the test can count block runs;
  * stage 1: one block sums the files into workdir/sum;
- * finish:  a 2x1 float64 FITS image [sum, N] registered as dataset NAME. */
+ * finish:  takes Q ms (0 by default; counted in sq_slow_finishes when Q > 0; the runner
+ *          writes the product outside its lock, blocks done, job still running), then
+ *          writes a 2x1 float64 FITS image [sum, N] registered as dataset NAME. */
 typedef struct sq_state {
-    long n, delay_ms, fail_at;
+    long n, delay_ms, fail_at, finish_delay_ms;
     char log[PATH_MAX];
     char wd[PATH_MAX];
     char name[128];
 } sq_state;
 
-/* Plans with plan_delay_ms > 0 begun so far (the runner's thread increments it). */
-static volatile int sq_slow_plans;
+/* Plans with plan_delay_ms > 0 and finishes with finish_delay_ms > 0 begun so far. */
+static volatile int sq_slow_plans, sq_slow_finishes;
+
+/* A pause of ms milliseconds (none when ms <= 0), counted in *count as it begins. */
+static void sq_pause(long ms, volatile int *count)
+{
+    if (ms > 0) {
+        __atomic_add_fetch(count, 1, __ATOMIC_SEQ_CST);
+        usleep((useconds_t)ms * 1000);
+    }
+}
+
+/* Waits (at most 30 s) until *count differs from `from`: a pause of sq_pause has begun. */
+static void sq_await_pause(volatile int *count, int from, const char *what)
+{
+    for (double t0 = tt_now_s(); __atomic_load_n(count, __ATOMIC_SEQ_CST) == from;) {
+        ck_assert_msg(tt_now_s() - t0 < 30, "the runner did not reach the %s", what);
+        usleep(2000);
+    }
+}
 
 static int sq_validate(const json_t *b, const job_env *env, job_problem *pb)
 {
     static const char *const known[] = {"type", "n", "delay_ms", "fail_at", "log", "per_thread",
-                                        "plan_delay_ms", "output", NULL};
+                                        "plan_delay_ms", "finish_delay_ms", "output", NULL};
     if (jobkind_only_fields(b, known, "", pb))
         return -1;
     json_t *n = json_object_get(b, "n");
@@ -82,11 +102,8 @@ static int sq_plan(const void *b, const job_env *env, const char *wd, job_plan *
     snprintf(s->wd, sizeof(s->wd), "%s", wd);
     snprintf(s->name, sizeof(s->name), "%s",
              json_string_value(json_object_get(json_object_get(b, "output"), "name")));
-    long plan_ms = (long)json_integer_value(json_object_get(b, "plan_delay_ms"));
-    if (plan_ms > 0) {
-        __atomic_add_fetch(&sq_slow_plans, 1, __ATOMIC_SEQ_CST);
-        usleep((useconds_t)plan_ms * 1000);
-    }
+    s->finish_delay_ms = (long)json_integer_value(json_object_get(b, "finish_delay_ms"));
+    sq_pause((long)json_integer_value(json_object_get(b, "plan_delay_ms")), &sq_slow_plans);
     out->nstages = 2;
     out->nblocks[0] = s->n;
     out->nblocks[1] = 1;
@@ -151,6 +168,7 @@ static int sq_run(void *state, int stage, long block, const volatile int *cancel
 static int sq_finish(void *state, const char *tmp, job_product *prod, char *err, size_t errlen)
 {
     sq_state *s = state;
+    sq_pause(s->finish_delay_ms, &sq_slow_finishes);
     char path[PATH_MAX + 32];
     snprintf(path, sizeof(path), "%s/sum", s->wd);
     FILE *f = fopen(path, "r");
@@ -518,10 +536,7 @@ START_TEST(test_cancel_while_planned)
              "{\"type\": \"test_squares\", \"n\": 4, \"delay_ms\": 20, \"plan_delay_ms\": 800, "
              "\"log\": \"%s\", \"output\": {\"name\": \"cp\"}}", logpath);
     submit(body, id, sizeof id);
-    for (double t0 = tt_now_s(); __atomic_load_n(&sq_slow_plans, __ATOMIC_SEQ_CST) == plans0;) {
-        ck_assert_msg(tt_now_s() - t0 < 30, "the runner did not take the job up");
-        usleep(2000);
-    }
+    sq_await_pause(&sq_slow_plans, plans0, "job's plan");
     json_t *j = job_get(id);
     ck_assert_str_eq(json_string_value(json_object_get(j, "state")), "queued");
     json_decref(j);
@@ -537,6 +552,32 @@ START_TEST(test_cancel_while_planned)
     ck_assert_int_eq(count_lines(logpath), 0);
     assert_nothing_left("cp");
     unlink(logpath);
+}
+END_TEST
+
+/* A cancel that comes while the job writes its product (its blocks done) is too late: the
+ * job succeeds and the DELETE answers 409, as for a job that had ended before it.  (It
+ * answered 200 with the document of the succeeded job until jobs_cancel looked at how the
+ * run ended; a fresh user's script got that in 7 of 120 cancels of short jobs.) */
+START_TEST(test_cancel_too_late)
+{
+    char id[32], path[64];
+    int fin0 = __atomic_load_n(&sq_slow_finishes, __ATOMIC_SEQ_CST);
+    submit("{\"type\": \"test_squares\", \"n\": 2, \"finish_delay_ms\": 500, "
+           "\"output\": {\"name\": \"late\"}}", id, sizeof id);
+    sq_await_pause(&sq_slow_finishes, fin0, "job's finish");
+    snprintf(path, sizeof path, "/api/v1/jobs/%s", id);
+    tt_resp r = tt_fetch(base, "DELETE", path, NULL, 0, NULL);
+    tt_assert_problem(path, &r, 409, "id");
+    ck_assert_msg(strstr(r.body, "has already ended (succeeded)"), "%s", r.body);
+    tt_resp_free(&r);
+    json_t *j = job_get(id);
+    ck_assert_str_eq(json_string_value(json_object_get(j, "state")), "succeeded");
+    json_decref(j);
+    long nx, ny;
+    double *v = fetch_product(id, &nx, &ny);
+    ck_assert(v[0] == 1.0 && v[1] == 2.0);   /* 0*0 + 1*1, n */
+    free(v);
 }
 END_TEST
 
@@ -1117,6 +1158,7 @@ int main(void)
     tcase_add_test(tc, test_job_runs_with_smooth_progress);
     tcase_add_test(tc, test_cancel_leaves_no_files);
     tcase_add_test(tc, test_cancel_while_planned);
+    tcase_add_test(tc, test_cancel_too_late);
     tcase_add_test(tc, test_failure_is_reported);
     tcase_add_test(tc, test_bad_bodies);
     tcase_add_test(tc, test_reproject_job_equals_cutout);

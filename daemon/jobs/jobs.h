@@ -82,9 +82,10 @@ char *jobs_list_json(jobs *J, int limit, int *unavailable);
 
 /* Cancels a queued or running job: a queued job is cancelled at once; a running one, or
  * one the runner has taken up and is planning, stops after its blocks in flight (this
- * call waits up to `wait_s` seconds for that).  Returns
- * 0 (cancelled or cancelling), TESS_ENOTFOUND, TESS_EINVAL when the job has already
- * finished, or TESS_EIO when the database cannot be reached. */
+ * call waits up to `wait_s` seconds for that).  Returns 0 (cancelled, or still cancelling
+ * when the wait ran out), TESS_ENOTFOUND, TESS_EINVAL when the job had already finished
+ * or finished before its run saw the cancel (succeeded or failed), or TESS_EIO when the
+ * database cannot be reached. */
 int jobs_cancel(jobs *J, const char *id, double wait_s);
 
 /* The product of a succeeded job: its path (PATH_MAX) and content type (64).  Returns 0,

@@ -206,11 +206,12 @@ int jobs_cancel(jobs *J, const char *id, double wait_s)
     if (!jobstore_available(J->st) || jobs_http_lock(J))
         return TESS_EIO;
     int rc = jobstore_state(J->st, id, state);
-    int active = rc == 0 && (strcmp(state, "queued") == 0 || strcmp(state, "running") == 0);
-    if (active && strcmp(J->cur, id) == 0) {
-        /* The runner's job, stored as queued while it is planned outside the lock: ending it
-         * in the store here would be undone when the run begins (it would then run to its
-         * end).  The runner stops it and ends it as cancelled. */
+    if (rc == 0 && !jobs_state_open(state)) {
+        rc = TESS_EINVAL;
+    } else if (rc == 0 && strcmp(J->cur, id) == 0) {
+        /* The runner's job, running or (stored as queued) planned outside the lock: ending
+         * it in the store here would be undone when the run begins, which would then go
+         * to its end.  The runner stops it and ends it as cancelled. */
         J->cur_cancel = 1;
         pthread_cond_broadcast(&J->cond);
         double until = tess_mono_s() + wait_s;
@@ -220,20 +221,16 @@ int jobs_cancel(jobs *J, const char *id, double wait_s)
          * nothing was cancelled), or left the job running (the server stopping, another
          * job's turn): then the cancel is written here, as for a job no runner holds. */
         if (strcmp(J->cur, id) != 0 && jobstore_state(J->st, id, state) == 0) {
-            if (strcmp(state, "queued") == 0 || strcmp(state, "running") == 0)
+            if (jobs_state_open(state))
                 cancel_idle_locked(J, id);
             else if (strcmp(state, "cancelled") != 0)
                 rc = TESS_EINVAL;
         }
+    } else if (rc == 0 && strcmp(state, "queued") == 0) {
+        rc = jobstore_end(J->st, id, "cancelled", jobs_now(), NULL, NULL);
     } else if (rc == 0) {
-        if (strcmp(state, "queued") == 0) {
-            rc = jobstore_end(J->st, id, "cancelled", jobs_now(), NULL, NULL);
-        } else if (strcmp(state, "running") == 0) {
-            /* Marked running by an earlier process and not yet taken up again. */
-            rc = cancel_idle_locked(J, id);
-        } else {
-            rc = TESS_EINVAL;
-        }
+        /* Marked running by an earlier process and not yet taken up again. */
+        rc = cancel_idle_locked(J, id);
     }
     pthread_mutex_unlock(&J->lock);
     return rc;

@@ -52,6 +52,11 @@ void jobs_result_path(const jobs *J, const char *id, const char *content_type, c
     snprintf(out, PATH_MAX, "%s/results/%s.%s", J->dir, id, fits ? "fits" : "bin");
 }
 
+int jobs_state_open(const char *state)
+{
+    return strcmp(state, "queued") == 0 || strcmp(state, "running") == 0;
+}
+
 int jobs_valid_id(const char *id)
 {
     if (strlen(id) != 16)

@@ -86,6 +86,7 @@ struct jobs {
 /* jobs.dir (jobs_dir.c).  Paths are PATH_MAX bytes. */
 double jobs_now(void);                      /* seconds since the epoch */
 int jobs_valid_id(const char *id);          /* 16 lowercase hex characters */
+int jobs_state_open(const char *state);     /* "queued" or "running": not yet ended */
 void jobs_rm_tree(const char *path);
 void jobs_workdir(const jobs *J, const char *id, char *out);
 void jobs_tmp_path(const jobs *J, const char *id, char *out);

@@ -614,8 +614,7 @@ void *jobs_scheduler(void *arg)
         if (J->moved)
             J->moved = 0;   /* left for another job: that one next, at once */
         else if (!J->stopping &&
-                 (jobstore_state(J->st, id, state) != 0 || strcmp(state, "queued") == 0 ||
-                  strcmp(state, "running") == 0))
+                 (jobstore_state(J->st, id, state) != 0 || jobs_state_open(state)))
             jobs_wait_locked(J, 1000);
     }
     pthread_mutex_unlock(&J->lock);

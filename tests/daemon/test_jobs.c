@@ -58,13 +58,10 @@ static void sq_pause(long ms, volatile int *count)
     }
 }
 
-/* Waits (at most 30 s) until *count differs from `from`: a pause of sq_pause has begun. */
-static void sq_await_pause(volatile int *count, int from, const char *what)
+/* The counter of sq_pause now. */
+static int sq_pauses(volatile int *count)
 {
-    for (double t0 = tt_now_s(); __atomic_load_n(count, __ATOMIC_SEQ_CST) == from;) {
-        ck_assert_msg(tt_now_s() - t0 < 30, "the runner did not reach the %s", what);
-        usleep(2000);
-    }
+    return __atomic_load_n(count, __ATOMIC_SEQ_CST);
 }
 
 static int sq_validate(const json_t *b, const job_env *env, job_problem *pb)
@@ -288,6 +285,19 @@ static char *submit(const char *body, char *id, size_t idlen)
     ck_assert_str_eq(json_string_value(json_object_get(j, "state")), "queued");
     json_decref(j);
     return id;
+}
+
+/* Submits body (its id into id) and waits (at most 30 s) until the runner has begun one
+ * more pause counted in *count (sq_pause): the job is then held there for its delay. */
+static void submit_until_paused(const char *body, char *id, size_t idlen, volatile int *count,
+                                const char *what)
+{
+    int from = sq_pauses(count);
+    submit(body, id, idlen);
+    for (double t0 = tt_now_s(); sq_pauses(count) == from;) {
+        ck_assert_msg(tt_now_s() - t0 < 30, "the runner did not reach the %s", what);
+        usleep(2000);
+    }
 }
 
 static json_t *job_get(const char *id)
@@ -531,12 +541,10 @@ START_TEST(test_cancel_while_planned)
     char logpath[PATH_MAX], body[PATH_MAX + 256], id[32], path[64];
     snprintf(logpath, sizeof logpath, "%s.plan.log", jobsdir);
     unlink(logpath);
-    int plans0 = __atomic_load_n(&sq_slow_plans, __ATOMIC_SEQ_CST);
     snprintf(body, sizeof body,
              "{\"type\": \"test_squares\", \"n\": 4, \"delay_ms\": 20, \"plan_delay_ms\": 800, "
              "\"log\": \"%s\", \"output\": {\"name\": \"cp\"}}", logpath);
-    submit(body, id, sizeof id);
-    sq_await_pause(&sq_slow_plans, plans0, "job's plan");
+    submit_until_paused(body, id, sizeof id, &sq_slow_plans, "job's plan");
     json_t *j = job_get(id);
     ck_assert_str_eq(json_string_value(json_object_get(j, "state")), "queued");
     json_decref(j);
@@ -562,10 +570,9 @@ END_TEST
 START_TEST(test_cancel_too_late)
 {
     char id[32], path[64];
-    int fin0 = __atomic_load_n(&sq_slow_finishes, __ATOMIC_SEQ_CST);
-    submit("{\"type\": \"test_squares\", \"n\": 2, \"finish_delay_ms\": 500, "
-           "\"output\": {\"name\": \"late\"}}", id, sizeof id);
-    sq_await_pause(&sq_slow_finishes, fin0, "job's finish");
+    submit_until_paused("{\"type\": \"test_squares\", \"n\": 2, \"finish_delay_ms\": 500, "
+                        "\"output\": {\"name\": \"late\"}}", id, sizeof id,
+                        &sq_slow_finishes, "job's finish");
     snprintf(path, sizeof path, "/api/v1/jobs/%s", id);
     tt_resp r = tt_fetch(base, "DELETE", path, NULL, 0, NULL);
     tt_assert_problem(path, &r, 409, "id");
